@@ -1,0 +1,26 @@
+# Two entry points: `make run` (the quickstart sweep + report) and `make test`.
+# Each creates .venv and installs the pinned dependencies by itself.
+PYTHON ?= $(shell command -v python3.11 || command -v python3)
+VENV := .venv
+STAMP := $(VENV)/.installed-$(shell cat requirements.txt pyproject.toml | sha256sum | cut -c1-16)
+DB ?= records.db
+
+.PHONY: run test install clean
+
+install: $(STAMP)
+
+$(STAMP): requirements.txt pyproject.toml
+	test -x $(VENV)/bin/python || $(PYTHON) -m venv $(VENV)
+	$(VENV)/bin/python -m pip install --quiet --disable-pip-version-check -r requirements.txt
+	$(VENV)/bin/python -m pip install --quiet --disable-pip-version-check --no-deps --no-build-isolation -e .
+	rm -f $(VENV)/.installed-* && touch $(STAMP)
+
+run: $(STAMP)
+	$(VENV)/bin/dse sweep experiments/quickstart.toml --db $(DB)
+	$(VENV)/bin/dse report quickstart --db $(DB) --out reports
+
+test: $(STAMP)
+	$(VENV)/bin/python -m pytest -q
+
+clean:
+	rm -rf $(VENV) reports build *.egg-info

@@ -1,0 +1,131 @@
+"""Chip configs on disk: find, load, override, validate and identify them.
+
+The schema is `emulator.chip.ChipConfig`; this module turns files and user overrides into
+validated configs and turns every validation failure into an `InputError` that names the
+file, the field, the value and what is allowed.
+"""
+
+from __future__ import annotations
+
+import copy
+import tomllib
+import typing
+from pathlib import Path
+from typing import Any, Mapping
+
+from pydantic import BaseModel, ValidationError
+
+from emulator.chip import ChipConfig, chip_from_dict
+
+from .errors import InputError
+from .identity import content_hash
+
+CHIP_DIR = Path(__file__).resolve().parents[1] / "chip_configs"
+
+
+def list_chips() -> list[str]:
+    return sorted(p.stem for p in CHIP_DIR.glob("*.toml"))
+
+
+def chip_path(name_or_path: str | Path) -> Path:
+    """A shipped chip name (``goban``) or a path to a TOML file."""
+    text = str(name_or_path)
+    candidate = Path(text)
+    if text.endswith(".toml") or candidate.parent != Path("."):
+        if not candidate.is_file():
+            raise InputError(candidate, "chip", text, "an existing chip config TOML file")
+        return candidate
+    path = CHIP_DIR / f"{text}.toml"
+    if not path.is_file():
+        raise InputError(CHIP_DIR, "chip", text, "one of " + ", ".join(list_chips()) + " or a path to a .toml file")
+    return path
+
+
+def read_chip_data(path: Path) -> dict:
+    try:
+        with open(path, "rb") as f:
+            return tomllib.load(f)
+    except tomllib.TOMLDecodeError as exc:
+        raise InputError(path, "(syntax)", str(exc), "valid TOML") from None
+
+
+def load_chip(name_or_path: str | Path, overrides: Mapping[str, Any] | None = None,
+              overrides_source: str | Path | None = None) -> ChipConfig:
+    """Load and validate a chip, with optional dotted-path overrides (``{"cores.count": 16}``).
+
+    Errors caused by an override name `overrides_source` (e.g. the experiment spec) when given.
+    """
+    path = chip_path(name_or_path)
+    data = read_chip_data(path)
+    chip = validate_chip(data, path)
+    if overrides:
+        chip = override_chip(chip, overrides, overrides_source or path)
+    return chip
+
+
+def validate_chip(data: dict, source: str | Path, field_prefix: str = "") -> ChipConfig:
+    try:
+        return chip_from_dict(data)
+    except ValidationError as exc:
+        raise _input_error(exc, data, source, field_prefix) from None
+
+
+def override_chip(chip: ChipConfig, overrides: Mapping[str, Any], source: str | Path) -> ChipConfig:
+    return validate_chip(overridden_data(chip, overrides, source), source, field_prefix="chip.")
+
+
+def overridden_data(chip: ChipConfig, overrides: Mapping[str, Any], source: str | Path) -> dict:
+    """The chip's data with dotted-path overrides set, not yet validated."""
+    data = copy.deepcopy(chip.model_dump(mode="json"))
+    for dotted, value in overrides.items():
+        node = data
+        *parents, leaf = dotted.split(".")
+        for part in parents:
+            if not isinstance(node.get(part), dict):
+                raise InputError(source, f"chip.{dotted}", value,
+                                 "a path into the chip config, e.g. banks.count, cores.count, dma.burst_max_bytes")
+            node = node[part]
+        node[leaf] = value
+    return data
+
+
+def chip_hash(chip: ChipConfig) -> str:
+    """Stable identity of a config: sha256 of its canonical JSON form."""
+    return content_hash(chip.model_dump(mode="json"))
+
+
+def _input_error(exc: ValidationError, data: dict, source: str | Path, prefix: str) -> InputError:
+    err = exc.errors()[0]
+    loc = tuple(err["loc"])
+    field = prefix + _dotted(loc) if loc else prefix.rstrip(".") or "(config)"
+    value = err.get("input")
+    if err["type"] == "extra_forbidden":
+        allowed = "known keys here: " + ", ".join(_known_keys(ChipConfig, loc[:-1]))
+        return InputError(source, field, value, allowed)
+    if err["type"] == "missing":
+        value = None
+    allowed = err["msg"].removeprefix("Value error, ").removeprefix("Input should be ")
+    return InputError(source, field, value, allowed)
+
+
+def _dotted(loc: tuple) -> str:
+    """('balls', 0, 'kind') -> 'balls[0].kind'."""
+    out = ""
+    for part in loc:
+        out += f"[{part}]" if isinstance(part, int) else (f".{part}" if out else str(part))
+    return out
+
+
+def _known_keys(model: type[BaseModel], loc: tuple) -> list[str]:
+    """Field names of the sub-model that `loc` points into (list indices skipped)."""
+    for part in loc:
+        if isinstance(part, int):
+            continue
+        annotation = model.model_fields[str(part)].annotation
+        model = next(a for a in _flatten(annotation) if isinstance(a, type) and issubclass(a, BaseModel))
+    return sorted(model.model_fields)
+
+
+def _flatten(annotation: Any) -> list[Any]:
+    args = typing.get_args(annotation)
+    return [annotation] if not args else [x for a in args for x in _flatten(a)]

@@ -1,0 +1,62 @@
+"""A candidate is a chip config plus the mapping choices made for a workload on it."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from functools import cached_property
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, PositiveInt, ValidationError
+
+from emulator.chip import ChipConfig
+
+from ..errors import InputError
+from ..identity import content_hash
+
+
+class Mapping(BaseModel):
+    """How a workload is put on the chip (the part the sampler and the mapper choose)."""
+
+    model_config = ConfigDict(extra="forbid", strict=True, frozen=True)
+
+    # "search": the mapper's best legal tile per op; "framework": the toolchain's greedy pick.
+    policy: Literal["search", "framework"] = "search"
+    dataflow: Literal["ws", "os"] = "ws"
+    workers: PositiveInt = 1
+    # Split of each matmul's output tiles across workers.
+    split: Literal["rows", "cols"] = "rows"
+    # Two buffers per operand so DMA of the next tile overlaps compute of this one.
+    double_buffer: bool = True
+
+
+def mapping_from_dict(data: dict, source: str = "(mapping)", field_prefix: str = "mapping.") -> Mapping:
+    try:
+        return Mapping.model_validate_json(json.dumps(data))
+    except ValidationError as exc:
+        err = exc.errors()[0]
+        field = field_prefix + ".".join(str(p) for p in err["loc"])
+        if err["type"] == "extra_forbidden":
+            allowed = "known keys: " + ", ".join(sorted(Mapping.model_fields))
+        else:
+            allowed = err["msg"].removeprefix("Input should be ")
+        raise InputError(source, field, err.get("input"), allowed) from None
+
+
+@dataclass(frozen=True)
+class Candidate:
+    chip: ChipConfig
+    mapping: Mapping
+
+    @cached_property
+    def config_dict(self) -> dict:
+        return self.chip.model_dump(mode="json")
+
+    @cached_property
+    def mapping_dict(self) -> dict:
+        return self.mapping.model_dump(mode="json")
+
+    @cached_property
+    def hash(self) -> str:
+        """Identity of the candidate: same chip and same mapping, same hash."""
+        return content_hash({"config": self.config_dict, "mapping": self.mapping_dict})

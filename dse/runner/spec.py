@@ -1,0 +1,177 @@
+"""Experiment specs (TOML): hypothesis, acceptance, workload, baseline, space, objectives.
+
+Everything a sweep needs is checked here, before anything is written: the recipe and the
+chip exist, every knob value is a valid chip or mapping value, every acceptance expression
+and objective names a known metric. A bad spec is an `InputError` naming the file, the
+field, the value and what is allowed.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import tomllib
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from emulator.chip import ChipConfig
+from emulator.formula import Formula, FormulaError
+
+from ..chips import load_chip, override_chip
+from ..errors import InputError
+from ..mapping import Mapping, mapping_from_dict
+from ..workload import list_recipes, load_recipe
+
+# Total metrics a spec may name in objectives and acceptance expressions.
+METRICS = (
+    "latency_cycles", "compute_cycles", "dma_cycles", "core_cycles", "dma_bytes",
+    "peak_sram_bytes", "private_sram_bytes", "private_sram_per_core_bytes",
+)
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class ExperimentPart(_Model):
+    name: str = Field(min_length=1, pattern=r"^[A-Za-z0-9_.-]+$")
+    hypothesis: str = Field(min_length=1)
+    limitations: str = ""
+    open_questions: str = ""
+
+
+class Criterion(_Model):
+    expr: str
+    prose: str = ""
+
+
+class Workload(_Model):
+    recipe: str
+    params: dict[str, Any] = {}
+
+
+class Baseline(_Model):
+    chip: str
+    chip_overrides: dict[str, Any] = {}
+    mapping: dict[str, Any] = {}
+
+
+class Knob(_Model):
+    name: str
+    target: str = Field(pattern=r"^(chip|mapping)\.[A-Za-z0-9_.]+$")
+    values: list[Any] = Field(min_length=1)
+
+
+class Objective(_Model):
+    metric: str
+    direction: Literal["minimize", "maximize"] = "minimize"
+
+
+class Search(_Model):
+    sampler: Literal["auto", "grid", "tpe"] = "auto"
+    max_grid: int = Field(256, gt=0)  # "auto" enumerates the grid up to this many points
+    trials: int = Field(40, gt=0)
+    seed: int = 0
+
+
+class SpecModel(_Model):
+    experiment: ExperimentPart
+    acceptance: list[Criterion] = []
+    workload: Workload
+    baseline: Baseline
+    space: list[Knob] = []
+    objectives: list[Objective] = Field(min_length=1)
+    search: Search = Search()
+
+
+class Spec:
+    """A validated spec with the baseline resolved into a chip config and a mapping."""
+
+    def __init__(self, path: Path, text: str, model: SpecModel, baseline_chip: ChipConfig, baseline_mapping: Mapping):
+        self.path, self.text, self.model = path, text, model
+        self.baseline_chip, self.baseline_mapping = baseline_chip, baseline_mapping
+        self.hash = hashlib.sha256(text.encode()).hexdigest()
+
+    @property
+    def name(self) -> str:
+        return self.model.experiment.name
+
+    def grid_size(self) -> int:
+        size = 1
+        for knob in self.model.space:
+            size *= len(knob.values)
+        return size
+
+    def apply(self, params: dict[str, Any]) -> tuple[ChipConfig, Mapping]:
+        """The baseline with knob values applied (may raise InputError for a bad combination)."""
+        chip_over = {k.target.removeprefix("chip."): params[k.name]
+                     for k in self.model.space if k.target.startswith("chip.") and k.name in params}
+        map_over = {k.target.removeprefix("mapping."): params[k.name]
+                    for k in self.model.space if k.target.startswith("mapping.") and k.name in params}
+        chip = override_chip(self.baseline_chip, chip_over, self.path) if chip_over else self.baseline_chip
+        mapping = mapping_from_dict({**self.baseline_mapping.model_dump(mode="json"), **map_over}, str(self.path))
+        return chip, mapping
+
+
+def load_spec(path: str | Path) -> Spec:
+    path = Path(path)
+    if not path.is_file():
+        raise InputError(path, "(file)", str(path), "an existing experiment spec TOML file")
+    text = path.read_text()
+    try:
+        data = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
+        raise InputError(path, "(syntax)", str(exc), "valid TOML") from None
+    try:
+        model = SpecModel.model_validate(data)
+    except ValidationError as exc:
+        err = exc.errors()[0]
+        field = ".".join(str(p) for p in err["loc"])
+        allowed = err["msg"].removeprefix("Input should be ")
+        if err["type"] == "extra_forbidden":
+            allowed = "no such key here; see experiments/quickstart.toml for the known keys"
+        raise InputError(path, field, err.get("input"), allowed) from None
+
+    if model.workload.recipe not in list_recipes() and not Path(model.workload.recipe).exists():
+        raise InputError(path, "workload.recipe", model.workload.recipe, "one of " + ", ".join(list_recipes()) + " or a recipe folder")
+    load_recipe(model.workload.recipe)
+    try:
+        chip = load_chip(model.baseline.chip, model.baseline.chip_overrides, overrides_source=path)
+    except InputError as exc:
+        if exc.field == "chip":  # an unknown chip: name the spec's field, not the chips folder
+            raise InputError(path, "baseline.chip", exc.value, exc.allowed) from None
+        raise
+    mapping = mapping_from_dict(model.baseline.mapping, str(path), field_prefix="baseline.mapping.")
+    spec = Spec(path, text, model, chip, mapping)
+    _check_knobs(spec)
+    _check_metrics(spec)
+    return spec
+
+
+def _check_knobs(spec: Spec) -> None:
+    names = set()
+    for i, knob in enumerate(spec.model.space):
+        if knob.name in names:
+            raise InputError(spec.path, f"space[{i}].name", knob.name, "a name not used by another knob")
+        names.add(knob.name)
+        for value in knob.values:
+            # Each value alone on the baseline must be a valid config: a typo or a zero size
+            # is the spec's error, found now rather than as a failed candidate later.
+            try:
+                spec.apply({knob.name: value})
+            except InputError as exc:
+                raise InputError(spec.path, f"space[{i}] ({knob.name}) -> {exc.field}", value, exc.allowed) from None
+
+
+def _check_metrics(spec: Spec) -> None:
+    for i, obj in enumerate(spec.model.objectives):
+        if obj.metric not in METRICS:
+            raise InputError(spec.path, f"objectives[{i}].metric", obj.metric, "one of " + ", ".join(METRICS))
+    names = set(METRICS) | {f"baseline_{m}" for m in METRICS}
+    for i, crit in enumerate(spec.model.acceptance):
+        try:
+            Formula(crit.expr, names)
+        except FormulaError as exc:
+            raise InputError(spec.path, f"acceptance[{i}].expr", crit.expr,
+                             f"an expression over {', '.join(METRICS)} and their baseline_ forms ({exc})") from None

@@ -1,0 +1,214 @@
+"""The chip description: every figure of the hardware as a validated config field.
+
+The emulator owns this schema because it must run without `dse` (it takes a program, a
+chip config and a DRAM image); `dse.chips` loads the TOML files, names and hashes them.
+Defaults are the figures of the framework's public configs; ones nobody published are
+marked *assumed* and stay fields so a sweep can move them.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, PositiveInt, NonNegativeInt, field_validator, model_validator
+
+from .formula import Formula, FormulaError
+
+
+class _Strict(BaseModel):
+    # Unknown keys are errors (a typo must not silently fall back to a default), and
+    # "16" is not 16: config values keep the type they were written with.
+    model_config = ConfigDict(extra="forbid", strict=True, frozen=True)
+
+
+class CoreGroup(_Strict):
+    """Cores of one kind on a heterogeneous chip (poly: prefill and decode cores)."""
+
+    role: str
+    count: PositiveInt
+
+
+class Cores(_Strict):
+    count: PositiveInt = Field(1, le=1024)
+    kind: str = "rocket"
+    tile_size: PositiveInt = 1  # cores sharing one tile (shared memory, barrier domain)
+    groups: tuple[CoreGroup, ...] = ()
+    # assumed: a scalar in-order core runs work with no Ball at ~1 element per 4 cycles
+    op_cycles_per_element: float = Field(4.0, gt=0)
+
+    @model_validator(mode="after")
+    def _groups_cover_cores(self) -> "Cores":
+        if self.groups and sum(g.count for g in self.groups) != self.count:
+            raise ValueError(
+                f"core groups add up to {sum(g.count for g in self.groups)} cores, but count is {self.count}")
+        return self
+
+
+class Banks(_Strict):
+    count: PositiveInt = 16
+    rows: PositiveInt = 1024
+    row_bytes: PositiveInt = 16
+    channels: PositiveInt = 7  # shared by DMA and every Ball port
+    read_latency: PositiveInt = 1
+    acc_col: PositiveInt = 4  # physical banks in an accumulator virtual bank (64-byte rows)
+    max_col: PositiveInt = 32
+    virtual_ids: PositiveInt = 16  # virtual bank ids 0..15 (8 on the small variant)
+    rename_aliases: NonNegativeInt = 16
+
+    @property
+    def bytes_per_bank(self) -> int:
+        return self.rows * self.row_bytes
+
+    @property
+    def bytes_total(self) -> int:
+        return self.count * self.bytes_per_bank
+
+
+class Dma(_Strict):
+    beat_bytes: PositiveInt = 16
+    burst_max_bytes: PositiveInt = 1024
+    bursts_in_flight: PositiveInt = 1
+    outstanding: PositiveInt = 8
+    inflight_requests: PositiveInt = 16
+    latency_cycles: NonNegativeInt = 100  # assumed: DRAM latency per burst
+    addr_bits: PositiveInt = 39
+
+    @model_validator(mode="after")
+    def _burst_is_whole_beats(self) -> "Dma":
+        if self.burst_max_bytes % self.beat_bytes:
+            raise ValueError(f"burst_max_bytes {self.burst_max_bytes} is not a multiple of beat_bytes {self.beat_bytes}")
+        return self
+
+
+class FrontEnd(_Strict):
+    rob_entries: PositiveInt = 16
+    issue_per_cycle: PositiveInt = 1
+    ball_queue_depth: PositiveInt = 4
+
+
+BallKind = Literal["matrix", "vecmatmul", "im2col", "transpose", "relu", "fp2int", "int2fp", "mxfp2int"]
+
+# The variables each Ball's latency formula may use (HARDWARE.md, the emulator's own table).
+LATENCY_VARIABLES: dict[str, frozenset[str]] = {
+    "matrix": frozenset({"M", "N", "K", "rows", "cols"}),
+    "vecmatmul": frozenset({"K", "rows", "cols"}),
+    "im2col": frozenset({"out", "k"}),
+    "transpose": frozenset({"iter", "bits"}),
+    "relu": frozenset({"iter"}),
+    "fp2int": frozenset({"iter"}),
+    "int2fp": frozenset({"iter"}),
+    "mxfp2int": frozenset({"iter"}),
+}
+# Timing modes a Ball's latency table may name: matrix dataflows, or one default.
+LATENCY_MODES: dict[str, frozenset[str]] = {"matrix": frozenset({"ws", "os"})}
+
+
+class Ball(_Strict):
+    kind: BallKind
+    read_ports: PositiveInt = 1
+    write_ports: PositiveInt = 1
+    array_rows: PositiveInt = 16
+    array_cols: PositiveInt = 16
+    # Issue-to-done cycles, one formula per mode ("ws"/"os" for the matrix Ball, else "default").
+    latency: dict[str, str]
+    # Matrix Ball timing source: the latency formula above, or a generic systolic array.
+    timing: Literal["formula", "systolic"] = "formula"
+
+    @model_validator(mode="after")
+    def _latency_formulas_parse(self) -> "Ball":
+        modes = LATENCY_MODES.get(self.kind, frozenset({"default"}))
+        if set(self.latency) != set(modes):
+            raise ValueError(f"latency of a {self.kind} Ball needs exactly the modes {sorted(modes)}, got {sorted(self.latency)}")
+        for mode, text in self.latency.items():
+            try:
+                Formula(text, LATENCY_VARIABLES[self.kind])
+            except FormulaError as exc:
+                raise ValueError(f"latency.{mode}: {exc}") from None
+        return self
+
+    def latency_formula(self, mode: str = "default") -> Formula:
+        return Formula(self.latency[mode], LATENCY_VARIABLES[self.kind])
+
+
+class IsaFields(_Strict):
+    """Instruction field widths: addressability is a constraint separate from SRAM depth."""
+
+    bank_id_bits: PositiveInt = 10
+    iter_bits: PositiveInt = 34
+    row_addr_bits: PositiveInt = 10
+    matrix_base_row_bits: PositiveInt = 7
+    matrix_dim_bits: PositiveInt = 12
+    im2col_field_bits: PositiveInt = 8
+    scale_bits: PositiveInt = 32
+
+    def max_value(self, field: str) -> int:
+        return (1 << getattr(self, f"{field}_bits")) - 1
+
+
+class SharedMemory(_Strict):
+    enabled: bool = False
+    banks: PositiveInt = 64
+    rows: PositiveInt = 16384
+    row_bytes: PositiveInt = 16
+    channels: PositiveInt = 28  # input channels, split between the tile's cores
+    latency_cycles: PositiveInt = 10
+    first_bank_id: PositiveInt = 32  # bank ids above 31 address shared memory
+
+
+class Cache(_Strict):
+    enabled: bool = False
+    bytes: PositiveInt = 256 * 1024
+    ways: PositiveInt = 4
+    latency_cycles: PositiveInt = 10
+
+
+class ChipConfig(_Strict):
+    name: str
+    description: str = ""
+    clock_mhz: float = Field(1000.0, gt=0)
+    cores: Cores = Cores()
+    banks: Banks = Banks()
+    dma: Dma = Dma()
+    front_end: FrontEnd = FrontEnd()
+    balls: tuple[Ball, ...]
+    isa: IsaFields = IsaFields()
+    shared_memory: SharedMemory = SharedMemory()
+    cache: Cache = Cache()
+
+    @field_validator("balls")
+    @classmethod
+    def _one_ball_per_kind(cls, balls: tuple[Ball, ...]) -> tuple[Ball, ...]:
+        kinds = [b.kind for b in balls]
+        if not balls:
+            raise ValueError("a chip needs at least one Ball")
+        dupes = sorted({k for k in kinds if kinds.count(k) > 1})
+        if dupes:
+            raise ValueError(f"Ball kinds listed twice: {dupes}")
+        return balls
+
+    @model_validator(mode="after")
+    def _fields_hold_the_geometry(self) -> "ChipConfig":
+        if self.banks.count > (1 << self.isa.bank_id_bits):
+            raise ValueError(f"{self.banks.count} banks need more than the {self.isa.bank_id_bits}-bit bank id field")
+        if self.banks.acc_col > self.banks.count:
+            raise ValueError(f"accumulator col {self.banks.acc_col} exceeds the {self.banks.count} banks")
+        return self
+
+    def ball(self, kind: str) -> Ball | None:
+        return next((b for b in self.balls if b.kind == kind), None)
+
+    @property
+    def private_sram_bytes(self) -> int:
+        """Private SRAM of one core."""
+        return self.banks.bytes_total
+
+
+def chip_from_dict(data: dict) -> ChipConfig:
+    """Validate plain data (parsed TOML or JSON) as a chip config.
+
+    Goes through JSON so strict mode accepts arrays for tuples while still refusing
+    "16" for an integer.
+    """
+    import json
+
+    return ChipConfig.model_validate_json(json.dumps(data))

@@ -1,0 +1,28 @@
+import os
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+if str(REPO) not in sys.path:
+    sys.path.insert(0, str(REPO))
+
+
+@pytest.fixture
+def repo() -> Path:
+    return REPO
+
+
+@pytest.fixture
+def run_cli():
+    """Run the real `dse` CLI in a subprocess: exit code, stdout, stderr."""
+    import subprocess
+
+    def run(*args, cwd=None):
+        env = {**os.environ, "PYTHONPATH": str(REPO)}
+        p = subprocess.run([sys.executable, "-m", "dse", *map(str, args)], capture_output=True, text=True,
+                           cwd=cwd or REPO, env=env, timeout=300)
+        return p.returncode, p.stdout, p.stderr
+
+    return run
