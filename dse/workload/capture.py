@@ -1,0 +1,414 @@
+"""Capture an nn.Module as a dse Graph, via torch.export (one whole graph).
+
+The exported graph is read as is first: it keeps `aten.linear`, `aten.matmul`,
+`aten.gelu` and `aten.silu` whole, which is what the chip's Balls see. Only when it
+holds an op we cannot map (an in-place op, a lifted constant, a composite op) is it
+decomposed, with a table that still keeps those ops whole. An op the graph cannot hold
+raises `UnsupportedOpError` naming the aten op and the model line; nothing is dropped.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+import warnings
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable
+
+import torch
+from torch.export import ExportedProgram
+from torch.export.graph_signature import InputKind, OutputKind, TensorArgument
+from torch.fx import Node
+
+from dse.errors import InputError
+from dse.workload.counts import count_op
+from dse.workload.graph import LAYOUT_KINDS, Graph, Op, TensorSpec, dtype_name, weight_array
+
+aten = torch.ops.aten
+_TORCH_DIR = str(Path(torch.__file__).resolve().parent)
+_FRAME = re.compile(r'File "(?P<file>[^"]+)", line (?P<line>\d+)[^\n]*\n?(?P<code>[^\n]*)')
+
+
+class UnsupportedOpError(InputError):
+    """The captured model uses an op the dse graph cannot hold (yet)."""
+
+    def __init__(self, op: str, source: str, file: Any, allowed: str, code: str = ""):
+        super().__init__(file=file, field="workload.op", value=op, allowed=allowed)
+        self.op = op
+        self.source = source
+        where = f"{source} ({code.strip()!r})" if code.strip() else source
+        self.args = (f"{self.file}: field 'workload.op': unsupported op {op} at {where}; allowed: {allowed}",)
+
+
+@dataclass
+class _Lowered:
+    """What a handler makes of one aten node: a dse op kind over some input nodes."""
+
+    kind: str
+    inputs: list[Node]
+    attrs: dict[str, Any]
+
+
+@dataclass
+class _Identity:
+    """The node forwards its input unchanged (clone, detach, eval-mode dropout)."""
+
+    source: Node
+
+
+_Handler = Callable[[Node], "_Lowered | _Identity | None"]  # None: this form is unsupported
+
+
+def _shape(node: Node) -> tuple[int, ...]:
+    return tuple(int(d) for d in node.meta["val"].shape)
+
+
+def _arg(node: Node, index: int, name: str, default: Any = None) -> Any:
+    if len(node.args) > index:
+        return node.args[index]
+    return node.kwargs.get(name, default)
+
+
+# --- handlers, one per aten op family ---
+
+def _linear(node: Node) -> _Lowered | None:
+    x, weight, bias = node.args[0], node.args[1], _arg(node, 2, "bias")
+    x_shape, w_shape = _shape(x), _shape(weight)
+    if len(w_shape) != 2 or not x_shape:
+        return None
+    attrs = {"M": math.prod(x_shape[:-1]), "N": w_shape[0], "K": x_shape[-1], "batch": 1, "has_bias": bias is not None}
+    return _Lowered("linear", [x, weight] + ([bias] if bias is not None else []), attrs)
+
+
+def _matmul_attrs(a: tuple[int, ...], b: tuple[int, ...], out: tuple[int, ...]) -> dict[str, int]:
+    # A 1-D operand is a vector: M (or N) is 1 and has no dim in the output.
+    matrix_dims = (len(a) >= 2) + (len(b) >= 2)
+    return {
+        "M": a[-2] if len(a) >= 2 else 1,
+        "N": b[-1] if len(b) >= 2 else 1,
+        "K": a[-1],
+        "batch": math.prod(out[: len(out) - matrix_dims]),
+    }
+
+
+def _matmul(node: Node) -> _Lowered:
+    a, b = node.args[:2]
+    attrs = {**_matmul_attrs(_shape(a), _shape(b), _shape(node)), "has_bias": False}
+    return _Lowered("matmul", [a, b], attrs)
+
+
+def _addmm(node: Node) -> _Lowered:
+    # Reordered to [a, b, bias] so inputs[0] @ inputs[1] holds for every matmul op.
+    bias, a, b = node.args[:3]
+    attrs = {**_matmul_attrs(_shape(a), _shape(b), _shape(node)), "has_bias": True}
+    beta, alpha = node.kwargs.get("beta", 1), node.kwargs.get("alpha", 1)  # keyword-only in aten
+    if beta != 1:
+        attrs["beta"] = beta
+    if alpha != 1:
+        attrs["alpha"] = alpha
+    return _Lowered("matmul", [a, b, bias], attrs)
+
+
+def _binary(kind: str, reverse: bool = False) -> _Handler:
+    """a <kind> (alpha * b); `reverse` for rsub, whose aten args are (b, a)."""
+
+    def handle(node: Node) -> _Lowered | None:
+        operands = list(node.args[:2])
+        if reverse:
+            operands.reverse()
+        tensors = [x for x in operands if isinstance(x, Node)]
+        scalars = [(i, x) for i, x in enumerate(operands) if not isinstance(x, Node)]
+        if not tensors or any(not isinstance(x, (int, float, bool)) for _, x in scalars):
+            return None
+        attrs: dict[str, Any] = {}
+        if scalars:
+            attrs["scalar_index"], attrs["scalar"] = scalars[0]
+        alpha = _arg(node, 2, "alpha", 1)
+        if alpha != 1:
+            attrs["alpha"] = alpha
+        if node.kwargs.get("rounding_mode") is not None:
+            attrs["rounding_mode"] = node.kwargs["rounding_mode"]
+        return _Lowered(kind, tensors, attrs)
+
+    return handle
+
+
+def _activation(kind: str) -> _Handler:
+    def handle(node: Node) -> _Lowered:
+        attrs = {"approximate": node.kwargs.get("approximate", "none")} if kind == "gelu" else {}
+        return _Lowered(kind, [node.args[0]], attrs)
+
+    return handle
+
+
+def _reshape(node: Node) -> _Lowered:
+    # Every view-like op keeps its concrete output shape: squeeze dims and -1 resolved.
+    return _Lowered("reshape", [node.args[0]], {"shape": list(_shape(node))})
+
+
+def _permute_of(node: Node, dims: list[int]) -> _Lowered | _Identity:
+    rank = len(_shape(node.args[0]))
+    dims = [d % rank for d in dims] if rank else []
+    if dims == list(range(rank)):
+        return _Identity(node.args[0])
+    return _Lowered("permute", [node.args[0]], {"dims": dims})
+
+
+def _swap(rank: int, d0: int, d1: int) -> list[int]:
+    dims = list(range(rank))
+    if rank:
+        dims[d0 % rank], dims[d1 % rank] = dims[d1 % rank], dims[d0 % rank]
+    return dims
+
+
+def _permute(node: Node) -> _Lowered | _Identity:
+    return _permute_of(node, list(node.args[1]))
+
+
+def _transpose(node: Node) -> _Lowered | _Identity:
+    return _permute_of(node, _swap(len(_shape(node.args[0])), node.args[1], node.args[2]))
+
+
+def _t(node: Node) -> _Lowered | _Identity:
+    rank = len(_shape(node.args[0]))
+    return _permute_of(node, _swap(rank, 0, 1) if rank == 2 else list(range(rank)))
+
+
+def _matrix_t(node: Node) -> _Lowered | _Identity:
+    return _permute_of(node, _swap(len(_shape(node.args[0])), -2, -1))
+
+
+def _identity(node: Node) -> _Identity:
+    return _Identity(node.args[0])
+
+
+def _dropout(node: Node) -> _Identity | None:
+    return _Identity(node.args[0]) if _arg(node, 2, "train") is False else None
+
+
+def _same_dtype_copy(node: Node) -> _Identity | None:
+    source = node.args[0]
+    same = source.meta["val"].dtype == node.meta["val"].dtype and _shape(source) == _shape(node)
+    return _Identity(source) if same else None
+
+
+def _resolve(qualified: str) -> torch._ops.OpOverload | None:
+    packet, overload = qualified.split(".")
+    return getattr(getattr(aten, packet, None), overload, None)
+
+
+_HANDLER_NAMES: dict[str, _Handler] = {
+    "linear.default": _linear,
+    **{name: _matmul for name in ("matmul.default", "mm.default", "bmm.default")},
+    "addmm.default": _addmm,
+    **{f"add.{o}": _binary("add") for o in ("Tensor", "Scalar")},
+    **{f"sub.{o}": _binary("sub") for o in ("Tensor", "Scalar")},
+    **{f"rsub.{o}": _binary("sub", reverse=True) for o in ("Tensor", "Scalar")},
+    **{f"mul.{o}": _binary("mul") for o in ("Tensor", "Scalar")},
+    **{f"div.{o}": _binary("div") for o in ("Tensor", "Scalar", "Tensor_mode", "Scalar_mode")},
+    "relu.default": _activation("relu"),
+    "gelu.default": _activation("gelu"),
+    "silu.default": _activation("silu"),
+    **{
+        name: _reshape
+        for name in (
+            "view.default", "reshape.default", "_unsafe_view.default", "flatten.using_ints",
+            "squeeze.default", "squeeze.dim", "squeeze.dims", "unsqueeze.default",
+        )
+    },
+    "permute.default": _permute,
+    "transpose.int": _transpose,
+    "swapaxes.default": _transpose,
+    "swapdims.default": _transpose,
+    "t.default": _t,
+    "mT.default": _matrix_t,
+    **{name: _identity for name in ("clone.default", "alias.default", "detach.default", "lift_fresh_copy.default")},
+    "dropout.default": _dropout,
+    **{name: _same_dtype_copy for name in ("_to_copy.default", "to.dtype", "to.dtype_layout", "to.device")},
+}
+_HANDLERS: dict[Any, _Handler] = {
+    op: handler for name, handler in _HANDLER_NAMES.items() if (op := _resolve(name)) is not None
+}
+# Export's runtime checks on shapes and dtypes: no value flows through them.
+_ASSERTIONS = {
+    op
+    for name in ("_assert_tensor_metadata.default", "_assert_scalar.default", "_assert_async.msg",
+                 "sym_constrain_range_for_size.default")
+    if (op := _resolve(name)) is not None
+}
+SUPPORTED_ATEN_OPS = ", ".join(sorted({f"aten.{name.split('.')[0]}" for name in _HANDLER_NAMES}))
+
+# Ops decomposition must leave whole: they are what the dse kinds describe.
+_KEEP_WHOLE = ("linear.default", "matmul.default", "gelu.default", "silu.default")
+
+
+def _decomposition_table() -> dict:
+    table = torch.export.default_decompositions()
+    for name in _KEEP_WHOLE:
+        op = _resolve(name)
+        if op in table:
+            del table[op]
+    return table
+
+
+def _pick_frame(stack_trace: str | None, source_path: Path | None) -> tuple[str, str, str]:
+    """(file, line, code) of the frame worth showing: the recipe's own file when known,
+    else the last frame outside torch (nn.Linear's own forward says nothing), else the last."""
+    frames = [m.groupdict() for m in _FRAME.finditer(stack_trace or "")]
+    if not frames:
+        return "", "", ""
+    recipe = str(source_path.resolve()) if source_path else None
+    in_recipe = [f for f in frames if recipe and str(Path(f["file"]).resolve()) == recipe]
+    outside_torch = [f for f in frames if not f["file"].startswith(_TORCH_DIR)]
+    frame = (in_recipe or outside_torch or frames)[-1]
+    return frame["file"], frame["line"], frame["code"]
+
+
+def _source(node: Node, source_path: Path | None) -> str:
+    file, line, _ = _pick_frame(node.meta.get("stack_trace"), source_path)
+    # basename only: the dump must not change with the checkout's location
+    return f"{Path(file).name}:{line}" if file else "<unknown>"
+
+
+class _Builder:
+    def __init__(self, exported: ExportedProgram, name: str, source_path: Path | None,
+                 original: ExportedProgram | None = None):
+        self.exported = exported
+        self.name = name
+        self.source_path = source_path
+        self.original = original  # the undecomposed program, to name the op the user wrote
+        self.tensors: dict[str, TensorSpec] = {}
+        self.weights: dict[str, Any] = {}
+        self.inputs: list[str] = []
+        self.ops: list[Op] = []
+        self.aliases: dict[str, str] = {}
+        self.constants: set[str] = set()
+
+    def build(self) -> Graph:
+        self._placeholders()
+        for node in self.exported.graph.nodes:
+            if node.op == "call_function":
+                self._call(node)
+            elif node.op == "output":
+                outputs = self._outputs(node)
+            elif node.op != "placeholder":
+                self._unsupported(node, f"{node.op} {node.target}")
+        used = {name for op in self.ops for name in op.inputs} | set(outputs)
+        weights = {name: array for name, array in self.weights.items() if name in used}
+        live = set(self.inputs) | set(weights) | {op.outputs[0] for op in self.ops}
+        tensors = {name: spec for name, spec in self.tensors.items() if name in live}
+        return Graph(self.name, self.ops, tensors, self.inputs, outputs, weights)
+
+    def _spec(self, node: Node) -> TensorSpec:
+        val = node.meta.get("val")
+        if not isinstance(val, torch.Tensor):
+            self._unsupported(node, f"{node.target} (non-tensor value {type(val).__name__})")
+        spec = TensorSpec(node.name, _shape(node), dtype_name(val.dtype))
+        self.tensors[node.name] = spec
+        return spec
+
+    def _placeholders(self) -> None:
+        signature = self.exported.graph_signature
+        nodes = {n.name: n for n in self.exported.graph.nodes if n.op == "placeholder"}
+        for spec in signature.input_specs:
+            if not isinstance(spec.arg, TensorArgument):
+                raise InputError(self._file(), "workload.inputs", str(spec.arg), "tensor inputs only")
+            node = nodes[spec.arg.name]
+            self._spec(node)
+            if spec.kind == InputKind.USER_INPUT:
+                self.inputs.append(node.name)
+            elif spec.kind in (InputKind.PARAMETER, InputKind.BUFFER, InputKind.CONSTANT_TENSOR):
+                value = self.exported.state_dict.get(spec.target)
+                if value is None:
+                    value = self.exported.constants[spec.target]
+                self.weights[node.name] = weight_array(value)
+                self.constants.add(node.name)
+            else:
+                raise InputError(self._file(), "workload.inputs", f"{spec.kind.name} {spec.target}",
+                                 "user inputs, parameters, buffers and tensor constants")
+
+    def _call(self, node: Node) -> None:
+        if node.target in _ASSERTIONS:
+            return
+        handler = _HANDLERS.get(node.target)
+        lowered = handler(node) if handler else None
+        if lowered is None:
+            self._unsupported(node, str(node.target))
+        if isinstance(lowered, _Identity):
+            self.aliases[node.name] = self._name(lowered.source)
+            return
+        inputs = [self._name(x) for x in lowered.inputs]
+        output = self._spec(node)
+        counts = count_op(lowered.kind, lowered.attrs, [self.tensors[n] for n in inputs], output, self.constants)
+        if lowered.kind in LAYOUT_KINDS and all(n in self.constants for n in inputs):
+            self.constants.add(output.name)  # a transposed weight is still a weight
+        self.ops.append(Op(node.name, lowered.kind, inputs, [output.name], lowered.attrs,
+                           _source(node, self.source_path), counts))
+
+    def _outputs(self, node: Node) -> list[str]:
+        kinds = [spec.kind for spec in self.exported.graph_signature.output_specs]
+        if any(kind != OutputKind.USER_OUTPUT for kind in kinds):
+            raise InputError(self._file(), "workload.outputs", ", ".join(k.name for k in kinds),
+                             "USER_OUTPUT only (the model must not mutate its inputs or buffers)")
+        outputs = []
+        for value in node.args[0]:
+            if not isinstance(value, Node):
+                raise InputError(self._file(), "workload.outputs", repr(value), "tensor outputs only")
+            outputs.append(self._name(value))
+        return outputs
+
+    def _name(self, node: Node) -> str:
+        return self.aliases.get(node.name, node.name)
+
+    def _file(self) -> str:
+        return str(self.source_path) if self.source_path else "<module>"
+
+    def _unsupported(self, node: Node, op: str) -> None:
+        original = self._original_target(node)
+        if original and original != op:
+            op = f"{original} (decomposed to {op})"
+        file, _, code = _pick_frame(node.meta.get("stack_trace"), self.source_path)
+        where = self.source_path or file or "<module>"
+        raise UnsupportedOpError(op, _source(node, self.source_path), where,
+                                 SUPPORTED_ATEN_OPS, code)
+
+    def _original_target(self, node: Node) -> str | None:
+        if self.original is None:
+            return None
+        names = {n.name: n for n in self.original.graph.nodes}
+        for source in node.meta.get("from_node") or []:
+            if source.name in names:
+                return str(names[source.name].target)
+        return None
+
+
+def _export(module: torch.nn.Module, example_inputs: tuple, source_path: Path | None) -> ExportedProgram:
+    try:
+        return torch.export.export(module, tuple(example_inputs))
+    except Exception as error:  # a model export cannot capture is bad input, not a crash
+        first_line = str(error).strip().splitlines()[0] if str(error).strip() else ""
+        raise InputError(
+            source_path or type(module).__name__, "workload.capture",
+            f"{type(error).__name__}: {first_line}",
+            "a module torch.export captures as one graph (static shapes, no data-dependent control flow)",
+        ) from error
+
+
+def capture(module: torch.nn.Module, *example_inputs: Any, name: str = "graph",
+            source_path: str | Path | None = None) -> Graph:
+    """Capture `module(*example_inputs)` as a dse Graph.
+
+    `source_path` (the recipe's model.py) is named in errors and picks the source
+    line of each op."""
+    source_path = Path(source_path) if source_path is not None else None
+    exported = _export(module, example_inputs, source_path)
+    try:
+        return _Builder(exported, name, source_path).build()
+    except UnsupportedOpError:
+        pass  # decompose below, outside the handler, so the error chain stays short
+    with warnings.catch_warnings():
+        # torch's own deprecation inside run_decompositions; nothing a recipe can fix
+        warnings.filterwarnings("ignore", r".*isinstance\(treespec, LeafSpec\)", FutureWarning)
+        decomposed = exported.run_decompositions(_decomposition_table())
+    return _Builder(decomposed, name, source_path, original=exported).build()

@@ -1,0 +1,92 @@
+"""Recipes: `recipes/<name>/model.py`, each with `load(**params)` and `inputs(**params)`."""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.util
+import inspect
+import re
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+import torch
+
+from dse.errors import InputError
+from dse.workload.capture import capture
+from dse.workload.graph import Graph
+
+RECIPES_DIR = Path(__file__).resolve().parents[2] / "recipes"
+_REQUIRED = ("load", "inputs")
+
+
+@dataclass
+class Recipe:
+    name: str
+    path: Path  # the model.py
+    module: ModuleType
+    source_hash: str  # sha256 hex of model.py's bytes
+
+
+def list_recipes() -> list[str]:
+    if not RECIPES_DIR.is_dir():
+        return []
+    return sorted(d.name for d in RECIPES_DIR.iterdir() if (d / "model.py").is_file())
+
+
+def _model_file(name_or_path: str | Path) -> Path | None:
+    """A recipe name, a recipe folder or a .py file; None when nothing is there."""
+    given = Path(name_or_path)
+    candidates = [given / "model.py", given] if given.suffix != ".py" else [given]
+    if isinstance(name_or_path, str) and "/" not in name_or_path and given.suffix != ".py":
+        candidates.insert(0, RECIPES_DIR / name_or_path / "model.py")
+    return next((c.resolve() for c in candidates if c.is_file()), None)
+
+
+def load_recipe(name_or_path: str | Path) -> Recipe:
+    path = _model_file(name_or_path)
+    if path is None:
+        looked_in = RECIPES_DIR if Path(name_or_path).parent == Path(".") else Path(name_or_path)
+        raise InputError(looked_in, "workload.recipe", str(name_or_path), ", ".join(list_recipes()) or "(none)")
+    name = path.parent.name if path.name == "model.py" else path.stem
+    data = path.read_bytes()
+    source_hash = hashlib.sha256(data).hexdigest()
+    # A unique module name per file and content: hyphens are fine, and two recipes
+    # (or two versions of one) never share a sys.modules entry.
+    module_name = "dse_recipe_" + re.sub(r"\W", "_", name) + "_" + source_hash[:12]
+    spec = importlib.util.spec_from_file_location(module_name, path)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[module_name] = module  # dataclasses and pickling look the module up there
+    try:
+        spec.loader.exec_module(module)
+    except Exception as error:
+        del sys.modules[module_name]
+        raise InputError(path, "workload.recipe", f"import failed: {type(error).__name__}: {error}",
+                         "a model.py that imports cleanly") from error
+    for attr in _REQUIRED:
+        if not callable(getattr(module, attr, None)):
+            raise InputError(path, f"workload.recipe.{attr}", "missing",
+                             "model.py defines load(**params) -> nn.Module and inputs(**params) -> tuple")
+    return Recipe(name=name, path=path, module=module, source_hash=source_hash)
+
+
+def _check_params(recipe: Recipe, params: dict[str, Any]) -> None:
+    for attr in _REQUIRED:
+        signature = inspect.signature(getattr(recipe.module, attr))
+        if any(p.kind == p.VAR_KEYWORD for p in signature.parameters.values()):
+            continue
+        unknown = sorted(set(params) - set(signature.parameters))
+        if unknown:
+            raise InputError(recipe.path, "workload.params", ", ".join(unknown),
+                             f"parameters of {attr}{signature}")
+
+
+def capture_recipe(name_or_path: str | Path, **params: Any) -> Graph:
+    recipe = load_recipe(name_or_path)
+    _check_params(recipe, params)
+    example_inputs = recipe.module.inputs(**params)
+    if isinstance(example_inputs, torch.Tensor):  # a lone tensor is one input, not a tuple of rows
+        example_inputs = (example_inputs,)
+    return capture(recipe.module.load(**params), *example_inputs, name=recipe.name, source_path=recipe.path)

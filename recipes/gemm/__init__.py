@@ -1,0 +1,1 @@
+"""GEMM recipe: one matrix multiply x @ w."""

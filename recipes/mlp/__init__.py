@@ -1,0 +1,1 @@
+"""MLP recipe: three linear layers with ReLU between."""
