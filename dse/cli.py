@@ -93,7 +93,7 @@ def cmd_history(args) -> int:
             print("no experiments yet")
             return 0
         cols = [c for c in ("id", "name", "status", "n_candidates", "n_ok", "n_infeasible", "n_failed",
-                            "decision", "hypothesis") if c in exps]
+                            "latest_verdict", "hypothesis") if c in exps]
         view = exps[cols].copy()
         view["hypothesis"] = view["hypothesis"].str.replace(r"\s+", " ", regex=True).str.strip().str.slice(0, 70)
         with pd.option_context("display.width", 200, "display.max_colwidth", 80):

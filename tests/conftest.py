@@ -26,3 +26,18 @@ def run_cli():
         return p.returncode, p.stdout, p.stderr
 
     return run
+
+
+@pytest.fixture
+def cli(capsys):
+    """Run the CLI in this process (same code path as the `dse` entry point, without the
+    seconds a fresh interpreter spends importing torch): exit code, stdout, stderr."""
+    from dse.cli import main
+
+    def run(*args):
+        capsys.readouterr()
+        code = main([str(a) for a in args])
+        out, err = capsys.readouterr()
+        return code, out, err
+
+    return run

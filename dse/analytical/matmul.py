@@ -111,7 +111,8 @@ def plan_matmul(chip: ChipConfig, mapping: Mapping, shape: MatmulShape) -> Matmu
     if not ok.any():
         # Explain with the smallest tile: if even that fails, the reason is the binding one.
         i = int(np.argmin(cost.check.tm * cost.check.tn * cost.check.tk))
-        return MatmulPlan(False, f"matmul {shape}: no legal tile; {cost.check.reason(i)}")
+        what = "the framework's greedy tile does not fit" if mapping.policy == "framework" else "no legal tile"
+        return MatmulPlan(False, f"matmul {shape}: {what}; {cost.check.reason(i)}")
     idx = np.flatnonzero(ok)
     best = idx[np.lexsort((cost.sram_bytes[idx], cost.cycles[idx]))[0]]
     return MatmulPlan(

@@ -61,6 +61,9 @@ def pareto_plot(table: pd.DataFrame, x: str = "private_sram_bytes", y: str = "la
     base = data[data["is_baseline"] & feasible]
     if len(base):
         ax.scatter(base["x"], base["y"], marker="*", s=220, color="#c44e52", zorder=5, label="baseline")
+    xs = data["x"].dropna()
+    if len(xs) and xs.min() > 0 and xs.max() / xs.min() > 20:
+        ax.set_xscale("log")  # SRAM sizes span orders of magnitude
     ax.set_xlabel(x.replace("_", " "))
     ax.set_ylabel(y.replace("_", " "))
     ax.set_title(title or f"{y} vs {x}")

@@ -53,7 +53,11 @@ def report_data(store: Store, experiment) -> dict:
         best = ok.sort_values(first["metric"], ascending=first.get("direction", "minimize") == "minimize").iloc[0]
         best_id = int(best["candidate_id"])
     baseline_id = exp.get("baseline_candidate_id")
-    compare = store.compare(baseline_id, best_id) if best_id is not None and baseline_id is not None else None
+    compare = None
+    if best_id is not None and baseline_id is not None:
+        compare = store.compare(baseline_id, best_id)
+        # Source counts describe the workload, not a candidate: they are recorded once.
+        compare = compare[~compare["field"].str.startswith("source_counts:")]
     runs = store.runs(exp["id"])
     return dict(exp=exp, table=table, objectives=objectives, best_id=best_id, baseline_id=baseline_id,
                 compare=compare, decisions=store.decisions(exp["id"]), runs=runs)
@@ -107,7 +111,7 @@ def write_report(store: Store, experiment, out_dir: str | Path = "reports") -> R
         compare=None if d["compare"] is None else d["compare"].to_dict("records"),
         baseline_id=d["baseline_id"], best_id=d["best_id"], png=png, metric_cols=metric_cols, rows=rows,
         infeasible=[r for r in rows if r["status"] != "ok"], counts=counts, provenance=provenance,
-        front_count=len(front_ids), fmt=_fmt)
+        front_count=len(front_ids), fmt=_fmt, objective=d["objectives"][0]["metric"])
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     path = out / f"{exp['name']}.html"

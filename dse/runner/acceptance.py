@@ -43,14 +43,14 @@ def decide(store: Store, experiment_id: int, spec: Spec) -> tuple[str, str]:
         if passing.empty:
             status = verdict = "refuted"
             rationale = f"none of {len(ok)} feasible candidates meets: {crit}"
-            evidence = [int(base_rows.iloc[0]["run_id"])]
+            evidence = [int(base_rows.iloc[0]["metric_run_id"])]
         else:
             best = passing.sort_values(obj.metric, ascending=obj.direction == "minimize").iloc[0]
             status = verdict = "confirmed"
             rationale = (f"{len(passing)} of {len(ok)} feasible candidates meet: {crit}; best is candidate "
                          f"{int(best['candidate_id'])} with {obj.metric} {best[obj.metric]:.6g} vs baseline "
                          f"{baseline[obj.metric]:.6g}")
-            evidence = [int(best["run_id"]), int(base_rows.iloc[0]["run_id"])]
+            evidence = [int(best["metric_run_id"]), int(base_rows.iloc[0]["metric_run_id"])]
     store.set_status(experiment_id, status)
     last = store.decisions(experiment_id)
     last = last[last["author"] == AUTHOR]

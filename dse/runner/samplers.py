@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import itertools
 import math
+import warnings
 from typing import Iterator, Sequence
 
 import optuna
@@ -40,8 +41,10 @@ def _constraint(trial: optuna.trial.FrozenTrial) -> Sequence[float]:
 
 def new_study(spec: Spec) -> optuna.Study:
     optuna.logging.set_verbosity(optuna.logging.WARNING)
-    sampler = optuna.samplers.TPESampler(
-        seed=spec.model.search.seed, constraints_func=_constraint, n_startup_trials=8, multivariate=True)
+    with warnings.catch_warnings():  # both options are marked experimental; we pin optuna
+        warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+        sampler = optuna.samplers.TPESampler(
+            seed=spec.model.search.seed, constraints_func=_constraint, n_startup_trials=8, multivariate=True)
     return optuna.create_study(directions=[o.direction for o in spec.model.objectives], sampler=sampler)
 
 
@@ -55,10 +58,10 @@ def objective_values(spec: Spec, feasible: bool, totals: dict) -> list[float]:
     return values
 
 
-def seed_study(study: optuna.Study, spec: Spec, evaluated: Sequence[tuple[dict, bool, dict]]) -> None:
-    """Replay recorded candidates (params, feasible, totals) into a fresh study."""
+def seed_study(study: optuna.Study, spec: Spec, evaluated: Sequence[tuple[dict, bool, dict, str]]) -> None:
+    """Replay recorded candidates (params, feasible, totals, origin) into a fresh study."""
     dists = distributions(spec)
-    for params, feasible, totals in evaluated:
+    for params, feasible, totals, _origin in evaluated:
         if set(params) != set(dists) or any(params[n] not in dists[n].choices for n in dists):
             continue  # e.g. a baseline whose values lie outside the space
         study.add_trial(optuna.trial.create_trial(

@@ -66,15 +66,20 @@ class Sweep:
         self.spec, self.graph, self.store, self.progress = spec, graph, store, progress
         recipe = load_recipe(spec.model.workload.recipe)
         m = spec.model
-        self.experiment_id = store.create_experiment(
-            name=m.experiment.name, hypothesis=m.experiment.hypothesis,
-            acceptance=[c.model_dump() for c in m.acceptance], workload_recipe=recipe.name,
-            workload_hash=recipe.source_hash, spec_text=spec.text, spec_hash=spec.hash,
-            limitations=m.experiment.limitations, open_questions=m.experiment.open_questions)
+        try:
+            self.experiment_id = store.create_experiment(
+                name=m.experiment.name, hypothesis=m.experiment.hypothesis,
+                acceptance=[c.model_dump() for c in m.acceptance], workload_recipe=recipe.name,
+                workload_hash=recipe.source_hash, spec_text=spec.text, spec_hash=spec.hash,
+                limitations=m.experiment.limitations, open_questions=m.experiment.open_questions)
+        except ValueError as exc:  # the name is taken by another spec: resuming would mix evidence
+            raise InputError(spec.path, "experiment.name", m.experiment.name,
+                             f"a name this store does not hold for a different spec ({exc})") from None
         self.baseline_data = {"config": spec.baseline_chip.model_dump(mode="json"),
                               "mapping": spec.baseline_mapping.model_dump(mode="json")}
         self.result = SweepResult(self.experiment_id, spec.name, "testing")
         self.best: float | None = None
+        self.seen: dict[int, tuple[bool, dict]] = {}  # candidate id -> (feasible, totals) this run
 
     # -- candidates ------------------------------------------------------------------
     def _build(self, params: dict) -> tuple[dict, dict, Candidate | None, str]:
@@ -99,11 +104,15 @@ class Sweep:
                                           diff_from(self.baseline_data, {"config": config, "mapping": mapping}))
         if origin == "baseline":
             self.store.set_baseline(self.experiment_id, cid)
+        if cid in self.seen:  # the grid may propose the baseline again: same hash, same record
+            return self.seen[cid]
         done = self._recorded(cid)
         if done is not None:
             self.result.resumed += 1
+            self.seen[cid] = done
             return done
         run_id = self.store.start_run(cid, "analytical", seed=self.spec.model.search.seed, model_version=MODEL_VERSION)
+        self.result.evaluated += 1
         feasible, totals = False, {}
         try:
             if cand is None:
@@ -121,10 +130,11 @@ class Sweep:
             self.store.finish_run(run_id, "failed", error=f"{type(exc).__name__}: {exc}",
                                   traceback=traceback.format_exc())
             self._count("failed")
+            self.seen[cid] = (False, {})
             return False, {}
         self._count("ok" if feasible else "infeasible")
-        self.result.evaluated += 1
         self._track_best(feasible, totals)
+        self.seen[cid] = (feasible, totals)
         return feasible, totals
 
     def _recorded(self, cid: int) -> tuple[bool, dict] | None:
@@ -162,7 +172,7 @@ class Sweep:
             total = spec.grid_size()
         else:
             proposals, total = None, spec.model.search.trials
-        bar = tqdm(total=total + 1, disable=not self.progress, desc=spec.name, unit="cand")
+        bar = tqdm(total=total + 1, disable=not self.progress, desc=spec.name, unit="cand", mininterval=0.5)
         try:
             self.evaluate({}, "baseline")
             bar.update()
@@ -189,7 +199,7 @@ class Sweep:
         study = samplers.new_study(spec)
         recorded = self._recorded_params()
         samplers.seed_study(study, spec, recorded)
-        done = sum(1 for _ in recorded if _[3] == "sampler")
+        done = sum(1 for *_, origin in recorded if origin == "sampler")
         bar.update(done)
         dists = samplers.distributions(spec)
         attempts = 0
@@ -198,11 +208,11 @@ class Sweep:
         while done < spec.model.search.trials and attempts < 10 * spec.model.search.trials:
             attempts += 1
             trial = study.ask(dists)
-            before = self.result.resumed
+            before = self.result.evaluated
             feasible, totals = self.evaluate(trial.params, "sampler")
             trial.set_user_attr("constraint", (0.0 if feasible else 1.0,))
             study.tell(trial, samplers.objective_values(spec, feasible, totals))
-            if self.result.resumed == before:
+            if self.result.evaluated > before:
                 done += 1
                 self._tick(bar)
 

@@ -1,0 +1,192 @@
+"""Tables of the record store, as SQLAlchemy 2.0 declarative models.
+
+The alembic migrations in `migrations/versions/` create exactly these tables; a test
+compares the two, so a change here needs a new migration.
+
+Enumerated columns are plain strings (portable, and a new value needs no schema
+change), checked in Python against the module constants below.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime, timezone
+from typing import Any
+
+from sqlalchemy import (
+    JSON,
+    BigInteger,
+    DateTime,
+    Float,
+    ForeignKey,
+    Integer,
+    MetaData,
+    String,
+    Text,
+    UniqueConstraint,
+)
+from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column, validates
+
+EXPERIMENT_STATUSES = ("proposed", "testing", "confirmed", "refuted")
+CANDIDATE_ORIGINS = ("baseline", "grid", "sampler", "hand")
+RUN_STAGES = ("analytical", "emulator", "numerics", "imported")
+RUN_STATUSES = ("running", "ok", "infeasible", "pruned", "failed", "crashed")
+METRIC_KINDS = (
+    "source_counts",
+    "analytical",
+    "emulator_cycles",
+    "emulator_host_time",
+    "rtl_cycles",
+    "fpga_cycles",
+    "numerics",
+)
+METRIC_SCOPES = ("total", "op", "core", "ball", "bank")
+
+# Named constraints let alembic's SQLite batch mode and autogenerate find them again.
+NAMING_CONVENTION = {
+    "ix": "ix_%(column_0_label)s",
+    "uq": "uq_%(table_name)s_%(column_0_N_name)s",
+    "ck": "ck_%(table_name)s_%(constraint_name)s",
+    "fk": "fk_%(table_name)s_%(column_0_name)s_%(referred_table_name)s",
+    "pk": "pk_%(table_name)s",
+}
+
+
+def check_choice(field: str, value: Any, allowed: tuple[str, ...]) -> str:
+    """Return `value` if it is one of `allowed`, else raise ValueError naming the set."""
+    if value not in allowed:
+        raise ValueError(f"{field}: got {value!r}; allowed: {', '.join(allowed)}")
+    return value
+
+
+def utcnow() -> datetime:
+    return datetime.now(timezone.utc)
+
+
+class Base(DeclarativeBase):
+    metadata = MetaData(naming_convention=NAMING_CONVENTION)
+    type_annotation_map = {
+        dict[str, Any]: JSON,
+        list[Any]: JSON,
+        datetime: DateTime(timezone=True),
+    }
+
+
+class Experiment(Base):
+    __tablename__ = "experiment"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    name: Mapped[str] = mapped_column(String, unique=True)
+    hypothesis: Mapped[str] = mapped_column(Text)
+    status: Mapped[str] = mapped_column(String(16))
+    acceptance: Mapped[list[Any]]  # [{"expr": str, "prose": str}, ...]
+    workload_recipe: Mapped[str] = mapped_column(String)
+    workload_hash: Mapped[str] = mapped_column(String(64))
+    # use_alter: experiment and candidate reference each other.
+    baseline_candidate_id: Mapped[int | None] = mapped_column(
+        ForeignKey("candidate.id", use_alter=True)
+    )
+    spec_text: Mapped[str] = mapped_column(Text)
+    spec_hash: Mapped[str] = mapped_column(String(64))
+    limitations: Mapped[str] = mapped_column(Text, default="")
+    open_questions: Mapped[str] = mapped_column(Text, default="")
+    created_at: Mapped[datetime] = mapped_column(default=utcnow)
+
+    @validates("status")
+    def _check_status(self, _key: str, value: str) -> str:
+        return check_choice("experiment.status", value, EXPERIMENT_STATUSES)
+
+
+class Candidate(Base):
+    __tablename__ = "candidate"
+    __table_args__ = (UniqueConstraint("experiment_id", "hash"),)
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    experiment_id: Mapped[int] = mapped_column(ForeignKey("experiment.id"))
+    hash: Mapped[str] = mapped_column(String(64))
+    config: Mapped[dict[str, Any]]
+    mapping: Mapped[dict[str, Any]]
+    origin: Mapped[str] = mapped_column(String(16))
+    diff: Mapped[dict[str, Any]]  # {"config.path": [baseline_value, candidate_value]}
+    created_at: Mapped[datetime] = mapped_column(default=utcnow)
+
+    @validates("origin")
+    def _check_origin(self, _key: str, value: str) -> str:
+        return check_choice("candidate.origin", value, CANDIDATE_ORIGINS)
+
+
+class Run(Base):
+    __tablename__ = "run"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    candidate_id: Mapped[int] = mapped_column(ForeignKey("candidate.id"), index=True)
+    stage: Mapped[str] = mapped_column(String(16))
+    status: Mapped[str] = mapped_column(String(16))
+    reason: Mapped[str | None] = mapped_column(Text)
+    error: Mapped[str | None] = mapped_column(Text)
+    traceback: Mapped[str | None] = mapped_column(Text)
+    started_at: Mapped[datetime] = mapped_column(default=utcnow)
+    finished_at: Mapped[datetime | None]
+    heartbeat_at: Mapped[datetime | None]
+    host: Mapped[str | None] = mapped_column(String)
+    git_commit: Mapped[str | None] = mapped_column(String(40))
+    git_dirty: Mapped[bool | None]
+    versions: Mapped[dict[str, Any]]
+    command: Mapped[str] = mapped_column(Text)
+    seed: Mapped[int | None] = mapped_column(Integer)
+    model_version: Mapped[str] = mapped_column(String)
+    emulator_version: Mapped[str | None] = mapped_column(String)
+
+    @validates("stage")
+    def _check_stage(self, _key: str, value: str) -> str:
+        return check_choice("run.stage", value, RUN_STAGES)
+
+    @validates("status")
+    def _check_status(self, _key: str, value: str) -> str:
+        return check_choice("run.status", value, RUN_STATUSES)
+
+
+class Metric(Base):
+    __tablename__ = "metric"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    run_id: Mapped[int] = mapped_column(ForeignKey("run.id"), index=True)
+    kind: Mapped[str] = mapped_column(String(32))
+    name: Mapped[str] = mapped_column(String, index=True)
+    value: Mapped[float] = mapped_column(Float)
+    unit: Mapped[str] = mapped_column(String)
+    scope: Mapped[str] = mapped_column(String(16), default="total")
+    scope_key: Mapped[str] = mapped_column(String, default="")
+
+    @validates("kind")
+    def _check_kind(self, _key: str, value: str) -> str:
+        return check_choice("metric.kind", value, METRIC_KINDS)
+
+    @validates("scope")
+    def _check_scope(self, _key: str, value: str) -> str:
+        return check_choice("metric.scope", value, METRIC_SCOPES)
+
+
+class Artifact(Base):
+    """A content-addressed evidence file beside the database (`<db>.evidence/ab/<sha256>`)."""
+
+    __tablename__ = "artifact"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    run_id: Mapped[int | None] = mapped_column(ForeignKey("run.id"))
+    sha256: Mapped[str] = mapped_column(String(64))
+    size: Mapped[int] = mapped_column(BigInteger)
+    media_type: Mapped[str] = mapped_column(String)
+    role: Mapped[str] = mapped_column(String)
+    created_at: Mapped[datetime] = mapped_column(default=utcnow)
+
+
+class Decision(Base):
+    __tablename__ = "decision"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    experiment_id: Mapped[int] = mapped_column(ForeignKey("experiment.id"))
+    verdict: Mapped[str] = mapped_column(Text)
+    rationale: Mapped[str] = mapped_column(Text)
+    author: Mapped[str] = mapped_column(String)
+    created_at: Mapped[datetime] = mapped_column(default=utcnow)
+    evidence: Mapped[list[Any]]  # run ids

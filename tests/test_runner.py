@@ -1,0 +1,200 @@
+"""Sweeps end to end through the real SQLite store: baseline first, every candidate recorded,
+infeasible ones with reasons, resume without duplicates, acceptance and decisions."""
+
+import json
+
+import pytest
+
+from dse.analytical import estimate, summarize
+from dse.chips import load_chip
+from dse.mapping import Candidate, Mapping
+from dse.records import Store
+from dse.runner import load_spec, run_sweep
+from dse.workload import capture_recipe
+
+SPEC = """
+[experiment]
+name = "{name}"
+hypothesis = "Two workers beat one for a 64^3 gemm on goban"
+
+[[acceptance]]
+expr = "latency_cycles < baseline_latency_cycles"
+prose = "faster than the baseline"
+
+[workload]
+recipe = "gemm"
+params = {{ m = 64, n = 64, k = 64 }}
+
+[baseline]
+chip = "goban"
+mapping = {{ workers = 1 }}
+
+[[space]]
+name = "banks"
+target = "chip.banks.count"
+values = {banks}
+
+[[space]]
+name = "workers"
+target = "mapping.workers"
+values = [1, 2, 8]
+
+[[objectives]]
+metric = "latency_cycles"
+
+[[objectives]]
+metric = "private_sram_bytes"
+
+[search]
+sampler = "{sampler}"
+trials = {trials}
+seed = 3
+"""
+
+
+def write_spec(tmp_path, name="gemm-workers", banks="[4, 8, 16]", sampler="auto", trials=10, **kw):
+    path = tmp_path / f"{name}.toml"
+    path.write_text(SPEC.format(name=name, banks=banks, sampler=sampler, trials=trials) + kw.get("extra", ""))
+    return path
+
+
+def test_grid_sweep_records_every_candidate_and_resumes(tmp_path):
+    spec, db = write_spec(tmp_path), tmp_path / "r.db"
+    result = run_sweep(spec, db, progress=False)
+    with Store(db) as store:
+        cands = store.candidates(result.experiment_id)
+        assert len(cands) == 10  # baseline (20 banks) + 3 x 3 grid
+        first = cands.sort_values("id").iloc[0]
+        assert first["origin"] == "baseline" and bool(first["is_baseline"])
+        assert cands["hash"].is_unique
+        status = {(json.loads(r["config"])["banks"]["count"], json.loads(r["mapping"])["workers"]): r["status"]
+                  for r in cands.to_dict("records")}
+        # Double-buffered 16x16x16 tiles need 2 x (1 + 1 + 4) = 12 banks: 4 and 8 cannot hold them;
+        # 8 workers exceed goban's 4 cores.
+        assert status == {(20, 1): "ok", (16, 1): "ok", (16, 2): "ok", (16, 8): "infeasible",
+                          **{(b, w): "infeasible" for b in (4, 8) for w in (1, 2, 8)}}
+        reasons = cands.set_index("status")["reason"]
+        assert all("needs 12 banks" in r or "8 workers but chip goban has 4 cores" in r for r in reasons["infeasible"])
+
+        # The recorded total equals the model evaluated directly on the same candidate.
+        table = store.metric_table(result.experiment_id, "analytical")
+        base = table[table["candidate_id"] == first["id"]].iloc[0]
+        cand = Candidate(load_chip("goban"), Mapping(workers=1))
+        direct = summarize(estimate(capture_recipe("gemm", m=64, n=64, k=64), [cand]), [cand]).iloc[0]
+        assert base["latency_cycles"] == direct["latency_cycles"] > 0
+        assert base["private_sram_bytes"] == 20 * 1024 * 16
+
+        exp = store.experiment(result.experiment_id)
+        assert exp["status"] == "confirmed" and result.status == "confirmed"
+        decisions = store.decisions(result.experiment_id)
+        assert len(decisions) == 1 and decisions.iloc[0]["verdict"] == "confirmed"
+        n_runs, n_metrics = len(store.runs(result.experiment_id)), len(store.metrics(result.experiment_id))
+
+    again = run_sweep(spec, db, progress=False)
+    assert again.evaluated == 0 and again.resumed == 10
+    with Store(db) as store:
+        assert len(store.candidates(result.experiment_id)) == 10
+        assert len(store.runs(result.experiment_id)) == n_runs
+        assert len(store.metrics(result.experiment_id)) == n_metrics
+        assert len(store.decisions(result.experiment_id)) == 1  # same conclusion, no second decision
+
+
+def test_tpe_sampler_proposes_distinct_candidates_and_resumes(tmp_path):
+    spec = write_spec(tmp_path, name="tpe", banks="[12, 14, 16, 18, 20, 24, 28, 32]", sampler="tpe", trials=6)
+    db = tmp_path / "r.db"
+    result = run_sweep(spec, db, progress=False)
+    with Store(db) as store:
+        cands = store.candidates(result.experiment_id)
+        assert sorted(cands["origin"].value_counts().items()) == [("baseline", 1), ("sampler", 6)]
+        assert cands["hash"].is_unique
+    again = run_sweep(spec, db, progress=False)
+    assert again.evaluated == 0
+    with Store(db) as store:
+        assert len(store.candidates(result.experiment_id)) == 7
+
+
+def test_a_crashing_stage_is_a_failed_run_and_the_sweep_goes_on(tmp_path, monkeypatch):
+    import dse.runner.sweep as sweep_mod
+
+    real = sweep_mod.analytical_stage
+
+    def flaky(graph, cand):
+        if cand.mapping.workers == 2:
+            raise RuntimeError("injected fault")
+        return real(graph, cand)
+
+    monkeypatch.setattr(sweep_mod, "analytical_stage", flaky)
+    result = run_sweep(write_spec(tmp_path, banks="[16]"), tmp_path / "r.db", progress=False)
+    with Store(tmp_path / "r.db") as store:
+        runs = store.runs(result.experiment_id)
+        failed = runs[runs["status"] == "failed"]
+        assert len(failed) == 1 and "injected fault" in failed.iloc[0]["error"]
+        assert "RuntimeError" in failed.iloc[0]["traceback"] and "flaky" in failed.iloc[0]["traceback"]
+        assert set(runs["status"]) == {"ok", "failed", "infeasible"}
+
+
+BAD_SPECS = [
+    ('recipe = "gemm"', 'recipe = "no_such_model"', "workload.recipe", "gemm, mlp"),
+    ('chip = "goban"', 'chip = "gobang"', "baseline.chip", "goban, pebble, poly, toy"),
+    ("values = [4, 8, 16]", "values = [4, 0, 16]", "space[0] (banks) -> chip.banks.count", "greater than 0"),
+    ('metric = "latency_cycles"', 'metric = "latency"', "objectives[0].metric", "latency_cycles"),
+    ('expr = "latency_cycles < baseline_latency_cycles"', 'expr = "latency < 2"', "acceptance[0].expr",
+     "unknown name 'latency'"),
+    ("seed = 3", "seed = 3\ncolour = 1", "search.colour", "no such key"),
+    ('mapping = { workers = 1 }', 'mapping = { workers = 1, dataflow = "xs" }', "baseline.mapping.dataflow", "'ws' or 'os'"),
+]
+
+
+@pytest.mark.parametrize("old,new,field,allowed", BAD_SPECS)
+def test_bad_specs_exit_2_with_file_field_value_and_write_nothing(tmp_path, cli, old, new, field, allowed):
+    path = write_spec(tmp_path)
+    text = path.read_text()
+    assert old in text
+    path.write_text(text.replace(old, new, 1))
+    db = tmp_path / "store.db"
+    code, out, err = cli("sweep", path, "--db", db, "--no-progress")
+    assert code == 2, err
+    assert err.startswith("dse: error: ") and err.count("\n") == 1
+    assert str(path) in err and f"field '{field}'" in err and allowed in err
+    assert not db.exists()  # nothing written, not even an empty store
+
+
+def test_bad_spec_leaves_an_existing_store_untouched(tmp_path, cli):
+    good = write_spec(tmp_path, banks="[16]")
+    db = tmp_path / "r.db"
+    assert cli("sweep", good, "--db", db, "--no-progress")[0] == 0
+    bad = write_spec(tmp_path, name="other", banks="[16]")
+    bad.write_text(bad.read_text().replace('chip = "goban"', 'chip = "nope"'))
+    code, _, err = cli("sweep", bad, "--db", db, "--no-progress")
+    assert code == 2 and "baseline.chip" in err
+    with Store(db) as store:
+        assert list(store.experiments()["name"]) == ["gemm-workers"]
+    # Same name, different spec: refused rather than mixing two specs' evidence.
+    changed = write_spec(tmp_path, banks="[8, 16]")
+    code, _, err = cli("sweep", changed, "--db", db, "--no-progress")
+    assert code == 2 and "experiment.name" in err
+    with Store(db) as store:
+        assert len(store.candidates("gemm-workers")) == 4
+
+
+def test_quickstart_main_job_from_the_cli(tmp_path, run_cli, repo):
+    db = tmp_path / "records.db"
+    code, out, err = run_cli("sweep", repo / "experiments" / "quickstart.toml", "--db", db, "--no-progress")
+    assert code == 0, err
+    assert "hypothesis: confirmed" in out
+    with Store(db) as store:
+        cands = store.candidates("quickstart")
+        assert len(cands) >= 20 and (cands["status"] == "infeasible").sum() > 0
+        assert cands["reason"][cands["status"] == "infeasible"].str.contains("bank budget").all()
+        assert cands.sort_values("id").iloc[0]["origin"] == "baseline"
+    code, out, err = run_cli("report", "quickstart", "--db", db, "--out", tmp_path / "reports")
+    assert code == 0 and out.strip().endswith("quickstart.html")
+    assert (tmp_path / "reports" / "quickstart.html").stat().st_size > 10_000
+    code, out, _ = run_cli("history", "--db", db)
+    assert code == 0 and "quickstart" in out and "confirmed" in out
+
+
+def test_spec_loading_resolves_the_baseline(repo):
+    spec = load_spec(repo / "experiments" / "quickstart.toml")
+    assert spec.baseline_chip.name == "goban" and spec.baseline_mapping.policy == "framework"
+    assert spec.grid_size() == 6 * 5 * 3
