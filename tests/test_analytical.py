@@ -1,98 +1,110 @@
 """The first-cut analytical model, checked against hand-computed cases."""
 
 import numpy as np
-import pytest
 
-from dse.analytical import dma_cycles, plan_matmul
+from dse.analytical import dma_cycles_for, estimate, plan_matmul, summarize
 from dse.analytical.matmul import matmul_cost
 from dse.chips import load_chip
-from dse.mapping import Mapping, MatmulShape, check_tiles, framework_tile, tile_grid
+from dse.mapping import Candidate, CandidateArrays, Mapping, MatmulShape, check_tiles, framework_tiles, tile_grid
+from dse.workload import capture_recipe
+
+
+def arrays(chip, mapping=Mapping()):
+    return CandidateArrays.from_candidates([Candidate(chip, mapping)])
+
+
+def fw_tile(chip, shape):
+    return tuple(int(t[0, 0]) for t in framework_tiles(arrays(chip), shape))
 
 
 def test_framework_greedy_tile_matches_the_documented_case():
     # HARDWARE.md: "A 512^3 int8 matmul gets 32 x 32 x 512 tiles."
-    assert framework_tile(load_chip("toy"), MatmulShape(512, 512, 512)) == (32, 32, 512)
+    assert fw_tile(load_chip("toy"), MatmulShape(512, 512, 512)) == (32, 32, 512)
     # Padded to 16 first: 100 -> 112, whose multiple-of-16 divisors are 16 and 112. K and N
     # take 112; M = 112 would need 112*112/16 = 784 accumulator lines > 256, so M = 16.
-    assert framework_tile(load_chip("toy"), MatmulShape(100, 100, 100)) == (16, 112, 112)
+    assert fw_tile(load_chip("toy"), MatmulShape(100, 100, 100)) == (16, 112, 112)
+    # 256-row banks: A and B tiles cap at 256 lines, so K = 256 and N = 16.
+    assert fw_tile(load_chip("toy", {"banks.rows": 256}), MatmulShape(512, 512, 512)) == (16, 16, 256)
 
 
 def test_dma_cycles_by_hand():
     toy, goban = load_chip("toy"), load_chip("goban")
     # 1024 B: one 1024-B burst (100 cycles) + 64 beats of 16 B.
-    assert dma_cycles(1024, toy.dma) == 100 + 64
+    assert dma_cycles_for(1024, toy.dma) == 100 + 64
     # goban's 64-B bursts, one in flight: 16 bursts x 100 + 64 beats.
-    assert dma_cycles(1024, goban.dma) == 16 * 100 + 64
+    assert dma_cycles_for(1024, goban.dma) == 16 * 100 + 64
     two = load_chip("goban", {"dma.bursts_in_flight": 2})
-    assert dma_cycles(1024, two.dma) == 8 * 100 + 64
-    assert list(dma_cycles(np.array([16, 17]), toy.dma)) == [101, 102]
+    assert dma_cycles_for(1024, two.dma) == 8 * 100 + 64
+    assert list(dma_cycles_for(np.array([16, 17]), toy.dma)) == [101, 102]
+
+
+def cost_of(chip, mapping, shape, tile):
+    cost = matmul_cost(arrays(chip, mapping), shape, *([t] for t in tile))
+    return {k: int(np.broadcast_to(getattr(cost, k), cost.check.ok.shape)[0, 0])
+            for k in ("cycles", "compute_cycles", "dma_cycles", "dma_bytes")}
 
 
 def test_single_tile_matmul_cycles_by_hand():
     toy = load_chip("toy")
-    m = Mapping(policy="framework", double_buffer=False)
-    cost = matmul_cost(toy, m, MatmulShape(16, 16, 16), [16], [16], [16])
+    c = cost_of(toy, Mapping(policy="framework", double_buffer=False), MatmulShape(16, 16, 16), (16, 16, 16))
     # A and B: 256 B each = 100 + 16; C: 16x16 int32 = 1024 B = 100 + 64; WS: 16^3/16 + 16*16.
-    assert int(cost.dma_cycles[0]) == 116 + 116 + 164
-    assert int(cost.compute_cycles[0]) == 256 + 256
-    assert int(cost.cycles[0]) == 116 + 116 + 164 + 512
-    assert int(cost.dma_bytes[0]) == 256 + 256 + 1024
+    assert c["dma_cycles"] == 116 + 116 + 164
+    assert c["compute_cycles"] == 256 + 256
+    assert c["cycles"] == 116 + 116 + 164 + 512
+    assert c["dma_bytes"] == 256 + 256 + 1024
     # Double buffered: max(dma, compute) plus the exposed first load and last store.
-    db = matmul_cost(toy, Mapping(double_buffer=True), MatmulShape(16, 16, 16), [16], [16], [16])
-    assert int(db.cycles[0]) == max(396, 512) + 116 + 116 + 164
+    db = cost_of(toy, Mapping(double_buffer=True), MatmulShape(16, 16, 16), (16, 16, 16))
+    assert db["cycles"] == max(396, 512) + 116 + 116 + 164
     # OS dataflow: M*N/2 instead of M*N.
-    os_ = matmul_cost(toy, Mapping(dataflow="os", double_buffer=False), MatmulShape(16, 16, 16), [16], [16], [16])
-    assert int(os_.compute_cycles[0]) == 256 + 128
+    os_ = cost_of(toy, Mapping(dataflow="os", double_buffer=False), MatmulShape(16, 16, 16), (16, 16, 16))
+    assert os_["compute_cycles"] == 256 + 128
 
 
 def test_reuse_of_resident_tiles_by_hand():
-    toy = load_chip("toy")
-    m = Mapping(double_buffer=False)
     # M=32, N=32, K=16 with 16x16x16 tiles: Kt = 1, so each A row block stays resident over
     # both column blocks (2 loads, not 4); B is reloaded for each row block (4 loads).
-    cost = matmul_cost(toy, m, MatmulShape(32, 32, 16), [16], [16], [16])
-    assert int(cost.dma_bytes[0]) == 2 * 256 + 4 * 256 + 4 * 1024
+    c = cost_of(load_chip("toy"), Mapping(double_buffer=False), MatmulShape(32, 32, 16), (16, 16, 16))
+    assert c["dma_bytes"] == 2 * 256 + 4 * 256 + 4 * 1024
 
 
 def test_bank_budget_and_field_limits_are_separate_constraints():
     chip = load_chip("toy", {"banks.count": 8})
-    check = check_tiles(chip, Mapping(double_buffer=True), [16], [16], [16])
+    check = check_tiles(arrays(chip, Mapping(double_buffer=True)), [16], [16], [16])
     # 2 buffers x (A 1 + B 1 + C 4 accumulator banks) = 12 banks > 8.
-    assert not check.ok[0] and int(check.banks[0]) == 12
-    assert "needs 12 banks" in check.reason(0) and "chip has 8" in check.reason(0)
-    assert check_tiles(chip, Mapping(double_buffer=False), [16], [16], [16]).ok[0]
+    assert not check.ok[0, 0] and int(check.banks[0, 0]) == 12
+    assert "needs 12 banks" in check.reason(0, 0) and "chip has 8" in check.reason(0, 0)
+    assert check_tiles(arrays(chip, Mapping(double_buffer=False)), [16], [16], [16]).ok[0, 0]
 
     # Deeper banks than the 10-bit row address can reach do not hold more rows per bank.
     deep = load_chip("toy", {"banks.rows": 2048})
-    c = check_tiles(deep, Mapping(double_buffer=False), [128], [16], [256])
-    assert int(c.lines_a[0]) == 2048 and int(c.banks[0]) == 2 + 1 + 4
+    c = check_tiles(arrays(deep, Mapping(double_buffer=False)), [128], [16], [256])
+    assert int(c.lines_a[0, 0]) == 2048 and int(c.banks[0, 0]) == 2 + 1 + 4
 
     narrow = load_chip("toy", {"isa.matrix_dim_bits": 5})  # M/N/K fields hold at most 31
-    c = check_tiles(narrow, Mapping(double_buffer=False), [16, 32], [16, 16], [16, 16])
-    assert list(c.ok) == [True, False] and "allows <= 31, tile needs 32" in c.reason(1)
+    c = check_tiles(arrays(narrow, Mapping(double_buffer=False)), [16, 32], [16, 16], [16, 16])
+    assert list(c.ok[0]) == [True, False] and "allows <= 31, tile needs 32" in c.reason(0, 1)
 
 
-def test_search_beats_or_ties_the_framework_and_is_legal():
+def test_search_is_the_exhaustive_best_and_beats_or_ties_the_framework():
     chip = load_chip("toy")
     shape = MatmulShape(128, 1024, 256)
     fw = plan_matmul(chip, Mapping(policy="framework", double_buffer=False), shape)
     best = plan_matmul(chip, Mapping(policy="search", double_buffer=False), shape)
     assert fw.feasible and best.feasible and best.cycles <= fw.cycles
     tm, tn, tk = tile_grid(shape)
-    assert best.legal_tiles == int(check_tiles(chip, Mapping(double_buffer=False), tm, tn, tk).ok.sum())
-    # An exhaustive check: no legal tile is faster than the one chosen.
-    cost = matmul_cost(chip, Mapping(double_buffer=False), shape, tm, tn, tk)
-    assert best.cycles == int(cost.cycles[cost.check.ok].min())
+    cost = matmul_cost(arrays(chip, Mapping(double_buffer=False)), shape, tm, tn, tk)
+    ok = cost.check.ok[0]
+    assert best.legal_tiles == int(ok.sum()) > 0 and not ok.all()
+    assert best.cycles == int(cost.cycles[0][ok].min())
 
 
 def test_infeasible_candidates_say_why():
-    tiny = load_chip("toy", {"banks.count": 4})
-    plan = plan_matmul(tiny, Mapping(), MatmulShape(64, 64, 64))
+    plan = plan_matmul(load_chip("toy", {"banks.count": 4}), Mapping(), MatmulShape(64, 64, 64))
     assert not plan.feasible and "no legal tile" in plan.reason and "chip has 4" in plan.reason
     plan = plan_matmul(load_chip("goban"), Mapping(workers=8), MatmulShape(64, 64, 64))
     assert not plan.feasible and "8 workers but chip goban has 4 cores" in plan.reason
-    plan = plan_matmul(load_chip("toy").model_copy(update={"balls": load_chip("toy").balls[1:]}),
-                       Mapping(), MatmulShape(64, 64, 64))
+    toy = load_chip("toy")
+    plan = plan_matmul(toy.model_copy(update={"balls": toy.balls[1:]}), Mapping(), MatmulShape(64, 64, 64))
     assert not plan.feasible and "no matrix Ball" in plan.reason
 
 
@@ -107,3 +119,18 @@ def test_workers_split_output_rows_and_share_the_dram_bus():
     # More workers than row blocks: the extra workers idle.
     few = plan_matmul(goban, Mapping(workers=4, policy="framework"), MatmulShape(16, 64, 64))
     assert few.workers_used == 1
+
+
+def test_a_batch_equals_candidates_one_at_a_time():
+    graph = capture_recipe("mlp")
+    cands = [Candidate(load_chip(chip, {"banks.count": banks}), Mapping(workers=w, policy=p, double_buffer=db))
+             for chip in ("toy", "goban") for banks in (4, 8, 16) for w in (1, 2)
+             for p in ("search", "framework") for db in (True, False)]
+    together = summarize(estimate(graph, cands), cands)
+    for i, cand in enumerate(cands):
+        alone = summarize(estimate(graph, [cand]), [cand]).iloc[0]
+        row = together.iloc[i]
+        assert row["feasible"] == alone["feasible"] and row["reason"] == alone["reason"]
+        assert np.isclose(row["latency_cycles"], alone["latency_cycles"], equal_nan=True)
+        assert row["peak_sram_bytes"] == alone["peak_sram_bytes"]
+    assert together["feasible"].any() and (~together["feasible"]).any()

@@ -1,7 +1,8 @@
 """Closed-form cycles, bytes and SRAM for candidates, without running anything."""
 
-from .dma import dma_cycles
+from .dma import dma_cycles, dma_cycles_for
 from .estimate import MODEL_VERSION, estimate, summarize
-from .matmul import MatmulPlan, matmul_cost, plan_matmul
+from .matmul import MatmulPlan, MatmulPlans, matmul_cost, plan_matmul, plan_matmuls
 
-__all__ = ["MODEL_VERSION", "dma_cycles", "estimate", "summarize", "MatmulPlan", "matmul_cost", "plan_matmul"]
+__all__ = ["MODEL_VERSION", "dma_cycles", "dma_cycles_for", "estimate", "summarize", "MatmulPlan", "MatmulPlans",
+           "matmul_cost", "plan_matmul", "plan_matmuls"]

@@ -1,9 +1,10 @@
-"""Matmul tiles on the matrix Ball: which are legal, which the framework picks, which is best.
+"""Matmul tiles on the matrix Ball: which are legal, and which the framework picks.
 
 One implementation of legality, shared by the analytical model and (later) the lowering:
 SRAM depth, bank budget and instruction-field limits are separate constraints, and a tile
 that breaks any of them is rejected with a reason naming the constraint and the numbers.
-Everything is vectorised over arrays of tiles.
+Everything broadcasts: candidates along axis 0 (figures from `CandidateArrays`), tiles
+along axis 1.
 """
 
 from __future__ import annotations
@@ -12,9 +13,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from emulator.chip import ChipConfig
-
-from .candidate import Mapping
+from .params import CandidateArrays
 
 PAD = 16  # the framework pads every matmul dimension to 16 (the array width)
 INT8_BYTES, INT32_BYTES = 1, 4
@@ -51,93 +50,83 @@ def tile_grid(shape: MatmulShape) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
 
 @dataclass
 class TileCheck:
-    """Legality of arrays of tiles, with the footprint each needs."""
+    """Legality of tiles for candidates (arrays shaped candidates x tiles)."""
 
     tm: np.ndarray
     tn: np.ndarray
     tk: np.ndarray
-    lines_a: np.ndarray  # bank rows of the A tile (int8, 16-byte rows)
+    lines_a: np.ndarray  # bank rows of the A tile (int8)
     lines_b: np.ndarray
     lines_c: np.ndarray  # accumulator rows (int32, acc_col-wide rows)
+    col_a: np.ndarray  # physical banks per buffer of each operand
+    col_b: np.ndarray
+    col_c: np.ndarray
+    buffers: np.ndarray
     banks: np.ndarray  # physical banks needed, buffers included
-    violations: dict[str, np.ndarray]  # constraint name -> bool array (True = broken)
-    messages: dict[str, np.ndarray]  # constraint name -> per-tile message parts
+    violations: dict[str, np.ndarray]  # constraint -> True where broken
+    params: CandidateArrays
 
     @property
     def ok(self) -> np.ndarray:
-        bad = np.zeros(self.tm.shape, dtype=bool)
+        bad = np.zeros(np.broadcast(self.tm, self.banks).shape, dtype=bool)
         for v in self.violations.values():
             bad |= v
         return ~bad
 
-    def reason(self, i: int) -> str:
-        """Why tile i is illegal (empty if it is legal)."""
-        tile = f"tile {self.tm[i]}x{self.tn[i]}x{self.tk[i]}"
-        broken = [str(self.messages[name][i]) for name, v in self.violations.items() if v[i]]
-        return f"{tile}: " + "; ".join(broken) if broken else ""
+    def reason(self, c: int, t: int) -> str:
+        """Why tile t is illegal for candidate c (empty if it is legal)."""
+        def at(a):
+            a = np.broadcast_to(a, self.ok.shape)
+            return int(a[c, t])
+
+        p = self.params
+        parts = []
+        if at(self.violations["matrix_dim_field"]):
+            parts.append(f"matrix M/N/K field ({p.dim_bits[c]} bits) allows <= {p.dim_max[c]}, "
+                         f"tile needs {max(at(self.tm), at(self.tn), at(self.tk))}")
+        if at(self.violations["max_col"]):
+            parts.append(f"a virtual bank spans at most {p.max_col[c]} banks, tile needs "
+                         f"{max(at(self.col_a), at(self.col_b), at(self.col_c))}")
+        if at(self.violations["bank_budget"]):
+            parts.append(f"bank budget: needs {at(self.banks)} banks of {p.usable_rows[c]} usable rows "
+                         f"({at(self.buffers)}x(A {at(self.col_a)} + B {at(self.col_b)} + C {at(self.col_c)})), "
+                         f"chip has {p.bank_count[c]}")
+        if at(self.violations["virtual_ids"]):
+            parts.append(f"needs {3 * at(self.buffers)} virtual bank ids, chip has {p.virtual_ids[c]}")
+        tile = f"tile {at(self.tm)}x{at(self.tn)}x{at(self.tk)}"
+        return f"{tile}: " + "; ".join(parts) if parts else ""
 
 
-def usable_rows(chip: ChipConfig) -> int:
-    """Rows an instruction can address: SRAM depth capped by the row-address field."""
-    return min(chip.banks.rows, 1 << chip.isa.row_addr_bits)
-
-
-def check_tiles(chip: ChipConfig, mapping: Mapping, tm, tn, tk) -> TileCheck:
+def check_tiles(params: CandidateArrays, tm, tn, tk) -> TileCheck:
+    """Legality of tiles (rows of length T, or one tile per candidate as a column) for every
+    candidate in `params`."""
     tm, tn, tk = (np.asarray(x, dtype=np.int64) for x in (tm, tn, tk))
-    banks, isa = chip.banks, chip.isa
-    rows = usable_rows(chip)
-    lines_a = tm * tk * INT8_BYTES // banks.row_bytes
-    lines_b = tk * tn * INT8_BYTES // banks.row_bytes
-    acc_row_bytes = banks.acc_col * banks.row_bytes
-    lines_c = -(-(tm * tn * INT32_BYTES) // acc_row_bytes)
+    if tm.ndim == 1:
+        tm, tn, tk = tm[None, :], tn[None, :], tk[None, :]
+    col = params.column
+    rows = col("usable_rows")
+    lines_a = tm * tk * INT8_BYTES // col("row_bytes")
+    lines_b = tk * tn * INT8_BYTES // col("row_bytes")
+    lines_c = -(-(tm * tn * INT32_BYTES) // (col("acc_col") * col("row_bytes")))
     # A virtual bank spreads its rows over `col` physical banks (DMA beat i -> bank i mod col).
     col_a = -(-lines_a // rows)
     col_b = -(-lines_b // rows)
-    col_c = banks.acc_col * -(-lines_c // rows)
-    buffers = 2 if mapping.double_buffer else 1
+    col_c = col("acc_col") * -(-lines_c // rows)
+    buffers = np.where(col("double_buffer"), 2, 1)
     need = buffers * (col_a + col_b + col_c)
-    dim_max = isa.max_value("matrix_dim")
-    virtual_needed = 3 * buffers
-
+    dim_max = col("dim_max")
     violations = {
         "matrix_dim_field": (tm > dim_max) | (tn > dim_max) | (tk > dim_max),
-        "max_col": np.maximum(np.maximum(col_a, col_b), col_c) > banks.max_col,
-        "bank_budget": need > banks.count,
-        "virtual_ids": np.full(tm.shape, virtual_needed > banks.virtual_ids),
+        "max_col": np.maximum(np.maximum(col_a, col_b), col_c) > col("max_col"),
+        "bank_budget": need > col("bank_count"),
+        "virtual_ids": np.broadcast_to(3 * buffers > col("virtual_ids"), need.shape),
     }
-    messages = {
-        "matrix_dim_field": np.char.add(
-            f"matrix M/N/K field ({isa.matrix_dim_bits} bits) allows <= {dim_max}, tile needs ",
-            np.maximum(np.maximum(tm, tn), tk).astype(str)),
-        "max_col": np.char.add(
-            f"a virtual bank spans at most {banks.max_col} banks, tile needs ",
-            np.maximum(np.maximum(col_a, col_b), col_c).astype(str)),
-        "bank_budget": _budget_messages(buffers, col_a, col_b, col_c, need, banks.count, rows),
-        "virtual_ids": np.full(tm.shape, f"needs {virtual_needed} virtual bank ids, chip has {banks.virtual_ids}"),
-    }
-    return TileCheck(tm, tn, tk, lines_a, lines_b, lines_c, need, violations, messages)
+    return TileCheck(tm, tn, tk, lines_a, lines_b, lines_c, col_a, col_b, col_c, buffers, need, violations, params)
 
 
-def _budget_messages(buffers, col_a, col_b, col_c, need, have, rows) -> np.ndarray:
-    parts = [f"bank budget: needs ", need.astype(str), f" banks of {rows} usable rows (",
-             f"{buffers}x(A ", col_a.astype(str), " + B ", col_b.astype(str), " + C ", col_c.astype(str),
-             f")), chip has {have}"]
-    out = np.asarray(parts[0])
-    for p in parts[1:]:
-        out = np.char.add(out, p)
-    return out
-
-
-@dataclass(frozen=True)
-class TileChoice:
-    tm: int
-    tn: int
-    tk: int
-    banks: int
-
-
-def framework_tile(chip: ChipConfig, shape: MatmulShape) -> tuple[int, int, int]:
-    """The framework toolchain's greedy pick: K first, then N, then M (HARDWARE.md).
+def framework_tiles(params: CandidateArrays, shape: MatmulShape) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The framework toolchain's greedy pick per candidate: K first, then N, then M
+    (HARDWARE.md), as columns (candidates x 1).
 
     A and B tiles are capped at one bank of DMA lines and C at a quarter of that in
     accumulator lines (1024 and 256 on the default 1024-row bank). A 512^3 int8 matmul gets
@@ -145,15 +134,16 @@ def framework_tile(chip: ChipConfig, shape: MatmulShape) -> tuple[int, int, int]
     as it does in the framework (no spilling).
     """
     Mp, Np, Kp = shape.padded
-    rows = usable_rows(chip)
-    line = chip.banks.row_bytes
-    limit_ab, limit_c = rows, rows // 4
+    limit_ab = params.column("usable_rows")
+    limit_c = limit_ab // 4
+    line = params.column("row_bytes")
 
-    def largest(cands: np.ndarray, fits) -> int:
-        ok = cands[fits(cands)]
-        return int(ok.max()) if ok.size else PAD
+    def largest(cands: np.ndarray, fits: np.ndarray) -> np.ndarray:
+        best = np.where(fits, cands[None, :], 0).max(axis=1, keepdims=True)
+        return np.where(best > 0, best, PAD)
 
-    tk = largest(divisors(Kp), lambda k: PAD * k // line <= limit_ab)
-    tn = largest(divisors(Np), lambda n: tk * n // line <= limit_ab)
-    tm = largest(divisors(Mp), lambda m: (m * tk // line <= limit_ab) & (m * tn // PAD <= limit_c))
+    kd, nd, md = divisors(Kp), divisors(Np), divisors(Mp)
+    tk = largest(kd, PAD * kd[None, :] // line <= limit_ab)
+    tn = largest(nd, tk * nd[None, :] // line <= limit_ab)
+    tm = largest(md, (md[None, :] * tk // line <= limit_ab) & (md[None, :] * tn // PAD <= limit_c))
     return tm, tn, tk

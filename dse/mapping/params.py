@@ -1,0 +1,99 @@
+"""Candidates as columns: the chip and mapping figures the cost model reads, one numpy
+array per figure with one entry per candidate, so a whole batch is evaluated at once."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Sequence
+
+import numpy as np
+
+from .candidate import Candidate
+
+
+@dataclass
+class CandidateArrays:
+    n: int
+    # banks and instruction fields
+    bank_count: np.ndarray
+    bank_rows: np.ndarray
+    usable_rows: np.ndarray  # SRAM depth capped by the row-address field
+    row_bytes: np.ndarray
+    acc_col: np.ndarray
+    max_col: np.ndarray
+    virtual_ids: np.ndarray
+    dim_bits: np.ndarray
+    dim_max: np.ndarray
+    # DMA
+    beat_bytes: np.ndarray
+    burst_max_bytes: np.ndarray
+    bursts_in_flight: np.ndarray
+    dma_latency: np.ndarray
+    # cores
+    cores: np.ndarray
+    op_cycles_per_element: np.ndarray
+    private_sram_per_core: np.ndarray
+    # mapping
+    framework: np.ndarray  # bool: the framework's greedy tile instead of the search
+    double_buffer: np.ndarray
+    workers: np.ndarray
+    split_rows: np.ndarray
+    # Balls: per candidate, the latency formula text (None when the chip lacks the Ball)
+    matrix_formula: list[str | None]
+    matrix_rows: np.ndarray
+    matrix_cols: np.ndarray
+    relu_formula: list[str | None]
+    chip_names: list[str]
+
+    @classmethod
+    def from_candidates(cls, cands: Sequence[Candidate]) -> "CandidateArrays":
+        def col(get, dtype=np.int64):
+            return np.fromiter((get(c) for c in cands), dtype=dtype, count=len(cands))
+
+        def ball_formula(c: Candidate, kind: str, mode: str) -> str | None:
+            ball = c.chip.ball(kind)
+            return None if ball is None else ball.latency[mode]
+
+        matrix = [c.chip.ball("matrix") for c in cands]
+        return cls(
+            n=len(cands),
+            bank_count=col(lambda c: c.chip.banks.count),
+            bank_rows=col(lambda c: c.chip.banks.rows),
+            usable_rows=col(lambda c: min(c.chip.banks.rows, 1 << c.chip.isa.row_addr_bits)),
+            row_bytes=col(lambda c: c.chip.banks.row_bytes),
+            acc_col=col(lambda c: c.chip.banks.acc_col),
+            max_col=col(lambda c: c.chip.banks.max_col),
+            virtual_ids=col(lambda c: c.chip.banks.virtual_ids),
+            dim_bits=col(lambda c: c.chip.isa.matrix_dim_bits),
+            dim_max=col(lambda c: c.chip.isa.max_value("matrix_dim")),
+            beat_bytes=col(lambda c: c.chip.dma.beat_bytes),
+            burst_max_bytes=col(lambda c: c.chip.dma.burst_max_bytes),
+            bursts_in_flight=col(lambda c: c.chip.dma.bursts_in_flight),
+            dma_latency=col(lambda c: c.chip.dma.latency_cycles),
+            cores=col(lambda c: c.chip.cores.count),
+            op_cycles_per_element=col(lambda c: c.chip.cores.op_cycles_per_element, np.float64),
+            private_sram_per_core=col(lambda c: c.chip.private_sram_bytes),
+            framework=col(lambda c: c.mapping.policy == "framework", bool),
+            double_buffer=col(lambda c: c.mapping.double_buffer, bool),
+            workers=col(lambda c: c.mapping.workers),
+            split_rows=col(lambda c: c.mapping.split == "rows", bool),
+            matrix_formula=[ball_formula(c, "matrix", c.mapping.dataflow) for c in cands],
+            matrix_rows=np.array([b.array_rows if b else 0 for b in matrix], dtype=np.int64),
+            matrix_cols=np.array([b.array_cols if b else 0 for b in matrix], dtype=np.int64),
+            relu_formula=[ball_formula(c, "relu", "default") for c in cands],
+            chip_names=[c.chip.name for c in cands],
+        )
+
+    def take(self, idx: np.ndarray) -> "CandidateArrays":
+        """The candidates at positions `idx`."""
+        out = {}
+        for name, value in vars(self).items():
+            if isinstance(value, np.ndarray):
+                out[name] = value[idx]
+            elif isinstance(value, list):
+                out[name] = [value[i] for i in idx]
+        return CandidateArrays(n=len(idx), **out)
+
+    def column(self, name: str) -> np.ndarray:
+        """A per-candidate figure shaped (n, 1), to broadcast against a row of tiles."""
+        return getattr(self, name)[:, None]
