@@ -31,7 +31,7 @@ class FormulaError(ValueError):
 class Formula:
     """A checked arithmetic expression: ``Formula("M*N*K/16 + M*N", {"M", "N", "K"})``."""
 
-    def __init__(self, text: str, names: Iterable[str]):
+    def __init__(self, text: str, names: Iterable[str], allow_strings: bool = False):
         self.text = text
         self.names = frozenset(names)
         try:
@@ -48,7 +48,8 @@ class Formula:
             elif isinstance(node, ast.Name) and node.id not in self.names and node.id not in FUNCTIONS:
                 raise FormulaError(
                     f"unknown name {node.id!r} in {text!r}; allowed names: {sorted(self.names)}")
-            elif isinstance(node, ast.Constant) and not isinstance(node.value, (int, float)):
+            elif isinstance(node, ast.Constant) and not isinstance(node.value, (int, float)) and not (
+                    allow_strings and isinstance(node.value, str)):
                 raise FormulaError(f"constant {node.value!r} is not a number in {text!r}")
         self._code = compile(tree, f"<formula {text}>", "eval")
         self.used = frozenset(n.id for n in ast.walk(tree) if isinstance(n, ast.Name)) - set(FUNCTIONS)

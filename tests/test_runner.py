@@ -114,16 +114,16 @@ def test_tpe_sampler_proposes_distinct_candidates_and_resumes(tmp_path):
 
 
 def test_a_crashing_stage_is_a_failed_run_and_the_sweep_goes_on(tmp_path, monkeypatch):
-    import dse.runner.sweep as sweep_mod
+    import dse.runner.execution as execution
 
-    real = sweep_mod.analytical_stage
+    real = execution._analytical_batch
 
-    def flaky(graph, cand):
-        if cand.mapping.workers == 2:
+    def flaky(graph, cands):
+        if any(c.mapping.workers == 2 for c in cands):
             raise RuntimeError("injected fault")
-        return real(graph, cand)
+        return real(graph, cands)
 
-    monkeypatch.setattr(sweep_mod, "analytical_stage", flaky)
+    monkeypatch.setattr(execution, "_analytical_batch", flaky)
     result = run_sweep(write_spec(tmp_path, banks="[16]"), tmp_path / "r.db", progress=False)
     with Store(tmp_path / "r.db") as store:
         runs = store.runs(result.experiment_id)

@@ -1,69 +1,156 @@
-"""Where candidates come from: the baseline, a full grid, or Optuna's TPE.
+"""Where candidates come from: a full grid, random draws, Optuna TPE or NSGA-II.
 
-Optuna is only a sampler here: its study lives in memory and is rebuilt from the records
-(`seed_study`), so the store stays the one source of truth and a rerun resumes.
+Every sampler proposes parameter dicts in batches and is told the outcome of each.
+Optuna is only a sampler: its study lives in memory and is rebuilt from the records
+(`replay`), so the store stays the one source of truth and a rerun resumes.
 """
 
 from __future__ import annotations
 
-import itertools
 import math
 import warnings
-from typing import Iterator, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Iterator, Sequence
 
+import numpy as np
 import optuna
-from optuna.distributions import CategoricalDistribution
 
+from .space import Space
 from .spec import Spec
 
 INFEASIBLE_VALUE = math.inf
 
 
-def grid(spec: Spec) -> Iterator[dict]:
-    knobs = spec.model.space
-    for values in itertools.product(*(k.values for k in knobs)):
-        yield {k.name: v for k, v in zip(knobs, values)}
+@dataclass
+class Proposal:
+    params: dict[str, Any]
+    token: Any = None  # the sampler's handle (an Optuna trial), given back in `tell`
 
 
-def use_grid(spec: Spec) -> bool:
-    s = spec.model.search
-    return s.sampler == "grid" or (s.sampler == "auto" and spec.grid_size() <= s.max_grid)
-
-
-def distributions(spec: Spec) -> dict[str, CategoricalDistribution]:
-    return {k.name: CategoricalDistribution(k.values) for k in spec.model.space}
-
-
-def _constraint(trial: optuna.trial.FrozenTrial) -> Sequence[float]:
-    # Optuna reads <= 0 as feasible: infeasible candidates steer TPE away from their region.
-    return trial.user_attrs.get("constraint", (0.0,))
-
-
-def new_study(spec: Spec) -> optuna.Study:
-    optuna.logging.set_verbosity(optuna.logging.WARNING)
-    with warnings.catch_warnings():  # both options are marked experimental; we pin optuna
-        warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
-        sampler = optuna.samplers.TPESampler(
-            seed=spec.model.search.seed, constraints_func=_constraint, n_startup_trials=8, multivariate=True)
-    return optuna.create_study(directions=[o.direction for o in spec.model.objectives], sampler=sampler)
+@dataclass
+class Observation:
+    params: dict[str, Any]
+    feasible: bool
+    totals: dict[str, float] = field(default_factory=dict)
 
 
 def objective_values(spec: Spec, feasible: bool, totals: dict) -> list[float]:
+    """What a sampler is told: infeasible candidates are worst on every objective."""
     values = []
     for obj in spec.model.objectives:
         v = totals.get(obj.metric)
-        if not feasible or v is None or math.isnan(v):
+        if not feasible or v is None or (isinstance(v, float) and math.isnan(v)):
             v = INFEASIBLE_VALUE if obj.direction == "minimize" else -INFEASIBLE_VALUE
         values.append(float(v))
     return values
 
 
-def seed_study(study: optuna.Study, spec: Spec, evaluated: Sequence[tuple[dict, bool, dict, str]]) -> None:
-    """Replay recorded candidates (params, feasible, totals, origin) into a fresh study."""
-    dists = distributions(spec)
-    for params, feasible, totals, _origin in evaluated:
-        if set(params) != set(dists) or any(params[n] not in dists[n].choices for n in dists):
-            continue  # e.g. a baseline whose values lie outside the space
-        study.add_trial(optuna.trial.create_trial(
-            params=params, distributions=dists, values=objective_values(spec, feasible, totals),
-            user_attrs={"constraint": (0.0 if feasible else 1.0,)}))
+class Sampler:
+    exhaustive = False  # True when the sampler enumerates a finite set (no trial budget)
+
+    def replay(self, recorded: Sequence[Observation]) -> None:
+        """Learn from candidates recorded by an earlier run."""
+
+    def ask(self, n: int) -> list[Proposal]:
+        raise NotImplementedError
+
+    def tell(self, proposal: Proposal, obs: Observation) -> None:
+        """The outcome of a proposal (also for one already recorded)."""
+
+
+class GridSampler(Sampler):
+    exhaustive = True
+
+    def __init__(self, space: Space):
+        self._points: Iterator[dict] = space.grid()
+
+    def ask(self, n: int) -> list[Proposal]:
+        out = []
+        for params in self._points:
+            out.append(Proposal(params))
+            if len(out) == n:
+                break
+        return out
+
+
+class RandomSampler(Sampler):
+    def __init__(self, space: Space, seed: int):
+        self.space = space
+        self.rng = np.random.default_rng(seed)
+
+    def ask(self, n: int) -> list[Proposal]:
+        return [Proposal(self.space.sample(self.rng)) for _ in range(n)]
+
+
+class OptunaSampler(Sampler):
+    """TPE or NSGA-II over the space, with infeasible candidates as constraint violations."""
+
+    def __init__(self, spec: Spec, kind: str):
+        self.spec, self.space = spec, spec.space
+        optuna.logging.set_verbosity(optuna.logging.WARNING)
+        seed = spec.model.search.seed
+        with warnings.catch_warnings():  # constraints_func and multivariate are marked experimental
+            warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+            if kind == "nsga2":
+                sampler = optuna.samplers.NSGAIISampler(seed=seed, constraints_func=_constraint)
+            else:
+                sampler = optuna.samplers.TPESampler(seed=seed, constraints_func=_constraint, n_startup_trials=8,
+                                                     multivariate=True, group=True)
+        self.study = optuna.create_study(directions=[o.direction for o in spec.model.objectives], sampler=sampler)
+
+    def replay(self, recorded: Sequence[Observation]) -> None:
+        knobs = {k.name: k for k in self.space.knobs}
+        dists = {k.name: k.distribution() for k in self.space.knobs}
+        for obs in recorded:
+            params = obs.params
+            if any(name not in knobs or not _in_range(knobs[name], v) for name, v in params.items()):
+                continue  # e.g. a baseline whose values lie outside the space
+            self.study.add_trial(optuna.trial.create_trial(
+                params=params, distributions={n: dists[n] for n in params},
+                values=objective_values(self.spec, obs.feasible, obs.totals),
+                user_attrs={"constraint": (0.0 if obs.feasible else 1.0,)}))
+
+    def ask(self, n: int) -> list[Proposal]:
+        out = []
+        for _ in range(n):
+            trial = self.study.ask()
+            out.append(Proposal(self.space.suggest(trial), trial))
+        return out
+
+    def tell(self, proposal: Proposal, obs: Observation) -> None:
+        trial = proposal.token
+        if trial is None:
+            return
+        trial.set_user_attr("constraint", (0.0 if obs.feasible else 1.0,))
+        self.study.tell(trial, objective_values(self.spec, obs.feasible, obs.totals))
+
+
+def _in_range(knob, value) -> bool:
+    if knob.type == "categorical":
+        return value in knob.values
+    return isinstance(value, (int, float)) and knob.low <= value <= knob.high
+
+
+def _constraint(trial: optuna.trial.FrozenTrial) -> Sequence[float]:
+    # Optuna reads <= 0 as feasible: infeasible candidates steer the search away.
+    return trial.user_attrs.get("constraint", (0.0,))
+
+
+def sampler_kind(spec: Spec) -> str:
+    s = spec.model.search
+    if s.sampler != "auto":
+        return s.sampler
+    if spec.grid_size() and spec.grid_size() <= s.max_grid:
+        return "grid"
+    # TPE handles several objectives too, and unlike NSGA-II it learns from the first
+    # handful of trials rather than after whole generations: better for small budgets.
+    return "tpe"
+
+
+def make_sampler(spec: Spec) -> Sampler:
+    kind = sampler_kind(spec)
+    if kind == "grid":
+        return GridSampler(spec.space)
+    if kind == "random":
+        return RandomSampler(spec.space, spec.model.search.seed)
+    return OptunaSampler(spec, kind)

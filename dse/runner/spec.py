@@ -22,6 +22,7 @@ from ..chips import load_chip, override_chip
 from ..errors import InputError
 from ..mapping import Mapping, mapping_from_dict
 from ..workload import list_recipes, load_recipe
+from .space import Constraint, Knob, Space
 
 # Total metrics a spec may name in objectives and acceptance expressions.
 METRICS = (
@@ -57,22 +58,27 @@ class Baseline(_Model):
     mapping: dict[str, Any] = {}
 
 
-class Knob(_Model):
-    name: str
-    target: str = Field(pattern=r"^(chip|mapping)\.[A-Za-z0-9_.]+$")
-    values: list[Any] = Field(min_length=1)
-
-
 class Objective(_Model):
     metric: str
     direction: Literal["minimize", "maximize"] = "minimize"
 
 
 class Search(_Model):
-    sampler: Literal["auto", "grid", "tpe"] = "auto"
-    max_grid: int = Field(256, gt=0)  # "auto" enumerates the grid up to this many points
-    trials: int = Field(40, gt=0)
+    # auto: the full grid when it has at most max_grid points, else TPE (one objective) or
+    # NSGA-II (several)
+    sampler: Literal["auto", "grid", "random", "tpe", "nsga2"] = "auto"
+    max_grid: int = Field(256, gt=0)
+    trials: int = Field(40, gt=0)  # new candidates a sampled (non-grid) search may propose
+    wall_seconds: float | None = Field(None, gt=0)  # stop proposing after this long
+    batch: int = Field(0, ge=0)  # candidates asked at once (0: chosen from sampler and workers)
     seed: int = 0
+
+
+class Stages(_Model):
+    analytical: Literal["all"] = "all"
+    # The emulator stage arrives with the lowering; until then only "none" is accepted.
+    emulator: Literal["none"] = "none"
+    top_k: int = Field(5, gt=0)
 
 
 class SpecModel(_Model):
@@ -81,8 +87,10 @@ class SpecModel(_Model):
     workload: Workload
     baseline: Baseline
     space: list[Knob] = []
+    constraints: list[Constraint] = []
     objectives: list[Objective] = Field(min_length=1)
     search: Search = Search()
+    stages: Stages = Stages()
 
 
 class Spec:
@@ -92,16 +100,16 @@ class Spec:
         self.path, self.text, self.model = path, text, model
         self.baseline_chip, self.baseline_mapping = baseline_chip, baseline_mapping
         self.hash = hashlib.sha256(text.encode()).hexdigest()
+        baseline = {"chip": baseline_chip.model_dump(mode="json"), "mapping": baseline_mapping.model_dump(mode="json")}
+        self.space = Space(model.space, model.constraints,
+                           {k.name: _lookup(baseline, k.target) for k in model.space if _has(baseline, k.target)})
 
     @property
     def name(self) -> str:
         return self.model.experiment.name
 
     def grid_size(self) -> int:
-        size = 1
-        for knob in self.model.space:
-            size *= len(knob.values)
-        return size
+        return self.space.grid_size()
 
     def apply(self, params: dict[str, Any]) -> tuple[ChipConfig, Mapping]:
         """The baseline with knob values applied (may raise InputError for a bad combination)."""
@@ -112,6 +120,20 @@ class Spec:
         chip = override_chip(self.baseline_chip, chip_over, self.path) if chip_over else self.baseline_chip
         mapping = mapping_from_dict({**self.baseline_mapping.model_dump(mode="json"), **map_over}, str(self.path))
         return chip, mapping
+
+
+def _lookup(data: dict, dotted: str) -> Any:
+    for part in dotted.split("."):
+        data = data[part]
+    return data
+
+
+def _has(data: dict, dotted: str) -> bool:
+    try:
+        _lookup(data, dotted)
+        return True
+    except (KeyError, TypeError):
+        return False
 
 
 def load_spec(path: str | Path) -> Spec:
@@ -128,7 +150,7 @@ def load_spec(path: str | Path) -> Spec:
     except ValidationError as exc:
         err = exc.errors()[0]
         field = ".".join(str(p) for p in err["loc"])
-        allowed = err["msg"].removeprefix("Input should be ")
+        allowed = err["msg"].removeprefix("Input should be ").removeprefix("Value error, ")
         if err["type"] == "extra_forbidden":
             allowed = "no such key here; see experiments/quickstart.toml for the known keys"
         raise InputError(path, field, err.get("input"), allowed) from None
@@ -143,6 +165,8 @@ def load_spec(path: str | Path) -> Spec:
             raise InputError(path, "baseline.chip", exc.value, exc.allowed) from None
         raise
     mapping = mapping_from_dict(model.baseline.mapping, str(path), field_prefix="baseline.mapping.")
+    for field, value, allowed in Space.check(model.space, model.constraints):
+        raise InputError(path, field, value, allowed)
     spec = Spec(path, text, model, chip, mapping)
     _check_knobs(spec)
     _check_metrics(spec)
@@ -155,13 +179,23 @@ def _check_knobs(spec: Spec) -> None:
         if knob.name in names:
             raise InputError(spec.path, f"space[{i}].name", knob.name, "a name not used by another knob")
         names.add(knob.name)
-        for value in knob.values:
-            # Each value alone on the baseline must be a valid config: a typo or a zero size
-            # is the spec's error, found now rather than as a failed candidate later.
+        if knob.name not in spec.space.baseline_values:
+            raise InputError(spec.path, f"space[{i}].target", knob.target, "a field of the chip config or the mapping")
+        values = knob.grid_values()
+        if values is None and spec.model.search.sampler == "grid":
+            raise InputError(spec.path, f"space[{i}]", knob.name, "a float knob with step or grid_points for a grid")
+        # Each value alone on the baseline must be a valid config: a typo or a zero size is
+        # the spec's error, found now rather than as a failed candidate later. Ranges are
+        # checked at their ends.
+        for value in values if knob.type == "categorical" else [_whole(knob.low, knob), _whole(knob.high, knob)]:
             try:
                 spec.apply({knob.name: value})
             except InputError as exc:
                 raise InputError(spec.path, f"space[{i}] ({knob.name}) -> {exc.field}", value, exc.allowed) from None
+
+
+def _whole(value: float, knob: Knob) -> Any:
+    return int(value) if knob.type == "int" else float(value)
 
 
 def _check_metrics(spec: Spec) -> None:

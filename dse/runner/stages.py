@@ -40,11 +40,14 @@ class AnalyticalResult:
         return rows
 
 
+def total_metrics(row) -> dict[str, float]:
+    return {m: float(row[m]) for m in METRICS}
+
+
 def analytical_stage(graph, candidate: Candidate) -> AnalyticalResult:
     per_op = estimate(graph, [candidate])
     total = summarize(per_op, [candidate]).iloc[0]
-    totals = {m: total[m] for m in METRICS}
-    return AnalyticalResult(bool(total["feasible"]), str(total["reason"]), totals, per_op)
+    return AnalyticalResult(bool(total["feasible"]), str(total["reason"]), total_metrics(total), per_op)
 
 
 def source_count_metrics(graph) -> list[dict]:

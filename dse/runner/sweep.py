@@ -1,33 +1,38 @@
 """The sweep driver: spec -> candidates (baseline first) -> stages -> records.
 
-Only this driver writes the store. Every candidate is recorded, infeasible and failed ones
-included; a candidate already evaluated (same hash) is never evaluated again, so rerunning
-the same command resumes.
+Only this driver writes the store. Candidates are proposed, recorded and evaluated in
+batches: every candidate is recorded (infeasible and failed ones included) with a run row
+written as *running* before its evaluation starts; a candidate already evaluated (same
+hash) is never evaluated again, so rerunning the same command resumes, the sampler
+rebuilt from the records.
 """
 
 from __future__ import annotations
 
 import json
 import math
-import traceback
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any
 
 from tqdm import tqdm
 
 from ..analytical import MODEL_VERSION
 from ..chips import overridden_data
 from ..errors import InputError
+from ..identity import content_hash
 from ..mapping import Candidate
 from ..records import Store
 from ..workload import capture_recipe, load_recipe
-from . import samplers
 from .acceptance import decide
+from .execution import Outcome, WorkItem, make_executor
+from .recorder import Recorder
+from .samplers import Observation, Proposal, Sampler, make_sampler, sampler_kind
 from .spec import Spec, load_spec
-from .stages import analytical_stage, source_count_metrics
+from .stages import source_count_metrics
 
-FINISHED = {"ok", "infeasible", "pruned", "failed", "crashed"}
+DONE = {"ok", "infeasible", "pruned", "failed"}  # crashed or running: evaluate again
 
 
 @dataclass
@@ -39,6 +44,7 @@ class SweepResult:
     resumed: int = 0
     counts: dict[str, int] = field(default_factory=dict)
     decision: str = ""
+    stopped_early: str = ""
 
 
 def _get(data: dict, dotted: str) -> Any:
@@ -61,11 +67,22 @@ def diff_from(baseline: dict, other: dict) -> dict[str, list]:
     return {k: [a.get(k), b.get(k)] for k in sorted(set(a) | set(b)) if a.get(k) != b.get(k)}
 
 
+@dataclass
+class _Built:
+    params: dict
+    config: dict
+    mapping: dict
+    hash: str
+    reason: str  # why it is infeasible before any evaluation ('' if it is to be evaluated)
+
+
 class Sweep:
-    def __init__(self, spec: Spec, graph, store: Store, progress: bool = True):
-        self.spec, self.graph, self.store, self.progress = spec, graph, store, progress
+    def __init__(self, spec: Spec, graph, store: Store, executor=None, progress: bool = True):
+        self.spec, self.graph, self.progress = spec, graph, progress
+        self.executor = executor or make_executor(graph)
         recipe = load_recipe(spec.model.workload.recipe)
         m = spec.model
+        self.recorder = Recorder(store)
         try:
             self.experiment_id = store.create_experiment(
                 name=m.experiment.name, hypothesis=m.experiment.hypothesis,
@@ -75,165 +92,199 @@ class Sweep:
         except ValueError as exc:  # the name is taken by another spec: resuming would mix evidence
             raise InputError(spec.path, "experiment.name", m.experiment.name,
                              f"a name this store does not hold for a different spec ({exc})") from None
+        self.store = store
         self.baseline_data = {"config": spec.baseline_chip.model_dump(mode="json"),
                               "mapping": spec.baseline_mapping.model_dump(mode="json")}
         self.result = SweepResult(self.experiment_id, spec.name, "testing")
         self.best: float | None = None
-        self.seen: dict[int, tuple[bool, dict]] = {}  # candidate id -> (feasible, totals) this run
+        self.known: dict[str, tuple[int, Observation]] = {}  # hash -> (candidate id, outcome)
+        self._chips: dict[tuple, Any] = {}
 
-    # -- candidates ------------------------------------------------------------------
-    def _build(self, params: dict) -> tuple[dict, dict, Candidate | None, str]:
-        """Config and mapping for knob values; an invalid combination is infeasible, not an error."""
-        chip_over = {k.target.removeprefix("chip."): params[k.name]
-                     for k in self.spec.model.space if k.target.startswith("chip.") and k.name in params}
-        try:
-            chip, mapping = self.spec.apply(params)
-        except InputError as exc:
-            config = overridden_data(self.spec.baseline_chip, chip_over, self.spec.path)
-            mapping = self.baseline_data["mapping"] | {
-                k.target.removeprefix("mapping."): params[k.name]
-                for k in self.spec.model.space if k.target.startswith("mapping.") and k.name in params}
-            return config, mapping, None, f"invalid chip for this combination: {exc.field}: {exc.allowed}"
-        cand = Candidate(chip, mapping)
-        return cand.config_dict, cand.mapping_dict, cand, ""
+    # -- building candidates ---------------------------------------------------------
+    def _overrides(self, params: dict, prefix: str) -> dict:
+        return {k.target.removeprefix(prefix): params[k.name]
+                for k in self.spec.model.space if k.target.startswith(prefix) and k.name in params}
 
-    def evaluate(self, params: dict, origin: str) -> tuple[bool, dict]:
-        """Record and evaluate one candidate (or return its recorded result)."""
-        config, mapping, cand, invalid = self._build(params)
-        cid, _ = self.store.add_candidate(self.experiment_id, config, mapping, origin,
-                                          diff_from(self.baseline_data, {"config": config, "mapping": mapping}))
+    def _build(self, params: dict) -> _Built:
+        chip_over, map_over = self._overrides(params, "chip."), self._overrides(params, "mapping.")
+        mapping = {**self.baseline_data["mapping"], **map_over}
+        key = tuple(sorted(chip_over.items()))
+        if key not in self._chips:  # many candidates share a chip and differ in mapping only
+            try:
+                self._chips[key] = (self.spec.apply({k.name: params[k.name] for k in self.spec.model.space
+                                                     if k.target.startswith("chip.") and k.name in params})[0], "")
+            except InputError as exc:
+                data = overridden_data(self.spec.baseline_chip, chip_over, self.spec.path)
+                self._chips[key] = (data, f"invalid chip for this combination: {exc.field}: {exc.allowed}")
+        chip, reason = self._chips[key]
+        config = chip if isinstance(chip, dict) else chip.model_dump(mode="json")
+        reason = reason or self.spec.space.violated(params)
+        if not reason:
+            try:
+                mapping = Candidate(chip, self.spec.apply({k.name: params[k.name] for k in self.spec.model.space
+                                                           if k.target.startswith("mapping.") and k.name in params})[1]
+                                    ).mapping_dict
+            except InputError as exc:
+                reason = f"invalid mapping for this combination: {exc.field}: {exc.allowed}"
+        return _Built(params, config, mapping, content_hash({"config": config, "mapping": mapping}), reason)
+
+    # -- recording and evaluating ----------------------------------------------------
+    def _load_known(self) -> list[Observation]:
+        cands = self.store.candidates(self.experiment_id)
+        if cands.empty:
+            return []
+        table = self.store.metric_table(self.experiment_id, "analytical").set_index("candidate_id")
+        metric_names = [c for c in table.columns if c not in {"status", "reason", "stage", "metric_run_id",
+                                                                "model_version", "emulator_version"}]
+        out = []
+        for c in cands.to_dict("records"):
+            if c["status"] not in DONE:
+                continue
+            data = {"chip": json.loads(c["config"]), "mapping": json.loads(c["mapping"])}
+            params = {}
+            for k in self.spec.model.space:
+                try:
+                    value = _get(data, k.target)
+                except KeyError:
+                    continue
+                if value != self.spec.space.baseline_values.get(k.name) or c["origin"] != "baseline":
+                    params[k.name] = value
+            params = self.spec.space.prune_inactive(params)
+            totals = {}
+            if c["status"] == "ok" and int(c["id"]) in table.index:
+                row = table.loc[int(c["id"])]
+                totals = {m: float(row[m]) for m in metric_names if isinstance(row[m], (int, float)) and not math.isnan(row[m])}
+            obs = Observation(params, c["status"] == "ok", totals)
+            self.known[c["hash"]] = (int(c["id"]), obs)
+            self._count(c["status"])
+            self._track_best(obs)
+            out.append(obs)
+        self.result.resumed = len(out)
+        return out
+
+    def _evaluate(self, proposals: list[Proposal], origin: str, sampler: Sampler | None, bar) -> int:
+        """Record and evaluate a batch; returns how many candidates were new."""
+        built = [self._build(p.params) for p in proposals]
+        fresh: dict[str, _Built] = {}
+        for b in built:
+            if b.hash not in self.known and b.hash not in fresh:
+                fresh[b.hash] = b
+        new = list(fresh.values())
+        if new:
+            ids = self.recorder.add_candidates(self.experiment_id, [
+                dict(config=b.config, mapping=b.mapping, origin=origin,
+                     diff=diff_from(self.baseline_data, {"config": b.config, "mapping": b.mapping})) for b in new])
+            if origin == "baseline":
+                self.store.set_baseline(self.experiment_id, ids[0])
+            runs = self.recorder.start_runs(ids, "analytical", seed=self.spec.model.search.seed,
+                                            model_version=MODEL_VERSION)
+            by_run = {run: (cid, b) for run, cid, b in zip(runs, ids, new)}
+            self.result.evaluated += len(new)
+            try:
+                outcomes = [Outcome(run, "infeasible", b.reason) for run, (_, b) in by_run.items() if b.reason]
+                self._finish(outcomes, by_run, origin)
+                items = [WorkItem(run, b.config, b.mapping, b.hash) for run, (_, b) in by_run.items() if not b.reason]
+                for chunk_outcomes in self.executor.run(self._chunks(items)):
+                    self._finish(chunk_outcomes, by_run, origin)
+                    bar.update(len(chunk_outcomes))
+                bar.update(len(outcomes))
+            except BaseException:  # Ctrl-C or a lost cluster: what is unfinished is recorded as such
+                self.recorder.crash_unfinished("interrupted before this candidate finished")
+                raise
+        if sampler is not None:
+            for p, b in zip(proposals, built):
+                sampler.tell(p, self.known[b.hash][1])
+        self._tick(bar)
+        return len(new)
+
+    def _chunks(self, items: list[WorkItem]) -> list[list[WorkItem]]:
+        if not items:
+            return []
+        parts = max(1, self.executor.workers * 2) if self.executor.workers > 1 else 1
+        size = max(1, math.ceil(len(items) / parts))
+        return [items[i:i + size] for i in range(0, len(items), size)]
+
+    def _finish(self, outcomes: list[Outcome], by_run: dict, origin: str) -> None:
+        if not outcomes:
+            return
         if origin == "baseline":
-            self.store.set_baseline(self.experiment_id, cid)
-        if cid in self.seen:  # the grid may propose the baseline again: same hash, same record
-            return self.seen[cid]
-        done = self._recorded(cid)
-        if done is not None:
-            self.result.resumed += 1
-            self.seen[cid] = done
-            return done
-        run_id = self.store.start_run(cid, "analytical", seed=self.spec.model.search.seed, model_version=MODEL_VERSION)
-        self.result.evaluated += 1
-        feasible, totals = False, {}
-        try:
-            if cand is None:
-                self.store.finish_run(run_id, "infeasible", reason=invalid)
-            else:
-                res = analytical_stage(self.graph, cand)
-                metrics = res.metrics() + (source_count_metrics(self.graph) if origin == "baseline" else [])
-                self.store.finish_run(run_id, "ok" if res.feasible else "infeasible", metrics,
-                                      reason=res.reason or None)
-                feasible, totals = res.feasible, res.totals
-        except KeyboardInterrupt:
-            self.store.finish_run(run_id, "crashed", error="interrupted by the user")
-            raise
-        except Exception as exc:  # a crash inside a stage is a recorded outcome; the sweep goes on
-            self.store.finish_run(run_id, "failed", error=f"{type(exc).__name__}: {exc}",
-                                  traceback=traceback.format_exc())
-            self._count("failed")
-            self.seen[cid] = (False, {})
-            return False, {}
-        self._count("ok" if feasible else "infeasible")
-        self._track_best(feasible, totals)
-        self.seen[cid] = (feasible, totals)
-        return feasible, totals
-
-    def _recorded(self, cid: int) -> tuple[bool, dict] | None:
-        runs = self.store.runs(candidate=cid)
-        runs = runs[(runs["stage"] == "analytical") & runs["status"].isin(FINISHED)]
-        if runs.empty:
-            return None
-        status = runs.iloc[-1]["status"]
-        self._count(status)
-        if status != "ok":
-            return False, {}
-        m = self.store.metrics(self.experiment_id, kind="analytical")
-        m = m[(m["run_id"] == runs.iloc[-1]["id"]) & (m["scope"] == "total")]
-        totals = dict(zip(m["name"], m["value"]))
-        self._track_best(True, totals)
-        return True, totals
+            for o in outcomes:
+                if o.status == "ok":
+                    o.metrics = o.metrics + source_count_metrics(self.graph)
+        self.recorder.finish_runs(outcomes)
+        for o in outcomes:
+            cid, b = by_run[o.key]
+            obs = Observation(b.params, o.status == "ok", o.totals)
+            self.known[b.hash] = (cid, obs)
+            self._count(o.status)
+            self._track_best(obs)
 
     def _count(self, status: str) -> None:
         self.result.counts[status] = self.result.counts.get(status, 0) + 1
 
-    def _track_best(self, feasible: bool, totals: dict) -> None:
+    def _track_best(self, obs: Observation) -> None:
         obj = self.spec.model.objectives[0]
-        v = totals.get(obj.metric)
-        if feasible and v is not None and not math.isnan(v):
+        v = obs.totals.get(obj.metric)
+        if obs.feasible and v is not None and not math.isnan(v):
             sign = 1 if obj.direction == "minimize" else -1
             if self.best is None or sign * v < sign * self.best:
                 self.best = v
 
-    # -- the sweep -------------------------------------------------------------------
-    def run(self) -> SweepResult:
-        self.store.set_status(self.experiment_id, "testing")
-        spec = self.spec
-        if samplers.use_grid(spec):
-            proposals: Iterable[dict] = samplers.grid(spec)
-            total = spec.grid_size()
-        else:
-            proposals, total = None, spec.model.search.trials
-        bar = tqdm(total=total + 1, disable=not self.progress, desc=spec.name, unit="cand", mininterval=0.5)
-        try:
-            self.evaluate({}, "baseline")
-            bar.update()
-            if proposals is not None:
-                for params in proposals:
-                    self.evaluate(params, "grid")
-                    self._tick(bar)
-            else:
-                self._run_tpe(bar)
-        finally:
-            bar.close()
-        verdict = decide(self.store, self.experiment_id, spec)
-        self.result.status, self.result.decision = verdict
-        return self.result
-
     def _tick(self, bar) -> None:
         best = f"{self.best:.4g}" if self.best is not None else "-"
         bar.set_postfix(best=best, infeasible=self.result.counts.get("infeasible", 0),
-                        failed=self.result.counts.get("failed", 0))
-        bar.update()
+                        failed=self.result.counts.get("failed", 0), refresh=False)
 
-    def _run_tpe(self, bar) -> None:
-        spec = self.spec
-        study = samplers.new_study(spec)
-        recorded = self._recorded_params()
-        samplers.seed_study(study, spec, recorded)
-        done = sum(1 for *_, origin in recorded if origin == "sampler")
-        bar.update(done)
-        dists = samplers.distributions(spec)
-        attempts = 0
-        # Repeats of an evaluated point are told their recorded values but do not count;
-        # the attempt cap ends a sweep whose space is smaller than its trial budget.
-        while done < spec.model.search.trials and attempts < 10 * spec.model.search.trials:
-            attempts += 1
-            trial = study.ask(dists)
-            before = self.result.evaluated
-            feasible, totals = self.evaluate(trial.params, "sampler")
-            trial.set_user_attr("constraint", (0.0 if feasible else 1.0,))
-            study.tell(trial, samplers.objective_values(spec, feasible, totals))
-            if self.result.evaluated > before:
-                done += 1
-                self._tick(bar)
+    # -- the sweep -------------------------------------------------------------------
+    def run(self) -> SweepResult:
+        spec, search = self.spec, self.spec.model.search
+        self.store.set_status(self.experiment_id, "testing")
+        recorded = self._load_known()
+        sampler = make_sampler(spec)
+        kind = sampler_kind(spec)
+        sampler.replay([o for o in recorded])
+        exhaustive = sampler.exhaustive
+        total = spec.grid_size() if exhaustive else search.trials
+        batch = search.batch or (256 if kind in ("grid", "random") else max(4, 2 * self.executor.workers))
+        deadline = time.monotonic() + search.wall_seconds if search.wall_seconds else None
+        done_sampled = sum(1 for _ in recorded) - 1 if recorded else 0
+        bar = tqdm(total=total + 1, initial=min(len(recorded), total + 1), disable=not self.progress,
+                   desc=spec.name, unit="cand", mininterval=0.5)
+        try:
+            self._evaluate([Proposal({})], "baseline", None, bar)
+            origin = "grid" if kind == "grid" else "sampler"
+            idle = 0
+            while True:
+                if deadline is not None and time.monotonic() > deadline:
+                    self.result.stopped_early = f"wall time of {search.wall_seconds} s reached"
+                    break
+                n = batch if exhaustive else min(batch, search.trials - done_sampled)
+                if n <= 0:
+                    break
+                proposals = sampler.ask(n)
+                if not proposals:
+                    break
+                new = self._evaluate(proposals, origin, sampler, bar)
+                done_sampled += new
+                # A sampled space smaller than the budget proposes only repeats in the end.
+                idle = idle + 1 if new == 0 else 0
+                if idle >= 20:
+                    self.result.stopped_early = "the sampler proposes only candidates already evaluated"
+                    break
+        finally:
+            bar.close()
+        self.result.status, self.result.decision = decide(self.store, self.experiment_id, spec)
+        return self.result
 
-    def _recorded_params(self) -> list[tuple[dict, bool, dict, str]]:
-        cands = self.store.candidates(self.experiment_id)
-        table = self.store.metric_table(self.experiment_id, "analytical")
-        totals_by_id = {int(r["candidate_id"]): r for r in table.to_dict("records")}
-        out = []
-        for c in cands.to_dict("records"):
-            data = {"chip": json.loads(c["config"]), "mapping": json.loads(c["mapping"])}
-            params = {k.name: _get(data, k.target) for k in self.spec.model.space}
-            row = totals_by_id.get(int(c["id"]), {})
-            feasible = c["status"] == "ok"
-            totals = {k: v for k, v in row.items() if isinstance(v, (int, float))}
-            out.append((params, feasible, totals, c["origin"]))
-        return out
 
-
-def run_sweep(spec_path: str | Path, db: str | Path = "records.db", progress: bool = True) -> SweepResult:
+def run_sweep(spec_path: str | Path, db: str | Path = "records.db", progress: bool = True,
+              workers: int = 1, cluster: str | None = None) -> SweepResult:
     """Validate the spec (nothing is written if it is bad), then sweep into the store."""
     spec = load_spec(spec_path)
     graph = capture_recipe(spec.model.workload.recipe, **spec.model.workload.params)
-    with Store(db) as store:
-        return Sweep(spec, graph, store, progress).run()
+    executor = make_executor(graph, workers, cluster)
+    try:
+        with Store(db) as store:
+            return Sweep(spec, graph, store, executor, progress).run()
+    finally:
+        executor.close()

@@ -1,0 +1,221 @@
+"""Where candidates are evaluated: in this process, a local process pool, or Dask.
+
+One code path: the driver cuts the work into chunks, an executor evaluates each chunk
+(`evaluate_items`) wherever it runs and returns plain outcomes; only the driver writes
+the store. A worker process that dies takes its chunk with it: the chunk's candidates
+are retried once, one at a time, and a candidate that kills its worker again is
+recorded as failed.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import traceback as tb
+from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
+from concurrent.futures.process import BrokenProcessPool
+from dataclasses import dataclass, field
+from multiprocessing import get_context
+from typing import Any, Iterator
+
+from ..analytical import estimate, summarize
+from ..chips import validate_chip
+from ..errors import InputError
+from ..mapping import Candidate, mapping_from_dict
+from .stages import AnalyticalResult, total_metrics
+
+# Test hook: a worker process SIGKILLs itself on a candidate whose hash starts with this.
+KILL_ENV = "DSE_TEST_KILL_WORKER_ON"
+
+
+@dataclass
+class WorkItem:
+    key: int  # the driver's handle for this evaluation (its run id)
+    config: dict
+    mapping: dict
+    hash: str = ""
+
+
+@dataclass
+class Outcome:
+    key: int
+    status: str  # ok | infeasible | failed
+    reason: str = ""
+    totals: dict[str, float] = field(default_factory=dict)
+    metrics: list[dict] = field(default_factory=list)
+    error: str = ""
+    traceback: str = ""
+
+
+def _failed(key: int, exc: BaseException) -> Outcome:
+    return Outcome(key, "failed", error=f"{type(exc).__name__}: {exc}",
+                   traceback="".join(tb.format_exception(type(exc), exc, exc.__traceback__)))
+
+
+def evaluate_items(graph, items: list[WorkItem], in_worker: bool = False) -> list[Outcome]:
+    """The analytical stage for a chunk of candidates, evaluated as one batch. A candidate
+    that raises is isolated and reported failed; the others are unaffected."""
+    kill = os.environ.get(KILL_ENV) if in_worker else None
+    outcomes: dict[int, Outcome] = {}
+    cands: list[tuple[WorkItem, Candidate]] = []
+    for item in items:
+        if kill and item.hash.startswith(kill):
+            os.kill(os.getpid(), signal.SIGKILL)
+        try:
+            chip = validate_chip(item.config, "(candidate)", field_prefix="chip.")
+            cands.append((item, Candidate(chip, mapping_from_dict(item.mapping, "(candidate)"))))
+        except InputError as exc:
+            outcomes[item.key] = Outcome(item.key, "infeasible",
+                                         reason=f"invalid chip for this combination: {exc.field}: {exc.allowed}")
+    try:
+        results = _analytical_batch(graph, [c for _, c in cands])
+    except Exception:  # find the culprit: evaluate one at a time
+        results = []
+        for _, cand in cands:
+            try:
+                results.append(_analytical_batch(graph, [cand])[0])
+            except Exception as exc:
+                results.append(exc)
+    for (item, _), res in zip(cands, results):
+        if isinstance(res, BaseException):
+            outcomes[item.key] = _failed(item.key, res)
+        else:
+            outcomes[item.key] = Outcome(item.key, "ok" if res.feasible else "infeasible", res.reason,
+                                         res.totals, res.metrics())
+    return [outcomes[item.key] for item in items]
+
+
+def _analytical_batch(graph, cands: list[Candidate]) -> list[AnalyticalResult]:
+    if not cands:
+        return []
+    per_op = estimate(graph, cands)
+    totals = summarize(per_op, cands)
+    return [AnalyticalResult(bool(t["feasible"]), str(t["reason"]), total_metrics(t), ops)
+            for t, (_, ops) in zip(totals.to_dict("records"), per_op.groupby("candidate", sort=True))]
+
+
+# -- executors --------------------------------------------------------------------------
+
+class InlineExecutor:
+    """Evaluate in the driver's own process."""
+
+    workers = 1
+
+    def __init__(self, graph):
+        self.graph = graph
+
+    def run(self, chunks: list[list[WorkItem]]) -> Iterator[list[Outcome]]:
+        for chunk in chunks:
+            yield evaluate_items(self.graph, chunk)
+
+    def close(self) -> None:
+        pass
+
+
+_WORKER_GRAPH = None
+
+
+def _init_worker(graph) -> None:
+    global _WORKER_GRAPH
+    _WORKER_GRAPH = graph
+
+
+def _evaluate_in_worker(items: list[WorkItem]) -> list[Outcome]:
+    return evaluate_items(_WORKER_GRAPH, items, in_worker=True)
+
+
+class PoolExecutor:
+    """A local process pool. The graph is sent once per worker, not once per chunk."""
+
+    def __init__(self, graph, workers: int):
+        self.graph, self.workers = graph, workers
+        # forkserver: workers fork from a clean server that has imported this module once,
+        # so they start fast without inheriting the driver's threads.
+        self._ctx = get_context("forkserver")
+        self._ctx.set_forkserver_preload([__name__])
+        self._pool = self._new_pool()
+
+    def _new_pool(self) -> ProcessPoolExecutor:
+        return ProcessPoolExecutor(self.workers, mp_context=self._ctx, initializer=_init_worker,
+                                   initargs=(self.graph,))
+
+    def _restart(self) -> None:
+        self._pool.shutdown(wait=False, cancel_futures=True)
+        self._pool = self._new_pool()
+
+    def run(self, chunks: list[list[WorkItem]]) -> Iterator[list[Outcome]]:
+        pending = {self._pool.submit(_evaluate_in_worker, c): c for c in chunks}
+        suspects: list[WorkItem] = []
+        while pending:
+            done, _ = wait(pending, return_when=FIRST_COMPLETED)
+            broken = False
+            for fut in done:
+                chunk = pending.pop(fut)
+                try:
+                    yield fut.result()
+                except BrokenProcessPool:
+                    broken = True
+                    suspects.extend(chunk)
+            if broken:
+                # Every chunk in flight fails with the pool; which one killed it is unknown.
+                for fut, chunk in pending.items():
+                    fut.cancel()
+                    suspects.extend(chunk)
+                pending.clear()
+                self._restart()
+        # The retry: each suspect alone, so a candidate that kills its worker again is
+        # found and recorded failed, and the others complete.
+        for item in suspects:
+            fut = self._pool.submit(_evaluate_in_worker, [item])
+            try:
+                yield fut.result()
+            except BrokenProcessPool as exc:
+                self._restart()
+                yield [Outcome(item.key, "failed", error=f"worker process died twice evaluating this candidate ({exc})")]
+
+    def close(self) -> None:
+        self._pool.shutdown(wait=True, cancel_futures=True)
+
+
+class DaskExecutor:
+    """Dask distributed: the same chunks as tasks on a cluster's workers."""
+
+    def __init__(self, graph, address: str):
+        from distributed import Client
+
+        self.client = Client(address, set_as_default=False)
+        self.workers = max(1, len(self.client.scheduler_info().get("workers", {})))
+        self._graph = self.client.scatter(graph, broadcast=True)
+
+    def run(self, chunks: list[list[WorkItem]]) -> Iterator[list[Outcome]]:
+        from distributed import as_completed
+
+        futures = {self.client.submit(evaluate_items, self._graph, c, True, pure=False): c for c in chunks}
+        suspects: list[WorkItem] = []
+        for fut in as_completed(list(futures)):
+            try:
+                yield fut.result()
+            except Exception:  # a lost worker (KilledWorker) or a transport error
+                suspects.extend(futures[fut])
+        for item in suspects:
+            fut = self.client.submit(evaluate_items, self._graph, [item], True, pure=False)
+            try:
+                yield fut.result()
+            except Exception as exc:
+                yield [Outcome(item.key, "failed", error=f"worker lost twice evaluating this candidate ({exc})")]
+
+    def close(self) -> None:
+        self.client.close()
+
+
+def make_executor(graph, workers: int = 1, cluster: str | None = None):
+    cluster = cluster or os.environ.get("DASK_SCHEDULER_ADDRESS")
+    if cluster:
+        return DaskExecutor(graph, cluster)
+    if workers > 1:
+        return PoolExecutor(graph, workers)
+    return InlineExecutor(graph)
+
+
+__all__ = ["WorkItem", "Outcome", "evaluate_items", "InlineExecutor", "PoolExecutor", "DaskExecutor",
+           "make_executor", "KILL_ENV"]

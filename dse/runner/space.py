@@ -1,0 +1,210 @@
+"""The search space: typed knobs over chip and mapping fields, conditions, constraints.
+
+A knob is categorical (`values`), an integer range (`low`, `high`, optional `step`, `log`)
+or a float range (`low`, `high`, optional `log`, and `step` or `grid_points` for a grid).
+A knob with `when` is active only when that expression over the other knobs holds; an
+inactive knob keeps the baseline's value and is absent from the candidate's parameters.
+Constraints are expressions over knob values that every candidate must satisfy; one that
+fails is recorded as infeasible with the constraint as its reason, without evaluation.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+from typing import Any, Iterator, Literal
+
+import numpy as np
+from optuna.distributions import BaseDistribution, CategoricalDistribution, FloatDistribution, IntDistribution
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+from emulator.formula import Formula, FormulaError
+
+
+class Knob(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    name: str = Field(pattern=r"^[A-Za-z_][A-Za-z0-9_]*$")
+    target: str = Field(pattern=r"^(chip|mapping)\.[A-Za-z0-9_.]+$")
+    values: list[Any] | None = Field(None, min_length=1)
+    type: Literal["int", "float", "categorical"] | None = None
+    low: float | None = None
+    high: float | None = None
+    step: float | None = Field(None, gt=0)
+    log: bool = False
+    grid_points: int | None = Field(None, ge=2)
+    when: str | None = None
+
+    @model_validator(mode="after")
+    def _one_kind(self) -> "Knob":
+        if self.values is not None:
+            if self.low is not None or self.high is not None:
+                raise ValueError("give either values or low/high, not both")
+            self.type = self.type or "categorical"
+            if self.type != "categorical":
+                raise ValueError("values make a categorical knob")
+            return self
+        if self.low is None or self.high is None:
+            raise ValueError("a knob needs values, or low and high")
+        if not self.low < self.high:
+            raise ValueError(f"low {self.low} must be below high {self.high}")
+        if self.type is None:
+            ints = float(self.low).is_integer() and float(self.high).is_integer() and (
+                self.step is None or float(self.step).is_integer())
+            self.type = "int" if ints and not isinstance(self.low, float) else "float"
+        if self.log and self.low <= 0:
+            raise ValueError("a log-scaled knob needs low > 0")
+        if self.log and self.step is not None:
+            raise ValueError("a knob is either log-scaled or stepped, not both")
+        if self.type == "int":
+            for v in (self.low, self.high, self.step):
+                if v is not None and not float(v).is_integer():
+                    raise ValueError(f"an int knob needs whole numbers, got {v}")
+        return self
+
+    # -- the values a knob can take ----------------------------------------------------
+    def distribution(self) -> BaseDistribution:
+        if self.type == "categorical":
+            return CategoricalDistribution(self.values)
+        if self.type == "int":
+            return IntDistribution(int(self.low), int(self.high), log=self.log, step=int(self.step or 1))
+        return FloatDistribution(self.low, self.high, log=self.log, step=self.step)
+
+    def grid_values(self) -> list[Any] | None:
+        """The values a grid visits (None if the knob has no finite grid)."""
+        if self.type == "categorical":
+            return list(self.values)
+        if self.type == "int":
+            if self.log:  # powers of two inside the range: the usual sweep of sizes
+                lo, hi = int(self.low), int(self.high)
+                out = [1 << k for k in range(max(lo, 1).bit_length() - 1, hi.bit_length()) if lo <= 1 << k <= hi]
+                return out or [lo]
+            return list(range(int(self.low), int(self.high) + 1, int(self.step or 1)))
+        if self.step is not None:
+            n = int(math.floor((self.high - self.low) / self.step + 1e-9)) + 1
+            return [float(self.low + i * self.step) for i in range(n)]
+        if self.grid_points is not None:
+            space = np.geomspace if self.log else np.linspace
+            return [float(v) for v in space(self.low, self.high, self.grid_points)]
+        return None
+
+    def sample(self, rng: np.random.Generator) -> Any:
+        if self.type == "categorical":
+            return self.values[int(rng.integers(len(self.values)))]
+        if self.type == "int":
+            if self.log:
+                return int(round(math.exp(rng.uniform(math.log(self.low), math.log(self.high)))))
+            step = int(self.step or 1)
+            return int(self.low) + step * int(rng.integers((int(self.high) - int(self.low)) // step + 1))
+        if self.log:
+            return float(math.exp(rng.uniform(math.log(self.low), math.log(self.high))))
+        if self.step is not None:
+            n = int(math.floor((self.high - self.low) / self.step + 1e-9)) + 1
+            return float(self.low + self.step * int(rng.integers(n)))
+        return float(rng.uniform(self.low, self.high))
+
+
+class Constraint(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    expr: str
+    reason: str = ""
+
+
+class Space:
+    """Knobs in spec order (a condition may only name knobs listed before it)."""
+
+    def __init__(self, knobs: list[Knob], constraints: list[Constraint], baseline_values: dict[str, Any]):
+        self.knobs = knobs
+        self.constraints = constraints
+        self.baseline_values = baseline_values  # knob name -> the baseline's value at its target
+        names = [k.name for k in knobs]
+        self._when = {k.name: Formula(k.when, names[:i], allow_strings=True) for i, k in enumerate(knobs) if k.when}
+        self._constraints = [Formula(c.expr, names, allow_strings=True) for c in constraints]
+
+    @staticmethod
+    def check(knobs: list[Knob], constraints: list[Constraint]) -> list[tuple[str, str, str]]:
+        """Problems as (field, value, message) without building the space."""
+        problems = []
+        names = [k.name for k in knobs]
+        for i, k in enumerate(knobs):
+            if k.when:
+                try:
+                    Formula(k.when, names[:i], allow_strings=True)
+                except FormulaError as exc:
+                    problems.append((f"space[{i}].when", k.when, f"an expression over the knobs listed before it ({exc})"))
+        for i, c in enumerate(constraints):
+            try:
+                Formula(c.expr, names, allow_strings=True)
+            except FormulaError as exc:
+                problems.append((f"constraints[{i}].expr", c.expr, f"an expression over the knob names ({exc})"))
+        return problems
+
+    @property
+    def names(self) -> list[str]:
+        return [k.name for k in self.knobs]
+
+    def active(self, name: str, params: dict[str, Any]) -> bool:
+        cond = self._when.get(name)
+        if cond is None:
+            return True
+        return bool(cond(**self.full(params)))
+
+    def full(self, params: dict[str, Any]) -> dict[str, Any]:
+        """Every knob's value: the candidate's, or the baseline's where inactive or absent."""
+        return {**self.baseline_values, **params}
+
+    def violated(self, params: dict[str, Any]) -> str:
+        """The first constraint the parameters break, as a reason ('' if none)."""
+        values = self.full(params)
+        for c, f in zip(self.constraints, self._constraints):
+            if not bool(f(**values)):
+                return f"constraint {c.expr!r} does not hold" + (f" ({c.reason})" if c.reason else "")
+        return ""
+
+    def prune_inactive(self, params: dict[str, Any]) -> dict[str, Any]:
+        out: dict[str, Any] = {}
+        for k in self.knobs:
+            if k.name in params and self.active(k.name, out):
+                out[k.name] = params[k.name]
+        return out
+
+    def grid_size(self) -> int:
+        size = 1
+        for k in self.knobs:
+            values = k.grid_values()
+            size *= len(values) if values is not None else 0
+        return size
+
+    def grid(self) -> Iterator[dict[str, Any]]:
+        axes = [k.grid_values() for k in self.knobs]
+        seen = set()
+        for combo in itertools.product(*axes):
+            params = self.prune_inactive(dict(zip(self.names, combo)))
+            key = tuple(sorted(params.items(), key=lambda kv: kv[0]))
+            if key not in seen:  # inactive knobs collapse several grid points into one
+                seen.add(key)
+                yield params
+
+    def sample(self, rng: np.random.Generator) -> dict[str, Any]:
+        params: dict[str, Any] = {}
+        for k in self.knobs:
+            if self.active(k.name, params):
+                params[k.name] = k.sample(rng)
+        return params
+
+    def suggest(self, trial) -> dict[str, Any]:
+        """Ask an Optuna trial for the active knobs (define-by-run, so conditions hold)."""
+        params: dict[str, Any] = {}
+        for k in self.knobs:
+            if self.active(k.name, params):
+                params[k.name] = _suggest(trial, k)
+        return params
+
+
+def _suggest(trial, knob: Knob) -> Any:
+    if knob.type == "categorical":
+        return trial.suggest_categorical(knob.name, knob.values)
+    if knob.type == "int":
+        return trial.suggest_int(knob.name, int(knob.low), int(knob.high), step=int(knob.step or 1), log=knob.log)
+    return trial.suggest_float(knob.name, knob.low, knob.high, step=knob.step, log=knob.log)
