@@ -4,16 +4,21 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from ..errors import InputError
 from .common import add_db_argument
 
 
 def cmd_sweep(args) -> int:
     from ..runner import run_sweep
 
-    result = run_sweep(args.spec, args.db, progress=not args.no_progress)
+    if args.workers < 1:
+        raise InputError("--workers", "--workers", args.workers, "a positive number of processes")
+    result = run_sweep(args.spec, args.db, progress=not args.no_progress, workers=args.workers, cluster=args.cluster)
     counts = ", ".join(f"{v} {k}" for k, v in sorted(result.counts.items()))
     print(f"experiment '{result.name}' (id {result.experiment_id}): {result.evaluated} evaluated, "
           f"{result.resumed} already recorded; {counts}")
+    if result.stopped_early:
+        print(f"stopped early: {result.stopped_early}")
     print(f"hypothesis: {result.status}" + (f" ({result.decision})" if result.decision else ""))
     print(f"store: {Path(args.db).resolve() if '://' not in args.db else args.db}")
     return 0
@@ -24,4 +29,7 @@ def register(sub) -> None:
     sweep.add_argument("spec", help="experiment spec TOML")
     add_db_argument(sweep)
     sweep.add_argument("--no-progress", action="store_true", help="no progress bar")
+    sweep.add_argument("--workers", type=int, default=1, help="local worker processes (default 1: in this process)")
+    sweep.add_argument("--cluster", default=None, metavar="ADDRESS",
+                       help="Dask scheduler address (default: $DASK_SCHEDULER_ADDRESS if set)")
     sweep.set_defaults(func=cmd_sweep)

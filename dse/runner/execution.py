@@ -52,10 +52,10 @@ def _failed(key: int, exc: BaseException) -> Outcome:
                    traceback="".join(tb.format_exception(type(exc), exc, exc.__traceback__)))
 
 
-def evaluate_items(graph, items: list[WorkItem], in_worker: bool = False) -> list[Outcome]:
+def evaluate_items(graph, items: list[WorkItem], kill: str | None = None) -> list[Outcome]:
     """The analytical stage for a chunk of candidates, evaluated as one batch. A candidate
-    that raises is isolated and reported failed; the others are unaffected."""
-    kill = os.environ.get(KILL_ENV) if in_worker else None
+    that raises is isolated and reported failed; the others are unaffected. `kill` is the
+    worker-death test hook (a hash prefix), never set in the driver's own process."""
     outcomes: dict[int, Outcome] = {}
     cands: list[tuple[WorkItem, Candidate]] = []
     for item in items:
@@ -113,15 +113,16 @@ class InlineExecutor:
 
 
 _WORKER_GRAPH = None
+_WORKER_KILL: str | None = None
 
 
-def _init_worker(graph) -> None:
-    global _WORKER_GRAPH
-    _WORKER_GRAPH = graph
+def _init_worker(graph, kill: str | None) -> None:
+    global _WORKER_GRAPH, _WORKER_KILL
+    _WORKER_GRAPH, _WORKER_KILL = graph, kill
 
 
 def _evaluate_in_worker(items: list[WorkItem]) -> list[Outcome]:
-    return evaluate_items(_WORKER_GRAPH, items, in_worker=True)
+    return evaluate_items(_WORKER_GRAPH, items, _WORKER_KILL)
 
 
 class PoolExecutor:
@@ -137,7 +138,7 @@ class PoolExecutor:
 
     def _new_pool(self) -> ProcessPoolExecutor:
         return ProcessPoolExecutor(self.workers, mp_context=self._ctx, initializer=_init_worker,
-                                   initargs=(self.graph,))
+                                   initargs=(self.graph, os.environ.get(KILL_ENV)))
 
     def _restart(self) -> None:
         self._pool.shutdown(wait=False, cancel_futures=True)
@@ -186,11 +187,12 @@ class DaskExecutor:
         self.client = Client(address, set_as_default=False)
         self.workers = max(1, len(self.client.scheduler_info().get("workers", {})))
         self._graph = self.client.scatter(graph, broadcast=True)
+        self._kill = os.environ.get(KILL_ENV)
 
     def run(self, chunks: list[list[WorkItem]]) -> Iterator[list[Outcome]]:
         from distributed import as_completed
 
-        futures = {self.client.submit(evaluate_items, self._graph, c, True, pure=False): c for c in chunks}
+        futures = {self.client.submit(evaluate_items, self._graph, c, self._kill, pure=False): c for c in chunks}
         suspects: list[WorkItem] = []
         for fut in as_completed(list(futures)):
             try:
@@ -198,7 +200,7 @@ class DaskExecutor:
             except Exception:  # a lost worker (KilledWorker) or a transport error
                 suspects.extend(futures[fut])
         for item in suspects:
-            fut = self.client.submit(evaluate_items, self._graph, [item], True, pure=False)
+            fut = self.client.submit(evaluate_items, self._graph, [item], self._kill, pure=False)
             try:
                 yield fut.result()
             except Exception as exc:

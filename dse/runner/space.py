@@ -28,9 +28,9 @@ class Knob(BaseModel):
     target: str = Field(pattern=r"^(chip|mapping)\.[A-Za-z0-9_.]+$")
     values: list[Any] | None = Field(None, min_length=1)
     type: Literal["int", "float", "categorical"] | None = None
-    low: float | None = None
-    high: float | None = None
-    step: float | None = Field(None, gt=0)
+    low: int | float | None = None
+    high: int | float | None = None
+    step: int | float | None = Field(None, gt=0)
     log: bool = False
     grid_points: int | None = Field(None, ge=2)
     when: str | None = None
@@ -48,10 +48,9 @@ class Knob(BaseModel):
             raise ValueError("a knob needs values, or low and high")
         if not self.low < self.high:
             raise ValueError(f"low {self.low} must be below high {self.high}")
-        if self.type is None:
-            ints = float(self.low).is_integer() and float(self.high).is_integer() and (
-                self.step is None or float(self.step).is_integer())
-            self.type = "int" if ints and not isinstance(self.low, float) else "float"
+        if self.type is None:  # written as whole numbers (4, not 4.0): an int knob
+            whole = [v for v in (self.low, self.high, self.step) if v is not None]
+            self.type = "int" if all(isinstance(v, int) for v in whole) else "float"
         if self.log and self.low <= 0:
             raise ValueError("a log-scaled knob needs low > 0")
         if self.log and self.step is not None:
