@@ -137,3 +137,31 @@ def test_driver_killed_mid_sweep_resumes_without_duplicates_or_losses(tmp_path, 
     assert set(cands["status"]) <= {"ok", "infeasible"}
     # Every candidate has a finished run; runs interrupted by the kill are not left running.
     assert not (runs["status"] == "running").any()
+
+
+def test_ctrl_c_stops_cleanly_and_the_rerun_completes(tmp_path, repo):
+    spec = tmp_path / "big.toml"
+    spec.write_text(BIG.replace('name = "big"', 'name = "ctrlc"'))
+    db = tmp_path / "c.db"
+    env = {**os.environ, "PYTHONPATH": str(repo)}
+    cmd = [sys.executable, "-m", "dse", "sweep", str(spec), "--db", str(db), "--no-progress"]
+    proc = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline and proc.poll() is None:
+        time.sleep(0.2)
+        if db.exists():
+            try:
+                with Store(db) as store:
+                    if len(store.experiments()) and len(store.candidates("ctrlc")) >= 100:
+                        break
+            except Exception:
+                pass
+    proc.send_signal(signal.SIGINT)
+    err = proc.communicate(timeout=60)[1]
+    assert proc.returncode == 130, err
+    assert "interrupted" in err and "Traceback" not in err
+    with Store(db) as store:
+        runs = store.runs(store.experiment("ctrlc")["id"])
+        assert not (runs["status"] == "running").any()
+        n = len(store.candidates("ctrlc"))
+    assert 0 < n < 29 * 5 * 4 * 2 * 2

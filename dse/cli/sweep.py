@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 
 from ..errors import InputError
@@ -13,7 +14,13 @@ def cmd_sweep(args) -> int:
 
     if args.workers < 1:
         raise InputError("--workers", "--workers", args.workers, "a positive number of processes")
-    result = run_sweep(args.spec, args.db, progress=not args.no_progress, workers=args.workers, cluster=args.cluster)
+    try:
+        result = run_sweep(args.spec, args.db, progress=not args.no_progress, workers=args.workers,
+                           cluster=args.cluster)
+    except KeyboardInterrupt:
+        # Everything finished so far is recorded; runs in flight were marked crashed.
+        print("dse: interrupted; what finished is recorded; run the same command to resume", file=sys.stderr)
+        return 130
     counts = ", ".join(f"{v} {k}" for k, v in sorted(result.counts.items()))
     print(f"experiment '{result.name}' (id {result.experiment_id}): {result.evaluated} evaluated, "
           f"{result.resumed} already recorded; {counts}")

@@ -194,7 +194,7 @@ class DaskExecutor:
 
         futures = {self.client.submit(evaluate_items, self._graph, c, self._kill, pure=False): c for c in chunks}
         suspects: list[WorkItem] = []
-        for fut in as_completed(list(futures)):
+        for fut in as_completed(list(futures), loop=self.client.loop):
             try:
                 yield fut.result()
             except Exception:  # a lost worker (KilledWorker) or a transport error

@@ -26,6 +26,10 @@ class Recorder:
             self._running.discard(o.key)
 
     def crash_unfinished(self, why: str) -> None:
+        """Mark runs of this driver still unfinished as crashed (after Ctrl-C, say)."""
         for run in sorted(self._running):
-            self.store.finish_run(run, "crashed", error=why)
+            try:
+                self.store.finish_run(run, "crashed", error=why)
+            except ValueError:  # the interrupt came after its finish was committed
+                pass
         self._running.clear()
