@@ -1,0 +1,184 @@
+"""Sweep throughput, measured against plain Optuna in the same run.
+
+    .venv/bin/python bench/bench_sweep.py [--repeat 3] [--trials 200]
+
+Prints medians of several runs and ratios (the machine is shared and noisy: read the
+ratios, not the absolute times):
+  - analytical-only sweeps (grid, random) into a fresh SQLite store: candidates per second,
+    store writes included;
+  - plain Optuna with its own SQLite storage, and in memory with multi-objective TPE, on
+    the same analytical objective: trials per second;
+  - dse's TPE and NSGA-II sweeps against plain in-memory Optuna on the same objective and
+    trial count: the overhead of recording;
+  - 1 vs 2 worker processes on the same grid.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import optuna
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+
+from dse.analytical import estimate, summarize  # noqa: E402
+from dse.mapping import Candidate  # noqa: E402
+from dse.runner import load_spec, run_sweep  # noqa: E402
+from dse.workload import capture_recipe  # noqa: E402
+
+SPEC = """
+[experiment]
+name = "bench"
+hypothesis = "throughput"
+
+[workload]
+recipe = "mlp"
+
+[baseline]
+chip = "goban"
+
+[[space]]
+name = "banks"
+target = "chip.banks.count"
+low = 4
+high = 32
+
+[[space]]
+name = "rows"
+target = "chip.banks.rows"
+values = [128, 256, 512, 1024, 2048]
+
+[[space]]
+name = "workers"
+target = "mapping.workers"
+values = [1, 2, 3, 4]
+
+[[space]]
+name = "dataflow"
+target = "mapping.dataflow"
+values = ["ws", "os"]
+
+[[space]]
+name = "double_buffer"
+target = "mapping.double_buffer"
+values = [true, false]
+
+[[objectives]]
+metric = "latency_cycles"
+
+[[objectives]]
+metric = "private_sram_bytes"
+
+[search]
+sampler = "{sampler}"
+trials = {trials}
+seed = 1
+"""
+
+
+def write_spec(folder: Path, sampler: str, trials: int) -> Path:
+    path = folder / f"{sampler}.toml"
+    path.write_text(SPEC.format(sampler=sampler, trials=trials))
+    return path
+
+
+def timed(fn, repeat: int) -> tuple[float, object]:
+    times, out = [], None
+    for _ in range(repeat):
+        t = time.perf_counter()
+        out = fn()
+        times.append(time.perf_counter() - t)
+    return statistics.median(times), out
+
+
+def sweep_rate(sampler: str, trials: int, repeat: int, workers: int = 1) -> tuple[float, int, float]:
+    with tempfile.TemporaryDirectory() as tmp:
+        spec = write_spec(Path(tmp), sampler, trials)
+        counter = iter(range(10**6))
+
+        def run():
+            return run_sweep(spec, Path(tmp) / f"r{next(counter)}.db", progress=False, workers=workers)
+
+        seconds, result = timed(run, repeat)
+    return seconds, result.evaluated, result.evaluated / seconds
+
+
+def objective_factory(spec_path: Path):
+    spec = load_spec(spec_path)
+    graph = capture_recipe("mlp")
+    space = spec.space
+
+    def objective(trial):
+        params = space.suggest(trial)
+        chip, mapping = spec.apply(params)
+        cand = Candidate(chip, mapping)
+        total = summarize(estimate(graph, [cand]), [cand]).iloc[0]
+        if not total["feasible"]:
+            return float("inf"), float("inf")
+        return float(total["latency_cycles"]), float(total["private_sram_bytes"])
+
+    return objective
+
+
+def plain_optuna(objective, trials: int, repeat: int, storage: str | None, sampler_kind: str) -> float:
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+
+    def run():
+        with tempfile.TemporaryDirectory() as tmp:
+            url = f"sqlite:///{tmp}/optuna.db" if storage == "sqlite" else None
+            sampler = (optuna.samplers.NSGAIISampler(seed=1) if sampler_kind == "nsga2"
+                       else optuna.samplers.TPESampler(seed=1, multivariate=True, group=True, n_startup_trials=8)
+                       if sampler_kind == "tpe"
+                       else optuna.samplers.RandomSampler(seed=1))
+            study = optuna.create_study(directions=["minimize", "minimize"], sampler=sampler, storage=url)
+            study.optimize(objective, n_trials=trials)
+
+    seconds, _ = timed(run, repeat)
+    return seconds
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--repeat", type=int, default=3)
+    ap.add_argument("--trials", type=int, default=200)
+    args = ap.parse_args()
+    rows = []
+
+    s, n, grid_rate = sweep_rate("grid", 0 or 1, args.repeat)
+    rows.append(("dse grid sweep (analytical, SQLite)", n, s, grid_rate))
+    s, n, random_rate = sweep_rate("random", 2000, args.repeat)
+    rows.append(("dse random sweep (analytical, SQLite)", n, s, random_rate))
+
+    with tempfile.TemporaryDirectory() as tmp:
+        objective = objective_factory(write_spec(Path(tmp), "tpe", args.trials))
+    sqlite_trials = 60
+    s_sql = plain_optuna(objective, sqlite_trials, args.repeat, "sqlite", "random")
+    rows.append(("plain Optuna, its own SQLite storage (random)", sqlite_trials, s_sql, sqlite_trials / s_sql))
+    ratios = {}
+    for kind in ("tpe", "nsga2"):
+        s_mem = plain_optuna(objective, args.trials, args.repeat, None, kind)
+        rows.append((f"plain Optuna in memory, 2-objective {kind}", args.trials, s_mem, args.trials / s_mem))
+        s_dse, n_dse, r_dse = sweep_rate(kind, args.trials, args.repeat)
+        rows.append((f"dse {kind} sweep (recorded in SQLite)", n_dse, s_dse, r_dse))
+        ratios[kind] = s_dse / s_mem
+    s1, n1, _ = sweep_rate("grid", 1, args.repeat, workers=1)
+    s2, n2, _ = sweep_rate("grid", 1, args.repeat, workers=2)
+
+    print(f"{'what':<48} {'count':>6} {'median s':>9} {'per s':>9}")
+    for what, n, s, rate in rows:
+        print(f"{what:<48} {n:>6} {s:>9.3f} {rate:>9.1f}")
+    print()
+    print(f"grid sweep vs plain Optuna+SQLite: {grid_rate / (sqlite_trials / s_sql):.0f}x the trials per second")
+    for kind, r in ratios.items():
+        print(f"dse {kind} sweep time / plain in-memory Optuna {kind} time (same objective, same trials): {r:.2f}")
+    print(f"grid sweep, 2 workers vs 1: {s1 / s2:.2f}x faster ({n1} candidates)")
+
+
+if __name__ == "__main__":
+    main()
