@@ -1,10 +1,11 @@
 """The workload layer: capture a recipe's model as a Graph of typed ops with counts."""
 
 from dse.workload.capture import UnsupportedOpError, capture
-from dse.workload.graph import Graph, Op, OpCounts, TensorSpec
-from dse.workload.recipes import Recipe, capture_recipe, list_recipes, load_recipe
+from dse.workload.graph import KINDS, Graph, Op, OpCounts, TensorSpec, scale_tensor
+from dse.workload.recipes import Recipe, capture_recipe, instantiate, list_recipes, load_recipe
 
 __all__ = [
+    "KINDS",
     "Graph",
     "Op",
     "OpCounts",
@@ -13,6 +14,8 @@ __all__ = [
     "UnsupportedOpError",
     "capture",
     "capture_recipe",
+    "instantiate",
     "list_recipes",
     "load_recipe",
+    "scale_tensor",
 ]

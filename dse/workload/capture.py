@@ -1,15 +1,19 @@
 """Capture an nn.Module as a dse Graph, via torch.export (one whole graph).
 
 The exported graph is read as is first: it keeps `aten.linear`, `aten.matmul`,
-`aten.gelu` and `aten.silu` whole, which is what the chip's Balls see. Only when it
-holds an op we cannot map (an in-place op, a lifted constant, a composite op) is it
-decomposed, with a table that still keeps those ops whole. An op the graph cannot hold
-raises `UnsupportedOpError` naming the aten op and the model line; nothing is dropped.
+convolutions, norms, softmax, pooling, `scaled_dot_product_attention`, `gelu` and `silu`
+whole, which is what the chip's Balls (and the core's routines) see. Only when it holds
+an op we cannot map (an in-place op, a lifted constant, a composite op) is it decomposed,
+with a table that still keeps those ops whole. An op the graph cannot hold, or a form of
+one it cannot (a grouped conv, a training-mode batch norm), raises `UnsupportedOpError`
+naming the aten op, the reason, the model line and the recipe file; nothing is dropped.
+Each handler below maps one aten op family to a dse kind (see dse/workload/graph.py).
 """
 
 from __future__ import annotations
 
 import math
+import operator
 import re
 import warnings
 from dataclasses import dataclass
@@ -23,7 +27,7 @@ from torch.fx import Node
 
 from dse.errors import InputError
 from dse.workload.counts import count_op
-from dse.workload.graph import LAYOUT_KINDS, Graph, Op, TensorSpec, dtype_name, weight_array
+from dse.workload.graph import MOVE_KINDS, Graph, Op, TensorSpec, dtype_name, weight_array
 
 aten = torch.ops.aten
 _TORCH_DIR = str(Path(torch.__file__).resolve().parent)
@@ -57,11 +61,25 @@ class _Identity:
     source: Node
 
 
-_Handler = Callable[[Node], "_Lowered | _Identity | None"]  # None: this form is unsupported
+@dataclass
+class _Unsupported:
+    """This form of a supported op is not (a conv with groups, a training-mode norm)."""
+
+    reason: str
+
+
+_Handler = Callable[[Node], "_Lowered | _Identity | _Unsupported | None"]  # None: unsupported form
+
+
+def _val(node: Node) -> Any:
+    """The example value of a node; a multi-output op (native norms, pools with
+    indices) is described by its first output, the only one the graph keeps."""
+    val = node.meta.get("val")
+    return val[0] if isinstance(val, (tuple, list)) and val else val
 
 
 def _shape(node: Node) -> tuple[int, ...]:
-    return tuple(int(d) for d in node.meta["val"].shape)
+    return tuple(int(d) for d in _val(node).shape)
 
 
 def _arg(node: Node, index: int, name: str, default: Any = None) -> Any:
@@ -193,6 +211,225 @@ def _same_dtype_copy(node: Node) -> _Identity | None:
     return _Identity(source) if same else None
 
 
+def _ints(value: Any, n: int) -> list[int]:
+    value = list(value) if isinstance(value, (list, tuple)) else [value]
+    return [int(v) for v in (value * n if len(value) == 1 else value)]
+
+
+def _conv(node: Node, nd: int, transposed: bool = False, groups: int = 1, stride: Any = 1, padding: Any = 0,
+          dilation: Any = 1) -> _Lowered | _Unsupported:
+    x, weight, bias = node.args[0], node.args[1], node.args[2] if len(node.args) > 2 else None
+    if transposed:
+        return _Unsupported("transposed convolution")
+    if groups != 1:
+        return _Unsupported(f"groups={groups}; only groups=1")
+    w_shape, out = _shape(weight), _shape(node)
+    if isinstance(padding, str):
+        if padding == "valid":
+            padding = 0
+        else:  # "same": symmetric only when the total padding is even
+            totals = [d * (k - 1) for d, k in zip(_ints(dilation, nd), w_shape[2:])]
+            if any(t % 2 for t in totals):
+                return _Unsupported("padding='same' with an odd total padding")
+            padding = [t // 2 for t in totals]
+    attrs = {
+        "stride": _ints(stride, nd), "padding": _ints(padding, nd), "dilation": _ints(dilation, nd), "groups": 1,
+        "layout": "NCL" if nd == 1 else "NCHW", "weight_layout": "OIW" if nd == 1 else "OIHW",
+        "M": out[0] * math.prod(out[2:]), "N": w_shape[0], "K": math.prod(w_shape[1:]), "batch": 1,
+        "has_bias": bias is not None,
+    }
+    if len(_shape(x)) != nd + 2:
+        return _Unsupported(f"unbatched conv{nd}d input of rank {len(_shape(x))}")
+    return _Lowered(f"conv{nd}d", [x, weight] + ([bias] if bias is not None else []), attrs)
+
+
+def _conv_nd(nd: int) -> _Handler:
+    def handle(node: Node) -> _Lowered | _Unsupported:
+        return _conv(node, nd, stride=_arg(node, 3, "stride", 1), padding=_arg(node, 4, "padding", 0),
+                     dilation=_arg(node, 5, "dilation", 1), groups=_arg(node, 6, "groups", 1))
+
+    return handle
+
+
+def _convolution(node: Node) -> _Lowered | _Unsupported:
+    nd = len(_shape(node)) - 2
+    if nd not in (1, 2):
+        return _Unsupported(f"conv{nd}d")
+    return _conv(node, nd, transposed=_arg(node, 6, "transposed"), groups=_arg(node, 8, "groups", 1),
+                 stride=_arg(node, 3, "stride"), padding=_arg(node, 4, "padding"), dilation=_arg(node, 5, "dilation"))
+
+
+def _batch_norm(training_index: int | None, eps_index: int) -> _Handler:
+    def handle(node: Node) -> _Lowered | _Unsupported:
+        x, weight, bias, mean, var = node.args[:5]
+        if training_index is not None and _arg(node, training_index, "training"):
+            return _Unsupported("batch norm in training mode (call load() in eval mode)")
+        if not isinstance(mean, Node) or not isinstance(var, Node):
+            return _Unsupported("batch norm without running statistics")
+        attrs = {"eps": float(_arg(node, eps_index, "eps")), "axis": 1,
+                 "has_weight": isinstance(weight, Node), "has_bias": isinstance(bias, Node)}
+        inputs = [x] + [t for t in (weight, bias) if isinstance(t, Node)] + [mean, var]
+        return _Lowered("batch_norm", inputs, attrs)
+
+    return handle
+
+
+def _layer_norm(node: Node) -> _Lowered:
+    x, shape = node.args[0], node.args[1]
+    weight, bias, eps = _arg(node, 2, "weight"), _arg(node, 3, "bias"), _arg(node, 4, "eps", 1e-5)
+    attrs = {"normalized_shape": [int(d) for d in shape], "eps": float(eps),
+             "has_weight": isinstance(weight, Node), "has_bias": isinstance(bias, Node)}
+    return _Lowered("layer_norm", [x] + [t for t in (weight, bias) if isinstance(t, Node)], attrs)
+
+
+def _softmax(node: Node) -> _Lowered | _Unsupported:
+    x = node.args[0]
+    if _val(node).dtype != _val(x).dtype:
+        return _Unsupported("softmax with a dtype change")
+    return _Lowered("softmax", [x], {"dim": int(node.args[1]) % len(_shape(x))})
+
+
+def _reduce(kind: str) -> _Handler:
+    def handle(node: Node) -> _Lowered | _Unsupported:
+        x = node.args[0]
+        rank = len(_shape(x))
+        dims = _arg(node, 1, "dim")
+        dims = list(range(rank)) if dims is None or dims == [] else [int(d) % rank for d in _ints(dims, 1)]
+        if _val(node).dtype != _val(x).dtype:
+            return _Unsupported(f"{kind} with a dtype change")
+        return _Lowered(kind, [x], {"dims": sorted(dims), "keepdim": bool(_arg(node, 2, "keepdim", False))})
+
+    return handle
+
+
+def _mean_all(node: Node) -> _Lowered:
+    return _Lowered("mean", [node.args[0]], {"dims": list(range(len(_shape(node.args[0])))), "keepdim": False})
+
+
+def _unary(kind: str) -> _Handler:
+    def handle(node: Node) -> _Lowered:
+        return _Lowered(kind, [node.args[0]], {})
+
+    return handle
+
+
+def _pow(node: Node) -> _Lowered | None:
+    exponent = node.args[1]
+    if not isinstance(exponent, (int, float)) or isinstance(exponent, bool):
+        return None
+    return _Lowered("pow", [node.args[0]], {"exponent": exponent})
+
+
+def _embedding(node: Node) -> _Lowered:
+    # padding_idx only changes gradients: the forward gathers rows all the same
+    return _Lowered("embedding", [node.args[0], node.args[1]], {})
+
+
+def _max_pool2d(node: Node) -> _Lowered | _Unsupported:
+    kernel = _ints(node.args[1], 2)
+    stride = _arg(node, 2, "stride", [])
+    attrs = {"kernel": kernel, "stride": _ints(stride, 2) if stride else kernel,
+             "padding": _ints(_arg(node, 3, "padding", 0), 2), "dilation": _ints(_arg(node, 4, "dilation", 1), 2),
+             "ceil_mode": bool(_arg(node, 5, "ceil_mode", False)), "layout": "NCHW"}
+    if len(_shape(node.args[0])) != 4:
+        return _Unsupported("unbatched max_pool2d")
+    return _Lowered("max_pool2d", [node.args[0]], attrs)
+
+
+def _avg_pool2d(node: Node) -> _Lowered | _Unsupported:
+    kernel = _ints(node.args[1], 2)
+    stride = _arg(node, 2, "stride", [])
+    attrs = {"kernel": kernel, "stride": _ints(stride, 2) if stride else kernel,
+             "padding": _ints(_arg(node, 3, "padding", 0), 2), "ceil_mode": bool(_arg(node, 4, "ceil_mode", False)),
+             "count_include_pad": bool(_arg(node, 5, "count_include_pad", True)),
+             "divisor_override": _arg(node, 6, "divisor_override"), "layout": "NCHW"}
+    if len(_shape(node.args[0])) != 4:
+        return _Unsupported("unbatched avg_pool2d")
+    return _Lowered("avg_pool2d", [node.args[0]], attrs)
+
+
+def _adaptive_avg_pool2d(node: Node) -> _Lowered | _Unsupported:
+    x = node.args[0]
+    shape, out = _shape(x), _shape(node)
+    if len(shape) != 4:
+        return _Unsupported("unbatched adaptive_avg_pool2d")
+    if out[2:] == (1, 1):  # global average pooling
+        return _Lowered("mean", [x], {"dims": [2, 3], "keepdim": True})
+    if shape[2] % out[2] or shape[3] % out[3]:
+        return _Unsupported(f"adaptive pooling {shape[2:]} -> {out[2:]} with uneven windows")
+    kernel = [shape[2] // out[2], shape[3] // out[3]]
+    return _Lowered("avg_pool2d", [x], {"kernel": kernel, "stride": kernel, "padding": [0, 0], "ceil_mode": False,
+                                        "count_include_pad": True, "divisor_override": None, "layout": "NCHW"})
+
+
+def _cat(kind: str) -> _Handler:
+    def handle(node: Node) -> _Lowered | None:
+        tensors = list(node.args[0])
+        if not all(isinstance(t, Node) for t in tensors):
+            return None
+        rank = len(_shape(node))
+        # cat skips empty 1-D tensors; keep only the inputs that contribute
+        tensors = [t for t in tensors if not (kind == "cat" and _shape(t) == (0,))]
+        return _Lowered(kind, tensors, {"dim": int(_arg(node, 1, "dim", 0)) % rank})
+
+    return handle
+
+
+def _slice(node: Node) -> _Lowered | _Identity:
+    x = node.args[0]
+    shape = _shape(x)
+    dim = int(_arg(node, 1, "dim", 0)) % len(shape)
+    start, end, step = _arg(node, 2, "start"), _arg(node, 3, "end"), int(_arg(node, 4, "step", 1))
+    start, end, _ = slice(start, end).indices(shape[dim])
+    if (start, end, step) == (0, shape[dim], 1):
+        return _Identity(x)
+    return _Lowered("slice", [x], {"dim": dim, "start": start, "end": end, "step": step})
+
+
+def _select(node: Node) -> _Lowered:
+    x = node.args[0]
+    shape = _shape(x)
+    dim = int(node.args[1]) % len(shape)
+    return _Lowered("select", [x], {"dim": dim, "index": int(node.args[2]) % shape[dim]})
+
+
+def _expand(node: Node) -> _Lowered | _Identity:
+    if _shape(node) == _shape(node.args[0]):
+        return _Identity(node.args[0])
+    return _Lowered("expand", [node.args[0]], {"shape": list(_shape(node))})
+
+
+def _sdpa(node: Node) -> _Lowered | _Unsupported:
+    q, k, v = node.args[:3]
+    mask = _arg(node, 3, "attn_mask")
+    if _arg(node, 4, "dropout_p", 0.0):
+        return _Unsupported("attention dropout (call load() in eval mode)")
+    if node.kwargs.get("enable_gqa"):
+        return _Unsupported("enable_gqa; group query heads by KV head in the model instead")
+    qs, ks, vs = _shape(q), _shape(k), _shape(v)
+    if qs[:-2] != ks[:-2] or ks[:-2] != vs[:-2]:
+        return _Unsupported("attention with broadcast batch or head dims")
+    scale = node.kwargs.get("scale")
+    attrs = {"batch": math.prod(qs[:-2]), "S": qs[-2], "T": ks[-2], "D": qs[-1], "Dv": vs[-1],
+             "scale": float(scale) if scale is not None else None,
+             "is_causal": bool(_arg(node, 5, "is_causal", False)), "has_mask": isinstance(mask, Node)}
+    return _Lowered("sdpa", [q, k, v] + ([mask] if isinstance(mask, Node) else []), attrs)
+
+
+_MULTI_OUTPUT = {
+    name for name in ("_native_batch_norm_legit_no_training.default", "native_layer_norm.default",
+                      "max_pool2d_with_indices.default")
+}
+
+
+def _getitem(node: Node) -> _Identity | _Unsupported:
+    source, index = node.args
+    name = str(getattr(source, "target", "")).removeprefix("aten.")
+    if isinstance(source, Node) and name in _MULTI_OUTPUT and index == 0:
+        return _Identity(source)
+    return _Unsupported(f"output {index} of {name or source}")
+
+
 def _resolve(qualified: str) -> torch._ops.OpOverload | None:
     packet, overload = qualified.split(".")
     return getattr(getattr(aten, packet, None), overload, None)
@@ -225,11 +462,40 @@ _HANDLER_NAMES: dict[str, _Handler] = {
     "mT.default": _matrix_t,
     **{name: _identity for name in ("clone.default", "alias.default", "detach.default", "lift_fresh_copy.default")},
     "dropout.default": _dropout,
+    "conv1d.default": _conv_nd(1),
+    "conv2d.default": _conv_nd(2),
+    "conv1d.padding": _conv_nd(1),
+    "conv2d.padding": _conv_nd(2),
+    "convolution.default": _convolution,
+    "batch_norm.default": _batch_norm(5, 7),
+    "_native_batch_norm_legit_no_training.default": _batch_norm(None, 6),
+    "layer_norm.default": _layer_norm,
+    "native_layer_norm.default": _layer_norm,
+    "softmax.int": _softmax,
+    "_softmax.default": _softmax,
+    "mean.dim": _reduce("mean"),
+    "mean.default": _mean_all,
+    "sum.dim_IntList": _reduce("sum"),
+    "pow.Tensor_Scalar": _pow,
+    **{f"{kind}.default": _unary(kind) for kind in ("neg", "abs", "exp", "rsqrt", "sqrt", "tanh", "sigmoid", "cos", "sin")},
+    "embedding.default": _embedding,
+    "max_pool2d.default": _max_pool2d,
+    "max_pool2d_with_indices.default": _max_pool2d,
+    "avg_pool2d.default": _avg_pool2d,
+    "adaptive_avg_pool2d.default": _adaptive_avg_pool2d,
+    "_adaptive_avg_pool2d.default": _adaptive_avg_pool2d,
+    "cat.default": _cat("cat"),
+    "stack.default": _cat("stack"),
+    "slice.Tensor": _slice,
+    "select.int": _select,
+    "expand.default": _expand,
+    "scaled_dot_product_attention.default": _sdpa,
     **{name: _same_dtype_copy for name in ("_to_copy.default", "to.dtype", "to.dtype_layout", "to.device")},
 }
 _HANDLERS: dict[Any, _Handler] = {
     op: handler for name, handler in _HANDLER_NAMES.items() if (op := _resolve(name)) is not None
 }
+_HANDLERS[operator.getitem] = _getitem
 # Export's runtime checks on shapes and dtypes: no value flows through them.
 _ASSERTIONS = {
     op
@@ -237,10 +503,14 @@ _ASSERTIONS = {
                  "sym_constrain_range_for_size.default")
     if (op := _resolve(name)) is not None
 }
-SUPPORTED_ATEN_OPS = ", ".join(sorted({f"aten.{name.split('.')[0]}" for name in _HANDLER_NAMES}))
+SUPPORTED_ATEN_OPS = ", ".join(sorted({f"aten.{name.split('.')[0]}" for name in _HANDLER_NAMES}
+                                       - {f"aten.{name.split('.')[0]}" for name in _MULTI_OUTPUT}))
 
 # Ops decomposition must leave whole: they are what the dse kinds describe.
-_KEEP_WHOLE = ("linear.default", "matmul.default", "gelu.default", "silu.default")
+_KEEP_WHOLE = ("linear.default", "matmul.default", "gelu.default", "silu.default", "conv1d.default",
+               "conv2d.default", "conv1d.padding", "conv2d.padding", "layer_norm.default", "softmax.int",
+               "scaled_dot_product_attention.default", "max_pool2d.default", "adaptive_avg_pool2d.default",
+               "stack.default")
 
 
 def _decomposition_table() -> dict:
@@ -301,7 +571,7 @@ class _Builder:
         return Graph(self.name, self.ops, tensors, self.inputs, outputs, weights)
 
     def _spec(self, node: Node) -> TensorSpec:
-        val = node.meta.get("val")
+        val = _val(node)
         if not isinstance(val, torch.Tensor):
             self._unsupported(node, f"{node.target} (non-tensor value {type(val).__name__})")
         spec = TensorSpec(node.name, _shape(node), dtype_name(val.dtype))
@@ -335,13 +605,15 @@ class _Builder:
         lowered = handler(node) if handler else None
         if lowered is None:
             self._unsupported(node, str(node.target))
+        if isinstance(lowered, _Unsupported):
+            self._unsupported(node, f"{node.target} ({lowered.reason})")
         if isinstance(lowered, _Identity):
             self.aliases[node.name] = self._name(lowered.source)
             return
         inputs = [self._name(x) for x in lowered.inputs]
         output = self._spec(node)
         counts = count_op(lowered.kind, lowered.attrs, [self.tensors[n] for n in inputs], output, self.constants)
-        if lowered.kind in LAYOUT_KINDS and all(n in self.constants for n in inputs):
+        if lowered.kind in MOVE_KINDS and all(n in self.constants for n in inputs):
             self.constants.add(output.name)  # a transposed weight is still a weight
         self.ops.append(Op(node.name, lowered.kind, inputs, [output.name], lowered.attrs,
                            _source(node, self.source_path), counts))

@@ -4,10 +4,31 @@ The graph is plain data (dataclasses, numpy weights) so that mapping, the analyt
 model and lowering can read it without torch. `Graph.run` is the reference
 interpreter: it executes the dse ops (not the original module) so a capture, and any
 frontend step that rewrites the graph, can be checked against PyTorch.
+
+Kinds and their attrs (inputs in order; `?` marks an optional input, flagged in attrs):
+- linear(x, w[N, K], bias?): M, N, K, batch, has_bias. matmul(a, b, bias?): M, N, K,
+  batch, has_bias (alpha, beta when not 1). conv1d / conv2d(x, w, bias?): stride,
+  padding, dilation, groups (1), layout (NCL/NCHW or channels-last NLC/NHWC),
+  weight_layout (OIW/OIHW or pre-transposed WIO/HWIO), M, N, K (the implicit GEMM:
+  M = batch * output positions, N = out channels, K = in channels * kernel), batch, has_bias.
+  With int8 operands these ops compute int32 with wraparound (see dse/frontend/quantize.py).
+- add, sub, mul, div (tensor or scalar operand); relu, gelu, silu; neg, abs, exp, rsqrt, sqrt,
+  tanh, sigmoid, cos, sin; pow(exponent).
+- softmax(dim); layer_norm(x, w?, b?: normalized_shape, eps); batch_norm(x, w?, b?, mean,
+  var: eps, axis); mean / sum(dims, keepdim).
+- max_pool2d(kernel, stride, padding, dilation, ceil_mode, layout); avg_pool2d(kernel,
+  stride, padding, ceil_mode, count_include_pad, divisor_override, layout).
+- embedding(table, indices); sdpa(q, k, v, mask?: scale, is_causal, has_mask).
+- views: reshape(shape), expand(shape), slice(dim, start, end, step), select(dim, index);
+  data movement: permute(dims), cat(dim), stack(dim).
+- quantize (float32 -> int8), requantize (int32 -> int8), dequantize (int -> float32):
+  scale, scale_axes, scale_groups (see `scale_tensor`).
 """
 
 from __future__ import annotations
 
+import copy
+import hashlib
 import math
 import operator
 from dataclasses import dataclass, field, fields
@@ -19,10 +40,26 @@ import torch
 import torch.nn.functional as F
 
 MATMUL_KINDS = ("linear", "matmul")
+CONV_KINDS = ("conv1d", "conv2d")
 BINARY_KINDS = ("add", "sub", "mul", "div")
 ACTIVATION_KINDS = ("relu", "gelu", "silu")
+UNARY_KINDS = ("neg", "abs", "exp", "rsqrt", "sqrt", "tanh", "sigmoid", "cos", "sin", "pow")
+NORM_KINDS = ("softmax", "layer_norm", "batch_norm")
+REDUCE_KINDS = ("mean", "sum")
+POOL_KINDS = ("max_pool2d", "avg_pool2d")
 LAYOUT_KINDS = ("reshape", "permute")
-KINDS = MATMUL_KINDS + BINARY_KINDS + ACTIVATION_KINDS + LAYOUT_KINDS
+VIEW_KINDS = ("reshape", "expand", "slice", "select")  # no data moves: descriptors only
+DATA_KINDS = ("cat", "stack", "embedding")
+ATTENTION_KINDS = ("sdpa",)
+QUANT_KINDS = ("quantize", "requantize", "dequantize")
+# Ops that only rearrange or pick values: applied to constants they give a constant,
+# which a frontend step may fold offline.
+MOVE_KINDS = ("reshape", "permute", "expand", "slice", "select", "cat", "stack")
+KINDS = (MATMUL_KINDS + CONV_KINDS + BINARY_KINDS + ACTIVATION_KINDS + UNARY_KINDS + NORM_KINDS
+         + REDUCE_KINDS + POOL_KINDS + ("permute",) + VIEW_KINDS + DATA_KINDS + ATTENTION_KINDS
+         + QUANT_KINDS)
+CHANNELS_LAST = ("NLC", "NHWC")
+INT8_MIN, INT8_MAX = -128, 127
 
 
 def torch_dtype(dtype: str) -> torch.dtype:
@@ -92,8 +129,26 @@ class Graph:
     def ops_of_kind(self, *kinds: str) -> list[Op]:
         return [op for op in self.ops if op.kind in kinds]
 
-    def run(self, *inputs: torch.Tensor | np.ndarray) -> list[torch.Tensor]:
-        """Execute the dse ops in torch; returns the graph outputs in order."""
+    def producers(self) -> dict[str, Op]:
+        """Tensor name -> the op that writes it."""
+        return {out: op for op in self.ops for out in op.outputs}
+
+    def consumers(self) -> dict[str, list[Op]]:
+        """Tensor name -> the ops that read it, in graph order (each op once)."""
+        users: dict[str, list[Op]] = {name: [] for name in self.tensors}
+        for op in self.ops:
+            for name in dict.fromkeys(op.inputs):
+                users.setdefault(name, []).append(op)
+        return users
+
+    def copy(self) -> Graph:
+        """A copy whose ops, attrs and lists can be edited; weight arrays are shared
+        (treat them as immutable: a step that changes a weight stores a new array)."""
+        return Graph(self.name, copy.deepcopy(self.ops), dict(self.tensors), list(self.inputs),
+                     list(self.outputs), dict(self.weights))
+
+    def trace(self, *inputs: torch.Tensor | np.ndarray) -> dict[str, torch.Tensor]:
+        """Execute the dse ops in torch; every tensor's value by name (inputs, weights, op outputs)."""
         if len(inputs) != len(self.inputs):
             raise ValueError(f"graph {self.name!r} takes {len(self.inputs)} inputs, got {len(inputs)}")
         values: dict[str, torch.Tensor] = {}
@@ -105,9 +160,15 @@ class Graph:
             values[name] = tensor
         for name, array in self.weights.items():
             values[name] = weight_tensor(array, self.tensors[name].dtype)
-        for op in self.ops:
-            args = [values[name] for name in op.inputs]
-            values[op.outputs[0]] = _INTERPRETERS[op.kind](op, args)
+        with torch.no_grad():
+            for op in self.ops:
+                args = [values[name] for name in op.inputs]
+                values[op.outputs[0]] = INTERPRETERS[op.kind](op, args)
+        return values
+
+    def run(self, *inputs: torch.Tensor | np.ndarray) -> list[torch.Tensor]:
+        """Execute the dse ops in torch; returns the graph outputs in order."""
+        values = self.trace(*inputs)
         return [values[name] for name in self.outputs]
 
     def counts_frame(self) -> pd.DataFrame:
@@ -131,13 +192,14 @@ class Graph:
         )
 
     def dump(self) -> str:
-        """Stable text form: same graph, same text (no addresses, sorted attrs)."""
+        """Stable text form: same graph, same text (no addresses, sorted attrs; a long
+        list attr such as a per-channel scale is shown by its length and content hash)."""
         lines = [f"graph {self.name}"]
         lines += [f"input  {name}: {self.tensors[name]}" for name in self.inputs]
         lines += [f"weight {name}: {self.tensors[name]}" for name in self.weights]
         for op in self.ops:
             out = op.outputs[0]
-            attrs = ", ".join(f"{key}={op.attrs[key]!r}" for key in sorted(op.attrs))
+            attrs = ", ".join(f"{key}={_attr_text(op.attrs[key])}" for key in sorted(op.attrs))
             c = op.counts
             lines.append(
                 f"op     {out}: {self.tensors[out]} = {op.kind}({', '.join(op.inputs)})"
@@ -151,6 +213,22 @@ class Graph:
             f" written={t.bytes_written} weight={t.weight_bytes}"
         )
         return "\n".join(lines) + "\n"
+
+
+_LONG_ATTR = 8
+
+
+def _attr_text(value: Any) -> str:
+    if isinstance(value, list) and _flat_len(value) > _LONG_ATTR:
+        digest = hashlib.sha256(repr(value).encode()).hexdigest()[:12]
+        shape = "x".join(map(str, np.shape(value)))
+        head = np.ravel(np.asarray(value, dtype=object))[:3].tolist()
+        return f"<{shape} list {head!r}... sha256:{digest}>"
+    return repr(value)
+
+
+def _flat_len(value: Any) -> int:
+    return sum(_flat_len(v) for v in value) if isinstance(value, list) else 1
 
 
 def weight_array(tensor: torch.Tensor) -> np.ndarray:
@@ -168,17 +246,102 @@ def weight_tensor(array: np.ndarray, dtype: str) -> torch.Tensor:
     return tensor
 
 
+def scale_tensor(attrs: dict[str, Any], shape: tuple[int, ...]) -> torch.Tensor:
+    """The fp32 scale of a quantize / requantize / dequantize op, broadcastable to `shape`.
+
+    `scale` is a float (per tensor) or a nested list with one level per entry of
+    `scale_axes` (ascending tensor axes); along axis a with group g, element i uses
+    entry i // g (g = 1: per channel, g = 16: per 16-row or 16-column strip)."""
+    values = torch.tensor(attrs["scale"], dtype=torch.float32)
+    axes, groups = list(attrs.get("scale_axes", [])), list(attrs.get("scale_groups", []))
+    if values.dim() != len(axes) or len(groups) != len(axes) or axes != sorted(axes):
+        raise ValueError(f"scale of rank {values.dim()} with scale_axes {axes}, scale_groups {groups}")
+    if not axes:
+        return values
+    index = [torch.arange(shape[a]) // g for a, g in zip(axes, groups)]
+    expanded = values[torch.meshgrid(*index, indexing="ij")]
+    view = [1] * len(shape)
+    for a in axes:
+        view[a] = shape[a]
+    return expanded.reshape(view)
+
+
+def is_integer(tensor: torch.Tensor) -> bool:
+    return not tensor.dtype.is_floating_point and tensor.dtype != torch.bool
+
+
+def wrap_int32(values: torch.Tensor) -> torch.Tensor:
+    """int64 -> int32 with two's-complement wraparound (what a 32-bit accumulator keeps)."""
+    return (((values.to(torch.int64) + 2**31) % 2**32) - 2**31).to(torch.int32)
+
+
+def _exact(t: torch.Tensor) -> torch.Tensor:
+    # int8 x int8 products and their sums stay far below 2**53: float64 is exact in any order.
+    return t.to(torch.float64)
+
+
+def _int_result(acc: torch.Tensor, bias: torch.Tensor | None, bias_shape: list[int] | None = None) -> torch.Tensor:
+    total = acc.round().to(torch.int64)
+    if bias is not None:
+        total = total + (bias.to(torch.int64).reshape(bias_shape) if bias_shape else bias.to(torch.int64))
+    return wrap_int32(total)
+
+
 # --- reference interpreter: one function per kind, reading only kind + attrs ---
 
 def _run_linear(op: Op, args: list[torch.Tensor]) -> torch.Tensor:
+    if is_integer(args[0]):
+        x, w, *bias = args
+        return _int_result(torch.matmul(_exact(x), _exact(w).T), bias[0] if bias else None)
     return F.linear(*args)
 
 
 def _run_matmul(op: Op, args: list[torch.Tensor]) -> torch.Tensor:
+    if is_integer(args[0]):
+        a, b, *bias = args
+        return _int_result(torch.matmul(_exact(a), _exact(b)), bias[0] if bias else None)
     if op.attrs.get("has_bias"):
         a, b, bias = args
-        return torch.addmm(bias, a, b, beta=op.attrs.get("beta", 1), alpha=op.attrs.get("alpha", 1))
+        beta, alpha = op.attrs.get("beta", 1), op.attrs.get("alpha", 1)
+        if a.dim() == 2 and b.dim() == 2:
+            return torch.addmm(bias, a, b, beta=beta, alpha=alpha)
+        product = torch.matmul(a, b)
+        return (product if alpha == 1 else product * alpha) + (bias if beta == 1 else bias * beta)
     return torch.matmul(*args)
+
+
+def _to_channels_first(x: torch.Tensor, layout: str) -> torch.Tensor:
+    return x.movedim(-1, 1) if layout in CHANNELS_LAST else x
+
+
+def _from_channels_first(x: torch.Tensor, layout: str) -> torch.Tensor:
+    return x.movedim(1, -1) if layout in CHANNELS_LAST else x
+
+
+def conv_weight_oi(w: torch.Tensor, weight_layout: str) -> torch.Tensor:
+    """A conv weight in any supported layout as [out, in, *kernel] (OIW / OIHW)."""
+    if weight_layout in ("OIW", "OIHW"):
+        return w
+    if weight_layout in ("WIO", "HWIO"):  # [*kernel, in, out]
+        k = w.dim() - 2
+        return w.permute(k + 1, k, *range(k))
+    raise ValueError(f"weight layout {weight_layout!r}")
+
+
+def _run_conv(op: Op, args: list[torch.Tensor]) -> torch.Tensor:
+    a = op.attrs
+    x, w, *bias = args
+    layout = a.get("layout", "NCHW")
+    x = _to_channels_first(x, layout)
+    w = conv_weight_oi(w, a.get("weight_layout", "OIHW" if op.kind == "conv2d" else "OIW"))
+    conv = F.conv2d if op.kind == "conv2d" else F.conv1d
+    kw = dict(stride=a["stride"], padding=a["padding"], dilation=a["dilation"], groups=a.get("groups", 1))
+    if is_integer(x):
+        y = conv(_exact(x), _exact(w), None, **kw)
+        y = _int_result(y, bias[0] if bias else None, [1, -1] + [1] * (y.dim() - 2))
+    else:
+        y = conv(x, w, bias[0] if bias else None, **kw)
+    return _from_channels_first(y, layout)
 
 
 _BINARY: dict[str, Callable[[Any, Any], Any]] = {
@@ -201,33 +364,157 @@ def _run_binary(op: Op, args: list[torch.Tensor]) -> torch.Tensor:
     return _BINARY[op.kind](a, b)
 
 
-def _run_relu(op: Op, args: list[torch.Tensor]) -> torch.Tensor:
-    return torch.relu(args[0])
-
-
 def _run_gelu(op: Op, args: list[torch.Tensor]) -> torch.Tensor:
     return F.gelu(args[0], approximate=op.attrs.get("approximate", "none"))
 
 
-def _run_silu(op: Op, args: list[torch.Tensor]) -> torch.Tensor:
-    return F.silu(args[0])
+_UNARY: dict[str, Callable[[torch.Tensor], torch.Tensor]] = {
+    "relu": torch.relu, "silu": F.silu, "neg": torch.neg, "abs": torch.abs, "exp": torch.exp, "rsqrt": torch.rsqrt,
+    "sqrt": torch.sqrt, "tanh": torch.tanh, "sigmoid": torch.sigmoid, "cos": torch.cos, "sin": torch.sin,
+}
+
+
+def _run_unary(op: Op, args: list[torch.Tensor]) -> torch.Tensor:
+    return _UNARY[op.kind](args[0])
+
+
+def _run_pow(op: Op, args: list[torch.Tensor]) -> torch.Tensor:
+    return torch.pow(args[0], op.attrs["exponent"])
+
+
+def _optional(op: Op, args: list[torch.Tensor], names: tuple[str, ...]) -> dict[str, torch.Tensor | None]:
+    """Split optional inputs (flagged has_<name> in attrs) off the front of args."""
+    out: dict[str, torch.Tensor | None] = {}
+    rest = list(args)
+    for name in names:
+        out[name] = rest.pop(0) if op.attrs.get(f"has_{name}", True) else None
+    return out
+
+
+def _run_softmax(op: Op, args: list[torch.Tensor]) -> torch.Tensor:
+    return torch.softmax(args[0], op.attrs["dim"])
+
+
+def _run_layer_norm(op: Op, args: list[torch.Tensor]) -> torch.Tensor:
+    p = _optional(op, args[1:], ("weight", "bias"))
+    return F.layer_norm(args[0], op.attrs["normalized_shape"], p["weight"], p["bias"], op.attrs["eps"])
+
+
+def _run_batch_norm(op: Op, args: list[torch.Tensor]) -> torch.Tensor:
+    p = _optional(op, args[1:], ("weight", "bias", "mean", "var"))
+    x = args[0].movedim(op.attrs.get("axis", 1), 1)
+    y = F.batch_norm(x, p["mean"], p["var"], p["weight"], p["bias"], False, 0.0, op.attrs["eps"])
+    return y.movedim(1, op.attrs.get("axis", 1))
+
+
+def _run_reduce(op: Op, args: list[torch.Tensor]) -> torch.Tensor:
+    reduce = torch.mean if op.kind == "mean" else torch.sum
+    return reduce(args[0], dim=op.attrs["dims"], keepdim=op.attrs["keepdim"])
+
+
+def _run_pool(op: Op, args: list[torch.Tensor]) -> torch.Tensor:
+    a = op.attrs
+    layout = a.get("layout", "NCHW")
+    x = _to_channels_first(args[0], layout)
+    integer = is_integer(x)
+    if integer:  # max over int8 values is exact in float64
+        x = _exact(x)
+    if op.kind == "max_pool2d":
+        y = F.max_pool2d(x, a["kernel"], a["stride"], a["padding"], a["dilation"], ceil_mode=a["ceil_mode"])
+    else:
+        y = F.avg_pool2d(x, a["kernel"], a["stride"], a["padding"], a["ceil_mode"], a["count_include_pad"],
+                         a.get("divisor_override"))
+    if integer:
+        y = y.to(args[0].dtype)
+    return _from_channels_first(y, layout)
+
+
+def _run_embedding(op: Op, args: list[torch.Tensor]) -> torch.Tensor:
+    table, indices = args
+    return F.embedding(indices, table)
+
+
+def _run_sdpa(op: Op, args: list[torch.Tensor]) -> torch.Tensor:
+    q, k, v, *mask = args
+    return F.scaled_dot_product_attention(q, k, v, attn_mask=mask[0] if mask else None,
+                                          is_causal=op.attrs.get("is_causal", False), scale=op.attrs.get("scale"))
 
 
 def _run_reshape(op: Op, args: list[torch.Tensor]) -> torch.Tensor:
     return torch.reshape(args[0], op.attrs["shape"])
 
 
+def _run_expand(op: Op, args: list[torch.Tensor]) -> torch.Tensor:
+    return args[0].expand(op.attrs["shape"])
+
+
 def _run_permute(op: Op, args: list[torch.Tensor]) -> torch.Tensor:
     return args[0].permute(op.attrs["dims"])
 
 
-_INTERPRETERS: dict[str, Callable[[Op, list[torch.Tensor]], torch.Tensor]] = {
+def _run_slice(op: Op, args: list[torch.Tensor]) -> torch.Tensor:
+    a = op.attrs
+    index: list[Any] = [slice(None)] * args[0].dim()
+    index[a["dim"]] = slice(a["start"], a["end"], a.get("step", 1))
+    return args[0][tuple(index)]
+
+
+def _run_select(op: Op, args: list[torch.Tensor]) -> torch.Tensor:
+    return args[0].select(op.attrs["dim"], op.attrs["index"])
+
+
+def _run_cat(op: Op, args: list[torch.Tensor]) -> torch.Tensor:
+    return torch.cat(args, op.attrs["dim"])
+
+
+def _run_stack(op: Op, args: list[torch.Tensor]) -> torch.Tensor:
+    return torch.stack(args, op.attrs["dim"])
+
+
+def _saturate_int8(values: torch.Tensor) -> torch.Tensor:
+    return torch.clamp(torch.round(values), INT8_MIN, INT8_MAX).to(torch.int8)
+
+
+def _run_quantize(op: Op, args: list[torch.Tensor]) -> torch.Tensor:
+    x = args[0].to(torch.float32)
+    return _saturate_int8(x * scale_tensor(op.attrs, tuple(x.shape)))
+
+
+def _run_requantize(op: Op, args: list[torch.Tensor]) -> torch.Tensor:
+    acc = args[0].to(torch.float32)
+    return _saturate_int8(acc * scale_tensor(op.attrs, tuple(acc.shape)))
+
+
+def _run_dequantize(op: Op, args: list[torch.Tensor]) -> torch.Tensor:
+    acc = args[0].to(torch.float32)
+    return acc * scale_tensor(op.attrs, tuple(acc.shape))
+
+
+INTERPRETERS: dict[str, Callable[[Op, list[torch.Tensor]], torch.Tensor]] = {
     "linear": _run_linear,
     "matmul": _run_matmul,
+    **{kind: _run_conv for kind in CONV_KINDS},
     **{kind: _run_binary for kind in BINARY_KINDS},
-    "relu": _run_relu,
+    **{kind: _run_unary for kind in _UNARY},
     "gelu": _run_gelu,
-    "silu": _run_silu,
+    "pow": _run_pow,
+    "softmax": _run_softmax,
+    "layer_norm": _run_layer_norm,
+    "batch_norm": _run_batch_norm,
+    **{kind: _run_reduce for kind in REDUCE_KINDS},
+    **{kind: _run_pool for kind in POOL_KINDS},
+    "embedding": _run_embedding,
+    "sdpa": _run_sdpa,
     "reshape": _run_reshape,
+    "expand": _run_expand,
     "permute": _run_permute,
+    "slice": _run_slice,
+    "select": _run_select,
+    "cat": _run_cat,
+    "stack": _run_stack,
+    "quantize": _run_quantize,
+    "requantize": _run_requantize,
+    "dequantize": _run_dequantize,
 }
+_INTERPRETERS = INTERPRETERS  # the name earlier code used
+assert set(INTERPRETERS) == set(KINDS), set(KINDS) ^ set(INTERPRETERS)

@@ -83,10 +83,27 @@ def _check_params(recipe: Recipe, params: dict[str, Any]) -> None:
                              f"parameters of {attr}{signature}")
 
 
-def capture_recipe(name_or_path: str | Path, **params: Any) -> Graph:
-    recipe = load_recipe(name_or_path)
+def instantiate(recipe: Recipe, **params: Any) -> tuple[torch.nn.Module, tuple]:
+    """The recipe's module (`load(**params)`) and example inputs (`inputs(**params)`)."""
     _check_params(recipe, params)
-    example_inputs = recipe.module.inputs(**params)
+    try:
+        example_inputs = recipe.module.inputs(**params)
+        module = recipe.module.load(**params)
+    except (TypeError, ValueError) as error:  # a parameter value the model rejects
+        raise InputError(recipe.path, "workload.params", params, f"values load() and inputs() accept: {error}") from error
     if isinstance(example_inputs, torch.Tensor):  # a lone tensor is one input, not a tuple of rows
         example_inputs = (example_inputs,)
-    return capture(recipe.module.load(**params), *example_inputs, name=recipe.name, source_path=recipe.path)
+    return module, tuple(example_inputs)
+
+
+def capture_recipe(name_or_path: str | Path, **params: Any) -> Graph:
+    recipe = load_recipe(name_or_path)
+    module, example_inputs = instantiate(recipe, **params)
+    return capture(module, *example_inputs, name=recipe.name, source_path=recipe.path)
+
+
+def recipe_doc(recipe: Recipe) -> str:
+    """The first sentence of the model file's docstring, on one line."""
+    paragraph = " ".join((recipe.module.__doc__ or "").strip().split("\n\n")[0].split())
+    sentence, dot, _ = paragraph.partition(". ")
+    return sentence + "." if dot else paragraph

@@ -1,0 +1,169 @@
+"""`dse recipe list|show|check`: the shipped recipes, a recipe's graph, and the frontend
+pipeline (capture, then every step) checked against PyTorch."""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+from ..errors import InputError
+from .common import parse_value
+
+
+def _params(pairs: list[str] | None) -> dict:
+    params = {}
+    for pair in pairs or []:
+        key, sep, value = pair.partition("=")
+        if not sep or not key.strip():
+            raise InputError("--param", "param", pair, "KEY=VALUE, e.g. size=32")
+        params[key.strip()] = parse_value(value.strip())
+    return params
+
+
+def _steps(args, recipe):
+    from ..frontend import parse_step_list
+
+    if args.steps is None:
+        return None
+    return parse_step_list(args.steps, recipe.path.parent)
+
+
+def cmd_list(args) -> int:
+    from ..frontend import load_steps
+    from ..workload import list_recipes, load_recipe
+    from ..workload.recipes import recipe_doc
+
+    rows = []
+    for name in list_recipes():
+        recipe = load_recipe(name)
+        steps = ", ".join(step.name for step in load_steps(recipe.path.parent))
+        rows.append((name, steps, recipe_doc(recipe)))
+    if args.json:
+        print(json.dumps([{"name": n, "steps": s.split(", "), "description": d} for n, s, d in rows], indent=2))
+        return 0
+    width = max(len(n) for n, _, _ in rows)
+    steps_width = max(len(s) for _, s, _ in rows)
+    print(f"{'name':<{width}}  {'steps':<{steps_width}}  description")
+    for name, steps, doc in rows:
+        print(f"{name:<{width}}  {steps:<{steps_width}}  {doc}")
+    return 0
+
+
+def cmd_show(args) -> int:
+    from ..frontend import run_pipeline
+    from ..workload import load_recipe
+
+    recipe = load_recipe(args.recipe)
+    params = _params(args.param)
+    steps = _steps(args, recipe)
+    if args.after:
+        from ..frontend import load_steps
+
+        listed = steps if steps is not None else load_steps(recipe.path.parent)
+        names = [step.name for step in listed]
+        if args.after not in names:
+            raise InputError(recipe.path.parent / "steps.toml", "--after", args.after, ", ".join(names) or "(no steps)")
+        steps = listed[: names.index(args.after) + 1]
+    else:
+        steps = []
+    result = run_pipeline(recipe, params, steps)
+    if len(result.graphs) < len(result.stages):  # a step could not apply
+        failed = result.stages[-1]
+        raise InputError(recipe.path.parent / "steps.toml", f"step {failed.name}", failed.error, "a step that applies")
+    graph = result.graph
+    if args.dump:
+        print(graph.dump(), end="")
+        return 0
+    frame = graph.counts_frame()
+    frame.insert(2, "output", [str(graph.tensors[op.outputs[0]]) for op in graph.ops])
+    if args.json:
+        print(json.dumps({
+            "recipe": recipe.name, "path": str(recipe.path), "params": params,
+            "stage": result.stages[-1].dump.removesuffix(".txt"),
+            "inputs": {name: str(graph.tensors[name]) for name in graph.inputs},
+            "outputs": {name: str(graph.tensors[name]) for name in graph.outputs},
+            "ops": frame.to_dict(orient="records"),
+            "totals": _totals(graph),
+        }, indent=2, default=str))
+        return 0
+    stage = result.stages[-1].dump.removesuffix(".txt")
+    print(f"recipe {recipe.name} ({recipe.path})  stage {stage}  params {params or '{}'}")
+    for name in graph.inputs:
+        print(f"input  {name}: {graph.tensors[name]}")
+    for name in graph.outputs:
+        print(f"output {name}: {graph.tensors[name]}")
+    columns = ["name", "kind", "output", "macs", "other_ops", "bytes_read", "bytes_written", "weight_bytes", "source"]
+    print(frame[columns].to_string(index=False))
+    t = _totals(graph)
+    print(f"{len(graph.ops)} ops; total macs={t['macs']:,} other_ops={t['other_ops']:,} bytes_read={t['bytes_read']:,}"
+          f" bytes_written={t['bytes_written']:,} weight_bytes={t['weight_bytes']:,}")
+    return 0
+
+
+def _totals(graph) -> dict:
+    t = graph.totals()
+    return {"macs": t.macs, "other_ops": t.other_ops, "bytes_read": t.bytes_read, "bytes_written": t.bytes_written,
+            "weight_bytes": t.weight_bytes}
+
+
+def _number(value: float) -> str:
+    return "nan" if math.isnan(value) else f"{value:.3e}"
+
+
+def cmd_check(args) -> int:
+    from ..frontend import run_pipeline
+    from ..workload import load_recipe
+
+    recipe = load_recipe(args.recipe)
+    params = _params(args.param)
+    steps = _steps(args, recipe)
+    out_dir = None if args.no_dump else Path(args.out) if args.out else Path("output") / recipe.name
+    result = run_pipeline(recipe, params, steps, out_dir)
+    if args.json:
+        print(json.dumps(result.to_dict(), indent=2, default=str))
+        return 0 if result.passed else 1
+    print(f"recipe {recipe.name} ({recipe.path})  params {params or '{}'}")
+    print(f"{'stage':<22} {'ops':>5} {'MACs':>14} {'max abs err':>11} {'max rel err':>11} {'tolerance':>9}  result")
+    for s in result.stages:
+        verdict = "pass" if s.passed else f"FAIL (blame: {s.blame})"
+        extra = ""
+        if "bit_exact" in s.details:
+            extra = (f"  integer reference bit-exact: {'yes' if s.details['bit_exact'] else 'NO'}"
+                     f" ({s.details['integer_tensors_compared']} tensors)")
+        print(f"{s.index:02d}-{s.name:<19} {s.ops:>5} {s.macs:>14,} {_number(s.max_abs_error):>11}"
+              f" {_number(s.max_rel_error):>11} {s.tolerance:>9g}  {verdict}{extra}")
+        if s.error:
+            print(f"    {s.error}")
+    if out_dir is not None:
+        print(f"dumps: {out_dir}/ ({', '.join(s.dump for s in result.stages[:len(result.graphs)])})")
+    print("passed" if result.passed else "FAILED")
+    return 0 if result.passed else 1
+
+
+def register(sub) -> None:
+    recipe = sub.add_parser("recipe", help="list recipes, show a recipe's graph, check its frontend steps")
+    rsub = recipe.add_subparsers(dest="action", required=True)
+    lst = rsub.add_parser("list", help="the shipped recipes with their frontend steps")
+    lst.add_argument("--json", action="store_true", help="machine-readable output")
+    lst.set_defaults(func=cmd_list)
+
+    def common(parser) -> None:
+        parser.add_argument("recipe", help="shipped recipe name, or a folder holding a model.py")
+        parser.add_argument("--param", action="append", metavar="KEY=VALUE",
+                            help="a parameter of load()/inputs(), e.g. size=32 (repeatable)")
+        parser.add_argument("--steps", metavar="LIST",
+                            help="steps instead of the recipe's own, e.g. 'permute,quantize:weights=tensor'")
+        parser.add_argument("--json", action="store_true", help="machine-readable output")
+
+    show = rsub.add_parser("show", help="a recipe's ops with shapes and counts (the capture, or after a step)")
+    common(show)
+    show.add_argument("--after", metavar="STEP", help="show the graph after this step of the recipe's list")
+    show.add_argument("--dump", action="store_true", help="print the text dump instead of the table")
+    show.set_defaults(func=cmd_show)
+
+    check = rsub.add_parser("check", help="capture and run every frontend step, each checked against PyTorch")
+    common(check)
+    check.add_argument("--out", metavar="DIR", help="where the numbered dumps go (default output/<recipe>)")
+    check.add_argument("--no-dump", action="store_true", help="write no dumps")
+    check.set_defaults(func=cmd_check)

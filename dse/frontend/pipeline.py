@@ -1,0 +1,208 @@
+"""The frontend pipeline: capture a recipe whole, apply its steps in order, and after the
+capture and after every step write a numbered text dump and check the graph against
+PyTorch.
+
+Stage 1 is the capture itself (`01-import.txt`): the unmodified graph, checked against
+the module so that a failure later says whether the step or the capture is wrong (each
+failing stage names the first failing stage in `blame`: "capture", or a step's name).
+Stage k + 1 is the k-th step (`02-<step>.txt`, ...). A stage passes when, for every
+output, max |graph - PyTorch| <= tolerance * max |PyTorch| (FLOAT_TOLERANCE = 1e-5 for
+steps that keep float32, the step's declared tolerance for quantize), every tensor's value
+has the shape and dtype its spec says, and the step's own check (quantize: bit-exact
+against an integer implementation) passes. A step that cannot apply is a failed stage
+with its reason, and the pipeline stops there.
+"""
+
+from __future__ import annotations
+
+import time
+import traceback
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any, Callable
+
+import pandas as pd
+import torch
+
+from dse.frontend.rewrite import StepError
+from dse.frontend.steps import FLOAT_TOLERANCE, StepSpec, load_steps
+from dse.workload.capture import capture
+from dse.workload.graph import Graph, dtype_name
+from dse.workload.recipes import Recipe, instantiate, load_recipe
+
+
+@dataclass
+class Context:
+    """What a step may read besides the graph: the module, its example inputs and the
+    PyTorch outputs the current graph must reproduce (a step that changes the graph's
+    outputs, such as last-token selection, maps them with `map_expected`)."""
+
+    recipe: Recipe | None
+    module: torch.nn.Module
+    inputs: tuple
+    expected: list[torch.Tensor]
+    params: dict[str, Any]
+    details: dict[str, Any] = field(default_factory=dict)
+
+    def map_expected(self, transform: Callable[[list[torch.Tensor]], list[torch.Tensor]]) -> None:
+        self.expected = list(transform(self.expected))
+
+
+@dataclass
+class OutputCheck:
+    name: str
+    shape: list[int]
+    max_abs_error: float
+    max_abs_reference: float
+    relative_error: float
+    passed: bool
+
+
+@dataclass
+class StageResult:
+    index: int
+    name: str  # "import" for the capture, else the step's name
+    options: dict[str, Any]
+    dump: str  # the dump's file name, e.g. "01-import.txt"
+    ops: int
+    macs: int
+    weight_bytes: int
+    quantized: bool
+    tolerance: float
+    outputs: list[OutputCheck]
+    max_abs_error: float
+    max_rel_error: float
+    passed: bool
+    blame: str | None  # the first failing stage when this one fails ("capture" or a step)
+    details: dict[str, Any]
+    error: str | None
+    seconds: float
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+@dataclass
+class PipelineResult:
+    recipe: str
+    path: str
+    params: dict[str, Any]
+    stages: list[StageResult]
+    graphs: list[Graph]  # the graph after each stage that ran (same order as stages)
+    out_dir: str | None
+
+    @property
+    def passed(self) -> bool:
+        return bool(self.stages) and all(stage.passed for stage in self.stages)
+
+    @property
+    def graph(self) -> Graph:
+        """The graph after the last stage that ran."""
+        return self.graphs[-1]
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"recipe": self.recipe, "path": self.path, "params": self.params, "passed": self.passed,
+                "out_dir": self.out_dir, "stages": [stage.to_dict() for stage in self.stages]}
+
+    def table(self) -> pd.DataFrame:
+        rows = [{"stage": f"{s.index:02d}-{s.name}", "ops": s.ops, "macs": s.macs, "quantized": s.quantized,
+                 "max_abs_error": s.max_abs_error, "max_rel_error": s.max_rel_error, "tolerance": s.tolerance,
+                 "passed": s.passed} for s in self.stages]
+        return pd.DataFrame(rows)
+
+
+def check_graph(graph: Graph, ctx: Context, tolerance: float) -> tuple[list[OutputCheck], list[str]]:
+    """Run the graph on the example inputs and compare every output with PyTorch."""
+    problems: list[str] = []
+    values = graph.trace(*ctx.inputs)
+    for op in graph.ops:
+        spec, value = graph.tensors[op.outputs[0]], values[op.outputs[0]]
+        if tuple(value.shape) != spec.shape or dtype_name(value.dtype) != spec.dtype:
+            problems.append(f"tensor {spec.name}: spec {spec} but the op computes "
+                            f"{dtype_name(value.dtype)}{list(value.shape)}")
+            break
+    if len(graph.outputs) != len(ctx.expected):
+        problems.append(f"{len(graph.outputs)} outputs, PyTorch gives {len(ctx.expected)}")
+    checks = []
+    for name, want in zip(graph.outputs, ctx.expected):
+        got = values[name]
+        if got.shape != want.shape:
+            problems.append(f"output {name}: shape {list(got.shape)}, PyTorch {list(want.shape)}")
+            checks.append(OutputCheck(name, list(got.shape), float("inf"), 0.0, float("inf"), False))
+            continue
+        error = (got.double() - want.double()).abs().max().item() if want.numel() else 0.0
+        scale = want.double().abs().max().item() if want.numel() else 0.0
+        relative = error / scale if scale > 0 else (0.0 if error == 0 else float("inf"))
+        passed = error <= tolerance * max(scale, 1e-30)
+        checks.append(OutputCheck(name, list(got.shape), error, scale, relative, passed))
+        if not passed:
+            problems.append(f"output {name}: max abs error {error:.3e} > {tolerance:g} x max |PyTorch| {scale:.3e}")
+    return checks, problems
+
+
+def _stage(index: int, name: str, options: dict, graph: Graph, ctx: Context, tolerance: float, quantized: bool,
+           started: float, verify: Callable | None = None) -> StageResult:
+    checks, problems = check_graph(graph, ctx, tolerance)
+    details = dict(ctx.details)
+    if verify is not None:
+        extra = verify(graph, ctx)
+        details.update({k: v for k, v in extra.items() if k != "passed"})
+        if not extra["passed"]:
+            problems.append(f"{name}: its own check failed: {extra}")
+    errors = [c.max_abs_error for c in checks] or [0.0]
+    relative = [c.relative_error for c in checks] or [0.0]
+    return StageResult(index, name, options, f"{index:02d}-{name}.txt", len(graph.ops), graph.totals().macs,
+                       graph.totals().weight_bytes, quantized, tolerance, checks, max(errors), max(relative),
+                       not problems, None, details, "; ".join(problems) or None, time.perf_counter() - started)
+
+
+def _failed(index: int, step: StepSpec, error: BaseException, started: float) -> StageResult:
+    if isinstance(error, StepError):
+        message = f"{step.name} cannot apply: {error}"
+    else:  # a bug in a step: keep where it happened
+        frame = traceback.extract_tb(error.__traceback__)[-1]
+        message = f"{step.name} raised {type(error).__name__}: {error} ({Path(frame.filename).name}:{frame.lineno})"
+    return StageResult(index, step.name, step.options, f"{index:02d}-{step.name}.txt", 0, 0, 0,
+                       step.definition.quantized, step.tolerance, [], float("nan"), float("nan"), False, None, {},
+                       message, time.perf_counter() - started)
+
+
+def run_pipeline(recipe: str | Path | Recipe, params: dict[str, Any] | None = None,
+                 steps: list[StepSpec] | None = None, out_dir: str | Path | None = None) -> PipelineResult:
+    """Capture `recipe` and apply its steps (`steps`, or the recipe's own list), checking each
+    stage against PyTorch; with `out_dir`, write the numbered dumps there."""
+    recipe = recipe if isinstance(recipe, Recipe) else load_recipe(recipe)
+    params = dict(params or {})
+    steps = load_steps(recipe.path.parent) if steps is None else list(steps)
+    module, inputs = instantiate(recipe, **params)
+    with torch.no_grad():
+        expected = module(*inputs)
+    expected = list(expected) if isinstance(expected, (tuple, list)) else [expected]
+    ctx = Context(recipe, module, inputs, expected, params)
+    out = Path(out_dir) if out_dir is not None else None
+    if out is not None:
+        out.mkdir(parents=True, exist_ok=True)
+
+    started = time.perf_counter()
+    graph = capture(module, *inputs, name=recipe.name, source_path=recipe.path)
+    stages = [_stage(1, "import", {}, graph, ctx, FLOAT_TOLERANCE, False, started)]
+    graphs = [graph]
+    for index, step in enumerate(steps, start=2):
+        ctx.details = {}
+        started = time.perf_counter()
+        try:
+            graph = step.definition.run(graph, ctx, **step.options)
+        except Exception as error:  # recorded as the stage's failure; the pipeline stops here
+            stages.append(_failed(index, step, error, started))
+            break
+        stages.append(_stage(index, step.name, step.options, graph, ctx, step.tolerance, step.definition.quantized,
+                             started, step.definition.verify))
+        graphs.append(graph)
+    first_failure = next((s for s in stages if not s.passed), None)
+    for stage in stages:
+        if not stage.passed:
+            stage.blame = "capture" if first_failure.name == "import" else first_failure.name
+    if out is not None:
+        for stage, stage_graph in zip(stages, graphs):
+            (out / stage.dump).write_text(stage_graph.dump())
+    return PipelineResult(recipe.name, str(recipe.path), params, stages, graphs, str(out) if out else None)

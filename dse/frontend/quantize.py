@@ -1,0 +1,449 @@
+"""Symmetric int8 quantization of the matrix products, and the contract of the quantized graph.
+
+What the step does
+------------------
+Every linear, matmul, conv1d and conv2d whose operands are float32 becomes an integer
+product on the matrix Ball; everything else (norms, softmax, residual adds, RoPE, GELU,
+...) stays float32 and runs on the core:
+
+    xq  = quantize(x)                    float32 -> int8, scale calibrated on the example inputs
+    wq  = (offline)                      a weight is quantized once and stored as int8
+    acc = linear | matmul | conv(xq, wq, bias_q?)    int8 x int8 -> int32
+    y   = dequantize(acc)                int32 -> float32, when a float op reads the result
+    yq  = requantize(acc)                int32 -> int8, when the next reader is another
+                                         product (requantization between layers)
+
+ReLU and max pooling that sit between a product and the next product run on the int8
+values after `requantize` (both commute with a positive scale and with rounding), so an
+MLP or a conv stack stays integer from one Ball op to the next.
+
+Scales (HARDWARE.md: symmetric int8, no zero point, scale = 127 / absmax)
+-----------------------------------------------------------------------
+A scale `s` is the fp32 multiplier that takes a real value to its integer: q ~ x * s,
+x ~ q / s, with s = fp32(127 / absmax) computed in float64 and rounded once (absmax = 0
+gives s = 1). absmax is calibrated on the example inputs (the float graph's values).
+Granularity (step options):
+- activations = "tensor" (one scale) or "strip": one scale per 16 rows of a product's
+  left operand A[..., M, K] (along M) and per 16 columns of an activation right operand
+  B[..., K, N] (along N). A convolution's input is always per tensor: one input pixel
+  feeds rows of several strips of the im2col matrix.
+- weights = "tensor", "strip" (one scale per 16 output channels) or "channel" (one per
+  output channel). The output channel axis is N: W's rows for linear [N, K], the last
+  axis of a pre-transposed [K, N] weight, axis 0 of OIHW / OIW conv weights and the last
+  axis of HWIO / WIO ones.
+Every scale is constant along the reduction axis K, so it factors out of the sum.
+
+The ops, their dtypes and attrs
+-------------------------------
+A scale in attrs is `scale` (a float, or a list nested once per entry of `scale_axes`),
+`scale_axes` (ascending tensor axes) and `scale_groups` (elements per entry along each
+axis: 1 per channel, 16 per strip); `dse.workload.graph.scale_tensor` expands it.
+
+- quantize: float32 -> int8.   q = clamp(round_half_even(x * s), -128, 127)
+  where x * s is one IEEE fp32 multiplication. attrs also: granularity, role ("A" / "B").
+- linear / matmul / conv1d / conv2d with int8 operands: int32 output,
+  acc = (sum_k a * b + bias_q) mod 2**32 (two's complement wraparound: any summation
+  order gives the same bits). attrs also: dtype="int8", acc_dtype="int32",
+  a_granularity, b_granularity. A linear / matmul keeps its M, N, K, batch, has_bias.
+  The bias is an int32 weight, bias_q[n] = round_half_even(b[n] * sA * sB[n]) in float64,
+  saturated to int32, preloaded into the accumulator; when A has several scales (strips)
+  the float bias is added after `dequantize` instead.
+- requantize: int32 -> int8.   q = clamp(round_half_even(fp32(acc) * m), -128, 127)
+  fp32(acc) rounds to nearest even (exact below 2**24); m = fp32(s_next * m_deq), float64
+  product of the next quantize's scale and the dequantize multiplier below.
+- dequantize: int32 -> float32.   y = fp32(acc) * m,   m = fp32(1 / (sA * sB)) from the
+  float64 product of the operands' fp32 scales; with strips on A and channels on B, m has
+  one entry per (row strip, channel): scale_axes [M axis, N axis].
+Every multiplier is stored as the exact fp32 value to use: an integer implementation
+(the emulator's Fp2Int / Int2Fp Balls, a numpy loop) reads it, never recomputes it.
+
+The PyTorch reference of the quantized computation
+--------------------------------------------------
+`Graph.run` on the quantized graph *is* the PyTorch reference: integer products are
+computed in float64 (exact for int8 operands: every partial sum is an integer far below
+2**53) and wrapped to int32; conversions follow the formulas above. `integer_reference`
+recomputes the same graph independently with numpy integer arithmetic (int64 products
+wrapped to int32, explicit fp32 conversions, its own scale expansion), and the step's
+check requires the two to agree bit for bit on every integer tensor and every output.
+Against the float PyTorch module the quantized graph is held to a declared tolerance
+(`tolerance`, relative to the largest reference magnitude of each output).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import torch
+
+from dse.frontend.rewrite import Rewriter
+from dse.workload.graph import (
+    CHANNELS_LAST,
+    CONV_KINDS,
+    INT8_MAX,
+    INT8_MIN,
+    INTERPRETERS,
+    MATMUL_KINDS,
+    Graph,
+    Op,
+    weight_array,
+)
+
+OPTIONS = {
+    "activations": (str, "tensor", ("tensor", "strip")),
+    "weights": (str, "channel", ("tensor", "strip", "channel")),
+    "fuse": (bool, True),
+    "tolerance": (float, 0.05),
+}
+STRIP = 16
+_GROUP = {"strip": STRIP, "channel": 1}
+_FUSABLE = ("relu", "max_pool2d")
+
+
+@dataclass(frozen=True)
+class Scale:
+    """The scale of one quantized operand: fp32 values along one axis (or one value)."""
+
+    values: np.ndarray  # float32, 1-D
+    axis: int | None
+    group: int
+    granularity: str
+
+    def attrs(self) -> dict[str, Any]:
+        if self.axis is None:
+            return {"scale": float(self.values[0]), "scale_axes": [], "scale_groups": []}
+        return {"scale": self.values.tolist(), "scale_axes": [self.axis], "scale_groups": [self.group]}
+
+
+def calibrate(values: np.ndarray, axis: int | None, granularity: str) -> Scale:
+    """scale = fp32(127 / absmax) per tensor, per `STRIP` entries or per entry along `axis`."""
+    magnitude = np.abs(np.asarray(values, dtype=np.float64))
+    if granularity == "tensor" or axis is None or magnitude.ndim == 0:
+        absmax, axis, group, granularity = np.array([magnitude.max(initial=0.0)]), None, 0, "tensor"
+    else:
+        group = _GROUP[granularity]
+        per_index = np.moveaxis(magnitude, axis, 0).reshape(magnitude.shape[axis], -1).max(axis=1, initial=0.0)
+        padded = np.concatenate([per_index, np.zeros(-len(per_index) % group)])
+        absmax = padded.reshape(-1, group).max(axis=1)
+    scale = np.where(absmax > 0, 127.0 / np.where(absmax > 0, absmax, 1.0), 1.0).astype(np.float32)
+    return Scale(scale, axis, group, granularity)
+
+
+def _quantize_array(array: np.ndarray, scale: Scale) -> np.ndarray:
+    """Offline quantization of a weight with the very formula of the quantize op."""
+    op = Op("offline", "quantize", [], [], scale.attrs(), "", None)
+    return weight_array(INTERPRETERS["quantize"](op, [torch.from_numpy(np.ascontiguousarray(array))]))
+
+
+def _per_channel(scale: Scale, channels: int) -> np.ndarray:
+    if scale.axis is None:
+        return np.full(channels, scale.values[0], dtype=np.float64)
+    return scale.values.astype(np.float64)[np.arange(channels) // scale.group]
+
+
+@dataclass(frozen=True)
+class _Roles:
+    """Where the scales of a product's operands sit, on the operands and on the output."""
+
+    a_axis: int | None  # axis of A along which its scale may vary (M), None: per tensor only
+    b_axis: int  # axis of B along which its scale varies (N)
+    out_a_axis: int | None
+    out_b_axis: int
+
+
+def _roles(op: Op, graph: Graph) -> _Roles | None:
+    a, b = (graph.tensors[n].shape for n in op.inputs[:2])
+    out = graph.tensors[op.outputs[0]].shape
+    if op.kind == "linear":
+        return _Roles(len(a) - 2 if len(a) >= 2 else None, 0, len(out) - 2 if len(a) >= 2 else None, len(out) - 1)
+    if op.kind == "matmul":
+        if len(b) < 2 or op.attrs.get("alpha", 1) != 1 or op.attrs.get("beta", 1) != 1:
+            return None
+        rows = len(a) >= 2
+        return _Roles(len(a) - 2 if rows else None, len(b) - 1, len(out) - 2 if rows else None, len(out) - 1)
+    weight_last = op.attrs.get("weight_layout") in ("WIO", "HWIO")
+    out_channel = len(out) - 1 if op.attrs.get("layout") in CHANNELS_LAST else 1
+    return _Roles(None, len(b) - 1 if weight_last else 0, None, out_channel)
+
+
+def _multiplier(out_axes: list[tuple[int, Scale]], numerator: float = 1.0) -> dict[str, Any]:
+    """fp32(numerator / (sA * sB)) over the output axes the operand scales vary along."""
+    varying = sorted((axis, scale) for axis, scale in out_axes if scale.axis is not None)
+    fixed = np.prod([float(s.values[0]) for _, s in out_axes if s.axis is None] or [1.0])
+    grid = np.ones([len(s.values) for _, s in varying], dtype=np.float64) * fixed
+    for i, (_, scale) in enumerate(varying):
+        shape = [1] * len(varying)
+        shape[i] = -1
+        grid = grid * scale.values.astype(np.float64).reshape(shape)
+    m = (numerator / grid).astype(np.float32)
+    return {"scale": m.tolist() if varying else float(m), "scale_axes": [a for a, _ in varying],
+            "scale_groups": [s.group for _, s in varying]}
+
+
+class _Quantizer:
+    def __init__(self, graph: Graph, values: dict[str, torch.Tensor], activations: str, weights: str):
+        self.graph = graph
+        self.values = values
+        self.activations = activations
+        self.weights = weights
+        self.rw = Rewriter(graph, "quantize")
+        self.quantized: dict[tuple, tuple[str, Scale]] = {}
+        self.products = 0
+
+    def operand(self, name: str, axis: int | None, role: str, source: str,
+                activation_granularity: str | None = None) -> tuple[str, Scale]:
+        """The int8 tensor for operand `name` and its scale (weights offline, activations by quantize ops)."""
+        graph, rw = self.graph, self.rw
+        if name in graph.weights:
+            granularity = self.weights if axis is not None else "tensor"
+            key = ("weight", name, axis, granularity)
+            if key not in self.quantized:
+                scale = calibrate(graph.weights[name], axis, granularity)
+                self.quantized[key] = (rw.weight(f"{name}_int8", _quantize_array(graph.weights[name], scale)), scale)
+            return self.quantized[key]
+        granularity = activation_granularity or self.activations
+        key = ("activation", name, axis if granularity != "tensor" else None, granularity)
+        if key not in self.quantized:
+            scale = calibrate(self.values[name].numpy(), axis, granularity)
+            spec = graph.tensors[name]
+            out = rw.emit("quantize", [name], spec.shape, "int8",
+                          {**scale.attrs(), "granularity": scale.granularity, "role": role}, source,
+                          hint=f"{name}_int8")
+            self.quantized[key] = (out, scale)
+        return self.quantized[key]
+
+    def product(self, op: Op) -> None:
+        graph, rw = self.graph, self.rw
+        roles = _roles(op, graph)
+        if roles is None or any(graph.tensors[n].dtype != "float32" for n in op.inputs):
+            rw.keep(op)
+            return
+        is_conv = op.kind in CONV_KINDS
+        qa, sa = self.operand(op.inputs[0], roles.a_axis, "A", op.source, "tensor" if is_conv else None)
+        qb, sb = self.operand(op.inputs[1], roles.b_axis, "B", op.source)
+        out = op.outputs[0]
+        spec = graph.tensors[out]
+        inputs = [qa, qb]
+        bias = op.inputs[2] if op.attrs.get("has_bias") else None
+        float_bias = None
+        if bias is not None:
+            if sa.axis is None and bias in graph.weights:
+                channels = graph.tensors[bias].shape[-1]
+                exact = graph.weights[bias].astype(np.float64) * float(sa.values[0]) * _per_channel(sb, channels)
+                bias_q = np.clip(np.rint(exact), -2**31, 2**31 - 1).astype(np.int32)
+                inputs.append(rw.weight(f"{bias}_int32", bias_q))
+            else:
+                float_bias = bias
+        attrs = {**op.attrs, "has_bias": len(inputs) == 3, "dtype": "int8", "acc_dtype": "int32",
+                 "a_granularity": sa.granularity, "b_granularity": sb.granularity}
+        acc = rw.emit(op.kind, inputs, spec.shape, "int32", attrs, op.source, hint=f"{out}_acc")
+        multiplier = _multiplier([(roles.out_a_axis, sa), (roles.out_b_axis, sb)])
+        granularity = f"A:{sa.granularity} B:{sb.granularity}"
+        if float_bias is None:
+            rw.emit("dequantize", [acc], spec.shape, "float32", {**multiplier, "granularity": granularity},
+                    op.source, name=out)
+        else:
+            deq = rw.emit("dequantize", [acc], spec.shape, "float32", {**multiplier, "granularity": granularity},
+                          op.source, hint=f"{out}_dequant")
+            rw.emit("add", [deq, float_bias], spec.shape, "float32", {}, op.source, name=out)
+        self.products += 1
+
+
+def _fuse_requantize(graph: Graph) -> tuple[Graph, int]:
+    """quantize(f(...(dequantize(acc)))) with f in relu / max_pool2d -> f(...(requantize(acc)))."""
+    producers = graph.producers()
+    plans: dict[str, tuple[Op, list[Op]]] = {}
+    for q in graph.ops_of_kind("quantize"):
+        chain: list[Op] = []
+        source = producers.get(q.inputs[0])
+        while source is not None and source.kind in _FUSABLE:
+            chain.append(source)
+            source = producers.get(source.inputs[0])
+        if source is None or source.kind != "dequantize" or graph.tensors[source.inputs[0]].dtype != "int32":
+            continue
+        if _compatible(q, source, chain, graph):
+            plans[q.name] = (source, chain[::-1])
+    rw = Rewriter(graph, "quantize")
+    for op in graph.ops:
+        if op.name not in plans:
+            rw.keep(op)
+            continue
+        deq, chain = plans[op.name]
+        acc = deq.inputs[0]
+        attrs = {**_combine(op.attrs, deq.attrs), "granularity": deq.attrs.get("granularity", "")}
+        # the last int8 value takes the quantize op's name: readers see the same tensor name
+        value = rw.emit("requantize", [acc], graph.tensors[acc].shape, "int8", attrs, op.source,
+                        **({"hint": f"{acc.removesuffix('_acc')}_requant"} if chain else {"name": op.outputs[0]}))
+        for i, f in enumerate(chain):
+            last = {"name": op.outputs[0]} if i == len(chain) - 1 else {"hint": f"{f.outputs[0]}_int8"}
+            value = rw.emit(f.kind, [value], graph.tensors[f.outputs[0]].shape, "int8", dict(f.attrs), f.source,
+                            **last)
+    return rw.finish(), len(plans)
+
+
+def _compatible(q: Op, deq: Op, chain: list[Op], graph: Graph) -> bool:
+    deq_axes = dict(zip(deq.attrs["scale_axes"], deq.attrs["scale_groups"]))
+    for f in chain:
+        if f.kind == "max_pool2d":
+            rank = len(graph.tensors[f.inputs[0]].shape)
+            pooled = {1, 2} if f.attrs.get("layout") == "NHWC" else {rank - 2, rank - 1}
+            if pooled & set(deq_axes):
+                return False
+    return all(deq_axes.get(axis) == group for axis, group in zip(q.attrs["scale_axes"], q.attrs["scale_groups"]))
+
+
+def _combine(q_attrs: dict[str, Any], deq_attrs: dict[str, Any]) -> dict[str, Any]:
+    """m = fp32(s_next * m_deq) over the dequantize multiplier's axes."""
+    m = np.asarray(deq_attrs["scale"], dtype=np.float64)
+    s = np.asarray(q_attrs["scale"], dtype=np.float64)
+    if q_attrs["scale_axes"]:
+        position = deq_attrs["scale_axes"].index(q_attrs["scale_axes"][0])
+        shape = [1] * m.ndim
+        shape[position] = -1
+        s = s.reshape(shape)
+    combined = (m * s).astype(np.float32)
+    return {"scale": combined.tolist() if combined.ndim else float(combined),
+            "scale_axes": list(deq_attrs["scale_axes"]), "scale_groups": list(deq_attrs["scale_groups"])}
+
+
+def run(graph: Graph, ctx, activations: str = "tensor", weights: str = "channel", fuse: bool = True,
+        tolerance: float = 0.05) -> Graph:
+    values = graph.trace(*ctx.inputs)  # calibration: the float graph on the example inputs
+    quantizer = _Quantizer(graph, values, activations, weights)
+    for op in graph.ops:
+        if op.kind in MATMUL_KINDS or op.kind in CONV_KINDS:
+            quantizer.product(op)
+        else:
+            quantizer.rw.keep(op)
+    result = quantizer.rw.finish()
+    fused = 0
+    if fuse:
+        result, fused = _fuse_requantize(result)
+    ctx.details.update(
+        products=quantizer.products, requantize=len(result.ops_of_kind("requantize")),
+        quantize=len(result.ops_of_kind("quantize")), dequantize=len(result.ops_of_kind("dequantize")),
+        activations=activations, weights=weights,
+    )
+    return result
+
+
+# --- an independent integer implementation, to hold the PyTorch reference to bit-exactness ---
+
+def _np_scale(attrs: dict[str, Any], shape: tuple[int, ...]) -> np.ndarray:
+    values = np.asarray(attrs["scale"], dtype=np.float32)
+    axes, groups = attrs.get("scale_axes", []), attrs.get("scale_groups", [])
+    if not axes:
+        return values
+    for i, (axis, group) in enumerate(zip(axes, groups)):
+        values = np.repeat(values, group, axis=i).take(np.arange(shape[axis]), axis=i)
+    return values.reshape([shape[a] if a in axes else 1 for a in range(len(shape))])
+
+
+def _np_saturate(values: np.ndarray) -> np.ndarray:
+    return np.clip(np.rint(values), INT8_MIN, INT8_MAX).astype(np.int8)
+
+
+def _np_wrap(values: np.ndarray) -> np.ndarray:
+    return (((values.astype(np.int64) + 2**31) % 2**32) - 2**31).astype(np.int32)
+
+
+def _np_conv(x: np.ndarray, w: np.ndarray, bias: np.ndarray | None, attrs: dict[str, Any]) -> np.ndarray:
+    channels_last = attrs["layout"] in CHANNELS_LAST
+    if channels_last:
+        x = np.moveaxis(x, -1, 1)
+    if attrs["weight_layout"] in ("WIO", "HWIO"):  # [*kernel, in, out] -> [out, in, *kernel]
+        k = w.ndim - 2
+        w = w.transpose(k + 1, k, *range(k))
+    nd = w.ndim - 2
+    stride, padding, dilation = attrs["stride"], attrs["padding"], attrs["dilation"]
+    x = np.pad(x.astype(np.int64), [(0, 0), (0, 0)] + [(p, p) for p in padding])
+    kernel = w.shape[2:]
+    out = [(x.shape[2 + i] - dilation[i] * (kernel[i] - 1) - 1) // stride[i] + 1 for i in range(nd)]
+    columns = []
+    for offsets in np.ndindex(*kernel):
+        window = tuple(slice(o * dilation[i], o * dilation[i] + stride[i] * (out[i] - 1) + 1, stride[i])
+                       for i, o in enumerate(offsets))
+        columns.append(x[(slice(None), slice(None)) + window])
+    patches = np.stack(columns, axis=2)  # [N, C, taps, *out]
+    y = np.tensordot(patches, w.astype(np.int64).reshape(w.shape[0], w.shape[1], -1), axes=([1, 2], [1, 2]))
+    y = np.moveaxis(y, -1, 1)  # [N, O, *out]
+    if bias is not None:
+        y = y + bias.astype(np.int64).reshape([1, -1] + [1] * nd)
+    y = _np_wrap(y)
+    return np.moveaxis(y, 1, -1) if channels_last else y
+
+
+def _np_max_pool2d(x: np.ndarray, attrs: dict[str, Any]) -> np.ndarray | None:
+    if attrs["ceil_mode"]:
+        return None
+    channels_last = attrs.get("layout") == "NHWC"
+    if channels_last:
+        x = np.moveaxis(x, -1, 1)
+    (kh, kw), (sh, sw), (ph, pw), (dh, dw) = attrs["kernel"], attrs["stride"], attrs["padding"], attrs["dilation"]
+    x = np.pad(x, [(0, 0), (0, 0), (ph, ph), (pw, pw)], constant_values=np.iinfo(x.dtype).min)
+    oh = (x.shape[2] - dh * (kh - 1) - 1) // sh + 1
+    ow = (x.shape[3] - dw * (kw - 1) - 1) // sw + 1
+    y = None
+    for i in range(kh):
+        for j in range(kw):
+            window = x[:, :, i * dh: i * dh + sh * (oh - 1) + 1: sh, j * dw: j * dw + sw * (ow - 1) + 1: sw]
+            y = window if y is None else np.maximum(y, window)
+    return np.moveaxis(y, 1, -1) if channels_last else y
+
+
+def _integer_op(op: Op, args: list[np.ndarray]) -> np.ndarray | None:
+    """numpy for the integer path; None hands the op to the torch interpreter (float ops)."""
+    shape = args[0].shape if args else ()
+    if op.kind in ("quantize", "requantize"):
+        return _np_saturate(args[0].astype(np.float32) * _np_scale(op.attrs, shape))
+    if op.kind == "dequantize":
+        return args[0].astype(np.float32) * _np_scale(op.attrs, shape)
+    if not args or args[0].dtype not in (np.int8, np.int32):
+        return None
+    bias = args[2] if len(args) > 2 else None
+    if op.kind == "linear":
+        acc = np.matmul(args[0].astype(np.int64), args[1].astype(np.int64).T)
+        return _np_wrap(acc + (bias.astype(np.int64) if bias is not None else 0))
+    if op.kind == "matmul":
+        acc = np.matmul(args[0].astype(np.int64), args[1].astype(np.int64))
+        return _np_wrap(acc + (bias.astype(np.int64) if bias is not None else 0))
+    if op.kind in CONV_KINDS:
+        return _np_conv(args[0], args[1], bias, op.attrs)
+    if op.kind == "relu":
+        return np.maximum(args[0], 0).astype(args[0].dtype)
+    if op.kind == "max_pool2d":
+        return _np_max_pool2d(args[0], op.attrs)
+    return None
+
+
+def integer_reference(graph: Graph, *inputs: Any) -> dict[str, np.ndarray]:
+    """Every tensor's value, computed with numpy integer arithmetic on the integer path."""
+    values: dict[str, np.ndarray] = {name: torch.as_tensor(v).numpy() for name, v in zip(graph.inputs, inputs)}
+    values.update(graph.weights)
+    for op in graph.ops:
+        args = [values[n] for n in op.inputs]
+        result = _integer_op(op, args)
+        if result is None:
+            with torch.no_grad():
+                result = INTERPRETERS[op.kind](op, [torch.from_numpy(np.ascontiguousarray(a)) for a in args]).numpy()
+        values[op.outputs[0]] = result
+    return values
+
+
+def _bits(array: np.ndarray) -> np.ndarray:
+    array = np.ascontiguousarray(array)
+    return array.view(f"u{array.dtype.itemsize}") if array.dtype.kind == "f" else array
+
+
+def verify(graph: Graph, ctx) -> dict[str, Any]:
+    """The quantized graph's PyTorch reference against the numpy integer implementation:
+    equal bits on every integer tensor and every output."""
+    reference = graph.trace(*ctx.inputs)
+    integer = integer_reference(graph, *ctx.inputs)
+    names = [op.outputs[0] for op in graph.ops if graph.tensors[op.outputs[0]].dtype in ("int8", "int32")]
+    names += [n for n in graph.outputs if n not in names]
+    mismatches = [n for n in names if reference[n].shape != integer[n].shape
+                  or not np.array_equal(_bits(reference[n].numpy()), _bits(integer[n]))]
+    return {"passed": not mismatches, "bit_exact": not mismatches, "integer_tensors_compared": len(names),
+            "first_mismatch": mismatches[0] if mismatches else None}

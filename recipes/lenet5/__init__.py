@@ -1,0 +1,1 @@
+"""LeNet-5 recipe: two convolutions with pooling, three linear layers."""

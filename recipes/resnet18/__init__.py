@@ -1,0 +1,1 @@
+"""ResNet-18 recipe: the whole network, input size a parameter."""

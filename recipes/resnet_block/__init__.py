@@ -1,0 +1,1 @@
+"""ResNet basic block recipe: batch norm folded into the convolutions by a frontend step."""

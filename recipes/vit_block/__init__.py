@@ -1,0 +1,1 @@
+"""ViT block recipe: LayerNorm, multi-head attention, GELU MLP."""

@@ -1,0 +1,419 @@
+"""Frontend steps one by one on small modules: each result checked against PyTorch and
+against hand-computed values; the pipeline's dumps, blame and steps.toml errors."""
+
+from __future__ import annotations
+
+import math
+import textwrap
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from dse.errors import InputError
+from dse.frontend import Context, StepError, check_graph, load_steps, resolve_step, run_pipeline
+from dse.frontend import fold_batch_norm, permute, quantize, select_last_token, split_attention
+from dse.frontend.quantize import integer_reference
+from dse.workload import capture
+from dse.workload import graph as graph_module
+
+
+def prepare(module: nn.Module, *inputs):
+    module = module.eval()
+    with torch.no_grad():
+        expected = module(*inputs)
+    expected = list(expected) if isinstance(expected, tuple) else [expected]
+    return capture(module, *inputs), Context(None, module, inputs, expected, {})
+
+
+def assert_matches(graph, ctx, tolerance=1e-5):
+    checks, problems = check_graph(graph, ctx, tolerance)
+    assert not problems, problems
+    return max(c.relative_error for c in checks)
+
+
+def randn(*shape, seed=0):
+    return torch.randn(*shape, generator=torch.Generator().manual_seed(seed))
+
+
+# --- fold_batch_norm ---
+
+class ConvBn(nn.Module):
+    def __init__(self):
+        super().__init__()
+        g = torch.Generator().manual_seed(0)
+        self.conv = nn.Conv2d(3, 4, 3, padding=1, bias=True)
+        self.bn = nn.BatchNorm2d(4)
+        self.side = nn.Conv2d(3, 4, 1, bias=False)
+        self.bn2 = nn.BatchNorm2d(4)
+        with torch.no_grad():
+            for bn in (self.bn, self.bn2):
+                bn.weight.copy_(torch.rand(4, generator=g) + 0.5)
+                bn.bias.copy_(torch.randn(4, generator=g))
+                bn.running_mean.copy_(torch.randn(4, generator=g))
+                bn.running_var.copy_(torch.rand(4, generator=g) + 0.5)
+
+    def forward(self, x):
+        s = self.side(x)  # its output is read twice: that batch norm cannot fold
+        return torch.relu(self.bn(self.conv(x))) + self.bn2(s) + s
+
+
+def test_fold_batch_norm_matches_the_formula_and_pytorch():
+    module = ConvBn()
+    graph, ctx = prepare(module, randn(1, 3, 6, 6))
+    folded = fold_batch_norm.run(graph, ctx)
+    assert ctx.details == {"folded": 1, "left": 1}
+    assert [op.kind for op in graph.ops].count("batch_norm") == 2
+    assert [op.kind for op in folded.ops].count("batch_norm") == 1
+    assert_matches(folded, ctx)
+    conv = next(op for op in folded.ops_of_kind("conv2d") if op.attrs["K"] == 27)  # the 3x3 one
+    bn = module.bn
+    a = (bn.weight / torch.sqrt(bn.running_var + bn.eps)).double()
+    want_w = module.conv.weight.double() * a.reshape(-1, 1, 1, 1)
+    want_b = (module.conv.bias.double() - bn.running_mean.double()) * a + bn.bias.double()
+    assert np.allclose(folded.weights[conv.inputs[1]], want_w.detach().numpy(), rtol=1e-6, atol=0)
+    assert np.allclose(folded.weights[conv.inputs[2]], want_b.detach().numpy(), rtol=1e-6, atol=1e-7)
+    assert conv.attrs["has_bias"] and conv.counts.other_ops == 36 * 4  # the bias add is now the conv's
+    assert "fold_batch_norm" in conv.source
+
+
+# --- permute ---
+
+class Tiny(nn.Module):
+    """A LeNet in miniature: convs, pooling, a flatten into a linear, a transposed weight."""
+
+    def __init__(self):
+        super().__init__()
+        self.conv1 = nn.Conv2d(2, 4, 3)
+        self.conv2 = nn.Conv2d(4, 6, 3)
+        self.fc = nn.Linear(6 * 2 * 2, 5)
+        self.w = nn.Parameter(torch.randn(3, 5, generator=torch.Generator().manual_seed(4)))
+
+    def forward(self, x):
+        x = F.max_pool2d(torch.relu(self.conv1(x)), 2)  # [1, 4, 4, 4]
+        x = torch.relu(self.conv2(x))  # [1, 6, 2, 2]
+        return self.fc(torch.flatten(x, 1)) @ self.w.t()
+
+
+def test_permute_makes_conv_regions_channels_last_without_activation_transposes():
+    module = Tiny()
+    graph, ctx = prepare(module, randn(1, 2, 10, 10))
+    assert permute.activation_permutes(graph) == (0, 0)
+    result = permute.run(graph, ctx)
+    assert_matches(result, ctx)
+    convs = result.ops_of_kind("conv2d")
+    assert [(op.attrs["layout"], op.attrs["weight_layout"]) for op in convs] == [("NHWC", "HWIO")] * 2
+    assert result.tensors[convs[1].outputs[0]].shape == (1, 2, 2, 6)
+    w1 = result.weights[convs[0].inputs[1]]
+    assert np.array_equal(w1, module.conv1.weight.detach().numpy().transpose(2, 3, 1, 0))
+    # the input enters the region with one permute; the flatten reads NHWC directly because
+    # fc's columns were permuted offline; w.t() became a pre-transposed weight
+    assert ctx.details["activation_permutes_after"] == 1
+    assert [op.kind for op in result.ops].count("permute") == 1
+    matmuls = result.ops_of_kind("matmul")
+    assert [op.attrs.get("weight_layout") for op in matmuls] == ["KN", None]
+    fc_weight = result.weights[matmuls[0].inputs[1]]  # [K = 24 in (h, w, c) order, N = 5]
+    original = module.fc.weight.detach().numpy().reshape(5, 6, 2, 2)
+    assert np.array_equal(fc_weight, original.transpose(0, 2, 3, 1).reshape(5, 24).T)
+    assert np.array_equal(result.weights[matmuls[1].inputs[1]], module.w.detach().numpy().T)
+    assert not result.ops_of_kind("linear")
+
+
+def test_permute_leaves_the_region_where_a_non_region_op_reads_it():
+    class Stack(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.a = nn.Conv1d(3, 4, 3, padding=2, dilation=2)
+            self.b = nn.Conv1d(4, 4, 1)
+
+        def forward(self, x):
+            h = torch.relu(self.a(x))
+            return self.b(h + h), h.transpose(1, 2).softmax(-1)  # softmax is outside the region
+
+    graph, ctx = prepare(Stack(), randn(1, 3, 12))
+    result = permute.run(graph, ctx)
+    assert_matches(result, ctx)
+    assert [op.attrs["layout"] for op in result.ops_of_kind("conv1d")] == ["NLC", "NLC"]
+    # in: x; out: the graph output and the tensor the transpose reads (which then cancels)
+    permutes = [op for op in result.ops if op.kind == "permute"]
+    assert len(permutes) == 4 and ctx.details["activation_permutes_before"] == 1
+
+
+# --- split_attention ---
+
+def test_split_attention_writes_sdpa_as_two_matmuls_and_a_softmax():
+    class Attn(nn.Module):
+        def forward(self, q, k, v, mask):
+            return (F.scaled_dot_product_attention(q, k, v, is_causal=True),
+                    F.scaled_dot_product_attention(q, k, v, attn_mask=mask, scale=0.5))
+
+    inputs = (randn(1, 2, 4, 8, seed=1), randn(1, 2, 4, 8, seed=2), randn(1, 2, 4, 6, seed=3), randn(4, 4, seed=4))
+    graph, ctx = prepare(Attn(), *inputs)
+    result = split_attention.run(graph, ctx)
+    assert_matches(result, ctx)
+    assert ctx.details == {"split": 2, "left_whole": 0}
+    assert not result.ops_of_kind("sdpa")
+    assert [op.kind for op in result.ops].count("matmul") == 4
+    scores = result.ops_of_kind("matmul")[0]
+    assert {k: scores.attrs[k] for k in ("M", "N", "K", "batch")} == {"M": 4, "N": 4, "K": 8, "batch": 2}
+    scales = [op.attrs["scalar"] for op in result.ops_of_kind("mul")]
+    assert scales == [pytest.approx(1 / math.sqrt(8)), 0.5]
+    causal = next(array for name, array in result.weights.items() if "causal" in name)
+    assert np.array_equal(np.isinf(causal), ~np.tril(np.ones((4, 4), dtype=bool)))
+
+
+# --- select_last_token ---
+
+class TinyLm(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.emb = nn.Embedding(20, 8)
+        self.k = nn.Linear(8, 8, bias=False)
+        self.mix = nn.Linear(8, 8)
+        self.head = nn.Linear(8, 20, bias=False)
+        self.norm = nn.Parameter(torch.linspace(0.5, 1.5, 8))
+
+    def forward(self, tokens):
+        x = self.emb(tokens)  # [1, S, 8]
+        k = self.k(x)
+        ctx = torch.softmax(x @ k.transpose(1, 2), -1) @ x  # mixes tokens: stays whole
+        h = x + torch.relu(self.mix(ctx))
+        h = h * torch.rsqrt(h.pow(2).mean(-1, keepdim=True) + 1e-6) * self.norm
+        return self.head(h), k
+
+
+def test_select_last_token_computes_the_tail_on_one_row():
+    graph, ctx = prepare(TinyLm(), torch.tensor([[3, 1, 4, 1, 5, 9]]))
+    result = select_last_token.run(graph, ctx)
+    assert_matches(result, ctx)
+    assert result.tensors[result.outputs[0]].shape == (1, 1, 20)
+    assert result.tensors[result.outputs[1]].shape == (1, 6, 8)  # the cache output keeps every row
+    assert ctx.expected[0].shape == (1, 1, 20)
+    linears = {op.inputs[1]: op.attrs["M"] for op in result.ops_of_kind("linear")}
+    assert linears == {"p_k_weight": 6, "p_mix_weight": 1, "p_head_weight": 1}
+    # slices where the row axis enters the region: the attention output and the residual x
+    assert ctx.details["slices"] == 2 and len(result.ops_of_kind("slice")) == 2
+    assert ctx.details["macs_after"] == ctx.details["macs_before"] - 5 * (8 * 8 + 8 * 20)
+
+
+def test_select_last_token_refuses_an_output_that_is_not_token_wise():
+    class AcrossTokens(nn.Module):
+        def forward(self, x):
+            return torch.softmax(x, dim=1)  # every row depends on every token
+
+    graph, ctx = prepare(AcrossTokens(), randn(1, 4, 3))
+    with pytest.raises(StepError, match="not computed token by token"):
+        select_last_token.run(graph, ctx)
+
+
+# --- quantize ---
+
+class OneLinear(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc = nn.Linear(2, 2)
+        with torch.no_grad():
+            self.fc.weight.copy_(torch.tensor([[0.5, 0.25], [1.0, -1.0]]))
+            self.fc.bias.copy_(torch.tensor([0.1, -0.2]))
+
+    def forward(self, x):
+        return self.fc(x)
+
+
+def test_quantize_a_linear_by_hand():
+    graph, ctx = prepare(OneLinear(), torch.tensor([[1.0, -0.5]]))
+    q = quantize.run(graph, ctx, weights="channel")
+    assert [op.kind for op in q.ops] == ["quantize", "linear", "dequantize"]
+    quant, linear, deq = q.ops
+    assert quant.attrs["scale"] == 127.0  # 127 / absmax(x) = 127 / 1
+    values = q.trace(torch.tensor([[1.0, -0.5]]))
+    assert values[quant.outputs[0]].tolist() == [[127, -64]]  # -63.5 rounds half to even
+    w = q.weights[linear.inputs[1]]
+    assert w.dtype == np.int8 and w.tolist() == [[127, 64], [127, -127]]  # scales 254 and 127
+    bias = q.weights[linear.inputs[2]]
+    assert bias.dtype == np.int32 and bias.tolist() == [3226, -3226]  # 0.1 * 127 * 254, -0.2 * 127 * 127
+    acc = values[linear.outputs[0]]
+    assert acc.dtype == torch.int32 and acc.tolist() == [[127 * 127 - 64 * 64 + 3226, 127 * 127 + 64 * 127 - 3226]]
+    assert deq.attrs["scale"] == [np.float32(1 / (127 * 254)).item(), np.float32(1 / (127 * 127)).item()]
+    assert linear.attrs["dtype"] == "int8" and linear.attrs["acc_dtype"] == "int32"
+    y = values[q.outputs[0]]
+    assert y.tolist() == (acc.float() * torch.tensor(deq.attrs["scale"])).tolist()
+    assert abs(y[0, 0].item() - 0.475) < 5e-3 and abs(y[0, 1].item() - 1.3) < 5e-3  # float: 0.475, 1.3
+
+
+class Mlp(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.a = nn.Linear(16, 40)
+        self.b = nn.Linear(40, 24)
+
+    def forward(self, x):
+        return self.b(torch.relu(self.a(x)))
+
+
+def test_quantize_requantizes_between_layers_and_relu_runs_on_int8():
+    torch.manual_seed(0)
+    graph, ctx = prepare(Mlp(), randn(4, 16))
+    q = quantize.run(graph, ctx)
+    assert [(op.kind, q.tensors[op.outputs[0]].dtype) for op in q.ops] == [
+        ("quantize", "int8"), ("linear", "int32"), ("requantize", "int8"), ("relu", "int8"),
+        ("linear", "int32"), ("dequantize", "float32")]
+    assert q.ops[2].attrs["scale_axes"] == [1] and len(q.ops[2].attrs["scale"]) == 40  # per output channel
+    assert assert_matches(q, ctx, tolerance=0.05) > 1e-4  # quantization is not free...
+    unfused = quantize.run(graph, ctx, fuse=False)
+    assert [op.kind for op in unfused.ops].count("requantize") == 0
+    assert_matches(unfused, ctx, tolerance=0.05)  # ...and fusing keeps it as close
+
+
+def test_quantize_granularities_shape_the_scales():
+    torch.manual_seed(0)
+    graph, ctx = prepare(Mlp(), randn(40, 16))
+    strips = quantize.run(graph, ctx, activations="strip", weights="strip", fuse=False)
+    quant = strips.ops_of_kind("quantize")[0]
+    assert quant.attrs["scale_axes"] == [0] and quant.attrs["scale_groups"] == [16] and len(quant.attrs["scale"]) == 3
+    first = strips.ops_of_kind("linear")[0]
+    assert first.attrs["a_granularity"] == "strip" and first.attrs["b_granularity"] == "strip"
+    assert not first.attrs["has_bias"]  # several A scales: the bias is added in float after dequantize
+    deq = strips.ops_of_kind("dequantize")[0]
+    assert np.shape(deq.attrs["scale"]) == (3, 3) and deq.attrs["scale_axes"] == [0, 1]  # 40 rows, 40 channels
+    assert [op.kind for op in strips.ops][3] == "add"
+    assert_matches(strips, ctx, tolerance=0.05)
+    per_tensor = quantize.run(graph, ctx, weights="tensor")
+    assert per_tensor.ops_of_kind("requantize")[0].attrs["scale_axes"] == []
+
+
+def test_integer_reference_is_bit_exact_and_the_check_can_fail(monkeypatch):
+    torch.manual_seed(0)
+    graph, ctx = prepare(Tiny(), randn(1, 2, 10, 10))
+    q = quantize.run(permute.run(graph, ctx), ctx)
+    assert {"requantize", "conv2d", "max_pool2d"} <= {op.kind for op in q.ops}
+    verdict = quantize.verify(q, ctx)
+    assert verdict["bit_exact"] and verdict["integer_tensors_compared"] >= 8
+    numpy_values = integer_reference(q, *ctx.inputs)
+    conv = q.ops_of_kind("conv2d")[0]
+    assert numpy_values[conv.outputs[0]].dtype == np.int32
+
+    def truncating(op, args):  # what a careless integer path would do: no rounding
+        acc = args[0].to(torch.float32) * graph_module.scale_tensor(op.attrs, tuple(args[0].shape))
+        return torch.clamp(acc.trunc(), -128, 127).to(torch.int8)
+
+    monkeypatch.setitem(graph_module.INTERPRETERS, "requantize", truncating)
+    broken = quantize.verify(q, ctx)
+    assert not broken["bit_exact"] and broken["first_mismatch"] is not None
+
+
+# --- the pipeline ---
+
+def user_recipe(folder: Path, steps: str | None = None, step_file: str | None = None) -> Path:
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "model.py").write_text(textwrap.dedent("""\
+        import torch
+        from torch import nn
+
+
+        class Model(nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.fc = nn.Linear(8, 4)
+
+            def forward(self, x):
+                return torch.relu(self.fc(x))
+
+
+        def load(rows: int = 3):
+            with torch.random.fork_rng(devices=[]):
+                torch.manual_seed(0)
+                return Model().eval()
+
+
+        def inputs(rows: int = 3):
+            return (torch.randn(rows, 8, generator=torch.Generator().manual_seed(1)),)
+    """))
+    if steps is not None:
+        (folder / "steps.toml").write_text(steps)
+    if step_file is not None:
+        (folder / "frontend").mkdir(exist_ok=True)
+        (folder / "frontend" / "scale_up.py").write_text(step_file)
+    return folder
+
+
+SCALE_UP = textwrap.dedent('''\
+    """A deliberately wrong step: multiplies the output by `factor`."""
+    from dse.frontend import Rewriter
+
+    OPTIONS = {"factor": (float, 1.1)}
+
+
+    def run(graph, ctx, factor=1.1):
+        rw = Rewriter(graph, "scale_up")
+        for op in graph.ops:
+            rw.keep(op)
+        out = graph.outputs[0]
+        spec = graph.tensors[out]
+        new = rw.emit("mul", [out], spec.shape, spec.dtype, {"scalar": factor, "scalar_index": 1}, "test")
+        return rw.finish([new])
+''')
+
+
+def test_pipeline_dumps_every_stage_in_order(tmp_path: Path):
+    folder = user_recipe(tmp_path / "mine")
+    result = run_pipeline(folder, {"rows": 5}, out_dir=tmp_path / "out")
+    assert result.passed
+    assert [s.dump for s in result.stages] == ["01-import.txt", "02-permute.txt", "03-quantize.txt"]
+    assert sorted(p.name for p in (tmp_path / "out").iterdir()) == [s.dump for s in result.stages]
+    for stage, graph in zip(result.stages, result.graphs):
+        assert (tmp_path / "out" / stage.dump).read_text() == graph.dump()
+    assert "int8" in (tmp_path / "out" / "03-quantize.txt").read_text()
+    assert result.stages[0].max_abs_error == 0.0 and result.stages[2].quantized
+    assert result.graphs[0].tensors["x"].shape == (5, 8)
+    assert not (folder / "output").exists()
+
+
+def test_a_wrong_step_is_blamed_not_the_capture(tmp_path: Path):
+    steps = '[[step]]\nname = "scale_up"\nfactor = 1.5\n\n[[step]]\nname = "quantize"\n'
+    folder = user_recipe(tmp_path / "mine", steps, SCALE_UP)
+    result = run_pipeline(folder)
+    assert [(s.name, s.passed, s.blame) for s in result.stages] == [
+        ("import", True, None), ("scale_up", False, "scale_up"), ("quantize", False, "scale_up")]
+    stage = result.stages[1]
+    assert stage.max_rel_error == pytest.approx(0.5, rel=1e-6) and "max abs error" in stage.error
+
+
+def test_a_wrong_capture_is_blamed_on_the_capture(tmp_path: Path, monkeypatch):
+    monkeypatch.setitem(graph_module.INTERPRETERS, "relu", lambda op, args: args[0])  # a broken lowering
+    result = run_pipeline(user_recipe(tmp_path / "mine"))
+    assert not result.stages[0].passed and {s.blame for s in result.stages} == {"capture"}
+
+
+def test_a_step_that_cannot_apply_stops_the_pipeline(tmp_path: Path):
+    folder = user_recipe(tmp_path / "mine", '[[step]]\nname = "select_last_token"\ndim = 5\n\n'
+                                            '[[step]]\nname = "quantize"\n')
+    result = run_pipeline(folder)
+    assert [s.name for s in result.stages] == ["import", "select_last_token"]
+    assert "cannot apply" in result.stages[1].error and not result.passed
+
+
+@pytest.mark.parametrize("steps, field, allowed", [
+    ('[[step]]\nname = "quantise"\n', "step[0].name", "quantize"),
+    ('[[step]]\nname = "quantize"\nweights = "row"\n', "step[0].weights", "tensor, strip, channel"),
+    ('[[step]]\nname = "quantize"\nbits = 4\n', "step[0].bits", "options of quantize"),
+    ('[[step]]\nname = "quantize"\ntolerance = "big"\n', "step[0].tolerance", "a float"),
+    ('[[step]]\nname = "permute"\n[[step]]\nname = "permute"\nchannels_last = 1\n', "step[1].channels_last", "a bool"),
+    ('steps = ["permute"]\n', "steps", "step (an array"),
+])
+def test_bad_steps_file_names_file_field_and_allowed(tmp_path: Path, steps, field, allowed):
+    folder = user_recipe(tmp_path / "mine", steps)
+    with pytest.raises(InputError) as caught:
+        load_steps(folder)
+    assert caught.value.file == str(folder / "steps.toml")
+    assert caught.value.field == field and allowed in caught.value.allowed
+
+
+def test_steps_default_and_options_resolve():
+    assert [s.name for s in load_steps(Path("/nonexistent"))] == ["permute", "quantize"]
+    spec = resolve_step("quantize", {"tolerance": 1})
+    assert spec.options == {"activations": "tensor", "weights": "channel", "fuse": True, "tolerance": 1.0}
+    assert spec.tolerance == 1.0 and resolve_step("permute", {}).tolerance == 1e-5
