@@ -1,25 +1,54 @@
-"""The quickstart notebook runs on a real Jupyter kernel against a real store."""
+"""The notebooks run on a real Jupyter kernel against a real store, in the order a user
+would open them."""
 
 import nbformat
+import pytest
 from nbclient import NotebookClient
 
 from dse.records import Store
 
+NOTEBOOKS = ["quickstart", "01-launch-a-sweep", "02-compare-candidates", "03-review-history"]
 
-def test_quickstart_notebook_executes(tmp_path, repo, monkeypatch):
-    db = tmp_path / "nb.db"
-    monkeypatch.setenv("DSE_DB", str(db))
+
+def execute(repo, name, cwd):
+    nb = nbformat.read(repo / "notebooks" / f"{name}.ipynb", as_version=4)
+    assert all(not c.get("outputs") and not c.get("execution_count") for c in nb.cells if c.cell_type == "code"), \
+        f"{name}: commit notebooks without outputs"
+    NotebookClient(nb, timeout=300, kernel_name="python3", resources={"metadata": {"path": str(cwd)}}).execute()
+    texts = []
+    for c in nb.cells:
+        for o in c.get("outputs", []):
+            assert o.get("output_type") != "error", f"{name}: {o.get('ename')}: {o.get('evalue')}"
+            texts.append(o.get("text", "") + str(o.get("data", {}).get("text/plain", "")))
+    return "\n".join(texts), nb
+
+
+@pytest.fixture(scope="module")
+def store_path(tmp_path_factory):
+    return tmp_path_factory.mktemp("nb") / "nb.db"
+
+
+def test_notebooks_execute_in_order(repo, store_path, monkeypatch):
+    monkeypatch.setenv("DSE_DB", str(store_path))
     monkeypatch.setenv("PYTHONPATH", str(repo))
-    nb = nbformat.read(repo / "notebooks" / "quickstart.ipynb", as_version=4)
-    assert all(not c.get("outputs") for c in nb.cells if c.cell_type == "code"), "commit notebooks without outputs"
-    NotebookClient(nb, timeout=300, kernel_name="python3", resources={"metadata": {"path": str(tmp_path)}}).execute()
-    outputs = "\n".join(
-        o.get("text", "") + str(o.get("data", {}).get("text/plain", ""))
-        for c in nb.cells if c.cell_type == "code" for o in c.outputs)
-    assert "Error" not in outputs
-    with Store(db) as store:
-        n = len(store.candidates("quickstart"))
-        n_bad = int((store.candidates("quickstart")["status"] == "infeasible").sum())
-    assert n >= 20
-    assert f"{n} candidates, {n_bad} infeasible" in outputs
-    assert "confirmed" in outputs
+    out, _ = execute(repo, "quickstart", store_path.parent)
+    with Store(store_path) as store:
+        cands = store.candidates("quickstart")
+    n, n_bad = len(cands), int((cands["status"] == "infeasible").sum())
+    assert n >= 20 and f"{n} candidates, {n_bad} infeasible" in out and "confirmed" in out
+
+    out, nb = execute(repo, "01-launch-a-sweep", store_path.parent)
+    assert "grid size: 90" in out
+    assert f"0 evaluated, {n} already recorded" in out  # the store already holds the sweep: resumed
+    assert any(o.get("data", {}).get("image/png") for c in nb.cells for o in c.get("outputs", []))
+
+    out, _ = execute(repo, "02-compare-candidates", store_path.parent)
+    with Store(store_path) as store:
+        table = store.metric_table("quickstart", "analytical")
+        base = store.experiment("quickstart")["baseline_candidate_id"]
+    ok = table[table["status"] == "ok"]
+    expected = float(ok.loc[ok["candidate_id"] == base, "latency_cycles"].iloc[0]) / float(ok["latency_cycles"].min())
+    assert f"best is {expected:.2f}x faster than the baseline" in out
+
+    out, _ = execute(repo, "03-review-history", store_path.parent)
+    assert "1 experiments, 1 decisions" in out

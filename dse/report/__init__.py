@@ -1,7 +1,9 @@
 """Reports and figures from the record store."""
 
-from .figures import ParetoPlot, pareto_plot
-from .html import Report, report_data, write_report
+from .data import ExperimentView, experiment_view
+from .figures import Figure, ParetoPlot, history_plot, op_breakdown_plot, pareto_plot
+from .html import HistoryReport, Report, write_history, write_report
 from .pareto import pareto_mask
 
-__all__ = ["ParetoPlot", "pareto_plot", "Report", "report_data", "write_report", "pareto_mask"]
+__all__ = ["ExperimentView", "experiment_view", "Figure", "ParetoPlot", "history_plot", "op_breakdown_plot",
+           "pareto_plot", "HistoryReport", "Report", "write_history", "write_report", "pareto_mask"]

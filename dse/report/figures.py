@@ -16,29 +16,51 @@ import pandas as pd  # noqa: E402
 
 from .pareto import pareto_mask  # noqa: E402
 
+# How each non-feasible outcome is drawn: distinct, so a reader tells them apart.
+OUTCOME_STYLE = {
+    "infeasible": dict(marker="x", color="#9a9a9a"),
+    "pruned": dict(marker="s", color="#c9b458", facecolors="none"),
+    "failed": dict(marker="X", color="#c44e52"),
+    "crashed": dict(marker="X", color="#8c1c13"),
+}
+
 
 @dataclass
-class ParetoPlot:
+class Figure:
     figure: plt.Figure
-    data: pd.DataFrame  # one row per candidate: x, y, status, on_front, is_baseline
-    x: str
-    y: str
+    data: pd.DataFrame
 
-    def png_base64(self) -> str:
+    def png_bytes(self) -> bytes:
         buf = io.BytesIO()
         self.figure.savefig(buf, format="png", dpi=110, bbox_inches="tight")
-        return base64.b64encode(buf.getvalue()).decode()
+        return buf.getvalue()
+
+    def png_base64(self) -> str:
+        return base64.b64encode(self.png_bytes()).decode()
+
+    def close(self) -> None:
+        plt.close(self.figure)
+
+
+@dataclass
+class ParetoPlot(Figure):
+    x: str = ""
+    y: str = ""
+
+
+def _label(name: str) -> str:
+    return name.replace("_", " ")
 
 
 def pareto_plot(table: pd.DataFrame, x: str = "private_sram_bytes", y: str = "latency_cycles",
                 directions: tuple[str, str] = ("minimize", "minimize"), baseline_id: int | None = None,
                 title: str = "") -> ParetoPlot:
-    """Feasible candidates as points with the front highlighted; infeasible ones greyed
-    along the top edge at their SRAM size (they have no latency)."""
+    """Feasible candidates as points with the front highlighted; infeasible, pruned and
+    failed ones drawn distinctly along the top edge at their x value (they have no y)."""
     data = pd.DataFrame({
         "candidate_id": table["candidate_id"].astype(int),
-        "x": pd.to_numeric(table.get(x), errors="coerce"),
-        "y": pd.to_numeric(table.get(y), errors="coerce"),
+        "x": pd.to_numeric(table[x], errors="coerce") if x in table else np.nan,
+        "y": pd.to_numeric(table[y], errors="coerce") if y in table else np.nan,
         "status": table["status"],
     })
     data["is_baseline"] = data["candidate_id"] == baseline_id
@@ -53,21 +75,62 @@ def pareto_plot(table: pd.DataFrame, x: str = "private_sram_bytes", y: str = "la
     ax.scatter(ok["x"], ok["y"], s=22, color="#4c72b0", alpha=0.55, label=f"feasible ({len(ok)})")
     front = ok[ok["on_front"]].sort_values("x")
     ax.plot(front["x"], front["y"], "-o", color="#dd8452", ms=6, label=f"Pareto front ({len(front)})")
-    bad = data[~feasible]
-    if len(bad):
-        top = (ok["y"].max() * 1.08) if len(ok) else 1.0
-        ax.scatter(bad["x"].fillna(0), np.full(len(bad), top), marker="x", color="#9a9a9a",
-                   label=f"infeasible / failed ({len(bad)})")
+    top = (ok["y"].max() * 1.08) if len(ok) else 1.0
+    for status, style in OUTCOME_STYLE.items():
+        bad = data[(data["status"] == status) & ~feasible]
+        if len(bad):
+            ax.scatter(bad["x"].fillna(0), np.full(len(bad), top), s=30, label=f"{status} ({len(bad)})", **style)
     base = data[data["is_baseline"] & feasible]
     if len(base):
         ax.scatter(base["x"], base["y"], marker="*", s=220, color="#c44e52", zorder=5, label="baseline")
     xs = data["x"].dropna()
     if len(xs) and xs.min() > 0 and xs.max() / xs.min() > 20:
         ax.set_xscale("log")  # SRAM sizes span orders of magnitude
-    ax.set_xlabel(x.replace("_", " "))
-    ax.set_ylabel(y.replace("_", " "))
-    ax.set_title(title or f"{y} vs {x}")
+    ax.set_xlabel(_label(x))
+    ax.set_ylabel(_label(y))
+    ax.set_title(title or f"{_label(y)} vs {_label(x)}")
     ax.grid(alpha=0.3)
     ax.legend(fontsize=8, loc="best")
     fig.tight_layout()
     return ParetoPlot(fig, data, x, y)
+
+
+def op_breakdown_plot(op_cycles: pd.DataFrame, candidate_ids: list[int], labels: dict[int, str] | None = None,
+                      title: str = "analytical cycles per op") -> Figure:
+    """Stacked horizontal bars: one bar per chosen candidate, one segment per op."""
+    data = op_cycles.loc[candidate_ids].fillna(0.0)
+    fig, ax = plt.subplots(figsize=(7.5, 0.6 * max(len(data), 1) + 1.6))
+    left = np.zeros(len(data))
+    names = [(labels or {}).get(i, f"#{i}") for i in data.index]
+    colors = plt.get_cmap("tab20")(np.linspace(0, 1, max(len(data.columns), 1)))
+    for op, color in zip(data.columns, colors):
+        ax.barh(names, data[op].to_numpy(), left=left, color=color, label=op)
+        left += data[op].to_numpy()
+    ax.invert_yaxis()
+    ax.set_xlabel("cycles")
+    ax.set_title(title)
+    ax.legend(fontsize=7, ncol=min(4, max(len(data.columns), 1)), loc="upper center",
+              bbox_to_anchor=(0.5, -0.25 if len(data) < 3 else -0.12))
+    fig.tight_layout()
+    return Figure(fig, data)
+
+
+def history_plot(experiments: pd.DataFrame, decisions: pd.DataFrame) -> Figure:
+    """A timeline: one row per experiment from creation, decisions marked by verdict."""
+    exps = experiments.sort_values("created_at").reset_index(drop=True)
+    fig, ax = plt.subplots(figsize=(8, 0.5 * max(len(exps), 1) + 1.8))
+    colors = {"confirmed": "#55a868", "refuted": "#c44e52", "accepted": "#55a868", "rejected": "#c44e52"}
+    rows = []
+    for y, e in exps.iterrows():
+        ax.scatter([e["created_at"]], [y], marker="|", s=200, color="#4c72b0")
+        mine = decisions[decisions["experiment_id"] == e["id"]] if len(decisions) else decisions
+        for d in mine.to_dict("records"):
+            ax.scatter([d["created_at"]], [y], marker="o", s=60, color=colors.get(d["verdict"], "#8172b2"), zorder=3)
+            rows.append({"experiment": e["name"], "when": d["created_at"], "verdict": d["verdict"]})
+    ax.set_yticks(range(len(exps)), exps["name"].tolist())
+    ax.invert_yaxis()
+    ax.set_xlabel("time")
+    ax.set_title("experiments (|) and decisions (o)")
+    fig.autofmt_xdate()
+    fig.tight_layout()
+    return Figure(fig, pd.DataFrame(rows, columns=["experiment", "when", "verdict"]))

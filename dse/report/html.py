@@ -1,127 +1,156 @@
-"""`dse report EXPERIMENT`: one self-contained HTML file (figures embedded as PNG).
+"""`dse report EXPERIMENT` and `dse report --history`: a self-contained HTML file (figures
+embedded as PNG) and a Markdown twin (figures as PNG files beside it).
 
-All user text goes through Jinja2's autoescaping: a `<script>` in a hypothesis shows as text.
+All user text is escaped: Jinja2's autoescaping in HTML, and the `md` filter in Markdown,
+so a `<script>` in a hypothesis shows as text in both.
 """
 
 from __future__ import annotations
 
-import json
+import html as html_lib
 from dataclasses import dataclass
 from pathlib import Path
 
 import jinja2
-import matplotlib.pyplot as plt
 import pandas as pd
 
 from ..records import Store
-from .figures import pareto_plot
-
-_ENV = jinja2.Environment(
-    loader=jinja2.PackageLoader("dse.report", "templates"),
-    autoescape=True, undefined=jinja2.StrictUndefined, trim_blocks=True, lstrip_blocks=True,
-)
-
-
-@dataclass
-class Report:
-    path: Path
-    candidates: pd.DataFrame  # the table shown, one row per candidate
-    best_id: int | None
-
-
-def _objectives(exp: dict) -> list[dict]:
-    import tomllib
-
-    spec = tomllib.loads(exp["spec_text"]) if exp.get("spec_text") else {}
-    return spec.get("objectives", [{"metric": "latency_cycles", "direction": "minimize"}])
-
-
-def report_data(store: Store, experiment) -> dict:
-    exp = store.experiment(experiment)
-    table = store.metric_table(exp["id"], "analytical")
-    cands = store.candidates(exp["id"]).set_index("id")
-    table = table.copy()
-    table["origin"] = table["candidate_id"].map(cands["origin"])
-    table["changes"] = table["candidate_id"].map(
-        lambda i: ", ".join(f"{k.removeprefix('config.').removeprefix('mapping.')}={v[1]}"
-                            for k, v in (_as_dict(cands.loc[i, "diff"]) or {}).items()) or "(baseline)")
-    objectives = _objectives(exp)
-    first = objectives[0]
-    ok = table[table["status"] == "ok"]
-    best_id = None
-    if len(ok) and first["metric"] in ok:
-        best = ok.sort_values(first["metric"], ascending=first.get("direction", "minimize") == "minimize").iloc[0]
-        best_id = int(best["candidate_id"])
-    baseline_id = exp.get("baseline_candidate_id")
-    compare = None
-    if best_id is not None and baseline_id is not None:
-        compare = store.compare(baseline_id, best_id)
-        # Source counts describe the workload, not a candidate: they are recorded once.
-        compare = compare[~compare["field"].str.startswith("source_counts:")]
-    runs = store.runs(exp["id"])
-    return dict(exp=exp, table=table, objectives=objectives, best_id=best_id, baseline_id=baseline_id,
-                compare=compare, decisions=store.decisions(exp["id"]), runs=runs)
-
-
-def _as_dict(value) -> dict:
-    if isinstance(value, str):
-        return json.loads(value) if value else {}
-    return value or {}
+from .data import ExperimentView, chosen_candidates, experiment_view
+from .figures import history_plot, op_breakdown_plot, pareto_plot
 
 
 def _fmt(v) -> str:
     if v is None or (isinstance(v, float) and pd.isna(v)):
         return "—"
-    if isinstance(v, float) and v.is_integer():
+    if isinstance(v, bool):
+        return str(v)
+    if isinstance(v, float) and v.is_integer() and abs(v) < 1e15:
         return f"{int(v):,}"
     if isinstance(v, (int, float)):
         return f"{v:,.4g}"
     return str(v)
 
 
-def write_report(store: Store, experiment, out_dir: str | Path = "reports") -> Report:
-    d = report_data(store, experiment)
-    exp, table = d["exp"], d["table"]
-    x, y = "private_sram_bytes", "latency_cycles"
-    if len(d["objectives"]) >= 2:
-        y, x = d["objectives"][0]["metric"], d["objectives"][1]["metric"]
-    plot = pareto_plot(table, x=x, y=y, baseline_id=d["baseline_id"],
-                       title=f"{exp['name']}: {y} vs {x}")
-    png = plot.png_base64()
-    plt.close(plot.figure)
-    front_ids = set(plot.data.loc[plot.data["on_front"], "candidate_id"])
+def _md(text) -> str:
+    """Markdown-safe text for a table cell or paragraph: HTML escaped, pipes and newlines kept inert."""
+    return html_lib.escape(str(text), quote=False).replace("|", "\\|").replace("\n", " ")
 
-    metric_cols = [m for m in ("latency_cycles", "private_sram_bytes", "peak_sram_bytes", "dma_bytes") if m in table]
-    rows = []
-    for r in table.sort_values("candidate_id").to_dict("records"):
-        rows.append(dict(id=int(r["candidate_id"]), origin=r["origin"], status=r["status"],
-                         changes=r["changes"], metrics=[_fmt(r.get(m)) for m in metric_cols],
-                         reason=r.get("reason") or "", front=r["candidate_id"] in front_ids,
-                         baseline=r["candidate_id"] == d["baseline_id"], best=r["candidate_id"] == d["best_id"]))
-    runs = d["runs"]
-    provenance = {}
-    if len(runs):
-        last = runs.iloc[-1]
-        provenance = {"host": last.get("host"), "git commit": last.get("git_commit"),
-                      "tree dirty": last.get("git_dirty"), "model": last.get("model_version"),
-                      "versions": last.get("versions")}
-    counts = table["status"].value_counts().to_dict()
-    html = _ENV.get_template("report.html.j2").render(
-        exp=exp, acceptance=_as_dict_list(exp.get("acceptance")), decisions=d["decisions"].to_dict("records"),
-        compare=None if d["compare"] is None else d["compare"].to_dict("records"),
-        baseline_id=d["baseline_id"], best_id=d["best_id"], png=png, metric_cols=metric_cols, rows=rows,
-        infeasible=[r for r in rows if r["status"] != "ok"], counts=counts, provenance=provenance,
-        front_count=len(front_ids), fmt=_fmt, objective=d["objectives"][0]["metric"])
+
+def _md_code(text) -> str:
+    """Text for inside a Markdown code span: shown literally, so only backticks and pipes matter."""
+    return str(text).replace("`", "'").replace("|", "\\|").replace("\n", " ")
+
+
+def _env(autoescape: bool) -> jinja2.Environment:
+    env = jinja2.Environment(loader=jinja2.PackageLoader("dse.report", "templates"), autoescape=autoescape,
+                             undefined=jinja2.StrictUndefined, trim_blocks=True, lstrip_blocks=True)
+    env.filters["fmt"] = _fmt
+    env.filters["md"] = _md
+    env.filters["mdcode"] = _md_code
+    return env
+
+
+_HTML, _MD = _env(True), _env(False)
+
+
+@dataclass
+class Report:
+    path: Path  # the HTML file
+    markdown: Path
+    view: ExperimentView
+    figures: dict  # name -> Figure (data kept, matplotlib figure closed)
+
+    @property
+    def candidates(self) -> pd.DataFrame:
+        return self.view.table
+
+    @property
+    def best_id(self) -> int | None:
+        return self.view.best_id
+
+
+def _write(path: Path, text: str | bytes) -> None:
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_bytes(text if isinstance(text, bytes) else text.encode())
+    tmp.replace(path)
+
+
+def write_report(store: Store, experiment, out_dir: str | Path = "reports", x: str | None = None,
+                 y: str | None = None) -> Report:
+    view = experiment_view(store, experiment)
+    exp, table, objectives = view.exp, view.table, view.objectives
+    directions = {o["metric"]: o.get("direction", "minimize") for o in objectives}
+    y = y or objectives[0]["metric"]
+    x = x or (objectives[1]["metric"] if len(objectives) > 1 else "private_sram_bytes")
+    pareto = pareto_plot(table, x=x, y=y, directions=(directions.get(x, "minimize"), directions.get(y, "minimize")),
+                         baseline_id=view.baseline_id, title=f"{exp['name']}: {y} vs {x}")
+    front_ids = [int(i) for i in pareto.data.loc[pareto.data["on_front"], "candidate_id"]]
+    chosen = chosen_candidates(view, front_ids)
+    labels = {i: ("baseline" if i == view.baseline_id else "best" if i == view.best_id else f"front #{i}")
+              for i in chosen}
+    figures = {"pareto": pareto}
+    if chosen and len(view.op_cycles.columns):
+        figures["ops"] = op_breakdown_plot(view.op_cycles, chosen, labels)
+
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
-    path = out / f"{exp['name']}.html"
-    tmp = path.with_suffix(".html.tmp")
-    tmp.write_text(html)
-    tmp.replace(path)
-    return Report(path.resolve(), table, d["best_id"])
+    assets = out / f"{exp['name']}_files"
+    assets.mkdir(exist_ok=True)
+    pngs = {name: fig.png_bytes() for name, fig in figures.items()}
+    for name, fig in figures.items():
+        fig.close()
+        _write(assets / f"{name}.png", pngs[name])
+
+    metric_cols = [m for m in dict.fromkeys([y, x, "latency_cycles", "private_sram_bytes", "peak_sram_bytes",
+                                             "dma_bytes"]) if m in table]
+    rows = []
+    for r in table.sort_values("candidate_id").to_dict("records"):
+        cid = int(r["candidate_id"])
+        rows.append(dict(id=cid, origin=r["origin"], status=r["status"], changes=r["changes"],
+                         metrics=[r.get(m) for m in metric_cols], reason=r.get("reason") or "",
+                         front=cid in front_ids, baseline=cid == view.baseline_id, best=cid == view.best_id))
+    context = dict(
+        exp=exp, decisions=view.decisions.to_dict("records"),
+        compare=None if view.compare is None else view.compare.to_dict("records"),
+        baseline_id=view.baseline_id, best_id=view.best_id, metric_cols=metric_cols, rows=rows,
+        not_ok=[r for r in rows if r["status"] != "ok"], counts=view.counts, provenance=view.provenance,
+        front_count=len(front_ids), objective=objectives[0]["metric"], x=x, y=y,
+        chosen=[(labels[i], i) for i in chosen], has_ops="ops" in figures,
+    )
+    import base64
+
+    html = _HTML.get_template("report.html.j2").render(
+        **context, images={n: base64.b64encode(b).decode() for n, b in pngs.items()})
+    md = _MD.get_template("report.md.j2").render(**context, images={n: f"{assets.name}/{n}.png" for n in pngs})
+    path, md_path = out / f"{exp['name']}.html", out / f"{exp['name']}.md"
+    _write(path, html)
+    _write(md_path, md)
+    return Report(path.resolve(), md_path.resolve(), view, figures)
 
 
-def _as_dict_list(value) -> list:
-    if isinstance(value, str):
-        return json.loads(value) if value else []
-    return list(value or [])
+@dataclass
+class HistoryReport:
+    path: Path
+    markdown: Path
+    figure: object
+
+
+def write_history(store: Store, out_dir: str | Path = "reports") -> HistoryReport:
+    """The timeline of experiments and decisions across the whole store."""
+    import base64
+
+    exps = store.experiments()
+    decisions = store.decisions()
+    fig = history_plot(exps, decisions)
+    png = fig.png_bytes()
+    fig.close()
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    _write(out / "history.png", png)
+    context = dict(experiments=exps.sort_values("created_at").to_dict("records"),
+                   decisions=decisions.to_dict("records"))
+    html = _HTML.get_template("history.html.j2").render(**context, image=base64.b64encode(png).decode())
+    md = _MD.get_template("history.md.j2").render(**context, image="history.png")
+    _write(out / "history.html", html)
+    _write(out / "history.md", md)
+    return HistoryReport((out / "history.html").resolve(), (out / "history.md").resolve(), fig)
