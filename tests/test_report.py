@@ -36,7 +36,8 @@ def test_report_escapes_user_text_and_shows_every_candidate(tmp_path):
     page = report.path.read_text()
     assert "<script>" not in page
     assert html.escape("<script>alert(1)</script> & two workers beat one") in page
-    body_rows = re.findall(r'<tr class="(ok|infeasible|failed)[^"]*">', page)
+    every = page.split("<h2>Every candidate</h2>")[1].split("<h2>")[0]
+    body_rows = re.findall(r'<tr class="(ok|infeasible|failed)[^"]*">', every)
     assert len(body_rows) == len(cands) == 10
     for reason in cands.loc[cands["status"] == "infeasible", "reason"]:
         assert html.escape(reason) in page
@@ -54,3 +55,62 @@ def test_report_escapes_user_text_and_shows_every_candidate(tmp_path):
     offsets = [c.get_offsets() for c in ax.collections]
     assert [len(o) for o in offsets] == [3, 7, 1]
     assert len(ax.lines[0].get_xdata()) == int(feasible["on_front"].sum())
+
+
+def test_markdown_twin_ops_breakdown_and_distinct_outcomes(tmp_path, monkeypatch, cli):
+    import dse.runner.execution as execution
+
+    real = execution._analytical_batch
+
+    def flaky(graph, cands):  # one candidate fails, so the plot has all three outcomes
+        if any(c.mapping.workers == 2 and c.chip.banks.count == 16 for c in cands):
+            raise RuntimeError("injected fault")
+        return real(graph, cands)
+
+    monkeypatch.setattr(execution, "_analytical_batch", flaky)
+    spec = write_spec(tmp_path, name="md")
+    spec.write_text(spec.read_text().replace("Two workers beat one", "Two <b>workers</b> | beat one"))
+    db = tmp_path / "r.db"
+    run_sweep(spec, db, progress=False)
+    with Store(db) as store:
+        report = write_report(store, "md", tmp_path / "out")
+        table = store.metric_table("md", "analytical")
+    md = report.markdown.read_text()
+    assert "Two &lt;b&gt;workers&lt;/b&gt; \\| beat one" in md and "<b>" not in md
+    assert (tmp_path / "out" / "md_files" / "pareto.png").stat().st_size > 1000
+    assert "](md_files/pareto.png)" in md
+
+    # The Pareto plot draws each outcome with its own marker and count.
+    pareto = report.figures["pareto"]
+    labels = [t.get_text() for t in pareto.figure.axes[0].get_legend().get_texts()]
+    counts = table["status"].value_counts()
+    assert f"infeasible ({counts['infeasible']})" in labels and "failed (1)" in labels
+    assert f"feasible ({counts['ok']})" in labels
+
+    # The per-op breakdown shows the chosen candidates; each bar adds up to its total latency.
+    ops = report.figures["ops"].data
+    assert list(ops.index[:2]) == [report.view.baseline_id, report.view.best_id]
+    assert list(ops.columns) == ["matmul"]  # the gemm recipe is one op
+    totals = table.set_index("candidate_id")["latency_cycles"]
+    for cid, row in ops.iterrows():
+        assert row.sum() == totals[cid]
+
+    code, out, _ = cli("report", "--history", "--db", db, "--out", tmp_path / "hist")
+    assert code == 0 and out.strip().endswith("history.html")
+    page = (tmp_path / "hist" / "history.html").read_text()
+    assert "md" in page and "confirmed" in page
+    code, _, err = cli("report", "md", "--db", db, "--x", "sram")
+    assert code == 2 and "--x" in err and "private_sram_bytes" in err
+
+
+def test_history_plot_shows_every_experiment_and_decision(tmp_path):
+    from dse.report import history_plot
+
+    db = tmp_path / "r.db"
+    run_sweep(write_spec(tmp_path, name="a", banks="[16]"), db, progress=False)
+    run_sweep(write_spec(tmp_path, name="b", banks="[16, 20]"), db, progress=False)
+    with Store(db) as store:
+        fig = history_plot(store.experiments(), store.decisions())
+    ax = fig.figure.axes[0]
+    assert [t.get_text() for t in ax.get_yticklabels()] == ["a", "b"]
+    assert list(fig.data["experiment"]) == ["a", "b"] and set(fig.data["verdict"]) == {"confirmed"}
