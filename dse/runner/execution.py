@@ -119,6 +119,8 @@ _WORKER_KILL: str | None = None
 def _init_worker(graph, kill: str | None) -> None:
     global _WORKER_GRAPH, _WORKER_KILL
     _WORKER_GRAPH, _WORKER_KILL = graph, kill
+    # Ctrl-C reaches the whole process group; the driver alone decides how to stop.
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
 
 
 def _evaluate_in_worker(items: list[WorkItem]) -> list[Outcome]:

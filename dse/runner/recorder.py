@@ -15,8 +15,10 @@ class Recorder:
                 for r in rows]
 
     def start_runs(self, candidate_ids: list[int], stage: str, **provenance) -> list[int]:
-        runs = [self.store.start_run(cid, stage, **provenance) for cid in candidate_ids]
-        self._running.update(runs)
+        runs = []
+        for cid in candidate_ids:  # tracked one by one: an interrupt may come between two
+            runs.append(self.store.start_run(cid, stage, **provenance))
+            self._running.add(runs[-1])
         return runs
 
     def finish_runs(self, outcomes) -> None:

@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import json
 import math
+import signal
+import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -99,6 +101,7 @@ class Sweep:
         self.best: float | None = None
         self.known: dict[str, tuple[int, Observation]] = {}  # hash -> (candidate id, outcome)
         self._chips: dict[tuple, Any] = {}
+        self.stop_requested = False
 
     # -- building candidates ---------------------------------------------------------
     def _overrides(self, params: dict, prefix: str) -> dict:
@@ -171,23 +174,25 @@ class Sweep:
                 fresh[b.hash] = b
         new = list(fresh.values())
         if new:
-            ids = self.recorder.add_candidates(self.experiment_id, [
-                dict(config=b.config, mapping=b.mapping, origin=origin,
-                     diff=diff_from(self.baseline_data, {"config": b.config, "mapping": b.mapping})) for b in new])
-            if origin == "baseline":
-                self.store.set_baseline(self.experiment_id, ids[0])
-            runs = self.recorder.start_runs(ids, "analytical", seed=self.spec.model.search.seed,
-                                            model_version=MODEL_VERSION)
-            by_run = {run: (cid, b) for run, cid, b in zip(runs, ids, new)}
-            self.result.evaluated += len(new)
             try:
+                ids = self.recorder.add_candidates(self.experiment_id, [
+                    dict(config=b.config, mapping=b.mapping, origin=origin,
+                         diff=diff_from(self.baseline_data, {"config": b.config, "mapping": b.mapping})) for b in new])
+                if origin == "baseline":
+                    self.store.set_baseline(self.experiment_id, ids[0])
+                runs = self.recorder.start_runs(ids, "analytical", seed=self.spec.model.search.seed,
+                                                model_version=MODEL_VERSION)
+                by_run = {run: (cid, b) for run, cid, b in zip(runs, ids, new)}
+                self.result.evaluated += len(new)
                 outcomes = [Outcome(run, "infeasible", b.reason) for run, (_, b) in by_run.items() if b.reason]
                 self._finish(outcomes, by_run, origin)
+                bar.update(len(outcomes))
                 items = [WorkItem(run, b.config, b.mapping, b.hash) for run, (_, b) in by_run.items() if not b.reason]
                 for chunk_outcomes in self.executor.run(self._chunks(items)):
                     self._finish(chunk_outcomes, by_run, origin)
                     bar.update(len(chunk_outcomes))
-                bar.update(len(outcomes))
+                    if self.stop_requested:
+                        raise KeyboardInterrupt
             except BaseException:  # Ctrl-C or a lost cluster: what is unfinished is recorded as such
                 self.recorder.crash_unfinished("interrupted before this candidate finished")
                 raise
@@ -236,7 +241,22 @@ class Sweep:
                         failed=self.result.counts.get("failed", 0), refresh=False)
 
     # -- the sweep -------------------------------------------------------------------
+    def _on_sigint(self, signum, frame) -> None:
+        # The first Ctrl-C stops after the chunk in hand is recorded; a second one at once.
+        if self.stop_requested:
+            raise KeyboardInterrupt
+        self.stop_requested = True
+
     def run(self) -> SweepResult:
+        in_main = threading.current_thread() is threading.main_thread()
+        previous = signal.signal(signal.SIGINT, self._on_sigint) if in_main else None
+        try:
+            return self._run()
+        finally:
+            if in_main:
+                signal.signal(signal.SIGINT, previous)
+
+    def _run(self) -> SweepResult:
         spec, search = self.spec, self.spec.model.search
         self.store.set_status(self.experiment_id, "testing")
         recorded = self._load_known()
@@ -255,6 +275,8 @@ class Sweep:
             origin = "grid" if kind == "grid" else "sampler"
             idle = 0
             while True:
+                if self.stop_requested:
+                    raise KeyboardInterrupt
                 if deadline is not None and time.monotonic() > deadline:
                     self.result.stopped_early = f"wall time of {search.wall_seconds} s reached"
                     break
