@@ -268,7 +268,8 @@ class Sweep:
         batch = search.batch or (256 if kind in ("grid", "random") else max(4, 2 * self.executor.workers))
         deadline = time.monotonic() + search.wall_seconds if search.wall_seconds else None
         done_sampled = sum(1 for _ in recorded) - 1 if recorded else 0
-        bar = tqdm(total=total + 1, initial=min(len(recorded), total + 1), disable=not self.progress,
+        # disable=None: no bar when stderr is not a terminal (logs, CI)
+        bar = tqdm(total=total + 1, initial=min(len(recorded), total + 1), disable=None if self.progress else True,
                    desc=spec.name, unit="cand", mininterval=0.5)
         try:
             self._evaluate([Proposal({})], "baseline", None, bar)
