@@ -1,10 +1,15 @@
-"""The record store against real SQLite files: round trips, atomicity, migrations."""
+"""The record store suite, run against a real SQLite file and a real PostgreSQL server
+(tests/pg.py starts a throwaway one): round trips, atomicity, migrations, crashed runs,
+artifacts, imported evidence, comparisons and decisions."""
 
 from __future__ import annotations
 
 import json
 import math
+import os
 import sqlite3
+from datetime import timedelta
+from pathlib import Path
 
 import pandas as pd
 import pytest
@@ -12,11 +17,14 @@ from alembic import command
 from alembic.autogenerate import compare_metadata
 from alembic.migration import MigrationContext
 from alembic.script import ScriptDirectory
-from sqlalchemy import create_engine
+from pg import pg_server, pg_url  # noqa: F401  (fixtures)
+from sqlalchemy import create_engine, text
+from sqlalchemy.exc import IntegrityError
 
-from dse.records import MetricIn, Store, canonical_json, content_hash
-from dse.records.schema import Base
-from dse.records.store import alembic_config
+from dse.errors import InputError
+from dse.records import MetricIn, RecordNotFound, Store, canonical_json, content_hash
+from dse.records.schema import Base, utcnow
+from dse.records.store import ABANDONED, SCHEMA_HEAD, alembic_config, database_url
 
 ACCEPTANCE = [{"expr": "cycles_b < 0.95 * cycles_a", "prose": "20 banks at least 5% faster"}]
 BASE_CONFIG = {"banks": {"count": 16, "rows": 1024}, "cores": 4}
@@ -41,8 +49,17 @@ def with_banks(count: int) -> dict:
     return {**BASE_CONFIG, "banks": {**BASE_CONFIG["banks"], "count": count}}
 
 
+@pytest.fixture(params=["sqlite", "postgresql"])
+def db(request, tmp_path, monkeypatch):
+    """A new, empty store location: a SQLite file path, or a PostgreSQL database URL."""
+    if request.param == "sqlite":
+        return str(tmp_path / "records.db")
+    monkeypatch.setenv("DSE_EVIDENCE_DIR", str(tmp_path / "evidence"))
+    return request.getfixturevalue("pg_url")
+
+
 @pytest.fixture
-def db(tmp_path):
+def sqlite_db(tmp_path):
     return tmp_path / "records.db"
 
 
@@ -50,6 +67,19 @@ def db(tmp_path):
 def store(db):
     with Store(db) as opened:
         yield opened
+
+
+def engine_for(db):
+    return create_engine(database_url(db))
+
+
+def execute(db, sql: str, **params) -> None:
+    engine = engine_for(db)
+    try:
+        with engine.begin() as connection:
+            connection.execute(text(sql), params)
+    finally:
+        engine.dispose()
 
 
 # ---- identity --------------------------------------------------------------------------
@@ -64,9 +94,10 @@ def test_canonical_json_and_content_hash_ignore_key_order():
 # ---- connection setup ------------------------------------------------------------------
 
 
-def test_sqlite_file_is_created_in_wal_mode_with_foreign_keys_on(store, db):
-    assert db.exists()
-    with store.engine.connect() as connection:
+def test_sqlite_file_is_created_in_wal_mode_with_foreign_keys_on(sqlite_db):
+    db = sqlite_db
+    with Store(db) as store, store.engine.connect() as connection:
+        assert db.exists()
         assert connection.exec_driver_sql("PRAGMA journal_mode").scalar() == "wal"
         assert connection.exec_driver_sql("PRAGMA foreign_keys").scalar() == 1
         assert connection.exec_driver_sql("PRAGMA busy_timeout").scalar() == 10000
@@ -75,9 +106,9 @@ def test_sqlite_file_is_created_in_wal_mode_with_foreign_keys_on(store, db):
 
 
 def test_foreign_keys_are_enforced(store):
-    with pytest.raises(KeyError, match="no candidate with id 999"):
+    with pytest.raises(KeyError, match="field 'candidate': got 999"):
         store.start_run(999, "analytical")
-    with store.engine.connect() as connection, pytest.raises(Exception, match="FOREIGN KEY"):
+    with store.engine.connect() as connection, pytest.raises(IntegrityError):
         connection.exec_driver_sql(
             "INSERT INTO metric (run_id, kind, name, value, unit, scope, scope_key) "
             "VALUES (999, 'analytical', 'cycles', 1.0, 'cycle', 'total', '')"
@@ -106,11 +137,24 @@ def test_experiment_round_trip_and_resume(db):
     assert record["created_at"].tzinfo is not None
 
 
-def test_experiment_lookup_errors(store):
-    with pytest.raises(KeyError, match="no experiment named 'nope'"):
+def test_unknown_names_and_ids_are_input_errors_naming_what_exists(store):
+    with pytest.raises(RecordNotFound, match="which has none yet"):
         store.experiment("nope")
-    with pytest.raises(KeyError, match="no experiment id 42"):
+    new_experiment(store)
+    with pytest.raises(InputError) as caught:
+        store.experiment("nope")
+    assert caught.value.field == "experiment" and caught.value.value == "nope"
+    assert "banks-20-vs-16" in caught.value.allowed
+    assert "\n" not in str(caught.value)
+    with pytest.raises(KeyError, match="got 42"):  # still a KeyError for Python callers
         store.candidates(42)
+    assert store.experiment("1")["name"] == "banks-20-vs-16"  # an id typed as text
+    for call in (lambda: store.candidate(7), lambda: store.compare(7, 8),
+                 lambda: store.compare_metrics(7, 8)):  # fmt: skip
+        with pytest.raises(RecordNotFound, match="a candidate id of this store"):
+            call()
+    with pytest.raises(RecordNotFound, match="field 'run'"):
+        store.run(5)
 
 
 def test_bad_enumerated_values_name_the_allowed_set(store):
@@ -225,6 +269,11 @@ def test_run_round_trip_with_provenance(db):
     assert {"python", "numpy", "pandas", "torch", "sqlalchemy", "optuna", "dse"} <= set(versions)
     assert versions["sqlalchemy"].startswith("2.0")
     assert run["started_at"] <= run["finished_at"]
+    with Store(db) as store:  # DataFrame timestamps (parsed from text) equal the row's own
+        single = store.run(run_id)
+    assert run["started_at"] == single["started_at"] and run["finished_at"] == single["finished_at"]
+    assert single["started_at"].microsecond == run["started_at"].microsecond
+    assert str(run["started_at"].tz) == "UTC"
 
 
 def test_run_is_visible_as_running_from_another_store(db):
@@ -393,8 +442,28 @@ def test_compare_shows_only_differing_fields(store):
         ["analytical:cycles", 1000.0, 800.0],
     ]
     assert store.compare(a, a).empty
-    with pytest.raises(KeyError, match="no candidate id 99"):
+    with pytest.raises(KeyError, match="got 99; allowed: a candidate id of this store"):
         store.compare(a, 99)
+
+
+# ---- the PostgreSQL fixture itself -------------------------------------------------------
+
+
+@pytest.mark.parametrize("ci, outcome", [("", "1 skipped"), ("true", "1 error")])
+def test_without_postgresql_binaries_tests_skip_but_fail_under_ci(tmp_path, ci, outcome):
+    import subprocess
+    import sys
+
+    probe = tmp_path / "test_probe.py"
+    probe.write_text("from pg import pg_server, pg_url\n\ndef test_needs_pg(pg_url):\n    pass\n")
+    env = {**os.environ, "CI": ci, "DSE_PG_BIN": str(tmp_path / "none"),
+           "PYTHONPATH": str(Path(__file__).parent)}  # fmt: skip
+    done = subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-rs", str(probe)],
+        capture_output=True, text=True, cwd=tmp_path, env=env, timeout=120,
+    )
+    assert outcome in done.stdout, done.stdout
+    assert "no PostgreSQL server binaries" in done.stdout
 
 
 # ---- migrations ------------------------------------------------------------------------
@@ -418,36 +487,87 @@ def current_revision(url: str) -> str | None:
         engine.dispose()
 
 
-def test_store_upgrades_an_alembic_made_database_to_head(db):
-    url = f"sqlite:///{db}"
-    config = alembic_config(url)
-    command.upgrade(config, "0001")
+def test_schema_head_constant_is_the_newest_migration():
+    head = ScriptDirectory.from_config(alembic_config("sqlite://")).get_current_head()
+    assert SCHEMA_HEAD == head
+
+
+def test_a_store_made_at_0001_with_records_opens_and_upgrades(db):
+    """Records written by the first schema survive the upgrade and read back through
+    today's API; the new columns are empty, and a run left running then is crashed."""
+    url = database_url(db)
+    command.upgrade(alembic_config(url), "0001")
     assert current_revision(url) == "0001"
+    long_ago = utcnow() - timedelta(hours=2)
+    execute(
+        db,
+        "INSERT INTO experiment (id, name, hypothesis, status, acceptance, workload_recipe, "
+        "workload_hash, spec_text, spec_hash, limitations, open_questions, created_at) VALUES "
+        "(1, 'old', 'h', 'testing', '[]', 'gemm', 'w', 's', 'sh', '', '', :t)",
+        t=long_ago,
+    )
+    execute(
+        db,
+        "INSERT INTO candidate (id, experiment_id, hash, config, mapping, origin, diff, created_at) "
+        "VALUES (1, 1, 'c1', '{\"banks\": 16}', '{}', 'baseline', '{}', :t)",
+        t=long_ago,
+    )
+    for run_id, status in [(1, "ok"), (2, "running")]:
+        execute(
+            db,
+            "INSERT INTO run (id, candidate_id, stage, status, started_at, heartbeat_at, host, "
+            "versions, command, model_version) VALUES "
+            "(:id, 1, 'analytical', :status, :t, :t, 'elsewhere', '{}', 'dse sweep', 'm0')",
+            id=run_id, status=status, t=long_ago,
+        )  # fmt: skip
+    execute(
+        db,
+        "INSERT INTO metric (run_id, kind, name, value, unit, scope, scope_key) "
+        "VALUES (1, 'analytical', 'latency_cycles', 1234.0, 'cycles', 'total', '')",
+    )
+    execute(
+        db,
+        "INSERT INTO decision (experiment_id, verdict, rationale, author, created_at, evidence) "
+        "VALUES (1, 'confirmed', 'why', 'ana', :t, '[ 1 ]')",
+        t=long_ago,
+    )
     with Store(db) as store:
-        new_experiment(store)
-    head = ScriptDirectory.from_config(config).get_current_head()
-    assert current_revision(url) == head
+        assert current_revision(url) == SCHEMA_HEAD
+        assert store.metric_table("old", "analytical")["latency_cycles"].tolist() == [1234.0]
+        runs = store.runs("old").set_index("id")
+        assert runs.loc[1, "status"] == "ok" and pd.isna(runs.loc[1, "pid"])
+        assert runs.loc[2, "status"] == "crashed"
+        assert runs.loc[2, "error"].startswith(ABANDONED + "no heartbeat")
+        decisions = store.decisions("old")
+        assert decisions["verdict"].tolist() == ["confirmed"]
+        assert decisions["candidate_id"].isna().all()
+        assert store.candidate(1)["config"] == {"banks": 16}
+        # Older JSON text was rewritten in canonical form, as the store now writes it.
+        assert store.candidates("old")["config"].tolist() == ['{"banks":16}']
+        assert store.decisions("old")["evidence"].tolist() == ["[1]"]
     assert schema_diff(url) == []
 
 
 def test_models_match_the_migrated_schema(db):
-    url = f"sqlite:///{db}"
+    url = database_url(db)
     Store(db).close()
     assert schema_diff(url) == []
-    # The comparison is not vacuous: an unmigrated database differs from the models.
-    command.downgrade(alembic_config(url), "base")
+    # The comparison is not vacuous: an older schema differs from the models.
+    command.downgrade(alembic_config(url), "0001")
     assert schema_diff(url) != []
+    command.downgrade(alembic_config(url), "base")
+    command.upgrade(alembic_config(url), "head")
+    assert schema_diff(url) == []
 
 
 def test_store_refuses_a_database_from_a_newer_schema(db):
     Store(db).close()
-    with sqlite3.connect(db) as connection:
-        connection.execute("UPDATE alembic_version SET version_num = '9999'")
+    execute(db, "UPDATE alembic_version SET version_num = '9999'")
     with pytest.raises(RuntimeError, match="newer dse"):
         Store(db)
 
 
-def test_two_stores_on_one_new_file(db):
+def test_two_stores_on_one_new_database(db):
     first, second = Store(db), Store(db)
     try:
         experiment_id = new_experiment(first)
@@ -459,3 +579,289 @@ def test_two_stores_on_one_new_file(db):
     finally:
         first.close()
         second.close()
+
+
+# ---- runs whose process died -----------------------------------------------------------
+
+
+def one_candidate(store: Store) -> tuple[int, int]:
+    experiment_id = new_experiment(store)
+    candidate_id, _ = store.add_candidate(experiment_id, BASE_CONFIG, BASE_MAPPING, "baseline")
+    return experiment_id, candidate_id
+
+
+def test_a_run_of_a_live_process_stays_running_on_open(db):
+    with Store(db) as store:
+        _, candidate_id = one_candidate(store)
+        run_id = store.start_run(candidate_id, "analytical")
+        with Store(db) as other:  # this very process is alive: nothing to reap
+            assert other.runs()["status"].tolist() == ["running"]
+        run = store.run(run_id)
+        assert run["pid"] == os.getpid() and run["pid_start"]
+        store.finish_run(run_id, "ok")
+
+
+def test_a_run_of_a_gone_process_on_this_host_is_crashed_on_open(db):
+    with Store(db) as store:
+        _, candidate_id = one_candidate(store)
+        run_id = store.start_run(candidate_id, "emulator")
+    # Same pid, another start time: the process that wrote the row is gone (pid reused).
+    execute(db, "UPDATE run SET pid_start = 'another-boot:1' WHERE id = :id", id=run_id)
+    with Store(db) as store:
+        run = store.run(run_id)
+        assert run["status"] == "crashed"
+        assert run["error"].startswith(f"{ABANDONED}process {os.getpid()} on ")
+        assert run["finished_at"] >= run["started_at"]
+        assert store.experiments()["n_crashed"].tolist() == [1]
+        # The process was only unseen after all: its late finish is kept.
+        store.finish_run(run_id, "ok", [MetricIn("emulator_cycles", "cycles", 5.0, "cycles")])
+        assert store.run(run_id)["status"] == "ok"
+        with pytest.raises(ValueError, match="already finished"):
+            store.finish_run(run_id, "failed")
+
+
+def test_a_run_from_another_host_is_crashed_only_when_its_heartbeat_is_stale(db):
+    with Store(db) as store:
+        _, candidate_id = one_candidate(store)
+        run_id = store.start_run(candidate_id, "emulator")
+    execute(db, "UPDATE run SET host = 'far-away', pid = 1 WHERE id = :id", id=run_id)
+    with Store(db, stale_after=600) as store:
+        assert store.run(run_id)["status"] == "running"  # beat a moment ago
+    execute(db, "UPDATE run SET heartbeat_at = :t WHERE id = :id",
+            id=run_id, t=utcnow() - timedelta(minutes=11))  # fmt: skip
+    with Store(db, stale_after=600) as store:
+        run = store.run(run_id)
+    assert run["status"] == "crashed"
+    assert "no heartbeat from process 1 on far-away" in run["error"]
+
+
+def test_the_heartbeat_thread_keeps_a_long_run_fresh(db):
+    with Store(db, heartbeat_interval=0.05) as store:
+        _, candidate_id = one_candidate(store)
+        run_id = store.start_run(candidate_id, "emulator")
+        first = store.run(run_id)["heartbeat_at"]
+        for _ in range(100):
+            if store.run(run_id)["heartbeat_at"] > first:
+                break
+            import time
+
+            time.sleep(0.02)
+        assert store.run(run_id)["heartbeat_at"] > first
+        store.finish_run(run_id, "ok")
+
+
+# ---- artifacts ---------------------------------------------------------------------------
+
+
+def test_artifacts_are_content_addressed_files_written_before_their_rows(store, tmp_path):
+    experiment_id, candidate_id = one_candidate(store)
+    run_id = store.start_run(candidate_id, "emulator")
+    trace = tmp_path / "trace.ndjson"
+    trace.write_bytes(b'{"event":"ball"}\n')
+    ref = store.put_artifact(trace, role="trace", run_id=run_id)
+    again = store.put_artifact(b'{"event":"ball"}\n', role="outputs", experiment_id=experiment_id)
+    assert ref.sha256 == again.sha256 == content_sha(b'{"event":"ball"}\n')
+    assert ref.path == again.path == store.artifact_path(ref.sha256)
+    assert ref.path.parent.name == ref.sha256[:2] and ref.path.read_bytes() == trace.read_bytes()
+    assert not list(ref.path.parent.parent.glob(".incoming-*"))  # no temp file left
+    table = store.artifacts(experiment_id)
+    assert table["role"].tolist() == ["trace", "outputs"]
+    assert table["run_id"].tolist()[0] == run_id and pd.isna(table["run_id"].tolist()[1])
+    assert table["candidate_id"].tolist()[0] == candidate_id
+    assert table["media_type"].tolist()[0] == "application/x-ndjson"
+    assert table["name"].tolist()[0] == str(trace)
+    assert table["path"].tolist()[0] == str(ref.path)
+    assert store.artifacts(run=run_id)["id"].tolist() == [ref.id]
+    with pytest.raises(ValueError, match="allowed: graph_dump, trace"):
+        store.put_artifact(trace, role="junk", run_id=run_id)
+    with pytest.raises(RecordNotFound):
+        store.put_artifact(trace, role="trace", run_id=999)
+    assert len(store.artifacts()) == 2
+
+
+def content_sha(data: bytes) -> str:
+    import hashlib
+
+    return hashlib.sha256(data).hexdigest()
+
+
+def test_sqlite_evidence_lives_beside_the_database(sqlite_db):
+    with Store(sqlite_db) as store:
+        assert store.evidence_dir == sqlite_db.parent / "records.db.evidence"
+
+
+# ---- imported evidence, comparisons with kinds, decisions -----------------------------
+
+PMCTRACE = "\n".join([
+    '{"type":"itrace","clk":90,"event":"issue","rob_id":3}',
+    '{"type":"pmctrace","clk":500,"event":"ball","ball_id":0,"rob_id":3,"elapsed":400}',
+    '{"type":"pmctrace","clk":700,"event":"ball","ball_id":0,"rob_id":4,"elapsed":250}',
+    '{"type":"pmctrace","clk":650,"event":"ball","ball_id":2,"rob_id":5,"elapsed":50}',
+    '{"type":"pmctrace","clk":120,"event":"load","rob_id":1,"elapsed":20}',
+    '{"type":"pmctrace","clk":760,"event":"store","rob_id":6,"elapsed":60}',
+    "",
+])  # fmt: skip
+
+
+def test_imported_rtl_cycles_stay_their_own_kind(store, tmp_path):
+    experiment_id, candidate_id = one_candidate(store)
+    emulated = store.start_run(candidate_id, "emulator", emulator_version="emu-1")
+    store.finish_run(emulated, "ok", [MetricIn("emulator_cycles", "latency_cycles", 600.0, "cycles")])
+    trace = tmp_path / "bdb.ndjson"
+    trace.write_text(PMCTRACE)
+    imported = store.import_evidence(candidate_id, "rtl_cycles", trace, note="verilator 5.0")
+    assert imported.format == "pmctrace" and imported.summary["other_lines_skipped"] == 1
+    assert imported.artifact.path.read_text() == PMCTRACE
+    run = store.run(imported.run_id)
+    assert (run["stage"], run["status"], run["candidate_id"]) == ("imported", "ok", candidate_id)
+    assert run["versions"]["evidence_source"] == "verilator 5.0"
+    rtl = store.metric_table(experiment_id, "rtl_cycles")
+    # First issue at 120 - 20 = 100, last completion at 760.
+    assert rtl["latency_cycles"].tolist() == [660.0]
+    assert rtl[["ball_busy_cycles", "ball_ops", "load_ops", "store_busy_cycles"]].values.tolist() == [
+        [700.0, 3.0, 1.0, 60.0]
+    ]
+    per_ball = store.metric_table(experiment_id, "rtl_cycles", scope="ball")
+    assert per_ball[["scope_key", "busy_cycles", "ops", "max_op_cycles"]].values.tolist() == [
+        ["0", 650.0, 2.0, 400.0], ["2", 50.0, 1.0, 50.0],
+    ]
+    # The emulator's figure is untouched and apart.
+    assert store.metric_table(experiment_id, "emulator_cycles")["latency_cycles"].tolist() == [600.0]
+    kinds = store.metrics(experiment_id).groupby("kind")["run_id"].unique()
+    assert kinds["rtl_cycles"].tolist() == [imported.run_id]
+    assert kinds["emulator_cycles"].tolist() == [emulated]
+    assert store.artifacts(run=imported.run_id)["role"].tolist() == ["trace"]
+
+
+def test_a_bad_evidence_file_or_target_writes_nothing(store, tmp_path):
+    experiment_id, candidate_id = one_candidate(store)
+    bad = tmp_path / "bad.ndjson"
+    bad.write_text(PMCTRACE + '{"type":"pmctrace","event":"ball","rob_id":1,"elapsed":-3}\n')
+    good = tmp_path / "good.ndjson"
+    good.write_text(PMCTRACE)
+    cases = [
+        (lambda: store.import_evidence(candidate_id, "rtl_cycles", bad), "line 7: elapsed"),
+        (lambda: store.import_evidence(candidate_id, "emulator_cycles", good), "--kind"),
+        (lambda: store.import_evidence(999, "rtl_cycles", good), "candidate"),
+        (lambda: store.import_evidence(candidate_id, "fpga_cycles", tmp_path / "nope.csv"), "FILE"),
+    ]
+    for call, field in cases:
+        with pytest.raises(InputError) as caught:
+            call()
+        assert caught.value.field == field
+    assert len(store.runs()) == 0 and store.metrics(experiment_id).empty
+    assert len(store.artifacts()) == 0
+    assert not store.evidence_dir.exists() or not any(store.evidence_dir.rglob("*"))
+
+
+def test_compare_metrics_keeps_kinds_apart_with_deltas_and_versions(store, tmp_path):
+    experiment_id = new_experiment(store)
+    a, _ = store.add_candidate(experiment_id, BASE_CONFIG, BASE_MAPPING, "baseline")
+    b, _ = store.add_candidate(experiment_id, with_banks(20), BASE_MAPPING, "grid")
+    for candidate, cycles, version in [(a, 1000.0, "m1"), (b, 800.0, "m2")]:
+        run_id = store.start_run(candidate, "analytical", model_version=version)
+        store.finish_run(run_id, "ok", [
+            MetricIn("analytical", "latency_cycles", cycles, "cycles"),
+            MetricIn("analytical", "dma_bytes", 64.0, "bytes"),
+        ])  # fmt: skip
+    measured = tmp_path / "fpga.csv"
+    measured.write_text("name,value,unit\nlatency_cycles,1100,cycles\n")
+    store.import_evidence(b, "fpga_cycles", measured)
+    table = store.compare_metrics(a, b)
+    rows = {(r["kind"], r["name"]): r for r in table.to_dict("records")}
+    assert set(rows) == {
+        ("analytical", "latency_cycles"), ("analytical", "dma_bytes"),
+        ("fpga_cycles", "latency_cycles"),
+    }  # fmt: skip
+    analytical = rows[("analytical", "latency_cycles")]
+    assert (analytical["a"], analytical["b"], analytical["delta"]) == (1000.0, 800.0, -200.0)
+    assert analytical["ratio"] == pytest.approx(0.8)
+    assert (analytical["model_version_a"], analytical["model_version_b"]) == ("m1", "m2")
+    assert rows[("analytical", "dma_bytes")]["delta"] == 0.0
+    fpga = rows[("fpga_cycles", "latency_cycles")]
+    assert math.isnan(fpga["a"]) and fpga["b"] == 1100.0 and math.isnan(fpga["delta"])
+    assert table["kind"].tolist()[:2] == ["analytical", "analytical"]  # kinds in METRIC_KINDS order
+    # compare() keeps "kind:name" fields apart too.
+    assert {"analytical:latency_cycles", "fpga_cycles:latency_cycles"} <= set(store.compare(a, b)["field"])
+
+
+def test_decide_accepts_or_rejects_a_candidate_with_its_evidence(store):
+    experiment_id = new_experiment(store)
+    base, _ = store.add_candidate(experiment_id, BASE_CONFIG, BASE_MAPPING, "baseline")
+    store.set_baseline(experiment_id, base)
+    other, _ = store.add_candidate(experiment_id, with_banks(20), BASE_MAPPING, "grid")
+    base_run = store.start_run(base, "analytical")
+    store.finish_run(base_run, "ok")
+    other_run = store.start_run(other, "analytical")
+    store.finish_run(other_run, "ok")
+    store.start_run(other, "emulator")  # still running: not evidence
+    decision_id = store.decide("banks-20-vs-16", other, True, "7% faster, fits", "ana")
+    store.decide(experiment_id, base, False, "slower", "bo")
+    decisions = store.decisions(experiment_id)
+    assert decisions["id"].tolist()[0] == decision_id
+    assert decisions["verdict"].tolist() == ["accepted", "rejected"]
+    assert decisions["candidate_id"].tolist() == [other, base]
+    assert json.loads(decisions["evidence"].iloc[0]) == [base_run, other_run]
+    assert json.loads(decisions["evidence"].iloc[1]) == [base_run]
+    summary = store.experiments().iloc[0]
+    assert (summary["latest_verdict"], summary["latest_candidate_id"]) == ("rejected", base)
+    elsewhere = store.add_candidate(new_experiment(store, name="other"), BASE_CONFIG, {}, "hand")[0]
+    with pytest.raises(RecordNotFound, match="candidate id of experiment 'banks-20-vs-16'"):
+        store.decide(experiment_id, elsewhere, True, "why", "ana")
+    with pytest.raises(InputError, match="--why"):
+        store.decide(experiment_id, other, True, "  ", "ana")
+    with pytest.raises(ValueError, match="belongs to experiment"):
+        store.add_decision(experiment_id, "accepted", "x", "ana", candidate_id=elsewhere)
+    assert len(store.decisions(experiment_id)) == 2
+
+
+# ---- text round trips ------------------------------------------------------------------
+
+NASTY = [
+    "it's \"quoted\" `back` 'single'",
+    "Robert'); DROP TABLE experiment;--",
+    "%s %(x)s %% {0} $1 ? :name \\ \\n",
+    "ünïcödé ✓ 漢字 🚀 עברית e\u0301 \u200b \U0001f9ea",
+    "line1\r\nline2\tTab\x7f",
+    "x" * 1_000_000 + "end",
+]
+
+
+def test_text_round_trips_unchanged(db):
+    long_text = NASTY[-1]
+    with Store(db) as store:
+        experiment_id = store.create_experiment(
+            name=NASTY[1], hypothesis=" | ".join(NASTY), acceptance=[{"expr": NASTY[2], "prose": NASTY[3]}],
+            workload_recipe=NASTY[0], workload_hash="w", spec_text=long_text, spec_hash="s",
+            limitations=NASTY[4], open_questions=NASTY[3],
+        )  # fmt: skip
+        config = {NASTY[0]: NASTY[1], "nested": {NASTY[3]: [NASTY[2], long_text]}}
+        candidate_id, _ = store.add_candidate(experiment_id, config, {"k": NASTY[4]}, "hand")
+        run_id = store.start_run(candidate_id, "numerics", command=NASTY[2])
+        store.finish_run(
+            run_id, "failed",
+            [MetricIn("numerics", NASTY[3], 1.5, NASTY[0], scope="op", scope_key=NASTY[1])],
+            reason=NASTY[0], error=NASTY[1], traceback=long_text,
+        )  # fmt: skip
+        store.add_decision(experiment_id, NASTY[3], long_text, NASTY[0], [run_id])
+    with Store(db) as store:
+        record = store.experiment(NASTY[1])
+        assert record["hypothesis"] == " | ".join(NASTY)
+        assert record["acceptance"] == [{"expr": NASTY[2], "prose": NASTY[3]}]
+        assert (record["spec_text"], record["limitations"]) == (long_text, NASTY[4])
+        assert store.candidate(candidate_id)["config"] == config
+        assert json.loads(store.candidates(experiment_id)["config"].iloc[0]) == config
+        assert store.candidate(candidate_id)["hash"] == content_hash(
+            {"config": config, "mapping": {"k": NASTY[4]}}
+        )
+        run = store.run(run_id)
+        assert (run["command"], run["reason"], run["error"], run["traceback"]) == (
+            NASTY[2], NASTY[0], NASTY[1], long_text,
+        )
+        metric = run["metrics"].iloc[0]
+        assert (metric["name"], metric["unit"], metric["scope_key"]) == (NASTY[3], NASTY[0], NASTY[1])
+        decision = store.decisions(NASTY[1]).iloc[0]
+        assert (decision["verdict"], decision["rationale"], decision["author"]) == (
+            NASTY[3], long_text, NASTY[0],
+        )
+        assert len(store.experiments()) == 1  # the DROP TABLE stayed text

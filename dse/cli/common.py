@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import os
 import tomllib
 from pathlib import Path
 
 from ..errors import InputError
 
 DEFAULT_DB = "records.db"
+# A team's shared store: `export DSE_DB=postgresql://user@host/dse` instead of --db each time.
+DB_ENV = "DSE_DB"
 
 
 def parse_value(text: str):
@@ -28,14 +31,47 @@ def parse_overrides(pairs: list[str] | None) -> dict:
     return out
 
 
+def default_db() -> str:
+    return os.environ.get(DB_ENV) or DEFAULT_DB
+
+
 def add_db_argument(parser) -> None:
-    parser.add_argument("--db", default=DEFAULT_DB, help="record store path or SQLAlchemy URL (default records.db)")
+    # The parser is built at every `dse` start, so $DSE_DB is read then.
+    parser.add_argument(
+        "--db", default=default_db(),
+        help=f"record store: a SQLite path or a URL such as postgresql://user@host/dse "
+             f"(default ${DB_ENV}, else {DEFAULT_DB})",
+    )  # fmt: skip
 
 
-def open_store(db: str):
-    """An existing store (a missing SQLite file is bad input, not a new empty store)."""
+def open_store(db: str | None):
+    """An existing store (a missing SQLite file is bad input, not a new empty store).
+
+    A URL that names no reachable database is bad input too (exit code 2)."""
+    from sqlalchemy.exc import ArgumentError, NoSuchModuleError, OperationalError
+
     from ..records import Store
 
+    db = db or default_db()
     if "://" not in db and not Path(db).exists():
         raise InputError(db, "--db", db, "an existing record store (run `dse sweep` first)")
-    return Store(db)
+    try:
+        return Store(db)
+    except (ArgumentError, NoSuchModuleError) as error:
+        raise InputError(_shown(db), "--db", _shown(db),
+                         f"a SQLite path or a database URL such as postgresql://user@host/dse ({error})") from None
+    except OperationalError as error:
+        reason = str(error.orig).strip().splitlines()[0] if error.orig else str(error)
+        raise InputError(_shown(db), "--db", _shown(db), f"a reachable record store ({reason})") from None
+
+
+def _shown(db: str) -> str:
+    """`db` with any password masked."""
+    if "://" not in db:
+        return db
+    try:
+        from sqlalchemy.engine import make_url
+
+        return make_url(db).render_as_string(hide_password=True)
+    except Exception:  # noqa: BLE001 - an unparseable URL is shown as typed
+        return db

@@ -1,13 +1,18 @@
 """dse.records: the record store (what was tried, why, what was seen, what was decided).
 
     from dse.records import Store
-    with Store("records.db") as store:
+    with Store("records.db") as store:          # or Store("postgresql://user@host/db")
         store.experiments()
+
+See store.py for the API, evidence.py for imported RTL/FPGA evidence, export.py for
+CSV and Parquet export.
 """
 
 from dse.records.schema import (
+    ARTIFACT_ROLES,
     CANDIDATE_ORIGINS,
     EXPERIMENT_STATUSES,
+    IMPORTED_METRIC_KINDS,
     METRIC_KINDS,
     METRIC_SCOPES,
     RUN_STAGES,
@@ -15,22 +20,34 @@ from dse.records.schema import (
 )
 from dse.records.store import (
     FINAL_RUN_STATUSES,
+    ArtifactRef,
+    ImportedEvidence,
     MetricIn,
+    RecordNotFound,
     Store,
+    StoreBusy,
     canonical_json,
     content_hash,
+    database_url,
 )
 
 __all__ = [
+    "ARTIFACT_ROLES",
     "CANDIDATE_ORIGINS",
     "EXPERIMENT_STATUSES",
     "FINAL_RUN_STATUSES",
+    "IMPORTED_METRIC_KINDS",
     "METRIC_KINDS",
     "METRIC_SCOPES",
     "RUN_STAGES",
     "RUN_STATUSES",
+    "ArtifactRef",
+    "ImportedEvidence",
     "MetricIn",
+    "RecordNotFound",
     "Store",
+    "StoreBusy",
     "canonical_json",
     "content_hash",
+    "database_url",
 ]

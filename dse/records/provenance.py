@@ -1,7 +1,8 @@
 """Where and with what a run executed: host, git state of the dse checkout, versions, command.
 
 Every lookup tolerates absence (no git, not a checkout, a package not installed) and
-answers None rather than failing the run it describes.
+answers None rather than failing the run it describes. The process identity (pid and
+start time) lets a later open tell a run whose process died from one still at work.
 """
 
 from __future__ import annotations
@@ -26,17 +27,66 @@ class Provenance:
     git_dirty: bool | None
     versions: dict[str, str | None]
     command: str
+    pid: int
+    pid_start: str | None
 
 
 def collect(command: str | None = None) -> Provenance:
     commit, dirty = git_state()
+    pid = os.getpid()
     return Provenance(
         host=hostname(),
         git_commit=commit,
         git_dirty=dirty,
         versions=package_versions(),
         command=" ".join(sys.argv) if command is None else command,
+        pid=pid,
+        pid_start=process_start(pid),
     )
+
+
+# ---- is the process that wrote a "running" row still alive? ---------------------------
+
+
+def process_start(pid: int) -> str | None:
+    """What tells process `pid` apart from a later process given the same pid.
+
+    On Linux "<boot id>:<start time in clock ticks since boot>" (from /proc); None
+    where that cannot be read, or for a process that has ended (a zombie included).
+    """
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    # "pid (comm) state ppid ...": comm may hold spaces and parentheses.
+    fields = stat[stat.rfind(")") + 2 :].split()
+    if not fields or fields[0] in ("Z", "X"):  # zombie or dead: it will write no more
+        return None
+    return f"{_boot_id()}:{fields[19]}"
+
+
+def process_alive(pid: int, pid_start: str | None) -> bool:
+    """Whether the process recorded as (pid, pid_start) on this host still runs."""
+    if pid_start is not None and Path("/proc/self/stat").exists():
+        return process_start(pid) == pid_start
+    # No process identity recorded or readable: the pid alone (may be fooled by reuse).
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # exists, owned by someone else
+        return True
+    except OSError:
+        return False
+    return True
+
+
+@functools.cache
+def _boot_id() -> str:
+    try:
+        return Path("/proc/sys/kernel/random/boot_id").read_text().strip()
+    except OSError:
+        return "-"
 
 
 def hostname() -> str | None:

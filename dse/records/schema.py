@@ -40,6 +40,9 @@ METRIC_KINDS = (
     "numerics",
 )
 METRIC_SCOPES = ("total", "op", "core", "ball", "bank")
+# Evidence that comes from outside dse (`dse evidence import`): always its own kind.
+IMPORTED_METRIC_KINDS = ("rtl_cycles", "fpga_cycles")
+ARTIFACT_ROLES = ("graph_dump", "trace", "outputs", "report", "log", "inputs", "measurements")
 
 # Named constraints let alembic's SQLite batch mode and autogenerate find them again.
 NAMING_CONVENTION = {
@@ -101,7 +104,8 @@ class Candidate(Base):
     __table_args__ = (UniqueConstraint("experiment_id", "hash"),)
 
     id: Mapped[int] = mapped_column(Integer, primary_key=True)
-    experiment_id: Mapped[int] = mapped_column(ForeignKey("experiment.id"))
+    # 0002: index, so an experiment's candidates come in id order without a sort
+    experiment_id: Mapped[int] = mapped_column(ForeignKey("experiment.id"), index=True)
     hash: Mapped[str] = mapped_column(String(64))
     config: Mapped[dict[str, Any]]
     mapping: Mapped[dict[str, Any]]
@@ -120,7 +124,7 @@ class Run(Base):
     id: Mapped[int] = mapped_column(Integer, primary_key=True)
     candidate_id: Mapped[int] = mapped_column(ForeignKey("candidate.id"), index=True)
     stage: Mapped[str] = mapped_column(String(16))
-    status: Mapped[str] = mapped_column(String(16))
+    status: Mapped[str] = mapped_column(String(16), index=True)  # 0002: index
     reason: Mapped[str | None] = mapped_column(Text)
     error: Mapped[str | None] = mapped_column(Text)
     traceback: Mapped[str | None] = mapped_column(Text)
@@ -135,6 +139,11 @@ class Run(Base):
     seed: Mapped[int | None] = mapped_column(Integer)
     model_version: Mapped[str] = mapped_column(String)
     emulator_version: Mapped[str | None] = mapped_column(String)
+    # 0002: which process runs it (with `host`), so a run left "running" by a process
+    # that died is told apart from one still at work. pid_start identifies the process
+    # beyond its pid (which the OS reuses): on Linux "<boot id>:<start time in ticks>".
+    pid: Mapped[int | None] = mapped_column(Integer)
+    pid_start: Mapped[str | None] = mapped_column(String(64))
 
     @validates("stage")
     def _check_stage(self, _key: str, value: str) -> str:
@@ -172,21 +181,32 @@ class Artifact(Base):
     __tablename__ = "artifact"
 
     id: Mapped[int] = mapped_column(Integer, primary_key=True)
-    run_id: Mapped[int | None] = mapped_column(ForeignKey("run.id"))
-    sha256: Mapped[str] = mapped_column(String(64))
+    run_id: Mapped[int | None] = mapped_column(ForeignKey("run.id"), index=True)  # 0002: index
+    sha256: Mapped[str] = mapped_column(String(64), index=True)  # 0002: index
     size: Mapped[int] = mapped_column(BigInteger)
     media_type: Mapped[str] = mapped_column(String)
     role: Mapped[str] = mapped_column(String)
     created_at: Mapped[datetime] = mapped_column(default=utcnow)
+    # 0002: an artifact of a whole experiment (a graph dump, a report) has no run; and
+    # the name the file had where it came from (a raw evidence path).
+    experiment_id: Mapped[int | None] = mapped_column(ForeignKey("experiment.id"), index=True)
+    name: Mapped[str | None] = mapped_column(Text)
+
+    @validates("role")
+    def _check_role(self, _key: str, value: str) -> str:
+        return check_choice("artifact.role", value, ARTIFACT_ROLES)
 
 
 class Decision(Base):
     __tablename__ = "decision"
 
     id: Mapped[int] = mapped_column(Integer, primary_key=True)
-    experiment_id: Mapped[int] = mapped_column(ForeignKey("experiment.id"))
+    experiment_id: Mapped[int] = mapped_column(ForeignKey("experiment.id"), index=True)  # 0002
     verdict: Mapped[str] = mapped_column(Text)
     rationale: Mapped[str] = mapped_column(Text)
     author: Mapped[str] = mapped_column(String)
     created_at: Mapped[datetime] = mapped_column(default=utcnow)
     evidence: Mapped[list[Any]]  # run ids
+    # 0002: the candidate a decision accepts or rejects (`dse decide`); None for a
+    # verdict on the hypothesis as a whole.
+    candidate_id: Mapped[int | None] = mapped_column(ForeignKey("candidate.id"), index=True)

@@ -1,44 +1,79 @@
-"""The record store: every experiment, candidate, run, metric and decision in one database.
+"""The record store: every experiment, candidate, run, metric, artifact and decision in one
+database.
 
 SQLite (`records.db`, the default) and PostgreSQL (a URL) are one code path; only the
 SQLite connection setup below differs. Each write is one transaction, so a crash or a
-bad argument leaves nothing half-written. Reads return pandas DataFrames, with JSON
-columns as canonical JSON strings and timestamps as UTC.
+bad argument leaves nothing half-written; a write that meets a busy database (another
+writer holds SQLite's lock, a PostgreSQL serialization failure) is retried, so "database
+is locked" does not reach the user. Reads return pandas DataFrames, with JSON columns as
+canonical JSON strings and timestamps as UTC.
+
+A run is written as "running" before its work starts; while it runs, a daemon thread
+refreshes its heartbeat. Opening a store marks "crashed" the runs whose process is gone:
+on the same host, a process that no longer exists (pid and start time, so a reused pid
+does not fool it); from another host, a heartbeat older than `stale_after` seconds.
+
+Large raw evidence lives in content-addressed files beside the database
+(`<db>.evidence/ab/<sha256>`), written temp -> fsync -> rename before the row naming it.
 
 Open one Store per process: an engine's pooled connections must not cross a fork.
 """
 
 from __future__ import annotations
 
+import functools
+import hashlib
 import json
 import math
+import mimetypes
 import numbers
 import operator
 import os
+import random
+import tempfile
+import threading
+import time
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from contextlib import contextmanager
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, TypeVar
 
-import pandas as pd
-from alembic import command
-from alembic.config import Config
-from alembic.util.exc import CommandError
-from sqlalchemy import Connection, Engine, create_engine, event, func, select
+from sqlalchemy import (
+    JSON,
+    Connection,
+    DateTime,
+    Engine,
+    String,
+    Text,
+    cast,
+    create_engine,
+    event,
+    func,
+    insert,
+    inspect,
+    select,
+    update,
+)
 from sqlalchemy.engine import make_url
-from sqlalchemy.exc import IntegrityError
+from sqlalchemy.ext.compiler import compiles
+from sqlalchemy.sql.functions import FunctionElement
+from sqlalchemy.exc import DBAPIError, IntegrityError
 from sqlalchemy.orm import Session
 from sqlalchemy.pool import StaticPool
 
+from dse.errors import InputError
 from dse.identity import canonical_json, content_hash
 from dse.records import provenance
 from dse.records.schema import (
+    ARTIFACT_ROLES,
     CANDIDATE_ORIGINS,
+    IMPORTED_METRIC_KINDS,
     METRIC_KINDS,
     METRIC_SCOPES,
     RUN_STATUSES,
+    Artifact,
     Candidate,
     Decision,
     Experiment,
@@ -49,12 +84,51 @@ from dse.records.schema import (
 )
 
 MIGRATIONS_DIR = Path(__file__).parent / "migrations"
+# The newest migration; a test checks it against the migrations folder. A store already
+# at this revision opens without loading alembic at all (a faster `dse history`).
+SCHEMA_HEAD = "0002"
 SQLITE_BUSY_TIMEOUT_MS = 10_000
+SQLITE_MMAP_BYTES = 256 * 1024 * 1024
+# How long a write keeps retrying a busy database before it gives up with StoreBusy.
+RETRY_BUSY_FOR_S = 120.0
+HEARTBEAT_INTERVAL_S = 30.0
+STALE_AFTER_S = 600.0
 FINAL_RUN_STATUSES = tuple(s for s in RUN_STATUSES if s != "running")
+# The error text of a run marked crashed because its process was gone. finish_run
+# accepts such a run after all (the process was alive, only unseen), so a late finish
+# is never lost.
+ABANDONED = "abandoned: "
 
+
+
+class _LazyPandas:
+    """pandas, imported on first use: `dse history` and a sweep's writes never pay its
+    import time (most of a short command's run)."""
+
+    def __getattr__(self, name: str) -> Any:
+        import pandas
+
+        return getattr(pandas, name)
+
+
+pd = _LazyPandas()
+
+# PostgreSQL advisory lock key taken while migrating ("dse-rec" in ASCII).
+_MIGRATION_LOCK = 0x6473652D726563
 # Execution option read by the SQLite "begin" listener: which BEGIN to emit.
 _SQLITE_BEGIN = "dse_sqlite_begin"
 _T = TypeVar("_T")
+
+
+class RecordNotFound(InputError, KeyError):
+    """No experiment, candidate or run of that name or id: bad user input (exit code 2),
+    and a KeyError for Python callers."""
+
+    __str__ = Exception.__str__  # not KeyError's repr() of the message
+
+
+class StoreBusy(RuntimeError):
+    """The database stayed busy for RETRY_BUSY_FOR_S seconds."""
 
 
 @dataclass(frozen=True)
@@ -86,11 +160,42 @@ class MetricIn:
         object.__setattr__(self, "value", value)
 
 
+@dataclass(frozen=True)
+class ArtifactRef:
+    """An evidence file stored beside the database, and its row."""
+
+    id: int
+    sha256: str
+    size: int
+    path: Path
+
+
+@dataclass(frozen=True)
+class ImportedEvidence:
+    """What `Store.import_evidence` recorded."""
+
+    run_id: int
+    candidate_id: int
+    experiment_id: int
+    kind: str
+    format: str
+    n_metrics: int
+    artifact: ArtifactRef
+    summary: dict[str, Any]
+
+
 def database_url(url_or_path: str | os.PathLike[str]) -> str:
-    """A SQLAlchemy URL as given, or a filesystem path turned into a SQLite URL."""
+    """A SQLAlchemy URL as given, or a filesystem path turned into a SQLite URL.
+
+    A PostgreSQL URL without a driver (`postgresql://`, `postgres://`) gets psycopg 3,
+    the driver dse installs.
+    """
     text = os.fspath(url_or_path)
     if "://" in text:
-        return text
+        url = make_url(text)
+        if url.drivername in ("postgresql", "postgres"):
+            url = url.set(drivername="postgresql+psycopg")
+        return url.render_as_string(hide_password=False)
     if text == ":memory:":
         return "sqlite://"
     path = Path(text).expanduser().resolve()
@@ -98,8 +203,10 @@ def database_url(url_or_path: str | os.PathLike[str]) -> str:
     return f"sqlite:///{path}"
 
 
-def alembic_config(url: str) -> Config:
+def alembic_config(url: str):
     """An alembic Config for the store's migrations, built in code (no alembic.ini)."""
+    from alembic.config import Config
+
     config = Config()
     config.set_main_option("script_location", str(MIGRATIONS_DIR))
     config.set_main_option("path_separator", "os")
@@ -115,7 +222,13 @@ def _sqlite_on_connect(dbapi_connection: Any, _record: Any) -> None:
     cursor = dbapi_connection.cursor()
     cursor.execute(f"PRAGMA busy_timeout={SQLITE_BUSY_TIMEOUT_MS}")  # first: WAL may wait
     cursor.execute("PRAGMA journal_mode=WAL")
+    # In WAL mode, NORMAL syncs at checkpoints rather than at every commit: a killed
+    # process loses nothing committed and the file stays intact; only a power cut may
+    # drop the last commits. About 3x the small-transaction rate of FULL.
+    cursor.execute("PRAGMA synchronous=NORMAL")
     cursor.execute("PRAGMA foreign_keys=ON")
+    # Reads of a large store go through the OS page cache without a copy per page.
+    cursor.execute(f"PRAGMA mmap_size={SQLITE_MMAP_BYTES}")
     cursor.close()
 
 
@@ -128,29 +241,105 @@ def _sqlite_on_begin(connection: Connection) -> None:
 
 
 def _make_engine(url: str) -> Engine:
+    # JSON is stored as canonical text (sorted keys, no spaces; 0002 rewrote older rows),
+    # so reads hand it out as stored instead of parsing and re-serialising every row.
     sa_url = make_url(url)
     if sa_url.get_backend_name() != "sqlite":
-        return create_engine(sa_url, pool_pre_ping=True)
+        connect_args = {}
+        if sa_url.get_backend_name() == "postgresql":
+            # An unreachable server is an error in seconds, not a hang.
+            # No server-side prepared statements: a generic plan, made blind to how
+            # many candidates an experiment has, can be ruinous for these reads.
+            connect_args = {"connect_timeout": 10, "application_name": "dse",
+                            "prepare_threshold": None}  # fmt: skip
+        return create_engine(
+            sa_url, pool_pre_ping=True, connect_args=connect_args, json_serializer=canonical_json
+        )
     if sa_url.database in (None, "", ":memory:"):
         # An in-memory database lives in one connection; share it.
         engine = create_engine(
-            sa_url, poolclass=StaticPool, connect_args={"check_same_thread": False}
+            sa_url,
+            poolclass=StaticPool,
+            connect_args={"check_same_thread": False},
+            json_serializer=canonical_json,
         )
     else:
-        engine = create_engine(sa_url)
+        engine = create_engine(sa_url, json_serializer=canonical_json)
     event.listen(engine, "connect", _sqlite_on_connect)
     event.listen(engine, "begin", _sqlite_on_begin)
     return engine
 
 
-class Store:
-    """Experiments, candidates, runs, metrics and decisions; see the module docstring."""
+def _transient(error: DBAPIError) -> bool:
+    """A failure that the same transaction, tried again, can get past."""
+    orig = error.orig
+    if getattr(orig, "sqlstate", None) in ("40001", "40P01"):  # serialization, deadlock
+        return True
+    if type(orig).__module__.startswith("sqlite3"):
+        message = str(orig).lower()
+        return "locked" in message or "busy" in message
+    return False
 
-    def __init__(self, url_or_path: str | os.PathLike[str] = "records.db"):
+
+def _retrying(method: Callable[..., _T]) -> Callable[..., _T]:
+    """Run a Store method again (whole transactions) while the database is busy."""
+
+    @functools.wraps(method)
+    def wrapper(self: Store, *args: Any, **kwargs: Any) -> _T:
+        deadline = time.monotonic() + RETRY_BUSY_FOR_S
+        delay = 0.005
+        while True:
+            try:
+                return method(self, *args, **kwargs)
+            except DBAPIError as error:
+                if not _transient(error):
+                    raise
+                if time.monotonic() > deadline:
+                    raise StoreBusy(
+                        f"the record store {self.url} stayed busy for {RETRY_BUSY_FOR_S:.0f} s "
+                        f"({type(error.orig).__name__}: {error.orig})"
+                    ) from error
+            time.sleep(delay * (0.5 + random.random()))
+            delay = min(delay * 2, 0.5)
+
+    return wrapper
+
+
+class Store:
+    """Experiments, candidates, runs, metrics, artifacts and decisions; see the module
+    docstring.
+
+    `evidence_dir` holds the artifact files; by default `<db>.evidence` beside a SQLite
+    file, else $DSE_EVIDENCE_DIR, else a folder per database under
+    ~/.local/share/dse/evidence. `heartbeat_interval` (seconds, 0 for none) is how often
+    this store's running runs say they are alive; `stale_after` is how old a heartbeat
+    from another host may be before its run is marked crashed on open.
+    """
+
+    def __init__(
+        self,
+        url_or_path: str | os.PathLike[str] = "records.db",
+        *,
+        evidence_dir: str | os.PathLike[str] | None = None,
+        heartbeat_interval: float = HEARTBEAT_INTERVAL_S,
+        stale_after: float = STALE_AFTER_S,
+    ):
         self.engine = _make_engine(database_url(url_or_path))
         self._writer = self.engine.execution_options(**{_SQLITE_BEGIN: "IMMEDIATE"})
+        self._sqlite = self.engine.url.get_backend_name() == "sqlite"
+        self._memory = self._sqlite and self.engine.url.database in (None, "", ":memory:")
+        self.evidence_dir = self._evidence_dir(evidence_dir)
+        self.heartbeat_interval = heartbeat_interval
+        self.stale_after = stale_after
+        self._active: set[int] = set()  # runs this store started and has not finished
+        self._active_lock = threading.Lock()
+        self._stop = threading.Event()
+        self._beater: threading.Thread | None = None
+        self._owner_pid = os.getpid()
         try:
-            self._upgrade_schema()
+            if not self._schema_is_current():
+                self._upgrade_schema()
+            self.reap_crashed()
         except BaseException:
             self.engine.dispose()
             raise
@@ -169,14 +358,38 @@ class Store:
         self.close()
 
     def close(self) -> None:
+        self._stop.set()
+        if self._beater is not None:
+            self._beater.join(timeout=5)
+            self._beater = None
         self.engine.dispose()
 
+    # ---- schema -------------------------------------------------------------------
+
+    @_retrying
+    def _schema_is_current(self) -> bool:
+        with self._read() as connection:
+            if not inspect(connection).has_table("alembic_version"):
+                return False
+            versions = connection.exec_driver_sql(
+                "SELECT version_num FROM alembic_version"
+            ).scalars().all()
+        return versions == [SCHEMA_HEAD]
+
+    @_retrying
     def _upgrade_schema(self) -> None:
-        # Inside one write transaction: two processes opening a new file at once
-        # migrate one after the other instead of both creating tables.
+        from alembic import command
+        from alembic.util.exc import CommandError
+
+        # Inside one write transaction: two processes opening a new store at once
+        # migrate one after the other instead of both creating tables. SQLite's BEGIN
+        # IMMEDIATE serialises them; PostgreSQL needs a lock of its own (held to commit),
+        # after which alembic reads the version the first process left.
         config = alembic_config(self.engine.url.render_as_string(hide_password=False))
         try:
             with self._writer.begin() as connection:
+                if connection.dialect.name == "postgresql":
+                    connection.exec_driver_sql(f"SELECT pg_advisory_xact_lock({_MIGRATION_LOCK})")
                 config.attributes["connection"] = connection
                 command.upgrade(config, "head")
         except CommandError as error:
@@ -195,8 +408,94 @@ class Store:
         with self.engine.connect() as connection:
             yield connection
 
+    # ---- runs whose process died --------------------------------------------------
+
+    @_retrying
+    def reap_crashed(self) -> list[int]:
+        """Mark "crashed" the running runs whose process is gone; return their ids.
+
+        Called on every open. Same host: the recorded process (pid and start time) no
+        longer exists. Another host, or no process recorded: no heartbeat for
+        `stale_after` seconds.
+        """
+        host = provenance.hostname()
+        now = utcnow()
+        with self._read() as connection:
+            running = connection.execute(
+                select(Run.id, Run.host, Run.pid, Run.pid_start, Run.started_at, Run.heartbeat_at)
+                .where(Run.status == "running")
+            ).all()
+        lost: list[tuple[int, datetime, str]] = []
+        for run in running:
+            last = _as_utc(run.heartbeat_at or run.started_at)
+            if run.host == host and run.pid is not None:
+                if provenance.process_alive(run.pid, run.pid_start):
+                    continue
+                why = f"process {run.pid} on {host} ended without finishing the run"
+            else:
+                age = (now - last).total_seconds()
+                if age < self.stale_after:
+                    continue
+                why = (
+                    f"no heartbeat from process {run.pid} on {run.host} for {age:.0f} s "
+                    f"(more than {self.stale_after:.0f} s)"
+                )
+            lost.append((run.id, last, why))
+        if not lost:
+            return []
+        reaped = []
+        with self._write() as session:
+            for run_id, last, why in lost:
+                done = session.execute(
+                    update(Run)
+                    .where(Run.id == run_id, Run.status == "running")
+                    .values(
+                        status="crashed",
+                        finished_at=last,
+                        error=f"{ABANDONED}{why}; found at {now.isoformat(timespec='seconds')} "
+                        f"by process {os.getpid()} on {host}",
+                    )
+                    .execution_options(synchronize_session=False)
+                )
+                if done.rowcount:
+                    reaped.append(run_id)
+        return reaped
+
+    def _track(self, run_id: int) -> None:
+        with self._active_lock:
+            if self._owner_pid != os.getpid():  # used across a fork: the thread stayed behind
+                self._owner_pid, self._beater, self._active = os.getpid(), None, set()
+                self._stop = threading.Event()
+            self._active.add(run_id)
+            if self._beater is None and self.heartbeat_interval > 0 and not self._memory:
+                self._beater = threading.Thread(
+                    target=self._beat, name=f"dse-heartbeat-{id(self):x}", daemon=True
+                )
+                self._beater.start()
+
+    def _untrack(self, run_id: int) -> None:
+        with self._active_lock:
+            self._active.discard(run_id)
+
+    def _beat(self) -> None:
+        while not self._stop.wait(self.heartbeat_interval):
+            with self._active_lock:
+                run_ids = sorted(self._active)
+            if not run_ids:
+                continue
+            try:
+                with self._writer.begin() as connection:
+                    connection.execute(
+                        update(Run)
+                        .where(Run.id.in_(run_ids), Run.status == "running")
+                        .values(heartbeat_at=utcnow())
+                    )
+            except Exception:  # noqa: BLE001 - a missed beat is retried at the next one
+                pass
+
     # ---- writes -------------------------------------------------------------------
 
+    @_retrying
     def create_experiment(
         self,
         name: str,
@@ -243,6 +542,7 @@ class Store:
 
         return _retry_once_on_conflict(create)
 
+    @_retrying
     def add_candidate(
         self,
         experiment_id: int,
@@ -263,7 +563,7 @@ class Store:
 
         def add() -> tuple[int, bool]:
             with self._write() as session:
-                experiment = _get(session, Experiment, experiment_id)
+                experiment = self._get(session, Experiment, experiment_id)
                 existing = session.scalar(
                     select(Candidate.id).where(
                         Candidate.experiment_id == experiment_id, Candidate.hash == key
@@ -288,10 +588,11 @@ class Store:
 
         return _retry_once_on_conflict(add)
 
+    @_retrying
     def set_baseline(self, experiment_id: int, candidate_id: int) -> None:
         with self._write() as session:
-            experiment = _get(session, Experiment, experiment_id)
-            candidate = _get(session, Candidate, candidate_id)
+            experiment = self._get(session, Experiment, experiment_id)
+            candidate = self._get(session, Candidate, candidate_id)
             if candidate.experiment_id != experiment_id:
                 raise ValueError(
                     f"candidate {candidate_id} belongs to experiment {candidate.experiment_id}, "
@@ -299,10 +600,12 @@ class Store:
                 )
             experiment.baseline_candidate_id = candidate_id
 
+    @_retrying
     def set_status(self, experiment_id: int, status: str) -> None:
         with self._write() as session:
-            _get(session, Experiment, experiment_id).status = status
+            self._get(session, Experiment, experiment_id).status = status
 
+    @_retrying
     def start_run(
         self,
         candidate_id: int,
@@ -313,10 +616,12 @@ class Store:
         model_version: str = "",
         emulator_version: str | None = None,
     ) -> int:
-        """Record a run as "running", with its provenance, before its work starts."""
+        """Record a run as "running", with its provenance, before its work starts.
+
+        Until `finish_run`, a daemon thread refreshes the run's heartbeat."""
         environment = provenance.collect(command)  # outside the transaction: it may run git
         with self._write() as session:
-            _get(session, Candidate, candidate_id)
+            self._get(session, Candidate, candidate_id)
             now = utcnow()
             run = Run(
                 candidate_id=candidate_id,
@@ -332,16 +637,22 @@ class Store:
                 seed=seed,
                 model_version=model_version,
                 emulator_version=emulator_version,
+                pid=environment.pid,
+                pid_start=environment.pid_start,
             )
             session.add(run)
             session.flush()
-            return run.id
+            run_id = run.id
+        self._track(run_id)
+        return run_id
 
+    @_retrying
     def heartbeat(self, run_id: int) -> None:
         """Say a running run is still alive, so a stale "running" row can be told apart."""
         with self._write() as session:
-            _get(session, Run, run_id).heartbeat_at = utcnow()
+            self._get(session, Run, run_id).heartbeat_at = utcnow()
 
+    @_retrying
     def finish_run(
         self,
         run_id: int,
@@ -352,16 +663,16 @@ class Store:
         error: str | None = None,
         traceback: str | None = None,
     ) -> None:
-        """Write a run's metrics and final status together, or neither."""
+        """Write a run's metrics and final status together, or neither.
+
+        The metrics go in as one batched insert. A run that an open marked crashed
+        because it saw no sign of its process may still be finished by that process."""
         check_choice("finish_run status", status, FINAL_RUN_STATUSES)
-        rows = [m if isinstance(m, MetricIn) else MetricIn(**m) for m in metrics]
-        keys = [(m.kind, m.name, m.scope, m.scope_key) for m in rows]
-        duplicates = sorted({k for k in keys if keys.count(k) > 1})
-        if duplicates:
-            raise ValueError(f"run {run_id}: metrics given twice: {duplicates}")
+        rows = _metric_rows(metrics, f"run {run_id}")
         with self._write() as session:
-            run = _get(session, Run, run_id)
-            if run.status != "running":
+            run = self._get(session, Run, run_id)
+            abandoned = run.status == "crashed" and (run.error or "").startswith(ABANDONED)
+            if run.status != "running" and not abandoned:
                 raise ValueError(f"run {run_id} is already finished (status {run.status!r})")
             now = utcnow()
             run.status = status
@@ -370,8 +681,12 @@ class Store:
             run.traceback = traceback
             run.finished_at = now
             run.heartbeat_at = now
-            session.add_all(Metric(run_id=run_id, **asdict(m)) for m in rows)
+            session.flush()
+            if rows:
+                session.execute(insert(Metric.__table__), [{"run_id": run_id, **r} for r in rows])
+        self._untrack(run_id)
 
+    @_retrying
     def add_decision(
         self,
         experiment_id: int,
@@ -379,11 +694,20 @@ class Store:
         rationale: str,
         author: str,
         evidence: Iterable[int] = (),
+        candidate_id: int | None = None,
     ) -> int:
-        """Record a decision; `evidence` are ids of this experiment's runs that support it."""
+        """Record a decision; `evidence` are ids of this experiment's runs that support it,
+        `candidate_id` the candidate it accepts or rejects (None: the hypothesis)."""
         run_ids = [operator.index(r) for r in evidence]
         with self._write() as session:
-            _get(session, Experiment, experiment_id)
+            self._get(session, Experiment, experiment_id)
+            if candidate_id is not None:
+                candidate = self._get(session, Candidate, candidate_id)
+                if candidate.experiment_id != experiment_id:
+                    raise ValueError(
+                        f"candidate {candidate_id} belongs to experiment "
+                        f"{candidate.experiment_id}, not {experiment_id}"
+                    )
             if run_ids:
                 found = set(
                     session.scalars(
@@ -403,19 +727,247 @@ class Store:
                 rationale=rationale,
                 author=author,
                 evidence=run_ids,
+                candidate_id=candidate_id,
             )
             session.add(decision)
             session.flush()
             return decision.id
 
+    def decide(
+        self,
+        experiment: str | int,
+        candidate_id: int,
+        accept: bool,
+        why: str,
+        author: str,
+    ) -> int:
+        """Accept or reject a candidate of an experiment (`dse decide`); return the decision id.
+
+        The evidence is every finished run of the candidate and of the baseline."""
+        if not why.strip():
+            raise InputError("dse decide", "--why", why, "a non-empty reason for the decision")
+        with self._read() as connection:
+            experiment_id = self._experiment_id(connection, experiment)
+            owner = connection.scalar(
+                select(Candidate.experiment_id).where(Candidate.id == candidate_id)
+            )
+            if owner != experiment_id:
+                raise self._candidate_not_found(connection, candidate_id, experiment_id)
+            baseline = connection.scalar(
+                select(Experiment.baseline_candidate_id).where(Experiment.id == experiment_id)
+            )
+            evidence = connection.scalars(
+                select(Run.id)
+                .where(
+                    Run.candidate_id.in_({candidate_id, baseline} - {None}),
+                    Run.status != "running",
+                )
+                .order_by(Run.id)
+            ).all()
+        verdict = "accepted" if accept else "rejected"
+        return self.add_decision(experiment_id, verdict, why, author, evidence, candidate_id)
+
+    # ---- artifacts ----------------------------------------------------------------
+
+    def _evidence_dir(self, given: str | os.PathLike[str] | None) -> Path | None:
+        if given is not None:
+            return Path(given).expanduser().resolve()
+        if self._sqlite:
+            if self._memory:
+                return None
+            return Path(f"{self.engine.url.database}.evidence")
+        if os.environ.get("DSE_EVIDENCE_DIR"):
+            return Path(os.environ["DSE_EVIDENCE_DIR"]).expanduser().resolve()
+        url = self.engine.url
+        folder = f"{url.get_backend_name()}-{url.host or 'local'}-{url.port or ''}-{url.database}"
+        base = Path(os.environ.get("XDG_DATA_HOME") or Path.home() / ".local" / "share")
+        return base / "dse" / "evidence" / folder
+
+    def artifact_path(self, sha256: str) -> Path:
+        """Where the evidence file of this content lives."""
+        if self.evidence_dir is None:
+            raise RuntimeError(f"{self.url} has no evidence folder (pass evidence_dir=)")
+        return self.evidence_dir / sha256[:2] / sha256
+
+    def _store_blob(self, source: str | os.PathLike[str] | bytes) -> tuple[str, int, Path]:
+        """Copy `source` into the evidence folder: temp -> fsync -> rename; (sha256, size, path)."""
+        if self.evidence_dir is None:
+            raise RuntimeError(f"{self.url} has no evidence folder (pass evidence_dir=)")
+        root = self.evidence_dir
+        root.mkdir(parents=True, exist_ok=True)
+        digest, size = hashlib.sha256(), 0
+        fd, temp = tempfile.mkstemp(dir=root, prefix=".incoming-")
+        try:
+            with os.fdopen(fd, "wb") as out:
+                if isinstance(source, bytes):
+                    chunks: Iterable[bytes] = (source,)
+                else:
+                    chunks = _read_chunks(Path(source))
+                for chunk in chunks:
+                    digest.update(chunk)
+                    out.write(chunk)
+                    size += len(chunk)
+                out.flush()
+                os.fsync(out.fileno())
+            sha = digest.hexdigest()
+            final = root / sha[:2] / sha
+            final.parent.mkdir(exist_ok=True)
+            if final.exists() and final.stat().st_size == size:
+                os.unlink(temp)  # the same content is already stored
+            else:
+                os.chmod(temp, 0o444)
+                os.replace(temp, final)
+                _fsync_dir(final.parent)
+                _fsync_dir(root)
+        except BaseException:
+            if os.path.exists(temp):
+                os.unlink(temp)
+            raise
+        return sha, size, final
+
+    @_retrying
+    def put_artifact(
+        self,
+        source: str | os.PathLike[str] | bytes,
+        *,
+        role: str,
+        media_type: str | None = None,
+        run_id: int | None = None,
+        experiment_id: int | None = None,
+        name: str | None = None,
+    ) -> ArtifactRef:
+        """Store a file (or bytes) as content-addressed evidence of a run or experiment.
+
+        The file is in place (fsynced, renamed) before the row that names it is written."""
+        check_choice("artifact.role", role, ARTIFACT_ROLES)
+        if run_id is None and experiment_id is None:
+            raise ValueError("an artifact belongs to a run or an experiment: give run_id or experiment_id")
+        if name is None and not isinstance(source, bytes):
+            name = os.fspath(source)
+        if media_type is None:
+            media_type = _media_type(name)
+        with self._read() as connection:  # check before the file is written
+            if run_id is not None:
+                owner = connection.scalar(
+                    select(Candidate.experiment_id)
+                    .join(Run, Run.candidate_id == Candidate.id)
+                    .where(Run.id == run_id)
+                )
+                if owner is None:
+                    raise self._not_found(connection, "run", run_id)
+                if experiment_id not in (None, owner):
+                    raise ValueError(f"run {run_id} belongs to experiment {owner}, not {experiment_id}")
+                experiment_id = owner
+            elif connection.scalar(
+                select(Experiment.id).where(Experiment.id == _as_id(experiment_id))
+            ) is None:
+                raise self._not_found(connection, "experiment", experiment_id)
+        sha, size, path = self._store_blob(source)
+        with self._write() as session:
+            artifact = Artifact(
+                run_id=run_id,
+                experiment_id=experiment_id,
+                sha256=sha,
+                size=size,
+                media_type=media_type,
+                role=role,
+                name=name,
+            )
+            session.add(artifact)
+            session.flush()
+            return ArtifactRef(artifact.id, sha, size, path)
+
+    # ---- outside evidence ---------------------------------------------------------
+
+    @_retrying
+    def import_evidence(
+        self,
+        candidate_id: int,
+        kind: str,
+        path: str | os.PathLike[str],
+        *,
+        fmt: str = "auto",
+        note: str | None = None,
+        command: str | None = None,
+    ) -> ImportedEvidence:
+        """Record measurements made outside dse (RTL simulation, FPGA) for a candidate.
+
+        `path` is the framework's pmctrace NDJSON or a CSV of measurements (see
+        dse.records.evidence). The figures keep `kind` (rtl_cycles or fpga_cycles), never
+        merged with emulator cycles; they become one run of stage "imported", status
+        "ok", with the raw file as its artifact. A bad file, kind or candidate raises
+        InputError and writes nothing."""
+        from dse.records.evidence import parse_evidence
+
+        if kind not in IMPORTED_METRIC_KINDS:
+            raise InputError(
+                path, "--kind", kind,
+                f"{', '.join(IMPORTED_METRIC_KINDS)} (evidence from outside dse; "
+                "analytical and emulator figures are recorded by dse itself)",
+            )  # fmt: skip
+        with self._read() as connection:
+            experiment_id = connection.scalar(
+                select(Candidate.experiment_id).where(Candidate.id == candidate_id)
+            )
+            if experiment_id is None:
+                raise self._candidate_not_found(connection, candidate_id)
+        parsed = parse_evidence(path, kind, fmt)
+        environment = provenance.collect(command)
+        sha, size, stored = self._store_blob(path)  # the file before the rows naming it
+        versions = dict(environment.versions)
+        if note:
+            versions["evidence_source"] = note
+        with self._write() as session:
+            now = utcnow()
+            run = Run(
+                candidate_id=candidate_id,
+                stage="imported",
+                status="ok",
+                started_at=now,
+                finished_at=now,
+                heartbeat_at=now,
+                host=environment.host,
+                git_commit=environment.git_commit,
+                git_dirty=environment.git_dirty,
+                versions=versions,
+                command=environment.command,
+                model_version="",
+                pid=environment.pid,
+                pid_start=environment.pid_start,
+            )
+            session.add(run)
+            session.flush()
+            rows = _metric_rows(parsed.metrics, f"{path}")
+            session.execute(insert(Metric.__table__), [{"run_id": run.id, **r} for r in rows])
+            artifact = Artifact(
+                run_id=run.id,
+                experiment_id=experiment_id,
+                sha256=sha,
+                size=size,
+                media_type=parsed.media_type,
+                role=parsed.role,
+                name=os.fspath(path),
+            )
+            session.add(artifact)
+            session.flush()
+            return ImportedEvidence(
+                run_id=run.id,
+                candidate_id=candidate_id,
+                experiment_id=experiment_id,
+                kind=kind,
+                format=parsed.format,
+                n_metrics=len(rows),
+                artifact=ArtifactRef(artifact.id, sha, size, stored),
+                summary=parsed.summary,
+            )
+
     # ---- reads --------------------------------------------------------------------
 
-    def experiments(self) -> pd.DataFrame:
-        """One row per experiment with candidate and run counts and the latest verdict."""
-        run_count_columns = [f"n_{s}" for s in RUN_STATUSES]
+    @_retrying
+    def experiment_summaries(self) -> list[dict[str, Any]]:
+        """What `experiments()` holds, as plain dicts: no pandas (a quick `dse history`)."""
         with self._read() as connection:
-            frame = _frame(
-                connection,
+            rows = connection.execute(
                 select(
                     Experiment.id,
                     Experiment.name,
@@ -423,46 +975,62 @@ class Store:
                     Experiment.status,
                     Experiment.workload_recipe,
                     Experiment.created_at,
-                ).order_by(Experiment.id),
+                ).order_by(Experiment.id)
+            ).mappings().all()
+            n_candidates = dict(
+                connection.execute(
+                    select(Candidate.experiment_id, func.count()).group_by(Candidate.experiment_id)
+                ).all()
             )
-            n_candidates = _frame(
-                connection,
-                select(Candidate.experiment_id.label("id"), func.count().label("n_candidates"))
-                .group_by(Candidate.experiment_id),
-            )
-            run_counts = _frame(
-                connection,
-                select(Candidate.experiment_id.label("id"), Run.status, func.count().label("n"))
+            run_counts: dict[int, dict[str, int]] = {}
+            for experiment_id, status, n in connection.execute(
+                select(Candidate.experiment_id, Run.status, func.count())
                 .join(Candidate, Run.candidate_id == Candidate.id)
-                .group_by(Candidate.experiment_id, Run.status),
-            )
+                .group_by(Candidate.experiment_id, Run.status)
+            ):
+                run_counts.setdefault(experiment_id, {})[status] = n
             latest = (
                 select(func.max(Decision.id).label("decision_id"))
                 .group_by(Decision.experiment_id)
                 .subquery()
             )
-            verdicts = _frame(
-                connection,
-                select(Decision.experiment_id.label("id"), Decision.verdict.label("latest_verdict"))
-                .join(latest, Decision.id == latest.c.decision_id),
+            verdicts = {
+                experiment_id: (verdict, candidate_id)
+                for experiment_id, verdict, candidate_id in connection.execute(
+                    select(Decision.experiment_id, Decision.verdict, Decision.candidate_id)
+                    .join(latest, Decision.id == latest.c.decision_id)
+                )
+            }
+        summaries = []
+        for row in rows:
+            summary = dict(row)
+            summary["created_at"] = _as_utc(summary["created_at"])
+            summary["n_candidates"] = n_candidates.get(row["id"], 0)
+            counts = run_counts.get(row["id"], {})
+            for status in RUN_STATUSES:
+                summary[f"n_{status}"] = counts.get(status, 0)
+            summary["latest_verdict"], summary["latest_candidate_id"] = verdicts.get(
+                row["id"], (None, None)
             )
-        by_status = (
-            run_counts.pivot(index="id", columns="status", values="n")
-            .reindex(columns=list(RUN_STATUSES))
-            .set_axis(run_count_columns, axis=1)
-            .reset_index()
-        )
-        frame = (
-            frame.merge(n_candidates, on="id", how="left")
-            .merge(by_status, on="id", how="left")
-            .merge(verdicts, on="id", how="left")
-        )
-        counts = ["n_candidates", *run_count_columns]
-        frame[counts] = frame[counts].astype("float64").fillna(0).astype("int64")
-        verdict = frame["latest_verdict"].astype(object)
-        frame["latest_verdict"] = verdict.where(verdict.notna(), None)
+            summaries.append(summary)
+        return summaries
+
+    def experiments(self) -> pd.DataFrame:
+        """One row per experiment with candidate and run counts (n_<status>) and the latest
+        decision (its verdict, and the candidate it names, if any)."""
+        columns = [
+            "id", "name", "hypothesis", "status", "workload_recipe", "created_at", "n_candidates",
+            *(f"n_{s}" for s in RUN_STATUSES), "latest_verdict", "latest_candidate_id",
+        ]  # fmt: skip
+        frame = pd.DataFrame(self.experiment_summaries(), columns=columns)
+        counts = ["n_candidates", *(f"n_{s}" for s in RUN_STATUSES)]
+        frame[counts] = frame[counts].astype("int64")
+        frame["id"] = frame["id"].astype("int64")
+        frame["latest_verdict"] = frame["latest_verdict"].astype(object)
+        frame["latest_candidate_id"] = frame["latest_candidate_id"].astype("Int64")
         return _utc(frame, "created_at")
 
+    @_retrying
     def experiment(self, name_or_id: str | int) -> dict[str, Any]:
         """One experiment's row as a dict (JSON columns as Python values)."""
         with self._read() as connection:
@@ -474,11 +1042,59 @@ class Store:
         record["created_at"] = _as_utc(record["created_at"])
         return record
 
+    @_retrying
+    def candidate(self, candidate_id: int) -> dict[str, Any]:
+        """One candidate as a dict: its row (JSON as Python values), experiment name, and
+        whether it is the baseline."""
+        with self._read() as connection:
+            row = connection.execute(
+                select(
+                    Candidate.__table__,
+                    Experiment.name.label("experiment"),
+                    Experiment.baseline_candidate_id,
+                )
+                .join(Experiment, Candidate.experiment_id == Experiment.id)
+                .where(Candidate.id == _as_id(candidate_id))
+            ).mappings().one_or_none()
+            if row is None:
+                raise self._candidate_not_found(connection, candidate_id)
+        record = dict(row)
+        record["is_baseline"] = record.pop("baseline_candidate_id") == record["id"]
+        record["created_at"] = _as_utc(record["created_at"])
+        return record
+
+    @_retrying
+    def run(self, run_id: int) -> dict[str, Any]:
+        """One run as a dict, with its experiment id and its metrics (long form)."""
+        with self._read() as connection:
+            row = connection.execute(
+                select(Run.__table__, Candidate.experiment_id)
+                .join(Candidate, Run.candidate_id == Candidate.id)
+                .where(Run.id == _as_id(run_id))
+            ).mappings().one_or_none()
+            if row is None:
+                raise self._not_found(connection, "run", run_id)
+            metrics = _frame(
+                connection,
+                select(
+                    Metric.kind, Metric.name, Metric.value, Metric.unit, Metric.scope,
+                    Metric.scope_key,
+                ).where(Metric.run_id == row["id"]).order_by(Metric.id),
+            )  # fmt: skip
+        record = dict(row)
+        for column in ("started_at", "finished_at", "heartbeat_at"):
+            record[column] = _as_utc(record[column])
+        metrics["value"] = metrics["value"].astype("float64")
+        record["metrics"] = metrics
+        return record
+
+    @_retrying
     def candidates(self, experiment: str | int) -> pd.DataFrame:
         """One row per candidate, with the stage, status and reason of its latest run."""
         with self._read() as connection:
             return self._candidates(connection, self._experiment_id(connection, experiment))
 
+    @_retrying
     def runs(
         self, experiment: str | int | None = None, candidate: int | None = None
     ) -> pd.DataFrame:
@@ -487,7 +1103,7 @@ class Store:
             select(
                 Run.id,
                 Candidate.experiment_id,
-                *(column for column in Run.__table__.c if column.name != "id"),
+                *(_raw(column) for column in Run.__table__.c if column.name != "id"),
             )
             .join(Candidate, Run.candidate_id == Candidate.id)
             .order_by(Run.id)
@@ -500,16 +1116,18 @@ class Store:
             if candidate is not None:
                 stmt = stmt.where(Run.candidate_id == candidate)
             frame = _frame(connection, stmt)
-        frame["versions"] = frame["versions"].map(canonical_json)
         frame["seed"] = frame["seed"].astype("Int64")
+        frame["pid"] = frame["pid"].astype("Int64")
         frame["git_dirty"] = frame["git_dirty"].astype("boolean")
         return _utc(frame, "started_at", "finished_at", "heartbeat_at")
 
+    @_retrying
     def metrics(self, experiment: str | int, kind: str | None = None) -> pd.DataFrame:
         """Long form: one row per metric, with the run's stage and model/emulator versions."""
         with self._read() as connection:
             return self._metrics(connection, self._experiment_id(connection, experiment), kind)
 
+    @_retrying
     def metric_table(self, experiment: str | int, kind: str, scope: str = "total") -> pd.DataFrame:
         """Wide form: one row per candidate (and scope_key unless scope is "total"), one
         column per metric name, beside the candidate's latest status and reason.
@@ -523,8 +1141,7 @@ class Store:
         with self._read() as connection:
             experiment_id = self._experiment_id(connection, experiment)
             candidates = self._candidates(connection, experiment_id)
-            long = self._metrics(connection, experiment_id, kind)
-        long = long[long["scope"] == scope]
+            long = self._metrics(connection, experiment_id, kind, scope)
         latest_run = long.groupby("candidate_id")["run_id"].transform("max")
         long = long[long["run_id"] == latest_run]
         keys = ["candidate_id"] if scope == "total" else ["candidate_id", "scope_key"]
@@ -552,6 +1169,7 @@ class Store:
         table["metric_run_id"] = table["metric_run_id"].astype("Int64")
         return table[fixed + sorted(wide.columns)]
 
+    @_retrying
     def decisions(self, experiment: str | int | None = None) -> pd.DataFrame:
         stmt = (
             select(
@@ -561,8 +1179,9 @@ class Store:
                 Decision.verdict,
                 Decision.rationale,
                 Decision.author,
-                Decision.created_at,
-                Decision.evidence,
+                _raw(Decision.created_at),
+                _raw(Decision.evidence),
+                Decision.candidate_id,
             )
             .join(Experiment, Decision.experiment_id == Experiment.id)
             .order_by(Decision.id)
@@ -573,9 +1192,47 @@ class Store:
                     Decision.experiment_id == self._experiment_id(connection, experiment)
                 )
             frame = _frame(connection, stmt)
-        frame["evidence"] = frame["evidence"].map(canonical_json)
+        frame["candidate_id"] = frame["candidate_id"].astype("Int64")
         return _utc(frame, "created_at")
 
+    @_retrying
+    def artifacts(
+        self, experiment: str | int | None = None, run: int | None = None
+    ) -> pd.DataFrame:
+        """Evidence files, with the candidate of their run and their path on disk."""
+        stmt = (
+            select(
+                Artifact.id,
+                Artifact.experiment_id,
+                Run.candidate_id,
+                Artifact.run_id,
+                Artifact.role,
+                Artifact.media_type,
+                Artifact.name,
+                Artifact.sha256,
+                Artifact.size,
+                _raw(Artifact.created_at),
+            )
+            .outerjoin(Run, Artifact.run_id == Run.id)
+            .order_by(Artifact.id)
+        )
+        with self._read() as connection:
+            if experiment is not None:
+                stmt = stmt.where(
+                    Artifact.experiment_id == self._experiment_id(connection, experiment)
+                )
+            if run is not None:
+                stmt = stmt.where(Artifact.run_id == run)
+            frame = _frame(connection, stmt)
+        for column in ("experiment_id", "candidate_id", "run_id"):
+            frame[column] = frame[column].astype("Int64")
+        frame["path"] = [
+            str(self.artifact_path(sha)) if self.evidence_dir is not None else None
+            for sha in frame["sha256"]
+        ]
+        return _utc(frame, "created_at")
+
+    @_retrying
     def compare(self, a: int, b: int) -> pd.DataFrame:
         """The fields that differ between candidates a and b: config and mapping as dotted
         paths ("config.banks.count"), then total metrics as "kind:name"."""
@@ -589,22 +1246,98 @@ class Store:
         ]
         return pd.DataFrame(rows, columns=["field", "a", "b"], dtype=object)
 
+    @_retrying
+    def compare_metrics(self, a: int, b: int, scope: str = "total") -> pd.DataFrame:
+        """Metric by metric, candidates a and b side by side, each kind kept apart.
+
+        For each evidence kind, a candidate's figures come from its latest run that
+        recorded that kind. Columns: kind, name, unit, scope, scope_key, a, b,
+        delta (b - a), ratio (b / a), then the run id and model/emulator versions each
+        side's figure came from. A metric only one side has keeps a NaN on the other."""
+        check_choice("metric.scope", scope, METRIC_SCOPES)
+        with self._read() as connection:
+            sides = [self._latest_metrics(connection, c, scope) for c in (a, b)]
+        keys = ["kind", "name", "unit", "scope", "scope_key"]
+        table = sides[0].merge(sides[1], on=keys, how="outer", suffixes=("_a", "_b"))
+        table = table.rename(columns={"value_a": "a", "value_b": "b"})
+        table["delta"] = table["b"] - table["a"]
+        table["ratio"] = table["b"] / table["a"].where(table["a"] != 0)
+        kind_order = {k: i for i, k in enumerate(METRIC_KINDS)}
+        table = table.sort_values(
+            ["kind", "scope", "scope_key", "name"],
+            key=lambda col: col.map(kind_order) if col.name == "kind" else col,
+        ).reset_index(drop=True)
+        side_columns = [
+            f"{c}_{s}" for s in ("a", "b") for c in ("run_id", "model_version", "emulator_version")
+        ]
+        for column in ("run_id_a", "run_id_b"):
+            table[column] = table[column].astype("Int64")
+        return table[[*keys, "a", "b", "delta", "ratio", *side_columns]]
+
     # ---- read helpers -------------------------------------------------------------
+
+    def _get(self, session: Session, model: type[_T], key: int) -> _T:
+        found = session.get(model, _as_id(key))
+        if found is None:
+            table = model.__tablename__  # type: ignore[attr-defined]
+            raise self._not_found(session.connection(), table, key)
+        return found
+
+    def _not_found(self, connection: Connection, what: str, value: Any) -> RecordNotFound:
+        if what == "experiment":
+            names = connection.scalars(select(Experiment.name).order_by(Experiment.id)).all()
+            if not names:
+                allowed = "an experiment of this store, which has none yet"
+            elif len(names) <= 12:
+                allowed = "an experiment name or id: " + ", ".join(names)
+            else:
+                allowed = f"one of this store's {len(names)} experiments (`dse history` lists them)"
+            return RecordNotFound(self.url, "experiment", value, allowed)
+        if what == "candidate":
+            return self._candidate_not_found(connection, value)
+        model = {"run": Run, "decision": Decision, "artifact": Artifact}[what]
+        low, high, count = connection.execute(
+            select(func.min(model.id), func.max(model.id), func.count(model.id))
+        ).one()
+        allowed = f"a {what} id of this store ({count} {what}s" + (
+            f", ids {low} to {high})" if count else ")"
+        )
+        return RecordNotFound(self.url, what, value, allowed)
+
+    def _candidate_not_found(
+        self, connection: Connection, value: Any, experiment_id: int | None = None
+    ) -> RecordNotFound:
+        stmt = select(func.min(Candidate.id), func.max(Candidate.id), func.count(Candidate.id))
+        where = "this store"
+        if experiment_id is not None:
+            stmt = stmt.where(Candidate.experiment_id == experiment_id)
+            name = connection.scalar(select(Experiment.name).where(Experiment.id == experiment_id))
+            where = f"experiment {name!r}"
+        low, high, count = connection.execute(stmt).one()
+        ids = f", ids {low} to {high}" if count else ""
+        return RecordNotFound(
+            self.url, "candidate", value, f"a candidate id of {where} ({count} candidates{ids})"
+        )
 
     def _experiment_id(self, connection: Connection, name_or_id: str | int) -> int:
         if isinstance(name_or_id, numbers.Integral) and not isinstance(name_or_id, bool):
             found = connection.scalar(select(Experiment.id).where(Experiment.id == int(name_or_id)))
-            what = f"id {int(name_or_id)}"
         elif isinstance(name_or_id, str):
             found = connection.scalar(select(Experiment.id).where(Experiment.name == name_or_id))
-            what = f"named {name_or_id!r}"
+            if found is None and name_or_id.strip().isdigit():  # an id typed on a command line
+                found = connection.scalar(
+                    select(Experiment.id).where(Experiment.id == int(name_or_id))
+                )
         else:
             raise TypeError(f"an experiment is named by a str or an int id, not {name_or_id!r}")
         if found is None:
-            raise KeyError(f"no experiment {what} in {self.url}")
+            raise self._not_found(connection, "experiment", name_or_id)
         return found
 
     def _candidates(self, connection: Connection, experiment_id: int) -> pd.DataFrame:
+        # Each candidate's latest run, as a grouped derived table joined once. (A
+        # correlated subquery reads faster on SQLite, but PostgreSQL may plan it as a
+        # join filter evaluated for every candidate-run pair.)
         latest = (
             select(Run.candidate_id, func.max(Run.id).label("run_id"))
             .join(Candidate, Run.candidate_id == Candidate.id)
@@ -618,10 +1351,10 @@ class Store:
                 Candidate.id,
                 Candidate.hash,
                 Candidate.origin,
-                Candidate.config,
-                Candidate.mapping,
-                Candidate.diff,
-                Candidate.created_at,
+                _raw(Candidate.config),
+                _raw(Candidate.mapping),
+                _raw(Candidate.diff),
+                _raw(Candidate.created_at),
                 latest.c.run_id,
                 Run.stage,
                 Run.status,
@@ -636,16 +1369,19 @@ class Store:
             select(Experiment.baseline_candidate_id).where(Experiment.id == experiment_id)
         )
         frame.insert(3, "is_baseline", frame["id"] == baseline)
-        for column in ("config", "mapping", "diff"):
-            frame[column] = frame[column].map(canonical_json)
         frame["run_id"] = frame["run_id"].astype("Int64")
         return _utc(frame, "created_at")
 
     def _metrics(
-        self, connection: Connection, experiment_id: int, kind: str | None
+        self,
+        connection: Connection,
+        experiment_id: int,
+        kind: str | None,
+        scope: str | None = None,
     ) -> pd.DataFrame:
         stmt = (
             select(
+                Metric.id,
                 Run.candidate_id,
                 Metric.run_id,
                 Run.stage,
@@ -661,20 +1397,47 @@ class Store:
             .join(Run, Metric.run_id == Run.id)
             .join(Candidate, Run.candidate_id == Candidate.id)
             .where(Candidate.experiment_id == experiment_id)
-            .order_by(Metric.run_id, Metric.id)
         )
         if kind is not None:
             stmt = stmt.where(Metric.kind == check_choice("metric.kind", kind, METRIC_KINDS))
-        frame = _frame(connection, stmt)
+        if scope is not None:
+            stmt = stmt.where(Metric.scope == scope)
+        # Sorted here, not in SQL: a sort of the fetched rows is cheaper than the
+        # database's temporary B-tree over the joined rows.
+        frame = _frame(connection, stmt).sort_values(["run_id", "id"], kind="stable")
+        frame = frame.drop(columns="id").reset_index(drop=True)
+        frame["value"] = frame["value"].astype("float64")
+        return frame
+
+    def _latest_metrics(self, connection: Connection, candidate_id: int, scope: str) -> pd.DataFrame:
+        if connection.scalar(select(Candidate.id).where(Candidate.id == _as_id(candidate_id))) is None:
+            raise self._candidate_not_found(connection, candidate_id)
+        latest = (
+            select(Metric.kind, func.max(Metric.run_id).label("run_id"))
+            .join(Run, Metric.run_id == Run.id)
+            .where(Run.candidate_id == candidate_id, Metric.scope == scope)
+            .group_by(Metric.kind)
+            .subquery()
+        )
+        frame = _frame(
+            connection,
+            select(
+                Metric.kind, Metric.name, Metric.unit, Metric.scope, Metric.scope_key,
+                Metric.value, Metric.run_id, Run.model_version, Run.emulator_version,
+            )
+            .join(latest, (Metric.kind == latest.c.kind) & (Metric.run_id == latest.c.run_id))
+            .join(Run, Metric.run_id == Run.id)
+            .where(Metric.scope == scope),
+        )  # fmt: skip
         frame["value"] = frame["value"].astype("float64")
         return frame
 
     def _comparable_fields(self, connection: Connection, candidate_id: int) -> dict[str, Any]:
         row = connection.execute(
-            select(Candidate.config, Candidate.mapping).where(Candidate.id == candidate_id)
+            select(Candidate.config, Candidate.mapping).where(Candidate.id == _as_id(candidate_id))
         ).one_or_none()
         if row is None:
-            raise KeyError(f"no candidate id {candidate_id} in {self.url}")
+            raise self._candidate_not_found(connection, candidate_id)
         fields = flatten({"config": row.config, "mapping": row.mapping})
         # Latest run first, so for each kind:name the newest value wins.
         metrics = connection.execute(
@@ -742,13 +1505,6 @@ def _checked_acceptance(acceptance: Any) -> list[dict[str, str]]:
     return [dict(item) for item in acceptance]
 
 
-def _get(session: Session, model: type[_T], key: int) -> _T:
-    found = session.get(model, key)
-    if found is None:
-        raise KeyError(f"no {model.__tablename__} with id {key}")  # type: ignore[attr-defined]
-    return found
-
-
 def _retry_once_on_conflict(write: Callable[[], _T]) -> _T:
     # SQLite serialises writers (BEGIN IMMEDIATE), but on PostgreSQL two processes can
     # both miss an existing row and insert; the loser's retry then finds the winner's.
@@ -763,10 +1519,43 @@ def _frame(connection: Connection, stmt: Any) -> pd.DataFrame:
     return pd.DataFrame(result.fetchall(), columns=list(result.keys()))
 
 
+def _raw(column: Any) -> Any:
+    """A column as text, for DataFrames: JSON as its stored canonical text, timestamps as
+    UTC text that pandas parses in one go (see _utc) instead of one object per value."""
+    if isinstance(column.type, JSON):
+        return cast(column, Text).label(column.name)
+    if isinstance(column.type, DateTime):
+        return _UtcText(column).label(column.name)
+    return column
+
+
+class _UtcText(FunctionElement):
+    """A timestamp column as UTC text "YYYY-MM-DD HH:MM:SS[.ffffff]"."""
+
+    type = String()
+    inherit_cache = True
+    name = "utc_text"
+
+
+@compiles(_UtcText)
+def _utc_text_as_stored(element: _UtcText, compiler: Any, **kw: Any) -> str:
+    # SQLite keeps timestamps as UTC text already.
+    return compiler.process(element.clauses, **kw)
+
+
+@compiles(_UtcText, "postgresql")
+def _utc_text_postgresql(element: _UtcText, compiler: Any, **kw: Any) -> str:
+    column = compiler.process(element.clauses, **kw)
+    return f"to_char({column} AT TIME ZONE 'UTC', 'YYYY-MM-DD HH24:MI:SS.US')"
+
+
 def _utc(frame: pd.DataFrame, *columns: str) -> pd.DataFrame:
-    # SQLite hands back naive datetimes (stored as UTC), PostgreSQL aware ones.
+    # SQLite hands back text or naive datetimes (stored as UTC), PostgreSQL aware ones.
     for column in columns:
-        frame[column] = pd.to_datetime(frame[column], utc=True)
+        values = frame[column]
+        present = values.dropna()
+        as_text = len(present) > 0 and isinstance(present.iloc[0], str)
+        frame[column] = pd.to_datetime(values, utc=True, format="ISO8601" if as_text else None)
     return frame
 
 
@@ -774,3 +1563,61 @@ def _as_utc(moment: datetime | None) -> datetime | None:
     if moment is None or moment.tzinfo is not None:
         return moment
     return moment.replace(tzinfo=timezone.utc)
+
+
+def _as_id(value: Any) -> int:
+    """An id as an int; a non-integer (a typo on a command line) matches no row."""
+    try:
+        return operator.index(value)
+    except TypeError:
+        text = str(value).strip()
+        return int(text) if text.isdigit() else -1
+
+
+def _metric_rows(metrics: Iterable[MetricIn | Mapping[str, Any]], owner: str) -> list[dict[str, Any]]:
+    rows = [
+        {"kind": m.kind, "name": m.name, "value": m.value, "unit": m.unit, "scope": m.scope,
+         "scope_key": m.scope_key}
+        for m in (m if isinstance(m, MetricIn) else MetricIn(**m) for m in metrics)
+    ]  # fmt: skip
+    seen: set[tuple[str, str, str, str]] = set()
+    duplicates = set()
+    for r in rows:
+        key = (r["kind"], r["name"], r["scope"], r["scope_key"])
+        if key in seen:
+            duplicates.add(key)
+        seen.add(key)
+    if duplicates:
+        raise ValueError(f"{owner}: metrics given twice: {sorted(duplicates)}")
+    return rows
+
+
+def _read_chunks(path: Path, size: int = 1 << 20) -> Iterator[bytes]:
+    with open(path, "rb") as source:
+        while chunk := source.read(size):
+            yield chunk
+
+
+def _fsync_dir(path: Path) -> None:
+    # A rename is durable once the folder holding the new name is synced (POSIX).
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
+
+
+def _media_type(name: str | None) -> str:
+    if name:
+        lower = name.lower()
+        if lower.endswith((".ndjson", ".jsonl")):
+            return "application/x-ndjson"
+        guessed, _ = mimetypes.guess_type(lower)
+        if guessed:
+            return guessed
+    return "application/octet-stream"

@@ -1,0 +1,215 @@
+"""Record-store benchmarks: batched metric inserts, and reads over a store of 100,000 runs.
+
+    .venv/bin/python bench/bench_records.py            # SQLite in a temporary folder
+    .venv/bin/python bench/bench_records.py --pg       # also a throwaway PostgreSQL server
+    .venv/bin/python bench/bench_records.py --db postgresql://user@host/db   # a given store
+
+Prints medians and their ratio to the targets of issue 7: batched metric inserts of at
+least 5,000 rows/s on SQLite; `dse history` and a candidate DataFrame over 100,000 runs in
+under a second each. Measures only; asserts nothing.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import io
+import os
+import random
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from datetime import timedelta
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+sys.path.insert(0, str(REPO / "tests"))
+
+from sqlalchemy import insert  # noqa: E402
+
+from dse.identity import content_hash  # noqa: E402
+from dse.records import MetricIn, Store  # noqa: E402
+from dse.records.schema import Candidate, Experiment, Metric, Run, utcnow  # noqa: E402
+
+INSERT_TARGET_ROWS_PER_S = 5_000
+READ_TARGET_S = 1.0
+
+
+def median_time(fn, repeat: int) -> float:
+    times = []
+    for _ in range(repeat):
+        start = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - start)
+    return statistics.median(times)
+
+
+def report(label: str, value: float, unit: str, target: float, higher_is_better: bool) -> None:
+    ratio = value / target if higher_is_better else target / value
+    verdict = "meets" if ratio >= 1 else "MISSES"
+    print(f"  {label:<52} {value:>12,.3f} {unit:<7} target {target:,.0f} {unit}: x{ratio:,.1f} ({verdict})")
+
+
+# ---- inserts ------------------------------------------------------------------------------
+
+
+def bench_inserts(url: str, repeat: int) -> None:
+    print(f"batched metric inserts ({_shown(url)})")
+    with Store(url) as store:
+        experiment = store.create_experiment("insert-bench", "h", [], "gemm", "w", "s", "s")
+        candidate, _ = store.add_candidate(experiment, {"x": 1}, {}, "baseline")
+        for batch in (5_000, 50_000):
+            metrics = [MetricIn("emulator_cycles", "cycles", float(i), "cycles", scope="op",
+                                scope_key=str(i)) for i in range(batch)]  # fmt: skip
+
+            def one_run() -> None:
+                store.finish_run(store.start_run(candidate, "emulator"), "ok", metrics)
+
+            seconds = median_time(one_run, repeat)
+            report(f"finish_run with {batch:,} metrics (one transaction)", batch / seconds, "rows/s",
+                   INSERT_TARGET_ROWS_PER_S, True)  # fmt: skip
+        small = [MetricIn("analytical", f"m{i}", float(i), "cycles") for i in range(10)]
+
+        def many_runs() -> None:
+            for _ in range(50):
+                store.finish_run(store.start_run(candidate, "analytical"), "ok", small)
+
+        seconds = median_time(many_runs, repeat)
+        # Not the batched case: two transactions per run, shown for the per-run cost.
+        print(f"  {'50 runs x 10 metrics (start_run + finish_run each)':<52} {500 / seconds:>12,.3f} rows/s"
+              f"  ({seconds / 50 * 1000:.2f} ms per run; no target)")  # fmt: skip
+
+
+# ---- a store of 100,000 runs --------------------------------------------------------------
+
+
+def populate(url: str, n_runs: int) -> str:
+    """A store whose main experiment has n_runs / 2 candidates with two runs each (analytical
+    and emulator), four metrics a run, plus 20 small experiments. Bulk inserts: the point is
+    reading it back."""
+    rng = random.Random(7)
+    with Store(url) as store:
+        for i in range(20):
+            e = store.create_experiment(f"small-{i:02d}", "a small one", [], "mlp", "w", "s", f"s{i}")
+            c, _ = store.add_candidate(e, {"i": i}, {}, "baseline")
+            store.finish_run(store.start_run(c, "analytical"), "ok")
+        big = store.create_experiment(
+            "big", "many candidates", [{"expr": "latency_cycles < baseline_latency_cycles", "prose": ""}],
+            "gemm", "w" * 64, "spec", "big",
+        )  # fmt: skip
+        n_candidates = n_runs // 2
+        now = utcnow()
+        with store.engine.begin() as connection:
+            first = connection.execute(insert(Candidate).returning(Candidate.id), [
+                {"experiment_id": big, "config": cfg, "mapping": mp, "origin": "grid", "diff": {},
+                 "hash": content_hash({"config": cfg, "mapping": mp}), "created_at": now}
+                for i in range(n_candidates)
+                for cfg, mp in [({"banks": {"count": 8 + i % 57}, "cores": 1 + i // 57}, {"workers": 1 + i % 4})]
+            ]).scalars().all()  # fmt: skip
+            store_versions = {"python": "3.11", "dse": "0.1.0"}
+            runs = []
+            for candidate in first:
+                for stage in ("analytical", "emulator"):
+                    status = rng.choices(["ok", "infeasible", "failed"], [90, 8, 2])[0]
+                    runs.append({
+                        "candidate_id": candidate, "stage": stage, "status": status,
+                        "reason": "needs more banks" if status == "infeasible" else None,
+                        "error": "ValueError: x" if status == "failed" else None,
+                        "started_at": now, "finished_at": now + timedelta(seconds=1),
+                        "heartbeat_at": now, "host": "bench", "git_commit": "0" * 40,
+                        "git_dirty": False, "versions": store_versions, "command": "bench",
+                        "model_version": "m1", "emulator_version": "e1" if stage == "emulator" else None,
+                    })  # fmt: skip
+            run_ids = connection.execute(insert(Run).returning(Run.id, Run.stage, Run.status), runs).all()
+            metrics = []
+            for run_id, stage, status in run_ids:
+                if status != "ok":
+                    continue
+                kind = "analytical" if stage == "analytical" else "emulator_cycles"
+                for name, unit in (("latency_cycles", "cycles"), ("dma_bytes", "bytes"),
+                                   ("peak_sram_bytes", "bytes"), ("compute_cycles", "cycles")):  # fmt: skip
+                    metrics.append({"run_id": run_id, "kind": kind, "name": name, "unit": unit,
+                                    "value": rng.uniform(1e3, 1e6), "scope": "total", "scope_key": ""})  # fmt: skip
+            connection.execute(insert(Metric), metrics)
+            connection.execute(
+                Experiment.__table__.update().where(Experiment.id == big).values(baseline_candidate_id=first[0])
+            )
+    return "big"
+
+
+def bench_reads(url: str, n_runs: int, repeat: int, cli_url: str) -> None:
+    print(f"reads over a store of {n_runs:,} runs ({_shown(url)})")
+    start = time.perf_counter()
+    experiment = populate(url, n_runs)
+    print(f"  (populated in {time.perf_counter() - start:.1f} s)")
+    from dse.cli import main
+
+    open_s = median_time(lambda: Store(url).close(), repeat)
+    print(f"  {'open a store (schema current, crashed-run check)':<52} {open_s:>12,.3f} s")
+    with Store(url) as store:
+        total = int(store.experiments()["n_candidates"].sum())
+        runs = sum(int(store.experiments()[f"n_{s}"].sum()) for s in ("ok", "infeasible", "failed"))
+        print(f"  ({total:,} candidates, {runs:,} runs)")
+        report("store.experiments() (what `dse history` reads)", median_time(store.experiments, repeat),
+               "s", READ_TARGET_S, False)  # fmt: skip
+        report("store.candidates('big') (50,000-row DataFrame)",
+               median_time(lambda: store.candidates(experiment), repeat), "s", READ_TARGET_S, False)  # fmt: skip
+        for label, read in (
+            ("store.metric_table('big', 'analytical')", lambda: store.metric_table(experiment, "analytical")),
+            ("store.runs('big') (100,000-row DataFrame)", lambda: store.runs(experiment)),
+        ):  # fmt: skip
+            print(f"  {label:<52} {median_time(read, repeat):>12,.3f} s       (no target)")
+
+    def history_in_process() -> None:
+        with contextlib.redirect_stdout(io.StringIO()):
+            main(["history", "--db", cli_url])
+
+    report("`dse history`, in process (open + read + print)", median_time(history_in_process, repeat),
+           "s", READ_TARGET_S, False)  # fmt: skip
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+
+    def history_command() -> None:
+        subprocess.run([sys.executable, "-m", "dse", "history", "--db", cli_url], env=env,
+                       check=True, capture_output=True)  # fmt: skip
+
+    report("`dse history`, a new process (imports included)", median_time(history_command, repeat),
+           "s", READ_TARGET_S, False)  # fmt: skip
+    bare = median_time(lambda: subprocess.run(
+        [sys.executable, "-c", "import sqlalchemy.orm"], check=True), repeat)  # fmt: skip
+    print(f"  {'  of which: python + import sqlalchemy.orm':<52} {bare:>12,.3f} s")
+
+
+def _shown(url: str) -> str:
+    return url.split("@")[-1] if "://" in url else "SQLite"
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--runs", type=int, default=100_000)
+    parser.add_argument("--repeat", type=int, default=5)
+    parser.add_argument("--pg", action="store_true", help="also on a throwaway PostgreSQL server")
+    parser.add_argument("--db", help="a PostgreSQL URL to use (an empty database) instead of SQLite")
+    args = parser.parse_args()
+    with tempfile.TemporaryDirectory(prefix="dse-bench-") as folder:
+        os.environ.setdefault("DSE_EVIDENCE_DIR", os.path.join(folder, "evidence"))
+        if args.db:
+            bench_inserts(args.db, args.repeat)
+            bench_reads(args.db, args.runs, args.repeat, args.db)
+            return
+        bench_inserts(os.path.join(folder, "insert.db"), args.repeat)
+        reads = os.path.join(folder, "reads.db")
+        bench_reads(reads, args.runs, args.repeat, reads)
+        if args.pg:
+            from pg import throwaway_server
+
+            with throwaway_server() as server:
+                bench_inserts(server.url(server.create_database()), args.repeat)
+                url = server.url(server.create_database())
+                bench_reads(url, args.runs, args.repeat, url)
+
+
+if __name__ == "__main__":
+    main()
