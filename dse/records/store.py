@@ -686,6 +686,105 @@ class Store:
                 session.execute(insert(Metric.__table__), [{"run_id": run_id, **r} for r in rows])
         self._untrack(run_id)
 
+    # ---- batched writes: one transaction for many rows (the sweep driver's path) ----------
+
+    def add_candidates(self, experiment_id: int, rows: Iterable[Mapping[str, Any]]) -> list[tuple[int, bool]]:
+        """Record many candidates at once; each row has config, mapping, origin and diff.
+        Returns (id, created) per row, in order; known hashes (also repeats within `rows`)
+        return the existing id."""
+        prepared = []
+        for row in rows:
+            check_choice("candidate.origin", row["origin"], CANDIDATE_ORIGINS)
+            config, mapping = json.loads(canonical_json([row["config"], row["mapping"]]))
+            prepared.append((content_hash({"config": config, "mapping": mapping}), config, mapping,
+                             row["origin"], row.get("diff") or {}))
+
+        def add() -> list[tuple[int, bool]]:
+            with self._write() as session:
+                self._get(session, Experiment, experiment_id)
+                keys = list({p[0] for p in prepared})
+                known: dict[str, Any] = {}
+                for i in range(0, len(keys), 500):  # stay under the bound-parameter limit
+                    known.update(session.execute(select(Candidate.hash, Candidate.id).where(
+                        Candidate.experiment_id == experiment_id, Candidate.hash.in_(keys[i:i + 500]))).all())
+                created: dict[str, Candidate] = {}
+                for key, config, mapping, origin, diff in prepared:
+                    if key not in known and key not in created:
+                        created[key] = Candidate(experiment_id=experiment_id, hash=key, config=config,
+                                                 mapping=mapping, origin=origin, diff=diff)
+                        session.add(created[key])
+                session.flush()
+                seen: set[str] = set()
+                out = []
+                for key, *_ in prepared:
+                    if key in created and key not in seen:
+                        out.append((created[key].id, True))
+                    else:
+                        out.append((known[key] if key in known else created[key].id, False))
+                    seen.add(key)
+                return out
+
+        return _retry_once_on_conflict(add)
+
+    @_retrying
+    def start_runs(
+        self,
+        candidate_ids: Iterable[int],
+        stage: str,
+        *,
+        seed: int | None = None,
+        command: str | None = None,
+        model_version: str = "",
+        emulator_version: str | None = None,
+    ) -> list[int]:
+        """`start_run` for many candidates in one transaction; run ids in order."""
+        candidate_ids = list(candidate_ids)
+        environment = provenance.collect(command)
+        with self._write() as session:
+            now = utcnow()
+            runs = [Run(candidate_id=cid, stage=stage, status="running", started_at=now, heartbeat_at=now,
+                        host=environment.host, git_commit=environment.git_commit, git_dirty=environment.git_dirty,
+                        versions=environment.versions, command=environment.command, seed=seed,
+                        model_version=model_version, emulator_version=emulator_version, pid=environment.pid,
+                        pid_start=environment.pid_start) for cid in candidate_ids]
+            session.add_all(runs)
+            session.flush()
+            run_ids = [r.id for r in runs]
+        for run_id in run_ids:
+            self._track(run_id)
+        return run_ids
+
+    @_retrying
+    def finish_runs(self, results: Iterable[Mapping[str, Any]]) -> None:
+        """`finish_run` for many runs in one transaction: each result has run_id, status and
+        optionally metrics, reason, error, traceback. All are written, or none."""
+        results = list(results)
+        metric_rows = []
+        for r in results:
+            check_choice("finish_run status", r["status"], FINAL_RUN_STATUSES)
+            metric_rows += [{"run_id": r["run_id"], **m} for m in _metric_rows(r.get("metrics", ()), f"run {r['run_id']}")]
+        with self._write() as session:
+            ids = [r["run_id"] for r in results]
+            runs = {}
+            for i in range(0, len(ids), 500):
+                runs.update({run.id: run for run in session.scalars(select(Run).where(Run.id.in_(ids[i:i + 500])))})
+            now = utcnow()
+            for r in results:
+                run = runs.get(r["run_id"])
+                if run is None:
+                    raise self._not_found(session.connection(), "run", r["run_id"])
+                abandoned = run.status == "crashed" and (run.error or "").startswith(ABANDONED)
+                if run.status != "running" and not abandoned:
+                    raise ValueError(f"run {run.id} is already finished (status {run.status!r})")
+                run.status, run.reason, run.error, run.traceback = (
+                    r["status"], r.get("reason"), r.get("error"), r.get("traceback"))
+                run.finished_at = run.heartbeat_at = now
+            session.flush()
+            if metric_rows:
+                session.execute(insert(Metric.__table__), metric_rows)
+        for r in results:
+            self._untrack(r["run_id"])
+
     @_retrying
     def add_decision(
         self,

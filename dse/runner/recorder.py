@@ -1,4 +1,5 @@
-"""The driver's writes to the store, in batches: candidates, runs started, runs finished."""
+"""The driver's writes to the store, in batches: candidates, runs started, runs finished.
+One transaction per batch keeps an analytical sweep's recording cheap."""
 
 from __future__ import annotations
 
@@ -11,21 +12,17 @@ class Recorder:
         self._running: set[int] = set()
 
     def add_candidates(self, experiment_id: int, rows: list[dict]) -> list[int]:
-        return [self.store.add_candidate(experiment_id, r["config"], r["mapping"], r["origin"], r["diff"])[0]
-                for r in rows]
+        return [cid for cid, _ in self.store.add_candidates(experiment_id, rows)]
 
     def start_runs(self, candidate_ids: list[int], stage: str, **provenance) -> list[int]:
-        runs = []
-        for cid in candidate_ids:  # tracked one by one: an interrupt may come between two
-            runs.append(self.store.start_run(cid, stage, **provenance))
-            self._running.add(runs[-1])
+        runs = self.store.start_runs(candidate_ids, stage, **provenance)
+        self._running.update(runs)
         return runs
 
     def finish_runs(self, outcomes) -> None:
-        for o in outcomes:
-            self.store.finish_run(o.key, o.status, o.metrics, reason=o.reason or None, error=o.error or None,
-                                  traceback=o.traceback or None)
-            self._running.discard(o.key)
+        self.store.finish_runs([dict(run_id=o.key, status=o.status, metrics=o.metrics, reason=o.reason or None,
+                                     error=o.error or None, traceback=o.traceback or None) for o in outcomes])
+        self._running.difference_update(o.key for o in outcomes)
 
     def crash_unfinished(self, why: str) -> None:
         """Mark runs of this driver still unfinished as crashed (after Ctrl-C, say)."""
