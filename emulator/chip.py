@@ -35,6 +35,17 @@ class Cores(_Strict):
     groups: tuple[CoreGroup, ...] = ()
     # assumed: a scalar in-order core runs work with no Ball at ~1 element per 4 cycles
     op_cycles_per_element: float = Field(4.0, gt=0)
+    # Per core-op kind overrides of op_cycles_per_element (e.g. {softmax = 12.0}); kinds not
+    # named here cost op_cycles_per_element.
+    op_cycles: dict[str, float] = {}
+
+    @field_validator("op_cycles")
+    @classmethod
+    def _op_cycles_positive(cls, v: dict[str, float]) -> dict[str, float]:
+        bad = {k: x for k, x in v.items() if not x > 0}
+        if bad:
+            raise ValueError(f"op_cycles must be > 0, got {bad}")
+        return v
 
     @model_validator(mode="after")
     def _groups_cover_cores(self) -> "Cores":
@@ -72,6 +83,9 @@ class Dma(_Strict):
     inflight_requests: PositiveInt = 16
     latency_cycles: NonNegativeInt = 100  # assumed: DRAM latency per burst
     addr_bits: PositiveInt = 39
+    # The coherent system bus the tiles share: bytes it moves a cycle, for every core together
+    # (128 bits). Each DMA beat of every core takes its turn on it.
+    system_bus_bytes: PositiveInt = 16
 
     @model_validator(mode="after")
     def _burst_is_whole_beats(self) -> "Dma":
@@ -84,6 +98,12 @@ class FrontEnd(_Strict):
     rob_entries: PositiveInt = 16
     issue_per_cycle: PositiveInt = 1
     ball_queue_depth: PositiveInt = 4
+    # Cycle costs of the front end (all assumed; the framework publishes none). The emulator's
+    # `overlapped` timing uses them; `serial` charges only the instruction costs.
+    issue_delay: NonNegativeInt = 1  # cycles from entering the reorder buffer to the earliest issue
+    mset_cycles: NonNegativeInt = 1  # an MSET allocating or freeing a virtual bank
+    fence_cycles: NonNegativeInt = 0  # a FENCE, on top of draining the reorder buffer
+    barrier_cycles: NonNegativeInt = 1  # a BARRIER, after the last core of the tile arrives
 
 
 BallKind = Literal["matrix", "vecmatmul", "im2col", "transpose", "relu", "fp2int", "int2fp", "mxfp2int"]
@@ -99,6 +119,10 @@ LATENCY_VARIABLES: dict[str, frozenset[str]] = {
     "int2fp": frozenset({"iter"}),
     "mxfp2int": frozenset({"iter"}),
 }
+# Operand limits a Ball enforces (HARDWARE.md); `Ball.limits` overrides them.
+BALL_LIMITS: dict[str, dict[str, int]] = {
+    "im2col": {"input": 34, "kernel": 7, "pad": 3},
+}
 # Timing modes a Ball's latency table may name: matrix dataflows, or one default.
 LATENCY_MODES: dict[str, frozenset[str]] = {"matrix": frozenset({"ws", "os"})}
 
@@ -113,6 +137,19 @@ class Ball(_Strict):
     latency: dict[str, str]
     # Matrix Ball timing source: the latency formula above, or a generic systolic array.
     timing: Literal["formula", "systolic"] = "formula"
+    # Operand limits of the Ball (im2col: input, kernel, pad); a name not given here takes the
+    # HARDWARE.md figure in BALL_LIMITS.
+    limits: dict[str, int] = {}
+
+    @field_validator("limits")
+    @classmethod
+    def _limits_known(cls, v: dict[str, int], info) -> dict[str, int]:
+        kind = info.data.get("kind")
+        allowed = BALL_LIMITS.get(kind, {})
+        unknown = sorted(set(v) - set(allowed))
+        if unknown:
+            raise ValueError(f"unknown limits {unknown} for a {kind} Ball; allowed: {sorted(allowed)}")
+        return v
 
     @model_validator(mode="after")
     def _latency_formulas_parse(self) -> "Ball":
@@ -129,6 +166,10 @@ class Ball(_Strict):
     def latency_formula(self, mode: str = "default") -> Formula:
         return Formula(self.latency[mode], LATENCY_VARIABLES[self.kind])
 
+    def limit(self, name: str) -> int:
+        """An operand limit: the config's value, else the HARDWARE.md figure."""
+        return self.limits.get(name, BALL_LIMITS[self.kind][name])
+
 
 class IsaFields(_Strict):
     """Instruction field widths: addressability is a constraint separate from SRAM depth."""
@@ -140,6 +181,12 @@ class IsaFields(_Strict):
     matrix_dim_bits: PositiveInt = 12
     im2col_field_bits: PositiveInt = 8
     scale_bits: PositiveInt = 32
+    # DMA row stride in bytes (the framework's MVIN/MVOUT put it above the 39-bit address).
+    stride_bits: PositiveInt = 19
+    # MSET col count (<= 32 needs 6 bits).
+    mset_col_bits: PositiveInt = 6
+    # Element-width selector of ReLU, transpose, fp2int and int2fp (8 or 32).
+    elem_bits_bits: PositiveInt = 8
 
     def max_value(self, field: str) -> int:
         return (1 << getattr(self, f"{field}_bits")) - 1

@@ -9,6 +9,7 @@ analytical model evaluates whole arrays of candidates in one call).
 from __future__ import annotations
 
 import ast
+import functools
 import math
 from typing import Any, Iterable
 
@@ -28,31 +29,35 @@ class FormulaError(ValueError):
     """The text is not an arithmetic expression over the allowed names."""
 
 
+@functools.lru_cache(maxsize=1024)
+def _check(text: str, names: frozenset, allow_strings: bool):
+    """Parse and check once per distinct (text, names): configs repeat the same formulas."""
+    try:
+        tree = ast.parse(text, mode="eval")
+    except SyntaxError as exc:
+        raise FormulaError(f"not an expression: {text!r} ({exc.msg})") from None
+    for node in ast.walk(tree):
+        if not isinstance(node, _ALLOWED_NODES):
+            raise FormulaError(f"{type(node).__name__} is not allowed in {text!r}")
+        if isinstance(node, ast.Call):
+            if not (isinstance(node.func, ast.Name) and node.func.id in FUNCTIONS) or node.keywords:
+                raise FormulaError(f"only calls to {sorted(FUNCTIONS)} are allowed in {text!r}")
+        elif isinstance(node, ast.Name) and node.id not in names and node.id not in FUNCTIONS:
+            raise FormulaError(f"unknown name {node.id!r} in {text!r}; allowed names: {sorted(names)}")
+        elif isinstance(node, ast.Constant) and not isinstance(node.value, (int, float)) and not (
+                allow_strings and isinstance(node.value, str)):
+            raise FormulaError(f"constant {node.value!r} is not a number in {text!r}")
+    code = compile(tree, f"<formula {text}>", "eval")
+    return code, frozenset(n.id for n in ast.walk(tree) if isinstance(n, ast.Name)) - set(FUNCTIONS)
+
+
 class Formula:
     """A checked arithmetic expression: ``Formula("M*N*K/16 + M*N", {"M", "N", "K"})``."""
 
     def __init__(self, text: str, names: Iterable[str], allow_strings: bool = False):
         self.text = text
         self.names = frozenset(names)
-        try:
-            tree = ast.parse(text, mode="eval")
-        except SyntaxError as exc:
-            raise FormulaError(f"not an expression: {text!r} ({exc.msg})") from None
-        for node in ast.walk(tree):
-            if not isinstance(node, _ALLOWED_NODES):
-                raise FormulaError(f"{type(node).__name__} is not allowed in {text!r}")
-            if isinstance(node, ast.Call):
-                if not (isinstance(node.func, ast.Name) and node.func.id in FUNCTIONS) or node.keywords:
-                    raise FormulaError(
-                        f"only calls to {sorted(FUNCTIONS)} are allowed in {text!r}")
-            elif isinstance(node, ast.Name) and node.id not in self.names and node.id not in FUNCTIONS:
-                raise FormulaError(
-                    f"unknown name {node.id!r} in {text!r}; allowed names: {sorted(self.names)}")
-            elif isinstance(node, ast.Constant) and not isinstance(node.value, (int, float)) and not (
-                    allow_strings and isinstance(node.value, str)):
-                raise FormulaError(f"constant {node.value!r} is not a number in {text!r}")
-        self._code = compile(tree, f"<formula {text}>", "eval")
-        self.used = frozenset(n.id for n in ast.walk(tree) if isinstance(n, ast.Name)) - set(FUNCTIONS)
+        self._code, self.used = _check(text, self.names, allow_strings)
 
     def __call__(self, **values: Any) -> Any:
         missing = self.used - values.keys()

@@ -1,0 +1,119 @@
+"""Bit-exact arithmetic of every Ball, as whole-array numpy operations.
+
+These functions take and return plain arrays (operands already read out of the banks);
+:mod:`emulator.machine` moves the bytes. The exact semantics (layouts, rounding,
+saturation) are stated in :mod:`emulator.isa`; in short:
+
+* integer products are exact and accumulate in int32 with two's-complement wraparound;
+* fp32 scaling is an IEEE fp32 multiply (round to nearest even);
+* float -> integer rounds half to even, saturates, and maps NaN to 0.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+_I32_MIN, _I32_MAX = -(2 ** 31), 2 ** 31 - 1
+
+
+def int_product(a: np.ndarray, b_t: np.ndarray) -> np.ndarray:
+    """``a @ b_t.T`` for int8 ``a`` (M x K) and ``b_t`` (N x K), exact, as int32.
+
+    Every partial sum is an integer of magnitude <= 2**14 * K, so fp32 arithmetic is exact
+    for K <= 1024 and fp64 for larger K (<= 4095 by the ISA): any summation order gives the
+    exact integer, and BLAS is far faster than numpy's integer matmul.
+    """
+    ft = np.float32 if a.shape[1] <= 1024 else np.float64
+    return np.matmul(a.astype(ft), b_t.astype(ft).T).astype(np.int32)
+
+
+def matmul(a: np.ndarray, b_t: np.ndarray, c: np.ndarray | None) -> np.ndarray:
+    """Matrix Ball: ``(c or 0) + a @ b_t.T`` in int32 with wraparound."""
+    p = int_product(a, b_t)
+    if c is None:
+        return p
+    with np.errstate(over="ignore"):
+        return c + p  # int32 + int32 wraps
+
+
+def vecmatmul(x: np.ndarray, y: np.ndarray, c: np.ndarray | None) -> np.ndarray:
+    """Vec matmul Ball: ``(c or 0) + x.T @ y`` for int8 ``x``, ``y`` of K x 16."""
+    return matmul(np.ascontiguousarray(x.T), np.ascontiguousarray(y.T), c)
+
+
+def relu(x: np.ndarray) -> np.ndarray:
+    return np.maximum(x, np.zeros((), x.dtype))
+
+
+def transpose_blocks(x: np.ndarray) -> np.ndarray:
+    """Transpose each E x E block of ``x`` (shape (blocks * E, E))."""
+    e = x.shape[1]
+    return x.reshape(-1, e, e).transpose(0, 2, 1).reshape(-1, e)
+
+
+def round_saturate(y: np.ndarray, bits: int) -> np.ndarray:
+    """Round half to even, saturate to a signed `bits`-bit integer, NaN -> 0."""
+    lo, hi = (-128, 127) if bits == 8 else (_I32_MIN, _I32_MAX)
+    r = np.rint(y.astype(np.float64))
+    r = np.clip(r, lo, hi)
+    r[np.isnan(r)] = 0.0
+    return r.astype(np.int8 if bits == 8 else np.int32)
+
+
+def fp2int(x: np.ndarray, scale: float, out_bits: int) -> np.ndarray:
+    """Fp2Int Ball: fp32 ``x * scale`` (fp32 product), then round half to even, saturate."""
+    with np.errstate(over="ignore", invalid="ignore"):
+        y = x.astype(np.float32) * np.float32(scale)
+    return round_saturate(y, out_bits)
+
+
+def int2fp(x: np.ndarray, scale: float, out_bits: int) -> np.ndarray:
+    """Int2Fp Ball: ``fp32(x) * scale`` in fp32; out_bits 8 requantizes to int8."""
+    with np.errstate(over="ignore", invalid="ignore"):
+        y = x.astype(np.float32) * np.float32(scale)
+    return y if out_bits == 32 else round_saturate(y, 8)
+
+
+# E2M1 magnitudes by the low three bits; bit 3 is the sign.
+FP4_VALUES = np.array([0.0, 0.5, 1.0, 1.5, 2.0, 3.0, 4.0, 6.0, -0.0, -0.5, -1.0, -1.5, -2.0, -3.0, -4.0, -6.0])
+
+
+def mxfp4_decode(payload: np.ndarray, scales: np.ndarray) -> np.ndarray:
+    """Exact float64 values of MXFP4 blocks: payload (blocks, 16) uint8, scales (blocks,) uint8."""
+    nib = np.empty((payload.shape[0], 32), dtype=np.uint8)
+    nib[:, 0::2] = payload & 0x0F
+    nib[:, 1::2] = payload >> 4
+    e = scales.astype(np.float64)
+    mult = np.where(scales == 0xFF, np.nan, np.exp2(e - 127.0))
+    return FP4_VALUES[nib] * mult[:, None]
+
+
+def mxfp2int(payload: np.ndarray, scales: np.ndarray) -> np.ndarray:
+    """Mxfp2Int Ball: (blocks, 32) int8, rounded half to even, saturated, NaN scale -> 0."""
+    return round_saturate(mxfp4_decode(payload, scales), 8)
+
+
+def im2col(image: np.ndarray, kernel: int, stride: int, pad: int, width: int) -> np.ndarray:
+    """Im2col Ball: rows of patches of a square int8 image, zero padded to `width` columns."""
+    xp = np.pad(image, pad) if pad else image
+    win = np.lib.stride_tricks.sliding_window_view(xp, (kernel, kernel))[::stride, ::stride]
+    out = win.shape[0]
+    rows = win.reshape(out * out, kernel * kernel)
+    res = np.zeros((out * out, width), dtype=image.dtype)
+    res[:, :kernel * kernel] = rows
+    return res
+
+
+def systolic_cycles(M: int, N: int, K: int, rows: int, cols: int, dataflow: str) -> int:
+    """A generic systolic-array latency (the matrix Ball's ``timing = "systolic"``).
+
+    ws: ``ceil(K/rows) * ceil(N/cols)`` weight folds, each preloading ``rows`` weight rows,
+    streaming ``M`` input rows and draining ``rows + cols - 1`` cycles of skew.
+    os: ``ceil(M/rows) * ceil(N/cols)`` output tiles, each streaming ``K`` steps with
+    ``rows + cols - 1`` cycles of skew, then shifting ``rows`` result rows out.
+    """
+    if dataflow == "ws":
+        folds = -(-K // rows) * -(-N // cols)
+        return folds * (rows + M + rows + cols - 1)
+    tiles = -(-M // rows) * -(-N // cols)
+    return tiles * (K + rows + cols - 1 + rows)

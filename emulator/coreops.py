@@ -1,0 +1,228 @@
+"""Core ops: work with no Ball (softmax, norms, absmax, packing, copies), run on the core.
+
+A :class:`~emulator.isa.CoreOp` reads its ``srcs`` and writes ``dst``, each a typed view of
+DRAM (:class:`~emulator.isa.DramTensor`: address, shape, dtype, optional byte strides). The
+core reaches DRAM directly; it does not see the banks, so a program moves data out with
+``MVOUT`` (then ``FENCE``) before a core op reads it, as the framework's toolchain does.
+
+Time: ``ceil(elements x cycles_per_element)`` cycles on the core (``cores.op_cycles[kind]``,
+else ``cores.op_cycles_per_element``), during which the core sends no instruction to the
+accelerator (the accelerator keeps running what it has).
+
+Result storing (every kind): the kind's result is broadcast to ``dst``'s shape and
+converted to ``dst``'s dtype. Into an integer dtype, float values are rounded half to even
+and saturated (NaN -> 0) and integer values wrap (two's complement); into fp32, values are
+converted with round to nearest even. Float arithmetic is fp32 (inputs converted first).
+
+================  ==========================================================================
+kind              result
+================  ==========================================================================
+copy              ``src0`` (same element count as dst; reshaped in C order: packing/unpacking
+                  with strided views). dtypes must match (use ``cast`` to convert)
+cast              ``src0`` converted to dst's dtype by the storing rule above
+fill              ``params["value"]``
+add sub mul       ``src0 op src1`` (broadcast); integer operands in int64, then wrapped
+max min           elementwise max / min of ``src0``, ``src1``
+scale             ``src0 * params["scale"]`` in fp32
+relu              ``max(src0, 0)``
+exp               ``exp(src0)`` (fp32)
+silu              ``x * (1 / (1 + exp(-x)))`` (fp32)
+gelu_tanh         ``0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3)))`` (fp32)
+softmax           over ``params["axis"]`` (default -1): ``e = exp(x - max)``, ``e / sum(e)`` (fp32)
+layernorm         over the last axis, ``eps`` (default 1e-5), biased variance; optional weight
+                  ``src1`` and bias ``src2`` (fp32)
+rmsnorm           ``x / sqrt(mean(x^2) + eps) * src1`` (weight optional) (fp32)
+absmax            ``max(|src0|)`` over ``params["axis"]`` (default: all elements)
+quant_scale       ``params.get("qmax", 127) / absmax`` over ``axis`` in fp32; absmax 0 gives 1.0
+sum mean          over ``params["axis"]`` (default: all); integers summed in int64
+================  ==========================================================================
+
+:func:`register` adds a kind: ``fn(srcs: list[np.ndarray], params: dict) -> np.ndarray``.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable
+
+import numpy as np
+
+from .isa import DramTensor
+from .program import np_dtype
+
+CoreFn = Callable[[list, dict], Any]
+_F32 = np.float32
+
+
+def _f(x: np.ndarray) -> np.ndarray:
+    return np.asarray(x, dtype=_F32)
+
+
+def _binary(op: Callable) -> CoreFn:
+    def fn(srcs, params):
+        a, b = srcs[0], srcs[1]
+        if a.dtype.kind == "f" or b.dtype.kind == "f":
+            return op(_f(a), _f(b))
+        return op(a.astype(np.int64), b.astype(np.int64))
+    return fn
+
+
+def _axis(params):
+    ax = params.get("axis")
+    return tuple(ax) if isinstance(ax, list) else ax
+
+
+def _copy(srcs, params):
+    return srcs[0]
+
+
+def _softmax(srcs, params):
+    x = _f(srcs[0])
+    ax = params.get("axis", -1)
+    e = np.exp(x - x.max(axis=ax, keepdims=True))
+    return e / e.sum(axis=ax, keepdims=True, dtype=_F32)
+
+
+def _layernorm(srcs, params):
+    x = _f(srcs[0])
+    eps = _F32(params.get("eps", 1e-5))
+    mean = x.mean(axis=-1, keepdims=True, dtype=_F32)
+    d = x - mean
+    var = (d * d).mean(axis=-1, keepdims=True, dtype=_F32)
+    y = d / np.sqrt(var + eps)
+    if len(srcs) > 1:
+        y = y * _f(srcs[1])
+    if len(srcs) > 2:
+        y = y + _f(srcs[2])
+    return y
+
+
+def _rmsnorm(srcs, params):
+    x = _f(srcs[0])
+    eps = _F32(params.get("eps", 1e-6))
+    y = x / np.sqrt((x * x).mean(axis=-1, keepdims=True, dtype=_F32) + eps)
+    return y * _f(srcs[1]) if len(srcs) > 1 else y
+
+
+def _absmax(srcs, params):
+    x = srcs[0]
+    a = np.abs(x.astype(np.int64)) if x.dtype.kind in "iu" else np.abs(_f(x))
+    return a.max(axis=_axis(params))
+
+
+def _quant_scale(srcs, params):
+    m = _f(_absmax(srcs, params))
+    q = _F32(params.get("qmax", 127))
+    with np.errstate(divide="ignore"):
+        return np.where(m == 0, _F32(1.0), q / np.where(m == 0, _F32(1.0), m)).astype(_F32)
+
+
+def _sum(srcs, params):
+    x = srcs[0]
+    return x.sum(axis=_axis(params), dtype=np.int64 if x.dtype.kind in "iu" else _F32)
+
+
+def _mean(srcs, params):
+    return _f(srcs[0]).mean(axis=_axis(params), dtype=_F32)
+
+
+def _gelu_tanh(srcs, params):
+    x = _f(srcs[0])
+    k = _F32(np.sqrt(2.0 / np.pi))
+    return _F32(0.5) * x * (_F32(1.0) + np.tanh(k * (x + _F32(0.044715) * x * x * x)))
+
+
+KINDS: dict[str, CoreFn] = {
+    "copy": _copy,
+    "cast": _copy,
+    "fill": lambda srcs, params: np.asarray(params["value"]),
+    "add": _binary(np.add),
+    "sub": _binary(np.subtract),
+    "mul": _binary(np.multiply),
+    "max": _binary(np.maximum),
+    "min": _binary(np.minimum),
+    "scale": lambda srcs, params: _f(srcs[0]) * _F32(params["scale"]),
+    "relu": lambda srcs, params: np.maximum(srcs[0], np.zeros((), srcs[0].dtype)),
+    "exp": lambda srcs, params: np.exp(_f(srcs[0])),
+    "silu": lambda srcs, params: _f(srcs[0]) * (_F32(1.0) / (_F32(1.0) + np.exp(-_f(srcs[0])))),
+    "gelu_tanh": _gelu_tanh,
+    "softmax": _softmax,
+    "layernorm": _layernorm,
+    "rmsnorm": _rmsnorm,
+    "absmax": _absmax,
+    "quant_scale": _quant_scale,
+    "sum": _sum,
+    "mean": _mean,
+}
+# How many source operands each built-in kind takes (min, max).
+ARITY: dict[str, tuple[int, int]] = {
+    "copy": (1, 1), "cast": (1, 1), "fill": (0, 0), "add": (2, 2), "sub": (2, 2), "mul": (2, 2),
+    "max": (2, 2), "min": (2, 2), "scale": (1, 1), "relu": (1, 1), "exp": (1, 1), "silu": (1, 1),
+    "gelu_tanh": (1, 1), "softmax": (1, 1), "layernorm": (1, 3), "rmsnorm": (1, 2), "absmax": (1, 1),
+    "quant_scale": (1, 1), "sum": (1, 1), "mean": (1, 1),
+}
+
+
+def register(kind: str, fn: CoreFn, arity: tuple[int, int] = (0, 64)) -> None:
+    """Add (or replace) a core-op kind."""
+    KINDS[kind] = fn
+    ARITY[kind] = arity
+
+
+def dram_view(img: np.ndarray, t: DramTensor) -> np.ndarray:
+    """A writable numpy view of DRAM; raises ValueError when it leaves the image."""
+    dt = np_dtype(t.dtype)
+    shape = t.shape
+    strides = t.strides
+    if strides is None:
+        strides, acc = [], dt.itemsize
+        for n in reversed(shape):
+            strides.append(acc)
+            acc *= n
+        strides = tuple(reversed(strides))
+    if any(s < 0 for s in strides):
+        raise ValueError(f"negative strides {strides}")
+    if any(n == 0 for n in shape):
+        extent = 0
+    else:
+        extent = dt.itemsize + sum((n - 1) * s for n, s in zip(shape, strides))
+    if t.addr < 0 or t.addr + extent > img.size:
+        raise ValueError(f"DRAM bytes [{t.addr}, {t.addr + extent}) are outside the {img.size}-byte image")
+    return np.ndarray(shape, dtype=dt, buffer=img, offset=t.addr, strides=strides)
+
+
+def store(dst: np.ndarray, value) -> None:
+    """Store `value` into `dst` by the rule in the module docstring."""
+    v = np.asarray(value)
+    if dst.dtype.kind in "iu":
+        info = np.iinfo(dst.dtype)
+        if v.dtype.kind == "f":
+            r = np.rint(v.astype(np.float64))
+            r = np.where(np.isnan(r), 0.0, np.clip(r, info.min, info.max))
+            v = r.astype(np.int64)
+        dst[...] = np.broadcast_to(v.astype(np.int64, copy=False), dst.shape).astype(dst.dtype)
+    else:
+        dst[...] = np.broadcast_to(v, dst.shape).astype(dst.dtype)
+
+
+def execute(img: np.ndarray, kind: str, dst: DramTensor | None, srcs, params) -> None:
+    """Run one core op on the DRAM image (ValueError/KeyError on bad operands)."""
+    fn = KINDS[kind]
+    lo, hi = ARITY.get(kind, (0, 64))
+    if not lo <= len(srcs) <= hi:
+        raise ValueError(f"core op {kind} takes {lo}..{hi} sources, got {len(srcs)}")
+    views = [dram_view(img, s) for s in srcs]
+    if kind == "copy":
+        if dst is None or views[0].size != dst.size:
+            raise ValueError(f"copy needs a destination of {views[0].size} elements")
+        if np_dtype(dst.dtype) != views[0].dtype:
+            raise ValueError(f"copy keeps the dtype ({views[0].dtype} -> {dst.dtype}); use cast")
+        out = dram_view(img, dst)
+        out[...] = views[0].reshape(out.shape).copy()
+        return
+    result = fn([v.copy() for v in views], dict(params))
+    if dst is None:
+        return
+    out = dram_view(img, dst)
+    if kind == "cast" and views[0].size == out.size:
+        result = np.asarray(result).reshape(out.shape)
+    store(out, result)

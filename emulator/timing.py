@@ -1,0 +1,771 @@
+"""The timing model: how long a program takes, from the functional pass's records.
+
+Two modes, both deterministic (integer cycles; ties broken by program order and core id).
+
+``serial`` — the framework's own emulator: every instruction costs its latency and the
+next starts when it ends; no overlap, no contention. Costs: a Ball op its latency formula
+(``balls[].latency``, or the generic systolic model for a matrix Ball with ``timing =
+"systolic"``); MVIN/MVOUT ``ceil(bursts / k) * dma.latency_cycles + beats`` with ``k =
+min(dma.bursts_in_flight, dma.inflight_requests)`` (every contiguous DRAM run is cut into
+bursts of at most ``dma.burst_max_bytes``; 16-byte beats); MSET ``front_end.mset_cycles``;
+FENCE ``front_end.fence_cycles``; a core op ``ceil(elements * cycles per element)``; any
+operand in shared memory adds ``shared_memory.latency_cycles``. A BARRIER waits for the
+last core of the tile, then costs ``front_end.barrier_cycles``. Cores run in parallel.
+
+``overlapped`` (default) — per instruction, in program order, each instruction's times
+are the earliest that every resource allows (list scheduling; a resource is reserved for
+an interval, and later instructions may use earlier free gaps):
+
+* **Dispatch** ``D``: the core sends ``front_end.issue_per_cycle`` instructions a cycle
+  into the reorder buffer (``rob_entries``); a full buffer waits for the commit of the
+  instruction ``rob_entries`` earlier. A core op runs on the core first: nothing is sent
+  while it runs. After a FENCE or BARRIER nothing is sent until it completes.
+* **Issue** ``I >= D + front_end.issue_delay``: at most ``issue_per_cycle`` issues a cycle.
+  Ball ops enter the shared ``ball_queue_depth``-entry reservation queue in program order
+  (a slot frees when an op leaves the queue for its Ball); MVIN/MVOUT enter the DMA
+  engine's queue of ``dma.outstanding`` transactions in program order (a slot frees at
+  completion). Operands are waited for in the queue.
+* **Start** ``S``: operands ready (bank renaming: only read-after-write dependences, on
+  whole banks; an accumulating matrix op, or one writing C from a nonzero base row, also
+  waits for the previous writer of C; an MSET waits for every earlier access to its bank,
+  and an allocation for the free of the physical banks it takes); the queue's head-of-line
+  order (a busy Ball blocks the ops queued behind it; the DMA engine takes transfers in
+  order); the unit free (each Ball runs one op at a time); and enough free bank channels
+  for the whole run (``banks.channels`` a core, shared by DMA and every Ball port: a Ball
+  op holds ``read_ports + write_ports``, a transfer 1; ports on shared-memory banks use
+  the tile's ``shared_memory.channels`` instead).
+* **Complete** ``C``: a Ball op ``S + latency``. A transfer issues its bursts in order, at
+  most ``k`` in flight; a burst's data arrives ``dma.latency_cycles`` after its request and
+  streams one beat a cycle over the chip's system bus (``dma.system_bus_bytes`` a cycle,
+  shared by every core's DMA: bursts wait for a free gap); the transfer completes with its
+  last beat (plus the shared-memory latency for a shared bank). Alone, a transfer takes
+  exactly its serial cost.
+* **Commit** ``K = max(C, K_previous)``: in order, any number a cycle. A FENCE completes
+  at ``max(D, K_previous) + fence_cycles``; a BARRIER at the latest arrival
+  (``max(D, K_previous)``) of the tile's cores ``+ barrier_cycles``.
+
+A core's cycles are its last commit (or core-op end); the chip's, the largest core's.
+
+Not modelled (yet): the rename-alias pool (renaming never runs out), the optional per-tile
+cache in front of DRAM (``cache.enabled`` is ignored), ``banks.read_latency`` (the Ball
+formulas already include it), and ordering between a core op and in-flight DMA on the
+same DRAM bytes (programs put a FENCE between them, as the framework's toolchain does;
+the functional model is in program order either way).
+"""
+
+from __future__ import annotations
+
+import heapq
+from bisect import bisect_right
+from collections import deque
+
+import numpy as np
+
+from .machine import BALL, BARRIER, CORE, FENCE, MSET, MVIN, MVOUT, SHARED_KEY
+
+STALL_CAUSES = ("rob_full", "frontend", "dependence", "ball_queue", "channel", "dma", "fence", "barrier")
+
+
+def union_length(starts: list, ends: list) -> int:
+    """Total length of the union of intervals [s, e)."""
+    if not starts:
+        return 0
+    s = np.asarray(starts, dtype=np.int64)
+    e = np.asarray(ends, dtype=np.int64)
+    order = np.argsort(s, kind="stable")
+    s, e = s[order], e[order]
+    prev_end = np.maximum.accumulate(e)
+    reach = np.concatenate(([s[0]], prev_end[:-1]))
+    return int(np.maximum(0, e - np.maximum(s, reach)).sum())
+
+
+class Pool:
+    """A counted resource held over intervals: bank channels of a core or of a tile."""
+
+    __slots__ = ("cap", "res")
+
+    def __init__(self, cap: int):
+        self.cap = cap
+        self.res: list[tuple[int, int, int]] = []
+
+    def earliest(self, t0: int, dur: int, need: int) -> int:
+        return _pool_earliest(self.res, self.cap, t0, dur, need)
+
+    def hold(self, s: int, e: int, n: int, horizon: int) -> None:
+        res = self.res
+        if len(res) > 24:
+            self.res = res = [r for r in res if r[1] > horizon]
+        if e > s:
+            res.append((s, e, n))
+
+
+class Bus:
+    """The system bus: busy intervals (sorted, merged); a burst takes the first free gap."""
+
+    __slots__ = ("starts", "ends", "busy")
+
+    def __init__(self):
+        self.starts: list[int] = []
+        self.ends: list[int] = []
+        self.busy = 0
+
+    def alloc(self, t: int, n: int) -> int:
+        starts, ends = self.starts, self.ends
+        self.busy += n
+        if not ends or t > ends[-1]:  # after everything reserved: append
+            starts.append(t)
+            ends.append(t + n)
+            return t
+        if t == ends[-1]:
+            ends[-1] = t + n
+            return t
+        self.busy -= n
+        i = bisect_right(ends, t)
+        m = len(starts)
+        while i < m and starts[i] < t + n:
+            if ends[i] > t:
+                t = ends[i]
+            i += 1
+        e = t + n
+        self.busy += n
+        if i > 0 and ends[i - 1] == t:
+            if i < m and starts[i] == e:
+                ends[i - 1] = ends[i]
+                del starts[i], ends[i]
+            else:
+                ends[i - 1] = e
+        elif i < m and starts[i] == e:
+            starts[i] = t
+        else:
+            starts.insert(i, t)
+            ends.insert(i, e)
+        return t
+
+    def prune(self, horizon: int) -> None:
+        j = bisect_right(self.ends, horizon)
+        if j > 32:
+            del self.starts[:j], self.ends[:j]
+
+
+class Tile:
+    """Per-tile shared state: shared-memory channels and bank dependences."""
+
+    __slots__ = ("pool", "wd", "md", "ad")
+
+    def __init__(self, cap: int):
+        self.pool = Pool(cap)
+        self.wd: dict[int, int] = {}
+        self.md: dict[int, int] = {}
+        self.ad: dict[int, int] = {}
+
+
+class CoreTimes:
+    """What the timing pass learned about one core."""
+
+    def __init__(self, n_balls: int):
+        self.cycles = 0
+        self.instructions = 0
+        self.core_ops = 0
+        self.stalls = dict.fromkeys(STALL_CAUSES, 0)
+        self.busy_s: list[int] = []
+        self.busy_e: list[int] = []
+        self.dma_s: list[int] = []
+        self.dma_e: list[int] = []
+        self.ball_ops = [0] * n_balls
+        self.ball_busy = [0] * n_balls
+        self.core_op_cycles = 0
+        self.channel_conflicts = 0
+        self.channel_wait = 0
+        self.shared_channel_conflicts = 0
+        self.bus_wait = 0
+        self.dma_latency_sum = 0
+
+    def busy(self) -> int:
+        return union_length(self.busy_s, self.busy_e)
+
+    def dma_busy(self) -> int:
+        return union_length(self.dma_s, self.dma_e)
+
+
+class _Trace:
+    def __init__(self):
+        self.itrace: list[dict] = []
+        self.mtrace: list[dict] = []
+        self.pmctrace: list[dict] = []
+
+    def add(self, core, rec, seq, rob, I, S, C, op_names):
+        kind, pc, lat, unit, *_rest = rec
+        mtr = rec[10]
+        op = op_names(core, pc)
+        self.itrace.append({"event": "issue", "core": core, "pc": pc, "rob_id": seq % rob, "op": op, "cycle": I})
+        self.itrace.append({"event": "complete", "core": core, "pc": pc, "rob_id": seq % rob, "op": op, "cycle": C})
+        if kind == BALL:
+            self.pmctrace.append({"event": "ball", "core": core, "ball_id": unit, "rob_id": seq % rob,
+                                  "elapsed": C - S})
+        elif kind == MVIN or kind == MVOUT:
+            self.pmctrace.append({"event": "load" if kind == MVIN else "store", "core": core, "rob_id": seq % rob,
+                                  "elapsed": C - S})
+        if mtr:
+            for rw, bank, col, row, rows in mtr:
+                self.mtrace.append({"event": rw, "core": core, "pc": pc, "bank": bank, "col": col, "row": row,
+                                    "rows": rows, "cycle": S if rw == "read" else C})
+
+
+# ---------------------------------------------------------------------------------- serial
+def run_serial(records, chip, trace=None, op_names=None) -> list[CoreTimes]:
+    n = len(records)
+    n_balls = len(chip.balls)
+    times = [CoreTimes(n_balls) for _ in range(n)]
+    tsz = chip.cores.tile_size
+    rob = chip.front_end.rob_entries
+    bar_cycles = chip.front_end.barrier_cycles
+    pos = [0] * n
+    t = [0] * n
+    active = list(range(n))
+    while active:
+        arrived = []
+        for c in active:
+            recs, ct, tc, p = records[c], times[c], t[c], pos[c]
+            while p < len(recs):
+                rec = recs[p]
+                kind, lat = rec[0], rec[2]
+                if kind == BARRIER:
+                    ct.instructions += 1
+                    arrived.append(c)
+                    break
+                S = tc
+                tc += lat
+                if lat:
+                    ct.busy_s.append(S)
+                    ct.busy_e.append(tc)
+                if kind == BALL:
+                    ct.ball_ops[rec[3]] += 1
+                    ct.ball_busy[rec[3]] += lat
+                elif kind == MVIN or kind == MVOUT:
+                    ct.dma_s.append(S)
+                    ct.dma_e.append(tc)
+                    ct.dma_latency_sum += lat
+                if kind == CORE:
+                    ct.core_ops += 1
+                    ct.core_op_cycles += lat
+                else:
+                    ct.instructions += 1
+                if trace is not None:
+                    trace.add(c, rec, p, rob, S, S, tc, op_names)
+                p += 1
+            t[c], pos[c] = tc, p
+        # release the barriers, tile by tile
+        by_tile: dict[int, list[int]] = {}
+        for c in arrived:
+            by_tile.setdefault(c // tsz, []).append(c)
+        for cs in by_tile.values():
+            R = max(t[c] for c in cs) + bar_cycles
+            for c in cs:
+                times[c].stalls["barrier"] += R - t[c]
+                if trace is not None:
+                    trace.add(c, records[c][pos[c]], pos[c], rob, t[c], t[c], R, op_names)
+                if bar_cycles:
+                    times[c].busy_s.append(R - bar_cycles)
+                    times[c].busy_e.append(R)
+                t[c] = R
+                pos[c] += 1
+        active = arrived
+    for c in range(n):
+        times[c].cycles = t[c]
+    return times
+
+
+# ------------------------------------------------------------------------------ overlapped
+def _fits(res: list, cap: int, t: int, end: int) -> bool:
+    """Whether the pool's use stays <= cap over [t, end) (use only rises at starts)."""
+    u = 0
+    for s, e, n in res:
+        if s <= t < e:
+            u += n
+    if u > cap:
+        return False
+    for p, _e, _n in res:
+        if t < p < end:
+            u = 0
+            for s, e, n in res:
+                if s <= p < e:
+                    u += n
+            if u > cap:
+                return False
+    return True
+
+
+def _pool_earliest(res: list, cap: int, t0: int, dur: int, need: int) -> int:
+    """Earliest t >= t0 at which `need` more units of a pool of `cap` are free for [t, t+dur)."""
+    if dur <= 0 or not res:
+        return t0
+    cap -= need
+    total = 0
+    end = t0 + dur
+    for r in res:
+        if r[1] > t0 and r[0] < end:
+            total += r[2]
+    if total <= cap or _fits(res, cap, t0, t0 + dur):
+        return t0
+    for t in sorted({r[1] for r in res if r[1] > t0}):
+        if _fits(res, cap, t, t + dur):
+            return t
+    raise AssertionError("a pool never frees")
+
+
+def _core_proc(cid, recs, chip, times: CoreTimes, tile: Tile, bus: Bus, solo: bool, trace, op_names):
+    """The overlapped timing of one core, as a generator (its state lives in fast locals).
+
+    Protocol: the first ``send(None)`` starts it. Unless `solo`, it yields the lower bound
+    of its next dispatch after each instruction and is resumed with ``send(horizon)`` (no
+    core will ever request a shared resource before `horizon`). At a BARRIER it yields
+    ``("barrier", arrival)`` and is resumed with ``send(release)``. It returns at the end.
+    """
+    fe, dma = chip.front_end, chip.dma
+    w = fe.issue_per_cycle
+    R = fe.rob_entries
+    delay = fe.issue_delay
+    Q = fe.ball_queue_depth
+    bar_cycles = fe.barrier_cycles
+    disp = deque(maxlen=w)
+    rob = deque(maxlen=R)
+    K = 0
+    core_free = 0
+    release = 0
+    issued: dict[int, int] = {}  # issue slots used a cycle (issue_per_cycle > 1)
+    iss: set[int] = set()  # cycles with an issue (issue_per_cycle == 1)
+    w1 = w == 1
+    dfloor = 0  # earliest next dispatch by the dispatch rate
+    bq = deque(maxlen=Q)
+    ball_last_issue = ball_last_start = 0
+    ball_free = [0] * len(chip.balls)
+    outstanding = dma.outstanding
+    dq = deque(maxlen=outstanding)
+    dma_last_issue = dma_last_start = 0
+    k = min(dma.bursts_in_flight, dma.inflight_requests)
+    slots = [0] * k
+    L = dma.latency_cycles
+    bpb = dma.beat_bytes / dma.system_bus_bytes
+    fast_dma = solo and k == 1
+    wd: dict[int, int] = {}
+    md: dict[int, int] = {}
+    ad: dict[int, int] = {}
+    twd, tmd, tad = tile.wd, tile.md, tile.ad
+    tpool = tile.pool
+    phys_free: dict[int, int] = {}
+    res: list = []
+    cap = chip.banks.channels
+    st_rob = st_front = st_dep = st_bq = st_chan = st_dma = st_fence = st_bar = 0
+    busy_s, busy_e = times.busy_s, times.busy_e
+    dma_s, dma_e = times.dma_s, times.dma_e
+    ball_ops, ball_busy = times.ball_ops, times.ball_busy
+    n_instr = n_core = core_cycles = conflicts = chan_wait = bus_wait = dma_sum = 0
+    seq = 0
+    horizon = 0
+    tr = trace
+    yield None
+    for rec in recs:
+        kind = rec[0]
+        lat = rec[2]
+        # dispatch lower bound: issue rate, core ops, fences/barriers
+        D = dfloor
+        if core_free > D:
+            D = core_free
+        if release > D:
+            D = release
+        if kind == CORE:
+            end = D + lat
+            core_free = end
+            if lat:
+                busy_s.append(D)
+                busy_e.append(end)
+            n_core += 1
+            core_cycles += lat
+            if end > K:
+                K = end
+            if tr is not None:
+                tr.add(cid, rec, seq, R, D, D, end, op_names)
+            if not solo:
+                horizon = yield max(core_free, release)
+            continue
+        n_instr += 1
+        if len(rob) == R and rob[0] > D:
+            st_rob += rob[0] - D
+            D = rob[0]
+        if w1:
+            dfloor = D + 1
+        else:
+            disp.append(D)
+            if len(disp) == w:
+                dfloor = disp[0] + 1
+        if solo:
+            horizon = D
+        if kind == BALL:
+            _, pc, lat, unit, rkeys, wkeys, rmw, pp, sp, _x, _m = rec
+            t0 = D + delay
+            t = t0 if t0 > ball_last_issue else ball_last_issue
+            if len(bq) == Q and bq[0] > t:
+                t = bq[0]
+            I = t
+            if w1:
+                while I in iss:
+                    I += 1
+                iss.add(I)
+            else:
+                while issued.get(I, 0) >= w:
+                    I += 1
+                issued[I] = issued.get(I, 0) + 1
+            if I > t0:
+                if t > t0:
+                    st_bq += I - t0
+                else:
+                    st_front += I - t0
+            ready = 0
+            for key in rkeys:
+                v = wd.get(key, 0) if key < SHARED_KEY else twd.get(key, 0)
+                if v > ready:
+                    ready = v
+            for key in wkeys:
+                v = md.get(key, 0) if key < SHARED_KEY else tmd.get(key, 0)
+                if v > ready:
+                    ready = v
+                if rmw:
+                    v = wd.get(key, 0) if key < SHARED_KEY else twd.get(key, 0)
+                    if v > ready:
+                        ready = v
+            unit_t = ball_free[unit]
+            if ball_last_start > unit_t:
+                unit_t = ball_last_start
+            S = I
+            if ready > S or unit_t > S:
+                if ready >= unit_t:
+                    st_dep += ready - I
+                    S = ready
+                else:
+                    st_bq += unit_t - I
+                    S = unit_t
+            if pp or sp:
+                if len(res) > 16:
+                    res = [r for r in res if r[1] > D]
+                S0 = S
+                if not sp:
+                    tot = pp
+                    end = S + lat
+                    for r in res:
+                        if r[1] > S and r[0] < end:
+                            tot += r[2]
+                    if tot > cap:
+                        S = _pool_earliest(res, cap, S, lat, pp)
+                else:
+                    for _ in range(64):
+                        t1 = _pool_earliest(res, cap, S, lat, pp) if pp else S
+                        t2 = _pool_earliest(tpool.res, tpool.cap, t1, lat, sp)
+                        if t2 == S:
+                            break
+                        S = t2
+                if S > S0:
+                    st_chan += S - S0
+                    conflicts += 1
+                    chan_wait += S - S0
+            C = S + lat
+            ball_free[unit] = C
+            ball_last_start = S
+            ball_last_issue = I
+            bq.append(S)
+            ball_ops[unit] += 1
+            ball_busy[unit] += lat
+            if pp and C > S:
+                res.append((S, C, pp))
+            if sp:
+                tpool.hold(S, C, sp, horizon)
+            if lat:
+                busy_s.append(S)
+                busy_e.append(C)
+        elif kind == MVIN or kind == MVOUT:
+            _, pc, lat, unit, rkeys, wkeys, rmw, pp, sp, extra, _m = rec
+            nb, beats, groups, nbytes, extra_lat = extra
+            t0 = D + delay
+            t = t0 if t0 > dma_last_issue else dma_last_issue
+            if len(dq) == outstanding and dq[0] > t:
+                t = dq[0]
+            I = t
+            if w1:
+                while I in iss:
+                    I += 1
+                iss.add(I)
+            else:
+                while issued.get(I, 0) >= w:
+                    I += 1
+                issued[I] = issued.get(I, 0) + 1
+            if I > t0:
+                if t > t0:
+                    st_dma += I - t0
+                else:
+                    st_front += I - t0
+            ready = 0
+            for key in rkeys:
+                v = wd.get(key, 0) if key < SHARED_KEY else twd.get(key, 0)
+                if v > ready:
+                    ready = v
+            for key in wkeys:
+                v = md.get(key, 0) if key < SHARED_KEY else tmd.get(key, 0)
+                if v > ready:
+                    ready = v
+            unit_t = dma_last_start
+            first_slot = slots[0] if k == 1 else min(slots)
+            if first_slot > unit_t:
+                unit_t = first_slot
+            S = I
+            if ready > S or unit_t > S:
+                if ready >= unit_t:
+                    st_dep += ready - I
+                    S = ready
+                else:
+                    st_dma += unit_t - I
+                    S = unit_t
+            if len(res) > 16:
+                res = [r for r in res if r[1] > D]
+            S0 = S
+            if not sp:
+                tot = pp
+                end = S + lat
+                for r in res:
+                    if r[1] > S and r[0] < end:
+                        tot += r[2]
+                if tot > cap:
+                    S = _pool_earliest(res, cap, S, lat, pp)
+            else:
+                S = _pool_earliest(tpool.res, tpool.cap, S, lat, sp)
+            if S > S0:
+                st_chan += S - S0
+                conflicts += 1
+                chan_wait += S - S0
+            if nb == 0:
+                C = S
+            elif fast_dma:
+                C = S + nb * L + beats
+                slots[0] = C
+                bus.busy += int(-(-beats * bpb // 1))
+            else:
+                req = S
+                end_max = S
+                bs, be = bus.starts, bus.ends
+                for count, bbeats in groups:
+                    occ = max(1, int(-(-bbeats * bpb // 1)))
+                    for _ in range(count):
+                        i = slots.index(min(slots)) if k > 1 else 0
+                        if slots[i] > req:
+                            req = slots[i]
+                        t = req + L
+                        if not be or t > be[-1]:  # the bus is free from t on
+                            bs.append(t)
+                            be.append(t + occ)
+                            bus.busy += occ
+                        elif t == be[-1]:
+                            be[-1] = t + occ
+                            bus.busy += occ
+                        else:
+                            t = bus.alloc(t, occ)
+                        end = t + bbeats
+                        slots[i] = end
+                        if end > end_max:
+                            end_max = end
+                C = end_max
+                if C - S > lat - extra_lat:
+                    bus_wait += C - S - (lat - extra_lat)
+            C += extra_lat
+            dma_last_start = S
+            dma_last_issue = I
+            dq.append(C)
+            if pp and C > S:
+                res.append((S, C, pp))
+            if sp:
+                tpool.hold(S, C, sp, horizon)
+            if C > S:
+                busy_s.append(S)
+                busy_e.append(C)
+                dma_s.append(S)
+                dma_e.append(C)
+            dma_sum += C - S
+        elif kind == MSET:
+            _, pc, lat, alloc, rkeys, wkeys, rmw, pp, sp, phys, _m = rec
+            t0 = D + delay
+            I = t0
+            if w1:
+                while I in iss:
+                    I += 1
+                iss.add(I)
+            else:
+                while issued.get(I, 0) >= w:
+                    I += 1
+                issued[I] = issued.get(I, 0) + 1
+            if I > t0:
+                st_front += I - t0
+            key = wkeys[0]
+            ready = ad.get(key, 0)
+            if alloc:
+                for p in phys:
+                    v = phys_free.get(p, 0)
+                    if v > ready:
+                        ready = v
+            S = I
+            if ready > S:
+                st_dep += ready - S
+                S = ready
+            C = S + lat
+            wd[key] = md[key] = ad[key] = C
+            if not alloc:
+                for p in phys:
+                    phys_free[p] = C
+            if lat:
+                busy_s.append(S)
+                busy_e.append(C)
+            rkeys = wkeys = ()
+        elif kind == FENCE:
+            I = S = D
+            C = (D if D > K else K) + lat
+            st_fence += C - D
+            release = C
+            if lat:
+                busy_s.append(C - lat)
+                busy_e.append(C)
+            rkeys = wkeys = ()
+        elif kind == BARRIER:
+            arrival = D if D > K else K
+            Rel = yield ("barrier", arrival)
+            I = S = D
+            C = Rel
+            st_bar += Rel - D
+            if bar_cycles:
+                busy_s.append(Rel - bar_cycles)
+                busy_e.append(Rel)
+            release = Rel
+            rkeys = wkeys = ()
+        # results of the instruction
+        if kind == BALL or kind == MVIN or kind == MVOUT:
+            for key in wkeys:
+                if key < SHARED_KEY:
+                    wd[key] = C
+                    if ad.get(key, 0) < C:
+                        ad[key] = C
+                else:
+                    twd[key] = C
+                    if tad.get(key, 0) < C:
+                        tad[key] = C
+            for key in rkeys:
+                a = ad if key < SHARED_KEY else tad
+                if a.get(key, 0) < C:
+                    a[key] = C
+        if C > K:
+            K = C
+        rob.append(K)
+        if tr is not None:
+            tr.add(cid, rec, seq, R, I, S, C, op_names)
+        seq += 1
+        if (seq & 4095) == 0:
+            if len(iss) > 4096:
+                iss = {x for x in iss if x >= D}
+            if len(issued) > 4096:
+                issued = {x: v for x, v in issued.items() if x >= D}
+        if not solo:
+            nd = dfloor
+            if core_free > nd:
+                nd = core_free
+            if release > nd:
+                nd = release
+            horizon = yield nd
+    times.cycles = max(K, core_free, release)
+    times.instructions = n_instr
+    times.core_ops = n_core
+    times.core_op_cycles = core_cycles
+    st = times.stalls
+    for name, v in (("rob_full", st_rob), ("frontend", st_front), ("dependence", st_dep), ("ball_queue", st_bq),
+                    ("channel", st_chan), ("dma", st_dma), ("fence", st_fence), ("barrier", st_bar)):
+        st[name] += v
+    times.channel_conflicts = conflicts
+    times.channel_wait = chan_wait
+    times.bus_wait = bus_wait
+    times.dma_latency_sum = dma_sum
+
+
+def run_overlapped(records, chip, trace=None, op_names=None) -> tuple[list[CoreTimes], int]:
+    """Per-core times and the system bus's busy cycles. Cores advance in order of their next
+    dispatch time (a heap), so shared resources (bus, shared channels) see requests in
+    near-time order; every resource still fills earlier gaps, so the order only breaks ties."""
+    from .errors import ProgramError
+
+    n = len(records)
+    n_balls = len(chip.balls)
+    times = [CoreTimes(n_balls) for _ in range(n)]
+    tsz = chip.cores.tile_size
+    n_tiles = -(-max(n, 1) // tsz)
+    tiles = [Tile(chip.shared_memory.channels) for _ in range(n_tiles)]
+    bus = Bus()
+    active = [c for c in range(n) if records[c]]
+    solo = len(active) <= 1
+    bar_cycles = chip.front_end.barrier_cycles
+    procs = {c: _core_proc(c, records[c], chip, times[c], tiles[c // tsz], bus, solo, trace, op_names)
+             for c in active}
+    members = {t: [c for c in range(t * tsz, min((t + 1) * tsz, n)) if c in procs] for t in range(n_tiles)}
+    waiting: dict[int, dict[int, int]] = {}
+    heap = []
+    for c, g in procs.items():
+        g.send(None)
+        heap.append((0, c))
+    heapq.heapify(heap)
+    count = 0
+
+    def deliver(c: int, value) -> None:
+        """Resume core c with `value`; queue it again, or handle its barrier arrival."""
+        stack = [(c, value)]
+        while stack:
+            x, v = stack.pop()
+            try:
+                msg = procs[x].send(v)
+            except StopIteration:
+                continue
+            if type(msg) is not tuple:
+                heapq.heappush(heap, (msg if msg is not None else 0, x))
+                continue
+            tile = x // tsz
+            w = waiting.setdefault(tile, {})
+            w[x] = msg[1]
+            if len(w) == len(members[tile]):
+                rel = max(w.values()) + bar_cycles
+                del waiting[tile]
+                for y in sorted(w, reverse=True):
+                    stack.append((y, rel))
+
+    heappop, heappush = heapq.heappop, heapq.heappush
+    while heap:
+        t_c, c = heappop(heap)
+        g = procs[c]
+        # Run core c for as long as it stays the earliest (same order as one heap step an
+        # instruction, without the heap traffic).
+        while True:
+            horizon = heap[0][0] if heap and heap[0][0] < t_c else t_c
+            try:
+                msg = g.send(horizon)
+            except StopIteration:
+                break
+            count += 1
+            if count & 1023 == 0:
+                bus.prune(horizon)
+            if type(msg) is tuple:  # at a barrier
+                tile = c // tsz
+                w = waiting.setdefault(tile, {})
+                w[c] = msg[1]
+                if len(w) == len(members[tile]):
+                    rel = max(w.values()) + bar_cycles
+                    del waiting[tile]
+                    for y in sorted(w):
+                        deliver(y, rel)
+                break
+            if heap and (msg, c) > heap[0]:
+                heappush(heap, (msg, c))
+                break
+            t_c = msg
+    if waiting:
+        stuck = {t: sorted(w) for t, w in waiting.items()}
+        raise ProgramError(f"cores wait at a barrier that other cores of their tile never reach: {stuck}")
+    return times, bus.busy
