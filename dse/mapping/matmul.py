@@ -9,6 +9,7 @@ along axis 1.
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 
 import numpy as np
@@ -66,7 +67,7 @@ class TileCheck:
     violations: dict[str, np.ndarray]  # constraint -> True where broken
     params: CandidateArrays
 
-    @property
+    @functools.cached_property
     def ok(self) -> np.ndarray:
         bad = np.zeros(np.broadcast(self.tm, self.banks).shape, dtype=bool)
         for v in self.violations.values():

@@ -42,6 +42,7 @@ from typing import Any, TypeVar
 
 from sqlalchemy import (
     JSON,
+    bindparam,
     Connection,
     DateTime,
     Engine,
@@ -740,16 +741,17 @@ class Store:
         """`start_run` for many candidates in one transaction; run ids in order."""
         candidate_ids = list(candidate_ids)
         environment = provenance.collect(command)
+        now = utcnow()
+        base = dict(stage=stage, status="running", started_at=now, heartbeat_at=now, host=environment.host,
+                    git_commit=environment.git_commit, git_dirty=environment.git_dirty,
+                    versions=environment.versions, command=environment.command, seed=seed,
+                    model_version=model_version, emulator_version=emulator_version, pid=environment.pid,
+                    pid_start=environment.pid_start)
         with self._write() as session:
-            now = utcnow()
-            runs = [Run(candidate_id=cid, stage=stage, status="running", started_at=now, heartbeat_at=now,
-                        host=environment.host, git_commit=environment.git_commit, git_dirty=environment.git_dirty,
-                        versions=environment.versions, command=environment.command, seed=seed,
-                        model_version=model_version, emulator_version=emulator_version, pid=environment.pid,
-                        pid_start=environment.pid_start) for cid in candidate_ids]
-            session.add_all(runs)
-            session.flush()
-            run_ids = [r.id for r in runs]
+            # One INSERT .. RETURNING for the batch, ids in the order of the rows.
+            run_ids = list(session.scalars(
+                insert(Run).returning(Run.id, sort_by_parameter_order=True),
+                [{**base, "candidate_id": cid} for cid in candidate_ids]))
         for run_id in run_ids:
             self._track(run_id)
         return run_ids
@@ -765,21 +767,25 @@ class Store:
             metric_rows += [{"run_id": r["run_id"], **m} for m in _metric_rows(r.get("metrics", ()), f"run {r['run_id']}")]
         with self._write() as session:
             ids = [r["run_id"] for r in results]
-            runs = {}
+            state: dict[int, tuple] = {}
             for i in range(0, len(ids), 500):
-                runs.update({run.id: run for run in session.scalars(select(Run).where(Run.id.in_(ids[i:i + 500])))})
+                state.update((row.id, (row.status, row.error)) for row in session.execute(
+                    select(Run.id, Run.status, Run.error).where(Run.id.in_(ids[i:i + 500]))))
+            for run_id in ids:
+                if run_id not in state:
+                    raise self._not_found(session.connection(), "run", run_id)
+                status, error = state[run_id]
+                abandoned = status == "crashed" and (error or "").startswith(ABANDONED)
+                if status != "running" and not abandoned:
+                    raise ValueError(f"run {run_id} is already finished (status {status!r})")
             now = utcnow()
-            for r in results:
-                run = runs.get(r["run_id"])
-                if run is None:
-                    raise self._not_found(session.connection(), "run", r["run_id"])
-                abandoned = run.status == "crashed" and (run.error or "").startswith(ABANDONED)
-                if run.status != "running" and not abandoned:
-                    raise ValueError(f"run {run.id} is already finished (status {run.status!r})")
-                run.status, run.reason, run.error, run.traceback = (
-                    r["status"], r.get("reason"), r.get("error"), r.get("traceback"))
-                run.finished_at = run.heartbeat_at = now
-            session.flush()
+            table = Run.__table__
+            session.execute(
+                update(table).where(table.c.id == bindparam("rid")).values(
+                    status=bindparam("new_status"), reason=bindparam("new_reason"), error=bindparam("new_error"),
+                    traceback=bindparam("new_traceback"), finished_at=now, heartbeat_at=now),
+                [dict(rid=r["run_id"], new_status=r["status"], new_reason=r.get("reason"), new_error=r.get("error"),
+                      new_traceback=r.get("traceback")) for r in results])
             if metric_rows:
                 session.execute(insert(Metric.__table__), metric_rows)
         for r in results:

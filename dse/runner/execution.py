@@ -9,6 +9,8 @@ recorded as failed.
 
 from __future__ import annotations
 
+import functools
+import json
 import os
 import signal
 import traceback as tb
@@ -18,11 +20,11 @@ from dataclasses import dataclass, field
 from multiprocessing import get_context
 from typing import Any, Iterator
 
-from ..analytical import estimate, summarize
 from ..chips import validate_chip
 from ..errors import InputError
+from ..identity import canonical_json
 from ..mapping import Candidate, mapping_from_dict
-from .stages import AnalyticalResult, total_metrics
+from .stages import analytical_batch
 
 # Test hook: a worker process SIGKILLs itself on a candidate whose hash starts with this.
 KILL_ENV = "DSE_TEST_KILL_WORKER_ON"
@@ -62,7 +64,7 @@ def evaluate_items(graph, items: list[WorkItem], kill: str | None = None) -> lis
         if kill and item.hash.startswith(kill):
             os.kill(os.getpid(), signal.SIGKILL)
         try:
-            chip = validate_chip(item.config, "(candidate)", field_prefix="chip.")
+            chip = _chip(canonical_json(item.config))
             cands.append((item, Candidate(chip, mapping_from_dict(item.mapping, "(candidate)"))))
         except InputError as exc:
             outcomes[item.key] = Outcome(item.key, "infeasible",
@@ -86,12 +88,13 @@ def evaluate_items(graph, items: list[WorkItem], kill: str | None = None) -> lis
 
 
 def _analytical_batch(graph, cands: list[Candidate]) -> list[AnalyticalResult]:
-    if not cands:
-        return []
-    per_op = estimate(graph, cands)
-    totals = summarize(per_op, cands)
-    return [AnalyticalResult(bool(t["feasible"]), str(t["reason"]), total_metrics(t), ops)
-            for t, (_, ops) in zip(totals.to_dict("records"), per_op.groupby("candidate", sort=True))]
+    return analytical_batch(graph, cands)
+
+
+@functools.lru_cache(maxsize=4096)
+def _chip(config_json: str):
+    """Validated chip per distinct config: a sweep has far fewer chips than candidates."""
+    return validate_chip(json.loads(config_json), "(candidate)", field_prefix="chip.")
 
 
 # -- executors --------------------------------------------------------------------------

@@ -18,25 +18,28 @@ UNITS = {
 }
 
 
+OP_FIELDS = ("op", "unit", "cycles", "tile_m", "tile_n", "tile_k")
+
+
 @dataclass
 class AnalyticalResult:
     feasible: bool
     reason: str
     totals: dict[str, float]
-    per_op: pd.DataFrame = field(repr=False)
+    ops: list[tuple] = field(repr=False)  # per op: OP_FIELDS
 
     def metrics(self) -> list[dict]:
-        """Metric rows: totals, then per-op cycles (scope op), all of kind 'analytical'."""
+        """Metric rows: totals, then per-op cycles and tiles (scope op), all of kind 'analytical'."""
         rows = [dict(kind="analytical", name=name, value=float(value), unit=UNITS[name])
                 for name, value in self.totals.items() if pd.notna(value)]
         if self.feasible:
-            for op in self.per_op.itertuples():
-                rows.append(dict(kind="analytical", name="cycles", value=float(op.cycles), unit="cycles",
-                                 scope="op", scope_key=op.op))
-                if op.unit == "matrix":
-                    for dim, tile in (("tile_m", op.tile_m), ("tile_n", op.tile_n), ("tile_k", op.tile_k)):
+            for op, unit, cycles, tm, tn, tk in self.ops:
+                rows.append(dict(kind="analytical", name="cycles", value=float(cycles), unit="cycles",
+                                 scope="op", scope_key=op))
+                if unit == "matrix":
+                    for dim, tile in (("tile_m", tm), ("tile_n", tn), ("tile_k", tk)):
                         rows.append(dict(kind="analytical", name=dim, value=float(tile), unit="elements",
-                                         scope="op", scope_key=op.op))
+                                         scope="op", scope_key=op))
         return rows
 
 
@@ -44,10 +47,23 @@ def total_metrics(row) -> dict[str, float]:
     return {m: float(row[m]) for m in METRICS}
 
 
+def analytical_batch(graph, cands: list[Candidate]) -> list[AnalyticalResult]:
+    """The analytical stage for many candidates at once (one vectorised estimate)."""
+    if not cands:
+        return []
+    per_op = estimate(graph, cands)
+    totals = summarize(per_op, cands)
+    columns = [per_op[c].tolist() for c in OP_FIELDS]
+    n_ops = len(graph.ops)
+    out = []
+    for i, t in enumerate(totals.to_dict("records")):
+        ops = list(zip(*(col[i * n_ops:(i + 1) * n_ops] for col in columns)))
+        out.append(AnalyticalResult(bool(t["feasible"]), str(t["reason"]), total_metrics(t), ops))
+    return out
+
+
 def analytical_stage(graph, candidate: Candidate) -> AnalyticalResult:
-    per_op = estimate(graph, [candidate])
-    total = summarize(per_op, [candidate]).iloc[0]
-    return AnalyticalResult(bool(total["feasible"]), str(total["reason"]), total_metrics(total), per_op)
+    return analytical_batch(graph, [candidate])[0]
 
 
 def source_count_metrics(graph) -> list[dict]:

@@ -55,20 +55,6 @@ def _get(data: dict, dotted: str) -> Any:
     return data
 
 
-def _flatten(data: Any, prefix: str = "") -> dict[str, Any]:
-    if isinstance(data, dict):
-        out: dict[str, Any] = {}
-        for k, v in data.items():
-            out.update(_flatten(v, f"{prefix}{k}."))
-        return out
-    return {prefix.rstrip("."): data}
-
-
-def diff_from(baseline: dict, other: dict) -> dict[str, list]:
-    a, b = _flatten(baseline), _flatten(other)
-    return {k: [a.get(k), b.get(k)] for k in sorted(set(a) | set(b)) if a.get(k) != b.get(k)}
-
-
 @dataclass
 class _Built:
     params: dict
@@ -131,6 +117,18 @@ class Sweep:
                 reason = f"invalid mapping for this combination: {exc.field}: {exc.allowed}"
         return _Built(params, config, mapping, content_hash({"config": config, "mapping": mapping}), reason)
 
+    def _diff(self, b: _Built) -> dict[str, list]:
+        """Fields that differ from the baseline. Candidates differ from it only where a knob
+        sets a field, so only the knob targets need comparing."""
+        out = {}
+        for k in self.spec.model.space:
+            section, _, path = k.target.partition(".")
+            mine = _get(b.config if section == "chip" else b.mapping, path)
+            base = self.spec.space.baseline_values.get(k.name)
+            if mine != base:
+                out[("config." if section == "chip" else "mapping.") + path] = [base, mine]
+        return dict(sorted(out.items()))
+
     # -- recording and evaluating ----------------------------------------------------
     def _load_known(self) -> list[Observation]:
         cands = self.store.candidates(self.experiment_id)
@@ -176,8 +174,7 @@ class Sweep:
         if new:
             try:
                 ids = self.recorder.add_candidates(self.experiment_id, [
-                    dict(config=b.config, mapping=b.mapping, origin=origin,
-                         diff=diff_from(self.baseline_data, {"config": b.config, "mapping": b.mapping})) for b in new])
+                    dict(config=b.config, mapping=b.mapping, origin=origin, diff=self._diff(b)) for b in new])
                 if origin == "baseline":
                     self.store.set_baseline(self.experiment_id, ids[0])
                 runs = self.recorder.start_runs(ids, "analytical", seed=self.spec.model.search.seed,
