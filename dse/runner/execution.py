@@ -149,8 +149,15 @@ class PoolExecutor:
         self._pool.shutdown(wait=False, cancel_futures=True)
         self._pool = self._new_pool()
 
+    def _submit(self, items: list[WorkItem]):
+        try:
+            return self._pool.submit(_evaluate_in_worker, items)
+        except BrokenProcessPool:  # broken since its last result was read: start afresh
+            self._restart()
+            return self._pool.submit(_evaluate_in_worker, items)
+
     def run(self, chunks: list[list[WorkItem]]) -> Iterator[list[Outcome]]:
-        pending = {self._pool.submit(_evaluate_in_worker, c): c for c in chunks}
+        pending = {self._submit(c): c for c in chunks}
         suspects: list[WorkItem] = []
         while pending:
             done, _ = wait(pending, return_when=FIRST_COMPLETED)
@@ -172,7 +179,7 @@ class PoolExecutor:
         # The retry: each suspect alone, so a candidate that kills its worker again is
         # found and recorded failed, and the others complete.
         for item in suspects:
-            fut = self._pool.submit(_evaluate_in_worker, [item])
+            fut = self._submit([item])
             try:
                 yield fut.result()
             except BrokenProcessPool as exc:
