@@ -198,3 +198,16 @@ def test_spec_loading_resolves_the_baseline(repo):
     spec = load_spec(repo / "experiments" / "quickstart.toml")
     assert spec.baseline_chip.name == "goban" and spec.baseline_mapping.policy == "framework"
     assert spec.grid_size() == 6 * 5 * 3
+
+
+def test_recorded_hash_is_the_candidate_identity(tmp_path):
+    """The driver composes candidate hashes from cached text; they must equal Candidate.hash."""
+    result = run_sweep(write_spec(tmp_path, banks="[8, 16]"), tmp_path / "r.db", progress=False)
+    with Store(tmp_path / "r.db") as store:
+        cands = store.candidates(result.experiment_id)
+    from emulator.chip import chip_from_dict
+    from dse.mapping import mapping_from_dict
+
+    for c in cands.to_dict("records"):
+        cand = Candidate(chip_from_dict(json.loads(c["config"])), mapping_from_dict(json.loads(c["mapping"])))
+        assert cand.hash == c["hash"]

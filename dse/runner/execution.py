@@ -22,9 +22,8 @@ from typing import Any, Iterator
 
 from ..chips import validate_chip
 from ..errors import InputError
-from ..identity import canonical_json
 from ..mapping import Candidate, mapping_from_dict
-from .stages import analytical_batch
+from .stages import AnalyticalResult, analytical_batch
 
 # Test hook: a worker process SIGKILLs itself on a candidate whose hash starts with this.
 KILL_ENV = "DSE_TEST_KILL_WORKER_ON"
@@ -33,7 +32,7 @@ KILL_ENV = "DSE_TEST_KILL_WORKER_ON"
 @dataclass
 class WorkItem:
     key: int  # the driver's handle for this evaluation (its run id)
-    config: dict
+    config_json: str  # the chip config as canonical JSON (cheap to send, the cache key)
     mapping: dict
     hash: str = ""
 
@@ -64,7 +63,7 @@ def evaluate_items(graph, items: list[WorkItem], kill: str | None = None) -> lis
         if kill and item.hash.startswith(kill):
             os.kill(os.getpid(), signal.SIGKILL)
         try:
-            chip = _chip(canonical_json(item.config))
+            chip = _chip(item.config_json)
             cands.append((item, Candidate(chip, mapping_from_dict(item.mapping, "(candidate)"))))
         except InputError as exc:
             outcomes[item.key] = Outcome(item.key, "infeasible",

@@ -9,6 +9,7 @@ rebuilt from the records.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import math
 import signal
@@ -21,10 +22,10 @@ from typing import Any
 from tqdm import tqdm
 
 from ..analytical import MODEL_VERSION
-from ..chips import overridden_data
+from ..chips import override_chip, overridden_data
 from ..errors import InputError
-from ..identity import content_hash
-from ..mapping import Candidate
+from ..identity import canonical_json
+from ..mapping import mapping_from_dict
 from ..records import Store
 from ..workload import capture_recipe, load_recipe
 from .acceptance import decide
@@ -62,6 +63,7 @@ class _Built:
     mapping: dict
     hash: str
     reason: str  # why it is infeasible before any evaluation ('' if it is to be evaluated)
+    config_json: str = ""
 
 
 class Sweep:
@@ -94,28 +96,35 @@ class Sweep:
         return {k.target.removeprefix(prefix): params[k.name]
                 for k in self.spec.model.space if k.target.startswith(prefix) and k.name in params}
 
-    def _build(self, params: dict) -> _Built:
-        chip_over, map_over = self._overrides(params, "chip."), self._overrides(params, "mapping.")
-        mapping = {**self.baseline_data["mapping"], **map_over}
+    def _chip_for(self, params: dict) -> tuple[dict, str, str]:
+        """(config data, its canonical JSON, why it is invalid or '') once per distinct chip:
+        many candidates share a chip and differ in mapping only."""
+        chip_over = self._overrides(params, "chip.")
         key = tuple(sorted(chip_over.items()))
-        if key not in self._chips:  # many candidates share a chip and differ in mapping only
+        if key not in self._chips:
             try:
-                self._chips[key] = (self.spec.apply({k.name: params[k.name] for k in self.spec.model.space
-                                                     if k.target.startswith("chip.") and k.name in params})[0], "")
+                chip = override_chip(self.spec.baseline_chip, chip_over, self.spec.path) if chip_over \
+                    else self.spec.baseline_chip
+                data, why = chip.model_dump(mode="json"), ""
             except InputError as exc:
                 data = overridden_data(self.spec.baseline_chip, chip_over, self.spec.path)
-                self._chips[key] = (data, f"invalid chip for this combination: {exc.field}: {exc.allowed}")
-        chip, reason = self._chips[key]
-        config = chip if isinstance(chip, dict) else chip.model_dump(mode="json")
+                why = f"invalid chip for this combination: {exc.field}: {exc.allowed}"
+            self._chips[key] = (data, canonical_json(data), why)
+        return self._chips[key]
+
+    def _build(self, params: dict) -> _Built:
+        config, config_json, reason = self._chip_for(params)
         reason = reason or self.spec.space.violated(params)
+        mapping = {**self.baseline_data["mapping"], **self._overrides(params, "mapping.")}
         if not reason:
             try:
-                mapping = Candidate(chip, self.spec.apply({k.name: params[k.name] for k in self.spec.model.space
-                                                           if k.target.startswith("mapping.") and k.name in params})[1]
-                                    ).mapping_dict
+                mapping = mapping_from_dict(mapping, str(self.spec.path)).model_dump(mode="json")
             except InputError as exc:
                 reason = f"invalid mapping for this combination: {exc.field}: {exc.allowed}"
-        return _Built(params, config, mapping, content_hash({"config": config, "mapping": mapping}), reason)
+        # The candidate hash, content_hash({"config": ..., "mapping": ...}), from the cached
+        # canonical config text: canonical JSON nests, so the strings compose.
+        text = '{"config":' + config_json + ',"mapping":' + canonical_json(mapping) + "}"
+        return _Built(params, config, mapping, hashlib.sha256(text.encode()).hexdigest(), reason, config_json)
 
     def _diff(self, b: _Built) -> dict[str, list]:
         """Fields that differ from the baseline. Candidates differ from it only where a knob
@@ -184,7 +193,7 @@ class Sweep:
                 outcomes = [Outcome(run, "infeasible", b.reason) for run, (_, b) in by_run.items() if b.reason]
                 self._finish(outcomes, by_run, origin)
                 bar.update(len(outcomes))
-                items = [WorkItem(run, b.config, b.mapping, b.hash) for run, (_, b) in by_run.items() if not b.reason]
+                items = [WorkItem(run, b.config_json, b.mapping, b.hash) for run, (_, b) in by_run.items() if not b.reason]
                 for chunk_outcomes in self.executor.run(self._chunks(items)):
                     self._finish(chunk_outcomes, by_run, origin)
                     bar.update(len(chunk_outcomes))
