@@ -1,4 +1,4 @@
-"""`dse emulate matmul`: run the emulator on a tiled int8 matmul and print its counters."""
+"""`dse emulate-matmul`: run the emulator on a tiled int8 matmul and print its counters."""
 
 from __future__ import annotations
 
@@ -62,9 +62,8 @@ def cmd_emulate(args) -> int:
 
 
 def register(sub) -> None:
-    emu = sub.add_parser("emulate", help="run programs on the emulator (functional + timing)")
-    esub = emu.add_subparsers(dest="program", required=True)
-    mm = esub.add_parser("matmul", help="a tiled int8 matmul, checked against numpy")
+    # `dse emulate` runs recipes (emulate.py); this is the emulator's own example program.
+    mm = sub.add_parser("emulate-matmul", help="the emulator alone on a tiled int8 matmul, checked against numpy")
     mm.add_argument("--chip", default="toy", help="shipped chip name or TOML path")
     mm.add_argument("--set", action="append", metavar="KEY=VALUE", help="override a chip field, e.g. dma.latency_cycles=50")
     mm.add_argument("--size", type=int, nargs=3, default=[128, 128, 128], metavar=("M", "N", "K"))
@@ -76,4 +75,4 @@ def register(sub) -> None:
     mm.add_argument("--mode", choices=["overlapped", "serial", "both"], default="both")
     mm.add_argument("--trace", metavar="DIR", help="write itrace/mtrace/pmctrace NDJSON files here")
     mm.add_argument("--json", action="store_true", help="print the counters as JSON")
-    emu.set_defaults(func=cmd_emulate)
+    mm.set_defaults(func=cmd_emulate)

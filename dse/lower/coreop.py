@@ -1,0 +1,38 @@
+"""A core-op kind that runs any graph op on the core, charged, never free.
+
+Ops with no Ball mapping (norms, softmax, attention, pooling, float products, data
+movement) run on the core as ``CoreOp("graph_op", ...)``: the emulator's functional model
+computes them with the graph's own reference interpreter (so a float op gives the very
+bits of the PyTorch reference), and the timing model charges the core
+``elements x cycles per element`` (``cores.op_cycles["graph_op"]`` or the default) where
+`elements` is the op's multiply-accumulate count for products, else its largest operand.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+
+from emulator import coreops
+
+from ..workload.graph import INTERPRETERS
+
+KIND = "graph_op"
+
+
+def _graph_op(srcs: list, params: dict) -> np.ndarray:
+    op = params["op"]
+    args = [torch.from_numpy(np.ascontiguousarray(s)) for s in srcs]
+    with torch.no_grad():
+        out = INTERPRETERS[op.kind](op, args)
+    return out.numpy()
+
+
+def ensure_registered() -> None:
+    if coreops.KINDS.get(KIND) is not _graph_op:
+        coreops.register(KIND, _graph_op, (0, 64))
+
+
+def charged_elements(op, src_sizes: list[int], dst_size: int) -> int:
+    macs = int(getattr(op.counts, "macs", 0) or 0)
+    return max([macs, dst_size, *src_sizes])

@@ -1,0 +1,192 @@
+"""DRAM placement of a lowered graph: every tensor in a zero-padded buffer, and views of it.
+
+Every tensor lives in its own buffer (never reused, so padding stays zero) whose last two
+dimensions are padded to `PAD` (16, the matrix Ball's granule): a ``(..., R, C)`` tensor
+occupies ``(..., pad(R), pad(C))`` row-major, and its logical value is a strided view of
+that buffer. A matmul operand can then be tiled without a pad copy; the padding is zero
+because no op writes it (ops write logical views only; the matmul epilogue multiplies
+padding by a zero scale).
+
+A matmul accumulator is *blocked*: ``(batch, Mt, Nt, tm, tn)`` int32, one contiguous tile
+per output tile (what a col-4 accumulator bank holds, MVOUT'd with one contiguous
+transfer). Its logical value is not a strided view; :meth:`Loc.padded_view` gives the
+5-D view ``(batch, Mt, tm, Nt, tn)`` of the padded matrix, which elementwise consumers read.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+
+from emulator import DramTensor
+from emulator.coreops import dram_view
+
+from ..mapping.matmul import PAD
+
+ALIGN = 64
+NP_DTYPES = {"int8": np.int8, "int32": np.int32, "int64": np.int64, "float32": np.float32, "uint8": np.uint8,
+             "int16": np.int16}
+EMU_DTYPES = {"float32": "fp32"}
+
+
+def pad(n: int, p: int = PAD) -> int:
+    return -(-int(n) // p) * p
+
+
+def padded_shape(shape: tuple[int, ...]) -> tuple[int, ...]:
+    if len(shape) == 0:
+        return ()
+    if len(shape) == 1:
+        return (pad(shape[0]),)
+    return tuple(shape[:-2]) + (pad(shape[-2]), pad(shape[-1]))
+
+
+def contiguous_strides(shape: tuple[int, ...], itemsize: int) -> tuple[int, ...]:
+    strides, acc = [], itemsize
+    for n in reversed(shape):
+        strides.append(acc)
+        acc *= max(int(n), 1)
+    return tuple(reversed(strides))
+
+
+def emu_dtype(dtype: str) -> str:
+    return EMU_DTYPES.get(dtype, dtype)
+
+
+def itemsize(dtype: str) -> int:
+    return np.dtype(NP_DTYPES[dtype]).itemsize
+
+
+@dataclass(frozen=True)
+class Blocked:
+    """A blocked accumulator: (batch, Mt, Nt, tm, tn) int32, contiguous."""
+
+    batch: int
+    Mt: int
+    Nt: int
+    tm: int
+    tn: int
+    M: int  # logical rows and columns of each batch entry
+    N: int
+
+
+@dataclass(frozen=True)
+class Loc:
+    """Where a tensor lives: its buffer (addr, padded shape) and logical shape."""
+
+    addr: int
+    shape: tuple[int, ...]
+    dtype: str
+    buffer_shape: tuple[int, ...]
+    blocked: Blocked | None = None
+    strides: tuple[int, ...] | None = None  # byte strides of the logical view (default: padded row-major)
+
+    @property
+    def isize(self) -> int:
+        return itemsize(self.dtype)
+
+    @property
+    def nbytes(self) -> int:
+        if self.blocked is not None:
+            b = self.blocked
+            return b.batch * b.Mt * b.Nt * b.tm * b.tn * self.isize
+        return math.prod(self.buffer_shape) * self.isize
+
+    def view(self) -> DramTensor:
+        """The logical tensor as a strided DRAM view (not for blocked accumulators)."""
+        if self.blocked is not None:
+            raise ValueError("a blocked accumulator has no logical strided view")
+        strides = self.strides or contiguous_strides(self.buffer_shape, self.isize)
+        return DramTensor(self.addr, self.shape, emu_dtype(self.dtype), strides)
+
+    @property
+    def standard(self) -> bool:
+        """A padded row-major buffer of its own shape (what a matmul operand needs)."""
+        if self.blocked is not None or math.prod(self.buffer_shape) != math.prod(padded_shape(self.shape)):
+            return False
+        natural = contiguous_strides(padded_shape(self.shape), self.isize)
+        return self.strides is None and self.buffer_shape == padded_shape(self.shape) or self.strides == natural
+
+    def padded_view(self) -> DramTensor:
+        """(batch, Mt, tm, Nt, tn) over the padded matrix (row-major or blocked)."""
+        if self.blocked is not None:
+            b, s = self.blocked, self.isize
+            shape = (b.batch, b.Mt, b.tm, b.Nt, b.tn)
+            strides = (b.Mt * b.Nt * b.tm * b.tn * s, b.Nt * b.tm * b.tn * s, b.tn * s, b.tm * b.tn * s, s)
+            return DramTensor(self.addr, shape, emu_dtype(self.dtype), strides)
+        raise ValueError("padded_view needs a tile grid; use padded_grid_view")
+
+    def padded_grid_view(self, tm: int, tn: int) -> DramTensor:
+        """A row-major padded matrix buffer (..., Mp, Np) seen as (batch, Mt, tm, Nt, tn)."""
+        Mp, Np = self.buffer_shape[-2], self.buffer_shape[-1]
+        batch = math.prod(self.buffer_shape[:-2])
+        s = self.isize
+        shape = (batch, Mp // tm, tm, Np // tn, tn)
+        strides = (Mp * Np * s, tm * Np * s, Np * s, tn * s, s)
+        return DramTensor(self.addr, shape, emu_dtype(self.dtype), strides)
+
+    def read(self, img: np.ndarray) -> np.ndarray:
+        """The logical value from a DRAM image."""
+        if self.blocked is None:
+            return np.array(dram_view(img, self.view()))
+        b = self.blocked
+        full = np.array(dram_view(img, self.padded_view())).reshape(b.batch, b.Mt * b.tm, b.Nt * b.tn)
+        return full[:, :b.M, :b.N].reshape(self.shape)
+
+
+class Dram:
+    """A bump allocator over the DRAM image, with an initial-contents buffer."""
+
+    def __init__(self):
+        self.top = 0
+        self.chunks: list[tuple[int, bytes]] = []
+
+    def alloc(self, nbytes: int) -> int:
+        addr = self.top
+        self.top = pad(addr + max(int(nbytes), 1), ALIGN)
+        return addr
+
+    def tensor(self, shape, dtype: str, value: np.ndarray | None = None) -> Loc:
+        shape = tuple(int(s) for s in shape)
+        bshape = padded_shape(shape)
+        loc = Loc(0, shape, dtype, bshape)
+        addr = self.alloc(loc.nbytes)
+        loc = Loc(addr, shape, dtype, bshape)
+        if value is not None:
+            buf = np.zeros(bshape, dtype=NP_DTYPES[dtype])
+            buf[tuple(slice(0, n) for n in shape)] = np.asarray(value).astype(NP_DTYPES[dtype], copy=False)
+            self.chunks.append((addr, buf.tobytes()))
+        return loc
+
+    def blob(self, array: np.ndarray) -> int:
+        """Store a constant array (C-contiguous) and return its address."""
+        data = np.ascontiguousarray(array).tobytes()
+        addr = self.alloc(len(data))
+        self.chunks.append((addr, data))
+        return addr
+
+    def matrix(self, shape, dtype: str, nb: int, M: int, N: int) -> Loc:
+        """A tensor of `shape` (nb x M rows of N, row-major) in a (nb, pad(M), pad(N)) buffer:
+        what an elementwise epilogue of a blocked accumulator writes."""
+        shape = tuple(int(s) for s in shape)
+        bshape = (nb, pad(M), pad(N))
+        s = itemsize(dtype)
+        addr = self.alloc(math.prod(bshape) * s)
+        if nb == 1:
+            lead = contiguous_strides(shape[:-1], bshape[2] * s)
+            strides = tuple(lead) + (s,)
+        else:  # (..., M, N) with the batch dims in front
+            strides = contiguous_strides(shape[:-2], bshape[1] * bshape[2] * s) + (bshape[2] * s, s)
+        return Loc(addr, shape, dtype, bshape, None, strides)
+
+    def blocked(self, shape, blocked: Blocked) -> Loc:
+        loc = Loc(0, tuple(shape), "int32", (), blocked)
+        return Loc(self.alloc(loc.nbytes), tuple(shape), "int32", (), blocked)
+
+    def image(self) -> np.ndarray:
+        img = np.zeros(pad(self.top, ALIGN), dtype=np.uint8)
+        for addr, data in self.chunks:
+            img[addr:addr + len(data)] = np.frombuffer(data, dtype=np.uint8)
+        return img

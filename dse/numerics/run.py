@@ -1,0 +1,217 @@
+"""capture -> frontend steps -> lowering -> emulator -> comparison with PyTorch."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import emulator
+
+from ..frontend.steps import FLOAT_TOLERANCE
+from ..lower import Infeasible, Lowered, lower
+from ..mapping import Candidate, Mapping
+from ..workload.graph import Graph
+from . import Verdict, compare
+
+
+@dataclass
+class EmulationReport:
+    recipe: str
+    chip: str
+    mapping: dict
+    feasible: bool
+    reason: str = ""
+    cycles: int = 0
+    peak_sram_bytes: int = 0  # peak private SRAM of one worker (emulator counter, max over workers)
+    private_sram_bytes: int = 0  # the chip's private SRAM per core
+    counters: dict[str, Any] = field(default_factory=dict)
+    verdict: Verdict | None = None
+    ops: list[dict] = field(default_factory=list)
+    seconds: float = 0.0
+    lowered: Lowered | None = None
+    result: Any = None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"recipe": self.recipe, "chip": self.chip, "mapping": self.mapping, "feasible": self.feasible,
+                "reason": self.reason, "cycles": self.cycles, "peak_sram_bytes": self.peak_sram_bytes,
+                "private_sram_bytes": self.private_sram_bytes, "counters": self.counters,
+                "numerics": self.verdict.to_dict() if self.verdict else None, "ops": self.ops,
+                "seconds": round(self.seconds, 3)}
+
+
+def _counter_summary(result, workers: int) -> dict[str, Any]:
+    cs = result.counters
+    out: dict[str, Any] = {"cycles": int(result.cycles)}
+    for name in ("instructions", "core_op_cycles", "core_op_elements", "dma_bytes_in", "dma_bytes_out",
+                 "dma_bursts", "busy_cycles", "peak_allocated_bytes"):
+        out[name] = [int(cs.value(name, core=c)) for c in range(workers)]
+    out["matrix_busy_cycles"] = [int(cs.total("ball_busy_cycles", core=w, ball="matrix")) for w in range(workers)]
+    return out
+
+
+def emulate_graph(graph: Graph, candidate: Candidate, inputs, expected=None, tolerance: float = FLOAT_TOLERANCE,
+                  reference_kind: str = "quantized", mode: str = "overlapped", name: str = "") -> EmulationReport:
+    """Lower `graph` for `candidate`, emulate it, and compare with the graph's reference and
+    (when given) the float module's `expected` outputs."""
+    t0 = time.perf_counter()
+    rep = EmulationReport(name or graph.name, candidate.chip.name, candidate.mapping.model_dump(mode="json"), True,
+                          private_sram_bytes=candidate.chip.private_sram_bytes)
+    try:
+        lowered = lower(graph, candidate, inputs)
+    except Infeasible as exc:
+        rep.feasible, rep.reason = False, str(exc)
+        rep.seconds = time.perf_counter() - t0
+        return rep
+    result = emulator.run(lowered.program, candidate.chip, lowered.image, mode=mode)
+    reference = graph.trace(*inputs)
+    rep.verdict = compare(graph, lowered, result.dram, reference, expected, tolerance, reference_kind)
+    rep.cycles = int(result.cycles)
+    rep.counters = _counter_summary(result, lowered.workers)
+    rep.peak_sram_bytes = max(rep.counters["peak_allocated_bytes"], default=0)
+    rep.ops = [{"op": o.name, "kind": o.kind, "how": o.how, "tile": list(o.tile) if o.tile else None,
+                "batch": o.batch, "banks": o.banks, "sram_bytes": o.sram_bytes, "workers_used": o.workers_used,
+                "instructions": o.instructions} for o in lowered.ops]
+    rep.lowered, rep.result = lowered, result
+    rep.seconds = time.perf_counter() - t0
+    return rep
+
+
+@dataclass
+class Prepared:
+    """A recipe after its frontend steps, with the references its emulated outputs are
+    checked against: shared by every candidate of a sweep."""
+
+    recipe: str
+    pipe: Any
+    graph: Graph
+    inputs: list
+    expected: list | None
+    tolerance: float
+    reference_kind: str  # "quantized" (integer path bit for bit) or "float"
+    failed: str = ""  # why the frontend failed ("" when it passed)
+
+
+def prepare_recipe(recipe: str | Path, params: dict | None = None) -> Prepared:
+    from ..frontend import run_pipeline
+    from ..workload.recipes import instantiate, load_recipe
+
+    pipe = run_pipeline(recipe, params or {})
+    if not pipe.passed:
+        failed = next(s for s in pipe.stages if not s.passed)
+        return Prepared(pipe.recipe, pipe, pipe.graph, [], None, FLOAT_TOLERANCE, "float",
+                        f"frontend stage {failed.name} failed: {failed.error}")
+    module, inputs = instantiate(load_recipe(recipe), **(params or {}))
+    import torch
+    with torch.no_grad():
+        expected = module(*inputs)
+    expected = list(expected) if isinstance(expected, (tuple, list)) else [expected]
+    graph = pipe.graph
+    quantized = any(s.quantized for s in pipe.stages)
+    tolerance = max(s.tolerance for s in pipe.stages)
+
+    def matches(outs) -> bool:
+        return len(outs) == len(graph.outputs) and all(tuple(e.shape) == graph.tensors[n].shape
+                                                       for e, n in zip(outs, graph.outputs))
+
+    if not matches(expected):
+        # A step changed what the outputs are (last-token selection): the last float
+        # graph with these outputs (itself checked against PyTorch to 1e-5) stands in.
+        expected = None
+        for stage, g in reversed(list(zip(pipe.stages, pipe.graphs))):
+            if not stage.quantized and len(g.outputs) == len(graph.outputs):
+                ref = g.trace(*inputs)
+                outs = [ref[n] for n in g.outputs]
+                if matches(outs):
+                    expected = outs
+                    break
+    return Prepared(pipe.recipe, pipe, graph, list(inputs), expected, tolerance,
+                    "quantized" if quantized else "float")
+
+
+def emulate_recipe(recipe: str | Path, chip, mapping: Mapping | None = None, params: dict | None = None,
+                   check_unmodified: bool = False, mode: str = "overlapped", partition: str = "tiles") -> EmulationReport:
+    """Run `recipe` (name or folder) through its frontend steps, lower it for `chip` with
+    `mapping`, emulate it and check the numerics. With `check_unmodified`, the captured
+    graph before any step is also lowered and checked (the verdict's ``unmodified``)."""
+    mapping = mapping or Mapping()
+    prep = prepare_recipe(recipe, params)
+    if prep.failed:
+        return EmulationReport(prep.recipe, chip.name, mapping.model_dump(mode="json"), False, reason=prep.failed)
+    graph, inputs, expected, pipe = prep.graph, prep.inputs, prep.expected, prep.pipe
+    cand = Candidate(chip, mapping)
+    if partition == "spans":
+        return emulate_spans(graph, cand, inputs, expected, prep.tolerance, mode, prep.recipe)
+    rep = emulate_graph(graph, cand, inputs, expected, prep.tolerance, prep.reference_kind, mode, prep.recipe)
+    if check_unmodified and rep.verdict is not None:
+        base = emulate_graph(pipe.graphs[0], cand, inputs, expected if len(pipe.graphs) == 1 else None,
+                             FLOAT_TOLERANCE, "float", mode, prep.recipe)
+        if base.verdict is not None:
+            v = base.verdict
+            rep.verdict.unmodified = {"passed": v.first_differing_op is None and v.passed,
+                                      "first_differing_op": v.first_differing_op,
+                                      "blame": ("lowering" if v.first_differing_op else
+                                                ("step" if not rep.verdict.passed else None))}
+    return rep
+
+
+def emulate_spans(graph: Graph, candidate: Candidate, inputs, expected=None, tolerance: float = FLOAT_TOLERANCE,
+                  mode: str = "overlapped", name: str = "") -> EmulationReport:
+    """Temporal span partitioning (`dse.lower.spans.lower_spans`) over ``mapping.workers``
+    workers: the assembled output against the unpartitioned reference, bit for bit, and
+    every worker's tensors against the reference's rows (the first differing op named)."""
+    import numpy as np
+
+    from ..lower.spans import SpanError, lower_spans
+    from . import OpCheck, Verdict, _bits, _err
+
+    t0 = time.perf_counter()
+    chip, mapping = candidate.chip, candidate.mapping
+    rep = EmulationReport(name or graph.name, chip.name, {**mapping.model_dump(mode="json"), "partition": "spans"},
+                          True, private_sram_bytes=chip.private_sram_bytes)
+    try:
+        staged, spans, parts, final = lower_spans(graph, chip, mapping, inputs, mapping.workers)
+    except (Infeasible, SpanError) as exc:
+        rep.feasible, rep.reason = False, str(exc)
+        return rep
+    result = emulator.run(staged.program, chip, staged.image, mode=mode)
+    ref = graph.trace(*inputs)
+    checks, first, int_ok, n_int = [], None, True, 0
+    for low, (sg, need, axes) in zip(staged.stages, parts):
+        for op in sg.ops:
+            t = op.outputs[0]
+            if t not in ref:
+                continue
+            want = ref[t].numpy().take(range(need[t].lo, need[t].hi), axis=axes[t])
+            got = low.read(result.dram, t)
+            same = got.shape == want.shape and np.array_equal(_bits(got), _bits(want))
+            checks.append(OpCheck(f"{sg.name}:{op.name}", op.kind, sg.tensors[t].dtype, bool(same), _err(got, want)))
+            if sg.tensors[t].dtype.startswith("int"):
+                n_int += 1
+                int_ok &= bool(same)
+            if not same and first is None:
+                first = f"{sg.name}:{op.name}"
+    out = graph.outputs[0]
+    got = final.read(result.dram)
+    assembled = np.array_equal(_bits(got), _bits(ref[out].numpy()))
+    max_abs = max_rel = 0.0
+    within = True
+    if expected is not None:
+        w = expected[0].numpy() if hasattr(expected[0], "numpy") else np.asarray(expected[0])
+        max_abs = _err(got, w)
+        scale = float(np.abs(w).max()) if w.size else 0.0
+        max_rel = max_abs / scale if scale else 0.0
+        within = max_abs <= tolerance * max(scale, 1e-30)
+    rep.verdict = Verdict(int_ok and assembled and within, int_ok, assembled, first, n_int, max_abs, max_rel,
+                          tolerance, within, "quantized", checks)
+    rep.cycles = int(result.cycles)
+    rep.counters = _counter_summary(result, len(staged.program.cores))
+    rep.peak_sram_bytes = max(rep.counters["peak_allocated_bytes"], default=0)
+    rep.ops = [{"op": f"w{w}:{o.name}", "kind": o.kind, "how": o.how, "tile": list(o.tile) if o.tile else None,
+                "batch": o.batch, "banks": o.banks, "sram_bytes": o.sram_bytes, "workers_used": 1,
+                "instructions": o.instructions} for w, low in enumerate(staged.stages) for o in low.ops]
+    rep.ops.insert(0, {"spans": [[s.lo, s.hi] for s in spans]})
+    rep.result = result
+    rep.seconds = time.perf_counter() - t0
+    return rep

@@ -1,0 +1,145 @@
+"""Every shipped recipe, lowered and emulated on toy, pebble and goban (1 and 4 workers):
+the integer path bit-exact against the quantized PyTorch reference, the outputs within
+the declared tolerance of the float model; the unmodified-graph check; the CLI."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from dse.chips import load_chip
+from dse.frontend import run_pipeline
+from dse.mapping import Candidate, Mapping
+from dse.numerics import emulate_graph, emulate_recipe
+from dse.workload.recipes import instantiate, load_recipe
+
+SMALL = {
+    "gemm": dict(m=32, n=48, k=40),
+    "mlp": dict(batch=8),
+    "lenet5": dict(batch=1),
+    "resnet_block": dict(channels=16, size=8),
+    "temporal_conv": dict(length=32, mels=16, channels=16, out_channels=16),
+    "vit_block": dict(tokens=17, dim=32, heads=2, mlp_ratio=2),
+    "llama_decode": dict(past=15, vocab=64, dim=32, layers=1, heads=2, kv_heads=1),
+    "llama_prefill": dict(seq=16, vocab=64, dim=32, layers=1, heads=2, kv_heads=1),
+    "resnet18": dict(size=16, batch=1, classes=10),
+}
+TARGETS = [("toy", 1), ("pebble", 1), ("goban", 1), ("goban", 4)]
+
+
+@pytest.mark.parametrize("recipe", sorted(SMALL))
+def test_recipe_bit_exact_on_every_chip(recipe):
+    params = SMALL[recipe]
+    pipe = run_pipeline(recipe, params)
+    assert pipe.passed
+    module, inputs = instantiate(load_recipe(recipe), **params)
+    tolerance = max(s.tolerance for s in pipe.stages)
+    float_graph = next(g for s, g in reversed(list(zip(pipe.stages, pipe.graphs))) if not s.quantized)
+    ref = float_graph.trace(*inputs)
+    expected = [ref[n] for n in float_graph.outputs]
+    cycles = {}
+    for chip_name, workers in TARGETS:
+        chip = load_chip(chip_name)
+        rep = emulate_graph(pipe.graph, Candidate(chip, Mapping(workers=workers, split="cols")), inputs, expected,
+                            tolerance)
+        assert rep.feasible, rep.reason
+        v = rep.verdict
+        assert v.integer_bit_exact and v.integer_tensors > 0, (chip_name, workers, v.first_differing_op)
+        assert v.outputs_bit_exact, (chip_name, workers, v.first_differing_op)
+        assert v.first_differing_op is None
+        assert v.outputs_within_tolerance and v.max_rel_error <= tolerance, (chip_name, v.max_rel_error)
+        assert v.passed
+        assert rep.cycles > 0 and 0 < rep.peak_sram_bytes <= chip.private_sram_bytes
+        cycles[(chip_name, workers)] = rep.cycles
+    assert cycles[("goban", 4)] <= cycles[("goban", 1)] * 1.01
+
+
+def test_unmodified_graph_check_and_report():
+    rep = emulate_recipe("mlp", load_chip("toy"), Mapping(policy="framework"), SMALL["mlp"], check_unmodified=True)
+    assert rep.verdict.passed and rep.verdict.unmodified == {"passed": True, "first_differing_op": None,
+                                                             "blame": None}
+    d = rep.to_dict()
+    assert d["numerics"]["integer_bit_exact"] and d["cycles"] == rep.cycles > 0
+    assert [o["how"] for o in d["ops"]].count("matrix") == 3
+
+
+def test_cli_emulate_json(cli):
+    code, out, err = cli("emulate", "--chip", "goban", "--recipe", "gemm", "--param", "m=32", "--param", "n=48",
+                         "--param", "k=40", "--workers", "4", "--mapping", "framework", "--json")
+    assert code == 0, err
+    d = json.loads(out)
+    assert d["feasible"] and d["numerics"]["passed"] and d["numerics"]["integer_bit_exact"]
+    assert d["mapping"]["workers"] == 4 and d["mapping"]["policy"] == "framework"
+    assert d["cycles"] > 0 and d["peak_sram_bytes"] > 0 and len(d["counters"]["instructions"]) == 4
+
+
+def test_cli_emulate_text_and_errors(cli):
+    code, out, _ = cli("emulate", "--chip", "toy", "--recipe", "gemm", "--param", "m=16", "--param", "n=16",
+                       "--param", "k=16")
+    assert code == 0 and "emulated cycles" in out and "bit-exact" in out
+    code, _, err = cli("emulate", "--chip", "nochip", "--recipe", "gemm")
+    assert code == 2 and "field 'chip'" in err and len(err.strip().splitlines()) == 1
+    code, _, err = cli("emulate", "--chip", "toy", "--recipe", "gemm", "--workers", "2")
+    assert code == 2 and "--workers" in err
+    code, _, err = cli("emulate", "--chip", "toy", "--recipe", "no_such_recipe")
+    assert code == 2 and len(err.strip().splitlines()) == 1
+    code, out, _ = cli("emulate", "--chip", "toy", "--recipe", "gemm", "--set", "banks.count=4", "--param", "m=32",
+                       "--param", "n=48", "--param", "k=40")
+    assert code == 3 and "infeasible" in out and "bank budget" in out
+
+
+def test_cli_emulate_matmul_still_parses(cli):
+    code, out, _ = cli("emulate-matmul", "--size", "32", "32", "32", "--tile", "16", "16", "16", "--mode", "serial")
+    assert code == 0 and "matches numpy" in out
+
+
+USER_MODEL = '''"""A user's model: two linears with a ReLU."""
+import torch
+from torch import nn
+
+
+class Net(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.a = nn.Linear(24, 40)
+        self.b = nn.Linear(40, 8)
+
+    def forward(self, x):
+        return self.b(torch.relu(self.a(x)))
+
+
+def load(rows: int = 5) -> Net:
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(0)
+        return Net().eval()
+
+
+def inputs(rows: int = 5):
+    return (torch.randn(rows, 24, generator=torch.Generator().manual_seed(1)),)
+'''
+
+
+def test_users_own_model_folder(cli, tmp_path):
+    folder = tmp_path / "mynet"
+    folder.mkdir()
+    (folder / "model.py").write_text(USER_MODEL)
+    code, out, err = cli("emulate", "--chip", "goban", "--recipe", folder, "--workers", "4", "--split", "cols",
+                         "--json")
+    assert code == 0, err
+    d = json.loads(out)
+    assert d["numerics"]["integer_bit_exact"] and d["numerics"]["passed"]
+    assert [o["how"] for o in d["ops"]].count("matrix") == 2
+
+
+def test_cli_emulate_temporal_spans(cli):
+    code, out, err = cli("emulate", "--chip", "goban", "--recipe", "temporal_conv", "--param", "length=40",
+                         "--param", "mels=16", "--param", "channels=16", "--param", "out_channels=16",
+                         "--workers", "4", "--partition", "spans", "--json")
+    assert code == 0, err
+    d = json.loads(out)
+    assert d["numerics"]["passed"] and d["numerics"]["outputs_bit_exact"] and d["numerics"]["integer_bit_exact"]
+    assert d["ops"][0] == {"spans": [[0, 10], [10, 20], [20, 30], [30, 40]]}
+    assert len(d["counters"]["peak_allocated_bytes"]) == 4  # the private SRAM of every worker
+    code, out, _ = cli("emulate", "--chip", "goban", "--recipe", "gemm", "--workers", "4", "--partition", "spans")
+    assert code == 3 and "no temporal axis" in out
