@@ -35,6 +35,16 @@ class WorkItem:
     config_json: str  # the chip config as canonical JSON (cheap to send, the cache key)
     mapping: dict
     hash: str = ""
+    stage: str = "analytical"  # or "emulator"
+
+
+@dataclass
+class Workload:
+    """What workers need besides the candidates: the captured graph for the analytical
+    model, and (when the emulator stage runs) the prepared emulation workload."""
+
+    graph: object
+    emulation: object | None = None
 
 
 @dataclass
@@ -53,10 +63,13 @@ def _failed(key: int, exc: BaseException) -> Outcome:
                    traceback="".join(tb.format_exception(type(exc), exc, exc.__traceback__)))
 
 
-def evaluate_items(graph, items: list[WorkItem], kill: str | None = None) -> list[Outcome]:
-    """The analytical stage for a chunk of candidates, evaluated as one batch. A candidate
-    that raises is isolated and reported failed; the others are unaffected. `kill` is the
-    worker-death test hook (a hash prefix), never set in the driver's own process."""
+def evaluate_items(work, items: list[WorkItem], kill: str | None = None) -> list[Outcome]:
+    """A chunk of candidates: the analytical stage as one batch, the emulator stage one by
+    one. A candidate that raises is isolated and reported failed; the others are
+    unaffected. `kill` is the worker-death test hook (a hash prefix), never set in the
+    driver's own process."""
+    work = work if isinstance(work, Workload) else Workload(work)
+    graph = work.graph
     outcomes: dict[int, Outcome] = {}
     cands: list[tuple[WorkItem, Candidate]] = []
     for item in items:
@@ -64,10 +77,17 @@ def evaluate_items(graph, items: list[WorkItem], kill: str | None = None) -> lis
             os.kill(os.getpid(), signal.SIGKILL)
         try:
             chip = _chip(item.config_json)
-            cands.append((item, Candidate(chip, mapping_from_dict(item.mapping, "(candidate)"))))
+            cand = Candidate(chip, mapping_from_dict(item.mapping, "(candidate)"))
         except InputError as exc:
             outcomes[item.key] = Outcome(item.key, "infeasible",
                                          reason=f"invalid chip for this combination: {exc.field}: {exc.allowed}")
+            continue
+        if item.stage == "emulator":
+            from .emulation import emulate_safely
+
+            outcomes[item.key] = Outcome(item.key, **emulate_safely(work.emulation, cand))
+        else:
+            cands.append((item, cand))
     try:
         results = _analytical_batch(graph, [c for _, c in cands])
     except Exception:  # find the culprit: evaluate one at a time
@@ -103,37 +123,37 @@ class InlineExecutor:
 
     workers = 1
 
-    def __init__(self, graph):
-        self.graph = graph
+    def __init__(self, work):
+        self.work = work
 
     def run(self, chunks: list[list[WorkItem]]) -> Iterator[list[Outcome]]:
         for chunk in chunks:
-            yield evaluate_items(self.graph, chunk)
+            yield evaluate_items(self.work, chunk)
 
     def close(self) -> None:
         pass
 
 
-_WORKER_GRAPH = None
+_WORKER_WORK = None
 _WORKER_KILL: str | None = None
 
 
-def _init_worker(graph, kill: str | None) -> None:
-    global _WORKER_GRAPH, _WORKER_KILL
-    _WORKER_GRAPH, _WORKER_KILL = graph, kill
+def _init_worker(work, kill: str | None) -> None:
+    global _WORKER_WORK, _WORKER_KILL
+    _WORKER_WORK, _WORKER_KILL = work, kill
     # Ctrl-C reaches the whole process group; the driver alone decides how to stop.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
 
 
 def _evaluate_in_worker(items: list[WorkItem]) -> list[Outcome]:
-    return evaluate_items(_WORKER_GRAPH, items, _WORKER_KILL)
+    return evaluate_items(_WORKER_WORK, items, _WORKER_KILL)
 
 
 class PoolExecutor:
     """A local process pool. The graph is sent once per worker, not once per chunk."""
 
-    def __init__(self, graph, workers: int):
-        self.graph, self.workers = graph, workers
+    def __init__(self, work, workers: int):
+        self.work, self.workers = work, workers
         # forkserver: workers fork from a clean server that has imported this module once,
         # so they start fast without inheriting the driver's threads.
         self._ctx = get_context("forkserver")
@@ -142,7 +162,7 @@ class PoolExecutor:
 
     def _new_pool(self) -> ProcessPoolExecutor:
         return ProcessPoolExecutor(self.workers, mp_context=self._ctx, initializer=_init_worker,
-                                   initargs=(self.graph, os.environ.get(KILL_ENV)))
+                                   initargs=(self.work, os.environ.get(KILL_ENV)))
 
     def _restart(self) -> None:
         self._pool.shutdown(wait=False, cancel_futures=True)
@@ -192,12 +212,12 @@ class PoolExecutor:
 class DaskExecutor:
     """Dask distributed: the same chunks as tasks on a cluster's workers."""
 
-    def __init__(self, graph, address: str):
+    def __init__(self, work, address: str):
         from distributed import Client
 
         self.client = Client(address, set_as_default=False)
         self.workers = max(1, len(self.client.scheduler_info().get("workers", {})))
-        self._graph = self.client.scatter(graph, broadcast=True)
+        self._graph = self.client.scatter(work, broadcast=True)
         self._kill = os.environ.get(KILL_ENV)
 
     def run(self, chunks: list[list[WorkItem]]) -> Iterator[list[Outcome]]:
@@ -221,14 +241,16 @@ class DaskExecutor:
         self.client.close()
 
 
-def make_executor(graph, workers: int = 1, cluster: str | None = None):
+def make_executor(work, workers: int = 1, cluster: str | None = None):
+    """`work`: a Workload, or just the graph for an analytical-only sweep."""
+    work = work if isinstance(work, Workload) else Workload(work)
     cluster = cluster or os.environ.get("DASK_SCHEDULER_ADDRESS")
     if cluster:
-        return DaskExecutor(graph, cluster)
+        return DaskExecutor(work, cluster)
     if workers > 1:
-        return PoolExecutor(graph, workers)
-    return InlineExecutor(graph)
+        return PoolExecutor(work, workers)
+    return InlineExecutor(work)
 
 
-__all__ = ["WorkItem", "Outcome", "evaluate_items", "InlineExecutor", "PoolExecutor", "DaskExecutor",
+__all__ = ["WorkItem", "Workload", "Outcome", "evaluate_items", "InlineExecutor", "PoolExecutor", "DaskExecutor",
            "make_executor", "KILL_ENV"]

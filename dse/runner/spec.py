@@ -76,8 +76,9 @@ class Search(_Model):
 
 class Stages(_Model):
     analytical: Literal["all"] = "all"
-    # The emulator stage arrives with the lowering; until then only "none" is accepted.
-    emulator: Literal["none"] = "none"
+    # Which analytically feasible candidates are also emulated: none, the top_k by the first
+    # objective, or all. The others are recorded as pruned with the reason.
+    emulator: Literal["none", "top_k", "all"] = "none"
     top_k: int = Field(5, gt=0)
 
 

@@ -21,6 +21,8 @@ from typing import Any
 
 from tqdm import tqdm
 
+import emulator
+
 from ..analytical import MODEL_VERSION
 from ..chips import override_chip, overridden_data
 from ..errors import InputError
@@ -29,7 +31,7 @@ from ..mapping import mapping_from_dict
 from ..records import Store
 from ..workload import capture_recipe, load_recipe
 from .acceptance import decide
-from .execution import Outcome, WorkItem, make_executor
+from .execution import Outcome, WorkItem, Workload, make_executor
 from .recorder import Recorder
 from .samplers import Observation, Proposal, Sampler, make_sampler, sampler_kind
 from .spec import Spec, load_spec
@@ -208,11 +210,11 @@ class Sweep:
         self._tick(bar)
         return len(new)
 
-    def _chunks(self, items: list[WorkItem]) -> list[list[WorkItem]]:
+    def _chunks(self, items: list[WorkItem], per_chunk: int | None = None) -> list[list[WorkItem]]:
         if not items:
             return []
         parts = max(1, self.executor.workers * 2) if self.executor.workers > 1 else 1
-        size = max(1, math.ceil(len(items) / parts))
+        size = per_chunk or max(1, math.ceil(len(items) / parts))
         return [items[i:i + size] for i in range(0, len(items), size)]
 
     def _finish(self, outcomes: list[Outcome], by_run: dict, origin: str) -> None:
@@ -300,10 +302,59 @@ class Sweep:
                 if idle >= 20:
                     self.result.stopped_early = "the sampler proposes only candidates already evaluated"
                     break
+            self._emulate_phase()
         finally:
             bar.close()
         self.result.status, self.result.decision = decide(self.store, self.experiment_id, spec)
         return self.result
+
+    # -- the emulator stage ------------------------------------------------------------
+    def _emulate_phase(self) -> None:
+        """Emulate the analytically best candidates; record every other one as pruned, with
+        the reason, so the records say why it was not emulated."""
+        stages = self.spec.model.stages
+        if stages.emulator == "none":
+            return
+        obj = self.spec.model.objectives[0]
+        runs = self.store.runs(self.experiment_id)
+        done = set(runs.loc[(runs["stage"] == "emulator") & runs["status"].isin(DONE), "candidate_id"].astype(int))
+        cands = self.store.candidates(self.experiment_id).set_index("id")
+        ranked = sorted(((obs.totals.get(obj.metric, math.inf) * (1 if obj.direction == "minimize" else -1), cid)
+                         for cid, obs in self.known.values() if obs.feasible))
+        keep = ranked if stages.emulator == "all" else ranked[:stages.top_k]
+        chosen = {cid for _, cid in keep}
+        todo, pruned = [], []
+        for cid, obs in self.known.values():
+            if cid in done:
+                continue
+            if cid in chosen:
+                todo.append(cid)
+            elif obs.feasible:
+                rank = next(i for i, (_, c) in enumerate(ranked, 1) if c == cid)
+                pruned.append((cid, f"not emulated: rank {rank} of {len(ranked)} feasible by the analytical "
+                                    f"{obj.metric}, outside the top {stages.top_k}"))
+            else:
+                pruned.append((cid, "not emulated: analytically infeasible"))
+        if pruned:
+            run_ids = self.recorder.start_runs([c for c, _ in pruned], "emulator", model_version=MODEL_VERSION,
+                                               emulator_version=emulator.VERSION)
+            self.recorder.finish_runs([Outcome(r, "pruned", why) for r, (_, why) in zip(run_ids, pruned)])
+        if not todo:
+            return
+        run_ids = self.recorder.start_runs(todo, "emulator", model_version=MODEL_VERSION,
+                                           emulator_version=emulator.VERSION)
+        items = [WorkItem(r, canonical_json(json.loads(cands.loc[cid, "config"])), json.loads(cands.loc[cid, "mapping"]),
+                          str(cands.loc[cid, "hash"]), stage="emulator") for r, cid in zip(run_ids, todo)]
+        try:
+            for outcomes in self.executor.run(self._chunks(items, per_chunk=1)):
+                self.recorder.finish_runs(outcomes)
+                for o in outcomes:
+                    self._count(f"emulator {o.status}")
+                if self.stop_requested:
+                    raise KeyboardInterrupt
+        except BaseException:
+            self.recorder.crash_unfinished("interrupted before this candidate finished")
+            raise
 
 
 def run_sweep(spec_path: str | Path, db: str | Path = "records.db", progress: bool = True,
@@ -311,7 +362,12 @@ def run_sweep(spec_path: str | Path, db: str | Path = "records.db", progress: bo
     """Validate the spec (nothing is written if it is bad), then sweep into the store."""
     spec = load_spec(spec_path)
     graph = capture_recipe(spec.model.workload.recipe, **spec.model.workload.params)
-    executor = make_executor(graph, workers, cluster)
+    emulation = None
+    if spec.model.stages.emulator != "none":
+        from .emulation import prepare_emulation
+
+        emulation = prepare_emulation(spec.model.workload.recipe, spec.model.workload.params)
+    executor = make_executor(Workload(graph, emulation), workers, cluster)
     try:
         with Store(db) as store:
             return Sweep(spec, graph, store, executor, progress).run()

@@ -1,0 +1,78 @@
+"""The emulator stage: the recipe's frontend steps once per sweep, then, per candidate,
+lowering + emulation + the numerics check against PyTorch (`dse.numerics`).
+
+A candidate's emulator run records its evidence under kinds of its own: emulator cycles
+and counters (`emulator_cycles`), host time (`emulator_host_time`) and the numerics
+verdict (`numerics`); they are never merged with the analytical estimate.
+"""
+
+from __future__ import annotations
+
+import traceback as tb
+from dataclasses import dataclass
+from typing import Any
+
+from ..mapping import Candidate
+
+
+@dataclass
+class EmulationWorkload:
+    """What every emulated candidate shares: the graph after the recipe's steps, its
+    example inputs, and the references its outputs are checked against."""
+
+    graph: Any
+    inputs: list
+    expected: list | None
+    tolerance: float
+    reference_kind: str  # "quantized": integer path bit for bit; "float": within tolerance
+
+
+def prepare_emulation(recipe: str, params: dict) -> EmulationWorkload:
+    from ..errors import InputError
+    from ..numerics.run import prepare_recipe
+
+    prep = prepare_recipe(recipe, params)
+    if prep.failed:  # the recipe's own steps do not hold: no candidate could be checked
+        raise InputError(recipe, "workload.recipe", recipe, f"a recipe whose frontend steps pass ({prep.failed})")
+    return EmulationWorkload(prep.graph, prep.inputs, prep.expected, prep.tolerance, prep.reference_kind)
+
+
+def emulate(work: EmulationWorkload, cand: Candidate) -> dict:
+    """One candidate on the emulator: status, reason, metrics (plain data for the driver)."""
+    from ..numerics.run import emulate_graph
+
+    rep = emulate_graph(work.graph, cand, work.inputs, work.expected, work.tolerance, work.reference_kind)
+    if not rep.feasible:
+        return dict(status="infeasible", reason=rep.reason, metrics=[], totals={})
+    c = rep.counters
+    metrics = [
+        dict(kind="emulator_cycles", name="latency_cycles", value=float(rep.cycles), unit="cycles"),
+        dict(kind="emulator_cycles", name="peak_sram_bytes", value=float(rep.peak_sram_bytes), unit="bytes"),
+        dict(kind="emulator_host_time", name="seconds", value=float(rep.seconds), unit="s"),
+    ]
+    for core, busy in enumerate(c.get("busy_cycles", [])):
+        metrics.append(dict(kind="emulator_cycles", name="busy_cycles", value=float(busy), unit="cycles",
+                            scope="core", scope_key=str(core)))
+        metrics.append(dict(kind="emulator_cycles", name="waiting_cycles", value=float(rep.cycles - busy),
+                            unit="cycles", scope="core", scope_key=str(core)))
+    v = rep.verdict
+    if v is not None:
+        metrics += [
+            dict(kind="numerics", name="passed", value=float(v.passed), unit="bool"),
+            dict(kind="numerics", name="integer_bit_exact", value=float(v.integer_bit_exact), unit="bool"),
+            dict(kind="numerics", name="max_abs_error", value=float(v.max_abs_error), unit="abs"),
+            dict(kind="numerics", name="max_rel_error", value=float(v.max_rel_error), unit="rel"),
+        ]
+    if v is not None and not v.passed:
+        # Results that do not match PyTorch are not evidence of speed: the run fails.
+        return dict(status="failed", reason="", metrics=metrics, totals={},
+                    error=f"numerics: {v.summary()}")
+    return dict(status="ok", reason="", metrics=metrics, totals={"latency_cycles": float(rep.cycles)})
+
+
+def emulate_safely(work: EmulationWorkload, cand: Candidate) -> dict:
+    try:
+        return emulate(work, cand)
+    except Exception as exc:  # a crash in lowering or emulation is this candidate's failed run
+        return dict(status="failed", reason="", metrics=[], totals={}, error=f"{type(exc).__name__}: {exc}",
+                    traceback="".join(tb.format_exception(type(exc), exc, exc.__traceback__)))

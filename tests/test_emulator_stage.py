@@ -1,0 +1,50 @@
+"""The emulator stage in a sweep: the analytically best candidates are emulated (cycles,
+counters and the numerics verdict recorded under their own evidence kinds); every other
+candidate gets a pruned emulator run saying why."""
+
+from dse.records import Store
+from dse.runner import run_sweep
+
+from test_runner import write_spec
+
+STAGES = """
+[stages]
+emulator = "top_k"
+top_k = 2
+"""
+
+
+def test_top_k_are_emulated_and_the_rest_pruned_with_reasons(tmp_path):
+    spec = write_spec(tmp_path, name="emu", banks="[12, 16]")
+    spec.write_text(spec.read_text().replace("m = 64, n = 64, k = 64", "m = 32, n = 32, k = 32") + STAGES)
+    db = tmp_path / "r.db"
+    result = run_sweep(spec, db, progress=False, workers=2)
+    with Store(db) as store:
+        runs = store.runs(result.experiment_id)
+        emu = runs[runs["stage"] == "emulator"]
+        cands = store.candidates(result.experiment_id)
+        analytical = store.metric_table(result.experiment_id, "analytical")
+        cycles = store.metric_table(result.experiment_id, "emulator_cycles")
+        numerics = store.metric_table(result.experiment_id, "numerics")
+    assert len(emu) == len(cands)  # one emulator-stage run per candidate: emulated or pruned
+    ok = emu[emu["status"] == "ok"]
+    assert len(ok) == 2
+    # The two emulated ones are the two best by the analytical latency.
+    best2 = set(analytical[analytical["status"] == "ok"].nsmallest(2, "latency_cycles")["candidate_id"])
+    assert set(ok["candidate_id"]) == best2
+    pruned = emu[emu["status"] == "pruned"]
+    assert all(r.startswith("not emulated: ") for r in pruned["reason"])
+    assert pruned["reason"].str.contains("analytically infeasible").any()
+    assert pruned["reason"].str.contains("outside the top 2").any()
+    # Emulator evidence is its own kind, next to (never merged with) the analytical estimate.
+    emulated = cycles.dropna(subset=["latency_cycles"])
+    assert set(emulated["candidate_id"]) == best2 and (emulated["latency_cycles"] > 0).all()
+    passed = numerics.dropna(subset=["passed"])
+    assert set(passed["candidate_id"]) == best2 and (passed["passed"] == 1.0).all()
+    assert (passed["integer_bit_exact"] == 1.0).all()
+
+    again = run_sweep(spec, db, progress=False)
+    assert again.evaluated == 0
+    with Store(db) as store:
+        runs2 = store.runs(result.experiment_id)
+    assert len(runs2) == len(runs)  # nothing emulated twice
