@@ -48,3 +48,27 @@ def test_top_k_are_emulated_and_the_rest_pruned_with_reasons(tmp_path):
     with Store(db) as store:
         runs2 = store.runs(result.experiment_id)
     assert len(runs2) == len(runs)  # nothing emulated twice
+
+
+def test_report_shows_model_vs_emulator_and_core_time(tmp_path):
+    from dse.report import write_report
+
+    spec = write_spec(tmp_path, name="emurep", banks="[16]")
+    spec.write_text(spec.read_text().replace("m = 64, n = 64, k = 64", "m = 32, n = 32, k = 32") + STAGES)
+    db = tmp_path / "r.db"
+    run_sweep(spec, db, progress=False)
+    with Store(db) as store:
+        report = write_report(store, "emurep", tmp_path / "out")
+        emu = store.metric_table("emurep", "emulator_cycles").dropna(subset=["latency_cycles"])
+        model = store.metric_table("emurep", "analytical").set_index("candidate_id")
+    data = report.figures["model_vs_emulator"].data.set_index("candidate_id")
+    assert set(data.index) == set(emu["candidate_id"]) and len(data) == 2
+    for cid, row in data.iterrows():
+        want = 100 * (model.loc[cid, "latency_cycles"] - row["emulator_cycles"]) / row["emulator_cycles"]
+        assert abs(row["error_pct"] - want) < 1e-9
+    ax = report.figures["model_vs_emulator"].figure.axes[0]
+    assert ax.get_xlabel() == "emulator cycles (overlapped)" and len(ax.collections[0].get_offsets()) == 2
+    core = report.figures["core_time"].data
+    assert set(core["candidate_id"]) == set(data.index)
+    page = report.path.read_text()
+    assert "Analytical estimate vs emulator" in page and "stall_dependence" in page

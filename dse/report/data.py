@@ -25,6 +25,8 @@ class ExperimentView:
     provenance: dict
     op_cycles: pd.DataFrame  # rows: candidate id, columns: op name (analytical cycles), in graph order
     counts: dict
+    emulated: pd.DataFrame  # candidates run on both: analytical vs emulator latency, the model's error
+    core_time: pd.DataFrame  # emulated candidates x cores: busy, waiting, waiting by cause
 
 
 def _objectives(spec_text: str) -> list[dict]:
@@ -82,8 +84,19 @@ def experiment_view(store: Store, experiment) -> ExperimentView:
         last = runs.iloc[-1]
         provenance = {k: last.get(k) for k in ("host", "git_commit", "git_dirty", "model_version",
                                                "emulator_version", "versions", "command") if k in runs}
+    emu = store.metric_table(exp["id"], "emulator_cycles")
+    emulated = pd.DataFrame(columns=["candidate_id", "analytical_cycles", "emulator_cycles", "error_pct"])
+    if "latency_cycles" in emu:
+        both = emu[["candidate_id", "latency_cycles"]].dropna().merge(
+            table[["candidate_id", "latency_cycles"]].dropna(), on="candidate_id", suffixes=("_emu", "_model"))
+        emulated = pd.DataFrame({"candidate_id": both["candidate_id"].astype(int),
+                                 "analytical_cycles": both["latency_cycles_model"],
+                                 "emulator_cycles": both["latency_cycles_emu"]})
+        emulated["error_pct"] = 100.0 * (emulated["analytical_cycles"] - emulated["emulator_cycles"]) \
+            / emulated["emulator_cycles"]
+    core_time = store.metric_table(exp["id"], "emulator_cycles", scope="core")
     return ExperimentView(exp, objectives, table, baseline_id, best_id, compare, store.decisions(exp["id"]),
-                          provenance, op_cycles, table["status"].value_counts().to_dict())
+                          provenance, op_cycles, table["status"].value_counts().to_dict(), emulated, core_time)
 
 
 def chosen_candidates(view: ExperimentView, front_ids: list[int]) -> list[int]:

@@ -134,3 +134,39 @@ def history_plot(experiments: pd.DataFrame, decisions: pd.DataFrame) -> Figure:
     fig.autofmt_xdate()
     fig.tight_layout()
     return Figure(fig, pd.DataFrame(rows, columns=["experiment", "when", "verdict"]))
+
+
+def model_vs_emulator_plot(emulated: pd.DataFrame) -> Figure:
+    """Analytical estimate against emulator cycles, one point per candidate run on both,
+    with the y = x line: the model's trust at a glance."""
+    fig, ax = plt.subplots(figsize=(5.5, 4.6))
+    ax.scatter(emulated["emulator_cycles"], emulated["analytical_cycles"], color="#4c72b0", s=30)
+    if len(emulated):
+        lo = float(min(emulated["emulator_cycles"].min(), emulated["analytical_cycles"].min()))
+        hi = float(max(emulated["emulator_cycles"].max(), emulated["analytical_cycles"].max()))
+        ax.plot([lo, hi], [lo, hi], "--", color="#999999", label="y = x")
+        ax.legend(fontsize=8)
+    ax.set_xlabel("emulator cycles (overlapped)")
+    ax.set_ylabel("analytical estimate (cycles)")
+    ax.set_title("model vs emulator")
+    ax.grid(alpha=0.3)
+    fig.tight_layout()
+    return Figure(fig, emulated.copy())
+
+
+def core_time_plot(core_time: pd.DataFrame, candidate_ids: list[int]) -> Figure:
+    """Per emulated candidate and core: busy and waiting cycles (stacked)."""
+    data = core_time[core_time["candidate_id"].isin(candidate_ids)].copy()
+    data = data.sort_values(["candidate_id", "scope_key"])
+    labels = [f"#{int(c)} core {k}" for c, k in zip(data["candidate_id"], data["scope_key"])]
+    fig, ax = plt.subplots(figsize=(7.5, 0.35 * max(len(data), 1) + 1.6))
+    busy = data["busy_cycles"].to_numpy(dtype=float)
+    waiting = data["waiting_cycles"].to_numpy(dtype=float)
+    ax.barh(labels, busy, color="#55a868", label="busy")
+    ax.barh(labels, waiting, left=busy, color="#c9c9c9", label="waiting")
+    ax.invert_yaxis()
+    ax.set_xlabel("cycles")
+    ax.set_title("emulator: core busy vs waiting")
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    return Figure(fig, data[["candidate_id", "scope_key", "busy_cycles", "waiting_cycles"]].reset_index(drop=True))

@@ -16,7 +16,7 @@ import pandas as pd
 
 from ..records import Store
 from .data import ExperimentView, chosen_candidates, experiment_view
-from .figures import history_plot, op_breakdown_plot, pareto_plot
+from .figures import core_time_plot, history_plot, model_vs_emulator_plot, op_breakdown_plot, pareto_plot
 
 
 def _fmt(v) -> str:
@@ -91,6 +91,13 @@ def write_report(store: Store, experiment, out_dir: str | Path = "reports", x: s
     figures = {"pareto": pareto}
     if chosen and len(view.op_cycles.columns):
         figures["ops"] = op_breakdown_plot(view.op_cycles, chosen, labels)
+    if len(view.emulated):
+        figures["model_vs_emulator"] = model_vs_emulator_plot(view.emulated)
+    if len(view.core_time) and "busy_cycles" in view.core_time:
+        figures["core_time"] = core_time_plot(view.core_time, list(view.emulated["candidate_id"]))
+    stall_cols = [c for c in view.core_time.columns if str(c).startswith("stall_")]
+    stalls = (view.core_time[["candidate_id", "scope_key", *stall_cols]].to_dict("records")
+              if stall_cols else [])
 
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
@@ -116,6 +123,8 @@ def write_report(store: Store, experiment, out_dir: str | Path = "reports", x: s
         not_ok=[r for r in rows if r["status"] != "ok"], counts=view.counts, provenance=view.provenance,
         front_count=len(front_ids), objective=objectives[0]["metric"], x=x, y=y,
         chosen=[(labels[i], i) for i in chosen], has_ops="ops" in figures,
+        emulated=view.emulated.to_dict("records"), stall_cols=stall_cols, stalls=stalls,
+        has_emulator="model_vs_emulator" in figures, has_core_time="core_time" in figures,
     )
     import base64
 

@@ -15,6 +15,9 @@ from typing import Any
 from ..mapping import Candidate
 
 
+STALL_CAUSES = ("dependence", "ball_queue", "channel", "dma", "fence", "barrier", "rob_full", "frontend")
+
+
 @dataclass
 class EmulationWorkload:
     """What every emulated candidate shares: the graph after the recipe's steps, its
@@ -50,11 +53,18 @@ def emulate(work: EmulationWorkload, cand: Candidate) -> dict:
         dict(kind="emulator_cycles", name="peak_sram_bytes", value=float(rep.peak_sram_bytes), unit="bytes"),
         dict(kind="emulator_host_time", name="seconds", value=float(rep.seconds), unit="s"),
     ]
+    counters = rep.result.counters if rep.result is not None else None
     for core, busy in enumerate(c.get("busy_cycles", [])):
         metrics.append(dict(kind="emulator_cycles", name="busy_cycles", value=float(busy), unit="cycles",
                             scope="core", scope_key=str(core)))
         metrics.append(dict(kind="emulator_cycles", name="waiting_cycles", value=float(rep.cycles - busy),
                             unit="cycles", scope="core", scope_key=str(core)))
+        # Waiting by cause: instruction-cycles each instruction waited, attributed to the
+        # binding cause (they overlap in time, so they need not add up to waiting_cycles).
+        for cause in STALL_CAUSES:
+            value = counters.value(f"stall_{cause}_cycles", core=core) if counters is not None else 0
+            metrics.append(dict(kind="emulator_cycles", name=f"stall_{cause}", value=float(value),
+                                unit="instruction-cycles", scope="core", scope_key=str(core)))
     v = rep.verdict
     if v is not None:
         metrics += [
