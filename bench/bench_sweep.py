@@ -30,7 +30,7 @@ sys.path.insert(0, str(REPO))
 from dse.analytical import estimate, summarize  # noqa: E402
 from dse.mapping import Candidate  # noqa: E402
 from dse.records import Store  # noqa: E402
-from dse.runner import Sweep, load_spec  # noqa: E402
+from dse.runner import Sweep, load_spec, run_sweep  # noqa: E402
 from dse.runner.execution import make_executor  # noqa: E402
 from dse.workload import capture_recipe  # noqa: E402
 
@@ -123,6 +123,56 @@ def sweep_rate(sampler: str, trials: int, repeat: int, workers: int = 1) -> tupl
     return seconds, result.evaluated, result.evaluated / seconds
 
 
+EMU_SPEC = """
+[experiment]
+name = "emu"
+hypothesis = "emulator stage throughput"
+
+[workload]
+recipe = "resnet18"
+params = { size = 32, classes = 10 }
+
+[baseline]
+chip = "goban"
+
+[[space]]
+name = "banks"
+target = "chip.banks.count"
+values = [12, 14, 16, 18, 20, 22, 24, 26]
+
+[[space]]
+name = "workers"
+target = "mapping.workers"
+values = [1, 2, 3, 4]
+
+[[objectives]]
+metric = "latency_cycles"
+
+[stages]
+emulator = "all"
+"""
+
+
+def emulator_stage_time(workers: int, repeat: int) -> tuple[float, int]:
+    """The emulator stage's wall time in a sweep whose every feasible candidate is emulated
+    (the workers already started by the analytical stage)."""
+    with tempfile.TemporaryDirectory() as tmp:
+        spec = Path(tmp) / "emu.toml"
+        spec.write_text(EMU_SPEC)
+        counter = iter(range(10**6))
+        stage_times = []
+
+        def run():
+            result = run_sweep(spec, Path(tmp) / f"e{next(counter)}.db", progress=False, workers=workers)
+            stage_times.append(result.seconds["emulator"])
+
+        timed(run, repeat)
+        with Store(Path(tmp) / "e0.db") as store:
+            runs = store.runs("emu")
+        n = int(((runs["stage"] == "emulator") & (runs["status"] == "ok")).sum())
+    return statistics.median(stage_times), n
+
+
 def objective_factory(spec_path: Path):
     spec = load_spec(spec_path)
     graph = capture_recipe("mlp")
@@ -186,6 +236,8 @@ def main() -> None:
         ratios[kind] = s_dse / s_mem
     s1, n1, _ = sweep_rate("grid", 1, args.repeat, workers=1)
     s2, n2, _ = sweep_rate("grid", 1, args.repeat, workers=2)
+    e1, en = emulator_stage_time(1, 1)
+    e2, _ = emulator_stage_time(2, 1)
 
     print(f"{'what':<48} {'count':>6} {'median s':>9} {'per s':>9}")
     for what, n, s, rate in rows:
@@ -195,6 +247,8 @@ def main() -> None:
     for kind, r in ratios.items():
         print(f"dse {kind} sweep time / plain in-memory Optuna {kind} time (same objective, same trials): {r:.2f}")
     print(f"grid sweep, 2 workers vs 1: {s1 / s2:.2f}x faster ({n1} candidates)")
+    print(f"emulator stage ({en} resnet18 candidates emulated), 2 workers vs 1: {e1 / e2:.2f}x faster "
+          f"({e1:.2f} s vs {e2:.2f} s)")
 
 
 if __name__ == "__main__":

@@ -28,6 +28,7 @@ class EmulationWorkload:
     expected: list | None
     tolerance: float
     reference_kind: str  # "quantized": integer path bit for bit; "float": within tolerance
+    reference: dict | None = None  # every tensor of the graph on the inputs, computed once
 
 
 def prepare_emulation(recipe: str, params: dict) -> EmulationWorkload:
@@ -37,14 +38,16 @@ def prepare_emulation(recipe: str, params: dict) -> EmulationWorkload:
     prep = prepare_recipe(recipe, params)
     if prep.failed:  # the recipe's own steps do not hold: no candidate could be checked
         raise InputError(recipe, "workload.recipe", recipe, f"a recipe whose frontend steps pass ({prep.failed})")
-    return EmulationWorkload(prep.graph, prep.inputs, prep.expected, prep.tolerance, prep.reference_kind)
+    return EmulationWorkload(prep.graph, prep.inputs, prep.expected, prep.tolerance, prep.reference_kind,
+                             prep.graph.trace(*prep.inputs))
 
 
 def emulate(work: EmulationWorkload, cand: Candidate) -> dict:
     """One candidate on the emulator: status, reason, metrics (plain data for the driver)."""
     from ..numerics.run import emulate_graph
 
-    rep = emulate_graph(work.graph, cand, work.inputs, work.expected, work.tolerance, work.reference_kind)
+    rep = emulate_graph(work.graph, cand, work.inputs, work.expected, work.tolerance, work.reference_kind,
+                        reference=work.reference)
     if not rep.feasible:
         return dict(status="infeasible", reason=rep.reason, metrics=[], totals={})
     c = rep.counters

@@ -13,6 +13,7 @@ import functools
 import json
 import os
 import signal
+import sys
 import traceback as tb
 from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
 from concurrent.futures.process import BrokenProcessPool
@@ -143,6 +144,10 @@ def _init_worker(work, kill: str | None) -> None:
     _WORKER_WORK, _WORKER_KILL = work, kill
     # Ctrl-C reaches the whole process group; the driver alone decides how to stop.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    # One thread per worker process: the pool is the parallelism, and torch's own threads
+    # in every worker would oversubscribe the cores.
+    if "torch" in sys.modules:
+        sys.modules["torch"].set_num_threads(1)
 
 
 def _evaluate_in_worker(items: list[WorkItem]) -> list[Outcome]:
@@ -157,7 +162,10 @@ class PoolExecutor:
         # forkserver: workers fork from a clean server that has imported this module once,
         # so they start fast without inheriting the driver's threads.
         self._ctx = get_context("forkserver")
-        self._ctx.set_forkserver_preload([__name__])
+        # The emulator stage needs torch and the lowering: import them once in the server
+        # rather than once per worker.
+        preload = [__name__] + (["dse.numerics.run"] if getattr(work, "emulation", None) is not None else [])
+        self._ctx.set_forkserver_preload(preload)
         self._pool = self._new_pool()
 
     def _new_pool(self) -> ProcessPoolExecutor:

@@ -50,6 +50,7 @@ class SweepResult:
     counts: dict[str, int] = field(default_factory=dict)
     decision: str = ""
     stopped_early: str = ""
+    seconds: dict[str, float] = field(default_factory=dict)  # wall time per stage
 
 
 def _get(data: dict, dotted: str) -> Any:
@@ -279,6 +280,7 @@ class Sweep:
         # disable=None: no bar when stderr is not a terminal (logs, CI)
         bar = tqdm(total=total + 1, initial=min(len(recorded), total + 1), disable=None if self.progress else True,
                    desc=spec.name, unit="cand", mininterval=0.5)
+        started = time.perf_counter()
         try:
             self._evaluate([Proposal({})], "baseline", None, bar)
             origin = "grid" if kind == "grid" else "sampler"
@@ -302,7 +304,10 @@ class Sweep:
                 if idle >= 20:
                     self.result.stopped_early = "the sampler proposes only candidates already evaluated"
                     break
+            self.result.seconds["analytical"] = time.perf_counter() - started
+            started = time.perf_counter()
             self._emulate_phase()
+            self.result.seconds["emulator"] = time.perf_counter() - started
         finally:
             bar.close()
         self.result.status, self.result.decision = decide(self.store, self.experiment_id, spec)
