@@ -21,6 +21,8 @@ from dataclasses import dataclass, field
 from multiprocessing import get_context
 from typing import Any, Iterator
 
+import threadpoolctl
+
 from ..chips import validate_chip
 from ..errors import InputError
 from ..mapping import Candidate, mapping_from_dict
@@ -144,8 +146,9 @@ def _init_worker(work, kill: str | None) -> None:
     _WORKER_WORK, _WORKER_KILL = work, kill
     # Ctrl-C reaches the whole process group; the driver alone decides how to stop.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
-    # One thread per worker process: the pool is the parallelism, and torch's own threads
-    # in every worker would oversubscribe the cores.
+    # One thread per worker process: the pool is the parallelism, and the BLAS and torch
+    # thread pools of every worker would oversubscribe the cores (2-4x slower per item).
+    threadpoolctl.threadpool_limits(1)
     if "torch" in sys.modules:
         sys.modules["torch"].set_num_threads(1)
 
