@@ -7,6 +7,7 @@ so a `<script>` in a hypothesis shows as text in both.
 
 from __future__ import annotations
 
+import base64
 import html as html_lib
 from dataclasses import dataclass
 from pathlib import Path
@@ -126,8 +127,6 @@ def write_report(store: Store, experiment, out_dir: str | Path = "reports", x: s
         emulated=view.emulated.to_dict("records"), stall_cols=stall_cols, stalls=stalls,
         has_emulator="model_vs_emulator" in figures, has_core_time="core_time" in figures,
     )
-    import base64
-
     html = _HTML.get_template("report.html.j2").render(
         **context, images={n: base64.b64encode(b).decode() for n, b in pngs.items()})
     md = _MD.get_template("report.md.j2").render(**context, images={n: f"{assets.name}/{n}.png" for n in pngs})
@@ -146,8 +145,6 @@ class HistoryReport:
 
 def write_history(store: Store, out_dir: str | Path = "reports") -> HistoryReport:
     """The timeline of experiments and decisions across the whole store."""
-    import base64
-
     exps = store.experiments()
     decisions = store.decisions()
     fig = history_plot(exps, decisions)

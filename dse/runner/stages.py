@@ -62,10 +62,6 @@ def analytical_batch(graph, cands: list[Candidate]) -> list[AnalyticalResult]:
     return out
 
 
-def analytical_stage(graph, candidate: Candidate) -> AnalyticalResult:
-    return analytical_batch(graph, [candidate])[0]
-
-
 def source_count_metrics(graph) -> list[dict]:
     """Counts derived from the source graph: the same for every candidate."""
     t = graph.totals()
