@@ -694,11 +694,21 @@ class Store:
         Returns (id, created) per row, in order; known hashes (also repeats within `rows`)
         return the existing id."""
         prepared = []
+        canonical: dict[int, tuple[str, Any]] = {}  # id(value) -> (canonical text, parsed copy)
+
+        def canon(value: Any) -> tuple[str, Any]:
+            # Candidates of a batch often share one config object: encode it once.
+            if id(value) not in canonical:
+                text = canonical_json(value)
+                canonical[id(value)] = (text, json.loads(text))
+            return canonical[id(value)]
+
         for row in rows:
             check_choice("candidate.origin", row["origin"], CANDIDATE_ORIGINS)
-            config, mapping = json.loads(canonical_json([row["config"], row["mapping"]]))
-            prepared.append((content_hash({"config": config, "mapping": mapping}), config, mapping,
-                             row["origin"], row.get("diff") or {}))
+            (config_text, config), (mapping_text, mapping) = canon(row["config"]), canon(row["mapping"])
+            # content_hash({"config": ..., "mapping": ...}) composed from the canonical texts
+            key = hashlib.sha256(('{"config":' + config_text + ',"mapping":' + mapping_text + "}").encode()).hexdigest()
+            prepared.append((key, config, mapping, row["origin"], row.get("diff") or {}))
 
         def add() -> list[tuple[int, bool]]:
             with self._write() as session:
