@@ -72,3 +72,23 @@ def test_report_shows_model_vs_emulator_and_core_time(tmp_path):
     assert set(core["candidate_id"]) == set(data.index)
     page = report.path.read_text()
     assert "Analytical estimate vs emulator" in page and "stall_dependence" in page
+
+
+def test_pruned_emulator_runs_do_not_hide_analytical_outcomes(tmp_path):
+    """After the emulator stage, a candidate's analytical status stays 'ok' (its emulator run
+    is 'pruned'), so acceptance, the report and a resumed sampler see the same evidence."""
+    spec = write_spec(tmp_path, name="keep", banks="[12, 16, 20]")
+    spec.write_text(spec.read_text().replace("m = 64, n = 64, k = 64", "m = 32, n = 32, k = 32") + STAGES)
+    db = tmp_path / "r.db"
+    result = run_sweep(spec, db, progress=False)
+    with Store(db) as store:
+        analytical = store.metric_table(result.experiment_id, "analytical")
+        latest_any = store.candidates(result.experiment_id)
+        emulator = store.candidates(result.experiment_id, stage="emulator")
+    assert (latest_any["stage"] == "emulator").all()
+    assert set(emulator["status"]) == {"ok", "pruned"}
+    ok = analytical[analytical["status"] == "ok"]
+    assert len(ok) > 2 and ok["latency_cycles"].notna().all()
+    assert result.status == "confirmed"
+    again = run_sweep(spec, db, progress=False)
+    assert again.evaluated == 0 and again.counts.get("ok") == len(ok)

@@ -73,6 +73,7 @@ from dse.records.schema import (
     IMPORTED_METRIC_KINDS,
     METRIC_KINDS,
     METRIC_SCOPES,
+    RUN_STAGES,
     RUN_STATUSES,
     Artifact,
     Candidate,
@@ -116,6 +117,11 @@ pd = _LazyPandas()
 
 # PostgreSQL advisory lock key taken while migrating ("dse-rec" in ASCII).
 _MIGRATION_LOCK = 0x6473652D726563
+# The stage whose runs produce each kind of evidence (metric_table reports that stage's status).
+STAGE_OF_KIND = {"source_counts": "analytical", "analytical": "analytical", "emulator_cycles": "emulator",
+                 "emulator_host_time": "emulator", "numerics": "emulator", "rtl_cycles": "imported",
+                 "fpga_cycles": "imported"}
+
 # Execution option read by the SQLite "begin" listener: which BEGIN to emit.
 _SQLITE_BEGIN = "dse_sqlite_begin"
 _T = TypeVar("_T")
@@ -1204,10 +1210,13 @@ class Store:
         return record
 
     @_retrying
-    def candidates(self, experiment: str | int) -> pd.DataFrame:
-        """One row per candidate, with the stage, status and reason of its latest run."""
+    def candidates(self, experiment: str | int, stage: str | None = None) -> pd.DataFrame:
+        """One row per candidate, with the stage, status and reason of its latest run (of
+        `stage`, when given)."""
+        if stage is not None:
+            check_choice("run.stage", stage, RUN_STAGES)
         with self._read() as connection:
-            return self._candidates(connection, self._experiment_id(connection, experiment))
+            return self._candidates(connection, self._experiment_id(connection, experiment), stage)
 
     @_retrying
     def runs(
@@ -1245,7 +1254,9 @@ class Store:
     @_retrying
     def metric_table(self, experiment: str | int, kind: str, scope: str = "total") -> pd.DataFrame:
         """Wide form: one row per candidate (and scope_key unless scope is "total"), one
-        column per metric name, beside the candidate's latest status and reason.
+        column per metric name, beside the candidate's status and reason in the stage that
+        produces that kind of evidence (an emulator run pruned later does not hide an
+        analytical "ok").
 
         A candidate's numbers come from its latest run that recorded `kind` at `scope`;
         `metric_run_id`, `model_version` and `emulator_version` name that run. Candidates
@@ -1255,7 +1266,7 @@ class Store:
         check_choice("metric.scope", scope, METRIC_SCOPES)
         with self._read() as connection:
             experiment_id = self._experiment_id(connection, experiment)
-            candidates = self._candidates(connection, experiment_id)
+            candidates = self._candidates(connection, experiment_id, STAGE_OF_KIND.get(kind))
             long = self._metrics(connection, experiment_id, kind, scope)
         latest_run = long.groupby("candidate_id")["run_id"].transform("max")
         long = long[long["run_id"] == latest_run]
@@ -1449,17 +1460,15 @@ class Store:
             raise self._not_found(connection, "experiment", name_or_id)
         return found
 
-    def _candidates(self, connection: Connection, experiment_id: int) -> pd.DataFrame:
-        # Each candidate's latest run, as a grouped derived table joined once. (A
-        # correlated subquery reads faster on SQLite, but PostgreSQL may plan it as a
-        # join filter evaluated for every candidate-run pair.)
-        latest = (
-            select(Run.candidate_id, func.max(Run.id).label("run_id"))
-            .join(Candidate, Run.candidate_id == Candidate.id)
-            .where(Candidate.experiment_id == experiment_id)
-            .group_by(Run.candidate_id)
-            .subquery()
-        )
+    def _candidates(self, connection: Connection, experiment_id: int, stage: str | None = None) -> pd.DataFrame:
+        # Each candidate's latest run (of `stage`, when given), as a grouped derived table
+        # joined once. (A correlated subquery reads faster on SQLite, but PostgreSQL may
+        # plan it as a join filter evaluated for every candidate-run pair.)
+        runs = select(Run.candidate_id, func.max(Run.id).label("run_id")).join(
+            Candidate, Run.candidate_id == Candidate.id).where(Candidate.experiment_id == experiment_id)
+        if stage is not None:
+            runs = runs.where(Run.stage == stage)
+        latest = runs.group_by(Run.candidate_id).subquery()
         frame = _frame(
             connection,
             select(

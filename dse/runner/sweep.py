@@ -143,7 +143,7 @@ class Sweep:
 
     # -- recording and evaluating ----------------------------------------------------
     def _load_known(self) -> list[Observation]:
-        cands = self.store.candidates(self.experiment_id)
+        cands = self.store.candidates(self.experiment_id, stage="analytical")
         if cands.empty:
             return []
         table = self.store.metric_table(self.experiment_id, "analytical").set_index("candidate_id")
