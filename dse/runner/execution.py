@@ -110,6 +110,7 @@ def evaluate_items(work, items: list[WorkItem], kill: str | None = None) -> list
 
 
 def _analytical_batch(graph, cands: list[Candidate]) -> list[AnalyticalResult]:
+    # The one call into the model, kept as a seam: tests inject a crashing candidate here.
     return analytical_batch(graph, cands)
 
 

@@ -112,12 +112,15 @@ class Spec:
     def grid_size(self) -> int:
         return self.space.grid_size()
 
+    def overrides(self, params: dict[str, Any], section: str) -> dict[str, Any]:
+        """Knob values as dotted-path overrides of one section ("chip" or "mapping")."""
+        prefix = section + "."
+        return {k.target.removeprefix(prefix): params[k.name]
+                for k in self.model.space if k.target.startswith(prefix) and k.name in params}
+
     def apply(self, params: dict[str, Any]) -> tuple[ChipConfig, Mapping]:
         """The baseline with knob values applied (may raise InputError for a bad combination)."""
-        chip_over = {k.target.removeprefix("chip."): params[k.name]
-                     for k in self.model.space if k.target.startswith("chip.") and k.name in params}
-        map_over = {k.target.removeprefix("mapping."): params[k.name]
-                    for k in self.model.space if k.target.startswith("mapping.") and k.name in params}
+        chip_over, map_over = self.overrides(params, "chip"), self.overrides(params, "mapping")
         chip = override_chip(self.baseline_chip, chip_over, self.path) if chip_over else self.baseline_chip
         mapping = mapping_from_dict({**self.baseline_mapping.model_dump(mode="json"), **map_over}, str(self.path))
         return chip, mapping

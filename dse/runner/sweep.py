@@ -95,14 +95,10 @@ class Sweep:
         self.stop_requested = False
 
     # -- building candidates ---------------------------------------------------------
-    def _overrides(self, params: dict, prefix: str) -> dict:
-        return {k.target.removeprefix(prefix): params[k.name]
-                for k in self.spec.model.space if k.target.startswith(prefix) and k.name in params}
-
     def _chip_for(self, params: dict) -> tuple[dict, str, str]:
         """(config data, its canonical JSON, why it is invalid or '') once per distinct chip:
         many candidates share a chip and differ in mapping only."""
-        chip_over = self._overrides(params, "chip.")
+        chip_over = self.spec.overrides(params, "chip")
         key = tuple(sorted(chip_over.items()))
         if key not in self._chips:
             try:
@@ -118,7 +114,7 @@ class Sweep:
     def _build(self, params: dict) -> _Built:
         config, config_json, reason = self._chip_for(params)
         reason = reason or self.spec.space.violated(params)
-        mapping = {**self.baseline_data["mapping"], **self._overrides(params, "mapping.")}
+        mapping = {**self.baseline_data["mapping"], **self.spec.overrides(params, "mapping")}
         if not reason:
             try:
                 mapping = mapping_from_dict(mapping, str(self.spec.path)).model_dump(mode="json")
