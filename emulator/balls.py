@@ -104,16 +104,32 @@ def im2col(image: np.ndarray, kernel: int, stride: int, pad: int, width: int) ->
     return res
 
 
-def systolic_cycles(M: int, N: int, K: int, rows: int, cols: int, dataflow: str) -> int:
-    """A generic systolic-array latency (the matrix Ball's ``timing = "systolic"``).
+def systolic_cycles(M, N, K, rows, cols, dataflow: str):
+    """Compute cycles of ``C[M,N] = A[M,K] @ B[K,N]`` on a ``rows`` x ``cols`` systolic array.
 
-    ws: ``ceil(K/rows) * ceil(N/cols)`` weight folds, each preloading ``rows`` weight rows,
-    streaming ``M`` input rows and draining ``rows + cols - 1`` cycles of skew.
-    os: ``ceil(M/rows) * ceil(N/cols)`` output tiles, each streaming ``K`` steps with
-    ``rows + cols - 1`` cycles of skew, then shifting ``rows`` result rows out.
+    The matrix Ball's ``timing = "systolic"``: SCALE-Sim v3's compute cycles (its total
+    cycles minus its stall cycles) exactly, for dataflow ``ws``, ``os`` or ``is``.
+    SCALE-Sim runs a GEMM as ``S_r`` x ``T`` operand streams onto an ``S_r`` x ``S_c``
+    mapping: ``ceil(S_r/rows) * ceil(S_c/cols)`` folds, run back to back, each of
+    ``fill + T`` demand lines; its total is the index of the last line (lines - 1).
+
+    * ws (B stationary, K on rows, N on cols, M streamed):
+      ``ceil(K/rows) * ceil(N/cols) * (2*rows + cols + M - 2) - 1``
+    * os (C stationary, M on rows, N on cols, K streamed):
+      ``ceil(M/rows) * ceil(N/cols) * (rows + cols + K - 2) - 1``
+    * is (A stationary, K on rows, M on cols, N streamed):
+      ``ceil(K/rows) * ceil(M/cols) * (2*rows + cols + N - 2) - 1``
+
+    Arguments broadcast as numpy arrays; all-scalar arguments give an ``int``.
     """
     if dataflow == "ws":
-        folds = -(-K // rows) * -(-N // cols)
-        return folds * (rows + M + rows + cols - 1)
-    tiles = -(-M // rows) * -(-N // cols)
-    return tiles * (K + rows + cols - 1 + rows)
+        s_r, s_c, t, fill = K, N, M, 2 * rows + cols - 2
+    elif dataflow == "os":
+        s_r, s_c, t, fill = M, N, K, rows + cols - 2
+    elif dataflow == "is":
+        s_r, s_c, t, fill = K, M, N, 2 * rows + cols - 2
+    else:
+        raise ValueError(f"systolic dataflow must be 'ws', 'os' or 'is', got {dataflow!r}")
+    folds = -(-s_r // rows) * -(-s_c // cols)
+    out = folds * (fill + t) - 1
+    return out if isinstance(out, np.ndarray) else int(out)

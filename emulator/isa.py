@@ -82,7 +82,10 @@ Instruction semantics
     ``c``, whose col must be a multiple of ``banks.acc_col``.
     ``C = (C if accumulate else 0) + A @ B.T``, exact products summed and added in int32
     with two's-complement wraparound. K and N must be multiples of 16 (the toolchain pads
-    every dimension to 16); M is any positive count. ``dataflow`` (ws/os) changes timing only.
+    every dimension to 16); M is any positive count. ``dataflow`` (ws/os/is) changes timing
+    only; a formula-timed matrix Ball has latencies for ws and os, ``is`` needs ``timing =
+    "systolic"``. Its 2-bit code (os 0, ws 1, is 2) is split: bit 0 where the 1-bit ws/os
+    field always was, bit 1 after ``c_row``.
 ``VecMatmul(a, b, c, iter, accumulate)``
     Vec matmul (warp16) Ball. ``X`` = K x 16 int8 (line k of bank ``a``), ``Y`` = K x 16 int8
     (line k of bank ``b``), K = ``iter``; ``C`` (16 x 16 int32, layout (16, 1, 16) from row 0
@@ -215,7 +218,7 @@ class Matmul(Instr):
     M: int
     N: int
     K: int
-    dataflow: Literal["ws", "os"] = "ws"
+    dataflow: Literal["ws", "os", "is"] = "ws"
     accumulate: bool = False
     a_row: int = 0
     b_row: int = 0
@@ -223,8 +226,8 @@ class Matmul(Instr):
     op = "MATMUL"
 
     def __post_init__(self):
-        if self.dataflow not in ("ws", "os"):
-            raise EncodeError(f"MATMUL dataflow must be 'ws' or 'os', got {self.dataflow!r}")
+        if self.dataflow not in _DATAFLOW:
+            raise EncodeError(f"MATMUL dataflow must be 'ws', 'os' or 'is', got {self.dataflow!r}")
 
 
 @dataclass(frozen=True, slots=True)
@@ -370,8 +373,11 @@ def _bool_in(v: Any) -> int:
     return int(bool(v))
 
 
-_DATAFLOW = {"os": 0, "ws": 1}
-_DATAFLOW_BACK = {0: "os", 1: "ws"}
+# Matmul dataflow: a 2-bit code in two 1-bit fields, the low bit where the original 1-bit
+# ws/os field sits (so ws/os encodings are unchanged), the high bit after c_row. Decoding
+# ORs the two parts back together (see Layout.decode).
+_DATAFLOW = {"os": 0, "ws": 1, "is": 2}
+_DATAFLOW_BACK = {v: k for k, v in _DATAFLOW.items()}
 
 # (attribute, width key, to_field, from_field)
 _RS2: dict[type, tuple[tuple[str, Any, Callable, Callable], ...]] = {
@@ -382,10 +388,11 @@ _RS2: dict[type, tuple[tuple[str, Any, Callable, Callable], ...]] = {
     Barrier: (),
     Matmul: (("M", "matrix_dim_bits", int, int), ("N", "matrix_dim_bits", int, int),
              ("K", "matrix_dim_bits", int, int),
-             ("dataflow", 1, lambda v: _DATAFLOW[v], lambda v: _DATAFLOW_BACK[v]),
+             ("dataflow", 1, lambda v: _DATAFLOW[v] & 1, int),
              ("accumulate", 1, _bool_in, bool),
              ("a_row", "matrix_base_row_bits", int, int), ("b_row", "matrix_base_row_bits", int, int),
-             ("c_row", "matrix_base_row_bits", int, int)),
+             ("c_row", "matrix_base_row_bits", int, int),
+             ("dataflow", 1, lambda v: _DATAFLOW[v] >> 1, lambda v: v << 1)),
     VecMatmul: (("accumulate", 1, _bool_in, bool),),
     Im2col: (("size", "im2col_field_bits", int, int), ("kernel", "im2col_field_bits", int, int),
              ("stride", "im2col_field_bits", int, int), ("pad", "im2col_field_bits", int, int)),
@@ -557,9 +564,16 @@ class Layout:
         for attr, shift, _, mx, _ in rs1_spec:
             kw[attr] = (int(rs1) >> shift) & mx
         for attr, shift, _, mx, _, from_f in rs2_spec:
-            kw[attr] = from_f((int(rs2) >> shift) & mx)
+            v = from_f((int(rs2) >> shift) & mx)
+            kw[attr] = kw[attr] | v if attr in kw else v  # a field split in parts (Matmul dataflow)
         if cls is Mset and not kw["alloc"]:
             kw["col"] = 0
+        if cls is Matmul:
+            try:
+                kw["dataflow"] = _DATAFLOW_BACK[kw["dataflow"]]
+            except KeyError:
+                raise EncodeError(f"MATMUL dataflow code {kw['dataflow']} is not a dataflow "
+                                  f"(known: {_DATAFLOW})") from None
         return cls(**kw)
 
 

@@ -553,6 +553,9 @@ class Machine:
         if mb is None:
             self._ball(c, pc, ins, "matrix")
         idx, ball = mb
+        if ins.dataflow not in ball.latency and ball.timing != "systolic":
+            raise ExecutionError(c, pc, ins, f"matrix Ball of chip {self.chip.name} has no {ins.dataflow!r} latency "
+                                 f"formula; allowed: {', '.join(ball.latency)}; or timing = systolic")
         M, N, K = ins.M, ins.N, ins.K
         rb = self.rb
         acc_col = self._acc_col

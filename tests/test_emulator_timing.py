@@ -156,6 +156,8 @@ def test_the_ball_queue_is_in_order_and_blocks_behind_a_busy_ball():
 
 
 def test_latency_formulas_come_from_the_config():
+    from emulator.errors import ExecutionError
+
     d = copy.deepcopy(data("toy"))
     for b in d["balls"]:
         if b["kind"] == "relu":
@@ -167,8 +169,15 @@ def test_latency_formulas_come_from_the_config():
     assert cycles(prog, c, "serial").cycles == 1 + 37
     mm = Program([[Mset(0, 1), Mset(1, 1), Mset(2, 4), Matmul(0, 1, 2, 32, 32, 64),
                    Matmul(0, 1, 2, 32, 32, 64, "os")]], dram_bytes=64)
-    # systolic ws: ceil(64/16) * ceil(32/16) folds x (16 + 32 + 16 + 16 - 1); os: 4 tiles x (64 + 31 + 16)
-    assert cycles(mm, c, "serial").cycles == 3 + 8 * 79 + 4 * 111
+    # SCALE-Sim's compute cycles (tests/test_systolic.py): ws ceil(64/16) * ceil(32/16) folds x
+    # (2*16 + 16 + 32 - 2) lines - 1; os ceil(32/16) * ceil(32/16) folds x (16 + 16 + 64 - 2) - 1
+    assert cycles(mm, c, "serial").cycles == 3 + (8 * 78 - 1) + (4 * 94 - 1)
+    # is (K on rows, M on cols, N streamed): ceil(64/16) * ceil(32/16) x (2*16 + 16 + 32 - 2) - 1
+    mm_is = Program([[Mset(0, 1), Mset(1, 1), Mset(2, 4), Matmul(0, 1, 2, 32, 32, 64, "is")]], dram_bytes=64)
+    assert cycles(mm_is, c, "serial").cycles == 3 + (8 * 78 - 1)
+    with pytest.raises(ExecutionError, match="matrix Ball of chip toy has no 'is' latency formula; "
+                                             "allowed: ws, os; or timing = systolic"):
+        cycles(mm_is, chip(), "serial")
 
 
 def test_dma_constants_come_from_the_config():

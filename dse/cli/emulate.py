@@ -74,7 +74,7 @@ def register(sub) -> None:
     emu.add_argument("--mapping", choices=POLICIES, default="search", help="tile policy (default search)")
     emu.add_argument("--workers", type=int, default=1, help="cores the products are split across")
     emu.add_argument("--split", choices=("rows", "cols"), default="rows", help="how outputs are split")
-    emu.add_argument("--dataflow", choices=("ws", "os"), default="ws")
+    emu.add_argument("--dataflow", choices=("ws", "os", "is"), default="ws")
     emu.add_argument("--partition", choices=("tiles", "spans"), default="tiles",
                      help="tiles: each product's output tiles split across workers (a barrier per op); "
                           "spans: temporal spans with halos, each worker runs the whole stack")

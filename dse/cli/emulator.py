@@ -70,7 +70,7 @@ def register(sub) -> None:
     mm.add_argument("--tile", type=int, nargs=3, default=[32, 32, 32], metavar=("TM", "TN", "TK"))
     mm.add_argument("--cores", type=int, default=1)
     mm.add_argument("--layout", choices=["blocked", "rowmajor"], default="blocked")
-    mm.add_argument("--dataflow", choices=["ws", "os"], default="ws")
+    mm.add_argument("--dataflow", choices=["ws", "os", "is"], default="ws")
     mm.add_argument("--no-fence", action="store_true", help="no FENCE after each MVOUT")
     mm.add_argument("--mode", choices=["overlapped", "serial", "both"], default="both")
     mm.add_argument("--trace", metavar="DIR", help="write itrace/mtrace/pmctrace NDJSON files here")
