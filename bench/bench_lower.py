@@ -1,8 +1,10 @@
 """Every recipe lowered and emulated on a chip with 1 and N workers under the `framework`
 and `search` policies: emulated cycles, peak private SRAM per worker, the framework /
-search cycle ratio and the numerics verdict. Run by hand:
+search cycle ratio, how many quantize / requantize / dequantize ops the lowering put on
+the Fp2Int / Int2Fp Balls (of all of them, under `search`) and the numerics verdict. Run by hand:
 
     .venv/bin/python bench/bench_lower.py [--chip goban] [--workers 1,4] [--split cols] [--recipes a,b]
+        [--elementwise auto|ball|core]
 """
 
 from __future__ import annotations
@@ -39,12 +41,15 @@ def main() -> None:
     ap.add_argument("--workers", default="1,4")
     ap.add_argument("--split", default="cols", choices=("rows", "cols"))
     ap.add_argument("--recipes", default=",".join(SMALL))
+    ap.add_argument("--elementwise", default="auto", choices=("auto", "ball", "core"),
+                    help="where quantize / requantize / dequantize run (dse.lower.lower)")
     args = ap.parse_args()
     chip = load_chip(args.chip)
-    print(f"chip {chip.name}, split {args.split}; private SRAM {chip.private_sram_bytes:,} B per core")
+    print(f"chip {chip.name}, split {args.split}, elementwise {args.elementwise}; "
+          f"private SRAM {chip.private_sram_bytes:,} B per core")
     print(f"| recipe | params | workers | framework cycles | search cycles | fw/search | peak SRAM B (search) "
-          f"| verdict | int bit-exact | max abs err | max rel err (tol) |")
-    print("|---|---|---|---|---|---|---|---|---|---|---|")
+          f"| scale ops on Balls | verdict | int bit-exact | max abs err | max rel err (tol) |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|")
     for recipe in args.recipes.split(","):
         params = SMALL[recipe]
         pipe = run_pipeline(recipe, params)
@@ -59,14 +64,18 @@ def main() -> None:
             for policy in ("framework", "search"):
                 reps[policy] = emulate_graph(pipe.graph, Candidate(chip, Mapping(policy=policy, workers=w,
                                                                                    split=args.split)),
-                                             inputs, expected, tol)
+                                             inputs, expected, tol, elementwise=args.elementwise)
             fw, se = reps["framework"], reps["search"]
             if not (fw.feasible and se.feasible):
-                print(f"| {recipe} | {params} | {w} | {fw.reason or fw.cycles} | {se.reason or se.cycles} | | | | | | |")
+                print(f"| {recipe} | {params} | {w} | {fw.reason or fw.cycles} | {se.reason or se.cycles} "
+                      f"| | | | | | | |")
                 continue
             v = se.verdict
+            scale_ops = [o["how"] for o in se.ops if o["kind"] in ("quantize", "requantize", "dequantize")]
+            on_balls = sum(h in ("fp2int", "int2fp") for h in scale_ops)
             print(f"| {recipe} | {params} | {w} | {fw.cycles:,} | {se.cycles:,} | {fw.cycles / se.cycles:.3f} "
-                  f"| {se.peak_sram_bytes:,} | {'PASS' if v.passed and fw.verdict.passed else 'FAIL'} "
+                  f"| {se.peak_sram_bytes:,} | {on_balls}/{len(scale_ops)} "
+                  f"| {'PASS' if v.passed and fw.verdict.passed else 'FAIL'} "
                   f"| {v.integer_bit_exact and fw.verdict.integer_bit_exact} | {v.max_abs_error:.3g} "
                   f"| {v.max_rel_error:.3g} ({tol:g}) |", flush=True)
             print(f"<!-- {recipe} w={w}: {time.perf_counter() - t:.1f} s host -->", file=sys.stderr)

@@ -15,9 +15,22 @@ Op by op, in graph order:
 * an int8 channels-last ``conv1d`` / ``conv2d`` (NLC / NHWC, WIO / HWIO weights, as the
   permute step leaves them) is im2col on the core - one strided gather copy, after a copy
   into a zero-padded image when the conv pads - and the same GEMM on the matrix Ball;
-* requantize / dequantize of an accumulator read its blocked tiles directly (one core op
-  over the padded tiles, the padding multiplied by a zero scale);
+* quantize (fp32 -> int8), requantize (int32 / int8 -> int8) and dequantize (int32 / int8
+  -> fp32) go to the Fp2Int / Int2Fp Ball where the chip has it and one fp32 scale covers
+  runs of whole 16-byte lines - a per-tensor scale, or one that varies only along the rows
+  (per row, per 16-row strip, per batch entry) - streamed through two banks (MVIN, FP2INT /
+  INT2FP, MVOUT; see `_Builder._scale_plan` for the layouts and `stream_cycles` for the
+  cost), when the estimate says the Ball is cheaper than the core (``elementwise="auto"``;
+  ``"ball"`` / ``"core"`` force one side). Otherwise, and always for a per-channel scale
+  (it varies inside every line), one core op: over the padded tiles of a blocked
+  accumulator (the padding multiplied by a zero scale), or over the row-major tensor;
 * an int8 / int32 ReLU goes to the ReLU Ball where the chip has one (toy, pebble);
+* transposes (``permute``) stay core ops: the Transpose Ball transposes E x E blocks of
+  consecutive lines (E = 4 fp32 / 16 int8), so feeding it a matrix needs a strided MVIN of
+  one 16-byte line a row (one DRAM burst, ``dma.latency_cycles``, every 16 bytes: 25 cycles
+  an fp32 element against the core's 4) and a per-block MVOUT (a transfer starts at line 0
+  of its bank), and the permutes left after the frontend are fp32 activations of odd shapes
+  (3 channels, 17 tokens) that are not whole blocks;
 * reshape of an unpadded contiguous tensor is a descriptor (no data moves);
 * everything else is a core op (:mod:`dse.lower.coreop`), charged, never free.
 
@@ -26,8 +39,11 @@ are split across the workers; others run on worker 0. Synchronisation: with one 
 FENCE closes each matrix-Ball op before the core reads its MVOUTs (under ``framework`` a
 FENCE also follows every MVOUT, as in the framework's toolchain); with several workers a
 BARRIER on every worker closes every op. Banks are allocated (MSET) at the start of each
-matrix-Ball op and freed at its end: an op's allocation lives exactly as long as the op,
-and the emulator's ``peak_allocated_bytes`` counter reports the peak per worker.
+Ball op (matrix, ReLU, Fp2Int / Int2Fp stream) and freed at its end: no data stays resident
+in a bank across ops, so an allocation lives exactly as long as its op. The private SRAM
+figure is computed from those actual lifetimes (`sram_lifetimes` replays every worker's
+MSETs over the whole program: ``Lowered.peak_sram_bytes`` / ``peak_sram_per_worker``),
+equal to the emulator's ``peak_allocated_bytes`` counter.
 :func:`lower_stages` places several graphs on disjoint core groups (poly: prefill and
 decode cores); `dse.lower.spans.lower_spans` partitions a temporal stack into spans.
 """
@@ -40,7 +56,8 @@ from dataclasses import dataclass, field
 import numpy as np
 import torch
 
-from emulator import Barrier, CoreOp, Fence, Matmul, Mset, Mvin, Mvout, Program, Region, Relu
+from emulator import (Barrier, CoreOp, Fence, Fp2Int, Int2Fp, Matmul, Mset, Mvin, Mvout, Program, Region,
+                      Relu)
 
 from ..analytical.matmul import plan_matmul
 from ..mapping import Candidate, MatmulShape
@@ -48,7 +65,7 @@ from ..mapping.params import CandidateArrays
 from ..mapping.matmul import check_tiles
 from ..workload.graph import Graph, Op, scale_tensor
 from . import coreop
-from .memory import Blocked, Dram, Loc
+from .memory import Blocked, Dram, Loc, itemsize
 
 
 # Graph ops whose rows (all axes before the normalised ones) are independent: a core op of
@@ -70,11 +87,11 @@ class OpLowering:
 
     name: str
     kind: str
-    how: str  # "matrix", "core", "epilogue", "view"
+    how: str  # "matrix", "core", "epilogue" (core op over blocked tiles), "view", "relu", "fp2int", "int2fp" (Balls)
     tile: tuple[int, int, int] | None = None
     batch: int = 1
     banks: int = 0
-    sram_bytes: int = 0  # private SRAM allocated by the op (per worker)
+    sram_bytes: int = 0  # private SRAM the op allocates (per worker; all of it is freed at the op's end)
     workers_used: int = 1
     instructions: int = 0
 
@@ -93,9 +110,16 @@ class Lowered:
         return len(self.program.cores)
 
     @property
+    def peak_sram_per_worker(self) -> list[int]:
+        """Peak private SRAM of each worker (core) from the actual allocation lifetimes: the
+        program's MSETs replayed in order (`sram_lifetimes`)."""
+        return sram_lifetimes(self.program.cores, self.candidate.chip)[0]
+
+    @property
     def peak_sram_bytes(self) -> int:
-        """Peak private SRAM a worker allocates (banks are allocated per op and freed after it)."""
-        return max((o.sram_bytes for o in self.ops), default=0)
+        """Peak private SRAM any worker holds at once, from the MSET alloc/free intervals of
+        the whole program (equal to the emulator's ``peak_allocated_bytes``, max over cores)."""
+        return max(self.peak_sram_per_worker, default=0)
 
     def read(self, img: np.ndarray, name: str) -> np.ndarray:
         return self.locs[name].read(img)
@@ -106,7 +130,11 @@ def _np(value) -> np.ndarray:
 
 
 class _Builder:
-    def __init__(self, graph: Graph, candidate: Candidate, inputs, dram: Dram | None = None):
+    def __init__(self, graph: Graph, candidate: Candidate, inputs, dram: Dram | None = None,
+                 elementwise: str = "auto"):
+        if elementwise not in ELEMENTWISE:
+            raise ValueError(f"elementwise must be one of {ELEMENTWISE}, got {elementwise!r}")
+        self.elementwise = elementwise
         self.g = graph
         self.cand = candidate
         self.chip = candidate.chip
@@ -383,8 +411,14 @@ class _Builder:
         return None
 
     def _scale_op(self, op: Op) -> OpLowering | None:
-        """quantize / requantize / dequantize as one core op: x (as fp32) * scale, stored
-        into the output dtype (round half to even, saturate) - the contract's formula."""
+        """quantize / requantize / dequantize: ``y = store(fp32(x) * scale)`` (round half to
+        even, saturate into int8; fp32 for dequantize) - on the Fp2Int / Int2Fp Ball
+        (:meth:`_scale_plan`) when the chip has it, the semantics match bit for bit and the
+        estimate says it is cheaper on the slowest worker: `stream_cycles` of the pieces dealt
+        to the workers against `core_cycles` of the largest part of the core op as `_split`
+        cuts it (the whole op on worker 0 when it is not split). That is ``elementwise=
+        "auto"``; ``"ball"`` takes the Ball whenever it is legal, ``"core"`` never. Else one
+        charged core op (:meth:`_scale_core`)."""
         src = self.loc(op.inputs[0])
         spec = self.g.tensors[op.outputs[0]]
         shape = tuple(spec.shape)
@@ -392,25 +426,238 @@ class _Builder:
         if src.blocked is not None:
             b = src.blocked
             out = self.dram.matrix(shape, spec.dtype, b.batch, b.M, b.N)
-            self.locs[op.outputs[0]] = out
+        else:
+            out = self.dram.tensor(spec.shape, spec.dtype)
+        self.locs[op.outputs[0]] = out
+        plan = None if self.elementwise == "core" else self._scale_plan(op, src, out, scale, shape)
+        if plan is not None and self.elementwise == "auto":
+            core_op = self._scale_core(src, out, scale, shape, place=False)
+            parts = [p for p in (self._split(core_op) or [core_op]) if p is not None] if self.W > 1 else [core_op]
+            if stream_cycles(self.chip, plan, self.W) >= max(core_cycles(self.chip, p) for p in parts):
+                plan = None
+        if plan is None:
+            self.core(self._scale_core(src, out, scale, shape))
+            self.sync(False)
+            return OpLowering(op.name, op.kind, "epilogue" if src.blocked is not None else "core")
+        used = self._emit_stream(plan)
+        self.sync(True)
+        return OpLowering(op.name, op.kind, plan.kind, None, 1, 1 + plan.dst_col,
+                          (1 + plan.dst_col) * self.chip.banks.rows * self.chip.banks.row_bytes, used)
+
+    def _scale_core(self, src: Loc, out: Loc, scale: np.ndarray, shape, place: bool = True) -> CoreOp:
+        """The core-op form: one op (split across workers). A blocked accumulator is read
+        tile by tile directly (a ``mul`` over the padded tile grid, the padding multiplied by
+        a zero scale); a per-tensor scale on a row-major tensor is a ``scale`` op, any other a
+        ``mul`` by the expanded scale. Charged ``elements x op_cycles[kind]``
+        (`core_cycles`). With ``place=False`` the scale constant is not stored (the op is
+        only costed)."""
+        from emulator import DramTensor
+        if src.blocked is not None:
+            b = src.blocked
             full = np.zeros((b.batch, b.Mt * b.tm, b.Nt * b.tn), dtype=np.float32)
             full[:, :b.M, :b.N] = np.broadcast_to(scale, shape).reshape(b.batch, b.M, b.N)
-            saddr = self.dram.blob(full)
+            saddr = self.dram.blob(full) if place else 0
             sloc = Loc(saddr, full.shape, "float32", full.shape)
-            self.core(CoreOp("mul", out.padded_grid_view(b.tm, b.tn),
-                             (src.padded_view(), sloc.padded_grid_view(b.tm, b.tn))))
-            self.sync(False)
-            return OpLowering(op.name, op.kind, "epilogue")
-        out = self.dram.tensor(spec.shape, spec.dtype)
-        self.locs[op.outputs[0]] = out
+            return CoreOp("mul", out.padded_grid_view(b.tm, b.tn),
+                          (src.padded_view(), sloc.padded_grid_view(b.tm, b.tn)))
         if scale.ndim == 0 or scale.size == 1:
-            self.core(CoreOp("scale", out.view(), (src.view(),), {"scale": float(scale.reshape(-1)[0])}))
+            return CoreOp("scale", out.view(), (src.view(),), {"scale": float(scale.reshape(-1)[0])})
+        saddr = self.dram.blob(np.ascontiguousarray(scale)) if place else 0
+        return CoreOp("mul", out.view(), (src.view(), DramTensor(saddr, scale.shape, "fp32")))
+
+    def _scale_plan(self, op: Op, src: Loc, out: Loc, scale: np.ndarray, shape) -> "Stream | None":
+        """The Ball form, or None (with the reason in the comments) when it does not apply.
+
+        Which Ball: quantize fp32 -> int8 is ``FP2INT(out_bits 8)``; requantize int32 / int8 ->
+        int8 is ``INT2FP(in_bits 32 / 8, out_bits 8)``; dequantize int32 / int8 -> fp32 is
+        ``INT2FP(in_bits 32 / 8, out_bits 32)``. Both compute ``fp32(x) * scale`` with one fp32
+        product (round to nearest even), then round half to even and saturate - exactly the
+        graph's ``clamp(round(x.float() * scale))`` and the core op's store rule.
+
+        The scale is one fp32 register per instruction, so an instruction covers a run of
+        elements with one scale. Per tensor: any run. A scale that varies only along the
+        rows (batch axes, or the row axis per row / per 16-row strip): one run per block of
+        equal-scale rows. A scale that varies along the last axis (per channel / per column,
+        what the frontend gives every requantize / dequantize of a weight product) stays on
+        the core: a 16-byte line holds 4 int32 (16 int8) consecutive columns, every DMA beat
+        and every Ball operand is a stream of whole lines from line 0, so no run of lines
+        has a single scale.
+
+        Layout: a padded row-major source streams as a flat buffer (the zero padding maps to
+        zero: 0 * scale rounds to 0), runs cut at equal-scale row blocks and at the bank's
+        addressable rows. A blocked accumulator (`Blocked`) keeps its bias-filled padding
+        rows out of the stream (only rows < M are moved; the output's padding stays zero):
+        with one column tile (``Nt == 1``) the blocked buffer is the row-major matrix, so
+        each batch entry's M rows are one contiguous run; with ``Nt > 1`` each tile's rows
+        are a run whose result is scattered into the row-major output by a strided MVOUT
+        (a destination bank of ``tn * out bytes / 16`` columns holds one tile row a bank
+        row, stride = the output row). Output: the same padded row-major layout as the core
+        op writes, so every consumer reads the same bytes.
+        """
+        chip = self.chip
+        kind_in, kind_out = src.dtype, out.dtype
+        if op.kind == "quantize":
+            if kind_in != "float32" or kind_out != "int8":
+                return None
+            ball, ib, ob = "fp2int", 4, 1
+        elif op.kind == "requantize":
+            if kind_in not in ("int32", "int8") or kind_out != "int8":
+                return None
+            ball, ib, ob = "int2fp", itemsize(kind_in), 1
         else:
-            saddr = self.dram.blob(np.ascontiguousarray(scale))
-            from emulator import DramTensor
-            self.core(CoreOp("mul", out.view(), (src.view(), DramTensor(saddr, scale.shape, "fp32"))))
-        self.sync(False)
-        return OpLowering(op.name, op.kind, "core")
+            if kind_in not in ("int32", "int8") or kind_out != "float32":
+                return None
+            ball, ib, ob = "int2fp", itemsize(kind_in), 4
+        if chip.ball(ball) is None or len(shape) == 0:
+            return None
+        full = np.broadcast_to(scale, shape).astype(np.float32)
+        if not np.all(np.isfinite(full)) or not np.all(full > 0):
+            return None  # a negative scale would write -0.0 into zero fp32 padding; NaN/inf: keep the core's path
+        rows_scale = full[..., 0]
+        if not np.array_equal(full.view(np.uint32), np.broadcast_to(rows_scale[..., None], full.shape).view(np.uint32)):
+            return None  # the scale varies along the last axis (per channel): see the docstring
+        rb = chip.banks.row_bytes
+        lim = min(chip.banks.rows, 1 << chip.isa.row_addr_bits)
+        runs: list[tuple] = []  # (src, rows, src row bytes, dst row bytes, dst, dst row stride (0: contiguous), scale)
+        if src.blocked is None:
+            if not src.standard:
+                return None
+            bshape = src.buffer_shape
+            Np = bshape[-1]
+            lead = bshape[:-1]
+            R = math.prod(lead)
+            # per buffer row: its scale, or None for a padding row (zero data: any scale)
+            rs: list[float | None] = [None] * R
+            flat = np.asarray(rows_scale, dtype=np.float32).reshape(-1)
+            if len(shape) >= 2:
+                M, Mp = shape[-2], bshape[-2]
+                lr = flat.reshape(-1, M)
+                for i in range(lr.shape[0]):
+                    for m in range(M):
+                        rs[i * Mp + m] = float(lr[i, m])
+            else:
+                rs[0] = float(flat[0])
+            row_in, row_out = Np * ib, Np * ob
+            self._runs(runs, src.addr, out.addr, rs, row_in, row_out, 0)
+            dst_col = 1
+        else:
+            b = src.blocked
+            Mp, Np = b.Mt * b.tm, b.Nt * b.tn
+            lr = np.asarray(rows_scale, dtype=np.float32).reshape(b.batch, b.M)
+            if b.Nt == 1:
+                for bi in range(b.batch):
+                    self._runs(runs, src.addr + bi * Mp * Np * 4, out.addr + bi * Mp * Np * ob,
+                               [float(x) for x in lr[bi]], Np * 4, Np * ob, 0)
+                dst_col = 1
+            else:
+                dst_col = b.tn * ob // rb
+                stride = Np * ob
+                if dst_col < 1 or dst_col > chip.banks.max_col or dst_col + 1 > chip.banks.count \
+                        or stride > chip.isa.max_value("stride"):
+                    return None
+                for bi in range(b.batch):
+                    for mi in range(b.Mt):
+                        m0, m1 = mi * b.tm, min(b.M, (mi + 1) * b.tm)
+                        for ni in range(b.Nt):
+                            tile = src.addr + ((bi * b.Mt + mi) * b.Nt + ni) * b.tm * b.tn * 4
+                            dst = out.addr + ((bi * Mp + m0) * Np + ni * b.tn) * ob
+                            self._runs(runs, tile, dst, [float(x) for x in lr[bi, m0:m1]], b.tn * 4, b.tn * ob,
+                                       stride)
+        pieces = []
+        for s_addr, nrows, row_in, row_out, d_addr, d_stride, sc in runs:
+            if d_stride == 0:  # contiguous in and out: cut anywhere on a 16-element boundary
+                elems, chunk = nrows * row_in // ib, (lim * rb // max(ib, ob)) // 16 * 16
+                for e0 in range(0, elems, chunk):
+                    e = min(chunk, elems - e0)
+                    pieces.append(StreamPiece(s_addr + e0 * ib, e * ib // rb, d_addr + e0 * ob, e * ob // rb, 0, sc))
+            else:  # one tile row a destination bank row: cut at rows
+                per = min(lim, lim * rb // row_in)
+                if per < 1:
+                    return None
+                for r0 in range(0, nrows, per):
+                    k = min(per, nrows - r0)
+                    pieces.append(StreamPiece(s_addr + r0 * row_in, k * row_in // rb, d_addr + r0 * d_stride,
+                                              k * row_out // rb, d_stride, sc))
+        if not pieces:
+            return None
+        return Stream(ball, 8 * ib, 8 * ob, 1, dst_col, pieces)
+
+    @staticmethod
+    def _runs(runs: list, src: int, dst: int, rs: list, row_in: int, row_out: int, d_stride: int) -> None:
+        """Append maximal runs of consecutive rows with one scale (None: a zero padding row,
+        joins any run; a run never starts or ends with one unless it is all padding, which is
+        dropped)."""
+        i, n = 0, len(rs)
+        while i < n:
+            if rs[i] is None:
+                i += 1
+                continue
+            s = rs[i]
+            j = i + 1
+            while j < n and (rs[j] is None or rs[j] == s):
+                j += 1
+            while rs[j - 1] is None:
+                j -= 1
+            runs.append((src + i * row_in, j - i, row_in, row_out, dst + i * (d_stride or row_out), d_stride, s))
+            i = j
+
+    def _emit_stream(self, plan: "Stream") -> int:
+        """Emit a Ball stream; returns the workers used.
+
+        Pieces are dealt to workers round-robin (worker w takes pieces w, w+W, ...). Each
+        worker with at least one piece runs, with its cost in the emulator's terms::
+
+            MSET(0, col 1)                                  front_end.mset_cycles
+            MSET(1, col dst_col)                            front_end.mset_cycles
+            per piece:
+              MVIN(0, src, in_lines, stride 0)              dma_cycles(in_lines, 1, 0)
+              FP2INT(0, 1, in_lines, scale, out_bits 8)     Ball latency formula (iter = in_lines)
+                or INT2FP(0, 1, in_lines, scale, in_bits, out_bits)
+              MVOUT(1, dst, out_lines, dst_stride)          dma_cycles(out_lines, dst_col, dst_stride)
+              FENCE                                         (policy "framework" only)
+            MSET(0, free), MSET(1, free)                    front_end.mset_cycles each
+
+        then the op's sync (FENCE with one worker, BARRIER on every worker otherwise).
+        ``in_lines = elements * in_bytes / 16``, ``out_lines = elements * out_bytes / 16``
+        (fp32 -> int8 and int32 -> int8 pack 4 lines into 1; int8 -> fp32 unpacks 1 into 4).
+        The pieces (`_scale_plan`):
+
+        * row-major source: the padded buffer as one flat stream (leading and trailing
+          all-padding rows dropped, interior padding rows kept - they are zero and stay
+          zero), cut where the row scale changes and into chunks of
+          ``floor(L * 16 / max(in_bytes, out_bytes) / 16) * 16`` elements, ``L = min(banks.rows,
+          2**isa.row_addr_bits)`` (1024 on toy / pebble / goban: 4096 fp32 -> int8 elements,
+          1024 lines in, 256 out); destination bank col 1, contiguous MVOUT;
+        * blocked accumulator with ``Nt == 1``: per batch entry the rows 0..M-1 (``M * Np``
+          int32, contiguous in the blocked buffer and in the output), chunked as above;
+        * blocked accumulator with ``Nt > 1``: per output tile (batch, mi, ni), its rows
+          ``mi*tm .. min(M, (mi+1)*tm) - 1`` (k rows x tn int32, contiguous in the tile):
+          ``in_lines = k*tn/4``, ``out_lines = k*tn*out_bytes/16``, destination bank of
+          ``dst_col = tn*out_bytes/16`` banks (one tile row a bank row), MVOUT stride ``Np *
+          out_bytes`` (k DRAM runs of ``tn*out_bytes`` bytes, each its own bursts); at most
+          ``min(L, L*16/(tn*4))`` rows a piece.
+
+        Banks: 1 + dst_col live for the op (``OpLowering.banks``), freed at its end.
+        """
+        used = 0
+        for w in range(self.W):
+            mine = plan.pieces[w::self.W]
+            if not mine:
+                continue
+            used += 1
+            prog = self.cores[w]
+            prog += [Mset(0, plan.src_col), Mset(1, plan.dst_col)]
+            for p in mine:
+                prog.append(Mvin(0, p.src, p.in_lines, 0))
+                if plan.kind == "fp2int":
+                    prog.append(Fp2Int(0, 1, p.in_lines, p.scale, plan.out_bits))
+                else:
+                    prog.append(Int2Fp(0, 1, p.in_lines, p.scale, plan.in_bits, plan.out_bits))
+                prog.append(Mvout(1, p.dst, p.out_lines, p.dst_stride))
+                if self.mapping.policy == "framework":
+                    prog.append(Fence())
+            prog += [Mset(0, alloc=False), Mset(1, alloc=False)]
+        return used
 
     def _matmul(self, op: Op) -> OpLowering:
         g = self.g
@@ -439,7 +686,8 @@ class _Builder:
         padded (nb, Mp, Kp) int8 buffer; `b` is ("weight", Bt (nbB, N, K) int8) or ("act",
         loc, b_is_nk, nbB)."""
         chip, mp = self.chip, self.mapping
-        shape = MatmulShape(M, N, K, nb)
+        nbB = b[1].shape[0] if b[0] == "weight" else b[3]
+        shape = MatmulShape(M, N, K, nb, b_weight=b[0] == "weight", b_batched=nbB > 1, bias=bias is not None)
         plan = plan_matmul(chip, mp, shape)
         if not plan.feasible:
             raise Infeasible(f"op {op.name}: {plan.reason}")
@@ -563,6 +811,118 @@ class _Builder:
         return Lowered(self.g, self.cand, program, img, self.locs, self.records)
 
 
+# ------------------------------------------------------------------ Ball streams and their cost
+ELEMENTWISE = ("auto", "ball", "core")
+
+
+@dataclass(frozen=True)
+class StreamPiece:
+    """One MVIN -> Ball -> MVOUT round: `in_lines` 16-byte lines from DRAM `src` (contiguous),
+    `out_lines` to DRAM `dst` (contiguous, or one destination-bank row every `dst_stride`
+    bytes), one fp32 `scale`."""
+
+    src: int
+    in_lines: int
+    dst: int
+    out_lines: int
+    dst_stride: int
+    scale: float
+
+
+@dataclass(frozen=True)
+class Stream:
+    """An elementwise op streamed through two private banks on a Ball ("fp2int" / "int2fp")."""
+
+    kind: str
+    in_bits: int
+    out_bits: int
+    src_col: int
+    dst_col: int
+    pieces: list[StreamPiece]
+
+
+def dma_cycles(chip, beats: int, col: int = 1, stride: int = 0) -> int:
+    """The emulator's latency of one MVIN / MVOUT of `beats` 16-byte beats to / from a
+    private bank of `col` physical banks, row stride `stride` bytes (0 or the bank row width
+    16*col: contiguous). Every contiguous DRAM run (the whole transfer, or each bank row when
+    strided) is cut into bursts of ``dma.burst_max_bytes``; bursts = their count;
+    ``ceil(bursts / min(dma.bursts_in_flight, dma.inflight_requests)) * dma.latency_cycles
+    + beats``."""
+    if beats <= 0:
+        return 0
+    rb, dma = chip.banks.row_bytes, chip.dma
+    bb = dma.burst_max_bytes // dma.beat_bytes
+    nrows = -(-beats // col)
+    last = beats - (nrows - 1) * col
+    if stride in (0, col * rb) or nrows <= 1:
+        runs = [(1, beats)]
+    else:
+        runs = [(nrows - 1, col), (1, last)]
+    bursts = sum(n * -(-b // bb) for n, b in runs if n > 0 and b > 0)
+    k = min(dma.bursts_in_flight, dma.inflight_requests)
+    return -(-bursts // k) * dma.latency_cycles + beats
+
+
+def stream_cycles(chip, stream: Stream, workers: int = 1) -> int:
+    """Serial cycle estimate of a Ball stream on its slowest worker (pieces dealt round-robin:
+    worker w takes pieces w, w + workers, ...): ``4 * front_end.mset_cycles`` plus, per piece
+    of the worker, ``dma_cycles(in_lines) + Ball latency(iter = in_lines) +
+    dma_cycles(out_lines, dst_col, dst_stride)``. This is exactly the emulator's ``serial``
+    time of the worker's stream (the overlapped timing overlaps a piece's Ball op with the
+    next piece's transfers); the lowering compares it with `core_cycles` of the core op's
+    slowest worker."""
+    ball = chip.ball(stream.kind)
+    f = ball.latency_formula("default")
+    worst = 0
+    for w in range(max(1, workers)):
+        mine = stream.pieces[w::max(1, workers)]
+        if not mine:
+            continue
+        total = 4 * chip.front_end.mset_cycles
+        for p in mine:
+            total += dma_cycles(chip, p.in_lines, stream.src_col, 0) + int(f.cycles(iter=p.in_lines)) \
+                + dma_cycles(chip, p.out_lines, stream.dst_col, p.dst_stride)
+        worst = max(worst, total)
+    return worst
+
+
+def core_cycles(chip, ins: CoreOp) -> int:
+    """The core's charge for a core op: ``ceil(elements x op_cycles[kind])`` (else
+    ``op_cycles_per_element``), as the emulator's timing charges it."""
+    cores = chip.cores
+    return math.ceil(ins.element_count() * cores.op_cycles.get(ins.kind, cores.op_cycles_per_element))
+
+
+def sram_lifetimes(cores, chip) -> tuple[list[int], list[list[tuple[int, int, int, int]]]]:
+    """Private SRAM from the actual allocation lifetimes: per worker, replay its MSETs in
+    program order (an allocation of `col` banks holds ``col x banks.rows x row_bytes`` bytes
+    from its MSET to its free, or to the end of the program). Returns (peak bytes per
+    worker, per worker the intervals ``(bank id, bytes, alloc index, free index)``).
+    The peak equals the emulator's ``peak_allocated_bytes`` counter of that core."""
+    per_bank = chip.banks.rows * chip.banks.row_bytes
+    peaks, lives = [], []
+    for prog in cores:
+        live: dict[int, tuple[int, int]] = {}
+        now = peak = 0
+        intervals = []
+        for pc, ins in enumerate(prog):
+            if type(ins) is not Mset:
+                continue
+            if ins.alloc:
+                nbytes = ins.col * per_bank
+                live[ins.bank] = (nbytes, pc)
+                now += nbytes
+                peak = max(peak, now)
+            elif ins.bank in live:
+                nbytes, start = live.pop(ins.bank)
+                now -= nbytes
+                intervals.append((ins.bank, nbytes, start, pc))
+        intervals += [(bank, nbytes, start, len(prog)) for bank, (nbytes, start) in live.items()]
+        peaks.append(peak)
+        lives.append(sorted(intervals, key=lambda x: x[2]))
+    return peaks, lives
+
+
 def contiguous(shape) -> tuple[int, ...]:
     """Element strides of a C-contiguous `shape`."""
     out, acc = [], 1
@@ -581,9 +941,13 @@ def _padded(shape) -> tuple[int, ...]:
     return padded_shape(tuple(shape))
 
 
-def lower(graph: Graph, candidate: Candidate, inputs) -> Lowered:
-    """The program and DRAM image that compute `graph` on `candidate` for `inputs`."""
-    b = _Builder(graph, candidate, inputs)
+def lower(graph: Graph, candidate: Candidate, inputs, elementwise: str = "auto") -> Lowered:
+    """The program and DRAM image that compute `graph` on `candidate` for `inputs`.
+
+    `elementwise` chooses where quantize / requantize / dequantize run when a Ball can do
+    them bit for bit: ``"auto"`` (the Ball when `stream_cycles` < `core_cycles`), ``"ball"``
+    (always the Ball), ``"core"`` (always the core)."""
+    b = _Builder(graph, candidate, inputs, elementwise=elementwise)
     for op in graph.ops:
         b.lower_op(op)
     return b.finish()
@@ -637,4 +1001,5 @@ def lower_stages(stages, chip, mapping) -> StagedLowered:
     return StagedLowered(program, img, lowered, [list(ids) for _, _, ids in stages])
 
 
-__all__ = ["Infeasible", "Lowered", "OpLowering", "StagedLowered", "lower", "lower_stages"]
+__all__ = ["ELEMENTWISE", "Infeasible", "Lowered", "OpLowering", "StagedLowered", "Stream", "StreamPiece",
+           "core_cycles", "dma_cycles", "lower", "lower_stages", "sram_lifetimes", "stream_cycles"]

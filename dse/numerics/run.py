@@ -53,14 +53,18 @@ def _counter_summary(result, workers: int) -> dict[str, Any]:
 
 def emulate_graph(graph: Graph, candidate: Candidate, inputs, expected=None, tolerance: float = FLOAT_TOLERANCE,
                   reference_kind: str = "quantized", mode: str = "overlapped", name: str = "",
-                  reference: dict | None = None) -> EmulationReport:
+                  reference: dict | None = None, elementwise: str = "auto") -> EmulationReport:
     """Lower `graph` for `candidate`, emulate it, and compare with the graph's reference and
-    (when given) the float module's `expected` outputs."""
+    (when given) the float module's `expected` outputs. `elementwise` is the lowering's
+    choice for quantize / requantize / dequantize (`dse.lower.lower`: auto, ball, core).
+    A mapping with ``partition = "spans"`` runs as temporal spans (:func:`emulate_spans`)."""
+    if candidate.mapping.partition == "spans":
+        return emulate_spans(graph, candidate, inputs, expected, tolerance, mode, name)
     t0 = time.perf_counter()
     rep = EmulationReport(name or graph.name, candidate.chip.name, candidate.mapping.model_dump(mode="json"), True,
                           private_sram_bytes=candidate.chip.private_sram_bytes)
     try:
-        lowered = lower(graph, candidate, inputs)
+        lowered = lower(graph, candidate, inputs, elementwise=elementwise)
     except Infeasible as exc:
         rep.feasible, rep.reason = False, str(exc)
         rep.seconds = time.perf_counter() - t0
@@ -143,7 +147,7 @@ def emulate_recipe(recipe: str | Path, chip, mapping: Mapping | None = None, par
         return EmulationReport(prep.recipe, chip.name, mapping.model_dump(mode="json"), False, reason=prep.failed)
     graph, inputs, expected, pipe = prep.graph, prep.inputs, prep.expected, prep.pipe
     cand = Candidate(chip, mapping)
-    if partition == "spans":
+    if partition == "spans" or mapping.partition == "spans":
         return emulate_spans(graph, cand, inputs, expected, prep.tolerance, mode, prep.recipe)
     rep = emulate_graph(graph, cand, inputs, expected, prep.tolerance, prep.reference_kind, mode, prep.recipe)
     if check_unmodified and rep.verdict is not None:
@@ -170,7 +174,8 @@ def emulate_spans(graph: Graph, candidate: Candidate, inputs, expected=None, tol
 
     t0 = time.perf_counter()
     chip, mapping = candidate.chip, candidate.mapping
-    rep = EmulationReport(name or graph.name, chip.name, {**mapping.model_dump(mode="json"), "partition": "spans"},
+    rep = EmulationReport(name or graph.name, chip.name, {**mapping.model_dump(mode="json", exclude_none=True),
+                                                          "partition": "spans"},
                           True, private_sram_bytes=chip.private_sram_bytes)
     try:
         staged, spans, parts, final = lower_spans(graph, chip, mapping, inputs, mapping.workers)
