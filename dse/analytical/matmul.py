@@ -17,75 +17,137 @@ from emulator.chip import LATENCY_VARIABLES
 
 from ..mapping import Candidate, MatmulShape, TileCheck, check_tiles, tile_grid
 from ..mapping.matmul import INT8_BYTES, INT32_BYTES, framework_tiles
-from ..mapping.params import CandidateArrays
+from ..mapping.params import SYSTOLIC, CandidateArrays
 from .dma import dma_cycles
+from .systolic import systolic_gemm_cycles
 
 
 @dataclass
 class MatmulCost:
     check: TileCheck
     cycles: np.ndarray
-    compute_cycles: np.ndarray
-    dma_cycles: np.ndarray
+    compute_cycles: np.ndarray  # the matrix Ball's busy cycles on the busiest worker
+    dma_cycles: np.ndarray  # DMA transfer cycles on the busiest worker
+    core_cycles: np.ndarray  # packing copies on the core (A when K is split, an activation B)
+    busy_cycles: np.ndarray  # busy cycles summed over the workers (the busiest one is `cycles`)
     dma_bytes: np.ndarray
     sram_bytes: np.ndarray
     workers_used: np.ndarray
 
 
 def ball_cycles(params: CandidateArrays, tm, tn, tk) -> np.ndarray:
-    """Matrix Ball latency from each candidate's own formula (grouped by formula text)."""
+    """Matrix Ball latency from each candidate's own formula (grouped by formula text), or,
+    for a matrix Ball with `timing = "systolic"`, the systolic array's (`systolic_gemm_cycles`)."""
     shape = np.broadcast(tm, tn, tk, params.column("bank_count")).shape
     out = np.zeros(shape, dtype=np.int64)
     texts = np.array([t or "" for t in params.matrix_formula], dtype=object)
     for text in set(texts) - {""}:
         rows = np.flatnonzero(texts == text)
-        f = Formula(text, LATENCY_VARIABLES["matrix"])
         sub = [np.broadcast_to(x, shape)[rows] for x in (tm, tn, tk)]
-        out[rows] = np.broadcast_to(f.cycles(M=sub[0], N=sub[1], K=sub[2],
-                                             rows=params.matrix_rows[rows, None],
-                                             cols=params.matrix_cols[rows, None]), out[rows].shape)
+        r, c = params.matrix_rows[rows, None], params.matrix_cols[rows, None]
+        if text.startswith(SYSTOLIC):
+            v = systolic_gemm_cycles(sub[0], sub[1], sub[2], r, c, text.removeprefix(SYSTOLIC))
+        else:
+            v = Formula(text, LATENCY_VARIABLES["matrix"]).cycles(M=sub[0], N=sub[1], K=sub[2], rows=r, cols=c)
+        out[rows] = np.broadcast_to(v, out[rows].shape)
     return out
 
 
+def split_share(total, first_axes, workers):
+    """Elements of a core op the busiest worker gets when the lowering splits it along the
+    first of `first_axes` (sizes, broadcasting) that is at least 2: ceil(n / W) of n slices."""
+    n = np.ones(np.broadcast(*first_axes, workers).shape, dtype=np.int64)
+    chosen = np.zeros(n.shape, dtype=bool)
+    for axis in first_axes:
+        take = ~chosen & (np.asarray(axis) >= 2)
+        n = np.where(take, axis, n)
+        chosen |= take
+    per = -(-n // workers)
+    return np.where(workers > 1, total * per // n, total)
+
+
 def matmul_cost(params: CandidateArrays, shape: MatmulShape, tm, tn, tk) -> MatmulCost:
+    """Cycles of one matmul as the lowering emits it (`dse.lower.lower._gemm`) and the
+    emulator's overlapped timing runs it.
+
+    Per worker, output tiles in order (m, n, k inner). The DMA engine takes transfers in
+    program order, so the MVOUT of a tile (which waits for its last matmul) holds back the
+    loads of the next: tiles do not overlap one another, except that a tile needing no
+    load runs its matmuls on the Ball while the previous tile's MVOUT drains (not under
+    the framework policy, whose FENCE after every MVOUT drains everything, or with a bias
+    preload, which waits behind the MVOUT like a load). Within a tile
+    the Kt loads stream back to back and the Ball follows: ``max(Kt*d + c, d + Kt*c)`` for
+    a load time d and a matmul latency c per k step. A tile of A stays in its bank while
+    the worker's A working set (Kt tiles) fits the buffers; B likewise (nb x Kt tiles).
+    Packing copies (A when K is split, B when it is an activation) run on the core first.
+    """
     check = check_tiles(params, tm, tn, tk)
     tm, tn, tk = check.tm, check.tn, check.tk
     col = params.column
     Mp, Np, Kp = shape.padded
     Mt, Nt, Kt = Mp // tm, Np // tn, Kp // tk
+    W = col("workers")
 
-    # Output blocks are split along rows or columns; a worker with no block idles.
-    workers_req = np.minimum(col("workers"), col("cores"))
-    workers = np.where(col("split_rows"), np.minimum(workers_req, Mt), np.minimum(workers_req, Nt))
-    mb = np.where(col("split_rows"), -(-Mt // workers), Mt)
-    nb = np.where(col("split_rows"), Nt, -(-Nt // workers))
+    # Output blocks: contiguous runs of ceil(blocks / W) rows (or columns) per worker.
+    split_rows = col("split_rows")
+    per = np.where(split_rows, -(-Mt // W), -(-Nt // W))
+    workers = np.where(split_rows, -(-Mt // per), -(-Nt // per))
+    mb = np.where(split_rows, per, Mt)
+    nb = np.where(split_rows, Nt, per)
     b = shape.batch
+    nbuf = check.buffers
 
-    a_resident = Kt == 1
-    b_resident = (Kt == 1) & (nb == 1)
-    loads_a = b * mb * Kt * np.where(a_resident, 1, nb)
-    loads_b = b * nb * Kt * np.where(b_resident, 1, mb)
-    stores_c = b * mb * nb
-    bytes_a, bytes_b, bytes_c = tm * tk * INT8_BYTES, tk * tn * INT8_BYTES, tm * tn * INT32_BYTES
     dma = (col("beat_bytes"), col("burst_max_bytes"), col("bursts_in_flight"), col("dma_latency"))
-    dma_a, dma_b, dma_c = (dma_cycles(x, *dma) for x in (bytes_a, bytes_b, bytes_c))
-    dma_worker = loads_a * dma_a + loads_b * dma_b + stores_c * dma_c
-    compute_worker = b * mb * nb * Kt * ball_cycles(params, tm, tn, tk)
+    bytes_a, bytes_b, bytes_c = tm * tk * INT8_BYTES, tk * tn * INT8_BYTES, tm * tn * INT32_BYTES
+    dA, dB, dC = (dma_cycles(x, *dma) for x in (bytes_a, bytes_b, bytes_c))
+    d_bias = dC if shape.bias else 0
+    c = ball_cycles(params, tm, tn, tk)
 
-    # Double buffered, DMA of the next tile overlaps compute of this one; the first load
-    # and the last store stay exposed.
-    worker_cycles = np.where(col("double_buffer"),
-                             np.maximum(dma_worker, compute_worker) + dma_a + dma_b + dma_c,
-                             dma_worker + compute_worker)
-    total_bytes = (loads_a * bytes_a + loads_b * bytes_b + stores_c * bytes_c) * workers
-    # Cores have their own DMA engines but share one DRAM bus: one beat per cycle in all.
-    bus_cycles = -(-total_bytes // col("beat_bytes"))
-    cycles = np.maximum(worker_cycles, bus_cycles)
+    # Which output tiles load A and/or B (bank reuse), per worker.
+    a_res = Kt <= nbuf
+    b_res = nb * Kt <= nbuf
+    P = b * mb * nb
+    b_groups = b if shape.b_batched else 1  # batch entries with a B of their own
+    n_ab = np.where(a_res, np.where(b_res, b_groups, b * mb), np.where(b_res, b_groups * nb, P))
+    n_a = np.where(a_res, np.where(b_res, b * mb - b_groups, 0), np.where(b_res, P - b_groups * nb, 0))
+    n_b = np.where(a_res, np.where(b_res, b_groups * nb - b_groups, P - b * mb), 0)
+    n_0 = P - n_ab - n_a - n_b
+
+    fence = col("framework")
+
+    def loaded(d):
+        return d_bias + np.maximum(Kt * d + c, d + Kt * c) + dC
+
+    # A tile with nothing to load: its matmuls overlap the previous MVOUT unless a FENCE
+    # drains it, or a bias preload (queued behind that MVOUT) must land first.
+    t_none = d_bias + np.where(fence | shape.bias, Kt * c + dC, np.maximum(Kt * c, dC))
+    worker_cycles = n_ab * loaded(dA + dB) + n_a * loaded(dA) + n_b * loaded(dB) + n_0 * t_none
+    loads_a = (n_ab + n_a) * Kt
+    loads_b = (n_ab + n_b) * Kt
+    dma_worker = loads_a * dA + loads_b * dB + P * (dC + d_bias)
+    compute_worker = P * Kt * c
+
+    # Cores have their own DMA engines but share the system bus.
+    total_bytes = (loads_a * bytes_a + loads_b * bytes_b + P * bytes_c * (2 if shape.bias else 1)) * workers
+    bus_cycles = -(-total_bytes // col("system_bus_bytes"))
+    gemm = np.maximum(worker_cycles, bus_cycles)
+
+    # Packing copies on the core, split across workers like any row-independent copy.
+    nbB = b if shape.b_batched else 1
+    pack_a = np.where(Kt > 1, np.ceil(split_share(b * Mp * Kp, (b, Mt, Kt), W) * col("copy_cpe")), 0)
+    pack_b = 0 if shape.b_weight else np.ceil(split_share(nbB * Np * Kp, (nbB, Nt, Kt), W) * col("copy_cpe"))
+    core = (pack_a + pack_b).astype(np.int64)
+    cycles = gemm + core
+    # Every worker's tiles at the busiest worker's rate, and the packing copies in full.
+    blocks = np.where(split_rows, Mt, Nt)
+    packs_all = (np.where(Kt > 1, b * Mp * Kp, 0) + (0 if shape.b_weight else nbB * Np * Kp)) * col("copy_cpe")
+    busy = (worker_cycles * blocks // per + np.ceil(packs_all)).astype(np.int64)
     sram = check.banks * col("bank_rows") * col("row_bytes")
-    return MatmulCost(check, cycles, compute_worker, dma_worker, total_bytes, sram, workers)
+    return MatmulCost(check, cycles, compute_worker, dma_worker, core, busy, total_bytes, sram, workers)
 
 
-PLAN_FIELDS = ("tm", "tn", "tk", "cycles", "compute_cycles", "dma_cycles", "dma_bytes", "sram_bytes",
+PLAN_FIELDS = ("tm", "tn", "tk", "cycles", "compute_cycles", "dma_cycles", "core_cycles", "busy_cycles", "dma_bytes",
+               "sram_bytes",
                "banks", "workers_used", "legal_tiles")
 
 
@@ -120,7 +182,9 @@ def plan_matmuls(params: CandidateArrays, shape: MatmulShape) -> MatmulPlans:
         pick = np.where(ok & (cycles == best_cycles), sram, np.iinfo(np.int64).max).argmin(axis=1)
         rows = np.arange(len(idx))
         fields = dict(tm=cost.check.tm, tn=cost.check.tn, tk=cost.check.tk, cycles=cost.cycles,
-                      compute_cycles=cost.compute_cycles, dma_cycles=cost.dma_cycles, dma_bytes=cost.dma_bytes,
+                      compute_cycles=cost.compute_cycles, dma_cycles=cost.dma_cycles, core_cycles=cost.core_cycles,
+                      busy_cycles=cost.busy_cycles,
+                      dma_bytes=cost.dma_bytes,
                       sram_bytes=cost.sram_bytes, banks=cost.check.banks, workers_used=cost.workers_used)
         any_ok = ok.any(axis=1)
         for name, arr in fields.items():
@@ -129,18 +193,18 @@ def plan_matmuls(params: CandidateArrays, shape: MatmulShape) -> MatmulPlans:
         feasible[idx] = any_ok
         # Explain a failure with the smallest tile: if even that fails, its reason binds.
         smallest = np.broadcast_to(cost.check.tm * cost.check.tn * cost.check.tk, shape2).argmin(axis=1)
-        for r in np.flatnonzero(~any_ok):
+        failed = np.flatnonzero(~any_ok)
+        for r, why in zip(failed, cost.check.reasons(failed, smallest[failed])):
             c = idx[r]
             what = "the framework's greedy tile does not fit" if params.framework[c] else "no legal tile"
-            reason[c] = f"matmul {shape}: {what}; {cost.check.reason(r, smallest[r])}"
+            reason[c] = f"matmul {shape}: {what}; {why}"
 
-    usable = np.ones(n, dtype=bool)
-    for c in range(n):
-        if params.matrix_formula[c] is None:
-            usable[c] = False
-            reason[c] = f"chip {params.chip_names[c]} has no matrix Ball for matmul {shape}"
-        elif params.workers[c] > params.cores[c]:
-            usable[c] = False
+    no_ball = np.fromiter((f is None for f in params.matrix_formula), dtype=bool, count=n)
+    usable = ~no_ball & (params.workers <= params.cores)
+    for c in np.flatnonzero(~usable):  # reasons only for those that cannot run it
+        if no_ball[c]:
+            reason[c] = params.matrix_missing[c] or f"chip {params.chip_names[c]} has no matrix Ball for matmul {shape}"
+        else:
             reason[c] = f"{params.workers[c]} workers but chip {params.chip_names[c]} has {params.cores[c]} cores"
 
     fw = np.flatnonzero(usable & params.framework)
@@ -149,7 +213,18 @@ def plan_matmuls(params: CandidateArrays, shape: MatmulShape) -> MatmulPlans:
         fill(fw, matmul_cost(sub, shape, *framework_tiles(sub, shape)))
     search = np.flatnonzero(usable & ~params.framework)
     if search.size:
-        fill(search, matmul_cost(params.take(search), shape, *tile_grid(shape)))
+        # Every tile for every candidate, through the mapper's evaluation (candidates that
+        # differ only in bank count share one costed row): one implementation of the pick.
+        from .mapper import search_shape
+
+        found = search_shape(params.take(search), shape)
+        picked = found.plan_values("search")
+        ok = found.best >= 0
+        for name in PLAN_FIELDS:
+            values[name][search] = picked[name]
+        feasible[search] = ok
+        for j in np.flatnonzero(~ok):
+            reason[search[j]] = f"matmul {shape}: {found.no_tile_reason(j)}"
     return MatmulPlans(feasible, reason, values)
 
 
@@ -165,6 +240,8 @@ class MatmulPlan:
     cycles: int = 0
     compute_cycles: int = 0
     dma_cycles: int = 0
+    core_cycles: int = 0
+    busy_cycles: int = 0
     dma_bytes: int = 0
     sram_bytes: int = 0
     banks: int = 0

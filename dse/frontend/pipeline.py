@@ -141,16 +141,16 @@ def check_graph(graph: Graph, ctx: Context, tolerance: float) -> tuple[list[Outp
 
 
 def _stage(index: int, name: str, options: dict, graph: Graph, ctx: Context, tolerance: float, quantized: bool,
-           started: float, verify: Callable | None = None) -> StageResult:
-    checks, problems = check_graph(graph, ctx, tolerance)
+           started: float, verify: Callable | None = None, check: bool = True) -> StageResult:
+    checks, problems = check_graph(graph, ctx, tolerance) if check else ([], [])
     details = dict(ctx.details)
-    if verify is not None:
+    if verify is not None and check:
         extra = verify(graph, ctx)
         details.update({k: v for k, v in extra.items() if k != "passed"})
         if not extra["passed"]:
             problems.append(f"{name}: its own check failed: {extra}")
-    errors = [c.max_abs_error for c in checks] or [0.0]
-    relative = [c.relative_error for c in checks] or [0.0]
+    errors = [c.max_abs_error for c in checks] or [0.0 if check else float("nan")]
+    relative = [c.relative_error for c in checks] or [0.0 if check else float("nan")]
     return StageResult(index, name, options, f"{index:02d}-{name}.txt", len(graph.ops), graph.totals().macs,
                        graph.totals().weight_bytes, quantized, tolerance, checks, max(errors), max(relative),
                        not problems, None, details, "; ".join(problems) or None, time.perf_counter() - started)
@@ -168,9 +168,12 @@ def _failed(index: int, step: StepSpec, error: BaseException, started: float) ->
 
 
 def run_pipeline(recipe: str | Path | Recipe, params: dict[str, Any] | None = None,
-                 steps: list[StepSpec] | None = None, out_dir: str | Path | None = None) -> PipelineResult:
+                 steps: list[StepSpec] | None = None, out_dir: str | Path | None = None,
+                 check: bool = True) -> PipelineResult:
     """Capture `recipe` and apply its steps (`steps`, or the recipe's own list), checking each
-    stage against PyTorch; with `out_dir`, write the numbered dumps there."""
+    stage against PyTorch; with `out_dir`, write the numbered dumps there. ``check=False``
+    skips the comparisons (errors NaN): for callers that need the graph's structure only
+    (the analytical model, the mapper), the same graph, made faster."""
     recipe = recipe if isinstance(recipe, Recipe) else load_recipe(recipe)
     params = dict(params or {})
     steps = load_steps(recipe.path.parent) if steps is None else list(steps)
@@ -185,7 +188,7 @@ def run_pipeline(recipe: str | Path | Recipe, params: dict[str, Any] | None = No
 
     started = time.perf_counter()
     graph = capture(module, *inputs, name=recipe.name, source_path=recipe.path)
-    stages = [_stage(1, "import", {}, graph, ctx, FLOAT_TOLERANCE, False, started)]
+    stages = [_stage(1, "import", {}, graph, ctx, FLOAT_TOLERANCE, False, started, check=check)]
     graphs = [graph]
     for index, step in enumerate(steps, start=2):
         ctx.details = {}
@@ -196,7 +199,7 @@ def run_pipeline(recipe: str | Path | Recipe, params: dict[str, Any] | None = No
             stages.append(_failed(index, step, error, started))
             break
         stages.append(_stage(index, step.name, step.options, graph, ctx, step.tolerance, step.definition.quantized,
-                             started, step.definition.verify))
+                             started, step.definition.verify, check=check))
         graphs.append(graph)
     first_failure = next((s for s in stages if not s.passed), None)
     for stage in stages:

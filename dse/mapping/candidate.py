@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from functools import cached_property
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, PositiveInt, ValidationError
+from pydantic import BaseModel, ConfigDict, PositiveInt, ValidationError, field_validator
 
 from emulator.chip import ChipConfig
 
@@ -22,12 +22,26 @@ class Mapping(BaseModel):
 
     # "search": the mapper's best legal tile per op; "framework": the toolchain's greedy pick.
     policy: Literal["search", "framework"] = "search"
-    dataflow: Literal["ws", "os"] = "ws"
+    dataflow: Literal["ws", "os", "is"] = "ws"
     workers: PositiveInt = 1
     # Split of each matmul's output tiles across workers.
     split: Literal["rows", "cols"] = "rows"
     # Two buffers per operand so DMA of the next tile overlaps compute of this one.
     double_buffer: bool = True
+    # Quantization granularity of the weights (the recipe's quantize step, `weights`):
+    # per tensor, per 16-channel strip or per output channel. None: the recipe's own steps
+    # (left out of the candidate's identity, so hashes from before this field stay valid).
+    quantization: Literal["tensor", "strip", "channel"] | None = None
+    # How work is split across workers: "tiles" (None, the default) splits each product's
+    # output tiles with a barrier per op; "spans" gives each worker a temporal span of the
+    # output and the whole stack over it plus halo (`dse.lower.spans`). None is left out
+    # of the identity, as above.
+    partition: Literal["tiles", "spans"] | None = None
+
+    @field_validator("partition")
+    @classmethod
+    def _tiles_is_the_default(cls, v):
+        return None if v == "tiles" else v  # one spelling of the default, one identity
 
 
 def mapping_from_dict(data: dict, source: str = "(mapping)", field_prefix: str = "mapping.") -> Mapping:
@@ -54,7 +68,7 @@ class Candidate:
 
     @cached_property
     def mapping_dict(self) -> dict:
-        return self.mapping.model_dump(mode="json")
+        return self.mapping.model_dump(mode="json", exclude_none=True)
 
     @cached_property
     def hash(self) -> str:

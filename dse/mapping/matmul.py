@@ -26,6 +26,12 @@ class MatmulShape:
     N: int
     K: int
     batch: int = 1
+    # How the lowering feeds the operands (they change the cost, not legality): B an offline
+    # weight (pre-blocked) or an activation (packed by a core copy), B one per batch entry,
+    # a bias preloaded into the accumulator.
+    b_weight: bool = True
+    b_batched: bool = False
+    bias: bool = False
 
     @property
     def padded(self) -> tuple[int, int, int]:
@@ -76,26 +82,45 @@ class TileCheck:
 
     def reason(self, c: int, t: int) -> str:
         """Why tile t is illegal for candidate c (empty if it is legal)."""
-        def at(a):
-            a = np.broadcast_to(a, self.ok.shape)
-            return int(a[c, t])
+        return self.reasons(np.array([c]), np.array([t]))[0]
+
+    def reasons(self, cs: np.ndarray, ts: np.ndarray) -> list[str]:
+        """`reason` for each pair (cs[i], ts[i]), formatted once per distinct set of figures
+        (a sweep's infeasible candidates mostly fail alike)."""
+        cs, ts = np.asarray(cs, dtype=np.int64), np.asarray(ts, dtype=np.int64)
+        if cs.size == 0:
+            return []
+        shape = self.ok.shape
+        flat = np.ravel_multi_index((cs, ts), shape)
+
+        def at(a):  # a broadcast against (candidates, tiles), at the pairs
+            return np.broadcast_to(a, shape).ravel()[flat].astype(np.int64)
 
         p = self.params
+        v = self.violations
+        figures = np.stack([
+            at(v["matrix_dim_field"]), at(v["max_col"]), at(v["bank_budget"]), at(v["virtual_ids"]),
+            at(self.tm), at(self.tn), at(self.tk), at(self.col_a), at(self.col_b), at(self.col_c), at(self.banks),
+            at(self.buffers), p.dim_bits[cs], p.dim_max[cs], p.max_col[cs], p.usable_rows[cs], p.bank_count[cs],
+            p.virtual_ids[cs]], axis=1)
+        unique, inverse = np.unique(figures, axis=0, return_inverse=True)
+        texts = [self._text(*map(int, row)) for row in unique]
+        return [texts[i] for i in inverse.ravel()]
+
+    @staticmethod
+    def _text(dim, col, budget, ids, tm, tn, tk, col_a, col_b, col_c, banks, buffers, dim_bits, dim_max, max_col,
+              usable_rows, bank_count, virtual_ids) -> str:
         parts = []
-        if at(self.violations["matrix_dim_field"]):
-            parts.append(f"matrix M/N/K field ({p.dim_bits[c]} bits) allows <= {p.dim_max[c]}, "
-                         f"tile needs {max(at(self.tm), at(self.tn), at(self.tk))}")
-        if at(self.violations["max_col"]):
-            parts.append(f"a virtual bank spans at most {p.max_col[c]} banks, tile needs "
-                         f"{max(at(self.col_a), at(self.col_b), at(self.col_c))}")
-        if at(self.violations["bank_budget"]):
-            parts.append(f"bank budget: needs {at(self.banks)} banks of {p.usable_rows[c]} usable rows "
-                         f"({at(self.buffers)}x(A {at(self.col_a)} + B {at(self.col_b)} + C {at(self.col_c)})), "
-                         f"chip has {p.bank_count[c]}")
-        if at(self.violations["virtual_ids"]):
-            parts.append(f"needs {3 * at(self.buffers)} virtual bank ids, chip has {p.virtual_ids[c]}")
-        tile = f"tile {at(self.tm)}x{at(self.tn)}x{at(self.tk)}"
-        return f"{tile}: " + "; ".join(parts) if parts else ""
+        if dim:
+            parts.append(f"matrix M/N/K field ({dim_bits} bits) allows <= {dim_max}, tile needs {max(tm, tn, tk)}")
+        if col:
+            parts.append(f"a virtual bank spans at most {max_col} banks, tile needs {max(col_a, col_b, col_c)}")
+        if budget:
+            parts.append(f"bank budget: needs {banks} banks of {usable_rows} usable rows "
+                         f"({buffers}x(A {col_a} + B {col_b} + C {col_c})), chip has {bank_count}")
+        if ids:
+            parts.append(f"needs {3 * buffers} virtual bank ids, chip has {virtual_ids}")
+        return f"tile {tm}x{tn}x{tk}: " + "; ".join(parts) if parts else ""
 
 
 def check_tiles(params: CandidateArrays, tm, tn, tk) -> TileCheck:

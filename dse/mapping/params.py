@@ -11,6 +11,15 @@ import numpy as np
 from .candidate import Candidate
 
 
+def _cpe(c: Candidate, kind: str) -> float:
+    cores = c.chip.cores
+    return cores.op_cycles.get(kind, cores.op_cycles_per_element)
+
+
+# matrix_formula of a systolic-timed matrix Ball: this prefix, then the dataflow.
+SYSTOLIC = "systolic:"
+
+
 @dataclass
 class CandidateArrays:
     n: int
@@ -32,14 +41,28 @@ class CandidateArrays:
     # cores
     cores: np.ndarray
     op_cycles_per_element: np.ndarray
+    # cycles per element of the core-op kinds the lowering emits (cores.op_cycles or the default)
+    copy_cpe: np.ndarray
+    mul_cpe: np.ndarray
+    scale_cpe: np.ndarray
+    graph_op_cpe: np.ndarray
+    # front end and the shared system bus
+    mset_cycles: np.ndarray
+    fence_cycles: np.ndarray
+    barrier_cycles: np.ndarray
+    system_bus_bytes: np.ndarray
     private_sram_per_core: np.ndarray
     # mapping
     framework: np.ndarray  # bool: the framework's greedy tile instead of the search
     double_buffer: np.ndarray
     workers: np.ndarray
     split_rows: np.ndarray
-    # Balls: per candidate, the latency formula text (None when the chip lacks the Ball)
+    # Balls: per candidate, the latency formula text (None when the chip lacks the Ball, or
+    # its matrix Ball lacks a formula for the mapping's dataflow); a matrix Ball with
+    # `timing = "systolic"` gives SYSTOLIC + dataflow instead of a formula.
     matrix_formula: list[str | None]
+    # Why matrix_formula is None although the chip has a matrix Ball ("" otherwise).
+    matrix_missing: list[str]
     matrix_rows: np.ndarray
     matrix_cols: np.ndarray
     relu_formula: list[str | None]
@@ -52,7 +75,16 @@ class CandidateArrays:
 
         def ball_formula(c: Candidate, kind: str, mode: str) -> str | None:
             ball = c.chip.ball(kind)
-            return None if ball is None else ball.latency[mode]
+            if ball is not None and kind == "matrix" and ball.timing == "systolic":
+                return SYSTOLIC + mode
+            return None if ball is None else ball.latency.get(mode)
+
+        def matrix_missing(c: Candidate) -> str:
+            ball = c.chip.ball("matrix")
+            if ball is None or ball_formula(c, "matrix", c.mapping.dataflow) is not None:
+                return ""
+            return (f"matrix Ball of chip {c.chip.name} has no {c.mapping.dataflow!r} latency formula; "
+                    f"allowed: {', '.join(ball.latency)}; or timing = systolic")
 
         matrix = [c.chip.ball("matrix") for c in cands]
         return cls(
@@ -72,12 +104,21 @@ class CandidateArrays:
             dma_latency=col(lambda c: c.chip.dma.latency_cycles),
             cores=col(lambda c: c.chip.cores.count),
             op_cycles_per_element=col(lambda c: c.chip.cores.op_cycles_per_element, np.float64),
+            copy_cpe=col(lambda c: _cpe(c, "copy"), np.float64),
+            mul_cpe=col(lambda c: _cpe(c, "mul"), np.float64),
+            scale_cpe=col(lambda c: _cpe(c, "scale"), np.float64),
+            graph_op_cpe=col(lambda c: _cpe(c, "graph_op"), np.float64),
+            mset_cycles=col(lambda c: c.chip.front_end.mset_cycles),
+            fence_cycles=col(lambda c: c.chip.front_end.fence_cycles),
+            barrier_cycles=col(lambda c: c.chip.front_end.barrier_cycles),
+            system_bus_bytes=col(lambda c: c.chip.dma.system_bus_bytes),
             private_sram_per_core=col(lambda c: c.chip.private_sram_bytes),
             framework=col(lambda c: c.mapping.policy == "framework", bool),
             double_buffer=col(lambda c: c.mapping.double_buffer, bool),
             workers=col(lambda c: c.mapping.workers),
             split_rows=col(lambda c: c.mapping.split == "rows", bool),
             matrix_formula=[ball_formula(c, "matrix", c.mapping.dataflow) for c in cands],
+            matrix_missing=[matrix_missing(c) for c in cands],
             matrix_rows=np.array([b.array_rows if b else 0 for b in matrix], dtype=np.int64),
             matrix_cols=np.array([b.array_cols if b else 0 for b in matrix], dtype=np.int64),
             relu_formula=[ball_formula(c, "relu", "default") for c in cands],
@@ -91,7 +132,7 @@ class CandidateArrays:
             if isinstance(value, np.ndarray):
                 out[name] = value[idx]
             elif isinstance(value, list):
-                out[name] = [value[i] for i in idx]
+                out[name] = np.array(value, dtype=object)[idx].tolist() if len(idx) > 64 else [value[i] for i in idx]
         return CandidateArrays(n=len(idx), **out)
 
     def column(self, name: str) -> np.ndarray:

@@ -210,3 +210,31 @@ class Decision(Base):
     # 0002: the candidate a decision accepts or rejects (`dse decide`); None for a
     # verdict on the hypothesis as a whole.
     candidate_id: Mapped[int | None] = mapped_column(ForeignKey("candidate.id"), index=True)
+
+
+CALIBRATION_SOURCES = ("emulator_cycles", "rtl_cycles", "fpga_cycles")
+
+
+class Calibration(Base):
+    """A fit of the analytical model's free constants for one chip (0003): the constants,
+    the evidence it was fitted to, and the model's error on that evidence before and after."""
+
+    __tablename__ = "calibration"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    chip: Mapped[str] = mapped_column(String, index=True)  # the chip config's name
+    chip_hash: Mapped[str] = mapped_column(String(64))
+    source: Mapped[str] = mapped_column(String(32))  # the evidence kind fitted to
+    model_version: Mapped[str] = mapped_column(String)
+    emulator_version: Mapped[str | None] = mapped_column(String)
+    constants: Mapped[dict[str, Any]]
+    error_before: Mapped[dict[str, Any]]  # {"mape": %, "max": %, "points": n}
+    error_after: Mapped[dict[str, Any]]
+    points: Mapped[list[Any]]  # [{"label", "measured", "before", "after"}, ...]
+    command: Mapped[str | None] = mapped_column(Text)
+    git_commit: Mapped[str | None] = mapped_column(String(40))
+    created_at: Mapped[datetime] = mapped_column(default=utcnow)
+
+    @validates("source")
+    def _check_source(self, _key: str, value: str) -> str:
+        return check_choice("calibration.source", value, CALIBRATION_SOURCES)
