@@ -1,16 +1,18 @@
 """Sweep throughput, measured against plain Optuna in the same run.
 
-    .venv/bin/python bench/bench_sweep.py [--repeat 3] [--trials 200]
+    .venv/bin/python bench/bench_sweep.py [--repeat 3] [--trials 150]
 
 Prints medians of several runs and ratios (the machine is shared and noisy: read the
 ratios, not the absolute times):
   - analytical-only sweeps (grid, random) into a fresh SQLite store: candidates per second,
     store writes included;
-  - plain Optuna with its own SQLite storage, and in memory with multi-objective TPE, on
-    the same analytical objective: trials per second;
-  - dse's TPE and NSGA-II sweeps against plain in-memory Optuna on the same objective and
-    trial count: the overhead of recording;
-  - 1 vs 2 worker processes on the same grid.
+  - plain Optuna with its own SQLite storage (random sampler), and in memory with
+    2-objective TPE, on the same analytical objective: trials per second, and the ratios;
+  - dse's TPE and NSGA-II sweeps: the time their store writes take against the time
+    Optuna's own sampling (ask + tell) takes in the same sweep (the recording overhead),
+    and the whole sweep against plain in-memory Optuna on the same objective and trials;
+  - 1 vs 2 worker processes, for the analytical stage (same grid, pool start included)
+    and for the emulator stage.
 """
 
 from __future__ import annotations
@@ -102,25 +104,31 @@ def timed(fn, repeat: int) -> tuple[float, object]:
 GRAPH = None
 
 
-def sweep_rate(sampler: str, trials: int, repeat: int, workers: int = 1) -> tuple[float, int, float]:
+def sweep_rate(sampler: str, trials: int, repeat: int, workers: int = 1) -> tuple[float, int, float, dict]:
     """The sweep itself (store opened, candidates proposed, evaluated, recorded, decided);
-    the workload is captured once beforehand, as its cost does not grow with candidates."""
+    the workload is captured once beforehand, as its cost does not grow with candidates.
+    Returns median seconds, candidates, candidates per second and the median of each of
+    the sweep's own time splits (sampler, record, ...)."""
     global GRAPH
     GRAPH = GRAPH or capture_recipe("mlp")
     with tempfile.TemporaryDirectory() as tmp:
         spec = load_spec(write_spec(Path(tmp), sampler, trials))
         counter = iter(range(10**6))
+        splits: list[dict] = []
 
         def run():
             executor = make_executor(GRAPH, workers)
             try:
                 with Store(Path(tmp) / f"r{next(counter)}.db") as store:
-                    return Sweep(spec, GRAPH, store, executor, progress=False).run()
+                    result = Sweep(spec, GRAPH, store, executor, progress=False).run()
+                    splits.append(result.seconds)
+                    return result
             finally:
                 executor.close()
 
         seconds, result = timed(run, repeat)
-    return seconds, result.evaluated, result.evaluated / seconds
+    split = {k: statistics.median(s[k] for s in splits) for k in splits[0]}
+    return seconds, result.evaluated, result.evaluated / seconds, split
 
 
 EMU_SPEC = """
@@ -210,45 +218,58 @@ def plain_optuna(objective, trials: int, repeat: int, storage: str | None, sampl
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--repeat", type=int, default=3)
-    ap.add_argument("--trials", type=int, default=200)
+    ap.add_argument("--trials", type=int, default=150)
+    ap.add_argument("--no-emulator", action="store_true", help="skip the emulator stage's 1 vs 2 workers")
     args = ap.parse_args()
     rows = []
 
     t = time.perf_counter()
     capture_recipe("mlp")
     rows.append(("capture of the mlp recipe (once per sweep)", 1, time.perf_counter() - t, 0.0))
-    s, n, grid_rate = sweep_rate("grid", 1, args.repeat)
+    s, n, grid_rate, _ = sweep_rate("grid", 1, args.repeat)
     rows.append(("dse grid sweep (analytical, SQLite)", n, s, grid_rate))
-    s, n, random_rate = sweep_rate("random", 2000, args.repeat)
+    s, n, random_rate, _ = sweep_rate("random", 2000, args.repeat)
     rows.append(("dse random sweep (analytical, SQLite)", n, s, random_rate))
 
     with tempfile.TemporaryDirectory() as tmp:
         objective = objective_factory(write_spec(Path(tmp), "tpe", args.trials))
     sqlite_trials = 60
     s_sql = plain_optuna(objective, sqlite_trials, args.repeat, "sqlite", "random")
-    rows.append(("plain Optuna, its own SQLite storage (random)", sqlite_trials, s_sql, sqlite_trials / s_sql))
-    ratios = {}
+    sqlite_rate = sqlite_trials / s_sql
+    rows.append(("plain Optuna, its own SQLite storage (random)", sqlite_trials, s_sql, sqlite_rate))
+    plain, dse_runs = {}, {}
     for kind in ("tpe", "nsga2"):
         s_mem = plain_optuna(objective, args.trials, args.repeat, None, kind)
+        plain[kind] = s_mem
         rows.append((f"plain Optuna in memory, 2-objective {kind}", args.trials, s_mem, args.trials / s_mem))
-        s_dse, n_dse, r_dse = sweep_rate(kind, args.trials, args.repeat)
+        s_dse, n_dse, r_dse, split = sweep_rate(kind, args.trials, args.repeat)
+        dse_runs[kind] = (s_dse, split)
         rows.append((f"dse {kind} sweep (recorded in SQLite)", n_dse, s_dse, r_dse))
-        ratios[kind] = s_dse / s_mem
-    s1, n1, _ = sweep_rate("grid", 1, args.repeat, workers=1)
-    s2, n2, _ = sweep_rate("grid", 1, args.repeat, workers=2)
-    e1, en = emulator_stage_time(1, 1)
-    e2, _ = emulator_stage_time(2, 1)
+    tpe_rate = args.trials / plain["tpe"]
+    s1, n1, _, _ = sweep_rate("grid", 1, args.repeat, workers=1)
+    s2, n2, _, _ = sweep_rate("grid", 1, args.repeat, workers=2)
+    if not args.no_emulator:
+        e1, en = emulator_stage_time(1, 1)
+        e2, _ = emulator_stage_time(2, 1)
 
     print(f"{'what':<48} {'count':>6} {'median s':>9} {'per s':>9}")
     for what, n, s, rate in rows:
         print(f"{what:<48} {n:>6} {s:>9.3f} {rate:>9.1f}")
     print()
-    print(f"grid sweep vs plain Optuna+SQLite: {grid_rate / (sqlite_trials / s_sql):.0f}x the trials per second")
-    for kind, r in ratios.items():
-        print(f"dse {kind} sweep time / plain in-memory Optuna {kind} time (same objective, same trials): {r:.2f}")
-    print(f"grid sweep, 2 workers vs 1: {s1 / s2:.2f}x faster ({n1} candidates)")
-    print(f"emulator stage ({en} resnet18 candidates emulated), 2 workers vs 1: {e1 / e2:.2f}x faster "
-          f"({e1:.2f} s vs {e2:.2f} s)")
+    print(f"grid sweep:   {grid_rate:7.0f} cand/s = {grid_rate / sqlite_rate:5.0f}x plain Optuna+SQLite "
+          f"({sqlite_rate:.1f} trials/s), {grid_rate / tpe_rate:5.1f}x plain in-memory 2-objective TPE "
+          f"({tpe_rate:.0f} trials/s)")
+    print(f"random sweep: {random_rate:7.0f} cand/s = {random_rate / sqlite_rate:5.0f}x plain Optuna+SQLite, "
+          f"{random_rate / tpe_rate:5.1f}x plain in-memory 2-objective TPE")
+    for kind, (s_dse, split) in dse_runs.items():
+        print(f"dse {kind}: recording {split['record']:.3f} s = {100 * split['record'] / split['sampler']:.0f}% of "
+              f"Optuna's own sampling (ask + tell) {split['sampler']:.3f} s in the same sweep; whole sweep "
+              f"{s_dse:.2f} s = {s_dse / plain[kind]:.2f}x plain in-memory Optuna {kind} ({plain[kind]:.2f} s, "
+              f"same objective, same trials)")
+    print(f"analytical grid sweep, 2 workers vs 1: {s1 / s2:.2f}x faster ({n1} candidates, {s1:.2f} s vs {s2:.2f} s)")
+    if not args.no_emulator:
+        print(f"emulator stage ({en} resnet18 candidates emulated), 2 workers vs 1: {e1 / e2:.2f}x faster "
+              f"({e1:.2f} s vs {e2:.2f} s)")
 
 
 if __name__ == "__main__":

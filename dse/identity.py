@@ -6,10 +6,31 @@ import hashlib
 import json
 from typing import Any
 
+# One encoder for every call: json.dumps with options builds a new one each time.
+_ENCODER = json.JSONEncoder(sort_keys=True, separators=(",", ":"), allow_nan=False)
+
 
 def canonical_json(obj: Any) -> str:
-    return json.dumps(obj, sort_keys=True, separators=(",", ":"), allow_nan=False)
+    return _ENCODER.encode(obj)
 
 
 def content_hash(obj: Any) -> str:
     return hashlib.sha256(canonical_json(obj).encode()).hexdigest()
+
+
+class Encoded:
+    """A value already in canonical JSON: written to a JSON column as its text, unparsed
+    and not encoded again (many candidates share a config; a batch encodes it once)."""
+
+    __slots__ = ("text",)
+
+    def __init__(self, text: str):
+        self.text = text
+
+    def __repr__(self) -> str:
+        return f"Encoded({self.text!r})"
+
+
+def json_text(obj: Any) -> str:
+    """The store's JSON serializer: canonical JSON, pre-encoded text passed through."""
+    return obj.text if type(obj) is Encoded else _ENCODER.encode(obj)

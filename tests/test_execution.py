@@ -9,9 +9,11 @@ import sys
 import time
 
 import pandas as pd
+import pytest
 
 from dse.records import Store
 from dse.runner import run_sweep
+from dse.runner import sweep as sweep_module
 from dse.runner.execution import KILL_ENV
 
 from test_runner import write_spec
@@ -69,7 +71,13 @@ def table(db, name):
     return c.merge(t[["candidate_id", "latency_cycles"]], left_on="id", right_on="candidate_id")
 
 
-def test_a_process_pool_records_the_same_evidence_as_one_process(tmp_path):
+@pytest.fixture
+def pool_for_analytical(monkeypatch):
+    """The pool evaluates analytical batches too (by default the driver keeps small ones)."""
+    monkeypatch.setattr(sweep_module, "POOL_ANALYTICAL_MIN_SECONDS", 0)
+
+
+def test_a_process_pool_records_the_same_evidence_as_one_process(tmp_path, pool_for_analytical):
     spec = write_spec(tmp_path, banks="[8, 12, 16, 20]")
     one = run_sweep(spec, tmp_path / "one.db", progress=False)
     two = run_sweep(spec, tmp_path / "two.db", progress=False, workers=2)
@@ -81,7 +89,7 @@ def test_a_process_pool_records_the_same_evidence_as_one_process(tmp_path):
     assert (a["status"].sort_index() == b["status"].sort_index()).all()
 
 
-def test_a_worker_killed_mid_candidate_is_retried_once_then_failed(tmp_path, monkeypatch):
+def test_a_worker_killed_mid_candidate_is_retried_once_then_failed(tmp_path, monkeypatch, pool_for_analytical):
     spec = write_spec(tmp_path, banks="[12, 16]")
     run_sweep(spec, tmp_path / "probe.db", progress=False)
     probe = table(tmp_path / "probe.db", "gemm-workers")
@@ -98,6 +106,34 @@ def test_a_worker_killed_mid_candidate_is_retried_once_then_failed(tmp_path, mon
     others = probe.set_index("hash").drop(index=victim)
     assert (got.loc[others.index, "status"] == others["status"]).all()
     assert len(got) == len(probe) and result.counts.get("failed") == 1
+
+
+def test_small_analytical_batches_stay_in_the_driver_with_a_pool(tmp_path, monkeypatch):
+    # The rule: with a local pool, the driver evaluates an analytical batch itself unless
+    # its measured cost would exceed POOL_ANALYTICAL_MIN_SECONDS. A gemm grid is far below:
+    # no worker sees a candidate (the kill hook, which only workers obey, never fires).
+    spec = write_spec(tmp_path, banks="[12, 16]")
+    run_sweep(spec, tmp_path / "probe.db", progress=False)
+    probe = table(tmp_path / "probe.db", "gemm-workers")
+    monkeypatch.setenv(KILL_ENV, probe.iloc[-1]["hash"][:16])
+    result = run_sweep(spec, tmp_path / "r.db", progress=False, workers=2)
+    assert "failed" not in result.counts
+    got = table(tmp_path / "r.db", "gemm-workers").set_index("hash")
+    assert (got["status"].sort_index() == probe.set_index("hash")["status"].sort_index()).all()
+
+
+def test_a_pool_takes_analytical_batches_the_driver_measured_as_costly(tmp_path, monkeypatch):
+    from dse.runner.execution import PoolExecutor
+
+    monkeypatch.setattr(sweep_module, "POOL_ANALYTICAL_MIN_SECONDS", 1e-9)  # any measured cost is too much
+    used = []
+    real_run = PoolExecutor.run
+    monkeypatch.setattr(PoolExecutor, "run", lambda self, chunks: used.append(len(chunks)) or real_run(self, chunks))
+    spec = BIG.replace("batch = 64", "batch = 64\ntrials = 1").replace('low = 4\nhigh = 32', 'low = 16\nhigh = 17')
+    (tmp_path / "big.toml").write_text(spec)
+    result = run_sweep(tmp_path / "big.toml", tmp_path / "r.db", progress=False, workers=2)
+    # Baseline and the first batch in the driver (it measures its cost); the rest in the pool.
+    assert used and result.evaluated == 1 + 2 * 5 * 4 * 2 * 2
 
 
 def test_driver_killed_mid_sweep_resumes_without_duplicates_or_losses(tmp_path, repo):

@@ -65,7 +65,7 @@ from sqlalchemy.orm import Session
 from sqlalchemy.pool import StaticPool
 
 from dse.errors import InputError
-from dse.identity import canonical_json, content_hash
+from dse.identity import Encoded, canonical_json, content_hash, json_text
 from dse.records import provenance
 from dse.records.schema import (
     ARTIFACT_ROLES,
@@ -88,7 +88,7 @@ from dse.records.schema import (
 MIGRATIONS_DIR = Path(__file__).parent / "migrations"
 # The newest migration; a test checks it against the migrations folder. A store already
 # at this revision opens without loading alembic at all (a faster `dse history`).
-SCHEMA_HEAD = "0002"
+SCHEMA_HEAD = "0003"
 SQLITE_BUSY_TIMEOUT_MS = 10_000
 SQLITE_MMAP_BYTES = 256 * 1024 * 1024
 # How long a write keeps retrying a busy database before it gives up with StoreBusy.
@@ -260,7 +260,7 @@ def _make_engine(url: str) -> Engine:
             connect_args = {"connect_timeout": 10, "application_name": "dse",
                             "prepare_threshold": None}  # fmt: skip
         return create_engine(
-            sa_url, pool_pre_ping=True, connect_args=connect_args, json_serializer=canonical_json
+            sa_url, pool_pre_ping=True, connect_args=connect_args, json_serializer=json_text
         )
     if sa_url.database in (None, "", ":memory:"):
         # An in-memory database lives in one connection; share it.
@@ -268,10 +268,10 @@ def _make_engine(url: str) -> Engine:
             sa_url,
             poolclass=StaticPool,
             connect_args={"check_same_thread": False},
-            json_serializer=canonical_json,
+            json_serializer=json_text,
         )
     else:
-        engine = create_engine(sa_url, json_serializer=canonical_json)
+        engine = create_engine(sa_url, json_serializer=json_text)
     event.listen(engine, "connect", _sqlite_on_connect)
     event.listen(engine, "begin", _sqlite_on_begin)
     return engine
@@ -698,50 +698,114 @@ class Store:
     def add_candidates(self, experiment_id: int, rows: Iterable[Mapping[str, Any]]) -> list[tuple[int, bool]]:
         """Record many candidates at once; each row has config, mapping, origin and diff.
         Returns (id, created) per row, in order; known hashes (also repeats within `rows`)
-        return the existing id."""
-        prepared = []
-        canonical: dict[int, tuple[str, Any]] = {}  # id(value) -> (canonical text, parsed copy)
+        return the existing id.
 
-        def canon(value: Any) -> tuple[str, Any]:
+        A row may also carry `config_json` / `mapping_json`: its config / mapping already
+        as canonical JSON (`dse.identity.canonical_json`), written as is. The rows go in
+        as one multi-row INSERT of pre-encoded JSON text, in one transaction."""
+        return [(cid, created) for cid, created, _ in self._add_candidates(experiment_id, rows, None)]
+
+    def add_candidates_and_start_runs(
+        self,
+        experiment_id: int,
+        rows: Iterable[Mapping[str, Any]],
+        stage: str,
+        *,
+        seed: int | None = None,
+        command: str | None = None,
+        model_version: str = "",
+        emulator_version: str | None = None,
+    ) -> list[tuple[int, bool, int]]:
+        """`add_candidates`, then `start_runs` for each row's candidate, in one transaction:
+        (candidate id, created, run id) per row (the sweep driver's batch)."""
+        base = self._run_base(stage, seed, command, model_version, emulator_version)
+        out = self._add_candidates(experiment_id, rows, base)
+        for _, _, run_id in out:
+            self._track(run_id)
+        return out
+
+    @_retrying
+    def _add_candidates(self, experiment_id: int, rows: Iterable[Mapping[str, Any]],
+                        run_base: dict[str, Any] | None) -> list[tuple[int, bool, int | None]]:
+        prepared = []
+        canonical: dict[int, tuple[Any, str]] = {}  # id(value) -> (value kept alive, canonical text)
+
+        def canon(value: Any) -> str:
             # Candidates of a batch often share one config object: encode it once.
-            if id(value) not in canonical:
-                text = canonical_json(value)
-                canonical[id(value)] = (text, json.loads(text))
-            return canonical[id(value)]
+            hit = canonical.get(id(value))
+            if hit is None:
+                hit = canonical[id(value)] = (value, canonical_json(value))
+            return hit[1]
 
         for row in rows:
             check_choice("candidate.origin", row["origin"], CANDIDATE_ORIGINS)
-            (config_text, config), (mapping_text, mapping) = canon(row["config"]), canon(row["mapping"])
+            config_text = row.get("config_json") or canon(row["config"])
+            mapping_text = row.get("mapping_json") or canon(row["mapping"])
             # content_hash({"config": ..., "mapping": ...}) composed from the canonical texts
             key = hashlib.sha256(('{"config":' + config_text + ',"mapping":' + mapping_text + "}").encode()).hexdigest()
-            prepared.append((key, config, mapping, row["origin"], row.get("diff") or {}))
+            prepared.append((key, config_text, mapping_text, row["origin"], row.get("diff") or {}))
 
-        def add() -> list[tuple[int, bool]]:
-            with self._write() as session:
-                self._get(session, Experiment, experiment_id)
+        table = Candidate.__table__
+        insert_rows = insert(table).returning(table.c.id, sort_by_parameter_order=True)
+
+        def add() -> list[tuple[int, bool, int | None]]:
+            # Core on one connection (no ORM session): this is the sweep's hot path.
+            with self._writer.begin() as connection:
+                if connection.execute(select(Experiment.id).where(Experiment.id == _as_id(experiment_id))).first() is None:
+                    raise self._not_found(connection, "experiment", experiment_id)
                 keys = list({p[0] for p in prepared})
                 known: dict[str, Any] = {}
                 for i in range(0, len(keys), 500):  # stay under the bound-parameter limit
-                    known.update(session.execute(select(Candidate.hash, Candidate.id).where(
-                        Candidate.experiment_id == experiment_id, Candidate.hash.in_(keys[i:i + 500]))).all())
-                created: dict[str, Candidate] = {}
-                for key, config, mapping, origin, diff in prepared:
-                    if key not in known and key not in created:
-                        created[key] = Candidate(experiment_id=experiment_id, hash=key, config=config,
-                                                 mapping=mapping, origin=origin, diff=diff)
-                        session.add(created[key])
-                session.flush()
+                    known.update(connection.execute(select(table.c.hash, table.c.id).where(
+                        table.c.experiment_id == experiment_id, table.c.hash.in_(keys[i:i + 500]))).all())
+                now = utcnow()
+                new: dict[str, dict[str, Any]] = {}
+                for key, config_text, mapping_text, origin, diff in prepared:
+                    if key not in known and key not in new:
+                        new[key] = dict(experiment_id=experiment_id, hash=key, config=Encoded(config_text),
+                                        mapping=Encoded(mapping_text), origin=origin, diff=diff, created_at=now)
+                created: dict[str, int] = {}
+                if new and connection.dialect.name == "sqlite":
+                    created = _sqlite_insert_candidates(connection, experiment_id, list(new.values()))
+                elif new:
+                    ids = connection.execute(insert_rows, list(new.values())).scalars().all()
+                    created = dict(zip(new, ids))
                 seen: set[str] = set()
                 out = []
                 for key, *_ in prepared:
                     if key in created and key not in seen:
-                        out.append((created[key].id, True))
+                        out.append((created[key], True))
                     else:
-                        out.append((known[key] if key in known else created[key].id, False))
+                        out.append((known[key] if key in known else created[key], False))
                     seen.add(key)
-                return out
+                runs: list[int | None] = [None] * len(out)
+                if run_base is not None and out:
+                    runs = self._insert_runs(connection, [cid for cid, _ in out], run_base)
+                return [(cid, made, run) for (cid, made), run in zip(out, runs)]
 
         return _retry_once_on_conflict(add)
+
+    def _run_base(self, stage: str, seed: int | None, command: str | None, model_version: str,
+                  emulator_version: str | None) -> dict[str, Any]:
+        """The columns every run of a batch shares: status, times and provenance."""
+        check_choice("run.stage", stage, RUN_STAGES)
+        environment = provenance.collect(command)
+        now = utcnow()
+        # The same provenance for every row: its JSON encoded once.
+        return dict(stage=stage, status="running", started_at=now, heartbeat_at=now, host=environment.host,
+                    git_commit=environment.git_commit, git_dirty=environment.git_dirty,
+                    versions=Encoded(canonical_json(environment.versions)), command=environment.command, seed=seed,
+                    model_version=model_version, emulator_version=emulator_version, pid=environment.pid,
+                    pid_start=environment.pid_start)
+
+    @staticmethod
+    def _insert_runs(connection: Connection, candidate_ids: list[int], base: dict[str, Any]) -> list[int]:
+        if connection.dialect.name == "sqlite":
+            return _sqlite_insert_runs(connection, candidate_ids, base)
+        # One INSERT .. RETURNING for the batch, ids in the order of the rows.
+        table = Run.__table__
+        return list(connection.execute(insert(table).returning(table.c.id, sort_by_parameter_order=True),
+                                       [{**base, "candidate_id": cid} for cid in candidate_ids]).scalars().all())
 
     @_retrying
     def start_runs(
@@ -756,18 +820,9 @@ class Store:
     ) -> list[int]:
         """`start_run` for many candidates in one transaction; run ids in order."""
         candidate_ids = list(candidate_ids)
-        environment = provenance.collect(command)
-        now = utcnow()
-        base = dict(stage=stage, status="running", started_at=now, heartbeat_at=now, host=environment.host,
-                    git_commit=environment.git_commit, git_dirty=environment.git_dirty,
-                    versions=environment.versions, command=environment.command, seed=seed,
-                    model_version=model_version, emulator_version=emulator_version, pid=environment.pid,
-                    pid_start=environment.pid_start)
-        with self._write() as session:
-            # One INSERT .. RETURNING for the batch, ids in the order of the rows.
-            run_ids = list(session.scalars(
-                insert(Run).returning(Run.id, sort_by_parameter_order=True),
-                [{**base, "candidate_id": cid} for cid in candidate_ids]))
+        base = self._run_base(stage, seed, command, model_version, emulator_version)
+        with self._writer.begin() as connection:
+            run_ids = self._insert_runs(connection, candidate_ids, base) if candidate_ids else []
         for run_id in run_ids:
             self._track(run_id)
         return run_ids
@@ -777,33 +832,34 @@ class Store:
         """`finish_run` for many runs in one transaction: each result has run_id, status and
         optionally metrics, reason, error, traceback. All are written, or none."""
         results = list(results)
-        metric_rows = []
+        metric_rows: list[tuple] = []
         for r in results:
             check_choice("finish_run status", r["status"], FINAL_RUN_STATUSES)
-            metric_rows += [{"run_id": r["run_id"], **m} for m in _metric_rows(r.get("metrics", ()), f"run {r['run_id']}")]
-        with self._write() as session:
+            run_id = r["run_id"]
+            metric_rows += _metric_values(r.get("metrics", ()), f"run {run_id}", run_id)
+        with self._writer.begin() as connection:
             ids = [r["run_id"] for r in results]
             state: dict[int, tuple] = {}
             for i in range(0, len(ids), 500):
-                state.update((row.id, (row.status, row.error)) for row in session.execute(
+                state.update((row.id, (row.status, row.error)) for row in connection.execute(
                     select(Run.id, Run.status, Run.error).where(Run.id.in_(ids[i:i + 500]))))
             for run_id in ids:
                 if run_id not in state:
-                    raise self._not_found(session.connection(), "run", run_id)
+                    raise self._not_found(connection, "run", run_id)
                 status, error = state[run_id]
                 abandoned = status == "crashed" and (error or "").startswith(ABANDONED)
                 if status != "running" and not abandoned:
                     raise ValueError(f"run {run_id} is already finished (status {status!r})")
             now = utcnow()
             table = Run.__table__
-            session.execute(
+            connection.execute(
                 update(table).where(table.c.id == bindparam("rid")).values(
                     status=bindparam("new_status"), reason=bindparam("new_reason"), error=bindparam("new_error"),
                     traceback=bindparam("new_traceback"), finished_at=now, heartbeat_at=now),
                 [dict(rid=r["run_id"], new_status=r["status"], new_reason=r.get("reason"), new_error=r.get("error"),
                       new_traceback=r.get("traceback")) for r in results])
             if metric_rows:
-                session.execute(insert(Metric.__table__), metric_rows)
+                _insert_metrics(connection, metric_rows)
         for r in results:
             self._untrack(r["run_id"])
 
@@ -1698,22 +1754,109 @@ def _as_id(value: Any) -> int:
         return int(text) if text.isdigit() else -1
 
 
-def _metric_rows(metrics: Iterable[MetricIn | Mapping[str, Any]], owner: str) -> list[dict[str, Any]]:
-    rows = [
-        {"kind": m.kind, "name": m.name, "value": m.value, "unit": m.unit, "scope": m.scope,
-         "scope_key": m.scope_key}
-        for m in (m if isinstance(m, MetricIn) else MetricIn(**m) for m in metrics)
-    ]  # fmt: skip
-    seen: set[tuple[str, str, str, str]] = set()
-    duplicates = set()
-    for r in rows:
-        key = (r["kind"], r["name"], r["scope"], r["scope_key"])
-        if key in seen:
-            duplicates.add(key)
-        seen.add(key)
-    if duplicates:
+_METRIC_KEYS = frozenset(("kind", "name", "value", "unit", "scope", "scope_key"))
+_METRIC_KIND_SET = frozenset(METRIC_KINDS)
+_METRIC_SCOPE_SET = frozenset(METRIC_SCOPES)
+METRIC_COLUMNS = ("kind", "name", "value", "unit", "scope", "scope_key")
+
+
+def _metric_values(metrics: Iterable[MetricIn | Mapping[str, Any]], owner: str, *prefix: Any) -> list[tuple]:
+    """Checked metric values as (*prefix, kind, name, value, unit, scope, scope_key) tuples.
+
+    The checks are MetricIn's, done on the whole list at once for plain dicts (a sweep
+    writes tens of thousands of rows); a list that does not pass goes through MetricIn
+    for its error."""
+    metrics = metrics if isinstance(metrics, list) else list(metrics)
+    out: list[tuple] | None = None
+    if all(type(m) is dict and m.keys() <= _METRIC_KEYS for m in metrics):
+        try:
+            out = [(*prefix, m["kind"], m["name"], float(m["value"]), m["unit"], m.get("scope", "total"),
+                    m.get("scope_key", "")) for m in metrics]
+        except (KeyError, TypeError, ValueError):
+            out = None
+        n = len(prefix)
+        if out is not None and not (
+                {r[n] for r in out} <= _METRIC_KIND_SET and {r[n + 4] for r in out} <= _METRIC_SCOPE_SET
+                and all(r[n + 1] and r[n + 3] is not None and r[n + 2] == r[n + 2]
+                        and (r[n + 4] == "total") == (r[n + 5] == "") for r in out)):
+            out = None
+    if out is None:  # the slow path, with MetricIn's own error for what is wrong
+        out = [(*prefix, m.kind, m.name, m.value, m.unit, m.scope, m.scope_key)
+               for m in (m if isinstance(m, MetricIn) else MetricIn(**m) for m in metrics)]
+    n = len(prefix)
+    idents = {r[n:n + 2] + r[n + 4:n + 6] for r in out}
+    if len(idents) != len(out):
+        seen: set[tuple] = set()
+        duplicates = set()
+        for r in out:
+            ident = (r[n], r[n + 1], r[n + 4], r[n + 5])
+            if ident in seen:
+                duplicates.add(ident)
+            seen.add(ident)
         raise ValueError(f"{owner}: metrics given twice: {sorted(duplicates)}")
-    return rows
+    return out
+
+
+def _metric_rows(metrics: Iterable[MetricIn | Mapping[str, Any]], owner: str) -> list[dict[str, Any]]:
+    return [dict(zip(METRIC_COLUMNS, v)) for v in _metric_values(metrics, owner)]
+
+
+# SQLite: SQLAlchemy can only keep RETURNING ids in parameter order there by inserting one
+# row per statement. Under the write lock every transaction of this store takes (BEGIN
+# IMMEDIATE) no other writer can add rows, so a plain executemany followed by reading the
+# ids back gives the same ids at a fraction of the cost.
+
+def _db_values(connection: Connection, table: Any, values: Mapping[str, Any]) -> dict[str, Any]:
+    """Column values as the driver takes them (the columns' own bind processing)."""
+    out = {}
+    for name, value in values.items():
+        process = table.c[name].type._cached_bind_processor(connection.dialect)
+        out[name] = process(value) if process is not None and value is not None else value
+    return out
+
+
+def _sqlite_insert_candidates(connection: Connection, experiment_id: int, rows: list[dict[str, Any]]) -> dict[str, int]:
+    table = Candidate.__table__
+    columns = ("experiment_id", "hash", "config", "mapping", "origin", "diff", "created_at")
+    shared = _db_values(connection, table, {"experiment_id": experiment_id, "created_at": rows[0]["created_at"]})
+    connection.exec_driver_sql(
+        f"INSERT INTO candidate ({', '.join(columns)}) VALUES ({', '.join('?' * len(columns))})",
+        [(shared["experiment_id"], r["hash"], r["config"].text, r["mapping"].text, r["origin"],
+          json_text(r["diff"]), shared["created_at"]) for r in rows])
+    keys = [r["hash"] for r in rows]
+    ids: dict[str, int] = {}
+    for i in range(0, len(keys), 500):
+        ids.update(connection.execute(select(table.c.hash, table.c.id).where(
+            table.c.experiment_id == experiment_id, table.c.hash.in_(keys[i:i + 500]))).all())
+    return ids
+
+
+def _sqlite_insert_runs(connection: Connection, candidate_ids: list[int], base: dict[str, Any]) -> list[int]:
+    table = Run.__table__
+    shared = _db_values(connection, table, base)
+    columns = list(shared) + ["candidate_id"]
+    before = connection.exec_driver_sql("SELECT coalesce(max(id), 0) FROM run").scalar()
+    connection.exec_driver_sql(
+        f"INSERT INTO run ({', '.join(columns)}) VALUES ({', '.join('?' * len(columns))})",
+        [(*shared.values(), cid) for cid in candidate_ids])
+    # Each row took the next id (rowid = max + 1, in insertion order): ours are those above `before`.
+    ids = connection.exec_driver_sql("SELECT id FROM run WHERE id > ? ORDER BY id", (before,)).scalars().all()
+    if len(ids) != len(candidate_ids):
+        raise RuntimeError(f"run ids after id {before}: expected {len(candidate_ids)} new rows, found {len(ids)}")
+    return list(ids)
+
+
+def _insert_metrics(connection: Connection, rows: list[tuple]) -> None:
+    """(run_id, kind, name, value, unit, scope, scope_key) rows as one executemany of the
+    driver (no per-row parameter processing: these are plain strings and floats)."""
+    style = connection.dialect.paramstyle
+    mark = {"qmark": "?", "format": "%s", "pyformat": "%s"}.get(style)
+    if mark is None:
+        connection.execute(insert(Metric.__table__), [dict(zip(("run_id",) + METRIC_COLUMNS, r)) for r in rows])
+        return
+    columns = ("run_id",) + METRIC_COLUMNS
+    connection.exec_driver_sql(
+        f"INSERT INTO metric ({', '.join(columns)}) VALUES ({', '.join([mark] * len(columns))})", rows)
 
 
 def _read_chunks(path: Path, size: int = 1 << 20) -> Iterator[bytes]:

@@ -8,6 +8,8 @@ verdict (`numerics`); they are never merged with the analytical estimate.
 
 from __future__ import annotations
 
+import functools
+import json
 import traceback as tb
 from dataclasses import dataclass
 from typing import Any
@@ -31,15 +33,77 @@ class EmulationWorkload:
     reference: dict | None = None  # every tensor of the graph on the inputs, computed once
 
 
-def prepare_emulation(recipe: str, params: dict) -> EmulationWorkload:
+def prepare_emulation(recipe: str, params: dict, quantization: str | None = None) -> EmulationWorkload:
+    """The recipe through its frontend steps, once per sweep and granularity (cached).
+    `quantization` sets the `weights` option of the recipe's quantize step (tensor, strip
+    or channel); None keeps the recipe's steps as they are."""
+    from ..identity import canonical_json
+
+    return _prepare(recipe, canonical_json(params or {}), quantization)
+
+
+@functools.lru_cache(maxsize=8)
+def _prepare(recipe: str, params_json: str, quantization: str | None) -> EmulationWorkload:
     from ..errors import InputError
     from ..numerics.run import prepare_recipe
 
-    prep = prepare_recipe(recipe, params)
+    params = json.loads(params_json)
+    prep = prepare_recipe(recipe, params) if quantization is None else _prepare_quantized(recipe, params, quantization)
     if prep.failed:  # the recipe's own steps do not hold: no candidate could be checked
-        raise InputError(recipe, "workload.recipe", recipe, f"a recipe whose frontend steps pass ({prep.failed})")
+        what = "a recipe whose frontend steps pass" + (f" with weights quantized per {quantization}" if quantization else "")
+        raise InputError(recipe, "workload.recipe", recipe, f"{what} ({prep.failed})")
     return EmulationWorkload(prep.graph, prep.inputs, prep.expected, prep.tolerance, prep.reference_kind,
                              prep.graph.trace(*prep.inputs))
+
+
+def quantized_steps(recipe: str, quantization: str):
+    """The recipe's frontend steps with the quantize step's weight granularity set."""
+    from ..errors import InputError
+    from ..frontend.steps import StepSpec, load_steps
+    from ..workload import load_recipe
+
+    folder = load_recipe(recipe).path.parent
+    steps = load_steps(folder)
+    if not any(step.name == "quantize" for step in steps):
+        raise InputError(folder, "mapping.quantization", quantization, "a recipe with a quantize step")
+    allowed = steps[[step.name for step in steps].index("quantize")].definition.options["weights"][2]
+    if quantization not in allowed:
+        raise InputError(folder, "mapping.quantization", quantization, ", ".join(allowed))
+    return [StepSpec(step.definition, {**step.options, "weights": quantization}) if step.name == "quantize" else step
+            for step in steps]
+
+
+def _prepare_quantized(recipe: str, params: dict, quantization: str):
+    """`dse.numerics.run.prepare_recipe` with the quantize step's weight granularity set."""
+    import torch
+
+    from ..frontend import run_pipeline
+    from ..numerics.run import FLOAT_TOLERANCE, Prepared
+    from ..workload.recipes import instantiate, load_recipe
+
+    pipe = run_pipeline(recipe, params, steps=quantized_steps(recipe, quantization))
+    if not pipe.passed:
+        failed = next(s for s in pipe.stages if not s.passed)
+        return Prepared(pipe.recipe, pipe, pipe.graph, [], None, FLOAT_TOLERANCE, "float",
+                        f"frontend stage {failed.name} failed: {failed.error}")
+    module, inputs = instantiate(load_recipe(recipe), **params)
+    with torch.no_grad():
+        expected = module(*inputs)
+    expected = list(expected) if isinstance(expected, (tuple, list)) else [expected]
+    graph = pipe.graph
+    if len(expected) != len(graph.outputs) or any(tuple(e.shape) != graph.tensors[n].shape
+                                                  for e, n in zip(expected, graph.outputs)):
+        # A step changed what the outputs are (last-token selection): prepare_recipe's
+        # stand-in reference, from the recipe's own preparation.
+        expected = prepare_recipe_expected(recipe, params)
+    return Prepared(pipe.recipe, pipe, graph, list(inputs), expected, max(s.tolerance for s in pipe.stages),
+                    "quantized" if any(s.quantized for s in pipe.stages) else "float")
+
+
+def prepare_recipe_expected(recipe: str, params: dict):
+    from ..numerics.run import prepare_recipe
+
+    return prepare_recipe(recipe, params).expected
 
 
 def emulate(work: EmulationWorkload, cand: Candidate) -> dict:

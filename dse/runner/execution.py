@@ -39,6 +39,7 @@ class WorkItem:
     mapping: dict
     hash: str = ""
     stage: str = "analytical"  # or "emulator"
+    mapping_json: str = ""  # the mapping as canonical JSON, when the driver has it (the cache key)
 
 
 @dataclass
@@ -46,8 +47,39 @@ class Workload:
     """What workers need besides the candidates: the captured graph for the analytical
     model, and (when the emulator stage runs) the prepared emulation workload."""
 
-    graph: object
+    graph: object  # the analytical stage's graph for candidates that leave quantization unset
     emulation: object | None = None
+    # One prepared emulation workload per quantization granularity a sweep's candidates set
+    # (mapping.quantization); `emulation` serves the candidates that leave it unset.
+    emulations: dict = field(default_factory=dict)
+    recipe: str | None = None  # what to prepare a granularity not prepared up front from
+    params: dict = field(default_factory=dict)
+    # The analytical graph per quantization granularity (the recipe's steps with it set).
+    graphs: dict = field(default_factory=dict)
+    # The newest calibration of each chip name the sweep uses ({} : uncalibrated model).
+    calibration: dict = field(default_factory=dict)
+
+    def graph_for(self, quantization: str | None):
+        if quantization is None:
+            return self.graph
+        if quantization not in self.graphs:
+            from .stages import analytical_graph
+
+            if self.recipe is None:
+                raise RuntimeError(f"no analytical graph for quantization {quantization!r}")
+            self.graphs[quantization] = analytical_graph(self.recipe, self.params, quantization)
+        return self.graphs[quantization]
+
+    def emulation_for(self, quantization: str | None):
+        if quantization is None:
+            return self.emulation
+        if quantization not in self.emulations:  # not prepared up front: prepared here, once per process
+            from .emulation import prepare_emulation
+
+            if self.recipe is None:
+                raise RuntimeError(f"no emulation workload prepared for quantization {quantization!r}")
+            self.emulations[quantization] = prepare_emulation(self.recipe, self.params, quantization)
+        return self.emulations[quantization]
 
 
 @dataclass
@@ -80,7 +112,10 @@ def evaluate_items(work, items: list[WorkItem], kill: str | None = None) -> list
             os.kill(os.getpid(), signal.SIGKILL)
         try:
             chip = _chip(item.config_json)
-            cand = Candidate(chip, mapping_from_dict(item.mapping, "(candidate)"))
+            mapping = _mapping(item.mapping_json) if item.mapping_json else mapping_from_dict(item.mapping, "(candidate)")
+            cand = Candidate(chip, mapping)
+            if item.hash:  # the driver hashed it already (the same content_hash): not again per item
+                cand.__dict__["hash"] = item.hash
         except InputError as exc:
             outcomes[item.key] = Outcome(item.key, "infeasible",
                                          reason=f"invalid chip for this combination: {exc.field}: {exc.allowed}")
@@ -88,16 +123,37 @@ def evaluate_items(work, items: list[WorkItem], kill: str | None = None) -> list
         if item.stage == "emulator":
             from .emulation import emulate_safely
 
-            outcomes[item.key] = Outcome(item.key, **emulate_safely(work.emulation, cand))
+            try:
+                emulation = work.emulation_for(cand.mapping.quantization)
+            except Exception as exc:  # this granularity's frontend steps fail: the candidate's failure
+                outcomes[item.key] = _failed(item.key, exc)
+                continue
+            outcomes[item.key] = Outcome(item.key, **emulate_safely(emulation, cand))
         else:
             cands.append((item, cand))
+    # One vectorised batch per analytical graph (candidates of one quantization granularity).
+    by_graph: dict = {}
+    for pair in cands:
+        by_graph.setdefault(pair[1].mapping.quantization, []).append(pair)
+    for quantization, group in by_graph.items():
+        try:
+            g = work.graph_for(quantization)
+        except Exception as exc:  # this granularity's steps do not apply: the candidates fail
+            for item, _ in group:
+                outcomes[item.key] = _failed(item.key, exc)
+            continue
+        _analytical_group(g, group, work.calibration, outcomes)
+    return [outcomes[item.key] for item in items]
+
+
+def _analytical_group(graph, cands, calibration, outcomes) -> None:
     try:
-        results = _analytical_batch(graph, [c for _, c in cands])
+        results = _analytical_batch(graph, [c for _, c in cands], calibration)
     except Exception:  # find the culprit: evaluate one at a time
         results = []
         for _, cand in cands:
             try:
-                results.append(_analytical_batch(graph, [cand])[0])
+                results.append(_analytical_batch(graph, [cand], calibration)[0])
             except Exception as exc:
                 results.append(exc)
     for (item, _), res in zip(cands, results):
@@ -106,18 +162,23 @@ def evaluate_items(work, items: list[WorkItem], kill: str | None = None) -> list
         else:
             outcomes[item.key] = Outcome(item.key, "ok" if res.feasible else "infeasible", res.reason,
                                          res.totals, res.metrics())
-    return [outcomes[item.key] for item in items]
 
 
-def _analytical_batch(graph, cands: list[Candidate]) -> list[AnalyticalResult]:
+def _analytical_batch(graph, cands: list[Candidate], calibration: dict | None = None) -> list[AnalyticalResult]:
     # The one call into the model, kept as a seam: tests inject a crashing candidate here.
-    return analytical_batch(graph, cands)
+    return analytical_batch(graph, cands, calibration)
 
 
 @functools.lru_cache(maxsize=4096)
 def _chip(config_json: str):
     """Validated chip per distinct config: a sweep has far fewer chips than candidates."""
     return validate_chip(json.loads(config_json), "(candidate)", field_prefix="chip.")
+
+
+@functools.lru_cache(maxsize=4096)
+def _mapping(mapping_json: str):
+    """Validated mapping per distinct mapping (a sweep has a handful)."""
+    return mapping_from_dict(json.loads(mapping_json), "(candidate)")
 
 
 # -- executors --------------------------------------------------------------------------
@@ -154,6 +215,10 @@ def _init_worker(work, kill: str | None) -> None:
         sys.modules["torch"].set_num_threads(1)
 
 
+def _warm() -> None:
+    """A task that only makes the pool start a worker."""
+
+
 def _evaluate_in_worker(items: list[WorkItem]) -> list[Outcome]:
     return evaluate_items(_WORKER_WORK, items, _WORKER_KILL)
 
@@ -171,6 +236,11 @@ class PoolExecutor:
         preload = [__name__] + (["dse.numerics.run"] if getattr(work, "emulation", None) is not None else [])
         self._ctx.set_forkserver_preload(preload)
         self._pool = self._new_pool()
+        if getattr(work, "emulation", None) is not None or getattr(work, "emulations", None):
+            # The workers (torch, the lowering) start now, in the background, while the
+            # driver runs the analytical stage itself: the emulator stage finds them ready.
+            for _ in range(workers):
+                self._pool.submit(_warm)
 
     def _new_pool(self) -> ProcessPoolExecutor:
         return ProcessPoolExecutor(self.workers, mp_context=self._ctx, initializer=_init_worker,

@@ -19,6 +19,7 @@ from .space import Space
 from .spec import Spec
 
 INFEASIBLE_VALUE = math.inf
+NSGA2_POPULATION = 50  # Optuna's default population size
 
 
 @dataclass
@@ -47,6 +48,7 @@ def objective_values(spec: Spec, feasible: bool, totals: dict) -> list[float]:
 
 class Sampler:
     exhaustive = False  # True when the sampler enumerates a finite set (no trial budget)
+    batch: int | None = None  # how many candidates to ask at once with no spec setting (None: the driver's default)
 
     def replay(self, recorded: Sequence[Observation]) -> None:
         """Learn from candidates recorded by an earlier run."""
@@ -92,7 +94,12 @@ class OptunaSampler(Sampler):
         with warnings.catch_warnings():  # constraints_func and multivariate are marked experimental
             warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
             if kind == "nsga2":
-                sampler = optuna.samplers.NSGAIISampler(seed=seed, constraints_func=_constraint)
+                sampler = optuna.samplers.NSGAIISampler(seed=seed, constraints_func=_constraint,
+                                                        population_size=NSGA2_POPULATION)
+                # A generation's children are drawn from the parent generations alone (only
+                # completed trials count), so a whole generation is asked at once at no cost
+                # to the search: one store transaction per generation, not per few trials.
+                self.batch = NSGA2_POPULATION
             else:
                 sampler = optuna.samplers.TPESampler(seed=seed, constraints_func=_constraint, n_startup_trials=8,
                                                      multivariate=True, group=True)

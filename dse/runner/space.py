@@ -21,6 +21,22 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 from emulator.formula import Formula, FormulaError
 
 
+# A knob over this target chooses which of the baseline chip's Balls the chip keeps.
+BALL_SET_TARGET = "chip.balls"
+
+
+def ball_set(value: Any) -> str:
+    """A Ball set in its one spelling: the kinds sorted and comma-separated ("matrix,relu"),
+    from a list of kinds or such a string in any order (a set, not a sequence)."""
+    if isinstance(value, str):
+        names = value.split(",")
+    elif isinstance(value, (list, tuple)) and all(isinstance(v, str) for v in value):
+        names = list(value)
+    else:
+        raise ValueError(f"a Ball set is a list of Ball kinds or a comma-separated string, got {value!r}")
+    return ",".join(sorted({n.strip() for n in names if n.strip()}))
+
+
 class Knob(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
@@ -37,6 +53,11 @@ class Knob(BaseModel):
 
     @model_validator(mode="after")
     def _one_kind(self) -> "Knob":
+        if self.target == BALL_SET_TARGET:
+            if self.values is None:
+                raise ValueError("a Ball set knob lists its values: each a list of Ball kinds or a "
+                                 "comma-separated string, e.g. [\"matrix,relu\", \"matrix\"] or [[\"matrix\"]]")
+            self.values = [ball_set(v) for v in self.values]
         if self.values is not None:
             if self.low is not None or self.high is not None:
                 raise ValueError("give either values or low/high, not both")

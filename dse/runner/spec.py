@@ -10,19 +10,24 @@ from __future__ import annotations
 
 import hashlib
 import tomllib
+import typing
 from pathlib import Path
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from emulator.chip import ChipConfig
+from emulator.chip import BallKind, ChipConfig
 from emulator.formula import Formula, FormulaError
 
 from ..chips import load_chip, override_chip
 from ..errors import InputError
 from ..mapping import Mapping, mapping_from_dict
 from ..workload import list_recipes, load_recipe
-from .space import Constraint, Knob, Space
+from .space import BALL_SET_TARGET, Constraint, Knob, Space, ball_set
+
+# A knob over this mapping field sets the granularity of the recipe's quantize step.
+QUANTIZATION_TARGET = "mapping.quantization"
+BALL_KINDS = typing.get_args(BallKind)
 
 # Total metrics a spec may name in objectives and acceptance expressions.
 METRICS = (
@@ -80,6 +85,9 @@ class Stages(_Model):
     # objective, or all. The others are recorded as pruned with the reason.
     emulator: Literal["none", "top_k", "all"] = "none"
     top_k: int = Field(5, gt=0)
+    # The analytical model with the newest calibration of the baseline chip in the store
+    # (`dse calibrate`), or uncalibrated.
+    calibration: Literal["newest", "none"] = "newest"
 
 
 class SpecModel(_Model):
@@ -102,8 +110,11 @@ class Spec:
         self.baseline_chip, self.baseline_mapping = baseline_chip, baseline_mapping
         self.hash = hashlib.sha256(text.encode()).hexdigest()
         baseline = {"chip": baseline_chip.model_dump(mode="json"), "mapping": baseline_mapping.model_dump(mode="json")}
+        self._balls = {b["kind"]: b for b in baseline["chip"]["balls"]}  # the baseline's Balls, in order
+        # Per knob: (name, section, path within the section); read once per candidate.
+        self._targets = [(k.name, *k.target.split(".", 1)) for k in model.space]
         self.space = Space(model.space, model.constraints,
-                           {k.name: _lookup(baseline, k.target) for k in model.space if _has(baseline, k.target)})
+                           {k.name: self.knob_value(k, baseline) for k in model.space if _has(baseline, k.target)})
 
     @property
     def name(self) -> str:
@@ -113,10 +124,24 @@ class Spec:
         return self.space.grid_size()
 
     def overrides(self, params: dict[str, Any], section: str) -> dict[str, Any]:
-        """Knob values as dotted-path overrides of one section ("chip" or "mapping")."""
-        prefix = section + "."
-        return {k.target.removeprefix(prefix): params[k.name]
-                for k in self.model.space if k.target.startswith(prefix) and k.name in params}
+        """Knob values as dotted-path overrides of one section ("chip" or "mapping"). A Ball
+        set becomes the chip's `balls` list: the baseline's Balls of those kinds."""
+        out = {}
+        for name, sec, path in self._targets:
+            if sec == section and name in params:
+                value = params[name]
+                if sec == "chip" and path == "balls":
+                    value = [self._balls[kind] for kind in self._balls if kind in set(value.split(","))]
+                out[path] = value
+        return out
+
+    def knob_value(self, knob: Knob, data: dict) -> Any:
+        """The value of `knob` in a candidate's {"chip": config, "mapping": mapping}, in the
+        knob's own terms (a Ball set as its sorted kinds). KeyError if the field is absent."""
+        value = _lookup(data, knob.target)
+        if knob.target == BALL_SET_TARGET:
+            value = ball_set([b["kind"] for b in value])
+        return value
 
     def apply(self, params: dict[str, Any]) -> tuple[ChipConfig, Mapping]:
         """The baseline with knob values applied (may raise InputError for a bad combination)."""
@@ -172,6 +197,8 @@ def load_spec(path: str | Path) -> Spec:
     for field, value, allowed in Space.check(model.space, model.constraints):
         raise InputError(path, field, value, allowed)
     spec = Spec(path, text, model, chip, mapping)
+    if mapping.quantization is not None:
+        _check_quantize_step(spec, "baseline.mapping.quantization", mapping.quantization)
     _check_knobs(spec)
     _check_metrics(spec)
     return spec
@@ -185,6 +212,10 @@ def _check_knobs(spec: Spec) -> None:
         names.add(knob.name)
         if knob.name not in spec.space.baseline_values:
             raise InputError(spec.path, f"space[{i}].target", knob.target, "a field of the chip config or the mapping")
+        if knob.target == BALL_SET_TARGET:
+            _check_ball_sets(spec, i, knob)
+        if knob.target == QUANTIZATION_TARGET:
+            _check_quantize_step(spec, f"space[{i}].target", knob.target)
         values = knob.grid_values()
         if values is None and spec.model.search.sampler == "grid":
             raise InputError(spec.path, f"space[{i}]", knob.name, "a float knob with step or grid_points for a grid")
@@ -196,6 +227,29 @@ def _check_knobs(spec: Spec) -> None:
                 spec.apply({knob.name: value})
             except InputError as exc:
                 raise InputError(spec.path, f"space[{i}] ({knob.name}) -> {exc.field}", value, exc.allowed) from None
+
+
+def _check_ball_sets(spec: Spec, i: int, knob: Knob) -> None:
+    """Every Ball named must be one the baseline chip has (a set only removes Balls: a new
+    one would need its ports and latency, which a chip config gives)."""
+    have = list(spec._balls)
+    for value in knob.values:
+        for kind in value.split(",") if value else []:
+            if kind not in have:
+                known = "" if kind in BALL_KINDS else f" (not a Ball kind at all; kinds: {', '.join(BALL_KINDS)})"
+                raise InputError(spec.path, f"space[{i}].values", kind,
+                                 f"Balls of the baseline chip {spec.baseline_chip.name}: {', '.join(have)}{known}")
+
+
+def _check_quantize_step(spec: Spec, field: str, value: Any) -> None:
+    """A quantization granularity sets the recipe's quantize step: the recipe needs one."""
+    from ..frontend.steps import load_steps
+
+    recipe = load_recipe(spec.model.workload.recipe)
+    steps = [step.name for step in load_steps(recipe.path.parent)]
+    if "quantize" not in steps:
+        raise InputError(spec.path, field, value,
+                         f"a recipe with a quantize step (recipe {recipe.name} runs: {', '.join(steps) or 'no steps'})")
 
 
 def _whole(value: float, knob: Knob) -> Any:

@@ -3,6 +3,7 @@ no knowledge of samplers or storage."""
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass, field
 
 import pandas as pd
@@ -47,11 +48,39 @@ def total_metrics(row) -> dict[str, float]:
     return {m: float(row[m]) for m in METRICS}
 
 
-def analytical_batch(graph, cands: list[Candidate]) -> list[AnalyticalResult]:
-    """The analytical stage for many candidates at once (one vectorised estimate)."""
+def analytical_graph(recipe: str, params: dict, quantization: str | None = None):
+    """The graph the analytical stage costs: the recipe after its frontend steps (with the
+    quantize step's weight granularity set, when given) - the very graph the lowering and
+    the emulator run, so the model's int8 products, Ball streams and core ops are theirs.
+    The per-stage PyTorch checks are skipped (the emulator stage's preparation runs them)."""
+    from ..identity import canonical_json
+
+    return _analytical_graph(recipe, canonical_json(params or {}), quantization)
+
+
+@functools.lru_cache(maxsize=8)
+def _analytical_graph(recipe: str, params_json: str, quantization: str | None):
+    import json
+
+    from ..errors import InputError
+    from ..frontend import run_pipeline
+    from .emulation import quantized_steps
+
+    steps = quantized_steps(recipe, quantization) if quantization else None
+    pipe = run_pipeline(recipe, json.loads(params_json), steps=steps, check=False)
+    if not pipe.passed:
+        failed = next(s for s in pipe.stages if not s.passed)
+        raise InputError(recipe, "workload.recipe", recipe,
+                         f"a recipe whose frontend steps apply ({failed.name}: {failed.error})")
+    return pipe.graph
+
+
+def analytical_batch(graph, cands: list[Candidate], calibration: dict | None = None) -> list[AnalyticalResult]:
+    """The analytical stage for many candidates at once (one vectorised estimate);
+    `calibration` maps chip names to fitted constants (`dse.analytical.calibration`)."""
     if not cands:
         return []
-    per_op = estimate(graph, cands)
+    per_op = estimate(graph, cands, calibration)
     totals = summarize(per_op, cands)
     columns = [per_op[c].tolist() for c in OP_FIELDS]
     n_ops = len(graph.ops)

@@ -24,20 +24,23 @@ from tqdm import tqdm
 import emulator
 
 from ..analytical import MODEL_VERSION
-from ..chips import override_chip, overridden_data
+from ..chips import validate_chip
 from ..errors import InputError
 from ..identity import canonical_json
 from ..mapping import mapping_from_dict
 from ..records import Store
 from ..workload import capture_recipe, load_recipe
 from .acceptance import decide
-from .execution import Outcome, WorkItem, Workload, make_executor
+from .execution import InlineExecutor, Outcome, PoolExecutor, WorkItem, Workload, make_executor
 from .recorder import Recorder
 from .samplers import Observation, Proposal, Sampler, make_sampler, sampler_kind
-from .spec import Spec, load_spec
-from .stages import source_count_metrics
+from .spec import QUANTIZATION_TARGET, Spec, load_spec
+from .stages import analytical_graph, source_count_metrics
 
 DONE = {"ok", "infeasible", "pruned", "failed"}  # crashed or running: evaluate again
+# A local pool evaluates an analytical batch only when the driver would spend longer than
+# this on it (see Sweep._analytical_executor); 0: the pool always does.
+POOL_ANALYTICAL_MIN_SECONDS = 2.0
 
 
 @dataclass
@@ -53,10 +56,10 @@ class SweepResult:
     seconds: dict[str, float] = field(default_factory=dict)  # wall time per stage
 
 
-def _get(data: dict, dotted: str) -> Any:
-    for part in dotted.split("."):
-        data = data[part]
-    return data
+def mapping_data(mapping) -> dict:
+    """A mapping as recorded and hashed: fields left unset (None) are omitted, so adding an
+    optional field does not change the identity of candidates recorded before it."""
+    return mapping.model_dump(mode="json", exclude_none=True)
 
 
 @dataclass
@@ -67,11 +70,16 @@ class _Built:
     hash: str
     reason: str  # why it is infeasible before any evaluation ('' if it is to be evaluated)
     config_json: str = ""
+    mapping_json: str = ""
 
 
 class Sweep:
-    def __init__(self, spec: Spec, graph, store: Store, executor=None, progress: bool = True):
+    def __init__(self, spec: Spec, graph, store: Store, executor=None, progress: bool = True,
+                 model_version: str = MODEL_VERSION):
+        # `graph`: the captured graph, for the source-derived counts; the analytical stage
+        # costs the graph after the recipe's steps (the executor's workload).
         self.spec, self.graph, self.progress = spec, graph, progress
+        self.model_version = model_version
         self.executor = executor or make_executor(graph)
         recipe = load_recipe(spec.model.workload.recipe)
         m = spec.model
@@ -92,46 +100,74 @@ class Sweep:
         self.best: float | None = None
         self.known: dict[str, tuple[int, Observation]] = {}  # hash -> (candidate id, outcome)
         self._chips: dict[tuple, Any] = {}
+        self._chip_knobs = [k.name for k in spec.model.space if k.target.startswith("chip.")]
+        self._baseline_config_json = canonical_json(self.baseline_data["config"])
+        self._mappings: dict[tuple, Any] = {}
         self.stop_requested = False
+        self._inline = InlineExecutor(self.executor.work) if isinstance(self.executor, PoolExecutor) else None
+        self._inline_cost: float | None = None  # seconds per candidate, measured on the driver's batches
+        self._sampler_seconds = 0.0
 
     # -- building candidates ---------------------------------------------------------
     def _chip_for(self, params: dict) -> tuple[dict, str, str]:
         """(config data, its canonical JSON, why it is invalid or '') once per distinct chip:
         many candidates share a chip and differ in mapping only."""
-        chip_over = self.spec.overrides(params, "chip")
-        key = tuple(sorted(chip_over.items()))
-        if key not in self._chips:
+        key = tuple((name, params[name]) for name in self._chip_knobs if name in params)
+        hit = self._chips.get(key)
+        if hit is None:
+            chip_over = self.spec.overrides(params, "chip")
+            data, why = json.loads(self._baseline_config_json), ""  # a fresh copy of the baseline's data
+            for dotted, value in chip_over.items():
+                node = data
+                *parents, leaf = dotted.split(".")
+                for part in parents:  # the paths were checked against the baseline with the spec
+                    node = node[part]
+                node[leaf] = value
+            if chip_over:
+                try:
+                    data = validate_chip(data, self.spec.path, field_prefix="chip.").model_dump(mode="json")
+                except InputError as exc:
+                    why = f"invalid chip for this combination: {exc.field}: {exc.allowed}"
+            hit = self._chips[key] = (data, canonical_json(data), why)
+        return hit
+
+    def _mapping_for(self, params: dict) -> tuple[dict, str, str]:
+        """(mapping data, its canonical JSON, why it is invalid or '') once per distinct
+        mapping: a sweep has few mappings and many candidates."""
+        map_over = self.spec.overrides(params, "mapping")
+        key = tuple(sorted(map_over.items(), key=lambda kv: kv[0]))
+        hit = self._mappings.get(key)
+        if hit is None:
+            mapping, why = {**self.baseline_data["mapping"], **map_over}, ""
             try:
-                chip = override_chip(self.spec.baseline_chip, chip_over, self.spec.path) if chip_over \
-                    else self.spec.baseline_chip
-                data, why = chip.model_dump(mode="json"), ""
+                mapping = mapping_data(mapping_from_dict(mapping, str(self.spec.path)))
             except InputError as exc:
-                data = overridden_data(self.spec.baseline_chip, chip_over, self.spec.path)
-                why = f"invalid chip for this combination: {exc.field}: {exc.allowed}"
-            self._chips[key] = (data, canonical_json(data), why)
-        return self._chips[key]
+                why = f"invalid mapping for this combination: {exc.field}: {exc.allowed}"
+            hit = self._mappings[key] = (mapping, canonical_json(mapping), why)
+        return hit
 
     def _build(self, params: dict) -> _Built:
         config, config_json, reason = self._chip_for(params)
         reason = reason or self.spec.space.violated(params)
-        mapping = {**self.baseline_data["mapping"], **self.spec.overrides(params, "mapping")}
-        if not reason:
-            try:
-                mapping = mapping_from_dict(mapping, str(self.spec.path)).model_dump(mode="json")
-            except InputError as exc:
-                reason = f"invalid mapping for this combination: {exc.field}: {exc.allowed}"
+        mapping, mapping_json, why = self._mapping_for(params)
+        reason = reason or why
         # The candidate hash, content_hash({"config": ..., "mapping": ...}), from the cached
-        # canonical config text: canonical JSON nests, so the strings compose.
-        text = '{"config":' + config_json + ',"mapping":' + canonical_json(mapping) + "}"
-        return _Built(params, config, mapping, hashlib.sha256(text.encode()).hexdigest(), reason, config_json)
+        # canonical texts: canonical JSON nests, so the strings compose.
+        text = '{"config":' + config_json + ',"mapping":' + mapping_json + "}"
+        return _Built(params, config, mapping, hashlib.sha256(text.encode()).hexdigest(), reason, config_json,
+                      mapping_json)
 
     def _diff(self, b: _Built) -> dict[str, list]:
         """Fields that differ from the baseline. Candidates differ from it only where a knob
         sets a field, so only the knob targets need comparing."""
         out = {}
+        data = {"chip": b.config, "mapping": b.mapping}
         for k in self.spec.model.space:
             section, _, path = k.target.partition(".")
-            mine = _get(b.config if section == "chip" else b.mapping, path)
+            try:
+                mine = self.spec.knob_value(k, data)
+            except KeyError:  # a field left unset (None) is not recorded
+                mine = None
             base = self.spec.space.baseline_values.get(k.name)
             if mine != base:
                 out[("config." if section == "chip" else "mapping.") + path] = [base, mine]
@@ -153,7 +189,7 @@ class Sweep:
             params = {}
             for k in self.spec.model.space:
                 try:
-                    value = _get(data, k.target)
+                    value = self.spec.knob_value(k, data)
                 except KeyError:
                     continue
                 if value != self.spec.space.baseline_values.get(k.name) or c["origin"] != "baseline":
@@ -181,36 +217,72 @@ class Sweep:
         new = list(fresh.values())
         if new:
             try:
-                ids = self.recorder.add_candidates(self.experiment_id, [
-                    dict(config=b.config, mapping=b.mapping, origin=origin, diff=self._diff(b)) for b in new])
+                # Candidates and their runs (as running) in one transaction, before any evaluation.
+                recorded = self.recorder.add_and_start(self.experiment_id, [
+                    dict(config=b.config, mapping=b.mapping, config_json=b.config_json, mapping_json=b.mapping_json,
+                         origin=origin, diff=self._diff(b)) for b in new],
+                    "analytical", seed=self.spec.model.search.seed, model_version=self.model_version)
                 if origin == "baseline":
-                    self.store.set_baseline(self.experiment_id, ids[0])
-                runs = self.recorder.start_runs(ids, "analytical", seed=self.spec.model.search.seed,
-                                                model_version=MODEL_VERSION)
-                by_run = {run: (cid, b) for run, cid, b in zip(runs, ids, new)}
+                    self.store.set_baseline(self.experiment_id, recorded[0][0])
+                by_run = {run: (cid, b) for (cid, run), b in zip(recorded, new)}
                 self.result.evaluated += len(new)
-                outcomes = [Outcome(run, "infeasible", b.reason) for run, (_, b) in by_run.items() if b.reason]
-                self._finish(outcomes, by_run, origin)
-                bar.update(len(outcomes))
-                items = [WorkItem(run, b.config_json, b.mapping, b.hash) for run, (_, b) in by_run.items() if not b.reason]
-                for chunk_outcomes in self.executor.run(self._chunks(items)):
+                # Infeasible before evaluation: finished with the first evaluated chunk (one
+                # transaction fewer), or alone when nothing is left to evaluate.
+                pending = [Outcome(run, "infeasible", b.reason) for run, (_, b) in by_run.items() if b.reason]
+                items = [WorkItem(run, b.config_json, b.mapping, b.hash, mapping_json=b.mapping_json)
+                         for run, (_, b) in by_run.items() if not b.reason]
+                if not items:
+                    self._finish(pending, by_run, origin)
+                    bar.update(len(pending))
+                    pending = []
+                executor = self._analytical_executor(len(items))
+                chunks = iter(executor.run(self._chunks(items, executor=executor)))
+                spent = 0.0  # in evaluation, not in recording
+                while True:
+                    started = time.perf_counter()
+                    chunk_outcomes = next(chunks, None)
+                    spent += time.perf_counter() - started
+                    if chunk_outcomes is None:
+                        break
+                    chunk_outcomes, pending = pending + chunk_outcomes, []
                     self._finish(chunk_outcomes, by_run, origin)
                     bar.update(len(chunk_outcomes))
                     if self.stop_requested:
                         raise KeyboardInterrupt
+                if pending:
+                    self._finish(pending, by_run, origin)
+                    bar.update(len(pending))
+                if executor is self._inline and len(items) >= 16:  # a batch large enough to tell the cost
+                    self._inline_cost = spent / len(items)
             except BaseException:  # Ctrl-C or a lost cluster: what is unfinished is recorded as such
                 self.recorder.crash_unfinished("interrupted before this candidate finished")
                 raise
         if sampler is not None:
+            told = time.perf_counter()
             for p, b in zip(proposals, built):
                 sampler.tell(p, self.known[b.hash][1])
+            self._sampler_seconds += time.perf_counter() - told
         self._tick(bar)
         return len(new)
 
-    def _chunks(self, items: list[WorkItem], per_chunk: int | None = None) -> list[list[WorkItem]]:
+    def _analytical_executor(self, n: int):
+        """Where a batch of `n` analytical candidates is evaluated. With a local process pool:
+        in the driver itself, unless its own measured cost for the batch would exceed
+        POOL_ANALYTICAL_MIN_SECONDS. The vectorised model costs well under a millisecond a
+        candidate, less than sending the candidate to a worker and its metric rows back,
+        and the store writes are the driver's anyway: more workers must not make an
+        analytical sweep slower. A Dask cluster (chosen explicitly) always gets the work."""
+        if not isinstance(self.executor, PoolExecutor) or POOL_ANALYTICAL_MIN_SECONDS <= 0:
+            return self.executor
+        if self._inline_cost is not None and self._inline_cost * n > POOL_ANALYTICAL_MIN_SECONDS:
+            return self.executor
+        return self._inline
+
+    def _chunks(self, items: list[WorkItem], per_chunk: int | None = None, executor=None) -> list[list[WorkItem]]:
         if not items:
             return []
-        parts = max(1, self.executor.workers * 2) if self.executor.workers > 1 else 1
+        workers = (executor or self.executor).workers
+        parts = max(1, workers * 2) if workers > 1 else 1
         size = per_chunk or max(1, math.ceil(len(items) / parts))
         return [items[i:i + size] for i in range(0, len(items), size)]
 
@@ -270,7 +342,7 @@ class Sweep:
         sampler.replay([o for o in recorded])
         exhaustive = sampler.exhaustive
         total = spec.grid_size() if exhaustive else search.trials
-        batch = search.batch or (256 if kind in ("grid", "random") else max(4, 2 * self.executor.workers))
+        batch = search.batch or sampler.batch or (256 if kind in ("grid", "random") else max(4, 2 * self.executor.workers))
         deadline = time.monotonic() + search.wall_seconds if search.wall_seconds else None
         done_sampled = sum(1 for _ in recorded) - 1 if recorded else 0
         # disable=None: no bar when stderr is not a terminal (logs, CI)
@@ -290,7 +362,9 @@ class Sweep:
                 n = batch if exhaustive else min(batch, search.trials - done_sampled)
                 if n <= 0:
                     break
+                asked = time.perf_counter()
                 proposals = sampler.ask(n)
+                self._sampler_seconds += time.perf_counter() - asked
                 if not proposals:
                     break
                 new = self._evaluate(proposals, origin, sampler, bar)
@@ -301,6 +375,10 @@ class Sweep:
                     self.result.stopped_early = "the sampler proposes only candidates already evaluated"
                     break
             self.result.seconds["analytical"] = time.perf_counter() - started
+            # Where the analytical stage's time went: the sampler's ask and tell, the store
+            # writes, and (the rest) building, evaluating and bookkeeping.
+            self.result.seconds["sampler"] = self._sampler_seconds
+            self.result.seconds["record"] = self.recorder.seconds
             started = time.perf_counter()
             self._emulate_phase()
             self.result.seconds["emulator"] = time.perf_counter() - started
@@ -337,12 +415,12 @@ class Sweep:
             else:
                 pruned.append((cid, "not emulated: analytically infeasible"))
         if pruned:
-            run_ids = self.recorder.start_runs([c for c, _ in pruned], "emulator", model_version=MODEL_VERSION,
+            run_ids = self.recorder.start_runs([c for c, _ in pruned], "emulator", model_version=self.model_version,
                                                emulator_version=emulator.VERSION)
             self.recorder.finish_runs([Outcome(r, "pruned", why) for r, (_, why) in zip(run_ids, pruned)])
         if not todo:
             return
-        run_ids = self.recorder.start_runs(todo, "emulator", model_version=MODEL_VERSION,
+        run_ids = self.recorder.start_runs(todo, "emulator", model_version=self.model_version,
                                            emulator_version=emulator.VERSION)
         items = [WorkItem(r, canonical_json(json.loads(cands.loc[cid, "config"])), json.loads(cands.loc[cid, "mapping"]),
                           str(cands.loc[cid, "hash"]), stage="emulator") for r, cid in zip(run_ids, todo)]
@@ -358,19 +436,49 @@ class Sweep:
             raise
 
 
+def quantizations(spec: Spec) -> list[str | None]:
+    """The quantization granularities a spec's candidates can have (None: the recipe's own)."""
+    out = [spec.baseline_mapping.quantization]
+    for k in spec.model.space:
+        if k.target == QUANTIZATION_TARGET:
+            out += k.values
+            if k.when:  # inactive: the baseline's
+                out.append(spec.baseline_mapping.quantization)
+    return list(dict.fromkeys(out))
+
+
 def run_sweep(spec_path: str | Path, db: str | Path = "records.db", progress: bool = True,
               workers: int = 1, cluster: str | None = None) -> SweepResult:
     """Validate the spec (nothing is written if it is bad), then sweep into the store."""
     spec = load_spec(spec_path)
-    graph = capture_recipe(spec.model.workload.recipe, **spec.model.workload.params)
-    emulation = None
+    recipe, params = spec.model.workload.recipe, spec.model.workload.params
+    graph = capture_recipe(recipe, **params)
+    # The analytical graph of candidates that leave quantization unset: the recipe's steps as
+    # they are (the baseline's own granularity, when it sets one, is another graph).
+    work = Workload(analytical_graph(recipe, params), recipe=recipe, params=params)
     if spec.model.stages.emulator != "none":
         from .emulation import prepare_emulation
 
-        emulation = prepare_emulation(spec.model.workload.recipe, spec.model.workload.params)
-    executor = make_executor(Workload(graph, emulation), workers, cluster)
-    try:
-        with Store(db) as store:
-            return Sweep(spec, graph, store, executor, progress).run()
-    finally:
-        executor.close()
+        # One emulation workload per quantization granularity the candidates can set,
+        # prepared here once rather than in every worker.
+        recipe, params = spec.model.workload.recipe, spec.model.workload.params
+        for q in quantizations(spec):
+            if q is None:
+                work.emulation = prepare_emulation(recipe, params)
+            else:
+                work.emulations[q] = prepare_emulation(recipe, params, q)
+    with Store(db) as store:
+        model_version = MODEL_VERSION
+        if spec.model.stages.calibration == "newest":
+            from ..records.calibrations import latest_calibration
+
+            name = spec.baseline_chip.name
+            cal = latest_calibration(store, name)
+            if cal is not None:
+                work.calibration = {name: cal["constants"]}
+                model_version = f"{MODEL_VERSION}+calibration-{cal['id']}"
+        executor = make_executor(work, workers, cluster)
+        try:
+            return Sweep(spec, graph, store, executor, progress, model_version).run()
+        finally:
+            executor.close()

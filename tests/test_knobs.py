@@ -1,0 +1,192 @@
+"""Knobs over the Ball set (chip), the partition strategy and the quantization granularity
+(mapping): spec parsing, bad values (exit 2 naming file, field, value and what is allowed),
+and small real sweeps whose records differ in the knob."""
+
+import json
+import shutil
+
+import pytest
+
+from dse.chips import load_chip
+from dse.identity import content_hash
+from dse.mapping import Candidate, Mapping
+from dse.records import Store
+from dse.runner import load_spec, run_sweep
+
+SPEC = """
+[experiment]
+name = "{name}"
+hypothesis = "knob {name} changes the gemm"
+
+[workload]
+recipe = "{recipe}"
+params = {{ m = 32, n = 32, k = 32 }}
+
+[baseline]
+chip = "goban"
+{mapping}
+
+{space}
+
+[[objectives]]
+metric = "latency_cycles"
+
+[search]
+sampler = "grid"
+
+[stages]
+emulator = "{emulator}"
+"""
+
+
+def write(tmp_path, space, name="knob", emulator="none", recipe="gemm", mapping=""):
+    path = tmp_path / f"{name}.toml"
+    path.write_text(SPEC.format(name=name, space=space, emulator=emulator, recipe=recipe, mapping=mapping))
+    return path
+
+
+def knob(name, target, values):
+    return f'[[space]]\nname = "{name}"\ntarget = "{target}"\nvalues = {values}\n'
+
+
+def records(db, name):
+    with Store(db) as store:
+        return store.candidates(name).sort_values("id").to_dict("records"), store.runs(name)
+
+
+# -- the Ball set ---------------------------------------------------------------------------
+
+BALLS = knob("balls", "chip.balls", '["matrix,fp2int,int2fp,transpose", ["transpose", "matrix"], "matrix"]')
+
+
+def test_ball_set_values_are_sets_in_one_spelling(tmp_path):
+    spec = load_spec(write(tmp_path, BALLS))
+    k = spec.model.space[0]
+    assert k.values == ["fp2int,int2fp,matrix,transpose", "matrix,transpose", "matrix"]
+    assert spec.space.baseline_values["balls"] == ",".join(sorted(b.kind for b in spec.baseline_chip.balls))
+    chip, _ = spec.apply({"balls": "matrix,transpose"})
+    # The baseline's own Balls (ports, latency), in its order, the others removed.
+    assert [b.kind for b in chip.balls] == [b.kind for b in spec.baseline_chip.balls if b.kind in ("matrix", "transpose")]
+    assert chip.ball("matrix") == spec.baseline_chip.ball("matrix")
+
+
+def test_ball_set_sweep_records_candidates_differing_in_their_balls(tmp_path):
+    db = tmp_path / "r.db"
+    result = run_sweep(write(tmp_path, BALLS), db, progress=False)
+    cands, runs = records(db, "knob")
+    kinds = [sorted(b["kind"] for b in json.loads(c["config"])["balls"]) for c in cands]
+    assert ["matrix"] in kinds and ["matrix", "transpose"] in kinds
+    assert len({c["hash"] for c in cands}) == len(cands) == result.evaluated
+    diffs = [json.loads(c["diff"]) for c in cands]
+    assert {"config.balls": ["fp2int,int2fp,matrix,transpose", "matrix"]} in diffs
+    assert set(runs["status"]) <= {"ok", "infeasible"}
+    # Resuming reads the Ball sets back from the records: nothing new to evaluate.
+    again = run_sweep(write(tmp_path, BALLS), db, progress=False)
+    assert again.evaluated == 0 and again.resumed == len(cands)
+
+
+@pytest.mark.parametrize("values,bad,allowed", [
+    ('["matrix,relu"]', "relu", "Balls of the baseline chip goban: matrix"),  # a Ball goban lacks
+    ('[["matrix", "warp"]]', "warp", "not a Ball kind at all"),
+])
+def test_unknown_ball_is_exit_2_naming_file_field_value_allowed(tmp_path, cli, values, bad, allowed):
+    path = write(tmp_path, knob("balls", "chip.balls", values))
+    db = tmp_path / "r.db"
+    code, _, err = cli("sweep", path, "--db", db, "--no-progress")
+    assert code == 2, err
+    assert str(path) in err and "field 'space[0].values'" in err and bad in err and allowed in err
+    assert not db.exists()
+
+
+def test_an_empty_ball_set_is_exit_2(tmp_path, cli):
+    code, _, err = cli("sweep", write(tmp_path, knob("balls", "chip.balls", '["", "matrix"]')), "--db",
+                       tmp_path / "r.db", "--no-progress")
+    assert code == 2 and "space[0] (balls) -> chip.balls" in err and "at least one Ball" in err
+
+
+# -- the partition strategy -----------------------------------------------------------------
+
+SPLIT = knob("split", "mapping.split", '["rows", "cols"]') + knob("workers", "mapping.workers", "[2]")
+
+
+def test_split_knob_sweep_records_both_partitions(tmp_path):
+    db = tmp_path / "r.db"
+    run_sweep(write(tmp_path, SPLIT), db, progress=False)
+    cands, _ = records(db, "knob")
+    splits = {json.loads(c["mapping"])["split"] for c in cands if c["origin"] == "grid"}
+    assert splits == {"rows", "cols"}
+
+
+def test_bad_split_is_exit_2(tmp_path, cli):
+    path = write(tmp_path, knob("split", "mapping.split", '["rows", "diagonal"]'))
+    code, _, err = cli("sweep", path, "--db", tmp_path / "r.db", "--no-progress")
+    assert code == 2 and "space[0] (split) -> mapping.split" in err and "diagonal" in err and "'rows'" in err
+
+
+# -- the quantization granularity -----------------------------------------------------------
+
+QUANT = knob("quant", "mapping.quantization", '["tensor", "channel"]')
+
+
+def test_quantization_left_unset_keeps_the_candidate_hash(tmp_path):
+    chip = load_chip("goban")
+    old = {"policy": "search", "dataflow": "ws", "workers": 1, "split": "rows", "double_buffer": True}
+    cand = Candidate(chip, Mapping())
+    assert cand.hash == content_hash({"config": chip.model_dump(mode="json"), "mapping": old})
+    assert Candidate(chip, Mapping(quantization="tensor")).hash != cand.hash
+    assert Candidate(chip, Mapping(quantization="tensor")).hash != Candidate(chip, Mapping(quantization="channel")).hash
+
+
+def test_bad_quantization_is_exit_2(tmp_path, cli):
+    path = write(tmp_path, knob("quant", "mapping.quantization", '["tensor", "row"]'))
+    code, _, err = cli("sweep", path, "--db", tmp_path / "r.db", "--no-progress")
+    assert code == 2 and "space[0] (quant) -> mapping.quantization" in err and "row" in err and "'channel'" in err
+
+
+def test_quantization_needs_a_quantize_step(tmp_path, cli, repo):
+    recipe = tmp_path / "floatgemm"
+    shutil.copytree(repo / "recipes" / "gemm", recipe)
+    (recipe / "steps.toml").write_text('[[step]]\nname = "permute"\n')
+    path = write(tmp_path, QUANT, recipe=str(recipe))
+    code, _, err = cli("sweep", path, "--db", tmp_path / "r.db", "--no-progress")
+    assert code == 2 and "field 'space[0].target'" in err and "a recipe with a quantize step" in err
+
+
+def test_quantization_sweep_emulates_each_granularity(tmp_path):
+    from dse.runner.emulation import prepare_emulation
+
+    db = tmp_path / "r.db"
+    result = run_sweep(write(tmp_path, QUANT, emulator="all"), db, progress=False)
+    cands, runs = records(db, "knob")
+    quant = {c["id"]: json.loads(c["mapping"]).get("quantization") for c in cands}
+    assert sorted(quant.values(), key=str) == [None, "channel", "tensor"]  # baseline: the recipe's own steps
+    assert "quantization" not in json.loads(cands[0]["mapping"])
+    emu = runs[runs["stage"] == "emulator"]
+    assert len(emu) == 3 and set(emu["status"]) == {"ok"}, emu
+    assert result.counts.get("emulator ok") == 3
+    # Each candidate was emulated on the graph quantized at its granularity: per tensor
+    # is off by more than per channel, which is the recipe's own (the baseline's) choice.
+    with Store(db) as store:
+        m = store.metrics("knob", kind="numerics")
+    err = {quant[c]: v for c, v in m.loc[m["name"] == "max_abs_error", ["candidate_id", "value"]].values}
+    assert err["channel"] == err[None] and err["tensor"] != err["channel"]
+    # The emulator ran each candidate's graph quantized at its own granularity.
+    grains = {}
+    for q in ("tensor", "channel"):
+        graph = prepare_emulation("gemm", {"m": 32, "n": 32, "k": 32}, q).graph
+        grains[q] = {op.attrs.get("b_granularity") for op in graph.ops if "b_granularity" in op.attrs}
+    assert grains == {"tensor": {"tensor"}, "channel": {"channel"}}
+
+
+def test_the_knobs_example_spec_covers_the_chip_and_mapping_knobs(repo):
+    spec = load_spec(repo / "experiments" / "knobs.toml")
+    targets = {k.target for k in spec.model.space}
+    assert {"chip.balls", "mapping.split", "mapping.quantization"} <= targets
+    assert spec.grid_size() == 2 * 2 * 3
+    # The size knobs the issue names are chip fields a knob can target.
+    for target in ("chip.banks.count", "chip.banks.rows", "chip.banks.row_bytes", "chip.banks.channels",
+                   "chip.dma.burst_max_bytes", "chip.front_end.rob_entries", "chip.cores.count",
+                   "mapping.policy", "mapping.dataflow", "mapping.workers"):
+        data = {"chip": spec.baseline_chip.model_dump(mode="json"), "mapping": spec.baseline_mapping.model_dump(mode="json")}
+        for part in target.split("."):
+            data = data[part]  # KeyError: not a field
