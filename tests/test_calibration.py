@@ -215,3 +215,62 @@ def test_a_sweep_uses_the_newest_calibration_of_its_chip_unless_told_not_to(tmp_
     assert row["latency_cycles"] == direct["latency_cycles"]
     want = f"{MODEL_VERSION}+calibration-{cal_id}" if setting == "newest" else MODEL_VERSION
     assert set(runs["model_version"]) == {want}
+
+
+@pytest.mark.parametrize("recipe", ["gemm", "lenet5", "llama_decode"])
+def test_serial_timing_mirrors_the_emulators_serial_mode(recipe):
+    """timing="serial" is the framework's emulator: every instruction its latency. The tiles
+    are the lowering's (picked by the overlapped cost), costed serially."""
+    graph, inputs = prepared(recipe)
+    cands = [Candidate(load_chip(name), Mapping(policy=p, workers=w)) for name, ws in (("toy", (1,)), ("goban", (1, 4)))
+             for w in ws for p in ("framework", "search")]
+    serial = summarize(estimate(graph, cands, timing="serial"), cands)
+    overlapped = summarize(estimate(graph, cands), cands)
+    for cand, s, o in zip(cands, serial.itertuples(), overlapped.itertuples()):
+        low = lower(graph, cand, inputs)
+        measured = emulator.run(low.program, cand.chip, low.image, mode="serial", functional=False).cycles
+        assert abs(s.latency_cycles / measured - 1) < 0.01, (cand.chip.name, cand.mapping, s.latency_cycles, measured)
+        assert s.latency_cycles >= o.latency_cycles  # nothing overlaps
+    with pytest.raises(ValueError):
+        estimate(graph, cands, timing="fast")
+
+
+def test_calibrate_fits_imported_rtl_cycles_of_an_experiment(cli, tmp_path):
+    """The same fit takes RTL evidence: candidates of a recorded experiment with imported
+    rtl_cycles (here, made up: 1.25 x the model's core work + its Ball work)."""
+    from test_runner import write_spec
+
+    from dse.runner import run_sweep
+
+    db = tmp_path / "rtl.db"
+    result = run_sweep(write_spec(tmp_path, banks="[8, 16]"), db, progress=False)
+    with Store(str(db)) as store:
+        table = store.metric_table(result.experiment_id, "analytical")
+        ok = table[table["status"] == "ok"]
+    graph = run_pipeline("gemm", dict(m=64, n=64, k=64), check=False).graph
+    from emulator.chip import chip_from_dict
+    from dse.mapping import mapping_from_dict
+    imported = 0
+    for cid in ok["candidate_id"]:
+        with Store(str(db)) as store:
+            rec = store.candidate(int(cid))
+        cand = Candidate(chip_from_dict(rec["config"]), mapping_from_dict(rec["mapping"]))
+        f = features(graph, [cand])[0]
+        csv = tmp_path / f"rtl{cid}.csv"
+        csv.write_text(f"name,value\nlatency_cycles,{1.25 * f['core'] + f['ball']:.0f}\n")
+        code, _, err = cli("evidence", "import", "--kind", "rtl_cycles", str(csv), "--candidate", cid, "--db", db)
+        assert code == 0, err
+        imported += 1
+    assert imported >= 3
+    code, out, err = cli("calibrate", "--chip", "goban", "--evidence", "rtl_cycles", "--experiment",
+                         "gemm-workers", "--db", db)
+    assert code == 0, err
+    with Store(str(db)) as store:
+        cal = latest_calibration(store, "goban")
+    assert cal["source"] == "rtl_cycles" and cal["error_after"]["points"] == imported
+    assert cal["constants"]["core_scale"] == pytest.approx(1.25, rel=0.02)
+    assert cal["error_after"]["mape"] < 0.5 < cal["error_before"]["mape"]
+    # an experiment without such evidence is bad input
+    code, _, err = cli("calibrate", "--chip", "goban", "--evidence", "fpga_cycles", "--experiment", "gemm-workers",
+                       "--db", db)
+    assert code == 2 and "fpga_cycles" in err

@@ -27,14 +27,25 @@ OP_COLUMNS = [
 ]
 
 
+TIMINGS = ("overlapped", "serial")
+
+
 def estimate(graph, candidates: Sequence[Candidate],
-             calibration: Mapping[str, Mapping[str, float]] | None = None) -> pd.DataFrame:
+             calibration: Mapping[str, Mapping[str, float]] | None = None,
+             timing: str = "overlapped") -> pd.DataFrame:
     """One row per candidate x op: cycles, DMA, SRAM, tile and feasibility with its reason.
 
-    `calibration` maps a chip name to fitted constants (`dse.analytical.calibration`):
-    a candidate on a chip of that name gets ``core x core_scale + ball x ball_scale +
-    syncs x sync_cycles`` cycles per op instead of the uncalibrated figure."""
+    `timing` mirrors the emulator's modes: "overlapped" (the default) or "serial" (the
+    framework's emulator: every instruction its latency, one after another). A chip whose
+    matrix Ball has ``timing = "systolic"`` is costed with `systolic_gemm_cycles` in
+    either. `calibration` maps a chip name to fitted constants
+    (`dse.analytical.calibration`): a candidate on a chip of that name gets ``core x
+    core_scale + ball x ball_scale + syncs x sync_cycles`` cycles per op instead of the
+    uncalibrated figure."""
+    if timing not in TIMINGS:
+        raise ValueError(f"timing must be one of {TIMINGS}, got {timing!r}")
     params = CandidateArrays.from_candidates(candidates)
+    params.serial[:] = timing == "serial"
     n, ops = params.n, graph.ops
     chips = [c.chip for c in candidates]
     per_op = graph_costs(graph, params, chips)

@@ -16,7 +16,7 @@ speeds; everything else about an op is the graph's.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from types import SimpleNamespace
 
 import numpy as np
@@ -29,7 +29,7 @@ from ..lower.memory import Blocked, Dram, Loc, padded_shape, pad
 from ..mapping import CandidateArrays, MatmulShape
 from ..workload.graph import Graph, Op, scale_tensor
 from .dma import dma_cycles
-from .matmul import MatmulPlans, plan_matmuls
+from .matmul import MatmulPlans, matmul_cost, plan_matmuls
 
 
 @dataclass
@@ -290,7 +290,19 @@ class GraphCost:
 
     def _plans(self, shape: MatmulShape) -> MatmulPlans:
         if shape not in self.plans:  # repeated layers share one evaluation
-            self.plans[shape] = plan_matmuls(self.p, shape)
+            serial = self.p.serial
+            if not serial.any():
+                self.plans[shape] = plan_matmuls(self.p, shape)
+            else:
+                # The lowering picks tiles by the overlapped cost whatever the emulator's mode:
+                # pick them so, then cost those tiles in serial timing.
+                picked = plan_matmuls(replace(self.p, serial=np.zeros(self.n, dtype=bool)), shape)
+                ok = picked.feasible
+                col = lambda a: np.where(ok, a, 16)[:, None]  # noqa: E731  (any tile where none fits)
+                cost = matmul_cost(self.p, shape, col(picked.tm), col(picked.tn), col(picked.tk))
+                for name in ("cycles", "compute_cycles", "dma_cycles", "core_cycles", "busy_cycles"):
+                    picked.values[name] = np.where(ok, getattr(cost, name)[:, 0], 0)
+                self.plans[shape] = picked
         return self.plans[shape]
 
     def _blocked_out(self, name: str, batch: int, M: int, N: int, plans: MatmulPlans):
@@ -369,48 +381,34 @@ class GraphCost:
             self._add(acc, core)
             return "epilogue" if b is not None else "core"
 
-        low = _lowering()
-        scale = scale_tensor(op.attrs, shape).numpy().astype(np.float32)
         stream = np.zeros(self.n, dtype=bool)
         ball_acc = _Acc(self.n)
         groups: dict[tuple, list[int]] = {}
         for i in range(self.n):
             tile = (int(b.tm[i]), int(b.tn[i])) if b is not None else ()
             groups.setdefault((self.chip_keys[i], int(self.W[i]), tile), []).append(i)
-        for (_, W, tile), idx in groups.items():
-            builder = low._Builder.__new__(low._Builder)
-            builder.chip, builder.W, builder.dram, builder.g = self.chips[idx[0]], W, Dram(), self.g
-            src = t.loc
-            if b is not None:
-                tm, tn = tile
-                Mp, Np = pad(b.M), pad(b.N)
-                src = Loc(0, tuple(self.g.tensors[op.inputs[0]].shape), "int32", (),
-                          Blocked(b.batch, Mp // tm, Np // tn, tm, tn, b.M, b.N))
-            plan = builder._scale_plan(op, src, out, scale, shape)
-            if plan is None:
+        # The choice depends on nothing but the group's key: remembered on the graph, so a
+        # sweep's later batches (the same graph) reuse it.
+        memo = self.g.__dict__.setdefault("_stream_choices", {})
+        for (key, W, tile), idx in groups.items():
+            if key == ():
                 continue
-            core_op = builder._scale_core(src, out, scale, shape, place=False)
-            parts = [q for q in (builder._split(core_op) or [core_op]) if q is not None] if W > 1 else [core_op]
-            cycles = low.stream_cycles(builder.chip, plan, W)
-            if cycles >= max(low.core_cycles(builder.chip, q) for q in parts):
+            if (op.name, key, W, tile) not in memo:
+                memo[(op.name, key, W, tile)] = self._stream_choice(op, t.loc, b, out, shape, self.chips[idx[0]], W,
+                                                                    tile)
+            choice = memo[(op.name, key, W, tile)]
+            if choice is None:
                 continue
             ids = np.array(idx)
             stream[ids] = True
-            ball = builder.chip.ball(plan.kind).latency_formula("default")
-            mine = plan.pieces[::W]
-            ball_acc.ball[ids] = cycles
-            ball_acc.busy[ids] = low.stream_cycles(builder.chip, plan, 1) + 4 * builder.chip.front_end.mset_cycles * (
-                min(W, len(plan.pieces)) - 1)
-            ball_acc.extra.setdefault("ball_busy", np.zeros(self.n, dtype=np.int64))[ids] = sum(
-                int(ball.cycles(iter=q.in_lines)) for q in mine)
-            ball_acc.dma[ids] = cycles - ball_acc.extra["ball_busy"][ids] - 4 * builder.chip.front_end.mset_cycles
-            banks = 1 + plan.dst_col
-            ball_acc.extra.setdefault("banks", np.zeros(self.n, dtype=np.int64))[ids] = banks
+            ball_acc.ball[ids] = choice["cycles"]
+            ball_acc.busy[ids] = choice["busy"]
+            ball_acc.dma[ids] = choice["dma"]
+            for name in ("ball_busy", "banks", "dma_bytes"):
+                ball_acc.extra.setdefault(name, np.zeros(self.n, dtype=np.int64))[ids] = choice[name]
             ball_acc.extra.setdefault("sram", np.zeros(self.n, dtype=np.int64))[ids] = \
-                banks * builder.chip.banks.rows * builder.chip.banks.row_bytes
-            ball_acc.extra.setdefault("dma_bytes", np.zeros(self.n, dtype=np.int64))[ids] = 16 * sum(
-                q.in_lines + q.out_lines for q in plan.pieces)
-            self.stream_kind = plan.kind
+                choice["banks"] * self.p.bank_rows[ids] * self.p.row_bytes[ids]  # each candidate's own banks
+            self.stream_kind = choice["kind"]
         self._sync(ball_acc, True)
         for f in ("core", "ball", "dma", "syncs", "busy"):
             setattr(acc, f, getattr(acc, f) + np.where(stream, getattr(ball_acc, f), getattr(core, f)))
@@ -419,6 +417,33 @@ class GraphCost:
         if stream.any():
             self.units = np.where(stream, self.stream_kind, "epilogue" if b is not None else "core")
         return "epilogue" if b is not None else "core"
+
+    def _stream_choice(self, op: Op, loc: Loc, b: "_Blocked | None", out: Loc, shape, chip, W: int, tile) -> dict | None:
+        """The lowering's plan for one group, and its cost when the lowering takes it."""
+        low = _lowering()
+        builder = low._Builder.__new__(low._Builder)
+        builder.chip, builder.W, builder.dram, builder.g = chip, W, Dram(), self.g
+        src = loc
+        if b is not None:
+            tm, tn = tile
+            Mp, Np = pad(b.M), pad(b.N)
+            src = Loc(0, tuple(self.g.tensors[op.inputs[0]].shape), "int32", (),
+                      Blocked(b.batch, Mp // tm, Np // tn, tm, tn, b.M, b.N))
+        scale = scale_tensor(op.attrs, shape).numpy().astype(np.float32)
+        plan = builder._scale_plan(op, src, out, scale, shape)
+        if plan is None:
+            return None
+        core_op = builder._scale_core(src, out, scale, shape, place=False)
+        parts = [q for q in (builder._split(core_op) or [core_op]) if q is not None] if W > 1 else [core_op]
+        cycles = low.stream_cycles(chip, plan, W)
+        if cycles >= max(low.core_cycles(chip, q) for q in parts):
+            return None
+        ball = chip.ball(plan.kind).latency_formula("default")
+        mset = chip.front_end.mset_cycles
+        ball_busy = sum(int(ball.cycles(iter=q.in_lines)) for q in plan.pieces[::W])
+        return {"kind": plan.kind, "cycles": cycles, "ball_busy": ball_busy, "dma": cycles - ball_busy - 4 * mset,
+                "busy": low.stream_cycles(chip, plan, 1) + 4 * mset * (min(W, len(plan.pieces)) - 1),
+                "banks": 1 + plan.dst_col, "dma_bytes": 16 * sum(q.in_lines + q.out_lines for q in plan.pieces)}
 
     @staticmethod
     def _add(acc: _Acc, other: _Acc) -> None:
@@ -506,7 +531,12 @@ def _chip_key(chip) -> tuple:
     """The figures a Ball-stream decision reads (chips equal in these decide alike)."""
     b, d, f, c = chip.banks, chip.dma, chip.front_end, chip.cores
     balls = tuple((x.kind, tuple(sorted(x.latency.items()))) for x in chip.balls if x.kind in ("fp2int", "int2fp"))
-    return (balls, b.rows, b.row_bytes, b.count, b.max_col, chip.isa.row_addr_bits, chip.isa.max_value("stride"),
+    if not balls:
+        return ()  # no stream Ball: always the core op
+    # The plan reads the addressable rows, and the bank count only against 1 + a
+    # destination bank's col (at most max_col).
+    rows = min(b.rows, 1 << chip.isa.row_addr_bits)
+    return (balls, rows, b.row_bytes, min(b.count, b.max_col + 1), b.max_col, chip.isa.max_value("stride"),
             d.beat_bytes, d.burst_max_bytes, d.bursts_in_flight, d.inflight_requests, d.latency_cycles,
             f.mset_cycles, c.op_cycles_per_element, tuple(sorted(c.op_cycles.items())))
 

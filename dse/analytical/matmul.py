@@ -130,7 +130,11 @@ def matmul_cost(params: CandidateArrays, shape: MatmulShape, tm, tn, tk) -> Matm
     # Cores have their own DMA engines but share the system bus.
     total_bytes = (loads_a * bytes_a + loads_b * bytes_b + P * bytes_c * (2 if shape.bias else 1)) * workers
     bus_cycles = -(-total_bytes // col("system_bus_bytes"))
-    gemm = np.maximum(worker_cycles, bus_cycles)
+    # Serial timing (the framework's emulator): every transfer and matmul one after
+    # another, the 3 x buffers MSETs and their frees too, no contention.
+    serial = dma_worker + compute_worker + 6 * nbuf * col("mset_cycles")
+    gemm = np.where(col("serial"), serial, np.maximum(worker_cycles, bus_cycles))
+    worker_cycles = np.where(col("serial"), serial, worker_cycles)
 
     # Packing copies on the core, split across workers like any row-independent copy.
     nbB = b if shape.b_batched else 1
@@ -223,8 +227,14 @@ def plan_matmuls(params: CandidateArrays, shape: MatmulShape) -> MatmulPlans:
         for name in PLAN_FIELDS:
             values[name][search] = picked[name]
         feasible[search] = ok
-        for j in np.flatnonzero(~ok):
-            reason[search[j]] = f"matmul {shape}: {found.no_tile_reason(j)}"
+        bad = np.flatnonzero(~ok)
+        if bad.size:  # the smallest tile's reason binds; formatted for all at once
+            tm, tn, tk = tile_grid(shape)
+            t = int(np.argmin(tm * tn * tk))
+            check = check_tiles(params.take(search[bad]), tm[t:t + 1], tn[t:t + 1], tk[t:t + 1])
+            whys = check.reasons(np.arange(bad.size), np.zeros(bad.size, dtype=np.int64))
+            for j, why in zip(bad, whys):
+                reason[search[j]] = f"matmul {shape}: no legal tile among {len(tm)}; smallest {why}"
     return MatmulPlans(feasible, reason, values)
 
 

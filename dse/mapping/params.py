@@ -55,6 +55,9 @@ class CandidateArrays:
     # mapping
     framework: np.ndarray  # bool: the framework's greedy tile instead of the search
     double_buffer: np.ndarray
+    # timing mode of the model: the emulator's "serial" (every instruction its latency, one
+    # after another: the framework's own emulator) instead of "overlapped"
+    serial: np.ndarray
     workers: np.ndarray
     split_rows: np.ndarray
     # Balls: per candidate, the latency formula text (None when the chip lacks the Ball, or
@@ -115,6 +118,7 @@ class CandidateArrays:
             private_sram_per_core=col(lambda c: c.chip.private_sram_bytes),
             framework=col(lambda c: c.mapping.policy == "framework", bool),
             double_buffer=col(lambda c: c.mapping.double_buffer, bool),
+            serial=np.zeros(len(cands), dtype=bool),
             workers=col(lambda c: c.mapping.workers),
             split_rows=col(lambda c: c.mapping.split == "rows", bool),
             matrix_formula=[ball_formula(c, "matrix", c.mapping.dataflow) for c in cands],
