@@ -839,29 +839,39 @@ class Store:
             metric_rows += _metric_values(r.get("metrics", ()), f"run {run_id}", run_id)
         with self._writer.begin() as connection:
             ids = [r["run_id"] for r in results]
-            state: dict[int, tuple] = {}
-            for i in range(0, len(ids), 500):
-                state.update((row.id, (row.status, row.error)) for row in connection.execute(
-                    select(Run.id, Run.status, Run.error).where(Run.id.in_(ids[i:i + 500]))))
-            for run_id in ids:
-                if run_id not in state:
-                    raise self._not_found(connection, "run", run_id)
-                status, error = state[run_id]
-                abandoned = status == "crashed" and (error or "").startswith(ABANDONED)
-                if status != "running" and not abandoned:
-                    raise ValueError(f"run {run_id} is already finished (status {status!r})")
             now = utcnow()
             table = Run.__table__
-            connection.execute(
-                update(table).where(table.c.id == bindparam("rid")).values(
+            # Only a running run (or one an open wrongly marked abandoned) may be finished:
+            # the condition is part of the UPDATE, and a count short of the batch means some
+            # run was not; then the whole transaction is rolled back with the reason.
+            finishable = (table.c.status == "running") | (
+                (table.c.status == "crashed") & table.c.error.startswith(ABANDONED, autoescape=True))
+            done = connection.execute(
+                update(table).where((table.c.id == bindparam("rid")) & finishable).values(
                     status=bindparam("new_status"), reason=bindparam("new_reason"), error=bindparam("new_error"),
                     traceback=bindparam("new_traceback"), finished_at=now, heartbeat_at=now),
                 [dict(rid=r["run_id"], new_status=r["status"], new_reason=r.get("reason"), new_error=r.get("error"),
                       new_traceback=r.get("traceback")) for r in results])
+            if done.rowcount != len(set(ids)):
+                self._explain_unfinishable(connection, ids)
             if metric_rows:
                 _insert_metrics(connection, metric_rows)
         for r in results:
             self._untrack(r["run_id"])
+
+    def _explain_unfinishable(self, connection: Connection, ids: list[int]) -> None:
+        """Raise for the first run of `ids` that is missing or already finished."""
+        state: dict[int, tuple] = {}
+        for i in range(0, len(ids), 500):
+            state.update((row.id, (row.status, row.error)) for row in connection.execute(
+                select(Run.id, Run.status, Run.error).where(Run.id.in_(ids[i:i + 500]))))
+        for run_id in ids:
+            if run_id not in state:
+                raise self._not_found(connection, "run", run_id)
+            status, error = state[run_id]
+            if status != "running" and not (status == "crashed" and (error or "").startswith(ABANDONED)):
+                raise ValueError(f"run {run_id} is already finished (status {status!r})")
+        raise ValueError(f"runs {ids} were not all finished")  # a run id given twice
 
     @_retrying
     def add_decision(
