@@ -16,23 +16,15 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from dse.analytical.calibration import CALIBRATION_SET  # noqa: E402
 from dse.chips import load_chip  # noqa: E402
 from dse.frontend import run_pipeline  # noqa: E402
 from dse.mapping import Candidate, Mapping  # noqa: E402
 from dse.numerics import emulate_graph  # noqa: E402
 from dse.workload.recipes import instantiate, load_recipe  # noqa: E402
 
-SMALL = {
-    "gemm": dict(m=64, n=64, k=64),
-    "mlp": dict(batch=16),
-    "lenet5": dict(batch=1),
-    "resnet_block": dict(channels=16, size=8),
-    "temporal_conv": dict(length=64, mels=16, channels=32, out_channels=16),
-    "vit_block": dict(tokens=17, dim=32, heads=2, mlp_ratio=2),
-    "llama_decode": dict(past=15, vocab=64, dim=32, layers=1, heads=2, kv_heads=1),
-    "llama_prefill": dict(seq=16, vocab=64, dim=32, layers=1, heads=2, kv_heads=1),
-    "resnet18": dict(size=32, batch=1, classes=10),
-}
+# Every recipe at the sizes of the model's calibration set (small enough for seconds).
+SMALL = CALIBRATION_SET
 
 
 def main() -> None:

@@ -99,61 +99,24 @@ def _lowering():
     return importlib.import_module("dse.lower.lower")
 
 
-def _split_axis(kind: str, op: Op | None, dst_shape, src_shapes) -> int | None:
-    """The axis `_Builder._split` cuts a core op along (None: it runs whole on worker 0)."""
-    if kind == coreop.KIND:
-        if op.kind not in _lowering().SPLITTABLE or op.counts.macs:
-            return None
-        if op.kind == "softmax":
-            keep_from = len(dst_shape) - 1 if op.attrs.get("dim", -1) in (-1, len(dst_shape) - 1) else -1
-        elif op.kind == "layer_norm":
-            keep_from = len(dst_shape) - len(op.attrs.get("normalized_shape", [1]))
-        else:
-            keep_from = len(dst_shape)
-    elif kind in ("copy", "mul", "scale", "add", "sub", "relu", "cast"):
-        keep_from = len(dst_shape)
-    else:
-        return None
-    if keep_from <= 0:
-        return None
-    axis = next((a for a in range(keep_from) if dst_shape[a] >= 2), None)
-    if axis is None:
-        return None
-    n = dst_shape[axis]
-    for s in src_shapes:
-        sa = axis - (len(dst_shape) - len(s))
-        if kind == "copy":
-            if tuple(s) != tuple(dst_shape):
-                return None
-            sa = axis
-        if sa < 0 or s[sa] == 1 or s[sa] == n:
-            continue
-        return None
-    return axis
-
-
 def _busiest_elements(kind, op, dst_shape, src_shapes, elements, W: int) -> int:
-    """Elements the busiest worker runs of a core op (the whole op when it is not split)."""
+    """Elements the busiest worker runs of a core op (the whole op when it is not split):
+    the first slice of the lowering's own split (`split_plan`)."""
     if W <= 1:
         return elements
-    axis = _split_axis(kind, op, dst_shape, src_shapes)
-    if axis is None:
+    plan = _lowering().split_plan(kind, op, dst_shape, src_shapes)
+    if plan is None:
         return elements
-    n = dst_shape[axis]
-    per = -(-n // W)
+    axis, cuts = plan
+    per = -(-dst_shape[axis] // W)
     part_dst = list(dst_shape)
     part_dst[axis] = per
     sizes = [math.prod(part_dst)]
-    for s in src_shapes:
-        sa = axis - (len(dst_shape) - len(s))
-        if kind == "copy":
-            sa = axis
-        part = list(s)
-        if sa >= 0 and s[sa] == n:
-            part[sa] = per
+    for shape, cut in zip(src_shapes, cuts):
+        part = list(shape)
+        if cut is not None:
+            part[cut] = per
         sizes.append(math.prod(part))
-    if kind == coreop.KIND:
-        return max(sizes)
     return max(sizes)
 
 

@@ -197,41 +197,14 @@ class _Builder:
 
     def _split(self, ins: CoreOp):
         from emulator import DramTensor
-        if ins.kind == coreop.KIND:
-            op = ins.params["op"]
-            if op.kind not in SPLITTABLE or op.counts.macs:
-                return None
-            if op.kind == "softmax":
-                keep_from = len(ins.dst.shape) - 1 if op.attrs.get("dim", -1) in (-1, len(ins.dst.shape) - 1) \
-                    else -1
-            elif op.kind == "layer_norm":
-                keep_from = len(ins.dst.shape) - len(op.attrs.get("normalized_shape", [1]))
-            else:
-                keep_from = len(ins.dst.shape)
-        elif ins.kind in ("copy", "mul", "scale", "add", "sub", "relu", "cast"):
-            keep_from = len(ins.dst.shape)
-        else:
+        if ins.dst is None:
             return None
+        plan = split_plan(ins.kind, ins.params.get("op"), ins.dst.shape, [src.shape for src in ins.srcs])
+        if plan is None:
+            return None
+        axis, plans = plan
         dst = ins.dst
-        if dst is None or keep_from <= 0:
-            return None
-        axis = next((a for a in range(keep_from) if dst.shape[a] >= 2), None)
-        if axis is None:
-            return None
         n = dst.shape[axis]
-        plans = []
-        for src in ins.srcs:
-            sa = axis - (len(dst.shape) - len(src.shape))
-            if ins.kind == "copy":
-                if src.shape != dst.shape:
-                    return None
-                sa = axis
-            if sa < 0 or src.shape[sa] == 1:
-                plans.append(None)
-            elif src.shape[sa] == n:
-                plans.append(sa)
-            else:
-                return None
 
         def cut(t: DramTensor, a: int, lo: int, hi: int) -> DramTensor:
             strides = t.strides
@@ -809,6 +782,48 @@ class _Builder:
             if loc.blocked is None:
                 program.outputs[name] = Region(loc.addr, loc.buffer_shape, _emu(loc.dtype))
         return Lowered(self.g, self.cand, program, img, self.locs, self.records)
+
+
+def split_plan(kind: str, op: Op | None, dst_shape, src_shapes) -> tuple[int, list[int | None]] | None:
+    """How a core op is split across workers (`_Builder._split`, and the analytical model):
+    the destination axis cut into ``ceil(n / W)`` slices and, per source, the axis cut with
+    it (None: the source is read whole, it broadcasts); None when the op runs whole on
+    worker 0. Row-independent ops only: elementwise kinds and copies, and graph ops in
+    `SPLITTABLE` along their rows (softmax over its last axis, layer norm over its
+    normalised axes)."""
+    if kind == coreop.KIND:
+        if op.kind not in SPLITTABLE or op.counts.macs:
+            return None
+        if op.kind == "softmax":
+            keep_from = len(dst_shape) - 1 if op.attrs.get("dim", -1) in (-1, len(dst_shape) - 1) else -1
+        elif op.kind == "layer_norm":
+            keep_from = len(dst_shape) - len(op.attrs.get("normalized_shape", [1]))
+        else:
+            keep_from = len(dst_shape)
+    elif kind in ("copy", "mul", "scale", "add", "sub", "relu", "cast"):
+        keep_from = len(dst_shape)
+    else:
+        return None
+    if keep_from <= 0:
+        return None
+    axis = next((a for a in range(keep_from) if dst_shape[a] >= 2), None)
+    if axis is None:
+        return None
+    n = dst_shape[axis]
+    plans: list[int | None] = []
+    for shape in src_shapes:
+        sa = axis - (len(dst_shape) - len(shape))
+        if kind == "copy":
+            if tuple(shape) != tuple(dst_shape):
+                return None
+            sa = axis
+        if sa < 0 or shape[sa] == 1:
+            plans.append(None)
+        elif shape[sa] == n:
+            plans.append(sa)
+        else:
+            return None
+    return axis, plans
 
 
 # ------------------------------------------------------------------ Ball streams and their cost
