@@ -25,6 +25,7 @@ import time
 from pathlib import Path
 
 import optuna
+import warnings
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
@@ -216,6 +217,8 @@ def plain_optuna(objective, trials: int, repeat: int, storage: str | None, sampl
 
 
 def main() -> None:
+    # TPE's multivariate/group options are marked experimental: say so once, not per study
+    warnings.filterwarnings("ignore", category=optuna.exceptions.ExperimentalWarning)
     ap = argparse.ArgumentParser()
     ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--trials", type=int, default=150)

@@ -212,3 +212,16 @@ def test_recorded_hash_is_the_candidate_identity(tmp_path):
     for c in cands.to_dict("records"):
         cand = Candidate(chip_from_dict(json.loads(c["config"])), mapping_from_dict(json.loads(c["mapping"])))
         assert cand.hash == c["hash"]
+
+
+def test_the_random_sampler_never_draws_a_point_twice(tmp_path):
+    """In a finite space its batches stay full of new points, then come back short."""
+    from dse.runner.samplers import Observation, RandomSampler
+
+    spec = load_spec(write_spec(tmp_path, banks="[4, 8, 16]", sampler="random"))  # 3 x 3 = 9 points
+    sampler = RandomSampler(spec.space, seed=1)
+    sampler.replay([Observation({"banks": 4, "workers": 1}, True)])  # recorded by an earlier run
+    first, second = sampler.ask(5), sampler.ask(5)
+    drawn = [tuple(sorted(p.params.items())) for p in first + second]
+    assert len(first) == 5 and len(second) == 3 and len(set(drawn)) == 8
+    assert (("banks", 4), ("workers", 1)) not in drawn and sampler.ask(5) == []

@@ -76,12 +76,36 @@ class GridSampler(Sampler):
 
 
 class RandomSampler(Sampler):
+    """Independent uniform draws, without repeating a point it drew or was told of before:
+    in a finite space the batches stay full of new candidates until the space runs low
+    (then a batch comes back short, after a bounded number of draws)."""
+
+    DRAWS_PER_PROPOSAL = 20  # give up on a batch after this many draws per asked proposal
+
     def __init__(self, space: Space, seed: int):
         self.space = space
         self.rng = np.random.default_rng(seed)
+        self.seen: set[tuple] = set()
+
+    @staticmethod
+    def _key(params: dict[str, Any]) -> tuple:
+        return tuple(sorted((k, repr(v)) for k, v in params.items()))
+
+    def replay(self, recorded: Sequence[Observation]) -> None:
+        self.seen.update(self._key(o.params) for o in recorded)
 
     def ask(self, n: int) -> list[Proposal]:
-        return [Proposal(self.space.sample(self.rng)) for _ in range(n)]
+        out: list[Proposal] = []
+        for _ in range(self.DRAWS_PER_PROPOSAL * n):
+            params = self.space.sample(self.rng)
+            key = self._key(params)
+            if key in self.seen:
+                continue
+            self.seen.add(key)
+            out.append(Proposal(params))
+            if len(out) == n:
+                break
+        return out
 
 
 class OptunaSampler(Sampler):
