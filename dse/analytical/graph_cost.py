@@ -29,6 +29,7 @@ from ..lower.memory import Blocked, Dram, Loc, padded_shape, pad
 from ..mapping import CandidateArrays, MatmulShape
 from ..workload.graph import Graph, Op, scale_tensor
 from .dma import dma_cycles
+from .mapper import gemm_shape
 from .matmul import MatmulPlans, matmul_cost, plan_matmuls
 
 
@@ -157,7 +158,9 @@ class GraphCost:
         acc.busy += np.ceil(elements * cpe)
 
     def _core_tiled(self, acc: _Acc, blk: _Blocked, cpe: np.ndarray):
-        """A core op over a blocked accumulator's padded grid (batch, Mt, tm, Nt, tn)."""
+        """A core op over a blocked accumulator's padded grid (batch, Mt, tm, Nt, tn): split
+        as `split_plan` splits it (the first axis of at least 2), vectorised over the
+        candidates' tiles."""
         Mp, Np = pad(blk.M), pad(blk.N)
         total = blk.batch * Mp * Np
         Mt = Mp // blk.tm
@@ -213,7 +216,8 @@ class GraphCost:
         zeros = np.zeros(n, dtype=np.int64)
         feasible = np.ones(n, dtype=bool)
         reason = np.full(n, "", dtype=object)
-        banks, sram, tiles, workers_used, dma_bytes = zeros, zeros, (zeros, zeros, zeros), np.minimum(self.W, self.p.cores), zeros
+        banks, sram, tiles, dma_bytes = zeros, zeros, (zeros, zeros, zeros), zeros
+        workers_used = np.minimum(self.W, self.p.cores)
         units = np.full(n, unit, dtype=object)
         if self.units is not None:  # set per candidate by the op
             units, self.units = self.units.astype(object), None
@@ -242,6 +246,7 @@ class GraphCost:
         sync_cycles = acc.syncs * np.where(self.W > 1, self.p.barrier_cycles, self.p.fence_cycles)
         cycles = np.round(acc.core + acc.ball + sync_cycles).astype(np.int64)
         compute = acc.extra.get("compute", acc.extra.get("ball_busy", zeros))
+
         def own(x, dtype=np.int64):  # every field its own array (callers write into them)
             return np.array(np.broadcast_to(x, (n,)), dtype=dtype)
 
@@ -272,21 +277,14 @@ class GraphCost:
         self.t[name] = _Tensor(None, _Blocked(batch, M, N, np.maximum(plans.tm, 16), np.maximum(plans.tn, 16)))
 
     def _matmul(self, acc: _Acc, op: Op) -> MatmulPlans:
-        g = self.g
-        a_spec, b_spec = (g.tensors[n] for n in op.inputs[:2])
-        out = g.tensors[op.outputs[0]]
-        nb = math.prod(out.shape[:-2])
-        b_weight = op.inputs[1] in g.weights
+        shape = gemm_shape(self.g, op)
         self.standard(acc, op.inputs[0])
-        if not b_weight:
+        if not shape.b_weight:
             self.logical(acc, op.inputs[1])
-        bias = bool(op.attrs.get("has_bias") and len(op.inputs) > 2)
-        shape = MatmulShape(a_spec.shape[-2], out.shape[-1], a_spec.shape[-1], nb, b_weight=b_weight,
-                            b_batched=len(b_spec.shape) > 2 and nb > 1, bias=bias)
         plans = self._plans(shape)
         acc.syncs += np.where(self.W > 1, (plans.core_cycles > 0).astype(np.int64), 0)  # after the packs
         self._sync(acc, True)
-        self._blocked_out(op.outputs[0], nb, shape.M, shape.N, plans)
+        self._blocked_out(op.outputs[0], shape.batch, shape.M, shape.N, plans)
         return plans
 
     def _conv(self, acc: _Acc, op: Op) -> MatmulPlans:
@@ -295,7 +293,7 @@ class GraphCost:
         out = g.tensors[op.outputs[0]]
         w_shape = g.tensors[op.inputs[1]].shape
         nd = len(w_shape) - 2
-        kernel, C, O = tuple(w_shape[:nd]), w_shape[nd], w_shape[nd + 1]
+        kernel, C = tuple(w_shape[:nd]), w_shape[nd]
         padding = op.attrs["padding"]
         pad_lr = [tuple(v) for v in op.attrs.get("pad_lr", [(p, p) for p in padding])]
         n_img = x.shape[0]
@@ -306,12 +304,11 @@ class GraphCost:
         gshape = (n_img, *outs, *kernel, C)
         self._core(acc, "copy", None, gshape, [gshape], math.prod(gshape), self.p.copy_cpe)
         self._sync(acc, False)
-        M, K = n_img * math.prod(outs), math.prod(kernel) * C
-        bias = bool(op.attrs.get("has_bias") and len(op.inputs) > 2)
-        plans = self._plans(MatmulShape(M, O, K, 1, b_weight=True, bias=bias))
+        shape = gemm_shape(self.g, op)  # the im2col GEMM: M = images x positions, K = taps x C
+        plans = self._plans(shape)
         acc.syncs += np.where(self.W > 1, (plans.core_cycles > 0).astype(np.int64), 0)
         self._sync(acc, True)
-        self._blocked_out(op.outputs[0], 1, M, O, plans)
+        self._blocked_out(op.outputs[0], 1, shape.M, shape.N, plans)
         return plans
 
     def _scale_op(self, acc: _Acc, op: Op) -> str:
