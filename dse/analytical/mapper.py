@@ -284,7 +284,7 @@ class ShapeSearch:
 def _blocked(params: CandidateArrays) -> list[str]:
     """Why each candidate cannot run a matmul at all ("" when it can)."""
     n = params.n
-    no_formula = np.fromiter((f is None for f in params.matrix_formula), dtype=bool, count=n)
+    no_formula = params.no_matrix
     too_many = params.workers > params.cores
     out = [""] * n
     missing = getattr(params, "matrix_missing", None) or [""] * n

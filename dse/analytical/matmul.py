@@ -201,9 +201,10 @@ def plan_matmuls(params: CandidateArrays, shape: MatmulShape) -> MatmulPlans:
         for r, why in zip(failed, cost.check.reasons(failed, smallest[failed])):
             c = idx[r]
             what = "the framework's greedy tile does not fit" if params.framework[c] else "no legal tile"
-            reason[c] = f"matmul {shape}: {what}; {why}"
+            reason[c] = f"matmul {label}: {what}; {why}"
 
-    no_ball = np.fromiter((f is None for f in params.matrix_formula), dtype=bool, count=n)
+    label = str(shape)
+    no_ball = params.no_matrix
     usable = ~no_ball & (params.workers <= params.cores)
     for c in np.flatnonzero(~usable):  # reasons only for those that cannot run it
         if no_ball[c]:
@@ -213,7 +214,7 @@ def plan_matmuls(params: CandidateArrays, shape: MatmulShape) -> MatmulPlans:
 
     fw = np.flatnonzero(usable & params.framework)
     if fw.size:
-        sub = params.take(fw)
+        sub = params if fw.size == n else params.take(fw)
         fill(fw, matmul_cost(sub, shape, *framework_tiles(sub, shape)))
     search = np.flatnonzero(usable & ~params.framework)
     if search.size:

@@ -103,9 +103,14 @@ class TileCheck:
             at(self.tm), at(self.tn), at(self.tk), at(self.col_a), at(self.col_b), at(self.col_c), at(self.banks),
             at(self.buffers), p.dim_bits[cs], p.dim_max[cs], p.max_col[cs], p.usable_rows[cs], p.bank_count[cs],
             p.virtual_ids[cs]], axis=1)
-        unique, inverse = np.unique(figures, axis=0, return_inverse=True)
-        texts = [self._text(*map(int, row)) for row in unique]
-        return [texts[i] for i in inverse.ravel()]
+        texts: dict[tuple, str] = {}
+        out = []
+        for row in map(tuple, figures.tolist()):  # a dict, not a sort: most rows repeat
+            text = texts.get(row)
+            if text is None:
+                text = texts[row] = self._text(*row)
+            out.append(text)
+        return out
 
     @staticmethod
     def _text(dim, col, budget, ids, tm, tn, tk, col_a, col_b, col_c, banks, buffers, dim_bits, dim_max, max_col,

@@ -66,6 +66,7 @@ class CandidateArrays:
     matrix_formula: list[str | None]
     # Why matrix_formula is None although the chip has a matrix Ball ("" otherwise).
     matrix_missing: list[str]
+    no_matrix: np.ndarray  # bool: matrix_formula is None (no matmul can run)
     matrix_rows: np.ndarray
     matrix_cols: np.ndarray
     relu_formula: list[str | None]
@@ -90,6 +91,7 @@ class CandidateArrays:
                     f"allowed: {', '.join(ball.latency)}; or timing = systolic")
 
         matrix = [c.chip.ball("matrix") for c in cands]
+        formulas = [ball_formula(c, "matrix", c.mapping.dataflow) for c in cands]
         return cls(
             n=len(cands),
             bank_count=col(lambda c: c.chip.banks.count),
@@ -121,8 +123,9 @@ class CandidateArrays:
             serial=np.zeros(len(cands), dtype=bool),
             workers=col(lambda c: c.mapping.workers),
             split_rows=col(lambda c: c.mapping.split == "rows", bool),
-            matrix_formula=[ball_formula(c, "matrix", c.mapping.dataflow) for c in cands],
+            matrix_formula=formulas,
             matrix_missing=[matrix_missing(c) for c in cands],
+            no_matrix=np.fromiter((f is None for f in formulas), dtype=bool, count=len(cands)),
             matrix_rows=np.array([b.array_rows if b else 0 for b in matrix], dtype=np.int64),
             matrix_cols=np.array([b.array_cols if b else 0 for b in matrix], dtype=np.int64),
             relu_formula=[ball_formula(c, "relu", "default") for c in cands],
