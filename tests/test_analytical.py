@@ -134,3 +134,15 @@ def test_a_batch_equals_candidates_one_at_a_time():
         assert np.isclose(row["latency_cycles"], alone["latency_cycles"], equal_nan=True)
         assert row["peak_sram_bytes"] == alone["peak_sram_bytes"]
     assert together["feasible"].any() and (~together["feasible"]).any()
+
+
+def test_bank_rows_used_by_hand():
+    """A 16^3 tile: A and B 16 rows of 16 int8 each, C 16 accumulator lines of 64 bytes, each
+    one row in each of acc_col = 4 physical banks: 16 + 16 + 64 rows a buffer."""
+    toy = load_chip("toy")
+    one = plan_matmul(toy, Mapping(policy="framework", double_buffer=False), MatmulShape(16, 16, 16))
+    two = plan_matmul(toy, Mapping(policy="framework", double_buffer=True), MatmulShape(16, 16, 16))
+    assert (one.tm, one.tn, one.tk) == (16, 16, 16)
+    assert one.bank_rows == 96 and two.bank_rows == 192
+    # The SRAM allocated is whole banks: 1 + 1 + 4 banks a buffer, of 1024 rows x 16 bytes.
+    assert one.sram_bytes == 6 * 1024 * 16 and two.sram_bytes == 12 * 1024 * 16

@@ -22,7 +22,8 @@ MODEL_VERSION = "analytical-0.3"
 
 OP_COLUMNS = [
     "candidate", "candidate_hash", "op", "kind", "unit", "feasible", "reason", "cycles",
-    "compute_cycles", "dma_cycles", "core_cycles", "ball_cycles", "busy_cycles", "dma_bytes", "sram_bytes", "banks",
+    "compute_cycles", "dma_cycles", "core_cycles", "ball_cycles", "busy_cycles", "dma_bytes", "sram_bytes",
+    "bank_rows", "banks",
     "tile_m", "tile_n", "tile_k", "workers_used", "syncs", "halo_cycles", "macs",
 ]
 

@@ -48,7 +48,8 @@ class OpCost:
     busy_cycles: np.ndarray  # core + Ball work summed over all workers (per-core busy time)
     syncs: np.ndarray  # FENCEs / BARRIERs that close the op's parts
     dma_bytes: np.ndarray
-    sram_bytes: np.ndarray
+    sram_bytes: np.ndarray  # private SRAM the op allocates (per worker)
+    bank_rows: np.ndarray  # of it, the bank rows that hold data
     banks: np.ndarray
     tile_m: np.ndarray
     tile_n: np.ndarray
@@ -216,7 +217,7 @@ class GraphCost:
         zeros = np.zeros(n, dtype=np.int64)
         feasible = np.ones(n, dtype=bool)
         reason = np.full(n, "", dtype=object)
-        banks, sram, tiles, dma_bytes = zeros, zeros, (zeros, zeros, zeros), zeros
+        banks, sram, rows_used, tiles, dma_bytes = zeros, zeros, zeros, (zeros, zeros, zeros), zeros
         workers_used = np.minimum(self.W, self.p.cores)
         units = np.full(n, unit, dtype=object)
         if self.units is not None:  # set per candidate by the op
@@ -231,11 +232,11 @@ class GraphCost:
             acc.ball += np.where(feasible, plans.cycles - plans.core_cycles, 0)
             acc.extra["compute"] = plans.compute_cycles
             acc.dma += plans.dma_cycles
-            banks, sram, dma_bytes = plans.banks, plans.sram_bytes, plans.dma_bytes
+            banks, sram, rows_used, dma_bytes = plans.banks, plans.sram_bytes, plans.bank_rows, plans.dma_bytes
             tiles = (plans.tm, plans.tn, plans.tk)
             workers_used = np.where(feasible, plans.workers_used, workers_used)
         if "sram" in acc.extra:
-            sram, banks = acc.extra["sram"], acc.extra["banks"]
+            sram, banks, rows_used = acc.extra["sram"], acc.extra["banks"], acc.extra["bank_rows"]
         if "dma_bytes" in acc.extra:
             dma_bytes = acc.extra["dma_bytes"]
         # More workers than cores: the lowering refuses the whole graph, before any op.
@@ -253,7 +254,7 @@ class GraphCost:
         return OpCost(own(units, object), own(feasible, bool), own(reason, object), own(np.where(feasible, cycles, 0)),
                       own(compute), own(np.round(acc.dma)), own(np.round(acc.core)),
                       own(np.where(feasible, np.round(acc.ball), 0)), own(np.where(feasible, np.round(acc.busy), 0)),
-                      own(acc.syncs), own(dma_bytes), own(sram), own(banks), *[own(t) for t in tiles],
+                      own(acc.syncs), own(dma_bytes), own(sram), own(rows_used), own(banks), *[own(t) for t in tiles],
                       own(workers_used))
 
     def _plans(self, shape: MatmulShape) -> MatmulPlans:
@@ -364,7 +365,7 @@ class GraphCost:
             ball_acc.ball[ids] = choice["cycles"]
             ball_acc.busy[ids] = choice["busy"]
             ball_acc.dma[ids] = choice["dma"]
-            for name in ("ball_busy", "banks", "dma_bytes"):
+            for name in ("ball_busy", "banks", "bank_rows", "dma_bytes"):
                 ball_acc.extra.setdefault(name, np.zeros(self.n, dtype=np.int64))[ids] = choice[name]
             ball_acc.extra.setdefault("sram", np.zeros(self.n, dtype=np.int64))[ids] = \
                 choice["banks"] * self.p.bank_rows[ids] * self.p.row_bytes[ids]  # each candidate's own banks
@@ -403,7 +404,8 @@ class GraphCost:
         ball_busy = sum(int(ball.cycles(iter=q.in_lines)) for q in plan.pieces[::W])
         return {"kind": plan.kind, "cycles": cycles, "ball_busy": ball_busy, "dma": cycles - ball_busy - 4 * mset,
                 "busy": low.stream_cycles(chip, plan, 1) + 4 * mset * (min(W, len(plan.pieces)) - 1),
-                "banks": 1 + plan.dst_col, "dma_bytes": 16 * sum(q.in_lines + q.out_lines for q in plan.pieces)}
+                "banks": 1 + plan.dst_col, "dma_bytes": 16 * sum(q.in_lines + q.out_lines for q in plan.pieces),
+                "bank_rows": max(q.in_lines for q in plan.pieces) + max(q.out_lines for q in plan.pieces)}
 
     @staticmethod
     def _add(acc: _Acc, other: _Acc) -> None:
@@ -464,6 +466,7 @@ class GraphCost:
         banks = 2 * -(-np.minimum(lines, rows) // rows)
         acc.extra["banks"] = banks
         acc.extra["sram"] = banks * p.bank_rows * p.row_bytes
+        acc.extra["bank_rows"] = 2 * np.minimum(lines, rows)  # a chunk in, its result out
         acc.extra["dma_bytes"] = np.full(self.n, 2 * lines * 16, dtype=np.int64)
         self._sync(acc, True)
 

@@ -32,6 +32,7 @@ class MatmulCost:
     busy_cycles: np.ndarray  # busy cycles summed over the workers (the busiest one is `cycles`)
     dma_bytes: np.ndarray
     sram_bytes: np.ndarray
+    bank_rows: np.ndarray  # physical bank rows holding the tiles (buffers included)
     workers_used: np.ndarray
 
 
@@ -147,11 +148,13 @@ def matmul_cost(params: CandidateArrays, shape: MatmulShape, tm, tn, tk) -> Matm
     packs_all = (np.where(Kt > 1, b * Mp * Kp, 0) + (0 if shape.b_weight else nbB * Np * Kp)) * col("copy_cpe")
     busy = (worker_cycles * blocks // per + np.ceil(packs_all)).astype(np.int64)
     sram = check.banks * col("bank_rows") * col("row_bytes")
-    return MatmulCost(check, cycles, compute_worker, dma_worker, core, busy, total_bytes, sram, workers)
+    # An accumulator line spans acc_col physical banks (one row of each).
+    rows_used = nbuf * (check.lines_a + check.lines_b + col("acc_col") * check.lines_c)
+    return MatmulCost(check, cycles, compute_worker, dma_worker, core, busy, total_bytes, sram, rows_used, workers)
 
 
 PLAN_FIELDS = ("tm", "tn", "tk", "cycles", "compute_cycles", "dma_cycles", "core_cycles", "busy_cycles", "dma_bytes",
-               "sram_bytes",
+               "sram_bytes", "bank_rows",
                "banks", "workers_used", "legal_tiles")
 
 
@@ -188,7 +191,7 @@ def plan_matmuls(params: CandidateArrays, shape: MatmulShape) -> MatmulPlans:
         fields = dict(tm=cost.check.tm, tn=cost.check.tn, tk=cost.check.tk, cycles=cost.cycles,
                       compute_cycles=cost.compute_cycles, dma_cycles=cost.dma_cycles, core_cycles=cost.core_cycles,
                       busy_cycles=cost.busy_cycles,
-                      dma_bytes=cost.dma_bytes,
+                      dma_bytes=cost.dma_bytes, bank_rows=cost.bank_rows,
                       sram_bytes=cost.sram_bytes, banks=cost.check.banks, workers_used=cost.workers_used)
         any_ok = ok.any(axis=1)
         for name, arr in fields.items():
@@ -255,6 +258,7 @@ class MatmulPlan:
     busy_cycles: int = 0
     dma_bytes: int = 0
     sram_bytes: int = 0
+    bank_rows: int = 0
     banks: int = 0
     workers_used: int = 0
     legal_tiles: int = 0

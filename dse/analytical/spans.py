@@ -98,7 +98,7 @@ def _sum(a: OpCost, b: OpCost) -> OpCost:
     for f in ("cycles", "compute_cycles", "dma_cycles", "core_cycles", "ball_cycles", "busy_cycles", "syncs",
               "dma_bytes"):
         setattr(out, f, getattr(a, f) + getattr(b, f))
-    for f in ("sram_bytes", "banks"):
+    for f in ("sram_bytes", "bank_rows", "banks"):
         setattr(out, f, np.maximum(getattr(a, f), getattr(b, f)))
     out.feasible = a.feasible & b.feasible
     out.reason = np.where(a.reason != "", a.reason, b.reason)
