@@ -80,18 +80,15 @@ class _Acc:
     """Accumulates one op's costs."""
 
     n: int
-    core: np.ndarray = None
-    ball: np.ndarray = None
-    dma: np.ndarray = None
-    syncs: np.ndarray = None
-    busy: np.ndarray = None  # summed over workers
+    core: np.ndarray = field(init=False)  # on the busiest worker
+    ball: np.ndarray = field(init=False)
+    dma: np.ndarray = field(init=False)
+    syncs: np.ndarray = field(init=False)
+    busy: np.ndarray = field(init=False)  # summed over workers
     extra: dict = field(default_factory=dict)
 
     def __post_init__(self):
-        self.busy = np.zeros(self.n)
-        self.core = np.zeros(self.n)
-        self.ball = np.zeros(self.n)
-        self.dma = np.zeros(self.n)
+        self.core, self.ball, self.dma, self.busy = (np.zeros(self.n) for _ in range(4))
         self.syncs = np.zeros(self.n, dtype=np.int64)
 
 
@@ -131,7 +128,6 @@ class GraphCost:
         # without them those ops are costed on the core.
         self.chips = chips
         self.chip_keys = [_chip_key(c) for c in chips] if chips is not None else None
-        self.units = None
         self.W = np.asarray(params.workers, dtype=np.int64)
         self.Ws = sorted(set(int(w) for w in self.W))
         self.dram = Dram()  # placement only: no data
@@ -208,8 +204,8 @@ class GraphCost:
             gemm, unit = self._conv(acc, op), "matrix"
         elif op.kind in ("requantize", "dequantize", "quantize"):
             unit = self._scale_op(acc, op)
-        elif op.kind == "relu" and self._relu_ball(acc, op):
-            unit = "relu"
+        elif op.kind == "relu" and (relu := self._relu_ball(acc, op)) is not None:
+            unit = relu
         elif op.kind == "reshape" and self._reshape(op):
             unit = "none"
         else:
@@ -219,9 +215,7 @@ class GraphCost:
         reason = np.full(n, "", dtype=object)
         banks, sram, rows_used, tiles, dma_bytes = zeros, zeros, zeros, (zeros, zeros, zeros), zeros
         workers_used = np.minimum(self.W, self.p.cores)
-        units = np.full(n, unit, dtype=object)
-        if self.units is not None:  # set per candidate by the op
-            units, self.units = self.units.astype(object), None
+        units = np.full(n, unit, dtype=object) if isinstance(unit, str) else unit.astype(object)
         if gemm is not None:
             plans = gemm
             feasible = plans.feasible.copy()
@@ -312,7 +306,7 @@ class GraphCost:
         self._blocked_out(op.outputs[0], 1, shape.M, shape.N, plans)
         return plans
 
-    def _scale_op(self, acc: _Acc, op: Op) -> str:
+    def _scale_op(self, acc: _Acc, op: Op) -> str | np.ndarray:
         """quantize / requantize / dequantize: the lowering's own plan and choice
         (`_Builder._scale_plan`, Ball stream when it beats the core op on the slowest
         worker) per group of candidates that share the figures the choice reads, costed
@@ -344,6 +338,7 @@ class GraphCost:
 
         stream = np.zeros(self.n, dtype=bool)
         ball_acc = _Acc(self.n)
+        kind = ""
         groups: dict[tuple, list[int]] = {}
         for i in range(self.n):
             tile = (int(b.tm[i]), int(b.tn[i])) if b is not None else ()
@@ -369,15 +364,11 @@ class GraphCost:
                 ball_acc.extra.setdefault(name, np.zeros(self.n, dtype=np.int64))[ids] = choice[name]
             ball_acc.extra.setdefault("sram", np.zeros(self.n, dtype=np.int64))[ids] = \
                 choice["banks"] * self.p.bank_rows[ids] * self.p.row_bytes[ids]  # each candidate's own banks
-            self.stream_kind = choice["kind"]
+            kind = choice["kind"]
         self._sync(ball_acc, True)
-        for f in ("core", "ball", "dma", "syncs", "busy"):
-            setattr(acc, f, getattr(acc, f) + np.where(stream, getattr(ball_acc, f), getattr(core, f)))
-        for k, v in ball_acc.extra.items():
-            acc.extra[k] = np.where(stream, v, 0)
-        if stream.any():
-            self.units = np.where(stream, self.stream_kind, "epilogue" if b is not None else "core")
-        return "epilogue" if b is not None else "core"
+        self._select(acc, stream, ball_acc, core)
+        on_core = "epilogue" if b is not None else "core"
+        return np.where(stream, kind, on_core) if stream.any() else on_core
 
     def _stream_choice(self, op: Op, loc: Loc, b: "_Blocked | None", out: Loc, shape, chip, W: int, tile) -> dict | None:
         """The lowering's plan for one group, and its cost when the lowering takes it."""
@@ -408,33 +399,39 @@ class GraphCost:
                 "bank_rows": max(q.in_lines for q in plan.pieces) + max(q.out_lines for q in plan.pieces)}
 
     @staticmethod
+    def _select(acc: _Acc, on_ball: np.ndarray, ball: _Acc, core: _Acc) -> None:
+        """Per candidate, the Ball path's costs where `on_ball`, else the core path's."""
+        for f in ("core", "ball", "dma", "syncs", "busy"):
+            setattr(acc, f, getattr(acc, f) + np.where(on_ball, getattr(ball, f), getattr(core, f)))
+        acc.extra.update({k: np.where(on_ball, v, 0) for k, v in ball.extra.items()})
+
+    @staticmethod
     def _add(acc: _Acc, other: _Acc) -> None:
         for f in ("core", "ball", "dma", "syncs", "busy"):
             setattr(acc, f, getattr(acc, f) + getattr(other, f))
 
-    def _relu_ball(self, acc: _Acc, op: Op) -> bool:
+    def _relu_ball(self, acc: _Acc, op: Op) -> str | np.ndarray | None:
         """The ReLU Ball streams the padded buffer through one bank: per chunk of a bank's
         rows, MVIN, RELU, MVOUT back to back (the in-order DMA engine holds the next MVIN
         behind the MVOUT), chunks dealt to workers. Candidates without the Ball run the
-        op on the core."""
+        op on the core. Returns the unit (per candidate when they differ), or None when no
+        candidate can use the Ball."""
         spec = self.g.tensors[op.outputs[0]]
         t = self._get(op.inputs[0])
         p = self.p
         has = np.array([f is not None for f in p.relu_formula])
         if spec.dtype not in ("int8", "int32") or t.blocked is not None or not t.loc.standard or not has.any():
-            return False
+            return None
         if not has.all():  # some candidates run it on the core: cost both, pick per candidate
             core_acc = _Acc(self.n)
             self._generic(core_acc, op)
             ball_acc = _Acc(self.n)
             self._relu_stream(ball_acc, t.loc)
-            for f in ("core", "ball", "dma", "syncs", "busy"):
-                setattr(acc, f, getattr(acc, f) + np.where(has, getattr(ball_acc, f), getattr(core_acc, f)))
-            acc.extra.update({k: np.where(has, v, 0) for k, v in ball_acc.extra.items()})
+            self._select(acc, has, ball_acc, core_acc)
         else:
             self._relu_stream(acc, t.loc)
         self.t[op.outputs[0]] = _Tensor(self.dram.tensor(spec.shape, spec.dtype))
-        return True
+        return "relu" if has.all() else np.where(has, "relu", "core")
 
     def _relu_stream(self, acc: _Acc, src: Loc):
         p = self.p

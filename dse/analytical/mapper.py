@@ -36,7 +36,7 @@ import numpy as np
 
 from ..mapping import Candidate, CandidateArrays, MatmulShape, check_tiles, framework_tiles, tile_grid
 from ..mapping.matmul import divisors
-from .matmul import PLAN_FIELDS, MatmulCost, matmul_cost
+from .matmul import PLAN_FIELDS, MatmulCost, blocked_reasons, matmul_cost
 
 OBJECTIVES = ("latency", "front")
 PRODUCT_KINDS = ("linear", "matmul")
@@ -283,16 +283,9 @@ class ShapeSearch:
 
 def _blocked(params: CandidateArrays) -> list[str]:
     """Why each candidate cannot run a matmul at all ("" when it can)."""
-    n = params.n
-    no_formula = params.no_matrix
-    too_many = params.workers > params.cores
-    out = [""] * n
-    missing = getattr(params, "matrix_missing", None) or [""] * n
-    for c in np.flatnonzero(no_formula | too_many):
-        if no_formula[c]:
-            out[c] = missing[c] or f"chip {params.chip_names[c]} has no matrix Ball"
-        else:
-            out[c] = f"{params.workers[c]} workers but chip {params.chip_names[c]} has {params.cores[c]} cores"
+    out = [""] * params.n
+    for c, why in blocked_reasons(params).items():
+        out[c] = why
     return out
 
 

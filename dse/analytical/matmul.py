@@ -173,6 +173,19 @@ class MatmulPlans:
             raise AttributeError(name) from None
 
 
+def blocked_reasons(params: CandidateArrays, shape: MatmulShape | None = None) -> dict[int, str]:
+    """Why candidates cannot run a matmul at all (no matrix Ball for the mapping's dataflow,
+    more workers than cores), by candidate index; the others are left out."""
+    out = {}
+    for c in np.flatnonzero(params.no_matrix | (params.workers > params.cores)):
+        if params.no_matrix[c]:
+            what = f" for matmul {shape}" if shape is not None else ""
+            out[int(c)] = params.matrix_missing[c] or f"chip {params.chip_names[c]} has no matrix Ball{what}"
+        else:
+            out[int(c)] = f"{params.workers[c]} workers but chip {params.chip_names[c]} has {params.cores[c]} cores"
+    return out
+
+
 def plan_matmuls(params: CandidateArrays, shape: MatmulShape) -> MatmulPlans:
     """Per candidate: the framework's greedy tile, or the fastest legal one (ties: less SRAM)."""
     n = params.n
@@ -207,13 +220,9 @@ def plan_matmuls(params: CandidateArrays, shape: MatmulShape) -> MatmulPlans:
             reason[c] = f"matmul {label}: {what}; {why}"
 
     label = str(shape)
-    no_ball = params.no_matrix
-    usable = ~no_ball & (params.workers <= params.cores)
-    for c in np.flatnonzero(~usable):  # reasons only for those that cannot run it
-        if no_ball[c]:
-            reason[c] = params.matrix_missing[c] or f"chip {params.chip_names[c]} has no matrix Ball for matmul {shape}"
-        else:
-            reason[c] = f"{params.workers[c]} workers but chip {params.chip_names[c]} has {params.cores[c]} cores"
+    usable = ~params.no_matrix & (params.workers <= params.cores)
+    for c, why in blocked_reasons(params, shape).items():
+        reason[c] = why
 
     fw = np.flatnonzero(usable & params.framework)
     if fw.size:
@@ -269,4 +278,5 @@ def plan_matmul(chip, mapping, shape: MatmulShape) -> MatmulPlan:
     return MatmulPlan(bool(plans.feasible[0]), plans.reason[0], **{f: int(plans.values[f][0]) for f in PLAN_FIELDS})
 
 
-__all__ = ["MatmulCost", "MatmulPlan", "MatmulPlans", "ball_cycles", "matmul_cost", "plan_matmul", "plan_matmuls"]
+__all__ = ["MatmulCost", "MatmulPlan", "MatmulPlans", "ball_cycles", "blocked_reasons", "matmul_cost", "plan_matmul",
+           "plan_matmuls"]
