@@ -41,3 +41,12 @@ def cli(capsys):
         return code, out, err
 
     return run
+
+
+def pytest_unconfigure(config):
+    """If the interpreter has not exited two minutes after the last test (a thread or a
+    child process that never ends), print every thread's stack and fail, rather than
+    leave CI waiting until its time limit with no clue."""
+    import faulthandler
+
+    faulthandler.dump_traceback_later(120, exit=True)

@@ -2,10 +2,12 @@
 killed mid-candidate costs one retry, a driver killed mid-sweep resumes without duplicates."""
 
 import json
+import multiprocessing
 import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 
 import pandas as pd
@@ -106,6 +108,10 @@ def test_a_worker_killed_mid_candidate_is_retried_once_then_failed(tmp_path, mon
     others = probe.set_index("hash").drop(index=victim)
     assert (got.loc[others.index, "status"] == others["status"]).all()
     assert len(got) == len(probe) and result.counts.get("failed") == 1
+    # The broken pools are gone for good: no worker process and no pool thread outlives
+    # the sweep (a leftover one made the interpreter hang at exit).
+    assert not [p for p in multiprocessing.active_children() if p.name.startswith("ForkServerProcess")]
+    assert not [t for t in threading.enumerate() if type(t).__name__ == "_ExecutorManagerThread"]
 
 
 def test_small_analytical_batches_stay_in_the_driver_with_a_pool(tmp_path, monkeypatch):

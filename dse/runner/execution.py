@@ -235,6 +235,7 @@ class PoolExecutor:
         # rather than once per worker.
         preload = [__name__] + (["dse.numerics.run"] if getattr(work, "emulation", None) is not None else [])
         self._ctx.set_forkserver_preload(preload)
+        self._retired: list[ProcessPoolExecutor] = []
         self._pool = self._new_pool()
         if getattr(work, "emulation", None) is not None or getattr(work, "emulations", None):
             # The workers (torch, the lowering) start now, in the background, while the
@@ -247,8 +248,22 @@ class PoolExecutor:
                                    initargs=(self.work, os.environ.get(KILL_ENV)))
 
     def _restart(self) -> None:
-        self._pool.shutdown(wait=False, cancel_futures=True)
+        self._retire(self._pool)
         self._pool = self._new_pool()
+
+    def _retire(self, pool: ProcessPoolExecutor) -> None:
+        """Stop a broken pool for good. Python 3.11's pool can spawn a worker in `submit`
+        while its manager thread is terminating the pool after a worker died; that late
+        worker is never terminated, and the manager thread then joins it forever (and
+        the interpreter, which joins the manager at exit, with it). Every `submit` to this
+        pool has returned by now, so the workers it ever started are all in
+        `pool._processes`: kill them, then the manager's join returns."""
+        workers = list(getattr(pool, "_processes", {}).values())
+        pool.shutdown(wait=False, cancel_futures=True)
+        for process in workers:
+            if process.is_alive():
+                process.kill()
+        self._retired.append(pool)
 
     def _submit(self, items: list[WorkItem]):
         try:
@@ -289,6 +304,9 @@ class PoolExecutor:
 
     def close(self) -> None:
         self._pool.shutdown(wait=True, cancel_futures=True)
+        for pool in self._retired:
+            pool.shutdown(wait=True)  # returns once its manager thread has joined the killed workers
+        self._retired.clear()
 
 
 class DaskExecutor:
