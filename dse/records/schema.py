@@ -18,6 +18,7 @@ from sqlalchemy import (
     DateTime,
     Float,
     ForeignKey,
+    Index,
     Integer,
     MetaData,
     String,
@@ -156,11 +157,15 @@ class Run(Base):
 
 class Metric(Base):
     __tablename__ = "metric"
+    # 0004: one index on (run_id, name) instead of one on each. Every query reaches
+    # metrics through their runs; a second index only made each of a sweep's many
+    # metric rows dearer to write.
+    __table_args__ = (Index("ix_metric_run_id_name", "run_id", "name"),)
 
     id: Mapped[int] = mapped_column(Integer, primary_key=True)
-    run_id: Mapped[int] = mapped_column(ForeignKey("run.id"), index=True)
+    run_id: Mapped[int] = mapped_column(ForeignKey("run.id"))
     kind: Mapped[str] = mapped_column(String(32))
-    name: Mapped[str] = mapped_column(String, index=True)
+    name: Mapped[str] = mapped_column(String)
     value: Mapped[float] = mapped_column(Float)
     unit: Mapped[str] = mapped_column(String)
     scope: Mapped[str] = mapped_column(String(16), default="total")

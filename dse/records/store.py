@@ -88,7 +88,7 @@ from dse.records.schema import (
 MIGRATIONS_DIR = Path(__file__).parent / "migrations"
 # The newest migration; a test checks it against the migrations folder. A store already
 # at this revision opens without loading alembic at all (a faster `dse history`).
-SCHEMA_HEAD = "0003"
+SCHEMA_HEAD = "0004"
 SQLITE_BUSY_TIMEOUT_MS = 10_000
 SQLITE_MMAP_BYTES = 256 * 1024 * 1024
 # How long a write keeps retrying a busy database before it gives up with StoreBusy.
@@ -753,11 +753,7 @@ class Store:
             with self._writer.begin() as connection:
                 if connection.execute(select(Experiment.id).where(Experiment.id == _as_id(experiment_id))).first() is None:
                     raise self._not_found(connection, "experiment", experiment_id)
-                keys = list({p[0] for p in prepared})
-                known: dict[str, Any] = {}
-                for i in range(0, len(keys), 500):  # stay under the bound-parameter limit
-                    known.update(connection.execute(select(table.c.hash, table.c.id).where(
-                        table.c.experiment_id == experiment_id, table.c.hash.in_(keys[i:i + 500]))).all())
+                known = _candidate_ids(connection, experiment_id, list({p[0] for p in prepared}))
                 now = utcnow()
                 new: dict[str, dict[str, Any]] = {}
                 for key, config_text, mapping_text, origin, diff in prepared:
@@ -844,20 +840,23 @@ class Store:
             # Only a running run (or one an open wrongly marked abandoned) may be finished:
             # the condition is part of the UPDATE, and a count short of the batch means some
             # run was not; then the whole transaction is rolled back with the reason.
-            finishable = (table.c.status == "running") | (
-                (table.c.status == "crashed") & table.c.error.startswith(ABANDONED, autoescape=True))
-            done = connection.execute(
-                update(table).where((table.c.id == bindparam("rid")) & finishable).values(
-                    status=bindparam("new_status"), reason=bindparam("new_reason"), error=bindparam("new_error"),
-                    traceback=bindparam("new_traceback"), finished_at=now, heartbeat_at=now),
-                [dict(rid=r["run_id"], new_status=r["status"], new_reason=r.get("reason"), new_error=r.get("error"),
-                      new_traceback=r.get("traceback")) for r in results])
-            if done.rowcount != len(set(ids)):
+            if connection.dialect.name == "sqlite":
+                done = _sqlite_finish_runs(connection, results, now)
+            else:
+                finishable = (table.c.status == "running") | (
+                    (table.c.status == "crashed") & table.c.error.startswith(ABANDONED, autoescape=True))
+                done = connection.execute(
+                    update(table).where((table.c.id == bindparam("rid")) & finishable).values(
+                        status=bindparam("new_status"), reason=bindparam("new_reason"), error=bindparam("new_error"),
+                        traceback=bindparam("new_traceback"), finished_at=now, heartbeat_at=now),
+                    [dict(rid=r["run_id"], new_status=r["status"], new_reason=r.get("reason"),
+                          new_error=r.get("error"), new_traceback=r.get("traceback")) for r in results]).rowcount
+            if done != len(set(ids)):
                 self._explain_unfinishable(connection, ids)
             if metric_rows:
                 _insert_metrics(connection, metric_rows)
-        for r in results:
-            self._untrack(r["run_id"])
+        with self._active_lock:
+            self._active.difference_update(ids)
 
     def _explain_unfinishable(self, connection: Connection, ids: list[int]) -> None:
         """Raise for the first run of `ids` that is missing or already finished."""
@@ -1833,12 +1832,36 @@ def _sqlite_insert_candidates(connection: Connection, experiment_id: int, rows: 
         f"INSERT INTO candidate ({', '.join(columns)}) VALUES ({', '.join('?' * len(columns))})",
         [(shared["experiment_id"], r["hash"], r["config"].text, r["mapping"].text, r["origin"],
           json_text(r["diff"]), shared["created_at"]) for r in rows])
-    keys = [r["hash"] for r in rows]
+    return _candidate_ids(connection, experiment_id, [r["hash"] for r in rows])
+
+
+def _candidate_ids(connection: Connection, experiment_id: int, keys: list[str]) -> dict[str, int]:
+    """hash -> id of this experiment's candidates among `keys`."""
+    table = Candidate.__table__
     ids: dict[str, int] = {}
-    for i in range(0, len(keys), 500):
-        ids.update(connection.execute(select(table.c.hash, table.c.id).where(
-            table.c.experiment_id == experiment_id, table.c.hash.in_(keys[i:i + 500]))).all())
+    for i in range(0, len(keys), 500):  # stay under the bound-parameter limit
+        part = keys[i:i + 500]
+        if connection.dialect.name == "sqlite":  # the hot path: no statement to build and compile
+            ids.update(connection.exec_driver_sql(
+                f"SELECT hash, id FROM candidate WHERE experiment_id = ? AND hash IN ({', '.join('?' * len(part))})",
+                (experiment_id, *part)).all())
+        else:
+            ids.update(connection.execute(select(table.c.hash, table.c.id).where(
+                table.c.experiment_id == experiment_id, table.c.hash.in_(part))).all())
     return ids
+
+
+def _sqlite_finish_runs(connection: Connection, results: list[Mapping[str, Any]], now: datetime) -> int:
+    """finish_runs' UPDATE as one executemany of plain SQL: how many runs it finished. Only
+    a running run, or one an open wrongly marked abandoned, may be finished."""
+    stamp = _db_values(connection, Run.__table__, {"finished_at": now})["finished_at"]
+    pattern = ABANDONED.replace("/", "//").replace("%", "/%").replace("_", "/_") + "%"
+    done = connection.exec_driver_sql(
+        "UPDATE run SET status = ?, reason = ?, error = ?, traceback = ?, finished_at = ?, heartbeat_at = ? "
+        "WHERE id = ? AND (status = 'running' OR (status = 'crashed' AND error LIKE ? ESCAPE '/'))",
+        [(r["status"], r.get("reason"), r.get("error"), r.get("traceback"), stamp, stamp, r["run_id"], pattern)
+         for r in results])
+    return done.rowcount
 
 
 def _sqlite_insert_runs(connection: Connection, candidate_ids: list[int], base: dict[str, Any]) -> list[int]:
