@@ -14,6 +14,7 @@ import json
 import os
 import signal
 import sys
+import threading
 import traceback as tb
 from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
 from concurrent.futures.process import BrokenProcessPool
@@ -235,7 +236,7 @@ class PoolExecutor:
         # rather than once per worker.
         preload = [__name__] + (["dse.numerics.run"] if getattr(work, "emulation", None) is not None else [])
         self._ctx.set_forkserver_preload(preload)
-        self._retired: list[ProcessPoolExecutor] = []
+        self._retired: list[threading.Thread] = []  # manager threads of broken pools
         self._pool = self._new_pool()
         if getattr(work, "emulation", None) is not None or getattr(work, "emulations", None):
             # The workers (torch, the lowering) start now, in the background, while the
@@ -258,12 +259,14 @@ class PoolExecutor:
         the interpreter, which joins the manager at exit, with it). Every `submit` to this
         pool has returned by now, so the workers it ever started are all in
         `pool._processes`: kill them, then the manager's join returns."""
-        workers = list(getattr(pool, "_processes", {}).values())
+        workers = list((getattr(pool, "_processes", None) or {}).values())
+        manager = getattr(pool, "_executor_manager_thread", None)  # shutdown forgets it
         pool.shutdown(wait=False, cancel_futures=True)
         for process in workers:
             if process.is_alive():
                 process.kill()
-        self._retired.append(pool)
+        if manager is not None:
+            self._retired.append(manager)
 
     def _submit(self, items: list[WorkItem]):
         try:
@@ -304,8 +307,8 @@ class PoolExecutor:
 
     def close(self) -> None:
         self._pool.shutdown(wait=True, cancel_futures=True)
-        for pool in self._retired:
-            pool.shutdown(wait=True)  # returns once its manager thread has joined the killed workers
+        for manager in self._retired:
+            manager.join()  # returns once it has joined the killed workers
         self._retired.clear()
 
 
