@@ -553,9 +553,6 @@ class Machine:
         if mb is None:
             self._ball(c, pc, ins, "matrix")
         idx, ball = mb
-        if ins.dataflow not in ball.latency and ball.timing != "systolic":
-            raise ExecutionError(c, pc, ins, f"matrix Ball of chip {self.chip.name} has no {ins.dataflow!r} latency "
-                                 f"formula; allowed: {', '.join(ball.latency)}; or timing = systolic")
         M, N, K = ins.M, ins.N, ins.K
         rb = self.rb
         acc_col = self._acc_col
@@ -624,7 +621,10 @@ class Machine:
                 ec.pending = [(c_start, M, N, acc, [a], [b])]
         key = (idx, ins.dataflow, M, N, K)
         lat = self._lat_cache.get(key)
-        if lat is None:
+        if lat is None:  # checked once per distinct key, not per instruction
+            if ins.dataflow not in ball.latency and ball.timing != "systolic":
+                raise ExecutionError(c, pc, ins, f"matrix Ball of chip {self.chip.name} has no {ins.dataflow!r} "
+                                     f"latency formula; allowed: {', '.join(ball.latency)}; or timing = systolic")
             lat = self._lat_cache[key] = self._latency(ball, ins.dataflow, M=M, N=N, K=K, rows=ball.array_rows,
                                                        cols=ball.array_cols)
         if not (ea.shared or eb.shared or ec.shared):

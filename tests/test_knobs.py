@@ -169,7 +169,7 @@ def test_quantization_sweep_emulates_each_granularity(tmp_path):
     with Store(db) as store:
         m = store.metrics("knob", kind="numerics")
     err = {quant[c]: v for c, v in m.loc[m["name"] == "max_abs_error", ["candidate_id", "value"]].values}
-    assert err["channel"] == err[None] and err["tensor"] != err["channel"]
+    assert err["channel"] == err[None] and err["tensor"] > err["channel"]
     # The emulator ran each candidate's graph quantized at its own granularity.
     grains = {}
     for q in ("tensor", "channel"):

@@ -30,7 +30,7 @@ from ..mapping import CandidateArrays, MatmulShape
 from ..workload.graph import Graph, Op, scale_tensor
 from .dma import dma_cycles
 from .mapper import gemm_shape
-from .matmul import MatmulPlans, matmul_cost, plan_matmuls
+from .matmul import MatmulPlans, matmul_cost, plan_matmuls, split_share
 
 
 @dataclass
@@ -160,10 +160,7 @@ class GraphCost:
         candidates' tiles."""
         Mp, Np = pad(blk.M), pad(blk.N)
         total = blk.batch * Mp * Np
-        Mt = Mp // blk.tm
-        n = np.where(blk.batch >= 2, blk.batch, np.where(Mt >= 2, Mt, np.where(blk.tm >= 2, blk.tm, 1)))
-        per = -(-n // self.W)
-        share = np.where(self.W > 1, total * per // n, total)
+        share = split_share(total, (blk.batch, Mp // blk.tm, blk.tm), self.W)
         acc.core += np.ceil(share * cpe)
         acc.busy += np.ceil(total * cpe)
 

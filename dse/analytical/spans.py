@@ -18,6 +18,7 @@ Each span graph is costed by the very walk the tile partitioning uses
 
 from __future__ import annotations
 
+import dataclasses
 import math
 
 import numpy as np
@@ -27,9 +28,7 @@ from .graph_cost import OpCost, graph_costs
 
 
 def _one_worker(params: CandidateArrays) -> CandidateArrays:
-    one = params.take(np.arange(params.n))
-    one.workers = np.ones(params.n, dtype=np.int64)
-    return one
+    return dataclasses.replace(params, workers=np.ones(params.n, dtype=np.int64))
 
 
 def span_costs(graph, params: CandidateArrays, chips, workers: int) -> tuple[list[OpCost], np.ndarray]:

@@ -37,8 +37,6 @@ from __future__ import annotations
 
 from emulator.balls import systolic_cycles
 
-DATAFLOWS = ("ws", "os", "is")
-
 
 def systolic_gemm_cycles(M, N, K, rows, cols, dataflow: str):
     """SCALE-Sim's compute cycles of ``C[M,N] = A[M,K] @ B[K,N]`` on a ``rows`` x ``cols``
@@ -48,4 +46,4 @@ def systolic_gemm_cycles(M, N, K, rows, cols, dataflow: str):
     return systolic_cycles(M, N, K, rows, cols, dataflow)
 
 
-__all__ = ["DATAFLOWS", "systolic_gemm_cycles"]
+__all__ = ["systolic_gemm_cycles"]

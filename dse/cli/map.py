@@ -18,16 +18,14 @@ import time
 from ..errors import InputError
 from .common import parse_overrides, parse_value
 
-OBJECTIVES = ("latency", "front")
-SPLITS = ("rows", "cols")
 
-
-def _dataflows() -> tuple[str, ...]:
+def _mapping_choices(field: str) -> tuple[str, ...]:
+    """The values a Mapping field allows (its Literal), for the command-line flags."""
     from typing import get_args
 
     from ..mapping import Mapping
 
-    return get_args(Mapping.model_fields["dataflow"].annotation) or ("ws", "os")
+    return get_args(Mapping.model_fields[field].annotation)
 
 
 def _choice(flag: str, value: str, allowed: tuple[str, ...]) -> str:
@@ -111,7 +109,7 @@ def print_table(result, recipe: str, params: dict, pipeline_seconds: float, out=
 
 
 def cmd_map(args) -> int:
-    from ..analytical.mapper import map_graph
+    from ..analytical.mapper import OBJECTIVES, map_graph
     from ..chips import load_chip
     from ..frontend import run_pipeline
     from ..mapping import Candidate, Mapping
@@ -121,8 +119,8 @@ def cmd_map(args) -> int:
         missing = "--chip" if not args.chip else "--recipe"
         raise InputError("(command line)", missing, None, "a chip name or TOML path and a recipe name or folder")
     objective = _choice("--objective", args.objective, OBJECTIVES)
-    split = _choice("--split", args.split, SPLITS)
-    dataflow = _choice("--dataflow", args.dataflow, _dataflows())
+    split = _choice("--split", args.split, _mapping_choices("split"))
+    dataflow = _choice("--dataflow", args.dataflow, _mapping_choices("dataflow"))
     chip = load_chip(args.chip, parse_overrides(args.set), overrides_source="--set")
     if args.workers < 1 or args.workers > chip.cores.count:
         raise InputError("(command line)", "--workers", args.workers, f"1..{chip.cores.count} (cores of {chip.name})")

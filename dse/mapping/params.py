@@ -83,9 +83,9 @@ class CandidateArrays:
                 return SYSTOLIC + mode
             return None if ball is None else ball.latency.get(mode)
 
-        def matrix_missing(c: Candidate) -> str:
+        def matrix_missing(c: Candidate, formula: str | None) -> str:
             ball = c.chip.ball("matrix")
-            if ball is None or ball_formula(c, "matrix", c.mapping.dataflow) is not None:
+            if ball is None or formula is not None:
                 return ""
             return (f"matrix Ball of chip {c.chip.name} has no {c.mapping.dataflow!r} latency formula; "
                     f"allowed: {', '.join(ball.latency)}; or timing = systolic")
@@ -124,7 +124,7 @@ class CandidateArrays:
             workers=col(lambda c: c.mapping.workers),
             split_rows=col(lambda c: c.mapping.split == "rows", bool),
             matrix_formula=formulas,
-            matrix_missing=[matrix_missing(c) for c in cands],
+            matrix_missing=[matrix_missing(c, f) for c, f in zip(cands, formulas)],
             no_matrix=np.fromiter((f is None for f in formulas), dtype=bool, count=len(cands)),
             matrix_rows=np.array([b.array_rows if b else 0 for b in matrix], dtype=np.int64),
             matrix_cols=np.array([b.array_cols if b else 0 for b in matrix], dtype=np.int64),

@@ -99,11 +99,13 @@ class Prepared:
     failed: str = ""  # why the frontend failed ("" when it passed)
 
 
-def prepare_recipe(recipe: str | Path, params: dict | None = None) -> Prepared:
+def prepare_recipe(recipe: str | Path, params: dict | None = None, steps=None) -> Prepared:
+    """The recipe through its frontend steps (`steps`: in place of its own, e.g. with the
+    quantize step's granularity set), its inputs, and the PyTorch reference outputs."""
     from ..frontend import run_pipeline
     from ..workload.recipes import instantiate, load_recipe
 
-    pipe = run_pipeline(recipe, params or {})
+    pipe = run_pipeline(recipe, params or {}, steps=steps)
     if not pipe.passed:
         failed = next(s for s in pipe.stages if not s.passed)
         return Prepared(pipe.recipe, pipe, pipe.graph, [], None, FLOAT_TOLERANCE, "float",

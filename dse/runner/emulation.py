@@ -48,7 +48,7 @@ def _prepare(recipe: str, params_json: str, quantization: str | None) -> Emulati
     from ..numerics.run import prepare_recipe
 
     params = json.loads(params_json)
-    prep = prepare_recipe(recipe, params) if quantization is None else _prepare_quantized(recipe, params, quantization)
+    prep = prepare_recipe(recipe, params, steps=quantized_steps(recipe, quantization) if quantization else None)
     if prep.failed:  # the recipe's own steps do not hold: no candidate could be checked
         what = "a recipe whose frontend steps pass" + (f" with weights quantized per {quantization}" if quantization else "")
         raise InputError(recipe, "workload.recipe", recipe, f"{what} ({prep.failed})")
@@ -71,39 +71,6 @@ def quantized_steps(recipe: str, quantization: str):
         raise InputError(folder, "mapping.quantization", quantization, ", ".join(allowed))
     return [StepSpec(step.definition, {**step.options, "weights": quantization}) if step.name == "quantize" else step
             for step in steps]
-
-
-def _prepare_quantized(recipe: str, params: dict, quantization: str):
-    """`dse.numerics.run.prepare_recipe` with the quantize step's weight granularity set."""
-    import torch
-
-    from ..frontend import run_pipeline
-    from ..numerics.run import FLOAT_TOLERANCE, Prepared
-    from ..workload.recipes import instantiate, load_recipe
-
-    pipe = run_pipeline(recipe, params, steps=quantized_steps(recipe, quantization))
-    if not pipe.passed:
-        failed = next(s for s in pipe.stages if not s.passed)
-        return Prepared(pipe.recipe, pipe, pipe.graph, [], None, FLOAT_TOLERANCE, "float",
-                        f"frontend stage {failed.name} failed: {failed.error}")
-    module, inputs = instantiate(load_recipe(recipe), **params)
-    with torch.no_grad():
-        expected = module(*inputs)
-    expected = list(expected) if isinstance(expected, (tuple, list)) else [expected]
-    graph = pipe.graph
-    if len(expected) != len(graph.outputs) or any(tuple(e.shape) != graph.tensors[n].shape
-                                                  for e, n in zip(expected, graph.outputs)):
-        # A step changed what the outputs are (last-token selection): prepare_recipe's
-        # stand-in reference, from the recipe's own preparation.
-        expected = prepare_recipe_expected(recipe, params)
-    return Prepared(pipe.recipe, pipe, graph, list(inputs), expected, max(s.tolerance for s in pipe.stages),
-                    "quantized" if any(s.quantized for s in pipe.stages) else "float")
-
-
-def prepare_recipe_expected(recipe: str, params: dict):
-    from ..numerics.run import prepare_recipe
-
-    return prepare_recipe(recipe, params).expected
 
 
 def emulate(work: EmulationWorkload, cand: Candidate) -> dict:

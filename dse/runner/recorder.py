@@ -1,8 +1,9 @@
-"""The driver's writes to the store, in batches: candidates, runs started, runs finished.
-One transaction per batch keeps an analytical sweep's recording cheap."""
+"""The driver's writes to the store, in batches: candidates with their runs started, runs
+finished. One transaction per batch keeps an analytical sweep's recording cheap."""
 
 from __future__ import annotations
 
+import contextlib
 import time
 
 from ..records import Store
@@ -14,39 +15,31 @@ class Recorder:
         self._running: set[int] = set()
         self.seconds = 0.0  # wall time spent writing (the sweep reports it)
 
-    def add_candidates(self, experiment_id: int, rows: list[dict]) -> list[int]:
+    @contextlib.contextmanager
+    def _timed(self):
         started = time.perf_counter()
         try:
-            return [cid for cid, _ in self.store.add_candidates(experiment_id, rows)]
+            yield
         finally:
             self.seconds += time.perf_counter() - started
 
     def add_and_start(self, experiment_id: int, rows: list[dict], stage: str, **provenance) -> list[tuple[int, int]]:
         """Candidates recorded and their runs started, in one transaction: (candidate id, run id) per row."""
-        started = time.perf_counter()
-        try:
+        with self._timed():
             out = self.store.add_candidates_and_start_runs(experiment_id, rows, stage, **provenance)
-        finally:
-            self.seconds += time.perf_counter() - started
         self._running.update(run for _, _, run in out)
         return [(cid, run) for cid, _, run in out]
 
     def start_runs(self, candidate_ids: list[int], stage: str, **provenance) -> list[int]:
-        started = time.perf_counter()
-        try:
+        with self._timed():
             runs = self.store.start_runs(candidate_ids, stage, **provenance)
-        finally:
-            self.seconds += time.perf_counter() - started
         self._running.update(runs)
         return runs
 
     def finish_runs(self, outcomes) -> None:
-        started = time.perf_counter()
-        try:
+        with self._timed():
             self.store.finish_runs([dict(run_id=o.key, status=o.status, metrics=o.metrics, reason=o.reason or None,
                                          error=o.error or None, traceback=o.traceback or None) for o in outcomes])
-        finally:
-            self.seconds += time.perf_counter() - started
         self._running.difference_update(o.key for o in outcomes)
 
     def crash_unfinished(self, why: str) -> None:

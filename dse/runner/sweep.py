@@ -461,7 +461,6 @@ def run_sweep(spec_path: str | Path, db: str | Path = "records.db", progress: bo
 
         # One emulation workload per quantization granularity the candidates can set,
         # prepared here once rather than in every worker.
-        recipe, params = spec.model.workload.recipe, spec.model.workload.params
         for q in quantizations(spec):
             if q is None:
                 work.emulation = prepare_emulation(recipe, params)
