@@ -897,3 +897,51 @@ def test_batched_writes_match_single_writes(tmp_path):
         assert [table.loc[i, "latency_cycles"] for i in ids] == [0.0, 10.0, 20.0]
         with pytest.raises(ValueError, match="already finished"):
             store.finish_runs([dict(run_id=runs[0], status="ok")])
+
+
+def test_a_batch_start_finishes_the_previous_batch_and_sets_the_baseline_in_one_transaction(db):
+    """The sweep's one transaction per batch: the previous batch's results, this batch's
+    candidates and runs, the baseline; a bad result anywhere writes none of it."""
+    from dse.records import MetricRow
+
+    with Store(db) as store:
+        exp = new_experiment(store)
+        rows = [dict(config=with_banks(n), mapping=BASE_MAPPING, origin="grid", diff={}) for n in (8, 16)]
+        first = store.add_candidates_and_start_runs(exp, rows, "analytical", baseline=True)
+        assert [made for _, made, _ in first] == [True, True]
+        assert store.experiment(exp)["baseline_candidate_id"] == first[0][0]
+        (c1, _, r1), (c2, _, r2) = first
+        done = [dict(run_id=r1, status="ok", metrics=[MetricRow("analytical", "latency_cycles", 10, "cycles"),
+                                                      MetricRow("analytical", "cycles", 4.0, "cycles", "op", "mm")]),
+                dict(run_id=r2, status="infeasible", reason="too few banks")]
+        # One known hash and one new: the known one keeps its id and is not created again.
+        more = [dict(config=with_banks(16), mapping=BASE_MAPPING, origin="grid", diff={}),
+                dict(config=with_banks(32), mapping=BASE_MAPPING, origin="grid", diff={})]
+        bad_batches = [
+            [dict(run_id=r1, status="ok", metrics=[MetricRow("analytical", "x", math.nan, "cycles")])],
+            [dict(run_id=r1, status="ok", metrics=[MetricRow("analytical", "x", 1.0, "cycles")] * 2)],
+            [dict(run_id=r1, status="ok", metrics=[MetricRow("rtl", "x", 1.0, "cycles")])],
+            [dict(run_id=r1, status="ok", metrics=[MetricRow("analytical", "x", 1.0, "cycles", "op")])],
+            [dict(run_id=r1, status="ok", metrics=[MetricRow("analytical", "x", "many", "cycles")])],
+            [dict(run_id=r1, status="ok"), dict(run_id=r1 + 99, status="ok")],
+        ]
+        errors = ["NaN", "given twice", "got 'rtl'; allowed: source_counts, analytical", "scope_key", "'many'",
+                  f"'run': got {r1 + 99}"]
+        for bad, error in zip(bad_batches, errors):
+            with pytest.raises((ValueError, RecordNotFound), match=error) as raised:
+                store.add_candidates_and_start_runs(exp, more, "analytical", finish=bad)
+            assert str(raised.value).startswith(f"run {r1}: ") or "'run'" in error  # names the run
+        assert len(store.candidates(exp)) == 2 and set(store.runs(exp)["status"]) == {"running"}
+        assert store.metrics(exp).empty
+        second = store.add_candidates_and_start_runs(exp, more, "analytical", finish=done)
+        assert [(cid, made) for cid, made, _ in second] == [(c2, False), (c2 + 1, True)]
+        runs = store.runs(exp).set_index("id")
+        assert runs.loc[[r1, r2], "status"].tolist() == ["ok", "infeasible"]
+        assert runs.loc[[r for _, _, r in second], "status"].tolist() == ["running", "running"]
+        metrics = store.metrics(exp)
+        assert metrics[["name", "value", "scope_key"]].values.tolist() == [
+            ["latency_cycles", 10.0, ""], ["cycles", 4.0, "mm"]]
+        assert store.experiment(exp)["baseline_candidate_id"] == c1
+        with pytest.raises(ValueError, match="already finished"):
+            store.add_candidates_and_start_runs(exp, more, "analytical", finish=done[:1])
+        assert len(store.runs(exp)) == 4

@@ -225,3 +225,31 @@ def test_the_random_sampler_never_draws_a_point_twice(tmp_path):
     drawn = [tuple(sorted(p.params.items())) for p in first + second]
     assert len(first) == 5 and len(second) == 3 and len(set(drawn)) == 8
     assert (("banks", 4), ("workers", 1)) not in drawn and sampler.ask(5) == []
+
+
+def test_an_interrupt_between_batches_writes_the_held_batch(tmp_path, monkeypatch):
+    """A batch's outcomes are written with the next batch's start; an interrupt before that
+    start (here in the sampler) still writes them, and leaves nothing running."""
+    from dse.runner.samplers import RandomSampler
+
+    real, calls = RandomSampler.ask, []
+
+    def ask(self, n):
+        calls.append(n)
+        if len(calls) == 2:
+            raise KeyboardInterrupt
+        return real(self, n)
+
+    monkeypatch.setattr(RandomSampler, "ask", ask)
+    spec = write_spec(tmp_path, name="held", banks="[4, 8, 16]", sampler="random", trials=8,
+                      extra="batch = 3\n")
+    with pytest.raises(KeyboardInterrupt):
+        run_sweep(spec, tmp_path / "r.db", progress=False)
+    with Store(tmp_path / "r.db") as store:
+        runs = store.runs("held")
+        # the baseline and the first sampled batch of 3, all finished with their outcome
+        assert len(runs) == 4 and set(runs["status"]) <= {"ok", "infeasible"}
+        assert len(store.metrics("held")) > 0
+    monkeypatch.setattr(RandomSampler, "ask", real)
+    again = run_sweep(spec, tmp_path / "r.db", progress=False)
+    assert again.resumed == 4 and again.evaluated == 8 - 3

@@ -41,8 +41,15 @@ def collect(command: str | None = None) -> Provenance:
         versions=package_versions(),
         command=" ".join(sys.argv) if command is None else command,
         pid=pid,
-        pid_start=process_start(pid),
+        pid_start=_own_start(pid),
     )
+
+
+@functools.lru_cache(maxsize=4)
+def _own_start(pid: int) -> str | None:
+    # A live process's start time never changes: read /proc once per process (keyed by
+    # pid, so a forked child reads its own), not once per recorded batch.
+    return process_start(pid)
 
 
 # ---- is the process that wrote a "running" row still alive? ---------------------------

@@ -18,7 +18,6 @@ from sqlalchemy import (
     DateTime,
     Float,
     ForeignKey,
-    Index,
     Integer,
     MetaData,
     String,
@@ -157,13 +156,11 @@ class Run(Base):
 
 class Metric(Base):
     __tablename__ = "metric"
-    # 0004: one index on (run_id, name) instead of one on each. Every query reaches
-    # metrics through their runs; a second index only made each of a sweep's many
-    # metric rows dearer to write.
-    __table_args__ = (Index("ix_metric_run_id_name", "run_id", "name"),)
-
+    # 0005: one index, on run_id. Every query reaches metrics through their runs (a run
+    # has tens of metrics, filtered by kind or scope, never looked up by name); a wider
+    # index only made each of a sweep's many metric rows dearer to write.
     id: Mapped[int] = mapped_column(Integer, primary_key=True)
-    run_id: Mapped[int] = mapped_column(ForeignKey("run.id"))
+    run_id: Mapped[int] = mapped_column(ForeignKey("run.id"), index=True)
     kind: Mapped[str] = mapped_column(String(32))
     name: Mapped[str] = mapped_column(String)
     value: Mapped[float] = mapped_column(Float)

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import functools
 import hashlib
+import itertools
 import json
 import math
 import mimetypes
@@ -33,12 +34,12 @@ import random
 import tempfile
 import threading
 import time
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, NamedTuple, TypeVar
 
 from sqlalchemy import (
     JSON,
@@ -88,7 +89,7 @@ from dse.records.schema import (
 MIGRATIONS_DIR = Path(__file__).parent / "migrations"
 # The newest migration; a test checks it against the migrations folder. A store already
 # at this revision opens without loading alembic at all (a faster `dse history`).
-SCHEMA_HEAD = "0004"
+SCHEMA_HEAD = "0005"
 SQLITE_BUSY_TIMEOUT_MS = 10_000
 SQLITE_MMAP_BYTES = 256 * 1024 * 1024
 # How long a write keeps retrying a busy database before it gives up with StoreBusy.
@@ -165,6 +166,28 @@ class MetricIn:
         if math.isnan(value):
             raise ValueError(f"metric {self.kind}:{self.name}: value is NaN")
         object.__setattr__(self, "value", value)
+
+
+class _Unfinishable(Exception):
+    """Some run of a batch to finish is missing or finished already: raised inside the
+    transaction, so that it rolls back, and explained after (`_explain_unfinishable`)."""
+
+    def __init__(self, ids: list[int]):
+        super().__init__(ids)
+        self.ids = ids
+
+
+class MetricRow(NamedTuple):
+    """A metric as a plain row, in the metric table's column order: what a stage that
+    writes thousands of metrics hands over. The store checks a batch of rows at once, as
+    MetricIn checks one (and names the run of a row that does not pass)."""
+
+    kind: str
+    name: str
+    value: float
+    unit: str
+    scope: str = "total"
+    scope_key: str = ""
 
 
 @dataclass(frozen=True)
@@ -480,9 +503,20 @@ class Store:
                 )
                 self._beater.start()
 
+    def _track_many(self, run_ids: Iterable[int]) -> None:
+        run_ids = list(run_ids)
+        if run_ids:
+            self._track(run_ids[0])
+            with self._active_lock:
+                self._active.update(run_ids)
+
     def _untrack(self, run_id: int) -> None:
         with self._active_lock:
             self._active.discard(run_id)
+
+    def _untrack_many(self, run_ids: Iterable[int]) -> None:
+        with self._active_lock:
+            self._active.difference_update(run_ids)
 
     def _beat(self) -> None:
         while not self._stop.wait(self.heartbeat_interval):
@@ -715,18 +749,26 @@ class Store:
         command: str | None = None,
         model_version: str = "",
         emulator_version: str | None = None,
+        finish: Iterable[Mapping[str, Any]] = (),
+        baseline: bool = False,
     ) -> list[tuple[int, bool, int]]:
         """`add_candidates`, then `start_runs` for each row's candidate, in one transaction:
-        (candidate id, created, run id) per row (the sweep driver's batch)."""
+        (candidate id, created, run id) per row (the sweep driver's batch).
+
+        In the same transaction, first: `finish`, results of earlier runs as `finish_runs`
+        takes them (the driver's previous batch: one transaction per batch, not two); and
+        last, with `baseline`, the first row's candidate becomes the experiment's baseline."""
         base = self._run_base(stage, seed, command, model_version, emulator_version)
-        out = self._add_candidates(experiment_id, rows, base)
-        for _, _, run_id in out:
-            self._track(run_id)
+        finished = self._checked_results(finish)
+        out = self._add_candidates(experiment_id, rows, base, finished, baseline)
+        self._untrack_many(r["run_id"] for r in finished[0])
+        self._track_many(run_id for _, _, run_id in out)
         return out
 
     @_retrying
-    def _add_candidates(self, experiment_id: int, rows: Iterable[Mapping[str, Any]],
-                        run_base: dict[str, Any] | None) -> list[tuple[int, bool, int | None]]:
+    def _add_candidates(self, experiment_id: int, rows: Iterable[Mapping[str, Any]], run_base: dict[str, Any] | None,
+                        finished: tuple[list, list] = ([], []), baseline: bool = False
+                        ) -> list[tuple[int, bool, int | None]]:
         prepared = []
         canonical: dict[int, tuple[Any, str]] = {}  # id(value) -> (value kept alive, canonical text)
 
@@ -745,27 +787,36 @@ class Store:
             key = hashlib.sha256(('{"config":' + config_text + ',"mapping":' + mapping_text + "}").encode()).hexdigest()
             prepared.append((key, config_text, mapping_text, row["origin"], row.get("diff") or {}))
 
-        table = Candidate.__table__
-        insert_rows = insert(table).returning(table.c.id, sort_by_parameter_order=True)
-
         def add() -> list[tuple[int, bool, int | None]]:
             # Core on one connection (no ORM session): this is the sweep's hot path.
             with self._writer.begin() as connection:
-                if connection.execute(select(Experiment.id).where(Experiment.id == _as_id(experiment_id))).first() is None:
+                if finished[0]:
+                    self._finish_in(connection, *finished)
+                sqlite = connection.dialect.name == "sqlite"
+                if sqlite:  # the experiment, and the largest ids before this batch's rows
+                    cur = _DriverCursor(connection)
+                    exists, last_candidate, last_run = cur.execute(
+                        "SELECT (SELECT count(*) FROM experiment WHERE id = ?), (SELECT coalesce(max(id), 0) FROM "
+                        "candidate), (SELECT coalesce(max(id), 0) FROM run)", (_as_id(experiment_id),)).fetchone()
+                else:
+                    exists = connection.execute(select(Experiment.id).where(Experiment.id == _as_id(experiment_id))).first()
+                if not exists:
                     raise self._not_found(connection, "experiment", experiment_id)
-                known = _candidate_ids(connection, experiment_id, list({p[0] for p in prepared}))
                 now = utcnow()
-                new: dict[str, dict[str, Any]] = {}
-                for key, config_text, mapping_text, origin, diff in prepared:
-                    if key not in known and key not in new:
-                        new[key] = dict(experiment_id=experiment_id, hash=key, config=Encoded(config_text),
-                                        mapping=Encoded(mapping_text), origin=origin, diff=diff, created_at=now)
-                created: dict[str, int] = {}
-                if new and connection.dialect.name == "sqlite":
-                    created = _sqlite_insert_candidates(connection, experiment_id, list(new.values()))
-                elif new:
-                    ids = connection.execute(insert_rows, list(new.values())).scalars().all()
-                    created = dict(zip(new, ids))
+                distinct = list({p[0]: p for p in prepared}.values())  # the first row of each hash
+                if sqlite:
+                    known, created = _sqlite_insert_candidates(cur, experiment_id, distinct, now, last_candidate)
+                else:
+                    known = _candidate_ids(connection, experiment_id, [p[0] for p in distinct])
+                    new = [dict(experiment_id=experiment_id, hash=key, config=Encoded(config_text),
+                                mapping=Encoded(mapping_text), origin=origin, diff=diff, created_at=now)
+                           for key, config_text, mapping_text, origin, diff in distinct if key not in known]
+                    created = {}
+                    if new:
+                        table = Candidate.__table__
+                        ids = connection.execute(insert(table).returning(table.c.id, sort_by_parameter_order=True),
+                                                 new).scalars().all()
+                        created = {row["hash"]: cid for row, cid in zip(new, ids)}
                 seen: set[str] = set()
                 out = []
                 for key, *_ in prepared:
@@ -775,11 +826,21 @@ class Store:
                         out.append((known[key] if key in known else created[key], False))
                     seen.add(key)
                 runs: list[int | None] = [None] * len(out)
-                if run_base is not None and out:
+                if run_base is not None and out and sqlite:
+                    runs = _sqlite_insert_runs(cur, [cid for cid, _ in out], run_base, last_run)
+                elif run_base is not None and out:
                     runs = self._insert_runs(connection, [cid for cid, _ in out], run_base)
+                if baseline and out:  # a candidate of this very experiment, just looked up or added
+                    connection.execute(update(Experiment).where(Experiment.id == _as_id(experiment_id))
+                                       .values(baseline_candidate_id=out[0][0]))
                 return [(cid, made, run) for (cid, made), run in zip(out, runs)]
 
-        return _retry_once_on_conflict(add)
+        try:
+            return _retry_once_on_conflict(add)
+        except _Unfinishable as short:
+            unfinishable = short.ids
+        self._explain_unfinishable(unfinishable)
+        raise AssertionError("unreachable: _explain_unfinishable raises")
 
     def _run_base(self, stage: str, seed: int | None, command: str | None, model_version: str,
                   emulator_version: str | None) -> dict[str, Any]:
@@ -797,7 +858,7 @@ class Store:
     @staticmethod
     def _insert_runs(connection: Connection, candidate_ids: list[int], base: dict[str, Any]) -> list[int]:
         if connection.dialect.name == "sqlite":
-            return _sqlite_insert_runs(connection, candidate_ids, base)
+            return _sqlite_insert_runs(_DriverCursor(connection), candidate_ids, base)
         # One INSERT .. RETURNING for the batch, ids in the order of the rows.
         table = Run.__table__
         return list(connection.execute(insert(table).returning(table.c.id, sort_by_parameter_order=True),
@@ -819,57 +880,69 @@ class Store:
         base = self._run_base(stage, seed, command, model_version, emulator_version)
         with self._writer.begin() as connection:
             run_ids = self._insert_runs(connection, candidate_ids, base) if candidate_ids else []
-        for run_id in run_ids:
-            self._track(run_id)
+        self._track_many(run_ids)
         return run_ids
 
     @_retrying
     def finish_runs(self, results: Iterable[Mapping[str, Any]]) -> None:
         """`finish_run` for many runs in one transaction: each result has run_id, status and
         optionally metrics, reason, error, traceback. All are written, or none."""
+        checked = self._checked_results(results)
+        try:
+            with self._writer.begin() as connection:
+                self._finish_in(connection, *checked)
+        except _Unfinishable as short:
+            unfinishable = short.ids
+        else:
+            self._untrack_many(r["run_id"] for r in checked[0])
+            return
+        self._explain_unfinishable(unfinishable)
+
+    @staticmethod
+    def _checked_results(results: Iterable[Mapping[str, Any]]) -> tuple[list[Mapping[str, Any]], list[tuple]]:
+        """finish_runs' input checked before any transaction: (results, their metric rows)."""
         results = list(results)
-        metric_rows: list[tuple] = []
         for r in results:
             check_choice("finish_run status", r["status"], FINAL_RUN_STATUSES)
-            run_id = r["run_id"]
-            metric_rows += _metric_values(r.get("metrics", ()), f"run {run_id}", run_id)
-        with self._writer.begin() as connection:
-            ids = [r["run_id"] for r in results]
-            now = utcnow()
-            table = Run.__table__
-            # Only a running run (or one an open wrongly marked abandoned) may be finished:
-            # the condition is part of the UPDATE, and a count short of the batch means some
-            # run was not; then the whole transaction is rolled back with the reason.
-            if connection.dialect.name == "sqlite":
-                done = _sqlite_finish_runs(connection, results, now)
-            else:
-                finishable = (table.c.status == "running") | (
-                    (table.c.status == "crashed") & table.c.error.startswith(ABANDONED, autoescape=True))
-                done = connection.execute(
-                    update(table).where((table.c.id == bindparam("rid")) & finishable).values(
-                        status=bindparam("new_status"), reason=bindparam("new_reason"), error=bindparam("new_error"),
-                        traceback=bindparam("new_traceback"), finished_at=now, heartbeat_at=now),
-                    [dict(rid=r["run_id"], new_status=r["status"], new_reason=r.get("reason"),
-                          new_error=r.get("error"), new_traceback=r.get("traceback")) for r in results]).rowcount
-            if done != len(set(ids)):
-                self._explain_unfinishable(connection, ids)
-            if metric_rows:
-                _insert_metrics(connection, metric_rows)
-        with self._active_lock:
-            self._active.difference_update(ids)
+        return results, _batch_metric_values(results)
 
-    def _explain_unfinishable(self, connection: Connection, ids: list[int]) -> None:
-        """Raise for the first run of `ids` that is missing or already finished."""
-        state: dict[int, tuple] = {}
-        for i in range(0, len(ids), 500):
-            state.update((row.id, (row.status, row.error)) for row in connection.execute(
-                select(Run.id, Run.status, Run.error).where(Run.id.in_(ids[i:i + 500]))))
-        for run_id in ids:
-            if run_id not in state:
-                raise self._not_found(connection, "run", run_id)
-            status, error = state[run_id]
-            if status != "running" and not (status == "crashed" and (error or "").startswith(ABANDONED)):
-                raise ValueError(f"run {run_id} is already finished (status {status!r})")
+    def _finish_in(self, connection: Connection, results: list[Mapping[str, Any]], metric_rows: list[tuple]) -> None:
+        ids = [r["run_id"] for r in results]
+        now = utcnow()
+        table = Run.__table__
+        # Only a running run (or one an open wrongly marked abandoned) may be finished:
+        # the condition is part of the UPDATE, and a count short of the batch means some
+        # run was not; then the whole transaction is rolled back with the reason.
+        if connection.dialect.name == "sqlite":
+            done = _sqlite_finish_runs(_DriverCursor(connection), results, now)
+        else:
+            finishable = (table.c.status == "running") | (
+                (table.c.status == "crashed") & table.c.error.startswith(ABANDONED, autoescape=True))
+            done = connection.execute(
+                update(table).where((table.c.id == bindparam("rid")) & finishable).values(
+                    status=bindparam("new_status"), reason=bindparam("new_reason"), error=bindparam("new_error"),
+                    traceback=bindparam("new_traceback"), finished_at=now, heartbeat_at=now),
+                [dict(rid=r["run_id"], new_status=r["status"], new_reason=r.get("reason"),
+                      new_error=r.get("error"), new_traceback=r.get("traceback")) for r in results]).rowcount
+        if done != len(set(ids)):
+            raise _Unfinishable(ids)  # rolls the transaction back; explained once it has
+        if metric_rows:
+            _insert_metrics(connection, metric_rows)
+
+    def _explain_unfinishable(self, ids: list[int]) -> None:
+        """Raise for the first run of `ids` that is missing or already finished (read after
+        the batch was rolled back: its own UPDATE would show runs it finished as finished)."""
+        with self._read() as connection:
+            state: dict[int, tuple] = {}
+            for i in range(0, len(ids), 500):
+                state.update((row.id, (row.status, row.error)) for row in connection.execute(
+                    select(Run.id, Run.status, Run.error).where(Run.id.in_(ids[i:i + 500]))))
+            for run_id in ids:
+                if run_id not in state:
+                    raise self._not_found(connection, "run", run_id)
+                status, error = state[run_id]
+                if status != "running" and not (status == "crashed" and (error or "").startswith(ABANDONED)):
+                    raise ValueError(f"run {run_id} is already finished (status {status!r})")
         raise ValueError(f"runs {ids} were not all finished")  # a run id given twice
 
     @_retrying
@@ -1791,7 +1864,8 @@ def _metric_values(metrics: Iterable[MetricIn | Mapping[str, Any]], owner: str, 
             out = None
     if out is None:  # the slow path, with MetricIn's own error for what is wrong
         out = [(*prefix, m.kind, m.name, m.value, m.unit, m.scope, m.scope_key)
-               for m in (m if isinstance(m, MetricIn) else MetricIn(**m) for m in metrics)]
+               for m in (m if isinstance(m, MetricIn) else MetricIn(*m) if isinstance(m, MetricRow) else MetricIn(**m)
+                         for m in metrics)]
     n = len(prefix)
     idents = {r[n:n + 2] + r[n + 4:n + 6] for r in out}
     if len(idents) != len(out):
@@ -1806,6 +1880,46 @@ def _metric_values(metrics: Iterable[MetricIn | Mapping[str, Any]], owner: str, 
     return out
 
 
+def _batch_metric_values(results: list[Mapping[str, Any]]) -> list[tuple]:
+    """`_metric_values` of every result's metrics, as (run_id, kind, ...) rows. A batch of
+    MetricRows (what a sweep's stages hand over, thousands of rows) is checked column by
+    column at once; a batch that does not pass, or holds other forms, goes run by run
+    (MetricIn's checks, and the error naming the run)."""
+    run_ids: list[int] = []
+    rows: list[MetricRow] = []
+    for r in results:
+        metrics = r.get("metrics") or ()
+        if metrics:
+            if not all(type(m) is MetricRow for m in metrics):
+                rows = []
+                break
+            run_ids += [r["run_id"]] * len(metrics)
+            rows += metrics
+    else:
+        if not rows:
+            return []
+        kinds, names, values, units, scopes, keys = zip(*rows)
+        try:
+            total = sum(values)  # a value that is no number fails here, NaN anywhere shows
+        except TypeError:
+            total = math.nan
+        if (set(kinds) <= _METRIC_KIND_SET and set(scopes) <= _METRIC_SCOPE_SET and "" not in set(names)
+                and None not in set(units) and not math.isnan(total)
+                and all(map(operator.eq, map("total".__eq__, scopes), map("".__eq__, keys)))
+                and len(set(zip(run_ids, kinds, names, scopes, keys))) == len(rows)):
+            if all(type(v) is float for v in values):
+                return list(zip(run_ids, kinds, names, values, units, scopes, keys))
+    out: list[tuple] = []
+    for r in results:
+        owner = f"run {r['run_id']}"
+        try:
+            out += _metric_values(r.get("metrics", ()), owner, r["run_id"])
+        except (TypeError, ValueError) as exc:
+            message = str(exc)
+            raise type(exc)(message if message.startswith(owner) else f"{owner}: {message}") from None
+    return out
+
+
 def _metric_rows(metrics: Iterable[MetricIn | Mapping[str, Any]], owner: str) -> list[dict[str, Any]]:
     return [dict(zip(METRIC_COLUMNS, v)) for v in _metric_values(metrics, owner)]
 
@@ -1815,24 +1929,63 @@ def _metric_rows(metrics: Iterable[MetricIn | Mapping[str, Any]], owner: str) ->
 # IMMEDIATE) no other writer can add rows, so a plain executemany followed by reading the
 # ids back gives the same ids at a fraction of the cost.
 
-def _db_values(connection: Connection, table: Any, values: Mapping[str, Any]) -> dict[str, Any]:
+class _DriverCursor:
+    """The SQLite driver's own cursor, in a transaction SQLAlchemy began: the sweep's hot
+    path without SQLAlchemy's work per statement (on a small statement, as much as the
+    statement's own). Errors come out as SQLAlchemy's, as from `exec_driver_sql`, so the
+    retries on a busy database and the callers see one kind."""
+
+    def __init__(self, connection: Connection):
+        self.dialect = connection.dialect
+        self._cursor = connection.connection.driver_connection.cursor()
+        self._error = self.dialect.loaded_dbapi.Error
+
+    def execute(self, sql: str, params: Sequence[Any] = ()) -> Any:
+        try:
+            return self._cursor.execute(sql, params)
+        except self._error as error:
+            raise DBAPIError.instance(sql, params, error, self._error, dialect=self.dialect) from None
+
+    def executemany(self, sql: str, rows: list[Sequence[Any]]) -> Any:
+        try:
+            return self._cursor.executemany(sql, rows)
+        except self._error as error:
+            raise DBAPIError.instance(sql, rows, error, self._error, dialect=self.dialect, ismulti=True) from None
+
+
+def _db_values(dialect: Any, table: Any, values: Mapping[str, Any]) -> dict[str, Any]:
     """Column values as the driver takes them (the columns' own bind processing)."""
     out = {}
     for name, value in values.items():
-        process = table.c[name].type._cached_bind_processor(connection.dialect)
+        process = table.c[name].type._cached_bind_processor(dialect)
         out[name] = process(value) if process is not None and value is not None else value
     return out
 
 
-def _sqlite_insert_candidates(connection: Connection, experiment_id: int, rows: list[dict[str, Any]]) -> dict[str, int]:
-    table = Candidate.__table__
+def _sqlite_insert_candidates(cur: _DriverCursor, experiment_id: int, rows: list[tuple], now: datetime,
+                              before: int) -> tuple[dict[str, int], dict[str, int]]:
+    """(hash, config text, mapping text, origin, diff) rows of distinct hashes inserted
+    unless the experiment holds them already: (known, created), each hash -> id. `before`:
+    the largest candidate id before the INSERT; under the write lock the rows it inserts
+    are exactly those with ids above it, in order when it inserted them all."""
     columns = ("experiment_id", "hash", "config", "mapping", "origin", "diff", "created_at")
-    shared = _db_values(connection, table, {"experiment_id": experiment_id, "created_at": rows[0]["created_at"]})
-    connection.exec_driver_sql(
-        f"INSERT INTO candidate ({', '.join(columns)}) VALUES ({', '.join('?' * len(columns))})",
-        [(shared["experiment_id"], r["hash"], r["config"].text, r["mapping"].text, r["origin"],
-          json_text(r["diff"]), shared["created_at"]) for r in rows])
-    return _candidate_ids(connection, experiment_id, [r["hash"] for r in rows])
+    stamp = _db_values(cur.dialect, Candidate.__table__, {"created_at": now})["created_at"]
+    inserted = cur.executemany(
+        f"INSERT INTO candidate ({', '.join(columns)}) VALUES ({', '.join('?' * len(columns))}) "
+        "ON CONFLICT (experiment_id, hash) DO NOTHING",
+        [(experiment_id, key, config, mapping, origin, json_text(diff), stamp)
+         for key, config, mapping, origin, diff in rows]).rowcount
+    if inserted == len(rows) and cur.execute("SELECT max(id) FROM candidate").fetchone()[0] == before + inserted:
+        return {}, {row[0]: before + 1 + i for i, row in enumerate(rows)}
+    known: dict[str, int] = {}
+    created: dict[str, int] = {}
+    keys = [row[0] for row in rows]
+    for i in range(0, len(keys), 500):  # stay under the bound-parameter limit
+        part = keys[i:i + 500]
+        for key, cid in cur.execute(f"SELECT hash, id FROM candidate WHERE experiment_id = ? AND hash IN "
+                                    f"({', '.join('?' * len(part))})", (experiment_id, *part)):
+            (created if cid > before else known)[key] = cid
+    return known, created
 
 
 def _candidate_ids(connection: Connection, experiment_id: int, keys: list[str]) -> dict[str, int]:
@@ -1840,43 +1993,57 @@ def _candidate_ids(connection: Connection, experiment_id: int, keys: list[str]) 
     table = Candidate.__table__
     ids: dict[str, int] = {}
     for i in range(0, len(keys), 500):  # stay under the bound-parameter limit
-        part = keys[i:i + 500]
-        if connection.dialect.name == "sqlite":  # the hot path: no statement to build and compile
-            ids.update(connection.exec_driver_sql(
-                f"SELECT hash, id FROM candidate WHERE experiment_id = ? AND hash IN ({', '.join('?' * len(part))})",
-                (experiment_id, *part)).all())
-        else:
-            ids.update(connection.execute(select(table.c.hash, table.c.id).where(
-                table.c.experiment_id == experiment_id, table.c.hash.in_(part))).all())
+        ids.update(connection.execute(select(table.c.hash, table.c.id).where(
+            table.c.experiment_id == experiment_id, table.c.hash.in_(keys[i:i + 500]))).all())
     return ids
 
 
-def _sqlite_finish_runs(connection: Connection, results: list[Mapping[str, Any]], now: datetime) -> int:
-    """finish_runs' UPDATE as one executemany of plain SQL: how many runs it finished. Only
-    a running run, or one an open wrongly marked abandoned, may be finished."""
-    stamp = _db_values(connection, Run.__table__, {"finished_at": now})["finished_at"]
+def _sqlite_finish_runs(cur: _DriverCursor, results: list[Mapping[str, Any]], now: datetime) -> int:
+    """finish_runs' UPDATE in plain SQL: how many runs it finished. Only a running run, or
+    one an open wrongly marked abandoned, may be finished. Runs with the same outcome (a
+    batch's ok runs, say) are finished by one statement each; the rest by one executemany."""
+    stamp = _db_values(cur.dialect, Run.__table__, {"finished_at": now})["finished_at"]
     pattern = ABANDONED.replace("/", "//").replace("%", "/%").replace("_", "/_") + "%"
-    done = connection.exec_driver_sql(
-        "UPDATE run SET status = ?, reason = ?, error = ?, traceback = ?, finished_at = ?, heartbeat_at = ? "
-        "WHERE id = ? AND (status = 'running' OR (status = 'crashed' AND error LIKE ? ESCAPE '/'))",
-        [(r["status"], r.get("reason"), r.get("error"), r.get("traceback"), stamp, stamp, r["run_id"], pattern)
-         for r in results])
-    return done.rowcount
+    # `+status`: not a reference SQLite may serve from the status index, which this very
+    # UPDATE changes; with it the UPDATE runs in one pass, about 3x faster.
+    head = "UPDATE run SET status = ?, reason = ?, error = ?, traceback = ?, finished_at = ?, heartbeat_at = ? WHERE "
+    finishable = " AND (+status = 'running' OR (+status = 'crashed' AND error LIKE ? ESCAPE '/'))"
+    groups: dict[tuple, list[int]] = {}
+    for r in results:
+        groups.setdefault((r["status"], r.get("reason"), r.get("error"), r.get("traceback")), []).append(r["run_id"])
+    done, single = 0, []
+    for outcome, ids in groups.items():
+        if len(ids) == 1:
+            single.append((*outcome, stamp, stamp, ids[0], pattern))
+            continue
+        for i in range(0, len(ids), 500):  # stay under the bound-parameter limit
+            part = ids[i:i + 500]
+            done += cur.execute(f"{head}id IN ({', '.join('?' * len(part))}){finishable}",
+                                (*outcome, stamp, stamp, *part, pattern)).rowcount
+    if single:
+        done += cur.executemany(f"{head}id = ?{finishable}", single).rowcount
+    return done
 
 
-def _sqlite_insert_runs(connection: Connection, candidate_ids: list[int], base: dict[str, Any]) -> list[int]:
-    table = Run.__table__
-    shared = _db_values(connection, table, base)
+def _sqlite_insert_runs(cur: _DriverCursor, candidate_ids: list[int], base: dict[str, Any],
+                        before: int | None = None) -> list[int]:
+    """Runs inserted, ids in order. `before`: the largest run id before (read if not given)."""
+    shared = _db_values(cur.dialect, Run.__table__, base)
     columns = list(shared) + ["candidate_id"]
-    before = connection.exec_driver_sql("SELECT coalesce(max(id), 0) FROM run").scalar()
-    connection.exec_driver_sql(
-        f"INSERT INTO run ({', '.join(columns)}) VALUES ({', '.join('?' * len(columns))})",
-        [(*shared.values(), cid) for cid in candidate_ids])
-    # Each row took the next id (rowid = max + 1, in insertion order): ours are those above `before`.
-    ids = connection.exec_driver_sql("SELECT id FROM run WHERE id > ? ORDER BY id", (before,)).scalars().all()
-    if len(ids) != len(candidate_ids):
-        raise RuntimeError(f"run ids after id {before}: expected {len(candidate_ids)} new rows, found {len(ids)}")
-    return list(ids)
+    if before is None:
+        before = cur.execute("SELECT coalesce(max(id), 0) FROM run").fetchone()[0]
+    cur.executemany(f"INSERT INTO run ({', '.join(columns)}) VALUES ({', '.join('?' * len(columns))})",
+                    [(*shared.values(), cid) for cid in candidate_ids])
+    # Each row took the next id (rowid = max + 1, in insertion order), so n rows above
+    # `before` ending at before + n are exactly before + 1 .. before + n.
+    after, count = cur.execute("SELECT max(id), count(*) FROM run WHERE id > ?", (before,)).fetchone()
+    if count != len(candidate_ids) or after != before + count:
+        raise RuntimeError(f"run ids after id {before}: expected {len(candidate_ids)} new rows in a row, "
+                           f"found {count} up to id {after}")
+    return list(range(before + 1, after + 1))
+
+
+_METRIC_ROWS_PER_INSERT = 100  # 700 parameters, far below SQLite's limit of 32,766
 
 
 def _insert_metrics(connection: Connection, rows: list[tuple]) -> None:
@@ -1888,8 +2055,17 @@ def _insert_metrics(connection: Connection, rows: list[tuple]) -> None:
         connection.execute(insert(Metric.__table__), [dict(zip(("run_id",) + METRIC_COLUMNS, r)) for r in rows])
         return
     columns = ("run_id",) + METRIC_COLUMNS
-    connection.exec_driver_sql(
-        f"INSERT INTO metric ({', '.join(columns)}) VALUES ({', '.join([mark] * len(columns))})", rows)
+    head = f"INSERT INTO metric ({', '.join(columns)}) VALUES "
+    one = f"({', '.join([mark] * len(columns))})"
+    if connection.dialect.name != "sqlite":
+        connection.exec_driver_sql(head + one, rows)
+        return
+    # SQLite: rows by the hundred per statement, ~20% cheaper than one row per step (the
+    # statement for a full chunk is prepared once and cached by the driver).
+    cur = _DriverCursor(connection)
+    for i in range(0, len(rows), _METRIC_ROWS_PER_INSERT):
+        part = rows[i:i + _METRIC_ROWS_PER_INSERT]
+        cur.execute(head + ", ".join([one] * len(part)), tuple(itertools.chain.from_iterable(part)))
 
 
 def _read_chunks(path: Path, size: int = 1 << 20) -> Iterator[bytes]:

@@ -89,7 +89,7 @@ class Outcome:
     status: str  # ok | infeasible | failed
     reason: str = ""
     totals: dict[str, float] = field(default_factory=dict)
-    metrics: list[dict] = field(default_factory=list)
+    metrics: list = field(default_factory=list)  # MetricRow or dicts, as Store.finish_runs takes them
     error: str = ""
     traceback: str = ""
 

@@ -1,5 +1,6 @@
 """The driver's writes to the store, in batches: candidates with their runs started, runs
-finished. One transaction per batch keeps an analytical sweep's recording cheap."""
+finished. One transaction per batch keeps an analytical sweep's recording cheap: a batch's
+results are held and written in the transaction that starts the next batch."""
 
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ class Recorder:
     def __init__(self, store: Store):
         self.store = store
         self._running: set[int] = set()
+        self._held: list = []  # outcomes to write with the next batch (see `hold`)
         self.seconds = 0.0  # wall time spent writing (the sweep reports it)
 
     @contextlib.contextmanager
@@ -23,27 +25,63 @@ class Recorder:
         finally:
             self.seconds += time.perf_counter() - started
 
-    def add_and_start(self, experiment_id: int, rows: list[dict], stage: str, **provenance) -> list[tuple[int, int]]:
-        """Candidates recorded and their runs started, in one transaction: (candidate id, run id) per row."""
-        with self._timed():
-            out = self.store.add_candidates_and_start_runs(experiment_id, rows, stage, **provenance)
+    @staticmethod
+    def _results(outcomes) -> list[dict]:
+        return [dict(run_id=o.key, status=o.status, metrics=o.metrics, reason=o.reason or None,
+                     error=o.error or None, traceback=o.traceback or None) for o in outcomes]
+
+    def add_and_start(self, experiment_id: int, rows: list[dict], stage: str, baseline: bool = False,
+                      **provenance) -> list[tuple[int, int]]:
+        """Candidates recorded and their runs started, in one transaction with the held
+        outcomes: (candidate id, run id) per row. `baseline`: the first row is the experiment's."""
+        held, self._held = self._held, []
+        try:
+            with self._timed():
+                out = self.store.add_candidates_and_start_runs(experiment_id, rows, stage, finish=self._results(held),
+                                                               baseline=baseline, **provenance)
+        except BaseException:
+            self._held = held + self._held  # not written: still to be
+            raise
+        self._running.difference_update(o.key for o in held)
         self._running.update(run for _, _, run in out)
         return [(cid, run) for cid, _, run in out]
 
     def start_runs(self, candidate_ids: list[int], stage: str, **provenance) -> list[int]:
+        self.flush()
         with self._timed():
             runs = self.store.start_runs(candidate_ids, stage, **provenance)
         self._running.update(runs)
         return runs
 
     def finish_runs(self, outcomes) -> None:
-        with self._timed():
-            self.store.finish_runs([dict(run_id=o.key, status=o.status, metrics=o.metrics, reason=o.reason or None,
-                                         error=o.error or None, traceback=o.traceback or None) for o in outcomes])
+        """Outcomes written now, in a transaction of their own (with any held ones)."""
+        outcomes, self._held = self._held + list(outcomes), []
+        if not outcomes:
+            return
+        try:
+            with self._timed():
+                self.store.finish_runs(self._results(outcomes))
+        except BaseException:
+            self._held = outcomes + self._held
+            raise
         self._running.difference_update(o.key for o in outcomes)
 
+    def hold(self, outcomes) -> None:
+        """Outcomes to write with the next batch's start (or at `flush`). The sampler may be
+        told of them already; if the driver is killed before they are written their runs
+        stay unfinished, and the next run of the sweep evaluates those candidates again."""
+        self._held += outcomes
+
+    def flush(self) -> None:
+        self.finish_runs([])
+
     def crash_unfinished(self, why: str) -> None:
-        """Mark runs of this driver still unfinished as crashed (after Ctrl-C, say)."""
+        """Write the held outcomes, then mark runs of this driver still unfinished as crashed
+        (after Ctrl-C, say)."""
+        try:
+            self.flush()
+        except Exception:  # noqa: BLE001 - what could not be written is marked crashed below
+            self._held = []
         for run in sorted(self._running):
             try:
                 self.store.finish_run(run, "crashed", error=why)

@@ -10,6 +10,7 @@ import pandas as pd
 
 from ..analytical import estimate, summarize
 from ..mapping import Candidate
+from ..records import MetricRow
 from .spec import METRICS
 
 UNITS = {
@@ -29,18 +30,17 @@ class AnalyticalResult:
     totals: dict[str, float]
     ops: list[tuple] = field(repr=False)  # per op: OP_FIELDS
 
-    def metrics(self) -> list[dict]:
+    def metrics(self) -> list[MetricRow]:
         """Metric rows: totals, then per-op cycles and tiles (scope op), all of kind 'analytical'."""
-        rows = [dict(kind="analytical", name=name, value=float(value), unit=UNITS[name])
+        rows = [MetricRow("analytical", name, float(value), UNITS[name])
                 for name, value in self.totals.items() if pd.notna(value)]
         if self.feasible:
             for op, unit, cycles, tm, tn, tk in self.ops:
-                rows.append(dict(kind="analytical", name="cycles", value=float(cycles), unit="cycles",
-                                 scope="op", scope_key=op))
+                rows.append(MetricRow("analytical", "cycles", float(cycles), "cycles", "op", op))
                 if unit == "matrix":
-                    for dim, tile in (("tile_m", tm), ("tile_n", tn), ("tile_k", tk)):
-                        rows.append(dict(kind="analytical", name=dim, value=float(tile), unit="elements",
-                                         scope="op", scope_key=op))
+                    rows += [MetricRow("analytical", "tile_m", float(tm), "elements", "op", op),
+                             MetricRow("analytical", "tile_n", float(tn), "elements", "op", op),
+                             MetricRow("analytical", "tile_k", float(tk), "elements", "op", op)]
         return rows
 
 
@@ -91,13 +91,13 @@ def analytical_batch(graph, cands: list[Candidate], calibration: dict | None = N
     return out
 
 
-def source_count_metrics(graph) -> list[dict]:
+def source_count_metrics(graph) -> list[MetricRow]:
     """Counts derived from the source graph: the same for every candidate."""
     t = graph.totals()
     return [
-        dict(kind="source_counts", name="macs", value=float(t.macs), unit="ops"),
-        dict(kind="source_counts", name="other_ops", value=float(t.other_ops), unit="ops"),
-        dict(kind="source_counts", name="bytes_read", value=float(t.bytes_read), unit="bytes"),
-        dict(kind="source_counts", name="bytes_written", value=float(t.bytes_written), unit="bytes"),
-        dict(kind="source_counts", name="weight_bytes", value=float(t.weight_bytes), unit="bytes"),
+        MetricRow("source_counts", "macs", float(t.macs), "ops"),
+        MetricRow("source_counts", "other_ops", float(t.other_ops), "ops"),
+        MetricRow("source_counts", "bytes_read", float(t.bytes_read), "bytes"),
+        MetricRow("source_counts", "bytes_written", float(t.bytes_written), "bytes"),
+        MetricRow("source_counts", "weight_bytes", float(t.weight_bytes), "bytes"),
     ]

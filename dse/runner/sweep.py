@@ -221,36 +221,33 @@ class Sweep:
                 recorded = self.recorder.add_and_start(self.experiment_id, [
                     dict(config=b.config, mapping=b.mapping, config_json=b.config_json, mapping_json=b.mapping_json,
                          origin=origin, diff=self._diff(b)) for b in new],
-                    "analytical", seed=self.spec.model.search.seed, model_version=self.model_version)
-                if origin == "baseline":
-                    self.store.set_baseline(self.experiment_id, recorded[0][0])
+                    "analytical", baseline=origin == "baseline", seed=self.spec.model.search.seed,
+                    model_version=self.model_version)
                 by_run = {run: (cid, b) for (cid, run), b in zip(recorded, new)}
                 self.result.evaluated += len(new)
-                # Infeasible before evaluation: finished with the first evaluated chunk (one
-                # transaction fewer), or alone when nothing is left to evaluate.
+                # Infeasible before evaluation: finished with the first evaluated chunk.
                 pending = [Outcome(run, "infeasible", b.reason) for run, (_, b) in by_run.items() if b.reason]
                 items = [WorkItem(run, b.config_json, b.mapping, b.hash, mapping_json=b.mapping_json)
                          for run, (_, b) in by_run.items() if not b.reason]
-                if not items:
-                    self._finish(pending, by_run, origin)
-                    bar.update(len(pending))
-                    pending = []
                 executor = self._analytical_executor(len(items))
                 chunks = iter(executor.run(self._chunks(items, executor=executor)))
                 spent = 0.0  # in evaluation, not in recording
+                left = len(items)
                 while True:
                     started = time.perf_counter()
                     chunk_outcomes = next(chunks, None)
                     spent += time.perf_counter() - started
                     if chunk_outcomes is None:
                         break
+                    left -= len(chunk_outcomes)
                     chunk_outcomes, pending = pending + chunk_outcomes, []
-                    self._finish(chunk_outcomes, by_run, origin)
+                    # The batch's last chunk is written with the next batch's start.
+                    self._finish(chunk_outcomes, by_run, origin, hold=not left)
                     bar.update(len(chunk_outcomes))
                     if self.stop_requested:
                         raise KeyboardInterrupt
                 if pending:
-                    self._finish(pending, by_run, origin)
+                    self._finish(pending, by_run, origin, hold=True)
                     bar.update(len(pending))
                 if executor is self._inline and len(items) >= 16:  # a batch large enough to tell the cost
                     self._inline_cost = spent / len(items)
@@ -286,14 +283,18 @@ class Sweep:
         size = per_chunk or max(1, math.ceil(len(items) / parts))
         return [items[i:i + size] for i in range(0, len(items), size)]
 
-    def _finish(self, outcomes: list[Outcome], by_run: dict, origin: str) -> None:
+    def _finish(self, outcomes: list[Outcome], by_run: dict, origin: str, hold: bool = False) -> None:
+        """Outcomes recorded (`hold`: with the next batch's start) and known to the driver."""
         if not outcomes:
             return
         if origin == "baseline":
             for o in outcomes:
                 if o.status == "ok":
                     o.metrics = o.metrics + source_count_metrics(self.graph)
-        self.recorder.finish_runs(outcomes)
+        if hold:
+            self.recorder.hold(outcomes)
+        else:
+            self.recorder.finish_runs(outcomes)
         for o in outcomes:
             cid, b = by_run[o.key]
             obs = Observation(b.params, o.status == "ok", o.totals)
@@ -374,6 +375,7 @@ class Sweep:
                 if idle >= 20:
                     self.result.stopped_early = "the sampler proposes only candidates already evaluated"
                     break
+            self.recorder.flush()
             self.result.seconds["analytical"] = time.perf_counter() - started
             # Where the analytical stage's time went: the sampler's ask and tell, the store
             # writes, and (the rest) building, evaluating and bookkeeping.
@@ -382,6 +384,9 @@ class Sweep:
             started = time.perf_counter()
             self._emulate_phase()
             self.result.seconds["emulator"] = time.perf_counter() - started
+        except BaseException:  # Ctrl-C between batches: the held outcomes are written
+            self.recorder.crash_unfinished("interrupted before this candidate finished")
+            raise
         finally:
             bar.close()
         self.result.status, self.result.decision = decide(self.store, self.experiment_id, spec)
