@@ -116,15 +116,19 @@ def test_a_worker_killed_mid_candidate_is_retried_once_then_failed(tmp_path, mon
 
 def test_small_analytical_batches_stay_in_the_driver_with_a_pool(tmp_path, monkeypatch):
     # The rule: with a local pool, the driver evaluates an analytical batch itself unless
-    # its measured cost would exceed POOL_ANALYTICAL_MIN_SECONDS. A gemm grid is far below:
-    # no worker sees a candidate (the kill hook, which only workers obey, never fires).
-    spec = write_spec(tmp_path, banks="[12, 16]")
-    run_sweep(spec, tmp_path / "probe.db", progress=False)
-    probe = table(tmp_path / "probe.db", "gemm-workers")
+    # its measured cost would exceed POOL_ANALYTICAL_MIN_SECONDS. The first batch of 64
+    # (enough to measure) costs far less, so the later ones stay in the driver too: no
+    # worker sees a candidate of the last batch (the kill hook, which only workers obey,
+    # never fires).
+    spec = BIG.replace("batch = 64", "batch = 64\ntrials = 1").replace("low = 4\nhigh = 32", "low = 16\nhigh = 17")
+    (tmp_path / "big.toml").write_text(spec)
+    run_sweep(tmp_path / "big.toml", tmp_path / "probe.db", progress=False)
+    probe = table(tmp_path / "probe.db", "big")
+    assert len(probe) == 1 + 2 * 5 * 4 * 2 * 2  # the baseline and three batches
     monkeypatch.setenv(KILL_ENV, probe.iloc[-1]["hash"][:16])
-    result = run_sweep(spec, tmp_path / "r.db", progress=False, workers=2)
+    result = run_sweep(tmp_path / "big.toml", tmp_path / "r.db", progress=False, workers=2)
     assert "failed" not in result.counts
-    got = table(tmp_path / "r.db", "gemm-workers").set_index("hash")
+    got = table(tmp_path / "r.db", "big").set_index("hash")
     assert (got["status"].sort_index() == probe.set_index("hash")["status"].sort_index()).all()
 
 

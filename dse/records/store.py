@@ -1839,7 +1839,7 @@ def _as_id(value: Any) -> int:
 _METRIC_KEYS = frozenset(("kind", "name", "value", "unit", "scope", "scope_key"))
 _METRIC_KIND_SET = frozenset(METRIC_KINDS)
 _METRIC_SCOPE_SET = frozenset(METRIC_SCOPES)
-METRIC_COLUMNS = ("kind", "name", "value", "unit", "scope", "scope_key")
+METRIC_COLUMNS = MetricRow._fields  # ("kind", "name", "value", "unit", "scope", "scope_key")
 
 
 def _metric_values(metrics: Iterable[MetricIn | Mapping[str, Any]], owner: str, *prefix: Any) -> list[tuple]:

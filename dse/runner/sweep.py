@@ -2,9 +2,11 @@
 
 Only this driver writes the store. Candidates are proposed, recorded and evaluated in
 batches: every candidate is recorded (infeasible and failed ones included) with a run row
-written as *running* before its evaluation starts; a candidate already evaluated (same
-hash) is never evaluated again, so rerunning the same command resumes, the sampler
-rebuilt from the records.
+written as *running* before its evaluation starts, and a batch's outcomes are written in
+the transaction that starts the next batch (or at the end, or on an interrupt). A
+candidate already evaluated (same hash) is never evaluated again, so rerunning the same
+command resumes, the sampler rebuilt from the records; a run left unfinished by a killed
+driver is evaluated again.
 """
 
 from __future__ import annotations
