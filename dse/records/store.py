@@ -39,7 +39,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any, NamedTuple, TypeVar
+from typing import Any, NamedTuple, NoReturn, TypeVar
 
 from sqlalchemy import (
     JSON,
@@ -492,23 +492,22 @@ class Store:
         return reaped
 
     def _track(self, run_id: int) -> None:
+        self._track_many([run_id])
+
+    def _track_many(self, run_ids: Iterable[int]) -> None:
+        run_ids = list(run_ids)
+        if not run_ids:
+            return
         with self._active_lock:
             if self._owner_pid != os.getpid():  # used across a fork: the thread stayed behind
                 self._owner_pid, self._beater, self._active = os.getpid(), None, set()
                 self._stop = threading.Event()
-            self._active.add(run_id)
+            self._active.update(run_ids)
             if self._beater is None and self.heartbeat_interval > 0 and not self._memory:
                 self._beater = threading.Thread(
                     target=self._beat, name=f"dse-heartbeat-{id(self):x}", daemon=True
                 )
                 self._beater.start()
-
-    def _track_many(self, run_ids: Iterable[int]) -> None:
-        run_ids = list(run_ids)
-        if run_ids:
-            self._track(run_ids[0])
-            with self._active_lock:
-                self._active.update(run_ids)
 
     def _untrack(self, run_id: int) -> None:
         with self._active_lock:
@@ -840,7 +839,6 @@ class Store:
         except _Unfinishable as short:
             unfinishable = short.ids
         self._explain_unfinishable(unfinishable)
-        raise AssertionError("unreachable: _explain_unfinishable raises")
 
     def _run_base(self, stage: str, seed: int | None, command: str | None, model_version: str,
                   emulator_version: str | None) -> dict[str, Any]:
@@ -929,7 +927,7 @@ class Store:
         if metric_rows:
             _insert_metrics(connection, metric_rows)
 
-    def _explain_unfinishable(self, ids: list[int]) -> None:
+    def _explain_unfinishable(self, ids: list[int]) -> NoReturn:
         """Raise for the first run of `ids` that is missing or already finished (read after
         the batch was rolled back: its own UPDATE would show runs it finished as finished)."""
         with self._read() as connection:
@@ -1881,34 +1879,11 @@ def _metric_values(metrics: Iterable[MetricIn | Mapping[str, Any]], owner: str, 
 
 
 def _batch_metric_values(results: list[Mapping[str, Any]]) -> list[tuple]:
-    """`_metric_values` of every result's metrics, as (run_id, kind, ...) rows. A batch of
-    MetricRows (what a sweep's stages hand over, thousands of rows) is checked column by
-    column at once; a batch that does not pass, or holds other forms, goes run by run
-    (MetricIn's checks, and the error naming the run)."""
-    run_ids: list[int] = []
-    rows: list[MetricRow] = []
-    for r in results:
-        metrics = r.get("metrics") or ()
-        if metrics:
-            if not all(type(m) is MetricRow for m in metrics):
-                rows = []
-                break
-            run_ids += [r["run_id"]] * len(metrics)
-            rows += metrics
-    else:
-        if not rows:
-            return []
-        kinds, names, values, units, scopes, keys = zip(*rows)
-        try:
-            total = sum(values)  # a value that is no number fails here, NaN anywhere shows
-        except TypeError:
-            total = math.nan
-        if (set(kinds) <= _METRIC_KIND_SET and set(scopes) <= _METRIC_SCOPE_SET and "" not in set(names)
-                and None not in set(units) and not math.isnan(total)
-                and all(map(operator.eq, map("total".__eq__, scopes), map("".__eq__, keys)))
-                and len(set(zip(run_ids, kinds, names, scopes, keys))) == len(rows)):
-            if all(type(v) is float for v in values):
-                return list(zip(run_ids, kinds, names, values, units, scopes, keys))
+    """`_metric_values` of every result's metrics, as (run_id, kind, ...) rows: at once for
+    a batch of MetricRows, else run by run (MetricIn's checks, the error naming the run)."""
+    rows = _checked_metric_rows(results)
+    if rows is not None:
+        return rows
     out: list[tuple] = []
     for r in results:
         owner = f"run {r['run_id']}"
@@ -1918,6 +1893,31 @@ def _batch_metric_values(results: list[Mapping[str, Any]]) -> list[tuple]:
             message = str(exc)
             raise type(exc)(message if message.startswith(owner) else f"{owner}: {message}") from None
     return out
+
+
+def _checked_metric_rows(results: list[Mapping[str, Any]]) -> list[tuple] | None:
+    """MetricIn's checks column by column over a whole batch of MetricRows (what a sweep's
+    stages hand over, thousands of rows); None if a metric is of another form or a check
+    fails (then `_metric_values` finds which, run by run)."""
+    run_ids: list[int] = []
+    rows: list[MetricRow] = []
+    for r in results:
+        metrics = r.get("metrics") or ()
+        if metrics:
+            if not all(type(m) is MetricRow for m in metrics):
+                return None
+            run_ids += [r["run_id"]] * len(metrics)
+            rows += metrics
+    if not rows:
+        return []
+    kinds, names, values, units, scopes, keys = zip(*rows)
+    if not all(type(v) is float for v in values):
+        return None
+    passes = (set(kinds) <= _METRIC_KIND_SET and set(scopes) <= _METRIC_SCOPE_SET and "" not in set(names)
+              and None not in set(units) and not math.isnan(sum(values))  # NaN anywhere shows in the sum
+              and all(map(operator.eq, map("total".__eq__, scopes), map("".__eq__, keys)))
+              and len(set(zip(run_ids, kinds, names, scopes, keys))) == len(rows))
+    return list(zip(run_ids, kinds, names, values, units, scopes, keys)) if passes else None
 
 
 def _metric_rows(metrics: Iterable[MetricIn | Mapping[str, Any]], owner: str) -> list[dict[str, Any]]:
