@@ -253,3 +253,27 @@ def test_an_interrupt_between_batches_writes_the_held_batch(tmp_path, monkeypatc
     monkeypatch.setattr(RandomSampler, "ask", real)
     again = run_sweep(spec, tmp_path / "r.db", progress=False)
     assert again.resumed == 4 and again.evaluated == 8 - 3
+
+
+def test_nsga2_batches_stay_full_when_it_proposes_repeats(tmp_path):
+    """Proposals of candidates already evaluated are told at once and asked again: every
+    batch holds a whole generation of new candidates (one transaction, one evaluation)."""
+    banks = "[" + ", ".join(str(b) for b in range(4, 33)) + "]"
+    rows = '\n[[space]]\nname = "rows"\ntarget = "chip.banks.rows"\nvalues = [128, 256, 512, 1024]\n'
+    spec = write_spec(tmp_path, name="nsga", banks=banks, sampler="nsga2", trials=100, extra=rows)
+    result = run_sweep(spec, tmp_path / "r.db", progress=False)
+    assert result.evaluated == 101 and not result.stopped_early
+    with Store(tmp_path / "r.db") as store:
+        runs = store.runs("nsga")
+        assert store.candidates("nsga")["hash"].is_unique
+    # A batch's runs are started together, with one timestamp.
+    assert runs.groupby("started_at").size().tolist() == [1, 50, 50]
+
+
+def test_a_sampler_that_only_repeats_itself_stops_the_sweep(tmp_path):
+    spec = write_spec(tmp_path, name="tiny", banks="[8, 16]", sampler="tpe", trials=30)
+    result = run_sweep(spec, tmp_path / "r.db", progress=False)
+    assert result.stopped_early == "the sampler proposes only candidates already evaluated"
+    with Store(tmp_path / "r.db") as store:
+        cands = store.candidates("tiny")
+    assert cands["hash"].is_unique and len(cands) <= 1 + 2 * 3

@@ -267,7 +267,7 @@ def _sqlite_on_begin(connection: Connection) -> None:
     # at once (SQLITE_BUSY) if another writer committed in between; busy_timeout only
     # helps transactions that ask for the write lock up front.
     mode = connection.get_execution_options().get(_SQLITE_BEGIN, "DEFERRED")
-    connection.exec_driver_sql(f"BEGIN {mode}")
+    _DriverCursor(connection).execute(f"BEGIN {mode}")  # on the driver: a BEGIN needs no statement machinery
 
 
 def _make_engine(url: str) -> Engine:

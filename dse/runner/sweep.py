@@ -43,6 +43,8 @@ DONE = {"ok", "infeasible", "pruned", "failed"}  # crashed or running: evaluate 
 # A local pool evaluates an analytical batch only when the driver would spend longer than
 # this on it (see Sweep._analytical_executor); 0: the pool always does.
 POOL_ANALYTICAL_MIN_SECONDS = 2.0
+ASK_ROUNDS = 10  # a batch's rounds of asking again for proposals of candidates already evaluated
+IDLE_ROUNDS = 20  # asks in a row proposing only candidates already evaluated: the sweep stops
 
 
 @dataclass
@@ -109,6 +111,7 @@ class Sweep:
         self._inline = InlineExecutor(self.executor.work) if isinstance(self.executor, PoolExecutor) else None
         self._inline_cost: float | None = None  # seconds per candidate, measured on the driver's batches
         self._sampler_seconds = 0.0
+        self._idle_rounds = 0  # asks in a row that proposed only candidates already evaluated
 
     # -- building candidates ---------------------------------------------------------
     def _chip_for(self, params: dict) -> tuple[dict, str, str]:
@@ -264,6 +267,37 @@ class Sweep:
         self._tick(bar)
         return len(new)
 
+    def _ask(self, sampler: Sampler, n: int) -> tuple[list[Proposal], bool]:
+        """Proposals of up to `n` candidates not evaluated yet, and whether the sampler ran
+        out. A proposal of a candidate already evaluated is told its outcome at once, and
+        one repeating another of the batch is told with it; either is asked again
+        (ASK_ROUNDS at most), so that a batch stays full: one transaction and one evaluation
+        per batch, not a tail of small batches (NSGA-II repeats itself often)."""
+        out: list[Proposal] = []
+        fresh: set[str] = set()
+        for _ in range(ASK_ROUNDS):
+            started = time.perf_counter()
+            proposals = sampler.ask(n - len(fresh))
+            self._sampler_seconds += time.perf_counter() - started
+            if not proposals:
+                return out, True
+            repeats, before = [], len(fresh)
+            for p in proposals:
+                digest = self._build(p.params).hash
+                if digest in self.known:
+                    repeats.append((p, self.known[digest][1]))
+                else:  # new, or a repeat within this batch (told once it is evaluated)
+                    out.append(p)
+                    fresh.add(digest)
+            started = time.perf_counter()
+            for p, obs in repeats:
+                sampler.tell(p, obs)
+            self._sampler_seconds += time.perf_counter() - started
+            self._idle_rounds = self._idle_rounds + 1 if len(fresh) == before else 0
+            if len(fresh) >= n or self._idle_rounds >= IDLE_ROUNDS:
+                break
+        return out, False
+
     def _analytical_executor(self, n: int):
         """Where a batch of `n` analytical candidates is evaluated. With a local process pool:
         in the driver itself, unless its own measured cost for the batch would exceed
@@ -355,7 +389,6 @@ class Sweep:
         try:
             self._evaluate([Proposal({})], "baseline", None, bar)
             origin = "grid" if kind == "grid" else "sampler"
-            idle = 0
             while True:
                 if self.stop_requested:
                     raise KeyboardInterrupt
@@ -365,16 +398,13 @@ class Sweep:
                 n = batch if exhaustive else min(batch, search.trials - done_sampled)
                 if n <= 0:
                     break
-                asked = time.perf_counter()
-                proposals = sampler.ask(n)
-                self._sampler_seconds += time.perf_counter() - asked
-                if not proposals:
+                proposals, exhausted = self._ask(sampler, n)
+                if proposals:
+                    done_sampled += self._evaluate(proposals, origin, sampler, bar)
+                elif exhausted:
                     break
-                new = self._evaluate(proposals, origin, sampler, bar)
-                done_sampled += new
                 # A sampled space smaller than the budget proposes only repeats in the end.
-                idle = idle + 1 if new == 0 else 0
-                if idle >= 20:
+                if self._idle_rounds >= IDLE_ROUNDS:
                     self.result.stopped_early = "the sampler proposes only candidates already evaluated"
                     break
             self.recorder.flush()
