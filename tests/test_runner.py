@@ -255,9 +255,15 @@ def test_an_interrupt_between_batches_writes_the_held_batch(tmp_path, monkeypatc
     assert again.resumed == 4 and again.evaluated == 8 - 3
 
 
-def test_nsga2_batches_stay_full_when_it_proposes_repeats(tmp_path):
-    """Proposals of candidates already evaluated are told at once and asked again: every
-    batch holds a whole generation of new candidates (one transaction, one evaluation)."""
+def test_nsga2_batches_stay_full_when_it_proposes_repeats(tmp_path, monkeypatch):
+    """Proposals of candidates already evaluated are asked again: every batch holds a whole
+    generation of new candidates (one transaction, one evaluation), and the repeats are
+    told with their generation, which they would otherwise complete early."""
+    import dse.runner.sweep as sweep_module
+
+    samplers = []
+    real = sweep_module.make_sampler
+    monkeypatch.setattr(sweep_module, "make_sampler", lambda spec: samplers.append(real(spec)) or samplers[-1])
     banks = "[" + ", ".join(str(b) for b in range(4, 33)) + "]"
     rows = '\n[[space]]\nname = "rows"\ntarget = "chip.banks.rows"\nvalues = [128, 256, 512, 1024]\n'
     spec = write_spec(tmp_path, name="nsga", banks=banks, sampler="nsga2", trials=100, extra=rows)
@@ -268,6 +274,9 @@ def test_nsga2_batches_stay_full_when_it_proposes_repeats(tmp_path):
         assert store.candidates("nsga")["hash"].is_unique
     # A batch's runs are started together, with one timestamp.
     assert runs.groupby("started_at").size().tolist() == [1, 50, 50]
+    trials = samplers[0].study.trials
+    generations = [t.system_attrs["nsga2:generation"] for t in trials]
+    assert len(trials) > 100 and generations == sorted(generations) and set(generations) == {0, 1}
 
 
 def test_a_sampler_that_only_repeats_itself_stops_the_sweep(tmp_path):

@@ -49,6 +49,7 @@ def objective_values(spec: Spec, feasible: bool, totals: dict) -> list[float]:
 class Sampler:
     exhaustive = False  # True when the sampler enumerates a finite set (no trial budget)
     batch: int | None = None  # how many candidates to ask at once with no spec setting (None: the driver's default)
+    generational = False  # True when the outcomes of a batch are to be told together (NSGA-II)
 
     def replay(self, recorded: Sequence[Observation]) -> None:
         """Learn from candidates recorded by an earlier run."""
@@ -124,6 +125,7 @@ class OptunaSampler(Sampler):
                 # completed trials count), so a whole generation is asked at once at no cost
                 # to the search: one store transaction per generation, not per few trials.
                 self.batch = NSGA2_POPULATION
+                self.generational = True
             else:
                 sampler = optuna.samplers.TPESampler(seed=seed, constraints_func=_constraint, n_startup_trials=8,
                                                      multivariate=True, group=True)
