@@ -923,10 +923,11 @@ def test_a_batch_start_finishes_the_previous_batch_and_sets_the_baseline_in_one_
             [dict(run_id=r1, status="ok", metrics=[MetricRow("rtl", "x", 1.0, "cycles")])],
             [dict(run_id=r1, status="ok", metrics=[MetricRow("analytical", "x", 1.0, "cycles", "op")])],
             [dict(run_id=r1, status="ok", metrics=[MetricRow("analytical", "x", "many", "cycles")])],
+            [dict(run_id=r1, status="ok", metrics=[MetricRow("analytical", None, 1.0, "cycles")])],
             [dict(run_id=r1, status="ok"), dict(run_id=r1 + 99, status="ok")],
         ]
         errors = ["NaN", "given twice", "got 'rtl'; allowed: source_counts, analytical", "scope_key", "'many'",
-                  f"'run': got {r1 + 99}"]
+                  "name: must not be empty", f"'run': got {r1 + 99}"]
         for bad, error in zip(bad_batches, errors):
             with pytest.raises((ValueError, RecordNotFound), match=error) as raised:
                 store.add_candidates_and_start_runs(exp, more, "analytical", finish=bad)

@@ -1854,11 +1854,7 @@ def _metric_values(metrics: Iterable[MetricIn | Mapping[str, Any]], owner: str, 
                     m.get("scope_key", "")) for m in metrics]
         except (KeyError, TypeError, ValueError):
             out = None
-        n = len(prefix)
-        if out is not None and not (
-                {r[n] for r in out} <= _METRIC_KIND_SET and {r[n + 4] for r in out} <= _METRIC_SCOPE_SET
-                and all(r[n + 1] and r[n + 3] is not None and r[n + 2] == r[n + 2]
-                        and (r[n + 4] == "total") == (r[n + 5] == "") for r in out)):
+        if out and not _columns_pass(*list(zip(*out))[len(prefix):]):
             out = None
     if out is None:  # the slow path, with MetricIn's own error for what is wrong
         out = [(*prefix, m.kind, m.name, m.value, m.unit, m.scope, m.scope_key)
@@ -1913,11 +1909,18 @@ def _checked_metric_rows(results: list[Mapping[str, Any]]) -> list[tuple] | None
     kinds, names, values, units, scopes, keys = zip(*rows)
     if not all(type(v) is float for v in values):
         return None
-    passes = (set(kinds) <= _METRIC_KIND_SET and set(scopes) <= _METRIC_SCOPE_SET and "" not in set(names)
-              and None not in set(units) and not math.isnan(sum(values))  # NaN anywhere shows in the sum
-              and all(map(operator.eq, map("total".__eq__, scopes), map("".__eq__, keys)))
+    passes = (_columns_pass(kinds, names, values, units, scopes, keys)
               and len(set(zip(run_ids, kinds, names, scopes, keys))) == len(rows))
     return list(zip(run_ids, kinds, names, values, units, scopes, keys)) if passes else None
+
+
+def _columns_pass(kinds: Sequence, names: Sequence, values: Sequence[float], units: Sequence, scopes: Sequence,
+                  keys: Sequence) -> bool:
+    """MetricIn's checks (but for duplicates) over metric columns at once, `values` floats
+    already. False sends the caller to MetricIn itself, for the error."""
+    return (set(kinds) <= _METRIC_KIND_SET and set(scopes) <= _METRIC_SCOPE_SET and all(names)
+            and None not in set(units) and not math.isnan(sum(values))  # NaN anywhere shows in the sum
+            and all(map(operator.eq, map("total".__eq__, scopes), map("".__eq__, keys))))
 
 
 def _metric_rows(metrics: Iterable[MetricIn | Mapping[str, Any]], owner: str) -> list[dict[str, Any]]:

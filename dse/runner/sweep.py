@@ -212,9 +212,11 @@ class Sweep:
         self.result.resumed = len(out)
         return out
 
-    def _evaluate(self, proposals: list[Proposal], origin: str, sampler: Sampler | None, bar) -> int:
-        """Record and evaluate a batch; returns how many candidates were new."""
-        built = [self._build(p.params) for p in proposals]
+    def _evaluate(self, proposals: list[Proposal], origin: str, sampler: Sampler | None, bar,
+                  built: list[_Built] | None = None) -> int:
+        """Record and evaluate a batch (`built`: its proposals' candidates, when built
+        already); returns how many candidates were new."""
+        built = built or [self._build(p.params) for p in proposals]
         fresh: dict[str, _Built] = {}
         for b in built:
             if b.hash not in self.known and b.hash not in fresh:
@@ -267,9 +269,9 @@ class Sweep:
         self._tick(bar)
         return len(new)
 
-    def _ask(self, sampler: Sampler, n: int) -> tuple[list[Proposal], bool]:
-        """Proposals holding up to `n` candidates not evaluated yet, and whether the sampler
-        ran out. When some propose a candidate already evaluated (or one of the batch once
+    def _ask(self, sampler: Sampler, n: int) -> tuple[list[Proposal], list[_Built], bool]:
+        """Proposals holding up to `n` candidates not evaluated yet, their candidates, and
+        whether the sampler ran out. When some propose a candidate already evaluated (or one of the batch once
         more), the sampler is asked again (ASK_ROUNDS at most), so that a batch stays full:
         one transaction and one evaluation per batch, not a tail of small batches (NSGA-II
         repeats itself often). Repeats are told their outcome at once, or with the batch
@@ -278,29 +280,30 @@ class Sweep:
         it re-selects parents on every ask while a complete generation has trials running
         (over 600 trials its asks took 3x as long)."""
         out: list[Proposal] = []
+        built: list[_Built] = []
         fresh: set[str] = set()
         for _ in range(ASK_ROUNDS):
             started = time.perf_counter()
             proposals = sampler.ask(n - len(fresh))
             self._sampler_seconds += time.perf_counter() - started
             if not proposals:
-                return out, True
+                return out, built, True
             before = len(fresh)
             for p in proposals:
-                digest = self._build(p.params).hash
-                if digest not in self.known:
-                    fresh.add(digest)
-                    out.append(p)
-                elif sampler.generational:
-                    out.append(p)  # told with the batch, in _evaluate
-                else:
+                b = self._build(p.params)
+                if b.hash in self.known and not sampler.generational:
                     started = time.perf_counter()
-                    sampler.tell(p, self.known[digest][1])
+                    sampler.tell(p, self.known[b.hash][1])
                     self._sampler_seconds += time.perf_counter() - started
+                    continue
+                if b.hash not in self.known:
+                    fresh.add(b.hash)
+                out.append(p)  # a repeat among them is told with the batch, in _evaluate
+                built.append(b)
             self._idle_rounds = self._idle_rounds + 1 if len(fresh) == before else 0
             if len(fresh) >= n or self._idle_rounds >= IDLE_ROUNDS:
                 break
-        return out, False
+        return out, built, False
 
     def _analytical_executor(self, n: int):
         """Where a batch of `n` analytical candidates is evaluated. With a local process pool:
@@ -402,9 +405,9 @@ class Sweep:
                 n = batch if exhaustive else min(batch, search.trials - done_sampled)
                 if n <= 0:
                     break
-                proposals, exhausted = self._ask(sampler, n)
+                proposals, built, exhausted = self._ask(sampler, n)
                 if proposals:
-                    done_sampled += self._evaluate(proposals, origin, sampler, bar)
+                    done_sampled += self._evaluate(proposals, origin, sampler, bar, built)
                 elif exhausted:
                     break
                 # A sampled space smaller than the budget proposes only repeats in the end.
