@@ -76,7 +76,12 @@ def override_chip(chip: ChipConfig, overrides: Mapping[str, Any], source: str | 
 
 def overridden_data(chip: ChipConfig, overrides: Mapping[str, Any], source: str | Path) -> dict:
     """The chip's data with dotted-path overrides set, not yet validated."""
-    data = copy.deepcopy(chip.model_dump(mode="json"))
+    return set_dotted(copy.deepcopy(chip.model_dump(mode="json")), overrides, source)
+
+
+def set_dotted(data: dict, overrides: Mapping[str, Any], source: str | Path) -> dict:
+    """Set dotted-path overrides (``banks.count``) in a chip's plain data, in place: the one
+    override implementation (`dse chips --set`, specs, the sweep's candidates)."""
     for dotted, value in overrides.items():
         node = data
         *parents, leaf = dotted.split(".")

@@ -34,3 +34,15 @@ class Encoded:
 def json_text(obj: Any) -> str:
     """The store's JSON serializer: canonical JSON, pre-encoded text passed through."""
     return obj.text if type(obj) is Encoded else _ENCODER.encode(obj)
+
+
+def candidate_hash_of_texts(config_json: str, mapping_json: str) -> str:
+    """The candidate identity, ``content_hash({"config": config, "mapping": mapping})``,
+    composed from the two parts' canonical JSON texts (canonical JSON nests, and "config"
+    sorts before "mapping"): a sweep encodes each distinct config once and reuses it."""
+    return hashlib.sha256(('{"config":' + config_json + ',"mapping":' + mapping_json + "}").encode()).hexdigest()
+
+
+def candidate_hash(config: Any, mapping: Any) -> str:
+    """The one candidate identity: a chip config's and a mapping's data (plain JSON values)."""
+    return candidate_hash_of_texts(canonical_json(config), canonical_json(mapping))

@@ -12,7 +12,7 @@ from pydantic import BaseModel, ConfigDict, PositiveInt, ValidationError, field_
 from emulator.chip import ChipConfig
 
 from ..errors import InputError
-from ..identity import content_hash
+from ..identity import candidate_hash
 
 
 class Mapping(BaseModel):
@@ -73,4 +73,4 @@ class Candidate:
     @cached_property
     def hash(self) -> str:
         """Identity of the candidate: same chip and same mapping, same hash."""
-        return content_hash({"config": self.config_dict, "mapping": self.mapping_dict})
+        return candidate_hash(self.config_dict, self.mapping_dict)

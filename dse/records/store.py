@@ -66,7 +66,7 @@ from sqlalchemy.orm import Session
 from sqlalchemy.pool import StaticPool
 
 from dse.errors import InputError
-from dse.identity import Encoded, canonical_json, content_hash, json_text
+from dse.identity import Encoded, candidate_hash, candidate_hash_of_texts, canonical_json, content_hash, json_text
 from dse.records import provenance
 from dse.records.schema import (
     ARTIFACT_ROLES,
@@ -599,7 +599,7 @@ class Store:
         check_choice("candidate.origin", origin, CANDIDATE_ORIGINS)
         # Stored as the canonical JSON reads back, so the stored row rehashes to `hash`.
         config, mapping = json.loads(canonical_json([config, mapping]))
-        key = content_hash({"config": config, "mapping": mapping})
+        key = candidate_hash(config, mapping)
 
         def add() -> tuple[int, bool]:
             with self._write() as session:
@@ -782,8 +782,7 @@ class Store:
             check_choice("candidate.origin", row["origin"], CANDIDATE_ORIGINS)
             config_text = row.get("config_json") or canon(row["config"])
             mapping_text = row.get("mapping_json") or canon(row["mapping"])
-            # content_hash({"config": ..., "mapping": ...}) composed from the canonical texts
-            key = hashlib.sha256(('{"config":' + config_text + ',"mapping":' + mapping_text + "}").encode()).hexdigest()
+            key = candidate_hash_of_texts(config_text, mapping_text)
             prepared.append((key, config_text, mapping_text, row["origin"], row.get("diff") or {}))
 
         def add() -> list[tuple[int, bool, int | None]]:

@@ -11,7 +11,6 @@ driver is evaluated again.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import math
 import signal
@@ -26,9 +25,9 @@ from tqdm import tqdm
 import emulator
 
 from ..analytical import MODEL_VERSION
-from ..chips import validate_chip
+from ..chips import set_dotted, validate_chip
 from ..errors import InputError
-from ..identity import canonical_json
+from ..identity import candidate_hash_of_texts, canonical_json
 from ..mapping import mapping_from_dict
 from ..records import Store
 from ..workload import capture_recipe, load_recipe
@@ -122,12 +121,7 @@ class Sweep:
         if hit is None:
             chip_over = self.spec.overrides(params, "chip")
             data, why = json.loads(self._baseline_config_json), ""  # a fresh copy of the baseline's data
-            for dotted, value in chip_over.items():
-                node = data
-                *parents, leaf = dotted.split(".")
-                for part in parents:  # the paths were checked against the baseline with the spec
-                    node = node[part]
-                node[leaf] = value
+            set_dotted(data, chip_over, self.spec.path)
             if chip_over:
                 try:
                     data = validate_chip(data, self.spec.path, field_prefix="chip.").model_dump(mode="json")
@@ -156,11 +150,8 @@ class Sweep:
         reason = reason or self.spec.space.violated(params)
         mapping, mapping_json, why = self._mapping_for(params)
         reason = reason or why
-        # The candidate hash, content_hash({"config": ..., "mapping": ...}), from the cached
-        # canonical texts: canonical JSON nests, so the strings compose.
-        text = '{"config":' + config_json + ',"mapping":' + mapping_json + "}"
-        return _Built(params, config, mapping, hashlib.sha256(text.encode()).hexdigest(), reason, config_json,
-                      mapping_json)
+        return _Built(params, config, mapping, candidate_hash_of_texts(config_json, mapping_json), reason,
+                      config_json, mapping_json)
 
     def _diff(self, b: _Built) -> dict[str, list]:
         """Fields that differ from the baseline. Candidates differ from it only where a knob
