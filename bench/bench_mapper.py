@@ -38,8 +38,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import numpy as np  # noqa: E402
 import threadpoolctl  # noqa: E402
 
-from dse.analytical import plan_matmuls  # noqa: E402
-from dse.analytical.mapper import MAPPED_KINDS, candidate_groups, gemm_shape, map_graph, search_shape  # noqa: E402
+from dse.plan import plan_matmuls  # noqa: E402
+from dse.plan.mapper import MAPPED_KINDS, candidate_groups, gemm_shape, map_graph, search_shape  # noqa: E402
 from dse.chips import load_chip  # noqa: E402
 from dse.frontend import run_pipeline  # noqa: E402
 from dse.mapping import Candidate, CandidateArrays, Mapping, tile_grid  # noqa: E402

@@ -13,6 +13,7 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field, PositiveInt, NonNegativeInt, field_validator, model_validator
 
 from .formula import Formula, FormulaError
+from .dma import transfer_cycles
 
 
 class _Strict(BaseModel):
@@ -248,6 +249,30 @@ class ChipConfig(_Strict):
     def private_sram_bytes(self) -> int:
         """Private SRAM of one core."""
         return self.banks.bytes_total
+
+    # Figures derived from the config, defined once: the emulator, the plan and the cost
+    # model all read them here.
+    @property
+    def addressable_rows(self) -> int:
+        """Rows of a private bank an instruction can address: the SRAM depth capped by the
+        row-address field (deeper rows exist but no MVIN / MVOUT / Ball op reaches them)."""
+        return min(self.banks.rows, 1 << self.isa.row_addr_bits)
+
+    @property
+    def dma_burst_beats(self) -> int:
+        """Beats in one full DRAM burst."""
+        return self.dma.burst_max_bytes // self.dma.beat_bytes
+
+    @property
+    def dma_parallel_bursts(self) -> int:
+        """Bursts of one transfer in flight at once."""
+        return min(self.dma.bursts_in_flight, self.dma.inflight_requests)
+
+    def dma_cycles(self, lines: int, col: int = 1, strided: bool = False) -> int:
+        """Cycles of one MVIN / MVOUT of `lines` beats to / from a bank of `col` physical
+        banks, contiguous or one DRAM run a bank row (`emulator.dma.transfer_cycles`)."""
+        return int(transfer_cycles(lines, col, strided, self.dma_burst_beats, self.dma_parallel_bursts,
+                                   self.dma.latency_cycles))
 
 
 def chip_from_dict(data: dict) -> ChipConfig:

@@ -30,6 +30,7 @@ import numpy as np
 from . import balls as B
 from . import coreops
 from .errors import EncodeError, ExecutionError, ProgramError
+from .dma import burst_groups, transfer_cycles
 from .isa import (Barrier, CoreOp, Fence, Fp2Int, Im2col, Int2Fp, Matmul, Mset, Mvin, Mvout, Mxfp2Int, Relu,
                   Transpose, VecMatmul, layout)
 
@@ -69,7 +70,7 @@ class Machine:
         if self.n_cores > chip.cores.count:
             raise ProgramError(f"program has instruction lists for {self.n_cores} cores, chip {chip.name} has "
                                f"{chip.cores.count}")
-        self.rows_addr = min(bk.rows, 1 << chip.isa.row_addr_bits)
+        self.rows_addr = chip.addressable_rows
         self.vids = bk.virtual_ids
         self.mem = [np.zeros((bk.rows, bk.count, bk.row_bytes), dtype=_U8) for _ in range(self.n_cores)]
         self.vmap: list[list[_Bank | None]] = [[None] * self.vids for _ in range(self.n_cores)]
@@ -99,9 +100,8 @@ class Machine:
         self._matrix_ports = self._matrix[1].read_ports + self._matrix[1].write_ports if self._matrix else 0
         self._acc_col = bk.acc_col
         self._dma_cache: dict = {}
-        dma = chip.dma
-        self.burst_beats = dma.burst_max_bytes // dma.beat_bytes
-        self.k_inflight = min(dma.bursts_in_flight, dma.inflight_requests)
+        self.burst_beats = chip.dma_burst_beats
+        self.k_inflight = chip.dma_parallel_bursts
         self.records: list[list[tuple]] = [[] for _ in range(self.n_cores)]
         self.handlers = {
             Mset: self._mset, Mvin: self._mvin, Mvout: self._mvout, Fence: self._fence, Barrier: self._barrier,
@@ -427,35 +427,17 @@ class Machine:
                                  f"{self.img.size}-byte DRAM image")
         return nrows, last, stride
 
-    def _bursts(self, nrows: int, last: int, col: int, contiguous: bool):
-        """Burst groups ((count, beats), ...) of a transfer: every contiguous DRAM run is cut
-        into bursts of at most burst_max_bytes."""
-        bb = self.burst_beats
-        if contiguous or nrows <= 1:
-            runs = [(1, (nrows - 1) * col + last)] if nrows else []
-        else:
-            runs = [(nrows - 1, col), (1, last)]
-        groups = []
-        for count, beats in runs:
-            if beats <= 0 or count <= 0:
-                continue
-            full, rem = divmod(beats, bb)
-            if full:
-                groups.append((count * full, bb))
-            if rem:
-                groups.append((count, rem))
-        return tuple(groups)
-
     def _dma_record(self, kind, c, pc, ins, e: _Bank, nrows, last, stride, mtr):
         contiguous = stride == e.width
         key = (nrows, last, e.col, contiguous, e.shared)
         geo = self._dma_cache.get(key)
         if geo is None:
-            groups = self._bursts(nrows, last, e.col, contiguous)
+            groups = burst_groups(nrows, last, e.col, contiguous, self.burst_beats)
             nb = sum(g[0] for g in groups)
             beats = ins.iter
             extra = self.sm.latency_cycles if e.shared else 0
-            lat = -(-nb // self.k_inflight) * self.chip.dma.latency_cycles + beats + extra
+            lat = int(transfer_cycles(beats, e.col, not contiguous, self.burst_beats, self.k_inflight,
+                                      self.chip.dma.latency_cycles)) + extra
             geo = (lat, (nb, beats, groups, beats * self.rb, extra), (0, 1) if e.shared else (1, 0))
             self._dma_cache[key] = geo
         lat, extra, (pp, sp) = geo

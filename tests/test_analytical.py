@@ -2,8 +2,9 @@
 
 import numpy as np
 
-from dse.analytical import dma_cycles_for, estimate, plan_matmul, summarize
-from dse.analytical.matmul import matmul_cost
+from dse.analytical import estimate, summarize
+from dse.cost import dma_cycles_for, matmul_cost
+from dse.plan import plan_matmul
 from dse.chips import load_chip
 from dse.mapping import Candidate, CandidateArrays, Mapping, MatmulShape, check_tiles, framework_tiles, tile_grid
 from dse.frontend import run_pipeline
@@ -30,12 +31,12 @@ def test_framework_greedy_tile_matches_the_documented_case():
 def test_dma_cycles_by_hand():
     toy, goban = load_chip("toy"), load_chip("goban")
     # 1024 B: one 1024-B burst (100 cycles) + 64 beats of 16 B.
-    assert dma_cycles_for(1024, toy.dma) == 100 + 64
+    assert dma_cycles_for(1024, toy) == 100 + 64
     # goban's 64-B bursts, one in flight: 16 bursts x 100 + 64 beats.
-    assert dma_cycles_for(1024, goban.dma) == 16 * 100 + 64
+    assert dma_cycles_for(1024, goban) == 16 * 100 + 64
     two = load_chip("goban", {"dma.bursts_in_flight": 2})
-    assert dma_cycles_for(1024, two.dma) == 8 * 100 + 64
-    assert list(dma_cycles_for(np.array([16, 17]), toy.dma)) == [101, 102]
+    assert dma_cycles_for(1024, two) == 8 * 100 + 64
+    assert list(dma_cycles_for(np.array([16, 17]), toy)) == [101, 102]
 
 
 def cost_of(chip, mapping, shape, tile):

@@ -7,7 +7,7 @@ import pytest
 
 import emulator
 from emulator import Barrier, CoreOp, Fence, Matmul, Mvout
-from dse.analytical.matmul import plan_matmul
+from dse.plan import plan_matmul
 from dse.chips import load_chip
 from dse.frontend import run_pipeline
 from dse.lower import Infeasible, lower

@@ -14,7 +14,8 @@ from emulator import CoreOp, Fp2Int, Int2Fp, Mset, Mvin, Mvout
 from dse.chips import load_chip, override_chip
 from dse.frontend import run_pipeline
 from dse.lower import lower
-from dse.lower.lower import core_cycles, dma_cycles, sram_lifetimes, stream_cycles
+from dse.cost import core_cycles, stream_cycles
+from dse.lower.lower import sram_lifetimes
 from dse.mapping import Candidate, Mapping
 from dse.numerics import compare
 from dse.workload.graph import Graph, Op, OpCounts, TensorSpec
@@ -164,10 +165,10 @@ def test_auto_takes_the_cheaper_of_ball_and_core(gemm_plus):
     assert _how(low)["x_int8"] == "core"
     # the estimate itself, by hand: the 40 x 40 fp32 input in a (48, 48) padded buffer =
     # 9216 bytes = 576 lines in, 144 out
-    assert dma_cycles(toy, 576) == 9 * 100 + 576 and dma_cycles(toy, 144) == 3 * 100 + 144
-    assert dma_cycles(goban, 576) == 144 * 100 + 576
-    assert dma_cycles(goban, 16, col=4, stride=4096) == 4 * 100 + 16  # 4 rows of 64 B, one burst each
-    from dse.lower.lower import Stream, StreamPiece
+    assert toy.dma_cycles(576) == 9 * 100 + 576 and toy.dma_cycles(144) == 3 * 100 + 144
+    assert goban.dma_cycles(576) == 144 * 100 + 576
+    assert goban.dma_cycles(16, col=4, strided=True) == 4 * 100 + 16  # 4 rows of 64 B, one burst each
+    from dse.plan import Stream, StreamPiece
     s = Stream("fp2int", 32, 8, 1, 1, [StreamPiece(0, 576, 0, 144, 0, 1.0)])
     assert stream_cycles(toy, s) == 4 + (900 + 576) + 576 + (300 + 144)
     assert core_cycles(toy, CoreOp("scale", emulator.DramTensor(0, (40, 40), "int8"),
@@ -226,7 +227,7 @@ def test_stream_cycles_is_the_emulators_serial_cost(gemm_plus, chip_name):
     """The cost the lowering compares (and the analytical model mirrors) is exactly the
     emulator's serial time of the emitted stream: MSETs, per piece MVIN + Ball + MVOUT
     (contiguous and strided transfers)."""
-    from dse.lower.lower import Stream, StreamPiece
+    from dse.plan import Stream, StreamPiece
     graph, inputs, _ = gemm_plus
     chip = load_chip(chip_name)
     checked = set()

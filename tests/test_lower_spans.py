@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from dse.frontend import run_pipeline
-from dse.lower.spans import Span, SpanError, halos, needed_rows, span_partition
+from dse.plan.spans import Span, SpanError, halos, needed_rows, span_partition
 from dse.workload.recipes import instantiate, load_recipe
 
 PARAMS = dict(length=64, mels=16, channels=16, out_channels=16)

@@ -1,4 +1,4 @@
-"""The mapper (dse.analytical.mapper) and `dse map`: legal tiles counted by hand, the best
+"""The mapper (dse.plan.mapper) and `dse map`: legal tiles counted by hand, the best
 tile against brute force over `matmul_cost`, the Pareto front, the framework's tile."""
 
 import json
@@ -7,9 +7,8 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 
-from dse.analytical import plan_matmuls
-from dse.analytical.mapper import gemm_shape, map_graph, map_graph_candidates, search_shape
-from dse.analytical.matmul import matmul_cost
+from dse.cost import matmul_cost
+from dse.plan import gemm_shape, map_graph, map_graph_candidates, plan_matmuls, search_shape
 from dse.chips import load_chip
 from dse.mapping import Candidate, CandidateArrays, Mapping, MatmulShape, framework_tiles, tile_grid
 
@@ -236,7 +235,7 @@ def test_a_candidate_with_more_workers_than_cores_is_blocked_with_a_reason():
 
 
 def test_plan_values_are_plan_matmuls_for_both_policies():
-    from dse.analytical.matmul import PLAN_FIELDS
+    from dse.plan import PLAN_FIELDS
 
     cands = [Candidate(load_chip("goban", {"banks.count": b, "banks.rows": r}), Mapping(workers=w, split=sp))
              for b in (8, 12, 20, 64) for r in (256, 1024) for w in (1, 3) for sp in ("rows", "cols")]

@@ -1,6 +1,6 @@
 """The matrix Ball's `timing = "systolic"`: SCALE-Sim's compute cycles, exactly.
 
-`dse.analytical.systolic_gemm_cycles` (= `emulator.balls.systolic_cycles`) is checked
+`dse.cost.systolic_gemm_cycles` (= `emulator.balls.systolic_cycles`) is checked
 against SCALE-Sim v3 itself (the `scalesim` package, a test dependency in
 requirements.txt) over shapes smaller and larger than the array, odd shapes, square and
 non-square arrays and the three dataflows: its compute cycles are its "Total Cycles" minus
@@ -24,8 +24,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from dse.analytical import plan_matmul, systolic_gemm_cycles
-from dse.analytical.matmul import ball_cycles
+from dse.cost import ball_cycles, systolic_gemm_cycles
+from dse.plan import plan_matmul
 from dse.mapping import Candidate, MatmulShape
 from dse.mapping.candidate import Mapping
 from dse.mapping.params import CandidateArrays

@@ -16,6 +16,8 @@ import numpy as np
 import pandas as pd
 
 from ..mapping import Candidate, CandidateArrays
+from ..plan.spans import SpanError
+from ..plan.units import too_many_workers
 from .graph_cost import graph_costs
 
 MODEL_VERSION = "analytical-0.3"
@@ -76,7 +78,6 @@ def estimate(graph, candidates: Sequence[Candidate],
 def _span_partitioned(graph, candidates, params, chips, per_op, halo) -> None:
     """Candidates whose mapping partitions a temporal stack into spans: each op's figures
     are the slowest worker's (`dse.analytical.spans`), with the halo recomputed per op."""
-    from ..lower.spans import SpanError
     from .spans import span_costs
 
     idx_all = [i for i, c in enumerate(candidates) if getattr(c.mapping, "partition", None) == "spans"]
@@ -97,8 +98,7 @@ def _span_partitioned(graph, candidates, params, chips, per_op, halo) -> None:
         too_many = idx[sub.workers > sub.cores]
         for c in per_op:  # the lowering refuses more spans than cores before anything else
             c.feasible[too_many] = False
-            c.reason[too_many] = [f"{W} workers but chip {params.chip_names[i]} has {params.cores[i]} cores"
-                                  for i in too_many]
+            c.reason[too_many] = [too_many_workers(W, params.chip_names[i], params.cores[i]) for i in too_many]
 
 
 def _calibrate(per_op, params: CandidateArrays, calibration) -> None:

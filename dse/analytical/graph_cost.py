@@ -1,36 +1,42 @@
-"""The cost of every op of a graph as the lowering emits it, for arrays of candidates.
+"""The cost of every op of a graph as the plan decides it, for arrays of candidates.
 
-The walk follows `dse.lower.lower` op by op and takes the same decisions with the same
-code: which products go to the matrix Ball (`_Builder._int8_product` / `_int8_conv`),
-where each tensor lives (real `dse.lower.memory` locations: padded row-major, strided, or
-a blocked accumulator), when a blocked accumulator or a strided view is copied out on the
-core first, how a row-independent core op is split across workers, which ReLU goes to the
-ReLU Ball. Costs are the emulator's: a core op ``ceil(elements x cycles per element)`` on
-the busiest worker, a matmul `matmul_cost`, a Ball stream its transfers and Ball latency
-back to back, and a FENCE or BARRIER per synchronisation the lowering inserts.
+The walk reads the plan's decisions (`dse.plan`), the very functions the lowering emits
+from: which products go to the matrix Ball (`matrix_product`, `matrix_conv`) with which
+tile (`plan_matmuls`), where each tensor lives (`dse.plan.memory` locations: padded
+row-major, strided, or a blocked accumulator) and when a blocked accumulator or a strided
+view is copied out on the core first, how a core op is split across workers
+(`busiest_elements`), which ReLU goes to the ReLU Ball (`relu_ball`), which scale op
+streams through a Ball (`scale_stream`, `stream_or_core`), what closes each op
+(`sync_after`). It sums the emulator's charges (`dse.cost`): a core op ``ceil(elements x
+cycles per element)`` on the busiest worker, a matmul `matmul_cost`, a Ball stream its
+transfers and Ball latency back to back, and a FENCE or BARRIER per synchronisation.
 
-Candidates differ in tiles (per candidate, vectorised), worker count, Ball set and core
-speeds; everything else about an op is the graph's.
+Candidates differ in tiles (per candidate, vectorised), worker count, Ball set, chip
+figures and core speeds; everything else about an op is the graph's.
 """
 
 from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field, replace
-from types import SimpleNamespace
 
 import numpy as np
 
 from emulator.chip import LATENCY_VARIABLES
 from emulator.formula import Formula
 
-from ..lower import coreop
-from ..lower.memory import Blocked, Dram, Loc, padded_shape, pad
+from ..cost.core import GRAPH_OP, charged_elements, split_share
+from ..cost.dma import candidate_dma_cycles
+from ..cost.matmul import matmul_cost
 from ..mapping import CandidateArrays, MatmulShape
+from ..plan.mapper import gemm_shape
+from ..plan.matmul import MatmulPlans, plan_matmuls
+from ..plan.memory import Blocked, Dram, Loc, pad
+from ..plan.split import busiest_elements
+from ..plan.units import (SCALE_KINDS, conv_pad, matrix_conv, matrix_product, relu_ball, reshape_view, sync_after,
+                          too_many_workers)
 from ..workload.graph import Graph, Op, scale_tensor
-from .dma import dma_cycles
-from .mapper import gemm_shape
-from .matmul import MatmulPlans, matmul_cost, plan_matmuls, split_share
+from .stream_cost import StreamCosts
 
 
 @dataclass
@@ -58,7 +64,7 @@ class OpCost:
 
 
 @dataclass
-class _Blocked:
+class BlockedOutput:
     """A blocked accumulator: (batch, M, N) and the producing tile per candidate."""
 
     batch: int
@@ -69,15 +75,16 @@ class _Blocked:
 
 
 @dataclass
-class _Tensor:
+class PlacedTensor:
     loc: Loc | None  # None for a blocked accumulator
-    blocked: _Blocked | None = None
+    blocked: BlockedOutput | None = None
     unblocked: Loc | None = None  # the row-major copy, once made
 
 
 @dataclass
-class _Acc:
-    """Accumulates one op's costs."""
+class Charges:
+    """One op's charges, accumulated as the walk meets its parts (arrays of length n).
+    The Ball-side figures are None until a Ball path sets them."""
 
     n: int
     core: np.ndarray = field(init=False)  # on the busiest worker
@@ -85,360 +92,296 @@ class _Acc:
     dma: np.ndarray = field(init=False)
     syncs: np.ndarray = field(init=False)
     busy: np.ndarray = field(init=False)  # summed over workers
-    extra: dict = field(default_factory=dict)
+    ball_busy: np.ndarray | None = None  # the Ball's own busy cycles on the busiest worker
+    banks: np.ndarray | None = None
+    bank_rows: np.ndarray | None = None
+    sram: np.ndarray | None = None
+    dma_bytes: np.ndarray | None = None
+
+    BALL_FIGURES = ("ball_busy", "banks", "bank_rows", "sram", "dma_bytes")
+    TIMES = ("core", "ball", "dma", "syncs", "busy")
 
     def __post_init__(self):
         self.core, self.ball, self.dma, self.busy = (np.zeros(self.n) for _ in range(4))
         self.syncs = np.zeros(self.n, dtype=np.int64)
 
+    def add(self, other: "Charges") -> None:
+        for f in self.TIMES:
+            setattr(self, f, getattr(self, f) + getattr(other, f))
 
-def _lowering():
-    # dse.lower imports the mapper from this package: import it when first needed
-    import importlib
-    return importlib.import_module("dse.lower.lower")
-
-
-def _busiest_elements(kind, op, dst_shape, src_shapes, elements, W: int) -> int:
-    """Elements the busiest worker runs of a core op (the whole op when it is not split):
-    the first slice of the lowering's own split (`split_plan`)."""
-    if W <= 1:
-        return elements
-    plan = _lowering().split_plan(kind, op, dst_shape, src_shapes)
-    if plan is None:
-        return elements
-    axis, cuts = plan
-    per = -(-dst_shape[axis] // W)
-    part_dst = list(dst_shape)
-    part_dst[axis] = per
-    sizes = [math.prod(part_dst)]
-    for shape, cut in zip(src_shapes, cuts):
-        part = list(shape)
-        if cut is not None:
-            part[cut] = per
-        sizes.append(math.prod(part))
-    return max(sizes)
+    def select(self, on_ball: np.ndarray, ball: "Charges", core: "Charges") -> None:
+        """Per candidate, the Ball path's charges where `on_ball`, else the core path's."""
+        for f in self.TIMES:
+            setattr(self, f, getattr(self, f) + np.where(on_ball, getattr(ball, f), getattr(core, f)))
+        for f in self.BALL_FIGURES:
+            value = getattr(ball, f)
+            if value is not None:
+                setattr(self, f, np.where(on_ball, value, 0))
 
 
 class GraphCost:
-    """Walks a graph for a batch of candidates, op by op, as the lowering does."""
+    """Walks a graph for a batch of candidates, op by op, reading the plan."""
 
     def __init__(self, graph: Graph, params: CandidateArrays, chips=None):
-        self.g, self.p, self.n = graph, params, params.n
-        # The chip configs, for decisions the lowering makes from a whole chip (Ball streams);
-        # without them those ops are costed on the core.
+        self.graph, self.params, self.n = graph, params, params.n
+        # The chip configs, for the plan's whole-chip decisions (Ball streams); without them
+        # those ops are costed on the core.
         self.chips = chips
-        self.chip_keys = [_chip_key(c) for c in chips] if chips is not None else None
-        self.W = np.asarray(params.workers, dtype=np.int64)
-        self.Ws = sorted(set(int(w) for w in self.W))
+        self.workers = np.asarray(params.workers, dtype=np.int64)
+        self.worker_counts = sorted(set(int(w) for w in self.workers))
         self.dram = Dram()  # placement only: no data
-        self.t: dict[str, _Tensor] = {}
+        self.tensors: dict[str, PlacedTensor] = {}
         self.plans: dict[MatmulShape, MatmulPlans] = {}
-        self.shim = SimpleNamespace(g=graph)
-        self.too_many_reason = np.array([f"{w} workers but chip {name} has {c} cores" for w, name, c
+        self.streams = StreamCosts(graph, params, chips) if chips is not None else None
+        self.too_many_reason = np.array([too_many_workers(w, name, c) for w, name, c
                                          in zip(params.workers, params.chip_names, params.cores)], dtype=object)
+        # What closes an op's part, per candidate: any sync at all, and whether it is a BARRIER.
+        closing = {(w, ball): sync_after(w, ball) for w in self.worker_counts for ball in (False, True)}
+        self.closes_after_ball = np.array([closing[int(w), True] is not None for w in self.workers], dtype=np.int64)
+        self.closes_after_core = np.array([closing[int(w), False] is not None for w in self.workers], dtype=np.int64)
+        self.sync_cycles = np.where([closing[int(w), True] == "barrier" for w in self.workers],
+                                    params.barrier_cycles, params.fence_cycles)
         for name in graph.inputs:
             spec = graph.tensors[name]
-            self.t[name] = _Tensor(self.dram.tensor(spec.shape, spec.dtype))
+            self.tensors[name] = PlacedTensor(self.dram.tensor(spec.shape, spec.dtype))
 
     # ------------------------------------------------------------ placement
-    def _get(self, name: str) -> _Tensor:
-        if name not in self.t:  # a weight, placed on first use
-            spec = self.g.tensors[name]
-            self.t[name] = _Tensor(self.dram.tensor(spec.shape, spec.dtype))
-        return self.t[name]
+    def placed(self, name: str) -> PlacedTensor:
+        if name not in self.tensors:  # a weight, placed on first use
+            spec = self.graph.tensors[name]
+            self.tensors[name] = PlacedTensor(self.dram.tensor(spec.shape, spec.dtype))
+        return self.tensors[name]
 
-    def _core(self, acc: _Acc, kind: str, op, dst_shape, src_shapes, elements: int, cpe: np.ndarray):
-        """A core op (split across workers where the lowering splits it)."""
-        busiest = {w: _busiest_elements(kind, op, dst_shape, src_shapes, elements, w) for w in self.Ws}
-        share = np.array([busiest[int(w)] for w in self.W], dtype=np.float64)
-        acc.core += np.ceil(share * cpe)
-        acc.busy += np.ceil(elements * cpe)
+    def core_op(self, charges: Charges, kind: str, op, dst_shape, src_shapes, elements: int, cpe: np.ndarray):
+        """A core op, split across workers where the plan splits it."""
+        busiest = {w: busiest_elements(kind, op, dst_shape, src_shapes, elements, w) for w in self.worker_counts}
+        share = np.array([busiest[int(w)] for w in self.workers], dtype=np.float64)
+        charges.core += np.ceil(share * cpe)
+        charges.busy += np.ceil(elements * cpe)
 
-    def _core_tiled(self, acc: _Acc, blk: _Blocked, cpe: np.ndarray):
+    def core_op_tiled(self, charges: Charges, blk: BlockedOutput, cpe: np.ndarray):
         """A core op over a blocked accumulator's padded grid (batch, Mt, tm, Nt, tn): split
-        as `split_plan` splits it (the first axis of at least 2), vectorised over the
-        candidates' tiles."""
+        along the first axis of at least 2, vectorised over the candidates' tiles."""
         Mp, Np = pad(blk.M), pad(blk.N)
         total = blk.batch * Mp * Np
-        share = split_share(total, (blk.batch, Mp // blk.tm, blk.tm), self.W)
-        acc.core += np.ceil(share * cpe)
-        acc.busy += np.ceil(total * cpe)
+        share = split_share(total, (blk.batch, Mp // blk.tm, blk.tm), self.workers)
+        charges.core += np.ceil(share * cpe)
+        charges.busy += np.ceil(total * cpe)
 
-    def _sync(self, acc: _Acc, after_ball: bool):
-        # W > 1: a BARRIER on every worker; one worker: a FENCE after Ball work only.
-        acc.syncs += np.where(self.W > 1, 1, 1 if after_ball else 0)
+    def close(self, charges: Charges, after_ball: bool):
+        charges.syncs += self.closes_after_ball if after_ball else self.closes_after_core
 
-    def logical(self, acc: _Acc, name: str) -> Loc:
-        t = self._get(name)
+    def logical(self, charges: Charges, name: str) -> Loc:
+        """A row-major location: a blocked accumulator is copied out once (charged)."""
+        t = self.placed(name)
         if t.blocked is None:
             return t.loc
         if t.unblocked is None:
             b = t.blocked
-            t.unblocked = self.dram.matrix(self.g.tensors[name].shape, "int32", b.batch, b.M, b.N)
-            self._core_tiled(acc, b, self.p.copy_cpe)
-            self._sync(acc, False)
+            t.unblocked = self.dram.matrix(self.graph.tensors[name].shape, "int32", b.batch, b.M, b.N)
+            self.core_op_tiled(charges, b, self.params.copy_cpe)
+            self.close(charges, False)
         return t.unblocked
 
-    def standard(self, acc: _Acc, name: str) -> Loc:
-        loc = self.logical(acc, name)
+    def standard(self, charges: Charges, name: str) -> Loc:
+        """A padded row-major location: anything else is copied (charged)."""
+        loc = self.logical(charges, name)
         if loc.standard:
             return loc
         out = self.dram.tensor(loc.shape, loc.dtype)
-        self._core(acc, "copy", None, loc.shape, [loc.shape], math.prod(loc.shape), self.p.copy_cpe)
-        self._sync(acc, False)
+        self.core_op(charges, "copy", None, loc.shape, [loc.shape], math.prod(loc.shape), self.params.copy_cpe)
+        self.close(charges, False)
         return out
 
     # ------------------------------------------------------------ ops
     def op_cost(self, op: Op) -> OpCost:
-        n = self.n
-        acc = _Acc(n)
+        n, p = self.n, self.params
+        charges = Charges(n)
         unit = "core"
         gemm = None
-        builder = _lowering()._Builder
-        if op.kind in ("linear", "matmul") and builder._int8_product(self.shim, op):
-            gemm, unit = self._matmul(acc, op), "matrix"
-        elif op.kind in ("conv1d", "conv2d") and builder._int8_conv(self.shim, op):
-            gemm, unit = self._conv(acc, op), "matrix"
-        elif op.kind in ("requantize", "dequantize", "quantize"):
-            unit = self._scale_op(acc, op)
-        elif op.kind == "relu" and (relu := self._relu_ball(acc, op)) is not None:
+        if matrix_product(self.graph, op):
+            gemm, unit = self._matmul(charges, op), "matrix"
+        elif matrix_conv(self.graph, op):
+            gemm, unit = self._conv(charges, op), "matrix"
+        elif op.kind in SCALE_KINDS:
+            unit = self._scale_op(charges, op)
+        elif op.kind == "relu" and (relu := self._relu_ball(charges, op)) is not None:
             unit = relu
         elif op.kind == "reshape" and self._reshape(op):
             unit = "none"
         else:
-            self._generic(acc, op)
+            self._generic(charges, op)
         zeros = np.zeros(n, dtype=np.int64)
         feasible = np.ones(n, dtype=bool)
         reason = np.full(n, "", dtype=object)
         banks, sram, rows_used, tiles, dma_bytes = zeros, zeros, zeros, (zeros, zeros, zeros), zeros
-        workers_used = np.minimum(self.W, self.p.cores)
+        compute = zeros
+        workers_used = np.minimum(self.workers, p.cores)
         units = np.full(n, unit, dtype=object) if isinstance(unit, str) else unit.astype(object)
         if gemm is not None:
             plans = gemm
             feasible = plans.feasible.copy()
             # the very words the lowering raises (`Infeasible`)
             reason = np.array([f"op {op.name}: {r}" if r else "" for r in plans.reason], dtype=object)
-            acc.core += np.where(feasible, plans.core_cycles, 0)
-            acc.busy += np.where(feasible, plans.busy_cycles, 0)
-            acc.ball += np.where(feasible, plans.cycles - plans.core_cycles, 0)
-            acc.extra["compute"] = plans.compute_cycles
-            acc.dma += plans.dma_cycles
+            charges.core += np.where(feasible, plans.core_cycles, 0)
+            charges.busy += np.where(feasible, plans.busy_cycles, 0)
+            charges.ball += np.where(feasible, plans.cycles - plans.core_cycles, 0)
+            compute = plans.compute_cycles
+            charges.dma += plans.dma_cycles
             banks, sram, rows_used, dma_bytes = plans.banks, plans.sram_bytes, plans.bank_rows, plans.dma_bytes
             tiles = (plans.tm, plans.tn, plans.tk)
             workers_used = np.where(feasible, plans.workers_used, workers_used)
-        if "sram" in acc.extra:
-            sram, banks, rows_used = acc.extra["sram"], acc.extra["banks"], acc.extra["bank_rows"]
-        if "dma_bytes" in acc.extra:
-            dma_bytes = acc.extra["dma_bytes"]
+        if charges.sram is not None:
+            sram, banks, rows_used = charges.sram, charges.banks, charges.bank_rows
+        if charges.dma_bytes is not None:
+            dma_bytes = charges.dma_bytes
+        if charges.ball_busy is not None:
+            compute = charges.ball_busy
         # More workers than cores: the lowering refuses the whole graph, before any op.
-        too_many = self.W > self.p.cores
+        too_many = self.workers > p.cores
         if too_many.any():
             feasible = feasible & ~too_many
             reason = np.where(too_many, self.too_many_reason, reason)
-        sync_cycles = acc.syncs * np.where(self.W > 1, self.p.barrier_cycles, self.p.fence_cycles)
-        cycles = np.round(acc.core + acc.ball + sync_cycles).astype(np.int64)
-        compute = acc.extra.get("compute", acc.extra.get("ball_busy", zeros))
+        cycles = np.round(charges.core + charges.ball + charges.syncs * self.sync_cycles).astype(np.int64)
 
         def own(x, dtype=np.int64):  # every field its own array (callers write into them)
             return np.array(np.broadcast_to(x, (n,)), dtype=dtype)
 
         return OpCost(own(units, object), own(feasible, bool), own(reason, object), own(np.where(feasible, cycles, 0)),
-                      own(compute), own(np.round(acc.dma)), own(np.round(acc.core)),
-                      own(np.where(feasible, np.round(acc.ball), 0)), own(np.where(feasible, np.round(acc.busy), 0)),
-                      own(acc.syncs), own(dma_bytes), own(sram), own(rows_used), own(banks), *[own(t) for t in tiles],
-                      own(workers_used))
+                      own(compute), own(np.round(charges.dma)), own(np.round(charges.core)),
+                      own(np.where(feasible, np.round(charges.ball), 0)),
+                      own(np.where(feasible, np.round(charges.busy), 0)),
+                      own(charges.syncs), own(dma_bytes), own(sram), own(rows_used), own(banks),
+                      *[own(t) for t in tiles], own(workers_used))
 
     def _plans(self, shape: MatmulShape) -> MatmulPlans:
         if shape not in self.plans:  # repeated layers share one evaluation
-            serial = self.p.serial
+            serial = self.params.serial
             if not serial.any():
-                self.plans[shape] = plan_matmuls(self.p, shape)
+                self.plans[shape] = plan_matmuls(self.params, shape)
             else:
-                # The lowering picks tiles by the overlapped cost whatever the emulator's mode:
+                # The plan picks tiles by the overlapped cost whatever the emulator's mode:
                 # pick them so, then cost those tiles in serial timing.
-                picked = plan_matmuls(replace(self.p, serial=np.zeros(self.n, dtype=bool)), shape)
+                picked = plan_matmuls(replace(self.params, serial=np.zeros(self.n, dtype=bool)), shape)
                 ok = picked.feasible
                 col = lambda a: np.where(ok, a, 16)[:, None]  # noqa: E731  (any tile where none fits)
-                cost = matmul_cost(self.p, shape, col(picked.tm), col(picked.tn), col(picked.tk))
+                cost = matmul_cost(self.params, shape, col(picked.tm), col(picked.tn), col(picked.tk))
                 for name in ("cycles", "compute_cycles", "dma_cycles", "core_cycles", "busy_cycles"):
                     picked.values[name] = np.where(ok, getattr(cost, name)[:, 0], 0)
                 self.plans[shape] = picked
         return self.plans[shape]
 
     def _blocked_out(self, name: str, batch: int, M: int, N: int, plans: MatmulPlans):
-        self.t[name] = _Tensor(None, _Blocked(batch, M, N, np.maximum(plans.tm, 16), np.maximum(plans.tn, 16)))
+        self.tensors[name] = PlacedTensor(None, BlockedOutput(batch, M, N, np.maximum(plans.tm, 16),
+                                                              np.maximum(plans.tn, 16)))
 
-    def _matmul(self, acc: _Acc, op: Op) -> MatmulPlans:
-        shape = gemm_shape(self.g, op)
-        self.standard(acc, op.inputs[0])
+    def _matmul(self, charges: Charges, op: Op) -> MatmulPlans:
+        shape = gemm_shape(self.graph, op)
+        self.standard(charges, op.inputs[0])
         if not shape.b_weight:
-            self.logical(acc, op.inputs[1])
+            self.logical(charges, op.inputs[1])
         plans = self._plans(shape)
-        acc.syncs += np.where(self.W > 1, (plans.core_cycles > 0).astype(np.int64), 0)  # after the packs
-        self._sync(acc, True)
+        # the packing copies, closed before the Ball reads them
+        charges.syncs += np.where(self.workers > 1, (plans.core_cycles > 0).astype(np.int64), 0)
+        self.close(charges, True)
         self._blocked_out(op.outputs[0], shape.batch, shape.M, shape.N, plans)
         return plans
 
-    def _conv(self, acc: _Acc, op: Op) -> MatmulPlans:
-        g = self.g
-        x = self.logical(acc, op.inputs[0])
-        out = g.tensors[op.outputs[0]]
-        w_shape = g.tensors[op.inputs[1]].shape
+    def _conv(self, charges: Charges, op: Op) -> MatmulPlans:
+        graph, copy_cpe = self.graph, self.params.copy_cpe
+        x = self.logical(charges, op.inputs[0])
+        out = graph.tensors[op.outputs[0]]
+        w_shape = graph.tensors[op.inputs[1]].shape
         nd = len(w_shape) - 2
         kernel, C = tuple(w_shape[:nd]), w_shape[nd]
-        padding = op.attrs["padding"]
-        pad_lr = [tuple(v) for v in op.attrs.get("pad_lr", [(p, p) for p in padding])]
         n_img = x.shape[0]
         outs = tuple(out.shape[1:1 + nd])
-        if any(lo or hi for lo, hi in pad_lr):
-            self._core(acc, "copy", None, x.shape, [x.shape], math.prod(x.shape), self.p.copy_cpe)
-            self._sync(acc, False)
-        gshape = (n_img, *outs, *kernel, C)
-        self._core(acc, "copy", None, gshape, [gshape], math.prod(gshape), self.p.copy_cpe)
-        self._sync(acc, False)
-        shape = gemm_shape(self.g, op)  # the im2col GEMM: M = images x positions, K = taps x C
+        if any(lo or hi for lo, hi in conv_pad(op)):  # the copy into a zero-padded image
+            self.core_op(charges, "copy", None, x.shape, [x.shape], math.prod(x.shape), copy_cpe)
+            self.close(charges, False)
+        gather = (n_img, *outs, *kernel, C)  # the im2col gather
+        self.core_op(charges, "copy", None, gather, [gather], math.prod(gather), copy_cpe)
+        self.close(charges, False)
+        shape = gemm_shape(graph, op)  # the im2col GEMM: M = images x positions, K = taps x C
         plans = self._plans(shape)
-        acc.syncs += np.where(self.W > 1, (plans.core_cycles > 0).astype(np.int64), 0)
-        self._sync(acc, True)
+        charges.syncs += np.where(self.workers > 1, (plans.core_cycles > 0).astype(np.int64), 0)
+        self.close(charges, True)
         self._blocked_out(op.outputs[0], 1, shape.M, shape.N, plans)
         return plans
 
-    def _scale_op(self, acc: _Acc, op: Op) -> str | np.ndarray:
-        """quantize / requantize / dequantize: the lowering's own plan and choice
-        (`_Builder._scale_plan`, Ball stream when it beats the core op on the slowest
-        worker) per group of candidates that share the figures the choice reads, costed
-        as the emulator runs the stream (`stream_cycles`: per piece MVIN, Ball, MVOUT back
-        to back) or as the core op."""
-        spec = self.g.tensors[op.outputs[0]]
+    def _scale_op(self, charges: Charges, op: Op) -> str | np.ndarray:
+        """quantize / requantize / dequantize: the plan's Ball stream where the plan takes it
+        (`StreamCosts`, per candidate), else the core op."""
+        spec = self.graph.tensors[op.outputs[0]]
         shape = tuple(spec.shape)
-        t = self._get(op.inputs[0])
+        t = self.placed(op.inputs[0])
         b = t.blocked
         out = self.dram.matrix(shape, spec.dtype, b.batch, b.M, b.N) if b is not None \
             else self.dram.tensor(shape, spec.dtype)
-        self.t[op.outputs[0]] = _Tensor(out)
-        core = _Acc(self.n)
+        self.tensors[op.outputs[0]] = PlacedTensor(out)
+        core = Charges(self.n)
         if b is not None:
-            self._core_tiled(core, b, self.p.mul_cpe)
+            self.core_op_tiled(core, b, self.params.mul_cpe)
         else:
             scale_t = scale_tensor(op.attrs, shape)
             if scale_t.dim() == 0 or scale_t.numel() == 1:
-                self._core(core, "scale", None, shape, [t.loc.shape], max(math.prod(shape), math.prod(t.loc.shape)),
-                           self.p.scale_cpe)
+                self.core_op(core, "scale", None, shape, [t.loc.shape],
+                             max(math.prod(shape), math.prod(t.loc.shape)), self.params.scale_cpe)
             else:
                 sshape = tuple(scale_t.shape)
-                self._core(core, "mul", None, shape, [t.loc.shape, sshape],
-                           max(math.prod(shape), math.prod(t.loc.shape), math.prod(sshape)), self.p.mul_cpe)
-        self._sync(core, False)
-        if self.chips is None:
-            self._add(acc, core)
-            return "epilogue" if b is not None else "core"
-
-        stream = np.zeros(self.n, dtype=bool)
-        ball_acc = _Acc(self.n)
-        kind = ""
-        groups: dict[tuple, list[int]] = {}
-        for i in range(self.n):
-            tile = (int(b.tm[i]), int(b.tn[i])) if b is not None else ()
-            groups.setdefault((self.chip_keys[i], int(self.W[i]), tile), []).append(i)
-        # The choice depends on nothing but the group's key: remembered on the graph, so a
-        # sweep's later batches (the same graph) reuse it.
-        memo = self.g.__dict__.setdefault("_stream_choices", {})
-        for (key, W, tile), idx in groups.items():
-            if key == ():
-                continue
-            if (op.name, key, W, tile) not in memo:
-                memo[(op.name, key, W, tile)] = self._stream_choice(op, t.loc, b, out, shape, self.chips[idx[0]], W,
-                                                                    tile)
-            choice = memo[(op.name, key, W, tile)]
-            if choice is None:
-                continue
-            ids = np.array(idx)
-            stream[ids] = True
-            ball_acc.ball[ids] = choice["cycles"]
-            ball_acc.busy[ids] = choice["busy"]
-            ball_acc.dma[ids] = choice["dma"]
-            for name in ("ball_busy", "banks", "bank_rows", "dma_bytes"):
-                ball_acc.extra.setdefault(name, np.zeros(self.n, dtype=np.int64))[ids] = choice[name]
-            ball_acc.extra.setdefault("sram", np.zeros(self.n, dtype=np.int64))[ids] = \
-                choice["banks"] * self.p.bank_rows[ids] * self.p.row_bytes[ids]  # each candidate's own banks
-            kind = choice["kind"]
-        self._sync(ball_acc, True)
-        self._select(acc, stream, ball_acc, core)
+                self.core_op(core, "mul", None, shape, [t.loc.shape, sshape],
+                             max(math.prod(shape), math.prod(t.loc.shape), math.prod(sshape)), self.params.mul_cpe)
+        self.close(core, False)
         on_core = "epilogue" if b is not None else "core"
-        return np.where(stream, kind, on_core) if stream.any() else on_core
-
-    def _stream_choice(self, op: Op, loc: Loc, b: "_Blocked | None", out: Loc, shape, chip, W: int, tile) -> dict | None:
-        """The lowering's plan for one group, and its cost when the lowering takes it."""
-        low = _lowering()
-        builder = low._Builder.__new__(low._Builder)
-        builder.chip, builder.W, builder.dram, builder.g = chip, W, Dram(), self.g
-        src = loc
+        if self.streams is None:
+            charges.add(core)
+            return on_core
+        src = t.loc
+        tiles = None
         if b is not None:
-            tm, tn = tile
-            Mp, Np = pad(b.M), pad(b.N)
-            src = Loc(0, tuple(self.g.tensors[op.inputs[0]].shape), "int32", (),
-                      Blocked(b.batch, Mp // tm, Np // tn, tm, tn, b.M, b.N))
-        scale = scale_tensor(op.attrs, shape).numpy().astype(np.float32)
-        plan = builder._scale_plan(op, src, out, scale, shape)
-        if plan is None:
-            return None
-        core_op = builder._scale_core(src, out, scale, shape, place=False)
-        parts = [q for q in (builder._split(core_op) or [core_op]) if q is not None] if W > 1 else [core_op]
-        cycles = low.stream_cycles(chip, plan, W)
-        if cycles >= max(low.core_cycles(chip, q) for q in parts):
-            return None
-        ball = chip.ball(plan.kind).latency_formula("default")
-        mset = chip.front_end.mset_cycles
-        ball_busy = sum(int(ball.cycles(iter=q.in_lines)) for q in plan.pieces[::W])
-        return {"kind": plan.kind, "cycles": cycles, "ball_busy": ball_busy, "dma": cycles - ball_busy - 4 * mset,
-                "busy": low.stream_cycles(chip, plan, 1) + 4 * mset * (min(W, len(plan.pieces)) - 1),
-                "banks": 1 + plan.dst_col, "dma_bytes": 16 * sum(q.in_lines + q.out_lines for q in plan.pieces),
-                "bank_rows": max(q.in_lines for q in plan.pieces) + max(q.out_lines for q in plan.pieces)}
+            src = Loc(0, tuple(self.graph.tensors[op.inputs[0]].shape), "int32", (),
+                      Blocked(b.batch, 0, 0, 0, 0, b.M, b.N))  # the tile is each candidate's (`tiles`)
+            tiles = (b.tm, b.tn)
+        stream = self.streams.charges(op, src, out, shape, tiles)
+        if stream is None:
+            charges.add(core)
+            return on_core
+        on_ball, ball, kinds = stream
+        self.close(ball, True)
+        charges.select(on_ball, ball, core)
+        return np.where(on_ball, kinds, on_core) if on_ball.any() else on_core
 
-    @staticmethod
-    def _select(acc: _Acc, on_ball: np.ndarray, ball: _Acc, core: _Acc) -> None:
-        """Per candidate, the Ball path's costs where `on_ball`, else the core path's."""
-        for f in ("core", "ball", "dma", "syncs", "busy"):
-            setattr(acc, f, getattr(acc, f) + np.where(on_ball, getattr(ball, f), getattr(core, f)))
-        acc.extra.update({k: np.where(on_ball, v, 0) for k, v in ball.extra.items()})
-
-    @staticmethod
-    def _add(acc: _Acc, other: _Acc) -> None:
-        for f in ("core", "ball", "dma", "syncs", "busy"):
-            setattr(acc, f, getattr(acc, f) + getattr(other, f))
-
-    def _relu_ball(self, acc: _Acc, op: Op) -> str | np.ndarray | None:
+    def _relu_ball(self, charges: Charges, op: Op) -> str | np.ndarray | None:
         """The ReLU Ball streams the padded buffer through one bank: per chunk of a bank's
         rows, MVIN, RELU, MVOUT back to back (the in-order DMA engine holds the next MVIN
         behind the MVOUT), chunks dealt to workers. Candidates without the Ball run the
         op on the core. Returns the unit (per candidate when they differ), or None when no
         candidate can use the Ball."""
-        spec = self.g.tensors[op.outputs[0]]
-        t = self._get(op.inputs[0])
-        p = self.p
-        has = np.array([f is not None for f in p.relu_formula])
-        if spec.dtype not in ("int8", "int32") or t.blocked is not None or not t.loc.standard or not has.any():
+        spec = self.graph.tensors[op.outputs[0]]
+        t = self.placed(op.inputs[0])
+        has = np.array([f is not None for f in self.params.relu_formula])
+        if not relu_ball(bool(has.any()), spec.dtype, t.loc if t.blocked is None else None):
             return None
         if not has.all():  # some candidates run it on the core: cost both, pick per candidate
-            core_acc = _Acc(self.n)
-            self._generic(core_acc, op)
-            ball_acc = _Acc(self.n)
-            self._relu_stream(ball_acc, t.loc)
-            self._select(acc, has, ball_acc, core_acc)
+            core = Charges(self.n)
+            self._generic(core, op)
+            ball = Charges(self.n)
+            self._relu_stream(ball, t.loc)
+            charges.select(has, ball, core)
         else:
-            self._relu_stream(acc, t.loc)
-        self.t[op.outputs[0]] = _Tensor(self.dram.tensor(spec.shape, spec.dtype))
+            self._relu_stream(charges, t.loc)
+        self.tensors[op.outputs[0]] = PlacedTensor(self.dram.tensor(spec.shape, spec.dtype))
         return "relu" if has.all() else np.where(has, "relu", "core")
 
-    def _relu_stream(self, acc: _Acc, src: Loc):
-        p = self.p
+    def _relu_stream(self, charges: Charges, src: Loc):
+        """The chunks of `relu_chunks` (a bank's addressable rows each), costed per candidate."""
+        p = self.params
         lines = src.nbytes // 16
         rows = p.usable_rows
         chunks = -(-lines // rows)
-        mine = -(-chunks // self.W)  # worker 0's chunks
+        mine = -(-chunks // self.workers)  # worker 0's chunks
         full = np.minimum(lines, rows)
         last = lines - (chunks - 1) * rows
-        dma = (p.beat_bytes, p.burst_max_bytes, p.bursts_in_flight, p.dma_latency)
         texts = np.array([t or "" for t in p.relu_formula], dtype=object)
         r_full, r_last = np.zeros(self.n), np.zeros(self.n)
         for text in set(texts) - {""}:
@@ -446,58 +389,45 @@ class GraphCost:
             f = Formula(text, LATENCY_VARIABLES["relu"])
             r_full[idx] = np.broadcast_to(f.cycles(iter=full[idx]), idx.shape)
             r_last[idx] = np.broadcast_to(f.cycles(iter=last[idx]), idx.shape)
-        d_full = 2 * dma_cycles(full * 16, *dma)
-        d_last = 2 * dma_cycles(last * 16, *dma)
+        d_full = 2 * candidate_dma_cycles(p, full * 16)
+        d_last = 2 * candidate_dma_cycles(p, last * 16)
         # worker 0 holds chunk 0, W, 2W, ...: the short last chunk only when it lands there
-        last_on_0 = (chunks - 1) % self.W == 0
+        last_on_0 = (chunks - 1) % self.workers == 0
         n_full = np.where(last_on_0, mine - 1, mine)
         stream = n_full * (d_full + r_full) + np.where(last_on_0, d_last + r_last, 0)
-        acc.ball += stream + 4 * p.mset_cycles
-        used = np.minimum(self.W, chunks)
-        acc.busy += (chunks - 1) * (d_full + r_full) + (d_last + r_last) + 4 * p.mset_cycles * used
-        acc.dma += n_full * d_full + np.where(last_on_0, d_last, 0)
-        acc.extra["ball_busy"] = (n_full * r_full + np.where(last_on_0, r_last, 0)).astype(np.int64)
-        banks = 2 * -(-np.minimum(lines, rows) // rows)
-        acc.extra["banks"] = banks
-        acc.extra["sram"] = banks * p.bank_rows * p.row_bytes
-        acc.extra["bank_rows"] = 2 * np.minimum(lines, rows)  # a chunk in, its result out
-        acc.extra["dma_bytes"] = np.full(self.n, 2 * lines * 16, dtype=np.int64)
-        self._sync(acc, True)
+        charges.ball += stream + 4 * p.mset_cycles
+        used = np.minimum(self.workers, chunks)
+        charges.busy += (chunks - 1) * (d_full + r_full) + (d_last + r_last) + 4 * p.mset_cycles * used
+        charges.dma += n_full * d_full + np.where(last_on_0, d_last, 0)
+        charges.ball_busy = (n_full * r_full + np.where(last_on_0, r_last, 0)).astype(np.int64)
+        charges.banks = 2 * -(-np.minimum(lines, rows) // rows)
+        charges.sram = charges.banks * p.bank_rows * p.row_bytes
+        charges.bank_rows = 2 * np.minimum(lines, rows)  # a chunk in, its result out
+        charges.dma_bytes = np.full(self.n, 2 * lines * 16, dtype=np.int64)
+        self.close(charges, True)
 
     def _reshape(self, op: Op) -> bool:
-        t = self._get(op.inputs[0])
-        spec = self.g.tensors[op.outputs[0]]
-        src = t.loc
-        if t.blocked is None and src.standard and src.buffer_shape == src.shape \
-                and padded_shape(tuple(spec.shape)) == tuple(spec.shape):
-            self.t[op.outputs[0]] = _Tensor(Loc(src.addr, tuple(spec.shape), spec.dtype, tuple(spec.shape)))
-            return True
-        return False
+        t = self.placed(op.inputs[0])
+        spec = self.graph.tensors[op.outputs[0]]
+        view = reshape_view(t.loc, spec.shape, spec.dtype) if t.blocked is None else None
+        if view is None:
+            return False
+        self.tensors[op.outputs[0]] = PlacedTensor(view)
+        return True
 
-    def _generic(self, acc: _Acc, op: Op):
-        srcs = [self.logical(acc, name) for name in op.inputs]
-        spec = self.g.tensors[op.outputs[0]]
-        self.t[op.outputs[0]] = _Tensor(self.dram.tensor(spec.shape, spec.dtype))
+    def _generic(self, charges: Charges, op: Op):
+        srcs = [self.logical(charges, name) for name in op.inputs]
+        spec = self.graph.tensors[op.outputs[0]]
+        self.tensors[op.outputs[0]] = PlacedTensor(self.dram.tensor(spec.shape, spec.dtype))
         shapes = [s.shape for s in srcs]
-        elements = coreop.charged_elements(op, [math.prod(s) for s in shapes], math.prod(spec.shape))
-        self._core(acc, coreop.KIND, op, tuple(spec.shape), shapes, elements, self.p.graph_op_cpe)
-        self._sync(acc, False)
-
-
-def _chip_key(chip) -> tuple:
-    """The figures a Ball-stream decision reads (chips equal in these decide alike)."""
-    b, d, f, c = chip.banks, chip.dma, chip.front_end, chip.cores
-    balls = tuple((x.kind, tuple(sorted(x.latency.items()))) for x in chip.balls if x.kind in ("fp2int", "int2fp"))
-    if not balls:
-        return ()  # no stream Ball: always the core op
-    # The plan reads the addressable rows, and the bank count only against 1 + a
-    # destination bank's col (at most max_col).
-    rows = min(b.rows, 1 << chip.isa.row_addr_bits)
-    return (balls, rows, b.row_bytes, min(b.count, b.max_col + 1), b.max_col, chip.isa.max_value("stride"),
-            d.beat_bytes, d.burst_max_bytes, d.bursts_in_flight, d.inflight_requests, d.latency_cycles,
-            f.mset_cycles, c.op_cycles_per_element, tuple(sorted(c.op_cycles.items())))
+        elements = charged_elements(op, [math.prod(s) for s in shapes], math.prod(spec.shape))
+        self.core_op(charges, GRAPH_OP, op, tuple(spec.shape), shapes, elements, self.params.graph_op_cpe)
+        self.close(charges, False)
 
 
 def graph_costs(graph: Graph, params: CandidateArrays, chips=None) -> list[OpCost]:
     walker = GraphCost(graph, params, chips)
     return [walker.op_cost(op) for op in graph.ops]
+
+
+__all__ = ["OpCost", "graph_costs"]

@@ -24,6 +24,7 @@ import math
 import numpy as np
 
 from ..mapping import CandidateArrays
+from ..plan.spans import SpanError, span_graph, span_partition, time_axes
 from .graph_cost import OpCost, graph_costs
 
 
@@ -36,12 +37,9 @@ def span_costs(graph, params: CandidateArrays, chips, workers: int) -> tuple[lis
     feeds; the assembly copy and the final barrier to the last op), and per op the halo
     recomputation summed over workers. `params` are candidates that all use `workers`
     workers; raises `SpanError` when the graph has no temporal span rule."""
-    from ..lower.spans import span_graph, span_partition, time_axes
-
     out = graph.outputs[0]
     axes = time_axes(graph)
     if out not in axes or len(graph.outputs) != 1:
-        from ..lower.spans import SpanError
         raise SpanError(f"output {out} of {graph.name} has no temporal axis (span partitioning needs a conv1d / "
                         f"elementwise stack over a 3-D input)")
     spec = graph.tensors[out]

@@ -109,7 +109,7 @@ def print_table(result, recipe: str, params: dict, pipeline_seconds: float, out=
 
 
 def cmd_map(args) -> int:
-    from ..analytical.mapper import OBJECTIVES, map_graph
+    from ..plan.mapper import OBJECTIVES, map_graph
     from ..chips import load_chip
     from ..frontend import run_pipeline
     from ..mapping import Candidate, Mapping

@@ -1,11 +1,10 @@
-"""A core-op kind that runs any graph op on the core, charged, never free.
+"""The core-op kind that runs any graph op on the core, charged, never free.
 
 Ops with no Ball mapping (norms, softmax, attention, pooling, float products, data
 movement) run on the core as ``CoreOp("graph_op", ...)``: the emulator's functional model
 computes them with the graph's own reference interpreter (so a float op gives the very
 bits of the PyTorch reference), and the timing model charges the core
-``elements x cycles per element`` (``cores.op_cycles["graph_op"]`` or the default) where
-`elements` is the op's multiply-accumulate count for products, else its largest operand.
+``elements x cycles per element`` (`dse.cost.charged_elements`).
 """
 
 from __future__ import annotations
@@ -15,9 +14,8 @@ import torch
 
 from emulator import coreops
 
+from ..cost.core import GRAPH_OP
 from ..workload.graph import INTERPRETERS
-
-KIND = "graph_op"
 
 
 def _graph_op(srcs: list, params: dict) -> np.ndarray:
@@ -29,10 +27,5 @@ def _graph_op(srcs: list, params: dict) -> np.ndarray:
 
 
 def ensure_registered() -> None:
-    if coreops.KINDS.get(KIND) is not _graph_op:
-        coreops.register(KIND, _graph_op, (0, 64))
-
-
-def charged_elements(op, src_sizes: list[int], dst_size: int) -> int:
-    macs = int(getattr(op.counts, "macs", 0) or 0)
-    return max([macs, dst_size, *src_sizes])
+    if coreops.KINDS.get(GRAPH_OP) is not _graph_op:
+        coreops.register(GRAPH_OP, _graph_op, (0, 64))

@@ -4,7 +4,7 @@ Op by op, in graph order:
 
 * an int8 x int8 -> int32 ``linear`` / ``matmul`` (and batched matmul) goes to the matrix
   Ball with the tile the shared legality/mapper code picks
-  (`dse.analytical.matmul.plan_matmul`: the framework's greedy tile under
+  (`dse.plan.matmul.plan_matmul`: the framework's greedy tile under
   ``policy="framework"``, the mapper's best under ``"search"``); a candidate with no legal
   tile is :class:`Infeasible` with the very reason the analytical model gives. Weights are
   permuted and blocked offline (B as Bt tiles, bias replicated into accumulator tiles and
@@ -19,7 +19,7 @@ Op by op, in graph order:
   -> fp32) go to the Fp2Int / Int2Fp Ball where the chip has it and one fp32 scale covers
   runs of whole 16-byte lines - a per-tensor scale, or one that varies only along the rows
   (per row, per 16-row strip, per batch entry) - streamed through two banks (MVIN, FP2INT /
-  INT2FP, MVOUT; see `_Builder._scale_plan` for the layouts and `stream_cycles` for the
+  INT2FP, MVOUT; see `dse.plan.streams.scale_stream` for the layouts and `dse.cost.stream_cycles` for the
   cost), when the estimate says the Ball is cheaper than the core (``elementwise="auto"``;
   ``"ball"`` / ``"core"`` force one side). Otherwise, and always for a per-channel scale
   (it varies inside every line), one core op: over the padded tiles of a blocked
@@ -56,29 +56,20 @@ from dataclasses import dataclass, field
 import numpy as np
 import torch
 
-from emulator import (Barrier, CoreOp, Fence, Fp2Int, Int2Fp, Matmul, Mset, Mvin, Mvout, Program, Region,
-                      Relu)
+from emulator import Barrier, CoreOp, DramTensor, Fence, Fp2Int, Int2Fp, Matmul, Mset, Mvin, Mvout, Program, Region, Relu
 
-from ..analytical.matmul import plan_matmul
 from ..mapping import Candidate, MatmulShape
-from ..mapping.params import CandidateArrays
 from ..mapping.matmul import check_tiles
+from ..mapping.params import CandidateArrays
+from ..plan.matmul import plan_matmul
+from ..plan.memory import Blocked, Dram, Loc, emu_dtype
+from ..plan.split import split_core_op
+from ..plan.streams import ELEMENTWISE, Stream, scale_core_op, scale_stream, stream_or_core
+from ..plan.units import (Infeasible, conv_pad, matrix_conv, matrix_product, relu_ball, relu_chunks, reshape_view,
+                          sync_after, too_many_workers)
+from ..cost.core import GRAPH_OP, charged_elements
 from ..workload.graph import Graph, Op, scale_tensor
 from . import coreop
-from .memory import Blocked, Dram, Loc, itemsize
-
-
-# Graph ops whose rows (all axes before the normalised ones) are independent: a core op of
-# these kinds is split across workers.
-# Transcendental kinds (exp, silu, gelu, ...) are not split: torch's vectorised kernels may
-# round a slice's tail differently from the whole tensor, and the contract is bit-identity
-# with the unsplit reference.
-SPLITTABLE = ("add", "sub", "mul", "div", "relu", "neg", "abs", "softmax", "layer_norm", "quantize", "requantize",
-              "dequantize")
-
-
-class Infeasible(Exception):
-    """The candidate cannot run this graph; the message names the constraint and numbers."""
 
 
 @dataclass
@@ -141,7 +132,7 @@ class _Builder:
         self.mapping = candidate.mapping
         self.W = int(self.mapping.workers)
         if self.W > self.chip.cores.count:
-            raise Infeasible(f"{self.W} workers but chip {self.chip.name} has {self.chip.cores.count} cores")
+            raise Infeasible(too_many_workers(self.W, self.chip.name, self.chip.cores.count))
         self.cores: list[list] = [[] for _ in range(self.W)]
         self.dram = dram or Dram()
         self.locs: dict[str, Loc] = {}
@@ -187,7 +178,7 @@ class _Builder:
     def core(self, ins: CoreOp) -> None:
         """A core op: split across the workers along its first splittable axis when it is
         row-independent (elementwise, copies, last-axis norms), else on worker 0."""
-        parts = self._split(ins) if self.W > 1 else None
+        parts = split_core_op(ins, self.W)
         if parts is None:
             self.cores[0].append(ins)
             return
@@ -195,55 +186,21 @@ class _Builder:
             if part is not None:
                 self.cores[w].append(part)
 
-    def _split(self, ins: CoreOp):
-        from emulator import DramTensor
-        if ins.dst is None:
-            return None
-        plan = split_plan(ins.kind, ins.params.get("op"), ins.dst.shape, [src.shape for src in ins.srcs])
-        if plan is None:
-            return None
-        axis, plans = plan
-        dst = ins.dst
-        n = dst.shape[axis]
-
-        def cut(t: DramTensor, a: int, lo: int, hi: int) -> DramTensor:
-            strides = t.strides
-            if strides is None:
-                from .memory import contiguous_strides, itemsize
-                strides = contiguous_strides(t.shape, itemsize({"fp32": "float32"}.get(t.dtype, t.dtype)))
-            shape = list(t.shape)
-            shape[a] = hi - lo
-            return DramTensor(t.addr + lo * strides[a], tuple(shape), t.dtype, tuple(strides))
-
-        per = -(-n // self.W)
-        parts = []
-        for w in range(self.W):
-            lo, hi = w * per, min(n, (w + 1) * per)
-            if lo >= hi:
-                parts.append(None)
-                continue
-            srcs = tuple(src if a is None else cut(src, a, lo, hi) for src, a in zip(ins.srcs, plans))
-            d = cut(dst, axis, lo, hi)
-            elements = None
-            if ins.elements is not None:
-                elements = max([d.size] + [x.size for x in srcs])
-            parts.append(CoreOp(ins.kind, d, srcs, ins.params, elements))
-        return parts
-
     def sync(self, after_ball: bool) -> None:
-        if self.W > 1:
+        closing = sync_after(self.W, after_ball)
+        if closing == "barrier":
             for c in self.cores:
                 c.append(Barrier())
-        elif after_ball and self.cores[0] and not isinstance(self.cores[0][-1], Fence):
+        elif closing == "fence" and self.cores[0] and not isinstance(self.cores[0][-1], Fence):
             self.cores[0].append(Fence())
 
     # -------------------------------------------------------------- ops
     def lower_op(self, op: Op) -> None:
         n0 = sum(len(c) for c in self.cores)
         rec = None
-        if op.kind in ("linear", "matmul") and self._int8_product(op):
+        if matrix_product(self.g, op):
             rec = self._matmul(op)
-        if op.kind in ("conv1d", "conv2d") and self._int8_conv(op):
+        if matrix_conv(self.g, op):
             rec = self._conv(op)
         if rec is None and op.kind in ("requantize", "dequantize", "quantize"):
             rec = self._scale_op(op)
@@ -256,39 +213,11 @@ class _Builder:
         rec.instructions = sum(len(c) for c in self.cores) - n0
         self.records.append(rec)
 
-    def _int8_product(self, op: Op) -> bool:
-        a, b = (self.g.tensors[n] for n in op.inputs[:2])
-        if a.dtype != "int8" or b.dtype != "int8" or len(a.shape) < 2 or len(b.shape) < 2:
-            return False
-        out = self.g.tensors[op.outputs[0]]
-        nb = math.prod(out.shape[:-2])
-        if math.prod(a.shape[:-2]) != nb:
-            return False
-        if len(b.shape) > 2 and math.prod(b.shape[:-2]) != nb:
-            return False
-        if op.kind == "linear" and len(b.shape) != 2:
-            return False
-        if op.attrs.get("alpha", 1) != 1 or op.attrs.get("beta", 1) != 1:
-            return False
-        if op.attrs.get("has_bias") and (len(op.inputs) < 3 or op.inputs[2] not in self.g.weights
-                                         or len(self.g.tensors[op.inputs[2]].shape) != 1):
-            return False
-        return True
-
-    def _int8_conv(self, op: Op) -> bool:
-        g = self.g
-        x, w = (g.tensors[n] for n in op.inputs[:2])
-        return (x.dtype == "int8" and w.dtype == "int8" and op.inputs[1] in g.weights
-                and op.attrs.get("groups", 1) == 1 and op.attrs.get("layout") in ("NHWC", "NLC")
-                and op.attrs.get("weight_layout") in ("HWIO", "WIO")
-                and (not op.attrs.get("has_bias") or (len(op.inputs) > 2 and op.inputs[2] in g.weights)))
-
     def _conv(self, op: Op) -> OpLowering:
         """A channels-last int8 convolution as im2col on the core (one strided gather copy,
         charged, after a copy into a zero-padded image when the conv pads) and a GEMM on the
         matrix Ball: A[M = N*out positions, K = taps*C] @ W[K, O]; the blocked accumulator
         is the NHWC output (rows are output positions, columns channels)."""
-        from emulator import DramTensor
         g = self.g
         x = self.logical(op.inputs[0])
         out_spec = g.tensors[op.outputs[0]]
@@ -299,8 +228,7 @@ class _Builder:
         n = x.shape[0]
         spatial = x.shape[1:1 + nd]
         outs = out_spec.shape[1:1 + nd]
-        # (before, after) zero padding per spatial dim: symmetric, or a span's own edges
-        pad_lr = [tuple(x) for x in op.attrs.get("pad_lr", [(p, p) for p in padding])]
+        pad_lr = conv_pad(op)
         if any(l or r for l, r in pad_lr):
             xp = self.dram.tensor((n, *[s + l + r for s, (l, r) in zip(spatial, pad_lr)], C), "int8")
             xs = xp.view().strides
@@ -335,17 +263,14 @@ class _Builder:
         stays zero) streamed through one bank in chunks of a bank's rows (MVIN, RELU, MVOUT),
         chunks dealt to workers."""
         spec = self.g.tensors[op.outputs[0]]
-        if self.chip.ball("relu") is None or spec.dtype not in ("int8", "int32"):
-            return None
         src = self.loc(op.inputs[0])
-        if not src.standard:
+        if not relu_ball(self.chip.ball("relu") is not None, spec.dtype, src):
             return None
         out = self.dram.tensor(spec.shape, spec.dtype)
         self.locs[op.outputs[0]] = out
         bits = 8 if spec.dtype == "int8" else 32
-        lines = src.nbytes // 16
-        rows = min(self.chip.banks.rows, 1 << self.chip.isa.row_addr_bits)
-        chunks = [(lo, min(lines, lo + rows)) for lo in range(0, lines, rows)]
+        rows = self.chip.addressable_rows
+        chunks = relu_chunks(src.nbytes // 16, rows)
         used = 0
         for w in range(self.W):
             mine = chunks[w::self.W]
@@ -370,28 +295,26 @@ class _Builder:
         out = self.dram.tensor(spec.shape, spec.dtype)
         self.locs[op.outputs[0]] = out
         views = tuple(s.view() for s in srcs)
-        elements = coreop.charged_elements(op, [v.size for v in views], math.prod(spec.shape))
-        self.core(CoreOp(coreop.KIND, out.view(), views, {"op": op}, elements))
+        elements = charged_elements(op, [v.size for v in views], math.prod(spec.shape))
+        self.core(CoreOp(GRAPH_OP, out.view(), views, {"op": op}, elements))
         self.sync(False)
         return OpLowering(op.name, op.kind, "core")
 
     def _reshape(self, op: Op) -> OpLowering | None:
         src = self.loc(op.inputs[0])
         spec = self.g.tensors[op.outputs[0]]
-        if src.standard and src.buffer_shape == src.shape and _padded(spec.shape) == tuple(spec.shape):
-            self.locs[op.outputs[0]] = Loc(src.addr, tuple(spec.shape), spec.dtype, tuple(spec.shape))
-            return OpLowering(op.name, op.kind, "view")
-        return None
+        view = reshape_view(src, spec.shape, spec.dtype)
+        if view is None:
+            return None
+        self.locs[op.outputs[0]] = view
+        return OpLowering(op.name, op.kind, "view")
 
     def _scale_op(self, op: Op) -> OpLowering | None:
         """quantize / requantize / dequantize: ``y = store(fp32(x) * scale)`` (round half to
         even, saturate into int8; fp32 for dequantize) - on the Fp2Int / Int2Fp Ball
-        (:meth:`_scale_plan`) when the chip has it, the semantics match bit for bit and the
-        estimate says it is cheaper on the slowest worker: `stream_cycles` of the pieces dealt
-        to the workers against `core_cycles` of the largest part of the core op as `_split`
-        cuts it (the whole op on worker 0 when it is not split). That is ``elementwise=
-        "auto"``; ``"ball"`` takes the Ball whenever it is legal, ``"core"`` never. Else one
-        charged core op (:meth:`_scale_core`)."""
+        (`dse.plan.streams.scale_stream`) when the chip has it, the semantics match bit for
+        bit and the plan's choice (`stream_or_core`) takes it. Else one charged core op
+        (`scale_core_op`)."""
         src = self.loc(op.inputs[0])
         spec = self.g.tensors[op.outputs[0]]
         shape = tuple(spec.shape)
@@ -402,177 +325,19 @@ class _Builder:
         else:
             out = self.dram.tensor(spec.shape, spec.dtype)
         self.locs[op.outputs[0]] = out
-        plan = None if self.elementwise == "core" else self._scale_plan(op, src, out, scale, shape)
-        if plan is not None and self.elementwise == "auto":
-            core_op = self._scale_core(src, out, scale, shape, place=False)
-            parts = [p for p in (self._split(core_op) or [core_op]) if p is not None] if self.W > 1 else [core_op]
-            if stream_cycles(self.chip, plan, self.W) >= max(core_cycles(self.chip, p) for p in parts):
-                plan = None
+        plan = None if self.elementwise == "core" else scale_stream(self.chip, op, src, out, scale, shape)
+        if plan is not None and not stream_or_core(self.chip, self.W, plan,
+                                                   scale_core_op(self.dram, src, out, scale, shape, place=False),
+                                                   self.elementwise):
+            plan = None
         if plan is None:
-            self.core(self._scale_core(src, out, scale, shape))
+            self.core(scale_core_op(self.dram, src, out, scale, shape))
             self.sync(False)
             return OpLowering(op.name, op.kind, "epilogue" if src.blocked is not None else "core")
         used = self._emit_stream(plan)
         self.sync(True)
         return OpLowering(op.name, op.kind, plan.kind, None, 1, 1 + plan.dst_col,
                           (1 + plan.dst_col) * self.chip.banks.rows * self.chip.banks.row_bytes, used)
-
-    def _scale_core(self, src: Loc, out: Loc, scale: np.ndarray, shape, place: bool = True) -> CoreOp:
-        """The core-op form: one op (split across workers). A blocked accumulator is read
-        tile by tile directly (a ``mul`` over the padded tile grid, the padding multiplied by
-        a zero scale); a per-tensor scale on a row-major tensor is a ``scale`` op, any other a
-        ``mul`` by the expanded scale. Charged ``elements x op_cycles[kind]``
-        (`core_cycles`). With ``place=False`` the scale constant is not stored (the op is
-        only costed)."""
-        from emulator import DramTensor
-        if src.blocked is not None:
-            b = src.blocked
-            full = np.zeros((b.batch, b.Mt * b.tm, b.Nt * b.tn), dtype=np.float32)
-            full[:, :b.M, :b.N] = np.broadcast_to(scale, shape).reshape(b.batch, b.M, b.N)
-            saddr = self.dram.blob(full) if place else 0
-            sloc = Loc(saddr, full.shape, "float32", full.shape)
-            return CoreOp("mul", out.padded_grid_view(b.tm, b.tn),
-                          (src.padded_view(), sloc.padded_grid_view(b.tm, b.tn)))
-        if scale.ndim == 0 or scale.size == 1:
-            return CoreOp("scale", out.view(), (src.view(),), {"scale": float(scale.reshape(-1)[0])})
-        saddr = self.dram.blob(np.ascontiguousarray(scale)) if place else 0
-        return CoreOp("mul", out.view(), (src.view(), DramTensor(saddr, scale.shape, "fp32")))
-
-    def _scale_plan(self, op: Op, src: Loc, out: Loc, scale: np.ndarray, shape) -> "Stream | None":
-        """The Ball form, or None (with the reason in the comments) when it does not apply.
-
-        Which Ball: quantize fp32 -> int8 is ``FP2INT(out_bits 8)``; requantize int32 / int8 ->
-        int8 is ``INT2FP(in_bits 32 / 8, out_bits 8)``; dequantize int32 / int8 -> fp32 is
-        ``INT2FP(in_bits 32 / 8, out_bits 32)``. Both compute ``fp32(x) * scale`` with one fp32
-        product (round to nearest even), then round half to even and saturate - exactly the
-        graph's ``clamp(round(x.float() * scale))`` and the core op's store rule.
-
-        The scale is one fp32 register per instruction, so an instruction covers a run of
-        elements with one scale. Per tensor: any run. A scale that varies only along the
-        rows (batch axes, or the row axis per row / per 16-row strip): one run per block of
-        equal-scale rows. A scale that varies along the last axis (per channel / per column,
-        what the frontend gives every requantize / dequantize of a weight product) stays on
-        the core: a 16-byte line holds 4 int32 (16 int8) consecutive columns, every DMA beat
-        and every Ball operand is a stream of whole lines from line 0, so no run of lines
-        has a single scale.
-
-        Layout: a padded row-major source streams as a flat buffer (the zero padding maps to
-        zero: 0 * scale rounds to 0), runs cut at equal-scale row blocks and at the bank's
-        addressable rows. A blocked accumulator (`Blocked`) keeps its bias-filled padding
-        rows out of the stream (only rows < M are moved; the output's padding stays zero):
-        with one column tile (``Nt == 1``) the blocked buffer is the row-major matrix, so
-        each batch entry's M rows are one contiguous run; with ``Nt > 1`` each tile's rows
-        are a run whose result is scattered into the row-major output by a strided MVOUT
-        (a destination bank of ``tn * out bytes / 16`` columns holds one tile row a bank
-        row, stride = the output row). Output: the same padded row-major layout as the core
-        op writes, so every consumer reads the same bytes.
-        """
-        chip = self.chip
-        kind_in, kind_out = src.dtype, out.dtype
-        if op.kind == "quantize":
-            if kind_in != "float32" or kind_out != "int8":
-                return None
-            ball, ib, ob = "fp2int", 4, 1
-        elif op.kind == "requantize":
-            if kind_in not in ("int32", "int8") or kind_out != "int8":
-                return None
-            ball, ib, ob = "int2fp", itemsize(kind_in), 1
-        else:
-            if kind_in not in ("int32", "int8") or kind_out != "float32":
-                return None
-            ball, ib, ob = "int2fp", itemsize(kind_in), 4
-        if chip.ball(ball) is None or len(shape) == 0:
-            return None
-        full = np.broadcast_to(scale, shape).astype(np.float32)
-        if not np.all(np.isfinite(full)) or not np.all(full > 0):
-            return None  # a negative scale would write -0.0 into zero fp32 padding; NaN/inf: keep the core's path
-        rows_scale = full[..., 0]
-        if not np.array_equal(full.view(np.uint32), np.broadcast_to(rows_scale[..., None], full.shape).view(np.uint32)):
-            return None  # the scale varies along the last axis (per channel): see the docstring
-        rb = chip.banks.row_bytes
-        lim = min(chip.banks.rows, 1 << chip.isa.row_addr_bits)
-        runs: list[tuple] = []  # (src, rows, src row bytes, dst row bytes, dst, dst row stride (0: contiguous), scale)
-        if src.blocked is None:
-            if not src.standard:
-                return None
-            bshape = src.buffer_shape
-            Np = bshape[-1]
-            lead = bshape[:-1]
-            R = math.prod(lead)
-            # per buffer row: its scale, or None for a padding row (zero data: any scale)
-            rs: list[float | None] = [None] * R
-            flat = np.asarray(rows_scale, dtype=np.float32).reshape(-1)
-            if len(shape) >= 2:
-                M, Mp = shape[-2], bshape[-2]
-                lr = flat.reshape(-1, M)
-                for i in range(lr.shape[0]):
-                    for m in range(M):
-                        rs[i * Mp + m] = float(lr[i, m])
-            else:
-                rs[0] = float(flat[0])
-            row_in, row_out = Np * ib, Np * ob
-            self._runs(runs, src.addr, out.addr, rs, row_in, row_out, 0)
-            dst_col = 1
-        else:
-            b = src.blocked
-            Mp, Np = b.Mt * b.tm, b.Nt * b.tn
-            lr = np.asarray(rows_scale, dtype=np.float32).reshape(b.batch, b.M)
-            if b.Nt == 1:
-                for bi in range(b.batch):
-                    self._runs(runs, src.addr + bi * Mp * Np * 4, out.addr + bi * Mp * Np * ob,
-                               [float(x) for x in lr[bi]], Np * 4, Np * ob, 0)
-                dst_col = 1
-            else:
-                dst_col = b.tn * ob // rb
-                stride = Np * ob
-                if dst_col < 1 or dst_col > chip.banks.max_col or dst_col + 1 > chip.banks.count \
-                        or stride > chip.isa.max_value("stride"):
-                    return None
-                for bi in range(b.batch):
-                    for mi in range(b.Mt):
-                        m0, m1 = mi * b.tm, min(b.M, (mi + 1) * b.tm)
-                        for ni in range(b.Nt):
-                            tile = src.addr + ((bi * b.Mt + mi) * b.Nt + ni) * b.tm * b.tn * 4
-                            dst = out.addr + ((bi * Mp + m0) * Np + ni * b.tn) * ob
-                            self._runs(runs, tile, dst, [float(x) for x in lr[bi, m0:m1]], b.tn * 4, b.tn * ob,
-                                       stride)
-        pieces = []
-        for s_addr, nrows, row_in, row_out, d_addr, d_stride, sc in runs:
-            if d_stride == 0:  # contiguous in and out: cut anywhere on a 16-element boundary
-                elems, chunk = nrows * row_in // ib, (lim * rb // max(ib, ob)) // 16 * 16
-                for e0 in range(0, elems, chunk):
-                    e = min(chunk, elems - e0)
-                    pieces.append(StreamPiece(s_addr + e0 * ib, e * ib // rb, d_addr + e0 * ob, e * ob // rb, 0, sc))
-            else:  # one tile row a destination bank row: cut at rows
-                per = min(lim, lim * rb // row_in)
-                if per < 1:
-                    return None
-                for r0 in range(0, nrows, per):
-                    k = min(per, nrows - r0)
-                    pieces.append(StreamPiece(s_addr + r0 * row_in, k * row_in // rb, d_addr + r0 * d_stride,
-                                              k * row_out // rb, d_stride, sc))
-        if not pieces:
-            return None
-        return Stream(ball, 8 * ib, 8 * ob, 1, dst_col, pieces)
-
-    @staticmethod
-    def _runs(runs: list, src: int, dst: int, rs: list, row_in: int, row_out: int, d_stride: int) -> None:
-        """Append maximal runs of consecutive rows with one scale (None: a zero padding row,
-        joins any run; a run never starts or ends with one unless it is all padding, which is
-        dropped)."""
-        i, n = 0, len(rs)
-        while i < n:
-            if rs[i] is None:
-                i += 1
-                continue
-            s = rs[i]
-            j = i + 1
-            while j < n and (rs[j] is None or rs[j] == s):
-                j += 1
-            while rs[j - 1] is None:
-                j -= 1
-            runs.append((src + i * row_in, j - i, row_in, row_out, dst + i * (d_stride or row_out), d_stride, s))
-            i = j
 
     def _emit_stream(self, plan: "Stream") -> int:
         """Emit a Ball stream; returns the workers used.
@@ -593,7 +358,7 @@ class _Builder:
         then the op's sync (FENCE with one worker, BARRIER on every worker otherwise).
         ``in_lines = elements * in_bytes / 16``, ``out_lines = elements * out_bytes / 16``
         (fp32 -> int8 and int32 -> int8 pack 4 lines into 1; int8 -> fp32 unpacks 1 into 4).
-        The pieces (`_scale_plan`):
+        The pieces (`dse.plan.streams.scale_stream`):
 
         * row-major source: the padded buffer as one flat stream (leading and trailing
           all-padding rows dropped, interior padding rows kept - they are zero and stay
@@ -670,7 +435,6 @@ class _Builder:
         check = check_tiles(CandidateArrays.from_candidates([self.cand]), [tm], [tn], [tk])
         col_a, col_b, col_c = int(check.col_a[0, 0]), int(check.col_b[0, 0]), int(check.col_c[0, 0])
         nbuf = int(check.buffers[0, 0])
-        from emulator import DramTensor
 
         # A: row-major padded (batch, Mp, Kp); blocked (batch, Mt, Kt, tm, tk) unless Kt == 1.
         packs = []
@@ -780,132 +544,8 @@ class _Builder:
         for name in self.g.outputs:
             loc = self.locs[name]
             if loc.blocked is None:
-                program.outputs[name] = Region(loc.addr, loc.buffer_shape, _emu(loc.dtype))
+                program.outputs[name] = Region(loc.addr, loc.buffer_shape, emu_dtype(loc.dtype))
         return Lowered(self.g, self.cand, program, img, self.locs, self.records)
-
-
-def split_plan(kind: str, op: Op | None, dst_shape, src_shapes) -> tuple[int, list[int | None]] | None:
-    """How a core op is split across workers (`_Builder._split`, and the analytical model):
-    the destination axis cut into ``ceil(n / W)`` slices and, per source, the axis cut with
-    it (None: the source is read whole, it broadcasts); None when the op runs whole on
-    worker 0. Row-independent ops only: elementwise kinds and copies, and graph ops in
-    `SPLITTABLE` along their rows (softmax over its last axis, layer norm over its
-    normalised axes)."""
-    if kind == coreop.KIND:
-        if op.kind not in SPLITTABLE or op.counts.macs:
-            return None
-        if op.kind == "softmax":
-            keep_from = len(dst_shape) - 1 if op.attrs.get("dim", -1) in (-1, len(dst_shape) - 1) else -1
-        elif op.kind == "layer_norm":
-            keep_from = len(dst_shape) - len(op.attrs.get("normalized_shape", [1]))
-        else:
-            keep_from = len(dst_shape)
-    elif kind in ("copy", "mul", "scale", "add", "sub", "relu", "cast"):
-        keep_from = len(dst_shape)
-    else:
-        return None
-    if keep_from <= 0:
-        return None
-    axis = next((a for a in range(keep_from) if dst_shape[a] >= 2), None)
-    if axis is None:
-        return None
-    n = dst_shape[axis]
-    plans: list[int | None] = []
-    for shape in src_shapes:
-        sa = axis - (len(dst_shape) - len(shape))
-        if kind == "copy":
-            if tuple(shape) != tuple(dst_shape):
-                return None
-            sa = axis
-        if sa < 0 or shape[sa] == 1:
-            plans.append(None)
-        elif shape[sa] == n:
-            plans.append(sa)
-        else:
-            return None
-    return axis, plans
-
-
-# ------------------------------------------------------------------ Ball streams and their cost
-ELEMENTWISE = ("auto", "ball", "core")
-
-
-@dataclass(frozen=True)
-class StreamPiece:
-    """One MVIN -> Ball -> MVOUT round: `in_lines` 16-byte lines from DRAM `src` (contiguous),
-    `out_lines` to DRAM `dst` (contiguous, or one destination-bank row every `dst_stride`
-    bytes), one fp32 `scale`."""
-
-    src: int
-    in_lines: int
-    dst: int
-    out_lines: int
-    dst_stride: int
-    scale: float
-
-
-@dataclass(frozen=True)
-class Stream:
-    """An elementwise op streamed through two private banks on a Ball ("fp2int" / "int2fp")."""
-
-    kind: str
-    in_bits: int
-    out_bits: int
-    src_col: int
-    dst_col: int
-    pieces: list[StreamPiece]
-
-
-def dma_cycles(chip, beats: int, col: int = 1, stride: int = 0) -> int:
-    """The emulator's latency of one MVIN / MVOUT of `beats` 16-byte beats to / from a
-    private bank of `col` physical banks, row stride `stride` bytes (0 or the bank row width
-    16*col: contiguous). Every contiguous DRAM run (the whole transfer, or each bank row when
-    strided) is cut into bursts of ``dma.burst_max_bytes``; bursts = their count;
-    ``ceil(bursts / min(dma.bursts_in_flight, dma.inflight_requests)) * dma.latency_cycles
-    + beats``."""
-    if beats <= 0:
-        return 0
-    rb, dma = chip.banks.row_bytes, chip.dma
-    bb = dma.burst_max_bytes // dma.beat_bytes
-    nrows = -(-beats // col)
-    last = beats - (nrows - 1) * col
-    if stride in (0, col * rb) or nrows <= 1:
-        runs = [(1, beats)]
-    else:
-        runs = [(nrows - 1, col), (1, last)]
-    bursts = sum(n * -(-b // bb) for n, b in runs if n > 0 and b > 0)
-    k = min(dma.bursts_in_flight, dma.inflight_requests)
-    return -(-bursts // k) * dma.latency_cycles + beats
-
-
-def stream_cycles(chip, stream: Stream, workers: int = 1) -> int:
-    """Serial cycle estimate of a Ball stream on its slowest worker (pieces dealt round-robin:
-    worker w takes pieces w, w + workers, ...): ``4 * front_end.mset_cycles`` plus, per piece
-    of the worker, ``dma_cycles(in_lines) + Ball latency(iter = in_lines) +
-    dma_cycles(out_lines, dst_col, dst_stride)``. This is exactly the emulator's ``serial``
-    time of the worker's stream (the overlapped timing overlaps a piece's Ball op with the
-    next piece's transfers); the lowering compares it with `core_cycles` of the core op's
-    slowest worker."""
-    ball = chip.ball(stream.kind)
-    f = ball.latency_formula("default")
-    worst = 0
-    for w in range(max(1, workers)):
-        mine = stream.pieces[w::max(1, workers)]
-        if not mine:
-            continue
-        total = 4 * chip.front_end.mset_cycles
-        for p in mine:
-            total += dma_cycles(chip, p.in_lines, stream.src_col, 0) + int(f.cycles(iter=p.in_lines)) \
-                + dma_cycles(chip, p.out_lines, stream.dst_col, p.dst_stride)
-        worst = max(worst, total)
-    return worst
-
-
-def core_cycles(chip, ins: CoreOp) -> int:
-    """The core's charge for a core op: ``ceil(elements x op_cycles[kind])`` (else
-    ``op_cycles_per_element``), as the emulator's timing charges it."""
-    cores = chip.cores
-    return math.ceil(ins.element_count() * cores.op_cycles.get(ins.kind, cores.op_cycles_per_element))
 
 
 def sram_lifetimes(cores, chip) -> tuple[list[int], list[list[tuple[int, int, int, int]]]]:
@@ -945,15 +585,6 @@ def contiguous(shape) -> tuple[int, ...]:
         out.append(acc)
         acc *= int(n)
     return tuple(reversed(out))
-
-
-def _emu(dtype: str) -> str:
-    return {"float32": "fp32"}.get(dtype, dtype)
-
-
-def _padded(shape) -> tuple[int, ...]:
-    from .memory import padded_shape
-    return padded_shape(tuple(shape))
 
 
 def lower(graph: Graph, candidate: Candidate, inputs, elementwise: str = "auto") -> Lowered:
@@ -1016,5 +647,5 @@ def lower_stages(stages, chip, mapping) -> StagedLowered:
     return StagedLowered(program, img, lowered, [list(ids) for _, _, ids in stages])
 
 
-__all__ = ["ELEMENTWISE", "Infeasible", "Lowered", "OpLowering", "StagedLowered", "Stream", "StreamPiece",
-           "core_cycles", "dma_cycles", "lower", "lower_stages", "sram_lifetimes", "stream_cycles"]
+__all__ = ["ELEMENTWISE", "Infeasible", "Lowered", "OpLowering", "StagedLowered", "lower", "lower_stages",
+           "sram_lifetimes"]

@@ -1,207 +1,9 @@
-"""Temporal spans: which rows of every tensor a worker needs to produce its owned output rows.
-
-For a subgraph along a temporal axis (a conv1d stack: kernels, dilations, strides, "same"
-padding, residual adds, elementwise ops, quantization), :func:`needed_rows` walks the graph
-backwards from the owned output rows ``[lo, hi)`` and returns, for every tensor, the row
-range the owned outputs depend on; the halo of a tensor is how far that range reaches
-beyond the owned rows. Every dependency counts: a residual add needs the union of its
-operands' ranges, stacked convolutions add their reaches.
-
-:func:`span_partition` chooses the owned output rows of each worker *before* anything is
-computed (contiguous spans, a shorter tail span), so no worker computes an output row it
-then discards. (The lowering today splits each convolution's output rows across workers
-with a barrier between layers, reading halo rows from DRAM; a fused per-span lowering
-would use these ranges to size each worker's private intermediate spans.)
-"""
+"""Temporal span partitioning in the lowering: each worker runs the whole stack on its own
+span plus halo (the spans and halos are the plan's: `dse.plan.spans`)."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
-from ..workload.graph import Graph
-
-ROWWISE = ("relu", "gelu", "silu", "neg", "abs", "exp", "tanh", "sigmoid", "add", "sub", "mul", "div",
-           "quantize", "requantize", "dequantize")
-
-
-class SpanError(ValueError):
-    pass
-
-
-@dataclass(frozen=True)
-class Span:
-    lo: int
-    hi: int
-
-    def __len__(self) -> int:
-        return max(0, self.hi - self.lo)
-
-    def union(self, other: "Span | None") -> "Span":
-        return self if other is None else Span(min(self.lo, other.lo), max(self.hi, other.hi))
-
-
-def span_partition(length: int, workers: int) -> list[Span]:
-    """Contiguous owned spans of ceil(length / workers) rows; the tail span is shorter and
-    trailing workers with nothing to own get an empty span."""
-    per = -(-length // workers)
-    return [Span(min(length, w * per), min(length, (w + 1) * per)) for w in range(workers)]
-
-
-def time_axis(graph: Graph, tensor: str) -> int:
-    """The temporal axis of a 3-D activation: 1 in NLC (channels-last), 2 in NCL."""
-    producers = graph.producers()
-    op = producers.get(tensor)
-    if op is not None and op.kind == "conv1d":
-        return 1 if op.attrs.get("layout") == "NLC" else 2
-    consumers = graph.consumers().get(tensor, [])
-    for c in consumers:
-        if c.kind == "conv1d" and c.inputs[0] == tensor:
-            return 1 if c.attrs.get("layout") == "NLC" else 2
-    return 1
-
-
-def needed_rows(graph: Graph, output: str, owned: Span) -> dict[str, Span]:
-    """Per tensor (activations only), the rows along the temporal axis that output rows
-    `owned` of `output` depend on, clamped to the tensor's length."""
-    producers = graph.producers()
-    need: dict[str, Span] = {output: owned}
-    order = [op for op in graph.ops]
-    for op in reversed(order):
-        out = op.outputs[0]
-        if out not in need:
-            continue
-        span = need[out]
-        if len(span) == 0:
-            continue
-        if op.kind == "conv1d":
-            k = graph.tensors[op.inputs[1]].shape
-            kernel = k[0] if op.attrs.get("weight_layout") == "WIO" else k[-1]
-            (s,), (p,), (d,) = op.attrs["stride"], op.attrs["padding"], op.attrs["dilation"]
-            x = op.inputs[0]
-            length = graph.tensors[x].shape[time_axis(graph, x)]
-            lo = span.lo * s - p
-            hi = (span.hi - 1) * s - p + d * (kernel - 1) + 1
-            srcs = {x: Span(max(0, lo), min(length, hi))}
-        elif op.kind in ROWWISE or op.kind == "permute":
-            srcs = {}
-            for name in op.inputs:
-                if name in graph.weights:
-                    continue
-                shape = graph.tensors[name].shape
-                if len(shape) != 3 and op.kind != "permute":
-                    continue  # a broadcast scalar or per-channel operand: no temporal rows
-                srcs[name] = span
-        else:
-            raise SpanError(f"op {op.name} ({op.kind}) has no temporal span rule")
-        for name, sp in srcs.items():
-            if name in producers or name in graph.inputs:
-                need[name] = sp.union(need.get(name))
-    return need
-
-
-def halos(graph: Graph, output: str, owned: Span) -> dict[str, tuple[int, int]]:
-    """Per tensor, (rows before, rows after) the owned span that it must provide."""
-    return {name: (max(0, owned.lo - sp.lo), max(0, sp.hi - owned.hi))
-            for name, sp in needed_rows(graph, output, owned).items()}
-
-
-__all__ = ["Span", "SpanError", "halos", "needed_rows", "span_partition", "time_axis"]
-
-
-# --------------------------------------------------------------------------------------
-# Span-partitioned lowering: each worker runs the whole temporal stack on its own span.
-
-def time_axes(graph: Graph, input_axis: int | None = None) -> dict[str, int]:
-    """The temporal axis of every activation, propagated from the graph input (its last
-    axis unless `input_axis` says otherwise) through permutes and convolutions."""
-    axes: dict[str, int] = {}
-    for name in graph.inputs:
-        axes[name] = len(graph.tensors[name].shape) - 1 if input_axis is None else input_axis
-    for op in graph.ops:
-        out = op.outputs[0]
-        if op.kind == "conv1d":
-            axes[out] = 1 if op.attrs.get("layout") == "NLC" else 2
-        elif op.kind == "permute":
-            src = axes.get(op.inputs[0])
-            if src is not None:
-                axes[out] = list(op.attrs["dims"]).index(src)
-        else:
-            src = next((axes[n] for n in op.inputs if n in axes and len(graph.tensors[n].shape) == 3), None)
-            if src is not None:
-                axes[out] = src
-    return axes
-
-
-def span_graph(graph: Graph, output: str, owned: Span, input_axis: int | None = None):
-    """The graph one worker runs for its owned rows: every temporal tensor cut to the rows
-    it needs (`needed_rows`), convolutions padded only at the sequence's true edges
-    (``pad_lr``), an operand with more rows than an op needs cut by a slice op. Returns
-    (graph, needed rows, time axes)."""
-    from ..workload.graph import Graph as G, Op, OpCounts, TensorSpec
-
-    need = needed_rows(graph, output, owned)
-    axes = time_axes(graph, input_axis)
-    tensors = dict(graph.tensors)
-    ops: list = []
-    cut_cache: dict[tuple, str] = {}
-
-    def resized(name: str, span: Span) -> None:
-        spec = graph.tensors[name]
-        shape = list(spec.shape)
-        shape[axes[name]] = len(span)
-        tensors[name] = TensorSpec(name, tuple(shape), spec.dtype)
-
-    for name in graph.inputs:
-        if name in need:
-            resized(name, need[name])
-
-    def cut(name: str, want: Span, source: str) -> str:
-        have = need[name]
-        if have == want:
-            return name
-        key = (name, want)
-        if key not in cut_cache:
-            new = f"{name}__rows_{want.lo}_{want.hi}"
-            spec = tensors[name]
-            shape = list(spec.shape)
-            shape[axes[name]] = len(want)
-            tensors[new] = TensorSpec(new, tuple(shape), spec.dtype)
-            ops.append(Op(f"{new}", "slice", [name], [new], {"dim": axes[name], "start": want.lo - have.lo,
-                                                              "end": want.hi - have.lo, "step": 1}, source,
-                          OpCounts()))
-            cut_cache[key] = new
-        return cut_cache[key]
-
-    for op in graph.ops:
-        out = op.outputs[0]
-        span = need.get(out)
-        if span is None or len(span) == 0:
-            continue
-        attrs = dict(op.attrs)
-        if op.kind == "conv1d":
-            x = op.inputs[0]
-            k = graph.tensors[op.inputs[1]].shape
-            kernel = k[0] if op.attrs.get("weight_layout") == "WIO" else k[-1]
-            (s,), (p,), (d,) = op.attrs["stride"], op.attrs["padding"], op.attrs["dilation"]
-            length = graph.tensors[x].shape[axes[x]]
-            lo, hi = span.lo * s - p, (span.hi - 1) * s - p + d * (kernel - 1) + 1
-            want = Span(max(0, lo), min(length, hi))
-            attrs["pad_lr"] = [[want.lo - lo, hi - want.hi]]
-            inputs = [cut(x, want, op.source)] + list(op.inputs[1:])
-        elif op.kind in ROWWISE or op.kind == "permute":
-            for key in ("scale_axes",):
-                if axes.get(op.inputs[0]) in attrs.get(key, []):
-                    raise SpanError(f"op {op.name}: its scale varies along the temporal axis")
-            inputs = [cut(n, span, op.source) if n in need and n in axes and len(graph.tensors[n].shape) == 3
-                      else n for n in op.inputs]
-        else:
-            raise SpanError(f"op {op.name} ({op.kind}) has no temporal span rule")
-        resized(out, span)
-        ops.append(Op(op.name, op.kind, inputs, [out], attrs, op.source, op.counts))
-    inputs = [n for n in graph.inputs if n in need]
-    used = {n for op in ops for n in op.inputs}
-    weights = {k: v for k, v in graph.weights.items() if k in used}
-    return G(f"{graph.name}[{owned.lo}:{owned.hi}]", ops, tensors, inputs, [output], weights), need, axes
+from ..plan.spans import SpanError, span_graph, span_partition, time_axes
 
 
 def lower_spans(graph: Graph, chip, mapping, inputs, workers: int, input_axis: int | None = None):
@@ -216,8 +18,9 @@ def lower_spans(graph: Graph, chip, mapping, inputs, workers: int, input_axis: i
     from emulator import Barrier, CoreOp, DramTensor, Program, Region
 
     from ..mapping import Candidate
-    from .lower import Infeasible, Lowered, StagedLowered, _Builder
-    from .memory import Dram
+    from ..plan import Infeasible
+    from ..plan.memory import Dram
+    from .lower import Lowered, StagedLowered, _Builder
 
     if workers > chip.cores.count:
         raise Infeasible(f"{workers} workers but chip {chip.name} has {chip.cores.count} cores")
@@ -263,4 +66,4 @@ def lower_spans(graph: Graph, chip, mapping, inputs, workers: int, input_axis: i
     return StagedLowered(program, img, lowered, [[w] for w in range(workers) if parts[w]]), spans, parts, final
 
 
-__all__ += ["lower_spans", "span_graph", "time_axes"]
+__all__ = ["lower_spans"]

@@ -37,6 +37,8 @@ class CandidateArrays:
     beat_bytes: np.ndarray
     burst_max_bytes: np.ndarray
     bursts_in_flight: np.ndarray
+    burst_beats: np.ndarray  # beats in a full burst (chip.dma_burst_beats)
+    parallel_bursts: np.ndarray  # bursts of a transfer in flight at once (chip.dma_parallel_bursts)
     dma_latency: np.ndarray
     # cores
     cores: np.ndarray
@@ -96,7 +98,7 @@ class CandidateArrays:
             n=len(cands),
             bank_count=col(lambda c: c.chip.banks.count),
             bank_rows=col(lambda c: c.chip.banks.rows),
-            usable_rows=col(lambda c: min(c.chip.banks.rows, 1 << c.chip.isa.row_addr_bits)),
+            usable_rows=col(lambda c: c.chip.addressable_rows),
             row_bytes=col(lambda c: c.chip.banks.row_bytes),
             acc_col=col(lambda c: c.chip.banks.acc_col),
             max_col=col(lambda c: c.chip.banks.max_col),
@@ -106,6 +108,8 @@ class CandidateArrays:
             beat_bytes=col(lambda c: c.chip.dma.beat_bytes),
             burst_max_bytes=col(lambda c: c.chip.dma.burst_max_bytes),
             bursts_in_flight=col(lambda c: c.chip.dma.bursts_in_flight),
+            burst_beats=col(lambda c: c.chip.dma_burst_beats),
+            parallel_bursts=col(lambda c: c.chip.dma_parallel_bursts),
             dma_latency=col(lambda c: c.chip.dma.latency_cycles),
             cores=col(lambda c: c.chip.cores.count),
             op_cycles_per_element=col(lambda c: c.chip.cores.op_cycles_per_element, np.float64),

@@ -171,7 +171,8 @@ def emulate_spans(graph: Graph, candidate: Candidate, inputs, expected=None, tol
     every worker's tensors against the reference's rows (the first differing op named)."""
     import numpy as np
 
-    from ..lower.spans import SpanError, lower_spans
+    from ..lower.spans import lower_spans
+    from ..plan.spans import SpanError
     from . import OpCheck, Verdict, _bits, _err
 
     t0 = time.perf_counter()

@@ -15,9 +15,10 @@ import numpy as np
 from emulator.formula import Formula
 from emulator.chip import LATENCY_VARIABLES
 
-from ..mapping import Candidate, MatmulShape, TileCheck, check_tiles, tile_grid
-from ..mapping.matmul import INT8_BYTES, INT32_BYTES, framework_tiles
+from ..mapping import MatmulShape, TileCheck, check_tiles
+from ..mapping.matmul import INT8_BYTES, INT32_BYTES
 from ..mapping.params import SYSTOLIC, CandidateArrays
+from .core import split_share
 from .dma import dma_cycles
 from .systolic import systolic_gemm_cycles
 
@@ -54,21 +55,8 @@ def ball_cycles(params: CandidateArrays, tm, tn, tk) -> np.ndarray:
     return out
 
 
-def split_share(total, first_axes, workers):
-    """Elements of a core op the busiest worker gets when the lowering splits it along the
-    first of `first_axes` (sizes, broadcasting) that is at least 2: ceil(n / W) of n slices."""
-    n = np.ones(np.broadcast(*first_axes, workers).shape, dtype=np.int64)
-    chosen = np.zeros(n.shape, dtype=bool)
-    for axis in first_axes:
-        take = ~chosen & (np.asarray(axis) >= 2)
-        n = np.where(take, axis, n)
-        chosen |= take
-    per = -(-n // workers)
-    return np.where(workers > 1, total * per // n, total)
-
-
 def matmul_cost(params: CandidateArrays, shape: MatmulShape, tm, tn, tk) -> MatmulCost:
-    """Cycles of one matmul as the lowering emits it (`dse.lower.lower._gemm`) and the
+    """Cycles of one matmul as the lowering emits it (`dse.lower`'s GEMM emission) and the
     emulator's overlapped timing runs it.
 
     Per worker, output tiles in order (m, n, k inner). The DMA engine takes transfers in
@@ -98,7 +86,7 @@ def matmul_cost(params: CandidateArrays, shape: MatmulShape, tm, tn, tk) -> Matm
     b = shape.batch
     nbuf = check.buffers
 
-    dma = (col("beat_bytes"), col("burst_max_bytes"), col("bursts_in_flight"), col("dma_latency"))
+    dma = (col("beat_bytes"), col("burst_beats"), col("parallel_bursts"), col("dma_latency"))
     bytes_a, bytes_b, bytes_c = tm * tk * INT8_BYTES, tk * tn * INT8_BYTES, tm * tn * INT32_BYTES
     dA, dB, dC = (dma_cycles(x, *dma) for x in (bytes_a, bytes_b, bytes_c))
     d_bias = dC if shape.bias else 0
@@ -153,130 +141,4 @@ def matmul_cost(params: CandidateArrays, shape: MatmulShape, tm, tn, tk) -> Matm
     return MatmulCost(check, cycles, compute_worker, dma_worker, core, busy, total_bytes, sram, rows_used, workers)
 
 
-PLAN_FIELDS = ("tm", "tn", "tk", "cycles", "compute_cycles", "dma_cycles", "core_cycles", "busy_cycles", "dma_bytes",
-               "sram_bytes", "bank_rows",
-               "banks", "workers_used", "legal_tiles")
-
-
-@dataclass
-class MatmulPlans:
-    """The chosen tile per candidate (arrays of length n), or why none is legal."""
-
-    feasible: np.ndarray
-    reason: list[str]
-    values: dict[str, np.ndarray]
-
-    def __getattr__(self, name: str):
-        try:
-            return self.__dict__["values"][name]
-        except KeyError:
-            raise AttributeError(name) from None
-
-
-def blocked_reasons(params: CandidateArrays, shape: MatmulShape | None = None) -> dict[int, str]:
-    """Why candidates cannot run a matmul at all (no matrix Ball for the mapping's dataflow,
-    more workers than cores), by candidate index; the others are left out."""
-    out = {}
-    for c in np.flatnonzero(params.no_matrix | (params.workers > params.cores)):
-        if params.no_matrix[c]:
-            what = f" for matmul {shape}" if shape is not None else ""
-            out[int(c)] = params.matrix_missing[c] or f"chip {params.chip_names[c]} has no matrix Ball{what}"
-        else:
-            out[int(c)] = f"{params.workers[c]} workers but chip {params.chip_names[c]} has {params.cores[c]} cores"
-    return out
-
-
-def plan_matmuls(params: CandidateArrays, shape: MatmulShape) -> MatmulPlans:
-    """Per candidate: the framework's greedy tile, or the fastest legal one (ties: less SRAM)."""
-    n = params.n
-    values = {f: np.zeros(n, dtype=np.int64) for f in PLAN_FIELDS}
-    feasible = np.zeros(n, dtype=bool)
-    reason = [""] * n
-
-    def fill(idx: np.ndarray, cost: MatmulCost) -> None:
-        ok = cost.check.ok
-        shape2 = ok.shape
-        cycles = np.where(ok, np.broadcast_to(cost.cycles, shape2), np.iinfo(np.int64).max)
-        best_cycles = cycles.min(axis=1, keepdims=True)
-        sram = np.broadcast_to(cost.sram_bytes, shape2)
-        pick = np.where(ok & (cycles == best_cycles), sram, np.iinfo(np.int64).max).argmin(axis=1)
-        rows = np.arange(len(idx))
-        fields = dict(tm=cost.check.tm, tn=cost.check.tn, tk=cost.check.tk, cycles=cost.cycles,
-                      compute_cycles=cost.compute_cycles, dma_cycles=cost.dma_cycles, core_cycles=cost.core_cycles,
-                      busy_cycles=cost.busy_cycles,
-                      dma_bytes=cost.dma_bytes, bank_rows=cost.bank_rows,
-                      sram_bytes=cost.sram_bytes, banks=cost.check.banks, workers_used=cost.workers_used)
-        any_ok = ok.any(axis=1)
-        for name, arr in fields.items():
-            values[name][idx] = np.where(any_ok, np.broadcast_to(arr, shape2)[rows, pick], 0)
-        values["legal_tiles"][idx] = ok.sum(axis=1)
-        feasible[idx] = any_ok
-        # Explain a failure with the smallest tile: if even that fails, its reason binds.
-        smallest = np.broadcast_to(cost.check.tm * cost.check.tn * cost.check.tk, shape2).argmin(axis=1)
-        failed = np.flatnonzero(~any_ok)
-        for r, why in zip(failed, cost.check.reasons(failed, smallest[failed])):
-            c = idx[r]
-            what = "the framework's greedy tile does not fit" if params.framework[c] else "no legal tile"
-            reason[c] = f"matmul {label}: {what}; {why}"
-
-    label = str(shape)
-    usable = ~params.no_matrix & (params.workers <= params.cores)
-    for c, why in blocked_reasons(params, shape).items():
-        reason[c] = why
-
-    fw = np.flatnonzero(usable & params.framework)
-    if fw.size:
-        sub = params if fw.size == n else params.take(fw)
-        fill(fw, matmul_cost(sub, shape, *framework_tiles(sub, shape)))
-    search = np.flatnonzero(usable & ~params.framework)
-    if search.size:
-        # Every tile for every candidate, through the mapper's evaluation (candidates that
-        # differ only in bank count share one costed row): one implementation of the pick.
-        from .mapper import search_shape
-
-        found = search_shape(params.take(search), shape)
-        picked = found.plan_values("search")
-        ok = found.best >= 0
-        for name in PLAN_FIELDS:
-            values[name][search] = picked[name]
-        feasible[search] = ok
-        bad = np.flatnonzero(~ok)
-        if bad.size:  # the smallest tile's reason binds; formatted for all at once
-            tm, tn, tk = tile_grid(shape)
-            t = int(np.argmin(tm * tn * tk))
-            check = check_tiles(params.take(search[bad]), tm[t:t + 1], tn[t:t + 1], tk[t:t + 1])
-            whys = check.reasons(np.arange(bad.size), np.zeros(bad.size, dtype=np.int64))
-            for j, why in zip(bad, whys):
-                reason[search[j]] = f"matmul {shape}: no legal tile among {len(tm)}; smallest {why}"
-    return MatmulPlans(feasible, reason, values)
-
-
-@dataclass(frozen=True)
-class MatmulPlan:
-    """One candidate's plan (a row of `MatmulPlans`)."""
-
-    feasible: bool
-    reason: str
-    tm: int = 0
-    tn: int = 0
-    tk: int = 0
-    cycles: int = 0
-    compute_cycles: int = 0
-    dma_cycles: int = 0
-    core_cycles: int = 0
-    busy_cycles: int = 0
-    dma_bytes: int = 0
-    sram_bytes: int = 0
-    bank_rows: int = 0
-    banks: int = 0
-    workers_used: int = 0
-    legal_tiles: int = 0
-
-
-def plan_matmul(chip, mapping, shape: MatmulShape) -> MatmulPlan:
-    plans = plan_matmuls(CandidateArrays.from_candidates([Candidate(chip, mapping)]), shape)
-    return MatmulPlan(bool(plans.feasible[0]), plans.reason[0], **{f: int(plans.values[f][0]) for f in PLAN_FIELDS})
-
-
-__all__ = ["MatmulCost", "MatmulPlan", "MatmulPlans", "ball_cycles", "blocked_reasons", "matmul_cost", "plan_matmul",
-           "plan_matmuls"]
+__all__ = ["MatmulCost", "ball_cycles", "matmul_cost", "split_share"]

@@ -36,7 +36,8 @@ import numpy as np
 
 from ..mapping import Candidate, CandidateArrays, MatmulShape, check_tiles, framework_tiles, tile_grid
 from ..mapping.matmul import divisors
-from .matmul import PLAN_FIELDS, MatmulCost, blocked_reasons, matmul_cost
+from ..cost.matmul import MatmulCost, matmul_cost
+from .matmul import PLAN_FIELDS, blocked_reasons
 
 OBJECTIVES = ("latency", "front")
 PRODUCT_KINDS = ("linear", "matmul")

@@ -1,0 +1,87 @@
+"""The cost of a Ball stream (an elementwise op streamed through two private banks: per
+piece MVIN, Ball op, MVOUT), as the emulator's serial timing runs it; for one chip, or for
+arrays of candidates that share the stream and differ in DMA figures and MSET cost."""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass
+
+import numpy as np
+
+from emulator.dma import transfer_cycles
+
+
+def strided(chip, col: int, stride: int) -> bool:
+    """A transfer with row stride `stride` bytes (0: contiguous) into a bank of `col`
+    physical banks is one DRAM run a bank row unless the stride is the bank row width."""
+    return stride not in (0, col * chip.banks.row_bytes)
+
+
+@dataclass(frozen=True)
+class StreamFigures:
+    """The chip figures a stream's time reads besides its pieces and Ball: scalars for one
+    chip, or arrays with one entry a candidate."""
+
+    burst_beats: object
+    parallel_bursts: object
+    latency_cycles: object
+    mset_cycles: object
+
+    @classmethod
+    def of(cls, chip) -> "StreamFigures":
+        return cls(chip.dma_burst_beats, chip.dma_parallel_bursts, chip.dma.latency_cycles,
+                   chip.front_end.mset_cycles)
+
+    def dma(self, lines: int, col: int, is_strided: bool):
+        return transfer_cycles(lines, col, is_strided, self.burst_beats, self.parallel_bursts, self.latency_cycles)
+
+
+def worker_cycles(chip, stream, workers: int, figures: StreamFigures | None = None) -> list:
+    """Serial cycles of each worker's share of the stream (worker w takes pieces w,
+    w + workers, ...; workers with no piece left out): ``4 x mset_cycles`` plus, per piece,
+    ``dma(in_lines) + Ball latency(iter = in_lines) + dma(out_lines, dst_col, dst_stride)``.
+    `chip` gives the Ball and the bank row width; `figures` (default: the chip's) the rest."""
+    figures = figures or StreamFigures.of(chip)
+    ball = chip.ball(stream.kind).latency_formula("default")
+    ball_cycles: dict[int, int] = {}
+    workers = max(1, workers)
+    by_share: dict[tuple, object] = {}  # workers with the same pieces' sizes cost the same
+    out = []
+    for w in range(workers):
+        mine = stream.pieces[w::workers]
+        if not mine:
+            continue
+        ins = Counter(p.in_lines for p in mine)
+        outs = Counter((p.out_lines, strided(chip, stream.dst_col, p.dst_stride)) for p in mine)
+        key = (tuple(sorted(ins.items())), tuple(sorted(outs.items())))
+        if key not in by_share:
+            total = 4 * np.asarray(figures.mset_cycles, dtype=np.int64)
+            for lines, count in ins.items():
+                if lines not in ball_cycles:
+                    ball_cycles[lines] = int(ball.cycles(iter=lines))
+                total = total + count * (figures.dma(lines, stream.src_col, False) + ball_cycles[lines])
+            for (lines, is_strided), count in outs.items():
+                total = total + count * figures.dma(lines, stream.dst_col, is_strided)
+            by_share[key] = total
+        out.append(by_share[key])
+    return out
+
+
+def stream_cycles(chip, stream, workers: int = 1, figures: StreamFigures | None = None):
+    """Serial cycles of a stream (`dse.plan.streams.Stream`) on its slowest worker: exactly
+    the emulator's ``serial`` time of that worker's stream (the overlapped timing overlaps
+    a piece's Ball op with the next piece's transfers). An int for one chip; an array when
+    `figures` holds arrays."""
+    per_worker = worker_cycles(chip, stream, workers, figures)
+    worst = np.max(np.stack(np.broadcast_arrays(*per_worker)), axis=0) if per_worker else 0
+    return int(worst) if np.ndim(worst) == 0 else worst
+
+
+def ball_busy_cycles(chip, stream, workers: int = 1) -> int:
+    """The Ball's own busy cycles on worker 0 (pieces 0, workers, 2 x workers, ...)."""
+    ball = chip.ball(stream.kind).latency_formula("default")
+    return sum(int(ball.cycles(iter=p.in_lines)) for p in stream.pieces[::max(1, workers)])
+
+
+__all__ = ["StreamFigures", "ball_busy_cycles", "stream_cycles", "strided", "worker_cycles"]

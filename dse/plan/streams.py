@@ -1,0 +1,250 @@
+"""Elementwise scale ops (quantize / requantize / dequantize) on the Fp2Int / Int2Fp Balls:
+whether a Ball can do one bit for bit, the stream of pieces it runs (`scale_stream`), the
+core-op form otherwise (`scale_core_op`), and which of the two a candidate takes
+(`stream_or_core`). Decided here for the lowering and the analytical model alike; the
+stream's cost is `dse.cost.stream_cycles`.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+
+from emulator import CoreOp, DramTensor
+
+from ..cost.core import core_cycles
+from ..cost.stream import stream_cycles
+from ..workload.graph import Op
+from .memory import Dram, Loc, itemsize
+from .split import split_core_op
+
+# Where scale ops run when a Ball can do them: "auto" (the cheaper side), always the Ball,
+# always the core.
+ELEMENTWISE = ("auto", "ball", "core")
+
+
+@dataclass(frozen=True)
+class StreamPiece:
+    """One MVIN -> Ball -> MVOUT round: `in_lines` 16-byte lines from DRAM `src` (contiguous),
+    `out_lines` to DRAM `dst` (contiguous, or one destination-bank row every `dst_stride`
+    bytes), one fp32 `scale`."""
+
+    src: int
+    in_lines: int
+    dst: int
+    out_lines: int
+    dst_stride: int
+    scale: float
+
+
+@dataclass(frozen=True)
+class Stream:
+    """An elementwise op streamed through two private banks on a Ball ("fp2int" / "int2fp")."""
+
+    kind: str
+    in_bits: int
+    out_bits: int
+    src_col: int
+    dst_col: int
+    pieces: list[StreamPiece]
+
+
+def scale_stream(chip, op: Op, src: Loc, out: Loc, scale: np.ndarray, shape) -> "Stream | None":
+    """The Ball form, or None (with the reason in the comments) when it does not apply.
+
+    Which Ball: quantize fp32 -> int8 is ``FP2INT(out_bits 8)``; requantize int32 / int8 ->
+    int8 is ``INT2FP(in_bits 32 / 8, out_bits 8)``; dequantize int32 / int8 -> fp32 is
+    ``INT2FP(in_bits 32 / 8, out_bits 32)``. Both compute ``fp32(x) * scale`` with one fp32
+    product (round to nearest even), then round half to even and saturate - exactly the
+    graph's ``clamp(round(x.float() * scale))`` and the core op's store rule.
+
+    The scale is one fp32 register per instruction, so an instruction covers a run of
+    elements with one scale. Per tensor: any run. A scale that varies only along the
+    rows (batch axes, or the row axis per row / per 16-row strip): one run per block of
+    equal-scale rows. A scale that varies along the last axis (per channel / per column,
+    what the frontend gives every requantize / dequantize of a weight product) stays on
+    the core: a 16-byte line holds 4 int32 (16 int8) consecutive columns, every DMA beat
+    and every Ball operand is a stream of whole lines from line 0, so no run of lines
+    has a single scale.
+
+    Layout: a padded row-major source streams as a flat buffer (the zero padding maps to
+    zero: 0 * scale rounds to 0), runs cut at equal-scale row blocks and at the bank's
+    addressable rows. A blocked accumulator (`Blocked`) keeps its bias-filled padding
+    rows out of the stream (only rows < M are moved; the output's padding stays zero):
+    with one column tile (``Nt == 1``) the blocked buffer is the row-major matrix, so
+    each batch entry's M rows are one contiguous run; with ``Nt > 1`` each tile's rows
+    are a run whose result is scattered into the row-major output by a strided MVOUT
+    (a destination bank of ``tn * out bytes / 16`` columns holds one tile row a bank
+    row, stride = the output row). Output: the same padded row-major layout as the core
+    op writes, so every consumer reads the same bytes.
+    """
+    kind_in, kind_out = src.dtype, out.dtype
+    if op.kind == "quantize":
+        if kind_in != "float32" or kind_out != "int8":
+            return None
+        ball, ib, ob = "fp2int", 4, 1
+    elif op.kind == "requantize":
+        if kind_in not in ("int32", "int8") or kind_out != "int8":
+            return None
+        ball, ib, ob = "int2fp", itemsize(kind_in), 1
+    else:
+        if kind_in not in ("int32", "int8") or kind_out != "float32":
+            return None
+        ball, ib, ob = "int2fp", itemsize(kind_in), 4
+    if chip.ball(ball) is None or len(shape) == 0:
+        return None
+    full = np.broadcast_to(scale, shape).astype(np.float32)
+    if not np.all(np.isfinite(full)) or not np.all(full > 0):
+        return None  # a negative scale would write -0.0 into zero fp32 padding; NaN/inf: keep the core's path
+    rows_scale = full[..., 0]
+    if not np.array_equal(full.view(np.uint32), np.broadcast_to(rows_scale[..., None], full.shape).view(np.uint32)):
+        return None  # the scale varies along the last axis (per channel): see the docstring
+    rb = chip.banks.row_bytes
+    lim = chip.addressable_rows
+    runs: list[tuple] = []  # (src, rows, src row bytes, dst row bytes, dst, dst row stride (0: contiguous), scale)
+    if src.blocked is None:
+        if not src.standard:
+            return None
+        bshape = src.buffer_shape
+        Np = bshape[-1]
+        lead = bshape[:-1]
+        R = math.prod(lead)
+        # per buffer row: its scale, or None for a padding row (zero data: any scale)
+        rs: list[float | None] = [None] * R
+        flat = np.asarray(rows_scale, dtype=np.float32).reshape(-1)
+        if len(shape) >= 2:
+            M, Mp = shape[-2], bshape[-2]
+            lr = flat.reshape(-1, M)
+            for i in range(lr.shape[0]):
+                for m in range(M):
+                    rs[i * Mp + m] = float(lr[i, m])
+        else:
+            rs[0] = float(flat[0])
+        row_in, row_out = Np * ib, Np * ob
+        _runs(runs, src.addr, out.addr, rs, row_in, row_out, 0)
+        dst_col = 1
+    else:
+        b = src.blocked
+        Mp, Np = b.Mt * b.tm, b.Nt * b.tn
+        lr = np.asarray(rows_scale, dtype=np.float32).reshape(b.batch, b.M)
+        if b.Nt == 1:
+            for bi in range(b.batch):
+                _runs(runs, src.addr + bi * Mp * Np * 4, out.addr + bi * Mp * Np * ob,
+                           [float(x) for x in lr[bi]], Np * 4, Np * ob, 0)
+            dst_col = 1
+        else:
+            dst_col = b.tn * ob // rb
+            stride = Np * ob
+            if dst_col < 1 or dst_col > chip.banks.max_col or dst_col + 1 > chip.banks.count \
+                    or stride > chip.isa.max_value("stride"):
+                return None
+            for bi in range(b.batch):
+                for mi in range(b.Mt):
+                    m0, m1 = mi * b.tm, min(b.M, (mi + 1) * b.tm)
+                    for ni in range(b.Nt):
+                        tile = src.addr + ((bi * b.Mt + mi) * b.Nt + ni) * b.tm * b.tn * 4
+                        dst = out.addr + ((bi * Mp + m0) * Np + ni * b.tn) * ob
+                        _runs(runs, tile, dst, [float(x) for x in lr[bi, m0:m1]], b.tn * 4, b.tn * ob,
+                                   stride)
+    pieces = []
+    for s_addr, nrows, row_in, row_out, d_addr, d_stride, sc in runs:
+        if d_stride == 0:  # contiguous in and out: cut anywhere on a 16-element boundary
+            elems, chunk = nrows * row_in // ib, (lim * rb // max(ib, ob)) // 16 * 16
+            for e0 in range(0, elems, chunk):
+                e = min(chunk, elems - e0)
+                pieces.append(StreamPiece(s_addr + e0 * ib, e * ib // rb, d_addr + e0 * ob, e * ob // rb, 0, sc))
+        else:  # one tile row a destination bank row: cut at rows
+            per = min(lim, lim * rb // row_in)
+            if per < 1:
+                return None
+            for r0 in range(0, nrows, per):
+                k = min(per, nrows - r0)
+                pieces.append(StreamPiece(s_addr + r0 * row_in, k * row_in // rb, d_addr + r0 * d_stride,
+                                          k * row_out // rb, d_stride, sc))
+    if not pieces:
+        return None
+    return Stream(ball, 8 * ib, 8 * ob, 1, dst_col, pieces)
+
+
+def _runs(runs: list, src: int, dst: int, rs: list, row_in: int, row_out: int, d_stride: int) -> None:
+    """Append maximal runs of consecutive rows with one scale (None: a zero padding row,
+    joins any run; a run never starts or ends with one unless it is all padding, which is
+    dropped)."""
+    i, n = 0, len(rs)
+    while i < n:
+        if rs[i] is None:
+            i += 1
+            continue
+        s = rs[i]
+        j = i + 1
+        while j < n and (rs[j] is None or rs[j] == s):
+            j += 1
+        while rs[j - 1] is None:
+            j -= 1
+        runs.append((src + i * row_in, j - i, row_in, row_out, dst + i * (d_stride or row_out), d_stride, s))
+        i = j
+
+
+def scale_core_op(dram: Dram, src: Loc, out: Loc, scale: np.ndarray, shape, place: bool = True) -> CoreOp:
+    """The core-op form: one op (split across workers). A blocked accumulator is read
+    tile by tile directly (a ``mul`` over the padded tile grid, the padding multiplied by
+    a zero scale); a per-tensor scale on a row-major tensor is a ``scale`` op, any other a
+    ``mul`` by the expanded scale. Charged ``elements x op_cycles[kind]``
+    (`dse.cost.core_cycles`). With ``place=False`` the scale constant is not stored (the op is
+    only costed)."""
+    if src.blocked is not None:
+        b = src.blocked
+        full = np.zeros((b.batch, b.Mt * b.tm, b.Nt * b.tn), dtype=np.float32)
+        full[:, :b.M, :b.N] = np.broadcast_to(scale, shape).reshape(b.batch, b.M, b.N)
+        saddr = dram.blob(full) if place else 0
+        sloc = Loc(saddr, full.shape, "float32", full.shape)
+        return CoreOp("mul", out.padded_grid_view(b.tm, b.tn),
+                      (src.padded_view(), sloc.padded_grid_view(b.tm, b.tn)))
+    if scale.ndim == 0 or scale.size == 1:
+        return CoreOp("scale", out.view(), (src.view(),), {"scale": float(scale.reshape(-1)[0])})
+    saddr = dram.blob(np.ascontiguousarray(scale)) if place else 0
+    return CoreOp("mul", out.view(), (src.view(), DramTensor(saddr, scale.shape, "fp32")))
+
+
+def stream_plan_key(chip) -> tuple:
+    """The chip figures `scale_stream` reads (chips equal in these get the same stream), with
+    the stream Balls' latency formulas; () when the chip has no stream Ball (always the core
+    op). The bank count matters only against 1 + a destination bank's col (at most max_col)."""
+    b = chip.banks
+    balls = tuple((x.kind, tuple(sorted(x.latency.items()))) for x in chip.balls if x.kind in ("fp2int", "int2fp"))
+    if not balls:
+        return ()
+    return (balls, chip.addressable_rows, b.row_bytes, min(b.count, b.max_col + 1), b.max_col,
+            chip.isa.max_value("stride"))
+
+
+def busiest_core_part(core_op: CoreOp, workers: int) -> CoreOp:
+    """The largest part of a core op as `split_core_op` cuts it (the whole op when it is not
+    split): the core side of the stream-or-core choice."""
+    parts = [p for p in (split_core_op(core_op, workers) or [core_op]) if p is not None]
+    return max(parts, key=lambda p: p.element_count())
+
+
+def takes_stream(stream_cycles, core_cycles, elementwise: str = "auto"):
+    """The rule: under ``"auto"`` the stream when its cycles on the slowest worker are fewer
+    than the core op's busiest part; ``"ball"`` always; ``"core"`` never. Arrays broadcast
+    (one entry a candidate)."""
+    if elementwise == "ball":
+        return np.ones(np.shape(stream_cycles), dtype=bool)
+    if elementwise == "core":
+        return np.zeros(np.shape(stream_cycles), dtype=bool)
+    return np.asarray(stream_cycles) < np.asarray(core_cycles)
+
+
+def stream_or_core(chip, workers: int, stream: "Stream | None", core_op: CoreOp, elementwise: str = "auto") -> bool:
+    """True when the op runs as the Ball stream (`takes_stream` for one chip)."""
+    if stream is None:
+        return False
+    return bool(takes_stream(stream_cycles(chip, stream, workers), core_cycles(chip, busiest_core_part(core_op, workers)),
+                             elementwise))
+
+
+__all__ = ["ELEMENTWISE", "Stream", "StreamPiece", "busiest_core_part", "scale_core_op", "scale_stream", "stream_or_core",
+           "stream_plan_key", "takes_stream"]
