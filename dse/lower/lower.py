@@ -120,20 +120,22 @@ def _np(value) -> np.ndarray:
     return value.numpy() if isinstance(value, torch.Tensor) else np.asarray(value)
 
 
-class _Builder:
+class ProgramBuilder:
+    """Emits one graph's program for one candidate, op by op, as the plan decides."""
+
     def __init__(self, graph: Graph, candidate: Candidate, inputs, dram: Dram | None = None,
                  elementwise: str = "auto"):
         if elementwise not in ELEMENTWISE:
             raise ValueError(f"elementwise must be one of {ELEMENTWISE}, got {elementwise!r}")
         self.elementwise = elementwise
-        self.g = graph
+        self.graph = graph
         self.cand = candidate
         self.chip = candidate.chip
         self.mapping = candidate.mapping
-        self.W = int(self.mapping.workers)
-        if self.W > self.chip.cores.count:
-            raise Infeasible(too_many_workers(self.W, self.chip.name, self.chip.cores.count))
-        self.cores: list[list] = [[] for _ in range(self.W)]
+        self.workers = int(self.mapping.workers)
+        if self.workers > self.chip.cores.count:
+            raise Infeasible(too_many_workers(self.workers, self.chip.name, self.chip.cores.count))
+        self.cores: list[list] = [[] for _ in range(self.workers)]
         self.dram = dram or Dram()
         self.locs: dict[str, Loc] = {}
         self.unblocked: dict[str, Loc] = {}
@@ -148,8 +150,8 @@ class _Builder:
     def loc(self, name: str) -> Loc:
         """The tensor's location; a weight is placed (as a constant) on first use."""
         if name not in self.locs:
-            spec = self.g.tensors[name]
-            self.locs[name] = self.dram.tensor(spec.shape, spec.dtype, self.g.weights[name])
+            spec = self.graph.tensors[name]
+            self.locs[name] = self.dram.tensor(spec.shape, spec.dtype, self.graph.weights[name])
         return self.locs[name]
 
     def logical(self, name: str) -> Loc:
@@ -178,7 +180,7 @@ class _Builder:
     def core(self, ins: CoreOp) -> None:
         """A core op: split across the workers along its first splittable axis when it is
         row-independent (elementwise, copies, last-axis norms), else on worker 0."""
-        parts = split_core_op(ins, self.W)
+        parts = split_core_op(ins, self.workers)
         if parts is None:
             self.cores[0].append(ins)
             return
@@ -187,7 +189,7 @@ class _Builder:
                 self.cores[w].append(part)
 
     def sync(self, after_ball: bool) -> None:
-        closing = sync_after(self.W, after_ball)
+        closing = sync_after(self.workers, after_ball)
         if closing == "barrier":
             for c in self.cores:
                 c.append(Barrier())
@@ -198,9 +200,9 @@ class _Builder:
     def lower_op(self, op: Op) -> None:
         n0 = sum(len(c) for c in self.cores)
         rec = None
-        if matrix_product(self.g, op):
+        if matrix_product(self.graph, op):
             rec = self._matmul(op)
-        if matrix_conv(self.g, op):
+        if matrix_conv(self.graph, op):
             rec = self._conv(op)
         if rec is None and op.kind in ("requantize", "dequantize", "quantize"):
             rec = self._scale_op(op)
@@ -218,10 +220,10 @@ class _Builder:
         charged, after a copy into a zero-padded image when the conv pads) and a GEMM on the
         matrix Ball: A[M = N*out positions, K = taps*C] @ W[K, O]; the blocked accumulator
         is the NHWC output (rows are output positions, columns channels)."""
-        g = self.g
+        graph = self.graph
         x = self.logical(op.inputs[0])
-        out_spec = g.tensors[op.outputs[0]]
-        w = np.asarray(g.weights[op.inputs[1]]).astype(np.int8)  # (*kernel, C, O)
+        out_spec = graph.tensors[op.outputs[0]]
+        w = np.asarray(graph.weights[op.inputs[1]]).astype(np.int8)  # (*kernel, C, O)
         nd = w.ndim - 2
         kernel, C, O = w.shape[:nd], w.shape[nd], w.shape[nd + 1]
         stride, padding, dilation = op.attrs["stride"], op.attrs["padding"], op.attrs["dilation"]
@@ -253,7 +255,7 @@ class _Builder:
         bt = w.reshape(K, O).T[None]  # (1, O, K)
         bias = None
         if op.attrs.get("has_bias") and len(op.inputs) > 2:
-            bias = np.asarray(g.weights[op.inputs[2]]).astype(np.int32)
+            bias = np.asarray(graph.weights[op.inputs[2]]).astype(np.int32)
         c_loc, rec = self._gemm(op, a, ("weight", np.ascontiguousarray(bt)), bias, M, O, K, 1, out_spec.shape)
         self.locs[op.outputs[0]] = c_loc
         return rec
@@ -262,7 +264,7 @@ class _Builder:
         """An int8 / int32 ReLU on the chip's ReLU Ball: the whole padded buffer (padding
         stays zero) streamed through one bank in chunks of a bank's rows (MVIN, RELU, MVOUT),
         chunks dealt to workers."""
-        spec = self.g.tensors[op.outputs[0]]
+        spec = self.graph.tensors[op.outputs[0]]
         src = self.loc(op.inputs[0])
         if not relu_ball(self.chip.ball("relu") is not None, spec.dtype, src):
             return None
@@ -272,8 +274,8 @@ class _Builder:
         rows = self.chip.addressable_rows
         chunks = relu_chunks(src.nbytes // 16, rows)
         used = 0
-        for w in range(self.W):
-            mine = chunks[w::self.W]
+        for w in range(self.workers):
+            mine = chunks[w::self.workers]
             if not mine:
                 continue
             used += 1
@@ -291,7 +293,7 @@ class _Builder:
 
     def _generic(self, op: Op) -> OpLowering:
         srcs = [self.logical(n) for n in op.inputs]
-        spec = self.g.tensors[op.outputs[0]]
+        spec = self.graph.tensors[op.outputs[0]]
         out = self.dram.tensor(spec.shape, spec.dtype)
         self.locs[op.outputs[0]] = out
         views = tuple(s.view() for s in srcs)
@@ -302,7 +304,7 @@ class _Builder:
 
     def _reshape(self, op: Op) -> OpLowering | None:
         src = self.loc(op.inputs[0])
-        spec = self.g.tensors[op.outputs[0]]
+        spec = self.graph.tensors[op.outputs[0]]
         view = reshape_view(src, spec.shape, spec.dtype)
         if view is None:
             return None
@@ -316,7 +318,7 @@ class _Builder:
         bit and the plan's choice (`stream_or_core`) takes it. Else one charged core op
         (`scale_core_op`)."""
         src = self.loc(op.inputs[0])
-        spec = self.g.tensors[op.outputs[0]]
+        spec = self.graph.tensors[op.outputs[0]]
         shape = tuple(spec.shape)
         scale = scale_tensor(op.attrs, shape).numpy().astype(np.float32)
         if src.blocked is not None:
@@ -326,7 +328,7 @@ class _Builder:
             out = self.dram.tensor(spec.shape, spec.dtype)
         self.locs[op.outputs[0]] = out
         plan = None if self.elementwise == "core" else scale_stream(self.chip, op, src, out, scale, shape)
-        if plan is not None and not stream_or_core(self.chip, self.W, plan,
+        if plan is not None and not stream_or_core(self.chip, self.workers, plan,
                                                    scale_core_op(self.dram, src, out, scale, shape, place=False),
                                                    self.elementwise):
             plan = None
@@ -378,8 +380,8 @@ class _Builder:
         Banks: 1 + dst_col live for the op (``OpLowering.banks``), freed at its end.
         """
         used = 0
-        for w in range(self.W):
-            mine = plan.pieces[w::self.W]
+        for w in range(self.workers):
+            mine = plan.pieces[w::self.workers]
             if not mine:
                 continue
             used += 1
@@ -398,22 +400,22 @@ class _Builder:
         return used
 
     def _matmul(self, op: Op) -> OpLowering:
-        g = self.g
-        a_spec, b_spec = (g.tensors[n] for n in op.inputs[:2])
-        out_spec = g.tensors[op.outputs[0]]
+        graph = self.graph
+        a_spec, b_spec = (graph.tensors[n] for n in op.inputs[:2])
+        out_spec = graph.tensors[op.outputs[0]]
         b_name = op.inputs[1]
         nb = math.prod(out_spec.shape[:-2])
         nbB = 1 if len(b_spec.shape) == 2 else nb
         b_nk = op.kind == "linear"  # linear: w[N, K]; matmul: b[..., K, N]
-        if b_name in g.weights:
-            w = np.asarray(g.weights[b_name]).astype(np.int8)
+        if b_name in graph.weights:
+            w = np.asarray(graph.weights[b_name]).astype(np.int8)
             w = w.reshape(nbB, *w.shape[-2:])
             b = ("weight", w if b_nk else np.swapaxes(w, -1, -2))  # (nbB, N, K)
         else:
             b = ("act", self.logical(b_name), b_nk, nbB)
         bias = None
         if op.attrs.get("has_bias") and len(op.inputs) > 2:
-            bias = np.asarray(g.weights[op.inputs[2]]).astype(np.int32)
+            bias = np.asarray(graph.weights[op.inputs[2]]).astype(np.int32)
         c_loc, rec = self._gemm(op, self.standard(op.inputs[0]), b, bias,
                                 a_spec.shape[-2], out_spec.shape[-1], a_spec.shape[-1], nb, out_spec.shape)
         self.locs[op.outputs[0]] = c_loc
@@ -484,11 +486,11 @@ class _Builder:
         fence = mp.policy == "framework"
         # Output tiles per worker: contiguous blocks of rows (or columns).
         if mp.split == "rows":
-            per = -(-Mt // self.W)
-            share = [(range(w * per, min(Mt, (w + 1) * per)), range(Nt)) for w in range(self.W)]
+            per = -(-Mt // self.workers)
+            share = [(range(w * per, min(Mt, (w + 1) * per)), range(Nt)) for w in range(self.workers)]
         else:
-            per = -(-Nt // self.W)
-            share = [(range(Mt), range(w * per, min(Nt, (w + 1) * per))) for w in range(self.W)]
+            per = -(-Nt // self.workers)
+            share = [(range(Mt), range(w * per, min(Nt, (w + 1) * per))) for w in range(self.workers)]
         used = 0
         for w, (ms, ns) in enumerate(share):
             if len(ms) == 0 or len(ns) == 0:
@@ -538,14 +540,14 @@ class _Builder:
     def finish(self) -> Lowered:
         img = self.dram.image()
         program = Program(self.cores, {"dram": Region(0, (img.size,), "uint8")}, {},
-                          dram_bytes=img.size, name=f"{self.g.name} on {self.chip.name} ({self.mapping.policy}, "
-                                                    f"{self.W} workers)")
+                          dram_bytes=img.size, name=f"{self.graph.name} on {self.chip.name} ({self.mapping.policy}, "
+                                                    f"{self.workers} workers)")
         # graph outputs as program outputs when they are plain row-major buffers
-        for name in self.g.outputs:
+        for name in self.graph.outputs:
             loc = self.locs[name]
             if loc.blocked is None:
                 program.outputs[name] = Region(loc.addr, loc.buffer_shape, emu_dtype(loc.dtype))
-        return Lowered(self.g, self.cand, program, img, self.locs, self.records)
+        return Lowered(self.graph, self.cand, program, img, self.locs, self.records)
 
 
 def sram_lifetimes(cores, chip) -> tuple[list[int], list[list[tuple[int, int, int, int]]]]:
@@ -593,7 +595,7 @@ def lower(graph: Graph, candidate: Candidate, inputs, elementwise: str = "auto")
     `elementwise` chooses where quantize / requantize / dequantize run when a Ball can do
     them bit for bit: ``"auto"`` (the Ball when `stream_cycles` < `core_cycles`), ``"ball"``
     (always the Ball), ``"core"`` (always the core)."""
-    b = _Builder(graph, candidate, inputs, elementwise=elementwise)
+    b = ProgramBuilder(graph, candidate, inputs, elementwise=elementwise)
     for op in graph.ops:
         b.lower_op(op)
     return b.finish()
@@ -624,7 +626,7 @@ def lower_stages(stages, chip, mapping) -> StagedLowered:
         if max(core_ids) >= chip.cores.count:
             raise Infeasible(f"core {max(core_ids)} but chip {chip.name} has {chip.cores.count} cores")
         used |= set(core_ids)
-        b = _Builder(graph, Candidate(chip, mapping.model_copy(update={"workers": len(core_ids)})), inputs, dram)
+        b = ProgramBuilder(graph, Candidate(chip, mapping.model_copy(update={"workers": len(core_ids)})), inputs, dram)
         for op in graph.ops:
             b.lower_op(op)
         builders.append(b)
@@ -642,8 +644,8 @@ def lower_stages(stages, chip, mapping) -> StagedLowered:
             cores[c] += [Barrier()] * (top - counts[c])
     img = dram.image()
     program = Program(cores, {"dram": Region(0, (img.size,), "uint8")}, {}, dram_bytes=img.size,
-                      name=" + ".join(f"{b.g.name} on cores {ids}" for b, (_, _, ids) in zip(builders, stages)))
-    lowered = [Lowered(b.g, b.cand, program, img, b.locs, b.records) for b in builders]
+                      name=" + ".join(f"{b.graph.name} on cores {ids}" for b, (_, _, ids) in zip(builders, stages)))
+    lowered = [Lowered(b.graph, b.cand, program, img, b.locs, b.records) for b in builders]
     return StagedLowered(program, img, lowered, [list(ids) for _, _, ids in stages])
 
 

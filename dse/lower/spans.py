@@ -20,7 +20,7 @@ def lower_spans(graph: Graph, chip, mapping, inputs, workers: int, input_axis: i
     from ..mapping import Candidate
     from ..plan import Infeasible
     from ..plan.memory import Dram
-    from .lower import Lowered, StagedLowered, _Builder
+    from .lower import Lowered, StagedLowered, ProgramBuilder
 
     if workers > chip.cores.count:
         raise Infeasible(f"{workers} workers but chip {chip.name} has {chip.cores.count} cores")
@@ -46,7 +46,7 @@ def lower_spans(graph: Graph, chip, mapping, inputs, workers: int, input_axis: i
         sg, need, sax = span_graph(graph, out, span, input_axis)
         xs = [torch.as_tensor(v).narrow(axes[n], need[n].lo, len(need[n]))
               for n, v in zip(graph.inputs, inputs) if n in need]
-        b = _Builder(sg, Candidate(chip, mapping.model_copy(update={"workers": 1})), xs, dram)
+        b = ProgramBuilder(sg, Candidate(chip, mapping.model_copy(update={"workers": 1})), xs, dram)
         for op in sg.ops:
             b.lower_op(op)
         src = b.logical(out).view()
