@@ -1,18 +1,13 @@
 """The cost of every op of a graph as the plan decides it, for arrays of candidates.
 
-The walk reads the plan's decisions (`dse.plan`), the very functions the lowering emits
-from: which products go to the matrix Ball (`matrix_product`, `matrix_conv`) with which
-tile (`plan_matmuls`), where each tensor lives (`dse.plan.memory` locations: padded
-row-major, strided, or a blocked accumulator) and when a blocked accumulator or a strided
-view is copied out on the core first, how a core op is split across workers
-(`busiest_elements`), which ReLU goes to the ReLU Ball (`relu_ball`), which scale op
-streams through a Ball (`scale_stream`, `stream_or_core`), what closes each op
-(`sync_after`). It sums the emulator's charges (`dse.cost`): a core op ``ceil(elements x
-cycles per element)`` on the busiest worker, a matmul `matmul_cost`, a Ball stream its
-transfers and Ball latency back to back, and a FENCE or BARRIER per synchronisation.
-
-Candidates differ in tiles (per candidate, vectorised), worker count, Ball set, chip
-figures and core speeds; everything else about an op is the graph's.
+The plan of the graph (`dse.plan.graph_plan.plan_graph`: per op its unit, the copies that
+prepare its operands, what it reads and writes) is the one the lowering emits; this walk
+charges it, vectorised over candidates, with the plan's per-candidate decisions: tiles
+(`plan_matmuls`), the ReLU Ball (`relu_ball`), Ball stream or core op (`StreamCosts`,
+`takes_stream`), splits (`busiest_elements`), syncs (`sync_after`). Charges are the
+emulator's (`dse.cost`): a core op ``ceil(elements x cycles per element)`` on the busiest
+worker, a matmul `matmul_cost`, a Ball stream its transfers and Ball latency back to back,
+and a FENCE or BARRIER per synchronisation.
 """
 
 from __future__ import annotations
@@ -29,13 +24,12 @@ from ..cost.core import GRAPH_OP, charged_elements, split_share
 from ..cost.dma import candidate_dma_cycles
 from ..cost.matmul import matmul_cost
 from ..mapping import CandidateArrays, MatmulShape
-from ..plan.mapper import gemm_shape
+from ..plan.graph_plan import Copy, OpPlan, copy_elements, plan_graph
 from ..plan.matmul import MatmulPlans, plan_matmuls
-from ..plan.memory import Blocked, Dram, Loc, pad
+from ..plan.memory import Loc, pad
 from ..plan.split import busiest_elements
-from ..plan.units import (SCALE_KINDS, conv_pad, matrix_conv, matrix_product, relu_ball, reshape_view, sync_after,
-                          too_many_workers)
-from ..workload.graph import Graph, Op, scale_tensor
+from ..plan.units import relu_ball, sync_after, too_many_workers
+from ..workload.graph import Graph, scale_tensor
 from .stream_cost import StreamCosts
 
 
@@ -61,24 +55,6 @@ class OpCost:
     tile_n: np.ndarray
     tile_k: np.ndarray
     workers_used: np.ndarray
-
-
-@dataclass
-class BlockedOutput:
-    """A blocked accumulator: (batch, M, N) and the producing tile per candidate."""
-
-    batch: int
-    M: int
-    N: int
-    tm: np.ndarray
-    tn: np.ndarray
-
-
-@dataclass
-class PlacedTensor:
-    loc: Loc | None  # None for a blocked accumulator
-    blocked: BlockedOutput | None = None
-    unblocked: Loc | None = None  # the row-major copy, once made
 
 
 @dataclass
@@ -120,7 +96,7 @@ class Charges:
 
 
 class GraphCost:
-    """Walks a graph for a batch of candidates, op by op, reading the plan."""
+    """Charges the plan of a graph (`plan_graph`) for a batch of candidates, op by op."""
 
     def __init__(self, graph: Graph, params: CandidateArrays, chips=None):
         self.graph, self.params, self.n = graph, params, params.n
@@ -129,8 +105,7 @@ class GraphCost:
         self.chips = chips
         self.workers = np.asarray(params.workers, dtype=np.int64)
         self.worker_counts = sorted(set(int(w) for w in self.workers))
-        self.dram = Dram()  # placement only: no data
-        self.tensors: dict[str, PlacedTensor] = {}
+        self.tiles: dict[str, tuple[np.ndarray, np.ndarray]] = {}  # blocked accumulators: (tm, tn) per candidate
         self.plans: dict[MatmulShape, MatmulPlans] = {}
         self.streams = StreamCosts(graph, params, chips) if chips is not None else None
         self.too_many_reason = np.array([too_many_workers(w, name, c) for w, name, c
@@ -141,17 +116,8 @@ class GraphCost:
         self.closes_after_core = np.array([closing[int(w), False] is not None for w in self.workers], dtype=np.int64)
         self.sync_cycles = np.where([closing[int(w), True] == "barrier" for w in self.workers],
                                     params.barrier_cycles, params.fence_cycles)
-        for name in graph.inputs:
-            spec = graph.tensors[name]
-            self.tensors[name] = PlacedTensor(self.dram.tensor(spec.shape, spec.dtype))
 
-    # ------------------------------------------------------------ placement
-    def placed(self, name: str) -> PlacedTensor:
-        if name not in self.tensors:  # a weight, placed on first use
-            spec = self.graph.tensors[name]
-            self.tensors[name] = PlacedTensor(self.dram.tensor(spec.shape, spec.dtype))
-        return self.tensors[name]
-
+    # ------------------------------------------------------------ charges
     def core_op(self, charges: Charges, kind: str, op, dst_shape, src_shapes, elements: int, cpe: np.ndarray):
         """A core op, split across workers where the plan splits it."""
         busiest = {w: busiest_elements(kind, op, dst_shape, src_shapes, elements, w) for w in self.worker_counts}
@@ -159,58 +125,46 @@ class GraphCost:
         charges.core += np.ceil(share * cpe)
         charges.busy += np.ceil(elements * cpe)
 
-    def core_op_tiled(self, charges: Charges, blk: BlockedOutput, cpe: np.ndarray):
+    def core_op_tiled(self, charges: Charges, batch: int, M: int, N: int, tm: np.ndarray, cpe: np.ndarray):
         """A core op over a blocked accumulator's padded grid (batch, Mt, tm, Nt, tn): split
         along the first axis of at least 2, vectorised over the candidates' tiles."""
-        Mp, Np = pad(blk.M), pad(blk.N)
-        total = blk.batch * Mp * Np
-        share = split_share(total, (blk.batch, Mp // blk.tm, blk.tm), self.workers)
+        Mp, Np = pad(M), pad(N)
+        total = batch * Mp * Np
+        share = split_share(total, (batch, Mp // tm, tm), self.workers)
         charges.core += np.ceil(share * cpe)
         charges.busy += np.ceil(total * cpe)
 
     def close(self, charges: Charges, after_ball: bool):
         charges.syncs += self.closes_after_ball if after_ball else self.closes_after_core
 
-    def logical(self, charges: Charges, name: str) -> Loc:
-        """A row-major location: a blocked accumulator is copied out once (charged)."""
-        t = self.placed(name)
-        if t.blocked is None:
-            return t.loc
-        if t.unblocked is None:
-            b = t.blocked
-            t.unblocked = self.dram.matrix(self.graph.tensors[name].shape, "int32", b.batch, b.M, b.N)
-            self.core_op_tiled(charges, b, self.params.copy_cpe)
-            self.close(charges, False)
-        return t.unblocked
-
-    def standard(self, charges: Charges, name: str) -> Loc:
-        """A padded row-major location: anything else is copied (charged)."""
-        loc = self.logical(charges, name)
-        if loc.standard:
-            return loc
-        out = self.dram.tensor(loc.shape, loc.dtype)
-        self.core_op(charges, "copy", None, loc.shape, [loc.shape], math.prod(loc.shape), self.params.copy_cpe)
+    def copy(self, charges: Charges, copy: Copy):
+        """One of the plan's copies, charged as the core copy the lowering emits."""
+        if copy.kind == "unblock":
+            batch, M, N = copy.blocked
+            self.core_op_tiled(charges, batch, M, N, self.tiles[copy.tensor][0], self.params.copy_cpe)
+        else:
+            self.core_op(charges, "copy", None, copy.shape, [copy.shape], copy_elements(copy), self.params.copy_cpe)
         self.close(charges, False)
-        return out
 
     # ------------------------------------------------------------ ops
-    def op_cost(self, op: Op) -> OpCost:
+    def op_cost(self, plan: OpPlan) -> OpCost:
+        op = plan.op
         n, p = self.n, self.params
         charges = Charges(n)
+        for copy in plan.copies:
+            self.copy(charges, copy)
         unit = "core"
         gemm = None
-        if matrix_product(self.graph, op):
-            gemm, unit = self._matmul(charges, op), "matrix"
-        elif matrix_conv(self.graph, op):
-            gemm, unit = self._conv(charges, op), "matrix"
-        elif op.kind in SCALE_KINDS:
-            unit = self._scale_op(charges, op)
-        elif op.kind == "relu" and (relu := self._relu_ball(charges, op)) is not None:
-            unit = relu
-        elif op.kind == "reshape" and self._reshape(op):
+        if plan.unit in ("matrix", "conv"):
+            gemm, unit = self._gemm(charges, plan), "matrix"
+        elif plan.unit == "scale":
+            unit = self._scale_op(charges, plan)
+        elif plan.unit == "relu":
+            unit = self._relu(charges, plan)
+        elif plan.unit == "view":
             unit = "none"
         else:
-            self._generic(charges, op)
+            self._generic(charges, plan)
         zeros = np.zeros(n, dtype=np.int64)
         feasible = np.ones(n, dtype=bool)
         reason = np.full(n, "", dtype=object)
@@ -271,78 +225,37 @@ class GraphCost:
                 self.plans[shape] = picked
         return self.plans[shape]
 
-    def _blocked_out(self, name: str, batch: int, M: int, N: int, plans: MatmulPlans):
-        self.tensors[name] = PlacedTensor(None, BlockedOutput(batch, M, N, np.maximum(plans.tm, 16),
-                                                              np.maximum(plans.tn, 16)))
-
-    def _matmul(self, charges: Charges, op: Op) -> MatmulPlans:
-        shape = gemm_shape(self.graph, op)
-        self.standard(charges, op.inputs[0])
-        if not shape.b_weight:
-            self.logical(charges, op.inputs[1])
-        plans = self._plans(shape)
+    def _gemm(self, charges: Charges, plan: OpPlan) -> MatmulPlans:
+        plans = self._plans(plan.gemm)
         # the packing copies, closed before the Ball reads them
         charges.syncs += np.where(self.workers > 1, (plans.core_cycles > 0).astype(np.int64), 0)
         self.close(charges, True)
-        self._blocked_out(op.outputs[0], shape.batch, shape.M, shape.N, plans)
+        self.tiles[plan.op.outputs[0]] = (np.maximum(plans.tm, 16), np.maximum(plans.tn, 16))
         return plans
 
-    def _conv(self, charges: Charges, op: Op) -> MatmulPlans:
-        graph, copy_cpe = self.graph, self.params.copy_cpe
-        x = self.logical(charges, op.inputs[0])
-        out = graph.tensors[op.outputs[0]]
-        w_shape = graph.tensors[op.inputs[1]].shape
-        nd = len(w_shape) - 2
-        kernel, C = tuple(w_shape[:nd]), w_shape[nd]
-        n_img = x.shape[0]
-        outs = tuple(out.shape[1:1 + nd])
-        if any(lo or hi for lo, hi in conv_pad(op)):  # the copy into a zero-padded image
-            self.core_op(charges, "copy", None, x.shape, [x.shape], math.prod(x.shape), copy_cpe)
-            self.close(charges, False)
-        gather = (n_img, *outs, *kernel, C)  # the im2col gather
-        self.core_op(charges, "copy", None, gather, [gather], math.prod(gather), copy_cpe)
-        self.close(charges, False)
-        shape = gemm_shape(graph, op)  # the im2col GEMM: M = images x positions, K = taps x C
-        plans = self._plans(shape)
-        charges.syncs += np.where(self.workers > 1, (plans.core_cycles > 0).astype(np.int64), 0)
-        self.close(charges, True)
-        self._blocked_out(op.outputs[0], 1, shape.M, shape.N, plans)
-        return plans
-
-    def _scale_op(self, charges: Charges, op: Op) -> str | np.ndarray:
+    def _scale_op(self, charges: Charges, plan: OpPlan) -> str | np.ndarray:
         """quantize / requantize / dequantize: the plan's Ball stream where the plan takes it
         (`StreamCosts`, per candidate), else the core op."""
-        spec = self.graph.tensors[op.outputs[0]]
-        shape = tuple(spec.shape)
-        t = self.placed(op.inputs[0])
-        b = t.blocked
-        out = self.dram.matrix(shape, spec.dtype, b.batch, b.M, b.N) if b is not None \
-            else self.dram.tensor(shape, spec.dtype)
-        self.tensors[op.outputs[0]] = PlacedTensor(out)
+        op = plan.op
+        shape = tuple(self.graph.tensors[op.outputs[0]].shape)
+        src = plan.reads[0]
+        b = plan.blocked_source
         core = Charges(self.n)
+        tiles = self.tiles[op.inputs[0]] if b is not None else None
         if b is not None:
-            self.core_op_tiled(core, b, self.params.mul_cpe)
+            self.core_op_tiled(core, b.batch, b.M, b.N, tiles[0], self.params.mul_cpe)
         else:
             scale_t = scale_tensor(op.attrs, shape)
             if scale_t.dim() == 0 or scale_t.numel() == 1:
-                self.core_op(core, "scale", None, shape, [t.loc.shape],
-                             max(math.prod(shape), math.prod(t.loc.shape)), self.params.scale_cpe)
+                self.core_op(core, "scale", None, shape, [src.shape],
+                             max(math.prod(shape), math.prod(src.shape)), self.params.scale_cpe)
             else:
                 sshape = tuple(scale_t.shape)
-                self.core_op(core, "mul", None, shape, [t.loc.shape, sshape],
-                             max(math.prod(shape), math.prod(t.loc.shape), math.prod(sshape)), self.params.mul_cpe)
+                self.core_op(core, "mul", None, shape, [src.shape, sshape],
+                             max(math.prod(shape), math.prod(src.shape), math.prod(sshape)), self.params.mul_cpe)
         self.close(core, False)
         on_core = "epilogue" if b is not None else "core"
-        if self.streams is None:
-            charges.add(core)
-            return on_core
-        src = t.loc
-        tiles = None
-        if b is not None:
-            src = Loc(0, tuple(self.graph.tensors[op.inputs[0]].shape), "int32", (),
-                      Blocked(b.batch, 0, 0, 0, 0, b.M, b.N))  # the tile is each candidate's (`tiles`)
-            tiles = (b.tm, b.tn)
-        stream = self.streams.charges(op, src, out, shape, tiles)
+        stream = self.streams.charges(op, src, plan.writes, shape, tiles) if self.streams is not None else None
         if stream is None:
             charges.add(core)
             return on_core
@@ -351,27 +264,23 @@ class GraphCost:
         charges.select(on_ball, ball, core)
         return np.where(on_ball, kinds, on_core) if on_ball.any() else on_core
 
-    def _relu_ball(self, charges: Charges, op: Op) -> str | np.ndarray | None:
-        """The ReLU Ball streams the padded buffer through one bank: per chunk of a bank's
-        rows, MVIN, RELU, MVOUT back to back (the in-order DMA engine holds the next MVIN
-        behind the MVOUT), chunks dealt to workers. Candidates without the Ball run the
-        op on the core. Returns the unit (per candidate when they differ), or None when no
-        candidate can use the Ball."""
-        spec = self.graph.tensors[op.outputs[0]]
-        t = self.placed(op.inputs[0])
-        has = np.array([f is not None for f in self.params.relu_formula])
-        if not relu_ball(bool(has.any()), spec.dtype, t.loc if t.blocked is None else None):
-            return None
+    def _relu(self, charges: Charges, plan: OpPlan) -> str | np.ndarray:
+        """The ReLU Ball where the candidate's chip has one (`relu_ball`), else the core op.
+        Returns the unit (per candidate when they differ)."""
+        spec = self.graph.tensors[plan.op.outputs[0]]
+        has = np.array([relu_ball(f is not None, spec.dtype, plan.reads[0]) for f in self.params.relu_formula])
+        if not has.any():
+            self._generic(charges, plan)
+            return "core"
         if not has.all():  # some candidates run it on the core: cost both, pick per candidate
             core = Charges(self.n)
-            self._generic(core, op)
+            self._generic(core, plan)
             ball = Charges(self.n)
-            self._relu_stream(ball, t.loc)
+            self._relu_stream(ball, plan.reads[0])
             charges.select(has, ball, core)
-        else:
-            self._relu_stream(charges, t.loc)
-        self.tensors[op.outputs[0]] = PlacedTensor(self.dram.tensor(spec.shape, spec.dtype))
-        return "relu" if has.all() else np.where(has, "relu", "core")
+            return np.where(has, "relu", "core")
+        self._relu_stream(charges, plan.reads[0])
+        return "relu"
 
     def _relu_stream(self, charges: Charges, src: Loc):
         """The chunks of `relu_chunks` (a bank's addressable rows each), costed per candidate."""
@@ -406,28 +315,18 @@ class GraphCost:
         charges.dma_bytes = np.full(self.n, 2 * lines * 16, dtype=np.int64)
         self.close(charges, True)
 
-    def _reshape(self, op: Op) -> bool:
-        t = self.placed(op.inputs[0])
+    def _generic(self, charges: Charges, plan: OpPlan):
+        op = plan.op
         spec = self.graph.tensors[op.outputs[0]]
-        view = reshape_view(t.loc, spec.shape, spec.dtype) if t.blocked is None else None
-        if view is None:
-            return False
-        self.tensors[op.outputs[0]] = PlacedTensor(view)
-        return True
-
-    def _generic(self, charges: Charges, op: Op):
-        srcs = [self.logical(charges, name) for name in op.inputs]
-        spec = self.graph.tensors[op.outputs[0]]
-        self.tensors[op.outputs[0]] = PlacedTensor(self.dram.tensor(spec.shape, spec.dtype))
-        shapes = [s.shape for s in srcs]
+        shapes = [s.shape for s in plan.reads]
         elements = charged_elements(op, [math.prod(s) for s in shapes], math.prod(spec.shape))
         self.core_op(charges, GRAPH_OP, op, tuple(spec.shape), shapes, elements, self.params.graph_op_cpe)
         self.close(charges, False)
 
 
 def graph_costs(graph: Graph, params: CandidateArrays, chips=None) -> list[OpCost]:
-    walker = GraphCost(graph, params, chips)
-    return [walker.op_cost(op) for op in graph.ops]
+    costs = GraphCost(graph, params, chips)
+    return [costs.op_cost(plan) for plan in plan_graph(graph)]
 
 
 __all__ = ["OpCost", "graph_costs"]

@@ -61,12 +61,12 @@ from emulator import Barrier, CoreOp, DramTensor, Fence, Fp2Int, Int2Fp, Matmul,
 from ..mapping import Candidate, MatmulShape
 from ..mapping.matmul import check_tiles
 from ..mapping.params import CandidateArrays
+from ..plan.graph_plan import OpPlan, plan_graph
 from ..plan.matmul import plan_matmul
 from ..plan.memory import Blocked, Dram, Loc, emu_dtype
 from ..plan.split import split_core_op
 from ..plan.streams import ELEMENTWISE, Stream, scale_core_op, scale_stream, stream_or_core
-from ..plan.units import (Infeasible, conv_pad, matrix_conv, matrix_product, relu_ball, relu_chunks, reshape_view,
-                          sync_after, too_many_workers)
+from ..plan.units import Infeasible, conv_pad, relu_ball, relu_chunks, reshape_view, sync_after, too_many_workers
 from ..cost.core import GRAPH_OP, charged_elements
 from ..workload.graph import Graph, Op, scale_tensor
 from . import coreop
@@ -155,7 +155,8 @@ class ProgramBuilder:
         return self.locs[name]
 
     def logical(self, name: str) -> Loc:
-        """A row-major (non-blocked) location: a blocked accumulator is copied out once (charged)."""
+        """A row-major (non-blocked) location: a blocked accumulator is copied out once
+        (charged); the plan's ``unblock`` copy."""
         loc = self.loc(name)
         if loc.blocked is None:
             return loc
@@ -167,15 +168,28 @@ class ProgramBuilder:
             self.unblocked[name] = out
         return self.unblocked[name]
 
-    def standard(self, name: str) -> Loc:
-        """A padded row-major copy of the tensor unless it already is one (charged copy)."""
-        loc = self.logical(name)
-        if loc.standard:
-            return loc
+    def standardised(self, loc: Loc) -> Loc:
+        """A padded row-major copy of a strided view (charged): the plan's ``standardise``."""
         out = self.dram.tensor(loc.shape, loc.dtype)
         self.core(CoreOp("copy", out.view(), (loc.view(),)))
         self.sync(False)
         return out
+
+    def prepare(self, plan: OpPlan) -> dict[str, Loc]:
+        """Emit the plan's copies that move an operand (unblock, standardise); the locations
+        the op then reads. (A convolution's pad and gather copies are its own: `_conv`.)"""
+        ready: dict[str, Loc] = {}
+        for copy in plan.copies:
+            if copy.kind == "unblock":
+                ready[copy.tensor] = self.logical(copy.tensor)
+            elif copy.kind == "standardise":
+                ready[copy.tensor] = self.standardised(self.operand(copy.tensor, ready))
+        return ready
+
+    def operand(self, name: str, ready: dict[str, Loc]) -> Loc:
+        """Where an op reads `name`: its copy made for this op, else a row-major copy made
+        earlier, else the tensor itself."""
+        return ready.get(name) or self.unblocked.get(name) or self.loc(name)
 
     def core(self, ins: CoreOp) -> None:
         """A core op: split across the workers along its first splittable axis when it is
@@ -197,31 +211,35 @@ class ProgramBuilder:
             self.cores[0].append(Fence())
 
     # -------------------------------------------------------------- ops
-    def lower_op(self, op: Op) -> None:
+    def lower_op(self, plan: OpPlan) -> None:
+        """Emit one op as the plan says (`dse.plan.graph_plan`): its copies, then the op on
+        its unit."""
+        op = plan.op
         n0 = sum(len(c) for c in self.cores)
+        ready = self.prepare(plan)
         rec = None
-        if matrix_product(self.graph, op):
-            rec = self._matmul(op)
-        if matrix_conv(self.graph, op):
-            rec = self._conv(op)
-        if rec is None and op.kind in ("requantize", "dequantize", "quantize"):
+        if plan.unit == "matrix":
+            rec = self._matmul(op, ready)
+        elif plan.unit == "conv":
+            rec = self._conv(plan, ready)
+        elif plan.unit == "scale":
             rec = self._scale_op(op)
-        if rec is None and op.kind == "relu":
+        elif plan.unit == "relu":
             rec = self._relu_ball(op)
-        if rec is None and op.kind == "reshape":
+        elif plan.unit == "view":
             rec = self._reshape(op)
         if rec is None:
-            rec = self._generic(op)
+            rec = self._generic(op, ready)
         rec.instructions = sum(len(c) for c in self.cores) - n0
         self.records.append(rec)
 
-    def _conv(self, op: Op) -> OpLowering:
+    def _conv(self, plan: OpPlan, ready: dict[str, Loc]) -> OpLowering:
         """A channels-last int8 convolution as im2col on the core (one strided gather copy,
         charged, after a copy into a zero-padded image when the conv pads) and a GEMM on the
         matrix Ball: A[M = N*out positions, K = taps*C] @ W[K, O]; the blocked accumulator
         is the NHWC output (rows are output positions, columns channels)."""
-        graph = self.graph
-        x = self.logical(op.inputs[0])
+        graph, op = self.graph, plan.op
+        x = self.operand(op.inputs[0], ready)
         out_spec = graph.tensors[op.outputs[0]]
         w = np.asarray(graph.weights[op.inputs[1]]).astype(np.int8)  # (*kernel, C, O)
         nd = w.ndim - 2
@@ -231,7 +249,7 @@ class ProgramBuilder:
         spatial = x.shape[1:1 + nd]
         outs = out_spec.shape[1:1 + nd]
         pad_lr = conv_pad(op)
-        if any(l or r for l, r in pad_lr):
+        if any(copy.kind == "pad" for copy in plan.copies):
             xp = self.dram.tensor((n, *[s + l + r for s, (l, r) in zip(spatial, pad_lr)], C), "int8")
             xs = xp.view().strides
             offset = sum(l * st for (l, _), st in zip(pad_lr, xs[1:1 + nd]))
@@ -291,8 +309,8 @@ class ProgramBuilder:
         self.sync(True)
         return OpLowering(op.name, op.kind, "relu", None, 1, 2, 2 * rows * self.chip.banks.row_bytes, used)
 
-    def _generic(self, op: Op) -> OpLowering:
-        srcs = [self.logical(n) for n in op.inputs]
+    def _generic(self, op: Op, ready: dict[str, Loc]) -> OpLowering:
+        srcs = [self.operand(n, ready) for n in op.inputs]
         spec = self.graph.tensors[op.outputs[0]]
         out = self.dram.tensor(spec.shape, spec.dtype)
         self.locs[op.outputs[0]] = out
@@ -399,7 +417,7 @@ class ProgramBuilder:
             prog += [Mset(0, alloc=False), Mset(1, alloc=False)]
         return used
 
-    def _matmul(self, op: Op) -> OpLowering:
+    def _matmul(self, op: Op, ready: dict[str, Loc]) -> OpLowering:
         graph = self.graph
         a_spec, b_spec = (graph.tensors[n] for n in op.inputs[:2])
         out_spec = graph.tensors[op.outputs[0]]
@@ -412,11 +430,11 @@ class ProgramBuilder:
             w = w.reshape(nbB, *w.shape[-2:])
             b = ("weight", w if b_nk else np.swapaxes(w, -1, -2))  # (nbB, N, K)
         else:
-            b = ("act", self.logical(b_name), b_nk, nbB)
+            b = ("act", self.operand(b_name, ready), b_nk, nbB)
         bias = None
         if op.attrs.get("has_bias") and len(op.inputs) > 2:
             bias = np.asarray(graph.weights[op.inputs[2]]).astype(np.int32)
-        c_loc, rec = self._gemm(op, self.standard(op.inputs[0]), b, bias,
+        c_loc, rec = self._gemm(op, self.operand(op.inputs[0], ready), b, bias,
                                 a_spec.shape[-2], out_spec.shape[-1], a_spec.shape[-1], nb, out_spec.shape)
         self.locs[op.outputs[0]] = c_loc
         return rec
@@ -596,8 +614,8 @@ def lower(graph: Graph, candidate: Candidate, inputs, elementwise: str = "auto")
     them bit for bit: ``"auto"`` (the Ball when `stream_cycles` < `core_cycles`), ``"ball"``
     (always the Ball), ``"core"`` (always the core)."""
     b = ProgramBuilder(graph, candidate, inputs, elementwise=elementwise)
-    for op in graph.ops:
-        b.lower_op(op)
+    for plan in plan_graph(graph):
+        b.lower_op(plan)
     return b.finish()
 
 
@@ -627,8 +645,8 @@ def lower_stages(stages, chip, mapping) -> StagedLowered:
             raise Infeasible(f"core {max(core_ids)} but chip {chip.name} has {chip.cores.count} cores")
         used |= set(core_ids)
         b = ProgramBuilder(graph, Candidate(chip, mapping.model_copy(update={"workers": len(core_ids)})), inputs, dram)
-        for op in graph.ops:
-            b.lower_op(op)
+        for plan in plan_graph(graph):
+            b.lower_op(plan)
         builders.append(b)
     n = max(used) + 1
     cores: list[list] = [[] for _ in range(n)]

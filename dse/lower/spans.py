@@ -3,6 +3,7 @@ span plus halo (the spans and halos are the plan's: `dse.plan.spans`)."""
 
 from __future__ import annotations
 
+from ..plan.graph_plan import plan_graph
 from ..plan.spans import SpanError, span_graph, span_partition, time_axes
 
 
@@ -47,8 +48,8 @@ def lower_spans(graph: Graph, chip, mapping, inputs, workers: int, input_axis: i
         xs = [torch.as_tensor(v).narrow(axes[n], need[n].lo, len(need[n]))
               for n, v in zip(graph.inputs, inputs) if n in need]
         b = ProgramBuilder(sg, Candidate(chip, mapping.model_copy(update={"workers": 1})), xs, dram)
-        for op in sg.ops:
-            b.lower_op(op)
+        for plan in plan_graph(sg):
+            b.lower_op(plan)
         src = b.logical(out).view()
         a = axes[out]
         shape = list(fview.shape)

@@ -1,0 +1,168 @@
+"""The graph's plan: per op, its unit and the charged copies that prepare its operands.
+
+The layout of every tensor follows from the graph alone (a matrix-Ball product leaves a
+blocked accumulator whatever the candidate; every other op writes a padded row-major
+buffer), so this walk runs once per graph and both consumers read its `OpPlan`s: the
+lowering emits each copy and the op (with real addresses and data), the analytical model
+charges them for arrays of candidates. What varies per candidate is decided by the
+functions the plan names: tiles (`plan_matmuls`), the ReLU Ball (the chip has one or not),
+Ball stream or core op (`stream_or_core` / `takes_stream`), splits (`split_core_op`),
+syncs (`sync_after`).
+
+Copies, in the order the lowering emits them:
+
+* ``unblock``: a blocked accumulator read as a row-major matrix is copied out once, on
+  first such read (later readers use the copy);
+* ``standardise``: a matmul's A operand that is not a padded row-major buffer of its own
+  shape (a strided view) is copied into one, for every such matmul;
+* ``pad``: a convolution that pads copies its input into a zero-padded image;
+* ``gather``: a convolution's im2col gather of every tap into the GEMM's A.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from ..mapping import MatmulShape
+from ..workload.graph import Graph, Op
+from .mapper import gemm_shape
+from .memory import Blocked, Dram, Loc, pad
+from .units import SCALE_KINDS, conv_pad, matrix_conv, matrix_product, reshape_view
+
+UNITS = ("matrix", "conv", "scale", "relu", "view", "core")
+
+
+@dataclass(frozen=True)
+class Copy:
+    """A charged core copy before an op: what it copies and the shape it moves."""
+
+    kind: str  # "unblock" | "standardise" | "pad" | "gather"
+    tensor: str
+    shape: tuple[int, ...]
+    blocked: tuple[int, int, int] | None = None  # unblock: the accumulator's (batch, M, N)
+
+
+@dataclass(frozen=True)
+class OpPlan:
+    """One op's plan. `unit`: "matrix" (a product on the matrix Ball), "conv" (im2col + a
+    GEMM on it), "scale" (a Fp2Int / Int2Fp stream or a core op, per candidate), "relu"
+    (the ReLU Ball where the chip has one, else a core op), "view" (a descriptor), "core".
+    `reads` are the operand locations after the copies (placement-only addresses), `writes`
+    the result's; `gemm` the GEMM of a matrix-Ball op."""
+
+    op: Op
+    unit: str
+    copies: tuple[Copy, ...]
+    reads: tuple[Loc, ...]
+    writes: Loc
+    gemm: MatmulShape | None = None
+
+    @property
+    def blocked_source(self) -> Blocked | None:
+        """A scale op over a blocked accumulator reads it tile by tile (its (batch, M, N))."""
+        return self.reads[0].blocked if self.reads else None
+
+
+def plan_graph(graph: Graph) -> list[OpPlan]:
+    """The plan of every op of `graph`, in order (made once and kept on the graph)."""
+    cached = graph.__dict__.get("op_plans")
+    if cached is None:
+        cached = graph.__dict__["op_plans"] = _Walk(graph).run()
+    return cached
+
+
+class _Walk:
+    def __init__(self, graph: Graph):
+        self.graph = graph
+        self.dram = Dram()  # placement only: no data
+        self.locs: dict[str, Loc] = {}
+        self.unblocked: dict[str, Loc] = {}
+        for name in graph.inputs:
+            spec = graph.tensors[name]
+            self.locs[name] = self.dram.tensor(spec.shape, spec.dtype)
+
+    def loc(self, name: str) -> Loc:
+        if name not in self.locs:  # a weight, placed on first use
+            spec = self.graph.tensors[name]
+            self.locs[name] = self.dram.tensor(spec.shape, spec.dtype)
+        return self.locs[name]
+
+    def logical(self, name: str, copies: list[Copy]) -> Loc:
+        loc = self.loc(name)
+        if loc.blocked is None:
+            return loc
+        if name not in self.unblocked:
+            b = loc.blocked
+            copies.append(Copy("unblock", name, (b.batch, pad(b.M), pad(b.N)), (b.batch, b.M, b.N)))
+            self.unblocked[name] = self.dram.matrix(loc.shape, "int32", b.batch, b.M, b.N)
+        return self.unblocked[name]
+
+    def standard(self, name: str, copies: list[Copy]) -> Loc:
+        loc = self.logical(name, copies)
+        if loc.standard:
+            return loc
+        copies.append(Copy("standardise", name, tuple(loc.shape)))
+        return self.dram.tensor(loc.shape, loc.dtype)
+
+    def blocked_result(self, op: Op, shape: MatmulShape) -> Loc:
+        spec = self.graph.tensors[op.outputs[0]]
+        # the tile is each candidate's: the plan records the accumulator's extent only
+        return self.dram.blocked(spec.shape, Blocked(shape.batch, 1, 1, pad(shape.M), pad(shape.N), shape.M,
+                                                     shape.N))
+
+    def run(self) -> list[OpPlan]:
+        return [self.plan(op) for op in self.graph.ops]
+
+    def plan(self, op: Op) -> OpPlan:
+        graph = self.graph
+        spec = graph.tensors[op.outputs[0]]
+        copies: list[Copy] = []
+        if matrix_product(graph, op):
+            shape = gemm_shape(graph, op)
+            reads = []
+            if not shape.b_weight:  # the lowering reads B first
+                b = self.logical(op.inputs[1], copies)
+            a = self.standard(op.inputs[0], copies)
+            reads = [a] if shape.b_weight else [a, b]
+            out = self.locs[op.outputs[0]] = self.blocked_result(op, shape)
+            return OpPlan(op, "matrix", tuple(copies), tuple(reads), out, shape)
+        if matrix_conv(graph, op):
+            x = self.logical(op.inputs[0], copies)
+            w_shape = graph.tensors[op.inputs[1]].shape
+            nd = len(w_shape) - 2
+            if any(lo or hi for lo, hi in conv_pad(op)):
+                copies.append(Copy("pad", op.inputs[0], tuple(x.shape)))
+            gather = (x.shape[0], *spec.shape[1:1 + nd], *w_shape[:nd], w_shape[nd])
+            copies.append(Copy("gather", op.inputs[0], tuple(gather)))
+            shape = gemm_shape(graph, op)
+            out = self.locs[op.outputs[0]] = self.blocked_result(op, shape)
+            return OpPlan(op, "conv", tuple(copies), (x,), out, shape)
+        if op.kind in SCALE_KINDS:
+            src = self.loc(op.inputs[0])  # a blocked accumulator is read tile by tile, not copied
+            b = src.blocked
+            out = self.dram.matrix(spec.shape, spec.dtype, b.batch, b.M, b.N) if b is not None \
+                else self.dram.tensor(spec.shape, spec.dtype)
+            self.locs[op.outputs[0]] = out
+            return OpPlan(op, "scale", (), (src,), out)
+        if op.kind == "relu":
+            src = self.loc(op.inputs[0])
+            if spec.dtype in ("int8", "int32") and src.standard:
+                out = self.locs[op.outputs[0]] = self.dram.tensor(spec.shape, spec.dtype)
+                return OpPlan(op, "relu", (), (src,), out)
+        if op.kind == "reshape":
+            view = reshape_view(self.loc(op.inputs[0]), spec.shape, spec.dtype)
+            if view is not None:
+                self.locs[op.outputs[0]] = view
+                return OpPlan(op, "view", (), (self.loc(op.inputs[0]),), view)
+        reads = tuple(self.logical(name, copies) for name in op.inputs)
+        out = self.locs[op.outputs[0]] = self.dram.tensor(spec.shape, spec.dtype)
+        return OpPlan(op, "core", tuple(copies), reads, out)
+
+
+def copy_elements(copy: Copy) -> int:
+    """Elements a copy moves (its charge is ``elements x cycles per element`` of "copy")."""
+    return math.prod(copy.shape)
+
+
+__all__ = ["Copy", "OpPlan", "UNITS", "copy_elements", "plan_graph"]
