@@ -289,3 +289,28 @@ def test_a_sampler_that_only_repeats_itself_stops_the_sweep(tmp_path):
     with Store(tmp_path / "r.db") as store:
         cands = store.candidates("tiny")
     assert cands["hash"].is_unique and len(cands) <= 1 + 2 * 3
+
+
+def test_the_stage_chain_is_declared_in_order_and_keys_the_sweeps_times(tmp_path):
+    from dse.runner import chain
+
+    assert [s.name for s in chain.CHAIN] == ["capture", "frontend", "plan+analytical", "prune", "emulator",
+                                             "numerics", "record"]
+    assert all(callable(s.run) and s.doc for s in chain.CHAIN)
+    assert {s for stages in chain.EVALUATION.values() for s in stages} <= set(chain.CHAIN)
+    result = run_sweep(write_spec(tmp_path, banks="[16]"), tmp_path / "r.db", progress=False)
+    # Every time but the sampler's (the driver's own) is a stage's.
+    assert set(result.seconds) - {"sampler"} <= {s.name for s in chain.CHAIN}
+    assert {"plan+analytical", "record", "emulator"} <= set(result.seconds)
+
+
+def test_the_prune_stage_is_a_plain_function_of_the_analytical_results():
+    from dse.runner.chain import PRUNE
+
+    analysed = [(1, True, {"latency_cycles": 30.0}), (2, True, {"latency_cycles": 10.0}),
+                (3, False, {}), (4, True, {"latency_cycles": 20.0})]
+    pruning = PRUNE.run(analysed, {4}, "top_k", 2, "latency_cycles", "minimize")
+    assert pruning.emulate == [2]  # 4 is in the top 2 but emulated already
+    assert pruning.pruned == [(1, "not emulated: rank 3 of 3 feasible by the analytical latency_cycles, "
+                                  "outside the top 2"), (3, "not emulated: analytically infeasible")]
+    assert PRUNE.run(analysed, set(), "all", 2, "latency_cycles", "maximize").emulate == [1, 2, 4]

@@ -1,5 +1,5 @@
-"""The emulator stage: the recipe's frontend steps once per sweep, then, per candidate,
-lowering + emulation + the numerics check against PyTorch (`dse.numerics`).
+"""The emulator and numerics stages: the recipe's frontend steps once per sweep, then, per
+candidate, lowering + emulation, and the numerics check against PyTorch (`dse.numerics`).
 
 A candidate's emulator run records its evidence under kinds of its own: emulator cycles
 and counters (`emulator_cycles`), host time (`emulator_host_time`) and the numerics
@@ -10,11 +10,11 @@ from __future__ import annotations
 
 import functools
 import json
-import traceback as tb
 from dataclasses import dataclass
 from typing import Any
 
 from ..mapping import Candidate
+from .stages import Evidence
 
 
 STALL_CAUSES = ("dependence", "ball_queue", "channel", "dma", "fence", "barrier", "rob_full", "frontend")
@@ -73,50 +73,58 @@ def quantized_steps(recipe: str, quantization: str):
             for step in steps]
 
 
-def emulate(work: EmulationWorkload, cand: Candidate) -> dict:
-    """One candidate on the emulator: status, reason, metrics (plain data for the driver)."""
+@dataclass
+class Emulated:
+    """The emulator stage's result for one candidate: the emulation report (its numerics
+    verdict included) and the run's evidence so far."""
+
+    report: Any  # dse.numerics.run.EmulationReport
+    evidence: Evidence
+
+
+def emulate(work: EmulationWorkload, cand: Candidate) -> Emulated:
+    """One candidate lowered and emulated: status, reason, emulator metrics (plain data for
+    the driver)."""
     from ..numerics.run import emulate_graph
 
-    rep = emulate_graph(work.graph, cand, work.inputs, work.expected, work.tolerance, work.reference_kind,
-                        reference=work.reference)
-    if not rep.feasible:
-        return dict(status="infeasible", reason=rep.reason, metrics=[], totals={})
-    c = rep.counters
+    report = emulate_graph(work.graph, cand, work.inputs, work.expected, work.tolerance, work.reference_kind,
+                           reference=work.reference)
+    if not report.feasible:
+        return Emulated(report, Evidence("infeasible", report.reason))
+    counters = report.counters
     metrics = [
-        dict(kind="emulator_cycles", name="latency_cycles", value=float(rep.cycles), unit="cycles"),
-        dict(kind="emulator_cycles", name="peak_sram_bytes", value=float(rep.peak_sram_bytes), unit="bytes"),
-        dict(kind="emulator_host_time", name="seconds", value=float(rep.seconds), unit="s"),
+        dict(kind="emulator_cycles", name="latency_cycles", value=float(report.cycles), unit="cycles"),
+        dict(kind="emulator_cycles", name="peak_sram_bytes", value=float(report.peak_sram_bytes), unit="bytes"),
+        dict(kind="emulator_host_time", name="seconds", value=float(report.seconds), unit="s"),
     ]
-    counters = rep.result.counters if rep.result is not None else None
-    for core, busy in enumerate(c.get("busy_cycles", [])):
+    emulator_counters = report.result.counters if report.result is not None else None
+    for core, busy in enumerate(counters.get("busy_cycles", [])):
         metrics.append(dict(kind="emulator_cycles", name="busy_cycles", value=float(busy), unit="cycles",
                             scope="core", scope_key=str(core)))
-        metrics.append(dict(kind="emulator_cycles", name="waiting_cycles", value=float(rep.cycles - busy),
+        metrics.append(dict(kind="emulator_cycles", name="waiting_cycles", value=float(report.cycles - busy),
                             unit="cycles", scope="core", scope_key=str(core)))
         # Waiting by cause: instruction-cycles each instruction waited, attributed to the
         # binding cause (they overlap in time, so they need not add up to waiting_cycles).
         for cause in STALL_CAUSES:
-            value = counters.value(f"stall_{cause}_cycles", core=core) if counters is not None else 0
+            value = emulator_counters.value(f"stall_{cause}_cycles", core=core) if emulator_counters is not None else 0
             metrics.append(dict(kind="emulator_cycles", name=f"stall_{cause}", value=float(value),
                                 unit="instruction-cycles", scope="core", scope_key=str(core)))
-    v = rep.verdict
-    if v is not None:
-        metrics += [
-            dict(kind="numerics", name="passed", value=float(v.passed), unit="bool"),
-            dict(kind="numerics", name="integer_bit_exact", value=float(v.integer_bit_exact), unit="bool"),
-            dict(kind="numerics", name="max_abs_error", value=float(v.max_abs_error), unit="abs"),
-            dict(kind="numerics", name="max_rel_error", value=float(v.max_rel_error), unit="rel"),
-        ]
-    if v is not None and not v.passed:
+    return Emulated(report, Evidence("ok", metrics=metrics, totals={"latency_cycles": float(report.cycles)}))
+
+
+def judge_numerics(emulated: Emulated) -> Evidence:
+    """The numerics verdict's metrics added to the run's evidence; a run whose outputs do not
+    match PyTorch fails."""
+    evidence, verdict = emulated.evidence, emulated.report.verdict
+    if evidence.status != "ok" or verdict is None:
+        return evidence
+    metrics = evidence.metrics + [
+        dict(kind="numerics", name="passed", value=float(verdict.passed), unit="bool"),
+        dict(kind="numerics", name="integer_bit_exact", value=float(verdict.integer_bit_exact), unit="bool"),
+        dict(kind="numerics", name="max_abs_error", value=float(verdict.max_abs_error), unit="abs"),
+        dict(kind="numerics", name="max_rel_error", value=float(verdict.max_rel_error), unit="rel"),
+    ]
+    if not verdict.passed:
         # Results that do not match PyTorch are not evidence of speed: the run fails.
-        return dict(status="failed", reason="", metrics=metrics, totals={},
-                    error=f"numerics: {v.summary()}")
-    return dict(status="ok", reason="", metrics=metrics, totals={"latency_cycles": float(rep.cycles)})
-
-
-def emulate_safely(work: EmulationWorkload, cand: Candidate) -> dict:
-    try:
-        return emulate(work, cand)
-    except Exception as exc:  # a crash in lowering or emulation is this candidate's failed run
-        return dict(status="failed", reason="", metrics=[], totals={}, error=f"{type(exc).__name__}: {exc}",
-                    traceback="".join(tb.format_exception(type(exc), exc, exc.__traceback__)))
+        return Evidence("failed", metrics=metrics, error=f"numerics: {verdict.summary()}")
+    return Evidence("ok", metrics=metrics, totals=evidence.totals)

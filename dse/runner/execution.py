@@ -18,16 +18,17 @@ import threading
 import traceback as tb
 from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
 from concurrent.futures.process import BrokenProcessPool
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from multiprocessing import get_context
-from typing import Any, Iterator
+from typing import Iterator
 
 import threadpoolctl
 
 from ..chips import validate_chip
 from ..errors import InputError
 from ..mapping import Candidate, mapping_from_dict
-from .stages import AnalyticalResult, analytical_batch
+from .chain import EVALUATION, run_stages
+from .stages import AnalyticalResult, Outcome, Workload
 
 # Test hook: a worker process SIGKILLs itself on a candidate whose hash starts with this.
 KILL_ENV = "DSE_TEST_KILL_WORKER_ON"
@@ -35,79 +36,27 @@ KILL_ENV = "DSE_TEST_KILL_WORKER_ON"
 
 @dataclass
 class WorkItem:
-    key: int  # the driver's handle for this evaluation (its run id)
+    run_id: int  # the driver's handle for this evaluation
     config_json: str  # the chip config as canonical JSON (cheap to send, the cache key)
     mapping: dict
     hash: str = ""
-    stage: str = "analytical"  # or "emulator"
+    stage: str = "analytical"  # or "emulator": the run's stage, which picks its stages in chain.EVALUATION
     mapping_json: str = ""  # the mapping as canonical JSON, when the driver has it (the cache key)
 
 
-@dataclass
-class Workload:
-    """What workers need besides the candidates: the captured graph for the analytical
-    model, and (when the emulator stage runs) the prepared emulation workload."""
-
-    graph: object  # the analytical stage's graph for candidates that leave quantization unset
-    emulation: object | None = None
-    # One prepared emulation workload per quantization granularity a sweep's candidates set
-    # (mapping.quantization); `emulation` serves the candidates that leave it unset.
-    emulations: dict = field(default_factory=dict)
-    recipe: str | None = None  # what to prepare a granularity not prepared up front from
-    params: dict = field(default_factory=dict)
-    # The analytical graph per quantization granularity (the recipe's steps with it set).
-    graphs: dict = field(default_factory=dict)
-    # The newest calibration of each chip name the sweep uses ({} : uncalibrated model).
-    calibration: dict = field(default_factory=dict)
-
-    def graph_for(self, quantization: str | None):
-        if quantization is None:
-            return self.graph
-        if quantization not in self.graphs:
-            from .stages import analytical_graph
-
-            if self.recipe is None:
-                raise RuntimeError(f"no analytical graph for quantization {quantization!r}")
-            self.graphs[quantization] = analytical_graph(self.recipe, self.params, quantization)
-        return self.graphs[quantization]
-
-    def emulation_for(self, quantization: str | None):
-        if quantization is None:
-            return self.emulation
-        if quantization not in self.emulations:  # not prepared up front: prepared here, once per process
-            from .emulation import prepare_emulation
-
-            if self.recipe is None:
-                raise RuntimeError(f"no emulation workload prepared for quantization {quantization!r}")
-            self.emulations[quantization] = prepare_emulation(self.recipe, self.params, quantization)
-        return self.emulations[quantization]
-
-
-@dataclass
-class Outcome:
-    key: int
-    status: str  # ok | infeasible | failed
-    reason: str = ""
-    totals: dict[str, float] = field(default_factory=dict)
-    metrics: list = field(default_factory=list)  # MetricRow or dicts, as Store.finish_runs takes them
-    error: str = ""
-    traceback: str = ""
-
-
-def _failed(key: int, exc: BaseException) -> Outcome:
-    return Outcome(key, "failed", error=f"{type(exc).__name__}: {exc}",
+def _failed(run_id: int, exc: BaseException) -> Outcome:
+    return Outcome(run_id, "failed", error=f"{type(exc).__name__}: {exc}",
                    traceback="".join(tb.format_exception(type(exc), exc, exc.__traceback__)))
 
 
 def evaluate_items(work, items: list[WorkItem], kill: str | None = None) -> list[Outcome]:
-    """A chunk of candidates: the analytical stage as one batch, the emulator stage one by
-    one. A candidate that raises is isolated and reported failed; the others are
-    unaffected. `kill` is the worker-death test hook (a hash prefix), never set in the
-    driver's own process."""
+    """A chunk of candidates through the chain's evaluation stages (`chain.EVALUATION`):
+    plan+analytical as one batch, emulator -> numerics one by one. A candidate that raises
+    is isolated and reported failed; the others are unaffected. `kill` is the worker-death
+    test hook (a hash prefix), never set in the driver's own process."""
     work = work if isinstance(work, Workload) else Workload(work)
-    graph = work.graph
     outcomes: dict[int, Outcome] = {}
-    cands: list[tuple[WorkItem, Candidate]] = []
+    analytical: list[tuple[WorkItem, Candidate]] = []
     for item in items:
         if kill and item.hash.startswith(kill):
             os.kill(os.getpid(), signal.SIGKILL)
@@ -118,56 +67,61 @@ def evaluate_items(work, items: list[WorkItem], kill: str | None = None) -> list
             if item.hash:  # the driver hashed it already (the same content_hash): not again per item
                 cand.__dict__["hash"] = item.hash
         except InputError as exc:
-            outcomes[item.key] = Outcome(item.key, "infeasible",
-                                         reason=f"invalid chip for this combination: {exc.field}: {exc.allowed}")
+            outcomes[item.run_id] = Outcome(item.run_id, "infeasible",
+                                            reason=f"invalid chip for this combination: {exc.field}: {exc.allowed}")
             continue
         if item.stage == "emulator":
-            from .emulation import emulate_safely
-
             try:
                 emulation = work.emulation_for(cand.mapping.quantization)
             except Exception as exc:  # this granularity's frontend steps fail: the candidate's failure
-                outcomes[item.key] = _failed(item.key, exc)
+                outcomes[item.run_id] = _failed(item.run_id, exc)
                 continue
-            outcomes[item.key] = Outcome(item.key, **emulate_safely(emulation, cand))
+            try:
+                evidence = run_stages(EVALUATION["emulator"], emulation, cand)
+            except Exception as exc:  # a crash in lowering or emulation is this candidate's failed run
+                outcomes[item.run_id] = _failed(item.run_id, exc)
+                continue
+            outcomes[item.run_id] = Outcome(item.run_id, evidence.status, evidence.reason, evidence.totals,
+                                            evidence.metrics, evidence.error)
         else:
-            cands.append((item, cand))
+            analytical.append((item, cand))
     # One vectorised batch per analytical graph (candidates of one quantization granularity).
     by_graph: dict = {}
-    for pair in cands:
+    for pair in analytical:
         by_graph.setdefault(pair[1].mapping.quantization, []).append(pair)
     for quantization, group in by_graph.items():
         try:
-            g = work.graph_for(quantization)
+            graph = work.graph_for(quantization)
         except Exception as exc:  # this granularity's steps do not apply: the candidates fail
             for item, _ in group:
-                outcomes[item.key] = _failed(item.key, exc)
+                outcomes[item.run_id] = _failed(item.run_id, exc)
             continue
-        _analytical_group(g, group, work.calibration, outcomes)
-    return [outcomes[item.key] for item in items]
+        _analytical_group(graph, group, work.calibration, outcomes)
+    return [outcomes[item.run_id] for item in items]
 
 
-def _analytical_group(graph, cands, calibration, outcomes) -> None:
+def _analytical_group(graph, group: list[tuple[WorkItem, Candidate]], calibration, outcomes) -> None:
     try:
-        results = _analytical_batch(graph, [c for _, c in cands], calibration)
+        results = _analytical_batch(graph, [cand for _, cand in group], calibration)
     except Exception:  # find the culprit: evaluate one at a time
         results = []
-        for _, cand in cands:
+        for _, cand in group:
             try:
                 results.append(_analytical_batch(graph, [cand], calibration)[0])
             except Exception as exc:
                 results.append(exc)
-    for (item, _), res in zip(cands, results):
+    for (item, _), res in zip(group, results):
         if isinstance(res, BaseException):
-            outcomes[item.key] = _failed(item.key, res)
+            outcomes[item.run_id] = _failed(item.run_id, res)
         else:
-            outcomes[item.key] = Outcome(item.key, "ok" if res.feasible else "infeasible", res.reason,
-                                         res.totals, res.metrics())
+            outcomes[item.run_id] = Outcome(item.run_id, "ok" if res.feasible else "infeasible", res.reason,
+                                            res.totals, res.metrics())
 
 
 def _analytical_batch(graph, cands: list[Candidate], calibration: dict | None = None) -> list[AnalyticalResult]:
     # The one call into the model, kept as a seam: tests inject a crashing candidate here.
-    return analytical_batch(graph, cands, calibration)
+    (stage,) = EVALUATION["analytical"]
+    return stage.run(graph, cands, calibration)
 
 
 @functools.lru_cache(maxsize=4096)
@@ -303,7 +257,8 @@ class PoolExecutor:
                 yield fut.result()
             except BrokenProcessPool as exc:
                 self._restart()
-                yield [Outcome(item.key, "failed", error=f"worker process died twice evaluating this candidate ({exc})")]
+                yield [Outcome(item.run_id, "failed",
+                               error=f"worker process died twice evaluating this candidate ({exc})")]
 
     def close(self) -> None:
         self._pool.shutdown(wait=True, cancel_futures=True)
@@ -338,7 +293,7 @@ class DaskExecutor:
             try:
                 yield fut.result()
             except Exception as exc:
-                yield [Outcome(item.key, "failed", error=f"worker lost twice evaluating this candidate ({exc})")]
+                yield [Outcome(item.run_id, "failed", error=f"worker lost twice evaluating this candidate ({exc})")]
 
     def close(self) -> None:
         self.client.close()

@@ -1,6 +1,7 @@
 """The driver's writes to the store, in batches: candidates with their runs started, runs
-finished. One transaction per batch keeps an analytical sweep's recording cheap: a batch's
-results are held and written in the transaction that starts the next batch."""
+finished (the rows of the chain's record stage). One transaction per batch keeps an
+analytical sweep's recording cheap: a batch's results are held and written in the
+transaction that starts the next batch."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ import contextlib
 import time
 
 from ..records import Store
+from .chain import RECORD
 
 
 class Recorder:
@@ -25,11 +27,6 @@ class Recorder:
         finally:
             self.seconds += time.perf_counter() - started
 
-    @staticmethod
-    def _results(outcomes) -> list[dict]:
-        return [dict(run_id=o.key, status=o.status, metrics=o.metrics, reason=o.reason or None,
-                     error=o.error or None, traceback=o.traceback or None) for o in outcomes]
-
     def add_and_start(self, experiment_id: int, rows: list[dict], stage: str, baseline: bool = False,
                       **provenance) -> list[tuple[int, int]]:
         """Candidates recorded and their runs started, in one transaction with the held
@@ -37,12 +34,12 @@ class Recorder:
         held, self._held = self._held, []
         try:
             with self._timed():
-                out = self.store.add_candidates_and_start_runs(experiment_id, rows, stage, finish=self._results(held),
+                out = self.store.add_candidates_and_start_runs(experiment_id, rows, stage, finish=RECORD.run(held),
                                                                baseline=baseline, **provenance)
         except BaseException:
             self._held = held + self._held  # not written: still to be
             raise
-        self._running.difference_update(o.key for o in held)
+        self._running.difference_update(o.run_id for o in held)
         self._running.update(run for _, _, run in out)
         return [(cid, run) for cid, _, run in out]
 
@@ -60,11 +57,11 @@ class Recorder:
             return
         try:
             with self._timed():
-                self.store.finish_runs(self._results(outcomes))
+                self.store.finish_runs(RECORD.run(outcomes))
         except BaseException:
             self._held = outcomes + self._held
             raise
-        self._running.difference_update(o.key for o in outcomes)
+        self._running.difference_update(o.run_id for o in outcomes)
 
     def hold(self, outcomes) -> None:
         """Outcomes to write with the next batch's start (or at `flush`). The sampler may be

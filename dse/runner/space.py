@@ -139,8 +139,9 @@ class Space:
         self.constraints = constraints
         self.baseline_values = baseline_values  # knob name -> the baseline's value at its target
         names = [k.name for k in knobs]
-        self._when = {k.name: Formula(k.when, names[:i], allow_strings=True) for i, k in enumerate(knobs) if k.when}
-        self._constraints = [Formula(c.expr, names, allow_strings=True) for c in constraints]
+        self._when_formulas = {k.name: Formula(k.when, names[:i], allow_strings=True)
+                               for i, k in enumerate(knobs) if k.when}
+        self._constraint_formulas = [Formula(c.expr, names, allow_strings=True) for c in constraints]
 
     @staticmethod
     def check(knobs: list[Knob], constraints: list[Constraint]) -> list[tuple[str, str, str]]:
@@ -165,7 +166,7 @@ class Space:
         return [k.name for k in self.knobs]
 
     def active(self, name: str, params: dict[str, Any]) -> bool:
-        cond = self._when.get(name)
+        cond = self._when_formulas.get(name)
         if cond is None:
             return True
         return bool(cond(**self.full(params)))
@@ -177,9 +178,9 @@ class Space:
     def violated(self, params: dict[str, Any]) -> str:
         """The first constraint the parameters break, as a reason ('' if none)."""
         values = self.full(params)
-        for c, f in zip(self.constraints, self._constraints):
-            if not bool(f(**values)):
-                return f"constraint {c.expr!r} does not hold" + (f" ({c.reason})" if c.reason else "")
+        for constraint, formula in zip(self.constraints, self._constraint_formulas):
+            if not bool(formula(**values)):
+                return f"constraint {constraint.expr!r} does not hold" + (f" ({constraint.reason})" if constraint.reason else "")
         return ""
 
     def prune_inactive(self, params: dict[str, Any]) -> dict[str, Any]:

@@ -1,5 +1,5 @@
-"""Stages a candidate goes through. Each is a plain function: typed inputs, results out,
-no knowledge of samplers or storage."""
+"""What the stages of the chain (`dse.runner.chain`) compute, and the plain data they pass:
+typed inputs, results out, no knowledge of samplers or storage."""
 
 from __future__ import annotations
 
@@ -21,6 +21,68 @@ UNITS = {
 
 
 OP_FIELDS = ("op", "unit", "cycles", "tile_m", "tile_n", "tile_k")
+
+
+@dataclass
+class Workload:
+    """What the evaluation stages need besides the candidates (the frontend stage's output):
+    the analytical graph and, when the emulator stage runs, the prepared emulation workloads."""
+
+    graph: object  # the analytical stage's graph for candidates that leave quantization unset
+    emulation: object | None = None
+    # One prepared emulation workload per quantization granularity a sweep's candidates set
+    # (mapping.quantization); `emulation` serves the candidates that leave it unset.
+    emulations: dict = field(default_factory=dict)
+    recipe: str | None = None  # what to prepare a granularity not prepared up front from
+    params: dict = field(default_factory=dict)
+    # The analytical graph per quantization granularity (the recipe's steps with it set).
+    graphs: dict = field(default_factory=dict)
+    # The newest calibration of each chip name the sweep uses ({} : uncalibrated model).
+    calibration: dict = field(default_factory=dict)
+
+    def graph_for(self, quantization: str | None):
+        if quantization is None:
+            return self.graph
+        if quantization not in self.graphs:  # the frontend stage, on this granularity's first use
+            if self.recipe is None:
+                raise RuntimeError(f"no analytical graph for quantization {quantization!r}")
+            self.graphs[quantization] = analytical_graph(self.recipe, self.params, quantization)
+        return self.graphs[quantization]
+
+    def emulation_for(self, quantization: str | None):
+        if quantization is None:
+            return self.emulation
+        if quantization not in self.emulations:  # not prepared up front: prepared here, once per process
+            from .emulation import prepare_emulation
+
+            if self.recipe is None:
+                raise RuntimeError(f"no emulation workload prepared for quantization {quantization!r}")
+            self.emulations[quantization] = prepare_emulation(self.recipe, self.params, quantization)
+        return self.emulations[quantization]
+
+
+@dataclass
+class Evidence:
+    """What an evaluation stage found for one candidate: its run's status and metric rows."""
+
+    status: str  # ok | infeasible | failed
+    reason: str = ""
+    totals: dict[str, float] = field(default_factory=dict)
+    metrics: list = field(default_factory=list)  # MetricRow or dicts, as Store.finish_runs takes them
+    error: str = ""
+
+
+@dataclass
+class Outcome:
+    """A run's result as the driver records it: the evidence, keyed by the run."""
+
+    run_id: int
+    status: str  # ok | infeasible | failed | pruned
+    reason: str = ""
+    totals: dict[str, float] = field(default_factory=dict)
+    metrics: list = field(default_factory=list)  # MetricRow or dicts, as Store.finish_runs takes them
+    error: str = ""
+    traceback: str = ""
 
 
 @dataclass
@@ -73,6 +135,23 @@ def _analytical_graph(recipe: str, params_json: str, quantization: str | None):
         raise InputError(recipe, "workload.recipe", recipe,
                          f"a recipe whose frontend steps apply ({failed.name}: {failed.error})")
     return pipe.graph
+
+
+def frontend_workload(recipe: str, params: dict, emulated=()) -> Workload:
+    """The analytical graph of candidates that leave quantization unset (the recipe's steps as
+    they are; the baseline's own granularity, when it sets one, is another graph), and an
+    emulation workload per granularity in `emulated` (None: the recipe's own), prepared here
+    once rather than in every worker."""
+    work = Workload(analytical_graph(recipe, params), recipe=recipe, params=params)
+    if emulated:
+        from .emulation import prepare_emulation
+
+        for quantization in emulated:
+            if quantization is None:
+                work.emulation = prepare_emulation(recipe, params)
+            else:
+                work.emulations[quantization] = prepare_emulation(recipe, params, quantization)
+    return work
 
 
 def analytical_batch(graph, cands: list[Candidate], calibration: dict | None = None) -> list[AnalyticalResult]:

@@ -1,4 +1,7 @@
-"""The sweep driver: spec -> candidates (baseline first) -> stages -> records.
+"""The sweep driver: spec -> candidates (baseline first) -> the stage chain -> records.
+
+The stages are declared, in order, in `dse.runner.chain`; this driver proposes candidates,
+batches them, calls the stages and writes what they return.
 
 Only this driver writes the store. Candidates are proposed, recorded and evaluated in
 batches: every candidate is recorded (infeasible and failed ones included) with a run row
@@ -30,13 +33,14 @@ from ..errors import InputError
 from ..identity import candidate_hash_of_texts, canonical_json
 from ..mapping import mapping_from_dict
 from ..records import Store
-from ..workload import capture_recipe, load_recipe
+from ..workload import load_recipe
 from .acceptance import decide
-from .execution import InlineExecutor, Outcome, PoolExecutor, WorkItem, Workload, make_executor
+from .chain import CAPTURE, EMULATOR, FRONTEND, PLAN_ANALYTICAL, PRUNE, RECORD
+from .execution import InlineExecutor, PoolExecutor, WorkItem, make_executor
 from .recorder import Recorder
 from .samplers import Observation, Proposal, Sampler, make_sampler, sampler_kind
 from .spec import QUANTIZATION_TARGET, Spec, load_spec
-from .stages import analytical_graph, source_count_metrics
+from .stages import Outcome, source_count_metrics
 
 DONE = {"ok", "infeasible", "pruned", "failed"}  # crashed or running: evaluate again
 # A local pool evaluates an analytical batch only when the driver would spend longer than
@@ -56,7 +60,10 @@ class SweepResult:
     counts: dict[str, int] = field(default_factory=dict)
     decision: str = ""
     stopped_early: str = ""
-    seconds: dict[str, float] = field(default_factory=dict)  # wall time per stage
+    # Wall time by the chain's stage names: plan+analytical (the whole analytical phase,
+    # sampler and record included), record (the store writes), emulator (prune, emulator and
+    # numerics); and sampler, the driver's own (the sampler's asks and tells).
+    seconds: dict[str, float] = field(default_factory=dict)
 
 
 def mapping_data(mapping) -> dict:
@@ -66,7 +73,7 @@ def mapping_data(mapping) -> dict:
 
 
 @dataclass
-class _Built:
+class _BuiltCandidate:
     params: dict
     config: dict
     mapping: dict
@@ -77,13 +84,13 @@ class _Built:
 
 
 class Sweep:
-    def __init__(self, spec: Spec, graph, store: Store, executor=None, progress: bool = True,
+    def __init__(self, spec: Spec, captured_graph, store: Store, executor=None, progress: bool = True,
                  model_version: str = MODEL_VERSION):
-        # `graph`: the captured graph, for the source-derived counts; the analytical stage
-        # costs the graph after the recipe's steps (the executor's workload).
-        self.spec, self.graph, self.progress = spec, graph, progress
+        # `captured_graph`: the capture stage's graph, for the source-derived counts; the
+        # analytical stage costs the graph after the recipe's steps (the executor's workload).
+        self.spec, self.captured_graph, self.progress = spec, captured_graph, progress
         self.model_version = model_version
-        self.executor = executor or make_executor(graph)
+        self.executor = executor or make_executor(captured_graph)
         recipe = load_recipe(spec.model.workload.recipe)
         m = spec.model
         self.recorder = Recorder(store)
@@ -100,15 +107,15 @@ class Sweep:
         self.baseline_data = {"config": spec.baseline_chip.model_dump(mode="json"),
                               "mapping": spec.baseline_mapping.model_dump(mode="json")}
         self.result = SweepResult(self.experiment_id, spec.name, "testing")
-        self.best: float | None = None
-        self.known: dict[str, tuple[int, Observation]] = {}  # hash -> (candidate id, outcome)
+        self.best_objective: float | None = None  # the best feasible value of the first objective
+        self.known: dict[str, tuple[int, Observation]] = {}  # candidates done, by hash: (candidate id, outcome)
         self._chips: dict[tuple, Any] = {}
         self._chip_knobs = [k.name for k in spec.model.space if k.target.startswith("chip.")]
         self._baseline_config_json = canonical_json(self.baseline_data["config"])
         self._mappings: dict[tuple, Any] = {}
         self.stop_requested = False
-        self._inline = InlineExecutor(self.executor.work) if isinstance(self.executor, PoolExecutor) else None
-        self._inline_cost: float | None = None  # seconds per candidate, measured on the driver's batches
+        self._inline_executor = InlineExecutor(self.executor.work) if isinstance(self.executor, PoolExecutor) else None
+        self._inline_seconds_per_candidate: float | None = None  # measured on the driver's batches
         self._sampler_seconds = 0.0
         self._idle_rounds = 0  # asks in a row that proposed only candidates already evaluated
 
@@ -145,15 +152,15 @@ class Sweep:
             hit = self._mappings[key] = (mapping, canonical_json(mapping), why)
         return hit
 
-    def _build(self, params: dict) -> _Built:
+    def _build(self, params: dict) -> _BuiltCandidate:
         config, config_json, reason = self._chip_for(params)
         reason = reason or self.spec.space.violated(params)
         mapping, mapping_json, why = self._mapping_for(params)
         reason = reason or why
-        return _Built(params, config, mapping, candidate_hash_of_texts(config_json, mapping_json), reason,
-                      config_json, mapping_json)
+        return _BuiltCandidate(params, config, mapping, candidate_hash_of_texts(config_json, mapping_json), reason,
+                               config_json, mapping_json)
 
-    def _diff(self, b: _Built) -> dict[str, list]:
+    def _diff(self, b: _BuiltCandidate) -> dict[str, list]:
         """Fields that differ from the baseline. Candidates differ from it only where a knob
         sets a field, so only the knob targets need comparing."""
         out = {}
@@ -204,11 +211,11 @@ class Sweep:
         return out
 
     def _evaluate(self, proposals: list[Proposal], origin: str, sampler: Sampler | None, bar,
-                  built: list[_Built] | None = None) -> int:
+                  built: list[_BuiltCandidate] | None = None) -> int:
         """Record and evaluate a batch (`built`: its proposals' candidates, when built
         already); returns how many candidates were new."""
         built = built or [self._build(p.params) for p in proposals]
-        fresh: dict[str, _Built] = {}
+        fresh: dict[str, _BuiltCandidate] = {}
         for b in built:
             if b.hash not in self.known and b.hash not in fresh:
                 fresh[b.hash] = b
@@ -247,8 +254,8 @@ class Sweep:
                 if pending:
                     self._finish(pending, by_run, origin, hold=True)
                     bar.update(len(pending))
-                if executor is self._inline and len(items) >= 16:  # a batch large enough to tell the cost
-                    self._inline_cost = spent / len(items)
+                if executor is self._inline_executor and len(items) >= 16:  # a batch large enough to tell the cost
+                    self._inline_seconds_per_candidate = spent / len(items)
             except BaseException:  # Ctrl-C or a lost cluster: what is unfinished is recorded as such
                 self.recorder.crash_unfinished("interrupted before this candidate finished")
                 raise
@@ -260,7 +267,7 @@ class Sweep:
         self._tick(bar)
         return len(new)
 
-    def _ask(self, sampler: Sampler, n: int) -> tuple[list[Proposal], list[_Built], bool]:
+    def _ask(self, sampler: Sampler, n: int) -> tuple[list[Proposal], list[_BuiltCandidate], bool]:
         """Proposals holding up to `n` candidates not evaluated yet, their candidates, and
         whether the sampler ran out. When some propose a candidate already evaluated (or one of the batch once
         more), the sampler is asked again (ASK_ROUNDS at most), so that a batch stays full:
@@ -271,7 +278,7 @@ class Sweep:
         it re-selects parents on every ask while a complete generation has trials running
         (over 600 trials its asks took 3x as long)."""
         out: list[Proposal] = []
-        built: list[_Built] = []
+        built: list[_BuiltCandidate] = []
         fresh: set[str] = set()
         for _ in range(ASK_ROUNDS):
             started = time.perf_counter()
@@ -305,9 +312,10 @@ class Sweep:
         analytical sweep slower. A Dask cluster (chosen explicitly) always gets the work."""
         if not isinstance(self.executor, PoolExecutor) or POOL_ANALYTICAL_MIN_SECONDS <= 0:
             return self.executor
-        if self._inline_cost is not None and self._inline_cost * n > POOL_ANALYTICAL_MIN_SECONDS:
+        per_candidate = self._inline_seconds_per_candidate
+        if per_candidate is not None and per_candidate * n > POOL_ANALYTICAL_MIN_SECONDS:
             return self.executor
-        return self._inline
+        return self._inline_executor
 
     def _chunks(self, items: list[WorkItem], per_chunk: int | None = None, executor=None) -> list[list[WorkItem]]:
         if not items:
@@ -324,13 +332,13 @@ class Sweep:
         if origin == "baseline":
             for o in outcomes:
                 if o.status == "ok":
-                    o.metrics = o.metrics + source_count_metrics(self.graph)
+                    o.metrics = o.metrics + source_count_metrics(self.captured_graph)
         if hold:
             self.recorder.hold(outcomes)
         else:
             self.recorder.finish_runs(outcomes)
         for o in outcomes:
-            cid, b = by_run[o.key]
+            cid, b = by_run[o.run_id]
             obs = Observation(b.params, o.status == "ok", o.totals)
             self.known[b.hash] = (cid, obs)
             self._count(o.status)
@@ -344,11 +352,11 @@ class Sweep:
         v = obs.totals.get(obj.metric)
         if obs.feasible and v is not None and not math.isnan(v):
             sign = 1 if obj.direction == "minimize" else -1
-            if self.best is None or sign * v < sign * self.best:
-                self.best = v
+            if self.best_objective is None or sign * v < sign * self.best_objective:
+                self.best_objective = v
 
     def _tick(self, bar) -> None:
-        best = f"{self.best:.4g}" if self.best is not None else "-"
+        best = f"{self.best_objective:.4g}" if self.best_objective is not None else "-"
         bar.set_postfix(best=best, infeasible=self.result.counts.get("infeasible", 0),
                         failed=self.result.counts.get("failed", 0), refresh=False)
 
@@ -406,14 +414,14 @@ class Sweep:
                     self.result.stopped_early = "the sampler proposes only candidates already evaluated"
                     break
             self.recorder.flush()
-            self.result.seconds["analytical"] = time.perf_counter() - started
-            # Where the analytical stage's time went: the sampler's ask and tell, the store
+            self.result.seconds[PLAN_ANALYTICAL.name] = time.perf_counter() - started
+            # Where the analytical phase's time went: the sampler's ask and tell, the store
             # writes, and (the rest) building, evaluating and bookkeeping.
             self.result.seconds["sampler"] = self._sampler_seconds
-            self.result.seconds["record"] = self.recorder.seconds
+            self.result.seconds[RECORD.name] = self.recorder.seconds
             started = time.perf_counter()
             self._emulate_phase()
-            self.result.seconds["emulator"] = time.perf_counter() - started
+            self.result.seconds[EMULATOR.name] = time.perf_counter() - started
         except BaseException:  # Ctrl-C between batches: the held outcomes are written
             self.recorder.crash_unfinished("interrupted before this candidate finished")
             raise
@@ -433,22 +441,9 @@ class Sweep:
         runs = self.store.runs(self.experiment_id)
         done = set(runs.loc[(runs["stage"] == "emulator") & runs["status"].isin(DONE), "candidate_id"].astype(int))
         cands = self.store.candidates(self.experiment_id).set_index("id")
-        ranked = sorted(((obs.totals.get(obj.metric, math.inf) * (1 if obj.direction == "minimize" else -1), cid)
-                         for cid, obs in self.known.values() if obs.feasible))
-        keep = ranked if stages.emulator == "all" else ranked[:stages.top_k]
-        chosen = {cid for _, cid in keep}
-        todo, pruned = [], []
-        for cid, obs in self.known.values():
-            if cid in done:
-                continue
-            if cid in chosen:
-                todo.append(cid)
-            elif obs.feasible:
-                rank = next(i for i, (_, c) in enumerate(ranked, 1) if c == cid)
-                pruned.append((cid, f"not emulated: rank {rank} of {len(ranked)} feasible by the analytical "
-                                    f"{obj.metric}, outside the top {stages.top_k}"))
-            else:
-                pruned.append((cid, "not emulated: analytically infeasible"))
+        pruning = PRUNE.run(((cid, obs.feasible, obs.totals) for cid, obs in self.known.values()), done,
+                            stages.emulator, stages.top_k, obj.metric, obj.direction)
+        todo, pruned = pruning.emulate, pruning.pruned
         if pruned:
             run_ids = self.recorder.start_runs([c for c, _ in pruned], "emulator", model_version=self.model_version,
                                                emulator_version=emulator.VERSION)
@@ -487,20 +482,10 @@ def run_sweep(spec_path: str | Path, db: str | Path = "records.db", progress: bo
     """Validate the spec (nothing is written if it is bad), then sweep into the store."""
     spec = load_spec(spec_path)
     recipe, params = spec.model.workload.recipe, spec.model.workload.params
-    graph = capture_recipe(recipe, **params)
-    # The analytical graph of candidates that leave quantization unset: the recipe's steps as
-    # they are (the baseline's own granularity, when it sets one, is another graph).
-    work = Workload(analytical_graph(recipe, params), recipe=recipe, params=params)
-    if spec.model.stages.emulator != "none":
-        from .emulation import prepare_emulation
-
-        # One emulation workload per quantization granularity the candidates can set,
-        # prepared here once rather than in every worker.
-        for q in quantizations(spec):
-            if q is None:
-                work.emulation = prepare_emulation(recipe, params)
-            else:
-                work.emulations[q] = prepare_emulation(recipe, params, q)
+    graph = CAPTURE.run(recipe, params)
+    # The emulation workloads: one per quantization granularity the candidates can set.
+    emulated = quantizations(spec) if spec.model.stages.emulator != "none" else ()
+    work = FRONTEND.run(recipe, params, emulated)
     with Store(db) as store:
         model_version = MODEL_VERSION
         if spec.model.stages.calibration == "newest":
