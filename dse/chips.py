@@ -70,6 +70,15 @@ def validate_chip(data: dict, source: str | Path, field_prefix: str = "") -> Chi
         raise _input_error(exc, data, source, field_prefix) from None
 
 
+def validate_chip_text(text: str, data: dict, source: str | Path, field_prefix: str = "") -> ChipConfig:
+    """`validate_chip` of data already encoded as JSON `text` (a sweep encodes each
+    candidate chip's canonical JSON anyway): the same checks and errors."""
+    try:
+        return ChipConfig.model_validate_json(text)
+    except ValidationError as exc:
+        raise _input_error(exc, data, source, field_prefix) from None
+
+
 def override_chip(chip: ChipConfig, overrides: Mapping[str, Any], source: str | Path) -> ChipConfig:
     return validate_chip(overridden_data(chip, overrides, source), source, field_prefix="chip.")
 

@@ -14,6 +14,30 @@ def canonical_json(obj: Any) -> str:
     return _ENCODER.encode(obj)
 
 
+class CanonicalParts:
+    """The canonical JSON of a dict whose entries mostly stay as they are: the text of each
+    entry is kept, and only the entries named as changed are encoded again (a sweep's
+    chips differ from the baseline in a section or two)."""
+
+    def __init__(self, base: dict):
+        self.base = base
+        self.texts = {k: _ENCODER.encode(k) + ":" + _ENCODER.encode(v) for k, v in base.items()}
+
+    def changed_copy(self, sections) -> dict:
+        """A copy of the base sharing its unchanged entries; `sections` deep-copied."""
+        data = dict(self.base)
+        for k in sections:
+            if k in self.base:
+                data[k] = json.loads(_ENCODER.encode(self.base[k]))
+        return data
+
+    def text(self, data: dict, changed) -> str:
+        """`canonical_json(data)` for a dict with the base's keys, equal to the base but in
+        the `changed` entries."""
+        return "{" + ",".join(_ENCODER.encode(k) + ":" + _ENCODER.encode(data[k]) if k in changed else self.texts[k]
+                              for k in sorted(data)) + "}"
+
+
 def content_hash(obj: Any) -> str:
     return hashlib.sha256(canonical_json(obj).encode()).hexdigest()
 

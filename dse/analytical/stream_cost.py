@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from ..cost.stream import StreamFigures, ball_busy_cycles, stream_cycles
+from ..cost.stream import StreamFigures, ball_busy_cycles, stream_cycles, worker_shares
 from ..mapping import CandidateArrays
 from ..plan.memory import Blocked, Dram, Loc, pad
 from ..plan.streams import busiest_core_part, scale_core_op, scale_stream, stream_plan_key, takes_stream
@@ -80,7 +80,8 @@ class StreamCosts:
                 W = int(W)
                 figures = StreamFigures(p.burst_beats[idx], p.parallel_bursts[idx], p.dma_latency[idx],
                                         p.mset_cycles[idx])
-                cycles = np.broadcast_to(stream_cycles(chip, stream, W, figures), idx.shape)
+                shares = self._shares(memo_key, chip, stream, W)
+                cycles = np.broadcast_to(stream_cycles(chip, stream, W, figures, shares), idx.shape)
                 part_key = (op.name, tile, W, "core part")
                 if part_key not in self.memo:
                     if scale is None:
@@ -95,14 +96,18 @@ class StreamCosts:
                 idx, cycles, figures = idx[take], cycles[take], StreamFigures(
                     p.burst_beats[idx[take]], p.parallel_bursts[idx[take]], p.dma_latency[idx[take]],
                     p.mset_cycles[idx[take]])
-                busy_ball = ball_busy_cycles(chip, stream, W)
+                busy_key = (memo_key, W, "ball busy")
+                if busy_key not in self.memo:
+                    self.memo[busy_key] = ball_busy_cycles(chip, stream, W)
+                busy_ball = self.memo[busy_key]
                 mset = p.mset_cycles[idx]
                 on_ball[idx] = True
                 kinds[idx] = stream.kind
                 ball.ball[idx] = cycles
                 ball.ball_busy[idx] = busy_ball
                 ball.dma[idx] = cycles - busy_ball - 4 * mset
-                ball.busy[idx] = np.broadcast_to(stream_cycles(chip, stream, 1, figures), idx.shape) \
+                ball.busy[idx] = np.broadcast_to(stream_cycles(chip, stream, 1, figures,
+                                                               self._shares(memo_key, chip, stream, 1)), idx.shape) \
                     + 4 * mset * (min(W, len(stream.pieces)) - 1)
                 ball.banks[idx] = 1 + stream.dst_col
                 ball.bank_rows[idx] = max(q.in_lines for q in stream.pieces) + max(q.out_lines for q in stream.pieces)
@@ -111,3 +116,9 @@ class StreamCosts:
         if not on_ball.any():
             return None
         return on_ball, ball, kinds
+
+    def _shares(self, memo_key: tuple, chip, stream, workers: int):
+        key = (memo_key, workers, "shares")
+        if key not in self.memo:
+            self.memo[key] = worker_shares(chip, stream, workers)
+        return self.memo[key]

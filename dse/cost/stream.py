@@ -37,16 +37,11 @@ class StreamFigures:
         return transfer_cycles(lines, col, is_strided, self.burst_beats, self.parallel_bursts, self.latency_cycles)
 
 
-def worker_cycles(chip, stream, workers: int, figures: StreamFigures | None = None) -> list:
-    """Serial cycles of each worker's share of the stream (worker w takes pieces w,
-    w + workers, ...; workers with no piece left out): ``4 x mset_cycles`` plus, per piece,
-    ``dma(in_lines) + Ball latency(iter = in_lines) + dma(out_lines, dst_col, dst_stride)``.
-    `chip` gives the Ball and the bank row width; `figures` (default: the chip's) the rest."""
-    figures = figures or StreamFigures.of(chip)
-    ball = chip.ball(stream.kind).latency_formula("default")
-    ball_cycles: dict[int, int] = {}
+def worker_shares(chip, stream, workers: int) -> list[tuple[tuple, tuple]]:
+    """Each working worker's share of the stream (worker w takes pieces w, w + workers,
+    ...) as the sizes its time depends on: ((in_lines, count), ...) and ((out_lines,
+    strided, count), ...). Workers with the same sizes appear once each."""
     workers = max(1, workers)
-    by_share: dict[tuple, object] = {}  # workers with the same pieces' sizes cost the same
     out = []
     for w in range(workers):
         mine = stream.pieces[w::workers]
@@ -54,26 +49,34 @@ def worker_cycles(chip, stream, workers: int, figures: StreamFigures | None = No
             continue
         ins = Counter(p.in_lines for p in mine)
         outs = Counter((p.out_lines, strided(chip, stream.dst_col, p.dst_stride)) for p in mine)
-        key = (tuple(sorted(ins.items())), tuple(sorted(outs.items())))
-        if key not in by_share:
-            total = 4 * np.asarray(figures.mset_cycles, dtype=np.int64)
-            for lines, count in ins.items():
-                if lines not in ball_cycles:
-                    ball_cycles[lines] = int(ball.cycles(iter=lines))
-                total = total + count * (figures.dma(lines, stream.src_col, False) + ball_cycles[lines])
-            for (lines, is_strided), count in outs.items():
-                total = total + count * figures.dma(lines, stream.dst_col, is_strided)
-            by_share[key] = total
-        out.append(by_share[key])
+        out.append((tuple(sorted(ins.items())), tuple(sorted(outs.items()))))
+    return list(dict.fromkeys(out))
+
+
+def worker_cycles(chip, stream, workers: int, figures: StreamFigures | None = None, shares=None) -> list:
+    """Serial cycles of each distinct worker share of the stream (`worker_shares`, or the
+    `shares` given): ``4 x mset_cycles`` plus, per piece, ``dma(in_lines) + Ball
+    latency(iter = in_lines) + dma(out_lines, dst_col, dst_stride)``. `chip` gives the Ball
+    and the bank row width; `figures` (default: the chip's) the rest."""
+    figures = figures or StreamFigures.of(chip)
+    ball = chip.ball(stream.kind).latency_formula("default")
+    out = []
+    for ins, outs in (shares if shares is not None else worker_shares(chip, stream, workers)):
+        total = 4 * np.asarray(figures.mset_cycles, dtype=np.int64)
+        for lines, count in ins:
+            total = total + count * (figures.dma(lines, stream.src_col, False) + int(ball.cycles(iter=lines)))
+        for (lines, is_strided), count in outs:
+            total = total + count * figures.dma(lines, stream.dst_col, is_strided)
+        out.append(total)
     return out
 
 
-def stream_cycles(chip, stream, workers: int = 1, figures: StreamFigures | None = None):
+def stream_cycles(chip, stream, workers: int = 1, figures: StreamFigures | None = None, shares=None):
     """Serial cycles of a stream (`dse.plan.streams.Stream`) on its slowest worker: exactly
     the emulator's ``serial`` time of that worker's stream (the overlapped timing overlaps
     a piece's Ball op with the next piece's transfers). An int for one chip; an array when
     `figures` holds arrays."""
-    per_worker = worker_cycles(chip, stream, workers, figures)
+    per_worker = worker_cycles(chip, stream, workers, figures, shares)
     worst = np.max(np.stack(np.broadcast_arrays(*per_worker)), axis=0) if per_worker else 0
     return int(worst) if np.ndim(worst) == 0 else worst
 
@@ -84,4 +87,4 @@ def ball_busy_cycles(chip, stream, workers: int = 1) -> int:
     return sum(int(ball.cycles(iter=p.in_lines)) for p in stream.pieces[::max(1, workers)])
 
 
-__all__ = ["StreamFigures", "ball_busy_cycles", "stream_cycles", "strided", "worker_cycles"]
+__all__ = ["StreamFigures", "ball_busy_cycles", "stream_cycles", "strided", "worker_cycles", "worker_shares"]

@@ -124,10 +124,26 @@ def _analytical_batch(graph, cands: list[Candidate], calibration: dict | None = 
     return stage.run(graph, cands, calibration)
 
 
-@functools.lru_cache(maxsize=4096)
+# Validated chips by canonical config JSON: a sweep has fewer chips than candidates, and
+# the driver hands over the chips it validated itself (`remember_chip`), so a batch the
+# driver evaluates in its own process validates none again (a sweep over chip knobs has a
+# chip a candidate: validation was half of its time).
+_VALIDATED_CHIPS: dict[str, object] = {}
+VALIDATED_CHIPS_KEPT = 8192
+
+
+def remember_chip(config_json: str, chip) -> None:
+    if len(_VALIDATED_CHIPS) >= VALIDATED_CHIPS_KEPT:
+        _VALIDATED_CHIPS.pop(next(iter(_VALIDATED_CHIPS)))  # the oldest
+    _VALIDATED_CHIPS[config_json] = chip
+
+
 def _chip(config_json: str):
-    """Validated chip per distinct config: a sweep has far fewer chips than candidates."""
-    return validate_chip(json.loads(config_json), "(candidate)", field_prefix="chip.")
+    chip = _VALIDATED_CHIPS.get(config_json)
+    if chip is None:
+        chip = validate_chip(json.loads(config_json), "(candidate)", field_prefix="chip.")
+        remember_chip(config_json, chip)
+    return chip
 
 
 @functools.lru_cache(maxsize=4096)

@@ -14,6 +14,7 @@ driver is evaluated again.
 
 from __future__ import annotations
 
+import gc
 import json
 import math
 import signal
@@ -28,15 +29,15 @@ from tqdm import tqdm
 import emulator
 
 from ..analytical import MODEL_VERSION
-from ..chips import set_dotted, validate_chip
+from ..chips import set_dotted, validate_chip, validate_chip_text
 from ..errors import InputError
-from ..identity import candidate_hash_of_texts, canonical_json
+from ..identity import CanonicalParts, candidate_hash_of_texts, canonical_json
 from ..mapping import mapping_from_dict
 from ..records import Store
 from ..workload import load_recipe
 from .acceptance import decide
 from .chain import CAPTURE, EMULATOR, FRONTEND, PLAN_ANALYTICAL, PRUNE, RECORD
-from .execution import InlineExecutor, PoolExecutor, WorkItem, make_executor
+from .execution import InlineExecutor, PoolExecutor, WorkItem, make_executor, remember_chip
 from .recorder import Recorder
 from .samplers import Observation, Proposal, Sampler, make_sampler, sampler_kind
 from .spec import QUANTIZATION_TARGET, Spec, load_spec
@@ -111,7 +112,7 @@ class Sweep:
         self.known: dict[str, tuple[int, Observation]] = {}  # candidates done, by hash: (candidate id, outcome)
         self._chips: dict[tuple, Any] = {}
         self._chip_knobs = [k.name for k in spec.model.space if k.target.startswith("chip.")]
-        self._baseline_config_json = canonical_json(self.baseline_data["config"])
+        self._baseline_config = CanonicalParts(self.baseline_data["config"])
         self._mappings: dict[tuple, Any] = {}
         self.stop_requested = False
         self._inline_executor = InlineExecutor(self.executor.work) if isinstance(self.executor, PoolExecutor) else None
@@ -127,14 +128,23 @@ class Sweep:
         hit = self._chips.get(key)
         if hit is None:
             chip_over = self.spec.overrides(params, "chip")
-            data, why = json.loads(self._baseline_config_json), ""  # a fresh copy of the baseline's data
+            # the baseline's data, its sections the knobs set copied: the rest is shared
+            sections = {dotted.split(".", 1)[0] for dotted in chip_over}
+            data, why = self._baseline_config.changed_copy(sections), ""
             set_dotted(data, chip_over, self.spec.path)
+            chip = None
+            text = self._baseline_config.text(data, sections)
             if chip_over:
                 try:
-                    data = validate_chip(data, self.spec.path, field_prefix="chip.").model_dump(mode="json")
+                    chip = validate_chip_text(text, data, self.spec.path, field_prefix="chip.")
+                    dumped = chip.model_dump(mode="json")
+                    if dumped != data:  # validation normalised a value (an int given for a float): its form
+                        data, text = dumped, canonical_json(dumped)
                 except InputError as exc:
                     why = f"invalid chip for this combination: {exc.field}: {exc.allowed}"
-            hit = self._chips[key] = (data, canonical_json(data), why)
+            if chip is not None:
+                remember_chip(text, chip)
+            hit = self._chips[key] = (data, text, why)
         return hit
 
     def _mapping_for(self, params: dict) -> tuple[dict, str, str]:
@@ -370,9 +380,18 @@ class Sweep:
     def run(self) -> SweepResult:
         in_main = threading.current_thread() is threading.main_thread()
         previous = signal.signal(signal.SIGINT, self._on_sigint) if in_main else None
+        # The objects alive before the sweep (torch, the captured graph, ...) are left out of
+        # the collector's full passes while it runs: a sweep allocates many long-lived
+        # objects (a chip config per candidate under chip knobs, metric rows), and each full
+        # pass over the whole heap cost it up to a third of its time.
+        frozen = not gc.get_freeze_count()
+        if frozen:
+            gc.freeze()
         try:
             return self._run()
         finally:
+            if frozen:
+                gc.unfreeze()
             if in_main:
                 signal.signal(signal.SIGINT, previous)
 
