@@ -294,14 +294,14 @@ def test_a_sampler_that_only_repeats_itself_stops_the_sweep(tmp_path):
 def test_the_stage_chain_is_declared_in_order_and_keys_the_sweeps_times(tmp_path):
     from dse.runner import chain
 
-    assert [s.name for s in chain.CHAIN] == ["capture", "frontend", "plan+analytical", "prune", "emulator",
+    assert [s.name for s in chain.CHAIN] == ["capture", "frontend", "plan", "analytical", "prune", "emulator",
                                              "numerics", "record"]
     assert all(callable(s.run) and s.doc for s in chain.CHAIN)
     assert {s for stages in chain.EVALUATION.values() for s in stages} <= set(chain.CHAIN)
     result = run_sweep(write_spec(tmp_path, banks="[16]"), tmp_path / "r.db", progress=False)
     # Every time but the sampler's (the driver's own) is a stage's.
     assert set(result.seconds) - {"sampler"} <= {s.name for s in chain.CHAIN}
-    assert {"plan+analytical", "record", "emulator"} <= set(result.seconds)
+    assert {"analytical", "record", "emulator"} <= set(result.seconds)
 
 
 def test_the_prune_stage_is_a_plain_function_of_the_analytical_results():

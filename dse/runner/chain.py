@@ -1,13 +1,13 @@
 """The runner's stages, as one named chain (CHAIN, declared at the end of this module):
 
-    capture -> frontend -> plan+analytical -> prune -> emulator -> numerics -> record
+    capture -> frontend -> plan -> analytical -> prune -> emulator -> numerics -> record
 
 Each stage is a plain function with typed inputs and outputs; none knows of samplers or of
 the store. The driver (`Sweep`) proposes candidates, batches them, calls the stages and
 writes what they return; `evaluate_items` (what pool and Dask workers run) calls the
 evaluation stages, EVALUATION, for the run stage a work item belongs to. Capture and
 frontend run once per sweep (frontend also in a worker, for a quantization granularity
-not prepared up front), plan+analytical once per chunk of a batch, prune once, emulator
+not prepared up front), plan once per graph, analytical once per chunk of a batch, prune once, emulator
 and numerics once per emulated candidate, record once per store transaction.
 """
 
@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from typing import Callable, Iterable, Sequence
 
 from ..mapping import Candidate
+from ..plan.graph_plan import OpPlan, plan_graph
 from ..workload import capture_recipe
 from ..workload.graph import Graph
 from .emulation import Emulated, EmulationWorkload, emulate, judge_numerics
@@ -42,7 +43,15 @@ def frontend(recipe: str, params: dict, emulated: Sequence[str | None] = ()) -> 
     return frontend_workload(recipe, params, emulated)
 
 
-def plan_and_cost(graph: Graph, cands: list[Candidate], calibration: dict | None = None) -> list[AnalyticalResult]:
+def plan(graph: Graph) -> list[OpPlan]:
+    """The graph's plan: per op its unit and the copies that prepare its operands, made
+    once (kept on the graph, so it travels with the graph to pool and Dask workers)."""
+    return plan_graph(graph)
+
+
+def analytical(graph: Graph, cands: list[Candidate], calibration: dict | None = None) -> list[AnalyticalResult]:
+    """The plan's per-candidate choices (tiles, Ball stream or core op, splits) and their
+    costs, for a batch in one vectorised call."""
     return analytical_batch(graph, cands, calibration)
 
 
@@ -101,10 +110,13 @@ FRONTEND = Stage(
     "frontend", frontend,
     "the recipe's frontend steps: the graph the analytical model costs and, with the emulator stage, "
     "the emulation workload (inputs, references) per quantization granularity")
-# One stage, not two: dse.analytical.estimate plans each op's tiling and costs it in one call.
-PLAN_ANALYTICAL = Stage(
-    "plan+analytical", plan_and_cost,
-    "a batch of candidates tiled and costed in one vectorised call: feasibility, cycles, DMA bytes, SRAM")
+PLAN = Stage(
+    "plan", plan,
+    "the graph's plan (dse.plan): each op's unit and the copies that prepare its operands, for every candidate")
+ANALYTICAL = Stage(
+    "analytical", analytical,
+    "a batch of candidates: the plan's per-candidate choices (tiles, Ball stream or core op, splits) and their "
+    "costs in one vectorised call: feasibility, cycles, DMA bytes, SRAM")
 PRUNE = Stage(
     "prune", prune,
     "which analytically feasible candidates are emulated (top_k or all), and why every other one is not")
@@ -118,13 +130,13 @@ RECORD = Stage(
     "record", record,
     "the rows written for finished runs")
 
-CHAIN: tuple[Stage, ...] = (CAPTURE, FRONTEND, PLAN_ANALYTICAL, PRUNE, EMULATOR, NUMERICS, RECORD)
+CHAIN: tuple[Stage, ...] = (CAPTURE, FRONTEND, PLAN, ANALYTICAL, PRUNE, EMULATOR, NUMERICS, RECORD)
 
 # The stages a worker runs for a work item, by the run stage it belongs to (the store's
-# `stage` of the run: analytical or emulator). Plan+analytical takes a batch of candidates;
+# `stage` of the run: analytical or emulator). Analytical takes a batch of candidates;
 # the emulator's stages take one candidate, each the output of the one before.
 EVALUATION: dict[str, tuple[Stage, ...]] = {
-    "analytical": (PLAN_ANALYTICAL,),
+    "analytical": (ANALYTICAL,),
     "emulator": (EMULATOR, NUMERICS),
 }
 
@@ -137,5 +149,5 @@ def run_stages(stages: Sequence[Stage], *inputs):
     return value
 
 
-__all__ = ["Stage", "CHAIN", "EVALUATION", "CAPTURE", "FRONTEND", "PLAN_ANALYTICAL", "PRUNE", "EMULATOR",
+__all__ = ["Stage", "CHAIN", "EVALUATION", "CAPTURE", "FRONTEND", "PLAN", "ANALYTICAL", "PRUNE", "EMULATOR",
            "NUMERICS", "RECORD", "Pruning", "run_stages"]

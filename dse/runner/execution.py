@@ -51,7 +51,7 @@ def _failed(run_id: int, exc: BaseException) -> Outcome:
 
 def evaluate_items(work, items: list[WorkItem], kill: str | None = None) -> list[Outcome]:
     """A chunk of candidates through the chain's evaluation stages (`chain.EVALUATION`):
-    plan+analytical as one batch, emulator -> numerics one by one. A candidate that raises
+    analytical as one batch, emulator -> numerics one by one. A candidate that raises
     is isolated and reported failed; the others are unaffected. `kill` is the worker-death
     test hook (a hash prefix), never set in the driver's own process."""
     work = work if isinstance(work, Workload) else Workload(work)

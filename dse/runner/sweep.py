@@ -36,7 +36,7 @@ from ..mapping import mapping_from_dict
 from ..records import Store
 from ..workload import load_recipe
 from .acceptance import decide
-from .chain import CAPTURE, EMULATOR, FRONTEND, PLAN_ANALYTICAL, PRUNE, RECORD
+from .chain import ANALYTICAL, CAPTURE, EMULATOR, FRONTEND, PLAN, PRUNE, RECORD
 from .execution import InlineExecutor, PoolExecutor, WorkItem, make_executor, remember_chip
 from .recorder import Recorder
 from .samplers import Observation, Proposal, Sampler, make_sampler, sampler_kind
@@ -61,7 +61,7 @@ class SweepResult:
     counts: dict[str, int] = field(default_factory=dict)
     decision: str = ""
     stopped_early: str = ""
-    # Wall time by the chain's stage names: plan+analytical (the whole analytical phase,
+    # Wall time by the chain's stage names: analytical (the whole analytical phase,
     # sampler and record included), record (the store writes), emulator (prune, emulator and
     # numerics); and sampler, the driver's own (the sampler's asks and tells).
     seconds: dict[str, float] = field(default_factory=dict)
@@ -433,7 +433,7 @@ class Sweep:
                     self.result.stopped_early = "the sampler proposes only candidates already evaluated"
                     break
             self.recorder.flush()
-            self.result.seconds[PLAN_ANALYTICAL.name] = time.perf_counter() - started
+            self.result.seconds[ANALYTICAL.name] = time.perf_counter() - started
             # Where the analytical phase's time went: the sampler's ask and tell, the store
             # writes, and (the rest) building, evaluating and bookkeeping.
             self.result.seconds["sampler"] = self._sampler_seconds
@@ -505,6 +505,7 @@ def run_sweep(spec_path: str | Path, db: str | Path = "records.db", progress: bo
     # The emulation workloads: one per quantization granularity the candidates can set.
     emulated = quantizations(spec) if spec.model.stages.emulator != "none" else ()
     work = FRONTEND.run(recipe, params, emulated)
+    PLAN.run(work.graph)
     with Store(db) as store:
         model_version = MODEL_VERSION
         if spec.model.stages.calibration == "newest":
