@@ -157,3 +157,27 @@ def test_no_import_cycle_between_packages_and_no_private_names_across_them():
     # the plan is read by the lowering and the model, and reads neither
     assert {"plan", "cost"} <= edges["lower"] and {"plan", "cost"} <= edges["analytical"]
     assert not edges["plan"] & {"lower", "analytical"} and not edges["cost"] & {"plan", "lower", "analytical"}
+
+
+def test_an_infeasible_candidate_has_the_same_words_in_both_consumers(mlp):
+    """Candidates the plan refuses (too few banks or rows, more workers than cores, the
+    framework's tile not fitting): the model's reason is the lowering's `Infeasible`
+    message, word for word."""
+    from dse.analytical import summarize
+    from dse.plan import Infeasible
+
+    graph = mlp
+    inputs = [np.zeros(graph.tensors[n].shape, dtype=graph.tensors[n].dtype) for n in graph.inputs]
+    cands = [Candidate(load_chip("goban", {"banks.count": count, "banks.rows": rows}), Mapping(workers=w, policy=p))
+             for count, rows, w, p in itertools.product((4, 6, 20), (8, 32, 1024), (1, 5), ("framework", "search"))]
+    totals = summarize(estimate(graph, cands), cands)
+    refused = 0
+    for cand, row in zip(cands, totals.itertuples()):
+        try:
+            lower(graph, cand, inputs)
+        except Infeasible as exc:
+            refused += 1
+            assert not row.feasible and row.reason == str(exc), (cand.mapping, cand.chip.banks)
+        else:
+            assert row.feasible and row.reason == "", (cand.mapping, cand.chip.banks, row.reason)
+    assert 0 < refused < len(cands)
