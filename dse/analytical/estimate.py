@@ -9,7 +9,6 @@ over the candidate axis).
 
 from __future__ import annotations
 
-import math
 from typing import Mapping, Sequence
 
 import numpy as np

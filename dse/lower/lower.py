@@ -244,7 +244,7 @@ class ProgramBuilder:
         w = np.asarray(graph.weights[op.inputs[1]]).astype(np.int8)  # (*kernel, C, O)
         nd = w.ndim - 2
         kernel, C, O = w.shape[:nd], w.shape[nd], w.shape[nd + 1]
-        stride, padding, dilation = op.attrs["stride"], op.attrs["padding"], op.attrs["dilation"]
+        stride, dilation = op.attrs["stride"], op.attrs["dilation"]
         n = x.shape[0]
         spatial = x.shape[1:1 + nd]
         outs = out_spec.shape[1:1 + nd]

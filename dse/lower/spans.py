@@ -4,6 +4,7 @@ span plus halo (the spans and halos are the plan's: `dse.plan.spans`)."""
 from __future__ import annotations
 
 from ..plan.graph_plan import plan_graph
+from ..workload.graph import Graph
 from ..plan.spans import SpanError, span_graph, span_partition, time_axes
 
 
@@ -13,7 +14,6 @@ def lower_spans(graph: Graph, chip, mapping, inputs, workers: int, input_axis: i
     its own buffers (no barrier between layers), and copies its owned rows into the shared
     output; one BARRIER ends the program. Returns (StagedLowered, spans, per-worker
     (graph, needed rows, axes), the assembled output's Loc)."""
-    import numpy as np
     import torch
 
     from emulator import Barrier, CoreOp, DramTensor, Program, Region

@@ -29,7 +29,7 @@ from tqdm import tqdm
 import emulator
 
 from ..analytical import MODEL_VERSION
-from ..chips import set_dotted, validate_chip, validate_chip_text
+from ..chips import set_dotted, validate_chip_text
 from ..errors import InputError
 from ..identity import CanonicalParts, candidate_hash_of_texts, canonical_json
 from ..mapping import mapping_from_dict
