@@ -65,8 +65,8 @@ from ..plan.graph_plan import OpPlan, plan_graph
 from ..plan.matmul import plan_matmul
 from ..plan.memory import Blocked, Dram, Loc, emu_dtype
 from ..plan.split import split_core_op
-from ..plan.streams import ELEMENTWISE, Stream, scale_core_op, scale_stream, stream_or_core
-from ..plan.units import Infeasible, conv_pad, relu_ball, relu_chunks, reshape_view, sync_after, too_many_workers
+from ..plan.streams import ELEMENTWISE, Stream, relu_stream, scale_core_op, scale_stream, stream_or_core
+from ..plan.units import Infeasible, conv_pad, relu_ball, reshape_view, sync_after, too_many_workers
 from ..cost.core import GRAPH_OP, charged_elements
 from ..workload.graph import Graph, Op, scale_tensor
 from . import coreop
@@ -118,6 +118,14 @@ class Lowered:
 
 def _np(value) -> np.ndarray:
     return value.numpy() if isinstance(value, torch.Tensor) else np.asarray(value)
+
+
+# The Ball instruction of one piece of a stream, by the stream's Ball.
+STREAM_BALL_OPS = {
+    "fp2int": lambda s, p: Fp2Int(0, 1, p.in_lines, p.scale, s.out_bits),
+    "int2fp": lambda s, p: Int2Fp(0, 1, p.in_lines, p.scale, s.in_bits, s.out_bits),
+    "relu": lambda s, p: Relu(0, 1, p.in_lines, s.in_bits),
+}
 
 
 class ProgramBuilder:
@@ -279,35 +287,21 @@ class ProgramBuilder:
         return rec
 
     def _relu_ball(self, op: Op) -> OpLowering | None:
-        """An int8 / int32 ReLU on the chip's ReLU Ball: the whole padded buffer (padding
-        stays zero) streamed through one bank in chunks of a bank's rows (MVIN, RELU, MVOUT),
-        chunks dealt to workers."""
+        """An int8 / int32 ReLU on the chip's ReLU Ball (`relu_stream`)."""
         spec = self.graph.tensors[op.outputs[0]]
         src = self.loc(op.inputs[0])
         if not relu_ball(self.chip.ball("relu") is not None, spec.dtype, src):
             return None
         out = self.dram.tensor(spec.shape, spec.dtype)
         self.locs[op.outputs[0]] = out
-        bits = 8 if spec.dtype == "int8" else 32
-        rows = self.chip.addressable_rows
-        chunks = relu_chunks(src.nbytes // 16, rows)
-        used = 0
-        for w in range(self.workers):
-            mine = chunks[w::self.workers]
-            if not mine:
-                continue
-            used += 1
-            prog = self.cores[w]
-            prog += [Mset(0, 1), Mset(1, 1)]
-            for lo, hi in mine:
-                prog.append(Mvin(0, src.addr + lo * 16, hi - lo, 0))
-                prog.append(Relu(0, 1, hi - lo, bits))
-                prog.append(Mvout(1, out.addr + lo * 16, hi - lo, 0))
-                if self.mapping.policy == "framework":
-                    prog.append(Fence())
-            prog += [Mset(0, alloc=False), Mset(1, alloc=False)]
+        return self._stream_op(op, relu_stream(self.chip, src, out))
+
+    def _stream_op(self, op: Op, plan: Stream) -> OpLowering:
+        used = self._emit_stream(plan)
         self.sync(True)
-        return OpLowering(op.name, op.kind, "relu", None, 1, 2, 2 * rows * self.chip.banks.row_bytes, used)
+        banks = plan.src_col + plan.dst_col
+        return OpLowering(op.name, op.kind, plan.kind, None, 1, banks,
+                          banks * self.chip.banks.rows * self.chip.banks.row_bytes, used)
 
     def _generic(self, op: Op, ready: dict[str, Loc]) -> OpLowering:
         srcs = [self.operand(n, ready) for n in op.inputs]
@@ -354,10 +348,7 @@ class ProgramBuilder:
             self.core(scale_core_op(self.dram, src, out, scale, shape))
             self.sync(False)
             return OpLowering(op.name, op.kind, "epilogue" if src.blocked is not None else "core")
-        used = self._emit_stream(plan)
-        self.sync(True)
-        return OpLowering(op.name, op.kind, plan.kind, None, 1, 1 + plan.dst_col,
-                          (1 + plan.dst_col) * self.chip.banks.rows * self.chip.banks.row_bytes, used)
+        return self._stream_op(op, plan)
 
     def _emit_stream(self, plan: "Stream") -> int:
         """Emit a Ball stream; returns the workers used.
@@ -370,7 +361,7 @@ class ProgramBuilder:
             per piece:
               MVIN(0, src, in_lines, stride 0)              dma_cycles(in_lines, 1, 0)
               FP2INT(0, 1, in_lines, scale, out_bits 8)     Ball latency formula (iter = in_lines)
-                or INT2FP(0, 1, in_lines, scale, in_bits, out_bits)
+                or INT2FP(0, 1, in_lines, scale, in_bits, out_bits), RELU(0, 1, in_lines, bits)
               MVOUT(1, dst, out_lines, dst_stride)          dma_cycles(out_lines, dst_col, dst_stride)
               FENCE                                         (policy "framework" only)
             MSET(0, free), MSET(1, free)                    front_end.mset_cycles each
@@ -378,7 +369,9 @@ class ProgramBuilder:
         then the op's sync (FENCE with one worker, BARRIER on every worker otherwise).
         ``in_lines = elements * in_bytes / 16``, ``out_lines = elements * out_bytes / 16``
         (fp32 -> int8 and int32 -> int8 pack 4 lines into 1; int8 -> fp32 unpacks 1 into 4).
-        The pieces (`dse.plan.streams.scale_stream`):
+        The pieces of a ReLU (`dse.plan.streams.relu_stream`): the padded buffer in chunks of
+        a bank's addressable rows, in and out alike. The pieces of a scale op
+        (`dse.plan.streams.scale_stream`):
 
         * row-major source: the padded buffer as one flat stream (leading and trailing
           all-padding rows dropped, interior padding rows kept - they are zero and stay
@@ -407,10 +400,7 @@ class ProgramBuilder:
             prog += [Mset(0, plan.src_col), Mset(1, plan.dst_col)]
             for p in mine:
                 prog.append(Mvin(0, p.src, p.in_lines, 0))
-                if plan.kind == "fp2int":
-                    prog.append(Fp2Int(0, 1, p.in_lines, p.scale, plan.out_bits))
-                else:
-                    prog.append(Int2Fp(0, 1, p.in_lines, p.scale, plan.in_bits, plan.out_bits))
+                prog.append(STREAM_BALL_OPS[plan.kind](plan, p))
                 prog.append(Mvout(1, p.dst, p.out_lines, p.dst_stride))
                 if self.mapping.policy == "framework":
                     prog.append(Fence())

@@ -19,6 +19,7 @@ from ..cost.stream import stream_cycles
 from ..workload.graph import Op
 from .memory import Dram, Loc, itemsize
 from .split import split_core_op
+from .units import relu_chunks
 
 # Where scale ops run when a Ball can do them: "auto" (the cheaper side), always the Ball,
 # always the core.
@@ -41,7 +42,8 @@ class StreamPiece:
 
 @dataclass(frozen=True)
 class Stream:
-    """An elementwise op streamed through two private banks on a Ball ("fp2int" / "int2fp")."""
+    """An elementwise op streamed through two private banks on a Ball ("fp2int", "int2fp",
+    "relu")."""
 
     kind: str
     in_bits: int
@@ -208,6 +210,24 @@ def scale_core_op(dram: Dram, src: Loc, out: Loc, scale: np.ndarray, shape, plac
     return CoreOp("mul", out.view(), (src.view(), DramTensor(saddr, scale.shape, "fp32")))
 
 
+def relu_stream(chip, src: Loc, out: Loc) -> "Stream | None":
+    """The ReLU Ball's stream, or None when the chip has no ReLU Ball: the whole padded
+    buffer (its padding stays zero) in chunks of a bank's addressable rows (`relu_chunks`),
+    each MVIN, RELU, MVOUT through two one-bank buffers."""
+    if chip.ball("relu") is None:
+        return None
+    bits = 8 if src.dtype == "int8" else 32
+    pieces = [StreamPiece(src.addr + lo * 16, hi - lo, out.addr + lo * 16, hi - lo, 0, 1.0)
+              for lo, hi in relu_chunks(src.nbytes // 16, chip.addressable_rows)]
+    return Stream("relu", bits, bits, 1, 1, pieces)
+
+
+def relu_plan_key(chip) -> tuple:
+    """The chip figures `relu_stream` reads, with the ReLU Ball's latency; () without one."""
+    ball = chip.ball("relu")
+    return () if ball is None else (tuple(sorted(ball.latency.items())), chip.addressable_rows)
+
+
 def stream_plan_key(chip) -> tuple:
     """The chip figures `scale_stream` reads (chips equal in these get the same stream), with
     the stream Balls' latency formulas; () when the chip has no stream Ball (always the core
@@ -246,5 +266,5 @@ def stream_or_core(chip, workers: int, stream: "Stream | None", core_op: CoreOp,
                              elementwise))
 
 
-__all__ = ["ELEMENTWISE", "Stream", "StreamPiece", "busiest_core_part", "scale_core_op", "scale_stream", "stream_or_core",
-           "stream_plan_key", "takes_stream"]
+__all__ = ["ELEMENTWISE", "Stream", "StreamPiece", "busiest_core_part", "relu_plan_key", "relu_stream", "scale_core_op",
+           "scale_stream", "stream_or_core", "stream_plan_key", "takes_stream"]
