@@ -8,6 +8,7 @@ from typing import Any
 from sqlalchemy import select
 
 from . import provenance
+from .engine import write_session, writer_engine
 from .schema import Calibration
 from .store import Store
 
@@ -21,7 +22,7 @@ def add_calibration(store: Store, *, chip: str, chip_hash: str, source: str, mod
                     command: str | None = None) -> int:
     """Record a calibration (all of it in one transaction) and return its id."""
     env = provenance.collect(command)
-    with store._write() as session:
+    with write_session(writer_engine(store.engine)) as session:
         row = Calibration(chip=chip, chip_hash=chip_hash, source=source, model_version=model_version,
                           emulator_version=emulator_version, constants=constants, error_before=error_before,
                           error_after=error_after, points=points, command=env.command,

@@ -1,0 +1,191 @@
+"""Argument checks of the record store, done before any transaction: metrics (MetricIn one
+by one, or a sweep's thousands of MetricRows column by column), acceptance criteria, ids,
+final run statuses, and what a name or id that matches nothing raises."""
+
+from __future__ import annotations
+
+import math
+import operator
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, NamedTuple
+
+from dse.errors import InputError
+from dse.records.schema import METRIC_KINDS, METRIC_SCOPES, RUN_STATUSES, check_choice
+
+FINAL_RUN_STATUSES = tuple(s for s in RUN_STATUSES if s != "running")
+
+
+class RecordNotFound(InputError, KeyError):
+    """No experiment, candidate or run of that name or id: bad user input (exit code 2),
+    and a KeyError for Python callers."""
+
+    __str__ = Exception.__str__  # not KeyError's repr() of the message
+
+
+@dataclass(frozen=True)
+class MetricIn:
+    """One measured or estimated number, as handed to `Store.finish_run`."""
+
+    kind: str
+    name: str
+    value: float
+    unit: str
+    scope: str = "total"
+    scope_key: str = ""
+
+    def __post_init__(self) -> None:
+        check_choice("metric.kind", self.kind, METRIC_KINDS)
+        check_choice("metric.scope", self.scope, METRIC_SCOPES)
+        if not self.name:
+            raise ValueError("metric.name: must not be empty")
+        # A total has no key; any other scope must say which op/core/Ball/bank it is.
+        if (self.scope == "total") != (self.scope_key == ""):
+            raise ValueError(
+                f"metric {self.kind}:{self.name}: scope_key {self.scope_key!r} does not suit "
+                f"scope {self.scope!r} (empty for 'total', required otherwise)"
+            )
+        value = float(self.value)
+        # SQLite would store NaN as NULL; a missing number is a run status, not a metric.
+        if math.isnan(value):
+            raise ValueError(f"metric {self.kind}:{self.name}: value is NaN")
+        object.__setattr__(self, "value", value)
+
+
+class MetricRow(NamedTuple):
+    """A metric as a plain row, in the metric table's column order: what a stage that
+    writes thousands of metrics hands over. The store checks a batch of rows at once, as
+    MetricIn checks one (and names the run of a row that does not pass)."""
+
+    kind: str
+    name: str
+    value: float
+    unit: str
+    scope: str = "total"
+    scope_key: str = ""
+
+
+METRIC_COLUMNS = MetricRow._fields  # ("kind", "name", "value", "unit", "scope", "scope_key")
+_METRIC_KEYS = frozenset(METRIC_COLUMNS)
+_METRIC_KIND_SET = frozenset(METRIC_KINDS)
+_METRIC_SCOPE_SET = frozenset(METRIC_SCOPES)
+
+
+def as_id(value: Any) -> int:
+    """An id as an int; a non-integer (a typo on a command line) matches no row."""
+    try:
+        return operator.index(value)
+    except TypeError:
+        text = str(value).strip()
+        return int(text) if text.isdigit() else -1
+
+
+def metric_values(metrics: Iterable[MetricIn | Mapping[str, Any]], owner: str, *prefix: Any) -> list[tuple]:
+    """Checked metric values as (*prefix, kind, name, value, unit, scope, scope_key) tuples.
+
+    The checks are MetricIn's, done on the whole list at once for plain dicts (a sweep
+    writes tens of thousands of rows); a list that does not pass goes through MetricIn
+    for its error."""
+    metrics = metrics if isinstance(metrics, list) else list(metrics)
+    out: list[tuple] | None = None
+    if all(type(m) is dict and m.keys() <= _METRIC_KEYS for m in metrics):
+        try:
+            out = [(*prefix, m["kind"], m["name"], float(m["value"]), m["unit"], m.get("scope", "total"),
+                    m.get("scope_key", "")) for m in metrics]
+        except (KeyError, TypeError, ValueError):
+            out = None
+        if out and not columns_pass(*list(zip(*out))[len(prefix):]):
+            out = None
+    if out is None:  # the slow path, with MetricIn's own error for what is wrong
+        out = [(*prefix, m.kind, m.name, m.value, m.unit, m.scope, m.scope_key)
+               for m in (m if isinstance(m, MetricIn) else MetricIn(*m) if isinstance(m, MetricRow) else MetricIn(**m)
+                         for m in metrics)]
+    n = len(prefix)
+    idents = {r[n:n + 2] + r[n + 4:n + 6] for r in out}
+    if len(idents) != len(out):
+        seen: set[tuple] = set()
+        duplicates = set()
+        for r in out:
+            ident = (r[n], r[n + 1], r[n + 4], r[n + 5])
+            if ident in seen:
+                duplicates.add(ident)
+            seen.add(ident)
+        raise ValueError(f"{owner}: metrics given twice: {sorted(duplicates)}")
+    return out
+
+
+def metric_rows(metrics: Iterable[MetricIn | Mapping[str, Any]], owner: str) -> list[dict[str, Any]]:
+    """`metric_values` as dicts of the metric table's columns (but run_id)."""
+    return [dict(zip(METRIC_COLUMNS, v)) for v in metric_values(metrics, owner)]
+
+
+def batch_metric_values(results: list[Mapping[str, Any]]) -> list[tuple]:
+    """`metric_values` of every result's metrics, as (run_id, kind, ...) rows: at once for
+    a batch of MetricRows, else run by run (MetricIn's checks, the error naming the run)."""
+    rows = _checked_metric_rows(results)
+    if rows is not None:
+        return rows
+    out: list[tuple] = []
+    for r in results:
+        owner = f"run {r['run_id']}"
+        try:
+            out += metric_values(r.get("metrics", ()), owner, r["run_id"])
+        except (TypeError, ValueError) as exc:
+            message = str(exc)
+            raise type(exc)(message if message.startswith(owner) else f"{owner}: {message}") from None
+    return out
+
+
+def _checked_metric_rows(results: list[Mapping[str, Any]]) -> list[tuple] | None:
+    """MetricIn's checks column by column over a whole batch of MetricRows (what a sweep's
+    stages hand over, thousands of rows); None if a metric is of another form or a check
+    fails (then `metric_values` finds which, run by run)."""
+    run_ids: list[int] = []
+    rows: list[MetricRow] = []
+    for r in results:
+        metrics = r.get("metrics") or ()
+        if metrics:
+            if not all(type(m) is MetricRow for m in metrics):
+                return None
+            run_ids += [r["run_id"]] * len(metrics)
+            rows += metrics
+    if not rows:
+        return []
+    kinds, names, values, units, scopes, keys = zip(*rows)
+    if not all(type(v) is float for v in values):
+        return None
+    passes = (columns_pass(kinds, names, values, units, scopes, keys)
+              and len(set(zip(run_ids, kinds, names, scopes, keys))) == len(rows))
+    return list(zip(run_ids, kinds, names, values, units, scopes, keys)) if passes else None
+
+
+def columns_pass(kinds: Sequence, names: Sequence, values: Sequence[float], units: Sequence, scopes: Sequence,
+                 keys: Sequence) -> bool:
+    """MetricIn's checks (but for duplicates) over metric columns at once, `values` floats
+    already. False sends the caller to MetricIn itself, for the error."""
+    return (set(kinds) <= _METRIC_KIND_SET and set(scopes) <= _METRIC_SCOPE_SET and all(names)
+            and None not in set(units) and not math.isnan(sum(values))  # NaN anywhere shows in the sum
+            and all(map(operator.eq, map("total".__eq__, scopes), map("".__eq__, keys))))
+
+
+def checked_results(results: Iterable[Mapping[str, Any]]) -> tuple[list[Mapping[str, Any]], list[tuple]]:
+    """finish_runs' input checked before any transaction: (results, their metric rows)."""
+    results = list(results)
+    for r in results:
+        check_choice("finish_run status", r["status"], FINAL_RUN_STATUSES)
+    return results, batch_metric_values(results)
+
+
+def checked_acceptance(acceptance: Any) -> list[dict[str, str]]:
+    """An experiment's acceptance criteria: a list of {"expr", "prose"} strings, copied."""
+    shape = 'a list of {"expr": str, "prose": str}'
+    if not isinstance(acceptance, list):
+        raise ValueError(f"acceptance: expected {shape}, got {acceptance!r}")
+    for item in acceptance:
+        if (
+            not isinstance(item, dict)
+            or set(item) != {"expr", "prose"}
+            or not all(isinstance(v, str) for v in item.values())
+        ):
+            raise ValueError(f"acceptance: expected {shape}, got item {item!r}")
+    return [dict(item) for item in acceptance]

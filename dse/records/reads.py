@@ -1,0 +1,623 @@
+"""Reads of the record store, each on a connection the caller opened: pandas DataFrames,
+with JSON columns as canonical JSON strings and timestamps as UTC; and the lookups that
+resolve an experiment's name or a row's id, or say what would have matched."""
+
+from __future__ import annotations
+
+import numbers
+from collections.abc import Callable, Mapping
+from typing import Any, TypeVar
+
+from sqlalchemy import JSON, Connection, DateTime, String, Text, cast, func, select
+from sqlalchemy.ext.compiler import compiles
+from sqlalchemy.orm import Session
+from sqlalchemy.sql.functions import FunctionElement
+
+from dse.identity import canonical_json
+from dse.records.checks import RecordNotFound, as_id
+from dse.records.liveness import as_utc
+from dse.records.schema import (
+    METRIC_KINDS,
+    RUN_STATUSES,
+    Artifact,
+    Candidate,
+    Decision,
+    Experiment,
+    Metric,
+    Run,
+    check_choice,
+)
+
+_T = TypeVar("_T")
+
+
+class _LazyPandas:
+    """pandas, imported on first use: `dse history` and a sweep's writes never pay its
+    import time (most of a short command's run)."""
+
+    def __getattr__(self, name: str) -> Any:
+        import pandas
+
+        return getattr(pandas, name)
+
+
+pd = _LazyPandas()
+
+# The stage whose runs produce each kind of evidence (metric_table reports that stage's status).
+STAGE_OF_KIND = {"source_counts": "analytical", "analytical": "analytical", "emulator_cycles": "emulator",
+                 "emulator_host_time": "emulator", "numerics": "emulator", "rtl_cycles": "imported",
+                 "fpga_cycles": "imported"}
+
+# ---- lookups ------------------------------------------------------------------------
+
+
+def _shown_url(connection: Connection) -> str:
+    return connection.engine.url.render_as_string(hide_password=True)
+
+
+def get(session: Session, model: type[_T], key: int) -> _T:
+    """The row of `model` with id `key`, or RecordNotFound."""
+    found = session.get(model, as_id(key))
+    if found is None:
+        table = model.__tablename__  # type: ignore[attr-defined]
+        raise not_found(session.connection(), table, key)
+    return found
+
+
+def not_found(connection: Connection, what: str, value: Any) -> RecordNotFound:
+    """The error for a `what` (experiment, candidate, run, ...) named `value` that the
+    store lacks, saying what it has."""
+    if what == "experiment":
+        names = connection.scalars(select(Experiment.name).order_by(Experiment.id)).all()
+        if not names:
+            allowed = "an experiment of this store, which has none yet"
+        elif len(names) <= 12:
+            allowed = "an experiment name or id: " + ", ".join(names)
+        else:
+            allowed = f"one of this store's {len(names)} experiments (`dse history` lists them)"
+        return RecordNotFound(_shown_url(connection), "experiment", value, allowed)
+    if what == "candidate":
+        return candidate_not_found(connection, value)
+    model = {"run": Run, "decision": Decision, "artifact": Artifact}[what]
+    low, high, count = connection.execute(
+        select(func.min(model.id), func.max(model.id), func.count(model.id))
+    ).one()
+    allowed = f"a {what} id of this store ({count} {what}s" + (
+        f", ids {low} to {high})" if count else ")"
+    )
+    return RecordNotFound(_shown_url(connection), what, value, allowed)
+
+
+def candidate_not_found(connection: Connection, value: Any, experiment_id: int | None = None) -> RecordNotFound:
+    """The error for a candidate id the store (or experiment) lacks."""
+    stmt = select(func.min(Candidate.id), func.max(Candidate.id), func.count(Candidate.id))
+    where = "this store"
+    if experiment_id is not None:
+        stmt = stmt.where(Candidate.experiment_id == experiment_id)
+        name = connection.scalar(select(Experiment.name).where(Experiment.id == experiment_id))
+        where = f"experiment {name!r}"
+    low, high, count = connection.execute(stmt).one()
+    ids = f", ids {low} to {high}" if count else ""
+    return RecordNotFound(
+        _shown_url(connection), "candidate", value, f"a candidate id of {where} ({count} candidates{ids})"
+    )
+
+
+def experiment_id_of(connection: Connection, name_or_id: str | int) -> int:
+    """The id of an experiment named by its name or id (also an id typed as text)."""
+    if isinstance(name_or_id, numbers.Integral) and not isinstance(name_or_id, bool):
+        found = connection.scalar(select(Experiment.id).where(Experiment.id == int(name_or_id)))
+    elif isinstance(name_or_id, str):
+        found = connection.scalar(select(Experiment.id).where(Experiment.name == name_or_id))
+        if found is None and name_or_id.strip().isdigit():  # an id typed on a command line
+            found = connection.scalar(
+                select(Experiment.id).where(Experiment.id == int(name_or_id))
+            )
+    else:
+        raise TypeError(f"an experiment is named by a str or an int id, not {name_or_id!r}")
+    if found is None:
+        raise not_found(connection, "experiment", name_or_id)
+    return found
+
+
+def experiment_exists(connection: Connection, experiment_id: Any) -> bool:
+    return connection.scalar(select(Experiment.id).where(Experiment.id == as_id(experiment_id))) is not None
+
+
+def run_states(connection: Connection, run_ids: list[int]) -> dict[int, tuple[str, str | None]]:
+    """run id -> (status, error) of those of `run_ids` that exist."""
+    state: dict[int, tuple[str, str | None]] = {}
+    for i in range(0, len(run_ids), 500):  # stay under the bound-parameter limit
+        state.update((row.id, (row.status, row.error)) for row in connection.execute(
+            select(Run.id, Run.status, Run.error).where(Run.id.in_(run_ids[i:i + 500]))))
+    return state
+
+
+# ---- experiments, candidates, runs ----------------------------------------------------
+
+
+def experiment_summaries(connection: Connection) -> list[dict[str, Any]]:
+    """What `experiments_frame` holds, as plain dicts: no pandas (a quick `dse history`)."""
+    rows = connection.execute(
+        select(
+            Experiment.id,
+            Experiment.name,
+            Experiment.hypothesis,
+            Experiment.status,
+            Experiment.workload_recipe,
+            Experiment.created_at,
+        ).order_by(Experiment.id)
+    ).mappings().all()
+    n_candidates = dict(
+        connection.execute(
+            select(Candidate.experiment_id, func.count()).group_by(Candidate.experiment_id)
+        ).all()
+    )
+    run_counts: dict[int, dict[str, int]] = {}
+    for experiment_id, status, n in connection.execute(
+        select(Candidate.experiment_id, Run.status, func.count())
+        .join(Candidate, Run.candidate_id == Candidate.id)
+        .group_by(Candidate.experiment_id, Run.status)
+    ):
+        run_counts.setdefault(experiment_id, {})[status] = n
+    latest = (
+        select(func.max(Decision.id).label("decision_id"))
+        .group_by(Decision.experiment_id)
+        .subquery()
+    )
+    verdicts = {
+        experiment_id: (verdict, candidate_id)
+        for experiment_id, verdict, candidate_id in connection.execute(
+            select(Decision.experiment_id, Decision.verdict, Decision.candidate_id)
+            .join(latest, Decision.id == latest.c.decision_id)
+        )
+    }
+    summaries = []
+    for row in rows:
+        summary = dict(row)
+        summary["created_at"] = as_utc(summary["created_at"])
+        summary["n_candidates"] = n_candidates.get(row["id"], 0)
+        counts = run_counts.get(row["id"], {})
+        for status in RUN_STATUSES:
+            summary[f"n_{status}"] = counts.get(status, 0)
+        summary["latest_verdict"], summary["latest_candidate_id"] = verdicts.get(
+            row["id"], (None, None)
+        )
+        summaries.append(summary)
+    return summaries
+
+
+def experiments_frame(summaries: list[dict[str, Any]]) -> pd.DataFrame:
+    """`experiment_summaries` as a DataFrame, with its dtypes."""
+    columns = [
+        "id", "name", "hypothesis", "status", "workload_recipe", "created_at", "n_candidates",
+        *(f"n_{s}" for s in RUN_STATUSES), "latest_verdict", "latest_candidate_id",
+    ]  # fmt: skip
+    frame = pd.DataFrame(summaries, columns=columns)
+    counts = ["n_candidates", *(f"n_{s}" for s in RUN_STATUSES)]
+    frame[counts] = frame[counts].astype("int64")
+    frame["id"] = frame["id"].astype("int64")
+    frame["latest_verdict"] = frame["latest_verdict"].astype(object)
+    frame["latest_candidate_id"] = frame["latest_candidate_id"].astype("Int64")
+    return utc(frame, "created_at")
+
+
+def experiment(connection: Connection, name_or_id: str | int) -> dict[str, Any]:
+    """One experiment's row as a dict (JSON columns as Python values)."""
+    experiment_id = experiment_id_of(connection, name_or_id)
+    row = connection.execute(
+        select(Experiment.__table__).where(Experiment.id == experiment_id)
+    ).mappings().one()
+    record = dict(row)
+    record["created_at"] = as_utc(record["created_at"])
+    return record
+
+
+def candidate(connection: Connection, candidate_id: int) -> dict[str, Any]:
+    """One candidate as a dict: its row (JSON as Python values), experiment name, and
+    whether it is the baseline."""
+    row = connection.execute(
+        select(
+            Candidate.__table__,
+            Experiment.name.label("experiment"),
+            Experiment.baseline_candidate_id,
+        )
+        .join(Experiment, Candidate.experiment_id == Experiment.id)
+        .where(Candidate.id == as_id(candidate_id))
+    ).mappings().one_or_none()
+    if row is None:
+        raise candidate_not_found(connection, candidate_id)
+    record = dict(row)
+    record["is_baseline"] = record.pop("baseline_candidate_id") == record["id"]
+    record["created_at"] = as_utc(record["created_at"])
+    return record
+
+
+def run(connection: Connection, run_id: int) -> dict[str, Any]:
+    """One run as a dict, with its experiment id and its metrics (long form)."""
+    row = connection.execute(
+        select(Run.__table__, Candidate.experiment_id)
+        .join(Candidate, Run.candidate_id == Candidate.id)
+        .where(Run.id == as_id(run_id))
+    ).mappings().one_or_none()
+    if row is None:
+        raise not_found(connection, "run", run_id)
+    metrics_frame = frame_of(
+        connection,
+        select(
+            Metric.kind, Metric.name, Metric.value, Metric.unit, Metric.scope,
+            Metric.scope_key,
+        ).where(Metric.run_id == row["id"]).order_by(Metric.id),
+    )  # fmt: skip
+    record = dict(row)
+    for column in ("started_at", "finished_at", "heartbeat_at"):
+        record[column] = as_utc(record[column])
+    metrics_frame["value"] = metrics_frame["value"].astype("float64")
+    record["metrics"] = metrics_frame
+    return record
+
+
+def candidates(connection: Connection, experiment_id: int, stage: str | None = None) -> pd.DataFrame:
+    """One row per candidate of an experiment (by id), with the stage, status and reason
+    of its latest run (of `stage`, when given)."""
+    # Each candidate's latest run (of `stage`, when given), as a grouped derived table
+    # joined once. (A correlated subquery reads faster on SQLite, but PostgreSQL may
+    # plan it as a join filter evaluated for every candidate-run pair.)
+    runs_of = select(Run.candidate_id, func.max(Run.id).label("run_id")).join(
+        Candidate, Run.candidate_id == Candidate.id).where(Candidate.experiment_id == experiment_id)
+    if stage is not None:
+        runs_of = runs_of.where(Run.stage == stage)
+    latest = runs_of.group_by(Run.candidate_id).subquery()
+    frame = frame_of(
+        connection,
+        select(
+            Candidate.id,
+            Candidate.hash,
+            Candidate.origin,
+            raw(Candidate.config),
+            raw(Candidate.mapping),
+            raw(Candidate.diff),
+            raw(Candidate.created_at),
+            latest.c.run_id,
+            Run.stage,
+            Run.status,
+            Run.reason,
+        )
+        .outerjoin(latest, latest.c.candidate_id == Candidate.id)
+        .outerjoin(Run, Run.id == latest.c.run_id)
+        .where(Candidate.experiment_id == experiment_id)
+        .order_by(Candidate.id),
+    )
+    baseline = connection.scalar(
+        select(Experiment.baseline_candidate_id).where(Experiment.id == experiment_id)
+    )
+    frame.insert(3, "is_baseline", frame["id"] == baseline)
+    frame["run_id"] = frame["run_id"].astype("Int64")
+    return utc(frame, "created_at")
+
+
+def runs(connection: Connection, experiment: str | int | None = None, candidate: int | None = None) -> pd.DataFrame:
+    """Runs with their provenance, filtered by experiment (name or id) and/or candidate id."""
+    stmt = (
+        select(
+            Run.id,
+            Candidate.experiment_id,
+            *(raw(column) for column in Run.__table__.c if column.name != "id"),
+        )
+        .join(Candidate, Run.candidate_id == Candidate.id)
+        .order_by(Run.id)
+    )
+    if experiment is not None:
+        stmt = stmt.where(Candidate.experiment_id == experiment_id_of(connection, experiment))
+    if candidate is not None:
+        stmt = stmt.where(Run.candidate_id == candidate)
+    frame = frame_of(connection, stmt)
+    frame["seed"] = frame["seed"].astype("Int64")
+    frame["pid"] = frame["pid"].astype("Int64")
+    frame["git_dirty"] = frame["git_dirty"].astype("boolean")
+    return utc(frame, "started_at", "finished_at", "heartbeat_at")
+
+
+# ---- metrics ----------------------------------------------------------------------------
+
+
+def metrics(connection: Connection, experiment_id: int, kind: str | None, scope: str | None = None) -> pd.DataFrame:
+    """Long form: one row per metric of an experiment (by id), with the run's stage and
+    model/emulator versions."""
+    stmt = (
+        select(
+            Metric.id,
+            Run.candidate_id,
+            Metric.run_id,
+            Run.stage,
+            Metric.kind,
+            Metric.name,
+            Metric.value,
+            Metric.unit,
+            Metric.scope,
+            Metric.scope_key,
+            Run.model_version,
+            Run.emulator_version,
+        )
+        .join(Run, Metric.run_id == Run.id)
+        .join(Candidate, Run.candidate_id == Candidate.id)
+        .where(Candidate.experiment_id == experiment_id)
+    )
+    if kind is not None:
+        stmt = stmt.where(Metric.kind == check_choice("metric.kind", kind, METRIC_KINDS))
+    if scope is not None:
+        stmt = stmt.where(Metric.scope == scope)
+    # Sorted here, not in SQL: a sort of the fetched rows is cheaper than the
+    # database's temporary B-tree over the joined rows.
+    frame = frame_of(connection, stmt).sort_values(["run_id", "id"], kind="stable")
+    frame = frame.drop(columns="id").reset_index(drop=True)
+    frame["value"] = frame["value"].astype("float64")
+    return frame
+
+
+def metric_table(connection: Connection, experiment: str | int, kind: str, scope: str = "total") -> pd.DataFrame:
+    """Wide form, see `Store.metric_table`."""
+    experiment_id = experiment_id_of(connection, experiment)
+    rows = candidates(connection, experiment_id, STAGE_OF_KIND.get(kind))
+    long = metrics(connection, experiment_id, kind, scope)
+    latest_run = long.groupby("candidate_id")["run_id"].transform("max")
+    long = long[long["run_id"] == latest_run]
+    keys = ["candidate_id"] if scope == "total" else ["candidate_id", "scope_key"]
+    wide = long.pivot(index=keys, columns="name", values="value")
+    wide.columns.name = None
+    source = (
+        long.groupby("candidate_id")[["run_id", "model_version", "emulator_version"]]
+        .first()
+        .rename(columns={"run_id": "metric_run_id"})
+        .reset_index()
+    )
+    fixed = [
+        "candidate_id", "hash", "origin", "is_baseline", "stage", "status", "reason",
+        "metric_run_id", "model_version", "emulator_version", *keys[1:],
+    ]  # fmt: skip
+    clash = sorted(set(wide.columns) & set(fixed))
+    if clash:
+        raise ValueError(f"metric names {clash} clash with metric_table's own columns")
+    table = (
+        rows[["id", "hash", "origin", "is_baseline", "stage", "status", "reason"]]
+        .rename(columns={"id": "candidate_id"})
+        .merge(source, on="candidate_id", how="left")
+        .merge(wide.reset_index(), on="candidate_id", how="left")
+    )
+    table["metric_run_id"] = table["metric_run_id"].astype("Int64")
+    return table[fixed + sorted(wide.columns)]
+
+
+# ---- decisions and artifacts --------------------------------------------------------------
+
+
+def decisions(connection: Connection, experiment: str | int | None = None) -> pd.DataFrame:
+    stmt = (
+        select(
+            Decision.id,
+            Decision.experiment_id,
+            Experiment.name.label("experiment"),
+            Decision.verdict,
+            Decision.rationale,
+            Decision.author,
+            raw(Decision.created_at),
+            raw(Decision.evidence),
+            Decision.candidate_id,
+        )
+        .join(Experiment, Decision.experiment_id == Experiment.id)
+        .order_by(Decision.id)
+    )
+    if experiment is not None:
+        stmt = stmt.where(Decision.experiment_id == experiment_id_of(connection, experiment))
+    frame = frame_of(connection, stmt)
+    frame["candidate_id"] = frame["candidate_id"].astype("Int64")
+    return utc(frame, "created_at")
+
+
+def decision_evidence(connection: Connection, experiment: str | int, candidate_id: int) -> tuple[int, list[int]]:
+    """(experiment id, evidence) for a decision on a candidate of it: every finished run
+    of the candidate and of the baseline."""
+    experiment_id = experiment_id_of(connection, experiment)
+    owner = connection.scalar(select(Candidate.experiment_id).where(Candidate.id == candidate_id))
+    if owner != experiment_id:
+        raise candidate_not_found(connection, candidate_id, experiment_id)
+    baseline = connection.scalar(
+        select(Experiment.baseline_candidate_id).where(Experiment.id == experiment_id)
+    )
+    evidence = connection.scalars(
+        select(Run.id)
+        .where(
+            Run.candidate_id.in_({candidate_id, baseline} - {None}),
+            Run.status != "running",
+        )
+        .order_by(Run.id)
+    ).all()
+    return experiment_id, list(evidence)
+
+
+def artifacts(connection: Connection, experiment: str | int | None, run: int | None,
+              path_of: Callable[[str], str | None]) -> pd.DataFrame:
+    """Evidence files, with the candidate of their run and their path on disk (`path_of`
+    a sha256)."""
+    stmt = (
+        select(
+            Artifact.id,
+            Artifact.experiment_id,
+            Run.candidate_id,
+            Artifact.run_id,
+            Artifact.role,
+            Artifact.media_type,
+            Artifact.name,
+            Artifact.sha256,
+            Artifact.size,
+            raw(Artifact.created_at),
+        )
+        .outerjoin(Run, Artifact.run_id == Run.id)
+        .order_by(Artifact.id)
+    )
+    if experiment is not None:
+        stmt = stmt.where(Artifact.experiment_id == experiment_id_of(connection, experiment))
+    if run is not None:
+        stmt = stmt.where(Artifact.run_id == run)
+    frame = frame_of(connection, stmt)
+    for column in ("experiment_id", "candidate_id", "run_id"):
+        frame[column] = frame[column].astype("Int64")
+    frame["path"] = [path_of(sha) for sha in frame["sha256"]]
+    return utc(frame, "created_at")
+
+
+# ---- comparisons ------------------------------------------------------------------------
+
+
+def compare(connection: Connection, a: int, b: int) -> pd.DataFrame:
+    """The fields that differ between candidates a and b, see `Store.compare`."""
+    fields_a, fields_b = (_comparable_fields(connection, c) for c in (a, b))
+    names = sorted(set(fields_a) | set(fields_b), key=field_order)
+    rows = [
+        (name, fields_a.get(name), fields_b.get(name))
+        for name in names
+        if canonical_json(fields_a.get(name)) != canonical_json(fields_b.get(name))
+    ]
+    return pd.DataFrame(rows, columns=["field", "a", "b"], dtype=object)
+
+
+def compare_metrics(connection: Connection, a: int, b: int, scope: str = "total") -> pd.DataFrame:
+    """Candidates a and b metric by metric, see `Store.compare_metrics`."""
+    sides = [_latest_metrics(connection, c, scope) for c in (a, b)]
+    keys = ["kind", "name", "unit", "scope", "scope_key"]
+    table = sides[0].merge(sides[1], on=keys, how="outer", suffixes=("_a", "_b"))
+    table = table.rename(columns={"value_a": "a", "value_b": "b"})
+    table["delta"] = table["b"] - table["a"]
+    table["ratio"] = table["b"] / table["a"].where(table["a"] != 0)
+    kind_order = {k: i for i, k in enumerate(METRIC_KINDS)}
+    table = table.sort_values(
+        ["kind", "scope", "scope_key", "name"],
+        key=lambda col: col.map(kind_order) if col.name == "kind" else col,
+    ).reset_index(drop=True)
+    side_columns = [
+        f"{c}_{s}" for s in ("a", "b") for c in ("run_id", "model_version", "emulator_version")
+    ]
+    for column in ("run_id_a", "run_id_b"):
+        table[column] = table[column].astype("Int64")
+    return table[[*keys, "a", "b", "delta", "ratio", *side_columns]]
+
+
+def _latest_metrics(connection: Connection, candidate_id: int, scope: str) -> pd.DataFrame:
+    if connection.scalar(select(Candidate.id).where(Candidate.id == as_id(candidate_id))) is None:
+        raise candidate_not_found(connection, candidate_id)
+    latest = (
+        select(Metric.kind, func.max(Metric.run_id).label("run_id"))
+        .join(Run, Metric.run_id == Run.id)
+        .where(Run.candidate_id == candidate_id, Metric.scope == scope)
+        .group_by(Metric.kind)
+        .subquery()
+    )
+    frame = frame_of(
+        connection,
+        select(
+            Metric.kind, Metric.name, Metric.unit, Metric.scope, Metric.scope_key,
+            Metric.value, Metric.run_id, Run.model_version, Run.emulator_version,
+        )
+        .join(latest, (Metric.kind == latest.c.kind) & (Metric.run_id == latest.c.run_id))
+        .join(Run, Metric.run_id == Run.id)
+        .where(Metric.scope == scope),
+    )  # fmt: skip
+    frame["value"] = frame["value"].astype("float64")
+    return frame
+
+
+def _comparable_fields(connection: Connection, candidate_id: int) -> dict[str, Any]:
+    row = connection.execute(
+        select(Candidate.config, Candidate.mapping).where(Candidate.id == as_id(candidate_id))
+    ).one_or_none()
+    if row is None:
+        raise candidate_not_found(connection, candidate_id)
+    fields = flatten({"config": row.config, "mapping": row.mapping})
+    # Latest run first, so for each kind:name the newest value wins.
+    values = connection.execute(
+        select(Metric.kind, Metric.name, Metric.value)
+        .join(Run, Metric.run_id == Run.id)
+        .where(Run.candidate_id == candidate_id, Metric.scope == "total")
+        .order_by(Run.id.desc())
+    )
+    for kind, name, value in values:
+        fields.setdefault(f"{kind}:{name}", value)
+    return fields
+
+
+def flatten(tree: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
+    """Nested dicts as {"dotted.path": leaf}; lists and empty dicts are leaves."""
+    flat: dict[str, Any] = {}
+    for key, value in tree.items():
+        path = f"{prefix}{key}"
+        if isinstance(value, Mapping) and value:
+            flat.update(flatten(value, f"{path}."))
+        else:
+            flat[path] = value
+    return flat
+
+
+def diff_fields(baseline: Mapping[str, Any], other: Mapping[str, Any]) -> dict[str, list[Any]]:
+    """{"dotted.path": [baseline_value, other_value]} for the leaves that differ."""
+    flat_a, flat_b = flatten(baseline), flatten(other)
+    return {
+        path: [flat_a.get(path), flat_b.get(path)]
+        for path in sorted(set(flat_a) | set(flat_b), key=field_order)
+        if canonical_json(flat_a.get(path)) != canonical_json(flat_b.get(path))
+    }
+
+
+def field_order(field: str) -> tuple[int, str]:
+    """Config fields first, then mapping, then metrics; by name within each."""
+    section = field.split(".", 1)[0]
+    return ({"config": 0, "mapping": 1}.get(section, 2), field)
+
+
+# ---- DataFrames -------------------------------------------------------------------------
+
+
+def frame_of(connection: Connection, stmt: Any) -> pd.DataFrame:
+    result = connection.execute(stmt)
+    return pd.DataFrame(result.fetchall(), columns=list(result.keys()))
+
+
+def raw(column: Any) -> Any:
+    """A column as text, for DataFrames: JSON as its stored canonical text, timestamps as
+    UTC text that pandas parses in one go (see utc) instead of one object per value."""
+    if isinstance(column.type, JSON):
+        return cast(column, Text).label(column.name)
+    if isinstance(column.type, DateTime):
+        return _UtcText(column).label(column.name)
+    return column
+
+
+class _UtcText(FunctionElement):
+    """A timestamp column as UTC text "YYYY-MM-DD HH:MM:SS[.ffffff]"."""
+
+    type = String()
+    inherit_cache = True
+    name = "utc_text"
+
+
+@compiles(_UtcText)
+def _utc_text_as_stored(element: _UtcText, compiler: Any, **kw: Any) -> str:
+    # SQLite keeps timestamps as UTC text already.
+    return compiler.process(element.clauses, **kw)
+
+
+@compiles(_UtcText, "postgresql")
+def _utc_text_postgresql(element: _UtcText, compiler: Any, **kw: Any) -> str:
+    column = compiler.process(element.clauses, **kw)
+    return f"to_char({column} AT TIME ZONE 'UTC', 'YYYY-MM-DD HH24:MI:SS.US')"
+
+
+def utc(frame: pd.DataFrame, *columns: str) -> pd.DataFrame:
+    """Timestamp columns as pandas UTC datetimes."""
+    # SQLite hands back text or naive datetimes (stored as UTC), PostgreSQL aware ones.
+    for column in columns:
+        values = frame[column]
+        present = values.dropna()
+        as_text = len(present) > 0 and isinstance(present.iloc[0], str)
+        frame[column] = pd.to_datetime(values, utc=True, format="ISO8601" if as_text else None)
+    return frame
+
