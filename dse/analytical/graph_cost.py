@@ -3,8 +3,8 @@
 The plan of the graph (`dse.plan.graph_plan.plan_graph`: per op its unit, the copies that
 prepare its operands, what it reads and writes) is the one the lowering emits; this walk
 charges it, vectorised over candidates, with the plan's per-candidate decisions: tiles
-(`plan_matmuls`), the ReLU Ball (`relu_ball`), Ball stream or core op (`StreamCosts`,
-`takes_stream`), splits (`busiest_elements`), syncs (`sync_after`). Charges are the
+(`plan_matmuls`), Ball streams (`StreamCosts`: ReLU, and scale ops where
+`takes_stream` prefers them), splits (`busiest_elements`), syncs (`sync_after`). Charges are the
 emulator's (`dse.cost`): a core op ``ceil(elements x cycles per element)`` on the busiest
 worker, a matmul `matmul_cost`, a Ball stream its transfers and Ball latency back to back,
 and a FENCE or BARRIER per synchronisation.
@@ -17,18 +17,14 @@ from dataclasses import dataclass, field, replace
 
 import numpy as np
 
-from emulator.chip import LATENCY_VARIABLES
-from emulator.formula import Formula
-
 from ..cost.core import GRAPH_OP, charged_elements, split_share
-from ..cost.dma import candidate_dma_cycles
 from ..cost.matmul import matmul_cost
 from ..mapping import CandidateArrays, MatmulShape
 from ..plan.graph_plan import Copy, OpPlan, copy_elements, plan_graph
 from ..plan.matmul import MatmulPlans, plan_matmuls
-from ..plan.memory import Loc, pad
+from ..plan.memory import pad
 from ..plan.split import busiest_elements
-from ..plan.units import relu_ball, sync_after, too_many_workers
+from ..plan.units import sync_after, too_many_workers
 from ..workload.graph import Graph, scale_tensor
 from .stream_cost import StreamCosts
 
@@ -255,7 +251,7 @@ class GraphCost:
                              max(math.prod(shape), math.prod(src.shape), math.prod(sshape)), self.params.mul_cpe)
         self.close(core, False)
         on_core = "epilogue" if b is not None else "core"
-        stream = self.streams.charges(op, src, plan.writes, shape, tiles) if self.streams is not None else None
+        stream = self.streams.scale_charges(op, src, plan.writes, shape, tiles) if self.streams is not None else None
         if stream is None:
             charges.add(core)
             return on_core
@@ -265,55 +261,18 @@ class GraphCost:
         return np.where(on_ball, kinds, on_core) if on_ball.any() else on_core
 
     def _relu(self, charges: Charges, plan: OpPlan) -> str | np.ndarray:
-        """The ReLU Ball where the candidate's chip has one (`relu_ball`), else the core op.
-        Returns the unit (per candidate when they differ)."""
-        spec = self.graph.tensors[plan.op.outputs[0]]
-        has = np.array([relu_ball(f is not None, spec.dtype, plan.reads[0]) for f in self.params.relu_formula])
-        if not has.any():
+        """The ReLU Ball's stream where the candidate's chip has the Ball (`relu_stream`),
+        else the core op. Returns the unit (per candidate when they differ)."""
+        stream = self.streams.relu_charges(plan.op, plan.reads[0], plan.writes) if self.streams is not None else None
+        if stream is None:
             self._generic(charges, plan)
             return "core"
-        if not has.all():  # some candidates run it on the core: cost both, pick per candidate
-            core = Charges(self.n)
-            self._generic(core, plan)
-            ball = Charges(self.n)
-            self._relu_stream(ball, plan.reads[0])
-            charges.select(has, ball, core)
-            return np.where(has, "relu", "core")
-        self._relu_stream(charges, plan.reads[0])
-        return "relu"
-
-    def _relu_stream(self, charges: Charges, src: Loc):
-        """The chunks of `relu_chunks` (a bank's addressable rows each), costed per candidate."""
-        p = self.params
-        lines = src.nbytes // 16
-        rows = p.usable_rows
-        chunks = -(-lines // rows)
-        mine = -(-chunks // self.workers)  # worker 0's chunks
-        full = np.minimum(lines, rows)
-        last = lines - (chunks - 1) * rows
-        texts = np.array([t or "" for t in p.relu_formula], dtype=object)
-        r_full, r_last = np.zeros(self.n), np.zeros(self.n)
-        for text in set(texts) - {""}:
-            idx = np.flatnonzero(texts == text)
-            f = Formula(text, LATENCY_VARIABLES["relu"])
-            r_full[idx] = np.broadcast_to(f.cycles(iter=full[idx]), idx.shape)
-            r_last[idx] = np.broadcast_to(f.cycles(iter=last[idx]), idx.shape)
-        d_full = 2 * candidate_dma_cycles(p, full * 16)
-        d_last = 2 * candidate_dma_cycles(p, last * 16)
-        # worker 0 holds chunk 0, W, 2W, ...: the short last chunk only when it lands there
-        last_on_0 = (chunks - 1) % self.workers == 0
-        n_full = np.where(last_on_0, mine - 1, mine)
-        stream = n_full * (d_full + r_full) + np.where(last_on_0, d_last + r_last, 0)
-        charges.ball += stream + 4 * p.mset_cycles
-        used = np.minimum(self.workers, chunks)
-        charges.busy += (chunks - 1) * (d_full + r_full) + (d_last + r_last) + 4 * p.mset_cycles * used
-        charges.dma += n_full * d_full + np.where(last_on_0, d_last, 0)
-        charges.ball_busy = (n_full * r_full + np.where(last_on_0, r_last, 0)).astype(np.int64)
-        charges.banks = 2 * -(-np.minimum(lines, rows) // rows)
-        charges.sram = charges.banks * p.bank_rows * p.row_bytes
-        charges.bank_rows = 2 * np.minimum(lines, rows)  # a chunk in, its result out
-        charges.dma_bytes = np.full(self.n, 2 * lines * 16, dtype=np.int64)
-        self.close(charges, True)
+        on_ball, ball, _ = stream
+        self.close(ball, True)
+        core = Charges(self.n)
+        self._generic(core, plan)
+        charges.select(on_ball, ball, core)
+        return "relu" if on_ball.all() else np.where(on_ball, "relu", "core")
 
     def _generic(self, charges: Charges, plan: OpPlan):
         op = plan.op
