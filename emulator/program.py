@@ -21,6 +21,7 @@ from .isa import ACCELERATOR_CLASSES, CoreOp, Instr, layout
 DTYPES: dict[str, np.dtype] = {
     "int8": np.dtype("<i1"), "uint8": np.dtype("<u1"), "int16": np.dtype("<i2"), "int32": np.dtype("<i4"),
     "uint32": np.dtype("<u4"), "int64": np.dtype("<i8"), "fp32": np.dtype("<f4"), "float32": np.dtype("<f4"),
+    "bool": np.dtype("?"),  # one byte a value (masks)
 }
 
 

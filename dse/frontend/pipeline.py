@@ -26,7 +26,7 @@ import torch
 
 from dse.frontend.rewrite import StepError
 from dse.frontend.steps import FLOAT_TOLERANCE, StepSpec, load_steps
-from dse.workload.capture import capture
+from dse.workload.capture import capture, flat_outputs
 from dse.workload.graph import Graph, dtype_name
 from dse.workload.recipes import Recipe, instantiate, load_recipe
 
@@ -179,8 +179,7 @@ def run_pipeline(recipe: str | Path | Recipe, params: dict[str, Any] | None = No
     steps = load_steps(recipe.path.parent) if steps is None else list(steps)
     module, inputs = instantiate(recipe, **params)
     with torch.no_grad():
-        expected = module(*inputs)
-    expected = list(expected) if isinstance(expected, (tuple, list)) else [expected]
+        expected = flat_outputs(module(*inputs))
     ctx = Context(recipe, module, inputs, expected, params)
     out = Path(out_dir) if out_dir is not None else None
     if out is not None:

@@ -112,9 +112,10 @@ def prepare_recipe(recipe: str | Path, params: dict | None = None, steps=None) -
                         f"frontend stage {failed.name} failed: {failed.error}")
     module, inputs = instantiate(load_recipe(recipe), **(params or {}))
     import torch
+
+    from ..workload.capture import flat_outputs
     with torch.no_grad():
-        expected = module(*inputs)
-    expected = list(expected) if isinstance(expected, (tuple, list)) else [expected]
+        expected = flat_outputs(module(*inputs))
     graph = pipe.graph
     quantized = any(s.quantized for s in pipe.stages)
     tolerance = max(s.tolerance for s in pipe.stages)

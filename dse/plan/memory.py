@@ -27,7 +27,7 @@ from ..mapping.matmul import PAD
 
 ALIGN = 64
 NP_DTYPES = {"int8": np.int8, "int32": np.int32, "int64": np.int64, "float32": np.float32, "uint8": np.uint8,
-             "int16": np.int16}
+             "int16": np.int16, "bool": np.bool_}
 EMU_DTYPES = {"float32": "fp32"}
 
 

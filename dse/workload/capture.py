@@ -160,6 +160,27 @@ def _activation(kind: str) -> _Handler:
     return handle
 
 
+def _where(node: Node) -> _Lowered | None:
+    """where(cond, a, b); a scalar a or b is kept in the attrs (as aten's Scalar overloads)."""
+    operands = list(node.args[:3])
+    if not isinstance(operands[0], Node):
+        return None
+    scalars = [[i, x] for i, x in enumerate(operands) if not isinstance(x, Node)]
+    if any(not isinstance(x, (int, float, bool)) for _, x in scalars):
+        return None
+    return _Lowered("where", [x for x in operands if isinstance(x, Node)], {"scalars": scalars})
+
+
+def _masked_fill(node: Node) -> _Lowered | None:
+    """masked_fill(x, mask, value) is where(mask, value, x)."""
+    x, mask, value = node.args[:3]
+    if isinstance(value, Node):
+        return _Lowered("where", [mask, value, x], {"scalars": []})
+    if not isinstance(value, (int, float, bool)):
+        return None
+    return _Lowered("where", [mask, x], {"scalars": [[1, value]]})
+
+
 def _reshape(node: Node) -> _Lowered:
     # Every view-like op keeps its concrete output shape: squeeze dims and -1 resolved.
     return _Lowered("reshape", [node.args[0]], {"shape": list(_shape(node))})
@@ -422,11 +443,47 @@ _MULTI_OUTPUT = {
 }
 
 
-def _getitem(node: Node) -> _Identity | _Unsupported:
+# Ops whose outputs are views of their input's parts: each item read (`getitem`) becomes a
+# slice (or a select, for unbind); the op itself moves no data.
+_SPLITS = ("split.Tensor", "split_with_sizes.default", "chunk.default", "unbind.int")
+
+
+def _split(node: Node) -> _Identity:
+    return _Identity(node.args[0])  # its items are read through getitem (`_split_item`)
+
+
+def _split_sizes(node: Node, length: int) -> list[int]:
+    name = str(node.target).removeprefix("aten.")
+    if name == "split_with_sizes.default":
+        return [int(v) for v in node.args[1]]
+    if name == "chunk.default":
+        per = -(-length // int(node.args[1]))
+        return [min(per, length - lo) for lo in range(0, length, per)]
+    per = int(node.args[1])  # split.Tensor: pieces of split_size, the last one shorter
+    return [min(per, length - lo) for lo in range(0, length, per)]
+
+
+def _split_item(source: Node, index: int) -> _Lowered | _Identity:
+    x = source.args[0]
+    shape = _shape(x)
+    name = str(source.target).removeprefix("aten.")
+    dim = int(_arg(source, 1 if name == "unbind.int" else 2, "dim", 0)) % len(shape)
+    if name == "unbind.int":
+        return _Lowered("select", [x], {"dim": dim, "index": int(index)})
+    sizes = _split_sizes(source, shape[dim])
+    start = sum(sizes[:index])
+    if (start, sizes[index]) == (0, shape[dim]):
+        return _Identity(x)
+    return _Lowered("slice", [x], {"dim": dim, "start": start, "end": start + sizes[index], "step": 1})
+
+
+def _getitem(node: Node) -> _Lowered | _Identity | _Unsupported:
     source, index = node.args
     name = str(getattr(source, "target", "")).removeprefix("aten.")
     if isinstance(source, Node) and name in _MULTI_OUTPUT and index == 0:
         return _Identity(source)
+    if isinstance(source, Node) and name in _SPLITS:
+        return _split_item(source, int(index))
     return _Unsupported(f"output {index} of {name or source}")
 
 
@@ -489,6 +546,9 @@ _HANDLER_NAMES: dict[str, _Handler] = {
     "slice.Tensor": _slice,
     "select.int": _select,
     "expand.default": _expand,
+    **{name: _split for name in _SPLITS},
+    **{name: _where for name in ("where.self", "where.ScalarSelf", "where.ScalarOther", "where.Scalar")},
+    **{name: _masked_fill for name in ("masked_fill.Scalar", "masked_fill.Tensor")},
     "scaled_dot_product_attention.default": _sdpa,
     **{name: _same_dtype_copy for name in ("_to_copy.default", "to.dtype", "to.dtype_layout", "to.device")},
 }
@@ -510,7 +570,7 @@ SUPPORTED_ATEN_OPS = ", ".join(sorted({f"aten.{name.split('.')[0]}" for name in 
 _KEEP_WHOLE = ("linear.default", "matmul.default", "gelu.default", "silu.default", "conv1d.default",
                "conv2d.default", "conv1d.padding", "conv2d.padding", "layer_norm.default", "softmax.int",
                "scaled_dot_product_attention.default", "max_pool2d.default", "adaptive_avg_pool2d.default",
-               "stack.default")
+               "stack.default", *_SPLITS)
 
 
 def _decomposition_table() -> dict:
@@ -557,8 +617,11 @@ class _Builder:
 
     def build(self) -> Graph:
         self._placeholders()
+        self.folded = fold_input_free(self.exported)
         for node in self.exported.graph.nodes:
-            if node.op == "call_function":
+            if node.op == "call_function" and node.name in self.folded:
+                self._constant(node)
+            elif node.op == "call_function":
                 self._call(node)
             elif node.op == "output":
                 outputs = self._outputs(node)
@@ -597,6 +660,18 @@ class _Builder:
             else:
                 raise InputError(self._file(), "workload.inputs", f"{spec.kind.name} {spec.target}",
                                  "user inputs, parameters, buffers and tensor constants")
+
+    def _constant(self, node: Node) -> None:
+        """A node computed from no user input: a constant of the graph where an op reads it
+        (positions, masks, index tables, rotary tables, shape arithmetic)."""
+        value = self.folded[node.name]
+        if not isinstance(value, torch.Tensor):
+            return  # a Python value (a size, a dtype): read by its users' handlers from the node
+        if not any(user.name not in self.folded for user in node.users):
+            return  # read by other folded nodes only
+        self.tensors[node.name] = TensorSpec(node.name, tuple(value.shape), dtype_name(value.dtype))
+        self.weights[node.name] = weight_array(value)
+        self.constants.add(node.name)
 
     def _call(self, node: Node) -> None:
         if node.target in _ASSERTIONS:
@@ -655,6 +730,56 @@ class _Builder:
         return None
 
 
+# Ops whose value depends on their first input's shape and dtype only.
+_SHAPE_ONLY = ("full_like", "zeros_like", "ones_like", "new_full", "new_zeros", "new_ones")
+# Ops whose value is not a function of their inputs: never folded.
+_NONDETERMINISTIC = ("rand", "bernoulli", "normal", "uniform", "dropout", "empty", "multinomial", "poisson")
+
+
+def fold_input_free(exported: ExportedProgram) -> dict[str, Any]:
+    """The value of every call node that depends on no user input and no parameter: index,
+    mask and position ops (`arange`, comparisons, `cumsum`, `full`, `where` on such values,
+    ...) computed from shapes, buffers and tensor constants. They are evaluated here, with
+    the very aten ops the model runs, so the graph sees their results as constants.
+    Parameters are not sources: ops on weights stay ops (the frontend steps read them)."""
+    signature = exported.graph_signature
+    values: dict[str, Any] = {}
+    for spec in signature.input_specs:
+        if spec.kind in (InputKind.BUFFER, InputKind.CONSTANT_TENSOR) and isinstance(spec.arg, TensorArgument):
+            value = exported.state_dict.get(spec.target)
+            if value is None:
+                value = exported.constants.get(spec.target)
+            if isinstance(value, torch.Tensor):
+                values[spec.arg.name] = value
+    folded: dict[str, Any] = {}
+    for node in exported.graph.nodes:
+        if node.op != "call_function" or node.target in _ASSERTIONS:
+            continue
+        if any(word in str(node.target) for word in _NONDETERMINISTIC):
+            continue
+        inputs = [x for x in node.all_input_nodes]
+        shape_only = str(node.target).split(".")[-2] in _SHAPE_ONLY if "." in str(node.target) else False
+        if not all(x.name in values or (shape_only and i == 0) for i, x in enumerate(inputs)):
+            continue
+        known = values
+        if shape_only and inputs[0].name not in values:  # its value is its input's shape and dtype alone
+            meta = inputs[0].meta.get("val")
+            if not isinstance(meta, torch.Tensor):
+                continue
+            known = {**values, inputs[0].name: torch.zeros(tuple(meta.shape), dtype=meta.dtype)}
+        # Folding a lone creation op that nothing but input-dependent ops read still pays:
+        # its users then see a constant. Evaluate with the node's own arguments.
+        args = torch.fx.node.map_arg(node.args, lambda x: known[x.name])
+        kwargs = torch.fx.node.map_arg(node.kwargs, lambda x: known[x.name])
+        try:
+            with torch.no_grad():
+                value = node.target(*args, **kwargs)
+        except Exception:  # not evaluable here (a custom op): left to the handlers
+            continue
+        values[node.name] = folded[node.name] = value
+    return folded
+
+
 def _export(module: torch.nn.Module, example_inputs: tuple, source_path: Path | None) -> ExportedProgram:
     try:
         return torch.export.export(module, tuple(example_inputs))
@@ -665,6 +790,16 @@ def _export(module: torch.nn.Module, example_inputs: tuple, source_path: Path | 
             f"{type(error).__name__}: {first_line}",
             "a module torch.export captures as one graph (static shapes, no data-dependent control flow)",
         ) from error
+
+
+def flat_outputs(value: Any) -> list[torch.Tensor]:
+    """A module's outputs as the graph's outputs, in the graph's order: tensors, tuples,
+    lists, dicts and transformers' `ModelOutput`s flattened as torch.export flattens them
+    (`torch.utils._pytree`: nested in order, dict-like values in key order of insertion;
+    None entries dropped)."""
+    import torch.utils._pytree as pytree
+
+    return [leaf for leaf in pytree.tree_leaves(value) if isinstance(leaf, torch.Tensor)]
 
 
 def capture(module: torch.nn.Module, *example_inputs: Any, name: str = "graph",

@@ -42,7 +42,7 @@ from dse.workload.graph import (
     TensorSpec,
 )
 
-_PER_ELEMENT = {"softmax": 5, "batch_norm": 2, "quantize": 2, "requantize": 2, "dequantize": 1}
+_PER_ELEMENT = {"softmax": 5, "batch_norm": 2, "quantize": 2, "requantize": 2, "dequantize": 1, "where": 1}
 
 
 def _other_ops(kind: str, attrs: dict, inputs: list[TensorSpec], output: TensorSpec) -> int:

@@ -51,13 +51,14 @@ LAYOUT_KINDS = ("reshape", "permute")
 VIEW_KINDS = ("reshape", "expand", "slice", "select")  # no data moves: descriptors only
 DATA_KINDS = ("cat", "stack", "embedding")
 ATTENTION_KINDS = ("sdpa",)
+CHOICE_KINDS = ("where",)  # elementwise choice by a bool mask
 QUANT_KINDS = ("quantize", "requantize", "dequantize")
 # Ops that only rearrange or pick values: applied to constants they give a constant,
 # which a frontend step may fold offline.
 MOVE_KINDS = ("reshape", "permute", "expand", "slice", "select", "cat", "stack")
 KINDS = (MATMUL_KINDS + CONV_KINDS + BINARY_KINDS + ACTIVATION_KINDS + UNARY_KINDS + NORM_KINDS
          + REDUCE_KINDS + POOL_KINDS + ("permute",) + VIEW_KINDS + DATA_KINDS + ATTENTION_KINDS
-         + QUANT_KINDS)
+         + CHOICE_KINDS + QUANT_KINDS)
 CHANNELS_LAST = ("NLC", "NHWC")
 INT8_MIN, INT8_MAX = -128, 127
 
@@ -364,6 +365,13 @@ def _run_binary(op: Op, args: list[torch.Tensor]) -> torch.Tensor:
     return _BINARY[op.kind](a, b)
 
 
+def _run_where(op: Op, args: list[torch.Tensor]) -> torch.Tensor:
+    operands: list[Any] = list(args)
+    for index, value in op.attrs.get("scalars", []):
+        operands.insert(index, value)
+    return torch.where(*operands)
+
+
 def _run_gelu(op: Op, args: list[torch.Tensor]) -> torch.Tensor:
     return F.gelu(args[0], approximate=op.attrs.get("approximate", "none"))
 
@@ -505,6 +513,7 @@ INTERPRETERS: dict[str, Callable[[Op, list[torch.Tensor]], torch.Tensor]] = {
     **{kind: _run_pool for kind in POOL_KINDS},
     "embedding": _run_embedding,
     "sdpa": _run_sdpa,
+    "where": _run_where,
     "reshape": _run_reshape,
     "expand": _run_expand,
     "permute": _run_permute,

@@ -1,0 +1,64 @@
+"""Capture folds every input-free subgraph (positions, masks, index tables, shape
+arithmetic) into constants, and reads split / chunk / unbind items as slices; checked
+against PyTorch on hand-written modules."""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+from dse.workload.capture import capture, flat_outputs
+
+
+class Masked(nn.Module):
+    """Causal mask, positions and a cumulative index, all from shapes alone."""
+
+    def __init__(self):
+        super().__init__()
+        self.register_buffer("table", torch.arange(12.0).reshape(3, 4) / 7)
+
+    def forward(self, x):  # x: (b, s, d)
+        s = x.shape[1]
+        positions = torch.arange(s)
+        mask = torch.ones(s, s, dtype=torch.bool).tril()
+        scores = x @ x.transpose(1, 2)
+        scores = torch.where(mask, scores, torch.full_like(scores, -1e4)).masked_fill(positions[None, None] > 3, -5.0)
+        ramp = torch.cumsum(torch.ones(s), 0) + positions.float()
+        looked_up = torch.index_select(self.table, 0, positions % 3)
+        return scores.softmax(-1) @ x + ramp[None, :, None], looked_up
+
+
+class Splits(nn.Module):
+    def forward(self, x):  # x: (b, s, 3d)
+        q, k, v = x.chunk(3, dim=-1)
+        a, b = x.split([4, 8], dim=-1)
+        first, *_ = x.unbind(1)
+        return q * k + v, a.sum(-1), b, first
+
+
+def test_input_free_ops_are_constants_and_the_graph_matches_pytorch():
+    model = Masked().eval()
+    x = torch.randn(2, 5, 6, generator=torch.Generator().manual_seed(0))
+    graph = capture(model, x, name="masked")
+    kinds = {op.kind for op in graph.ops}
+    assert not kinds & {"arange", "cumsum", "ones", "full", "index_select", "tril"}, kinds
+    values = graph.trace(x)
+    for name, want in zip(graph.outputs, flat_outputs(model(x))):
+        assert torch.allclose(values[name], want, atol=1e-5), name
+    # the folded tensors are graph constants, of their own dtypes (a bool mask stays bool)
+    assert any(spec.dtype == "bool" for name, spec in graph.tensors.items() if name in graph.weights)
+
+
+def test_split_chunk_and_unbind_items_are_slices():
+    model = Splits().eval()
+    x = torch.randn(2, 3, 12, generator=torch.Generator().manual_seed(1))
+    graph = capture(model, x, name="splits")
+    assert {"slice", "select"} <= {op.kind for op in graph.ops}
+    values = graph.trace(x)
+    for name, want in zip(graph.outputs, model(x)):
+        assert torch.equal(values[name], want), name
+
+
+def test_model_outputs_flatten_in_the_graphs_order():
+    out = {"logits": torch.ones(1), "extra": (torch.zeros(2), None, [torch.full((1,), 3.0)])}
+    assert [t.tolist() for t in flat_outputs(out)] == [[1.0], [0.0, 0.0], [3.0]]
