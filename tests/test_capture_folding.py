@@ -62,3 +62,27 @@ def test_split_chunk_and_unbind_items_are_slices():
 def test_model_outputs_flatten_in_the_graphs_order():
     out = {"logits": torch.ones(1), "extra": (torch.zeros(2), None, [torch.full((1,), 3.0)])}
     assert [t.tolist() for t in flat_outputs(out)] == [[1.0], [0.0, 0.0], [3.0]]
+
+
+class ManyUnsupported(nn.Module):
+    def forward(self, x):
+        a = torch.cumsum(x, 1)  # FIRST: cumsum
+        b = torch.sort(a, dim=-1).values  # FIRST: sort
+        return torch.cumsum(b, 0) + x  # AGAIN: cumsum
+
+
+def test_every_unsupported_op_is_reported_at_once_with_counts_and_first_lines():
+    import pytest
+
+    from dse.workload.capture import UnsupportedOpError
+
+    with pytest.raises(UnsupportedOpError) as caught:
+        capture(ManyUnsupported(), torch.randn(3, 4))
+    lines = {text.split("# ")[-1]: i for i, text in enumerate(open(__file__).read().splitlines(), 1) if "# " in text}
+    found = {u.op: u for u in caught.value.ops}
+    assert set(found) == {"aten.cumsum.default", "aten.sort.default"}, found
+    assert found["aten.cumsum.default"].count == 2
+    assert found["aten.cumsum.default"].source.endswith(f":{lines['FIRST: cumsum']}")
+    assert found["aten.sort.default"].source.endswith(f":{lines['FIRST: sort']}")
+    message = str(caught.value)
+    assert "2 unsupported ops" in message and "aten.cumsum.default x2, first at" in message and "\n" not in message

@@ -34,15 +34,35 @@ _TORCH_DIR = str(Path(torch.__file__).resolve().parent)
 _FRAME = re.compile(r'File "(?P<file>[^"]+)", line (?P<line>\d+)[^\n]*\n?(?P<code>[^\n]*)')
 
 
-class UnsupportedOpError(InputError):
-    """The captured model uses an op the dse graph cannot hold (yet)."""
+@dataclass(frozen=True)
+class Unsupported:
+    """One op the graph cannot hold: how often the model uses it, and where first."""
 
-    def __init__(self, op: str, source: str, file: Any, allowed: str, code: str = ""):
+    op: str
+    count: int
+    source: str  # file:line of the first use
+    code: str = ""
+
+    def describe(self) -> str:
+        where = f"{self.source} ({self.code.strip()!r})" if self.code.strip() else self.source
+        times = f" x{self.count}" if self.count > 1 else ""
+        return f"{self.op}{times} at {where}" if times == "" else f"{self.op}{times}, first at {where}"
+
+
+class UnsupportedOpError(InputError):
+    """The captured model uses ops the dse graph cannot hold (yet): every one of them,
+    with its count and first source line, in one message (`ops`)."""
+
+    def __init__(self, op: str, source: str, file: Any, allowed: str, code: str = "",
+                 ops: "list[Unsupported] | None" = None):
+        ops = ops or [Unsupported(op, 1, source, code)]
         super().__init__(file=file, field="workload.op", value=op, allowed=allowed)
         self.op = op
         self.source = source
-        where = f"{source} ({code.strip()!r})" if code.strip() else source
-        self.args = (f"{self.file}: field 'workload.op': unsupported op {op} at {where}; allowed: {allowed}",)
+        self.ops = ops
+        what = "unsupported op " if len(ops) == 1 else f"{len(ops)} unsupported ops: "
+        self.args = (f"{self.file}: field 'workload.op': {what}{'; '.join(u.describe() for u in ops)}; "
+                     f"allowed: {allowed}",)
 
 
 @dataclass
@@ -614,6 +634,8 @@ class _Builder:
         self.ops: list[Op] = []
         self.aliases: dict[str, str] = {}
         self.constants: set[str] = set()
+        self.unsupported: dict[str, list[tuple[str, str, str]]] = {}  # op -> (source, code, file) per use
+        self.unsupported_nodes: set[str] = set()
 
     def build(self) -> Graph:
         self._placeholders()
@@ -626,7 +648,9 @@ class _Builder:
             elif node.op == "output":
                 outputs = self._outputs(node)
             elif node.op != "placeholder":
-                self._unsupported(node, f"{node.op} {node.target}")
+                self._note_unsupported(node, f"{node.op} {node.target}")
+        if self.unsupported:
+            self._raise_unsupported()
         used = {name for op in self.ops for name in op.inputs} | set(outputs)
         weights = {name: array for name, array in self.weights.items() if name in used}
         live = set(self.inputs) | set(weights) | {op.outputs[0] for op in self.ops}
@@ -676,12 +700,18 @@ class _Builder:
     def _call(self, node: Node) -> None:
         if node.target in _ASSERTIONS:
             return
+        if node.target is operator.getitem and node.args[0].name in self.unsupported_nodes:
+            self.unsupported_nodes.add(node.name)  # an item of an op already reported
+            return
         handler = _HANDLERS.get(node.target)
         lowered = handler(node) if handler else None
-        if lowered is None:
-            self._unsupported(node, str(node.target))
-        if isinstance(lowered, _Unsupported):
-            self._unsupported(node, f"{node.target} ({lowered.reason})")
+        if lowered is None or isinstance(lowered, _Unsupported):
+            self.unsupported_nodes.add(node.name)
+            reason = f" ({lowered.reason})" if isinstance(lowered, _Unsupported) else ""
+            self._note_unsupported(node, f"{node.target}{reason}")
+            if isinstance(_val(node), torch.Tensor):
+                self._spec(node)  # its users are read on, to find what else is unsupported
+            return
         if isinstance(lowered, _Identity):
             self.aliases[node.name] = self._name(lowered.source)
             return
@@ -712,13 +742,22 @@ class _Builder:
         return str(self.source_path) if self.source_path else "<module>"
 
     def _unsupported(self, node: Node, op: str) -> None:
+        self._note_unsupported(node, op)
+        self._raise_unsupported()
+
+    def _note_unsupported(self, node: Node, op: str) -> None:
+        """Remember an op the graph cannot hold; the capture goes on to find the others."""
         original = self._original_target(node)
         if original and original != op:
             op = f"{original} (decomposed to {op})"
         file, _, code = _pick_frame(node.meta.get("stack_trace"), self.source_path)
-        where = self.source_path or file or "<module>"
-        raise UnsupportedOpError(op, _source(node, self.source_path), where,
-                                 SUPPORTED_ATEN_OPS, code)
+        self.unsupported.setdefault(op, []).append((_source(node, self.source_path), code, file))
+
+    def _raise_unsupported(self) -> None:
+        ops = [Unsupported(op, len(uses), uses[0][0], uses[0][1]) for op, uses in self.unsupported.items()]
+        first_file = next(iter(self.unsupported.values()))[0][2]
+        raise UnsupportedOpError(ops[0].op, ops[0].source, self.source_path or first_file or "<module>",
+                                 SUPPORTED_ATEN_OPS, ops[0].code, ops)
 
     def _original_target(self, node: Node) -> str | None:
         if self.original is None:
