@@ -86,3 +86,20 @@ def test_every_unsupported_op_is_reported_at_once_with_counts_and_first_lines():
     assert found["aten.sort.default"].source.endswith(f":{lines['FIRST: sort']}")
     message = str(caught.value)
     assert "2 unsupported ops" in message and "aten.cumsum.default x2, first at" in message and "\n" not in message
+
+
+class Activations(nn.Module):
+    def forward(self, x):
+        return (nn.functional.hardtanh(x, -0.5, 0.7), nn.functional.relu6(x * 4), nn.functional.hardswish(x),
+                nn.functional.hardsigmoid(x), nn.functional.leaky_relu(x, 0.2), nn.functional.mish(x),
+                torch.clamp(x, min=-0.1), x.clamp(max=0.3))
+
+
+def test_clamp_family_activations_match_pytorch_bit_for_bit():
+    model = Activations().eval()
+    x = torch.randn(4, 33, generator=torch.Generator().manual_seed(2)) * 3
+    graph = capture(model, x, name="acts")
+    assert {"clamp", "hardswish", "hardsigmoid", "leaky_relu", "mish"} <= {op.kind for op in graph.ops}
+    values = graph.trace(x)
+    for name, want in zip(graph.outputs, model(x)):
+        assert torch.equal(values[name], want), name

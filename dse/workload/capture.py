@@ -180,6 +180,33 @@ def _activation(kind: str) -> _Handler:
     return handle
 
 
+def _clamp(low: float | None = None, high: float | None = None) -> _Handler:
+    """clamp / hardtanh / relu6 (and clamp_min / clamp_max): the bounds from the node's
+    arguments, or fixed ones."""
+
+    def handle(node: Node) -> _Lowered | None:
+        name = str(node.target).removeprefix("aten.")
+        if name.startswith("hardtanh"):
+            lo, hi = _arg(node, 1, "min_val", -1.0), _arg(node, 2, "max_val", 1.0)
+        elif name.startswith("clamp_min"):
+            lo, hi = node.args[1], None
+        elif name.startswith("clamp_max"):
+            lo, hi = None, node.args[1]
+        elif name.startswith("clamp"):
+            lo, hi = _arg(node, 1, "min"), _arg(node, 2, "max")
+        else:
+            lo, hi = low, high
+        if any(v is not None and not isinstance(v, (int, float)) for v in (lo, hi)):
+            return None  # tensor bounds: not a clamp by constants
+        return _Lowered("clamp", [node.args[0]], {"min": lo, "max": hi})
+
+    return handle
+
+
+def _leaky_relu(node: Node) -> _Lowered:
+    return _Lowered("leaky_relu", [node.args[0]], {"negative_slope": float(_arg(node, 1, "negative_slope", 0.01))})
+
+
 def _where(node: Node) -> _Lowered | None:
     """where(cond, a, b); a scalar a or b is kept in the attrs (as aten's Scalar overloads)."""
     operands = list(node.args[:3])
@@ -522,6 +549,10 @@ _HANDLER_NAMES: dict[str, _Handler] = {
     **{f"mul.{o}": _binary("mul") for o in ("Tensor", "Scalar")},
     **{f"div.{o}": _binary("div") for o in ("Tensor", "Scalar", "Tensor_mode", "Scalar_mode")},
     "relu.default": _activation("relu"),
+    **{name: _clamp() for name in ("hardtanh.default", "clamp.default", "clamp_min.default", "clamp_max.default")},
+    "relu6.default": _clamp(0.0, 6.0),
+    "leaky_relu.default": _leaky_relu,
+    **{f"{kind}.default": _unary(kind) for kind in ("hardswish", "hardsigmoid", "mish")},
     "gelu.default": _activation("gelu"),
     "silu.default": _activation("silu"),
     **{
@@ -590,7 +621,8 @@ SUPPORTED_ATEN_OPS = ", ".join(sorted({f"aten.{name.split('.')[0]}" for name in 
 _KEEP_WHOLE = ("linear.default", "matmul.default", "gelu.default", "silu.default", "conv1d.default",
                "conv2d.default", "conv1d.padding", "conv2d.padding", "layer_norm.default", "softmax.int",
                "scaled_dot_product_attention.default", "max_pool2d.default", "adaptive_avg_pool2d.default",
-               "stack.default", *_SPLITS)
+               "stack.default", "hardtanh.default", "relu6.default", "hardswish.default", "hardsigmoid.default",
+               "mish.default", "leaky_relu.default", *_SPLITS)
 
 
 def _decomposition_table() -> dict:

@@ -42,7 +42,7 @@ import torch.nn.functional as F
 MATMUL_KINDS = ("linear", "matmul")
 CONV_KINDS = ("conv1d", "conv2d")
 BINARY_KINDS = ("add", "sub", "mul", "div")
-ACTIVATION_KINDS = ("relu", "gelu", "silu")
+ACTIVATION_KINDS = ("relu", "gelu", "silu", "clamp", "leaky_relu", "hardswish", "hardsigmoid", "mish")
 UNARY_KINDS = ("neg", "abs", "exp", "rsqrt", "sqrt", "tanh", "sigmoid", "cos", "sin", "pow")
 NORM_KINDS = ("softmax", "layer_norm", "batch_norm")
 REDUCE_KINDS = ("mean", "sum")
@@ -379,7 +379,17 @@ def _run_gelu(op: Op, args: list[torch.Tensor]) -> torch.Tensor:
 _UNARY: dict[str, Callable[[torch.Tensor], torch.Tensor]] = {
     "relu": torch.relu, "silu": F.silu, "neg": torch.neg, "abs": torch.abs, "exp": torch.exp, "rsqrt": torch.rsqrt,
     "sqrt": torch.sqrt, "tanh": torch.tanh, "sigmoid": torch.sigmoid, "cos": torch.cos, "sin": torch.sin,
+    "hardswish": F.hardswish, "hardsigmoid": F.hardsigmoid, "mish": F.mish,
 }
+
+
+def _run_clamp(op: Op, args: list[torch.Tensor]) -> torch.Tensor:
+    # aten's own op, as the module ran it (hardtanh and relu6 are clamps too)
+    return torch.clamp(args[0], op.attrs.get("min"), op.attrs.get("max"))
+
+
+def _run_leaky_relu(op: Op, args: list[torch.Tensor]) -> torch.Tensor:
+    return F.leaky_relu(args[0], op.attrs["negative_slope"])
 
 
 def _run_unary(op: Op, args: list[torch.Tensor]) -> torch.Tensor:
@@ -505,6 +515,8 @@ INTERPRETERS: dict[str, Callable[[Op, list[torch.Tensor]], torch.Tensor]] = {
     **{kind: _run_binary for kind in BINARY_KINDS},
     **{kind: _run_unary for kind in _UNARY},
     "gelu": _run_gelu,
+    "clamp": _run_clamp,
+    "leaky_relu": _run_leaky_relu,
     "pow": _run_pow,
     "softmax": _run_softmax,
     "layer_norm": _run_layer_norm,
