@@ -85,3 +85,69 @@ def test_a_transformers_model_checks_and_emulates_bit_exact(tmp_path, name):
         model = summarize(estimate(prep.graph, [cand]), [cand]).iloc[0]
         assert model["feasible"]
         assert abs(model["latency_cycles"] / rep.cycles - 1) < 0.02, (workers, model["latency_cycles"], rep.cycles)
+
+
+MOBILE = '''"""A MobileNet v2 / v3 stage: inverted residuals (1x1 expand, 3x3 depthwise, 1x1 project),
+ReLU6 and hardswish, a grouped 3x3 conv, written with torch.nn alone."""
+import torch
+from torch import nn
+
+
+def block(c, expand, act):
+    hidden = c * expand
+    return nn.Sequential(nn.Conv2d(c, hidden, 1, bias=False), nn.BatchNorm2d(hidden), act(),
+                         nn.Conv2d(hidden, hidden, 3, padding=1, groups=hidden, bias=False), nn.BatchNorm2d(hidden),
+                         act(), nn.Conv2d(hidden, c, 1, bias=False), nn.BatchNorm2d(c))
+
+
+class Stage(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.stem = nn.Sequential(nn.Conv2d(3, 16, 3, stride=2, padding=1), nn.BatchNorm2d(16), nn.Hardswish())
+        self.b1, self.b2 = block(16, 2, nn.ReLU6), block(16, 3, nn.Hardswish)
+        self.grouped = nn.Conv2d(16, 32, 3, padding=1, groups=4)
+        self.head = nn.Linear(32, 10)
+
+    def forward(self, x):
+        x = self.stem(x)
+        x = x + self.b1(x)
+        x = x + self.b2(x)
+        x = nn.functional.hardsigmoid(self.grouped(x))
+        return self.head(x.mean((2, 3)))
+
+
+def load():
+    torch.manual_seed(0)
+    model = Stage()
+    for m in model.modules():
+        if isinstance(m, nn.BatchNorm2d):
+            m.running_mean.uniform_(-0.1, 0.1)
+            m.running_var.uniform_(0.5, 1.5)
+    return model.eval()
+
+
+def inputs():
+    return (torch.randn(1, 3, 16, 16, generator=torch.Generator().manual_seed(1)),)
+'''
+
+
+def test_depthwise_and_grouped_convs_check_and_emulate_bit_exact(tmp_path):
+    """Depthwise and grouped convolutions (any `groups`) run on the core, integer and
+    bit-exact; the other convolutions on the matrix Ball."""
+    recipe = tmp_path / "mobile"
+    recipe.mkdir()
+    (recipe / "model.py").write_text(MOBILE)
+    pipe = run_pipeline(recipe)
+    assert pipe.passed, [(s.name, s.error) for s in pipe.stages if not s.passed]
+    prep = prepare_recipe(recipe)
+    grouped = [op for op in prep.graph.ops if op.kind == "conv2d" and op.attrs["groups"] > 1]
+    assert len(grouped) == 3 and all(prep.graph.tensors[op.inputs[0]].dtype == "int8" for op in grouped)
+    chip = load_chip("goban")
+    for workers in (1, 4):
+        cand = Candidate(chip, Mapping(workers=workers))
+        rep = emulate_graph(prep.graph, cand, prep.inputs, prep.expected, prep.tolerance, prep.reference_kind)
+        assert rep.feasible and rep.verdict.passed and rep.verdict.integer_bit_exact, rep.verdict
+        units = {r.name: r.how for r in rep.lowered.ops}
+        assert {units[op.name] for op in grouped} == {"core"} and "matrix" in units.values()
+        model = summarize(estimate(prep.graph, [cand]), [cand]).iloc[0]
+        assert abs(model["latency_cycles"] / rep.cycles - 1) < 0.02, (workers, model["latency_cycles"], rep.cycles)

@@ -156,22 +156,22 @@ def test_decomposition_path_keeps_the_new_ops_whole():
         assert kinds.count(kind) == 1, (kind, kinds)
 
 
-class Grouped(nn.Module):
+class Transposed(nn.Module):
     def __init__(self):
         super().__init__()
-        self.conv = nn.Conv2d(4, 4, 3, groups=2)
+        self.conv = nn.ConvTranspose2d(4, 4, 3)
 
     def forward(self, x):
-        return self.conv(x)  # UNSUPPORTED: grouped conv
+        return self.conv(x)  # UNSUPPORTED: transposed conv
 
 
-def test_grouped_conv_is_refused_with_the_reason_and_the_line():
+def test_transposed_conv_is_refused_with_the_op_and_the_line():
     with pytest.raises(UnsupportedOpError) as caught:
-        capture(Grouped().eval(), torch.randn(1, 4, 6, 6))
+        capture(Transposed().eval(), torch.randn(1, 4, 6, 6))
     message = str(caught.value)
     line = next(i for i, text in enumerate(Path(__file__).read_text().splitlines(), 1)
-                if "UNSUPPORTED: grouped conv" in text and "next(" not in text)
-    assert "aten.conv2d" in message and "groups=2; only groups=1" in message
+                if "UNSUPPORTED: transposed conv" in text and "next(" not in text)
+    assert "conv_transpose2d" in message
     assert f"test_workload_ops.py:{line}" in message
 
 

@@ -366,8 +366,12 @@ def _np_conv(x: np.ndarray, w: np.ndarray, bias: np.ndarray | None, attrs: dict[
                        for i, o in enumerate(offsets))
         columns.append(x[(slice(None), slice(None)) + window])
     patches = np.stack(columns, axis=2)  # [N, C, taps, *out]
-    y = np.tensordot(patches, w.astype(np.int64).reshape(w.shape[0], w.shape[1], -1), axes=([1, 2], [1, 2]))
-    y = np.moveaxis(y, -1, 1)  # [N, O, *out]
+    groups = int(attrs.get("groups", 1))
+    per_in, per_out = patches.shape[1] // groups, w.shape[0] // groups  # channels of one group
+    w64 = w.astype(np.int64).reshape(w.shape[0], w.shape[1], -1)
+    y = np.concatenate([np.moveaxis(np.tensordot(patches[:, g * per_in:(g + 1) * per_in],
+                                                 w64[g * per_out:(g + 1) * per_out], axes=([1, 2], [1, 2])), -1, 1)
+                        for g in range(groups)], axis=1)  # [N, O, *out]
     if bias is not None:
         y = y + bias.astype(np.int64).reshape([1, -1] + [1] * nd)
     y = _np_wrap(y)

@@ -83,7 +83,7 @@ class _Identity:
 
 @dataclass
 class _Unsupported:
-    """This form of a supported op is not (a conv with groups, a training-mode norm)."""
+    """This form of a supported op is not (a transposed conv, a training-mode norm)."""
 
     reason: str
 
@@ -289,8 +289,6 @@ def _conv(node: Node, nd: int, transposed: bool = False, groups: int = 1, stride
     x, weight, bias = node.args[0], node.args[1], node.args[2] if len(node.args) > 2 else None
     if transposed:
         return _Unsupported("transposed convolution")
-    if groups != 1:
-        return _Unsupported(f"groups={groups}; only groups=1")
     w_shape, out = _shape(weight), _shape(node)
     if isinstance(padding, str):
         if padding == "valid":
@@ -301,7 +299,10 @@ def _conv(node: Node, nd: int, transposed: bool = False, groups: int = 1, stride
                 return _Unsupported("padding='same' with an odd total padding")
             padding = [t // 2 for t in totals]
     attrs = {
-        "stride": _ints(stride, nd), "padding": _ints(padding, nd), "dilation": _ints(dilation, nd), "groups": 1,
+        # groups > 1 (grouped, depthwise): K is one group's taps x channels, so M x N x K
+        # still counts the conv's multiply-accumulates
+        "stride": _ints(stride, nd), "padding": _ints(padding, nd), "dilation": _ints(dilation, nd),
+        "groups": int(groups),
         "layout": "NCL" if nd == 1 else "NCHW", "weight_layout": "OIW" if nd == 1 else "OIHW",
         "M": out[0] * math.prod(out[2:]), "N": w_shape[0], "K": math.prod(w_shape[1:]), "batch": 1,
         "has_bias": bias is not None,
