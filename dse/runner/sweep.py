@@ -34,6 +34,7 @@ from ..errors import InputError
 from ..identity import CanonicalParts, candidate_hash_of_texts, canonical_json
 from ..mapping import mapping_from_dict
 from ..records import Store
+from ..records.opening import checked_url
 from ..workload import load_recipe
 from .acceptance import decide
 from .chain import ANALYTICAL, CAPTURE, EMULATOR, FRONTEND, PLAN, PRUNE, RECORD
@@ -500,6 +501,7 @@ def run_sweep(spec_path: str | Path, db: str | Path = "records.db", progress: bo
               workers: int = 1, cluster: str | None = None) -> SweepResult:
     """Validate the spec (nothing is written if it is bad), then sweep into the store."""
     spec = load_spec(spec_path)
+    checked_url(db)  # a bad --db says so before the recipe's capture (Store checks it again)
     recipe, params = spec.model.workload.recipe, spec.model.workload.params
     graph = CAPTURE.run(recipe, params)
     # The emulation workloads: one per quantization granularity the candidates can set.
