@@ -87,3 +87,79 @@ def test_pool_workers_exit_soon_after_their_driver_is_killed(tmp_path):
         for p in family:  # what this test's driver started, should the test fail
             if alive(p):
                 p.kill()
+
+
+# ---- two sweeps of one experiment ------------------------------------------------------
+
+import pytest  # noqa: E402
+
+from dse.records import Store  # noqa: E402
+from pg import pg_server, pg_url  # noqa: E402,F401  (fixtures)
+
+
+def two_sweeps_at_once(spec: Path, db: str, tmp_path: Path) -> list[subprocess.CompletedProcess]:
+    env = {**os.environ, "DSE_EVIDENCE_DIR": str(tmp_path / "evidence")}
+    procs = [subprocess.Popen([str(DSE), "sweep", str(spec), "--db", db, "--workers", "2", "--no-progress"],
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+             for _ in range(2)]
+    done = []
+    for p in procs:
+        out, err = p.communicate(timeout=300)
+        done.append(subprocess.CompletedProcess(p.args, p.returncode, out, err))
+    return done
+
+
+@pytest.mark.parametrize("dialect", ["sqlite", "postgresql"])
+def test_two_sweeps_of_one_experiment_never_evaluate_a_candidate_twice(dialect, tmp_path, request):
+    db = str(tmp_path / "r.db") if dialect == "sqlite" else request.getfixturevalue("pg_url")
+    spec = emulator_spec(tmp_path, name="twice", size=96)
+    results = two_sweeps_at_once(spec, db, tmp_path)
+    codes = sorted(r.returncode for r in results)
+    for r in results:
+        assert r.returncode in (0, 2), r.stderr
+        if r.returncode == 2:  # one line naming the first sweep's process, host and start time
+            lines = r.stderr.strip().splitlines()
+            assert len(lines) == 1 and "Traceback" not in r.stderr, r.stderr
+            assert "field 'experiment.name'" in lines[0] and "process " in lines[0] and " on host " in lines[0]
+            assert " since " in lines[0], lines[0]
+    assert codes[0] == 0, [r.stderr for r in results]
+    with Store(db, heartbeat_interval=0) as store:
+        runs = store.runs("twice")
+        decisions = store.decisions("twice")
+        n_candidates = len(store.candidates("twice"))
+    finished = runs[runs["status"] != "running"]
+    per = finished.groupby(["candidate_id", "stage"]).size()
+    print(f"\n{dialect}: exit codes {codes}; {n_candidates} candidates, {len(finished)} finished runs, "
+          f"max {per.max()} per candidate and stage; {len(decisions)} decision(s)")
+    assert per.max() == 1, per[per > 1]
+    assert (runs["status"] == "running").sum() == 0
+    assert len(decisions[decisions["author"] == "dse sweep (automatic)"]) == 1
+
+
+def test_a_dead_sweeps_lock_is_taken_over_a_live_ones_refuses(tmp_path):
+    from dse.errors import InputError
+    from dse.records import provenance
+    from dse.runner import run_sweep
+
+    spec, db = write_spec(tmp_path, name="taken"), tmp_path / "r.db"
+    first = run_sweep(spec, db, progress=False)
+    dead = subprocess.Popen([sys.executable, "-c", "pass"])
+    dead.wait()
+    holders = {"dead": (dead.pid, "gone:1"), "live": (os.getppid(), provenance.process_start(os.getppid()))}
+    for who, (pid, start) in holders.items():
+        with sqlite3.connect(db) as connection:
+            connection.execute("DELETE FROM sweep_lock")
+            connection.execute(
+                "INSERT INTO sweep_lock (experiment_id, host, pid, pid_start, command, started_at, heartbeat_at) "
+                "VALUES (?, ?, ?, ?, 'dse sweep taken.toml', '2026-01-01 00:00:00', '2026-01-01 00:00:00')",
+                (first.experiment_id, provenance.hostname(), pid, start))
+        connection.close()
+        if who == "dead":
+            again = run_sweep(spec, db, progress=False)  # taken over, and given up at the end
+            assert again.evaluated == 0 and again.resumed == 10
+            with sqlite3.connect(db) as connection:
+                assert connection.execute("SELECT count(*) FROM sweep_lock").fetchone() == (0,)
+            connection.close()
+        else:
+            with pytest.raises(InputError, match=f"process {pid} on host .* since 2026-01-01T00:00:00"):
+                run_sweep(spec, db, progress=False)

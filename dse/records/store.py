@@ -71,7 +71,16 @@ from dse.records.engine import (
     write_session,
     writer_engine,
 )
-from dse.records.liveness import ABANDONED, HEARTBEAT_INTERVAL_S, STALE_AFTER_S, Heartbeats, reap_crashed
+from dse.records.liveness import (
+    ABANDONED,
+    HEARTBEAT_INTERVAL_S,
+    STALE_AFTER_S,
+    Heartbeats,
+    SweepLocked,
+    acquire_sweep_lock,
+    reap_crashed,
+    release_sweep_lock,
+)
 from dse.records.reads import STAGE_OF_KIND, diff_fields, flatten, pd
 from dse.records.schema import (
     ARTIFACT_ROLES,
@@ -87,7 +96,7 @@ __all__ = [
     "ABANDONED", "FINAL_RUN_STATUSES", "HEARTBEAT_INTERVAL_S", "METRIC_COLUMNS", "MIGRATIONS_DIR",
     "RETRY_BUSY_FOR_S", "SCHEMA_HEAD", "SQLITE_BUSY_TIMEOUT_MS", "SQLITE_MMAP_BYTES", "STAGE_OF_KIND",
     "STALE_AFTER_S", "ArtifactRef", "ImportedEvidence", "MetricIn", "MetricRow", "RecordNotFound", "Store",
-    "StoreBusy", "alembic_config", "canonical_json", "content_hash", "database_url", "diff_fields", "flatten",
+    "StoreBusy", "SweepLocked", "alembic_config", "canonical_json", "content_hash", "database_url", "diff_fields", "flatten",
 ]  # fmt: skip
 
 
@@ -227,6 +236,21 @@ class Store:
         `stale_after` seconds.
         """
         return reap_crashed(self.engine, self._writer, self.stale_after)
+
+    # ---- one sweep of an experiment at a time ---------------------------------------------
+
+    @retrying
+    def acquire_sweep(self, experiment_id: int, where: str = "") -> None:
+        """Make this process the one sweeping the experiment (its heartbeat kept while the
+        store is open), or raise SweepLocked (an InputError) naming the live process that
+        is sweeping it: its pid, host and start time. A dead holder's lock is taken over."""
+        acquire_sweep_lock(self._writer, experiment_id, where or self.url, self.stale_after)
+        self._heartbeats.track_sweep(experiment_id)
+
+    @retrying
+    def release_sweep(self, experiment_id: int) -> None:
+        self._heartbeats.untrack_sweep(experiment_id)
+        release_sweep_lock(self._writer, experiment_id)
 
     # ---- writes --------------------------------------------------------------------------
 

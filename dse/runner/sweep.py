@@ -14,6 +14,7 @@ driver is evaluated again.
 
 from __future__ import annotations
 
+import contextlib
 import gc
 import json
 import math
@@ -379,6 +380,17 @@ class Sweep:
         self.stop_requested = True
 
     def run(self) -> SweepResult:
+        # One sweep of an experiment at a time: a second one exits 2 naming the first's
+        # process, host and start time (a dead sweep's lock is taken over).
+        self.store.acquire_sweep(self.experiment_id, str(self.spec.path))
+        try:
+            return self._run_locked()
+        finally:
+            # A lock that cannot be given up now is taken over once this process has ended.
+            with contextlib.suppress(Exception):
+                self.store.release_sweep(self.experiment_id)
+
+    def _run_locked(self) -> SweepResult:
         in_main = threading.current_thread() is threading.main_thread()
         previous = signal.signal(signal.SIGINT, self._on_sigint) if in_main else None
         # The objects alive before the sweep (torch, the captured graph, ...) are left out of
