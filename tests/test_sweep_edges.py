@@ -163,3 +163,35 @@ def test_a_dead_sweeps_lock_is_taken_over_a_live_ones_refuses(tmp_path):
         else:
             with pytest.raises(InputError, match=f"process {pid} on host .* since 2026-01-01T00:00:00"):
                 run_sweep(spec, db, progress=False)
+
+
+# ---- time limits -----------------------------------------------------------------------
+
+def test_a_candidate_past_its_time_limit_is_failed_and_the_sweep_goes_on(tmp_path):
+    """Every emulation hangs (the test hook); without a pool of its own (--workers 1) the
+    emulator stage still runs in a worker process, killed past the limit."""
+    spec, db = emulator_spec(tmp_path, name="slow", size=32, extra="top_k = 2\ncandidate_timeout_s = 2\n"), tmp_path / "r.db"
+    spec.write_text(spec.read_text().replace('emulator = "all"', 'emulator = "top_k"'))
+    started = time.monotonic()
+    done = subprocess.run([str(DSE), "sweep", str(spec), "--db", str(db), "--no-progress"], capture_output=True,
+                          text=True, timeout=300, env={**os.environ, HANG_ENV: ""})
+    assert done.returncode == 0, done.stderr
+    with Store(db, heartbeat_interval=0) as store:
+        runs = store.runs("slow")
+    emulator = runs[runs["stage"] == "emulator"]
+    failed = emulator[emulator["status"] == "failed"]
+    assert len(failed) == 2 and set(emulator["status"]) == {"failed", "pruned"}
+    assert all("time limit of 2 s per candidate ([stages] candidate_timeout_s)" in r for r in failed["reason"])
+    assert set(runs[runs["stage"] == "analytical"]["status"]) <= {"ok", "infeasible"}
+    print(f"\n2 hung candidates failed at their limit; the sweep took {time.monotonic() - started:.1f} s")
+
+
+def test_a_capture_past_its_time_limit_stops_the_sweep_writing_nothing(tmp_path):
+    spec = write_spec(tmp_path, name="capture", extra="\n[stages]\ncapture_timeout_s = 0.001\n")
+    before = set(tmp_path.iterdir())
+    done = subprocess.run([str(DSE), "sweep", str(spec), "--db", str(tmp_path / "r.db"), "--no-progress"],
+                          capture_output=True, text=True, timeout=300, cwd=tmp_path)
+    assert done.returncode == 2, done.stderr
+    lines = done.stderr.strip().splitlines()
+    assert len(lines) == 1 and "field 'stages.capture_timeout_s': got 0.001" in lines[0], done.stderr
+    assert set(tmp_path.iterdir()) == before

@@ -168,7 +168,8 @@ class InlineExecutor:
     def __init__(self, work):
         self.work = work
 
-    def run(self, chunks: list[list[WorkItem]]) -> Iterator[list[Outcome]]:
+    def run(self, chunks: list[list[WorkItem]], timeout: float | None = None) -> Iterator[list[Outcome]]:
+        # No limit here: a stage that needs one runs in a PoolExecutor (see Sweep._emulate_phase).
         for chunk in chunks:
             yield evaluate_items(self.work, chunk)
 
@@ -304,7 +305,13 @@ class PoolExecutor:
             self._restart()
             return self._pool.submit(_evaluate_in_worker, items)
 
-    def run(self, chunks: list[list[WorkItem]]) -> Iterator[list[Outcome]]:
+    def run(self, chunks: list[list[WorkItem]], timeout: float | None = None) -> Iterator[list[Outcome]]:
+        """Each chunk's outcomes, as they complete. With `timeout` (seconds), a chunk still
+        running that long after a worker took it is recorded failed, saying so, and the
+        pool is restarted (its workers killed); the other chunks in flight run again."""
+        if timeout is not None:
+            yield from self._run_timed(chunks, timeout)
+            return
         pending = {self._submit(c): c for c in chunks}
         suspects: list[WorkItem] = []
         while pending:
@@ -335,6 +342,54 @@ class PoolExecutor:
                 yield [Outcome(item.run_id, "failed",
                                error=f"worker process died twice evaluating this candidate ({exc})")]
 
+    def _run_timed(self, chunks: list[list[WorkItem]], timeout: float) -> Iterator[list[Outcome]]:
+        # At most one chunk per worker in flight, so a chunk's clock starts as a worker takes it.
+        wait([self._submit_warm() for _ in range(self.workers)], timeout=timeout)
+        queue, suspects = list(chunks), []
+        for limit, chunks_left, alone in ((self.workers, queue, False), (1, suspects, True)):
+            running: dict = {}  # future -> (chunk, deadline)
+            while chunks_left or running:
+                while chunks_left and len(running) < limit:
+                    chunk = chunks_left.pop(0)
+                    running[self._submit(chunk)] = (chunk, time.monotonic() + timeout)
+                done, _ = wait(running, timeout=min(0.25, timeout), return_when=FIRST_COMPLETED)
+                broken = False
+                for fut in done:
+                    chunk, _ = running.pop(fut)
+                    try:
+                        yield fut.result()
+                    except BrokenProcessPool as exc:
+                        broken = True
+                        if alone:
+                            yield [Outcome(i.run_id, "failed",
+                                           error=f"worker process died twice evaluating this candidate ({exc})")
+                                   for i in chunk]
+                        else:
+                            suspects.append(chunk)
+                now = time.monotonic()
+                expired = [fut for fut, (_, deadline) in running.items() if now > deadline]
+                for fut in expired:
+                    chunk, _ = running.pop(fut)
+                    why = (f"exceeded the time limit of {timeout:g} s per candidate ([stages] candidate_timeout_s); "
+                           "its worker process was killed")
+                    yield [Outcome(i.run_id, "failed", reason=why, error=why) for i in chunk]
+                if expired or broken:
+                    # The other chunks in flight did nothing wrong: again, first in line.
+                    others = [chunk for chunk, _ in running.values()]
+                    if broken and not alone:
+                        suspects.extend(others)
+                    else:
+                        chunks_left[:0] = others
+                    running.clear()
+                    self._restart()
+
+    def _submit_warm(self):
+        try:
+            return self._pool.submit(_warm)
+        except BrokenProcessPool:
+            self._restart()
+            return self._pool.submit(_warm)
+
     def close(self) -> None:
         self._pool.shutdown(wait=True, cancel_futures=True)
         for manager in self._retired:
@@ -353,7 +408,8 @@ class DaskExecutor:
         self._graph = self.client.scatter(work, broadcast=True)
         self._kill = os.environ.get(KILL_ENV)
 
-    def run(self, chunks: list[list[WorkItem]]) -> Iterator[list[Outcome]]:
+    def run(self, chunks: list[list[WorkItem]], timeout: float | None = None) -> Iterator[list[Outcome]]:
+        # `timeout` is not applied on a cluster (a task cannot be stopped from here).
         from distributed import as_completed
 
         futures = {self.client.submit(evaluate_items, self._graph, c, self._kill, pure=False): c for c in chunks}
