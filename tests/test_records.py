@@ -567,7 +567,7 @@ def test_models_match_the_migrated_schema(db):
 def test_store_refuses_a_database_from_a_newer_schema(db):
     Store(db).close()
     execute(db, "UPDATE alembic_version SET version_num = '9999'")
-    with pytest.raises(RuntimeError, match="newer dse"):
+    with pytest.raises(InputError, match="schema revision 9999 is from a newer dse: upgrade dse"):
         Store(db)
 
 

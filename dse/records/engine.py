@@ -25,11 +25,12 @@ from sqlalchemy.orm import Session
 from sqlalchemy.pool import StaticPool
 
 from dse.identity import json_text
+from dse.records.opening import bad, is_corrupt
 
 MIGRATIONS_DIR = Path(__file__).parent / "migrations"
 # The newest migration; a test checks it against the migrations folder. A store already
 # at this revision opens without loading alembic at all (a faster `dse history`).
-SCHEMA_HEAD = "0005"
+SCHEMA_HEAD = "0006"
 SQLITE_BUSY_TIMEOUT_MS = 10_000
 SQLITE_MMAP_BYTES = 256 * 1024 * 1024
 # How long a write keeps retrying a busy database before it gives up with StoreBusy.
@@ -121,7 +122,7 @@ def make_engine(url: str) -> Engine:
             # An unreachable server is an error in seconds, not a hang.
             # No server-side prepared statements: a generic plan, made blind to how
             # many candidates an experiment has, can be ruinous for these reads.
-            connect_args = {"connect_timeout": 10, "application_name": "dse",
+            connect_args = {"connect_timeout": 5, "application_name": "dse",
                             "prepare_threshold": None}  # fmt: skip
         return create_engine(
             sa_url, pool_pre_ping=True, connect_args=connect_args, json_serializer=json_text
@@ -177,6 +178,8 @@ def retrying(method: Callable[..., _T]) -> Callable[..., _T]:
                 return method(self, *args, **kwargs)
             except DBAPIError as error:
                 if not is_transient(error):
+                    if is_corrupt(error):  # found by a read after the open: the user's file, damaged
+                        raise bad(self.url, f"an intact SQLite record store (SQLite says: {error.orig})") from None
                     raise
                 if time.monotonic() > deadline:
                     raise StoreBusy(

@@ -15,10 +15,11 @@ import threading
 from collections.abc import Iterable
 from datetime import datetime, timezone
 
-from sqlalchemy import Engine, select, update
+from sqlalchemy import Engine, delete, insert, select, update
 
+from dse.errors import InputError
 from dse.records import provenance
-from dse.records.schema import Run, utcnow
+from dse.records.schema import Experiment, Run, SweepLock, utcnow
 
 HEARTBEAT_INTERVAL_S = 30.0
 STALE_AFTER_S = 600.0
@@ -95,6 +96,54 @@ def reap_crashed(engine: Engine, writer: Engine, stale_after: float) -> list[int
     return reaped
 
 
+class SweepLocked(InputError):
+    """Another live process is sweeping this experiment (exit code 2, nothing written)."""
+
+
+def _holder_alive(lock, host: str | None, now: datetime, stale_after: float) -> bool:
+    if lock.host == host and lock.pid is not None:
+        return provenance.process_alive(lock.pid, lock.pid_start)
+    return (now - as_utc(lock.heartbeat_at)).total_seconds() < stale_after
+
+
+def acquire_sweep_lock(writer: Engine, experiment_id: int, where: str, stale_after: float) -> None:
+    """Make this process the one sweeping the experiment, or raise SweepLocked naming the
+    live process that is. A lock left by a dead process (same host: its pid and start time
+    are gone; another host: no heartbeat for `stale_after` seconds) is taken over.
+
+    One write transaction: SQLite's BEGIN IMMEDIATE and, on PostgreSQL, a row lock on the
+    experiment serialise two sweeps reaching here at once."""
+    me = provenance.collect()
+    now = utcnow()
+    with writer.begin() as connection:
+        if connection.dialect.name == "postgresql":
+            connection.execute(select(Experiment.id).where(Experiment.id == experiment_id).with_for_update())
+        lock = connection.execute(select(SweepLock).where(SweepLock.experiment_id == experiment_id)).first()
+        if lock is not None:
+            mine = lock.host == me.host and lock.pid == me.pid and lock.pid_start == me.pid_start
+            if not mine and _holder_alive(lock, me.host, now, stale_after):
+                name = connection.execute(select(Experiment.name).where(Experiment.id == experiment_id)).scalar()
+                since = as_utc(lock.started_at).isoformat(timespec="seconds")
+                raise SweepLocked(
+                    where, "experiment.name", name,
+                    f"an experiment no other sweep is running: process {lock.pid} on host {lock.host} has been "
+                    f"sweeping it since {since} (last heartbeat {as_utc(lock.heartbeat_at).isoformat(timespec='seconds')}; "
+                    f"command: {lock.command}); wait for it to finish (then rerun to resume), or stop it",
+                )
+            connection.execute(delete(SweepLock).where(SweepLock.experiment_id == experiment_id))
+        connection.execute(insert(SweepLock).values(
+            experiment_id=experiment_id, host=me.host, pid=me.pid, pid_start=me.pid_start, command=me.command,
+            started_at=now, heartbeat_at=now))
+
+
+def release_sweep_lock(writer: Engine, experiment_id: int) -> None:
+    """Give up this process's sweep lock on the experiment (another process's stays)."""
+    me = provenance.collect()
+    with writer.begin() as connection:
+        connection.execute(delete(SweepLock).where(
+            SweepLock.experiment_id == experiment_id, SweepLock.host == me.host, SweepLock.pid == me.pid))
+
+
 class Heartbeats:
     """The runs a store started and has not finished, and the daemon thread that refreshes
     their heartbeat every `interval` seconds (none for an interval of 0). Safe across a
@@ -105,20 +154,30 @@ class Heartbeats:
         self.interval = interval
         self.enabled = enabled  # an in-memory store: no other process can see its runs
         self._active: set[int] = set()
+        self.sweeps: set[int] = set()  # experiments whose sweep lock this process holds
         self._lock = threading.Lock()
         self._stop = threading.Event()
         self._beater: threading.Thread | None = None
         self._owner_pid = os.getpid()
 
-    def track(self, run_ids: Iterable[int]) -> None:
+    def track_sweep(self, experiment_id: int) -> None:
+        self.track([], sweep=experiment_id)
+
+    def untrack_sweep(self, experiment_id: int) -> None:
+        with self._lock:
+            self.sweeps.discard(experiment_id)
+
+    def track(self, run_ids: Iterable[int], sweep: int | None = None) -> None:
         run_ids = list(run_ids)
-        if not run_ids:
+        if not run_ids and sweep is None:
             return
         with self._lock:
             if self._owner_pid != os.getpid():  # used across a fork: the thread stayed behind
-                self._owner_pid, self._beater, self._active = os.getpid(), None, set()
+                self._owner_pid, self._beater, self._active, self.sweeps = os.getpid(), None, set(), set()
                 self._stop = threading.Event()
             self._active.update(run_ids)
+            if sweep is not None:
+                self.sweeps.add(sweep)
             if self._beater is None and self.interval > 0 and self.enabled:
                 self._beater = threading.Thread(target=self._beat, name=f"dse-heartbeat-{id(self):x}", daemon=True)
                 self._beater.start()
@@ -137,14 +196,22 @@ class Heartbeats:
         while not self._stop.wait(self.interval):
             with self._lock:
                 run_ids = sorted(self._active)
-            if not run_ids:
+                sweeps = sorted(self.sweeps)
+            if not run_ids and not sweeps:
                 continue
             try:
                 with self.writer.begin() as connection:
-                    connection.execute(
-                        update(Run)
-                        .where(Run.id.in_(run_ids), Run.status == "running")
-                        .values(heartbeat_at=utcnow())
-                    )
+                    if run_ids:
+                        connection.execute(
+                            update(Run)
+                            .where(Run.id.in_(run_ids), Run.status == "running")
+                            .values(heartbeat_at=utcnow())
+                        )
+                    if sweeps:
+                        connection.execute(
+                            update(SweepLock)
+                            .where(SweepLock.experiment_id.in_(sweeps), SweepLock.pid == os.getpid())
+                            .values(heartbeat_at=utcnow())
+                        )
             except Exception:  # noqa: BLE001 - a missed beat is retried at the next one
                 pass

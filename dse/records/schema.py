@@ -99,6 +99,20 @@ class Experiment(Base):
         return check_choice("experiment.status", value, EXPERIMENT_STATUSES)
 
 
+class SweepLock(Base):
+    """0006: the process sweeping an experiment (one at a time), with its heartbeat."""
+
+    __tablename__ = "sweep_lock"
+
+    experiment_id: Mapped[int] = mapped_column(ForeignKey("experiment.id"), primary_key=True)
+    host: Mapped[str | None] = mapped_column(String)
+    pid: Mapped[int | None] = mapped_column(Integer)
+    pid_start: Mapped[str | None] = mapped_column(String(64))
+    command: Mapped[str | None] = mapped_column(Text)
+    started_at: Mapped[datetime] = mapped_column(default=utcnow)
+    heartbeat_at: Mapped[datetime] = mapped_column(default=utcnow)
+
+
 class Candidate(Base):
     __tablename__ = "candidate"
     __table_args__ = (UniqueConstraint("experiment_id", "hash"),)

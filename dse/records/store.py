@@ -37,11 +37,12 @@ from pathlib import Path
 from typing import Any, NoReturn
 
 from sqlalchemy import Connection
+from sqlalchemy.engine import make_url
 from sqlalchemy.orm import Session
 
 from dse.errors import InputError
 from dse.identity import canonical_json, content_hash
-from dse.records import blobs, provenance, reads, writes
+from dse.records import blobs, opening, provenance, reads, writes
 from dse.records.blobs import blob_path, default_evidence_dir, store_blob
 from dse.records.checks import (
     FINAL_RUN_STATUSES,
@@ -70,7 +71,16 @@ from dse.records.engine import (
     write_session,
     writer_engine,
 )
-from dse.records.liveness import ABANDONED, HEARTBEAT_INTERVAL_S, STALE_AFTER_S, Heartbeats, reap_crashed
+from dse.records.liveness import (
+    ABANDONED,
+    HEARTBEAT_INTERVAL_S,
+    STALE_AFTER_S,
+    Heartbeats,
+    SweepLocked,
+    acquire_sweep_lock,
+    reap_crashed,
+    release_sweep_lock,
+)
 from dse.records.reads import STAGE_OF_KIND, diff_fields, flatten, pd
 from dse.records.schema import (
     ARTIFACT_ROLES,
@@ -86,7 +96,7 @@ __all__ = [
     "ABANDONED", "FINAL_RUN_STATUSES", "HEARTBEAT_INTERVAL_S", "METRIC_COLUMNS", "MIGRATIONS_DIR",
     "RETRY_BUSY_FOR_S", "SCHEMA_HEAD", "SQLITE_BUSY_TIMEOUT_MS", "SQLITE_MMAP_BYTES", "STAGE_OF_KIND",
     "STALE_AFTER_S", "ArtifactRef", "ImportedEvidence", "MetricIn", "MetricRow", "RecordNotFound", "Store",
-    "StoreBusy", "alembic_config", "canonical_json", "content_hash", "database_url", "diff_fields", "flatten",
+    "StoreBusy", "SweepLocked", "alembic_config", "canonical_json", "content_hash", "database_url", "diff_fields", "flatten",
 ]  # fmt: skip
 
 
@@ -133,7 +143,20 @@ class Store:
         heartbeat_interval: float = HEARTBEAT_INTERVAL_S,
         stale_after: float = STALE_AFTER_S,
     ):
-        self.engine = make_engine(database_url(url_or_path))
+        # A bad --db is the user's mistake, one line and nothing created (opening.py).
+        url = opening.checked_url(url_or_path)
+        sa_url = make_url(url)
+        sqlite_file = sa_url.get_backend_name() == "sqlite" and sa_url.database not in (None, "", ":memory:")
+        leftovers = opening.Leftovers(sa_url.database if sqlite_file else None)
+        if sqlite_file:
+            try:
+                Path(sa_url.database).parent.mkdir(parents=True, exist_ok=True)
+            except OSError as error:
+                raise opening.bad(sa_url.database, f"a path dse can create ({error.strerror or error})") from None
+        try:
+            self.engine = make_engine(url)
+        except Exception as error:  # noqa: BLE001 - a dialect or driver that will not load
+            raise opening.bad(url_or_path, f"{opening.SUPPORTED} ({type(error).__name__}: {error})") from None
         self._writer = writer_engine(self.engine)
         in_memory = self.engine.url.get_backend_name() == "sqlite" and self.engine.url.database in (None, "", ":memory:")
         self.evidence_dir = (Path(evidence_dir).expanduser().resolve() if evidence_dir is not None
@@ -143,11 +166,18 @@ class Store:
         # other process could see them.
         self._heartbeats = Heartbeats(self._writer, heartbeat_interval, enabled=not in_memory)
         try:
+            if sqlite_file:
+                opening.quick_check(self.engine, sa_url)
             if not self._schema_is_current():
+                opening.check_revision(self.engine, opening.known_revisions(MIGRATIONS_DIR), SCHEMA_HEAD)
                 self._upgrade_schema()
             self.reap_crashed()
-        except BaseException:
+        except BaseException as error:
             self.engine.dispose()
+            converted = opening.as_bad_store(error, sa_url, None if sqlite_file else opening.shown(os.fspath(url_or_path)))
+            if converted is not None:
+                leftovers.remove()  # a bad store gets nothing new beside it (SQLite's -wal, -shm)
+                raise converted from None
             raise
 
     @property
@@ -206,6 +236,21 @@ class Store:
         `stale_after` seconds.
         """
         return reap_crashed(self.engine, self._writer, self.stale_after)
+
+    # ---- one sweep of an experiment at a time ---------------------------------------------
+
+    @retrying
+    def acquire_sweep(self, experiment_id: int, where: str = "") -> None:
+        """Make this process the one sweeping the experiment (its heartbeat kept while the
+        store is open), or raise SweepLocked (an InputError) naming the live process that
+        is sweeping it: its pid, host and start time. A dead holder's lock is taken over."""
+        acquire_sweep_lock(self._writer, experiment_id, where or self.url, self.stale_after)
+        self._heartbeats.track_sweep(experiment_id)
+
+    @retrying
+    def release_sweep(self, experiment_id: int) -> None:
+        self._heartbeats.untrack_sweep(experiment_id)
+        release_sweep_lock(self._writer, experiment_id)
 
     # ---- writes --------------------------------------------------------------------------
 

@@ -15,6 +15,7 @@ import os
 import signal
 import sys
 import threading
+import time
 import traceback as tb
 from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
 from concurrent.futures.process import BrokenProcessPool
@@ -32,6 +33,9 @@ from .stages import AnalyticalResult, Outcome, Workload
 
 # Test hook: a worker process SIGKILLs itself on a candidate whose hash starts with this.
 KILL_ENV = "DSE_TEST_KILL_WORKER_ON"
+# Test hook: a worker process hangs (sleeps for an hour) in the emulator stage of a candidate
+# whose hash starts with this: a stand-in for an emulation that never ends.
+HANG_ENV = "DSE_TEST_HANG_EMULATOR_ON"
 
 
 @dataclass
@@ -49,7 +53,7 @@ def _failed(run_id: int, exc: BaseException) -> Outcome:
                    traceback="".join(tb.format_exception(type(exc), exc, exc.__traceback__)))
 
 
-def evaluate_items(work, items: list[WorkItem], kill: str | None = None) -> list[Outcome]:
+def evaluate_items(work, items: list[WorkItem], kill: str | None = None, hang: str | None = None) -> list[Outcome]:
     """A chunk of candidates through the chain's evaluation stages (`chain.EVALUATION`):
     analytical as one batch, emulator -> numerics one by one. A candidate that raises
     is isolated and reported failed; the others are unaffected. `kill` is the worker-death
@@ -71,6 +75,8 @@ def evaluate_items(work, items: list[WorkItem], kill: str | None = None) -> list
                                             reason=f"invalid chip for this combination: {exc.field}: {exc.allowed}")
             continue
         if item.stage == "emulator":
+            if hang is not None and item.hash.startswith(hang):
+                time.sleep(3600)
             try:
                 emulation = work.emulation_for(cand.mapping.quantization)
             except Exception as exc:  # this granularity's frontend steps fail: the candidate's failure
@@ -162,7 +168,8 @@ class InlineExecutor:
     def __init__(self, work):
         self.work = work
 
-    def run(self, chunks: list[list[WorkItem]]) -> Iterator[list[Outcome]]:
+    def run(self, chunks: list[list[WorkItem]], timeout: float | None = None) -> Iterator[list[Outcome]]:
+        # No limit here: a stage that needs one runs in a PoolExecutor (see Sweep._emulate_phase).
         for chunk in chunks:
             yield evaluate_items(self.work, chunk)
 
@@ -172,11 +179,64 @@ class InlineExecutor:
 
 _WORKER_WORK = None
 _WORKER_KILL: str | None = None
+_WORKER_HANG: str | None = None
 
 
-def _init_worker(work, kill: str | None) -> None:
-    global _WORKER_WORK, _WORKER_KILL
-    _WORKER_WORK, _WORKER_KILL = work, kill
+# How often a pool worker looks for its driver (it exits within about this long of the
+# driver's death, whatever it is running).
+ORPHAN_POLL_S = 0.5
+
+
+def _exit_with_driver(driver_pid: int | None) -> None:
+    """Make this worker end when the driver that started its pool is gone, even if the
+    driver died by SIGKILL (no cleanup of its own ran): on Linux the kernel SIGKILLs it
+    when its parent (the forkserver, which exits once the driver is gone) dies, and a
+    daemon thread checks every ORPHAN_POLL_S seconds that the parent and the driver
+    (pid and start time: a zombie or a reused pid counts as gone) are still there, and
+    calls os._exit when not, whatever the worker's main thread is busy with."""
+    if sys.platform.startswith("linux"):
+        try:
+            import ctypes
+
+            PR_SET_PDEATHSIG = 1
+            ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+        except (OSError, AttributeError):  # no prctl: the thread alone
+            pass
+    from ..records.provenance import process_start
+
+    parent = os.getppid()
+    driver_start = process_start(driver_pid) if driver_pid else None
+
+    def gone() -> bool:
+        if os.getppid() != parent:
+            return True
+        if driver_pid is None:
+            return False
+        if driver_start is not None:
+            return process_start(driver_pid) != driver_start
+        try:
+            os.kill(driver_pid, 0)
+        except ProcessLookupError:
+            return True
+        except PermissionError:
+            pass
+        return False
+
+    def watch() -> None:
+        while True:
+            time.sleep(ORPHAN_POLL_S)
+            if gone():
+                os._exit(70)  # EX_SOFTWARE: nobody is left to take this worker's result
+
+    if gone():
+        os._exit(70)
+    threading.Thread(target=watch, name="dse-orphan-watch", daemon=True).start()
+
+
+def _init_worker(work, kill: str | None, driver_pid: int | None = None, hang: str | None = None) -> None:
+    global _WORKER_WORK, _WORKER_KILL, _WORKER_HANG
+    _WORKER_WORK, _WORKER_KILL, _WORKER_HANG = work, kill, hang
+    _exit_with_driver(driver_pid)
     # Ctrl-C reaches the whole process group; the driver alone decides how to stop.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     # One thread per worker process: the pool is the parallelism, and the BLAS and torch
@@ -191,7 +251,7 @@ def _warm() -> None:
 
 
 def _evaluate_in_worker(items: list[WorkItem]) -> list[Outcome]:
-    return evaluate_items(_WORKER_WORK, items, _WORKER_KILL)
+    return evaluate_items(_WORKER_WORK, items, _WORKER_KILL, _WORKER_HANG)
 
 
 class PoolExecutor:
@@ -216,7 +276,7 @@ class PoolExecutor:
 
     def _new_pool(self) -> ProcessPoolExecutor:
         return ProcessPoolExecutor(self.workers, mp_context=self._ctx, initializer=_init_worker,
-                                   initargs=(self.work, os.environ.get(KILL_ENV)))
+                                   initargs=(self.work, os.environ.get(KILL_ENV), os.getpid(), os.environ.get(HANG_ENV)))
 
     def _restart(self) -> None:
         self._retire(self._pool)
@@ -245,7 +305,13 @@ class PoolExecutor:
             self._restart()
             return self._pool.submit(_evaluate_in_worker, items)
 
-    def run(self, chunks: list[list[WorkItem]]) -> Iterator[list[Outcome]]:
+    def run(self, chunks: list[list[WorkItem]], timeout: float | None = None) -> Iterator[list[Outcome]]:
+        """Each chunk's outcomes, as they complete. With `timeout` (seconds), a chunk still
+        running that long after a worker took it is recorded failed, saying so, and the
+        pool is restarted (its workers killed); the other chunks in flight run again."""
+        if timeout is not None:
+            yield from self._run_timed(chunks, timeout)
+            return
         pending = {self._submit(c): c for c in chunks}
         suspects: list[WorkItem] = []
         while pending:
@@ -276,6 +342,54 @@ class PoolExecutor:
                 yield [Outcome(item.run_id, "failed",
                                error=f"worker process died twice evaluating this candidate ({exc})")]
 
+    def _run_timed(self, chunks: list[list[WorkItem]], timeout: float) -> Iterator[list[Outcome]]:
+        # At most one chunk per worker in flight, so a chunk's clock starts as a worker takes it.
+        wait([self._submit_warm() for _ in range(self.workers)], timeout=timeout)
+        queue, suspects = list(chunks), []
+        for limit, chunks_left, alone in ((self.workers, queue, False), (1, suspects, True)):
+            running: dict = {}  # future -> (chunk, deadline)
+            while chunks_left or running:
+                while chunks_left and len(running) < limit:
+                    chunk = chunks_left.pop(0)
+                    running[self._submit(chunk)] = (chunk, time.monotonic() + timeout)
+                done, _ = wait(running, timeout=min(0.25, timeout), return_when=FIRST_COMPLETED)
+                broken = False
+                for fut in done:
+                    chunk, _ = running.pop(fut)
+                    try:
+                        yield fut.result()
+                    except BrokenProcessPool as exc:
+                        broken = True
+                        if alone:
+                            yield [Outcome(i.run_id, "failed",
+                                           error=f"worker process died twice evaluating this candidate ({exc})")
+                                   for i in chunk]
+                        else:
+                            suspects.append(chunk)
+                now = time.monotonic()
+                expired = [fut for fut, (_, deadline) in running.items() if now > deadline]
+                for fut in expired:
+                    chunk, _ = running.pop(fut)
+                    why = (f"exceeded the time limit of {timeout:g} s per candidate ([stages] candidate_timeout_s); "
+                           "its worker process was killed")
+                    yield [Outcome(i.run_id, "failed", reason=why, error=why) for i in chunk]
+                if expired or broken:
+                    # The other chunks in flight did nothing wrong: again, first in line.
+                    others = [chunk for chunk, _ in running.values()]
+                    if broken and not alone:
+                        suspects.extend(others)
+                    else:
+                        chunks_left[:0] = others
+                    running.clear()
+                    self._restart()
+
+    def _submit_warm(self):
+        try:
+            return self._pool.submit(_warm)
+        except BrokenProcessPool:
+            self._restart()
+            return self._pool.submit(_warm)
+
     def close(self) -> None:
         self._pool.shutdown(wait=True, cancel_futures=True)
         for manager in self._retired:
@@ -294,7 +408,8 @@ class DaskExecutor:
         self._graph = self.client.scatter(work, broadcast=True)
         self._kill = os.environ.get(KILL_ENV)
 
-    def run(self, chunks: list[list[WorkItem]]) -> Iterator[list[Outcome]]:
+    def run(self, chunks: list[list[WorkItem]], timeout: float | None = None) -> Iterator[list[Outcome]]:
+        # `timeout` is not applied on a cluster (a task cannot be stopped from here).
         from distributed import as_completed
 
         futures = {self.client.submit(evaluate_items, self._graph, c, self._kill, pure=False): c for c in chunks}
@@ -327,4 +442,4 @@ def make_executor(work, workers: int = 1, cluster: str | None = None):
 
 
 __all__ = ["WorkItem", "Workload", "Outcome", "evaluate_items", "InlineExecutor", "PoolExecutor", "DaskExecutor",
-           "make_executor", "KILL_ENV"]
+           "make_executor", "KILL_ENV", "HANG_ENV"]

@@ -88,6 +88,13 @@ class Stages(_Model):
     # The analytical model with the newest calibration of the baseline chip in the store
     # (`dse calibrate`), or uncalibrated.
     calibration: Literal["newest", "none"] = "newest"
+    # Time limits, in seconds: the recipe's capture (and its frontend steps), past which
+    # the sweep stops with the reason before writing anything; and each candidate's
+    # emulator-stage evaluation (in a worker process), past which the candidate is
+    # recorded failed with the reason and the sweep goes on. (The analytical stage costs
+    # a batch in well under a second: no per-candidate limit.)
+    capture_timeout_s: float = Field(600.0, gt=0)
+    candidate_timeout_s: float = Field(1800.0, gt=0)
 
 
 class SpecModel(_Model):

@@ -14,6 +14,7 @@ driver is evaluated again.
 
 from __future__ import annotations
 
+import contextlib
 import gc
 import json
 import math
@@ -34,6 +35,7 @@ from ..errors import InputError
 from ..identity import CanonicalParts, candidate_hash_of_texts, canonical_json
 from ..mapping import mapping_from_dict
 from ..records import Store
+from ..records.opening import checked_url
 from ..workload import load_recipe
 from .acceptance import decide
 from .chain import ANALYTICAL, CAPTURE, EMULATOR, FRONTEND, PLAN, PRUNE, RECORD
@@ -378,6 +380,17 @@ class Sweep:
         self.stop_requested = True
 
     def run(self) -> SweepResult:
+        # One sweep of an experiment at a time: a second one exits 2 naming the first's
+        # process, host and start time (a dead sweep's lock is taken over).
+        self.store.acquire_sweep(self.experiment_id, str(self.spec.path))
+        try:
+            return self._run_locked()
+        finally:
+            # A lock that cannot be given up now is taken over once this process has ended.
+            with contextlib.suppress(Exception):
+                self.store.release_sweep(self.experiment_id)
+
+    def _run_locked(self) -> SweepResult:
         in_main = threading.current_thread() is threading.main_thread()
         previous = signal.signal(signal.SIGINT, self._on_sigint) if in_main else None
         # The objects alive before the sweep (torch, the captured graph, ...) are left out of
@@ -473,8 +486,14 @@ class Sweep:
                                            emulator_version=emulator.VERSION)
         items = [WorkItem(r, canonical_json(json.loads(cands.loc[cid, "config"])), json.loads(cands.loc[cid, "mapping"]),
                           str(cands.loc[cid, "hash"]), stage="emulator") for r, cid in zip(run_ids, todo)]
+        # The emulator stage has a time limit per candidate: it runs in worker processes,
+        # which can be killed past it (one worker when the sweep has no pool of its own).
+        executor = own = None
+        if isinstance(self.executor, InlineExecutor):
+            executor = own = PoolExecutor(self.executor.work, 1)
+        executor = executor or self.executor
         try:
-            for outcomes in self.executor.run(self._chunks(items, per_chunk=1)):
+            for outcomes in executor.run(self._chunks(items, per_chunk=1), timeout=stages.candidate_timeout_s):
                 self.recorder.finish_runs(outcomes)
                 for o in outcomes:
                     self._count(f"emulator {o.status}")
@@ -483,6 +502,9 @@ class Sweep:
         except BaseException:
             self.recorder.crash_unfinished("interrupted before this candidate finished")
             raise
+        finally:
+            if own is not None:
+                own.close()
 
 
 def quantizations(spec: Spec) -> list[str | None]:
@@ -496,15 +518,41 @@ def quantizations(spec: Spec) -> list[str | None]:
     return list(dict.fromkeys(out))
 
 
+@contextlib.contextmanager
+def time_limit(seconds: float, error):
+    """Raise `error()` in this (the main) thread once `seconds` have passed (SIGALRM);
+    no limit off the main thread or where there is no SIGALRM."""
+    if threading.current_thread() is not threading.main_thread() or not hasattr(signal, "setitimer"):
+        yield
+        return
+
+    def expired(_signum, _frame):
+        raise error()
+
+    previous = signal.signal(signal.SIGALRM, expired)
+    signal.setitimer(signal.ITIMER_REAL, seconds)
+    try:
+        yield
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, previous)
+
+
 def run_sweep(spec_path: str | Path, db: str | Path = "records.db", progress: bool = True,
               workers: int = 1, cluster: str | None = None) -> SweepResult:
     """Validate the spec (nothing is written if it is bad), then sweep into the store."""
     spec = load_spec(spec_path)
+    checked_url(db)  # a bad --db says so before the recipe's capture (Store checks it again)
     recipe, params = spec.model.workload.recipe, spec.model.workload.params
-    graph = CAPTURE.run(recipe, params)
-    # The emulation workloads: one per quantization granularity the candidates can set.
-    emulated = quantizations(spec) if spec.model.stages.emulator != "none" else ()
-    work = FRONTEND.run(recipe, params, emulated)
+    limit = spec.model.stages.capture_timeout_s
+    with time_limit(limit, lambda: InputError(
+            spec.path, "stages.capture_timeout_s", limit,
+            f"a limit the capture of recipe '{recipe}' and its frontend steps finish within (they did not: "
+            f"raise the limit or make the workload smaller); nothing was written")):
+        graph = CAPTURE.run(recipe, params)
+        # The emulation workloads: one per quantization granularity the candidates can set.
+        emulated = quantizations(spec) if spec.model.stages.emulator != "none" else ()
+        work = FRONTEND.run(recipe, params, emulated)
     PLAN.run(work.graph)
     with Store(db) as store:
         model_version = MODEL_VERSION

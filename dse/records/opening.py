@@ -1,0 +1,247 @@
+"""A bad `--db` is the user's mistake: one line (InputError), exit 2, nothing created.
+
+`checked_url` looks at what `--db` names before any connection is made (the URL's form and
+scheme; for SQLite the path: a folder, a file that is not SQLite or is truncated, a file or
+folder dse cannot write); `checked_open` turns what the first statements meet (a corrupt
+file, an unreachable server, a store from a newer dse, another program's database) into
+the same kind of error. Nothing is created on disk for a bad store: the SQLite file (and
+its folders) only once the checks passed.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+from pathlib import Path
+from typing import Any
+
+from sqlalchemy import Engine, inspect
+from sqlalchemy.engine import URL, make_url
+from sqlalchemy.exc import DBAPIError
+
+from dse.errors import InputError
+
+FIELD = "--db"
+SQLITE_HEADER = b"SQLite format 3\x00"
+SUPPORTED = "a SQLite path, sqlite:///PATH, or a URL such as postgresql://user@host/dse"
+# A SQLite file up to this size gets SQLite's quick_check on open (a few ms a megabyte):
+# corruption then says so at once rather than in the middle of a report.
+QUICK_CHECK_MAX_BYTES = 64 * 1024 * 1024
+# Words of SQLite's errors that mean the file is damaged or not a database at all.
+CORRUPT_WORDS = ("malformed", "not a database", "file is encrypted", "disk image")
+
+
+class BadStore(InputError):
+    """The record store named by --db (or $DSE_DB) cannot be used; nothing was written."""
+
+
+def shown(text: str) -> str:
+    """`text` with any password masked."""
+    if "://" not in text:
+        return text
+    try:
+        return make_url(text).render_as_string(hide_password=True)
+    except Exception:  # noqa: BLE001 - an unparseable URL is shown as typed
+        return text
+
+
+def bad(where: Any, allowed: str, value: Any = None) -> BadStore:
+    where = shown(os.fspath(where)) if isinstance(where, (str, os.PathLike)) else str(where)
+    allowed = " ".join(allowed.split())  # one line, whatever the database said
+    return BadStore(where, FIELD, where if value is None else value, allowed)
+
+
+def checked_url(url_or_path: str | os.PathLike[str]) -> str:
+    """The SQLAlchemy URL of the store `url_or_path` names (a filesystem path becomes a
+    SQLite URL), after the checks that need no connection; BadStore if they fail."""
+    text = os.fspath(url_or_path)
+    if not text.strip():
+        raise bad(text, SUPPORTED + " (got an empty name)")
+    if "\x00" in text:
+        raise bad(text, SUPPORTED + " (the name holds a NUL character)", text.replace("\x00", "\\0"))
+    if text == ":memory:":
+        return "sqlite://"
+    if "://" not in text:
+        return f"sqlite:///{_checked_sqlite_path(text, text)}"
+    try:
+        url = make_url(text)
+        url.port  # noqa: B018 - parsed here, so that a bad port is this error
+    except Exception as error:  # noqa: BLE001 - ArgumentError, ValueError of a bad port
+        raise bad(text, f"{SUPPORTED} (cannot parse it: {error})") from None
+    backend = url.get_backend_name()
+    if backend in ("postgresql", "postgres"):
+        if url.drivername in ("postgresql", "postgres"):
+            url = url.set(drivername="postgresql+psycopg")
+        elif url.drivername != "postgresql+psycopg":
+            raise bad(text, f"{SUPPORTED} (driver '{url.drivername}' is not the one dse installs: "
+                            "use postgresql:// or postgresql+psycopg://)")
+        return url.render_as_string(hide_password=False)
+    if backend == "sqlite":
+        if url.drivername != "sqlite":
+            raise bad(text, f"{SUPPORTED} (driver '{url.drivername}': use sqlite:///PATH)")
+        if url.database in (None, "", ":memory:"):
+            return "sqlite://"
+        return f"sqlite:///{_checked_sqlite_path(url.database, text)}"
+    raise bad(text, f"{SUPPORTED} (scheme '{url.drivername}' is not a record store dse can use)")
+
+
+def _checked_sqlite_path(name: str, text: str) -> Path:
+    try:
+        path = Path(name).expanduser().resolve()
+    except (OSError, RuntimeError, ValueError) as error:
+        raise bad(text, f"a SQLite file path ({error})") from None
+    try:
+        exists = path.exists()
+        if exists and path.is_dir():
+            raise bad(text, "a SQLite file, not a folder")
+    except OSError as error:
+        raise bad(text, f"a SQLite file path ({error.strerror or error})") from None
+    if exists:
+        _check_sqlite_file(path, text)
+        if not os.access(path, os.R_OK | os.W_OK):
+            raise bad(text, "a record store dse can read and write (the file is read-only)")
+        if not os.access(path.parent, os.W_OK | os.X_OK):
+            raise bad(text, f"a record store in a folder dse can write (SQLite keeps its journal beside the "
+                            f"file; {path.parent} is read-only)")
+        return path
+    folder = path.parent
+    while not folder.exists():
+        folder = folder.parent
+    if not folder.is_dir():
+        raise bad(text, f"a path through folders ({folder} is a file)")
+    if not os.access(folder, os.W_OK | os.X_OK):
+        raise bad(text, f"a new record store in a folder dse can write ({folder} is read-only)")
+    return path
+
+
+def _check_sqlite_file(path: Path, text: str) -> None:
+    """A file that is not SQLite, or whose header says it is longer than it is."""
+    try:
+        if not path.is_file():
+            raise bad(text, "a SQLite file (this is not a regular file)")
+        size = path.stat().st_size
+        with open(path, "rb") as file:
+            header = file.read(100)
+    except OSError as error:
+        raise bad(text, f"a SQLite file dse can read ({error.strerror or error})") from None
+    if size == 0:  # SQLite's own empty database: a new store
+        return
+    if not header.startswith(SQLITE_HEADER[: len(header)]) or len(header) < len(SQLITE_HEADER):
+        raise bad(text, "a SQLite record store (this file is not a SQLite database)")
+    if len(header) < 100:
+        raise bad(text, f"a whole SQLite file (this one is truncated: {size} bytes, shorter than its header)")
+    page_size = int.from_bytes(header[16:18], "big")
+    page_size = 65536 if page_size == 1 else page_size
+    if page_size < 512 or page_size > 65536 or page_size & (page_size - 1):
+        raise bad(text, f"an intact SQLite file (its header is corrupt: page size {page_size})")
+    pages = int.from_bytes(header[28:32], "big")
+    # The page count in the header is valid when its version field matches the change counter.
+    if header[92:96] == header[24:28] and pages and pages * page_size > size:
+        raise bad(text, f"a whole SQLite file (this one is truncated: {size} bytes, its header says "
+                        f"{pages} pages of {page_size})")
+    if size % page_size:
+        raise bad(text, f"a whole SQLite file (this one is truncated or damaged: {size} bytes is no "
+                        f"whole number of {page_size}-byte pages)")
+
+
+class Leftovers:
+    """What opening a SQLite store may create (the file, its -wal, -shm and -journal, its
+    folders), noted before the open, so that a store found bad leaves none of it behind."""
+
+    def __init__(self, database: str | None):
+        self.paths: list[Path] = []
+        self.folders: list[Path] = []
+        if not database:
+            return
+        path = Path(database)
+        self.paths = [p for p in (path, *(Path(f"{path}{s}") for s in ("-wal", "-shm", "-journal")))
+                      if not p.exists()]
+        folder = path.parent
+        while not folder.exists():
+            self.folders.append(folder)
+            folder = folder.parent
+
+    def remove(self) -> None:
+        for path in self.paths:
+            with contextlib.suppress(OSError):
+                path.unlink()
+        for folder in self.folders:
+            with contextlib.suppress(OSError):
+                folder.rmdir()
+
+
+def known_revisions(migrations_dir: Path) -> set[str]:
+    """The alembic revisions this dse knows: its migration files are named `<revision>_*.py`."""
+    return {p.name.split("_", 1)[0] for p in (migrations_dir / "versions").glob("*_*.py")}
+
+
+def check_revision(engine: Engine, known: set[str], head: str) -> None:
+    """BadStore for a store at a revision this dse does not know (a newer dse wrote it),
+    or for another program's database (tables, but no dse schema version)."""
+    with engine.connect() as connection:
+        inspector = inspect(connection)
+        if not inspector.has_table("alembic_version"):
+            tables = inspector.get_table_names()
+            if tables:
+                raise bad(_url_text(engine), f"a dse record store (this database holds other tables, e.g. "
+                                              f"{', '.join(sorted(tables)[:3])}, and no dse schema version)")
+            return
+        versions = connection.exec_driver_sql("SELECT version_num FROM alembic_version").scalars().all()
+    unknown = [v for v in versions if v not in known]
+    if unknown:
+        raise bad(_url_text(engine), f"a store of this dse's schema (revisions up to {head}); schema revision "
+                                      f"{unknown[0]} is from a newer dse: upgrade dse to open it",
+                  value=f"schema revision {unknown[0]}")
+
+
+def _url_text(engine: Engine | URL) -> str:
+    url = engine.url if isinstance(engine, Engine) else engine
+    if url.get_backend_name() == "sqlite" and url.database:
+        return url.database
+    return url.render_as_string(hide_password=True)
+
+
+def is_corrupt(error: BaseException) -> bool:
+    """A SQLite error that says the file is damaged or not a database."""
+    orig = getattr(error, "orig", error)
+    if not type(orig).__module__.startswith("sqlite3"):
+        return False
+    message = str(orig).lower()
+    return any(word in message for word in CORRUPT_WORDS)
+
+
+def as_bad_store(error: BaseException, url: URL, where: str | None = None) -> BadStore | None:
+    """The BadStore a database error on open means, or None (not the user's mistake)."""
+    if isinstance(error, BadStore):
+        return error
+    if not isinstance(error, DBAPIError):
+        return None
+    where = where or _url_text(url)
+    orig = error.orig
+    reason = (str(orig).strip().splitlines() or [type(orig).__name__])[0] if orig is not None else str(error)
+    if is_corrupt(error):
+        return bad(where, f"an intact SQLite record store (SQLite says: {reason})")
+    if url.get_backend_name() == "sqlite":
+        if "readonly" in reason.lower() or "read-only" in reason.lower():
+            return bad(where, f"a record store dse can write (SQLite says: {reason})")
+        if "unable to open" in reason.lower():
+            return bad(where, f"a SQLite file dse can open (SQLite says: {reason})")
+        return None
+    if type(error).__name__ in ("OperationalError", "InterfaceError"):
+        return bad(where, f"a reachable record store (PostgreSQL: {reason})")
+    return None
+
+
+def quick_check(engine: Engine, url: URL) -> None:
+    """SQLite's quick_check of a small store file; BadStore if it finds damage."""
+    path = Path(url.database or "")
+    try:
+        size = path.stat().st_size
+    except OSError:
+        return
+    if not size or size > QUICK_CHECK_MAX_BYTES:
+        return
+    with engine.connect() as connection:
+        found = connection.exec_driver_sql("PRAGMA quick_check(1)").scalar()
+    if found != "ok":
+        raise bad(_url_text(url), f"an intact SQLite record store (SQLite's quick_check: {found})")
