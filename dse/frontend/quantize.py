@@ -440,14 +440,34 @@ def _bits(array: np.ndarray) -> np.ndarray:
     return array.view(f"u{array.dtype.itemsize}") if array.dtype.kind == "f" else array
 
 
+# A float output computed by the same float ops from the same integer values may still
+# differ in its last bits (torch's kernels reduce a strided view in another order than a
+# contiguous copy): float outputs agree within this, relative to their largest value.
+FLOAT_TAIL_TOLERANCE = 1e-5
+
+
 def verify(graph: Graph, ctx) -> dict[str, Any]:
     """The quantized graph's PyTorch reference against the numpy integer implementation:
-    equal bits on every integer tensor and every output."""
+    equal bits on every integer tensor and every integer output; a float output (a float
+    tail after the integer path) within `FLOAT_TAIL_TOLERANCE`."""
     reference = graph.trace(*ctx.inputs)
     integer = integer_reference(graph, *ctx.inputs)
     names = [op.outputs[0] for op in graph.ops if graph.tensors[op.outputs[0]].dtype in ("int8", "int32")]
-    names += [n for n in graph.outputs if n not in names]
+    floats = [n for n in graph.outputs if n not in names and graph.tensors[n].dtype.startswith("float")]
+    names += [n for n in graph.outputs if n not in names and n not in floats]
+
+    def float_error(name: str) -> float:
+        want, got = reference[name].double(), torch.from_numpy(np.asarray(integer[name])).double()
+        if want.shape != got.shape:
+            return float("inf")
+        scale = want.abs().max().item() if want.numel() else 0.0
+        return (want - got).abs().max().item() / scale if scale > 0 else float((want != got).any())
+
     mismatches = [n for n in names if reference[n].shape != integer[n].shape
                   or not np.array_equal(_bits(reference[n].numpy()), _bits(integer[n]))]
-    return {"passed": not mismatches, "bit_exact": not mismatches, "integer_tensors_compared": len(names),
-            "first_mismatch": mismatches[0] if mismatches else None}
+    float_errors = {n: float_error(n) for n in floats}
+    off = [n for n, e in float_errors.items() if not e <= FLOAT_TAIL_TOLERANCE]
+    return {"passed": not mismatches and not off, "bit_exact": not mismatches, "integer_tensors_compared": len(names),
+            "first_mismatch": (mismatches + off)[0] if mismatches or off else None,
+            "float_outputs_compared": len(floats), "float_outputs_max_rel_error": max(float_errors.values(), default=0.0),
+            "float_tolerance": FLOAT_TAIL_TOLERANCE}
