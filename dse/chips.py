@@ -8,7 +8,6 @@ file, the field, the value and what is allowed.
 from __future__ import annotations
 
 import copy
-import tomllib
 import typing
 from pathlib import Path
 from typing import Any, Mapping
@@ -17,7 +16,7 @@ from pydantic import BaseModel, ValidationError
 
 from emulator.chip import ChipConfig, chip_from_dict
 
-from .errors import InputError
+from .errors import InputError, read_toml
 from .identity import content_hash
 
 CHIP_DIR = Path(__file__).resolve().parents[1] / "chip_configs"
@@ -42,11 +41,7 @@ def chip_path(name_or_path: str | Path) -> Path:
 
 
 def read_chip_data(path: Path) -> dict:
-    try:
-        with open(path, "rb") as f:
-            return tomllib.load(f)
-    except tomllib.TOMLDecodeError as exc:
-        raise InputError(path, "(syntax)", str(exc), "valid TOML") from None
+    return read_toml(path, "chip config TOML file")[1]
 
 
 def load_chip(name_or_path: str | Path, overrides: Mapping[str, Any] | None = None,

@@ -9,7 +9,6 @@ field, the value and what is allowed.
 from __future__ import annotations
 
 import hashlib
-import tomllib
 import typing
 from pathlib import Path
 from typing import Any, Literal
@@ -20,7 +19,7 @@ from emulator.chip import BallKind, ChipConfig
 from emulator.formula import Formula, FormulaError
 
 from ..chips import load_chip, override_chip
-from ..errors import InputError
+from ..errors import InputError, read_toml
 from ..mapping import Mapping, mapping_from_dict
 from ..workload import list_recipes, load_recipe
 from .space import BALL_SET_TARGET, Constraint, Knob, Space, ball_set
@@ -169,11 +168,7 @@ def load_spec(path: str | Path) -> Spec:
     path = Path(path)
     if not path.is_file():
         raise InputError(path, "(file)", str(path), "an existing experiment spec TOML file")
-    text = path.read_text()
-    try:
-        data = tomllib.loads(text)
-    except tomllib.TOMLDecodeError as exc:
-        raise InputError(path, "(syntax)", str(exc), "valid TOML") from None
+    text, data = read_toml(path, "experiment spec TOML file")
     try:
         model = SpecModel.model_validate(data)
     except ValidationError as exc:
