@@ -108,6 +108,12 @@ def _input_error(exc: ValidationError, data: dict, source: str | Path, prefix: s
     loc = tuple(err["loc"])
     field = prefix + _dotted(loc) if loc else prefix.rstrip(".") or "(config)"
     value = err.get("input")
+    if err["type"] == "chip_fields":  # a check over named fields (emulator.chip.fields_error)
+        named = err["ctx"]["fields"]
+        base = _dotted(loc)
+        paths = [prefix + (f"{base}.{f}" if base else f) for f in named]
+        value = next(iter(named.values())) if len(named) == 1 else dict(zip(paths, named.values()))
+        return InputError(source, ", ".join(paths), value, err["ctx"]["reason"])
     if err["type"] == "extra_forbidden":
         allowed = "known keys here: " + ", ".join(_known_keys(ChipConfig, loc[:-1]))
         return InputError(source, field, value, allowed)

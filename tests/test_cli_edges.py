@@ -4,6 +4,7 @@ one line on stderr, never a traceback; with --json an error is also a JSON objec
 from __future__ import annotations
 
 import json
+import re
 import os
 import signal
 import subprocess
@@ -152,3 +153,51 @@ def test_keyboard_interrupt_anywhere_is_130(cli, monkeypatch):
     assert code == 130
     one_clean_line(err)
     assert "interrupted; rerun to resume" in err
+
+
+@pytest.fixture(scope="module")
+def small_store(tmp_path_factory):
+    """A one-candidate experiment whose user text carries links, images and raw HTML."""
+    from dse.runner import run_sweep
+    from test_runner import write_spec
+
+    tmp = tmp_path_factory.mktemp("store")
+    spec = write_spec(tmp, name="links", banks="[20]")
+    text = spec.read_text().replace(
+        'hypothesis = "Two workers beat one for a 64^3 gemm on goban"',
+        'hypothesis = "[click](javascript:alert(1)) ![](http://evil.example/track.png) <img src=x> '
+        'www.evil.example https://evil.example/x *bold* `code` | pipe"\n'
+        'limitations = "[a](https://x.example)"')
+    spec.write_text(text.replace('values = [1, 2, 8]', 'values = [1]'))
+    db = tmp / "r.db"
+    run_sweep(spec, db, progress=False)
+    return db
+
+
+def test_report_out_must_be_a_folder(cli, small_store, tmp_path):
+    afile = tmp_path / "afile"
+    afile.write_text("x")
+    for out, words in ((afile, "existing file"), ("/dev/null", "existing file"), ("/dev/null/x", "can be made")):
+        for argv in (["report", "links"], ["report", "--history"]):
+            code, stdout, err = cli(*argv, "--db", small_store, "--out", out)
+            assert code == 2 and stdout == "", err
+            one_clean_line(err)
+            assert "'--out'" in err and words in err and str(out) in err
+    assert afile.read_text() == "x"
+
+
+def test_markdown_report_neutralises_links_images_and_html(cli, small_store, tmp_path):
+    code, out, err = cli("report", "links", "--db", small_store, "--out", tmp_path / "rep")
+    assert code == 0, err
+    md = (tmp_path / "rep" / "links.md").read_text()
+    hypothesis = md.split("## Hypothesis")[1].split("##")[0] if "## Hypothesis" in md else md
+    assert "click" in hypothesis and "evil" in hypothesis
+    # no live Markdown link or image, no raw HTML tag, no bare URL GitHub would link
+    user = [line for line in md.splitlines() if "evil" in line or "x.example" in line]
+    assert user
+    for line in user:
+        assert not re.search(r"(?<!\\)\]\(", line) and not re.search(r"(?<!\\)!\[", line), line
+        assert "<img" not in line and "://" not in line and "www.evil" not in line, line
+        assert not re.search(r"(?<!\\)\*bold(?<!\\)\*", line)
+    # the figures the report itself links stay live
+    assert re.search(r"!\[[^\]]*\]\(links_files/pareto\.png\)", md)
