@@ -214,3 +214,86 @@ def test_emulate_matmul_sizes_are_bounded(capsys, argv, words):
     code, _, err = run(capsys, ["emulate-matmul", *argv])
     assert_one_line(code, err)
     assert words in err
+
+
+# -- experiment specs: nothing is written for a bad one ------------------------------------
+def _spec_text() -> str:
+    from test_runner import SPEC
+
+    return SPEC.format(name="gen", banks="[20]", sampler="grid", trials=5).replace('values = [1, 2, 8]', 'values = [1]')
+
+
+SPEC_DATA = tomllib.loads(_spec_text())
+
+
+def experiment_rows(db: Path) -> int:
+    if not db.exists():
+        return 0
+    with sqlite3.connect(db) as con:
+        tables = {r[0] for r in con.execute("select name from sqlite_master where type='table'")}
+        return con.execute("select count(*) from experiment").fetchone()[0] if "experiment" in tables else 0
+
+
+BAD_SPEC_EDITS = [
+    ("search.seed", -1), ("search.seed", 2 ** 40), ("search.seed", "x"), ("search.trials", 0),
+    ("search.sampler", "annealing"), ("search.max_grid", -3), ("workload.params.m", -5), ("workload.params.m", 0),
+    ("workload.params.m", "big"), ("workload.params.zz", 1), ("workload.recipe", "nope"), ("baseline.chip", "nope"),
+    ("baseline.chip_overrides", {"cores.count": 100}), ("baseline.chip_overrides", {"clock_mhz": math.inf}),
+    ("baseline.mapping", {"workers": 0}), ("experiment.name", "has space"), ("experiment.colour", 1),
+    ("objectives", []), ("objectives.0.metric", "speed"), ("space.0.values", [10 ** 9]),
+    ("space.0.values", [math.nan]), ("space.0.target", "chip.banks.nope"), ("acceptance.0.expr", "latency_cycles / 0 > 1"),
+    ("acceptance.0.expr", "9**9**9**9"), ("acceptance.0.expr", "speed < 1"),
+]
+BAD_EXPRESSIONS = st.one_of(st.sampled_from(["banks / 0 > 1", "banks ** banks ** banks > 1", "nope > 1", "banks >",
+                                             "banks % 0", "(" * 200 + "banks" + ")" * 200, "'a' < banks",
+                                             "banks / (workers - 1) > 0"]),
+                            st.text(alphabet="bankswor /*+-()<>=0123456789", max_size=20))
+
+
+@st.composite
+def broken_spec(draw) -> bytes:
+    kind = draw(st.sampled_from(["bytes", "edit", "constraint", "when"]))
+    if kind == "bytes":
+        return draw(st.binary(min_size=1, max_size=64))
+    if kind == "edit":
+        field, value = draw(st.sampled_from(BAD_SPEC_EDITS))
+        data = set_path(SPEC_DATA, field, value)
+    elif kind == "constraint":
+        data = {**SPEC_DATA, "constraints": [{"expr": draw(BAD_EXPRESSIONS)}]}
+    else:
+        data = set_path(SPEC_DATA, "space.1.when", draw(BAD_EXPRESSIONS))
+    return to_toml(data).encode("utf-8", "surrogatepass")
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=list(HealthCheck), database=None)
+@given(content=broken_spec())
+def test_generated_broken_specs_write_nothing(content, tmp_path_factory, capsys):
+    tmp = tmp_path_factory.mktemp("spec")
+    spec, db = tmp / "spec.toml", tmp / "s.db"
+    spec.write_bytes(content)
+    code, out, err = run(capsys, ["sweep", spec, "--db", db, "--no-progress"])
+    if code == 0:  # the edit happened to leave a valid spec (e.g. an always-true constraint)
+        return
+    assert_one_line(code, err)
+    assert str(spec) in err
+    assert experiment_rows(db) == 0
+
+
+@pytest.mark.parametrize("body,words", [
+    ("def load(**p):\n    raise RuntimeError('no weights')\n\ndef inputs(**p):\n    return (torch.zeros(2, 2),)\n",
+     "load(**workload.params)"),
+    ("def load(**p):\n    return torch.nn.Linear(2, 2)\n\ndef inputs(**p):\n    return None\n", "inputs()"),
+    ("def load(**p):\n    return 3\n\ndef inputs(**p):\n    return torch.zeros(2, 2)\n", "load()"),
+    ("def load(**p):\n    return torch.nn.Linear(2, 2)\n\ndef inputs(**p):\n    raise KeyError('x')\n",
+     "inputs(**workload.params)"),
+])
+def test_recipe_failures_are_one_line(tmp_path, capsys, body, words):
+    folder = tmp_path / "myrecipe"
+    folder.mkdir()
+    (folder / "model.py").write_text('"""A broken recipe."""\nimport torch\n\n' + body)
+    spec, db = tmp_path / "spec.toml", tmp_path / "s.db"
+    spec.write_text(to_toml(set_path(set_path(SPEC_DATA, "workload.recipe", str(folder)), "workload.params", {})))
+    code, out, err = run(capsys, ["sweep", spec, "--db", db, "--no-progress"])
+    assert_one_line(code, err)
+    assert "recipe myrecipe" in err and words in err
+    assert experiment_rows(db) == 0
