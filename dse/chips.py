@@ -8,7 +8,6 @@ file, the field, the value and what is allowed.
 from __future__ import annotations
 
 import copy
-import tomllib
 import typing
 from pathlib import Path
 from typing import Any, Mapping
@@ -17,7 +16,7 @@ from pydantic import BaseModel, ValidationError
 
 from emulator.chip import ChipConfig, chip_from_dict
 
-from .errors import InputError
+from .errors import InputError, read_toml
 from .identity import content_hash
 
 CHIP_DIR = Path(__file__).resolve().parents[1] / "chip_configs"
@@ -42,11 +41,7 @@ def chip_path(name_or_path: str | Path) -> Path:
 
 
 def read_chip_data(path: Path) -> dict:
-    try:
-        with open(path, "rb") as f:
-            return tomllib.load(f)
-    except tomllib.TOMLDecodeError as exc:
-        raise InputError(path, "(syntax)", str(exc), "valid TOML") from None
+    return read_toml(path, "chip config TOML file")[1]
 
 
 def load_chip(name_or_path: str | Path, overrides: Mapping[str, Any] | None = None,
@@ -113,6 +108,12 @@ def _input_error(exc: ValidationError, data: dict, source: str | Path, prefix: s
     loc = tuple(err["loc"])
     field = prefix + _dotted(loc) if loc else prefix.rstrip(".") or "(config)"
     value = err.get("input")
+    if err["type"] == "chip_fields":  # a check over named fields (emulator.chip.fields_error)
+        named = err["ctx"]["fields"]
+        base = _dotted(loc)
+        paths = [prefix + (f"{base}.{f}" if base else f) for f in named]
+        value = next(iter(named.values())) if len(named) == 1 else dict(zip(paths, named.values()))
+        return InputError(source, ", ".join(paths), value, err["ctx"]["reason"])
     if err["type"] == "extra_forbidden":
         allowed = "known keys here: " + ", ".join(_known_keys(ChipConfig, loc[:-1]))
         return InputError(source, field, value, allowed)

@@ -8,12 +8,26 @@ marked *assumed* and stay fields so a sweep can move them.
 
 from __future__ import annotations
 
-from typing import Literal
+import math
+from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, PositiveInt, NonNegativeInt, field_validator, model_validator
+import numpy as np
+from pydantic import (BaseModel, ConfigDict, Field, PositiveInt, NonNegativeInt, field_validator, model_serializer,
+                      model_validator)
+from pydantic_core import PydanticCustomError
 
 from .formula import Formula, FormulaError
 from .dma import transfer_cycles
+
+
+# Every float of a chip is a finite number (TOML has inf and nan).
+FiniteFloat = Annotated[float, Field(allow_inf_nan=False)]
+
+
+def fields_error(reason: str, values: dict[str, Any]) -> PydanticCustomError:
+    """A check over several fields, naming them: `values` maps each field's dotted path
+    (relative to the model checked) to its value. `dse.chips` shows them, not the whole model."""
+    return PydanticCustomError("chip_fields", "{reason}", {"reason": reason, "fields": values})
 
 
 class _Strict(BaseModel):
@@ -35,10 +49,10 @@ class Cores(_Strict):
     tile_size: PositiveInt = 1  # cores sharing one tile (shared memory, barrier domain)
     groups: tuple[CoreGroup, ...] = ()
     # assumed: a scalar in-order core runs work with no Ball at ~1 element per 4 cycles
-    op_cycles_per_element: float = Field(4.0, gt=0)
+    op_cycles_per_element: FiniteFloat = Field(4.0, gt=0)
     # Per core-op kind overrides of op_cycles_per_element (e.g. {softmax = 12.0}); kinds not
     # named here cost op_cycles_per_element.
-    op_cycles: dict[str, float] = {}
+    op_cycles: dict[str, FiniteFloat] = {}
 
     @field_validator("op_cycles")
     @classmethod
@@ -51,8 +65,9 @@ class Cores(_Strict):
     @model_validator(mode="after")
     def _groups_cover_cores(self) -> "Cores":
         if self.groups and sum(g.count for g in self.groups) != self.count:
-            raise ValueError(
-                f"core groups add up to {sum(g.count for g in self.groups)} cores, but count is {self.count}")
+            raise fields_error(
+                f"core groups add up to {sum(g.count for g in self.groups)} cores, but count is {self.count}",
+                {"groups": [g.count for g in self.groups], "count": self.count})
         return self
 
 
@@ -91,7 +106,8 @@ class Dma(_Strict):
     @model_validator(mode="after")
     def _burst_is_whole_beats(self) -> "Dma":
         if self.burst_max_bytes % self.beat_bytes:
-            raise ValueError(f"burst_max_bytes {self.burst_max_bytes} is not a multiple of beat_bytes {self.beat_bytes}")
+            raise fields_error(f"burst_max_bytes {self.burst_max_bytes} is not a multiple of beat_bytes {self.beat_bytes}",
+                               {"burst_max_bytes": self.burst_max_bytes, "beat_bytes": self.beat_bytes})
         return self
 
 
@@ -156,12 +172,25 @@ class Ball(_Strict):
     def _latency_formulas_parse(self) -> "Ball":
         modes = LATENCY_MODES.get(self.kind, frozenset({"default"}))
         if set(self.latency) != set(modes):
-            raise ValueError(f"latency of a {self.kind} Ball needs exactly the modes {sorted(modes)}, got {sorted(self.latency)}")
+            raise fields_error(f"latency of a {self.kind} Ball needs exactly the modes {sorted(modes)}, "
+                               f"got {sorted(self.latency)}", {"latency": sorted(self.latency)})
         for mode, text in self.latency.items():
             try:
-                Formula(text, LATENCY_VARIABLES[self.kind])
+                formula = Formula(text, LATENCY_VARIABLES[self.kind])
             except FormulaError as exc:
-                raise ValueError(f"latency.{mode}: {exc}") from None
+                raise fields_error(f"{self.kind} Ball latency.{mode}: {exc}", {f"latency.{mode}": text}) from None
+            # A dry run at a typical operand (every variable 16): a division by zero or a
+            # result that is not a finite number of cycles is the config's error, found now.
+            try:
+                with np.errstate(all="ignore"):
+                    cycles = formula(**{name: 16 for name in LATENCY_VARIABLES[self.kind]})
+                ok = math.isfinite(float(cycles)) and float(cycles) >= 0
+            except (ArithmeticError, ValueError, TypeError) as exc:
+                cycles, ok = f"{type(exc).__name__}: {exc}", False
+            if not ok:
+                raise fields_error(f"{self.kind} Ball latency.{mode}: with every variable 16 it gives {cycles}; "
+                                   "allowed: a formula giving a finite number of cycles >= 0",
+                                   {f"latency.{mode}": text})
         return self
 
     def latency_formula(self, mode: str = "default") -> Formula:
@@ -213,7 +242,7 @@ class Cache(_Strict):
 class ChipConfig(_Strict):
     name: str
     description: str = ""
-    clock_mhz: float = Field(1000.0, gt=0)
+    clock_mhz: FiniteFloat = Field(1000.0, gt=0)
     cores: Cores = Cores()
     banks: Banks = Banks()
     dma: Dma = Dma()
@@ -222,6 +251,18 @@ class ChipConfig(_Strict):
     isa: IsaFields = IsaFields()
     shared_memory: SharedMemory = SharedMemory()
     cache: Cache = Cache()
+    # Ranges the chip declares for its own fields, enforced on every load and override:
+    # {"cores.count" = [1, 64]} (goban: "core count overridable, 1 to 64"). Keys are dotted
+    # paths to number fields; each value is [low, high], both ends allowed.
+    limits: dict[str, tuple[int | FiniteFloat, int | FiniteFloat]] = {}
+
+    @model_serializer(mode="wrap")
+    def _without_empty_limits(self, handler):
+        # A chip that declares no ranges dumps (and hashes) as it did before ranges existed.
+        data = handler(self)
+        if isinstance(data, dict) and not data.get("limits"):
+            data.pop("limits", None)
+        return data
 
     @field_validator("balls")
     @classmethod
@@ -237,9 +278,28 @@ class ChipConfig(_Strict):
     @model_validator(mode="after")
     def _fields_hold_the_geometry(self) -> "ChipConfig":
         if self.banks.count > (1 << self.isa.bank_id_bits):
-            raise ValueError(f"{self.banks.count} banks need more than the {self.isa.bank_id_bits}-bit bank id field")
+            raise fields_error(f"{self.banks.count} banks need more than the {self.isa.bank_id_bits}-bit bank id field",
+                               {"banks.count": self.banks.count, "isa.bank_id_bits": self.isa.bank_id_bits})
         if self.banks.acc_col > self.banks.count:
-            raise ValueError(f"accumulator col {self.banks.acc_col} exceeds the {self.banks.count} banks")
+            raise fields_error(f"accumulator col {self.banks.acc_col} exceeds the {self.banks.count} banks",
+                               {"banks.acc_col": self.banks.acc_col, "banks.count": self.banks.count})
+        return self
+
+    @model_validator(mode="after")
+    def _within_declared_limits(self) -> "ChipConfig":
+        for dotted, (low, high) in self.limits.items():
+            node: Any = self
+            for part in dotted.split("."):
+                if not isinstance(node, BaseModel) or part not in type(node).model_fields or part == "limits":
+                    raise fields_error(f"limits: {dotted!r} is not a number field of the chip "
+                                       "(a dotted path such as cores.count or banks.rows)", {f"limits.{dotted}": [low, high]})
+                node = getattr(node, part)
+            if isinstance(node, bool) or not isinstance(node, (int, float)):
+                raise fields_error(f"limits: {dotted!r} is not a number field of the chip", {f"limits.{dotted}": [low, high]})
+            if not low <= high:
+                raise fields_error(f"limits: low {low} is above high {high}", {f"limits.{dotted}": [low, high]})
+            if not low <= node <= high:
+                raise fields_error(f"{dotted} must be in {low}..{high} (the chip's limits.{dotted})", {dotted: node})
         return self
 
     def ball(self, kind: str) -> Ball | None:

@@ -25,17 +25,50 @@ _ALLOWED_NODES = (
 FUNCTIONS = {"ceil": np.ceil, "floor": np.floor, "max": np.maximum, "min": np.minimum, "log2": np.log2}
 
 
+# Bounds that keep every formula's evaluation small: `9**9**9**9` or a 10,000-digit constant
+# would pass a syntax check and then hang whoever evaluates it (a sweep, the emulator).
+MAX_TEXT = 1000  # characters of a formula
+MAX_EXPONENT = 64  # a `**` exponent is a number constant of at most this size
+MAX_CONSTANT = 2 ** 63  # magnitude of a number constant
+
+
 class FormulaError(ValueError):
     """The text is not an arithmetic expression over the allowed names."""
+
+
+def _check_bounds(tree: ast.AST, text: str) -> None:
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Constant) and isinstance(node.value, (int, float)) and not isinstance(node.value, bool):
+            if abs(node.value) > MAX_CONSTANT or (isinstance(node.value, float) and not math.isfinite(node.value)):
+                shown = repr(node.value)
+                shown = shown if len(shown) <= 24 else f"{shown[:12]}…({len(shown)} digits)"
+                raise FormulaError(f"constant {shown} is too large in {text[:80]!r} (at most 2**63 in size)")
+        if isinstance(node, ast.BinOp) and isinstance(node.op, ast.Pow):
+            exponent = node.right
+            if isinstance(exponent, ast.UnaryOp) and isinstance(exponent.op, (ast.USub, ast.UAdd)):
+                exponent = exponent.operand
+            if not (isinstance(exponent, ast.Constant) and isinstance(exponent.value, (int, float))
+                    and abs(exponent.value) <= MAX_EXPONENT):
+                raise FormulaError(f"the exponent of {ast.unparse(node)!r} in {text!r} is not a number constant "
+                                   f"of at most {MAX_EXPONENT} (x**c with |c| <= {MAX_EXPONENT})")
+            if any(isinstance(n, ast.BinOp) and isinstance(n.op, ast.Pow) for n in ast.walk(node.left)):
+                raise FormulaError(f"a power of a power {ast.unparse(node)!r} in {text!r}: one ** per "
+                                   "term (write (x**a)**b as x**(a*b) with the product a constant)")
 
 
 @functools.lru_cache(maxsize=1024)
 def _check(text: str, names: frozenset, allow_strings: bool):
     """Parse and check once per distinct (text, names): configs repeat the same formulas."""
+    if not isinstance(text, str):
+        raise FormulaError(f"a formula is text, got {text!r}")
+    if len(text) > MAX_TEXT:
+        raise FormulaError(f"a formula of {len(text)} characters; allowed: at most {MAX_TEXT}")
     try:
         tree = ast.parse(text, mode="eval")
     except SyntaxError as exc:
         raise FormulaError(f"not an expression: {text!r} ({exc.msg})") from None
+    except (RecursionError, MemoryError, ValueError) as exc:  # nested too deep; a NUL byte
+        raise FormulaError(f"not an expression: {text[:60]!r}… ({type(exc).__name__})") from None
     for node in ast.walk(tree):
         if not isinstance(node, _ALLOWED_NODES):
             raise FormulaError(f"{type(node).__name__} is not allowed in {text!r}")
@@ -47,7 +80,11 @@ def _check(text: str, names: frozenset, allow_strings: bool):
         elif isinstance(node, ast.Constant) and not isinstance(node.value, (int, float)) and not (
                 allow_strings and isinstance(node.value, str)):
             raise FormulaError(f"constant {node.value!r} is not a number in {text!r}")
-    code = compile(tree, f"<formula {text}>", "eval")
+    _check_bounds(tree, text)
+    try:
+        code = compile(tree, f"<formula {text}>", "eval")
+    except (RecursionError, MemoryError) as exc:
+        raise FormulaError(f"not an expression: {text[:60]!r}… ({type(exc).__name__})") from None
     return code, frozenset(n.id for n in ast.walk(tree) if isinstance(n, ast.Name)) - set(FUNCTIONS)
 
 

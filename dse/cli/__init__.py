@@ -2,20 +2,63 @@
 
 Each module of this package is a command group with a `register(subparsers)` function;
 modules are found automatically, so a new command is a new file.
+
+`main()` is the CLI's edge, the one place that turns every way a command can end into an
+exit code and at most one line on stderr:
+
+- bad input (`InputError`, or a command line argparse refuses): the line names the file,
+  the field, the value and what is allowed; exit 2. With `--json` the same fields are
+  also printed on stdout as `{"error": {...}}`.
+- Ctrl-C (KeyboardInterrupt) anywhere, start-up included: "interrupted; rerun to resume",
+  exit 130.
+- a closed stdout (`dse show ... | head`): nothing more is written, exit 141 (128 + SIGPIPE,
+  what a shell reports for a tool ended by a closed pipe).
+- anything else is a bug: one line, with the path of a file holding the full traceback,
+  exit 1.
 """
 
 from __future__ import annotations
 
 import argparse
 import importlib
+import json
+import os
 import pkgutil
+import signal
 import sys
+import tempfile
+import time
+import traceback
 
 from ..errors import InputError
 
+EXIT_INPUT = InputError.exit_code
+EXIT_INTERRUPT = 130
+EXIT_PIPE = 141
+EXIT_INTERNAL = 1
+INTERRUPTED = "dse: interrupted; rerun to resume (what finished is recorded)"
+
+
+class UsageError(InputError):
+    """A command line argparse refuses, as an `InputError` (field: the command)."""
+
+    def __init__(self, prog: str, message: str):
+        super().__init__("(command line)", prog, message, f"see `{prog} --help`")
+        self.args = (f"{prog}: {message}; see `{prog} --help`",)
+
+    def __str__(self) -> str:
+        return self.args[0]
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse with its errors as `InputError`s: one line (no usage block), and JSON with --json."""
+
+    def error(self, message: str):  # noqa: D401 - argparse's hook
+        raise UsageError(self.prog, " ".join(message.split()))
+
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="dse", description="Design-space exploration for Buckyball-family chips")
+    parser = _Parser(prog="dse", description="Design-space exploration for Buckyball-family chips")
     sub = parser.add_subparsers(dest="command", required=True)
     for info in sorted(pkgutil.iter_modules(__path__), key=lambda m: m.name):
         if info.name.startswith("_") or info.name == "common":
@@ -25,13 +68,105 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+def one_line(text: str, limit: int = 2000) -> str:
+    """`text` on one line (newlines become spaces), cut to `limit` characters."""
+    line = " ".join(str(text).split())
+    return line if len(line) <= limit else line[: limit - 1] + "…"
+
+
+def _error_object(exc: InputError) -> dict:
+    value = exc.value
     try:
-        return args.func(args)
-    except InputError as exc:
-        print(f"dse: error: {exc}", file=sys.stderr)
-        return InputError.exit_code
+        json.dumps(value, allow_nan=False)
+    except (TypeError, ValueError):
+        value = repr(value)
+    return {"error": {"file": exc.file, "field": exc.field, "value": value, "allowed": exc.allowed,
+                      "message": one_line(str(exc))}}
+
+
+def _wants_json(argv: list[str]) -> bool:
+    return "--json" in argv
+
+
+def _print_json(obj: dict) -> None:
+    print(json.dumps(obj, default=str))
+
+
+def _traceback_file() -> str:
+    """Write the current exception's traceback to a file under the temp dir; its path."""
+    name = f"dse-crash-{time.strftime('%Y%m%d-%H%M%S')}-{os.getpid()}.txt"
+    path = os.path.join(tempfile.gettempdir(), name)
+    with open(path, "w", encoding="utf-8") as f:
+        f.write("dse " + " ".join(sys.argv[1:]) + "\n")
+        traceback.print_exc(file=f)
+    return path
+
+
+def _stdout_closed() -> int:
+    # Point stdout at /dev/null so the interpreter's last flush cannot raise again.
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+    except (OSError, ValueError):
+        pass
+    return EXIT_PIPE
+
+
+def _safe_stderr(line: str) -> None:
+    try:
+        print(line, file=sys.stderr, flush=True)
+    except (OSError, ValueError):
+        pass
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run one command; its exit code. `argv` None: the process's own command line (then a
+    Ctrl-C after the command has ended, while the interpreter shuts down, is ignored)."""
+    as_process = argv is None
+    try:
+        return _main(list(sys.argv[1:] if argv is None else argv))
+    finally:
+        if as_process:
+            try:
+                signal.signal(signal.SIGINT, signal.SIG_IGN)
+            except (ValueError, OSError):  # not the main thread
+                pass
+
+
+def _main(argv: list[str]) -> int:
+    as_json = _wants_json(argv)
+    try:
+        try:
+            args = build_parser().parse_args(argv)
+            code = args.func(args)
+            sys.stdout.flush()
+            return code
+        except InputError as exc:
+            if as_json:
+                _print_json(_error_object(exc))
+                sys.stdout.flush()
+            _safe_stderr("dse: error: " + one_line(str(exc)))
+            return EXIT_INPUT
+    except KeyboardInterrupt:
+        _safe_stderr(INTERRUPTED)
+        return EXIT_INTERRUPT
+    except BrokenPipeError:
+        return _stdout_closed()
+    except SystemExit:  # --help, or a command that exits itself
+        raise
+    except Exception as exc:  # noqa: BLE001 - the edge: a bug is one line and a traceback file
+        try:
+            where = f"full traceback in {_traceback_file()}"
+        except OSError as write_error:
+            where = f"could not write the traceback ({write_error})"
+        message = one_line(f"{type(exc).__name__}: {exc}", 500)
+        if as_json:
+            try:
+                _print_json({"error": {"message": message, "internal": True, "traceback": where}})
+            except (OSError, ValueError):
+                pass
+        _safe_stderr(f"dse: internal error: {message}; {where}; please report it")
+        return EXIT_INTERNAL
 
 
 if __name__ == "__main__":

@@ -6,6 +6,11 @@ import json
 
 from .common import parse_overrides
 
+# Bounds of the example program: each matrix at most MAX_DIM on a side, and at most
+# MAX_TILE_PRODUCTS tile products (a billion-row matmul would run for days, not fail).
+MAX_DIM = 8192
+MAX_TILE_PRODUCTS = 1 << 18
+
 
 def cmd_emulate(args) -> int:
     import numpy as np
@@ -19,6 +24,18 @@ def cmd_emulate(args) -> int:
     chip = load_chip(args.chip, parse_overrides(args.set), overrides_source="--set")
     M, N, K = args.size
     tm, tn, tk = args.tile
+    for flag, values in (("--size", args.size), ("--tile", args.tile)):
+        bad = [v for v in values if not 1 <= v <= MAX_DIM]
+        if bad:
+            raise InputError("(command line)", flag, bad[0], f"sizes 1..{MAX_DIM}")
+    if args.tile and any(t > d for t, d in zip(args.tile, args.size)):
+        raise InputError("(command line)", "--tile", args.tile, f"tiles no larger than the sizes {args.size}")
+    products = -(-M // tm) * -(-N // tn) * -(-K // tk)
+    if products > MAX_TILE_PRODUCTS:
+        raise InputError("(command line)", "--size/--tile", f"{args.size} / {args.tile}",
+                         f"at most {MAX_TILE_PRODUCTS:,} tile products (M/TM x N/TN x K/TK; these give {products:,})")
+    if not 1 <= args.cores <= chip.cores.count:
+        raise InputError("(command line)", "--cores", args.cores, f"1..{chip.cores.count} (cores of {chip.name})")
     try:
         prog = tiled_matmul(M, N, K, tm, tn, tk, cores=args.cores, layout=args.layout, dataflow=args.dataflow,
                             fence_after_mvout=not args.no_fence)

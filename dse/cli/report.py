@@ -2,8 +2,31 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from ..errors import InputError
 from .common import add_db_argument, open_store
+
+
+def _out_dir(out: str) -> Path:
+    """The output folder, made if need be: an existing file, or a place no folder can be
+    made (under /dev/null, no permission), is bad input."""
+    path = Path(out)
+    if path.exists() and not path.is_dir():
+        raise InputError(path, "--out", out, "an output folder (this is an existing file)")
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+    except OSError as error:
+        raise InputError(path, "--out", out, f"a folder that can be made ({error.strerror or error})") from None
+    return path
+
+
+def _written(write, *args, out: str, **kwargs):
+    try:
+        return write(*args, **kwargs)
+    except OSError as error:
+        where = error.filename or out
+        raise InputError(where, "--out", out, f"a writable output folder ({error.strerror or error})") from None
 
 
 def cmd_report(args) -> int:
@@ -11,7 +34,7 @@ def cmd_report(args) -> int:
 
     with open_store(args.db) as store:
         if args.history:
-            print(write_history(store, args.out).path)
+            print(_written(write_history, store, _out_dir(args.out), out=args.out).path)
             return 0
         if not args.experiment:
             raise InputError("dse report", "EXPERIMENT", None, "an experiment name or id, or --history")
@@ -25,7 +48,7 @@ def cmd_report(args) -> int:
         for flag, metric in (("--x", args.x), ("--y", args.y)):
             if metric is not None and metric not in METRICS:
                 raise InputError("dse report", flag, metric, "one of " + ", ".join(METRICS))
-        report = write_report(store, args.experiment, args.out, x=args.x, y=args.y)
+        report = _written(write_report, store, args.experiment, _out_dir(args.out), x=args.x, y=args.y, out=args.out)
     print(report.path)
     return 0
 

@@ -19,8 +19,10 @@ def cmd_sweep(args) -> int:
                            cluster=args.cluster)
     except KeyboardInterrupt:
         # Everything finished so far is recorded; runs in flight were marked crashed.
-        print("dse: interrupted; what finished is recorded; run the same command to resume", file=sys.stderr)
-        return 130
+        from . import EXIT_INTERRUPT, INTERRUPTED
+
+        print(INTERRUPTED, file=sys.stderr)
+        return EXIT_INTERRUPT
     counts = ", ".join(f"{v} {k}" for k, v in sorted(result.counts.items()))
     print(f"experiment '{result.name}' (id {result.experiment_id}): {result.evaluated} evaluated, "
           f"{result.resumed} already recorded; {counts}")

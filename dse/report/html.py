@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import base64
 import html as html_lib
+import re
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -32,9 +33,20 @@ def _fmt(v) -> str:
     return str(v)
 
 
+# Characters that make Markdown out of text: links and images ([x](y), ![](y)), emphasis,
+# code, headings, lists, tables. Each is shown as itself (a backslash escape).
+_MD_SPECIAL = re.compile(r"([\\`*_{}\[\]()#+!|~>-])")
+# Bare URLs that GitHub-flavoured Markdown links by itself: break the scheme's "//" and "www.".
+_MD_AUTOLINK = re.compile(r"(?i)(?<=:)//|\bwww\.")
+
+
 def _md(text) -> str:
-    """Markdown-safe text for a table cell or paragraph: HTML escaped, pipes and newlines kept inert."""
-    return html_lib.escape(str(text), quote=False).replace("|", "\\|").replace("\n", " ")
+    """Markdown-safe text for a table cell or paragraph: raw HTML escaped, Markdown syntax
+    (links, images, emphasis, code, pipes) backslash-escaped and bare URLs unlinked, newlines
+    kept inert, so user text shows as text and nothing in it is a live link."""
+    text = html_lib.escape(" ".join(str(text).splitlines()), quote=False)
+    text = _MD_SPECIAL.sub(r"\\\1", text)
+    return _MD_AUTOLINK.sub(lambda m: "\\/\\/" if m.group(0) == "//" else m.group(0)[:-1] + "\\.", text)
 
 
 def _md_code(text) -> str:

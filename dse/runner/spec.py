@@ -9,7 +9,6 @@ field, the value and what is allowed.
 from __future__ import annotations
 
 import hashlib
-import tomllib
 import typing
 from pathlib import Path
 from typing import Any, Literal
@@ -20,7 +19,7 @@ from emulator.chip import BallKind, ChipConfig
 from emulator.formula import Formula, FormulaError
 
 from ..chips import load_chip, override_chip
-from ..errors import InputError
+from ..errors import InputError, read_toml
 from ..mapping import Mapping, mapping_from_dict
 from ..workload import list_recipes, load_recipe
 from .space import BALL_SET_TARGET, Constraint, Knob, Space, ball_set
@@ -76,7 +75,7 @@ class Search(_Model):
     trials: int = Field(40, gt=0)  # new candidates a sampled (non-grid) search may propose
     wall_seconds: float | None = Field(None, gt=0)  # stop proposing after this long
     batch: int = Field(0, ge=0)  # candidates asked at once (0: chosen from sampler and workers)
-    seed: int = 0
+    seed: int = Field(0, ge=0, le=2 ** 32 - 1)  # the samplers' (numpy, Optuna) range
 
 
 class Stages(_Model):
@@ -176,11 +175,7 @@ def load_spec(path: str | Path) -> Spec:
     path = Path(path)
     if not path.is_file():
         raise InputError(path, "(file)", str(path), "an existing experiment spec TOML file")
-    text = path.read_text()
-    try:
-        data = tomllib.loads(text)
-    except tomllib.TOMLDecodeError as exc:
-        raise InputError(path, "(syntax)", str(exc), "valid TOML") from None
+    text, data = read_toml(path, "experiment spec TOML file")
     try:
         model = SpecModel.model_validate(data)
     except ValidationError as exc:
@@ -208,7 +203,45 @@ def load_spec(path: str | Path) -> Spec:
         _check_quantize_step(spec, "baseline.mapping.quantization", mapping.quantization)
     _check_knobs(spec)
     _check_metrics(spec)
+    _dry_run_expressions(spec)
+    _check_recipe_params(spec)
     return spec
+
+
+def _dry_run_expressions(spec: Spec) -> None:
+    """Every condition and constraint evaluated on the baseline's knob values, every
+    acceptance expression on metrics of 1: a division by zero or a comparison of a string
+    with a number is the spec's error, found before anything is written."""
+    import numpy as np
+
+    space = spec.space
+    values = space.full({})
+    checks = [(f"space[{i}].when", k.when, space._when_formulas[k.name], values)
+              for i, k in enumerate(spec.model.space) if k.when]
+    checks += [(f"constraints[{i}].expr", c.expr, f, values)
+               for i, (c, f) in enumerate(zip(space.constraints, space._constraint_formulas))]
+    names = set(METRICS) | {f"baseline_{m}" for m in METRICS}
+    checks += [(f"acceptance[{i}].expr", c.expr, Formula(c.expr, names), dict.fromkeys(names, 1.0))
+               for i, c in enumerate(spec.model.acceptance)]
+    for field, text, formula, args in checks:
+        try:
+            with np.errstate(all="ignore"):
+                bool(formula(**args))
+        except Exception as exc:  # noqa: BLE001 - any failure of a user's expression is the spec's
+            raise InputError(spec.path, field, text, "an expression that evaluates on the baseline's values "
+                             f"({type(exc).__name__}: {exc})") from None
+
+
+def _check_recipe_params(spec: Spec) -> None:
+    """The recipe built with the spec's params (load() and inputs()): a value it rejects is
+    the spec's error (`workload.params`), found before anything is written."""
+    from ..workload.recipes import instantiate
+
+    recipe = load_recipe(spec.model.workload.recipe)
+    try:
+        instantiate(recipe, **spec.model.workload.params)
+    except InputError as exc:
+        raise InputError(spec.path, f"workload.params ({exc.field})", spec.model.workload.params, exc.allowed) from None
 
 
 def _check_knobs(spec: Spec) -> None:

@@ -86,14 +86,37 @@ def _check_params(recipe: Recipe, params: dict[str, Any]) -> None:
 def instantiate(recipe: Recipe, **params: Any) -> tuple[torch.nn.Module, tuple]:
     """The recipe's module (`load(**params)`) and example inputs (`inputs(**params)`)."""
     _check_params(recipe, params)
-    try:
-        example_inputs = recipe.module.inputs(**params)
-        module = recipe.module.load(**params)
-    except (TypeError, ValueError) as error:  # a parameter value the model rejects
-        raise InputError(recipe.path, "workload.params", params, f"values load() and inputs() accept: {error}") from error
+    example_inputs = _call(recipe, "inputs", params)
+    module = _call(recipe, "load", params)
     if isinstance(example_inputs, torch.Tensor):  # a lone tensor is one input, not a tuple of rows
         example_inputs = (example_inputs,)
+    if not isinstance(example_inputs, (tuple, list)) or not all(
+            isinstance(x, torch.Tensor) for x in example_inputs):
+        raise InputError(recipe.path, f"recipe {recipe.name}: inputs()", _kind(example_inputs),
+                         "a tensor or a tuple of tensors (the model's example inputs)")
+    if not isinstance(module, torch.nn.Module):
+        raise InputError(recipe.path, f"recipe {recipe.name}: load()", _kind(module), "a torch.nn.Module")
     return module, tuple(example_inputs)
+
+
+def _call(recipe: Recipe, attr: str, params: dict[str, Any]) -> Any:
+    """`recipe.module.<attr>(**params)`; whatever it raises is the recipe's (or its
+    parameters') error: one `InputError` naming the recipe, the function and the error."""
+    try:
+        return getattr(recipe.module, attr)(**params)
+    except KeyboardInterrupt:
+        raise
+    except Exception as error:  # noqa: BLE001 - the recipe is user code: any failure is its input's
+        what = "values it accepts" if isinstance(error, (TypeError, ValueError)) else "a call that succeeds"
+        message = " ".join(f"{type(error).__name__}: {error}".split())[:300]
+        raise InputError(recipe.path, f"recipe {recipe.name}: {attr}(**workload.params)", params,
+                         f"{what} ({message})") from error
+
+
+def _kind(value: Any) -> str:
+    if isinstance(value, (tuple, list)):
+        return f"{type(value).__name__} of " + ", ".join(sorted({type(x).__name__ for x in value}) or ["nothing"])
+    return type(value).__name__
 
 
 def capture_recipe(name_or_path: str | Path, **params: Any) -> Graph:
