@@ -80,7 +80,7 @@ def override_chip(chip: ChipConfig, overrides: Mapping[str, Any], source: str | 
 
 def overridden_data(chip: ChipConfig, overrides: Mapping[str, Any], source: str | Path) -> dict:
     """The chip's data with dotted-path overrides set, not yet validated."""
-    return set_dotted(copy.deepcopy(chip.model_dump(mode="json")), overrides, source)
+    return set_dotted(copy.deepcopy(chip.data_with_limits()), overrides, source)
 
 
 def set_dotted(data: dict, overrides: Mapping[str, Any], source: str | Path) -> dict:

@@ -257,12 +257,18 @@ class ChipConfig(_Strict):
     limits: dict[str, tuple[int | FiniteFloat, int | FiniteFloat]] = {}
 
     @model_serializer(mode="wrap")
-    def _without_empty_limits(self, handler):
-        # A chip that declares no ranges dumps (and hashes) as it did before ranges existed.
+    def _without_limits(self, handler, info):
+        # The ranges check a config; they are not part of what the chip is. Dumps (and so
+        # hashes, candidate identities and records) leave them out unless asked with
+        # context={"with_limits": True}: declaring a range changes no stored identity.
         data = handler(self)
-        if isinstance(data, dict) and not data.get("limits"):
+        if isinstance(data, dict) and not (data.get("limits") and (info.context or {}).get("with_limits")):
             data.pop("limits", None)
         return data
+
+    def data_with_limits(self) -> dict:
+        """The chip's plain data with its declared ranges: what an override is checked against."""
+        return self.model_dump(mode="json", context={"with_limits": True})
 
     @field_validator("balls")
     @classmethod

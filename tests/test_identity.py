@@ -50,3 +50,16 @@ def test_a_chip_knob_copy_shares_only_the_sections_it_does_not_set():
     set_dotted(data, {"dma.latency_cycles": 7}, "spec.toml")
     assert base["dma"]["latency_cycles"] != 7 and data["banks"] is base["banks"]
     assert parts.text(data, {"dma"}) == canonical_json(data)
+
+
+def test_declared_ranges_are_not_part_of_a_chips_identity():
+    """goban declares cores.count in 1..64: the range is checked on every load and override
+    but left out of dumps, hashes and records, so declaring it changed no identity."""
+    from dse.chips import chip_hash
+    from emulator.chip import chip_from_dict
+
+    chip = load_chip("goban")
+    assert chip.limits and "limits" in chip.data_with_limits() and "limits" not in chip.model_dump(mode="json")
+    plain = chip_from_dict(chip.model_dump(mode="json"))
+    assert not plain.limits and chip_hash(plain) == chip_hash(chip)
+    assert Candidate(plain, Mapping()).hash == Candidate(chip, Mapping()).hash

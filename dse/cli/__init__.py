@@ -124,13 +124,17 @@ def main(argv: list[str] | None = None) -> int:
     Ctrl-C after the command has ended, while the interpreter shuts down, is ignored)."""
     as_process = argv is None
     try:
-        return _main(list(sys.argv[1:] if argv is None else argv))
-    finally:
-        if as_process:
-            try:
-                signal.signal(signal.SIGINT, signal.SIG_IGN)
-            except (ValueError, OSError):  # not the main thread
-                pass
+        try:
+            return _main(list(sys.argv[1:] if argv is None else argv))
+        finally:
+            if as_process:
+                try:
+                    signal.signal(signal.SIGINT, signal.SIG_IGN)
+                except (ValueError, OSError):  # not the main thread
+                    pass
+    except KeyboardInterrupt:  # a Ctrl-C that reached here while the first one was handled
+        _safe_stderr(INTERRUPTED)
+        return EXIT_INTERRUPT
 
 
 def _main(argv: list[str]) -> int:

@@ -18,7 +18,7 @@ def cmd_chips(args) -> int:
                   f"{c.private_sram_bytes:>10,}  {','.join(b.kind for b in c.balls)}  {chip_hash(c)[:12]}")
     elif args.action == "show":
         c = load_chip(args.name, parse_overrides(args.set), overrides_source="--set")
-        print(json.dumps(c.model_dump(mode="json"), indent=2))
+        print(json.dumps(c.data_with_limits(), indent=2))
         print(f"hash: {chip_hash(c)}")
     else:  # validate
         c = load_chip(args.name)

@@ -115,6 +115,7 @@ class Sweep:
         self._chips: dict[tuple, Any] = {}
         self._chip_knobs = [k.name for k in spec.model.space if k.target.startswith("chip.")]
         self._baseline_config = CanonicalParts(self.baseline_data["config"])
+        self._chip_limits = spec.baseline_chip.data_with_limits().get("limits")
         self._mappings: dict[tuple, Any] = {}
         self.stop_requested = False
         self._inline_executor = InlineExecutor(self.executor.work) if isinstance(self.executor, PoolExecutor) else None
@@ -138,7 +139,11 @@ class Sweep:
             text = self._baseline_config.text(data, sections)
             if chip_over:
                 try:
-                    chip = validate_chip_text(text, data, self.spec.path, field_prefix="chip.")
+                    checked, checked_text = data, text
+                    if self._chip_limits:  # the baseline's declared ranges bound the knobs too
+                        checked = {**data, "limits": self._chip_limits}
+                        checked_text = self._baseline_config.text(checked, sections | {"limits"})
+                    chip = validate_chip_text(checked_text, checked, self.spec.path, field_prefix="chip.")
                     dumped = chip.model_dump(mode="json")
                     if dumped != data:  # validation normalised a value (an int given for a float): its form
                         data, text = dumped, canonical_json(dumped)
