@@ -103,3 +103,20 @@ def test_clamp_family_activations_match_pytorch_bit_for_bit():
     values = graph.trace(x)
     for name, want in zip(graph.outputs, model(x)):
         assert torch.equal(values[name], want), name
+
+
+def test_a_model_whose_forward_raises_is_one_line_naming_the_recipe(tmp_path):
+    import pytest
+
+    from dse.errors import InputError
+    from dse.frontend import run_pipeline
+
+    folder = tmp_path / "broken"
+    folder.mkdir()
+    (folder / "model.py").write_text(
+        "import torch\n\n\nclass M(torch.nn.Module):\n    def forward(self, x):\n        return x @ torch.ones(3, 2)\n\n\n"
+        "def load():\n    return M().eval()\n\n\ndef inputs():\n    return (torch.ones(2, 5),)\n")
+    with pytest.raises(InputError) as caught:
+        run_pipeline(folder)
+    message = str(caught.value)
+    assert "recipe broken" in message and "forward" in message and "RuntimeError" in message and "\n" not in message

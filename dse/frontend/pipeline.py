@@ -28,7 +28,7 @@ from dse.frontend.rewrite import StepError
 from dse.frontend.steps import FLOAT_TOLERANCE, StepSpec, load_steps
 from dse.workload.capture import capture, flat_outputs
 from dse.workload.graph import Graph, dtype_name
-from dse.workload.recipes import Recipe, instantiate, load_recipe
+from dse.workload.recipes import Recipe, instantiate, load_recipe, run_module
 
 
 @dataclass
@@ -178,8 +178,7 @@ def run_pipeline(recipe: str | Path | Recipe, params: dict[str, Any] | None = No
     params = dict(params or {})
     steps = load_steps(recipe.path.parent) if steps is None else list(steps)
     module, inputs = instantiate(recipe, **params)
-    with torch.no_grad():
-        expected = flat_outputs(module(*inputs))
+    expected = flat_outputs(run_module(recipe, module, inputs))
     ctx = Context(recipe, module, inputs, expected, params)
     out = Path(out_dir) if out_dir is not None else None
     if out is not None:

@@ -110,12 +110,11 @@ def prepare_recipe(recipe: str | Path, params: dict | None = None, steps=None) -
         failed = next(s for s in pipe.stages if not s.passed)
         return Prepared(pipe.recipe, pipe, pipe.graph, [], None, FLOAT_TOLERANCE, "float",
                         f"frontend stage {failed.name} failed: {failed.error}")
-    module, inputs = instantiate(load_recipe(recipe), **(params or {}))
-    import torch
-
+    loaded = load_recipe(recipe)
+    module, inputs = instantiate(loaded, **(params or {}))
     from ..workload.capture import flat_outputs
-    with torch.no_grad():
-        expected = flat_outputs(module(*inputs))
+    from ..workload.recipes import run_module
+    expected = flat_outputs(run_module(loaded, module, inputs))
     graph = pipe.graph
     quantized = any(s.quantized for s in pipe.stages)
     tolerance = max(s.tolerance for s in pipe.stages)

@@ -99,6 +99,20 @@ def instantiate(recipe: Recipe, **params: Any) -> tuple[torch.nn.Module, tuple]:
     return module, tuple(example_inputs)
 
 
+def run_module(recipe: Recipe, module: torch.nn.Module, inputs: tuple) -> Any:
+    """The module on its example inputs (PyTorch's reference); a forward that raises is the
+    recipe's error: one `InputError` naming the recipe and the error."""
+    try:
+        with torch.no_grad():
+            return module(*inputs)
+    except KeyboardInterrupt:
+        raise
+    except Exception as error:  # noqa: BLE001 - the model is user code
+        message = " ".join(f"{type(error).__name__}: {error}".split())[:300]
+        raise InputError(recipe.path, f"recipe {recipe.name}: the model's forward on inputs()", message,
+                         "a model whose forward runs on its example inputs") from error
+
+
 def _call(recipe: Recipe, attr: str, params: dict[str, Any]) -> Any:
     """`recipe.module.<attr>(**params)`; whatever it raises is the recipe's (or its
     parameters') error: one `InputError` naming the recipe, the function and the error."""
