@@ -41,9 +41,17 @@ MODELS = {
                                                      vocab_size=64)),
     "vit": ("ViTConfig", "ViTModel", dict(num_hidden_layers=1, hidden_size=32, num_attention_heads=2,
                                           intermediate_size=64, image_size=16, patch_size=8, num_channels=3)),
+    "resnet": ("ResNetConfig", "ResNetModel", dict(embedding_size=16, hidden_sizes=[16, 32], depths=[1, 1],
+                                                  num_channels=3)),
+    "convnext": ("ConvNextConfig", "ConvNextModel", dict(num_stages=2, hidden_sizes=[16, 32], depths=[1, 1],
+                                                        num_channels=3)),
+    "regnet": ("RegNetConfig", "RegNetModel", dict(embedding_size=16, hidden_sizes=[16, 32], depths=[1, 1],
+                                                  groups_width=8, num_channels=3)),
 }
 TOKENS = "torch.randint(0, 64, (1, 8), generator=torch.Generator().manual_seed(1))"
-INPUTS = {"vit": "torch.randn(1, 3, 16, 16, generator=torch.Generator().manual_seed(1))"}
+PIXELS = "torch.randn(1, 3, 32, 32, generator=torch.Generator().manual_seed(1))"
+INPUTS = {"vit": "torch.randn(1, 3, 16, 16, generator=torch.Generator().manual_seed(1))",
+          **{name: PIXELS for name in ("resnet", "convnext", "regnet")}}
 
 RECIPE = '''"""{name}: transformers' {model} from a tiny config, random weights."""
 import torch
