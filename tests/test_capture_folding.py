@@ -120,3 +120,25 @@ def test_a_model_whose_forward_raises_is_one_line_naming_the_recipe(tmp_path):
         run_pipeline(folder)
     message = str(caught.value)
     assert "recipe broken" in message and "forward" in message and "RuntimeError" in message and "\n" not in message
+
+
+class PadIndex(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.table = nn.Parameter(torch.randn(7, 3, generator=torch.Generator().manual_seed(3)))
+        self.register_buffer("rel", torch.tensor([[0, 6, 2], [3, 3, 1]]))
+
+    def forward(self, x):  # x: (1, 2, 4, 4)
+        bias = self.table[self.rel]  # a parameter indexed by a constant table: (2, 3, 3)
+        padded = nn.functional.pad(x, (1, 2, 0, 1), value=0.5)
+        return padded.sum() + bias.sum(-1), padded
+
+
+def test_constant_pad_and_index_by_constant_tables_match_pytorch():
+    model = PadIndex().eval()
+    x = torch.randn(1, 2, 4, 4, generator=torch.Generator().manual_seed(4))
+    graph = capture(model, x, name="padindex")
+    assert {"pad", "index"} <= {op.kind for op in graph.ops}
+    values = graph.trace(x)
+    for name, want in zip(graph.outputs, model(x)):
+        assert torch.equal(values[name], want), name

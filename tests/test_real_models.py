@@ -47,11 +47,15 @@ MODELS = {
                                                         num_channels=3)),
     "regnet": ("RegNetConfig", "RegNetModel", dict(embedding_size=16, hidden_sizes=[16, 32], depths=[1, 1],
                                                   groups_width=8, num_channels=3)),
+    "mobilenet_v2": ("MobileNetV2Config", "MobileNetV2Model", dict(depth_multiplier=0.35, image_size=32,
+                                                                  num_channels=3)),
+    "swin": ("SwinConfig", "SwinModel", dict(image_size=32, patch_size=4, embed_dim=16, depths=[1, 1],
+                                            num_heads=[2, 2], window_size=4, num_channels=3)),
 }
 TOKENS = "torch.randint(0, 64, (1, 8), generator=torch.Generator().manual_seed(1))"
 PIXELS = "torch.randn(1, 3, 32, 32, generator=torch.Generator().manual_seed(1))"
 INPUTS = {"vit": "torch.randn(1, 3, 16, 16, generator=torch.Generator().manual_seed(1))",
-          **{name: PIXELS for name in ("resnet", "convnext", "regnet")}}
+          **{name: PIXELS for name in ("resnet", "convnext", "regnet", "mobilenet_v2", "swin")}}
 
 RECIPE = '''"""{name}: transformers' {model} from a tiny config, random weights."""
 import torch

@@ -207,6 +207,29 @@ def _leaky_relu(node: Node) -> _Lowered:
     return _Lowered("leaky_relu", [node.args[0]], {"negative_slope": float(_arg(node, 1, "negative_slope", 0.01))})
 
 
+def _pad(node: Node) -> _Lowered | _Unsupported:
+    """Constant padding: F.pad's list (last dim first, (before, after) each) and value."""
+    pad = [int(v) for v in node.args[1]]
+    name = str(node.target).removeprefix("aten.")
+    if name.startswith("pad.") and _arg(node, 2, "mode", "constant") != "constant":
+        return _Unsupported(f"pad mode {_arg(node, 2, 'mode')!r}; only 'constant'")
+    value = _arg(node, 3 if name.startswith("pad.") else 2, "value", 0.0)
+    if value is None:
+        value = 0.0
+    if any(v < 0 for v in pad):
+        return _Unsupported("negative padding (a crop)")
+    return _Lowered("pad", [node.args[0]], {"pad": pad, "value": float(value)})
+
+
+def _index(node: Node) -> _Lowered | None:
+    """x[i0, i1, ...] with index tensors (aten.index.Tensor); a None index keeps its axis."""
+    x, indices = node.args[0], list(node.args[1])
+    if not all(i is None or isinstance(i, Node) for i in indices):
+        return None
+    present = [k for k, i in enumerate(indices) if i is not None]
+    return _Lowered("index", [x] + [indices[k] for k in present], {"positions": present, "rank": len(indices)})
+
+
 def _where(node: Node) -> _Lowered | None:
     """where(cond, a, b); a scalar a or b is kept in the attrs (as aten's Scalar overloads)."""
     operands = list(node.args[:3])
@@ -601,6 +624,8 @@ _HANDLER_NAMES: dict[str, _Handler] = {
     **{name: _split for name in _SPLITS},
     **{name: _where for name in ("where.self", "where.ScalarSelf", "where.ScalarOther", "where.Scalar")},
     **{name: _masked_fill for name in ("masked_fill.Scalar", "masked_fill.Tensor")},
+    **{name: _pad for name in ("constant_pad_nd.default", "pad.default")},
+    "index.Tensor": _index,
     "scaled_dot_product_attention.default": _sdpa,
     **{name: _same_dtype_copy for name in ("_to_copy.default", "to.dtype", "to.dtype_layout", "to.device")},
 }
@@ -623,7 +648,7 @@ _KEEP_WHOLE = ("linear.default", "matmul.default", "gelu.default", "silu.default
                "conv2d.default", "conv1d.padding", "conv2d.padding", "layer_norm.default", "softmax.int",
                "scaled_dot_product_attention.default", "max_pool2d.default", "adaptive_avg_pool2d.default",
                "stack.default", "hardtanh.default", "relu6.default", "hardswish.default", "hardsigmoid.default",
-               "mish.default", "leaky_relu.default", *_SPLITS)
+               "mish.default", "leaky_relu.default", "pad.default", *_SPLITS)
 
 
 def _decomposition_table() -> dict:

@@ -49,7 +49,7 @@ REDUCE_KINDS = ("mean", "sum")
 POOL_KINDS = ("max_pool2d", "avg_pool2d")
 LAYOUT_KINDS = ("reshape", "permute")
 VIEW_KINDS = ("reshape", "expand", "slice", "select")  # no data moves: descriptors only
-DATA_KINDS = ("cat", "stack", "embedding")
+DATA_KINDS = ("cat", "stack", "embedding", "pad", "index")
 ATTENTION_KINDS = ("sdpa",)
 CHOICE_KINDS = ("where",)  # elementwise choice by a bool mask
 QUANT_KINDS = ("quantize", "requantize", "dequantize")
@@ -365,6 +365,17 @@ def _run_binary(op: Op, args: list[torch.Tensor]) -> torch.Tensor:
     return _BINARY[op.kind](a, b)
 
 
+def _run_index(op: Op, args: list[torch.Tensor]) -> torch.Tensor:
+    indices: list[Any] = [None] * op.attrs["rank"]
+    for k, index in zip(op.attrs["positions"], args[1:]):
+        indices[k] = index
+    return torch.ops.aten.index.Tensor(args[0], indices)
+
+
+def _run_pad(op: Op, args: list[torch.Tensor]) -> torch.Tensor:
+    return F.pad(args[0], op.attrs["pad"], mode="constant", value=op.attrs["value"])
+
+
 def _run_where(op: Op, args: list[torch.Tensor]) -> torch.Tensor:
     operands: list[Any] = list(args)
     for index, value in op.attrs.get("scalars", []):
@@ -526,6 +537,8 @@ INTERPRETERS: dict[str, Callable[[Op, list[torch.Tensor]], torch.Tensor]] = {
     "embedding": _run_embedding,
     "sdpa": _run_sdpa,
     "where": _run_where,
+    "pad": _run_pad,
+    "index": _run_index,
     "reshape": _run_reshape,
     "expand": _run_expand,
     "permute": _run_permute,
