@@ -266,6 +266,16 @@ class ChipConfig(_Strict):
             data.pop("limits", None)
         return data
 
+    def with_sections(self, **sections: BaseModel) -> "ChipConfig":
+        """A copy with whole sections (``dma``, ``banks``, ...) replaced by sections already
+        validated on their own; the chip-wide checks (its "after" model validators) run
+        again. A sweep over a few section values builds its many chips this way."""
+        chip = self.model_copy(update=sections)
+        for name, decorator in type(self).__pydantic_decorators__.model_validators.items():
+            if decorator.info.mode == "after":
+                getattr(chip, name)()
+        return chip
+
     def data_with_limits(self) -> dict:
         """The chip's plain data with its declared ranges: what an override is checked against."""
         return self.model_dump(mode="json", context={"with_limits": True})

@@ -38,6 +38,8 @@ def burst_groups(nrows: int, last: int, col: int, contiguous: bool, burst_beats:
 def bursts(lines, col, strided, burst_beats):
     """DRAM bursts of a transfer of `lines` beats into `col`-wide bank rows (every argument
     broadcasts; `strided`: one DRAM run a bank row)."""
+    if strided is False:  # one contiguous run: the common case, without the per-row arrays
+        return -(-np.asarray(lines, dtype=np.int64) // burst_beats)
     lines, col = np.asarray(lines, dtype=np.int64), np.asarray(col, dtype=np.int64)
     nrows = -(-lines // col)
     last = lines - (nrows - 1) * col
@@ -49,6 +51,8 @@ def bursts(lines, col, strided, burst_beats):
 def transfer_cycles(lines, col, strided, burst_beats, parallel_bursts, latency_cycles):
     """Latency of one MVIN / MVOUT on an idle bus: ``ceil(bursts / parallel_bursts) *
     latency_cycles + lines`` (0 for an empty transfer). Every argument broadcasts."""
-    lines = np.asarray(lines, dtype=np.int64)
     n = bursts(lines, col, strided, burst_beats)
-    return np.where(lines > 0, -(-n // parallel_bursts) * latency_cycles + lines, 0)
+    cycles = -(-n // parallel_bursts) * latency_cycles + lines
+    if isinstance(lines, (int, np.integer)):
+        return cycles if lines > 0 else 0 * cycles
+    return np.where(np.asarray(lines) > 0, cycles, 0)

@@ -25,6 +25,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from pydantic import BaseModel
 from tqdm import tqdm
 
 import emulator
@@ -116,6 +117,7 @@ class Sweep:
         self._chip_knobs = [k.name for k in spec.model.space if k.target.startswith("chip.")]
         self._baseline_config = CanonicalParts(self.baseline_data["config"])
         self._chip_limits = spec.baseline_chip.data_with_limits().get("limits")
+        self._sections: dict[tuple[str, str], Any] = {}  # (section, its canonical JSON) -> validated section
         self._mappings: dict[tuple, Any] = {}
         self.stop_requested = False
         self._inline_executor = InlineExecutor(self.executor.work) if isinstance(self.executor, PoolExecutor) else None
@@ -138,12 +140,14 @@ class Sweep:
             chip = None
             text = self._baseline_config.text(data, sections)
             if chip_over:
+                chip = self._chip_from_sections(data, sections)
                 try:
-                    checked, checked_text = data, text
-                    if self._chip_limits:  # the baseline's declared ranges bound the knobs too
-                        checked = {**data, "limits": self._chip_limits}
-                        checked_text = self._baseline_config.text(checked, sections | {"limits"})
-                    chip = validate_chip_text(checked_text, checked, self.spec.path, field_prefix="chip.")
+                    if chip is None:  # the full validation: a knob outside a section, or an error to name
+                        checked, checked_text = data, text
+                        if self._chip_limits:  # the baseline's declared ranges bound the knobs too
+                            checked = {**data, "limits": self._chip_limits}
+                            checked_text = self._baseline_config.text(checked, sections | {"limits"})
+                        chip = validate_chip_text(checked_text, checked, self.spec.path, field_prefix="chip.")
                     dumped = chip.model_dump(mode="json")
                     if dumped != data:  # validation normalised a value (an int given for a float): its form
                         data, text = dumped, canonical_json(dumped)
@@ -153,6 +157,32 @@ class Sweep:
                 remember_chip(text, chip)
             hit = self._chips[key] = (data, text, why)
         return hit
+
+    def _chip_from_sections(self, data: dict, sections: set[str]):
+        """The candidate's chip from the baseline's with the knob-set sections replaced, each
+        section validated once per distinct value (a sweep over chip knobs has many chips
+        but few values of each section); None when a knob sets something else than a
+        section or any check fails (the full validation then names the error)."""
+        baseline = self.spec.baseline_chip
+        fields = type(baseline).model_fields
+        replaced = {}
+        for name in sections:
+            model = fields[name].annotation if name in fields else None
+            if not (isinstance(model, type) and issubclass(model, BaseModel)):
+                return None
+            key = (name, canonical_json(data[name]))
+            if key not in self._sections:
+                try:
+                    self._sections[key] = model.model_validate_json(key[1])
+                except ValueError:
+                    self._sections[key] = None
+            if self._sections[key] is None:
+                return None
+            replaced[name] = self._sections[key]
+        try:
+            return baseline.with_sections(**replaced)
+        except ValueError:
+            return None
 
     def _mapping_for(self, params: dict) -> tuple[dict, str, str]:
         """(mapping data, its canonical JSON, why it is invalid or '') once per distinct
