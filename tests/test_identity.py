@@ -63,3 +63,64 @@ def test_declared_ranges_are_not_part_of_a_chips_identity():
     plain = chip_from_dict(chip.model_dump(mode="json"))
     assert not plain.limits and chip_hash(plain) == chip_hash(chip)
     assert Candidate(plain, Mapping()).hash == Candidate(chip, Mapping()).hash
+
+
+SECTION_SPEC = """
+[experiment]
+name = "sections"
+hypothesis = "chip knobs"
+
+[workload]
+recipe = "mlp"
+params = { batch = 8 }
+
+[baseline]
+chip = "goban"
+
+[[space]]
+name = "burst"
+target = "chip.dma.burst_max_bytes"
+values = [64, 80, 256]
+
+[[space]]
+name = "beat"
+target = "chip.dma.beat_bytes"
+values = [16, 32]
+
+[[space]]
+name = "rows"
+target = "chip.banks.rows"
+values = [256, 1024]
+
+[[objectives]]
+metric = "latency_cycles"
+
+[search]
+sampler = "grid"
+"""
+
+
+def test_chips_built_from_validated_sections_record_what_full_validation_records(tmp_path, monkeypatch):
+    """The sweep's fast path (sections validated once, chip-wide checks again) and the full
+    validation of every candidate chip give the same candidates, outcomes and reasons,
+    invalid combinations (an 80-byte burst of 32-byte beats) included."""
+    from dse.records import Store
+    from dse.runner import Sweep, load_spec
+    from dse.runner import sweep as sweep_module
+    from dse.runner.execution import make_executor
+    from dse.runner.stages import analytical_graph
+
+    graph = analytical_graph("mlp", {"batch": 8})
+    path = tmp_path / "s.toml"
+    path.write_text(SECTION_SPEC)
+    recorded = []
+    for fast in (True, False):
+        if not fast:
+            monkeypatch.setattr(sweep_module.Sweep, "_chip_from_sections", lambda self, data, sections: None)
+        with Store(tmp_path / f"r{fast}.db") as store:
+            Sweep(load_spec(path), graph, store, make_executor(graph, 1), progress=False).run()
+            cands = store.candidates("sections").sort_values("hash")
+            runs = store.runs("sections").merge(cands[["id", "hash"]], left_on="candidate_id", right_on="id")
+            recorded.append(sorted(zip(runs["hash"], runs["status"], runs["reason"].fillna(""))))
+    assert recorded[0] == recorded[1]
+    assert sum(status == "infeasible" and "beat_bytes" in reason for _, status, reason in recorded[0]) == 2
