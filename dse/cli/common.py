@@ -66,12 +66,8 @@ def open_store(db: str | None):
 
 
 def _shown(db: str) -> str:
-    """`db` with any password masked."""
-    if "://" not in db:
-        return db
-    try:
-        from sqlalchemy.engine import make_url
+    """`db` with any password masked (`dse.records.opening.shown`, imported when needed:
+    commands that never open a store do not load SQLAlchemy)."""
+    from ..records.opening import shown
 
-        return make_url(db).render_as_string(hide_password=True)
-    except Exception:  # noqa: BLE001 - an unparseable URL is shown as typed
-        return db
+    return shown(db)
