@@ -142,3 +142,28 @@ def test_constant_pad_and_index_by_constant_tables_match_pytorch():
     values = graph.trace(x)
     for name, want in zip(graph.outputs, model(x)):
         assert torch.equal(values[name], want), name
+
+
+class VisionOps(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.norm = nn.GroupNorm(2, 4)
+
+    def forward(self, x):  # x: (1, 4, 5, 6)
+        y = self.norm(x)
+        up = nn.functional.interpolate(y, scale_factor=2, mode="nearest")
+        smooth = nn.functional.interpolate(y, size=(7, 9), mode="bilinear", align_corners=False)
+        shifted = torch.roll(y, shifts=(1, -2), dims=(2, 3))
+        return up, smooth, shifted, y.amax(dim=(2, 3)), y.amin(dim=1, keepdim=True)
+
+
+def test_group_norm_upsampling_roll_and_max_min_match_pytorch_bit_for_bit():
+    model = VisionOps().eval()
+    with torch.no_grad():
+        model.norm.weight.uniform_(0.5, 1.5, generator=torch.Generator().manual_seed(5))
+    x = torch.randn(1, 4, 5, 6, generator=torch.Generator().manual_seed(6))
+    graph = capture(model, x, name="vision")
+    assert {"group_norm", "upsample", "roll", "amax", "amin"} <= {op.kind for op in graph.ops}
+    values = graph.trace(x)
+    for name, want in zip(graph.outputs, model(x)):
+        assert torch.equal(values[name], want), name

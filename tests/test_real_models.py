@@ -51,11 +51,19 @@ MODELS = {
                                                                   num_channels=3)),
     "swin": ("SwinConfig", "SwinModel", dict(image_size=32, patch_size=4, embed_dim=16, depths=[1, 1],
                                             num_heads=[2, 2], window_size=4, num_channels=3)),
+    "mobilevit": ("MobileViTConfig", "MobileViTModel", dict(image_size=32, hidden_sizes=[16, 24, 32],
+                                                           neck_hidden_sizes=[8, 8, 16, 16, 24, 32, 64],
+                                                           num_channels=3)),
+    "wav2vec2": ("Wav2Vec2Config", "Wav2Vec2Model", dict(hidden_size=32, num_hidden_layers=1, num_attention_heads=2,
+                                                        intermediate_size=64, conv_dim=(16, 16), conv_stride=(5, 2),
+                                                        conv_kernel=(10, 3), num_conv_pos_embeddings=8,
+                                                        num_conv_pos_embedding_groups=4)),
 }
 TOKENS = "torch.randint(0, 64, (1, 8), generator=torch.Generator().manual_seed(1))"
 PIXELS = "torch.randn(1, 3, 32, 32, generator=torch.Generator().manual_seed(1))"
 INPUTS = {"vit": "torch.randn(1, 3, 16, 16, generator=torch.Generator().manual_seed(1))",
-          **{name: PIXELS for name in ("resnet", "convnext", "regnet", "mobilenet_v2", "swin")}}
+          **{name: PIXELS for name in ("resnet", "convnext", "regnet", "mobilenet_v2", "swin", "mobilevit")},
+          "wav2vec2": "torch.randn(1, 400, generator=torch.Generator().manual_seed(1))"}
 
 RECIPE = '''"""{name}: transformers' {model} from a tiny config, random weights."""
 import torch

@@ -230,6 +230,26 @@ def _index(node: Node) -> _Lowered | None:
     return _Lowered("index", [x] + [indices[k] for k in present], {"positions": present, "rank": len(indices)})
 
 
+def _group_norm(node: Node) -> _Lowered | None:
+    x, groups = node.args[0], int(node.args[1])
+    weight, bias = _arg(node, 2, "weight"), _arg(node, 3, "bias")
+    inputs = [x] + [t for t in (weight, bias) if isinstance(t, Node)]
+    return _Lowered("group_norm", inputs, {"num_groups": groups, "eps": float(_arg(node, 4, "eps", 1e-5)),
+                                           "has_weight": isinstance(weight, Node), "has_bias": isinstance(bias, Node)})
+
+
+def _roll(node: Node) -> _Lowered:
+    return _Lowered("roll", [node.args[0]], {"shifts": _ints(node.args[1], 1), "dims": _ints(_arg(node, 2, "dims", []), 1)})
+
+
+def _upsample(node: Node) -> _Lowered:
+    """Nearest / bilinear upsampling, kept as the aten op it is (its arguments as given: the
+    source index of an output pixel depends on whether a size or a scale was given)."""
+    name = str(node.target).removeprefix("aten.")
+    args = [list(a) if isinstance(a, (list, tuple)) else a for a in node.args[1:]]
+    return _Lowered("upsample", [node.args[0]], {"aten": name, "args": args})
+
+
 def _where(node: Node) -> _Lowered | None:
     """where(cond, a, b); a scalar a or b is kept in the attrs (as aten's Scalar overloads)."""
     operands = list(node.args[:3])
@@ -626,6 +646,11 @@ _HANDLER_NAMES: dict[str, _Handler] = {
     **{name: _masked_fill for name in ("masked_fill.Scalar", "masked_fill.Tensor")},
     **{name: _pad for name in ("constant_pad_nd.default", "pad.default")},
     "index.Tensor": _index,
+    "group_norm.default": _group_norm,
+    "roll.default": _roll,
+    **{name: _upsample for name in ("upsample_nearest2d.vec", "upsample_bilinear2d.vec", "upsample_nearest1d.vec")},
+    "amax.default": _reduce("amax"),
+    "amin.default": _reduce("amin"),
     "scaled_dot_product_attention.default": _sdpa,
     **{name: _same_dtype_copy for name in ("_to_copy.default", "to.dtype", "to.dtype_layout", "to.device")},
 }
@@ -648,7 +673,8 @@ _KEEP_WHOLE = ("linear.default", "matmul.default", "gelu.default", "silu.default
                "conv2d.default", "conv1d.padding", "conv2d.padding", "layer_norm.default", "softmax.int",
                "scaled_dot_product_attention.default", "max_pool2d.default", "adaptive_avg_pool2d.default",
                "stack.default", "hardtanh.default", "relu6.default", "hardswish.default", "hardsigmoid.default",
-               "mish.default", "leaky_relu.default", "pad.default", *_SPLITS)
+               "mish.default", "leaky_relu.default", "pad.default", "group_norm.default", "roll.default",
+               "upsample_nearest2d.vec", "upsample_bilinear2d.vec", "upsample_nearest1d.vec", *_SPLITS)
 
 
 def _decomposition_table() -> dict:
@@ -838,16 +864,22 @@ def fold_input_free(exported: ExportedProgram) -> dict[str, Any]:
     mask and position ops (`arange`, comparisons, `cumsum`, `full`, `where` on such values,
     ...) computed from shapes, buffers and tensor constants. They are evaluated here, with
     the very aten ops the model runs, so the graph sees their results as constants.
-    Parameters are not sources: ops on weights stay ops (the frontend steps read them)."""
+    An op on parameters is folded only when the graph has no kind for it (a weight norm's
+    reparametrisation): ops on weights that it can hold stay ops (the frontend steps read
+    them)."""
     signature = exported.graph_signature
     values: dict[str, Any] = {}
+    from_parameters: set[str] = set()  # values computed from a parameter
     for spec in signature.input_specs:
-        if spec.kind in (InputKind.BUFFER, InputKind.CONSTANT_TENSOR) and isinstance(spec.arg, TensorArgument):
+        if spec.kind in (InputKind.BUFFER, InputKind.CONSTANT_TENSOR, InputKind.PARAMETER) \
+                and isinstance(spec.arg, TensorArgument):
             value = exported.state_dict.get(spec.target)
             if value is None:
                 value = exported.constants.get(spec.target)
             if isinstance(value, torch.Tensor):
                 values[spec.arg.name] = value
+                if spec.kind == InputKind.PARAMETER:
+                    from_parameters.add(spec.arg.name)
     folded: dict[str, Any] = {}
     for node in exported.graph.nodes:
         if node.op != "call_function" or node.target in _ASSERTIONS:
@@ -855,6 +887,9 @@ def fold_input_free(exported: ExportedProgram) -> dict[str, Any]:
         if any(word in str(node.target) for word in _NONDETERMINISTIC):
             continue
         inputs = [x for x in node.all_input_nodes]
+        on_parameters = any(x.name in from_parameters for x in inputs)
+        if on_parameters and node.target in _HANDLERS:
+            continue  # an op the graph holds stays an op on its weights (the frontend steps read those)
         shape_only = str(node.target).split(".")[-2] in _SHAPE_ONLY if "." in str(node.target) else False
         if not all(x.name in values or (shape_only and i == 0) for i, x in enumerate(inputs)):
             continue
@@ -874,6 +909,8 @@ def fold_input_free(exported: ExportedProgram) -> dict[str, Any]:
         except Exception:  # not evaluable here (a custom op): left to the handlers
             continue
         values[node.name] = folded[node.name] = value
+        if on_parameters:
+            from_parameters.add(node.name)
     return folded
 
 

@@ -44,12 +44,12 @@ CONV_KINDS = ("conv1d", "conv2d")
 BINARY_KINDS = ("add", "sub", "mul", "div")
 ACTIVATION_KINDS = ("relu", "gelu", "silu", "clamp", "leaky_relu", "hardswish", "hardsigmoid", "mish")
 UNARY_KINDS = ("neg", "abs", "exp", "rsqrt", "sqrt", "tanh", "sigmoid", "cos", "sin", "pow")
-NORM_KINDS = ("softmax", "layer_norm", "batch_norm")
-REDUCE_KINDS = ("mean", "sum")
+NORM_KINDS = ("softmax", "layer_norm", "batch_norm", "group_norm")
+REDUCE_KINDS = ("mean", "sum", "amax", "amin")
 POOL_KINDS = ("max_pool2d", "avg_pool2d")
 LAYOUT_KINDS = ("reshape", "permute")
 VIEW_KINDS = ("reshape", "expand", "slice", "select")  # no data moves: descriptors only
-DATA_KINDS = ("cat", "stack", "embedding", "pad", "index")
+DATA_KINDS = ("cat", "stack", "embedding", "pad", "index", "roll", "upsample")
 ATTENTION_KINDS = ("sdpa",)
 CHOICE_KINDS = ("where",)  # elementwise choice by a bool mask
 QUANT_KINDS = ("quantize", "requantize", "dequantize")
@@ -436,9 +436,27 @@ def _run_batch_norm(op: Op, args: list[torch.Tensor]) -> torch.Tensor:
     return y.movedim(1, op.attrs.get("axis", 1))
 
 
+_REDUCE = {"mean": torch.mean, "sum": torch.sum, "amax": torch.amax, "amin": torch.amin}
+
+
 def _run_reduce(op: Op, args: list[torch.Tensor]) -> torch.Tensor:
-    reduce = torch.mean if op.kind == "mean" else torch.sum
-    return reduce(args[0], dim=op.attrs["dims"], keepdim=op.attrs["keepdim"])
+    return _REDUCE[op.kind](args[0], dim=op.attrs["dims"], keepdim=op.attrs["keepdim"])
+
+
+def _run_group_norm(op: Op, args: list[torch.Tensor]) -> torch.Tensor:
+    rest = iter(args[1:])
+    weight = next(rest) if op.attrs["has_weight"] else None
+    bias = next(rest) if op.attrs["has_bias"] else None
+    return F.group_norm(args[0], op.attrs["num_groups"], weight, bias, op.attrs["eps"])
+
+
+def _run_roll(op: Op, args: list[torch.Tensor]) -> torch.Tensor:
+    return torch.roll(args[0], op.attrs["shifts"], op.attrs["dims"])
+
+
+def _run_upsample(op: Op, args: list[torch.Tensor]) -> torch.Tensor:
+    packet, overload = op.attrs["aten"].split(".")
+    return getattr(getattr(torch.ops.aten, packet), overload)(args[0], *op.attrs["args"])
 
 
 def _run_pool(op: Op, args: list[torch.Tensor]) -> torch.Tensor:
@@ -538,6 +556,9 @@ INTERPRETERS: dict[str, Callable[[Op, list[torch.Tensor]], torch.Tensor]] = {
     "sdpa": _run_sdpa,
     "where": _run_where,
     "pad": _run_pad,
+    "group_norm": _run_group_norm,
+    "roll": _run_roll,
+    "upsample": _run_upsample,
     "index": _run_index,
     "reshape": _run_reshape,
     "expand": _run_expand,
