@@ -167,3 +167,18 @@ def test_group_norm_upsampling_roll_and_max_min_match_pytorch_bit_for_bit():
     values = graph.trace(x)
     for name, want in zip(graph.outputs, model(x)):
         assert torch.equal(values[name], want), name
+
+
+def test_a_denormal_tensor_gets_a_finite_scale():
+    """127 / absmax overflows fp32 for denormal magnitudes (MobileViT has such a tensor):
+    they take scale 1, as an all-zero tensor does, and quantize to zero."""
+    import numpy as np
+
+    from dse.frontend.quantize import calibrate
+
+    tiny = np.array([[1e-39, -2e-40], [0.0, 3e-40]], dtype=np.float32)
+    for axis, granularity in ((None, "tensor"), (0, "channel")):
+        scale = calibrate(tiny, axis, granularity)
+        assert np.all(np.isfinite(scale.values)) and np.all(scale.values == 1.0)
+    normal = calibrate(np.array([0.5, -2.0], dtype=np.float32), None, "tensor")
+    assert normal.values[0] == np.float32(127.0 / 2.0)

@@ -126,7 +126,10 @@ def calibrate(values: np.ndarray, axis: int | None, granularity: str) -> Scale:
         per_index = np.moveaxis(magnitude, axis, 0).reshape(magnitude.shape[axis], -1).max(axis=1, initial=0.0)
         padded = np.concatenate([per_index, np.zeros(-len(per_index) % group)])
         absmax = padded.reshape(-1, group).max(axis=1)
-    scale = np.where(absmax > 0, 127.0 / np.where(absmax > 0, absmax, 1.0), 1.0).astype(np.float32)
+    # A magnitude so small that 127 / absmax is no finite fp32 (denormal values: zero to int8
+    # at any usable scale) takes scale 1, as an all-zero tensor does.
+    usable = absmax > 127.0 / np.finfo(np.float32).max
+    scale = np.where(usable, 127.0 / np.where(usable, absmax, 1.0), 1.0).astype(np.float32)
     return Scale(scale, axis, group, granularity)
 
 
