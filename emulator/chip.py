@@ -344,6 +344,11 @@ class ChipConfig(_Strict):
         """Bursts of one transfer in flight at once."""
         return min(self.dma.bursts_in_flight, self.dma.inflight_requests)
 
+    def core_cycles_per_element(self, kind: str) -> float:
+        """What the core is charged an element of a core op of `kind`: ``cores.op_cycles[kind]``,
+        else ``cores.op_cycles_per_element``."""
+        return self.cores.op_cycles.get(kind, self.cores.op_cycles_per_element)
+
     def dma_cycles(self, lines: int, col: int = 1, strided: bool = False) -> int:
         """Cycles of one MVIN / MVOUT of `lines` beats to / from a bank of `col` physical
         banks, contiguous or one DRAM run a bank row (`emulator.dma.transfer_cycles`)."""

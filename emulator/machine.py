@@ -748,7 +748,6 @@ class Machine:
             except (ValueError, KeyError, TypeError) as exc:
                 raise ExecutionError(c, pc, ins, str(exc)) from None
         n = ins.element_count()
-        cores = self.chip.cores
-        cpe = cores.op_cycles.get(ins.kind, cores.op_cycles_per_element)
+        cpe = self.chip.core_cycles_per_element(ins.kind)
         self.core_elements[c] += n
         return (CORE, pc, math.ceil(n * cpe), 0, (), (), False, 0, 0, n, None)

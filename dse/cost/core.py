@@ -19,14 +19,9 @@ def charged_elements(op, src_sizes: list[int], dst_size: int) -> int:
     return max([macs, dst_size, *src_sizes])
 
 
-def cycles_per_element(chip, kind: str) -> float:
-    cores = chip.cores
-    return cores.op_cycles.get(kind, cores.op_cycles_per_element)
-
-
 def core_cycles(chip, ins) -> int:
     """The core's charge for one core op (an `emulator.CoreOp`)."""
-    return math.ceil(ins.element_count() * cycles_per_element(chip, ins.kind))
+    return math.ceil(ins.element_count() * chip.core_cycles_per_element(ins.kind))
 
 
 def split_share(total, first_axes, workers):
@@ -42,4 +37,4 @@ def split_share(total, first_axes, workers):
     return np.where(workers > 1, total * per // n, total)
 
 
-__all__ = ["GRAPH_OP", "charged_elements", "core_cycles", "cycles_per_element", "split_share"]
+__all__ = ["GRAPH_OP", "charged_elements", "core_cycles", "split_share"]

@@ -11,11 +11,6 @@ import numpy as np
 from .candidate import Candidate
 
 
-def _cpe(c: Candidate, kind: str) -> float:
-    cores = c.chip.cores
-    return cores.op_cycles.get(kind, cores.op_cycles_per_element)
-
-
 # matrix_formula of a systolic-timed matrix Ball: this prefix, then the dataflow.
 SYSTOLIC = "systolic:"
 
@@ -113,10 +108,10 @@ class CandidateArrays:
             dma_latency=col(lambda c: c.chip.dma.latency_cycles),
             cores=col(lambda c: c.chip.cores.count),
             op_cycles_per_element=col(lambda c: c.chip.cores.op_cycles_per_element, np.float64),
-            copy_cpe=col(lambda c: _cpe(c, "copy"), np.float64),
-            mul_cpe=col(lambda c: _cpe(c, "mul"), np.float64),
-            scale_cpe=col(lambda c: _cpe(c, "scale"), np.float64),
-            graph_op_cpe=col(lambda c: _cpe(c, "graph_op"), np.float64),
+            copy_cpe=col(lambda c: c.chip.core_cycles_per_element("copy"), np.float64),
+            mul_cpe=col(lambda c: c.chip.core_cycles_per_element("mul"), np.float64),
+            scale_cpe=col(lambda c: c.chip.core_cycles_per_element("scale"), np.float64),
+            graph_op_cpe=col(lambda c: c.chip.core_cycles_per_element("graph_op"), np.float64),
             mset_cycles=col(lambda c: c.chip.front_end.mset_cycles),
             fence_cycles=col(lambda c: c.chip.front_end.fence_cycles),
             barrier_cycles=col(lambda c: c.chip.front_end.barrier_cycles),

@@ -3,6 +3,8 @@ parts) and the analytical model (which charges the busiest part)."""
 
 from __future__ import annotations
 
+import math
+
 from emulator import CoreOp, DramTensor
 
 from ..cost.core import GRAPH_OP
@@ -72,20 +74,13 @@ def busiest_elements(kind: str, op, dst_shape, src_shapes, elements: int, worker
     per = -(-dst_shape[axis] // workers)
     part_dst = list(dst_shape)
     part_dst[axis] = per
-    sizes = [_prod(part_dst)]
+    sizes = [math.prod(part_dst)]
     for shape, cut in zip(src_shapes, cuts):
         part = list(shape)
         if cut is not None:
             part[cut] = per
-        sizes.append(_prod(part))
+        sizes.append(math.prod(part))
     return max(sizes)
-
-
-def _prod(shape) -> int:
-    out = 1
-    for n in shape:
-        out *= int(n)
-    return out
 
 
 def _cut(t: DramTensor, axis: int, lo: int, hi: int) -> DramTensor:
