@@ -244,6 +244,36 @@ def test_quantize_a_linear_by_hand():
     assert abs(y[0, 0].item() - 0.475) < 5e-3 and abs(y[0, 1].item() - 1.3) < 5e-3  # float: 0.475, 1.3
 
 
+def test_a_bias_with_no_room_in_the_accumulator_is_added_after_dequantize():
+    """GoogLeNet's case: activations tiny next to the bias. bias_q = 0.1 * 127e6 * 254 =
+    3.2e9 does not fit int32 (and must leave room for K = 2 products of up to 128 * 128),
+    so the bias is added in float after dequantize; the integer product stays exact."""
+    x = torch.tensor([[1e-6, -5e-7]])
+    graph, ctx = prepare(OneLinear(), x)
+    q = quantize.run(graph, ctx, weights="channel")
+    assert [op.kind for op in q.ops] == ["quantize", "linear", "dequantize", "add"]
+    linear = q.ops[1]
+    assert len(linear.inputs) == 2 and not linear.attrs["has_bias"]
+    assert q.ops[0].attrs["scale"] == np.float32(127 / 1e-6).item()
+    y = q.trace(x)[q.outputs[0]]
+    want = OneLinear()(x).detach()
+    assert torch.allclose(y, want, rtol=0, atol=1e-6)  # the bias (0.1, -0.2) survives; saturated it would not
+    assert integer_reference(q, x)[q.outputs[0]].tolist() == y.tolist()
+
+
+def test_a_reduction_too_long_for_int32_is_named_before_it_overflows(tmp_path: Path):
+    """K = 131,072 int8 products of up to 128 * 128 can reach 2**31 > 2**31 - 1 whatever the
+    scales: the quantize step refuses and names the op, its source line and K."""
+    k = 2**31 // (128 * 128)
+    model = nn.Linear(k, 1)
+    graph, ctx = prepare(model, randn(1, k))
+    with pytest.raises(quantize.AccumulatorOverflow, match=f"linear .*{k:,} int8 products"):
+        quantize.run(graph, ctx, weights="channel")
+    ok = nn.Linear(k - 1, 1)  # one product fewer: fits (and the bias goes in after dequantize)
+    graph, ctx = prepare(ok, randn(1, k - 1))
+    assert any(op.kind == "linear" for op in quantize.run(graph, ctx, weights="channel").ops)
+
+
 class Mlp(nn.Module):
     def __init__(self):
         super().__init__()

@@ -46,8 +46,11 @@ axis: 1 per channel, 16 per strip); `dse.workload.graph.scale_tensor` expands it
   order gives the same bits). attrs also: dtype="int8", acc_dtype="int32",
   a_granularity, b_granularity. A linear / matmul keeps its M, N, K, batch, has_bias.
   The bias is an int32 weight, bias_q[n] = round_half_even(b[n] * sA * sB[n]) in float64,
-  saturated to int32, preloaded into the accumulator; when A has several scales (strips)
-  the float bias is added after `dequantize` instead.
+  preloaded into the accumulator, when every |bias_q| leaves room for the K products:
+  |bias_q| <= 2**31 - 1 - K * 128 * 128, so no sum can wrap. Otherwise (activations tiny
+  next to the bias, as in a random-weight GoogLeNet) and when A has several scales (strips)
+  the float bias is added after `dequantize` instead. A product with K * 128 * 128 > 2**31 - 1
+  could wrap whatever its scales: the step refuses it (`AccumulatorOverflow`, naming the op).
 - requantize: int32 -> int8.   q = clamp(round_half_even(fp32(acc) * m), -128, 127)
   fp32(acc) rounds to nearest even (exact below 2**24); m = fp32(s_next * m_deq), float64
   product of the next quantize's scale and the dequantize multiplier below.
@@ -230,11 +233,20 @@ class _Quantizer:
         inputs = [qa, qb]
         bias = op.inputs[2] if op.attrs.get("has_bias") else None
         float_bias = None
+        reduction = _reduction_length(op, graph)
+        if reduction * INT8_PRODUCT_MAX > INT32_MAX:
+            raise AccumulatorOverflow(op, reduction)
         if bias is not None:
+            bias_q = None
             if sa.axis is None and bias in graph.weights:
                 channels = graph.tensors[bias].shape[-1]
                 exact = graph.weights[bias].astype(np.float64) * float(sa.values[0]) * _per_channel(sb, channels)
-                bias_q = np.clip(np.rint(exact), -2**31, 2**31 - 1).astype(np.int32)
+                # The accumulator starts at bias_q and then takes `reduction` products of at most
+                # 128 * 128 each: with no room for them, the bias goes in after dequantize, in
+                # float (a layer whose activations are tiny next to its bias: GoogLeNet's).
+                if np.all(np.abs(exact) <= INT32_MAX - reduction * INT8_PRODUCT_MAX):
+                    bias_q = np.rint(exact).astype(np.int32)
+            if bias_q is not None:
                 inputs.append(rw.weight(f"{bias}_int32", bias_q))
             else:
                 float_bias = bias
@@ -251,6 +263,31 @@ class _Quantizer:
                           op.source, hint=f"{out}_dequant")
             rw.emit("add", [deq, float_bias], spec.shape, "float32", {}, op.source, name=out)
         self.products += 1
+
+
+INT32_MAX = 2**31 - 1
+INT8_PRODUCT_MAX = 128 * 128  # |a * b| for int8 a, b: (-128) * (-128)
+
+
+class AccumulatorOverflow(ValueError):
+    """A product whose int32 accumulator can overflow whatever the scales: a reduction of
+    2**31 / (128 * 128) = 131,072 products or more."""
+
+    def __init__(self, op: Op, reduction: int):
+        self.op, self.reduction = op, reduction
+        super().__init__(f"{op.kind} {op.name} ({op.source or 'no source line'}): its int32 accumulator can "
+                         f"overflow: {reduction:,} int8 products of up to {INT8_PRODUCT_MAX:,} each exceed "
+                         f"{INT32_MAX:,}; split the reduction (K) or keep this product in float")
+
+
+def _reduction_length(op: Op, graph: Graph) -> int:
+    """K: how many int8 products each accumulator sums (a conv's is C_in / groups x kernel)."""
+    weight = graph.tensors[op.inputs[1]].shape
+    if op.kind in CONV_KINDS:
+        out_channels = weight[-1] if op.attrs.get("weight_layout") in ("WIO", "HWIO") else weight[0]
+        return int(np.prod(weight)) // int(out_channels)
+    a = graph.tensors[op.inputs[0]].shape
+    return int(a[-1])
 
 
 def _fuse_requantize(graph: Graph) -> tuple[Graph, int]:

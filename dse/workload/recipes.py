@@ -17,6 +17,7 @@ import torch
 from dse.errors import InputError
 from dse.workload.capture import capture
 from dse.workload.graph import Graph
+from dse.workload.libraries import prepare_torchvision
 
 RECIPES_DIR = Path(__file__).resolve().parents[2] / "recipes"
 _REQUIRED = ("load", "inputs")
@@ -59,6 +60,7 @@ def load_recipe(name_or_path: str | Path) -> Recipe:
     spec = importlib.util.spec_from_file_location(module_name, path)
     module = importlib.util.module_from_spec(spec)
     sys.modules[module_name] = module  # dataclasses and pickling look the module up there
+    prepare_torchvision()  # a recipe may import torchvision (or timm, which does)
     try:
         spec.loader.exec_module(module)
     except Exception as error:
