@@ -88,6 +88,43 @@ def test_every_unsupported_op_is_reported_at_once_with_counts_and_first_lines():
     assert "2 unsupported ops" in message and "aten.cumsum.default x2, first at" in message and "\n" not in message
 
 
+UNSUPPORTED_RECIPE = """import torch
+
+
+class M(torch.nn.Module):
+    def forward(self, x):
+        a = torch.cumsum(x, 1)
+        return torch.sort(a, dim=-1).values + torch.cumsum(x, 0)
+
+
+def load():
+    return M()
+
+
+def inputs():
+    return (torch.randn(3, 4),)
+"""
+
+
+def test_recipe_check_reports_unsupported_ops_as_one_line_and_as_json(tmp_path, cli):
+    import json
+
+    (tmp_path / "model.py").write_text(UNSUPPORTED_RECIPE)
+    code, out, err = cli("recipe", "check", tmp_path, "--no-dump")
+    assert code == 2 and out == "" and len(err.strip().splitlines()) == 1
+    assert "2 unsupported ops: aten.cumsum.default x2, first at model.py:6" in err
+    assert "aten.sort.default at model.py:7" in err and "allowed: the " in err
+    code, out, err = cli("recipe", "check", tmp_path, "--no-dump", "--json")
+    assert code == 2
+    error = json.loads(out)["error"]
+    assert error["file"] == str(tmp_path / "model.py") and error["field"] == "workload.op"
+    assert error["unsupported_ops"] == [
+        {"op": "aten.cumsum.default", "count": 2, "source": "model.py:6", "code": "a = torch.cumsum(x, 1)"},
+        {"op": "aten.sort.default", "count": 1, "source": "model.py:7",
+         "code": "return torch.sort(a, dim=-1).values + torch.cumsum(x, 0)"}]
+    assert "aten.linear" in error["allowed"].split(", ")
+
+
 class Activations(nn.Module):
     def forward(self, x):
         return (nn.functional.hardtanh(x, -0.5, 0.7), nn.functional.relu6(x * 4), nn.functional.hardswish(x),

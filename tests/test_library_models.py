@@ -9,11 +9,12 @@ torchvision imports on the CPU torch through `dse.workload.libraries.prepare_tor
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
 from dse.analytical import estimate, summarize
 from dse.chips import load_chip
-from dse.frontend import run_pipeline
 from dse.mapping import Candidate, Mapping
 from dse.numerics import emulate_graph
 from dse.numerics.run import prepare_recipe
@@ -83,10 +84,10 @@ def make_recipe(folder, name: str):
 
 
 def check_and_emulate(recipe):
-    pipe = run_pipeline(recipe)
+    prep = prepare_recipe(recipe)  # `recipe check`'s pipeline: prep.pipe
+    pipe = prep.pipe
     assert pipe.passed, [(s.name, s.error) for s in pipe.stages if not s.passed]
     assert any(s.quantized for s in pipe.stages)
-    prep = prepare_recipe(recipe)
     chip = load_chip("goban")
     cycles = {}
     for workers in (1, 4):
@@ -105,3 +106,66 @@ def check_and_emulate(recipe):
 @pytest.mark.parametrize("name", sorted(MODELS))
 def test_a_library_model_checks_and_emulates_bit_exact(tmp_path, name):
     check_and_emulate(make_recipe(tmp_path, name))
+
+
+SWEEP = """
+[experiment]
+name = "{name}"
+hypothesis = "Four workers beat one on {name}"
+
+[[acceptance]]
+expr = "latency_cycles < baseline_latency_cycles"
+prose = "faster than the baseline"
+
+[workload]
+recipe = "{recipe}"
+
+[baseline]
+chip = "goban"
+mapping = {{ workers = 1 }}
+
+[[space]]
+name = "workers"
+target = "mapping.workers"
+values = [1, 4]
+
+[[objectives]]
+metric = "latency_cycles"
+
+[stages]
+emulator = "all"
+"""
+
+
+def test_a_sweep_with_the_emulator_stage_runs_on_three_library_models(tmp_path):
+    """torchvision's ShuffleNet, timm's MLP-Mixer and transformers' BERT through a real sweep
+    into a real store: every candidate emulated, numerics bit-exact, the emulator's cycles
+    within 2% of the model's, four workers faster than one."""
+    from dse.records import Store
+    from dse.runner import run_sweep
+
+    from test_real_models import make_recipe as make_transformers_recipe
+
+    recipes = {"shufflenet_v2": make_recipe(tmp_path, "shufflenet_v2"),
+               "timm_mixer": make_recipe(tmp_path, "timm_mixer"),
+               "bert": make_transformers_recipe(tmp_path, "bert")}
+    db = tmp_path / "r.db"
+    for name, recipe in recipes.items():
+        spec = tmp_path / f"{name}.toml"
+        spec.write_text(SWEEP.format(name=name, recipe=recipe))
+        result = run_sweep(spec, db, progress=False, workers=2)
+        with Store(db) as store:
+            runs = store.runs(result.experiment_id)
+            model = store.metric_table(result.experiment_id, "analytical").set_index("candidate_id")
+            cycles = store.metric_table(result.experiment_id, "emulator_cycles").set_index("candidate_id")
+            numerics = store.metric_table(result.experiment_id, "numerics").set_index("candidate_id")
+            workers = {row["id"]: json.loads(row["mapping"])["workers"]
+                       for row in store.candidates(result.experiment_id).to_dict("records")}
+        emulated = runs[runs["stage"] == "emulator"]
+        assert len(emulated) == 2 and (emulated["status"] == "ok").all(), (name, emulated[["status", "reason"]])
+        assert (numerics["passed"] == 1.0).all() and (numerics["integer_bit_exact"] == 1.0).all(), name
+        error = (model["latency_cycles"] / cycles["latency_cycles"] - 1).abs()
+        assert (error < 0.02).all(), (name, error)
+        by_workers = {workers[c]: cycles.loc[c, "latency_cycles"] for c in cycles.index}
+        assert by_workers[4] < by_workers[1], (name, by_workers)
+        assert result.status == "confirmed"

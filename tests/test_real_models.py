@@ -10,7 +10,6 @@ import pytest
 
 from dse.analytical import estimate, summarize
 from dse.chips import load_chip
-from dse.frontend import run_pipeline
 from dse.mapping import Candidate, Mapping
 from dse.numerics import emulate_graph
 from dse.numerics.run import prepare_recipe
@@ -92,10 +91,10 @@ def make_recipe(folder, name: str):
 @pytest.mark.parametrize("name", sorted(MODELS))
 def test_a_transformers_model_checks_and_emulates_bit_exact(tmp_path, name):
     recipe = make_recipe(tmp_path, name)
-    pipe = run_pipeline(recipe)
+    prep = prepare_recipe(recipe)  # `recipe check`'s pipeline: prep.pipe
+    pipe = prep.pipe
     assert pipe.passed, [(s.name, s.error) for s in pipe.stages if not s.passed]
     assert any(s.quantized for s in pipe.stages)
-    prep = prepare_recipe(recipe)
     chip = load_chip("goban")
     for workers in (1, 4):
         cand = Candidate(chip, Mapping(workers=workers))
@@ -157,9 +156,9 @@ def test_depthwise_and_grouped_convs_check_and_emulate_bit_exact(tmp_path):
     recipe = tmp_path / "mobile"
     recipe.mkdir()
     (recipe / "model.py").write_text(MOBILE)
-    pipe = run_pipeline(recipe)
-    assert pipe.passed, [(s.name, s.error) for s in pipe.stages if not s.passed]
     prep = prepare_recipe(recipe)
+    pipe = prep.pipe
+    assert pipe.passed, [(s.name, s.error) for s in pipe.stages if not s.passed]
     grouped = [op for op in prep.graph.ops if op.kind == "conv2d" and op.attrs["groups"] > 1]
     assert len(grouped) == 3 and all(prep.graph.tensors[op.inputs[0]].dtype == "int8" for op in grouped)
     chip = load_chip("goban")

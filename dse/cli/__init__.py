@@ -80,8 +80,13 @@ def _error_object(exc: InputError) -> dict:
         json.dumps(value, allow_nan=False)
     except (TypeError, ValueError):
         value = repr(value)
-    return {"error": {"file": exc.file, "field": exc.field, "value": value, "allowed": exc.allowed,
-                      "message": one_line(str(exc))}}
+    body = {"file": exc.file, "field": exc.field, "value": value, "allowed": exc.allowed,
+            "message": one_line(str(exc), limit=20000)}
+    unsupported = getattr(exc, "ops", None)  # a recipe's unsupported ops: every one, with where
+    if unsupported is not None:
+        body["unsupported_ops"] = [{"op": u.op, "count": u.count, "source": u.source, "code": u.code.strip()}
+                                   for u in unsupported]
+    return {"error": body}
 
 
 def _wants_json(argv: list[str]) -> bool:

@@ -61,8 +61,10 @@ class UnsupportedOpError(InputError):
         self.source = source
         self.ops = ops
         what = "unsupported op " if len(ops) == 1 else f"{len(ops)} unsupported ops: "
+        # The supported list is long: the line names how many, `--json` carries them all.
+        supported = len(allowed.split(", "))
         self.args = (f"{self.file}: field 'workload.op': {what}{'; '.join(u.describe() for u in ops)}; "
-                     f"allowed: {allowed}",)
+                     f"allowed: the {supported} aten ops dse supports (all listed under --json)",)
 
 
 @dataclass
@@ -786,6 +788,8 @@ class _Builder:
             return
         if node.target is operator.getitem and node.args[0].name in self.unsupported_nodes:
             self.unsupported_nodes.add(node.name)  # an item of an op already reported
+            if isinstance(_val(node), torch.Tensor):
+                self._spec(node)  # its readers are read on, as an unsupported op's are
             return
         handler = _HANDLERS.get(node.target)
         lowered = handler(node) if handler else None
@@ -801,6 +805,9 @@ class _Builder:
             return
         inputs = [self._name(x) for x in lowered.inputs]
         output = self._spec(node)
+        if any(n not in self.tensors for n in inputs):  # it reads what an unsupported op left unknown
+            self.unsupported_nodes.add(node.name)
+            return
         counts = count_op(lowered.kind, lowered.attrs, [self.tensors[n] for n in inputs], output, self.constants)
         if lowered.kind in MOVE_KINDS and all(n in self.constants for n in inputs):
             self.constants.add(output.name)  # a transposed weight is still a weight
