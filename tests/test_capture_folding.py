@@ -219,3 +219,57 @@ def test_a_denormal_tensor_gets_a_finite_scale():
         assert np.all(np.isfinite(scale.values)) and np.all(scale.values == 1.0)
     normal = calibrate(np.array([0.5, -2.0], dtype=np.float32), None, "tensor")
     assert normal.values[0] == np.float32(127.0 / 2.0)
+
+
+INDEXING_RECIPE = """import torch
+
+
+class M(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.emb = torch.nn.Embedding(16, 8)
+        self.register_buffer("table", torch.tensor([3, 1, 0, 2]))
+
+    def forward(self, x, ids):  # x: (4, 8) float, ids: (4, 3) int64
+        picked = torch.gather(x, 1, ids)
+        columns = torch.index_select(x, 1, self.table)
+        top, where = torch.max(x, dim=1)
+        low, at = x.min(dim=-1, keepdim=True)
+        rows = self.emb(ids.to(torch.int32))  # embedding with int32 indices
+        return picked, columns, top, where, low, at, rows, torch.max(x), x.argmax(-1), torch.relu(rows).sum()
+
+
+def load():
+    torch.manual_seed(0)
+    return M().eval()
+
+
+def inputs():
+    g = torch.Generator().manual_seed(0)
+    return (torch.randn(4, 8, generator=g), torch.randint(0, 8, (4, 3), generator=g))
+"""
+
+
+def test_gather_index_select_max_min_with_indices_and_int32_embedding_run_bit_exact(tmp_path):
+    """gather, index_select, max / min with their indices, argmax, whole-tensor max and an
+    embedding read with int32 indices: captured bit for bit against PyTorch, and emulated on
+    goban with 1 and 4 workers bit-exact (indices int64, the cast an int64 -> int32 op)."""
+    from dse.chips import load_chip
+    from dse.mapping import Candidate, Mapping
+    from dse.numerics import emulate_graph
+    from dse.numerics.run import prepare_recipe
+
+    (tmp_path / "model.py").write_text(INDEXING_RECIPE)
+    prep = prepare_recipe(tmp_path)
+    assert prep.pipe.passed, [(s.name, s.error) for s in prep.pipe.stages if not s.passed]
+    graph = prep.pipe.graphs[0]
+    kinds = {op.kind for op in graph.ops}
+    assert {"gather", "index", "amax", "argmax", "amin", "argmin", "cast", "embedding"} <= kinds, kinds
+    assert graph.tensors[graph.outputs[3]].dtype == "int64"
+    values = graph.trace(*prep.inputs)
+    for name, want in zip(graph.outputs, prep.expected):
+        assert torch.equal(values[name], want), name
+    for workers in (1, 4):
+        cand = Candidate(load_chip("goban"), Mapping(workers=workers))
+        rep = emulate_graph(prep.graph, cand, prep.inputs, prep.expected, prep.tolerance, prep.reference_kind)
+        assert rep.feasible and rep.verdict.passed and rep.verdict.max_abs_error == 0, rep.verdict

@@ -11,8 +11,8 @@ import pytest
 
 from dse.workload import list_recipes
 
-SHIPPED = ["gemm", "lenet5", "llama_decode", "llama_prefill", "mlp", "qwen2_gqa", "resnet18", "resnet_block",
-           "temporal_conv", "vit_block"]
+SHIPPED = ["gemm", "lenet5", "llama_decode", "llama_prefill", "mlp", "mobilenet_v3", "qwen2_gqa", "resnet18",
+           "resnet_block", "temporal_conv", "vit_block", "vit_timm"]
 # Small enough for CI; the defaults (resnet18 at 224x224, ...) run the same code.
 SMALL = {
     "gemm": ["m=32", "n=48", "k=64"],
@@ -24,12 +24,14 @@ SMALL = {
     "llama_decode": ["past=15", "dim=128", "heads=4", "kv_heads=2", "ffn=256", "vocab=256"],
     "llama_prefill": ["seq=16", "dim=128", "heads=4", "kv_heads=2", "ffn=256", "vocab=256"],
     "qwen2_gqa": ["layers=1", "seq=8"],
+    "vit_timm": ["depth=1", "dim=32", "heads=2"],
 }
 EXPECTED_STEPS = {
     "resnet18": ["fold_batch_norm", "permute", "quantize"],
     "resnet_block": ["fold_batch_norm", "permute", "quantize"],
     "vit_block": ["split_attention", "permute", "quantize"],
     "llama_prefill": ["select_last_token", "permute", "quantize"],
+    "mobilenet_v3": ["fold_batch_norm", "permute", "quantize"],
 }
 
 

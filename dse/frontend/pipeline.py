@@ -90,6 +90,10 @@ class PipelineResult:
     stages: list[StageResult]
     graphs: list[Graph]  # the graph after each stage that ran (same order as stages)
     out_dir: str | None
+    # The example inputs and PyTorch's outputs the stages were checked on: one call of the
+    # recipe's inputs() and load(), so an unseeded recipe still checks against itself.
+    inputs: tuple = ()
+    expected: list = field(default_factory=list)
 
     @property
     def passed(self) -> bool:
@@ -206,4 +210,5 @@ def run_pipeline(recipe: str | Path | Recipe, params: dict[str, Any] | None = No
     if out is not None:
         for stage, stage_graph in zip(stages, graphs):
             (out / stage.dump).write_text(stage_graph.dump())
-    return PipelineResult(recipe.name, str(recipe.path), params, stages, graphs, str(out) if out else None)
+    return PipelineResult(recipe.name, str(recipe.path), params, stages, graphs, str(out) if out else None,
+                          tuple(inputs), list(expected))

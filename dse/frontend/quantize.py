@@ -139,7 +139,7 @@ def calibrate(values: np.ndarray, axis: int | None, granularity: str) -> Scale:
 def _quantize_array(array: np.ndarray, scale: Scale) -> np.ndarray:
     """Offline quantization of a weight with the very formula of the quantize op."""
     op = Op("offline", "quantize", [], [], scale.attrs(), "", None)
-    return weight_array(INTERPRETERS["quantize"](op, [torch.from_numpy(np.ascontiguousarray(array))]))
+    return weight_array(INTERPRETERS["quantize"](op, [torch.from_numpy(np.asarray(array, order="C"))]))
 
 
 def _per_channel(scale: Scale, channels: int) -> np.ndarray:
@@ -470,7 +470,7 @@ def integer_reference(graph: Graph, *inputs: Any) -> dict[str, np.ndarray]:
         result = _integer_op(op, args)
         if result is None:
             with torch.no_grad():
-                result = INTERPRETERS[op.kind](op, [torch.from_numpy(np.ascontiguousarray(a)) for a in args]).numpy()
+                result = INTERPRETERS[op.kind](op, [torch.from_numpy(np.asarray(a, order="C")) for a in args]).numpy()
         values[op.outputs[0]] = result
     return values
 

@@ -82,7 +82,7 @@ class Rewriter:
 
     def weight(self, hint: str, array: np.ndarray) -> str:
         name = self.fresh(hint)
-        array = np.ascontiguousarray(array)
+        array = np.asarray(array, order="C")
         self.weights[name] = array
         self.tensors[name] = TensorSpec(name, tuple(array.shape), str(array.dtype))
         return name

@@ -20,7 +20,7 @@ from ..workload.graph import INTERPRETERS
 
 def _graph_op(srcs: list, params: dict) -> np.ndarray:
     op = params["op"]
-    args = [torch.from_numpy(np.ascontiguousarray(s)) for s in srcs]
+    args = [torch.from_numpy(np.asarray(s, order="C")) for s in srcs]
     with torch.no_grad():
         out = INTERPRETERS[op.kind](op, args)
     return out.numpy()

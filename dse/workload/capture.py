@@ -232,6 +232,39 @@ def _index(node: Node) -> _Lowered | None:
     return _Lowered("index", [x] + [indices[k] for k in present], {"positions": present, "rank": len(indices)})
 
 
+def _index_select(node: Node) -> _Lowered:
+    """index_select(x, dim, i) is x[:, ..., i] with i at `dim`: the index op."""
+    x, dim = node.args[0], int(node.args[1]) % len(_shape(node.args[0]))
+    return _Lowered("index", [x, node.args[2]], {"positions": [dim], "rank": dim + 1})
+
+
+def _gather(node: Node) -> _Lowered | _Unsupported:
+    if _arg(node, 3, "sparse_grad", False):
+        return _Unsupported("gather with sparse_grad")
+    x = node.args[0]
+    return _Lowered("gather", [x, node.args[2]], {"dim": int(node.args[1]) % len(_shape(x))})
+
+
+def _extreme(kind: str) -> _Handler:
+    """max / min of a whole tensor (aten.max.default): amax / amin over every axis."""
+    def handle(node: Node) -> _Lowered:
+        return _Lowered(kind, [node.args[0]], {"dims": list(range(len(_shape(node.args[0])))), "keepdim": False})
+
+    return handle
+
+
+def _arg_extreme(kind: str) -> _Handler:
+    """argmax / argmin(x, dim, keepdim); with no dim, over the flattened tensor (a reshape first)."""
+    def handle(node: Node) -> _Lowered | _Unsupported:
+        dim = _arg(node, 1, "dim")
+        if dim is None:
+            return _Unsupported(f"{kind} over the flattened tensor (give a dim)")
+        return _Lowered(kind, [node.args[0]], {"dim": int(dim) % len(_shape(node.args[0])),
+                                               "keepdim": bool(_arg(node, 2, "keepdim", False))})
+
+    return handle
+
+
 def _group_norm(node: Node) -> _Lowered | None:
     x, groups = node.args[0], int(node.args[1])
     weight, bias = _arg(node, 2, "weight"), _arg(node, 3, "bias")
@@ -318,10 +351,18 @@ def _dropout(node: Node) -> _Identity | None:
     return _Identity(node.args[0]) if _arg(node, 2, "train") is False else None
 
 
-def _same_dtype_copy(node: Node) -> _Identity | None:
+def _same_dtype_copy(node: Node) -> _Identity | _Lowered | None:
+    """A copy with the same dtype forwards its input; a cast between integer (or bool)
+    dtypes, e.g. an index tensor to int32, is a `cast` op (exact where the values fit)."""
     source = node.args[0]
-    same = source.meta["val"].dtype == node.meta["val"].dtype and _shape(source) == _shape(node)
-    return _Identity(source) if same else None
+    if _shape(source) != _shape(node):
+        return None
+    before, after = source.meta["val"].dtype, node.meta["val"].dtype
+    if before == after:
+        return _Identity(source)
+    if not before.is_floating_point and not after.is_floating_point and not before.is_complex:
+        return _Lowered("cast", [source], {"dtype": dtype_name(after)})
+    return None
 
 
 def _ints(value: Any, n: int) -> list[int]:
@@ -570,9 +611,29 @@ def _split_item(source: Node, index: int) -> _Lowered | _Identity:
     return _Lowered("slice", [x], {"dim": dim, "start": start, "end": start + sizes[index], "step": 1})
 
 
+# (values, indices) pairs: item 0 is amax / amin over the dim, item 1 argmax / argmin.
+_EXTREME_PAIRS = {"max.dim": ("amax", "argmax"), "min.dim": ("amin", "argmin")}
+
+
+def _pair(node: Node) -> _Identity:
+    return _Identity(node.args[0])  # its items are read through getitem (`_pair_item`)
+
+
+def _pair_item(source: Node, index: int) -> _Lowered:
+    x = source.args[0]
+    dim = int(source.args[1]) % len(_shape(x))
+    keepdim = bool(_arg(source, 2, "keepdim", False))
+    values, positions = _EXTREME_PAIRS[str(source.target).removeprefix("aten.")]
+    if index == 0:
+        return _Lowered(values, [x], {"dims": [dim], "keepdim": keepdim})
+    return _Lowered(positions, [x], {"dim": dim, "keepdim": keepdim})
+
+
 def _getitem(node: Node) -> _Lowered | _Identity | _Unsupported:
     source, index = node.args
     name = str(getattr(source, "target", "")).removeprefix("aten.")
+    if isinstance(source, Node) and name in _EXTREME_PAIRS:
+        return _pair_item(source, int(index))
     if isinstance(source, Node) and name in _MULTI_OUTPUT and index == 0:
         return _Identity(source)
     if isinstance(source, Node) and name in _SPLITS:
@@ -652,6 +713,13 @@ _HANDLER_NAMES: dict[str, _Handler] = {
     "roll.default": _roll,
     **{name: _upsample for name in ("upsample_nearest2d.vec", "upsample_bilinear2d.vec", "upsample_nearest1d.vec")},
     "amax.default": _reduce("amax"),
+    "max.default": _extreme("amax"),
+    "min.default": _extreme("amin"),
+    **{name: _pair for name in _EXTREME_PAIRS},
+    "argmax.default": _arg_extreme("argmax"),
+    "argmin.default": _arg_extreme("argmin"),
+    "gather.default": _gather,
+    "index_select.default": _index_select,
     "amin.default": _reduce("amin"),
     "scaled_dot_product_attention.default": _sdpa,
     **{name: _same_dtype_copy for name in ("_to_copy.default", "to.dtype", "to.dtype_layout", "to.device")},

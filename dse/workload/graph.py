@@ -49,7 +49,8 @@ REDUCE_KINDS = ("mean", "sum", "amax", "amin")
 POOL_KINDS = ("max_pool2d", "avg_pool2d")
 LAYOUT_KINDS = ("reshape", "permute")
 VIEW_KINDS = ("reshape", "expand", "slice", "select")  # no data moves: descriptors only
-DATA_KINDS = ("cat", "stack", "embedding", "pad", "index", "roll", "upsample")
+DATA_KINDS = ("cat", "stack", "embedding", "pad", "index", "gather", "roll", "upsample", "cast")
+ARG_KINDS = ("argmax", "argmin")  # the int64 position of a reduction's max / min
 ATTENTION_KINDS = ("sdpa",)
 CHOICE_KINDS = ("where",)  # elementwise choice by a bool mask
 QUANT_KINDS = ("quantize", "requantize", "dequantize")
@@ -57,7 +58,7 @@ QUANT_KINDS = ("quantize", "requantize", "dequantize")
 # which a frontend step may fold offline.
 MOVE_KINDS = ("reshape", "permute", "expand", "slice", "select", "cat", "stack")
 KINDS = (MATMUL_KINDS + CONV_KINDS + BINARY_KINDS + ACTIVATION_KINDS + UNARY_KINDS + NORM_KINDS
-         + REDUCE_KINDS + POOL_KINDS + ("permute",) + VIEW_KINDS + DATA_KINDS + ATTENTION_KINDS
+         + REDUCE_KINDS + ARG_KINDS + POOL_KINDS + ("permute",) + VIEW_KINDS + DATA_KINDS + ATTENTION_KINDS
          + CHOICE_KINDS + QUANT_KINDS)
 CHANNELS_LAST = ("NLC", "NHWC")
 INT8_MIN, INT8_MAX = -128, 127
@@ -372,6 +373,20 @@ def _run_index(op: Op, args: list[torch.Tensor]) -> torch.Tensor:
     return torch.ops.aten.index.Tensor(args[0], indices)
 
 
+def _run_gather(op: Op, args: list[torch.Tensor]) -> torch.Tensor:
+    return torch.gather(args[0], op.attrs["dim"], args[1])
+
+
+def _run_cast(op: Op, args: list[torch.Tensor]) -> torch.Tensor:
+    return args[0].to(torch_dtype(op.attrs["dtype"]))
+
+
+def _run_arg(op: Op, args: list[torch.Tensor]) -> torch.Tensor:
+    """torch.max / min over `dim`: the index of the first max (min), as PyTorch picks it."""
+    pick = torch.max if op.kind == "argmax" else torch.min
+    return pick(args[0], op.attrs["dim"], keepdim=op.attrs["keepdim"]).indices
+
+
 def _run_pad(op: Op, args: list[torch.Tensor]) -> torch.Tensor:
     return F.pad(args[0], op.attrs["pad"], mode="constant", value=op.attrs["value"])
 
@@ -560,6 +575,9 @@ INTERPRETERS: dict[str, Callable[[Op, list[torch.Tensor]], torch.Tensor]] = {
     "roll": _run_roll,
     "upsample": _run_upsample,
     "index": _run_index,
+    "gather": _run_gather,
+    "cast": _run_cast,
+    **{kind: _run_arg for kind in ARG_KINDS},
     "reshape": _run_reshape,
     "expand": _run_expand,
     "permute": _run_permute,
