@@ -41,7 +41,9 @@ def models() -> dict[str, callable]:
 
 
 def row(name: str, make, root: Path) -> str:
-    recipe = make(root)
+    folder = root / name  # models of two libraries may share a short name
+    folder.mkdir()
+    recipe = make(folder)
     started = time.perf_counter()
     prep = prepare_recipe(recipe)
     check_s = time.perf_counter() - started

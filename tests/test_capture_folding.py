@@ -273,3 +273,16 @@ def test_gather_index_select_max_min_with_indices_and_int32_embedding_run_bit_ex
         cand = Candidate(load_chip("goban"), Mapping(workers=workers))
         rep = emulate_graph(prep.graph, cand, prep.inputs, prep.expected, prep.tolerance, prep.reference_kind)
         assert rep.feasible and rep.verdict.passed and rep.verdict.max_abs_error == 0, rep.verdict
+
+
+def test_a_model_export_cannot_capture_is_one_line_naming_the_source_line(tmp_path, cli):
+    """Data-dependent control flow: torch.export fails (and would print partial graphs to
+    stderr); dse says so in one line with the model's line, exit 2."""
+    (tmp_path / "model.py").write_text(
+        "import torch\n\n\nclass M(torch.nn.Module):\n    def forward(self, x):\n        if x.sum() > 0:\n"
+        "            return x * 2\n        return x - 1\n\n\ndef load():\n    return M()\n\n\n"
+        "def inputs():\n    return (torch.ones(4),)\n")
+    code, out, err = cli("recipe", "check", tmp_path, "--no-dump")
+    assert code == 2 and out == ""
+    assert len(err.strip().splitlines()) == 1, err
+    assert "field 'workload.capture'" in err and "at model.py:6 ('if x.sum() > 0:')" in err

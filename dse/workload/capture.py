@@ -12,9 +12,13 @@ Each handler below maps one aten op family to a dse kind (see dse/workload/graph
 
 from __future__ import annotations
 
+import contextlib
+import io
+import logging
 import math
 import operator
 import re
+import traceback
 import warnings
 from dataclasses import dataclass
 from pathlib import Path
@@ -990,15 +994,45 @@ def fold_input_free(exported: ExportedProgram) -> dict[str, Any]:
 
 
 def _export(module: torch.nn.Module, example_inputs: tuple, source_path: Path | None) -> ExportedProgram:
+    # torch.export writes its partial graphs and guard warnings to stderr when it fails:
+    # the user gets dse's one line instead (the full text stays on the error's cause).
+    chatter = io.StringIO()
     try:
-        return torch.export.export(module, tuple(example_inputs))
+        with contextlib.redirect_stderr(chatter), _quiet_logging():
+            return torch.export.export(module, tuple(example_inputs))
     except Exception as error:  # a model export cannot capture is bad input, not a crash
         first_line = str(error).strip().splitlines()[0] if str(error).strip() else ""
+        where = _user_frame(error, source_path)
         raise InputError(
             source_path or type(module).__name__, "workload.capture",
-            f"{type(error).__name__}: {first_line}",
+            f"{type(error).__name__}: {first_line}" + (f" at {where}" if where else ""),
             "a module torch.export captures as one graph (static shapes, no data-dependent control flow)",
         ) from error
+
+
+@contextlib.contextmanager
+def _quiet_logging():
+    previous = logging.root.manager.disable
+    logging.disable(logging.WARNING)
+    try:
+        yield
+    finally:
+        logging.disable(previous)
+
+
+def _user_frame(error: BaseException, source_path: Path | None) -> str:
+    """Where in the model's own code the export failed: the deepest frame of the recipe's
+    file (else of any file outside torch), as `model.py:4 ('if x.sum() > 0:')`."""
+    frames = traceback.extract_tb(error.__traceback__)
+    torch_dir = str(Path(torch.__file__).parent)
+    ours = [f for f in frames if source_path is not None and Path(f.filename) == Path(source_path)]
+    ours = ours or [f for f in frames if not f.filename.startswith(torch_dir) and "/dse/" not in f.filename
+                    and not f.filename.startswith("<")]
+    if not ours:
+        return ""
+    frame = ours[-1]
+    code = f" ({frame.line.strip()!r})" if frame.line else ""
+    return f"{Path(frame.filename).name}:{frame.lineno}{code}"
 
 
 def flat_outputs(value: Any) -> list[torch.Tensor]:
