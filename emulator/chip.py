@@ -201,22 +201,26 @@ class Ball(_Strict):
         return self.limits.get(name, BALL_LIMITS[self.kind][name])
 
 
+# An instruction field lives in one of RoCC's two 64-bit source registers.
+FieldBits = Annotated[int, Field(gt=0, le=64)]
+
+
 class IsaFields(_Strict):
     """Instruction field widths: addressability is a constraint separate from SRAM depth."""
 
-    bank_id_bits: PositiveInt = 10
-    iter_bits: PositiveInt = 34
-    row_addr_bits: PositiveInt = 10
-    matrix_base_row_bits: PositiveInt = 7
-    matrix_dim_bits: PositiveInt = 12
-    im2col_field_bits: PositiveInt = 8
-    scale_bits: PositiveInt = 32
+    bank_id_bits: FieldBits = 10
+    iter_bits: FieldBits = 34
+    row_addr_bits: FieldBits = 10
+    matrix_base_row_bits: FieldBits = 7
+    matrix_dim_bits: FieldBits = 12
+    im2col_field_bits: FieldBits = 8
+    scale_bits: FieldBits = 32
     # DMA row stride in bytes (the framework's MVIN/MVOUT put it above the 39-bit address).
-    stride_bits: PositiveInt = 19
+    stride_bits: FieldBits = 19
     # MSET col count (<= 32 needs 6 bits).
-    mset_col_bits: PositiveInt = 6
+    mset_col_bits: FieldBits = 6
     # Element-width selector of ReLU, transpose, fp2int and int2fp (8 or 32).
-    elem_bits_bits: PositiveInt = 8
+    elem_bits_bits: FieldBits = 8
 
     def max_value(self, field: str) -> int:
         return (1 << getattr(self, f"{field}_bits")) - 1
