@@ -6,9 +6,11 @@ import json
 import tomllib
 from dataclasses import dataclass
 
+import numpy as np
 import pandas as pd
 
 from ..records import Store
+from ..runner.acceptance import best_candidate, passing_mask
 
 MAX_CHOSEN = 5  # candidates in the per-op breakdown: baseline, best, then the front
 
@@ -27,6 +29,7 @@ class ExperimentView:
     counts: dict
     emulated: pd.DataFrame  # candidates run on both: analytical vs emulator latency, the model's error
     core_time: pd.DataFrame  # emulated candidates x cores: busy, waiting, waiting by cause
+    passing: np.ndarray  # per row of `table`: feasible, not the baseline, meets every acceptance criterion
 
 
 def _objectives(spec_text: str) -> list[dict]:
@@ -51,16 +54,18 @@ def experiment_view(store: Store, experiment) -> ExperimentView:
     table = store.metric_table(exp["id"], "analytical").copy()
     cands = store.candidates(exp["id"]).set_index("id")
     table["origin"] = table["candidate_id"].map(cands["origin"])
-    table["changes"] = table["candidate_id"].map(lambda i: _changes(cands.loc[i, "diff"]))
+    table["diff"] = table["candidate_id"].map(cands["diff"])
+    table["changes"] = table["candidate_id"].map(cands["diff"].map(_changes))
     objectives = _objectives(exp.get("spec_text", ""))
     first = objectives[0]
-    ok = table[table["status"] == "ok"]
-    best_id = None
-    if len(ok) and first["metric"] in ok:
-        asc = first.get("direction", "minimize") == "minimize"
-        best_id = int(ok.sort_values([first["metric"], "candidate_id"], ascending=[asc, True]).iloc[0]["candidate_id"])
     baseline_id = exp.get("baseline_candidate_id")
     baseline_id = int(baseline_id) if baseline_id is not None and not pd.isna(baseline_id) else None
+    # "Best" is the verdict's: the best candidate passing the acceptance criteria.
+    base_rows = table[table["candidate_id"] == baseline_id]
+    baseline = base_rows.iloc[0].to_dict() if len(base_rows) and base_rows.iloc[0]["status"] == "ok" else None
+    exprs = [c["expr"] for c in exp["acceptance"]]
+    passing = passing_mask(exprs, table, baseline) if baseline is not None else np.zeros(len(table), dtype=bool)
+    best_id = best_candidate(table, passing, first["metric"], first.get("direction", "minimize"))
 
     compare = None
     if best_id is not None and baseline_id is not None:
@@ -96,7 +101,8 @@ def experiment_view(store: Store, experiment) -> ExperimentView:
             / emulated["emulator_cycles"]
     core_time = store.metric_table(exp["id"], "emulator_cycles", scope="core")
     return ExperimentView(exp, objectives, table, baseline_id, best_id, compare, store.decisions(exp["id"]),
-                          provenance, op_cycles, table["status"].value_counts().to_dict(), emulated, core_time)
+                          provenance, op_cycles, table["status"].value_counts().to_dict(), emulated, core_time,
+                          passing)
 
 
 def chosen_candidates(view: ExperimentView, front_ids: list[int]) -> list[int]:

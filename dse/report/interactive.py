@@ -21,6 +21,13 @@ from ..runner.acceptance import elementwise, formulas
 from .pareto import pareto_mask
 
 GRID = 120  # cells per axis of the shaded acceptance region
+# Past this many points a trace is drawn with WebGL (plotly's scattergl); below, as SVG,
+# which needs no GPU and draws a few thousand points at once.
+WEBGL_FROM = 5000
+
+
+def _scatter(n: int, **kwargs):
+    return (go.Scattergl if n >= WEBGL_FROM else go.Scatter)(**kwargs)
 OUTCOME_COLORS = {"infeasible": "#c44e52", "pruned": "#8172b2", "failed": "#937860", "crashed": "#222222",
                   "running": "#999999", "not run": "#bbbbbb"}
 
@@ -121,11 +128,11 @@ def pareto_figure(table: pd.DataFrame, x: str, y: str, directions: tuple[str, st
             fig.add_trace(go.Heatmap(x=xs, y=ys, z=z, showscale=False, hoverinfo="skip", name="acceptance region",
                                      colorscale=[[0, "rgba(0,0,0,0)"], [1, "rgba(85,168,104,0.18)"]], zmin=0, zmax=1))
     plain = ok[~ok["passes"]]
-    fig.add_trace(go.Scattergl(x=plain["x"], y=plain["y"], mode="markers", name=f"feasible ({len(plain)})",
+    fig.add_trace(_scatter(len(plain), x=plain["x"], y=plain["y"], mode="markers", name=f"feasible ({len(plain)})",
                                marker=dict(color="#4c72b0", size=7, opacity=0.6), customdata=plain["candidate_id"],
                                hovertext=hover(plain), hoverinfo="text"))
     good = ok[ok["passes"]]
-    fig.add_trace(go.Scattergl(x=good["x"], y=good["y"], mode="markers", name=f"passes acceptance ({len(good)})",
+    fig.add_trace(_scatter(len(good), x=good["x"], y=good["y"], mode="markers", name=f"passes acceptance ({len(good)})",
                                marker=dict(color="#55a868", size=9, line=dict(color="#1b5e20", width=1)),
                                customdata=good["candidate_id"], hovertext=hover(good), hoverinfo="text"))
     front = ok[ok["on_front"]].sort_values("x")
@@ -136,7 +143,7 @@ def pareto_figure(table: pd.DataFrame, x: str, y: str, directions: tuple[str, st
     for status, color in OUTCOME_COLORS.items():
         bad = data[(data["status"] == status) & ~data["feasible"]]
         if len(bad):
-            fig.add_trace(go.Scattergl(x=bad["x"].fillna(0), y=np.full(len(bad), top), mode="markers",
+            fig.add_trace(_scatter(len(bad), x=bad["x"].fillna(0), y=np.full(len(bad), top), mode="markers",
                                        name=f"{status} ({len(bad)})", marker=dict(symbol="x", color=color, size=8),
                                        customdata=bad["candidate_id"], hovertext=hover(bad, True), hoverinfo="text"))
     for ids, name, symbol, color, size in ((
