@@ -2,14 +2,18 @@
 
 from __future__ import annotations
 
+import functools
 import json
 import tomllib
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 import pandas as pd
 
+from sqlalchemy import func, select
+
 from ..records import Store
+from ..records.schema import Candidate, Metric, Run
 from ..runner.acceptance import best_candidate, passing_mask
 
 MAX_CHOSEN = 5  # candidates in the per-op breakdown: baseline, best, then the front
@@ -25,11 +29,21 @@ class ExperimentView:
     compare: pd.DataFrame | None  # field, baseline, best, delta, ratio (only differing fields)
     decisions: pd.DataFrame
     provenance: dict
-    op_cycles: pd.DataFrame  # rows: candidate id, columns: op name (analytical cycles), in graph order
     counts: dict
     emulated: pd.DataFrame  # candidates run on both: analytical vs emulator latency, the model's error
     core_time: pd.DataFrame  # emulated candidates x cores: busy, waiting, waiting by cause
     passing: np.ndarray  # per row of `table`: feasible, not the baseline, meets every acceptance criterion
+    store: Store = field(repr=False, compare=False, default=None)
+
+    @functools.cached_property
+    def op_cycles(self) -> pd.DataFrame:
+        """Rows: every candidate id, columns: op name (analytical cycles), in graph order."""
+        return self.op_cycles_of(None)
+
+    def op_cycles_of(self, candidate_ids: list[int] | None) -> pd.DataFrame:
+        """`op_cycles` for these candidates only (None: all); a report needs a few of 100,000."""
+        with self.store.engine.connect() as connection:
+            return _op_cycles(connection, int(self.exp["id"]), candidate_ids)
 
 
 def _objectives(spec_text: str) -> list[dict]:
@@ -77,19 +91,18 @@ def experiment_view(store: Store, experiment) -> ExperimentView:
         c["ratio"] = num(c["best"]) / num(c["baseline"])
         compare = c.reset_index(drop=True)
 
-    metrics = store.metrics(exp["id"], kind="analytical")
-    ops = metrics[(metrics["scope"] == "op") & (metrics["name"] == "cycles")]
-    op_order = list(dict.fromkeys(ops["scope_key"]))
-    op_cycles = ops.pivot_table(index="candidate_id", columns="scope_key", values="value", aggfunc="last")
-    op_cycles = op_cycles.reindex(columns=op_order)
-
-    runs = store.runs(exp["id"])
+    with store.engine.connect() as connection:
+        last_run = connection.scalar(select(func.max(Run.id)).join(Candidate, Run.candidate_id == Candidate.id)
+                                     .where(Candidate.experiment_id == exp["id"]))
+        emulated_any = connection.scalar(select(func.count(Run.id)).join(Candidate, Run.candidate_id == Candidate.id)
+                                         .where(Candidate.experiment_id == exp["id"], Run.stage == "emulator"))
     provenance = {}
-    if len(runs):
-        last = runs.iloc[-1]
+    if last_run is not None:
+        last = store.run(last_run)
         provenance = {k: last.get(k) for k in ("host", "git_commit", "git_dirty", "model_version",
-                                               "emulator_version", "versions", "command") if k in runs}
-    emu = store.metric_table(exp["id"], "emulator_cycles")
+                                               "emulator_version", "versions", "command")}
+    # Emulator evidence only when there is some (each table reads every candidate).
+    emu = store.metric_table(exp["id"], "emulator_cycles") if emulated_any else pd.DataFrame()
     emulated = pd.DataFrame(columns=["candidate_id", "analytical_cycles", "emulator_cycles", "error_pct"])
     if "latency_cycles" in emu:
         both = emu[["candidate_id", "latency_cycles"]].dropna().merge(
@@ -99,10 +112,27 @@ def experiment_view(store: Store, experiment) -> ExperimentView:
                                  "emulator_cycles": both["latency_cycles_emu"]})
         emulated["error_pct"] = 100.0 * (emulated["analytical_cycles"] - emulated["emulator_cycles"]) \
             / emulated["emulator_cycles"]
-    core_time = store.metric_table(exp["id"], "emulator_cycles", scope="core")
+    core_time = (store.metric_table(exp["id"], "emulator_cycles", scope="core") if emulated_any
+                 else pd.DataFrame(columns=["candidate_id", "scope_key"]))
     return ExperimentView(exp, objectives, table, baseline_id, best_id, compare, store.decisions(exp["id"]),
-                          provenance, op_cycles, table["status"].value_counts().to_dict(), emulated, core_time,
-                          passing)
+                          provenance, table["status"].value_counts().to_dict(), emulated, core_time,
+                          passing, store)
+
+
+def _op_cycles(connection, experiment_id: int, candidate_ids: list[int] | None) -> pd.DataFrame:
+    """Analytical cycles per op (scope "op", name "cycles") of each candidate's latest
+    analytical run: rows candidate id, columns op name in graph order."""
+    stmt = (select(Run.candidate_id, Metric.run_id, Metric.scope_key, Metric.value)
+            .join(Run, Metric.run_id == Run.id).join(Candidate, Run.candidate_id == Candidate.id)
+            .where(Candidate.experiment_id == experiment_id, Metric.kind == "analytical", Metric.scope == "op",
+                   Metric.name == "cycles").order_by(Metric.id))
+    if candidate_ids is not None:
+        stmt = stmt.where(Run.candidate_id.in_([int(i) for i in candidate_ids]))
+    ops = pd.DataFrame(connection.execute(stmt).fetchall(), columns=["candidate_id", "run_id", "scope_key", "value"])
+    ops = ops[ops["run_id"] == ops.groupby("candidate_id")["run_id"].transform("max")]
+    op_order = list(dict.fromkeys(ops["scope_key"]))
+    table = ops.pivot_table(index="candidate_id", columns="scope_key", values="value", aggfunc="last")
+    return table.reindex(columns=op_order).astype(float)
 
 
 def chosen_candidates(view: ExperimentView, front_ids: list[int]) -> list[int]:
@@ -111,4 +141,5 @@ def chosen_candidates(view: ExperimentView, front_ids: list[int]) -> list[int]:
     for i in sorted(front_ids):
         if i not in ids:
             ids.append(i)
-    return [i for i in ids if i in view.op_cycles.index][:MAX_CHOSEN]
+    feasible = set(int(i) for i in view.table.loc[view.table["status"] == "ok", "candidate_id"])
+    return [i for i in ids if i in feasible][:MAX_CHOSEN]

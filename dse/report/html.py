@@ -93,6 +93,22 @@ def _env(autoescape: bool) -> jinja2.Environment:
 _HTML, _MD = _env(True), _env(False)
 
 
+# Rows of a report's candidate tables: past this, the most telling ones (baseline, best,
+# accepted, front, passing, then the best by the first objective); `dse export` has all.
+MAX_ROWS = 2000
+
+
+def _shown_rows(table: pd.DataFrame, first: set[int], objective: dict) -> pd.DataFrame:
+    """At most MAX_ROWS rows of `table` (all when it has no more), in candidate order."""
+    if len(table) <= MAX_ROWS:
+        return table.sort_values("candidate_id")
+    ranked = table.assign(_first=~table["candidate_id"].isin(first),
+                          _missing=table[objective["metric"]].isna() if objective["metric"] in table else True)
+    ranked = ranked.sort_values(["_first", "_missing", objective["metric"], "candidate_id"],
+                                ascending=[True, True, objective.get("direction", "minimize") == "minimize", True])
+    return ranked.head(MAX_ROWS).sort_values("candidate_id").drop(columns=["_first", "_missing"])
+
+
 @dataclass
 class Report:
     path: Path  # the HTML file
@@ -134,8 +150,11 @@ def write_report(store: Store, experiment, out_dir: str | Path = "reports", x: s
     labels = {i: ("baseline" if i == view.baseline_id else "best" if i == view.best_id else f"front #{i}")
               for i in chosen}
     figures = {"pareto": pareto}
-    if chosen and len(view.op_cycles.columns):
-        figures["ops"] = op_breakdown_plot(view.op_cycles, chosen, labels)
+    op_cycles = view.op_cycles_of(chosen)
+    chosen = [i for i in chosen if i in op_cycles.index]
+    labels = {i: labels[i] for i in chosen}
+    if chosen and len(op_cycles.columns):
+        figures["ops"] = op_breakdown_plot(op_cycles, chosen, labels)
     if len(view.emulated):
         figures["model_vs_emulator"] = model_vs_emulator_plot(view.emulated)
     if len(view.core_time) and "busy_cycles" in view.core_time:
@@ -155,20 +174,25 @@ def write_report(store: Store, experiment, out_dir: str | Path = "reports", x: s
 
     metric_cols = [m for m in dict.fromkeys([y, x, "latency_cycles", "private_sram_bytes", "peak_sram_bytes",
                                              "dma_bytes"]) if m in table]
-    rows = []
     front_set = set(front_ids)
     passing_ids = set(int(i) for i in table.loc[view.passing, "candidate_id"])
-    for r in table.sort_values("candidate_id").to_dict("records"):
+    shown = _shown_rows(table, {view.baseline_id, view.best_id, *accepted, *front_set, *passing_ids} - {None},
+                        objectives[0])
+    rows = []
+    for r in shown.to_dict("records"):
         cid = int(r["candidate_id"])
         rows.append(dict(id=cid, origin=r["origin"], status=r["status"], changes=r["changes"],
                          metrics=[r.get(m) for m in metric_cols], reason=r.get("reason") or "",
                          front=cid in front_set, baseline=cid == view.baseline_id, best=cid == view.best_id,
                          passes=cid in passing_ids, accepted=cid in accepted))
+    not_ok = table[table["status"] != "ok"].sort_values("candidate_id")
+    not_ok_rows = [dict(id=int(r["candidate_id"]), status=r["status"], changes=r["changes"], reason=r.get("reason") or "")
+                   for r in not_ok.head(MAX_ROWS).to_dict("records")]
     context = dict(
         exp=exp, decisions=view.decisions.to_dict("records"),
         compare=None if view.compare is None else view.compare.to_dict("records"),
         baseline_id=view.baseline_id, best_id=view.best_id, metric_cols=metric_cols, rows=rows,
-        not_ok=[r for r in rows if r["status"] != "ok"], counts=view.counts, provenance=view.provenance,
+        not_ok=not_ok_rows, n_not_ok=len(not_ok), n_candidates=len(table), counts=view.counts, provenance=view.provenance,
         front_count=len(front_ids), objective=objectives[0]["metric"], x=x, y=y,
         chosen=[(labels[i], i) for i in chosen], has_ops="ops" in figures,
         emulated=view.emulated.to_dict("records"), stall_cols=stall_cols, stalls=stalls,

@@ -26,6 +26,18 @@ GRID = 120  # cells per axis of the shaded acceptance region
 WEBGL_FROM = 5000
 
 
+# Past this many points of one kind, an even sample of them is drawn (the legend says so):
+# 100,000 hover texts would make a 30 MB page that draws nothing more.
+MAX_POINTS = 20_000
+
+
+def _thin(rows: pd.DataFrame, label: str) -> tuple[pd.DataFrame, str]:
+    if len(rows) <= MAX_POINTS:
+        return rows, f"{label} ({len(rows):,})"
+    step = int(math.ceil(len(rows) / MAX_POINTS))
+    return rows.iloc[::step], f"{label} ({len(rows):,}; every {step}th drawn)"
+
+
 def _scatter(n: int, **kwargs):
     return (go.Scattergl if n >= WEBGL_FROM else go.Scatter)(**kwargs)
 OUTCOME_COLORS = {"infeasible": "#c44e52", "pruned": "#8172b2", "failed": "#937860", "crashed": "#222222",
@@ -127,12 +139,12 @@ def pareto_figure(table: pd.DataFrame, x: str, y: str, directions: tuple[str, st
         if z is not None and z.any():
             fig.add_trace(go.Heatmap(x=xs, y=ys, z=z, showscale=False, hoverinfo="skip", name="acceptance region",
                                      colorscale=[[0, "rgba(0,0,0,0)"], [1, "rgba(85,168,104,0.18)"]], zmin=0, zmax=1))
-    plain = ok[~ok["passes"]]
-    fig.add_trace(_scatter(len(plain), x=plain["x"], y=plain["y"], mode="markers", name=f"feasible ({len(plain)})",
+    plain, name = _thin(ok[~ok["passes"]], "feasible")
+    fig.add_trace(_scatter(len(plain), x=plain["x"], y=plain["y"], mode="markers", name=name,
                                marker=dict(color="#4c72b0", size=7, opacity=0.6), customdata=plain["candidate_id"],
                                hovertext=hover(plain), hoverinfo="text"))
-    good = ok[ok["passes"]]
-    fig.add_trace(_scatter(len(good), x=good["x"], y=good["y"], mode="markers", name=f"passes acceptance ({len(good)})",
+    good, name = _thin(ok[ok["passes"]], "passes acceptance")
+    fig.add_trace(_scatter(len(good), x=good["x"], y=good["y"], mode="markers", name=name,
                                marker=dict(color="#55a868", size=9, line=dict(color="#1b5e20", width=1)),
                                customdata=good["candidate_id"], hovertext=hover(good), hoverinfo="text"))
     front = ok[ok["on_front"]].sort_values("x")
@@ -143,8 +155,9 @@ def pareto_figure(table: pd.DataFrame, x: str, y: str, directions: tuple[str, st
     for status, color in OUTCOME_COLORS.items():
         bad = data[(data["status"] == status) & ~data["feasible"]]
         if len(bad):
+            bad, name = _thin(bad, status)
             fig.add_trace(_scatter(len(bad), x=bad["x"].fillna(0), y=np.full(len(bad), top), mode="markers",
-                                       name=f"{status} ({len(bad)})", marker=dict(symbol="x", color=color, size=8),
+                                       name=name, marker=dict(symbol="x", color=color, size=8),
                                        customdata=bad["candidate_id"], hovertext=hover(bad, True), hoverinfo="text"))
     for ids, name, symbol, color, size in ((
             {baseline_id} if baseline_id is not None else set(), "baseline", "star", "#c44e52", 18),
