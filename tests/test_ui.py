@@ -22,7 +22,7 @@ import pytest
 from dse.records import Store
 from dse.ui import queries
 from pg import pg_server, pg_url  # noqa: F401  (fixtures)
-from uiserver import Console, chromium, dse_ui_process, dse_ui_thread, make_store
+from uiserver import EXPERIMENTS, Console, chromium, dse_ui_process, dse_ui_thread, make_store
 
 
 @pytest.fixture(scope="module")
@@ -102,11 +102,14 @@ def check_candidate_pages(db: str) -> None:
                 got = []
                 for number in (1, 2, 3):
                     query = queries.CandidateQuery(sort=sort, descending=descending, status=status, page=number,
-                                                   per_page=25 if number else 25)
+                                                   per_page=25)
                     page = queries.candidate_page(connection, exp["id"], query, names)
                     assert page.total == len(expected)
                     got += [r["id"] for r in page.rows]
                 assert got == expected[:75]
+            # Past the last page: no rows, the count still right.
+            page = queries.candidate_page(connection, exp["id"], queries.CandidateQuery(page=99), names)
+            assert page.rows == [] and page.total == len(store.candidates(exp["id"]))
             # A range filter and a text filter, by the database.
             table = store.metric_table(exp["id"], "analytical")
             limit = float(table["latency_cycles"].median())
@@ -365,7 +368,7 @@ def test_record_a_decision_from_the_page(server, store_db, page):
 
 
 def test_the_ui_over_postgresql(pg_url, tmp_path, browser):  # noqa: F811
-    db = make_store(tmp_path, pg_url)
+    db = make_store(tmp_path, pg_url, EXPERIMENTS[:1])
     check_candidate_pages(db)
     with dse_ui_thread(db) as base:
         context = browser.new_context()

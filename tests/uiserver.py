@@ -77,12 +77,15 @@ def in_ci() -> bool:
     return os.environ.get("CI", "").lower() in ("1", "true", "yes")
 
 
-def make_store(folder: Path, url: str | None = None) -> str:
-    """Two experiments swept for real into a store (SQLite in `folder`, or `url`): its URL."""
+EXPERIMENTS = (("banks-workers", "[4, 8, 16, 20]"), ("second", "[8, 20]"))
+
+
+def make_store(folder: Path, url: str | None = None, experiments=EXPERIMENTS) -> str:
+    """Experiments swept for real into a store (SQLite in `folder`, or `url`): its URL."""
     from dse.runner import run_sweep
 
     db = url or str(folder / "records.db")
-    for name, banks in (("banks-workers", "[4, 8, 16, 20]"), ("second", "[8, 20]")):
+    for name, banks in experiments:
         spec = folder / f"{name}.toml"
         spec.write_text(SPEC.format(name=name, banks=banks))
         run_sweep(spec, db, progress=False)

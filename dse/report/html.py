@@ -20,7 +20,7 @@ import plotly.io as pio
 from markupsafe import Markup
 
 from ..records import Store
-from .data import ExperimentView, chosen_candidates, experiment_view
+from .data import ExperimentView, changes, chosen_candidates, experiment_view
 from .figures import core_time_plot, history_plot, model_vs_emulator_plot, op_breakdown_plot, pareto_plot
 from .interactive import history_figure, pareto_figure
 
@@ -181,12 +181,13 @@ def write_report(store: Store, experiment, out_dir: str | Path = "reports", x: s
     rows = []
     for r in shown.to_dict("records"):
         cid = int(r["candidate_id"])
-        rows.append(dict(id=cid, origin=r["origin"], status=r["status"], changes=r["changes"],
+        rows.append(dict(id=cid, origin=r["origin"], status=r["status"], changes=changes(r["diff"]),
                          metrics=[r.get(m) for m in metric_cols], reason=r.get("reason") or "",
                          front=cid in front_set, baseline=cid == view.baseline_id, best=cid == view.best_id,
                          passes=cid in passing_ids, accepted=cid in accepted))
     not_ok = table[table["status"] != "ok"].sort_values("candidate_id")
-    not_ok_rows = [dict(id=int(r["candidate_id"]), status=r["status"], changes=r["changes"], reason=r.get("reason") or "")
+    not_ok_rows = [dict(id=int(r["candidate_id"]), status=r["status"] or "not run", changes=changes(r["diff"]),
+                        reason=r.get("reason") or "")
                    for r in not_ok.head(MAX_ROWS).to_dict("records")]
     context = dict(
         exp=exp, decisions=view.decisions.to_dict("records"),

@@ -27,8 +27,8 @@ WEBGL_FROM = 5000
 
 
 # Past this many points of one kind, an even sample of them is drawn (the legend says so):
-# 100,000 hover texts would make a 30 MB page that draws nothing more.
-MAX_POINTS = 20_000
+# 100,000 hover texts would make a page of tens of MB that shows nothing more.
+MAX_POINTS = 5_000
 
 
 def _thin(rows: pd.DataFrame, label: str) -> tuple[pd.DataFrame, str]:

@@ -203,30 +203,3 @@ def changes_text(diff: dict) -> str:
     return ", ".join(f"{k.removeprefix('config.').removeprefix('mapping.')}={json.dumps(v[1])}"
                      for k, v in diff.items()) or "(baseline)"
 
-
-def plot_table(connection: Connection, experiment_id: int, names: list[str]):
-    """One row per candidate for the Pareto plot and the acceptance check: id, status,
-    reason, diff (JSON text) and the named analytical total metrics of its latest
-    analytical run, only those metrics read."""
-    import pandas as pd
-
-    latest = _latest_analytical(experiment_id)
-    result = connection.execute(
-        select(Candidate.id.label("candidate_id"), cast(Candidate.diff, String).label("diff"), Run.id.label("run_id"),
-               Run.status, Run.reason)
-        .outerjoin(latest, latest.c.candidate_id == Candidate.id)
-        .outerjoin(Run, Run.id == latest.c.run_id)
-        .where(Candidate.experiment_id == experiment_id)
-        .order_by(Candidate.id)
-    )
-    table = pd.DataFrame(result.fetchall(), columns=list(result.keys()))
-    values = pd.DataFrame(connection.execute(
-        select(Metric.run_id, Metric.name, Metric.value)
-        .join(latest, latest.c.run_id == Metric.run_id)
-        .where(Metric.kind == "analytical", Metric.scope == "total", Metric.name.in_(names))
-    ).fetchall(), columns=["run_id", "name", "value"])
-    wide = values.pivot(index="run_id", columns="name", values="value") if len(values) else pd.DataFrame()
-    for name in names:
-        table[name] = table["run_id"].map(wide[name]) if name in wide else float("nan")
-        table[name] = table[name].astype(float)
-    return table
