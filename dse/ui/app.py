@@ -20,7 +20,7 @@ import pandas as pd
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
 from starlette.requests import Request
-from starlette.responses import FileResponse, HTMLResponse, JSONResponse, RedirectResponse, Response
+from starlette.responses import FileResponse, HTMLResponse, RedirectResponse, Response
 from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 
@@ -237,11 +237,13 @@ class Workbench:
                                   passing=passing, exprs=exprs, baseline_id=baseline_id, accepted=accepted,
                                   title=f"{exp['name']}: {y.replace('_', ' ')} vs {x.replace('_', ' ')}")
         best = best_candidate(table, passing, objectives[0]["metric"], objectives[0].get("direction", "minimize"))
-        payload = json.loads(fig.to_json())
-        payload["summary"] = {"candidates": len(table), "feasible": int(data["feasible"].sum()),
-                              "front": int(data["on_front"].sum()), "passing": int(passing.sum()),
-                              "best": best, "accepted": sorted(accepted)}  # fmt: skip
-        return JSONResponse(payload)
+        summary = {"candidates": len(table), "feasible": int(data["feasible"].sum()),
+                   "front": int(data["on_front"].sum()), "passing": int(passing.sum()),
+                   "best": best, "accepted": sorted(accepted)}  # fmt: skip
+        # The figure's JSON as plotly wrote it (one object), with the summary added: not parsed
+        # and written again (megabytes at 100,000 candidates).
+        body = fig.to_json()
+        return Response(f'{body[:-1]}, "summary": {json.dumps(summary)}}}', media_type="application/json")
 
     def candidate_page(self, request: Request) -> Response:
         ident = _int(request.path_params["ident"], "candidate")
