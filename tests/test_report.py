@@ -4,6 +4,8 @@ import html
 import re
 
 import numpy as np
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from dse.records import Store
 from dse.report import pareto_mask, pareto_plot, write_report
@@ -20,6 +22,28 @@ def test_pareto_mask_by_hand():
     assert list(pareto_mask(pts, ["minimize", "maximize"])) == [True, False, False, False, False]
 
 
+def _dominated_by_any(values: np.ndarray, directions: list[str]) -> np.ndarray:
+    """The definition, all pairs at once (the former implementation): the reference."""
+    v = np.asarray(values, dtype=float).copy()
+    for j, d in enumerate(directions):
+        if d == "maximize":
+            v[:, j] = -v[:, j]
+    le = (v[None, :, :] <= v[:, None, :]).all(axis=2)
+    lt = (v[None, :, :] < v[:, None, :]).any(axis=2)
+    return ~(le & lt).any(axis=1)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.integers(1, 3).flatmap(lambda k: st.tuples(
+    st.lists(st.lists(st.integers(0, 5), min_size=k, max_size=k), min_size=1, max_size=40),
+    st.lists(st.sampled_from(["minimize", "maximize"]), min_size=k, max_size=k))))
+def test_pareto_mask_matches_the_definition(case):
+    # Small integer values: many ties and duplicate points, where sweeps go wrong.
+    points, directions = case
+    values = np.array(points, dtype=float)
+    assert list(pareto_mask(values, directions)) == list(_dominated_by_any(values, directions))
+
+
 def test_report_escapes_user_text_and_shows_every_candidate(tmp_path):
     spec = write_spec(tmp_path, name="xss")
     text = spec.read_text().replace(
@@ -34,10 +58,10 @@ def test_report_escapes_user_text_and_shows_every_candidate(tmp_path):
         table = store.metric_table(result.experiment_id, "analytical")
         exp = store.experiment("xss")
     page = report.path.read_text()
-    assert "<script>" not in page
+    assert "<script>alert(1)" not in page  # the page's own scripts (plotly, sorting) only
     assert html.escape("<script>alert(1)</script> & two workers beat one") in page
     every = page.split("<h2>Every candidate</h2>")[1].split("<h2>")[0]
-    body_rows = re.findall(r'<tr class="(ok|infeasible|failed)[^"]*">', every)
+    body_rows = re.findall(r'<tr id="c\d+" class="(ok|infeasible|failed)[^"]*">', every)
     assert len(body_rows) == len(cands) == 10
     for reason in cands.loc[cands["status"] == "infeasible", "reason"]:
         assert html.escape(reason) in page
@@ -89,7 +113,10 @@ def test_markdown_twin_ops_breakdown_and_distinct_outcomes(tmp_path, monkeypatch
 
     # The per-op breakdown shows the chosen candidates; each bar adds up to its total latency.
     ops = report.figures["ops"].data
-    assert list(ops.index[:2]) == [report.view.baseline_id, report.view.best_id]
+    # "Best" is the verdict's: the failed candidate was the only one faster than the baseline,
+    # so none passes, the hypothesis is refuted and there is no best (was: the fastest feasible).
+    assert report.view.exp["status"] == "refuted" and report.view.best_id is None
+    assert ops.index[0] == report.view.baseline_id
     # the gemm recipe after its steps: quantize the input, the int8 product, dequantize
     assert set(ops.columns) == {"x_int8", "matmul_acc", "matmul"}
     totals = table.set_index("candidate_id")["latency_cycles"]
@@ -115,3 +142,35 @@ def test_history_plot_shows_every_experiment_and_decision(tmp_path):
     ax = fig.figure.axes[0]
     assert [t.get_text() for t in ax.get_yticklabels()] == ["a", "b"]
     assert list(fig.data["experiment"]) == ["a", "b"] and set(fig.data["verdict"]) == {"confirmed"}
+
+
+def test_the_report_names_the_verdicts_best_and_is_interactive_and_self_contained(tmp_path, cli):
+    from uiserver import SPEC
+
+    spec = tmp_path / "best.toml"
+    spec.write_text(SPEC.format(name="best", banks="[4, 8, 16, 20]"))
+    db = tmp_path / "r.db"
+    run_sweep(spec, db, progress=False)
+    with Store(db) as store:
+        report = write_report(store, "best", tmp_path / "out")
+        verdict = store.decisions("best").iloc[-1]
+        table = store.metric_table("best", "analytical")
+    named = int(re.search(r"best is candidate (\d+)", verdict["rationale"]).group(1))
+    assert report.best_id == named
+    ok = table[(table["status"] == "ok")]
+    fastest = int(ok.sort_values("latency_cycles").iloc[0]["candidate_id"])
+    assert fastest != named  # the fastest feasible uses more SRAM than the baseline: it does not pass
+    page = report.path.read_text()
+    assert f'vs <a href="#c{named}">candidate {named}</a>' in page
+    # One self-contained file: plotly.js inlined, no script, style or image fetched from anywhere.
+    assert "plotly.js v" in page and "Plotly.newPlot" in page and not re.search(r"<script[^>]*\bsrc=", page)
+    markup = re.sub(r"<script\b.*?</script>", "", page, flags=re.S)
+    assert not re.search(r'(?:src|href)="(?:https?:)?//', markup)
+    assert page.count('<tr id="c') == len(table) and 'class="sortable"' in page
+    assert "passes acceptance" in page and "acceptance region" in page
+    assert not re.search(r"\d\d:\d\d:\d\d\.\d", markup)  # timestamps to the second
+    code, out, _ = cli("report", "--history", "--db", db, "--out", tmp_path / "out")
+    history = (tmp_path / "out" / "history.html").read_text()
+    assert code == 0 and '<a href="best.html">best</a>' in history and (tmp_path / "out" / "best.html").exists()
+    assert '"type":"date"' in history.replace(" ", "")
+    assert not re.search(r"\d\d:\d\d:\d\d\.\d", re.sub(r"<script\b.*?</script>", "", history, flags=re.S))

@@ -2,13 +2,20 @@
 
 from __future__ import annotations
 
+import functools
 import json
 import tomllib
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
+import numpy as np
 import pandas as pd
 
+from sqlalchemy import String, cast, func, select
+
 from ..records import Store
+from ..records.schema import Candidate, Experiment, Metric, Run
+from ..runner.spec import METRICS
+from ..runner.acceptance import best_candidate, passing_mask
 
 MAX_CHOSEN = 5  # candidates in the per-op breakdown: baseline, best, then the front
 
@@ -23,10 +30,21 @@ class ExperimentView:
     compare: pd.DataFrame | None  # field, baseline, best, delta, ratio (only differing fields)
     decisions: pd.DataFrame
     provenance: dict
-    op_cycles: pd.DataFrame  # rows: candidate id, columns: op name (analytical cycles), in graph order
     counts: dict
     emulated: pd.DataFrame  # candidates run on both: analytical vs emulator latency, the model's error
     core_time: pd.DataFrame  # emulated candidates x cores: busy, waiting, waiting by cause
+    passing: np.ndarray  # per row of `table`: feasible, not the baseline, meets every acceptance criterion
+    store: Store = field(repr=False, compare=False, default=None)
+
+    @functools.cached_property
+    def op_cycles(self) -> pd.DataFrame:
+        """Rows: every candidate id, columns: op name (analytical cycles), in graph order."""
+        return self.op_cycles_of(None)
+
+    def op_cycles_of(self, candidate_ids: list[int] | None) -> pd.DataFrame:
+        """`op_cycles` for these candidates only (None: all); a report needs a few of 100,000."""
+        with self.store.engine.connect() as connection:
+            return _op_cycles(connection, int(self.exp["id"]), candidate_ids)
 
 
 def _objectives(spec_text: str) -> list[dict]:
@@ -48,19 +66,18 @@ def _changes(diff) -> str:
 def experiment_view(store: Store, experiment) -> ExperimentView:
     exp = store.experiment(experiment)
     exp["acceptance"] = _as_obj(exp.get("acceptance")) or []
-    table = store.metric_table(exp["id"], "analytical").copy()
-    cands = store.candidates(exp["id"]).set_index("id")
-    table["origin"] = table["candidate_id"].map(cands["origin"])
-    table["changes"] = table["candidate_id"].map(lambda i: _changes(cands.loc[i, "diff"]))
+    with store.engine.connect() as connection:
+        table = candidate_metrics(connection, exp["id"], list(METRICS))
     objectives = _objectives(exp.get("spec_text", ""))
     first = objectives[0]
-    ok = table[table["status"] == "ok"]
-    best_id = None
-    if len(ok) and first["metric"] in ok:
-        asc = first.get("direction", "minimize") == "minimize"
-        best_id = int(ok.sort_values([first["metric"], "candidate_id"], ascending=[asc, True]).iloc[0]["candidate_id"])
     baseline_id = exp.get("baseline_candidate_id")
     baseline_id = int(baseline_id) if baseline_id is not None and not pd.isna(baseline_id) else None
+    # "Best" is the verdict's: the best candidate passing the acceptance criteria.
+    base_rows = table[table["candidate_id"] == baseline_id]
+    baseline = base_rows.iloc[0].to_dict() if len(base_rows) and base_rows.iloc[0]["status"] == "ok" else None
+    exprs = [c["expr"] for c in exp["acceptance"]]
+    passing = passing_mask(exprs, table, baseline) if baseline is not None else np.zeros(len(table), dtype=bool)
+    best_id = best_candidate(table, passing, first["metric"], first.get("direction", "minimize"))
 
     compare = None
     if best_id is not None and baseline_id is not None:
@@ -72,19 +89,18 @@ def experiment_view(store: Store, experiment) -> ExperimentView:
         c["ratio"] = num(c["best"]) / num(c["baseline"])
         compare = c.reset_index(drop=True)
 
-    metrics = store.metrics(exp["id"], kind="analytical")
-    ops = metrics[(metrics["scope"] == "op") & (metrics["name"] == "cycles")]
-    op_order = list(dict.fromkeys(ops["scope_key"]))
-    op_cycles = ops.pivot_table(index="candidate_id", columns="scope_key", values="value", aggfunc="last")
-    op_cycles = op_cycles.reindex(columns=op_order)
-
-    runs = store.runs(exp["id"])
+    with store.engine.connect() as connection:
+        last_run = connection.scalar(select(func.max(Run.id)).join(Candidate, Run.candidate_id == Candidate.id)
+                                     .where(Candidate.experiment_id == exp["id"]))
+        emulated_any = connection.scalar(select(func.count(Run.id)).join(Candidate, Run.candidate_id == Candidate.id)
+                                         .where(Candidate.experiment_id == exp["id"], Run.stage == "emulator"))
     provenance = {}
-    if len(runs):
-        last = runs.iloc[-1]
+    if last_run is not None:
+        last = store.run(last_run)
         provenance = {k: last.get(k) for k in ("host", "git_commit", "git_dirty", "model_version",
-                                               "emulator_version", "versions", "command") if k in runs}
-    emu = store.metric_table(exp["id"], "emulator_cycles")
+                                               "emulator_version", "versions", "command")}
+    # Emulator evidence only when there is some (each table reads every candidate).
+    emu = store.metric_table(exp["id"], "emulator_cycles") if emulated_any else pd.DataFrame()
     emulated = pd.DataFrame(columns=["candidate_id", "analytical_cycles", "emulator_cycles", "error_pct"])
     if "latency_cycles" in emu:
         both = emu[["candidate_id", "latency_cycles"]].dropna().merge(
@@ -94,9 +110,64 @@ def experiment_view(store: Store, experiment) -> ExperimentView:
                                  "emulator_cycles": both["latency_cycles_emu"]})
         emulated["error_pct"] = 100.0 * (emulated["analytical_cycles"] - emulated["emulator_cycles"]) \
             / emulated["emulator_cycles"]
-    core_time = store.metric_table(exp["id"], "emulator_cycles", scope="core")
+    core_time = (store.metric_table(exp["id"], "emulator_cycles", scope="core") if emulated_any
+                 else pd.DataFrame(columns=["candidate_id", "scope_key"]))
     return ExperimentView(exp, objectives, table, baseline_id, best_id, compare, store.decisions(exp["id"]),
-                          provenance, op_cycles, table["status"].value_counts().to_dict(), emulated, core_time)
+                          provenance, table["status"].value_counts().to_dict(), emulated, core_time,
+                          passing, store)
+
+
+def candidate_metrics(connection, experiment_id: int, names: list[str]) -> pd.DataFrame:
+    """One row per candidate: id, origin, is_baseline, the status, reason and id of its latest
+    analytical run, its diff (JSON text) and the named analytical total metrics of that run.
+
+    What `Store.metric_table` gives for these columns, read narrowly (three columns per
+    metric, only these names): at 100,000 candidates the difference is 20 s of a report."""
+    latest = (select(Run.candidate_id, func.max(Run.id).label("run_id"))
+              .join(Candidate, Run.candidate_id == Candidate.id)
+              .where(Candidate.experiment_id == experiment_id, Run.stage == "analytical")
+              .group_by(Run.candidate_id).subquery())
+    result = connection.execute(
+        select(Candidate.id.label("candidate_id"), Candidate.origin, cast(Candidate.diff, String).label("diff"),
+               Run.id.label("metric_run_id"), Run.status, Run.reason)
+        .outerjoin(latest, latest.c.candidate_id == Candidate.id)
+        .outerjoin(Run, Run.id == latest.c.run_id)
+        .where(Candidate.experiment_id == experiment_id)
+        .order_by(Candidate.id))
+    table = pd.DataFrame(result.fetchall(), columns=list(result.keys()))
+    baseline = connection.scalar(select(Experiment.baseline_candidate_id).where(Experiment.id == experiment_id))
+    table.insert(2, "is_baseline", table["candidate_id"] == baseline)
+    values = pd.DataFrame(connection.execute(
+        select(Metric.run_id, Metric.name, Metric.value)
+        .join(latest, latest.c.run_id == Metric.run_id)
+        .where(Metric.kind == "analytical", Metric.scope == "total", Metric.name.in_(names))
+    ).fetchall(), columns=["run_id", "name", "value"])
+    wide = values.pivot(index="run_id", columns="name", values="value") if len(values) else pd.DataFrame()
+    for name in names:
+        column = table["metric_run_id"].map(wide[name]) if name in wide else np.nan
+        table[name] = pd.Series(column, index=table.index, dtype=float)
+    return table
+
+
+def changes(diff) -> str:
+    """A candidate's changes from the baseline, short ("banks.count=16, workers=2")."""
+    return _changes(diff)
+
+
+def _op_cycles(connection, experiment_id: int, candidate_ids: list[int] | None) -> pd.DataFrame:
+    """Analytical cycles per op (scope "op", name "cycles") of each candidate's latest
+    analytical run: rows candidate id, columns op name in graph order."""
+    stmt = (select(Run.candidate_id, Metric.run_id, Metric.scope_key, Metric.value)
+            .join(Run, Metric.run_id == Run.id).join(Candidate, Run.candidate_id == Candidate.id)
+            .where(Candidate.experiment_id == experiment_id, Metric.kind == "analytical", Metric.scope == "op",
+                   Metric.name == "cycles").order_by(Metric.id))
+    if candidate_ids is not None:
+        stmt = stmt.where(Run.candidate_id.in_([int(i) for i in candidate_ids]))
+    ops = pd.DataFrame(connection.execute(stmt).fetchall(), columns=["candidate_id", "run_id", "scope_key", "value"])
+    ops = ops[ops["run_id"] == ops.groupby("candidate_id")["run_id"].transform("max")]
+    op_order = list(dict.fromkeys(ops["scope_key"]))
+    table = ops.pivot_table(index="candidate_id", columns="scope_key", values="value", aggfunc="last")
+    return table.reindex(columns=op_order).astype(float)
 
 
 def chosen_candidates(view: ExperimentView, front_ids: list[int]) -> list[int]:
@@ -105,4 +176,5 @@ def chosen_candidates(view: ExperimentView, front_ids: list[int]) -> list[int]:
     for i in sorted(front_ids):
         if i not in ids:
             ids.append(i)
-    return [i for i in ids if i in view.op_cycles.index][:MAX_CHOSEN]
+    feasible = set(int(i) for i in view.table.loc[view.table["status"] == "ok", "candidate_id"])
+    return [i for i in ids if i in feasible][:MAX_CHOSEN]

@@ -10,15 +10,41 @@ from __future__ import annotations
 import base64
 import html as html_lib
 import re
+from urllib.parse import quote
 from dataclasses import dataclass
 from pathlib import Path
 
 import jinja2
 import pandas as pd
+import plotly.io as pio
+from markupsafe import Markup
 
 from ..records import Store
-from .data import ExperimentView, chosen_candidates, experiment_view
+from .data import ExperimentView, changes, chosen_candidates, experiment_view
 from .figures import core_time_plot, history_plot, model_vs_emulator_plot, op_breakdown_plot, pareto_plot
+from .interactive import history_figure, pareto_figure
+
+
+def _when(moment) -> str:
+    """A timestamp to the second, in UTC (no microseconds)."""
+    if moment is None or (not isinstance(moment, str) and pd.isna(moment)):
+        return "—"
+    return pd.Timestamp(moment).strftime("%Y-%m-%d %H:%M:%S UTC")
+
+
+def _inline(fig, div_id: str, with_js: bool) -> Markup:
+    """A plotly figure as HTML for a self-contained file: plotly.js inlined once (from the
+    installed package, as `dse ui` serves it), the figure's JSON escaped by plotly."""
+    return Markup(pio.to_html(fig, include_plotlyjs=with_js, full_html=False, div_id=div_id,
+                              config={"displaylogo": False, "responsive": True}))
+
+
+def accepted_ids(decisions: pd.DataFrame) -> set[int]:
+    """Candidates whose latest decision accepts them."""
+    if decisions.empty:
+        return set()
+    on = decisions.dropna(subset=["candidate_id"]).sort_values("id").groupby("candidate_id").tail(1)
+    return {int(c) for c in on.loc[on["verdict"] == "accepted", "candidate_id"]}
 
 
 def _fmt(v) -> str:
@@ -60,10 +86,27 @@ def _env(autoescape: bool) -> jinja2.Environment:
     env.filters["fmt"] = _fmt
     env.filters["md"] = _md
     env.filters["mdcode"] = _md_code
+    env.filters["when"] = _when
     return env
 
 
 _HTML, _MD = _env(True), _env(False)
+
+
+# Rows of a report's candidate tables: past this, the most telling ones (baseline, best,
+# accepted, front, passing, then the best by the first objective); `dse export` has all.
+MAX_ROWS = 2000
+
+
+def _shown_rows(table: pd.DataFrame, first: set[int], objective: dict) -> pd.DataFrame:
+    """At most MAX_ROWS rows of `table` (all when it has no more), in candidate order."""
+    if len(table) <= MAX_ROWS:
+        return table.sort_values("candidate_id")
+    ranked = table.assign(_first=~table["candidate_id"].isin(first),
+                          _missing=table[objective["metric"]].isna() if objective["metric"] in table else True)
+    ranked = ranked.sort_values(["_first", "_missing", objective["metric"], "candidate_id"],
+                                ascending=[True, True, objective.get("direction", "minimize") == "minimize", True])
+    return ranked.head(MAX_ROWS).sort_values("candidate_id").drop(columns=["_first", "_missing"])
 
 
 @dataclass
@@ -97,13 +140,21 @@ def write_report(store: Store, experiment, out_dir: str | Path = "reports", x: s
     x = x or (objectives[1]["metric"] if len(objectives) > 1 else "private_sram_bytes")
     pareto = pareto_plot(table, x=x, y=y, directions=(directions.get(x, "minimize"), directions.get(y, "minimize")),
                          baseline_id=view.baseline_id, title=f"{exp['name']}: {y} vs {x}")
+    accepted = accepted_ids(view.decisions)
+    interactive, _ = pareto_figure(table, x, y, (directions.get(x, "minimize"), directions.get(y, "minimize")),
+                                   passing=view.passing, exprs=[c["expr"] for c in exp["acceptance"]],
+                                   baseline_id=view.baseline_id, accepted=accepted,
+                                   title=f"{exp['name']}: {y.replace('_', ' ')} vs {x.replace('_', ' ')}")
     front_ids = [int(i) for i in pareto.data.loc[pareto.data["on_front"], "candidate_id"]]
     chosen = chosen_candidates(view, front_ids)
     labels = {i: ("baseline" if i == view.baseline_id else "best" if i == view.best_id else f"front #{i}")
               for i in chosen}
     figures = {"pareto": pareto}
-    if chosen and len(view.op_cycles.columns):
-        figures["ops"] = op_breakdown_plot(view.op_cycles, chosen, labels)
+    op_cycles = view.op_cycles_of(chosen)
+    chosen = [i for i in chosen if i in op_cycles.index]
+    labels = {i: labels[i] for i in chosen}
+    if chosen and len(op_cycles.columns):
+        figures["ops"] = op_breakdown_plot(op_cycles, chosen, labels)
     if len(view.emulated):
         figures["model_vs_emulator"] = model_vs_emulator_plot(view.emulated)
     if len(view.core_time) and "busy_cycles" in view.core_time:
@@ -123,24 +174,34 @@ def write_report(store: Store, experiment, out_dir: str | Path = "reports", x: s
 
     metric_cols = [m for m in dict.fromkeys([y, x, "latency_cycles", "private_sram_bytes", "peak_sram_bytes",
                                              "dma_bytes"]) if m in table]
+    front_set = set(front_ids)
+    passing_ids = set(int(i) for i in table.loc[view.passing, "candidate_id"])
+    shown = _shown_rows(table, {view.baseline_id, view.best_id, *accepted, *front_set, *passing_ids} - {None},
+                        objectives[0])
     rows = []
-    for r in table.sort_values("candidate_id").to_dict("records"):
+    for r in shown.to_dict("records"):
         cid = int(r["candidate_id"])
-        rows.append(dict(id=cid, origin=r["origin"], status=r["status"], changes=r["changes"],
+        rows.append(dict(id=cid, origin=r["origin"], status=r["status"], changes=changes(r["diff"]),
                          metrics=[r.get(m) for m in metric_cols], reason=r.get("reason") or "",
-                         front=cid in front_ids, baseline=cid == view.baseline_id, best=cid == view.best_id))
+                         front=cid in front_set, baseline=cid == view.baseline_id, best=cid == view.best_id,
+                         passes=cid in passing_ids, accepted=cid in accepted))
+    not_ok = table[table["status"] != "ok"].sort_values("candidate_id")
+    not_ok_rows = [dict(id=int(r["candidate_id"]), status=r["status"] or "not run", changes=changes(r["diff"]),
+                        reason=r.get("reason") or "")
+                   for r in not_ok.head(MAX_ROWS).to_dict("records")]
     context = dict(
         exp=exp, decisions=view.decisions.to_dict("records"),
         compare=None if view.compare is None else view.compare.to_dict("records"),
         baseline_id=view.baseline_id, best_id=view.best_id, metric_cols=metric_cols, rows=rows,
-        not_ok=[r for r in rows if r["status"] != "ok"], counts=view.counts, provenance=view.provenance,
+        not_ok=not_ok_rows, n_not_ok=len(not_ok), n_candidates=len(table), counts=view.counts, provenance=view.provenance,
         front_count=len(front_ids), objective=objectives[0]["metric"], x=x, y=y,
         chosen=[(labels[i], i) for i in chosen], has_ops="ops" in figures,
         emulated=view.emulated.to_dict("records"), stall_cols=stall_cols, stalls=stalls,
         has_emulator="model_vs_emulator" in figures, has_core_time="core_time" in figures,
     )
     html = _HTML.get_template("report.html.j2").render(
-        **context, images={n: base64.b64encode(b).decode() for n, b in pngs.items()})
+        **context, images={n: base64.b64encode(b).decode() for n, b in pngs.items()},
+        pareto_html=_inline(interactive, "pareto", True), passing_count=len(passing_ids), accepted=sorted(accepted))
     md = _MD.get_template("report.md.j2").render(**context, images={n: f"{assets.name}/{n}.png" for n in pngs})
     path, md_path = out / f"{exp['name']}.html", out / f"{exp['name']}.md"
     _write(path, html)
@@ -167,7 +228,9 @@ def write_history(store: Store, out_dir: str | Path = "reports") -> HistoryRepor
     _write(out / "history.png", png)
     context = dict(experiments=exps.sort_values("created_at").to_dict("records"),
                    decisions=decisions.to_dict("records"))
-    html = _HTML.get_template("history.html.j2").render(**context, image=base64.b64encode(png).decode())
+    html = _HTML.get_template("history.html.j2").render(
+        **context, timeline=_inline(history_figure(exps, decisions), "timeline", True),
+        report_of=lambda name: quote(f"{name}.html"))
     md = _MD.get_template("history.md.j2").render(**context, image="history.png")
     _write(out / "history.html", html)
     _write(out / "history.md", md)

@@ -1,0 +1,214 @@
+"""`dse ui` and `dse report` on a store of 100,000 candidates.
+
+    .venv/bin/python bench/bench_ui.py                 # SQLite in a temporary folder
+    .venv/bin/python bench/bench_ui.py --pg            # also a throwaway PostgreSQL server
+    .venv/bin/python bench/bench_ui.py --candidates 20000 --repeat 3
+
+Serves the real app with uvicorn on a loopback port and times whole HTTP requests (server
+side: no browser): the experiment page, a sorted + filtered candidate page, a late page of
+the sort, the Pareto plot's data; then `write_report` on the same store, with its peak
+memory (ru_maxrss of a child process). Prints medians and the ratio to issue 17's
+targets (pages < 0.5 s, report < 10 s and < 1 GB). Measures only; asserts nothing.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import random
+import resource
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import urllib.request
+from datetime import timedelta
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+sys.path.insert(0, str(REPO / "tests"))
+
+from sqlalchemy import insert  # noqa: E402
+
+from dse.identity import content_hash  # noqa: E402
+from dse.records import Store  # noqa: E402
+from dse.records.schema import Candidate, Experiment, Metric, Run, utcnow  # noqa: E402
+
+PAGE_TARGET_S = 0.5
+REPORT_TARGET_S = 10.0
+REPORT_TARGET_MB = 1024.0
+SPEC_TEXT = """
+[[objectives]]
+metric = "latency_cycles"
+[[objectives]]
+metric = "private_sram_bytes"
+"""
+OPS = ("matmul_1", "relu_1", "matmul_2")
+
+
+def median_time(fn, repeat: int) -> float:
+    times = []
+    for _ in range(repeat):
+        start = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - start)
+    return statistics.median(times)
+
+
+def report(label: str, seconds: float, target: float, unit: str = "s") -> None:
+    verdict = "meets" if seconds <= target else "MISSES"
+    print(f"  {label:<58} {seconds:>9.3f} {unit}  target {target:g} {unit}: x{target / seconds:,.1f} ({verdict})")
+
+
+def populate(url: str, n: int) -> None:
+    """One experiment of n candidates (a grid over banks, rows and workers), each with an
+    analytical run: 90% ok with the spec's total metrics and per-op cycles, the rest
+    infeasible with a reason. Bulk inserts: the point is reading it back."""
+    rng = random.Random(17)
+    with Store(url) as store:
+        exp = store.create_experiment(
+            "big", "many candidates", [{"expr": "latency_cycles <= baseline_latency_cycles / 1.5 and "
+                                                "private_sram_bytes <= baseline_private_sram_bytes", "prose": ""}],
+            "mlp", "w" * 64, SPEC_TEXT, "big")  # fmt: skip
+        now = utcnow()
+        with store.engine.begin() as connection:
+            rows = []
+            for i in range(n):
+                banks, rows_, workers = 4 + i % 29, 128 << (i // 29 % 5), 1 + i // 145 % 4
+                cfg, mp = {"banks": {"count": banks, "rows": rows_}, "tag": i}, {"workers": workers}
+                diff = {} if i == 0 else {"config.banks.count": [4, banks], "config.banks.rows": [128, rows_],
+                                          "mapping.workers": [1, workers]}  # fmt: skip
+                rows.append({"experiment_id": exp, "config": cfg, "mapping": mp, "origin": "baseline" if i == 0 else "grid",
+                             "diff": diff, "hash": content_hash({"config": cfg, "mapping": mp}), "created_at": now})
+            ids = connection.execute(insert(Candidate).returning(Candidate.id), rows).scalars().all()
+            runs = []
+            for j, cid in enumerate(ids):
+                status = "ok" if j == 0 or rng.random() < 0.9 else "infeasible"
+                runs.append({"candidate_id": cid, "stage": "analytical", "status": status,
+                             "reason": "needs 12 banks, chip has 8" if status == "infeasible" else None,
+                             "started_at": now, "finished_at": now + timedelta(seconds=1), "heartbeat_at": now,
+                             "host": "bench", "git_commit": "0" * 40, "git_dirty": False, "versions": {},
+                             "command": "bench", "model_version": "m1"})  # fmt: skip
+            run_rows = connection.execute(insert(Run).returning(Run.id, Run.status), runs).all()
+            metrics = []
+            for run_id, status in run_rows:
+                if status != "ok":
+                    continue
+                latency = rng.uniform(1e5, 1e7)
+                sram = rng.choice([64, 128, 256, 512]) * 1024 * rng.randint(1, 20)
+                values = {"latency_cycles": latency, "compute_cycles": latency * 0.6, "dma_cycles": latency * 0.3,
+                          "core_cycles": latency * 0.1, "dma_bytes": rng.uniform(1e5, 1e7), "peak_sram_bytes": sram * 0.8,
+                          "private_sram_bytes": sram, "private_sram_per_core_bytes": sram / 4}  # fmt: skip
+                for name, value in values.items():
+                    metrics.append({"run_id": run_id, "kind": "analytical", "name": name, "value": value,
+                                    "unit": "bytes" if "bytes" in name else "cycles", "scope": "total", "scope_key": ""})
+                for op in OPS:
+                    metrics.append({"run_id": run_id, "kind": "analytical", "name": "cycles", "value": latency / 3,
+                                    "unit": "cycles", "scope": "op", "scope_key": op})
+            for start in range(0, len(metrics), 200_000):
+                connection.execute(insert(Metric), metrics[start:start + 200_000])
+            connection.execute(Experiment.__table__.update().where(Experiment.id == exp)
+                               .values(baseline_candidate_id=ids[0], status="testing"))  # fmt: skip
+
+
+def serve(url: str):
+    import uvicorn
+
+    from dse.ui import create_app
+    from dse.ui.server import bind
+
+    store = Store(url)
+    sock = bind("127.0.0.1", 0)
+    server = uvicorn.Server(uvicorn.Config(create_app(store), log_level="warning", lifespan="off"))
+    thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
+    thread.start()
+    base = f"http://127.0.0.1:{sock.getsockname()[1]}"
+    for _ in range(200):
+        try:
+            urllib.request.urlopen(base + "/", timeout=5).read()
+            break
+        except OSError:
+            time.sleep(0.1)
+    return base, server, thread, store
+
+
+def fetch(url: str) -> int:
+    with urllib.request.urlopen(url, timeout=120) as response:
+        return len(response.read())
+
+
+def bench_pages(url: str, repeat: int) -> None:
+    base, server, thread, store = serve(url)
+    try:
+        for label, path in (
+            ("experiment page (first 50 by id)", "/experiments/1"),
+            ("sorted + filtered page (ok, latency <= 5e6, by latency desc)",
+             "/experiments/1?sort=latency_cycles&order=desc&status=ok&metric=latency_cycles&max=5000000"),
+            ("text filter + sort by SRAM, page 40", "/experiments/1?q=workers%22%3A%5B1%2C4&sort=private_sram_bytes&page=40"),
+            ("candidate page", "/candidates/5000"),
+        ):  # fmt: skip
+            fetch(base + path)  # warm: the first request compiles the templates
+            report(label, median_time(lambda: fetch(base + path), repeat), PAGE_TARGET_S)
+        size = fetch(base + "/experiments/1/pareto.json")
+        seconds = median_time(lambda: fetch(base + "/experiments/1/pareto.json"), max(1, repeat // 2))
+        print(f"  {'Pareto plot data, every candidate (' + format(size / 1e6, '.1f') + ' MB JSON)':<58} {seconds:>9.3f} s  (no target)")
+    finally:
+        server.should_exit = True
+        thread.join(timeout=30)
+        store.close()
+
+
+REPORT_CHILD = """
+import resource, sys, time
+sys.path.insert(0, {repo!r})
+from dse.records import Store
+from dse.report import write_report
+start = time.perf_counter()
+with Store({url!r}) as store:
+    write_report(store, "big", {out!r})
+print(time.perf_counter() - start, resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024)
+"""
+
+
+def bench_report(url: str, repeat: int, out: str) -> None:
+    times, peaks = [], []
+    for _ in range(repeat):
+        code = REPORT_CHILD.format(repo=str(REPO), url=url, out=out)
+        line = subprocess.run([sys.executable, "-c", code], check=True, capture_output=True, text=True).stdout.split()
+        times.append(float(line[0]))
+        peaks.append(float(line[1]))
+    report("dse report (write_report: HTML + Markdown), in a child", statistics.median(times), REPORT_TARGET_S)
+    report("  its peak memory (ru_maxrss, imports included)", statistics.median(peaks), REPORT_TARGET_MB, "MB")
+
+
+def run(url: str, n: int, repeat: int, folder: str, label: str) -> None:
+    print(f"{label}: {n:,} candidates")
+    start = time.perf_counter()
+    populate(url, n)
+    print(f"  (populated in {time.perf_counter() - start:.1f} s)")
+    bench_pages(url, repeat)
+    bench_report(url, max(1, repeat // 2), os.path.join(folder, "reports"))
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--candidates", type=int, default=100_000)
+    parser.add_argument("--repeat", type=int, default=5)
+    parser.add_argument("--pg", action="store_true", help="also on a throwaway PostgreSQL server")
+    args = parser.parse_args()
+    with tempfile.TemporaryDirectory(prefix="dse-bench-ui-") as folder:
+        os.environ.setdefault("DSE_EVIDENCE_DIR", os.path.join(folder, "evidence"))
+        run(os.path.join(folder, "big.db"), args.candidates, args.repeat, folder, "SQLite")
+        if args.pg:
+            from pg import throwaway_server
+
+            with throwaway_server() as server:
+                run(server.url(server.create_database()), args.candidates, args.repeat, folder, "PostgreSQL")
+    print(f"(peak memory of this process: {resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024:.0f} MB)")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,52 @@
+"""Screenshots of the main `dse ui` pages for the docs, taken by Debian's Chromium.
+
+    .venv/bin/python docs/screenshots.py
+
+Sweeps the tests' small experiments into a temporary store (tests/uiserver.py), serves it
+with `dse ui`, records one decision from the page, and writes docs/ui-*.png.
+"""
+
+from __future__ import annotations
+
+import sys
+import tempfile
+from pathlib import Path
+
+DOCS = Path(__file__).resolve().parent
+sys.path.insert(0, str(DOCS.parent))
+sys.path.insert(0, str(DOCS.parent / "tests"))
+
+from uiserver import chromium, dse_ui_process, make_store  # noqa: E402
+
+
+def main() -> None:
+    with tempfile.TemporaryDirectory(prefix="dse-shots-") as folder:
+        db = make_store(Path(folder))
+        with dse_ui_process(db) as (base, _proc), chromium() as browser:
+            page = browser.new_page(viewport={"width": 1400, "height": 900})
+            page.goto(base + "/experiments/1")
+            page.wait_for_selector("#pareto[data-ready='1']")
+            page.fill("#decide-form input[name=candidate]", page.inner_text("#pareto-summary").split("candidate ")[-1])
+            page.fill("#decide-form input[name=author]", "ada")
+            page.fill("#decide-form textarea[name=why]", "fastest candidate within the SRAM budget")
+            page.click("#decide")
+            page.wait_for_url("**/experiments/1#decisions")
+            shots = {
+                "ui-experiments.png": ("/", "#timeline[data-ready='1']", None),
+                "ui-experiment.png": ("/experiments/1?sort=latency_cycles", "#pareto[data-ready='1']", "#pareto"),
+                "ui-candidates.png": ("/experiments/1?sort=latency_cycles&status=ok", "#candidates", "#candidates"),
+                "ui-candidate.png": ("/candidates/5", "#diff", None),
+                "ui-compare.png": ("/compare?c=1&c=5&c=9&c=27", "#compare", None),
+            }
+            for name, (path, ready, scroll_to) in shots.items():
+                page.goto(base + path)
+                page.wait_for_selector(ready)
+                if scroll_to:
+                    page.locator(scroll_to).scroll_into_view_if_needed()
+                page.wait_for_timeout(500)
+                page.screenshot(path=str(DOCS / name))
+                print(DOCS / name)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,204 @@
+"""Interactive figures (plotly) of an experiment, shared by `dse ui` and the static report.
+
+Each function returns a `plotly.graph_objects.Figure`; the UI sends it as JSON to the
+plotly.js served from the installed plotly package, the report inlines that same script.
+Hover text is built here from record values, HTML-escaped (plotly renders hover text as
+markup), with a candidate id in each point's customdata so a click can open its page.
+"""
+
+from __future__ import annotations
+
+import html
+import json
+import math
+
+import numpy as np
+import pandas as pd
+import plotly.graph_objects as go
+
+from ..runner.acceptance import NAMES as ACCEPTANCE_NAMES
+from ..runner.acceptance import elementwise, formulas
+from .pareto import pareto_mask
+
+GRID = 120  # cells per axis of the shaded acceptance region
+# Past this many points a trace is drawn with WebGL (plotly's scattergl); below, as SVG,
+# which needs no GPU and draws a few thousand points at once.
+WEBGL_FROM = 5000
+
+
+# Past this many points of one kind, an even sample of them is drawn (the legend says so):
+# 100,000 hover texts would make a page of tens of MB that shows nothing more.
+MAX_POINTS = 5_000
+
+
+def _thin(rows: pd.DataFrame, label: str) -> tuple[pd.DataFrame, str]:
+    if len(rows) <= MAX_POINTS:
+        return rows, f"{label} ({len(rows):,})"
+    step = int(math.ceil(len(rows) / MAX_POINTS))
+    return rows.iloc[::step], f"{label} ({len(rows):,}; every {step}th drawn)"
+
+
+def _scatter(n: int, **kwargs):
+    return (go.Scattergl if n >= WEBGL_FROM else go.Scatter)(**kwargs)
+OUTCOME_COLORS = {"infeasible": "#c44e52", "pruned": "#8172b2", "failed": "#937860", "crashed": "#222222",
+                  "running": "#999999", "not run": "#bbbbbb"}
+
+
+def _label(name: str) -> str:
+    return name.replace("_", " ")
+
+
+def _num(v) -> str:
+    if v is None or (isinstance(v, float) and math.isnan(v)):
+        return "—"
+    return f"{v:,.0f}" if float(v).is_integer() else f"{v:,.4g}"
+
+
+def _changes(diff) -> str:
+    if isinstance(diff, str):
+        diff = json.loads(diff) if diff else {}
+    parts = [f"{k.removeprefix('config.').removeprefix('mapping.')}: {json.dumps(a)} → {json.dumps(b)}"
+             for k, (a, b) in (diff or {}).items()]
+    return "<br>".join(html.escape(p) for p in parts) or "(the baseline)"
+
+
+def pareto_data(table: pd.DataFrame, x: str, y: str, directions: tuple[str, str], passing: np.ndarray) -> pd.DataFrame:
+    """One row per candidate: x, y, status, whether it is on the front, passes acceptance."""
+    data = pd.DataFrame({
+        "candidate_id": table["candidate_id"].astype(int).to_numpy(),
+        "x": pd.to_numeric(table[x], errors="coerce").to_numpy() if x in table else np.nan,
+        "y": pd.to_numeric(table[y], errors="coerce").to_numpy() if y in table else np.nan,
+        "status": table["status"].fillna("not run").to_numpy(),
+        "reason": table["reason"].fillna("").to_numpy(),
+        "passes": passing,
+    })  # fmt: skip
+    feasible = (data["status"] == "ok") & data["x"].notna() & data["y"].notna()
+    data["on_front"] = False
+    if feasible.any():
+        front = pareto_mask(data.loc[feasible, ["x", "y"]].to_numpy(), list(directions))
+        data.loc[data.index[feasible.to_numpy()][front], "on_front"] = True
+    data["feasible"] = feasible
+    return data
+
+
+def _region(exprs: list[str], x: str, y: str, baseline: dict, xs: np.ndarray, ys: np.ndarray):
+    """The acceptance region over the plot's (x, y) range as a 0/1 grid, when every metric
+    the criteria name is on an axis (else the region depends on metrics the plot does not
+    show, and None: the passing candidates are still marked)."""
+    checks = formulas(exprs)
+    used = set().union(*(f.used for f in checks)) if checks else set()
+    if not checks or not {n for n in used if not n.startswith("baseline_")} <= {x, y}:
+        return None
+    gx, gy = np.meshgrid(xs, ys)
+    columns = {x: gx.ravel(), y: gy.ravel()}
+    for name in ACCEPTANCE_NAMES:
+        if name.startswith("baseline_"):
+            value = baseline.get(name.removeprefix("baseline_"), math.nan)
+            columns[name] = np.full(gx.size, math.nan if value is None or pd.isna(value) else float(value))
+    return elementwise(exprs, columns).reshape(gx.shape).astype(np.int8)
+
+
+def _axis(values: np.ndarray) -> tuple[np.ndarray, bool]:
+    values = values[np.isfinite(values)]
+    if not len(values):
+        return np.linspace(0, 1, GRID), False
+    lo, hi = float(values.min()), float(values.max())
+    log = lo > 0 and hi / lo > 20
+    if log:
+        return np.geomspace(lo / 1.3, hi * 1.3, GRID), True
+    pad = (hi - lo) * 0.08 or abs(hi) * 0.1 or 1.0
+    return np.linspace(lo - pad, hi + pad, GRID), False
+
+
+def pareto_figure(table: pd.DataFrame, x: str, y: str, directions: tuple[str, str], *, passing: np.ndarray,
+                  exprs: list[str], baseline_id: int | None, accepted: set[int], title: str = "") -> tuple[go.Figure, pd.DataFrame]:
+    """The Pareto plot: feasible candidates, the front, those passing acceptance, the
+    baseline and the accepted ones; infeasible, pruned and failed ones along the top edge
+    at their x (they have no y), their reason in the hover; the acceptance region shaded."""
+    data = pareto_data(table, x, y, directions, passing)
+    diffs = table["diff"].to_numpy() if "diff" in table else np.full(len(table), "")
+    ok = data[data["feasible"]]
+
+    def hover(rows: pd.DataFrame, with_reason: bool = False) -> list[str]:
+        out = []
+        for idx, r in zip(rows.index, rows.itertuples()):
+            lines = [f"<b>candidate {r.candidate_id}</b> ({html.escape(r.status)})",
+                     f"{_label(x)}: {_num(r.x)}", f"{_label(y)}: {_num(r.y)}" if r.status == "ok" else ""]
+            if with_reason and r.reason:
+                lines.append("reason: " + html.escape(r.reason[:200]))
+            lines.append(_changes(diffs[idx]))
+            out.append("<br>".join(line for line in lines if line))
+        return out
+
+    fig = go.Figure()
+    xs, xlog = _axis(data["x"].to_numpy(dtype=float))
+    ys, ylog = _axis(data.loc[data["feasible"], "y"].to_numpy(dtype=float))
+    base_rows = table[table["candidate_id"] == baseline_id]
+    if len(base_rows) and base_rows.iloc[0]["status"] == "ok" and exprs:
+        z = _region(exprs, x, y, base_rows.iloc[0].to_dict(), xs, ys)
+        if z is not None and z.any():
+            fig.add_trace(go.Heatmap(x=xs, y=ys, z=z, showscale=False, hoverinfo="skip", name="acceptance region",
+                                     colorscale=[[0, "rgba(0,0,0,0)"], [1, "rgba(85,168,104,0.18)"]], zmin=0, zmax=1))
+    plain, name = _thin(ok[~ok["passes"]], "feasible")
+    fig.add_trace(_scatter(len(plain), x=plain["x"], y=plain["y"], mode="markers", name=name,
+                               marker=dict(color="#4c72b0", size=7, opacity=0.6), customdata=plain["candidate_id"],
+                               hovertext=hover(plain), hoverinfo="text"))
+    good, name = _thin(ok[ok["passes"]], "passes acceptance")
+    fig.add_trace(_scatter(len(good), x=good["x"], y=good["y"], mode="markers", name=name,
+                               marker=dict(color="#55a868", size=9, line=dict(color="#1b5e20", width=1)),
+                               customdata=good["candidate_id"], hovertext=hover(good), hoverinfo="text"))
+    front = ok[ok["on_front"]].sort_values("x")
+    fig.add_trace(go.Scatter(x=front["x"], y=front["y"], mode="lines+markers", name=f"Pareto front ({len(front)})",
+                             line=dict(color="#dd8452", width=2), marker=dict(size=6, color="#dd8452"),
+                             customdata=front["candidate_id"], hovertext=hover(front), hoverinfo="text"))
+    top = float(ok["y"].max() * 1.08) if len(ok) else 1.0
+    for status, color in OUTCOME_COLORS.items():
+        bad = data[(data["status"] == status) & ~data["feasible"]]
+        if len(bad):
+            bad, name = _thin(bad, status)
+            fig.add_trace(_scatter(len(bad), x=bad["x"].fillna(0), y=np.full(len(bad), top), mode="markers",
+                                       name=name, marker=dict(symbol="x", color=color, size=8),
+                                       customdata=bad["candidate_id"], hovertext=hover(bad, True), hoverinfo="text"))
+    for ids, name, symbol, color, size in ((
+            {baseline_id} if baseline_id is not None else set(), "baseline", "star", "#c44e52", 18),
+            (accepted, "accepted", "diamond-open", "#000000", 16)):
+        marked = ok[ok["candidate_id"].isin(ids)]
+        if len(marked):
+            fig.add_trace(go.Scatter(x=marked["x"], y=marked["y"], mode="markers", name=name,
+                                     marker=dict(symbol=symbol, color=color, size=size, line=dict(width=2, color=color)),
+                                     customdata=marked["candidate_id"], hovertext=hover(marked), hoverinfo="text"))
+    fig.update_layout(title=title or f"{_label(y)} vs {_label(x)}", xaxis_title=_label(x), yaxis_title=_label(y),
+                      template="plotly_white", height=480, margin=dict(l=60, r=20, t=50, b=50),
+                      hovermode="closest", legend=dict(font=dict(size=11)))
+    if xlog:
+        fig.update_xaxes(type="log")
+    if ylog:
+        fig.update_yaxes(type="log")
+    return fig, data
+
+
+def history_figure(experiments: pd.DataFrame, decisions: pd.DataFrame) -> go.Figure:
+    """A timeline with a date axis: one row per experiment from its creation, decisions
+    marked by verdict, each point's hover naming the experiment."""
+    exps = experiments.sort_values("created_at").reset_index(drop=True)
+    fig = go.Figure()
+    fig.add_trace(go.Scatter(x=exps["created_at"], y=exps["name"], mode="markers", name="created",
+                             marker=dict(symbol="line-ns-open", size=16, color="#4c72b0"),
+                             customdata=exps["id"], hovertext=[f"<b>{html.escape(n)}</b><br>created {t:%Y-%m-%d %H:%M}"
+                                                               for n, t in zip(exps["name"], exps["created_at"])],
+                             hoverinfo="text"))
+    colors = {"confirmed": "#55a868", "refuted": "#c44e52", "accepted": "#55a868", "rejected": "#c44e52"}
+    if len(decisions):
+        for verdict, group in decisions.groupby("verdict", sort=True):
+            fig.add_trace(go.Scatter(
+                x=group["created_at"], y=group["experiment"], mode="markers", name=html.escape(str(verdict)),
+                marker=dict(size=11, color=colors.get(verdict, "#8172b2")), customdata=group["experiment_id"],
+                hovertext=[f"<b>{html.escape(e)}</b>: {html.escape(str(verdict))} by {html.escape(str(a))}"
+                           f"<br>{t:%Y-%m-%d %H:%M}<br>{html.escape(str(r)[:160])}"
+                           for e, a, t, r in zip(group["experiment"], group["author"], group["created_at"],
+                                                 group["rationale"])], hoverinfo="text"))  # fmt: skip
+    fig.update_layout(template="plotly_white", height=140 + 34 * max(len(exps), 1), xaxis_title="date (UTC)",
+                      margin=dict(l=140, r=20, t=30, b=50), title="experiments and decisions")
+    fig.update_xaxes(type="date", tickformat="%Y-%m-%d\n%H:%M")
+    fig.update_yaxes(autorange="reversed", type="category")
+    return fig

@@ -1,0 +1,420 @@
+"""The `dse ui` web app: Starlette routes over one record store.
+
+Every page has a stable URL (/experiments/12, /candidates/34, /runs/56, /compare?c=1&c=2);
+bad URLs, unknown records and refused forms are error pages with their HTTP status, and
+nothing is written by a refused request. All user text goes through Jinja2's autoescaping.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import tomllib
+from dataclasses import dataclass
+from importlib.resources import files
+from pathlib import Path
+from urllib.parse import urlencode
+
+import jinja2
+import pandas as pd
+from starlette.applications import Starlette
+from starlette.exceptions import HTTPException
+from starlette.requests import Request
+from starlette.responses import FileResponse, HTMLResponse, RedirectResponse, Response
+from starlette.routing import Mount, Route
+from starlette.staticfiles import StaticFiles
+
+from ..errors import InputError
+from ..records import RecordNotFound, Store
+from ..records.reads import flatten
+from ..report.data import candidate_metrics
+from ..report.interactive import history_figure, pareto_figure
+from ..runner.acceptance import best_candidate, formulas, passing_mask
+from ..runner.spec import METRICS
+from . import csrf, queries
+from .queries import BadQuery, CandidateQuery
+
+PLOTLY_JS = Path(str(files("plotly") / "package_data" / "plotly.min.js"))
+TEMPLATES = Path(__file__).parent / "templates"
+STATIC = Path(__file__).parent / "static"
+
+
+@dataclass
+class Problem(Exception):
+    """A request the UI refuses: its HTTP status, a title and what was wrong."""
+
+    status: int
+    title: str
+    detail: str
+
+
+def _fmt(v) -> str:
+    if v is None or (isinstance(v, float) and math.isnan(v)) or v is pd.NA:
+        return "—"
+    if isinstance(v, bool):
+        return str(v)
+    if isinstance(v, float) and v.is_integer() and abs(v) < 1e15:
+        return f"{int(v):,}"
+    if isinstance(v, (int, float)):
+        return f"{v:,.4g}"
+    return str(v)
+
+
+def _when(moment) -> str:
+    if moment is None or (not isinstance(moment, str) and pd.isna(moment)):
+        return "—"
+    return pd.Timestamp(moment).strftime("%Y-%m-%d %H:%M:%S UTC")
+
+
+def _environment() -> jinja2.Environment:
+    env = jinja2.Environment(loader=jinja2.FileSystemLoader(TEMPLATES), autoescape=True,
+                             undefined=jinja2.StrictUndefined, trim_blocks=True, lstrip_blocks=True)
+    env.filters["fmt"] = _fmt
+    env.filters["when"] = _when
+    env.filters["json"] = lambda v: json.dumps(v, default=str)
+    env.filters["changes"] = queries.changes_text
+    env.filters["fromjson"] = lambda v: json.loads(v) if isinstance(v, str) and v else (v or [])
+    env.globals["with_params"] = _with_params
+    return env
+
+
+def records(frame: pd.DataFrame) -> list[dict]:
+    """Rows as dicts with missing values as None (pandas' NA has no truth value)."""
+    return [{k: (None if not isinstance(v, (list, dict, str)) and pd.isna(v) else v) for k, v in r.items()}
+            for r in frame.to_dict("records")]
+
+
+def _with_params(params: dict, **changes) -> str:
+    """A query string: `params` with `changes` applied (None removes a parameter)."""
+    merged = {**params, **changes}
+    return "?" + urlencode({k: v for k, v in merged.items() if v is not None and v != ""})
+
+
+def _int(text: str, what: str) -> int:
+    if not str(text).isdigit():
+        raise Problem(404, f"No such {what}", f"{what} ids are whole numbers, not {text!r}")
+    return int(text)
+
+
+def _float_param(params, name: str) -> float | None:
+    text = params.get(name, "").strip()
+    if not text:
+        return None
+    try:
+        value = float(text)
+    except ValueError:
+        raise BadQuery(name, text, "a number") from None
+    if not math.isfinite(value):
+        raise BadQuery(name, text, "a finite number")
+    return value
+
+
+def _int_param(params, name: str, default: int) -> int:
+    text = params.get(name, "").strip()
+    if not text:
+        return default
+    if not text.isdigit():
+        raise BadQuery(name, text, "a whole number")
+    return int(text)
+
+
+def candidate_query(params) -> CandidateQuery:
+    """The candidate table's query from the URL's parameters (checked against the
+    experiment's metrics by `queries.candidate_page`)."""
+    order = params.get("order", "asc")
+    if order not in ("asc", "desc"):
+        raise BadQuery("order", order, "asc or desc")
+    return CandidateQuery(sort=params.get("sort", "id"), descending=order == "desc",
+                          status=params.get("status", ""), text=params.get("q", "")[:200],
+                          metric=params.get("metric", ""), low=_float_param(params, "min"),
+                          high=_float_param(params, "max"), page=_int_param(params, "page", 1),
+                          per_page=_int_param(params, "per_page", 50))  # fmt: skip
+
+
+def _objectives(spec_text: str) -> list[dict]:
+    try:
+        spec = tomllib.loads(spec_text) if spec_text else {}
+    except tomllib.TOMLDecodeError:
+        spec = {}
+    return spec.get("objectives") or [{"metric": "latency_cycles", "direction": "minimize"}]
+
+
+class Workbench:
+    """The routes' shared state: the store and the templates."""
+
+    def __init__(self, store: Store):
+        self.store = store
+        self.env = _environment()
+
+    # ---- helpers ------------------------------------------------------------------------
+
+    def page(self, request: Request, template: str, status: int = 200, **context) -> HTMLResponse:
+        context.setdefault("title", "dse")
+        body = self.env.get_template(template).render(
+            request=request, url_for=lambda name, **params: str(request.app.url_path_for(name, **params)),
+            csrf_field=csrf.FIELD, csrf_token=csrf.token(request), store_url=self.store_shown,
+            **context)  # fmt: skip
+        response = HTMLResponse(body, status_code=status)
+        csrf.set_cookie(request, response)
+        return response
+
+    @property
+    def store_shown(self) -> str:
+        return self.store.engine.url.render_as_string(hide_password=True)
+
+    def experiment(self, ref: str) -> dict:
+        try:
+            exp = self.store.experiment(int(ref) if ref.isdigit() else ref)
+        except RecordNotFound as error:
+            raise Problem(404, "No such experiment", str(error)) from None
+        return exp
+
+    def connection(self):
+        return self.store.engine.connect()
+
+    # ---- pages --------------------------------------------------------------------------
+
+    def experiments(self, request: Request) -> Response:
+        summaries = self.store.experiment_summaries()
+        text = request.query_params.get("q", "").strip()
+        if text:
+            needle = text.lower()
+            summaries = [s for s in summaries if needle in s["name"].lower() or needle in (s["hypothesis"] or "").lower()
+                         or needle in (s["status"] or "")]  # fmt: skip
+        return self.page(request, "experiments.html.j2", experiments=summaries, q=text, title="dse: experiments")
+
+    def history_json(self, request: Request) -> Response:
+        exps = self.store.experiments()
+        fig = history_figure(exps, self.store.decisions())
+        return Response(fig.to_json(), media_type="application/json")
+
+    def experiment_page(self, request: Request) -> Response:
+        exp = self.experiment(request.path_params["ref"])
+        if request.path_params["ref"] != str(exp["id"]):  # a name: the stable URL is the id
+            return RedirectResponse(str(request.app.url_path_for("experiment", ref=str(exp["id"]))) +
+                                    (f"?{request.url.query}" if request.url.query else ""), status_code=307)
+        params = request.query_params
+        with self.connection() as connection:
+            names = queries.metric_names(connection, exp["id"], exp["baseline_candidate_id"])
+            try:
+                table = queries.candidate_page(connection, exp["id"], candidate_query(params), names)
+            except BadQuery as error:
+                raise Problem(400, "Bad query", str(error)) from None
+        summary = next(s for s in self.store.experiment_summaries() if s["id"] == exp["id"])
+        decisions = records(self.store.decisions(exp["id"]))
+        objectives = _objectives(exp["spec_text"])
+        y = params.get("y") or objectives[0]["metric"]
+        x = params.get("x") or (objectives[1]["metric"] if len(objectives) > 1 else "private_sram_bytes")
+        keep = {k: v for k, v in params.items() if k not in ("page",)}
+        return self.page(request, "experiment.html.j2", exp=exp, summary=summary, decisions=decisions,
+                         objectives=objectives, table=table, names=names, x=x, y=y, keep=keep,
+                         statuses=["ok", "infeasible", "pruned", "failed", "crashed", "running", "not run"],
+                         page_sizes=queries.PAGE_SIZES, title=f"dse: {exp['name']}")  # fmt: skip
+
+    def pareto_json(self, request: Request) -> Response:
+        exp = self.experiment(request.path_params["ref"])
+        objectives = _objectives(exp["spec_text"])
+        directions = {o["metric"]: o.get("direction", "minimize") for o in objectives}
+        y = request.query_params.get("y") or objectives[0]["metric"]
+        x = request.query_params.get("x") or (objectives[1]["metric"] if len(objectives) > 1 else "private_sram_bytes")
+        for axis, metric in (("x", x), ("y", y)):
+            if metric not in METRICS:
+                raise Problem(400, "Bad query", f"query parameter {axis}={metric!r}: allowed one of {', '.join(METRICS)}")
+        exprs = [c["expr"] for c in exp["acceptance"] or []]
+        # Only the metrics drawn, judged or ranked by are read (a few of 100,000 x 8 values).
+        used = set().union(*(f.used for f in formulas(exprs))) if exprs else set()
+        wanted = {x, y, objectives[0]["metric"]} | {n.removeprefix("baseline_") for n in used}
+        with self.connection() as connection:
+            table = candidate_metrics(connection, exp["id"], sorted(wanted & set(METRICS)))
+        baseline_id = exp["baseline_candidate_id"]
+        base_rows = table[table["candidate_id"] == baseline_id]
+        baseline = base_rows.iloc[0].to_dict() if len(base_rows) else {}
+        passing = passing_mask(exprs, table, baseline) if baseline.get("status") == "ok" else \
+            pd.Series(False, index=table.index).to_numpy()
+        decisions = self.store.decisions(exp["id"])
+        accepted = _accepted(decisions)
+        fig, data = pareto_figure(table, x, y, (directions.get(x, "minimize"), directions.get(y, "minimize")),
+                                  passing=passing, exprs=exprs, baseline_id=baseline_id, accepted=accepted,
+                                  title=f"{exp['name']}: {y.replace('_', ' ')} vs {x.replace('_', ' ')}")
+        best = best_candidate(table, passing, objectives[0]["metric"], objectives[0].get("direction", "minimize"))
+        summary = {"candidates": len(table), "feasible": int(data["feasible"].sum()),
+                   "front": int(data["on_front"].sum()), "passing": int(passing.sum()),
+                   "best": best, "accepted": sorted(accepted)}  # fmt: skip
+        # The figure's JSON as plotly wrote it (one object), with the summary added: not parsed
+        # and written again (megabytes at 100,000 candidates).
+        body = fig.to_json()
+        return Response(f'{body[:-1]}, "summary": {json.dumps(summary)}}}', media_type="application/json")
+
+    def candidate_page(self, request: Request) -> Response:
+        ident = _int(request.path_params["ident"], "candidate")
+        try:
+            cand = self.store.candidate(ident)
+        except RecordNotFound as error:
+            raise Problem(404, "No such candidate", str(error)) from None
+        runs = self.store.runs(candidate=ident)
+        metrics = [dict(self.store.run(int(r))["metrics"].assign(run_id=int(r)).to_dict("list")) for r in runs["id"]]
+        long = pd.concat([pd.DataFrame(m) for m in metrics], ignore_index=True) if metrics else pd.DataFrame(
+            columns=["kind", "name", "value", "unit", "scope", "scope_key", "run_id"])
+        evidence = []
+        for kind, group in long.groupby("kind", sort=False):
+            latest = group[group["run_id"] == group["run_id"].max()]
+            total = latest[latest["scope"] == "total"][["name", "value", "unit"]].to_dict("records")
+            scoped = latest[latest["scope"] != "total"]
+            evidence.append({"kind": kind, "run_id": int(latest["run_id"].iloc[0]), "total": total,
+                             "scoped": {scope: g.pivot_table(index="scope_key", columns="name", values="value",
+                                                              aggfunc="last", sort=False).reset_index()
+                                        for scope, g in scoped.groupby("scope", sort=False)}})  # fmt: skip
+        artifacts = self.store.artifacts(cand["experiment_id"])
+        artifacts = records(artifacts[artifacts["candidate_id"] == ident])
+        decisions = self.store.decisions(cand["experiment_id"])
+        decisions = records(decisions[decisions["candidate_id"] == ident])
+        exp = self.store.experiment(cand["experiment_id"])
+        return self.page(request, "candidate.html.j2", cand=cand, exp=exp, runs=records(runs), decide_candidate=ident,
+                         evidence=evidence, artifacts=artifacts, decisions=decisions,
+                         title=f"dse: candidate {ident}")  # fmt: skip
+
+    def run_page(self, request: Request) -> Response:
+        ident = _int(request.path_params["ident"], "run")
+        try:
+            run = self.store.run(ident)
+        except RecordNotFound as error:
+            raise Problem(404, "No such run", str(error)) from None
+        artifacts = records(self.store.artifacts(run=ident))
+        return self.page(request, "run.html.j2", run=run, metrics=records(run["metrics"]),
+                         artifacts=artifacts, title=f"dse: run {ident}")  # fmt: skip
+
+    def artifact(self, request: Request) -> Response:
+        ident = _int(request.path_params["ident"], "artifact")
+        rows = self.store.artifacts()
+        rows = rows[rows["id"] == ident]
+        if rows.empty:
+            raise Problem(404, "No such artifact", f"no artifact with id {ident} in {self.store_shown}")
+        row = rows.iloc[0]
+        path = Path(row["path"]) if row["path"] else None
+        if path is None or not path.is_file():
+            raise Problem(410, "Artifact file missing", f"artifact {ident}'s file ({row['sha256']}) is not in "
+                                                        f"the evidence folder {self.store.evidence_dir}")
+        name = Path(str(row["name"] or f"artifact-{ident}")).name
+        return FileResponse(path, media_type=row["media_type"] or "application/octet-stream", filename=name)
+
+    def compare(self, request: Request) -> Response:
+        texts = [t for value in request.query_params.getlist("c") for t in value.replace(",", " ").split()]
+        ids = []
+        for text in texts:
+            digits = text.strip().lstrip("cC")
+            if not digits.isdigit():
+                raise Problem(400, "Bad query", f"query parameter c={text!r}: allowed candidate ids (whole numbers)")
+            if int(digits) not in ids:
+                ids.append(int(digits))
+        cands = []
+        for ident in ids:
+            try:
+                cands.append(self.store.candidate(ident))
+            except RecordNotFound as error:
+                raise Problem(404, "No such candidate", str(error)) from None
+        fields, metrics, workloads = _comparison(self.store, cands) if cands else ([], [], {})
+        return self.page(request, "compare.html.j2", cands=cands, fields=fields, metrics=metrics,
+                         workloads=workloads, show_all=request.query_params.get("all") == "1",
+                         title="dse: compare")  # fmt: skip
+
+    async def decide(self, request: Request) -> Response:
+        exp = self.experiment(request.path_params["ref"])
+        form = await request.form()
+        try:
+            csrf.check(request, form)
+        except csrf.CsrfRejected as error:
+            raise Problem(403, "Form refused", str(error)) from None
+        verdict = str(form.get("verdict", ""))
+        if verdict not in ("accept", "reject"):
+            raise Problem(400, "Decision not recorded", f"field 'verdict': got {verdict!r}; allowed: accept or reject")
+        author = str(form.get("author", "")).strip()
+        if not author:
+            raise Problem(400, "Decision not recorded", "field 'author': empty; allowed: your name (who decides)")
+        text = str(form.get("candidate", "")).strip().lstrip("cC")
+        if not text.isdigit():
+            raise Problem(400, "Decision not recorded", f"field 'candidate': got {text!r}; allowed: a candidate id")
+        try:  # the same rules as `dse decide`: Store.decide applies them
+            self.store.decide(exp["id"], int(text), verdict == "accept", str(form.get("why", "")), author)
+        except RecordNotFound as error:
+            raise Problem(404, "Decision not recorded", str(error)) from None
+        except (InputError, ValueError) as error:
+            raise Problem(400, "Decision not recorded", str(error)) from None
+        url = request.app.url_path_for("experiment", ref=str(exp["id"]))
+        return RedirectResponse(f"{url}#decisions", status_code=303)
+
+    def plotly_js(self, request: Request) -> Response:
+        # Served from the installed plotly package: the UI works offline.
+        return FileResponse(PLOTLY_JS, media_type="text/javascript", headers={"Cache-Control": "max-age=86400"})
+
+
+def _accepted(decisions: pd.DataFrame) -> set[int]:
+    """Candidates whose latest decision accepts them."""
+    if decisions.empty:
+        return set()
+    on = decisions.dropna(subset=["candidate_id"]).sort_values("id").groupby("candidate_id").tail(1)
+    return {int(c) for c in on.loc[on["verdict"] == "accepted", "candidate_id"]}
+
+
+def _comparison(store: Store, cands: list[dict]):
+    """Fields (config, mapping) that differ across the candidates, and their total metrics
+    kind by kind (each candidate's latest run of that kind)."""
+    flat = [{**flatten(c["config"], "config."), **flatten(c["mapping"], "mapping.")} for c in cands]
+    keys = sorted(set().union(*flat), key=lambda k: (not k.startswith("config."), k))
+    fields = []
+    for key in keys:
+        values = [f.get(key) for f in flat]
+        shown = [json.dumps(v, sort_keys=True) for v in values]
+        fields.append({"field": key, "values": shown, "differs": len(set(shown)) > 1})
+    per = []
+    for c in cands:
+        runs = store.runs(candidate=int(c["id"]))
+        mine: dict[tuple, tuple] = {}
+        for run_id in runs["id"].sort_values(ascending=False):
+            m = store.run(int(run_id))["metrics"]
+            for r in m[m["scope"] == "total"].itertuples():
+                mine.setdefault((r.kind, r.name), (r.value, r.unit, int(run_id)))
+        per.append(mine)
+    metric_keys = sorted(set().union(*per)) if per else []
+    metrics = []
+    for kind, name in metric_keys:
+        values = [p.get((kind, name)) for p in per]
+        unit = next((v[1] for v in values if v), "")
+        nums = [v[0] if v else None for v in values]
+        first = nums[0]
+        ratios = [None if (n is None or not first) else n / first for n in nums]
+        metrics.append({"kind": kind, "name": name, "unit": unit, "values": nums, "ratios": ratios,
+                        "runs": [v[2] if v else None for v in values]})  # fmt: skip
+    workloads = {int(c["experiment_id"]): store.experiment(int(c["experiment_id"])) for c in cands}
+    return fields, metrics, workloads
+
+
+def create_app(store: Store) -> Starlette:
+    """The web app over an open store (the caller closes it)."""
+    bench = Workbench(store)
+
+    async def problem(request: Request, exc: Problem) -> Response:
+        return bench.page(request, "error.html.j2", status=exc.status, problem=exc, title=f"dse: {exc.title}")
+
+    async def http_error(request: Request, exc: HTTPException) -> Response:
+        titles = {404: "Page not found", 405: "Method not allowed"}
+        detail = f"no page at {request.url.path}" if exc.status_code == 404 else str(exc.detail)
+        return bench.page(request, "error.html.j2", status=exc.status_code,
+                          problem=Problem(exc.status_code, titles.get(exc.status_code, "Error"), detail),
+                          title="dse: error")  # fmt: skip
+
+    routes = [
+        Route("/", bench.experiments, name="experiments"),
+        Route("/history.json", bench.history_json, name="history_json"),
+        Route("/experiments/{ref}", bench.experiment_page, name="experiment"),
+        Route("/experiments/{ref}/pareto.json", bench.pareto_json, name="pareto_json"),
+        Route("/experiments/{ref}/decisions", bench.decide, methods=["POST"], name="decide"),
+        Route("/candidates/{ident}", bench.candidate_page, name="candidate"),
+        Route("/runs/{ident}", bench.run_page, name="run"),
+        Route("/artifacts/{ident}", bench.artifact, name="artifact"),
+        Route("/compare", bench.compare, name="compare"),
+        Route("/static/plotly.min.js", bench.plotly_js, name="plotly_js"),
+        Mount("/static", app=StaticFiles(directory=STATIC), name="static"),
+    ]
+    app = Starlette(routes=routes, exception_handlers={Problem: problem, HTTPException: http_error})
+    app.state.workbench = bench
+    return app

@@ -1,0 +1,205 @@
+"""The UI's own reads: an experiment's candidates paged, sorted and filtered in SQL.
+
+The Store's DataFrame reads fetch every candidate; a page of 50 out of 100,000 must not.
+Here the database sorts and filters on one metric (joined by name), counts the matches,
+and only the page's rows and their metrics come back to Python.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from typing import Any
+
+from sqlalchemy import Connection, String, and_, cast, func, or_, select
+from sqlalchemy.orm import aliased
+
+from ..records.schema import RUN_STATUSES, Candidate, Metric, Run
+
+PAGE_SIZES = (25, 50, 100, 200)
+# Sortable columns that are not metrics.
+FIXED_SORTS = ("id", "status", "origin")
+
+
+class BadQuery(ValueError):
+    """A query parameter outside what the page allows: (parameter, value, allowed)."""
+
+    def __init__(self, parameter: str, value: Any, allowed: str):
+        super().__init__(f"query parameter {parameter}={value!r}: allowed {allowed}")
+        self.parameter, self.value, self.allowed = parameter, value, allowed
+
+
+@dataclass
+class CandidateQuery:
+    """What the candidate table of an experiment page asks for (from the URL)."""
+
+    sort: str = "id"
+    descending: bool = False
+    status: str = ""  # "" for every status, "not run" for candidates without a run
+    text: str = ""  # substring of the changes (diff) or the reason
+    metric: str = ""  # a range filter on this metric ...
+    low: float | None = None  # ... value >= low
+    high: float | None = None  # ... value <= high
+    page: int = 1
+    per_page: int = 50
+
+    def checked(self, metric_names: list[str]) -> CandidateQuery:
+        if self.sort not in FIXED_SORTS and self.sort not in metric_names:
+            raise BadQuery("sort", self.sort, "one of " + ", ".join([*FIXED_SORTS, *metric_names]))
+        if self.status and self.status not in (*RUN_STATUSES, "not run"):
+            raise BadQuery("status", self.status, "one of " + ", ".join([*RUN_STATUSES, "not run"]))
+        if self.metric and self.metric not in metric_names:
+            raise BadQuery("metric", self.metric, "one of " + ", ".join(metric_names))
+        if (self.low is not None or self.high is not None) and not self.metric:
+            raise BadQuery("metric", "", "a metric name when min or max is given")
+        if self.page < 1:
+            raise BadQuery("page", self.page, "a whole number >= 1")
+        if self.per_page not in PAGE_SIZES:
+            raise BadQuery("per_page", self.per_page, "one of " + ", ".join(map(str, PAGE_SIZES)))
+        return self
+
+
+@dataclass
+class CandidatePage:
+    rows: list[dict]  # id, origin, status, stage, reason, run_id, changes, metrics {name: value}
+    total: int  # candidates matching the filters
+    query: CandidateQuery
+    metric_names: list[str] = field(default_factory=list)
+
+    @property
+    def pages(self) -> int:
+        return max(1, -(-self.total // self.query.per_page))
+
+
+def _latest_analytical(experiment_id: int):
+    """Each candidate's latest analytical run (the runs whose metrics the table shows)."""
+    return (
+        select(Run.candidate_id, func.max(Run.id).label("run_id"))
+        .join(Candidate, Run.candidate_id == Candidate.id)
+        .where(Candidate.experiment_id == experiment_id, Run.stage == "analytical")
+        .group_by(Run.candidate_id)
+        .subquery()
+    )
+
+
+def _join_latest_run(connection: Connection, stmt, experiment_id: int):
+    """`stmt` (over candidates) outer-joined to each candidate's latest analytical run.
+
+    SQLite: a correlated max per candidate (an index probe each; its grouped form builds
+    and sorts a table of every run first, 1.5x slower at 100,000). PostgreSQL: the grouped
+    derived table, joined once (it may plan the correlated form as a filter evaluated for
+    every candidate-run pair, see `dse.records.reads.candidates`)."""
+    if connection.dialect.name == "sqlite":
+        later = aliased(Run)
+        newest = (select(func.max(later.id)).where(later.candidate_id == Candidate.id, later.stage == "analytical")
+                  .correlate(Candidate).scalar_subquery())
+        return stmt.outerjoin(Run, Run.id == newest)
+    latest = _latest_analytical(experiment_id)
+    return stmt.outerjoin(latest, latest.c.candidate_id == Candidate.id).outerjoin(Run, Run.id == latest.c.run_id)
+
+
+def _metric_join(name: str):
+    m = aliased(Metric)
+    return m, and_(m.run_id == Run.id, m.kind == "analytical", m.scope == "total", m.name == name)
+
+
+def metric_names(connection: Connection, experiment_id: int, baseline_id: int | None) -> list[str]:
+    """The analytical total metrics the experiment records, read from one finished run
+    (the baseline's, else any ok run): every ok run of a sweep records the same names."""
+    run_id = None
+    if baseline_id is not None:
+        run_id = connection.scalar(
+            select(func.max(Run.id)).where(Run.candidate_id == baseline_id, Run.stage == "analytical",
+                                           Run.status == "ok"))  # fmt: skip
+    if run_id is None:
+        run_id = connection.scalar(
+            select(Run.id).join(Candidate, Run.candidate_id == Candidate.id)
+            .where(Candidate.experiment_id == experiment_id, Run.stage == "analytical", Run.status == "ok")
+            .limit(1))  # fmt: skip
+    if run_id is None:
+        return []
+    names = connection.scalars(
+        select(Metric.name).where(Metric.run_id == run_id, Metric.kind == "analytical", Metric.scope == "total")
+        .order_by(Metric.name))  # fmt: skip
+    return list(dict.fromkeys(names))
+
+
+def candidate_page(connection: Connection, experiment_id: int, query: CandidateQuery,
+                   names: list[str]) -> CandidatePage:
+    """One page of an experiment's candidates with their latest analytical run's status and
+    total metrics, sorted and filtered by the database."""
+    query = query.checked(names)
+    # One pass: the matching count comes with the page (a window over the filtered rows).
+    stmt = select(Candidate.id, func.count().over().label("total")).where(Candidate.experiment_id == experiment_id)
+    # The runs and metrics are joined only when a filter or the sort needs them: the
+    # first page by id of 100,000 candidates reads 50 of them.
+    needs_run = bool(query.status or query.text or query.metric) or query.sort not in ("id", "origin")
+    if needs_run:
+        stmt = _join_latest_run(connection, stmt, experiment_id)
+    if query.status == "not run":
+        stmt = stmt.where(Run.id.is_(None))
+    elif query.status:
+        # Through a function, so that no planner drives the join from the run-status index
+        # (SQLite did: every matching run of the store times every candidate of the experiment).
+        stmt = stmt.where(func.coalesce(Run.status, "") == query.status)
+    if query.text:
+        pattern = "%" + query.text.lower().replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_") + "%"
+        stmt = stmt.where(or_(func.lower(cast(Candidate.diff, String)).like(pattern, escape="\\"),
+                              func.lower(Run.reason).like(pattern, escape="\\")))  # fmt: skip
+    sort_metric = None
+    if query.sort in names:
+        sort_metric, on = _metric_join(query.sort)
+        stmt = stmt.outerjoin(sort_metric, on)
+    if query.metric:
+        if query.metric == query.sort:
+            ranged = sort_metric
+        else:
+            ranged, on = _metric_join(query.metric)
+            stmt = stmt.join(ranged, on)
+        if query.low is not None:
+            stmt = stmt.where(ranged.value >= query.low)
+        if query.high is not None:
+            stmt = stmt.where(ranged.value <= query.high)
+    key = {"id": Candidate.id, "status": Run.status, "origin": Candidate.origin}.get(query.sort)
+    key = sort_metric.value if sort_metric is not None else key
+    ordered = key.desc() if query.descending else key.asc()
+    # Candidates without the value (infeasible, not run) last either way, then by id.
+    order = [ordered, Candidate.id] if query.sort == "id" else [key.is_(None), ordered, Candidate.id]
+    found = connection.execute(stmt.order_by(*order).limit(query.per_page)
+                               .offset((query.page - 1) * query.per_page)).all()
+    ids = [row[0] for row in found]
+    if found:
+        total = int(found[0][1])
+    else:  # past the last page (or nothing matches): the count alone
+        total = connection.scalar(select(func.count()).select_from(stmt.subquery()))
+    return CandidatePage(_rows(connection, ids), total, query, names)
+
+
+def _rows(connection: Connection, ids: list[int]) -> list[dict]:
+    if not ids:
+        return []
+    latest = (select(Run.candidate_id, func.max(Run.id).label("run_id"))
+              .where(Run.candidate_id.in_(ids), Run.stage == "analytical").group_by(Run.candidate_id).subquery())
+    found = connection.execute(
+        select(Candidate.id, Candidate.origin, cast(Candidate.diff, String).label("diff"), Run.id.label("run_id"),
+               Run.stage, Run.status, Run.reason)
+        .outerjoin(latest, latest.c.candidate_id == Candidate.id)
+        .outerjoin(Run, Run.id == latest.c.run_id)
+        .where(Candidate.id.in_(ids))
+    ).mappings().all()
+    rows = {r["id"]: dict(r, diff=json.loads(r["diff"]) if r["diff"] else {}, metrics={}) for r in found}
+    run_of = {r["run_id"]: r["id"] for r in rows.values() if r["run_id"] is not None}
+    if run_of:
+        for run_id, name, value in connection.execute(
+            select(Metric.run_id, Metric.name, Metric.value)
+            .where(Metric.run_id.in_(list(run_of)), Metric.kind == "analytical", Metric.scope == "total")
+        ):
+            rows[run_of[run_id]]["metrics"][name] = value
+    return [rows[i] for i in ids]
+
+
+def changes_text(diff: dict) -> str:
+    """A candidate's changes from the baseline, short: "banks.count=16, workers=2"."""
+    return ", ".join(f"{k.removeprefix('config.').removeprefix('mapping.')}={json.dumps(v[1])}"
+                     for k, v in diff.items()) or "(baseline)"
+

@@ -1,0 +1,394 @@
+"""`dse ui` end to end: a real store from a real sweep, a real server (the `dse ui` process,
+or uvicorn in a thread for PostgreSQL), real HTTP, and Debian's Chromium for the pages.
+
+The browser tests load each page, sort, filter, hover and click a Pareto point, compare
+three candidates and record a decision, with no console errors; the HTTP tests check the
+error statuses, escaping and CSRF refusals (nothing written).
+"""
+
+from __future__ import annotations
+
+import http.cookiejar
+import json
+import re
+import socket
+import urllib.error
+import urllib.parse
+import urllib.request
+
+import pandas as pd
+import pytest
+
+from dse.records import Store
+from dse.ui import queries
+from pg import pg_server, pg_url  # noqa: F401  (fixtures)
+from uiserver import EXPERIMENTS, Console, chromium, dse_ui_process, dse_ui_thread, make_store
+
+
+@pytest.fixture(scope="module")
+def store_db(tmp_path_factory):
+    return make_store(tmp_path_factory.mktemp("ui"))
+
+
+@pytest.fixture(scope="module")
+def server(store_db):
+    with dse_ui_process(store_db) as (base, proc):
+        yield base
+
+
+@pytest.fixture(scope="module")
+def browser():
+    with chromium() as b:
+        yield b
+
+
+@pytest.fixture(scope="module")
+def context(browser):
+    # One context for the module: plotly.js is fetched once and cached, as a user's browser would.
+    context = browser.new_context(viewport={"width": 1400, "height": 1000})
+    yield context
+    context.close()
+
+
+@pytest.fixture
+def page(context):
+    page = context.new_page()
+    page.set_default_timeout(30_000)
+    page.console = Console(page)
+    yield page
+    page.close()
+
+
+def get(url: str, opener=None):
+    """(status, body, headers) of a GET, following no redirect."""
+    class NoRedirect(urllib.request.HTTPRedirectHandler):
+        def redirect_request(self, *args, **kwargs):
+            return None
+
+    opener = opener or urllib.request.build_opener(NoRedirect)
+    try:
+        with opener.open(url, timeout=30) as response:
+            return response.status, response.read().decode(), response.headers
+    except urllib.error.HTTPError as error:
+        return error.code, error.read().decode(), error.headers
+
+
+def problem_text(body: str) -> str:
+    match = re.search(r'id="problem">(.*?)</p>', body, re.S)
+    return match.group(1) if match else ""
+
+
+# ---- the candidate table in SQL -------------------------------------------------------------
+
+
+def _expected(store: Store, experiment: str, sort: str, descending: bool, status: str = "") -> list[int]:
+    table = store.metric_table(experiment, "analytical")
+    if status:
+        table = table[table["status"] == status]
+    table = table.assign(missing=table[sort].isna())
+    table = table.sort_values(["missing", sort, "candidate_id"], ascending=[True, not descending, True])
+    return [int(i) for i in table["candidate_id"]]
+
+
+def check_candidate_pages(db: str) -> None:
+    with Store(db) as store:
+        exp = store.experiment("banks-workers")
+        with store.engine.connect() as connection:
+            names = queries.metric_names(connection, exp["id"], exp["baseline_candidate_id"])
+            assert "latency_cycles" in names and "private_sram_bytes" in names
+            for sort, descending, status in (("latency_cycles", False, ""), ("latency_cycles", True, "ok"),
+                                             ("private_sram_bytes", True, "")):  # fmt: skip
+                expected = _expected(store, exp["id"], sort, descending, status)
+                got = []
+                for number in (1, 2, 3):
+                    query = queries.CandidateQuery(sort=sort, descending=descending, status=status, page=number,
+                                                   per_page=25)
+                    page = queries.candidate_page(connection, exp["id"], query, names)
+                    assert page.total == len(expected)
+                    got += [r["id"] for r in page.rows]
+                assert got == expected[:75]
+            # Past the last page: no rows, the count still right.
+            page = queries.candidate_page(connection, exp["id"], queries.CandidateQuery(page=99), names)
+            assert page.rows == [] and page.total == len(store.candidates(exp["id"]))
+            # A range filter and a text filter, by the database.
+            table = store.metric_table(exp["id"], "analytical")
+            limit = float(table["latency_cycles"].median())
+            query = queries.CandidateQuery(sort="id", metric="latency_cycles", high=limit, per_page=100)
+            page = queries.candidate_page(connection, exp["id"], query, names)
+            assert [r["id"] for r in page.rows] == sorted(
+                int(i) for i in table.loc[table["latency_cycles"] <= limit, "candidate_id"])
+            cands = store.candidates(exp["id"])
+            workers4 = sorted(int(i) for i, d in zip(cands["id"], cands["diff"]) if '"mapping.workers":[1,4]' in d)
+            page = queries.candidate_page(connection, exp["id"], queries.CandidateQuery(text="workers\":[1,4", per_page=100),
+                                          names)
+            assert [r["id"] for r in page.rows] == workers4 and workers4
+            with pytest.raises(queries.BadQuery, match="sort"):
+                queries.candidate_page(connection, exp["id"], queries.CandidateQuery(sort="nope"), names)
+
+
+def test_candidate_table_is_sorted_filtered_and_paged_by_the_database(store_db):
+    check_candidate_pages(store_db)
+
+
+# ---- HTTP: statuses, escaping, CSRF -------------------------------------------------------------
+
+
+def test_bad_urls_and_unknown_records_are_error_pages_with_their_status(server):
+    for path, status, fragment in (
+        ("/experiments/999", 404, "999"),
+        ("/experiments/no-such-name", 404, "no-such-name"),
+        ("/candidates/abc", 404, "whole numbers"),
+        ("/candidates/99999", 404, "99999"),
+        ("/runs/99999", 404, "99999"),
+        ("/artifacts/99999", 404, "99999"),
+        ("/no/such/page", 404, "/no/such/page"),
+        ("/experiments/1?sort=bogus", 400, "sort"),
+        ("/experiments/1?page=0", 400, "page"),
+        ("/experiments/1?min=abc&metric=latency_cycles", 400, "min"),
+        ("/experiments/1?per_page=7", 400, "per_page"),
+        ("/experiments/1?status=sleeping", 400, "status"),
+        ("/experiments/1/pareto.json?x=bogus", 400, "bogus"),
+        ("/compare?c=x1", 400, "x1"),
+    ):
+        got, body, _ = get(server + path)
+        assert got == status, (path, got)
+        assert fragment in problem_text(body), (path, problem_text(body))
+    status, _, headers = get(server + "/experiments/banks-workers?sort=id")
+    assert status == 307 and headers["location"] == "/experiments/1?sort=id"
+
+
+def test_user_text_is_escaped(server):
+    status, body, _ = get(server + "/experiments/1")
+    assert status == 200
+    assert "<img src=x" not in body and "<script>window.__xss" not in body
+    assert "&lt;img src=x onerror=&#34;window.__xss=1&#34;&gt;" in body
+    assert "&lt;script&gt;window.__xss=2&lt;/script&gt;" in body
+    status, body, _ = get(server + "/")
+    assert status == 200 and "<img src=x" not in body and "&lt;img src=x" in body
+
+
+def _session(base: str):
+    jar = http.cookiejar.CookieJar()
+    opener = urllib.request.build_opener(urllib.request.HTTPCookieProcessor(jar))
+    _, body, _ = get(base + "/experiments/1", opener)
+    token = re.search(r'name="csrf_token" value="([^"]+)"', body).group(1)
+    return opener, token
+
+
+def _post(opener, url: str, fields: dict, headers: dict | None = None):
+    data = urllib.parse.urlencode(fields).encode()
+    request = urllib.request.Request(url, data=data, headers=headers or {}, method="POST")
+    try:
+        with opener.open(request, timeout=30) as response:
+            return response.status, response.read().decode()
+    except urllib.error.HTTPError as error:
+        return error.code, error.read().decode()
+
+
+def test_refused_decisions_write_nothing(server, store_db):
+    with Store(store_db) as store:
+        before = len(store.decisions())
+        other = int(store.candidates("second")["id"].iloc[1])
+        mine = int(store.candidates("banks-workers")["id"].iloc[1])
+    opener, token = _session(server)
+    url = server + "/experiments/1/decisions"
+    good = {"csrf_token": token, "candidate": str(mine), "verdict": "accept", "author": "ada", "why": "fits"}
+    for fields, headers, status, fragment in (
+        ({**good, "why": "   "}, {}, 400, "why"),  # the same rule as `dse decide --why ""`
+        ({**good, "author": ""}, {}, 400, "author"),
+        ({**good, "verdict": "maybe"}, {}, 400, "verdict"),
+        ({**good, "candidate": "99999"}, {}, 404, "99999"),
+        ({**good, "candidate": str(other)}, {}, 404, str(other)),  # a candidate of another experiment
+        ({**good, "csrf_token": ""}, {}, 403, "token"),
+        ({**good, "csrf_token": "x" * 43}, {}, 403, "token"),
+        (good, {"Origin": "http://evil.example"}, 403, "evil.example"),
+        (good, {"Sec-Fetch-Site": "cross-site"}, 403, "another site"),
+    ):
+        got, body = _post(opener, url, fields, headers)
+        assert got == status, (fields, headers, got, problem_text(body))
+        assert fragment in problem_text(body)
+    # Without the cookie (another site's page cannot send it): refused too.
+    got, _ = _post(urllib.request.build_opener(), url, good)
+    assert got == 403
+    with Store(store_db) as store:
+        assert len(store.decisions()) == before
+
+
+def test_cli_refuses_bad_ports_and_stores(cli, store_db, tmp_path):
+    for args, fragment in ((["--port", "0"], "--port"), (["--port", "http"], "--port"),
+                           (["--host", "192.0.2.1"], "--host")):  # fmt: skip
+        code, _, err = cli("ui", "--db", store_db, *args)
+        assert code == 2 and fragment in err and err.count("\n") == 1, err
+    code, _, err = cli("ui", "--db", str(tmp_path / "missing.db"))
+    assert code == 2 and "missing.db" in err and not (tmp_path / "missing.db").exists()
+    with socket.socket() as busy:
+        busy.bind(("127.0.0.1", 0))
+        busy.listen(1)
+        code, _, err = cli("ui", "--db", store_db, "--port", str(busy.getsockname()[1]))
+    assert code == 2 and "--port" in err and "in use" in err
+
+
+# ---- the browser ------------------------------------------------------------------------------
+
+
+def _column(page, name: str) -> list[str]:
+    return page.evaluate("""(name) => {
+        const heads = [...document.querySelectorAll('#candidates thead th')];
+        const i = heads.findIndex(th => th.querySelector(`a[data-col="${name}"]`));
+        return [...document.querySelectorAll('#candidates tbody tr')].map(tr => tr.children[i].textContent.trim());
+    }""", name)
+
+
+def _number(text: str) -> float:
+    return float("nan") if text == "—" else float(text.replace(",", ""))
+
+
+def test_pages_load_sort_and_filter_in_the_browser(server, store_db, page):
+    with Store(store_db) as store:
+        exps = store.experiments()
+        table = store.metric_table("banks-workers", "analytical")
+        cand = int(table.loc[table["status"] == "ok", "candidate_id"].iloc[-1])
+        run = int(store.runs(candidate=cand)["id"].iloc[0])
+    page.goto(server + "/")
+    page.wait_for_selector("#timeline[data-ready='1']")
+    assert page.locator("#experiments tbody tr").count() == len(exps)
+    assert page.evaluate("document.getElementById('timeline')._fullLayout.xaxis.type") == "date"
+    page.fill("input[name=q]", "second")
+    page.click("button[type=submit]")
+    assert page.locator("#experiments tbody tr").count() == 1
+    page.click("#experiments tbody a:text('second')")
+    page.wait_for_url(re.compile(r"/experiments/2$"))
+
+    page.goto(server + "/experiments/1")
+    assert "window.__xss" in page.inner_text("#hypothesis")
+    page.wait_for_selector("#pareto[data-ready='1']")
+    page.click("th a[data-col='latency_cycles']")
+    page.wait_for_url(re.compile(r"sort=latency_cycles&order=asc"))
+    values = [_number(v) for v in _column(page, "latency_cycles")]
+    present = [v for v in values if v == v]
+    assert present == sorted(present) and len(present) == min(50, int((table["status"] == "ok").sum()))
+    page.click("th a[data-col='latency_cycles']")
+    page.wait_for_url(re.compile(r"order=desc"))
+    values = [_number(v) for v in _column(page, "latency_cycles")]
+    assert values[0] == table["latency_cycles"].max()
+    assert [v for v in values if v == v] == sorted((v for v in values if v == v), reverse=True)
+
+    page.select_option("select[name=status]", "infeasible")
+    page.click("#apply-filters")
+    page.wait_for_url(re.compile(r"status=infeasible"))
+    n_infeasible = int((table["status"] == "infeasible").sum())
+    assert n_infeasible > 0
+    assert page.locator("#candidates tbody tr").count() == n_infeasible
+    assert page.locator("#candidates tbody tr.infeasible").count() == n_infeasible
+    assert f"({n_infeasible} matching)" in page.inner_text("#match-count")
+
+    for path, selector in ((f"/candidates/{cand}", "#diff"), (f"/runs/{run}", "#metrics")):
+        page.goto(server + path)
+        assert page.locator(selector).count() == 1
+    page.goto(server + f"/candidates/{cand}")
+    assert page.locator(".evidence[data-kind='analytical']").count() == 1
+    page.click(f"#runs a:text('r{run}')")
+    page.wait_for_url(re.compile(rf"/runs/{run}$"))
+    assert page.evaluate("window.__xss") is None
+    assert page.console.errors == []
+
+
+def test_hover_and_click_a_pareto_point(server, store_db, page):
+    with Store(store_db) as store:
+        cands = store.candidates("banks-workers").set_index("id")
+    page.goto(server + "/experiments/1")
+    page.wait_for_selector("#pareto[data-ready='1']")
+    summary = page.inner_text("#pareto-summary")
+    assert "pass acceptance" in summary and "best: candidate" in summary
+    names = page.evaluate("document.getElementById('pareto')._fullData.map(t => t.name)")
+    assert any(n.startswith("Pareto front") for n in names) and any(n.startswith("infeasible") for n in names)
+    assert any(n.startswith("passes acceptance") for n in names) and "acceptance region" in names
+    point = page.evaluate("""() => {
+        const d = document.getElementById('pareto'), fl = d._fullLayout;
+        const t = d._fullData.find(t => t.name.startsWith('Pareto front'));
+        const i = t.x.length - 1;
+        return {x: fl.xaxis.l2p(fl.xaxis.d2l(t.x[i])) + fl._size.l,
+                y: fl.yaxis.l2p(fl.yaxis.d2l(t.y[i])) + fl._size.t, id: t.customdata[i]};
+    }""")
+    box = page.locator("#pareto").bounding_box()
+    page.mouse.move(box["x"] + point["x"], box["y"] + point["y"])
+    hover = page.wait_for_selector("#pareto .hovertext")
+    text = hover.text_content()
+    assert f"candidate {point['id']}" in text
+    diff = json.loads(cands.loc[point["id"], "diff"])
+    for path, (before, after) in diff.items():
+        assert f"{path.split('.', 1)[1]}: {json.dumps(before)} → {json.dumps(after)}" in text
+    page.mouse.click(box["x"] + point["x"], box["y"] + point["y"])
+    page.wait_for_url(re.compile(rf"/candidates/{point['id']}$"))
+    assert page.console.errors == []
+
+
+def test_compare_three_candidates_and_across_experiments(server, store_db, page):
+    with Store(store_db) as store:
+        other = int(store.candidates("second")["id"].iloc[0])
+    page.goto(server + "/experiments/1?sort=latency_cycles")
+    boxes = page.locator("#candidates tbody input[name=c]")
+    ids = [int(boxes.nth(i).get_attribute("value")) for i in range(3)]
+    for i in range(3):
+        boxes.nth(i).check()
+    page.click("#compare-selected")
+    page.wait_for_url(re.compile(r"/compare\?"))
+    heads = page.locator("#compare thead th").all_inner_texts()
+    assert [h.split("\n")[0] for h in heads[1:]] == [f"candidate {i}" for i in ids]
+    assert page.locator("#compare tr.field.differs").count() >= 1
+    assert page.locator("#compare tr.metric[data-kind='analytical'][data-name='latency_cycles']").count() == 1
+    page.fill("input[name=c]", f"{ids[0]} {other}")
+    page.click("form.filters button[type=submit]")
+    assert "2 experiments" in page.inner_text("#cross-experiment")
+    assert page.console.errors == []
+
+
+def test_record_a_decision_from_the_page(server, store_db, page):
+    with Store(store_db) as store:
+        before = len(store.decisions("banks-workers"))
+    page.goto(server + "/experiments/1")
+    page.wait_for_selector("#pareto[data-ready='1']")
+    best = int(re.search(r"best: candidate (\d+)", page.inner_text("#pareto-summary")).group(1))
+    page.fill("#decide-form input[name=candidate]", str(best))
+    page.fill("#decide-form input[name=author]", "Ada <b>L</b>")
+    page.fill("#decide-form textarea[name=why]", "fastest that fits <i>the</i> budget")
+    page.click("#decide")
+    page.wait_for_url(re.compile(r"/experiments/1#decisions$"))
+    log = page.inner_text("#decision-log")
+    assert "fastest that fits <i>the</i> budget" in log and "Ada <b>L</b>" in log
+    with Store(store_db) as store:
+        decisions = store.decisions("banks-workers")
+    assert len(decisions) == before + 1
+    last = decisions.iloc[-1]
+    assert (last["verdict"], int(last["candidate_id"]), last["author"]) == ("accepted", best, "Ada <b>L</b>")
+    assert json.loads(last["evidence"])  # the runs of the candidate and the baseline, as `dse decide` records
+    page.wait_for_selector("#pareto[data-ready='1']")
+    assert "accepted" in page.evaluate("document.getElementById('pareto')._fullData.map(t => t.name)")
+    assert page.console.errors == []
+
+
+def test_the_ui_over_postgresql(pg_url, tmp_path, browser):  # noqa: F811
+    db = make_store(tmp_path, pg_url, EXPERIMENTS[:1])
+    check_candidate_pages(db)
+    with dse_ui_thread(db) as base:
+        context = browser.new_context()
+        page = context.new_page()
+        console = Console(page)
+        page.goto(base + "/experiments/1?sort=latency_cycles&order=desc")
+        page.wait_for_selector("#pareto[data-ready='1']")
+        with Store(db) as store:
+            table = store.metric_table("banks-workers", "analytical")
+        assert _number(_column(page, "latency_cycles")[0]) == table["latency_cycles"].max()
+        first_ok = int(table.loc[table["status"] == "ok", "candidate_id"].iloc[1])
+        page.fill("#decide-form input[name=candidate]", str(first_ok))
+        page.check("#decide-form input[value=reject]")
+        page.fill("#decide-form input[name=author]", "grace")
+        page.fill("#decide-form textarea[name=why]", "too much SRAM")
+        page.click("#decide")
+        page.wait_for_url(re.compile(r"#decisions$"))
+        with Store(db) as store:
+            last = store.decisions("banks-workers").iloc[-1]
+        assert (last["verdict"], int(last["candidate_id"]), last["author"]) == ("rejected", first_ok, "grace")
+        assert console.errors == []
+        context.close()
+    assert isinstance(pd.Timestamp(last["created_at"]), pd.Timestamp)
