@@ -147,8 +147,12 @@ def test_decide_records_the_verdict_with_evidence_and_refuses_bad_targets(cli, f
     before = counts(db)
     assert_input_error(cli("decide", "nope", "--accept", 1, "--why", "x", "--db", db),
                        "field 'experiment'", "banks, empty")  # fmt: skip
+    # A candidate of another experiment with another workload: refused unless overridden.
     assert_input_error(cli("decide", "empty", "--accept", ids["fast"], "--why", "x", "--db", db),
-                       "field 'candidate'", "experiment 'empty'")  # fmt: skip
+                       "refused to accept candidate 2 for experiment 'empty'",
+                       "experiment 'banks', whose workload (gemm aaaaaaaaaaaa) is not this one's")  # fmt: skip
+    assert_input_error(cli("decide", "banks", "--accept", 99, "--why", "x", "--db", db),
+                       "field 'candidate'", "ids 1 to 4")  # fmt: skip
     assert_input_error(cli("decide", "banks", "--accept", "two", "--why", "x", "--db", db), "--accept")
     assert_input_error(cli("decide", "banks", "--accept", 99, "--why", " ", "--db", db), "--why")
     assert counts(db) == before

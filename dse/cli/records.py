@@ -333,14 +333,26 @@ def cmd_compare(args) -> int:
 
 
 def cmd_decide(args) -> int:
-    accept = args.accept is not None
-    candidate = _candidate_id(args.accept if accept else args.reject, "--accept" if accept else "--reject")
-    author = args.author or os.environ.get("DSE_AUTHOR") or _user()
+    from ..runner.decisions import decide
+
+    if args.refute:
+        verdict, candidate = "refuted", None
+    else:
+        accept = args.accept is not None
+        verdict = "accepted" if accept else "rejected"
+        candidate = _candidate_id(args.accept if accept else args.reject, "--accept" if accept else "--reject")
+    author = args.author if args.author is not None else (os.environ.get("DSE_AUTHOR") or _user())
     with open_store(args.db) as store:
-        decision_id = store.decide(args.experiment, candidate, accept, args.why, author)
-        decision = store.decisions(args.experiment).set_index("id").loc[decision_id]
-    print(f"decision {decision_id}: {decision['verdict']} candidate {candidate} of experiment "
-          f"'{decision['experiment']}' by {author} (evidence runs {decision['evidence']})")  # fmt: skip
+        result = decide(store, args.experiment, candidate, author, args.why, args.override, verdict=verdict)
+    about = f" candidate {candidate}" if candidate is not None else " the hypothesis"
+    if candidate is not None and result.candidate_experiment != result.experiment:
+        about += f" (of experiment '{result.candidate_experiment}')"
+    print(f"decision {result.decision_id}: {verdict}{about} of experiment '{result.experiment}' by "
+          f"{result.author}; hypothesis {result.status} (evidence runs {result.evidence})")
+    if result.override:
+        print(f"overriding the acceptance test: {result.override}")
+    for check in result.checks:
+        print(f"  acceptance[{check['criterion']}] {check['outcome']}: {check['clause']}")
     return 0
 
 
@@ -349,6 +361,30 @@ def _user() -> str:
         return getpass.getuser()
     except Exception:  # noqa: BLE001 - no login name (a container): still a decision
         return "unknown"
+
+
+# ---- dse note -----------------------------------------------------------------------------
+
+_NOTE_FLAGS = (("limitation", "limitation"), ("question", "open_question"), ("note", "note"))
+
+
+def cmd_note(args) -> int:
+    given = [(kind, getattr(args, flag)) for flag, kind in _NOTE_FLAGS if getattr(args, flag) is not None]
+    author = args.author if args.author is not None else (os.environ.get("DSE_AUTHOR") or _user())
+    if not given:
+        raise InputError("dse note", "--limitation/--question/--note", None, "at least one note to add")
+    flag_of = {kind: flag for flag, kind in _NOTE_FLAGS}
+    for kind, text in given:  # checked before any is written: one bad note, none written
+        if not text.strip():
+            raise InputError("dse note", f"--{flag_of[kind]}", text, "a non-empty note")
+    if not author.strip():
+        raise InputError("dse note", "--author", author, "a non-empty name")
+    with open_store(args.db) as store:
+        name = store.experiment(args.experiment)["name"]
+        for kind, text in given:
+            note_id = store.add_note(args.experiment, kind, text, author)
+            print(f"note {note_id}: {kind.replace('_', ' ')} added to experiment '{name}' by {author}")
+    return 0
 
 
 # ---- dse export ---------------------------------------------------------------------------
@@ -388,15 +424,29 @@ def register(sub) -> None:
     comp.add_argument("--scope", default="total", help="metric scope: total (default), op, core, ball, bank")
     comp.set_defaults(func=cmd_compare)
 
-    dec = sub.add_parser("decide", help="accept or reject a candidate of an experiment, with the reason")
+    dec = sub.add_parser("decide", help="accept or reject a candidate, or refute the hypothesis, with the reason")
     dec.add_argument("experiment", metavar="EXPERIMENT", help="experiment name or id")
     which = dec.add_mutually_exclusive_group(required=True)
-    which.add_argument("--accept", metavar="CANDIDATE", help="candidate id to accept")
+    which.add_argument("--accept", metavar="CANDIDATE",
+                       help="candidate id to accept (confirms the hypothesis; it must pass the acceptance test)")
     which.add_argument("--reject", metavar="CANDIDATE", help="candidate id to reject")
+    which.add_argument("--refute", action="store_true", help="refute the hypothesis")
     dec.add_argument("--why", required=True, help="the rationale, recorded with the decision")
+    dec.add_argument("--override", metavar="REASON",
+                     help="accept a candidate that fails the acceptance test, for this recorded reason")
     dec.add_argument("--author", help="who decides (default $DSE_AUTHOR, else the login name)")
     add_db_argument(dec)
     dec.set_defaults(func=cmd_decide)
+
+    note = sub.add_parser("note", help="add a limitation, open question or note to an experiment, any time")
+    note.add_argument("experiment", metavar="EXPERIMENT", help="experiment name or id")
+    kinds = note.add_argument_group("what to add (at least one)")
+    kinds.add_argument("--limitation", metavar="TEXT", help="a limitation of the experiment's evidence")
+    kinds.add_argument("--question", metavar="TEXT", help="an open question")
+    kinds.add_argument("--note", metavar="TEXT", help="a free note")
+    note.add_argument("--author", help="who writes it (default $DSE_AUTHOR, else the login name)")
+    add_db_argument(note)
+    note.set_defaults(func=cmd_note)
 
     exp = sub.add_parser("export", help="an experiment's records as CSV or Parquet files, one per table")
     exp.add_argument("experiment", metavar="EXPERIMENT", help="experiment name or id")

@@ -24,6 +24,7 @@ from dse.records.schema import (
     Decision,
     Experiment,
     Metric,
+    Note,
     Run,
     check_choice,
 )
@@ -392,35 +393,62 @@ def metric_table(connection: Connection, experiment: str | int, kind: str, scope
 
 
 def decisions(connection: Connection, experiment: str | int | None = None) -> pd.DataFrame:
+    """Decisions (people's) and proposals (a sweep's) in the order made; `kind` tells them
+    apart. `candidate_experiment_id` is the experiment of the candidate named, which may
+    be another experiment than the one decided."""
+    named = select(Candidate.id, Candidate.experiment_id).subquery()
     stmt = (
         select(
             Decision.id,
             Decision.experiment_id,
             Experiment.name.label("experiment"),
+            Decision.kind,
             Decision.verdict,
             Decision.rationale,
             Decision.author,
             raw(Decision.created_at),
             raw(Decision.evidence),
             Decision.candidate_id,
+            named.c.experiment_id.label("candidate_experiment_id"),
+            raw(Decision.evidence_kinds),
+            Decision.override,
+            raw(Decision.checks),
         )
         .join(Experiment, Decision.experiment_id == Experiment.id)
+        .outerjoin(named, Decision.candidate_id == named.c.id)
         .order_by(Decision.id)
     )
     if experiment is not None:
         stmt = stmt.where(Decision.experiment_id == experiment_id_of(connection, experiment))
     frame = frame_of(connection, stmt)
     frame["candidate_id"] = frame["candidate_id"].astype("Int64")
+    frame["candidate_experiment_id"] = frame["candidate_experiment_id"].astype("Int64")
     return utc(frame, "created_at")
 
 
+def notes(connection: Connection, experiment: str | int | None = None) -> list[dict[str, Any]]:
+    """Notes added to experiments after the fact, oldest first, as plain dicts."""
+    stmt = (
+        select(Note.id, Note.experiment_id, Experiment.name.label("experiment"), Note.kind, Note.text,
+               Note.author, Note.created_at)
+        .join(Experiment, Note.experiment_id == Experiment.id)
+        .order_by(Note.id)
+    )
+    if experiment is not None:
+        stmt = stmt.where(Note.experiment_id == experiment_id_of(connection, experiment))
+    rows = [dict(row) for row in connection.execute(stmt).mappings()]
+    for row in rows:
+        row["created_at"] = as_utc(row["created_at"])
+    return rows
+
+
 def decision_evidence(connection: Connection, experiment: str | int, candidate_id: int) -> tuple[int, list[int]]:
-    """(experiment id, evidence) for a decision on a candidate of it: every finished run
-    of the candidate and of the baseline."""
+    """(experiment id, evidence) for a decision on a candidate (of this experiment or of
+    another): every finished run of the candidate and of the experiment's baseline."""
     experiment_id = experiment_id_of(connection, experiment)
     owner = connection.scalar(select(Candidate.experiment_id).where(Candidate.id == candidate_id))
-    if owner != experiment_id:
-        raise candidate_not_found(connection, candidate_id, experiment_id)
+    if owner is None:
+        raise candidate_not_found(connection, candidate_id)
     baseline = connection.scalar(
         select(Experiment.baseline_candidate_id).where(Experiment.id == experiment_id)
     )
@@ -621,3 +649,26 @@ def utc(frame: pd.DataFrame, *columns: str) -> pd.DataFrame:
         frame[column] = pd.to_datetime(values, utc=True, format="ISO8601" if as_text else None)
     return frame
 
+
+
+def candidate_totals(connection: Connection, candidate_ids: list[int],
+                     kinds: tuple[str, ...] | None = None) -> dict[int, dict[str, dict[str, float]]]:
+    """{candidate: {kind: {metric: value}}}: each candidate's total metrics of each kind,
+    from its latest run that recorded that kind (as metric_table takes them)."""
+    ids = [as_id(c) for c in candidate_ids]
+    stmt = (
+        select(Run.candidate_id, Metric.run_id, Metric.kind, Metric.name, Metric.value)
+        .join(Run, Metric.run_id == Run.id)
+        .where(Run.candidate_id.in_(ids), Metric.scope == "total")
+        .order_by(Metric.run_id)
+    )
+    if kinds is not None:
+        stmt = stmt.where(Metric.kind.in_(kinds))
+    latest: dict[tuple[int, str], int] = {}
+    out: dict[int, dict[str, dict[str, float]]] = {c: {} for c in ids}
+    for cid, run_id, kind, name, value in connection.execute(stmt):
+        if latest.get((cid, kind)) != run_id:  # a later run of this kind replaces the earlier's figures
+            latest[(cid, kind)] = run_id
+            out[cid][kind] = {}
+        out[cid][kind][name] = value
+    return out

@@ -42,6 +42,11 @@ METRIC_KINDS = (
 METRIC_SCOPES = ("total", "op", "core", "ball", "bank")
 # Evidence that comes from outside dse (`dse evidence import`): always its own kind.
 IMPORTED_METRIC_KINDS = ("rtl_cycles", "fpga_cycles")
+# 0007: a decision is a person's (it alone sets the hypothesis' status) or the sweep's
+# proposal (a verdict the evidence suggests, which waits for a person).
+DECISION_KINDS = ("decision", "proposal")
+# What a note adds to an experiment after the fact (`dse note`).
+NOTE_KINDS = ("limitation", "open_question", "note")
 ARTIFACT_ROLES = ("graph_dump", "trace", "outputs", "report", "log", "inputs", "measurements")
 
 # Named constraints let alembic's SQLite batch mode and autogenerate find them again.
@@ -226,6 +231,35 @@ class Decision(Base):
     # 0002: the candidate a decision accepts or rejects (`dse decide`); None for a
     # verdict on the hypothesis as a whole.
     candidate_id: Mapped[int | None] = mapped_column(ForeignKey("candidate.id"), index=True)
+    # 0007: a person's decision or the sweep's proposal; the evidence kinds it rests on
+    # (metric kinds); the reason given for overriding a failed acceptance test; and the
+    # acceptance clauses as evaluated when it was made, with their values.
+    kind: Mapped[str] = mapped_column(String(16), default="decision", server_default="decision")
+    evidence_kinds: Mapped[list[Any] | None]
+    override: Mapped[str | None] = mapped_column(Text)
+    checks: Mapped[list[Any] | None]
+
+    @validates("kind")
+    def _check_kind(self, _key: str, value: str) -> str:
+        return check_choice("decision.kind", value, DECISION_KINDS)
+
+
+class Note(Base):
+    """0007: a limitation, open question or free note added to an experiment after the
+    fact (`dse note`); the spec's own text is never edited."""
+
+    __tablename__ = "note"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    experiment_id: Mapped[int] = mapped_column(ForeignKey("experiment.id"), index=True)
+    kind: Mapped[str] = mapped_column(String(16))
+    text: Mapped[str] = mapped_column(Text)
+    author: Mapped[str] = mapped_column(String)
+    created_at: Mapped[datetime] = mapped_column(default=utcnow)
+
+    @validates("kind")
+    def _check_kind(self, _key: str, value: str) -> str:
+        return check_choice("note.kind", value, NOTE_KINDS)
 
 
 CALIBRATION_SOURCES = ("emulator_cycles", "rtl_cycles", "fpga_cycles")

@@ -85,6 +85,9 @@ from dse.records.reads import STAGE_OF_KIND, diff_fields, flatten, pd
 from dse.records.schema import (
     ARTIFACT_ROLES,
     CANDIDATE_ORIGINS,
+    DECISION_KINDS,
+    EXPERIMENT_STATUSES,
+    NOTE_KINDS,
     IMPORTED_METRIC_KINDS,
     METRIC_KINDS,
     METRIC_SCOPES,
@@ -462,30 +465,57 @@ class Store:
         author: str,
         evidence: Iterable[int] = (),
         candidate_id: int | None = None,
+        *,
+        kind: str = "decision",
+        evidence_kinds: Iterable[str] | None = None,
+        override: str | None = None,
+        checks: list[Any] | None = None,
+        status: str | None = None,
     ) -> int:
-        """Record a decision; `evidence` are ids of this experiment's runs that support it,
-        `candidate_id` the candidate it accepts or rejects (None: the hypothesis)."""
+        """Record a decision (`kind` "decision", a person's) or a sweep's proposal
+        ("proposal"); `evidence` are ids of runs that support it (of this experiment, or of
+        the candidate's), `candidate_id` the candidate it names (None: the hypothesis as a
+        whole), `status` the hypothesis' status it sets (None: unchanged), in the same
+        transaction. The rules of who may decide what are `dse.runner.decisions.decide`'s."""
+        check_choice("decision.kind", kind, DECISION_KINDS)
+        if status is not None:
+            check_choice("experiment.status", status, EXPERIMENT_STATUSES)
         run_ids = [operator.index(r) for r in evidence]
+        kinds = None if evidence_kinds is None else [check_choice("evidence kind", k, METRIC_KINDS) for k in evidence_kinds]
         with self._write() as session:
-            return writes.add_decision(session, experiment_id, verdict, rationale, author, run_ids, candidate_id)
+            return writes.add_decision(session, experiment_id, verdict, rationale, author, run_ids, candidate_id,
+                                       kind=kind, evidence_kinds=kinds, override=override, checks=checks,
+                                       status=status)
 
-    def decide(
-        self,
-        experiment: str | int,
-        candidate_id: int,
-        accept: bool,
-        why: str,
-        author: str,
-    ) -> int:
-        """Accept or reject a candidate of an experiment (`dse decide`); return the decision id.
-
-        The evidence is every finished run of the candidate and of the baseline."""
-        if not why.strip():
-            raise InputError("dse decide", "--why", why, "a non-empty reason for the decision")
+    @retrying
+    def decision_evidence(self, experiment: str | int, candidate_id: int) -> tuple[int, list[int]]:
+        """(experiment id, run ids): the finished runs of the candidate and of the
+        experiment's baseline, the evidence a decision on that candidate rests on."""
         with self._read() as connection:
-            experiment_id, evidence = reads.decision_evidence(connection, experiment, candidate_id)
-        verdict = "accepted" if accept else "rejected"
-        return self.add_decision(experiment_id, verdict, why, author, evidence, candidate_id)
+            return reads.decision_evidence(connection, experiment, candidate_id)
+
+    # ---- notes ---------------------------------------------------------------------------
+
+    @retrying
+    def add_note(self, experiment: str | int, kind: str, text: str, author: str) -> int:
+        """Add a limitation, open question or free note to an experiment; its id. The
+        experiment's spec text is left as it was."""
+        check_choice("note.kind", kind, NOTE_KINDS)
+        if not text.strip():
+            raise InputError("dse note", "text", text, "a non-empty note")
+        if not author.strip():
+            raise InputError("dse note", "--author", author, "a non-empty name")
+        with self._read() as connection:
+            experiment_id = reads.experiment_id_of(connection, experiment)
+        with self._write() as session:
+            return writes.add_note(session, experiment_id, kind, text.strip(), author)
+
+    @retrying
+    def notes(self, experiment: str | int | None = None) -> list[dict[str, Any]]:
+        """The notes of an experiment (or of all), oldest first: id, experiment_id,
+        experiment, kind, text, author, created_at."""
+        with self._read() as connection:
+            return reads.notes(connection, experiment)
 
     # ---- artifacts -----------------------------------------------------------------------
 
@@ -650,6 +680,15 @@ class Store:
         check_choice("metric.scope", scope, METRIC_SCOPES)
         with self._read() as connection:
             return reads.metric_table(connection, experiment, kind, scope)
+
+    @retrying
+    def totals(self, candidate_ids: Iterable[int], kinds: Iterable[str] | None = None
+               ) -> dict[int, dict[str, dict[str, float]]]:
+        """{candidate: {kind: {metric: value}}}: total metrics of each kind, from each
+        candidate's latest run recording that kind (a kind it lacks is absent)."""
+        kinds = None if kinds is None else tuple(check_choice("metric.kind", k, METRIC_KINDS) for k in kinds)
+        with self._read() as connection:
+            return reads.candidate_totals(connection, list(candidate_ids), kinds)
 
     @retrying
     def decisions(self, experiment: str | int | None = None) -> pd.DataFrame:

@@ -27,6 +27,7 @@ from dse.records.schema import (
     Decision,
     Experiment,
     Metric,
+    Note,
     Run,
     check_choice,
     utcnow,
@@ -311,27 +312,28 @@ def explain_unfinishable(connection: Connection, ids: list[int]) -> NoReturn:
 
 
 def add_decision(session: Session, experiment_id: int, verdict: str, rationale: str, author: str,
-                 run_ids: list[int], candidate_id: int | None) -> int:
-    """A decision on an experiment (or one of its candidates), with runs of it as evidence."""
-    get(session, Experiment, experiment_id)
+                 run_ids: list[int], candidate_id: int | None, *, kind: str = "decision",
+                 evidence_kinds: list[str] | None = None, override: str | None = None,
+                 checks: list[Any] | None = None, status: str | None = None) -> int:
+    """A decision on an experiment (or a candidate, of it or of another experiment), with
+    runs of either experiment as evidence; `status`, when given, is the hypothesis' status
+    it sets, in the same transaction."""
+    experiment = get(session, Experiment, experiment_id)
+    owners = {experiment_id}
     if candidate_id is not None:
-        candidate = get(session, Candidate, candidate_id)
-        if candidate.experiment_id != experiment_id:
-            raise ValueError(
-                f"candidate {candidate_id} belongs to experiment "
-                f"{candidate.experiment_id}, not {experiment_id}"
-            )
+        owners.add(get(session, Candidate, candidate_id).experiment_id)
     if run_ids:
         found = set(
             session.scalars(
                 select(Run.id)
                 .join(Candidate, Run.candidate_id == Candidate.id)
-                .where(Run.id.in_(run_ids), Candidate.experiment_id == experiment_id)
+                .where(Run.id.in_(run_ids), Candidate.experiment_id.in_(owners))
             )
         )
         missing = sorted(set(run_ids) - found)
         if missing:
-            raise ValueError(f"evidence: runs {missing} are not runs of experiment {experiment_id}")
+            raise ValueError(f"evidence: runs {missing} are not runs of experiment {experiment_id}"
+                             + (" or of its candidate's" if len(owners) > 1 else ""))
     decision = Decision(
         experiment_id=experiment_id,
         verdict=verdict,
@@ -339,10 +341,25 @@ def add_decision(session: Session, experiment_id: int, verdict: str, rationale: 
         author=author,
         evidence=run_ids,
         candidate_id=candidate_id,
+        kind=kind,
+        evidence_kinds=evidence_kinds,
+        override=override,
+        checks=checks,
     )
     session.add(decision)
+    if status is not None:
+        experiment.status = status
     session.flush()
     return decision.id
+
+
+def add_note(session: Session, experiment_id: int, kind: str, text: str, author: str) -> int:
+    """A note added to an experiment after the fact: its id."""
+    get(session, Experiment, experiment_id)
+    note = Note(experiment_id=experiment_id, kind=kind, text=text, author=author)
+    session.add(note)
+    session.flush()
+    return note.id
 
 
 def artifact_owner(connection: Connection, run_id: int | None, experiment_id: int | None) -> int:

@@ -1,60 +1,86 @@
-"""Acceptance: evaluate the spec's criteria over the recorded evidence and set the verdict.
+"""The sweep's proposed verdict: the acceptance criteria over the recorded evidence.
 
-A criterion is an expression over a candidate's total metrics and the baseline's
-(``latency_cycles <= 0.5 * baseline_latency_cycles``). The hypothesis is confirmed when a
-feasible candidate other than the baseline meets every criterion (the best such candidate
-by the first objective is the deciding evidence), refuted when none does.
+The hypothesis is *proposed* confirmed when a feasible candidate other than the baseline
+meets every clause (the best such candidate by the first objective is the evidence),
+proposed refuted when none of the candidates that have the evidence the clauses name
+does, and waiting while no candidate has it yet (an `emulator.` clause before any
+emulator run). A proposal never sets the hypothesis' status: a person's decision does
+(`dse.runner.decisions.decide`).
 """
 
 from __future__ import annotations
 
-import math
-
-import pandas as pd
-
-from emulator.formula import Formula
+from dataclasses import dataclass
 
 from ..records import Store
-from .spec import METRICS, Spec
+from .criteria import FAIL, MISSING, PASS, compile_criteria
+from .spec import Spec
 
 AUTHOR = "dse sweep (automatic)"
 
 
-def meets(spec: Spec, row: dict, baseline: dict) -> bool:
-    names = set(METRICS) | {f"baseline_{m}" for m in METRICS}
-    values = {m: row.get(m, math.nan) for m in METRICS} | {f"baseline_{m}": baseline.get(m, math.nan) for m in METRICS}
-    return all(bool(Formula(c.expr, names)(**values)) for c in spec.model.acceptance)
+@dataclass(frozen=True)
+class Proposal:
+    verdict: str  # confirmed, refuted or waiting
+    rationale: str
+    candidate_id: int | None
+    evidence_kinds: list[str]
 
 
-def decide(store: Store, experiment_id: int, spec: Spec) -> tuple[str, str]:
-    if not spec.model.acceptance:
-        return "testing", ""
-    table = store.metric_table(experiment_id, "analytical")
+def outcome(checks) -> str:
+    """pass when every clause passes, fail when one fails, else missing (evidence lacking)."""
+    outcomes = {c.outcome for c in checks}
+    return FAIL if FAIL in outcomes else MISSING if MISSING in outcomes else PASS
+
+
+def propose(store: Store, experiment_id: int, spec: Spec) -> Proposal | None:
+    """The verdict the evidence suggests, recorded as a proposal when it differs from the
+    latest one; None when the spec states no acceptance criteria."""
     exp = store.experiment(experiment_id)
-    base_rows = table[table["candidate_id"] == exp["baseline_candidate_id"]]
+    if not exp["acceptance"]:
+        return None
+    criteria = compile_criteria(exp["acceptance"])
+    kinds = criteria.kinds
+    crit = "; ".join(c["expr"] for c in exp["acceptance"])
+    base_id = exp["baseline_candidate_id"]
+    table = store.metric_table(experiment_id, "analytical")
+    base_rows = table[table["candidate_id"] == base_id]
+    evidence: list[int] = []
+    candidate = None
     if base_rows.empty or base_rows.iloc[0]["status"] != "ok":
-        status, verdict, rationale, evidence = "refuted", "refuted", "the baseline itself is not feasible", []
+        verdict, rationale = "refuted", "the baseline itself is not feasible"
     else:
-        baseline = base_rows.iloc[0].to_dict()
-        ok = table[(table["status"] == "ok") & (table["candidate_id"] != exp["baseline_candidate_id"])]
-        passing = ok[[meets(spec, r, baseline) for r in ok.to_dict("records")]] if len(ok) else ok
-        crit = "; ".join(c.expr for c in spec.model.acceptance)
+        ok = table[(table["status"] == "ok") & (table["candidate_id"] != base_id)]
+        ids = [int(c) for c in ok["candidate_id"]]
+        totals = store.totals(ids + [int(base_id)], kinds)
+        outcomes = {c: outcome(criteria.evaluate(totals[c], totals[int(base_id)])) for c in ids}
+        passing = ok[ok["candidate_id"].map(lambda c: outcomes[int(c)] == PASS).astype(bool)] if ids else ok
+        judged = sum(o != MISSING for o in outcomes.values())
+        lacking = len(ids) - judged
         obj = spec.model.objectives[0]
-        if passing.empty:
-            status = verdict = "refuted"
-            rationale = f"none of {len(ok)} feasible candidates meets: {crit}"
-            evidence = [int(base_rows.iloc[0]["metric_run_id"])]
-        else:
+        if not passing.empty:
             best = passing.sort_values(obj.metric, ascending=obj.direction == "minimize").iloc[0]
-            status = verdict = "confirmed"
-            rationale = (f"{len(passing)} of {len(ok)} feasible candidates meet: {crit}; best is candidate "
-                         f"{int(best['candidate_id'])} with {obj.metric} {best[obj.metric]:.6g} vs baseline "
-                         f"{baseline[obj.metric]:.6g}")
-            evidence = [int(best["metric_run_id"]), int(base_rows.iloc[0]["metric_run_id"])]
-    store.set_status(experiment_id, status)
+            candidate = int(best["candidate_id"])
+            verdict = "confirmed"
+            rationale = (f"{len(passing)} of {len(ids)} feasible candidates meet: {crit}; best is candidate "
+                         f"{candidate} with {obj.metric} {best[obj.metric]:.6g} vs baseline "
+                         f"{base_rows.iloc[0][obj.metric]:.6g}")
+            _, evidence = store.decision_evidence(experiment_id, candidate)
+        elif ids and judged == 0:
+            verdict = "waiting"
+            rationale = (f"none of {len(ids)} feasible candidates has yet the evidence that {crit} needs "
+                         f"({', '.join(kinds)})")
+        else:
+            verdict = "refuted"
+            rationale = f"none of {judged} feasible candidates with the evidence meets: {crit}" + (
+                f" ({lacking} more lack evidence: {', '.join(k for k in kinds if k != 'analytical')})" if lacking else "")
+        if not evidence:
+            evidence = [int(base_rows.iloc[0]["metric_run_id"])]
+    proposal = Proposal(verdict, rationale, candidate, kinds)
     last = store.decisions(experiment_id)
-    last = last[last["author"] == AUTHOR]
-    # A rerun that reaches the same conclusion adds no second decision.
+    last = last[last["kind"] == "proposal"]
+    # A rerun that reaches the same conclusion adds no second proposal.
     if last.empty or last.iloc[-1]["verdict"] != verdict or last.iloc[-1]["rationale"] != rationale:
-        store.add_decision(experiment_id, verdict, rationale, AUTHOR, evidence)
-    return status, rationale
+        store.add_decision(experiment_id, verdict, rationale, AUTHOR, evidence, candidate, kind="proposal",
+                           evidence_kinds=kinds)
+    return proposal

@@ -16,23 +16,18 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from emulator.chip import BallKind, ChipConfig
-from emulator.formula import Formula, FormulaError
 
 from ..chips import load_chip, override_chip
 from ..errors import InputError, read_toml
 from ..mapping import Mapping, mapping_from_dict
 from ..workload import list_recipes, load_recipe
+from .criteria import METRICS, NAMES, CriterionError, allowed_names, compile_expression
 from .space import BALL_SET_TARGET, Constraint, Knob, Space, ball_set
 
 # A knob over this mapping field sets the granularity of the recipe's quantize step.
 QUANTIZATION_TARGET = "mapping.quantization"
 BALL_KINDS = typing.get_args(BallKind)
 
-# Total metrics a spec may name in objectives and acceptance expressions.
-METRICS = (
-    "latency_cycles", "compute_cycles", "dma_cycles", "core_cycles", "dma_bytes",
-    "peak_sram_bytes", "private_sram_bytes", "private_sram_per_core_bytes",
-)
 
 
 class _Model(BaseModel):
@@ -220,9 +215,8 @@ def _dry_run_expressions(spec: Spec) -> None:
               for i, k in enumerate(spec.model.space) if k.when]
     checks += [(f"constraints[{i}].expr", c.expr, f, values)
                for i, (c, f) in enumerate(zip(space.constraints, space._constraint_formulas))]
-    names = set(METRICS) | {f"baseline_{m}" for m in METRICS}
-    checks += [(f"acceptance[{i}].expr", c.expr, Formula(c.expr, names), dict.fromkeys(names, 1.0))
-               for i, c in enumerate(spec.model.acceptance)]
+    checks += [(f"acceptance[{i}].expr", c.expr, clause.formula, dict.fromkeys(NAMES, 1.0))
+               for i, c in enumerate(spec.model.acceptance) for clause in compile_expression(i, c.expr)]
     for field, text, formula, args in checks:
         try:
             with np.errstate(all="ignore"):
@@ -300,10 +294,8 @@ def _check_metrics(spec: Spec) -> None:
     for i, obj in enumerate(spec.model.objectives):
         if obj.metric not in METRICS:
             raise InputError(spec.path, f"objectives[{i}].metric", obj.metric, "one of " + ", ".join(METRICS))
-    names = set(METRICS) | {f"baseline_{m}" for m in METRICS}
     for i, crit in enumerate(spec.model.acceptance):
         try:
-            Formula(crit.expr, names)
-        except FormulaError as exc:
-            raise InputError(spec.path, f"acceptance[{i}].expr", crit.expr,
-                             f"an expression over {', '.join(METRICS)} and their baseline_ forms ({exc})") from None
+            compile_expression(i, crit.expr)
+        except CriterionError as exc:
+            raise InputError(spec.path, f"acceptance[{i}].expr", crit.expr, f"{allowed_names()} ({exc})") from None

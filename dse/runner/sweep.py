@@ -38,7 +38,7 @@ from ..mapping import mapping_from_dict
 from ..records import Store
 from ..records.opening import checked_url
 from ..workload import load_recipe
-from .acceptance import decide
+from .acceptance import propose
 from .chain import ANALYTICAL, CAPTURE, EMULATOR, FRONTEND, PLAN, PRUNE, RECORD
 from .execution import InlineExecutor, PoolExecutor, WorkItem, make_executor, remember_chip
 from .recorder import Recorder
@@ -62,7 +62,8 @@ class SweepResult:
     evaluated: int = 0
     resumed: int = 0
     counts: dict[str, int] = field(default_factory=dict)
-    decision: str = ""
+    proposed: str = ""  # the verdict the evidence suggests (confirmed, refuted, waiting); people decide
+    decision: str = ""  # the proposal's rationale
     stopped_early: str = ""
     # Wall time by the chain's stage names: analytical (the whole analytical phase,
     # sampler and record included), record (the store writes), emulator (prune, emulator and
@@ -445,7 +446,9 @@ class Sweep:
 
     def _run(self) -> SweepResult:
         spec, search = self.spec, self.spec.model.search
-        self.store.set_status(self.experiment_id, "testing")
+        # A hypothesis people have decided keeps its status on a rerun.
+        if self.store.experiment(self.experiment_id)["status"] == "proposed":
+            self.store.set_status(self.experiment_id, "testing")
         recorded = self._load_known()
         sampler = make_sampler(spec)
         kind = sampler_kind(spec)
@@ -494,7 +497,10 @@ class Sweep:
             raise
         finally:
             bar.close()
-        self.result.status, self.result.decision = decide(self.store, self.experiment_id, spec)
+        proposal = propose(self.store, self.experiment_id, spec)
+        if proposal is not None:
+            self.result.proposed, self.result.decision = proposal.verdict, proposal.rationale
+        self.result.status = self.store.experiment(self.experiment_id)["status"]
         return self.result
 
     # -- the emulator stage ------------------------------------------------------------

@@ -1,0 +1,177 @@
+"""The experiment's lifecycle: the sweep proposes, people decide (with reasons, overrides
+and history), on real SQLite and PostgreSQL stores."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from alembic import command
+from pg import pg_server, pg_url  # noqa: F401  (fixtures)
+from sqlalchemy import create_engine, text
+
+from dse.errors import InputError
+from dse.records import MetricIn, Store
+from dse.records.store import SCHEMA_HEAD, alembic_config, database_url
+from dse.runner import run_sweep
+from dse.runner.decisions import DecisionRefused, decide
+
+from test_runner import write_spec
+
+ACCEPTANCE = [
+    {"expr": "latency_cycles < baseline_latency_cycles and private_sram_bytes <= baseline_private_sram_bytes",
+     "prose": "faster, no more SRAM"},
+]
+EMULATED = [{"expr": "emulator.latency_cycles <= 0.9 * baseline.emulator.latency_cycles", "prose": "10% faster"}]
+
+
+@pytest.fixture(params=["sqlite", "postgresql"])
+def db(request, tmp_path, monkeypatch):
+    if request.param == "sqlite":
+        return str(tmp_path / "records.db")
+    monkeypatch.setenv("DSE_EVIDENCE_DIR", str(tmp_path / "evidence"))
+    return request.getfixturevalue("pg_url")
+
+
+def analytical(store: Store, cand: int, cycles: float, sram: float) -> int:
+    run = store.start_run(cand, "analytical")
+    store.finish_run(run, "ok", [MetricIn("analytical", "latency_cycles", cycles, "cycles"),
+                                 MetricIn("analytical", "private_sram_bytes", sram, "bytes")])
+    return run
+
+
+def fill(store: Store, acceptance=ACCEPTANCE, name="banks", workload="w") -> dict:
+    e = store.create_experiment(name, "more banks win", acceptance, "gemm", workload * 64, "spec", name)
+    base = store.add_candidate(e, {"banks": 16}, {}, "baseline")[0]
+    store.set_baseline(e, base)
+    fast = store.add_candidate(e, {"banks": 20}, {}, "grid")[0]  # faster, but more SRAM
+    good = store.add_candidate(e, {"banks": 12}, {}, "grid")[0]  # faster and less SRAM
+    analytical(store, base, 1000.0, 1000.0)
+    analytical(store, fast, 800.0, 1200.0)
+    analytical(store, good, 900.0, 900.0)
+    store.set_status(e, "testing")
+    return dict(experiment=e, base=base, fast=fast, good=good)
+
+
+def test_people_decide_refusals_overrides_and_history(db):
+    with Store(db) as store:
+        ids = fill(store)
+        with pytest.raises(DecisionRefused) as refused:
+            decide(store, "banks", ids["fast"], "ana", "fits the area budget")
+        message = str(refused.value)
+        assert "\n" not in message
+        assert ("acceptance[0] clause `private_sram_bytes <= baseline_private_sram_bytes` fails with "
+                "baseline_private_sram_bytes = 1,000, private_sram_bytes = 1,200") in message
+        assert "latency_cycles <" not in message  # the clause that passes is not blamed
+        assert "--override REASON" in message
+        assert store.decisions("banks").empty and store.experiment("banks")["status"] == "testing"
+        with pytest.raises(InputError, match="--override"):
+            decide(store, "banks", ids["fast"], "ana", "fits", override="  ")
+
+        forced = decide(store, "banks", ids["fast"], "ana", "fits the area budget", override="SRAM is cheap now")
+        assert forced.status == "confirmed" and forced.override == "SRAM is cheap now"
+        assert [c["outcome"] for c in forced.checks] == ["pass", "fail"]
+        # Rejecting the accepted candidate withdraws the confirmation; another passes on its own.
+        assert decide(store, "banks", ids["fast"], "bo", "area matters", verdict="rejected").status == "testing"
+        clean = decide(store, "banks", ids["good"], "bo", "faster and smaller", override="not needed")
+        assert clean.status == "confirmed" and clean.override is None  # nothing was overridden
+        assert decide(store, "banks", ids["fast"], "cy", "was never the one", verdict="rejected").status == "confirmed"
+        refuted = decide(store, "banks", None, "cy", "the 12-bank layout fails timing", verdict="refuted")
+        assert refuted.status == "refuted" and store.experiment("banks")["status"] == "refuted"
+
+        decisions = store.decisions("banks")
+        assert decisions["verdict"].tolist() == ["accepted", "rejected", "accepted", "rejected", "refuted"]
+        assert decisions["author"].tolist() == ["ana", "bo", "bo", "cy", "cy"]
+        assert set(decisions["kind"]) == {"decision"}
+        first = decisions.iloc[0]
+        assert first["override"] == "SRAM is cheap now" and first["evidence_kinds"] == '["analytical"]'
+        checks = json.loads(first["checks"])
+        assert checks[1]["values"] == {"baseline_private_sram_bytes": 1000.0, "private_sram_bytes": 1200.0}
+        assert decisions["created_at"].is_monotonic_increasing
+
+
+def test_a_clause_naming_emulator_evidence_waits_for_it(db):
+    with Store(db) as store:
+        ids = fill(store, acceptance=EMULATED, name="emu")
+        with pytest.raises(DecisionRefused, match=r"has no evidence yet for baseline\.emulator\.latency_cycles, "
+                                                  r"emulator\.latency_cycles"):
+            decide(store, "emu", ids["good"], "ana", "looks fast")
+        for cand, cycles in ((ids["base"], 1000.0), (ids["good"], 950.0), (ids["fast"], 850.0)):
+            run = store.start_run(cand, "emulator")
+            store.finish_run(run, "ok", [MetricIn("emulator_cycles", "latency_cycles", cycles, "cycles")])
+        with pytest.raises(DecisionRefused, match=r"emulator\.latency_cycles = 950"):
+            decide(store, "emu", ids["good"], "ana", "looks fast")
+        result = decide(store, "emu", ids["fast"], "ana", "15% faster in the emulator")
+        assert result.status == "confirmed" and result.checks[0]["outcome"] == "pass"
+        assert store.decisions("emu")["evidence_kinds"].tolist() == ['["analytical","emulator_cycles"]']
+
+
+def test_decide_on_the_cli_refuses_in_one_line_and_records_an_override(cli, tmp_path):
+    db = tmp_path / "r.db"
+    with Store(db) as store:
+        ids = fill(store)
+    code, out, err = cli("decide", "banks", "--accept", ids["fast"], "--why", "fits", "--db", db)
+    assert code == 2 and out == "" and err.count("\n") == 1
+    assert err.startswith("dse: error: dse decide: refused to accept candidate 2 for experiment 'banks'")
+    assert "private_sram_bytes = 1,200" in err
+    assert cli("decide", "banks", "--accept", ids["fast"], "--why", "fits", "--override", "", "--db", db)[0] == 2
+    code, err = cli("decide", "banks", "--accept", ids["fast"], "--why", "fits", "--override", "--db", db)[::2]
+    assert code == 2 and "--override" in err
+    with Store(db) as store:
+        assert store.decisions().empty
+    code, out, _ = cli("decide", "banks", "--accept", ids["fast"], "--why", "fits", "--override", "area is cheap",
+                       "--author", "ana", "--db", db)
+    assert code == 0
+    assert out.splitlines()[0].startswith("decision 1: accepted candidate 2 of experiment 'banks' by ana; "
+                                          "hypothesis confirmed")
+    assert "overriding the acceptance test: area is cheap" in out
+    code, out, _ = cli("decide", "banks", "--refute", "--why", "timing", "--db", db)
+    assert code == 0 and "refuted the hypothesis" in out and "hypothesis refuted" in out
+
+
+def test_a_sweep_proposes_and_waits_for_the_evidence_its_criteria_name(tmp_path, cli):
+    spec = write_spec(tmp_path, name="wait", banks="[16]")
+    spec.write_text(spec.read_text().replace('expr = "latency_cycles < baseline_latency_cycles"',
+                                             'expr = "emulator.latency_cycles < baseline.emulator.latency_cycles"'))
+    db = tmp_path / "r.db"
+    result = run_sweep(spec, db, progress=False)
+    assert result.proposed == "waiting" and result.status == "testing"
+    assert "has yet the evidence" in result.decision and "emulator_cycles" in result.decision
+    with Store(db) as store:
+        proposal = store.decisions("wait").iloc[-1]
+        assert proposal["kind"] == "proposal" and proposal["evidence_kinds"] == '["analytical","emulator_cycles"]'
+        cand = int(store.candidates("wait")["id"].iloc[1])
+        decide(store, "wait", cand, "ana", "analytically faster", override="emulator run next week")
+    again = run_sweep(spec, db, progress=False)
+    assert again.status == "confirmed"  # a rerun leaves a person's decision standing
+
+
+def test_a_store_at_0006_upgrades_automatic_verdicts_to_proposals(db):
+    url = database_url(db)
+    command.upgrade(alembic_config(url), "0006")
+    engine = create_engine(url)
+    try:
+        with engine.begin() as c:
+            for i, status in ((1, "confirmed"), (2, "confirmed"), (3, "refuted")):
+                c.execute(text("INSERT INTO experiment (id, name, hypothesis, status, acceptance, workload_recipe, "
+                               "workload_hash, spec_text, spec_hash, limitations, open_questions, created_at) VALUES "
+                               "(:i, :n, 'h', :s, '[]', 'gemm', 'w', 's', 'sh', '', '', CURRENT_TIMESTAMP)"),
+                          dict(i=i, n=f"e{i}", s=status))
+                c.execute(text("INSERT INTO decision (experiment_id, verdict, rationale, author, created_at, "
+                               "evidence) VALUES (:i, :s, 'auto', 'dse sweep (automatic)', CURRENT_TIMESTAMP, '[]')"),
+                          dict(i=i, s=status))
+            # e2: a person accepted a candidate (before 0007 that did not set the status).
+            c.execute(text("INSERT INTO decision (experiment_id, verdict, rationale, author, created_at, evidence) "
+                           "VALUES (2, 'accepted', 'fits', 'ana', CURRENT_TIMESTAMP, '[]')"))
+    finally:
+        engine.dispose()
+    with Store(db) as store:
+        decisions = store.decisions()
+        assert decisions["kind"].tolist() == ["proposal", "proposal", "proposal", "decision"]
+        assert [store.experiment(f"e{i}")["status"] for i in (1, 2, 3)] == ["testing", "confirmed", "testing"]
+        engine = create_engine(url)
+        try:
+            with engine.connect() as c:
+                assert c.execute(text("SELECT version_num FROM alembic_version")).scalar() == SCHEMA_HEAD
+        finally:
+            engine.dispose()
