@@ -175,3 +175,55 @@ def test_a_store_at_0006_upgrades_automatic_verdicts_to_proposals(db):
                 assert c.execute(text("SELECT version_num FROM alembic_version")).scalar() == SCHEMA_HEAD
         finally:
             engine.dispose()
+
+
+def test_notes_after_the_fact_in_show_history_and_report(db, cli, tmp_path):
+    with Store(db) as store:
+        fill(store)
+        with pytest.raises(ValueError, match="note.kind: got .gripe.; allowed: limitation, open_question, note"):
+            store.add_note("banks", "gripe", "x", "ana")
+        with pytest.raises(InputError, match="a non-empty note"):
+            store.add_note("banks", "note", "  ", "ana")
+        spec_text = store.experiment("banks")["spec_text"]
+    code, out, _ = cli("note", "banks", "--limitation", "analytical only: DMA latency assumed",
+                       "--question", "does it hold at batch 8?", "--author", "ana", "--db", db)
+    assert code == 0 and out.splitlines() == ["note 1: limitation added to experiment 'banks' by ana",
+                                              "note 2: open question added to experiment 'banks' by ana"]
+    assert cli("note", "banks", "--note", "re-run after calibration", "--author", "bo", "--db", db)[0] == 0
+    before = counts_of(db)
+    for bad, fragment in ((["--note", " "], "--note"), ([], "at least one note"),
+                          (["--note", "x", "--author", ""], "--author")):
+        code, _, err = cli("note", "banks", *bad, "--db", db)
+        assert code == 2 and fragment in err and err.count("\n") == 1
+    assert cli("note", "nope", "--note", "x", "--db", db)[0] == 2
+    assert counts_of(db) == before
+    with Store(db) as store:
+        notes = store.notes("banks")
+        assert [(n["kind"], n["author"]) for n in notes] == [("limitation", "ana"), ("open_question", "ana"),
+                                                              ("note", "bo")]
+        assert store.experiment("banks")["spec_text"] == spec_text  # the spec is never edited
+    code, out, _ = cli("show", "banks", "--db", db)
+    assert "limitations: (none in the spec)" in out and "by ana: analytical only: DMA latency assumed" in out
+    assert "by bo: re-run after calibration" in out
+    code, out, _ = cli("history", "--db", db)
+    assert "banks: open question by ana: does it hold at batch 8?" in out
+    assert out.splitlines()[1].split()[12] == "3"
+
+
+def counts_of(db) -> tuple[int, int]:
+    with Store(db) as store:
+        return len(store.notes()), len(store.decisions())
+
+
+def test_a_noted_experiment_reruns_from_its_unchanged_spec_and_reports_the_notes(tmp_path, cli):
+    spec = write_spec(tmp_path, name="noted", banks="[16]")
+    db = tmp_path / "r.db"
+    run_sweep(spec, db, progress=False)
+    assert cli("note", "noted", "--limitation", "one gemm shape only", "--author", "ana", "--db", db)[0] == 0
+    again = run_sweep(spec, db, progress=False)
+    assert again.evaluated == 0 and again.resumed > 0
+    code, out, _ = cli("report", "noted", "--db", db, "--out", tmp_path / "rep")
+    assert code == 0
+    page = (tmp_path / "rep" / "noted.html").read_text()
+    assert "one gemm shape only" in page and "added after the sweep" in page and "proposal" in page
+    assert "one gemm shape only" in (tmp_path / "rep" / "noted.md").read_text()

@@ -64,35 +64,54 @@ def _when(moment) -> str:
 
 
 def cmd_history(args) -> int:
-    # Plain rows, no pandas: `dse history` stays quick on a large store.
+    # Plain rows, no pandas for the table: `dse history` stays quick on a large store.
     with open_store(args.db) as store:
         exps = store.experiment_summaries()
-        decisions = store.decisions() if args.decisions else None
+        decisions = store.decisions() if exps else None
+        notes = store.notes() if exps else []
     if not exps:
         print("no experiments yet")
         return 0
-    header = ["id", "name", "status", "candidates", "ok", "infeasible", "pruned", "failed",
-              "crashed", "running", "decision", "hypothesis"]  # fmt: skip
+    header = ["id", "name", "status", "proposed", "candidates", "ok", "infeasible", "failed", "crashed",
+              "running", "emulated", "decisions", "notes", "hypothesis"]  # fmt: skip
     rows = []
     for e in exps:
-        decision = e["latest_verdict"] or ""
-        if decision and e["latest_candidate_id"] is not None:
-            decision += f" c{e['latest_candidate_id']}"
-        rows.append([e["id"], e["name"], e["status"], e["n_candidates"], e["n_ok"], e["n_infeasible"],
-                     e["n_pruned"], e["n_failed"], e["n_crashed"], e["n_running"], decision,
-                     _one_line(e["hypothesis"], 60)])  # fmt: skip
-    print(_plain_table(header, rows, left={"name", "status", "decision", "hypothesis"}))
-    print("(status: of the hypothesis; ok … running: runs by status; decision: the latest)")
-    if decisions is not None:
-        print()
-        if decisions.empty:
-            print("no decisions yet")
+        rows.append([e["id"], e["name"], e["status"], e["proposed_verdict"] or "—", e["n_candidates"], e["n_ok"],
+                     e["n_infeasible"], e["n_failed"], e["n_crashed"], e["n_running"], e["n_emulated"],
+                     e["n_decisions"], e["n_notes"], _one_line(e["hypothesis"], 60)])  # fmt: skip
+    print(_plain_table(header, rows, left={"name", "status", "proposed", "hypothesis"}))
+    print("(status: of the hypothesis, set by people's decisions; proposed: the sweep's verdict; "
+          "ok … running: candidates by outcome)")
+    shown = decisions if args.decisions else decisions[decisions["kind"] == "decision"]
+    events = [(d["created_at"], "decision" if d["kind"] == "decision" else "proposal", d)
+              for d in shown.to_dict("records")]
+    events += [(n["created_at"], "note", n) for n in notes]
+    print()
+    if not events:
+        print("no decisions or notes yet" + ("" if args.decisions else " (--decisions also lists the sweeps' proposals)"))
+        return 0
+    print("decisions and notes, oldest first:")
+    for when, what, item in sorted(events, key=lambda e: (_pandas().Timestamp(e[0]), e[1])):
+        if what == "note":
+            print(f"  {_when(when)}  {item['experiment']}: {item['kind'].replace('_', ' ')} by {item['author']}: "
+                  f"{_one_line(item['text'], 100)}")
         else:
-            shown = decisions[["id", "experiment", "verdict", "candidate_id", "author"]].copy()
-            shown.insert(1, "when", decisions["created_at"].map(_when))
-            shown["rationale"] = decisions["rationale"].map(_one_line)
-            print(_table(shown.rename(columns={"candidate_id": "candidate"}), 70))
+            print(f"  {_when(when)}  {item['experiment']}: {_decision_line(item)}")
     return 0
+
+
+def _decision_line(d: dict) -> str:
+    """One decision or proposal on one line: verdict, candidate, author, reason, override."""
+    pd = _pandas()
+    about = ""
+    if not pd.isna(d["candidate_id"]):
+        about = f" c{d['candidate_id']}"
+        if not pd.isna(d.get("candidate_experiment_id")) and d["candidate_experiment_id"] != d["experiment_id"]:
+            about += f" (of experiment {d['candidate_experiment_id']})"
+    label = "proposed " if d["kind"] == "proposal" else ""
+    override = d.get("override")
+    override = f" [overriding the acceptance test: {_one_line(override, 60)}]" if isinstance(override, str) else ""
+    return f"#{d['id']} {label}{d['verdict']}{about} by {d['author']}: {_one_line(d['rationale'], 90)}{override}"
 
 
 def _plain_table(header: list[str], rows: list[list], left: set[str] = frozenset()) -> str:
@@ -153,8 +172,15 @@ def _show_experiment(store, ident: int, limit: int) -> None:
     print(f"spec: sha256 {exp['spec_hash']}")
     baseline = exp["baseline_candidate_id"]
     print(f"baseline: {'candidate ' + str(baseline) if baseline is not None else '(none yet)'}")
-    print(f"limitations: {exp['limitations'] or '(none recorded)'}")
-    print(f"open questions: {exp['open_questions'] or '(none recorded)'}")
+    notes = store.notes(exp["id"])
+    for kind, title in (("limitation", "limitations"), ("open_question", "open questions"), ("note", "notes")):
+        spec_text = exp.get(f"{kind}s", "") if kind != "note" else ""
+        added = [n for n in notes if n["kind"] == kind]
+        if not spec_text and not added and kind == "note":
+            continue
+        print(f"{title}:" + (f" {_one_line(spec_text, 200)}" if spec_text else " (none in the spec)" if kind != "note" else ""))
+        for n in added:
+            print(f"  + {_when(n['created_at'])} by {n['author']}: {n['text']}")
     counts = cands["status"].fillna("not run").value_counts()
     print(f"candidates: {len(cands)}" + (" (" + ", ".join(f"{n} {s}" for s, n in counts.items()) + ")"
                                            if len(cands) else ""))  # fmt: skip
@@ -171,11 +197,9 @@ def _show_experiment(store, ident: int, limit: int) -> None:
         print(_table(view))
         if len(cands) > limit:
             print(f"… {len(cands) - limit} more (--limit N shows more; `dse export` has them all)")
-    print("decisions:" + ("" if len(decisions) else " (none yet)"))
+    print("decisions and proposals:" + ("" if len(decisions) else " (none yet)"))
     for d in decisions.to_dict("records"):
-        about = "" if _pandas().isna(d["candidate_id"]) else f" candidate {d['candidate_id']}"
-        print(f"  #{d['id']} {_when(d['created_at'])} {d['verdict']}{about} by {d['author']}: "
-              f"{_one_line(d['rationale'], 100)} (evidence runs {d['evidence']})")  # fmt: skip
+        print(f"  {_when(d['created_at'])} {_decision_line(d)} (evidence runs {d['evidence']})")
     if len(artifacts):
         print(f"artifacts: {len(artifacts)} (in {store.evidence_dir})")
 
@@ -407,7 +431,7 @@ def cmd_export(args) -> int:
 def register(sub) -> None:
     hist = sub.add_parser("history", help="experiments, hypothesis status, decisions and run counts")
     add_db_argument(hist)
-    hist.add_argument("--decisions", action="store_true", help="also list every decision")
+    hist.add_argument("--decisions", action="store_true", help="also list the sweeps' proposed verdicts")
     hist.set_defaults(func=cmd_history)
 
     show = sub.add_parser("show", help="one experiment, candidate (c<ID>) or run (r<ID>) in full")

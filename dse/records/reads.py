@@ -8,7 +8,7 @@ import numbers
 from collections.abc import Callable, Mapping
 from typing import Any, TypeVar
 
-from sqlalchemy import JSON, Connection, DateTime, String, Text, cast, func, select
+from sqlalchemy import JSON, Connection, DateTime, String, Text, case, cast, func, select
 from sqlalchemy.ext.compiler import compiles
 from sqlalchemy.orm import Session
 from sqlalchemy.sql.functions import FunctionElement
@@ -154,15 +154,43 @@ def experiment_summaries(connection: Connection) -> list[dict[str, Any]]:
             select(Candidate.experiment_id, func.count()).group_by(Candidate.experiment_id)
         ).all()
     )
+    # Candidates (not runs) by outcome: the status of a candidate's latest run, except
+    # that a "pruned" run (not taken further) leaves the earlier outcome standing.
+    outcome_run = (
+        select(func.coalesce(func.max(case((Run.status != "pruned", Run.id))), func.max(Run.id)).label("run_id"))
+        .group_by(Run.candidate_id)
+        .subquery()
+    )
     run_counts: dict[int, dict[str, int]] = {}
     for experiment_id, status, n in connection.execute(
         select(Candidate.experiment_id, Run.status, func.count())
+        .join(outcome_run, Run.id == outcome_run.c.run_id)
         .join(Candidate, Run.candidate_id == Candidate.id)
         .group_by(Candidate.experiment_id, Run.status)
     ):
         run_counts.setdefault(experiment_id, {})[status] = n
+    emulated = dict(connection.execute(
+        select(Candidate.experiment_id, func.count(func.distinct(Run.candidate_id)))
+        .join(Candidate, Run.candidate_id == Candidate.id)
+        .where(Run.stage == "emulator", Run.status == "ok")
+        .group_by(Candidate.experiment_id)
+    ).all())
+    n_decisions = dict(connection.execute(
+        select(Decision.experiment_id, func.count()).where(Decision.kind == "decision").group_by(Decision.experiment_id)
+    ).all())
+    n_notes = dict(connection.execute(select(Note.experiment_id, func.count()).group_by(Note.experiment_id)).all())
     latest = (
         select(func.max(Decision.id).label("decision_id"))
+        .where(Decision.kind == "proposal")
+        .group_by(Decision.experiment_id)
+        .subquery()
+    )
+    proposals = dict(connection.execute(
+        select(Decision.experiment_id, Decision.verdict).join(latest, Decision.id == latest.c.decision_id)
+    ).all())
+    latest = (
+        select(func.max(Decision.id).label("decision_id"))
+        .where(Decision.kind == "decision")
         .group_by(Decision.experiment_id)
         .subquery()
     )
@@ -181,6 +209,10 @@ def experiment_summaries(connection: Connection) -> list[dict[str, Any]]:
         counts = run_counts.get(row["id"], {})
         for status in RUN_STATUSES:
             summary[f"n_{status}"] = counts.get(status, 0)
+        summary["n_emulated"] = emulated.get(row["id"], 0)
+        summary["n_decisions"] = n_decisions.get(row["id"], 0)
+        summary["n_notes"] = n_notes.get(row["id"], 0)
+        summary["proposed_verdict"] = proposals.get(row["id"])
         summary["latest_verdict"], summary["latest_candidate_id"] = verdicts.get(
             row["id"], (None, None)
         )
@@ -192,10 +224,12 @@ def experiments_frame(summaries: list[dict[str, Any]]) -> pd.DataFrame:
     """`experiment_summaries` as a DataFrame, with its dtypes."""
     columns = [
         "id", "name", "hypothesis", "status", "workload_recipe", "created_at", "n_candidates",
-        *(f"n_{s}" for s in RUN_STATUSES), "latest_verdict", "latest_candidate_id",
+        *(f"n_{s}" for s in RUN_STATUSES), "n_emulated", "n_decisions", "n_notes", "proposed_verdict",
+        "latest_verdict", "latest_candidate_id",
     ]  # fmt: skip
     frame = pd.DataFrame(summaries, columns=columns)
-    counts = ["n_candidates", *(f"n_{s}" for s in RUN_STATUSES)]
+    frame["proposed_verdict"] = frame["proposed_verdict"].astype(object)
+    counts = ["n_candidates", *(f"n_{s}" for s in RUN_STATUSES), "n_emulated", "n_decisions", "n_notes"]
     frame[counts] = frame[counts].astype("int64")
     frame["id"] = frame["id"].astype("int64")
     frame["latest_verdict"] = frame["latest_verdict"].astype(object)

@@ -619,8 +619,11 @@ class Store:
             return reads.experiment_summaries(connection)
 
     def experiments(self) -> pd.DataFrame:
-        """One row per experiment with candidate and run counts (n_<status>) and the latest
-        decision (its verdict, and the candidate it names, if any)."""
+        """One row per experiment: candidates by outcome (n_<status>: the status of each
+        candidate's latest run, a "pruned" run leaving the earlier outcome standing),
+        n_emulated (candidates with an ok emulator run), n_decisions (people's), n_notes,
+        the sweep's latest proposed verdict, and the latest person's decision (its
+        verdict, and the candidate it names, if any)."""
         return reads.experiments_frame(self.experiment_summaries())
 
     @retrying

@@ -27,6 +27,7 @@ class ExperimentView:
     counts: dict
     emulated: pd.DataFrame  # candidates run on both: analytical vs emulator latency, the model's error
     core_time: pd.DataFrame  # emulated candidates x cores: busy, waiting, waiting by cause
+    notes: list[dict]  # limitations, open questions and notes added after the fact (`dse note`)
 
 
 def _objectives(spec_text: str) -> list[dict]:
@@ -96,7 +97,8 @@ def experiment_view(store: Store, experiment) -> ExperimentView:
             / emulated["emulator_cycles"]
     core_time = store.metric_table(exp["id"], "emulator_cycles", scope="core")
     return ExperimentView(exp, objectives, table, baseline_id, best_id, compare, store.decisions(exp["id"]),
-                          provenance, op_cycles, table["status"].value_counts().to_dict(), emulated, core_time)
+                          provenance, op_cycles, table["status"].value_counts().to_dict(), emulated, core_time,
+                          store.notes(exp["id"]))
 
 
 def chosen_candidates(view: ExperimentView, front_ids: list[int]) -> list[int]:

@@ -130,7 +130,8 @@ def write_report(store: Store, experiment, out_dir: str | Path = "reports", x: s
                          metrics=[r.get(m) for m in metric_cols], reason=r.get("reason") or "",
                          front=cid in front_ids, baseline=cid == view.baseline_id, best=cid == view.best_id))
     context = dict(
-        exp=exp, decisions=view.decisions.to_dict("records"),
+        exp=exp, decisions=[{**d, "candidate": "—" if pd.isna(d["candidate_id"]) else f"c{d['candidate_id']}"}
+                            for d in view.decisions.to_dict("records")], notes=view.notes,
         compare=None if view.compare is None else view.compare.to_dict("records"),
         baseline_id=view.baseline_id, best_id=view.best_id, metric_cols=metric_cols, rows=rows,
         not_ok=[r for r in rows if r["status"] != "ok"], counts=view.counts, provenance=view.provenance,
