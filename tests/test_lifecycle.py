@@ -227,3 +227,69 @@ def test_a_noted_experiment_reruns_from_its_unchanged_spec_and_reports_the_notes
     page = (tmp_path / "rep" / "noted.html").read_text()
     assert "one gemm shape only" in page and "added after the sweep" in page and "proposal" in page
     assert "one gemm shape only" in (tmp_path / "rep" / "noted.md").read_text()
+
+
+def test_experiments_build_on_each_other_decide_across_and_compare_many(tmp_path, cli):
+    db = tmp_path / "r.db"
+    first = write_spec(tmp_path, name="first", banks="[16]")
+    follows = ('[experiment.follows]\nexperiment = "{other}"\nreason = "{why}"\n')
+    second = write_spec(tmp_path, name="second", banks="[12, 20]")
+    text = second.read_text()
+    head, rest = text.split("\n[[acceptance]]", 1)
+    second.write_text(head + "\n" + follows.format(other="first", why="the 16-bank result, wider") +
+                      "\n[[acceptance]]" + rest)
+
+    # A link to an experiment the store lacks: one line, exit 2, nothing written.
+    code, _, err = cli("sweep", second, "--db", db, "--no-progress")
+    assert code == 2 and "experiment.follows.experiment" in err and "'first'" in err and err.count("\n") == 1
+    assert not db.exists()
+    assert cli("sweep", first, "--db", db, "--no-progress")[0] == 0
+    bad = tmp_path / "bad.toml"
+    bad.write_text(second.read_text().replace('experiment = "first"', 'experiment = "fist"').replace(
+        'name = "second"', 'name = "bad"'))
+    code, _, err = cli("sweep", bad, "--db", db, "--no-progress")
+    assert code == 2 and "experiment.follows.experiment" in err and "'fist'" in err and "first" in err
+    with Store(db) as store:
+        assert store.experiments()["name"].tolist() == ["first"]
+    blank = tmp_path / "blank.toml"
+    blank.write_text(second.read_text().replace('reason = "the 16-bank result, wider"', 'reason = " "'))
+    assert cli("sweep", blank, "--db", db, "--no-progress")[0] == 2
+
+    assert cli("sweep", second, "--db", db, "--no-progress")[0] == 0
+    reopen = write_spec(tmp_path, name="third", banks="[16]")
+    head, rest = reopen.read_text().split("\n[[acceptance]]", 1)
+    reopen.write_text(head + "\n[experiment.reopens]\nexperiment = \"second\"\nreason = \"DMA model recalibrated\"\n"
+                      + "\n[[acceptance]]" + rest)
+    assert cli("sweep", reopen, "--db", db, "--no-progress")[0] == 0
+    with Store(db) as store:
+        links = store.links()
+        assert [(l["experiment"], l["relation"], l["other"], l["reason"]) for l in links] == [
+            ("second", "follows", "first", "the 16-bank result, wider"),
+            ("third", "reopens", "second", "DMA model recalibrated")]
+        firsts = store.candidates("first")
+        seconds = store.candidates("second")
+    code, out, _ = cli("history", "--db", db)
+    rows = {line.split()[1]: line for line in out.splitlines()[1:4]}
+    assert "follows 1" in rows["second"] and "reopens 2" in rows["third"]
+    assert "second: follows experiment 1 'first': the 16-bank result, wider" in out
+    code, out, _ = cli("show", "second", "--db", db)
+    assert "follows experiment 1 'first': the 16-bank result, wider" in out
+    assert "reopened by experiment 3 'third': DMA model recalibrated" in out
+
+    # A decision in `second` may name a candidate of `first` (same workload): it is tested
+    # against second's baseline like any of second's own.
+    two_workers = int(firsts[firsts["mapping"].str.contains('"workers":2')]["id"].iloc[0])
+    code, out, _ = cli("decide", "second", "--accept", two_workers, "--why", "two workers, 16 banks", "--db", db)
+    assert code == 0 and f"candidate {two_workers} (of experiment 'first')" in out and "hypothesis confirmed" in out
+
+    # Any number of candidates from any experiments.
+    ids = [int(firsts["id"].iloc[0]), two_workers, int(seconds["id"].iloc[1])]
+    code, out, _ = cli("compare", *ids, "--db", db)
+    assert code == 0 and "workload: the same for all" in out
+    assert f"c{ids[2]}: experiment 'second'" in out
+    header = next(line for line in out.splitlines() if line.split()[:3] == ["kind", "name", "unit"])
+    assert header.split()[3:] == [f"c{ids[0]}", f"c{ids[1]}", f"c{ids[2]}", f"c{ids[1]}/c{ids[0]}",
+                                  f"c{ids[2]}/c{ids[0]}"]
+    assert "config.banks.count" in out and "mapping.workers" in out
+    assert cli("compare", ids[0], "--db", db)[0] == 2
+    assert cli("compare", ids[0], ids[0], "--db", db)[0] == 2

@@ -69,30 +69,39 @@ def cmd_history(args) -> int:
         exps = store.experiment_summaries()
         decisions = store.decisions() if exps else None
         notes = store.notes() if exps else []
+        links = store.links() if exps else []
     if not exps:
         print("no experiments yet")
         return 0
     header = ["id", "name", "status", "proposed", "candidates", "ok", "infeasible", "failed", "crashed",
-              "running", "emulated", "decisions", "notes", "hypothesis"]  # fmt: skip
+              "running", "emulated", "decisions", "notes", "builds on", "hypothesis"]  # fmt: skip
+    builds_on: dict[int, list[str]] = {}
+    for link in links:
+        builds_on.setdefault(link["experiment_id"], []).append(f"{link['relation']} {link['other_id']}")
     rows = []
     for e in exps:
         rows.append([e["id"], e["name"], e["status"], e["proposed_verdict"] or "—", e["n_candidates"], e["n_ok"],
                      e["n_infeasible"], e["n_failed"], e["n_crashed"], e["n_running"], e["n_emulated"],
-                     e["n_decisions"], e["n_notes"], _one_line(e["hypothesis"], 60)])  # fmt: skip
-    print(_plain_table(header, rows, left={"name", "status", "proposed", "hypothesis"}))
+                     e["n_decisions"], e["n_notes"], ", ".join(builds_on.get(e["id"], [])) or "—",
+                     _one_line(e["hypothesis"], 60)])  # fmt: skip
+    print(_plain_table(header, rows, left={"name", "status", "proposed", "builds on", "hypothesis"}))
     print("(status: of the hypothesis, set by people's decisions; proposed: the sweep's verdict; "
           "ok … running: candidates by outcome)")
     shown = decisions if args.decisions else decisions[decisions["kind"] == "decision"]
     events = [(d["created_at"], "decision" if d["kind"] == "decision" else "proposal", d)
               for d in shown.to_dict("records")]
     events += [(n["created_at"], "note", n) for n in notes]
+    events += [(link["created_at"], "link", link) for link in links]
     print()
     if not events:
         print("no decisions or notes yet" + ("" if args.decisions else " (--decisions also lists the sweeps' proposals)"))
         return 0
-    print("decisions and notes, oldest first:")
+    print("decisions, notes and experiments built on others, oldest first:")
     for when, what, item in sorted(events, key=lambda e: (_pandas().Timestamp(e[0]), e[1])):
-        if what == "note":
+        if what == "link":
+            print(f"  {_when(when)}  {item['experiment']}: {item['relation']} experiment {item['other_id']} "
+                  f"'{item['other']}': {_one_line(item['reason'], 90)}")
+        elif what == "note":
             print(f"  {_when(when)}  {item['experiment']}: {item['kind'].replace('_', ' ')} by {item['author']}: "
                   f"{_one_line(item['text'], 100)}")
         else:
@@ -170,6 +179,12 @@ def _show_experiment(store, ident: int, limit: int) -> None:
         print(f"  - {criterion['expr']}" + (f"  — {criterion['prose']}" if criterion["prose"] else ""))
     print(f"workload: recipe {exp['workload_recipe']}, source hash {exp['workload_hash']}")
     print(f"spec: sha256 {exp['spec_hash']}")
+    for link in store.links(exp["id"]):
+        if link["experiment_id"] == exp["id"]:
+            print(f"{link['relation']} experiment {link['other_id']} '{link['other']}': {link['reason']}")
+        else:
+            print(f"{'followed' if link['relation'] == 'follows' else 'reopened'} by experiment "
+                  f"{link['experiment_id']} '{link['experiment']}': {link['reason']}")
     baseline = exp["baseline_candidate_id"]
     print(f"baseline: {'candidate ' + str(baseline) if baseline is not None else '(none yet)'}")
     notes = store.notes(exp["id"])
@@ -296,9 +311,16 @@ def _show_run(store, ident: int) -> None:
 def cmd_compare(args) -> int:
     from ..records import METRIC_SCOPES
 
-    a, b = _candidate_id(args.a, "A"), _candidate_id(args.b, "B")
+    ids = [_candidate_id(c, "CANDIDATE") for c in args.candidates]
+    if len(ids) < 2:
+        raise InputError("dse compare", "CANDIDATE", args.candidates, "at least two candidate ids")
+    if len(set(ids)) != len(ids):
+        raise InputError("dse compare", "CANDIDATE", args.candidates, "distinct candidate ids")
     if args.scope not in METRIC_SCOPES:
         raise InputError("dse compare", "--scope", args.scope, ", ".join(METRIC_SCOPES))
+    if len(ids) > 2:
+        return _compare_many(args, ids)
+    a, b = ids
     with open_store(args.db) as store:
         cand_a, cand_b = store.candidate(a), store.candidate(b)
         fields = store.compare(a, b)
@@ -350,6 +372,56 @@ def cmd_compare(args) -> int:
             if left and right and left != right:
                 print(f"note: {kind} figures come from {label} versions "
                       f"{', '.join(sorted(left))} (A) and {', '.join(sorted(right))} (B)")  # fmt: skip
+    return 0
+
+
+def _compare_many(args, ids: list[int]) -> int:
+    """Three or more candidates, of any experiments: the first is the reference; fields
+    that differ anywhere, and each metric (kinds apart) with its ratio to the reference's."""
+    pd = _pandas()
+    with open_store(args.db) as store:
+        cands = [store.candidate(c) for c in ids]
+        exps = {c["experiment_id"]: store.experiment(c["experiment_id"]) for c in cands}
+        fields = [store.compare(ids[0], other) for other in ids[1:]]
+        metrics = [store.compare_metrics(ids[0], other, scope=args.scope) for other in ids[1:]]
+    names = [f"c{c}" for c in ids]
+    for name, cand in zip(names, cands):
+        exp = exps[cand["experiment_id"]]
+        print(f"{name}: experiment '{exp['name']}', workload {exp['workload_recipe']} {exp['workload_hash'][:12]}")
+    workloads = {e["workload_hash"] for e in exps.values()}
+    print("workload: " + ("the same for all" if len(workloads) == 1 else
+                          f"DIFFERENT ({len(workloads)} workload identities): their figures are not of the same work"))
+    print()
+    values: dict[str, dict[str, object]] = {}
+    for i, frame in enumerate(fields, start=1):
+        for row in frame.to_dict("records"):
+            if ":" in row["field"]:
+                continue
+            values.setdefault(row["field"], {names[0]: row["a"]})[names[i]] = row["b"]
+    if not values:
+        print("config and mapping: identical")
+    else:
+        print("config and mapping fields that differ (the reference's value where a candidate has the same):")
+        rows = [{"field": f, **{n: json.dumps(v.get(n, v[names[0]])) for n in names}} for f, v in values.items()]
+        print(_table(pd.DataFrame(rows)))
+    print()
+    keys = ["kind", "name", "unit", "scope_key"]
+    table = None
+    for i, frame in enumerate(metrics, start=1):
+        part = frame[keys + ["a", "b"]].rename(columns={"a": names[0], "b": names[i]})
+        table = part if table is None else table.merge(part, on=keys + [names[0]], how="outer")
+    if table is None or table.empty:
+        print(f"metrics: none of the candidates has {args.scope} metrics")
+        return 0
+    print(f"metrics (each evidence kind apart, from each candidate's latest run of that kind; "
+          f"ratios to {names[0]}):")
+    view = table[keys if args.scope != "total" else keys[:3]].copy()
+    for n in names:
+        view[n] = table[n].map(_num)
+    for n in names[1:]:
+        ratio = table[n] / table[names[0]].where(table[names[0]] != 0)
+        view[f"{n}/{names[0]}"] = ratio.map(lambda r: "—" if pd.isna(r) else f"{r:.4f}")
+    print(_table(view))
     return 0
 
 
@@ -440,9 +512,10 @@ def register(sub) -> None:
     show.add_argument("--limit", type=int, default=25, help="candidates listed for an experiment (25)")
     show.set_defaults(func=cmd_show)
 
-    comp = sub.add_parser("compare", help="two candidates: the fields that differ, metric deltas by kind")
-    comp.add_argument("a", metavar="A", help="candidate id")
-    comp.add_argument("b", metavar="B", help="candidate id")
+    comp = sub.add_parser("compare", help="two or more candidates of any experiments: the fields that differ, "
+                                          "metrics by kind")
+    comp.add_argument("candidates", metavar="CANDIDATE", nargs="+",
+                      help="candidate ids (the first is the reference for three or more)")
     add_db_argument(comp)
     comp.add_argument("--all-metrics", action="store_true", help="also list the metrics that are equal")
     comp.add_argument("--scope", default="total", help="metric scope: total (default), op, core, ball, bank")

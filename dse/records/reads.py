@@ -23,6 +23,7 @@ from dse.records.schema import (
     Candidate,
     Decision,
     Experiment,
+    ExperimentLink,
     Metric,
     Note,
     Run,
@@ -706,3 +707,27 @@ def candidate_totals(connection: Connection, candidate_ids: list[int],
             out[cid][kind] = {}
         out[cid][kind][name] = value
     return out
+
+
+def links(connection: Connection, experiment: str | int | None = None) -> list[dict[str, Any]]:
+    """How experiments build on each other, oldest first: id, experiment_id, experiment,
+    relation (follows / reopens), other_id, other, reason, created_at. With `experiment`,
+    the links from it and to it."""
+    from sqlalchemy.orm import aliased
+
+    other = aliased(Experiment)
+    stmt = (
+        select(ExperimentLink.id, ExperimentLink.experiment_id, Experiment.name.label("experiment"),
+               ExperimentLink.relation, ExperimentLink.other_id, other.name.label("other"), ExperimentLink.reason,
+               ExperimentLink.created_at)
+        .join(Experiment, ExperimentLink.experiment_id == Experiment.id)
+        .join(other, ExperimentLink.other_id == other.id)
+        .order_by(ExperimentLink.id)
+    )
+    if experiment is not None:
+        experiment_id = experiment_id_of(connection, experiment)
+        stmt = stmt.where((ExperimentLink.experiment_id == experiment_id) | (ExperimentLink.other_id == experiment_id))
+    rows = [dict(row) for row in connection.execute(stmt).mappings()]
+    for row in rows:
+        row["created_at"] = as_utc(row["created_at"])
+    return rows

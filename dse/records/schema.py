@@ -47,6 +47,8 @@ IMPORTED_METRIC_KINDS = ("rtl_cycles", "fpga_cycles")
 DECISION_KINDS = ("decision", "proposal")
 # What a note adds to an experiment after the fact (`dse note`).
 NOTE_KINDS = ("limitation", "open_question", "note")
+# 0008: how an experiment builds on an earlier one (its spec's `follows` / `reopens`).
+LINK_RELATIONS = ("follows", "reopens")
 ARTIFACT_ROLES = ("graph_dump", "trace", "outputs", "report", "log", "inputs", "measurements")
 
 # Named constraints let alembic's SQLite batch mode and autogenerate find them again.
@@ -260,6 +262,24 @@ class Note(Base):
     @validates("kind")
     def _check_kind(self, _key: str, value: str) -> str:
         return check_choice("note.kind", value, NOTE_KINDS)
+
+
+class ExperimentLink(Base):
+    """0008: an experiment that follows or reopens an earlier one, with the reason its spec
+    gives (written with the experiment, never changed)."""
+
+    __tablename__ = "experiment_link"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    experiment_id: Mapped[int] = mapped_column(ForeignKey("experiment.id"), index=True)
+    other_id: Mapped[int] = mapped_column(ForeignKey("experiment.id"), index=True)
+    relation: Mapped[str] = mapped_column(String(16))
+    reason: Mapped[str] = mapped_column(Text)
+    created_at: Mapped[datetime] = mapped_column(default=utcnow)
+
+    @validates("relation")
+    def _check_relation(self, _key: str, value: str) -> str:
+        return check_choice("experiment_link.relation", value, LINK_RELATIONS)
 
 
 CALIBRATION_SOURCES = ("emulator_cycles", "rtl_cycles", "fpga_cycles")

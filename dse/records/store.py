@@ -87,6 +87,7 @@ from dse.records.schema import (
     CANDIDATE_ORIGINS,
     DECISION_KINDS,
     EXPERIMENT_STATUSES,
+    LINK_RELATIONS,
     NOTE_KINDS,
     IMPORTED_METRIC_KINDS,
     METRIC_KINDS,
@@ -269,16 +270,22 @@ class Store:
         spec_hash: str,
         limitations: str = "",
         open_questions: str = "",
+        links: Iterable[tuple[str, int, str]] = (),
     ) -> int:
-        """Record a new experiment, or resume the one of that name and spec; return its id."""
+        """Record a new experiment, or resume the one of that name and spec; return its id.
+
+        `links`: (relation, earlier experiment id, reason) each, relation "follows" or
+        "reopens"; written with a new experiment only (a resumed one keeps its own)."""
         acceptance = checked_acceptance(acceptance)
+        links = [(check_choice("experiment_link.relation", r, LINK_RELATIONS), operator.index(o), str(why))
+                 for r, o, why in links]
 
         def create() -> int:
             with self._write() as session:
                 return writes.create_experiment(
                     session, name, spec_hash, hypothesis=hypothesis, acceptance=acceptance,
                     workload_recipe=workload_recipe, workload_hash=workload_hash, spec_text=spec_text,
-                    limitations=limitations, open_questions=open_questions,
+                    limitations=limitations, open_questions=open_questions, links=links,
                 )  # fmt: skip
 
         return retry_once_on_conflict(create)
@@ -493,6 +500,13 @@ class Store:
         experiment's baseline, the evidence a decision on that candidate rests on."""
         with self._read() as connection:
             return reads.decision_evidence(connection, experiment, candidate_id)
+
+    @retrying
+    def links(self, experiment: str | int | None = None) -> list[dict[str, Any]]:
+        """How experiments follow or reopen earlier ones (all, or those from and to one
+        experiment), oldest first, as plain dicts."""
+        with self._read() as connection:
+            return reads.links(connection, experiment)
 
     # ---- notes ---------------------------------------------------------------------------
 

@@ -26,6 +26,7 @@ from dse.records.schema import (
     Candidate,
     Decision,
     Experiment,
+    ExperimentLink,
     Metric,
     Note,
     Run,
@@ -46,8 +47,10 @@ class Unfinishable(Exception):
 # ---- experiments and candidates, one at a time -------------------------------------------
 
 
-def create_experiment(session: Session, name: str, spec_hash: str, **columns: Any) -> int:
-    """The id of the experiment `name`, recorded now unless it exists with this spec."""
+def create_experiment(session: Session, name: str, spec_hash: str, links: Sequence[tuple[str, int, str]] = (),
+                      **columns: Any) -> int:
+    """The id of the experiment `name`, recorded now unless it exists with this spec, with
+    its `links` ((relation, other experiment id, reason) each) to earlier experiments."""
     existing = session.scalars(select(Experiment).where(Experiment.name == name)).one_or_none()
     if existing is not None:
         if existing.spec_hash != spec_hash:
@@ -59,6 +62,10 @@ def create_experiment(session: Session, name: str, spec_hash: str, **columns: An
         return existing.id
     experiment = Experiment(name=name, spec_hash=spec_hash, status="proposed", **columns)
     session.add(experiment)
+    session.flush()
+    for relation, other_id, reason in links:
+        get(session, Experiment, other_id)
+        session.add(ExperimentLink(experiment_id=experiment.id, other_id=other_id, relation=relation, reason=reason))
     session.flush()
     return experiment.id
 

@@ -34,11 +34,23 @@ class _Model(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
 
+class Link(_Model):
+    """An earlier experiment this one builds on, and why."""
+
+    experiment: str = Field(min_length=1)  # its name (or id) in the store the sweep writes to
+    reason: str = Field(min_length=1, pattern=r"\S")
+
+
 class ExperimentPart(_Model):
     name: str = Field(min_length=1, pattern=r"^[A-Za-z0-9_.-]+$")
     hypothesis: str = Field(min_length=1)
     limitations: str = ""
     open_questions: str = ""
+    follows: Link | None = None  # takes an earlier experiment's result as its starting point
+    reopens: Link | None = None  # revisits an earlier experiment's conclusion with new evidence
+
+    def links(self) -> list[tuple[str, Link]]:
+        return [(relation, link) for relation, link in (("follows", self.follows), ("reopens", self.reopens)) if link]
 
 
 class Criterion(_Model):

@@ -99,12 +99,13 @@ class Sweep:
         recipe = load_recipe(spec.model.workload.recipe)
         m = spec.model
         self.recorder = Recorder(store)
+        links = resolve_links(spec, store)
         try:
             self.experiment_id = store.create_experiment(
                 name=m.experiment.name, hypothesis=m.experiment.hypothesis,
                 acceptance=[c.model_dump() for c in m.acceptance], workload_recipe=recipe.name,
                 workload_hash=recipe.source_hash, spec_text=spec.text, spec_hash=spec.hash,
-                limitations=m.experiment.limitations, open_questions=m.experiment.open_questions)
+                limitations=m.experiment.limitations, open_questions=m.experiment.open_questions, links=links)
         except ValueError as exc:  # the name is taken by another spec: resuming would mix evidence
             raise InputError(spec.path, "experiment.name", m.experiment.name,
                              f"a name this store does not hold for a different spec ({exc})") from None
@@ -579,11 +580,35 @@ def time_limit(seconds: float, error):
         signal.signal(signal.SIGALRM, previous)
 
 
+def resolve_links(spec: Spec, store: Store | None) -> list[tuple[str, int, str]]:
+    """The spec's `follows` / `reopens` as (relation, experiment id, reason); an experiment
+    the store does not hold (or none at all: `store` None) is the spec's error."""
+    from ..records import RecordNotFound
+
+    out = []
+    for relation, link in spec.model.experiment.links():
+        field = f"experiment.{relation}.experiment"
+        if store is None:
+            raise InputError(spec.path, field, link.experiment, "an experiment recorded in the store this sweep "
+                             "writes to (the store does not exist yet)")
+        try:
+            other = store.experiment(link.experiment)
+        except RecordNotFound as exc:
+            raise InputError(spec.path, field, link.experiment, f"an experiment recorded in this store "
+                             f"({exc.allowed})") from None
+        if other["name"] == spec.name:
+            raise InputError(spec.path, field, link.experiment, "an earlier experiment, not this one")
+        out.append((relation, int(other["id"]), link.reason.strip()))
+    return out
+
+
 def run_sweep(spec_path: str | Path, db: str | Path = "records.db", progress: bool = True,
               workers: int = 1, cluster: str | None = None) -> SweepResult:
     """Validate the spec (nothing is written if it is bad), then sweep into the store."""
     spec = load_spec(spec_path)
     checked_url(db)  # a bad --db says so before the recipe's capture (Store checks it again)
+    if spec.model.experiment.links() and "://" not in str(db) and not Path(db).exists():
+        resolve_links(spec, None)  # a link into a store that does not exist: nothing created
     recipe, params = spec.model.workload.recipe, spec.model.workload.params
     limit = spec.model.stages.capture_timeout_s
     with time_limit(limit, lambda: InputError(
