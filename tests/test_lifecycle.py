@@ -293,3 +293,168 @@ def test_experiments_build_on_each_other_decide_across_and_compare_many(tmp_path
     assert "config.banks.count" in out and "mapping.workers" in out
     assert cli("compare", ids[0], "--db", db)[0] == 2
     assert cli("compare", ids[0], ids[0], "--db", db)[0] == 2
+
+
+HAND = """
+[experiment]
+name = "hand"
+hypothesis = "Four workers on small banks beat one core"
+
+[[acceptance]]
+expr = "latency_cycles < baseline_latency_cycles"
+
+[workload]
+recipe = "gemm"
+params = { m = 32, n = 32, k = 32 }
+
+[baseline]
+chip = "goban"
+mapping = { workers = 1 }
+
+[[candidates]]
+why = "four workers, small banks"
+set = { chip.banks.count = 12, mapping.workers = 4 }
+
+[[candidates]]
+why = "two workers only"
+set = { "mapping.workers" = 2 }
+
+[[objectives]]
+metric = "latency_cycles"
+"""
+
+
+def test_hand_picked_candidates_alone_and_beside_a_space(tmp_path, cli):
+    spec = tmp_path / "hand.toml"
+    spec.write_text(HAND)
+    db = tmp_path / "r.db"
+    result = run_sweep(spec, db, progress=False)
+    assert result.evaluated == 3
+    with Store(db) as store:
+        cands = store.candidates("hand").sort_values("id")
+        assert cands["origin"].tolist() == ["baseline", "hand", "hand"]
+        assert cands["why"].tolist()[1:] == ["four workers, small banks", "two workers only"]
+        assert pd_isna(cands["why"].iloc[0])
+        assert [json.loads(d) for d in cands["diff"]] == [
+            {}, {"config.banks.count": [20, 12], "mapping.workers": [1, 4]}, {"mapping.workers": [1, 2]}]
+    code, out, _ = cli("show", "c2", "--db", db)
+    assert "why (hand-picked): four workers, small banks" in out
+    assert run_sweep(spec, db, progress=False).evaluated == 0  # resumes
+
+    # Beside a space: the hand-picked first, a grid point equal to one of them not twice.
+    beside = tmp_path / "beside.toml"
+    beside.write_text(HAND.replace('name = "hand"', 'name = "beside"') +
+                      '\n[[space]]\nname = "workers"\ntarget = "mapping.workers"\nvalues = [1, 2, 4]\n')
+    result = run_sweep(beside, db, progress=False)
+    with Store(db) as store:
+        cands = store.candidates("beside").sort_values("id")
+    assert cands["origin"].tolist() == ["baseline", "hand", "hand", "grid"]  # workers=2 is the hand one
+    assert result.evaluated == 4
+
+
+def pd_isna(value) -> bool:
+    import pandas as pd
+
+    return bool(pd.isna(value))
+
+
+@pytest.mark.parametrize("old,new,field", [
+    ("chip.banks.count = 12", "chip.banks.cuont = 12", "candidates[0].set"),
+    ('"mapping.workers" = 2', '"mapping.workers" = 0', "candidates[1].set -> mapping.workers"),
+    ('why = "two workers only"', 'why = " "', "candidates.1.why"),
+])
+def test_a_bad_hand_picked_candidate_is_one_line_and_nothing_written(tmp_path, cli, old, new, field):
+    spec = tmp_path / "bad.toml"
+    spec.write_text(HAND.replace(old, new))
+    code, _, err = cli("sweep", spec, "--db", tmp_path / "r.db", "--no-progress")
+    assert code == 2 and f"field '{field}'" in err and err.count("\n") == 1
+    assert not (tmp_path / "r.db").exists()
+
+
+def test_the_workload_identity_covers_source_params_steps_and_torch(tmp_path, cli):
+    from dse.identity import workload_identity
+
+    steps = [{"name": "quantize", "options": {"granularity": "tensor"}, "code": "c" * 64}]
+    base = workload_identity("s" * 64, {"batch": 8}, steps, "2.13.0")
+    assert base == workload_identity("s" * 64, {"batch": 8}, [dict(s) for s in steps], "2.13.0")
+    assert len({base, workload_identity("t" * 64, {"batch": 8}, steps, "2.13.0"),
+                workload_identity("s" * 64, {"batch": 16}, steps, "2.13.0"),
+                workload_identity("s" * 64, {"batch": 8}, [], "2.13.0"),
+                workload_identity("s" * 64, {"batch": 8}, steps, "2.12.0")}) == 5
+
+    db = tmp_path / "r.db"
+    small, large, defaulted = (tmp_path / f"{n}.toml" for n in ("small", "large", "defaulted"))
+    small.write_text(HAND.replace('name = "hand"', 'name = "small"'))
+    large.write_text(HAND.replace('name = "hand"', 'name = "large"').replace("m = 32", "m = 64"))
+    # gemm's m defaults to 64: leaving it out is the same work as spelling it out
+    defaulted.write_text(HAND.replace('name = "hand"', 'name = "defaulted"').replace("m = 32, ", ""))
+    for path in (small, large, defaulted):
+        run_sweep(path, db, progress=False)
+    with Store(db) as store:
+        ident = {n: store.experiment(n)["workload_hash"] for n in ("small", "large", "defaulted")}
+        parts = store.experiment("small")["workload"]
+    assert ident["small"] != ident["large"] and ident["large"] == ident["defaulted"]
+    assert parts["params"] == {"m": 32, "n": 32, "k": 32} and parts["torch_version"].startswith("2.13.0")
+    assert [s["name"] for s in parts["steps"]] == ["permute", "quantize"]
+    code, out, _ = cli("compare", 1, 4, 7, "--db", db)
+    assert "DIFFERENT (2 workload identities)" in out
+
+
+def test_emulator_runs_keep_raw_evidence_deduplicated_fetchable_and_collected(tmp_path, cli):
+    import hashlib
+
+    import numpy as np
+
+    spec = tmp_path / "raw.toml"
+    spec.write_text(HAND.replace('name = "hand"', 'name = "raw"') + '\n[stages]\nemulator = "top_k"\ntop_k = 2\n')
+    db = tmp_path / "r.db"
+    result = run_sweep(spec, db, progress=False)
+    assert result.evidence_skipped == 0
+    with Store(db) as store:
+        runs = store.runs("raw")
+        emulated = runs[(runs["stage"] == "emulator") & (runs["status"] == "ok")]["id"].tolist()
+        assert len(emulated) == 2
+        arts = store.artifacts("raw")
+        first = arts[arts["run_id"] == emulated[0]]
+        assert sorted(first["role"]) == ["log", "measurements", "outputs"]
+        npy = first[first["role"] == "outputs"].iloc[0]
+        value = np.load(npy["path"])
+        assert value.shape[-2:] == (32, 32) and value.dtype == np.float32
+        # Bit-exact candidates: one file, a row per run.
+        outputs = arts[arts["role"] == "outputs"]
+        assert len(outputs) == 2 and outputs["sha256"].nunique() == 1
+        log = json.loads(open(first[first["role"] == "log"].iloc[0]["path"]).read())
+        assert log["numerics"]["passed"] is True and log["cycles"] > 0
+        counters = json.loads(open(first[first["role"] == "measurements"].iloc[0]["path"]).read())
+        assert any(r["name"] == "cycles" for r in counters)
+    code, out, _ = cli("show", f"r{emulated[0]}", "--db", db)
+    assert code == 0 and "artifacts:" in out and "outputs/" in out and "counters.json" in out
+    code, out, _ = cli("evidence", "get", int(npy["id"]), "--out", tmp_path, "--db", db)
+    fetched = tmp_path / npy["name"].split("/")[-1]
+    assert code == 0 and hashlib.sha256(fetched.read_bytes()).hexdigest() == npy["sha256"]
+    assert cli("evidence", "get", 9999, "--db", db)[0] == 2
+
+    # A budget of 0 keeps nothing, and says so.
+    tight = tmp_path / "tight.toml"
+    tight.write_text(spec.read_text().replace('name = "raw"', 'name = "tight"').replace("top_k = 2", "top_k = 1")
+                     + "evidence_budget_mb = 0\n")
+    assert run_sweep(tight, db, progress=False).evidence_skipped == 3  # outputs, counters, log
+
+    # Deleting an experiment leaves its files to the collector, which keeps what others name.
+    with Store(db) as store:
+        shared = store.put_artifact(fetched.read_bytes(), role="outputs", experiment_id=int(store.experiment("tight")["id"]),
+                                    name="kept.npy")
+        assert shared.sha256 == npy["sha256"]  # the same content: the same file
+    assert cli("delete", "raw", "--confirm", "rav", "--db", db)[0] == 2
+    code, out, _ = cli("delete", "raw", "--confirm", "raw", "--db", db)
+    assert code == 0 and "deleted experiment 'raw'" in out
+    with Store(db) as store:
+        assert "raw" not in store.experiments()["name"].tolist()
+        kept = set(store.artifacts()["sha256"])
+        before = {p.name for p in store.evidence_dir.glob("??/*")}
+        assert store.collect_evidence_garbage(dry_run=True)[0] == len(before - kept) > 0
+        assert {p.name for p in store.evidence_dir.glob("??/*")} == before
+    code, out, _ = cli("evidence", "gc", "--db", db)
+    assert code == 0 and f"removed {len(before - kept)} evidence files" in out
+    with Store(db) as store:
+        assert {p.name for p in store.evidence_dir.glob("??/*")} == kept

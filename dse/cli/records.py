@@ -177,7 +177,14 @@ def _show_experiment(store, ident: int, limit: int) -> None:
     print("acceptance:" + ("" if exp["acceptance"] else " (none)"))
     for criterion in exp["acceptance"]:
         print(f"  - {criterion['expr']}" + (f"  — {criterion['prose']}" if criterion["prose"] else ""))
-    print(f"workload: recipe {exp['workload_recipe']}, source hash {exp['workload_hash']}")
+    parts = exp.get("workload")
+    if parts:
+        params = ", ".join(f"{k}={v}" for k, v in sorted(parts["params"].items()))
+        steps = ", ".join(s["name"] for s in parts["steps"]) or "none"
+        print(f"workload: recipe {exp['workload_recipe']} ({params}; steps {steps}; torch {parts['torch_version']}), "
+              f"identity {exp['workload_hash']}")
+    else:  # recorded before 0009: the identity was model.py's hash alone
+        print(f"workload: recipe {exp['workload_recipe']}, source hash {exp['workload_hash']}")
     print(f"spec: sha256 {exp['spec_hash']}")
     for link in store.links(exp["id"]):
         if link["experiment_id"] == exp["id"]:
@@ -209,6 +216,8 @@ def _show_experiment(store, ident: int, limit: int) -> None:
             "changes": shown["diff"].map(_changes),
             "reason": shown["reason"].map(lambda r: _one_line(r, 50)),
         })  # fmt: skip
+        if shown["why"].notna().any():  # hand-picked candidates say why they are here
+            view["why (hand-picked)"] = shown["why"].map(lambda w: _one_line(w, 50))
         print(_table(view))
         if len(cands) > limit:
             print(f"… {len(cands) - limit} more (--limit N shows more; `dse export` has them all)")
@@ -232,6 +241,8 @@ def _show_candidate(store, ident: int) -> None:
     print(f"candidate {cand['id']} of experiment '{cand['experiment']}' (id {cand['experiment_id']})"
           f"{'  [baseline]' if cand['is_baseline'] else ''}")  # fmt: skip
     print(f"origin: {cand['origin']}   hash: {cand['hash']}   created {_when(cand['created_at'])}")
+    if cand.get("why"):
+        print(f"why (hand-picked): {cand['why']}")
     if cand["diff"]:
         print("difference from the baseline:")
         for path, (before, after) in cand["diff"].items():
@@ -483,6 +494,23 @@ def cmd_note(args) -> int:
     return 0
 
 
+# ---- dse delete -----------------------------------------------------------------------------
+
+
+def cmd_delete(args) -> int:
+    with open_store(args.db) as store:
+        name = store.experiment(args.experiment)["name"]
+        if args.confirm != name:
+            raise InputError("dse delete", "--confirm", args.confirm, f"the experiment's name, '{name}', to confirm")
+        try:
+            counts = store.delete_experiment(name)
+        except ValueError as exc:
+            raise InputError("dse delete", "EXPERIMENT", name, f"an experiment nothing else builds on ({exc})") from None
+    shown = ", ".join(f"{n} {table}" for table, n in counts.items() if n)
+    print(f"deleted experiment '{name}': {shown}; `dse evidence gc` frees its evidence files")
+    return 0
+
+
 # ---- dse export ---------------------------------------------------------------------------
 
 
@@ -544,6 +572,13 @@ def register(sub) -> None:
     note.add_argument("--author", help="who writes it (default $DSE_AUTHOR, else the login name)")
     add_db_argument(note)
     note.set_defaults(func=cmd_note)
+
+    delete = sub.add_parser("delete", help="delete an experiment and all its records (its evidence files: "
+                                           "dse evidence gc)")
+    delete.add_argument("experiment", metavar="EXPERIMENT", help="experiment name or id")
+    delete.add_argument("--confirm", required=True, metavar="NAME", help="the experiment's name again")
+    add_db_argument(delete)
+    delete.set_defaults(func=cmd_delete)
 
     exp = sub.add_parser("export", help="an experiment's records as CSV or Parquet files, one per table")
     exp.add_argument("experiment", metavar="EXPERIMENT", help="experiment name or id")

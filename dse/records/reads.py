@@ -314,6 +314,7 @@ def candidates(connection: Connection, experiment_id: int, stage: str | None = N
             raw(Candidate.mapping),
             raw(Candidate.diff),
             raw(Candidate.created_at),
+            Candidate.why,
             latest.c.run_id,
             Run.stage,
             Run.status,
@@ -731,3 +732,21 @@ def links(connection: Connection, experiment: str | int | None = None) -> list[d
     for row in rows:
         row["created_at"] = as_utc(row["created_at"])
     return rows
+
+
+def evidence_bytes(connection: Connection) -> int:
+    sizes = select(Artifact.sha256, func.max(Artifact.size).label("size")).group_by(Artifact.sha256).subquery()
+    return int(connection.scalar(select(func.coalesce(func.sum(sizes.c.size), 0))) or 0)
+
+
+def artifact_shas(connection: Connection) -> set[str]:
+    return set(connection.scalars(select(Artifact.sha256).distinct()))
+
+
+def artifact(connection: Connection, artifact_id: int) -> dict[str, Any]:
+    row = connection.execute(select(Artifact.__table__).where(Artifact.id == as_id(artifact_id))).mappings().one_or_none()
+    if row is None:
+        raise not_found(connection, "artifact", artifact_id)
+    out = dict(row)
+    out["created_at"] = as_utc(out["created_at"])
+    return out

@@ -100,6 +100,9 @@ class Experiment(Base):
     limitations: Mapped[str] = mapped_column(Text, default="")
     open_questions: Mapped[str] = mapped_column(Text, default="")
     created_at: Mapped[datetime] = mapped_column(default=utcnow)
+    # 0009: what workload_hash identifies (dse.identity.workload_identity): the recipe's
+    # source hash, its full params, its frontend steps and the torch version.
+    workload: Mapped[dict[str, Any] | None]
 
     @validates("status")
     def _check_status(self, _key: str, value: str) -> str:
@@ -133,6 +136,8 @@ class Candidate(Base):
     origin: Mapped[str] = mapped_column(String(16))
     diff: Mapped[dict[str, Any]]  # {"config.path": [baseline_value, candidate_value]}
     created_at: Mapped[datetime] = mapped_column(default=utcnow)
+    # 0009: why a hand-picked candidate (origin "hand") is in the experiment, from its spec.
+    why: Mapped[str | None] = mapped_column(Text)
 
     @validates("origin")
     def _check_origin(self, _key: str, value: str) -> str:

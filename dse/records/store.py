@@ -271,11 +271,13 @@ class Store:
         limitations: str = "",
         open_questions: str = "",
         links: Iterable[tuple[str, int, str]] = (),
+        workload: dict[str, Any] | None = None,
     ) -> int:
         """Record a new experiment, or resume the one of that name and spec; return its id.
 
         `links`: (relation, earlier experiment id, reason) each, relation "follows" or
-        "reopens"; written with a new experiment only (a resumed one keeps its own)."""
+        "reopens"; written with a new experiment only (a resumed one keeps its own).
+        `workload`: what `workload_hash` identifies (dse.identity.workload_identity's parts)."""
         acceptance = checked_acceptance(acceptance)
         links = [(check_choice("experiment_link.relation", r, LINK_RELATIONS), operator.index(o), str(why))
                  for r, o, why in links]
@@ -285,7 +287,7 @@ class Store:
                 return writes.create_experiment(
                     session, name, spec_hash, hypothesis=hypothesis, acceptance=acceptance,
                     workload_recipe=workload_recipe, workload_hash=workload_hash, spec_text=spec_text,
-                    limitations=limitations, open_questions=open_questions, links=links,
+                    limitations=limitations, open_questions=open_questions, links=links, workload=workload,
                 )  # fmt: skip
 
         return retry_once_on_conflict(create)
@@ -317,6 +319,14 @@ class Store:
     def set_baseline(self, experiment_id: int, candidate_id: int) -> None:
         with self._write() as session:
             writes.set_baseline(session, experiment_id, candidate_id)
+
+    @retrying
+    def set_whys(self, whys: Mapping[int, str]) -> None:
+        """Record why each hand-picked candidate ({candidate id: why}) is in its experiment."""
+        if not whys:
+            return
+        with self._write() as session:
+            writes.set_whys(session, {operator.index(c): str(w) for c, w in whys.items()})
 
     @retrying
     def set_status(self, experiment_id: int, status: str) -> None:
@@ -570,6 +580,48 @@ class Store:
             artifact_id = writes.add_artifact(session, run_id=run_id, experiment_id=experiment_id, sha256=sha,
                                               size=size, media_type=media_type, role=role, name=name)
             return ArtifactRef(artifact_id, sha, size, path)
+
+    @retrying
+    def evidence_bytes(self) -> int:
+        """The size of the evidence files the store's rows name (each content once)."""
+        with self._read() as connection:
+            return reads.evidence_bytes(connection)
+
+    @retrying
+    def artifact(self, artifact_id: int) -> dict[str, Any]:
+        """One artifact's row as a dict, with `path`, where its file lives."""
+        with self._read() as connection:
+            row = reads.artifact(connection, artifact_id)
+        row["path"] = self.artifact_path(row["sha256"])
+        return row
+
+    @retrying
+    def delete_experiment(self, experiment: str | int) -> dict[str, int]:
+        """Delete an experiment and everything recorded of it (candidates, runs, metrics,
+        artifact rows, decisions, notes, links); counts by table. Its evidence files stay
+        until `collect_evidence_garbage`. Refused (ValueError) while another experiment
+        follows it, reopens it, or a decision elsewhere names one of its candidates."""
+        with self._read() as connection:
+            experiment_id = reads.experiment_id_of(connection, experiment)
+        with self._write() as session:
+            return writes.delete_experiment(session, experiment_id)
+
+    def collect_evidence_garbage(self, dry_run: bool = False) -> tuple[int, int]:
+        """Remove evidence files no artifact row names (those of deleted experiments, or
+        left by a crash between file and row); (files, bytes) removed (or that would be)."""
+        root = self.evidence_dir
+        if root is None or not root.is_dir():
+            return 0, 0
+        with self._read() as connection:
+            named = reads.artifact_shas(connection)
+        files = n_bytes = 0
+        for path in root.glob("??/*"):
+            if path.name in named or not path.is_file():
+                continue
+            files, n_bytes = files + 1, n_bytes + path.stat().st_size
+            if not dry_run:
+                path.unlink()
+        return files, n_bytes
 
     # ---- outside evidence ----------------------------------------------------------------
 

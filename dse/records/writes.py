@@ -120,6 +120,11 @@ def set_baseline(session: Session, experiment_id: int, candidate_id: int) -> Non
     experiment.baseline_candidate_id = candidate_id
 
 
+def set_whys(session: Session, whys: dict[int, str]) -> None:
+    for candidate_id, why in whys.items():
+        get(session, Candidate, candidate_id).why = why
+
+
 def set_status(session: Session, experiment_id: int, status: str) -> None:
     get(session, Experiment, experiment_id).status = status
 
@@ -572,3 +577,40 @@ def insert_metrics(connection: Connection, rows: list[tuple]) -> None:
     for i in range(0, len(rows), _METRIC_ROWS_PER_INSERT):
         part = rows[i:i + _METRIC_ROWS_PER_INSERT]
         cur.execute(head + ", ".join([one] * len(part)), tuple(itertools.chain.from_iterable(part)))
+
+
+def delete_experiment(session: Session, experiment_id: int) -> dict[str, int]:
+    """Delete an experiment and its records, children first; counts by table."""
+    from sqlalchemy import delete, or_
+
+    from dse.records.schema import SweepLock
+
+    experiment = get(session, Experiment, experiment_id)
+    candidates = select(Candidate.id).where(Candidate.experiment_id == experiment_id)
+    runs = select(Run.id).where(Run.candidate_id.in_(candidates))
+    dependants = session.scalars(select(ExperimentLink.experiment_id).where(
+        ExperimentLink.other_id == experiment_id, ExperimentLink.experiment_id != experiment_id)).all()
+    if dependants:
+        raise ValueError(f"experiment {experiment_id} is followed or reopened by experiment(s) "
+                         f"{sorted(set(dependants))}: delete those first")
+    named = session.scalars(select(Decision.experiment_id).where(
+        Decision.candidate_id.in_(candidates), Decision.experiment_id != experiment_id)).all()
+    if named:
+        raise ValueError(f"decisions of experiment(s) {sorted(set(named))} name candidates of experiment "
+                         f"{experiment_id}: delete those first")
+    experiment.baseline_candidate_id = None
+    session.flush()
+    counts = {}
+    for name, stmt in (
+        ("metric", delete(Metric).where(Metric.run_id.in_(runs))),
+        ("artifact", delete(Artifact).where(or_(Artifact.run_id.in_(runs), Artifact.experiment_id == experiment_id))),
+        ("decision", delete(Decision).where(Decision.experiment_id == experiment_id)),
+        ("run", delete(Run).where(Run.candidate_id.in_(candidates))),
+        ("candidate", delete(Candidate).where(Candidate.experiment_id == experiment_id)),
+        ("note", delete(Note).where(Note.experiment_id == experiment_id)),
+        ("experiment_link", delete(ExperimentLink).where(ExperimentLink.experiment_id == experiment_id)),
+        ("sweep_lock", delete(SweepLock).where(SweepLock.experiment_id == experiment_id)),
+        ("experiment", delete(Experiment).where(Experiment.id == experiment_id)),
+    ):
+        counts[name] = session.execute(stmt.execution_options(synchronize_session=False)).rowcount
+    return counts

@@ -109,7 +109,29 @@ def emulate(work: EmulationWorkload, cand: Candidate) -> Emulated:
             value = emulator_counters.value(f"stall_{cause}_cycles", core=core) if emulator_counters is not None else 0
             metrics.append(dict(kind="emulator_cycles", name=f"stall_{cause}", value=float(value),
                                 unit="instruction-cycles", scope="core", scope_key=str(core)))
-    return Emulated(report, Evidence("ok", metrics=metrics, totals={"latency_cycles": float(report.cycles)}))
+    return Emulated(report, Evidence("ok", metrics=metrics, totals={"latency_cycles": float(report.cycles)},
+                                     artifacts=raw_evidence(report)))
+
+
+def raw_evidence(report) -> list[tuple[str, str, bytes]]:
+    """A run's raw evidence, (role, name, bytes) each: every output at full precision (one
+    .npy file an output: the same bytes for the same values, so bit-exact candidates share
+    the files), the emulator's counters, and the run's log (its report as JSON)."""
+    import io
+
+    import numpy as np
+
+    out = []
+    result = report.result
+    if result is not None:
+        for name, value in sorted(result.outputs.items()):
+            buffer = io.BytesIO()
+            np.save(buffer, np.asarray(value), allow_pickle=False)
+            out.append(("outputs", f"outputs/{name}.npy", buffer.getvalue()))
+        out.append(("measurements", "counters.json",
+                    json.dumps(result.counters.rows(), sort_keys=True, default=str).encode()))
+    out.append(("log", "emulation.json", json.dumps(report.to_dict(), sort_keys=True, default=str).encode()))
+    return out
 
 
 def judge_numerics(emulated: Emulated) -> Evidence:
@@ -126,5 +148,6 @@ def judge_numerics(emulated: Emulated) -> Evidence:
     ]
     if not verdict.passed:
         # Results that do not match PyTorch are not evidence of speed: the run fails.
-        return Evidence("failed", metrics=metrics, error=f"numerics: {verdict.summary()}")
-    return Evidence("ok", metrics=metrics, totals=evidence.totals)
+        return Evidence("failed", metrics=metrics, error=f"numerics: {verdict.summary()}",
+                        artifacts=evidence.artifacts)
+    return Evidence("ok", metrics=metrics, totals=evidence.totals, artifacts=evidence.artifacts)

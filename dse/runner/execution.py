@@ -88,7 +88,7 @@ def evaluate_items(work, items: list[WorkItem], kill: str | None = None, hang: s
                 outcomes[item.run_id] = _failed(item.run_id, exc)
                 continue
             outcomes[item.run_id] = Outcome(item.run_id, evidence.status, evidence.reason, evidence.totals,
-                                            evidence.metrics, evidence.error)
+                                            evidence.metrics, evidence.error, artifacts=evidence.artifacts)
         else:
             analytical.append((item, cand))
     # One vectorised batch per analytical graph (candidates of one quantization granularity).

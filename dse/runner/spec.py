@@ -69,6 +69,14 @@ class Baseline(_Model):
     mapping: dict[str, Any] = {}
 
 
+class HandCandidate(_Model):
+    """A hand-picked candidate: the baseline with `set` applied (knob names, or dotted
+    chip./mapping. targets), and why it is worth evaluating."""
+
+    why: str = Field(min_length=1, pattern=r"\S")
+    set: dict[str, Any] = Field(min_length=1)
+
+
 class Objective(_Model):
     metric: str
     direction: Literal["minimize", "maximize"] = "minimize"
@@ -101,6 +109,9 @@ class Stages(_Model):
     # a batch in well under a second: no per-candidate limit.)
     capture_timeout_s: float = Field(600.0, gt=0)
     candidate_timeout_s: float = Field(1800.0, gt=0)
+    # Raw evidence of emulator runs (outputs, counters, log) is kept beside the store while
+    # the evidence folder stays under this size; `dse evidence gc` frees unreferenced files.
+    evidence_budget_mb: float = Field(1024.0, ge=0)
 
 
 class SpecModel(_Model):
@@ -109,6 +120,7 @@ class SpecModel(_Model):
     workload: Workload
     baseline: Baseline
     space: list[Knob] = []
+    candidates: list[HandCandidate] = []  # hand-picked, each with its why; alone or beside a space
     constraints: list[Constraint] = []
     objectives: list[Objective] = Field(min_length=1)
     search: Search = Search()
@@ -126,6 +138,21 @@ class Spec:
         self._balls = {b["kind"]: b for b in baseline["chip"]["balls"]}  # the baseline's Balls, in order
         # Per knob: (name, section, path within the section); read once per candidate.
         self._targets = [(k.name, *k.target.split(".", 1)) for k in model.space]
+        # Hand-picked candidates as knob values: a target no knob has becomes a knob of
+        # its own name, read by `overrides` like the others.
+        knob_of_target = {k.target: k.name for k in model.space}
+        knob_names = set(knob_of_target.values())
+        self.hand: list[tuple[dict[str, Any], str]] = []
+        self.hand_targets: list[str] = []
+        for candidate in model.candidates:
+            params = {}
+            for key, value in _flattened(candidate.set).items():
+                name = key if key in knob_names else knob_of_target.get(key, key)
+                if name == key and key not in knob_names and key not in self.hand_targets:
+                    self.hand_targets.append(key)
+                params[name] = value
+            self.hand.append((params, candidate.why.strip()))
+        self._targets += [(t, *t.split(".", 1)) for t in self.hand_targets]
         self.space = Space(model.space, model.constraints,
                            {k.name: self.knob_value(k, baseline) for k in model.space if _has(baseline, k.target)})
 
@@ -162,6 +189,18 @@ class Spec:
         chip = override_chip(self.baseline_chip, chip_over, self.path) if chip_over else self.baseline_chip
         mapping = mapping_from_dict({**self.baseline_mapping.model_dump(mode="json"), **map_over}, str(self.path))
         return chip, mapping
+
+
+def _flattened(data: dict, prefix: str = "") -> dict[str, Any]:
+    """TOML's dotted keys (`chip.banks.count = 8`) nest; a hand candidate names fields by
+    their dotted path."""
+    out = {}
+    for key, value in data.items():
+        if isinstance(value, dict):
+            out.update(_flattened(value, f"{prefix}{key}."))
+        else:
+            out[f"{prefix}{key}"] = value
+    return out
 
 
 def _lookup(data: dict, dotted: str) -> Any:
@@ -209,6 +248,7 @@ def load_spec(path: str | Path) -> Spec:
     if mapping.quantization is not None:
         _check_quantize_step(spec, "baseline.mapping.quantization", mapping.quantization)
     _check_knobs(spec)
+    _check_hand_candidates(spec)
     _check_metrics(spec)
     _dry_run_expressions(spec)
     _check_recipe_params(spec)
@@ -273,6 +313,26 @@ def _check_knobs(spec: Spec) -> None:
                 spec.apply({knob.name: value})
             except InputError as exc:
                 raise InputError(spec.path, f"space[{i}] ({knob.name}) -> {exc.field}", value, exc.allowed) from None
+
+
+def _check_hand_candidates(spec: Spec) -> None:
+    """Each hand-picked candidate names knobs or existing chip/mapping fields, with values
+    valid on the baseline (a bad one is the spec's error, not a failed candidate)."""
+    baseline = {"chip": spec.baseline_chip.model_dump(mode="json"), "mapping": spec.baseline_mapping.model_dump(mode="json")}
+    knob_names = {k.name for k in spec.model.space}
+    for i, (params, _) in enumerate(spec.hand):
+        for key in params:
+            if key in knob_names:
+                continue
+            section = key.split(".", 1)[0]
+            if section not in ("chip", "mapping") or not (_has(baseline, key) or section == "mapping"):
+                raise InputError(spec.path, f"candidates[{i}].set", key,
+                                 "a knob name (" + (", ".join(sorted(knob_names)) or "none") +
+                                 ") or a field of the chip config (chip.<path>) or the mapping (mapping.<field>)")
+        try:
+            spec.apply(params)
+        except InputError as exc:
+            raise InputError(spec.path, f"candidates[{i}].set -> {exc.field}", exc.value, exc.allowed) from None
 
 
 def _check_ball_sets(spec: Spec, i: int, knob: Knob) -> None:

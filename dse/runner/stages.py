@@ -70,6 +70,8 @@ class Evidence:
     totals: dict[str, float] = field(default_factory=dict)
     metrics: list = field(default_factory=list)  # MetricRow or dicts, as Store.finish_runs takes them
     error: str = ""
+    # Raw evidence to keep as content-addressed artifacts: (role, name, bytes) each.
+    artifacts: list = field(default_factory=list)
 
 
 @dataclass
@@ -83,6 +85,7 @@ class Outcome:
     metrics: list = field(default_factory=list)  # MetricRow or dicts, as Store.finish_runs takes them
     error: str = ""
     traceback: str = ""
+    artifacts: list = field(default_factory=list)  # (role, name, bytes): raw evidence, written before the run
 
 
 @dataclass

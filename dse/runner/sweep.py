@@ -33,7 +33,7 @@ import emulator
 from ..analytical import MODEL_VERSION
 from ..chips import set_dotted, validate_chip_text
 from ..errors import InputError
-from ..identity import CanonicalParts, candidate_hash_of_texts, canonical_json
+from ..identity import CanonicalParts, candidate_hash_of_texts, canonical_json, workload_identity
 from ..mapping import mapping_from_dict
 from ..records import Store
 from ..records.opening import checked_url
@@ -65,6 +65,7 @@ class SweepResult:
     proposed: str = ""  # the verdict the evidence suggests (confirmed, refuted, waiting); people decide
     decision: str = ""  # the proposal's rationale
     stopped_early: str = ""
+    evidence_skipped: int = 0  # raw evidence files not kept: the evidence budget was reached
     # Wall time by the chain's stage names: analytical (the whole analytical phase,
     # sampler and record included), record (the store writes), emulator (prune, emulator and
     # numerics); and sampler, the driver's own (the sampler's asks and tells).
@@ -100,11 +101,13 @@ class Sweep:
         m = spec.model
         self.recorder = Recorder(store)
         links = resolve_links(spec, store)
+        workload = workload_parts(spec)
         try:
             self.experiment_id = store.create_experiment(
                 name=m.experiment.name, hypothesis=m.experiment.hypothesis,
                 acceptance=[c.model_dump() for c in m.acceptance], workload_recipe=recipe.name,
-                workload_hash=recipe.source_hash, spec_text=spec.text, spec_hash=spec.hash,
+                workload_hash=workload_identity(**workload), workload=workload, spec_text=spec.text,
+                spec_hash=spec.hash,
                 limitations=m.experiment.limitations, open_questions=m.experiment.open_questions, links=links)
         except ValueError as exc:  # the name is taken by another spec: resuming would mix evidence
             raise InputError(spec.path, "experiment.name", m.experiment.name,
@@ -116,7 +119,8 @@ class Sweep:
         self.best_objective: float | None = None  # the best feasible value of the first objective
         self.known: dict[str, tuple[int, Observation]] = {}  # candidates done, by hash: (candidate id, outcome)
         self._chips: dict[tuple, Any] = {}
-        self._chip_knobs = [k.name for k in spec.model.space if k.target.startswith("chip.")]
+        self._chip_knobs = [k.name for k in spec.model.space if k.target.startswith("chip.")] + [
+            t for t in spec.hand_targets if t.startswith("chip.")]
         self._baseline_config = CanonicalParts(self.baseline_data["config"])
         self._chip_limits = spec.baseline_chip.data_with_limits().get("limits")
         self._sections: dict[tuple[str, str], Any] = {}  # (section, its canonical JSON) -> validated section
@@ -126,6 +130,7 @@ class Sweep:
         self._inline_seconds_per_candidate: float | None = None  # measured on the driver's batches
         self._sampler_seconds = 0.0
         self._idle_rounds = 0  # asks in a row that proposed only candidates already evaluated
+        self._evidence_bytes: int | None = None  # the evidence folder's size, read when first needed
 
     # -- building candidates ---------------------------------------------------------
     def _chip_for(self, params: dict) -> tuple[dict, str, str]:
@@ -214,6 +219,12 @@ class Sweep:
         sets a field, so only the knob targets need comparing."""
         out = {}
         data = {"chip": b.config, "mapping": b.mapping}
+        for target in self.spec.hand_targets:  # fields only a hand-picked candidate sets
+            section, _, path = target.partition(".")
+            mine = _value_at(data, target)
+            base = _value_at({"chip": self.baseline_data["config"], "mapping": self.baseline_data["mapping"]}, target)
+            if mine != base:
+                out[("config." if section == "chip" else "mapping.") + path] = [base, mine]
         for k in self.spec.model.space:
             section, _, path = k.target.partition(".")
             try:
@@ -465,6 +476,12 @@ class Sweep:
         started = time.perf_counter()
         try:
             self._evaluate([Proposal({})], "baseline", None, bar)
+            if spec.hand:  # the hand-picked candidates, each with its why
+                self._evaluate([Proposal(params) for params, _ in spec.hand], "hand", None, bar)
+                base_hash = self._build({}).hash
+                whys = {self.known[b.hash][0]: why for (params, why) in spec.hand
+                        if (b := self._build(params)).hash in self.known and b.hash != base_hash}
+                self.store.set_whys(whys)
             origin = "grid" if kind == "grid" else "sampler"
             while True:
                 if self.stop_requested:
@@ -505,6 +522,22 @@ class Sweep:
         return self.result
 
     # -- the emulator stage ------------------------------------------------------------
+    def _keep_raw_evidence(self, outcomes) -> None:
+        """Each emulator run's raw evidence as content-addressed artifacts of the run, within
+        the spec's evidence budget (what would exceed it is not kept; the sweep says so)."""
+        budget = self.spec.model.stages.evidence_budget_mb * 2 ** 20
+        for o in outcomes:
+            for role, name, data in o.artifacts:
+                if self._evidence_bytes is None:
+                    self._evidence_bytes = self.store.evidence_bytes()
+                if self._evidence_bytes + len(data) > budget:
+                    self.result.evidence_skipped += 1
+                    continue
+                ref = self.store.put_artifact(data, role=role, run_id=o.run_id, name=name,
+                                              media_type="application/json" if name.endswith(".json") else None)
+                self._evidence_bytes += ref.size
+            o.artifacts = []
+
     def _emulate_phase(self) -> None:
         """Emulate the analytically best candidates; record every other one as pruned, with
         the reason, so the records say why it was not emulated."""
@@ -536,6 +569,7 @@ class Sweep:
         executor = executor or self.executor
         try:
             for outcomes in executor.run(self._chunks(items, per_chunk=1), timeout=stages.candidate_timeout_s):
+                self._keep_raw_evidence(outcomes)  # the files and their rows before the run is finished
                 self.recorder.finish_runs(outcomes)
                 for o in outcomes:
                     self._count(f"emulator {o.status}")
@@ -578,6 +612,28 @@ def time_limit(seconds: float, error):
     finally:
         signal.setitimer(signal.ITIMER_REAL, 0)
         signal.signal(signal.SIGALRM, previous)
+
+
+def workload_parts(spec: Spec) -> dict:
+    """What the experiment's workload identity covers (`dse.identity.workload_identity`'s
+    arguments): the recipe's source, its full params, its frontend steps, torch's version."""
+    import torch
+
+    from ..frontend.steps import load_steps, steps_identity
+    from ..workload.recipes import full_params
+
+    recipe = load_recipe(spec.model.workload.recipe)
+    return dict(recipe_source_hash=recipe.source_hash, params=full_params(recipe, spec.model.workload.params),
+                steps=steps_identity(load_steps(recipe.path.parent)), torch_version=torch.__version__)
+
+
+def _value_at(data: dict, dotted: str):
+    """The value at a dotted path of {"chip": ..., "mapping": ...} (None where unset)."""
+    for part in dotted.split("."):
+        if not isinstance(data, dict) or part not in data:
+            return None
+        data = data[part]
+    return data
 
 
 def resolve_links(spec: Spec, store: Store | None) -> list[tuple[str, int, str]]:
