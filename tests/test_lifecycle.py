@@ -458,3 +458,39 @@ def test_emulator_runs_keep_raw_evidence_deduplicated_fetchable_and_collected(tm
     assert code == 0 and f"removed {len(before - kept)} evidence files" in out
     with Store(db) as store:
         assert {p.name for p in store.evidence_dir.glob("??/*")} == kept
+
+
+def test_links_whys_workload_parts_delete_and_gc_on_both_backends(db):
+    with Store(db) as store:
+        ids = fill(store, name="early")
+        later = store.create_experiment("later", "h", [], "gemm", "w" * 64, "spec", "later",
+                                        links=[("follows", ids["experiment"], "start from early's best")],
+                                        workload={"params": {"m": 32}, "steps": [], "torch_version": "2.13.0",
+                                                  "recipe_source_hash": "s" * 64})
+        cand = store.add_candidate(later, {"banks": 8}, {}, "hand")[0]
+        store.set_whys({cand: "smallest that fits"})
+        assert store.candidate(cand)["why"] == "smallest that fits"
+        assert store.experiment("later")["workload"]["params"] == {"m": 32}
+        assert [(l["experiment"], l["relation"], l["other"]) for l in store.links("early")] == [
+            ("later", "follows", "early")]
+        run = analytical(store, ids["fast"], 800.0, 1200.0)
+        store.put_artifact(b"only early has this", role="log", run_id=run, name="log.txt")
+        store.put_artifact(b"both have this", role="log", run_id=run, name="a.txt")
+        store.put_artifact(b"both have this", role="log", experiment_id=later, name="b.txt")
+        assert store.evidence_bytes() == len(b"only early has this") + len(b"both have this")
+        store.add_note("early", "note", "superseded", "ana")
+        decide(store, "later", ids["good"], "ana", "early's good one", override="no criteria here")
+        with pytest.raises(ValueError, match="followed or reopened by experiment"):
+            store.delete_experiment("early")
+        counts = store.delete_experiment("later")
+        assert counts["experiment"] == 1 and counts["decision"] == 1 and counts["experiment_link"] == 1
+        third = store.create_experiment("third", "h", [], "gemm", "w" * 64, "spec", "third")
+        store.add_decision(third, "accepted", "why", "ana", candidate_id=ids["good"])
+        with pytest.raises(ValueError, match=rf"decisions of experiment\(s\) \[{third}\] name candidates of experiment"):
+            store.delete_experiment("early")
+        store.delete_experiment("third")
+        counts = store.delete_experiment("early")
+        assert counts["candidate"] == 3 and counts["note"] == 1 and counts["artifact"] == 2
+        assert store.experiments().empty and store.evidence_bytes() == 0
+        assert store.collect_evidence_garbage() == (2, len(b"only early has this") + len(b"both have this"))
+        assert store.collect_evidence_garbage() == (0, 0)
