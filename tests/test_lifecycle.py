@@ -339,6 +339,14 @@ def test_hand_picked_candidates_alone_and_beside_a_space(tmp_path, cli):
             {}, {"config.banks.count": [20, 12], "mapping.workers": [1, 4]}, {"mapping.workers": [1, 2]}]
     code, out, _ = cli("show", "c2", "--db", db)
     assert "why (hand-picked): four workers, small banks" in out
+    # The numbered frontend dumps are the experiment's own artifacts.
+    with Store(db) as store:
+        dumps = store.artifacts("hand")
+    assert dumps["name"].tolist() == ["frontend/01-import.txt", "frontend/02-permute.txt", "frontend/03-quantize.txt"]
+    assert set(dumps["role"]) == {"graph_dump"} and dumps["run_id"].isna().all()
+    assert open(dumps["path"].iloc[0]).read().startswith("graph gemm")
+    code, out, _ = cli("show", "hand", "--db", db)
+    assert "frontend/03-quantize.txt" in out
     assert run_sweep(spec, db, progress=False).evaluated == 0  # resumes
 
     # Beside a space: the hand-picked first, a grid point equal to one of them not twice.

@@ -225,7 +225,11 @@ def _show_experiment(store, ident: int, limit: int) -> None:
     for d in decisions.to_dict("records"):
         print(f"  {_when(d['created_at'])} {_decision_line(d)} (evidence runs {d['evidence']})")
     if len(artifacts):
-        print(f"artifacts: {len(artifacts)} (in {store.evidence_dir})")
+        print(f"artifacts: {len(artifacts)} (in {store.evidence_dir}; a run's: dse show r<ID>; "
+              "one: dse evidence get ID)")
+        own = artifacts[artifacts["run_id"].isna()]
+        if len(own):
+            print(_table(own[["id", "role", "size", "name"]], 80))
 
 
 def _changes(diff_json: str) -> str:

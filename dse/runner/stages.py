@@ -137,7 +137,23 @@ def _analytical_graph(recipe: str, params_json: str, quantization: str | None):
         failed = next(s for s in pipe.stages if not s.passed)
         raise InputError(recipe, "workload.recipe", recipe,
                          f"a recipe whose frontend steps apply ({failed.name}: {failed.error})")
+    # The numbered dumps (capture, then each step) as text, kept for the record: cheap
+    # beside the capture, and the graphs they come from need not stay alive.
+    _DUMPS[(recipe, params_json, quantization)] = [(stage.dump, graph.dump())
+                                                   for stage, graph in zip(pipe.stages, pipe.graphs)]
     return pipe.graph
+
+
+_DUMPS: dict[tuple, list[tuple[str, str]]] = {}
+
+
+def frontend_dumps(recipe: str, params: dict, quantization: str | None = None) -> list[tuple[str, str]]:
+    """The numbered dumps of the analytical graph's frontend stages, (file name, text) each
+    ("01-import.txt", "02-permute.txt", ...), as this process made them."""
+    from ..identity import canonical_json
+
+    analytical_graph(recipe, params, quantization)
+    return _DUMPS.get((recipe, canonical_json(params or {}), quantization), [])
 
 
 def frontend_workload(recipe: str, params: dict, emulated=()) -> Workload:

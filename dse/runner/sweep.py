@@ -456,8 +456,21 @@ class Sweep:
             if in_main:
                 signal.signal(signal.SIGINT, previous)
 
+    def _keep_frontend_dumps(self) -> None:
+        """The numbered frontend dumps of the experiment's workload as its artifacts, once."""
+        from .stages import frontend_dumps
+
+        arts = self.store.artifacts(self.experiment_id)
+        if (arts["role"] == "graph_dump").any():
+            return
+        m = self.spec.model
+        for name, text in frontend_dumps(m.workload.recipe, m.workload.params, m.baseline.mapping.get("quantization")):
+            self.store.put_artifact(text.encode(), role="graph_dump", experiment_id=self.experiment_id,
+                                    name=f"frontend/{name}", media_type="text/plain")
+
     def _run(self) -> SweepResult:
         spec, search = self.spec, self.spec.model.search
+        self._keep_frontend_dumps()
         # A hypothesis people have decided keeps its status on a rerun.
         if self.store.experiment(self.experiment_id)["status"] == "proposed":
             self.store.set_status(self.experiment_id, "testing")
