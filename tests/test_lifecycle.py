@@ -268,6 +268,13 @@ def test_experiments_build_on_each_other_decide_across_and_compare_many(tmp_path
             ("third", "reopens", "second", "DMA model recalibrated")]
         firsts = store.candidates("first")
         seconds = store.candidates("second")
+        # Infeasible candidates (8 workers on 4 cores) carry no invented zeros: no figures at all.
+        table = store.metric_table("second", "analytical")
+        bad = table[table["status"] == "infeasible"]
+        columns = ["latency_cycles", "compute_cycles", "dma_cycles", "core_cycles", "dma_bytes", "peak_sram_bytes"]
+        assert len(bad) == 2 and bad[columns].isna().all().all()
+        assert table[table["status"] == "ok"][columns].notna().all().all()
+        infeasible_id = int(bad["candidate_id"].iloc[0])
     code, out, _ = cli("history", "--db", db)
     rows = {line.split()[1]: line for line in out.splitlines()[1:4]}
     assert "follows 1" in rows["second"] and "reopens 2" in rows["third"]
@@ -291,6 +298,9 @@ def test_experiments_build_on_each_other_decide_across_and_compare_many(tmp_path
     assert header.split()[3:] == [f"c{ids[0]}", f"c{ids[1]}", f"c{ids[2]}", f"c{ids[1]}/c{ids[0]}",
                                   f"c{ids[2]}/c{ids[0]}"]
     assert "config.banks.count" in out and "mapping.workers" in out
+    code, out, _ = cli("compare", ids[0], ids[1], infeasible_id, "--db", db)
+    dma = next(line for line in out.splitlines() if line.split()[:2] == ["analytical", "dma_cycles"])
+    assert dma.split()[5] == "—"  # shown as no figure, not as 0
     assert cli("compare", ids[0], "--db", db)[0] == 2
     assert cli("compare", ids[0], ids[0], "--db", db)[0] == 2
 
@@ -435,6 +445,10 @@ def test_emulator_runs_keep_raw_evidence_deduplicated_fetchable_and_collected(tm
         assert log["numerics"]["passed"] is True and log["cycles"] > 0
         counters = json.loads(open(first[first["role"] == "measurements"].iloc[0]["path"]).read())
         assert any(r["name"] == "cycles" for r in counters)
+        # Host time: the emulator's run timed 3 times (the spec's default), min and median.
+        host = store.metric_table("raw", "emulator_host_time").dropna(subset=["runs"])
+        assert len(host) == 2 and (host["runs"] == 3).all()
+        assert (host["run_seconds_min"] <= host["run_seconds_median"]).all() and (host["run_seconds_min"] > 0).all()
     code, out, _ = cli("show", f"r{emulated[0]}", "--db", db)
     assert code == 0 and "artifacts:" in out and "outputs/" in out and "counters.json" in out
     code, out, _ = cli("evidence", "get", int(npy["id"]), "--out", tmp_path, "--db", db)

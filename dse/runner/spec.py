@@ -112,6 +112,9 @@ class Stages(_Model):
     # Raw evidence of emulator runs (outputs, counters, log) is kept beside the store while
     # the evidence folder stays under this size; `dse evidence gc` frees unreferenced files.
     evidence_budget_mb: float = Field(1024.0, ge=0)
+    # Each emulated candidate's emulator run is timed this many times (the host time's
+    # min and median are recorded; its cycles and outputs come from the first).
+    host_time_repeats: int = Field(3, ge=1, le=100)
 
 
 class SpecModel(_Model):

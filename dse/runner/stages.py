@@ -39,6 +39,7 @@ class Workload:
     graphs: dict = field(default_factory=dict)
     # The newest calibration of each chip name the sweep uses ({} : uncalibrated model).
     calibration: dict = field(default_factory=dict)
+    host_time_repeats: int = 1  # the spec's [stages] host_time_repeats, for the emulation workloads
 
     def graph_for(self, quantization: str | None):
         if quantization is None:
@@ -50,6 +51,12 @@ class Workload:
         return self.graphs[quantization]
 
     def emulation_for(self, quantization: str | None):
+        emulation = self._emulation_for(quantization)
+        if emulation is not None:
+            emulation.host_time_repeats = self.host_time_repeats
+        return emulation
+
+    def _emulation_for(self, quantization: str | None):
         if quantization is None:
             return self.emulation
         if quantization not in self.emulations:  # not prepared up front: prepared here, once per process

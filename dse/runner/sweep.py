@@ -689,6 +689,7 @@ def run_sweep(spec_path: str | Path, db: str | Path = "records.db", progress: bo
         emulated = quantizations(spec) if spec.model.stages.emulator != "none" else ()
         work = FRONTEND.run(recipe, params, emulated)
     PLAN.run(work.graph)
+    work.host_time_repeats = spec.model.stages.host_time_repeats
     with Store(db) as store:
         model_version = MODEL_VERSION
         if spec.model.stages.calibration == "newest":
