@@ -516,3 +516,62 @@ def test_links_whys_workload_parts_delete_and_gc_on_both_backends(db):
         assert store.experiments().empty and store.evidence_bytes() == 0
         assert store.collect_evidence_garbage() == (2, len(b"only early has this") + len(b"both have this"))
         assert store.collect_evidence_garbage() == (0, 0)
+
+
+WORKLOAD_KNOB = HAND.replace('name = "hand"', 'name = "points"').split("[[candidates]]")[0] + """
+[[space]]
+name = "m"
+target = "workload.params.m"
+values = [32, 64]
+
+[[space]]
+name = "workers"
+target = "mapping.workers"
+values = [1, 4]
+
+[[objectives]]
+metric = "latency_cycles"
+"""
+
+
+def test_workload_params_as_knobs_compare_identical_work(tmp_path, cli):
+    spec = tmp_path / "points.toml"
+    spec.write_text(WORKLOAD_KNOB)
+    db = tmp_path / "r.db"
+    result = run_sweep(spec, db, progress=False)
+    assert result.evaluated == 4 and result.proposed == "confirmed"
+    with Store(db) as store:
+        cands = store.candidates("points").sort_values("id")
+        points = [json.loads(m).get("workload") for m in cands["mapping"]]
+        assert points == [None, None, {"m": 64}, {"m": 64}]  # the baseline's own point keeps its identity
+        table = store.metric_table("points", "analytical").set_index("candidate_id")
+    ids = cands["id"].tolist()
+    small, large = table.loc[ids[0], "latency_cycles"], table.loc[ids[2], "latency_cycles"]
+    assert large > 1.5 * small  # a larger m is more work: its own graph
+    # Judged: 4 workers at m=32 against the baseline, 4 workers at m=64 against 1 worker at
+    # m=64 (the baseline's design at that point, itself not judged), never across points.
+    assert result.decision.startswith("2 of 2 feasible candidates meet")
+    with Store(db) as store:
+        accepted = decide(store, "points", ids[3], "ana", "4 workers at m=64")
+    assert accepted.checks[0]["values"]["baseline_latency_cycles"] == table.loc[ids[2], "latency_cycles"]
+    code, out, _ = cli("compare", ids[2], ids[3], "--db", db)
+    assert "submitted work: identical (gemm" in out and "at m=64)" in out
+    code, out, _ = cli("compare", ids[0], ids[3], "--db", db)
+    assert "submitted work: DIFFERENT" in out
+    code, _, err = cli("decide", "points", "--accept", ids[2], "--why", "x", "--db", db)
+    assert code == 2 and "latency_cycles = " in err  # itself the reference at its point: not faster
+
+
+@pytest.mark.parametrize("old,new,fragment", [
+    ('target = "workload.params.m"', 'target = "workload.params.batch"',
+     "workload.params.<a parameter recipe gemm takes: m, n, k>"),
+    ('target = "workload.params.m"\nvalues = [32, 64]', 'target = "workload.recipe"\nvalues = ["gemm", "nope"]',
+     "'nope'"),
+])
+def test_a_bad_workload_knob_is_one_line_and_nothing_written(tmp_path, cli, old, new, fragment):
+    spec = tmp_path / "bad.toml"
+    assert old in WORKLOAD_KNOB
+    spec.write_text(WORKLOAD_KNOB.replace(old, new))
+    code, _, err = cli("sweep", spec, "--db", tmp_path / "r.db", "--no-progress")
+    assert code == 2 and fragment in err and err.count("\n") == 1 and "space[0]" in err
+    assert not (tmp_path / "r.db").exists()

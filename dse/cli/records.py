@@ -343,6 +343,9 @@ def cmd_compare(args) -> int:
         exp_a = store.experiment(cand_a["experiment_id"])
         exp_b = store.experiment(cand_b["experiment_id"])
     print(f"A = candidate {a} ({cand_a['experiment']}), B = candidate {b} ({cand_b['experiment']})")
+    work_a, work_b = _work_of(cand_a, exp_a), _work_of(cand_b, exp_b)
+    print("submitted work: " + (f"identical ({work_a})" if work_a == work_b else
+                                f"DIFFERENT (A: {work_a}; B: {work_b}): the figures are not of the same work"))
     if exp_a["id"] != exp_b["id"]:
         same = "the same" if exp_a["workload_hash"] == exp_b["workload_hash"] else "DIFFERENT"
         print(f"note: different experiments; {same} workload "
@@ -390,6 +393,14 @@ def cmd_compare(args) -> int:
     return 0
 
 
+def _work_of(cand: dict, exp: dict) -> str:
+    """The work a candidate ran: its experiment's workload identity and, when a workload
+    knob set one, its own point (mapping.workload)."""
+    point = (cand["mapping"] or {}).get("workload")
+    text = f"{exp['workload_recipe']} {exp['workload_hash'][:12]}"
+    return text + (" at " + ", ".join(f"{k}={v}" for k, v in sorted(point.items())) if point else "")
+
+
 def _compare_many(args, ids: list[int]) -> int:
     """Three or more candidates, of any experiments: the first is the reference; fields
     that differ anywhere, and each metric (kinds apart) with its ratio to the reference's."""
@@ -403,8 +414,8 @@ def _compare_many(args, ids: list[int]) -> int:
     for name, cand in zip(names, cands):
         exp = exps[cand["experiment_id"]]
         print(f"{name}: experiment '{exp['name']}', workload {exp['workload_recipe']} {exp['workload_hash'][:12]}")
-    workloads = {e["workload_hash"] for e in exps.values()}
-    print("workload: " + ("the same for all" if len(workloads) == 1 else
+    workloads = {_work_of(c, exps[c["experiment_id"]]) for c in cands}
+    print("workload: " + ("the same for all: identical submitted work" if len(workloads) == 1 else
                           f"DIFFERENT ({len(workloads)} workload identities): their figures are not of the same work"))
     print()
     values: dict[str, dict[str, object]] = {}

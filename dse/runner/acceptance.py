@@ -33,6 +33,29 @@ def outcome(checks) -> str:
     return FAIL if FAIL in outcomes else MISSING if MISSING in outcomes else PASS
 
 
+def references(store: Store, exp: dict) -> dict[int, int | None]:
+    """{candidate: the candidate its acceptance clauses compare with}: the baseline, or, for
+    a candidate at another workload point (mapping.workload), the baseline's design at that
+    point (None when not recorded): a comparison always runs identical submitted work."""
+    import json
+
+    from ..identity import candidate_hash
+
+    cands = store.candidates(exp["id"])
+    base_id = exp["baseline_candidate_id"]
+    by_hash = dict(zip(cands["hash"], cands["id"].astype(int)))
+    base = cands[cands["id"] == base_id]
+    if base.empty:
+        return {}
+    base_config, base_mapping = json.loads(base.iloc[0]["config"]), json.loads(base.iloc[0]["mapping"])
+    out = {}
+    for cid, mapping in zip(cands["id"].astype(int), cands["mapping"]):
+        point = json.loads(mapping).get("workload")
+        out[cid] = int(base_id) if not point else by_hash.get(
+            candidate_hash(base_config, {**base_mapping, "workload": point}))
+    return out
+
+
 def propose(store: Store, experiment_id: int, spec: Spec) -> Proposal | None:
     """The verdict the evidence suggests, recorded as a proposal when it differs from the
     latest one; None when the spec states no acceptance criteria."""
@@ -50,10 +73,11 @@ def propose(store: Store, experiment_id: int, spec: Spec) -> Proposal | None:
     if base_rows.empty or base_rows.iloc[0]["status"] != "ok":
         verdict, rationale = "refuted", "the baseline itself is not feasible"
     else:
-        ok = table[(table["status"] == "ok") & (table["candidate_id"] != base_id)]
+        refs = references(store, exp)
+        ok = table[(table["status"] == "ok") & table["candidate_id"].map(lambda c: refs.get(int(c)) != int(c))]
         ids = [int(c) for c in ok["candidate_id"]]
-        totals = store.totals(ids + [int(base_id)], kinds)
-        outcomes = {c: outcome(criteria.evaluate(totals[c], totals[int(base_id)])) for c in ids}
+        totals = store.totals(ids + [r for r in set(refs.values()) if r is not None], kinds)
+        outcomes = {c: outcome(criteria.evaluate(totals[c], totals.get(refs.get(c), {}))) for c in ids}
         passing = ok[ok["candidate_id"].map(lambda c: outcomes[int(c)] == PASS).astype(bool)] if ids else ok
         judged = sum(o != MISSING for o in outcomes.values())
         lacking = len(ids) - judged
@@ -62,9 +86,12 @@ def propose(store: Store, experiment_id: int, spec: Spec) -> Proposal | None:
             best = passing.sort_values(obj.metric, ascending=obj.direction == "minimize").iloc[0]
             candidate = int(best["candidate_id"])
             verdict = "confirmed"
+            ref_rows = table[table["candidate_id"] == refs.get(candidate)]
+            ref_value = ref_rows.iloc[0][obj.metric] if len(ref_rows) else float("nan")
             rationale = (f"{len(passing)} of {len(ids)} feasible candidates meet: {crit}; best is candidate "
                          f"{candidate} with {obj.metric} {best[obj.metric]:.6g} vs baseline "
-                         f"{base_rows.iloc[0][obj.metric]:.6g}")
+                         f"{ref_value:.6g}" + ("" if refs.get(candidate) == int(base_id) else
+                                               f" (candidate {refs.get(candidate)}: the baseline at its workload point)"))
             _, evidence = store.decision_evidence(experiment_id, candidate)
         elif ids and judged == 0:
             verdict = "waiting"

@@ -124,6 +124,14 @@ def _acceptance(store: Store, exp: dict, cand: dict) -> tuple[list[dict], str]:
     if base_id is None:
         return [], "; ".join(reasons + [f"experiment '{exp['name']}' has no baseline to test candidate "
                                         f"{cand['id']} against"])
+    point = (cand["mapping"] or {}).get("workload")
+    if point:  # compared with the baseline's design at the same workload point: identical work
+        from .acceptance import references
+
+        base_id = references(store, exp).get(cand["id"]) if cand["experiment_id"] == exp["id"] else None
+        if base_id is None:
+            return [], "; ".join(reasons + [f"it runs the workload point {point}, at which the baseline's design "
+                                            "is not recorded: nothing to compare it with on identical work"])
     totals = store.totals([cand["id"], base_id], criteria.kinds)
     checks = criteria.evaluate(totals[cand["id"]], totals[base_id])
     failing = [c for c in checks if c.outcome != PASS]

@@ -26,6 +26,11 @@ from .space import BALL_SET_TARGET, Constraint, Knob, Space, ball_set
 
 # A knob over this mapping field sets the granularity of the recipe's quantize step.
 QUANTIZATION_TARGET = "mapping.quantization"
+# Knobs over the workload: a parameter of the recipe (workload.params.<name>: batch, seq,
+# image size, ...) or the recipe itself (workload.recipe: an LLM's prefill or decode
+# phase); a candidate carries its point as mapping.workload.
+WORKLOAD_PARAMS = "workload.params."
+WORKLOAD_RECIPE = "workload.recipe"
 BALL_KINDS = typing.get_args(BallKind)
 
 
@@ -138,6 +143,13 @@ class Spec:
         self.baseline_chip, self.baseline_mapping = baseline_chip, baseline_mapping
         self.hash = hashlib.sha256(text.encode()).hexdigest()
         baseline = {"chip": baseline_chip.model_dump(mode="json"), "mapping": baseline_mapping.model_dump(mode="json")}
+        recipe = load_recipe(model.workload.recipe)
+        from ..workload.recipes import full_params
+
+        # The experiment's own workload point, the baseline's value of every workload knob.
+        self.baseline_workload = {"recipe": model.workload.recipe, **full_params(recipe, model.workload.params)}
+        baseline["workload"] = {"recipe": model.workload.recipe,
+                                "params": {k: v for k, v in self.baseline_workload.items() if k != "recipe"}}
         self._balls = {b["kind"]: b for b in baseline["chip"]["balls"]}  # the baseline's Balls, in order
         # Per knob: (name, section, path within the section); read once per candidate.
         self._targets = [(k.name, *k.target.split(".", 1)) for k in model.space]
@@ -170,21 +182,39 @@ class Spec:
         """Knob values as dotted-path overrides of one section ("chip" or "mapping"). A Ball
         set becomes the chip's `balls` list: the baseline's Balls of those kinds."""
         out = {}
+        point = {}
         for name, sec, path in self._targets:
+            if sec == "workload" and section == "mapping" and name in params:
+                point[path.removeprefix("params.")] = params[name]
             if sec == section and name in params:
                 value = params[name]
                 if sec == "chip" and path == "balls":
                     value = [self._balls[kind] for kind in self._balls if kind in set(value.split(","))]
                 out[path] = value
+        # A workload point only where it differs from the experiment's own: a candidate at
+        # the baseline's point keeps the identity it has without workload knobs.
+        point = {k: v for k, v in sorted(point.items()) if self.baseline_workload.get(k) != v}
+        if point:
+            out["workload"] = point
         return out
 
     def knob_value(self, knob: Knob, data: dict) -> Any:
         """The value of `knob` in a candidate's {"chip": config, "mapping": mapping}, in the
         knob's own terms (a Ball set as its sorted kinds). KeyError if the field is absent."""
+        if knob.target.startswith("workload."):
+            key = knob.target.removeprefix(WORKLOAD_PARAMS).removeprefix("workload.")
+            point = (data.get("mapping") or {}).get("workload") or {}
+            return point.get(key, self.baseline_workload[key])
         value = _lookup(data, knob.target)
         if knob.target == BALL_SET_TARGET:
             value = ball_set([b["kind"] for b in value])
         return value
+
+    def workload_of(self, mapping: dict) -> tuple[str, dict]:
+        """(recipe, params) of the workload point a candidate's mapping data names."""
+        point = dict(mapping.get("workload") or {})
+        recipe = point.pop("recipe", self.model.workload.recipe)
+        return recipe, {**self.model.workload.params, **point}
 
     def apply(self, params: dict[str, Any]) -> tuple[ChipConfig, Mapping]:
         """The baseline with knob values applied (may raise InputError for a bad combination)."""
@@ -299,6 +329,9 @@ def _check_knobs(spec: Spec) -> None:
         if knob.name in names:
             raise InputError(spec.path, f"space[{i}].name", knob.name, "a name not used by another knob")
         names.add(knob.name)
+        if knob.target.startswith("workload."):
+            _check_workload_knob(spec, i, knob)
+            continue
         if knob.name not in spec.space.baseline_values:
             raise InputError(spec.path, f"space[{i}].target", knob.target, "a field of the chip config or the mapping")
         if knob.target == BALL_SET_TARGET:
@@ -336,6 +369,34 @@ def _check_hand_candidates(spec: Spec) -> None:
             spec.apply(params)
         except InputError as exc:
             raise InputError(spec.path, f"candidates[{i}].set -> {exc.field}", exc.value, exc.allowed) from None
+
+
+def _check_workload_knob(spec: Spec, i: int, knob: Knob) -> None:
+    """A workload knob names a parameter the recipe takes (or the recipe itself), and each
+    of its values builds the recipe (load() and inputs()); found before anything is written."""
+    from ..workload.recipes import instantiate
+
+    recipe = load_recipe(spec.model.workload.recipe)
+    if knob.target != WORKLOAD_RECIPE:
+        name = knob.target.removeprefix(WORKLOAD_PARAMS)
+        takes = [k for k in spec.baseline_workload if k != "recipe"]
+        if not knob.target.startswith(WORKLOAD_PARAMS) or name not in takes:
+            raise InputError(spec.path, f"space[{i}].target", knob.target,
+                             f"workload.recipe or workload.params.<a parameter recipe {recipe.name} takes: "
+                             f"{', '.join(takes) or 'none'}>")
+    if knob.type != "categorical" and knob.target == WORKLOAD_RECIPE:
+        raise InputError(spec.path, f"space[{i}].values", knob.low, "a list of recipe names")
+    values = knob.grid_values() if knob.type == "categorical" else [_whole(knob.low, knob), _whole(knob.high, knob)]
+    for value in values:
+        recipe_name, params = spec.workload_of({"workload": {knob.target.removeprefix(WORKLOAD_PARAMS)
+                                                             .removeprefix("workload."): value}})
+        if recipe_name not in list_recipes() and not Path(recipe_name).exists():
+            raise InputError(spec.path, f"space[{i}].values", recipe_name, "one of " + ", ".join(list_recipes()))
+        try:
+            instantiate(load_recipe(recipe_name), **params)
+        except InputError as exc:
+            raise InputError(spec.path, f"space[{i}] ({knob.name}) -> workload.params ({exc.field})", value,
+                             exc.allowed) from None
 
 
 def _check_ball_sets(spec: Spec, i: int, knob: Knob) -> None:

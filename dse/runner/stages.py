@@ -41,7 +41,16 @@ class Workload:
     calibration: dict = field(default_factory=dict)
     host_time_repeats: int = 1  # the spec's [stages] host_time_repeats, for the emulation workloads
 
-    def graph_for(self, quantization: str | None):
+    def _point(self, point: dict | None) -> tuple[str | None, dict]:
+        point = dict(point or {})
+        return point.pop("recipe", self.recipe), {**self.params, **point}
+
+    def graph_for(self, quantization: str | None, point: dict | None = None):
+        """The analytical graph of a granularity and workload point (a candidate's
+        mapping.workload; None: the experiment's own workload)."""
+        if point:
+            recipe, params = self._point(point)
+            return analytical_graph(recipe, params, quantization)  # made on first use, cached
         if quantization is None:
             return self.graph
         if quantization not in self.graphs:  # the frontend stage, on this granularity's first use
@@ -50,8 +59,14 @@ class Workload:
             self.graphs[quantization] = analytical_graph(self.recipe, self.params, quantization)
         return self.graphs[quantization]
 
-    def emulation_for(self, quantization: str | None):
-        emulation = self._emulation_for(quantization)
+    def emulation_for(self, quantization: str | None, point: dict | None = None):
+        if point:
+            from .emulation import prepare_emulation
+
+            recipe, params = self._point(point)
+            emulation = prepare_emulation(recipe, params, quantization)
+        else:
+            emulation = self._emulation_for(quantization)
         if emulation is not None:
             emulation.host_time_repeats = self.host_time_repeats
         return emulation

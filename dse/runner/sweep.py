@@ -195,7 +195,7 @@ class Sweep:
         """(mapping data, its canonical JSON, why it is invalid or '') once per distinct
         mapping: a sweep has few mappings and many candidates."""
         map_over = self.spec.overrides(params, "mapping")
-        key = tuple(sorted(map_over.items(), key=lambda kv: kv[0]))
+        key = canonical_json(map_over)  # values may be lists (a Ball set) or a dict (a workload point)
         hit = self._mappings.get(key)
         if hit is None:
             mapping, why = {**self.baseline_data["mapping"], **map_over}, ""
