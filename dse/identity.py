@@ -70,3 +70,12 @@ def candidate_hash_of_texts(config_json: str, mapping_json: str) -> str:
 def candidate_hash(config: Any, mapping: Any) -> str:
     """The one candidate identity: a chip config's and a mapping's data (plain JSON values)."""
     return candidate_hash_of_texts(canonical_json(config), canonical_json(mapping))
+
+
+def workload_identity(recipe_source_hash: str, params: dict[str, Any], steps: list[dict[str, Any]],
+                      torch_version: str) -> str:
+    """The identity of the submitted work: the recipe's source, every parameter its load()
+    and inputs() are called with (defaults included, so a default spelt out is the same
+    work), the frontend steps (name, options, the hash of their code) and the torch
+    version that captures it. Two experiments with equal identities ran the same work."""
+    return content_hash({"recipe": recipe_source_hash, "params": params, "steps": steps, "torch": torch_version})

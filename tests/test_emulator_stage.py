@@ -89,6 +89,6 @@ def test_pruned_emulator_runs_do_not_hide_analytical_outcomes(tmp_path):
     assert set(emulator["status"]) == {"ok", "pruned"}
     ok = analytical[analytical["status"] == "ok"]
     assert len(ok) > 2 and ok["latency_cycles"].notna().all()
-    assert result.status == "confirmed"
+    assert result.proposed == "confirmed" and result.status == "testing"
     again = run_sweep(spec, db, progress=False)
     assert again.evaluated == 0 and again.counts.get("ok") == len(ok)

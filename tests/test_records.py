@@ -24,6 +24,7 @@ from sqlalchemy.exc import IntegrityError
 from dse.errors import InputError
 from dse.records import MetricIn, RecordNotFound, Store, canonical_json, content_hash
 from dse.records.schema import Base, utcnow
+from dse.runner.decisions import decide
 from dse.records.store import ABANDONED, SCHEMA_HEAD, alembic_config, database_url
 
 ACCEPTANCE = [{"expr": "cycles_b < 0.95 * cycles_a", "prose": "20 banks at least 5% faster"}]
@@ -799,24 +800,39 @@ def test_decide_accepts_or_rejects_a_candidate_with_its_evidence(store):
     other_run = store.start_run(other, "analytical")
     store.finish_run(other_run, "ok")
     store.start_run(other, "emulator")  # still running: not evidence
-    decision_id = store.decide("banks-20-vs-16", other, True, "7% faster, fits", "ana")
-    store.decide(experiment_id, base, False, "slower", "bo")
+    # This experiment's criterion names no metric the store knows: accepting needs an override.
+    with pytest.raises(InputError, match="acceptance\\[0\\] `cycles_b < 0.95 \\* cycles_a` cannot be evaluated"):
+        decide(store, "banks-20-vs-16", other, "ana", "7% faster, fits")
+    decision_id = decide(store, "banks-20-vs-16", other, "ana", "7% faster, fits",
+                         override="criterion predates the metric names").decision_id
+    decide(store, experiment_id, base, "bo", "slower", verdict="rejected")
     decisions = store.decisions(experiment_id)
     assert decisions["id"].tolist()[0] == decision_id
     assert decisions["verdict"].tolist() == ["accepted", "rejected"]
+    assert decisions["kind"].tolist() == ["decision", "decision"]
+    assert decisions["override"].tolist()[0] == "criterion predates the metric names"
     assert decisions["candidate_id"].tolist() == [other, base]
     assert json.loads(decisions["evidence"].iloc[0]) == [base_run, other_run]
     assert json.loads(decisions["evidence"].iloc[1]) == [base_run]
     summary = store.experiments().iloc[0]
     assert (summary["latest_verdict"], summary["latest_candidate_id"]) == ("rejected", base)
-    elsewhere = store.add_candidate(new_experiment(store, name="other"), BASE_CONFIG, {}, "hand")[0]
-    with pytest.raises(RecordNotFound, match="candidate id of experiment 'banks-20-vs-16'"):
-        store.decide(experiment_id, elsewhere, True, "why", "ana")
+    # A candidate of another experiment may be named; its runs are evidence too.
+    third = new_experiment(store, name="other")
+    elsewhere = store.add_candidate(third, BASE_CONFIG, {}, "hand")[0]
+    elsewhere_run = store.start_run(elsewhere, "analytical")
+    store.finish_run(elsewhere_run, "ok")
+    result = decide(store, experiment_id, elsewhere, "ana", "same chip, earlier sweep", override="as above")
+    assert result.candidate_experiment == "other" and result.evidence == [base_run, elsewhere_run]
+    assert store.decisions(experiment_id)["candidate_experiment_id"].tolist()[-1] == third
     with pytest.raises(InputError, match="--why"):
-        store.decide(experiment_id, other, True, "  ", "ana")
-    with pytest.raises(ValueError, match="belongs to experiment"):
-        store.add_decision(experiment_id, "accepted", "x", "ana", candidate_id=elsewhere)
-    assert len(store.decisions(experiment_id)) == 2
+        decide(store, experiment_id, other, "ana", "  ")
+    with pytest.raises(RecordNotFound, match="candidate"):
+        decide(store, experiment_id, 999, "ana", "why")
+    fourth = store.add_candidate(new_experiment(store, name="fourth"), BASE_CONFIG, {}, "hand")[0]
+    fourth_run = store.start_run(fourth, "analytical")
+    with pytest.raises(ValueError, match="are not runs of experiment"):
+        store.add_decision(experiment_id, "accepted", "x", "ana", [fourth_run], candidate_id=elsewhere)
+    assert len(store.decisions(experiment_id)) == 3
 
 
 # ---- text round trips ------------------------------------------------------------------

@@ -74,15 +74,20 @@ def test_history_lists_experiments_counts_and_decisions(cli, filled):
     code, out, _ = cli("history", "--db", db)
     assert code == 0
     header, banks, empty = out.splitlines()[:3]
-    assert header.split()[:10] == ["id", "name", "status", "candidates", "ok", "infeasible",
-                                   "pruned", "failed", "crashed", "running"]  # fmt: skip
-    assert banks.split()[:10] == ["1", "banks", "testing", "4", "2", "1", "0", "1", "0", "0"]
+    assert header.split()[:13] == ["id", "name", "status", "proposed", "candidates", "ok", "infeasible",
+                                   "failed", "crashed", "running", "emulated", "decisions", "notes"]  # fmt: skip
+    assert banks.split()[:13] == ["1", "banks", "testing", "—", "4", "2", "1", "1", "0", "0", "0", "0", "0"]
     assert "20 banks beat 16" in banks
-    assert empty.split()[:4] == ["2", "empty", "proposed", "0"]
-    cli("decide", "banks", "--accept", ids["fast"], "--why", "20% faster", "--db", db)
-    code, out, _ = cli("history", "--db", db, "--decisions")
-    assert code == 0 and f"accepted c{ids['fast']}" in out
-    assert "20% faster" in out.split("\n\n")[1]
+    assert empty.split()[:5] == ["2", "empty", "proposed", "—", "0"]
+    cli("decide", "banks", "--accept", ids["fast"], "--why", "20% faster", "--author", "ana", "--db", db)
+    cli("decide", "banks", "--reject", ids["fast"], "--why", "too hot", "--author", "bo", "--db", db)
+    code, out, _ = cli("history", "--db", db)
+    assert code == 0
+    banks = out.splitlines()[1]
+    assert banks.split()[2] == "testing" and banks.split()[11] == "2"  # every decision counted
+    events = out.split("\n\n")[1]
+    assert f"accepted c{ids['fast']} by ana: 20% faster" in events  # every decision listed, not the latest only
+    assert f"rejected c{ids['fast']} by bo: too hot" in events
 
 
 def test_show_experiment_candidate_and_run(cli, filled):
@@ -147,8 +152,12 @@ def test_decide_records_the_verdict_with_evidence_and_refuses_bad_targets(cli, f
     before = counts(db)
     assert_input_error(cli("decide", "nope", "--accept", 1, "--why", "x", "--db", db),
                        "field 'experiment'", "banks, empty")  # fmt: skip
+    # A candidate of another experiment with another workload: refused unless overridden.
     assert_input_error(cli("decide", "empty", "--accept", ids["fast"], "--why", "x", "--db", db),
-                       "field 'candidate'", "experiment 'empty'")  # fmt: skip
+                       "refused to accept candidate 2 for experiment 'empty'",
+                       "experiment 'banks', whose workload (gemm aaaaaaaaaaaa) is not this one's")  # fmt: skip
+    assert_input_error(cli("decide", "banks", "--accept", 99, "--why", "x", "--db", db),
+                       "field 'candidate'", "ids 1 to 4")  # fmt: skip
     assert_input_error(cli("decide", "banks", "--accept", "two", "--why", "x", "--db", db), "--accept")
     assert_input_error(cli("decide", "banks", "--accept", 99, "--why", " ", "--db", db), "--why")
     assert counts(db) == before

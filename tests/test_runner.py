@@ -86,9 +86,12 @@ def test_grid_sweep_records_every_candidate_and_resumes(tmp_path):
         assert base["private_sram_bytes"] == 20 * 1024 * 16
 
         exp = store.experiment(result.experiment_id)
-        assert exp["status"] == "confirmed" and result.status == "confirmed"
+        # The sweep proposes; the hypothesis waits for a person's decision.
+        assert exp["status"] == "testing" and result.status == "testing" and result.proposed == "confirmed"
         decisions = store.decisions(result.experiment_id)
         assert len(decisions) == 1 and decisions.iloc[0]["verdict"] == "confirmed"
+        assert decisions.iloc[0]["kind"] == "proposal" and decisions.iloc[0]["evidence_kinds"] == '["analytical"]'
+
         n_runs, n_metrics = len(store.runs(result.experiment_id)), len(store.metrics(result.experiment_id))
 
     again = run_sweep(spec, db, progress=False)
@@ -97,7 +100,7 @@ def test_grid_sweep_records_every_candidate_and_resumes(tmp_path):
         assert len(store.candidates(result.experiment_id)) == 10
         assert len(store.runs(result.experiment_id)) == n_runs
         assert len(store.metrics(result.experiment_id)) == n_metrics
-        assert len(store.decisions(result.experiment_id)) == 1  # same conclusion, no second decision
+        assert len(store.decisions(result.experiment_id)) == 1  # same conclusion, no second proposal
 
 
 def test_tpe_sampler_proposes_distinct_candidates_and_resumes(tmp_path):
@@ -141,6 +144,8 @@ BAD_SPECS = [
     ('metric = "latency_cycles"', 'metric = "latency"', "objectives[0].metric", "latency_cycles"),
     ('expr = "latency_cycles < baseline_latency_cycles"', 'expr = "latency < 2"', "acceptance[0].expr",
      "unknown name 'latency'"),
+    ('expr = "latency_cycles < baseline_latency_cycles"', 'expr = "emulator.latency < 2"', "acceptance[0].expr",
+     "emulator.latency is not an emulator metric (emulator metrics: latency_cycles, peak_sram_bytes)"),
     ("seed = 3", "seed = 3\ncolour = 1", "search.colour", "no such key"),
     ('mapping = { workers = 1 }', 'mapping = { workers = 1, dataflow = "xs" }', "baseline.mapping.dataflow", "'ws'"),
 ]
@@ -182,7 +187,7 @@ def test_quickstart_main_job_from_the_cli(tmp_path, run_cli, repo):
     db = tmp_path / "records.db"
     code, out, err = run_cli("sweep", repo / "experiments" / "quickstart.toml", "--db", db, "--no-progress")
     assert code == 0, err
-    assert "hypothesis: confirmed" in out
+    assert "proposed verdict: confirmed" in out and "hypothesis: testing (people decide" in out
     with Store(db) as store:
         cands = store.candidates("quickstart")
         assert len(cands) >= 20 and (cands["status"] == "infeasible").sum() > 0
@@ -192,7 +197,7 @@ def test_quickstart_main_job_from_the_cli(tmp_path, run_cli, repo):
     assert code == 0 and out.strip().endswith("quickstart.html")
     assert (tmp_path / "reports" / "quickstart.html").stat().st_size > 10_000
     code, out, _ = run_cli("history", "--db", db)
-    assert code == 0 and "quickstart" in out and "confirmed" in out
+    assert code == 0 and "quickstart" in out and "testing" in out and "confirmed" in out
 
 
 def test_spec_loading_resolves_the_baseline(repo):

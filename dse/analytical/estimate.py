@@ -136,14 +136,16 @@ def summarize(per_op: pd.DataFrame, candidates: Sequence[Candidate]) -> pd.DataF
         "candidate": np.arange(n), "candidate_hash": [c.hash for c in candidates], "feasible": feasible,
         "reason": reason,
         "latency_cycles": np.where(feasible, sums["cycles"].to_numpy(dtype=np.float64), np.nan),
-        "compute_cycles": sums["compute_cycles"].to_numpy(dtype=np.float64),
-        "dma_cycles": sums["dma_cycles"].to_numpy(dtype=np.float64),
-        "core_cycles": sums["core_cycles"].to_numpy(dtype=np.float64),
-        "busy_cycles": sums["busy_cycles"].to_numpy(dtype=np.float64),
+        # An infeasible candidate has no cycles, bytes or peak: NaN (recorded as no metric,
+        # shown as "—"), not the partial sums of the ops that did fit, which read as real.
+        "compute_cycles": np.where(feasible, sums["compute_cycles"].to_numpy(dtype=np.float64), np.nan),
+        "dma_cycles": np.where(feasible, sums["dma_cycles"].to_numpy(dtype=np.float64), np.nan),
+        "core_cycles": np.where(feasible, sums["core_cycles"].to_numpy(dtype=np.float64), np.nan),
+        "busy_cycles": np.where(feasible, sums["busy_cycles"].to_numpy(dtype=np.float64), np.nan),
         "utilisation": np.where(feasible, sums["busy_cycles"].to_numpy(dtype=np.float64)
                                 / np.maximum(workers * sums["cycles"].to_numpy(dtype=np.float64), 1), np.nan),
-        "dma_bytes": sums["dma_bytes"].to_numpy(dtype=np.float64),
-        "peak_sram_bytes": peak.astype(np.float64),
+        "dma_bytes": np.where(feasible, sums["dma_bytes"].to_numpy(dtype=np.float64), np.nan),
+        "peak_sram_bytes": np.where(feasible, peak.astype(np.float64), np.nan),
         "private_sram_per_core_bytes": per_core,
         # The SRAM a candidate asks for: the private banks of every worker it uses.
         "private_sram_bytes": per_core * workers,

@@ -1,4 +1,6 @@
-"""`dse evidence import`: measurements made outside dse (RTL simulation, FPGA) into the store."""
+"""`dse evidence import`: measurements made outside dse (RTL simulation, FPGA) into the
+store; `dse evidence get`: one stored evidence file; `dse evidence gc`: the files no record
+names any more (those of deleted experiments)."""
 
 from __future__ import annotations
 
@@ -37,8 +39,51 @@ def cmd_evidence_import(args) -> int:
     return 0
 
 
+def cmd_evidence_get(args) -> int:
+    import shutil
+    import sys
+    from pathlib import Path
+
+    digits = str(args.artifact).strip().lstrip("aA").lstrip(":#")
+    if not digits.isdigit():
+        raise InputError("dse evidence get", "ARTIFACT", args.artifact, "an artifact id (as `dse show r<ID>` lists)")
+    with open_store(args.db) as store:
+        row = store.artifact(int(digits))
+    path = Path(row["path"])
+    if not path.is_file():
+        raise InputError(path, "ARTIFACT", args.artifact, f"an artifact whose file is in the evidence folder "
+                         f"(sha256 {row['sha256']} is missing: `dse evidence gc` or a moved folder?)")
+    if args.out is None:
+        sys.stdout.flush()
+        with open(path, "rb") as source:
+            shutil.copyfileobj(source, sys.stdout.buffer)
+        sys.stdout.buffer.flush()
+        return 0
+    out = Path(args.out)
+    if out.is_dir():
+        out = out / Path(row["name"] or row["sha256"]).name
+    temp = out.with_name(f".{out.name}.incoming")
+    try:
+        shutil.copyfile(path, temp)
+        temp.replace(out)  # nothing half-written under the name asked for
+    except OSError as error:
+        temp.unlink(missing_ok=True)
+        raise InputError(args.out, "--out", args.out, f"a writable file or folder ({error.strerror or error})") from None
+    print(f"artifact {digits} ({row['role']}, {row['size']} bytes, sha256 {row['sha256'][:16]}…) -> {out}")
+    return 0
+
+
+def cmd_evidence_gc(args) -> int:
+    with open_store(args.db) as store:
+        files, n_bytes = store.collect_evidence_garbage(dry_run=args.dry_run)
+        where = store.evidence_dir
+    verb = "would remove" if args.dry_run else "removed"
+    print(f"{verb} {files} evidence files ({n_bytes:,} bytes) no record names, in {where}")
+    return 0
+
+
 def register(sub) -> None:
-    evidence = sub.add_parser("evidence", help="import evidence made outside dse (RTL, FPGA cycles)")
+    evidence = sub.add_parser("evidence", help="evidence files: import outside measurements, fetch one, collect garbage")
     esub = evidence.add_subparsers(dest="action", required=True)
     imp = esub.add_parser(
         "import", help="RTL pmctrace NDJSON or a CSV of measurements, as metrics of a candidate",
@@ -53,3 +98,14 @@ def register(sub) -> None:
     imp.add_argument("--note", help="where the evidence came from (tool, version, board), kept with the run")
     add_db_argument(imp)
     imp.set_defaults(func=cmd_evidence_import)
+
+    get = esub.add_parser("get", help="one stored evidence file (`dse show r<ID>` lists a run's), to stdout or --out")
+    get.add_argument("artifact", metavar="ARTIFACT", help="artifact id")
+    get.add_argument("--out", help="a file or folder to write it to (default: stdout)")
+    add_db_argument(get)
+    get.set_defaults(func=cmd_evidence_get)
+
+    gc = esub.add_parser("gc", help="remove evidence files no record names (of deleted experiments)")
+    gc.add_argument("--dry-run", action="store_true", help="only say what would be removed")
+    add_db_argument(gc)
+    gc.set_defaults(func=cmd_evidence_gc)

@@ -64,35 +64,63 @@ def _when(moment) -> str:
 
 
 def cmd_history(args) -> int:
-    # Plain rows, no pandas: `dse history` stays quick on a large store.
+    # Plain rows, no pandas for the table: `dse history` stays quick on a large store.
     with open_store(args.db) as store:
         exps = store.experiment_summaries()
-        decisions = store.decisions() if args.decisions else None
+        decisions = store.decisions() if exps else None
+        notes = store.notes() if exps else []
+        links = store.links() if exps else []
     if not exps:
         print("no experiments yet")
         return 0
-    header = ["id", "name", "status", "candidates", "ok", "infeasible", "pruned", "failed",
-              "crashed", "running", "decision", "hypothesis"]  # fmt: skip
+    header = ["id", "name", "status", "proposed", "candidates", "ok", "infeasible", "failed", "crashed",
+              "running", "emulated", "decisions", "notes", "builds on", "hypothesis"]  # fmt: skip
+    builds_on: dict[int, list[str]] = {}
+    for link in links:
+        builds_on.setdefault(link["experiment_id"], []).append(f"{link['relation']} {link['other_id']}")
     rows = []
     for e in exps:
-        decision = e["latest_verdict"] or ""
-        if decision and e["latest_candidate_id"] is not None:
-            decision += f" c{e['latest_candidate_id']}"
-        rows.append([e["id"], e["name"], e["status"], e["n_candidates"], e["n_ok"], e["n_infeasible"],
-                     e["n_pruned"], e["n_failed"], e["n_crashed"], e["n_running"], decision,
+        rows.append([e["id"], e["name"], e["status"], e["proposed_verdict"] or "—", e["n_candidates"], e["n_ok"],
+                     e["n_infeasible"], e["n_failed"], e["n_crashed"], e["n_running"], e["n_emulated"],
+                     e["n_decisions"], e["n_notes"], ", ".join(builds_on.get(e["id"], [])) or "—",
                      _one_line(e["hypothesis"], 60)])  # fmt: skip
-    print(_plain_table(header, rows, left={"name", "status", "decision", "hypothesis"}))
-    print("(status: of the hypothesis; ok … running: runs by status; decision: the latest)")
-    if decisions is not None:
-        print()
-        if decisions.empty:
-            print("no decisions yet")
+    print(_plain_table(header, rows, left={"name", "status", "proposed", "builds on", "hypothesis"}))
+    print("(status: of the hypothesis, set by people's decisions; proposed: the sweep's verdict; "
+          "ok … running: candidates by outcome)")
+    shown = decisions if args.decisions else decisions[decisions["kind"] == "decision"]
+    events = [(d["created_at"], "decision" if d["kind"] == "decision" else "proposal", d)
+              for d in shown.to_dict("records")]
+    events += [(n["created_at"], "note", n) for n in notes]
+    events += [(link["created_at"], "link", link) for link in links]
+    print()
+    if not events:
+        print("no decisions or notes yet" + ("" if args.decisions else " (--decisions also lists the sweeps' proposals)"))
+        return 0
+    print("decisions, notes and experiments built on others, oldest first:")
+    for when, what, item in sorted(events, key=lambda e: (_pandas().Timestamp(e[0]), e[1])):
+        if what == "link":
+            print(f"  {_when(when)}  {item['experiment']}: {item['relation']} experiment {item['other_id']} "
+                  f"'{item['other']}': {_one_line(item['reason'], 90)}")
+        elif what == "note":
+            print(f"  {_when(when)}  {item['experiment']}: {item['kind'].replace('_', ' ')} by {item['author']}: "
+                  f"{_one_line(item['text'], 100)}")
         else:
-            shown = decisions[["id", "experiment", "verdict", "candidate_id", "author"]].copy()
-            shown.insert(1, "when", decisions["created_at"].map(_when))
-            shown["rationale"] = decisions["rationale"].map(_one_line)
-            print(_table(shown.rename(columns={"candidate_id": "candidate"}), 70))
+            print(f"  {_when(when)}  {item['experiment']}: {_decision_line(item)}")
     return 0
+
+
+def _decision_line(d: dict) -> str:
+    """One decision or proposal on one line: verdict, candidate, author, reason, override."""
+    pd = _pandas()
+    about = ""
+    if not pd.isna(d["candidate_id"]):
+        about = f" c{d['candidate_id']}"
+        if not pd.isna(d.get("candidate_experiment_id")) and d["candidate_experiment_id"] != d["experiment_id"]:
+            about += f" (of experiment {d['candidate_experiment_id']})"
+    label = "proposed " if d["kind"] == "proposal" else ""
+    override = d.get("override")
+    override = f" [overriding the acceptance test: {_one_line(override, 60)}]" if isinstance(override, str) else ""
+    return f"#{d['id']} {label}{d['verdict']}{about} by {d['author']}: {_one_line(d['rationale'], 90)}{override}"
 
 
 def _plain_table(header: list[str], rows: list[list], left: set[str] = frozenset()) -> str:
@@ -149,12 +177,32 @@ def _show_experiment(store, ident: int, limit: int) -> None:
     print("acceptance:" + ("" if exp["acceptance"] else " (none)"))
     for criterion in exp["acceptance"]:
         print(f"  - {criterion['expr']}" + (f"  — {criterion['prose']}" if criterion["prose"] else ""))
-    print(f"workload: recipe {exp['workload_recipe']}, source hash {exp['workload_hash']}")
+    parts = exp.get("workload")
+    if parts:
+        params = ", ".join(f"{k}={v}" for k, v in sorted(parts["params"].items()))
+        steps = ", ".join(s["name"] for s in parts["steps"]) or "none"
+        print(f"workload: recipe {exp['workload_recipe']} ({params}; steps {steps}; torch {parts['torch_version']}), "
+              f"identity {exp['workload_hash']}")
+    else:  # recorded before 0009: the identity was model.py's hash alone
+        print(f"workload: recipe {exp['workload_recipe']}, source hash {exp['workload_hash']}")
     print(f"spec: sha256 {exp['spec_hash']}")
+    for link in store.links(exp["id"]):
+        if link["experiment_id"] == exp["id"]:
+            print(f"{link['relation']} experiment {link['other_id']} '{link['other']}': {link['reason']}")
+        else:
+            print(f"{'followed' if link['relation'] == 'follows' else 'reopened'} by experiment "
+                  f"{link['experiment_id']} '{link['experiment']}': {link['reason']}")
     baseline = exp["baseline_candidate_id"]
     print(f"baseline: {'candidate ' + str(baseline) if baseline is not None else '(none yet)'}")
-    print(f"limitations: {exp['limitations'] or '(none recorded)'}")
-    print(f"open questions: {exp['open_questions'] or '(none recorded)'}")
+    notes = store.notes(exp["id"])
+    for kind, title in (("limitation", "limitations"), ("open_question", "open questions"), ("note", "notes")):
+        spec_text = exp.get(f"{kind}s", "") if kind != "note" else ""
+        added = [n for n in notes if n["kind"] == kind]
+        if not spec_text and not added and kind == "note":
+            continue
+        print(f"{title}:" + (f" {_one_line(spec_text, 200)}" if spec_text else " (none in the spec)" if kind != "note" else ""))
+        for n in added:
+            print(f"  + {_when(n['created_at'])} by {n['author']}: {n['text']}")
     counts = cands["status"].fillna("not run").value_counts()
     print(f"candidates: {len(cands)}" + (" (" + ", ".join(f"{n} {s}" for s, n in counts.items()) + ")"
                                            if len(cands) else ""))  # fmt: skip
@@ -168,16 +216,20 @@ def _show_experiment(store, ident: int, limit: int) -> None:
             "changes": shown["diff"].map(_changes),
             "reason": shown["reason"].map(lambda r: _one_line(r, 50)),
         })  # fmt: skip
+        if shown["why"].notna().any():  # hand-picked candidates say why they are here
+            view["why (hand-picked)"] = shown["why"].map(lambda w: _one_line(w, 50))
         print(_table(view))
         if len(cands) > limit:
             print(f"… {len(cands) - limit} more (--limit N shows more; `dse export` has them all)")
-    print("decisions:" + ("" if len(decisions) else " (none yet)"))
+    print("decisions and proposals:" + ("" if len(decisions) else " (none yet)"))
     for d in decisions.to_dict("records"):
-        about = "" if _pandas().isna(d["candidate_id"]) else f" candidate {d['candidate_id']}"
-        print(f"  #{d['id']} {_when(d['created_at'])} {d['verdict']}{about} by {d['author']}: "
-              f"{_one_line(d['rationale'], 100)} (evidence runs {d['evidence']})")  # fmt: skip
+        print(f"  {_when(d['created_at'])} {_decision_line(d)} (evidence runs {d['evidence']})")
     if len(artifacts):
-        print(f"artifacts: {len(artifacts)} (in {store.evidence_dir})")
+        print(f"artifacts: {len(artifacts)} (in {store.evidence_dir}; a run's: dse show r<ID>; "
+              "one: dse evidence get ID)")
+        own = artifacts[artifacts["run_id"].isna()]
+        if len(own):
+            print(_table(own[["id", "role", "size", "name"]], 80))
 
 
 def _changes(diff_json: str) -> str:
@@ -193,6 +245,8 @@ def _show_candidate(store, ident: int) -> None:
     print(f"candidate {cand['id']} of experiment '{cand['experiment']}' (id {cand['experiment_id']})"
           f"{'  [baseline]' if cand['is_baseline'] else ''}")  # fmt: skip
     print(f"origin: {cand['origin']}   hash: {cand['hash']}   created {_when(cand['created_at'])}")
+    if cand.get("why"):
+        print(f"why (hand-picked): {cand['why']}")
     if cand["diff"]:
         print("difference from the baseline:")
         for path, (before, after) in cand["diff"].items():
@@ -272,9 +326,16 @@ def _show_run(store, ident: int) -> None:
 def cmd_compare(args) -> int:
     from ..records import METRIC_SCOPES
 
-    a, b = _candidate_id(args.a, "A"), _candidate_id(args.b, "B")
+    ids = [_candidate_id(c, "CANDIDATE") for c in args.candidates]
+    if len(ids) < 2:
+        raise InputError("dse compare", "CANDIDATE", args.candidates, "at least two candidate ids")
+    if len(set(ids)) != len(ids):
+        raise InputError("dse compare", "CANDIDATE", args.candidates, "distinct candidate ids")
     if args.scope not in METRIC_SCOPES:
         raise InputError("dse compare", "--scope", args.scope, ", ".join(METRIC_SCOPES))
+    if len(ids) > 2:
+        return _compare_many(args, ids)
+    a, b = ids
     with open_store(args.db) as store:
         cand_a, cand_b = store.candidate(a), store.candidate(b)
         fields = store.compare(a, b)
@@ -282,6 +343,9 @@ def cmd_compare(args) -> int:
         exp_a = store.experiment(cand_a["experiment_id"])
         exp_b = store.experiment(cand_b["experiment_id"])
     print(f"A = candidate {a} ({cand_a['experiment']}), B = candidate {b} ({cand_b['experiment']})")
+    work_a, work_b = _work_of(cand_a, exp_a), _work_of(cand_b, exp_b)
+    print("submitted work: " + (f"identical ({work_a})" if work_a == work_b else
+                                f"DIFFERENT (A: {work_a}; B: {work_b}): the figures are not of the same work"))
     if exp_a["id"] != exp_b["id"]:
         same = "the same" if exp_a["workload_hash"] == exp_b["workload_hash"] else "DIFFERENT"
         print(f"note: different experiments; {same} workload "
@@ -329,18 +393,88 @@ def cmd_compare(args) -> int:
     return 0
 
 
+def _work_of(cand: dict, exp: dict) -> str:
+    """The work a candidate ran: its experiment's workload identity and, when a workload
+    knob set one, its own point (mapping.workload)."""
+    point = (cand["mapping"] or {}).get("workload")
+    text = f"{exp['workload_recipe']} {exp['workload_hash'][:12]}"
+    return text + (" at " + ", ".join(f"{k}={v}" for k, v in sorted(point.items())) if point else "")
+
+
+def _compare_many(args, ids: list[int]) -> int:
+    """Three or more candidates, of any experiments: the first is the reference; fields
+    that differ anywhere, and each metric (kinds apart) with its ratio to the reference's."""
+    pd = _pandas()
+    with open_store(args.db) as store:
+        cands = [store.candidate(c) for c in ids]
+        exps = {c["experiment_id"]: store.experiment(c["experiment_id"]) for c in cands}
+        fields = [store.compare(ids[0], other) for other in ids[1:]]
+        metrics = [store.compare_metrics(ids[0], other, scope=args.scope) for other in ids[1:]]
+    names = [f"c{c}" for c in ids]
+    for name, cand in zip(names, cands):
+        exp = exps[cand["experiment_id"]]
+        print(f"{name}: experiment '{exp['name']}', workload {exp['workload_recipe']} {exp['workload_hash'][:12]}")
+    workloads = {_work_of(c, exps[c["experiment_id"]]) for c in cands}
+    print("workload: " + ("the same for all: identical submitted work" if len(workloads) == 1 else
+                          f"DIFFERENT ({len(workloads)} workload identities): their figures are not of the same work"))
+    print()
+    values: dict[str, dict[str, object]] = {}
+    for i, frame in enumerate(fields, start=1):
+        for row in frame.to_dict("records"):
+            if ":" in row["field"]:
+                continue
+            values.setdefault(row["field"], {names[0]: row["a"]})[names[i]] = row["b"]
+    if not values:
+        print("config and mapping: identical")
+    else:
+        print("config and mapping fields that differ (the reference's value where a candidate has the same):")
+        rows = [{"field": f, **{n: json.dumps(v.get(n, v[names[0]])) for n in names}} for f, v in values.items()]
+        print(_table(pd.DataFrame(rows)))
+    print()
+    keys = ["kind", "name", "unit", "scope_key"]
+    table = None
+    for i, frame in enumerate(metrics, start=1):
+        part = frame[keys + ["a", "b"]].rename(columns={"a": names[0], "b": names[i]})
+        table = part if table is None else table.merge(part, on=keys + [names[0]], how="outer")
+    if table is None or table.empty:
+        print(f"metrics: none of the candidates has {args.scope} metrics")
+        return 0
+    print(f"metrics (each evidence kind apart, from each candidate's latest run of that kind; "
+          f"ratios to {names[0]}):")
+    view = table[keys if args.scope != "total" else keys[:3]].copy()
+    for n in names:
+        view[n] = table[n].map(_num)
+    for n in names[1:]:
+        ratio = table[n] / table[names[0]].where(table[names[0]] != 0)
+        view[f"{n}/{names[0]}"] = ratio.map(lambda r: "—" if pd.isna(r) else f"{r:.4f}")
+    print(_table(view))
+    return 0
+
+
 # ---- dse decide ---------------------------------------------------------------------------
 
 
 def cmd_decide(args) -> int:
-    accept = args.accept is not None
-    candidate = _candidate_id(args.accept if accept else args.reject, "--accept" if accept else "--reject")
-    author = args.author or os.environ.get("DSE_AUTHOR") or _user()
+    from ..runner.decisions import decide
+
+    if args.refute:
+        verdict, candidate = "refuted", None
+    else:
+        accept = args.accept is not None
+        verdict = "accepted" if accept else "rejected"
+        candidate = _candidate_id(args.accept if accept else args.reject, "--accept" if accept else "--reject")
+    author = args.author if args.author is not None else (os.environ.get("DSE_AUTHOR") or _user())
     with open_store(args.db) as store:
-        decision_id = store.decide(args.experiment, candidate, accept, args.why, author)
-        decision = store.decisions(args.experiment).set_index("id").loc[decision_id]
-    print(f"decision {decision_id}: {decision['verdict']} candidate {candidate} of experiment "
-          f"'{decision['experiment']}' by {author} (evidence runs {decision['evidence']})")  # fmt: skip
+        result = decide(store, args.experiment, candidate, author, args.why, args.override, verdict=verdict)
+    about = f" candidate {candidate}" if candidate is not None else " the hypothesis"
+    if candidate is not None and result.candidate_experiment != result.experiment:
+        about += f" (of experiment '{result.candidate_experiment}')"
+    print(f"decision {result.decision_id}: {verdict}{about} of experiment '{result.experiment}' by "
+          f"{result.author}; hypothesis {result.status} (evidence runs {result.evidence})")
+    if result.override:
+        print(f"overriding the acceptance test: {result.override}")
+    for check in result.checks:
+        print(f"  acceptance[{check['criterion']}] {check['outcome']}: {check['clause']}")
     return 0
 
 
@@ -349,6 +483,47 @@ def _user() -> str:
         return getpass.getuser()
     except Exception:  # noqa: BLE001 - no login name (a container): still a decision
         return "unknown"
+
+
+# ---- dse note -----------------------------------------------------------------------------
+
+_NOTE_FLAGS = (("limitation", "limitation"), ("question", "open_question"), ("note", "note"))
+
+
+def cmd_note(args) -> int:
+    given = [(kind, getattr(args, flag)) for flag, kind in _NOTE_FLAGS if getattr(args, flag) is not None]
+    author = args.author if args.author is not None else (os.environ.get("DSE_AUTHOR") or _user())
+    if not given:
+        raise InputError("dse note", "--limitation/--question/--note", None, "at least one note to add")
+    flag_of = {kind: flag for flag, kind in _NOTE_FLAGS}
+    for kind, text in given:  # checked before any is written: one bad note, none written
+        if not text.strip():
+            raise InputError("dse note", f"--{flag_of[kind]}", text, "a non-empty note")
+    if not author.strip():
+        raise InputError("dse note", "--author", author, "a non-empty name")
+    with open_store(args.db) as store:
+        name = store.experiment(args.experiment)["name"]
+        for kind, text in given:
+            note_id = store.add_note(args.experiment, kind, text, author)
+            print(f"note {note_id}: {kind.replace('_', ' ')} added to experiment '{name}' by {author}")
+    return 0
+
+
+# ---- dse delete -----------------------------------------------------------------------------
+
+
+def cmd_delete(args) -> int:
+    with open_store(args.db) as store:
+        name = store.experiment(args.experiment)["name"]
+        if args.confirm != name:
+            raise InputError("dse delete", "--confirm", args.confirm, f"the experiment's name, '{name}', to confirm")
+        try:
+            counts = store.delete_experiment(name)
+        except ValueError as exc:
+            raise InputError("dse delete", "EXPERIMENT", name, f"an experiment nothing else builds on ({exc})") from None
+    shown = ", ".join(f"{n} {table}" for table, n in counts.items() if n)
+    print(f"deleted experiment '{name}': {shown}; `dse evidence gc` frees its evidence files")
+    return 0
 
 
 # ---- dse export ---------------------------------------------------------------------------
@@ -371,7 +546,7 @@ def cmd_export(args) -> int:
 def register(sub) -> None:
     hist = sub.add_parser("history", help="experiments, hypothesis status, decisions and run counts")
     add_db_argument(hist)
-    hist.add_argument("--decisions", action="store_true", help="also list every decision")
+    hist.add_argument("--decisions", action="store_true", help="also list the sweeps' proposed verdicts")
     hist.set_defaults(func=cmd_history)
 
     show = sub.add_parser("show", help="one experiment, candidate (c<ID>) or run (r<ID>) in full")
@@ -380,23 +555,45 @@ def register(sub) -> None:
     show.add_argument("--limit", type=int, default=25, help="candidates listed for an experiment (25)")
     show.set_defaults(func=cmd_show)
 
-    comp = sub.add_parser("compare", help="two candidates: the fields that differ, metric deltas by kind")
-    comp.add_argument("a", metavar="A", help="candidate id")
-    comp.add_argument("b", metavar="B", help="candidate id")
+    comp = sub.add_parser("compare", help="two or more candidates of any experiments: the fields that differ, "
+                                          "metrics by kind")
+    comp.add_argument("candidates", metavar="CANDIDATE", nargs="+",
+                      help="candidate ids (the first is the reference for three or more)")
     add_db_argument(comp)
     comp.add_argument("--all-metrics", action="store_true", help="also list the metrics that are equal")
     comp.add_argument("--scope", default="total", help="metric scope: total (default), op, core, ball, bank")
     comp.set_defaults(func=cmd_compare)
 
-    dec = sub.add_parser("decide", help="accept or reject a candidate of an experiment, with the reason")
+    dec = sub.add_parser("decide", help="accept or reject a candidate, or refute the hypothesis, with the reason")
     dec.add_argument("experiment", metavar="EXPERIMENT", help="experiment name or id")
     which = dec.add_mutually_exclusive_group(required=True)
-    which.add_argument("--accept", metavar="CANDIDATE", help="candidate id to accept")
+    which.add_argument("--accept", metavar="CANDIDATE",
+                       help="candidate id to accept (confirms the hypothesis; it must pass the acceptance test)")
     which.add_argument("--reject", metavar="CANDIDATE", help="candidate id to reject")
+    which.add_argument("--refute", action="store_true", help="refute the hypothesis")
     dec.add_argument("--why", required=True, help="the rationale, recorded with the decision")
+    dec.add_argument("--override", metavar="REASON",
+                     help="accept a candidate that fails the acceptance test, for this recorded reason")
     dec.add_argument("--author", help="who decides (default $DSE_AUTHOR, else the login name)")
     add_db_argument(dec)
     dec.set_defaults(func=cmd_decide)
+
+    note = sub.add_parser("note", help="add a limitation, open question or note to an experiment, any time")
+    note.add_argument("experiment", metavar="EXPERIMENT", help="experiment name or id")
+    kinds = note.add_argument_group("what to add (at least one)")
+    kinds.add_argument("--limitation", metavar="TEXT", help="a limitation of the experiment's evidence")
+    kinds.add_argument("--question", metavar="TEXT", help="an open question")
+    kinds.add_argument("--note", metavar="TEXT", help="a free note")
+    note.add_argument("--author", help="who writes it (default $DSE_AUTHOR, else the login name)")
+    add_db_argument(note)
+    note.set_defaults(func=cmd_note)
+
+    delete = sub.add_parser("delete", help="delete an experiment and all its records (its evidence files: "
+                                           "dse evidence gc)")
+    delete.add_argument("experiment", metavar="EXPERIMENT", help="experiment name or id")
+    delete.add_argument("--confirm", required=True, metavar="NAME", help="the experiment's name again")
+    add_db_argument(delete)
+    delete.set_defaults(func=cmd_delete)
 
     exp = sub.add_parser("export", help="an experiment's records as CSV or Parquet files, one per table")
     exp.add_argument("experiment", metavar="EXPERIMENT", help="experiment name or id")

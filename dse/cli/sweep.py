@@ -28,7 +28,11 @@ def cmd_sweep(args) -> int:
           f"{result.resumed} already recorded; {counts}")
     if result.stopped_early:
         print(f"stopped early: {result.stopped_early}")
-    print(f"hypothesis: {result.status}" + (f" ({result.decision})" if result.decision else ""))
+    if result.proposed:
+        print(f"proposed verdict: {result.proposed} ({result.decision})")
+    print(f"hypothesis: {result.status}" + (
+        f" (people decide: dse decide {result.name} --accept CANDIDATE --why REASON)"
+        if result.status == "testing" and result.proposed else ""))
     print(f"store: {Path(args.db).resolve() if '://' not in args.db else args.db}")
     return 0
 

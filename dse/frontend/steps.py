@@ -181,3 +181,19 @@ def _value(text: str) -> Any:
         return tomllib.loads(f"v = {text}")["v"]
     except tomllib.TOMLDecodeError:
         return text
+
+
+def steps_identity(steps: list[StepSpec]) -> list[dict[str, Any]]:
+    """Each step as part of a workload's identity: its name, options and the sha256 of the
+    file its code lives in (a changed step is other work)."""
+    import hashlib
+    import inspect
+
+    out = []
+    for step in steps:
+        try:
+            source = Path(inspect.getsourcefile(step.definition.run) or "").read_bytes()
+        except (OSError, TypeError):
+            source = b""
+        out.append({"name": step.name, "options": step.options, "code": hashlib.sha256(source).hexdigest()})
+    return out

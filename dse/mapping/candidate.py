@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 from functools import cached_property
-from typing import Literal
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, PositiveInt, ValidationError, field_validator
 
@@ -37,6 +37,10 @@ class Mapping(BaseModel):
     # output and the whole stack over it plus halo (`dse.lower.spans`). None is left out
     # of the identity, as above.
     partition: Literal["tiles", "spans"] | None = None
+    # The workload point a candidate runs, when a spec's knobs set one (workload.params.*,
+    # workload.recipe): {param: value, "recipe": name}; None (left out of the identity):
+    # the experiment's own workload.
+    workload: dict[str, Any] | None = None
 
     @field_validator("partition")
     @classmethod

@@ -30,6 +30,8 @@ class EmulationReport:
     verdict: Verdict | None = None
     ops: list[dict] = field(default_factory=list)
     seconds: float = 0.0
+    emulator_seconds: float = 0.0  # the emulator's own run (emulator.run), without lowering and checks
+    rerun: tuple | None = field(default=None, repr=False)  # (program, DRAM image, mode): to time it again
     lowered: Lowered | None = None
     result: Any = None
 
@@ -69,7 +71,10 @@ def emulate_graph(graph: Graph, candidate: Candidate, inputs, expected=None, tol
         rep.feasible, rep.reason = False, str(exc)
         rep.seconds = time.perf_counter() - t0
         return rep
+    t_run = time.perf_counter()
     result = emulator.run(lowered.program, candidate.chip, lowered.image, mode=mode)
+    rep.emulator_seconds = time.perf_counter() - t_run
+    rep.rerun = (lowered.program, lowered.image, mode)
     if reference is None:  # the graph's own values, the same for every candidate: callers may pass them
         reference = graph.trace(*inputs)
     rep.verdict = compare(graph, lowered, result.dram, reference, expected, tolerance, reference_kind)
@@ -180,7 +185,10 @@ def emulate_spans(graph: Graph, candidate: Candidate, inputs, expected=None, tol
     except (Infeasible, SpanError) as exc:
         rep.feasible, rep.reason = False, str(exc)
         return rep
+    t_run = time.perf_counter()
     result = emulator.run(staged.program, chip, staged.image, mode=mode)
+    rep.emulator_seconds = time.perf_counter() - t_run
+    rep.rerun = (staged.program, staged.image, mode)
     ref = graph.trace(*inputs)
     checks, first, int_ok, n_int = [], None, True, 0
     for low, (sg, need, axes) in zip(staged.stages, parts):

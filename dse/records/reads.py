@@ -8,7 +8,7 @@ import numbers
 from collections.abc import Callable, Mapping
 from typing import Any, TypeVar
 
-from sqlalchemy import JSON, Connection, DateTime, String, Text, cast, func, select
+from sqlalchemy import JSON, Connection, DateTime, String, Text, case, cast, func, select
 from sqlalchemy.ext.compiler import compiles
 from sqlalchemy.orm import Session
 from sqlalchemy.sql.functions import FunctionElement
@@ -23,7 +23,9 @@ from dse.records.schema import (
     Candidate,
     Decision,
     Experiment,
+    ExperimentLink,
     Metric,
+    Note,
     Run,
     check_choice,
 )
@@ -153,15 +155,43 @@ def experiment_summaries(connection: Connection) -> list[dict[str, Any]]:
             select(Candidate.experiment_id, func.count()).group_by(Candidate.experiment_id)
         ).all()
     )
+    # Candidates (not runs) by outcome: the status of a candidate's latest run, except
+    # that a "pruned" run (not taken further) leaves the earlier outcome standing.
+    outcome_run = (
+        select(func.coalesce(func.max(case((Run.status != "pruned", Run.id))), func.max(Run.id)).label("run_id"))
+        .group_by(Run.candidate_id)
+        .subquery()
+    )
     run_counts: dict[int, dict[str, int]] = {}
     for experiment_id, status, n in connection.execute(
         select(Candidate.experiment_id, Run.status, func.count())
+        .join(outcome_run, Run.id == outcome_run.c.run_id)
         .join(Candidate, Run.candidate_id == Candidate.id)
         .group_by(Candidate.experiment_id, Run.status)
     ):
         run_counts.setdefault(experiment_id, {})[status] = n
+    emulated = dict(connection.execute(
+        select(Candidate.experiment_id, func.count(func.distinct(Run.candidate_id)))
+        .join(Candidate, Run.candidate_id == Candidate.id)
+        .where(Run.stage == "emulator", Run.status == "ok")
+        .group_by(Candidate.experiment_id)
+    ).all())
+    n_decisions = dict(connection.execute(
+        select(Decision.experiment_id, func.count()).where(Decision.kind == "decision").group_by(Decision.experiment_id)
+    ).all())
+    n_notes = dict(connection.execute(select(Note.experiment_id, func.count()).group_by(Note.experiment_id)).all())
     latest = (
         select(func.max(Decision.id).label("decision_id"))
+        .where(Decision.kind == "proposal")
+        .group_by(Decision.experiment_id)
+        .subquery()
+    )
+    proposals = dict(connection.execute(
+        select(Decision.experiment_id, Decision.verdict).join(latest, Decision.id == latest.c.decision_id)
+    ).all())
+    latest = (
+        select(func.max(Decision.id).label("decision_id"))
+        .where(Decision.kind == "decision")
         .group_by(Decision.experiment_id)
         .subquery()
     )
@@ -180,6 +210,10 @@ def experiment_summaries(connection: Connection) -> list[dict[str, Any]]:
         counts = run_counts.get(row["id"], {})
         for status in RUN_STATUSES:
             summary[f"n_{status}"] = counts.get(status, 0)
+        summary["n_emulated"] = emulated.get(row["id"], 0)
+        summary["n_decisions"] = n_decisions.get(row["id"], 0)
+        summary["n_notes"] = n_notes.get(row["id"], 0)
+        summary["proposed_verdict"] = proposals.get(row["id"])
         summary["latest_verdict"], summary["latest_candidate_id"] = verdicts.get(
             row["id"], (None, None)
         )
@@ -191,10 +225,12 @@ def experiments_frame(summaries: list[dict[str, Any]]) -> pd.DataFrame:
     """`experiment_summaries` as a DataFrame, with its dtypes."""
     columns = [
         "id", "name", "hypothesis", "status", "workload_recipe", "created_at", "n_candidates",
-        *(f"n_{s}" for s in RUN_STATUSES), "latest_verdict", "latest_candidate_id",
+        *(f"n_{s}" for s in RUN_STATUSES), "n_emulated", "n_decisions", "n_notes", "proposed_verdict",
+        "latest_verdict", "latest_candidate_id",
     ]  # fmt: skip
     frame = pd.DataFrame(summaries, columns=columns)
-    counts = ["n_candidates", *(f"n_{s}" for s in RUN_STATUSES)]
+    frame["proposed_verdict"] = frame["proposed_verdict"].astype(object)
+    counts = ["n_candidates", *(f"n_{s}" for s in RUN_STATUSES), "n_emulated", "n_decisions", "n_notes"]
     frame[counts] = frame[counts].astype("int64")
     frame["id"] = frame["id"].astype("int64")
     frame["latest_verdict"] = frame["latest_verdict"].astype(object)
@@ -278,6 +314,7 @@ def candidates(connection: Connection, experiment_id: int, stage: str | None = N
             raw(Candidate.mapping),
             raw(Candidate.diff),
             raw(Candidate.created_at),
+            Candidate.why,
             latest.c.run_id,
             Run.stage,
             Run.status,
@@ -392,35 +429,62 @@ def metric_table(connection: Connection, experiment: str | int, kind: str, scope
 
 
 def decisions(connection: Connection, experiment: str | int | None = None) -> pd.DataFrame:
+    """Decisions (people's) and proposals (a sweep's) in the order made; `kind` tells them
+    apart. `candidate_experiment_id` is the experiment of the candidate named, which may
+    be another experiment than the one decided."""
+    named = select(Candidate.id, Candidate.experiment_id).subquery()
     stmt = (
         select(
             Decision.id,
             Decision.experiment_id,
             Experiment.name.label("experiment"),
+            Decision.kind,
             Decision.verdict,
             Decision.rationale,
             Decision.author,
             raw(Decision.created_at),
             raw(Decision.evidence),
             Decision.candidate_id,
+            named.c.experiment_id.label("candidate_experiment_id"),
+            raw(Decision.evidence_kinds),
+            Decision.override,
+            raw(Decision.checks),
         )
         .join(Experiment, Decision.experiment_id == Experiment.id)
+        .outerjoin(named, Decision.candidate_id == named.c.id)
         .order_by(Decision.id)
     )
     if experiment is not None:
         stmt = stmt.where(Decision.experiment_id == experiment_id_of(connection, experiment))
     frame = frame_of(connection, stmt)
     frame["candidate_id"] = frame["candidate_id"].astype("Int64")
+    frame["candidate_experiment_id"] = frame["candidate_experiment_id"].astype("Int64")
     return utc(frame, "created_at")
 
 
+def notes(connection: Connection, experiment: str | int | None = None) -> list[dict[str, Any]]:
+    """Notes added to experiments after the fact, oldest first, as plain dicts."""
+    stmt = (
+        select(Note.id, Note.experiment_id, Experiment.name.label("experiment"), Note.kind, Note.text,
+               Note.author, Note.created_at)
+        .join(Experiment, Note.experiment_id == Experiment.id)
+        .order_by(Note.id)
+    )
+    if experiment is not None:
+        stmt = stmt.where(Note.experiment_id == experiment_id_of(connection, experiment))
+    rows = [dict(row) for row in connection.execute(stmt).mappings()]
+    for row in rows:
+        row["created_at"] = as_utc(row["created_at"])
+    return rows
+
+
 def decision_evidence(connection: Connection, experiment: str | int, candidate_id: int) -> tuple[int, list[int]]:
-    """(experiment id, evidence) for a decision on a candidate of it: every finished run
-    of the candidate and of the baseline."""
+    """(experiment id, evidence) for a decision on a candidate (of this experiment or of
+    another): every finished run of the candidate and of the experiment's baseline."""
     experiment_id = experiment_id_of(connection, experiment)
     owner = connection.scalar(select(Candidate.experiment_id).where(Candidate.id == candidate_id))
-    if owner != experiment_id:
-        raise candidate_not_found(connection, candidate_id, experiment_id)
+    if owner is None:
+        raise candidate_not_found(connection, candidate_id)
     baseline = connection.scalar(
         select(Experiment.baseline_candidate_id).where(Experiment.id == experiment_id)
     )
@@ -621,3 +685,68 @@ def utc(frame: pd.DataFrame, *columns: str) -> pd.DataFrame:
         frame[column] = pd.to_datetime(values, utc=True, format="ISO8601" if as_text else None)
     return frame
 
+
+
+def candidate_totals(connection: Connection, candidate_ids: list[int],
+                     kinds: tuple[str, ...] | None = None) -> dict[int, dict[str, dict[str, float]]]:
+    """{candidate: {kind: {metric: value}}}: each candidate's total metrics of each kind,
+    from its latest run that recorded that kind (as metric_table takes them)."""
+    ids = [as_id(c) for c in candidate_ids]
+    stmt = (
+        select(Run.candidate_id, Metric.run_id, Metric.kind, Metric.name, Metric.value)
+        .join(Run, Metric.run_id == Run.id)
+        .where(Run.candidate_id.in_(ids), Metric.scope == "total")
+        .order_by(Metric.run_id)
+    )
+    if kinds is not None:
+        stmt = stmt.where(Metric.kind.in_(kinds))
+    latest: dict[tuple[int, str], int] = {}
+    out: dict[int, dict[str, dict[str, float]]] = {c: {} for c in ids}
+    for cid, run_id, kind, name, value in connection.execute(stmt):
+        if latest.get((cid, kind)) != run_id:  # a later run of this kind replaces the earlier's figures
+            latest[(cid, kind)] = run_id
+            out[cid][kind] = {}
+        out[cid][kind][name] = value
+    return out
+
+
+def links(connection: Connection, experiment: str | int | None = None) -> list[dict[str, Any]]:
+    """How experiments build on each other, oldest first: id, experiment_id, experiment,
+    relation (follows / reopens), other_id, other, reason, created_at. With `experiment`,
+    the links from it and to it."""
+    from sqlalchemy.orm import aliased
+
+    other = aliased(Experiment)
+    stmt = (
+        select(ExperimentLink.id, ExperimentLink.experiment_id, Experiment.name.label("experiment"),
+               ExperimentLink.relation, ExperimentLink.other_id, other.name.label("other"), ExperimentLink.reason,
+               ExperimentLink.created_at)
+        .join(Experiment, ExperimentLink.experiment_id == Experiment.id)
+        .join(other, ExperimentLink.other_id == other.id)
+        .order_by(ExperimentLink.id)
+    )
+    if experiment is not None:
+        experiment_id = experiment_id_of(connection, experiment)
+        stmt = stmt.where((ExperimentLink.experiment_id == experiment_id) | (ExperimentLink.other_id == experiment_id))
+    rows = [dict(row) for row in connection.execute(stmt).mappings()]
+    for row in rows:
+        row["created_at"] = as_utc(row["created_at"])
+    return rows
+
+
+def evidence_bytes(connection: Connection) -> int:
+    sizes = select(Artifact.sha256, func.max(Artifact.size).label("size")).group_by(Artifact.sha256).subquery()
+    return int(connection.scalar(select(func.coalesce(func.sum(sizes.c.size), 0))) or 0)
+
+
+def artifact_shas(connection: Connection) -> set[str]:
+    return set(connection.scalars(select(Artifact.sha256).distinct()))
+
+
+def artifact(connection: Connection, artifact_id: int) -> dict[str, Any]:
+    row = connection.execute(select(Artifact.__table__).where(Artifact.id == as_id(artifact_id))).mappings().one_or_none()
+    if row is None:
+        raise not_found(connection, "artifact", artifact_id)
+    out = dict(row)
+    out["created_at"] = as_utc(out["created_at"])
+    return out

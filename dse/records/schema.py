@@ -42,6 +42,13 @@ METRIC_KINDS = (
 METRIC_SCOPES = ("total", "op", "core", "ball", "bank")
 # Evidence that comes from outside dse (`dse evidence import`): always its own kind.
 IMPORTED_METRIC_KINDS = ("rtl_cycles", "fpga_cycles")
+# 0007: a decision is a person's (it alone sets the hypothesis' status) or the sweep's
+# proposal (a verdict the evidence suggests, which waits for a person).
+DECISION_KINDS = ("decision", "proposal")
+# What a note adds to an experiment after the fact (`dse note`).
+NOTE_KINDS = ("limitation", "open_question", "note")
+# 0008: how an experiment builds on an earlier one (its spec's `follows` / `reopens`).
+LINK_RELATIONS = ("follows", "reopens")
 ARTIFACT_ROLES = ("graph_dump", "trace", "outputs", "report", "log", "inputs", "measurements")
 
 # Named constraints let alembic's SQLite batch mode and autogenerate find them again.
@@ -93,6 +100,9 @@ class Experiment(Base):
     limitations: Mapped[str] = mapped_column(Text, default="")
     open_questions: Mapped[str] = mapped_column(Text, default="")
     created_at: Mapped[datetime] = mapped_column(default=utcnow)
+    # 0009: what workload_hash identifies (dse.identity.workload_identity): the recipe's
+    # source hash, its full params, its frontend steps and the torch version.
+    workload: Mapped[dict[str, Any] | None]
 
     @validates("status")
     def _check_status(self, _key: str, value: str) -> str:
@@ -126,6 +136,8 @@ class Candidate(Base):
     origin: Mapped[str] = mapped_column(String(16))
     diff: Mapped[dict[str, Any]]  # {"config.path": [baseline_value, candidate_value]}
     created_at: Mapped[datetime] = mapped_column(default=utcnow)
+    # 0009: why a hand-picked candidate (origin "hand") is in the experiment, from its spec.
+    why: Mapped[str | None] = mapped_column(Text)
 
     @validates("origin")
     def _check_origin(self, _key: str, value: str) -> str:
@@ -226,6 +238,53 @@ class Decision(Base):
     # 0002: the candidate a decision accepts or rejects (`dse decide`); None for a
     # verdict on the hypothesis as a whole.
     candidate_id: Mapped[int | None] = mapped_column(ForeignKey("candidate.id"), index=True)
+    # 0007: a person's decision or the sweep's proposal; the evidence kinds it rests on
+    # (metric kinds); the reason given for overriding a failed acceptance test; and the
+    # acceptance clauses as evaluated when it was made, with their values.
+    kind: Mapped[str] = mapped_column(String(16), default="decision", server_default="decision")
+    evidence_kinds: Mapped[list[Any] | None]
+    override: Mapped[str | None] = mapped_column(Text)
+    checks: Mapped[list[Any] | None]
+
+    @validates("kind")
+    def _check_kind(self, _key: str, value: str) -> str:
+        return check_choice("decision.kind", value, DECISION_KINDS)
+
+
+class Note(Base):
+    """0007: a limitation, open question or free note added to an experiment after the
+    fact (`dse note`); the spec's own text is never edited."""
+
+    __tablename__ = "note"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    experiment_id: Mapped[int] = mapped_column(ForeignKey("experiment.id"), index=True)
+    kind: Mapped[str] = mapped_column(String(16))
+    text: Mapped[str] = mapped_column(Text)
+    author: Mapped[str] = mapped_column(String)
+    created_at: Mapped[datetime] = mapped_column(default=utcnow)
+
+    @validates("kind")
+    def _check_kind(self, _key: str, value: str) -> str:
+        return check_choice("note.kind", value, NOTE_KINDS)
+
+
+class ExperimentLink(Base):
+    """0008: an experiment that follows or reopens an earlier one, with the reason its spec
+    gives (written with the experiment, never changed)."""
+
+    __tablename__ = "experiment_link"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    experiment_id: Mapped[int] = mapped_column(ForeignKey("experiment.id"), index=True)
+    other_id: Mapped[int] = mapped_column(ForeignKey("experiment.id"), index=True)
+    relation: Mapped[str] = mapped_column(String(16))
+    reason: Mapped[str] = mapped_column(Text)
+    created_at: Mapped[datetime] = mapped_column(default=utcnow)
+
+    @validates("relation")
+    def _check_relation(self, _key: str, value: str) -> str:
+        return check_choice("experiment_link.relation", value, LINK_RELATIONS)
 
 
 CALIBRATION_SOURCES = ("emulator_cycles", "rtl_cycles", "fpga_cycles")

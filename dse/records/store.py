@@ -85,6 +85,10 @@ from dse.records.reads import STAGE_OF_KIND, diff_fields, flatten, pd
 from dse.records.schema import (
     ARTIFACT_ROLES,
     CANDIDATE_ORIGINS,
+    DECISION_KINDS,
+    EXPERIMENT_STATUSES,
+    LINK_RELATIONS,
+    NOTE_KINDS,
     IMPORTED_METRIC_KINDS,
     METRIC_KINDS,
     METRIC_SCOPES,
@@ -266,16 +270,24 @@ class Store:
         spec_hash: str,
         limitations: str = "",
         open_questions: str = "",
+        links: Iterable[tuple[str, int, str]] = (),
+        workload: dict[str, Any] | None = None,
     ) -> int:
-        """Record a new experiment, or resume the one of that name and spec; return its id."""
+        """Record a new experiment, or resume the one of that name and spec; return its id.
+
+        `links`: (relation, earlier experiment id, reason) each, relation "follows" or
+        "reopens"; written with a new experiment only (a resumed one keeps its own).
+        `workload`: what `workload_hash` identifies (dse.identity.workload_identity's parts)."""
         acceptance = checked_acceptance(acceptance)
+        links = [(check_choice("experiment_link.relation", r, LINK_RELATIONS), operator.index(o), str(why))
+                 for r, o, why in links]
 
         def create() -> int:
             with self._write() as session:
                 return writes.create_experiment(
                     session, name, spec_hash, hypothesis=hypothesis, acceptance=acceptance,
                     workload_recipe=workload_recipe, workload_hash=workload_hash, spec_text=spec_text,
-                    limitations=limitations, open_questions=open_questions,
+                    limitations=limitations, open_questions=open_questions, links=links, workload=workload,
                 )  # fmt: skip
 
         return retry_once_on_conflict(create)
@@ -307,6 +319,14 @@ class Store:
     def set_baseline(self, experiment_id: int, candidate_id: int) -> None:
         with self._write() as session:
             writes.set_baseline(session, experiment_id, candidate_id)
+
+    @retrying
+    def set_whys(self, whys: Mapping[int, str]) -> None:
+        """Record why each hand-picked candidate ({candidate id: why}) is in its experiment."""
+        if not whys:
+            return
+        with self._write() as session:
+            writes.set_whys(session, {operator.index(c): str(w) for c, w in whys.items()})
 
     @retrying
     def set_status(self, experiment_id: int, status: str) -> None:
@@ -462,30 +482,64 @@ class Store:
         author: str,
         evidence: Iterable[int] = (),
         candidate_id: int | None = None,
+        *,
+        kind: str = "decision",
+        evidence_kinds: Iterable[str] | None = None,
+        override: str | None = None,
+        checks: list[Any] | None = None,
+        status: str | None = None,
     ) -> int:
-        """Record a decision; `evidence` are ids of this experiment's runs that support it,
-        `candidate_id` the candidate it accepts or rejects (None: the hypothesis)."""
+        """Record a decision (`kind` "decision", a person's) or a sweep's proposal
+        ("proposal"); `evidence` are ids of runs that support it (of this experiment, or of
+        the candidate's), `candidate_id` the candidate it names (None: the hypothesis as a
+        whole), `status` the hypothesis' status it sets (None: unchanged), in the same
+        transaction. The rules of who may decide what are `dse.runner.decisions.decide`'s."""
+        check_choice("decision.kind", kind, DECISION_KINDS)
+        if status is not None:
+            check_choice("experiment.status", status, EXPERIMENT_STATUSES)
         run_ids = [operator.index(r) for r in evidence]
+        kinds = None if evidence_kinds is None else [check_choice("evidence kind", k, METRIC_KINDS) for k in evidence_kinds]
         with self._write() as session:
-            return writes.add_decision(session, experiment_id, verdict, rationale, author, run_ids, candidate_id)
+            return writes.add_decision(session, experiment_id, verdict, rationale, author, run_ids, candidate_id,
+                                       kind=kind, evidence_kinds=kinds, override=override, checks=checks,
+                                       status=status)
 
-    def decide(
-        self,
-        experiment: str | int,
-        candidate_id: int,
-        accept: bool,
-        why: str,
-        author: str,
-    ) -> int:
-        """Accept or reject a candidate of an experiment (`dse decide`); return the decision id.
-
-        The evidence is every finished run of the candidate and of the baseline."""
-        if not why.strip():
-            raise InputError("dse decide", "--why", why, "a non-empty reason for the decision")
+    @retrying
+    def decision_evidence(self, experiment: str | int, candidate_id: int) -> tuple[int, list[int]]:
+        """(experiment id, run ids): the finished runs of the candidate and of the
+        experiment's baseline, the evidence a decision on that candidate rests on."""
         with self._read() as connection:
-            experiment_id, evidence = reads.decision_evidence(connection, experiment, candidate_id)
-        verdict = "accepted" if accept else "rejected"
-        return self.add_decision(experiment_id, verdict, why, author, evidence, candidate_id)
+            return reads.decision_evidence(connection, experiment, candidate_id)
+
+    @retrying
+    def links(self, experiment: str | int | None = None) -> list[dict[str, Any]]:
+        """How experiments follow or reopen earlier ones (all, or those from and to one
+        experiment), oldest first, as plain dicts."""
+        with self._read() as connection:
+            return reads.links(connection, experiment)
+
+    # ---- notes ---------------------------------------------------------------------------
+
+    @retrying
+    def add_note(self, experiment: str | int, kind: str, text: str, author: str) -> int:
+        """Add a limitation, open question or free note to an experiment; its id. The
+        experiment's spec text is left as it was."""
+        check_choice("note.kind", kind, NOTE_KINDS)
+        if not text.strip():
+            raise InputError("dse note", "text", text, "a non-empty note")
+        if not author.strip():
+            raise InputError("dse note", "--author", author, "a non-empty name")
+        with self._read() as connection:
+            experiment_id = reads.experiment_id_of(connection, experiment)
+        with self._write() as session:
+            return writes.add_note(session, experiment_id, kind, text.strip(), author)
+
+    @retrying
+    def notes(self, experiment: str | int | None = None) -> list[dict[str, Any]]:
+        """The notes of an experiment (or of all), oldest first: id, experiment_id,
+        experiment, kind, text, author, created_at."""
+        with self._read() as connection:
+            return reads.notes(connection, experiment)
 
     # ---- artifacts -----------------------------------------------------------------------
 
@@ -526,6 +580,48 @@ class Store:
             artifact_id = writes.add_artifact(session, run_id=run_id, experiment_id=experiment_id, sha256=sha,
                                               size=size, media_type=media_type, role=role, name=name)
             return ArtifactRef(artifact_id, sha, size, path)
+
+    @retrying
+    def evidence_bytes(self) -> int:
+        """The size of the evidence files the store's rows name (each content once)."""
+        with self._read() as connection:
+            return reads.evidence_bytes(connection)
+
+    @retrying
+    def artifact(self, artifact_id: int) -> dict[str, Any]:
+        """One artifact's row as a dict, with `path`, where its file lives."""
+        with self._read() as connection:
+            row = reads.artifact(connection, artifact_id)
+        row["path"] = self.artifact_path(row["sha256"])
+        return row
+
+    @retrying
+    def delete_experiment(self, experiment: str | int) -> dict[str, int]:
+        """Delete an experiment and everything recorded of it (candidates, runs, metrics,
+        artifact rows, decisions, notes, links); counts by table. Its evidence files stay
+        until `collect_evidence_garbage`. Refused (ValueError) while another experiment
+        follows it, reopens it, or a decision elsewhere names one of its candidates."""
+        with self._read() as connection:
+            experiment_id = reads.experiment_id_of(connection, experiment)
+        with self._write() as session:
+            return writes.delete_experiment(session, experiment_id)
+
+    def collect_evidence_garbage(self, dry_run: bool = False) -> tuple[int, int]:
+        """Remove evidence files no artifact row names (those of deleted experiments, or
+        left by a crash between file and row); (files, bytes) removed (or that would be)."""
+        root = self.evidence_dir
+        if root is None or not root.is_dir():
+            return 0, 0
+        with self._read() as connection:
+            named = reads.artifact_shas(connection)
+        files = n_bytes = 0
+        for path in root.glob("??/*"):
+            if path.name in named or not path.is_file():
+                continue
+            files, n_bytes = files + 1, n_bytes + path.stat().st_size
+            if not dry_run:
+                path.unlink()
+        return files, n_bytes
 
     # ---- outside evidence ----------------------------------------------------------------
 
@@ -589,8 +685,11 @@ class Store:
             return reads.experiment_summaries(connection)
 
     def experiments(self) -> pd.DataFrame:
-        """One row per experiment with candidate and run counts (n_<status>) and the latest
-        decision (its verdict, and the candidate it names, if any)."""
+        """One row per experiment: candidates by outcome (n_<status>: the status of each
+        candidate's latest run, a "pruned" run leaving the earlier outcome standing),
+        n_emulated (candidates with an ok emulator run), n_decisions (people's), n_notes,
+        the sweep's latest proposed verdict, and the latest person's decision (its
+        verdict, and the candidate it names, if any)."""
         return reads.experiments_frame(self.experiment_summaries())
 
     @retrying
@@ -650,6 +749,15 @@ class Store:
         check_choice("metric.scope", scope, METRIC_SCOPES)
         with self._read() as connection:
             return reads.metric_table(connection, experiment, kind, scope)
+
+    @retrying
+    def totals(self, candidate_ids: Iterable[int], kinds: Iterable[str] | None = None
+               ) -> dict[int, dict[str, dict[str, float]]]:
+        """{candidate: {kind: {metric: value}}}: total metrics of each kind, from each
+        candidate's latest run recording that kind (a kind it lacks is absent)."""
+        kinds = None if kinds is None else tuple(check_choice("metric.kind", k, METRIC_KINDS) for k in kinds)
+        with self._read() as connection:
+            return reads.candidate_totals(connection, list(candidate_ids), kinds)
 
     @retrying
     def decisions(self, experiment: str | int | None = None) -> pd.DataFrame:

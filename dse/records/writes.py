@@ -26,7 +26,9 @@ from dse.records.schema import (
     Candidate,
     Decision,
     Experiment,
+    ExperimentLink,
     Metric,
+    Note,
     Run,
     check_choice,
     utcnow,
@@ -45,8 +47,10 @@ class Unfinishable(Exception):
 # ---- experiments and candidates, one at a time -------------------------------------------
 
 
-def create_experiment(session: Session, name: str, spec_hash: str, **columns: Any) -> int:
-    """The id of the experiment `name`, recorded now unless it exists with this spec."""
+def create_experiment(session: Session, name: str, spec_hash: str, links: Sequence[tuple[str, int, str]] = (),
+                      **columns: Any) -> int:
+    """The id of the experiment `name`, recorded now unless it exists with this spec, with
+    its `links` ((relation, other experiment id, reason) each) to earlier experiments."""
     existing = session.scalars(select(Experiment).where(Experiment.name == name)).one_or_none()
     if existing is not None:
         if existing.spec_hash != spec_hash:
@@ -58,6 +62,10 @@ def create_experiment(session: Session, name: str, spec_hash: str, **columns: An
         return existing.id
     experiment = Experiment(name=name, spec_hash=spec_hash, status="proposed", **columns)
     session.add(experiment)
+    session.flush()
+    for relation, other_id, reason in links:
+        get(session, Experiment, other_id)
+        session.add(ExperimentLink(experiment_id=experiment.id, other_id=other_id, relation=relation, reason=reason))
     session.flush()
     return experiment.id
 
@@ -110,6 +118,11 @@ def set_baseline(session: Session, experiment_id: int, candidate_id: int) -> Non
             f"not {experiment_id}"
         )
     experiment.baseline_candidate_id = candidate_id
+
+
+def set_whys(session: Session, whys: dict[int, str]) -> None:
+    for candidate_id, why in whys.items():
+        get(session, Candidate, candidate_id).why = why
 
 
 def set_status(session: Session, experiment_id: int, status: str) -> None:
@@ -311,27 +324,28 @@ def explain_unfinishable(connection: Connection, ids: list[int]) -> NoReturn:
 
 
 def add_decision(session: Session, experiment_id: int, verdict: str, rationale: str, author: str,
-                 run_ids: list[int], candidate_id: int | None) -> int:
-    """A decision on an experiment (or one of its candidates), with runs of it as evidence."""
-    get(session, Experiment, experiment_id)
+                 run_ids: list[int], candidate_id: int | None, *, kind: str = "decision",
+                 evidence_kinds: list[str] | None = None, override: str | None = None,
+                 checks: list[Any] | None = None, status: str | None = None) -> int:
+    """A decision on an experiment (or a candidate, of it or of another experiment), with
+    runs of either experiment as evidence; `status`, when given, is the hypothesis' status
+    it sets, in the same transaction."""
+    experiment = get(session, Experiment, experiment_id)
+    owners = {experiment_id}
     if candidate_id is not None:
-        candidate = get(session, Candidate, candidate_id)
-        if candidate.experiment_id != experiment_id:
-            raise ValueError(
-                f"candidate {candidate_id} belongs to experiment "
-                f"{candidate.experiment_id}, not {experiment_id}"
-            )
+        owners.add(get(session, Candidate, candidate_id).experiment_id)
     if run_ids:
         found = set(
             session.scalars(
                 select(Run.id)
                 .join(Candidate, Run.candidate_id == Candidate.id)
-                .where(Run.id.in_(run_ids), Candidate.experiment_id == experiment_id)
+                .where(Run.id.in_(run_ids), Candidate.experiment_id.in_(owners))
             )
         )
         missing = sorted(set(run_ids) - found)
         if missing:
-            raise ValueError(f"evidence: runs {missing} are not runs of experiment {experiment_id}")
+            raise ValueError(f"evidence: runs {missing} are not runs of experiment {experiment_id}"
+                             + (" or of its candidate's" if len(owners) > 1 else ""))
     decision = Decision(
         experiment_id=experiment_id,
         verdict=verdict,
@@ -339,10 +353,25 @@ def add_decision(session: Session, experiment_id: int, verdict: str, rationale: 
         author=author,
         evidence=run_ids,
         candidate_id=candidate_id,
+        kind=kind,
+        evidence_kinds=evidence_kinds,
+        override=override,
+        checks=checks,
     )
     session.add(decision)
+    if status is not None:
+        experiment.status = status
     session.flush()
     return decision.id
+
+
+def add_note(session: Session, experiment_id: int, kind: str, text: str, author: str) -> int:
+    """A note added to an experiment after the fact: its id."""
+    get(session, Experiment, experiment_id)
+    note = Note(experiment_id=experiment_id, kind=kind, text=text, author=author)
+    session.add(note)
+    session.flush()
+    return note.id
 
 
 def artifact_owner(connection: Connection, run_id: int | None, experiment_id: int | None) -> int:
@@ -548,3 +577,40 @@ def insert_metrics(connection: Connection, rows: list[tuple]) -> None:
     for i in range(0, len(rows), _METRIC_ROWS_PER_INSERT):
         part = rows[i:i + _METRIC_ROWS_PER_INSERT]
         cur.execute(head + ", ".join([one] * len(part)), tuple(itertools.chain.from_iterable(part)))
+
+
+def delete_experiment(session: Session, experiment_id: int) -> dict[str, int]:
+    """Delete an experiment and its records, children first; counts by table."""
+    from sqlalchemy import delete, or_
+
+    from dse.records.schema import SweepLock
+
+    experiment = get(session, Experiment, experiment_id)
+    candidates = select(Candidate.id).where(Candidate.experiment_id == experiment_id)
+    runs = select(Run.id).where(Run.candidate_id.in_(candidates))
+    dependants = session.scalars(select(ExperimentLink.experiment_id).where(
+        ExperimentLink.other_id == experiment_id, ExperimentLink.experiment_id != experiment_id)).all()
+    if dependants:
+        raise ValueError(f"experiment {experiment_id} is followed or reopened by experiment(s) "
+                         f"{sorted(set(dependants))}: delete those first")
+    named = session.scalars(select(Decision.experiment_id).where(
+        Decision.candidate_id.in_(candidates), Decision.experiment_id != experiment_id)).all()
+    if named:
+        raise ValueError(f"decisions of experiment(s) {sorted(set(named))} name candidates of experiment "
+                         f"{experiment_id}: delete those first")
+    experiment.baseline_candidate_id = None
+    session.flush()
+    counts = {}
+    for name, stmt in (
+        ("metric", delete(Metric).where(Metric.run_id.in_(runs))),
+        ("artifact", delete(Artifact).where(or_(Artifact.run_id.in_(runs), Artifact.experiment_id == experiment_id))),
+        ("decision", delete(Decision).where(Decision.experiment_id == experiment_id)),
+        ("run", delete(Run).where(Run.candidate_id.in_(candidates))),
+        ("candidate", delete(Candidate).where(Candidate.experiment_id == experiment_id)),
+        ("note", delete(Note).where(Note.experiment_id == experiment_id)),
+        ("experiment_link", delete(ExperimentLink).where(ExperimentLink.experiment_id == experiment_id)),
+        ("sweep_lock", delete(SweepLock).where(SweepLock.experiment_id == experiment_id)),
+        ("experiment", delete(Experiment).where(Experiment.id == experiment_id)),
+    ):
+        counts[name] = session.execute(stmt.execution_options(synchronize_session=False)).rowcount
+    return counts

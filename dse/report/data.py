@@ -34,6 +34,7 @@ class ExperimentView:
     emulated: pd.DataFrame  # candidates run on both: analytical vs emulator latency, the model's error
     core_time: pd.DataFrame  # emulated candidates x cores: busy, waiting, waiting by cause
     passing: np.ndarray  # per row of `table`: feasible, not the baseline, meets every acceptance criterion
+    notes: list[dict]  # limitations, open questions and notes added after the fact (`dse note`)
     store: Store = field(repr=False, compare=False, default=None)
 
     @functools.cached_property
@@ -114,7 +115,7 @@ def experiment_view(store: Store, experiment) -> ExperimentView:
                  else pd.DataFrame(columns=["candidate_id", "scope_key"]))
     return ExperimentView(exp, objectives, table, baseline_id, best_id, compare, store.decisions(exp["id"]),
                           provenance, table["status"].value_counts().to_dict(), emulated, core_time,
-                          passing, store)
+                          passing, store.notes(exp["id"]), store)
 
 
 def candidate_metrics(connection, experiment_id: int, names: list[str]) -> pd.DataFrame:

@@ -190,7 +190,8 @@ def write_report(store: Store, experiment, out_dir: str | Path = "reports", x: s
                         reason=r.get("reason") or "")
                    for r in not_ok.head(MAX_ROWS).to_dict("records")]
     context = dict(
-        exp=exp, decisions=view.decisions.to_dict("records"),
+        exp=exp, decisions=[{**d, "candidate": "—" if pd.isna(d["candidate_id"]) else f"c{d['candidate_id']}"}
+                            for d in view.decisions.to_dict("records")], notes=view.notes,
         compare=None if view.compare is None else view.compare.to_dict("records"),
         baseline_id=view.baseline_id, best_id=view.best_id, metric_cols=metric_cols, rows=rows,
         not_ok=not_ok_rows, n_not_ok=len(not_ok), n_candidates=len(table), counts=view.counts, provenance=view.provenance,

@@ -1,15 +1,18 @@
-"""Acceptance: evaluate the spec's criteria over the recorded evidence and set the verdict.
+"""The sweep's proposed verdict: the acceptance criteria over the recorded evidence.
 
-A criterion is an expression over a candidate's total metrics and the baseline's
-(``latency_cycles <= 0.5 * baseline_latency_cycles``). The hypothesis is confirmed when a
-feasible candidate other than the baseline meets every criterion (the best such candidate
-by the first objective is the deciding evidence), refuted when none does.
+The hypothesis is *proposed* confirmed when a feasible candidate other than the baseline
+meets every clause (the best such candidate by the first objective is the evidence),
+proposed refuted when none of the candidates that have the evidence the clauses name
+does, and waiting while no candidate has it yet (an `emulator.` clause before any
+emulator run). A proposal never sets the hypothesis' status: a person's decision does
+(`dse.runner.decisions.decide`).
 """
 
 from __future__ import annotations
 
 import ast
 import math
+from dataclasses import dataclass
 
 import numpy as np
 import pandas as pd
@@ -17,26 +20,25 @@ import pandas as pd
 from emulator.formula import FUNCTIONS, Formula
 
 from ..records import Store
-from .spec import METRICS, Spec
+from .criteria import FAIL, MISSING, NAMES, PASS, compile_criteria
+from .spec import Spec
 
 AUTHOR = "dse sweep (automatic)"
 
 
-NAMES = frozenset(METRICS) | {f"baseline_{m}" for m in METRICS}
+@dataclass(frozen=True)
+class Proposal:
+    verdict: str  # confirmed, refuted or waiting
+    rationale: str
+    candidate_id: int | None
+    evidence_kinds: list[str]
 
 
 def formulas(exprs: list[str]) -> list[Formula]:
-    """The acceptance expressions, checked once."""
-    return [Formula(e, NAMES) for e in exprs]
-
-
-def _meets(checks: list[Formula], row: dict, baseline: dict) -> bool:
-    values = {m: row.get(m, math.nan) for m in METRICS} | {f"baseline_{m}": baseline.get(m, math.nan) for m in METRICS}
-    return all(bool(f(**values)) for f in checks)
-
-
-def meets(spec: Spec, row: dict, baseline: dict) -> bool:
-    return _meets(formulas([c.expr for c in spec.model.acceptance]), row, baseline)
+    """The clauses of the acceptance expressions as formulas over the criteria's variable
+    names (`latency_cycles`, `baseline_latency_cycles`, `emulator__latency_cycles`, ...)."""
+    criteria = compile_criteria([{"expr": e} for e in exprs])
+    return [clause.formula for clause in criteria.clauses]
 
 
 class _Elementwise(ast.NodeTransformer):
@@ -61,8 +63,9 @@ class _Elementwise(ast.NodeTransformer):
 
 
 def elementwise(exprs: list[str], columns: dict[str, np.ndarray]) -> np.ndarray:
-    """Every criterion met, element by element, over arrays named as in the expressions
-    (checked by `Formula` first; a missing value is NaN, and NaN meets nothing)."""
+    """Every clause met, element by element, over arrays named by the criteria's variables
+    (a missing column is NaN, and NaN meets nothing: a clause without its evidence does not
+    pass, it waits)."""
     n = len(next(iter(columns.values()))) if columns else 0
     met = np.ones(n, dtype=bool)
     for check in formulas(exprs):
@@ -77,22 +80,28 @@ def elementwise(exprs: list[str], columns: dict[str, np.ndarray]) -> np.ndarray:
 
 
 def passing_mask(exprs: list[str], table: pd.DataFrame, baseline: dict) -> np.ndarray:
-    """Per row of `table` (a metric table): feasible, not the baseline, and meeting every
-    criterion. The candidates that can confirm the hypothesis."""
+    """Per row of `table` (an analytical metric table): feasible, not the baseline, and
+    meeting every clause on the analytical evidence (a clause naming another kind of
+    evidence passes only where the table carries it, as a `<kind>.<metric>` column)."""
     base_id = baseline.get("candidate_id")
     ok = (table["status"] == "ok").to_numpy() & (table["candidate_id"] != base_id).to_numpy()
     n = len(table)
-    columns = {m: (pd.to_numeric(table[m], errors="coerce").to_numpy(dtype=float) if m in table
-                   else np.full(n, np.nan)) for m in METRICS}
-    for m in METRICS:
-        value = baseline.get(m, math.nan)
-        columns[f"baseline_{m}"] = np.full(n, math.nan if value is None or pd.isna(value) else float(value))
+    columns = {}
+    for variable, (side, kind, metric) in NAMES.items():
+        prefix = variable.split("__")[-2] if "__" in variable else "analytical"  # emulator__latency_cycles
+        column = metric if prefix == "analytical" else f"{prefix}.{metric}"
+        if side == "candidate":
+            columns[variable] = (pd.to_numeric(table[column], errors="coerce").to_numpy(dtype=float)
+                                 if column in table else np.full(n, np.nan))
+        else:
+            value = baseline.get(column, math.nan)
+            columns[variable] = np.full(n, math.nan if value is None or pd.isna(value) else float(value))
     return ok & elementwise(exprs, columns)
 
 
 def best_candidate(table: pd.DataFrame, passing: np.ndarray, metric: str, direction: str) -> int | None:
     """The best candidate: of the passing ones, the best by the first objective (ties: the
-    lowest id). The one definition of "best": the verdict's, the report's and the UI's."""
+    lowest id). The one definition of "best": the proposal's, the report's and the UI's."""
     chosen = table[passing]
     if chosen.empty or metric not in chosen:
         return None
@@ -100,38 +109,87 @@ def best_candidate(table: pd.DataFrame, passing: np.ndarray, metric: str, direct
     return int(chosen.iloc[0]["candidate_id"])
 
 
-def decide(store: Store, experiment_id: int, spec: Spec) -> tuple[str, str]:
-    if not spec.model.acceptance:
-        return "testing", ""
-    table = store.metric_table(experiment_id, "analytical")
+def outcome(checks) -> str:
+    """pass when every clause passes, fail when one fails, else missing (evidence lacking)."""
+    outcomes = {c.outcome for c in checks}
+    return FAIL if FAIL in outcomes else MISSING if MISSING in outcomes else PASS
+
+
+def references(store: Store, exp: dict) -> dict[int, int | None]:
+    """{candidate: the candidate its acceptance clauses compare with}: the baseline, or, for
+    a candidate at another workload point (mapping.workload), the baseline's design at that
+    point (None when not recorded): a comparison always runs identical submitted work."""
+    import json
+
+    from ..identity import candidate_hash
+
+    cands = store.candidates(exp["id"])
+    base_id = exp["baseline_candidate_id"]
+    by_hash = dict(zip(cands["hash"], cands["id"].astype(int)))
+    base = cands[cands["id"] == base_id]
+    if base.empty:
+        return {}
+    base_config, base_mapping = json.loads(base.iloc[0]["config"]), json.loads(base.iloc[0]["mapping"])
+    out = {}
+    for cid, mapping in zip(cands["id"].astype(int), cands["mapping"]):
+        point = json.loads(mapping).get("workload")
+        out[cid] = int(base_id) if not point else by_hash.get(
+            candidate_hash(base_config, {**base_mapping, "workload": point}))
+    return out
+
+
+def propose(store: Store, experiment_id: int, spec: Spec) -> Proposal | None:
+    """The verdict the evidence suggests, recorded as a proposal when it differs from the
+    latest one; None when the spec states no acceptance criteria."""
     exp = store.experiment(experiment_id)
-    base_rows = table[table["candidate_id"] == exp["baseline_candidate_id"]]
+    if not exp["acceptance"]:
+        return None
+    criteria = compile_criteria(exp["acceptance"])
+    kinds = criteria.kinds
+    crit = "; ".join(c["expr"] for c in exp["acceptance"])
+    base_id = exp["baseline_candidate_id"]
+    table = store.metric_table(experiment_id, "analytical")
+    base_rows = table[table["candidate_id"] == base_id]
+    evidence: list[int] = []
+    candidate = None
     if base_rows.empty or base_rows.iloc[0]["status"] != "ok":
-        status, verdict, rationale, evidence = "refuted", "refuted", "the baseline itself is not feasible", []
+        verdict, rationale = "refuted", "the baseline itself is not feasible"
     else:
-        baseline = base_rows.iloc[0].to_dict()
-        ok = table[(table["status"] == "ok") & (table["candidate_id"] != exp["baseline_candidate_id"])]
-        exprs = [c.expr for c in spec.model.acceptance]
-        mask = passing_mask(exprs, table, baseline)
-        passing = table[mask]
-        crit = "; ".join(exprs)
+        refs = references(store, exp)
+        ok = table[(table["status"] == "ok") & table["candidate_id"].map(lambda c: refs.get(int(c)) != int(c))]
+        ids = [int(c) for c in ok["candidate_id"]]
+        totals = store.totals(ids + [r for r in set(refs.values()) if r is not None], kinds)
+        outcomes = {c: outcome(criteria.evaluate(totals[c], totals.get(refs.get(c), {}))) for c in ids}
+        passing = ok[ok["candidate_id"].map(lambda c: outcomes[int(c)] == PASS).astype(bool)] if ids else ok
+        judged = sum(o != MISSING for o in outcomes.values())
+        lacking = len(ids) - judged
         obj = spec.model.objectives[0]
-        if passing.empty:
-            status = verdict = "refuted"
-            rationale = f"none of {len(ok)} feasible candidates meets: {crit}"
-            evidence = [int(base_rows.iloc[0]["metric_run_id"])]
+        if not passing.empty:
+            candidate = best_candidate(passing, np.ones(len(passing), dtype=bool), obj.metric, obj.direction)
+            best = passing[passing["candidate_id"] == candidate].iloc[0]
+            verdict = "confirmed"
+            ref_rows = table[table["candidate_id"] == refs.get(candidate)]
+            ref_value = ref_rows.iloc[0][obj.metric] if len(ref_rows) else float("nan")
+            rationale = (f"{len(passing)} of {len(ids)} feasible candidates meet: {crit}; best is candidate "
+                         f"{candidate} with {obj.metric} {best[obj.metric]:.6g} vs baseline "
+                         f"{ref_value:.6g}" + ("" if refs.get(candidate) == int(base_id) else
+                                               f" (candidate {refs.get(candidate)}: the baseline at its workload point)"))
+            _, evidence = store.decision_evidence(experiment_id, candidate)
+        elif ids and judged == 0:
+            verdict = "waiting"
+            rationale = (f"none of {len(ids)} feasible candidates has yet the evidence that {crit} needs "
+                         f"({', '.join(kinds)})")
         else:
-            best_id = best_candidate(table, mask, obj.metric, obj.direction)
-            best = table[table["candidate_id"] == best_id].iloc[0]
-            status = verdict = "confirmed"
-            rationale = (f"{len(passing)} of {len(ok)} feasible candidates meet: {crit}; best is candidate "
-                         f"{int(best['candidate_id'])} with {obj.metric} {best[obj.metric]:.6g} vs baseline "
-                         f"{baseline[obj.metric]:.6g}")
-            evidence = [int(best["metric_run_id"]), int(base_rows.iloc[0]["metric_run_id"])]
-    store.set_status(experiment_id, status)
+            verdict = "refuted"
+            rationale = f"none of {judged} feasible candidates with the evidence meets: {crit}" + (
+                f" ({lacking} more lack evidence: {', '.join(k for k in kinds if k != 'analytical')})" if lacking else "")
+        if not evidence:
+            evidence = [int(base_rows.iloc[0]["metric_run_id"])]
+    proposal = Proposal(verdict, rationale, candidate, kinds)
     last = store.decisions(experiment_id)
-    last = last[last["author"] == AUTHOR]
-    # A rerun that reaches the same conclusion adds no second decision.
+    last = last[last["kind"] == "proposal"]
+    # A rerun that reaches the same conclusion adds no second proposal.
     if last.empty or last.iloc[-1]["verdict"] != verdict or last.iloc[-1]["rationale"] != rationale:
-        store.add_decision(experiment_id, verdict, rationale, AUTHOR, evidence)
-    return status, rationale
+        store.add_decision(experiment_id, verdict, rationale, AUTHOR, evidence, candidate, kind="proposal",
+                           evidence_kinds=kinds)
+    return proposal

@@ -78,7 +78,7 @@ def evaluate_items(work, items: list[WorkItem], kill: str | None = None, hang: s
             if hang is not None and item.hash.startswith(hang):
                 time.sleep(3600)
             try:
-                emulation = work.emulation_for(cand.mapping.quantization)
+                emulation = work.emulation_for(cand.mapping.quantization, cand.mapping.workload)
             except Exception as exc:  # this granularity's frontend steps fail: the candidate's failure
                 outcomes[item.run_id] = _failed(item.run_id, exc)
                 continue
@@ -88,16 +88,19 @@ def evaluate_items(work, items: list[WorkItem], kill: str | None = None, hang: s
                 outcomes[item.run_id] = _failed(item.run_id, exc)
                 continue
             outcomes[item.run_id] = Outcome(item.run_id, evidence.status, evidence.reason, evidence.totals,
-                                            evidence.metrics, evidence.error)
+                                            evidence.metrics, evidence.error, artifacts=evidence.artifacts)
         else:
             analytical.append((item, cand))
-    # One vectorised batch per analytical graph (candidates of one quantization granularity).
+    # One vectorised batch per analytical graph (candidates of one quantization granularity
+    # and workload point).
     by_graph: dict = {}
     for pair in analytical:
-        by_graph.setdefault(pair[1].mapping.quantization, []).append(pair)
-    for quantization, group in by_graph.items():
+        m = pair[1].mapping
+        key = (m.quantization, json.dumps(m.workload, sort_keys=True) if m.workload else "")
+        by_graph.setdefault(key, []).append(pair)
+    for (quantization, _), group in by_graph.items():
         try:
-            graph = work.graph_for(quantization)
+            graph = work.graph_for(quantization, group[0][1].mapping.workload)
         except Exception as exc:  # this granularity's steps do not apply: the candidates fail
             for item, _ in group:
                 outcomes[item.run_id] = _failed(item.run_id, exc)

@@ -41,7 +41,7 @@ class Knob(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     name: str = Field(pattern=r"^[A-Za-z_][A-Za-z0-9_]*$")
-    target: str = Field(pattern=r"^(chip|mapping)\.[A-Za-z0-9_.]+$")
+    target: str = Field(pattern=r"^(chip|mapping|workload)\.[A-Za-z0-9_.]+$")
     values: list[Any] | None = Field(None, min_length=1)
     type: Literal["int", "float", "categorical"] | None = None
     low: int | float | None = None

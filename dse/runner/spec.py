@@ -16,27 +16,34 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from emulator.chip import BallKind, ChipConfig
-from emulator.formula import Formula, FormulaError
 
 from ..chips import load_chip, override_chip
 from ..errors import InputError, read_toml
 from ..mapping import Mapping, mapping_from_dict
 from ..workload import list_recipes, load_recipe
+from .criteria import METRICS, NAMES, CriterionError, allowed_names, compile_expression
 from .space import BALL_SET_TARGET, Constraint, Knob, Space, ball_set
 
 # A knob over this mapping field sets the granularity of the recipe's quantize step.
 QUANTIZATION_TARGET = "mapping.quantization"
+# Knobs over the workload: a parameter of the recipe (workload.params.<name>: batch, seq,
+# image size, ...) or the recipe itself (workload.recipe: an LLM's prefill or decode
+# phase); a candidate carries its point as mapping.workload.
+WORKLOAD_PARAMS = "workload.params."
+WORKLOAD_RECIPE = "workload.recipe"
 BALL_KINDS = typing.get_args(BallKind)
 
-# Total metrics a spec may name in objectives and acceptance expressions.
-METRICS = (
-    "latency_cycles", "compute_cycles", "dma_cycles", "core_cycles", "dma_bytes",
-    "peak_sram_bytes", "private_sram_bytes", "private_sram_per_core_bytes",
-)
 
 
 class _Model(BaseModel):
     model_config = ConfigDict(extra="forbid")
+
+
+class Link(_Model):
+    """An earlier experiment this one builds on, and why."""
+
+    experiment: str = Field(min_length=1)  # its name (or id) in the store the sweep writes to
+    reason: str = Field(min_length=1, pattern=r"\S")
 
 
 class ExperimentPart(_Model):
@@ -44,6 +51,11 @@ class ExperimentPart(_Model):
     hypothesis: str = Field(min_length=1)
     limitations: str = ""
     open_questions: str = ""
+    follows: Link | None = None  # takes an earlier experiment's result as its starting point
+    reopens: Link | None = None  # revisits an earlier experiment's conclusion with new evidence
+
+    def links(self) -> list[tuple[str, Link]]:
+        return [(relation, link) for relation, link in (("follows", self.follows), ("reopens", self.reopens)) if link]
 
 
 class Criterion(_Model):
@@ -60,6 +72,14 @@ class Baseline(_Model):
     chip: str
     chip_overrides: dict[str, Any] = {}
     mapping: dict[str, Any] = {}
+
+
+class HandCandidate(_Model):
+    """A hand-picked candidate: the baseline with `set` applied (knob names, or dotted
+    chip./mapping. targets), and why it is worth evaluating."""
+
+    why: str = Field(min_length=1, pattern=r"\S")
+    set: dict[str, Any] = Field(min_length=1)
 
 
 class Objective(_Model):
@@ -94,6 +114,12 @@ class Stages(_Model):
     # a batch in well under a second: no per-candidate limit.)
     capture_timeout_s: float = Field(600.0, gt=0)
     candidate_timeout_s: float = Field(1800.0, gt=0)
+    # Raw evidence of emulator runs (outputs, counters, log) is kept beside the store while
+    # the evidence folder stays under this size; `dse evidence gc` frees unreferenced files.
+    evidence_budget_mb: float = Field(1024.0, ge=0)
+    # Each emulated candidate's emulator run is timed this many times (the host time's
+    # min and median are recorded; its cycles and outputs come from the first).
+    host_time_repeats: int = Field(3, ge=1, le=100)
 
 
 class SpecModel(_Model):
@@ -102,6 +128,7 @@ class SpecModel(_Model):
     workload: Workload
     baseline: Baseline
     space: list[Knob] = []
+    candidates: list[HandCandidate] = []  # hand-picked, each with its why; alone or beside a space
     constraints: list[Constraint] = []
     objectives: list[Objective] = Field(min_length=1)
     search: Search = Search()
@@ -116,9 +143,31 @@ class Spec:
         self.baseline_chip, self.baseline_mapping = baseline_chip, baseline_mapping
         self.hash = hashlib.sha256(text.encode()).hexdigest()
         baseline = {"chip": baseline_chip.model_dump(mode="json"), "mapping": baseline_mapping.model_dump(mode="json")}
+        recipe = load_recipe(model.workload.recipe)
+        from ..workload.recipes import full_params
+
+        # The experiment's own workload point, the baseline's value of every workload knob.
+        self.baseline_workload = {"recipe": model.workload.recipe, **full_params(recipe, model.workload.params)}
+        baseline["workload"] = {"recipe": model.workload.recipe,
+                                "params": {k: v for k, v in self.baseline_workload.items() if k != "recipe"}}
         self._balls = {b["kind"]: b for b in baseline["chip"]["balls"]}  # the baseline's Balls, in order
         # Per knob: (name, section, path within the section); read once per candidate.
         self._targets = [(k.name, *k.target.split(".", 1)) for k in model.space]
+        # Hand-picked candidates as knob values: a target no knob has becomes a knob of
+        # its own name, read by `overrides` like the others.
+        knob_of_target = {k.target: k.name for k in model.space}
+        knob_names = set(knob_of_target.values())
+        self.hand: list[tuple[dict[str, Any], str]] = []
+        self.hand_targets: list[str] = []
+        for candidate in model.candidates:
+            params = {}
+            for key, value in _flattened(candidate.set).items():
+                name = key if key in knob_names else knob_of_target.get(key, key)
+                if name == key and key not in knob_names and key not in self.hand_targets:
+                    self.hand_targets.append(key)
+                params[name] = value
+            self.hand.append((params, candidate.why.strip()))
+        self._targets += [(t, *t.split(".", 1)) for t in self.hand_targets]
         self.space = Space(model.space, model.constraints,
                            {k.name: self.knob_value(k, baseline) for k in model.space if _has(baseline, k.target)})
 
@@ -133,21 +182,39 @@ class Spec:
         """Knob values as dotted-path overrides of one section ("chip" or "mapping"). A Ball
         set becomes the chip's `balls` list: the baseline's Balls of those kinds."""
         out = {}
+        point = {}
         for name, sec, path in self._targets:
+            if sec == "workload" and section == "mapping" and name in params:
+                point[path.removeprefix("params.")] = params[name]
             if sec == section and name in params:
                 value = params[name]
                 if sec == "chip" and path == "balls":
                     value = [self._balls[kind] for kind in self._balls if kind in set(value.split(","))]
                 out[path] = value
+        # A workload point only where it differs from the experiment's own: a candidate at
+        # the baseline's point keeps the identity it has without workload knobs.
+        point = {k: v for k, v in sorted(point.items()) if self.baseline_workload.get(k) != v}
+        if point:
+            out["workload"] = point
         return out
 
     def knob_value(self, knob: Knob, data: dict) -> Any:
         """The value of `knob` in a candidate's {"chip": config, "mapping": mapping}, in the
         knob's own terms (a Ball set as its sorted kinds). KeyError if the field is absent."""
+        if knob.target.startswith("workload."):
+            key = knob.target.removeprefix(WORKLOAD_PARAMS).removeprefix("workload.")
+            point = (data.get("mapping") or {}).get("workload") or {}
+            return point.get(key, self.baseline_workload[key])
         value = _lookup(data, knob.target)
         if knob.target == BALL_SET_TARGET:
             value = ball_set([b["kind"] for b in value])
         return value
+
+    def workload_of(self, mapping: dict) -> tuple[str, dict]:
+        """(recipe, params) of the workload point a candidate's mapping data names."""
+        point = dict(mapping.get("workload") or {})
+        recipe = point.pop("recipe", self.model.workload.recipe)
+        return recipe, {**self.model.workload.params, **point}
 
     def apply(self, params: dict[str, Any]) -> tuple[ChipConfig, Mapping]:
         """The baseline with knob values applied (may raise InputError for a bad combination)."""
@@ -155,6 +222,18 @@ class Spec:
         chip = override_chip(self.baseline_chip, chip_over, self.path) if chip_over else self.baseline_chip
         mapping = mapping_from_dict({**self.baseline_mapping.model_dump(mode="json"), **map_over}, str(self.path))
         return chip, mapping
+
+
+def _flattened(data: dict, prefix: str = "") -> dict[str, Any]:
+    """TOML's dotted keys (`chip.banks.count = 8`) nest; a hand candidate names fields by
+    their dotted path."""
+    out = {}
+    for key, value in data.items():
+        if isinstance(value, dict):
+            out.update(_flattened(value, f"{prefix}{key}."))
+        else:
+            out[f"{prefix}{key}"] = value
+    return out
 
 
 def _lookup(data: dict, dotted: str) -> Any:
@@ -202,6 +281,7 @@ def load_spec(path: str | Path) -> Spec:
     if mapping.quantization is not None:
         _check_quantize_step(spec, "baseline.mapping.quantization", mapping.quantization)
     _check_knobs(spec)
+    _check_hand_candidates(spec)
     _check_metrics(spec)
     _dry_run_expressions(spec)
     _check_recipe_params(spec)
@@ -220,9 +300,8 @@ def _dry_run_expressions(spec: Spec) -> None:
               for i, k in enumerate(spec.model.space) if k.when]
     checks += [(f"constraints[{i}].expr", c.expr, f, values)
                for i, (c, f) in enumerate(zip(space.constraints, space._constraint_formulas))]
-    names = set(METRICS) | {f"baseline_{m}" for m in METRICS}
-    checks += [(f"acceptance[{i}].expr", c.expr, Formula(c.expr, names), dict.fromkeys(names, 1.0))
-               for i, c in enumerate(spec.model.acceptance)]
+    checks += [(f"acceptance[{i}].expr", c.expr, clause.formula, dict.fromkeys(NAMES, 1.0))
+               for i, c in enumerate(spec.model.acceptance) for clause in compile_expression(i, c.expr)]
     for field, text, formula, args in checks:
         try:
             with np.errstate(all="ignore"):
@@ -250,6 +329,9 @@ def _check_knobs(spec: Spec) -> None:
         if knob.name in names:
             raise InputError(spec.path, f"space[{i}].name", knob.name, "a name not used by another knob")
         names.add(knob.name)
+        if knob.target.startswith("workload."):
+            _check_workload_knob(spec, i, knob)
+            continue
         if knob.name not in spec.space.baseline_values:
             raise InputError(spec.path, f"space[{i}].target", knob.target, "a field of the chip config or the mapping")
         if knob.target == BALL_SET_TARGET:
@@ -267,6 +349,54 @@ def _check_knobs(spec: Spec) -> None:
                 spec.apply({knob.name: value})
             except InputError as exc:
                 raise InputError(spec.path, f"space[{i}] ({knob.name}) -> {exc.field}", value, exc.allowed) from None
+
+
+def _check_hand_candidates(spec: Spec) -> None:
+    """Each hand-picked candidate names knobs or existing chip/mapping fields, with values
+    valid on the baseline (a bad one is the spec's error, not a failed candidate)."""
+    baseline = {"chip": spec.baseline_chip.model_dump(mode="json"), "mapping": spec.baseline_mapping.model_dump(mode="json")}
+    knob_names = {k.name for k in spec.model.space}
+    for i, (params, _) in enumerate(spec.hand):
+        for key in params:
+            if key in knob_names:
+                continue
+            section = key.split(".", 1)[0]
+            if section not in ("chip", "mapping") or not (_has(baseline, key) or section == "mapping"):
+                raise InputError(spec.path, f"candidates[{i}].set", key,
+                                 "a knob name (" + (", ".join(sorted(knob_names)) or "none") +
+                                 ") or a field of the chip config (chip.<path>) or the mapping (mapping.<field>)")
+        try:
+            spec.apply(params)
+        except InputError as exc:
+            raise InputError(spec.path, f"candidates[{i}].set -> {exc.field}", exc.value, exc.allowed) from None
+
+
+def _check_workload_knob(spec: Spec, i: int, knob: Knob) -> None:
+    """A workload knob names a parameter the recipe takes (or the recipe itself), and each
+    of its values builds the recipe (load() and inputs()); found before anything is written."""
+    from ..workload.recipes import instantiate
+
+    recipe = load_recipe(spec.model.workload.recipe)
+    if knob.target != WORKLOAD_RECIPE:
+        name = knob.target.removeprefix(WORKLOAD_PARAMS)
+        takes = [k for k in spec.baseline_workload if k != "recipe"]
+        if not knob.target.startswith(WORKLOAD_PARAMS) or name not in takes:
+            raise InputError(spec.path, f"space[{i}].target", knob.target,
+                             f"workload.recipe or workload.params.<a parameter recipe {recipe.name} takes: "
+                             f"{', '.join(takes) or 'none'}>")
+    if knob.type != "categorical" and knob.target == WORKLOAD_RECIPE:
+        raise InputError(spec.path, f"space[{i}].values", knob.low, "a list of recipe names")
+    values = knob.grid_values() if knob.type == "categorical" else [_whole(knob.low, knob), _whole(knob.high, knob)]
+    for value in values:
+        recipe_name, params = spec.workload_of({"workload": {knob.target.removeprefix(WORKLOAD_PARAMS)
+                                                             .removeprefix("workload."): value}})
+        if recipe_name not in list_recipes() and not Path(recipe_name).exists():
+            raise InputError(spec.path, f"space[{i}].values", recipe_name, "one of " + ", ".join(list_recipes()))
+        try:
+            instantiate(load_recipe(recipe_name), **params)
+        except InputError as exc:
+            raise InputError(spec.path, f"space[{i}] ({knob.name}) -> workload.params ({exc.field})", value,
+                             exc.allowed) from None
 
 
 def _check_ball_sets(spec: Spec, i: int, knob: Knob) -> None:
@@ -300,10 +430,8 @@ def _check_metrics(spec: Spec) -> None:
     for i, obj in enumerate(spec.model.objectives):
         if obj.metric not in METRICS:
             raise InputError(spec.path, f"objectives[{i}].metric", obj.metric, "one of " + ", ".join(METRICS))
-    names = set(METRICS) | {f"baseline_{m}" for m in METRICS}
     for i, crit in enumerate(spec.model.acceptance):
         try:
-            Formula(crit.expr, names)
-        except FormulaError as exc:
-            raise InputError(spec.path, f"acceptance[{i}].expr", crit.expr,
-                             f"an expression over {', '.join(METRICS)} and their baseline_ forms ({exc})") from None
+            compile_expression(i, crit.expr)
+        except CriterionError as exc:
+            raise InputError(spec.path, f"acceptance[{i}].expr", crit.expr, f"{allowed_names()} ({exc})") from None

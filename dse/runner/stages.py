@@ -39,8 +39,18 @@ class Workload:
     graphs: dict = field(default_factory=dict)
     # The newest calibration of each chip name the sweep uses ({} : uncalibrated model).
     calibration: dict = field(default_factory=dict)
+    host_time_repeats: int = 1  # the spec's [stages] host_time_repeats, for the emulation workloads
 
-    def graph_for(self, quantization: str | None):
+    def _point(self, point: dict | None) -> tuple[str | None, dict]:
+        point = dict(point or {})
+        return point.pop("recipe", self.recipe), {**self.params, **point}
+
+    def graph_for(self, quantization: str | None, point: dict | None = None):
+        """The analytical graph of a granularity and workload point (a candidate's
+        mapping.workload; None: the experiment's own workload)."""
+        if point:
+            recipe, params = self._point(point)
+            return analytical_graph(recipe, params, quantization)  # made on first use, cached
         if quantization is None:
             return self.graph
         if quantization not in self.graphs:  # the frontend stage, on this granularity's first use
@@ -49,7 +59,19 @@ class Workload:
             self.graphs[quantization] = analytical_graph(self.recipe, self.params, quantization)
         return self.graphs[quantization]
 
-    def emulation_for(self, quantization: str | None):
+    def emulation_for(self, quantization: str | None, point: dict | None = None):
+        if point:
+            from .emulation import prepare_emulation
+
+            recipe, params = self._point(point)
+            emulation = prepare_emulation(recipe, params, quantization)
+        else:
+            emulation = self._emulation_for(quantization)
+        if emulation is not None:
+            emulation.host_time_repeats = self.host_time_repeats
+        return emulation
+
+    def _emulation_for(self, quantization: str | None):
         if quantization is None:
             return self.emulation
         if quantization not in self.emulations:  # not prepared up front: prepared here, once per process
@@ -70,6 +92,8 @@ class Evidence:
     totals: dict[str, float] = field(default_factory=dict)
     metrics: list = field(default_factory=list)  # MetricRow or dicts, as Store.finish_runs takes them
     error: str = ""
+    # Raw evidence to keep as content-addressed artifacts: (role, name, bytes) each.
+    artifacts: list = field(default_factory=list)
 
 
 @dataclass
@@ -83,6 +107,7 @@ class Outcome:
     metrics: list = field(default_factory=list)  # MetricRow or dicts, as Store.finish_runs takes them
     error: str = ""
     traceback: str = ""
+    artifacts: list = field(default_factory=list)  # (role, name, bytes): raw evidence, written before the run
 
 
 @dataclass
@@ -134,7 +159,23 @@ def _analytical_graph(recipe: str, params_json: str, quantization: str | None):
         failed = next(s for s in pipe.stages if not s.passed)
         raise InputError(recipe, "workload.recipe", recipe,
                          f"a recipe whose frontend steps apply ({failed.name}: {failed.error})")
+    # The numbered dumps (capture, then each step) as text, kept for the record: cheap
+    # beside the capture, and the graphs they come from need not stay alive.
+    _DUMPS[(recipe, params_json, quantization)] = [(stage.dump, graph.dump())
+                                                   for stage, graph in zip(pipe.stages, pipe.graphs)]
     return pipe.graph
+
+
+_DUMPS: dict[tuple, list[tuple[str, str]]] = {}
+
+
+def frontend_dumps(recipe: str, params: dict, quantization: str | None = None) -> list[tuple[str, str]]:
+    """The numbered dumps of the analytical graph's frontend stages, (file name, text) each
+    ("01-import.txt", "02-permute.txt", ...), as this process made them."""
+    from ..identity import canonical_json
+
+    analytical_graph(recipe, params, quantization)
+    return _DUMPS.get((recipe, canonical_json(params or {}), quantization), [])
 
 
 def frontend_workload(recipe: str, params: dict, emulated=()) -> Workload:

@@ -33,12 +33,12 @@ import emulator
 from ..analytical import MODEL_VERSION
 from ..chips import set_dotted, validate_chip_text
 from ..errors import InputError
-from ..identity import CanonicalParts, candidate_hash_of_texts, canonical_json
+from ..identity import CanonicalParts, candidate_hash_of_texts, canonical_json, workload_identity
 from ..mapping import mapping_from_dict
 from ..records import Store
 from ..records.opening import checked_url
 from ..workload import load_recipe
-from .acceptance import decide
+from .acceptance import propose
 from .chain import ANALYTICAL, CAPTURE, EMULATOR, FRONTEND, PLAN, PRUNE, RECORD
 from .execution import InlineExecutor, PoolExecutor, WorkItem, make_executor, remember_chip
 from .recorder import Recorder
@@ -62,8 +62,10 @@ class SweepResult:
     evaluated: int = 0
     resumed: int = 0
     counts: dict[str, int] = field(default_factory=dict)
-    decision: str = ""
+    proposed: str = ""  # the verdict the evidence suggests (confirmed, refuted, waiting); people decide
+    decision: str = ""  # the proposal's rationale
     stopped_early: str = ""
+    evidence_skipped: int = 0  # raw evidence files not kept: the evidence budget was reached
     # Wall time by the chain's stage names: analytical (the whole analytical phase,
     # sampler and record included), record (the store writes), emulator (prune, emulator and
     # numerics); and sampler, the driver's own (the sampler's asks and tells).
@@ -98,12 +100,15 @@ class Sweep:
         recipe = load_recipe(spec.model.workload.recipe)
         m = spec.model
         self.recorder = Recorder(store)
+        links = resolve_links(spec, store)
+        workload = workload_parts(spec)
         try:
             self.experiment_id = store.create_experiment(
                 name=m.experiment.name, hypothesis=m.experiment.hypothesis,
                 acceptance=[c.model_dump() for c in m.acceptance], workload_recipe=recipe.name,
-                workload_hash=recipe.source_hash, spec_text=spec.text, spec_hash=spec.hash,
-                limitations=m.experiment.limitations, open_questions=m.experiment.open_questions)
+                workload_hash=workload_identity(**workload), workload=workload, spec_text=spec.text,
+                spec_hash=spec.hash,
+                limitations=m.experiment.limitations, open_questions=m.experiment.open_questions, links=links)
         except ValueError as exc:  # the name is taken by another spec: resuming would mix evidence
             raise InputError(spec.path, "experiment.name", m.experiment.name,
                              f"a name this store does not hold for a different spec ({exc})") from None
@@ -114,7 +119,8 @@ class Sweep:
         self.best_objective: float | None = None  # the best feasible value of the first objective
         self.known: dict[str, tuple[int, Observation]] = {}  # candidates done, by hash: (candidate id, outcome)
         self._chips: dict[tuple, Any] = {}
-        self._chip_knobs = [k.name for k in spec.model.space if k.target.startswith("chip.")]
+        self._chip_knobs = [k.name for k in spec.model.space if k.target.startswith("chip.")] + [
+            t for t in spec.hand_targets if t.startswith("chip.")]
         self._baseline_config = CanonicalParts(self.baseline_data["config"])
         self._chip_limits = spec.baseline_chip.data_with_limits().get("limits")
         self._sections: dict[tuple[str, str], Any] = {}  # (section, its canonical JSON) -> validated section
@@ -124,6 +130,7 @@ class Sweep:
         self._inline_seconds_per_candidate: float | None = None  # measured on the driver's batches
         self._sampler_seconds = 0.0
         self._idle_rounds = 0  # asks in a row that proposed only candidates already evaluated
+        self._evidence_bytes: int | None = None  # the evidence folder's size, read when first needed
 
     # -- building candidates ---------------------------------------------------------
     def _chip_for(self, params: dict) -> tuple[dict, str, str]:
@@ -188,7 +195,7 @@ class Sweep:
         """(mapping data, its canonical JSON, why it is invalid or '') once per distinct
         mapping: a sweep has few mappings and many candidates."""
         map_over = self.spec.overrides(params, "mapping")
-        key = tuple(sorted(map_over.items(), key=lambda kv: kv[0]))
+        key = canonical_json(map_over)  # values may be lists (a Ball set) or a dict (a workload point)
         hit = self._mappings.get(key)
         if hit is None:
             mapping, why = {**self.baseline_data["mapping"], **map_over}, ""
@@ -212,6 +219,12 @@ class Sweep:
         sets a field, so only the knob targets need comparing."""
         out = {}
         data = {"chip": b.config, "mapping": b.mapping}
+        for target in self.spec.hand_targets:  # fields only a hand-picked candidate sets
+            section, _, path = target.partition(".")
+            mine = _value_at(data, target)
+            base = _value_at({"chip": self.baseline_data["config"], "mapping": self.baseline_data["mapping"]}, target)
+            if mine != base:
+                out[("config." if section == "chip" else "mapping.") + path] = [base, mine]
         for k in self.spec.model.space:
             section, _, path = k.target.partition(".")
             try:
@@ -443,9 +456,24 @@ class Sweep:
             if in_main:
                 signal.signal(signal.SIGINT, previous)
 
+    def _keep_frontend_dumps(self) -> None:
+        """The numbered frontend dumps of the experiment's workload as its artifacts, once."""
+        from .stages import frontend_dumps
+
+        arts = self.store.artifacts(self.experiment_id)
+        if (arts["role"] == "graph_dump").any():
+            return
+        m = self.spec.model
+        for name, text in frontend_dumps(m.workload.recipe, m.workload.params, m.baseline.mapping.get("quantization")):
+            self.store.put_artifact(text.encode(), role="graph_dump", experiment_id=self.experiment_id,
+                                    name=f"frontend/{name}", media_type="text/plain")
+
     def _run(self) -> SweepResult:
         spec, search = self.spec, self.spec.model.search
-        self.store.set_status(self.experiment_id, "testing")
+        self._keep_frontend_dumps()
+        # A hypothesis people have decided keeps its status on a rerun.
+        if self.store.experiment(self.experiment_id)["status"] == "proposed":
+            self.store.set_status(self.experiment_id, "testing")
         recorded = self._load_known()
         sampler = make_sampler(spec)
         kind = sampler_kind(spec)
@@ -461,6 +489,12 @@ class Sweep:
         started = time.perf_counter()
         try:
             self._evaluate([Proposal({})], "baseline", None, bar)
+            if spec.hand:  # the hand-picked candidates, each with its why
+                self._evaluate([Proposal(params) for params, _ in spec.hand], "hand", None, bar)
+                base_hash = self._build({}).hash
+                whys = {self.known[b.hash][0]: why for (params, why) in spec.hand
+                        if (b := self._build(params)).hash in self.known and b.hash != base_hash}
+                self.store.set_whys(whys)
             origin = "grid" if kind == "grid" else "sampler"
             while True:
                 if self.stop_requested:
@@ -494,10 +528,29 @@ class Sweep:
             raise
         finally:
             bar.close()
-        self.result.status, self.result.decision = decide(self.store, self.experiment_id, spec)
+        proposal = propose(self.store, self.experiment_id, spec)
+        if proposal is not None:
+            self.result.proposed, self.result.decision = proposal.verdict, proposal.rationale
+        self.result.status = self.store.experiment(self.experiment_id)["status"]
         return self.result
 
     # -- the emulator stage ------------------------------------------------------------
+    def _keep_raw_evidence(self, outcomes) -> None:
+        """Each emulator run's raw evidence as content-addressed artifacts of the run, within
+        the spec's evidence budget (what would exceed it is not kept; the sweep says so)."""
+        budget = self.spec.model.stages.evidence_budget_mb * 2 ** 20
+        for o in outcomes:
+            for role, name, data in o.artifacts:
+                if self._evidence_bytes is None:
+                    self._evidence_bytes = self.store.evidence_bytes()
+                if self._evidence_bytes + len(data) > budget:
+                    self.result.evidence_skipped += 1
+                    continue
+                ref = self.store.put_artifact(data, role=role, run_id=o.run_id, name=name,
+                                              media_type="application/json" if name.endswith(".json") else None)
+                self._evidence_bytes += ref.size
+            o.artifacts = []
+
     def _emulate_phase(self) -> None:
         """Emulate the analytically best candidates; record every other one as pruned, with
         the reason, so the records say why it was not emulated."""
@@ -529,6 +582,7 @@ class Sweep:
         executor = executor or self.executor
         try:
             for outcomes in executor.run(self._chunks(items, per_chunk=1), timeout=stages.candidate_timeout_s):
+                self._keep_raw_evidence(outcomes)  # the files and their rows before the run is finished
                 self.recorder.finish_runs(outcomes)
                 for o in outcomes:
                     self._count(f"emulator {o.status}")
@@ -573,11 +627,57 @@ def time_limit(seconds: float, error):
         signal.signal(signal.SIGALRM, previous)
 
 
+def workload_parts(spec: Spec) -> dict:
+    """What the experiment's workload identity covers (`dse.identity.workload_identity`'s
+    arguments): the recipe's source, its full params, its frontend steps, torch's version."""
+    import torch
+
+    from ..frontend.steps import load_steps, steps_identity
+    from ..workload.recipes import full_params
+
+    recipe = load_recipe(spec.model.workload.recipe)
+    return dict(recipe_source_hash=recipe.source_hash, params=full_params(recipe, spec.model.workload.params),
+                steps=steps_identity(load_steps(recipe.path.parent)), torch_version=torch.__version__)
+
+
+def _value_at(data: dict, dotted: str):
+    """The value at a dotted path of {"chip": ..., "mapping": ...} (None where unset)."""
+    for part in dotted.split("."):
+        if not isinstance(data, dict) or part not in data:
+            return None
+        data = data[part]
+    return data
+
+
+def resolve_links(spec: Spec, store: Store | None) -> list[tuple[str, int, str]]:
+    """The spec's `follows` / `reopens` as (relation, experiment id, reason); an experiment
+    the store does not hold (or none at all: `store` None) is the spec's error."""
+    from ..records import RecordNotFound
+
+    out = []
+    for relation, link in spec.model.experiment.links():
+        field = f"experiment.{relation}.experiment"
+        if store is None:
+            raise InputError(spec.path, field, link.experiment, "an experiment recorded in the store this sweep "
+                             "writes to (the store does not exist yet)")
+        try:
+            other = store.experiment(link.experiment)
+        except RecordNotFound as exc:
+            raise InputError(spec.path, field, link.experiment, f"an experiment recorded in this store "
+                             f"({exc.allowed})") from None
+        if other["name"] == spec.name:
+            raise InputError(spec.path, field, link.experiment, "an earlier experiment, not this one")
+        out.append((relation, int(other["id"]), link.reason.strip()))
+    return out
+
+
 def run_sweep(spec_path: str | Path, db: str | Path = "records.db", progress: bool = True,
               workers: int = 1, cluster: str | None = None) -> SweepResult:
     """Validate the spec (nothing is written if it is bad), then sweep into the store."""
     spec = load_spec(spec_path)
     checked_url(db)  # a bad --db says so before the recipe's capture (Store checks it again)
+    if spec.model.experiment.links() and "://" not in str(db) and not Path(db).exists():
+        resolve_links(spec, None)  # a link into a store that does not exist: nothing created
     recipe, params = spec.model.workload.recipe, spec.model.workload.params
     limit = spec.model.stages.capture_timeout_s
     with time_limit(limit, lambda: InputError(
@@ -589,6 +689,7 @@ def run_sweep(spec_path: str | Path, db: str | Path = "records.db", progress: bo
         emulated = quantizations(spec) if spec.model.stages.emulator != "none" else ()
         work = FRONTEND.run(recipe, params, emulated)
     PLAN.run(work.graph)
+    work.host_time_repeats = spec.model.stages.host_time_repeats
     with Store(db) as store:
         model_version = MODEL_VERSION
         if spec.model.stages.calibration == "newest":

@@ -30,6 +30,7 @@ from ..records.reads import flatten
 from ..report.data import candidate_metrics
 from ..report.interactive import history_figure, pareto_figure
 from ..runner.acceptance import best_candidate, formulas, passing_mask
+from ..runner.decisions import decide
 from ..runner.spec import METRICS
 from . import csrf, queries
 from .queries import BadQuery, CandidateQuery
@@ -333,8 +334,10 @@ class Workbench:
         text = str(form.get("candidate", "")).strip().lstrip("cC")
         if not text.isdigit():
             raise Problem(400, "Decision not recorded", f"field 'candidate': got {text!r}; allowed: a candidate id")
-        try:  # the same rules as `dse decide`: Store.decide applies them
-            self.store.decide(exp["id"], int(text), verdict == "accept", str(form.get("why", "")), author)
+        override = str(form.get("override", "")).strip() or None
+        try:  # the same rules as `dse decide`: the one function that holds them
+            decide(self.store, int(exp["id"]), int(text), author, str(form.get("why", "")), override,
+                   "accepted" if verdict == "accept" else "rejected")
         except RecordNotFound as error:
             raise Problem(404, "Decision not recorded", str(error)) from None
         except (InputError, ValueError) as error:

@@ -85,6 +85,17 @@ def _check_params(recipe: Recipe, params: dict[str, Any]) -> None:
                              f"parameters of {attr}{signature}")
 
 
+def full_params(recipe: Recipe, params: dict[str, Any]) -> dict[str, Any]:
+    """`params` with the defaults of the recipe's load() and inputs() filled in: the
+    parameters the workload is really built with."""
+    out: dict[str, Any] = {}
+    for attr in _REQUIRED:
+        for name, p in inspect.signature(getattr(recipe.module, attr)).parameters.items():
+            if p.default is not p.empty and name not in out:
+                out[name] = p.default
+    return {**out, **params}
+
+
 def instantiate(recipe: Recipe, **params: Any) -> tuple[torch.nn.Module, tuple]:
     """The recipe's module (`load(**params)`) and example inputs (`inputs(**params)`)."""
     _check_params(recipe, params)
