@@ -115,7 +115,10 @@ def test_markdown_twin_ops_breakdown_and_distinct_outcomes(tmp_path, monkeypatch
     ops = report.figures["ops"].data
     # "Best" is the verdict's: the failed candidate was the only one faster than the baseline,
     # so none passes, the hypothesis is refuted and there is no best (was: the fastest feasible).
-    assert report.view.exp["status"] == "refuted" and report.view.best_id is None
+    # (#18: the sweep proposes, a person decides: the status stays "testing")
+    proposals = report.view.decisions[report.view.decisions["kind"] == "proposal"]
+    assert report.view.exp["status"] == "testing" and proposals.iloc[-1]["verdict"] == "refuted"
+    assert report.view.best_id is None
     assert ops.index[0] == report.view.baseline_id
     # the gemm recipe after its steps: quantize the input, the int8 product, dequantize
     assert set(ops.columns) == {"x_int8", "matmul_acc", "matmul"}

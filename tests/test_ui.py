@@ -198,7 +198,9 @@ def test_refused_decisions_write_nothing(server, store_db):
         ({**good, "author": ""}, {}, 400, "author"),
         ({**good, "verdict": "maybe"}, {}, 400, "verdict"),
         ({**good, "candidate": "99999"}, {}, 404, "99999"),
-        ({**good, "candidate": str(other)}, {}, 404, str(other)),  # a candidate of another experiment
+        # a candidate of another experiment may be named (#18), but this one fails the acceptance
+        # test: refused, as `dse decide` refuses it, unless an override reason is given
+        ({**good, "candidate": str(other)}, {}, 400, "give --override"),
         ({**good, "csrf_token": ""}, {}, 403, "token"),
         ({**good, "csrf_token": "x" * 43}, {}, 403, "token"),
         (good, {"Origin": "http://evil.example"}, 403, "evil.example"),
