@@ -22,17 +22,13 @@ from ..chips import load_chip, override_chip
 from ..errors import InputError, read_toml
 from ..mapping import Mapping, mapping_from_dict
 from ..workload import list_recipes, load_recipe
+from .metrics import METRICS
 from .space import BALL_SET_TARGET, Constraint, Knob, Space, ball_set
 
 # A knob over this mapping field sets the granularity of the recipe's quantize step.
 QUANTIZATION_TARGET = "mapping.quantization"
 BALL_KINDS = typing.get_args(BallKind)
 
-# Total metrics a spec may name in objectives and acceptance expressions.
-METRICS = (
-    "latency_cycles", "compute_cycles", "dma_cycles", "core_cycles", "dma_bytes",
-    "peak_sram_bytes", "private_sram_bytes", "private_sram_per_core_bytes",
-)
 
 
 class _Model(BaseModel):
