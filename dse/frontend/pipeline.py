@@ -23,6 +23,7 @@ from typing import Any, Callable
 
 import pandas as pd
 import torch
+from tqdm import tqdm
 
 from dse.frontend.rewrite import StepError
 from dse.frontend.steps import FLOAT_TOLERANCE, StepSpec, load_steps
@@ -203,27 +204,38 @@ def _served(result: PipelineResult, out: Path | None) -> PipelineResult:
 
 def _run(recipe: Recipe, params: dict[str, Any], steps: list[StepSpec], out: Path | None,
          check: bool) -> PipelineResult:
-    module, inputs = instantiate(recipe, **params)
-    expected = flat_outputs(run_module(recipe, module, inputs))
-    ctx = Context(recipe, module, inputs, expected, params)
-    if out is not None:
-        out.mkdir(parents=True, exist_ok=True)
-
-    started = time.perf_counter()
-    graph = capture(module, *inputs, name=recipe.name, source_path=recipe.path)
-    stages = [_stage(1, "import", {}, graph, ctx, FLOAT_TOLERANCE, False, started, check=check)]
-    graphs = [graph]
-    for index, step in enumerate(steps, start=2):
-        ctx.details = {}
+    # A real model's capture and checks take minutes: a bar on a terminal, nothing otherwise
+    # (disable=None: quiet when stderr is not a terminal); it goes once the pipeline ends.
+    bar = tqdm(total=len(steps) + 2, desc=f"{recipe.name}: run the module", unit="stage", leave=False,
+               disable=None)
+    try:
+        module, inputs = instantiate(recipe, **params)
+        expected = flat_outputs(run_module(recipe, module, inputs))
+        ctx = Context(recipe, module, inputs, expected, params)
+        if out is not None:
+            out.mkdir(parents=True, exist_ok=True)
+        bar.update()
+        bar.set_description(f"{recipe.name}: capture" + (" + check" if check else ""))
         started = time.perf_counter()
-        try:
-            graph = step.definition.run(graph, ctx, **step.options)
-        except Exception as error:  # recorded as the stage's failure; the pipeline stops here
-            stages.append(_failed(index, step, error, started))
-            break
-        stages.append(_stage(index, step.name, step.options, graph, ctx, step.tolerance, step.definition.quantized,
-                             started, step.definition.verify, check=check))
-        graphs.append(graph)
+        graph = capture(module, *inputs, name=recipe.name, source_path=recipe.path)
+        stages = [_stage(1, "import", {}, graph, ctx, FLOAT_TOLERANCE, False, started, check=check)]
+        graphs = [graph]
+        bar.update()
+        for index, step in enumerate(steps, start=2):
+            bar.set_description(f"{recipe.name}: {step.name}" + (" + check" if check else ""))
+            ctx.details = {}
+            started = time.perf_counter()
+            try:
+                graph = step.definition.run(graph, ctx, **step.options)
+            except Exception as error:  # recorded as the stage's failure; the pipeline stops here
+                stages.append(_failed(index, step, error, started))
+                break
+            stages.append(_stage(index, step.name, step.options, graph, ctx, step.tolerance,
+                                 step.definition.quantized, started, step.definition.verify, check=check))
+            graphs.append(graph)
+            bar.update()
+    finally:
+        bar.close()
     first_failure = next((s for s in stages if not s.passed), None)
     for stage in stages:
         if not stage.passed:
