@@ -33,7 +33,7 @@ print(json.dumps({"codes": codes, "modules": sorted(sys.modules)}))
 
 def imported_by(argvs: list[list[str]], repo) -> tuple[list[int], set[str]]:
     env = {**os.environ, "PYTHONPATH": str(repo)}
-    p = subprocess.run([sys.executable, "-c", PROBE, json.dumps(argvs)], capture_output=True, text=True,
+    p = subprocess.run([sys.executable, "-c", PROBE, json.dumps(argvs)], check=False, capture_output=True, text=True,
                        env=env, cwd=repo, timeout=120)
     assert p.returncode == 0, p.stderr
     out = json.loads(p.stdout.strip().splitlines()[-1])
