@@ -9,6 +9,15 @@ if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
 
 
+@pytest.fixture(autouse=True)
+def graph_cache_dir(tmp_path_factory, monkeypatch):
+    """Every test its own, empty graph cache (never ~/.cache; no test sees another's
+    graphs, made perhaps under a monkeypatch); subprocesses inherit it."""
+    folder = tmp_path_factory.mktemp("graph-cache")
+    monkeypatch.setenv("DSE_CACHE_DIR", str(folder))
+    return folder
+
+
 @pytest.fixture
 def repo() -> Path:
     return REPO

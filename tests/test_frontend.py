@@ -335,6 +335,32 @@ def test_integer_reference_is_bit_exact_and_the_check_can_fail(monkeypatch):
     assert not broken["bit_exact"] and broken["first_mismatch"] is not None
 
 
+def test_integer_products_through_float64_blas_equal_the_int64_path_bit_for_bit():
+    rng = np.random.default_rng(0)
+    a = rng.integers(-128, 128, (3, 70, 300), dtype=np.int64).astype(np.int8)
+    b = rng.integers(-128, 128, (300, 90), dtype=np.int64).astype(np.int8)
+    a[0] = -128  # the extreme products: (-128) * (-128) summed over K
+    b[:, :5] = -128
+    want = np.matmul(a.astype(np.int64), b.astype(np.int64))
+    got = quantize._np_int_matmul(a, b)
+    assert got.dtype == np.int64 and np.array_equal(got, want)
+    assert want[0, 0, 0] == 300 * 128 * 128
+    x = rng.integers(-128, 128, (2, 6, 40), dtype=np.int64).astype(np.int8)
+    w = rng.integers(-128, 128, (5, 6, 40), dtype=np.int64).astype(np.int8)
+    assert np.array_equal(quantize._np_int_tensordot(x, w, ([1, 2], [1, 2])),
+                          np.tensordot(x.astype(np.int64), w.astype(np.int64), axes=([1, 2], [1, 2])))
+
+
+def test_integer_products_beyond_float64_exactness_stay_in_int64():
+    # int32 operands whose partial sums pass 2**53: float64 would round them
+    a = np.array([[2**30 - 1, 2**30 - 3, -(2**30) + 5]], dtype=np.int32)
+    b = np.array([[2**30 - 7], [2**30 - 11], [2**30 - 13]], dtype=np.int32)
+    exact = sum(int(x) * int(y) for x, y in zip(a[0], b[:, 0]))
+    rounded = int(np.matmul(a.astype(np.float64), b.astype(np.float64))[0, 0])
+    assert rounded != exact  # the guard matters on these values
+    assert int(quantize._np_int_matmul(a, b)[0, 0]) == exact
+
+
 # --- the pipeline ---
 
 def user_recipe(folder: Path, steps: str | None = None, step_file: str | None = None) -> Path:

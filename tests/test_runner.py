@@ -270,7 +270,8 @@ def test_nsga2_batches_stay_full_when_it_proposes_repeats(tmp_path, monkeypatch)
     events = []
     real_ask, real_tell = OptunaSampler.ask, OptunaSampler.tell
     monkeypatch.setattr(OptunaSampler, "ask", lambda self, n: events.append("ask") or real_ask(self, n))
-    monkeypatch.setattr(OptunaSampler, "tell", lambda self, p, obs: events.append("tell") or real_tell(self, p, obs))
+    monkeypatch.setattr(OptunaSampler, "tell", lambda self, p, obs, repeat=False: events.append("tell")
+                        or real_tell(self, p, obs, repeat))
     banks = "[" + ", ".join(str(b) for b in range(4, 33)) + "]"
     rows = '\n[[space]]\nname = "rows"\ntarget = "chip.banks.rows"\nvalues = [128, 256, 512, 1024]\n'
     spec = write_spec(tmp_path, name="nsga", banks=banks, sampler="nsga2", trials=100, extra=rows)
@@ -285,6 +286,40 @@ def test_nsga2_batches_stay_full_when_it_proposes_repeats(tmp_path, monkeypatch)
     phases = [e for i, e in enumerate(events) if i == 0 or e != events[i - 1]]
     assert phases == ["ask", "tell", "ask", "tell"] and events.count("ask") > 2
     assert events.count("tell") > 100  # the repeats were told too
+
+
+def test_nsga2_study_is_rebuilt_from_its_parent_population_and_stays_bounded(tmp_path):
+    """Optuna scans every trial on every ask: past NSGA2_COMPACT_AT trials the study is
+    rebuilt as its parent population (what NSGA-II breeds from), the same individuals,
+    so the sampler's cost per trial stays flat."""
+    import optuna
+
+    from dse.runner.samplers import NSGA2_COMPACT_AT, NSGA2_POPULATION, Observation, OptunaSampler
+
+    banks = "[" + ", ".join(str(b) for b in range(4, 65)) + "]"
+    sampler = OptunaSampler(load_spec(write_spec(tmp_path, name="nsga", banks=banks, sampler="nsga2")), "nsga2")
+
+    def individuals(trials) -> set:
+        return {(tuple(sorted(t.params.items())), tuple(t.values)) for t in trials}
+
+    sizes, checked = [], 0
+    for _ in range(12):
+        compactions = sampler.compactions
+        before = individuals(sampler.parent_population()[1])
+        proposals = sampler.ask(NSGA2_POPULATION)
+        if sampler.compactions > compactions:  # rebuilt on this ask: its parents are the same individuals
+            generation, parents = sampler.parent_population()
+            assert generation == 0 and individuals(parents) == before and len(before) > 0
+            checked += 1
+        sizes.append(len(sampler.study.get_trials(deepcopy=False)))
+        for i, p in enumerate(proposals):
+            latency = float(p.params["banks"] * 1000 + p.params["workers"])
+            totals = {"latency_cycles": latency, "private_sram_bytes": 1e6 / latency}
+            sampler.tell(p, Observation(p.params, p.params["workers"] != 8, totals), repeat=i % 5 == 0)
+    assert checked >= 2 and max(sizes) <= NSGA2_COMPACT_AT + NSGA2_POPULATION
+    # a repeat is no member of a generation: only distinct told candidates fill one
+    failed = sampler.study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.FAIL,))
+    assert failed and all("nsga2:generation" in t.system_attrs for t in failed)
 
 
 def test_a_sampler_that_only_repeats_itself_stops_the_sweep(tmp_path):

@@ -1,7 +1,10 @@
 """The one command-line entry point, `dse`, mirroring the Python API.
 
-Each module of this package is a command group with a `register(subparsers)` function;
-modules are found automatically, so a new command is a new file.
+Each module of this package is a command group with a `register(subparsers)` function.
+`COMMANDS` names the module of every command, so a run imports only the module of the
+command it runs (a read-only command stays free of torch and the emulator); `--help`, or a
+word that is no command, imports them all. A new command is a new file and a line there
+(`tests/test_startup.py` checks the table against the modules).
 
 `main()` is the CLI's edge, the one place that turns every way a command can end into an
 exit code and at most one line on stderr:
@@ -57,14 +60,49 @@ class _Parser(argparse.ArgumentParser):
         raise UsageError(self.prog, " ".join(message.split()))
 
 
-def build_parser() -> argparse.ArgumentParser:
+# Command -> the module of this package that registers it.
+COMMANDS = {
+    "calibrate": "calibrate",
+    "chips": "chips",
+    "compare": "records",
+    "decide": "records",
+    "emulate": "emulate",
+    "emulate-matmul": "emulator",
+    "evidence": "evidence",
+    "export": "records",
+    "history": "records",
+    "map": "map",
+    "recipe": "recipe",
+    "report": "report",
+    "show": "records",
+    "sweep": "sweep",
+}
+
+
+def command_modules() -> list[str]:
+    """Every command module of this package (found on disk, not from `COMMANDS`)."""
+    return sorted(info.name for info in pkgutil.iter_modules(__path__)
+                  if not info.name.startswith("_") and info.name != "common")
+
+
+def _chosen_command(argv: list[str]) -> str | None:
+    """The command `argv` names (its first word not an option), if `COMMANDS` knows it."""
+    for word in argv:
+        if not word.startswith("-"):
+            return word if word in COMMANDS else None
+        if word in ("-h", "--help"):
+            return None
+    return None
+
+
+def build_parser(argv: list[str] | None = None) -> argparse.ArgumentParser:
+    """The parser; with `argv` naming a known command, only that command's module is imported."""
     parser = _Parser(prog="dse", description="Design-space exploration for Buckyball-family chips")
     sub = parser.add_subparsers(dest="command", required=True)
-    for info in sorted(pkgutil.iter_modules(__path__), key=lambda m: m.name):
-        if info.name.startswith("_") or info.name == "common":
-            continue
-        module = importlib.import_module(f"{__name__}.{info.name}")
-        module.register(sub)
+    chosen = _chosen_command(argv) if argv is not None else None
+    names = [COMMANDS[chosen]] if chosen else command_modules()
+    for name in names:
+        importlib.import_module(f"{__name__}.{name}").register(sub)
     return parser
 
 
@@ -146,7 +184,7 @@ def _main(argv: list[str]) -> int:
     as_json = _wants_json(argv)
     try:
         try:
-            args = build_parser().parse_args(argv)
+            args = build_parser(argv).parse_args(argv)
             code = args.func(args)
             sys.stdout.flush()
             return code

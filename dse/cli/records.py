@@ -168,7 +168,7 @@ def cmd_show(args) -> int:
 
 def _show_experiment(store, ident: int, limit: int) -> None:
     exp = store.experiment(ident)
-    cands = store.candidates(exp["id"])
+    cands = store.candidates(exp["id"], lean=True)
     decisions = store.decisions(exp["id"])
     artifacts = store.artifacts(exp["id"])
     print(f"experiment {exp['id']} '{exp['name']}'  hypothesis {exp['status']}  "

@@ -43,7 +43,7 @@ def cmd_report(args) -> int:
         except KeyError:
             names = ", ".join(store.experiments()["name"]) or "(none yet)"
             raise InputError(args.db, "EXPERIMENT", args.experiment, f"one of {names}") from None
-        from ..runner.spec import METRICS
+        from ..runner.metrics import METRICS
 
         for flag, metric in (("--x", args.x), ("--y", args.y)):
             if metric is not None and metric not in METRICS:

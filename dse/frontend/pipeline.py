@@ -17,15 +17,17 @@ from __future__ import annotations
 
 import time
 import traceback
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any, Callable
 
 import pandas as pd
 import torch
+from tqdm import tqdm
 
 from dse.frontend.rewrite import StepError
 from dse.frontend.steps import FLOAT_TOLERANCE, StepSpec, load_steps
+from dse.workload import cache as graph_cache
 from dse.workload.capture import capture, flat_outputs
 from dse.workload.graph import Graph, dtype_name
 from dse.workload.recipes import Recipe, instantiate, load_recipe, run_module
@@ -181,28 +183,63 @@ def run_pipeline(recipe: str | Path | Recipe, params: dict[str, Any] | None = No
     recipe = recipe if isinstance(recipe, Recipe) else load_recipe(recipe)
     params = dict(params or {})
     steps = load_steps(recipe.path.parent) if steps is None else list(steps)
-    module, inputs = instantiate(recipe, **params)
-    expected = flat_outputs(run_module(recipe, module, inputs))
-    ctx = Context(recipe, module, inputs, expected, params)
     out = Path(out_dir) if out_dir is not None else None
+    key = _key(recipe, params, steps, check)
+    cached = graph_cache.load(key)
+    if isinstance(cached, PipelineResult):
+        return _served(cached, out)
+    result = _run(recipe, params, steps, out, check)
+    if all(stage.error is None for stage in result.stages):  # a crashed step may be the machine's: run it again
+        graph_cache.store(key, replace(result, out_dir=None))
+    return result
+
+
+def _key(recipe: Recipe, params: dict[str, Any], steps: list[StepSpec], check: bool) -> str:
+    return graph_cache.pipeline_key(recipe.path.parent, params, [(s.name, s.options) for s in steps], check)
+
+
+def _served(result: PipelineResult, out: Path | None) -> PipelineResult:
     if out is not None:
         out.mkdir(parents=True, exist_ok=True)
+        for stage, stage_graph in zip(result.stages, result.graphs):
+            (out / stage.dump).write_text(stage_graph.dump())
+    return replace(result, out_dir=str(out) if out else None)
 
-    started = time.perf_counter()
-    graph = capture(module, *inputs, name=recipe.name, source_path=recipe.path)
-    stages = [_stage(1, "import", {}, graph, ctx, FLOAT_TOLERANCE, False, started, check=check)]
-    graphs = [graph]
-    for index, step in enumerate(steps, start=2):
-        ctx.details = {}
+
+def _run(recipe: Recipe, params: dict[str, Any], steps: list[StepSpec], out: Path | None,
+         check: bool) -> PipelineResult:
+    # A real model's capture and checks take minutes: a bar on a terminal, nothing otherwise
+    # (disable=None: quiet when stderr is not a terminal); it goes once the pipeline ends.
+    bar = tqdm(total=len(steps) + 2, desc=f"{recipe.name}: run the module", unit="stage", leave=False,
+               disable=None)
+    try:
+        module, inputs = instantiate(recipe, **params)
+        expected = flat_outputs(run_module(recipe, module, inputs))
+        ctx = Context(recipe, module, inputs, expected, params)
+        if out is not None:
+            out.mkdir(parents=True, exist_ok=True)
+        bar.update()
+        bar.set_description(f"{recipe.name}: capture" + (" + check" if check else ""))
         started = time.perf_counter()
-        try:
-            graph = step.definition.run(graph, ctx, **step.options)
-        except Exception as error:  # recorded as the stage's failure; the pipeline stops here
-            stages.append(_failed(index, step, error, started))
-            break
-        stages.append(_stage(index, step.name, step.options, graph, ctx, step.tolerance, step.definition.quantized,
-                             started, step.definition.verify, check=check))
-        graphs.append(graph)
+        graph = capture(module, *inputs, name=recipe.name, source_path=recipe.path)
+        stages = [_stage(1, "import", {}, graph, ctx, FLOAT_TOLERANCE, False, started, check=check)]
+        graphs = [graph]
+        bar.update()
+        for index, step in enumerate(steps, start=2):
+            bar.set_description(f"{recipe.name}: {step.name}" + (" + check" if check else ""))
+            ctx.details = {}
+            started = time.perf_counter()
+            try:
+                graph = step.definition.run(graph, ctx, **step.options)
+            except Exception as error:  # recorded as the stage's failure; the pipeline stops here
+                stages.append(_failed(index, step, error, started))
+                break
+            stages.append(_stage(index, step.name, step.options, graph, ctx, step.tolerance,
+                                 step.definition.quantized, started, step.definition.verify, check=check))
+            graphs.append(graph)
+            bar.update()
+    finally:
+        bar.close()
     first_failure = next((s for s in stages if not s.passed), None)
     for stage in stages:
         if not stage.passed:

@@ -388,6 +388,39 @@ def _np_wrap(values: np.ndarray) -> np.ndarray:
     return (((values.astype(np.int64) + 2**31) % 2**32) - 2**31).astype(np.int32)
 
 
+# float64 represents every integer below 2**53 exactly: an integer product whose partial
+# sums all stay below that is exact in float64 in any summation order, so it can use BLAS
+# (numpy's int64 matmul has no BLAS path and is ~50x slower on a real layer).
+FLOAT64_EXACT = 2**53
+
+
+def _magnitude_bound(x: np.ndarray) -> int:
+    """An upper bound of |x| (int8: the dtype's; wider integers: the data's)."""
+    if x.dtype == np.int8:
+        return 128
+    return int(np.abs(x.astype(np.int64)).max()) if x.size else 0
+
+
+def _exact_in_float64(a: np.ndarray, b: np.ndarray, k: int) -> bool:
+    """Whether every partial sum of a product reducing `k` terms of a x b stays below 2**53."""
+    return k * _magnitude_bound(a) * _magnitude_bound(b) < FLOAT64_EXACT
+
+
+def _np_int_matmul(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """a @ b of integer arrays, exact, as int64: float64 BLAS where exact, int64 otherwise."""
+    if _exact_in_float64(a, b, a.shape[-1]):
+        return np.matmul(a.astype(np.float64), b.astype(np.float64)).astype(np.int64)
+    return np.matmul(a.astype(np.int64), b.astype(np.int64))
+
+
+def _np_int_tensordot(a: np.ndarray, b: np.ndarray, axes: tuple[list[int], list[int]]) -> np.ndarray:
+    """np.tensordot of integer arrays, exact, as int64 (float64 BLAS where exact)."""
+    k = int(np.prod([a.shape[i] for i in axes[0]]))
+    if _exact_in_float64(a, b, k):
+        return np.tensordot(a.astype(np.float64), b.astype(np.float64), axes=axes).astype(np.int64)
+    return np.tensordot(a.astype(np.int64), b.astype(np.int64), axes=axes)
+
+
 def _np_conv(x: np.ndarray, w: np.ndarray, bias: np.ndarray | None, attrs: dict[str, Any]) -> np.ndarray:
     channels_last = attrs["layout"] in CHANNELS_LAST
     if channels_last:
@@ -397,7 +430,7 @@ def _np_conv(x: np.ndarray, w: np.ndarray, bias: np.ndarray | None, attrs: dict[
         w = w.transpose(k + 1, k, *range(k))
     nd = w.ndim - 2
     stride, padding, dilation = attrs["stride"], attrs["padding"], attrs["dilation"]
-    x = np.pad(x.astype(np.int64), [(0, 0), (0, 0)] + [(p, p) for p in padding])
+    x = np.pad(x, [(0, 0), (0, 0)] + [(p, p) for p in padding])
     kernel = w.shape[2:]
     out = [(x.shape[2 + i] - dilation[i] * (kernel[i] - 1) - 1) // stride[i] + 1 for i in range(nd)]
     columns = []
@@ -408,9 +441,9 @@ def _np_conv(x: np.ndarray, w: np.ndarray, bias: np.ndarray | None, attrs: dict[
     patches = np.stack(columns, axis=2)  # [N, C, taps, *out]
     groups = int(attrs.get("groups", 1))
     per_in, per_out = patches.shape[1] // groups, w.shape[0] // groups  # channels of one group
-    w64 = w.astype(np.int64).reshape(w.shape[0], w.shape[1], -1)
-    y = np.concatenate([np.moveaxis(np.tensordot(patches[:, g * per_in:(g + 1) * per_in],
-                                                 w64[g * per_out:(g + 1) * per_out], axes=([1, 2], [1, 2])), -1, 1)
+    w = w.reshape(w.shape[0], w.shape[1], -1)
+    y = np.concatenate([np.moveaxis(_np_int_tensordot(patches[:, g * per_in:(g + 1) * per_in],
+                                                      w[g * per_out:(g + 1) * per_out], axes=([1, 2], [1, 2])), -1, 1)
                         for g in range(groups)], axis=1)  # [N, O, *out]
     if bias is not None:
         y = y + bias.astype(np.int64).reshape([1, -1] + [1] * nd)
@@ -447,10 +480,10 @@ def _integer_op(op: Op, args: list[np.ndarray]) -> np.ndarray | None:
         return None
     bias = args[2] if len(args) > 2 else None
     if op.kind == "linear":
-        acc = np.matmul(args[0].astype(np.int64), args[1].astype(np.int64).T)
+        acc = _np_int_matmul(args[0], args[1].T)
         return _np_wrap(acc + (bias.astype(np.int64) if bias is not None else 0))
     if op.kind == "matmul":
-        acc = np.matmul(args[0].astype(np.int64), args[1].astype(np.int64))
+        acc = _np_int_matmul(args[0], args[1])
         return _np_wrap(acc + (bias.astype(np.int64) if bias is not None else 0))
     if op.kind in CONV_KINDS:
         return _np_conv(args[0], args[1], bias, op.attrs)

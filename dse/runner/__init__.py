@@ -1,6 +1,18 @@
-"""Experiment specs to evidence: candidates, stages, records."""
+"""Experiment specs to evidence: candidates, stages, records.
 
-from .spec import METRICS, Spec, load_spec
-from .sweep import Sweep, SweepResult, run_sweep
+The names below are imported on first use (PEP 562), so `dse.runner.metrics` can be read
+without importing the spec's recipes, torch and the emulator.
+"""
 
-__all__ = ["METRICS", "Spec", "load_spec", "Sweep", "SweepResult", "run_sweep"]
+import importlib
+
+_WHERE = {"METRICS": "metrics", "Spec": "spec", "load_spec": "spec",
+          "Sweep": "sweep", "SweepResult": "sweep", "run_sweep": "sweep"}
+
+__all__ = list(_WHERE)
+
+
+def __getattr__(name: str):
+    if name not in _WHERE:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    return getattr(importlib.import_module(f"{__name__}.{_WHERE[name]}"), name)

@@ -19,7 +19,6 @@ from typing import Callable, Iterable, Sequence
 
 from ..mapping import Candidate
 from ..plan.graph_plan import OpPlan, plan_graph
-from ..workload import capture_recipe
 from ..workload.graph import Graph
 from .emulation import Emulated, EmulationWorkload, emulate, judge_numerics
 from .stages import AnalyticalResult, Evidence, Outcome, Workload, analytical_batch, frontend_workload
@@ -33,7 +32,11 @@ class Stage:
 
 
 def capture(recipe: str, params: dict) -> Graph:
-    return capture_recipe(recipe, **params)
+    """The recipe's captured graph, through the frontend pipeline with no steps: from the
+    graph cache (dse.workload.cache) when this recipe source and params were captured before."""
+    from ..frontend import run_pipeline
+
+    return run_pipeline(recipe, params, steps=[], check=False).graph
 
 
 def frontend(recipe: str, params: dict, emulated: Sequence[str | None] = ()) -> Workload:

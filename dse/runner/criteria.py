@@ -21,12 +21,10 @@ import numpy as np
 
 from emulator.formula import Formula, FormulaError
 
+from .metrics import METRICS
+
 # Total metrics of each evidence kind an expression may name: the spec's prefix -> the
 # store's metric kind and its names. The analytical ones are also the objectives'.
-METRICS = (
-    "latency_cycles", "compute_cycles", "dma_cycles", "core_cycles", "dma_bytes",
-    "peak_sram_bytes", "private_sram_bytes", "private_sram_per_core_bytes",
-)
 EVIDENCE = {
     "analytical": ("analytical", METRICS),
     "emulator": ("emulator_cycles", ("latency_cycles", "peak_sram_bytes")),

@@ -20,6 +20,12 @@ from .spec import Spec
 
 INFEASIBLE_VALUE = math.inf
 NSGA2_POPULATION = 50  # Optuna's default population size
+# NSGA-II breeds each generation from its parent population alone, yet Optuna scans every
+# trial of the study on every ask: past this many trials the study is rebuilt holding
+# only that population, so the sampler's time per trial stays flat (see OptunaSampler._compact).
+NSGA2_COMPACT_AT = 4 * NSGA2_POPULATION
+# Optuna's NSGA-II keeps a trial's generation in this system attribute (optuna 4.2).
+NSGA2_GENERATION_KEY = "nsga2:generation"
 
 
 @dataclass
@@ -57,8 +63,9 @@ class Sampler:
     def ask(self, n: int) -> list[Proposal]:
         raise NotImplementedError
 
-    def tell(self, proposal: Proposal, obs: Observation) -> None:
-        """The outcome of a proposal (also for one already recorded)."""
+    def tell(self, proposal: Proposal, obs: Observation, repeat: bool = False) -> None:
+        """The outcome of a proposal; `repeat`: its candidate was evaluated before (the
+        outcome is the recorded one)."""
 
 
 class GridSampler(Sampler):
@@ -113,23 +120,58 @@ class OptunaSampler(Sampler):
     """TPE or NSGA-II over the space, with infeasible candidates as constraint violations."""
 
     def __init__(self, spec: Spec, kind: str):
-        self.spec, self.space = spec, spec.space
+        self.spec, self.space, self.kind = spec, spec.space, kind
         optuna.logging.set_verbosity(optuna.logging.WARNING)
-        seed = spec.model.search.seed
+        self.compactions = 0  # how often the NSGA-II study was rebuilt from its parent population
+        if kind == "nsga2":
+            # A generation's children are drawn from the parent generations alone (only
+            # completed trials count), so a whole generation is asked at once at no cost
+            # to the search: one store transaction per generation, not per few trials.
+            self.batch = NSGA2_POPULATION
+            self.generational = True
+        self.study = self._new_study()
+
+    def _new_study(self) -> optuna.Study:
+        seed = self.spec.model.search.seed
+        if seed is not None and self.compactions:  # a rebuilt study's sampler: its own, reproducible draws
+            seed = (seed + 7919 * self.compactions) % 2**32
         with warnings.catch_warnings():  # constraints_func and multivariate are marked experimental
             warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
-            if kind == "nsga2":
+            if self.kind == "nsga2":
                 sampler = optuna.samplers.NSGAIISampler(seed=seed, constraints_func=_constraint,
                                                         population_size=NSGA2_POPULATION)
-                # A generation's children are drawn from the parent generations alone (only
-                # completed trials count), so a whole generation is asked at once at no cost
-                # to the search: one store transaction per generation, not per few trials.
-                self.batch = NSGA2_POPULATION
-                self.generational = True
             else:
                 sampler = optuna.samplers.TPESampler(seed=seed, constraints_func=_constraint, n_startup_trials=8,
                                                      multivariate=True, group=True)
-        self.study = optuna.create_study(directions=[o.direction for o in spec.model.objectives], sampler=sampler)
+        return optuna.create_study(directions=[o.direction for o in self.spec.model.objectives], sampler=sampler)
+
+    def parent_population(self) -> tuple[int, list[optuna.trial.FrozenTrial]]:
+        """NSGA-II's generation and parent population: what its next children are bred from."""
+        # Optuna's own selection (elitism over every completed generation, with constraints);
+        # a private method of the pinned optuna (4.2), so the rebuilt study is exactly its state.
+        return self.study.sampler._collect_parent_population(self.study)
+
+    def _compact(self) -> None:
+        """Rebuild a long NSGA-II study as its parent population alone, as generation 0.
+
+        Equivalent for the search: NSGA-II's next parent population is the elite of the
+        next generation together with this one, whatever came before it; the elite of a
+        full population is that population itself. Only between generations (no trial
+        running), so every proposal has been told."""
+        if not self.generational or len(self.study.get_trials(deepcopy=False)) < NSGA2_COMPACT_AT:
+            return
+        if self.study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.RUNNING,)):
+            return
+        generation, parents = self.parent_population()
+        if generation < 0:
+            return
+        self.compactions += 1
+        study = self._new_study()
+        for trial in parents:
+            study.add_trial(optuna.trial.create_trial(
+                params=trial.params, distributions=trial.distributions, values=trial.values,
+                user_attrs=trial.user_attrs, system_attrs={**trial.system_attrs, NSGA2_GENERATION_KEY: 0}))
+        self.study = study
 
     def replay(self, recorded: Sequence[Observation]) -> None:
         knobs = {k.name: k for k in self.space.knobs}
@@ -144,15 +186,23 @@ class OptunaSampler(Sampler):
                 user_attrs={"constraint": (0.0 if obs.feasible else 1.0,)}))
 
     def ask(self, n: int) -> list[Proposal]:
+        self._compact()
         out = []
         for _ in range(n):
             trial = self.study.ask()
             out.append(Proposal(self.space.suggest(trial), trial))
         return out
 
-    def tell(self, proposal: Proposal, obs: Observation) -> None:
+    def tell(self, proposal: Proposal, obs: Observation, repeat: bool = False) -> None:
         trial = proposal.token
         if trial is None:
+            return
+        if repeat and self.generational:
+            # A repeat told as a member of its generation would fill the generation with
+            # copies of the fittest candidates: the population loses its diversity, NSGA-II
+            # proposes ever more repeats and its time per new candidate grows. Failed, the
+            # trial is no member: a generation holds distinct candidates.
+            self.study.tell(trial, state=optuna.trial.TrialState.FAIL)
             return
         trial.set_user_attr("constraint", (0.0 if obs.feasible else 1.0,))
         self.study.tell(trial, objective_values(self.spec, obs.feasible, obs.totals))

@@ -21,7 +21,8 @@ from ..chips import load_chip, override_chip
 from ..errors import InputError, read_toml
 from ..mapping import Mapping, mapping_from_dict
 from ..workload import list_recipes, load_recipe
-from .criteria import METRICS, NAMES, CriterionError, allowed_names, compile_expression
+from .criteria import NAMES, CriterionError, allowed_names, compile_expression
+from .metrics import METRICS
 from .space import BALL_SET_TARGET, Constraint, Knob, Space, ball_set
 
 # A knob over this mapping field sets the granularity of the recipe's quantize step.

@@ -276,8 +276,10 @@ class Sweep:
         already); returns how many candidates were new."""
         built = built or [self._build(p.params) for p in proposals]
         fresh: dict[str, _BuiltCandidate] = {}
+        repeats: list[bool] = []  # per proposal: its candidate was evaluated before it (or proposed earlier in the batch)
         for b in built:
-            if b.hash not in self.known and b.hash not in fresh:
+            repeats.append(b.hash in self.known or b.hash in fresh)
+            if not repeats[-1]:
                 fresh[b.hash] = b
         new = list(fresh.values())
         if new:
@@ -321,8 +323,8 @@ class Sweep:
                 raise
         if sampler is not None:
             told = time.perf_counter()
-            for p, b in zip(proposals, built):
-                sampler.tell(p, self.known[b.hash][1])
+            for p, b, repeat in zip(proposals, built, repeats):
+                sampler.tell(p, self.known[b.hash][1], repeat=repeat)
             self._sampler_seconds += time.perf_counter() - told
         self._tick(bar)
         return len(new)
@@ -351,7 +353,7 @@ class Sweep:
                 b = self._build(p.params)
                 if b.hash in self.known and not sampler.generational:
                     started = time.perf_counter()
-                    sampler.tell(p, self.known[b.hash][1])
+                    sampler.tell(p, self.known[b.hash][1], repeat=True)
                     self._sampler_seconds += time.perf_counter() - started
                     continue
                 if b.hash not in self.known:

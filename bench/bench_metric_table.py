@@ -1,0 +1,74 @@
+"""`Store.metric_table` and `dse show EXPERIMENT` on a SQLite store of 100,000 candidates.
+
+    .venv/bin/python bench/bench_metric_table.py [--candidates 100000] [--repeat 5]
+
+The store is bench_records.py's (two runs a candidate, four metrics a run). Prints medians,
+and each against `store.candidates()` of the same experiment measured in the same run
+(the one read every table needs) and against the 1 s target.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import io
+import os
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+
+from bench_records import populate  # noqa: E402
+
+from dse.cli import main as cli  # noqa: E402
+from dse.records import Store  # noqa: E402
+
+TARGET_S = 1.0
+
+
+def median_time(fn, repeat: int) -> float:
+    times = []
+    for _ in range(repeat):
+        start = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - start)
+    return statistics.median(times)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--candidates", type=int, default=100_000)
+    ap.add_argument("--repeat", type=int, default=5)
+    args = ap.parse_args()
+    with tempfile.TemporaryDirectory(prefix="dse-bench-") as folder:
+        db = os.path.join(folder, "records.db")
+        start = time.perf_counter()
+        experiment = populate(db, 2 * args.candidates)
+        print(f"store of {args.candidates:,} candidates populated in {time.perf_counter() - start:.1f} s")
+
+        def show() -> None:
+            with contextlib.redirect_stdout(io.StringIO()):
+                assert cli(["show", experiment, "--db", db]) == 0
+
+        with Store(db) as store:
+            rows = {
+                "store.candidates(big)": median_time(lambda: store.candidates(experiment), args.repeat),
+                "store.metric_table(big, analytical)":
+                    median_time(lambda: store.metric_table(experiment, "analytical"), args.repeat),
+                "store.metric_table(big, emulator_cycles)":
+                    median_time(lambda: store.metric_table(experiment, "emulator_cycles"), args.repeat),
+            }
+        rows["dse show big (in process: open, read, print)"] = median_time(show, args.repeat)
+    base = rows["store.candidates(big)"]
+    print(f"median of {args.repeat}")
+    print(f"{'read':<48} {'seconds':>8} {'x candidates()':>15} {'x 1 s target':>13}")
+    for name, seconds in rows.items():
+        print(f"{name:<48} {seconds:8.3f} {seconds / base:15.2f} {seconds / TARGET_S:13.2f}")
+
+
+if __name__ == "__main__":
+    main()

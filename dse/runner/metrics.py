@@ -1,0 +1,10 @@
+"""The total metrics a spec may name in objectives and acceptance expressions.
+
+Apart from the spec so that reading them (the report's flags) imports no recipe, torch or
+emulator.
+"""
+
+METRICS = (
+    "latency_cycles", "compute_cycles", "dma_cycles", "core_cycles", "dma_bytes",
+    "peak_sram_bytes", "private_sram_bytes", "private_sram_per_core_bytes",
+)
