@@ -16,13 +16,30 @@ Importable without ``dse``: it takes a :class:`Program`, a chip config
   program builders (tiled matmul).
 """
 
-from .chip import ChipConfig, chip_from_dict
-from .counters import CATALOGUE, Counter, Counters
-from .errors import EmulatorError, EncodeError, ExecutionError, ProgramError
-from .isa import (Barrier, CoreOp, DramTensor, Fence, Fp2Int, Im2col, Instr, Int2Fp, Matmul, Mset, Mvin, Mvout,
-                  Mxfp2Int, Relu, Transpose, VecMatmul, decode, encode)
-from .program import Program, Region
-from .run import MODES, Result, Trace, run
+import importlib
+
+# Names load on first use (PEP 562), so `import emulator.formula` (the acceptance criteria's
+# expressions) does not bring in the whole emulator: read-only commands stay light.
+_SOURCES = {
+    "chip": ("ChipConfig", "chip_from_dict"),
+    "counters": ("CATALOGUE", "Counter", "Counters"),
+    "errors": ("EmulatorError", "EncodeError", "ExecutionError", "ProgramError"),
+    "isa": ("Barrier", "CoreOp", "DramTensor", "Fence", "Fp2Int", "Im2col", "Instr", "Int2Fp", "Matmul", "Mset",
+            "Mvin", "Mvout", "Mxfp2Int", "Relu", "Transpose", "VecMatmul", "decode", "encode"),
+    "program": ("Program", "Region"),
+    "run": ("MODES", "Result", "Trace", "run"),
+}
+_MODULE_OF = {name: module for module, names in _SOURCES.items() for name in names}
+
+
+def __getattr__(name: str):
+    module = _MODULE_OF.get(name)
+    if module is None:
+        raise AttributeError(f"module 'emulator' has no attribute {name!r}")
+    value = getattr(importlib.import_module(f".{module}", __name__), name)
+    globals()[name] = value
+    return value
+
 
 VERSION = "emulator-0.1"
 

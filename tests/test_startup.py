@@ -40,8 +40,13 @@ def imported_by(argvs: list[list[str]], repo) -> tuple[list[int], set[str]]:
     return out["codes"], set(out["modules"])
 
 
+# The emulator's formula language (numpy only) reads acceptance expressions; its package
+# loads its names lazily, so importing it brings in no machine, chip or timing model.
+LIGHT = {"emulator", "emulator.formula"}
+
+
 def heavy(modules: set[str]) -> set[str]:
-    return {m for m in modules if any(m == h or m.startswith(h + ".") for h in HEAVY)}
+    return {m for m in modules - LIGHT if any(m == h or m.startswith(h + ".") for h in HEAVY)}
 
 
 def test_the_command_table_names_every_command_of_every_module():

@@ -66,16 +66,19 @@ COMMANDS = {
     "chips": "chips",
     "compare": "records",
     "decide": "records",
+    "delete": "records",
     "emulate": "emulate",
     "emulate-matmul": "emulator",
     "evidence": "evidence",
     "export": "records",
     "history": "records",
     "map": "map",
+    "note": "records",
     "recipe": "recipe",
     "report": "report",
     "show": "records",
     "sweep": "sweep",
+    "ui": "ui",
 }
 
 

@@ -14,7 +14,7 @@ from sqlalchemy import String, cast, func, select
 
 from ..records import Store
 from ..records.schema import Candidate, Experiment, Metric, Run
-from ..runner.spec import METRICS
+from ..runner.metrics import METRICS
 from ..runner.acceptance import best_candidate, passing_mask
 
 MAX_CHOSEN = 5  # candidates in the per-op breakdown: baseline, best, then the front
