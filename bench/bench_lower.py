@@ -39,8 +39,8 @@ def main() -> None:
     chip = load_chip(args.chip)
     print(f"chip {chip.name}, split {args.split}, elementwise {args.elementwise}; "
           f"private SRAM {chip.private_sram_bytes:,} B per core")
-    print(f"| recipe | params | workers | framework cycles | search cycles | fw/search | peak SRAM B (search) "
-          f"| scale ops on Balls | verdict | int bit-exact | max abs err | max rel err (tol) |")
+    print("| recipe | params | workers | framework cycles | search cycles | fw/search | peak SRAM B (search) "
+          "| scale ops on Balls | verdict | int bit-exact | max abs err | max rel err (tol) |")
     print("|---|---|---|---|---|---|---|---|---|---|---|---|")
     for recipe in args.recipes.split(","):
         params = SMALL[recipe]
@@ -81,7 +81,7 @@ def spans_vs_tiles(lengths=(64, 256), workers=4, chip_name="goban") -> None:
     """temporal_conv: per-op tile split (a barrier per op) against fused temporal spans."""
     from dse.numerics.run import emulate_spans
     chip = load_chip(chip_name)
-    print(f"\n| temporal_conv length | workers | tiles cycles | spans cycles | tiles/spans | spans bit-exact |")
+    print("\n| temporal_conv length | workers | tiles cycles | spans cycles | tiles/spans | spans bit-exact |")
     print("|---|---|---|---|---|---|")
     for length in lengths:
         params = dict(length=length, mels=16, channels=32, out_channels=16)

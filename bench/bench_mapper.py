@@ -85,8 +85,8 @@ def bench_throughput(chip, shapes_all, n: int, repeats: int, profile: bool) -> N
     print(f"\n(a) throughput: {n:,} candidates of {chip.name} (banks 8..64, rows 256..4096, workers, split varied) "
           f"x resnet18's {len(shapes)} distinct GEMM shapes ({len(shapes_all)} matmul-family ops, "
           f"{tiles} tiles over the distinct shapes); median of {repeats}")
-    print(f"| path | seconds | op x cand evals/s (distinct shapes) | op x cand evals/s (per op, repeats cached) "
-          f"| op x cand x tile evals/s (answered) | vs target 1M |")
+    print("| path | seconds | op x cand evals/s (distinct shapes) | op x cand evals/s (per op, repeats cached) "
+          "| op x cand x tile evals/s (answered) | vs target 1M |")
     print("|---|---|---|---|---|---|")
     search = candidate_arrays(chip, n, "search")
     distinct = candidate_arrays(chip, n, "search")

@@ -1,7 +1,6 @@
 """Sweeps across processes: a local pool gives the same evidence as one process, a worker
 killed mid-candidate costs one retry, a driver killed mid-sweep resumes without duplicates."""
 
-import json
 import multiprocessing
 import os
 import signal

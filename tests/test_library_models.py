@@ -13,12 +13,9 @@ import json
 
 import pytest
 
-from dse.analytical import estimate, summarize
-from dse.chips import load_chip
-from dse.mapping import Candidate, Mapping
-from dse.numerics import emulate_graph
-from dse.numerics.run import prepare_recipe
 from dse.workload.libraries import prepare_torchvision
+from test_real_models import check_and_emulate as check_transformers_way
+from test_real_models import make_recipe as make_transformers_recipe
 
 prepare_torchvision()
 pytest.importorskip("torchvision")
@@ -90,23 +87,11 @@ def make_recipe(folder, name: str):
 
 
 def check_and_emulate(recipe):
-    prep = prepare_recipe(recipe)  # `recipe check`'s pipeline: prep.pipe
-    pipe = prep.pipe
-    assert pipe.passed, [(s.name, s.error) for s in pipe.stages if not s.passed]
-    assert any(s.quantized for s in pipe.stages)
-    assert max(float(e.abs().max()) for e in prep.expected) > 0  # not an all-zero model
-    chip = load_chip("goban")
-    cycles = {}
-    for workers in (1, 4):
-        cand = Candidate(chip, Mapping(workers=workers))
-        rep = emulate_graph(prep.graph, cand, prep.inputs, prep.expected, prep.tolerance, prep.reference_kind)
-        assert rep.feasible, rep.reason
-        assert rep.verdict.passed and rep.verdict.integer_bit_exact and rep.verdict.integer_tensors > 0, rep.verdict
-        model = summarize(estimate(prep.graph, [cand]), [cand]).iloc[0]
-        assert model["feasible"]
-        assert abs(model["latency_cycles"] / rep.cycles - 1) < 0.02, (workers, model["latency_cycles"], rep.cycles)
-        cycles[workers] = rep.cycles
-    assert cycles[4] < cycles[1]  # the work splits
+    """The transformers models' checks, and: the work splits (4 workers beat 1), and the
+    model's output is not all zero (that would make bit-exactness trivial)."""
+    prep, cycles = check_transformers_way(recipe)
+    assert max(float(e.abs().max()) for e in prep.expected) > 0
+    assert cycles[4] < cycles[1]
     return prep
 
 
@@ -151,7 +136,6 @@ def test_a_sweep_with_the_emulator_stage_runs_on_three_library_models(tmp_path):
     from dse.records import Store
     from dse.runner import run_sweep
 
-    from test_real_models import make_recipe as make_transformers_recipe
 
     recipes = {"shufflenet_v2": make_recipe(tmp_path, "shufflenet_v2"),
                "timm_mixer": make_recipe(tmp_path, "timm_mixer"),

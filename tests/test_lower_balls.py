@@ -4,7 +4,6 @@ cost choice between the two, and private SRAM from allocation lifetimes."""
 
 from __future__ import annotations
 
-import dataclasses
 
 import numpy as np
 import pytest

@@ -88,14 +88,16 @@ def make_recipe(folder, name: str):
     return path
 
 
-@pytest.mark.parametrize("name", sorted(MODELS))
-def test_a_transformers_model_checks_and_emulates_bit_exact(tmp_path, name):
-    recipe = make_recipe(tmp_path, name)
+def check_and_emulate(recipe):
+    """`recipe check` passes with a quantized stage; emulation on goban with 1 and 4 workers
+    is feasible and bit-exact on the integer path; the model within 2% of the emulator.
+    The prepared recipe and the emulated cycles per worker count."""
     prep = prepare_recipe(recipe)  # `recipe check`'s pipeline: prep.pipe
     pipe = prep.pipe
     assert pipe.passed, [(s.name, s.error) for s in pipe.stages if not s.passed]
     assert any(s.quantized for s in pipe.stages)
     chip = load_chip("goban")
+    cycles = {}
     for workers in (1, 4):
         cand = Candidate(chip, Mapping(workers=workers))
         rep = emulate_graph(prep.graph, cand, prep.inputs, prep.expected, prep.tolerance, prep.reference_kind)
@@ -104,6 +106,13 @@ def test_a_transformers_model_checks_and_emulates_bit_exact(tmp_path, name):
         model = summarize(estimate(prep.graph, [cand]), [cand]).iloc[0]
         assert model["feasible"]
         assert abs(model["latency_cycles"] / rep.cycles - 1) < 0.02, (workers, model["latency_cycles"], rep.cycles)
+        cycles[workers] = rep.cycles
+    return prep, cycles
+
+
+@pytest.mark.parametrize("name", sorted(MODELS))
+def test_a_transformers_model_checks_and_emulates_bit_exact(tmp_path, name):
+    check_and_emulate(make_recipe(tmp_path, name))
 
 
 MOBILE = '''"""A MobileNet v2 / v3 stage: inverted residuals (1x1 expand, 3x3 depthwise, 1x1 project),

@@ -41,7 +41,7 @@ def _print_table(cal: dict, out=None) -> None:
     print(f"calibration {cal['id']} of chip {cal['chip']} ({cal['source']}, {cal['model_version']}, "
           f"{cal['created_at']:%Y-%m-%d %H:%M} UTC)", file=out)
     print("constants: " + ", ".join(f"{k} {v:.4g}" for k, v in cal["constants"].items()), file=out)
-    print(f"| point | measured cycles | model before | error before | model after | error after |", file=out)
+    print("| point | measured cycles | model before | error before | model after | error after |", file=out)
     print("|---|---:|---:|---:|---:|---:|", file=out)
     for p in cal["points"]:
         m = p["measured"]

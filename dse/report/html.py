@@ -47,8 +47,9 @@ def accepted_ids(decisions: pd.DataFrame) -> set[int]:
     return {int(c) for c in on.loc[on["verdict"] == "accepted", "candidate_id"]}
 
 
-def _fmt(v) -> str:
-    if v is None or (isinstance(v, float) and pd.isna(v)):
+def fmt_value(v) -> str:
+    """A table cell: "—" for a missing value, whole numbers with separators, else 4 digits."""
+    if v is None or v is pd.NA or (isinstance(v, float) and pd.isna(v)):
         return "—"
     if isinstance(v, bool):
         return str(v)
@@ -83,7 +84,7 @@ def _md_code(text) -> str:
 def _env(autoescape: bool) -> jinja2.Environment:
     env = jinja2.Environment(loader=jinja2.PackageLoader("dse.report", "templates"), autoescape=autoescape,
                              undefined=jinja2.StrictUndefined, trim_blocks=True, lstrip_blocks=True)
-    env.filters["fmt"] = _fmt
+    env.filters["fmt"] = fmt_value
     env.filters["md"] = _md
     env.filters["mdcode"] = _md_code
     env.filters["when"] = _when

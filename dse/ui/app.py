@@ -28,10 +28,11 @@ from ..errors import InputError
 from ..records import RecordNotFound, Store
 from ..records.reads import flatten
 from ..report.data import candidate_metrics
+from ..report.html import fmt_value
 from ..report.interactive import history_figure, pareto_figure
 from ..runner.acceptance import best_candidate, formulas, passing_mask
 from ..runner.decisions import decide
-from ..runner.spec import METRICS
+from ..runner.metrics import METRICS
 from . import csrf, queries
 from .queries import BadQuery, CandidateQuery
 
@@ -49,18 +50,6 @@ class Problem(Exception):
     detail: str
 
 
-def _fmt(v) -> str:
-    if v is None or (isinstance(v, float) and math.isnan(v)) or v is pd.NA:
-        return "—"
-    if isinstance(v, bool):
-        return str(v)
-    if isinstance(v, float) and v.is_integer() and abs(v) < 1e15:
-        return f"{int(v):,}"
-    if isinstance(v, (int, float)):
-        return f"{v:,.4g}"
-    return str(v)
-
-
 def _when(moment) -> str:
     if moment is None or (not isinstance(moment, str) and pd.isna(moment)):
         return "—"
@@ -70,7 +59,7 @@ def _when(moment) -> str:
 def _environment() -> jinja2.Environment:
     env = jinja2.Environment(loader=jinja2.FileSystemLoader(TEMPLATES), autoescape=True,
                              undefined=jinja2.StrictUndefined, trim_blocks=True, lstrip_blocks=True)
-    env.filters["fmt"] = _fmt
+    env.filters["fmt"] = fmt_value
     env.filters["when"] = _when
     env.filters["json"] = lambda v: json.dumps(v, default=str)
     env.filters["changes"] = queries.changes_text
