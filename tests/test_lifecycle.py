@@ -575,3 +575,44 @@ def test_a_bad_workload_knob_is_one_line_and_nothing_written(tmp_path, cli, old,
     code, _, err = cli("sweep", spec, "--db", tmp_path / "r.db", "--no-progress")
     assert code == 2 and fragment in err and err.count("\n") == 1 and "space[0]" in err
     assert not (tmp_path / "r.db").exists()
+
+
+@pytest.mark.parametrize("traces", [True, False])
+def test_emulator_runs_keep_their_timing_trace_when_asked(tmp_path, cli, traces):
+    spec = tmp_path / "traced.toml"
+    spec.write_text(HAND.replace('name = "hand"', 'name = "traced"')
+                    + f'\n[stages]\nemulator = "top_k"\ntop_k = 1\nhost_time_repeats = 1\ntraces = {str(traces).lower()}\n')
+    db = tmp_path / "r.db"
+    run_sweep(spec, db, progress=False)
+    with Store(db) as store:
+        runs = store.runs("traced")
+        run = runs[(runs["stage"] == "emulator") & (runs["status"] == "ok")]["id"].tolist()
+        assert len(run) == 1
+        arts = store.artifacts("traced")
+        mine = arts[arts["run_id"] == run[0]]
+        traced = mine[mine["role"] == "trace"]
+        if not traces:
+            assert traced.empty and sorted(mine["role"]) == ["log", "measurements", "outputs"]
+            return
+        assert sorted(traced["name"]) == ["trace/itrace.ndjson", "trace/mtrace.ndjson", "trace/pmctrace.ndjson"]
+        counters = json.loads(open(mine[mine["role"] == "measurements"].iloc[0]["path"]).read())
+        itrace_row = traced[traced["name"] == "trace/itrace.ndjson"].iloc[0]
+        itrace = [json.loads(line) for line in open(itrace_row["path"]).read().splitlines()]
+        pmc = [json.loads(line) for line in open(traced[traced["name"] == "trace/pmctrace.ndjson"].iloc[0]["path"])]
+    # Every instruction of every core (accelerator instructions and core ops, as the
+    # run's counters count them) issued and completed once, in the trace.
+    per_core: dict[int, int] = {}
+    for r in counters:
+        if r["name"] in ("instructions", "core_ops") and r.get("core") is not None:
+            per_core[int(r["core"])] = per_core.get(int(r["core"]), 0) + int(r["value"])
+    assert per_core and sum(per_core.values()) > 0
+    for core, count in per_core.items():
+        for event in ("issue", "complete"):
+            pcs = [e["pc"] for e in itrace if e["core"] == core and e["event"] == event]
+            assert sorted(pcs) == list(range(count)), (core, event)
+    assert any(e["event"] == "ball" and e["elapsed"] > 0 for e in pmc)  # the gemm's matrix Ball ops
+    code, out, _ = cli("show", f"r{run[0]}", "--db", db)
+    assert code == 0 and "trace/itrace.ndjson" in out
+    code, _, _ = cli("evidence", "get", int(itrace_row["id"]), "--out", tmp_path, "--db", db)
+    assert code == 0 and (tmp_path / "itrace.ndjson").read_bytes() == open(itrace_row["path"], "rb").read()
+
