@@ -4,6 +4,7 @@ and history), on real SQLite and PostgreSQL stores."""
 from __future__ import annotations
 
 import json
+import os
 
 import pytest
 from alembic import command
@@ -615,4 +616,34 @@ def test_emulator_runs_keep_their_timing_trace_when_asked(tmp_path, cli, traces)
     assert code == 0 and "trace/itrace.ndjson" in out
     code, _, _ = cli("evidence", "get", int(itrace_row["id"]), "--out", tmp_path, "--db", db)
     assert code == 0 and (tmp_path / "itrace.ndjson").read_bytes() == open(itrace_row["path"], "rb").read()
+
+
+def test_the_store_url_names_its_evidence_folder(pg_url, tmp_path, cli, monkeypatch):
+    monkeypatch.delenv("DSE_EVIDENCE_DIR", raising=False)
+    monkeypatch.setenv("XDG_DATA_HOME", str(tmp_path / "xdg"))
+    folder = tmp_path / "named" / "evidence"  # a new folder inside a writable one
+    url = f"{pg_url}?evidence_dir={folder}"
+    with Store(url) as store:
+        assert store.evidence_dir == folder.resolve() and "evidence_dir" not in store.url
+        e = store.create_experiment("named", "h", [], "gemm", "w" * 64, "spec", "named")
+        ref = store.put_artifact(b"kept where the URL says", role="log", experiment_id=e, name="log.txt")
+    assert (folder / ref.sha256[:2] / ref.sha256).read_bytes() == b"kept where the URL says"
+    assert not (tmp_path / "xdg").exists()  # nothing in the default folder
+    code, out, _ = cli("evidence", "get", ref.id, "--out", tmp_path, "--db", url)
+    assert code == 0 and (tmp_path / "log.txt").read_bytes() == b"kept where the URL says"
+
+    # Not a writable folder: one line, exit 2, nothing written (no experiment, no folder).
+    spec = tmp_path / "hand.toml"
+    spec.write_text(HAND)
+    afile = tmp_path / "a-file"
+    afile.write_text("x")
+    locked = tmp_path / "locked"
+    locked.mkdir(mode=0o500)
+    bad = [afile, afile / "below", ""] + ([] if os.geteuid() == 0 else [locked / "evidence"])
+    for value in bad:
+        code, _, err = cli("sweep", spec, "--db", f"{pg_url}?evidence_dir={value}", "--no-progress")
+        assert code == 2 and err.count("\n") == 1 and "?evidence_dir" in err and "a folder dse can write" in err, err
+    with Store(pg_url, evidence_dir=tmp_path / "unused") as store:
+        assert store.experiments()["name"].tolist() == ["named"]
+    assert not (locked / "evidence").exists() and not (tmp_path / "xdg").exists()
 
