@@ -647,3 +647,70 @@ def test_the_store_url_names_its_evidence_folder(pg_url, tmp_path, cli, monkeypa
         assert store.experiments()["name"].tolist() == ["named"]
     assert not (locked / "evidence").exists() and not (tmp_path / "xdg").exists()
 
+
+PHASES = """
+[experiment]
+name = "phases"
+hypothesis = "Four workers beat one in both phases"
+
+[[acceptance]]
+expr = "latency_cycles < baseline_latency_cycles"
+
+[workload]
+recipe = "llama_prefill"
+params = { dim = 128, heads = 4, kv_heads = 2, ffn = 256, vocab = 256, layers = 1 }
+
+[baseline]
+chip = "goban"
+mapping = { workers = 1 }
+
+[[space]]
+name = "phase"
+target = "workload.recipe"
+values = ["llama_prefill", "llama_decode"]
+
+[[space]]
+name = "workers"
+target = "mapping.workers"
+values = [1, 4]
+
+[[objectives]]
+metric = "latency_cycles"
+"""
+
+
+def test_the_phase_is_a_knob_and_worker_counts_compare_within_a_phase(tmp_path, cli):
+    spec = tmp_path / "phases.toml"
+    spec.write_text(PHASES)
+    db = tmp_path / "r.db"
+    result = run_sweep(spec, db, progress=False)  # analytical only: no emulator stage
+    assert result.evaluated == 4
+    with Store(db) as store:
+        cands = store.candidates("phases").sort_values("id")
+        runs = store.runs("phases")
+        table = store.metric_table("phases", "analytical").set_index("candidate_id")
+    assert set(runs["stage"]) == {"analytical"}
+    points = [json.loads(m).get("workload") for m in cands["mapping"]]
+    workers = [json.loads(m)["workers"] for m in cands["mapping"]]
+    assert list(zip([p and p["recipe"] for p in points], workers)) == [
+        (None, 1), (None, 4), ("llama_decode", 1), ("llama_decode", 4)]
+    assert cands["hash"].nunique() == 4  # the point is part of each candidate's identity
+    ids = cands["id"].tolist()
+    prefill, decode = table.loc[ids[0], "latency_cycles"], table.loc[ids[2], "latency_cycles"]
+    assert prefill > 0 and decode > 0 and prefill != decode  # each phase costed on its own graph
+    # Distinct workload identities, in compare's words; within a phase, identical work.
+    code, out, _ = cli("compare", ids[0], ids[1], "--db", db)
+    assert code == 0 and "submitted work: identical (llama_prefill " in out and " at " not in out.split("\n")[1]
+    code, out, _ = cli("compare", ids[2], ids[3], "--db", db)
+    assert code == 0 and "submitted work: identical (llama_prefill" in out and "at recipe=llama_decode)" in out
+    code, out, _ = cli("compare", ids[1], ids[3], "--db", db)
+    assert code == 0 and "submitted work: DIFFERENT" in out
+    code, out, _ = cli("compare", *ids, "--db", db)
+    assert code == 0 and "DIFFERENT (2 workload identities)" in out
+    # Judged within a phase only: decode at 4 workers against decode at 1 (the baseline's
+    # design at that point), never against prefill.
+    from dse.runner.acceptance import references
+
+    with Store(db) as store:
+        refs = references(store, store.experiment("phases"))
+    assert refs == {ids[0]: ids[0], ids[1]: ids[0], ids[2]: ids[2], ids[3]: ids[2]}
