@@ -4,6 +4,7 @@ and history), on real SQLite and PostgreSQL stores."""
 from __future__ import annotations
 
 import json
+import os
 
 import pytest
 from alembic import command
@@ -575,3 +576,141 @@ def test_a_bad_workload_knob_is_one_line_and_nothing_written(tmp_path, cli, old,
     code, _, err = cli("sweep", spec, "--db", tmp_path / "r.db", "--no-progress")
     assert code == 2 and fragment in err and err.count("\n") == 1 and "space[0]" in err
     assert not (tmp_path / "r.db").exists()
+
+
+@pytest.mark.parametrize("traces", [True, False])
+def test_emulator_runs_keep_their_timing_trace_when_asked(tmp_path, cli, traces):
+    spec = tmp_path / "traced.toml"
+    spec.write_text(HAND.replace('name = "hand"', 'name = "traced"')
+                    + f'\n[stages]\nemulator = "top_k"\ntop_k = 1\nhost_time_repeats = 1\ntraces = {str(traces).lower()}\n')
+    db = tmp_path / "r.db"
+    run_sweep(spec, db, progress=False)
+    with Store(db) as store:
+        runs = store.runs("traced")
+        run = runs[(runs["stage"] == "emulator") & (runs["status"] == "ok")]["id"].tolist()
+        assert len(run) == 1
+        arts = store.artifacts("traced")
+        mine = arts[arts["run_id"] == run[0]]
+        traced = mine[mine["role"] == "trace"]
+        if not traces:
+            assert traced.empty and sorted(mine["role"]) == ["log", "measurements", "outputs"]
+            return
+        assert sorted(traced["name"]) == ["trace/itrace.ndjson", "trace/mtrace.ndjson", "trace/pmctrace.ndjson"]
+        counters = json.loads(open(mine[mine["role"] == "measurements"].iloc[0]["path"]).read())
+        itrace_row = traced[traced["name"] == "trace/itrace.ndjson"].iloc[0]
+        itrace = [json.loads(line) for line in open(itrace_row["path"]).read().splitlines()]
+        pmc = [json.loads(line) for line in open(traced[traced["name"] == "trace/pmctrace.ndjson"].iloc[0]["path"])]
+    # Every instruction of every core (accelerator instructions and core ops, as the
+    # run's counters count them) issued and completed once, in the trace.
+    per_core: dict[int, int] = {}
+    for r in counters:
+        if r["name"] in ("instructions", "core_ops") and r.get("core") is not None:
+            per_core[int(r["core"])] = per_core.get(int(r["core"]), 0) + int(r["value"])
+    assert per_core and sum(per_core.values()) > 0
+    for core, count in per_core.items():
+        for event in ("issue", "complete"):
+            pcs = [e["pc"] for e in itrace if e["core"] == core and e["event"] == event]
+            assert sorted(pcs) == list(range(count)), (core, event)
+    assert any(e["event"] == "ball" and e["elapsed"] > 0 for e in pmc)  # the gemm's matrix Ball ops
+    code, out, _ = cli("show", f"r{run[0]}", "--db", db)
+    assert code == 0 and "trace/itrace.ndjson" in out
+    code, _, _ = cli("evidence", "get", int(itrace_row["id"]), "--out", tmp_path, "--db", db)
+    assert code == 0 and (tmp_path / "itrace.ndjson").read_bytes() == open(itrace_row["path"], "rb").read()
+
+
+def test_the_store_url_names_its_evidence_folder(pg_url, tmp_path, cli, monkeypatch):
+    monkeypatch.delenv("DSE_EVIDENCE_DIR", raising=False)
+    monkeypatch.setenv("XDG_DATA_HOME", str(tmp_path / "xdg"))
+    folder = tmp_path / "named" / "evidence"  # a new folder inside a writable one
+    url = f"{pg_url}?evidence_dir={folder}"
+    with Store(url) as store:
+        assert store.evidence_dir == folder.resolve() and "evidence_dir" not in store.url
+        e = store.create_experiment("named", "h", [], "gemm", "w" * 64, "spec", "named")
+        ref = store.put_artifact(b"kept where the URL says", role="log", experiment_id=e, name="log.txt")
+    assert (folder / ref.sha256[:2] / ref.sha256).read_bytes() == b"kept where the URL says"
+    assert not (tmp_path / "xdg").exists()  # nothing in the default folder
+    code, out, _ = cli("evidence", "get", ref.id, "--out", tmp_path, "--db", url)
+    assert code == 0 and (tmp_path / "log.txt").read_bytes() == b"kept where the URL says"
+
+    # Not a writable folder: one line, exit 2, nothing written (no experiment, no folder).
+    spec = tmp_path / "hand.toml"
+    spec.write_text(HAND)
+    afile = tmp_path / "a-file"
+    afile.write_text("x")
+    locked = tmp_path / "locked"
+    locked.mkdir(mode=0o500)
+    bad = [afile, afile / "below", ""] + ([] if os.geteuid() == 0 else [locked / "evidence"])
+    for value in bad:
+        code, _, err = cli("sweep", spec, "--db", f"{pg_url}?evidence_dir={value}", "--no-progress")
+        assert code == 2 and err.count("\n") == 1 and "?evidence_dir" in err and "a folder dse can write" in err, err
+    with Store(pg_url, evidence_dir=tmp_path / "unused") as store:
+        assert store.experiments()["name"].tolist() == ["named"]
+    assert not (locked / "evidence").exists() and not (tmp_path / "xdg").exists()
+
+
+PHASES = """
+[experiment]
+name = "phases"
+hypothesis = "Four workers beat one in both phases"
+
+[[acceptance]]
+expr = "latency_cycles < baseline_latency_cycles"
+
+[workload]
+recipe = "llama_prefill"
+params = { dim = 128, heads = 4, kv_heads = 2, ffn = 256, vocab = 256, layers = 1 }
+
+[baseline]
+chip = "goban"
+mapping = { workers = 1 }
+
+[[space]]
+name = "phase"
+target = "workload.recipe"
+values = ["llama_prefill", "llama_decode"]
+
+[[space]]
+name = "workers"
+target = "mapping.workers"
+values = [1, 4]
+
+[[objectives]]
+metric = "latency_cycles"
+"""
+
+
+def test_the_phase_is_a_knob_and_worker_counts_compare_within_a_phase(tmp_path, cli):
+    spec = tmp_path / "phases.toml"
+    spec.write_text(PHASES)
+    db = tmp_path / "r.db"
+    result = run_sweep(spec, db, progress=False)  # analytical only: no emulator stage
+    assert result.evaluated == 4
+    with Store(db) as store:
+        cands = store.candidates("phases").sort_values("id")
+        runs = store.runs("phases")
+        table = store.metric_table("phases", "analytical").set_index("candidate_id")
+    assert set(runs["stage"]) == {"analytical"}
+    points = [json.loads(m).get("workload") for m in cands["mapping"]]
+    workers = [json.loads(m)["workers"] for m in cands["mapping"]]
+    assert list(zip([p and p["recipe"] for p in points], workers)) == [
+        (None, 1), (None, 4), ("llama_decode", 1), ("llama_decode", 4)]
+    assert cands["hash"].nunique() == 4  # the point is part of each candidate's identity
+    ids = cands["id"].tolist()
+    prefill, decode = table.loc[ids[0], "latency_cycles"], table.loc[ids[2], "latency_cycles"]
+    assert prefill > 0 and decode > 0 and prefill != decode  # each phase costed on its own graph
+    # Distinct workload identities, in compare's words; within a phase, identical work.
+    code, out, _ = cli("compare", ids[0], ids[1], "--db", db)
+    assert code == 0 and "submitted work: identical (llama_prefill " in out and " at " not in out.split("\n")[1]
+    code, out, _ = cli("compare", ids[2], ids[3], "--db", db)
+    assert code == 0 and "submitted work: identical (llama_prefill" in out and "at recipe=llama_decode)" in out
+    code, out, _ = cli("compare", ids[1], ids[3], "--db", db)
+    assert code == 0 and "submitted work: DIFFERENT" in out
+    code, out, _ = cli("compare", *ids, "--db", db)
+    assert code == 0 and "DIFFERENT (2 workload identities)" in out
+    # Judged within a phase only: decode at 4 workers against decode at 1 (the baseline's
+    # design at that point), never against prefill.
+    from dse.runner.acceptance import references
+
+    with Store(db) as store:
+        refs = references(store, store.experiment("phases"))
+    assert refs == {ids[0]: ids[0], ids[1]: ids[0], ids[2]: ids[2], ids[3]: ids[2]}

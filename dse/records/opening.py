@@ -51,6 +51,44 @@ def bad(where: Any, allowed: str, value: Any = None) -> BadStore:
     return BadStore(where, FIELD, where if value is None else value, allowed)
 
 
+EVIDENCE_PARAM = "evidence_dir"  # the URL's query parameter naming the store's evidence folder
+
+
+def split_evidence_dir(url: str) -> tuple[str, Path | None]:
+    """The URL without its `?evidence_dir=` parameter (SQLAlchemy and the driver never see
+    it), and the folder it names (None: not named); BadStore if that is not a folder dse
+    can write (checked without creating anything)."""
+    if "://" not in url:
+        return url, None
+    parsed = make_url(url)
+    if EVIDENCE_PARAM not in parsed.query:
+        # SQLAlchemy drops a parameter with no value: an empty folder name is still a mistake.
+        from urllib.parse import parse_qsl
+
+        if "?" in url and any(k == EVIDENCE_PARAM for k, _ in parse_qsl(url.split("?", 1)[1], keep_blank_values=True)):
+            raise BadStore(shown(url.split("?", 1)[0]), f"{FIELD} ?{EVIDENCE_PARAM}", "",
+                           "a folder dse can write (an existing writable folder, or a new one inside one)")
+        return url, None
+    value = parsed.query[EVIDENCE_PARAM]
+    rest = parsed.difference_update_query([EVIDENCE_PARAM]).render_as_string(hide_password=False)
+    where = shown(rest)
+    field = f"{FIELD} ?{EVIDENCE_PARAM}"
+    if isinstance(value, tuple):
+        raise BadStore(where, field, list(value), "one folder")
+    allowed = "a folder dse can write (an existing writable folder, or a new one inside one)"
+    if not value.strip() or "\x00" in value:
+        raise BadStore(where, field, value, allowed)
+    folder = Path(value).expanduser().resolve()
+    probe = folder
+    while not probe.exists():  # the nearest existing folder must take the new ones
+        probe = probe.parent
+    if not probe.is_dir():
+        raise BadStore(where, field, value, f"{allowed}; {probe} is not a folder")
+    if not os.access(probe, os.W_OK | os.X_OK):
+        raise BadStore(where, field, value, f"{allowed}; {probe} is not writable")
+    return rest, folder
+
+
 def checked_url(url_or_path: str | os.PathLike[str]) -> str:
     """The SQLAlchemy URL of the store `url_or_path` names (a filesystem path becomes a
     SQLite URL), after the checks that need no connection; BadStore if they fail."""
@@ -68,6 +106,7 @@ def checked_url(url_or_path: str | os.PathLike[str]) -> str:
         url.port  # noqa: B018 - parsed here, so that a bad port is this error
     except Exception as error:  # noqa: BLE001 - ArgumentError, ValueError of a bad port
         raise bad(text, f"{SUPPORTED} (cannot parse it: {error})") from None
+    split_evidence_dir(text)  # a bad ?evidence_dir= says so here, before anything is opened
     backend = url.get_backend_name()
     if backend in ("postgresql", "postgres"):
         if url.drivername in ("postgresql", "postgres"):
@@ -79,9 +118,12 @@ def checked_url(url_or_path: str | os.PathLike[str]) -> str:
     if backend == "sqlite":
         if url.drivername != "sqlite":
             raise bad(text, f"{SUPPORTED} (driver '{url.drivername}': use sqlite:///PATH)")
-        if url.database in (None, "", ":memory:"):
-            return "sqlite://"
-        return f"sqlite:///{_checked_sqlite_path(url.database, text)}"
+        memory = url.database in (None, "", ":memory:")
+        checked = "sqlite://" if memory else f"sqlite:///{_checked_sqlite_path(url.database, text)}"
+        if EVIDENCE_PARAM in url.query:  # kept for the Store, which strips it
+            checked = make_url(checked).update_query_dict({EVIDENCE_PARAM: url.query[EVIDENCE_PARAM]})
+            return checked.render_as_string(hide_password=False)
+        return checked
     raise bad(text, f"{SUPPORTED} (scheme '{url.drivername}' is not a record store dse can use)")
 
 

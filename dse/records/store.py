@@ -132,8 +132,9 @@ class Store:
     """Experiments, candidates, runs, metrics, artifacts and decisions; see the module
     docstring.
 
-    `evidence_dir` holds the artifact files; by default `<db>.evidence` beside a SQLite
-    file, else $DSE_EVIDENCE_DIR, else a folder per database under
+    `evidence_dir` holds the artifact files; by default the folder the URL's
+    `?evidence_dir=` names, else `<db>.evidence` beside a SQLite file, else
+    $DSE_EVIDENCE_DIR, else a folder per database under
     ~/.local/share/dse/evidence. `heartbeat_interval` (seconds, 0 for none) is how often
     this store's running runs say they are alive; `stale_after` is how old a heartbeat
     from another host may be before its run is marked crashed on open.
@@ -149,6 +150,10 @@ class Store:
     ):
         # A bad --db is the user's mistake, one line and nothing created (opening.py).
         url = opening.checked_url(url_or_path)
+        # The evidence folder the URL names (`?evidence_dir=`), stripped before SQLAlchemy.
+        url, named_evidence_dir = opening.split_evidence_dir(url)
+        if evidence_dir is None:
+            evidence_dir = named_evidence_dir
         sa_url = make_url(url)
         sqlite_file = sa_url.get_backend_name() == "sqlite" and sa_url.database not in (None, "", ":memory:")
         leftovers = opening.Leftovers(sa_url.database if sqlite_file else None)

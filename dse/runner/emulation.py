@@ -32,6 +32,7 @@ class EmulationWorkload:
     reference_kind: str  # "quantized": integer path bit for bit; "float": within tolerance
     reference: dict | None = None  # every tensor of the graph on the inputs, computed once
     host_time_repeats: int = 1  # how many times the emulator's run is timed (min and median recorded)
+    traces: bool = False  # keep the run's timing trace (NDJSON) among its raw evidence
 
 
 def prepare_emulation(recipe: str, params: dict, quantization: str | None = None) -> EmulationWorkload:
@@ -111,7 +112,7 @@ def emulate(work: EmulationWorkload, cand: Candidate) -> Emulated:
             metrics.append(dict(kind="emulator_cycles", name=f"stall_{cause}", value=float(value),
                                 unit="instruction-cycles", scope="core", scope_key=str(core)))
     return Emulated(report, Evidence("ok", metrics=metrics, totals={"latency_cycles": float(report.cycles)},
-                                     artifacts=raw_evidence(report)))
+                                     artifacts=raw_evidence(report) + (trace_evidence(report, cand) if work.traces else [])))
 
 
 def host_time_metrics(report, cand: Candidate, repeats: int) -> list[dict]:
@@ -157,6 +158,19 @@ def raw_evidence(report) -> list[tuple[str, str, bytes]]:
                     json.dumps(result.counters.rows(), sort_keys=True, default=str).encode()))
     out.append(("log", "emulation.json", json.dumps(report.to_dict(), sort_keys=True, default=str).encode()))
     return out
+
+
+def trace_evidence(report, cand: Candidate) -> list[tuple[str, str, bytes]]:
+    """The run's timing trace, one NDJSON file a kind (itrace, mtrace, pmctrace; see
+    `emulator.Trace`), from one more run of the same program with tracing on, so the
+    timed runs stay untraced."""
+    import emulator
+
+    if report.rerun is None:
+        return []
+    program, image, mode = report.rerun
+    trace = emulator.run(program, cand.chip, image, mode=mode, trace=True).trace
+    return [("trace", f"trace/{kind}.ndjson", trace.ndjson(kind).encode()) for kind in ("itrace", "mtrace", "pmctrace")]
 
 
 def judge_numerics(emulated: Emulated) -> Evidence:

@@ -121,6 +121,9 @@ class Stages(_Model):
     # Each emulated candidate's emulator run is timed this many times (the host time's
     # min and median are recorded; its cycles and outputs come from the first).
     host_time_repeats: int = Field(3, ge=1, le=100)
+    # Keep each emulator run's timing trace (itrace, mtrace, pmctrace NDJSON) as raw
+    # evidence beside its outputs; the trace comes from one more run of the same program.
+    traces: bool = False
 
 
 class SpecModel(_Model):

@@ -40,6 +40,7 @@ class Workload:
     # The newest calibration of each chip name the sweep uses ({} : uncalibrated model).
     calibration: dict = field(default_factory=dict)
     host_time_repeats: int = 1  # the spec's [stages] host_time_repeats, for the emulation workloads
+    traces: bool = False  # the spec's [stages] traces: keep each emulator run's timing trace
 
     def _point(self, point: dict | None) -> tuple[str | None, dict]:
         point = dict(point or {})
@@ -69,6 +70,7 @@ class Workload:
             emulation = self._emulation_for(quantization)
         if emulation is not None:
             emulation.host_time_repeats = self.host_time_repeats
+            emulation.traces = self.traces
         return emulation
 
     def _emulation_for(self, quantization: str | None):

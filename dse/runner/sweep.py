@@ -692,6 +692,7 @@ def run_sweep(spec_path: str | Path, db: str | Path = "records.db", progress: bo
         work = FRONTEND.run(recipe, params, emulated)
     PLAN.run(work.graph)
     work.host_time_repeats = spec.model.stages.host_time_repeats
+    work.traces = spec.model.stages.traces
     with Store(db) as store:
         model_version = MODEL_VERSION
         if spec.model.stages.calibration == "newest":
