@@ -13,7 +13,6 @@ import argparse
 import contextlib
 import io
 import os
-import statistics
 import sys
 import tempfile
 import time
@@ -22,21 +21,13 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from bench_records import populate  # noqa: E402
+from bench_records import median_time, populate  # noqa: E402
 
 from dse.cli import main as cli  # noqa: E402
 from dse.records import Store  # noqa: E402
 
 TARGET_S = 1.0
 
-
-def median_time(fn, repeat: int) -> float:
-    times = []
-    for _ in range(repeat):
-        start = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - start)
-    return statistics.median(times)
 
 
 def main() -> None:

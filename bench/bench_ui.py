@@ -31,6 +31,7 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(REPO / "tests"))
 
+from bench_records import median_time  # noqa: E402
 from sqlalchemy import insert  # noqa: E402
 
 from dse.identity import content_hash  # noqa: E402
@@ -48,14 +49,6 @@ metric = "private_sram_bytes"
 """
 OPS = ("matmul_1", "relu_1", "matmul_2")
 
-
-def median_time(fn, repeat: int) -> float:
-    times = []
-    for _ in range(repeat):
-        start = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - start)
-    return statistics.median(times)
 
 
 def report(label: str, seconds: float, target: float, unit: str = "s") -> None:

@@ -27,7 +27,8 @@ _SCHEMAS = {
 _library: torch.library.Library | None = None  # kept alive: dropping it drops the definitions
 
 
-def _has_op(name: str) -> bool:
+def _defined(name: str) -> bool:
+    """Whether the operator `torchvision::<name>` exists (with or without a kernel)."""
     try:
         torch._C._dispatch_has_kernel_for_dispatch_key(f"torchvision::{name}", "CPU")
     except RuntimeError:
@@ -43,13 +44,13 @@ def prepare_torchvision() -> None:
         return
     if "torchvision" in sys.modules:
         return
-    if all(_has_op(name) for name in _SCHEMAS):
+    if all(_defined(name) for name in _SCHEMAS):
         return
     if _extension_loads():
         return
     _library = torch.library.Library("torchvision", "FRAGMENT")
     for name, schema in _SCHEMAS.items():
-        if not _has_op(name):
+        if not _defined(name):
             _library.define(schema)
 
 
