@@ -15,6 +15,9 @@ Op by op, in graph order:
 * an int8 channels-last ``conv1d`` / ``conv2d`` (NLC / NHWC, WIO / HWIO weights, as the
   permute step leaves them) is im2col on the core - one strided gather copy, after a copy
   into a zero-padded image when the conv pads - and the same GEMM on the matrix Ball;
+* a grouped or depthwise conv is the same, with its block-diagonal weight, or one core op,
+  per candidate as `dse.plan.grouped.on_matrix` decides (the Ball path copies its
+  accumulator out, so both leave the same row-major result);
 * quantize (fp32 -> int8), requantize (int32 / int8 -> int8) and dequantize (int32 / int8
   -> fp32) go to the Fp2Int / Int2Fp Ball where the chip has it and one fp32 scale covers
   runs of whole 16-byte lines - a per-tensor scale, or one that varies only along the rows
@@ -62,6 +65,7 @@ from ..mapping import Candidate, MatmulShape
 from ..mapping.matmul import check_tiles
 from ..mapping.params import CandidateArrays
 from ..plan.graph_plan import OpPlan, plan_graph
+from ..plan.grouped import block_diagonal, on_matrix
 from ..plan.matmul import plan_matmul
 from ..plan.memory import Blocked, Dram, Loc, emu_dtype
 from ..plan.split import split_core_op
@@ -230,6 +234,8 @@ class ProgramBuilder:
             rec = self._matmul(op, ready)
         elif plan.unit == "conv":
             rec = self._conv(plan, ready)
+        elif plan.unit == "grouped":
+            rec = self._grouped(plan, ready)
         elif plan.unit == "scale":
             rec = self._scale_op(op)
         elif plan.unit == "relu":
@@ -241,7 +247,20 @@ class ProgramBuilder:
         rec.instructions = sum(len(c) for c in self.cores) - n0
         self.records.append(rec)
 
-    def _conv(self, plan: OpPlan, ready: dict[str, Loc]) -> OpLowering:
+    def _grouped(self, plan: OpPlan, ready: dict[str, Loc]) -> OpLowering:
+        """A grouped conv where `grouped.on_matrix` puts it: the block-diagonal GEMM, its
+        accumulator then copied out (the plan's `after`), or one core op; either writes the
+        plan's M-padded row-major matrix."""
+        op = plan.op
+        if on_matrix(self.graph, plan, CandidateArrays.from_candidates([self.cand]))[0]:
+            w = np.asarray(self.graph.weights[op.inputs[1]]).astype(np.int8)
+            rec = self._conv(plan, ready, block_diagonal(w, int(op.attrs["groups"])))
+            self.locs[op.outputs[0]] = self.logical(op.outputs[0])
+            return rec
+        spec = self.graph.tensors[op.outputs[0]]
+        return self._generic(op, ready, self.dram.matrix(spec.shape, spec.dtype, 1, plan.gemm.M, plan.gemm.N))
+
+    def _conv(self, plan: OpPlan, ready: dict[str, Loc], weight: np.ndarray | None = None) -> OpLowering:
         """A channels-last int8 convolution as im2col on the core (one strided gather copy,
         charged, after a copy into a zero-padded image when the conv pads) and a GEMM on the
         matrix Ball: A[M = N*out positions, K = taps*C] @ W[K, O]; the blocked accumulator
@@ -249,7 +268,7 @@ class ProgramBuilder:
         graph, op = self.graph, plan.op
         x = self.operand(op.inputs[0], ready)
         out_spec = graph.tensors[op.outputs[0]]
-        w = np.asarray(graph.weights[op.inputs[1]]).astype(np.int8)  # (*kernel, C, O)
+        w = np.asarray(graph.weights[op.inputs[1]]).astype(np.int8) if weight is None else weight  # (*kernel, C, O)
         nd = w.ndim - 2
         kernel, C, O = w.shape[:nd], w.shape[nd], w.shape[nd + 1]
         stride, dilation = op.attrs["stride"], op.attrs["dilation"]
@@ -303,10 +322,10 @@ class ProgramBuilder:
         return OpLowering(op.name, op.kind, plan.kind, None, 1, banks,
                           banks * self.chip.banks.rows * self.chip.banks.row_bytes, used)
 
-    def _generic(self, op: Op, ready: dict[str, Loc]) -> OpLowering:
+    def _generic(self, op: Op, ready: dict[str, Loc], out: Loc | None = None) -> OpLowering:
         srcs = [self.operand(n, ready) for n in op.inputs]
         spec = self.graph.tensors[op.outputs[0]]
-        out = self.dram.tensor(spec.shape, spec.dtype)
+        out = out or self.dram.tensor(spec.shape, spec.dtype)
         self.locs[op.outputs[0]] = out
         views = tuple(s.view() for s in srcs)
         elements = charged_elements(op, [v.size for v in views], math.prod(spec.shape))
