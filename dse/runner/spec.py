@@ -64,9 +64,27 @@ class Criterion(_Model):
     prose: str = ""
 
 
+class WorkloadStage(_Model):
+    """A further stage of the workload, run beside the workload's own (an LLM's decode
+    beside its prefill): where, `mapping.placement` says (`dse.plan.placement`)."""
+
+    role: str = Field(pattern=r"^[A-Za-z_][A-Za-z0-9_]*$")
+    recipe: str
+    params: dict[str, Any] = {}
+
+
 class Workload(_Model):
     recipe: str
     params: dict[str, Any] = {}
+    # With `stages`: the role of the workload's own stage (it runs first), and the others.
+    role: str | None = Field(None, pattern=r"^[A-Za-z_][A-Za-z0-9_]*$")
+    stages: list[WorkloadStage] = []
+
+    def all_stages(self) -> list[tuple[str, str, dict[str, Any]]]:
+        """(role, recipe, params) of every stage, the workload's own first; [] without stages."""
+        if not self.stages:
+            return []
+        return [(self.role, self.recipe, self.params)] + [(s.role, s.recipe, s.params) for s in self.stages]
 
 
 class Baseline(_Model):
@@ -289,7 +307,51 @@ def load_spec(path: str | Path) -> Spec:
     _check_metrics(spec)
     _dry_run_expressions(spec)
     _check_recipe_params(spec)
+    _check_stages(spec)
     return spec
+
+
+# Knobs a staged workload cannot take yet: each names a graph per candidate, not per stage.
+UNSTAGED_TARGETS = ("workload.", "mapping.quantization", "mapping.partition")
+
+
+def _check_stages(spec: Spec) -> None:
+    """A staged workload (`workload.stages`): its own stage's role, every stage's recipe and
+    params (as `_check_recipe_params`), roles distinct; knobs that would change one stage's
+    graph are not supported with stages."""
+    from ..workload.recipes import instantiate
+
+    w = spec.model.workload
+    if not w.stages:
+        if w.role is not None:
+            raise InputError(spec.path, "workload.role", w.role, "a role only beside workload.stages")
+        return
+    if w.role is None:
+        raise InputError(spec.path, "workload.role", None,
+                         "the role of the workload's own stage (e.g. \"prefill\") when workload.stages is given")
+    roles = [w.role]
+    for i, stage in enumerate(w.stages):
+        field = f"workload.stages[{i}]"
+        if stage.role in roles:
+            raise InputError(spec.path, f"{field}.role", stage.role, "a role no other stage has")
+        roles.append(stage.role)
+        if stage.recipe not in list_recipes() and not Path(stage.recipe).exists():
+            raise InputError(spec.path, f"{field}.recipe", stage.recipe,
+                             "one of " + ", ".join(list_recipes()) + " or a recipe folder")
+        try:
+            instantiate(load_recipe(stage.recipe), **stage.params)
+        except InputError as exc:
+            raise InputError(spec.path, f"{field}.params ({exc.field})", stage.params, exc.allowed) from None
+    targets = [(f"space[{i}].target", k.target) for i, k in enumerate(spec.model.space)]
+    targets += [("candidates.set", t) for t in spec.hand_targets]
+    for field, target in targets:
+        if target.startswith(UNSTAGED_TARGETS):
+            raise InputError(spec.path, field, target, "a chip or mapping knob that changes no stage's graph "
+                             "(workload, quantization and partition knobs are not supported with workload.stages)")
+    for key in ("quantization", "partition"):
+        if getattr(spec.baseline_mapping, key) is not None:
+            raise InputError(spec.path, f"baseline.mapping.{key}", getattr(spec.baseline_mapping, key),
+                             "unset with workload.stages")
 
 
 def _dry_run_expressions(spec: Spec) -> None:
