@@ -9,6 +9,7 @@ field, the value and what is allowed.
 from __future__ import annotations
 
 import hashlib
+import json
 import typing
 from pathlib import Path
 from typing import Any, Literal
@@ -23,7 +24,7 @@ from ..mapping import Mapping, mapping_from_dict
 from ..workload import list_recipes, load_recipe
 from .criteria import NAMES, CriterionError, allowed_names, compile_expression
 from .metrics import METRICS
-from .space import BALL_SET_TARGET, Constraint, Knob, Space, ball_set
+from .space import BALL_SET_TARGET, CORE_GROUPS_TARGET, Constraint, Knob, Space, ball_set, core_groups
 
 # A knob over this mapping field sets the granularity of the recipe's quantize step.
 QUANTIZATION_TARGET = "mapping.quantization"
@@ -212,6 +213,8 @@ class Spec:
                 value = params[name]
                 if sec == "chip" and path == "balls":
                     value = [self._balls[kind] for kind in self._balls if kind in set(value.split(","))]
+                if sec == "chip" and f"chip.{path}" == CORE_GROUPS_TARGET and isinstance(value, str):
+                    value = json.loads(value)
                 out[path] = value
         # A workload point only where it differs from the experiment's own: a candidate at
         # the baseline's point keeps the identity it has without workload knobs.
@@ -230,6 +233,8 @@ class Spec:
         value = _lookup(data, knob.target)
         if knob.target == BALL_SET_TARGET:
             value = ball_set([b["kind"] for b in value])
+        if knob.target == CORE_GROUPS_TARGET:
+            value = core_groups(value)
         return value
 
     def workload_of(self, mapping: dict) -> tuple[str, dict]:
