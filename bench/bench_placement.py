@@ -7,7 +7,8 @@ numerics verdict, and the analytical model's latency error against the emulator.
 Candidates: poly's phases on their own groups (placement "phase"), both phases one after
 another on SPMD workers (placement None) of poly with its groups removed (5 identical
 16-bank cores) at 5 and 4 workers and of poly's 3 prefill cores, each phase alone on its
-group, and the infeasible ones (SPMD across poly's differing groups; decode cores with 8
+group, the decode group's hardware moved one field at a time (16 banks; the chip's 4-cycle
+core), and the infeasible ones (SPMD across poly's differing groups; decode cores with 8
 banks), with their reasons.
 """
 
@@ -43,8 +44,15 @@ def main() -> None:
     dec = stage("decode", "llama_decode", past=args.past)
     poly = load_chip("poly")
     same = load_chip("poly", {"cores.groups": []})
-    narrow = load_chip("poly", {"cores.groups": [g.model_dump(mode="json") for g in poly.cores.groups[:1]]
-                                + [{**poly.cores.groups[1].model_dump(mode="json"), "banks": {"count": 8}}]})
+
+    def decode_group(**change):
+        decode = {**poly.cores.groups[1].model_dump(mode="json"), **change}
+        return load_chip("poly", {"cores.groups": [poly.cores.groups[0].model_dump(mode="json"),
+                                                   {k: v for k, v in decode.items() if v is not None}]})
+
+    narrow = decode_group(banks={"count": 8})
+    wide = decode_group(banks={"count": 16})
+    slow = decode_group(op_cycles_per_element=None)
     split = "cols"
     rows = [
         ("phase: prefill 3 + decode 2 (poly)", [pre, dec], Candidate(poly, Mapping(split=split, placement="phase"))),
@@ -54,6 +62,8 @@ def main() -> None:
         ("prefill alone, poly's 3 prefill cores", [pre], Candidate(poly, Mapping(split=split, workers=3))),
         ("decode alone, poly's 3 prefill cores", [dec], Candidate(poly, Mapping(split=split, workers=3))),
         ("phase: decode alone on poly's 2 decode cores", [dec], Candidate(poly, Mapping(split=split, placement="phase"))),
+        ("phase, decode cores with 16 banks", [pre, dec], Candidate(wide, Mapping(split=split, placement="phase"))),
+        ("phase, decode cores at the chip's 4 cycles", [pre, dec], Candidate(slow, Mapping(split=split, placement="phase"))),
         ("spmd 5 workers across poly's groups", [pre, dec], Candidate(poly, Mapping(split=split, workers=5))),
         ("phase with 8-bank decode cores", [pre, dec], Candidate(narrow, Mapping(split=split, placement="phase"))),
     ]

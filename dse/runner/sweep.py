@@ -648,7 +648,8 @@ def workload_parts(spec: Spec) -> dict:
     w = spec.model.workload
     out = dict(parts(w.recipe, w.params), torch_version=torch.__version__)
     if w.stages:  # the staged workload's other stages, by role (the own stage's role too)
-        out["stages"] = [{"role": w.role}] + [{"role": s.role, **parts(s.recipe, s.params)} for s in w.stages]
+        out["stages"] = [{"role": w.role}] + [{"role": s.role, "recipe": s.recipe, **parts(s.recipe, s.params)}
+                                              for s in w.stages]
     return out
 
 
