@@ -44,7 +44,8 @@ class CoreGroup(_Strict):
 
     role: str
     count: PositiveInt
-    banks: "Banks | None" = None  # the group's own bank geometry (row_bytes as the chip's)
+    # The group's bank fields that differ from the chip's (`BanksOverride.applied`).
+    banks: "BanksOverride | None" = None
     # The chip's Balls these cores have (kinds from the chip's [[balls]]; their latencies are
     # the chip's).
     balls: tuple[BallKind, ...] | None = None
@@ -147,6 +148,30 @@ class Banks(_Strict):
     @property
     def bytes_total(self) -> int:
         return self.count * self.bytes_per_bank
+
+
+class BanksOverride(_Strict):
+    """The bank fields of a core group that differ from the chip's ``[banks]``: a field left
+    out (None) is the chip's, so ``banks = { count = 12 }`` keeps the chip's rows."""
+
+    count: PositiveInt | None = None
+    rows: PositiveInt | None = None
+    row_bytes: PositiveInt | None = None
+    channels: PositiveInt | None = None
+    read_latency: PositiveInt | None = None
+    acc_col: PositiveInt | None = None
+    max_col: PositiveInt | None = None
+    virtual_ids: PositiveInt | None = None
+    rename_aliases: NonNegativeInt | None = None
+
+    @model_serializer(mode="wrap")
+    def _only_given(self, handler):
+        data = handler(self)
+        return {k: v for k, v in data.items() if v is not None} if isinstance(data, dict) else data
+
+    def applied(self, banks: Banks) -> Banks:
+        """The chip's `banks` with this group's fields set."""
+        return banks.model_copy(update={k: v for k, v in self if v is not None})
 
 
 class Dma(_Strict):
@@ -359,7 +384,7 @@ class ChipConfig(_Strict):
 
     @model_validator(mode="after")
     def _fields_hold_the_geometry(self) -> "ChipConfig":
-        bank_sets = [("", self.banks)] + [(f"cores.groups[{i}].", g.banks)
+        bank_sets = [("", self.banks)] + [(f"cores.groups[{i}].", g.banks.applied(self.banks))
                                           for i, g in enumerate(self.cores.groups) if g.banks is not None]
         for at, banks in bank_sets:
             if banks.count > (1 << self.isa.bank_id_bits):
@@ -417,8 +442,9 @@ class ChipConfig(_Strict):
                                       else g.op_cycles_per_element),
             "op_cycles": {**self.cores.op_cycles, **(g.op_cycles or {})}})
         balls = self.balls if g.balls is None else tuple(b for b in self.balls if b.kind in g.balls)
+        banks = self.banks if g.banks is None else g.banks.applied(self.banks)
         return self.model_copy(update={"name": f"{self.name}.{g.role}", "cores": cores,
-                                       "banks": g.banks or self.banks, "balls": balls, "limits": {}})
+                                       "banks": banks, "balls": balls, "limits": {}})
 
     def core_chip(self, core: int) -> "ChipConfig":
         """The chip as core `core` sees it: its group's (`group_chip`), or the chip itself

@@ -27,6 +27,10 @@ def test_group_chips_carry_the_groups_hardware_and_nothing_else():
     assert dec.core_cycles_per_element("softmax") == 2.0 and pre.core_cycles_per_element("softmax") == 4.0
     with_kind = load_chip("poly", {"cores.op_cycles": {"softmax": 9.0}})
     assert with_kind.group_chip(1).core_cycles_per_element("softmax") == 9.0
+    # a group's banks set only the fields it names: the rest stay the chip's
+    deep = load_chip("poly", {"banks.rows": 512})
+    assert (deep.group_chip(1).banks.count, deep.group_chip(1).banks.rows) == (12, 512)
+    assert poly.model_dump(mode="json")["cores"]["groups"][1]["banks"] == {"count": 12}
     # the Ball configs are the chip's own, latencies included
     assert dec.ball("matrix") == poly.ball("matrix")
     assert [poly.core_chip(c).name for c in range(5)] == ["poly.prefill"] * 3 + ["poly.decode"] * 2
