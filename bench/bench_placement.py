@@ -62,6 +62,8 @@ def main() -> None:
         ("prefill alone, poly's 3 prefill cores", [pre], Candidate(poly, Mapping(split=split, workers=3))),
         ("decode alone, poly's 3 prefill cores", [dec], Candidate(poly, Mapping(split=split, workers=3))),
         ("phase: decode alone on poly's 2 decode cores", [dec], Candidate(poly, Mapping(split=split, placement="phase"))),
+        ("phase, groups on two tiles (tile_size 3)", [pre, dec],
+         Candidate(load_chip("poly", {"cores.tile_size": 3}), Mapping(split=split, placement="phase"))),
         ("phase, decode cores with 16 banks", [pre, dec], Candidate(wide, Mapping(split=split, placement="phase"))),
         ("phase, decode cores at the chip's 4 cycles", [pre, dec], Candidate(slow, Mapping(split=split, placement="phase"))),
         ("spmd 5 workers across poly's groups", [pre, dec], Candidate(poly, Mapping(split=split, workers=5))),

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 import emulator
-from dse.analytical.placed import epoch_cycles, estimate_placed, lockstep_cycles
+from dse.analytical.placed import coupled_stages, epoch_cycles, estimate_placed, lockstep_cycles
 from dse.chips import load_chip
 from dse.frontend import run_pipeline
 from dse.lower import Infeasible, lower_placed, lower_stages
@@ -66,14 +66,22 @@ def test_the_model_follows_the_placement_within_the_knobs_tolerance(phases):
     spmd = Candidate(load_chip("poly", {"cores.groups": []}), Mapping(split="cols", workers=5))
     totals, per_stage = estimate_placed([("prefill", pg), ("decode", dg)], [phase, spmd])
     assert totals["feasible"].all() and len(per_stage) == 2
+    cycles = []
     for i, cand in enumerate((phase, spmd)):
         rep = emulate_placed(stages, cand)
+        cycles.append(rep.cycles)
         assert rep.verdict.integer_bit_exact and rep.verdict.outputs_bit_exact and rep.verdict.passed
         model = totals.iloc[i]
         assert abs(model["latency_cycles"] / rep.cycles - 1) < 0.03
         dma = sum(rep.counters["dma_bytes_in"]) + sum(rep.counters["dma_bytes_out"])
         assert abs(model["dma_bytes"] / dma - 1) < 0.03
         assert model["peak_sram_bytes"] == rep.peak_sram_bytes
+    # on two tiles (3 + 2 cores) the phases meet at no barrier: the model takes the slower one
+    split_tiles = Candidate(load_chip("poly", {"cores.tile_size": 3}), Mapping(split="cols", placement="phase"))
+    rep = emulate_placed(stages, split_tiles)
+    apart, _ = estimate_placed([("prefill", pg), ("decode", dg)], [split_tiles])
+    assert rep.verdict.integer_bit_exact and rep.cycles < cycles[0]
+    assert abs(apart.iloc[0]["latency_cycles"] / rep.cycles - 1) < 0.03
     # the SRAM each asks for: 3 x 16 + 2 x 12 banks against 5 x 16
     assert totals["private_sram_bytes"].tolist() == [(3 * 16 + 2 * 12) * 16384, 5 * 16 * 16384]
 
@@ -100,6 +108,8 @@ def test_a_stage_on_a_group_without_a_needed_ball_is_infeasible_with_that_reason
 
 
 def test_lock_step_epochs():
+    assert coupled_stages([type("P", (), {"cores": (0, 1, 2)}), type("P", (), {"cores": (3, 4)})], 3) == [[0], [1]]
+    assert coupled_stages([type("P", (), {"cores": (0, 1, 2)}), type("P", (), {"cores": (3, 4)})], 5) == [[0, 1]]
     # op 1: 10 cycles, 2 syncs; op 2: a view (no sync) joins op 3's epoch
     assert epoch_cycles(np.array([10, 3, 7]), np.array([2, 0, 1])).tolist() == [5.0, 5.0, 10.0]
     assert epoch_cycles(np.array([4, 6]), np.array([1, 0])).tolist() == [4.0, 6.0]

@@ -9,7 +9,8 @@ stage), for all candidates of one placement at once. The totals follow what the 
   bytes and busy cycles add up; peak SRAM is the larger stage's.
 * ``"phase"``: the stages at once on their groups' cores, one tile, so every BARRIER is
   met by every core of the tile (`lower_stages` pads the shorter stage with BARRIERs):
-  the stages advance in lock step, epoch by epoch. An op closed by ``b`` syncs is ``b``
+  the stages advance in lock step, epoch by epoch (stages on different tiles do not meet:
+  `coupled_stages`). An op closed by ``b`` syncs is ``b``
   epochs of ``cycles / b`` each (an op without a sync joins the next epoch); the latency
   is the sum over epochs of the slowest stage's epoch (`lockstep_cycles`). The SRAM a
   candidate asks for is every used core's own banks (its group's).
@@ -56,6 +57,20 @@ def lockstep_cycles(stages: Sequence[np.ndarray]) -> float:
     return float(padded.max(axis=0).sum()) if n else 0.0
 
 
+def coupled_stages(places, tile_size: int) -> list[list[int]]:
+    """The stages that meet at barriers: those whose cores share a tile, transitively
+    (a stage over two tiles couples both)."""
+    sets: list[tuple[set[int], list[int]]] = []
+    for s, p in enumerate(places):
+        tiles, members = {c // tile_size for c in p.cores}, [s]
+        for other in [x for x in sets if x[0] & tiles]:
+            sets.remove(other)
+            tiles |= other[0]
+            members += other[1]
+        sets.append((tiles, sorted(members)))
+    return [members for _, members in sets]
+
+
 def estimate_placed(stages: Sequence[tuple[str, object]], candidates: Sequence[Candidate],
                     calibration=None) -> tuple[pd.DataFrame, list[pd.DataFrame]]:
     """Totals per candidate (`TOTAL_COLUMNS`) for `stages` (``(role, graph)`` each) placed as
@@ -93,7 +108,10 @@ def estimate_placed(stages: Sequence[tuple[str, object]], candidates: Sequence[C
             for frame in per_stage:
                 mine = frame[frame["candidate"] == i]
                 epochs.append(epoch_cycles(mine["cycles"].to_numpy(), mine["syncs"].to_numpy()))
-            latency = lockstep_cycles(epochs)
+            # stages meet at barriers only within a tile: each set of stages coupled through
+            # shared tiles runs in lock step, the sets side by side
+            latency = max(lockstep_cycles([epochs[s] for s in coupled])
+                          for coupled in coupled_stages(places, c.chip.cores.tile_size))
         cores = sorted({core for p in places for core in p.cores})
         sram_per_core = [p.chip.private_sram_bytes for p in places for _ in p.cores]
         if c.mapping.placement is None:  # the same cores run every stage
@@ -116,4 +134,4 @@ def _infeasible(i: int, c: Candidate, reason: str) -> dict:
     return row
 
 
-__all__ = ["epoch_cycles", "estimate_placed", "lockstep_cycles"]
+__all__ = ["coupled_stages", "epoch_cycles", "estimate_placed", "lockstep_cycles"]
