@@ -8,7 +8,7 @@ Candidates: poly's phases on their own groups (placement "phase"), both phases o
 another on SPMD workers (placement None) of poly with its groups removed (5 identical
 16-bank cores) at 5 and 4 workers and of poly's 3 prefill cores, each phase alone on its
 group, the decode group's hardware moved one field at a time (16 banks; the chip's 4-cycle
-core), and the infeasible ones (SPMD across poly's differing groups; decode cores with 8
+core; an 8x8 matrix Ball of their own), and the infeasible ones (SPMD across poly's differing groups; decode cores with 8
 banks), with their reasons.
 """
 
@@ -53,6 +53,9 @@ def main() -> None:
     narrow = decode_group(banks={"count": 8})
     wide = decode_group(banks={"count": 16})
     slow = decode_group(op_cycles_per_element=None)
+    small_array = decode_group(ball_configs=[{"kind": "matrix", "read_ports": 2, "write_ports": 4, "array_rows": 8,
+                                              "array_cols": 8,
+                                              "latency": {"ws": "M*N*K/4 + M*N", "os": "M*N*K/4 + M*N/2"}}])
     split = "cols"
     rows = [
         ("phase: prefill 3 + decode 2 (poly)", [pre, dec], Candidate(poly, Mapping(split=split, placement="phase"))),
@@ -66,6 +69,8 @@ def main() -> None:
          Candidate(load_chip("poly", {"cores.tile_size": 3}), Mapping(split=split, placement="phase"))),
         ("phase, decode cores with 16 banks", [pre, dec], Candidate(wide, Mapping(split=split, placement="phase"))),
         ("phase, decode cores at the chip's 4 cycles", [pre, dec], Candidate(slow, Mapping(split=split, placement="phase"))),
+        ("phase, decode cores with an 8x8 matrix Ball", [pre, dec],
+         Candidate(small_array, Mapping(split=split, placement="phase"))),
         ("spmd 5 workers across poly's groups", [pre, dec], Candidate(poly, Mapping(split=split, workers=5))),
         ("phase with 8-bank decode cores", [pre, dec], Candidate(narrow, Mapping(split=split, placement="phase"))),
     ]

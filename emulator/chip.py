@@ -46,9 +46,10 @@ class CoreGroup(_Strict):
     count: PositiveInt
     # The group's bank fields that differ from the chip's (`BanksOverride.applied`).
     banks: "BanksOverride | None" = None
-    # The chip's Balls these cores have (kinds from the chip's [[balls]]; their latencies are
-    # the chip's).
-    balls: tuple[BallKind, ...] | None = None
+    # The chip's Balls these cores have (kinds of the chip's [[balls]]), and this group's own
+    # config of some of them (its latency, array size, ports), in place of the chip's.
+    balls: "tuple[BallKind, ...] | None" = None
+    ball_configs: "tuple[Ball, ...] | None" = None
     op_cycles_per_element: FiniteFloat | None = Field(None, gt=0)
     # Per core-op kind cycles, on top of (overriding) the chip's cores.op_cycles.
     op_cycles: dict[str, FiniteFloat] | None = None
@@ -79,7 +80,7 @@ class CoreGroup(_Strict):
 
 
 # The fields of a CoreGroup that override the chip's hardware.
-GROUP_HARDWARE = ("banks", "balls", "op_cycles_per_element", "op_cycles")
+GROUP_HARDWARE = ("banks", "balls", "ball_configs", "op_cycles_per_element", "op_cycles")
 
 
 class Cores(_Strict):
@@ -404,6 +405,13 @@ class ChipConfig(_Strict):
             if unknown or not g.balls or len(set(g.balls)) != len(g.balls):
                 raise fields_error(f"a core group's balls are distinct kinds of the chip's Balls, at least one; "
                                    f"allowed: {', '.join(kinds)}", {f"cores.groups[{i}].balls": list(g.balls)})
+        for i, g in enumerate(self.cores.groups):
+            have = g.balls if g.balls is not None else kinds
+            own = [b.kind for b in g.ball_configs or ()]
+            for j, kind in enumerate(own):
+                if kind not in have or kind in own[:j]:
+                    raise fields_error(f"a core group's ball_configs configure distinct Balls the group has; allowed "
+                                       f"kinds: {', '.join(have)}", {f"cores.groups[{i}].ball_configs[{j}].kind": kind})
         return self
 
     @model_validator(mode="after")
@@ -441,7 +449,8 @@ class ChipConfig(_Strict):
             "op_cycles_per_element": (self.cores.op_cycles_per_element if g.op_cycles_per_element is None
                                       else g.op_cycles_per_element),
             "op_cycles": {**self.cores.op_cycles, **(g.op_cycles or {})}})
-        balls = self.balls if g.balls is None else tuple(b for b in self.balls if b.kind in g.balls)
+        own = {b.kind: b for b in g.ball_configs or ()}
+        balls = tuple(own.get(b.kind, b) for b in self.balls if g.balls is None or b.kind in g.balls)
         banks = self.banks if g.banks is None else g.banks.applied(self.banks)
         return self.model_copy(update={"name": f"{self.name}.{g.role}", "cores": cores,
                                        "banks": banks, "balls": balls, "limits": {}})

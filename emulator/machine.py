@@ -97,10 +97,12 @@ class Machine:
         self.shared_rows_read = [[0] * sm.banks for _ in range(n_tiles)]
         self.shared_rows_written = [[0] * sm.banks for _ in range(n_tiles)]
         self.shared_banks: list[dict[int, _Bank]] = [{} for _ in range(n_tiles)]
-        # Balls of each core: kind -> (index in chip.balls, Ball config), the core's group's
-        # kinds only (the index stays the chip's, so the timing's per-Ball counters line up).
+        # Balls of each core: kind -> (index in chip.balls, the core's Ball config), the core's
+        # group's kinds only (the index stays the chip's, so the timing's per-Ball counters line up).
+        # A group's own config of a kind (its latencies) replaces the chip's on its cores.
         all_balls = {b.kind: (i, b) for i, b in enumerate(chip.balls)}
-        self.balls_of = [{k: v for k, v in all_balls.items() if cc.ball(k) is not None} for cc in self.core_chips]
+        self.balls_of = [{k: (i, cc.ball(k)) for k, (i, _) in all_balls.items() if cc.ball(k) is not None}
+                         for cc in self.core_chips]
         self._lat_cache: dict = {}
         self._matrix_of = [balls.get("matrix") for balls in self.balls_of]
         self._matrix_ports = (all_balls["matrix"][1].read_ports + all_balls["matrix"][1].write_ports
@@ -335,7 +337,7 @@ class Machine:
         return b
 
     def _latency(self, ball, mode: str, **vars) -> int:
-        key = (ball.kind, mode, *vars.values())
+        key = (id(ball), mode, *vars.values())  # per Ball config: a core group may have its own
         v = self._lat_cache.get(key)
         if v is None:
             if ball.kind == "matrix" and ball.timing == "systolic":
@@ -611,7 +613,7 @@ class Machine:
                 chains.append((c_start, M, N, acc, [a], [b]))
             else:
                 ec.pending = [(c_start, M, N, acc, [a], [b])]
-        key = (idx, ins.dataflow, M, N, K)
+        key = (id(ball), ins.dataflow, M, N, K)
         lat = self._lat_cache.get(key)
         if lat is None:  # checked once per distinct key, not per instruction
             if ins.dataflow not in ball.latency and ball.timing != "systolic":

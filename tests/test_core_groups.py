@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 import emulator
-from emulator import CoreOp, DramTensor, ExecutionError, Mset, Mvin, Mvout, Program, Region, Relu
+from emulator import CoreOp, DramTensor, ExecutionError, Matmul, Mset, Mvin, Mvout, Program, Region, Relu
 from dse.chips import chip_hash, load_chip
 from dse.errors import InputError
 from dse.lower import Infeasible, lower_placed
@@ -108,3 +108,27 @@ def test_placements_and_their_reasons():
     with pytest.raises(Infeasible, match="no core groups"):
         lower_placed([("prefill", None, [])], Candidate(same, Mapping(placement="phase")))
     assert Mapping(placement="spmd").placement is None  # one spelling of the default, one identity
+
+
+def test_a_group_may_have_its_own_config_of_a_ball():
+    """Decode cores with their own matrix Ball (an 8x8 array: a quarter of the MACs a cycle):
+    the emulator times each core's Matmul with its own group's latency formula."""
+    poly = load_chip("poly")
+    groups = [g.model_dump(mode="json") for g in poly.cores.groups]
+    groups[1]["ball_configs"] = [{"kind": "matrix", "read_ports": 2, "write_ports": 4, "array_rows": 8,
+                                  "array_cols": 8, "latency": {"ws": "M*N*K/4 + M*N", "os": "M*N*K/4 + M*N/2"}}]
+    chip = load_chip("poly", {"cores.groups": groups})
+    assert chip.group_chip(1).ball("matrix").latency["ws"] == "M*N*K/4 + M*N"
+    assert chip.group_chip(0).ball("matrix") == poly.ball("matrix")
+    product = [Mset(0, 1), Mset(1, 1), Mset(2, 4), Matmul(0, 1, 2, 16, 16, 16)]
+    prog = Program([list(product), [], [], list(product), []], {"dram": Region(0, (4096,), "uint8")}, {},
+                   dram_bytes=4096)
+    cs = emulator.run(prog, chip, np.zeros(4096, dtype=np.uint8)).counters
+    busy = [cs.total("ball_busy_cycles", core=c, ball="matrix") for c in (0, 3)]
+    assert busy == [16 * 16 * 16 / 16 + 16 * 16, 16 * 16 * 16 / 4 + 16 * 16]
+    groups[1]["ball_configs"][0]["kind"] = "relu"
+    groups[1]["ball_configs"][0]["latency"] = {"default": "iter"}
+    with pytest.raises(InputError) as exc:
+        load_chip("poly", {"cores.groups": groups})
+    assert exc.value.field == "chip.cores.groups[1].ball_configs[0].kind" and "allowed kinds: matrix" in str(exc.value)
+
