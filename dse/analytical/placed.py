@@ -89,6 +89,9 @@ def estimate_placed(stages: Sequence[tuple[str, object]], candidates: Sequence[C
         frame = per_op.assign(candidate=np.asarray(ok)[per_op["candidate"].to_numpy()]) if cands else pd.DataFrame()
         per_stage.append(frame)
         totals.append(summarize(per_op, cands) if cands else None)
+    # per stage, per candidate: (cycles, syncs) of its ops in order, split once
+    op_times = [{cand: (g["cycles"].to_numpy(), g["syncs"].to_numpy()) for cand, g in frame.groupby("candidate")}
+                if not frame.empty else {} for frame in per_stage]
     rows = []
     for i, c in enumerate(candidates):
         places, reason = placed[i]
@@ -104,10 +107,7 @@ def estimate_placed(stages: Sequence[tuple[str, object]], candidates: Sequence[C
         if c.mapping.placement is None:
             latency = sum(float(t["latency_cycles"]) for t in stage_totals)
         else:
-            epochs = []
-            for frame in per_stage:
-                mine = frame[frame["candidate"] == i]
-                epochs.append(epoch_cycles(mine["cycles"].to_numpy(), mine["syncs"].to_numpy()))
+            epochs = [epoch_cycles(*times[i]) for times in op_times]
             # stages meet at barriers only within a tile: each set of stages coupled through
             # shared tiles runs in lock step, the sets side by side
             latency = max(lockstep_cycles([epochs[s] for s in coupled])
