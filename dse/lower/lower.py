@@ -68,6 +68,7 @@ from ..plan.graph_plan import OpPlan, plan_graph
 from ..plan.grouped import block_diagonal, on_matrix
 from ..plan.matmul import plan_matmul
 from ..plan.memory import Blocked, Dram, Loc, emu_dtype
+from ..plan.placement import Placed, cores_chip, place, spmd_chip, stage_reason
 from ..plan.split import split_core_op
 from ..plan.streams import ELEMENTWISE, Stream, relu_stream, scale_core_op, scale_stream, stream_or_core
 from ..plan.units import Infeasible, conv_pad, relu_ball, reshape_view, sync_after, too_many_workers
@@ -147,6 +148,12 @@ class ProgramBuilder:
         self.workers = int(self.mapping.workers)
         if self.workers > self.chip.cores.count:
             raise Infeasible(too_many_workers(self.workers, self.chip.name, self.chip.cores.count))
+        # Built with the parameters of the cores it runs on (their group's hardware).
+        self.chip, reason = spmd_chip(self.chip, self.workers)
+        if reason:
+            raise Infeasible(reason)
+        if self.chip is not candidate.chip:
+            self.cand = Candidate(self.chip, self.mapping)
         self.cores: list[list] = [[] for _ in range(self.workers)]
         self.dram = dram or Dram()
         self.locs: dict[str, Loc] = {}
@@ -638,24 +645,34 @@ class StagedLowered:
     core_ids: list[list[int]]
 
 
-def lower_stages(stages, chip, mapping) -> StagedLowered:
+def lower_stages(stages, chip, mapping, roles=None) -> StagedLowered:
     """Stage partitioning onto (heterogeneous) cores: `stages` is a list of
-    ``(graph, inputs, core_ids)``; each graph is lowered for ``len(core_ids)`` workers and
-    placed on those cores; all share one DRAM image. The cores of a tile meet at every
-    BARRIER, so the stage with fewer barriers is padded with BARRIERs at its end (the
-    stages then advance op by op in lock step: the coupling cost shows in the cycles)."""
+    ``(graph, inputs, core_ids)``; each graph is lowered for ``len(core_ids)`` workers with
+    those cores' own parameters (`dse.plan.placement.cores_chip`: their group's banks, Balls
+    and core-op costs) and placed on those cores; all share one DRAM image. The cores of a
+    tile meet at every BARRIER, so the stage with fewer barriers is padded with BARRIERs at
+    its end (the stages then advance op by op in lock step: the coupling cost shows in the
+    cycles). `roles` names the stages in an infeasible reason."""
     dram = Dram()
     builders = []
     used: set[int] = set()
-    for graph, inputs, core_ids in stages:
+    for i, (graph, inputs, core_ids) in enumerate(stages):
         if used & set(core_ids):
             raise Infeasible(f"stages share cores {sorted(used & set(core_ids))}")
         if max(core_ids) >= chip.cores.count:
             raise Infeasible(f"core {max(core_ids)} but chip {chip.name} has {chip.cores.count} cores")
         used |= set(core_ids)
-        b = ProgramBuilder(graph, Candidate(chip, mapping.model_copy(update={"workers": len(core_ids)})), inputs, dram)
-        for plan in plan_graph(graph):
-            b.lower_op(plan)
+        stage_chip, reason = cores_chip(chip, core_ids)
+        if reason:
+            raise Infeasible(reason)
+        try:
+            b = ProgramBuilder(graph, Candidate(stage_chip, mapping.model_copy(update={"workers": len(core_ids)})),
+                               inputs, dram)
+            for plan in plan_graph(graph):
+                b.lower_op(plan)
+        except Infeasible as exc:
+            role = roles[i] if roles else f"{i}"
+            raise Infeasible(stage_reason(Placed(role, tuple(core_ids), stage_chip), str(exc))) from None
         builders.append(b)
     n = max(used) + 1
     cores: list[list] = [[] for _ in range(n)]
@@ -676,5 +693,36 @@ def lower_stages(stages, chip, mapping) -> StagedLowered:
     return StagedLowered(program, img, lowered, [list(ids) for _, _, ids in stages])
 
 
-__all__ = ["ELEMENTWISE", "Infeasible", "Lowered", "OpLowering", "StagedLowered", "lower", "lower_stages",
+def lower_placed(stages, candidate: Candidate) -> StagedLowered:
+    """A workload of several stages (``(role, graph, inputs)`` each, e.g. an LLM's prefill and
+    decode) placed as ``candidate.mapping.placement`` says (`dse.plan.placement.place`):
+    None, every stage on workers ``0 .. W-1`` one after another in one program; ``"phase"``,
+    each stage on its role's core group, all at once (`lower_stages`). An infeasible stage
+    raises `Infeasible` naming the stage, its cores and its chip."""
+    chip, mapping = candidate.chip, candidate.mapping
+    places, reason = place(chip, mapping.placement, mapping.workers, [role for role, _, _ in stages])
+    if reason:
+        raise Infeasible(reason)
+    if mapping.placement == "phase":
+        return lower_stages([(g, x, list(p.cores)) for (_, g, x), p in zip(stages, places)], chip, mapping,
+                            roles=[p.role for p in places])
+    dram = Dram()
+    builders = []
+    for (_, graph, inputs), p in zip(stages, places):
+        b = ProgramBuilder(graph, Candidate(p.chip, mapping), inputs, dram)
+        try:
+            for plan in plan_graph(graph):
+                b.lower_op(plan)
+        except Infeasible as exc:
+            raise Infeasible(stage_reason(p, str(exc))) from None
+        builders.append(b)
+    cores = [sum((list(b.cores[w]) for b in builders), []) for w in range(mapping.workers)]
+    img = dram.image()
+    program = Program(cores, {"dram": Region(0, (img.size,), "uint8")}, {}, dram_bytes=img.size,
+                      name=" then ".join(f"{b.graph.name}" for b in builders) + f" on cores 0-{mapping.workers - 1}")
+    lowered = [Lowered(b.graph, b.cand, program, img, b.locs, b.records) for b in builders]
+    return StagedLowered(program, img, lowered, [list(p.cores) for p in places])
+
+
+__all__ = ["ELEMENTWISE", "Infeasible", "Lowered", "OpLowering", "StagedLowered", "lower", "lower_placed", "lower_stages",
            "sram_lifetimes"]
