@@ -325,6 +325,89 @@ def test_hover_and_click_a_pareto_point(server, store_db, page):
     assert page.console.errors == []
 
 
+def _point_on(page, div: str, trace: str, i: int, x: str = "x", y: str = "y") -> dict:
+    """Page coordinates of point `i` of the first trace of `div` whose name starts with `trace`."""
+    page.locator(f"#{div}").scroll_into_view_if_needed()
+    point = page.evaluate("""([div, trace, i, x, y]) => {
+        const d = document.getElementById(div), fl = d._fullLayout;
+        const t = d._fullData.find(t => t.name.startsWith(trace));
+        return {x: fl.xaxis.l2p(fl.xaxis.d2l(t[x][i])) + fl._size.l,
+                y: fl.yaxis.l2p(fl.yaxis.d2l(t[y][i])) + fl._size.t};
+    }""", [div, trace, i, x, y])
+    box = page.locator(f"#{div}").bounding_box()
+    return {"x": box["x"] + point["x"], "y": box["y"] + point["y"]}
+
+
+def test_knobs_ops_and_model_vs_emulator_charts(server, store_db, page, tmp_path):
+    with Store(store_db) as store:
+        exp = store.experiment("emulated")
+        table = store.metric_table("emulated", "analytical").set_index("candidate_id")
+        emu = store.metric_table("emulated", "emulator_cycles").dropna(subset=["latency_cycles"])
+        best = int(re.search(r"best is candidate (\d+)", store.decisions("emulated").iloc[-1]["rationale"]).group(1))
+    ok = table[table["status"] == "ok"]
+    page.goto(server + f"/experiments/{exp['id']}")
+    for div in ("parallel", "ops", "model-vs-emulator"):
+        page.wait_for_selector(f"#{div}[data-ready='1']")
+
+    # Parallel coordinates: the knobs the candidates change, then the objectives, a line each.
+    dims = page.evaluate("document.getElementById('parallel')._fullData[0].dimensions"
+                         ".map(d => [d.label, Array.from(d.values)])")
+    assert [d[0] for d in dims] == ["banks.rows", "workers", "latency cycles", "private sram bytes"]
+    assert sorted(dims[2][1]) == sorted(ok["latency_cycles"]) and sorted(dims[3][1]) == sorted(ok["private_sram_bytes"])
+    # Brushing the latency axis keeps a range: plotly records it as the axis' constraint range.
+    page.locator("#parallel").scroll_into_view_if_needed()
+    axis = page.evaluate("""() => { const r = [...document.querySelectorAll('#parallel .axis-brush rect.background')][2]
+        .getBoundingClientRect(); return {x: r.x + r.width / 2, y: r.y, h: r.height}; }""")
+    page.mouse.move(axis["x"], axis["y"] + axis["h"] * 0.2)
+    page.mouse.down()
+    page.mouse.move(axis["x"], axis["y"] + axis["h"] * 0.6, steps=8)
+    page.mouse.up()
+    kept = page.evaluate("document.getElementById('parallel').data[0].dimensions[2].constraintrange")
+    assert kept and min(dims[2][1]) < kept[0] < kept[1] < max(dims[2][1])
+
+    # Where the cycles go: the baseline and the verdict's best, each bar summing to its latency.
+    ops = page.evaluate("document.getElementById('ops')._fullData.map(t => [t.name, Array.from(t.x), Array.from(t.y)])")
+    bars = [f"baseline (c{exp['baseline_candidate_id']})", f"best (c{best})"]
+    assert all(o[2] == bars for o in ops) and len(ops) >= 5
+    for i, cid in enumerate((exp["baseline_candidate_id"], best)):
+        assert sum(o[1][i] for o in ops) == table.loc[cid, "latency_cycles"]
+    biggest = max(range(len(ops)), key=lambda k: ops[k][1][0])
+    before = sum(o[1][0] for o in ops[:biggest])
+    page.locator("#ops").scroll_into_view_if_needed()
+    where = page.evaluate("""([k, mid]) => {
+        const d = document.getElementById('ops'), fl = d._fullLayout, t = d._fullData[k];
+        return {x: fl.xaxis.l2p(mid) + fl._size.l, y: fl.yaxis.l2p(fl.yaxis.d2l(t.y[0])) + fl._size.t};
+    }""", [biggest, before + ops[biggest][1][0] / 2])
+    box = page.locator("#ops").bounding_box()
+    page.mouse.move(box["x"] + where["x"], box["y"] + where["y"])
+    text = page.wait_for_selector("#ops .hovertext").text_content()
+    assert ops[biggest][0] in text and f"{int(ops[biggest][1][0]):,} cycles" in text
+
+    # Model vs emulator: each emulated candidate, its two evidence kinds and the model's error.
+    rows = page.locator("#model-error tbody tr").all_inner_texts()
+    assert len(rows) == len(emu) == 2
+    for row, r in zip(rows, emu.sort_values("candidate_id").itertuples()):
+        cells = row.split("\t")
+        assert int(cells[0]) == r.candidate_id and _number(cells[2]) == r.latency_cycles
+        assert _number(cells[1]) == table.loc[r.candidate_id, "latency_cycles"]
+    at = _point_on(page, "model-vs-emulator", "emulated candidates", 0)
+    page.mouse.move(at["x"], at["y"])
+    text = page.wait_for_selector("#model-vs-emulator .hovertext").text_content()
+    assert "model error" in text and "emulator:" in text and "analytical:" in text
+    assert page.console.errors == []
+
+    # The same three figures in the static report of this experiment.
+    from dse.report import write_report
+
+    with Store(store_db) as store:
+        report = write_report(store, "emulated", tmp_path)
+    html = report.path.read_text()
+    for div in ("pareto", "parallel", "ops", "model-vs-emulator"):
+        assert f'id="{div}"' in html
+    assert f"baseline (#{exp['baseline_candidate_id']}), best (#{best})" in html
+    assert sorted(report.view.emulated["candidate_id"]) == sorted(emu["candidate_id"])
+
+
 def test_compare_three_candidates_and_across_experiments(server, store_db, page):
     with Store(store_db) as store:
         other = int(store.candidates("second")["id"].iloc[0])

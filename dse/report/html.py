@@ -20,9 +20,9 @@ import plotly.io as pio
 from markupsafe import Markup
 
 from ..records import Store
-from .data import ExperimentView, changes, chosen_candidates, experiment_view
+from .data import ExperimentView, changes, experiment_view, meaningful_candidates
 from .figures import core_time_plot, history_plot, model_vs_emulator_plot, op_breakdown_plot, pareto_plot
-from .interactive import history_figure, pareto_figure
+from .interactive import history_figure, model_vs_emulator_figure, op_cycles_figure, parallel_figure, pareto_figure
 
 
 def _when(moment) -> str:
@@ -147,17 +147,23 @@ def write_report(store: Store, experiment, out_dir: str | Path = "reports", x: s
                                    baseline_id=view.baseline_id, accepted=accepted,
                                    title=f"{exp['name']}: {y.replace('_', ' ')} vs {x.replace('_', ' ')}")
     front_ids = [int(i) for i in pareto.data.loc[pareto.data["on_front"], "candidate_id"]]
-    chosen = chosen_candidates(view, front_ids)
-    labels = {i: ("baseline" if i == view.baseline_id else "best" if i == view.best_id else f"front #{i}")
-              for i in chosen}
     figures = {"pareto": pareto}
-    op_cycles = view.op_cycles_of(chosen)
-    chosen = [i for i in chosen if i in op_cycles.index]
-    labels = {i: labels[i] for i in chosen}
+    # The per-op look: baseline, best (the verdict's) and accepted, as the UI shows them.
+    labels = meaningful_candidates(table, view.baseline_id, view.best_id, accepted)
+    op_cycles = view.op_cycles_of(list(labels))
+    labels = {i: label for i, label in labels.items() if i in op_cycles.index}
+    chosen = list(labels)
+    interactive_html = {"pareto": _inline(interactive, "pareto", True)}
+    parallel, _ = parallel_figure(table, objectives, title=f"{exp['name']}: knobs to objectives")
+    if len(parallel.data[0].dimensions):
+        interactive_html["parallel"] = _inline(parallel, "parallel", False)
     if chosen and len(op_cycles.columns):
         figures["ops"] = op_breakdown_plot(op_cycles, chosen, labels)
+        interactive_html["ops"] = _inline(op_cycles_figure(op_cycles, labels), "ops", False)
     if len(view.emulated):
         figures["model_vs_emulator"] = model_vs_emulator_plot(view.emulated)
+        interactive_html["model_vs_emulator"] = _inline(model_vs_emulator_figure(view.emulated),
+                                                        "model-vs-emulator", False)
     if len(view.core_time) and "busy_cycles" in view.core_time:
         figures["core_time"] = core_time_plot(view.core_time, list(view.emulated["candidate_id"]))
     stall_cols = [c for c in view.core_time.columns if str(c).startswith("stall_")]
@@ -203,7 +209,7 @@ def write_report(store: Store, experiment, out_dir: str | Path = "reports", x: s
     )
     html = _HTML.get_template("report.html.j2").render(
         **context, images={n: base64.b64encode(b).decode() for n, b in pngs.items()},
-        pareto_html=_inline(interactive, "pareto", True), passing_count=len(passing_ids), accepted=sorted(accepted))
+        plots=interactive_html, passing_count=len(passing_ids), accepted=sorted(accepted))
     md = _MD.get_template("report.md.j2").render(**context, images={n: f"{assets.name}/{n}.png" for n in pngs})
     path, md_path = out / f"{exp['name']}.html", out / f"{exp['name']}.md"
     _write(path, html)
