@@ -28,6 +28,7 @@ from starlette.staticfiles import StaticFiles
 from ..errors import InputError
 from ..records import RecordNotFound, Store
 from ..records.reads import flatten
+from ..records.liveness import sweep_holder
 from ..records.schema import Candidate, Run
 from ..report.data import op_cycles_table, candidate_metrics, meaningful_candidates, model_vs_emulator
 from ..report.html import fmt_value
@@ -39,6 +40,10 @@ from ..runner.metrics import METRICS
 from . import csrf, queries
 from .queries import BadQuery, CandidateQuery
 
+# How often the page of a running sweep asks for news (ms): a sweep records candidates in
+# batches, seconds apart.
+LIVE_POLL_MS = 2000
+LIVE_WATCH_MAX = 500  # candidates a poll asks the outcome of (those the page shows unfinished)
 PLOTLY_JS = Path(str(files("plotly") / "package_data" / "plotly.min.js"))
 TEMPLATES = Path(__file__).parent / "templates"
 STATIC = Path(__file__).parent / "static"
@@ -193,6 +198,8 @@ class Workbench:
                 table = queries.candidate_page(connection, exp["id"], candidate_query(params), names)
             except BadQuery as error:
                 raise Problem(400, "Bad query", str(error)) from None
+            sweep = sweep_holder(connection, int(exp["id"]), self.store.stale_after)
+            last_id = connection.scalar(select(func.max(Candidate.id)).where(Candidate.experiment_id == exp["id"]))
         summary = next(s for s in self.store.experiment_summaries() if s["id"] == exp["id"])
         decisions = records(self.store.decisions(exp["id"]))
         objectives = _objectives(exp["spec_text"])
@@ -201,6 +208,7 @@ class Workbench:
         keep = {k: v for k, v in params.items() if k not in ("page",)}
         return self.page(request, "experiment.html.j2", exp=exp, summary=summary, decisions=decisions,
                          objectives=objectives, table=table, names=names, x=x, y=y, keep=keep,
+                         sweep=sweep, last_id=last_id or 0, poll_ms=LIVE_POLL_MS,
                          statuses=["ok", "infeasible", "pruned", "failed", "crashed", "running", "not run"],
                          page_sizes=queries.PAGE_SIZES, title=f"dse: {exp['name']}")  # fmt: skip
 
@@ -275,6 +283,30 @@ class Workbench:
                  "emulator_cycles": float(r["emulator_cycles"]), "error_pct": float(r["error_pct"])}
                 for r in emulated.to_dict("records")]
         return _figure_response(fig, {"rows": rows})
+
+    def live_json(self, request: Request) -> Response:
+        """A sweep in progress, for the page that polls it: whether it still runs, the
+        candidates by outcome and those recorded after the `after` id."""
+        exp = self.experiment(request.path_params["ref"])
+        after = _int_param(request.query_params, "after", 0)
+        # Candidates the page shows as running or not run yet: their outcome since.
+        watch = request.query_params.get("watch", "").split(",") if request.query_params.get("watch") else []
+        if not all(w.isdigit() for w in watch) or len(watch) > LIVE_WATCH_MAX:
+            raise Problem(400, "Bad query", f"query parameter watch={request.query_params.get('watch')[:80]!r}: "
+                                            f"allowed at most {LIVE_WATCH_MAX} candidate ids, comma-separated")
+        objective = _objectives(exp["spec_text"])[0]["metric"]
+        with self.connection() as connection:
+            sweep = sweep_holder(connection, int(exp["id"]), self.store.stale_after)
+            counts = queries.outcome_counts(connection, int(exp["id"]))
+            new = queries.candidates_after(connection, int(exp["id"]), after)
+            updated = queries.candidate_rows(connection, int(exp["id"]), [int(w) for w in watch])
+        status = self.store.experiment(int(exp["id"]))["status"]
+        body = {"running": sweep is not None, "sweep": sweep, "status": status, "counts": counts,
+                "candidates": sum(counts.values()), "objective": objective,
+                "last_id": max([after, *(r["id"] for r in new)]),
+                "new": [_live_row(r, objective) for r in new],
+                "updated": [_live_row(r, objective) for r in updated]}
+        return Response(json.dumps(body), media_type="application/json", headers={"Cache-Control": "no-store"})
 
     def candidate_page(self, request: Request) -> Response:
         ident = _int(request.path_params["ident"], "candidate")
@@ -380,6 +412,11 @@ class Workbench:
         return FileResponse(PLOTLY_JS, media_type="text/javascript", headers={"Cache-Control": "max-age=86400"})
 
 
+def _live_row(row: dict, objective: str) -> dict:
+    return {"id": row["id"], "origin": row["origin"], "status": row["status"] or "not run",
+            "changes": queries.changes_text(row["diff"]), "value": row["metrics"].get(objective)}
+
+
 @dataclass
 class Judged:
     table: pd.DataFrame  # candidate_metrics rows
@@ -446,6 +483,9 @@ def create_app(store: Store) -> Starlette:
     async def problem(request: Request, exc: Problem) -> Response:
         return bench.page(request, "error.html.j2", status=exc.status, problem=exc, title=f"dse: {exc.title}")
 
+    async def bad_query(request: Request, exc: BadQuery) -> Response:
+        return await problem(request, Problem(400, "Bad query", str(exc)))
+
     async def http_error(request: Request, exc: HTTPException) -> Response:
         titles = {404: "Page not found", 405: "Method not allowed"}
         detail = f"no page at {request.url.path}" if exc.status_code == 404 else str(exc.detail)
@@ -458,6 +498,7 @@ def create_app(store: Store) -> Starlette:
         Route("/history.json", bench.history_json, name="history_json"),
         Route("/experiments/{ref}", bench.experiment_page, name="experiment"),
         Route("/experiments/{ref}/pareto.json", bench.pareto_json, name="pareto_json"),
+        Route("/experiments/{ref}/live.json", bench.live_json, name="live_json"),
         Route("/experiments/{ref}/parallel.json", bench.parallel_json, name="parallel_json"),
         Route("/experiments/{ref}/ops.json", bench.ops_json, name="ops_json"),
         Route("/experiments/{ref}/model-vs-emulator.json", bench.model_vs_emulator_json, name="model_vs_emulator_json"),
@@ -469,6 +510,7 @@ def create_app(store: Store) -> Starlette:
         Route("/static/plotly.min.js", bench.plotly_js, name="plotly_js"),
         Mount("/static", app=StaticFiles(directory=STATIC), name="static"),
     ]
-    app = Starlette(routes=routes, exception_handlers={Problem: problem, HTTPException: http_error})
+    app = Starlette(routes=routes, exception_handlers={Problem: problem, BadQuery: bad_query,
+                                                     HTTPException: http_error})
     app.state.workbench = bench
     return app

@@ -56,8 +56,13 @@ async function drawPlot(div) {
     return;
   }
   const fig = await response.json();
-  await Plotly.newPlot(div, fig.data, fig.layout, {responsive: true, displaylogo: false});
+  // A redraw (the sweep ended) updates the figure in place, its click handler kept.
+  const again = div.dataset.drawn === "1";
+  await (again ? Plotly.react : Plotly.newPlot)(div, fig.data, fig.layout, {responsive: true, displaylogo: false});
   if (fig.summary && summaries[div.id]) summaries[div.id](fig.summary, div);
+  div.dataset.drawn = "1";
+  div.dataset.ready = "1";
+  if (again) return;
   div.on("plotly_click", (event) => {
     const point = event.points && event.points[0];
     if (!point || point.customdata === undefined) return;
@@ -67,6 +72,68 @@ async function drawPlot(div) {
       window.location.href = "/experiments/" + point.customdata;
     }
   });
-  div.dataset.ready = "1";
 }
 document.querySelectorAll("div.plot[data-src]").forEach((div) => { drawPlot(div); });
+
+// The page of a running sweep follows it: every data-interval ms it asks live.json for the
+// candidates by outcome and those recorded since the last answer, and adds them to the
+// table; once the sweep has ended it stops asking and redraws the figures.
+function followSweep(section) {
+  let after = Number(section.dataset.after);
+  const body = section.querySelector("#live-new tbody");
+  const cell = (row, text, cls) => { const c = row.insertCell(); c.textContent = text; if (cls) c.className = cls; return c; };
+  const unfinished = (status) => status === "running" || status === "not run";
+  const fill = (row, r) => {
+    row.className = r.status.replace(" ", "-");
+    row.cells[2].textContent = r.status;
+    row.cells[3].textContent = r.value === null || r.value === undefined ? "—" : number(r.value);
+  };
+  async function poll() {
+    let news;
+    // The rows still shown unfinished: asked again, so each shows its outcome once known.
+    const watch = [...body.rows].filter((row) => unfinished(row.cells[2].textContent)).map((row) => row.dataset.id);
+    try {
+      const response = await fetch(section.dataset.src + "?after=" + after + (watch.length ? "&watch=" + watch.slice(0, 500).join(",") : ""),
+                                   {headers: {"Accept": "application/json"}});
+      if (!response.ok) throw new Error("HTTP " + response.status);
+      news = await response.json();
+    } catch (error) {
+      document.getElementById("live-counts").textContent = "could not ask for news (" + error.message + "); trying again";
+      setTimeout(poll, Number(section.dataset.interval));
+      return;
+    }
+    const counts = Object.entries(news.counts).filter(([, n]) => n > 0).map(([k, n]) => n + " " + k);
+    document.getElementById("live-counts").textContent = news.candidates + " candidates: " + counts.join(", ");
+    section.dataset.candidates = news.candidates;
+    for (const r of news.new.slice().reverse()) {  // oldest first, each on top: the newest ends up first
+      const row = body.insertRow(0);
+      row.dataset.id = r.id;
+      const link = document.createElement("a");
+      link.href = section.dataset.candidateUrl + r.id;
+      link.textContent = r.id;
+      row.insertCell().append(link);
+      cell(row, r.origin);
+      cell(row, "");
+      cell(row, "", "num");
+      cell(row, r.changes, "text");
+      fill(row, r);
+    }
+    for (const r of news.updated) {
+      const row = body.querySelector("tr[data-id='" + r.id + "']");
+      if (row) fill(row, r);
+    }
+    after = news.last_id;
+    if (news.running) {
+      setTimeout(poll, Number(section.dataset.interval));
+      return;
+    }
+    section.dataset.state = "ended";
+    section.querySelector("h2").textContent = "Sweep finished";
+    document.getElementById("live-status").textContent = "The sweep has ended (hypothesis " + news.status +
+      "); reload the page for the full candidate table.";
+    document.querySelectorAll("div.plot[data-src]").forEach((div) => { div.dataset.ready = ""; drawPlot(div); });
+  }
+  poll();
+}
+const live = document.getElementById("live");
+if (live) followSweep(live);
