@@ -181,6 +181,14 @@ def op_cycles_table(connection, experiment_id: int, candidate_ids: list[int] | N
     return table.reindex(columns=op_order).astype(float)
 
 
+def accepted_candidates(decisions: pd.DataFrame) -> set[int]:
+    """Candidates whose latest decision accepts them."""
+    if decisions.empty:
+        return set()
+    on = decisions.dropna(subset=["candidate_id"]).sort_values("id").groupby("candidate_id").tail(1)
+    return {int(c) for c in on.loc[on["verdict"] == "accepted", "candidate_id"]}
+
+
 def meaningful_candidates(table: pd.DataFrame, baseline_id: int | None, best_id: int | None,
                           accepted: set[int]) -> dict[int, str]:
     """{candidate: label} of the candidates worth a per-op look: the baseline, the best (the

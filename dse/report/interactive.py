@@ -300,3 +300,36 @@ def model_vs_emulator_figure(emulated: pd.DataFrame, title: str = "") -> go.Figu
                       xaxis_title="emulator cycles", yaxis_title="analytical estimate (cycles)",
                       margin=dict(l=70, r=20, t=50, b=50), hovermode="closest")
     return fig
+
+
+def experiment_figures(view, x: str | None = None, y: str | None = None) -> dict[str, go.Figure]:
+    """The interactive figures of an experiment, as `dse ui` and the report draw them, from
+    its `dse.report.experiment_view`: "pareto", "parallel" (when a candidate is feasible),
+    "ops" (baseline, best and accepted candidates, when op cycles are recorded) and
+    "model_vs_emulator" (when some candidate has both evidence kinds). For notebooks:
+
+        figs = experiment_figures(experiment_view(store, "quickstart")); figs["ops"]
+    """
+    from .data import accepted_candidates, meaningful_candidates
+
+    exp, table, objectives = view.exp, view.table, view.objectives
+    directions = {o["metric"]: o.get("direction", "minimize") for o in objectives}
+    y = y or objectives[0]["metric"]
+    x = x or (objectives[1]["metric"] if len(objectives) > 1 else "private_sram_bytes")
+    accepted = accepted_candidates(view.decisions)
+    figures = {"pareto": pareto_figure(table, x, y, (directions.get(x, "minimize"), directions.get(y, "minimize")),
+                                       passing=view.passing, exprs=[c["expr"] for c in exp["acceptance"]],
+                                       baseline_id=view.baseline_id, accepted=accepted,
+                                       title=f"{exp['name']}: {_label(y)} vs {_label(x)}")[0]}
+    parallel, drawn = parallel_figure(table, objectives, title=f"{exp['name']}: knobs to objectives")
+    if len(drawn):
+        figures["parallel"] = parallel
+    labels = meaningful_candidates(table, view.baseline_id, view.best_id, accepted)
+    op_cycles = view.op_cycles_of(list(labels)) if labels else pd.DataFrame()
+    labels = {i: label for i, label in labels.items() if i in op_cycles.index}
+    if labels and len(op_cycles.columns):
+        figures["ops"] = op_cycles_figure(op_cycles, labels, title=f"{exp['name']}: analytical cycles per op")
+    if len(view.emulated):
+        figures["model_vs_emulator"] = model_vs_emulator_figure(
+            view.emulated, title=f"{exp['name']}: analytical estimate vs emulator cycles")
+    return figures

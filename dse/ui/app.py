@@ -30,7 +30,8 @@ from ..records import RecordNotFound, Store
 from ..records.reads import flatten
 from ..records.liveness import sweep_holder
 from ..records.schema import Candidate, Run
-from ..report.data import op_cycles_table, candidate_metrics, meaningful_candidates, model_vs_emulator
+from ..report.data import (accepted_candidates, candidate_metrics, meaningful_candidates, model_vs_emulator,
+                           op_cycles_table)
 from ..report.html import fmt_value
 from ..report.interactive import (history_figure, model_vs_emulator_figure, op_cycles_figure, parallel_figure,
                                   pareto_figure)
@@ -248,7 +249,7 @@ class Workbench:
         passing = passing_mask(exprs, table, baseline) if baseline.get("status") == "ok" else \
             pd.Series(False, index=table.index).to_numpy()
         best = best_candidate(table, passing, objectives[0]["metric"], objectives[0].get("direction", "minimize"))
-        return Judged(table, passing, best, _accepted(self.store.decisions(exp["id"])), baseline_id, exprs, objectives)
+        return Judged(table, passing, best, accepted_candidates(self.store.decisions(exp["id"])), baseline_id, exprs, objectives)
 
     def parallel_json(self, request: Request) -> Response:
         exp = self.experiment(request.path_params["ref"])
@@ -433,14 +434,6 @@ def _figure_response(fig, summary: dict) -> Response:
     # and written again (megabytes at 100,000 candidates).
     body = fig.to_json()
     return Response(f'{body[:-1]}, "summary": {json.dumps(summary)}}}', media_type="application/json")
-
-
-def _accepted(decisions: pd.DataFrame) -> set[int]:
-    """Candidates whose latest decision accepts them."""
-    if decisions.empty:
-        return set()
-    on = decisions.dropna(subset=["candidate_id"]).sort_values("id").groupby("candidate_id").tail(1)
-    return {int(c) for c in on.loc[on["verdict"] == "accepted", "candidate_id"]}
 
 
 def _comparison(store: Store, cands: list[dict]):
