@@ -182,12 +182,41 @@ def bench_report(url: str, repeat: int, out: str) -> None:
     report("  its peak memory (ru_maxrss, imports included)", statistics.median(peaks), REPORT_TARGET_MB, "MB")
 
 
+def bench_fetch(url: str, repeat: int) -> None:
+    """candidate_metrics (every candidate's total metrics: the report's and the figures' read)
+    with rows fetched from the driver's cursor, against SQLAlchemy's Row objects (the former
+    way), interleaved in this run."""
+    import pandas as pd
+
+    import dse.report.data as data
+    from dse.runner.metrics import METRICS
+
+    def rows_fetched(connection, stmt):
+        result = connection.execute(stmt)
+        return pd.DataFrame(result.fetchall(), columns=list(result.keys()))
+
+    driver = data.fetched
+    times = {"driver cursor": [], "SQLAlchemy rows": []}
+    with Store(url) as store, store.engine.connect() as connection:
+        for _ in range(repeat):
+            for label, how in (("driver cursor", driver), ("SQLAlchemy rows", rows_fetched)):
+                data.fetched = how
+                start = time.perf_counter()
+                data.candidate_metrics(connection, 1, list(METRICS))
+                times[label].append(time.perf_counter() - start)
+        data.fetched = driver
+    new, old = statistics.median(times["driver cursor"]), statistics.median(times["SQLAlchemy rows"])
+    print(f"  {'candidate_metrics, every metric (driver cursor)':<58} {new:>9.3f} s  "
+          f"vs SQLAlchemy rows {old:.3f} s: x{new / old:.2f}")
+
+
 def run(url: str, n: int, repeat: int, folder: str, label: str) -> None:
     print(f"{label}: {n:,} candidates")
     start = time.perf_counter()
     populate(url, n)
     print(f"  (populated in {time.perf_counter() - start:.1f} s)")
     bench_pages(url, repeat, n)
+    bench_fetch(url, repeat)
     bench_report(url, max(1, repeat // 2), os.path.join(folder, "reports"))
 
 

@@ -126,6 +126,17 @@ def model_vs_emulator(store: Store, experiment_id: int, table: pd.DataFrame, emu
     return emulated
 
 
+def fetched(connection, stmt) -> pd.DataFrame:
+    """The rows of `stmt` (plain numbers and text) as a DataFrame, read from the database
+    driver's cursor itself: SQLAlchemy's Row objects cost 2.5x the fetch of 720,000 metric
+    values (bench/bench_ui.py's store)."""
+    result = connection.execute(stmt)
+    try:
+        return pd.DataFrame(result.cursor.fetchall(), columns=list(result.keys()))
+    finally:
+        result.close()
+
+
 def candidate_metrics(connection, experiment_id: int, names: list[str]) -> pd.DataFrame:
     """One row per candidate: id, origin, is_baseline, the status, reason and id of its latest
     analytical run, its diff (JSON text) and the named analytical total metrics of that run.
@@ -136,21 +147,18 @@ def candidate_metrics(connection, experiment_id: int, names: list[str]) -> pd.Da
               .join(Candidate, Run.candidate_id == Candidate.id)
               .where(Candidate.experiment_id == experiment_id, Run.stage == "analytical")
               .group_by(Run.candidate_id).subquery())
-    result = connection.execute(
-        select(Candidate.id.label("candidate_id"), Candidate.origin, cast(Candidate.diff, String).label("diff"),
-               Run.id.label("metric_run_id"), Run.status, Run.reason)
+    table = fetched(connection, select(
+        Candidate.id.label("candidate_id"), Candidate.origin, cast(Candidate.diff, String).label("diff"),
+        Run.id.label("metric_run_id"), Run.status, Run.reason)
         .outerjoin(latest, latest.c.candidate_id == Candidate.id)
         .outerjoin(Run, Run.id == latest.c.run_id)
         .where(Candidate.experiment_id == experiment_id)
         .order_by(Candidate.id))
-    table = pd.DataFrame(result.fetchall(), columns=list(result.keys()))
     baseline = connection.scalar(select(Experiment.baseline_candidate_id).where(Experiment.id == experiment_id))
     table.insert(2, "is_baseline", table["candidate_id"] == baseline)
-    values = pd.DataFrame(connection.execute(
-        select(Metric.run_id, Metric.name, Metric.value)
-        .join(latest, latest.c.run_id == Metric.run_id)
-        .where(Metric.kind == "analytical", Metric.scope == "total", Metric.name.in_(names))
-    ).fetchall(), columns=["run_id", "name", "value"])
+    values = fetched(connection, select(Metric.run_id, Metric.name, Metric.value)
+                     .join(latest, latest.c.run_id == Metric.run_id)
+                     .where(Metric.kind == "analytical", Metric.scope == "total", Metric.name.in_(names)))
     wide = values.pivot(index="run_id", columns="name", values="value") if len(values) else pd.DataFrame()
     for name in names:
         column = table["metric_run_id"].map(wide[name]) if name in wide else np.nan
