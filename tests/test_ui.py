@@ -347,10 +347,16 @@ def test_knobs_ops_and_model_vs_emulator_charts(server, store_db, page, tmp_path
         table = store.metric_table("emulated", "analytical").set_index("candidate_id")
         emu = store.metric_table("emulated", "emulator_cycles").dropna(subset=["latency_cycles"])
         best = int(re.search(r"best is candidate (\d+)", store.decisions("emulated").iloc[-1]["rationale"]).group(1))
+        summary = store.experiments().set_index("name").loc["emulated"]
     ok = table[table["status"] == "ok"]
     page.goto(server + f"/experiments/{exp['id']}")
     for div in ("parallel", "ops", "model-vs-emulator"):
         page.wait_for_selector(f"#{div}[data-ready='1']")
+    # The page counts this experiment's candidates as `dse history` does (a pruned emulator run
+    # leaves the analytical outcome standing).
+    assert summary["n_pruned"] == 0 and summary["n_ok"] == len(ok) == 6
+    assert (f"{summary['n_candidates']} ({summary['n_ok']} ok runs, {summary['n_infeasible']} infeasible, "
+            f"0 pruned, 0 failed, 0 crashed, 0 running)") in page.inner_text("section.facts")
 
     # Parallel coordinates: the knobs the candidates change, then the objectives, a line each.
     dims = page.evaluate("document.getElementById('parallel')._fullData[0].dimensions"

@@ -201,7 +201,9 @@ class Workbench:
                 raise Problem(400, "Bad query", str(error)) from None
             sweep = sweep_holder(connection, int(exp["id"]), self.store.stale_after)
             last_id = connection.scalar(select(func.max(Candidate.id)).where(Candidate.experiment_id == exp["id"]))
-        summary = next(s for s in self.store.experiment_summaries() if s["id"] == exp["id"])
+            # This experiment's counts only (the store's summaries count every experiment's runs).
+            counts = queries.outcome_counts(connection, int(exp["id"]))
+        summary = {"n_candidates": sum(counts.values()), **{f"n_{k}": n for k, n in counts.items() if k != "not run"}}
         decisions = records(self.store.decisions(exp["id"]))
         objectives = _objectives(exp["spec_text"])
         y = params.get("y") or objectives[0]["metric"]
