@@ -1,9 +1,11 @@
 """`dse ui` end to end: a real store from a real sweep, a real server (the `dse ui` process,
 or uvicorn in a thread for PostgreSQL), real HTTP, and Debian's Chromium for the pages.
 
-The browser tests load each page, sort, filter, hover and click a Pareto point, compare
-three candidates and record a decision, with no console errors; the HTTP tests check the
-error statuses, escaping and CSRF refusals (nothing written).
+The browser tests load each page, sort, filter, hover and click a Pareto point, brush the
+parallel coordinates, hover the per-op bars and the model-vs-emulator points, compare
+three candidates, record a decision and follow a sweep running in another process, with no
+console errors; the HTTP tests check the error statuses, escaping and CSRF refusals
+(nothing written).
 """
 
 from __future__ import annotations
