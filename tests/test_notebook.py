@@ -70,10 +70,10 @@ def test_notebooks_execute_in_order(repo, store_path, monkeypatch):
     assert any(o.get("data", {}).get("image/png") for c in nb.cells for o in c.get("outputs", []))
     # The spec built in Python, swept with a progress bar that is a Jupyter widget.
     widgets = [o for c in nb.cells for o in c.get("outputs", []) if "application/vnd.jupyter.widget-view+json" in o.get("data", {})]
-    assert widgets and "gemm-workers-python grid size: 6" in out
+    assert widgets and "mlp-workers-python grid size: 6" in out
     with Store(store_path) as store:
-        built = store.candidates("gemm-workers-python")
-    assert f"gemm-workers-python: {len(built)} candidates" in out and len(built) == 6
+        built = store.candidates("mlp-workers-python")
+    assert f"mlp-workers-python: {len(built)} candidates" in out and len(built) == 6
 
     out, nb = execute(repo, "02-compare-candidates", store_path.parent)
     with Store(store_path) as store:
@@ -92,4 +92,4 @@ def test_notebooks_execute_in_order(repo, store_path, monkeypatch):
     out, nb = execute(repo, "03-review-history", store_path.parent)
     assert "2 experiments, 2 decisions" in out  # quickstart's proposal, and the Python spec's
     timeline = figures(nb)[0]
-    assert timeline["layout"]["xaxis"]["type"] == "date" and set(timeline["data"][0]["y"]) == {"quickstart", "gemm-workers-python"}
+    assert timeline["layout"]["xaxis"]["type"] == "date" and set(timeline["data"][0]["y"]) == {"quickstart", "mlp-workers-python"}
