@@ -133,7 +133,7 @@ def fetch(url: str) -> int:
         return len(response.read())
 
 
-def bench_pages(url: str, repeat: int) -> None:
+def bench_pages(url: str, repeat: int, n: int) -> None:
     base, server, thread, store = serve(url)
     try:
         for label, path in (
@@ -145,9 +145,14 @@ def bench_pages(url: str, repeat: int) -> None:
         ):  # fmt: skip
             fetch(base + path)  # warm: the first request compiles the templates
             report(label, median_time(lambda: fetch(base + path), repeat), PAGE_TARGET_S)
-        size = fetch(base + "/experiments/1/pareto.json")
-        seconds = median_time(lambda: fetch(base + "/experiments/1/pareto.json"), max(1, repeat // 2))
-        print(f"  {'Pareto plot data, every candidate (' + format(size / 1e6, '.1f') + ' MB JSON)':<58} {seconds:>9.3f} s  (no target)")
+        for label, path in (("Pareto plot data, every candidate", "/experiments/1/pareto.json"),
+                            ("parallel coordinates data", "/experiments/1/parallel.json"),
+                            ("cycles per op (baseline, best, accepted)", "/experiments/1/ops.json"),
+                            ("model vs emulator (no emulator run here)", "/experiments/1/model-vs-emulator.json"),
+                            ("live view poll (after the last 20 candidates)", f"/experiments/1/live.json?after={n - 20}")):
+            size = fetch(base + path)
+            seconds = median_time(lambda: fetch(base + path), max(1, repeat // 2))
+            print(f"  {label + ' (' + format(size / 1e6, '.2f') + ' MB JSON)':<58} {seconds:>9.3f} s  (no target)")
     finally:
         server.should_exit = True
         thread.join(timeout=30)
@@ -177,12 +182,41 @@ def bench_report(url: str, repeat: int, out: str) -> None:
     report("  its peak memory (ru_maxrss, imports included)", statistics.median(peaks), REPORT_TARGET_MB, "MB")
 
 
+def bench_fetch(url: str, repeat: int) -> None:
+    """candidate_metrics (every candidate's total metrics: the report's and the figures' read)
+    with rows fetched from the driver's cursor, against SQLAlchemy's Row objects (the former
+    way), interleaved in this run."""
+    import pandas as pd
+
+    import dse.report.data as data
+    from dse.runner.metrics import METRICS
+
+    def rows_fetched(connection, stmt):
+        result = connection.execute(stmt)
+        return pd.DataFrame(result.fetchall(), columns=list(result.keys()))
+
+    driver = data.fetched
+    times = {"driver cursor": [], "SQLAlchemy rows": []}
+    with Store(url) as store, store.engine.connect() as connection:
+        for _ in range(repeat):
+            for label, how in (("driver cursor", driver), ("SQLAlchemy rows", rows_fetched)):
+                data.fetched = how
+                start = time.perf_counter()
+                data.candidate_metrics(connection, 1, list(METRICS))
+                times[label].append(time.perf_counter() - start)
+        data.fetched = driver
+    new, old = statistics.median(times["driver cursor"]), statistics.median(times["SQLAlchemy rows"])
+    print(f"  {'candidate_metrics, every metric (driver cursor)':<58} {new:>9.3f} s  "
+          f"vs SQLAlchemy rows {old:.3f} s: x{new / old:.2f}")
+
+
 def run(url: str, n: int, repeat: int, folder: str, label: str) -> None:
     print(f"{label}: {n:,} candidates")
     start = time.perf_counter()
     populate(url, n)
     print(f"  (populated in {time.perf_counter() - start:.1f} s)")
-    bench_pages(url, repeat)
+    bench_pages(url, repeat, n)
+    bench_fetch(url, repeat)
     bench_report(url, max(1, repeat // 2), os.path.join(folder, "reports"))
 
 

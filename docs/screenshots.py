@@ -35,6 +35,9 @@ def main() -> None:
                 "ui-experiments.png": ("/", "#timeline[data-ready='1']", None),
                 "ui-experiment.png": ("/experiments/1?sort=latency_cycles", "#pareto[data-ready='1']", "#pareto"),
                 "ui-candidates.png": ("/experiments/1?sort=latency_cycles&status=ok", "#candidates", "#candidates"),
+                "ui-knobs-and-ops.png": ("/experiments/3", "#ops[data-ready='1']", "#parallel"),
+                "ui-model-vs-emulator.png": ("/experiments/3", "#model-vs-emulator[data-ready='1']",
+                                             "#model-vs-emulator"),
                 "ui-candidate.png": ("/candidates/5", "#diff", None),
                 "ui-compare.png": ("/compare?c=1&c=5&c=9&c=27", "#compare", None),
             }

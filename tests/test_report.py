@@ -165,6 +165,11 @@ def test_the_report_names_the_verdicts_best_and_is_interactive_and_self_containe
     assert fastest != named  # the fastest feasible uses more SRAM than the baseline: it does not pass
     page = report.path.read_text()
     assert f'vs <a href="#c{named}">candidate {named}</a>' in page
+    # Where the cycles go: the baseline and that same best (not the first front members by id).
+    baseline = report.view.baseline_id
+    assert f"Analytical cycles per op for baseline (#{baseline}), best (#{named})." in page
+    assert list(report.figures["ops"].data.index) == [baseline, named]
+    assert 'id="parallel"' in page and 'id="ops"' in page and 'id="model-vs-emulator"' not in page  # not emulated
     # One self-contained file: plotly.js inlined, no script, style or image fetched from anywhere.
     assert "plotly.js v" in page and "Plotly.newPlot" in page and not re.search(r"<script[^>]*\bsrc=", page)
     markup = re.sub(r"<script\b.*?</script>", "", page, flags=re.S)
@@ -177,3 +182,34 @@ def test_the_report_names_the_verdicts_best_and_is_interactive_and_self_containe
     assert code == 0 and '<a href="best.html">best</a>' in history and (tmp_path / "out" / "best.html").exists()
     assert '"type":"date"' in history.replace(" ", "")
     assert not re.search(r"\d\d:\d\d:\d\d\.\d", re.sub(r"<script\b.*?</script>", "", history, flags=re.S))
+
+
+def test_parallel_coordinates_by_hand():
+    import json as json_lib
+
+    import pandas as pd
+
+    from dse.report.interactive import knob_values, parallel_figure
+
+    # The baseline keeps every knob; the diff's first value is the baseline's.
+    table = pd.DataFrame({
+        "candidate_id": [1, 2, 3, 4],
+        "status": ["ok", "ok", "ok", "infeasible"],
+        "diff": ["{}", json_lib.dumps({"mapping.policy": ["framework", "mapper"]}),
+                 json_lib.dumps({"config.banks.count": [16, 20], "mapping.policy": ["framework", "mapper"]}),
+                 json_lib.dumps({"config.banks.count": [16, 4]})],
+        "latency_cycles": [100.0, 80.0, 60.0, None],
+        "private_sram_bytes": [256.0, 256.0, 320.0, None],
+    })
+    knobs = knob_values(table)
+    assert knobs.to_dict("list") == {"config.banks.count": [16, 16, 20, 4],
+                                     "mapping.policy": ["framework", "mapper", "mapper", "framework"]}
+    fig, data = parallel_figure(table, [{"metric": "latency_cycles"}, {"metric": "private_sram_bytes"}])
+    dims = fig.data[0].dimensions
+    # The infeasible candidate has no objective values: not drawn. Its banks.count = 4 is not
+    # an axis value; a policy is a category, ticks naming it.
+    assert [d.label for d in dims] == ["banks.count", "policy", "latency cycles", "private sram bytes"]
+    assert list(dims[0].values) == [16, 16, 20] and list(dims[1].values) == [0, 1, 1]
+    assert list(dims[1].ticktext) == ["framework", "mapper"] and list(dims[2].values) == [100, 80, 60]
+    assert list(data["candidate_id"]) == [1, 2, 3]
+    assert list(fig.data[0].line.color) == [100, 80, 60]

@@ -354,3 +354,27 @@ def test_the_prune_stage_is_a_plain_function_of_the_analytical_results():
     assert pruning.pruned == [(1, "not emulated: rank 3 of 3 feasible by the analytical latency_cycles, "
                                   "outside the top 2"), (3, "not emulated: analytically infeasible")]
     assert PRUNE.run(analysed, set(), "all", 2, "latency_cycles", "maximize").emulate == [1, 2, 4]
+
+
+def test_a_spec_built_in_python_is_validated_as_a_file_is(tmp_path):
+    import tomllib
+
+    from dse.errors import InputError
+    from dse.runner import SpecModel, build_spec
+
+    path = write_spec(tmp_path, name="py", banks="[16, 20]")
+    data = tomllib.loads(path.read_text())
+    built, loaded = build_spec(data), load_spec(path)
+    assert built.model == loaded.model and built.grid_size() == loaded.grid_size() == 6
+    assert build_spec(SpecModel.model_validate(data)).model == loaded.model
+    # Bad input: one line naming where the spec came from, the field, the value, what is allowed.
+    for bad, field in (({**data, "search": {"sampler": "annealing"}}, "search.sampler"),
+                       ({**data, "objectives": [{"metric": "speed"}]}, "objectives"),
+                       ({**data, "experiment": {**data["experiment"], "limitations": None}}, "(spec)")):
+        with pytest.raises(InputError) as info:
+            build_spec(bad, where="notebook cell 3")
+        assert str(info.value).startswith("notebook cell 3: field") and field in str(info.value)
+        assert "\n" not in str(info.value) and info.value.exit_code == 2
+    # Kept as the TOML it would be written in (what the store records); the same dict, the
+    # same text, so a rerun resumes. (notebooks/01 sweeps a built spec: tests/test_notebook.py)
+    assert tomllib.loads(built.text) == data and build_spec(data).hash == built.hash

@@ -1,9 +1,11 @@
 """`dse ui` end to end: a real store from a real sweep, a real server (the `dse ui` process,
 or uvicorn in a thread for PostgreSQL), real HTTP, and Debian's Chromium for the pages.
 
-The browser tests load each page, sort, filter, hover and click a Pareto point, compare
-three candidates and record a decision, with no console errors; the HTTP tests check the
-error statuses, escaping and CSRF refusals (nothing written).
+The browser tests load each page, sort, filter, hover and click a Pareto point, brush the
+parallel coordinates, hover the per-op bars and the model-vs-emulator points, compare
+three candidates, record a decision and follow a sweep running in another process, with no
+console errors; the HTTP tests check the error statuses, escaping and CSRF refusals
+(nothing written).
 """
 
 from __future__ import annotations
@@ -149,6 +151,9 @@ def test_bad_urls_and_unknown_records_are_error_pages_with_their_status(server):
         ("/experiments/1?status=sleeping", 400, "status"),
         ("/experiments/1/pareto.json?x=bogus", 400, "bogus"),
         ("/compare?c=x1", 400, "x1"),
+        ("/experiments/1/live.json?after=-1", 400, "after"),
+        ("/experiments/1/live.json?watch=1,x", 400, "watch"),
+        ("/experiments/999/ops.json", 404, "999"),
     ):
         got, body, _ = get(server + path)
         assert got == status, (path, got)
@@ -325,6 +330,95 @@ def test_hover_and_click_a_pareto_point(server, store_db, page):
     assert page.console.errors == []
 
 
+def _point_on(page, div: str, trace: str, i: int, x: str = "x", y: str = "y") -> dict:
+    """Page coordinates of point `i` of the first trace of `div` whose name starts with `trace`."""
+    page.locator(f"#{div}").scroll_into_view_if_needed()
+    point = page.evaluate("""([div, trace, i, x, y]) => {
+        const d = document.getElementById(div), fl = d._fullLayout;
+        const t = d._fullData.find(t => t.name.startsWith(trace));
+        return {x: fl.xaxis.l2p(fl.xaxis.d2l(t[x][i])) + fl._size.l,
+                y: fl.yaxis.l2p(fl.yaxis.d2l(t[y][i])) + fl._size.t};
+    }""", [div, trace, i, x, y])
+    box = page.locator(f"#{div}").bounding_box()
+    return {"x": box["x"] + point["x"], "y": box["y"] + point["y"]}
+
+
+def test_knobs_ops_and_model_vs_emulator_charts(server, store_db, page, tmp_path):
+    with Store(store_db) as store:
+        exp = store.experiment("emulated")
+        table = store.metric_table("emulated", "analytical").set_index("candidate_id")
+        emu = store.metric_table("emulated", "emulator_cycles").dropna(subset=["latency_cycles"])
+        best = int(re.search(r"best is candidate (\d+)", store.decisions("emulated").iloc[-1]["rationale"]).group(1))
+        summary = store.experiments().set_index("name").loc["emulated"]
+    ok = table[table["status"] == "ok"]
+    page.goto(server + f"/experiments/{exp['id']}")
+    for div in ("parallel", "ops", "model-vs-emulator"):
+        page.wait_for_selector(f"#{div}[data-ready='1']")
+    # The page counts this experiment's candidates as `dse history` does (a pruned emulator run
+    # leaves the analytical outcome standing).
+    assert summary["n_pruned"] == 0 and summary["n_ok"] == len(ok) == 6
+    assert (f"{summary['n_candidates']} ({summary['n_ok']} ok runs, {summary['n_infeasible']} infeasible, "
+            f"0 pruned, 0 failed, 0 crashed, 0 running)") in page.inner_text("section.facts")
+
+    # Parallel coordinates: the knobs the candidates change, then the objectives, a line each.
+    dims = page.evaluate("document.getElementById('parallel')._fullData[0].dimensions"
+                         ".map(d => [d.label, Array.from(d.values)])")
+    assert [d[0] for d in dims] == ["banks.rows", "workers", "latency cycles", "private sram bytes"]
+    assert sorted(dims[2][1]) == sorted(ok["latency_cycles"]) and sorted(dims[3][1]) == sorted(ok["private_sram_bytes"])
+    # Brushing the latency axis keeps a range: plotly records it as the axis' constraint range.
+    page.locator("#parallel").scroll_into_view_if_needed()
+    axis = page.evaluate("""() => { const r = [...document.querySelectorAll('#parallel .axis-brush rect.background')][2]
+        .getBoundingClientRect(); return {x: r.x + r.width / 2, y: r.y, h: r.height}; }""")
+    page.mouse.move(axis["x"], axis["y"] + axis["h"] * 0.2)
+    page.mouse.down()
+    page.mouse.move(axis["x"], axis["y"] + axis["h"] * 0.6, steps=8)
+    page.mouse.up()
+    kept = page.evaluate("document.getElementById('parallel').data[0].dimensions[2].constraintrange")
+    assert kept and min(dims[2][1]) < kept[0] < kept[1] < max(dims[2][1])
+
+    # Where the cycles go: the baseline and the verdict's best, each bar summing to its latency.
+    ops = page.evaluate("document.getElementById('ops')._fullData.map(t => [t.name, Array.from(t.x), Array.from(t.y)])")
+    bars = [f"baseline (c{exp['baseline_candidate_id']})", f"best (c{best})"]
+    assert all(o[2] == bars for o in ops) and len(ops) >= 5
+    for i, cid in enumerate((exp["baseline_candidate_id"], best)):
+        assert sum(o[1][i] for o in ops) == table.loc[cid, "latency_cycles"]
+    biggest = max(range(len(ops)), key=lambda k: ops[k][1][0])
+    before = sum(o[1][0] for o in ops[:biggest])
+    page.locator("#ops").scroll_into_view_if_needed()
+    where = page.evaluate("""([k, mid]) => {
+        const d = document.getElementById('ops'), fl = d._fullLayout, t = d._fullData[k];
+        return {x: fl.xaxis.l2p(mid) + fl._size.l, y: fl.yaxis.l2p(fl.yaxis.d2l(t.y[0])) + fl._size.t};
+    }""", [biggest, before + ops[biggest][1][0] / 2])
+    box = page.locator("#ops").bounding_box()
+    page.mouse.move(box["x"] + where["x"], box["y"] + where["y"])
+    text = page.wait_for_selector("#ops .hovertext").text_content()
+    assert ops[biggest][0] in text and f"{int(ops[biggest][1][0]):,} cycles" in text
+
+    # Model vs emulator: each emulated candidate, its two evidence kinds and the model's error.
+    rows = page.locator("#model-error tbody tr").all_inner_texts()
+    assert len(rows) == len(emu) == 2
+    for row, r in zip(rows, emu.sort_values("candidate_id").itertuples()):
+        cells = row.split("\t")
+        assert int(cells[0]) == r.candidate_id and _number(cells[2]) == r.latency_cycles
+        assert _number(cells[1]) == table.loc[r.candidate_id, "latency_cycles"]
+    at = _point_on(page, "model-vs-emulator", "emulated candidates", 0)
+    page.mouse.move(at["x"], at["y"])
+    text = page.wait_for_selector("#model-vs-emulator .hovertext").text_content()
+    assert "model error" in text and "emulator:" in text and "analytical:" in text
+    assert page.console.errors == []
+
+    # The same three figures in the static report of this experiment.
+    from dse.report import write_report
+
+    with Store(store_db) as store:
+        report = write_report(store, "emulated", tmp_path)
+    html = report.path.read_text()
+    for div in ("pareto", "parallel", "ops", "model-vs-emulator"):
+        assert f'id="{div}"' in html
+    assert f"baseline (#{exp['baseline_candidate_id']}), best (#{best})" in html
+    assert sorted(report.view.emulated["candidate_id"]) == sorted(emu["candidate_id"])
+
+
 def test_compare_three_candidates_and_across_experiments(server, store_db, page):
     with Store(store_db) as store:
         other = int(store.candidates("second")["id"].iloc[0])
@@ -366,6 +460,91 @@ def test_record_a_decision_from_the_page(server, store_db, page):
     assert json.loads(last["evidence"])  # the runs of the candidate and the baseline, as `dse decide` records
     page.wait_for_selector("#pareto[data-ready='1']")
     assert "accepted" in page.evaluate("document.getElementById('pareto')._fullData.map(t => t.name)")
+    assert page.console.errors == []
+
+
+# A real sweep in another process whose analytical batches (of three candidates) wait for
+# a gate file, then take 0.3 s more each (the model answers in milliseconds): the page is
+# loaded while the sweep runs, then watches it record the rest and end.
+SLOW_SWEEP = """
+import sys, time
+from pathlib import Path
+import dse.runner.execution as execution
+real, gate = execution._analytical_batch, Path(sys.argv[3])
+def slow(*args):
+    while not gate.exists():
+        time.sleep(0.05)
+    time.sleep(0.3)
+    return real(*args)
+execution._analytical_batch = slow
+if __name__ == "__main__":
+    from dse.runner import run_sweep
+    run_sweep(sys.argv[1], sys.argv[2], progress=False)
+"""
+
+
+def test_the_page_of_a_running_sweep_follows_it(server, store_db, page, tmp_path):
+    import subprocess
+    import sys
+    import time
+
+    from dse.records.liveness import sweep_holder
+    from uiserver import REPO, SPEC
+
+    spec, script = tmp_path / "live.toml", tmp_path / "slow_sweep.py"
+    gate = tmp_path / "go"
+    spec.write_text(SPEC.format(name="live", banks="[8, 20]") + "batch = 3\n")
+    script.write_text(SLOW_SWEEP)
+    sweep = subprocess.Popen([sys.executable, str(script), str(spec), store_db, str(gate)], cwd=REPO,
+                             stderr=subprocess.PIPE,
+                             text=True, env={**__import__("os").environ, "PYTHONPATH": str(REPO)})
+    try:
+        # Wait for the sweep to hold its lock and record its first batch (held at the gate).
+        deadline = time.monotonic() + 90
+        while True:
+            assert sweep.poll() is None and time.monotonic() < deadline, sweep.stderr.read() if sweep.poll() else "slow"
+            with Store(store_db) as store:
+                known = store.experiments()
+                if "live" in set(known["name"]):
+                    exp_id = int(known.loc[known["name"] == "live", "id"].iloc[0])
+                    with store.engine.connect() as connection:
+                        holder = sweep_holder(connection, exp_id, store.stale_after)
+                    if holder is not None and len(store.candidates(exp_id)) >= 1:
+                        break
+            time.sleep(0.2)
+        polls = []
+        page.on("request", lambda r: polls.append(time.monotonic()) if "/live.json" in r.url else None)
+        page.goto(server + f"/experiments/{exp_id}")
+        assert page.locator("#live[data-state='running']").count() == 1
+        shown_after = int(page.get_attribute("#live", "data-after"))
+        assert f"Process {holder['pid']}" in page.inner_text("#live-status")
+        page.wait_for_function("document.getElementById('live-counts').textContent.includes('running')")
+        gate.write_text("go")
+        # The candidates recorded after the page loaded show up without a reload, and once
+        # the sweep ends the page says so and stops asking.
+        page.wait_for_selector("#live[data-state='ended']", timeout=90_000)
+        assert sweep.wait(timeout=60) == 0, sweep.stderr.read()
+        asked = len(polls)
+        page.wait_for_timeout(int(page.get_attribute("#live", "data-interval")) + 500)
+        assert len(polls) == asked and asked >= 2
+    finally:
+        if sweep.poll() is None:
+            sweep.kill()
+            sweep.wait()
+    with Store(store_db) as store:
+        cands = store.candidates(exp_id)
+        with store.engine.connect() as connection:
+            counts = queries.outcome_counts(connection, exp_id)
+    later = sorted((int(i) for i in cands["id"] if i > shown_after), reverse=True)
+    rows = [int(i) for i in page.eval_on_selector_all("#live-new tbody tr", "rows => rows.map(r => r.dataset.id)")]
+    assert rows == later and later  # every candidate recorded after the page loaded, newest first
+    status = dict(zip(cands["id"].astype(int), cands["status"]))
+    assert [page.locator(f"#live-new tr[data-id='{i}'] td").nth(2).inner_text() for i in later[:3]] == \
+        [status[i] for i in later[:3]]
+    expected = f"{len(cands)} candidates: " + ", ".join(f"{n} {k}" for k, n in counts.items() if n)
+    assert page.inner_text("#live-counts") == expected
+    assert counts["ok"] + counts["infeasible"] == len(cands) and counts["running"] == 0
+    assert "Sweep finished" in page.inner_text("#live h2") and page.locator("#pareto[data-ready='1']").count() == 1
     assert page.console.errors == []
 
 

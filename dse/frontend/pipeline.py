@@ -23,7 +23,7 @@ from typing import Any, Callable
 
 import pandas as pd
 import torch
-from tqdm import tqdm
+from tqdm.auto import tqdm  # a widget in Jupyter (ipywidgets), text on a terminal
 
 from dse.frontend.rewrite import StepError
 from dse.frontend.steps import FLOAT_TOLERANCE, StepSpec, load_steps

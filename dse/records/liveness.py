@@ -215,3 +215,15 @@ class Heartbeats:
                         )
             except Exception:  # noqa: BLE001 - a missed beat is retried at the next one
                 pass
+
+
+def sweep_holder(connection, experiment_id: int, stale_after: float) -> dict | None:
+    """The live process sweeping the experiment (its host, pid, command, start and last
+    heartbeat), or None when no sweep runs: no lock, or one left by a dead process (the
+    test `acquire_sweep_lock` applies before taking a lock over)."""
+    lock = connection.execute(select(SweepLock).where(SweepLock.experiment_id == experiment_id)).first()
+    if lock is None or not _holder_alive(lock, provenance.hostname(), utcnow(), stale_after):
+        return None
+    return {"host": lock.host, "pid": lock.pid, "command": lock.command,
+            "started_at": as_utc(lock.started_at).isoformat(timespec="seconds"),
+            "heartbeat_at": as_utc(lock.heartbeat_at).isoformat(timespec="seconds")}

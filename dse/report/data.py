@@ -17,7 +17,6 @@ from ..records.schema import Candidate, Experiment, Metric, Run
 from ..runner.metrics import METRICS
 from ..runner.acceptance import best_candidate, passing_mask
 
-MAX_CHOSEN = 5  # candidates in the per-op breakdown: baseline, best, then the front
 
 
 @dataclass
@@ -45,7 +44,7 @@ class ExperimentView:
     def op_cycles_of(self, candidate_ids: list[int] | None) -> pd.DataFrame:
         """`op_cycles` for these candidates only (None: all); a report needs a few of 100,000."""
         with self.store.engine.connect() as connection:
-            return _op_cycles(connection, int(self.exp["id"]), candidate_ids)
+            return op_cycles_table(connection, int(self.exp["id"]), candidate_ids)
 
 
 def _objectives(spec_text: str) -> list[dict]:
@@ -100,22 +99,42 @@ def experiment_view(store: Store, experiment) -> ExperimentView:
         last = store.run(last_run)
         provenance = {k: last.get(k) for k in ("host", "git_commit", "git_dirty", "model_version",
                                                "emulator_version", "versions", "command")}
-    # Emulator evidence only when there is some (each table reads every candidate).
-    emu = store.metric_table(exp["id"], "emulator_cycles") if emulated_any else pd.DataFrame()
-    emulated = pd.DataFrame(columns=["candidate_id", "analytical_cycles", "emulator_cycles", "error_pct"])
-    if "latency_cycles" in emu:
-        both = emu[["candidate_id", "latency_cycles"]].dropna().merge(
-            table[["candidate_id", "latency_cycles"]].dropna(), on="candidate_id", suffixes=("_emu", "_model"))
-        emulated = pd.DataFrame({"candidate_id": both["candidate_id"].astype(int),
-                                 "analytical_cycles": both["latency_cycles_model"],
-                                 "emulator_cycles": both["latency_cycles_emu"]})
-        emulated["error_pct"] = 100.0 * (emulated["analytical_cycles"] - emulated["emulator_cycles"]) \
-            / emulated["emulator_cycles"]
+    emulated = model_vs_emulator(store, exp["id"], table, bool(emulated_any))
     core_time = (store.metric_table(exp["id"], "emulator_cycles", scope="core") if emulated_any
                  else pd.DataFrame(columns=["candidate_id", "scope_key"]))
     return ExperimentView(exp, objectives, table, baseline_id, best_id, compare, store.decisions(exp["id"]),
                           provenance, table["status"].value_counts().to_dict(), emulated, core_time,
                           passing, store.notes(exp["id"]), store)
+
+
+def model_vs_emulator(store: Store, experiment_id: int, table: pd.DataFrame, emulated_any: bool = True
+                      ) -> pd.DataFrame:
+    """Candidates with both evidence kinds: their analytical latency (from `table`, the
+    `candidate_metrics` rows) and emulator cycles, and the model's error in percent,
+    (analytical - emulator) / emulator. Two kinds side by side, never one column."""
+    emulated = pd.DataFrame(columns=["candidate_id", "analytical_cycles", "emulator_cycles", "error_pct"])
+    # Emulator evidence only when there is some (the table reads every candidate).
+    emu = store.metric_table(experiment_id, "emulator_cycles") if emulated_any else pd.DataFrame()
+    if "latency_cycles" in emu and "latency_cycles" in table:
+        both = emu[["candidate_id", "latency_cycles"]].dropna().merge(
+            table[["candidate_id", "latency_cycles"]].dropna(), on="candidate_id", suffixes=("_emu", "_model"))
+        emulated = pd.DataFrame({"candidate_id": both["candidate_id"].astype(int),
+                                 "analytical_cycles": both["latency_cycles_model"].astype(float),
+                                 "emulator_cycles": both["latency_cycles_emu"].astype(float)})
+        emulated["error_pct"] = 100.0 * (emulated["analytical_cycles"] - emulated["emulator_cycles"]) \
+            / emulated["emulator_cycles"]
+    return emulated
+
+
+def fetched(connection, stmt) -> pd.DataFrame:
+    """The rows of `stmt` (plain numbers and text) as a DataFrame, read from the database
+    driver's cursor itself: SQLAlchemy's Row objects cost 2.5x the fetch of 720,000 metric
+    values (bench/bench_ui.py's store)."""
+    result = connection.execute(stmt)
+    try:
+        return pd.DataFrame(result.cursor.fetchall(), columns=list(result.keys()))
+    finally:
+        result.close()
 
 
 def candidate_metrics(connection, experiment_id: int, names: list[str]) -> pd.DataFrame:
@@ -128,21 +147,18 @@ def candidate_metrics(connection, experiment_id: int, names: list[str]) -> pd.Da
               .join(Candidate, Run.candidate_id == Candidate.id)
               .where(Candidate.experiment_id == experiment_id, Run.stage == "analytical")
               .group_by(Run.candidate_id).subquery())
-    result = connection.execute(
-        select(Candidate.id.label("candidate_id"), Candidate.origin, cast(Candidate.diff, String).label("diff"),
-               Run.id.label("metric_run_id"), Run.status, Run.reason)
+    table = fetched(connection, select(
+        Candidate.id.label("candidate_id"), Candidate.origin, cast(Candidate.diff, String).label("diff"),
+        Run.id.label("metric_run_id"), Run.status, Run.reason)
         .outerjoin(latest, latest.c.candidate_id == Candidate.id)
         .outerjoin(Run, Run.id == latest.c.run_id)
         .where(Candidate.experiment_id == experiment_id)
         .order_by(Candidate.id))
-    table = pd.DataFrame(result.fetchall(), columns=list(result.keys()))
     baseline = connection.scalar(select(Experiment.baseline_candidate_id).where(Experiment.id == experiment_id))
     table.insert(2, "is_baseline", table["candidate_id"] == baseline)
-    values = pd.DataFrame(connection.execute(
-        select(Metric.run_id, Metric.name, Metric.value)
-        .join(latest, latest.c.run_id == Metric.run_id)
-        .where(Metric.kind == "analytical", Metric.scope == "total", Metric.name.in_(names))
-    ).fetchall(), columns=["run_id", "name", "value"])
+    values = fetched(connection, select(Metric.run_id, Metric.name, Metric.value)
+                     .join(latest, latest.c.run_id == Metric.run_id)
+                     .where(Metric.kind == "analytical", Metric.scope == "total", Metric.name.in_(names)))
     wide = values.pivot(index="run_id", columns="name", values="value") if len(values) else pd.DataFrame()
     for name in names:
         column = table["metric_run_id"].map(wide[name]) if name in wide else np.nan
@@ -155,7 +171,7 @@ def changes(diff) -> str:
     return _changes(diff)
 
 
-def _op_cycles(connection, experiment_id: int, candidate_ids: list[int] | None) -> pd.DataFrame:
+def op_cycles_table(connection, experiment_id: int, candidate_ids: list[int] | None) -> pd.DataFrame:
     """Analytical cycles per op (scope "op", name "cycles") of each candidate's latest
     analytical run: rows candidate id, columns op name in graph order."""
     stmt = (select(Run.candidate_id, Metric.run_id, Metric.scope_key, Metric.value)
@@ -165,17 +181,30 @@ def _op_cycles(connection, experiment_id: int, candidate_ids: list[int] | None) 
     if candidate_ids is not None:
         stmt = stmt.where(Run.candidate_id.in_([int(i) for i in candidate_ids]))
     ops = pd.DataFrame(connection.execute(stmt).fetchall(), columns=["candidate_id", "run_id", "scope_key", "value"])
+    if ops.empty:
+        return pd.DataFrame(dtype=float)
     ops = ops[ops["run_id"] == ops.groupby("candidate_id")["run_id"].transform("max")]
     op_order = list(dict.fromkeys(ops["scope_key"]))
     table = ops.pivot_table(index="candidate_id", columns="scope_key", values="value", aggfunc="last")
     return table.reindex(columns=op_order).astype(float)
 
 
-def chosen_candidates(view: ExperimentView, front_ids: list[int]) -> list[int]:
-    """Baseline, best, then Pareto-front members, without repeats."""
-    ids = [i for i in (view.baseline_id, view.best_id) if i is not None]
-    for i in sorted(front_ids):
-        if i not in ids:
-            ids.append(i)
-    feasible = set(int(i) for i in view.table.loc[view.table["status"] == "ok", "candidate_id"])
-    return [i for i in ids if i in feasible][:MAX_CHOSEN]
+def accepted_candidates(decisions: pd.DataFrame) -> set[int]:
+    """Candidates whose latest decision accepts them."""
+    if decisions.empty:
+        return set()
+    on = decisions.dropna(subset=["candidate_id"]).sort_values("id").groupby("candidate_id").tail(1)
+    return {int(c) for c in on.loc[on["verdict"] == "accepted", "candidate_id"]}
+
+
+def meaningful_candidates(table: pd.DataFrame, baseline_id: int | None, best_id: int | None,
+                          accepted: set[int]) -> dict[int, str]:
+    """{candidate: label} of the candidates worth a per-op look: the baseline, the best (the
+    verdict's, `acceptance.best_candidate`) and those a person accepted, feasible ones only,
+    in that order; one candidate in two roles gets both labels ("best, accepted")."""
+    feasible = set(int(i) for i in table.loc[table["status"] == "ok", "candidate_id"])
+    labels: dict[int, list[str]] = {}
+    for ident, role in ((baseline_id, "baseline"), (best_id, "best"), *((i, "accepted") for i in sorted(accepted))):
+        if ident is not None and int(ident) in feasible:
+            labels.setdefault(int(ident), []).append(role)
+    return {i: ", ".join(roles) for i, roles in labels.items()}

@@ -20,9 +20,9 @@ import plotly.io as pio
 from markupsafe import Markup
 
 from ..records import Store
-from .data import ExperimentView, changes, chosen_candidates, experiment_view
+from .data import ExperimentView, accepted_candidates, changes, experiment_view, meaningful_candidates
 from .figures import core_time_plot, history_plot, model_vs_emulator_plot, op_breakdown_plot, pareto_plot
-from .interactive import history_figure, pareto_figure
+from .interactive import experiment_figures, history_figure
 
 
 def _when(moment) -> str:
@@ -37,14 +37,6 @@ def _inline(fig, div_id: str, with_js: bool) -> Markup:
     installed package, as `dse ui` serves it), the figure's JSON escaped by plotly."""
     return Markup(pio.to_html(fig, include_plotlyjs=with_js, full_html=False, div_id=div_id,
                               config={"displaylogo": False, "responsive": True}))
-
-
-def accepted_ids(decisions: pd.DataFrame) -> set[int]:
-    """Candidates whose latest decision accepts them."""
-    if decisions.empty:
-        return set()
-    on = decisions.dropna(subset=["candidate_id"]).sort_values("id").groupby("candidate_id").tail(1)
-    return {int(c) for c in on.loc[on["verdict"] == "accepted", "candidate_id"]}
 
 
 def fmt_value(v) -> str:
@@ -141,23 +133,21 @@ def write_report(store: Store, experiment, out_dir: str | Path = "reports", x: s
     x = x or (objectives[1]["metric"] if len(objectives) > 1 else "private_sram_bytes")
     pareto = pareto_plot(table, x=x, y=y, directions=(directions.get(x, "minimize"), directions.get(y, "minimize")),
                          baseline_id=view.baseline_id, title=f"{exp['name']}: {y} vs {x}")
-    accepted = accepted_ids(view.decisions)
-    interactive, _ = pareto_figure(table, x, y, (directions.get(x, "minimize"), directions.get(y, "minimize")),
-                                   passing=view.passing, exprs=[c["expr"] for c in exp["acceptance"]],
-                                   baseline_id=view.baseline_id, accepted=accepted,
-                                   title=f"{exp['name']}: {y.replace('_', ' ')} vs {x.replace('_', ' ')}")
+    accepted = accepted_candidates(view.decisions)
     front_ids = [int(i) for i in pareto.data.loc[pareto.data["on_front"], "candidate_id"]]
-    chosen = chosen_candidates(view, front_ids)
-    labels = {i: ("baseline" if i == view.baseline_id else "best" if i == view.best_id else f"front #{i}")
-              for i in chosen}
     figures = {"pareto": pareto}
-    op_cycles = view.op_cycles_of(chosen)
-    chosen = [i for i in chosen if i in op_cycles.index]
-    labels = {i: labels[i] for i in chosen}
+    # The per-op look: baseline, best (the verdict's) and accepted, as the UI shows them.
+    labels = meaningful_candidates(table, view.baseline_id, view.best_id, accepted)
+    op_cycles = view.op_cycles_of(list(labels))
+    labels = {i: label for i, label in labels.items() if i in op_cycles.index}
+    chosen = list(labels)
     if chosen and len(op_cycles.columns):
         figures["ops"] = op_breakdown_plot(op_cycles, chosen, labels)
     if len(view.emulated):
         figures["model_vs_emulator"] = model_vs_emulator_plot(view.emulated)
+    # The interactive figures (the UI's): plotly.js inlined once, with the first.
+    interactive_html = {name: _inline(fig, name.replace("_", "-"), name == "pareto")
+                        for name, fig in experiment_figures(view, x, y).items()}
     if len(view.core_time) and "busy_cycles" in view.core_time:
         figures["core_time"] = core_time_plot(view.core_time, list(view.emulated["candidate_id"]))
     stall_cols = [c for c in view.core_time.columns if str(c).startswith("stall_")]
@@ -203,7 +193,7 @@ def write_report(store: Store, experiment, out_dir: str | Path = "reports", x: s
     )
     html = _HTML.get_template("report.html.j2").render(
         **context, images={n: base64.b64encode(b).decode() for n, b in pngs.items()},
-        pareto_html=_inline(interactive, "pareto", True), passing_count=len(passing_ids), accepted=sorted(accepted))
+        plots=interactive_html, passing_count=len(passing_ids), accepted=sorted(accepted))
     md = _MD.get_template("report.md.j2").render(**context, images={n: f"{assets.name}/{n}.png" for n in pngs})
     path, md_path = out / f"{exp['name']}.html", out / f"{exp['name']}.md"
     _write(path, html)

@@ -202,3 +202,134 @@ def history_figure(experiments: pd.DataFrame, decisions: pd.DataFrame) -> go.Fig
     fig.update_xaxes(type="date", tickformat="%Y-%m-%d\n%H:%M")
     fig.update_yaxes(autorange="reversed", type="category")
     return fig
+
+
+def knob_values(table: pd.DataFrame) -> pd.DataFrame:
+    """The knobs as columns: every path some candidate changes ("config.banks.count",
+    "mapping.workers"), each candidate's value of it (the baseline's where it keeps it, which
+    the diff records as the pair's first value). One row per row of `table`."""
+    diffs = [json.loads(d) if isinstance(d, str) and d else (d or {}) for d in table["diff"]]
+    baseline_value: dict[str, object] = {}
+    for diff in diffs:
+        for path, (before, _after) in diff.items():
+            baseline_value.setdefault(path, before)
+    return pd.DataFrame({path: [d[path][1] if path in d else before for d in diffs]
+                         for path, before in sorted(baseline_value.items())}, index=table.index)
+
+
+def _dimension(label: str, values: pd.Series) -> dict:
+    """A parcoords axis: numbers as they are; anything else (a policy name, a list) as
+    categories, ticks naming them."""
+    numeric = pd.to_numeric(values, errors="coerce")
+    if numeric.notna().all() and not values.map(lambda v: isinstance(v, bool)).any():
+        return dict(label=label, values=numeric.to_numpy(dtype=float))
+    texts = values.map(lambda v: v if isinstance(v, str) else json.dumps(v))
+    categories = sorted(set(texts))
+    index = {c: i for i, c in enumerate(categories)}
+    return dict(label=label, values=texts.map(index).to_numpy(dtype=float), tickvals=list(range(len(categories))),
+                ticktext=[html.escape(c) for c in categories])
+
+
+def parallel_figure(table: pd.DataFrame, objectives: list[dict], title: str = "") -> tuple[go.Figure, pd.DataFrame]:
+    """Parallel coordinates from the knobs to the objectives: one line per feasible candidate
+    (an even sample past MAX_POINTS), coloured by the first objective. Drag along an axis to
+    keep the lines through a range. Returns the figure and the rows drawn (knob and
+    objective columns, candidate ids)."""
+    metrics = [o["metric"] for o in objectives if o["metric"] in table]
+    ok = table[(table["status"] == "ok") & table[metrics].notna().all(axis=1)] if metrics else table.iloc[:0]
+    shown, name = _thin(ok, "feasible candidates")
+    knobs = knob_values(shown) if len(shown) else pd.DataFrame(index=shown.index)
+    # A knob no drawn candidate changes says nothing: left out.
+    knobs = knobs[[k for k in knobs.columns if knobs[k].map(json.dumps).nunique() > 1]]
+    dims = [_dimension(k.removeprefix("config.").removeprefix("mapping."), knobs[k]) for k in knobs.columns]
+    dims += [dict(label=_label(m), values=shown[m].to_numpy(dtype=float)) for m in metrics]
+    first = metrics[0] if metrics else None
+    fig = go.Figure(go.Parcoords(
+        dimensions=dims, name=name,
+        line=dict(color=shown[first].to_numpy(dtype=float) if first else [], colorscale="Viridis_r"
+                  if objectives[0].get("direction", "minimize") == "minimize" else "Viridis",
+                  showscale=True, colorbar=dict(title=_label(first) if first else ""))))
+    fig.update_layout(title=title or f"knobs to objectives ({name})", template="plotly_white", height=420,
+                      margin=dict(l=80, r=60, t=80, b=30))
+    data = pd.concat([shown[["candidate_id"]].astype(int), knobs, shown[metrics]], axis=1).reset_index(drop=True)
+    return fig, data
+
+
+def op_cycles_figure(op_cycles: pd.DataFrame, labels: dict[int, str], title: str = "") -> go.Figure:
+    """Where the cycles go: one stacked bar per labelled candidate (rows of `op_cycles`,
+    analytical cycles per op in graph order), one segment per op; hover names the op, its
+    cycles and its share of the candidate's total."""
+    ids = [i for i in labels if i in op_cycles.index]
+    data = op_cycles.loc[ids].fillna(0.0)
+    names = [f"{labels[i]} (c{i})" for i in ids]
+    totals = data.sum(axis=1).to_numpy()
+    fig = go.Figure()
+    for op in data.columns:
+        cycles = data[op].to_numpy()
+        share = np.divide(cycles, totals, out=np.zeros_like(cycles), where=totals > 0)
+        fig.add_trace(go.Bar(
+            y=names, x=cycles, orientation="h", name=html.escape(str(op)), customdata=ids,
+            hovertext=[f"<b>{html.escape(str(op))}</b><br>{html.escape(n)}<br>{_num(c)} cycles ({s:.1%} of {_num(t)})"
+                       for n, c, s, t in zip(names, cycles, share, totals)], hoverinfo="text"))
+    fig.update_layout(barmode="stack", title=title or "analytical cycles per op", template="plotly_white",
+                      xaxis_title="cycles (analytical)", height=160 + 48 * max(len(ids), 1),
+                      margin=dict(l=160, r=20, t=50, b=50), hovermode="closest", legend=dict(font=dict(size=10)))
+    fig.update_yaxes(autorange="reversed", type="category")
+    return fig
+
+
+def model_vs_emulator_figure(emulated: pd.DataFrame, title: str = "") -> go.Figure:
+    """The analytical estimate against emulator cycles, one point per candidate run on both
+    (columns candidate_id, analytical_cycles, emulator_cycles, error_pct), with y = x: two
+    evidence kinds side by side, never merged. Hover gives both and the model's error."""
+    fig = go.Figure()
+    if len(emulated):
+        lo = float(min(emulated["emulator_cycles"].min(), emulated["analytical_cycles"].min()))
+        hi = float(max(emulated["emulator_cycles"].max(), emulated["analytical_cycles"].max()))
+        fig.add_trace(go.Scatter(x=[lo, hi], y=[lo, hi], mode="lines", name="y = x (model exact)",
+                                 line=dict(dash="dash", color="#999999"), hoverinfo="skip"))
+    fig.add_trace(go.Scatter(
+        x=emulated["emulator_cycles"], y=emulated["analytical_cycles"], mode="markers",
+        name=f"emulated candidates ({len(emulated)})", marker=dict(size=10, color="#4c72b0"),
+        customdata=emulated["candidate_id"].astype(int),
+        hovertext=[f"<b>candidate {int(c)}</b><br>emulator: {_num(e)} cycles<br>analytical: {_num(a)} cycles"
+                   f"<br>model error: {p:+.1f} %" for c, e, a, p in zip(
+                       emulated["candidate_id"], emulated["emulator_cycles"], emulated["analytical_cycles"],
+                       emulated["error_pct"])], hoverinfo="text"))
+    fig.update_layout(title=title or "model vs emulator", template="plotly_white", height=420,
+                      xaxis_title="emulator cycles", yaxis_title="analytical estimate (cycles)",
+                      margin=dict(l=70, r=20, t=50, b=50), hovermode="closest")
+    return fig
+
+
+def experiment_figures(view, x: str | None = None, y: str | None = None) -> dict[str, go.Figure]:
+    """The interactive figures of an experiment, as `dse ui` and the report draw them, from
+    its `dse.report.experiment_view`: "pareto", "parallel" (when a candidate is feasible),
+    "ops" (baseline, best and accepted candidates, when op cycles are recorded) and
+    "model_vs_emulator" (when some candidate has both evidence kinds). For notebooks:
+
+        figs = experiment_figures(experiment_view(store, "quickstart")); figs["ops"]
+    """
+    from .data import accepted_candidates, meaningful_candidates
+
+    exp, table, objectives = view.exp, view.table, view.objectives
+    directions = {o["metric"]: o.get("direction", "minimize") for o in objectives}
+    y = y or objectives[0]["metric"]
+    x = x or (objectives[1]["metric"] if len(objectives) > 1 else "private_sram_bytes")
+    accepted = accepted_candidates(view.decisions)
+    figures = {"pareto": pareto_figure(table, x, y, (directions.get(x, "minimize"), directions.get(y, "minimize")),
+                                       passing=view.passing, exprs=[c["expr"] for c in exp["acceptance"]],
+                                       baseline_id=view.baseline_id, accepted=accepted,
+                                       title=f"{exp['name']}: {_label(y)} vs {_label(x)}")[0]}
+    parallel, drawn = parallel_figure(table, objectives, title=f"{exp['name']}: knobs to objectives")
+    if len(drawn):
+        figures["parallel"] = parallel
+    labels = meaningful_candidates(table, view.baseline_id, view.best_id, accepted)
+    op_cycles = view.op_cycles_of(list(labels)) if labels else pd.DataFrame()
+    labels = {i: label for i, label in labels.items() if i in op_cycles.index}
+    if labels and len(op_cycles.columns):
+        figures["ops"] = op_cycles_figure(op_cycles, labels, title=f"{exp['name']}: analytical cycles per op")
+    if len(view.emulated):
+        figures["model_vs_emulator"] = model_vs_emulator_figure(
+            view.emulated, title=f"{exp['name']}: analytical estimate vs emulator cycles")
+    return figures

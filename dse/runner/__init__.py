@@ -6,7 +6,7 @@ without importing the spec's recipes, torch and the emulator.
 
 import importlib
 
-_WHERE = {"METRICS": "metrics", "Spec": "spec", "load_spec": "spec",
+_WHERE = {"METRICS": "metrics", "Spec": "spec", "SpecModel": "spec", "load_spec": "spec", "build_spec": "spec",
           "Sweep": "sweep", "SweepResult": "sweep", "run_sweep": "sweep"}
 
 __all__ = list(_WHERE)

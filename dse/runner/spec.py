@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import tomllib
 import typing
 from pathlib import Path
 from typing import Any, Literal
@@ -278,10 +279,45 @@ def _has(data: dict, dotted: str) -> bool:
 
 
 def load_spec(path: str | Path) -> Spec:
+    """The experiment spec in a TOML file, validated (an `InputError` naming the file, the
+    field, the value and what is allowed, else)."""
     path = Path(path)
     if not path.is_file():
         raise InputError(path, "(file)", str(path), "an existing experiment spec TOML file")
     text, data = read_toml(path, "experiment spec TOML file")
+    return _validated(path, text, data)
+
+
+def build_spec(spec: dict[str, Any] | SpecModel, where: str = "<python spec>") -> Spec:
+    """An experiment spec built in Python, validated as `load_spec` validates a file: the
+    same tables and keys as the TOML (`experiment`, `acceptance`, `workload`, `baseline`,
+    `space`, `objectives`, `search`, `stages`, ...) as a dict, or a `SpecModel`. Errors name
+    `where` for the file. `run_sweep` takes the result as it takes a path; the store keeps
+    the spec as the TOML text it would be written in, so `dse show` and the UI read it alike.
+
+        spec = build_spec({"experiment": {"name": "two-workers", "hypothesis": "..."},
+                           "workload": {"recipe": "gemm", "params": {"m": 64, "n": 64, "k": 64}},
+                           "baseline": {"chip": "goban", "mapping": {"workers": 1}},
+                           "space": [{"name": "workers", "target": "mapping.workers", "values": [1, 2, 4]}],
+                           "objectives": [{"metric": "latency_cycles"}]})
+    """
+    import tomli_w
+
+    if isinstance(spec, SpecModel):
+        data = spec.model_dump(mode="json", exclude_none=True, exclude_unset=True)
+    elif isinstance(spec, dict):
+        data = spec
+    else:
+        raise InputError(where, "(spec)", type(spec).__name__, "a dict of the spec's tables or a SpecModel")
+    try:
+        text = tomli_w.dumps(data)
+    except (TypeError, ValueError) as error:  # a value TOML cannot hold (None, an object)
+        raise InputError(where, "(spec)", str(error)[:200], "tables of TOML values: strings, numbers, booleans, "
+                                                             "lists and tables (no None)") from None
+    return _validated(Path(where), text, tomllib.loads(text))
+
+
+def _validated(path: Path, text: str, data: dict) -> Spec:
     try:
         model = SpecModel.model_validate(data)
     except ValidationError as exc:

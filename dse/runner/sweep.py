@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from pydantic import BaseModel
-from tqdm import tqdm
+from tqdm.auto import tqdm  # a widget in Jupyter (ipywidgets), text on a terminal
 
 import emulator
 
@@ -684,10 +684,11 @@ def resolve_links(spec: Spec, store: Store | None) -> list[tuple[str, int, str]]
     return out
 
 
-def run_sweep(spec_path: str | Path, db: str | Path = "records.db", progress: bool = True,
+def run_sweep(spec_path: str | Path | Spec, db: str | Path = "records.db", progress: bool = True,
               workers: int = 1, cluster: str | None = None) -> SweepResult:
-    """Validate the spec (nothing is written if it is bad), then sweep into the store."""
-    spec = load_spec(spec_path)
+    """Validate the spec (a TOML file's path, or a `Spec` from `build_spec`; nothing is
+    written if it is bad), then sweep into the store."""
+    spec = spec_path if isinstance(spec_path, Spec) else load_spec(spec_path)
     checked_url(db)  # a bad --db says so before the recipe's capture (Store checks it again)
     if spec.model.experiment.links() and "://" not in str(db) and not Path(db).exists():
         resolve_links(spec, None)  # a link into a store that does not exist: nothing created

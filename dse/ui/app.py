@@ -17,6 +17,7 @@ from urllib.parse import urlencode
 
 import jinja2
 import pandas as pd
+from sqlalchemy import func, select
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
 from starlette.requests import Request
@@ -27,15 +28,23 @@ from starlette.staticfiles import StaticFiles
 from ..errors import InputError
 from ..records import RecordNotFound, Store
 from ..records.reads import flatten
-from ..report.data import candidate_metrics
+from ..records.liveness import sweep_holder
+from ..records.schema import Candidate, Run
+from ..report.data import (accepted_candidates, candidate_metrics, meaningful_candidates, model_vs_emulator,
+                           op_cycles_table)
 from ..report.html import fmt_value
-from ..report.interactive import history_figure, pareto_figure
+from ..report.interactive import (history_figure, model_vs_emulator_figure, op_cycles_figure, parallel_figure,
+                                  pareto_figure)
 from ..runner.acceptance import best_candidate, formulas, passing_mask
 from ..runner.decisions import decide
 from ..runner.metrics import METRICS
 from . import csrf, queries
 from .queries import BadQuery, CandidateQuery
 
+# How often the page of a running sweep asks for news (ms): a sweep records candidates in
+# batches, seconds apart.
+LIVE_POLL_MS = 2000
+LIVE_WATCH_MAX = 500  # candidates a poll asks the outcome of (those the page shows unfinished)
 PLOTLY_JS = Path(str(files("plotly") / "package_data" / "plotly.min.js"))
 TEMPLATES = Path(__file__).parent / "templates"
 STATIC = Path(__file__).parent / "static"
@@ -190,7 +199,11 @@ class Workbench:
                 table = queries.candidate_page(connection, exp["id"], candidate_query(params), names)
             except BadQuery as error:
                 raise Problem(400, "Bad query", str(error)) from None
-        summary = next(s for s in self.store.experiment_summaries() if s["id"] == exp["id"])
+            sweep = sweep_holder(connection, int(exp["id"]), self.store.stale_after)
+            last_id = connection.scalar(select(func.max(Candidate.id)).where(Candidate.experiment_id == exp["id"]))
+            # This experiment's counts only (the store's summaries count every experiment's runs).
+            counts = queries.outcome_counts(connection, int(exp["id"]))
+        summary = {"n_candidates": sum(counts.values()), **{f"n_{k}": n for k, n in counts.items() if k != "not run"}}
         decisions = records(self.store.decisions(exp["id"]))
         objectives = _objectives(exp["spec_text"])
         y = params.get("y") or objectives[0]["metric"]
@@ -198,6 +211,7 @@ class Workbench:
         keep = {k: v for k, v in params.items() if k not in ("page",)}
         return self.page(request, "experiment.html.j2", exp=exp, summary=summary, decisions=decisions,
                          objectives=objectives, table=table, names=names, x=x, y=y, keep=keep,
+                         sweep=sweep, last_id=last_id or 0, poll_ms=LIVE_POLL_MS,
                          statuses=["ok", "infeasible", "pruned", "failed", "crashed", "running", "not run"],
                          page_sizes=queries.PAGE_SIZES, title=f"dse: {exp['name']}")  # fmt: skip
 
@@ -210,10 +224,25 @@ class Workbench:
         for axis, metric in (("x", x), ("y", y)):
             if metric not in METRICS:
                 raise Problem(400, "Bad query", f"query parameter {axis}={metric!r}: allowed one of {', '.join(METRICS)}")
+        judged = self.judged(exp, {x, y})
+        table, passing, accepted, baseline_id, exprs = (judged.table, judged.passing, judged.accepted,
+                                                        judged.baseline_id, judged.exprs)
+        fig, data = pareto_figure(table, x, y, (directions.get(x, "minimize"), directions.get(y, "minimize")),
+                                  passing=passing, exprs=exprs, baseline_id=baseline_id, accepted=accepted,
+                                  title=f"{exp['name']}: {y.replace('_', ' ')} vs {x.replace('_', ' ')}")
+        summary = {"candidates": len(table), "feasible": int(data["feasible"].sum()),
+                   "front": int(data["on_front"].sum()), "passing": int(passing.sum()),
+                   "best": judged.best, "accepted": sorted(accepted)}  # fmt: skip
+        return _figure_response(fig, summary)
+
+    def judged(self, exp: dict, metrics: set[str]) -> Judged:
+        """The experiment's candidates judged as the verdict judges them: `metrics` and those
+        the criteria and the first objective name (a few of 100,000 x 8 values), which pass,
+        the best of those (`acceptance.best_candidate`) and the accepted ones."""
+        objectives = _objectives(exp["spec_text"])
         exprs = [c["expr"] for c in exp["acceptance"] or []]
-        # Only the metrics drawn, judged or ranked by are read (a few of 100,000 x 8 values).
         used = set().union(*(f.used for f in formulas(exprs))) if exprs else set()
-        wanted = {x, y, objectives[0]["metric"]} | {n.removeprefix("baseline_") for n in used}
+        wanted = set(metrics) | {objectives[0]["metric"]} | {n.removeprefix("baseline_") for n in used}
         with self.connection() as connection:
             table = candidate_metrics(connection, exp["id"], sorted(wanted & set(METRICS)))
         baseline_id = exp["baseline_candidate_id"]
@@ -221,19 +250,66 @@ class Workbench:
         baseline = base_rows.iloc[0].to_dict() if len(base_rows) else {}
         passing = passing_mask(exprs, table, baseline) if baseline.get("status") == "ok" else \
             pd.Series(False, index=table.index).to_numpy()
-        decisions = self.store.decisions(exp["id"])
-        accepted = _accepted(decisions)
-        fig, data = pareto_figure(table, x, y, (directions.get(x, "minimize"), directions.get(y, "minimize")),
-                                  passing=passing, exprs=exprs, baseline_id=baseline_id, accepted=accepted,
-                                  title=f"{exp['name']}: {y.replace('_', ' ')} vs {x.replace('_', ' ')}")
         best = best_candidate(table, passing, objectives[0]["metric"], objectives[0].get("direction", "minimize"))
-        summary = {"candidates": len(table), "feasible": int(data["feasible"].sum()),
-                   "front": int(data["on_front"].sum()), "passing": int(passing.sum()),
-                   "best": best, "accepted": sorted(accepted)}  # fmt: skip
-        # The figure's JSON as plotly wrote it (one object), with the summary added: not parsed
-        # and written again (megabytes at 100,000 candidates).
-        body = fig.to_json()
-        return Response(f'{body[:-1]}, "summary": {json.dumps(summary)}}}', media_type="application/json")
+        return Judged(table, passing, best, accepted_candidates(self.store.decisions(exp["id"])), baseline_id, exprs, objectives)
+
+    def parallel_json(self, request: Request) -> Response:
+        exp = self.experiment(request.path_params["ref"])
+        objectives = _objectives(exp["spec_text"])
+        with self.connection() as connection:
+            table = candidate_metrics(connection, exp["id"], [o["metric"] for o in objectives if o["metric"] in METRICS])
+        fig, data = parallel_figure(table, objectives, title=f"{exp['name']}: knobs to objectives")
+        return _figure_response(fig, {"lines": len(data), "feasible": int((table["status"] == "ok").sum())})
+
+    def ops_json(self, request: Request) -> Response:
+        exp = self.experiment(request.path_params["ref"])
+        judged = self.judged(exp, set())
+        labels = meaningful_candidates(judged.table, judged.baseline_id, judged.best, judged.accepted)
+        with self.connection() as connection:
+            op_cycles = op_cycles_table(connection, int(exp["id"]), list(labels)) if labels else pd.DataFrame()
+        labels = {i: label for i, label in labels.items() if i in op_cycles.index}
+        fig = op_cycles_figure(op_cycles, labels, title=f"{exp['name']}: analytical cycles per op")
+        return _figure_response(fig, {"candidates": [{"id": i, "label": label} for i, label in labels.items()],
+                                      "ops": [str(c) for c in op_cycles.columns]})
+
+    def model_vs_emulator_json(self, request: Request) -> Response:
+        exp = self.experiment(request.path_params["ref"])
+        with self.connection() as connection:
+            emulated_any = connection.scalar(
+                select(func.count(Run.id)).join(Candidate, Run.candidate_id == Candidate.id)
+                .where(Candidate.experiment_id == exp["id"], Run.stage == "emulator", Run.status == "ok"))
+            # (no emulator run: nothing more to read, at 100,000 candidates)
+            table = candidate_metrics(connection, exp["id"], ["latency_cycles"]) if emulated_any else pd.DataFrame()
+        emulated = model_vs_emulator(self.store, int(exp["id"]), table, bool(emulated_any))
+        fig = model_vs_emulator_figure(emulated, title=f"{exp['name']}: analytical estimate vs emulator cycles")
+        rows = [{"candidate_id": int(r["candidate_id"]), "analytical_cycles": float(r["analytical_cycles"]),
+                 "emulator_cycles": float(r["emulator_cycles"]), "error_pct": float(r["error_pct"])}
+                for r in emulated.to_dict("records")]
+        return _figure_response(fig, {"rows": rows})
+
+    def live_json(self, request: Request) -> Response:
+        """A sweep in progress, for the page that polls it: whether it still runs, the
+        candidates by outcome and those recorded after the `after` id."""
+        exp = self.experiment(request.path_params["ref"])
+        after = _int_param(request.query_params, "after", 0)
+        # Candidates the page shows as running or not run yet: their outcome since.
+        watch = request.query_params.get("watch", "").split(",") if request.query_params.get("watch") else []
+        if not all(w.isdigit() for w in watch) or len(watch) > LIVE_WATCH_MAX:
+            raise Problem(400, "Bad query", f"query parameter watch={request.query_params.get('watch')[:80]!r}: "
+                                            f"allowed at most {LIVE_WATCH_MAX} candidate ids, comma-separated")
+        objective = _objectives(exp["spec_text"])[0]["metric"]
+        with self.connection() as connection:
+            sweep = sweep_holder(connection, int(exp["id"]), self.store.stale_after)
+            counts = queries.outcome_counts(connection, int(exp["id"]))
+            new = queries.candidates_after(connection, int(exp["id"]), after)
+            updated = queries.candidate_rows(connection, int(exp["id"]), [int(w) for w in watch])
+        status = self.store.experiment(int(exp["id"]))["status"]
+        body = {"running": sweep is not None, "sweep": sweep, "status": status, "counts": counts,
+                "candidates": sum(counts.values()), "objective": objective,
+                "last_id": max([after, *(r["id"] for r in new)]),
+                "new": [_live_row(r, objective) for r in new],
+                "updated": [_live_row(r, objective) for r in updated]}
+        return Response(json.dumps(body), media_type="application/json", headers={"Cache-Control": "no-store"})
 
     def candidate_page(self, request: Request) -> Response:
         ident = _int(request.path_params["ident"], "candidate")
@@ -339,12 +415,27 @@ class Workbench:
         return FileResponse(PLOTLY_JS, media_type="text/javascript", headers={"Cache-Control": "max-age=86400"})
 
 
-def _accepted(decisions: pd.DataFrame) -> set[int]:
-    """Candidates whose latest decision accepts them."""
-    if decisions.empty:
-        return set()
-    on = decisions.dropna(subset=["candidate_id"]).sort_values("id").groupby("candidate_id").tail(1)
-    return {int(c) for c in on.loc[on["verdict"] == "accepted", "candidate_id"]}
+def _live_row(row: dict, objective: str) -> dict:
+    return {"id": row["id"], "origin": row["origin"], "status": row["status"] or "not run",
+            "changes": queries.changes_text(row["diff"]), "value": row["metrics"].get(objective)}
+
+
+@dataclass
+class Judged:
+    table: pd.DataFrame  # candidate_metrics rows
+    passing: object  # numpy bool per row: meets every acceptance criterion
+    best: int | None
+    accepted: set[int]
+    baseline_id: int | None
+    exprs: list[str]
+    objectives: list[dict]
+
+
+def _figure_response(fig, summary: dict) -> Response:
+    # The figure's JSON as plotly wrote it (one object), with the summary added: not parsed
+    # and written again (megabytes at 100,000 candidates).
+    body = fig.to_json()
+    return Response(f'{body[:-1]}, "summary": {json.dumps(summary)}}}', media_type="application/json")
 
 
 def _comparison(store: Store, cands: list[dict]):
@@ -387,6 +478,9 @@ def create_app(store: Store) -> Starlette:
     async def problem(request: Request, exc: Problem) -> Response:
         return bench.page(request, "error.html.j2", status=exc.status, problem=exc, title=f"dse: {exc.title}")
 
+    async def bad_query(request: Request, exc: BadQuery) -> Response:
+        return await problem(request, Problem(400, "Bad query", str(exc)))
+
     async def http_error(request: Request, exc: HTTPException) -> Response:
         titles = {404: "Page not found", 405: "Method not allowed"}
         detail = f"no page at {request.url.path}" if exc.status_code == 404 else str(exc.detail)
@@ -399,6 +493,10 @@ def create_app(store: Store) -> Starlette:
         Route("/history.json", bench.history_json, name="history_json"),
         Route("/experiments/{ref}", bench.experiment_page, name="experiment"),
         Route("/experiments/{ref}/pareto.json", bench.pareto_json, name="pareto_json"),
+        Route("/experiments/{ref}/live.json", bench.live_json, name="live_json"),
+        Route("/experiments/{ref}/parallel.json", bench.parallel_json, name="parallel_json"),
+        Route("/experiments/{ref}/ops.json", bench.ops_json, name="ops_json"),
+        Route("/experiments/{ref}/model-vs-emulator.json", bench.model_vs_emulator_json, name="model_vs_emulator_json"),
         Route("/experiments/{ref}/decisions", bench.decide, methods=["POST"], name="decide"),
         Route("/candidates/{ident}", bench.candidate_page, name="candidate"),
         Route("/runs/{ident}", bench.run_page, name="run"),
@@ -407,6 +505,7 @@ def create_app(store: Store) -> Starlette:
         Route("/static/plotly.min.js", bench.plotly_js, name="plotly_js"),
         Mount("/static", app=StaticFiles(directory=STATIC), name="static"),
     ]
-    app = Starlette(routes=routes, exception_handlers={Problem: problem, HTTPException: http_error})
+    app = Starlette(routes=routes, exception_handlers={Problem: problem, BadQuery: bad_query,
+                                                     HTTPException: http_error})
     app.state.workbench = bench
     return app

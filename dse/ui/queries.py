@@ -11,7 +11,7 @@ import json
 from dataclasses import dataclass, field
 from typing import Any
 
-from sqlalchemy import Connection, String, and_, cast, func, or_, select
+from sqlalchemy import Connection, String, and_, case, cast, func, or_, select
 from sqlalchemy.orm import aliased
 
 from ..records.schema import RUN_STATUSES, Candidate, Metric, Run
@@ -203,3 +203,39 @@ def changes_text(diff: dict) -> str:
     return ", ".join(f"{k.removeprefix('config.').removeprefix('mapping.')}={json.dumps(v[1])}"
                      for k, v in diff.items()) or "(baseline)"
 
+
+
+def outcome_counts(connection: Connection, experiment_id: int) -> dict[str, int]:
+    """The experiment's candidates by outcome, counted as `dse history` counts them (the
+    status of a candidate's latest run, a "pruned" one leaving the earlier outcome
+    standing), and "not run" for those without a run yet."""
+    outcome_run = (
+        select(func.coalesce(func.max(case((Run.status != "pruned", Run.id))), func.max(Run.id)).label("run_id"))
+        .join(Candidate, Run.candidate_id == Candidate.id)
+        .where(Candidate.experiment_id == experiment_id)
+        .group_by(Run.candidate_id)
+        .subquery()
+    )
+    counts = {status: int(n) for status, n in connection.execute(
+        select(Run.status, func.count()).join(outcome_run, Run.id == outcome_run.c.run_id).group_by(Run.status))}
+    total = connection.scalar(select(func.count()).where(Candidate.experiment_id == experiment_id))
+    counts["not run"] = int(total) - sum(counts.values())
+    return {status: counts.get(status, 0) for status in (*RUN_STATUSES, "not run")}
+
+
+def candidates_after(connection: Connection, experiment_id: int, after: int, limit: int = 20) -> list[dict]:
+    """The newest candidates recorded with an id above `after` (at most `limit`, newest
+    first), as `candidate_page` rows."""
+    ids = connection.scalars(select(Candidate.id).where(Candidate.experiment_id == experiment_id,
+                                                        Candidate.id > after)
+                             .order_by(Candidate.id.desc()).limit(limit)).all()
+    return _rows(connection, list(ids))
+
+
+def candidate_rows(connection: Connection, experiment_id: int, ids: list[int]) -> list[dict]:
+    """`candidate_page` rows of these candidates of the experiment (others are left out)."""
+    if not ids:
+        return []
+    mine = connection.scalars(select(Candidate.id).where(Candidate.experiment_id == experiment_id,
+                                                         Candidate.id.in_(ids))).all()
+    return _rows(connection, sorted(mine))

@@ -1,6 +1,54 @@
 // Draws the page's plotly figures from their JSON endpoints (data-src); a click on a
-// point that carries a candidate id opens that candidate's page.
+// point that carries a candidate id opens that candidate's page. Each figure's "summary"
+// (sent beside it) fills the text around it; all text goes in as textContent.
 "use strict";
+const number = (v) => Math.round(v).toLocaleString("en-US");
+// A signed percentage: one decimal from 1 % on, two significant digits below (a model
+// within 0.003 % should not read "0.00 %").
+const percent = (v) => (v >= 0 ? "+" : "−") + (Math.abs(v) >= 1 ? Math.abs(v).toFixed(1) : Math.abs(v).toPrecision(2)) + " %";
+const summaries = {
+  pareto(s) {
+    const out = document.getElementById("pareto-summary");
+    if (out) {
+      out.textContent = s.candidates + " candidates, " + s.feasible + " feasible, " + s.front +
+        " on the front, " + s.passing + " pass acceptance" + (s.best !== null ? "; best: candidate " + s.best : "");
+    }
+  },
+  parallel(s) {
+    const out = document.getElementById("parallel-summary");
+    if (out) out.textContent = s.lines + " of " + s.feasible + " feasible candidates drawn.";
+  },
+  ops(s) {
+    const out = document.getElementById("ops-summary");
+    if (out) {
+      out.textContent = s.candidates.length ? "Shown: " + s.candidates.map((c) => c.label + " (candidate " + c.id + ")").join(", ") + "."
+        : "No feasible baseline, best or accepted candidate yet.";
+    }
+  },
+  "model-vs-emulator"(s, div) {
+    const body = document.querySelector("#model-error tbody");
+    if (!body) return;
+    body.replaceChildren();
+    if (!s.rows.length) {
+      const cell = body.insertRow().insertCell();
+      cell.colSpan = 4;
+      cell.textContent = "No candidate has both an analytical estimate and emulator cycles (the spec's [stages] emulator is \"none\", or none ran yet).";
+    }
+    for (const r of s.rows) {
+      const row = body.insertRow();
+      const link = document.createElement("a");
+      link.href = div.dataset.candidateUrl + r.candidate_id;
+      link.textContent = r.candidate_id;
+      row.insertCell().append(link);
+      for (const text of [number(r.analytical_cycles), number(r.emulator_cycles),
+                          percent(r.error_pct)]) {
+        const cell = row.insertCell();
+        cell.className = "num";
+        cell.textContent = text;
+      }
+    }
+  },
+};
 async function drawPlot(div) {
   const response = await fetch(div.dataset.src, {headers: {"Accept": "application/json"}});
   if (!response.ok) {
@@ -8,14 +56,13 @@ async function drawPlot(div) {
     return;
   }
   const fig = await response.json();
-  await Plotly.newPlot(div, fig.data, fig.layout, {responsive: true, displaylogo: false});
-  if (fig.summary) {
-    const s = fig.summary, out = document.getElementById("pareto-summary");
-    if (out) {
-      out.textContent = s.candidates + " candidates, " + s.feasible + " feasible, " + s.front +
-        " on the front, " + s.passing + " pass acceptance" + (s.best !== null ? "; best: candidate " + s.best : "");
-    }
-  }
+  // A redraw (the sweep ended) updates the figure in place, its click handler kept.
+  const again = div.dataset.drawn === "1";
+  await (again ? Plotly.react : Plotly.newPlot)(div, fig.data, fig.layout, {responsive: true, displaylogo: false});
+  if (fig.summary && summaries[div.id]) summaries[div.id](fig.summary, div);
+  div.dataset.drawn = "1";
+  div.dataset.ready = "1";
+  if (again) return;
   div.on("plotly_click", (event) => {
     const point = event.points && event.points[0];
     if (!point || point.customdata === undefined) return;
@@ -25,6 +72,68 @@ async function drawPlot(div) {
       window.location.href = "/experiments/" + point.customdata;
     }
   });
-  div.dataset.ready = "1";
 }
 document.querySelectorAll("div.plot[data-src]").forEach((div) => { drawPlot(div); });
+
+// The page of a running sweep follows it: every data-interval ms it asks live.json for the
+// candidates by outcome and those recorded since the last answer, and adds them to the
+// table; once the sweep has ended it stops asking and redraws the figures.
+function followSweep(section) {
+  let after = Number(section.dataset.after);
+  const body = section.querySelector("#live-new tbody");
+  const cell = (row, text, cls) => { const c = row.insertCell(); c.textContent = text; if (cls) c.className = cls; return c; };
+  const unfinished = (status) => status === "running" || status === "not run";
+  const fill = (row, r) => {
+    row.className = r.status.replace(" ", "-");
+    row.cells[2].textContent = r.status;
+    row.cells[3].textContent = r.value === null || r.value === undefined ? "—" : number(r.value);
+  };
+  async function poll() {
+    let news;
+    // The rows still shown unfinished: asked again, so each shows its outcome once known.
+    const watch = [...body.rows].filter((row) => unfinished(row.cells[2].textContent)).map((row) => row.dataset.id);
+    try {
+      const response = await fetch(section.dataset.src + "?after=" + after + (watch.length ? "&watch=" + watch.slice(0, 500).join(",") : ""),
+                                   {headers: {"Accept": "application/json"}});
+      if (!response.ok) throw new Error("HTTP " + response.status);
+      news = await response.json();
+    } catch (error) {
+      document.getElementById("live-counts").textContent = "could not ask for news (" + error.message + "); trying again";
+      setTimeout(poll, Number(section.dataset.interval));
+      return;
+    }
+    const counts = Object.entries(news.counts).filter(([, n]) => n > 0).map(([k, n]) => n + " " + k);
+    document.getElementById("live-counts").textContent = news.candidates + " candidates: " + counts.join(", ");
+    section.dataset.candidates = news.candidates;
+    for (const r of news.new.slice().reverse()) {  // oldest first, each on top: the newest ends up first
+      const row = body.insertRow(0);
+      row.dataset.id = r.id;
+      const link = document.createElement("a");
+      link.href = section.dataset.candidateUrl + r.id;
+      link.textContent = r.id;
+      row.insertCell().append(link);
+      cell(row, r.origin);
+      cell(row, "");
+      cell(row, "", "num");
+      cell(row, r.changes, "text");
+      fill(row, r);
+    }
+    for (const r of news.updated) {
+      const row = body.querySelector("tr[data-id='" + r.id + "']");
+      if (row) fill(row, r);
+    }
+    after = news.last_id;
+    if (news.running) {
+      setTimeout(poll, Number(section.dataset.interval));
+      return;
+    }
+    section.dataset.state = "ended";
+    section.querySelector("h2").textContent = "Sweep finished";
+    document.getElementById("live-status").textContent = "The sweep has ended (hypothesis " + news.status +
+      "); reload the page for the full candidate table.";
+    document.querySelectorAll("div.plot[data-src]").forEach((div) => { div.dataset.ready = ""; drawPlot(div); });
+  }
+  poll();
+}
+const live = document.getElementById("live");
+if (live) followSweep(live);
