@@ -45,6 +45,7 @@ class OpCost:
     syncs: np.ndarray  # FENCEs / BARRIERs that close the op's parts
     dma_bytes: np.ndarray
     sram_bytes: np.ndarray  # private SRAM the op allocates (per worker)
+    shared_bytes: np.ndarray  # shared memory a tile of cores holds for the op (mapping.weights = shared)
     bank_rows: np.ndarray  # of it, the bank rows that hold data
     banks: np.ndarray
     tile_m: np.ndarray
@@ -164,7 +165,7 @@ class GraphCost:
         zeros = np.zeros(n, dtype=np.int64)
         feasible = np.ones(n, dtype=bool)
         reason = np.full(n, "", dtype=object)
-        banks, sram, rows_used, tiles, dma_bytes = zeros, zeros, zeros, (zeros, zeros, zeros), zeros
+        banks, sram, rows_used, tiles, dma_bytes, shared = zeros, zeros, zeros, (zeros, zeros, zeros), zeros, zeros
         compute = zeros
         workers_used = np.minimum(self.workers, p.cores)
         units = np.full(n, unit, dtype=object) if isinstance(unit, str) else unit.astype(object)
@@ -179,6 +180,7 @@ class GraphCost:
             compute = plans.compute_cycles
             charges.dma += plans.dma_cycles
             banks, sram, rows_used, dma_bytes = plans.banks, plans.sram_bytes, plans.bank_rows, plans.dma_bytes
+            shared = np.where(feasible, plans.shared_bytes, 0)
             tiles = (plans.tm, plans.tn, plans.tk)
             workers_used = np.where(feasible, plans.workers_used, workers_used)
         if charges.sram is not None:
@@ -201,7 +203,7 @@ class GraphCost:
                       own(compute), own(np.round(charges.dma)), own(np.round(charges.core)),
                       own(np.where(feasible, np.round(charges.ball), 0)),
                       own(np.where(feasible, np.round(charges.busy), 0)),
-                      own(charges.syncs), own(dma_bytes), own(sram), own(rows_used), own(banks),
+                      own(charges.syncs), own(dma_bytes), own(sram), own(shared), own(rows_used), own(banks),
                       *[own(t) for t in tiles], own(workers_used))
 
     def _plans(self, shape: MatmulShape) -> MatmulPlans:
@@ -225,6 +227,8 @@ class GraphCost:
         plans = self._plans(plan.gemm)
         # the packing copies, closed before the Ball reads them
         charges.syncs += np.where(self.workers > 1, (plans.core_cycles > 0).astype(np.int64), 0)
+        # a shared copy of the weight, loaded before any worker's Ball reads it
+        charges.syncs += np.where(plans.shared_bytes > 0, self.closes_after_core, 0)
         self.close(charges, True)
         self.tiles[plan.op.outputs[0]] = (np.maximum(plans.tm, 16), np.maximum(plans.tn, 16))
         return plans

@@ -64,7 +64,7 @@ from ..mapping.params import CandidateArrays
 from ..plan.graph_plan import OpPlan, plan_graph
 from ..plan.matmul import plan_matmul
 from ..plan.memory import Blocked, Dram, Loc, emu_dtype
-from ..plan.split import split_core_op
+from ..plan.split import shared_loads, split_core_op
 from ..plan.streams import ELEMENTWISE, Stream, relu_stream, scale_core_op, scale_stream, stream_or_core
 from ..plan.units import Infeasible, conv_pad, relu_ball, reshape_view, sync_after, too_many_workers
 from ..cost.core import GRAPH_OP, charged_elements
@@ -85,6 +85,7 @@ class OpLowering:
     sram_bytes: int = 0  # private SRAM the op allocates (per worker; all of it is freed at the op's end)
     workers_used: int = 1
     instructions: int = 0
+    shared_bytes: int = 0  # shared memory a tile of cores holds for the op's weight (weights = shared)
 
 
 @dataclass
@@ -442,7 +443,7 @@ class ProgramBuilder:
         tm, tn, tk = plan.tm, plan.tn, plan.tk
         Mp, Np, Kp = shape.padded
         Mt, Nt, Kt = Mp // tm, Np // tn, Kp // tk
-        check = check_tiles(CandidateArrays.from_candidates([self.cand]), [tm], [tn], [tk])
+        check = check_tiles(CandidateArrays.from_candidates([self.cand]), [tm], [tn], [tk], shape)
         col_a, col_b, col_c = int(check.col_a[0, 0]), int(check.col_b[0, 0]), int(check.col_c[0, 0])
         nbuf = int(check.buffers[0, 0])
 
@@ -491,6 +492,15 @@ class ProgramBuilder:
             self.sync(False)
 
         lines_a, lines_b, lines_c = tm * tk // 16, tn * tk // 16, tm * tn * 4 // 16
+        # A shared weight (the plan's `check_tiles`): B tile j in shared bank first_bank_id + j
+        # of every tile of cores, loaded there once, then a BARRIER (`shared_loads`).
+        shared_b = bool(check.shared_b[0, 0])
+        shared_tiles = int(check.shared_tiles[0, 0])
+        sm = chip.shared_memory
+        if shared_b:
+            for w, mine in enumerate(shared_loads(self.workers, chip.cores.tile_size, shared_tiles)):
+                self.cores[w] += [Mvin(sm.first_bank_id + j, b_base + j * tn * tk, lines_b, 0) for j in mine]
+            self.sync(False)
         fence = mp.policy == "framework"
         # Output tiles per worker: contiguous blocks of rows (or columns).
         if mp.split == "rows":
@@ -506,8 +516,8 @@ class ProgramBuilder:
             used += 1
             prog = self.cores[w]
             ids_a = list(range(nbuf))
-            ids_b = list(range(nbuf, 2 * nbuf))
-            ids_c = list(range(2 * nbuf, 3 * nbuf))
+            ids_b = [] if shared_b else list(range(nbuf, 2 * nbuf))
+            ids_c = list(range(len(ids_a) + len(ids_b), len(ids_a) + len(ids_b) + nbuf))
             prog += [Mset(i, col_a) for i in ids_a] + [Mset(i, col_b) for i in ids_b] + [Mset(i, col_c) for i in ids_c]
             held_a: dict[int, tuple] = {}
             held_b: dict[int, tuple] = {}
@@ -533,7 +543,11 @@ class ProgramBuilder:
                             prog.append(Mvin(c, bias_base + ni * tm * tn * 4, lines_c, 0))
                         for ki in range(Kt):
                             a = load("a", held_a, ids_a, (bi, mi, ki), a_tile(bi, mi, ki), lines_a)
-                            b = load("b", held_b, ids_b, (bi if nbB > 1 else 0, ni, ki), b_tile(bi, ni, ki), lines_b)
+                            if shared_b:
+                                b = sm.first_bank_id + ((bi if nbB > 1 else 0) * Nt + ni) * Kt + ki
+                            else:
+                                b = load("b", held_b, ids_b, (bi if nbB > 1 else 0, ni, ki), b_tile(bi, ni, ki),
+                                         lines_b)
                             prog.append(Matmul(a, b, c, tm, tn, tk, dataflow=mp.dataflow,
                                                accumulate=ki > 0 or bias_base is not None))
                         prog.append(Mvout(c, c_loc.addr + ((bi * Mt + mi) * Nt + ni) * tm * tn * 4, lines_c, 0))
@@ -543,7 +557,8 @@ class ProgramBuilder:
         self.sync(True)
         banks = int(check.banks[0, 0])
         return c_loc, OpLowering(op.name, op.kind, "matrix", (tm, tn, tk), nb, banks,
-                                 banks * chip.banks.rows * chip.banks.row_bytes, used)
+                                 banks * chip.banks.rows * chip.banks.row_bytes, used,
+                                 shared_bytes=shared_tiles * sm.rows * sm.row_bytes)
 
     def finish(self) -> Lowered:
         img = self.dram.image()

@@ -41,11 +41,22 @@ class Mapping(BaseModel):
     # workload.recipe): {param: value, "recipe": name}; None (left out of the identity):
     # the experiment's own workload.
     workload: dict[str, Any] | None = None
+    # Where a matmul's read-only weight (B) tiles live: "per_worker" (None, the default) has
+    # every worker MVIN its own copy into private banks; "shared" places one copy per tile
+    # of cores in its shared memory (loaded once, split across the tile's workers, then a
+    # BARRIER) that every worker's matrix Ball reads (`dse.plan.matmul`, `check_tiles`).
+    # None is left out of the identity, as above.
+    weights: Literal["per_worker", "shared"] | None = None
 
     @field_validator("partition")
     @classmethod
     def _tiles_is_the_default(cls, v):
         return None if v == "tiles" else v  # one spelling of the default, one identity
+
+    @field_validator("weights")
+    @classmethod
+    def _per_worker_is_the_default(cls, v):
+        return None if v == "per_worker" else v
 
 
 def mapping_from_dict(data: dict, source: str = "(mapping)", field_prefix: str = "mapping.") -> Mapping:

@@ -57,6 +57,15 @@ class CandidateArrays:
     serial: np.ndarray
     workers: np.ndarray
     split_rows: np.ndarray
+    # mapping.weights = "shared": a weight B read from the tile's shared memory, one copy per
+    # tile of cores (`check_tiles`, `matmul_cost`); the shared memory's figures
+    shared_weights: np.ndarray  # bool
+    shared_enabled: np.ndarray  # bool
+    shared_banks: np.ndarray
+    shared_rows: np.ndarray
+    shared_row_bytes: np.ndarray
+    shared_latency: np.ndarray
+    tile_size: np.ndarray  # cores a tile (one shared memory, one barrier domain)
     # Balls: per candidate, the latency formula text (None when the chip lacks the Ball, or
     # its matrix Ball lacks a formula for the mapping's dataflow); a matrix Ball with
     # `timing = "systolic"` gives SYSTOLIC + dataflow instead of a formula.
@@ -122,6 +131,13 @@ class CandidateArrays:
             serial=np.zeros(len(cands), dtype=bool),
             workers=col(lambda c: c.mapping.workers),
             split_rows=col(lambda c: c.mapping.split == "rows", bool),
+            shared_weights=col(lambda c: c.mapping.weights == "shared", bool),
+            shared_enabled=col(lambda c: c.chip.shared_memory.enabled, bool),
+            shared_banks=col(lambda c: c.chip.shared_memory.banks),
+            shared_rows=col(lambda c: c.chip.shared_memory.rows),
+            shared_row_bytes=col(lambda c: c.chip.shared_memory.row_bytes),
+            shared_latency=col(lambda c: c.chip.shared_memory.latency_cycles),
+            tile_size=col(lambda c: c.chip.cores.tile_size),
             matrix_formula=formulas,
             matrix_missing=[matrix_missing(c, f) for c, f in zip(cands, formulas)],
             no_matrix=np.fromiter((f is None for f in formulas), dtype=bool, count=len(cands)),

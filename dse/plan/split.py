@@ -116,4 +116,17 @@ def split_core_op(ins: CoreOp, workers: int) -> list[CoreOp | None] | None:
     return parts
 
 
-__all__ = ["ROW_INDEPENDENT_KINDS", "SPLITTABLE", "busiest_elements", "split_core_op", "split_plan"]
+def shared_loads(workers: int, tile_size: int, tiles: int) -> list[list[int]]:
+    """Which of a shared weight's `tiles` B tiles each worker loads (``mapping.weights =
+    "shared"``): every tile of cores loads its own copy into its shared memory, the tiles
+    dealt round-robin to that tile's workers (`dse.cost.matmul` charges the busiest)."""
+    out = []
+    for w in range(workers):
+        first = w - w % tile_size
+        members = min(workers, first + tile_size) - first
+        out.append(list(range(w - first, tiles, members)))
+    return out
+
+
+__all__ = ["ROW_INDEPENDENT_KINDS", "SPLITTABLE", "busiest_elements", "shared_loads", "split_core_op",
+           "split_plan"]
