@@ -52,7 +52,8 @@ _SPECS = [
     CounterSpec("core_op_cycles", "cycles", "core", "cycles the core spent running core ops"),
     CounterSpec("core_op_elements", "elements", "core", "elements charged to core ops"),
     CounterSpec("peak_allocated_rows", "rows", "core",
-                "high-water mark of allocated private SRAM rows (col x rows summed over live virtual banks)"),
+                "high-water mark of allocated private SRAM rows (col x addressable rows summed over live "
+                "virtual banks; rows past the row-address field are not counted)"),
     CounterSpec("peak_allocated_bytes", "bytes", "core", "peak_allocated_rows x row_bytes"),
     CounterSpec("dma_bytes_in", "bytes", "core", "bytes MVIN moved DRAM -> banks"),
     CounterSpec("dma_bytes_out", "bytes", "core", "bytes MVOUT moved banks -> DRAM"),

@@ -114,7 +114,8 @@ def _calibrate(per_op, params: CandidateArrays, calibration) -> None:
 
 TOTAL_COLUMNS = ["candidate", "candidate_hash", "feasible", "reason", "latency_cycles", "compute_cycles",
                  "dma_cycles", "core_cycles", "busy_cycles", "utilisation", "dma_bytes", "peak_sram_bytes",
-                 "shared_sram_bytes", "private_sram_per_core_bytes", "private_sram_bytes", "workers"]
+                 "shared_sram_bytes", "private_sram_per_core_bytes", "private_sram_bytes",
+                 "unaddressable_sram_bytes", "workers"]
 
 
 def summarize(per_op: pd.DataFrame, candidates: Sequence[Candidate]) -> pd.DataFrame:
@@ -132,6 +133,7 @@ def summarize(per_op: pd.DataFrame, candidates: Sequence[Candidate]) -> pd.DataF
     bad = per_op[~per_op["feasible"]].groupby("candidate")["reason"].first()
     reason = np.array([bad.get(i, "") for i in range(n)], dtype=object)
     per_core = np.array([c.chip.private_sram_bytes for c in candidates], dtype=np.float64)
+    unaddressable = np.array([c.chip.unaddressable_sram_bytes for c in candidates], dtype=np.float64)
     workers = np.array([c.mapping.workers for c in candidates], dtype=np.int64)
     return pd.DataFrame({
         "candidate": np.arange(n), "candidate_hash": [c.hash for c in candidates], "feasible": feasible,
@@ -152,5 +154,7 @@ def summarize(per_op: pd.DataFrame, candidates: Sequence[Candidate]) -> pd.DataF
         "private_sram_per_core_bytes": per_core,
         # The SRAM a candidate asks for: the private banks of every worker it uses.
         "private_sram_bytes": per_core * workers,
+        # Bank rows past the row-address field, on the same workers: there, but unusable.
+        "unaddressable_sram_bytes": unaddressable * workers,
         "workers": workers,
     }, columns=TOTAL_COLUMNS)

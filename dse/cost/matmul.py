@@ -157,7 +157,7 @@ def matmul_cost(params: CandidateArrays, shape: MatmulShape, tm, tn, tk) -> Matm
     blocks = np.where(split_rows, Mt, Nt)
     packs_all = (np.where(Kt > 1, b * Mp * Kp, 0) + (0 if shape.b_weight else nbB * Np * Kp)) * col("copy_cpe")
     busy = (worker_cycles * blocks // per + np.ceil(packs_all)).astype(np.int64)
-    sram = check.banks * col("bank_rows") * col("row_bytes")
+    sram = check.banks * col("usable_rows") * col("row_bytes")  # the rows an instruction can address
     # An accumulator line spans acc_col physical banks (one row of each).
     rows_used = nbuf * (check.lines_a + np.where(shared_b, 0, check.lines_b) + col("acc_col") * check.lines_c)
     shared_bytes = check.shared_tiles * col("shared_rows") * col("shared_row_bytes")

@@ -302,7 +302,7 @@ class ProgramBuilder:
         self.sync(True)
         banks = plan.src_col + plan.dst_col
         return OpLowering(op.name, op.kind, plan.kind, None, 1, banks,
-                          banks * self.chip.banks.rows * self.chip.banks.row_bytes, used)
+                          banks * self.chip.addressable_rows * self.chip.banks.row_bytes, used)
 
     def _generic(self, op: Op, ready: dict[str, Loc]) -> OpLowering:
         srcs = [self.operand(n, ready) for n in op.inputs]
@@ -557,7 +557,7 @@ class ProgramBuilder:
         self.sync(True)
         banks = int(check.banks[0, 0])
         return c_loc, OpLowering(op.name, op.kind, "matrix", (tm, tn, tk), nb, banks,
-                                 banks * chip.banks.rows * chip.banks.row_bytes, used,
+                                 banks * chip.addressable_rows * chip.banks.row_bytes, used,
                                  shared_bytes=shared_tiles * sm.rows * sm.row_bytes)
 
     def finish(self) -> Lowered:
@@ -575,11 +575,11 @@ class ProgramBuilder:
 
 def sram_lifetimes(cores, chip) -> tuple[list[int], list[list[tuple[int, int, int, int]]]]:
     """Private SRAM from the actual allocation lifetimes: per worker, replay its MSETs in
-    program order (an allocation of `col` banks holds ``col x banks.rows x row_bytes`` bytes
+    program order (an allocation of `col` banks holds ``col x addressable rows x row_bytes`` bytes
     from its MSET to its free, or to the end of the program). Returns (peak bytes per
     worker, per worker the intervals ``(bank id, bytes, alloc index, free index)``).
     The peak equals the emulator's ``peak_allocated_bytes`` counter of that core."""
-    per_bank = chip.banks.rows * chip.banks.row_bytes
+    per_bank = chip.addressable_rows * chip.banks.row_bytes  # rows past the row field hold nothing
     peaks, lives = [], []
     for prog in cores:
         live: dict[int, tuple[int, int]] = {}
