@@ -130,3 +130,14 @@ def test_a_bad_weights_value_is_exit_2(tmp_path, repo, cli):
     code, _, err = cli("sweep", path, "--db", db, "--no-progress")
     assert code == 2 and str(path) in err and "mapping.weights" in err and "everywhere" in err and "'shared'" in err
     assert not db.exists()
+
+
+def test_shared_weights_with_spans_is_one_clear_line():
+    from dse.errors import InputError
+    from dse.mapping import mapping_from_dict
+
+    with pytest.raises(InputError) as info:
+        mapping_from_dict({"workers": 4, "partition": "spans", "weights": "shared"}, "spec.toml")
+    text = str(info.value)
+    assert text.startswith("spec.toml: field 'mapping.weights': got 'shared'") and "partition = tiles" in text
+    assert "\n" not in text

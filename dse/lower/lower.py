@@ -11,7 +11,10 @@ Op by op, in graph order:
   preloaded with MVIN); an activation operand is packed by a charged core copy when its
   tile needs it (A when K is split, B always). Output tiles are split across workers by
   rows or columns (``mapping.split``). The accumulator stays blocked in DRAM (one
-  contiguous MVOUT a tile).
+  contiguous MVOUT a tile). With ``mapping.weights = "shared"`` a weight's Bt tiles are
+  loaded once per tile of cores into its shared memory (tile j in shared bank
+  ``first_bank_id + j``, the loads dealt to the tile's workers by `shared_loads`, then the
+  sync of a core op) and every matmul reads B there: no private B banks.
 * an int8 channels-last ``conv1d`` / ``conv2d`` (NLC / NHWC, WIO / HWIO weights, as the
   permute step leaves them) is im2col on the core - one strided gather copy, after a copy
   into a zero-padded image when the conv pads - and the same GEMM on the matrix Ball;
@@ -35,7 +38,8 @@ Op by op, in graph order:
 * everything else is a core op (:mod:`dse.lower.coreop`), charged, never free.
 
 Row-independent core ops (copies, elementwise arithmetic, quantization, last-axis norms)
-are split across the workers; others run on worker 0. Synchronisation: with one worker a
+and permutes (by output rows) are split across the workers (`dse.plan.split`); others run
+on worker 0. Synchronisation: with one worker a
 FENCE closes each matrix-Ball op before the core reads its MVOUTs (under ``framework`` a
 FENCE also follows every MVOUT, as in the framework's toolchain); with several workers a
 BARRIER on every worker closes every op. Banks are allocated (MSET) at the start of each

@@ -7,7 +7,8 @@ from dataclasses import dataclass
 from functools import cached_property
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, PositiveInt, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, PositiveInt, ValidationError, field_validator, model_validator
+from pydantic_core import PydanticCustomError
 
 from emulator.chip import ChipConfig
 
@@ -58,12 +59,25 @@ class Mapping(BaseModel):
     def _per_worker_is_the_default(cls, v):
         return None if v == "per_worker" else v
 
+    @model_validator(mode="after")
+    def _shared_weights_need_tiles(self) -> "Mapping":
+        # Spans run one program a worker with no barrier between them: no point at which one
+        # loaded copy is ready for every worker.
+        if self.weights == "shared" and self.partition == "spans":
+            raise PydanticCustomError("fields", "partition = tiles with weights = shared (spans have no barrier "
+                                      "at which one shared copy of the weights is ready for every worker)",
+                                      {"field": "weights", "value": self.weights})
+        return self
+
 
 def mapping_from_dict(data: dict, source: str = "(mapping)", field_prefix: str = "mapping.") -> Mapping:
     try:
         return Mapping.model_validate_json(json.dumps(data))
     except ValidationError as exc:
         err = exc.errors()[0]
+        ctx = err.get("ctx") or {}
+        if not err["loc"] and "field" in ctx:  # a check over several fields names the one it blames
+            err = {**err, "loc": (ctx["field"],), "input": ctx["value"]}
         field = field_prefix + ".".join(str(p) for p in err["loc"])
         if err["type"] == "extra_forbidden":
             allowed = "known keys: " + ", ".join(sorted(Mapping.model_fields))
