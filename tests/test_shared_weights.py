@@ -141,3 +141,20 @@ def test_shared_weights_with_spans_is_one_clear_line():
     text = str(info.value)
     assert text.startswith("spec.toml: field 'mapping.weights': got 'shared'") and "partition = tiles" in text
     assert "\n" not in text
+
+
+def test_each_tile_of_cores_with_work_loads_its_own_copy():
+    prep = prepare_recipe("gemm", {"m": 128, "n": 64, "k": 64})
+    chip = load_chip("goban", {"cores.count": 8})  # two tiles of 4 cores
+    dma = {}
+    for weights in ("per_worker", "shared"):
+        cand = Candidate(chip, Mapping(workers=8, weights=weights))
+        rep, model = run(prep, cand)
+        assert rep.verdict.integer_bit_exact
+        (tile,) = {tuple(o["tile"]) for o in rep.ops if o["how"] == "matrix"}
+        assert tile == (16, 16, 64)  # 8 row blocks: every worker computes one
+        dma[weights] = sum(rep.counters["dma_bytes_in"]) + sum(rep.counters["dma_bytes_out"])
+        assert model["dma_bytes"] == dma[weights]
+        assert abs(model["latency_cycles"] / rep.cycles - 1) < 0.02, (weights, model["latency_cycles"], rep.cycles)
+    # B is 64 x 64 int8: eight workers' copies against one per tile of cores
+    assert dma["per_worker"] - dma["shared"] == (8 - 2) * 64 * 64

@@ -72,7 +72,8 @@ def matmul_cost(params: CandidateArrays, shape: MatmulShape, tm, tn, tk) -> Matm
     Packing copies (A when K is split, B when it is an activation) run on the core first.
 
     A weight B in shared memory (``mapping.weights = "shared"``, `check_tiles`): first its
-    T tiles are loaded once per tile of cores, dealt round-robin to that tile's workers
+    T tiles are loaded once per tile of cores with workers that compute, dealt round-robin
+    to those workers
     (the busiest worker, in the tile with fewest workers, makes ``ceil(T / workers)``
     transfers back to back, the last landing ``shared_memory.latency_cycles`` later), and a
     BARRIER follows (`dse.analytical.graph_cost` counts it); then the output tiles run as
@@ -124,10 +125,10 @@ def matmul_cost(params: CandidateArrays, shape: MatmulShape, tm, tn, tk) -> Matm
     worker_cycles = n_ab * loaded(dA + dB) + n_a * loaded(dA) + n_b * loaded(dB) + n_0 * t_none
     loads_a = (n_ab + n_a) * Kt
     loads_b = (n_ab + n_b) * Kt
-    # The shared copy of B: one per tile of cores the workers span, its T tiles dealt to the
-    # workers of each; the tile with the fewest workers has the busiest loaders.
-    core_groups = -(-W // col("tile_size"))
-    loaders = W - (core_groups - 1) * col("tile_size")
+    # The shared copy of B: one per tile of cores the computing workers span, its T tiles
+    # dealt to those workers of each; the tile with the fewest has the busiest loaders.
+    core_groups = -(-workers // col("tile_size"))
+    loaders = workers - (core_groups - 1) * col("tile_size")
     pre_loads = np.where(shared_b, -(-check.shared_tiles // loaders), 0)
     pre_bytes = np.where(shared_b, check.shared_tiles * bytes_b * core_groups, 0)
     bus = col("system_bus_bytes")

@@ -496,15 +496,6 @@ class ProgramBuilder:
             self.sync(False)
 
         lines_a, lines_b, lines_c = tm * tk // 16, tn * tk // 16, tm * tn * 4 // 16
-        # A shared weight (the plan's `check_tiles`): B tile j in shared bank first_bank_id + j
-        # of every tile of cores, loaded there once, then a BARRIER (`shared_loads`).
-        shared_b = bool(check.shared_b[0, 0])
-        shared_tiles = int(check.shared_tiles[0, 0])
-        sm = chip.shared_memory
-        if shared_b:
-            for w, mine in enumerate(shared_loads(self.workers, chip.cores.tile_size, shared_tiles)):
-                self.cores[w] += [Mvin(sm.first_bank_id + j, b_base + j * tn * tk, lines_b, 0) for j in mine]
-            self.sync(False)
         fence = mp.policy == "framework"
         # Output tiles per worker: contiguous blocks of rows (or columns).
         if mp.split == "rows":
@@ -513,6 +504,17 @@ class ProgramBuilder:
         else:
             per = -(-Nt // self.workers)
             share = [(range(Mt), range(w * per, min(Nt, (w + 1) * per))) for w in range(self.workers)]
+        # A shared weight (the plan's `check_tiles`): B tile j in shared bank first_bank_id + j
+        # of every tile of cores with workers that compute (a prefix: blocks go in order),
+        # loaded there once by those workers (`shared_loads`), then a BARRIER.
+        shared_b = bool(check.shared_b[0, 0])
+        shared_tiles = int(check.shared_tiles[0, 0])
+        sm = chip.shared_memory
+        if shared_b:
+            computing = sum(1 for ms, ns in share if len(ms) and len(ns))
+            for w, mine in enumerate(shared_loads(computing, chip.cores.tile_size, shared_tiles)):
+                self.cores[w] += [Mvin(sm.first_bank_id + j, b_base + j * tn * tk, lines_b, 0) for j in mine]
+            self.sync(False)
         used = 0
         for w, (ms, ns) in enumerate(share):
             if len(ms) == 0 or len(ns) == 0:

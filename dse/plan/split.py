@@ -127,9 +127,10 @@ def split_core_op(ins: CoreOp, workers: int) -> list[CoreOp | None] | None:
 
 
 def shared_loads(workers: int, tile_size: int, tiles: int) -> list[list[int]]:
-    """Which of a shared weight's `tiles` B tiles each worker loads (``mapping.weights =
-    "shared"``): every tile of cores loads its own copy into its shared memory, the tiles
-    dealt round-robin to that tile's workers (`dse.cost.matmul` charges the busiest)."""
+    """Which of a shared weight's `tiles` B tiles each of the first `workers` workers (those
+    with output tiles to compute) loads (``mapping.weights = "shared"``): every tile of
+    cores among them loads its own copy into its shared memory, the tiles dealt round-robin
+    to its workers (`dse.cost.matmul` charges the busiest)."""
     out = []
     for w in range(workers):
         first = w - w % tile_size
