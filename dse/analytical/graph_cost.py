@@ -139,6 +139,8 @@ class GraphCost:
         if copy.kind == "unblock":
             batch, M, N = copy.blocked
             self.core_op_tiled(charges, batch, M, N, self.tiles[copy.tensor][0], self.params.copy_cpe)
+        elif copy.apply == "relu":  # a fused ReLU applied while copying: a core "relu" op
+            self.core_op(charges, "relu", None, copy.shape, [copy.shape], copy_elements(copy), self.params.relu_cpe)
         else:
             self.core_op(charges, "copy", None, copy.shape, [copy.shape], copy_elements(copy), self.params.copy_cpe)
         self.close(charges, False)
@@ -158,8 +160,8 @@ class GraphCost:
             unit = self._scale_op(charges, plan)
         elif plan.unit == "relu":
             unit = self._relu(charges, plan)
-        elif plan.unit == "view":
-            unit = "none"
+        elif plan.unit in ("view", "fused"):  # a descriptor, or applied by its reader's copy
+            unit = "none" if plan.unit == "view" else "fused"
         else:
             self._generic(charges, plan)
         zeros = np.zeros(n, dtype=np.int64)
@@ -288,8 +290,29 @@ class GraphCost:
 
 
 def graph_costs(graph: Graph, params: CandidateArrays, chips=None) -> list[OpCost]:
-    costs = GraphCost(graph, params, chips)
-    return [costs.op_cost(plan) for plan in plan_graph(graph)]
+    """Every op's cost for every candidate, each candidate following the plan of its own
+    ``mapping.fusion`` (candidates are costed per fusion choice, then put back in order)."""
+    choices = list(dict.fromkeys(params.fusion))
+    if len(choices) <= 1:
+        costs = GraphCost(graph, params, chips)
+        return [costs.op_cost(plan) for plan in plan_graph(graph, choices[0] if choices else None)]
+    fusion = np.array(params.fusion, dtype=object)
+    parts = []
+    for choice in choices:
+        idx = np.flatnonzero(fusion == choice)
+        sub = graph_costs(graph, params.take(idx), None if chips is None else [chips[i] for i in idx])
+        parts.append((idx, sub))
+    out = []
+    for k in range(len(graph.ops)):
+        first = parts[0][1][k]
+        fields = {}
+        for name, value in vars(first).items():
+            arr = np.empty(params.n, dtype=value.dtype)
+            for idx, sub in parts:
+                arr[idx] = getattr(sub[k], name)
+            fields[name] = arr
+        out.append(OpCost(**fields))
+    return out
 
 
 __all__ = ["OpCost", "graph_costs"]

@@ -17,7 +17,9 @@ Op by op, in graph order:
   sync of a core op) and every matmul reads B there: no private B banks.
 * an int8 channels-last ``conv1d`` / ``conv2d`` (NLC / NHWC, WIO / HWIO weights, as the
   permute step leaves them) is im2col on the core - one strided gather copy, after a copy
-  into a zero-padded image when the conv pads - and the same GEMM on the matrix Ball;
+  into a zero-padded image when the conv pads - and the same GEMM on the matrix Ball; with
+  ``mapping.fusion = "fuse"`` the first of those copies applies a ReLU the plan fused into
+  it (a core "relu" op instead of "copy"; the ReLU's own tensor is never written);
 * quantize (fp32 -> int8), requantize (int32 / int8 -> int8) and dequantize (int32 / int8
   -> fp32) go to the Fp2Int / Int2Fp Ball where the chip has it and one fp32 scale covers
   runs of whole 16-byte lines - a per-tensor scale, or one that varies only along the rows
@@ -100,6 +102,7 @@ class Lowered:
     image: np.ndarray
     locs: dict[str, Loc]
     ops: list[OpLowering] = field(default_factory=list)
+    fused: frozenset[str] = frozenset()  # tensors never materialized (fused into their reader's copy)
 
     @property
     def workers(self) -> int:
@@ -153,6 +156,7 @@ class ProgramBuilder:
         self.locs: dict[str, Loc] = {}
         self.unblocked: dict[str, Loc] = {}
         self.records: list[OpLowering] = []
+        self.fused: set[str] = set()
         self.consumers = graph.consumers()
         coreop.ensure_registered()
         for name, value in zip(graph.inputs, inputs):
@@ -241,6 +245,9 @@ class ProgramBuilder:
             rec = self._relu_ball(op)
         elif plan.unit == "view":
             rec = self._reshape(op)
+        elif plan.unit == "fused":  # its reader's copy applies it (`dse.plan.graph_plan`)
+            self.fused.add(op.outputs[0])
+            rec = OpLowering(op.name, op.kind, "fused", workers_used=0)
         if rec is None:
             rec = self._generic(op, ready)
         rec.instructions = sum(len(c) for c in self.cores) - n0
@@ -252,7 +259,8 @@ class ProgramBuilder:
         matrix Ball: A[M = N*out positions, K = taps*C] @ W[K, O]; the blocked accumulator
         is the NHWC output (rows are output positions, columns channels)."""
         graph, op = self.graph, plan.op
-        x = self.operand(op.inputs[0], ready)
+        gather_copy = next(c for c in plan.copies if c.kind == "gather")
+        x = self.operand(gather_copy.tensor, ready)  # a fused ReLU's input, or the conv's
         out_spec = graph.tensors[op.outputs[0]]
         w = np.asarray(graph.weights[op.inputs[1]]).astype(np.int8)  # (*kernel, C, O)
         nd = w.ndim - 2
@@ -266,7 +274,9 @@ class ProgramBuilder:
             xp = self.dram.tensor((n, *[s + l + r for s, (l, r) in zip(spatial, pad_lr)], C), "int8")
             xs = xp.view().strides
             offset = sum(l * st for (l, _), st in zip(pad_lr, xs[1:1 + nd]))
-            self.core(CoreOp("copy", DramTensor(xp.addr + offset, x.shape, "int8", xs), (x.view(),)))
+            pad_copy = next(c for c in plan.copies if c.kind == "pad")
+            self.core(CoreOp(pad_copy.apply or "copy", DramTensor(xp.addr + offset, x.shape, "int8", xs),
+                             (x.view(),)))
             self.sync(False)
             src_addr = xp.addr
         else:
@@ -280,7 +290,7 @@ class ProgramBuilder:
                     *[d * st for d, st in zip(dilation, xs[1:1 + nd])], xs[1 + nd])
         dst_m = tuple(v * Kp for v in contiguous((n, *outs)))
         dst_k = contiguous((*kernel, C))
-        self.core(CoreOp("copy", DramTensor(a.addr, gshape, "int8", dst_m + dst_k),
+        self.core(CoreOp(gather_copy.apply or "copy", DramTensor(a.addr, gshape, "int8", dst_m + dst_k),
                          (DramTensor(src_addr, gshape, "int8", gstrides),)))
         self.sync(False)
         bt = w.reshape(K, O).T[None]  # (1, O, K)
@@ -576,7 +586,7 @@ class ProgramBuilder:
             loc = self.locs[name]
             if loc.blocked is None:
                 program.outputs[name] = Region(loc.addr, loc.buffer_shape, emu_dtype(loc.dtype))
-        return Lowered(self.graph, self.cand, program, img, self.locs, self.records)
+        return Lowered(self.graph, self.cand, program, img, self.locs, self.records, frozenset(self.fused))
 
 
 def sram_lifetimes(cores, chip) -> tuple[list[int], list[list[tuple[int, int, int, int]]]]:
@@ -625,7 +635,7 @@ def lower(graph: Graph, candidate: Candidate, inputs, elementwise: str = "auto")
     them bit for bit: ``"auto"`` (the Ball when `stream_cycles` < `core_cycles`), ``"ball"``
     (always the Ball), ``"core"`` (always the core)."""
     b = ProgramBuilder(graph, candidate, inputs, elementwise=elementwise)
-    for plan in plan_graph(graph):
+    for plan in plan_graph(graph, candidate.mapping.fusion):
         b.lower_op(plan)
     return b.finish()
 
@@ -656,7 +666,7 @@ def lower_stages(stages, chip, mapping) -> StagedLowered:
             raise Infeasible(f"core {max(core_ids)} but chip {chip.name} has {chip.cores.count} cores")
         used |= set(core_ids)
         b = ProgramBuilder(graph, Candidate(chip, mapping.model_copy(update={"workers": len(core_ids)})), inputs, dram)
-        for plan in plan_graph(graph):
+        for plan in plan_graph(graph, mapping.fusion):
             b.lower_op(plan)
         builders.append(b)
     n = max(used) + 1
@@ -674,7 +684,7 @@ def lower_stages(stages, chip, mapping) -> StagedLowered:
     img = dram.image()
     program = Program(cores, {"dram": Region(0, (img.size,), "uint8")}, {}, dram_bytes=img.size,
                       name=" + ".join(f"{b.graph.name} on cores {ids}" for b, (_, _, ids) in zip(builders, stages)))
-    lowered = [Lowered(b.graph, b.cand, program, img, b.locs, b.records) for b in builders]
+    lowered = [Lowered(b.graph, b.cand, program, img, b.locs, b.records, frozenset(b.fused)) for b in builders]
     return StagedLowered(program, img, lowered, [list(ids) for _, _, ids in stages])
 
 

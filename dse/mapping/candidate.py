@@ -48,6 +48,11 @@ class Mapping(BaseModel):
     # BARRIER) that every worker's matrix Ball reads (`dse.plan.matmul`, `check_tiles`).
     # None is left out of the identity, as above.
     weights: Literal["per_worker", "shared"] | None = None
+    # A core-side activation between two convolutions (conv -> ReLU -> conv): "materialize"
+    # (None, the default) writes it to DRAM and the next conv copies it; "fuse" applies it
+    # in the next conv's first copy (pad or im2col gather), one core pass instead of two
+    # (`dse.plan.graph_plan`). None is left out of the identity, as above.
+    fusion: Literal["materialize", "fuse"] | None = None
 
     @field_validator("partition")
     @classmethod
@@ -59,6 +64,11 @@ class Mapping(BaseModel):
     def _per_worker_is_the_default(cls, v):
         return None if v == "per_worker" else v
 
+    @field_validator("fusion")
+    @classmethod
+    def _materialize_is_the_default(cls, v):
+        return None if v == "materialize" else v
+
     @model_validator(mode="after")
     def _shared_weights_need_tiles(self) -> "Mapping":
         # Spans run one program a worker with no barrier between them: no point at which one
@@ -67,6 +77,9 @@ class Mapping(BaseModel):
             raise PydanticCustomError("fields", "partition = tiles with weights = shared (spans have no barrier "
                                       "at which one shared copy of the weights is ready for every worker)",
                                       {"field": "weights", "value": self.weights})
+        if self.fusion == "fuse" and self.partition == "spans":
+            raise PydanticCustomError("fields", "partition = tiles with fusion = fuse (spans lower each span's "
+                                      "ops as they are)", {"field": "fusion", "value": self.fusion})
         return self
 
 
