@@ -6,9 +6,10 @@ model's error against the emulator.
 For each recipe on goban, workers 1 and 4 x mapping.weights per_worker / shared: the
 emulator's cycles and the model's, the model's error, DMA bytes (emulator counters; the
 model's in brackets when it differs), peak private SRAM of a worker, the shared memory a
-tile holds, the shared-channel conflicts, and whether the integer path is bit-exact. Then
-goban with 2048-row banks (a 10-bit row field): private against unaddressable SRAM. Figures,
-not speed: every run is deterministic.
+tile holds, the shared-channel conflicts, and whether the integer path is bit-exact (and the
+permutes' model cycles, split across workers). Then resnet_block with mapping.fusion
+materialize / fuse at 1 and 4 workers, and goban with 2048-row banks (a 10-bit row field):
+private against unaddressable SRAM. Figures, not speed: every run is deterministic.
 """
 
 from __future__ import annotations
@@ -32,7 +33,7 @@ def row(prep, cand) -> str:
     per_op = estimate(prep.graph, [cand])
     model = summarize(per_op, [cand]).iloc[0]
     m = cand.mapping
-    head = f"  workers {m.workers}  weights {m.weights or 'per_worker':<10}"
+    head = f"  workers {m.workers}  weights {m.weights or 'per_worker':<10}  fusion {m.fusion or 'materialize':<11}"
     if not rep.feasible:
         return f"{head}  infeasible: {rep.reason}  (model: {model['reason']})"
     dma = sum(rep.counters["dma_bytes_in"]) + sum(rep.counters["dma_bytes_out"])
@@ -56,6 +57,11 @@ def main() -> None:
         for workers in (1, 4):
             for weights in ("per_worker", "shared"):
                 print(row(prep, Candidate(goban, Mapping(workers=workers, weights=weights))), flush=True)
+    block = prepare_recipe("resnet_block")
+    print("resnet_block on goban, fusion")
+    for workers in (1, 4):
+        for fusion in ("materialize", "fuse"):
+            print(row(block, Candidate(goban, Mapping(workers=workers, fusion=fusion))), flush=True)
     deep = load_chip("goban", {"banks.rows": 2048})
     cand = Candidate(deep, Mapping(workers=4))
     model = summarize(estimate(prepare_recipe("gemm").graph, [cand]), [cand]).iloc[0]
