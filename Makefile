@@ -19,8 +19,9 @@ run: $(STAMP)
 	$(VENV)/bin/dse sweep experiments/quickstart.toml --db $(DB)
 	$(VENV)/bin/dse report quickstart --db $(DB) --out reports
 
+# One pytest worker per core; a test file stays on one worker, so its module fixtures are built once.
 test: $(STAMP)
-	$(VENV)/bin/python -m pytest -q
+	$(VENV)/bin/python -m pytest -q -n auto --dist loadfile
 
 clean:
 	rm -rf $(VENV) reports build *.egg-info

@@ -73,9 +73,12 @@ def candidate_hash(config: Any, mapping: Any) -> str:
 
 
 def workload_identity(recipe_source_hash: str, params: dict[str, Any], steps: list[dict[str, Any]],
-                      torch_version: str) -> str:
+                      torch_version: str, stages: list[dict[str, Any]] | None = None) -> str:
     """The identity of the submitted work: the recipe's source, every parameter its load()
     and inputs() are called with (defaults included, so a default spelt out is the same
     work), the frontend steps (name, options, the hash of their code) and the torch
     version that captures it. Two experiments with equal identities ran the same work."""
-    return content_hash({"recipe": recipe_source_hash, "params": params, "steps": steps, "torch": torch_version})
+    parts = {"recipe": recipe_source_hash, "params": params, "steps": steps, "torch": torch_version}
+    if stages:  # a staged workload: every further stage's own recipe, params and steps (and role)
+        parts["stages"] = stages
+    return content_hash(parts)

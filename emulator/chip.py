@@ -37,10 +37,50 @@ class _Strict(BaseModel):
 
 
 class CoreGroup(_Strict):
-    """Cores of one kind on a heterogeneous chip (poly: prefill and decode cores)."""
+    """Cores of one kind on a heterogeneous chip (poly: prefill and decode cores), with the
+    hardware where they differ from the chip's. A field left out (None) is the chip's; the
+    group's effective config is `ChipConfig.group_chip` (the emulator, the lowering and the
+    model all read it there)."""
 
     role: str
     count: PositiveInt
+    # The group's bank fields that differ from the chip's (`BanksOverride.applied`).
+    banks: "BanksOverride | None" = None
+    # The chip's Balls these cores have (kinds of the chip's [[balls]]), and this group's own
+    # config of some of them (its latency, array size, ports), in place of the chip's.
+    balls: "tuple[BallKind, ...] | None" = None
+    ball_configs: "tuple[Ball, ...] | None" = None
+    op_cycles_per_element: FiniteFloat | None = Field(None, gt=0)
+    # Per core-op kind cycles, on top of (overriding) the chip's cores.op_cycles.
+    op_cycles: dict[str, FiniteFloat] | None = None
+
+    @field_validator("op_cycles")
+    @classmethod
+    def _op_cycles_positive(cls, v: dict[str, float] | None) -> dict[str, float] | None:
+        bad = {k: x for k, x in (v or {}).items() if not x > 0}
+        if bad:
+            raise ValueError(f"op_cycles must be > 0, got {bad}")
+        return v
+
+    @model_serializer(mode="wrap")
+    def _without_unset_hardware(self, handler):
+        # A field left to the chip's is left out of the dump, so a chip's identity (its hash,
+        # its candidates') is what it was before groups could override hardware.
+        data = handler(self)
+        if isinstance(data, dict):
+            for f in GROUP_HARDWARE:
+                if data.get(f) is None:
+                    data.pop(f, None)
+        return data
+
+    @property
+    def overrides(self) -> bool:
+        """Whether the group's hardware differs from the chip's in any field."""
+        return any(getattr(self, f) is not None for f in GROUP_HARDWARE)
+
+
+# The fields of a CoreGroup that override the chip's hardware.
+GROUP_HARDWARE = ("banks", "balls", "ball_configs", "op_cycles_per_element", "op_cycles")
 
 
 class Cores(_Strict):
@@ -68,7 +108,27 @@ class Cores(_Strict):
             raise fields_error(
                 f"core groups add up to {sum(g.count for g in self.groups)} cores, but count is {self.count}",
                 {"groups": [g.count for g in self.groups], "count": self.count})
+        roles = [g.role for g in self.groups]
+        for i, role in enumerate(roles):
+            if role in roles[:i]:  # a placement names a group by its role
+                raise fields_error(f"core group role {role!r} is given twice; allowed: one group a role",
+                                   {f"groups[{i}].role": role})
         return self
+
+    def group_of(self, core: int) -> int | None:
+        """The index of the group core `core` belongs to (groups take consecutive core ids in
+        order), None on a chip without groups."""
+        first = 0
+        for i, g in enumerate(self.groups):
+            if core < first + g.count:
+                return i
+            first += g.count
+        return None
+
+    def group_cores(self, i: int) -> list[int]:
+        """The core ids of group `i`."""
+        first = sum(g.count for g in self.groups[:i])
+        return list(range(first, first + self.groups[i].count))
 
 
 class Banks(_Strict):
@@ -89,6 +149,30 @@ class Banks(_Strict):
     @property
     def bytes_total(self) -> int:
         return self.count * self.bytes_per_bank
+
+
+class BanksOverride(_Strict):
+    """The bank fields of a core group that differ from the chip's ``[banks]``: a field left
+    out (None) is the chip's, so ``banks = { count = 12 }`` keeps the chip's rows."""
+
+    count: PositiveInt | None = None
+    rows: PositiveInt | None = None
+    row_bytes: PositiveInt | None = None
+    channels: PositiveInt | None = None
+    read_latency: PositiveInt | None = None
+    acc_col: PositiveInt | None = None
+    max_col: PositiveInt | None = None
+    virtual_ids: PositiveInt | None = None
+    rename_aliases: NonNegativeInt | None = None
+
+    @model_serializer(mode="wrap")
+    def _only_given(self, handler):
+        data = handler(self)
+        return {k: v for k, v in data.items() if v is not None} if isinstance(data, dict) else data
+
+    def applied(self, banks: Banks) -> Banks:
+        """The chip's `banks` with this group's fields set."""
+        return banks.model_copy(update={k: v for k, v in self if v is not None})
 
 
 class Dma(_Strict):
@@ -205,6 +289,10 @@ class Ball(_Strict):
 FieldBits = Annotated[int, Field(gt=0, le=64)]
 
 
+CoreGroup.model_rebuild()
+Cores.model_rebuild()
+
+
 class IsaFields(_Strict):
     """Instruction field widths: addressability is a constraint separate from SRAM depth."""
 
@@ -297,12 +385,33 @@ class ChipConfig(_Strict):
 
     @model_validator(mode="after")
     def _fields_hold_the_geometry(self) -> "ChipConfig":
-        if self.banks.count > (1 << self.isa.bank_id_bits):
-            raise fields_error(f"{self.banks.count} banks need more than the {self.isa.bank_id_bits}-bit bank id field",
-                               {"banks.count": self.banks.count, "isa.bank_id_bits": self.isa.bank_id_bits})
-        if self.banks.acc_col > self.banks.count:
-            raise fields_error(f"accumulator col {self.banks.acc_col} exceeds the {self.banks.count} banks",
-                               {"banks.acc_col": self.banks.acc_col, "banks.count": self.banks.count})
+        bank_sets = [("", self.banks)] + [(f"cores.groups[{i}].", g.banks.applied(self.banks))
+                                          for i, g in enumerate(self.cores.groups) if g.banks is not None]
+        for at, banks in bank_sets:
+            if banks.count > (1 << self.isa.bank_id_bits):
+                raise fields_error(f"{banks.count} banks need more than the {self.isa.bank_id_bits}-bit bank id field",
+                                   {f"{at}banks.count": banks.count, "isa.bank_id_bits": self.isa.bank_id_bits})
+            if banks.acc_col > banks.count:
+                raise fields_error(f"accumulator col {banks.acc_col} exceeds the {banks.count} banks",
+                                   {f"{at}banks.acc_col": banks.acc_col, f"{at}banks.count": banks.count})
+            if banks.row_bytes != self.banks.row_bytes:  # DMA beats and the lowering's lines are one row wide
+                raise fields_error(f"a core group's banks.row_bytes must be the chip's {self.banks.row_bytes}",
+                                   {f"{at}banks.row_bytes": banks.row_bytes})
+        kinds = [b.kind for b in self.balls]
+        for i, g in enumerate(self.cores.groups):
+            if g.balls is None:
+                continue
+            unknown = [k for k in g.balls if k not in kinds]
+            if unknown or not g.balls or len(set(g.balls)) != len(g.balls):
+                raise fields_error(f"a core group's balls are distinct kinds of the chip's Balls, at least one; "
+                                   f"allowed: {', '.join(kinds)}", {f"cores.groups[{i}].balls": list(g.balls)})
+        for i, g in enumerate(self.cores.groups):
+            have = g.balls if g.balls is not None else kinds
+            own = [b.kind for b in g.ball_configs or ()]
+            for j, kind in enumerate(own):
+                if kind not in have or kind in own[:j]:
+                    raise fields_error(f"a core group's ball_configs configure distinct Balls the group has; allowed "
+                                       f"kinds: {', '.join(have)}", {f"cores.groups[{i}].ball_configs[{j}].kind": kind})
         return self
 
     @model_validator(mode="after")
@@ -336,6 +445,34 @@ class ChipConfig(_Strict):
         """Private SRAM of one core that no instruction reaches: the rows of every bank past
         ``2**isa.row_addr_bits`` (banks.rows = 2048 with a 10-bit field: half of each bank)."""
         return self.banks.count * (self.banks.rows - self.addressable_rows) * self.banks.row_bytes
+
+    def group_chip(self, i: int) -> "ChipConfig":
+        """The chip as the cores of group `i` see it: its cores are the group's (count,
+        core-op costs), its banks and Balls the group's where it overrides them. The one
+        definition the emulator (per core), the lowering and the model (per stage) read."""
+        g = self.cores.groups[i]
+        cores = self.cores.model_copy(update={
+            "count": g.count, "groups": (),
+            "op_cycles_per_element": (self.cores.op_cycles_per_element if g.op_cycles_per_element is None
+                                      else g.op_cycles_per_element),
+            "op_cycles": {**self.cores.op_cycles, **(g.op_cycles or {})}})
+        own = {b.kind: b for b in g.ball_configs or ()}
+        balls = tuple(own.get(b.kind, b) for b in self.balls if g.balls is None or b.kind in g.balls)
+        banks = self.banks if g.banks is None else g.banks.applied(self.banks)
+        return self.model_copy(update={"name": f"{self.name}.{g.role}", "cores": cores,
+                                       "banks": banks, "balls": balls, "limits": {}})
+
+    def core_chip(self, core: int) -> "ChipConfig":
+        """The chip as core `core` sees it: its group's (`group_chip`), or the chip itself
+        when its group overrides nothing (or the chip has no groups)."""
+        i = self.cores.group_of(core)
+        if i is None or not self.cores.groups[i].overrides:
+            return self
+        return self.group_chip(i)
+
+    def group_index(self, role: str) -> int | None:
+        """The index of the core group of `role`, None if the chip has none."""
+        return next((i for i, g in enumerate(self.cores.groups) if g.role == role), None)
 
     # Figures derived from the config, defined once: the emulator, the plan and the cost
     # model all read them here.

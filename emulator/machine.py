@@ -70,13 +70,17 @@ class Machine:
         if self.n_cores > chip.cores.count:
             raise ProgramError(f"program has instruction lists for {self.n_cores} cores, chip {chip.name} has "
                                f"{chip.cores.count}")
-        self.rows_addr = chip.addressable_rows
-        self.vids = bk.virtual_ids
-        self.mem = [np.zeros((bk.rows, bk.count, bk.row_bytes), dtype=_U8) for _ in range(self.n_cores)]
-        self.vmap: list[list[_Bank | None]] = [[None] * self.vids for _ in range(self.n_cores)]
-        self.free = [[True] * bk.count for _ in range(self.n_cores)]
-        self.rows_read = [[0] * bk.count for _ in range(self.n_cores)]
-        self.rows_written = [[0] * bk.count for _ in range(self.n_cores)]
+        # Each core runs with its own group's hardware (banks, Balls, core-op costs):
+        # `ChipConfig.core_chip`; bank row width, DMA, front end and shared memory are the chip's.
+        self.core_chips = [chip.core_chip(c) for c in range(self.n_cores)]
+        banks = [cc.banks for cc in self.core_chips]
+        self.rows_addr_of = [cc.addressable_rows for cc in self.core_chips]
+        self.vids_of = [b.virtual_ids for b in banks]
+        self.mem = [np.zeros((b.rows, b.count, b.row_bytes), dtype=_U8) for b in banks]
+        self.vmap: list[list[_Bank | None]] = [[None] * b.virtual_ids for b in banks]
+        self.free = [[True] * b.count for b in banks]
+        self.rows_read = [[0] * b.count for b in banks]
+        self.rows_written = [[0] * b.count for b in banks]
         self.alloc_rows = [0] * self.n_cores
         self.peak_rows = [0] * self.n_cores
         self.bytes_in = [0] * self.n_cores
@@ -93,12 +97,17 @@ class Machine:
         self.shared_rows_read = [[0] * sm.banks for _ in range(n_tiles)]
         self.shared_rows_written = [[0] * sm.banks for _ in range(n_tiles)]
         self.shared_banks: list[dict[int, _Bank]] = [{} for _ in range(n_tiles)]
-        # Balls of the chip: kind -> (index, Ball config)
-        self.balls = {b.kind: (i, b) for i, b in enumerate(chip.balls)}
+        # Balls of each core: kind -> (index in chip.balls, the core's Ball config), the core's
+        # group's kinds only (the index stays the chip's, so the timing's per-Ball counters line up).
+        # A group's own config of a kind (its latencies) replaces the chip's on its cores.
+        all_balls = {b.kind: (i, b) for i, b in enumerate(chip.balls)}
+        self.balls_of = [{k: (i, cc.ball(k)) for k, (i, _) in all_balls.items() if cc.ball(k) is not None}
+                         for cc in self.core_chips]
         self._lat_cache: dict = {}
-        self._matrix = self.balls.get("matrix")
-        self._matrix_ports = self._matrix[1].read_ports + self._matrix[1].write_ports if self._matrix else 0
-        self._acc_col = bk.acc_col
+        self._matrix_of = [balls.get("matrix") for balls in self.balls_of]
+        self._matrix_ports = (all_balls["matrix"][1].read_ports + all_balls["matrix"][1].write_ports
+                              if "matrix" in all_balls else 0)
+        self._acc_col_of = [b.acc_col for b in banks]
         self._dma_cache: dict = {}
         self.burst_beats = chip.dma_burst_beats
         self.k_inflight = chip.dma_parallel_bursts
@@ -154,7 +163,7 @@ class Machine:
 
     # ------------------------------------------------------------------ banks
     def _bank(self, c: int, pc: int, ins, bid: int, role: str) -> _Bank:
-        if bid < self.vids:
+        if bid < self.vids_of[c]:
             e = self.vmap[c][bid]
             if e is None:
                 raise ExecutionError(c, pc, ins, f"{role} bank {bid} is not allocated (MSET it first)")
@@ -164,7 +173,8 @@ class Machine:
             return self._shared_bank(c // self.tile_size, bid - sm.first_bank_id)
         shared = (f" or a shared bank ({sm.first_bank_id}..{sm.first_bank_id + sm.banks - 1})"
                   if sm.enabled else " (this chip has no shared memory)")
-        raise ExecutionError(c, pc, ins, f"{role} bank id {bid} is neither a virtual bank (0..{self.vids - 1}){shared}")
+        raise ExecutionError(c, pc, ins, f"{role} bank id {bid} is neither a virtual bank "
+                             f"(0..{self.vids_of[c] - 1}){shared}")
 
     def _shared_bank(self, tile: int, s: int) -> _Bank:
         e = self.shared_banks[tile].get(s)
@@ -320,14 +330,14 @@ class Machine:
 
     # ------------------------------------------------------------------ helpers
     def _ball(self, c, pc, ins, kind: str):
-        b = self.balls.get(kind)
+        b = self.balls_of[c].get(kind)
         if b is None:
-            raise ExecutionError(c, pc, ins, f"chip {self.chip.name} has no {kind} Ball "
-                                 f"(it has {', '.join(self.balls)})")
+            raise ExecutionError(c, pc, ins, f"chip {self.core_chips[c].name} has no {kind} Ball "
+                                 f"(it has {', '.join(self.balls_of[c])})")
         return b
 
     def _latency(self, ball, mode: str, **vars) -> int:
-        key = (ball.kind, mode, *vars.values())
+        key = (id(ball), mode, *vars.values())  # per Ball config: a core group may have its own
         v = self._lat_cache.get(key)
         if v is None:
             if ball.kind == "matrix" and ball.timing == "systolic":
@@ -364,9 +374,10 @@ class Machine:
 
     # ------------------------------------------------------------------ instructions
     def _mset(self, c, pc, ins: Mset):
-        bk = self.chip.banks
-        if ins.bank >= self.vids:
-            raise ExecutionError(c, pc, ins, f"MSET bank {ins.bank} is not a virtual bank id (0..{self.vids - 1}); "
+        bk = self.core_chips[c].banks
+        if ins.bank >= self.vids_of[c]:
+            raise ExecutionError(c, pc, ins, f"MSET bank {ins.bank} is not a virtual bank id "
+                                 f"(0..{self.vids_of[c] - 1}); "
                                  f"shared-memory banks need no allocation")
         vmap = self.vmap[c]
         free = self.free[c]
@@ -388,10 +399,11 @@ class Machine:
                                      f"first fit, no spilling)")
             for p in range(b0, b0 + col):
                 free[p] = False
-            view = self.mem[c][:self.rows_addr, b0:b0 + col, :]
-            vmap[ins.bank] = _Bank(view, col, self.rows_addr, b0, ins.bank, False, self.rows_read[c],
+            rows_addr = self.rows_addr_of[c]
+            view = self.mem[c][:rows_addr, b0:b0 + col, :]
+            vmap[ins.bank] = _Bank(view, col, rows_addr, b0, ins.bank, False, self.rows_read[c],
                                    self.rows_written[c], self.rb, str(ins.bank))
-            self.alloc_rows[c] += col * self.rows_addr  # the rows an instruction can reach
+            self.alloc_rows[c] += col * rows_addr  # the rows an instruction can reach
             if self.alloc_rows[c] > self.peak_rows[c]:
                 self.peak_rows[c] = self.alloc_rows[c]
         else:
@@ -404,7 +416,7 @@ class Machine:
             for p in range(b0, b0 + col):
                 free[p] = True
             vmap[ins.bank] = None
-            self.alloc_rows[c] -= col * self.rows_addr
+            self.alloc_rows[c] -= col * self.rows_addr_of[c]
         return (MSET, pc, self.chip.front_end.mset_cycles, int(ins.alloc), (), (ins.bank,), False, 0, 0,
                 tuple(range(b0, b0 + col)), None)
 
@@ -453,7 +465,7 @@ class Machine:
 
     def _mvin(self, c, pc, ins: Mvin):
         bid = ins.bank
-        e = self.vmap[c][bid] if bid < self.vids else None
+        e = self.vmap[c][bid] if bid < self.vids_of[c] else None
         if e is None:
             e = self._bank(c, pc, ins, bid, "destination")
         it, col, W = ins.iter, e.col, e.width
@@ -531,17 +543,17 @@ class Machine:
         return (BARRIER, pc, 0, 0, (), (), False, 0, 0, None, None)
 
     def _matmul(self, c, pc, ins: Matmul):
-        mb = self._matrix
+        mb = self._matrix_of[c]
         if mb is None:
             self._ball(c, pc, ins, "matrix")
         idx, ball = mb
         M, N, K = ins.M, ins.N, ins.K
         rb = self.rb
-        acc_col = self._acc_col
+        acc_col = self._acc_col_of[c]
         if M < 1 or N < 1 or K < 1 or K % rb or N % (acc_col * rb // 4):
             raise ExecutionError(c, pc, ins, f"M, N, K must be positive with K a multiple of {rb} and N a multiple "
                                  f"of {acc_col * rb // 4} (pad to 16)")
-        vm, vids = self.vmap[c], self.vids
+        vm, vids = self.vmap[c], self.vids_of[c]
         ea = vm[ins.a] if ins.a < vids else None
         if ea is None:
             ea = self._bank(c, pc, ins, ins.a, "A")
@@ -601,7 +613,7 @@ class Machine:
                 chains.append((c_start, M, N, acc, [a], [b]))
             else:
                 ec.pending = [(c_start, M, N, acc, [a], [b])]
-        key = (idx, ins.dataflow, M, N, K)
+        key = (id(ball), ins.dataflow, M, N, K)
         lat = self._lat_cache.get(key)
         if lat is None:  # checked once per distinct key, not per instruction
             if ins.dataflow not in ball.latency and ball.timing != "systolic":
@@ -622,9 +634,9 @@ class Machine:
         ea = self._bank(c, pc, ins, ins.a, "X")
         eb = self._bank(c, pc, ins, ins.b, "Y")
         ec = self._bank(c, pc, ins, ins.c, "C")
-        if ec.col % self.chip.banks.acc_col:
+        if ec.col % self._acc_col_of[c]:
             raise ExecutionError(c, pc, ins, f"C bank {ins.c} has col {ec.col}, not a multiple of the accumulator's "
-                                 f"{self.chip.banks.acc_col}")
+                                 f"{self._acc_col_of[c]}")
         mtr = [] if self.trace else None
         K = ins.iter
         x = self._read(c, pc, ins, ea, 0, K * rb, "X", mtr)
@@ -748,6 +760,6 @@ class Machine:
             except (ValueError, KeyError, TypeError) as exc:
                 raise ExecutionError(c, pc, ins, str(exc)) from None
         n = ins.element_count()
-        cpe = self.chip.core_cycles_per_element(ins.kind)
+        cpe = self.core_chips[c].core_cycles_per_element(ins.kind)
         self.core_elements[c] += n
         return (CORE, pc, math.ceil(n * cpe), 0, (), (), False, 0, 0, n, None)

@@ -147,7 +147,7 @@ def _counters(chip, m: Machine, times, bus_busy, setup, functional, timing) -> C
         for i, ball in enumerate(chip.balls):
             add("ball_ops", t.ball_ops[i], "ball", core=c, ball=ball.kind, ball_id=i)
             add("ball_busy_cycles", t.ball_busy[i], "ball", core=c, ball=ball.kind, ball_id=i)
-        for p in range(chip.banks.count):
+        for p in range(len(m.rows_read[c])):  # the core's own banks (its group's geometry)
             add("rows_read", m.rows_read[c][p], "bank", core=c, bank=p)
             add("rows_written", m.rows_written[c][p], "bank", core=c, bank=p)
         add("channel_conflicts", t.channel_conflicts, "channel", core=c)

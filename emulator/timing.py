@@ -354,7 +354,7 @@ def _core_proc(cid, recs, chip, times: CoreTimes, tile: Tile, bus: Bus, solo: bo
     tpool = tile.pool
     phys_free: dict[int, int] = {}
     res: list = []
-    cap = chip.banks.channels
+    cap = chip.core_chip(cid).banks.channels  # the core's own group's bank channels
     st_rob = st_front = st_dep = st_bq = st_chan = st_dma = st_fence = st_bar = 0
     busy_s, busy_e = times.busy_s, times.busy_e
     dma_s, dma_e = times.dma_s, times.dma_e

@@ -9,7 +9,7 @@ from __future__ import annotations
 import pytest
 
 from dse.analytical import estimate, summarize
-from dse.chips import load_chip
+from dse.chips import load_chip, override_chip
 from dse.mapping import Candidate, Mapping
 from dse.numerics import emulate_graph
 from dse.numerics.run import prepare_recipe
@@ -160,8 +160,13 @@ def inputs():
 
 
 def test_depthwise_and_grouped_convs_check_and_emulate_bit_exact(tmp_path):
-    """Depthwise and grouped convolutions (any `groups`) run on the core, integer and
-    bit-exact; the other convolutions on the matrix Ball."""
+    """Grouped convolutions (any `groups`) run as their block-diagonal GEMM on the matrix
+    Ball or as a core op, per candidate as the cost decides (`dse.plan.grouped`): on goban
+    with one worker the depthwise 3x3 convs (they gather as many elements as they
+    multiply) stay on the core and the 4-group conv goes to the Ball; with 4 workers the
+    gather is split four ways while the core op is not, so the depthwise ones go too; with
+    copies 40x dearer every one stays on the core. Integer and bit-exact either way; the
+    model makes the same choice per op and stays within 2% of the emulator."""
     recipe = tmp_path / "mobile"
     recipe.mkdir()
     (recipe / "model.py").write_text(MOBILE)
@@ -170,12 +175,21 @@ def test_depthwise_and_grouped_convs_check_and_emulate_bit_exact(tmp_path):
     assert pipe.passed, [(s.name, s.error) for s in pipe.stages if not s.passed]
     grouped = [op for op in prep.graph.ops if op.kind == "conv2d" and op.attrs["groups"] > 1]
     assert len(grouped) == 3 and all(prep.graph.tensors[op.inputs[0]].dtype == "int8" for op in grouped)
-    chip = load_chip("goban")
-    for workers in (1, 4):
+    depthwise = {op.name for op in grouped if op.attrs["groups"] == prep.graph.tensors[op.inputs[0]].shape[-1]}
+    assert len(depthwise) == 2
+    four = next(op.name for op in grouped if op.attrs["groups"] == 4)
+    goban = load_chip("goban")
+    dear_copies = override_chip(goban, {"cores.op_cycles": {"copy": 160.0}}, "test")
+    expected = [(goban, 1, "core", "matrix"), (goban, 4, "matrix", "matrix"),
+                (dear_copies, 1, "core", "core"), (dear_copies, 4, "core", "core")]
+    for chip, workers, depthwise_on, four_on in expected:
         cand = Candidate(chip, Mapping(workers=workers))
         rep = emulate_graph(prep.graph, cand, prep.inputs, prep.expected, prep.tolerance, prep.reference_kind)
         assert rep.feasible and rep.verdict.passed and rep.verdict.integer_bit_exact, rep.verdict
         units = {r.name: r.how for r in rep.lowered.ops}
-        assert {units[op.name] for op in grouped} == {"core"} and "matrix" in units.values()
-        model = summarize(estimate(prep.graph, [cand]), [cand]).iloc[0]
+        assert {units[name] for name in depthwise} == {depthwise_on} and units[four] == four_on, (chip.cores, workers)
+        per_op = estimate(prep.graph, [cand])
+        model_units = dict(zip(per_op["op"], per_op["unit"]))
+        assert all(model_units[op.name] == units[op.name] for op in grouped)
+        model = summarize(per_op, [cand]).iloc[0]
         assert abs(model["latency_cycles"] / rep.cycles - 1) < 0.02, (workers, model["latency_cycles"], rep.cycles)

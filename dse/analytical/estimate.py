@@ -15,6 +15,7 @@ import numpy as np
 import pandas as pd
 
 from ..mapping import Candidate, CandidateArrays
+from ..plan.placement import spmd_chip
 from ..plan.spans import SpanError
 from ..plan.units import too_many_workers
 from .graph_cost import graph_costs
@@ -46,13 +47,23 @@ def estimate(graph, candidates: Sequence[Candidate],
     uncalibrated figure."""
     if timing not in TIMINGS:
         raise ValueError(f"timing must be one of {TIMINGS}, got {timing!r}")
-    params = CandidateArrays.from_candidates(candidates)
+    # Each candidate costed with the parameters of the cores its workers run on (their core
+    # group's hardware, `spmd_chip`); workers spanning groups that differ are infeasible.
+    spmd = [spmd_chip(c.chip, c.mapping.workers) for c in candidates]
+    costed = [c if chip is c.chip else Candidate(chip, c.mapping) for c, (chip, _) in zip(candidates, spmd)]
+    params = CandidateArrays.from_candidates(costed)
     params.serial[:] = timing == "serial"
     n, ops = params.n, graph.ops
-    chips = [c.chip for c in candidates]
+    chips = [c.chip for c in costed]
     per_op = graph_costs(graph, params, chips)
     halo = np.zeros((len(ops), n), dtype=np.int64)
-    _span_partitioned(graph, candidates, params, chips, per_op, halo)
+    _span_partitioned(graph, costed, params, chips, per_op, halo)
+    spans_groups = np.array([bool(r) and c.mapping.workers <= c.chip.cores.count
+                             for c, (_, r) in zip(candidates, spmd)], dtype=bool)
+    if spans_groups.any():
+        for c in per_op:
+            c.feasible[spans_groups] = False
+            c.reason[spans_groups] = [spmd[i][1] for i in np.flatnonzero(spans_groups)]
     if calibration:
         _calibrate(per_op, params, calibration)
     frame = {
@@ -132,8 +143,10 @@ def summarize(per_op: pd.DataFrame, candidates: Sequence[Candidate]) -> pd.DataF
     shared = g["shared_bytes"].max().reindex(range(n), fill_value=0).to_numpy()
     bad = per_op[~per_op["feasible"]].groupby("candidate")["reason"].first()
     reason = np.array([bad.get(i, "") for i in range(n)], dtype=object)
-    per_core = np.array([c.chip.private_sram_bytes for c in candidates], dtype=np.float64)
-    unaddressable = np.array([c.chip.unaddressable_sram_bytes for c in candidates], dtype=np.float64)
+    per_core = np.array([spmd_chip(c.chip, c.mapping.workers)[0].private_sram_bytes for c in candidates],
+                        dtype=np.float64)
+    unaddressable = np.array([spmd_chip(c.chip, c.mapping.workers)[0].unaddressable_sram_bytes for c in candidates],
+                             dtype=np.float64)
     workers = np.array([c.mapping.workers for c in candidates], dtype=np.int64)
     return pd.DataFrame({
         "candidate": np.arange(n), "candidate_hash": [c.hash for c in candidates], "feasible": feasible,

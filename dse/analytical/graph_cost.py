@@ -13,7 +13,7 @@ and a FENCE or BARRIER per synchronisation.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field, fields, replace
 
 import numpy as np
 
@@ -21,6 +21,7 @@ from ..cost.core import GRAPH_OP, charged_elements, split_share
 from ..cost.matmul import matmul_cost
 from ..mapping import CandidateArrays, MatmulShape
 from ..plan.graph_plan import Copy, OpPlan, copy_elements, plan_graph
+from ..plan.grouped import on_matrix
 from ..plan.matmul import MatmulPlans, plan_matmuls
 from ..plan.memory import pad
 from ..plan.split import busiest_elements
@@ -147,6 +148,8 @@ class GraphCost:
 
     # ------------------------------------------------------------ ops
     def op_cost(self, plan: OpPlan) -> OpCost:
+        if plan.unit == "grouped":
+            return self._grouped(plan)
         op = plan.op
         n, p = self.n, self.params
         charges = Charges(n)
@@ -156,6 +159,8 @@ class GraphCost:
         gemm = None
         if plan.unit in ("matrix", "conv"):
             gemm, unit = self._gemm(charges, plan), "matrix"
+            for copy in plan.after:
+                self.copy(charges, copy)
         elif plan.unit == "scale":
             unit = self._scale_op(charges, plan)
         elif plan.unit == "relu":
@@ -207,6 +212,16 @@ class GraphCost:
                       own(np.where(feasible, np.round(charges.busy), 0)),
                       own(charges.syncs), own(dma_bytes), own(sram), own(shared), own(rows_used), own(banks),
                       *[own(t) for t in tiles], own(workers_used))
+
+    def _grouped(self, plan: OpPlan) -> OpCost:
+        """A grouped conv: per candidate, the Ball path (its copies, the block-diagonal GEMM,
+        the unblock after it) where `grouped.on_matrix` takes it, else the conv on the core
+        (reading its operands as they are: only their unblock / standardise copies)."""
+        on = on_matrix(self.graph, plan, self.params)
+        ball = self.op_cost(replace(plan, unit="conv"))
+        core = self.op_cost(replace(plan, unit="core", after=(),
+                                    copies=tuple(c for c in plan.copies if c.kind not in ("pad", "gather"))))
+        return OpCost(*[np.where(on, getattr(ball, f.name), getattr(core, f.name)) for f in fields(OpCost)])
 
     def _plans(self, shape: MatmulShape) -> MatmulPlans:
         if shape not in self.plans:  # repeated layers share one evaluation

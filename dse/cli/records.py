@@ -183,6 +183,13 @@ def _show_experiment(store, ident: int, limit: int) -> None:
         steps = ", ".join(s["name"] for s in parts["steps"]) or "none"
         print(f"workload: recipe {exp['workload_recipe']} ({params}; steps {steps}; torch {parts['torch_version']}), "
               f"identity {exp['workload_hash']}")
+        stages = parts.get("stages") or []
+        if stages:
+            print(f"  stage {stages[0]['role']}: the recipe above")
+        for stage in stages[1:]:  # a staged workload: its other stages, by role (the first is the recipe above)
+            sparams = ", ".join(f"{k}={v}" for k, v in sorted(stage["params"].items()))
+            print(f"  stage {stage['role']}: recipe {stage.get('recipe', '?')} ({sparams}; steps "
+                  f"{', '.join(s['name'] for s in stage['steps']) or 'none'})")
     else:  # recorded before 0009: the identity was model.py's hash alone
         print(f"workload: recipe {exp['workload_recipe']}, source hash {exp['workload_hash']}")
     print(f"spec: sha256 {exp['spec_hash']}")

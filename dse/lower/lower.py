@@ -20,6 +20,9 @@ Op by op, in graph order:
   into a zero-padded image when the conv pads - and the same GEMM on the matrix Ball; with
   ``mapping.fusion = "fuse"`` the first of those copies applies a ReLU the plan fused into
   it (a core "relu" op instead of "copy"; the ReLU's own tensor is never written);
+* a grouped or depthwise conv is the same, with its block-diagonal weight, or one core op,
+  per candidate as `dse.plan.grouped.on_matrix` decides (the Ball path copies its
+  accumulator out, so both leave the same row-major result);
 * quantize (fp32 -> int8), requantize (int32 / int8 -> int8) and dequantize (int32 / int8
   -> fp32) go to the Fp2Int / Int2Fp Ball where the chip has it and one fp32 scale covers
   runs of whole 16-byte lines - a per-tensor scale, or one that varies only along the rows
@@ -68,8 +71,10 @@ from ..mapping import Candidate, MatmulShape
 from ..mapping.matmul import check_tiles
 from ..mapping.params import CandidateArrays
 from ..plan.graph_plan import OpPlan, plan_graph
+from ..plan.grouped import block_diagonal, on_matrix
 from ..plan.matmul import plan_matmul
 from ..plan.memory import Blocked, Dram, Loc, emu_dtype
+from ..plan.placement import Placed, cores_chip, place, spmd_chip, stage_reason
 from ..plan.split import shared_loads, split_core_op
 from ..plan.streams import ELEMENTWISE, Stream, relu_stream, scale_core_op, scale_stream, stream_or_core
 from ..plan.units import Infeasible, conv_pad, relu_ball, reshape_view, sync_after, too_many_workers
@@ -151,6 +156,12 @@ class ProgramBuilder:
         self.workers = int(self.mapping.workers)
         if self.workers > self.chip.cores.count:
             raise Infeasible(too_many_workers(self.workers, self.chip.name, self.chip.cores.count))
+        # Built with the parameters of the cores it runs on (their group's hardware).
+        self.chip, reason = spmd_chip(self.chip, self.workers)
+        if reason:
+            raise Infeasible(reason)
+        if self.chip is not candidate.chip:
+            self.cand = Candidate(self.chip, self.mapping)
         self.cores: list[list] = [[] for _ in range(self.workers)]
         self.dram = dram or Dram()
         self.locs: dict[str, Loc] = {}
@@ -239,6 +250,8 @@ class ProgramBuilder:
             rec = self._matmul(op, ready)
         elif plan.unit == "conv":
             rec = self._conv(plan, ready)
+        elif plan.unit == "grouped":
+            rec = self._grouped(plan, ready)
         elif plan.unit == "scale":
             rec = self._scale_op(op)
         elif plan.unit == "relu":
@@ -253,7 +266,20 @@ class ProgramBuilder:
         rec.instructions = sum(len(c) for c in self.cores) - n0
         self.records.append(rec)
 
-    def _conv(self, plan: OpPlan, ready: dict[str, Loc]) -> OpLowering:
+    def _grouped(self, plan: OpPlan, ready: dict[str, Loc]) -> OpLowering:
+        """A grouped conv where `grouped.on_matrix` puts it: the block-diagonal GEMM, its
+        accumulator then copied out (the plan's `after`), or one core op; either writes the
+        plan's M-padded row-major matrix."""
+        op = plan.op
+        if on_matrix(self.graph, plan, CandidateArrays.from_candidates([self.cand]))[0]:
+            w = np.asarray(self.graph.weights[op.inputs[1]]).astype(np.int8)
+            rec = self._conv(plan, ready, block_diagonal(w, int(op.attrs["groups"])))
+            self.locs[op.outputs[0]] = self.logical(op.outputs[0])
+            return rec
+        spec = self.graph.tensors[op.outputs[0]]
+        return self._generic(op, ready, self.dram.matrix(spec.shape, spec.dtype, 1, plan.gemm.M, plan.gemm.N))
+
+    def _conv(self, plan: OpPlan, ready: dict[str, Loc], weight: np.ndarray | None = None) -> OpLowering:
         """A channels-last int8 convolution as im2col on the core (one strided gather copy,
         charged, after a copy into a zero-padded image when the conv pads) and a GEMM on the
         matrix Ball: A[M = N*out positions, K = taps*C] @ W[K, O]; the blocked accumulator
@@ -262,7 +288,7 @@ class ProgramBuilder:
         gather_copy = next(c for c in plan.copies if c.kind == "gather")
         x = self.operand(gather_copy.tensor, ready)  # a fused ReLU's input, or the conv's
         out_spec = graph.tensors[op.outputs[0]]
-        w = np.asarray(graph.weights[op.inputs[1]]).astype(np.int8)  # (*kernel, C, O)
+        w = np.asarray(graph.weights[op.inputs[1]]).astype(np.int8) if weight is None else weight  # (*kernel, C, O)
         nd = w.ndim - 2
         kernel, C, O = w.shape[:nd], w.shape[nd], w.shape[nd + 1]
         stride, dilation = op.attrs["stride"], op.attrs["dilation"]
@@ -318,10 +344,10 @@ class ProgramBuilder:
         return OpLowering(op.name, op.kind, plan.kind, None, 1, banks,
                           banks * self.chip.addressable_rows * self.chip.banks.row_bytes, used)
 
-    def _generic(self, op: Op, ready: dict[str, Loc]) -> OpLowering:
+    def _generic(self, op: Op, ready: dict[str, Loc], out: Loc | None = None) -> OpLowering:
         srcs = [self.operand(n, ready) for n in op.inputs]
         spec = self.graph.tensors[op.outputs[0]]
-        out = self.dram.tensor(spec.shape, spec.dtype)
+        out = out or self.dram.tensor(spec.shape, spec.dtype)
         self.locs[op.outputs[0]] = out
         views = tuple(s.view() for s in srcs)
         elements = charged_elements(op, [v.size for v in views], math.prod(spec.shape))
@@ -650,24 +676,34 @@ class StagedLowered:
     core_ids: list[list[int]]
 
 
-def lower_stages(stages, chip, mapping) -> StagedLowered:
+def lower_stages(stages, chip, mapping, roles=None) -> StagedLowered:
     """Stage partitioning onto (heterogeneous) cores: `stages` is a list of
-    ``(graph, inputs, core_ids)``; each graph is lowered for ``len(core_ids)`` workers and
-    placed on those cores; all share one DRAM image. The cores of a tile meet at every
-    BARRIER, so the stage with fewer barriers is padded with BARRIERs at its end (the
-    stages then advance op by op in lock step: the coupling cost shows in the cycles)."""
+    ``(graph, inputs, core_ids)``; each graph is lowered for ``len(core_ids)`` workers with
+    those cores' own parameters (`dse.plan.placement.cores_chip`: their group's banks, Balls
+    and core-op costs) and placed on those cores; all share one DRAM image. The cores of a
+    tile meet at every BARRIER, so the stage with fewer barriers is padded with BARRIERs at
+    its end (the stages then advance op by op in lock step: the coupling cost shows in the
+    cycles). `roles` names the stages in an infeasible reason."""
     dram = Dram()
     builders = []
     used: set[int] = set()
-    for graph, inputs, core_ids in stages:
+    for i, (graph, inputs, core_ids) in enumerate(stages):
         if used & set(core_ids):
             raise Infeasible(f"stages share cores {sorted(used & set(core_ids))}")
         if max(core_ids) >= chip.cores.count:
             raise Infeasible(f"core {max(core_ids)} but chip {chip.name} has {chip.cores.count} cores")
         used |= set(core_ids)
-        b = ProgramBuilder(graph, Candidate(chip, mapping.model_copy(update={"workers": len(core_ids)})), inputs, dram)
-        for plan in plan_graph(graph, mapping.fusion):
-            b.lower_op(plan)
+        stage_chip, reason = cores_chip(chip, core_ids)
+        if reason:
+            raise Infeasible(reason)
+        try:
+            b = ProgramBuilder(graph, Candidate(stage_chip, mapping.model_copy(update={"workers": len(core_ids)})),
+                               inputs, dram)
+            for plan in plan_graph(graph, mapping.fusion):
+                b.lower_op(plan)
+        except Infeasible as exc:
+            role = roles[i] if roles else f"{i}"
+            raise Infeasible(stage_reason(Placed(role, tuple(core_ids), stage_chip), str(exc))) from None
         builders.append(b)
     n = max(used) + 1
     cores: list[list] = [[] for _ in range(n)]
@@ -688,5 +724,36 @@ def lower_stages(stages, chip, mapping) -> StagedLowered:
     return StagedLowered(program, img, lowered, [list(ids) for _, _, ids in stages])
 
 
-__all__ = ["ELEMENTWISE", "Infeasible", "Lowered", "OpLowering", "StagedLowered", "lower", "lower_stages",
+def lower_placed(stages, candidate: Candidate) -> StagedLowered:
+    """A workload of several stages (``(role, graph, inputs)`` each, e.g. an LLM's prefill and
+    decode) placed as ``candidate.mapping.placement`` says (`dse.plan.placement.place`):
+    None, every stage on workers ``0 .. W-1`` one after another in one program; ``"phase"``,
+    each stage on its role's core group, all at once (`lower_stages`). An infeasible stage
+    raises `Infeasible` naming the stage, its cores and its chip."""
+    chip, mapping = candidate.chip, candidate.mapping
+    places, reason = place(chip, mapping.placement, mapping.workers, [role for role, _, _ in stages])
+    if reason:
+        raise Infeasible(reason)
+    if mapping.placement == "phase":
+        return lower_stages([(g, x, list(p.cores)) for (_, g, x), p in zip(stages, places)], chip, mapping,
+                            roles=[p.role for p in places])
+    dram = Dram()
+    builders = []
+    for (_, graph, inputs), p in zip(stages, places):
+        b = ProgramBuilder(graph, Candidate(p.chip, mapping), inputs, dram)
+        try:
+            for plan in plan_graph(graph, mapping.fusion):
+                b.lower_op(plan)
+        except Infeasible as exc:
+            raise Infeasible(stage_reason(p, str(exc))) from None
+        builders.append(b)
+    cores = [sum((list(b.cores[w]) for b in builders), []) for w in range(mapping.workers)]
+    img = dram.image()
+    program = Program(cores, {"dram": Region(0, (img.size,), "uint8")}, {}, dram_bytes=img.size,
+                      name=" then ".join(f"{b.graph.name}" for b in builders) + f" on cores 0-{mapping.workers - 1}")
+    lowered = [Lowered(b.graph, b.cand, program, img, b.locs, b.records, frozenset(b.fused)) for b in builders]
+    return StagedLowered(program, img, lowered, [list(p.cores) for p in places])
+
+
+__all__ = ["ELEMENTWISE", "Infeasible", "Lowered", "OpLowering", "StagedLowered", "lower", "lower_placed", "lower_stages",
            "sram_lifetimes"]

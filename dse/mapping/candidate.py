@@ -53,6 +53,15 @@ class Mapping(BaseModel):
     # in the next conv's first copy (pad or im2col gather), one core pass instead of two
     # (`dse.plan.graph_plan`). None is left out of the identity, as above.
     fusion: Literal["materialize", "fuse"] | None = None
+    # Where the workload's stages (an LLM's phases) run: None ("spmd", the default, left out
+    # of the identity) every stage on workers 0..W-1 one after another; "phase" each stage on
+    # every core of the core group whose role names it, all at once (`dse.plan.placement`).
+    placement: Literal["phase"] | None = None
+
+    @field_validator("placement", mode="before")
+    @classmethod
+    def _spmd_is_the_default(cls, v):
+        return None if v == "spmd" else v  # one spelling of the default, one identity
 
     @field_validator("partition")
     @classmethod

@@ -231,3 +231,61 @@ def emulate_spans(graph: Graph, candidate: Candidate, inputs, expected=None, tol
     rep.result = result
     rep.seconds = time.perf_counter() - t0
     return rep
+
+
+@dataclass
+class StageWork:
+    """One stage of a placed workload (an LLM phase): its role, the graph after the recipe's
+    steps, its inputs and the references its outputs are checked against."""
+
+    role: str
+    graph: Graph
+    inputs: list
+    expected: list | None = None
+    tolerance: float = FLOAT_TOLERANCE
+    reference_kind: str = "quantized"
+    reference: dict | None = None
+
+
+def emulate_placed(stages: list[StageWork], candidate: Candidate, mode: str = "overlapped",
+                   name: str = "") -> EmulationReport:
+    """The stages placed as ``candidate.mapping.placement`` says (`dse.lower.lower_placed`),
+    in one program, emulated once on the whole chip (each core with its group's hardware);
+    every stage's tensors compared with its own reference. The verdict passes when every
+    stage's does; its first differing op is named ``role:op``."""
+    from ..lower import lower_placed
+
+    t0 = time.perf_counter()
+    chip = candidate.chip
+    rep = EmulationReport(name or " + ".join(s.role for s in stages), chip.name,
+                          candidate.mapping.model_dump(mode="json", exclude_none=True), True,
+                          private_sram_bytes=chip.private_sram_bytes)
+    try:
+        staged = lower_placed([(s.role, s.graph, s.inputs) for s in stages], candidate)
+    except Infeasible as exc:
+        rep.feasible, rep.reason = False, str(exc)
+        rep.seconds = time.perf_counter() - t0
+        return rep
+    t_run = time.perf_counter()
+    result = emulator.run(staged.program, chip, staged.image, mode=mode)
+    rep.emulator_seconds = time.perf_counter() - t_run
+    rep.rerun = (staged.program, staged.image, mode)
+    verdicts = []
+    for s, low in zip(stages, staged.stages):
+        reference = s.reference if s.reference is not None else s.graph.trace(*s.inputs)
+        verdicts.append(compare(s.graph, low, result.dram, reference, s.expected, s.tolerance, s.reference_kind))
+    first = next((f"{s.role}:{v.first_differing_op}" for s, v in zip(stages, verdicts) if v.first_differing_op), None)
+    rep.verdict = Verdict(all(v.passed for v in verdicts), all(v.integer_bit_exact for v in verdicts),
+                          all(v.outputs_bit_exact for v in verdicts), first, sum(v.integer_tensors for v in verdicts),
+                          max(v.max_abs_error for v in verdicts), max(v.max_rel_error for v in verdicts),
+                          max(v.tolerance for v in verdicts), all(v.outputs_within_tolerance for v in verdicts),
+                          verdicts[0].reference, [op for v in verdicts for op in v.ops])
+    rep.cycles = int(result.cycles)
+    rep.counters = _counter_summary(result, len(staged.program.cores))
+    rep.peak_sram_bytes = max(rep.counters["peak_allocated_bytes"], default=0)
+    rep.ops = [{"op": f"{s.role}:{o.name}", "kind": o.kind, "how": o.how, "tile": list(o.tile) if o.tile else None,
+                "batch": o.batch, "banks": o.banks, "sram_bytes": o.sram_bytes, "workers_used": o.workers_used,
+                "instructions": o.instructions} for s, low in zip(stages, staged.stages) for o in low.ops]
+    rep.lowered, rep.result = staged.stages[0], result
+    rep.seconds = time.perf_counter() - t0
+    return rep

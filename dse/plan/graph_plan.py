@@ -18,6 +18,11 @@ Copies, in the order the lowering emits them:
 * ``pad``: a convolution that pads copies its input into a zero-padded image;
 * ``gather``: a convolution's im2col gather of every tap into the GEMM's A.
 
+A grouped convolution (unit ``grouped``) has two paths, chosen per candidate
+(`dse.plan.grouped.on_matrix`): its pad and gather copies, the block-diagonal GEMM and an
+``unblock`` copy after it (`OpPlan.after`) on the Ball path, or one core op; both leave the
+result in the same M-padded row-major matrix, so the rest of the plan does not depend on it.
+
 Fusion (``mapping.fusion = "fuse"``, `plan_graph(graph, "fuse")`): an int8 / int32 ReLU on
 the core whose only reader is a convolution (and not a graph output) is not materialized
 (unit ``fused``): the convolution's first copy (pad, else gather) reads the ReLU's input and
@@ -33,9 +38,9 @@ from ..mapping import MatmulShape
 from ..workload.graph import Graph, Op
 from .mapper import gemm_shape
 from .memory import Blocked, Dram, Loc, pad
-from .units import SCALE_KINDS, conv_pad, matrix_conv, matrix_product, reshape_view
+from .units import SCALE_KINDS, conv_pad, grouped_conv, matrix_conv, matrix_product, reshape_view
 
-UNITS = ("matrix", "conv", "scale", "relu", "view", "core", "fused")
+UNITS = ("matrix", "conv", "grouped", "scale", "relu", "view", "core", "fused")
 FUSIONS = (None, "fuse")
 
 
@@ -53,7 +58,8 @@ class Copy:
 @dataclass(frozen=True)
 class OpPlan:
     """One op's plan. `unit`: "matrix" (a product on the matrix Ball), "conv" (im2col + a
-    GEMM on it), "scale" (a Fp2Int / Int2Fp stream or a core op, per candidate), "relu"
+    GEMM on it), "grouped" (a grouped conv: the block-diagonal GEMM or a core op, per
+    candidate), "scale" (a Fp2Int / Int2Fp stream or a core op, per candidate), "relu"
     (the ReLU Ball where the chip has one, else a core op), "view" (a descriptor), "core".
     `reads` are the operand locations after the copies (placement-only addresses), `writes`
     the result's; `gemm` the GEMM of a matrix-Ball op."""
@@ -64,6 +70,7 @@ class OpPlan:
     reads: tuple[Loc, ...]
     writes: Loc
     gemm: MatmulShape | None = None
+    after: tuple[Copy, ...] = ()  # copies after the op's Ball path (a grouped conv's unblock)
 
     @property
     def blocked_source(self) -> Blocked | None:
@@ -140,20 +147,27 @@ class _Walk:
             reads = [a] if shape.b_weight else [a, b]
             out = self.locs[op.outputs[0]] = self.blocked_result(op, shape)
             return OpPlan(op, "matrix", tuple(copies), tuple(reads), out, shape)
-        if matrix_conv(graph, op):
+        conv, grouped = matrix_conv(graph, op), grouped_conv(graph, op)
+        if conv or grouped:
+            # a fused ReLU's input, applied by the first copy (only a plain conv reads one: `fusable`)
             source = self.fused.get(op.inputs[0], op.inputs[0])
             apply = "relu" if source != op.inputs[0] else None
             x = self.logical(source, copies)
+            reads = (x,) if conv else tuple([x] + [self.logical(n, copies) for n in op.inputs[1:]])
             w_shape = graph.tensors[op.inputs[1]].shape
             nd = len(w_shape) - 2
             if any(lo or hi for lo, hi in conv_pad(op)):
                 copies.append(Copy("pad", source, tuple(x.shape), apply=apply))
                 apply = None
-            gather = (x.shape[0], *spec.shape[1:1 + nd], *w_shape[:nd], w_shape[nd])
+            gather = (x.shape[0], *spec.shape[1:1 + nd], *w_shape[:nd], x.shape[-1])  # every input channel
             copies.append(Copy("gather", source, tuple(gather), apply=apply))
             shape = gemm_shape(graph, op)
-            out = self.locs[op.outputs[0]] = self.blocked_result(op, shape)
-            return OpPlan(op, "conv", tuple(copies), (x,), out, shape)
+            if conv:
+                out = self.locs[op.outputs[0]] = self.blocked_result(op, shape)
+                return OpPlan(op, "conv", tuple(copies), reads, out, shape)
+            out = self.locs[op.outputs[0]] = self.dram.matrix(spec.shape, spec.dtype, 1, shape.M, shape.N)
+            after = (Copy("unblock", op.outputs[0], (1, pad(shape.M), pad(shape.N)), (1, shape.M, shape.N)),)
+            return OpPlan(op, "grouped", tuple(copies), reads, out, shape, after)
         if op.kind in SCALE_KINDS:
             src = self.loc(op.inputs[0])  # a blocked accumulator is read tile by tile, not copied
             b = src.blocked

@@ -54,7 +54,8 @@ def gemm_shape(graph, op) -> MatmulShape:
 
     A product of (..., M, K) by (..., K, N) runs batch = prod(output dims but the last two)
     GEMMs. A convolution is its im2col GEMM (`dse/lower/lower.py` `_conv`): A[M = images x
-    output positions, K = taps x C] @ W[K, O], one batch; the sizes come from the output and
+    output positions, K = taps x C] @ W[K, O], one batch (a grouped one with its
+    block-diagonal W, `dse.plan.grouped`); the sizes come from the output and
     weight tensors (any layout). The op's M/N/K attrs are the fallback."""
     a = op.attrs
     specs = getattr(graph, "tensors", {})
@@ -65,7 +66,9 @@ def gemm_shape(graph, op) -> MatmulShape:
         if op.kind in CONV_KINDS:
             w = tuple(specs[op.inputs[1]].shape)
             o = int(w[-1] if a.get("weight_layout", "") in _CHANNELS_LAST_WEIGHTS else w[0])
-            return MatmulShape(math.prod(out) // o, o, math.prod(w) // o, 1, b_weight=True, bias=bias)
+            # a grouped conv runs as its block-diagonal GEMM: K spans every input channel
+            k = math.prod(w) // o * int(a.get("groups", 1))
+            return MatmulShape(math.prod(out) // o, o, k, 1, b_weight=True, bias=bias)
         x, w = tuple(specs[op.inputs[0]].shape), tuple(specs[op.inputs[1]].shape)
         if len(x) >= 2 and len(w) >= 2 and len(out) >= 2:
             nb = math.prod(out[:-2])

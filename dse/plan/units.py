@@ -58,16 +58,26 @@ def matrix_product(graph: Graph, op: Op) -> bool:
     return True
 
 
-def matrix_conv(graph: Graph, op: Op) -> bool:
-    """An int8 channels-last convolution (NHWC / NLC, HWIO / WIO weights, one group) the
-    matrix Ball runs as im2col on the core and a GEMM."""
+def _channels_last_int8_conv(graph: Graph, op: Op) -> bool:
     if op.kind not in MATRIX_CONVS:
         return False
     x, w = (graph.tensors[n] for n in op.inputs[:2])
     return (x.dtype == "int8" and w.dtype == "int8" and op.inputs[1] in graph.weights
-            and op.attrs.get("groups", 1) == 1 and op.attrs.get("layout") in ("NHWC", "NLC")
-            and op.attrs.get("weight_layout") in ("HWIO", "WIO")
+            and op.attrs.get("layout") in ("NHWC", "NLC") and op.attrs.get("weight_layout") in ("HWIO", "WIO")
             and (not op.attrs.get("has_bias") or (len(op.inputs) > 2 and op.inputs[2] in graph.weights)))
+
+
+def matrix_conv(graph: Graph, op: Op) -> bool:
+    """An int8 channels-last convolution (NHWC / NLC, HWIO / WIO weights, one group) the
+    matrix Ball runs as im2col on the core and a GEMM."""
+    return _channels_last_int8_conv(graph, op) and op.attrs.get("groups", 1) == 1
+
+
+def grouped_conv(graph: Graph, op: Op) -> bool:
+    """An int8 channels-last convolution of several groups (depthwise included): the
+    block-diagonal GEMM on the matrix Ball or a core op, per candidate (`dse.plan.grouped`)."""
+    return (_channels_last_int8_conv(graph, op) and op.attrs.get("groups", 1) > 1
+            and graph.tensors[op.outputs[0]].dtype == "int32")
 
 
 def conv_pad(op: Op) -> list[tuple[int, int]]:
@@ -104,5 +114,5 @@ def sync_after(workers: int, after_ball: bool) -> str | None:
     return "fence" if after_ball else None
 
 
-__all__ = ["Infeasible", "MATRIX_CONVS", "MATRIX_PRODUCTS", "SCALE_KINDS", "conv_pad", "matrix_conv",
+__all__ = ["Infeasible", "MATRIX_CONVS", "MATRIX_PRODUCTS", "SCALE_KINDS", "conv_pad", "grouped_conv", "matrix_conv",
            "matrix_product", "relu_ball", "relu_chunks", "reshape_view", "sync_after", "too_many_workers"]

@@ -21,7 +21,7 @@ from ..mapping import Candidate
 from ..plan.graph_plan import OpPlan, plan_graph
 from ..workload.graph import Graph
 from .emulation import Emulated, EmulationWorkload, emulate, judge_numerics
-from .stages import AnalyticalResult, Evidence, Outcome, Workload, analytical_batch, frontend_workload
+from .stages import AnalyticalResult, Evidence, Outcome, Workload, analytical_batch, frontend_workload, placed_batch
 
 
 @dataclass(frozen=True)
@@ -52,9 +52,12 @@ def plan(graph: Graph) -> list[OpPlan]:
     return plan_graph(graph)
 
 
-def analytical(graph: Graph, cands: list[Candidate], calibration: dict | None = None) -> list[AnalyticalResult]:
+def analytical(graph, cands: list[Candidate], calibration: dict | None = None) -> list[AnalyticalResult]:
     """The plan's per-candidate choices (tiles, Ball stream or core op, splits) and their
-    costs, for a batch in one vectorised call."""
+    costs, for a batch in one vectorised call. `graph` is a Graph, or a staged workload's
+    (role, graph) list: each stage costed on its place (`placed_batch`)."""
+    if isinstance(graph, list):
+        return placed_batch(graph, cands, calibration)
     return analytical_batch(graph, cands, calibration)
 
 

@@ -58,6 +58,28 @@ def _prepare(recipe: str, params_json: str, quantization: str | None) -> Emulati
                              prep.graph.trace(*prep.inputs))
 
 
+@dataclass
+class PlacedEmulation:
+    """A staged workload's emulation: every stage prepared (`dse.numerics.run.StageWork`),
+    run together as each candidate's mapping.placement places them."""
+
+    stages: list
+    host_time_repeats: int = 1
+    traces: bool = False
+
+
+def prepare_placed(stages) -> PlacedEmulation:
+    """`stages`: (role, recipe, params) each; every recipe through its frontend steps once
+    (`prepare_emulation`, cached), with its references."""
+    from ..numerics.run import StageWork
+
+    out = []
+    for role, recipe, params in stages:
+        w = prepare_emulation(recipe, params)
+        out.append(StageWork(role, w.graph, w.inputs, w.expected, w.tolerance, w.reference_kind, w.reference))
+    return PlacedEmulation(out)
+
+
 def quantized_steps(recipe: str, quantization: str):
     """The recipe's frontend steps with the quantize step's weight granularity set."""
     from ..errors import InputError
@@ -84,13 +106,16 @@ class Emulated:
     evidence: Evidence
 
 
-def emulate(work: EmulationWorkload, cand: Candidate) -> Emulated:
+def emulate(work: "EmulationWorkload | PlacedEmulation", cand: Candidate) -> Emulated:
     """One candidate lowered and emulated: status, reason, emulator metrics (plain data for
     the driver)."""
-    from ..numerics.run import emulate_graph
+    from ..numerics.run import emulate_graph, emulate_placed
 
-    report = emulate_graph(work.graph, cand, work.inputs, work.expected, work.tolerance, work.reference_kind,
-                           reference=work.reference)
+    if isinstance(work, PlacedEmulation):
+        report = emulate_placed(work.stages, cand)
+    else:
+        report = emulate_graph(work.graph, cand, work.inputs, work.expected, work.tolerance, work.reference_kind,
+                               reference=work.reference)
     if not report.feasible:
         return Emulated(report, Evidence("infeasible", report.reason))
     counters = report.counters

@@ -98,6 +98,10 @@ def evaluate_items(work, items: list[WorkItem], kill: str | None = None, hang: s
         m = pair[1].mapping
         key = (m.quantization, json.dumps(m.workload, sort_keys=True) if m.workload else "")
         by_graph.setdefault(key, []).append(pair)
+    if work.stages:  # a staged workload: every candidate runs every stage (the spec allows no graph knobs)
+        by_graph = {}
+        if analytical:
+            _analytical_group(work.stages, analytical, work.calibration, outcomes)
     for (quantization, _), group in by_graph.items():
         try:
             graph = work.graph_for(quantization, group[0][1].mapping.workload)

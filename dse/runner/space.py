@@ -23,6 +23,24 @@ from emulator.formula import Formula, FormulaError
 
 # A knob over this target chooses which of the baseline chip's Balls the chip keeps.
 BALL_SET_TARGET = "chip.balls"
+# A knob over this target chooses the chip's core groups (each value a list of groups, each
+# with its own hardware overrides); kept as canonical JSON text, so values stay hashable
+# for the grid and Optuna, and turned back into the list when applied.
+CORE_GROUPS_TARGET = "chip.cores.groups"
+
+
+def core_groups(value: Any) -> str:
+    """A list of core groups in its one spelling: canonical JSON (keys sorted, no spaces)."""
+    import json
+
+    if isinstance(value, str):  # the canonical text itself (a value already spelled so)
+        try:
+            value = json.loads(value)
+        except ValueError:
+            pass
+    if not isinstance(value, list) or not all(isinstance(g, dict) for g in value):
+        raise ValueError(f"a core-groups value is a list of groups (tables with role, count, ...), got {value!r}")
+    return json.dumps(value, sort_keys=True, separators=(",", ":"))
 
 
 def ball_set(value: Any) -> str:
@@ -58,6 +76,8 @@ class Knob(BaseModel):
                 raise ValueError("a Ball set knob lists its values: each a list of Ball kinds or a "
                                  "comma-separated string, e.g. [\"matrix,relu\", \"matrix\"] or [[\"matrix\"]]")
             self.values = [ball_set(v) for v in self.values]
+        if self.target == CORE_GROUPS_TARGET and self.values is not None:
+            self.values = [core_groups(v) for v in self.values]
         if self.values is not None:
             if self.low is not None or self.high is not None:
                 raise ValueError("give either values or low/high, not both")

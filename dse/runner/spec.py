@@ -9,6 +9,7 @@ field, the value and what is allowed.
 from __future__ import annotations
 
 import hashlib
+import json
 import typing
 from pathlib import Path
 from typing import Any, Literal
@@ -23,7 +24,7 @@ from ..mapping import Mapping, mapping_from_dict
 from ..workload import list_recipes, load_recipe
 from .criteria import NAMES, CriterionError, allowed_names, compile_expression
 from .metrics import METRICS
-from .space import BALL_SET_TARGET, Constraint, Knob, Space, ball_set
+from .space import BALL_SET_TARGET, CORE_GROUPS_TARGET, Constraint, Knob, Space, ball_set, core_groups
 
 # A knob over this mapping field sets the granularity of the recipe's quantize step.
 QUANTIZATION_TARGET = "mapping.quantization"
@@ -64,9 +65,27 @@ class Criterion(_Model):
     prose: str = ""
 
 
+class WorkloadStage(_Model):
+    """A further stage of the workload, run beside the workload's own (an LLM's decode
+    beside its prefill): where, `mapping.placement` says (`dse.plan.placement`)."""
+
+    role: str = Field(pattern=r"^[A-Za-z_][A-Za-z0-9_]*$")
+    recipe: str
+    params: dict[str, Any] = {}
+
+
 class Workload(_Model):
     recipe: str
     params: dict[str, Any] = {}
+    # With `stages`: the role of the workload's own stage (it runs first), and the others.
+    role: str | None = Field(None, pattern=r"^[A-Za-z_][A-Za-z0-9_]*$")
+    stages: list[WorkloadStage] = []
+
+    def all_stages(self) -> list[tuple[str, str, dict[str, Any]]]:
+        """(role, recipe, params) of every stage, the workload's own first; [] without stages."""
+        if not self.stages:
+            return []
+        return [(self.role, self.recipe, self.params)] + [(s.role, s.recipe, s.params) for s in self.stages]
 
 
 class Baseline(_Model):
@@ -194,6 +213,8 @@ class Spec:
                 value = params[name]
                 if sec == "chip" and path == "balls":
                     value = [self._balls[kind] for kind in self._balls if kind in set(value.split(","))]
+                if sec == "chip" and f"chip.{path}" == CORE_GROUPS_TARGET and isinstance(value, str):
+                    value = json.loads(value)
                 out[path] = value
         # A workload point only where it differs from the experiment's own: a candidate at
         # the baseline's point keeps the identity it has without workload knobs.
@@ -212,6 +233,8 @@ class Spec:
         value = _lookup(data, knob.target)
         if knob.target == BALL_SET_TARGET:
             value = ball_set([b["kind"] for b in value])
+        if knob.target == CORE_GROUPS_TARGET:
+            value = core_groups(value)
         return value
 
     def workload_of(self, mapping: dict) -> tuple[str, dict]:
@@ -289,7 +312,51 @@ def load_spec(path: str | Path) -> Spec:
     _check_metrics(spec)
     _dry_run_expressions(spec)
     _check_recipe_params(spec)
+    _check_stages(spec)
     return spec
+
+
+# Knobs a staged workload cannot take yet: each names a graph per candidate, not per stage.
+UNSTAGED_TARGETS = ("workload.", "mapping.quantization", "mapping.partition")
+
+
+def _check_stages(spec: Spec) -> None:
+    """A staged workload (`workload.stages`): its own stage's role, every stage's recipe and
+    params (as `_check_recipe_params`), roles distinct; knobs that would change one stage's
+    graph are not supported with stages."""
+    from ..workload.recipes import instantiate
+
+    w = spec.model.workload
+    if not w.stages:
+        if w.role is not None:
+            raise InputError(spec.path, "workload.role", w.role, "a role only beside workload.stages")
+        return
+    if w.role is None:
+        raise InputError(spec.path, "workload.role", None,
+                         "the role of the workload's own stage (e.g. \"prefill\") when workload.stages is given")
+    roles = [w.role]
+    for i, stage in enumerate(w.stages):
+        field = f"workload.stages[{i}]"
+        if stage.role in roles:
+            raise InputError(spec.path, f"{field}.role", stage.role, "a role no other stage has")
+        roles.append(stage.role)
+        if stage.recipe not in list_recipes() and not Path(stage.recipe).exists():
+            raise InputError(spec.path, f"{field}.recipe", stage.recipe,
+                             "one of " + ", ".join(list_recipes()) + " or a recipe folder")
+        try:
+            instantiate(load_recipe(stage.recipe), **stage.params)
+        except InputError as exc:
+            raise InputError(spec.path, f"{field}.params ({exc.field})", stage.params, exc.allowed) from None
+    targets = [(f"space[{i}].target", k.target) for i, k in enumerate(spec.model.space)]
+    targets += [("candidates.set", t) for t in spec.hand_targets]
+    for field, target in targets:
+        if target.startswith(UNSTAGED_TARGETS):
+            raise InputError(spec.path, field, target, "a chip or mapping knob that changes no stage's graph "
+                             "(workload, quantization and partition knobs are not supported with workload.stages)")
+    for key in ("quantization", "partition"):
+        if getattr(spec.baseline_mapping, key) is not None:
+            raise InputError(spec.path, f"baseline.mapping.{key}", getattr(spec.baseline_mapping, key),
+                             "unset with workload.stages")
 
 
 def _dry_run_expressions(spec: Spec) -> None:

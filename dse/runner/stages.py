@@ -41,6 +41,11 @@ class Workload:
     calibration: dict = field(default_factory=dict)
     host_time_repeats: int = 1  # the spec's [stages] host_time_repeats, for the emulation workloads
     traces: bool = False  # the spec's [stages] traces: keep each emulator run's timing trace
+    # A staged workload (the spec's workload.stages): (role, analytical graph) of every stage,
+    # the workload's own first, and their emulation (`emulation.PlacedEmulation`); every
+    # candidate runs all of them, placed as its mapping.placement says.
+    stages: list = field(default_factory=list)
+    placed_emulation: object | None = None
 
     def _point(self, point: dict | None) -> tuple[str | None, dict]:
         point = dict(point or {})
@@ -61,6 +66,12 @@ class Workload:
         return self.graphs[quantization]
 
     def emulation_for(self, quantization: str | None, point: dict | None = None):
+        if self.stages:
+            emulation = self.placed_emulation
+            if emulation is None:
+                raise RuntimeError("no emulation workload prepared for the workload's stages")
+            emulation.host_time_repeats, emulation.traces = self.host_time_repeats, self.traces
+            return emulation
         if point:
             from .emulation import prepare_emulation
 
@@ -211,6 +222,26 @@ def analytical_batch(graph, cands: list[Candidate], calibration: dict | None = N
         ops = list(zip(*(col[i * n_ops:(i + 1) * n_ops] for col in columns)))
         out.append(AnalyticalResult(bool(t["feasible"]), str(t["reason"]), total_metrics(t), ops))
     return out
+
+
+def placed_batch(stages, cands: list[Candidate], calibration: dict | None = None) -> list[AnalyticalResult]:
+    """The analytical stage of a staged workload (`stages`: (role, graph) each) for many
+    candidates: every stage costed on its place (`dse.analytical.placed.estimate_placed`);
+    per-op rows named ``role:op``."""
+    from ..analytical.placed import estimate_placed
+
+    if not cands:
+        return []
+    totals, per_stage = estimate_placed(stages, cands, calibration)
+    ops: dict[int, list[tuple]] = {}
+    for (role, _), frame in zip(stages, per_stage):
+        if frame.empty:
+            continue
+        columns = [frame[c].tolist() for c in OP_FIELDS]
+        for cand, *row in zip(frame["candidate"].tolist(), *columns):
+            ops.setdefault(cand, []).append((f"{role}:{row[0]}", *row[1:]))
+    return [AnalyticalResult(bool(t["feasible"]), str(t["reason"]), total_metrics(t), ops.get(i, []))
+            for i, t in enumerate(totals.to_dict("records"))]
 
 
 def source_count_metrics(graph) -> list[MetricRow]:

@@ -45,7 +45,8 @@ from .execution import InlineExecutor, PoolExecutor, WorkItem, make_executor, re
 from .recorder import Recorder
 from .samplers import Observation, Proposal, Sampler, make_sampler, sampler_kind
 from .spec import QUANTIZATION_TARGET, Spec, load_spec
-from .stages import Outcome, source_count_metrics
+from .emulation import prepare_placed
+from .stages import Outcome, analytical_graph, source_count_metrics
 
 DONE = {"ok", "infeasible", "pruned", "failed"}  # crashed or running: evaluate again
 # A local pool evaluates an analytical batch only when the driver would spend longer than
@@ -139,6 +140,8 @@ class Sweep:
         """(config data, its canonical JSON, why it is invalid or '') once per distinct chip:
         many candidates share a chip and differ in mapping only."""
         key = tuple((name, params[name]) for name in self._chip_knobs if name in params)
+        if any(isinstance(v, (list, dict)) for _, v in key):  # a list value (core groups) is keyed by its JSON
+            key = canonical_json([list(kv) for kv in key])
         hit = self._chips.get(key)
         if hit is None:
             chip_over = self.spec.overrides(params, "chip")
@@ -650,9 +653,17 @@ def workload_parts(spec: Spec) -> dict:
     from ..frontend.steps import load_steps, steps_identity
     from ..workload.recipes import full_params
 
-    recipe = load_recipe(spec.model.workload.recipe)
-    return dict(recipe_source_hash=recipe.source_hash, params=full_params(recipe, spec.model.workload.params),
-                steps=steps_identity(load_steps(recipe.path.parent)), torch_version=torch.__version__)
+    def parts(name: str, params: dict) -> dict:
+        recipe = load_recipe(name)
+        return dict(recipe_source_hash=recipe.source_hash, params=full_params(recipe, params),
+                    steps=steps_identity(load_steps(recipe.path.parent)))
+
+    w = spec.model.workload
+    out = dict(parts(w.recipe, w.params), torch_version=torch.__version__)
+    if w.stages:  # the staged workload's other stages, by role (the own stage's role too)
+        out["stages"] = [{"role": w.role}] + [{"role": s.role, "recipe": s.recipe, **parts(s.recipe, s.params)}
+                                              for s in w.stages]
+    return out
 
 
 def _value_at(data: dict, dotted: str):
@@ -703,6 +714,11 @@ def run_sweep(spec_path: str | Path, db: str | Path = "records.db", progress: bo
         # The emulation workloads: one per quantization granularity the candidates can set.
         emulated = quantizations(spec) if spec.model.stages.emulator != "none" else ()
         work = FRONTEND.run(recipe, params, emulated)
+        staged = spec.model.workload.all_stages()
+        if staged:  # every stage's analytical graph and, with the emulator stage, its emulation
+            work.stages = [(role, analytical_graph(r, p)) for role, r, p in staged]
+            if emulated:
+                work.placed_emulation = prepare_placed(staged)
     PLAN.run(work.graph)
     work.host_time_repeats = spec.model.stages.host_time_repeats
     work.traces = spec.model.stages.traces

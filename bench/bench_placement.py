@@ -1,0 +1,96 @@
+"""Core groups and placement (#19) on the shipped tiny llama recipes: per candidate, the
+emulated cycles, DMA bytes (in + out, every core), peak and asked-for private SRAM, the
+numerics verdict, and the analytical model's latency error against the emulator.
+
+    .venv/bin/python bench/bench_placement.py [--seq 16] [--past 15]
+
+Candidates: poly's phases on their own groups (placement "phase"), both phases one after
+another on SPMD workers (placement None) of poly with its groups removed (5 identical
+16-bank cores) at 5 and 4 workers and of poly's 3 prefill cores, each phase alone on its
+group, the decode group's hardware moved one field at a time (16 banks; the chip's 4-cycle
+core; an 8x8 matrix Ball of their own), and the infeasible ones (SPMD across poly's differing groups; decode cores with 8
+banks), with their reasons.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from dse.analytical.placed import estimate_placed  # noqa: E402
+from dse.chips import load_chip  # noqa: E402
+from dse.mapping import Candidate, Mapping  # noqa: E402
+from dse.numerics.run import StageWork, emulate_placed, prepare_recipe  # noqa: E402
+
+LLAMA = dict(vocab=64, dim=32, layers=1, heads=2, kv_heads=1)
+
+
+def stage(role: str, recipe: str, **params) -> StageWork:
+    prep = prepare_recipe(recipe, {**LLAMA, **params})
+    assert not prep.failed, prep.failed
+    return StageWork(role, prep.graph, prep.inputs, prep.expected, prep.tolerance, prep.reference_kind,
+                     prep.graph.trace(*prep.inputs))
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--seq", type=int, default=16)
+    ap.add_argument("--past", type=int, default=15)
+    args = ap.parse_args()
+    pre = stage("prefill", "llama_prefill", seq=args.seq)
+    dec = stage("decode", "llama_decode", past=args.past)
+    poly = load_chip("poly")
+    same = load_chip("poly", {"cores.groups": []})
+
+    def decode_group(**change):
+        decode = {**poly.cores.groups[1].model_dump(mode="json"), **change}
+        return load_chip("poly", {"cores.groups": [poly.cores.groups[0].model_dump(mode="json"),
+                                                   {k: v for k, v in decode.items() if v is not None}]})
+
+    narrow = decode_group(banks={"count": 8})
+    wide = decode_group(banks={"count": 16})
+    slow = decode_group(op_cycles_per_element=None)
+    small_array = decode_group(ball_configs=[{"kind": "matrix", "read_ports": 2, "write_ports": 4, "array_rows": 8,
+                                              "array_cols": 8,
+                                              "latency": {"ws": "M*N*K/4 + M*N", "os": "M*N*K/4 + M*N/2"}}])
+    split = "cols"
+    rows = [
+        ("phase: prefill 3 + decode 2 (poly)", [pre, dec], Candidate(poly, Mapping(split=split, placement="phase"))),
+        ("spmd 5 identical cores, one after another", [pre, dec], Candidate(same, Mapping(split=split, workers=5))),
+        ("spmd 4 identical cores, one after another", [pre, dec], Candidate(same, Mapping(split=split, workers=4))),
+        ("spmd poly's 3 prefill cores, one after another", [pre, dec], Candidate(poly, Mapping(split=split, workers=3))),
+        ("prefill alone, poly's 3 prefill cores", [pre], Candidate(poly, Mapping(split=split, workers=3))),
+        ("decode alone, poly's 3 prefill cores", [dec], Candidate(poly, Mapping(split=split, workers=3))),
+        ("phase: decode alone on poly's 2 decode cores", [dec], Candidate(poly, Mapping(split=split, placement="phase"))),
+        ("phase, groups on two tiles (tile_size 3)", [pre, dec],
+         Candidate(load_chip("poly", {"cores.tile_size": 3}), Mapping(split=split, placement="phase"))),
+        ("phase, decode cores with 16 banks", [pre, dec], Candidate(wide, Mapping(split=split, placement="phase"))),
+        ("phase, decode cores at the chip's 4 cycles", [pre, dec], Candidate(slow, Mapping(split=split, placement="phase"))),
+        ("phase, decode cores with an 8x8 matrix Ball", [pre, dec],
+         Candidate(small_array, Mapping(split=split, placement="phase"))),
+        ("spmd 5 workers across poly's groups", [pre, dec], Candidate(poly, Mapping(split=split, workers=5))),
+        ("phase with 8-bank decode cores", [pre, dec], Candidate(narrow, Mapping(split=split, placement="phase"))),
+    ]
+    print(f"tiny llama (vocab 64, dim 32, layers 1, heads 2, kv_heads 1), prefill seq {args.seq}, "
+          f"decode past {args.past}; split {split}")
+    print(f"{'candidate':50s} {'emu cycles':>10s} {'model':>10s} {'err':>7s} {'DMA bytes':>9s} {'model DMA':>9s} "
+          f"{'peak SRAM':>9s} {'asked SRAM':>10s}  numerics")
+    for label, stages, cand in rows:
+        totals, _ = estimate_placed([(s.role, s.graph) for s in stages], [cand])
+        t = totals.iloc[0]
+        rep = emulate_placed(stages, cand)
+        if not rep.feasible or not t["feasible"]:
+            print(f"{label:50s} infeasible; emulator: {rep.reason or '(feasible)'}")
+            print(f"{'':50s} model: {t['reason'] or '(feasible)'}")
+            continue
+        dma = sum(rep.counters["dma_bytes_in"]) + sum(rep.counters["dma_bytes_out"])
+        err = t["latency_cycles"] / rep.cycles - 1
+        print(f"{label:50s} {rep.cycles:10d} {t['latency_cycles']:10.0f} {err:+7.2%} {dma:9d} {t['dma_bytes']:9.0f} "
+              f"{rep.peak_sram_bytes:9d} {t['private_sram_bytes']:10.0f}  {rep.verdict.summary()[:40]}")
+
+
+if __name__ == "__main__":
+    main()
