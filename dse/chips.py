@@ -98,6 +98,18 @@ def set_dotted(data: dict, overrides: Mapping[str, Any], source: str | Path) -> 
     return data
 
 
+def capacity_notes(chip: ChipConfig) -> str:
+    """What a candidate's record says about capacity the chip has but cannot use ("" when
+    none): bank rows past the ISA's row-address field."""
+    lost = chip.unaddressable_sram_bytes
+    if not lost:
+        return ""
+    return (f"banks.rows = {chip.banks.rows} but the {chip.isa.row_addr_bits}-bit row-address field "
+            f"(isa.row_addr_bits) reaches {chip.addressable_rows} rows: {lost:,} B of each core's SRAM "
+            f"({chip.banks.count} banks x {chip.banks.rows - chip.addressable_rows} rows x {chip.banks.row_bytes} B) "
+            "is unaddressable, reported as unaddressable_sram_bytes, not as private SRAM")
+
+
 def chip_hash(chip: ChipConfig) -> str:
     """Stable identity of a config: sha256 of its canonical JSON form."""
     return content_hash(chip.model_dump(mode="json"))

@@ -436,8 +436,15 @@ class ChipConfig(_Strict):
 
     @property
     def private_sram_bytes(self) -> int:
-        """Private SRAM of one core."""
-        return self.banks.bytes_total
+        """Private SRAM of one core an instruction can address: every bank's addressable rows
+        (rows past the row-address field are `unaddressable_sram_bytes`, not counted here)."""
+        return self.banks.count * self.addressable_rows * self.banks.row_bytes
+
+    @property
+    def unaddressable_sram_bytes(self) -> int:
+        """Private SRAM of one core that no instruction reaches: the rows of every bank past
+        ``2**isa.row_addr_bits`` (banks.rows = 2048 with a 10-bit field: half of each bank)."""
+        return self.banks.count * (self.banks.rows - self.addressable_rows) * self.banks.row_bytes
 
     def group_chip(self, i: int) -> "ChipConfig":
         """The chip as the cores of group `i` see it: its cores are the group's (count,

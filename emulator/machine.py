@@ -403,7 +403,7 @@ class Machine:
             view = self.mem[c][:rows_addr, b0:b0 + col, :]
             vmap[ins.bank] = _Bank(view, col, rows_addr, b0, ins.bank, False, self.rows_read[c],
                                    self.rows_written[c], self.rb, str(ins.bank))
-            self.alloc_rows[c] += col * bk.rows
+            self.alloc_rows[c] += col * rows_addr  # the rows an instruction can reach
             if self.alloc_rows[c] > self.peak_rows[c]:
                 self.peak_rows[c] = self.alloc_rows[c]
         else:
@@ -416,7 +416,7 @@ class Machine:
             for p in range(b0, b0 + col):
                 free[p] = True
             vmap[ins.bank] = None
-            self.alloc_rows[c] -= col * bk.rows
+            self.alloc_rows[c] -= col * self.rows_addr_of[c]
         return (MSET, pc, self.chip.front_end.mset_cycles, int(ins.alloc), (), (ins.bank,), False, 0, 0,
                 tuple(range(b0, b0 + col)), None)
 

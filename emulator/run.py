@@ -151,7 +151,11 @@ def _counters(chip, m: Machine, times, bus_busy, setup, functional, timing) -> C
             add("rows_read", m.rows_read[c][p], "bank", core=c, bank=p)
             add("rows_written", m.rows_written[c][p], "bank", core=c, bank=p)
         add("channel_conflicts", t.channel_conflicts, "channel", core=c)
+        add("shared_channel_conflicts", t.shared_channel_conflicts, "channel", core=c)
         add("channel_wait_cycles", t.channel_wait, "channel", core=c)
+    sm = chip.shared_memory
+    for tile, banks in enumerate(m.shared_banks):
+        add("shared_bytes_used", len(banks) * sm.rows * sm.row_bytes, "bank", tile=tile)
     for tile, (rd, wr) in enumerate(zip(m.shared_rows_read, m.shared_rows_written)):
         for s in range(len(rd)):
             if rd[s] or wr[s]:

@@ -360,6 +360,7 @@ def _core_proc(cid, recs, chip, times: CoreTimes, tile: Tile, bus: Bus, solo: bo
     dma_s, dma_e = times.dma_s, times.dma_e
     ball_ops, ball_busy = times.ball_ops, times.ball_busy
     n_instr = n_core = core_cycles = conflicts = chan_wait = bus_wait = dma_sum = 0
+    shared_conflicts = 0  # of the conflicts, those the tile's shared-memory channels caused
     seq = 0
     horizon = 0
     tr = trace
@@ -457,12 +458,15 @@ def _core_proc(cid, recs, chip, times: CoreTimes, tile: Tile, bus: Bus, solo: bo
                     if tot > cap:
                         S = _pool_earliest(res, cap, S, lat, pp)
                 else:
+                    by_shared = False
                     for _ in range(64):
                         t1 = _pool_earliest(res, cap, S, lat, pp) if pp else S
                         t2 = _pool_earliest(tpool.res, tpool.cap, t1, lat, sp)
+                        by_shared |= t2 > t1
                         if t2 == S:
                             break
                         S = t2
+                    shared_conflicts += by_shared
                 if S > S0:
                     st_chan += S - S0
                     conflicts += 1
@@ -536,6 +540,7 @@ def _core_proc(cid, recs, chip, times: CoreTimes, tile: Tile, bus: Bus, solo: bo
                     S = _pool_earliest(res, cap, S, lat, pp)
             else:
                 S = _pool_earliest(tpool.res, tpool.cap, S, lat, sp)
+                shared_conflicts += S > S0
             if S > S0:
                 st_chan += S - S0
                 conflicts += 1
@@ -683,6 +688,7 @@ def _core_proc(cid, recs, chip, times: CoreTimes, tile: Tile, bus: Bus, solo: bo
                     ("channel", st_chan), ("dma", st_dma), ("fence", st_fence), ("barrier", st_bar)):
         st[name] += v
     times.channel_conflicts = conflicts
+    times.shared_channel_conflicts = shared_conflicts
     times.channel_wait = chan_wait
     times.bus_wait = bus_wait
     times.dma_latency_sum = dma_sum

@@ -25,7 +25,7 @@ MODEL_VERSION = "analytical-0.3"
 OP_COLUMNS = [
     "candidate", "candidate_hash", "op", "kind", "unit", "feasible", "reason", "cycles",
     "compute_cycles", "dma_cycles", "core_cycles", "ball_cycles", "busy_cycles", "dma_bytes", "sram_bytes",
-    "bank_rows", "banks",
+    "shared_bytes", "bank_rows", "banks",
     "tile_m", "tile_n", "tile_k", "workers_used", "syncs", "halo_cycles", "macs",
 ]
 
@@ -125,7 +125,8 @@ def _calibrate(per_op, params: CandidateArrays, calibration) -> None:
 
 TOTAL_COLUMNS = ["candidate", "candidate_hash", "feasible", "reason", "latency_cycles", "compute_cycles",
                  "dma_cycles", "core_cycles", "busy_cycles", "utilisation", "dma_bytes", "peak_sram_bytes",
-                 "private_sram_per_core_bytes", "private_sram_bytes", "workers"]
+                 "shared_sram_bytes", "private_sram_per_core_bytes", "private_sram_bytes",
+                 "unaddressable_sram_bytes", "workers"]
 
 
 def summarize(per_op: pd.DataFrame, candidates: Sequence[Candidate]) -> pd.DataFrame:
@@ -139,10 +140,13 @@ def summarize(per_op: pd.DataFrame, candidates: Sequence[Candidate]) -> pd.DataF
         range(n), fill_value=0)
     feasible = g["feasible"].all().reindex(range(n), fill_value=True).to_numpy()
     peak = g["sram_bytes"].max().reindex(range(n), fill_value=0).to_numpy()
+    shared = g["shared_bytes"].max().reindex(range(n), fill_value=0).to_numpy()
     bad = per_op[~per_op["feasible"]].groupby("candidate")["reason"].first()
     reason = np.array([bad.get(i, "") for i in range(n)], dtype=object)
     per_core = np.array([spmd_chip(c.chip, c.mapping.workers)[0].private_sram_bytes for c in candidates],
                         dtype=np.float64)
+    unaddressable = np.array([spmd_chip(c.chip, c.mapping.workers)[0].unaddressable_sram_bytes for c in candidates],
+                             dtype=np.float64)
     workers = np.array([c.mapping.workers for c in candidates], dtype=np.int64)
     return pd.DataFrame({
         "candidate": np.arange(n), "candidate_hash": [c.hash for c in candidates], "feasible": feasible,
@@ -158,8 +162,12 @@ def summarize(per_op: pd.DataFrame, candidates: Sequence[Candidate]) -> pd.DataF
                                 / np.maximum(workers * sums["cycles"].to_numpy(dtype=np.float64), 1), np.nan),
         "dma_bytes": np.where(feasible, sums["dma_bytes"].to_numpy(dtype=np.float64), np.nan),
         "peak_sram_bytes": np.where(feasible, peak.astype(np.float64), np.nan),
+        # Shared memory a tile of cores holds at once (weights = shared), apart from private SRAM.
+        "shared_sram_bytes": np.where(feasible, shared.astype(np.float64), np.nan),
         "private_sram_per_core_bytes": per_core,
         # The SRAM a candidate asks for: the private banks of every worker it uses.
         "private_sram_bytes": per_core * workers,
+        # Bank rows past the row-address field, on the same workers: there, but unusable.
+        "unaddressable_sram_bytes": unaddressable * workers,
         "workers": workers,
     }, columns=TOTAL_COLUMNS)

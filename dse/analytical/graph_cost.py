@@ -46,6 +46,7 @@ class OpCost:
     syncs: np.ndarray  # FENCEs / BARRIERs that close the op's parts
     dma_bytes: np.ndarray
     sram_bytes: np.ndarray  # private SRAM the op allocates (per worker)
+    shared_bytes: np.ndarray  # shared memory a tile of cores holds for the op (mapping.weights = shared)
     bank_rows: np.ndarray  # of it, the bank rows that hold data
     banks: np.ndarray
     tile_m: np.ndarray
@@ -139,6 +140,8 @@ class GraphCost:
         if copy.kind == "unblock":
             batch, M, N = copy.blocked
             self.core_op_tiled(charges, batch, M, N, self.tiles[copy.tensor][0], self.params.copy_cpe)
+        elif copy.apply == "relu":  # a fused ReLU applied while copying: a core "relu" op
+            self.core_op(charges, "relu", None, copy.shape, [copy.shape], copy_elements(copy), self.params.relu_cpe)
         else:
             self.core_op(charges, "copy", None, copy.shape, [copy.shape], copy_elements(copy), self.params.copy_cpe)
         self.close(charges, False)
@@ -162,14 +165,14 @@ class GraphCost:
             unit = self._scale_op(charges, plan)
         elif plan.unit == "relu":
             unit = self._relu(charges, plan)
-        elif plan.unit == "view":
-            unit = "none"
+        elif plan.unit in ("view", "fused"):  # a descriptor, or applied by its reader's copy
+            unit = "none" if plan.unit == "view" else "fused"
         else:
             self._generic(charges, plan)
         zeros = np.zeros(n, dtype=np.int64)
         feasible = np.ones(n, dtype=bool)
         reason = np.full(n, "", dtype=object)
-        banks, sram, rows_used, tiles, dma_bytes = zeros, zeros, zeros, (zeros, zeros, zeros), zeros
+        banks, sram, rows_used, tiles, dma_bytes, shared = zeros, zeros, zeros, (zeros, zeros, zeros), zeros, zeros
         compute = zeros
         workers_used = np.minimum(self.workers, p.cores)
         units = np.full(n, unit, dtype=object) if isinstance(unit, str) else unit.astype(object)
@@ -184,6 +187,7 @@ class GraphCost:
             compute = plans.compute_cycles
             charges.dma += plans.dma_cycles
             banks, sram, rows_used, dma_bytes = plans.banks, plans.sram_bytes, plans.bank_rows, plans.dma_bytes
+            shared = np.where(feasible, plans.shared_bytes, 0)
             tiles = (plans.tm, plans.tn, plans.tk)
             workers_used = np.where(feasible, plans.workers_used, workers_used)
         if charges.sram is not None:
@@ -206,7 +210,7 @@ class GraphCost:
                       own(compute), own(np.round(charges.dma)), own(np.round(charges.core)),
                       own(np.where(feasible, np.round(charges.ball), 0)),
                       own(np.where(feasible, np.round(charges.busy), 0)),
-                      own(charges.syncs), own(dma_bytes), own(sram), own(rows_used), own(banks),
+                      own(charges.syncs), own(dma_bytes), own(sram), own(shared), own(rows_used), own(banks),
                       *[own(t) for t in tiles], own(workers_used))
 
     def _grouped(self, plan: OpPlan) -> OpCost:
@@ -240,6 +244,8 @@ class GraphCost:
         plans = self._plans(plan.gemm)
         # the packing copies, closed before the Ball reads them
         charges.syncs += np.where(self.workers > 1, (plans.core_cycles > 0).astype(np.int64), 0)
+        # a shared copy of the weight, loaded before any worker's Ball reads it
+        charges.syncs += np.where(plans.shared_bytes > 0, self.closes_after_core, 0)
         self.close(charges, True)
         self.tiles[plan.op.outputs[0]] = (np.maximum(plans.tm, 16), np.maximum(plans.tn, 16))
         return plans
@@ -299,8 +305,29 @@ class GraphCost:
 
 
 def graph_costs(graph: Graph, params: CandidateArrays, chips=None) -> list[OpCost]:
-    costs = GraphCost(graph, params, chips)
-    return [costs.op_cost(plan) for plan in plan_graph(graph)]
+    """Every op's cost for every candidate, each candidate following the plan of its own
+    ``mapping.fusion`` (candidates are costed per fusion choice, then put back in order)."""
+    choices = list(dict.fromkeys(params.fusion))
+    if len(choices) <= 1:
+        costs = GraphCost(graph, params, chips)
+        return [costs.op_cost(plan) for plan in plan_graph(graph, choices[0] if choices else None)]
+    fusion = np.array(params.fusion, dtype=object)
+    parts = []
+    for choice in choices:
+        idx = np.flatnonzero(fusion == choice)
+        sub = graph_costs(graph, params.take(idx), None if chips is None else [chips[i] for i in idx])
+        parts.append((idx, sub))
+    out = []
+    for k in range(len(graph.ops)):
+        first = parts[0][1][k]
+        fields = {}
+        for name, value in vars(first).items():
+            arr = np.empty(params.n, dtype=value.dtype)
+            for idx, sub in parts:
+                arr[idx] = getattr(sub[k], name)
+            fields[name] = arr
+        out.append(OpCost(**fields))
+    return out
 
 
 __all__ = ["OpCost", "graph_costs"]

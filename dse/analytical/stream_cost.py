@@ -132,7 +132,7 @@ class StreamCosts:
                 ball.banks[idx] = banks
                 ball.bank_rows[idx] = max(q.in_lines for q in stream.pieces) + max(q.out_lines for q in stream.pieces)
                 ball.dma_bytes[idx] = 16 * sum(q.in_lines + q.out_lines for q in stream.pieces)
-                ball.sram[idx] = banks * p.bank_rows[idx] * p.row_bytes[idx]  # each candidate's banks
+                ball.sram[idx] = banks * p.usable_rows[idx] * p.row_bytes[idx]  # each candidate's banks
         if not on_ball.any():
             return None
         return on_ball, ball, kinds

@@ -254,6 +254,8 @@ def _show_candidate(store, ident: int) -> None:
     print(f"origin: {cand['origin']}   hash: {cand['hash']}   created {_when(cand['created_at'])}")
     if cand.get("why"):
         print(f"why (hand-picked): {cand['why']}")
+    if cand.get("notes"):
+        print(f"notes: {cand['notes']}")
     if cand["diff"]:
         print("difference from the baseline:")
         for path, (before, after) in cand["diff"].items():

@@ -35,6 +35,7 @@ class MatmulCost:
     sram_bytes: np.ndarray
     bank_rows: np.ndarray  # physical bank rows holding the tiles (buffers included)
     workers_used: np.ndarray
+    shared_bytes: np.ndarray  # shared memory a tile of cores holds for B (its banks, whole), weights = shared
 
 
 def ball_cycles(params: CandidateArrays, tm, tn, tk) -> np.ndarray:
@@ -69,8 +70,16 @@ def matmul_cost(params: CandidateArrays, shape: MatmulShape, tm, tn, tk) -> Matm
     a load time d and a matmul latency c per k step. A tile of A stays in its bank while
     the worker's A working set (Kt tiles) fits the buffers; B likewise (nb x Kt tiles).
     Packing copies (A when K is split, B when it is an activation) run on the core first.
+
+    A weight B in shared memory (``mapping.weights = "shared"``, `check_tiles`): first its
+    T tiles are loaded once per tile of cores with workers that compute, dealt round-robin
+    to those workers
+    (the busiest worker, in the tile with fewest workers, makes ``ceil(T / workers)``
+    transfers back to back, the last landing ``shared_memory.latency_cycles`` later), and a
+    BARRIER follows (`dse.analytical.graph_cost` counts it); then the output tiles run as
+    above with B always resident, every matmul ``shared_memory.latency_cycles`` longer.
     """
-    check = check_tiles(params, tm, tn, tk)
+    check = check_tiles(params, tm, tn, tk, shape)
     tm, tn, tk = check.tm, check.tn, check.tk
     col = params.column
     Mp, Np, Kp = shape.padded
@@ -90,13 +99,16 @@ def matmul_cost(params: CandidateArrays, shape: MatmulShape, tm, tn, tk) -> Matm
     bytes_a, bytes_b, bytes_c = tm * tk * INT8_BYTES, tk * tn * INT8_BYTES, tm * tn * INT32_BYTES
     dA, dB, dC = (dma_cycles(x, *dma) for x in (bytes_a, bytes_b, bytes_c))
     d_bias = dC if shape.bias else 0
-    c = ball_cycles(params, tm, tn, tk)
+    shared_b = check.shared_b
+    sh_lat = np.where(shared_b, col("shared_latency"), 0)
+    c = ball_cycles(params, tm, tn, tk) + sh_lat  # a shared operand adds its access latency
 
     # Which output tiles load A and/or B (bank reuse), per worker.
     a_res = Kt <= nbuf
-    b_res = nb * Kt <= nbuf
+    b_res = (nb * Kt <= nbuf) | shared_b
     P = b * mb * nb
-    b_groups = b if shape.b_batched else 1  # batch entries with a B of their own
+    # batch entries with a B of their own to load (none: B is in shared memory already)
+    b_groups = np.where(shared_b, 0, b if shape.b_batched else 1)
     n_ab = np.where(a_res, np.where(b_res, b_groups, b * mb), np.where(b_res, b_groups * nb, P))
     n_a = np.where(a_res, np.where(b_res, b * mb - b_groups, 0), np.where(b_res, P - b_groups * nb, 0))
     n_b = np.where(a_res, np.where(b_res, b_groups * nb - b_groups, P - b * mb), 0)
@@ -113,17 +125,28 @@ def matmul_cost(params: CandidateArrays, shape: MatmulShape, tm, tn, tk) -> Matm
     worker_cycles = n_ab * loaded(dA + dB) + n_a * loaded(dA) + n_b * loaded(dB) + n_0 * t_none
     loads_a = (n_ab + n_a) * Kt
     loads_b = (n_ab + n_b) * Kt
-    dma_worker = loads_a * dA + loads_b * dB + P * (dC + d_bias)
+    # The shared copy of B: one per tile of cores the computing workers span, its T tiles
+    # dealt to those workers of each; the tile with the fewest has the busiest loaders.
+    core_groups = -(-workers // col("tile_size"))
+    loaders = workers - (core_groups - 1) * col("tile_size")
+    pre_loads = np.where(shared_b, -(-check.shared_tiles // loaders), 0)
+    pre_bytes = np.where(shared_b, check.shared_tiles * bytes_b * core_groups, 0)
+    bus = col("system_bus_bytes")
+    preload = np.where(pre_loads > 0, np.maximum(pre_loads * dB, -(-pre_bytes // bus)) + sh_lat, 0)
+    dma_worker = loads_a * dA + loads_b * dB + P * (dC + d_bias) + pre_loads * dB
     compute_worker = P * Kt * c
 
     # Cores have their own DMA engines but share the system bus.
     total_bytes = (loads_a * bytes_a + loads_b * bytes_b + P * bytes_c * (2 if shape.bias else 1)) * workers
-    bus_cycles = -(-total_bytes // col("system_bus_bytes"))
+    bus_cycles = -(-total_bytes // bus)
+    total_bytes = total_bytes + pre_bytes
     # Serial timing (the framework's emulator): every transfer and matmul one after
-    # another, the 3 x buffers MSETs and their frees too, no contention.
-    serial = dma_worker + compute_worker + 6 * nbuf * col("mset_cycles")
-    gemm = np.where(col("serial"), serial, np.maximum(worker_cycles, bus_cycles))
-    worker_cycles = np.where(col("serial"), serial, worker_cycles)
+    # another, the MSETs of the buffers (A, B unless shared, C) and their frees too, no
+    # contention.
+    msets = np.where(shared_b, 4, 6) * nbuf * col("mset_cycles")
+    serial = dma_worker + compute_worker + msets + pre_loads * sh_lat
+    gemm = np.where(col("serial"), serial, preload + np.maximum(worker_cycles, bus_cycles))
+    worker_cycles = np.where(col("serial"), serial, worker_cycles + preload)
 
     # Packing copies on the core, split across workers like any row-independent copy.
     nbB = b if shape.b_batched else 1
@@ -135,10 +158,12 @@ def matmul_cost(params: CandidateArrays, shape: MatmulShape, tm, tn, tk) -> Matm
     blocks = np.where(split_rows, Mt, Nt)
     packs_all = (np.where(Kt > 1, b * Mp * Kp, 0) + (0 if shape.b_weight else nbB * Np * Kp)) * col("copy_cpe")
     busy = (worker_cycles * blocks // per + np.ceil(packs_all)).astype(np.int64)
-    sram = check.banks * col("bank_rows") * col("row_bytes")
+    sram = check.banks * col("usable_rows") * col("row_bytes")  # the rows an instruction can address
     # An accumulator line spans acc_col physical banks (one row of each).
-    rows_used = nbuf * (check.lines_a + check.lines_b + col("acc_col") * check.lines_c)
-    return MatmulCost(check, cycles, compute_worker, dma_worker, core, busy, total_bytes, sram, rows_used, workers)
+    rows_used = nbuf * (check.lines_a + np.where(shared_b, 0, check.lines_b) + col("acc_col") * check.lines_c)
+    shared_bytes = check.shared_tiles * col("shared_rows") * col("shared_row_bytes")
+    return MatmulCost(check, cycles, compute_worker, dma_worker, core, busy, total_bytes, sram, rows_used, workers,
+                      shared_bytes)
 
 
 __all__ = ["MatmulCost", "ball_cycles", "matmul_cost", "split_share"]

@@ -11,10 +11,15 @@ Op by op, in graph order:
   preloaded with MVIN); an activation operand is packed by a charged core copy when its
   tile needs it (A when K is split, B always). Output tiles are split across workers by
   rows or columns (``mapping.split``). The accumulator stays blocked in DRAM (one
-  contiguous MVOUT a tile).
+  contiguous MVOUT a tile). With ``mapping.weights = "shared"`` a weight's Bt tiles are
+  loaded once per tile of cores into its shared memory (tile j in shared bank
+  ``first_bank_id + j``, the loads dealt to the tile's workers by `shared_loads`, then the
+  sync of a core op) and every matmul reads B there: no private B banks.
 * an int8 channels-last ``conv1d`` / ``conv2d`` (NLC / NHWC, WIO / HWIO weights, as the
   permute step leaves them) is im2col on the core - one strided gather copy, after a copy
-  into a zero-padded image when the conv pads - and the same GEMM on the matrix Ball;
+  into a zero-padded image when the conv pads - and the same GEMM on the matrix Ball; with
+  ``mapping.fusion = "fuse"`` the first of those copies applies a ReLU the plan fused into
+  it (a core "relu" op instead of "copy"; the ReLU's own tensor is never written);
 * a grouped or depthwise conv is the same, with its block-diagonal weight, or one core op,
   per candidate as `dse.plan.grouped.on_matrix` decides (the Ball path copies its
   accumulator out, so both leave the same row-major result);
@@ -38,7 +43,8 @@ Op by op, in graph order:
 * everything else is a core op (:mod:`dse.lower.coreop`), charged, never free.
 
 Row-independent core ops (copies, elementwise arithmetic, quantization, last-axis norms)
-are split across the workers; others run on worker 0. Synchronisation: with one worker a
+and permutes (by output rows) are split across the workers (`dse.plan.split`); others run
+on worker 0. Synchronisation: with one worker a
 FENCE closes each matrix-Ball op before the core reads its MVOUTs (under ``framework`` a
 FENCE also follows every MVOUT, as in the framework's toolchain); with several workers a
 BARRIER on every worker closes every op. Banks are allocated (MSET) at the start of each
@@ -69,7 +75,7 @@ from ..plan.grouped import block_diagonal, on_matrix
 from ..plan.matmul import plan_matmul
 from ..plan.memory import Blocked, Dram, Loc, emu_dtype
 from ..plan.placement import Placed, cores_chip, place, spmd_chip, stage_reason
-from ..plan.split import split_core_op
+from ..plan.split import shared_loads, split_core_op
 from ..plan.streams import ELEMENTWISE, Stream, relu_stream, scale_core_op, scale_stream, stream_or_core
 from ..plan.units import Infeasible, conv_pad, relu_ball, reshape_view, sync_after, too_many_workers
 from ..cost.core import GRAPH_OP, charged_elements
@@ -90,6 +96,7 @@ class OpLowering:
     sram_bytes: int = 0  # private SRAM the op allocates (per worker; all of it is freed at the op's end)
     workers_used: int = 1
     instructions: int = 0
+    shared_bytes: int = 0  # shared memory a tile of cores holds for the op's weight (weights = shared)
 
 
 @dataclass
@@ -100,6 +107,7 @@ class Lowered:
     image: np.ndarray
     locs: dict[str, Loc]
     ops: list[OpLowering] = field(default_factory=list)
+    fused: frozenset[str] = frozenset()  # tensors never materialized (fused into their reader's copy)
 
     @property
     def workers(self) -> int:
@@ -159,6 +167,7 @@ class ProgramBuilder:
         self.locs: dict[str, Loc] = {}
         self.unblocked: dict[str, Loc] = {}
         self.records: list[OpLowering] = []
+        self.fused: set[str] = set()
         self.consumers = graph.consumers()
         coreop.ensure_registered()
         for name, value in zip(graph.inputs, inputs):
@@ -249,6 +258,9 @@ class ProgramBuilder:
             rec = self._relu_ball(op)
         elif plan.unit == "view":
             rec = self._reshape(op)
+        elif plan.unit == "fused":  # its reader's copy applies it (`dse.plan.graph_plan`)
+            self.fused.add(op.outputs[0])
+            rec = OpLowering(op.name, op.kind, "fused", workers_used=0)
         if rec is None:
             rec = self._generic(op, ready)
         rec.instructions = sum(len(c) for c in self.cores) - n0
@@ -273,7 +285,8 @@ class ProgramBuilder:
         matrix Ball: A[M = N*out positions, K = taps*C] @ W[K, O]; the blocked accumulator
         is the NHWC output (rows are output positions, columns channels)."""
         graph, op = self.graph, plan.op
-        x = self.operand(op.inputs[0], ready)
+        gather_copy = next(c for c in plan.copies if c.kind == "gather")
+        x = self.operand(gather_copy.tensor, ready)  # a fused ReLU's input, or the conv's
         out_spec = graph.tensors[op.outputs[0]]
         w = np.asarray(graph.weights[op.inputs[1]]).astype(np.int8) if weight is None else weight  # (*kernel, C, O)
         nd = w.ndim - 2
@@ -287,7 +300,9 @@ class ProgramBuilder:
             xp = self.dram.tensor((n, *[s + l + r for s, (l, r) in zip(spatial, pad_lr)], C), "int8")
             xs = xp.view().strides
             offset = sum(l * st for (l, _), st in zip(pad_lr, xs[1:1 + nd]))
-            self.core(CoreOp("copy", DramTensor(xp.addr + offset, x.shape, "int8", xs), (x.view(),)))
+            pad_copy = next(c for c in plan.copies if c.kind == "pad")
+            self.core(CoreOp(pad_copy.apply or "copy", DramTensor(xp.addr + offset, x.shape, "int8", xs),
+                             (x.view(),)))
             self.sync(False)
             src_addr = xp.addr
         else:
@@ -301,7 +316,7 @@ class ProgramBuilder:
                     *[d * st for d, st in zip(dilation, xs[1:1 + nd])], xs[1 + nd])
         dst_m = tuple(v * Kp for v in contiguous((n, *outs)))
         dst_k = contiguous((*kernel, C))
-        self.core(CoreOp("copy", DramTensor(a.addr, gshape, "int8", dst_m + dst_k),
+        self.core(CoreOp(gather_copy.apply or "copy", DramTensor(a.addr, gshape, "int8", dst_m + dst_k),
                          (DramTensor(src_addr, gshape, "int8", gstrides),)))
         self.sync(False)
         bt = w.reshape(K, O).T[None]  # (1, O, K)
@@ -327,7 +342,7 @@ class ProgramBuilder:
         self.sync(True)
         banks = plan.src_col + plan.dst_col
         return OpLowering(op.name, op.kind, plan.kind, None, 1, banks,
-                          banks * self.chip.banks.rows * self.chip.banks.row_bytes, used)
+                          banks * self.chip.addressable_rows * self.chip.banks.row_bytes, used)
 
     def _generic(self, op: Op, ready: dict[str, Loc], out: Loc | None = None) -> OpLowering:
         srcs = [self.operand(n, ready) for n in op.inputs]
@@ -468,7 +483,7 @@ class ProgramBuilder:
         tm, tn, tk = plan.tm, plan.tn, plan.tk
         Mp, Np, Kp = shape.padded
         Mt, Nt, Kt = Mp // tm, Np // tn, Kp // tk
-        check = check_tiles(CandidateArrays.from_candidates([self.cand]), [tm], [tn], [tk])
+        check = check_tiles(CandidateArrays.from_candidates([self.cand]), [tm], [tn], [tk], shape)
         col_a, col_b, col_c = int(check.col_a[0, 0]), int(check.col_b[0, 0]), int(check.col_c[0, 0])
         nbuf = int(check.buffers[0, 0])
 
@@ -525,6 +540,17 @@ class ProgramBuilder:
         else:
             per = -(-Nt // self.workers)
             share = [(range(Mt), range(w * per, min(Nt, (w + 1) * per))) for w in range(self.workers)]
+        # A shared weight (the plan's `check_tiles`): B tile j in shared bank first_bank_id + j
+        # of every tile of cores with workers that compute (a prefix: blocks go in order),
+        # loaded there once by those workers (`shared_loads`), then a BARRIER.
+        shared_b = bool(check.shared_b[0, 0])
+        shared_tiles = int(check.shared_tiles[0, 0])
+        sm = chip.shared_memory
+        if shared_b:
+            computing = sum(1 for ms, ns in share if len(ms) and len(ns))
+            for w, mine in enumerate(shared_loads(computing, chip.cores.tile_size, shared_tiles)):
+                self.cores[w] += [Mvin(sm.first_bank_id + j, b_base + j * tn * tk, lines_b, 0) for j in mine]
+            self.sync(False)
         used = 0
         for w, (ms, ns) in enumerate(share):
             if len(ms) == 0 or len(ns) == 0:
@@ -532,8 +558,8 @@ class ProgramBuilder:
             used += 1
             prog = self.cores[w]
             ids_a = list(range(nbuf))
-            ids_b = list(range(nbuf, 2 * nbuf))
-            ids_c = list(range(2 * nbuf, 3 * nbuf))
+            ids_b = [] if shared_b else list(range(nbuf, 2 * nbuf))
+            ids_c = list(range(len(ids_a) + len(ids_b), len(ids_a) + len(ids_b) + nbuf))
             prog += [Mset(i, col_a) for i in ids_a] + [Mset(i, col_b) for i in ids_b] + [Mset(i, col_c) for i in ids_c]
             held_a: dict[int, tuple] = {}
             held_b: dict[int, tuple] = {}
@@ -559,7 +585,11 @@ class ProgramBuilder:
                             prog.append(Mvin(c, bias_base + ni * tm * tn * 4, lines_c, 0))
                         for ki in range(Kt):
                             a = load("a", held_a, ids_a, (bi, mi, ki), a_tile(bi, mi, ki), lines_a)
-                            b = load("b", held_b, ids_b, (bi if nbB > 1 else 0, ni, ki), b_tile(bi, ni, ki), lines_b)
+                            if shared_b:
+                                b = sm.first_bank_id + ((bi if nbB > 1 else 0) * Nt + ni) * Kt + ki
+                            else:
+                                b = load("b", held_b, ids_b, (bi if nbB > 1 else 0, ni, ki), b_tile(bi, ni, ki),
+                                         lines_b)
                             prog.append(Matmul(a, b, c, tm, tn, tk, dataflow=mp.dataflow,
                                                accumulate=ki > 0 or bias_base is not None))
                         prog.append(Mvout(c, c_loc.addr + ((bi * Mt + mi) * Nt + ni) * tm * tn * 4, lines_c, 0))
@@ -569,7 +599,8 @@ class ProgramBuilder:
         self.sync(True)
         banks = int(check.banks[0, 0])
         return c_loc, OpLowering(op.name, op.kind, "matrix", (tm, tn, tk), nb, banks,
-                                 banks * chip.banks.rows * chip.banks.row_bytes, used)
+                                 banks * chip.addressable_rows * chip.banks.row_bytes, used,
+                                 shared_bytes=shared_tiles * sm.rows * sm.row_bytes)
 
     def finish(self) -> Lowered:
         img = self.dram.image()
@@ -581,16 +612,16 @@ class ProgramBuilder:
             loc = self.locs[name]
             if loc.blocked is None:
                 program.outputs[name] = Region(loc.addr, loc.buffer_shape, emu_dtype(loc.dtype))
-        return Lowered(self.graph, self.cand, program, img, self.locs, self.records)
+        return Lowered(self.graph, self.cand, program, img, self.locs, self.records, frozenset(self.fused))
 
 
 def sram_lifetimes(cores, chip) -> tuple[list[int], list[list[tuple[int, int, int, int]]]]:
     """Private SRAM from the actual allocation lifetimes: per worker, replay its MSETs in
-    program order (an allocation of `col` banks holds ``col x banks.rows x row_bytes`` bytes
+    program order (an allocation of `col` banks holds ``col x addressable rows x row_bytes`` bytes
     from its MSET to its free, or to the end of the program). Returns (peak bytes per
     worker, per worker the intervals ``(bank id, bytes, alloc index, free index)``).
     The peak equals the emulator's ``peak_allocated_bytes`` counter of that core."""
-    per_bank = chip.banks.rows * chip.banks.row_bytes
+    per_bank = chip.addressable_rows * chip.banks.row_bytes  # rows past the row field hold nothing
     peaks, lives = [], []
     for prog in cores:
         live: dict[int, tuple[int, int]] = {}
@@ -630,7 +661,7 @@ def lower(graph: Graph, candidate: Candidate, inputs, elementwise: str = "auto")
     them bit for bit: ``"auto"`` (the Ball when `stream_cycles` < `core_cycles`), ``"ball"``
     (always the Ball), ``"core"`` (always the core)."""
     b = ProgramBuilder(graph, candidate, inputs, elementwise=elementwise)
-    for plan in plan_graph(graph):
+    for plan in plan_graph(graph, candidate.mapping.fusion):
         b.lower_op(plan)
     return b.finish()
 
@@ -668,7 +699,7 @@ def lower_stages(stages, chip, mapping, roles=None) -> StagedLowered:
         try:
             b = ProgramBuilder(graph, Candidate(stage_chip, mapping.model_copy(update={"workers": len(core_ids)})),
                                inputs, dram)
-            for plan in plan_graph(graph):
+            for plan in plan_graph(graph, mapping.fusion):
                 b.lower_op(plan)
         except Infeasible as exc:
             role = roles[i] if roles else f"{i}"
@@ -689,7 +720,7 @@ def lower_stages(stages, chip, mapping, roles=None) -> StagedLowered:
     img = dram.image()
     program = Program(cores, {"dram": Region(0, (img.size,), "uint8")}, {}, dram_bytes=img.size,
                       name=" + ".join(f"{b.graph.name} on cores {ids}" for b, (_, _, ids) in zip(builders, stages)))
-    lowered = [Lowered(b.graph, b.cand, program, img, b.locs, b.records) for b in builders]
+    lowered = [Lowered(b.graph, b.cand, program, img, b.locs, b.records, frozenset(b.fused)) for b in builders]
     return StagedLowered(program, img, lowered, [list(ids) for _, _, ids in stages])
 
 
@@ -711,7 +742,7 @@ def lower_placed(stages, candidate: Candidate) -> StagedLowered:
     for (_, graph, inputs), p in zip(stages, places):
         b = ProgramBuilder(graph, Candidate(p.chip, mapping), inputs, dram)
         try:
-            for plan in plan_graph(graph):
+            for plan in plan_graph(graph, mapping.fusion):
                 b.lower_op(plan)
         except Infeasible as exc:
             raise Infeasible(stage_reason(p, str(exc))) from None
@@ -720,7 +751,7 @@ def lower_placed(stages, candidate: Candidate) -> StagedLowered:
     img = dram.image()
     program = Program(cores, {"dram": Region(0, (img.size,), "uint8")}, {}, dram_bytes=img.size,
                       name=" then ".join(f"{b.graph.name}" for b in builders) + f" on cores 0-{mapping.workers - 1}")
-    lowered = [Lowered(b.graph, b.cand, program, img, b.locs, b.records) for b in builders]
+    lowered = [Lowered(b.graph, b.cand, program, img, b.locs, b.records, frozenset(b.fused)) for b in builders]
     return StagedLowered(program, img, lowered, [list(p.cores) for p in places])
 
 

@@ -7,7 +7,8 @@ from dataclasses import dataclass
 from functools import cached_property
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, PositiveInt, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, PositiveInt, ValidationError, field_validator, model_validator
+from pydantic_core import PydanticCustomError
 
 from emulator.chip import ChipConfig
 
@@ -41,6 +42,17 @@ class Mapping(BaseModel):
     # workload.recipe): {param: value, "recipe": name}; None (left out of the identity):
     # the experiment's own workload.
     workload: dict[str, Any] | None = None
+    # Where a matmul's read-only weight (B) tiles live: "per_worker" (None, the default) has
+    # every worker MVIN its own copy into private banks; "shared" places one copy per tile
+    # of cores in its shared memory (loaded once, split across the tile's workers, then a
+    # BARRIER) that every worker's matrix Ball reads (`dse.plan.matmul`, `check_tiles`).
+    # None is left out of the identity, as above.
+    weights: Literal["per_worker", "shared"] | None = None
+    # A core-side activation between two convolutions (conv -> ReLU -> conv): "materialize"
+    # (None, the default) writes it to DRAM and the next conv copies it; "fuse" applies it
+    # in the next conv's first copy (pad or im2col gather), one core pass instead of two
+    # (`dse.plan.graph_plan`). None is left out of the identity, as above.
+    fusion: Literal["materialize", "fuse"] | None = None
     # Where the workload's stages (an LLM's phases) run: None ("spmd", the default, left out
     # of the identity) every stage on workers 0..W-1 one after another; "phase" each stage on
     # every core of the core group whose role names it, all at once (`dse.plan.placement`).
@@ -56,12 +68,38 @@ class Mapping(BaseModel):
     def _tiles_is_the_default(cls, v):
         return None if v == "tiles" else v  # one spelling of the default, one identity
 
+    @field_validator("weights")
+    @classmethod
+    def _per_worker_is_the_default(cls, v):
+        return None if v == "per_worker" else v
+
+    @field_validator("fusion")
+    @classmethod
+    def _materialize_is_the_default(cls, v):
+        return None if v == "materialize" else v
+
+    @model_validator(mode="after")
+    def _shared_weights_need_tiles(self) -> "Mapping":
+        # Spans run one program a worker with no barrier between them: no point at which one
+        # loaded copy is ready for every worker.
+        if self.weights == "shared" and self.partition == "spans":
+            raise PydanticCustomError("fields", "partition = tiles with weights = shared (spans have no barrier "
+                                      "at which one shared copy of the weights is ready for every worker)",
+                                      {"field": "weights", "value": self.weights})
+        if self.fusion == "fuse" and self.partition == "spans":
+            raise PydanticCustomError("fields", "partition = tiles with fusion = fuse (spans lower each span's "
+                                      "ops as they are)", {"field": "fusion", "value": self.fusion})
+        return self
+
 
 def mapping_from_dict(data: dict, source: str = "(mapping)", field_prefix: str = "mapping.") -> Mapping:
     try:
         return Mapping.model_validate_json(json.dumps(data))
     except ValidationError as exc:
         err = exc.errors()[0]
+        ctx = err.get("ctx") or {}
+        if not err["loc"] and "field" in ctx:  # a check over several fields names the one it blames
+            err = {**err, "loc": (ctx["field"],), "input": ctx["value"]}
         field = field_prefix + ".".join(str(p) for p in err["loc"])
         if err["type"] == "extra_forbidden":
             allowed = "known keys: " + ", ".join(sorted(Mapping.model_fields))

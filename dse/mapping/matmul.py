@@ -70,6 +70,10 @@ class TileCheck:
     col_c: np.ndarray
     buffers: np.ndarray
     banks: np.ndarray  # physical banks needed, buffers included
+    # B read from the tile's shared memory (mapping.weights = "shared" and B a weight):
+    # no private B buffers; `shared_tiles` B tiles, one shared bank each
+    shared_b: np.ndarray
+    shared_tiles: np.ndarray
     violations: dict[str, np.ndarray]  # constraint -> True where broken
     params: CandidateArrays
 
@@ -100,37 +104,51 @@ class TileCheck:
         v = self.violations
         figures = np.stack([
             at(v["matrix_dim_field"]), at(v["max_col"]), at(v["bank_budget"]), at(v["virtual_ids"]),
+            at(v["shared_memory"]), at(v["shared_capacity"]),
             at(self.tm), at(self.tn), at(self.tk), at(self.col_a), at(self.col_b), at(self.col_c), at(self.banks),
-            at(self.buffers), p.dim_bits[cs], p.dim_max[cs], p.max_col[cs], p.usable_rows[cs], p.bank_count[cs],
-            p.virtual_ids[cs]], axis=1)
+            at(self.buffers), at(self.shared_b), at(self.shared_tiles), p.dim_bits[cs], p.dim_max[cs], p.max_col[cs],
+            p.usable_rows[cs], p.bank_count[cs], p.virtual_ids[cs], p.shared_banks[cs],
+            p.shared_rows[cs] * p.shared_row_bytes[cs]], axis=1)
+        names = np.array(p.chip_names, dtype=object)[cs]
         texts: dict[tuple, str] = {}
         out = []
-        for row in map(tuple, figures.tolist()):  # a dict, not a sort: most rows repeat
-            text = texts.get(row)
+        for row, chip in zip(map(tuple, figures.tolist()), names):  # a dict, not a sort: most rows repeat
+            text = texts.get((row, chip))
             if text is None:
-                text = texts[row] = self._text(*row)
+                text = texts[row, chip] = self._text(*row, chip)
             out.append(text)
         return out
 
     @staticmethod
-    def _text(dim, col, budget, ids, tm, tn, tk, col_a, col_b, col_c, banks, buffers, dim_bits, dim_max, max_col,
-              usable_rows, bank_count, virtual_ids) -> str:
+    def _text(dim, col, budget, ids, no_shared, shared_full, tm, tn, tk, col_a, col_b, col_c, banks, buffers,
+              shared_b, shared_tiles, dim_bits, dim_max, max_col, usable_rows, bank_count, virtual_ids, shared_banks,
+              shared_bank_bytes, chip) -> str:
         parts = []
+        if no_shared:
+            parts.append(f"mapping.weights = shared needs shared memory; chip {chip} has none "
+                         "(shared_memory.enabled = false)")
+        if shared_full:
+            parts.append(f"the weight's {shared_tiles} B tiles of {tn * tk} bytes need {shared_tiles} shared banks "
+                         f"of >= {tn * tk} bytes; shared memory has {shared_banks} of {shared_bank_bytes}")
         if dim:
             parts.append(f"matrix M/N/K field ({dim_bits} bits) allows <= {dim_max}, tile needs {max(tm, tn, tk)}")
         if col:
             parts.append(f"a virtual bank spans at most {max_col} banks, tile needs {max(col_a, col_b, col_c)}")
         if budget:
+            b_part = "B in shared memory" if shared_b else f"B {col_b}"
             parts.append(f"bank budget: needs {banks} banks of {usable_rows} usable rows "
-                         f"({buffers}x(A {col_a} + B {col_b} + C {col_c})), chip has {bank_count}")
+                         f"({buffers}x(A {col_a} + {b_part} + C {col_c})), chip has {bank_count}")
         if ids:
-            parts.append(f"needs {3 * buffers} virtual bank ids, chip has {virtual_ids}")
+            parts.append(f"needs {(2 if shared_b else 3) * buffers} virtual bank ids, chip has {virtual_ids}")
         return f"tile {tm}x{tn}x{tk}: " + "; ".join(parts) if parts else ""
 
 
-def check_tiles(params: CandidateArrays, tm, tn, tk) -> TileCheck:
+def check_tiles(params: CandidateArrays, tm, tn, tk, shape: MatmulShape | None = None) -> TileCheck:
     """Legality of tiles (rows of length T, or one tile per candidate as a column) for every
-    candidate in `params`."""
+    candidate in `params`. With `shape` (a weight B) and ``mapping.weights = "shared"``, B
+    takes no private banks but one shared bank per B tile (a transfer starts at row 0 of its
+    bank, so one tile a bank): the chip needs shared memory with that many banks, each
+    holding a tile."""
     tm, tn, tk = (np.asarray(x, dtype=np.int64) for x in (tm, tn, tk))
     if tm.ndim == 1:
         tm, tn, tk = tm[None, :], tn[None, :], tk[None, :]
@@ -144,15 +162,26 @@ def check_tiles(params: CandidateArrays, tm, tn, tk) -> TileCheck:
     col_b = -(-lines_b // rows)
     col_c = col("acc_col") * -(-lines_c // rows)
     buffers = np.where(col("double_buffer"), 2, 1)
-    need = buffers * (col_a + col_b + col_c)
+    shared_b = col("shared_weights") & bool(shape is not None and shape.b_weight)
+    if shape is not None:
+        Mp, Np, Kp = shape.padded
+        shared_tiles = np.where(shared_b, (shape.batch if shape.b_batched else 1) * (Np // tn) * (Kp // tk), 0)
+    else:
+        shared_tiles = np.zeros_like(shared_b, dtype=np.int64)
+    need = buffers * (col_a + np.where(shared_b, 0, col_b) + col_c)
     dim_max = col("dim_max")
+    full = np.broadcast(need, shared_tiles).shape
     violations = {
         "matrix_dim_field": (tm > dim_max) | (tn > dim_max) | (tk > dim_max),
-        "max_col": np.maximum(np.maximum(col_a, col_b), col_c) > col("max_col"),
+        "max_col": np.maximum(np.maximum(col_a, np.where(shared_b, 0, col_b)), col_c) > col("max_col"),
         "bank_budget": need > col("bank_count"),
-        "virtual_ids": np.broadcast_to(3 * buffers > col("virtual_ids"), need.shape),
+        "virtual_ids": np.broadcast_to(np.where(shared_b, 2, 3) * buffers > col("virtual_ids"), need.shape),
+        "shared_memory": np.broadcast_to(shared_b & ~col("shared_enabled"), full),
+        "shared_capacity": shared_b & col("shared_enabled") & (
+            (shared_tiles > col("shared_banks")) | (tn * tk > col("shared_rows") * col("shared_row_bytes"))),
     }
-    return TileCheck(tm, tn, tk, lines_a, lines_b, lines_c, col_a, col_b, col_c, buffers, need, violations, params)
+    return TileCheck(tm, tn, tk, lines_a, lines_b, lines_c, col_a, col_b, col_c, buffers, need, shared_b,
+                     np.broadcast_to(shared_tiles, full), violations, params)
 
 
 def framework_tiles(params: CandidateArrays, shape: MatmulShape) -> tuple[np.ndarray, np.ndarray, np.ndarray]:

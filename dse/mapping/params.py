@@ -43,6 +43,7 @@ class CandidateArrays:
     mul_cpe: np.ndarray
     scale_cpe: np.ndarray
     graph_op_cpe: np.ndarray
+    relu_cpe: np.ndarray  # a copy applying a fused ReLU (core-op kind "relu")
     # front end and the shared system bus
     mset_cycles: np.ndarray
     fence_cycles: np.ndarray
@@ -57,6 +58,16 @@ class CandidateArrays:
     serial: np.ndarray
     workers: np.ndarray
     split_rows: np.ndarray
+    fusion: list[str | None]  # mapping.fusion: which plan of the graph the candidate follows
+    # mapping.weights = "shared": a weight B read from the tile's shared memory, one copy per
+    # tile of cores (`check_tiles`, `matmul_cost`); the shared memory's figures
+    shared_weights: np.ndarray  # bool
+    shared_enabled: np.ndarray  # bool
+    shared_banks: np.ndarray
+    shared_rows: np.ndarray
+    shared_row_bytes: np.ndarray
+    shared_latency: np.ndarray
+    tile_size: np.ndarray  # cores a tile (one shared memory, one barrier domain)
     # Balls: per candidate, the latency formula text (None when the chip lacks the Ball, or
     # its matrix Ball lacks a formula for the mapping's dataflow); a matrix Ball with
     # `timing = "systolic"` gives SYSTOLIC + dataflow instead of a formula.
@@ -112,6 +123,7 @@ class CandidateArrays:
             mul_cpe=col(lambda c: c.chip.core_cycles_per_element("mul"), np.float64),
             scale_cpe=col(lambda c: c.chip.core_cycles_per_element("scale"), np.float64),
             graph_op_cpe=col(lambda c: c.chip.core_cycles_per_element("graph_op"), np.float64),
+            relu_cpe=col(lambda c: c.chip.core_cycles_per_element("relu"), np.float64),
             mset_cycles=col(lambda c: c.chip.front_end.mset_cycles),
             fence_cycles=col(lambda c: c.chip.front_end.fence_cycles),
             barrier_cycles=col(lambda c: c.chip.front_end.barrier_cycles),
@@ -122,6 +134,14 @@ class CandidateArrays:
             serial=np.zeros(len(cands), dtype=bool),
             workers=col(lambda c: c.mapping.workers),
             split_rows=col(lambda c: c.mapping.split == "rows", bool),
+            fusion=[c.mapping.fusion for c in cands],
+            shared_weights=col(lambda c: c.mapping.weights == "shared", bool),
+            shared_enabled=col(lambda c: c.chip.shared_memory.enabled, bool),
+            shared_banks=col(lambda c: c.chip.shared_memory.banks),
+            shared_rows=col(lambda c: c.chip.shared_memory.rows),
+            shared_row_bytes=col(lambda c: c.chip.shared_memory.row_bytes),
+            shared_latency=col(lambda c: c.chip.shared_memory.latency_cycles),
+            tile_size=col(lambda c: c.chip.cores.tile_size),
             matrix_formula=formulas,
             matrix_missing=[matrix_missing(c, f) for c, f in zip(cands, formulas)],
             no_matrix=np.fromiter((f is None for f in formulas), dtype=bool, count=len(cands)),

@@ -50,6 +50,9 @@ def _counter_summary(result, workers: int) -> dict[str, Any]:
                  "dma_bursts", "busy_cycles", "peak_allocated_bytes"):
         out[name] = [int(cs.value(name, core=c)) for c in range(workers)]
     out["matrix_busy_cycles"] = [int(cs.total("ball_busy_cycles", core=w, ball="matrix")) for w in range(workers)]
+    out["shared_channel_conflicts"] = [int(cs.value("shared_channel_conflicts", core=c)) for c in range(workers)]
+    # the tile of cores holding the most shared memory
+    out["shared_bytes_used"] = int(max((r.value for r in cs.find("shared_bytes_used")), default=0))
     return out
 
 

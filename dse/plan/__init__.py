@@ -13,7 +13,7 @@ with `dse.cost`, vectorised over candidates.
 from .matmul import PLAN_FIELDS, MatmulPlan, MatmulPlans, blocked_reasons, plan_matmul, plan_matmuls
 from .mapper import GraphMap, OpMap, gemm_shape, map_graph, map_graph_candidates, search_shape
 from .memory import Blocked, Dram, Loc
-from .split import SPLITTABLE, busiest_elements, split_core_op, split_plan
+from .split import SPLITTABLE, busiest_elements, shared_loads, split_core_op, split_plan
 from .streams import ELEMENTWISE, Stream, StreamPiece, scale_core_op, scale_stream, stream_or_core
 from .units import (Infeasible, conv_pad, matrix_conv, matrix_product, relu_ball, relu_chunks, reshape_view,
                     sync_after, too_many_workers)
@@ -22,4 +22,4 @@ __all__ = ["Blocked", "Dram", "ELEMENTWISE", "GraphMap", "Infeasible", "Loc", "M
            "PLAN_FIELDS", "SPLITTABLE", "Stream", "StreamPiece", "blocked_reasons", "busiest_elements", "conv_pad",
            "gemm_shape", "map_graph", "map_graph_candidates", "matrix_conv", "matrix_product", "plan_matmul",
            "plan_matmuls", "relu_ball", "relu_chunks", "reshape_view", "scale_core_op", "scale_stream",
-           "search_shape", "split_core_op", "split_plan", "stream_or_core", "sync_after", "too_many_workers"]
+           "search_shape", "shared_loads", "split_core_op", "split_plan", "stream_or_core", "sync_after", "too_many_workers"]

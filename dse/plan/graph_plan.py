@@ -22,6 +22,11 @@ A grouped convolution (unit ``grouped``) has two paths, chosen per candidate
 (`dse.plan.grouped.on_matrix`): its pad and gather copies, the block-diagonal GEMM and an
 ``unblock`` copy after it (`OpPlan.after`) on the Ball path, or one core op; both leave the
 result in the same M-padded row-major matrix, so the rest of the plan does not depend on it.
+
+Fusion (``mapping.fusion = "fuse"``, `plan_graph(graph, "fuse")`): an int8 / int32 ReLU on
+the core whose only reader is a convolution (and not a graph output) is not materialized
+(unit ``fused``): the convolution's first copy (pad, else gather) reads the ReLU's input and
+applies it (``Copy.apply``), which is exact (max(x, 0) element by element).
 """
 
 from __future__ import annotations
@@ -35,7 +40,8 @@ from .mapper import gemm_shape
 from .memory import Blocked, Dram, Loc, pad
 from .units import SCALE_KINDS, conv_pad, grouped_conv, matrix_conv, matrix_product, reshape_view
 
-UNITS = ("matrix", "conv", "grouped", "scale", "relu", "view", "core")
+UNITS = ("matrix", "conv", "grouped", "scale", "relu", "view", "core", "fused")
+FUSIONS = (None, "fuse")
 
 
 @dataclass(frozen=True)
@@ -46,6 +52,7 @@ class Copy:
     tensor: str
     shape: tuple[int, ...]
     blocked: tuple[int, int, int] | None = None  # unblock: the accumulator's (batch, M, N)
+    apply: str | None = None  # a fused producer applied while copying ("relu"), else a plain copy
 
 
 @dataclass(frozen=True)
@@ -71,17 +78,23 @@ class OpPlan:
         return self.reads[0].blocked if self.reads else None
 
 
-def plan_graph(graph: Graph) -> list[OpPlan]:
-    """The plan of every op of `graph`, in order (made once and kept on the graph)."""
-    cached = graph.__dict__.get("op_plans")
-    if cached is None:
-        cached = graph.__dict__["op_plans"] = _Walk(graph).run()
-    return cached
+def plan_graph(graph: Graph, fusion: str | None = None) -> list[OpPlan]:
+    """The plan of every op of `graph`, in order (made once per `fusion` and kept on the
+    graph): `fusion` is the mapping's (None: every op materialized; "fuse")."""
+    if fusion not in FUSIONS:
+        raise ValueError(f"fusion must be one of {FUSIONS}, got {fusion!r}")
+    plans = graph.__dict__.setdefault("op_plans", {})
+    if fusion not in plans:
+        plans[fusion] = _Walk(graph, fusion == "fuse").run()
+    return plans[fusion]
 
 
 class _Walk:
-    def __init__(self, graph: Graph):
+    def __init__(self, graph: Graph, fuse: bool = False):
         self.graph = graph
+        self.fuse = fuse
+        self.fused: dict[str, str] = {}  # a fused ReLU's output -> its input
+        self.consumers = graph.consumers() if fuse else {}
         self.dram = Dram()  # placement only: no data
         self.locs: dict[str, Loc] = {}
         self.unblocked: dict[str, Loc] = {}
@@ -136,14 +149,18 @@ class _Walk:
             return OpPlan(op, "matrix", tuple(copies), tuple(reads), out, shape)
         conv, grouped = matrix_conv(graph, op), grouped_conv(graph, op)
         if conv or grouped:
-            x = self.logical(op.inputs[0], copies)
+            # a fused ReLU's input, applied by the first copy (only a plain conv reads one: `fusable`)
+            source = self.fused.get(op.inputs[0], op.inputs[0])
+            apply = "relu" if source != op.inputs[0] else None
+            x = self.logical(source, copies)
             reads = (x,) if conv else tuple([x] + [self.logical(n, copies) for n in op.inputs[1:]])
             w_shape = graph.tensors[op.inputs[1]].shape
             nd = len(w_shape) - 2
             if any(lo or hi for lo, hi in conv_pad(op)):
-                copies.append(Copy("pad", op.inputs[0], tuple(x.shape)))
+                copies.append(Copy("pad", source, tuple(x.shape), apply=apply))
+                apply = None
             gather = (x.shape[0], *spec.shape[1:1 + nd], *w_shape[:nd], x.shape[-1])  # every input channel
-            copies.append(Copy("gather", op.inputs[0], tuple(gather)))
+            copies.append(Copy("gather", source, tuple(gather), apply=apply))
             shape = gemm_shape(graph, op)
             if conv:
                 out = self.locs[op.outputs[0]] = self.blocked_result(op, shape)
@@ -163,6 +180,9 @@ class _Walk:
             if spec.dtype in ("int8", "int32") and src.standard:
                 out = self.locs[op.outputs[0]] = self.dram.tensor(spec.shape, spec.dtype)
                 return OpPlan(op, "relu", (), (src,), out)
+            if self.fusable(op):
+                self.fused[op.outputs[0]] = op.inputs[0]
+                return OpPlan(op, "fused", (), (src,), src)
         if op.kind == "reshape":
             view = reshape_view(self.loc(op.inputs[0]), spec.shape, spec.dtype)
             if view is not None:
@@ -173,9 +193,19 @@ class _Walk:
         return OpPlan(op, "core", tuple(copies), reads, out)
 
 
+    def fusable(self, op: Op) -> bool:
+        """A ReLU the next conv's copy can apply: integer, on the core (its input is not a
+        blocked accumulator), read by one convolution only, not a graph output."""
+        graph, out = self.graph, op.outputs[0]
+        readers = self.consumers.get(out, [])
+        return (self.fuse and graph.tensors[out].dtype in ("int8", "int32") and out not in graph.outputs
+                and self.loc(op.inputs[0]).blocked is None and len(readers) == 1 and matrix_conv(graph, readers[0])
+                and readers[0].inputs[0] == out)
+
+
 def copy_elements(copy: Copy) -> int:
     """Elements a copy moves (its charge is ``elements x cycles per element`` of "copy")."""
     return math.prod(copy.shape)
 
 
-__all__ = ["Copy", "OpPlan", "UNITS", "copy_elements", "plan_graph"]
+__all__ = ["Copy", "FUSIONS", "OpPlan", "UNITS", "copy_elements", "plan_graph"]

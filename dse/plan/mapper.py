@@ -254,7 +254,7 @@ class ShapeSearch:
         key = (int(self.group[c]), int(self.params.bank_count[c]), t) if self.grouped else (c, t)
         if key not in self._reasons:
             check = check_tiles(self.params.take(np.array([c])), self.tm[t:t + 1], self.tn[t:t + 1],
-                                self.tk[t:t + 1])
+                                self.tk[t:t + 1], self.shape)
             self._reasons[key] = check.reason(0, 0)
         return self._reasons[key]
 

@@ -14,7 +14,7 @@ from ..mapping.params import CandidateArrays
 
 
 PLAN_FIELDS = ("tm", "tn", "tk", "cycles", "compute_cycles", "dma_cycles", "core_cycles", "busy_cycles", "dma_bytes",
-               "sram_bytes", "bank_rows",
+               "sram_bytes", "bank_rows", "shared_bytes",
                "banks", "workers_used", "legal_tiles")
 
 
@@ -65,7 +65,8 @@ def plan_matmuls(params: CandidateArrays, shape: MatmulShape) -> MatmulPlans:
                       compute_cycles=cost.compute_cycles, dma_cycles=cost.dma_cycles, core_cycles=cost.core_cycles,
                       busy_cycles=cost.busy_cycles,
                       dma_bytes=cost.dma_bytes, bank_rows=cost.bank_rows,
-                      sram_bytes=cost.sram_bytes, banks=cost.check.banks, workers_used=cost.workers_used)
+                      sram_bytes=cost.sram_bytes, shared_bytes=cost.shared_bytes, banks=cost.check.banks,
+                      workers_used=cost.workers_used)
         any_ok = ok.any(axis=1)
         for name, arr in fields.items():
             values[name][idx] = np.where(any_ok, np.broadcast_to(arr, shape2)[rows, pick], 0)
@@ -104,7 +105,7 @@ def plan_matmuls(params: CandidateArrays, shape: MatmulShape) -> MatmulPlans:
         if bad.size:  # the smallest tile's reason binds; formatted for all at once
             tm, tn, tk = tile_grid(shape)
             t = int(np.argmin(tm * tn * tk))
-            check = check_tiles(params.take(search[bad]), tm[t:t + 1], tn[t:t + 1], tk[t:t + 1])
+            check = check_tiles(params.take(search[bad]), tm[t:t + 1], tn[t:t + 1], tk[t:t + 1], shape)
             whys = check.reasons(np.arange(bad.size), np.zeros(bad.size, dtype=np.int64))
             for j, why in zip(bad, whys):
                 reason[search[j]] = f"matmul {shape}: no legal tile among {len(tm)}; smallest {why}"
@@ -128,6 +129,7 @@ class MatmulPlan:
     dma_bytes: int = 0
     sram_bytes: int = 0
     bank_rows: int = 0
+    shared_bytes: int = 0
     banks: int = 0
     workers_used: int = 0
     legal_tiles: int = 0

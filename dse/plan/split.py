@@ -17,6 +17,10 @@ from .memory import contiguous_strides, itemsize
 # with the unsplit reference.
 SPLITTABLE = ("add", "sub", "mul", "div", "relu", "neg", "abs", "softmax", "layer_norm", "quantize", "requantize",
               "dequantize")
+# Layout conversions: a permute's output rows are independent copies of source elements,
+# split by the output's first axis of at least 2 (the source cut along the axis it comes
+# from). Copies are exact, so the parts give the unsplit bits.
+PERMUTES = ("permute",)
 # Core-op kinds (other than whole graph ops) that are elementwise or copies.
 ROW_INDEPENDENT_KINDS = ("copy", "mul", "scale", "add", "sub", "relu", "cast")
 
@@ -26,7 +30,13 @@ def split_plan(kind: str, op, dst_shape, src_shapes) -> tuple[int, list[int | No
     with it (None: the source is read whole, it broadcasts); None when the op runs whole
     on worker 0. Row-independent ops only: elementwise kinds and copies, and graph ops in
     `SPLITTABLE` along their rows (softmax over its last axis, layer norm over its
-    normalised axes)."""
+    normalised axes), and permutes by output rows (the source cut along the axis that
+    output axis reads)."""
+    if kind == GRAPH_OP and op.kind in PERMUTES and not op.counts.macs:
+        axis = next((a for a in range(len(dst_shape)) if dst_shape[a] >= 2), None)
+        if axis is None or len(src_shapes) != 1:
+            return None
+        return axis, [op.attrs["dims"][axis]]
     if kind == GRAPH_OP:
         if op.kind not in SPLITTABLE or op.counts.macs:
             return None
@@ -116,4 +126,18 @@ def split_core_op(ins: CoreOp, workers: int) -> list[CoreOp | None] | None:
     return parts
 
 
-__all__ = ["ROW_INDEPENDENT_KINDS", "SPLITTABLE", "busiest_elements", "split_core_op", "split_plan"]
+def shared_loads(workers: int, tile_size: int, tiles: int) -> list[list[int]]:
+    """Which of a shared weight's `tiles` B tiles each of the first `workers` workers (those
+    with output tiles to compute) loads (``mapping.weights = "shared"``): every tile of
+    cores among them loads its own copy into its shared memory, the tiles dealt round-robin
+    to its workers (`dse.cost.matmul` charges the busiest)."""
+    out = []
+    for w in range(workers):
+        first = w - w % tile_size
+        members = min(workers, first + tile_size) - first
+        out.append(list(range(w - first, tiles, members)))
+    return out
+
+
+__all__ = ["PERMUTES", "ROW_INDEPENDENT_KINDS", "SPLITTABLE", "busiest_elements", "shared_loads", "split_core_op",
+           "split_plan"]

@@ -315,6 +315,7 @@ def candidates(connection: Connection, experiment_id: int, stage: str | None = N
             raw(Candidate.diff),
             *(() if lean else (raw(Candidate.created_at),)),
             Candidate.why,
+            Candidate.notes,
             latest.c.run_id,
             Run.stage,
             Run.status,

@@ -138,6 +138,9 @@ class Candidate(Base):
     created_at: Mapped[datetime] = mapped_column(default=utcnow)
     # 0009: why a hand-picked candidate (origin "hand") is in the experiment, from its spec.
     why: Mapped[str | None] = mapped_column(Text)
+    # 0010: what the sweep noticed about the candidate that is not a metric (e.g. bank rows
+    # past the ISA's row-address field), one sentence a line.
+    notes: Mapped[str | None] = mapped_column(Text)
 
     @validates("origin")
     def _check_origin(self, _key: str, value: str) -> str:

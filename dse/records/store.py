@@ -334,6 +334,15 @@ class Store:
             writes.set_whys(session, {operator.index(c): str(w) for c, w in whys.items()})
 
     @retrying
+    def set_candidate_notes(self, notes: Mapping[int, str]) -> None:
+        """Record what a sweep noticed about candidates ({candidate id: note}) that is not a
+        metric (e.g. SRAM the ISA cannot address); shown by `dse show`."""
+        if not notes:
+            return
+        with self._write() as session:
+            writes.set_notes(session, {operator.index(c): str(t) for c, t in notes.items()})
+
+    @retrying
     def set_status(self, experiment_id: int, status: str) -> None:
         with self._write() as session:
             writes.set_status(session, experiment_id, status)

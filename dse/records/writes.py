@@ -125,6 +125,11 @@ def set_whys(session: Session, whys: dict[int, str]) -> None:
         get(session, Candidate, candidate_id).why = why
 
 
+def set_notes(session: Session, notes: dict[int, str]) -> None:
+    for candidate_id, text in notes.items():
+        get(session, Candidate, candidate_id).notes = text
+
+
 def set_status(session: Session, experiment_id: int, status: str) -> None:
     get(session, Experiment, experiment_id).status = status
 

@@ -122,6 +122,13 @@ def emulate(work: "EmulationWorkload | PlacedEmulation", cand: Candidate) -> Emu
     metrics = [
         dict(kind="emulator_cycles", name="latency_cycles", value=float(report.cycles), unit="cycles"),
         dict(kind="emulator_cycles", name="peak_sram_bytes", value=float(report.peak_sram_bytes), unit="bytes"),
+        # DRAM traffic and the shared memory (apart from private SRAM) as the emulator counted them
+        dict(kind="emulator_cycles", name="dma_bytes", unit="bytes",
+             value=float(sum(counters.get("dma_bytes_in", [])) + sum(counters.get("dma_bytes_out", [])))),
+        dict(kind="emulator_cycles", name="shared_sram_bytes", value=float(counters.get("shared_bytes_used", 0)),
+             unit="bytes"),
+        dict(kind="emulator_cycles", name="shared_channel_conflicts", unit="events",
+             value=float(sum(counters.get("shared_channel_conflicts", [])))),
         *host_time_metrics(report, cand, work.host_time_repeats),
     ]
     emulator_counters = report.result.counters if report.result is not None else None

@@ -6,5 +6,6 @@ emulator.
 
 METRICS = (
     "latency_cycles", "compute_cycles", "dma_cycles", "core_cycles", "dma_bytes",
-    "peak_sram_bytes", "private_sram_bytes", "private_sram_per_core_bytes",
+    "peak_sram_bytes", "shared_sram_bytes", "private_sram_bytes", "private_sram_per_core_bytes",
+    "unaddressable_sram_bytes",
 )

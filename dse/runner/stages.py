@@ -15,8 +15,8 @@ from .spec import METRICS
 
 UNITS = {
     "latency_cycles": "cycles", "compute_cycles": "cycles", "dma_cycles": "cycles",
-    "core_cycles": "cycles", "dma_bytes": "bytes", "peak_sram_bytes": "bytes",
-    "private_sram_bytes": "bytes", "private_sram_per_core_bytes": "bytes",
+    "core_cycles": "cycles", "dma_bytes": "bytes", "peak_sram_bytes": "bytes", "shared_sram_bytes": "bytes",
+    "private_sram_bytes": "bytes", "private_sram_per_core_bytes": "bytes", "unaddressable_sram_bytes": "bytes",
 }
 
 

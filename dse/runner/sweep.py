@@ -29,9 +29,10 @@ from pydantic import BaseModel
 from tqdm.auto import tqdm  # a widget in Jupyter (ipywidgets), text on a terminal
 
 import emulator
+from emulator.chip import chip_from_dict
 
 from ..analytical import MODEL_VERSION
-from ..chips import set_dotted, validate_chip_text
+from ..chips import capacity_notes, set_dotted, validate_chip_text
 from ..errors import InputError
 from ..identity import CanonicalParts, candidate_hash_of_texts, canonical_json, workload_identity
 from ..mapping import mapping_from_dict
@@ -126,6 +127,7 @@ class Sweep:
         self._chip_limits = spec.baseline_chip.data_with_limits().get("limits")
         self._sections: dict[tuple[str, str], Any] = {}  # (section, its canonical JSON) -> validated section
         self._mappings: dict[tuple, Any] = {}
+        self._notes: dict[str, str] = {}  # a chip's capacity notes, by its canonical JSON
         self.stop_requested = False
         self._inline_executor = InlineExecutor(self.executor.work) if isinstance(self.executor, PoolExecutor) else None
         self._inline_seconds_per_candidate: float | None = None  # measured on the driver's batches
@@ -217,6 +219,15 @@ class Sweep:
         return _BuiltCandidate(params, config, mapping, candidate_hash_of_texts(config_json, mapping_json), reason,
                                config_json, mapping_json)
 
+    def _notes_of(self, b: _BuiltCandidate) -> str:
+        """What the candidate's record says beyond its metrics (`capacity_notes`), once per
+        distinct chip; "" for a chip the sweep found invalid (its reason says why)."""
+        note = self._notes.get(b.config_json)
+        if note is None:
+            note = "" if b.reason else capacity_notes(chip_from_dict(b.config))
+            self._notes[b.config_json] = note
+        return note
+
     def _diff(self, b: _BuiltCandidate) -> dict[str, list]:
         """Fields that differ from the baseline. Candidates differ from it only where a knob
         sets a field, so only the knob targets need comparing."""
@@ -294,6 +305,8 @@ class Sweep:
                     "analytical", baseline=origin == "baseline", seed=self.spec.model.search.seed,
                     model_version=self.model_version)
                 by_run = {run: (cid, b) for (cid, run), b in zip(recorded, new)}
+                self.store.set_candidate_notes({cid: note for (cid, _), b in zip(recorded, new)
+                                                if (note := self._notes_of(b))})
                 self.result.evaluated += len(new)
                 # Infeasible before evaluation: finished with the first evaluated chunk.
                 pending = [Outcome(run, "infeasible", b.reason) for run, (_, b) in by_run.items() if b.reason]
