@@ -36,7 +36,7 @@ import dse
 CACHE_ENV = "DSE_CACHE_DIR"
 MAX_BYTES_ENV = "DSE_CACHE_MAX_BYTES"
 DEFAULT_MAX_BYTES = 4 * 1024**3
-FORMAT = "dse-graph-cache-1"  # bump when what is cached changes shape
+FORMAT = "dse-graph-cache-2"  # bump when what is cached changes shape
 SUFFIX = ".pkl"
 # The code a cached graph depends on: capture and the frontend steps.
 CODE_DIRS = (Path(__file__).resolve().parent, Path(__file__).resolve().parents[1] / "frontend")
@@ -69,12 +69,15 @@ def _digest_files(hasher, root: Path, patterns: tuple[str, ...]) -> None:
         hasher.update(hashlib.sha256(path.read_bytes()).digest())
 
 
-def pipeline_key(recipe_folder: Path, params: dict[str, Any], steps: list[tuple[str, dict]], checked: bool) -> str:
-    """The identity of a frontend pipeline's result (sha256 hex)."""
+def pipeline_key(recipe_folder: Path, params: dict[str, Any], steps: list[tuple[str, dict]] | None,
+                 kind: str = "pipeline") -> str:
+    """The identity of a frontend pipeline's result (sha256 hex). `steps`: (name, options)
+    each, or None for the recipe's own list (named by its steps.toml, which the key covers);
+    `kind`: what is kept (a pipeline's result, or another fact derived from the same inputs)."""
     hasher = hashlib.sha256()
     # versions from the installed metadata: the key needs no torch import
-    head = {"format": FORMAT, "dse": dse.__version__, "torch": version("torch"), "numpy": version("numpy"),
-            "params": params, "steps": steps, "checked": checked}
+    head = {"format": FORMAT, "kind": kind, "dse": dse.__version__, "torch": version("torch"),
+            "numpy": version("numpy"), "params": params, "steps": steps}
     hasher.update(json.dumps(head, sort_keys=True, default=repr).encode())
     for code in CODE_DIRS:
         _digest_files(hasher, code, ("*.py",))
