@@ -154,8 +154,11 @@ class Graph:
         return Graph(self.name, copy.deepcopy(self.ops), dict(self.tensors), list(self.inputs),
                      list(self.outputs), dict(self.weights))
 
-    def trace(self, *inputs: torch.Tensor | np.ndarray) -> dict[str, torch.Tensor]:
-        """Execute the dse ops in torch; every tensor's value by name (inputs, weights, op outputs)."""
+    def trace(self, *inputs: torch.Tensor | np.ndarray, known: dict[str, torch.Tensor] | None = None
+              ) -> dict[str, torch.Tensor]:
+        """Execute the dse ops in torch; every tensor's value by name (inputs, weights, op outputs).
+        `known`: op outputs already computed on these inputs (by an identical op of another
+        graph over identical inputs, see `unchanged_values`), taken rather than computed again."""
         import torch
 
         from dse.workload.interpret import INTERPRETERS, weight_tensor
@@ -173,8 +176,12 @@ class Graph:
             values[name] = weight_tensor(array, self.tensors[name].dtype)
         with torch.no_grad():
             for op in self.ops:
+                out = op.outputs[0]
+                if known and out in known:
+                    values[out] = known[out]
+                    continue
                 args = [values[name] for name in op.inputs]
-                values[op.outputs[0]] = INTERPRETERS[op.kind](op, args)
+                values[out] = INTERPRETERS[op.kind](op, args)
         return values
 
     def run(self, *inputs: torch.Tensor | np.ndarray) -> list[torch.Tensor]:
@@ -226,6 +233,34 @@ class Graph:
             f" written={t.bytes_written} weight={t.weight_bytes}"
         )
         return "\n".join(lines) + "\n"
+
+
+def unchanged_values(before: Graph, values: dict[str, Any], after: Graph) -> dict[str, Any]:
+    """The values of `before`'s trace that `after`'s trace on the same inputs would compute
+    again, by op output name: an op of `after` whose output `before` has too, produced by an
+    op of the same kind and attrs over the same inputs (graph inputs, the very same weight
+    arrays, or outputs unchanged themselves), with the same spec. A step rewrites part of a
+    graph; the rest need not be executed again to be checked."""
+    same = {name for name in after.inputs if name in before.tensors and before.tensors[name] == after.tensors[name]}
+    same |= {name for name, array in after.weights.items()
+             if before.weights.get(name) is array and before.tensors[name] == after.tensors[name]}
+    producers = before.producers()
+    out: dict[str, Any] = {}
+    for op in after.ops:
+        name, old = op.outputs[0], producers.get(op.outputs[0])
+        if (old is not None and name in values and old.kind == op.kind and old.inputs == op.inputs
+                and old.outputs == op.outputs and all(i in same for i in op.inputs)
+                and before.tensors[name] == after.tensors[name] and _same_attrs(old.attrs, op.attrs)):
+            same.add(name)
+            out[name] = values[name]
+    return out
+
+
+def _same_attrs(a: dict[str, Any], b: dict[str, Any]) -> bool:
+    try:
+        return bool(a == b)
+    except (ValueError, TypeError):  # an array attr: compare no further, compute again
+        return False
 
 
 _LONG_ATTR = 8
