@@ -42,6 +42,10 @@ SUFFIX = ".pkl"
 CODE_DIRS = (Path(__file__).resolve().parent, Path(__file__).resolve().parents[1] / "frontend")
 
 
+class _TooLarge(Exception):
+    """An entry larger than the cache's size limit: not kept."""
+
+
 def cache_dir() -> Path | None:
     """The cache folder, or None when the cache is off."""
     configured = os.environ.get(CACHE_ENV)
@@ -121,14 +125,15 @@ def store(key: str, value: Any) -> Path | None:
     limit = max_bytes()
     try:
         folder.mkdir(parents=True, exist_ok=True)
-        data = pickle.dumps(value, protocol=pickle.HIGHEST_PROTOCOL)
-        if len(data) > limit:
-            return None
         fd, tmp = tempfile.mkstemp(dir=folder, prefix=".tmp-", suffix=SUFFIX)
         try:
+            # Pickled straight into the file: a real model's graphs are gigabytes, and a bytes
+            # copy of them would be the command's peak memory.
             with os.fdopen(fd, "wb") as f:
-                f.write(data)
+                pickle.dump(value, f, protocol=pickle.HIGHEST_PROTOCOL)
                 f.flush()
+                if f.tell() > limit:
+                    raise _TooLarge
                 os.fsync(f.fileno())
             os.replace(tmp, _path(folder, key))
         except BaseException:
@@ -137,8 +142,8 @@ def store(key: str, value: Any) -> Path | None:
             except OSError:
                 pass
             raise
-    except (OSError, pickle.PicklingError, TypeError, AttributeError):
-        return None  # an unwritable cache or an unpicklable value: the caller's result stands
+    except (_TooLarge, OSError, pickle.PicklingError, TypeError, AttributeError):
+        return None  # too large, an unwritable cache or an unpicklable value: the caller's result stands
     evict(folder, limit)
     return _path(folder, key)
 
