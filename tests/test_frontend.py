@@ -508,10 +508,6 @@ def test_unchanged_ops_are_taken_from_the_last_trace_and_equal_a_fresh_one():
 def test_the_pipeline_runs_each_float_op_once_across_its_stage_checks(tmp_path, monkeypatch):
     """Stage checks, the quantize step's calibration and its own check all need float
     forwards; each op is executed once per distinct op over distinct inputs."""
-    from test_frontend import user_recipe
-
-    from dse.frontend import run_pipeline
-
     runs = []
     for kind in ("linear", "matmul"):  # permute makes the linear a matmul of a pre-transposed weight
         real = graph_module.INTERPRETERS[kind]

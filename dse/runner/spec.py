@@ -148,8 +148,6 @@ class Spec:
         self.baseline_chip, self.baseline_mapping = baseline_chip, baseline_mapping
         self.hash = hashlib.sha256(text.encode()).hexdigest()
         baseline = {"chip": baseline_chip.model_dump(mode="json"), "mapping": baseline_mapping.model_dump(mode="json")}
-        from ..frontend.facts import recipe_facts
-
         # The experiment's own workload point, the baseline's value of every workload knob.
         facts = recipe_facts(model.workload.recipe, model.workload.params)
         self.baseline_workload = {"recipe": model.workload.recipe, **facts.full_params}
