@@ -5,6 +5,8 @@ needs no torch; capture does.
 """
 
 import importlib
+import sys
+import types
 
 _SOURCES = {
     "capture": ("UnsupportedOpError", "capture"),
@@ -22,6 +24,19 @@ def __getattr__(name: str):
     globals()[name] = value
     return value
 
+
+class _Package(types.ModuleType):
+    """`dse.workload.capture` is the function, as it always was, not the submodule of that
+    name: the import system sets a package's attribute to each submodule it loads, which
+    would hide the lazily loaded function (it is found by `__getattr__` instead)."""
+
+    def __setattr__(self, name: str, value) -> None:
+        if name == "capture" and isinstance(value, types.ModuleType):
+            return
+        super().__setattr__(name, value)
+
+
+sys.modules[__name__].__class__ = _Package
 
 __all__ = [
     "KINDS",
