@@ -129,16 +129,17 @@ def test_closed_stdout_is_quiet():
 
 
 @pytest.mark.parametrize("delay", [0.3, 1.5])
-def test_ctrl_c_during_start_up(tmp_path, delay):
+def test_ctrl_c_during_start_up(tmp_path, delay, graph_cache_dir):
     """SIGINT before the sweep loop (imports, spec loading, the recipe's capture): 130, one
     line. The workload is resnet18 at its full 224x224 size, whose capture takes seconds
-    (the quickstart's can be over before the signal on a fast machine)."""
+    (the quickstart's can be over before the signal on a fast machine), in this test's own
+    empty graph cache (ENV predates it; a warm cache serves the capture at once)."""
     db = tmp_path / "s.db"
     spec = tmp_path / "slow_start.toml"
     spec.write_text((REPO / "experiments" / "quickstart.toml").read_text()
                     .replace('recipe = "mlp"', 'recipe = "resnet18"'))
-    p = subprocess.Popen([*DSE, "sweep", spec, "--db", db, "--no-progress"],
-                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=ENV, text=True)
+    p = subprocess.Popen([*DSE, "sweep", spec, "--db", db, "--no-progress"], stdout=subprocess.PIPE,
+                         stderr=subprocess.PIPE, env={**ENV, "DSE_CACHE_DIR": str(graph_cache_dir)}, text=True)
     time.sleep(delay)
     p.send_signal(signal.SIGINT)
     out, err = p.communicate(timeout=120)

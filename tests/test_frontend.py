@@ -331,6 +331,7 @@ def test_integer_reference_is_bit_exact_and_the_check_can_fail(monkeypatch):
         return torch.clamp(acc.trunc(), -128, 127).to(torch.int8)
 
     monkeypatch.setitem(graph_module.INTERPRETERS, "requantize", truncating)
+    ctx.traced = None  # the context keeps the last trace (made by the right interpreter): run it again
     broken = quantize.verify(q, ctx)
     assert not broken["bit_exact"] and broken["first_mismatch"] is not None
 
@@ -479,8 +480,42 @@ def test_an_unchecked_pipeline_gives_the_same_graph_faster():
     """check=False (the mapper's and the model's path) skips the comparisons, not the steps."""
     from dse.frontend import run_pipeline
 
-    checked = run_pipeline("lenet5")
+    # unchecked first: a checked entry of the graph cache would serve it (one key for both)
     unchecked = run_pipeline("lenet5", check=False)
+    checked = run_pipeline("lenet5")
+    assert not unchecked.checked and checked.checked
     assert unchecked.passed and [s.name for s in unchecked.stages] == [s.name for s in checked.stages]
     assert unchecked.graph.dump() == checked.graph.dump()
     assert all(s.outputs == [] for s in unchecked.stages) and checked.stages[-1].outputs
+
+
+def test_unchanged_ops_are_taken_from_the_last_trace_and_equal_a_fresh_one():
+    from dse.workload.graph import unchanged_values
+
+    graph, ctx = prepare(nn.Sequential(nn.Linear(8, 6), nn.ReLU(), nn.Linear(6, 4), nn.Tanh()), randn(3, 8))
+    before = graph.trace(*ctx.inputs)
+    after = graph.copy()
+    second = after.ops_of_kind("linear")[1]
+    after.weights[second.inputs[1]] = after.weights[second.inputs[1]] * 2  # a step's new weight array
+    known = unchanged_values(graph, before, after)
+    first, relu = after.ops[0].outputs[0], after.ops_of_kind("relu")[0].outputs[0]
+    assert set(known) == {first, relu}  # the new weight's op and what reads it are computed again
+    fresh, reused = after.trace(*ctx.inputs), after.trace(*ctx.inputs, known=known)
+    assert all(torch.equal(fresh[name], reused[name]) for name in fresh)
+    assert not torch.equal(fresh[after.outputs[0]], before[graph.outputs[0]])
+
+
+def test_the_pipeline_runs_each_float_op_once_across_its_stage_checks(tmp_path, monkeypatch):
+    """Stage checks, the quantize step's calibration and its own check all need float
+    forwards; each op is executed once per distinct op over distinct inputs."""
+    runs = []
+    for kind in ("linear", "matmul"):  # permute makes the linear a matmul of a pre-transposed weight
+        real = graph_module.INTERPRETERS[kind]
+        monkeypatch.setitem(graph_module.INTERPRETERS, kind, lambda op, args, real=real:
+                            runs.append((op.kind, str(args[0].dtype))) or real(op, args))
+    result = run_pipeline(user_recipe(tmp_path / "mine"))  # capture, permute, quantize: all checked
+    assert result.passed and [s.name for s in result.stages] == ["import", "permute", "quantize"]
+    # once each: the capture's linear, permute's matmul (its check; quantize's calibration takes
+    # it), quantize's int8 matmul (its stage check; the step's own check takes it). Before
+    # the reuse: the float matmul twice and the int8 matmul twice.
+    assert sorted(runs) == [("linear", "torch.float32"), ("matmul", "torch.float32"), ("matmul", "torch.int8")]

@@ -3,7 +3,12 @@ stale (the key covers the source), corrupt entries rebuilt, LRU eviction, atomic
 
 from __future__ import annotations
 
+import importlib
+import json
+import math
 import os
+import subprocess
+import sys
 import threading
 
 import pytest
@@ -107,3 +112,84 @@ def test_the_cache_can_be_turned_off(tmp_path, graph_cache_dir, monkeypatch):
     monkeypatch.delenv(cache.CACHE_ENV)
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
     assert cache.cache_dir() == tmp_path / "xdg" / "dse" / "graphs"
+
+
+def test_checked_and_unchecked_runs_share_one_key(tmp_path, graph_cache_dir, monkeypatch):
+    folder = user_recipe(tmp_path / "mine")
+    quick = run_pipeline(folder, check=False)
+    assert not quick.checked and math.isnan(quick.stages[0].max_abs_error)
+    checked = run_pipeline(folder)  # an unchecked entry cannot stand for the checks: they run
+    assert checked.checked and checked.passed and not math.isnan(checked.stages[0].max_abs_error)
+    assert len(entries(graph_cache_dir)) == 1  # the checked run replaced the unchecked entry
+
+    def no_capture(*args, **kwargs):
+        raise AssertionError("captured again")
+
+    monkeypatch.setattr(pipeline, "_run", no_capture)
+    served = run_pipeline(folder, check=False)  # ... and serves an unchecked request
+    assert served.checked and [s.to_dict() for s in served.stages] == [s.to_dict() for s in checked.stages]
+
+
+# Serves a cached pipeline in a fresh interpreter; says whether torch was imported to do it,
+# then thaws the reference tensors it was checked on.
+SERVE = """
+import json, sys
+from dse.frontend import run_pipeline
+pipe = run_pipeline(sys.argv[1], check=False)
+light = "torch" not in sys.modules
+print(json.dumps({"light": light, "dump": pipe.graph.dump(), "inputs": [t.tolist() for t in pipe.inputs],
+                  "expected": [t.tolist() for t in pipe.expected], "dtypes": [str(t.dtype) for t in pipe.expected]}))
+"""
+
+
+def test_a_cached_pipeline_is_served_without_torch_and_keeps_its_reference(tmp_path, graph_cache_dir, repo):
+    folder = user_recipe(tmp_path / "mine")
+    first = run_pipeline(folder)
+    p = subprocess.run([sys.executable, "-c", SERVE, str(folder)], capture_output=True, text=True, timeout=120,
+                       env={**os.environ, "PYTHONPATH": str(repo)}, check=False)
+    assert p.returncode == 0, p.stderr
+    out = json.loads(p.stdout.strip().splitlines()[-1])
+    assert out["light"] and out["dump"] == first.graph.dump()
+    assert out["inputs"] == [t.tolist() for t in first.inputs]
+    assert out["expected"] == [t.tolist() for t in first.expected] and out["dtypes"] == ["torch.float32"]
+
+
+# A rerun of a recorded sweep in a fresh interpreter: what it printed and what it imported.
+RERUN = """
+import contextlib, io, json, sys
+from dse.cli import main
+out = io.StringIO()
+with contextlib.redirect_stdout(out):
+    code = main(["sweep", sys.argv[1], "--db", sys.argv[2], "--no-progress"])
+print(json.dumps({"code": code, "out": out.getvalue(), "torch": "torch" in sys.modules}))
+"""
+
+
+def test_a_rerun_of_a_recorded_sweep_imports_no_torch(tmp_path, graph_cache_dir, repo):
+    from test_runner import write_spec
+
+    from dse.runner import run_sweep
+
+    spec, db = write_spec(tmp_path), tmp_path / "r.db"
+    assert run_sweep(spec, db, progress=False).evaluated == 10
+    p = subprocess.run([sys.executable, "-c", RERUN, str(spec), str(db)], capture_output=True, text=True,
+                       timeout=300, env={**os.environ, "PYTHONPATH": str(repo)}, check=False)
+    assert p.returncode == 0, p.stderr
+    out = json.loads(p.stdout.strip().splitlines()[-1])
+    assert out["code"] == 0 and "0 evaluated, 10 already recorded" in out["out"]
+    assert not out["torch"]
+
+
+def test_capture_and_frontend_with_the_emulator_capture_once(monkeypatch):
+    """The sweep's capture stage runs the checked pipeline when the emulator stage will need
+    it; the frontend stage's unchecked (analytical) and checked (emulation) graphs are then
+    read from the cache: one capture for the three."""
+    from dse.runner.chain import CAPTURE, FRONTEND
+
+    capture_module = importlib.import_module("dse.workload.capture")  # the package's `capture` is the function
+    calls, real = [], capture_module.capture
+    monkeypatch.setattr(capture_module, "capture", lambda *a, **k: calls.append(a) or real(*a, **k))
+    params = {"m": 16, "n": 16, "k": 16}
+    graph = CAPTURE.run("gemm", params, True)
+    work = FRONTEND.run("gemm", params, [None])
+    assert len(calls) == 1 and work.emulation is not None and graph.ops

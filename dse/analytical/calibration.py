@@ -140,6 +140,7 @@ def calibration_points(chip, recipes: Iterable[str] | None = None, workers: Iter
     """Run the calibration set on the emulator (overlapped timing) and pair each run with
     the model's features. Returns the points and the runs that could not be made (why)."""
     import emulator
+    from tqdm import tqdm
 
     from ..frontend import run_pipeline
     from ..lower import Infeasible, lower
@@ -147,30 +148,39 @@ def calibration_points(chip, recipes: Iterable[str] | None = None, workers: Iter
     from ..workload.recipes import instantiate, load_recipe
 
     points, skipped = [], []
-    for recipe in recipes or CALIBRATION_SET:
-        params = CALIBRATION_SET.get(recipe, {})
-        pipe = run_pipeline(recipe, params)
-        _, inputs = instantiate(load_recipe(recipe), **params)
-        for w in workers:
-            if w > chip.cores.count:
-                continue
-            for policy in policies:
-                label = f"{recipe} {chip.name} w{w} {policy}"
-                cand = Candidate(chip, Mapping(policy=policy, workers=w))
-                feat = features(pipe.graph, [cand])[0]
-                if not feat["feasible"]:
-                    skipped.append(f"{label}: {feat['reason']}")
-                    continue
-                try:
-                    lowered = lower(pipe.graph, cand, inputs)
-                except Infeasible as exc:
-                    skipped.append(f"{label}: {exc}")
-                    continue
-                res = emulator.run(lowered.program, chip, lowered.image, functional=False)
-                points.append(Point(label, float(res.cycles), feat["core"], feat["ball"], feat["syncs"],
-                                    feat["default_sync"]))
-                if progress:
-                    progress(points[-1])
+    recipes = list(recipes or CALIBRATION_SET)
+    workers = [w for w in workers if w <= chip.cores.count]
+    policies = list(policies)
+    # Each point is a whole emulator run: a bar on a terminal, nothing otherwise (disable=None).
+    with tqdm(total=len(recipes) * len(workers) * len(policies), desc=f"calibrate {chip.name}", unit="run",
+              leave=False, disable=None) as bar:
+        for recipe in recipes:
+            params = CALIBRATION_SET.get(recipe, {})
+            bar.set_description(f"calibrate: {recipe} frontend")
+            pipe = run_pipeline(recipe, params)
+            _, inputs = instantiate(load_recipe(recipe), **params)
+            for w in workers:
+                for policy in policies:
+                    label = f"{recipe} {chip.name} w{w} {policy}"
+                    bar.set_description(f"calibrate: {label}")
+                    cand = Candidate(chip, Mapping(policy=policy, workers=w))
+                    feat = features(pipe.graph, [cand])[0]
+                    try:
+                        if not feat["feasible"]:
+                            skipped.append(f"{label}: {feat['reason']}")
+                            continue
+                        try:
+                            lowered = lower(pipe.graph, cand, inputs)
+                        except Infeasible as exc:
+                            skipped.append(f"{label}: {exc}")
+                            continue
+                        res = emulator.run(lowered.program, chip, lowered.image, functional=False)
+                        points.append(Point(label, float(res.cycles), feat["core"], feat["ball"], feat["syncs"],
+                                            feat["default_sync"]))
+                        if progress:
+                            progress(points[-1])
+                    finally:
+                        bar.update()
     return points, skipped
 
 

@@ -26,7 +26,7 @@ from ..plan.matmul import MatmulPlans, plan_matmuls
 from ..plan.memory import pad
 from ..plan.split import busiest_elements
 from ..plan.units import sync_after, too_many_workers
-from ..workload.graph import Graph, scale_tensor
+from ..workload.graph import Graph, scale_array
 from .stream_cost import StreamCosts
 
 
@@ -262,8 +262,8 @@ class GraphCost:
         if b is not None:
             self.core_op_tiled(core, b.batch, b.M, b.N, tiles[0], self.params.mul_cpe)
         else:
-            scale_t = scale_tensor(op.attrs, shape)
-            if scale_t.dim() == 0 or scale_t.numel() == 1:
+            scale_t = scale_array(op.attrs, shape)
+            if scale_t.ndim == 0 or scale_t.size == 1:
                 self.core_op(core, "scale", None, shape, [src.shape],
                              max(math.prod(shape), math.prod(src.shape)), self.params.scale_cpe)
             else:

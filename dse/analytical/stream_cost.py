@@ -21,7 +21,7 @@ from ..mapping import CandidateArrays
 from ..plan.memory import Blocked, Dram, Loc, pad
 from ..plan.streams import (Stream, busiest_core_part, relu_plan_key, relu_stream, scale_core_op, scale_stream,
                             stream_plan_key, takes_stream)
-from ..workload.graph import Graph, Op, scale_tensor
+from ..workload.graph import Graph, Op, scale_array
 
 if TYPE_CHECKING:
     from .graph_cost import Charges
@@ -48,9 +48,9 @@ class StreamCosts:
         `tiles` is (tm, tn) per candidate for a blocked source, else None."""
         scale = []  # made on first need
 
-        def scale_array():
+        def scale_values():
             if not scale:
-                scale.append(scale_tensor(op.attrs, shape).numpy().astype(np.float32))
+                scale.append(scale_array(op.attrs, shape))
             return scale[0]
 
         def group_source(tile) -> Loc:
@@ -61,12 +61,12 @@ class StreamCosts:
             return Loc(0, src.shape, "int32", (), Blocked(b.batch, pad(b.M) // tm, pad(b.N) // tn, tm, tn, b.M, b.N))
 
         def make(chip, tile):
-            return scale_stream(chip, op, group_source(tile), out, scale_array(), shape)
+            return scale_stream(chip, op, group_source(tile), out, scale_values(), shape)
 
         def core_cycles(tile, workers: int, idx: np.ndarray) -> np.ndarray:
             key = (op.name, tile, workers, "core part")
             if key not in self.memo:
-                part = busiest_core_part(scale_core_op(Dram(), group_source(tile), out, scale_array(), shape,
+                part = busiest_core_part(scale_core_op(Dram(), group_source(tile), out, scale_values(), shape,
                                                        place=False), workers)
                 self.memo[key] = (part.element_count(), part.kind)
             elements, kind = self.memo[key]

@@ -137,8 +137,10 @@ def cmd_calibrate(args) -> int:
         source, emu_version = args.evidence, None
     else:
         def show(p):
-            if not args.json:
-                print(f"  {p.label}: {p.measured:,.0f} cycles", file=sys.stderr, flush=True)
+            if not args.json:  # above the progress bar, when one is shown
+                from tqdm import tqdm
+
+                tqdm.write(f"  {p.label}: {p.measured:,.0f} cycles", file=sys.stderr)
         points, skipped = calibration_points(chip, recipes, workers, policies, progress=show)
         source, emu_version = "emulator_cycles", emulator.VERSION
     if not points:

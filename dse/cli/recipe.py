@@ -52,10 +52,16 @@ def cmd_list(args) -> int:
 
 def cmd_show(args) -> int:
     from ..frontend import run_pipeline
+
+    params = _params(args.param)
+    if args.steps is None and not args.after:
+        # The captured graph: the first stage of the recipe's own pipeline, the one entry
+        # of the graph cache a sweep, `dse map` and this share (a cached one needs no torch).
+        _print_graph(args, run_pipeline(args.recipe, params, check=False), 0)
+        return 0
     from ..workload import load_recipe
 
     recipe = load_recipe(args.recipe)
-    params = _params(args.param)
     steps = _steps(args, recipe)
     if args.after:
         from ..frontend import load_steps
@@ -71,24 +77,28 @@ def cmd_show(args) -> int:
     if len(result.graphs) < len(result.stages):  # a step could not apply
         failed = result.stages[-1]
         raise InputError(recipe.path.parent / "steps.toml", f"step {failed.name}", failed.error, "a step that applies")
-    graph = result.graph
+    _print_graph(args, result, len(result.graphs) - 1)
+    return 0
+
+
+def _print_graph(args, result, index: int) -> None:
+    """The graph after stage `index` of `result` (a PipelineResult)."""
+    graph, stage, params = result.graphs[index], result.stages[index].dump.removesuffix(".txt"), result.params
     if args.dump:
         print(graph.dump(), end="")
-        return 0
+        return
     frame = graph.counts_frame()
     frame.insert(2, "output", [str(graph.tensors[op.outputs[0]]) for op in graph.ops])
     if args.json:
         print(json.dumps({
-            "recipe": recipe.name, "path": str(recipe.path), "params": params,
-            "stage": result.stages[-1].dump.removesuffix(".txt"),
+            "recipe": result.recipe, "path": result.path, "params": params, "stage": stage,
             "inputs": {name: str(graph.tensors[name]) for name in graph.inputs},
             "outputs": {name: str(graph.tensors[name]) for name in graph.outputs},
             "ops": frame.to_dict(orient="records"),
             "totals": _totals(graph),
         }, indent=2, default=str))
-        return 0
-    stage = result.stages[-1].dump.removesuffix(".txt")
-    print(f"recipe {recipe.name} ({recipe.path})  stage {stage}  params {params or '{}'}")
+        return
+    print(f"recipe {result.recipe} ({result.path})  stage {stage}  params {params or '{}'}")
     for name in graph.inputs:
         print(f"input  {name}: {graph.tensors[name]}")
     for name in graph.outputs:

@@ -11,6 +11,11 @@ steps that keep float32, the step's declared tolerance for quantize), every tens
 has the shape and dtype its spec says, and the step's own check (quantize: bit-exact
 against an integer implementation) passes. A step that cannot apply is a failed stage
 with its reason, and the pipeline stops there.
+
+A result is cached (`dse.workload.cache`) under one key for the checked and the unchecked
+run: an unchecked request takes either, a checked one only a checked entry (and its run
+replaces an unchecked entry). This module imports torch only to run a pipeline: a cache
+hit needs none (the example inputs and PyTorch outputs are pickled as numpy).
 """
 
 from __future__ import annotations
@@ -19,18 +24,17 @@ import time
 import traceback
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable
 
-import pandas as pd
-import torch
-from tqdm.auto import tqdm  # a widget in Jupyter (ipywidgets), text on a terminal
-
-from dse.frontend.rewrite import StepError
-from dse.frontend.steps import FLOAT_TOLERANCE, StepSpec, load_steps
 from dse.workload import cache as graph_cache
-from dse.workload.capture import capture, flat_outputs
-from dse.workload.graph import Graph, dtype_name
-from dse.workload.recipes import Recipe, instantiate, load_recipe, run_module
+from dse.workload.graph import Graph, unchanged_values
+from dse.workload.recipes import Recipe, model_file
+
+if TYPE_CHECKING:
+    import pandas as pd
+    import torch
+
+    from dse.frontend.steps import StepSpec
 
 
 @dataclass
@@ -45,9 +49,24 @@ class Context:
     expected: list[torch.Tensor]
     params: dict[str, Any]
     details: dict[str, Any] = field(default_factory=dict)
+    traced: tuple[Graph, dict] | None = field(default=None, repr=False)  # the last graph traced, its values
 
     def map_expected(self, transform: Callable[[list[torch.Tensor]], list[torch.Tensor]]) -> None:
         self.expected = list(transform(self.expected))
+
+    def trace(self, graph: Graph) -> dict[str, torch.Tensor]:
+        """`graph.trace` on the example inputs. A real model's float forward takes minutes, and
+        the stage checks, a step's calibration and its own check each need one: a graph's
+        trace takes every value that the last graph traced computed with the same op over
+        the same inputs (`unchanged_values`; all of them for the same graph again), so no
+        check is any less strict. The last graph is kept as a copy of its ops, as traced:
+        a step that edits a graph in place is compared with what was really run."""
+        known = unchanged_values(*self.traced, graph) if self.traced is not None else {}
+        self.traced = None  # the values not reused go before the new ones are made
+        values = graph.trace(*self.inputs, known=known)
+        del known
+        self.traced = (graph.copy(), values)
+        return values
 
 
 @dataclass
@@ -84,6 +103,42 @@ class StageResult:
         return asdict(self)
 
 
+class Reference:
+    """The example inputs and PyTorch's outputs a pipeline was checked on (torch tensors).
+    Pickled as numpy arrays with their dtype names, and made tensors again on first use,
+    so a cached result loads without torch."""
+
+    def __init__(self, inputs=(), expected=()):
+        self._tensors: tuple[tuple, list] | None = (tuple(inputs), list(expected))
+        self._frozen: tuple[list, list] | None = None
+
+    @property
+    def inputs(self) -> tuple:
+        return self._thawed()[0]
+
+    @property
+    def expected(self) -> list:
+        return self._thawed()[1]
+
+    def _thawed(self) -> tuple[tuple, list]:
+        if self._tensors is None:
+            from dse.workload.interpret import weight_tensor
+
+            inputs, expected = ([weight_tensor(array, dtype) for dtype, array in part] for part in self._frozen)
+            self._tensors, self._frozen = (tuple(inputs), expected), None
+        return self._tensors
+
+    def __getstate__(self) -> dict:
+        if self._frozen is not None:
+            return {"frozen": self._frozen}
+        from dse.workload.interpret import dtype_name, weight_array
+
+        return {"frozen": tuple([(dtype_name(t.dtype), weight_array(t)) for t in part] for part in self._tensors)}
+
+    def __setstate__(self, state: dict) -> None:
+        self._tensors, self._frozen = None, state["frozen"]
+
+
 @dataclass
 class PipelineResult:
     recipe: str
@@ -94,8 +149,16 @@ class PipelineResult:
     out_dir: str | None
     # The example inputs and PyTorch's outputs the stages were checked on: one call of the
     # recipe's inputs() and load(), so an unseeded recipe still checks against itself.
-    inputs: tuple = ()
-    expected: list = field(default_factory=list)
+    reference: Reference = field(default_factory=Reference)
+    checked: bool = True  # False: made with check=False (the stages' errors are NaN)
+
+    @property
+    def inputs(self) -> tuple:
+        return self.reference.inputs
+
+    @property
+    def expected(self) -> list:
+        return self.reference.expected
 
     @property
     def passed(self) -> bool:
@@ -111,6 +174,8 @@ class PipelineResult:
                 "out_dir": self.out_dir, "stages": [stage.to_dict() for stage in self.stages]}
 
     def table(self) -> pd.DataFrame:
+        import pandas as pd
+
         rows = [{"stage": f"{s.index:02d}-{s.name}", "ops": s.ops, "macs": s.macs, "quantized": s.quantized,
                  "max_abs_error": s.max_abs_error, "max_rel_error": s.max_rel_error, "tolerance": s.tolerance,
                  "passed": s.passed} for s in self.stages]
@@ -119,8 +184,10 @@ class PipelineResult:
 
 def check_graph(graph: Graph, ctx: Context, tolerance: float) -> tuple[list[OutputCheck], list[str]]:
     """Run the graph on the example inputs and compare every output with PyTorch."""
+    from dse.workload.interpret import dtype_name
+
     problems: list[str] = []
-    values = graph.trace(*ctx.inputs)
+    values = ctx.trace(graph)
     for op in graph.ops:
         spec, value = graph.tensors[op.outputs[0]], values[op.outputs[0]]
         if tuple(value.shape) != spec.shape or dtype_name(value.dtype) != spec.dtype:
@@ -163,6 +230,8 @@ def _stage(index: int, name: str, options: dict, graph: Graph, ctx: Context, tol
 
 
 def _failed(index: int, step: StepSpec, error: BaseException, started: float) -> StageResult:
+    from dse.frontend.rewrite import StepError
+
     if isinstance(error, StepError):
         message = f"{step.name} cannot apply: {error}"
     else:  # a bug in a step: keep where it happened
@@ -180,22 +249,24 @@ def run_pipeline(recipe: str | Path | Recipe, params: dict[str, Any] | None = No
     stage against PyTorch; with `out_dir`, write the numbered dumps there. ``check=False``
     skips the comparisons (errors NaN): for callers that need the graph's structure only
     (the analytical model, the mapper), the same graph, made faster."""
-    recipe = recipe if isinstance(recipe, Recipe) else load_recipe(recipe)
+    path = recipe.path if isinstance(recipe, Recipe) else model_file(recipe)
     params = dict(params or {})
-    steps = load_steps(recipe.path.parent) if steps is None else list(steps)
     out = Path(out_dir) if out_dir is not None else None
-    key = _key(recipe, params, steps, check)
+    # The recipe's own steps are named by steps.toml and the step code, which the key covers.
+    key = graph_cache.pipeline_key(path.parent, params, None if steps is None else
+                                   [(s.name, s.options) for s in steps])
     cached = graph_cache.load(key)
-    if isinstance(cached, PipelineResult):
+    if isinstance(cached, PipelineResult) and (cached.checked or not check):
         return _served(cached, out)
+    from dse.frontend.steps import load_steps
+    from dse.workload.recipes import load_recipe
+
+    recipe = recipe if isinstance(recipe, Recipe) else load_recipe(recipe)
+    steps = load_steps(recipe.path.parent) if steps is None else list(steps)
     result = _run(recipe, params, steps, out, check)
     if all(stage.error is None for stage in result.stages):  # a crashed step may be the machine's: run it again
         graph_cache.store(key, replace(result, out_dir=None))
     return result
-
-
-def _key(recipe: Recipe, params: dict[str, Any], steps: list[StepSpec], check: bool) -> str:
-    return graph_cache.pipeline_key(recipe.path.parent, params, [(s.name, s.options) for s in steps], check)
 
 
 def _served(result: PipelineResult, out: Path | None) -> PipelineResult:
@@ -208,6 +279,12 @@ def _served(result: PipelineResult, out: Path | None) -> PipelineResult:
 
 def _run(recipe: Recipe, params: dict[str, Any], steps: list[StepSpec], out: Path | None,
          check: bool) -> PipelineResult:
+    from tqdm.auto import tqdm  # a widget in Jupyter (ipywidgets), text on a terminal
+
+    from dse.frontend.steps import FLOAT_TOLERANCE
+    from dse.workload.capture import capture, flat_outputs
+    from dse.workload.recipes import instantiate, run_module
+
     # A real model's capture and checks take minutes: a bar on a terminal, nothing otherwise
     # (disable=None: quiet when stderr is not a terminal); it goes once the pipeline ends.
     bar = tqdm(total=len(steps) + 2, desc=f"{recipe.name}: run the module", unit="stage", leave=False,
@@ -248,4 +325,4 @@ def _run(recipe: Recipe, params: dict[str, Any], steps: list[StepSpec], out: Pat
         for stage, stage_graph in zip(stages, graphs):
             (out / stage.dump).write_text(stage_graph.dump())
     return PipelineResult(recipe.name, str(recipe.path), params, stages, graphs, str(out) if out else None,
-                          tuple(inputs), list(expected))
+                          Reference(inputs, expected), check)

@@ -349,7 +349,7 @@ def _combine(q_attrs: dict[str, Any], deq_attrs: dict[str, Any]) -> dict[str, An
 
 def run(graph: Graph, ctx, activations: str = "tensor", weights: str = "channel", fuse: bool = True,
         tolerance: float = 0.05) -> Graph:
-    values = graph.trace(*ctx.inputs)  # calibration: the float graph on the example inputs
+    values = ctx.trace(graph)  # calibration: the float graph on the example inputs (the last check's)
     quantizer = _Quantizer(graph, values, activations, weights)
     for op in graph.ops:
         if op.kind in MATMUL_KINDS or op.kind in CONV_KINDS:
@@ -523,7 +523,7 @@ def verify(graph: Graph, ctx) -> dict[str, Any]:
     """The quantized graph's PyTorch reference against the numpy integer implementation:
     equal bits on every integer tensor and every integer output; a float output (a float
     tail after the integer path) within `FLOAT_TAIL_TOLERANCE`."""
-    reference = graph.trace(*ctx.inputs)
+    reference = ctx.trace(graph)  # the stage check's own trace
     integer = integer_reference(graph, *ctx.inputs)
     names = [op.outputs[0] for op in graph.ops if graph.tensors[op.outputs[0]].dtype in ("int8", "int32")]
     floats = [n for n in graph.outputs if n not in names and graph.tensors[n].dtype.startswith("float")]

@@ -79,7 +79,7 @@ from ..plan.split import shared_loads, split_core_op
 from ..plan.streams import ELEMENTWISE, Stream, relu_stream, scale_core_op, scale_stream, stream_or_core
 from ..plan.units import Infeasible, conv_pad, relu_ball, reshape_view, sync_after, too_many_workers
 from ..cost.core import GRAPH_OP, charged_elements
-from ..workload.graph import Graph, Op, scale_tensor
+from ..workload.graph import Graph, Op, scale_array
 from . import coreop
 
 
@@ -373,7 +373,7 @@ class ProgramBuilder:
         src = self.loc(op.inputs[0])
         spec = self.graph.tensors[op.outputs[0]]
         shape = tuple(spec.shape)
-        scale = scale_tensor(op.attrs, shape).numpy().astype(np.float32)
+        scale = scale_array(op.attrs, shape)
         if src.blocked is not None:
             b = src.blocked
             out = self.dram.matrix(shape, spec.dtype, b.batch, b.M, b.N)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 import emulator
 
@@ -58,14 +58,18 @@ def _counter_summary(result, workers: int) -> dict[str, Any]:
 
 def emulate_graph(graph: Graph, candidate: Candidate, inputs, expected=None, tolerance: float = FLOAT_TOLERANCE,
                   reference_kind: str = "quantized", mode: str = "overlapped", name: str = "",
-                  reference: dict | None = None, elementwise: str = "auto") -> EmulationReport:
+                  reference: dict | None = None, elementwise: str = "auto",
+                  progress: Callable[[str], None] | None = None) -> EmulationReport:
     """Lower `graph` for `candidate`, emulate it, and compare with the graph's reference and
     (when given) the float module's `expected` outputs. `elementwise` is the lowering's
     choice for quantize / requantize / dequantize (`dse.lower.lower`: auto, ball, core).
-    A mapping with ``partition = "spans"`` runs as temporal spans (:func:`emulate_spans`)."""
+    A mapping with ``partition = "spans"`` runs as temporal spans (:func:`emulate_spans`).
+    `progress` is told each phase as it starts: lower, emulate, reference, compare."""
     if candidate.mapping.partition == "spans":
         return emulate_spans(graph, candidate, inputs, expected, tolerance, mode, name)
+    progress = progress or (lambda phase: None)
     t0 = time.perf_counter()
+    progress("lower")
     rep = EmulationReport(name or graph.name, candidate.chip.name, candidate.mapping.model_dump(mode="json"), True,
                           private_sram_bytes=candidate.chip.private_sram_bytes)
     try:
@@ -74,12 +78,15 @@ def emulate_graph(graph: Graph, candidate: Candidate, inputs, expected=None, tol
         rep.feasible, rep.reason = False, str(exc)
         rep.seconds = time.perf_counter() - t0
         return rep
+    progress("emulate")
     t_run = time.perf_counter()
     result = emulator.run(lowered.program, candidate.chip, lowered.image, mode=mode)
     rep.emulator_seconds = time.perf_counter() - t_run
     rep.rerun = (lowered.program, lowered.image, mode)
     if reference is None:  # the graph's own values, the same for every candidate: callers may pass them
+        progress("reference")
         reference = graph.trace(*inputs)
+    progress("compare")
     rep.verdict = compare(graph, lowered, result.dram, reference, expected, tolerance, reference_kind)
     rep.cycles = int(result.cycles)
     rep.counters = _counter_summary(result, lowered.workers)
@@ -146,6 +153,8 @@ def emulate_recipe(recipe: str | Path, chip, mapping: Mapping | None = None, par
     """Run `recipe` (name or folder) through its frontend steps, lower it for `chip` with
     `mapping`, emulate it and check the numerics. With `check_unmodified`, the captured
     graph before any step is also lowered and checked (the verdict's ``unmodified``)."""
+    from tqdm import tqdm
+
     mapping = mapping or Mapping()
     prep = prepare_recipe(recipe, params)
     if prep.failed:
@@ -154,16 +163,27 @@ def emulate_recipe(recipe: str | Path, chip, mapping: Mapping | None = None, par
     cand = Candidate(chip, mapping)
     if partition == "spans" or mapping.partition == "spans":
         return emulate_spans(graph, cand, inputs, expected, prep.tolerance, mode, prep.recipe)
-    rep = emulate_graph(graph, cand, inputs, expected, prep.tolerance, prep.reference_kind, mode, prep.recipe)
-    if check_unmodified and rep.verdict is not None:
-        base = emulate_graph(pipe.graphs[0], cand, inputs, expected if len(pipe.graphs) == 1 else None,
-                             FLOAT_TOLERANCE, "float", mode, prep.recipe)
-        if base.verdict is not None:
-            v = base.verdict
-            rep.verdict.unmodified = {"passed": v.first_differing_op is None and v.passed,
-                                      "first_differing_op": v.first_differing_op,
-                                      "blame": ("lowering" if v.first_differing_op else
-                                                ("step" if not rep.verdict.passed else None))}
+    # A real model's lowering, emulation and checks take minutes: a bar on a terminal, nothing
+    # otherwise (disable=None); one step a phase, of the stepped graph and the unmodified one.
+    with tqdm(total=4 * (2 if check_unmodified else 1), desc=f"{prep.recipe}: emulate", unit="phase", leave=False,
+              disable=None) as bar:
+        def phase(graph_name: str):
+            def told(name: str) -> None:
+                bar.set_description(f"{prep.recipe}: {name}{graph_name}")
+                bar.update()
+            return told
+
+        rep = emulate_graph(graph, cand, inputs, expected, prep.tolerance, prep.reference_kind, mode, prep.recipe,
+                            progress=phase(""))
+        if check_unmodified and rep.verdict is not None:
+            base = emulate_graph(pipe.graphs[0], cand, inputs, expected if len(pipe.graphs) == 1 else None,
+                                 FLOAT_TOLERANCE, "float", mode, prep.recipe, progress=phase(" (unmodified graph)"))
+            if base.verdict is not None:
+                v = base.verdict
+                rep.verdict.unmodified = {"passed": v.first_differing_op is None and v.passed,
+                                          "first_differing_op": v.first_differing_op,
+                                          "blame": ("lowering" if v.first_differing_op else
+                                                    ("step" if not rep.verdict.passed else None))}
     return rep
 
 

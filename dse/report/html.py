@@ -126,7 +126,17 @@ def _write(path: Path, text: str | bytes) -> None:
 
 def write_report(store: Store, experiment, out_dir: str | Path = "reports", x: str | None = None,
                  y: str | None = None) -> Report:
+    from tqdm import tqdm
+
+    # A big store's report takes seconds: a bar on a terminal, nothing otherwise (disable=None).
+    with tqdm(total=4, desc=f"report {experiment}: read the store", unit="phase", leave=False, disable=None) as bar:
+        return _write_report(store, experiment, out_dir, x, y, bar)
+
+
+def _write_report(store: Store, experiment, out_dir: str | Path, x: str | None, y: str | None, bar) -> Report:
     view = experiment_view(store, experiment)
+    bar.update()
+    bar.set_description(f"report {experiment}: figures")
     exp, table, objectives = view.exp, view.table, view.objectives
     directions = {o["metric"]: o.get("direction", "minimize") for o in objectives}
     y = y or objectives[0]["metric"]
@@ -154,6 +164,8 @@ def write_report(store: Store, experiment, out_dir: str | Path = "reports", x: s
     stalls = (view.core_time[["candidate_id", "scope_key", *stall_cols]].to_dict("records")
               if stall_cols else [])
 
+    bar.update()
+    bar.set_description(f"report {experiment}: images")
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     assets = out / f"{exp['name']}_files"
@@ -163,6 +175,8 @@ def write_report(store: Store, experiment, out_dir: str | Path = "reports", x: s
         fig.close()
         _write(assets / f"{name}.png", pngs[name])
 
+    bar.update()
+    bar.set_description(f"report {experiment}: pages")
     metric_cols = [m for m in dict.fromkeys([y, x, "latency_cycles", "private_sram_bytes", "peak_sram_bytes",
                                              "dma_bytes"]) if m in table]
     front_set = set(front_ids)
@@ -198,6 +212,7 @@ def write_report(store: Store, experiment, out_dir: str | Path = "reports", x: s
     path, md_path = out / f"{exp['name']}.html", out / f"{exp['name']}.md"
     _write(path, html)
     _write(md_path, md)
+    bar.update()
     return Report(path.resolve(), md_path.resolve(), view, figures)
 
 

@@ -31,12 +31,14 @@ class Stage:
     doc: str
 
 
-def capture(recipe: str, params: dict) -> Graph:
-    """The recipe's captured graph, through the frontend pipeline with no steps: from the
-    graph cache (dse.workload.cache) when this recipe source and params were captured before."""
+def capture(recipe: str, params: dict, check: bool = False) -> Graph:
+    """The recipe's captured graph: the first stage of its frontend pipeline (the recipe's
+    own steps; the analytical stage's very pipeline, and with `check` the emulator stage's
+    checked one), so a sweep captures once, and not at all when the graph cache
+    (dse.workload.cache) has it."""
     from ..frontend import run_pipeline
 
-    return run_pipeline(recipe, params, steps=[], check=False).graph
+    return run_pipeline(recipe, params, check=check).graphs[0]
 
 
 def frontend(recipe: str, params: dict, emulated: Sequence[str | None] = ()) -> Workload:

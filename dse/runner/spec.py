@@ -22,7 +22,8 @@ from emulator.chip import BallKind, ChipConfig
 from ..chips import load_chip, override_chip
 from ..errors import InputError, read_toml
 from ..mapping import Mapping, mapping_from_dict
-from ..workload import list_recipes, load_recipe
+from ..frontend.facts import check_builds, recipe_facts
+from ..workload.recipes import list_recipes
 from .criteria import NAMES, CriterionError, allowed_names, compile_expression
 from .metrics import METRICS
 from .space import BALL_SET_TARGET, CORE_GROUPS_TARGET, Constraint, Knob, Space, ball_set, core_groups
@@ -167,11 +168,9 @@ class Spec:
         self.baseline_chip, self.baseline_mapping = baseline_chip, baseline_mapping
         self.hash = hashlib.sha256(text.encode()).hexdigest()
         baseline = {"chip": baseline_chip.model_dump(mode="json"), "mapping": baseline_mapping.model_dump(mode="json")}
-        recipe = load_recipe(model.workload.recipe)
-        from ..workload.recipes import full_params
-
         # The experiment's own workload point, the baseline's value of every workload knob.
-        self.baseline_workload = {"recipe": model.workload.recipe, **full_params(recipe, model.workload.params)}
+        facts = recipe_facts(model.workload.recipe, model.workload.params)
+        self.baseline_workload = {"recipe": model.workload.recipe, **facts.full_params}
         baseline["workload"] = {"recipe": model.workload.recipe,
                                 "params": {k: v for k, v in self.baseline_workload.items() if k != "recipe"}}
         self._balls = {b["kind"]: b for b in baseline["chip"]["balls"]}  # the baseline's Balls, in order
@@ -330,7 +329,7 @@ def _validated(path: Path, text: str, data: dict) -> Spec:
 
     if model.workload.recipe not in list_recipes() and not Path(model.workload.recipe).exists():
         raise InputError(path, "workload.recipe", model.workload.recipe, "one of " + ", ".join(list_recipes()) + " or a recipe folder")
-    load_recipe(model.workload.recipe)
+    recipe_facts(model.workload.recipe, model.workload.params)  # it imports, its steps resolve
     try:
         chip = load_chip(model.baseline.chip, model.baseline.chip_overrides, overrides_source=path)
     except InputError as exc:
@@ -421,11 +420,8 @@ def _dry_run_expressions(spec: Spec) -> None:
 def _check_recipe_params(spec: Spec) -> None:
     """The recipe built with the spec's params (load() and inputs()): a value it rejects is
     the spec's error (`workload.params`), found before anything is written."""
-    from ..workload.recipes import instantiate
-
-    recipe = load_recipe(spec.model.workload.recipe)
     try:
-        instantiate(recipe, **spec.model.workload.params)
+        check_builds(spec.model.workload.recipe, spec.model.workload.params)
     except InputError as exc:
         raise InputError(spec.path, f"workload.params ({exc.field})", spec.model.workload.params, exc.allowed) from None
 
@@ -481,9 +477,7 @@ def _check_hand_candidates(spec: Spec) -> None:
 def _check_workload_knob(spec: Spec, i: int, knob: Knob) -> None:
     """A workload knob names a parameter the recipe takes (or the recipe itself), and each
     of its values builds the recipe (load() and inputs()); found before anything is written."""
-    from ..workload.recipes import instantiate
-
-    recipe = load_recipe(spec.model.workload.recipe)
+    recipe = recipe_facts(spec.model.workload.recipe, spec.model.workload.params)
     if knob.target != WORKLOAD_RECIPE:
         name = knob.target.removeprefix(WORKLOAD_PARAMS)
         takes = [k for k in spec.baseline_workload if k != "recipe"]
@@ -500,7 +494,8 @@ def _check_workload_knob(spec: Spec, i: int, knob: Knob) -> None:
         if recipe_name not in list_recipes() and not Path(recipe_name).exists():
             raise InputError(spec.path, f"space[{i}].values", recipe_name, "one of " + ", ".join(list_recipes()))
         try:
-            instantiate(load_recipe(recipe_name), **params)
+            recipe_facts(recipe_name, params)
+            check_builds(recipe_name, params)
         except InputError as exc:
             raise InputError(spec.path, f"space[{i}] ({knob.name}) -> workload.params ({exc.field})", value,
                              exc.allowed) from None
@@ -520,10 +515,8 @@ def _check_ball_sets(spec: Spec, i: int, knob: Knob) -> None:
 
 def _check_quantize_step(spec: Spec, field: str, value: Any) -> None:
     """A quantization granularity sets the recipe's quantize step: the recipe needs one."""
-    from ..frontend.steps import load_steps
-
-    recipe = load_recipe(spec.model.workload.recipe)
-    steps = [step.name for step in load_steps(recipe.path.parent)]
+    recipe = recipe_facts(spec.model.workload.recipe, spec.model.workload.params)
+    steps = [step["name"] for step in recipe.steps]
     if "quantize" not in steps:
         raise InputError(spec.path, field, value,
                          f"a recipe with a quantize step (recipe {recipe.name} runs: {', '.join(steps) or 'no steps'})")

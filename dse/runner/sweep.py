@@ -38,7 +38,7 @@ from ..identity import CanonicalParts, candidate_hash_of_texts, canonical_json, 
 from ..mapping import mapping_from_dict
 from ..records import Store
 from ..records.opening import checked_url
-from ..workload import load_recipe
+from ..workload.recipes import recipe_name
 from .acceptance import propose
 from .chain import ANALYTICAL, CAPTURE, EMULATOR, FRONTEND, PLAN, PRUNE, RECORD
 from .execution import InlineExecutor, PoolExecutor, WorkItem, make_executor, remember_chip
@@ -99,7 +99,6 @@ class Sweep:
         self.spec, self.captured_graph, self.progress = spec, captured_graph, progress
         self.model_version = model_version
         self.executor = executor or make_executor(captured_graph)
-        recipe = load_recipe(spec.model.workload.recipe)
         m = spec.model
         self.recorder = Recorder(store)
         links = resolve_links(spec, store)
@@ -107,7 +106,7 @@ class Sweep:
         try:
             self.experiment_id = store.create_experiment(
                 name=m.experiment.name, hypothesis=m.experiment.hypothesis,
-                acceptance=[c.model_dump() for c in m.acceptance], workload_recipe=recipe.name,
+                acceptance=[c.model_dump() for c in m.acceptance], workload_recipe=recipe_name(m.workload.recipe),
                 workload_hash=workload_identity(**workload), workload=workload, spec_text=spec.text,
                 spec_hash=spec.hash,
                 limitations=m.experiment.limitations, open_questions=m.experiment.open_questions, links=links)
@@ -648,18 +647,17 @@ def time_limit(seconds: float, error):
 def workload_parts(spec: Spec) -> dict:
     """What the experiment's workload identity covers (`dse.identity.workload_identity`'s
     arguments): the recipe's source, its full params, its frontend steps, torch's version."""
-    import torch
+    from importlib.metadata import version
 
-    from ..frontend.steps import load_steps, steps_identity
-    from ..workload.recipes import full_params
+    from ..frontend.facts import recipe_facts
 
     def parts(name: str, params: dict) -> dict:
-        recipe = load_recipe(name)
-        return dict(recipe_source_hash=recipe.source_hash, params=full_params(recipe, params),
-                    steps=steps_identity(load_steps(recipe.path.parent)))
+        facts = recipe_facts(name, params)
+        return dict(recipe_source_hash=facts.source_hash, params=facts.full_params, steps=facts.steps)
 
     w = spec.model.workload
-    out = dict(parts(w.recipe, w.params), torch_version=torch.__version__)
+    # torch's version from its metadata (the same text as torch.__version__), without importing it
+    out = dict(parts(w.recipe, w.params), torch_version=version("torch"))
     if w.stages:  # the staged workload's other stages, by role (the own stage's role too)
         out["stages"] = [{"role": w.role}] + [{"role": s.role, "recipe": s.recipe, **parts(s.recipe, s.params)}
                                               for s in w.stages]
@@ -711,9 +709,11 @@ def run_sweep(spec_path: str | Path | Spec, db: str | Path = "records.db", progr
             spec.path, "stages.capture_timeout_s", limit,
             f"a limit the capture of recipe '{recipe}' and its frontend steps finish within (they did not: "
             f"raise the limit or make the workload smaller); nothing was written")):
-        graph = CAPTURE.run(recipe, params)
         # The emulation workloads: one per quantization granularity the candidates can set.
         emulated = quantizations(spec) if spec.model.stages.emulator != "none" else ()
+        # Checked when the emulator needs the recipe's own steps checked: the one run of
+        # the pipeline that the frontend stage then reads from the graph cache.
+        graph = CAPTURE.run(recipe, params, None in emulated)
         work = FRONTEND.run(recipe, params, emulated)
         staged = spec.model.workload.all_stages()
         if staged:  # every stage's analytical graph and, with the emulator stage, its emulation

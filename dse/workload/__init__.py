@@ -1,8 +1,42 @@
-"""The workload layer: capture a recipe's model as a Graph of typed ops with counts."""
+"""The workload layer: capture a recipe's model as a Graph of typed ops with counts.
 
-from dse.workload.capture import UnsupportedOpError, capture
-from dse.workload.graph import KINDS, Graph, Op, OpCounts, TensorSpec, scale_tensor
-from dse.workload.recipes import Recipe, capture_recipe, instantiate, list_recipes, load_recipe
+Names load on first use (PEP 562): reading a graph (`dse.workload.graph`, a cached graph)
+needs no torch; capture does.
+"""
+
+import importlib
+import sys
+import types
+
+_SOURCES = {
+    "capture": ("UnsupportedOpError", "capture"),
+    "graph": ("KINDS", "Graph", "Op", "OpCounts", "TensorSpec", "scale_tensor"),
+    "recipes": ("Recipe", "capture_recipe", "instantiate", "list_recipes", "load_recipe"),
+}
+_MODULE_OF = {name: module for module, names in _SOURCES.items() for name in names}
+
+
+def __getattr__(name: str):
+    module = _MODULE_OF.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(f".{module}", __name__), name)
+    globals()[name] = value
+    return value
+
+
+class _Package(types.ModuleType):
+    """`dse.workload.capture` is the function, as it always was, not the submodule of that
+    name: the import system sets a package's attribute to each submodule it loads, which
+    would hide the lazily loaded function (it is found by `__getattr__` instead)."""
+
+    def __setattr__(self, name: str, value) -> None:
+        if name == "capture" and isinstance(value, types.ModuleType):
+            return
+        super().__setattr__(name, value)
+
+
+sys.modules[__name__].__class__ = _Package
 
 __all__ = [
     "KINDS",

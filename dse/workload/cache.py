@@ -36,10 +36,14 @@ import dse
 CACHE_ENV = "DSE_CACHE_DIR"
 MAX_BYTES_ENV = "DSE_CACHE_MAX_BYTES"
 DEFAULT_MAX_BYTES = 4 * 1024**3
-FORMAT = "dse-graph-cache-1"  # bump when what is cached changes shape
+FORMAT = "dse-graph-cache-2"  # bump when what is cached changes shape
 SUFFIX = ".pkl"
 # The code a cached graph depends on: capture and the frontend steps.
 CODE_DIRS = (Path(__file__).resolve().parent, Path(__file__).resolve().parents[1] / "frontend")
+
+
+class _TooLarge(Exception):
+    """An entry larger than the cache's size limit: not kept."""
 
 
 def cache_dir() -> Path | None:
@@ -69,12 +73,15 @@ def _digest_files(hasher, root: Path, patterns: tuple[str, ...]) -> None:
         hasher.update(hashlib.sha256(path.read_bytes()).digest())
 
 
-def pipeline_key(recipe_folder: Path, params: dict[str, Any], steps: list[tuple[str, dict]], checked: bool) -> str:
-    """The identity of a frontend pipeline's result (sha256 hex)."""
+def pipeline_key(recipe_folder: Path, params: dict[str, Any], steps: list[tuple[str, dict]] | None,
+                 kind: str = "pipeline") -> str:
+    """The identity of a frontend pipeline's result (sha256 hex). `steps`: (name, options)
+    each, or None for the recipe's own list (named by its steps.toml, which the key covers);
+    `kind`: what is kept (a pipeline's result, or another fact derived from the same inputs)."""
     hasher = hashlib.sha256()
     # versions from the installed metadata: the key needs no torch import
-    head = {"format": FORMAT, "dse": dse.__version__, "torch": version("torch"), "numpy": version("numpy"),
-            "params": params, "steps": steps, "checked": checked}
+    head = {"format": FORMAT, "kind": kind, "dse": dse.__version__, "torch": version("torch"),
+            "numpy": version("numpy"), "params": params, "steps": steps}
     hasher.update(json.dumps(head, sort_keys=True, default=repr).encode())
     for code in CODE_DIRS:
         _digest_files(hasher, code, ("*.py",))
@@ -118,14 +125,15 @@ def store(key: str, value: Any) -> Path | None:
     limit = max_bytes()
     try:
         folder.mkdir(parents=True, exist_ok=True)
-        data = pickle.dumps(value, protocol=pickle.HIGHEST_PROTOCOL)
-        if len(data) > limit:
-            return None
         fd, tmp = tempfile.mkstemp(dir=folder, prefix=".tmp-", suffix=SUFFIX)
         try:
+            # Pickled straight into the file: a real model's graphs are gigabytes, and a bytes
+            # copy of them would be the command's peak memory.
             with os.fdopen(fd, "wb") as f:
-                f.write(data)
+                pickle.dump(value, f, protocol=pickle.HIGHEST_PROTOCOL)
                 f.flush()
+                if f.tell() > limit:
+                    raise _TooLarge
                 os.fsync(f.fileno())
             os.replace(tmp, _path(folder, key))
         except BaseException:
@@ -134,8 +142,8 @@ def store(key: str, value: Any) -> Path | None:
             except OSError:
                 pass
             raise
-    except (OSError, pickle.PicklingError, TypeError, AttributeError):
-        return None  # an unwritable cache or an unpicklable value: the caller's result stands
+    except (_TooLarge, OSError, pickle.PicklingError, TypeError, AttributeError):
+        return None  # too large, an unwritable cache or an unpicklable value: the caller's result stands
     evict(folder, limit)
     return _path(folder, key)
 

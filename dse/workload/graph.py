@@ -1,9 +1,11 @@
 """The captured workload: a flat list of typed ops over named tensors.
 
 The graph is plain data (dataclasses, numpy weights) so that mapping, the analytical
-model and lowering can read it without torch. `Graph.run` is the reference
-interpreter: it executes the dse ops (not the original module) so a capture, and any
-frontend step that rewrites the graph, can be checked against PyTorch.
+model and lowering can read it without torch: this module imports neither torch nor
+pandas (a cached graph is unpickled without them). `Graph.run` is the reference
+interpreter (`dse.workload.interpret`, torch): it executes the dse ops (not the original
+module) so a capture, and any frontend step that rewrites the graph, can be checked
+against PyTorch. The interpreter's names are still importable from here (on first use).
 
 Kinds and their attrs (inputs in order; `?` marks an optional input, flagged in attrs):
 - linear(x, w[N, K], bias?): M, N, K, batch, has_bias. matmul(a, b, bias?): M, N, K,
@@ -30,14 +32,14 @@ from __future__ import annotations
 import copy
 import hashlib
 import math
-import operator
 from dataclasses import dataclass, field, fields
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    import pandas as pd
+    import torch
 
 import numpy as np
-import pandas as pd
-import torch
-import torch.nn.functional as F
 
 MATMUL_KINDS = ("linear", "matmul")
 CONV_KINDS = ("conv1d", "conv2d")
@@ -64,16 +66,19 @@ CHANNELS_LAST = ("NLC", "NHWC")
 INT8_MIN, INT8_MAX = -128, 127
 
 
-def torch_dtype(dtype: str) -> torch.dtype:
-    return getattr(torch, dtype)
-
-
-def dtype_name(dtype: torch.dtype) -> str:
-    return str(dtype).removeprefix("torch.")
+# Sizes of the dtypes numpy does not name; the rest come from numpy (no torch import).
+_ITEMSIZE = {"bfloat16": 2, "float8_e4m3fn": 1, "float8_e5m2": 1}
 
 
 def itemsize(dtype: str) -> int:
-    return torch_dtype(dtype).itemsize
+    if dtype in _ITEMSIZE:
+        return _ITEMSIZE[dtype]
+    try:
+        return np.dtype(dtype).itemsize
+    except TypeError:  # a torch-only dtype: ask torch
+        from dse.workload.interpret import torch_dtype
+
+        return torch_dtype(dtype).itemsize
 
 
 @dataclass(frozen=True)
@@ -149,8 +154,15 @@ class Graph:
         return Graph(self.name, copy.deepcopy(self.ops), dict(self.tensors), list(self.inputs),
                      list(self.outputs), dict(self.weights))
 
-    def trace(self, *inputs: torch.Tensor | np.ndarray) -> dict[str, torch.Tensor]:
-        """Execute the dse ops in torch; every tensor's value by name (inputs, weights, op outputs)."""
+    def trace(self, *inputs: torch.Tensor | np.ndarray, known: dict[str, torch.Tensor] | None = None
+              ) -> dict[str, torch.Tensor]:
+        """Execute the dse ops in torch; every tensor's value by name (inputs, weights, op outputs).
+        `known`: op outputs already computed on these inputs (by an identical op of another
+        graph over identical inputs, see `unchanged_values`), taken rather than computed again."""
+        import torch
+
+        from dse.workload.interpret import INTERPRETERS, weight_tensor
+
         if len(inputs) != len(self.inputs):
             raise ValueError(f"graph {self.name!r} takes {len(self.inputs)} inputs, got {len(inputs)}")
         values: dict[str, torch.Tensor] = {}
@@ -164,8 +176,12 @@ class Graph:
             values[name] = weight_tensor(array, self.tensors[name].dtype)
         with torch.no_grad():
             for op in self.ops:
+                out = op.outputs[0]
+                if known and out in known:
+                    values[out] = known[out]
+                    continue
                 args = [values[name] for name in op.inputs]
-                values[op.outputs[0]] = INTERPRETERS[op.kind](op, args)
+                values[out] = INTERPRETERS[op.kind](op, args)
         return values
 
     def run(self, *inputs: torch.Tensor | np.ndarray) -> list[torch.Tensor]:
@@ -174,6 +190,8 @@ class Graph:
         return [values[name] for name in self.outputs]
 
     def counts_frame(self) -> pd.DataFrame:
+        import pandas as pd
+
         columns = ["name", "kind", *(f.name for f in fields(OpCounts)), "source"]
         rows = [
             [op.name, op.kind, *(getattr(op.counts, f.name) for f in fields(OpCounts)), op.source]
@@ -217,6 +235,34 @@ class Graph:
         return "\n".join(lines) + "\n"
 
 
+def unchanged_values(before: Graph, values: dict[str, Any], after: Graph) -> dict[str, Any]:
+    """The values of `before`'s trace that `after`'s trace on the same inputs would compute
+    again, by op output name: an op of `after` whose output `before` has too, produced by an
+    op of the same kind and attrs over the same inputs (graph inputs, the very same weight
+    arrays, or outputs unchanged themselves), with the same spec. A step rewrites part of a
+    graph; the rest need not be executed again to be checked."""
+    same = {name for name in after.inputs if name in before.tensors and before.tensors[name] == after.tensors[name]}
+    same |= {name for name, array in after.weights.items()
+             if before.weights.get(name) is array and before.tensors[name] == after.tensors[name]}
+    producers = before.producers()
+    out: dict[str, Any] = {}
+    for op in after.ops:
+        name, old = op.outputs[0], producers.get(op.outputs[0])
+        if (old is not None and name in values and old.kind == op.kind and old.inputs == op.inputs
+                and old.outputs == op.outputs and all(i in same for i in op.inputs)
+                and before.tensors[name] == after.tensors[name] and _same_attrs(old.attrs, op.attrs)):
+            same.add(name)
+            out[name] = values[name]
+    return out
+
+
+def _same_attrs(a: dict[str, Any], b: dict[str, Any]) -> bool:
+    try:
+        return bool(a == b)
+    except (ValueError, TypeError):  # an array attr: compare no further, compute again
+        return False
+
+
 _LONG_ATTR = 8
 
 
@@ -233,361 +279,34 @@ def _flat_len(value: Any) -> int:
     return sum(_flat_len(v) for v in value) if isinstance(value, list) else 1
 
 
-def weight_array(tensor: torch.Tensor) -> np.ndarray:
-    """numpy has no bfloat16: keep its bits as uint16 (the TensorSpec keeps the dtype)."""
-    tensor = tensor.detach().cpu().contiguous().clone()
-    if tensor.dtype == torch.bfloat16:
-        return tensor.view(torch.int16).numpy().view(np.uint16)
-    return tensor.numpy()
-
-
-def weight_tensor(array: np.ndarray, dtype: str) -> torch.Tensor:
-    tensor = torch.from_numpy(array)
-    if dtype == "bfloat16":
-        return tensor.view(torch.bfloat16)
-    return tensor
-
-
-def scale_tensor(attrs: dict[str, Any], shape: tuple[int, ...]) -> torch.Tensor:
+def scale_array(attrs: dict[str, Any], shape: tuple[int, ...]) -> np.ndarray:
     """The fp32 scale of a quantize / requantize / dequantize op, broadcastable to `shape`.
 
     `scale` is a float (per tensor) or a nested list with one level per entry of
     `scale_axes` (ascending tensor axes); along axis a with group g, element i uses
     entry i // g (g = 1: per channel, g = 16: per 16-row or 16-column strip)."""
-    values = torch.tensor(attrs["scale"], dtype=torch.float32)
+    values = np.array(attrs["scale"], dtype=np.float32)  # a copy: callers may write to it
     axes, groups = list(attrs.get("scale_axes", [])), list(attrs.get("scale_groups", []))
-    if values.dim() != len(axes) or len(groups) != len(axes) or axes != sorted(axes):
-        raise ValueError(f"scale of rank {values.dim()} with scale_axes {axes}, scale_groups {groups}")
+    if values.ndim != len(axes) or len(groups) != len(axes) or axes != sorted(axes):
+        raise ValueError(f"scale of rank {values.ndim} with scale_axes {axes}, scale_groups {groups}")
     if not axes:
         return values
-    index = [torch.arange(shape[a]) // g for a, g in zip(axes, groups)]
-    expanded = values[torch.meshgrid(*index, indexing="ij")]
+    index = np.ix_(*(np.arange(shape[a]) // g for a, g in zip(axes, groups)))
     view = [1] * len(shape)
     for a in axes:
         view[a] = shape[a]
-    return expanded.reshape(view)
+    return values[index].reshape(view)
 
 
-def is_integer(tensor: torch.Tensor) -> bool:
-    return not tensor.dtype.is_floating_point and tensor.dtype != torch.bool
+# The reference interpreter's names, importable from here as before: loaded (with torch)
+# on first use only (PEP 562).
+_INTERPRETER_NAMES = ("torch_dtype", "dtype_name", "weight_array", "weight_tensor", "scale_tensor", "is_integer",
+                      "wrap_int32", "conv_weight_oi", "INTERPRETERS", "_INTERPRETERS")
 
 
-def wrap_int32(values: torch.Tensor) -> torch.Tensor:
-    """int64 -> int32 with two's-complement wraparound (what a 32-bit accumulator keeps)."""
-    return (((values.to(torch.int64) + 2**31) % 2**32) - 2**31).to(torch.int32)
+def __getattr__(name: str):
+    if name in _INTERPRETER_NAMES:
+        from dse.workload import interpret
 
-
-def _exact(t: torch.Tensor) -> torch.Tensor:
-    # int8 x int8 products and their sums stay far below 2**53: float64 is exact in any order.
-    return t.to(torch.float64)
-
-
-def _int_result(acc: torch.Tensor, bias: torch.Tensor | None, bias_shape: list[int] | None = None) -> torch.Tensor:
-    total = acc.round().to(torch.int64)
-    if bias is not None:
-        total = total + (bias.to(torch.int64).reshape(bias_shape) if bias_shape else bias.to(torch.int64))
-    return wrap_int32(total)
-
-
-# --- reference interpreter: one function per kind, reading only kind + attrs ---
-
-def _run_linear(op: Op, args: list[torch.Tensor]) -> torch.Tensor:
-    if is_integer(args[0]):
-        x, w, *bias = args
-        return _int_result(torch.matmul(_exact(x), _exact(w).T), bias[0] if bias else None)
-    return F.linear(*args)
-
-
-def _run_matmul(op: Op, args: list[torch.Tensor]) -> torch.Tensor:
-    if is_integer(args[0]):
-        a, b, *bias = args
-        return _int_result(torch.matmul(_exact(a), _exact(b)), bias[0] if bias else None)
-    if op.attrs.get("has_bias"):
-        a, b, bias = args
-        beta, alpha = op.attrs.get("beta", 1), op.attrs.get("alpha", 1)
-        if a.dim() == 2 and b.dim() == 2:
-            return torch.addmm(bias, a, b, beta=beta, alpha=alpha)
-        product = torch.matmul(a, b)
-        return (product if alpha == 1 else product * alpha) + (bias if beta == 1 else bias * beta)
-    return torch.matmul(*args)
-
-
-def _to_channels_first(x: torch.Tensor, layout: str) -> torch.Tensor:
-    return x.movedim(-1, 1) if layout in CHANNELS_LAST else x
-
-
-def _from_channels_first(x: torch.Tensor, layout: str) -> torch.Tensor:
-    return x.movedim(1, -1) if layout in CHANNELS_LAST else x
-
-
-def conv_weight_oi(w: torch.Tensor, weight_layout: str) -> torch.Tensor:
-    """A conv weight in any supported layout as [out, in, *kernel] (OIW / OIHW)."""
-    if weight_layout in ("OIW", "OIHW"):
-        return w
-    if weight_layout in ("WIO", "HWIO"):  # [*kernel, in, out]
-        k = w.dim() - 2
-        return w.permute(k + 1, k, *range(k))
-    raise ValueError(f"weight layout {weight_layout!r}")
-
-
-def _run_conv(op: Op, args: list[torch.Tensor]) -> torch.Tensor:
-    a = op.attrs
-    x, w, *bias = args
-    layout = a.get("layout", "NCHW")
-    x = _to_channels_first(x, layout)
-    w = conv_weight_oi(w, a.get("weight_layout", "OIHW" if op.kind == "conv2d" else "OIW"))
-    conv = F.conv2d if op.kind == "conv2d" else F.conv1d
-    kw = dict(stride=a["stride"], padding=a["padding"], dilation=a["dilation"], groups=a.get("groups", 1))
-    if is_integer(x):
-        y = conv(_exact(x), _exact(w), None, **kw)
-        y = _int_result(y, bias[0] if bias else None, [1, -1] + [1] * (y.dim() - 2))
-    else:
-        y = conv(x, w, bias[0] if bias else None, **kw)
-    return _from_channels_first(y, layout)
-
-
-_BINARY: dict[str, Callable[[Any, Any], Any]] = {
-    "add": operator.add,
-    "sub": operator.sub,
-    "mul": operator.mul,
-    "div": operator.truediv,
-}
-
-
-def _run_binary(op: Op, args: list[torch.Tensor]) -> torch.Tensor:
-    operands: list[Any] = list(args)
-    if "scalar" in op.attrs:
-        operands.insert(op.attrs["scalar_index"], op.attrs["scalar"])
-    a, b = operands
-    if op.attrs.get("alpha", 1) != 1:  # aten add/sub: a ± alpha * b
-        b = b * op.attrs["alpha"]
-    if op.attrs.get("rounding_mode") is not None:
-        return torch.div(torch.as_tensor(a), b, rounding_mode=op.attrs["rounding_mode"])
-    return _BINARY[op.kind](a, b)
-
-
-def _run_index(op: Op, args: list[torch.Tensor]) -> torch.Tensor:
-    indices: list[Any] = [None] * op.attrs["rank"]
-    for k, index in zip(op.attrs["positions"], args[1:]):
-        indices[k] = index
-    return torch.ops.aten.index.Tensor(args[0], indices)
-
-
-def _run_gather(op: Op, args: list[torch.Tensor]) -> torch.Tensor:
-    return torch.gather(args[0], op.attrs["dim"], args[1])
-
-
-def _run_cast(op: Op, args: list[torch.Tensor]) -> torch.Tensor:
-    return args[0].to(torch_dtype(op.attrs["dtype"]))
-
-
-def _run_arg(op: Op, args: list[torch.Tensor]) -> torch.Tensor:
-    """torch.max / min over `dim`: the index of the first max (min), as PyTorch picks it."""
-    pick = torch.max if op.kind == "argmax" else torch.min
-    return pick(args[0], op.attrs["dim"], keepdim=op.attrs["keepdim"]).indices
-
-
-def _run_pad(op: Op, args: list[torch.Tensor]) -> torch.Tensor:
-    return F.pad(args[0], op.attrs["pad"], mode="constant", value=op.attrs["value"])
-
-
-def _run_where(op: Op, args: list[torch.Tensor]) -> torch.Tensor:
-    operands: list[Any] = list(args)
-    for index, value in op.attrs.get("scalars", []):
-        operands.insert(index, value)
-    return torch.where(*operands)
-
-
-def _run_gelu(op: Op, args: list[torch.Tensor]) -> torch.Tensor:
-    return F.gelu(args[0], approximate=op.attrs.get("approximate", "none"))
-
-
-_UNARY: dict[str, Callable[[torch.Tensor], torch.Tensor]] = {
-    "relu": torch.relu, "silu": F.silu, "neg": torch.neg, "abs": torch.abs, "exp": torch.exp, "rsqrt": torch.rsqrt,
-    "sqrt": torch.sqrt, "tanh": torch.tanh, "sigmoid": torch.sigmoid, "cos": torch.cos, "sin": torch.sin,
-    "hardswish": F.hardswish, "hardsigmoid": F.hardsigmoid, "mish": F.mish,
-}
-
-
-def _run_clamp(op: Op, args: list[torch.Tensor]) -> torch.Tensor:
-    # aten's own op, as the module ran it (hardtanh and relu6 are clamps too)
-    return torch.clamp(args[0], op.attrs.get("min"), op.attrs.get("max"))
-
-
-def _run_leaky_relu(op: Op, args: list[torch.Tensor]) -> torch.Tensor:
-    return F.leaky_relu(args[0], op.attrs["negative_slope"])
-
-
-def _run_unary(op: Op, args: list[torch.Tensor]) -> torch.Tensor:
-    return _UNARY[op.kind](args[0])
-
-
-def _run_pow(op: Op, args: list[torch.Tensor]) -> torch.Tensor:
-    return torch.pow(args[0], op.attrs["exponent"])
-
-
-def _optional(op: Op, args: list[torch.Tensor], names: tuple[str, ...]) -> dict[str, torch.Tensor | None]:
-    """Split optional inputs (flagged has_<name> in attrs) off the front of args."""
-    out: dict[str, torch.Tensor | None] = {}
-    rest = list(args)
-    for name in names:
-        out[name] = rest.pop(0) if op.attrs.get(f"has_{name}", True) else None
-    return out
-
-
-def _run_softmax(op: Op, args: list[torch.Tensor]) -> torch.Tensor:
-    return torch.softmax(args[0], op.attrs["dim"])
-
-
-def _run_layer_norm(op: Op, args: list[torch.Tensor]) -> torch.Tensor:
-    p = _optional(op, args[1:], ("weight", "bias"))
-    return F.layer_norm(args[0], op.attrs["normalized_shape"], p["weight"], p["bias"], op.attrs["eps"])
-
-
-def _run_batch_norm(op: Op, args: list[torch.Tensor]) -> torch.Tensor:
-    p = _optional(op, args[1:], ("weight", "bias", "mean", "var"))
-    x = args[0].movedim(op.attrs.get("axis", 1), 1)
-    y = F.batch_norm(x, p["mean"], p["var"], p["weight"], p["bias"], False, 0.0, op.attrs["eps"])
-    return y.movedim(1, op.attrs.get("axis", 1))
-
-
-_REDUCE = {"mean": torch.mean, "sum": torch.sum, "amax": torch.amax, "amin": torch.amin}
-
-
-def _run_reduce(op: Op, args: list[torch.Tensor]) -> torch.Tensor:
-    return _REDUCE[op.kind](args[0], dim=op.attrs["dims"], keepdim=op.attrs["keepdim"])
-
-
-def _run_group_norm(op: Op, args: list[torch.Tensor]) -> torch.Tensor:
-    rest = iter(args[1:])
-    weight = next(rest) if op.attrs["has_weight"] else None
-    bias = next(rest) if op.attrs["has_bias"] else None
-    return F.group_norm(args[0], op.attrs["num_groups"], weight, bias, op.attrs["eps"])
-
-
-def _run_roll(op: Op, args: list[torch.Tensor]) -> torch.Tensor:
-    return torch.roll(args[0], op.attrs["shifts"], op.attrs["dims"])
-
-
-def _run_upsample(op: Op, args: list[torch.Tensor]) -> torch.Tensor:
-    packet, overload = op.attrs["aten"].split(".")
-    return getattr(getattr(torch.ops.aten, packet), overload)(args[0], *op.attrs["args"])
-
-
-def _run_pool(op: Op, args: list[torch.Tensor]) -> torch.Tensor:
-    a = op.attrs
-    layout = a.get("layout", "NCHW")
-    x = _to_channels_first(args[0], layout)
-    integer = is_integer(x)
-    if integer:  # max over int8 values is exact in float64
-        x = _exact(x)
-    if op.kind == "max_pool2d":
-        y = F.max_pool2d(x, a["kernel"], a["stride"], a["padding"], a["dilation"], ceil_mode=a["ceil_mode"])
-    else:
-        y = F.avg_pool2d(x, a["kernel"], a["stride"], a["padding"], a["ceil_mode"], a["count_include_pad"],
-                         a.get("divisor_override"))
-    if integer:
-        y = y.to(args[0].dtype)
-    return _from_channels_first(y, layout)
-
-
-def _run_embedding(op: Op, args: list[torch.Tensor]) -> torch.Tensor:
-    table, indices = args
-    return F.embedding(indices, table)
-
-
-def _run_sdpa(op: Op, args: list[torch.Tensor]) -> torch.Tensor:
-    q, k, v, *mask = args
-    return F.scaled_dot_product_attention(q, k, v, attn_mask=mask[0] if mask else None,
-                                          is_causal=op.attrs.get("is_causal", False), scale=op.attrs.get("scale"))
-
-
-def _run_reshape(op: Op, args: list[torch.Tensor]) -> torch.Tensor:
-    return torch.reshape(args[0], op.attrs["shape"])
-
-
-def _run_expand(op: Op, args: list[torch.Tensor]) -> torch.Tensor:
-    return args[0].expand(op.attrs["shape"])
-
-
-def _run_permute(op: Op, args: list[torch.Tensor]) -> torch.Tensor:
-    return args[0].permute(op.attrs["dims"])
-
-
-def _run_slice(op: Op, args: list[torch.Tensor]) -> torch.Tensor:
-    a = op.attrs
-    index: list[Any] = [slice(None)] * args[0].dim()
-    index[a["dim"]] = slice(a["start"], a["end"], a.get("step", 1))
-    return args[0][tuple(index)]
-
-
-def _run_select(op: Op, args: list[torch.Tensor]) -> torch.Tensor:
-    return args[0].select(op.attrs["dim"], op.attrs["index"])
-
-
-def _run_cat(op: Op, args: list[torch.Tensor]) -> torch.Tensor:
-    return torch.cat(args, op.attrs["dim"])
-
-
-def _run_stack(op: Op, args: list[torch.Tensor]) -> torch.Tensor:
-    return torch.stack(args, op.attrs["dim"])
-
-
-def _saturate_int8(values: torch.Tensor) -> torch.Tensor:
-    return torch.clamp(torch.round(values), INT8_MIN, INT8_MAX).to(torch.int8)
-
-
-def _run_quantize(op: Op, args: list[torch.Tensor]) -> torch.Tensor:
-    x = args[0].to(torch.float32)
-    return _saturate_int8(x * scale_tensor(op.attrs, tuple(x.shape)))
-
-
-def _run_requantize(op: Op, args: list[torch.Tensor]) -> torch.Tensor:
-    acc = args[0].to(torch.float32)
-    return _saturate_int8(acc * scale_tensor(op.attrs, tuple(acc.shape)))
-
-
-def _run_dequantize(op: Op, args: list[torch.Tensor]) -> torch.Tensor:
-    acc = args[0].to(torch.float32)
-    return acc * scale_tensor(op.attrs, tuple(acc.shape))
-
-
-INTERPRETERS: dict[str, Callable[[Op, list[torch.Tensor]], torch.Tensor]] = {
-    "linear": _run_linear,
-    "matmul": _run_matmul,
-    **{kind: _run_conv for kind in CONV_KINDS},
-    **{kind: _run_binary for kind in BINARY_KINDS},
-    **{kind: _run_unary for kind in _UNARY},
-    "gelu": _run_gelu,
-    "clamp": _run_clamp,
-    "leaky_relu": _run_leaky_relu,
-    "pow": _run_pow,
-    "softmax": _run_softmax,
-    "layer_norm": _run_layer_norm,
-    "batch_norm": _run_batch_norm,
-    **{kind: _run_reduce for kind in REDUCE_KINDS},
-    **{kind: _run_pool for kind in POOL_KINDS},
-    "embedding": _run_embedding,
-    "sdpa": _run_sdpa,
-    "where": _run_where,
-    "pad": _run_pad,
-    "group_norm": _run_group_norm,
-    "roll": _run_roll,
-    "upsample": _run_upsample,
-    "index": _run_index,
-    "gather": _run_gather,
-    "cast": _run_cast,
-    **{kind: _run_arg for kind in ARG_KINDS},
-    "reshape": _run_reshape,
-    "expand": _run_expand,
-    "permute": _run_permute,
-    "slice": _run_slice,
-    "select": _run_select,
-    "cat": _run_cat,
-    "stack": _run_stack,
-    "quantize": _run_quantize,
-    "requantize": _run_requantize,
-    "dequantize": _run_dequantize,
-}
-_INTERPRETERS = INTERPRETERS  # the name earlier code used
-assert set(INTERPRETERS) == set(KINDS), set(KINDS) ^ set(INTERPRETERS)
+        return getattr(interpret, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -10,14 +10,14 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 from types import ModuleType
-from typing import Any
-
-import torch
+from typing import TYPE_CHECKING, Any
 
 from dse.errors import InputError
-from dse.workload.capture import capture
-from dse.workload.graph import Graph
-from dse.workload.libraries import prepare_torchvision
+
+if TYPE_CHECKING:  # torch loads with the first recipe: finding one and its cached facts need none
+    import torch
+
+    from dse.workload.graph import Graph
 
 RECIPES_DIR = Path(__file__).resolve().parents[2] / "recipes"
 _REQUIRED = ("load", "inputs")
@@ -46,11 +46,23 @@ def _model_file(name_or_path: str | Path) -> Path | None:
     return next((c.resolve() for c in candidates if c.is_file()), None)
 
 
-def load_recipe(name_or_path: str | Path) -> Recipe:
+def model_file(name_or_path: str | Path) -> Path:
+    """The recipe's model file (not imported); InputError when there is none."""
     path = _model_file(name_or_path)
     if path is None:
         looked_in = RECIPES_DIR if Path(name_or_path).parent == Path(".") else Path(name_or_path)
         raise InputError(looked_in, "workload.recipe", str(name_or_path), ", ".join(list_recipes()) or "(none)")
+    return path
+
+
+def recipe_name(name_or_path: str | Path) -> str:
+    """The recipe's name as `load_recipe` gives it, without importing it."""
+    path = model_file(name_or_path)
+    return path.parent.name if path.name == "model.py" else path.stem
+
+
+def load_recipe(name_or_path: str | Path) -> Recipe:
+    path = model_file(name_or_path)
     name = path.parent.name if path.name == "model.py" else path.stem
     data = path.read_bytes()
     source_hash = hashlib.sha256(data).hexdigest()
@@ -60,6 +72,8 @@ def load_recipe(name_or_path: str | Path) -> Recipe:
     spec = importlib.util.spec_from_file_location(module_name, path)
     module = importlib.util.module_from_spec(spec)
     sys.modules[module_name] = module  # dataclasses and pickling look the module up there
+    from dse.workload.libraries import prepare_torchvision
+
     prepare_torchvision()  # a recipe may import torchvision (or timm, which does)
     try:
         spec.loader.exec_module(module)
@@ -98,6 +112,8 @@ def full_params(recipe: Recipe, params: dict[str, Any]) -> dict[str, Any]:
 
 def instantiate(recipe: Recipe, **params: Any) -> tuple[torch.nn.Module, tuple]:
     """The recipe's module (`load(**params)`) and example inputs (`inputs(**params)`)."""
+    import torch
+
     _check_params(recipe, params)
     example_inputs = _call(recipe, "inputs", params)
     module = _call(recipe, "load", params)
@@ -115,6 +131,8 @@ def instantiate(recipe: Recipe, **params: Any) -> tuple[torch.nn.Module, tuple]:
 def run_module(recipe: Recipe, module: torch.nn.Module, inputs: tuple) -> Any:
     """The module on its example inputs (PyTorch's reference); a forward that raises is the
     recipe's error: one `InputError` naming the recipe and the error."""
+    import torch
+
     try:
         with torch.no_grad():
             return module(*inputs)
@@ -149,6 +167,8 @@ def _kind(value: Any) -> str:
 def capture_recipe(name_or_path: str | Path, **params: Any) -> Graph:
     recipe = load_recipe(name_or_path)
     module, example_inputs = instantiate(recipe, **params)
+    from dse.workload.capture import capture
+
     return capture(module, *example_inputs, name=recipe.name, source_path=recipe.path)
 
 
