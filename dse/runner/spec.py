@@ -359,8 +359,6 @@ def _check_stages(spec: Spec) -> None:
     """A staged workload (`workload.stages`): its own stage's role, every stage's recipe and
     params (as `_check_recipe_params`), roles distinct; knobs that would change one stage's
     graph are not supported with stages."""
-    from ..workload.recipes import instantiate
-
     w = spec.model.workload
     if not w.stages:
         if w.role is not None:
@@ -379,7 +377,7 @@ def _check_stages(spec: Spec) -> None:
             raise InputError(spec.path, f"{field}.recipe", stage.recipe,
                              "one of " + ", ".join(list_recipes()) + " or a recipe folder")
         try:
-            instantiate(load_recipe(stage.recipe), **stage.params)
+            check_builds(stage.recipe, stage.params)
         except InputError as exc:
             raise InputError(spec.path, f"{field}.params ({exc.field})", stage.params, exc.allowed) from None
     targets = [(f"space[{i}].target", k.target) for i, k in enumerate(spec.model.space)]
