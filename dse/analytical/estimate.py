@@ -143,10 +143,9 @@ def summarize(per_op: pd.DataFrame, candidates: Sequence[Candidate]) -> pd.DataF
     shared = g["shared_bytes"].max().reindex(range(n), fill_value=0).to_numpy()
     bad = per_op[~per_op["feasible"]].groupby("candidate")["reason"].first()
     reason = np.array([bad.get(i, "") for i in range(n)], dtype=object)
-    per_core = np.array([spmd_chip(c.chip, c.mapping.workers)[0].private_sram_bytes for c in candidates],
-                        dtype=np.float64)
-    unaddressable = np.array([spmd_chip(c.chip, c.mapping.workers)[0].unaddressable_sram_bytes for c in candidates],
-                             dtype=np.float64)
+    cores_chips = [spmd_chip(c.chip, c.mapping.workers)[0] for c in candidates]  # the chip its workers have
+    per_core = np.array([chip.private_sram_bytes for chip in cores_chips], dtype=np.float64)
+    unaddressable = np.array([chip.unaddressable_sram_bytes for chip in cores_chips], dtype=np.float64)
     workers = np.array([c.mapping.workers for c in candidates], dtype=np.int64)
     return pd.DataFrame({
         "candidate": np.arange(n), "candidate_hash": [c.hash for c in candidates], "feasible": feasible,

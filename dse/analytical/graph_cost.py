@@ -105,6 +105,7 @@ class GraphCost:
         self.worker_counts = sorted(set(int(w) for w in self.workers))
         self.tiles: dict[str, tuple[np.ndarray, np.ndarray]] = {}  # blocked accumulators: (tm, tn) per candidate
         self.plans: dict[MatmulShape, MatmulPlans] = {}
+        self.overlapped: dict[MatmulShape, MatmulPlans] = {}  # tiles as picked, before a serial re-costing
         self.streams = StreamCosts(graph, params, chips) if chips is not None else None
         self.too_many_reason = np.array([too_many_workers(w, name, c) for w, name, c
                                          in zip(params.workers, params.chip_names, params.cores)], dtype=object)
@@ -217,27 +218,34 @@ class GraphCost:
         """A grouped conv: per candidate, the Ball path (its copies, the block-diagonal GEMM,
         the unblock after it) where `grouped.on_matrix` takes it, else the conv on the core
         (reading its operands as they are: only their unblock / standardise copies)."""
-        on = on_matrix(self.graph, plan, self.params)
+        on = on_matrix(self.graph, plan, self.params, self._overlapped(plan.gemm))
         ball = self.op_cost(replace(plan, unit="conv"))
         core = self.op_cost(replace(plan, unit="core", after=(),
                                     copies=tuple(c for c in plan.copies if c.kind not in ("pad", "gather"))))
         return OpCost(*[np.where(on, getattr(ball, f.name), getattr(core, f.name)) for f in fields(OpCost)])
 
-    def _plans(self, shape: MatmulShape) -> MatmulPlans:
-        if shape not in self.plans:  # repeated layers share one evaluation
+    def _overlapped(self, shape: MatmulShape) -> MatmulPlans:
+        """The tiles the plan picks, by the overlapped cost whatever the emulator's mode
+        (and that cost), once per shape: repeated layers share one evaluation."""
+        if shape not in self.overlapped:
             serial = self.params.serial
-            if not serial.any():
-                self.plans[shape] = plan_matmuls(self.params, shape)
-            else:
-                # The plan picks tiles by the overlapped cost whatever the emulator's mode:
-                # pick them so, then cost those tiles in serial timing.
-                picked = plan_matmuls(replace(self.params, serial=np.zeros(self.n, dtype=bool)), shape)
+            params = replace(self.params, serial=np.zeros(self.n, dtype=bool)) if serial.any() else self.params
+            self.overlapped[shape] = plan_matmuls(params, shape)
+        return self.overlapped[shape]
+
+    def _plans(self, shape: MatmulShape) -> MatmulPlans:
+        """The picked tiles costed in each candidate's timing mode."""
+        if shape not in self.plans:
+            picked = self._overlapped(shape)
+            if self.params.serial.any():  # those tiles costed in serial timing
                 ok = picked.feasible
                 col = lambda a: np.where(ok, a, 16)[:, None]  # noqa: E731  (any tile where none fits)
                 cost = matmul_cost(self.params, shape, col(picked.tm), col(picked.tn), col(picked.tk))
+                values = dict(picked.values)
                 for name in ("cycles", "compute_cycles", "dma_cycles", "core_cycles", "busy_cycles"):
-                    picked.values[name] = np.where(ok, getattr(cost, name)[:, 0], 0)
-                self.plans[shape] = picked
+                    values[name] = np.where(ok, getattr(cost, name)[:, 0], 0)
+                picked = MatmulPlans(picked.feasible, picked.reason, values)
+            self.plans[shape] = picked
         return self.plans[shape]
 
     def _gemm(self, charges: Charges, plan: OpPlan) -> MatmulPlans:

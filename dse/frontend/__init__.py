@@ -5,7 +5,7 @@ against PyTorch by the pipeline. A recipe lists its steps in `steps.toml`.
 Names load on first use (PEP 562): a cached pipeline's result is served without torch.
 """
 
-import importlib
+from dse.lazy import lazy_attributes
 
 _SOURCES = {
     "pipeline": ("Context", "OutputCheck", "PipelineResult", "StageResult", "check_graph", "run_pipeline"),
@@ -14,16 +14,7 @@ _SOURCES = {
     "steps": ("BUILTIN", "DEFAULT_STEPS", "FLOAT_TOLERANCE", "StepDef", "StepSpec", "available_steps", "load_steps",
               "parse_step_list", "resolve_step"),
 }
-_MODULE_OF = {name: module for module, names in _SOURCES.items() for name in names}
-
-
-def __getattr__(name: str):
-    module = _MODULE_OF.get(name)
-    if module is None:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    value = getattr(importlib.import_module(f".{module}", __name__), name)
-    globals()[name] = value
-    return value
+__getattr__ = lazy_attributes(__name__, _SOURCES)
 
 
 __all__ = [

@@ -162,6 +162,7 @@ class ProgramBuilder:
             raise Infeasible(reason)
         if self.chip is not candidate.chip:
             self.cand = Candidate(self.chip, self.mapping)
+        self.params = CandidateArrays.from_candidates([self.cand])  # the plan's figures of this candidate
         self.cores: list[list] = [[] for _ in range(self.workers)]
         self.dram = dram or Dram()
         self.locs: dict[str, Loc] = {}
@@ -271,7 +272,7 @@ class ProgramBuilder:
         accumulator then copied out (the plan's `after`), or one core op; either writes the
         plan's M-padded row-major matrix."""
         op = plan.op
-        if on_matrix(self.graph, plan, CandidateArrays.from_candidates([self.cand]))[0]:
+        if on_matrix(self.graph, plan, self.params)[0]:
             w = np.asarray(self.graph.weights[op.inputs[1]]).astype(np.int8)
             rec = self._conv(plan, ready, block_diagonal(w, int(op.attrs["groups"])))
             self.locs[op.outputs[0]] = self.logical(op.outputs[0])
@@ -483,7 +484,7 @@ class ProgramBuilder:
         tm, tn, tk = plan.tm, plan.tn, plan.tk
         Mp, Np, Kp = shape.padded
         Mt, Nt, Kt = Mp // tm, Np // tn, Kp // tk
-        check = check_tiles(CandidateArrays.from_candidates([self.cand]), [tm], [tn], [tk], shape)
+        check = check_tiles(self.params, [tm], [tn], [tk], shape)
         col_a, col_b, col_c = int(check.col_a[0, 0]), int(check.col_b[0, 0]), int(check.col_c[0, 0])
         nbuf = int(check.buffers[0, 0])
 
@@ -696,15 +697,9 @@ def lower_stages(stages, chip, mapping, roles=None) -> StagedLowered:
         stage_chip, reason = cores_chip(chip, core_ids)
         if reason:
             raise Infeasible(reason)
-        try:
-            b = ProgramBuilder(graph, Candidate(stage_chip, mapping.model_copy(update={"workers": len(core_ids)})),
-                               inputs, dram)
-            for plan in plan_graph(graph, mapping.fusion):
-                b.lower_op(plan)
-        except Infeasible as exc:
-            role = roles[i] if roles else f"{i}"
-            raise Infeasible(stage_reason(Placed(role, tuple(core_ids), stage_chip), str(exc))) from None
-        builders.append(b)
+        placed = Placed(roles[i] if roles else f"{i}", tuple(core_ids), stage_chip)
+        builders.append(_build_stage(graph, mapping.model_copy(update={"workers": len(core_ids)}), inputs, dram,
+                                     placed))
     n = max(used) + 1
     cores: list[list] = [[] for _ in range(n)]
     for b, (_, _, core_ids) in zip(builders, stages):
@@ -717,11 +712,8 @@ def lower_stages(stages, chip, mapping, roles=None) -> StagedLowered:
         top = max(counts.values())
         for c in group:
             cores[c] += [Barrier()] * (top - counts[c])
-    img = dram.image()
-    program = Program(cores, {"dram": Region(0, (img.size,), "uint8")}, {}, dram_bytes=img.size,
-                      name=" + ".join(f"{b.graph.name} on cores {ids}" for b, (_, _, ids) in zip(builders, stages)))
-    lowered = [Lowered(b.graph, b.cand, program, img, b.locs, b.records, frozenset(b.fused)) for b in builders]
-    return StagedLowered(program, img, lowered, [list(ids) for _, _, ids in stages])
+    name = " + ".join(f"{b.graph.name} on cores {ids}" for b, (_, _, ids) in zip(builders, stages))
+    return _staged(builders, cores, dram, name, [list(ids) for _, _, ids in stages])
 
 
 def lower_placed(stages, candidate: Candidate) -> StagedLowered:
@@ -738,21 +730,30 @@ def lower_placed(stages, candidate: Candidate) -> StagedLowered:
         return lower_stages([(g, x, list(p.cores)) for (_, g, x), p in zip(stages, places)], chip, mapping,
                             roles=[p.role for p in places])
     dram = Dram()
-    builders = []
-    for (_, graph, inputs), p in zip(stages, places):
-        b = ProgramBuilder(graph, Candidate(p.chip, mapping), inputs, dram)
-        try:
-            for plan in plan_graph(graph, mapping.fusion):
-                b.lower_op(plan)
-        except Infeasible as exc:
-            raise Infeasible(stage_reason(p, str(exc))) from None
-        builders.append(b)
+    builders = [_build_stage(graph, mapping, inputs, dram, p) for (_, graph, inputs), p in zip(stages, places)]
     cores = [sum((list(b.cores[w]) for b in builders), []) for w in range(mapping.workers)]
+    name = " then ".join(f"{b.graph.name}" for b in builders) + f" on cores 0-{mapping.workers - 1}"
+    return _staged(builders, cores, dram, name, [list(p.cores) for p in places])
+
+
+def _build_stage(graph: Graph, mapping, inputs, dram: Dram, placed: Placed) -> "ProgramBuilder":
+    """One stage's program, built with its cores' own chip (`placed.chip`) into the shared
+    DRAM image; an infeasible op's reason names the stage, its cores and its chip."""
+    try:
+        b = ProgramBuilder(graph, Candidate(placed.chip, mapping), inputs, dram)
+        for plan in plan_graph(graph, mapping.fusion):
+            b.lower_op(plan)
+    except Infeasible as exc:
+        raise Infeasible(stage_reason(placed, str(exc))) from None
+    return b
+
+
+def _staged(builders, cores, dram: Dram, name: str, core_ids) -> StagedLowered:
+    """The stages' per-core instruction lists as one program over their one DRAM image."""
     img = dram.image()
-    program = Program(cores, {"dram": Region(0, (img.size,), "uint8")}, {}, dram_bytes=img.size,
-                      name=" then ".join(f"{b.graph.name}" for b in builders) + f" on cores 0-{mapping.workers - 1}")
+    program = Program(cores, {"dram": Region(0, (img.size,), "uint8")}, {}, dram_bytes=img.size, name=name)
     lowered = [Lowered(b.graph, b.cand, program, img, b.locs, b.records, frozenset(b.fused)) for b in builders]
-    return StagedLowered(program, img, lowered, [list(p.cores) for p in places])
+    return StagedLowered(program, img, lowered, core_ids)
 
 
 __all__ = ["ELEMENTWISE", "Infeasible", "Lowered", "OpLowering", "StagedLowered", "lower", "lower_placed", "lower_stages",

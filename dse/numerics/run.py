@@ -56,6 +56,13 @@ def _counter_summary(result, workers: int) -> dict[str, Any]:
     return out
 
 
+def op_row(o, prefix: str = "", workers_used: int | None = None) -> dict:
+    """A report's row of one lowered op (`OpLowering`); `prefix` names its stage or span."""
+    return {"op": prefix + o.name, "kind": o.kind, "how": o.how, "tile": list(o.tile) if o.tile else None,
+            "batch": o.batch, "banks": o.banks, "sram_bytes": o.sram_bytes,
+            "workers_used": o.workers_used if workers_used is None else workers_used, "instructions": o.instructions}
+
+
 def emulate_graph(graph: Graph, candidate: Candidate, inputs, expected=None, tolerance: float = FLOAT_TOLERANCE,
                   reference_kind: str = "quantized", mode: str = "overlapped", name: str = "",
                   reference: dict | None = None, elementwise: str = "auto",
@@ -91,9 +98,7 @@ def emulate_graph(graph: Graph, candidate: Candidate, inputs, expected=None, tol
     rep.cycles = int(result.cycles)
     rep.counters = _counter_summary(result, lowered.workers)
     rep.peak_sram_bytes = max(rep.counters["peak_allocated_bytes"], default=0)
-    rep.ops = [{"op": o.name, "kind": o.kind, "how": o.how, "tile": list(o.tile) if o.tile else None,
-                "batch": o.batch, "banks": o.banks, "sram_bytes": o.sram_bytes, "workers_used": o.workers_used,
-                "instructions": o.instructions} for o in lowered.ops]
+    rep.ops = [op_row(o) for o in lowered.ops]
     rep.lowered, rep.result = lowered, result
     rep.seconds = time.perf_counter() - t0
     return rep
@@ -244,9 +249,7 @@ def emulate_spans(graph: Graph, candidate: Candidate, inputs, expected=None, tol
     rep.cycles = int(result.cycles)
     rep.counters = _counter_summary(result, len(staged.program.cores))
     rep.peak_sram_bytes = max(rep.counters["peak_allocated_bytes"], default=0)
-    rep.ops = [{"op": f"w{w}:{o.name}", "kind": o.kind, "how": o.how, "tile": list(o.tile) if o.tile else None,
-                "batch": o.batch, "banks": o.banks, "sram_bytes": o.sram_bytes, "workers_used": 1,
-                "instructions": o.instructions} for w, low in enumerate(staged.stages) for o in low.ops]
+    rep.ops = [op_row(o, f"w{w}:", workers_used=1) for w, low in enumerate(staged.stages) for o in low.ops]
     rep.ops.insert(0, {"spans": [[s.lo, s.hi] for s in spans]})
     rep.result = result
     rep.seconds = time.perf_counter() - t0
@@ -303,9 +306,7 @@ def emulate_placed(stages: list[StageWork], candidate: Candidate, mode: str = "o
     rep.cycles = int(result.cycles)
     rep.counters = _counter_summary(result, len(staged.program.cores))
     rep.peak_sram_bytes = max(rep.counters["peak_allocated_bytes"], default=0)
-    rep.ops = [{"op": f"{s.role}:{o.name}", "kind": o.kind, "how": o.how, "tile": list(o.tile) if o.tile else None,
-                "batch": o.batch, "banks": o.banks, "sram_bytes": o.sram_bytes, "workers_used": o.workers_used,
-                "instructions": o.instructions} for s, low in zip(stages, staged.stages) for o in low.ops]
+    rep.ops = [op_row(o, f"{s.role}:") for s, low in zip(stages, staged.stages) for o in low.ops]
     rep.lowered, rep.result = staged.stages[0], result
     rep.seconds = time.perf_counter() - t0
     return rep

@@ -24,7 +24,7 @@ import numpy as np
 from ..cost.core import charged_elements, split_share
 from ..mapping.params import CandidateArrays
 from .graph_plan import OpPlan, copy_elements
-from .matmul import plan_matmuls
+from .matmul import MatmulPlans, plan_matmuls
 from .split import busiest_elements
 
 
@@ -39,13 +39,14 @@ def block_diagonal(w: np.ndarray, groups: int) -> np.ndarray:
     return dense
 
 
-def on_matrix(graph, plan: OpPlan, params: CandidateArrays) -> np.ndarray:
+def on_matrix(graph, plan: OpPlan, params: CandidateArrays, gemm: MatmulPlans | None = None) -> np.ndarray:
     """Per candidate: does the grouped conv of `plan` run on the matrix Ball? Where a tile
     fits and its path (the plan's copies before and after, each split as the lowering
     splits it, plus the GEMM's cycles) costs fewer cycles than the conv as one core op on
-    worker 0. Tiles are chosen in overlapped timing whatever the emulator's mode, as every
-    product's are."""
-    gemm = plan_matmuls(replace(params, serial=np.zeros(params.n, dtype=bool)), plan.gemm)
+    worker 0. Tiles (and their cycles) are those of overlapped timing whatever the
+    emulator's mode, as every product's are: `gemm`, when the caller has them already."""
+    if gemm is None:
+        gemm = plan_matmuls(replace(params, serial=np.zeros(params.n, dtype=bool)), plan.gemm)
     workers = np.asarray(params.workers, dtype=np.int64)
     copies = np.zeros(params.n)
     for w in sorted(set(workers.tolist())):

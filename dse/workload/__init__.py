@@ -4,25 +4,17 @@ Names load on first use (PEP 562): reading a graph (`dse.workload.graph`, a cach
 needs no torch; capture does.
 """
 
-import importlib
 import sys
 import types
+
+from dse.lazy import lazy_attributes
 
 _SOURCES = {
     "capture": ("UnsupportedOpError", "capture"),
     "graph": ("KINDS", "Graph", "Op", "OpCounts", "TensorSpec", "scale_tensor"),
     "recipes": ("Recipe", "capture_recipe", "instantiate", "list_recipes", "load_recipe"),
 }
-_MODULE_OF = {name: module for module, names in _SOURCES.items() for name in names}
-
-
-def __getattr__(name: str):
-    module = _MODULE_OF.get(name)
-    if module is None:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    value = getattr(importlib.import_module(f".{module}", __name__), name)
-    globals()[name] = value
-    return value
+__getattr__ = lazy_attributes(__name__, _SOURCES)
 
 
 class _Package(types.ModuleType):
