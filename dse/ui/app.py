@@ -17,7 +17,6 @@ from urllib.parse import urlencode
 
 import jinja2
 import pandas as pd
-from sqlalchemy import func, select
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
 from starlette.requests import Request
@@ -29,7 +28,6 @@ from ..errors import InputError
 from ..records import RecordNotFound, Store
 from ..records.reads import flatten
 from ..records.liveness import sweep_holder
-from ..records.schema import Candidate, Run
 from ..report.data import (accepted_candidates, candidate_metrics, meaningful_candidates, model_vs_emulator,
                            op_cycles_table)
 from ..report.html import fmt_value
@@ -200,7 +198,7 @@ class Workbench:
             except BadQuery as error:
                 raise Problem(400, "Bad query", str(error)) from None
             sweep = sweep_holder(connection, int(exp["id"]), self.store.stale_after)
-            last_id = connection.scalar(select(func.max(Candidate.id)).where(Candidate.experiment_id == exp["id"]))
+            last_id = queries.last_candidate_id(connection, int(exp["id"]))
             # This experiment's counts only (the store's summaries count every experiment's runs).
             counts = queries.outcome_counts(connection, int(exp["id"]))
         summary = {"n_candidates": sum(counts.values()), **{f"n_{k}": n for k, n in counts.items() if k != "not run"}}
@@ -275,9 +273,7 @@ class Workbench:
     def model_vs_emulator_json(self, request: Request) -> Response:
         exp = self.experiment(request.path_params["ref"])
         with self.connection() as connection:
-            emulated_any = connection.scalar(
-                select(func.count(Run.id)).join(Candidate, Run.candidate_id == Candidate.id)
-                .where(Candidate.experiment_id == exp["id"], Run.stage == "emulator", Run.status == "ok"))
+            emulated_any = queries.emulated_runs(connection, int(exp["id"]))
             # (no emulator run: nothing more to read, at 100,000 candidates)
             table = candidate_metrics(connection, exp["id"], ["latency_cycles"]) if emulated_any else pd.DataFrame()
         emulated = model_vs_emulator(self.store, int(exp["id"]), table, bool(emulated_any))

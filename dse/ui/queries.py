@@ -239,3 +239,15 @@ def candidate_rows(connection: Connection, experiment_id: int, ids: list[int]) -
     mine = connection.scalars(select(Candidate.id).where(Candidate.experiment_id == experiment_id,
                                                          Candidate.id.in_(ids))).all()
     return _rows(connection, sorted(mine))
+
+
+def last_candidate_id(connection: Connection, experiment_id: int) -> int | None:
+    """The experiment's newest candidate id (where a live page starts polling from)."""
+    return connection.scalar(select(func.max(Candidate.id)).where(Candidate.experiment_id == experiment_id))
+
+
+def emulated_runs(connection: Connection, experiment_id: int) -> int:
+    """How many of the experiment's emulator runs finished ok."""
+    return int(connection.scalar(
+        select(func.count(Run.id)).join(Candidate, Run.candidate_id == Candidate.id)
+        .where(Candidate.experiment_id == experiment_id, Run.stage == "emulator", Run.status == "ok")) or 0)
