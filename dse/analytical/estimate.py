@@ -35,7 +35,7 @@ TIMINGS = ("overlapped", "serial")
 
 def estimate(graph, candidates: Sequence[Candidate],
              calibration: Mapping[str, Mapping[str, float]] | None = None,
-             timing: str = "overlapped") -> pd.DataFrame:
+             timing: str = "overlapped", plans=None) -> pd.DataFrame:
     """One row per candidate x op: cycles, DMA, SRAM, tile and feasibility with its reason.
 
     `timing` mirrors the emulator's modes: "overlapped" (the default) or "serial" (the
@@ -44,7 +44,7 @@ def estimate(graph, candidates: Sequence[Candidate],
     either. `calibration` maps a chip name to fitted constants
     (`dse.analytical.calibration`): a candidate on a chip of that name gets ``core x
     core_scale + ball x ball_scale + syncs x sync_cycles`` cycles per op instead of the
-    uncalibrated figure."""
+    uncalibrated figure. `plans`: the graph's plan to cost (`graph_costs`), else its own."""
     if timing not in TIMINGS:
         raise ValueError(f"timing must be one of {TIMINGS}, got {timing!r}")
     # Each candidate costed with the parameters of the cores its workers run on (their core
@@ -55,7 +55,7 @@ def estimate(graph, candidates: Sequence[Candidate],
     params.serial[:] = timing == "serial"
     n, ops = params.n, graph.ops
     chips = [c.chip for c in costed]
-    per_op = graph_costs(graph, params, chips)
+    per_op = graph_costs(graph, params, chips, plans)
     halo = np.zeros((len(ops), n), dtype=np.int64)
     _span_partitioned(graph, costed, params, chips, per_op, halo)
     spans_groups = np.array([bool(r) and c.mapping.workers <= c.chip.cores.count

@@ -312,9 +312,14 @@ class GraphCost:
         self.close(charges, False)
 
 
-def graph_costs(graph: Graph, params: CandidateArrays, chips=None) -> list[OpCost]:
+def graph_costs(graph: Graph, params: CandidateArrays, chips=None, plans=None) -> list[OpCost]:
     """Every op's cost for every candidate, each candidate following the plan of its own
-    ``mapping.fusion`` (candidates are costed per fusion choice, then put back in order)."""
+    ``mapping.fusion`` (candidates are costed per fusion choice, then put back in order).
+    `plans`: the graph's plan as given (one fusion choice for every candidate), e.g. with a
+    placement's hand-offs marked on it (`dse.analytical.placed.estimate_layers`)."""
+    if plans is not None:
+        costs = GraphCost(graph, params, chips)
+        return [costs.op_cost(plan) for plan in plans]
     choices = list(dict.fromkeys(params.fusion))
     if len(choices) <= 1:
         costs = GraphCost(graph, params, chips)

@@ -14,6 +14,13 @@ stage), for all candidates of one placement at once. The totals follow what the 
   epochs of ``cycles / b`` each (an op without a sync joins the next epoch); the latency
   is the sum over epochs of the slowest stage's epoch (`lockstep_cycles`). The SRAM a
   candidate asks for is every used core's own banks (its group's).
+
+One graph in ranges of ops (``"layers"``, `estimate_layers`): each range's ops costed on its
+group's chip with the plan's hand-offs marked (`dse.plan.placement.handoffs`: the first
+matmul of a range reads its A from shared memory, `MatmulShape.a_shared`), the ranges one
+after another: latency is the sum of the ranges', plus per boundary its BARRIER and the
+hand-off's loads into shared memory (`handoff_cycles`). ``"auto"`` (`resolve_auto`) costs
+every option and takes the fastest.
 """
 
 from __future__ import annotations
@@ -23,8 +30,14 @@ from typing import Sequence
 import numpy as np
 import pandas as pd
 
-from ..mapping import Candidate
-from ..plan.placement import place, stage_reason
+from dataclasses import replace
+
+from ..cost.dma import dma_cycles_for
+from ..mapping import Candidate, CandidateArrays, check_tiles
+from ..mapping.candidate import Mapping
+from ..plan.graph_plan import plan_graph
+from ..plan.placement import (boundary_tensors, handoff_note, handoff_why, handoffs, layer_ranges, place, place_layers,
+                              stage_reason)
 from .estimate import TOTAL_COLUMNS, estimate, summarize
 
 SUMMED = ("compute_cycles", "dma_cycles", "core_cycles", "busy_cycles", "dma_bytes")
@@ -128,10 +141,146 @@ def estimate_placed(stages: Sequence[tuple[str, object]], candidates: Sequence[C
     return pd.DataFrame(rows, columns=TOTAL_COLUMNS), per_stage
 
 
+def handoff_cycles(chip, tiles: int, tile_bytes: int, loaders: int) -> int:
+    """The hand-off of `tiles` A tiles of `tile_bytes` into shared memory by `loaders` cores
+    (dealt round-robin, as `dse.lower.lower_layers` emits them): the busiest core's transfers
+    back to back, or the system bus carrying them all, whichever is longer, the last landing
+    ``shared_memory.latency_cycles`` later."""
+    d = int(dma_cycles_for(tile_bytes, chip))
+    per = -(-tiles // loaders)
+    return max(per * d, -(-tiles * tile_bytes // chip.dma.system_bus_bytes)) + chip.shared_memory.latency_cycles
+
+
+def estimate_layers(graph, candidates: Sequence[Candidate], calibration=None
+                    ) -> tuple[pd.DataFrame, pd.DataFrame, list[str]]:
+    """``mapping.placement = "layers"`` for each candidate: totals (`TOTAL_COLUMNS`), the
+    per-op frame (`estimate`'s columns: each op costed on its range's group, candidates
+    that could not be placed have no rows) and per candidate its notes (how every tensor
+    between ranges went: `handoff_note` / `handoff_why`, the lowering's words)."""
+    n = len(candidates)
+    rows: list[dict | None] = [None] * n
+    notes = [""] * n
+    frames = []
+    by_cut: dict[tuple, list[int]] = {}
+    for i, c in enumerate(candidates):
+        by_cut.setdefault((c.mapping.fusion, c.mapping.cuts, c.mapping.handoff), []).append(i)
+    for (fusion, cuts, handoff), idx in by_cut.items():
+        plans = plan_graph(graph, fusion)
+        ranges = layer_ranges(len(plans), cuts)[0]  # a bad cut: place_layers's reason below
+        placed = {i: place_layers(candidates[i].chip, cuts, len(plans)) for i in idx}
+        for i in idx:
+            if placed[i][2]:
+                rows[i] = _infeasible(i, candidates[i], placed[i][2])
+        ok = [i for i in idx if not placed[i][2]]
+        if not ok:
+            continue
+        handed = handoffs(plans, ranges) if handoff != "dram" else {}
+        costed = [replace(p, gemm=replace(p.gemm, a_shared=True)) if p.op.name in handed else p for p in plans]
+        by_range = []
+        for r, rg in enumerate(ranges):
+            cands = [Candidate(placed[i][0][r].chip,
+                               candidates[i].mapping.model_copy(update={"workers": len(placed[i][0][r].cores)}))
+                     for i in ok]
+            per_op = estimate(graph, cands, calibration, plans=costed)
+            names = {plans[k].op.name for k in rg}
+            part = per_op[per_op["op"].isin(names)].copy()
+            part["candidate"] = np.asarray(ok)[part["candidate"].to_numpy()]
+            part["candidate_hash"] = [candidates[i].hash for i in part["candidate"]]
+            by_range.append(part)
+        frames += by_range
+        groups = [{cand: g for cand, g in part.groupby("candidate")} for part in by_range]
+        boundary = boundary_tensors(plans, ranges)
+        for i in ok:
+            c, places = candidates[i], placed[i][0]
+            parts = [g[i] for g in groups]
+            bad = next((r for r, p in enumerate(parts) if not p["feasible"].all()), None)
+            if bad is not None:
+                first = parts[bad][~parts[bad]["feasible"]].iloc[0]
+                rows[i] = _infeasible(i, c, stage_reason(places[bad], str(first["reason"])))
+                continue
+            latency = sum(float(p["cycles"].sum()) for p in parts)
+            extra_bytes, a_banks, said = 0, {}, {}
+            for r, p in enumerate(parts[1:], 1):
+                latency += c.chip.front_end.barrier_cycles  # the BARRIER that closes the range before
+                op = next((name for name in p["op"] if name in handed), None)
+                if op is None:
+                    continue
+                shape = next(pl.gemm for pl in costed if pl.op.name == op)
+                row = p[p["op"] == op].iloc[0]
+                tm, tn, tk = int(row["tile_m"]), int(row["tile_n"]), int(row["tile_k"])
+                check = check_tiles(CandidateArrays.from_candidates([Candidate(places[r].chip, c.mapping)]),
+                                    [tm], [tn], [tk], shape)
+                if not bool(check.shared_a[0, 0]):
+                    continue
+                tiles = int(check.shared_a_tiles[0, 0])
+                latency += handoff_cycles(places[r - 1].chip, tiles, tm * tk, len(places[r - 1].cores))
+                extra_bytes += tiles * tm * tk
+                a_banks[op] = tiles * c.chip.shared_memory.rows * c.chip.shared_memory.row_bytes
+                said[(handed[op], r)] = handoff_note(handed[op], op, tiles * tm * tk)
+            lines = [said.get((t, r)) or handoff_why(t, reader, next((o for o, tt in handed.items() if tt == t and
+                                                                      o in {plans[k].op.name for k in ranges[r]}), None),
+                                                     handoff) for t, r, reader in boundary]
+            notes[i] = "; ".join(lines)
+            all_rows = pd.concat(parts)
+            # the emulator counts every shared bank the run touched: B tiles count up from the
+            # bottom bank, hand-off A tiles down from the top
+            b_shared = (all_rows["shared_bytes"] - all_rows["op"].map(a_banks).fillna(0)).max()
+            sram_per_core = [p.chip.private_sram_bytes for p in places for _ in p.cores]
+            unaddressable = sum(p.chip.unaddressable_sram_bytes for p in places for _ in p.cores)
+            cores = sum(len(p.cores) for p in places)
+            row = {"candidate": i, "candidate_hash": c.hash, "feasible": True, "reason": "",
+                   "latency_cycles": latency, "workers": cores,
+                   "peak_sram_bytes": float(all_rows["sram_bytes"].max()),
+                   "shared_sram_bytes": float(b_shared) + max(a_banks.values(), default=0),
+                   "private_sram_per_core_bytes": float(max(sram_per_core)),
+                   "private_sram_bytes": float(sum(sram_per_core)),
+                   "unaddressable_sram_bytes": float(unaddressable)}
+            for name in SUMMED:
+                row[name] = float(all_rows[name].sum())
+            row["dma_bytes"] += extra_bytes
+            row["utilisation"] = row["busy_cycles"] / max(cores * latency, 1)
+            rows[i] = row
+    per_op = pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
+    return pd.DataFrame(rows, columns=TOTAL_COLUMNS), per_op, notes
+
+
+def auto_options(graph, candidate: Candidate) -> list[Mapping]:
+    """What ``placement = "auto"`` chooses among, in order (the first wins a tie): SPMD on
+    ``mapping.workers``, then, on a chip of two or more core groups, two ranges cut before
+    each matmul of the plan (the ranges' first matmul can take its A through shared memory)."""
+    m = candidate.mapping.model_dump(exclude_none=True)
+    m.pop("placement")
+    handoff = m.pop("handoff", None)
+    options = [Mapping.model_validate(m)]
+    if len(candidate.chip.cores.groups) >= 2:
+        plans = plan_graph(graph, candidate.mapping.fusion)
+        for k, p in enumerate(plans):
+            if k and p.unit == "matrix":
+                options.append(Mapping.model_validate({**m, "placement": "layers", "cuts": (k,),
+                                                       **({"handoff": handoff} if handoff else {})}))
+    return options
+
+
+def resolve_auto(graph, candidate: Candidate, calibration=None) -> Mapping:
+    """The mapping ``placement = "auto"`` stands for: of `auto_options`, the one of lowest
+    modelled latency (the first on a tie; SPMD when none is feasible). Deterministic: the
+    analytical stage and the emulator stage resolve it alike."""
+    options = auto_options(graph, candidate)
+    spmd = summarize(estimate(graph, [Candidate(candidate.chip, options[0])], calibration),
+                     [Candidate(candidate.chip, options[0])]).iloc[0]
+    latency = [float(spmd["latency_cycles"]) if spmd["feasible"] else np.inf]
+    if len(options) > 1:
+        totals, _, _ = estimate_layers(graph, [Candidate(candidate.chip, m) for m in options[1:]], calibration)
+        latency += [float(t["latency_cycles"]) if t["feasible"] else np.inf for _, t in totals.iterrows()]
+    best = int(np.argmin(latency)) if np.isfinite(latency).any() else 0
+    return options[best]
+
+
 def _infeasible(i: int, c: Candidate, reason: str) -> dict:
     row = {name: np.nan for name in TOTAL_COLUMNS}
     row.update(candidate=i, candidate_hash=c.hash, feasible=False, reason=reason, workers=c.mapping.workers)
     return row
 
 
-__all__ = ["coupled_stages", "epoch_cycles", "estimate_placed", "lockstep_cycles"]
+__all__ = ["auto_options", "coupled_stages", "epoch_cycles", "estimate_layers", "estimate_placed", "handoff_cycles",
+           "lockstep_cycles", "resolve_auto"]

@@ -99,8 +99,8 @@ def matmul_cost(params: CandidateArrays, shape: MatmulShape, tm, tn, tk) -> Matm
     bytes_a, bytes_b, bytes_c = tm * tk * INT8_BYTES, tk * tn * INT8_BYTES, tm * tn * INT32_BYTES
     dA, dB, dC = (dma_cycles(x, *dma) for x in (bytes_a, bytes_b, bytes_c))
     d_bias = dC if shape.bias else 0
-    shared_b = check.shared_b
-    sh_lat = np.where(shared_b, col("shared_latency"), 0)
+    shared_b, shared_a = check.shared_b, check.shared_a
+    sh_lat = np.where(shared_b | shared_a, col("shared_latency"), 0)
     c = ball_cycles(params, tm, tn, tk) + sh_lat  # a shared operand adds its access latency
 
     # Which output tiles load A and/or B (bank reuse), per worker.
@@ -112,6 +112,11 @@ def matmul_cost(params: CandidateArrays, shape: MatmulShape, tm, tn, tk) -> Matm
     n_ab = np.where(a_res, np.where(b_res, b_groups, b * mb), np.where(b_res, b_groups * nb, P))
     n_a = np.where(a_res, np.where(b_res, b * mb - b_groups, 0), np.where(b_res, P - b_groups * nb, 0))
     n_b = np.where(a_res, np.where(b_res, b_groups * nb - b_groups, P - b * mb), 0)
+    # A handed off in shared memory (loaded there by the range before, `dse.analytical.placed`):
+    # no tile loads A; B as when A stays resident
+    n_b = np.where(shared_a, np.where(b_res, b_groups * nb, P), n_b)
+    n_ab = np.where(shared_a, 0, n_ab)
+    n_a = np.where(shared_a, 0, n_a)
     n_0 = P - n_ab - n_a - n_b
 
     fence = col("framework")
@@ -143,7 +148,7 @@ def matmul_cost(params: CandidateArrays, shape: MatmulShape, tm, tn, tk) -> Matm
     # Serial timing (the framework's emulator): every transfer and matmul one after
     # another, the MSETs of the buffers (A, B unless shared, C) and their frees too, no
     # contention.
-    msets = np.where(shared_b, 4, 6) * nbuf * col("mset_cycles")
+    msets = (6 - 2 * shared_b.astype(np.int64) - 2 * shared_a) * nbuf * col("mset_cycles")
     serial = dma_worker + compute_worker + msets + pre_loads * sh_lat
     gemm = np.where(col("serial"), serial, preload + np.maximum(worker_cycles, bus_cycles))
     worker_cycles = np.where(col("serial"), serial, worker_cycles + preload)
@@ -160,8 +165,9 @@ def matmul_cost(params: CandidateArrays, shape: MatmulShape, tm, tn, tk) -> Matm
     busy = (worker_cycles * blocks // per + np.ceil(packs_all)).astype(np.int64)
     sram = check.banks * col("usable_rows") * col("row_bytes")  # the rows an instruction can address
     # An accumulator line spans acc_col physical banks (one row of each).
-    rows_used = nbuf * (check.lines_a + np.where(shared_b, 0, check.lines_b) + col("acc_col") * check.lines_c)
-    shared_bytes = check.shared_tiles * col("shared_rows") * col("shared_row_bytes")
+    rows_used = nbuf * (np.where(shared_a, 0, check.lines_a) + np.where(shared_b, 0, check.lines_b)
+                        + col("acc_col") * check.lines_c)
+    shared_bytes = (check.shared_tiles + check.shared_a_tiles) * col("shared_rows") * col("shared_row_bytes")
     return MatmulCost(check, cycles, compute_worker, dma_worker, core, busy, total_bytes, sram, rows_used, workers,
                       shared_bytes)
 

@@ -8,7 +8,7 @@ SRAM).
 
 from ..plan.memory import Blocked, Dram, Loc
 from ..plan.units import Infeasible
-from .lower import Lowered, OpLowering, StagedLowered, lower, lower_placed, lower_stages
+from .lower import LayeredLowered, Lowered, OpLowering, StagedLowered, lower, lower_layers, lower_placed, lower_stages
 
-__all__ = ["Blocked", "Dram", "Infeasible", "Loc", "Lowered", "OpLowering", "StagedLowered", "lower", "lower_placed",
-           "lower_stages"]
+__all__ = ["Blocked", "Dram", "Infeasible", "LayeredLowered", "Loc", "Lowered", "OpLowering", "StagedLowered", "lower",
+           "lower_layers", "lower_placed", "lower_stages"]

@@ -74,7 +74,8 @@ from ..plan.graph_plan import OpPlan, plan_graph
 from ..plan.grouped import block_diagonal, on_matrix
 from ..plan.matmul import plan_matmul
 from ..plan.memory import Blocked, Dram, Loc, emu_dtype
-from ..plan.placement import Placed, cores_chip, place, spmd_chip, stage_reason
+from ..plan.placement import (Placed, boundary_tensors, cores_chip, handoff_note, handoff_why, handoffs, place, place_layers,
+                              spmd_chip, stage_reason)
 from ..plan.split import shared_loads, split_core_op
 from ..plan.streams import ELEMENTWISE, Stream, relu_stream, scale_core_op, scale_stream, stream_or_core
 from ..plan.units import Infeasible, conv_pad, relu_ball, reshape_view, sync_after, too_many_workers
@@ -145,7 +146,7 @@ class ProgramBuilder:
     """Emits one graph's program for one candidate, op by op, as the plan decides."""
 
     def __init__(self, graph: Graph, candidate: Candidate, inputs, dram: Dram | None = None,
-                 elementwise: str = "auto"):
+                 elementwise: str = "auto", locs: dict[str, Loc] | None = None):
         if elementwise not in ELEMENTWISE:
             raise ValueError(f"elementwise must be one of {ELEMENTWISE}, got {elementwise!r}")
         self.elementwise = elementwise
@@ -165,13 +166,18 @@ class ProgramBuilder:
         self.params = CandidateArrays.from_candidates([self.cand])  # the plan's figures of this candidate
         self.cores: list[list] = [[] for _ in range(self.workers)]
         self.dram = dram or Dram()
-        self.locs: dict[str, Loc] = {}
+        # `locs` given: a later range of one graph (`lower_layers`), whose tensors so far (and
+        # weights placed so far) are where the ranges before left them
+        self.locs: dict[str, Loc] = {} if locs is None else locs
         self.unblocked: dict[str, Loc] = {}
+        self.handoff_ops: frozenset[str] = frozenset()  # matmuls whose A the range before hands off
+        self.handoff_loaders: list[list] = []  # that range's cores, which load it into shared memory
+        self.handoffs: list[tuple[str, str, int, int]] = []  # (op, tensor, shared tiles, bytes) handed off
         self.records: list[OpLowering] = []
         self.fused: set[str] = set()
         self.consumers = graph.consumers()
         coreop.ensure_registered()
-        for name, value in zip(graph.inputs, inputs):
+        for name, value in zip(graph.inputs, inputs if locs is None else ()):
             spec = graph.tensors[name]
             self.locs[name] = self.dram.tensor(spec.shape, spec.dtype, _np(value))
 
@@ -477,7 +483,8 @@ class ProgramBuilder:
         loc, b_is_nk, nbB)."""
         chip, mp = self.chip, self.mapping
         nbB = b[1].shape[0] if b[0] == "weight" else b[3]
-        shape = MatmulShape(M, N, K, nb, b_weight=b[0] == "weight", b_batched=nbB > 1, bias=bias is not None)
+        shape = MatmulShape(M, N, K, nb, b_weight=b[0] == "weight", b_batched=nbB > 1, bias=bias is not None,
+                            a_shared=op.name in self.handoff_ops)
         plan = plan_matmul(chip, mp, shape)
         if not plan.feasible:
             raise Infeasible(f"op {op.name}: {plan.reason}")
@@ -552,14 +559,25 @@ class ProgramBuilder:
             for w, mine in enumerate(shared_loads(computing, chip.cores.tile_size, shared_tiles)):
                 self.cores[w] += [Mvin(sm.first_bank_id + j, b_base + j * tn * tk, lines_b, 0) for j in mine]
             self.sync(False)
+        # A handed off through shared memory (`dse.plan.placement.handoffs`): A tile (bi, mi) in
+        # shared bank first_bank_id + banks - 1 - (bi * Mt + mi), loaded there by the cores of
+        # the range before, dealt round-robin, after its last op (`lower_layers` then BARRIERs)
+        shared_a = bool(check.shared_a[0, 0])
+        if shared_a:
+            top = sm.first_bank_id + sm.banks - 1
+            loaders = self.handoff_loaders
+            for j in range(nb * Mt):
+                bi, mi = divmod(j, Mt)
+                loaders[j % len(loaders)].append(Mvin(top - j, a_tile(bi, mi, 0), lines_a, 0))
+            self.handoffs.append((op.name, op.inputs[0], nb * Mt, nb * Mt * lines_a * 16))
         used = 0
         for w, (ms, ns) in enumerate(share):
             if len(ms) == 0 or len(ns) == 0:
                 continue
             used += 1
             prog = self.cores[w]
-            ids_a = list(range(nbuf))
-            ids_b = [] if shared_b else list(range(nbuf, 2 * nbuf))
+            ids_a = [] if shared_a else list(range(nbuf))
+            ids_b = [] if shared_b else list(range(len(ids_a), len(ids_a) + nbuf))
             ids_c = list(range(len(ids_a) + len(ids_b), len(ids_a) + len(ids_b) + nbuf))
             prog += [Mset(i, col_a) for i in ids_a] + [Mset(i, col_b) for i in ids_b] + [Mset(i, col_c) for i in ids_c]
             held_a: dict[int, tuple] = {}
@@ -585,7 +603,10 @@ class ProgramBuilder:
                         if bias_base is not None:
                             prog.append(Mvin(c, bias_base + ni * tm * tn * 4, lines_c, 0))
                         for ki in range(Kt):
-                            a = load("a", held_a, ids_a, (bi, mi, ki), a_tile(bi, mi, ki), lines_a)
+                            if shared_a:
+                                a = sm.first_bank_id + sm.banks - 1 - (bi * Mt + mi)
+                            else:
+                                a = load("a", held_a, ids_a, (bi, mi, ki), a_tile(bi, mi, ki), lines_a)
                             if shared_b:
                                 b = sm.first_bank_id + ((bi if nbB > 1 else 0) * Nt + ni) * Kt + ki
                             else:
@@ -601,7 +622,7 @@ class ProgramBuilder:
         banks = int(check.banks[0, 0])
         return c_loc, OpLowering(op.name, op.kind, "matrix", (tm, tn, tk), nb, banks,
                                  banks * chip.addressable_rows * chip.banks.row_bytes, used,
-                                 shared_bytes=shared_tiles * sm.rows * sm.row_bytes)
+                                 shared_bytes=(shared_tiles + (nb * Mt if shared_a else 0)) * sm.rows * sm.row_bytes)
 
     def finish(self) -> Lowered:
         img = self.dram.image()
@@ -736,6 +757,89 @@ def lower_placed(stages, candidate: Candidate) -> StagedLowered:
     return _staged(builders, cores, dram, name, [list(p.cores) for p in places])
 
 
+@dataclass
+class LayeredLowered(StagedLowered):
+    """One graph in ranges of ops on core groups (`lower_layers`): its one `Lowered` (every
+    op's record, in order) and what went between the ranges."""
+
+    lowered: Lowered | None = None
+    # per tensor handed to a later range: (tensor, reading range, how: "shared" or "dram", why)
+    handoffs: list[tuple[str, int, str, str]] = field(default_factory=list)
+    handoff_bytes: int = 0  # bytes the ranges' cores loaded into shared memory for the next range
+
+
+def lower_layers(graph: Graph, candidate: Candidate, inputs) -> LayeredLowered:
+    """``mapping.placement = "layers"``: the graph's ops cut into ranges at ``mapping.cuts``,
+    range r built for every core of core group r with that group's chip
+    (`dse.plan.placement.place_layers`), one program over one DRAM image, every tensor where
+    the range that wrote it left it. Between ranges a BARRIER on every core of the tile (the
+    cores of the other groups meet each BARRIER of the running range with one of their own,
+    so the ranges run one after another). A range's first matmul whose A an earlier range
+    wrote (`handoffs`, unless ``mapping.handoff = "dram"``) reads it from shared memory where
+    its tiles fit (`MatmulShape.a_shared`): the cores of the range before load them there
+    after their last op, before that BARRIER."""
+    chip, mapping = candidate.chip, candidate.mapping
+    plans = plan_graph(graph, mapping.fusion)
+    places, ranges, reason = place_layers(chip, mapping.cuts, len(plans))
+    if reason:
+        raise Infeasible(reason)
+    handed = handoffs(plans, ranges) if mapping.handoff != "dram" else {}
+    dram = Dram()
+    locs: dict[str, Loc] = {}
+    builders: list[ProgramBuilder] = []
+    for r, (p, rg) in enumerate(zip(places, ranges)):
+        try:
+            b = ProgramBuilder(graph, Candidate(p.chip, mapping.model_copy(update={"workers": len(p.cores)})),
+                               inputs, dram, locs=locs if r else None)
+            if r:
+                b.unblocked = builders[-1].unblocked  # row-major copies made so far
+                b.fused = builders[-1].fused
+                b.handoff_ops = frozenset(plans[i].op.name for i in rg) & set(handed)
+                b.handoff_loaders = builders[-1].cores
+            for i in rg:
+                b.lower_op(plans[i])
+        except Infeasible as exc:
+            raise Infeasible(stage_reason(p, str(exc))) from None
+        locs = b.locs
+        builders.append(b)
+    n = max(c for p in places for c in p.cores) + 1
+    tile_cores = list(range(n))  # one tile (`place_layers`): every core up to the last used meets the BARRIERs
+    cores: list[list] = [[] for _ in range(n)]
+    met = 0  # BARRIERs every core of the tile has passed
+    for r, (b, p) in enumerate(zip(builders, places)):
+        for w, c in enumerate(p.cores):
+            cores[c] += b.cores[w]
+        # the range's BARRIERs, met by every other core of the tile; then one that closes it
+        met += max(sum(isinstance(i, Barrier) for i in prog) for prog in b.cores)
+        for c in tile_cores:
+            cores[c] += [Barrier()] * (met - sum(isinstance(i, Barrier) for i in cores[c]))
+            if r < len(builders) - 1:
+                cores[c].append(Barrier())
+        met += r < len(builders) - 1
+    img = dram.image()
+    program = Program(cores, {"dram": Region(0, (img.size,), "uint8")}, {}, dram_bytes=img.size,
+                      name=f"{graph.name} in {len(ranges)} ranges on " + ", ".join(p.role for p in places))
+    for name in graph.outputs:
+        loc = locs[name]
+        if loc.blocked is None:
+            program.outputs[name] = Region(loc.addr, loc.buffer_shape, emu_dtype(loc.dtype))
+    records = [rec for b in builders for rec in b.records]
+    whole = Lowered(graph, candidate, program, img, locs, records, frozenset(builders[-1].fused))
+    shared = {(t, op): n_bytes for b in builders for op, t, _, n_bytes in b.handoffs}
+    notes = []
+    for t, r, reader in boundary_tensors(plans, ranges):
+        how = next((("shared", handoff_note(t, op, nb)) for (tt, op), nb in shared.items()
+                    if tt == t and any(plans[i].op.name == op for i in ranges[r])), None)
+        if how is None:
+            offered = next((op for op, tt in handed.items() if tt == t and op in {plans[i].op.name for i in ranges[r]}),
+                           None)
+            how = ("dram", handoff_why(t, reader, offered, mapping.handoff))
+        notes.append((t, r, *how))
+    staged = LayeredLowered(program, img, [whole], [list(p.cores) for p in places], whole, notes,
+                            sum(shared.values()))
+    return staged
+
+
 def _build_stage(graph: Graph, mapping, inputs, dram: Dram, placed: Placed) -> "ProgramBuilder":
     """One stage's program, built with its cores' own chip (`placed.chip`) into the shared
     DRAM image; an infeasible op's reason names the stage, its cores and its chip."""
@@ -756,5 +860,5 @@ def _staged(builders, cores, dram: Dram, name: str, core_ids) -> StagedLowered:
     return StagedLowered(program, img, lowered, core_ids)
 
 
-__all__ = ["ELEMENTWISE", "Infeasible", "Lowered", "OpLowering", "StagedLowered", "lower", "lower_placed", "lower_stages",
-           "sram_lifetimes"]
+__all__ = ["ELEMENTWISE", "Infeasible", "LayeredLowered", "Lowered", "OpLowering", "StagedLowered", "lower",
+           "lower_layers", "lower_placed", "lower_stages", "sram_lifetimes"]

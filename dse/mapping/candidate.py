@@ -55,13 +55,30 @@ class Mapping(BaseModel):
     fusion: Literal["materialize", "fuse"] | None = None
     # Where the workload's stages (an LLM's phases) run: None ("spmd", the default, left out
     # of the identity) every stage on workers 0..W-1 one after another; "phase" each stage on
-    # every core of the core group whose role names it, all at once (`dse.plan.placement`).
-    placement: Literal["phase"] | None = None
+    # every core of the core group whose role names it, all at once; "layers" one graph cut
+    # into contiguous ranges of ops at `cuts`, range r on every core of core group r, one
+    # range after another, the tensors a range hands to the next through shared memory
+    # (`handoff`); "auto" whichever of those the model finds fastest (`dse.plan.placement`,
+    # `dse.analytical.placed.resolve_auto`).
+    placement: Literal["phase", "layers", "auto"] | None = None
+    # Placement "layers": the indices (in the graph's op order, as `dse graph` numbers them
+    # from 0) of the ops that begin the second, third, ... range: increasing, at least one.
+    cuts: tuple[PositiveInt, ...] | None = None
+    # Placement "layers": how a tensor one range writes reaches the matmul of the next range
+    # that reads it as A: "shared" (None, the default) the writing range's cores load its A
+    # tiles into the tile's shared memory and the reading range's matrix Ball reads them
+    # there, where that fits (else DRAM, as the candidate's notes say); "dram" always DRAM.
+    handoff: Literal["shared", "dram"] | None = None
 
     @field_validator("placement", mode="before")
     @classmethod
     def _spmd_is_the_default(cls, v):
         return None if v == "spmd" else v  # one spelling of the default, one identity
+
+    @field_validator("handoff")
+    @classmethod
+    def _shared_is_the_default(cls, v):
+        return None if v == "shared" else v
 
     @field_validator("partition")
     @classmethod
@@ -86,6 +103,22 @@ class Mapping(BaseModel):
             raise PydanticCustomError("fields", "partition = tiles with weights = shared (spans have no barrier "
                                       "at which one shared copy of the weights is ready for every worker)",
                                       {"field": "weights", "value": self.weights})
+        if self.placement == "layers" and not self.cuts:
+            raise PydanticCustomError("fields", "placement = layers with cuts, the indices of the ops that begin "
+                                      "each range after the first (e.g. cuts = [12])",
+                                      {"field": "cuts", "value": self.cuts})
+        if self.cuts is not None and list(self.cuts) != sorted(set(self.cuts)):
+            raise PydanticCustomError("fields", "cuts in increasing order, each op index once",
+                                      {"field": "cuts", "value": list(self.cuts)})
+        if self.cuts is not None and self.placement != "layers":
+            raise PydanticCustomError("fields", "cuts only with placement = layers",
+                                      {"field": "cuts", "value": list(self.cuts)})
+        if self.handoff is not None and self.placement not in ("layers", "auto"):
+            raise PydanticCustomError("fields", "handoff only with placement = layers or auto",
+                                      {"field": "handoff", "value": self.handoff})
+        if self.placement in ("layers", "auto") and self.partition == "spans":
+            raise PydanticCustomError("fields", "partition = tiles with placement = layers or auto (spans run "
+                                      "the whole stack on every worker)", {"field": "placement", "value": self.placement})
         if self.fusion == "fuse" and self.partition == "spans":
             raise PydanticCustomError("fields", "partition = tiles with fusion = fuse (spans lower each span's "
                                       "ops as they are)", {"field": "fusion", "value": self.fusion})

@@ -32,6 +32,10 @@ class MatmulShape:
     b_weight: bool = True
     b_batched: bool = False
     bias: bool = False
+    # A handed off through the tile's shared memory by the cores of the range before
+    # (`dse.plan.placement.handoffs`): where the tile keeps the whole reduction (Kt = 1) and
+    # its A tiles fit the shared banks B leaves, A is read there (one shared bank a tile).
+    a_shared: bool = False
 
     @property
     def padded(self) -> tuple[int, int, int]:
@@ -76,6 +80,10 @@ class TileCheck:
     shared_tiles: np.ndarray
     violations: dict[str, np.ndarray]  # constraint -> True where broken
     params: CandidateArrays
+    # A read from the tile's shared memory (`MatmulShape.a_shared`, where it fits): no private
+    # A buffers; `shared_a_tiles` A tiles, one shared bank each, counted down from the top bank
+    shared_a: np.ndarray | None = None
+    shared_a_tiles: np.ndarray | None = None
 
     @functools.cached_property
     def ok(self) -> np.ndarray:
@@ -168,20 +176,32 @@ def check_tiles(params: CandidateArrays, tm, tn, tk, shape: MatmulShape | None =
         shared_tiles = np.where(shared_b, (shape.batch if shape.b_batched else 1) * (Np // tn) * (Kp // tk), 0)
     else:
         shared_tiles = np.zeros_like(shared_b, dtype=np.int64)
-    need = buffers * (col_a + np.where(shared_b, 0, col_b) + col_c)
+    if shape is not None and shape.a_shared:
+        # not a constraint: where A does not fit there, it is loaded into private banks as usual
+        a_tiles = shape.batch * (Mp // tm)
+        shared_a = (col("shared_enabled") & (Kp // tk == 1) & (a_tiles + shared_tiles <= col("shared_banks"))
+                    & (tm * tk <= col("shared_rows") * col("shared_row_bytes")))
+        shared_a_tiles = np.where(shared_a, a_tiles, 0)
+    else:
+        shared_a = np.zeros(np.broadcast(tm, col("shared_banks")).shape, dtype=bool)
+        shared_a_tiles = np.zeros_like(shared_a, dtype=np.int64)
+    need = buffers * (np.where(shared_a, 0, col_a) + np.where(shared_b, 0, col_b) + col_c)
     dim_max = col("dim_max")
     full = np.broadcast(need, shared_tiles).shape
     violations = {
         "matrix_dim_field": (tm > dim_max) | (tn > dim_max) | (tk > dim_max),
-        "max_col": np.maximum(np.maximum(col_a, np.where(shared_b, 0, col_b)), col_c) > col("max_col"),
+        "max_col": np.maximum(np.maximum(np.where(shared_a, 0, col_a), np.where(shared_b, 0, col_b)), col_c)
+        > col("max_col"),
         "bank_budget": need > col("bank_count"),
-        "virtual_ids": np.broadcast_to(np.where(shared_b, 2, 3) * buffers > col("virtual_ids"), need.shape),
+        "virtual_ids": np.broadcast_to((3 - shared_b.astype(np.int64) - shared_a) * buffers > col("virtual_ids"),
+                                       need.shape),
         "shared_memory": np.broadcast_to(shared_b & ~col("shared_enabled"), full),
         "shared_capacity": shared_b & col("shared_enabled") & (
             (shared_tiles > col("shared_banks")) | (tn * tk > col("shared_rows") * col("shared_row_bytes"))),
     }
     return TileCheck(tm, tn, tk, lines_a, lines_b, lines_c, col_a, col_b, col_c, buffers, need, shared_b,
-                     np.broadcast_to(shared_tiles, full), violations, params)
+                     np.broadcast_to(shared_tiles, full), violations, params, np.broadcast_to(shared_a, need.shape),
+                     np.broadcast_to(shared_a_tiles, need.shape))
 
 
 def framework_tiles(params: CandidateArrays, shape: MatmulShape) -> tuple[np.ndarray, np.ndarray, np.ndarray]:

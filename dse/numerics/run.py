@@ -34,12 +34,15 @@ class EmulationReport:
     rerun: tuple | None = field(default=None, repr=False)  # (program, DRAM image, mode): to time it again
     lowered: Lowered | None = None
     result: Any = None
+    # placement "layers": per tensor between ranges, (tensor, reading range, "shared" or "dram", why)
+    handoffs: list = field(default_factory=list)
 
     def to_dict(self) -> dict[str, Any]:
         return {"recipe": self.recipe, "chip": self.chip, "mapping": self.mapping, "feasible": self.feasible,
                 "reason": self.reason, "cycles": self.cycles, "peak_sram_bytes": self.peak_sram_bytes,
                 "private_sram_bytes": self.private_sram_bytes, "counters": self.counters,
                 "numerics": self.verdict.to_dict() if self.verdict else None, "ops": self.ops,
+                **({"handoffs": self.handoffs} if self.handoffs else {}),
                 "seconds": round(self.seconds, 3)}
 
 
@@ -80,7 +83,19 @@ def emulate_graph(graph: Graph, candidate: Candidate, inputs, expected=None, tol
     rep = EmulationReport(name or graph.name, candidate.chip.name, candidate.mapping.model_dump(mode="json"), True,
                           private_sram_bytes=candidate.chip.private_sram_bytes)
     try:
-        lowered = lower(graph, candidate, inputs, elementwise=elementwise)
+        if candidate.mapping.placement == "auto":  # the placement the model picks (the analytical stage's too)
+            from ..analytical.placed import resolve_auto
+
+            candidate = Candidate(candidate.chip, resolve_auto(graph, candidate))
+            rep.mapping = candidate.mapping.model_dump(mode="json")
+        if candidate.mapping.placement == "layers":
+            from ..lower import lower_layers
+
+            layered = lower_layers(graph, candidate, inputs)
+            lowered = layered.lowered
+            rep.handoffs = [list(h) for h in layered.handoffs]
+        else:
+            lowered = lower(graph, candidate, inputs, elementwise=elementwise)
     except Infeasible as exc:
         rep.feasible, rep.reason = False, str(exc)
         rep.seconds = time.perf_counter() - t0

@@ -13,6 +13,14 @@ by its role. ``mapping.placement``:
   once (`dse.lower.lower_stages`: the cores of a tile meet at every BARRIER, so the stages
   advance op by op in lock step); each stage's program is built from the same source with
   its group's own parameters (banks, Balls, core-op costs).
+* ``"layers"``: one graph cut into contiguous ranges of ops at ``mapping.cuts``
+  (`layer_ranges`), range r on every core of core group r (`place_layers`), one range after
+  another (`dse.lower.lower_layers`: a BARRIER of the whole tile between ranges). A tensor a
+  range writes and a later range's first matmul reads as A is handed off through the tile's
+  shared memory (`handoffs`): the cores of the range before load its A tiles there, the
+  matmul's Ball reads them (no per-worker A loads); every other tensor stays in DRAM.
+* ``"auto"``: the placement the model finds fastest among SPMD, ``"phase"`` (a staged
+  workload) and ``"layers"`` at every single cut before a matmul (`auto_options`).
 """
 
 from __future__ import annotations
@@ -23,7 +31,7 @@ from emulator.chip import ChipConfig
 
 from .units import too_many_workers
 
-PLACEMENTS = ("phase",)
+PLACEMENTS = ("phase", "layers", "auto")
 
 
 @dataclass(frozen=True)
@@ -67,6 +75,9 @@ def place(chip: ChipConfig, placement: str | None, workers: int, roles: list[str
         if reason:
             return [], reason
         return [Placed(role, tuple(range(workers)), spmd) for role in roles], ""
+    if placement == "layers":
+        return [], (f"placement \"layers\" cuts one graph into ranges of ops; a workload of stages "
+                    f"({', '.join(roles)}) is placed by \"phase\" or SPMD")
     if placement != "phase":
         raise ValueError(f"placement must be None or one of {PLACEMENTS}, got {placement!r}")
     have = [g.role for g in chip.cores.groups]
@@ -87,4 +98,91 @@ def stage_reason(placed: Placed, reason: str) -> str:
     return f"stage {placed.role} on cores {span} ({placed.chip.name}): {reason}"
 
 
-__all__ = ["PLACEMENTS", "Placed", "cores_chip", "place", "spmd_chip", "stage_reason"]
+def layer_ranges(n_ops: int, cuts) -> tuple[list[range], str]:
+    """The contiguous ranges of op indices `cuts` makes of a graph of `n_ops` ops, and ''
+    (or why those cuts do not cut it, naming the knob, the value and what is allowed)."""
+    cuts = list(cuts or ())
+    if not cuts or cuts != sorted(set(cuts)) or cuts[0] < 1 or cuts[-1] > n_ops - 1:
+        return [], (f"mapping.cuts = {cuts}: allowed increasing op indices in 1..{n_ops - 1} "
+                    f"(the graph has {n_ops} ops; a cut is the index of the op that begins a range)")
+    bounds = [0, *cuts, n_ops]
+    return [range(a, b) for a, b in zip(bounds, bounds[1:])], ""
+
+
+def place_layers(chip: ChipConfig, cuts, n_ops: int) -> tuple[list[Placed], list[range], str]:
+    """Range r of the graph (`layer_ranges`) on every core of core group r, built with that
+    group's chip; and '' (or the reason it cannot be placed so). The groups must share one
+    tile: a BARRIER, which orders one range after the one before, joins one tile's cores."""
+    ranges, reason = layer_ranges(n_ops, cuts)
+    if reason:
+        return [], [], reason
+    groups = chip.cores.groups
+    if len(ranges) > len(groups):
+        return [], [], (f"placement \"layers\" puts range r of {len(ranges)} on core group r, but chip {chip.name} "
+                        f"has {len(groups) or 'no'} core group{'s' if len(groups) != 1 else ''}; allowed: at most "
+                        f"{len(groups)} ranges (mapping.cuts of {max(len(groups) - 1, 0)} indices)")
+    places = [Placed(f"{groups[r].role}[{rg.start}:{rg.stop}]", tuple(chip.cores.group_cores(r)), chip.group_chip(r))
+              for r, rg in enumerate(ranges)]
+    tile = chip.cores.tile_size
+    tiles = sorted({c // tile for p in places for c in p.cores})
+    if len(tiles) > 1:
+        return [], [], (f"placement \"layers\" orders its ranges with BARRIERs, which join the cores of one tile, but "
+                        f"core groups {', '.join(g.role for g in groups[:len(ranges)])} of chip {chip.name} span "
+                        f"tiles {tiles} (cores.tile_size {tile})")
+    return places, ranges, ""
+
+
+def handoffs(plans, ranges) -> dict[str, str]:
+    """The matmuls whose A the range before hands off through shared memory: op name -> the
+    tensor. Per range after the first, its first matrix-Ball product, when it reads as A
+    (with no copy of its own) a tensor an earlier range wrote; every other tensor between
+    ranges stays in DRAM. (Whether its tiles then fit is the tile check's: `MatmulShape.a_shared`.)"""
+    where = {}
+    for r, rg in enumerate(ranges):
+        for i in rg:
+            where.update({t: r for t in plans[i].op.outputs})
+    out = {}
+    for r, rg in enumerate(ranges[1:], 1):
+        first = next((plans[i] for i in rg if plans[i].unit == "matrix"), None)
+        if first is None:
+            continue
+        a = first.op.inputs[0]
+        if where.get(a, r) < r and not any(c.tensor == a for c in first.copies):
+            out[first.op.name] = a
+    return out
+
+
+def boundary_tensors(plans, ranges) -> list[tuple[str, int, str]]:
+    """Every tensor a range reads that an earlier range wrote: (tensor, reading range, the
+    first op of it that reads it), in order."""
+    where = {}
+    out, seen = [], set()
+    for r, rg in enumerate(ranges):
+        for i in rg:
+            op = plans[i].op
+            for t in op.inputs:
+                if where.get(t, r) < r and (t, r) not in seen:
+                    seen.add((t, r))
+                    out.append((t, r, op.name))
+            where.update({t: r for t in op.outputs})
+    return out
+
+
+def handoff_why(tensor: str, reader: str, matmul: str | None, handoff: str | None) -> str:
+    """Why a tensor between ranges went through DRAM (the candidate's notes: the lowering's
+    and the model's words); `matmul`: the op `handoffs` offered it to, if any."""
+    if handoff == "dram":
+        return f"{tensor} via DRAM (mapping.handoff = dram)"
+    if matmul is not None:
+        return (f"{tensor} via DRAM: op {matmul}'s A tiles do not fit shared memory one bank each with the whole "
+                f"reduction in one tile (K split, or more tiles than the shared banks B leaves)")
+    return f"{tensor} via DRAM: read first by op {reader}, not as A of its range's first matmul"
+
+
+def handoff_note(tensor: str, op: str, nbytes: int) -> str:
+    """A tensor handed off through shared memory (the candidate's notes)."""
+    return f"{tensor} to op {op}'s A via shared memory: {nbytes} bytes"
+
+
+__all__ = ["PLACEMENTS", "Placed", "boundary_tensors", "cores_chip", "handoff_note", "handoff_why", "handoffs", "layer_ranges", "place",
+           "place_layers", "spmd_chip", "stage_reason"]
