@@ -261,19 +261,30 @@ def auto_options(graph, candidate: Candidate) -> list[Mapping]:
     return options
 
 
-def resolve_auto(graph, candidate: Candidate, calibration=None) -> Mapping:
+def resolve_auto(graph, candidate: Candidate) -> Mapping:
     """The mapping ``placement = "auto"`` stands for: of `auto_options`, the one of lowest
-    modelled latency (the first on a tie; SPMD when none is feasible). Deterministic: the
-    analytical stage and the emulator stage resolve it alike."""
+    modelled latency (uncalibrated; the first on a tie; SPMD when none is feasible).
+    Deterministic, so the analytical stage and the emulator stage resolve it alike (once per
+    process, graph and candidate)."""
+    key = (id(graph), candidate.hash)
+    hit = _AUTO.get(key)
+    if hit is not None and hit[0] is graph:
+        return hit[1]
     options = auto_options(graph, candidate)
-    spmd = summarize(estimate(graph, [Candidate(candidate.chip, options[0])], calibration),
+    spmd = summarize(estimate(graph, [Candidate(candidate.chip, options[0])]),
                      [Candidate(candidate.chip, options[0])]).iloc[0]
     latency = [float(spmd["latency_cycles"]) if spmd["feasible"] else np.inf]
     if len(options) > 1:
-        totals, _, _ = estimate_layers(graph, [Candidate(candidate.chip, m) for m in options[1:]], calibration)
+        totals, _, _ = estimate_layers(graph, [Candidate(candidate.chip, m) for m in options[1:]])
         latency += [float(t["latency_cycles"]) if t["feasible"] else np.inf for _, t in totals.iterrows()]
-    best = int(np.argmin(latency)) if np.isfinite(latency).any() else 0
-    return options[best]
+    best = options[int(np.argmin(latency)) if np.isfinite(latency).any() else 0]
+    if len(_AUTO) > 256:
+        _AUTO.clear()
+    _AUTO[key] = (graph, best)
+    return best
+
+
+_AUTO: dict[tuple[int, str], tuple[object, Mapping]] = {}
 
 
 def _infeasible(i: int, c: Candidate, reason: str) -> dict:

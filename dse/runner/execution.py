@@ -128,7 +128,7 @@ def _analytical_group(graph, group: list[tuple[WorkItem, Candidate]], calibratio
             outcomes[item.run_id] = _failed(item.run_id, res)
         else:
             outcomes[item.run_id] = Outcome(item.run_id, "ok" if res.feasible else "infeasible", res.reason,
-                                            res.totals, res.metrics())
+                                            res.totals, res.metrics(), notes=res.notes)
 
 
 def _analytical_batch(graph, cands: list[Candidate], calibration: dict | None = None) -> list[AnalyticalResult]:

@@ -121,6 +121,7 @@ class Outcome:
     error: str = ""
     traceback: str = ""
     artifacts: list = field(default_factory=list)  # (role, name, bytes): raw evidence, written before the run
+    notes: str = ""  # what the stage noticed beyond its metrics (a placement's pick, its hand-offs): candidate notes
 
 
 @dataclass
@@ -129,6 +130,7 @@ class AnalyticalResult:
     reason: str
     totals: dict[str, float]
     ops: list[tuple] = field(repr=False)  # per op: OP_FIELDS
+    notes: str = ""  # the placement "auto" picked, how tensors went between ranges (candidate notes)
 
     def metrics(self) -> list[MetricRow]:
         """Metric rows: totals, then per-op cycles and tiles (scope op), all of kind 'analytical'."""
@@ -213,6 +215,15 @@ def analytical_batch(graph, cands: list[Candidate], calibration: dict | None = N
     `calibration` maps chip names to fitted constants (`dse.analytical.calibration`)."""
     if not cands:
         return []
+    placed = [i for i, c in enumerate(cands) if c.mapping.placement in ("layers", "auto")]
+    if placed:  # one graph in ranges on core groups (or the model's pick): `placed_graph_batch`
+        rest = [i for i in range(len(cands)) if i not in set(placed)]
+        out: list = [None] * len(cands)
+        for i, r in zip(placed, placed_graph_batch(graph, [cands[i] for i in placed], calibration)):
+            out[i] = r
+        for i, r in zip(rest, analytical_batch(graph, [cands[i] for i in rest], calibration)):
+            out[i] = r
+        return out
     per_op = estimate(graph, cands, calibration)
     totals = summarize(per_op, cands)
     columns = [per_op[c].tolist() for c in OP_FIELDS]
@@ -222,6 +233,40 @@ def analytical_batch(graph, cands: list[Candidate], calibration: dict | None = N
         ops = list(zip(*(col[i * n_ops:(i + 1) * n_ops] for col in columns)))
         out.append(AnalyticalResult(bool(t["feasible"]), str(t["reason"]), total_metrics(t), ops))
     return out
+
+
+def placed_graph_batch(graph, cands: list[Candidate], calibration: dict | None = None) -> list[AnalyticalResult]:
+    """The analytical stage of candidates placing one graph on core groups (``mapping.placement
+    = "layers"``, `dse.analytical.placed.estimate_layers`), or letting the model pick
+    (``"auto"``: `resolve_auto`, named in the notes); per-op rows as `analytical_batch`'s."""
+    from ..analytical.placed import estimate_layers, resolve_auto
+
+    picked = [Candidate(c.chip, resolve_auto(graph, c)) if c.mapping.placement == "auto" else c
+              for c in cands]
+    layered = [i for i, c in enumerate(picked) if c.mapping.placement == "layers"]
+    out: list = [None] * len(cands)
+    for i, r in zip([i for i in range(len(cands)) if i not in set(layered)],
+                    analytical_batch(graph, [c for c in picked if c.mapping.placement != "layers"], calibration)):
+        out[i] = r
+    if layered:
+        totals, per_op, notes = estimate_layers(graph, [picked[i] for i in layered], calibration)
+        ops: dict[int, list[tuple]] = {}
+        if not per_op.empty:
+            for cand, *row in zip(per_op["candidate"].tolist(), *[per_op[c].tolist() for c in OP_FIELDS]):
+                ops.setdefault(cand, []).append(tuple(row))
+        for k, (i, t) in enumerate(zip(layered, totals.to_dict("records"))):
+            out[i] = AnalyticalResult(bool(t["feasible"]), str(t["reason"]), total_metrics(t), ops.get(k, []), notes[k])
+    for i, (c, p) in enumerate(zip(cands, picked)):
+        if c.mapping.placement == "auto":
+            out[i].notes = "; ".join(filter(None, [f"placement auto picked {pick_text(p.mapping)}", out[i].notes]))
+    return out
+
+
+def pick_text(mapping) -> str:
+    """The placement a mapping states, in the words of its knobs."""
+    if mapping.placement == "layers":
+        return f"layers, cuts = {list(mapping.cuts)}"
+    return mapping.placement or "spmd"
 
 
 def placed_batch(stages, cands: list[Candidate], calibration: dict | None = None) -> list[AnalyticalResult]:

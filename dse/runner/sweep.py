@@ -414,6 +414,10 @@ class Sweep:
             self.recorder.hold(outcomes)
         else:
             self.recorder.finish_runs(outcomes)
+        # what the analytical stage noticed (a placement's pick, its hand-offs), after the chip's notes
+        self.store.set_candidate_notes({by_run[o.run_id][0]: "; ".join(filter(None, [self._notes_of(by_run[o.run_id][1]),
+                                                                                  o.notes]))
+                                        for o in outcomes if o.notes})
         for o in outcomes:
             cid, b = by_run[o.run_id]
             obs = Observation(b.params, o.status == "ok", o.totals)
