@@ -36,8 +36,7 @@ from ..cost.dma import dma_cycles_for
 from ..mapping import Candidate, CandidateArrays, check_tiles
 from ..mapping.candidate import Mapping
 from ..plan.graph_plan import plan_graph
-from ..plan.placement import (boundary_tensors, handoff_note, handoff_why, handoffs, layer_ranges, place, place_layers,
-                              stage_reason)
+from ..plan.placement import boundary_tensors, handoff_note, handoff_why, handoffs, layout, place, stage_reason
 from .estimate import TOTAL_COLUMNS, estimate, summarize
 
 SUMMED = ("compute_cycles", "dma_cycles", "core_cycles", "busy_cycles", "dma_bytes")
@@ -153,33 +152,40 @@ def handoff_cycles(chip, tiles: int, tile_bytes: int, loaders: int) -> int:
 
 def estimate_layers(graph, candidates: Sequence[Candidate], calibration=None
                     ) -> tuple[pd.DataFrame, pd.DataFrame, list[str]]:
-    """``mapping.placement = "layers"`` for each candidate: totals (`TOTAL_COLUMNS`), the
-    per-op frame (`estimate`'s columns: each op costed on its range's group, candidates
-    that could not be placed have no rows) and per candidate its notes (how every tensor
-    between ranges went: `handoff_note` / `handoff_why`, the lowering's words)."""
+    """One graph as each candidate's `dse.plan.placement.layout` lays it out (SPMD with
+    ``mapping.requests``, ``"layers"``, ``"pipeline"``): totals (`TOTAL_COLUMNS`), the per-op
+    frame (`estimate`'s columns, one request's: each op costed on its range's group;
+    candidates that could not be laid out have no rows) and per candidate its notes (how
+    every tensor between ranges went: `handoff_note` / `handoff_why`, the lowering's words).
+
+    Per range, its ops' (cycles, syncs) give its epochs (`epoch_cycles`), a hand-off's loads
+    into shared memory (`handoff_cycles`) closing the range before; per slot of the layout
+    (`Layout.slots`) its ranges run in lock step (`lockstep_cycles`) and a BARRIER closes it.
+    Bytes and busy cycles add up over the requests; peak SRAM is the largest op's."""
     n = len(candidates)
     rows: list[dict | None] = [None] * n
     notes = [""] * n
     frames = []
+    n_ops = len(graph.ops)
+    lays = [layout(c.chip, c.mapping, n_ops) for c in candidates]
+    for i, (lay, reason) in enumerate(lays):
+        if reason:
+            rows[i] = _infeasible(i, candidates[i], reason)
     by_cut: dict[tuple, list[int]] = {}
     for i, c in enumerate(candidates):
-        by_cut.setdefault((c.mapping.fusion, c.mapping.cuts, c.mapping.handoff), []).append(i)
-    for (fusion, cuts, handoff), idx in by_cut.items():
+        if not lays[i][1]:
+            m = c.mapping
+            by_cut.setdefault((m.fusion, m.cuts, m.handoff, lays[i][0].handoff_sets, len(lays[i][0].ranges)),
+                              []).append(i)
+    for (fusion, _, handoff, sets, n_ranges), ok in by_cut.items():
         plans = plan_graph(graph, fusion)
-        ranges = layer_ranges(len(plans), cuts)[0]  # a bad cut: place_layers's reason below
-        placed = {i: place_layers(candidates[i].chip, cuts, len(plans)) for i in idx}
-        for i in idx:
-            if placed[i][2]:
-                rows[i] = _infeasible(i, candidates[i], placed[i][2])
-        ok = [i for i in idx if not placed[i][2]]
-        if not ok:
-            continue
+        ranges = lays[ok[0]][0].ranges
         handed = handoffs(plans, ranges) if handoff != "dram" else {}
-        costed = [replace(p, gemm=replace(p.gemm, a_shared=True)) if p.op.name in handed else p for p in plans]
+        costed = [replace(p, gemm=replace(p.gemm, a_shared=sets)) if p.op.name in handed else p for p in plans]
         by_range = []
         for r, rg in enumerate(ranges):
-            cands = [Candidate(placed[i][0][r].chip,
-                               candidates[i].mapping.model_copy(update={"workers": len(placed[i][0][r].cores)}))
+            cands = [Candidate(lays[i][0].places[r].chip,
+                               candidates[i].mapping.model_copy(update={"workers": len(lays[i][0].places[r].cores)}))
                      for i in ok]
             per_op = estimate(graph, cands, calibration, plans=costed)
             names = {plans[k].op.name for k in rg}
@@ -191,17 +197,18 @@ def estimate_layers(graph, candidates: Sequence[Candidate], calibration=None
         groups = [{cand: g for cand, g in part.groupby("candidate")} for part in by_range]
         boundary = boundary_tensors(plans, ranges)
         for i in ok:
-            c, places = candidates[i], placed[i][0]
+            c, lay = candidates[i], lays[i][0]
+            places = lay.places
             parts = [g[i] for g in groups]
             bad = next((r for r, p in enumerate(parts) if not p["feasible"].all()), None)
             if bad is not None:
                 first = parts[bad][~parts[bad]["feasible"]].iloc[0]
-                rows[i] = _infeasible(i, c, stage_reason(places[bad], str(first["reason"])))
+                reason = str(first["reason"])
+                rows[i] = _infeasible(i, c, stage_reason(places[bad], reason) if n_ranges > 1 else reason)
                 continue
-            latency = sum(float(p["cycles"].sum()) for p in parts)
+            times = [[p["cycles"].to_numpy(np.float64), p["syncs"].to_numpy(np.int64)] for p in parts]
             extra_bytes, a_banks, said = 0, {}, {}
             for r, p in enumerate(parts[1:], 1):
-                latency += c.chip.front_end.barrier_cycles  # the BARRIER that closes the range before
                 op = next((name for name in p["op"] if name in handed), None)
                 if op is None:
                     continue
@@ -212,11 +219,16 @@ def estimate_layers(graph, candidates: Sequence[Candidate], calibration=None
                                     [tm], [tn], [tk], shape)
                 if not bool(check.shared_a[0, 0]):
                     continue
-                tiles = int(check.shared_a_tiles[0, 0])
-                latency += handoff_cycles(places[r - 1].chip, tiles, tm * tk, len(places[r - 1].cores))
+                tiles = int(check.shared_a_tiles[0, 0]) // sets  # one request's set
+                load = handoff_cycles(places[r - 1].chip, tiles, tm * tk, len(places[r - 1].cores))
+                times[r - 1] = [np.append(times[r - 1][0], load), np.append(times[r - 1][1], 0)]
                 extra_bytes += tiles * tm * tk
-                a_banks[op] = tiles * c.chip.shared_memory.rows * c.chip.shared_memory.row_bytes
+                a_banks[op] = int(check.shared_a_tiles[0, 0]) * c.chip.shared_memory.rows * c.chip.shared_memory.row_bytes
                 said[(handed[op], r)] = handoff_note(handed[op], op, tiles * tm * tk)
+            epochs = [epoch_cycles(*t) for t in times]
+            slots = lay.slots()
+            latency = sum(lockstep_cycles([epochs[r] for _, r in slot]) for slot in slots)
+            latency += (len(slots) - 1) * c.chip.front_end.barrier_cycles  # the BARRIER closing each slot
             lines = [said.get((t, r)) or handoff_why(t, reader, next((o for o, tt in handed.items() if tt == t and
                                                                       o in {plans[k].op.name for k in ranges[r]}), None),
                                                      handoff) for t, r, reader in boundary]
@@ -236,8 +248,8 @@ def estimate_layers(graph, candidates: Sequence[Candidate], calibration=None
                    "private_sram_bytes": float(sum(sram_per_core)),
                    "unaddressable_sram_bytes": float(unaddressable)}
             for name in SUMMED:
-                row[name] = float(all_rows[name].sum())
-            row["dma_bytes"] += extra_bytes
+                row[name] = float(all_rows[name].sum()) * lay.requests
+            row["dma_bytes"] += extra_bytes * lay.requests
             row["utilisation"] = row["busy_cycles"] / max(cores * latency, 1)
             rows[i] = row
     per_op = pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
@@ -246,18 +258,20 @@ def estimate_layers(graph, candidates: Sequence[Candidate], calibration=None
 
 def auto_options(graph, candidate: Candidate) -> list[Mapping]:
     """What ``placement = "auto"`` chooses among, in order (the first wins a tie): SPMD on
-    ``mapping.workers``, then, on a chip of two or more core groups, two ranges cut before
-    each matmul of the plan (the ranges' first matmul can take its A through shared memory)."""
+    ``mapping.workers``; then, on a chip of two or more core groups, two ranges cut before
+    each matmul of the plan (whose A can come through shared memory), one after another
+    (``"layers"``) and, with two or more requests, overlapped (``"pipeline"``)."""
     m = candidate.mapping.model_dump(exclude_none=True)
     m.pop("placement")
     handoff = m.pop("handoff", None)
     options = [Mapping.model_validate(m)]
     if len(candidate.chip.cores.groups) >= 2:
         plans = plan_graph(graph, candidate.mapping.fusion)
-        for k, p in enumerate(plans):
-            if k and p.unit == "matrix":
-                options.append(Mapping.model_validate({**m, "placement": "layers", "cuts": (k,),
-                                                       **({"handoff": handoff} if handoff else {})}))
+        cuts = [k for k, p in enumerate(plans) if k and p.unit == "matrix"]
+        kinds = ["layers"] + (["pipeline"] if (candidate.mapping.requests or 1) > 1 else [])
+        for kind in kinds:
+            options += [Mapping.model_validate({**m, "placement": kind, "cuts": (k,),
+                                                **({"handoff": handoff} if handoff else {})}) for k in cuts]
     return options
 
 

@@ -74,7 +74,7 @@ from ..plan.graph_plan import OpPlan, plan_graph
 from ..plan.grouped import block_diagonal, on_matrix
 from ..plan.matmul import plan_matmul
 from ..plan.memory import Blocked, Dram, Loc, emu_dtype
-from ..plan.placement import (Placed, boundary_tensors, cores_chip, handoff_note, handoff_why, handoffs, place, place_layers,
+from ..plan.placement import (Placed, boundary_tensors, cores_chip, handoff_note, handoff_why, handoffs, layout, place,
                               spmd_chip, stage_reason)
 from ..plan.split import shared_loads, split_core_op
 from ..plan.streams import ELEMENTWISE, Stream, relu_stream, scale_core_op, scale_stream, stream_or_core
@@ -172,6 +172,7 @@ class ProgramBuilder:
         self.unblocked: dict[str, Loc] = {}
         self.handoff_ops: frozenset[str] = frozenset()  # matmuls whose A the range before hands off
         self.handoff_loaders: list[list] = []  # that range's cores, which load it into shared memory
+        self.handoff_sets, self.handoff_set = 1, 0  # sets of shared banks a hand-off takes, and this request's
         self.handoffs: list[tuple[str, str, int, int]] = []  # (op, tensor, shared tiles, bytes) handed off
         self.records: list[OpLowering] = []
         self.fused: set[str] = set()
@@ -484,7 +485,7 @@ class ProgramBuilder:
         chip, mp = self.chip, self.mapping
         nbB = b[1].shape[0] if b[0] == "weight" else b[3]
         shape = MatmulShape(M, N, K, nb, b_weight=b[0] == "weight", b_batched=nbB > 1, bias=bias is not None,
-                            a_shared=op.name in self.handoff_ops)
+                            a_shared=self.handoff_sets if op.name in self.handoff_ops else 0)
         plan = plan_matmul(chip, mp, shape)
         if not plan.feasible:
             raise Infeasible(f"op {op.name}: {plan.reason}")
@@ -560,11 +561,12 @@ class ProgramBuilder:
                 self.cores[w] += [Mvin(sm.first_bank_id + j, b_base + j * tn * tk, lines_b, 0) for j in mine]
             self.sync(False)
         # A handed off through shared memory (`dse.plan.placement.handoffs`): A tile (bi, mi) in
-        # shared bank first_bank_id + banks - 1 - (bi * Mt + mi), loaded there by the cores of
-        # the range before, dealt round-robin, after its last op (`lower_layers` then BARRIERs)
+        # shared bank first_bank_id + banks - 1 - (set * nb * Mt + bi * Mt + mi), loaded there by
+        # the cores of the range before, dealt round-robin, after its last op (`lower_layers`
+        # then BARRIERs); the request's set of banks (`Layout.handoff_sets`)
         shared_a = bool(check.shared_a[0, 0])
+        top = sm.first_bank_id + sm.banks - 1 - self.handoff_set * nb * Mt
         if shared_a:
-            top = sm.first_bank_id + sm.banks - 1
             loaders = self.handoff_loaders
             for j in range(nb * Mt):
                 bi, mi = divmod(j, Mt)
@@ -604,7 +606,7 @@ class ProgramBuilder:
                             prog.append(Mvin(c, bias_base + ni * tm * tn * 4, lines_c, 0))
                         for ki in range(Kt):
                             if shared_a:
-                                a = sm.first_bank_id + sm.banks - 1 - (bi * Mt + mi)
+                                a = top - (bi * Mt + mi)
                             else:
                                 a = load("a", held_a, ids_a, (bi, mi, ki), a_tile(bi, mi, ki), lines_a)
                             if shared_b:
@@ -622,7 +624,7 @@ class ProgramBuilder:
         banks = int(check.banks[0, 0])
         return c_loc, OpLowering(op.name, op.kind, "matrix", (tm, tn, tk), nb, banks,
                                  banks * chip.addressable_rows * chip.banks.row_bytes, used,
-                                 shared_bytes=(shared_tiles + (nb * Mt if shared_a else 0)) * sm.rows * sm.row_bytes)
+                                 shared_bytes=(shared_tiles + int(check.shared_a_tiles[0, 0])) * sm.rows * sm.row_bytes)
 
     def finish(self) -> Lowered:
         img = self.dram.image()
@@ -759,85 +761,101 @@ def lower_placed(stages, candidate: Candidate) -> StagedLowered:
 
 @dataclass
 class LayeredLowered(StagedLowered):
-    """One graph in ranges of ops on core groups (`lower_layers`): its one `Lowered` (every
-    op's record, in order) and what went between the ranges."""
+    """One graph on the chip as a `Layout` says (`lower_layers`): per request its `Lowered`
+    (every op's record, in order; ``stages``), and what went between the ranges."""
 
-    lowered: Lowered | None = None
-    # per tensor handed to a later range: (tensor, reading range, how: "shared" or "dram", why)
+    # per tensor handed to a later range (request 0's; every request alike): (tensor,
+    # reading range, how: "shared" or "dram", why)
     handoffs: list[tuple[str, int, str, str]] = field(default_factory=list)
-    handoff_bytes: int = 0  # bytes the ranges' cores loaded into shared memory for the next range
+    handoff_bytes: int = 0  # bytes the ranges' cores loaded into shared memory, every request
 
 
-def lower_layers(graph: Graph, candidate: Candidate, inputs) -> LayeredLowered:
-    """``mapping.placement = "layers"``: the graph's ops cut into ranges at ``mapping.cuts``,
-    range r built for every core of core group r with that group's chip
-    (`dse.plan.placement.place_layers`), one program over one DRAM image, every tensor where
-    the range that wrote it left it. Between ranges a BARRIER on every core of the tile (the
-    cores of the other groups meet each BARRIER of the running range with one of their own,
-    so the ranges run one after another). A range's first matmul whose A an earlier range
-    wrote (`handoffs`, unless ``mapping.handoff = "dram"``) reads it from shared memory where
-    its tiles fit (`MatmulShape.a_shared`): the cores of the range before load them there
-    after their last op, before that BARRIER."""
+def lower_layers(graph: Graph, candidate: Candidate, requests) -> LayeredLowered:
+    """One graph as `dse.plan.placement.layout` lays it out: ``mapping.placement`` None (SPMD
+    on ``mapping.workers``), ``"layers"`` or ``"pipeline"`` (the ops cut into ranges at
+    ``mapping.cuts``, range r built for every core of core group r with that group's chip),
+    for each of `requests` (the inputs of each request), one program over one DRAM image;
+    each request has its own tensors (the weights are placed once), every tensor where the
+    range that wrote it left it.
+
+    Request k's range r runs in the layout's slot (`Layout.slots`): one after another, or,
+    in a pipeline, request k's range r beside request k + 1's range r - 1. In a slot the
+    cores of the tile meet every BARRIER of its ranges (those with fewer meet the rest with
+    BARRIERs of their own), and one more BARRIER on every core closes the slot. A range's
+    first matmul whose A an earlier range wrote (`handoffs`, unless ``mapping.handoff =
+    "dram"``) reads it from shared memory where its tiles fit (`MatmulShape.a_shared`): the
+    cores of the range before load them there after their last op (request k into bank set
+    ``k mod Layout.handoff_sets``), before the BARRIER that closes their slot."""
     chip, mapping = candidate.chip, candidate.mapping
     plans = plan_graph(graph, mapping.fusion)
-    places, ranges, reason = place_layers(chip, mapping.cuts, len(plans))
+    lay, reason = layout(chip, mapping, len(plans))
     if reason:
         raise Infeasible(reason)
+    places, ranges = lay.places, lay.ranges
     handed = handoffs(plans, ranges) if mapping.handoff != "dram" else {}
     dram = Dram()
-    locs: dict[str, Loc] = {}
-    builders: list[ProgramBuilder] = []
-    for r, (p, rg) in enumerate(zip(places, ranges)):
-        try:
-            b = ProgramBuilder(graph, Candidate(p.chip, mapping.model_copy(update={"workers": len(p.cores)})),
-                               inputs, dram, locs=locs if r else None)
-            if r:
-                b.unblocked = builders[-1].unblocked  # row-major copies made so far
-                b.fused = builders[-1].fused
-                b.handoff_ops = frozenset(plans[i].op.name for i in rg) & set(handed)
-                b.handoff_loaders = builders[-1].cores
-            for i in rg:
-                b.lower_op(plans[i])
-        except Infeasible as exc:
-            raise Infeasible(stage_reason(p, str(exc))) from None
-        locs = b.locs
-        builders.append(b)
+    weights: dict[str, Loc] = {}
+    builders: list[list[ProgramBuilder]] = []
+    for k, inputs in enumerate(requests):
+        chain: list[ProgramBuilder] = []
+        for r, (p, rg) in enumerate(zip(places, ranges)):
+            try:
+                b = ProgramBuilder(graph, Candidate(p.chip, mapping.model_copy(update={"workers": len(p.cores)})),
+                                   inputs, dram, locs=chain[-1].locs if r else None)
+                if r:
+                    b.unblocked, b.fused = chain[-1].unblocked, chain[-1].fused  # this request's so far
+                    b.handoff_ops = frozenset(plans[i].op.name for i in rg) & set(handed)
+                    b.handoff_loaders = chain[-1].cores
+                    b.handoff_sets, b.handoff_set = lay.handoff_sets, k % lay.handoff_sets
+                else:
+                    b.locs.update(weights)  # placed by the first request: one copy
+                for i in rg:
+                    b.lower_op(plans[i])
+            except Infeasible as exc:
+                raise Infeasible(stage_reason(p, str(exc)) if len(ranges) > 1 else str(exc)) from None
+            chain.append(b)
+        weights = {n: loc for n, loc in chain[-1].locs.items() if n in graph.weights}
+        builders.append(chain)
     n = max(c for p in places for c in p.cores) + 1
-    tile_cores = list(range(n))  # one tile (`place_layers`): every core up to the last used meets the BARRIERs
+    tile_cores = list(range(n))  # one tile (`place_layers`), or SPMD's workers
     cores: list[list] = [[] for _ in range(n)]
-    met = 0  # BARRIERs every core of the tile has passed
-    for r, (b, p) in enumerate(zip(builders, places)):
-        for w, c in enumerate(p.cores):
-            cores[c] += b.cores[w]
-        # the range's BARRIERs, met by every other core of the tile; then one that closes it
-        met += max(sum(isinstance(i, Barrier) for i in prog) for prog in b.cores)
-        for c in tile_cores:
-            cores[c] += [Barrier()] * (met - sum(isinstance(i, Barrier) for i in cores[c]))
-            if r < len(builders) - 1:
-                cores[c].append(Barrier())
-        met += r < len(builders) - 1
+    met = [0] * n  # BARRIERs each core has passed
+    slots = lay.slots()
+    for s, running in enumerate(slots):
+        for k, r in running:
+            for w, c in enumerate(places[r].cores):
+                cores[c] += builders[k][r].cores[w]
+                met[c] += sum(isinstance(i, Barrier) for i in builders[k][r].cores[w])
+        top = max(met)
+        for c in tile_cores:  # the slot's BARRIERs met by every core, then one that closes it
+            cores[c] += [Barrier()] * (top - met[c] + (s < len(slots) - 1))
+            met[c] = top + (s < len(slots) - 1)
     img = dram.image()
+    how = "in a pipeline of" if lay.overlap else "in"
     program = Program(cores, {"dram": Region(0, (img.size,), "uint8")}, {}, dram_bytes=img.size,
-                      name=f"{graph.name} in {len(ranges)} ranges on " + ", ".join(p.role for p in places))
-    for name in graph.outputs:
-        loc = locs[name]
+                      name=f"{graph.name} x{lay.requests} {how} {len(ranges)} ranges on "
+                           + ", ".join(p.role for p in places))
+    per_request = []
+    for chain in builders:
+        locs = chain[-1].locs
+        per_request.append(Lowered(graph, candidate, program, img, locs, [rec for b in chain for rec in b.records],
+                                   frozenset(chain[-1].fused)))
+    for name in graph.outputs:  # request 0's outputs, as a program's outputs
+        loc = per_request[0].locs[name]
         if loc.blocked is None:
             program.outputs[name] = Region(loc.addr, loc.buffer_shape, emu_dtype(loc.dtype))
-    records = [rec for b in builders for rec in b.records]
-    whole = Lowered(graph, candidate, program, img, locs, records, frozenset(builders[-1].fused))
-    shared = {(t, op): n_bytes for b in builders for op, t, _, n_bytes in b.handoffs}
+    shared = {(t, op): n_bytes for b in builders[0] for op, t, _, n_bytes in b.handoffs}
     notes = []
     for t, r, reader in boundary_tensors(plans, ranges):
-        how = next((("shared", handoff_note(t, op, nb)) for (tt, op), nb in shared.items()
-                    if tt == t and any(plans[i].op.name == op for i in ranges[r])), None)
-        if how is None:
+        how_t = next((("shared", handoff_note(t, op, nb)) for (tt, op), nb in shared.items()
+                      if tt == t and any(plans[i].op.name == op for i in ranges[r])), None)
+        if how_t is None:
             offered = next((op for op, tt in handed.items() if tt == t and op in {plans[i].op.name for i in ranges[r]}),
                            None)
-            how = ("dram", handoff_why(t, reader, offered, mapping.handoff))
-        notes.append((t, r, *how))
-    staged = LayeredLowered(program, img, [whole], [list(p.cores) for p in places], whole, notes,
-                            sum(shared.values()))
-    return staged
+            how_t = ("dram", handoff_why(t, reader, offered, mapping.handoff))
+        notes.append((t, r, *how_t))
+    return LayeredLowered(program, img, per_request, [list(p.cores) for p in places], notes,
+                          sum(nb for chain in builders for b in chain for *_, nb in b.handoffs))
 
 
 def _build_stage(graph: Graph, mapping, inputs, dram: Dram, placed: Placed) -> "ProgramBuilder":

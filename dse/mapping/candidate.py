@@ -58,13 +58,18 @@ class Mapping(BaseModel):
     # every core of the core group whose role names it, all at once; "layers" one graph cut
     # into contiguous ranges of ops at `cuts`, range r on every core of core group r, one
     # range after another, the tensors a range hands to the next through shared memory
-    # (`handoff`); "auto" whichever of those the model finds fastest (`dse.plan.placement`,
-    # `dse.analytical.placed.resolve_auto`).
-    placement: Literal["phase", "layers", "auto"] | None = None
-    # Placement "layers": the indices (in the graph's op order, as `dse graph` numbers them
-    # from 0) of the ops that begin the second, third, ... range: increasing, at least one.
+    # (`handoff`); "pipeline" the same ranges with `requests` in flight (request k's range r
+    # runs while request k + 1's range r - 1 does); "auto" whichever of those the model finds
+    # fastest (`dse.plan.placement`, `dse.analytical.placed.resolve_auto`).
+    placement: Literal["phase", "layers", "pipeline", "auto"] | None = None
+    # Placement "layers" / "pipeline": the indices (in the graph's op order, from 0) of the
+    # ops that begin the second, third, ... range: increasing, at least one.
     cuts: tuple[PositiveInt, ...] | None = None
-    # Placement "layers": how a tensor one range writes reaches the matmul of the next range
+    # How many requests (the workload's inputs, request k's rotated by k along their last
+    # axis) the candidate runs: one after another (SPMD, "layers") or overlapped ("pipeline",
+    # at least 2). None (1) is left out of the identity.
+    requests: PositiveInt | None = None
+    # Placement "layers" / "pipeline": how a tensor one range writes reaches the matmul of the next range
     # that reads it as A: "shared" (None, the default) the writing range's cores load its A
     # tiles into the tile's shared memory and the reading range's matrix Ball reads them
     # there, where that fits (else DRAM, as the candidate's notes say); "dram" always DRAM.
@@ -79,6 +84,11 @@ class Mapping(BaseModel):
     @classmethod
     def _shared_is_the_default(cls, v):
         return None if v == "shared" else v
+
+    @field_validator("requests")
+    @classmethod
+    def _one_is_the_default(cls, v):
+        return None if v == 1 else v
 
     @field_validator("partition")
     @classmethod
@@ -103,22 +113,32 @@ class Mapping(BaseModel):
             raise PydanticCustomError("fields", "partition = tiles with weights = shared (spans have no barrier "
                                       "at which one shared copy of the weights is ready for every worker)",
                                       {"field": "weights", "value": self.weights})
-        if self.placement == "layers" and not self.cuts:
-            raise PydanticCustomError("fields", "placement = layers with cuts, the indices of the ops that begin "
-                                      "each range after the first (e.g. cuts = [12])",
+        if self.placement in ("layers", "pipeline") and not self.cuts:
+            raise PydanticCustomError("fields", f"placement = {self.placement} with cuts, the indices of the ops "
+                                      "that begin each range after the first (e.g. cuts = [12])",
                                       {"field": "cuts", "value": self.cuts})
+        if self.placement == "pipeline" and (self.requests or 1) < 2:
+            raise PydanticCustomError("fields", "placement = pipeline with requests >= 2 (the requests it overlaps)",
+                                      {"field": "requests", "value": self.requests})
+        if self.requests is not None and self.placement == "phase":
+            raise PydanticCustomError("fields", "requests only with placement spmd, layers, pipeline or auto "
+                                      "(a workload of stages runs once)", {"field": "requests", "value": self.requests})
+        if self.requests is not None and self.partition == "spans":
+            raise PydanticCustomError("fields", "requests only with partition = tiles",
+                                      {"field": "requests", "value": self.requests})
         if self.cuts is not None and list(self.cuts) != sorted(set(self.cuts)):
             raise PydanticCustomError("fields", "cuts in increasing order, each op index once",
                                       {"field": "cuts", "value": list(self.cuts)})
-        if self.cuts is not None and self.placement != "layers":
-            raise PydanticCustomError("fields", "cuts only with placement = layers",
+        if self.cuts is not None and self.placement not in ("layers", "pipeline"):
+            raise PydanticCustomError("fields", "cuts only with placement = layers or pipeline",
                                       {"field": "cuts", "value": list(self.cuts)})
-        if self.handoff is not None and self.placement not in ("layers", "auto"):
-            raise PydanticCustomError("fields", "handoff only with placement = layers or auto",
+        if self.handoff is not None and self.placement not in ("layers", "pipeline", "auto"):
+            raise PydanticCustomError("fields", "handoff only with placement = layers, pipeline or auto",
                                       {"field": "handoff", "value": self.handoff})
-        if self.placement in ("layers", "auto") and self.partition == "spans":
-            raise PydanticCustomError("fields", "partition = tiles with placement = layers or auto (spans run "
-                                      "the whole stack on every worker)", {"field": "placement", "value": self.placement})
+        if self.placement in ("layers", "pipeline", "auto") and self.partition == "spans":
+            raise PydanticCustomError("fields", "partition = tiles with placement = layers, pipeline or auto (spans "
+                                      "run the whole stack on every worker)",
+                                      {"field": "placement", "value": self.placement})
         if self.fusion == "fuse" and self.partition == "spans":
             raise PydanticCustomError("fields", "partition = tiles with fusion = fuse (spans lower each span's "
                                       "ops as they are)", {"field": "fusion", "value": self.fusion})

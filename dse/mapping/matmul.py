@@ -33,9 +33,10 @@ class MatmulShape:
     b_batched: bool = False
     bias: bool = False
     # A handed off through the tile's shared memory by the cores of the range before
-    # (`dse.plan.placement.handoffs`): where the tile keeps the whole reduction (Kt = 1) and
-    # its A tiles fit the shared banks B leaves, A is read there (one shared bank a tile).
-    a_shared: bool = False
+    # (`dse.plan.placement.handoffs`) in this many sets of banks (0: not; 1; 2 when requests
+    # overlap, a set each): where the tile keeps the whole reduction (Kt = 1) and every set
+    # fits the shared banks B leaves, A is read there (one shared bank a tile).
+    a_shared: int = 0
 
     @property
     def padded(self) -> tuple[int, int, int]:
@@ -178,7 +179,7 @@ def check_tiles(params: CandidateArrays, tm, tn, tk, shape: MatmulShape | None =
         shared_tiles = np.zeros_like(shared_b, dtype=np.int64)
     if shape is not None and shape.a_shared:
         # not a constraint: where A does not fit there, it is loaded into private banks as usual
-        a_tiles = shape.batch * (Mp // tm)
+        a_tiles = shape.batch * (Mp // tm) * shape.a_shared
         shared_a = (col("shared_enabled") & (Kp // tk == 1) & (a_tiles + shared_tiles <= col("shared_banks"))
                     & (tm * tk <= col("shared_rows") * col("shared_row_bytes")))
         shared_a_tiles = np.where(shared_a, a_tiles, 0)

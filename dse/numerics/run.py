@@ -88,11 +88,13 @@ def emulate_graph(graph: Graph, candidate: Candidate, inputs, expected=None, tol
 
             candidate = Candidate(candidate.chip, resolve_auto(graph, candidate))
             rep.mapping = candidate.mapping.model_dump(mode="json")
-        if candidate.mapping.placement == "layers":
+        layered, m = None, candidate.mapping
+        if m.placement in ("layers", "pipeline") or (m.requests or 1) > 1:  # `dse.plan.placement.layout`
             from ..lower import lower_layers
 
-            layered = lower_layers(graph, candidate, inputs)
-            lowered = layered.lowered
+            requests = request_inputs(inputs, m.requests or 1)
+            layered = lower_layers(graph, candidate, requests)
+            lowered = layered.stages[0]
             rep.handoffs = [list(h) for h in layered.handoffs]
         else:
             lowered = lower(graph, candidate, inputs, elementwise=elementwise)
@@ -110,6 +112,10 @@ def emulate_graph(graph: Graph, candidate: Candidate, inputs, expected=None, tol
         reference = graph.trace(*inputs)
     progress("compare")
     rep.verdict = compare(graph, lowered, result.dram, reference, expected, tolerance, reference_kind)
+    if layered is not None and len(layered.stages) > 1:  # every request against its own reference
+        verdicts = [rep.verdict] + [compare(graph, low, result.dram, graph.trace(*x), None, tolerance, reference_kind)
+                                    for low, x in zip(layered.stages[1:], requests[1:])]
+        rep.verdict = combined(verdicts, [f"request {k}" for k in range(len(verdicts))])
     rep.cycles = int(result.cycles)
     rep.counters = _counter_summary(result, lowered.workers)
     rep.peak_sram_bytes = max(rep.counters["peak_allocated_bytes"], default=0)
@@ -117,6 +123,26 @@ def emulate_graph(graph: Graph, candidate: Candidate, inputs, expected=None, tol
     rep.lowered, rep.result = lowered, result
     rep.seconds = time.perf_counter() - t0
     return rep
+
+
+def request_inputs(inputs, requests: int) -> list[list]:
+    """The inputs of each of `requests` requests (``mapping.requests``): request k's are the
+    workload's rotated by k along their last axis (tokens, features), so that no two
+    requests compute alike and a request reading another's tensors shows in the numerics."""
+    import torch
+
+    return [[torch.roll(torch.as_tensor(x), k, dims=-1) if k else x for x in inputs] for k in range(requests)]
+
+
+def combined(verdicts: list[Verdict], names: list[str]) -> Verdict:
+    """One verdict of several (stages, requests): it passes when every one does; its first
+    differing op is named ``name:op``."""
+    first = next((f"{n}:{v.first_differing_op}" for n, v in zip(names, verdicts) if v.first_differing_op), None)
+    return Verdict(all(v.passed for v in verdicts), all(v.integer_bit_exact for v in verdicts),
+                   all(v.outputs_bit_exact for v in verdicts), first, sum(v.integer_tensors for v in verdicts),
+                   max(v.max_abs_error for v in verdicts), max(v.max_rel_error for v in verdicts),
+                   max(v.tolerance for v in verdicts), all(v.outputs_within_tolerance for v in verdicts),
+                   verdicts[0].reference, [op for v in verdicts for op in v.ops])
 
 
 @dataclass
@@ -312,12 +338,7 @@ def emulate_placed(stages: list[StageWork], candidate: Candidate, mode: str = "o
     for s, low in zip(stages, staged.stages):
         reference = s.reference if s.reference is not None else s.graph.trace(*s.inputs)
         verdicts.append(compare(s.graph, low, result.dram, reference, s.expected, s.tolerance, s.reference_kind))
-    first = next((f"{s.role}:{v.first_differing_op}" for s, v in zip(stages, verdicts) if v.first_differing_op), None)
-    rep.verdict = Verdict(all(v.passed for v in verdicts), all(v.integer_bit_exact for v in verdicts),
-                          all(v.outputs_bit_exact for v in verdicts), first, sum(v.integer_tensors for v in verdicts),
-                          max(v.max_abs_error for v in verdicts), max(v.max_rel_error for v in verdicts),
-                          max(v.tolerance for v in verdicts), all(v.outputs_within_tolerance for v in verdicts),
-                          verdicts[0].reference, [op for v in verdicts for op in v.ops])
+    rep.verdict = combined(verdicts, [s.role for s in stages])
     rep.cycles = int(result.cycles)
     rep.counters = _counter_summary(result, len(staged.program.cores))
     rep.peak_sram_bytes = max(rep.counters["peak_allocated_bytes"], default=0)

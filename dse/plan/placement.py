@@ -31,7 +31,7 @@ from emulator.chip import ChipConfig
 
 from .units import too_many_workers
 
-PLACEMENTS = ("phase", "layers", "auto")
+PLACEMENTS = ("phase", "layers", "pipeline", "auto")
 
 
 @dataclass(frozen=True)
@@ -75,8 +75,8 @@ def place(chip: ChipConfig, placement: str | None, workers: int, roles: list[str
         if reason:
             return [], reason
         return [Placed(role, tuple(range(workers)), spmd) for role in roles], ""
-    if placement == "layers":
-        return [], (f"placement \"layers\" cuts one graph into ranges of ops; a workload of stages "
+    if placement in ("layers", "pipeline"):
+        return [], (f"placement \"{placement}\" cuts one graph into ranges of ops; a workload of stages "
                     f"({', '.join(roles)}) is placed by \"phase\" or SPMD")
     if placement != "phase":
         raise ValueError(f"placement must be None or one of {PLACEMENTS}, got {placement!r}")
@@ -109,7 +109,7 @@ def layer_ranges(n_ops: int, cuts) -> tuple[list[range], str]:
     return [range(a, b) for a, b in zip(bounds, bounds[1:])], ""
 
 
-def place_layers(chip: ChipConfig, cuts, n_ops: int) -> tuple[list[Placed], list[range], str]:
+def place_layers(chip: ChipConfig, cuts, n_ops: int, placement: str = "layers") -> tuple[list[Placed], list[range], str]:
     """Range r of the graph (`layer_ranges`) on every core of core group r, built with that
     group's chip; and '' (or the reason it cannot be placed so). The groups must share one
     tile: a BARRIER, which orders one range after the one before, joins one tile's cores."""
@@ -118,7 +118,7 @@ def place_layers(chip: ChipConfig, cuts, n_ops: int) -> tuple[list[Placed], list
         return [], [], reason
     groups = chip.cores.groups
     if len(ranges) > len(groups):
-        return [], [], (f"placement \"layers\" puts range r of {len(ranges)} on core group r, but chip {chip.name} "
+        return [], [], (f"placement \"{placement}\" puts range r of {len(ranges)} on core group r, but chip {chip.name} "
                         f"has {len(groups) or 'no'} core group{'s' if len(groups) != 1 else ''}; allowed: at most "
                         f"{len(groups)} ranges (mapping.cuts of {max(len(groups) - 1, 0)} indices)")
     places = [Placed(f"{groups[r].role}[{rg.start}:{rg.stop}]", tuple(chip.cores.group_cores(r)), chip.group_chip(r))
@@ -126,10 +126,59 @@ def place_layers(chip: ChipConfig, cuts, n_ops: int) -> tuple[list[Placed], list
     tile = chip.cores.tile_size
     tiles = sorted({c // tile for p in places for c in p.cores})
     if len(tiles) > 1:
-        return [], [], (f"placement \"layers\" orders its ranges with BARRIERs, which join the cores of one tile, but "
+        return [], [], (f"placement \"{placement}\" orders its ranges with BARRIERs, which join the cores of one tile, but "
                         f"core groups {', '.join(g.role for g in groups[:len(ranges)])} of chip {chip.name} span "
                         f"tiles {tiles} (cores.tile_size {tile})")
     return places, ranges, ""
+
+
+@dataclass(frozen=True)
+class Layout:
+    """One graph's ranges of ops, their places, and when each request's range runs: request k
+    range r in slot ``k + r`` when requests overlap (``"pipeline"``), else ``k * R + r``."""
+
+    places: list[Placed]
+    ranges: list[range]
+    requests: int
+    overlap: bool
+
+    def slots(self) -> list[list[tuple[int, int]]]:
+        """Per slot, the (request, range) pairs that run in it, in range order."""
+        R = len(self.ranges)
+        at = (lambda k, r: k + r) if self.overlap else (lambda k, r: k * R + r)  # noqa: E731
+        n = at(self.requests - 1, R - 1) + 1
+        out: list[list[tuple[int, int]]] = [[] for _ in range(n)]
+        for k in range(self.requests):
+            for r in range(R):
+                out[at(k, r)].append((k, r))
+        return out
+
+    @property
+    def handoff_sets(self) -> int:
+        """Sets of shared banks a hand-off takes: one; two when requests overlap (the writing
+        range fills one set while the reading range reads the other)."""
+        return 2 if self.overlap else 1
+
+
+def layout(chip: ChipConfig, mapping, n_ops: int) -> tuple[Layout | None, str]:
+    """How a candidate runs one graph of `n_ops` ops (SPMD with ``mapping.requests``, "layers",
+    "pipeline"), and '' (or the reason it cannot)."""
+    requests = mapping.requests or 1
+    if mapping.placement is None:
+        spmd, reason = spmd_chip(chip, mapping.workers)
+        if reason:
+            return None, reason
+        return Layout([Placed("spmd", tuple(range(mapping.workers)), spmd)], [range(n_ops)], requests, False), ""
+    if mapping.placement not in ("layers", "pipeline"):
+        raise ValueError(f"layout of placement None, layers or pipeline, got {mapping.placement!r}")
+    places, ranges, reason = place_layers(chip, mapping.cuts, n_ops, mapping.placement)
+    if reason:
+        return None, reason
+    if mapping.placement == "pipeline" and mapping.weights == "shared":
+        return None, ("placement \"pipeline\" runs its ranges at once on one tile, whose shared banks of the "
+                      "ranges' weights (mapping.weights = shared, loaded from bank 0 up) would overwrite each "
+                      "other; allowed: mapping.weights = per_worker")
+    return Layout(places, ranges, requests, mapping.placement == "pipeline"), ""
 
 
 def handoffs(plans, ranges) -> dict[str, str]:
@@ -184,5 +233,5 @@ def handoff_note(tensor: str, op: str, nbytes: int) -> str:
     return f"{tensor} to op {op}'s A via shared memory: {nbytes} bytes"
 
 
-__all__ = ["PLACEMENTS", "Placed", "boundary_tensors", "cores_chip", "handoff_note", "handoff_why", "handoffs", "layer_ranges", "place",
+__all__ = ["PLACEMENTS", "Layout", "Placed", "layout", "boundary_tensors", "cores_chip", "handoff_note", "handoff_why", "handoffs", "layer_ranges", "place",
            "place_layers", "spmd_chip", "stage_reason"]

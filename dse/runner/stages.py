@@ -215,7 +215,7 @@ def analytical_batch(graph, cands: list[Candidate], calibration: dict | None = N
     `calibration` maps chip names to fitted constants (`dse.analytical.calibration`)."""
     if not cands:
         return []
-    placed = [i for i, c in enumerate(cands) if c.mapping.placement in ("layers", "auto")]
+    placed = [i for i, c in enumerate(cands) if laid_out(c.mapping)]
     if placed:  # one graph in ranges on core groups (or the model's pick): `placed_graph_batch`
         rest = [i for i in range(len(cands)) if i not in set(placed)]
         out: list = [None] * len(cands)
@@ -243,10 +243,10 @@ def placed_graph_batch(graph, cands: list[Candidate], calibration: dict | None =
 
     picked = [Candidate(c.chip, resolve_auto(graph, c)) if c.mapping.placement == "auto" else c
               for c in cands]
-    layered = [i for i, c in enumerate(picked) if c.mapping.placement == "layers"]
+    layered = [i for i, c in enumerate(picked) if laid_out(c.mapping)]
     out: list = [None] * len(cands)
     for i, r in zip([i for i in range(len(cands)) if i not in set(layered)],
-                    analytical_batch(graph, [c for c in picked if c.mapping.placement != "layers"], calibration)):
+                    analytical_batch(graph, [c for c in picked if not laid_out(c.mapping)], calibration)):
         out[i] = r
     if layered:
         totals, per_op, notes = estimate_layers(graph, [picked[i] for i in layered], calibration)
@@ -262,10 +262,16 @@ def placed_graph_batch(graph, cands: list[Candidate], calibration: dict | None =
     return out
 
 
+def laid_out(mapping) -> bool:
+    """Whether a one-graph candidate runs as a `dse.plan.placement.layout` (ranges on core
+    groups, several requests) or the model picks its placement, rather than plain SPMD."""
+    return mapping.placement in ("layers", "pipeline", "auto") or (mapping.requests or 1) > 1
+
+
 def pick_text(mapping) -> str:
     """The placement a mapping states, in the words of its knobs."""
-    if mapping.placement == "layers":
-        return f"layers, cuts = {list(mapping.cuts)}"
+    if mapping.placement in ("layers", "pipeline"):
+        return f"{mapping.placement}, cuts = {list(mapping.cuts)}"
     return mapping.placement or "spmd"
 
 
