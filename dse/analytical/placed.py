@@ -285,12 +285,8 @@ def resolve_auto(graph, candidate: Candidate) -> Mapping:
     if hit is not None and hit[0] is graph:
         return hit[1]
     options = auto_options(graph, candidate)
-    spmd = summarize(estimate(graph, [Candidate(candidate.chip, options[0])]),
-                     [Candidate(candidate.chip, options[0])]).iloc[0]
-    latency = [float(spmd["latency_cycles"]) if spmd["feasible"] else np.inf]
-    if len(options) > 1:
-        totals, _, _ = estimate_layers(graph, [Candidate(candidate.chip, m) for m in options[1:]])
-        latency += [float(t["latency_cycles"]) if t["feasible"] else np.inf for _, t in totals.iterrows()]
+    totals, _, _ = estimate_layers(graph, [Candidate(candidate.chip, m) for m in options])  # SPMD's as a layout too
+    latency = [float(t["latency_cycles"]) if t["feasible"] else np.inf for _, t in totals.iterrows()]
     best = options[int(np.argmin(latency)) if np.isfinite(latency).any() else 0]
     if len(_AUTO) > 256:
         _AUTO.clear()

@@ -117,6 +117,9 @@ def place_layers(chip: ChipConfig, cuts, n_ops: int, placement: str = "layers") 
     if reason:
         return [], [], reason
     groups = chip.cores.groups
+    if not groups:
+        return [], [], (f"placement \"{placement}\" puts range r on core group r, but chip {chip.name} has no core "
+                        f"groups; allowed: a chip with cores.groups, or placement spmd")
     if len(ranges) > len(groups):
         return [], [], (f"placement \"{placement}\" puts range r of {len(ranges)} on core group r, but chip {chip.name} "
                         f"has {len(groups) or 'no'} core group{'s' if len(groups) != 1 else ''}; allowed: at most "
