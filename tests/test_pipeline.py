@@ -1,0 +1,201 @@
+"""One graph in ranges of ops on core groups (#19): mapping.placement = "layers" (the ranges
+one request after another), "pipeline" (mapping.requests overlapped), "auto" (the model's
+pick), the tensor a range hands to the next range's first matmul through the tile's shared
+memory (mapping.handoff): emulated bit for bit, the model against the emulator, transfer
+bytes computed by hand on a GEMM, the infeasible reasons (the model's and the lowering's
+words alike) and the malformed knobs (one line, exit 2)."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from dse.analytical.placed import auto_options, estimate_layers, resolve_auto
+from dse.chips import load_chip
+from dse.errors import InputError
+from dse.mapping import Candidate, Mapping
+from dse.mapping.candidate import mapping_from_dict
+from dse.numerics.run import emulate_graph, prepare_recipe, request_inputs
+from dse.runner.spec import load_spec
+
+ROOT = Path(__file__).resolve().parents[1]
+LLAMA = dict(vocab=64, dim=32, layers=1, heads=2, kv_heads=1, seq=16)
+SHARED_BANK = 16384 * 16  # poly's shared bank: rows x row_bytes
+
+
+@pytest.fixture(scope="module")
+def gemm():
+    prep = prepare_recipe("gemm", dict(m=32, n=64, k=64))
+    assert not prep.failed
+    return prep
+
+
+@pytest.fixture(scope="module")
+def llama():
+    prep = prepare_recipe("llama_prefill", LLAMA)
+    assert not prep.failed
+    return prep
+
+
+@pytest.fixture(scope="module")
+def poly():
+    return load_chip("poly")
+
+
+def run(prep, chip, mapping):
+    """The emulator's report and the model's totals, per-op frame and notes of one candidate."""
+    cand = Candidate(chip, mapping)
+    totals, per_op, notes = estimate_layers(prep.graph, [cand])
+    rep = emulate_graph(prep.graph, cand, prep.inputs, prep.expected, prep.tolerance, prep.reference_kind)
+    return rep, totals.iloc[0], per_op, notes[0]
+
+
+def dma(rep) -> int:
+    return sum(rep.counters["dma_bytes_in"]) + sum(rep.counters["dma_bytes_out"])
+
+
+def test_a_gemm_hands_its_quantized_input_through_shared_memory_byte_for_byte(gemm, poly):
+    # x[32, 64] fp32 -> quantize (op 0, on the 3 prefill cores) -> matmul_acc (op 1, on the 2
+    # decode cores, split by columns) -> dequantize (per channel: a core op, no DMA)
+    rep, t, per_op, notes = run(gemm, poly, Mapping(split="cols", placement="layers", cuts=(1,)))
+    assert rep.verdict.passed and rep.verdict.integer_bit_exact
+    tiles = per_op.set_index("op").loc["matmul_acc", ["tile_m", "tile_n", "tile_k"]].tolist()
+    assert tiles == [16, 32, 64]  # Mt = 2 tiles of A, Nt = 2 column tiles: one a decode core
+    quantize = 32 * 64 * 4 + 32 * 64  # the Fp2Int stream: fp32 in, int8 out
+    handoff = 2 * 16 * 64  # the prefill cores load x_int8's 2 A tiles into shared memory, once
+    matmul = 2 * (64 * 32 + 2 * 16 * 32 * 4)  # per decode core: its B tile, its 2 accumulator tiles out
+    assert dma(rep) == t["dma_bytes"] == quantize + handoff + matmul == 24576
+    assert rep.counters["shared_bytes_used"] == t["shared_sram_bytes"] == 2 * SHARED_BANK  # one bank a tile
+    assert notes == "x_int8 to op matmul_acc's A via shared memory: 2048 bytes"
+    assert rep.handoffs == [["x_int8", 1, "shared", notes]]
+    assert abs(t["latency_cycles"] / rep.cycles - 1) < 0.02
+
+    # through DRAM instead: each decode core loads A itself (the mapper then picks 16x16x64)
+    rep, t, per_op, notes = run(gemm, poly, Mapping(split="cols", placement="layers", cuts=(1,), handoff="dram"))
+    assert per_op.set_index("op").loc["matmul_acc", ["tile_m", "tile_n", "tile_k"]].tolist() == [16, 16, 64]
+    a_loads = 2 * (2 * 16 * 64)  # per decode core, its 2 A tiles (resident across its 2 column tiles)
+    matmul = 2 * (2 * 16 * 64 + 4 * 16 * 16 * 4)  # per core: 2 B tiles, 4 accumulator tiles out
+    assert dma(rep) == t["dma_bytes"] == quantize + a_loads + matmul == 26624
+    assert rep.counters["shared_bytes_used"] == t["shared_sram_bytes"] == 0
+    assert notes == "x_int8 via DRAM (mapping.handoff = dram)"
+
+    # pipelined, 2 requests: a set of shared banks each, twice the bytes
+    rep, t, _, _ = run(gemm, poly, Mapping(split="cols", placement="pipeline", cuts=(1,), requests=2))
+    assert rep.verdict.passed and rep.verdict.integer_bit_exact
+    assert dma(rep) == t["dma_bytes"] == 2 * 24576
+    assert rep.counters["shared_bytes_used"] == t["shared_sram_bytes"] == 2 * 2 * SHARED_BANK
+
+
+@pytest.mark.parametrize("mapping", [
+    Mapping(split="cols", placement="layers", cuts=(42,)),
+    Mapping(split="cols", placement="layers", cuts=(69,), handoff="dram"),
+    Mapping(split="cols", placement="pipeline", cuts=(10,), requests=3),
+    Mapping(split="cols", workers=3, requests=2),
+], ids=["layers-42", "layers-69-dram", "pipeline-10-x3", "spmd-x2"])
+def test_llama_in_ranges_is_bit_exact_and_the_model_follows(llama, poly, mapping):
+    rep, t, _, _ = run(llama, poly, mapping)
+    assert rep.feasible and t["feasible"]
+    assert rep.verdict.passed and rep.verdict.integer_bit_exact and rep.verdict.outputs_bit_exact
+    assert abs(t["latency_cycles"] / rep.cycles - 1) < 0.02
+    assert rep.counters["shared_bytes_used"] == t["shared_sram_bytes"]
+    assert rep.peak_sram_bytes == t["peak_sram_bytes"]
+    if mapping.placement:  # SPMD's DMA is the plain model's (its own ~1% error); the ranges' match
+        assert dma(rep) == t["dma_bytes"]
+    # the asked-for SRAM: every core of the groups used (3 x 16 + 2 x 12 banks), or SPMD's 3
+    banks = 3 * 16 + 2 * 12 if mapping.placement else 3 * 16
+    assert t["private_sram_bytes"] == banks * 16384
+
+
+def test_a_pipeline_overlaps_the_requests_that_layers_run_one_after_another(llama, poly):
+    layers, tl, _, _ = run(llama, poly, Mapping(split="cols", placement="layers", cuts=(42,), requests=3))
+    pipe, tp, _, _ = run(llama, poly, Mapping(split="cols", placement="pipeline", cuts=(42,), requests=3))
+    assert pipe.verdict.passed and layers.verdict.passed
+    assert pipe.cycles < 0.95 * layers.cycles and tp["latency_cycles"] < tl["latency_cycles"]
+    assert dma(pipe) == dma(layers)  # the same work, overlapped
+    # one request's range alone: the slots of the pipeline are no shorter than the longer range
+    one, t1, _, _ = run(llama, poly, Mapping(split="cols", placement="layers", cuts=(42,)))
+    assert pipe.cycles > 2 * one.cycles
+
+
+def test_every_request_computes_its_own_values(llama):
+    # request k's inputs are rotated by k: a request reading another's tensors would differ
+    xs = request_inputs(llama.inputs, 3)
+    assert xs[0][0] is llama.inputs[0]
+    assert torch.equal(xs[2][0], torch.roll(torch.as_tensor(llama.inputs[0]), 2, dims=-1))
+    refs = [llama.graph.trace(*x) for x in xs]
+    out = llama.graph.outputs[0]
+    assert not torch.equal(refs[0][out], refs[1][out]) and not torch.equal(refs[1][out], refs[2][out])
+
+
+def test_auto_takes_the_fastest_modelled_option_and_the_emulator_runs_it(llama, poly):
+    cand = Candidate(poly, Mapping(split="cols", workers=3, requests=2, placement="auto"))
+    options = auto_options(llama.graph, cand)
+    assert options[0].placement is None and {m.placement for m in options[1:]} == {"layers", "pipeline"}
+    totals, _, _ = estimate_layers(llama.graph, [Candidate(poly, m) for m in options])
+    best = options[int(np.argmin(totals["latency_cycles"].to_numpy()))]
+    picked = resolve_auto(llama.graph, cand)
+    assert picked == best and picked.placement == "pipeline" and picked.requests == 2
+    rep = emulate_graph(llama.graph, cand, llama.inputs, llama.expected, llama.tolerance, llama.reference_kind)
+    assert rep.mapping["placement"] == "pipeline" and rep.mapping["cuts"] == list(picked.cuts)
+    assert rep.verdict.passed
+    # on a chip without core groups the only option is SPMD
+    goban = Candidate(load_chip("goban"), Mapping(workers=4, placement="auto"))
+    assert auto_options(llama.graph, goban) == [Mapping(workers=4)]
+
+
+def test_an_infeasible_placement_has_one_reason_from_model_and_lowering(gemm, poly):
+    groups = [{k: v for k, v in g.model_dump(mode="json").items() if v is not None} for g in poly.cores.groups]
+    no_matrix = load_chip("poly", {"cores.groups": [groups[0], {**groups[1], "balls": ["vecmatmul", "fp2int"]}]})
+    cases = [
+        (no_matrix, Mapping(placement="layers", cuts=(1,)),
+         "stage decode[1:3] on cores 3-4 (poly.decode): op matmul_acc: chip poly.decode has no matrix Ball"),
+        (load_chip("poly", {"cores.tile_size": 3}), Mapping(placement="pipeline", cuts=(1,), requests=2),
+         "placement \"pipeline\" orders its ranges with BARRIERs, which join the cores of one tile"),
+        (load_chip("goban"), Mapping(placement="layers", cuts=(1,)),
+         "placement \"layers\" puts range r on core group r, but chip goban has no core groups"),
+        (poly, Mapping(placement="layers", cuts=(1, 2)), "chip poly has 2 core groups; allowed: at most 2 ranges"),
+        (poly, Mapping(placement="layers", cuts=(5,)), "mapping.cuts = [5]: allowed increasing op indices in 1..2"),
+        (poly, Mapping(placement="pipeline", cuts=(1,), requests=2, weights="shared"),
+         "allowed: mapping.weights = per_worker"),
+    ]
+    for chip, mapping, words in cases:
+        rep, t, _, _ = run(gemm, chip, mapping)
+        assert not rep.feasible and not t["feasible"]
+        assert rep.reason == t["reason"] and words in rep.reason, (rep.reason, t["reason"])
+
+
+@pytest.mark.parametrize("data, field, allowed", [
+    ({"placement": "layers"}, "mapping.cuts", "placement = layers with cuts"),
+    ({"placement": "pipeline", "cuts": [3]}, "mapping.requests", "requests >= 2"),
+    ({"placement": "layers", "cuts": [9, 3]}, "mapping.cuts", "increasing order"),
+    ({"placement": "layers", "cuts": [0]}, "mapping.cuts.0", "greater than 0"),
+    ({"cuts": [3]}, "mapping.cuts", "only with placement = layers or pipeline"),
+    ({"placement": "layers", "cuts": [3], "handoff": "l2"}, "mapping.handoff", "'shared' or 'dram'"),
+    ({"handoff": "dram"}, "mapping.handoff", "only with placement = layers, pipeline or auto"),
+    ({"placement": "phase", "requests": 2}, "mapping.requests", "a workload of stages runs once"),
+    ({"placement": "pipelined"}, "mapping.placement", "'pipeline'"),
+])
+def test_a_malformed_placement_knob_names_field_value_and_what_is_allowed(data, field, allowed):
+    with pytest.raises(InputError) as exc:
+        mapping_from_dict(data, "spec.toml")
+    assert exc.value.field == field and allowed in exc.value.allowed and "spec.toml" in str(exc.value)
+
+
+def test_the_shipped_spec_loads_and_a_bad_cut_in_it_is_one_line_exit_2(tmp_path):
+    spec = ROOT / "experiments" / "pipeline.toml"
+    loaded = load_spec(spec)
+    picks = [p for p, _ in loaded.hand]
+    assert {"mapping.placement": "pipeline", "mapping.cuts": [42], "mapping.handoff": "dram"} in picks
+    bad = tmp_path / "bad.toml"
+    bad.write_text(spec.read_text().replace('"mapping.cuts" = [42] }', '"mapping.cuts" = [42, 10] }', 1))
+    proc = subprocess.run([sys.executable, "-m", "dse", "sweep", str(bad), "--db", str(tmp_path / "r.db")],
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 2, proc.stderr
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and str(bad) in lines[0] and "mapping.cuts" in lines[0] and "increasing order" in lines[0]
+    assert not (tmp_path / "r.db").exists()
