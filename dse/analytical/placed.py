@@ -90,7 +90,10 @@ def estimate_placed(stages: Sequence[tuple[str, object]], candidates: Sequence[C
     with the op names of that stage; candidates that could not be placed have no rows)."""
     roles = [role for role, _ in stages]
     n = len(candidates)
-    placed = [place(c.chip, c.mapping.placement, c.mapping.workers, roles) for c in candidates]
+    hashes = [c.hash for c in candidates]
+    candidates = [Candidate(c.chip, resolve_auto_stages(stages, c)) if c.mapping.placement == "auto"
+                  else c for c in candidates]
+    placed = [place(c.chip, c.mapping.placement, c.mapping.workers, roles, c.mapping.requests) for c in candidates]
     ok = [i for i in range(n) if not placed[i][1]]
     per_stage, totals = [], []
     for s, (role, graph) in enumerate(stages):
@@ -137,7 +140,9 @@ def estimate_placed(stages: Sequence[tuple[str, object]], candidates: Sequence[C
             row[name] = sum(float(t[name]) for t in stage_totals)
         row["utilisation"] = row["busy_cycles"] / max(len(cores) * latency, 1)
         rows.append(row)
-    return pd.DataFrame(rows, columns=TOTAL_COLUMNS), per_stage
+    totals = pd.DataFrame(rows, columns=TOTAL_COLUMNS)
+    totals["candidate_hash"] = hashes  # the candidates as given ("auto" among them)
+    return totals, per_stage
 
 
 def handoff_cycles(chip, tiles: int, tile_bytes: int, loaders: int) -> int:
@@ -297,6 +302,30 @@ def resolve_auto(graph, candidate: Candidate) -> Mapping:
 _AUTO: dict[tuple[int, str], tuple[object, Mapping]] = {}
 
 
+def resolve_auto_stages(stages, candidate: Candidate) -> Mapping:
+    """``placement = "auto"`` for a workload of stages (`stages`: (role, graph) each): SPMD
+    on ``mapping.workers`` or ``"phase"``, whichever the uncalibrated model finds faster (SPMD
+    on a tie or when neither is feasible); the emulator stage resolves it alike
+    (`dse.numerics.run.emulate_placed`), once per process, stages and candidate."""
+    key = (tuple(id(g) for _, g in stages), candidate.hash)
+    hit = _AUTO_STAGES.get(key)
+    if hit is not None and all(a is b for a, (_, b) in zip(hit[0], stages)):
+        return hit[1]
+    m = candidate.mapping.model_dump(exclude_none=True)
+    m.pop("placement")
+    options = [Mapping.model_validate(m), Mapping.model_validate({**m, "placement": "phase"})]
+    totals, _ = estimate_placed(stages, [Candidate(candidate.chip, o) for o in options])
+    latency = [float(t["latency_cycles"]) if t["feasible"] else np.inf for _, t in totals.iterrows()]
+    best = options[1] if latency[1] < latency[0] else options[0]
+    if len(_AUTO_STAGES) > 256:
+        _AUTO_STAGES.clear()
+    _AUTO_STAGES[key] = ([g for _, g in stages], best)
+    return best
+
+
+_AUTO_STAGES: dict[tuple, tuple[list, Mapping]] = {}
+
+
 def _infeasible(i: int, c: Candidate, reason: str) -> dict:
     row = {name: np.nan for name in TOTAL_COLUMNS}
     row.update(candidate=i, candidate_hash=c.hash, feasible=False, reason=reason, workers=c.mapping.workers)
@@ -304,4 +333,4 @@ def _infeasible(i: int, c: Candidate, reason: str) -> dict:
 
 
 __all__ = ["auto_options", "coupled_stages", "epoch_cycles", "estimate_layers", "estimate_placed", "handoff_cycles",
-           "lockstep_cycles", "resolve_auto"]
+           "lockstep_cycles", "resolve_auto", "resolve_auto_stages"]

@@ -325,6 +325,11 @@ def emulate_placed(stages: list[StageWork], candidate: Candidate, mode: str = "o
                           candidate.mapping.model_dump(mode="json", exclude_none=True), True,
                           private_sram_bytes=chip.private_sram_bytes)
     try:
+        if candidate.mapping.placement == "auto":  # the placement the model picks (the analytical stage's too)
+            from ..analytical.placed import resolve_auto_stages
+
+            candidate = Candidate(chip, resolve_auto_stages([(s.role, s.graph) for s in stages], candidate))
+            rep.mapping = candidate.mapping.model_dump(mode="json", exclude_none=True)
         staged = lower_placed([(s.role, s.graph, s.inputs) for s in stages], candidate)
     except Infeasible as exc:
         rep.feasible, rep.reason = False, str(exc)

@@ -67,9 +67,14 @@ def spmd_chip(chip: ChipConfig, workers: int) -> tuple[ChipConfig, str]:
     return cores_chip(chip, range(workers))
 
 
-def place(chip: ChipConfig, placement: str | None, workers: int, roles: list[str]) -> tuple[list[Placed], str]:
+def place(chip: ChipConfig, placement: str | None, workers: int, roles: list[str],
+          requests: int | None = None) -> tuple[list[Placed], str]:
     """Each stage's place (`roles`: the stages' roles, in order), and '' (or the reason the
-    placement cannot be made, with no places)."""
+    placement cannot be made, with no places). ``"auto"`` is resolved before (`dse.analytical.
+    placed.resolve_auto_stages`)."""
+    if (requests or 1) > 1:
+        return [], (f"mapping.requests = {requests} runs one graph's requests; a workload of stages "
+                    f"({', '.join(roles)}) runs once")
     if placement is None:
         spmd, reason = spmd_chip(chip, workers)
         if reason:

@@ -291,7 +291,11 @@ def placed_batch(stages, cands: list[Candidate], calibration: dict | None = None
         columns = [frame[c].tolist() for c in OP_FIELDS]
         for cand, *row in zip(frame["candidate"].tolist(), *columns):
             ops.setdefault(cand, []).append((f"{role}:{row[0]}", *row[1:]))
-    return [AnalyticalResult(bool(t["feasible"]), str(t["reason"]), total_metrics(t), ops.get(i, []))
+    from ..analytical.placed import resolve_auto_stages
+
+    notes = [f"placement auto picked {pick_text(resolve_auto_stages(stages, c))}"
+             if c.mapping.placement == "auto" else "" for c in cands]
+    return [AnalyticalResult(bool(t["feasible"]), str(t["reason"]), total_metrics(t), ops.get(i, []), notes[i])
             for i, t in enumerate(totals.to_dict("records"))]
 
 
