@@ -2,14 +2,20 @@
 emulated cycles, DMA bytes (in + out, every core), peak and asked-for private SRAM, the
 numerics verdict, and the analytical model's latency error against the emulator.
 
-    .venv/bin/python bench/bench_placement.py [--seq 16] [--past 15]
+    .venv/bin/python bench/bench_placement.py [--seq 16] [--past 15] [--requests 4]
 
 Candidates: poly's phases on their own groups (placement "phase"), both phases one after
 another on SPMD workers (placement None) of poly with its groups removed (5 identical
 16-bank cores) at 5 and 4 workers and of poly's 3 prefill cores, each phase alone on its
 group, the decode group's hardware moved one field at a time (16 banks; the chip's 4-cycle
 core; an 8x8 matrix Ball of their own), and the infeasible ones (SPMD across poly's differing groups; decode cores with 8
-banks), with their reasons.
+banks), with their reasons; "auto" (the model's pick of SPMD and phase).
+
+Then one graph (tiny llama prefill) in ranges of ops on poly's groups: SPMD on the 3 prefill
+cores, "layers" and "pipeline" cut before op 10 or 42 with the hand-off through shared memory
+or DRAM, "auto", for one request and for --requests requests (request k's tokens rotated by
+k), with the shared memory the emulator saw against the model's, and the tensors between
+ranges (the candidate's notes).
 """
 
 from __future__ import annotations
@@ -23,7 +29,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from dse.analytical.placed import estimate_placed  # noqa: E402
 from dse.chips import load_chip  # noqa: E402
 from dse.mapping import Candidate, Mapping  # noqa: E402
-from dse.numerics.run import StageWork, emulate_placed, prepare_recipe  # noqa: E402
+from dse.mapping.candidate import mapping_from_dict  # noqa: E402
+from dse.analytical.placed import estimate_layers  # noqa: E402
+from dse.numerics.run import StageWork, emulate_graph, emulate_placed, prepare_recipe  # noqa: E402
 
 LLAMA = dict(vocab=64, dim=32, layers=1, heads=2, kv_heads=1)
 
@@ -39,6 +47,7 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--seq", type=int, default=16)
     ap.add_argument("--past", type=int, default=15)
+    ap.add_argument("--requests", type=int, default=4)
     args = ap.parse_args()
     pre = stage("prefill", "llama_prefill", seq=args.seq)
     dec = stage("decode", "llama_decode", past=args.past)
@@ -73,6 +82,8 @@ def main() -> None:
          Candidate(small_array, Mapping(split=split, placement="phase"))),
         ("spmd 5 workers across poly's groups", [pre, dec], Candidate(poly, Mapping(split=split, workers=5))),
         ("phase with 8-bank decode cores", [pre, dec], Candidate(narrow, Mapping(split=split, placement="phase"))),
+        ("auto (SPMD on 3 workers or phase)", [pre, dec], Candidate(poly, Mapping(split=split, workers=3,
+                                                                                placement="auto"))),
     ]
     print(f"tiny llama (vocab 64, dim 32, layers 1, heads 2, kv_heads 1), prefill seq {args.seq}, "
           f"decode past {args.past}; split {split}")
@@ -90,6 +101,46 @@ def main() -> None:
         err = t["latency_cycles"] / rep.cycles - 1
         print(f"{label:50s} {rep.cycles:10d} {t['latency_cycles']:10.0f} {err:+7.2%} {dma:9d} {t['dma_bytes']:9.0f} "
               f"{rep.peak_sram_bytes:9d} {t['private_sram_bytes']:10.0f}  {rep.verdict.summary()[:40]}")
+    ranges(pre, poly, same, split, args.requests)
+
+
+def ranges(pre: StageWork, poly, same, split: str, requests: int) -> None:
+    """One graph in ranges of ops on poly's groups (layers, pipeline, auto) against SPMD."""
+    print(f"\ntiny llama prefill (seq as above) in ranges of ops on poly's groups (prefill 3 cores | decode 2); "
+          f"split {split}")
+    print(f"{'candidate':44s} {'req':>3s} {'emu cycles':>10s} {'model':>10s} {'err':>7s} {'DMA bytes':>9s} "
+          f"{'model DMA':>9s} {'peak SRAM':>9s} {'shared':>8s} {'model sh':>8s}  numerics")
+    for n in (1, requests):
+        def m(**knobs) -> Mapping:
+            return Mapping(split=split, requests=n if n > 1 else None, **knobs)
+
+        rows = [("spmd, poly's 3 prefill cores", poly, m(workers=3)),
+                ("spmd, 5 identical 16-bank cores", same, m(workers=5))]
+        for cut in (10, 42):
+            for kind in ("layers", "pipeline") if n > 1 else ("layers",):
+                rows += [(f"{kind}, cut {cut}, shared hand-off", poly, m(placement=kind, cuts=(cut,))),
+                         (f"{kind}, cut {cut}, DRAM hand-off", poly, m(placement=kind, cuts=(cut,), handoff="dram"))]
+        rows += [("auto", poly, m(workers=3, placement="auto"))]
+        for label, chip, mapping in rows:
+            cand = Candidate(chip, mapping)
+            rep = emulate_graph(pre.graph, cand, pre.inputs, pre.expected, pre.tolerance, pre.reference_kind,
+                                reference=pre.reference)
+            picked = Candidate(chip, mapping_from_dict(rep.mapping))  # what "auto" ran
+            totals, _, notes = estimate_layers(pre.graph, [picked])
+            t = totals.iloc[0]
+            if not rep.feasible or not t["feasible"]:
+                print(f"{label:44s} {n:3d} infeasible; emulator: {rep.reason}; model: {t['reason']}")
+                continue
+            if mapping.placement == "auto":
+                label += f" -> {picked.mapping.placement or 'spmd'} {list(picked.mapping.cuts or [])}"
+            c = rep.counters
+            dma = sum(c["dma_bytes_in"]) + sum(c["dma_bytes_out"])
+            err = t["latency_cycles"] / rep.cycles - 1
+            print(f"{label:44s} {n:3d} {rep.cycles:10d} {t['latency_cycles']:10.0f} {err:+7.2%} {dma:9d} "
+                  f"{t['dma_bytes']:9.0f} {rep.peak_sram_bytes:9d} {c['shared_bytes_used']:8d} "
+                  f"{t['shared_sram_bytes']:8.0f}  {rep.verdict.summary()[:30]}")
+            if n == 1 and "shared hand-off" in label:
+                print(f"{'':44s}     {notes[0][:150]}")
 
 
 if __name__ == "__main__":
