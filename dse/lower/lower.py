@@ -54,7 +54,9 @@ figure is computed from those actual lifetimes (`sram_lifetimes` replays every w
 MSETs over the whole program: ``Lowered.peak_sram_bytes`` / ``peak_sram_per_worker``),
 equal to the emulator's ``peak_allocated_bytes`` counter.
 :func:`lower_stages` places several graphs on disjoint core groups (poly: prefill and
-decode cores); `dse.lower.spans.lower_spans` partitions a temporal stack into spans.
+decode cores); :func:`lower_layers` lays one graph out in ranges of ops on core groups and
+runs its requests (`dse.plan.placement.layout`); `dse.lower.spans.lower_spans` partitions a
+temporal stack into spans.
 """
 
 from __future__ import annotations

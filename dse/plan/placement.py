@@ -19,8 +19,16 @@ by its role. ``mapping.placement``:
   range writes and a later range's first matmul reads as A is handed off through the tile's
   shared memory (`handoffs`): the cores of the range before load its A tiles there, the
   matmul's Ball reads them (no per-worker A loads); every other tensor stays in DRAM.
-* ``"auto"``: the placement the model finds fastest among SPMD, ``"phase"`` (a staged
-  workload) and ``"layers"`` at every single cut before a matmul (`auto_options`).
+* ``"pipeline"``: the ranges of ``"layers"`` with ``mapping.requests`` requests overlapped:
+  request k's range r runs beside request k + 1's range r - 1 (`Layout.slots`), a hand-off
+  taking a set of shared banks per request in flight (`Layout.handoff_sets`).
+* ``"auto"``: the placement the model finds fastest (`dse.analytical.placed.resolve_auto`):
+  for one graph among SPMD, ``"layers"`` and (with requests) ``"pipeline"`` cut before each
+  matmul; for a staged workload, SPMD or ``"phase"``.
+
+One graph's SPMD, ``"layers"`` and ``"pipeline"`` are all a `Layout` (`layout`): ranges, their
+places and the slot each request's range runs in; ``mapping.requests`` runs SPMD's requests
+one after another.
 """
 
 from __future__ import annotations
