@@ -89,6 +89,7 @@ def _print_graph(args, result, index: int) -> None:
         return
     frame = graph.counts_frame()
     frame.insert(2, "output", [str(graph.tensors[op.outputs[0]]) for op in graph.ops])
+    frame["op#"] = range(len(graph.ops))  # the index mapping.cuts names (after the recipe's steps)
     if args.json:
         print(json.dumps({
             "recipe": result.recipe, "path": result.path, "params": params, "stage": stage,
@@ -103,7 +104,8 @@ def _print_graph(args, result, index: int) -> None:
         print(f"input  {name}: {graph.tensors[name]}")
     for name in graph.outputs:
         print(f"output {name}: {graph.tensors[name]}")
-    columns = ["name", "kind", "output", "macs", "other_ops", "bytes_read", "bytes_written", "weight_bytes", "source"]
+    columns = ["name", "kind", "output", "macs", "other_ops", "bytes_read", "bytes_written", "weight_bytes", "source",
+               "op#"]
     print(frame[columns].to_string(index=False))
     t = _totals(graph)
     print(f"{len(graph.ops)} ops; total macs={t['macs']:,} other_ops={t['other_ops']:,} bytes_read={t['bytes_read']:,}"
