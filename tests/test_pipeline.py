@@ -132,20 +132,69 @@ def test_every_request_computes_its_own_values(llama):
     assert not torch.equal(refs[0][out], refs[1][out]) and not torch.equal(refs[1][out], refs[2][out])
 
 
-def test_auto_takes_the_fastest_modelled_option_and_the_emulator_runs_it(llama, poly):
+def test_auto_takes_the_fastest_modelled_option_and_the_emulator_runs_it(gemm, llama, poly):
     cand = Candidate(poly, Mapping(split="cols", workers=3, requests=2, placement="auto"))
+    options = auto_options(gemm.graph, cand)  # SPMD, then a cut before the GEMM, one after another or pipelined
+    assert [(m.placement, m.cuts, m.requests) for m in options] == [(None, None, 2), ("layers", (1,), 2),
+                                                                     ("pipeline", (1,), 2)]
+    totals, _, _ = estimate_layers(gemm.graph, [Candidate(poly, m) for m in options])
+    latency = totals["latency_cycles"].tolist()
+    assert latency[2] < latency[1] < latency[0]  # overlapped < one after another < 3 prefill cores
+    assert resolve_auto(gemm.graph, cand) == options[2]
+    rep = emulate_graph(gemm.graph, cand, gemm.inputs, gemm.expected, gemm.tolerance, gemm.reference_kind)
+    assert rep.mapping["placement"] == "pipeline" and rep.mapping["cuts"] == [1] and rep.verdict.passed
+    # one request: nothing to pipeline
+    one = Candidate(poly, Mapping(split="cols", workers=3, placement="auto"))
+    assert {m.placement for m in auto_options(gemm.graph, one)} == {None, "layers"}
+    # tiny llama: a cut before each of its 10 matrix-Ball products, the pick the fastest modelled one
     options = auto_options(llama.graph, cand)
-    assert options[0].placement is None and {m.placement for m in options[1:]} == {"layers", "pipeline"}
+    assert len(options) == 1 + 2 * 10
     totals, _, _ = estimate_layers(llama.graph, [Candidate(poly, m) for m in options])
-    best = options[int(np.argmin(totals["latency_cycles"].to_numpy()))]
-    picked = resolve_auto(llama.graph, cand)
-    assert picked == best and picked.placement == "pipeline" and picked.requests == 2
-    rep = emulate_graph(llama.graph, cand, llama.inputs, llama.expected, llama.tolerance, llama.reference_kind)
-    assert rep.mapping["placement"] == "pipeline" and rep.mapping["cuts"] == list(picked.cuts)
-    assert rep.verdict.passed
+    assert resolve_auto(llama.graph, cand) == options[int(np.argmin(totals["latency_cycles"].to_numpy()))]
     # on a chip without core groups the only option is SPMD
     goban = Candidate(load_chip("goban"), Mapping(workers=4, placement="auto"))
     assert auto_options(llama.graph, goban) == [Mapping(workers=4)]
+
+
+def test_three_ranges_hand_off_one_after_another(gemm):
+    # three groups: quantize | the GEMM | dequantize; the GEMM's A through shared memory, its
+    # blocked accumulator to the third range through DRAM (a core op reads it first)
+    three = load_chip("poly", {"cores.groups": [{"role": "a", "count": 2},
+                                                {"role": "b", "count": 2, "op_cycles_per_element": 2.0},
+                                                {"role": "c", "count": 1, "banks": {"count": 12}}]})
+    rep, t, _, notes = run(gemm, three, Mapping(split="cols", placement="layers", cuts=(1, 2)))
+    assert rep.verdict.passed and rep.verdict.integer_bit_exact
+    assert abs(t["latency_cycles"] / rep.cycles - 1) < 0.02 and dma(rep) == t["dma_bytes"]
+    assert [h[:3] for h in rep.handoffs] == [["x_int8", 1, "shared"], ["matmul_acc", 2, "dram"]]
+    assert notes.endswith("matmul_acc via DRAM: read first by op matmul, not as A of its range's first matmul")
+    # pipelined, two boundaries at once would share the top banks: refused, unless via DRAM
+    rep, t, _, _ = run(gemm, three, Mapping(split="cols", placement="pipeline", cuts=(1, 2), requests=3))
+    assert not rep.feasible and rep.reason == t["reason"] and "allowed: 2 ranges (one cut)" in rep.reason
+    rep, t, _, _ = run(gemm, three, Mapping(split="cols", placement="pipeline", cuts=(1, 2), requests=3,
+                                             handoff="dram"))
+    assert rep.verdict.passed and abs(t["latency_cycles"] / rep.cycles - 1) < 0.02
+
+
+def test_a_staged_workload_auto_picks_spmd_or_phase_alike_in_model_and_emulator(llama, poly):
+    from dse.analytical.placed import estimate_placed, resolve_auto_stages
+    from dse.numerics.run import StageWork, emulate_placed
+
+    decode = prepare_recipe("llama_decode", {**{k: v for k, v in LLAMA.items() if k != "seq"}, "past": 15})
+    stages = [StageWork(role, p.graph, p.inputs, p.expected, p.tolerance, p.reference_kind)
+              for role, p in (("prefill", llama), ("decode", decode))]
+    pairs = [(s.role, s.graph) for s in stages]
+    auto = Candidate(poly, Mapping(split="cols", workers=3, placement="auto"))
+    options = [Candidate(poly, Mapping(split="cols", workers=3)), Candidate(poly, Mapping(split="cols", placement="phase"))]
+    totals, _ = estimate_placed(pairs, options + [auto])
+    assert resolve_auto_stages(pairs, auto).placement == "phase"  # the faster of the two here
+    assert totals["latency_cycles"].iloc[2] == totals["latency_cycles"].iloc[1] < totals["latency_cycles"].iloc[0]
+    assert totals["candidate_hash"].iloc[2] == auto.hash
+    rep = emulate_placed(stages, auto)
+    assert rep.mapping["placement"] == "phase" and rep.verdict.passed
+    # phase with one shared copy of the weights: the stages would share the tile's shared banks
+    shared = Candidate(poly, Mapping(split="cols", placement="phase", weights="shared"))
+    rep, (t,) = emulate_placed(stages, shared), estimate_placed(pairs, [shared])[0].to_dict("records")
+    assert not rep.feasible and rep.reason == t["reason"] and "allowed: mapping.weights = per_worker" in rep.reason
 
 
 def test_an_infeasible_placement_has_one_reason_from_model_and_lowering(gemm, poly):

@@ -93,7 +93,8 @@ def estimate_placed(stages: Sequence[tuple[str, object]], candidates: Sequence[C
     hashes = [c.hash for c in candidates]
     candidates = [Candidate(c.chip, resolve_auto_stages(stages, c)) if c.mapping.placement == "auto"
                   else c for c in candidates]
-    placed = [place(c.chip, c.mapping.placement, c.mapping.workers, roles, c.mapping.requests) for c in candidates]
+    placed = [place(c.chip, c.mapping.placement, c.mapping.workers, roles, c.mapping.requests,
+                    c.mapping.weights) for c in candidates]
     ok = [i for i in range(n) if not placed[i][1]]
     per_stage, totals = [], []
     for s, (role, graph) in enumerate(stages):

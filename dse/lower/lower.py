@@ -748,7 +748,8 @@ def lower_placed(stages, candidate: Candidate) -> StagedLowered:
     each stage on its role's core group, all at once (`lower_stages`). An infeasible stage
     raises `Infeasible` naming the stage, its cores and its chip."""
     chip, mapping = candidate.chip, candidate.mapping
-    places, reason = place(chip, mapping.placement, mapping.workers, [role for role, _, _ in stages], mapping.requests)
+    places, reason = place(chip, mapping.placement, mapping.workers, [role for role, _, _ in stages], mapping.requests,
+                            mapping.weights)
     if reason:
         raise Infeasible(reason)
     if mapping.placement == "phase":

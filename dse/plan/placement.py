@@ -76,7 +76,7 @@ def spmd_chip(chip: ChipConfig, workers: int) -> tuple[ChipConfig, str]:
 
 
 def place(chip: ChipConfig, placement: str | None, workers: int, roles: list[str],
-          requests: int | None = None) -> tuple[list[Placed], str]:
+          requests: int | None = None, weights: str | None = None) -> tuple[list[Placed], str]:
     """Each stage's place (`roles`: the stages' roles, in order), and '' (or the reason the
     placement cannot be made, with no places). ``"auto"`` is resolved before (`dse.analytical.
     placed.resolve_auto_stages`)."""
@@ -101,6 +101,12 @@ def place(chip: ChipConfig, placement: str | None, workers: int, roles: list[str
             return [], (f"placement \"phase\" puts stage {role!r} on the core group of that role, but chip "
                         f"{chip.name} has " + (f"groups {', '.join(have)}" if have else "no core groups"))
         places.append(Placed(role, tuple(chip.cores.group_cores(i)), chip.group_chip(i)))
+    tile = chip.cores.tile_size
+    tiles = [{c // tile for c in p.cores} for p in places]
+    if weights == "shared" and any(a & b for i, a in enumerate(tiles) for b in tiles[i + 1:]):
+        return [], ("placement \"phase\" runs its stages at once, and stages on one tile would load their "
+                    "weights into the same shared banks (mapping.weights = shared, from bank 0 up); allowed: "
+                    "mapping.weights = per_worker, or groups on tiles of their own (cores.tile_size)")
     return places, ""
 
 
@@ -190,6 +196,10 @@ def layout(chip: ChipConfig, mapping, n_ops: int) -> tuple[Layout | None, str]:
     places, ranges, reason = place_layers(chip, mapping.cuts, n_ops, mapping.placement)
     if reason:
         return None, reason
+    if mapping.placement == "pipeline" and len(ranges) > 2 and mapping.handoff != "dram":
+        return None, (f"placement \"pipeline\" of {len(ranges)} ranges hands off through shared memory at "
+                      f"{len(ranges) - 1} boundaries at once, whose banks (counted down from the top) would "
+                      f"overlap; allowed: 2 ranges (one cut), or mapping.handoff = dram")
     if mapping.placement == "pipeline" and mapping.weights == "shared":
         return None, ("placement \"pipeline\" runs its ranges at once on one tile, whose shared banks of the "
                       "ranges' weights (mapping.weights = shared, loaded from bank 0 up) would overwrite each "
@@ -199,7 +209,7 @@ def layout(chip: ChipConfig, mapping, n_ops: int) -> tuple[Layout | None, str]:
 
 def handoffs(plans, ranges) -> dict[str, str]:
     """The matmuls whose A the range before hands off through shared memory: op name -> the
-    tensor. Per range after the first, its first matrix-Ball product, when it reads as A
+    tensor. Per range after the first, its first matrix-Ball product (no conv before it), when it reads as A
     (with no copy of its own) a tensor an earlier range wrote; every other tensor between
     ranges stays in DRAM. (Whether its tiles then fit is the tile check's: `MatmulShape.a_shared`.)"""
     where = {}
@@ -208,8 +218,9 @@ def handoffs(plans, ranges) -> dict[str, str]:
             where.update({t: r for t in plans[i].op.outputs})
     out = {}
     for r, rg in enumerate(ranges[1:], 1):
-        first = next((plans[i] for i in rg if plans[i].unit == "matrix"), None)
-        if first is None:
+        # the range's first Ball product: none before it may take shared banks (a shared weight)
+        first = next((plans[i] for i in rg if plans[i].unit in ("matrix", "conv", "grouped")), None)
+        if first is None or first.unit != "matrix":
             continue
         a = first.op.inputs[0]
         if where.get(a, r) < r and not any(c.tensor == a for c in first.copies):
