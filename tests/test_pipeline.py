@@ -151,9 +151,22 @@ def test_auto_takes_the_fastest_modelled_option_and_the_emulator_runs_it(gemm, l
     assert len(options) == 1 + 2 * 10
     totals, _, _ = estimate_layers(llama.graph, [Candidate(poly, m) for m in options])
     assert resolve_auto(llama.graph, cand) == options[int(np.argmin(totals["latency_cycles"].to_numpy()))]
-    # on a chip without core groups the only option is SPMD
-    goban = Candidate(load_chip("goban"), Mapping(workers=4, placement="auto"))
-    assert auto_options(llama.graph, goban) == [Mapping(workers=4)]
+    # on a chip without core groups, blocks of the workers; with one worker, SPMD alone
+    goban = load_chip("goban")
+    blocks = auto_options(gemm.graph, Candidate(goban, Mapping(workers=4, placement="auto")))
+    assert blocks == [Mapping(workers=4), Mapping(workers=4, placement="layers", cuts=(1,))]
+    assert auto_options(gemm.graph, Candidate(goban, Mapping(placement="auto"))) == [Mapping()]
+
+
+@pytest.mark.parametrize("mapping", [Mapping(workers=4, split="cols", placement="layers", cuts=(1,)),
+                                     Mapping(workers=3, split="cols", placement="pipeline", cuts=(1,), requests=3)],
+                         ids=["layers-4", "pipeline-3-x3"])
+def test_a_chip_without_core_groups_cuts_its_workers_into_blocks(gemm, mapping):
+    goban = load_chip("goban")  # 4 identical cores in one tile
+    rep, t, _, notes = run(gemm, goban, mapping)
+    assert rep.verdict.passed and rep.verdict.integer_bit_exact
+    assert abs(t["latency_cycles"] / rep.cycles - 1) < 0.02 and dma(rep) == t["dma_bytes"]
+    assert t["workers"] == mapping.workers and notes == "x_int8 to op matmul_acc's A via shared memory: 2048 bytes"
 
 
 def test_three_ranges_hand_off_one_after_another(gemm):
@@ -206,7 +219,8 @@ def test_an_infeasible_placement_has_one_reason_from_model_and_lowering(gemm, po
         (load_chip("poly", {"cores.tile_size": 3}), Mapping(placement="pipeline", cuts=(1,), requests=2),
          "placement \"pipeline\" orders its ranges with BARRIERs, which join the cores of one tile"),
         (load_chip("goban"), Mapping(placement="layers", cuts=(1,)),
-         "placement \"layers\" puts range r on core group r, but chip goban has no core groups"),
+         "placement \"layers\" on chip goban, which has no core groups, puts its 2 ranges on blocks of "
+         "mapping.workers = 1 cores; allowed: 2 to 4 workers"),
         (poly, Mapping(placement="layers", cuts=(1, 2)), "chip poly has 2 core groups; allowed: at most 2 ranges"),
         (poly, Mapping(placement="layers", cuts=(5,)), "mapping.cuts = [5]: allowed increasing op indices in 1..2"),
         (poly, Mapping(placement="pipeline", cuts=(1,), requests=2, weights="shared"),

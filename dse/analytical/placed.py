@@ -123,7 +123,8 @@ def estimate_placed(stages: Sequence[tuple[str, object]], candidates: Sequence[C
         if c.mapping.placement is None:
             latency = sum(float(t["latency_cycles"]) for t in stage_totals)
         else:
-            epochs = [epoch_cycles(*times[i]) for times in op_times]
+            # a stage on one core closes its ops with FENCEs, never a BARRIER: one epoch
+            epochs = [epoch_cycles(times[i][0], times[i][1] * (len(p.cores) > 1)) for times, p in zip(op_times, places)]
             # stages meet at barriers only within a tile: each set of stages coupled through
             # shared tiles runs in lock step, the sets side by side
             latency = max(lockstep_cycles([epochs[s] for s in coupled])
@@ -212,7 +213,9 @@ def estimate_layers(graph, candidates: Sequence[Candidate], calibration=None
                 reason = str(first["reason"])
                 rows[i] = _infeasible(i, c, stage_reason(places[bad], reason) if n_ranges > 1 else reason)
                 continue
-            times = [[p["cycles"].to_numpy(np.float64), p["syncs"].to_numpy(np.int64)] for p in parts]
+            # a range on one core closes its ops with FENCEs, never a BARRIER: one epoch
+            times = [[p["cycles"].to_numpy(np.float64), p["syncs"].to_numpy(np.int64) * (len(pl.cores) > 1)]
+                     for p, pl in zip(parts, places)]
             extra_bytes, a_banks, said = 0, {}, {}
             for r, p in enumerate(parts[1:], 1):
                 op = next((name for name in p["op"] if name in handed), None)
@@ -264,14 +267,16 @@ def estimate_layers(graph, candidates: Sequence[Candidate], calibration=None
 
 def auto_options(graph, candidate: Candidate) -> list[Mapping]:
     """What ``placement = "auto"`` chooses among, in order (the first wins a tie): SPMD on
-    ``mapping.workers``; then, on a chip of two or more core groups, two ranges cut before
+    ``mapping.workers``; then, on a chip of two or more core groups (or none, and two or more
+    workers: two blocks of them, `place_layers`), two ranges cut before
     each matmul of the plan (whose A can come through shared memory), one after another
     (``"layers"``) and, with two or more requests, overlapped (``"pipeline"``)."""
     m = candidate.mapping.model_dump(exclude_none=True)
     m.pop("placement")
     handoff = m.pop("handoff", None)
     options = [Mapping.model_validate(m)]
-    if len(candidate.chip.cores.groups) >= 2:
+    groups = len(candidate.chip.cores.groups)
+    if groups >= 2 or (groups == 0 and candidate.mapping.workers >= 2):
         plans = plan_graph(graph, candidate.mapping.fusion)
         cuts = [k for k, p in enumerate(plans) if k and p.unit == "matrix"]
         kinds = ["layers"] + (["pipeline"] if (candidate.mapping.requests or 1) > 1 else [])

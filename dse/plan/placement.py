@@ -14,7 +14,8 @@ by its role. ``mapping.placement``:
   advance op by op in lock step); each stage's program is built from the same source with
   its group's own parameters (banks, Balls, core-op costs).
 * ``"layers"``: one graph cut into contiguous ranges of ops at ``mapping.cuts``
-  (`layer_ranges`), range r on every core of core group r (`place_layers`), one range after
+  (`layer_ranges`), range r on every core of core group r (`place_layers`; on a chip without
+  groups, on block r of the workers), one range after
   another (`dse.lower.lower_layers`: a BARRIER of the whole tile between ranges). A tensor a
   range writes and a later range's first matmul reads as A is handed off through the tile's
   shared memory (`handoffs`): the cores of the range before load its A tiles there, the
@@ -34,6 +35,8 @@ one after another.
 from __future__ import annotations
 
 from dataclasses import dataclass
+
+import numpy as np
 
 from emulator.chip import ChipConfig
 
@@ -128,29 +131,40 @@ def layer_ranges(n_ops: int, cuts) -> tuple[list[range], str]:
     return [range(a, b) for a, b in zip(bounds, bounds[1:])], ""
 
 
-def place_layers(chip: ChipConfig, cuts, n_ops: int, placement: str = "layers") -> tuple[list[Placed], list[range], str]:
+def place_layers(chip: ChipConfig, cuts, n_ops: int, placement: str = "layers",
+                 workers: int = 1) -> tuple[list[Placed], list[range], str]:
     """Range r of the graph (`layer_ranges`) on every core of core group r, built with that
-    group's chip; and '' (or the reason it cannot be placed so). The groups must share one
-    tile: a BARRIER, which orders one range after the one before, joins one tile's cores."""
+    group's chip; on a chip without core groups, on block r of `workers` cores split into as
+    many contiguous blocks as ranges (the first ones a core larger). And '' (or the reason it
+    cannot be placed so). The cores must share one tile: a BARRIER, which orders one range
+    after the one before, joins one tile's cores."""
     ranges, reason = layer_ranges(n_ops, cuts)
     if reason:
         return [], [], reason
     groups = chip.cores.groups
     if not groups:
-        return [], [], (f"placement \"{placement}\" puts range r on core group r, but chip {chip.name} has no core "
-                        f"groups; allowed: a chip with cores.groups, or placement spmd")
-    if len(ranges) > len(groups):
+        if len(ranges) > workers or workers > chip.cores.count:
+            return [], [], (f"placement \"{placement}\" on chip {chip.name}, which has no core groups, puts its "
+                            f"{len(ranges)} ranges on blocks of mapping.workers = {workers} cores; allowed: "
+                            f"{len(ranges)} to {chip.cores.count} workers")
+        sizes = [workers // len(ranges) + (r < workers % len(ranges)) for r in range(len(ranges))]
+        starts = np.cumsum([0, *sizes])
+        places = [Placed(f"cores {a}-{b - 1}[{rg.start}:{rg.stop}]", tuple(range(a, b)), cores_chip(chip, range(a, b))[0])
+                  for a, b, rg in zip(starts[:-1].tolist(), starts[1:].tolist(), ranges)]
+        what = f"its cores 0-{workers - 1}"
+    elif len(ranges) > len(groups):
         return [], [], (f"placement \"{placement}\" puts range r of {len(ranges)} on core group r, but chip {chip.name} "
-                        f"has {len(groups) or 'no'} core group{'s' if len(groups) != 1 else ''}; allowed: at most "
-                        f"{len(groups)} ranges (mapping.cuts of {max(len(groups) - 1, 0)} indices)")
-    places = [Placed(f"{groups[r].role}[{rg.start}:{rg.stop}]", tuple(chip.cores.group_cores(r)), chip.group_chip(r))
-              for r, rg in enumerate(ranges)]
+                        f"has {len(groups)} core group{'s' if len(groups) != 1 else ''}; allowed: at most "
+                        f"{len(groups)} ranges (mapping.cuts of {len(groups) - 1} indices)")
+    else:
+        places = [Placed(f"{groups[r].role}[{rg.start}:{rg.stop}]", tuple(chip.cores.group_cores(r)),
+                         chip.group_chip(r)) for r, rg in enumerate(ranges)]
+        what = f"core groups {', '.join(g.role for g in groups[:len(ranges)])}"
     tile = chip.cores.tile_size
     tiles = sorted({c // tile for p in places for c in p.cores})
     if len(tiles) > 1:
         return [], [], (f"placement \"{placement}\" orders its ranges with BARRIERs, which join the cores of one tile, but "
-                        f"core groups {', '.join(g.role for g in groups[:len(ranges)])} of chip {chip.name} span "
-                        f"tiles {tiles} (cores.tile_size {tile})")
+                        f"{what} of chip {chip.name} span tiles {tiles} (cores.tile_size {tile})")
     return places, ranges, ""
 
 
@@ -193,7 +207,7 @@ def layout(chip: ChipConfig, mapping, n_ops: int) -> tuple[Layout | None, str]:
         return Layout([Placed("spmd", tuple(range(mapping.workers)), spmd)], [range(n_ops)], requests, False), ""
     if mapping.placement not in ("layers", "pipeline"):
         raise ValueError(f"layout of placement None, layers or pipeline, got {mapping.placement!r}")
-    places, ranges, reason = place_layers(chip, mapping.cuts, n_ops, mapping.placement)
+    places, ranges, reason = place_layers(chip, mapping.cuts, n_ops, mapping.placement, mapping.workers)
     if reason:
         return None, reason
     if mapping.placement == "pipeline" and len(ranges) > 2 and mapping.handoff != "dram":
