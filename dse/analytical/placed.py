@@ -69,6 +69,24 @@ def lockstep_cycles(stages: Sequence[np.ndarray]) -> float:
     return float(padded.max(axis=0).sum()) if n else 0.0
 
 
+def lockstep_bus_cycles(stages: Sequence[np.ndarray], stage_bytes: Sequence[np.ndarray],
+                        stage_dma: Sequence[np.ndarray], bus_bytes: int) -> float:
+    """`lockstep_cycles` of ranges running at once whose DMA shares the system bus: in an
+    epoch, each range's transfers wait behind the others' bursts, in proportion to the share
+    of its time it spends in DMA: range r's epoch lasts ``c_r + (dma_r / c_r) x (bytes the
+    other ranges move in it) / dma.system_bus_bytes``."""
+    n = max((len(e) for e in stages), default=0)
+    if not n:
+        return 0.0
+    k = len(stages)
+    cycles, moved, dma = np.zeros((k, n)), np.zeros((k, n)), np.zeros((k, n))
+    for i, (e, b, d) in enumerate(zip(stages, stage_bytes, stage_dma)):
+        cycles[i, :len(e)], moved[i, :len(b)], dma[i, :len(d)] = e, b, d
+    share = np.minimum(dma / np.maximum(cycles, 1), 1.0)
+    others = (moved.sum(axis=0) - moved) / bus_bytes
+    return float((cycles + share * others).max(axis=0).sum())
+
+
 def coupled_stages(places, tile_size: int) -> list[list[int]]:
     """The stages that meet at barriers: those whose cores share a tile, transitively
     (a stage over two tiles couples both)."""
@@ -214,7 +232,8 @@ def estimate_layers(graph, candidates: Sequence[Candidate], calibration=None
                 rows[i] = _infeasible(i, c, stage_reason(places[bad], reason) if n_ranges > 1 else reason)
                 continue
             # a range on one core closes its ops with FENCEs, never a BARRIER: one epoch
-            times = [[p["cycles"].to_numpy(np.float64), p["syncs"].to_numpy(np.int64) * (len(pl.cores) > 1)]
+            times = [[p["cycles"].to_numpy(np.float64), p["syncs"].to_numpy(np.int64) * (len(pl.cores) > 1),
+                      p["dma_bytes"].to_numpy(np.float64), p["dma_cycles"].to_numpy(np.float64)]
                      for p, pl in zip(parts, places)]
             extra_bytes, a_banks, said = 0, {}, {}
             for r, p in enumerate(parts[1:], 1):
@@ -230,22 +249,28 @@ def estimate_layers(graph, candidates: Sequence[Candidate], calibration=None
                     continue
                 tiles = int(check.shared_a_tiles[0, 0]) // sets  # one request's set
                 load = handoff_cycles(places[r - 1].chip, tiles, tm * tk, len(places[r - 1].cores))
-                times[r - 1] = [np.append(times[r - 1][0], load), np.append(times[r - 1][1], 0)]
+                times[r - 1] = [np.append(times[r - 1][0], load), np.append(times[r - 1][1], 0),
+                                np.append(times[r - 1][2], tiles * tm * tk), np.append(times[r - 1][3], load)]
                 extra_bytes += tiles * tm * tk
                 a_banks[op] = int(check.shared_a_tiles[0, 0]) * c.chip.shared_memory.rows * c.chip.shared_memory.row_bytes
                 said[(handed[op], r)] = handoff_note(handed[op], op, tiles * tm * tk)
-            epochs = [epoch_cycles(*t) for t in times]
+            epochs = [epoch_cycles(c_, s_) for c_, s_, _, _ in times]
+            moved = [epoch_cycles(b_, s_) for _, s_, b_, _ in times]  # bytes and DMA cycles by epoch, alike
+            dma_time = [epoch_cycles(d_, s_) for _, s_, _, d_ in times]
             slots = lay.slots()
-            latency = sum(lockstep_cycles([epochs[r] for _, r in slot]) for slot in slots)
+            bus = c.chip.dma.system_bus_bytes
+            latency = sum(lockstep_bus_cycles([epochs[r] for _, r in slot], [moved[r] for _, r in slot],
+                                              [dma_time[r] for _, r in slot], bus)
+                          if len(slot) > 1 else float(epochs[slot[0][1]].sum()) for slot in slots)
             latency += (len(slots) - 1) * c.chip.front_end.barrier_cycles  # the BARRIER closing each slot
             lines = [said.get((t, r)) or handoff_why(t, reader, next((o for o, tt in handed.items() if tt == t and
                                                                       o in {plans[k].op.name for k in ranges[r]}), None),
                                                      handoff) for t, r, reader in boundary]
             notes[i] = "; ".join(lines)
             all_rows = pd.concat(parts)
-            # the emulator counts every shared bank the run touched: B tiles count up from the
-            # bottom bank, hand-off A tiles down from the top
-            b_shared = (all_rows["shared_bytes"] - all_rows["op"].map(a_banks).fillna(0)).max()
+            # the emulator counts every shared bank the run touched: a shared weight's B tiles
+            # count up from the bottom bank, hand-off A tiles down from the top
+            b_shared = all_rows["shared_bytes"].max()
             sram_per_core = [p.chip.private_sram_bytes for p in places for _ in p.cores]
             unaddressable = sum(p.chip.unaddressable_sram_bytes for p in places for _ in p.cores)
             cores = sum(len(p.cores) for p in places)
@@ -339,4 +364,4 @@ def _infeasible(i: int, c: Candidate, reason: str) -> dict:
 
 
 __all__ = ["auto_options", "coupled_stages", "epoch_cycles", "estimate_layers", "estimate_placed", "handoff_cycles",
-           "lockstep_cycles", "resolve_auto", "resolve_auto_stages"]
+           "lockstep_bus_cycles", "lockstep_cycles", "resolve_auto", "resolve_auto_stages"]

@@ -167,7 +167,9 @@ def matmul_cost(params: CandidateArrays, shape: MatmulShape, tm, tn, tk) -> Matm
     # An accumulator line spans acc_col physical banks (one row of each).
     rows_used = nbuf * (np.where(shared_a, 0, check.lines_a) + np.where(shared_b, 0, check.lines_b)
                         + col("acc_col") * check.lines_c)
-    shared_bytes = (check.shared_tiles + check.shared_a_tiles) * col("shared_rows") * col("shared_row_bytes")
+    # a shared weight's banks (the graph cost closes its loads with a sync); a handed-off A's
+    # banks are the placement's (`dse.analytical.placed`), loaded by the range before
+    shared_bytes = check.shared_tiles * col("shared_rows") * col("shared_row_bytes")
     return MatmulCost(check, cycles, compute_worker, dma_worker, core, busy, total_bytes, sram, rows_used, workers,
                       shared_bytes)
 

@@ -626,7 +626,7 @@ class ProgramBuilder:
         banks = int(check.banks[0, 0])
         return c_loc, OpLowering(op.name, op.kind, "matrix", (tm, tn, tk), nb, banks,
                                  banks * chip.addressable_rows * chip.banks.row_bytes, used,
-                                 shared_bytes=(shared_tiles + int(check.shared_a_tiles[0, 0])) * sm.rows * sm.row_bytes)
+                                 shared_bytes=shared_tiles * sm.rows * sm.row_bytes)
 
     def finish(self) -> Lowered:
         img = self.dram.image()
