@@ -15,7 +15,9 @@ Then one graph (tiny llama prefill) in ranges of ops on poly's groups: SPMD on t
 cores, "layers" and "pipeline" cut before op 10 or 42 with the hand-off through shared memory
 or DRAM, "auto", for one request and for --requests requests (request k's tokens rotated by
 k), with the shared memory the emulator saw against the model's, and the tensors between
-ranges (the candidate's notes).
+ranges (the candidate's notes). Last, the GEMM recipe (x[32, 64] quantized on the first range,
+its product and dequantize on the second), a DMA-bound case, on poly's groups and on blocks
+of goban's 4 identical cores, with the shared-memory channel conflicts the emulator counted.
 """
 
 from __future__ import annotations
@@ -102,6 +104,7 @@ def main() -> None:
         print(f"{label:50s} {rep.cycles:10d} {t['latency_cycles']:10.0f} {err:+7.2%} {dma:9d} {t['dma_bytes']:9.0f} "
               f"{rep.peak_sram_bytes:9d} {t['private_sram_bytes']:10.0f}  {rep.verdict.summary()[:40]}")
     ranges(pre, poly, same, split, args.requests)
+    gemm_handoff(args.requests)
 
 
 def ranges(pre: StageWork, poly, same, split: str, requests: int) -> None:
@@ -141,6 +144,40 @@ def ranges(pre: StageWork, poly, same, split: str, requests: int) -> None:
                   f"{t['shared_sram_bytes']:8.0f}  {rep.verdict.summary()[:30]}")
             if n == 1 and "shared hand-off" in label:
                 print(f"{'':44s}     {notes[0][:150]}")
+
+
+def gemm_handoff(requests: int) -> None:
+    """The GEMM recipe cut before its product: the hand-off's bytes, and the model where DMA dominates."""
+    prep = prepare_recipe("gemm", dict(m=32, n=64, k=64))
+    gemm = StageWork("gemm", prep.graph, prep.inputs, prep.expected, prep.tolerance, prep.reference_kind,
+                     prep.graph.trace(*prep.inputs))
+    print("\ngemm m=32 n=64 k=64 cut before its product (op 1)")
+    print(f"{'candidate':44s} {'req':>3s} {'emu cycles':>10s} {'model':>10s} {'err':>7s} {'DMA bytes':>9s} "
+          f"{'model DMA':>9s} {'shared':>8s} {'model sh':>8s} {'sh conf':>7s}")
+    for chip_name, workers, split in (("poly", 3, "cols"), ("goban", 4, "rows")):
+        chip = load_chip(chip_name)
+        for n in (1, requests):
+            req = n if n > 1 else None
+            rows = [("spmd", Mapping(split=split, workers=workers, requests=req)),
+                    ("layers, shared hand-off", Mapping(split=split, workers=workers, placement="layers", cuts=(1,),
+                                                        requests=req)),
+                    ("layers, DRAM hand-off", Mapping(split=split, workers=workers, placement="layers", cuts=(1,),
+                                                      requests=req, handoff="dram"))]
+            if n > 1:
+                rows += [(f"pipeline, {h} hand-off", Mapping(split=split, workers=workers, placement="pipeline", cuts=(1,),
+                                                             requests=req, handoff=None if h == "shared" else h))
+                         for h in ("shared", "dram")]
+            for label, mapping in rows:
+                cand = Candidate(chip, mapping)
+                rep = emulate_graph(gemm.graph, cand, gemm.inputs, gemm.expected, gemm.tolerance,
+                                    gemm.reference_kind, reference=gemm.reference)
+                t = estimate_layers(gemm.graph, [cand])[0].iloc[0]
+                c = rep.counters
+                dma = sum(c["dma_bytes_in"]) + sum(c["dma_bytes_out"])
+                print(f"{chip_name + ' ' + label:44s} {n:3d} {rep.cycles:10d} {t['latency_cycles']:10.0f} "
+                      f"{t['latency_cycles'] / rep.cycles - 1:+7.2%} {dma:9d} {t['dma_bytes']:9.0f} "
+                      f"{c['shared_bytes_used']:8d} {t['shared_sram_bytes']:8.0f} "
+                      f"{sum(c['shared_channel_conflicts']):7d}  {'PASS' if rep.verdict.passed else 'FAIL'}")
 
 
 if __name__ == "__main__":
