@@ -314,15 +314,16 @@ class GraphCost:
 
 def graph_costs(graph: Graph, params: CandidateArrays, chips=None) -> list[OpCost]:
     """Every op's cost for every candidate, each candidate following the plan of its own
-    ``mapping.fusion`` (candidates are costed per fusion choice, then put back in order)."""
-    choices = list(dict.fromkeys(params.fusion))
+    ``mapping.fusion`` and ``mapping.channels_last`` (candidates are costed per plan, then
+    put back in order)."""
+    keys = list(zip(params.fusion, params.channels_last))
+    choices = list(dict.fromkeys(keys))
     if len(choices) <= 1:
         costs = GraphCost(graph, params, chips)
-        return [costs.op_cost(plan) for plan in plan_graph(graph, choices[0] if choices else None)]
-    fusion = np.array(params.fusion, dtype=object)
+        return [costs.op_cost(plan) for plan in plan_graph(graph, *(choices[0] if choices else (None, None)))]
     parts = []
     for choice in choices:
-        idx = np.flatnonzero(fusion == choice)
+        idx = np.flatnonzero(np.array([k == choice for k in keys]))
         sub = graph_costs(graph, params.take(idx), None if chips is None else [chips[i] for i in idx])
         parts.append((idx, sub))
     out = []

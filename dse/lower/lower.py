@@ -70,7 +70,8 @@ from emulator import Barrier, CoreOp, DramTensor, Fence, Fp2Int, Int2Fp, Matmul,
 from ..mapping import Candidate, MatmulShape
 from ..mapping.matmul import check_tiles
 from ..mapping.params import CandidateArrays
-from ..plan.graph_plan import OpPlan, plan_graph
+from ..plan.graph_plan import OpPlan, plan_graph, stored_loc
+from ..plan.layout import permuted, stored_orders
 from ..plan.grouped import block_diagonal, on_matrix
 from ..plan.matmul import plan_matmul
 from ..plan.memory import Blocked, Dram, Loc, emu_dtype
@@ -171,9 +172,9 @@ class ProgramBuilder:
         self.fused: set[str] = set()
         self.consumers = graph.consumers()
         coreop.ensure_registered()
+        self.orders = stored_orders(graph, self.mapping.channels_last)  # tensors stored channels-last
         for name, value in zip(graph.inputs, inputs):
-            spec = graph.tensors[name]
-            self.locs[name] = self.dram.tensor(spec.shape, spec.dtype, _np(value))
+            self.locs[name] = stored_loc(self.dram, graph, name, self.orders, _np(value))
 
     # -------------------------------------------------------------- helpers
     def loc(self, name: str) -> Loc:
@@ -257,13 +258,17 @@ class ProgramBuilder:
             rec = self._scale_op(op)
         elif plan.unit == "relu":
             rec = self._relu_ball(op)
+        elif plan.unit == "view" and op.kind == "permute":  # a layout conversion the layout removes
+            self.locs[op.outputs[0]] = permuted(self.loc(op.inputs[0]), op.attrs["dims"])
+            rec = OpLowering(op.name, op.kind, "view")
         elif plan.unit == "view":
             rec = self._reshape(op)
         elif plan.unit == "fused":  # its reader's copy applies it (`dse.plan.graph_plan`)
             self.fused.add(op.outputs[0])
             rec = OpLowering(op.name, op.kind, "fused", workers_used=0)
         if rec is None:
-            rec = self._generic(op, ready)
+            rec = self._generic(op, ready, stored_loc(self.dram, self.graph, op.outputs[0], self.orders)
+                                if op.outputs[0] in self.orders else None)
         rec.instructions = sum(len(c) for c in self.cores) - n0
         self.records.append(rec)
 
@@ -608,10 +613,12 @@ class ProgramBuilder:
         program = Program(self.cores, {"dram": Region(0, (img.size,), "uint8")}, {},
                           dram_bytes=img.size, name=f"{self.graph.name} on {self.chip.name} ({self.mapping.policy}, "
                                                     f"{self.workers} workers)")
-        # graph outputs as program outputs when they are plain row-major buffers
+        # graph outputs as program outputs when they are plain row-major buffers (not blocked,
+        # not stored in a permuted order: `mapping.channels_last`)
         for name in self.graph.outputs:
             loc = self.locs[name]
-            if loc.blocked is None:
+            in_order = loc.strides is None or list(loc.strides) == sorted(loc.strides, reverse=True)
+            if loc.blocked is None and in_order:
                 program.outputs[name] = Region(loc.addr, loc.buffer_shape, emu_dtype(loc.dtype))
         return Lowered(self.graph, self.cand, program, img, self.locs, self.records, frozenset(self.fused))
 
@@ -662,7 +669,7 @@ def lower(graph: Graph, candidate: Candidate, inputs, elementwise: str = "auto")
     them bit for bit: ``"auto"`` (the Ball when `stream_cycles` < `core_cycles`), ``"ball"``
     (always the Ball), ``"core"`` (always the core)."""
     b = ProgramBuilder(graph, candidate, inputs, elementwise=elementwise)
-    for plan in plan_graph(graph, candidate.mapping.fusion):
+    for plan in plan_graph(graph, candidate.mapping.fusion, candidate.mapping.channels_last):
         b.lower_op(plan)
     return b.finish()
 
@@ -741,7 +748,7 @@ def _build_stage(graph: Graph, mapping, inputs, dram: Dram, placed: Placed) -> "
     DRAM image; an infeasible op's reason names the stage, its cores and its chip."""
     try:
         b = ProgramBuilder(graph, Candidate(placed.chip, mapping), inputs, dram)
-        for plan in plan_graph(graph, mapping.fusion):
+        for plan in plan_graph(graph, mapping.fusion, mapping.channels_last):
             b.lower_op(plan)
     except Infeasible as exc:
         raise Infeasible(stage_reason(placed, str(exc))) from None

@@ -59,6 +59,7 @@ class CandidateArrays:
     workers: np.ndarray
     split_rows: np.ndarray
     fusion: list[str | None]  # mapping.fusion: which plan of the graph the candidate follows
+    channels_last: list[bool | None]  # mapping.channels_last: likewise
     # mapping.weights = "shared": a weight B read from the tile's shared memory, one copy per
     # tile of cores (`check_tiles`, `matmul_cost`); the shared memory's figures
     shared_weights: np.ndarray  # bool
@@ -135,6 +136,7 @@ class CandidateArrays:
             workers=col(lambda c: c.mapping.workers),
             split_rows=col(lambda c: c.mapping.split == "rows", bool),
             fusion=[c.mapping.fusion for c in cands],
+            channels_last=[c.mapping.channels_last for c in cands],
             shared_weights=col(lambda c: c.mapping.weights == "shared", bool),
             shared_enabled=col(lambda c: c.chip.shared_memory.enabled, bool),
             shared_banks=col(lambda c: c.chip.shared_memory.banks),
