@@ -93,7 +93,7 @@ def plan_graph(graph: Graph, fusion: str | None = None, channels_last: bool | No
     if channels_last not in CHANNELS_LAST:
         raise ValueError(f"channels_last must be one of {CHANNELS_LAST}, got {channels_last!r}")
     plans = graph.__dict__.setdefault("op_plans", {})
-    key = fusion if channels_last is None else (fusion, channels_last)  # the old keys stay as they were
+    key = (fusion, channels_last)
     if key not in plans:
         plans[key] = _Walk(graph, fusion == "fuse", channels_last).run()
     return plans[key]
