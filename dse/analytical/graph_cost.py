@@ -20,6 +20,7 @@ import numpy as np
 from ..cost.core import GRAPH_OP, charged_elements, split_share
 from ..cost.matmul import matmul_cost
 from ..mapping import CandidateArrays, MatmulShape
+from ..plan.chains import chain_elements, chain_extent, chain_parts
 from ..plan.graph_plan import Copy, OpPlan, copy_elements, plan_graph
 from ..plan.grouped import on_matrix
 from ..plan.matmul import MatmulPlans, plan_matmuls
@@ -166,6 +167,8 @@ class GraphCost:
             unit = self._scale_op(charges, plan)
         elif plan.unit == "relu":
             unit = self._relu(charges, plan)
+        elif plan.unit == "chain":
+            self._chain(charges, plan)
         elif plan.unit in ("view", "fused"):  # a descriptor, or applied by its reader's copy
             unit = "none" if plan.unit == "view" else "fused"
         else:
@@ -302,6 +305,16 @@ class GraphCost:
         self._generic(core, plan)
         charges.select(on_ball, ball, core)
         return "relu" if on_ball.all() else np.where(on_ball, "relu", "core")
+
+    def _chain(self, charges: Charges, plan: OpPlan):
+        """A fused score chain: each worker's batch entries (`chain_parts`) in one core op."""
+        batch, _, _ = chain_extent(self.graph, plan.chain)
+        each = chain_elements(self.graph, plan.chain)
+        busiest = {w: (chain_parts(batch, w)[0][1]) * each for w in self.worker_counts}
+        share = np.array([busiest[int(w)] for w in self.workers], dtype=np.float64)
+        charges.core += np.ceil(share * self.params.chain_cpe)
+        charges.busy += np.ceil(batch * each * self.params.chain_cpe)
+        self.close(charges, False)
 
     def _generic(self, charges: Charges, plan: OpPlan):
         op = plan.op

@@ -15,6 +15,7 @@ import torch
 from emulator import coreops
 
 from ..cost.core import GRAPH_OP
+from ..plan.chains import CHAIN_KIND
 from ..workload.graph import INTERPRETERS
 
 
@@ -26,6 +27,25 @@ def _graph_op(srcs: list, params: dict) -> np.ndarray:
     return out.numpy()
 
 
+def _graph_chain(srcs: list, params: dict) -> np.ndarray:
+    """A fused score chain (`dse.plan.chains`) over some batch entries: srcs[0] is their
+    blocked accumulator tiles (b, Mt, tm, Nt, tn), the rest the stages' weight operands in
+    order; each stage runs with the graph's interpreter on the logical (M, N) scores, kept
+    at the graph's rank (its batch axes folded into the first) so axes mean what they say."""
+    ops, (M, N), rank = params["ops"], params["extent"], params["rank"]
+    grid = np.asarray(srcs[0])
+    b = grid.shape[0]
+    scores = grid.reshape(b, grid.shape[1] * grid.shape[2], grid.shape[3] * grid.shape[4])[:, :M, :N]
+    value = torch.from_numpy(np.ascontiguousarray(scores).reshape((b,) + (1,) * (rank - 3) + (M, N)))
+    extra = iter(torch.from_numpy(np.asarray(s, order="C")) for s in srcs[1:])
+    with torch.no_grad():
+        for op in ops:
+            value = INTERPRETERS[op.kind](op, [value] + [next(extra) for _ in op.inputs[1:]])
+    return value.numpy().reshape(b, M, N)
+
+
 def ensure_registered() -> None:
     if coreops.KINDS.get(GRAPH_OP) is not _graph_op:
         coreops.register(GRAPH_OP, _graph_op, (0, 64))
+    if coreops.KINDS.get(CHAIN_KIND) is not _graph_chain:
+        coreops.register(CHAIN_KIND, _graph_chain, (1, 64))

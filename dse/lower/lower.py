@@ -72,6 +72,7 @@ from ..mapping.matmul import check_tiles
 from ..mapping.params import CandidateArrays
 from ..plan.graph_plan import OpPlan, plan_graph, stored_loc
 from ..plan.layout import permuted, stored_orders
+from ..plan.chains import CHAIN_KIND, chain_elements, chain_extent, chain_parts
 from ..plan.grouped import block_diagonal, on_matrix
 from ..plan.matmul import plan_matmul
 from ..plan.memory import Blocked, Dram, Loc, emu_dtype
@@ -263,7 +264,9 @@ class ProgramBuilder:
             rec = OpLowering(op.name, op.kind, "view")
         elif plan.unit == "view":
             rec = self._reshape(op)
-        elif plan.unit == "fused":  # its reader's copy applies it (`dse.plan.graph_plan`)
+        elif plan.unit == "chain":
+            rec = self._chain(plan)
+        elif plan.unit == "fused":  # its reader's copy, or its chain's pass, applies it (`dse.plan.graph_plan`)
             self.fused.add(op.outputs[0])
             rec = OpLowering(op.name, op.kind, "fused", workers_used=0)
         if rec is None:
@@ -271,6 +274,27 @@ class ProgramBuilder:
                                 if op.outputs[0] in self.orders else None)
         rec.instructions = sum(len(c) for c in self.cores) - n0
         self.records.append(rec)
+
+    def _chain(self, plan: OpPlan) -> OpLowering:
+        """A fused score chain (`dse.plan.chains`): one core op a worker over its batch entries
+        of the blocked scores, writing the int8 probabilities into the padded A buffer."""
+        op, chain = plan.op, plan.chain
+        scores = self.loc(chain[0].inputs[0])
+        batch, M, N = chain_extent(self.graph, chain)
+        spec = self.graph.tensors[op.outputs[0]]
+        out = self.locs[op.outputs[0]] = self.dram.tensor(spec.shape, spec.dtype)
+        grid = scores.padded_view()
+        Mp, Np = out.buffer_shape[-2:]
+        weights = tuple(self.loc(n).view() for s in chain for n in s.inputs[1:])
+        params = {"ops": chain, "extent": (M, N), "rank": len(spec.shape)}
+        parts = chain_parts(batch, self.workers)
+        for w, (lo, hi) in enumerate(parts):
+            src = DramTensor(grid.addr + lo * grid.strides[0], (hi - lo, *grid.shape[1:]), grid.dtype, grid.strides)
+            dst = DramTensor(out.addr + lo * Mp * Np, (hi - lo, M, N), "int8", (Mp * Np, Np, 1))
+            self.cores[w].append(CoreOp(CHAIN_KIND, dst, (src,) + weights, params,
+                                        (hi - lo) * chain_elements(self.graph, chain)))
+        self.sync(False)
+        return OpLowering(op.name, op.kind, "chain", workers_used=len(parts))
 
     def _grouped(self, plan: OpPlan, ready: dict[str, Loc]) -> OpLowering:
         """A grouped conv where `grouped.on_matrix` puts it: the block-diagonal GEMM, its

@@ -44,6 +44,7 @@ class CandidateArrays:
     scale_cpe: np.ndarray
     graph_op_cpe: np.ndarray
     relu_cpe: np.ndarray  # a copy applying a fused ReLU (core-op kind "relu")
+    chain_cpe: np.ndarray  # a fused score chain (core-op kind "graph_chain", `dse.plan.chains`)
     # front end and the shared system bus
     mset_cycles: np.ndarray
     fence_cycles: np.ndarray
@@ -125,6 +126,7 @@ class CandidateArrays:
             scale_cpe=col(lambda c: c.chip.core_cycles_per_element("scale"), np.float64),
             graph_op_cpe=col(lambda c: c.chip.core_cycles_per_element("graph_op"), np.float64),
             relu_cpe=col(lambda c: c.chip.core_cycles_per_element("relu"), np.float64),
+            chain_cpe=col(lambda c: c.chip.core_cycles_per_element("graph_chain"), np.float64),
             mset_cycles=col(lambda c: c.chip.front_end.mset_cycles),
             fence_cycles=col(lambda c: c.chip.front_end.fence_cycles),
             barrier_cycles=col(lambda c: c.chip.front_end.barrier_cycles),

@@ -26,7 +26,10 @@ result in the same M-padded row-major matrix, so the rest of the plan does not d
 Fusion (``mapping.fusion = "fuse"``, `plan_graph(graph, "fuse")`): an int8 / int32 ReLU on
 the core whose only reader is a convolution (and not a graph output) is not materialized
 (unit ``fused``): the convolution's first copy (pad, else gather) reads the ReLU's input and
-applies it (``Copy.apply``), which is exact (max(x, 0) element by element).
+applies it (``Copy.apply``), which is exact (max(x, 0) element by element). Attention's
+score chain (dequantize of QK^T, scalar and mask stages, softmax, quantize for PV) is one
+core pass (unit ``chain`` on the quantize, ``fused`` on the stages before it:
+`dse.plan.chains`).
 
 Layout (``mapping.channels_last = true``, `plan_graph(graph, fusion, True)`): a layout
 conversion the layout choice removes is a view (unit ``view``): a graph input read by a
@@ -43,10 +46,11 @@ from ..mapping import MatmulShape
 from ..workload.graph import Graph, Op
 from .mapper import gemm_shape
 from .memory import Blocked, Dram, Loc, pad
+from .chains import score_chains
 from .layout import CHANNELS_LAST, absorbs_permute, stored_orders, inverse, permuted, stored_shape
 from .units import SCALE_KINDS, conv_pad, grouped_conv, matrix_conv, matrix_product, reshape_view
 
-UNITS = ("matrix", "conv", "grouped", "scale", "relu", "view", "core", "fused")
+UNITS = ("matrix", "conv", "grouped", "scale", "relu", "view", "core", "fused", "chain")
 FUSIONS = (None, "fuse")
 
 
@@ -77,6 +81,7 @@ class OpPlan:
     writes: Loc
     gemm: MatmulShape | None = None
     after: tuple[Copy, ...] = ()  # copies after the op's Ball path (a grouped conv's unblock)
+    chain: tuple[Op, ...] = ()  # unit "chain": the fused stages, this op last (`dse.plan.chains`)
 
     @property
     def blocked_source(self) -> Blocked | None:
@@ -119,6 +124,8 @@ class _Walk:
         self.fused: dict[str, str] = {}  # a fused ReLU's output -> its input
         self.consumers = graph.consumers() if fuse or channels_last else {}
         self.orders = stored_orders(graph, channels_last)
+        self.chains = score_chains(graph) if fuse else {}
+        self.chained = {op.name: chain for chain in self.chains.values() for op in chain[:-1]}
         self.dram = Dram()  # placement only: no data
         self.locs: dict[str, Loc] = {}
         self.unblocked: dict[str, Loc] = {}
@@ -161,6 +168,14 @@ class _Walk:
         graph = self.graph
         spec = graph.tensors[op.outputs[0]]
         copies: list[Copy] = []
+        if op.name in self.chained:  # a stage of a fused score chain: never written
+            scores = self.loc(self.chained[op.name][0].inputs[0])
+            return OpPlan(op, "fused", (), (scores,), scores)
+        if op.name in self.chains:
+            chain = self.chains[op.name]
+            reads = (self.loc(chain[0].inputs[0]),) + tuple(self.loc(n) for s in chain for n in s.inputs[1:])
+            out = self.locs[op.outputs[0]] = self.dram.tensor(spec.shape, spec.dtype)
+            return OpPlan(op, "chain", (), reads, out, chain=chain)
         if matrix_product(graph, op):
             shape = gemm_shape(graph, op)
             reads = []
