@@ -71,3 +71,20 @@ def test_a_chain_whose_probabilities_are_also_read_elsewhere_is_not_fused(decode
     g.tensors["extra_out"] = type(g.tensors["softmax"])("extra_out", g.tensors["softmax"].shape, "float32")
     g.outputs = list(g.outputs) + ["extra_out"]
     assert score_chains(g) == {}
+
+
+def test_grouped_query_attentions_chain_with_its_causal_mask_is_fused_bit_exact():
+    # prefill: the scores are regrouped per KV head (reshape), masked (a weight), regrouped back
+    prefill = prepare_recipe("llama_prefill", {"seq": 16, "vocab": 64, "dim": 64, "layers": 1, "heads": 4,
+                                               "kv_heads": 2, "head_dim": 16, "ffn": 64})
+    chains = score_chains(prefill.graph)
+    assert [[op.kind for op in c] for c in chains.values()] == [
+        ["dequantize", "mul", "reshape", "add", "reshape", "softmax", "quantize"]]
+    chip = load_chip("goban")
+    for workers in (1, 4):
+        cand = Candidate(chip, Mapping(workers=workers, fusion="fuse"))
+        rep = emulate_graph(prefill.graph, cand, prefill.inputs, prefill.expected, prefill.tolerance,
+                            prefill.reference_kind)
+        assert rep.verdict.passed and rep.verdict.integer_bit_exact, rep.verdict
+        model = summarize(estimate(prefill.graph, [cand]), [cand]).iloc[0]
+        assert abs(model["latency_cycles"] / rep.cycles - 1) < 0.02

@@ -32,15 +32,19 @@ def _graph_chain(srcs: list, params: dict) -> np.ndarray:
     blocked accumulator tiles (b, Mt, tm, Nt, tn), the rest the stages' weight operands in
     order; each stage runs with the graph's interpreter on the logical (M, N) scores, kept
     at the graph's rank (its batch axes folded into the first) so axes mean what they say."""
-    ops, (M, N), rank = params["ops"], params["extent"], params["rank"]
+    ops, (M, N), k = params["ops"], params["extent"], params["batch_rank"]
     grid = np.asarray(srcs[0])
     b = grid.shape[0]
+    lead = (b,) + (1,) * (k - 1) if k else ()  # this part's batch entries in the graph's batch axes
     scores = grid.reshape(b, grid.shape[1] * grid.shape[2], grid.shape[3] * grid.shape[4])[:, :M, :N]
-    value = torch.from_numpy(np.ascontiguousarray(scores).reshape((b,) + (1,) * (rank - 3) + (M, N)))
+    value = torch.from_numpy(np.ascontiguousarray(scores).reshape(lead + (M, N)))
     extra = iter(torch.from_numpy(np.asarray(s, order="C")) for s in srcs[1:])
     with torch.no_grad():
-        for op in ops:
-            value = INTERPRETERS[op.kind](op, [value] + [next(extra) for _ in op.inputs[1:]])
+        for op, shape in zip(ops, params["shapes"]):
+            if op.kind == "reshape":  # regroups the rows of each batch entry (`dse.plan.chains`)
+                value = value.reshape(lead + tuple(shape[k:]))
+            else:
+                value = INTERPRETERS[op.kind](op, [value] + [next(extra) for _ in op.inputs[1:]])
     return value.numpy().reshape(b, M, N)
 
 

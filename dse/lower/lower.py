@@ -286,7 +286,8 @@ class ProgramBuilder:
         grid = scores.padded_view()
         Mp, Np = out.buffer_shape[-2:]
         weights = tuple(self.loc(n).view() for s in chain for n in s.inputs[1:])
-        params = {"ops": chain, "extent": (M, N), "rank": len(spec.shape)}
+        params = {"ops": chain, "extent": (M, N), "batch_rank": len(spec.shape) - 2,
+                  "shapes": [self.graph.tensors[s.outputs[0]].shape for s in chain]}
         parts = chain_parts(batch, self.workers)
         for w, (lo, hi) in enumerate(parts):
             src = DramTensor(grid.addr + lo * grid.strides[0], (hi - lo, *grid.shape[1:]), grid.dtype, grid.strides)

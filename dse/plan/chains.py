@@ -3,7 +3,8 @@ here for the lowering and the analytical model alike.
 
 Between attention's two products the graph has, on the core, a chain of passes over the
 scores: ``dequantize`` of the QK^T accumulator, a scalar ``mul`` / ``div`` (1 / sqrt(D)), an
-optional additive mask (a weight), ``softmax`` over the last axis, and the ``quantize`` that
+optional additive mask (a weight), reshapes that regroup the rows (grouped-query
+attention), ``softmax`` over the last axis, and the ``quantize`` that
 PV reads as its A operand. Materialized, each pass writes its fp32 tensor to DRAM and the
 next reads it back (the quantizations may go through Int2Fp / Fp2Int streams, MVIN and
 MVOUT each), with a sync after each. Fused, one core op (kind ``graph_chain``) reads the
@@ -42,11 +43,17 @@ def _only_reader(graph: Graph, consumers, name: str) -> Op | None:
     return readers[0] if len(readers) == 1 and name not in graph.outputs else None
 
 
-def _stage(graph: Graph, op: Op, src: str) -> bool:
-    """A stage between the dequantize and the softmax: a scalar mul / div, or the add of a
-    mask weight that broadcasts over the batch axes (every axis but the last two is 1)."""
+def _stage(graph: Graph, op: Op, src: str, batch: tuple[int, ...]) -> bool:
+    """A stage between the dequantize and the softmax: a scalar mul / div, the add of a
+    mask weight that broadcasts over the batch axes (every axis but the last two is 1), or
+    a reshape that keeps the `batch` axes and the last one (grouped-query attention's view
+    of a KV head's query rows as (query heads, positions))."""
     if op.inputs[0] != src:
         return False
+    if op.kind == "reshape":
+        shape = graph.tensors[op.outputs[0]].shape
+        return (len(op.inputs) == 1 and tuple(shape[:len(batch)]) == batch
+                and shape[-1] == graph.tensors[src].shape[-1] and len(shape) > len(batch))
     if op.kind in SCALARS:
         return len(op.inputs) == 1 and "scalar" in op.attrs
     if op.kind == "add" and len(op.inputs) == 2 and op.inputs[1] in graph.weights:
@@ -70,11 +77,12 @@ def score_chains(graph: Graph) -> dict[str, tuple[Op, ...]]:
         if source is None or not matrix_product(graph, source):
             continue
         chain = [op]
+        batch = tuple(graph.tensors[op.outputs[0]].shape[:-2])
         nxt = _only_reader(graph, consumers, op.outputs[0])
-        while nxt is not None and _stage(graph, nxt, chain[-1].outputs[0]):
+        while nxt is not None and _stage(graph, nxt, chain[-1].outputs[0], batch):
             chain.append(nxt)
             nxt = _only_reader(graph, consumers, nxt.outputs[0])
-        rank = len(graph.tensors[op.outputs[0]].shape)
+        rank = len(graph.tensors[chain[-1].outputs[0]].shape)
         if nxt is None or nxt.kind != "softmax" or nxt.inputs[0] != chain[-1].outputs[0] \
                 or nxt.attrs.get("dim", -1) not in (-1, rank - 1) or rank < 2:
             continue
@@ -97,9 +105,10 @@ def chain_extent(graph: Graph, chain: tuple[Op, ...]) -> tuple[int, int, int]:
 
 
 def chain_elements(graph: Graph, chain: tuple[Op, ...]) -> int:
-    """Elements the fused pass is charged for over one batch entry: every stage's."""
+    """Elements the fused pass is charged for over one batch entry: every stage's (a reshape
+    is a view: none)."""
     _, M, N = chain_extent(graph, chain)
-    return len(chain) * M * N
+    return sum(op.kind != "reshape" for op in chain) * M * N
 
 
 def chain_parts(batch: int, workers: int) -> list[tuple[int, int]]:
