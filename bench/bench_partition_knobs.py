@@ -2,14 +2,17 @@
 model's error against the emulator.
 
     .venv/bin/python bench/bench_partition_knobs.py [--recipes mlp resnet_block gemm]
-        [--sections weights fusion layout rows] [--layout-recipes resnet_block temporal_conv mobilenet_v3]
+        [--sections weights fusion attention layout rows]
+        [--attention-recipes llama_decode llama_prefill vit_block]
+        [--layout-recipes resnet_block temporal_conv mobilenet_v3]
 
 For each recipe on goban, workers 1 and 4 x mapping.weights per_worker / shared: the
 emulator's cycles and the model's, the model's error, DMA bytes (emulator counters; the
 model's in brackets when it differs), peak private SRAM of a worker, the shared memory a
 tile holds, the shared-channel conflicts, and whether the integer path is bit-exact (and the
 permutes' model cycles, split across workers). Then resnet_block with mapping.fusion
-materialize / fuse at 1 and 4 workers; the conv recipes with mapping.channels_last
+materialize / fuse at 1 and 4 workers; the attention recipes with mapping.fusion
+materialize / fuse (attention's score chain as one core pass) at 1 and 4 workers; the conv recipes with mapping.channels_last
 false / true at 1 and 4 workers (the layout conversions' model cycles: 0 where they are
 views); and goban with 2048-row banks (a 10-bit row field):
 private against unaddressable SRAM. Figures, not speed: every run is deterministic.
@@ -53,8 +56,9 @@ def row(prep, cand) -> str:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--recipes", nargs="+", default=["mlp", "resnet_block", "gemm"])
-    parser.add_argument("--sections", nargs="+", default=["weights", "fusion", "layout", "rows"],
-                        choices=["weights", "fusion", "layout", "rows"])
+    sections = ["weights", "fusion", "attention", "layout", "rows"]
+    parser.add_argument("--sections", nargs="+", default=sections, choices=sections)
+    parser.add_argument("--attention-recipes", nargs="+", default=["llama_decode", "llama_prefill", "vit_block"])
     parser.add_argument("--layout-recipes", nargs="+", default=["resnet_block", "temporal_conv", "mobilenet_v3"])
     args = parser.parse_args()
     goban = load_chip("goban")
@@ -71,6 +75,13 @@ def main() -> None:
         for workers in (1, 4):
             for fusion in ("materialize", "fuse"):
                 print(row(block, Candidate(goban, Mapping(workers=workers, fusion=fusion))), flush=True)
+    if "attention" in args.sections:
+        for recipe in args.attention_recipes:
+            prep = prepare_recipe(recipe)
+            print(f"{recipe} on goban, fusion (attention's score chain)")
+            for workers in (1, 4):
+                for fusion in ("materialize", "fuse"):
+                    print(row(prep, Candidate(goban, Mapping(workers=workers, fusion=fusion))), flush=True)
     if "layout" in args.sections:
         for recipe in args.layout_recipes:
             prep = prepare_recipe(recipe)

@@ -88,3 +88,24 @@ def test_grouped_query_attentions_chain_with_its_causal_mask_is_fused_bit_exact(
         assert rep.verdict.passed and rep.verdict.integer_bit_exact, rep.verdict
         model = summarize(estimate(prefill.graph, [cand]), [cand]).iloc[0]
         assert abs(model["latency_cycles"] / rep.cycles - 1) < 0.02
+
+
+def test_the_attention_fusion_spec_sweeps_and_the_model_prefers_fusing(tmp_path, repo):
+    import json
+
+    from dse.records import Store
+    from dse.runner import run_sweep
+
+    spec = (repo / "experiments" / "attention_fusion.toml").read_text()
+    params = ", ".join(f"{k} = {v}" for k, v in SMALL.items())
+    spec = spec.replace('recipe = "llama_decode"', f'recipe = "llama_decode"\nparams = {{ {params} }}')
+    path = tmp_path / "attention_fusion.toml"
+    path.write_text(spec.replace('emulator = "all"', 'emulator = "none"'))
+    result = run_sweep(path, tmp_path / "r.db", progress=False)
+    with Store(tmp_path / "r.db") as store:
+        cands = store.candidates("attention_fusion")
+        model = store.metric_table(result.experiment_id, "analytical").set_index("hash")
+    by = {(m["workers"], m.get("fusion", "materialize")): h for h, m in zip(cands["hash"], map(json.loads, cands["mapping"]))}
+    for w in (1, 4):
+        assert model.loc[by[w, "fuse"], "latency_cycles"] < model.loc[by[w, "materialize"], "latency_cycles"]
+        assert model.loc[by[w, "fuse"], "dma_bytes"] == model.loc[by[w, "materialize"], "dma_bytes"] - 512

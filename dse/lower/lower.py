@@ -20,6 +20,12 @@ Op by op, in graph order:
   into a zero-padded image when the conv pads - and the same GEMM on the matrix Ball; with
   ``mapping.fusion = "fuse"`` the first of those copies applies a ReLU the plan fused into
   it (a core "relu" op instead of "copy"; the ReLU's own tensor is never written);
+* with ``mapping.fusion = "fuse"`` attention's score chain (dequantize of QK^T, scalar and
+  mask stages, softmax, the quantize PV reads) is one ``graph_chain`` core op a worker over
+  its heads, reading the accumulator's tiles and writing PV's A buffer (`dse.plan.chains`);
+* with ``mapping.channels_last = true`` a layout conversion the plan makes a view emits
+  nothing: its source (a graph input placed in DRAM in NHWC order, or a core op writing
+  through strides) is already in its order, or its readers read strides (`dse.plan.layout`);
 * a grouped or depthwise conv is the same, with its block-diagonal weight, or one core op,
   per candidate as `dse.plan.grouped.on_matrix` decides (the Ball path copies its
   accumulator out, so both leave the same row-major result);

@@ -51,7 +51,9 @@ class Mapping(BaseModel):
     # A core-side activation between two convolutions (conv -> ReLU -> conv): "materialize"
     # (None, the default) writes it to DRAM and the next conv copies it; "fuse" applies it
     # in the next conv's first copy (pad or im2col gather), one core pass instead of two
-    # (`dse.plan.graph_plan`). None is left out of the identity, as above.
+    # (`dse.plan.graph_plan`); and attention's chain between QK^T and PV (dequantize, scaling,
+    # mask, softmax, quantize) is one core pass over the scores' tiles (`dse.plan.chains`).
+    # None is left out of the identity, as above.
     fusion: Literal["materialize", "fuse"] | None = None
     # Where the workload's stages (an LLM's phases) run: None ("spmd", the default, left out
     # of the identity) every stage on workers 0..W-1 one after another; "phase" each stage on
