@@ -12,9 +12,9 @@ model's in brackets when it differs), peak private SRAM of a worker, the shared 
 tile holds, the shared-channel conflicts, and whether the integer path is bit-exact (and the
 permutes' model cycles, split across workers). Then resnet_block with mapping.fusion
 materialize / fuse at 1 and 4 workers; the attention recipes with mapping.fusion
-materialize / fuse (attention's score chain as one core pass) at 1 and 4 workers; the conv recipes with mapping.channels_last
-false / true at 1 and 4 workers (the layout conversions' model cycles: 0 where they are
-views); and goban with 2048-row banks (a 10-bit row field):
+materialize / fuse (attention's score chain as one core pass) at 1 and 4 workers; the conv
+recipes with mapping.channels_last false / true at 1 and 4 workers (the layout conversions'
+model cycles: 0 where they are views); and goban with 2048-row banks (a 10-bit row field):
 private against unaddressable SRAM. Figures, not speed: every run is deterministic.
 """
 

@@ -31,7 +31,9 @@ def test_the_chain_between_the_two_products_is_found_and_planned_as_one_pass(dec
     units = {p.op.name: p.unit for p in plan_graph(g, "fuse")}
     assert [units[n] for n in ("matmul", "mul_6", "softmax", "softmax_int8")] == ["fused"] * 3 + ["chain"]
     assert "chain" not in {p.unit for p in plan_graph(g)}  # materialize: as before
-    assert chain_parts(2, 4) == [(0, 1), (1, 2)] and chain_parts(5, 2) == [(0, 3), (3, 5)]
+    # split as the materialized passes are: by the 2 KV heads' batch entries, all 2 rows each
+    chain = chains["softmax_int8"]
+    assert chain_parts(g, chain, 4) == [(0, 1, 0, 2), (1, 2, 0, 2)] and chain_parts(g, chain, 1) == [(0, 2, 0, 2)]
 
 
 def test_fusing_the_chain_is_bit_exact_the_model_follows_and_the_stream_bytes_go(decode):
@@ -74,14 +76,17 @@ def test_a_chain_whose_probabilities_are_also_read_elsewhere_is_not_fused(decode
 
 
 def test_grouped_query_attentions_chain_with_its_causal_mask_is_fused_bit_exact():
-    # prefill: the scores are regrouped per KV head (reshape), masked (a weight), regrouped back
-    prefill = prepare_recipe("llama_prefill", {"seq": 16, "vocab": 64, "dim": 64, "layers": 1, "heads": 4,
-                                               "kv_heads": 2, "head_dim": 16, "ffn": 64})
+    # prefill, one KV head: its (2 query heads x 16 positions) rows regrouped (reshape), masked
+    # (a weight), regrouped back; split across workers by rows
+    prefill = prepare_recipe("llama_prefill", {"seq": 16, "vocab": 64, "dim": 32, "layers": 1, "heads": 2,
+                                               "kv_heads": 1, "head_dim": 16, "ffn": 64})
     chains = score_chains(prefill.graph)
     assert [[op.kind for op in c] for c in chains.values()] == [
         ["dequantize", "mul", "reshape", "add", "reshape", "softmax", "quantize"]]
+    chain = next(iter(chains.values()))
+    assert chain_parts(prefill.graph, chain, 3) == [(0, 1, 0, 11), (0, 1, 11, 22), (0, 1, 22, 32)]
     chip = load_chip("goban")
-    for workers in (1, 4):
+    for workers in (1, 3):
         cand = Candidate(chip, Mapping(workers=workers, fusion="fuse"))
         rep = emulate_graph(prefill.graph, cand, prefill.inputs, prefill.expected, prefill.tolerance,
                             prefill.reference_kind)
@@ -105,7 +110,8 @@ def test_the_attention_fusion_spec_sweeps_and_the_model_prefers_fusing(tmp_path,
     with Store(tmp_path / "r.db") as store:
         cands = store.candidates("attention_fusion")
         model = store.metric_table(result.experiment_id, "analytical").set_index("hash")
-    by = {(m["workers"], m.get("fusion", "materialize")): h for h, m in zip(cands["hash"], map(json.loads, cands["mapping"]))}
+    by = {(m["workers"], m.get("fusion", "materialize")): h
+          for h, m in zip(cands["hash"], map(json.loads, cands["mapping"]))}
     for w in (1, 4):
         assert model.loc[by[w, "fuse"], "latency_cycles"] < model.loc[by[w, "materialize"], "latency_cycles"]
         assert model.loc[by[w, "fuse"], "dma_bytes"] == model.loc[by[w, "materialize"], "dma_bytes"] - 512

@@ -307,13 +307,14 @@ class GraphCost:
         return "relu" if on_ball.all() else np.where(on_ball, "relu", "core")
 
     def _chain(self, charges: Charges, plan: OpPlan):
-        """A fused score chain: each worker's batch entries (`chain_parts`) in one core op."""
-        batch, _, _ = chain_extent(self.graph, plan.chain)
-        each = chain_elements(self.graph, plan.chain)
-        busiest = {w: (chain_parts(batch, w)[0][1]) * each for w in self.worker_counts}
+        """A fused score chain: each worker's part (`chain_parts`) in one core op."""
+        graph, chain = self.graph, plan.chain
+        batch, M, _ = chain_extent(graph, chain)
+        busiest = {w: max((hi - lo) * chain_elements(graph, chain, r1 - r0) for lo, hi, r0, r1
+                          in chain_parts(graph, chain, w)) for w in self.worker_counts}
         share = np.array([busiest[int(w)] for w in self.workers], dtype=np.float64)
         charges.core += np.ceil(share * self.params.chain_cpe)
-        charges.busy += np.ceil(batch * each * self.params.chain_cpe)
+        charges.busy += np.ceil(batch * chain_elements(graph, chain, M) * self.params.chain_cpe)
         self.close(charges, False)
 
     def _generic(self, charges: Charges, plan: OpPlan):

@@ -28,11 +28,14 @@ def _graph_op(srcs: list, params: dict) -> np.ndarray:
 
 
 def _graph_chain(srcs: list, params: dict) -> np.ndarray:
-    """A fused score chain (`dse.plan.chains`) over some batch entries: srcs[0] is their
+    """A fused score chain (`dse.plan.chains`) over a part: srcs[0] is its batch entries'
     blocked accumulator tiles (b, Mt, tm, Nt, tn), the rest the stages' weight operands in
-    order; each stage runs with the graph's interpreter on the logical (M, N) scores, kept
-    at the graph's rank (its batch axes folded into the first) so axes mean what they say."""
-    ops, (M, N), k = params["ops"], params["extent"], params["batch_rank"]
+    order; the result is rows r0..r1 of the N logical columns. Each stage runs with the
+    graph's interpreter over the entries' logical rows, kept at the graph's rank (the batch
+    axes folded into the first) so axes and reshapes mean what they say; every stage is
+    row-independent, so the part's rows are the bits it would compute alone (it is charged
+    its own rows only: the CoreOp's elements)."""
+    ops, (M, N), (r0, r1), k = params["ops"], params["extent"], params["rows"], params["batch_rank"]
     grid = np.asarray(srcs[0])
     b = grid.shape[0]
     lead = (b,) + (1,) * (k - 1) if k else ()  # this part's batch entries in the graph's batch axes
@@ -41,11 +44,11 @@ def _graph_chain(srcs: list, params: dict) -> np.ndarray:
     extra = iter(torch.from_numpy(np.asarray(s, order="C")) for s in srcs[1:])
     with torch.no_grad():
         for op, shape in zip(ops, params["shapes"]):
-            if op.kind == "reshape":  # regroups the rows of each batch entry (`dse.plan.chains`)
+            if op.kind == "reshape":  # regroups each entry's rows (`dse.plan.chains`)
                 value = value.reshape(lead + tuple(shape[k:]))
             else:
                 value = INTERPRETERS[op.kind](op, [value] + [next(extra) for _ in op.inputs[1:]])
-    return value.numpy().reshape(b, M, N)
+    return value.numpy().reshape(b, M, N)[:, r0:r1]
 
 
 def ensure_registered() -> None:

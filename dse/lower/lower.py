@@ -76,10 +76,10 @@ from emulator import Barrier, CoreOp, DramTensor, Fence, Fp2Int, Int2Fp, Matmul,
 from ..mapping import Candidate, MatmulShape
 from ..mapping.matmul import check_tiles
 from ..mapping.params import CandidateArrays
-from ..plan.graph_plan import OpPlan, plan_graph, stored_loc
-from ..plan.layout import permuted, stored_orders
 from ..plan.chains import CHAIN_KIND, chain_elements, chain_extent, chain_parts
+from ..plan.graph_plan import OpPlan, plan_graph, stored_loc
 from ..plan.grouped import block_diagonal, on_matrix
+from ..plan.layout import permuted, stored_orders
 from ..plan.matmul import plan_matmul
 from ..plan.memory import Blocked, Dram, Loc, emu_dtype
 from ..plan.placement import Placed, cores_chip, place, spmd_chip, stage_reason
@@ -286,20 +286,21 @@ class ProgramBuilder:
         of the blocked scores, writing the int8 probabilities into the padded A buffer."""
         op, chain = plan.op, plan.chain
         scores = self.loc(chain[0].inputs[0])
-        batch, M, N = chain_extent(self.graph, chain)
+        _, M, N = chain_extent(self.graph, chain)
         spec = self.graph.tensors[op.outputs[0]]
         out = self.locs[op.outputs[0]] = self.dram.tensor(spec.shape, spec.dtype)
         grid = scores.padded_view()
         Mp, Np = out.buffer_shape[-2:]
         weights = tuple(self.loc(n).view() for s in chain for n in s.inputs[1:])
-        params = {"ops": chain, "extent": (M, N), "batch_rank": len(spec.shape) - 2,
-                  "shapes": [self.graph.tensors[s.outputs[0]].shape for s in chain]}
-        parts = chain_parts(batch, self.workers)
-        for w, (lo, hi) in enumerate(parts):
+        shapes = [self.graph.tensors[s.outputs[0]].shape for s in chain]
+        parts = chain_parts(self.graph, chain, self.workers)
+        for w, (lo, hi, r0, r1) in enumerate(parts):
             src = DramTensor(grid.addr + lo * grid.strides[0], (hi - lo, *grid.shape[1:]), grid.dtype, grid.strides)
-            dst = DramTensor(out.addr + lo * Mp * Np, (hi - lo, M, N), "int8", (Mp * Np, Np, 1))
+            dst = DramTensor(out.addr + lo * Mp * Np + r0 * Np, (hi - lo, r1 - r0, N), "int8", (Mp * Np, Np, 1))
+            params = {"ops": chain, "extent": (M, N), "rows": (r0, r1), "batch_rank": len(spec.shape) - 2,
+                      "shapes": shapes}
             self.cores[w].append(CoreOp(CHAIN_KIND, dst, (src,) + weights, params,
-                                        (hi - lo) * chain_elements(self.graph, chain)))
+                                        (hi - lo) * chain_elements(self.graph, chain, r1 - r0)))
         self.sync(False)
         return OpLowering(op.name, op.kind, "chain", workers_used=len(parts))
 

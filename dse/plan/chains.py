@@ -19,8 +19,9 @@ accumulator bank by MVOUT, and the probabilities enter PV's bank by MVIN, becaus
 has no Ball and the core reads DRAM, not banks (`HARDWARE.md`). No bank is held across the
 chain, so it needs no bank budget of its own.
 
-The pass is split across workers by the products' batch entries (heads): each worker runs
-the chain over ``ceil(batch / W)`` of them.
+The pass is split across workers as the materialized passes are, along the first of the
+scores' axes of at least 2: by batch entries (heads), else by rows (`chain_parts`); every
+stage is row-independent (elementwise, a mask broadcast over the heads, softmax along a row).
 """
 
 from __future__ import annotations
@@ -104,17 +105,24 @@ def chain_extent(graph: Graph, chain: tuple[Op, ...]) -> tuple[int, int, int]:
     return math.prod(shape[:-2]), shape[-2], shape[-1]
 
 
-def chain_elements(graph: Graph, chain: tuple[Op, ...]) -> int:
-    """Elements the fused pass is charged for over one batch entry: every stage's (a reshape
-    is a view: none)."""
-    _, M, N = chain_extent(graph, chain)
-    return sum(op.kind != "reshape" for op in chain) * M * N
+def chain_elements(graph: Graph, chain: tuple[Op, ...], rows: int) -> int:
+    """Elements the fused pass is charged for over `rows` rows of scores: every stage's (a
+    reshape is a view: none)."""
+    N = chain_extent(graph, chain)[2]
+    return sum(op.kind != "reshape" for op in chain) * rows * N
 
 
-def chain_parts(batch: int, workers: int) -> list[tuple[int, int]]:
-    """Each worker's batch entries ``[lo, hi)`` (workers with none left out)."""
-    per = -(-batch // max(workers, 1))
-    return [(lo, min(batch, lo + per)) for lo in range(0, batch, per)]
+def chain_parts(graph: Graph, chain: tuple[Op, ...], workers: int) -> list[tuple[int, int, int, int]]:
+    """Each worker's part ``(batch lo, batch hi, row lo, row hi)`` (workers with none left
+    out): ``ceil(batch / W)`` batch entries each when there are several, else ``ceil(M / W)``
+    rows of the one entry."""
+    batch, M, _ = chain_extent(graph, chain)
+    workers = max(workers, 1)
+    if batch >= 2 or workers == 1:
+        per = -(-batch // workers)
+        return [(lo, min(batch, lo + per), 0, M) for lo in range(0, batch, per)]
+    per = -(-M // workers)
+    return [(0, 1, lo, min(M, lo + per)) for lo in range(0, M, per)]
 
 
 __all__ = ["CHAIN_KIND", "chain_elements", "chain_extent", "chain_parts", "score_chains"]

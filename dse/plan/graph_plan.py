@@ -44,10 +44,10 @@ from dataclasses import dataclass
 
 from ..mapping import MatmulShape
 from ..workload.graph import Graph, Op
+from .chains import score_chains
+from .layout import CHANNELS_LAST, absorbs_permute, inverse, permuted, stored_orders, stored_shape
 from .mapper import gemm_shape
 from .memory import Blocked, Dram, Loc, pad
-from .chains import score_chains
-from .layout import CHANNELS_LAST, absorbs_permute, stored_orders, inverse, permuted, stored_shape
 from .units import SCALE_KINDS, conv_pad, grouped_conv, matrix_conv, matrix_product, reshape_view
 
 UNITS = ("matrix", "conv", "grouped", "scale", "relu", "view", "core", "fused", "chain")

@@ -4,9 +4,10 @@ graph for the lowering and the analytical model alike.
 
 The frontend's permute step leaves one permute where a channels-last region is entered and
 one where it is left (`dse.frontend.permute`); with ``channels_last = false`` (the default)
-each is a core copy (`region_edge`: NCHW <-> NHWC, NCL <-> NLC). With ``true`` the tensors at a region's edge are *stored* channels-last
-(as torch's ``channels_last`` memory format: the logical shape is unchanged, the bytes are
-in NHWC order), so a conversion is a strided view of the same bytes and moves nothing:
+each is a core copy (`region_edge`: NCHW <-> NHWC, NCL <-> NLC). With ``true`` the tensors
+at a region's edge are *stored* channels-last (as torch's ``channels_last`` memory format:
+the logical shape is unchanged, the bytes are in NHWC order), so a conversion is a strided
+view of the same bytes and moves nothing:
 
 * a graph input read by a permute is placed in DRAM in that permute's order (the host, or
   the previous layer, hands it over channels-last), and a core op read by a permute writes
