@@ -2,13 +2,19 @@
 model's error against the emulator.
 
     .venv/bin/python bench/bench_partition_knobs.py [--recipes mlp resnet_block gemm]
+        [--sections weights fusion attention layout rows]
+        [--attention-recipes llama_decode llama_prefill vit_block]
+        [--layout-recipes resnet_block temporal_conv mobilenet_v3]
 
 For each recipe on goban, workers 1 and 4 x mapping.weights per_worker / shared: the
 emulator's cycles and the model's, the model's error, DMA bytes (emulator counters; the
 model's in brackets when it differs), peak private SRAM of a worker, the shared memory a
 tile holds, the shared-channel conflicts, and whether the integer path is bit-exact (and the
 permutes' model cycles, split across workers). Then resnet_block with mapping.fusion
-materialize / fuse at 1 and 4 workers, and goban with 2048-row banks (a 10-bit row field):
+materialize / fuse at 1 and 4 workers; the attention recipes with mapping.fusion
+materialize / fuse (attention's score chain as one core pass) at 1 and 4 workers; the conv
+recipes with mapping.channels_last false / true at 1 and 4 workers (the layout conversions'
+model cycles: 0 where they are views); and goban with 2048-row banks (a 10-bit row field):
 private against unaddressable SRAM. Figures, not speed: every run is deterministic.
 """
 
@@ -33,7 +39,8 @@ def row(prep, cand) -> str:
     per_op = estimate(prep.graph, [cand])
     model = summarize(per_op, [cand]).iloc[0]
     m = cand.mapping
-    head = f"  workers {m.workers}  weights {m.weights or 'per_worker':<10}  fusion {m.fusion or 'materialize':<11}"
+    head = (f"  workers {m.workers}  weights {m.weights or 'per_worker':<10}  fusion {m.fusion or 'materialize':<11}"
+            f"  channels_last {str(bool(m.channels_last)).lower():<5}")
     if not rep.feasible:
         return f"{head}  infeasible: {rep.reason}  (model: {model['reason']})"
     dma = sum(rep.counters["dma_bytes_in"]) + sum(rep.counters["dma_bytes_out"])
@@ -49,25 +56,47 @@ def row(prep, cand) -> str:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--recipes", nargs="+", default=["mlp", "resnet_block", "gemm"])
+    sections = ["weights", "fusion", "attention", "layout", "rows"]
+    parser.add_argument("--sections", nargs="+", default=sections, choices=sections)
+    parser.add_argument("--attention-recipes", nargs="+", default=["llama_decode", "llama_prefill", "vit_block"])
+    parser.add_argument("--layout-recipes", nargs="+", default=["resnet_block", "temporal_conv", "mobilenet_v3"])
     args = parser.parse_args()
     goban = load_chip("goban")
-    for recipe in args.recipes:
-        prep = prepare_recipe(recipe)
-        print(f"{recipe} on goban")
+    if "weights" in args.sections:
+        for recipe in args.recipes:
+            prep = prepare_recipe(recipe)
+            print(f"{recipe} on goban")
+            for workers in (1, 4):
+                for weights in ("per_worker", "shared"):
+                    print(row(prep, Candidate(goban, Mapping(workers=workers, weights=weights))), flush=True)
+    if "fusion" in args.sections:
+        block = prepare_recipe("resnet_block")
+        print("resnet_block on goban, fusion")
         for workers in (1, 4):
-            for weights in ("per_worker", "shared"):
-                print(row(prep, Candidate(goban, Mapping(workers=workers, weights=weights))), flush=True)
-    block = prepare_recipe("resnet_block")
-    print("resnet_block on goban, fusion")
-    for workers in (1, 4):
-        for fusion in ("materialize", "fuse"):
-            print(row(block, Candidate(goban, Mapping(workers=workers, fusion=fusion))), flush=True)
-    deep = load_chip("goban", {"banks.rows": 2048})
-    cand = Candidate(deep, Mapping(workers=4))
-    model = summarize(estimate(prepare_recipe("gemm").graph, [cand]), [cand]).iloc[0]
-    print(f"goban, banks.rows = 2048, 4 workers: private {model['private_sram_bytes']:,.0f} B, "
-          f"unaddressable {model['unaddressable_sram_bytes']:,.0f} B (chip: {deep.private_sram_bytes:,} B / "
-          f"{deep.unaddressable_sram_bytes:,} B a core)")
+            for fusion in ("materialize", "fuse"):
+                print(row(block, Candidate(goban, Mapping(workers=workers, fusion=fusion))), flush=True)
+    if "attention" in args.sections:
+        for recipe in args.attention_recipes:
+            prep = prepare_recipe(recipe)
+            print(f"{recipe} on goban, fusion (attention's score chain)")
+            for workers in (1, 4):
+                for fusion in ("materialize", "fuse"):
+                    print(row(prep, Candidate(goban, Mapping(workers=workers, fusion=fusion))), flush=True)
+    if "layout" in args.sections:
+        for recipe in args.layout_recipes:
+            prep = prepare_recipe(recipe)
+            print(f"{recipe} on goban, channels_last")
+            for workers in (1, 4):
+                for channels_last in (False, True):
+                    print(row(prep, Candidate(goban, Mapping(workers=workers, channels_last=channels_last))),
+                          flush=True)
+    if "rows" in args.sections:
+        deep = load_chip("goban", {"banks.rows": 2048})
+        cand = Candidate(deep, Mapping(workers=4))
+        model = summarize(estimate(prepare_recipe("gemm").graph, [cand]), [cand]).iloc[0]
+        print(f"goban, banks.rows = 2048, 4 workers: private {model['private_sram_bytes']:,.0f} B, "
+              f"unaddressable {model['unaddressable_sram_bytes']:,.0f} B (chip: {deep.private_sram_bytes:,} B / "
+              f"{deep.unaddressable_sram_bytes:,} B a core)")
 
 
 if __name__ == "__main__":

@@ -100,13 +100,24 @@ def set_dotted(data: dict, overrides: Mapping[str, Any], source: str | Path) -> 
 
 def capacity_notes(chip: ChipConfig) -> str:
     """What a candidate's record says about capacity the chip has but cannot use ("" when
-    none): bank rows past the ISA's row-address field."""
-    lost = chip.unaddressable_sram_bytes
-    if not lost:
-        return ""
-    return (f"banks.rows = {chip.banks.rows} but the {chip.isa.row_addr_bits}-bit row-address field "
-            f"(isa.row_addr_bits) reaches {chip.addressable_rows} rows: {lost:,} B of each core's SRAM "
-            f"({chip.banks.count} banks x {chip.banks.rows - chip.addressable_rows} rows x {chip.banks.row_bytes} B) "
+    none): bank rows past the ISA's row-address field, for the chip's banks and for every
+    core group whose own bank override goes past it."""
+    uses_chip_banks = any(chip.core_chip(c).banks.rows == chip.banks.rows for c in range(chip.cores.count))
+    notes = ([_unaddressable_note(chip, "banks", "each core's")]
+             if chip.unaddressable_sram_bytes and uses_chip_banks else [])
+    for i, group in enumerate(chip.cores.groups):
+        if group.banks is None:
+            continue
+        own = chip.group_chip(i)
+        if own.unaddressable_sram_bytes:
+            notes.append(_unaddressable_note(own, f"cores.groups[{i}].banks", f"each {group.role} core's"))
+    return "; ".join(notes)
+
+
+def _unaddressable_note(chip: ChipConfig, field: str, whose: str) -> str:
+    return (f"{field}.rows = {chip.banks.rows} but the {chip.isa.row_addr_bits}-bit row-address field "
+            f"(isa.row_addr_bits) reaches {chip.addressable_rows} rows: {chip.unaddressable_sram_bytes:,} B of {whose} "
+            f"SRAM ({chip.banks.count} banks x {chip.banks.rows - chip.addressable_rows} rows x {chip.banks.row_bytes} B) "
             "is unaddressable, reported as unaddressable_sram_bytes, not as private SRAM")
 
 

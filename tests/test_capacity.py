@@ -22,6 +22,21 @@ def test_rows_past_the_row_field_are_unaddressable_not_private():
     assert "327,680 B of each core's SRAM (20 banks x 1024 rows x 16 B) is unaddressable" in capacity_notes(deep)
 
 
+def test_a_groups_own_deep_banks_are_noted_as_that_groups():
+    groups = [{"role": "prefill", "count": 3}, {"role": "decode", "count": 2, "banks": {"count": 12, "rows": 2048}}]
+    poly = load_chip("poly", {"cores.groups": groups})
+    assert poly.unaddressable_sram_bytes == 0 and poly.group_chip(1).unaddressable_sram_bytes == 12 * 1024 * 16
+    note = capacity_notes(poly)
+    assert note.startswith("cores.groups[1].banks.rows = 2048 but the 10-bit row-address field")
+    assert "196,608 B of each decode core's SRAM (12 banks x 1024 rows x 16 B) is unaddressable" in note
+    assert ";" not in note  # the prefill cores' chip banks are fully addressable
+    both = load_chip("poly", {"cores.groups": groups, "banks.rows": 2048})
+    assert capacity_notes(both).split("; ")[0].startswith("banks.rows = 2048")
+    assert "each decode core's" in capacity_notes(both).split("; ")[1]
+    every = load_chip("poly", {"cores.groups": [{**g, "banks": {"rows": 1024}} for g in groups], "banks.rows": 2048})
+    assert capacity_notes(every) == ""  # no core uses the chip's own deep banks
+
+
 def test_the_model_and_the_emulator_count_only_addressable_rows():
     prep = prepare_recipe("gemm", {"m": 32, "n": 32, "k": 32})
     peaks = {}

@@ -20,6 +20,7 @@ import numpy as np
 from ..cost.core import GRAPH_OP, charged_elements, split_share
 from ..cost.matmul import matmul_cost
 from ..mapping import CandidateArrays, MatmulShape
+from ..plan.chains import chain_elements, chain_extent, chain_parts
 from ..plan.graph_plan import Copy, OpPlan, copy_elements, plan_graph
 from ..plan.grouped import on_matrix
 from ..plan.matmul import MatmulPlans, plan_matmuls
@@ -166,6 +167,8 @@ class GraphCost:
             unit = self._scale_op(charges, plan)
         elif plan.unit == "relu":
             unit = self._relu(charges, plan)
+        elif plan.unit == "chain":
+            self._chain(charges, plan)
         elif plan.unit in ("view", "fused"):  # a descriptor, or applied by its reader's copy
             unit = "none" if plan.unit == "view" else "fused"
         else:
@@ -303,6 +306,17 @@ class GraphCost:
         charges.select(on_ball, ball, core)
         return "relu" if on_ball.all() else np.where(on_ball, "relu", "core")
 
+    def _chain(self, charges: Charges, plan: OpPlan):
+        """A fused score chain: each worker's part (`chain_parts`) in one core op."""
+        graph, chain = self.graph, plan.chain
+        batch, M, _ = chain_extent(graph, chain)
+        busiest = {w: max((hi - lo) * chain_elements(graph, chain, r1 - r0) for lo, hi, r0, r1
+                          in chain_parts(graph, chain, w)) for w in self.worker_counts}
+        share = np.array([busiest[int(w)] for w in self.workers], dtype=np.float64)
+        charges.core += np.ceil(share * self.params.chain_cpe)
+        charges.busy += np.ceil(batch * chain_elements(graph, chain, M) * self.params.chain_cpe)
+        self.close(charges, False)
+
     def _generic(self, charges: Charges, plan: OpPlan):
         op = plan.op
         spec = self.graph.tensors[op.outputs[0]]
@@ -314,20 +328,20 @@ class GraphCost:
 
 def graph_costs(graph: Graph, params: CandidateArrays, chips=None, plans=None) -> list[OpCost]:
     """Every op's cost for every candidate, each candidate following the plan of its own
-    ``mapping.fusion`` (candidates are costed per fusion choice, then put back in order).
-    `plans`: the graph's plan as given (one fusion choice for every candidate), e.g. with a
-    placement's hand-offs marked on it (`dse.analytical.placed.estimate_layers`)."""
+    ``mapping.fusion`` and ``mapping.channels_last`` (candidates are costed per plan, then
+    put back in order). `plans`: the graph's plan as given (one plan for every candidate),
+    e.g. with a placement's hand-offs marked on it (`dse.analytical.placed.estimate_layers`)."""
     if plans is not None:
         costs = GraphCost(graph, params, chips)
         return [costs.op_cost(plan) for plan in plans]
-    choices = list(dict.fromkeys(params.fusion))
+    keys = list(zip(params.fusion, params.channels_last))
+    choices = list(dict.fromkeys(keys))
     if len(choices) <= 1:
         costs = GraphCost(graph, params, chips)
-        return [costs.op_cost(plan) for plan in plan_graph(graph, choices[0] if choices else None)]
-    fusion = np.array(params.fusion, dtype=object)
+        return [costs.op_cost(plan) for plan in plan_graph(graph, *(choices[0] if choices else (None, None)))]
     parts = []
     for choice in choices:
-        idx = np.flatnonzero(fusion == choice)
+        idx = np.flatnonzero(np.array([k == choice for k in keys]))
         sub = graph_costs(graph, params.take(idx), None if chips is None else [chips[i] for i in idx])
         parts.append((idx, sub))
     out = []

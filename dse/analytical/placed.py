@@ -36,7 +36,7 @@ from ..cost.dma import dma_cycles_for
 from ..mapping import Candidate, CandidateArrays, check_tiles
 from ..mapping.candidate import Mapping
 from ..plan.graph_plan import plan_graph
-from ..plan.placement import boundary_tensors, handoff_note, handoff_why, handoffs, layout, place, stage_reason
+from ..plan.placement import boundary_tensors, handoff_note, handoff_why, handoffs, place, schedule, stage_reason
 from .estimate import TOTAL_COLUMNS, estimate, summarize
 
 SUMMED = ("compute_cycles", "dma_cycles", "core_cycles", "busy_cycles", "dma_bytes")
@@ -177,22 +177,22 @@ def handoff_cycles(chip, tiles: int, tile_bytes: int, loaders: int) -> int:
 
 def estimate_layers(graph, candidates: Sequence[Candidate], calibration=None
                     ) -> tuple[pd.DataFrame, pd.DataFrame, list[str]]:
-    """One graph as each candidate's `dse.plan.placement.layout` lays it out (SPMD with
+    """One graph as each candidate's `dse.plan.placement.schedule` schedules it (SPMD with
     ``mapping.requests``, ``"layers"``, ``"pipeline"``): totals (`TOTAL_COLUMNS`), the per-op
     frame (`estimate`'s columns, one request's: each op costed on its range's group;
     candidates that could not be laid out have no rows) and per candidate its notes (how
     every tensor between ranges went: `handoff_note` / `handoff_why`, the lowering's words).
 
     Per range, its ops' (cycles, syncs) give its epochs (`epoch_cycles`), a hand-off's loads
-    into shared memory (`handoff_cycles`) closing the range before; per slot of the layout
-    (`Layout.slots`) its ranges run in lock step (`lockstep_cycles`) and a BARRIER closes it.
+    into shared memory (`handoff_cycles`) closing the range before; per slot of the schedule
+    (`Schedule.slots`) its ranges run in lock step (`lockstep_cycles`) and a BARRIER closes it.
     Bytes and busy cycles add up over the requests; peak SRAM is the largest op's."""
     n = len(candidates)
     rows: list[dict | None] = [None] * n
     notes = [""] * n
     frames = []
     n_ops = len(graph.ops)
-    lays = [layout(c.chip, c.mapping, n_ops) for c in candidates]
+    lays = [schedule(c.chip, c.mapping, n_ops) for c in candidates]
     for i, (lay, reason) in enumerate(lays):
         if reason:
             rows[i] = _infeasible(i, candidates[i], reason)
@@ -200,10 +200,10 @@ def estimate_layers(graph, candidates: Sequence[Candidate], calibration=None
     for i, c in enumerate(candidates):
         if not lays[i][1]:
             m = c.mapping
-            by_cut.setdefault((m.fusion, m.cuts, m.handoff, lays[i][0].handoff_sets, len(lays[i][0].ranges)),
-                              []).append(i)
-    for (fusion, _, handoff, sets, n_ranges), ok in by_cut.items():
-        plans = plan_graph(graph, fusion)
+            by_cut.setdefault((m.fusion, m.channels_last, m.cuts, m.handoff, lays[i][0].handoff_sets,
+                               len(lays[i][0].ranges)), []).append(i)
+    for (fusion, channels_last, _, handoff, sets, n_ranges), ok in by_cut.items():
+        plans = plan_graph(graph, fusion, channels_last)
         ranges = lays[ok[0]][0].ranges
         handed = handoffs(plans, ranges) if handoff != "dram" else {}
         costed = [replace(p, gemm=replace(p.gemm, a_shared=sets)) if p.op.name in handed else p for p in plans]
@@ -302,7 +302,7 @@ def auto_options(graph, candidate: Candidate) -> list[Mapping]:
     options = [Mapping.model_validate(m)]
     groups = len(candidate.chip.cores.groups)
     if groups >= 2 or (groups == 0 and candidate.mapping.workers >= 2):
-        plans = plan_graph(graph, candidate.mapping.fusion)
+        plans = plan_graph(graph, candidate.mapping.fusion, candidate.mapping.channels_last)
         cuts = [k for k, p in enumerate(plans) if k and p.unit == "matrix"]
         kinds = ["layers"] + (["pipeline"] if (candidate.mapping.requests or 1) > 1 else [])
         for kind in kinds:
@@ -321,7 +321,7 @@ def resolve_auto(graph, candidate: Candidate) -> Mapping:
     if hit is not None and hit[0] is graph:
         return hit[1]
     options = auto_options(graph, candidate)
-    totals, _, _ = estimate_layers(graph, [Candidate(candidate.chip, m) for m in options])  # SPMD's as a layout too
+    totals, _, _ = estimate_layers(graph, [Candidate(candidate.chip, m) for m in options])  # SPMD's as a schedule too
     latency = [float(t["latency_cycles"]) if t["feasible"] else np.inf for _, t in totals.iterrows()]
     best = options[int(np.argmin(latency)) if np.isfinite(latency).any() else 0]
     if len(_AUTO) > 256:

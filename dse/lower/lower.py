@@ -20,6 +20,12 @@ Op by op, in graph order:
   into a zero-padded image when the conv pads - and the same GEMM on the matrix Ball; with
   ``mapping.fusion = "fuse"`` the first of those copies applies a ReLU the plan fused into
   it (a core "relu" op instead of "copy"; the ReLU's own tensor is never written);
+* with ``mapping.fusion = "fuse"`` attention's score chain (dequantize of QK^T, scalar and
+  mask stages, softmax, the quantize PV reads) is one ``graph_chain`` core op a worker over
+  its heads, reading the accumulator's tiles and writing PV's A buffer (`dse.plan.chains`);
+* with ``mapping.channels_last = true`` a layout conversion the plan makes a view emits
+  nothing: its source (a graph input placed in DRAM in NHWC order, or a core op writing
+  through strides) is already in its order, or its readers read strides (`dse.plan.layout`);
 * a grouped or depthwise conv is the same, with its block-diagonal weight, or one core op,
   per candidate as `dse.plan.grouped.on_matrix` decides (the Ball path copies its
   accumulator out, so both leave the same row-major result);
@@ -55,7 +61,7 @@ MSETs over the whole program: ``Lowered.peak_sram_bytes`` / ``peak_sram_per_work
 equal to the emulator's ``peak_allocated_bytes`` counter.
 :func:`lower_stages` places several graphs on disjoint core groups (poly: prefill and
 decode cores); :func:`lower_layers` lays one graph out in ranges of ops on core groups and
-runs its requests (`dse.plan.placement.layout`); `dse.lower.spans.lower_spans` partitions a
+runs its requests (`dse.plan.placement.schedule`); `dse.lower.spans.lower_spans` partitions a
 temporal stack into spans.
 """
 
@@ -72,12 +78,14 @@ from emulator import Barrier, CoreOp, DramTensor, Fence, Fp2Int, Int2Fp, Matmul,
 from ..mapping import Candidate, MatmulShape
 from ..mapping.matmul import check_tiles
 from ..mapping.params import CandidateArrays
-from ..plan.graph_plan import OpPlan, plan_graph
+from ..plan.chains import CHAIN_KIND, chain_elements, chain_extent, chain_parts
+from ..plan.graph_plan import OpPlan, plan_graph, stored_loc
 from ..plan.grouped import block_diagonal, on_matrix
+from ..plan.layout import permuted, stored_orders
 from ..plan.matmul import plan_matmul
 from ..plan.memory import Blocked, Dram, Loc, emu_dtype
-from ..plan.placement import (Placed, boundary_tensors, cores_chip, handoff_note, handoff_why, handoffs, layout, place,
-                              spmd_chip, stage_reason)
+from ..plan.placement import (Placed, boundary_tensors, cores_chip, handoff_note, handoff_why, handoffs, place,
+                              schedule, spmd_chip, stage_reason)
 from ..plan.split import shared_loads, split_core_op
 from ..plan.streams import ELEMENTWISE, Stream, relu_stream, scale_core_op, scale_stream, stream_or_core
 from ..plan.units import Infeasible, conv_pad, relu_ball, reshape_view, sync_after, too_many_workers
@@ -180,9 +188,9 @@ class ProgramBuilder:
         self.fused: set[str] = set()
         self.consumers = graph.consumers()
         coreop.ensure_registered()
+        self.orders = stored_orders(graph, self.mapping.channels_last)  # tensors stored channels-last
         for name, value in zip(graph.inputs, inputs if locs is None else ()):
-            spec = graph.tensors[name]
-            self.locs[name] = self.dram.tensor(spec.shape, spec.dtype, _np(value))
+            self.locs[name] = stored_loc(self.dram, graph, name, self.orders, _np(value))
 
     # -------------------------------------------------------------- helpers
     def loc(self, name: str) -> Loc:
@@ -266,15 +274,44 @@ class ProgramBuilder:
             rec = self._scale_op(op)
         elif plan.unit == "relu":
             rec = self._relu_ball(op)
+        elif plan.unit == "view" and op.kind == "permute":  # a layout conversion the layout removes
+            self.locs[op.outputs[0]] = permuted(self.loc(op.inputs[0]), op.attrs["dims"])
+            rec = OpLowering(op.name, op.kind, "view")
         elif plan.unit == "view":
             rec = self._reshape(op)
-        elif plan.unit == "fused":  # its reader's copy applies it (`dse.plan.graph_plan`)
+        elif plan.unit == "chain":
+            rec = self._chain(plan)
+        elif plan.unit == "fused":  # its reader's copy, or its chain's pass, applies it (`dse.plan.graph_plan`)
             self.fused.add(op.outputs[0])
             rec = OpLowering(op.name, op.kind, "fused", workers_used=0)
         if rec is None:
-            rec = self._generic(op, ready)
+            rec = self._generic(op, ready, stored_loc(self.dram, self.graph, op.outputs[0], self.orders)
+                                if op.outputs[0] in self.orders else None)
         rec.instructions = sum(len(c) for c in self.cores) - n0
         self.records.append(rec)
+
+    def _chain(self, plan: OpPlan) -> OpLowering:
+        """A fused score chain (`dse.plan.chains`): one core op a worker over its batch entries
+        of the blocked scores, writing the int8 probabilities into the padded A buffer."""
+        op, chain = plan.op, plan.chain
+        scores = self.loc(chain[0].inputs[0])
+        _, M, N = chain_extent(self.graph, chain)
+        spec = self.graph.tensors[op.outputs[0]]
+        out = self.locs[op.outputs[0]] = self.dram.tensor(spec.shape, spec.dtype)
+        grid = scores.padded_view()
+        Mp, Np = out.buffer_shape[-2:]
+        weights = tuple(self.loc(n).view() for s in chain for n in s.inputs[1:])
+        shapes = [self.graph.tensors[s.outputs[0]].shape for s in chain]
+        parts = chain_parts(self.graph, chain, self.workers)
+        for w, (lo, hi, r0, r1) in enumerate(parts):
+            src = DramTensor(grid.addr + lo * grid.strides[0], (hi - lo, *grid.shape[1:]), grid.dtype, grid.strides)
+            dst = DramTensor(out.addr + lo * Mp * Np + r0 * Np, (hi - lo, r1 - r0, N), "int8", (Mp * Np, Np, 1))
+            params = {"ops": chain, "extent": (M, N), "rows": (r0, r1), "batch_rank": len(spec.shape) - 2,
+                      "shapes": shapes}
+            self.cores[w].append(CoreOp(CHAIN_KIND, dst, (src,) + weights, params,
+                                        (hi - lo) * chain_elements(self.graph, chain, r1 - r0)))
+        self.sync(False)
+        return OpLowering(op.name, op.kind, "chain", workers_used=len(parts))
 
     def _grouped(self, plan: OpPlan, ready: dict[str, Loc]) -> OpLowering:
         """A grouped conv where `grouped.on_matrix` puts it: the block-diagonal GEMM, its
@@ -565,7 +602,7 @@ class ProgramBuilder:
         # A handed off through shared memory (`dse.plan.placement.handoffs`): A tile (bi, mi) in
         # shared bank first_bank_id + banks - 1 - (set * nb * Mt + bi * Mt + mi), loaded there by
         # the cores of the range before, dealt round-robin, after its last op (`lower_layers`
-        # then BARRIERs); the request's set of banks (`Layout.handoff_sets`)
+        # then BARRIERs); the request's set of banks (`Schedule.handoff_sets`)
         shared_a = bool(check.shared_a[0, 0])
         top = sm.first_bank_id + sm.banks - 1 - self.handoff_set * nb * Mt
         if shared_a:
@@ -633,10 +670,12 @@ class ProgramBuilder:
         program = Program(self.cores, {"dram": Region(0, (img.size,), "uint8")}, {},
                           dram_bytes=img.size, name=f"{self.graph.name} on {self.chip.name} ({self.mapping.policy}, "
                                                     f"{self.workers} workers)")
-        # graph outputs as program outputs when they are plain row-major buffers
+        # graph outputs as program outputs when they are plain row-major buffers (not blocked,
+        # not stored in a permuted order: `mapping.channels_last`)
         for name in self.graph.outputs:
             loc = self.locs[name]
-            if loc.blocked is None:
+            in_order = loc.strides is None or list(loc.strides) == sorted(loc.strides, reverse=True)
+            if loc.blocked is None and in_order:
                 program.outputs[name] = Region(loc.addr, loc.buffer_shape, emu_dtype(loc.dtype))
         return Lowered(self.graph, self.cand, program, img, self.locs, self.records, frozenset(self.fused))
 
@@ -687,7 +726,7 @@ def lower(graph: Graph, candidate: Candidate, inputs, elementwise: str = "auto")
     them bit for bit: ``"auto"`` (the Ball when `stream_cycles` < `core_cycles`), ``"ball"``
     (always the Ball), ``"core"`` (always the core)."""
     b = ProgramBuilder(graph, candidate, inputs, elementwise=elementwise)
-    for plan in plan_graph(graph, candidate.mapping.fusion):
+    for plan in plan_graph(graph, candidate.mapping.fusion, candidate.mapping.channels_last):
         b.lower_op(plan)
     return b.finish()
 
@@ -764,7 +803,7 @@ def lower_placed(stages, candidate: Candidate) -> StagedLowered:
 
 @dataclass
 class LayeredLowered(StagedLowered):
-    """One graph on the chip as a `Layout` says (`lower_layers`): per request its `Lowered`
+    """One graph on the chip as a `Schedule` says (`lower_layers`): per request its `Lowered`
     (every op's record, in order; ``stages``), and what went between the ranges."""
 
     # per tensor handed to a later range (request 0's; every request alike): (tensor,
@@ -774,24 +813,24 @@ class LayeredLowered(StagedLowered):
 
 
 def lower_layers(graph: Graph, candidate: Candidate, requests) -> LayeredLowered:
-    """One graph as `dse.plan.placement.layout` lays it out: ``mapping.placement`` None (SPMD
+    """One graph as `dse.plan.placement.schedule` schedules it: ``mapping.placement`` None (SPMD
     on ``mapping.workers``), ``"layers"`` or ``"pipeline"`` (the ops cut into ranges at
     ``mapping.cuts``, range r built for every core of core group r with that group's chip),
     for each of `requests` (the inputs of each request), one program over one DRAM image;
     each request has its own tensors (the weights are placed once), every tensor where the
     range that wrote it left it.
 
-    Request k's range r runs in the layout's slot (`Layout.slots`): one after another, or,
+    Request k's range r runs in the schedule's slot (`Schedule.slots`): one after another, or,
     in a pipeline, request k's range r beside request k + 1's range r - 1. In a slot the
     cores of the tile meet every BARRIER of its ranges (those with fewer meet the rest with
     BARRIERs of their own), and one more BARRIER on every core closes the slot. A range's
     first matmul whose A an earlier range wrote (`handoffs`, unless ``mapping.handoff =
     "dram"``) reads it from shared memory where its tiles fit (`MatmulShape.a_shared`): the
     cores of the range before load them there after their last op (request k into bank set
-    ``k mod Layout.handoff_sets``), before the BARRIER that closes their slot."""
+    ``k mod Schedule.handoff_sets``), before the BARRIER that closes their slot."""
     chip, mapping = candidate.chip, candidate.mapping
-    plans = plan_graph(graph, mapping.fusion)
-    lay, reason = layout(chip, mapping, len(plans))
+    plans = plan_graph(graph, mapping.fusion, mapping.channels_last)
+    lay, reason = schedule(chip, mapping, len(plans))
     if reason:
         raise Infeasible(reason)
     places, ranges = lay.places, lay.ranges
@@ -866,7 +905,7 @@ def _build_stage(graph: Graph, mapping, inputs, dram: Dram, placed: Placed) -> "
     DRAM image; an infeasible op's reason names the stage, its cores and its chip."""
     try:
         b = ProgramBuilder(graph, Candidate(placed.chip, mapping), inputs, dram)
-        for plan in plan_graph(graph, mapping.fusion):
+        for plan in plan_graph(graph, mapping.fusion, mapping.channels_last):
             b.lower_op(plan)
     except Infeasible as exc:
         raise Infeasible(stage_reason(placed, str(exc))) from None

@@ -51,7 +51,9 @@ class Mapping(BaseModel):
     # A core-side activation between two convolutions (conv -> ReLU -> conv): "materialize"
     # (None, the default) writes it to DRAM and the next conv copies it; "fuse" applies it
     # in the next conv's first copy (pad or im2col gather), one core pass instead of two
-    # (`dse.plan.graph_plan`). None is left out of the identity, as above.
+    # (`dse.plan.graph_plan`); and attention's chain between QK^T and PV (dequantize, scaling,
+    # mask, softmax, quantize) is one core pass over the scores' tiles (`dse.plan.chains`).
+    # None is left out of the identity, as above.
     fusion: Literal["materialize", "fuse"] | None = None
     # Where the workload's stages (an LLM's phases) run: None ("spmd", the default, left out
     # of the identity) every stage on workers 0..W-1 one after another; "phase" each stage on
@@ -74,6 +76,12 @@ class Mapping(BaseModel):
     # tiles into the tile's shared memory and the reading range's matrix Ball reads them
     # there, where that fits (else DRAM, as the candidate's notes say); "dram" always DRAM.
     handoff: Literal["shared", "dram"] | None = None
+    # Activation layout at a channels-last region's edges: false (None, the default, left out
+    # of the identity) stores every tensor in its logical layout, so each conversion the
+    # frontend left is a core copy; true stores them channels-last (torch's channels_last
+    # memory format), so a conversion whose producer or readers can take it is a view that
+    # moves nothing (`dse.plan.layout`).
+    channels_last: bool | None = None
 
     @field_validator("placement", mode="before")
     @classmethod
@@ -89,6 +97,11 @@ class Mapping(BaseModel):
     @classmethod
     def _one_is_the_default(cls, v):
         return None if v == 1 else v
+
+    @field_validator("channels_last")
+    @classmethod
+    def _false_is_the_default(cls, v):
+        return None if v is False else v
 
     @field_validator("partition")
     @classmethod
@@ -142,6 +155,9 @@ class Mapping(BaseModel):
         if self.fusion == "fuse" and self.partition == "spans":
             raise PydanticCustomError("fields", "partition = tiles with fusion = fuse (spans lower each span's "
                                       "ops as they are)", {"field": "fusion", "value": self.fusion})
+        if self.channels_last and self.partition == "spans":
+            raise PydanticCustomError("fields", "partition = tiles with channels_last = true (spans lower each "
+                                      "span's ops as they are)", {"field": "channels_last", "value": True})
         return self
 
 

@@ -44,6 +44,7 @@ class CandidateArrays:
     scale_cpe: np.ndarray
     graph_op_cpe: np.ndarray
     relu_cpe: np.ndarray  # a copy applying a fused ReLU (core-op kind "relu")
+    chain_cpe: np.ndarray  # a fused score chain (core-op kind "graph_chain", `dse.plan.chains`)
     # front end and the shared system bus
     mset_cycles: np.ndarray
     fence_cycles: np.ndarray
@@ -59,6 +60,7 @@ class CandidateArrays:
     workers: np.ndarray
     split_rows: np.ndarray
     fusion: list[str | None]  # mapping.fusion: which plan of the graph the candidate follows
+    channels_last: list[bool | None]  # mapping.channels_last: likewise
     # mapping.weights = "shared": a weight B read from the tile's shared memory, one copy per
     # tile of cores (`check_tiles`, `matmul_cost`); the shared memory's figures
     shared_weights: np.ndarray  # bool
@@ -124,6 +126,7 @@ class CandidateArrays:
             scale_cpe=col(lambda c: c.chip.core_cycles_per_element("scale"), np.float64),
             graph_op_cpe=col(lambda c: c.chip.core_cycles_per_element("graph_op"), np.float64),
             relu_cpe=col(lambda c: c.chip.core_cycles_per_element("relu"), np.float64),
+            chain_cpe=col(lambda c: c.chip.core_cycles_per_element("graph_chain"), np.float64),
             mset_cycles=col(lambda c: c.chip.front_end.mset_cycles),
             fence_cycles=col(lambda c: c.chip.front_end.fence_cycles),
             barrier_cycles=col(lambda c: c.chip.front_end.barrier_cycles),
@@ -135,6 +138,7 @@ class CandidateArrays:
             workers=col(lambda c: c.mapping.workers),
             split_rows=col(lambda c: c.mapping.split == "rows", bool),
             fusion=[c.mapping.fusion for c in cands],
+            channels_last=[c.mapping.channels_last for c in cands],
             shared_weights=col(lambda c: c.mapping.weights == "shared", bool),
             shared_enabled=col(lambda c: c.chip.shared_memory.enabled, bool),
             shared_banks=col(lambda c: c.chip.shared_memory.banks),

@@ -89,7 +89,7 @@ def emulate_graph(graph: Graph, candidate: Candidate, inputs, expected=None, tol
             candidate = Candidate(candidate.chip, resolve_auto(graph, candidate))
             rep.mapping = candidate.mapping.model_dump(mode="json")
         layered, m = None, candidate.mapping
-        if m.placement in ("layers", "pipeline") or (m.requests or 1) > 1:  # `dse.plan.placement.layout`
+        if m.placement in ("layers", "pipeline") or (m.requests or 1) > 1:  # `dse.plan.placement.schedule`
             from ..lower import lower_layers
 
             requests = request_inputs(inputs, m.requests or 1)

@@ -26,7 +26,15 @@ result in the same M-padded row-major matrix, so the rest of the plan does not d
 Fusion (``mapping.fusion = "fuse"``, `plan_graph(graph, "fuse")`): an int8 / int32 ReLU on
 the core whose only reader is a convolution (and not a graph output) is not materialized
 (unit ``fused``): the convolution's first copy (pad, else gather) reads the ReLU's input and
-applies it (``Copy.apply``), which is exact (max(x, 0) element by element).
+applies it (``Copy.apply``), which is exact (max(x, 0) element by element). Attention's
+score chain (dequantize of QK^T, scalar and mask stages, softmax, quantize for PV) is one
+core pass (unit ``chain`` on the quantize, ``fused`` on the stages before it:
+`dse.plan.chains`).
+
+Layout (``mapping.channels_last = true``, `plan_graph(graph, fusion, True)`): a layout
+conversion the layout choice removes is a view (unit ``view``): a graph input read by a
+permute is stored in that permute's order, and a permute whose readers all read strided
+views is a view of its source (`dse.plan.layout`).
 """
 
 from __future__ import annotations
@@ -36,11 +44,13 @@ from dataclasses import dataclass
 
 from ..mapping import MatmulShape
 from ..workload.graph import Graph, Op
+from .chains import score_chains
+from .layout import CHANNELS_LAST, absorbs_permute, inverse, permuted, stored_orders, stored_shape
 from .mapper import gemm_shape
 from .memory import Blocked, Dram, Loc, pad
 from .units import SCALE_KINDS, conv_pad, grouped_conv, matrix_conv, matrix_product, reshape_view
 
-UNITS = ("matrix", "conv", "grouped", "scale", "relu", "view", "core", "fused")
+UNITS = ("matrix", "conv", "grouped", "scale", "relu", "view", "core", "fused", "chain")
 FUSIONS = (None, "fuse")
 
 
@@ -71,6 +81,7 @@ class OpPlan:
     writes: Loc
     gemm: MatmulShape | None = None
     after: tuple[Copy, ...] = ()  # copies after the op's Ball path (a grouped conv's unblock)
+    chain: tuple[Op, ...] = ()  # unit "chain": the fused stages, this op last (`dse.plan.chains`)
 
     @property
     def blocked_source(self) -> Blocked | None:
@@ -78,29 +89,48 @@ class OpPlan:
         return self.reads[0].blocked if self.reads else None
 
 
-def plan_graph(graph: Graph, fusion: str | None = None) -> list[OpPlan]:
-    """The plan of every op of `graph`, in order (made once per `fusion` and kept on the
-    graph): `fusion` is the mapping's (None: every op materialized; "fuse")."""
+def plan_graph(graph: Graph, fusion: str | None = None, channels_last: bool | None = None) -> list[OpPlan]:
+    """The plan of every op of `graph`, in order (made once per `fusion` and `channels_last`
+    and kept on the graph): `fusion` is the mapping's (None: every op materialized; "fuse"),
+    `channels_last` its layout choice (None: every permute a copy; True: `dse.plan.layout`)."""
     if fusion not in FUSIONS:
         raise ValueError(f"fusion must be one of {FUSIONS}, got {fusion!r}")
+    if channels_last not in CHANNELS_LAST:
+        raise ValueError(f"channels_last must be one of {CHANNELS_LAST}, got {channels_last!r}")
     plans = graph.__dict__.setdefault("op_plans", {})
-    if fusion not in plans:
-        plans[fusion] = _Walk(graph, fusion == "fuse").run()
-    return plans[fusion]
+    key = (fusion, channels_last)
+    if key not in plans:
+        plans[key] = _Walk(graph, fusion == "fuse", channels_last).run()
+    return plans[key]
+
+
+def stored_loc(dram: Dram, graph: Graph, name: str, orders: dict, value=None) -> Loc:
+    """A graph input's or a core op's result's location: a padded row-major buffer, or
+    (`stored_orders`) a strided view of a buffer laid out in its permute's order (an input's
+    value placed in that order)."""
+    spec = graph.tensors[name]
+    dims = orders.get(name)
+    if dims is None:
+        return dram.tensor(spec.shape, spec.dtype, value)
+    stored = None if value is None else value.transpose(dims)
+    return permuted(dram.tensor(stored_shape(spec.shape, dims), spec.dtype, stored), inverse(dims))
 
 
 class _Walk:
-    def __init__(self, graph: Graph, fuse: bool = False):
+    def __init__(self, graph: Graph, fuse: bool = False, channels_last: bool | None = None):
         self.graph = graph
         self.fuse = fuse
+        self.channels_last = channels_last
         self.fused: dict[str, str] = {}  # a fused ReLU's output -> its input
-        self.consumers = graph.consumers() if fuse else {}
+        self.consumers = graph.consumers() if fuse or channels_last else {}
+        self.orders = stored_orders(graph, channels_last)
+        self.chains = score_chains(graph) if fuse else {}
+        self.chained = {op.name: chain for chain in self.chains.values() for op in chain[:-1]}
         self.dram = Dram()  # placement only: no data
         self.locs: dict[str, Loc] = {}
         self.unblocked: dict[str, Loc] = {}
         for name in graph.inputs:
-            spec = graph.tensors[name]
-            self.locs[name] = self.dram.tensor(spec.shape, spec.dtype)
+            self.locs[name] = stored_loc(self.dram, graph, name, self.orders)
 
     def loc(self, name: str) -> Loc:
         if name not in self.locs:  # a weight, placed on first use
@@ -138,6 +168,14 @@ class _Walk:
         graph = self.graph
         spec = graph.tensors[op.outputs[0]]
         copies: list[Copy] = []
+        if op.name in self.chained:  # a stage of a fused score chain: never written
+            scores = self.loc(self.chained[op.name][0].inputs[0])
+            return OpPlan(op, "fused", (), (scores,), scores)
+        if op.name in self.chains:
+            chain = self.chains[op.name]
+            reads = (self.loc(chain[0].inputs[0]),) + tuple(self.loc(n) for s in chain for n in s.inputs[1:])
+            out = self.locs[op.outputs[0]] = self.dram.tensor(spec.shape, spec.dtype)
+            return OpPlan(op, "chain", (), reads, out, chain=chain)
         if matrix_product(graph, op):
             shape = gemm_shape(graph, op)
             reads = []
@@ -183,13 +221,17 @@ class _Walk:
             if self.fusable(op):
                 self.fused[op.outputs[0]] = op.inputs[0]
                 return OpPlan(op, "fused", (), (src,), src)
+        if op.kind == "permute" and absorbs_permute(graph, op, self.loc(op.inputs[0]), self.channels_last,
+                                                    self.consumers, self.orders):
+            view = self.locs[op.outputs[0]] = permuted(self.loc(op.inputs[0]), op.attrs["dims"])
+            return OpPlan(op, "view", (), (self.loc(op.inputs[0]),), view)
         if op.kind == "reshape":
             view = reshape_view(self.loc(op.inputs[0]), spec.shape, spec.dtype)
             if view is not None:
                 self.locs[op.outputs[0]] = view
                 return OpPlan(op, "view", (), (self.loc(op.inputs[0]),), view)
         reads = tuple(self.logical(name, copies) for name in op.inputs)
-        out = self.locs[op.outputs[0]] = self.dram.tensor(spec.shape, spec.dtype)
+        out = self.locs[op.outputs[0]] = stored_loc(self.dram, graph, op.outputs[0], self.orders)
         return OpPlan(op, "core", tuple(copies), reads, out)
 
 
@@ -208,4 +250,4 @@ def copy_elements(copy: Copy) -> int:
     return math.prod(copy.shape)
 
 
-__all__ = ["Copy", "FUSIONS", "OpPlan", "UNITS", "copy_elements", "plan_graph"]
+__all__ = ["Copy", "FUSIONS", "OpPlan", "UNITS", "copy_elements", "stored_loc", "plan_graph"]

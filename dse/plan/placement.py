@@ -21,13 +21,13 @@ by its role. ``mapping.placement``:
   shared memory (`handoffs`): the cores of the range before load its A tiles there, the
   matmul's Ball reads them (no per-worker A loads); every other tensor stays in DRAM.
 * ``"pipeline"``: the ranges of ``"layers"`` with ``mapping.requests`` requests overlapped:
-  request k's range r runs beside request k + 1's range r - 1 (`Layout.slots`), a hand-off
-  taking a set of shared banks per request in flight (`Layout.handoff_sets`).
+  request k's range r runs beside request k + 1's range r - 1 (`Schedule.slots`), a hand-off
+  taking a set of shared banks per request in flight (`Schedule.handoff_sets`).
 * ``"auto"``: the placement the model finds fastest (`dse.analytical.placed.resolve_auto`):
   for one graph among SPMD, ``"layers"`` and (with requests) ``"pipeline"`` cut before each
   matmul; for a staged workload, SPMD or ``"phase"``.
 
-One graph's SPMD, ``"layers"`` and ``"pipeline"`` are all a `Layout` (`layout`): ranges, their
+One graph's SPMD, ``"layers"`` and ``"pipeline"`` are all a `Schedule` (`schedule`): ranges, their
 places and the slot each request's range runs in; ``mapping.requests`` runs SPMD's requests
 one after another.
 """
@@ -169,7 +169,7 @@ def place_layers(chip: ChipConfig, cuts, n_ops: int, placement: str = "layers",
 
 
 @dataclass(frozen=True)
-class Layout:
+class Schedule:
     """One graph's ranges of ops, their places, and when each request's range runs: request k
     range r in slot ``k + r`` when requests overlap (``"pipeline"``), else ``k * R + r``."""
 
@@ -196,7 +196,7 @@ class Layout:
         return 2 if self.overlap else 1
 
 
-def layout(chip: ChipConfig, mapping, n_ops: int) -> tuple[Layout | None, str]:
+def schedule(chip: ChipConfig, mapping, n_ops: int) -> tuple[Schedule | None, str]:
     """How a candidate runs one graph of `n_ops` ops (SPMD with ``mapping.requests``, "layers",
     "pipeline"), and '' (or the reason it cannot)."""
     requests = mapping.requests or 1
@@ -204,9 +204,9 @@ def layout(chip: ChipConfig, mapping, n_ops: int) -> tuple[Layout | None, str]:
         spmd, reason = spmd_chip(chip, mapping.workers)
         if reason:
             return None, reason
-        return Layout([Placed("spmd", tuple(range(mapping.workers)), spmd)], [range(n_ops)], requests, False), ""
+        return Schedule([Placed("spmd", tuple(range(mapping.workers)), spmd)], [range(n_ops)], requests, False), ""
     if mapping.placement not in ("layers", "pipeline"):
-        raise ValueError(f"layout of placement None, layers or pipeline, got {mapping.placement!r}")
+        raise ValueError(f"schedule of placement None, layers or pipeline, got {mapping.placement!r}")
     places, ranges, reason = place_layers(chip, mapping.cuts, n_ops, mapping.placement, mapping.workers)
     if reason:
         return None, reason
@@ -218,7 +218,7 @@ def layout(chip: ChipConfig, mapping, n_ops: int) -> tuple[Layout | None, str]:
         return None, ("placement \"pipeline\" runs its ranges at once on one tile, whose shared banks of the "
                       "ranges' weights (mapping.weights = shared, loaded from bank 0 up) would overwrite each "
                       "other; allowed: mapping.weights = per_worker")
-    return Layout(places, ranges, requests, mapping.placement == "pipeline"), ""
+    return Schedule(places, ranges, requests, mapping.placement == "pipeline"), ""
 
 
 def handoffs(plans, ranges) -> dict[str, str]:
@@ -274,5 +274,5 @@ def handoff_note(tensor: str, op: str, nbytes: int) -> str:
     return f"{tensor} to op {op}'s A via shared memory: {nbytes} bytes"
 
 
-__all__ = ["PLACEMENTS", "Layout", "Placed", "layout", "boundary_tensors", "cores_chip", "handoff_note", "handoff_why", "handoffs", "layer_ranges", "place",
-           "place_layers", "spmd_chip", "stage_reason"]
+__all__ = ["PLACEMENTS", "Placed", "Schedule", "boundary_tensors", "cores_chip", "handoff_note", "handoff_why",
+           "handoffs", "layer_ranges", "place", "place_layers", "schedule", "spmd_chip", "stage_reason"]

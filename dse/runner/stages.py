@@ -263,7 +263,7 @@ def placed_graph_batch(graph, cands: list[Candidate], calibration: dict | None =
 
 
 def laid_out(mapping) -> bool:
-    """Whether a one-graph candidate runs as a `dse.plan.placement.layout` (ranges on core
+    """Whether a one-graph candidate runs as a `dse.plan.placement.schedule` (ranges on core
     groups, several requests) or the model picks its placement, rather than plain SPMD."""
     return mapping.placement in ("layers", "pipeline", "auto") or (mapping.requests or 1) > 1
 
