@@ -96,7 +96,8 @@ def test_a_gemm_hands_its_quantized_input_through_shared_memory_byte_for_byte(ge
     Mapping(split="cols", placement="layers", cuts=(69,), handoff="dram"),
     Mapping(split="cols", placement="pipeline", cuts=(10,), requests=3),
     Mapping(split="cols", workers=3, requests=2),
-], ids=["layers-42", "layers-69-dram", "pipeline-10-x3", "spmd-x2"])
+    Mapping(split="cols", placement="layers", cuts=(46,), fusion="fuse"),
+], ids=["layers-42", "layers-69-dram", "pipeline-10-x3", "spmd-x2", "layers-46-in-the-fused-score-chain"])
 def test_llama_in_ranges_is_bit_exact_and_the_model_follows(llama, poly, mapping):
     rep, t, _, _ = run(llama, poly, mapping)
     assert rep.feasible and t["feasible"]

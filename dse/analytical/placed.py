@@ -186,12 +186,16 @@ def estimate_layers(graph, candidates: Sequence[Candidate], calibration=None
     Per range, its ops' (cycles, syncs) give its epochs (`epoch_cycles`), a hand-off's loads
     into shared memory (`handoff_cycles`) closing the range before; per slot of the schedule
     (`Schedule.slots`) its ranges run in lock step (`lockstep_cycles`) and a BARRIER closes it.
-    Bytes and busy cycles add up over the requests; peak SRAM is the largest op's."""
+    Bytes and busy cycles add up over the requests; peak SRAM is the largest op's. A candidate
+    of placement ``"auto"`` is costed as what `resolve_auto` picks for it."""
     n = len(candidates)
     rows: list[dict | None] = [None] * n
     notes = [""] * n
     frames = []
     n_ops = len(graph.ops)
+    hashes = [c.hash for c in candidates]
+    candidates = [Candidate(c.chip, resolve_auto(graph, c)) if c.mapping.placement == "auto" else c
+                  for c in candidates]
     lays = [schedule(c.chip, c.mapping, n_ops) for c in candidates]
     for i, (lay, reason) in enumerate(lays):
         if reason:
@@ -287,7 +291,11 @@ def estimate_layers(graph, candidates: Sequence[Candidate], calibration=None
             row["utilisation"] = row["busy_cycles"] / max(cores * latency, 1)
             rows[i] = row
     per_op = pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
-    return pd.DataFrame(rows, columns=TOTAL_COLUMNS), per_op, notes
+    totals = pd.DataFrame(rows, columns=TOTAL_COLUMNS)
+    totals["candidate_hash"] = hashes  # the candidates as given ("auto" among them)
+    if not per_op.empty:
+        per_op["candidate_hash"] = [hashes[i] for i in per_op["candidate"]]
+    return totals, per_op, notes
 
 
 def auto_options(graph, candidate: Candidate) -> list[Mapping]:
