@@ -1,10 +1,12 @@
 """`Store.metric_table` and `dse show EXPERIMENT` on a SQLite store of 100,000 candidates.
 
-    .venv/bin/python bench/bench_metric_table.py [--candidates 100000] [--repeat 5]
+    .venv/bin/python bench/bench_metric_table.py [--candidates 100000] [--repeat 5] [--db /tmp/big.db]
 
 The store is bench_records.py's (two runs a candidate, four metrics a run). Prints medians,
 and each against `store.candidates()` of the same experiment measured in the same run
-(the one read every table needs) and against the 1 s target.
+(the one read every table needs) and against the 1 s target; metric_table beside the same table read from the metric rows
+(the read before migration 0011), in the same run. `--db` keeps the store in a file for
+the next run (filling it takes minutes).
 """
 
 from __future__ import annotations
@@ -24,7 +26,7 @@ sys.path.insert(0, str(REPO))
 from bench_records import median_time, populate  # noqa: E402
 
 from dse.cli import main as cli  # noqa: E402
-from dse.records import Store  # noqa: E402
+from dse.records import Store, reads  # noqa: E402
 
 TARGET_S = 1.0
 
@@ -34,24 +36,36 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--candidates", type=int, default=100_000)
     ap.add_argument("--repeat", type=int, default=5)
+    ap.add_argument("--db", help="a SQLite file to reuse (populated first if it does not exist)")
     args = ap.parse_args()
     with tempfile.TemporaryDirectory(prefix="dse-bench-") as folder:
-        db = os.path.join(folder, "records.db")
-        start = time.perf_counter()
-        experiment = populate(db, 2 * args.candidates)
-        print(f"store of {args.candidates:,} candidates populated in {time.perf_counter() - start:.1f} s")
+        db = args.db or os.path.join(folder, "records.db")
+        if not os.path.exists(db):
+            start = time.perf_counter()
+            populate(db, 2 * args.candidates)
+            print(f"store of {args.candidates:,} candidates populated in {time.perf_counter() - start:.1f} s")
+        experiment = "big"
 
         def show() -> None:
             with contextlib.redirect_stdout(io.StringIO()):
                 assert cli(["show", experiment, "--db", db]) == 0
+
+        def from_metrics(kind: str):
+            # The pre-0011 read: every metric of the kind through its run.
+            with store.engine.connect() as connection:
+                return reads.metric_table(connection, experiment, kind, from_metrics=True)
 
         with Store(db) as store:
             rows = {
                 "store.candidates(big)": median_time(lambda: store.candidates(experiment), args.repeat),
                 "store.metric_table(big, analytical)":
                     median_time(lambda: store.metric_table(experiment, "analytical"), args.repeat),
+                "  the same from the metric rows (pre-0011)": median_time(lambda: from_metrics("analytical"),
+                                                                         args.repeat),
                 "store.metric_table(big, emulator_cycles)":
                     median_time(lambda: store.metric_table(experiment, "emulator_cycles"), args.repeat),
+                "  the same from the metric rows (pre-0011) ": median_time(lambda: from_metrics("emulator_cycles"),
+                                                                          args.repeat),
             }
         rows["dse show big (in process: open, read, print)"] = median_time(show, args.repeat)
     base = rows["store.candidates(big)"]

@@ -31,7 +31,7 @@ sys.path.insert(0, str(REPO / "tests"))
 from sqlalchemy import insert  # noqa: E402
 
 from dse.identity import content_hash  # noqa: E402
-from dse.records import MetricIn, Store  # noqa: E402
+from dse.records import MetricIn, Store, latest  # noqa: E402
 from dse.records.schema import Candidate, Experiment, Metric, Run, utcnow  # noqa: E402
 
 INSERT_TARGET_ROWS_PER_S = 5_000
@@ -134,6 +134,7 @@ def populate(url: str, n_runs: int) -> str:
                     metrics.append({"run_id": run_id, "kind": kind, "name": name, "unit": unit,
                                     "value": rng.uniform(1e3, 1e6), "scope": "total", "scope_key": ""})  # fmt: skip
             connection.execute(insert(Metric), metrics)
+            latest.rebuild(connection)  # what the store's own writes keep, for these bulk rows
             connection.execute(
                 Experiment.__table__.update().where(Experiment.id == big).values(baseline_candidate_id=first[0])
             )

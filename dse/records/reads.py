@@ -24,6 +24,7 @@ from dse.records.schema import (
     Decision,
     Experiment,
     ExperimentLink,
+    LatestMetric,
     Metric,
     Note,
     Run,
@@ -393,8 +394,11 @@ def metrics(connection: Connection, experiment_id: int, kind: str | None, scope:
     return frame
 
 
-def metric_table(connection: Connection, experiment: str | int, kind: str, scope: str = "total") -> pd.DataFrame:
-    """Wide form, see `Store.metric_table`.
+def metric_table(connection: Connection, experiment: str | int, kind: str, scope: str = "total",
+                 from_metrics: bool = False) -> pd.DataFrame:
+    """Wide form, see `Store.metric_table`. Total figures come from latest_metric;
+    `from_metrics`: from the metric rows instead, as before 0011 (the benches' and tests'
+    reference: both must agree).
 
     Two plain reads, each one pass of the database's indexes: the candidates with their
     stage's latest run, and the metrics of `kind` at `scope` in long form; pandas keeps
@@ -423,13 +427,24 @@ def metric_table(connection: Connection, experiment: str | int, kind: str, scope
     ))  # fmt: skip
     baseline = connection.scalar(select(Experiment.baseline_candidate_id).where(Experiment.id == experiment_id))
     rows.insert(3, "is_baseline", rows["candidate_id"] == baseline)
-    long = plain_frame(connection, (
-        select(Run.candidate_id, Metric.run_id.label("metric_run_id"), Run.model_version, Run.emulator_version,
-               *([Metric.scope_key] if scope != "total" else []), Metric.name, Metric.value)
-        .select_from(Metric).join(Run, Metric.run_id == Run.id)
-        .join(Candidate, Run.candidate_id == Candidate.id)
-        .where(Candidate.experiment_id == experiment_id, Metric.kind == kind, Metric.scope == scope)
-    ))  # fmt: skip
+    if scope == "total" and not from_metrics:
+        # Each candidate's latest figures of the kind, kept by the writes (latest.py): one
+        # row per value, no pass over older runs' metrics.
+        long = plain_frame(connection, (
+            select(LatestMetric.candidate_id, LatestMetric.run_id.label("metric_run_id"), Run.model_version,
+                   Run.emulator_version, LatestMetric.name, LatestMetric.value)
+            .select_from(LatestMetric).join(Candidate, LatestMetric.candidate_id == Candidate.id)
+            .join(Run, LatestMetric.run_id == Run.id)
+            .where(Candidate.experiment_id == experiment_id, LatestMetric.kind == kind)
+        ))  # fmt: skip
+    else:
+        long = plain_frame(connection, (
+            select(Run.candidate_id, Metric.run_id.label("metric_run_id"), Run.model_version, Run.emulator_version,
+                   *([Metric.scope_key] if scope != "total" else []), Metric.name, Metric.value)
+            .select_from(Metric).join(Run, Metric.run_id == Run.id)
+            .join(Candidate, Run.candidate_id == Candidate.id)
+            .where(Candidate.experiment_id == experiment_id, Metric.kind == kind, Metric.scope == scope)
+        ))  # fmt: skip
     names = sorted(long["name"].unique())
     clash = sorted(set(names) & set(fixed))
     if clash:
@@ -457,7 +472,25 @@ def decisions(connection: Connection, experiment: str | int | None = None) -> pd
     """Decisions (people's) and proposals (a sweep's) in the order made; `kind` tells them
     apart. `candidate_experiment_id` is the experiment of the candidate named, which may
     be another experiment than the one decided."""
+    frame = frame_of(connection, _decisions_stmt(connection, experiment))
+    frame["candidate_id"] = frame["candidate_id"].astype("Int64")
+    frame["candidate_experiment_id"] = frame["candidate_experiment_id"].astype("Int64")
+    return utc(frame, "created_at")
+
+
+def decision_rows(connection: Connection, experiment: str | int | None = None) -> list[dict[str, Any]]:
+    """`decisions` as plain dicts (JSON columns as their text, created_at an aware UTC
+    datetime, a missing candidate None): no pandas (a quick `dse history`)."""
+    rows = [dict(row) for row in connection.execute(_decisions_stmt(connection, experiment, as_text=False))
+            .mappings()]
+    for row in rows:
+        row["created_at"] = as_utc(row["created_at"])
+    return rows
+
+
+def _decisions_stmt(connection: Connection, experiment: str | int | None, as_text: bool = True) -> Any:
     named = select(Candidate.id, Candidate.experiment_id).subquery()
+    when = raw(Decision.created_at) if as_text else Decision.created_at
     stmt = (
         select(
             Decision.id,
@@ -467,7 +500,7 @@ def decisions(connection: Connection, experiment: str | int | None = None) -> pd
             Decision.verdict,
             Decision.rationale,
             Decision.author,
-            raw(Decision.created_at),
+            when,
             raw(Decision.evidence),
             Decision.candidate_id,
             named.c.experiment_id.label("candidate_experiment_id"),
@@ -481,10 +514,7 @@ def decisions(connection: Connection, experiment: str | int | None = None) -> pd
     )
     if experiment is not None:
         stmt = stmt.where(Decision.experiment_id == experiment_id_of(connection, experiment))
-    frame = frame_of(connection, stmt)
-    frame["candidate_id"] = frame["candidate_id"].astype("Int64")
-    frame["candidate_experiment_id"] = frame["candidate_experiment_id"].astype("Int64")
-    return utc(frame, "created_at")
+    return stmt
 
 
 def notes(connection: Connection, experiment: str | int | None = None) -> list[dict[str, Any]]:

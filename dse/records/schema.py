@@ -206,6 +206,25 @@ class Metric(Base):
         return check_choice("metric.scope", value, METRIC_SCOPES)
 
 
+class LatestMetric(Base):
+    """0011: each candidate's total metrics of each kind from its latest run that recorded
+    that kind (the figures `metric_table`, the UI and the report show), kept by every write
+    of metrics in the same transaction (dse.records.latest). Sorting or pivoting 100,000
+    candidates' figures reads one row per value here instead of reaching every metric
+    through its run. Derived data: the metric rows stay the record."""
+
+    __tablename__ = "latest_metric"
+    # SQLite: the primary key is the table itself (no rowid b-tree beside it), so a write
+    # costs one b-tree insert and a candidate's figures of one kind are adjacent.
+    __table_args__ = {"sqlite_with_rowid": False}
+
+    candidate_id: Mapped[int] = mapped_column(ForeignKey("candidate.id"), primary_key=True)
+    kind: Mapped[str] = mapped_column(String(32), primary_key=True)
+    name: Mapped[str] = mapped_column(String, primary_key=True)
+    run_id: Mapped[int] = mapped_column(ForeignKey("run.id"))
+    value: Mapped[float] = mapped_column(Float)
+
+
 class Artifact(Base):
     """A content-addressed evidence file beside the database (`<db>.evidence/ab/<sha256>`)."""
 

@@ -752,7 +752,7 @@ class Store:
     @retrying
     def metric_table(self, experiment: str | int, kind: str, scope: str = "total") -> pd.DataFrame:
         """Wide form: one row per candidate (and scope_key unless scope is "total"), one
-        column per metric name, beside the candidate's status and reason in the stage that
+        column per metric name of the figures shown, beside the candidate's status and reason in the stage that
         produces that kind of evidence (an emulator run pruned later does not hide an
         analytical "ok").
 
@@ -778,6 +778,12 @@ class Store:
     def decisions(self, experiment: str | int | None = None) -> pd.DataFrame:
         with self._read() as connection:
             return reads.decisions(connection, experiment)
+
+    @retrying
+    def decision_rows(self, experiment: str | int | None = None) -> list[dict[str, Any]]:
+        """What `decisions()` holds, as plain dicts: no pandas (a quick `dse history`)."""
+        with self._read() as connection:
+            return reads.decision_rows(connection, experiment)
 
     @retrying
     def artifacts(
