@@ -15,6 +15,7 @@ import argparse
 import contextlib
 import io
 import os
+import statistics
 import sys
 import tempfile
 import time
@@ -23,12 +24,22 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from bench_records import median_time, populate  # noqa: E402
+from bench_records import populate  # noqa: E402
 
 from dse.cli import main as cli  # noqa: E402
 from dse.records import Store, reads  # noqa: E402
 
 TARGET_S = 1.0
+
+
+def interleaved_medians(reads: dict, repeat: int) -> dict[str, float]:
+    times: dict[str, list[float]] = {name: [] for name in reads}
+    for _ in range(repeat):
+        for name, read in reads.items():
+            start = time.perf_counter()
+            read()
+            times[name].append(time.perf_counter() - start)
+    return {name: statistics.median(t) for name, t in times.items()}
 
 
 
@@ -56,18 +67,15 @@ def main() -> None:
                 return reads.metric_table(connection, experiment, kind, from_metrics=True)
 
         with Store(db) as store:
-            rows = {
-                "store.candidates(big)": median_time(lambda: store.candidates(experiment), args.repeat),
-                "store.metric_table(big, analytical)":
-                    median_time(lambda: store.metric_table(experiment, "analytical"), args.repeat),
-                "  the same from the metric rows (pre-0011)": median_time(lambda: from_metrics("analytical"),
-                                                                         args.repeat),
-                "store.metric_table(big, emulator_cycles)":
-                    median_time(lambda: store.metric_table(experiment, "emulator_cycles"), args.repeat),
-                "  the same from the metric rows (pre-0011) ": median_time(lambda: from_metrics("emulator_cycles"),
-                                                                          args.repeat),
-            }
-        rows["dse show big (in process: open, read, print)"] = median_time(show, args.repeat)
+            # Round robin (one of each per round), so a loaded machine's swings fall on all alike.
+            rows = interleaved_medians({
+                "store.candidates(big)": lambda: store.candidates(experiment),
+                "store.metric_table(big, analytical)": lambda: store.metric_table(experiment, "analytical"),
+                "  the same from the metric rows (pre-0011)": lambda: from_metrics("analytical"),
+                "store.metric_table(big, emulator_cycles)": lambda: store.metric_table(experiment, "emulator_cycles"),
+                "  the same from the metric rows (pre-0011) ": lambda: from_metrics("emulator_cycles"),
+                "dse show big (in process: open, read, print)": show,
+            }, args.repeat)
     base = rows["store.candidates(big)"]
     print(f"median of {args.repeat}")
     print(f"{'read':<48} {'seconds':>8} {'x candidates()':>15} {'x 1 s target':>13}")

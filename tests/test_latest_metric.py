@@ -82,8 +82,11 @@ def test_latest_figures_follow_every_write(db, tmp_path):
             "analytical", "dma_bytes", 1.0, "bytes"))}])
         assert agrees(store, "x") == {(a, "analytical", "latency_cycles"): (r3, 90.0)}
         # An infeasible rerun records nothing: the figures stay the last that were recorded.
-        store.finish_run(store.start_run(a, "analytical"), "infeasible", reason="needs 64 banks")
+        store.finish_run(store.start_run(a, "analytical", model_version="m2"), "infeasible", reason="needs 64 banks")
         assert agrees(store, "x")[(a, "analytical", "latency_cycles")] == (r3, 90.0)
+        table = store.metric_table("x", "analytical").set_index("candidate_id")
+        assert (table.loc[a, "status"], table.loc[a, "metric_run_id"], table.loc[a, "model_version"]) == (
+            "infeasible", r3, "")  # the version of the run the figures are from
         # The sweep's batched path: results of a batch finished with the next batch's runs.
         r4, r5 = store.start_runs([a, b], "emulator")
         (_, _, r6), = store.add_candidates_and_start_runs(

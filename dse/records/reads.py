@@ -10,7 +10,7 @@ from typing import Any, TypeVar
 
 from sqlalchemy import JSON, Connection, DateTime, String, Text, case, cast, func, select
 from sqlalchemy.ext.compiler import compiles
-from sqlalchemy.orm import Session
+from sqlalchemy.orm import Session, aliased
 from sqlalchemy.sql.functions import FunctionElement
 
 from dse.identity import canonical_json
@@ -396,11 +396,11 @@ def metrics(connection: Connection, experiment_id: int, kind: str | None, scope:
 
 def metric_table(connection: Connection, experiment: str | int, kind: str, scope: str = "total",
                  from_metrics: bool = False) -> pd.DataFrame:
-    """Wide form, see `Store.metric_table`. Total figures come from latest_metric;
-    `from_metrics`: from the metric rows instead, as before 0011 (the benches' and tests'
-    reference: both must agree).
+    """Wide form, see `Store.metric_table`. Total figures come from latest_metric
+    (`_total_table`); `from_metrics`: from the metric rows instead, as before 0011 (the
+    benches' and tests' reference: both must agree).
 
-    Two plain reads, each one pass of the database's indexes: the candidates with their
+    Other scopes: two plain reads, each one pass of the database's indexes: the candidates with their
     stage's latest run, and the metrics of `kind` at `scope` in long form; pandas keeps
     each candidate's latest run with such metrics and pivots. The rows are read as the
     driver gives them (`plain_frame`): on 100,000 candidates building SQLAlchemy rows, a
@@ -412,6 +412,8 @@ def metric_table(connection: Connection, experiment: str | int, kind: str, scope
         "candidate_id", "hash", "origin", "is_baseline", "stage", "status", "reason",
         "metric_run_id", "model_version", "emulator_version", *keys[1:],
     ]  # fmt: skip
+    if scope == "total" and not from_metrics:
+        return _total_table(connection, experiment_id, kind, stage, fixed)
     runs_of = select(Run.candidate_id, func.max(Run.id).label("run_id")).join(
         Candidate, Run.candidate_id == Candidate.id).where(Candidate.experiment_id == experiment_id)
     if stage is not None:
@@ -427,24 +429,13 @@ def metric_table(connection: Connection, experiment: str | int, kind: str, scope
     ))  # fmt: skip
     baseline = connection.scalar(select(Experiment.baseline_candidate_id).where(Experiment.id == experiment_id))
     rows.insert(3, "is_baseline", rows["candidate_id"] == baseline)
-    if scope == "total" and not from_metrics:
-        # Each candidate's latest figures of the kind, kept by the writes (latest.py): one
-        # row per value, no pass over older runs' metrics.
-        long = plain_frame(connection, (
-            select(LatestMetric.candidate_id, LatestMetric.run_id.label("metric_run_id"), Run.model_version,
-                   Run.emulator_version, LatestMetric.name, LatestMetric.value)
-            .select_from(LatestMetric).join(Candidate, LatestMetric.candidate_id == Candidate.id)
-            .join(Run, LatestMetric.run_id == Run.id)
-            .where(Candidate.experiment_id == experiment_id, LatestMetric.kind == kind)
-        ))  # fmt: skip
-    else:
-        long = plain_frame(connection, (
-            select(Run.candidate_id, Metric.run_id.label("metric_run_id"), Run.model_version, Run.emulator_version,
-                   *([Metric.scope_key] if scope != "total" else []), Metric.name, Metric.value)
-            .select_from(Metric).join(Run, Metric.run_id == Run.id)
-            .join(Candidate, Run.candidate_id == Candidate.id)
-            .where(Candidate.experiment_id == experiment_id, Metric.kind == kind, Metric.scope == scope)
-        ))  # fmt: skip
+    long = plain_frame(connection, (
+        select(Run.candidate_id, Metric.run_id.label("metric_run_id"), Run.model_version, Run.emulator_version,
+               *([Metric.scope_key] if scope != "total" else []), Metric.name, Metric.value)
+        .select_from(Metric).join(Run, Metric.run_id == Run.id)
+        .join(Candidate, Run.candidate_id == Candidate.id)
+        .where(Candidate.experiment_id == experiment_id, Metric.kind == kind, Metric.scope == scope)
+    ))  # fmt: skip
     names = sorted(long["name"].unique())
     clash = sorted(set(names) & set(fixed))
     if clash:
@@ -461,6 +452,68 @@ def metric_table(connection: Connection, experiment: str | int, kind: str, scope
     table = rows.merge(runs.merge(values.reset_index(), on=keys), on="candidate_id", how="left")
     for name in names:
         table[name] = table[name].astype("float64")
+    table["metric_run_id"] = table["metric_run_id"].astype("Int64")
+    return table[fixed + names]
+
+
+def _total_table(connection: Connection, experiment_id: int, kind: str, stage: str | None,
+                 fixed: list[str]) -> pd.DataFrame:
+    """metric_table at scope "total", pivoted by the database: one query, one row per
+    candidate, each figure a key probe into latest_metric. On 100,000 candidates the
+    driver then hands over 100,000 rows, not one per metric value."""
+    names = list(connection.scalars(
+        select(LatestMetric.name).distinct().join(Candidate, LatestMetric.candidate_id == Candidate.id)
+        .where(Candidate.experiment_id == experiment_id, LatestMetric.kind == kind).order_by(LatestMetric.name)))
+    clash = sorted(set(names) & set(fixed))
+    if clash:
+        raise ValueError(f"metric names {clash} clash with metric_table's own columns")
+    staged = aliased(Run)
+    runs_of_stage = select(func.max(staged.id))
+    if stage is not None:
+        runs_of_stage = runs_of_stage.where(staged.stage == stage)
+    figures_run = (select(func.max(LatestMetric.run_id))
+                   .where(LatestMetric.candidate_id == Candidate.id, LatestMetric.kind == kind)
+                   .correlate(Candidate).scalar_subquery())
+    stmt = select(Candidate.id.label("candidate_id"), Candidate.hash, Candidate.origin, Run.stage, Run.status,
+                  Run.reason, figures_run.label("metric_run_id"), Run.id.label("stage_run_id"), Run.model_version,
+                  Run.emulator_version,
+                  *(select(LatestMetric.value).where(LatestMetric.candidate_id == Candidate.id,
+                                                     LatestMetric.kind == kind, LatestMetric.name == name)
+                    .correlate(Candidate).scalar_subquery().label(f"figure_{i}") for i, name in enumerate(names))
+                  ).select_from(Candidate)
+    if connection.dialect.name == "sqlite":
+        # A correlated max per candidate: an index probe each (the grouped form sorts a
+        # table of every run first).
+        stage_run = runs_of_stage.where(staged.candidate_id == Candidate.id).correlate(Candidate).scalar_subquery()
+        stmt = stmt.outerjoin(Run, Run.id == stage_run)
+    else:
+        # PostgreSQL: a grouped derived table joined once (see `candidates`).
+        mine = select(Candidate.id).where(Candidate.experiment_id == experiment_id)
+        stage_latest = (runs_of_stage.add_columns(staged.candidate_id).where(staged.candidate_id.in_(mine))
+                        .group_by(staged.candidate_id).subquery())
+        stmt = (stmt.outerjoin(stage_latest, stage_latest.c.candidate_id == Candidate.id)
+                .outerjoin(Run, Run.id == stage_latest.c[0]))
+    table = plain_frame(connection, stmt.where(Candidate.experiment_id == experiment_id).order_by(Candidate.id))
+    table = table.rename(columns={f"figure_{i}": name for i, name in enumerate(names)})
+    baseline = connection.scalar(select(Experiment.baseline_candidate_id).where(Experiment.id == experiment_id))
+    table.insert(3, "is_baseline", table["candidate_id"] == baseline)
+    for name in names:
+        table[name] = table[name].astype("float64")
+    # The versions are the stage run's where it recorded the figures (nearly always), read
+    # apart for the others; a candidate without figures has NaN versions (as the other
+    # scopes' merge leaves them).
+    versions = ["model_version", "emulator_version"]
+    figures = table["metric_run_id"]
+    table.loc[figures.isna(), versions] = float("nan")
+    other = table.index[figures.notna() & (figures != table["stage_run_id"])]
+    if len(other):
+        of_run: dict[int, tuple] = {}
+        wanted = sorted({int(r) for r in figures[other]})
+        for i in range(0, len(wanted), 500):
+            of_run.update((r.id, (r.model_version, r.emulator_version)) for r in connection.execute(
+                select(Run.id, Run.model_version, Run.emulator_version).where(Run.id.in_(wanted[i:i + 500]))))
+        table.loc[other, versions] = pd.DataFrame([of_run[int(r)] for r in figures[other]], index=other,
+                                                  columns=versions)
     table["metric_run_id"] = table["metric_run_id"].astype("Int64")
     return table[fixed + names]
 

@@ -18,6 +18,7 @@ from sqlalchemy import (
     DateTime,
     Float,
     ForeignKey,
+    Index,
     Integer,
     MetaData,
     String,
@@ -149,9 +150,12 @@ class Candidate(Base):
 
 class Run(Base):
     __tablename__ = "run"
+    # 0011: the index on candidate_id also holds the stage, so "a candidate's latest run of
+    # a stage" (every candidate table, the UI's pages) is answered from the index alone.
+    __table_args__ = (Index("ix_run_candidate_id_stage", "candidate_id", "stage"),)
 
     id: Mapped[int] = mapped_column(Integer, primary_key=True)
-    candidate_id: Mapped[int] = mapped_column(ForeignKey("candidate.id"), index=True)
+    candidate_id: Mapped[int] = mapped_column(ForeignKey("candidate.id"))
     stage: Mapped[str] = mapped_column(String(16))
     status: Mapped[str] = mapped_column(String(16), index=True)  # 0002: index
     reason: Mapped[str | None] = mapped_column(Text)
