@@ -161,6 +161,38 @@ def bench_pages(url: str, repeat: int, n: int) -> None:
         store.close()
 
 
+def bench_page_queries(url: str, repeat: int) -> None:
+    """The sorted + filtered page's query (dse.ui.queries.candidate_page) with each
+    candidate's figure from latest_metric, against the same page with the figure joined
+    from the metric rows through the run (the way before migration 0011), interleaved."""
+    from sqlalchemy import and_
+    from sqlalchemy.orm import aliased
+
+    from dse.ui import queries
+
+    def through_runs(name: str):
+        m = aliased(Metric)
+        return m, and_(m.run_id == Run.id, m.kind == "analytical", m.scope == "total", m.name == name)
+
+    page = queries.CandidateQuery(sort="latency_cycles", descending=True, status="ok", metric="latency_cycles",
+                                  high=5e6)
+    new_join, times = queries._metric_join, {"latest_metric": [], "metric rows (pre-0011)": []}
+    with Store(url) as store, store.engine.connect() as connection:
+        names = queries.metric_names(connection, 1, store.experiment(1)["baseline_candidate_id"])
+        try:
+            for _ in range(repeat):
+                for label, join in (("latest_metric", new_join), ("metric rows (pre-0011)", through_runs)):
+                    queries._metric_join = join
+                    start = time.perf_counter()
+                    queries.candidate_page(connection, 1, page, names)
+                    times[label].append(time.perf_counter() - start)
+        finally:
+            queries._metric_join = new_join
+    new, old = (statistics.median(t) for t in times.values())
+    print(f"  {'candidate_page query, sorted + filtered (latest_metric)':<58} {new:>9.3f} s  "
+          f"vs from the metric rows {old:.3f} s: x{new / old:.2f}")
+
+
 REPORT_CHILD = """
 import resource, sys, time
 sys.path.insert(0, {repo!r})
@@ -219,6 +251,7 @@ def run(url: str, n: int, repeat: int, folder: str, label: str, filled: bool = F
         populate(url, n)
         print(f"  (populated in {time.perf_counter() - start:.1f} s)")
     bench_pages(url, repeat, n)
+    bench_page_queries(url, repeat)
     if with_report:
         bench_fetch(url, repeat)
         bench_report(url, max(1, repeat // 2), os.path.join(folder, "reports"))

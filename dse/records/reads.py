@@ -156,20 +156,8 @@ def experiment_summaries(connection: Connection) -> list[dict[str, Any]]:
             select(Candidate.experiment_id, func.count()).group_by(Candidate.experiment_id)
         ).all()
     )
-    # Candidates (not runs) by outcome: the status of a candidate's latest run, except
-    # that a "pruned" run (not taken further) leaves the earlier outcome standing.
-    outcome_run = (
-        select(func.coalesce(func.max(case((Run.status != "pruned", Run.id))), func.max(Run.id)).label("run_id"))
-        .group_by(Run.candidate_id)
-        .subquery()
-    )
     run_counts: dict[int, dict[str, int]] = {}
-    for experiment_id, status, n in connection.execute(
-        select(Candidate.experiment_id, Run.status, func.count())
-        .join(outcome_run, Run.id == outcome_run.c.run_id)
-        .join(Candidate, Run.candidate_id == Candidate.id)
-        .group_by(Candidate.experiment_id, Run.status)
-    ):
+    for (experiment_id, status), n in outcome_counts(connection).items():
         run_counts.setdefault(experiment_id, {})[status] = n
     emulated = dict(connection.execute(
         select(Candidate.experiment_id, func.count(func.distinct(Run.candidate_id)))
@@ -220,6 +208,40 @@ def experiment_summaries(connection: Connection) -> list[dict[str, Any]]:
         )
         summaries.append(summary)
     return summaries
+
+
+def outcome_counts(connection: Connection, experiment_id: int | None = None) -> dict[tuple[int, str], int]:
+    """{(experiment id, status): candidates}: candidates (not runs) by outcome, of every
+    experiment or of one. A candidate's outcome is the status of its latest run, except
+    that a "pruned" run (not taken further) leaves the earlier outcome standing; a
+    candidate without runs is not counted."""
+    if connection.dialect.name == "sqlite":
+        # A correlated probe per candidate (twice as fast as grouping every run first).
+        later = aliased(Run)
+
+        def newest(*where: Any) -> Any:
+            return (select(func.max(later.id)).where(later.candidate_id == Candidate.id, *where)
+                    .correlate(Candidate).scalar_subquery())
+
+        stmt = (select(Candidate.experiment_id, Run.status, func.count()).select_from(Candidate)
+                .join(Run, Run.id == func.coalesce(newest(later.status != "pruned"), newest())))
+    else:
+        # PostgreSQL: grouped once (see `candidates`).
+        outcome_run = (
+            select(func.coalesce(func.max(case((Run.status != "pruned", Run.id))), func.max(Run.id)).label("run_id"))
+            .group_by(Run.candidate_id)
+        )
+        if experiment_id is not None:
+            outcome_run = outcome_run.join(Candidate, Run.candidate_id == Candidate.id).where(
+                Candidate.experiment_id == experiment_id)
+        outcome_run = outcome_run.subquery()
+        stmt = (select(Candidate.experiment_id, Run.status, func.count())
+                .join(outcome_run, Run.id == outcome_run.c.run_id)
+                .join(Candidate, Run.candidate_id == Candidate.id))
+    if experiment_id is not None:
+        stmt = stmt.where(Candidate.experiment_id == experiment_id)
+    return {(e, status): int(n) for e, status, n in
+            connection.execute(stmt.group_by(Candidate.experiment_id, Run.status))}
 
 
 def experiments_frame(summaries: list[dict[str, Any]]) -> pd.DataFrame:

@@ -15,6 +15,7 @@ from typing import Any
 from sqlalchemy import Connection, String, and_, case, cast, func, or_, select
 from sqlalchemy.orm import aliased
 
+from ..records import reads
 from ..records.schema import RUN_STATUSES, Candidate, LatestMetric, Metric, Run
 
 PAGE_SIZES = (25, 50, 100, 200)
@@ -213,15 +214,7 @@ def outcome_counts(connection: Connection, experiment_id: int) -> dict[str, int]
     """The experiment's candidates by outcome, counted as `dse history` counts them (the
     status of a candidate's latest run, a "pruned" one leaving the earlier outcome
     standing), and "not run" for those without a run yet."""
-    outcome_run = (
-        select(func.coalesce(func.max(case((Run.status != "pruned", Run.id))), func.max(Run.id)).label("run_id"))
-        .join(Candidate, Run.candidate_id == Candidate.id)
-        .where(Candidate.experiment_id == experiment_id)
-        .group_by(Run.candidate_id)
-        .subquery()
-    )
-    counts = {status: int(n) for status, n in connection.execute(
-        select(Run.status, func.count()).join(outcome_run, Run.id == outcome_run.c.run_id).group_by(Run.status))}
+    counts = {status: n for (_, status), n in reads.outcome_counts(connection, experiment_id).items()}
     total = connection.scalar(select(func.count()).where(Candidate.experiment_id == experiment_id))
     counts["not run"] = int(total) - sum(counts.values())
     return {status: counts.get(status, 0) for status in (*RUN_STATUSES, "not run")}
