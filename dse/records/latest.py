@@ -10,6 +10,7 @@ scopes (op, core, ...) are read from the metric rows themselves.
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Iterable, Sequence
 
 from sqlalchemy import Connection
@@ -18,6 +19,7 @@ from sqlalchemy import Connection
 # unit, scope, scope_key).
 _RUN, _KIND, _NAME, _VALUE, _SCOPE = 0, 1, 2, 3, 5
 _CHUNK = 500  # ids per IN list: under every driver's bound-parameter limit
+_ROWS_PER_INSERT = 100  # 500 parameters a statement
 
 
 def record(connection: Connection, rows: Sequence[Sequence]) -> None:
@@ -42,15 +44,20 @@ def record(connection: Connection, rows: Sequence[Sequence]) -> None:
     if stale:
         connection.exec_driver_sql(
             f"DELETE FROM latest_metric WHERE candidate_id = {mark} AND kind = {mark} AND run_id < {mark}", stale)
-    if values:
-        # ON CONFLICT: a concurrent writer (PostgreSQL) may have put the same figure in
-        # since `_held` read; the newer run's stands either way.
+    # Rows by the hundred per statement: cheaper than an executemany of one row each (the
+    # per-row work of the driver and of SQLite's statement loop). PostgreSQL: ON CONFLICT,
+    # as a concurrent writer may have put the same figure in since `_held` read (the newer
+    # run's stands either way); SQLite's writers hold the write lock (BEGIN IMMEDIATE) from
+    # their first statement, so no other writer came in between.
+    one = f"({mark}, {mark}, {mark}, {mark}, {mark})"
+    conflict = "" if connection.dialect.name == "sqlite" else (
+        " ON CONFLICT (candidate_id, kind, name) DO UPDATE SET run_id = excluded.run_id, value = excluded.value"
+        " WHERE excluded.run_id > latest_metric.run_id")
+    for i in range(0, len(values), _ROWS_PER_INSERT):
+        part = values[i:i + _ROWS_PER_INSERT]
         connection.exec_driver_sql(
-            "INSERT INTO latest_metric (candidate_id, kind, name, run_id, value) "
-            f"VALUES ({mark}, {mark}, {mark}, {mark}, {mark}) "
-            "ON CONFLICT (candidate_id, kind, name) DO UPDATE SET run_id = excluded.run_id, value = excluded.value "
-            "WHERE excluded.run_id > latest_metric.run_id",
-            values)
+            "INSERT INTO latest_metric (candidate_id, kind, name, run_id, value) VALUES "
+            + ", ".join([one] * len(part)) + conflict, tuple(itertools.chain.from_iterable(part)))
 
 
 def rebuild(connection: Connection, candidate_ids: Iterable[int] | None = None) -> None:
