@@ -6,6 +6,7 @@ database. `Store` is the public face; the work is split by concern:
     checks.py    argument checks before any transaction (metrics, acceptance, ids)
     writes.py    writes inside a transaction (one path for SQLite and PostgreSQL)
     reads.py     reads as DataFrames; lookups and their "not found" errors
+    latest.py    each candidate's latest total figures (latest_metric), kept by the writes
     liveness.py  heartbeats of running runs, crashed-run detection on open
     blobs.py     content-addressed evidence files (temp -> fsync -> rename)
 
