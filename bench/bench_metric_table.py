@@ -1,10 +1,12 @@
 """`Store.metric_table` and `dse show EXPERIMENT` on a SQLite store of 100,000 candidates.
 
-    .venv/bin/python bench/bench_metric_table.py [--candidates 100000] [--repeat 5]
+    .venv/bin/python bench/bench_metric_table.py [--candidates 100000] [--repeat 5] [--db /tmp/big.db]
 
 The store is bench_records.py's (two runs a candidate, four metrics a run). Prints medians,
 and each against `store.candidates()` of the same experiment measured in the same run
-(the one read every table needs) and against the 1 s target.
+(the one read every table needs) and against the 1 s target; metric_table beside the same table read from the metric rows
+(the read before migration 0011), in the same run. `--db` keeps the store in a file for
+the next run (filling it takes minutes).
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ import argparse
 import contextlib
 import io
 import os
+import statistics
 import sys
 import tempfile
 import time
@@ -21,12 +24,22 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from bench_records import median_time, populate  # noqa: E402
+from bench_records import populate  # noqa: E402
 
 from dse.cli import main as cli  # noqa: E402
-from dse.records import Store  # noqa: E402
+from dse.records import Store, reads  # noqa: E402
 
 TARGET_S = 1.0
+
+
+def interleaved_medians(reads: dict, repeat: int) -> dict[str, float]:
+    times: dict[str, list[float]] = {name: [] for name in reads}
+    for _ in range(repeat):
+        for name, read in reads.items():
+            start = time.perf_counter()
+            read()
+            times[name].append(time.perf_counter() - start)
+    return {name: statistics.median(t) for name, t in times.items()}
 
 
 
@@ -34,26 +47,35 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--candidates", type=int, default=100_000)
     ap.add_argument("--repeat", type=int, default=5)
+    ap.add_argument("--db", help="a SQLite file to reuse (populated first if it does not exist)")
     args = ap.parse_args()
     with tempfile.TemporaryDirectory(prefix="dse-bench-") as folder:
-        db = os.path.join(folder, "records.db")
-        start = time.perf_counter()
-        experiment = populate(db, 2 * args.candidates)
-        print(f"store of {args.candidates:,} candidates populated in {time.perf_counter() - start:.1f} s")
+        db = args.db or os.path.join(folder, "records.db")
+        if not os.path.exists(db):
+            start = time.perf_counter()
+            populate(db, 2 * args.candidates)
+            print(f"store of {args.candidates:,} candidates populated in {time.perf_counter() - start:.1f} s")
+        experiment = "big"
 
         def show() -> None:
             with contextlib.redirect_stdout(io.StringIO()):
                 assert cli(["show", experiment, "--db", db]) == 0
 
+        def from_metrics(kind: str):
+            # The pre-0011 read: every metric of the kind through its run.
+            with store.engine.connect() as connection:
+                return reads.metric_table(connection, experiment, kind, from_metrics=True)
+
         with Store(db) as store:
-            rows = {
-                "store.candidates(big)": median_time(lambda: store.candidates(experiment), args.repeat),
-                "store.metric_table(big, analytical)":
-                    median_time(lambda: store.metric_table(experiment, "analytical"), args.repeat),
-                "store.metric_table(big, emulator_cycles)":
-                    median_time(lambda: store.metric_table(experiment, "emulator_cycles"), args.repeat),
-            }
-        rows["dse show big (in process: open, read, print)"] = median_time(show, args.repeat)
+            # Round robin (one of each per round), so a loaded machine's swings fall on all alike.
+            rows = interleaved_medians({
+                "store.candidates(big)": lambda: store.candidates(experiment),
+                "store.metric_table(big, analytical)": lambda: store.metric_table(experiment, "analytical"),
+                "  the same from the metric rows (pre-0011)": lambda: from_metrics("analytical"),
+                "store.metric_table(big, emulator_cycles)": lambda: store.metric_table(experiment, "emulator_cycles"),
+                "  the same from the metric rows (pre-0011) ": lambda: from_metrics("emulator_cycles"),
+                "dse show big (in process: open, read, print)": show,
+            }, args.repeat)
     base = rows["store.candidates(big)"]
     print(f"median of {args.repeat}")
     print(f"{'read':<48} {'seconds':>8} {'x candidates()':>15} {'x 1 s target':>13}")

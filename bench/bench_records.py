@@ -3,6 +3,7 @@
     .venv/bin/python bench/bench_records.py            # SQLite in a temporary folder
     .venv/bin/python bench/bench_records.py --pg       # also a throwaway PostgreSQL server
     .venv/bin/python bench/bench_records.py --db postgresql://user@host/db   # a given store
+    .venv/bin/python bench/bench_records.py --writes [--pg]   # sweep writes with/without latest_metric
 
 Prints medians and their ratio to the targets of issue 7: batched metric inserts of at
 least 5,000 rows/s on SQLite; `dse history` and a candidate DataFrame over 100,000 runs in
@@ -31,7 +32,7 @@ sys.path.insert(0, str(REPO / "tests"))
 from sqlalchemy import insert  # noqa: E402
 
 from dse.identity import content_hash  # noqa: E402
-from dse.records import MetricIn, Store  # noqa: E402
+from dse.records import MetricIn, Store, latest  # noqa: E402
 from dse.records.schema import Candidate, Experiment, Metric, Run, utcnow  # noqa: E402
 
 INSERT_TARGET_ROWS_PER_S = 5_000
@@ -81,6 +82,46 @@ def bench_inserts(url: str, repeat: int) -> None:
         # Not the batched case: two transactions per run, shown for the per-run cost.
         print(f"  {'50 runs x 10 metrics (start_run + finish_run each)':<52} {500 / seconds:>12,.3f} rows/s"
               f"  ({seconds / 50 * 1000:.2f} ms per run; no target)")  # fmt: skip
+
+
+def bench_sweep_writes(url: str, repeat: int, n: int = 2_000, batch: int = 200) -> None:
+    """The sweep's batched write (add_candidates_and_start_runs finishing the previous batch,
+    12 total metrics a run) with latest_metric kept in the same transaction, against the
+    same write without it (the store before 0011), interleaved; fresh candidates each round,
+    then a rerun of them (new runs replacing every figure)."""
+    import dse.records.latest as latest_module
+
+    keep = latest_module.record
+    times: dict[str, list[float]] = {"with latest_metric": [], "without (pre-0011)": [],
+                                     "rerun, with latest_metric": [], "rerun, without (pre-0011)": []}
+    names = [f"m{i}" for i in range(12)]
+    with Store(url) as store:
+        experiment = store.create_experiment("write-bench", "h", [], "gemm", "w", "s-w", "s-w")
+        try:
+            for round_ in range(repeat):
+                for label, record in (("with latest_metric", keep), ("without (pre-0011)", lambda *_: None)):
+                    latest_module.record = record
+                    for rerun in (False, True):
+                        tag = f"{round_}-{label}"
+                        start = time.perf_counter()
+                        pending: list = []
+                        for i in range(0, n, batch):
+                            rows = [{"config": {"i": j, "tag": tag}, "mapping": {}, "origin": "grid"}
+                                    for j in range(i, i + batch)]
+                            out = store.add_candidates_and_start_runs(experiment, rows, "analytical", finish=pending)
+                            pending = [{"run_id": run, "status": "ok", "metrics": [
+                                MetricIn("analytical", name, float(run + k), "cycles") for k, name in enumerate(names)]}
+                                for _, _, run in out]
+                        store.finish_runs(pending)
+                        times[("rerun, " if rerun else "") + label].append(time.perf_counter() - start)
+        finally:
+            latest_module.record = keep
+    print(f"sweep writes: {n:,} candidates, batches of {batch}, {len(names)} total metrics a run ({_shown(url)})")
+    for label in ("", "rerun, "):
+        new, old = statistics.median(times[label + "with latest_metric"]), statistics.median(
+            times[label + "without (pre-0011)"])
+        print(f"  {(label or 'new candidates, ') + 'with latest_metric':<52} {n * len(names) / new:>12,.0f} rows/s"
+              f"  vs without {n * len(names) / old:,.0f} rows/s: x{new / old:.2f} the time")
 
 
 # ---- a store of 100,000 runs --------------------------------------------------------------
@@ -134,6 +175,7 @@ def populate(url: str, n_runs: int) -> str:
                     metrics.append({"run_id": run_id, "kind": kind, "name": name, "unit": unit,
                                     "value": rng.uniform(1e3, 1e6), "scope": "total", "scope_key": ""})  # fmt: skip
             connection.execute(insert(Metric), metrics)
+            latest.rebuild(connection)  # what the store's own writes keep, for these bulk rows
             connection.execute(
                 Experiment.__table__.update().where(Experiment.id == big).values(baseline_candidate_id=first[0])
             )
@@ -192,14 +234,19 @@ def main() -> None:
     parser.add_argument("--repeat", type=int, default=5)
     parser.add_argument("--pg", action="store_true", help="also on a throwaway PostgreSQL server")
     parser.add_argument("--db", help="a PostgreSQL URL to use (an empty database) instead of SQLite")
+    parser.add_argument("--writes", action="store_true", help="only the sweep writes with and without latest_metric")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix="dse-bench-") as folder:
         os.environ.setdefault("DSE_EVIDENCE_DIR", os.path.join(folder, "evidence"))
+        if args.writes:
+            bench_sweep_writes(args.db or os.path.join(folder, "writes.db"), args.repeat)
+            return
         if args.db:
             bench_inserts(args.db, args.repeat)
             bench_reads(args.db, args.runs, args.repeat, args.db)
             return
         bench_inserts(os.path.join(folder, "insert.db"), args.repeat)
+        bench_sweep_writes(os.path.join(folder, "writes.db"), args.repeat)
         reads = os.path.join(folder, "reads.db")
         bench_reads(reads, args.runs, args.repeat, reads)
         if args.pg:

@@ -44,7 +44,9 @@ def main() -> None:
         cases = {
             "python -c pass": [py, "-c", "pass"],
             "python -c 'import torch'": [py, "-c", "import torch"],
+            "python -c 'import sqlalchemy'": [py, "-c", "import sqlalchemy"],
             "python -c 'import sqlalchemy.orm'": [py, "-c", "import sqlalchemy.orm"],
+            "python -c 'import pandas'": [py, "-c", "import pandas"],
             "dse --help": [py, "-m", "dse", "--help"],
             "dse history": [py, "-m", "dse", "history", "--db", db],
             "dse show quickstart": [py, "-m", "dse", "show", "quickstart", "--db", db],

@@ -3,6 +3,7 @@
     .venv/bin/python bench/bench_ui.py                 # SQLite in a temporary folder
     .venv/bin/python bench/bench_ui.py --pg            # also a throwaway PostgreSQL server
     .venv/bin/python bench/bench_ui.py --candidates 20000 --repeat 3
+    .venv/bin/python bench/bench_ui.py --db /tmp/ui-big.db    # keep the store for the next run
 
 Serves the real app with uvicorn on a loopback port and times whole HTTP requests (server
 side: no browser): the experiment page, a sorted + filtered candidate page, a late page of
@@ -35,7 +36,7 @@ from bench_records import median_time  # noqa: E402
 from sqlalchemy import insert  # noqa: E402
 
 from dse.identity import content_hash  # noqa: E402
-from dse.records import Store  # noqa: E402
+from dse.records import Store, latest  # noqa: E402
 from dse.records.schema import Candidate, Experiment, Metric, Run, utcnow  # noqa: E402
 
 PAGE_TARGET_S = 0.5
@@ -103,6 +104,7 @@ def populate(url: str, n: int) -> None:
                                     "unit": "cycles", "scope": "op", "scope_key": op})
             for start in range(0, len(metrics), 200_000):
                 connection.execute(insert(Metric), metrics[start:start + 200_000])
+            latest.rebuild(connection)  # what the store's own writes keep, for these bulk rows
             connection.execute(Experiment.__table__.update().where(Experiment.id == exp)
                                .values(baseline_candidate_id=ids[0], status="testing"))  # fmt: skip
 
@@ -159,6 +161,38 @@ def bench_pages(url: str, repeat: int, n: int) -> None:
         store.close()
 
 
+def bench_page_queries(url: str, repeat: int) -> None:
+    """The sorted + filtered page's query (dse.ui.queries.candidate_page) with each
+    candidate's figure from latest_metric, against the same page with the figure joined
+    from the metric rows through the run (the way before migration 0011), interleaved."""
+    from sqlalchemy import and_
+    from sqlalchemy.orm import aliased
+
+    from dse.ui import queries
+
+    def through_runs(name: str):
+        m = aliased(Metric)
+        return m, and_(m.run_id == Run.id, m.kind == "analytical", m.scope == "total", m.name == name)
+
+    page = queries.CandidateQuery(sort="latency_cycles", descending=True, status="ok", metric="latency_cycles",
+                                  high=5e6)
+    new_join, times = queries._metric_join, {"latest_metric": [], "metric rows (pre-0011)": []}
+    with Store(url) as store, store.engine.connect() as connection:
+        names = queries.metric_names(connection, 1, store.experiment(1)["baseline_candidate_id"])
+        try:
+            for _ in range(repeat):
+                for label, join in (("latest_metric", new_join), ("metric rows (pre-0011)", through_runs)):
+                    queries._metric_join = join
+                    start = time.perf_counter()
+                    queries.candidate_page(connection, 1, page, names)
+                    times[label].append(time.perf_counter() - start)
+        finally:
+            queries._metric_join = new_join
+    new, old = (statistics.median(t) for t in times.values())
+    print(f"  {'candidate_page query, sorted + filtered (latest_metric)':<58} {new:>9.3f} s  "
+          f"vs from the metric rows {old:.3f} s: x{new / old:.2f}")
+
+
 REPORT_CHILD = """
 import resource, sys, time
 sys.path.insert(0, {repo!r})
@@ -210,14 +244,17 @@ def bench_fetch(url: str, repeat: int) -> None:
           f"vs SQLAlchemy rows {old:.3f} s: x{new / old:.2f}")
 
 
-def run(url: str, n: int, repeat: int, folder: str, label: str) -> None:
+def run(url: str, n: int, repeat: int, folder: str, label: str, filled: bool = False, with_report: bool = True) -> None:
     print(f"{label}: {n:,} candidates")
-    start = time.perf_counter()
-    populate(url, n)
-    print(f"  (populated in {time.perf_counter() - start:.1f} s)")
+    if not filled:
+        start = time.perf_counter()
+        populate(url, n)
+        print(f"  (populated in {time.perf_counter() - start:.1f} s)")
     bench_pages(url, repeat, n)
-    bench_fetch(url, repeat)
-    bench_report(url, max(1, repeat // 2), os.path.join(folder, "reports"))
+    bench_page_queries(url, repeat)
+    if with_report:
+        bench_fetch(url, repeat)
+        bench_report(url, max(1, repeat // 2), os.path.join(folder, "reports"))
 
 
 def main() -> None:
@@ -225,10 +262,13 @@ def main() -> None:
     parser.add_argument("--candidates", type=int, default=100_000)
     parser.add_argument("--repeat", type=int, default=5)
     parser.add_argument("--pg", action="store_true", help="also on a throwaway PostgreSQL server")
+    parser.add_argument("--db", help="a SQLite file to reuse (populated first if it does not exist)")
+    parser.add_argument("--no-report", action="store_true", help="pages only")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix="dse-bench-ui-") as folder:
         os.environ.setdefault("DSE_EVIDENCE_DIR", os.path.join(folder, "evidence"))
-        run(os.path.join(folder, "big.db"), args.candidates, args.repeat, folder, "SQLite")
+        db = args.db or os.path.join(folder, "big.db")
+        run(db, args.candidates, args.repeat, folder, "SQLite", filled=os.path.exists(db), with_report=not args.no_report)
         if args.pg:
             from pg import throwaway_server
 

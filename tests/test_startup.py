@@ -94,3 +94,17 @@ def test_a_command_imports_only_its_own_cli_module(tmp_path, repo):
     # ... while a command that reads chip configs does import the emulator's chip schema
     codes, modules = imported_by([["chips", "list"]], repo)
     assert codes == [0] and "emulator.chip" in modules and "dse.cli.records" not in modules
+
+
+def test_dse_history_prints_without_pandas(tmp_path, repo):
+    """`dse history` reads plain rows and prints them itself: pandas (most of a short
+    command's start-up) is never imported, decisions and notes included."""
+    db = str(tmp_path / "records.db")
+    with Store(db) as store:
+        ids = fill(store)
+        store.add_decision(ids["experiment"], "confirmed", "20 banks are faster", "ana", [], ids["fast"])
+        store.add_note(ids["experiment"], "limitation", "one shape only", "ana")
+    codes, modules = imported_by([["history", "--db", db], ["history", "--decisions", "--db", db]], repo)
+    assert codes == [0, 0]
+    assert "dse.cli.records" in modules and "sqlalchemy" in modules  # it did read the store
+    assert not {m for m in modules if m == "pandas" or m.startswith("pandas.")}

@@ -54,10 +54,18 @@ def _candidate_id(text: str, field: str) -> int:
 
 
 def _when(moment) -> str:
-    pd = _pandas()
-    if moment is None or pd.isna(moment):
+    """A timestamp (datetime, pandas Timestamp, or NaT/None) to the second."""
+    if _missing(moment):
         return "—"
-    return pd.Timestamp(moment).strftime("%Y-%m-%d %H:%M:%S")
+    return moment.strftime("%Y-%m-%d %H:%M:%S")
+
+
+def _missing(value) -> bool:
+    """None, NaN, or pandas' NA/NaT, told without importing pandas (a missing value from a
+    DataFrame is of a type pandas defines; a plain row's is None)."""
+    if value is None or (isinstance(value, float) and math.isnan(value)):
+        return True
+    return type(value).__module__.startswith("pandas") and str(value) in ("NaT", "<NA>")
 
 
 # ---- dse history --------------------------------------------------------------------------
@@ -67,7 +75,7 @@ def cmd_history(args) -> int:
     # Plain rows, no pandas for the table: `dse history` stays quick on a large store.
     with open_store(args.db) as store:
         exps = store.experiment_summaries()
-        decisions = store.decisions() if exps else None
+        decisions = store.decision_rows() if exps else []
         notes = store.notes() if exps else []
         links = store.links() if exps else []
     if not exps:
@@ -87,9 +95,8 @@ def cmd_history(args) -> int:
     print(_plain_table(header, rows, left={"name", "status", "proposed", "builds on", "hypothesis"}))
     print("(status: of the hypothesis, set by people's decisions; proposed: the sweep's verdict; "
           "ok … running: candidates by outcome)")
-    shown = decisions if args.decisions else decisions[decisions["kind"] == "decision"]
     events = [(d["created_at"], "decision" if d["kind"] == "decision" else "proposal", d)
-              for d in shown.to_dict("records")]
+              for d in decisions if args.decisions or d["kind"] == "decision"]
     events += [(n["created_at"], "note", n) for n in notes]
     events += [(link["created_at"], "link", link) for link in links]
     print()
@@ -97,7 +104,7 @@ def cmd_history(args) -> int:
         print("no decisions or notes yet" + ("" if args.decisions else " (--decisions also lists the sweeps' proposals)"))
         return 0
     print("decisions, notes and experiments built on others, oldest first:")
-    for when, what, item in sorted(events, key=lambda e: (_pandas().Timestamp(e[0]), e[1])):
+    for when, what, item in sorted(events, key=lambda e: (e[0], e[1])):
         if what == "link":
             print(f"  {_when(when)}  {item['experiment']}: {item['relation']} experiment {item['other_id']} "
                   f"'{item['other']}': {_one_line(item['reason'], 90)}")
@@ -111,11 +118,10 @@ def cmd_history(args) -> int:
 
 def _decision_line(d: dict) -> str:
     """One decision or proposal on one line: verdict, candidate, author, reason, override."""
-    pd = _pandas()
     about = ""
-    if not pd.isna(d["candidate_id"]):
+    if not _missing(d["candidate_id"]):
         about = f" c{d['candidate_id']}"
-        if not pd.isna(d.get("candidate_experiment_id")) and d["candidate_experiment_id"] != d["experiment_id"]:
+        if not _missing(d.get("candidate_experiment_id")) and d["candidate_experiment_id"] != d["experiment_id"]:
             about += f" (of experiment {d['candidate_experiment_id']})"
     label = "proposed " if d["kind"] == "proposal" else ""
     override = d.get("override")

@@ -18,6 +18,7 @@ from sqlalchemy import (
     DateTime,
     Float,
     ForeignKey,
+    Index,
     Integer,
     MetaData,
     String,
@@ -149,9 +150,12 @@ class Candidate(Base):
 
 class Run(Base):
     __tablename__ = "run"
+    # 0011: the index on candidate_id also holds the stage, so "a candidate's latest run of
+    # a stage" (every candidate table, the UI's pages) is answered from the index alone.
+    __table_args__ = (Index("ix_run_candidate_id_stage", "candidate_id", "stage"),)
 
     id: Mapped[int] = mapped_column(Integer, primary_key=True)
-    candidate_id: Mapped[int] = mapped_column(ForeignKey("candidate.id"), index=True)
+    candidate_id: Mapped[int] = mapped_column(ForeignKey("candidate.id"))
     stage: Mapped[str] = mapped_column(String(16))
     status: Mapped[str] = mapped_column(String(16), index=True)  # 0002: index
     reason: Mapped[str | None] = mapped_column(Text)
@@ -204,6 +208,25 @@ class Metric(Base):
     @validates("scope")
     def _check_scope(self, _key: str, value: str) -> str:
         return check_choice("metric.scope", value, METRIC_SCOPES)
+
+
+class LatestMetric(Base):
+    """0011: each candidate's total metrics of each kind from its latest run that recorded
+    that kind (the figures `metric_table`, the UI and the report show), kept by every write
+    of metrics in the same transaction (dse.records.latest). Sorting or pivoting 100,000
+    candidates' figures reads one row per value here instead of reaching every metric
+    through its run. Derived data: the metric rows stay the record."""
+
+    __tablename__ = "latest_metric"
+    # SQLite: the primary key is the table itself (no rowid b-tree beside it), so a write
+    # costs one b-tree insert and a candidate's figures of one kind are adjacent.
+    __table_args__ = {"sqlite_with_rowid": False}
+
+    candidate_id: Mapped[int] = mapped_column(ForeignKey("candidate.id"), primary_key=True)
+    kind: Mapped[str] = mapped_column(String(32), primary_key=True)
+    name: Mapped[str] = mapped_column(String, primary_key=True)
+    run_id: Mapped[int] = mapped_column(ForeignKey("run.id"))
+    value: Mapped[float] = mapped_column(Float)
 
 
 class Artifact(Base):

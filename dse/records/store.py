@@ -6,6 +6,7 @@ database. `Store` is the public face; the work is split by concern:
     checks.py    argument checks before any transaction (metrics, acceptance, ids)
     writes.py    writes inside a transaction (one path for SQLite and PostgreSQL)
     reads.py     reads as DataFrames; lookups and their "not found" errors
+    latest.py    each candidate's latest total figures (latest_metric), kept by the writes
     liveness.py  heartbeats of running runs, crashed-run detection on open
     blobs.py     content-addressed evidence files (temp -> fsync -> rename)
 
@@ -752,7 +753,7 @@ class Store:
     @retrying
     def metric_table(self, experiment: str | int, kind: str, scope: str = "total") -> pd.DataFrame:
         """Wide form: one row per candidate (and scope_key unless scope is "total"), one
-        column per metric name, beside the candidate's status and reason in the stage that
+        column per metric name of the figures shown, beside the candidate's status and reason in the stage that
         produces that kind of evidence (an emulator run pruned later does not hide an
         analytical "ok").
 
@@ -778,6 +779,12 @@ class Store:
     def decisions(self, experiment: str | int | None = None) -> pd.DataFrame:
         with self._read() as connection:
             return reads.decisions(connection, experiment)
+
+    @retrying
+    def decision_rows(self, experiment: str | int | None = None) -> list[dict[str, Any]]:
+        """What `decisions()` holds, as plain dicts: no pandas (a quick `dse history`)."""
+        with self._read() as connection:
+            return reads.decision_rows(connection, experiment)
 
     @retrying
     def artifacts(

@@ -15,7 +15,7 @@ from sqlalchemy.exc import DBAPIError
 from sqlalchemy.orm import Session
 
 from dse.identity import Encoded, candidate_hash, candidate_hash_of_texts, canonical_json, json_text
-from dse.records import provenance
+from dse.records import latest, provenance
 from dse.records.checks import METRIC_COLUMNS, as_id
 from dse.records.liveness import ABANDONED, finishable, finishable_clause
 from dse.records.reads import candidate_not_found, diff_fields, experiment_exists, get, not_found, run_states
@@ -27,6 +27,7 @@ from dse.records.schema import (
     Decision,
     Experiment,
     ExperimentLink,
+    LatestMetric,
     Metric,
     Note,
     Run,
@@ -183,7 +184,7 @@ def finish_run(session: Session, run_id: int, status: str, rows: list[dict[str, 
     run.heartbeat_at = now
     session.flush()
     if rows:
-        session.execute(insert(Metric.__table__), [{"run_id": run_id, **r} for r in rows])
+        insert_metrics(session.connection(), [(run_id, *(r[c] for c in METRIC_COLUMNS)) for r in rows])
 
 
 # ---- batched writes: one transaction for many rows (the sweep driver's path) --------------
@@ -434,7 +435,7 @@ def add_imported_run(session: Session, candidate_id: int, environment: provenanc
     )
     session.add(run)
     session.flush()
-    session.execute(insert(Metric.__table__), [{"run_id": run.id, **r} for r in rows])
+    insert_metrics(session.connection(), [(run.id, *(r[c] for c in METRIC_COLUMNS)) for r in rows])
     return run.id
 
 
@@ -564,7 +565,14 @@ _METRIC_ROWS_PER_INSERT = 100  # 700 parameters, far below SQLite's limit of 32,
 
 def insert_metrics(connection: Connection, rows: list[tuple]) -> None:
     """(run_id, kind, name, value, unit, scope, scope_key) rows as one executemany of the
-    driver (no per-row parameter processing: these are plain strings and floats)."""
+    driver (no per-row parameter processing: these are plain strings and floats), and the
+    candidates' latest figures (latest_metric) brought up to date with them."""
+    if rows:
+        _insert_metric_rows(connection, rows)
+        latest.record(connection, rows)
+
+
+def _insert_metric_rows(connection: Connection, rows: list[tuple]) -> None:
     style = connection.dialect.paramstyle
     mark = {"qmark": "?", "format": "%s", "pyformat": "%s"}.get(style)
     if mark is None:
@@ -608,6 +616,7 @@ def delete_experiment(session: Session, experiment_id: int) -> dict[str, int]:
     counts = {}
     for name, stmt in (
         ("metric", delete(Metric).where(Metric.run_id.in_(runs))),
+        ("latest_metric", delete(LatestMetric).where(LatestMetric.candidate_id.in_(candidates))),
         ("artifact", delete(Artifact).where(or_(Artifact.run_id.in_(runs), Artifact.experiment_id == experiment_id))),
         ("decision", delete(Decision).where(Decision.experiment_id == experiment_id)),
         ("run", delete(Run).where(Run.candidate_id.in_(candidates))),

@@ -13,7 +13,7 @@ import pandas as pd
 from sqlalchemy import String, cast, func, select
 
 from ..records import Store
-from ..records.schema import Candidate, Experiment, Metric, Run
+from ..records.schema import Candidate, Experiment, LatestMetric, Metric, Run
 from ..runner.metrics import METRICS
 from ..runner.acceptance import best_candidate, passing_mask
 
@@ -156,9 +156,12 @@ def candidate_metrics(connection, experiment_id: int, names: list[str]) -> pd.Da
         .order_by(Candidate.id))
     baseline = connection.scalar(select(Experiment.baseline_candidate_id).where(Experiment.id == experiment_id))
     table.insert(2, "is_baseline", table["candidate_id"] == baseline)
-    values = fetched(connection, select(Metric.run_id, Metric.name, Metric.value)
-                     .join(latest, latest.c.run_id == Metric.run_id)
-                     .where(Metric.kind == "analytical", Metric.scope == "total", Metric.name.in_(names)))
+    # The candidates' latest analytical figures (latest_metric), kept where they are those of
+    # the latest analytical run (the pivot maps each candidate's metric_run_id).
+    values = fetched(connection, select(LatestMetric.run_id, LatestMetric.name, LatestMetric.value)
+                     .join(Candidate, LatestMetric.candidate_id == Candidate.id)
+                     .where(Candidate.experiment_id == experiment_id, LatestMetric.kind == "analytical",
+                            LatestMetric.name.in_(names)))
     wide = values.pivot(index="run_id", columns="name", values="value") if len(values) else pd.DataFrame()
     for name in names:
         column = table["metric_run_id"].map(wide[name]) if name in wide else np.nan

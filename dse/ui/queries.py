@@ -1,8 +1,9 @@
 """The UI's own reads: an experiment's candidates paged, sorted and filtered in SQL.
 
 The Store's DataFrame reads fetch every candidate; a page of 50 out of 100,000 must not.
-Here the database sorts and filters on one metric (joined by name), counts the matches,
-and only the page's rows and their metrics come back to Python.
+Here the database sorts and filters on one metric (each candidate's latest figure of that
+name, from latest_metric), counts the matches, and only the page's rows and their metrics
+come back to Python.
 """
 
 from __future__ import annotations
@@ -14,7 +15,8 @@ from typing import Any
 from sqlalchemy import Connection, String, and_, case, cast, func, or_, select
 from sqlalchemy.orm import aliased
 
-from ..records.schema import RUN_STATUSES, Candidate, Metric, Run
+from ..records import reads
+from ..records.schema import RUN_STATUSES, Candidate, LatestMetric, Metric, Run
 
 PAGE_SIZES = (25, 50, 100, 200)
 # Sortable columns that are not metrics.
@@ -99,8 +101,10 @@ def _join_latest_run(connection: Connection, stmt, experiment_id: int):
 
 
 def _metric_join(name: str):
-    m = aliased(Metric)
-    return m, and_(m.run_id == Run.id, m.kind == "analytical", m.scope == "total", m.name == name)
+    """The candidate's latest analytical figure `name` (latest_metric: one key probe a
+    candidate), if its latest analytical run recorded it (an infeasible rerun shows none)."""
+    m = aliased(LatestMetric)
+    return m, and_(m.candidate_id == Candidate.id, m.kind == "analytical", m.name == name, m.run_id == Run.id)
 
 
 def metric_names(connection: Connection, experiment_id: int, baseline_id: int | None) -> list[str]:
@@ -191,10 +195,11 @@ def _rows(connection: Connection, ids: list[int]) -> list[dict]:
     run_of = {r["run_id"]: r["id"] for r in rows.values() if r["run_id"] is not None}
     if run_of:
         for run_id, name, value in connection.execute(
-            select(Metric.run_id, Metric.name, Metric.value)
-            .where(Metric.run_id.in_(list(run_of)), Metric.kind == "analytical", Metric.scope == "total")
+            select(LatestMetric.run_id, LatestMetric.name, LatestMetric.value)
+            .where(LatestMetric.candidate_id.in_(ids), LatestMetric.kind == "analytical")
         ):
-            rows[run_of[run_id]]["metrics"][name] = value
+            if run_id in run_of:  # figures of the latest analytical run only
+                rows[run_of[run_id]]["metrics"][name] = value
     return [rows[i] for i in ids]
 
 
@@ -209,15 +214,7 @@ def outcome_counts(connection: Connection, experiment_id: int) -> dict[str, int]
     """The experiment's candidates by outcome, counted as `dse history` counts them (the
     status of a candidate's latest run, a "pruned" one leaving the earlier outcome
     standing), and "not run" for those without a run yet."""
-    outcome_run = (
-        select(func.coalesce(func.max(case((Run.status != "pruned", Run.id))), func.max(Run.id)).label("run_id"))
-        .join(Candidate, Run.candidate_id == Candidate.id)
-        .where(Candidate.experiment_id == experiment_id)
-        .group_by(Run.candidate_id)
-        .subquery()
-    )
-    counts = {status: int(n) for status, n in connection.execute(
-        select(Run.status, func.count()).join(outcome_run, Run.id == outcome_run.c.run_id).group_by(Run.status))}
+    counts = {status: n for (_, status), n in reads.outcome_counts(connection, experiment_id).items()}
     total = connection.scalar(select(func.count()).where(Candidate.experiment_id == experiment_id))
     counts["not run"] = int(total) - sum(counts.values())
     return {status: counts.get(status, 0) for status in (*RUN_STATUSES, "not run")}

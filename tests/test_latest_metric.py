@@ -1,0 +1,174 @@
+"""latest_metric (0011): each candidate's latest total figures of each kind, kept by the
+store's writes in the transaction of the metrics. Checked against the metric rows
+themselves (a reference computed here from `Store.metrics`, and `metric_table` read the
+pre-0011 way) after every kind of write, on a real SQLite file and a real PostgreSQL."""
+
+from __future__ import annotations
+
+import pandas as pd
+import pytest
+from alembic import command
+from pg import pg_server, pg_url  # noqa: F401  (fixtures)
+from sqlalchemy import create_engine, text
+
+from dse.records import MetricIn, Store, latest, reads
+from dse.records.store import SCHEMA_HEAD, alembic_config, database_url
+from dse.ui import queries
+
+
+@pytest.fixture(params=["sqlite", "postgresql"])
+def db(request, tmp_path, monkeypatch):
+    monkeypatch.setenv("DSE_EVIDENCE_DIR", str(tmp_path / "evidence"))
+    if request.param == "sqlite":
+        return str(tmp_path / "records.db")
+    return request.getfixturevalue("pg_url")
+
+
+def held(store: Store) -> dict[tuple[int, str, str], tuple[int, float]]:
+    with store.engine.connect() as connection:
+        rows = connection.execute(text("SELECT candidate_id, kind, name, run_id, value FROM latest_metric"))
+        return {(c, k, n): (r, v) for c, k, n, r, v in rows}
+
+
+def expected(store: Store, experiment: str) -> dict[tuple[int, str, str], tuple[int, float]]:
+    """From the metric rows: per candidate and kind, the newest run with total metrics of
+    that kind; the largest value of a name that run repeats."""
+    long = store.metrics(experiment)
+    long = long[long["scope"] == "total"]
+    out: dict = {}
+    for (candidate, kind), rows in long.groupby(["candidate_id", "kind"]):
+        newest = rows[rows["run_id"] == rows["run_id"].max()]
+        for name, value in newest.groupby("name")["value"].max().items():
+            out[(int(candidate), kind, name)] = (int(newest["run_id"].iloc[0]), float(value))
+    return out
+
+
+def agrees(store: Store, experiment: str) -> dict:
+    """latest_metric equals the reference, and metric_table reads the same either way."""
+    now = held(store)
+    assert now == expected(store, experiment)
+    with store.engine.connect() as connection:
+        for kind in ("analytical", "emulator_cycles", "rtl_cycles"):
+            new = reads.metric_table(connection, experiment, kind)
+            old = reads.metric_table(connection, experiment, kind, from_metrics=True)
+            # The pre-0011 read also had a column for a name only older runs recorded,
+            # empty throughout; now the columns are the names of the figures shown.
+            gone = [c for c in old.columns if c not in new.columns]
+            assert old[gone].isna().all().all()
+            pd.testing.assert_frame_equal(new, old.drop(columns=gone))
+    return now
+
+
+def lat(value: float, *more: MetricIn) -> list[MetricIn]:
+    return [MetricIn("analytical", "latency_cycles", value, "cycles"), *more]
+
+
+def test_latest_figures_follow_every_write(db, tmp_path):
+    with Store(db) as store:
+        e = store.create_experiment("x", "h", [], "gemm", "w", "s", "s")
+        a, _ = store.add_candidate(e, {"banks": 16}, {}, "baseline")
+        b, _ = store.add_candidate(e, {"banks": 20}, {}, "grid")
+        # One run at a time (ORM path): totals kept, other scopes not.
+        r1 = store.start_run(a, "analytical")
+        store.finish_run(r1, "ok", lat(120.0, MetricIn("analytical", "sram_bytes", 64.0, "bytes"),
+                                       MetricIn("analytical", "cycles", 5.0, "cycles", scope="op", scope_key="mm")))
+        assert agrees(store, "x") == {(a, "analytical", "latency_cycles"): (r1, 120.0),
+                                      (a, "analytical", "sram_bytes"): (r1, 64.0)}
+        # Two newer runs; the newest finishes first, then the older: the newest's figures
+        # stand, and it replaced every figure of the kind (sram_bytes it lacks is gone).
+        r2, r3 = store.start_runs([a, a], "analytical")
+        store.finish_runs([{"run_id": r3, "status": "ok", "metrics": lat(90.0)}])
+        store.finish_runs([{"run_id": r2, "status": "ok", "metrics": lat(95.0, MetricIn(
+            "analytical", "dma_bytes", 1.0, "bytes"))}])
+        assert agrees(store, "x") == {(a, "analytical", "latency_cycles"): (r3, 90.0)}
+        # An infeasible rerun records nothing: the figures stay the last that were recorded.
+        store.finish_run(store.start_run(a, "analytical", model_version="m2"), "infeasible", reason="needs 64 banks")
+        assert agrees(store, "x")[(a, "analytical", "latency_cycles")] == (r3, 90.0)
+        table = store.metric_table("x", "analytical").set_index("candidate_id")
+        assert (table.loc[a, "status"], table.loc[a, "metric_run_id"], table.loc[a, "model_version"]) == (
+            "infeasible", r3, "")  # the version of the run the figures are from
+        # The sweep's batched path: results of a batch finished with the next batch's runs.
+        r4, r5 = store.start_runs([a, b], "emulator")
+        (_, _, r6), = store.add_candidates_and_start_runs(
+            e, [{"config": {"banks": 24}, "mapping": {}, "origin": "grid"}], "analytical",
+            finish=[{"run_id": r4, "status": "ok", "metrics": [MetricIn("emulator_cycles", "latency_cycles", 91.0,
+                                                                        "cycles")]},
+                    {"run_id": r5, "status": "ok", "metrics": [MetricIn("emulator_cycles", "latency_cycles", 70.0,
+                                                                        "cycles")]}])
+        store.finish_runs([{"run_id": r6, "status": "ok", "metrics": lat(50.0)}])
+        now = agrees(store, "x")
+        assert now[(a, "emulator_cycles", "latency_cycles")] == (r4, 91.0)
+        assert now[(a, "analytical", "latency_cycles")] == (r3, 90.0)  # other kinds untouched
+        # Evidence from outside dse (its own kind, its own run).
+        measured = tmp_path / "fpga.csv"
+        measured.write_text("name,value,unit\nlatency_cycles,88,cycles\n")
+        imported = store.import_evidence(b, "rtl_cycles", measured)
+        assert agrees(store, "x")[(b, "rtl_cycles", "latency_cycles")] == (imported.run_id, 88.0)
+        # A bad batch writes nothing: neither metrics nor figures.
+        before = held(store)
+        with pytest.raises(ValueError, match="already finished"):
+            store.finish_runs([{"run_id": r6, "status": "ok", "metrics": lat(1.0)}])
+        assert held(store) == before
+        # Deleting the experiment takes its figures with it; another experiment's stay.
+        other = store.create_experiment("y", "h", [], "gemm", "w", "s2", "s2")
+        c, _ = store.add_candidate(other, {"banks": 8}, {}, "baseline")
+        rc = store.start_run(c, "analytical")
+        store.finish_run(rc, "ok", lat(7.0))
+        counts = store.delete_experiment("x")
+        assert counts["latest_metric"] == 5
+        assert held(store) == {(c, "analytical", "latency_cycles"): (rc, 7.0)}
+
+
+def test_the_ui_page_sorts_by_the_latest_analytical_run_figures(db):
+    """The page sorts and shows a candidate's figures only where they are its latest
+    analytical run's: an infeasible rerun sorts last, without the older figure."""
+    with Store(db) as store:
+        e = store.create_experiment("x", "h", [], "gemm", "w", "s", "s")
+        ids = [store.add_candidate(e, {"banks": n}, {}, "grid")[0] for n in (16, 20, 24, 28)]
+        for cid, value in zip(ids, (300.0, 100.0, 200.0, 50.0)):
+            store.finish_run(store.start_run(cid, "analytical"), "ok", lat(value))
+        store.finish_run(store.start_run(ids[3], "analytical"), "infeasible", reason="too small")
+        with store.engine.connect() as connection:
+            names = queries.metric_names(connection, e, None)
+            page = queries.candidate_page(connection, e, queries.CandidateQuery(sort="latency_cycles"), names)
+            assert [r["id"] for r in page.rows] == [ids[1], ids[2], ids[0], ids[3]]
+            assert [r["metrics"].get("latency_cycles") for r in page.rows] == [100.0, 200.0, 300.0, None]
+            ranged = queries.candidate_page(connection, e, queries.CandidateQuery(
+                sort="latency_cycles", descending=True, metric="latency_cycles", high=250.0), names)
+            assert [r["id"] for r in ranged.rows] == [ids[2], ids[1]] and ranged.total == 2
+
+
+def test_migration_0011_backfills_an_existing_0010_store(db):
+    """A store at 0010 with records (reruns, other scopes, several kinds) gets the table
+    filled from its metric rows on open."""
+    with Store(db) as store:
+        e = store.create_experiment("x", "h", [], "gemm", "w", "s", "s")
+        a, _ = store.add_candidate(e, {"banks": 16}, {}, "baseline")
+        b, _ = store.add_candidate(e, {"banks": 20}, {}, "grid")
+        store.finish_run(store.start_run(a, "analytical"), "ok", lat(100.0, MetricIn("analytical", "x", 1.0, "")))
+        store.finish_run(store.start_run(a, "analytical"), "ok", lat(85.0))
+        store.finish_run(store.start_run(a, "emulator"), "ok", [
+            MetricIn("emulator_cycles", "latency_cycles", 81.0, "cycles"),
+            MetricIn("emulator_cycles", "cycles", 3.0, "cycles", scope="core", scope_key="0")])
+        store.finish_run(store.start_run(b, "analytical"), "ok", lat(60.0))
+        store.finish_run(store.start_run(b, "analytical"), "failed", error="boom")
+        before = held(store)
+    url = database_url(db)
+    command.downgrade(alembic_config(url), "0010")
+    engine = create_engine(url)
+    with engine.connect() as connection:
+        assert "latest_metric" not in connection.dialect.get_table_names(connection)
+    engine.dispose()
+    with Store(db) as store:
+        with store.engine.connect() as connection:
+            assert connection.execute(text("SELECT version_num FROM alembic_version")).scalar() == SCHEMA_HEAD
+        assert agrees(store, "x") == before
+        assert len(before) == 3 and before[(a, "analytical", "latency_cycles")][1] == 85.0
+        # rebuild (for stores filled by bulk inserts) gives the same table, whole or in part.
+        with store.engine.begin() as connection:
+            latest.rebuild(connection)
+        assert held(store) == before
+        with store.engine.begin() as connection:
+            connection.execute(text("DELETE FROM latest_metric"))
+            latest.rebuild(connection, [a])
+        assert held(store) == {k: v for k, v in before.items() if k[0] == a}
