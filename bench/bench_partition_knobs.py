@@ -62,34 +62,24 @@ def main() -> None:
     parser.add_argument("--layout-recipes", nargs="+", default=["resnet_block", "temporal_conv", "mobilenet_v3"])
     args = parser.parse_args()
     goban = load_chip("goban")
+
+    def grid(recipes, knob: str, values, what: str) -> None:
+        # Each recipe at 1 and 4 workers, the knob at each value side by side.
+        for recipe in recipes:
+            prep = prepare_recipe(recipe)
+            print(f"{recipe} on goban{what}")
+            for workers in (1, 4):
+                for value in values:
+                    print(row(prep, Candidate(goban, Mapping(workers=workers, **{knob: value}))), flush=True)
+
     if "weights" in args.sections:
-        for recipe in args.recipes:
-            prep = prepare_recipe(recipe)
-            print(f"{recipe} on goban")
-            for workers in (1, 4):
-                for weights in ("per_worker", "shared"):
-                    print(row(prep, Candidate(goban, Mapping(workers=workers, weights=weights))), flush=True)
+        grid(args.recipes, "weights", ("per_worker", "shared"), "")
     if "fusion" in args.sections:
-        block = prepare_recipe("resnet_block")
-        print("resnet_block on goban, fusion")
-        for workers in (1, 4):
-            for fusion in ("materialize", "fuse"):
-                print(row(block, Candidate(goban, Mapping(workers=workers, fusion=fusion))), flush=True)
+        grid(["resnet_block"], "fusion", ("materialize", "fuse"), ", fusion")
     if "attention" in args.sections:
-        for recipe in args.attention_recipes:
-            prep = prepare_recipe(recipe)
-            print(f"{recipe} on goban, fusion (attention's score chain)")
-            for workers in (1, 4):
-                for fusion in ("materialize", "fuse"):
-                    print(row(prep, Candidate(goban, Mapping(workers=workers, fusion=fusion))), flush=True)
+        grid(args.attention_recipes, "fusion", ("materialize", "fuse"), ", fusion (attention's score chain)")
     if "layout" in args.sections:
-        for recipe in args.layout_recipes:
-            prep = prepare_recipe(recipe)
-            print(f"{recipe} on goban, channels_last")
-            for workers in (1, 4):
-                for channels_last in (False, True):
-                    print(row(prep, Candidate(goban, Mapping(workers=workers, channels_last=channels_last))),
-                          flush=True)
+        grid(args.layout_recipes, "channels_last", (False, True), ", channels_last")
     if "rows" in args.sections:
         deep = load_chip("goban", {"banks.rows": 2048})
         cand = Candidate(deep, Mapping(workers=4))
