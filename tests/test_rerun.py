@@ -111,3 +111,16 @@ def test_the_light_reads_schema_head_is_the_stores():
     from dse.runner.recorded import head_revision
 
     assert head_revision() == SCHEMA_HEAD
+
+
+def test_with_the_emulator_stage_every_candidate_must_be_emulated_or_pruned(tmp_path, graph_cache_dir):
+    path = write_spec(tmp_path, name="emu", banks="[12, 16]")
+    path.write_text(path.read_text().replace("m = 64, n = 64, k = 64", "m = 32, n = 32, k = 32")
+                    + '\n[stages]\nemulator = "top_k"\ntop_k = 1\n')
+    spec, db = load_spec(path), tmp_path / "r.db"
+    run_sweep(spec, db, progress=False)
+    fast = recorded_rerun(spec, db)
+    assert fast is not None and fields(fast) == fields(sweep_into_store(spec, db, progress=False))
+    with sqlite3.connect(db) as c:  # a pruned candidate's emulator run lost: the sweep prunes it again
+        c.execute("DELETE FROM run WHERE id = (SELECT max(id) FROM run WHERE stage = 'emulator' AND status = 'pruned')")
+    assert recorded_rerun(spec, db) is None
