@@ -19,7 +19,8 @@ from dse.runner.sweep import sweep_into_store
 
 # What a recorded rerun must not import: the stages, the ORM and pandas, the samplers' optuna.
 HEAVY = ("torch", "pandas", "sqlalchemy", "optuna", "tqdm", "dse.analytical", "dse.records", "dse.runner.sweep",
-         "dse.runner.execution", "dse.workload.capture", "emulator.machine")
+         "dse.runner.execution", "dse.workload.capture", "dse.plan", "dse.lower", "dse.cost", "emulator.machine",
+         "emulator.timing")
 
 RERUN = """
 import contextlib, io, json, sys
