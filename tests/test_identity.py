@@ -106,7 +106,7 @@ def test_chips_built_from_validated_sections_record_what_full_validation_records
     invalid combinations (an 80-byte burst of 32-byte beats) included."""
     from dse.records import Store
     from dse.runner import Sweep, load_spec
-    from dse.runner import sweep as sweep_module
+    from dse.runner import candidates as candidates_module
     from dse.runner.execution import make_executor
     from dse.runner.stages import analytical_graph
 
@@ -116,7 +116,7 @@ def test_chips_built_from_validated_sections_record_what_full_validation_records
     recorded = []
     for fast in (True, False):
         if not fast:
-            monkeypatch.setattr(sweep_module.Sweep, "_chip_from_sections", lambda self, data, sections: None)
+            monkeypatch.setattr(candidates_module.CandidateBuilder, "chip_from_sections", lambda self, data, sections: None)
         with Store(tmp_path / f"r{fast}.db") as store:
             Sweep(load_spec(path), graph, store, make_executor(graph, 1), progress=False).run()
             cands = store.candidates("sections").sort_values("hash")

@@ -7,7 +7,7 @@ without importing the spec's recipes, torch and the emulator.
 import importlib
 
 _WHERE = {"METRICS": "metrics", "Spec": "spec", "SpecModel": "spec", "load_spec": "spec", "build_spec": "spec",
-          "Sweep": "sweep", "SweepResult": "sweep", "run_sweep": "sweep"}
+          "Sweep": "sweep", "SweepResult": "result", "run_sweep": "launch"}
 
 __all__ = list(_WHERE)
 

@@ -10,13 +10,15 @@ from __future__ import annotations
 import math
 import warnings
 from dataclasses import dataclass, field
-from typing import Any, Iterator, Sequence
+from typing import TYPE_CHECKING, Any, Iterator, Sequence
 
 import numpy as np
-import optuna
 
 from .space import Space
 from .spec import Spec
+
+if TYPE_CHECKING:  # imported by the Optuna sampler itself: a grid (or a recorded rerun) needs no optuna
+    import optuna
 
 INFEASIBLE_VALUE = math.inf
 NSGA2_POPULATION = 50  # Optuna's default population size
@@ -120,6 +122,8 @@ class OptunaSampler(Sampler):
     """TPE or NSGA-II over the space, with infeasible candidates as constraint violations."""
 
     def __init__(self, spec: Spec, kind: str):
+        import optuna
+
         self.spec, self.space, self.kind = spec, spec.space, kind
         optuna.logging.set_verbosity(optuna.logging.WARNING)
         self.compactions = 0  # how often the NSGA-II study was rebuilt from its parent population
@@ -132,6 +136,8 @@ class OptunaSampler(Sampler):
         self.study = self._new_study()
 
     def _new_study(self) -> optuna.Study:
+        import optuna
+
         seed = self.spec.model.search.seed
         if seed is not None and self.compactions:  # a rebuilt study's sampler: its own, reproducible draws
             seed = (seed + 7919 * self.compactions) % 2**32
@@ -158,6 +164,8 @@ class OptunaSampler(Sampler):
         next generation together with this one, whatever came before it; the elite of a
         full population is that population itself. Only between generations (no trial
         running), so every proposal has been told."""
+        import optuna
+
         if not self.generational or len(self.study.get_trials(deepcopy=False)) < NSGA2_COMPACT_AT:
             return
         if self.study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.RUNNING,)):
@@ -174,6 +182,8 @@ class OptunaSampler(Sampler):
         self.study = study
 
     def replay(self, recorded: Sequence[Observation]) -> None:
+        import optuna
+
         knobs = {k.name: k for k in self.space.knobs}
         dists = {k.name: k.distribution() for k in self.space.knobs}
         for obs in recorded:
@@ -194,6 +204,8 @@ class OptunaSampler(Sampler):
         return out
 
     def tell(self, proposal: Proposal, obs: Observation, repeat: bool = False) -> None:
+        import optuna
+
         trial = proposal.token
         if trial is None:
             return
@@ -237,3 +249,10 @@ def make_sampler(spec: Spec) -> Sampler:
     if kind == "random":
         return RandomSampler(spec.space, spec.model.search.seed)
     return OptunaSampler(spec, kind)
+
+
+def batch_size(spec: Spec, sampler: Sampler, workers: int) -> int:
+    """How many candidates a sweep asks for at once: the spec's, else the sampler's, else
+    256 for a grid or random draws, else two per worker (at least 4)."""
+    kind = sampler_kind(spec)
+    return spec.model.search.batch or sampler.batch or (256 if kind in ("grid", "random") else max(4, 2 * workers))

@@ -12,13 +12,15 @@ from __future__ import annotations
 
 import itertools
 import math
-from typing import Any, Iterator, Literal
+from typing import TYPE_CHECKING, Any, Iterator, Literal
 
 import numpy as np
-from optuna.distributions import BaseDistribution, CategoricalDistribution, FloatDistribution, IntDistribution
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from emulator.formula import Formula, FormulaError
+
+if TYPE_CHECKING:  # optuna is the Optuna sampler's: a spec reads without it
+    from optuna.distributions import BaseDistribution
 
 
 # A knob over this target chooses which of the baseline chip's Balls the chip keeps.
@@ -104,6 +106,8 @@ class Knob(BaseModel):
 
     # -- the values a knob can take ----------------------------------------------------
     def distribution(self) -> BaseDistribution:
+        from optuna.distributions import CategoricalDistribution, FloatDistribution, IntDistribution
+
         if self.type == "categorical":
             return CategoricalDistribution(self.values)
         if self.type == "int":

@@ -533,3 +533,21 @@ def _check_metrics(spec: Spec) -> None:
             compile_expression(i, crit.expr)
         except CriterionError as exc:
             raise InputError(spec.path, f"acceptance[{i}].expr", crit.expr, f"{allowed_names()} ({exc})") from None
+
+
+def workload_parts(spec: Spec) -> dict:
+    """What the experiment's workload identity covers (`dse.identity.workload_identity`'s
+    arguments): the recipe's source, its full params, its frontend steps, torch's version."""
+    from importlib.metadata import version
+
+    def parts(name: str, params: dict) -> dict:
+        facts = recipe_facts(name, params)
+        return dict(recipe_source_hash=facts.source_hash, params=facts.full_params, steps=facts.steps)
+
+    w = spec.model.workload
+    # torch's version from its metadata (the same text as torch.__version__), without importing it
+    out = dict(parts(w.recipe, w.params), torch_version=version("torch"))
+    if w.stages:  # the staged workload's other stages, by role (the own stage's role too)
+        out["stages"] = [{"role": w.role}] + [{"role": s.role, "recipe": s.recipe, **parts(s.recipe, s.params)}
+                                              for s in w.stages]
+    return out

@@ -9,7 +9,8 @@ written as *running* before its evaluation starts, and a batch's outcomes are wr
 the transaction that starts the next batch (or at the end, or on an interrupt). A
 candidate already evaluated (same hash) is never evaluated again, so rerunning the same
 command resumes, the sampler rebuilt from the records; a run left unfinished by a killed
-driver is evaluated again.
+driver is evaluated again. (A rerun with nothing left to do does not get here:
+`dse.runner.run_sweep` answers it from the records, `dse.runner.rerun`.)
 """
 
 from __future__ import annotations
@@ -21,74 +22,35 @@ import math
 import signal
 import threading
 import time
-from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
-from pydantic import BaseModel
 from tqdm.auto import tqdm  # a widget in Jupyter (ipywidgets), text on a terminal
 
 import emulator
 from emulator.chip import chip_from_dict
 
 from ..analytical import MODEL_VERSION
-from ..chips import capacity_notes, set_dotted, validate_chip_text
+from ..chips import capacity_notes
 from ..errors import InputError
-from ..identity import CanonicalParts, candidate_hash_of_texts, canonical_json, workload_identity
-from ..mapping import mapping_from_dict
+from ..identity import canonical_json, workload_identity
 from ..records import Store
 from ..records.opening import checked_url
 from ..workload.recipes import recipe_name
 from .acceptance import propose
+from .candidates import BuiltCandidate, CandidateBuilder
 from .chain import ANALYTICAL, CAPTURE, EMULATOR, FRONTEND, PLAN, PRUNE, RECORD
 from .execution import InlineExecutor, PoolExecutor, WorkItem, make_executor, remember_chip
 from .recorder import Recorder
-from .samplers import Observation, Proposal, Sampler, make_sampler, sampler_kind
-from .spec import QUANTIZATION_TARGET, Spec, load_spec
+from .result import DONE, IDLE_ROUNDS, SweepResult
+from .samplers import Observation, Proposal, Sampler, batch_size, make_sampler, sampler_kind
+from .spec import QUANTIZATION_TARGET, Spec, workload_parts
 from .emulation import prepare_placed
 from .stages import Outcome, analytical_graph, source_count_metrics
 
-DONE = {"ok", "infeasible", "pruned", "failed"}  # crashed or running: evaluate again
 # A local pool evaluates an analytical batch only when the driver would spend longer than
 # this on it (see Sweep._analytical_executor); 0: the pool always does.
 POOL_ANALYTICAL_MIN_SECONDS = 2.0
 ASK_ROUNDS = 10  # a batch's rounds of asking again for proposals of candidates already evaluated
-IDLE_ROUNDS = 20  # asks in a row proposing only candidates already evaluated: the sweep stops
-
-
-@dataclass
-class SweepResult:
-    experiment_id: int
-    name: str
-    status: str
-    evaluated: int = 0
-    resumed: int = 0
-    counts: dict[str, int] = field(default_factory=dict)
-    proposed: str = ""  # the verdict the evidence suggests (confirmed, refuted, waiting); people decide
-    decision: str = ""  # the proposal's rationale
-    stopped_early: str = ""
-    evidence_skipped: int = 0  # raw evidence files not kept: the evidence budget was reached
-    # Wall time by the chain's stage names: analytical (the whole analytical phase,
-    # sampler and record included), record (the store writes), emulator (prune, emulator and
-    # numerics); and sampler, the driver's own (the sampler's asks and tells).
-    seconds: dict[str, float] = field(default_factory=dict)
-
-
-def mapping_data(mapping) -> dict:
-    """A mapping as recorded and hashed: fields left unset (None) are omitted, so adding an
-    optional field does not change the identity of candidates recorded before it."""
-    return mapping.model_dump(mode="json", exclude_none=True)
-
-
-@dataclass
-class _BuiltCandidate:
-    params: dict
-    config: dict
-    mapping: dict
-    hash: str
-    reason: str  # why it is infeasible before any evaluation ('' if it is to be evaluated)
-    config_json: str = ""
-    mapping_json: str = ""
 
 
 class Sweep:
@@ -114,18 +76,11 @@ class Sweep:
             raise InputError(spec.path, "experiment.name", m.experiment.name,
                              f"a name this store does not hold for a different spec ({exc})") from None
         self.store = store
-        self.baseline_data = {"config": spec.baseline_chip.model_dump(mode="json"),
-                              "mapping": spec.baseline_mapping.model_dump(mode="json")}
         self.result = SweepResult(self.experiment_id, spec.name, "testing")
         self.best_objective: float | None = None  # the best feasible value of the first objective
         self.known: dict[str, tuple[int, Observation]] = {}  # candidates done, by hash: (candidate id, outcome)
-        self._chips: dict[tuple, Any] = {}
-        self._chip_knobs = [k.name for k in spec.model.space if k.target.startswith("chip.")] + [
-            t for t in spec.hand_targets if t.startswith("chip.")]
-        self._baseline_config = CanonicalParts(self.baseline_data["config"])
-        self._chip_limits = spec.baseline_chip.data_with_limits().get("limits")
-        self._sections: dict[tuple[str, str], Any] = {}  # (section, its canonical JSON) -> validated section
-        self._mappings: dict[tuple, Any] = {}
+        self.builder = CandidateBuilder(spec, on_chip=remember_chip)
+        self.baseline_data = self.builder.baseline_data
         self._notes: dict[str, str] = {}  # a chip's capacity notes, by its canonical JSON
         self.stop_requested = False
         self._inline_executor = InlineExecutor(self.executor.work) if isinstance(self.executor, PoolExecutor) else None
@@ -135,90 +90,10 @@ class Sweep:
         self._evidence_bytes: int | None = None  # the evidence folder's size, read when first needed
 
     # -- building candidates ---------------------------------------------------------
-    def _chip_for(self, params: dict) -> tuple[dict, str, str]:
-        """(config data, its canonical JSON, why it is invalid or '') once per distinct chip:
-        many candidates share a chip and differ in mapping only."""
-        key = tuple((name, params[name]) for name in self._chip_knobs if name in params)
-        if any(isinstance(v, (list, dict)) for _, v in key):  # a list value (core groups) is keyed by its JSON
-            key = canonical_json([list(kv) for kv in key])
-        hit = self._chips.get(key)
-        if hit is None:
-            chip_over = self.spec.overrides(params, "chip")
-            # the baseline's data, its sections the knobs set copied: the rest is shared
-            sections = {dotted.split(".", 1)[0] for dotted in chip_over}
-            data, why = self._baseline_config.changed_copy(sections), ""
-            set_dotted(data, chip_over, self.spec.path)
-            chip = None
-            text = self._baseline_config.text(data, sections)
-            if chip_over:
-                chip = self._chip_from_sections(data, sections)
-                try:
-                    if chip is None:  # the full validation: a knob outside a section, or an error to name
-                        checked, checked_text = data, text
-                        if self._chip_limits:  # the baseline's declared ranges bound the knobs too
-                            checked = {**data, "limits": self._chip_limits}
-                            checked_text = self._baseline_config.text(checked, sections | {"limits"})
-                        chip = validate_chip_text(checked_text, checked, self.spec.path, field_prefix="chip.")
-                    dumped = chip.model_dump(mode="json")
-                    if dumped != data:  # validation normalised a value (an int given for a float): its form
-                        data, text = dumped, canonical_json(dumped)
-                except InputError as exc:
-                    why = f"invalid chip for this combination: {exc.field}: {exc.allowed}"
-            if chip is not None:
-                remember_chip(text, chip)
-            hit = self._chips[key] = (data, text, why)
-        return hit
+    def _build(self, params: dict) -> BuiltCandidate:
+        return self.builder.build(params)
 
-    def _chip_from_sections(self, data: dict, sections: set[str]):
-        """The candidate's chip from the baseline's with the knob-set sections replaced, each
-        section validated once per distinct value (a sweep over chip knobs has many chips
-        but few values of each section); None when a knob sets something else than a
-        section or any check fails (the full validation then names the error)."""
-        baseline = self.spec.baseline_chip
-        fields = type(baseline).model_fields
-        replaced = {}
-        for name in sections:
-            model = fields[name].annotation if name in fields else None
-            if not (isinstance(model, type) and issubclass(model, BaseModel)):
-                return None
-            key = (name, canonical_json(data[name]))
-            if key not in self._sections:
-                try:
-                    self._sections[key] = model.model_validate_json(key[1])
-                except ValueError:
-                    self._sections[key] = None
-            if self._sections[key] is None:
-                return None
-            replaced[name] = self._sections[key]
-        try:
-            return baseline.with_sections(**replaced)
-        except ValueError:
-            return None
-
-    def _mapping_for(self, params: dict) -> tuple[dict, str, str]:
-        """(mapping data, its canonical JSON, why it is invalid or '') once per distinct
-        mapping: a sweep has few mappings and many candidates."""
-        map_over = self.spec.overrides(params, "mapping")
-        key = canonical_json(map_over)  # values may be lists (a Ball set) or a dict (a workload point)
-        hit = self._mappings.get(key)
-        if hit is None:
-            mapping, why = {**self.baseline_data["mapping"], **map_over}, ""
-            try:
-                mapping = mapping_data(mapping_from_dict(mapping, str(self.spec.path)))
-            except InputError as exc:
-                why = f"invalid mapping for this combination: {exc.field}: {exc.allowed}"
-            hit = self._mappings[key] = (mapping, canonical_json(mapping), why)
-        return hit
-
-    def _build(self, params: dict) -> _BuiltCandidate:
-        config, config_json, reason = self._chip_for(params)
-        reason = reason or self.spec.space.violated(params)
-        mapping, mapping_json, why = self._mapping_for(params)
-        reason = reason or why
-        return _BuiltCandidate(params, config, mapping, candidate_hash_of_texts(config_json, mapping_json), reason,
-                               config_json, mapping_json)
-
-    def _notes_of(self, b: _BuiltCandidate) -> str:
+    def _notes_of(self, b: BuiltCandidate) -> str:
         """What the candidate's record says beyond its metrics (`capacity_notes`), once per
         distinct chip; "" for a chip the sweep found invalid (its reason says why)."""
         note = self._notes.get(b.config_json)
@@ -227,7 +102,7 @@ class Sweep:
             self._notes[b.config_json] = note
         return note
 
-    def _diff(self, b: _BuiltCandidate) -> dict[str, list]:
+    def _diff(self, b: BuiltCandidate) -> dict[str, list]:
         """Fields that differ from the baseline. Candidates differ from it only where a knob
         sets a field, so only the knob targets need comparing."""
         out = {}
@@ -284,11 +159,11 @@ class Sweep:
         return out
 
     def _evaluate(self, proposals: list[Proposal], origin: str, sampler: Sampler | None, bar,
-                  built: list[_BuiltCandidate] | None = None) -> int:
+                  built: list[BuiltCandidate] | None = None) -> int:
         """Record and evaluate a batch (`built`: its proposals' candidates, when built
         already); returns how many candidates were new."""
         built = built or [self._build(p.params) for p in proposals]
-        fresh: dict[str, _BuiltCandidate] = {}
+        fresh: dict[str, BuiltCandidate] = {}
         repeats: list[bool] = []  # per proposal: its candidate was evaluated before it (or proposed earlier in the batch)
         for b in built:
             repeats.append(b.hash in self.known or b.hash in fresh)
@@ -344,7 +219,7 @@ class Sweep:
         self._tick(bar)
         return len(new)
 
-    def _ask(self, sampler: Sampler, n: int) -> tuple[list[Proposal], list[_BuiltCandidate], bool]:
+    def _ask(self, sampler: Sampler, n: int) -> tuple[list[Proposal], list[BuiltCandidate], bool]:
         """Proposals holding up to `n` candidates not evaluated yet, their candidates, and
         whether the sampler ran out. When some propose a candidate already evaluated (or one of the batch once
         more), the sampler is asked again (ASK_ROUNDS at most), so that a batch stays full:
@@ -355,7 +230,7 @@ class Sweep:
         it re-selects parents on every ask while a complete generation has trials running
         (over 600 trials its asks took 3x as long)."""
         out: list[Proposal] = []
-        built: list[_BuiltCandidate] = []
+        built: list[BuiltCandidate] = []
         fresh: set[str] = set()
         for _ in range(ASK_ROUNDS):
             started = time.perf_counter()
@@ -501,7 +376,7 @@ class Sweep:
         sampler.replay([o for o in recorded])
         exhaustive = sampler.exhaustive
         total = spec.grid_size() if exhaustive else search.trials
-        batch = search.batch or sampler.batch or (256 if kind in ("grid", "random") else max(4, 2 * self.executor.workers))
+        batch = batch_size(spec, sampler, self.executor.workers)
         deadline = time.monotonic() + search.wall_seconds if search.wall_seconds else None
         done_sampled = sum(1 for _ in recorded) - 1 if recorded else 0
         # disable=None: no bar when stderr is not a terminal (logs, CI)
@@ -648,26 +523,6 @@ def time_limit(seconds: float, error):
         signal.signal(signal.SIGALRM, previous)
 
 
-def workload_parts(spec: Spec) -> dict:
-    """What the experiment's workload identity covers (`dse.identity.workload_identity`'s
-    arguments): the recipe's source, its full params, its frontend steps, torch's version."""
-    from importlib.metadata import version
-
-    from ..frontend.facts import recipe_facts
-
-    def parts(name: str, params: dict) -> dict:
-        facts = recipe_facts(name, params)
-        return dict(recipe_source_hash=facts.source_hash, params=facts.full_params, steps=facts.steps)
-
-    w = spec.model.workload
-    # torch's version from its metadata (the same text as torch.__version__), without importing it
-    out = dict(parts(w.recipe, w.params), torch_version=version("torch"))
-    if w.stages:  # the staged workload's other stages, by role (the own stage's role too)
-        out["stages"] = [{"role": w.role}] + [{"role": s.role, "recipe": s.recipe, **parts(s.recipe, s.params)}
-                                              for s in w.stages]
-    return out
-
-
 def _value_at(data: dict, dotted: str):
     """The value at a dotted path of {"chip": ..., "mapping": ...} (None where unset)."""
     for part in dotted.split("."):
@@ -699,11 +554,10 @@ def resolve_links(spec: Spec, store: Store | None) -> list[tuple[str, int, str]]
     return out
 
 
-def run_sweep(spec_path: str | Path | Spec, db: str | Path = "records.db", progress: bool = True,
-              workers: int = 1, cluster: str | None = None) -> SweepResult:
-    """Validate the spec (a TOML file's path, or a `Spec` from `build_spec`; nothing is
-    written if it is bad), then sweep into the store."""
-    spec = spec_path if isinstance(spec_path, Spec) else load_spec(spec_path)
+def sweep_into_store(spec: Spec, db: str | Path = "records.db", progress: bool = True,
+                     workers: int = 1, cluster: str | None = None) -> SweepResult:
+    """Sweep a validated spec into the store: capture, frontend, plan, then `Sweep` (what
+    `dse.runner.run_sweep` does when the store does not hold the whole sweep already)."""
     checked_url(db)  # a bad --db says so before the recipe's capture (Store checks it again)
     if spec.model.experiment.links() and "://" not in str(db) and not Path(db).exists():
         resolve_links(spec, None)  # a link into a store that does not exist: nothing created

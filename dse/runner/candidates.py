@@ -1,0 +1,139 @@
+"""A sweep's candidates from its knob values: the chip and mapping each set of parameters
+gives, validated, in canonical form, and its identity (`dse.identity`).
+
+The one definition of which candidate a proposal is: the sweep builds every candidate
+here, and a rerun's shortcut (`dse.runner.rerun`) asks the store about the same hashes.
+Imports no stage (no torch, pandas, SQLAlchemy or emulator machine).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Callable
+
+from pydantic import BaseModel
+
+from ..chips import set_dotted, validate_chip_text
+from ..errors import InputError
+from ..identity import CanonicalParts, candidate_hash_of_texts, canonical_json
+from ..mapping import mapping_from_dict
+from .spec import Spec
+
+
+def mapping_data(mapping) -> dict:
+    """A mapping as recorded and hashed: fields left unset (None) are omitted, so adding an
+    optional field does not change the identity of candidates recorded before it."""
+    return mapping.model_dump(mode="json", exclude_none=True)
+
+
+@dataclass
+class BuiltCandidate:
+    params: dict
+    config: dict
+    mapping: dict
+    hash: str
+    reason: str  # why it is infeasible before any evaluation ('' if it is to be evaluated)
+    config_json: str = ""
+    mapping_json: str = ""
+
+
+class CandidateBuilder:
+    """Builds a spec's candidates, validating each distinct chip and mapping once.
+    `on_chip(config_json, chip)`: called with every validated chip (the sweep keeps them
+    for its evaluation stages)."""
+
+    def __init__(self, spec: Spec, on_chip: Callable[[str, Any], None] | None = None):
+        self.spec = spec
+        self.on_chip = on_chip
+        self.baseline_data = {"config": spec.baseline_chip.model_dump(mode="json"),
+                              "mapping": spec.baseline_mapping.model_dump(mode="json")}
+        self._chips: dict[tuple, Any] = {}
+        self._chip_knobs = [k.name for k in spec.model.space if k.target.startswith("chip.")] + [
+            t for t in spec.hand_targets if t.startswith("chip.")]
+        self._baseline_config = CanonicalParts(self.baseline_data["config"])
+        self._chip_limits = spec.baseline_chip.data_with_limits().get("limits")
+        self._sections: dict[tuple[str, str], Any] = {}  # (section, its canonical JSON) -> validated section
+        self._mappings: dict[tuple, Any] = {}
+
+    def chip_for(self, params: dict) -> tuple[dict, str, str]:
+        """(config data, its canonical JSON, why it is invalid or '') once per distinct chip:
+        many candidates share a chip and differ in mapping only."""
+        key = tuple((name, params[name]) for name in self._chip_knobs if name in params)
+        if any(isinstance(v, (list, dict)) for _, v in key):  # a list value (core groups) is keyed by its JSON
+            key = canonical_json([list(kv) for kv in key])
+        hit = self._chips.get(key)
+        if hit is None:
+            chip_over = self.spec.overrides(params, "chip")
+            # the baseline's data, its sections the knobs set copied: the rest is shared
+            sections = {dotted.split(".", 1)[0] for dotted in chip_over}
+            data, why = self._baseline_config.changed_copy(sections), ""
+            set_dotted(data, chip_over, self.spec.path)
+            chip = None
+            text = self._baseline_config.text(data, sections)
+            if chip_over:
+                chip = self.chip_from_sections(data, sections)
+                try:
+                    if chip is None:  # the full validation: a knob outside a section, or an error to name
+                        checked, checked_text = data, text
+                        if self._chip_limits:  # the baseline's declared ranges bound the knobs too
+                            checked = {**data, "limits": self._chip_limits}
+                            checked_text = self._baseline_config.text(checked, sections | {"limits"})
+                        chip = validate_chip_text(checked_text, checked, self.spec.path, field_prefix="chip.")
+                    dumped = chip.model_dump(mode="json")
+                    if dumped != data:  # validation normalised a value (an int given for a float): its form
+                        data, text = dumped, canonical_json(dumped)
+                except InputError as exc:
+                    why = f"invalid chip for this combination: {exc.field}: {exc.allowed}"
+            if chip is not None and self.on_chip is not None:
+                self.on_chip(text, chip)
+            hit = self._chips[key] = (data, text, why)
+        return hit
+
+    def chip_from_sections(self, data: dict, sections: set[str]):
+        """The candidate's chip from the baseline's with the knob-set sections replaced, each
+        section validated once per distinct value (a sweep over chip knobs has many chips
+        but few values of each section); None when a knob sets something else than a
+        section or any check fails (the full validation then names the error)."""
+        baseline = self.spec.baseline_chip
+        fields = type(baseline).model_fields
+        replaced = {}
+        for name in sections:
+            model = fields[name].annotation if name in fields else None
+            if not (isinstance(model, type) and issubclass(model, BaseModel)):
+                return None
+            key = (name, canonical_json(data[name]))
+            if key not in self._sections:
+                try:
+                    self._sections[key] = model.model_validate_json(key[1])
+                except ValueError:
+                    self._sections[key] = None
+            if self._sections[key] is None:
+                return None
+            replaced[name] = self._sections[key]
+        try:
+            return baseline.with_sections(**replaced)
+        except ValueError:
+            return None
+
+    def mapping_for(self, params: dict) -> tuple[dict, str, str]:
+        """(mapping data, its canonical JSON, why it is invalid or '') once per distinct
+        mapping: a sweep has few mappings and many candidates."""
+        map_over = self.spec.overrides(params, "mapping")
+        key = canonical_json(map_over)  # values may be lists (a Ball set) or a dict (a workload point)
+        hit = self._mappings.get(key)
+        if hit is None:
+            mapping, why = {**self.baseline_data["mapping"], **map_over}, ""
+            try:
+                mapping = mapping_data(mapping_from_dict(mapping, str(self.spec.path)))
+            except InputError as exc:
+                why = f"invalid mapping for this combination: {exc.field}: {exc.allowed}"
+            hit = self._mappings[key] = (mapping, canonical_json(mapping), why)
+        return hit
+
+    def build(self, params: dict) -> BuiltCandidate:
+        config, config_json, reason = self.chip_for(params)
+        reason = reason or self.spec.space.violated(params)
+        mapping, mapping_json, why = self.mapping_for(params)
+        reason = reason or why
+        return BuiltCandidate(params, config, mapping, candidate_hash_of_texts(config_json, mapping_json), reason,
+                              config_json, mapping_json)

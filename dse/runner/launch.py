@@ -1,0 +1,24 @@
+"""`run_sweep`: an experiment spec into the record store, answered from the records when
+they hold the whole sweep already (`dse.runner.rerun`), else by the sweep's stages
+(`dse.runner.sweep`, imported only then: torch, pandas, SQLAlchemy, the emulator)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from .rerun import recorded_rerun
+from .result import SweepResult
+from .spec import Spec, load_spec
+
+
+def run_sweep(spec_path: str | Path | Spec, db: str | Path = "records.db", progress: bool = True,
+              workers: int = 1, cluster: str | None = None) -> SweepResult:
+    """Validate the spec (a TOML file's path, or a `Spec` from `build_spec`; nothing is
+    written if it is bad), then sweep into the store."""
+    spec = spec_path if isinstance(spec_path, Spec) else load_spec(spec_path)
+    result = recorded_rerun(spec, db, workers, cluster)
+    if result is not None:
+        return result
+    from .sweep import sweep_into_store
+
+    return sweep_into_store(spec, db, progress, workers, cluster)

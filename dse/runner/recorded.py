@@ -1,0 +1,99 @@
+"""What a SQLite record store holds of one experiment, read in one read-only transaction
+with the standard library's sqlite3: the light read of a rerun's shortcut
+(`dse.runner.rerun`), which must answer before SQLAlchemy, its ORM and pandas (most of a
+short command's start-up) are imported. It never writes, and opens no file that is not
+there; anything it cannot read is the full sweep's to report (None).
+
+The tables and columns it reads are `dse.records.schema`'s at the head revision;
+`schema_current` says whether the store is at it (tests/test_rerun.py checks that this
+module's head is the store's).
+"""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+from dataclasses import dataclass, field
+from pathlib import Path
+
+MIGRATIONS = Path(__file__).resolve().parents[1] / "records" / "migrations" / "versions"
+
+
+def head_revision() -> str:
+    """The newest schema revision this dse knows: its migration files are named
+    `<revision>_*.py` with zero-padded revisions (as `dse.records.opening.known_revisions` reads them)."""
+    return max(p.name.split("_", 1)[0] for p in MIGRATIONS.glob("*_*.py"))
+
+
+@dataclass
+class RecordedExperiment:
+    id: int
+    spec_hash: str
+    workload_hash: str
+    status: str
+    acceptance: list
+    schema_current: bool  # the store is at this dse's head revision (no upgrade due on open)
+    runs_in_flight: int  # runs of any experiment left "running" (a Store's open reaps the dead ones)
+    locked: bool  # a sweep lock row for the experiment (live or stale)
+    has_frontend_dumps: bool
+    # per candidate, by hash: the status of its latest analytical run (None: no such run)
+    analytical: dict[str, str | None] = field(default_factory=dict)
+    why: dict[str, str | None] = field(default_factory=dict)  # per candidate, by hash: why a hand-picked one is in
+    # hashes of candidates with a finished emulator-stage run (neither emulated nor pruned again)
+    emulator_done: set[str] = field(default_factory=set)
+    # the experiment's latest proposal (verdict, rationale, created_at) and the newest
+    # start or finish time of its candidates' runs, both as the store's timestamp text
+    proposal: tuple[str, str, str] | None = None
+    newest_run_time: str | None = None
+
+
+def read_experiment(path: str | Path, name: str, final_statuses: set[str]) -> RecordedExperiment | None:
+    """The experiment `name` of the SQLite store at `path`, or None when the file, the
+    experiment or a table cannot be read."""
+    path = Path(path)
+    if not path.is_file():
+        return None
+    try:
+        connection = sqlite3.connect(f"{path.resolve().as_uri()}?mode=ro", uri=True, isolation_level=None)
+    except sqlite3.Error:
+        return None
+    try:
+        connection.execute("BEGIN")  # one snapshot for every read below
+        return _read(connection, name, final_statuses)
+    except (sqlite3.Error, ValueError):  # not a store, another schema, a locked file: the full sweep says
+        return None
+    finally:
+        connection.close()
+
+
+def _read(db: sqlite3.Connection, name: str, final_statuses: set[str]) -> RecordedExperiment | None:
+    versions = [row[0] for row in db.execute("SELECT version_num FROM alembic_version")]
+    row = db.execute("SELECT id, spec_hash, workload_hash, status, acceptance FROM experiment WHERE name = ?",
+                     (name,)).fetchone()
+    if row is None:
+        return None
+    exp_id = row[0]
+    out = RecordedExperiment(
+        id=exp_id, spec_hash=row[1], workload_hash=row[2], status=row[3], acceptance=json.loads(row[4] or "[]"),
+        schema_current=versions == [head_revision()],
+        runs_in_flight=db.execute("SELECT count(*) FROM run WHERE status = 'running'").fetchone()[0],
+        locked=db.execute("SELECT count(*) FROM sweep_lock WHERE experiment_id = ?", (exp_id,)).fetchone()[0] > 0,
+        has_frontend_dumps=db.execute("SELECT count(*) FROM artifact WHERE experiment_id = ? AND role = 'graph_dump'",
+                                      (exp_id,)).fetchone()[0] > 0)
+    # Each candidate's latest analytical run (as `Store.candidates(..., stage="analytical")`).
+    for cand_hash, why, status in db.execute(
+            "SELECT c.hash, c.why, r.status FROM candidate c LEFT JOIN "
+            "(SELECT candidate_id, max(id) AS run_id FROM run WHERE stage = 'analytical' GROUP BY candidate_id) l "
+            "ON l.candidate_id = c.id LEFT JOIN run r ON r.id = l.run_id WHERE c.experiment_id = ?", (exp_id,)):
+        out.analytical[cand_hash], out.why[cand_hash] = status, why
+    marks = ",".join("?" * len(final_statuses))
+    out.emulator_done = {h for (h,) in db.execute(
+        f"SELECT DISTINCT c.hash FROM candidate c JOIN run r ON r.candidate_id = c.id WHERE c.experiment_id = ? "
+        f"AND r.stage = 'emulator' AND r.status IN ({marks})", (exp_id, *sorted(final_statuses)))}
+    proposal = db.execute("SELECT verdict, rationale, created_at FROM decision WHERE experiment_id = ? "
+                          "AND kind = 'proposal' ORDER BY id DESC LIMIT 1", (exp_id,)).fetchone()
+    out.proposal = tuple(proposal) if proposal is not None else None
+    out.newest_run_time = db.execute(
+        "SELECT max(max(r.started_at, coalesce(r.finished_at, r.started_at))) FROM run r "
+        "JOIN candidate c ON c.id = r.candidate_id WHERE c.experiment_id = ?", (exp_id,)).fetchone()[0]
+    return out

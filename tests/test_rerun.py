@@ -1,0 +1,127 @@
+"""A rerun of a sweep the store holds in full answers from the records (dse.runner.rerun):
+the same result, output and exit code as the full sweep's rerun, nothing written, none of
+the stages' imports; wherever the full sweep would still do something, it runs."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import sqlite3
+import subprocess
+import sys
+
+from test_runner import write_spec
+
+from dse.runner import launch, load_spec, run_sweep
+from dse.runner.rerun import recorded_rerun
+from dse.runner.sweep import sweep_into_store
+
+# What a recorded rerun must not import: the stages, the ORM and pandas, the samplers' optuna.
+HEAVY = ("torch", "pandas", "sqlalchemy", "optuna", "tqdm", "dse.analytical", "dse.records", "dse.runner.sweep",
+         "dse.runner.execution", "dse.workload.capture", "dse.plan", "dse.lower", "dse.cost", "emulator.machine",
+         "emulator.timing")
+
+RERUN = """
+import contextlib, io, json, sys
+from dse.cli import main
+out = io.StringIO()
+with contextlib.redirect_stdout(out):
+    code = main(["sweep", sys.argv[1], "--db", sys.argv[2], "--no-progress"])
+print(json.dumps({"code": code, "out": out.getvalue(), "modules": sorted(sys.modules)}))
+"""
+
+
+def records(db) -> list[str]:
+    """Every row of the store, as SQL text."""
+    with sqlite3.connect(db) as connection:
+        return list(connection.iterdump())
+
+
+def fields(result) -> dict:
+    return {k: v for k, v in dataclasses.asdict(result).items() if k != "seconds"}
+
+
+def test_a_recorded_rerun_prints_what_the_full_rerun_prints_imports_no_stage_and_writes_nothing(
+        tmp_path, graph_cache_dir, repo, cli, monkeypatch):
+    spec, db = write_spec(tmp_path), tmp_path / "r.db"
+    assert run_sweep(spec, db, progress=False).evaluated == 10
+    before = records(db)
+    p = subprocess.run([sys.executable, "-c", RERUN, str(spec), str(db)], capture_output=True, text=True,
+                       timeout=300, env={**os.environ, "PYTHONPATH": str(repo)}, check=False)
+    assert p.returncode == 0, p.stderr
+    fast = json.loads(p.stdout.strip().splitlines()[-1])
+    assert fast["code"] == 0 and "0 evaluated, 10 already recorded" in fast["out"]
+    assert "proposed verdict: " in fast["out"]
+    imported = {m for m in fast["modules"] if any(m == h or m.startswith(h + ".") for h in HEAVY)}
+    assert imported == set()
+    assert "dse.runner.rerun" in fast["modules"] and "emulator.chip" in fast["modules"]  # it did build the candidates
+    assert records(db) == before
+    # The full sweep's rerun (the shortcut turned off): the same text and code, nothing written either.
+    monkeypatch.setattr(launch, "recorded_rerun", lambda *a, **k: None)
+    code, out, _ = cli("sweep", spec, "--db", db, "--no-progress")
+    assert (code, out) == (fast["code"], fast["out"])
+    assert records(db) == before
+
+
+def test_the_shortcut_gives_the_full_sweeps_result_and_stands_aside_while_there_is_work(tmp_path, graph_cache_dir):
+    spec_path, db = write_spec(tmp_path), tmp_path / "r.db"
+    spec = load_spec(spec_path)
+    assert recorded_rerun(spec, db) is None  # no store yet
+    first = run_sweep(spec, db, progress=False)
+    fast = recorded_rerun(spec, db)
+    assert fast is not None and fields(fast) == fields(sweep_into_store(spec, db, progress=False))
+    assert fast.proposed and fast.resumed == 10 and sum(fast.counts.values()) == 10 and first.evaluated == 10
+
+    # Evidence newer than the latest proposal: `propose` judges it again (and finds the same).
+    with sqlite3.connect(db) as c:
+        c.execute("UPDATE decision SET created_at = '2000-01-01 00:00:00.000000' WHERE kind = 'proposal'")
+    assert recorded_rerun(spec, db) is None
+    assert fields(sweep_into_store(spec, db, progress=False)) == fields(fast)
+
+    # A run left "running" by a process gone silent: the store's open reaps it (a write), then
+    # the sweep evaluates its candidate again.
+    with sqlite3.connect(db) as c:
+        c.execute("UPDATE run SET status = 'running', finished_at = NULL, pid = NULL, "
+                  "heartbeat_at = '2000-01-01 00:00:00.000000' WHERE id = (SELECT max(id) FROM run)")
+    assert recorded_rerun(spec, db) is None
+    assert sweep_into_store(spec, db, progress=False).evaluated == 1
+
+    # A spec changed under the same name (the sweep's error to give), an experiment not recorded.
+    changed = load_spec(write_spec(tmp_path, banks="[4, 8, 16, 20]"))
+    assert recorded_rerun(changed, db) is None
+    assert recorded_rerun(load_spec(write_spec(tmp_path, name="other")), db) is None
+
+
+def test_a_sampled_sweep_is_recorded_once_its_trials_are(tmp_path, graph_cache_dir):
+    db = tmp_path / "r.db"
+    spec = load_spec(write_spec(tmp_path, sampler="random", trials=4))
+    run_sweep(spec, db, progress=False)
+    fast = recorded_rerun(spec, db)
+    assert fast is not None and fields(fast) == fields(sweep_into_store(spec, db, progress=False))
+    more = load_spec(write_spec(tmp_path, name="more", sampler="random", trials=4))
+    run_sweep(more, db, progress=False)
+    with sqlite3.connect(db) as c:  # one trial's candidate lost: the sampler has a trial to ask for
+        c.execute("DELETE FROM run WHERE id = (SELECT max(r.id) FROM run r JOIN candidate k ON k.id = r.candidate_id "
+                  "JOIN experiment e ON e.id = k.experiment_id WHERE e.name = 'more')")
+    assert recorded_rerun(more, db) is None
+
+
+def test_the_light_reads_schema_head_is_the_stores():
+    from dse.records.engine import SCHEMA_HEAD
+    from dse.runner.recorded import head_revision
+
+    assert head_revision() == SCHEMA_HEAD
+
+
+def test_with_the_emulator_stage_every_candidate_must_be_emulated_or_pruned(tmp_path, graph_cache_dir):
+    path = write_spec(tmp_path, name="emu", banks="[12, 16]")
+    path.write_text(path.read_text().replace("m = 64, n = 64, k = 64", "m = 32, n = 32, k = 32")
+                    + '\n[stages]\nemulator = "top_k"\ntop_k = 1\n')
+    spec, db = load_spec(path), tmp_path / "r.db"
+    run_sweep(spec, db, progress=False)
+    fast = recorded_rerun(spec, db)
+    assert fast is not None and fields(fast) == fields(sweep_into_store(spec, db, progress=False))
+    with sqlite3.connect(db) as c:  # a pruned candidate's emulator run lost: the sweep prunes it again
+        c.execute("DELETE FROM run WHERE id = (SELECT max(id) FROM run WHERE stage = 'emulator' AND status = 'pruned')")
+    assert recorded_rerun(spec, db) is None
