@@ -62,6 +62,7 @@ class SweepResult:
     name: str
     status: str
     evaluated: int = 0
+    proposed_by_sampler: int = 0  # the sampler's proposals, repeats of evaluated candidates included
     resumed: int = 0
     counts: dict[str, int] = field(default_factory=dict)
     proposed: str = ""  # the verdict the evidence suggests (confirmed, refuted, waiting); people decide
@@ -361,6 +362,7 @@ class Sweep:
             started = time.perf_counter()
             proposals = sampler.ask(n - len(fresh))
             self._sampler_seconds += time.perf_counter() - started
+            self.result.proposed_by_sampler += len(proposals)
             if not proposals:
                 return out, built, True
             before = len(fresh)
