@@ -271,3 +271,23 @@ def test_source_hash_is_sha256_of_the_file():
     assert first.source_hash == second.source_hash == expected
     assert first.name == second.name == "gemm"
     assert first.path == RECIPES_DIR / "gemm" / "model.py"
+
+
+def test_a_trace_that_keeps_some_values_lets_the_others_go_and_computes_the_same():
+    class Chain(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.a, self.b = nn.Linear(6, 5), nn.Linear(5, 3)
+
+        def forward(self, x):
+            h = torch.relu(self.a(x))
+            return self.b(h) + h.sum(-1, keepdim=True), h
+
+    torch.manual_seed(0)
+    module, x = Chain().eval(), torch.randn(4, 6)
+    graph = capture(module, x, name="chain")
+    full = graph.trace(x)
+    kept = graph.trace(x, keep=set(graph.outputs))
+    assert set(kept) == set(graph.outputs) and len(full) > len(kept)
+    assert all(torch.equal(kept[n], full[n]) for n in graph.outputs)
+    assert_matches_module(graph, module, (x,))  # run(): the outputs of a trace keeping only them

@@ -144,8 +144,7 @@ def prepare_recipe(recipe: str | Path, params: dict | None = None, steps=None) -
         expected = None
         for stage, g in reversed(list(zip(pipe.stages, pipe.graphs))):
             if not stage.quantized and len(g.outputs) == len(graph.outputs):
-                ref = g.trace(*inputs)
-                outs = [ref[n] for n in g.outputs]
+                outs = g.run(*inputs)
                 if matches(outs):
                     expected = outs
                     break

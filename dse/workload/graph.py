@@ -154,11 +154,13 @@ class Graph:
         return Graph(self.name, copy.deepcopy(self.ops), dict(self.tensors), list(self.inputs),
                      list(self.outputs), dict(self.weights))
 
-    def trace(self, *inputs: torch.Tensor | np.ndarray, known: dict[str, torch.Tensor] | None = None
-              ) -> dict[str, torch.Tensor]:
+    def trace(self, *inputs: torch.Tensor | np.ndarray, known: dict[str, torch.Tensor] | None = None,
+              keep: set[str] | None = None) -> dict[str, torch.Tensor]:
         """Execute the dse ops in torch; every tensor's value by name (inputs, weights, op outputs).
         `known`: op outputs already computed on these inputs (by an identical op of another
-        graph over identical inputs, see `unchanged_values`), taken rather than computed again."""
+        graph over identical inputs, see `unchanged_values`), taken rather than computed again.
+        `keep`: only these op outputs are returned, and every other goes once its last reader
+        has run (a real model's intermediates are gigabytes)."""
         import torch
 
         from dse.workload.interpret import INTERPRETERS, weight_tensor
@@ -174,19 +176,26 @@ class Graph:
             values[name] = tensor
         for name, array in self.weights.items():
             values[name] = weight_tensor(array, self.tensors[name].dtype)
+        last_use = {} if keep is None else {name: i for i, op in enumerate(self.ops) for name in op.inputs}
         with torch.no_grad():
-            for op in self.ops:
+            for i, op in enumerate(self.ops):
                 out = op.outputs[0]
                 if known and out in known:
                     values[out] = known[out]
-                    continue
-                args = [values[name] for name in op.inputs]
-                values[out] = INTERPRETERS[op.kind](op, args)
+                else:
+                    args = [values[name] for name in op.inputs]
+                    values[out] = INTERPRETERS[op.kind](op, args)
+                    del args
+                if keep is not None:
+                    for name in {*op.inputs, out}:
+                        if name not in keep and last_use.get(name, -1) <= i and name in values:
+                            del values[name]
         return values
 
     def run(self, *inputs: torch.Tensor | np.ndarray) -> list[torch.Tensor]:
-        """Execute the dse ops in torch; returns the graph outputs in order."""
-        values = self.trace(*inputs)
+        """Execute the dse ops in torch; returns the graph outputs in order (intermediates
+        go once read for the last time)."""
+        values = self.trace(*inputs, keep=set(self.outputs))
         return [values[name] for name in self.outputs]
 
     def counts_frame(self) -> pd.DataFrame:
