@@ -63,6 +63,31 @@ def op_row(o, prefix: str = "", workers_used: int | None = None) -> dict:
             "workers_used": o.workers_used if workers_used is None else workers_used, "instructions": o.instructions}
 
 
+class StreamedReference:
+    """A graph's reference values as `compare` reads them, one op at a time in op order
+    (`Graph.stream`): a real layer's reference trace would hold gigabytes at once. A name
+    asked out of op order is served from a whole trace, made then."""
+
+    def __init__(self, graph: Graph, inputs):
+        self._graph, self._inputs = graph, inputs
+        self._values = graph.stream(*inputs)
+        self._name: str | None = None
+        self._value = None
+        self._whole: dict | None = None
+
+    def __getitem__(self, name: str):
+        if self._whole is not None:
+            return self._whole[name]
+        if name == self._name:
+            return self._value
+        for self._name, self._value in self._values:
+            if self._name == name:
+                return self._value
+        self._name = self._value = None
+        self._whole = self._graph.trace(*self._inputs)
+        return self._whole[name]
+
+
 def emulate_graph(graph: Graph, candidate: Candidate, inputs, expected=None, tolerance: float = FLOAT_TOLERANCE,
                   reference_kind: str = "quantized", mode: str = "overlapped", name: str = "",
                   reference: dict | None = None, elementwise: str = "auto",
@@ -92,7 +117,7 @@ def emulate_graph(graph: Graph, candidate: Candidate, inputs, expected=None, tol
     rep.rerun = (lowered.program, lowered.image, mode)
     if reference is None:  # the graph's own values, the same for every candidate: callers may pass them
         progress("reference")
-        reference = graph.trace(*inputs)
+        reference = StreamedReference(graph, inputs)
     progress("compare")
     rep.verdict = compare(graph, lowered, result.dram, reference, expected, tolerance, reference_kind)
     rep.cycles = int(result.cycles)

@@ -161,13 +161,23 @@ class Graph:
         graph over identical inputs, see `unchanged_values`), taken rather than computed again.
         `keep`: only these op outputs are returned, and every other goes once its last reader
         has run (a real model's intermediates are gigabytes)."""
+        values: dict[str, torch.Tensor] = {}
+        for _ in self._execute(inputs, known, keep, False, values):
+            pass
+        return values
+
+    def _execute(self, inputs: tuple, known: dict | None, keep: set[str] | None, stream: bool,
+                 values: dict | None = None):
+        """The one interpreter loop of `trace` and `stream`: op outputs into `values`, each
+        yielded (with `stream`) as it is computed; with `keep`, every other value goes once
+        its last reader has run."""
         import torch
 
         from dse.workload.interpret import INTERPRETERS, weight_tensor
 
+        values = {} if values is None else values
         if len(inputs) != len(self.inputs):
             raise ValueError(f"graph {self.name!r} takes {len(self.inputs)} inputs, got {len(inputs)}")
-        values: dict[str, torch.Tensor] = {}
         for name, value in zip(self.inputs, inputs):
             tensor = torch.as_tensor(value)
             spec = self.tensors[name]
@@ -186,11 +196,18 @@ class Graph:
                     args = [values[name] for name in op.inputs]
                     values[out] = INTERPRETERS[op.kind](op, args)
                     del args
+                if stream:
+                    yield out, values[out]
                 if keep is not None:
                     for name in {*op.inputs, out}:
                         if name not in keep and last_use.get(name, -1) <= i and name in values:
                             del values[name]
-        return values
+
+    def stream(self, *inputs: torch.Tensor | np.ndarray):
+        """(name, value) of every op output in op order, as `trace` computes them, holding
+        only the values later ops still read: a reader that takes each in turn (a comparison
+        op by op) never has a whole model's values at once."""
+        return self._execute(inputs, None, set(self.outputs), True)
 
     def run(self, *inputs: torch.Tensor | np.ndarray) -> list[torch.Tensor]:
         """Execute the dse ops in torch; returns the graph outputs in order (intermediates
