@@ -101,7 +101,8 @@ def _int_result(acc: torch.Tensor, bound: int | None, bias: torch.Tensor | None,
     """The int32 accumulator of an exact float product (+ the int32 bias), wrapped mod 2**32.
     With a known bound that no sum can exceed, int32 holds every value: no int64 copies."""
     bias = None if bias is None else (bias.reshape(bias_shape) if bias_shape else bias)
-    if bound is not None and bound + (0 if bias is None else int(bias.abs().max()) if bias.numel() else 0) <= INT32_MAX:
+    bias_bound = int(bias.to(torch.int64).abs().max()) if bias is not None and bias.numel() else 0
+    if bound is not None and bound + bias_bound <= INT32_MAX:
         total = acc.to(torch.int32)
         return total if bias is None else total.add_(bias.to(torch.int32))
     total = (acc.round() if acc.is_floating_point() else acc).to(torch.int64)
