@@ -188,25 +188,29 @@ def emulate_recipe(recipe: str | Path, chip, mapping: Mapping | None = None, par
     prep = prepare_recipe(recipe, params)
     if prep.failed:
         return EmulationReport(prep.recipe, chip.name, mapping.model_dump(mode="json"), False, reason=prep.failed)
-    graph, inputs, expected, pipe = prep.graph, prep.inputs, prep.expected, prep.pipe
+    graph, inputs, expected = prep.graph, prep.inputs, prep.expected
+    name, tolerance, reference_kind = prep.recipe, prep.tolerance, prep.reference_kind
+    unmodified, stepped = (prep.pipe.graphs[0] if check_unmodified else None), len(prep.pipe.graphs) > 1
+    # The stages' other graphs are not read again: let their weights go (a real layer's float
+    # weights, once per stage that rewrote them, are gigabytes) before lowering and emulating.
+    del prep
     cand = Candidate(chip, mapping)
     if partition == "spans" or mapping.partition == "spans":
-        return emulate_spans(graph, cand, inputs, expected, prep.tolerance, mode, prep.recipe)
+        return emulate_spans(graph, cand, inputs, expected, tolerance, mode, name)
     # A real model's lowering, emulation and checks take minutes: a bar on a terminal, nothing
     # otherwise (disable=None); one step a phase, of the stepped graph and the unmodified one.
-    with tqdm(total=4 * (2 if check_unmodified else 1), desc=f"{prep.recipe}: emulate", unit="phase", leave=False,
+    with tqdm(total=4 * (2 if check_unmodified else 1), desc=f"{name}: emulate", unit="phase", leave=False,
               disable=None) as bar:
         def phase(graph_name: str):
-            def told(name: str) -> None:
-                bar.set_description(f"{prep.recipe}: {name}{graph_name}")
+            def told(phase_name: str) -> None:
+                bar.set_description(f"{name}: {phase_name}{graph_name}")
                 bar.update()
             return told
 
-        rep = emulate_graph(graph, cand, inputs, expected, prep.tolerance, prep.reference_kind, mode, prep.recipe,
-                            progress=phase(""))
+        rep = emulate_graph(graph, cand, inputs, expected, tolerance, reference_kind, mode, name, progress=phase(""))
         if check_unmodified and rep.verdict is not None:
-            base = emulate_graph(pipe.graphs[0], cand, inputs, expected if len(pipe.graphs) == 1 else None,
-                                 FLOAT_TOLERANCE, "float", mode, prep.recipe, progress=phase(" (unmodified graph)"))
+            base = emulate_graph(unmodified, cand, inputs, None if stepped else expected,
+                                 FLOAT_TOLERANCE, "float", mode, name, progress=phase(" (unmodified graph)"))
             if base.verdict is not None:
                 v = base.verdict
                 rep.verdict.unmodified = {"passed": v.first_differing_op is None and v.passed,
