@@ -308,3 +308,12 @@ def test_a_streamed_trace_gives_every_op_value_in_order_and_serves_a_late_questi
     names = [op.outputs[0] for op in graph.ops]
     assert all(torch.equal(ref[n], full[n]) and torch.equal(ref[n], full[n]) for n in names[1:])  # in order, twice each
     assert torch.equal(ref[names[0]], full[names[0]])  # asked after its turn: a whole trace answers
+
+
+def test_a_captured_parameter_is_read_in_place_not_copied():
+    import numpy as np
+
+    module = nn.Linear(4, 3).eval()
+    graph = capture(module, torch.randn(2, 4), name="lin")
+    (weight,) = [a for a in graph.weights.values() if a.shape == (3, 4)]
+    assert np.shares_memory(weight, module.weight.detach().numpy()) and np.array_equal(weight, module.weight.detach())

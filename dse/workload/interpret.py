@@ -23,9 +23,13 @@ def dtype_name(dtype: torch.dtype) -> str:
     return str(dtype).removeprefix("torch.")
 
 
-def weight_array(tensor: torch.Tensor) -> np.ndarray:
-    """numpy has no bfloat16: keep its bits as uint16 (the TensorSpec keeps the dtype)."""
-    tensor = tensor.detach().cpu().contiguous().clone()
+def weight_array(tensor: torch.Tensor, copy: bool = True) -> np.ndarray:
+    """numpy has no bfloat16: keep its bits as uint16 (the TensorSpec keeps the dtype).
+    ``copy=False``: a contiguous CPU tensor's own memory (the caller guarantees nobody
+    writes it: a captured module's parameters, which the graph only reads)."""
+    tensor = tensor.detach().cpu().contiguous()
+    if copy:
+        tensor = tensor.clone()
     if tensor.dtype == torch.bfloat16:
         return tensor.view(torch.int16).numpy().view(np.uint16)
     return tensor.numpy()
