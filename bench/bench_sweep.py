@@ -124,7 +124,7 @@ def sweep_rate(sampler: str, trials: int, repeat: int, workers: int = 1) -> tupl
             try:
                 with Store(Path(tmp) / f"r{next(counter)}.db") as store:
                     result = Sweep(spec, GRAPH, store, executor, progress=False).run()
-                    splits.append(result.seconds)
+                    splits.append({**result.seconds, "proposals": result.proposed_by_sampler})
                     return result
             finally:
                 executor.close()

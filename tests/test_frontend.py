@@ -17,6 +17,7 @@ from dse.errors import InputError
 from dse.frontend import Context, StepError, check_graph, load_steps, resolve_step, run_pipeline
 from dse.frontend import fold_batch_norm, permute, quantize, select_last_token, split_attention
 from dse.frontend.quantize import integer_reference
+from dse.workload.graph import INTERPRETERS, Op
 from dse.workload import capture
 from dse.workload import graph as graph_module
 
@@ -336,20 +337,31 @@ def test_integer_reference_is_bit_exact_and_the_check_can_fail(monkeypatch):
     assert not broken["bit_exact"] and broken["first_mismatch"] is not None
 
 
-def test_integer_products_through_float64_blas_equal_the_int64_path_bit_for_bit():
-    rng = np.random.default_rng(0)
-    a = rng.integers(-128, 128, (3, 70, 300), dtype=np.int64).astype(np.int8)
-    b = rng.integers(-128, 128, (300, 90), dtype=np.int64).astype(np.int8)
+@pytest.mark.parametrize("k", [300, 1023, 1024, 3000])  # float32 BLAS below 2**24 / (128 * 128) = 1024 terms
+def test_integer_products_through_float_blas_equal_the_int64_path_bit_for_bit(k):
+    rng = np.random.default_rng(k)
+    a = rng.integers(-128, 128, (3, 40, k), dtype=np.int64).astype(np.int8)
+    b = rng.integers(-128, 128, (k, 30), dtype=np.int64).astype(np.int8)
     a[0] = -128  # the extreme products: (-128) * (-128) summed over K
     b[:, :5] = -128
     want = np.matmul(a.astype(np.int64), b.astype(np.int64))
-    got = quantize._np_int_matmul(a, b)
-    assert got.dtype == np.int64 and np.array_equal(got, want)
-    assert want[0, 0, 0] == 300 * 128 * 128
+    got, bound = quantize._np_int_matmul(a, b)
+    assert got.dtype == np.int32 and bound == k * 128 * 128 and np.array_equal(got, want)
+    assert want[0, 0, 0] == k * 128 * 128
+    bias = np.full(30, 2**31 - 1 - bound, dtype=np.int32)  # the largest bias no sum can wrap
+    assert np.array_equal(quantize._np_accumulate(got.copy(), bound, bias), want + bias)
+    over = np.full(30, 2**31 - 1, dtype=np.int32)  # can wrap: the int64 path, mod 2**32
+    assert np.array_equal(quantize._np_accumulate(got.copy(), bound, over), quantize._np_wrap(want + over))
+    # the PyTorch reference's integer products: the same bits
+    op = Op("m", "matmul", [], [], {}, "", None)
+    for extra in ([], [torch.from_numpy(bias)], [torch.from_numpy(over)]):
+        ref = INTERPRETERS["matmul"](op, [torch.from_numpy(a), torch.from_numpy(b), *extra])
+        expected = quantize._np_wrap(want + (extra[0].numpy().astype(np.int64) if extra else 0))
+        assert ref.dtype == torch.int32 and np.array_equal(ref.numpy(), expected)
     x = rng.integers(-128, 128, (2, 6, 40), dtype=np.int64).astype(np.int8)
     w = rng.integers(-128, 128, (5, 6, 40), dtype=np.int64).astype(np.int8)
-    assert np.array_equal(quantize._np_int_tensordot(x, w, ([1, 2], [1, 2])),
-                          np.tensordot(x.astype(np.int64), w.astype(np.int64), axes=([1, 2], [1, 2])))
+    got, _ = quantize._np_int_tensordot(x, w, ([1, 2], [1, 2]))
+    assert np.array_equal(got, np.tensordot(x.astype(np.int64), w.astype(np.int64), axes=([1, 2], [1, 2])))
 
 
 def test_integer_products_beyond_float64_exactness_stay_in_int64():
@@ -359,7 +371,8 @@ def test_integer_products_beyond_float64_exactness_stay_in_int64():
     exact = sum(int(x) * int(y) for x, y in zip(a[0], b[:, 0]))
     rounded = int(np.matmul(a.astype(np.float64), b.astype(np.float64))[0, 0])
     assert rounded != exact  # the guard matters on these values
-    assert int(quantize._np_int_matmul(a, b)[0, 0]) == exact
+    got, bound = quantize._np_int_matmul(a, b)
+    assert bound is None and int(got[0, 0]) == exact
 
 
 # --- the pipeline ---

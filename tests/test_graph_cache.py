@@ -63,6 +63,28 @@ def test_a_corrupt_entry_is_ignored_and_rebuilt(tmp_path, graph_cache_dir):
     assert isinstance(cache.load(entry.stem), pipeline.PipelineResult)  # rewritten whole
 
 
+def test_arrays_are_served_as_writable_views_of_the_mapped_entry(graph_cache_dir):
+    import mmap
+
+    import numpy as np
+
+    value = {"w": np.arange(24, dtype=np.float32).reshape(4, 6), "f": np.asfortranarray(np.eye(3, dtype=np.int8)),
+             "strided": np.arange(10, dtype=np.int32)[::3], "name": "x"}
+    path = cache.store("arrays", value)
+    got = cache.load("arrays")
+    assert got["name"] == "x" and all(np.array_equal(got[k], value[k]) and got[k].dtype == value[k].dtype
+                                      for k in ("w", "f", "strided"))
+    assert got["f"].flags.f_contiguous
+    base = got["w"]
+    while isinstance(base, np.ndarray) and base.base is not None:
+        base = base.base
+    assert isinstance(memoryview(base).obj, mmap.mmap)  # not read into memory: a view of the file's mapping
+    got["w"][0, 0] = -1.0  # copy-on-write: the entry on disk keeps its value
+    assert cache.load("arrays")["w"][0, 0] == 0.0
+    path.write_bytes(path.read_bytes()[:-8])  # a buffer cut short: a miss, and the entry goes
+    assert cache.load("arrays") is None and not path.exists()
+
+
 def test_least_recently_used_entries_are_evicted_past_the_limit(graph_cache_dir, monkeypatch):
     monkeypatch.setenv(cache.MAX_BYTES_ENV, "2500")
     for i, key in enumerate(("a", "b", "c")):

@@ -143,3 +143,21 @@ def test_cli_emulate_temporal_spans(cli):
     assert len(d["counters"]["peak_allocated_bytes"]) == 4  # the private SRAM of every worker
     code, out, _ = cli("emulate", "--chip", "goban", "--recipe", "gemm", "--workers", "4", "--partition", "spans")
     assert code == 3 and "no temporal axis" in out
+
+
+def test_max_error_in_slices_is_the_whole_tensors(monkeypatch):
+    import numpy as np
+
+    from dse import numerics
+
+    monkeypatch.setattr(numerics, "ERR_CHUNK", 3)  # slices of 3 elements: every case crosses slices
+    want = np.array([[1.0, 2.0, np.inf, -4.0], [5.0, 6.0, 7.0, 8.0]], dtype=np.float32)
+    assert numerics._err(want.copy(), want) == 0.0  # equal values, infinity included
+    got = want.copy()
+    got[1, 3] = 8.5  # the last slice
+    got[0, 1] = 1.75
+    assert numerics._err(got, want) == 0.5
+    assert numerics._err(got[:, ::2], want[:, ::2]) == 0.0  # a strided view: the elements it holds
+    got[0, 0] = np.nan
+    assert numerics._err(got, want) == float("inf")
+    assert numerics._err(np.zeros(0, np.int8), np.zeros(0, np.int8)) == 0.0

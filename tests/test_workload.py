@@ -271,3 +271,49 @@ def test_source_hash_is_sha256_of_the_file():
     assert first.source_hash == second.source_hash == expected
     assert first.name == second.name == "gemm"
     assert first.path == RECIPES_DIR / "gemm" / "model.py"
+
+
+def test_a_trace_that_keeps_some_values_lets_the_others_go_and_computes_the_same():
+    class Chain(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.a, self.b = nn.Linear(6, 5), nn.Linear(5, 3)
+
+        def forward(self, x):
+            h = torch.relu(self.a(x))
+            return self.b(h) + h.sum(-1, keepdim=True), h
+
+    torch.manual_seed(0)
+    module, x = Chain().eval(), torch.randn(4, 6)
+    graph = capture(module, x, name="chain")
+    full = graph.trace(x)
+    kept = graph.trace(x, keep=set(graph.outputs))
+    assert set(kept) == set(graph.outputs) and len(full) > len(kept)
+    assert all(torch.equal(kept[n], full[n]) for n in graph.outputs)
+    assert_matches_module(graph, module, (x,))  # run(): the outputs of a trace keeping only them
+
+
+def test_a_streamed_trace_gives_every_op_value_in_order_and_serves_a_late_question():
+    from dse.numerics.run import StreamedReference
+
+    torch.manual_seed(1)
+    module = nn.Sequential(nn.Linear(6, 5), nn.ReLU(), nn.Linear(5, 3)).eval()
+    x = torch.randn(2, 6)
+    graph = capture(module, x, name="seq")
+    full = graph.trace(x)
+    streamed = list(graph.stream(x))
+    assert [n for n, _ in streamed] == [op.outputs[0] for op in graph.ops]
+    assert all(torch.equal(v, full[n]) for n, v in streamed)
+    ref = StreamedReference(graph, (x,))
+    names = [op.outputs[0] for op in graph.ops]
+    assert all(torch.equal(ref[n], full[n]) and torch.equal(ref[n], full[n]) for n in names[1:])  # in order, twice each
+    assert torch.equal(ref[names[0]], full[names[0]])  # asked after its turn: a whole trace answers
+
+
+def test_a_captured_parameter_is_read_in_place_not_copied():
+    import numpy as np
+
+    module = nn.Linear(4, 3).eval()
+    graph = capture(module, torch.randn(2, 4), name="lin")
+    (weight,) = [a for a in graph.weights.values() if a.shape == (3, 4)]
+    assert np.shares_memory(weight, module.weight.detach().numpy()) and np.array_equal(weight, module.weight.detach())

@@ -74,6 +74,7 @@ Against the float PyTorch module the quantized graph is held to a declared toler
 
 from __future__ import annotations
 
+import itertools
 from dataclasses import dataclass
 from typing import Any
 
@@ -121,12 +122,12 @@ class Scale:
 
 def calibrate(values: np.ndarray, axis: int | None, granularity: str) -> Scale:
     """scale = fp32(127 / absmax) per tensor, per `STRIP` entries or per entry along `axis`."""
-    magnitude = np.abs(np.asarray(values, dtype=np.float64))
-    if granularity == "tensor" or axis is None or magnitude.ndim == 0:
-        absmax, axis, group, granularity = np.array([magnitude.max(initial=0.0)]), None, 0, "tensor"
+    values = np.asarray(values)
+    if granularity == "tensor" or axis is None or values.ndim == 0:
+        absmax, axis, group, granularity = _absmax(values.reshape(1, -1)), None, 0, "tensor"
     else:
         group = _GROUP[granularity]
-        per_index = np.moveaxis(magnitude, axis, 0).reshape(magnitude.shape[axis], -1).max(axis=1, initial=0.0)
+        per_index = _absmax(np.moveaxis(values, axis, 0).reshape(values.shape[axis], -1))
         padded = np.concatenate([per_index, np.zeros(-len(per_index) % group)])
         absmax = padded.reshape(-1, group).max(axis=1)
     # A magnitude so small that 127 / absmax is no finite fp32 (denormal values: zero to int8
@@ -134,6 +135,12 @@ def calibrate(values: np.ndarray, axis: int | None, granularity: str) -> Scale:
     usable = absmax > 127.0 / np.finfo(np.float32).max
     scale = np.where(usable, 127.0 / np.where(usable, absmax, 1.0), 1.0).astype(np.float32)
     return Scale(scale, axis, group, granularity)
+
+
+def _absmax(rows: np.ndarray) -> np.ndarray:
+    """max |x| of each row, in float64 (0 for an empty row). max(max x, -min x): exact, and
+    no |x| or float64 copy of a tensor that may be hundreds of MB."""
+    return np.maximum(rows.max(axis=1, initial=0), -rows.min(axis=1, initial=0)).astype(np.float64)
 
 
 def _quantize_array(array: np.ndarray, scale: Scale) -> np.ndarray:
@@ -380,17 +387,30 @@ def _np_scale(attrs: dict[str, Any], shape: tuple[int, ...]) -> np.ndarray:
     return values.reshape([shape[a] if a in axes else 1 for a in range(len(shape))])
 
 
+def _np_scaled(values: np.ndarray, attrs: dict[str, Any]) -> np.ndarray:
+    """fp32(values) * scale in one new float32 array (a real layer's are hundreds of MB)."""
+    scaled = values.astype(np.float32)  # a copy even of float32: scaled in place below
+    scaled *= _np_scale(attrs, values.shape)
+    return scaled
+
+
 def _np_saturate(values: np.ndarray) -> np.ndarray:
-    return np.clip(np.rint(values), INT8_MIN, INT8_MAX).astype(np.int8)
+    """clamp(round_half_even(values)) as int8; `values` (a temporary) is rounded in place."""
+    np.rint(values, out=values)
+    np.clip(values, INT8_MIN, INT8_MAX, out=values)
+    return values.astype(np.int8)
 
 
 def _np_wrap(values: np.ndarray) -> np.ndarray:
     return (((values.astype(np.int64) + 2**31) % 2**32) - 2**31).astype(np.int32)
 
 
-# float64 represents every integer below 2**53 exactly: an integer product whose partial
-# sums all stay below that is exact in float64 in any summation order, so it can use BLAS
-# (numpy's int64 matmul has no BLAS path and is ~50x slower on a real layer).
+INT32_MAX = 2**31 - 1
+# A float sum of integers is exact in any summation order while every partial sum is an
+# integer the float type holds: below 2**24 in float32, 2**53 in float64. So an integer
+# product can use BLAS (numpy's int64 matmul has no BLAS path and is ~50x slower on a real
+# layer), in float32 (half the memory) when its bound allows.
+FLOAT32_EXACT = 2**24
 FLOAT64_EXACT = 2**53
 
 
@@ -401,24 +421,46 @@ def _magnitude_bound(x: np.ndarray) -> int:
     return int(np.abs(x.astype(np.int64)).max()) if x.size else 0
 
 
-def _exact_in_float64(a: np.ndarray, b: np.ndarray, k: int) -> bool:
-    """Whether every partial sum of a product reducing `k` terms of a x b stays below 2**53."""
-    return k * _magnitude_bound(a) * _magnitude_bound(b) < FLOAT64_EXACT
+def _np_int_product(product, a: np.ndarray, b: np.ndarray, k: int) -> tuple[np.ndarray, int | None]:
+    """`product` (matmul, tensordot) of integer arrays, exact: float BLAS where exact, else
+    int64; and the bound of every value (None: not known to fit int32)."""
+    bound = k * _magnitude_bound(a) * _magnitude_bound(b)
+    if bound < FLOAT64_EXACT:
+        exact = np.float32 if bound < FLOAT32_EXACT else np.float64
+        values = product(a.astype(exact), b.astype(exact))
+        return (values.astype(np.int32), bound) if bound <= INT32_MAX else (values.astype(np.int64), None)
+    return product(a.astype(np.int64), b.astype(np.int64)), None
 
 
-def _np_int_matmul(a: np.ndarray, b: np.ndarray) -> np.ndarray:
-    """a @ b of integer arrays, exact, as int64: float64 BLAS where exact, int64 otherwise."""
-    if _exact_in_float64(a, b, a.shape[-1]):
-        return np.matmul(a.astype(np.float64), b.astype(np.float64)).astype(np.int64)
-    return np.matmul(a.astype(np.int64), b.astype(np.int64))
+def _np_accumulate(acc: np.ndarray, bound: int | None, bias: np.ndarray | None) -> np.ndarray:
+    """(acc + bias) mod 2**32 as int32; in int32 when no sum can leave it (no int64 copies)."""
+    if bound is not None and (bias is None or bound + _magnitude_bound(bias) <= INT32_MAX):
+        if bias is not None:
+            acc += bias.astype(np.int32)
+        return acc.astype(np.int32, copy=False)
+    return _np_wrap(acc.astype(np.int64) + (bias.astype(np.int64) if bias is not None else 0))
 
 
-def _np_int_tensordot(a: np.ndarray, b: np.ndarray, axes: tuple[list[int], list[int]]) -> np.ndarray:
-    """np.tensordot of integer arrays, exact, as int64 (float64 BLAS where exact)."""
+def _np_int_matmul(a: np.ndarray, b: np.ndarray) -> tuple[np.ndarray, int | None]:
+    """a @ b of integer arrays, exact, and its bound (see `_np_int_product`). A reduction too
+    long for float32 whose sums fit int32 (int8 x int8 over 1,024 terms or more) goes in
+    slices of K that float32 holds, summed in int32: half the memory and twice the speed of
+    float64 (an attention's softmax @ V at seq 2048)."""
+    k, per_term = a.shape[-1], _magnitude_bound(a) * _magnitude_bound(b)
+    step = (FLOAT32_EXACT - 1) // per_term if per_term else k
+    if b.ndim < 2 or not 0 < step < k or k * per_term > INT32_MAX:
+        return _np_int_product(np.matmul, a, b, k)
+    acc = None
+    for start in range(0, k, step):
+        part = np.matmul(a[..., start:start + step].astype(np.float32),
+                         b[..., start:start + step, :].astype(np.float32)).astype(np.int32)
+        acc = part if acc is None else np.add(acc, part, out=acc)
+    return acc, k * per_term
+
+
+def _np_int_tensordot(a: np.ndarray, b: np.ndarray, axes: tuple[list[int], list[int]]) -> tuple[np.ndarray, int | None]:
     k = int(np.prod([a.shape[i] for i in axes[0]]))
-    if _exact_in_float64(a, b, k):
-        return np.tensordot(a.astype(np.float64), b.astype(np.float64), axes=axes).astype(np.int64)
-    return np.tensordot(a.astype(np.int64), b.astype(np.int64), axes=axes)
+    return _np_int_product(lambda x, y: np.tensordot(x, y, axes=axes), a, b, k)
 
 
 def _np_conv(x: np.ndarray, w: np.ndarray, bias: np.ndarray | None, attrs: dict[str, Any]) -> np.ndarray:
@@ -442,12 +484,12 @@ def _np_conv(x: np.ndarray, w: np.ndarray, bias: np.ndarray | None, attrs: dict[
     groups = int(attrs.get("groups", 1))
     per_in, per_out = patches.shape[1] // groups, w.shape[0] // groups  # channels of one group
     w = w.reshape(w.shape[0], w.shape[1], -1)
-    y = np.concatenate([np.moveaxis(_np_int_tensordot(patches[:, g * per_in:(g + 1) * per_in],
-                                                      w[g * per_out:(g + 1) * per_out], axes=([1, 2], [1, 2])), -1, 1)
-                        for g in range(groups)], axis=1)  # [N, O, *out]
-    if bias is not None:
-        y = y + bias.astype(np.int64).reshape([1, -1] + [1] * nd)
-    y = _np_wrap(y)
+    parts = [_np_int_tensordot(patches[:, g * per_in:(g + 1) * per_in], w[g * per_out:(g + 1) * per_out],
+                               axes=([1, 2], [1, 2])) for g in range(groups)]
+    bound = None if any(b is None for _, b in parts) else max(b for _, b in parts)
+    y = np.concatenate([np.moveaxis(part.astype(np.int64) if bound is None else part, -1, 1) for part, _ in parts],
+                       axis=1)  # [N, O, *out]
+    y = _np_accumulate(y, bound, None if bias is None else bias.reshape([1, -1] + [1] * nd))
     return np.moveaxis(y, 1, -1) if channels_last else y
 
 
@@ -471,20 +513,17 @@ def _np_max_pool2d(x: np.ndarray, attrs: dict[str, Any]) -> np.ndarray | None:
 
 def _integer_op(op: Op, args: list[np.ndarray]) -> np.ndarray | None:
     """numpy for the integer path; None hands the op to the torch interpreter (float ops)."""
-    shape = args[0].shape if args else ()
     if op.kind in ("quantize", "requantize"):
-        return _np_saturate(args[0].astype(np.float32) * _np_scale(op.attrs, shape))
+        return _np_saturate(_np_scaled(args[0], op.attrs))
     if op.kind == "dequantize":
-        return args[0].astype(np.float32) * _np_scale(op.attrs, shape)
+        return _np_scaled(args[0], op.attrs)
     if not args or args[0].dtype not in (np.int8, np.int32):
         return None
     bias = args[2] if len(args) > 2 else None
     if op.kind == "linear":
-        acc = _np_int_matmul(args[0], args[1].T)
-        return _np_wrap(acc + (bias.astype(np.int64) if bias is not None else 0))
+        return _np_accumulate(*_np_int_matmul(args[0], args[1].T), bias)
     if op.kind == "matmul":
-        acc = _np_int_matmul(args[0], args[1])
-        return _np_wrap(acc + (bias.astype(np.int64) if bias is not None else 0))
+        return _np_accumulate(*_np_int_matmul(args[0], args[1]), bias)
     if op.kind in CONV_KINDS:
         return _np_conv(args[0], args[1], bias, op.attrs)
     if op.kind == "relu":
@@ -494,17 +533,37 @@ def _integer_op(op: Op, args: list[np.ndarray]) -> np.ndarray | None:
     return None
 
 
-def integer_reference(graph: Graph, *inputs: Any) -> dict[str, np.ndarray]:
-    """Every tensor's value, computed with numpy integer arithmetic on the integer path."""
+def integer_values(graph: Graph, *inputs: Any, keep_all: bool = True):
+    """(name, value) of every op output in graph order, computed with numpy integer
+    arithmetic on the integer path. ``keep_all=False`` lets each value go once its last
+    reader has run (a real layer's tensors are hundreds of MB each)."""
     values: dict[str, np.ndarray] = {name: torch.as_tensor(v).numpy() for name, v in zip(graph.inputs, inputs)}
     values.update(graph.weights)
-    for op in graph.ops:
+    last_use = {name: i for i, op in enumerate(graph.ops) for name in op.inputs}
+    for i, op in enumerate(graph.ops):
         args = [values[n] for n in op.inputs]
         result = _integer_op(op, args)
         if result is None:
             with torch.no_grad():
                 result = INTERPRETERS[op.kind](op, [torch.from_numpy(np.asarray(a, order="C")) for a in args]).numpy()
-        values[op.outputs[0]] = result
+        del args
+        out = op.outputs[0]
+        values[out] = result
+        if not keep_all:
+            for name in set(op.inputs):
+                if last_use[name] == i and name not in graph.weights:
+                    del values[name]
+        yield out, result
+        if not keep_all and out not in last_use:
+            del values[out]
+        del result
+
+
+def integer_reference(graph: Graph, *inputs: Any) -> dict[str, np.ndarray]:
+    """Every tensor's value, computed with numpy integer arithmetic on the integer path."""
+    values: dict[str, np.ndarray] = {name: torch.as_tensor(v).numpy() for name, v in zip(graph.inputs, inputs)}
+    values.update(graph.weights)
+    values.update(integer_values(graph, *inputs))
     return values
 
 
@@ -524,23 +583,32 @@ def verify(graph: Graph, ctx) -> dict[str, Any]:
     equal bits on every integer tensor and every integer output; a float output (a float
     tail after the integer path) within `FLOAT_TAIL_TOLERANCE`."""
     reference = ctx.trace(graph)  # the stage check's own trace
-    integer = integer_reference(graph, *ctx.inputs)
-    names = [op.outputs[0] for op in graph.ops if graph.tensors[op.outputs[0]].dtype in ("int8", "int32")]
-    floats = [n for n in graph.outputs if n not in names and graph.tensors[n].dtype.startswith("float")]
-    names += [n for n in graph.outputs if n not in names and n not in floats]
+    integer_names = {op.outputs[0] for op in graph.ops if graph.tensors[op.outputs[0]].dtype in ("int8", "int32")}
+    floats = [n for n in graph.outputs if n not in integer_names and graph.tensors[n].dtype.startswith("float")]
+    compared = integer_names | {n for n in graph.outputs if n not in floats}
 
-    def float_error(name: str) -> float:
-        want, got = reference[name].double(), torch.from_numpy(np.asarray(integer[name])).double()
+    def float_error(want: torch.Tensor, got: np.ndarray) -> float:
+        want, got = want.double(), torch.from_numpy(np.asarray(got)).double()
         if want.shape != got.shape:
             return float("inf")
         scale = want.abs().max().item() if want.numel() else 0.0
         return (want - got).abs().max().item() / scale if scale > 0 else float((want != got).any())
 
-    mismatches = [n for n in names if reference[n].shape != integer[n].shape
-                  or not np.array_equal(_bits(reference[n].numpy()), _bits(integer[n]))]
-    float_errors = {n: float_error(n) for n in floats}
-    off = [n for n, e in float_errors.items() if not e <= FLOAT_TAIL_TOLERANCE]
-    return {"passed": not mismatches and not off, "bit_exact": not mismatches, "integer_tensors_compared": len(names),
+    # Compared as each is computed, then let go: the integer path's values are not all kept.
+    mismatches, float_errors = [], {}
+    graph_values = {name: torch.as_tensor(v).numpy() for name, v in zip(graph.inputs, ctx.inputs)}
+    graph_values.update(graph.weights)  # an output that is an input or a weight: no op computes it
+    computed = integer_values(graph, *ctx.inputs, keep_all=False)
+    for name, value in itertools.chain(computed, ((n, graph_values[n]) for n in graph.outputs if n in graph_values)):
+        if name in compared and (reference[name].shape != value.shape
+                                 or not np.array_equal(_bits(reference[name].numpy()), _bits(value))):
+            mismatches.append(name)
+        if name in floats:
+            float_errors[name] = float_error(reference[name], value)
+    order = {op.outputs[0]: i for i, op in enumerate(graph.ops)}
+    mismatches = sorted(set(mismatches), key=lambda n: order.get(n, len(order)))
+    off = [n for n in floats if not float_errors.get(n, float("inf")) <= FLOAT_TAIL_TOLERANCE]
+    return {"passed": not mismatches and not off, "bit_exact": not mismatches, "integer_tensors_compared": len(compared),
             "first_mismatch": (mismatches + off)[0] if mismatches or off else None,
             "float_outputs_compared": len(floats), "float_outputs_max_rel_error": max(float_errors.values(), default=0.0),
             "float_tolerance": FLOAT_TAIL_TOLERANCE}

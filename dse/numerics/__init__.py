@@ -72,13 +72,21 @@ def _bits(a: np.ndarray) -> np.ndarray:
     return a.view(f"u{a.dtype.itemsize}") if a.dtype.kind == "f" else a
 
 
+ERR_CHUNK = 1 << 22  # elements: the float64 temporaries of `_err` stay at tens of MB
+
+
 def _err(got: np.ndarray, want: np.ndarray) -> float:
-    if got.size == 0:
-        return 0.0
-    g, w = got.astype(np.float64), want.astype(np.float64)
-    with np.errstate(invalid="ignore"):
-        d = np.where(g == w, 0.0, np.abs(g - w))
-    return float(np.max(np.where(np.isnan(d), np.inf, d)))
+    """max |got - want| in float64 (equal values, infinities included, differ by 0; a NaN
+    on either side by inf), a slice at a time: a real layer's tensors are hundreds of MB
+    and would take several float64 copies each."""
+    g, w = got.reshape(-1), want.reshape(-1)
+    worst = 0.0
+    for start in range(0, g.size, ERR_CHUNK):
+        gc, wc = g[start:start + ERR_CHUNK].astype(np.float64), w[start:start + ERR_CHUNK].astype(np.float64)
+        with np.errstate(invalid="ignore"):
+            d = np.where(gc == wc, 0.0, np.abs(gc - wc))
+        worst = max(worst, float(np.max(np.where(np.isnan(d), np.inf, d))))
+    return worst
 
 
 def compare(graph: Graph, lowered, image: np.ndarray, reference: dict[str, torch.Tensor],

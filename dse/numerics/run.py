@@ -66,6 +66,31 @@ def op_row(o, prefix: str = "", workers_used: int | None = None) -> dict:
             "workers_used": o.workers_used if workers_used is None else workers_used, "instructions": o.instructions}
 
 
+class StreamedReference:
+    """A graph's reference values as `compare` reads them, one op at a time in op order
+    (`Graph.stream`): a real layer's reference trace would hold gigabytes at once. A name
+    asked out of op order is served from a whole trace, made then."""
+
+    def __init__(self, graph: Graph, inputs):
+        self._graph, self._inputs = graph, inputs
+        self._values = graph.stream(*inputs)
+        self._name: str | None = None
+        self._value = None
+        self._whole: dict | None = None
+
+    def __getitem__(self, name: str):
+        if self._whole is not None:
+            return self._whole[name]
+        if name == self._name:
+            return self._value
+        for self._name, self._value in self._values:
+            if self._name == name:
+                return self._value
+        self._name = self._value = None
+        self._whole = self._graph.trace(*self._inputs)
+        return self._whole[name]
+
+
 def emulate_graph(graph: Graph, candidate: Candidate, inputs, expected=None, tolerance: float = FLOAT_TOLERANCE,
                   reference_kind: str = "quantized", mode: str = "overlapped", name: str = "",
                   reference: dict | None = None, elementwise: str = "auto",
@@ -109,7 +134,7 @@ def emulate_graph(graph: Graph, candidate: Candidate, inputs, expected=None, tol
     rep.rerun = (lowered.program, lowered.image, mode)
     if reference is None:  # the graph's own values, the same for every candidate: callers may pass them
         progress("reference")
-        reference = graph.trace(*inputs)
+        reference = StreamedReference(graph, inputs)
     progress("compare")
     rep.verdict = compare(graph, lowered, result.dram, reference, expected, tolerance, reference_kind)
     if layered is not None and len(layered.stages) > 1:  # every request against its own reference
@@ -185,8 +210,7 @@ def prepare_recipe(recipe: str | Path, params: dict | None = None, steps=None) -
         expected = None
         for stage, g in reversed(list(zip(pipe.stages, pipe.graphs))):
             if not stage.quantized and len(g.outputs) == len(graph.outputs):
-                ref = g.trace(*inputs)
-                outs = [ref[n] for n in g.outputs]
+                outs = g.run(*inputs)
                 if matches(outs):
                     expected = outs
                     break
@@ -205,25 +229,29 @@ def emulate_recipe(recipe: str | Path, chip, mapping: Mapping | None = None, par
     prep = prepare_recipe(recipe, params)
     if prep.failed:
         return EmulationReport(prep.recipe, chip.name, mapping.model_dump(mode="json"), False, reason=prep.failed)
-    graph, inputs, expected, pipe = prep.graph, prep.inputs, prep.expected, prep.pipe
+    graph, inputs, expected = prep.graph, prep.inputs, prep.expected
+    name, tolerance, reference_kind = prep.recipe, prep.tolerance, prep.reference_kind
+    unmodified, stepped = (prep.pipe.graphs[0] if check_unmodified else None), len(prep.pipe.graphs) > 1
+    # The stages' other graphs are not read again: let their weights go (a real layer's float
+    # weights, once per stage that rewrote them, are gigabytes) before lowering and emulating.
+    del prep
     cand = Candidate(chip, mapping)
     if partition == "spans" or mapping.partition == "spans":
-        return emulate_spans(graph, cand, inputs, expected, prep.tolerance, mode, prep.recipe)
+        return emulate_spans(graph, cand, inputs, expected, tolerance, mode, name)
     # A real model's lowering, emulation and checks take minutes: a bar on a terminal, nothing
     # otherwise (disable=None); one step a phase, of the stepped graph and the unmodified one.
-    with tqdm(total=4 * (2 if check_unmodified else 1), desc=f"{prep.recipe}: emulate", unit="phase", leave=False,
+    with tqdm(total=4 * (2 if check_unmodified else 1), desc=f"{name}: emulate", unit="phase", leave=False,
               disable=None) as bar:
         def phase(graph_name: str):
-            def told(name: str) -> None:
-                bar.set_description(f"{prep.recipe}: {name}{graph_name}")
+            def told(phase_name: str) -> None:
+                bar.set_description(f"{name}: {phase_name}{graph_name}")
                 bar.update()
             return told
 
-        rep = emulate_graph(graph, cand, inputs, expected, prep.tolerance, prep.reference_kind, mode, prep.recipe,
-                            progress=phase(""))
+        rep = emulate_graph(graph, cand, inputs, expected, tolerance, reference_kind, mode, name, progress=phase(""))
         if check_unmodified and rep.verdict is not None:
-            base = emulate_graph(pipe.graphs[0], cand, inputs, expected if len(pipe.graphs) == 1 else None,
-                                 FLOAT_TOLERANCE, "float", mode, prep.recipe, progress=phase(" (unmodified graph)"))
+            base = emulate_graph(unmodified, cand, inputs, None if stepped else expected,
+                                 FLOAT_TOLERANCE, "float", mode, name, progress=phase(" (unmodified graph)"))
             if base.verdict is not None:
                 v = base.verdict
                 rep.verdict.unmodified = {"passed": v.first_differing_op is None and v.passed,

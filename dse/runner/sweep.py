@@ -236,6 +236,7 @@ class Sweep:
             started = time.perf_counter()
             proposals = sampler.ask(n - len(fresh))
             self._sampler_seconds += time.perf_counter() - started
+            self.result.proposed_by_sampler += len(proposals)
             if not proposals:
                 return out, built, True
             before = len(fresh)

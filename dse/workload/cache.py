@@ -15,6 +15,11 @@ stale, only unused (and evicted in time).
 - Concurrent writers (commands, pool workers): an entry is written to a temporary file
   in the same folder and renamed into place, so a reader sees a whole entry or none.
 - A corrupt or unreadable entry is deleted and treated as a miss (rebuilt by the caller).
+- Layout: a small header, the value pickled (protocol 5) with its contiguous numpy
+  buffers (the weights) out of band, then those buffers, 64-byte aligned. A hit maps the
+  file copy-on-write and hands the buffers to the unpickler as views of the mapping: the
+  weights are neither read nor copied until used (a warm `dse map` reads only the graph's
+  structure), and the processes of a sweep share their pages.
 
 This module keeps its own key function (`pipeline_key`); it knows nothing of what it caches
 beyond "a picklable value".
@@ -24,8 +29,10 @@ from __future__ import annotations
 
 import hashlib
 import json
+import mmap
 import os
 import pickle
+import struct
 import tempfile
 from importlib.metadata import version
 from pathlib import Path
@@ -36,10 +43,16 @@ import dse
 CACHE_ENV = "DSE_CACHE_DIR"
 MAX_BYTES_ENV = "DSE_CACHE_MAX_BYTES"
 DEFAULT_MAX_BYTES = 4 * 1024**3
-FORMAT = "dse-graph-cache-2"  # bump when what is cached changes shape
+FORMAT = "dse-graph-cache-3"  # bump when what is cached changes shape
 SUFFIX = ".pkl"
 # The code a cached graph depends on: capture and the frontend steps.
 CODE_DIRS = (Path(__file__).resolve().parent, Path(__file__).resolve().parents[1] / "frontend")
+
+
+MAGIC = b"DSEGC3\0\0"
+_COUNTS = struct.Struct("<QQ")  # pickle length, number of out-of-band buffers
+_EXTENT = struct.Struct("<QQ")  # a buffer's offset in the file and its length
+ALIGN = 64  # a buffer's offset: numpy arrays made on it are aligned for any dtype
 
 
 class _TooLarge(Exception):
@@ -100,8 +113,7 @@ def load(key: str) -> Any | None:
         return None
     path = _path(folder, key)
     try:
-        with open(path, "rb") as f:
-            value = pickle.load(f)
+        value = _read(path)
     except FileNotFoundError:
         return None
     except Exception:  # noqa: BLE001 - truncated, corrupt, from another format: rebuild it
@@ -127,13 +139,8 @@ def store(key: str, value: Any) -> Path | None:
         folder.mkdir(parents=True, exist_ok=True)
         fd, tmp = tempfile.mkstemp(dir=folder, prefix=".tmp-", suffix=SUFFIX)
         try:
-            # Pickled straight into the file: a real model's graphs are gigabytes, and a bytes
-            # copy of them would be the command's peak memory.
             with os.fdopen(fd, "wb") as f:
-                pickle.dump(value, f, protocol=pickle.HIGHEST_PROTOCOL)
-                f.flush()
-                if f.tell() > limit:
-                    raise _TooLarge
+                _write(f, value, limit)
                 os.fsync(f.fileno())
             os.replace(tmp, _path(folder, key))
         except BaseException:
@@ -142,10 +149,50 @@ def store(key: str, value: Any) -> Path | None:
             except OSError:
                 pass
             raise
-    except (_TooLarge, OSError, pickle.PicklingError, TypeError, AttributeError):
+    except (_TooLarge, OSError, pickle.PicklingError, TypeError, AttributeError, BufferError):
         return None  # too large, an unwritable cache or an unpicklable value: the caller's result stands
     evict(folder, limit)
     return _path(folder, key)
+
+
+def _write(f, value: Any, limit: int) -> None:
+    """Header, the pickle without its contiguous buffers, then the buffers (aligned)."""
+    buffers: list[pickle.PickleBuffer] = []
+    body = pickle.dumps(value, protocol=5, buffer_callback=buffers.append)
+    views = [b.raw() for b in buffers]  # BufferError for a non-contiguous buffer: not kept
+    offset = len(MAGIC) + _COUNTS.size + _EXTENT.size * len(views) + len(body)
+    extents = []
+    for view in views:
+        offset += -offset % ALIGN
+        extents.append((offset, view.nbytes))
+        offset += view.nbytes
+    if offset > limit:
+        raise _TooLarge
+    f.write(MAGIC + _COUNTS.pack(len(body), len(views)))
+    f.write(b"".join(_EXTENT.pack(*e) for e in extents))
+    f.write(body)
+    for view, (start, _) in zip(views, extents):
+        f.write(b"\0" * (start - f.tell()))
+        f.write(view)
+    f.flush()
+
+
+def _read(path: Path) -> Any:
+    """The value of an entry written by `_write`; its buffers are views of a private
+    (copy-on-write) mapping of the file, writable like the arrays that were stored."""
+    with open(path, "rb") as f:
+        mapped = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_COPY)
+    view = memoryview(mapped)
+    if bytes(view[:len(MAGIC)]) != MAGIC:
+        raise ValueError(f"{path}: not a {FORMAT} entry")
+    head = len(MAGIC)
+    body_length, count = _COUNTS.unpack_from(view, head)
+    head += _COUNTS.size
+    extents = [_EXTENT.unpack_from(view, head + i * _EXTENT.size) for i in range(count)]
+    head += _EXTENT.size * count
+    if head + body_length > len(view) or any(start + length > len(view) for start, length in extents):
+        raise ValueError(f"{path}: truncated")
+    return pickle.loads(view[head:head + body_length], buffers=[view[s:s + n] for s, n in extents])
 
 
 def evict(folder: Path, limit: int) -> list[Path]:

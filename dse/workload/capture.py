@@ -837,7 +837,9 @@ class _Builder:
                 value = self.exported.state_dict.get(spec.target)
                 if value is None:
                     value = self.exported.constants[spec.target]
-                self.weights[node.name] = weight_array(value)
+                # The module's own memory, not a copy: a real layer's weights are GBs, and the
+                # frontend keeps the module (for its checks) while it steps the graph.
+                self.weights[node.name] = weight_array(value, copy=False)
                 self.constants.add(node.name)
             else:
                 raise InputError(self._file(), "workload.inputs", f"{spec.kind.name} {spec.target}",

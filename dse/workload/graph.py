@@ -154,18 +154,30 @@ class Graph:
         return Graph(self.name, copy.deepcopy(self.ops), dict(self.tensors), list(self.inputs),
                      list(self.outputs), dict(self.weights))
 
-    def trace(self, *inputs: torch.Tensor | np.ndarray, known: dict[str, torch.Tensor] | None = None
-              ) -> dict[str, torch.Tensor]:
+    def trace(self, *inputs: torch.Tensor | np.ndarray, known: dict[str, torch.Tensor] | None = None,
+              keep: set[str] | None = None) -> dict[str, torch.Tensor]:
         """Execute the dse ops in torch; every tensor's value by name (inputs, weights, op outputs).
         `known`: op outputs already computed on these inputs (by an identical op of another
-        graph over identical inputs, see `unchanged_values`), taken rather than computed again."""
+        graph over identical inputs, see `unchanged_values`), taken rather than computed again.
+        `keep`: only these op outputs are returned, and every other goes once its last reader
+        has run (a real model's intermediates are gigabytes)."""
+        values: dict[str, torch.Tensor] = {}
+        for _ in self._execute(inputs, known, keep, False, values):
+            pass
+        return values
+
+    def _execute(self, inputs: tuple, known: dict | None, keep: set[str] | None, stream: bool,
+                 values: dict | None = None):
+        """The one interpreter loop of `trace` and `stream`: op outputs into `values`, each
+        yielded (with `stream`) as it is computed; with `keep`, every other value goes once
+        its last reader has run."""
         import torch
 
         from dse.workload.interpret import INTERPRETERS, weight_tensor
 
+        values = {} if values is None else values
         if len(inputs) != len(self.inputs):
             raise ValueError(f"graph {self.name!r} takes {len(self.inputs)} inputs, got {len(inputs)}")
-        values: dict[str, torch.Tensor] = {}
         for name, value in zip(self.inputs, inputs):
             tensor = torch.as_tensor(value)
             spec = self.tensors[name]
@@ -174,19 +186,33 @@ class Graph:
             values[name] = tensor
         for name, array in self.weights.items():
             values[name] = weight_tensor(array, self.tensors[name].dtype)
+        last_use = {} if keep is None else {name: i for i, op in enumerate(self.ops) for name in op.inputs}
         with torch.no_grad():
-            for op in self.ops:
+            for i, op in enumerate(self.ops):
                 out = op.outputs[0]
                 if known and out in known:
                     values[out] = known[out]
-                    continue
-                args = [values[name] for name in op.inputs]
-                values[out] = INTERPRETERS[op.kind](op, args)
-        return values
+                else:
+                    args = [values[name] for name in op.inputs]
+                    values[out] = INTERPRETERS[op.kind](op, args)
+                    del args
+                if stream:
+                    yield out, values[out]
+                if keep is not None:
+                    for name in {*op.inputs, out}:
+                        if name not in keep and last_use.get(name, -1) <= i and name in values:
+                            del values[name]
+
+    def stream(self, *inputs: torch.Tensor | np.ndarray):
+        """(name, value) of every op output in op order, as `trace` computes them, holding
+        only the values later ops still read: a reader that takes each in turn (a comparison
+        op by op) never has a whole model's values at once."""
+        return self._execute(inputs, None, set(self.outputs), True)
 
     def run(self, *inputs: torch.Tensor | np.ndarray) -> list[torch.Tensor]:
-        """Execute the dse ops in torch; returns the graph outputs in order."""
-        values = self.trace(*inputs)
+        """Execute the dse ops in torch; returns the graph outputs in order (intermediates
+        go once read for the last time)."""
+        values = self.trace(*inputs, keep=set(self.outputs))
         return [values[name] for name in self.outputs]
 
     def counts_frame(self) -> pd.DataFrame:
