@@ -14,7 +14,7 @@ class SweepResult:
     name: str
     status: str
     evaluated: int = 0
-    proposed_by_sampler: int = 0  # the sampler's proposals, repeats of evaluated candidates included
+    proposed_by_sampler: int = 0  # the sampler's proposals, repeats included (0 from the recorded-rerun shortcut)
     resumed: int = 0
     counts: dict[str, int] = field(default_factory=dict)
     proposed: str = ""  # the verdict the evidence suggests (confirmed, refuted, waiting); people decide
