@@ -18,9 +18,11 @@ from dse.runner.rerun import recorded_rerun
 from dse.runner.sweep import sweep_into_store
 
 # What a recorded rerun must not import: the stages, the ORM and pandas, the samplers' optuna.
-HEAVY = ("torch", "pandas", "sqlalchemy", "optuna", "tqdm", "dse.analytical", "dse.records", "dse.runner.sweep",
+HEAVY = ("torch", "pandas", "sqlalchemy", "optuna", "tqdm", "dse.analytical", "dse.runner.sweep",
          "dse.runner.execution", "dse.workload.capture", "dse.plan", "dse.lower", "dse.cost", "emulator.machine",
          "emulator.timing")
+# Of the record store, only its light read (and the package's lazy names).
+LIGHT_RECORDS = {"dse.records", "dse.records.recorded", "dse.records.revisions", "dse.records.sqlite_file"}
 
 RERUN = """
 import contextlib, io, json, sys
@@ -47,7 +49,7 @@ def test_a_recorded_rerun_prints_what_the_full_rerun_prints_imports_no_stage_and
         tmp_path, graph_cache_dir, repo, cli, monkeypatch):
     spec, db = write_spec(tmp_path), tmp_path / "r.db"
     assert run_sweep(spec, db, progress=False).evaluated == 10
-    before = records(db)
+    before, files = records(db), sorted(os.listdir(tmp_path))
     p = subprocess.run([sys.executable, "-c", RERUN, str(spec), str(db)], capture_output=True, text=True,
                        timeout=300, env={**os.environ, "PYTHONPATH": str(repo)}, check=False)
     assert p.returncode == 0, p.stderr
@@ -56,6 +58,8 @@ def test_a_recorded_rerun_prints_what_the_full_rerun_prints_imports_no_stage_and
     assert "proposed verdict: " in fast["out"]
     imported = {m for m in fast["modules"] if any(m == h or m.startswith(h + ".") for h in HEAVY)}
     assert imported == set()
+    assert {m for m in fast["modules"] if m.startswith("dse.records")} == LIGHT_RECORDS
+    assert sorted(os.listdir(tmp_path)) == files  # not even a -wal or -shm file left behind
     assert "dse.runner.rerun" in fast["modules"] and "emulator.chip" in fast["modules"]  # it did build the candidates
     assert records(db) == before
     # The full sweep's rerun (the shortcut turned off): the same text and code, nothing written either.
@@ -110,7 +114,7 @@ def test_a_sampled_sweep_is_recorded_once_its_trials_are(tmp_path, graph_cache_d
 
 def test_the_light_reads_schema_head_is_the_stores():
     from dse.records.engine import SCHEMA_HEAD
-    from dse.runner.recorded import head_revision
+    from dse.records.revisions import head_revision
 
     assert head_revision() == SCHEMA_HEAD
 

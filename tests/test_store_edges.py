@@ -25,7 +25,7 @@ from hypothesis import strategies as st
 
 from dse.cli import main
 from dse.records import Store
-from dse.records.opening import SQLITE_HEADER
+from dse.records.sqlite_file import SQLITE_HEADER
 from pg import pg_server, pg_url  # noqa: F401  (fixtures)
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -8,29 +8,17 @@ See store.py for the API, evidence.py for imported RTL/FPGA evidence, export.py 
 CSV and Parquet export.
 """
 
-from dse.records.schema import (
-    ARTIFACT_ROLES,
-    CANDIDATE_ORIGINS,
-    EXPERIMENT_STATUSES,
-    IMPORTED_METRIC_KINDS,
-    METRIC_KINDS,
-    METRIC_SCOPES,
-    RUN_STAGES,
-    RUN_STATUSES,
-)
-from dse.records.store import (
-    FINAL_RUN_STATUSES,
-    ArtifactRef,
-    ImportedEvidence,
-    MetricIn,
-    MetricRow,
-    RecordNotFound,
-    Store,
-    StoreBusy,
-    canonical_json,
-    content_hash,
-    database_url,
-)
+from dse.lazy import lazy_attributes
+
+# Names load on first use: a light submodule (`dse.records.recorded`, the rerun shortcut's
+# read) is importable without SQLAlchemy, its ORM and pandas.
+_SOURCES = {
+    "schema": ("ARTIFACT_ROLES", "CANDIDATE_ORIGINS", "EXPERIMENT_STATUSES", "IMPORTED_METRIC_KINDS",
+               "METRIC_KINDS", "METRIC_SCOPES", "RUN_STAGES", "RUN_STATUSES"),
+    "store": ("FINAL_RUN_STATUSES", "ArtifactRef", "ImportedEvidence", "MetricIn", "MetricRow", "RecordNotFound",
+              "Store", "StoreBusy", "canonical_json", "content_hash", "database_url"),
+}
+__getattr__ = lazy_attributes(__name__, _SOURCES)
 
 __all__ = [
     "ARTIFACT_ROLES",

@@ -20,9 +20,9 @@ from sqlalchemy.engine import URL, make_url
 from sqlalchemy.exc import DBAPIError
 
 from dse.errors import InputError
+from dse.records.sqlite_file import sqlite_file_problem
 
 FIELD = "--db"
-SQLITE_HEADER = b"SQLite format 3\x00"
 SUPPORTED = "a SQLite path, sqlite:///PATH, or a URL such as postgresql://user@host/dse"
 # A SQLite file up to this size gets SQLite's quick_check on open (a few ms a megabyte):
 # corruption then says so at once rather than in the middle of a report.
@@ -158,32 +158,9 @@ def _checked_sqlite_path(name: str, text: str) -> Path:
 
 def _check_sqlite_file(path: Path, text: str) -> None:
     """A file that is not SQLite, or whose header says it is longer than it is."""
-    try:
-        if not path.is_file():
-            raise bad(text, "a SQLite file (this is not a regular file)")
-        size = path.stat().st_size
-        with open(path, "rb") as file:
-            header = file.read(100)
-    except OSError as error:
-        raise bad(text, f"a SQLite file dse can read ({error.strerror or error})") from None
-    if size == 0:  # SQLite's own empty database: a new store
-        return
-    if not header.startswith(SQLITE_HEADER[: len(header)]) or len(header) < len(SQLITE_HEADER):
-        raise bad(text, "a SQLite record store (this file is not a SQLite database)")
-    if len(header) < 100:
-        raise bad(text, f"a whole SQLite file (this one is truncated: {size} bytes, shorter than its header)")
-    page_size = int.from_bytes(header[16:18], "big")
-    page_size = 65536 if page_size == 1 else page_size
-    if page_size < 512 or page_size > 65536 or page_size & (page_size - 1):
-        raise bad(text, f"an intact SQLite file (its header is corrupt: page size {page_size})")
-    pages = int.from_bytes(header[28:32], "big")
-    # The page count in the header is valid when its version field matches the change counter.
-    if header[92:96] == header[24:28] and pages and pages * page_size > size:
-        raise bad(text, f"a whole SQLite file (this one is truncated: {size} bytes, its header says "
-                        f"{pages} pages of {page_size})")
-    if size % page_size:
-        raise bad(text, f"a whole SQLite file (this one is truncated or damaged: {size} bytes is no "
-                        f"whole number of {page_size}-byte pages)")
+    problem = sqlite_file_problem(path)
+    if problem is not None:
+        raise bad(text, problem)
 
 
 class Leftovers:
@@ -210,11 +187,6 @@ class Leftovers:
         for folder in self.folders:
             with contextlib.suppress(OSError):
                 folder.rmdir()
-
-
-def known_revisions(migrations_dir: Path) -> set[str]:
-    """The alembic revisions this dse knows: its migration files are named `<revision>_*.py`."""
-    return {p.name.split("_", 1)[0] for p in (migrations_dir / "versions").glob("*_*.py")}
 
 
 def check_revision(engine: Engine, known: set[str], head: str) -> None:

@@ -83,6 +83,7 @@ from dse.records.liveness import (
     release_sweep_lock,
 )
 from dse.records.reads import STAGE_OF_KIND, diff_fields, flatten, pd
+from dse.records.revisions import known_revisions
 from dse.records.schema import (
     ARTIFACT_ROLES,
     CANDIDATE_ORIGINS,
@@ -179,7 +180,7 @@ class Store:
             if sqlite_file:
                 opening.quick_check(self.engine, sa_url)
             if not self._schema_is_current():
-                opening.check_revision(self.engine, opening.known_revisions(MIGRATIONS_DIR), SCHEMA_HEAD)
+                opening.check_revision(self.engine, known_revisions(MIGRATIONS_DIR), SCHEMA_HEAD)
                 self._upgrade_schema()
             self.reap_crashed()
         except BaseException as error:

@@ -20,7 +20,7 @@ from pathlib import Path
 
 from ..identity import workload_identity
 from .candidates import CandidateBuilder
-from .recorded import read_experiment
+from ..records.recorded import read_experiment
 from .result import DONE, IDLE_ROUNDS, SweepResult
 from .samplers import batch_size, make_sampler, sampler_kind
 from .spec import Spec, workload_parts

@@ -5,8 +5,8 @@ short command's start-up) are imported. It never writes, and opens no file that 
 there; anything it cannot read is the full sweep's to report (None).
 
 The tables and columns it reads are `dse.records.schema`'s at the head revision;
-`schema_current` says whether the store is at it (tests/test_rerun.py checks that this
-module's head is the store's).
+`schema_current` says whether the store is at it. (`dse.records` loads its names lazily, so
+importing this module brings in neither SQLAlchemy nor the schema.)
 """
 
 from __future__ import annotations
@@ -16,14 +16,8 @@ import sqlite3
 from dataclasses import dataclass, field
 from pathlib import Path
 
-MIGRATIONS = Path(__file__).resolve().parents[1] / "records" / "migrations" / "versions"
-
-
-def head_revision() -> str:
-    """The newest schema revision this dse knows: its migration files are named
-    `<revision>_*.py` with zero-padded revisions (as `dse.records.opening.known_revisions` reads them)."""
-    return max(p.name.split("_", 1)[0] for p in MIGRATIONS.glob("*_*.py"))
-
+from .revisions import head_revision
+from .sqlite_file import sqlite_file_problem
 
 @dataclass
 class RecordedExperiment:
@@ -51,10 +45,12 @@ def read_experiment(path: str | Path, name: str, final_statuses: set[str]) -> Re
     """The experiment `name` of the SQLite store at `path`, or None when the file, the
     experiment or a table cannot be read."""
     path = Path(path)
-    if not path.is_file():
+    if not path.is_file() or path.stat().st_size == 0 or sqlite_file_problem(path) is not None:
         return None
     try:
-        connection = sqlite3.connect(f"{path.resolve().as_uri()}?mode=ro", uri=True, isolation_level=None)
+        # Not `mode=ro`: a read-only connection cannot remove the -wal and -shm files a WAL
+        # store's open makes, and would leave them behind; this one only reads.
+        connection = sqlite3.connect(path, isolation_level=None)
     except sqlite3.Error:
         return None
     try:
