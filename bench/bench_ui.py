@@ -36,7 +36,7 @@ from bench_records import median_time  # noqa: E402
 from sqlalchemy import insert  # noqa: E402
 
 from dse.identity import content_hash  # noqa: E402
-from dse.records import Store, latest  # noqa: E402
+from dse.records import Store, latest, reads  # noqa: E402
 from dse.records.schema import Candidate, Experiment, Metric, Run, utcnow  # noqa: E402
 
 PAGE_TARGET_S = 0.5
@@ -193,6 +193,25 @@ def bench_page_queries(url: str, repeat: int) -> None:
           f"vs from the metric rows {old:.3f} s: x{new / old:.2f}")
 
 
+def bench_outcome_counts(url: str, repeat: int) -> None:
+    """An experiment's candidates by outcome (paid by every experiment page and live
+    poll) from candidate_outcome's index, against the count from the runs (before 0011),
+    interleaved; both must agree."""
+    times = {"candidate_outcome": [], "from the runs (pre-0011)": []}
+    with Store(url) as store, store.engine.connect() as connection:
+        counts = {}
+        for _ in range(repeat):
+            for label, read in (("candidate_outcome", reads.outcome_counts),
+                                ("from the runs (pre-0011)", reads.outcome_counts_from_runs)):
+                start = time.perf_counter()
+                counts[label] = read(connection, 1)
+                times[label].append(time.perf_counter() - start)
+        assert counts["candidate_outcome"] == counts["from the runs (pre-0011)"], counts
+    new, old = (statistics.median(t) for t in times.values())
+    print(f"  {'outcome counts of the experiment (candidate_outcome)':<58} {new:>9.3f} s  "
+          f"vs from the runs {old:.3f} s: x{new / old:.2f}")
+
+
 REPORT_CHILD = """
 import resource, sys, time
 sys.path.insert(0, {repo!r})
@@ -252,6 +271,7 @@ def run(url: str, n: int, repeat: int, folder: str, label: str, filled: bool = F
         print(f"  (populated in {time.perf_counter() - start:.1f} s)")
     bench_pages(url, repeat, n)
     bench_page_queries(url, repeat)
+    bench_outcome_counts(url, repeat)
     if with_report:
         bench_fetch(url, repeat)
         bench_report(url, max(1, repeat // 2), os.path.join(folder, "reports"))

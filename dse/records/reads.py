@@ -21,6 +21,7 @@ from dse.records.schema import (
     RUN_STATUSES,
     Artifact,
     Candidate,
+    CandidateOutcome,
     Decision,
     Experiment,
     ExperimentLink,
@@ -214,32 +215,29 @@ def outcome_counts(connection: Connection, experiment_id: int | None = None) -> 
     """{(experiment id, status): candidates}: candidates (not runs) by outcome, of every
     experiment or of one. A candidate's outcome is the status of its latest run, except
     that a "pruned" run (not taken further) leaves the earlier outcome standing; a
-    candidate without runs is not counted."""
-    if connection.dialect.name == "sqlite":
-        # A correlated probe per candidate (twice as fast as grouping every run first).
-        later = aliased(Run)
-
-        def newest(*where: Any) -> Any:
-            return (select(func.max(later.id)).where(later.candidate_id == Candidate.id, *where)
-                    .correlate(Candidate).scalar_subquery())
-
-        stmt = (select(Candidate.experiment_id, Run.status, func.count()).select_from(Candidate)
-                .join(Run, Run.id == func.coalesce(newest(later.status != "pruned"), newest())))
-    else:
-        # PostgreSQL: grouped once (see `candidates`).
-        outcome_run = (
-            select(func.coalesce(func.max(case((Run.status != "pruned", Run.id))), func.max(Run.id)).label("run_id"))
-            .group_by(Run.candidate_id)
-        )
-        if experiment_id is not None:
-            outcome_run = outcome_run.join(Candidate, Run.candidate_id == Candidate.id).where(
-                Candidate.experiment_id == experiment_id)
-        outcome_run = outcome_run.subquery()
-        stmt = (select(Candidate.experiment_id, Run.status, func.count())
-                .join(outcome_run, Run.id == outcome_run.c.run_id)
-                .join(Candidate, Run.candidate_id == Candidate.id))
+    candidate without runs is not counted. Counted from candidate_outcome's index alone
+    (`outcome_counts_from_runs` is the same from the runs themselves)."""
+    stmt = select(CandidateOutcome.experiment_id, CandidateOutcome.status, func.count())
     if experiment_id is not None:
-        stmt = stmt.where(Candidate.experiment_id == experiment_id)
+        stmt = stmt.where(CandidateOutcome.experiment_id == experiment_id)
+    return {(e, status): int(n) for e, status, n in
+            connection.execute(stmt.group_by(CandidateOutcome.experiment_id, CandidateOutcome.status))}
+
+
+def outcome_counts_from_runs(connection: Connection, experiment_id: int | None = None) -> dict[tuple[int, str], int]:
+    """`outcome_counts` computed from the runs, as before 0011 (the tests' and benches'
+    reference for candidate_outcome)."""
+    outcome_run = (
+        select(func.coalesce(func.max(case((Run.status != "pruned", Run.id))), func.max(Run.id)).label("run_id"))
+        .group_by(Run.candidate_id)
+    )
+    if experiment_id is not None:
+        outcome_run = outcome_run.join(Candidate, Run.candidate_id == Candidate.id).where(
+            Candidate.experiment_id == experiment_id)
+    outcome_run = outcome_run.subquery()
+    stmt = (select(Candidate.experiment_id, Run.status, func.count())
+            .join(outcome_run, Run.id == outcome_run.c.run_id)
+            .join(Candidate, Run.candidate_id == Candidate.id))
     return {(e, status): int(n) for e, status, n in
             connection.execute(stmt.group_by(Candidate.experiment_id, Run.status))}
 
@@ -316,10 +314,15 @@ def run(connection: Connection, run_id: int) -> dict[str, Any]:
     return record
 
 
-def candidates(connection: Connection, experiment_id: int, stage: str | None = None, lean: bool = False) -> pd.DataFrame:
+def candidates(connection: Connection, experiment_id: int, stage: str | None = None, lean: bool = False,
+               through_rows: bool = False) -> pd.DataFrame:
     """One row per candidate of an experiment (by id), with the stage, status and reason
     of its latest run (of `stage`, when given). `lean`: without the config, mapping and
-    creation time (the bulk of the text a large experiment's rows carry)."""
+    creation time (the bulk of the text a large experiment's rows carry).
+
+    The rows are read as the driver gives them (`plain_frame`: every column is a number,
+    text or NULL here); `through_rows`: through SQLAlchemy's rows instead, as before (the
+    tests' and benches' reference: both must agree)."""
     # Each candidate's latest run (of `stage`, when given), as a grouped derived table
     # joined once. (A correlated subquery reads faster on SQLite, but PostgreSQL may
     # plan it as a join filter evaluated for every candidate-run pair.)
@@ -328,7 +331,7 @@ def candidates(connection: Connection, experiment_id: int, stage: str | None = N
     if stage is not None:
         runs_of = runs_of.where(Run.stage == stage)
     latest = runs_of.group_by(Run.candidate_id).subquery()
-    frame = frame_of(
+    frame = (frame_of if through_rows else plain_frame)(
         connection,
         select(
             Candidate.id,

@@ -229,6 +229,22 @@ class LatestMetric(Base):
     value: Mapped[float] = mapped_column(Float)
 
 
+class CandidateOutcome(Base):
+    """0011: each candidate's outcome run (its latest, unless that was "pruned": then its
+    latest other run, if any) and that run's status, kept by triggers on run (after every
+    insert and update of status, whoever writes it; see the migration). An experiment's
+    candidates by outcome are counted from the (experiment_id, status) index alone.
+    Derived data: the runs stay the record; a candidate without runs has no row."""
+
+    __tablename__ = "candidate_outcome"
+    __table_args__ = (Index("ix_candidate_outcome_experiment_id_status", "experiment_id", "status"),)
+
+    candidate_id: Mapped[int] = mapped_column(ForeignKey("candidate.id"), primary_key=True)
+    experiment_id: Mapped[int] = mapped_column(Integer)
+    run_id: Mapped[int] = mapped_column(ForeignKey("run.id"))
+    status: Mapped[str] = mapped_column(String(16))
+
+
 class Artifact(Base):
     """A content-addressed evidence file beside the database (`<db>.evidence/ab/<sha256>`)."""
 
