@@ -61,8 +61,17 @@ def agrees(store: Store, experiment: str) -> dict:
 
 
 def candidates_agree(connection, experiment: str) -> None:
-    """`candidates` read from the driver's rows equals the read through SQLAlchemy's rows."""
+    """`candidates` (candidate_run, the driver's rows) equals the read from the runs through
+    SQLAlchemy's rows; so does the UI's page, sorted and filtered every way."""
     experiment_id = reads.experiment_id_of(connection, experiment)
+    names = queries.metric_names(connection, experiment_id, None)
+    for query in (queries.CandidateQuery(), queries.CandidateQuery(sort="status", descending=True),
+                  queries.CandidateQuery(status="ok"), queries.CandidateQuery(status="not run"),
+                  queries.CandidateQuery(status="infeasible", text="BIG"),
+                  *(queries.CandidateQuery(sort=n, metric=n, high=1e9) for n in names[:1])):
+        new = queries.candidate_page(connection, experiment_id, query, names)
+        old = queries.candidate_page(connection, experiment_id, query, names, through_runs=True)
+        assert (new.rows, new.total) == (old.rows, old.total)
     for stage in (None, "analytical", "emulator"):
         for lean in (False, True):
             pd.testing.assert_frame_equal(reads.candidates(connection, experiment_id, stage, lean),
@@ -168,7 +177,7 @@ def test_migration_0011_backfills_an_existing_0010_store(db):
     command.downgrade(alembic_config(url), "0010")
     engine = create_engine(url)
     with engine.connect() as connection:
-        assert not {"latest_metric", "candidate_outcome"} & set(connection.dialect.get_table_names(connection))
+        assert not {"latest_metric", "candidate_run"} & set(connection.dialect.get_table_names(connection))
     engine.dispose()
     with Store(db) as store:
         with store.engine.connect() as connection:
@@ -190,11 +199,11 @@ def test_migration_0011_backfills_an_existing_0010_store(db):
 def outcomes(store: Store) -> dict[int, tuple[int, str]]:
     with store.engine.connect() as connection:
         return {c: (r, s) for c, r, s in connection.execute(
-            text("SELECT candidate_id, run_id, status FROM candidate_outcome"))}
+            text("SELECT candidate_id, run_id, status FROM candidate_run WHERE role = 'outcome'"))}
 
 
 def counts_agree(store: Store) -> dict[tuple[int, str], int]:
-    """candidate_outcome's counts equal those computed from the runs (all experiments and each)."""
+    """candidate_run's counts equal those computed from the runs (all experiments and each)."""
     with store.engine.connect() as connection:
         now = reads.outcome_counts(connection)
         assert now == reads.outcome_counts_from_runs(connection)
@@ -241,11 +250,39 @@ def test_candidate_outcomes_follow_every_writer_of_a_run(db, tmp_path):
         with store.engine.begin() as connection:
             connection.execute(text("UPDATE run SET status = 'failed' WHERE id = :r"), {"r": rf})
         assert counts_agree(store) == {(e, "ok"): 2, (e, "crashed"): 1, (e, "pruned"): 1, (other, "failed"): 1}
+        # By latest run (`dse show`): ties in the order of first occurrence, as value_counts.
+        for experiment, hand in (("x", [("pruned", 2), ("crashed", 1), ("ok", 1)]),
+                                 ("y", [("failed", 1), ("not run", 1)])):
+            by_pandas = list(store.candidates(experiment)["status"].fillna("not run").value_counts().items())
+            assert store.latest_status_counts(experiment) == by_pandas == hand
         with store.engine.connect() as connection:
             candidates_agree(connection, "x")
             candidates_agree(connection, "y")
         with store.engine.connect() as connection:
             assert queries.outcome_counts(connection, other) == {
                 "ok": 0, "infeasible": 0, "pruned": 0, "failed": 1, "crashed": 0, "running": 0, "not run": 1}
-        assert store.delete_experiment("x")["candidate_outcome"] == 4
+        # latest and outcome of 4 candidates, and their 8 (candidate, stage) rows
+        assert store.delete_experiment("x")["candidate_run"] == 16
         assert outcomes(store) == {f: (rf, "failed")} and counts_agree(store) == {(other, "failed"): 1}
+
+
+def test_dse_show_lists_the_first_candidates_and_counts_them_all(db, capsys):
+    """`dse show` reads the first --limit candidates and the counts by latest status (not
+    every row); the same text as from every candidate's row; a negative --limit is refused."""
+    from dse.cli import main as cli
+
+    with Store(db) as store:
+        e = store.create_experiment("x", "h", [], "gemm", "w", "s", "s")
+        ids = [store.add_candidate(e, {"banks": n}, {}, "grid")[0] for n in (16, 20, 24, 28, 32)]
+        store.set_baseline(e, ids[0])
+        for cid, status in zip(ids, ("ok", "infeasible", "ok", "infeasible")):
+            store.finish_run(store.start_run(cid, "analytical"), status, lat(1.0) if status == "ok" else [],
+                             reason=None if status == "ok" else "too small")
+        cands = store.candidates(e, lean=True)
+    assert cli(["show", "x", "--db", db, "--limit", "2"]) == 0
+    out = capsys.readouterr().out
+    assert "candidates: 5 (2 ok, 2 infeasible, 1 not run)" in out and "… 3 more" in out
+    listed = [line.split()[0] for line in out.splitlines() if line.split() and line.split()[0].isdigit()]
+    assert listed == [str(i) for i in cands["id"].head(2)]
+    assert cli(["show", "x", "--db", db, "--limit", "-1"]) == 2
+    assert "--limit" in capsys.readouterr().err

@@ -5,11 +5,14 @@
   run repeats a name, as metric_table took it), backfilled here from the metric rows and
   kept from now on by every write of metrics in the same transaction. A sorted page or a
   wide table of 100,000 candidates reads these rows instead of every metric through its run.
-- candidate_outcome (candidate_id) -> experiment_id, run_id, status: each candidate's
-  outcome run (its latest run, unless that was "pruned": then its latest other run, if
-  any) and that run's status, indexed by (experiment_id, status), so an experiment's
-  candidates by outcome are counted from the index alone. Kept by triggers on run (after
-  an insert, after an update of status): every writer of a run's status (finishing,
+- candidate_run (candidate_id, role) -> experiment_id, run_id, stage, status, reason: the
+  runs a candidate's reads show, by role: "latest" (its latest run of any stage), each
+  stage's name (its latest run of that stage) and "outcome" (its latest run, unless that
+  was "pruned": then its latest other run, if any), with the run's stage, status and
+  reason; indexed by (experiment_id, role, status), so an experiment's candidates by
+  outcome are counted from the index alone, and a table of 100,000 candidates reads these
+  narrow rows instead of probing the runs for each. Kept by triggers on run (after an
+  insert, after an update of status or reason): every writer of a run (finishing,
   liveness marking a run crashed, imports, bulk inserts) keeps it, in its transaction.
 - run: its index on candidate_id becomes one on (candidate_id, stage), so a candidate's
   latest run of a stage is found in the index alone (still one index: no dearer inserts).
@@ -45,32 +48,49 @@ GROUP BY r.candidate_id, m.kind, m.name, m.run_id
 """
 
 
-# The outcome run of the candidate of run NEW, and its status (frozen as above).
-_OUTCOME_OF_NEW = """
-SELECT c.id, c.experiment_id, r.id, r.status FROM candidate c JOIN run r ON r.id = coalesce(
-    (SELECT max(o.id) FROM run o WHERE o.candidate_id = NEW.candidate_id AND o.status != 'pruned'),
-    (SELECT max(o.id) FROM run o WHERE o.candidate_id = NEW.candidate_id))
+# The candidate_run rows of run NEW's candidate, recomputed from its runs (frozen as above):
+# a run changes its candidate's latest, outcome and stage rows only.
+_ROWS_OF_NEW = """
+SELECT c.id, roles.role, c.experiment_id, r.id, r.stage, r.status, r.reason
+FROM candidate c
+JOIN (SELECT 'latest' AS role, (SELECT max(o.id) FROM run o WHERE o.candidate_id = NEW.candidate_id) AS run_id
+      UNION ALL
+      SELECT 'outcome', coalesce(
+          (SELECT max(o.id) FROM run o WHERE o.candidate_id = NEW.candidate_id AND o.status != 'pruned'),
+          (SELECT max(o.id) FROM run o WHERE o.candidate_id = NEW.candidate_id))
+      UNION ALL
+      SELECT NEW.stage, (SELECT max(o.id) FROM run o WHERE o.candidate_id = NEW.candidate_id AND o.stage = NEW.stage)
+     ) roles ON 1 = 1
+JOIN run r ON r.id = roles.run_id
 WHERE c.id = NEW.candidate_id"""
-_COLUMNS = "candidate_outcome (candidate_id, experiment_id, run_id, status)"
-BACKFILL_OUTCOME = f"""
+_COLUMNS = "candidate_run (candidate_id, role, experiment_id, run_id, stage, status, reason)"
+BACKFILL_CANDIDATE_RUN = f"""
 INSERT INTO {_COLUMNS}
-SELECT c.id, c.experiment_id, r.id, r.status FROM candidate c JOIN run r ON r.id = coalesce(
-    (SELECT max(o.id) FROM run o WHERE o.candidate_id = c.id AND o.status != 'pruned'),
-    (SELECT max(o.id) FROM run o WHERE o.candidate_id = c.id))
+SELECT c.id, roles.role, c.experiment_id, r.id, r.stage, r.status, r.reason
+FROM candidate c
+JOIN (SELECT candidate_id, 'latest' AS role, max(id) AS run_id FROM run GROUP BY candidate_id
+      UNION ALL
+      SELECT candidate_id, 'outcome', coalesce(max(CASE WHEN status != 'pruned' THEN id END), max(id))
+      FROM run GROUP BY candidate_id
+      UNION ALL
+      SELECT candidate_id, stage, max(id) FROM run GROUP BY candidate_id, stage
+     ) roles ON roles.candidate_id = c.id
+JOIN run r ON r.id = roles.run_id
 """
 SQLITE_TRIGGERS = [f"""
-CREATE TRIGGER run_outcome_{event} AFTER {clause} ON run BEGIN
-    INSERT OR REPLACE INTO {_COLUMNS} {_OUTCOME_OF_NEW};
-END""" for event, clause in (("insert", "INSERT"), ("update", "UPDATE OF status"))]
+CREATE TRIGGER candidate_run_after_{event} AFTER {clause} ON run BEGIN
+    INSERT OR REPLACE INTO {_COLUMNS} {_ROWS_OF_NEW};
+END""" for event, clause in (("insert", "INSERT"), ("update", "UPDATE OF status, reason"))]
 POSTGRESQL_TRIGGERS = [f"""
-CREATE FUNCTION run_outcome() RETURNS trigger LANGUAGE plpgsql AS $$
+CREATE FUNCTION candidate_run_kept() RETURNS trigger LANGUAGE plpgsql AS $$
 BEGIN
-    INSERT INTO {_COLUMNS} {_OUTCOME_OF_NEW}
-    ON CONFLICT (candidate_id) DO UPDATE SET run_id = excluded.run_id, status = excluded.status;
+    INSERT INTO {_COLUMNS} {_ROWS_OF_NEW}
+    ON CONFLICT (candidate_id, role) DO UPDATE SET run_id = excluded.run_id, stage = excluded.stage,
+        status = excluded.status, reason = excluded.reason;
     RETURN NULL;
 END $$""", """
-CREATE TRIGGER run_outcome AFTER INSERT OR UPDATE OF status ON run
-FOR EACH ROW EXECUTE FUNCTION run_outcome()"""]
+CREATE TRIGGER candidate_run_kept AFTER INSERT OR UPDATE OF status, reason ON run
+FOR EACH ROW EXECUTE FUNCTION candidate_run_kept()"""]
 
 
 def upgrade() -> None:
@@ -91,18 +111,22 @@ def upgrade() -> None:
     op.create_index("ix_run_candidate_id_stage", "run", ["candidate_id", "stage"], unique=False)
     op.drop_index("ix_run_candidate_id", table_name="run")
     op.create_table(
-        "candidate_outcome",
+        "candidate_run",
         sa.Column("candidate_id", sa.Integer(), nullable=False),
+        sa.Column("role", sa.String(length=16), nullable=False),
         sa.Column("experiment_id", sa.Integer(), nullable=False),
         sa.Column("run_id", sa.Integer(), nullable=False),
+        sa.Column("stage", sa.String(length=16), nullable=False),
         sa.Column("status", sa.String(length=16), nullable=False),
+        sa.Column("reason", sa.Text(), nullable=True),
         sa.ForeignKeyConstraint(["candidate_id"], ["candidate.id"],
-                                name=op.f("fk_candidate_outcome_candidate_id_candidate")),
-        sa.ForeignKeyConstraint(["run_id"], ["run.id"], name=op.f("fk_candidate_outcome_run_id_run")),
-        sa.PrimaryKeyConstraint("candidate_id", name=op.f("pk_candidate_outcome")),
+                                name=op.f("fk_candidate_run_candidate_id_candidate")),
+        sa.ForeignKeyConstraint(["run_id"], ["run.id"], name=op.f("fk_candidate_run_run_id_run")),
+        sa.PrimaryKeyConstraint("candidate_id", "role", name=op.f("pk_candidate_run")),
+        sqlite_with_rowid=False,
     )
-    op.execute(BACKFILL_OUTCOME)
-    op.create_index("ix_candidate_outcome_experiment_id_status", "candidate_outcome", ["experiment_id", "status"])
+    op.execute(BACKFILL_CANDIDATE_RUN)
+    op.create_index("ix_candidate_run_experiment_id_role_status", "candidate_run", ["experiment_id", "role", "status"])
     sqlite = op.get_bind().dialect.name == "sqlite"
     for statement in SQLITE_TRIGGERS if sqlite else POSTGRESQL_TRIGGERS:
         op.execute(statement)
@@ -110,12 +134,12 @@ def upgrade() -> None:
 
 def downgrade() -> None:
     if op.get_bind().dialect.name == "sqlite":
-        op.execute("DROP TRIGGER run_outcome_insert")
-        op.execute("DROP TRIGGER run_outcome_update")
+        op.execute("DROP TRIGGER candidate_run_after_insert")
+        op.execute("DROP TRIGGER candidate_run_after_update")
     else:
-        op.execute("DROP TRIGGER run_outcome ON run")
-        op.execute("DROP FUNCTION run_outcome()")
-    op.drop_table("candidate_outcome")
+        op.execute("DROP TRIGGER candidate_run_kept ON run")
+        op.execute("DROP FUNCTION candidate_run_kept()")
+    op.drop_table("candidate_run")
     op.create_index("ix_run_candidate_id", "run", ["candidate_id"], unique=False)
     op.drop_index("ix_run_candidate_id_stage", table_name="run")
     op.drop_table("latest_metric")
