@@ -248,6 +248,9 @@ def test_candidate_outcomes_follow_every_writer_of_a_run(db, tmp_path):
         store.add_candidate(other, {"banks": 12}, {}, "grid")
         rf = store.start_run(f, "analytical")
         with store.engine.begin() as connection:
+            connection.execute(text("UPDATE run SET status = 'pruned' WHERE id = :r"), {"r": rf})
+        assert outcomes(store)[f] == (rf, "pruned")  # its only run
+        with store.engine.begin() as connection:
             connection.execute(text("UPDATE run SET status = 'failed' WHERE id = :r"), {"r": rf})
         assert counts_agree(store) == {(e, "ok"): 2, (e, "crashed"): 1, (e, "pruned"): 1, (other, "failed"): 1}
         # By latest run (`dse show`): ties in the order of first occurrence, as value_counts.

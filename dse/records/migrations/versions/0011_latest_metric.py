@@ -48,21 +48,12 @@ GROUP BY r.candidate_id, m.kind, m.name, m.run_id
 """
 
 
-# The candidate_run rows of run NEW's candidate, recomputed from its runs (frozen as above):
-# a run changes its candidate's latest, outcome and stage rows only.
-_ROWS_OF_NEW = """
-SELECT c.id, roles.role, c.experiment_id, r.id, r.stage, r.status, r.reason
-FROM candidate c
-JOIN (SELECT 'latest' AS role, (SELECT max(o.id) FROM run o WHERE o.candidate_id = NEW.candidate_id) AS run_id
-      UNION ALL
-      SELECT 'outcome', coalesce(
-          (SELECT max(o.id) FROM run o WHERE o.candidate_id = NEW.candidate_id AND o.status != 'pruned'),
-          (SELECT max(o.id) FROM run o WHERE o.candidate_id = NEW.candidate_id))
-      UNION ALL
-      SELECT NEW.stage, (SELECT max(o.id) FROM run o WHERE o.candidate_id = NEW.candidate_id AND o.stage = NEW.stage)
-     ) roles ON 1 = 1
-JOIN run r ON r.id = roles.run_id
-WHERE c.id = NEW.candidate_id"""
+# How the triggers keep candidate_run (frozen here, as above). A new run is its candidate's
+# latest and its stage's latest (ids only grow; the guard keeps the larger where two
+# PostgreSQL writers commit out of order), and its outcome unless it is "pruned" while a
+# run that is not stands. An update of a run's status or reason is copied to the rows that
+# name the run; the outcome is recomputed from the candidate's runs only when the update
+# makes a run "pruned" or undoes that.
 _COLUMNS = "candidate_run (candidate_id, role, experiment_id, run_id, stage, status, reason)"
 BACKFILL_CANDIDATE_RUN = f"""
 INSERT INTO {_COLUMNS}
@@ -77,16 +68,41 @@ JOIN (SELECT candidate_id, 'latest' AS role, max(id) AS run_id FROM run GROUP BY
      ) roles ON roles.candidate_id = c.id
 JOIN run r ON r.id = roles.run_id
 """
+_SET = "run_id = excluded.run_id, stage = excluded.stage, status = excluded.status, reason = excluded.reason"
+_AS_NEW = "SELECT NEW.candidate_id, {role}, c.experiment_id, NEW.id, NEW.stage, NEW.status, NEW.reason " \
+          "FROM candidate c WHERE c.id = NEW.candidate_id"
+ON_INSERT = [
+    f"""INSERT INTO {_COLUMNS} {_AS_NEW.format(role="'latest'")}
+    ON CONFLICT (candidate_id, role) DO UPDATE SET {_SET} WHERE excluded.run_id > candidate_run.run_id""",
+    f"""INSERT INTO {_COLUMNS} {_AS_NEW.format(role="NEW.stage")}
+    ON CONFLICT (candidate_id, role) DO UPDATE SET {_SET} WHERE excluded.run_id > candidate_run.run_id""",
+    f"""INSERT INTO {_COLUMNS} {_AS_NEW.format(role="'outcome'")}
+    ON CONFLICT (candidate_id, role) DO UPDATE SET {_SET} WHERE excluded.run_id > candidate_run.run_id
+        AND (excluded.status != 'pruned' OR candidate_run.status = 'pruned')""",
+]
+ON_UPDATE = [
+    """UPDATE candidate_run SET status = NEW.status, reason = NEW.reason
+    WHERE candidate_id = NEW.candidate_id AND run_id = NEW.id""",
+    f"""INSERT INTO {_COLUMNS}
+    SELECT c.id, 'outcome', c.experiment_id, r.id, r.stage, r.status, r.reason FROM candidate c JOIN run r ON r.id = coalesce(
+        (SELECT max(o.id) FROM run o WHERE o.candidate_id = NEW.candidate_id AND o.status != 'pruned'),
+        (SELECT max(o.id) FROM run o WHERE o.candidate_id = NEW.candidate_id))
+    WHERE c.id = NEW.candidate_id AND (NEW.status = 'pruned') != (OLD.status = 'pruned')
+    ON CONFLICT (candidate_id, role) DO UPDATE SET {_SET}""",
+]
 SQLITE_TRIGGERS = [f"""
 CREATE TRIGGER candidate_run_after_{event} AFTER {clause} ON run BEGIN
-    INSERT OR REPLACE INTO {_COLUMNS} {_ROWS_OF_NEW};
-END""" for event, clause in (("insert", "INSERT"), ("update", "UPDATE OF status, reason"))]
+    {"; ".join(statements)};
+END""" for event, clause, statements in (("insert", "INSERT", ON_INSERT),
+                                          ("update", "UPDATE OF status, reason", ON_UPDATE))]
 POSTGRESQL_TRIGGERS = [f"""
 CREATE FUNCTION candidate_run_kept() RETURNS trigger LANGUAGE plpgsql AS $$
 BEGIN
-    INSERT INTO {_COLUMNS} {_ROWS_OF_NEW}
-    ON CONFLICT (candidate_id, role) DO UPDATE SET run_id = excluded.run_id, stage = excluded.stage,
-        status = excluded.status, reason = excluded.reason;
+    IF TG_OP = 'INSERT' THEN
+        {"; ".join(ON_INSERT)};
+    ELSE
+        {"; ".join(ON_UPDATE)};
+    END IF;
     RETURN NULL;
 END $$""", """
 CREATE TRIGGER candidate_run_kept AFTER INSERT OR UPDATE OF status, reason ON run
