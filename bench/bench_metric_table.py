@@ -26,6 +26,8 @@ sys.path.insert(0, str(REPO))
 
 from bench_records import populate  # noqa: E402
 
+import pandas as pd  # noqa: E402
+
 from dse.cli import main as cli  # noqa: E402
 from dse.records import Store, reads  # noqa: E402
 
@@ -66,10 +68,22 @@ def main() -> None:
             with store.engine.connect() as connection:
                 return reads.metric_table(connection, experiment, kind, from_metrics=True)
 
+        def candidates_through_rows():
+            # The pre-0011 read: each candidate's latest run grouped from the runs, SQLAlchemy rows.
+            with store.engine.connect() as connection:
+                return reads.candidates(connection, reads.experiment_id_of(connection, experiment), through_rows=True)
+
         with Store(db) as store:
+            pd.testing.assert_frame_equal(store.candidates(experiment), candidates_through_rows())
+            for kind in ("analytical", "emulator_cycles"):
+                new, old = store.metric_table(experiment, kind), from_metrics(kind)
+                gone = [c for c in old.columns if c not in new.columns]  # names only older runs recorded
+                assert old[gone].isna().all().all()
+                pd.testing.assert_frame_equal(new, old.drop(columns=gone))
             # Round robin (one of each per round), so a loaded machine's swings fall on all alike.
             rows = interleaved_medians({
                 "store.candidates(big)": lambda: store.candidates(experiment),
+                "  the same from the runs, SQLAlchemy rows (pre-0011)": candidates_through_rows,
                 "store.metric_table(big, analytical)": lambda: store.metric_table(experiment, "analytical"),
                 "  the same from the metric rows (pre-0011)": lambda: from_metrics("analytical"),
                 "store.metric_table(big, emulator_cycles)": lambda: store.metric_table(experiment, "emulator_cycles"),

@@ -88,19 +88,43 @@ def bench_sweep_writes(url: str, repeat: int, n: int = 2_000, batch: int = 200) 
     """The sweep's batched write (add_candidates_and_start_runs finishing the previous batch,
     12 total metrics a run) with latest_metric kept in the same transaction, against the
     same write without it (the store before 0011), interleaved; fresh candidates each round,
-    then a rerun of them (new runs replacing every figure)."""
+    then a rerun of them (new runs replacing every figure). "Without" also drops 0011's
+    triggers that keep candidate_run (put back after each round)."""
+    import importlib.util
+
     import dse.records.latest as latest_module
+    from dse.records.store import MIGRATIONS_DIR
+
+    spec = importlib.util.spec_from_file_location("m0011", Path(MIGRATIONS_DIR) / "versions" / "0011_latest_metric.py")
+    m0011 = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(m0011)
+
+    def triggers(engine, on: bool) -> None:
+        sqlite = engine.dialect.name == "sqlite"
+        with engine.begin() as connection:
+            if on:
+                for statement in m0011.SQLITE_TRIGGERS if sqlite else m0011.POSTGRESQL_TRIGGERS:
+                    connection.exec_driver_sql(statement)
+            elif sqlite:
+                connection.exec_driver_sql("DROP TRIGGER candidate_run_after_insert")
+                connection.exec_driver_sql("DROP TRIGGER candidate_run_after_update")
+            else:
+                connection.exec_driver_sql("DROP TRIGGER candidate_run_kept ON run")
+                connection.exec_driver_sql("DROP FUNCTION candidate_run_kept()")
 
     keep = latest_module.record
-    times: dict[str, list[float]] = {"with latest_metric": [], "without (pre-0011)": [],
-                                     "rerun, with latest_metric": [], "rerun, without (pre-0011)": []}
+    variants = (("with latest_metric", keep, True), ("latest_metric only", keep, False),
+                ("without (pre-0011)", lambda *_: None, False))  # (label, record, candidate_run kept)
+    times: dict[str, list[float]] = {f"{rerun}{label}": [] for rerun in ("", "rerun, ") for label, _, _ in variants}
     names = [f"m{i}" for i in range(12)]
     with Store(url) as store:
         experiment = store.create_experiment("write-bench", "h", [], "gemm", "w", "s-w", "s-w")
         try:
             for round_ in range(repeat):
-                for label, record in (("with latest_metric", keep), ("without (pre-0011)", lambda *_: None)):
+                for label, record, kept in variants:
                     latest_module.record = record
+                    if not kept:
+                        triggers(store.engine, on=False)
                     for rerun in (False, True):
                         tag = f"{round_}-{label}"
                         start = time.perf_counter()
@@ -114,14 +138,18 @@ def bench_sweep_writes(url: str, repeat: int, n: int = 2_000, batch: int = 200) 
                                 for _, _, run in out]
                         store.finish_runs(pending)
                         times[("rerun, " if rerun else "") + label].append(time.perf_counter() - start)
+                    if not kept:
+                        triggers(store.engine, on=True)
         finally:
             latest_module.record = keep
     print(f"sweep writes: {n:,} candidates, batches of {batch}, {len(names)} total metrics a run ({_shown(url)})")
-    for label in ("", "rerun, "):
-        new, old = statistics.median(times[label + "with latest_metric"]), statistics.median(
-            times[label + "without (pre-0011)"])
-        print(f"  {(label or 'new candidates, ') + 'with latest_metric':<52} {n * len(names) / new:>12,.0f} rows/s"
-              f"  vs without {n * len(names) / old:,.0f} rows/s: x{new / old:.2f} the time")
+    for rerun in ("", "rerun, "):
+        old = statistics.median(times[rerun + "without (pre-0011)"])
+        for label in ("with latest_metric", "latest_metric only"):
+            new = statistics.median(times[rerun + label])
+            shown = (rerun or "new candidates, ") + (label + ", candidate_run" if label.startswith("with") else label)
+            print(f"  {shown:<52} {n * len(names) / new:>12,.0f} rows/s"
+                  f"  vs without {n * len(names) / old:,.0f} rows/s: x{new / old:.2f} the time")
 
 
 # ---- a store of 100,000 runs --------------------------------------------------------------

@@ -36,7 +36,7 @@ from bench_records import median_time  # noqa: E402
 from sqlalchemy import insert  # noqa: E402
 
 from dse.identity import content_hash  # noqa: E402
-from dse.records import Store, latest  # noqa: E402
+from dse.records import Store, latest, reads  # noqa: E402
 from dse.records.schema import Candidate, Experiment, Metric, Run, utcnow  # noqa: E402
 
 PAGE_TARGET_S = 0.5
@@ -162,35 +162,46 @@ def bench_pages(url: str, repeat: int, n: int) -> None:
 
 
 def bench_page_queries(url: str, repeat: int) -> None:
-    """The sorted + filtered page's query (dse.ui.queries.candidate_page) with each
-    candidate's figure from latest_metric, against the same page with the figure joined
-    from the metric rows through the run (the way before migration 0011), interleaved."""
-    from sqlalchemy import and_
-    from sqlalchemy.orm import aliased
-
+    """The sorted + filtered page's query (dse.ui.queries.candidate_page), each
+    candidate's latest analytical run from candidate_run and its figure from
+    latest_metric, against the same page read from the runs and the metric rows (the way
+    before migration 0011), interleaved; both must give the same page."""
     from dse.ui import queries
-
-    def through_runs(name: str):
-        m = aliased(Metric)
-        return m, and_(m.run_id == Run.id, m.kind == "analytical", m.scope == "total", m.name == name)
 
     page = queries.CandidateQuery(sort="latency_cycles", descending=True, status="ok", metric="latency_cycles",
                                   high=5e6)
-    new_join, times = queries._metric_join, {"latest_metric": [], "metric rows (pre-0011)": []}
+    times = {False: [], True: []}
     with Store(url) as store, store.engine.connect() as connection:
         names = queries.metric_names(connection, 1, store.experiment(1)["baseline_candidate_id"])
-        try:
-            for _ in range(repeat):
-                for label, join in (("latest_metric", new_join), ("metric rows (pre-0011)", through_runs)):
-                    queries._metric_join = join
-                    start = time.perf_counter()
-                    queries.candidate_page(connection, 1, page, names)
-                    times[label].append(time.perf_counter() - start)
-        finally:
-            queries._metric_join = new_join
+        pages = {}
+        for _ in range(repeat):
+            for through_runs in (False, True):
+                start = time.perf_counter()
+                pages[through_runs] = queries.candidate_page(connection, 1, page, names, through_runs=through_runs)
+                times[through_runs].append(time.perf_counter() - start)
+        assert (pages[False].rows, pages[False].total) == (pages[True].rows, pages[True].total)
+    new, old = (statistics.median(times[k]) for k in (False, True))
+    print(f"  {'candidate_page query, sorted + filtered (0011 tables)':<58} {new:>9.3f} s  "
+          f"vs from the runs and metric rows {old:.3f} s: x{new / old:.2f}")
+
+
+def bench_outcome_counts(url: str, repeat: int) -> None:
+    """An experiment's candidates by outcome (paid by every experiment page and live
+    poll) from candidate_run's index, against the count from the runs (before 0011),
+    interleaved; both must agree."""
+    times = {"candidate_run": [], "from the runs (pre-0011)": []}
+    with Store(url) as store, store.engine.connect() as connection:
+        counts = {}
+        for _ in range(repeat):
+            for label, read in (("candidate_run", reads.outcome_counts),
+                                ("from the runs (pre-0011)", reads.outcome_counts_from_runs)):
+                start = time.perf_counter()
+                counts[label] = read(connection, 1)
+                times[label].append(time.perf_counter() - start)
+        assert counts["candidate_run"] == counts["from the runs (pre-0011)"], counts
     new, old = (statistics.median(t) for t in times.values())
-    print(f"  {'candidate_page query, sorted + filtered (latest_metric)':<58} {new:>9.3f} s  "
-          f"vs from the metric rows {old:.3f} s: x{new / old:.2f}")
+    print(f"  {'outcome counts of the experiment (candidate_run)':<58} {new:>9.3f} s  "
+          f"vs from the runs {old:.3f} s: x{new / old:.2f}")
 
 
 REPORT_CHILD = """
@@ -252,6 +263,7 @@ def run(url: str, n: int, repeat: int, folder: str, label: str, filled: bool = F
         print(f"  (populated in {time.perf_counter() - start:.1f} s)")
     bench_pages(url, repeat, n)
     bench_page_queries(url, repeat)
+    bench_outcome_counts(url, repeat)
     if with_report:
         bench_fetch(url, repeat)
         bench_report(url, max(1, repeat // 2), os.path.join(folder, "reports"))

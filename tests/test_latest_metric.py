@@ -56,7 +56,26 @@ def agrees(store: Store, experiment: str) -> dict:
             gone = [c for c in old.columns if c not in new.columns]
             assert old[gone].isna().all().all()
             pd.testing.assert_frame_equal(new, old.drop(columns=gone))
+        candidates_agree(connection, experiment)
     return now
+
+
+def candidates_agree(connection, experiment: str) -> None:
+    """`candidates` (candidate_run, the driver's rows) equals the read from the runs through
+    SQLAlchemy's rows; so does the UI's page, sorted and filtered every way."""
+    experiment_id = reads.experiment_id_of(connection, experiment)
+    names = queries.metric_names(connection, experiment_id, None)
+    for query in (queries.CandidateQuery(), queries.CandidateQuery(sort="status", descending=True),
+                  queries.CandidateQuery(status="ok"), queries.CandidateQuery(status="not run"),
+                  queries.CandidateQuery(status="infeasible", text="BIG"),
+                  *(queries.CandidateQuery(sort=n, metric=n, high=1e9) for n in names[:1])):
+        new = queries.candidate_page(connection, experiment_id, query, names)
+        old = queries.candidate_page(connection, experiment_id, query, names, through_runs=True)
+        assert (new.rows, new.total) == (old.rows, old.total)
+    for stage in (None, "analytical", "emulator"):
+        for lean in (False, True):
+            pd.testing.assert_frame_equal(reads.candidates(connection, experiment_id, stage, lean),
+                                          reads.candidates(connection, experiment_id, stage, lean, through_rows=True))
 
 
 def lat(value: float, *more: MetricIn) -> list[MetricIn]:
@@ -153,17 +172,20 @@ def test_migration_0011_backfills_an_existing_0010_store(db):
         store.finish_run(store.start_run(b, "analytical"), "ok", lat(60.0))
         store.finish_run(store.start_run(b, "analytical"), "failed", error="boom")
         before = held(store)
+        before_outcomes = outcomes(store)
     url = database_url(db)
     command.downgrade(alembic_config(url), "0010")
     engine = create_engine(url)
     with engine.connect() as connection:
-        assert "latest_metric" not in connection.dialect.get_table_names(connection)
+        assert not {"latest_metric", "candidate_run"} & set(connection.dialect.get_table_names(connection))
     engine.dispose()
     with Store(db) as store:
         with store.engine.connect() as connection:
             assert connection.execute(text("SELECT version_num FROM alembic_version")).scalar() == SCHEMA_HEAD
         assert agrees(store, "x") == before
         assert len(before) == 3 and before[(a, "analytical", "latency_cycles")][1] == 85.0
+        assert outcomes(store) == before_outcomes and before_outcomes[b][1] == "failed"
+        counts_agree(store)
         # rebuild (for stores filled by bulk inserts) gives the same table, whole or in part.
         with store.engine.begin() as connection:
             latest.rebuild(connection)
@@ -172,3 +194,98 @@ def test_migration_0011_backfills_an_existing_0010_store(db):
             connection.execute(text("DELETE FROM latest_metric"))
             latest.rebuild(connection, [a])
         assert held(store) == {k: v for k, v in before.items() if k[0] == a}
+
+
+def outcomes(store: Store) -> dict[int, tuple[int, str]]:
+    with store.engine.connect() as connection:
+        return {c: (r, s) for c, r, s in connection.execute(
+            text("SELECT candidate_id, run_id, status FROM candidate_run WHERE role = 'outcome'"))}
+
+
+def counts_agree(store: Store) -> dict[tuple[int, str], int]:
+    """candidate_run's counts equal those computed from the runs (all experiments and each)."""
+    with store.engine.connect() as connection:
+        now = reads.outcome_counts(connection)
+        assert now == reads.outcome_counts_from_runs(connection)
+        for e in {e for e, _ in now}:
+            assert reads.outcome_counts(connection, e) == reads.outcome_counts_from_runs(connection, e)
+    return now
+
+
+def test_candidate_outcomes_follow_every_writer_of_a_run(db, tmp_path):
+    """Outcome (latest run, a pruned one leaving the earlier standing) after each way a
+    run's status is written: start, finish, batches, a pruned emulator run, an import,
+    a crash found by liveness, a plain SQL update; then a deleted experiment."""
+    with Store(db) as store:
+        e = store.create_experiment("x", "h", [], "gemm", "w", "s", "s")
+        a, b, c, d = (store.add_candidate(e, {"banks": n}, {}, "grid")[0] for n in (16, 20, 24, 28))
+        ra = store.start_run(a, "analytical")
+        assert outcomes(store) == {a: (ra, "running")} and counts_agree(store) == {(e, "running"): 1}
+        store.finish_run(ra, "ok", lat(10.0))
+        rb, rc = store.start_runs([b, c], "analytical")
+        store.finish_runs([{"run_id": rb, "status": "infeasible", "reason": "too big"},
+                           {"run_id": rc, "status": "ok", "metrics": lat(20.0)}])
+        # Emulator stage: a is pruned (its analytical ok stands), c emulated and failed.
+        pa, pc = store.start_runs([a, c], "emulator")
+        store.finish_runs([{"run_id": pa, "status": "pruned", "reason": "not emulated: rank 2"},
+                           {"run_id": pc, "status": "failed", "error": "boom"}])
+        assert outcomes(store) == {a: (ra, "ok"), b: (rb, "infeasible"), c: (pc, "failed")}
+        # d: only a pruned run (its outcome is that run); a crash found by liveness.
+        pd_ = store.start_run(d, "emulator")
+        store.finish_run(pd_, "pruned", reason="not emulated: analytically infeasible")
+        stuck = store.start_run(b, "emulator")
+        with store.engine.begin() as connection:
+            connection.execute(text("UPDATE run SET host = 'gone', pid = NULL WHERE id = :r"), {"r": stuck})
+        store.stale_after = 0.0
+        assert store.reap_crashed() == [stuck]
+        measured = tmp_path / "fpga.csv"
+        measured.write_text("name,value,unit\nlatency_cycles,88,cycles\n")
+        imported = store.import_evidence(c, "rtl_cycles", measured).run_id
+        assert outcomes(store) == {a: (ra, "ok"), b: (stuck, "crashed"), c: (imported, "ok"), d: (pd_, "pruned")}
+        # Another experiment, one candidate without runs (not counted), one by a plain UPDATE.
+        other = store.create_experiment("y", "h", [], "gemm", "w", "s2", "s2")
+        f, _ = store.add_candidate(other, {"banks": 8}, {}, "baseline")
+        store.add_candidate(other, {"banks": 12}, {}, "grid")
+        rf = store.start_run(f, "analytical")
+        with store.engine.begin() as connection:
+            connection.execute(text("UPDATE run SET status = 'pruned' WHERE id = :r"), {"r": rf})
+        assert outcomes(store)[f] == (rf, "pruned")  # its only run
+        with store.engine.begin() as connection:
+            connection.execute(text("UPDATE run SET status = 'failed' WHERE id = :r"), {"r": rf})
+        assert counts_agree(store) == {(e, "ok"): 2, (e, "crashed"): 1, (e, "pruned"): 1, (other, "failed"): 1}
+        # By latest run (`dse show`): ties in the order of first occurrence, as value_counts.
+        for experiment, hand in (("x", [("pruned", 2), ("crashed", 1), ("ok", 1)]),
+                                 ("y", [("failed", 1), ("not run", 1)])):
+            by_pandas = list(store.candidates(experiment)["status"].fillna("not run").value_counts().items())
+            assert store.latest_status_counts(experiment) == by_pandas == hand
+        with store.engine.connect() as connection:
+            candidates_agree(connection, "x")
+            candidates_agree(connection, "y")
+        with store.engine.connect() as connection:
+            assert queries.outcome_counts(connection, other) == {
+                "ok": 0, "infeasible": 0, "pruned": 0, "failed": 1, "crashed": 0, "running": 0, "not run": 1}
+        # latest and outcome of 4 candidates, and their 8 (candidate, stage) rows
+        assert store.delete_experiment("x")["candidate_run"] == 16
+        assert outcomes(store) == {f: (rf, "failed")} and counts_agree(store) == {(other, "failed"): 1}
+
+
+def test_dse_show_lists_the_first_candidates_and_counts_them_all(db, capsys):
+    """`dse show` reads the first --limit candidates and the counts by latest status (not
+    every row); the same text as from every candidate's row; a negative --limit is refused."""
+    from dse.cli import main as cli
+
+    with Store(db) as store:
+        e = store.create_experiment("x", "h", [], "gemm", "w", "s", "s")
+        ids = [store.add_candidate(e, {"banks": n}, {}, "grid")[0] for n in (16, 20, 24, 28, 32)]
+        store.set_baseline(e, ids[0])
+        for cid, status in zip(ids, ("ok", "infeasible", "ok", "infeasible")):
+            store.finish_run(store.start_run(cid, "analytical"), status, lat(1.0) if status == "ok" else [],
+                             reason=None if status == "ok" else "too small")
+        cands = store.candidates(e, lean=True)
+    assert cli(["show", "x", "--db", db, "--limit", "2"]) == 0
+    out = capsys.readouterr().out
+    assert "candidates: 5 (2 ok, 2 infeasible, 1 not run)" in out and "… 3 more" in out
+    listed = [line.split()[0] for line in out.splitlines() if line.split() and line.split()[0].isdigit()]
+    assert listed == [str(i) for i in cands["id"].head(2)]
+    assert cli(["show", "x", "--db", db, "--limit", "-1"]) == 2
+    assert "--limit" in capsys.readouterr().err

@@ -161,6 +161,8 @@ def _resolve(store, text: str) -> tuple[str, int]:
 
 
 def cmd_show(args) -> int:
+    if args.limit < 0:
+        raise InputError("dse show", "--limit", args.limit, "a whole number >= 0 (candidates listed)")
     with open_store(args.db) as store:
         kind, ident = _resolve(store, args.id)
         if kind == "experiment":
@@ -174,7 +176,10 @@ def cmd_show(args) -> int:
 
 def _show_experiment(store, ident: int, limit: int) -> None:
     exp = store.experiment(ident)
-    cands = store.candidates(exp["id"], lean=True)
+    # The first `limit` candidates and the counts by status: not every candidate's row.
+    cands = store.candidates(exp["id"], lean=True, limit=limit)
+    counts = store.latest_status_counts(exp["id"])
+    n_candidates = sum(n for _, n in counts)
     decisions = store.decisions(exp["id"])
     artifacts = store.artifacts(exp["id"])
     print(f"experiment {exp['id']} '{exp['name']}'  hypothesis {exp['status']}  "
@@ -216,11 +221,10 @@ def _show_experiment(store, ident: int, limit: int) -> None:
         print(f"{title}:" + (f" {_one_line(spec_text, 200)}" if spec_text else " (none in the spec)" if kind != "note" else ""))
         for n in added:
             print(f"  + {_when(n['created_at'])} by {n['author']}: {n['text']}")
-    counts = cands["status"].fillna("not run").value_counts()
-    print(f"candidates: {len(cands)}" + (" (" + ", ".join(f"{n} {s}" for s, n in counts.items()) + ")"
-                                           if len(cands) else ""))  # fmt: skip
-    if len(cands):
-        shown = cands.head(limit)
+    print(f"candidates: {n_candidates}" + (" (" + ", ".join(f"{n} {s}" for s, n in counts) + ")"
+                                             if n_candidates else ""))  # fmt: skip
+    if n_candidates:
+        shown = cands
         view = _pandas().DataFrame({
             "id": shown["id"],
             "origin": shown["origin"] + shown["is_baseline"].map({True: "*", False: ""}),
@@ -232,8 +236,8 @@ def _show_experiment(store, ident: int, limit: int) -> None:
         if shown["why"].notna().any():  # hand-picked candidates say why they are here
             view["why (hand-picked)"] = shown["why"].map(lambda w: _one_line(w, 50))
         print(_table(view))
-        if len(cands) > limit:
-            print(f"… {len(cands) - limit} more (--limit N shows more; `dse export` has them all)")
+        if n_candidates > limit:
+            print(f"… {n_candidates - limit} more (--limit N shows more; `dse export` has them all)")
     print("decisions and proposals:" + ("" if len(decisions) else " (none yet)"))
     for d in decisions.to_dict("records"):
         print(f"  {_when(d['created_at'])} {_decision_line(d)} (evidence runs {d['evidence']})")

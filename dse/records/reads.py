@@ -21,6 +21,7 @@ from dse.records.schema import (
     RUN_STATUSES,
     Artifact,
     Candidate,
+    CandidateRun,
     Decision,
     Experiment,
     ExperimentLink,
@@ -214,32 +215,48 @@ def outcome_counts(connection: Connection, experiment_id: int | None = None) -> 
     """{(experiment id, status): candidates}: candidates (not runs) by outcome, of every
     experiment or of one. A candidate's outcome is the status of its latest run, except
     that a "pruned" run (not taken further) leaves the earlier outcome standing; a
-    candidate without runs is not counted."""
-    if connection.dialect.name == "sqlite":
-        # A correlated probe per candidate (twice as fast as grouping every run first).
-        later = aliased(Run)
-
-        def newest(*where: Any) -> Any:
-            return (select(func.max(later.id)).where(later.candidate_id == Candidate.id, *where)
-                    .correlate(Candidate).scalar_subquery())
-
-        stmt = (select(Candidate.experiment_id, Run.status, func.count()).select_from(Candidate)
-                .join(Run, Run.id == func.coalesce(newest(later.status != "pruned"), newest())))
-    else:
-        # PostgreSQL: grouped once (see `candidates`).
-        outcome_run = (
-            select(func.coalesce(func.max(case((Run.status != "pruned", Run.id))), func.max(Run.id)).label("run_id"))
-            .group_by(Run.candidate_id)
-        )
-        if experiment_id is not None:
-            outcome_run = outcome_run.join(Candidate, Run.candidate_id == Candidate.id).where(
-                Candidate.experiment_id == experiment_id)
-        outcome_run = outcome_run.subquery()
-        stmt = (select(Candidate.experiment_id, Run.status, func.count())
-                .join(outcome_run, Run.id == outcome_run.c.run_id)
-                .join(Candidate, Run.candidate_id == Candidate.id))
+    candidate without runs is not counted. Counted from candidate_run's index alone
+    (`outcome_counts_from_runs` is the same from the runs themselves)."""
+    stmt = select(CandidateRun.experiment_id, CandidateRun.status, func.count()).where(CandidateRun.role == "outcome")
     if experiment_id is not None:
-        stmt = stmt.where(Candidate.experiment_id == experiment_id)
+        stmt = stmt.where(CandidateRun.experiment_id == experiment_id)
+    return {(e, status): int(n) for e, status, n in
+            connection.execute(stmt.group_by(CandidateRun.experiment_id, CandidateRun.status))}
+
+
+def latest_status_counts(connection: Connection, experiment_id: int) -> list[tuple[str, int]]:
+    """[(status, candidates)]: an experiment's candidates by the status of their latest run
+    ("not run" for those without one), most first, a tie in the order each status first
+    occurs by candidate id (as pandas' value_counts orders `candidates()["status"]`).
+    From candidate_run's index alone, without reading the candidates."""
+    shown = CandidateRun
+    counted = [(status, int(n), first) for status, n, first in connection.execute(
+        select(shown.status, func.count(), func.min(shown.candidate_id))
+        .where(shown.experiment_id == experiment_id, shown.role == "latest").group_by(shown.status))]
+    total = connection.scalar(select(func.count()).where(Candidate.experiment_id == experiment_id))
+    not_run = int(total) - sum(n for _, n, _ in counted)
+    if not_run:
+        has_run = select(shown.candidate_id).where(shown.candidate_id == Candidate.id, shown.role == "latest")
+        first = connection.scalar(select(func.min(Candidate.id)).where(
+            Candidate.experiment_id == experiment_id, ~has_run.exists()))
+        counted.append(("not run", not_run, first))
+    return [(status, n) for status, n, _ in sorted(counted, key=lambda c: (-c[1], c[2]))]
+
+
+def outcome_counts_from_runs(connection: Connection, experiment_id: int | None = None) -> dict[tuple[int, str], int]:
+    """`outcome_counts` computed from the runs, as before 0011 (the tests' and benches'
+    reference for candidate_run)."""
+    outcome_run = (
+        select(func.coalesce(func.max(case((Run.status != "pruned", Run.id))), func.max(Run.id)).label("run_id"))
+        .group_by(Run.candidate_id)
+    )
+    if experiment_id is not None:
+        outcome_run = outcome_run.join(Candidate, Run.candidate_id == Candidate.id).where(
+            Candidate.experiment_id == experiment_id)
+    outcome_run = outcome_run.subquery()
+    stmt = (select(Candidate.experiment_id, Run.status, func.count())
+            .join(outcome_run, Run.id == outcome_run.c.run_id)
+            .join(Candidate, Run.candidate_id == Candidate.id))
     return {(e, status): int(n) for e, status, n in
             connection.execute(stmt.group_by(Candidate.experiment_id, Run.status))}
 
@@ -316,39 +333,41 @@ def run(connection: Connection, run_id: int) -> dict[str, Any]:
     return record
 
 
-def candidates(connection: Connection, experiment_id: int, stage: str | None = None, lean: bool = False) -> pd.DataFrame:
+def candidates(connection: Connection, experiment_id: int, stage: str | None = None, lean: bool = False,
+               through_rows: bool = False, limit: int | None = None) -> pd.DataFrame:
     """One row per candidate of an experiment (by id), with the stage, status and reason
     of its latest run (of `stage`, when given). `lean`: without the config, mapping and
-    creation time (the bulk of the text a large experiment's rows carry)."""
-    # Each candidate's latest run (of `stage`, when given), as a grouped derived table
-    # joined once. (A correlated subquery reads faster on SQLite, but PostgreSQL may
-    # plan it as a join filter evaluated for every candidate-run pair.)
-    runs_of = select(Run.candidate_id, func.max(Run.id).label("run_id")).join(
-        Candidate, Run.candidate_id == Candidate.id).where(Candidate.experiment_id == experiment_id)
-    if stage is not None:
-        runs_of = runs_of.where(Run.stage == stage)
-    latest = runs_of.group_by(Run.candidate_id).subquery()
-    frame = frame_of(
-        connection,
-        select(
-            Candidate.id,
-            Candidate.hash,
-            Candidate.origin,
-            *(() if lean else (raw(Candidate.config), raw(Candidate.mapping))),
-            raw(Candidate.diff),
-            *(() if lean else (raw(Candidate.created_at),)),
-            Candidate.why,
-            Candidate.notes,
-            latest.c.run_id,
-            Run.stage,
-            Run.status,
-            Run.reason,
-        )
-        .outerjoin(latest, latest.c.candidate_id == Candidate.id)
-        .outerjoin(Run, Run.id == latest.c.run_id)
-        .where(Candidate.experiment_id == experiment_id)
-        .order_by(Candidate.id),
-    )
+    creation time (the bulk of the text a large experiment's rows carry); `limit`: the
+    first `limit` candidates only.
+
+    The rows are read as the driver gives them (`plain_frame`: every column is a number,
+    text or NULL here); `through_rows`: through SQLAlchemy's rows instead, as before (the
+    tests' and benches' reference: both must agree)."""
+    columns = (
+        Candidate.id, Candidate.hash, Candidate.origin,
+        *(() if lean else (raw(Candidate.config), raw(Candidate.mapping))),
+        raw(Candidate.diff),
+        *(() if lean else (raw(Candidate.created_at),)),
+        Candidate.why, Candidate.notes,
+    )  # fmt: skip
+    if through_rows:
+        # Each candidate's latest run (of `stage`, when given) from the runs, as a grouped
+        # derived table joined once (the way before 0011).
+        runs_of = select(Run.candidate_id, func.max(Run.id).label("run_id")).join(
+            Candidate, Run.candidate_id == Candidate.id).where(Candidate.experiment_id == experiment_id)
+        if stage is not None:
+            runs_of = runs_of.where(Run.stage == stage)
+        latest = runs_of.group_by(Run.candidate_id).subquery()
+        stmt = (select(*columns, latest.c.run_id, Run.stage, Run.status, Run.reason)
+                .outerjoin(latest, latest.c.candidate_id == Candidate.id)
+                .outerjoin(Run, Run.id == latest.c.run_id))
+    else:
+        # candidate_run: one key probe a candidate into narrow rows (not the wide run rows).
+        shown = CandidateRun
+        stmt = (select(*columns, shown.run_id, shown.stage, shown.status, shown.reason)
+                .outerjoin(shown, (shown.candidate_id == Candidate.id) & (shown.role == (stage or "latest"))))
+    stmt = stmt.where(Candidate.experiment_id == experiment_id).order_by(Candidate.id).limit(limit)
+    frame = (frame_of if through_rows else plain_frame)(connection, stmt)
     baseline = connection.scalar(
         select(Experiment.baseline_candidate_id).where(Experiment.id == experiment_id)
     )
@@ -489,32 +508,20 @@ def _total_table(connection: Connection, experiment_id: int, kind: str, stage: s
     clash = sorted(set(names) & set(fixed))
     if clash:
         raise ValueError(f"metric names {clash} clash with metric_table's own columns")
-    staged = aliased(Run)
-    runs_of_stage = select(func.max(staged.id))
-    if stage is not None:
-        runs_of_stage = runs_of_stage.where(staged.stage == stage)
     figures_run = (select(func.max(LatestMetric.run_id))
                    .where(LatestMetric.candidate_id == Candidate.id, LatestMetric.kind == kind)
                    .correlate(Candidate).scalar_subquery())
-    stmt = select(Candidate.id.label("candidate_id"), Candidate.hash, Candidate.origin, Run.stage, Run.status,
-                  Run.reason, figures_run.label("metric_run_id"), Run.id.label("stage_run_id"), Run.model_version,
-                  Run.emulator_version,
-                  *(select(LatestMetric.value).where(LatestMetric.candidate_id == Candidate.id,
-                                                     LatestMetric.kind == kind, LatestMetric.name == name)
-                    .correlate(Candidate).scalar_subquery().label(f"figure_{i}") for i, name in enumerate(names))
-                  ).select_from(Candidate)
-    if connection.dialect.name == "sqlite":
-        # A correlated max per candidate: an index probe each (the grouped form sorts a
-        # table of every run first).
-        stage_run = runs_of_stage.where(staged.candidate_id == Candidate.id).correlate(Candidate).scalar_subquery()
-        stmt = stmt.outerjoin(Run, Run.id == stage_run)
-    else:
-        # PostgreSQL: a grouped derived table joined once (see `candidates`).
-        mine = select(Candidate.id).where(Candidate.experiment_id == experiment_id)
-        stage_latest = (runs_of_stage.add_columns(staged.candidate_id).where(staged.candidate_id.in_(mine))
-                        .group_by(staged.candidate_id).subquery())
-        stmt = (stmt.outerjoin(stage_latest, stage_latest.c.candidate_id == Candidate.id)
-                .outerjoin(Run, Run.id == stage_latest.c[0]))
+    # The stage's latest run from candidate_run (a key probe), its versions from the run.
+    shown = CandidateRun
+    stmt = (select(Candidate.id.label("candidate_id"), Candidate.hash, Candidate.origin, shown.stage, shown.status,
+                   shown.reason, figures_run.label("metric_run_id"), shown.run_id.label("stage_run_id"),
+                   Run.model_version, Run.emulator_version,
+                   *(select(LatestMetric.value).where(LatestMetric.candidate_id == Candidate.id,
+                                                      LatestMetric.kind == kind, LatestMetric.name == name)
+                     .correlate(Candidate).scalar_subquery().label(f"figure_{i}") for i, name in enumerate(names)))
+            .select_from(Candidate)
+            .outerjoin(shown, (shown.candidate_id == Candidate.id) & (shown.role == (stage or "latest")))
+            .outerjoin(Run, Run.id == shown.run_id))
     table = plain_frame(connection, stmt.where(Candidate.experiment_id == experiment_id).order_by(Candidate.id))
     table = table.rename(columns={f"figure_{i}": name for i, name in enumerate(names)})
     baseline = connection.scalar(select(Experiment.baseline_candidate_id).where(Experiment.id == experiment_id))

@@ -229,6 +229,29 @@ class LatestMetric(Base):
     value: Mapped[float] = mapped_column(Float)
 
 
+class CandidateRun(Base):
+    """0011: the runs a candidate's reads show, by role: "latest" (of any stage), a stage's
+    name (its latest run of that stage) and "outcome" (its latest run, unless that was
+    "pruned": then its latest other run, if any), with that run's stage, status and
+    reason. Kept by triggers on run (after every insert and every update of status or
+    reason, whoever writes it; see the migration), so a table of 100,000 candidates reads
+    these narrow rows instead of probing the runs, and an experiment's candidates by
+    outcome are counted from the (experiment_id, role, status) index alone. Derived data:
+    the runs stay the record; a candidate without runs has no rows."""
+
+    __tablename__ = "candidate_run"
+    __table_args__ = (Index("ix_candidate_run_experiment_id_role_status", "experiment_id", "role", "status"),
+                      {"sqlite_with_rowid": False})
+
+    candidate_id: Mapped[int] = mapped_column(ForeignKey("candidate.id"), primary_key=True)
+    role: Mapped[str] = mapped_column(String(16), primary_key=True)
+    experiment_id: Mapped[int] = mapped_column(Integer)
+    run_id: Mapped[int] = mapped_column(ForeignKey("run.id"))
+    stage: Mapped[str] = mapped_column(String(16))
+    status: Mapped[str] = mapped_column(String(16))
+    reason: Mapped[str | None] = mapped_column(Text)
+
+
 class Artifact(Base):
     """A content-addressed evidence file beside the database (`<db>.evidence/ab/<sha256>`)."""
 

@@ -7,6 +7,8 @@ database. `Store` is the public face; the work is split by concern:
     writes.py    writes inside a transaction (one path for SQLite and PostgreSQL)
     reads.py     reads as DataFrames; lookups and their "not found" errors
     latest.py    each candidate's latest total figures (latest_metric), kept by the writes
+                 (candidate_run, each candidate's latest, per-stage and outcome run with
+                 its status, is kept by triggers on run: see migration 0011)
     liveness.py  heartbeats of running runs, crashed-run detection on open
     blobs.py     content-addressed evidence files (temp -> fsync -> rename)
 
@@ -728,14 +730,25 @@ class Store:
             return reads.run(connection, run_id)
 
     @retrying
-    def candidates(self, experiment: str | int, stage: str | None = None, lean: bool = False) -> pd.DataFrame:
+    def candidates(self, experiment: str | int, stage: str | None = None, lean: bool = False,
+                   limit: int | None = None) -> pd.DataFrame:
         """One row per candidate, with the stage, status and reason of its latest run (of
         `stage`, when given). `lean`: without the config, mapping and created_at columns
-        (a listing of a large experiment reads in a fraction of the time)."""
+        (a listing of a large experiment reads in a fraction of the time); `limit`: the
+        first `limit` candidates (by id) only."""
         if stage is not None:
             check_choice("run.stage", stage, RUN_STAGES)
         with self._read() as connection:
-            return reads.candidates(connection, reads.experiment_id_of(connection, experiment), stage, lean)
+            return reads.candidates(connection, reads.experiment_id_of(connection, experiment), stage, lean,
+                                    limit=limit)
+
+    @retrying
+    def latest_status_counts(self, experiment: str | int) -> list[tuple[str, int]]:
+        """[(status, candidates)]: the experiment's candidates by their latest run's status
+        ("not run" without one), most first: `candidates()["status"].value_counts()`
+        without reading every candidate."""
+        with self._read() as connection:
+            return reads.latest_status_counts(connection, reads.experiment_id_of(connection, experiment))
 
     @retrying
     def runs(

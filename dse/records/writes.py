@@ -24,6 +24,7 @@ from dse.records.schema import (
     RUN_STAGES,
     Artifact,
     Candidate,
+    CandidateRun,
     Decision,
     Experiment,
     ExperimentLink,
@@ -617,6 +618,7 @@ def delete_experiment(session: Session, experiment_id: int) -> dict[str, int]:
     for name, stmt in (
         ("metric", delete(Metric).where(Metric.run_id.in_(runs))),
         ("latest_metric", delete(LatestMetric).where(LatestMetric.candidate_id.in_(candidates))),
+        ("candidate_run", delete(CandidateRun).where(CandidateRun.experiment_id == experiment_id)),
         ("artifact", delete(Artifact).where(or_(Artifact.run_id.in_(runs), Artifact.experiment_id == experiment_id))),
         ("decision", delete(Decision).where(Decision.experiment_id == experiment_id)),
         ("run", delete(Run).where(Run.candidate_id.in_(candidates))),

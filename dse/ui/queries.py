@@ -16,7 +16,7 @@ from sqlalchemy import Connection, String, and_, case, cast, func, or_, select
 from sqlalchemy.orm import aliased
 
 from ..records import reads
-from ..records.schema import RUN_STATUSES, Candidate, LatestMetric, Metric, Run
+from ..records.schema import RUN_STATUSES, Candidate, CandidateRun, LatestMetric, Metric, Run
 
 PAGE_SIZES = (25, 50, 100, 200)
 # Sortable columns that are not metrics.
@@ -73,38 +73,35 @@ class CandidatePage:
         return max(1, -(-self.total // self.query.per_page))
 
 
-def _latest_analytical(experiment_id: int):
-    """Each candidate's latest analytical run (the runs whose metrics the table shows)."""
-    return (
+def _latest_analytical(experiment_id: int, through_runs: bool):
+    """Each candidate's latest analytical run (the runs whose metrics the table shows):
+    candidate_id, run_id, status, reason. From candidate_run (one key probe a candidate
+    into its narrow rows); `through_runs`: from the runs, grouped (the way before 0011)."""
+    if not through_runs:
+        return (select(CandidateRun.candidate_id, CandidateRun.run_id, CandidateRun.status, CandidateRun.reason)
+                .where(CandidateRun.experiment_id == experiment_id, CandidateRun.role == "analytical")
+                .subquery("latest"))
+    newest = (
         select(Run.candidate_id, func.max(Run.id).label("run_id"))
         .join(Candidate, Run.candidate_id == Candidate.id)
         .where(Candidate.experiment_id == experiment_id, Run.stage == "analytical")
         .group_by(Run.candidate_id)
         .subquery()
     )
+    return (select(newest.c.candidate_id, Run.id.label("run_id"), Run.status, Run.reason)
+            .join(Run, Run.id == newest.c.run_id).subquery("latest"))
 
 
-def _join_latest_run(connection: Connection, stmt, experiment_id: int):
-    """`stmt` (over candidates) outer-joined to each candidate's latest analytical run.
-
-    SQLite: a correlated max per candidate (an index probe each; its grouped form builds
-    and sorts a table of every run first, 1.5x slower at 100,000). PostgreSQL: the grouped
-    derived table, joined once (it may plan the correlated form as a filter evaluated for
-    every candidate-run pair, see `dse.records.reads.candidates`)."""
-    if connection.dialect.name == "sqlite":
-        later = aliased(Run)
-        newest = (select(func.max(later.id)).where(later.candidate_id == Candidate.id, later.stage == "analytical")
-                  .correlate(Candidate).scalar_subquery())
-        return stmt.outerjoin(Run, Run.id == newest)
-    latest = _latest_analytical(experiment_id)
-    return stmt.outerjoin(latest, latest.c.candidate_id == Candidate.id).outerjoin(Run, Run.id == latest.c.run_id)
-
-
-def _metric_join(name: str):
+def _metric_join(name: str, latest, through_runs: bool):
     """The candidate's latest analytical figure `name` (latest_metric: one key probe a
-    candidate), if its latest analytical run recorded it (an infeasible rerun shows none)."""
+    candidate), if its latest analytical run recorded it (an infeasible rerun shows none);
+    `through_runs`: from that run's metric rows (before 0011)."""
+    if through_runs:
+        m = aliased(Metric)
+        return m, and_(m.run_id == latest.c.run_id, m.kind == "analytical", m.scope == "total", m.name == name)
     m = aliased(LatestMetric)
-    return m, and_(m.candidate_id == Candidate.id, m.kind == "analytical", m.name == name, m.run_id == Run.id)
+    return m, and_(m.candidate_id == Candidate.id, m.kind == "analytical", m.name == name,
+                   m.run_id == latest.c.run_id)
 
 
 def metric_names(connection: Connection, experiment_id: int, baseline_id: int | None) -> list[str]:
@@ -129,42 +126,45 @@ def metric_names(connection: Connection, experiment_id: int, baseline_id: int | 
 
 
 def candidate_page(connection: Connection, experiment_id: int, query: CandidateQuery,
-                   names: list[str]) -> CandidatePage:
+                   names: list[str], through_runs: bool = False) -> CandidatePage:
     """One page of an experiment's candidates with their latest analytical run's status and
-    total metrics, sorted and filtered by the database."""
+    total metrics, sorted and filtered by the database. `through_runs`: the latest runs and
+    figures read from the runs and metric rows, as before 0011 (the tests' and benches'
+    reference: both must agree)."""
     query = query.checked(names)
     # One pass: the matching count comes with the page (a window over the filtered rows).
     stmt = select(Candidate.id, func.count().over().label("total")).where(Candidate.experiment_id == experiment_id)
     # The runs and metrics are joined only when a filter or the sort needs them: the
     # first page by id of 100,000 candidates reads 50 of them.
     needs_run = bool(query.status or query.text or query.metric) or query.sort not in ("id", "origin")
+    latest = _latest_analytical(experiment_id, through_runs)
     if needs_run:
-        stmt = _join_latest_run(connection, stmt, experiment_id)
+        stmt = stmt.outerjoin(latest, latest.c.candidate_id == Candidate.id)
     if query.status == "not run":
-        stmt = stmt.where(Run.id.is_(None))
+        stmt = stmt.where(latest.c.run_id.is_(None))
     elif query.status:
-        # Through a function, so that no planner drives the join from the run-status index
+        # Through a function, so that no planner drives the join from a status index
         # (SQLite did: every matching run of the store times every candidate of the experiment).
-        stmt = stmt.where(func.coalesce(Run.status, "") == query.status)
+        stmt = stmt.where(func.coalesce(latest.c.status, "") == query.status)
     if query.text:
         pattern = "%" + query.text.lower().replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_") + "%"
         stmt = stmt.where(or_(func.lower(cast(Candidate.diff, String)).like(pattern, escape="\\"),
-                              func.lower(Run.reason).like(pattern, escape="\\")))  # fmt: skip
+                              func.lower(latest.c.reason).like(pattern, escape="\\")))  # fmt: skip
     sort_metric = None
     if query.sort in names:
-        sort_metric, on = _metric_join(query.sort)
+        sort_metric, on = _metric_join(query.sort, latest, through_runs)
         stmt = stmt.outerjoin(sort_metric, on)
     if query.metric:
         if query.metric == query.sort:
             ranged = sort_metric
         else:
-            ranged, on = _metric_join(query.metric)
+            ranged, on = _metric_join(query.metric, latest, through_runs)
             stmt = stmt.join(ranged, on)
         if query.low is not None:
             stmt = stmt.where(ranged.value >= query.low)
         if query.high is not None:
             stmt = stmt.where(ranged.value <= query.high)
-    key = {"id": Candidate.id, "status": Run.status, "origin": Candidate.origin}.get(query.sort)
+    key = {"id": Candidate.id, "status": latest.c.status, "origin": Candidate.origin}.get(query.sort)
     key = sort_metric.value if sort_metric is not None else key
     ordered = key.desc() if query.descending else key.asc()
     # Candidates without the value (infeasible, not run) last either way, then by id.
