@@ -6,11 +6,10 @@ stream the materialized dequantize took (its MVINs and MVOUTs) is gone."""
 
 import pytest
 
-from dse.analytical import estimate, summarize
+from agreement import emulated_and_modelled
 from dse.chips import load_chip
 from dse.lower import lower
 from dse.mapping import Candidate, Mapping
-from dse.numerics import emulate_graph
 from dse.numerics.run import prepare_recipe
 from dse.plan.chains import chain_parts, score_chains
 from dse.plan.graph_plan import plan_graph
@@ -42,11 +41,7 @@ def test_fusing_the_chain_is_bit_exact_the_model_follows_and_the_stream_bytes_go
     for workers in (1, 4):
         for fusion in ("materialize", "fuse"):
             cand = Candidate(chip, Mapping(workers=workers, fusion=fusion))
-            rep = emulate_graph(decode.graph, cand, decode.inputs, decode.expected, decode.tolerance,
-                                decode.reference_kind)
-            assert rep.verdict.passed and rep.verdict.integer_bit_exact, rep.verdict
-            model = summarize(estimate(decode.graph, [cand]), [cand]).iloc[0]
-            assert abs(model["latency_cycles"] / rep.cycles - 1) < 0.02, (cand.mapping, model["latency_cycles"])
+            rep, model, _ = emulated_and_modelled(decode, cand)
             dma = sum(rep.counters["dma_bytes_in"]) + sum(rep.counters["dma_bytes_out"])
             assert model["dma_bytes"] == dma
             got[workers, fusion] = rep.cycles, model["latency_cycles"], dma, rep.peak_sram_bytes
@@ -88,11 +83,7 @@ def test_grouped_query_attentions_chain_with_its_causal_mask_is_fused_bit_exact(
     chip = load_chip("goban")
     for workers in (1, 3):
         cand = Candidate(chip, Mapping(workers=workers, fusion="fuse"))
-        rep = emulate_graph(prefill.graph, cand, prefill.inputs, prefill.expected, prefill.tolerance,
-                            prefill.reference_kind)
-        assert rep.verdict.passed and rep.verdict.integer_bit_exact, rep.verdict
-        model = summarize(estimate(prefill.graph, [cand]), [cand]).iloc[0]
-        assert abs(model["latency_cycles"] / rep.cycles - 1) < 0.02
+        emulated_and_modelled(prefill, cand)
 
 
 def test_the_attention_fusion_spec_sweeps_and_the_model_prefers_fusing(tmp_path, repo):

@@ -7,10 +7,9 @@ import json
 
 import pytest
 
-from dse.analytical import estimate, summarize
+from agreement import emulated_and_modelled
 from dse.chips import load_chip
 from dse.mapping import Candidate, Mapping
-from dse.numerics import emulate_graph
 from dse.numerics.run import prepare_recipe
 from dse.plan.graph_plan import plan_graph
 from dse.records import Store
@@ -39,11 +38,7 @@ def test_fusing_saves_the_relus_pass_bit_exact_and_the_model_follows(block):
     for workers in (1, 4):
         for fusion in ("materialize", "fuse"):
             cand = Candidate(chip, Mapping(workers=workers, fusion=fusion))
-            rep = emulate_graph(block.graph, cand, block.inputs, block.expected, block.tolerance,
-                                block.reference_kind)
-            assert rep.verdict.passed and rep.verdict.integer_bit_exact, rep.verdict
-            model = summarize(estimate(block.graph, [cand]), [cand]).iloc[0]
-            assert abs(model["latency_cycles"] / rep.cycles - 1) < 0.02, (cand.mapping, model["latency_cycles"])
+            rep, model, _ = emulated_and_modelled(block, cand)
             cycles[workers, fusion] = rep.cycles, model["latency_cycles"], rep.verdict.integer_tensors
     # one worker: the ReLU's (1, 8, 8, 16) int8 pass at 4 cycles an element, in both
     emu_m, model_m, checked_m = cycles[1, "materialize"]

@@ -8,11 +8,10 @@ import json
 import numpy as np
 import pytest
 
-from dse.analytical import estimate, summarize
+from agreement import emulated_and_modelled
 from dse.chips import load_chip
 from dse.lower import lower
 from dse.mapping import Candidate, Mapping
-from dse.numerics import emulate_graph
 from dse.numerics.run import prepare_recipe
 from dse.plan.graph_plan import plan_graph
 from dse.plan.layout import REGION_EDGES, stored_orders
@@ -65,12 +64,7 @@ def test_channels_last_removes_the_conversions_bit_exact_and_the_model_follows(b
     for workers in (1, 4):
         for cl in (False, True):
             cand = Candidate(chip, Mapping(workers=workers, channels_last=cl, fusion="fuse" if workers == 4 else None))
-            rep = emulate_graph(block.graph, cand, block.inputs, block.expected, block.tolerance,
-                                block.reference_kind)
-            assert rep.verdict.passed and rep.verdict.integer_bit_exact, rep.verdict
-            per_op = estimate(block.graph, [cand])
-            model = summarize(per_op, [cand]).iloc[0]
-            assert abs(model["latency_cycles"] / rep.cycles - 1) < 0.02, (cand.mapping, model["latency_cycles"])
+            rep, model, per_op = emulated_and_modelled(block, cand)
             dma = sum(rep.counters["dma_bytes_in"]) + sum(rep.counters["dma_bytes_out"])
             got[workers, cl] = (rep.cycles, model["latency_cycles"], dma, rep.peak_sram_bytes,
                                 per_op[per_op["kind"] == "permute"]["cycles"].sum())

@@ -7,12 +7,11 @@ import pytest
 
 from emulator import CoreOp
 
-from dse.analytical import estimate, summarize
+from agreement import emulated_and_modelled
 from dse.chips import load_chip
 from dse.cost.core import GRAPH_OP
 from dse.lower import lower
 from dse.mapping import Candidate, Mapping
-from dse.numerics import emulate_graph
 from dse.numerics.run import prepare_recipe
 from dse.plan import split_plan
 from dse.workload.graph import Op, OpCounts
@@ -46,11 +45,7 @@ def test_resnet_blocks_permutes_run_on_every_worker_bit_exact_and_the_model_foll
         for core in low.program.cores:  # every worker runs a part of each permute
             assert sum(isinstance(i, CoreOp) and i.kind == GRAPH_OP and i.params["op"].kind == "permute"
                        for i in core) == 2
-        rep = emulate_graph(block.graph, cand, block.inputs, block.expected, block.tolerance, block.reference_kind)
-        assert rep.verdict.passed and rep.verdict.integer_bit_exact, rep.verdict
-        e = estimate(block.graph, [cand])
-        model = summarize(e, [cand]).iloc[0]
-        assert abs(model["latency_cycles"] / rep.cycles - 1) < 0.02, (workers, model["latency_cycles"], rep.cycles)
+        rep, model, e = emulated_and_modelled(block, cand)
         per_op[workers] = e.set_index("op").loc[permutes, "cycles"].tolist()
     # (1, 16, 8, 8) int8 / int32 permutes: 1024 elements at 4 cycles, the busiest of 4 workers
     # 2 of the 8 rows (+ the barrier's cycle)
