@@ -239,25 +239,7 @@ def estimate_layers(graph, candidates: Sequence[Candidate], calibration=None
             times = [[p["cycles"].to_numpy(np.float64), p["syncs"].to_numpy(np.int64) * (len(pl.cores) > 1),
                       p["dma_bytes"].to_numpy(np.float64), p["dma_cycles"].to_numpy(np.float64)]
                      for p, pl in zip(parts, places)]
-            extra_bytes, a_banks, said = 0, {}, {}
-            for r, p in enumerate(parts[1:], 1):
-                op = next((name for name in p["op"] if name in handed), None)
-                if op is None:
-                    continue
-                shape = next(pl.gemm for pl in costed if pl.op.name == op)
-                row = p[p["op"] == op].iloc[0]
-                tm, tn, tk = int(row["tile_m"]), int(row["tile_n"]), int(row["tile_k"])
-                check = check_tiles(CandidateArrays.from_candidates([Candidate(places[r].chip, c.mapping)]),
-                                    [tm], [tn], [tk], shape)
-                if not bool(check.shared_a[0, 0]):
-                    continue
-                tiles = int(check.shared_a_tiles[0, 0]) // sets  # one request's set
-                load = handoff_cycles(places[r - 1].chip, tiles, tm * tk, len(places[r - 1].cores))
-                times[r - 1] = [np.append(times[r - 1][0], load), np.append(times[r - 1][1], 0),
-                                np.append(times[r - 1][2], tiles * tm * tk), np.append(times[r - 1][3], load)]
-                extra_bytes += tiles * tm * tk
-                a_banks[op] = int(check.shared_a_tiles[0, 0]) * c.chip.shared_memory.rows * c.chip.shared_memory.row_bytes
-                said[(handed[op], r)] = handoff_note(handed[op], op, tiles * tm * tk)
+            extra_bytes, a_banks, said = _handoff_loads(c, places, parts, times, handed, costed, sets)
             epochs = [epoch_cycles(c_, s_) for c_, s_, _, _ in times]
             moved = [epoch_cycles(b_, s_) for _, s_, b_, _ in times]  # bytes and DMA cycles by epoch, alike
             dma_time = [epoch_cycles(d_, s_) for _, s_, _, d_ in times]
@@ -296,6 +278,34 @@ def estimate_layers(graph, candidates: Sequence[Candidate], calibration=None
     if not per_op.empty:
         per_op["candidate_hash"] = [hashes[i] for i in per_op["candidate"]]
     return totals, per_op, notes
+
+
+def _handoff_loads(c: Candidate, places, parts, times, handed: dict, costed, sets: int
+                   ) -> tuple[int, dict[str, int], dict[tuple[str, int], str]]:
+    """The hand-off loads of one candidate's ranges: for each range whose first handed-off
+    matmul takes its A tiles from shared memory, the range before loads them (an epoch of
+    `handoff_cycles` appended to its `times`, in place). Returns the bytes they move (one
+    request's), the shared bytes their banks take by op, and each hand-off's note."""
+    extra_bytes, a_banks, said = 0, {}, {}
+    for r, p in enumerate(parts[1:], 1):
+        op = next((name for name in p["op"] if name in handed), None)
+        if op is None:
+            continue
+        shape = next(pl.gemm for pl in costed if pl.op.name == op)
+        row = p[p["op"] == op].iloc[0]
+        tm, tn, tk = int(row["tile_m"]), int(row["tile_n"]), int(row["tile_k"])
+        check = check_tiles(CandidateArrays.from_candidates([Candidate(places[r].chip, c.mapping)]),
+                            [tm], [tn], [tk], shape)
+        if not bool(check.shared_a[0, 0]):
+            continue
+        tiles = int(check.shared_a_tiles[0, 0]) // sets  # one request's set
+        load = handoff_cycles(places[r - 1].chip, tiles, tm * tk, len(places[r - 1].cores))
+        times[r - 1] = [np.append(times[r - 1][0], load), np.append(times[r - 1][1], 0),
+                        np.append(times[r - 1][2], tiles * tm * tk), np.append(times[r - 1][3], load)]
+        extra_bytes += tiles * tm * tk
+        a_banks[op] = int(check.shared_a_tiles[0, 0]) * c.chip.shared_memory.rows * c.chip.shared_memory.row_bytes
+        said[(handed[op], r)] = handoff_note(handed[op], op, tiles * tm * tk)
+    return extra_bytes, a_banks, said
 
 
 def auto_options(graph, candidate: Candidate) -> list[Mapping]:
