@@ -7,13 +7,11 @@ import json
 
 import pytest
 
-from agreement import emulated_and_modelled
+from agreement import emulated_and_modelled, swept_spec
 from dse.chips import load_chip
 from dse.mapping import Candidate, Mapping
 from dse.numerics.run import prepare_recipe
 from dse.plan.graph_plan import plan_graph
-from dse.records import Store
-from dse.runner import run_sweep
 
 
 @pytest.fixture(scope="module")
@@ -49,16 +47,7 @@ def test_fusing_saves_the_relus_pass_bit_exact_and_the_model_follows(block):
 
 
 def test_a_sweep_over_fusion_records_both_and_a_bad_value_is_exit_2(tmp_path, repo, cli):
-    spec = (repo / "experiments" / "fusion.toml").read_text()
-    spec = spec.replace('recipe = "resnet_block"', 'recipe = "resnet_block"\nparams = { channels = 16, size = 8 }')
-    spec = spec.replace('emulator = "all"', 'emulator = "none"')
-    path = tmp_path / "fusion.toml"
-    path.write_text(spec)
-    db = tmp_path / "r.db"
-    result = run_sweep(path, db, progress=False)
-    with Store(db) as store:
-        cands = store.candidates("fusion")
-        model = store.metric_table(result.experiment_id, "analytical").set_index("hash")
+    spec, cands, model = swept_spec(repo, tmp_path, "fusion")
     by = {(json.loads(m)["workers"], json.loads(m).get("fusion", "materialize")): h
           for h, m in zip(cands["hash"], cands["mapping"])}
     assert set(by) == {(w, f) for w in (1, 4) for f in ("materialize", "fuse")}

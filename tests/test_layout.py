@@ -8,15 +8,13 @@ import json
 import numpy as np
 import pytest
 
-from agreement import emulated_and_modelled
+from agreement import emulated_and_modelled, swept_spec
 from dse.chips import load_chip
 from dse.lower import lower
 from dse.mapping import Candidate, Mapping
 from dse.numerics.run import prepare_recipe
 from dse.plan.graph_plan import plan_graph
 from dse.plan.layout import REGION_EDGES, stored_orders
-from dse.records import Store
-from dse.runner import run_sweep
 
 
 @pytest.fixture(scope="module")
@@ -118,16 +116,7 @@ def test_a_conversion_is_a_view_only_where_its_producer_or_readers_take_the_layo
 
 
 def test_a_sweep_over_channels_last_records_both_and_bad_values_are_exit_2(tmp_path, repo, cli):
-    spec = (repo / "experiments" / "layout.toml").read_text()
-    spec = spec.replace('recipe = "resnet_block"', 'recipe = "resnet_block"\nparams = { channels = 16, size = 8 }')
-    spec = spec.replace('emulator = "all"', 'emulator = "none"')
-    path = tmp_path / "layout.toml"
-    path.write_text(spec)
-    db = tmp_path / "r.db"
-    result = run_sweep(path, db, progress=False)
-    with Store(db) as store:
-        cands = store.candidates("layout")
-        model = store.metric_table(result.experiment_id, "analytical").set_index("hash")
+    spec, cands, model = swept_spec(repo, tmp_path, "layout")
     by = {(m["workers"], m.get("channels_last", False), m.get("fusion", "materialize")): h
           for h, m in zip(cands["hash"], map(json.loads, cands["mapping"]))}
     assert len(by) == 8
