@@ -20,7 +20,7 @@ from sqlalchemy.engine import URL, make_url
 from sqlalchemy.exc import DBAPIError
 
 from dse.errors import InputError
-from dse.records.sqlite_file import sqlite_file_problem
+from dse.records.sqlite_file import existing_store_problem
 
 FIELD = "--db"
 SUPPORTED = "a SQLite path, sqlite:///PATH, or a URL such as postgresql://user@host/dse"
@@ -139,12 +139,9 @@ def _checked_sqlite_path(name: str, text: str) -> Path:
     except OSError as error:
         raise bad(text, f"a SQLite file path ({error.strerror or error})") from None
     if exists:
-        _check_sqlite_file(path, text)
-        if not os.access(path, os.R_OK | os.W_OK):
-            raise bad(text, "a record store dse can read and write (the file is read-only)")
-        if not os.access(path.parent, os.W_OK | os.X_OK):
-            raise bad(text, f"a record store in a folder dse can write (SQLite keeps its journal beside the "
-                            f"file; {path.parent} is read-only)")
+        problem = existing_store_problem(path)
+        if problem is not None:
+            raise bad(text, problem)
         return path
     folder = path.parent
     while not folder.exists():
@@ -154,13 +151,6 @@ def _checked_sqlite_path(name: str, text: str) -> Path:
     if not os.access(folder, os.W_OK | os.X_OK):
         raise bad(text, f"a new record store in a folder dse can write ({folder} is read-only)")
     return path
-
-
-def _check_sqlite_file(path: Path, text: str) -> None:
-    """A file that is not SQLite, or whose header says it is longer than it is."""
-    problem = sqlite_file_problem(path)
-    if problem is not None:
-        raise bad(text, problem)
 
 
 class Leftovers:

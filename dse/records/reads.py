@@ -863,8 +863,6 @@ def links(connection: Connection, experiment: str | int | None = None) -> list[d
     """How experiments build on each other, oldest first: id, experiment_id, experiment,
     relation (follows / reopens), other_id, other, reason, created_at. With `experiment`,
     the links from it and to it."""
-    from sqlalchemy.orm import aliased
-
     other = aliased(Experiment)
     stmt = (
         select(ExperimentLink.id, ExperimentLink.experiment_id, Experiment.name.label("experiment"),

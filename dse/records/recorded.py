@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from .revisions import head_revision
-from .sqlite_file import sqlite_file_problem
+from .sqlite_file import existing_store_problem
 
 @dataclass
 class RecordedExperiment:
@@ -45,8 +45,8 @@ def read_experiment(path: str | Path, name: str, final_statuses: set[str]) -> Re
     """The experiment `name` of the SQLite store at `path`, or None when the file, the
     experiment or a table cannot be read."""
     path = Path(path)
-    if not path.is_file() or path.stat().st_size == 0 or sqlite_file_problem(path) is not None:
-        return None
+    if not path.is_file() or path.stat().st_size == 0 or existing_store_problem(path.resolve()) is not None:
+        return None  # what the store's open would refuse (or create) is the full sweep's to say
     try:
         # Not `mode=ro`: a read-only connection cannot remove the -wal and -shm files a WAL
         # store's open makes, and would leave them behind; this one only reads.

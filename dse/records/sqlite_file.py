@@ -1,9 +1,11 @@
 """Whether a file can be a whole SQLite database, judged from its size and its 100-byte
-header alone (no SQLite, no SQLAlchemy): the store's open and the rerun shortcut's light
-read both ask before they connect, so a damaged file is reported, not half-opened."""
+header alone, and whether dse may write to it (no SQLite, no SQLAlchemy): the store's open
+and the rerun shortcut's light read both ask before they connect, so a damaged file is
+reported, not half-opened."""
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 SQLITE_HEADER = b"SQLite format 3\x00"
@@ -37,4 +39,18 @@ def sqlite_file_problem(path: Path) -> str | None:
     if size % page_size:
         return (f"a whole SQLite file (this one is truncated or damaged: {size} bytes is no "
                 f"whole number of {page_size}-byte pages)")
+    return None
+
+
+def existing_store_problem(path: Path) -> str | None:
+    """`sqlite_file_problem`, then what a store dse writes to needs: the file readable and
+    writable, and its folder writable (SQLite keeps its journal beside the file)."""
+    problem = sqlite_file_problem(path)
+    if problem is not None:
+        return problem
+    if not os.access(path, os.R_OK | os.W_OK):
+        return "a record store dse can read and write (the file is read-only)"
+    if not os.access(path.parent, os.W_OK | os.X_OK):
+        return (f"a record store in a folder dse can write (SQLite keeps its journal beside the "
+                f"file; {path.parent} is read-only)")
     return None
