@@ -207,3 +207,31 @@ def test_markdown_report_neutralises_links_images_and_html(cli, small_store, tmp
         assert not re.search(r"(?<!\\)\*bold(?<!\\)\*", line)
     # the figures the report itself links stay live
     assert re.search(r"!\[[^\]]*\]\(links_files/pareto\.png\)", md)
+
+
+DEFERRED = """
+import importlib.machinery, os, signal, sys, time, types
+from dse.cli import _interrupt_outside_torch_imports
+signal.signal(signal.SIGINT, _interrupt_outside_torch_imports)
+torch = types.ModuleType("torch")
+torch.__spec__ = importlib.machinery.ModuleSpec("torch", None)
+torch.__spec__._initializing = True  # as importlib marks a module while it runs
+sys.modules["torch"] = torch
+os.kill(os.getpid(), signal.SIGINT)
+time.sleep(0.3)  # still "importing": the Ctrl-C waits
+print("deferred", flush=True)
+torch.__spec__._initializing = False
+try:
+    time.sleep(5)
+except KeyboardInterrupt:
+    print("raised after the import", flush=True)
+"""
+
+
+def test_a_ctrl_c_during_torchs_import_waits_for_it_to_end(repo):
+    """A KeyboardInterrupt raised inside torch's import can abort the process from pybind11's
+    C++ (SIGABRT); dse's handler sends the signal again until the import is over."""
+    p = subprocess.run([sys.executable, "-c", DEFERRED], capture_output=True, text=True, timeout=60,
+                       env={**os.environ, "PYTHONPATH": str(repo)}, check=False)
+    assert p.returncode == 0, p.stderr
+    assert p.stdout.splitlines() == ["deferred", "raised after the import"]

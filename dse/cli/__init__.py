@@ -30,6 +30,7 @@ import pkgutil
 import signal
 import sys
 import tempfile
+import threading
 import time
 import traceback
 
@@ -165,10 +166,26 @@ def _safe_stderr(line: str) -> None:
         pass
 
 
+def _interrupt_outside_torch_imports(signum, frame) -> None:
+    """Ctrl-C as KeyboardInterrupt, except while a torch module is being imported: raised
+    there, it can unwind through pybind11's C++ (torch runs Python through py::exec) and
+    abort the process (SIGABRT, -6). Then the signal comes again shortly, until the import is over."""
+    if any(name.partition(".")[0] == "torch" and getattr(getattr(module, "__spec__", None), "_initializing", False)
+           for name, module in list(sys.modules.items())):
+        threading.Timer(0.05, os.kill, (os.getpid(), signal.SIGINT)).start()
+        return
+    raise KeyboardInterrupt
+
+
 def main(argv: list[str] | None = None) -> int:
     """Run one command; its exit code. `argv` None: the process's own command line (then a
     Ctrl-C after the command has ended, while the interpreter shuts down, is ignored)."""
     as_process = argv is None
+    if as_process:
+        try:
+            signal.signal(signal.SIGINT, _interrupt_outside_torch_imports)
+        except (ValueError, OSError):  # not the main thread
+            pass
     try:
         try:
             return _main(list(sys.argv[1:] if argv is None else argv))
