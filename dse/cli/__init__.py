@@ -172,7 +172,9 @@ def _interrupt_outside_torch_imports(signum, frame) -> None:
     abort the process (SIGABRT, -6). Then the signal comes again shortly, until the import is over."""
     if any(name.partition(".")[0] == "torch" and getattr(getattr(module, "__spec__", None), "_initializing", False)
            for name, module in list(sys.modules.items())):
-        threading.Timer(0.05, os.kill, (os.getpid(), signal.SIGINT)).start()
+        again = threading.Timer(0.05, os.kill, (os.getpid(), signal.SIGINT))
+        again.daemon = True  # never keeps a finished process alive
+        again.start()
         return
     raise KeyboardInterrupt
 
