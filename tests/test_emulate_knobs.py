@@ -99,6 +99,51 @@ emulator = "all"
 """
 
 
+STAGED_SPEC = """
+[experiment]
+name = "emulate_knobs_stages"
+hypothesis = "the CLI emulates what the sweep emulated"
+
+[[acceptance]]
+expr = "numerics.integer_bit_exact == 1"
+prose = "bit-exact"
+
+[workload]
+recipe = "llama_prefill"
+params = { vocab = 64, dim = 32, layers = 1, heads = 2, kv_heads = 1, seq = 8 }
+role = "prefill"
+
+[[workload.stages]]
+role = "decode"
+recipe = "llama_decode"
+params = { vocab = 64, dim = 32, layers = 1, heads = 2, kv_heads = 1, past = 7 }
+
+[baseline]
+chip = "poly"
+mapping = { workers = 3, split = "cols" }
+
+[[candidates]]
+why = "each phase on its group"
+set = { "mapping.placement" = "phase" }
+
+[[candidates]]
+why = "the model's pick of SPMD and phase"
+set = { "mapping.placement" = "auto" }
+
+[[objectives]]
+metric = "latency_cycles"
+
+[search]
+sampler = "grid"
+
+[stages]
+emulator = "all"
+"""
+# the stages' parameters as --param gives them: each to every stage whose recipe takes it
+STAGED_PARAMS = dict(vocab=64, dim=32, layers=1, heads=2, kv_heads=1, seq=8, past=7)
+STAGED_ARGS = ["--role", "prefill", "--stage", "decode=llama_decode"]
+
+
 def toml_value(v) -> str:
     if isinstance(v, dict):
         return "{" + ", ".join(f"{k} = {toml_value(x)}" for k, x in v.items()) + "}"
@@ -119,8 +164,8 @@ def swept(tmp_path, spec: str):
             for h, m in zip(cands["hash"], cands["mapping"])]
 
 
-def emulated_by_cli(cli, chip: str, recipe: str, params: dict, mapping: dict):
-    args = ["emulate", "--chip", chip, "--recipe", recipe, "--json"]
+def emulated_by_cli(cli, chip: str, recipe: str, params: dict, mapping: dict, extra=()):
+    args = ["emulate", "--chip", chip, "--recipe", recipe, "--json", *extra]
     for k, v in params.items():
         args += ["--param", f"{k}={v}"]
     for k, v in mapping.items():
@@ -130,15 +175,16 @@ def emulated_by_cli(cli, chip: str, recipe: str, params: dict, mapping: dict):
     return json.loads(out)
 
 
-@pytest.mark.parametrize("spec, chip, recipe, params", [
-    (GEMM_SPEC, "poly", "gemm", dict(m=32, n=64, k=64)),
-    (BLOCK_SPEC, "goban", "resnet_block", dict(channels=8, size=4)),
-], ids=["gemm-placements", "resnet-fusion-layout"])
-def test_the_cli_emulates_every_swept_candidate_to_the_cycle(cli, tmp_path, spec, chip, recipe, params):
+@pytest.mark.parametrize("spec, chip, recipe, params, extra", [
+    (GEMM_SPEC, "poly", "gemm", dict(m=32, n=64, k=64), []),
+    (BLOCK_SPEC, "goban", "resnet_block", dict(channels=8, size=4), []),
+    (STAGED_SPEC, "poly", "llama_prefill", STAGED_PARAMS, STAGED_ARGS),
+], ids=["gemm-placements", "resnet-fusion-layout", "llama-phases"])
+def test_the_cli_emulates_every_swept_candidate_to_the_cycle(cli, tmp_path, spec, chip, recipe, params, extra):
     rows = swept(tmp_path, spec)
     assert len(rows) >= spec.count("[[candidates]]") + 1
     for mapping, emulated, notes in rows:
-        d = emulated_by_cli(cli, chip, recipe, params, mapping)
+        d = emulated_by_cli(cli, chip, recipe, params, mapping, extra)
         assert d["numerics"]["passed"] and d["numerics"]["integer_bit_exact"], mapping
         c = d["counters"]
         assert d["cycles"] == emulated["latency_cycles"], mapping
@@ -181,14 +227,29 @@ def test_the_text_report_names_cycles_bytes_and_notes(cli):
     (["--knob", "weights=shared", "--partition", "spans"], "mapping.weights", "'shared'", "partition = tiles"),
     (["--knob", "workers=3", "--workers", "2"], "mapping.workers", "3", "one value of mapping.workers"),
     (["--knob", "workers=9"], "mapping.workers", "9", "1..5 (cores of the chip)"),
+    (["--knob", "quantization=channel", *STAGED_ARGS], "mapping.quantization", "'channel'", "unset with --stage"),
 ], ids=["placement", "boolean", "cuts-missing", "cuts-order", "unknown", "no-equals", "spans-shared", "twice",
-        "too-many-workers"])
+        "too-many-workers", "stages-quantization"])
 def test_a_bad_knob_is_one_line_exit_2(cli, argv, field, shown, allowed):
     code, out, err = cli("emulate", "--chip", "poly", "--recipe", "gemm", *argv)
     assert code == 2 and out == ""
     (line,) = err.strip().splitlines()
     assert line.startswith("dse: error: --knob: ") and f"field '{field}'" in line and f"got {shown}" in line, line
     assert allowed in line, line
+
+
+@pytest.mark.parametrize("argv, source, field, allowed", [
+    (["--stage", "decode", "--role", "prefill"], "--stage", "--stage", "ROLE=RECIPE"),
+    (["--stage", "prefill=llama_decode", "--role", "prefill"], "--stage", "--stage", "a role no other stage has"),
+    (["--stage", "decode=llama_decode"], "(command line)", "--role", "the role of --recipe's stage"),
+    (["--role", "prefill"], "(command line)", "--role", "a role only beside --stage"),
+    ([*STAGED_ARGS, "--param", "colour=1"], "--param", "colour", "a parameter of at least one stage's recipe"),
+], ids=["no-equals", "same-role", "no-role", "role-alone", "unknown-param"])
+def test_a_bad_stage_is_one_line_exit_2(cli, argv, source, field, allowed):
+    code, out, err = cli("emulate", "--chip", "poly", "--recipe", "llama_prefill", *argv)
+    assert code == 2 and out == ""
+    (line,) = err.strip().splitlines()
+    assert line.startswith(f"dse: error: {source}: field '{field}'") and allowed in line, line
 
 
 def test_a_granularity_no_quantize_step_offers_is_one_line_exit_2(cli, tmp_path):

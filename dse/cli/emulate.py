@@ -66,6 +66,48 @@ def candidate_notes(rep, chip, asked) -> list[str]:
     return notes + [n for n in capacity_notes(chip).split("; ") if n]
 
 
+def emulate_stages(args, chip, mapping, params):
+    """A workload of stages (`--recipe` as stage `--role`, then every `--stage ROLE=RECIPE`),
+    prepared and emulated as a sweep's emulator stage does a spec's ``workload.stages``
+    (`prepare_placed`, `emulate_placed`), placed as the mapping says (SPMD, phase, auto).
+    Each `--param` goes to every stage whose recipe takes it."""
+    import inspect
+
+    from ..errors import InputError
+    from ..mapping import Candidate
+    from ..numerics.run import emulate_placed
+    from ..runner.emulation import prepare_placed
+    from ..workload.recipes import load_recipe
+
+    if not args.role:
+        raise InputError("(command line)", "--role", None, "the role of --recipe's stage (e.g. prefill) beside --stage")
+    if args.check_unmodified:
+        raise InputError("(command line)", "--check-unmodified", True, "one recipe (no --stage)")
+    stages, roles = [(args.role, args.recipe)], [args.role]
+    for text in args.stage:
+        role, sep, recipe = text.partition("=")
+        if not sep or not role or not recipe:
+            raise InputError("--stage", "--stage", text, "ROLE=RECIPE, e.g. decode=llama_decode")
+        if role in roles:
+            raise InputError("--stage", "--stage", text, f"a role no other stage has (not {', '.join(roles)})")
+        stages.append((role, recipe))
+        roles.append(role)
+    for key in ("quantization", "partition", "workload"):
+        if getattr(mapping, key) is not None:
+            raise InputError("--knob", f"mapping.{key}", getattr(mapping, key), "unset with --stage (as with a "
+                             "spec's workload.stages: the knob would change one stage's graph)")
+    taken = {}
+    for role, recipe in stages:
+        module = load_recipe(recipe).module
+        taken[role] = {name for f in (module.load, module.inputs) for name in inspect.signature(f).parameters}
+    unused = sorted(set(params) - set().union(*taken.values()))
+    if unused:
+        raise InputError("--param", unused[0], params[unused[0]], "a parameter of at least one stage's recipe")
+    work = prepare_placed([(role, recipe, {k: v for k, v in params.items() if k in taken[role]})
+                           for role, recipe in stages])
+    return emulate_placed(work.stages, Candidate(chip, mapping))
+
+
 def cmd_emulate_recipe(args) -> int:
     from ..chips import load_chip
     from ..errors import InputError
@@ -82,7 +124,12 @@ def cmd_emulate_recipe(args) -> int:
     if mapping.workload and "recipe" in mapping.workload:
         load_recipe(mapping.workload["recipe"])
     params = parse_overrides(args.param, "--param", "batch=8")
-    rep = emulate_recipe(args.recipe, chip, mapping, params, check_unmodified=args.check_unmodified)
+    if args.stage:
+        rep = emulate_stages(args, chip, mapping, params)
+    else:
+        if args.role:
+            raise InputError("(command line)", "--role", args.role, "a role only beside --stage ROLE=RECIPE")
+        rep = emulate_recipe(args.recipe, chip, mapping, params, check_unmodified=args.check_unmodified)
     notes = candidate_notes(rep, chip, mapping)
     if args.json:
         print(json.dumps({**rep.to_dict(), "notes": notes}, indent=2, default=str))
@@ -135,7 +182,12 @@ def register(sub) -> None:
                      help="a mapping knob as a spec sets it (mapping.KEY; the value read as TOML), e.g. "
                           "placement=pipeline, cuts=[42], requests=4, weights=shared, fusion=fuse, "
                           "channels_last=true, quantization=channel, 'workload={seq=8}'")
-    emu.add_argument("--param", action="append", metavar="KEY=VALUE", help="a recipe parameter, e.g. batch=8")
+    emu.add_argument("--param", action="append", metavar="KEY=VALUE",
+                     help="a recipe parameter, e.g. batch=8 (with --stage: to every stage whose recipe takes it)")
+    emu.add_argument("--stage", action="append", metavar="ROLE=RECIPE",
+                     help="another stage of the workload (e.g. decode=llama_decode), as a spec's workload.stages: "
+                          "run with --recipe's stage (--role) as mapping.placement places them (spmd, phase, auto)")
+    emu.add_argument("--role", help="the role of --recipe's stage beside --stage (e.g. prefill)")
     emu.add_argument("--set", action="append", metavar="KEY=VALUE", help="override a chip field")
     emu.add_argument("--check-unmodified", action="store_true",
                      help="also lower and check the captured graph before the frontend steps")
