@@ -370,8 +370,8 @@ def _latencies(graph, candidates: Sequence[Candidate]) -> list[float]:
 
 def latency_bounds(graph, chip, options: Sequence[Mapping]) -> list[float]:
     """A lower bound of each option's `estimate_layers` latency (inf when it cannot be
-    scheduled), from one `estimate` per way A can be read (DRAM; shared memory with one or
-    two sets of banks) of all the options' places at once: per slot of the option's schedule,
+    scheduled), from one `estimate` per way A can be read (DRAM; shared memory with the
+    options' sets of banks, `Schedule.handoff_sets`) of all the options' places at once: per slot of the option's schedule,
     its ranges in lock step (`lockstep_cycles` of their `epoch_cycles`), each op at its
     cheapest way. The hand-off loads, the bus waits and the BARRIERs between slots only add
     to that. (Where the ways differ in syncs, a slot is bounded by its longest range alone.)"""
@@ -386,14 +386,14 @@ def latency_bounds(graph, chip, options: Sequence[Mapping]) -> list[float]:
     cands = list(places.values())
     plans = plan_graph(graph, options[0].fusion, options[0].channels_last)  # every option's (one candidate's)
     cycles, syncs = np.full((len(cands), n_ops), np.inf), []
-    for sets in (0, 1, 2):
+    ways = sorted({0} | {lay.handoff_sets for lay, reason in lays if not reason and len(lay.ranges) > 1})
+    for sets in ways:
         costed = [replace(p, gemm=replace(p.gemm, a_shared=sets)) if sets and p.unit == "matrix" else p for p in plans]
         per_op = estimate(graph, cands, plans=costed)
         c = np.where(per_op["feasible"].to_numpy(bool), per_op["cycles"].to_numpy(np.float64), 0.0)
         cycles = np.minimum(cycles, np.nan_to_num(c).reshape(len(cands), n_ops))
         syncs.append(per_op["syncs"].to_numpy(np.int64).reshape(len(cands), n_ops))
-    alike = [bool((syncs[0][j] == syncs[1][j]).all() and (syncs[0][j] == syncs[2][j]).all())
-             for j in range(len(cands))]
+    alike = [all(bool((syncs[0][j] == other[j]).all()) for other in syncs[1:]) for j in range(len(cands))]
     at = {cores: j for j, cores in enumerate(places)}
     out = []
     for lay, reason in lays:
