@@ -202,6 +202,15 @@ def test_the_cli_emulates_every_swept_candidate_to_the_cycle(cli, tmp_path, spec
         assert rows[0][1]["max_abs_error"] not in error.values() and len(set(error.values())) == 2, error
 
 
+def test_a_workload_knob_is_spelt_as_the_specs_target_or_as_the_mapping_field(cli):
+    runs = [cli("emulate", "--chip", "toy", "--recipe", "gemm", "--param", "n=16", "--param", "k=16", "--json", *knob)
+            for knob in (["--knob", "workload.params.m=16"], ["--knob", "workload={m = 16}"], ["--param", "m=16"], [])]
+    assert all(code == 0 for code, _, _ in runs), runs
+    reports = [json.loads(out) for _, out, _ in runs]
+    assert reports[0]["mapping"]["workload"] == {"m": 16} == reports[1]["mapping"]["workload"]
+    assert reports[0]["cycles"] == reports[1]["cycles"] == reports[2]["cycles"] != reports[3]["cycles"]  # m = 64
+
+
 def test_the_text_report_names_cycles_bytes_and_notes(cli):
     code, out, err = cli("emulate", "--chip", "poly", "--recipe", "gemm", "--param", "m=32", "--param", "n=64",
                          "--param", "k=64", "--split", "cols", "--knob", "placement=layers", "--knob", "cuts=[1]")

@@ -37,8 +37,15 @@ def emulated_mapping(args, cores: int):
     from ..mapping.candidate import mapping_from_dict
 
     flags = {field: getattr(args, flag) for flag, field in MAPPING_FLAGS.items() if getattr(args, flag) is not None}
-    knobs = {key.removeprefix("mapping."): value
-             for key, value in parse_overrides(args.knob, "--knob", "placement=pipeline").items()}
+    knobs: dict = {}
+    for key, value in parse_overrides(args.knob, "--knob", "placement=pipeline").items():
+        # a spec's workload knob targets (workload.params.NAME, workload.recipe) are mapping.workload's keys
+        point = key.removeprefix("workload.params.") if key.startswith("workload.params.") else (
+            "recipe" if key == "workload.recipe" else None)
+        if point is not None:
+            knobs.setdefault("workload", {})[point] = value
+        else:
+            knobs[key.removeprefix("mapping.")] = value
     for flag, field in MAPPING_FLAGS.items():
         if field in flags and field in knobs and knobs[field] != flags[field]:
             raise InputError("--knob", f"mapping.{field}", knobs[field],
@@ -181,7 +188,7 @@ def register(sub) -> None:
     emu.add_argument("--knob", action="append", metavar="KEY=VALUE",
                      help="a mapping knob as a spec sets it (mapping.KEY; the value read as TOML), e.g. "
                           "placement=pipeline, cuts=[42], requests=4, weights=shared, fusion=fuse, "
-                          "channels_last=true, quantization=channel, 'workload={seq=8}'")
+                          "channels_last=true, quantization=channel, workload.params.seq=8 (or 'workload={seq=8}')")
     emu.add_argument("--param", action="append", metavar="KEY=VALUE",
                      help="a recipe parameter, e.g. batch=8 (with --stage: to every stage whose recipe takes it)")
     emu.add_argument("--stage", action="append", metavar="ROLE=RECIPE",
