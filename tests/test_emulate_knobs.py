@@ -227,7 +227,8 @@ def test_the_text_report_names_cycles_bytes_and_notes(cli):
 
 
 @pytest.mark.parametrize("argv, field, shown, allowed", [
-    (["--knob", "placement=everywhere"], "mapping.placement", "'everywhere'", "'phase', 'layers', 'pipeline' or 'auto'"),
+    (["--knob", "placement=everywhere"], "mapping.placement", "'everywhere'",
+     "'phase', 'layers', 'pipeline' or 'auto'"),
     (["--knob", "channels_last=yes"], "mapping.channels_last", "'yes'", "a valid boolean"),
     (["--knob", "placement=layers"], "mapping.cuts", "None", "placement = layers with cuts"),
     (["--knob", "cuts=[2, 1]", "--knob", "placement=layers"], "mapping.cuts", "[2, 1]", "increasing order"),
@@ -270,7 +271,8 @@ def test_a_granularity_no_quantize_step_offers_is_one_line_exit_2(cli, tmp_path)
     code, out, err = cli("emulate", "--chip", "poly", "--recipe", folder, "--knob", "quantization=channel")
     assert code == 2 and out == ""
     (line,) = err.strip().splitlines()
-    assert "field 'mapping.quantization'" in line and "got 'channel'" in line and "a recipe with a quantize step" in line
+    assert "field 'mapping.quantization'" in line and "got 'channel'" in line, line
+    assert "a recipe with a quantize step" in line, line
 
 
 PLAIN_MODEL = '''import torch

@@ -371,10 +371,11 @@ def _latencies(graph, candidates: Sequence[Candidate]) -> list[float]:
 def latency_bounds(graph, chip, options: Sequence[Mapping]) -> list[float]:
     """A lower bound of each option's `estimate_layers` latency (inf when it cannot be
     scheduled), from one `estimate` per way A can be read (DRAM; shared memory with the
-    options' sets of banks, `Schedule.handoff_sets`) of all the options' places at once: per slot of the option's schedule,
-    its ranges in lock step (`lockstep_cycles` of their `epoch_cycles`), each op at its
-    cheapest way. The hand-off loads, the bus waits and the BARRIERs between slots only add
-    to that. (Where the ways differ in syncs, a slot is bounded by its longest range alone.)"""
+    options' sets of banks, `Schedule.handoff_sets`) of all the options' places at once: per
+    slot of the option's schedule, its ranges in lock step (`lockstep_cycles` of their
+    `epoch_cycles`), each op at its cheapest way. The hand-off loads, the bus waits and the
+    BARRIERs between slots only add to that. (Where the ways differ in syncs, a slot is
+    bounded by its longest range alone.)"""
     n_ops = len(graph.ops)
     lays = [schedule(chip, m, n_ops) for m in options]
     places: dict[tuple[int, ...], Candidate] = {}
@@ -446,5 +447,6 @@ def _infeasible(i: int, c: Candidate, reason: str) -> dict:
     return row
 
 
-__all__ = ["auto_latencies", "auto_options", "coupled_stages", "epoch_cycles", "estimate_layers", "estimate_placed", "handoff_cycles",
-           "latency_bounds", "lockstep_bus_cycles", "lockstep_cycles", "resolve_auto", "resolve_auto_stages"]
+__all__ = ["auto_latencies", "auto_options", "coupled_stages", "epoch_cycles", "estimate_layers", "estimate_placed",
+           "handoff_cycles", "latency_bounds", "lockstep_bus_cycles", "lockstep_cycles", "resolve_auto",
+           "resolve_auto_stages"]

@@ -141,7 +141,8 @@ def cmd_emulate_recipe(args) -> int:
     if args.json:
         print(json.dumps({**rep.to_dict(), "notes": notes}, indent=2, default=str))
     else:
-        knobs = ", ".join(f"{k} = {json.dumps(v)}" for k, v in mapping.model_dump(mode="json", exclude_none=True).items())
+        knobs = ", ".join(f"{k} = {json.dumps(v)}"
+                          for k, v in mapping.model_dump(mode="json", exclude_none=True).items())
         print(f"recipe {rep.recipe} on {rep.chip}: {knobs}")
         if not rep.feasible:
             print(f"infeasible: {rep.reason}")
