@@ -333,19 +333,85 @@ def resolve_auto(graph, candidate: Candidate) -> Mapping:
     """The mapping ``placement = "auto"`` stands for: of `auto_options`, the one of lowest
     modelled latency (uncalibrated; the first on a tie; SPMD when none is feasible).
     Deterministic, so the analytical stage and the emulator stage resolve it alike (once per
-    process, graph and candidate)."""
+    process, graph and candidate).
+
+    Only the options that can still win are costed in full (`estimate_layers`): in order of
+    their `latency_bounds`, until the next one's bound exceeds the best latency found, so the
+    pick is the one costing every option in full makes (`auto_latencies`; tested)."""
     key = (id(graph), candidate.hash)
     hit = _AUTO.get(key)
     if hit is not None and hit[0] is graph:
         return hit[1]
     options = auto_options(graph, candidate)
-    totals, _, _ = estimate_layers(graph, [Candidate(candidate.chip, m) for m in options])  # SPMD's as a schedule too
-    latency = [float(t["latency_cycles"]) if t["feasible"] else np.inf for _, t in totals.iterrows()]
-    best = options[int(np.argmin(latency)) if np.isfinite(latency).any() else 0]
+    bounds = latency_bounds(graph, candidate.chip, options)
+    best, best_latency = 0, np.inf
+    for i in sorted(range(len(options)), key=lambda i: (bounds[i], i)):
+        if bounds[i] > best_latency:
+            break  # this option and every one after it are slower than the best
+        (latency,) = _latencies(graph, [Candidate(candidate.chip, options[i])])
+        if latency < best_latency or (latency == best_latency and np.isfinite(latency) and i < best):
+            best, best_latency = i, latency
     if len(_AUTO) > 256:
         _AUTO.clear()
-    _AUTO[key] = (graph, best)
-    return best
+    _AUTO[key] = (graph, options[best])
+    return options[best]
+
+
+def auto_latencies(graph, candidate: Candidate) -> list[float]:
+    """The modelled latency of every one of `auto_options` (inf where infeasible), each costed
+    in full: what `resolve_auto` picks the lowest of without costing them all."""
+    return _latencies(graph, [Candidate(candidate.chip, m) for m in auto_options(graph, candidate)])
+
+
+def _latencies(graph, candidates: Sequence[Candidate]) -> list[float]:
+    totals, _, _ = estimate_layers(graph, candidates)  # SPMD's as a schedule too
+    return [float(t["latency_cycles"]) if t["feasible"] else np.inf for _, t in totals.iterrows()]
+
+
+def latency_bounds(graph, chip, options: Sequence[Mapping]) -> list[float]:
+    """A lower bound of each option's `estimate_layers` latency (inf when it cannot be
+    scheduled), from one `estimate` per way A can be read (DRAM; shared memory with the
+    options' sets of banks, `Schedule.handoff_sets`) of all the options' places at once: per
+    slot of the option's schedule, its ranges in lock step (`lockstep_cycles` of their
+    `epoch_cycles`), each op at its cheapest way. The hand-off loads, the bus waits and the
+    BARRIERs between slots only add to that. (Where the ways differ in syncs, a slot is
+    bounded by its longest range alone.)"""
+    n_ops = len(graph.ops)
+    lays = [schedule(chip, m, n_ops) for m in options]
+    places: dict[tuple[int, ...], Candidate] = {}
+    for m, (lay, reason) in zip(options, lays):
+        for p in ([] if reason else lay.places):
+            places.setdefault(p.cores, Candidate(p.chip, m.model_copy(update={"workers": len(p.cores)})))
+    if not places:
+        return [np.inf] * len(options)
+    cands = list(places.values())
+    plans = plan_graph(graph, options[0].fusion, options[0].channels_last)  # every option's (one candidate's)
+    cycles, syncs = np.full((len(cands), n_ops), np.inf), []
+    ways = sorted({0} | {lay.handoff_sets for lay, reason in lays if not reason and len(lay.ranges) > 1})
+    for sets in ways:
+        costed = [replace(p, gemm=replace(p.gemm, a_shared=sets)) if sets and p.unit == "matrix" else p for p in plans]
+        per_op = estimate(graph, cands, plans=costed)
+        c = np.where(per_op["feasible"].to_numpy(bool), per_op["cycles"].to_numpy(np.float64), 0.0)
+        cycles = np.minimum(cycles, np.nan_to_num(c).reshape(len(cands), n_ops))
+        syncs.append(per_op["syncs"].to_numpy(np.int64).reshape(len(cands), n_ops))
+    alike = [all(bool((syncs[0][j] == other[j]).all()) for other in syncs[1:]) for j in range(len(cands))]
+    at = {cores: j for j, cores in enumerate(places)}
+    out = []
+    for lay, reason in lays:
+        if reason:
+            out.append(np.inf)
+            continue
+        epochs, sums = [], []
+        for p, rg in zip(lay.places, lay.ranges):
+            j = at[p.cores]
+            c_ = cycles[j, rg.start:rg.stop]
+            # a range on one core closes its ops with FENCEs, never a BARRIER: one epoch
+            s_ = syncs[0][j, rg.start:rg.stop] * (len(p.cores) > 1)
+            epochs.append(epoch_cycles(c_, s_) if alike[j] or len(p.cores) == 1 else None)
+            sums.append(float(c_.sum()))
+        out.append(sum(lockstep_cycles([epochs[r] for _, r in slot]) if all(epochs[r] is not None for _, r in slot)
+                       else max(sums[r] for _, r in slot) for slot in lay.slots()))
+    return out
 
 
 _AUTO: dict[tuple[int, str], tuple[object, Mapping]] = {}
@@ -381,5 +447,6 @@ def _infeasible(i: int, c: Candidate, reason: str) -> dict:
     return row
 
 
-__all__ = ["auto_options", "coupled_stages", "epoch_cycles", "estimate_layers", "estimate_placed", "handoff_cycles",
-           "lockstep_bus_cycles", "lockstep_cycles", "resolve_auto", "resolve_auto_stages"]
+__all__ = ["auto_latencies", "auto_options", "coupled_stages", "epoch_cycles", "estimate_layers", "estimate_placed",
+           "handoff_cycles", "latency_bounds", "lockstep_bus_cycles", "lockstep_cycles", "resolve_auto",
+           "resolve_auto_stages"]

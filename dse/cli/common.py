@@ -21,12 +21,14 @@ def parse_value(text: str):
         return text
 
 
-def parse_overrides(pairs: list[str] | None) -> dict:
+def parse_overrides(pairs: list[str] | None, source: str = "--set", example: str = "cores.count=16") -> dict:
+    """`KEY=VALUE` pairs (`parse_value` reads each value); `source` and `example` name the
+    flag in the message of a pair without `=`."""
     out = {}
     for pair in pairs or []:
         key, sep, value = pair.partition("=")
         if not sep:
-            raise InputError("--set", key, pair, "KEY=VALUE, e.g. cores.count=16")
+            raise InputError(source, key, pair, f"KEY=VALUE, e.g. {example}")
         out[key.strip()] = parse_value(value.strip())
     return out
 

@@ -1,10 +1,14 @@
-"""`dse emulate --chip NAME|FILE --recipe NAME|PATH [--mapping POLICY] [--workers N] [--json]`.
+"""`dse emulate --chip NAME|FILE --recipe NAME|PATH [--mapping POLICY] [--workers N] [--knob KEY=VALUE ...] [--json]`.
 
 Runs capture -> frontend steps -> mapping -> lowering -> emulator and compares the outputs
 with PyTorch (bit for bit against the quantized reference on the integer path, within the
-declared tolerance against the float model). Prints cycles, counters, peak private SRAM
-and the numerics verdict; ``--json`` prints them as one JSON object. Exit 0 when the
-numerics pass, 1 when they do not, 3 when the candidate is infeasible, 2 on bad input.
+declared tolerance against the float model). Every mapping knob a spec can set is a
+``--knob`` (placement, cuts, requests, handoff, weights, fusion, channels_last,
+quantization, workload, ...), validated and run as a sweep's emulator stage runs it. Prints
+cycles, DMA and shared-memory bytes, counters, peak private SRAM, the numerics verdict and
+the candidate's notes (the placement auto picked, how tensors went between ranges);
+``--json`` prints them as one JSON object. Exit 0 when the numerics pass, 1 when they do
+not, 3 when the candidate is infeasible, 2 on bad input.
 
 `dse emulate matmul ...` (the emulator's own example, `dse/cli/emulator.py`) shares the
 ``emulate`` parser: this module creates it, and hands the emulator module a view of it
@@ -20,10 +24,100 @@ from .common import parse_overrides
 POLICIES = ("framework", "search")
 
 
+# The flags that set a mapping field (the rest of the mapping is `--knob`'s).
+MAPPING_FLAGS = {"mapping": "policy", "workers": "workers", "split": "split", "dataflow": "dataflow",
+                 "partition": "partition"}
+
+
+def emulated_mapping(args, cores: int):
+    """The mapping of `dse emulate`: its flags, then every `--knob KEY=VALUE` (a mapping field,
+    ``mapping.`` optional), validated as a spec's mapping is (`mapping_from_dict`): a bad knob
+    names the field, the value and what is allowed, from source ``--knob``."""
+    from ..errors import InputError
+    from ..mapping.candidate import mapping_from_dict
+
+    flags = {field: getattr(args, flag) for flag, field in MAPPING_FLAGS.items() if getattr(args, flag) is not None}
+    knobs: dict = {}
+    for key, value in parse_overrides(args.knob, "--knob", "placement=pipeline").items():
+        # a spec's workload knob targets (workload.params.NAME, workload.recipe) are mapping.workload's keys
+        point = key.removeprefix("workload.params.") if key.startswith("workload.params.") else (
+            "recipe" if key == "workload.recipe" else None)
+        if point is not None:
+            knobs.setdefault("workload", {})[point] = value
+        else:
+            knobs[key.removeprefix("mapping.")] = value
+    for flag, field in MAPPING_FLAGS.items():
+        if field in flags and field in knobs and knobs[field] != flags[field]:
+            raise InputError("--knob", f"mapping.{field}", knobs[field],
+                             f"one value of mapping.{field} (--{flag} {flags[field]} gives it too)")
+    if "workers" in flags and not 1 <= flags["workers"] <= cores:
+        raise InputError("(command line)", "--workers", flags["workers"], f"1..{cores} (cores of the chip)")
+    mapping = mapping_from_dict({**flags, **knobs}, "--knob" if knobs else "(command line)")
+    if mapping.workers > cores:
+        raise InputError("--knob", "mapping.workers", mapping.workers, f"1..{cores} (cores of the chip)")
+    return mapping
+
+
+def candidate_notes(rep, chip, asked) -> list[str]:
+    """What a sweep's record would note of this candidate: the placement `auto` picked, how
+    each tensor between ranges went (the lowering's words, as the model's), the capacity
+    the chip has but cannot address."""
+    from ..chips import capacity_notes
+    from ..mapping.candidate import mapping_from_dict
+    from ..runner.stages import pick_text
+
+    notes = []
+    if asked.placement == "auto" and rep.feasible:
+        notes.append(f"placement auto picked {pick_text(mapping_from_dict(rep.mapping))}")
+    notes += [why for *_, why in rep.handoffs]
+    return notes + [n for n in capacity_notes(chip).split("; ") if n]
+
+
+def emulate_stages(args, chip, mapping, params):
+    """A workload of stages (`--recipe` as stage `--role`, then every `--stage ROLE=RECIPE`),
+    prepared and emulated as a sweep's emulator stage does a spec's ``workload.stages``
+    (`prepare_placed`, `emulate_placed`), placed as the mapping says (SPMD, phase, auto).
+    Each `--param` goes to every stage whose recipe takes it."""
+    import inspect
+
+    from ..errors import InputError
+    from ..mapping import Candidate
+    from ..numerics.run import emulate_placed
+    from ..runner.emulation import prepare_placed
+    from ..workload.recipes import load_recipe
+
+    if not args.role:
+        raise InputError("(command line)", "--role", None, "the role of --recipe's stage (e.g. prefill) beside --stage")
+    if args.check_unmodified:
+        raise InputError("(command line)", "--check-unmodified", True, "one recipe (no --stage)")
+    stages, roles = [(args.role, args.recipe)], [args.role]
+    for text in args.stage:
+        role, sep, recipe = text.partition("=")
+        if not sep or not role or not recipe:
+            raise InputError("--stage", "--stage", text, "ROLE=RECIPE, e.g. decode=llama_decode")
+        if role in roles:
+            raise InputError("--stage", "--stage", text, f"a role no other stage has (not {', '.join(roles)})")
+        stages.append((role, recipe))
+        roles.append(role)
+    for key in ("quantization", "partition", "workload"):
+        if getattr(mapping, key) is not None:
+            raise InputError("--knob", f"mapping.{key}", getattr(mapping, key), "unset with --stage (as with a "
+                             "spec's workload.stages: the knob would change one stage's graph)")
+    taken = {}
+    for role, recipe in stages:
+        module = load_recipe(recipe).module
+        taken[role] = {name for f in (module.load, module.inputs) for name in inspect.signature(f).parameters}
+    unused = sorted(set(params) - set().union(*taken.values()))
+    if unused:
+        raise InputError("--param", unused[0], params[unused[0]], "a parameter of at least one stage's recipe")
+    work = prepare_placed([(role, recipe, {k: v for k, v in params.items() if k in taken[role]})
+                           for role, recipe in stages])
+    return emulate_placed(work.stages, Candidate(chip, mapping))
+
+
 def cmd_emulate_recipe(args) -> int:
     from ..chips import load_chip
     from ..errors import InputError
-    from ..mapping import Mapping
     from ..numerics import emulate_recipe
     from ..workload.recipes import load_recipe
 
@@ -32,22 +126,33 @@ def cmd_emulate_recipe(args) -> int:
         raise InputError("(command line)", missing, None, "a chip name or TOML path and a recipe name or folder")
     overrides = parse_overrides(args.set)
     chip = load_chip(args.chip, overrides, overrides_source="--set")
-    if args.workers < 1 or args.workers > chip.cores.count:
-        raise InputError("(command line)", "--workers", args.workers, f"1..{chip.cores.count} (cores of {chip.name})")
+    mapping = emulated_mapping(args, chip.cores.count)
     load_recipe(args.recipe)  # InputError for an unknown recipe
-    params = parse_overrides(args.param)
-    mapping = Mapping(policy=args.mapping, workers=args.workers, split=args.split, dataflow=args.dataflow)
-    rep = emulate_recipe(args.recipe, chip, mapping, params, check_unmodified=args.check_unmodified,
-                         partition=args.partition)
-    if args.json:
-        print(json.dumps(rep.to_dict(), indent=2, default=str))
+    if mapping.workload and "recipe" in mapping.workload:
+        load_recipe(mapping.workload["recipe"])
+    params = parse_overrides(args.param, "--param", "batch=8")
+    if args.stage:
+        rep = emulate_stages(args, chip, mapping, params)
     else:
-        print(f"recipe {rep.recipe} on {rep.chip}: policy {args.mapping}, {args.workers} worker(s), split {args.split}")
+        if args.role:
+            raise InputError("(command line)", "--role", args.role, "a role only beside --stage ROLE=RECIPE")
+        rep = emulate_recipe(args.recipe, chip, mapping, params, check_unmodified=args.check_unmodified)
+    notes = candidate_notes(rep, chip, mapping)
+    if args.json:
+        print(json.dumps({**rep.to_dict(), "notes": notes}, indent=2, default=str))
+    else:
+        knobs = ", ".join(f"{k} = {json.dumps(v)}"
+                          for k, v in mapping.model_dump(mode="json", exclude_none=True).items())
+        print(f"recipe {rep.recipe} on {rep.chip}: {knobs}")
         if not rep.feasible:
             print(f"infeasible: {rep.reason}")
         else:
             c = rep.counters
+            dma_in, dma_out = sum(c["dma_bytes_in"]), sum(c["dma_bytes_out"])
             print(f"emulated cycles       {rep.cycles:,}")
+            print(f"DMA bytes             {dma_in + dma_out:,} ({dma_in:,} in, {dma_out:,} out)")
+            print(f"shared memory used    {c['shared_bytes_used']:,} B, "
+                  f"{sum(c['shared_channel_conflicts']):,} channel conflicts")
             print(f"peak private SRAM     {rep.peak_sram_bytes:,} B of {rep.private_sram_bytes:,} B per worker "
                   f"(per worker: {' '.join(f'{v:,}' for v in c['peak_allocated_bytes'])})")
             for k in ("instructions", "core_op_cycles", "matrix_busy_cycles", "dma_bytes_in", "dma_bytes_out",
@@ -62,6 +167,8 @@ def cmd_emulate_recipe(args) -> int:
             print(f"numerics              {rep.verdict.summary()}")
             if rep.verdict.unmodified is not None:
                 print(f"unmodified graph      {rep.verdict.unmodified}")
+        for note in notes:
+            print(f"note: {note}")
     if not rep.feasible:
         return 3
     return 0 if rep.verdict.passed else 1
@@ -71,14 +178,24 @@ def register(sub) -> None:
     emu = sub.add_parser("emulate", help="run a recipe on a chip in the emulator and check it against PyTorch")
     emu.add_argument("--chip", help="shipped chip name or TOML path")
     emu.add_argument("--recipe", help="recipe name or a folder with a model.py")
-    emu.add_argument("--mapping", choices=POLICIES, default="search", help="tile policy (default search)")
-    emu.add_argument("--workers", type=int, default=1, help="cores the products are split across")
-    emu.add_argument("--split", choices=("rows", "cols"), default="rows", help="how outputs are split")
-    emu.add_argument("--dataflow", choices=("ws", "os", "is"), default="ws")
-    emu.add_argument("--partition", choices=("tiles", "spans"), default="tiles",
-                     help="tiles: each product's output tiles split across workers (a barrier per op); "
+    # None: unset (the mapping's own default), so a --knob of the same field is no conflict
+    emu.add_argument("--mapping", choices=POLICIES, help="tile policy (default search)")
+    emu.add_argument("--workers", type=int, help="cores the products are split across (default 1)")
+    emu.add_argument("--split", choices=("rows", "cols"), help="how outputs are split (default rows)")
+    emu.add_argument("--dataflow", choices=("ws", "os", "is"), help="default ws")
+    emu.add_argument("--partition", choices=("tiles", "spans"),
+                     help="tiles (default): each product's output tiles split across workers (a barrier per op); "
                           "spans: temporal spans with halos, each worker runs the whole stack")
-    emu.add_argument("--param", action="append", metavar="KEY=VALUE", help="a recipe parameter, e.g. batch=8")
+    emu.add_argument("--knob", action="append", metavar="KEY=VALUE",
+                     help="a mapping knob as a spec sets it (mapping.KEY; the value read as TOML), e.g. "
+                          "placement=pipeline, cuts=[42], requests=4, weights=shared, fusion=fuse, "
+                          "channels_last=true, quantization=channel, workload.params.seq=8 (or 'workload={seq=8}')")
+    emu.add_argument("--param", action="append", metavar="KEY=VALUE",
+                     help="a recipe parameter, e.g. batch=8 (with --stage: to every stage whose recipe takes it)")
+    emu.add_argument("--stage", action="append", metavar="ROLE=RECIPE",
+                     help="another stage of the workload (e.g. decode=llama_decode), as a spec's workload.stages: "
+                          "run with --recipe's stage (--role) as mapping.placement places them (spmd, phase, auto)")
+    emu.add_argument("--role", help="the role of --recipe's stage beside --stage (e.g. prefill)")
     emu.add_argument("--set", action="append", metavar="KEY=VALUE", help="override a chip field")
     emu.add_argument("--check-unmodified", action="store_true",
                      help="also lower and check the captured graph before the frontend steps")

@@ -222,11 +222,21 @@ def emulate_recipe(recipe: str | Path, chip, mapping: Mapping | None = None, par
                    check_unmodified: bool = False, mode: str = "overlapped", partition: str = "tiles") -> EmulationReport:
     """Run `recipe` (name or folder) through its frontend steps, lower it for `chip` with
     `mapping`, emulate it and check the numerics. With `check_unmodified`, the captured
-    graph before any step is also lowered and checked (the verdict's ``unmodified``)."""
+    graph before any step is also lowered and checked (the verdict's ``unmodified``).
+
+    The mapping's graph knobs are taken as a sweep's emulator stage takes them: its
+    ``workload`` point (``{param: value, "recipe": name}``) over `recipe` and `params`, its
+    ``quantization`` as the quantize step's weight granularity (`quantized_steps`); its
+    placement, weights, fusion and layout knobs are `emulate_graph`'s."""
     from tqdm import tqdm
 
+    from ..runner.emulation import quantized_steps
+
     mapping = mapping or Mapping()
-    prep = prepare_recipe(recipe, params)
+    point = dict(mapping.workload or {})
+    recipe, params = point.pop("recipe", recipe), {**(params or {}), **point}
+    steps = quantized_steps(recipe, mapping.quantization) if mapping.quantization else None
+    prep = prepare_recipe(recipe, params, steps=steps)
     if prep.failed:
         return EmulationReport(prep.recipe, chip.name, mapping.model_dump(mode="json"), False, reason=prep.failed)
     graph, inputs, expected = prep.graph, prep.inputs, prep.expected
