@@ -45,7 +45,8 @@ from ..cost.dma import dma_cycles_for
 from ..mapping import Candidate, CandidateArrays, check_tiles
 from ..mapping.candidate import Mapping
 from ..plan.graph_plan import plan_graph
-from ..plan.placement import boundary_tensors, handoff_note, handoff_why, handoffs, place, schedule, stage_reason
+from ..plan.placement import (boundary_tensors, handoff_bases, handoff_note, handoff_why, handoffs, place, schedule,
+                              stage_reason)
 from .estimate import TOTAL_COLUMNS, estimate, summarize
 from .stream_cost import planned_stream
 
@@ -335,7 +336,10 @@ def estimate_layers(graph, candidates: Sequence[Candidate], calibration=None
         plans = plan_graph(graph, fusion, channels_last)
         ranges = lays[ok[0]][0].ranges
         handed = handoffs(plans, ranges) if handoff != "dram" else {}
-        costed = [replace(p, gemm=replace(p.gemm, a_shared=sets)) if p.op.name in handed else p for p in plans]
+        overlap = lays[ok[0]][0].overlap
+        bases = handoff_bases(plans, handed, sets, overlap)
+        costed = [replace(p, gemm=replace(p.gemm, a_shared=sets, a_shared_base=bases[p.op.name]))
+                  if p.op.name in handed else p for p in plans]
         by_range = []
         for r, rg in enumerate(ranges):
             cands = [Candidate(lays[i][0].places[r].chip,
@@ -375,9 +379,11 @@ def estimate_layers(graph, candidates: Sequence[Candidate], calibration=None
             latency = sum(_slot_cycles(c.chip, [r for _, r in slot], epochs, moved, dma_time, times, heads)
                           if len(slot) > 1 else float(epochs[slot[0][1]].sum()) for slot in slots)
             latency += (len(slots) - 1) * c.chip.front_end.barrier_cycles  # the BARRIER closing each slot
-            lines = [said.get((t, r)) or handoff_why(t, reader, next((o for o, tt in handed.items() if tt == t and
-                                                                      o in {plans[k].op.name for k in ranges[r]}), None),
-                                                     handoff) for t, r, reader in boundary]
+            lines = []
+            for t, r, reader in boundary:
+                offered = next((o for o, tt in handed.items() if tt == t and o in {plans[k].op.name for k in ranges[r]}),
+                               None)
+                lines.append(said.get((t, r)) or handoff_why(t, reader, offered, handoff, bases.get(offered, 0)))
             notes[i] = "; ".join(lines)
             all_rows = pd.concat(parts)
             # the emulator counts every shared bank the run touched: a shared weight's B tiles
@@ -389,7 +395,9 @@ def estimate_layers(graph, candidates: Sequence[Candidate], calibration=None
             row = {"candidate": i, "candidate_hash": c.hash, "feasible": True, "reason": "",
                    "latency_cycles": latency, "workers": cores,
                    "peak_sram_bytes": float(all_rows["sram_bytes"].max()),
-                   "shared_sram_bytes": float(b_shared) + max(a_banks.values(), default=0),
+                   # a pipeline's boundaries each keep their own banks; one after another they reuse the top ones
+                   "shared_sram_bytes": float(b_shared) + (sum(a_banks.values()) if overlap
+                                                           else max(a_banks.values(), default=0)),
                    "private_sram_per_core_bytes": float(max(sram_per_core)),
                    "private_sram_bytes": float(sum(sram_per_core)),
                    "unaddressable_sram_bytes": float(unaddressable)}

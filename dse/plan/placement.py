@@ -22,7 +22,8 @@ by its role. ``mapping.placement``:
   matmul's Ball reads them (no per-worker A loads); every other tensor stays in DRAM.
 * ``"pipeline"``: the ranges of ``"layers"`` with ``mapping.requests`` requests overlapped:
   request k's range r runs beside request k + 1's range r - 1 (`Schedule.slots`), a hand-off
-  taking a set of shared banks per request in flight (`Schedule.handoff_sets`).
+  taking a set of shared banks per request in flight (`Schedule.handoff_sets`), every
+  boundary its own banks below the earlier boundaries' (`handoff_bases`).
 * ``"auto"``: the placement the model finds fastest (`dse.analytical.placed.resolve_auto`):
   for one graph among SPMD, ``"layers"`` and (with requests) ``"pipeline"`` cut before each
   matmul; for a staged workload, SPMD or ``"phase"``.
@@ -210,10 +211,6 @@ def schedule(chip: ChipConfig, mapping, n_ops: int) -> tuple[Schedule | None, st
     places, ranges, reason = place_layers(chip, mapping.cuts, n_ops, mapping.placement, mapping.workers)
     if reason:
         return None, reason
-    if mapping.placement == "pipeline" and len(ranges) > 2 and mapping.handoff != "dram":
-        return None, (f"placement \"pipeline\" of {len(ranges)} ranges hands off through shared memory at "
-                      f"{len(ranges) - 1} boundaries at once, whose banks (counted down from the top) would "
-                      f"overlap; allowed: 2 ranges (one cut), or mapping.handoff = dram")
     if mapping.placement == "pipeline" and mapping.weights == "shared":
         return None, ("placement \"pipeline\" runs its ranges at once on one tile, whose shared banks of the "
                       "ranges' weights (mapping.weights = shared, loaded from bank 0 up) would overwrite each "
@@ -242,6 +239,23 @@ def handoffs(plans, ranges) -> dict[str, str]:
     return out
 
 
+def handoff_bases(plans, handed: dict[str, str], sets: int, overlap: bool) -> dict[str, int]:
+    """Per handed-off matmul (`handoffs`), the shared banks counted down from the top that the
+    hand-offs before it keep (`MatmulShape.a_shared_base`). Ranges one after another (no
+    overlap) meet at a BARRIER before the next boundary's loads, so every boundary starts at
+    the top bank. In a pipeline every boundary is live at once: each keeps its own banks, the
+    most its A could take (`sets` sets of one bank a 16-row tile of every batch entry), so
+    the place does not depend on the tiles a candidate picks; a boundary that does not fit
+    below them goes through DRAM (`handoff_why`)."""
+    out, taken = {}, 0
+    for p in plans:
+        if p.op.name not in handed:
+            continue
+        out[p.op.name] = taken if overlap else 0
+        taken += sets * p.gemm.batch * (p.gemm.padded[0] // 16)
+    return out
+
+
 def boundary_tensors(plans, ranges) -> list[tuple[str, int, str]]:
     """Every tensor a range reads that an earlier range wrote: (tensor, reading range, the
     first op of it that reads it), in order."""
@@ -258,14 +272,16 @@ def boundary_tensors(plans, ranges) -> list[tuple[str, int, str]]:
     return out
 
 
-def handoff_why(tensor: str, reader: str, matmul: str | None, handoff: str | None) -> str:
+def handoff_why(tensor: str, reader: str, matmul: str | None, handoff: str | None, base: int = 0) -> str:
     """Why a tensor between ranges went through DRAM (the candidate's notes: the lowering's
-    and the model's words); `matmul`: the op `handoffs` offered it to, if any."""
+    and the model's words); `matmul`: the op `handoffs` offered it to, if any, and `base`: the
+    shared banks the other boundaries keep (`handoff_bases`)."""
     if handoff == "dram":
         return f"{tensor} via DRAM (mapping.handoff = dram)"
     if matmul is not None:
+        beside = f" beside the {base} banks the pipeline's earlier boundaries keep" if base else ""
         return (f"{tensor} via DRAM: op {matmul}'s A tiles do not fit shared memory one bank each with the whole "
-                f"reduction in one tile (K split, or more tiles than the shared banks B leaves)")
+                f"reduction in one tile (K split, or more tiles than the shared banks B leaves{beside})")
     return f"{tensor} via DRAM: read first by op {reader}, not as A of its range's first matmul"
 
 
@@ -274,5 +290,5 @@ def handoff_note(tensor: str, op: str, nbytes: int) -> str:
     return f"{tensor} to op {op}'s A via shared memory: {nbytes} bytes"
 
 
-__all__ = ["PLACEMENTS", "Placed", "Schedule", "boundary_tensors", "cores_chip", "handoff_note", "handoff_why",
-           "handoffs", "layer_ranges", "place", "place_layers", "schedule", "spmd_chip", "stage_reason"]
+__all__ = ["PLACEMENTS", "Placed", "Schedule", "boundary_tensors", "cores_chip", "handoff_bases", "handoff_note",
+           "handoff_why", "handoffs", "layer_ranges", "place", "place_layers", "schedule", "spmd_chip", "stage_reason"]
