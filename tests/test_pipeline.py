@@ -1,6 +1,6 @@
 """One graph in ranges of ops on core groups (#19): mapping.placement = "layers" (the ranges
 one request after another), "pipeline" (mapping.requests overlapped), "auto" (the model's
-pick), the tensor a range hands to the next range's first matmul through the tile's shared
+pick), the tensor a range hands to the next range's leading matmuls through the tile's shared
 memory (mapping.handoff): emulated bit for bit, the model against the emulator, transfer
 bytes computed by hand on a GEMM, the infeasible reasons (the model's and the lowering's
 words alike) and the malformed knobs (one line, exit 2)."""
@@ -208,7 +208,7 @@ def test_three_ranges_hand_off_one_after_another(gemm):
     assert rep.verdict.passed and rep.verdict.integer_bit_exact
     assert abs(t["latency_cycles"] / rep.cycles - 1) < 0.02 and dma(rep) == t["dma_bytes"]
     assert [h[:3] for h in rep.handoffs] == [["x_int8", 1, "shared"], ["matmul_acc", 2, "dram"]]
-    assert notes.endswith("matmul_acc via DRAM: read first by op matmul, not as A of its range's first matmul")
+    assert notes.endswith("matmul_acc via DRAM: read first by op matmul, not as A of its range's leading matmuls")
     # pipelined: the shared hand-off (its two sets of banks) or DRAM
     for handoff in (None, "dram"):
         rep, t, _, notes = run(gemm, three, Mapping(split="cols", placement="pipeline", cuts=(1, 2), requests=3,
@@ -229,9 +229,9 @@ def three_groups(**shared_memory):
 
 
 def test_every_boundary_of_a_pipeline_hands_off_through_banks_of_its_own(llama):
-    # tiny llama cut before op 10 (the q projection, A = mul_1_int8 [16, 32]) and op 42 (the
-    # scores, A = reshape_int8 [32, 32]) on three groups, 3 requests in flight: both
-    # boundaries live at once, each with two sets of banks (written / read)
+    # tiny llama cut before op 10 (the q, k and v projections, all of A = mul_1_int8 [16, 32])
+    # and op 42 (the scores, A = reshape_int8 [32, 32]) on three groups, 3 requests in flight:
+    # both boundaries live at once, each matmul's A tiles in two sets of banks of its own
     chip = three_groups()
     pipe = Mapping(split="cols", placement="pipeline", cuts=(10, 42), requests=3)
     rep, t, _, notes = run(llama, chip, pipe)
@@ -240,31 +240,36 @@ def test_every_boundary_of_a_pipeline_hands_off_through_banks_of_its_own(llama):
     assert [h[:3] for h in rep.handoffs if h[2] == "shared"] == [["mul_1_int8", 1, "shared"],
                                                                   ["reshape_int8", 2, "shared"]]
     assert "; ".join(h[3] for h in rep.handoffs) == notes
-    # the first boundary: 1 tile of 16 rows x 2 sets, from the top bank down; the second below
-    # it: 2 tiles (M = 32 at 16 rows) x 2 sets
-    assert rep.counters["shared_bytes_used"] == t["shared_sram_bytes"] == (2 + 4) * SHARED_BANK
-    # through DRAM, each of group b's 2 cores loads mul_1_int8's 512 bytes itself (the loaders
-    # load it once), and group c's one core loads reshape_int8's 2 x 512 as its loaders do
+    assert notes.startswith("mul_1_int8 to ops linear_acc, linear_1_acc, linear_2_acc (their A) via shared memory: "
+                            "1536 bytes;")
+    # q, k, v: 1 tile of 16 rows x 2 sets each, from the top bank down; the scores below them:
+    # 2 tiles (M = 32 at 16 rows) x 2 sets
+    assert rep.counters["shared_bytes_used"] == t["shared_sram_bytes"] == (3 * 2 + 2 * 2) * SHARED_BANK
+    # through DRAM, each of group b's 2 cores loads mul_1_int8's 512 bytes for each of q, k, v
+    # (the loaders load it once for each), and group c's one core loads reshape_int8's 2 x 512
+    # as its loaders do: 3 requests x 3 x (2 x 512 - 512) bytes more
     dram_rep, dram_t, _, _ = run(llama, chip, pipe.model_copy(update={"handoff": "dram"}))
-    assert dma(dram_rep) == dram_t["dma_bytes"] == dma(rep) + 3 * (2 * 512 - 512)
+    assert dma(dram_rep) == dram_t["dma_bytes"] == dma(rep) + 3 * 3 * (2 * 512 - 512)
 
-    # 3 shared banks: the first boundary keeps 2; the second, below them, does not fit and goes
-    # through DRAM with that reason, from the lowering and the model alike
+    # 3 shared banks: q's two sets fit; k, v and the scores, below the banks kept before them,
+    # do not and read DRAM, the scores' reason from the lowering and the model alike
     small = three_groups(banks=3)
     rep, t, _, notes = run(llama, small, pipe)
     assert rep.verdict.passed and rep.verdict.integer_bit_exact
     assert abs(t["latency_cycles"] / rep.cycles - 1) < 0.02 and dma(rep) == t["dma_bytes"]
     assert [h[2] for h in rep.handoffs if h[0] in ("mul_1_int8", "reshape_int8")] == ["shared", "dram"]
     assert "; ".join(h[3] for h in rep.handoffs) == notes
+    assert notes.startswith("mul_1_int8 to op linear_acc's A via shared memory: 512 bytes;")
     assert ("reshape_int8 via DRAM: op matmul_acc's A tiles do not fit shared memory one bank each with the whole "
-            "reduction in one tile (K split, or more tiles than the shared banks B leaves beside the 2 banks the "
-            "pipeline's earlier boundaries keep)") in notes
+            "reduction in one tile (K split, or more tiles than the shared banks B leaves beside the 6 banks the "
+            "hand-offs before it keep)") in notes
     assert rep.counters["shared_bytes_used"] == t["shared_sram_bytes"] == 2 * SHARED_BANK
-    # one range after another, the boundaries meet at BARRIERs and reuse the top banks: both fit
+    # one range after another, the boundaries meet at BARRIERs and each range's start again at
+    # the top bank: q, k, v in a bank each, then the scores' 2 tiles in the same banks
     rep, t, _, notes = run(llama, small, Mapping(split="cols", placement="layers", cuts=(10, 42)))
     assert rep.verdict.passed and [h[2] for h in rep.handoffs if h[0] in ("mul_1_int8", "reshape_int8")] == \
         ["shared", "shared"]
-    assert rep.counters["shared_bytes_used"] == t["shared_sram_bytes"] == 2 * SHARED_BANK
+    assert rep.counters["shared_bytes_used"] == t["shared_sram_bytes"] == 3 * SHARED_BANK
 
 
 def test_a_staged_workload_auto_picks_spmd_or_phase_alike_in_model_and_emulator(llama, poly):

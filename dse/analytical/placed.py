@@ -337,7 +337,7 @@ def estimate_layers(graph, candidates: Sequence[Candidate], calibration=None
         ranges = lays[ok[0]][0].ranges
         handed = handoffs(plans, ranges) if handoff != "dram" else {}
         overlap = lays[ok[0]][0].overlap
-        bases = handoff_bases(plans, handed, sets, overlap)
+        bases = handoff_bases(plans, ranges, handed, sets, overlap)
         costed = [replace(p, gemm=replace(p.gemm, a_shared=sets, a_shared_base=bases[p.op.name]))
                   if p.op.name in handed else p for p in plans]
         by_range = []
@@ -395,9 +395,7 @@ def estimate_layers(graph, candidates: Sequence[Candidate], calibration=None
             row = {"candidate": i, "candidate_hash": c.hash, "feasible": True, "reason": "",
                    "latency_cycles": latency, "workers": cores,
                    "peak_sram_bytes": float(all_rows["sram_bytes"].max()),
-                   # a pipeline's boundaries each keep their own banks; one after another they reuse the top ones
-                   "shared_sram_bytes": float(b_shared) + (sum(a_banks.values()) if overlap
-                                                           else max(a_banks.values(), default=0)),
+                          "shared_sram_bytes": float(b_shared) + _handoff_banks(a_banks, ranges, plans, overlap),
                    "private_sram_per_core_bytes": float(max(sram_per_core)),
                    "private_sram_bytes": float(sum(sram_per_core)),
                    "unaddressable_sram_bytes": float(unaddressable)}
@@ -416,34 +414,45 @@ def estimate_layers(graph, candidates: Sequence[Candidate], calibration=None
 
 def _handoff_loads(c: Candidate, places, parts, times, handed: dict, costed, sets: int, heads
                    ) -> tuple[int, dict[str, int], dict[tuple[str, int], str]]:
-    """The hand-off loads of one candidate's ranges: for each range whose first handed-off
-    matmul takes its A tiles from shared memory, the range before loads them (an epoch of
-    `handoff_cycles` appended to its `times`, and the loaders' transfers to its `heads`, in
-    place). Returns the bytes they move (one request's), the shared bytes their banks take by
-    op, and each hand-off's note."""
+    """The hand-off loads of one candidate's ranges: for each matmul of a range that takes its
+    A tiles from shared memory, the range before loads them (an epoch of `handoff_cycles` a
+    matmul appended to its `times`, and the loaders' transfers, one head for them all, to its
+    `heads`, in place). Returns the bytes they move (one request's), the shared bytes their
+    banks take by op, and each hand-off's note (per tensor and range)."""
     extra_bytes, a_banks, said = 0, {}, {}
     for r, p in enumerate(parts[1:], 1):
-        op = next((name for name in p["op"] if name in handed), None)
-        if op is None:
-            continue
-        shape = next(pl.gemm for pl in costed if pl.op.name == op)
-        row = p[p["op"] == op].iloc[0]
-        tm, tn, tk = int(row["tile_m"]), int(row["tile_n"]), int(row["tile_k"])
-        check = check_tiles(CandidateArrays.from_candidates([Candidate(places[r].chip, c.mapping)]),
-                            [tm], [tn], [tk], shape)
-        if not bool(check.shared_a[0, 0]):
-            continue
-        tiles = int(check.shared_a_tiles[0, 0]) // sets  # one request's set
-        load = handoff_cycles(places[r - 1].chip, tiles, tm * tk, len(places[r - 1].cores))
-        times[r - 1] = [np.append(times[r - 1][0], load), np.append(times[r - 1][1], 0),
-                        np.append(times[r - 1][2], tiles * tm * tk), np.append(times[r - 1][3], load)]
         loaders = places[r - 1].cores
-        heads[r - 1].append({core: (0, [tm * tk // 16] * len(range(j, tiles, len(loaders))))
-                             for j, core in enumerate(loaders[:tiles])})
-        extra_bytes += tiles * tm * tk
-        a_banks[op] = int(check.shared_a_tiles[0, 0]) * c.chip.shared_memory.rows * c.chip.shared_memory.row_bytes
-        said[(handed[op], r)] = handoff_note(handed[op], op, tiles * tm * tk)
+        head: dict[int, tuple[int, list[int]]] = {}
+        to: dict[str, list[tuple[str, int]]] = {}
+        for op in (name for name in p["op"] if name in handed):
+            shape = next(pl.gemm for pl in costed if pl.op.name == op)
+            row = p[p["op"] == op].iloc[0]
+            tm, tn, tk = int(row["tile_m"]), int(row["tile_n"]), int(row["tile_k"])
+            check = check_tiles(CandidateArrays.from_candidates([Candidate(places[r].chip, c.mapping)]),
+                                [tm], [tn], [tk], shape)
+            if not bool(check.shared_a[0, 0]):
+                continue
+            tiles = int(check.shared_a_tiles[0, 0]) // sets  # one request's set
+            load = handoff_cycles(places[r - 1].chip, tiles, tm * tk, len(loaders))
+            times[r - 1] = [np.append(times[r - 1][0], load), np.append(times[r - 1][1], 0),
+                            np.append(times[r - 1][2], tiles * tm * tk), np.append(times[r - 1][3], load)]
+            for j, core in enumerate(loaders[:tiles]):  # dealt round-robin, as the lowering does
+                head.setdefault(core, (0, []))[1].extend([tm * tk // 16] * len(range(j, tiles, len(loaders))))
+            extra_bytes += tiles * tm * tk
+            a_banks[op] = int(check.shared_a_tiles[0, 0]) * c.chip.shared_memory.rows * c.chip.shared_memory.row_bytes
+            to.setdefault(handed[op], []).append((op, tiles * tm * tk))
+        if head:
+            heads[r - 1].append(head)
+        for t, ops in to.items():
+            said[(t, r)] = handoff_note(t, [op for op, _ in ops], sum(nb for _, nb in ops))
     return extra_bytes, a_banks, said
+
+
+def _handoff_banks(a_banks: dict[str, int], ranges, plans, overlap: bool) -> int:
+    """The shared bytes the hand-offs' banks take (`handoff_bases`): in a pipeline all at once;
+    one range after another, the most one range's take."""
+    per_range = [sum(a_banks.get(plans[i].op.name, 0) for i in rg) for rg in ranges]
+    return sum(per_range) if overlap else max(per_range, default=0)
 
 
 def _slot_cycles(chip, running: list[int], epochs, moved, dma_time, times, heads) -> float:

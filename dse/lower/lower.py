@@ -827,10 +827,11 @@ def lower_layers(graph: Graph, candidate: Candidate, requests) -> LayeredLowered
     in a pipeline, request k's range r beside request k + 1's range r - 1. In a slot the
     cores of the tile meet every BARRIER of its ranges (those with fewer meet the rest with
     BARRIERs of their own), and one more BARRIER on every core closes the slot. A range's
-    first matmul whose A an earlier range wrote (`handoffs`, unless ``mapping.handoff =
-    "dram"``) reads it from shared memory where its tiles fit (`MatmulShape.a_shared`): the
-    cores of the range before load them there after their last op (request k into bank set
-    ``k mod Schedule.handoff_sets``), before the BARRIER that closes their slot."""
+    leading matmuls whose A an earlier range wrote (`handoffs`, unless ``mapping.handoff =
+    "dram"``) read it from shared memory where its tiles fit (`MatmulShape.a_shared`): the
+    cores of the range before load them there after their last op, a matmul's tiles in banks
+    of its own (`handoff_bases`; request k into bank set ``k mod Schedule.handoff_sets``),
+    before the BARRIER that closes their slot."""
     chip, mapping = candidate.chip, candidate.mapping
     plans = plan_graph(graph, mapping.fusion, mapping.channels_last)
     lay, reason = schedule(chip, mapping, len(plans))
@@ -838,7 +839,7 @@ def lower_layers(graph: Graph, candidate: Candidate, requests) -> LayeredLowered
         raise Infeasible(reason)
     places, ranges = lay.places, lay.ranges
     handed = handoffs(plans, ranges) if mapping.handoff != "dram" else {}
-    bases = handoff_bases(plans, handed, lay.handoff_sets, lay.overlap)
+    bases = handoff_bases(plans, ranges, handed, lay.handoff_sets, lay.overlap)
     dram = Dram()
     weights: dict[str, Loc] = {}
     builders: list[list[ProgramBuilder]] = []
@@ -894,8 +895,9 @@ def lower_layers(graph: Graph, candidate: Candidate, requests) -> LayeredLowered
     shared = {(t, op): n_bytes for b in builders[0] for op, t, _, n_bytes in b.handoffs}
     notes = []
     for t, r, reader in boundary_tensors(plans, ranges):
-        how_t = next((("shared", handoff_note(t, op, nb)) for (tt, op), nb in shared.items()
-                      if tt == t and any(plans[i].op.name == op for i in ranges[r])), None)
+        names = {plans[i].op.name for i in ranges[r]}
+        to = [(op, nb) for (tt, op), nb in shared.items() if tt == t and op in names]
+        how_t = ("shared", handoff_note(t, [op for op, _ in to], sum(nb for _, nb in to))) if to else None
         if how_t is None:
             offered = next((op for op, tt in handed.items() if tt == t and op in {plans[i].op.name for i in ranges[r]}),
                            None)
