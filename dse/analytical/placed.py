@@ -330,12 +330,12 @@ def estimate_layers(graph, candidates: Sequence[Candidate], calibration=None
     for i, c in enumerate(candidates):
         if not lays[i][1]:
             m = c.mapping
-            by_cut.setdefault((m.fusion, m.channels_last, m.cuts, m.handoff, lays[i][0].handoff_sets,
-                               len(lays[i][0].ranges)), []).append(i)
-    for (fusion, channels_last, _, handoff, sets, n_ranges), ok in by_cut.items():
+            by_cut.setdefault((m.fusion, m.channels_last, m.cuts, m.handoff, m.weights == "shared",
+                               lays[i][0].handoff_sets, len(lays[i][0].ranges)), []).append(i)
+    for (fusion, channels_last, _, handoff, shared_weights, sets, n_ranges), ok in by_cut.items():
         plans = plan_graph(graph, fusion, channels_last)
         ranges = lays[ok[0]][0].ranges
-        handed = handoffs(plans, ranges) if handoff != "dram" else {}
+        handed = handoffs(plans, ranges, not shared_weights) if handoff != "dram" else {}
         overlap = lays[ok[0]][0].overlap
         bases = handoff_bases(plans, ranges, handed, sets, overlap)
         costed = [replace(p, gemm=replace(p.gemm, a_shared=sets, a_shared_base=bases[p.op.name]))

@@ -838,7 +838,7 @@ def lower_layers(graph: Graph, candidate: Candidate, requests) -> LayeredLowered
     if reason:
         raise Infeasible(reason)
     places, ranges = lay.places, lay.ranges
-    handed = handoffs(plans, ranges) if mapping.handoff != "dram" else {}
+    handed = handoffs(plans, ranges, mapping.weights != "shared") if mapping.handoff != "dram" else {}
     bases = handoff_bases(plans, ranges, handed, lay.handoff_sets, lay.overlap)
     dram = Dram()
     weights: dict[str, Loc] = {}

@@ -219,15 +219,17 @@ def schedule(chip: ChipConfig, mapping, n_ops: int) -> tuple[Schedule | None, st
     return Schedule(places, ranges, requests, mapping.placement == "pipeline"), ""
 
 
-def handoffs(plans, ranges) -> dict[str, str]:
+def handoffs(plans, ranges, leading: bool = True) -> dict[str, str]:
     """The matmuls whose A the range before hands off through shared memory: op name -> the
     tensor. Per range after the first, its leading matrix-Ball products (no conv before them,
     none between that reads its A otherwise): each that reads as A (with no copy of its own) a
-    tensor an earlier range wrote, such as the q, k and v projections of one normed input.
-    Every other tensor between ranges stays in DRAM. Each takes banks of its own
-    (`handoff_bases`), so a product before it never writes shared banks it reads (a shared
-    weight's B tiles fit below them: the tile check's). (Whether its tiles then fit is the
-    tile check's: `MatmulShape.a_shared`.)"""
+    tensor an earlier range wrote, such as the q, k and v projections of one normed input;
+    each takes banks of its own (`handoff_bases`). With `leading` False (``mapping.weights =
+    "shared"``), only the first: a shared weight's B tiles, loaded from the bottom bank up at
+    its product's start, are checked against that product's A banks only, and would
+    overwrite the banks of a later product's A, loaded before. Every other tensor between
+    ranges stays in DRAM. (Whether its tiles then fit is the tile check's:
+    `MatmulShape.a_shared`.)"""
     where = {}
     for r, rg in enumerate(ranges):
         for i in rg:
@@ -239,6 +241,8 @@ def handoffs(plans, ranges) -> dict[str, str]:
             if plan.unit != "matrix" or where.get(a, r) >= r or any(c.tensor == a for c in plan.copies):
                 break
             out[plan.op.name] = a
+            if not leading:
+                break
     return out
 
 
