@@ -262,7 +262,7 @@ def test_every_boundary_of_a_pipeline_hands_off_through_banks_of_its_own(llama):
     assert notes.startswith("mul_1_int8 to op linear_acc's A via shared memory: 512 bytes;")
     assert ("reshape_int8 via DRAM: op matmul_acc's A tiles do not fit shared memory one bank each with the whole "
             "reduction in one tile (K split, or more tiles than the shared banks B leaves beside the 6 banks the "
-            "hand-offs before it keep)") in notes
+            "hand-offs before it reserve)") in notes
     assert rep.counters["shared_bytes_used"] == t["shared_sram_bytes"] == 2 * SHARED_BANK
     # one range after another, the boundaries meet at BARRIERs and each range's start again at
     # the top bank: q, k, v in a bank each, then the scores' 2 tiles in the same banks

@@ -288,7 +288,7 @@ def handoff_why(tensor: str, reader: str, matmul: str | None, handoff: str | Non
     if handoff == "dram":
         return f"{tensor} via DRAM (mapping.handoff = dram)"
     if matmul is not None:
-        beside = f" beside the {base} banks the hand-offs before it keep" if base else ""
+        beside = f" beside the {base} banks the hand-offs before it reserve" if base else ""
         return (f"{tensor} via DRAM: op {matmul}'s A tiles do not fit shared memory one bank each with the whole "
                 f"reduction in one tile (K split, or more tiles than the shared banks B leaves{beside})")
     return f"{tensor} via DRAM: read first by op {reader}, not as A of its range's leading matmuls"
