@@ -16,8 +16,8 @@ stage), for all candidates of one placement at once. The totals follow what the 
   candidate asks for is every used core's own banks (its group's).
 
 One graph in ranges of ops (``"layers"``, `estimate_layers`): each range's ops costed on its
-group's chip with the plan's hand-offs marked (`dse.plan.placement.handoffs`: the first
-matmul of a range reads its A from shared memory, `MatmulShape.a_shared`), the ranges one
+group's chip with the plan's hand-offs marked (`dse.plan.placement.handoffs`: the leading
+matmuls of a range read their A from shared memory, `MatmulShape.a_shared`), the ranges one
 after another: latency is the sum of the ranges', plus per boundary its BARRIER and the
 hand-off's loads into shared memory (`handoff_cycles`). In a pipeline's slot the ranges run
 at once and share the system bus: at each epoch's start every range's first transfers
@@ -369,8 +369,10 @@ def estimate_layers(graph, candidates: Sequence[Candidate], calibration=None
             times = [[p["cycles"].to_numpy(np.float64), p["syncs"].to_numpy(np.int64) * (len(pl.cores) > 1),
                       p["dma_bytes"].to_numpy(np.float64), p["dma_cycles"].to_numpy(np.float64)]
                      for p, pl in zip(parts, places)]
+            # the ranges' first transfers an op, where ranges run at once (a pipeline's slots)
             heads = [[op_head_transfers(by_name[name], row, pl.chip, c.mapping, len(pl.cores), pl.cores, graph)
-                      for name, row in zip(p["op"], p.to_dict("records"))] for p, pl in zip(parts, places)]
+                      for name, row in zip(p["op"], p.to_dict("records"))] if lay.overlap else []
+                     for p, pl in zip(parts, places)]
             extra_bytes, a_banks, said = _handoff_loads(c, places, parts, times, handed, costed, sets, heads)
             epochs = [epoch_cycles(c_, s_) for c_, s_, _, _ in times]
             moved = [epoch_cycles(b_, s_) for _, s_, b_, _ in times]  # bytes and DMA cycles by epoch, alike
