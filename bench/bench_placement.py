@@ -2,7 +2,7 @@
 emulated cycles, DMA bytes (in + out, every core), peak and asked-for private SRAM, the
 numerics verdict, and the analytical model's latency error against the emulator.
 
-    .venv/bin/python bench/bench_placement.py [--seq 16] [--past 15] [--requests 4]
+    .venv/bin/python bench/bench_placement.py [--seq 16] [--past 15] [--requests 4] [--only gemm-grid|three-ranges]
 
 Candidates: poly's phases on their own groups (placement "phase"), both phases one after
 another on SPMD workers (placement None) of poly with its groups removed (5 identical
@@ -17,7 +17,12 @@ or DRAM, "auto", for one request and for --requests requests (request k's tokens
 k), with the shared memory the emulator saw against the model's, and the tensors between
 ranges (the candidate's notes). Last, the GEMM recipe (x[32, 64] quantized on the first range,
 its product and dequantize on the second), a DMA-bound case, on poly's groups and on blocks
-of goban's 4 identical cores, with the shared-memory channel conflicts the emulator counted.
+of goban's 4 identical cores, with the shared-memory channel conflicts the emulator counted;
+and the DMA-bound grid on poly: the GEMM at m = 32, 64, 128, "layers" (1 and --requests
+requests) and "pipeline", with the shared or the DRAM hand-off; and tiny llama prefill in three
+ranges (cut before ops 10 and 42) on poly's 5 cores in three groups (2 | 2 | 1), both boundaries
+handed off at once in a pipeline, and with 3 shared banks, where the second does not fit.
+`--only` runs one of the last two sections alone.
 """
 
 from __future__ import annotations
@@ -50,7 +55,14 @@ def main() -> None:
     ap.add_argument("--seq", type=int, default=16)
     ap.add_argument("--past", type=int, default=15)
     ap.add_argument("--requests", type=int, default=4)
+    ap.add_argument("--only", choices=("gemm-grid", "three-ranges"), help="one section alone")
     args = ap.parse_args()
+    if args.only == "gemm-grid":
+        gemm_grid(args.requests)
+        return
+    if args.only == "three-ranges":
+        three_ranges(args.seq, args.requests)
+        return
     pre = stage("prefill", "llama_prefill", seq=args.seq)
     dec = stage("decode", "llama_decode", past=args.past)
     poly = load_chip("poly")
@@ -105,6 +117,8 @@ def main() -> None:
               f"{rep.peak_sram_bytes:9d} {t['private_sram_bytes']:10.0f}  {rep.verdict.summary()[:40]}")
     ranges(pre, poly, same, split, args.requests)
     gemm_handoff(args.requests)
+    gemm_grid(args.requests)
+    three_ranges(args.seq, args.requests)
 
 
 def ranges(pre: StageWork, poly, same, split: str, requests: int) -> None:
@@ -178,6 +192,63 @@ def gemm_handoff(requests: int) -> None:
                       f"{t['latency_cycles'] / rep.cycles - 1:+7.2%} {dma:9d} {t['dma_bytes']:9.0f} "
                       f"{c['shared_bytes_used']:8d} {t['shared_sram_bytes']:8.0f} "
                       f"{sum(c['shared_channel_conflicts']):7d}  {'PASS' if rep.verdict.passed else 'FAIL'}")
+
+
+
+def gemm_grid(requests: int) -> None:
+    """The GEMM (n = k = 64) cut before its product on poly's groups, where DMA dominates: the
+    pipeline's ranges start their transfers at once on the system bus (`bus_head_delays`)."""
+    poly = load_chip("poly")
+    print(f"\ngemm n=64 k=64 on poly, cut before its product (op 1), split cols; {requests} requests where > 1")
+    print(f"{'m':>4s} {'candidate':28s} {'req':>3s} {'emu cycles':>10s} {'model':>10s} {'err':>7s} {'DMA bytes':>9s} "
+          f"{'model DMA':>9s} {'shared':>8s} {'model sh':>8s}  numerics")
+    for m in (32, 64, 128):
+        prep = prepare_recipe("gemm", dict(m=m, n=64, k=64))
+        reference = prep.graph.trace(*prep.inputs)
+        for kind, n in (("layers", 1), ("layers", requests), ("pipeline", requests)):
+            for handoff in ("shared", "dram"):
+                cand = Candidate(poly, Mapping(split="cols", placement=kind, cuts=(1,), requests=n if n > 1 else None,
+                                               handoff="dram" if handoff == "dram" else None))
+                rep = emulate_graph(prep.graph, cand, prep.inputs, prep.expected, prep.tolerance, prep.reference_kind,
+                                    reference=reference)
+                t = estimate_layers(prep.graph, [cand])[0].iloc[0]
+                c = rep.counters
+                dma = sum(c["dma_bytes_in"]) + sum(c["dma_bytes_out"])
+                ok = rep.verdict.passed and rep.verdict.integer_bit_exact
+                print(f"{m:4d} {kind + ', ' + handoff + ' hand-off':28s} {n:3d} {rep.cycles:10d} "
+                      f"{t['latency_cycles']:10.0f} {t['latency_cycles'] / rep.cycles - 1:+7.2%} {dma:9d} "
+                      f"{t['dma_bytes']:9.0f} {c['shared_bytes_used']:8d} {t['shared_sram_bytes']:8.0f}  "
+                      f"{'PASS bit-exact' if ok else 'FAIL'}")
+
+
+def three_ranges(seq: int, requests: int) -> None:
+    """Tiny llama prefill in three ranges on three core groups: every boundary's hand-off."""
+    pre = stage("prefill", "llama_prefill", seq=seq)
+    groups = [{"role": "a", "count": 2}, {"role": "b", "count": 2, "op_cycles_per_element": 2.0},
+              {"role": "c", "count": 1, "banks": {"count": 12}}]
+    print(f"\ntiny llama prefill (seq {seq}) cut before ops 10 and 42 on poly's cores in groups 2 | 2 | 1; split cols")
+    print(f"{'candidate':44s} {'req':>3s} {'emu cycles':>10s} {'model':>10s} {'err':>7s} {'DMA bytes':>9s} "
+          f"{'model DMA':>9s} {'shared':>8s} {'model sh':>8s}  numerics")
+    for banks in (64, 3):
+        chip = load_chip("poly", {"cores.groups": groups, "shared_memory.banks": banks})
+        for kind, n in (("layers", 1), ("layers", requests), ("pipeline", requests)):
+            for handoff in ("shared", "dram"):
+                cand = Candidate(chip, Mapping(split="cols", placement=kind, cuts=(10, 42), requests=n if n > 1 else None,
+                                               handoff="dram" if handoff == "dram" else None))
+                rep = emulate_graph(pre.graph, cand, pre.inputs, pre.expected, pre.tolerance, pre.reference_kind,
+                                    reference=pre.reference)
+                totals, _, notes = estimate_layers(pre.graph, [cand])
+                t = totals.iloc[0]
+                c = rep.counters
+                dma = sum(c["dma_bytes_in"]) + sum(c["dma_bytes_out"])
+                ok = rep.verdict.passed and rep.verdict.integer_bit_exact
+                print(f"{kind + ', ' + handoff + f' hand-off, {banks} shared banks':44s} {n:3d} {rep.cycles:10d} "
+                      f"{t['latency_cycles']:10.0f} {t['latency_cycles'] / rep.cycles - 1:+7.2%} {dma:9d} "
+                      f"{t['dma_bytes']:9.0f} {c['shared_bytes_used']:8d} {t['shared_sram_bytes']:8.0f}  "
+                      f"{'PASS bit-exact' if ok else 'FAIL'}")
+                if handoff == "shared" and kind == "pipeline":
+                    said = [x for x in notes[0].split("; ") if "via shared" in x or "do not fit" in x]
+                    print(f"{'':44s}     {'; '.join(said)}")
 
 
 if __name__ == "__main__":

@@ -16,28 +16,39 @@ stage), for all candidates of one placement at once. The totals follow what the 
   candidate asks for is every used core's own banks (its group's).
 
 One graph in ranges of ops (``"layers"``, `estimate_layers`): each range's ops costed on its
-group's chip with the plan's hand-offs marked (`dse.plan.placement.handoffs`: the first
-matmul of a range reads its A from shared memory, `MatmulShape.a_shared`), the ranges one
+group's chip with the plan's hand-offs marked (`dse.plan.placement.handoffs`: the leading
+matmuls of a range read their A from shared memory, `MatmulShape.a_shared`), the ranges one
 after another: latency is the sum of the ranges', plus per boundary its BARRIER and the
-hand-off's loads into shared memory (`handoff_cycles`). ``"auto"`` (`resolve_auto`) costs
-every option and takes the fastest.
+hand-off's loads into shared memory (`handoff_cycles`). In a pipeline's slot the ranges run
+at once and share the system bus: at each epoch's start every range's first transfers
+(`op_head_transfers`) are placed on the bus as the emulator places them (`bus_head_delays`:
+a transfer reserves all its bursts when it starts, so a range whose first loads come while
+another range's long loads hold the bus waits for them); the rest of their DMA shares the
+bus evenly (`lockstep_bus_cycles`). ``"auto"`` (`resolve_auto`) costs every option and takes
+the fastest.
 """
 
 from __future__ import annotations
 
 from typing import Sequence
 
+import math
+from dataclasses import replace
+
 import numpy as np
 import pandas as pd
 
-from dataclasses import replace
+from emulator.dma import burst_groups
+from emulator.timing import Bus
 
 from ..cost.dma import dma_cycles_for
 from ..mapping import Candidate, CandidateArrays, check_tiles
 from ..mapping.candidate import Mapping
 from ..plan.graph_plan import plan_graph
-from ..plan.placement import boundary_tensors, handoff_note, handoff_why, handoffs, place, schedule, stage_reason
+from ..plan.placement import (boundary_tensors, handoff_bases, handoff_note, handoff_why, handoffs, place, schedule,
+                              stage_reason)
 from .estimate import TOTAL_COLUMNS, estimate, summarize
+from .stream_cost import planned_stream
 
 SUMMED = ("compute_cycles", "dma_cycles", "core_cycles", "busy_cycles", "dma_bytes")
 
@@ -70,21 +81,136 @@ def lockstep_cycles(stages: Sequence[np.ndarray]) -> float:
 
 
 def lockstep_bus_cycles(stages: Sequence[np.ndarray], stage_bytes: Sequence[np.ndarray],
-                        stage_dma: Sequence[np.ndarray], bus_bytes: int) -> float:
-    """`lockstep_cycles` of ranges running at once whose DMA shares the system bus: in an
-    epoch, each range's transfers wait behind the others' bursts, in proportion to the share
-    of its time it spends in DMA: range r's epoch lasts ``c_r + (dma_r / c_r) x (bytes the
-    other ranges move in it) / dma.system_bus_bytes``."""
+                        stage_dma: Sequence[np.ndarray], bus_bytes: int,
+                        head_delay: Sequence[np.ndarray] | None = None,
+                        head_bytes: Sequence[np.ndarray] | None = None) -> float:
+    """`lockstep_cycles` of ranges running at once whose DMA shares the system bus. In an
+    epoch, range r's first transfers (its `head_delay` and `head_bytes` by epoch,
+    `bus_head_delays`) wait behind the other ranges' first transfers as the bus places them;
+    the rest of its transfers wait behind the others' other bursts in proportion to the share
+    of its time it spends in DMA: range r's epoch lasts ``c_r + head_delay_r + (dma_r / c_r) x
+    (bytes the other ranges move in it beyond their first transfers) / dma.system_bus_bytes``."""
     n = max((len(e) for e in stages), default=0)
     if not n:
         return 0.0
     k = len(stages)
-    cycles, moved, dma = np.zeros((k, n)), np.zeros((k, n)), np.zeros((k, n))
+    cycles, moved, dma, delay, head = (np.zeros((k, n)) for _ in range(5))
     for i, (e, b, d) in enumerate(zip(stages, stage_bytes, stage_dma)):
         cycles[i, :len(e)], moved[i, :len(b)], dma[i, :len(d)] = e, b, d
+        if head_delay is not None:
+            delay[i, :len(head_delay[i])], head[i, :len(head_bytes[i])] = head_delay[i], head_bytes[i]
     share = np.minimum(dma / np.maximum(cycles, 1), 1.0)
-    others = (moved.sum(axis=0) - moved) / bus_bytes
-    return float((cycles + share * others).max(axis=0).sum())
+    rest = np.maximum(moved - head, 0)
+    others = (rest.sum(axis=0) - rest) / bus_bytes
+    return float((cycles + delay + share * others).max(axis=0).sum())
+
+
+def _place_heads(chip, bus: Bus, heads: dict[int, tuple[int, Sequence[int]]]) -> dict[int, list[int]]:
+    """Each core's first transfers placed on `bus` (`head_transfer_ends`): its DMA slots after them."""
+    dma = chip.dma
+    bpb = dma.beat_bytes / dma.system_bus_bytes
+    out = {}
+    for core, (offset, transfers) in sorted(heads.items(), key=lambda kv: (kv[1][0], kv[0])):
+        slots = [offset] * chip.dma_parallel_bursts
+        for lines in transfers:
+            _place_transfer(chip, bus, slots, lines, bpb)
+        out[core] = slots
+    return out
+
+
+def _place_transfer(chip, bus: Bus, slots: list[int], lines: int, bpb: float) -> None:
+    for count, beats in burst_groups(1, lines, lines, True, chip.dma_burst_beats):
+        occ = max(1, math.ceil(beats * bpb))
+        for _ in range(count):
+            i = slots.index(min(slots))
+            slots[i] = bus.alloc(slots[i] + chip.dma.latency_cycles, occ) + beats
+
+
+def head_transfer_ends(chip, heads: dict[int, tuple[int, Sequence[int]]]) -> dict[int, int]:
+    """When each core's first transfers end, issued at once on the system bus: `heads` maps a
+    core to (the instructions it dispatches before them, their 16-byte lines in order). As the
+    emulator's timing places them (`emulator.timing`): in dispatch order (then core id), each
+    transfer reserves all its bursts when it starts, a burst the first gap of the bus free for
+    it ``dma.latency_cycles`` after its request, at most ``dma_parallel_bursts`` in flight a
+    core. So a transfer that starts while other cores' long transfers hold the bus densely
+    waits for them, beyond what an even share of the bus would make it wait."""
+    return {core: max(slots) for core, slots in _place_heads(chip, Bus(), heads).items()}
+
+
+def _window_rate(chip, heads: dict, mine: dict, until: int) -> tuple[float, float]:
+    """The bus rate (beats a cycle) `mine`'s cores get after their first transfers until `until`,
+    issuing transfers like their last one back to back, beside `heads` (all cores' first
+    transfers, `mine`'s among them); and the window's start (their first transfers' end)."""
+    bus = Bus()
+    slots = _place_heads(chip, bus, heads)
+    bpb = chip.dma.beat_bytes / chip.dma.system_bus_bytes
+    start = max(max(slots[c]) for c in mine)
+    if until <= start:
+        return 0.0, float(start)
+    beats = 0
+    live = {c: slots[c] for c in mine if mine[c][1]}
+    while live:  # the next transfer of the core whose DMA frees first, while it lands in time
+        core = min(live, key=lambda c: (min(live[c]), c))
+        lines = mine[core][1][-1]
+        _place_transfer(chip, bus, live[core], lines, bpb)
+        end = max(live[core])
+        beats += max(0, min(lines, until - (end - lines)))  # its beats that land by `until`
+        if end >= until:
+            del live[core]
+    return beats / (until - start), float(start)
+
+
+def bus_head_delays(chip, heads: Sequence[dict[int, tuple[int, Sequence[int]]]],
+                    shares: Sequence[float] | None = None) -> list[float]:
+    """Per range of a slot (`heads`: its cores' first transfers in an epoch, `head_transfer_ends`),
+    the cycles it loses beside the other ranges: its slowest core's first transfers take
+    longer than beside its own range's alone; and, while the others' first transfers still
+    hold the bus, its DMA (`shares`: the fraction of its epoch it spends in DMA) gets only the
+    gaps they leave (`_window_rate`, against its rate on a bus of its own)."""
+    everyone = {c: h for rh in heads for c, h in rh.items()}
+    both = head_transfer_ends(chip, everyone)
+    out = []
+    for j, own in enumerate(heads):
+        alone = head_transfer_ends(chip, own)
+        delay = float(max((both[c] - alone[c] for c in own), default=0))
+        until = max((both[c] for rh in heads[:j] + heads[j + 1:] for c in rh), default=0)
+        if own and shares is not None and shares[j] > 0:
+            rate, start = _window_rate(chip, everyone, own, until)
+            if until > start:
+                free, _ = _window_rate(chip, own, own, int(max(alone.values()) + until - start))
+                if rate > 0 and free > rate:
+                    delay += shares[j] * (until - start) * (free / rate - 1)
+        out.append(delay)
+    return out
+
+
+def op_head_transfers(plan, row, chip, mapping, workers: int, cores: Sequence[int],
+                      graph) -> dict[int, tuple[int, list[int]]] | None:
+    """The transfers each core of a range takes first in op `plan` (`row`: its per-op figures),
+    as the lowering emits them, and the instructions it dispatches before them: a Ball
+    stream's first piece in, after its 2 MSETs; a matmul's first output tile's bias, A and B
+    loads (those not in shared memory), after the MSETs of its buffers. None where the op
+    starts otherwise (a core op, a packing copy, a shared weight's preload, a conv)."""
+    unit = row["unit"]
+    if unit in ("fp2int", "int2fp", "relu"):
+        stream = planned_stream(graph, plan.op.name, chip)
+        if stream is None:
+            return None
+        return {cores[w]: (2, [p.in_lines]) for w, p in enumerate(stream.pieces[:workers])}
+    if unit != "matrix" or plan.gemm is None:
+        return None
+    tm, tn, tk = int(row["tile_m"]), int(row["tile_n"]), int(row["tile_k"])
+    shape = plan.gemm
+    check = check_tiles(CandidateArrays.from_candidates([Candidate(chip, mapping)]), [tm], [tn], [tk], shape)
+    Mp, Np, Kp = shape.padded
+    shared_a, shared_b = bool(check.shared_a[0, 0]), bool(check.shared_b[0, 0])
+    if Kp // tk > 1 or not shape.b_weight or shared_b:  # a packing copy or the shared B's preload first
+        return None
+    blocks = Mp // tm if mapping.split == "rows" else Np // tn
+    computing = -(-blocks // -(-blocks // workers))
+    nbuf = int(check.buffers[0, 0])
+    loads = ([tm * tn * 4 // 16] if shape.bias else []) + ([] if shared_a else [tm * tk // 16]) + [tn * tk // 16]
+    return {cores[w]: (nbuf * (3 - shared_a), loads) for w in range(min(computing, workers))}
 
 
 def coupled_stages(places, tile_size: int) -> list[list[int]]:
@@ -204,13 +330,16 @@ def estimate_layers(graph, candidates: Sequence[Candidate], calibration=None
     for i, c in enumerate(candidates):
         if not lays[i][1]:
             m = c.mapping
-            by_cut.setdefault((m.fusion, m.channels_last, m.cuts, m.handoff, lays[i][0].handoff_sets,
-                               len(lays[i][0].ranges)), []).append(i)
-    for (fusion, channels_last, _, handoff, sets, n_ranges), ok in by_cut.items():
+            by_cut.setdefault((m.fusion, m.channels_last, m.cuts, m.handoff, m.weights == "shared",
+                               lays[i][0].handoff_sets, len(lays[i][0].ranges)), []).append(i)
+    for (fusion, channels_last, _, handoff, shared_weights, sets, n_ranges), ok in by_cut.items():
         plans = plan_graph(graph, fusion, channels_last)
         ranges = lays[ok[0]][0].ranges
-        handed = handoffs(plans, ranges) if handoff != "dram" else {}
-        costed = [replace(p, gemm=replace(p.gemm, a_shared=sets)) if p.op.name in handed else p for p in plans]
+        handed = handoffs(plans, ranges, not shared_weights) if handoff != "dram" else {}
+        overlap = lays[ok[0]][0].overlap
+        bases = handoff_bases(plans, ranges, handed, sets, overlap)
+        costed = [replace(p, gemm=replace(p.gemm, a_shared=sets, a_shared_base=bases[p.op.name]))
+                  if p.op.name in handed else p for p in plans]
         by_range = []
         for r, rg in enumerate(ranges):
             cands = [Candidate(lays[i][0].places[r].chip,
@@ -225,6 +354,7 @@ def estimate_layers(graph, candidates: Sequence[Candidate], calibration=None
         frames += by_range
         groups = [{cand: g for cand, g in part.groupby("candidate")} for part in by_range]
         boundary = boundary_tensors(plans, ranges)
+        by_name = {p.op.name: p for p in costed}
         for i in ok:
             c, lay = candidates[i], lays[i][0]
             places = lay.places
@@ -239,19 +369,23 @@ def estimate_layers(graph, candidates: Sequence[Candidate], calibration=None
             times = [[p["cycles"].to_numpy(np.float64), p["syncs"].to_numpy(np.int64) * (len(pl.cores) > 1),
                       p["dma_bytes"].to_numpy(np.float64), p["dma_cycles"].to_numpy(np.float64)]
                      for p, pl in zip(parts, places)]
-            extra_bytes, a_banks, said = _handoff_loads(c, places, parts, times, handed, costed, sets)
+            # the ranges' first transfers an op, where ranges run at once (a pipeline's slots)
+            heads = [[op_head_transfers(by_name[name], row, pl.chip, c.mapping, len(pl.cores), pl.cores, graph)
+                      for name, row in zip(p["op"], p.to_dict("records"))] if lay.overlap else []
+                     for p, pl in zip(parts, places)]
+            extra_bytes, a_banks, said = _handoff_loads(c, places, parts, times, handed, costed, sets, heads)
             epochs = [epoch_cycles(c_, s_) for c_, s_, _, _ in times]
             moved = [epoch_cycles(b_, s_) for _, s_, b_, _ in times]  # bytes and DMA cycles by epoch, alike
             dma_time = [epoch_cycles(d_, s_) for _, s_, _, d_ in times]
             slots = lay.slots()
-            bus = c.chip.dma.system_bus_bytes
-            latency = sum(lockstep_bus_cycles([epochs[r] for _, r in slot], [moved[r] for _, r in slot],
-                                              [dma_time[r] for _, r in slot], bus)
+            latency = sum(_slot_cycles(c.chip, [r for _, r in slot], epochs, moved, dma_time, times, heads)
                           if len(slot) > 1 else float(epochs[slot[0][1]].sum()) for slot in slots)
             latency += (len(slots) - 1) * c.chip.front_end.barrier_cycles  # the BARRIER closing each slot
-            lines = [said.get((t, r)) or handoff_why(t, reader, next((o for o, tt in handed.items() if tt == t and
-                                                                      o in {plans[k].op.name for k in ranges[r]}), None),
-                                                     handoff) for t, r, reader in boundary]
+            lines = []
+            for t, r, reader in boundary:
+                offered = next((o for o, tt in handed.items() if tt == t and o in {plans[k].op.name for k in ranges[r]}),
+                               None)
+                lines.append(said.get((t, r)) or handoff_why(t, reader, offered, handoff, bases.get(offered, 0)))
             notes[i] = "; ".join(lines)
             all_rows = pd.concat(parts)
             # the emulator counts every shared bank the run touched: a shared weight's B tiles
@@ -263,7 +397,7 @@ def estimate_layers(graph, candidates: Sequence[Candidate], calibration=None
             row = {"candidate": i, "candidate_hash": c.hash, "feasible": True, "reason": "",
                    "latency_cycles": latency, "workers": cores,
                    "peak_sram_bytes": float(all_rows["sram_bytes"].max()),
-                   "shared_sram_bytes": float(b_shared) + max(a_banks.values(), default=0),
+                          "shared_sram_bytes": float(b_shared) + _handoff_banks(a_banks, ranges, plans, overlap),
                    "private_sram_per_core_bytes": float(max(sram_per_core)),
                    "private_sram_bytes": float(sum(sram_per_core)),
                    "unaddressable_sram_bytes": float(unaddressable)}
@@ -280,32 +414,75 @@ def estimate_layers(graph, candidates: Sequence[Candidate], calibration=None
     return totals, per_op, notes
 
 
-def _handoff_loads(c: Candidate, places, parts, times, handed: dict, costed, sets: int
+def _handoff_loads(c: Candidate, places, parts, times, handed: dict, costed, sets: int, heads
                    ) -> tuple[int, dict[str, int], dict[tuple[str, int], str]]:
-    """The hand-off loads of one candidate's ranges: for each range whose first handed-off
-    matmul takes its A tiles from shared memory, the range before loads them (an epoch of
-    `handoff_cycles` appended to its `times`, in place). Returns the bytes they move (one
-    request's), the shared bytes their banks take by op, and each hand-off's note."""
+    """The hand-off loads of one candidate's ranges: for each matmul of a range that takes its
+    A tiles from shared memory, the range before loads them (an epoch of `handoff_cycles` a
+    matmul appended to its `times`, and the loaders' transfers, one head for them all, to its
+    `heads`, in place). Returns the bytes they move (one request's), the shared bytes their
+    banks take by op, and each hand-off's note (per tensor and range)."""
     extra_bytes, a_banks, said = 0, {}, {}
     for r, p in enumerate(parts[1:], 1):
-        op = next((name for name in p["op"] if name in handed), None)
-        if op is None:
-            continue
-        shape = next(pl.gemm for pl in costed if pl.op.name == op)
-        row = p[p["op"] == op].iloc[0]
-        tm, tn, tk = int(row["tile_m"]), int(row["tile_n"]), int(row["tile_k"])
-        check = check_tiles(CandidateArrays.from_candidates([Candidate(places[r].chip, c.mapping)]),
-                            [tm], [tn], [tk], shape)
-        if not bool(check.shared_a[0, 0]):
-            continue
-        tiles = int(check.shared_a_tiles[0, 0]) // sets  # one request's set
-        load = handoff_cycles(places[r - 1].chip, tiles, tm * tk, len(places[r - 1].cores))
-        times[r - 1] = [np.append(times[r - 1][0], load), np.append(times[r - 1][1], 0),
-                        np.append(times[r - 1][2], tiles * tm * tk), np.append(times[r - 1][3], load)]
-        extra_bytes += tiles * tm * tk
-        a_banks[op] = int(check.shared_a_tiles[0, 0]) * c.chip.shared_memory.rows * c.chip.shared_memory.row_bytes
-        said[(handed[op], r)] = handoff_note(handed[op], op, tiles * tm * tk)
+        loaders = places[r - 1].cores
+        head: dict[int, tuple[int, list[int]]] = {}
+        to: dict[str, list[tuple[str, int]]] = {}
+        for op in (name for name in p["op"] if name in handed):
+            shape = next(pl.gemm for pl in costed if pl.op.name == op)
+            row = p[p["op"] == op].iloc[0]
+            tm, tn, tk = int(row["tile_m"]), int(row["tile_n"]), int(row["tile_k"])
+            check = check_tiles(CandidateArrays.from_candidates([Candidate(places[r].chip, c.mapping)]),
+                                [tm], [tn], [tk], shape)
+            if not bool(check.shared_a[0, 0]):
+                continue
+            tiles = int(check.shared_a_tiles[0, 0]) // sets  # one request's set
+            load = handoff_cycles(places[r - 1].chip, tiles, tm * tk, len(loaders))
+            times[r - 1] = [np.append(times[r - 1][0], load), np.append(times[r - 1][1], 0),
+                            np.append(times[r - 1][2], tiles * tm * tk), np.append(times[r - 1][3], load)]
+            for j, core in enumerate(loaders[:tiles]):  # dealt round-robin, as the lowering does
+                head.setdefault(core, (0, []))[1].extend([tm * tk // 16] * len(range(j, tiles, len(loaders))))
+            extra_bytes += tiles * tm * tk
+            a_banks[op] = int(check.shared_a_tiles[0, 0]) * c.chip.shared_memory.rows * c.chip.shared_memory.row_bytes
+            to.setdefault(handed[op], []).append((op, tiles * tm * tk))
+        if head:
+            heads[r - 1].append(head)
+        for t, ops in to.items():
+            said[(t, r)] = handoff_note(t, [op for op, _ in ops], sum(nb for _, nb in ops))
     return extra_bytes, a_banks, said
+
+
+def _handoff_banks(a_banks: dict[str, int], ranges, plans, overlap: bool) -> int:
+    """The shared bytes the hand-offs' banks take (`handoff_bases`): in a pipeline all at once;
+    one range after another, the most one range's take."""
+    per_range = [sum(a_banks.get(plans[i].op.name, 0) for i in rg) for rg in ranges]
+    return sum(per_range) if overlap else max(per_range, default=0)
+
+
+def _slot_cycles(chip, running: list[int], epochs, moved, dma_time, times, heads) -> float:
+    """One slot's ranges (`running`) in lock step on the system bus (`lockstep_bus_cycles`), each
+    epoch's first transfers placed as the bus places them (`bus_head_delays`): the epoch an op
+    begins starts with its `op_head_transfers` (`heads`, per range by op, its `times` syncs)."""
+    starts = []  # per range: epoch -> its first transfers, the op that begins each epoch
+    for r in running:
+        syncs = times[r][1]
+        first: dict[int, dict] = {}
+        for e, h in zip(np.concatenate(([0], np.cumsum(syncs)[:-1])).tolist(), heads[r]):
+            if e not in first:
+                first[e] = h or {}
+        starts.append(first)
+    n = max(len(epochs[r]) for r in running)
+    delay = [np.zeros(n) for _ in running]
+    nbytes = [np.zeros(n) for _ in running]
+    for e in range(n):
+        at = [s.get(e, {}) for s in starts]
+        if sum(bool(h) for h in at) < 2:
+            continue
+        shares = [min(1.0, float(dma_time[r][e]) / max(float(epochs[r][e]), 1.0))
+                  if e < min(len(epochs[r]), len(dma_time[r])) else 0.0 for r in running]
+        for j, d in enumerate(bus_head_delays(chip, at, shares)):
+            delay[j][e] = d
+            nbytes[j][e] = 16 * sum(sum(lines) for _, lines in at[j].values())
+    return lockstep_bus_cycles([epochs[r] for r in running], [moved[r] for r in running],
+                               [dma_time[r] for r in running], chip.dma.system_bus_bytes, delay, nbytes)
 
 
 def auto_options(graph, candidate: Candidate) -> list[Mapping]:
@@ -447,6 +624,6 @@ def _infeasible(i: int, c: Candidate, reason: str) -> dict:
     return row
 
 
-__all__ = ["auto_latencies", "auto_options", "coupled_stages", "epoch_cycles", "estimate_layers", "estimate_placed",
-           "handoff_cycles", "latency_bounds", "lockstep_bus_cycles", "lockstep_cycles", "resolve_auto",
-           "resolve_auto_stages"]
+__all__ = ["auto_latencies", "auto_options", "bus_head_delays", "coupled_stages", "epoch_cycles", "estimate_layers",
+           "estimate_placed", "handoff_cycles", "head_transfer_ends", "latency_bounds", "lockstep_bus_cycles",
+           "lockstep_cycles", "op_head_transfers", "resolve_auto", "resolve_auto_stages"]

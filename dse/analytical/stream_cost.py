@@ -27,6 +27,15 @@ if TYPE_CHECKING:
     from .graph_cost import Charges
 
 
+def planned_stream(graph: Graph, op_name: str, chip) -> Stream | None:
+    """The stream an `estimate` of `graph` planned for op `op_name` on `chip` (kept on the
+    graph, `StreamCosts.memo`), or None (none planned, or one per producing tile: ambiguous)."""
+    keys = {stream_plan_key(chip), relu_plan_key(chip)} - {()}
+    found = [v for k, v in graph.__dict__.get("stream_plans", {}).items()
+             if len(k) == 3 and k[0] == op_name and k[1] in keys and isinstance(v, Stream)]
+    return found[0] if len(found) == 1 else None
+
+
 class StreamCosts:
     def __init__(self, graph: Graph, params: CandidateArrays, chips):
         self.graph, self.params, self.chips = graph, params, chips

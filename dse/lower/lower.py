@@ -84,8 +84,8 @@ from ..plan.grouped import block_diagonal, on_matrix
 from ..plan.layout import permuted, stored_orders
 from ..plan.matmul import plan_matmul
 from ..plan.memory import Blocked, Dram, Loc, emu_dtype
-from ..plan.placement import (Placed, boundary_tensors, cores_chip, handoff_note, handoff_why, handoffs, place,
-                              schedule, spmd_chip, stage_reason)
+from ..plan.placement import (Placed, boundary_tensors, cores_chip, handoff_bases, handoff_note, handoff_why, handoffs,
+                              place, schedule, spmd_chip, stage_reason)
 from ..plan.split import shared_loads, split_core_op
 from ..plan.streams import ELEMENTWISE, Stream, relu_stream, scale_core_op, scale_stream, stream_or_core
 from ..plan.units import Infeasible, conv_pad, relu_ball, reshape_view, sync_after, too_many_workers
@@ -183,6 +183,7 @@ class ProgramBuilder:
         self.handoff_ops: frozenset[str] = frozenset()  # matmuls whose A the range before hands off
         self.handoff_loaders: list[list] = []  # that range's cores, which load it into shared memory
         self.handoff_sets, self.handoff_set = 1, 0  # sets of shared banks a hand-off takes, and this request's
+        self.handoff_bases: dict[str, int] = {}  # banks below the top other boundaries keep (`handoff_bases`)
         self.handoffs: list[tuple[str, str, int, int]] = []  # (op, tensor, shared tiles, bytes) handed off
         self.records: list[OpLowering] = []
         self.fused: set[str] = set()
@@ -524,7 +525,8 @@ class ProgramBuilder:
         chip, mp = self.chip, self.mapping
         nbB = b[1].shape[0] if b[0] == "weight" else b[3]
         shape = MatmulShape(M, N, K, nb, b_weight=b[0] == "weight", b_batched=nbB > 1, bias=bias is not None,
-                            a_shared=self.handoff_sets if op.name in self.handoff_ops else 0)
+                            a_shared=self.handoff_sets if op.name in self.handoff_ops else 0,
+                            a_shared_base=self.handoff_bases.get(op.name, 0))
         plan = plan_matmul(chip, mp, shape)
         if not plan.feasible:
             raise Infeasible(f"op {op.name}: {plan.reason}")
@@ -600,11 +602,12 @@ class ProgramBuilder:
                 self.cores[w] += [Mvin(sm.first_bank_id + j, b_base + j * tn * tk, lines_b, 0) for j in mine]
             self.sync(False)
         # A handed off through shared memory (`dse.plan.placement.handoffs`): A tile (bi, mi) in
-        # shared bank first_bank_id + banks - 1 - (set * nb * Mt + bi * Mt + mi), loaded there by
-        # the cores of the range before, dealt round-robin, after its last op (`lower_layers`
-        # then BARRIERs); the request's set of banks (`Schedule.handoff_sets`)
+        # shared bank first_bank_id + banks - 1 - (base + set * nb * Mt + bi * Mt + mi), loaded
+        # there by the cores of the range before, dealt round-robin, after its last op
+        # (`lower_layers` then BARRIERs); the request's set of banks (`Schedule.handoff_sets`),
+        # below the banks the other boundaries keep (`handoff_bases`)
         shared_a = bool(check.shared_a[0, 0])
-        top = sm.first_bank_id + sm.banks - 1 - self.handoff_set * nb * Mt
+        top = sm.first_bank_id + sm.banks - 1 - shape.a_shared_base - self.handoff_set * nb * Mt
         if shared_a:
             loaders = self.handoff_loaders
             for j in range(nb * Mt):
@@ -824,17 +827,19 @@ def lower_layers(graph: Graph, candidate: Candidate, requests) -> LayeredLowered
     in a pipeline, request k's range r beside request k + 1's range r - 1. In a slot the
     cores of the tile meet every BARRIER of its ranges (those with fewer meet the rest with
     BARRIERs of their own), and one more BARRIER on every core closes the slot. A range's
-    first matmul whose A an earlier range wrote (`handoffs`, unless ``mapping.handoff =
-    "dram"``) reads it from shared memory where its tiles fit (`MatmulShape.a_shared`): the
-    cores of the range before load them there after their last op (request k into bank set
-    ``k mod Schedule.handoff_sets``), before the BARRIER that closes their slot."""
+    leading matmuls whose A an earlier range wrote (`handoffs`, unless ``mapping.handoff =
+    "dram"``) read it from shared memory where its tiles fit (`MatmulShape.a_shared`): the
+    cores of the range before load them there after their last op, a matmul's tiles in banks
+    of its own (`handoff_bases`; request k into bank set ``k mod Schedule.handoff_sets``),
+    before the BARRIER that closes their slot."""
     chip, mapping = candidate.chip, candidate.mapping
     plans = plan_graph(graph, mapping.fusion, mapping.channels_last)
     lay, reason = schedule(chip, mapping, len(plans))
     if reason:
         raise Infeasible(reason)
     places, ranges = lay.places, lay.ranges
-    handed = handoffs(plans, ranges) if mapping.handoff != "dram" else {}
+    handed = handoffs(plans, ranges, mapping.weights != "shared") if mapping.handoff != "dram" else {}
+    bases = handoff_bases(plans, ranges, handed, lay.handoff_sets, lay.overlap)
     dram = Dram()
     weights: dict[str, Loc] = {}
     builders: list[list[ProgramBuilder]] = []
@@ -849,6 +854,7 @@ def lower_layers(graph: Graph, candidate: Candidate, requests) -> LayeredLowered
                     b.handoff_ops = frozenset(plans[i].op.name for i in rg) & set(handed)
                     b.handoff_loaders = chain[-1].cores
                     b.handoff_sets, b.handoff_set = lay.handoff_sets, k % lay.handoff_sets
+                    b.handoff_bases = bases
                 else:
                     b.locs.update(weights)  # placed by the first request: one copy
                 for i in rg:
@@ -889,12 +895,13 @@ def lower_layers(graph: Graph, candidate: Candidate, requests) -> LayeredLowered
     shared = {(t, op): n_bytes for b in builders[0] for op, t, _, n_bytes in b.handoffs}
     notes = []
     for t, r, reader in boundary_tensors(plans, ranges):
-        how_t = next((("shared", handoff_note(t, op, nb)) for (tt, op), nb in shared.items()
-                      if tt == t and any(plans[i].op.name == op for i in ranges[r])), None)
+        names = {plans[i].op.name for i in ranges[r]}
+        to = [(op, nb) for (tt, op), nb in shared.items() if tt == t and op in names]
+        how_t = ("shared", handoff_note(t, [op for op, _ in to], sum(nb for _, nb in to))) if to else None
         if how_t is None:
             offered = next((op for op, tt in handed.items() if tt == t and op in {plans[i].op.name for i in ranges[r]}),
                            None)
-            how_t = ("dram", handoff_why(t, reader, offered, mapping.handoff))
+            how_t = ("dram", handoff_why(t, reader, offered, mapping.handoff, bases.get(offered, 0)))
         notes.append((t, r, *how_t))
     return LayeredLowered(program, img, per_request, [list(p.cores) for p in places], notes,
                           sum(nb for chain in builders for b in chain for *_, nb in b.handoffs))

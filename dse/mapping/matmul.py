@@ -37,6 +37,9 @@ class MatmulShape:
     # overlap, a set each): where the tile keeps the whole reduction (Kt = 1) and every set
     # fits the shared banks B leaves, A is read there (one shared bank a tile).
     a_shared: int = 0
+    # Shared banks, counted down from the top, that other hand-offs live at once take first
+    # (`dse.plan.placement.handoff_bases`: a pipeline's boundaries each have their own).
+    a_shared_base: int = 0
 
     @property
     def padded(self) -> tuple[int, int, int]:
@@ -180,7 +183,8 @@ def check_tiles(params: CandidateArrays, tm, tn, tk, shape: MatmulShape | None =
     if shape is not None and shape.a_shared:
         # not a constraint: where A does not fit there, it is loaded into private banks as usual
         a_tiles = shape.batch * (Mp // tm) * shape.a_shared
-        shared_a = (col("shared_enabled") & (Kp // tk == 1) & (a_tiles + shared_tiles <= col("shared_banks"))
+        shared_a = (col("shared_enabled") & (Kp // tk == 1)
+                    & (shape.a_shared_base + a_tiles + shared_tiles <= col("shared_banks"))
                     & (tm * tk <= col("shared_rows") * col("shared_row_bytes")))
         shared_a_tiles = np.where(shared_a, a_tiles, 0)
     else:

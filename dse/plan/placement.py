@@ -17,12 +17,14 @@ by its role. ``mapping.placement``:
   (`layer_ranges`), range r on every core of core group r (`place_layers`; on a chip without
   groups, on block r of the workers), one range after
   another (`dse.lower.lower_layers`: a BARRIER of the whole tile between ranges). A tensor a
-  range writes and a later range's first matmul reads as A is handed off through the tile's
-  shared memory (`handoffs`): the cores of the range before load its A tiles there, the
-  matmul's Ball reads them (no per-worker A loads); every other tensor stays in DRAM.
+  range writes and a later range's leading matmuls read as A is handed off through the tile's
+  shared memory (`handoffs`): the cores of the range before load its A tiles there, once a
+  matmul, the matmul's Ball reads them (no per-worker A loads); every other tensor stays in
+  DRAM.
 * ``"pipeline"``: the ranges of ``"layers"`` with ``mapping.requests`` requests overlapped:
   request k's range r runs beside request k + 1's range r - 1 (`Schedule.slots`), a hand-off
-  taking a set of shared banks per request in flight (`Schedule.handoff_sets`).
+  taking a set of shared banks per request in flight (`Schedule.handoff_sets`), every
+  boundary its own banks below the earlier boundaries' (`handoff_bases`).
 * ``"auto"``: the placement the model finds fastest (`dse.analytical.placed.resolve_auto`):
   for one graph among SPMD, ``"layers"`` and (with requests) ``"pipeline"`` cut before each
   matmul; for a staged workload, SPMD or ``"phase"``.
@@ -210,10 +212,6 @@ def schedule(chip: ChipConfig, mapping, n_ops: int) -> tuple[Schedule | None, st
     places, ranges, reason = place_layers(chip, mapping.cuts, n_ops, mapping.placement, mapping.workers)
     if reason:
         return None, reason
-    if mapping.placement == "pipeline" and len(ranges) > 2 and mapping.handoff != "dram":
-        return None, (f"placement \"pipeline\" of {len(ranges)} ranges hands off through shared memory at "
-                      f"{len(ranges) - 1} boundaries at once, whose banks (counted down from the top) would "
-                      f"overlap; allowed: 2 ranges (one cut), or mapping.handoff = dram")
     if mapping.placement == "pipeline" and mapping.weights == "shared":
         return None, ("placement \"pipeline\" runs its ranges at once on one tile, whose shared banks of the "
                       "ranges' weights (mapping.weights = shared, loaded from bank 0 up) would overwrite each "
@@ -221,24 +219,49 @@ def schedule(chip: ChipConfig, mapping, n_ops: int) -> tuple[Schedule | None, st
     return Schedule(places, ranges, requests, mapping.placement == "pipeline"), ""
 
 
-def handoffs(plans, ranges) -> dict[str, str]:
+def handoffs(plans, ranges, leading: bool = True) -> dict[str, str]:
     """The matmuls whose A the range before hands off through shared memory: op name -> the
-    tensor. Per range after the first, its first matrix-Ball product (no conv before it), when it reads as A
-    (with no copy of its own) a tensor an earlier range wrote; every other tensor between
-    ranges stays in DRAM. (Whether its tiles then fit is the tile check's: `MatmulShape.a_shared`.)"""
+    tensor. Per range after the first, its leading matrix-Ball products (no conv before them,
+    none between that reads its A otherwise): each that reads as A (with no copy of its own) a
+    tensor an earlier range wrote, such as the q, k and v projections of one normed input;
+    each takes banks of its own (`handoff_bases`). With `leading` False (``mapping.weights =
+    "shared"``), only the first: a shared weight's B tiles, loaded from the bottom bank up at
+    its product's start, are checked against that product's A banks only, and would
+    overwrite the banks of a later product's A, loaded before. Every other tensor between
+    ranges stays in DRAM. (Whether its tiles then fit is the tile check's:
+    `MatmulShape.a_shared`.)"""
     where = {}
     for r, rg in enumerate(ranges):
         for i in rg:
             where.update({t: r for t in plans[i].op.outputs})
     out = {}
     for r, rg in enumerate(ranges[1:], 1):
-        # the range's first Ball product: none before it may take shared banks (a shared weight)
-        first = next((plans[i] for i in rg if plans[i].unit in ("matrix", "conv", "grouped")), None)
-        if first is None or first.unit != "matrix":
-            continue
-        a = first.op.inputs[0]
-        if where.get(a, r) < r and not any(c.tensor == a for c in first.copies):
-            out[first.op.name] = a
+        for plan in (plans[i] for i in rg if plans[i].unit in ("matrix", "conv", "grouped")):
+            a = plan.op.inputs[0]
+            if plan.unit != "matrix" or where.get(a, r) >= r or any(c.tensor == a for c in plan.copies):
+                break
+            out[plan.op.name] = a
+            if not leading:
+                break
+    return out
+
+
+def handoff_bases(plans, ranges, handed: dict[str, str], sets: int, overlap: bool) -> dict[str, int]:
+    """Per handed-off matmul (`handoffs`), the shared banks counted down from the top that
+    other hand-offs live beside it keep (`MatmulShape.a_shared_base`): each keeps the most its
+    A could take (`sets` sets of one bank a 16-row tile of every batch entry), so the place
+    does not hang on the tiles a candidate picks. The matmuls one range hands to are live at
+    once; ranges one after another (no overlap) meet at a BARRIER before the next boundary's
+    loads, so each range's start again at the top bank, while in a pipeline every boundary
+    is live at once and each keeps banks of its own. One that does not fit below the others
+    goes through DRAM (`handoff_why`)."""
+    out = {}
+    taken = 0
+    for rg in ranges:
+        taken = taken if overlap else 0
+        for p in (plans[i] for i in rg if plans[i].op.name in handed):
+            out[p.op.name] = taken
+            taken += sets * p.gemm.batch * (p.gemm.padded[0] // 16)
     return out
 
 
@@ -258,21 +281,26 @@ def boundary_tensors(plans, ranges) -> list[tuple[str, int, str]]:
     return out
 
 
-def handoff_why(tensor: str, reader: str, matmul: str | None, handoff: str | None) -> str:
+def handoff_why(tensor: str, reader: str, matmul: str | None, handoff: str | None, base: int = 0) -> str:
     """Why a tensor between ranges went through DRAM (the candidate's notes: the lowering's
-    and the model's words); `matmul`: the op `handoffs` offered it to, if any."""
+    and the model's words); `matmul`: the op `handoffs` offered it to, if any, and `base`: the
+    shared banks the other boundaries keep (`handoff_bases`)."""
     if handoff == "dram":
         return f"{tensor} via DRAM (mapping.handoff = dram)"
     if matmul is not None:
+        beside = f" beside the {base} banks the hand-offs before it reserve" if base else ""
         return (f"{tensor} via DRAM: op {matmul}'s A tiles do not fit shared memory one bank each with the whole "
-                f"reduction in one tile (K split, or more tiles than the shared banks B leaves)")
-    return f"{tensor} via DRAM: read first by op {reader}, not as A of its range's first matmul"
+                f"reduction in one tile (K split, or more tiles than the shared banks B leaves{beside})")
+    return f"{tensor} via DRAM: read first by op {reader}, not as A of its range's leading matmuls"
 
 
-def handoff_note(tensor: str, op: str, nbytes: int) -> str:
-    """A tensor handed off through shared memory (the candidate's notes)."""
-    return f"{tensor} to op {op}'s A via shared memory: {nbytes} bytes"
+def handoff_note(tensor: str, ops, nbytes: int) -> str:
+    """A tensor handed off through shared memory to op `ops` (one name, or several) (the
+    candidate's notes)."""
+    if isinstance(ops, str) or len(ops) == 1:
+        return f"{tensor} to op {ops if isinstance(ops, str) else ops[0]}'s A via shared memory: {nbytes} bytes"
+    return f"{tensor} to ops {', '.join(ops)} (their A) via shared memory: {nbytes} bytes"
 
 
-__all__ = ["PLACEMENTS", "Placed", "Schedule", "boundary_tensors", "cores_chip", "handoff_note", "handoff_why",
-           "handoffs", "layer_ranges", "place", "place_layers", "schedule", "spmd_chip", "stage_reason"]
+__all__ = ["PLACEMENTS", "Placed", "Schedule", "boundary_tensors", "cores_chip", "handoff_bases", "handoff_note",
+           "handoff_why", "handoffs", "layer_ranges", "place", "place_layers", "schedule", "spmd_chip", "stage_reason"]
