@@ -9,7 +9,8 @@ import os
 import re
 
 from ..errors import InputError
-from .common import add_db_argument, open_store
+from ..records import light
+from .common import add_db_argument, default_db, open_store
 
 # `dse show c12` (candidate), `dse show r7` (run); a name or a bare id is an experiment.
 _PREFIXED = re.compile(r"(c|cand|candidate|r|run|e|exp|experiment)[:#-]?(\d+)", re.IGNORECASE)
@@ -72,8 +73,9 @@ def _missing(value) -> bool:
 
 
 def cmd_history(args) -> int:
-    # Plain rows, no pandas for the table: `dse history` stays quick on a large store.
-    with open_store(args.db) as store:
+    # Plain rows, no pandas for the table; a SQLite store at the schema head is read with
+    # the standard library (the Store's own SQL), without SQLAlchemy: `dse history` answers at once.
+    with light.open_light(args.db or default_db()) or open_store(args.db) as store:
         exps = store.experiment_summaries()
         decisions = store.decision_rows() if exps else []
         notes = store.notes() if exps else []

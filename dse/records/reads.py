@@ -8,12 +8,13 @@ import numbers
 from collections.abc import Callable, Mapping
 from typing import Any, TypeVar
 
-from sqlalchemy import JSON, Connection, DateTime, String, Text, case, cast, func, select
+from sqlalchemy import JSON, Connection, DateTime, String, Text, case, cast, func, select, text
 from sqlalchemy.ext.compiler import compiles
-from sqlalchemy.orm import Session, aliased
+from sqlalchemy.orm import Session
 from sqlalchemy.sql.functions import FunctionElement
 
 from dse.identity import canonical_json
+from dse.records import sql_reads
 from dse.records.checks import RecordNotFound, as_id
 from dse.records.liveness import as_utc
 from dse.records.schema import (
@@ -24,10 +25,8 @@ from dse.records.schema import (
     CandidateRun,
     Decision,
     Experiment,
-    ExperimentLink,
     LatestMetric,
     Metric,
-    Note,
     Run,
     check_choice,
 )
@@ -140,88 +139,30 @@ def run_states(connection: Connection, run_ids: list[int]) -> dict[int, tuple[st
 # ---- experiments, candidates, runs ----------------------------------------------------
 
 
+def text_runner(connection: Connection) -> sql_reads.Run:
+    """`sql_reads`' way to run its SQL on this connection: SQLAlchemy's `text()` (its named
+    parameters become the driver's), the driver's rows as they are."""
+
+    def run(sql: str, params: dict[str, Any]) -> tuple[list[str], list[tuple]]:
+        result = connection.execute(text(sql), params)
+        try:
+            return list(result.keys()), [tuple(row) for row in result.cursor.fetchall()]
+        finally:
+            result.close()
+
+    return run
+
+
 def experiment_summaries(connection: Connection) -> list[dict[str, Any]]:
-    """What `experiments_frame` holds, as plain dicts: no pandas (a quick `dse history`)."""
-    rows = connection.execute(
-        select(
-            Experiment.id,
-            Experiment.name,
-            Experiment.hypothesis,
-            Experiment.status,
-            Experiment.workload_recipe,
-            Experiment.created_at,
-        ).order_by(Experiment.id)
-    ).mappings().all()
-    n_candidates = dict(
-        connection.execute(
-            select(Candidate.experiment_id, func.count()).group_by(Candidate.experiment_id)
-        ).all()
-    )
-    run_counts: dict[int, dict[str, int]] = {}
-    for (experiment_id, status), n in outcome_counts(connection).items():
-        run_counts.setdefault(experiment_id, {})[status] = n
-    emulated = dict(connection.execute(
-        select(Candidate.experiment_id, func.count(func.distinct(Run.candidate_id)))
-        .join(Candidate, Run.candidate_id == Candidate.id)
-        .where(Run.stage == "emulator", Run.status == "ok")
-        .group_by(Candidate.experiment_id)
-    ).all())
-    n_decisions = dict(connection.execute(
-        select(Decision.experiment_id, func.count()).where(Decision.kind == "decision").group_by(Decision.experiment_id)
-    ).all())
-    n_notes = dict(connection.execute(select(Note.experiment_id, func.count()).group_by(Note.experiment_id)).all())
-    latest = (
-        select(func.max(Decision.id).label("decision_id"))
-        .where(Decision.kind == "proposal")
-        .group_by(Decision.experiment_id)
-        .subquery()
-    )
-    proposals = dict(connection.execute(
-        select(Decision.experiment_id, Decision.verdict).join(latest, Decision.id == latest.c.decision_id)
-    ).all())
-    latest = (
-        select(func.max(Decision.id).label("decision_id"))
-        .where(Decision.kind == "decision")
-        .group_by(Decision.experiment_id)
-        .subquery()
-    )
-    verdicts = {
-        experiment_id: (verdict, candidate_id)
-        for experiment_id, verdict, candidate_id in connection.execute(
-            select(Decision.experiment_id, Decision.verdict, Decision.candidate_id)
-            .join(latest, Decision.id == latest.c.decision_id)
-        )
-    }
-    summaries = []
-    for row in rows:
-        summary = dict(row)
-        summary["created_at"] = as_utc(summary["created_at"])
-        summary["n_candidates"] = n_candidates.get(row["id"], 0)
-        counts = run_counts.get(row["id"], {})
-        for status in RUN_STATUSES:
-            summary[f"n_{status}"] = counts.get(status, 0)
-        summary["n_emulated"] = emulated.get(row["id"], 0)
-        summary["n_decisions"] = n_decisions.get(row["id"], 0)
-        summary["n_notes"] = n_notes.get(row["id"], 0)
-        summary["proposed_verdict"] = proposals.get(row["id"])
-        summary["latest_verdict"], summary["latest_candidate_id"] = verdicts.get(
-            row["id"], (None, None)
-        )
-        summaries.append(summary)
-    return summaries
+    """What `experiments_frame` holds, as plain dicts: no pandas (a quick `dse history`);
+    see `sql_reads.experiment_summaries`."""
+    return sql_reads.experiment_summaries(text_runner(connection))
 
 
 def outcome_counts(connection: Connection, experiment_id: int | None = None) -> dict[tuple[int, str], int]:
-    """{(experiment id, status): candidates}: candidates (not runs) by outcome, of every
-    experiment or of one. A candidate's outcome is the status of its latest run, except
-    that a "pruned" run (not taken further) leaves the earlier outcome standing; a
-    candidate without runs is not counted. Counted from candidate_run's index alone
+    """{(experiment id, status): candidates}, see `sql_reads.outcome_counts`
     (`outcome_counts_from_runs` is the same from the runs themselves)."""
-    stmt = select(CandidateRun.experiment_id, CandidateRun.status, func.count()).where(CandidateRun.role == "outcome")
-    if experiment_id is not None:
-        stmt = stmt.where(CandidateRun.experiment_id == experiment_id)
-    return {(e, status): int(n) for e, status, n in
-            connection.execute(stmt.group_by(CandidateRun.experiment_id, CandidateRun.status))}
+    return sql_reads.outcome_counts(text_runner(connection), experiment_id)
 
 
 def latest_status_counts(connection: Connection, experiment_id: int) -> list[tuple[str, int]]:
@@ -550,11 +491,15 @@ def _total_table(connection: Connection, experiment_id: int, kind: str, stage: s
 # ---- decisions and artifacts --------------------------------------------------------------
 
 
+_DECISION_COLUMNS = ["id", "experiment_id", "experiment", "kind", "verdict", "rationale", "author", "created_at",
+                     "evidence", "candidate_id", "candidate_experiment_id", "evidence_kinds", "override", "checks"]
+
+
 def decisions(connection: Connection, experiment: str | int | None = None) -> pd.DataFrame:
     """Decisions (people's) and proposals (a sweep's) in the order made; `kind` tells them
     apart. `candidate_experiment_id` is the experiment of the candidate named, which may
     be another experiment than the one decided."""
-    frame = frame_of(connection, _decisions_stmt(connection, experiment))
+    frame = pd.DataFrame(decision_rows(connection, experiment), columns=_DECISION_COLUMNS)
     frame["candidate_id"] = frame["candidate_id"].astype("Int64")
     frame["candidate_experiment_id"] = frame["candidate_experiment_id"].astype("Int64")
     return utc(frame, "created_at")
@@ -563,56 +508,16 @@ def decisions(connection: Connection, experiment: str | int | None = None) -> pd
 def decision_rows(connection: Connection, experiment: str | int | None = None) -> list[dict[str, Any]]:
     """`decisions` as plain dicts (JSON columns as their text, created_at an aware UTC
     datetime, a missing candidate None): no pandas (a quick `dse history`)."""
-    rows = [dict(row) for row in connection.execute(_decisions_stmt(connection, experiment, as_text=False))
-            .mappings()]
-    for row in rows:
-        row["created_at"] = as_utc(row["created_at"])
-    return rows
-
-
-def _decisions_stmt(connection: Connection, experiment: str | int | None, as_text: bool = True) -> Any:
-    named = select(Candidate.id, Candidate.experiment_id).subquery()
-    when = raw(Decision.created_at) if as_text else Decision.created_at
-    stmt = (
-        select(
-            Decision.id,
-            Decision.experiment_id,
-            Experiment.name.label("experiment"),
-            Decision.kind,
-            Decision.verdict,
-            Decision.rationale,
-            Decision.author,
-            when,
-            raw(Decision.evidence),
-            Decision.candidate_id,
-            named.c.experiment_id.label("candidate_experiment_id"),
-            raw(Decision.evidence_kinds),
-            Decision.override,
-            raw(Decision.checks),
-        )
-        .join(Experiment, Decision.experiment_id == Experiment.id)
-        .outerjoin(named, Decision.candidate_id == named.c.id)
-        .order_by(Decision.id)
-    )
-    if experiment is not None:
-        stmt = stmt.where(Decision.experiment_id == experiment_id_of(connection, experiment))
-    return stmt
+    return sql_reads.decision_rows(text_runner(connection), _experiment_or_all(connection, experiment))
 
 
 def notes(connection: Connection, experiment: str | int | None = None) -> list[dict[str, Any]]:
     """Notes added to experiments after the fact, oldest first, as plain dicts."""
-    stmt = (
-        select(Note.id, Note.experiment_id, Experiment.name.label("experiment"), Note.kind, Note.text,
-               Note.author, Note.created_at)
-        .join(Experiment, Note.experiment_id == Experiment.id)
-        .order_by(Note.id)
-    )
-    if experiment is not None:
-        stmt = stmt.where(Note.experiment_id == experiment_id_of(connection, experiment))
-    rows = [dict(row) for row in connection.execute(stmt).mappings()]
-    for row in rows:
-        row["created_at"] = as_utc(row["created_at"])
-    return rows
+    return sql_reads.notes(text_runner(connection), _experiment_or_all(connection, experiment))
+
+
+def _experiment_or_all(connection: Connection, experiment: str | int | None) -> int | None:
+    return None if experiment is None else experiment_id_of(connection, experiment)
 
 
 def decision_evidence(connection: Connection, experiment: str | int, candidate_id: int) -> tuple[int, list[int]]:
@@ -860,25 +765,9 @@ def candidate_totals(connection: Connection, candidate_ids: list[int],
 
 
 def links(connection: Connection, experiment: str | int | None = None) -> list[dict[str, Any]]:
-    """How experiments build on each other, oldest first: id, experiment_id, experiment,
-    relation (follows / reopens), other_id, other, reason, created_at. With `experiment`,
-    the links from it and to it."""
-    other = aliased(Experiment)
-    stmt = (
-        select(ExperimentLink.id, ExperimentLink.experiment_id, Experiment.name.label("experiment"),
-               ExperimentLink.relation, ExperimentLink.other_id, other.name.label("other"), ExperimentLink.reason,
-               ExperimentLink.created_at)
-        .join(Experiment, ExperimentLink.experiment_id == Experiment.id)
-        .join(other, ExperimentLink.other_id == other.id)
-        .order_by(ExperimentLink.id)
-    )
-    if experiment is not None:
-        experiment_id = experiment_id_of(connection, experiment)
-        stmt = stmt.where((ExperimentLink.experiment_id == experiment_id) | (ExperimentLink.other_id == experiment_id))
-    rows = [dict(row) for row in connection.execute(stmt).mappings()]
-    for row in rows:
-        row["created_at"] = as_utc(row["created_at"])
-    return rows
+    """How experiments build on each other, oldest first (see `sql_reads.links`); with
+    `experiment`, the links from it and to it."""
+    return sql_reads.links(text_runner(connection), _experiment_or_all(connection, experiment))
 
 
 def evidence_bytes(connection: Connection) -> int:
