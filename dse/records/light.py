@@ -1,5 +1,5 @@
 """A SQLite store read with the standard library's sqlite3 alone: what a short read-only
-command (`dse history`) can answer before SQLAlchemy, its ORM and pandas are imported
+command (`dse history`, `dse show EXPERIMENT`) can answer before SQLAlchemy, its ORM and pandas are imported
 (most of its start-up). It runs the Store's own SQL (`sql_reads`), so it answers as the
 Store would; wherever opening a Store would do or say something (a missing, damaged or
 read-only file, an older or newer schema to upgrade or refuse, runs left "running" to reap,
@@ -17,7 +17,7 @@ from typing import Any
 
 from dse.records import sql_reads
 from dse.records.revisions import head_revision
-from dse.records.sqlite_file import QUICK_CHECK_MAX_BYTES, existing_store_problem
+from dse.records.sqlite_file import QUICK_CHECK_MAX_BYTES, existing_store_problem, sqlite_evidence_dir
 
 
 def connect(path: Path) -> sqlite3.Connection | None:
@@ -34,11 +34,12 @@ def connect(path: Path) -> sqlite3.Connection | None:
 
 
 class LightStore:
-    """The reads of `dse history` on one read transaction of a SQLite store at the schema
+    """The reads of `dse history` and `dse show EXPERIMENT` on one read transaction of a SQLite store at the schema
     head (see `open_light`); the same values as the Store's methods of these names."""
 
-    def __init__(self, connection: sqlite3.Connection):
+    def __init__(self, connection: sqlite3.Connection, path: Path):
         self._db = connection
+        self.evidence_dir = sqlite_evidence_dir(path.resolve())  # where the Store would look
 
     def _run(self, sql: str, params: dict[str, Any]) -> tuple[list[str], list[tuple]]:
         cursor = self._db.execute(sql, params)
@@ -47,14 +48,33 @@ class LightStore:
     def experiment_summaries(self) -> list[dict[str, Any]]:
         return sql_reads.experiment_summaries(self._run)
 
-    def decision_rows(self) -> list[dict[str, Any]]:
-        return sql_reads.decision_rows(self._run)
+    def decision_rows(self, experiment_id: int | None = None) -> list[dict[str, Any]]:
+        return sql_reads.decision_rows(self._run, experiment_id)
 
-    def notes(self) -> list[dict[str, Any]]:
-        return sql_reads.notes(self._run)
+    def notes(self, experiment_id: int | None = None) -> list[dict[str, Any]]:
+        return sql_reads.notes(self._run, experiment_id)
 
-    def links(self) -> list[dict[str, Any]]:
-        return sql_reads.links(self._run)
+    def links(self, experiment_id: int | None = None) -> list[dict[str, Any]]:
+        return sql_reads.links(self._run, experiment_id)
+
+    # ---- one experiment (`dse show EXPERIMENT`), by id ----------------------------------
+
+    def experiment_id(self, name_or_id: str | int) -> int | None:
+        """The id of the experiment of this name or id, or None (the Store says what the store has)."""
+        return sql_reads.experiment_id(self._run, name_or_id)
+
+    def experiment(self, experiment_id: int) -> dict[str, Any]:
+        return sql_reads.experiment(self._run, experiment_id)
+
+    def candidate_rows(self, experiment_id: int, limit: int | None = None) -> list[dict[str, Any]]:
+        columns, rows = sql_reads.candidates(self._run, experiment_id, "latest", True, limit)
+        return [dict(zip(columns, row)) for row in rows]
+
+    def latest_status_counts(self, experiment_id: int) -> list[tuple[str, int]]:
+        return sql_reads.latest_status_counts(self._run, experiment_id)
+
+    def artifact_rows(self, experiment_id: int | None = None) -> list[dict[str, Any]]:
+        return sql_reads.artifacts(self._run, experiment_id)
 
     def __enter__(self) -> LightStore:
         return self
@@ -82,7 +102,7 @@ def open_light(db: str) -> LightStore | None:
     try:
         connection.execute("BEGIN")  # one snapshot for the check and every read after it
         if _usable(connection, path):
-            return LightStore(connection)
+            return LightStore(connection, path)
     except sqlite3.Error:  # not a store, another program's tables, a locked file: the Store says
         pass
     connection.close()

@@ -4,7 +4,6 @@ resolve an experiment's name or a row's id, or say what would have matched."""
 
 from __future__ import annotations
 
-import numbers
 from collections.abc import Callable, Mapping
 from typing import Any, TypeVar
 
@@ -108,16 +107,7 @@ def candidate_not_found(connection: Connection, value: Any, experiment_id: int |
 
 def experiment_id_of(connection: Connection, name_or_id: str | int) -> int:
     """The id of an experiment named by its name or id (also an id typed as text)."""
-    if isinstance(name_or_id, numbers.Integral) and not isinstance(name_or_id, bool):
-        found = connection.scalar(select(Experiment.id).where(Experiment.id == int(name_or_id)))
-    elif isinstance(name_or_id, str):
-        found = connection.scalar(select(Experiment.id).where(Experiment.name == name_or_id))
-        if found is None and name_or_id.strip().isdigit():  # an id typed on a command line
-            found = connection.scalar(
-                select(Experiment.id).where(Experiment.id == int(name_or_id))
-            )
-    else:
-        raise TypeError(f"an experiment is named by a str or an int id, not {name_or_id!r}")
+    found = sql_reads.experiment_id(text_runner(connection), name_or_id)
     if found is None:
         raise not_found(connection, "experiment", name_or_id)
     return found
@@ -146,7 +136,7 @@ def text_runner(connection: Connection) -> sql_reads.Run:
     def run(sql: str, params: dict[str, Any]) -> tuple[list[str], list[tuple]]:
         result = connection.execute(text(sql), params)
         try:
-            return list(result.keys()), [tuple(row) for row in result.cursor.fetchall()]
+            return list(result.keys()), result.cursor.fetchall()
         finally:
             result.close()
 
@@ -166,22 +156,8 @@ def outcome_counts(connection: Connection, experiment_id: int | None = None) -> 
 
 
 def latest_status_counts(connection: Connection, experiment_id: int) -> list[tuple[str, int]]:
-    """[(status, candidates)]: an experiment's candidates by the status of their latest run
-    ("not run" for those without one), most first, a tie in the order each status first
-    occurs by candidate id (as pandas' value_counts orders `candidates()["status"]`).
-    From candidate_run's index alone, without reading the candidates."""
-    shown = CandidateRun
-    counted = [(status, int(n), first) for status, n, first in connection.execute(
-        select(shown.status, func.count(), func.min(shown.candidate_id))
-        .where(shown.experiment_id == experiment_id, shown.role == "latest").group_by(shown.status))]
-    total = connection.scalar(select(func.count()).where(Candidate.experiment_id == experiment_id))
-    not_run = int(total) - sum(n for _, n, _ in counted)
-    if not_run:
-        has_run = select(shown.candidate_id).where(shown.candidate_id == Candidate.id, shown.role == "latest")
-        first = connection.scalar(select(func.min(Candidate.id)).where(
-            Candidate.experiment_id == experiment_id, ~has_run.exists()))
-        counted.append(("not run", not_run, first))
-    return [(status, n) for status, n, _ in sorted(counted, key=lambda c: (-c[1], c[2]))]
+    """[(status, candidates)] by latest run, most first: see `sql_reads.latest_status_counts`."""
+    return sql_reads.latest_status_counts(text_runner(connection), experiment_id)
 
 
 def outcome_counts_from_runs(connection: Connection, experiment_id: int | None = None) -> dict[tuple[int, str], int]:
@@ -221,13 +197,7 @@ def experiments_frame(summaries: list[dict[str, Any]]) -> pd.DataFrame:
 
 def experiment(connection: Connection, name_or_id: str | int) -> dict[str, Any]:
     """One experiment's row as a dict (JSON columns as Python values)."""
-    experiment_id = experiment_id_of(connection, name_or_id)
-    row = connection.execute(
-        select(Experiment.__table__).where(Experiment.id == experiment_id)
-    ).mappings().one()
-    record = dict(row)
-    record["created_at"] = as_utc(record["created_at"])
-    return record
+    return sql_reads.experiment(text_runner(connection), experiment_id_of(connection, name_or_id))
 
 
 def candidate(connection: Connection, candidate_id: int) -> dict[str, Any]:
@@ -284,14 +254,14 @@ def candidates(connection: Connection, experiment_id: int, stage: str | None = N
     The rows are read as the driver gives them (`plain_frame`: every column is a number,
     text or NULL here); `through_rows`: through SQLAlchemy's rows instead, as before (the
     tests' and benches' reference: both must agree)."""
-    columns = (
-        Candidate.id, Candidate.hash, Candidate.origin,
-        *(() if lean else (raw(Candidate.config), raw(Candidate.mapping))),
-        raw(Candidate.diff),
-        *(() if lean else (raw(Candidate.created_at),)),
-        Candidate.why, Candidate.notes,
-    )  # fmt: skip
     if through_rows:
+        columns = (
+            Candidate.id, Candidate.hash, Candidate.origin,
+            *(() if lean else (raw(Candidate.config), raw(Candidate.mapping))),
+            raw(Candidate.diff),
+            *(() if lean else (raw(Candidate.created_at),)),
+            Candidate.why, Candidate.notes,
+        )  # fmt: skip
         # Each candidate's latest run (of `stage`, when given) from the runs, as a grouped
         # derived table joined once (the way before 0011).
         runs_of = select(Run.candidate_id, func.max(Run.id).label("run_id")).join(
@@ -302,19 +272,24 @@ def candidates(connection: Connection, experiment_id: int, stage: str | None = N
         stmt = (select(*columns, latest.c.run_id, Run.stage, Run.status, Run.reason)
                 .outerjoin(latest, latest.c.candidate_id == Candidate.id)
                 .outerjoin(Run, Run.id == latest.c.run_id))
+        stmt = stmt.where(Candidate.experiment_id == experiment_id).order_by(Candidate.id).limit(limit)
+        frame = frame_of(connection, stmt)
     else:
-        # candidate_run: one key probe a candidate into narrow rows (not the wide run rows).
-        shown = CandidateRun
-        stmt = (select(*columns, shown.run_id, shown.stage, shown.status, shown.reason)
-                .outerjoin(shown, (shown.candidate_id == Candidate.id) & (shown.role == (stage or "latest"))))
-    stmt = stmt.where(Candidate.experiment_id == experiment_id).order_by(Candidate.id).limit(limit)
-    frame = (frame_of if through_rows else plain_frame)(connection, stmt)
+        # candidate_run: one key probe a candidate (sql_reads.candidates), the driver's rows.
+        columns, rows = sql_reads.candidates(text_runner(connection), experiment_id, stage or "latest", lean, limit)
+        frame = pd.DataFrame.from_records(rows, columns=list(columns))
     baseline = connection.scalar(
         select(Experiment.baseline_candidate_id).where(Experiment.id == experiment_id)
     )
     frame.insert(3, "is_baseline", frame["id"] == baseline)
     frame["run_id"] = frame["run_id"].astype("Int64")
     return frame if lean else utc(frame, "created_at")
+
+
+def candidate_rows(connection: Connection, experiment_id: int, limit: int | None = None) -> list[dict[str, Any]]:
+    """`candidates(..., lean=True)` as plain dicts (diff as its JSON text), without is_baseline."""
+    columns, rows = sql_reads.candidates(text_runner(connection), experiment_id, "latest", True, limit)
+    return [dict(zip(columns, row)) for row in rows]
 
 
 def runs(connection: Connection, experiment: str | int | None = None, candidate: int | None = None) -> pd.DataFrame:
@@ -541,35 +516,25 @@ def decision_evidence(connection: Connection, experiment: str | int, candidate_i
     return experiment_id, list(evidence)
 
 
+_ARTIFACT_COLUMNS = ["id", "experiment_id", "candidate_id", "run_id", "role", "media_type", "name", "sha256", "size",
+                     "created_at"]
+
+
 def artifacts(connection: Connection, experiment: str | int | None, run: int | None,
               path_of: Callable[[str], str | None]) -> pd.DataFrame:
     """Evidence files, with the candidate of their run and their path on disk (`path_of`
     a sha256)."""
-    stmt = (
-        select(
-            Artifact.id,
-            Artifact.experiment_id,
-            Run.candidate_id,
-            Artifact.run_id,
-            Artifact.role,
-            Artifact.media_type,
-            Artifact.name,
-            Artifact.sha256,
-            Artifact.size,
-            raw(Artifact.created_at),
-        )
-        .outerjoin(Run, Artifact.run_id == Run.id)
-        .order_by(Artifact.id)
-    )
-    if experiment is not None:
-        stmt = stmt.where(Artifact.experiment_id == experiment_id_of(connection, experiment))
-    if run is not None:
-        stmt = stmt.where(Artifact.run_id == run)
-    frame = frame_of(connection, stmt)
+    frame = pd.DataFrame(artifact_rows(connection, experiment, run), columns=_ARTIFACT_COLUMNS)
     for column in ("experiment_id", "candidate_id", "run_id"):
         frame[column] = frame[column].astype("Int64")
     frame["path"] = [path_of(sha) for sha in frame["sha256"]]
     return utc(frame, "created_at")
+
+
+def artifact_rows(connection: Connection, experiment: str | int | None = None, run: int | None = None
+                  ) -> list[dict[str, Any]]:
+    """`artifacts` as plain dicts (no path): see `sql_reads.artifacts`."""
+    return sql_reads.artifacts(text_runner(connection), _experiment_or_all(connection, experiment), run)
 
 
 # ---- comparisons ------------------------------------------------------------------------

@@ -12,6 +12,8 @@ UTC; PostgreSQL's aware datetimes), made aware datetimes here (`timestamp`).
 
 from __future__ import annotations
 
+import json
+import numbers
 from collections.abc import Callable, Sequence
 from datetime import datetime, timezone
 from typing import Any
@@ -138,3 +140,91 @@ def _of(sql: str, condition: str, experiment_id: int | None) -> tuple[str, dict[
     if experiment_id is None:
         return sql.format(where=""), {}
     return sql.format(where=f" WHERE {condition}"), {"experiment_id": int(experiment_id)}
+
+
+# ---- one experiment -----------------------------------------------------------------------
+
+EXPERIMENT_BY_NAME = "SELECT id FROM experiment WHERE name = :name"
+EXPERIMENT_BY_ID = "SELECT id FROM experiment WHERE id = :id"
+EXPERIMENT = (
+    "SELECT id, name, hypothesis, status, CAST(acceptance AS TEXT) AS acceptance, workload_recipe, workload_hash, "
+    "baseline_candidate_id, spec_text, spec_hash, limitations, open_questions, created_at, "
+    "CAST(workload AS TEXT) AS workload FROM experiment WHERE id = :id")
+_EXPERIMENT_JSON = ("acceptance", "workload")
+# The candidates of an experiment, by id, with their latest run (of a stage: candidate_run's
+# row of that role) as candidate_run holds it: one key probe a candidate into narrow rows.
+CANDIDATES = (
+    "SELECT c.id, c.hash, c.origin{full}, CAST(c.diff AS TEXT) AS diff{created}, c.why, c.notes, "
+    "cr.run_id, cr.stage, cr.status, cr.reason FROM candidate c LEFT OUTER JOIN candidate_run cr "
+    "ON cr.candidate_id = c.id AND cr.role = :role WHERE c.experiment_id = :experiment_id ORDER BY c.id{limit}")
+LATEST_STATUSES = ("SELECT status, count(*), min(candidate_id) FROM candidate_run "
+                   "WHERE experiment_id = :experiment_id AND role = 'latest' GROUP BY status")
+CANDIDATE_COUNT = "SELECT count(*) FROM candidate WHERE experiment_id = :experiment_id"
+FIRST_NOT_RUN = (
+    "SELECT min(c.id) FROM candidate c WHERE c.experiment_id = :experiment_id AND NOT EXISTS "
+    "(SELECT 1 FROM candidate_run cr WHERE cr.candidate_id = c.id AND cr.role = 'latest')")
+ARTIFACTS = ("SELECT a.id, a.experiment_id, r.candidate_id, a.run_id, a.role, a.media_type, a.name, a.sha256, "
+             "a.size, a.created_at FROM artifact a LEFT OUTER JOIN run r ON a.run_id = r.id{where} ORDER BY a.id")
+
+
+def experiment_id(run: Run, name_or_id: str | int) -> int | None:
+    """The id of the experiment named by its name or id (also an id typed as text), or None."""
+    if isinstance(name_or_id, numbers.Integral) and not isinstance(name_or_id, bool):
+        found = run(EXPERIMENT_BY_ID, {"id": int(name_or_id)})[1]
+    elif isinstance(name_or_id, str):
+        found = run(EXPERIMENT_BY_NAME, {"name": name_or_id})[1]
+        if not found and name_or_id.strip().isdigit():  # an id typed on a command line
+            found = run(EXPERIMENT_BY_ID, {"id": int(name_or_id)})[1]
+    else:
+        raise TypeError(f"an experiment is named by a str or an int id, not {name_or_id!r}")
+    return found[0][0] if found else None
+
+
+def experiment(run: Run, experiment_id: int) -> dict[str, Any]:
+    """The experiment's row as a dict: JSON columns as Python values, created_at aware UTC."""
+    (row,) = _dicts(run, EXPERIMENT, {"id": experiment_id}, "created_at")
+    for column in _EXPERIMENT_JSON:
+        row[column] = None if row[column] is None else json.loads(row[column])
+    return row
+
+
+def candidates(run: Run, experiment_id: int, role: str = "latest", lean: bool = False,
+               limit: int | None = None) -> tuple[Sequence[str], list[tuple]]:
+    """(columns, rows): an experiment's candidates by id (the first `limit`), each with
+    candidate_run's row of `role` (its latest run, or its latest of a stage): id, hash,
+    origin, config, mapping, diff, created_at, why, notes, run_id, stage, status, reason.
+    JSON columns as their text; `lean`: without config, mapping and created_at."""
+    sql = CANDIDATES.format(
+        full="" if lean else ", CAST(c.config AS TEXT) AS config, CAST(c.mapping AS TEXT) AS mapping",
+        created="" if lean else ", c.created_at", limit="" if limit is None else " LIMIT :limit")
+    params: dict[str, Any] = {"role": role, "experiment_id": experiment_id}
+    if limit is not None:
+        params["limit"] = int(limit)
+    return run(sql, params)
+
+
+def latest_status_counts(run: Run, experiment_id: int) -> list[tuple[str, int]]:
+    """[(status, candidates)]: an experiment's candidates by the status of their latest run
+    ("not run" for those without one), most first, a tie in the order each status first
+    occurs by candidate id (as pandas' value_counts orders `candidates()["status"]`).
+    From candidate_run's index alone, without reading the candidates."""
+    params = {"experiment_id": experiment_id}
+    counted = [(status, int(n), first) for status, n, first in run(LATEST_STATUSES, params)[1]]
+    not_run = int(run(CANDIDATE_COUNT, params)[1][0][0]) - sum(n for _, n, _ in counted)
+    if not_run:
+        counted.append(("not run", not_run, run(FIRST_NOT_RUN, params)[1][0][0]))
+    return [(status, n) for status, n, _ in sorted(counted, key=lambda c: (-c[1], c[2]))]
+
+
+def artifacts(run: Run, experiment_id: int | None = None, run_id: int | None = None) -> list[dict[str, Any]]:
+    """Evidence files' rows, by id, with the candidate of their run: of every experiment, of
+    one, and/or of one run; created_at aware UTC."""
+    conditions, params = [], {}
+    if experiment_id is not None:
+        conditions.append("a.experiment_id = :experiment_id")
+        params["experiment_id"] = int(experiment_id)
+    if run_id is not None:
+        conditions.append("a.run_id = :run_id")
+        params["run_id"] = int(run_id)
+    where = " WHERE " + " AND ".join(conditions) if conditions else ""
+    return _dicts(run, ARTIFACTS.format(where=where), params, "created_at")

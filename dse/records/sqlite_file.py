@@ -14,6 +14,11 @@ SQLITE_HEADER = b"SQLite format 3\x00"
 QUICK_CHECK_MAX_BYTES = 64 * 1024 * 1024
 
 
+def sqlite_evidence_dir(database: str | Path) -> Path:
+    """Where a SQLite store's evidence files go unless told: `<db>.evidence` beside the file."""
+    return Path(f"{database}.evidence")
+
+
 def sqlite_file_problem(path: Path) -> str | None:
     """What a SQLite store at `path` would have to be and is not (the allowed text of the
     error), or None when the file is empty (SQLite's own empty database) or looks whole."""
