@@ -22,7 +22,8 @@ HEAVY = ("torch", "pandas", "sqlalchemy", "optuna", "tqdm", "dse.analytical", "d
          "dse.runner.execution", "dse.workload.capture", "dse.plan", "dse.lower", "dse.cost", "emulator.machine",
          "emulator.timing")
 # Of the record store, only its light read (and the package's lazy names).
-LIGHT_RECORDS = {"dse.records", "dse.records.recorded", "dse.records.revisions", "dse.records.sqlite_file"}
+LIGHT_RECORDS = {"dse.records", "dse.records.recorded", "dse.records.revisions", "dse.records.sqlite_file",
+                 "dse.records.light", "dse.records.sql_reads", "dse.records.choices"}
 
 RERUN = """
 import contextlib, io, json, sys

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import getpass
 import json
 import math
@@ -9,7 +10,8 @@ import os
 import re
 
 from ..errors import InputError
-from .common import add_db_argument, open_store
+from ..records import light
+from .common import add_db_argument, default_db, open_store
 
 # `dse show c12` (candidate), `dse show r7` (run); a name or a bare id is an experiment.
 _PREFIXED = re.compile(r"(c|cand|candidate|r|run|e|exp|experiment)[:#-]?(\d+)", re.IGNORECASE)
@@ -27,6 +29,26 @@ def _table(frame, max_colwidth: int = 60) -> str:
     with pd.option_context("display.width", 250, "display.max_colwidth", max_colwidth,
                            "display.max_columns", None, "display.max_rows", None):  # fmt: skip
         return frame.to_string(index=False)
+
+
+def _text_table(columns: dict[str, list]) -> str:
+    """What `_table` prints for a frame of these columns (whole numbers, text, None), without
+    pandas: DataFrame.to_string(index=False) right-justifies every cell and header to its
+    column's width, one space apart, a number column's header after a space (its sign's
+    place), and escapes tabs and line breaks."""
+    names = list(columns)
+    if not names or not len(columns[names[0]]):
+        return f"Empty DataFrame\nColumns: [{', '.join(names)}]\nIndex: []"
+    cells = [[" " + name if all(type(v) is int for v in columns[name]) else name, *(_cell(v) for v in columns[name])]
+             for name in names]
+    widths = [max(map(len, column)) for column in cells]
+    return "\n".join(" ".join(column[i].rjust(w) for column, w in zip(cells, widths)) for i in range(len(cells[0])))
+
+
+def _cell(value) -> str:
+    if isinstance(value, float):
+        raise TypeError("_text_table formats whole numbers and text only (pandas formats floats its own way)")
+    return str(value).replace("\t", "\\t").replace("\r", "\\r").replace("\n", "\\n")
 
 
 def _one_line(text, width: int = 70) -> str:
@@ -72,8 +94,9 @@ def _missing(value) -> bool:
 
 
 def cmd_history(args) -> int:
-    # Plain rows, no pandas for the table: `dse history` stays quick on a large store.
-    with open_store(args.db) as store:
+    # Plain rows, no pandas for the table; a SQLite store at the schema head is read with
+    # the standard library (the Store's own SQL), without SQLAlchemy: `dse history` answers at once.
+    with light.open_light(args.db or default_db()) or open_store(args.db) as store:
         exps = store.experiment_summaries()
         decisions = store.decision_rows() if exps else []
         notes = store.notes() if exps else []
@@ -163,6 +186,14 @@ def _resolve(store, text: str) -> tuple[str, int]:
 def cmd_show(args) -> int:
     if args.limit < 0:
         raise InputError("dse show", "--limit", args.limit, "a whole number >= 0 (candidates listed)")
+    # An experiment of a SQLite store at the schema head: read with the standard library (the
+    # Store's own SQL), no SQLAlchemy or pandas; anything else (a candidate, a run, a name the
+    # store lacks, a store the Store's open would refuse or upgrade) is the Store's to answer.
+    with light.open_light(args.db or default_db()) or contextlib.nullcontext() as quick:
+        ident = quick.experiment_id(args.id) if quick is not None else None
+        if ident is not None:
+            _show_experiment(quick, ident, args.limit)
+            return 0
     with open_store(args.db) as store:
         kind, ident = _resolve(store, args.id)
         if kind == "experiment":
@@ -177,11 +208,11 @@ def cmd_show(args) -> int:
 def _show_experiment(store, ident: int, limit: int) -> None:
     exp = store.experiment(ident)
     # The first `limit` candidates and the counts by status: not every candidate's row.
-    cands = store.candidates(exp["id"], lean=True, limit=limit)
+    cands = store.candidate_rows(exp["id"], limit=limit)
     counts = store.latest_status_counts(exp["id"])
     n_candidates = sum(n for _, n in counts)
-    decisions = store.decisions(exp["id"])
-    artifacts = store.artifacts(exp["id"])
+    decisions = store.decision_rows(exp["id"])
+    artifacts = store.artifact_rows(exp["id"])
     print(f"experiment {exp['id']} '{exp['name']}'  hypothesis {exp['status']}  "
           f"(created {_when(exp['created_at'])})")  # fmt: skip
     print(f"hypothesis: {exp['hypothesis']}")
@@ -224,29 +255,30 @@ def _show_experiment(store, ident: int, limit: int) -> None:
     print(f"candidates: {n_candidates}" + (" (" + ", ".join(f"{n} {s}" for s, n in counts) + ")"
                                              if n_candidates else ""))  # fmt: skip
     if n_candidates:
-        shown = cands
-        view = _pandas().DataFrame({
-            "id": shown["id"],
-            "origin": shown["origin"] + shown["is_baseline"].map({True: "*", False: ""}),
-            "stage": shown["stage"].fillna(""),
-            "status": shown["status"].fillna("not run"),
-            "changes": shown["diff"].map(_changes),
-            "reason": shown["reason"].map(lambda r: _one_line(r, 50)),
-        })  # fmt: skip
-        if shown["why"].notna().any():  # hand-picked candidates say why they are here
-            view["why (hand-picked)"] = shown["why"].map(lambda w: _one_line(w, 50))
-        print(_table(view))
+        # Plain rows, printed as pandas would print them (`_text_table`), without pandas.
+        baseline = exp["baseline_candidate_id"]
+        view = {
+            "id": [c["id"] for c in cands],
+            "origin": [c["origin"] + ("*" if c["id"] == baseline else "") for c in cands],
+            "stage": ["" if c["stage"] is None else c["stage"] for c in cands],
+            "status": ["not run" if c["status"] is None else c["status"] for c in cands],
+            "changes": [_changes(c["diff"]) for c in cands],
+            "reason": [_one_line(c["reason"], 50) for c in cands],
+        }
+        if any(c["why"] is not None for c in cands):  # hand-picked candidates say why they are here
+            view["why (hand-picked)"] = [_one_line(c["why"], 50) for c in cands]
+        print(_text_table(view))
         if n_candidates > limit:
             print(f"… {n_candidates - limit} more (--limit N shows more; `dse export` has them all)")
     print("decisions and proposals:" + ("" if len(decisions) else " (none yet)"))
-    for d in decisions.to_dict("records"):
+    for d in decisions:
         print(f"  {_when(d['created_at'])} {_decision_line(d)} (evidence runs {d['evidence']})")
-    if len(artifacts):
+    if artifacts:
         print(f"artifacts: {len(artifacts)} (in {store.evidence_dir}; a run's: dse show r<ID>; "
               "one: dse evidence get ID)")
-        own = artifacts[artifacts["run_id"].isna()]
-        if len(own):
-            print(_table(own[["id", "role", "size", "name"]], 80))
+        own = [a for a in artifacts if a["run_id"] is None]
+        if own:
+            print(_text_table({column: [a[column] for a in own] for column in ("id", "role", "size", "name")}))
 
 
 def _changes(diff_json: str) -> str:

@@ -11,10 +11,10 @@ CSV and Parquet export.
 from dse.lazy import lazy_attributes
 
 # Names load on first use: a light submodule (`dse.records.recorded`, the rerun shortcut's
-# read) is importable without SQLAlchemy, its ORM and pandas.
+# read; `dse.records.light`, `dse history`'s) is importable without SQLAlchemy, its ORM and pandas.
 _SOURCES = {
-    "schema": ("ARTIFACT_ROLES", "CANDIDATE_ORIGINS", "EXPERIMENT_STATUSES", "IMPORTED_METRIC_KINDS",
-               "METRIC_KINDS", "METRIC_SCOPES", "RUN_STAGES", "RUN_STATUSES"),
+    "choices": ("ARTIFACT_ROLES", "CANDIDATE_ORIGINS", "EXPERIMENT_STATUSES", "IMPORTED_METRIC_KINDS",
+                "METRIC_KINDS", "METRIC_SCOPES", "RUN_STAGES", "RUN_STATUSES"),
     "store": ("FINAL_RUN_STATUSES", "ArtifactRef", "ImportedEvidence", "MetricIn", "MetricRow", "RecordNotFound",
               "Store", "StoreBusy", "canonical_json", "content_hash", "database_url"),
 }

@@ -13,6 +13,8 @@ from pathlib import Path
 
 from sqlalchemy.engine import URL
 
+from dse.records.sqlite_file import sqlite_evidence_dir
+
 
 def default_evidence_dir(url: URL) -> Path | None:
     """Where a store's evidence files go unless told: `<db>.evidence` beside a SQLite file
@@ -21,7 +23,7 @@ def default_evidence_dir(url: URL) -> Path | None:
     if url.get_backend_name() == "sqlite":
         if url.database in (None, "", ":memory:"):
             return None
-        return Path(f"{url.database}.evidence")
+        return sqlite_evidence_dir(url.database)
     if os.environ.get("DSE_EVIDENCE_DIR"):
         return Path(os.environ["DSE_EVIDENCE_DIR"]).expanduser().resolve()
     folder = f"{url.get_backend_name()}-{url.host or 'local'}-{url.port or ''}-{url.database}"

@@ -20,13 +20,10 @@ from sqlalchemy.engine import URL, make_url
 from sqlalchemy.exc import DBAPIError
 
 from dse.errors import InputError
-from dse.records.sqlite_file import existing_store_problem
+from dse.records.sqlite_file import QUICK_CHECK_MAX_BYTES, existing_store_problem
 
 FIELD = "--db"
 SUPPORTED = "a SQLite path, sqlite:///PATH, or a URL such as postgresql://user@host/dse"
-# A SQLite file up to this size gets SQLite's quick_check on open (a few ms a megabyte):
-# corruption then says so at once rather than in the middle of a report.
-QUICK_CHECK_MAX_BYTES = 64 * 1024 * 1024
 # Words of SQLite's errors that mean the file is damaged or not a database at all.
 CORRUPT_WORDS = ("malformed", "not a database", "file is encrypted", "disk image")
 

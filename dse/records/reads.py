@@ -4,16 +4,16 @@ resolve an experiment's name or a row's id, or say what would have matched."""
 
 from __future__ import annotations
 
-import numbers
 from collections.abc import Callable, Mapping
 from typing import Any, TypeVar
 
-from sqlalchemy import JSON, Connection, DateTime, String, Text, case, cast, func, select
+from sqlalchemy import JSON, Connection, DateTime, String, Text, case, cast, func, select, text
 from sqlalchemy.ext.compiler import compiles
-from sqlalchemy.orm import Session, aliased
+from sqlalchemy.orm import Session
 from sqlalchemy.sql.functions import FunctionElement
 
 from dse.identity import canonical_json
+from dse.records import sql_reads
 from dse.records.checks import RecordNotFound, as_id
 from dse.records.liveness import as_utc
 from dse.records.schema import (
@@ -24,10 +24,8 @@ from dse.records.schema import (
     CandidateRun,
     Decision,
     Experiment,
-    ExperimentLink,
     LatestMetric,
     Metric,
-    Note,
     Run,
     check_choice,
 )
@@ -109,16 +107,7 @@ def candidate_not_found(connection: Connection, value: Any, experiment_id: int |
 
 def experiment_id_of(connection: Connection, name_or_id: str | int) -> int:
     """The id of an experiment named by its name or id (also an id typed as text)."""
-    if isinstance(name_or_id, numbers.Integral) and not isinstance(name_or_id, bool):
-        found = connection.scalar(select(Experiment.id).where(Experiment.id == int(name_or_id)))
-    elif isinstance(name_or_id, str):
-        found = connection.scalar(select(Experiment.id).where(Experiment.name == name_or_id))
-        if found is None and name_or_id.strip().isdigit():  # an id typed on a command line
-            found = connection.scalar(
-                select(Experiment.id).where(Experiment.id == int(name_or_id))
-            )
-    else:
-        raise TypeError(f"an experiment is named by a str or an int id, not {name_or_id!r}")
+    found = sql_reads.experiment_id(text_runner(connection), name_or_id)
     if found is None:
         raise not_found(connection, "experiment", name_or_id)
     return found
@@ -140,107 +129,35 @@ def run_states(connection: Connection, run_ids: list[int]) -> dict[int, tuple[st
 # ---- experiments, candidates, runs ----------------------------------------------------
 
 
+def text_runner(connection: Connection) -> sql_reads.Run:
+    """`sql_reads`' way to run its SQL on this connection: SQLAlchemy's `text()` (its named
+    parameters become the driver's), the driver's rows as they are."""
+
+    def run(sql: str, params: dict[str, Any]) -> tuple[list[str], list[tuple]]:
+        result = connection.execute(text(sql), params)
+        try:
+            return list(result.keys()), result.cursor.fetchall()
+        finally:
+            result.close()
+
+    return run
+
+
 def experiment_summaries(connection: Connection) -> list[dict[str, Any]]:
-    """What `experiments_frame` holds, as plain dicts: no pandas (a quick `dse history`)."""
-    rows = connection.execute(
-        select(
-            Experiment.id,
-            Experiment.name,
-            Experiment.hypothesis,
-            Experiment.status,
-            Experiment.workload_recipe,
-            Experiment.created_at,
-        ).order_by(Experiment.id)
-    ).mappings().all()
-    n_candidates = dict(
-        connection.execute(
-            select(Candidate.experiment_id, func.count()).group_by(Candidate.experiment_id)
-        ).all()
-    )
-    run_counts: dict[int, dict[str, int]] = {}
-    for (experiment_id, status), n in outcome_counts(connection).items():
-        run_counts.setdefault(experiment_id, {})[status] = n
-    emulated = dict(connection.execute(
-        select(Candidate.experiment_id, func.count(func.distinct(Run.candidate_id)))
-        .join(Candidate, Run.candidate_id == Candidate.id)
-        .where(Run.stage == "emulator", Run.status == "ok")
-        .group_by(Candidate.experiment_id)
-    ).all())
-    n_decisions = dict(connection.execute(
-        select(Decision.experiment_id, func.count()).where(Decision.kind == "decision").group_by(Decision.experiment_id)
-    ).all())
-    n_notes = dict(connection.execute(select(Note.experiment_id, func.count()).group_by(Note.experiment_id)).all())
-    latest = (
-        select(func.max(Decision.id).label("decision_id"))
-        .where(Decision.kind == "proposal")
-        .group_by(Decision.experiment_id)
-        .subquery()
-    )
-    proposals = dict(connection.execute(
-        select(Decision.experiment_id, Decision.verdict).join(latest, Decision.id == latest.c.decision_id)
-    ).all())
-    latest = (
-        select(func.max(Decision.id).label("decision_id"))
-        .where(Decision.kind == "decision")
-        .group_by(Decision.experiment_id)
-        .subquery()
-    )
-    verdicts = {
-        experiment_id: (verdict, candidate_id)
-        for experiment_id, verdict, candidate_id in connection.execute(
-            select(Decision.experiment_id, Decision.verdict, Decision.candidate_id)
-            .join(latest, Decision.id == latest.c.decision_id)
-        )
-    }
-    summaries = []
-    for row in rows:
-        summary = dict(row)
-        summary["created_at"] = as_utc(summary["created_at"])
-        summary["n_candidates"] = n_candidates.get(row["id"], 0)
-        counts = run_counts.get(row["id"], {})
-        for status in RUN_STATUSES:
-            summary[f"n_{status}"] = counts.get(status, 0)
-        summary["n_emulated"] = emulated.get(row["id"], 0)
-        summary["n_decisions"] = n_decisions.get(row["id"], 0)
-        summary["n_notes"] = n_notes.get(row["id"], 0)
-        summary["proposed_verdict"] = proposals.get(row["id"])
-        summary["latest_verdict"], summary["latest_candidate_id"] = verdicts.get(
-            row["id"], (None, None)
-        )
-        summaries.append(summary)
-    return summaries
+    """What `experiments_frame` holds, as plain dicts: no pandas (a quick `dse history`);
+    see `sql_reads.experiment_summaries`."""
+    return sql_reads.experiment_summaries(text_runner(connection))
 
 
 def outcome_counts(connection: Connection, experiment_id: int | None = None) -> dict[tuple[int, str], int]:
-    """{(experiment id, status): candidates}: candidates (not runs) by outcome, of every
-    experiment or of one. A candidate's outcome is the status of its latest run, except
-    that a "pruned" run (not taken further) leaves the earlier outcome standing; a
-    candidate without runs is not counted. Counted from candidate_run's index alone
+    """{(experiment id, status): candidates}, see `sql_reads.outcome_counts`
     (`outcome_counts_from_runs` is the same from the runs themselves)."""
-    stmt = select(CandidateRun.experiment_id, CandidateRun.status, func.count()).where(CandidateRun.role == "outcome")
-    if experiment_id is not None:
-        stmt = stmt.where(CandidateRun.experiment_id == experiment_id)
-    return {(e, status): int(n) for e, status, n in
-            connection.execute(stmt.group_by(CandidateRun.experiment_id, CandidateRun.status))}
+    return sql_reads.outcome_counts(text_runner(connection), experiment_id)
 
 
 def latest_status_counts(connection: Connection, experiment_id: int) -> list[tuple[str, int]]:
-    """[(status, candidates)]: an experiment's candidates by the status of their latest run
-    ("not run" for those without one), most first, a tie in the order each status first
-    occurs by candidate id (as pandas' value_counts orders `candidates()["status"]`).
-    From candidate_run's index alone, without reading the candidates."""
-    shown = CandidateRun
-    counted = [(status, int(n), first) for status, n, first in connection.execute(
-        select(shown.status, func.count(), func.min(shown.candidate_id))
-        .where(shown.experiment_id == experiment_id, shown.role == "latest").group_by(shown.status))]
-    total = connection.scalar(select(func.count()).where(Candidate.experiment_id == experiment_id))
-    not_run = int(total) - sum(n for _, n, _ in counted)
-    if not_run:
-        has_run = select(shown.candidate_id).where(shown.candidate_id == Candidate.id, shown.role == "latest")
-        first = connection.scalar(select(func.min(Candidate.id)).where(
-            Candidate.experiment_id == experiment_id, ~has_run.exists()))
-        counted.append(("not run", not_run, first))
-    return [(status, n) for status, n, _ in sorted(counted, key=lambda c: (-c[1], c[2]))]
+    """[(status, candidates)] by latest run, most first: see `sql_reads.latest_status_counts`."""
+    return sql_reads.latest_status_counts(text_runner(connection), experiment_id)
 
 
 def outcome_counts_from_runs(connection: Connection, experiment_id: int | None = None) -> dict[tuple[int, str], int]:
@@ -280,13 +197,7 @@ def experiments_frame(summaries: list[dict[str, Any]]) -> pd.DataFrame:
 
 def experiment(connection: Connection, name_or_id: str | int) -> dict[str, Any]:
     """One experiment's row as a dict (JSON columns as Python values)."""
-    experiment_id = experiment_id_of(connection, name_or_id)
-    row = connection.execute(
-        select(Experiment.__table__).where(Experiment.id == experiment_id)
-    ).mappings().one()
-    record = dict(row)
-    record["created_at"] = as_utc(record["created_at"])
-    return record
+    return sql_reads.experiment(text_runner(connection), experiment_id_of(connection, name_or_id))
 
 
 def candidate(connection: Connection, candidate_id: int) -> dict[str, Any]:
@@ -343,14 +254,14 @@ def candidates(connection: Connection, experiment_id: int, stage: str | None = N
     The rows are read as the driver gives them (`plain_frame`: every column is a number,
     text or NULL here); `through_rows`: through SQLAlchemy's rows instead, as before (the
     tests' and benches' reference: both must agree)."""
-    columns = (
-        Candidate.id, Candidate.hash, Candidate.origin,
-        *(() if lean else (raw(Candidate.config), raw(Candidate.mapping))),
-        raw(Candidate.diff),
-        *(() if lean else (raw(Candidate.created_at),)),
-        Candidate.why, Candidate.notes,
-    )  # fmt: skip
     if through_rows:
+        columns = (
+            Candidate.id, Candidate.hash, Candidate.origin,
+            *(() if lean else (raw(Candidate.config), raw(Candidate.mapping))),
+            raw(Candidate.diff),
+            *(() if lean else (raw(Candidate.created_at),)),
+            Candidate.why, Candidate.notes,
+        )  # fmt: skip
         # Each candidate's latest run (of `stage`, when given) from the runs, as a grouped
         # derived table joined once (the way before 0011).
         runs_of = select(Run.candidate_id, func.max(Run.id).label("run_id")).join(
@@ -361,19 +272,24 @@ def candidates(connection: Connection, experiment_id: int, stage: str | None = N
         stmt = (select(*columns, latest.c.run_id, Run.stage, Run.status, Run.reason)
                 .outerjoin(latest, latest.c.candidate_id == Candidate.id)
                 .outerjoin(Run, Run.id == latest.c.run_id))
+        stmt = stmt.where(Candidate.experiment_id == experiment_id).order_by(Candidate.id).limit(limit)
+        frame = frame_of(connection, stmt)
     else:
-        # candidate_run: one key probe a candidate into narrow rows (not the wide run rows).
-        shown = CandidateRun
-        stmt = (select(*columns, shown.run_id, shown.stage, shown.status, shown.reason)
-                .outerjoin(shown, (shown.candidate_id == Candidate.id) & (shown.role == (stage or "latest"))))
-    stmt = stmt.where(Candidate.experiment_id == experiment_id).order_by(Candidate.id).limit(limit)
-    frame = (frame_of if through_rows else plain_frame)(connection, stmt)
+        # candidate_run: one key probe a candidate (sql_reads.candidates), the driver's rows.
+        columns, rows = sql_reads.candidates(text_runner(connection), experiment_id, stage or "latest", lean, limit)
+        frame = pd.DataFrame.from_records(rows, columns=list(columns))
     baseline = connection.scalar(
         select(Experiment.baseline_candidate_id).where(Experiment.id == experiment_id)
     )
     frame.insert(3, "is_baseline", frame["id"] == baseline)
     frame["run_id"] = frame["run_id"].astype("Int64")
     return frame if lean else utc(frame, "created_at")
+
+
+def candidate_rows(connection: Connection, experiment_id: int, limit: int | None = None) -> list[dict[str, Any]]:
+    """`candidates(..., lean=True)` as plain dicts (diff as its JSON text), without is_baseline."""
+    columns, rows = sql_reads.candidates(text_runner(connection), experiment_id, "latest", True, limit)
+    return [dict(zip(columns, row)) for row in rows]
 
 
 def runs(connection: Connection, experiment: str | int | None = None, candidate: int | None = None) -> pd.DataFrame:
@@ -550,11 +466,15 @@ def _total_table(connection: Connection, experiment_id: int, kind: str, stage: s
 # ---- decisions and artifacts --------------------------------------------------------------
 
 
+_DECISION_COLUMNS = ["id", "experiment_id", "experiment", "kind", "verdict", "rationale", "author", "created_at",
+                     "evidence", "candidate_id", "candidate_experiment_id", "evidence_kinds", "override", "checks"]
+
+
 def decisions(connection: Connection, experiment: str | int | None = None) -> pd.DataFrame:
     """Decisions (people's) and proposals (a sweep's) in the order made; `kind` tells them
     apart. `candidate_experiment_id` is the experiment of the candidate named, which may
     be another experiment than the one decided."""
-    frame = frame_of(connection, _decisions_stmt(connection, experiment))
+    frame = pd.DataFrame(decision_rows(connection, experiment), columns=_DECISION_COLUMNS)
     frame["candidate_id"] = frame["candidate_id"].astype("Int64")
     frame["candidate_experiment_id"] = frame["candidate_experiment_id"].astype("Int64")
     return utc(frame, "created_at")
@@ -563,56 +483,16 @@ def decisions(connection: Connection, experiment: str | int | None = None) -> pd
 def decision_rows(connection: Connection, experiment: str | int | None = None) -> list[dict[str, Any]]:
     """`decisions` as plain dicts (JSON columns as their text, created_at an aware UTC
     datetime, a missing candidate None): no pandas (a quick `dse history`)."""
-    rows = [dict(row) for row in connection.execute(_decisions_stmt(connection, experiment, as_text=False))
-            .mappings()]
-    for row in rows:
-        row["created_at"] = as_utc(row["created_at"])
-    return rows
-
-
-def _decisions_stmt(connection: Connection, experiment: str | int | None, as_text: bool = True) -> Any:
-    named = select(Candidate.id, Candidate.experiment_id).subquery()
-    when = raw(Decision.created_at) if as_text else Decision.created_at
-    stmt = (
-        select(
-            Decision.id,
-            Decision.experiment_id,
-            Experiment.name.label("experiment"),
-            Decision.kind,
-            Decision.verdict,
-            Decision.rationale,
-            Decision.author,
-            when,
-            raw(Decision.evidence),
-            Decision.candidate_id,
-            named.c.experiment_id.label("candidate_experiment_id"),
-            raw(Decision.evidence_kinds),
-            Decision.override,
-            raw(Decision.checks),
-        )
-        .join(Experiment, Decision.experiment_id == Experiment.id)
-        .outerjoin(named, Decision.candidate_id == named.c.id)
-        .order_by(Decision.id)
-    )
-    if experiment is not None:
-        stmt = stmt.where(Decision.experiment_id == experiment_id_of(connection, experiment))
-    return stmt
+    return sql_reads.decision_rows(text_runner(connection), _experiment_or_all(connection, experiment))
 
 
 def notes(connection: Connection, experiment: str | int | None = None) -> list[dict[str, Any]]:
     """Notes added to experiments after the fact, oldest first, as plain dicts."""
-    stmt = (
-        select(Note.id, Note.experiment_id, Experiment.name.label("experiment"), Note.kind, Note.text,
-               Note.author, Note.created_at)
-        .join(Experiment, Note.experiment_id == Experiment.id)
-        .order_by(Note.id)
-    )
-    if experiment is not None:
-        stmt = stmt.where(Note.experiment_id == experiment_id_of(connection, experiment))
-    rows = [dict(row) for row in connection.execute(stmt).mappings()]
-    for row in rows:
-        row["created_at"] = as_utc(row["created_at"])
-    return rows
+    return sql_reads.notes(text_runner(connection), _experiment_or_all(connection, experiment))
+
+
+def _experiment_or_all(connection: Connection, experiment: str | int | None) -> int | None:
+    return None if experiment is None else experiment_id_of(connection, experiment)
 
 
 def decision_evidence(connection: Connection, experiment: str | int, candidate_id: int) -> tuple[int, list[int]]:
@@ -636,35 +516,25 @@ def decision_evidence(connection: Connection, experiment: str | int, candidate_i
     return experiment_id, list(evidence)
 
 
+_ARTIFACT_COLUMNS = ["id", "experiment_id", "candidate_id", "run_id", "role", "media_type", "name", "sha256", "size",
+                     "created_at"]
+
+
 def artifacts(connection: Connection, experiment: str | int | None, run: int | None,
               path_of: Callable[[str], str | None]) -> pd.DataFrame:
     """Evidence files, with the candidate of their run and their path on disk (`path_of`
     a sha256)."""
-    stmt = (
-        select(
-            Artifact.id,
-            Artifact.experiment_id,
-            Run.candidate_id,
-            Artifact.run_id,
-            Artifact.role,
-            Artifact.media_type,
-            Artifact.name,
-            Artifact.sha256,
-            Artifact.size,
-            raw(Artifact.created_at),
-        )
-        .outerjoin(Run, Artifact.run_id == Run.id)
-        .order_by(Artifact.id)
-    )
-    if experiment is not None:
-        stmt = stmt.where(Artifact.experiment_id == experiment_id_of(connection, experiment))
-    if run is not None:
-        stmt = stmt.where(Artifact.run_id == run)
-    frame = frame_of(connection, stmt)
+    frame = pd.DataFrame(artifact_rows(connection, experiment, run), columns=_ARTIFACT_COLUMNS)
     for column in ("experiment_id", "candidate_id", "run_id"):
         frame[column] = frame[column].astype("Int64")
     frame["path"] = [path_of(sha) for sha in frame["sha256"]]
     return utc(frame, "created_at")
+
+
+def artifact_rows(connection: Connection, experiment: str | int | None = None, run: int | None = None
+                  ) -> list[dict[str, Any]]:
+    """`artifacts` as plain dicts (no path): see `sql_reads.artifacts`."""
+    return sql_reads.artifacts(text_runner(connection), _experiment_or_all(connection, experiment), run)
 
 
 # ---- comparisons ------------------------------------------------------------------------
@@ -860,25 +730,9 @@ def candidate_totals(connection: Connection, candidate_ids: list[int],
 
 
 def links(connection: Connection, experiment: str | int | None = None) -> list[dict[str, Any]]:
-    """How experiments build on each other, oldest first: id, experiment_id, experiment,
-    relation (follows / reopens), other_id, other, reason, created_at. With `experiment`,
-    the links from it and to it."""
-    other = aliased(Experiment)
-    stmt = (
-        select(ExperimentLink.id, ExperimentLink.experiment_id, Experiment.name.label("experiment"),
-               ExperimentLink.relation, ExperimentLink.other_id, other.name.label("other"), ExperimentLink.reason,
-               ExperimentLink.created_at)
-        .join(Experiment, ExperimentLink.experiment_id == Experiment.id)
-        .join(other, ExperimentLink.other_id == other.id)
-        .order_by(ExperimentLink.id)
-    )
-    if experiment is not None:
-        experiment_id = experiment_id_of(connection, experiment)
-        stmt = stmt.where((ExperimentLink.experiment_id == experiment_id) | (ExperimentLink.other_id == experiment_id))
-    rows = [dict(row) for row in connection.execute(stmt).mappings()]
-    for row in rows:
-        row["created_at"] = as_utc(row["created_at"])
-    return rows
+    """How experiments build on each other, oldest first (see `sql_reads.links`); with
+    `experiment`, the links from it and to it."""
+    return sql_reads.links(text_runner(connection), _experiment_or_all(connection, experiment))
 
 
 def evidence_bytes(connection: Connection) -> int:

@@ -16,8 +16,8 @@ import sqlite3
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from .light import connect
 from .revisions import head_revision
-from .sqlite_file import existing_store_problem
 
 @dataclass
 class RecordedExperiment:
@@ -44,15 +44,9 @@ class RecordedExperiment:
 def read_experiment(path: str | Path, name: str, final_statuses: set[str]) -> RecordedExperiment | None:
     """The experiment `name` of the SQLite store at `path`, or None when the file, the
     experiment or a table cannot be read."""
-    path = Path(path)
-    if not path.is_file() or path.stat().st_size == 0 or existing_store_problem(path.resolve()) is not None:
+    connection = connect(Path(path))
+    if connection is None:
         return None  # what the store's open would refuse (or create) is the full sweep's to say
-    try:
-        # Not `mode=ro`: a read-only connection cannot remove the -wal and -shm files a WAL
-        # store's open makes, and would leave them behind; this one only reads.
-        connection = sqlite3.connect(path, isolation_level=None)
-    except sqlite3.Error:
-        return None
     try:
         connection.execute("BEGIN")  # one snapshot for every read below
         return _read(connection, name, final_statuses)

@@ -27,30 +27,19 @@ from sqlalchemy import (
 )
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column, validates
 
-EXPERIMENT_STATUSES = ("proposed", "testing", "confirmed", "refuted")
-CANDIDATE_ORIGINS = ("baseline", "grid", "sampler", "hand")
-RUN_STAGES = ("analytical", "emulator", "numerics", "imported")
-RUN_STATUSES = ("running", "ok", "infeasible", "pruned", "failed", "crashed")
-METRIC_KINDS = (
-    "source_counts",
-    "analytical",
-    "emulator_cycles",
-    "emulator_host_time",
-    "rtl_cycles",
-    "fpga_cycles",
-    "numerics",
+from dse.records.choices import (  # noqa: F401 - the schema's vocabulary, named here as before
+    EXPERIMENT_STATUSES,
+    CANDIDATE_ORIGINS,
+    RUN_STAGES,
+    RUN_STATUSES,
+    METRIC_KINDS,
+    METRIC_SCOPES,
+    IMPORTED_METRIC_KINDS,
+    DECISION_KINDS,
+    NOTE_KINDS,
+    LINK_RELATIONS,
+    ARTIFACT_ROLES,
 )
-METRIC_SCOPES = ("total", "op", "core", "ball", "bank")
-# Evidence that comes from outside dse (`dse evidence import`): always its own kind.
-IMPORTED_METRIC_KINDS = ("rtl_cycles", "fpga_cycles")
-# 0007: a decision is a person's (it alone sets the hypothesis' status) or the sweep's
-# proposal (a verdict the evidence suggests, which waits for a person).
-DECISION_KINDS = ("decision", "proposal")
-# What a note adds to an experiment after the fact (`dse note`).
-NOTE_KINDS = ("limitation", "open_question", "note")
-# 0008: how an experiment builds on an earlier one (its spec's `follows` / `reopens`).
-LINK_RELATIONS = ("follows", "reopens")
-ARTIFACT_ROLES = ("graph_dump", "trace", "outputs", "report", "log", "inputs", "measurements")
 
 # Named constraints let alembic's SQLite batch mode and autogenerate find them again.
 NAMING_CONVENTION = {

@@ -9,6 +9,14 @@ import os
 from pathlib import Path
 
 SQLITE_HEADER = b"SQLite format 3\x00"
+# A SQLite file up to this size gets SQLite's quick_check on open (a few ms a megabyte):
+# corruption then says so at once rather than in the middle of a report.
+QUICK_CHECK_MAX_BYTES = 64 * 1024 * 1024
+
+
+def sqlite_evidence_dir(database: str | Path) -> Path:
+    """Where a SQLite store's evidence files go unless told: `<db>.evidence` beside the file."""
+    return Path(f"{database}.evidence")
 
 
 def sqlite_file_problem(path: Path) -> str | None:

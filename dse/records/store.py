@@ -743,6 +743,13 @@ class Store:
                                     limit=limit)
 
     @retrying
+    def candidate_rows(self, experiment: str | int, limit: int | None = None) -> list[dict[str, Any]]:
+        """`candidates(experiment, lean=True, limit=limit)` as plain dicts (without
+        is_baseline): no pandas (a quick `dse show`)."""
+        with self._read() as connection:
+            return reads.candidate_rows(connection, reads.experiment_id_of(connection, experiment), limit)
+
+    @retrying
     def latest_status_counts(self, experiment: str | int) -> list[tuple[str, int]]:
         """[(status, candidates)]: the experiment's candidates by their latest run's status
         ("not run" without one), most first: `candidates()["status"].value_counts()`
@@ -811,6 +818,13 @@ class Store:
 
         with self._read() as connection:
             return reads.artifacts(connection, experiment, run, path_of)
+
+    @retrying
+    def artifact_rows(self, experiment: str | int | None = None) -> list[dict[str, Any]]:
+        """The evidence files' rows (all, or an experiment's) as plain dicts, without their
+        paths: no pandas (a quick `dse show`)."""
+        with self._read() as connection:
+            return reads.artifact_rows(connection, experiment)
 
     @retrying
     def compare(self, a: int, b: int) -> pd.DataFrame:

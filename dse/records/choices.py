@@ -1,0 +1,28 @@
+"""The values of the record store's enumerated columns (plain strings, checked in Python;
+see schema.py), in a module of their own: the light reads (`dse.records.light`) need them
+without SQLAlchemy."""
+
+EXPERIMENT_STATUSES = ("proposed", "testing", "confirmed", "refuted")
+CANDIDATE_ORIGINS = ("baseline", "grid", "sampler", "hand")
+RUN_STAGES = ("analytical", "emulator", "numerics", "imported")
+RUN_STATUSES = ("running", "ok", "infeasible", "pruned", "failed", "crashed")
+METRIC_KINDS = (
+    "source_counts",
+    "analytical",
+    "emulator_cycles",
+    "emulator_host_time",
+    "rtl_cycles",
+    "fpga_cycles",
+    "numerics",
+)
+METRIC_SCOPES = ("total", "op", "core", "ball", "bank")
+# Evidence that comes from outside dse (`dse evidence import`): always its own kind.
+IMPORTED_METRIC_KINDS = ("rtl_cycles", "fpga_cycles")
+# 0007: a decision is a person's (it alone sets the hypothesis' status) or the sweep's
+# proposal (a verdict the evidence suggests, which waits for a person).
+DECISION_KINDS = ("decision", "proposal")
+# What a note adds to an experiment after the fact (`dse note`).
+NOTE_KINDS = ("limitation", "open_question", "note")
+# 0008: how an experiment builds on an earlier one (its spec's `follows` / `reopens`).
+LINK_RELATIONS = ("follows", "reopens")
+ARTIFACT_ROLES = ("graph_dump", "trace", "outputs", "report", "log", "inputs", "measurements")

@@ -1,0 +1,230 @@
+"""Reads of the record store written once, as SQL text with named parameters (`:name`),
+run by both ways of reading a store: the Store's (SQLAlchemy's `text()`, on SQLite and
+PostgreSQL; see reads.py) and the light read's (the standard library's sqlite3 on a SQLite
+file, see light.py), which answers `dse history` before SQLAlchemy, its ORM and pandas
+are imported. Each function takes `run(sql, params) -> (column names, rows as tuples)` and
+turns the rows into what the Store returns, so both ways give the same values.
+
+The SQL is what both databases read alike: no dialect's functions, JSON columns read as
+their text (CAST AS TEXT), timestamps as the driver hands them (SQLite's text, stored as
+UTC; PostgreSQL's aware datetimes), made aware datetimes here (`timestamp`).
+"""
+
+from __future__ import annotations
+
+import json
+import numbers
+from collections.abc import Callable, Sequence
+from datetime import datetime, timezone
+from typing import Any
+
+from dse.records.choices import RUN_STATUSES
+
+Run = Callable[[str, dict[str, Any]], tuple[Sequence[str], list[tuple]]]
+
+EXPERIMENTS = "SELECT id, name, hypothesis, status, workload_recipe, created_at FROM experiment ORDER BY id"
+CANDIDATES_PER_EXPERIMENT = "SELECT experiment_id, count(*) FROM candidate GROUP BY experiment_id"
+# A candidate's outcome: candidate_run's "outcome" row (kept by triggers on run, 0011).
+OUTCOMES = ("SELECT experiment_id, status, count(*) FROM candidate_run WHERE role = 'outcome'{also} "
+            "GROUP BY experiment_id, status")
+EMULATED_PER_EXPERIMENT = (
+    "SELECT c.experiment_id, count(DISTINCT r.candidate_id) FROM run r JOIN candidate c ON r.candidate_id = c.id "
+    "WHERE r.stage = 'emulator' AND r.status = 'ok' GROUP BY c.experiment_id")
+DECISIONS_PER_EXPERIMENT = "SELECT experiment_id, count(*) FROM decision WHERE kind = 'decision' GROUP BY experiment_id"
+NOTES_PER_EXPERIMENT = "SELECT experiment_id, count(*) FROM note GROUP BY experiment_id"
+# Each experiment's latest decision of a kind (a person's decision, or a sweep's proposal).
+LATEST_DECISIONS = (
+    "SELECT d.experiment_id, d.verdict, d.candidate_id FROM decision d JOIN "
+    "(SELECT max(id) AS decision_id FROM decision WHERE kind = :kind GROUP BY experiment_id) latest "
+    "ON d.id = latest.decision_id")
+DECISIONS = (
+    "SELECT d.id, d.experiment_id, e.name AS experiment, d.kind, d.verdict, d.rationale, d.author, d.created_at, "
+    "CAST(d.evidence AS TEXT) AS evidence, d.candidate_id, c.experiment_id AS candidate_experiment_id, "
+    "CAST(d.evidence_kinds AS TEXT) AS evidence_kinds, d.override, CAST(d.checks AS TEXT) AS checks "
+    "FROM decision d JOIN experiment e ON d.experiment_id = e.id LEFT OUTER JOIN candidate c ON d.candidate_id = c.id"
+    "{where} ORDER BY d.id")
+NOTES = ("SELECT n.id, n.experiment_id, e.name AS experiment, n.kind, n.text, n.author, n.created_at "
+         "FROM note n JOIN experiment e ON n.experiment_id = e.id{where} ORDER BY n.id")
+LINKS = ("SELECT l.id, l.experiment_id, e.name AS experiment, l.relation, l.other_id, o.name AS other, l.reason, "
+         "l.created_at FROM experiment_link l JOIN experiment e ON l.experiment_id = e.id "
+         "JOIN experiment o ON l.other_id = o.id{where} ORDER BY l.id")
+
+
+def timestamp(value: Any) -> datetime | None:
+    """A stored timestamp as an aware UTC datetime: SQLite's text (UTC, as SQLAlchemy writes
+    it and reads it back, with `fromisoformat`), or PostgreSQL's aware datetime as it is."""
+    if isinstance(value, str):
+        value = datetime.fromisoformat(value)
+    if value is None or value.tzinfo is not None:
+        return value
+    return value.replace(tzinfo=timezone.utc)
+
+
+def _dicts(run: Run, sql: str, params: dict[str, Any] | None = None, *times: str) -> list[dict[str, Any]]:
+    columns, rows = run(sql, params or {})
+    out = [dict(zip(columns, row)) for row in rows]
+    for row in out:
+        for column in times:
+            row[column] = timestamp(row[column])
+    return out
+
+
+def _counts(run: Run, sql: str, params: dict[str, Any] | None = None) -> dict:
+    """{key: count} of rows (key..., count): the key one column, or a tuple of several."""
+    return {(row[0] if len(row) == 2 else tuple(row[:-1])): int(row[-1]) for row in run(sql, params or {})[1]}
+
+
+def experiment_summaries(run: Run) -> list[dict[str, Any]]:
+    """One dict per experiment, by id: its row's id, name, hypothesis, status,
+    workload_recipe, created_at; n_candidates; n_<status> for every run status (candidates
+    by outcome); n_emulated (candidates with an ok emulator run); n_decisions (people's);
+    n_notes; proposed_verdict (the sweep's latest); latest_verdict and latest_candidate_id
+    (the latest person's decision)."""
+    rows = _dicts(run, EXPERIMENTS, None, "created_at")
+    n_candidates = _counts(run, CANDIDATES_PER_EXPERIMENT)
+    run_counts: dict[int, dict[str, int]] = {}
+    for (experiment_id, status), n in outcome_counts(run).items():
+        run_counts.setdefault(experiment_id, {})[status] = n
+    emulated = _counts(run, EMULATED_PER_EXPERIMENT)
+    n_decisions = _counts(run, DECISIONS_PER_EXPERIMENT)
+    n_notes = _counts(run, NOTES_PER_EXPERIMENT)
+    proposals = {e: verdict for e, verdict, _ in run(LATEST_DECISIONS, {"kind": "proposal"})[1]}
+    verdicts = {e: (verdict, candidate) for e, verdict, candidate in run(LATEST_DECISIONS, {"kind": "decision"})[1]}
+    for row in rows:
+        row["n_candidates"] = n_candidates.get(row["id"], 0)
+        counts = run_counts.get(row["id"], {})
+        for status in RUN_STATUSES:
+            row[f"n_{status}"] = counts.get(status, 0)
+        row["n_emulated"] = emulated.get(row["id"], 0)
+        row["n_decisions"] = n_decisions.get(row["id"], 0)
+        row["n_notes"] = n_notes.get(row["id"], 0)
+        row["proposed_verdict"] = proposals.get(row["id"])
+        row["latest_verdict"], row["latest_candidate_id"] = verdicts.get(row["id"], (None, None))
+    return rows
+
+
+def outcome_counts(run: Run, experiment_id: int | None = None) -> dict[tuple[int, str], int]:
+    """{(experiment id, status): candidates}: candidates (not runs) by outcome, of every
+    experiment or of one. A candidate's outcome is the status of its latest run, except
+    that a "pruned" run (not taken further) leaves the earlier outcome standing; a
+    candidate without runs is not counted. Counted from candidate_run's index alone."""
+    if experiment_id is None:
+        return _counts(run, OUTCOMES.format(also=""))
+    return _counts(run, OUTCOMES.format(also=" AND experiment_id = :experiment_id"), {"experiment_id": experiment_id})
+
+
+def decision_rows(run: Run, experiment_id: int | None = None) -> list[dict[str, Any]]:
+    """Decisions (people's) and proposals (a sweep's) in the order made, of every
+    experiment or of one: JSON columns as their text, created_at an aware UTC datetime, a
+    missing candidate None; `candidate_experiment_id` is the experiment of the candidate
+    named, which may be another than the one decided."""
+    return _dicts(run, *_of(DECISIONS, "d.experiment_id = :experiment_id", experiment_id), "created_at")
+
+
+def notes(run: Run, experiment_id: int | None = None) -> list[dict[str, Any]]:
+    """Notes added to experiments after the fact, oldest first: id, experiment_id,
+    experiment, kind, text, author, created_at."""
+    return _dicts(run, *_of(NOTES, "n.experiment_id = :experiment_id", experiment_id), "created_at")
+
+
+def links(run: Run, experiment_id: int | None = None) -> list[dict[str, Any]]:
+    """How experiments build on each other, oldest first: id, experiment_id, experiment,
+    relation (follows / reopens), other_id, other, reason, created_at. With an experiment,
+    the links from it and to it."""
+    where = "l.experiment_id = :experiment_id OR l.other_id = :experiment_id"
+    return _dicts(run, *_of(LINKS, where, experiment_id), "created_at")
+
+
+def _of(sql: str, condition: str, experiment_id: int | None) -> tuple[str, dict[str, Any]]:
+    """`sql` for every experiment, or with `condition` on one."""
+    if experiment_id is None:
+        return sql.format(where=""), {}
+    return sql.format(where=f" WHERE {condition}"), {"experiment_id": int(experiment_id)}
+
+
+# ---- one experiment -----------------------------------------------------------------------
+
+EXPERIMENT_BY_NAME = "SELECT id FROM experiment WHERE name = :name"
+EXPERIMENT_BY_ID = "SELECT id FROM experiment WHERE id = :id"
+EXPERIMENT = (
+    "SELECT id, name, hypothesis, status, CAST(acceptance AS TEXT) AS acceptance, workload_recipe, workload_hash, "
+    "baseline_candidate_id, spec_text, spec_hash, limitations, open_questions, created_at, "
+    "CAST(workload AS TEXT) AS workload FROM experiment WHERE id = :id")
+_EXPERIMENT_JSON = ("acceptance", "workload")
+# The candidates of an experiment, by id, with their latest run (of a stage: candidate_run's
+# row of that role) as candidate_run holds it: one key probe a candidate into narrow rows.
+CANDIDATES = (
+    "SELECT c.id, c.hash, c.origin{full}, CAST(c.diff AS TEXT) AS diff{created}, c.why, c.notes, "
+    "cr.run_id, cr.stage, cr.status, cr.reason FROM candidate c LEFT OUTER JOIN candidate_run cr "
+    "ON cr.candidate_id = c.id AND cr.role = :role WHERE c.experiment_id = :experiment_id ORDER BY c.id{limit}")
+LATEST_STATUSES = ("SELECT status, count(*), min(candidate_id) FROM candidate_run "
+                   "WHERE experiment_id = :experiment_id AND role = 'latest' GROUP BY status")
+CANDIDATE_COUNT = "SELECT count(*) FROM candidate WHERE experiment_id = :experiment_id"
+FIRST_NOT_RUN = (
+    "SELECT min(c.id) FROM candidate c WHERE c.experiment_id = :experiment_id AND NOT EXISTS "
+    "(SELECT 1 FROM candidate_run cr WHERE cr.candidate_id = c.id AND cr.role = 'latest')")
+ARTIFACTS = ("SELECT a.id, a.experiment_id, r.candidate_id, a.run_id, a.role, a.media_type, a.name, a.sha256, "
+             "a.size, a.created_at FROM artifact a LEFT OUTER JOIN run r ON a.run_id = r.id{where} ORDER BY a.id")
+
+
+def experiment_id(run: Run, name_or_id: str | int) -> int | None:
+    """The id of the experiment named by its name or id (also an id typed as text), or None."""
+    if isinstance(name_or_id, numbers.Integral) and not isinstance(name_or_id, bool):
+        found = run(EXPERIMENT_BY_ID, {"id": int(name_or_id)})[1]
+    elif isinstance(name_or_id, str):
+        found = run(EXPERIMENT_BY_NAME, {"name": name_or_id})[1]
+        if not found and name_or_id.strip().isdigit():  # an id typed on a command line
+            found = run(EXPERIMENT_BY_ID, {"id": int(name_or_id)})[1]
+    else:
+        raise TypeError(f"an experiment is named by a str or an int id, not {name_or_id!r}")
+    return found[0][0] if found else None
+
+
+def experiment(run: Run, experiment_id: int) -> dict[str, Any]:
+    """The experiment's row as a dict: JSON columns as Python values, created_at aware UTC."""
+    (row,) = _dicts(run, EXPERIMENT, {"id": experiment_id}, "created_at")
+    for column in _EXPERIMENT_JSON:
+        row[column] = None if row[column] is None else json.loads(row[column])
+    return row
+
+
+def candidates(run: Run, experiment_id: int, role: str = "latest", lean: bool = False,
+               limit: int | None = None) -> tuple[Sequence[str], list[tuple]]:
+    """(columns, rows): an experiment's candidates by id (the first `limit`), each with
+    candidate_run's row of `role` (its latest run, or its latest of a stage): id, hash,
+    origin, config, mapping, diff, created_at, why, notes, run_id, stage, status, reason.
+    JSON columns as their text; `lean`: without config, mapping and created_at."""
+    sql = CANDIDATES.format(
+        full="" if lean else ", CAST(c.config AS TEXT) AS config, CAST(c.mapping AS TEXT) AS mapping",
+        created="" if lean else ", c.created_at", limit="" if limit is None else " LIMIT :limit")
+    params: dict[str, Any] = {"role": role, "experiment_id": experiment_id}
+    if limit is not None:
+        params["limit"] = int(limit)
+    return run(sql, params)
+
+
+def latest_status_counts(run: Run, experiment_id: int) -> list[tuple[str, int]]:
+    """[(status, candidates)]: an experiment's candidates by the status of their latest run
+    ("not run" for those without one), most first, a tie in the order each status first
+    occurs by candidate id (as pandas' value_counts orders `candidates()["status"]`).
+    From candidate_run's index alone, without reading the candidates."""
+    params = {"experiment_id": experiment_id}
+    counted = [(status, int(n), first) for status, n, first in run(LATEST_STATUSES, params)[1]]
+    not_run = int(run(CANDIDATE_COUNT, params)[1][0][0]) - sum(n for _, n, _ in counted)
+    if not_run:
+        counted.append(("not run", not_run, run(FIRST_NOT_RUN, params)[1][0][0]))
+    return [(status, n) for status, n, _ in sorted(counted, key=lambda c: (-c[1], c[2]))]
+
+
+def artifacts(run: Run, experiment_id: int | None = None, run_id: int | None = None) -> list[dict[str, Any]]:
+    """Evidence files' rows, by id, with the candidate of their run: of every experiment, of
+    one, and/or of one run; created_at aware UTC."""
+    conditions, params = [], {}
+    if experiment_id is not None:
+        conditions.append("a.experiment_id = :experiment_id")
+        params["experiment_id"] = int(experiment_id)
+    if run_id is not None:
+        conditions.append("a.run_id = :run_id")
+        params["run_id"] = int(run_id)
+    where = " WHERE " + " AND ".join(conditions) if conditions else ""
+    return _dicts(run, ARTIFACTS.format(where=where), params, "created_at")
