@@ -16,15 +16,43 @@ import numpy as np
 _I32_MIN, _I32_MAX = -(2 ** 31), 2 ** 31 - 1
 
 
-def int_product(a: np.ndarray, b_t: np.ndarray) -> np.ndarray:
-    """``a @ b_t.T`` for int8 ``a`` (M x K) and ``b_t`` (N x K), exact, as int32.
+# int8 x int8 products are at most 2**14 in magnitude: a float32 sum of up to this many of
+# them (any order) stays below 2**24, where every integer is a float32.
+FP32_EXACT_TERMS = 1024
 
-    Every partial sum is an integer of magnitude <= 2**14 * K, so fp32 arithmetic is exact
-    for K <= 1024 and fp64 for larger K (<= 4095 by the ISA): any summation order gives the
-    exact integer, and BLAS is far faster than numpy's integer matmul.
+
+def int_product(a: np.ndarray, b_t: np.ndarray) -> np.ndarray:
+    """``a @ b_t.T`` for int8 ``a`` (M x K) and ``b_t`` (N x K), exact, as int32 (wrapped
+    to 32 bits when K is long enough to overflow: the matrix Ball's accumulator)."""
+    return int_product_of_pieces([a], [b_t])
+
+
+def int_product_of_pieces(a_pieces: list[np.ndarray], b_pieces: list[np.ndarray]) -> np.ndarray:
+    """``[A1 .. An] @ [B1 .. Bn].T`` for int8 pieces ``Ai`` (M x Ki) and ``Bi`` (N x Ki),
+    exact, wrapped to int32 (two's complement), without joining the pieces as int8.
+
+    The operands are cast to float32 once (joined in the same pass) and multiplied in
+    slices of `FP32_EXACT_TERMS` columns, so each slice's BLAS product is the exact
+    integer; the slices are summed in int32, whose wraparound gives the same bits as the
+    exact sum wrapped once. float32 BLAS is several times faster than numpy's integer
+    matmul and about twice float64's, at half its memory.
     """
-    ft = np.float32 if a.shape[1] <= 1024 else np.float64
-    return np.matmul(a.astype(ft), b_t.astype(ft).T).astype(np.int32)
+    k = sum(x.shape[1] for x in a_pieces)
+    a = (a_pieces[0].astype(np.float32) if len(a_pieces) == 1
+         else np.concatenate(a_pieces, axis=1, dtype=np.float32))
+    b = (b_pieces[0].astype(np.float32) if len(b_pieces) == 1
+         else np.concatenate(b_pieces, axis=1, dtype=np.float32))
+    if k <= FP32_EXACT_TERMS:
+        return np.matmul(a, b.T).astype(np.int32)
+    out = None
+    for start in range(0, k, FP32_EXACT_TERMS):
+        end = min(start + FP32_EXACT_TERMS, k)
+        part = np.matmul(a[:, start:end], b[:, start:end].T).astype(np.int32)
+        if out is None:
+            out = part
+        else:
+            out += part  # int32 arrays wrap silently
+    return out
 
 
 def matmul(a: np.ndarray, b_t: np.ndarray, c: np.ndarray | None) -> np.ndarray:
