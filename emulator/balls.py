@@ -31,28 +31,18 @@ def int_product_of_pieces(a_pieces: list[np.ndarray], b_pieces: list[np.ndarray]
     """``[A1 .. An] @ [B1 .. Bn].T`` for int8 pieces ``Ai`` (M x Ki) and ``Bi`` (N x Ki),
     exact, wrapped to int32 (two's complement), without joining the pieces as int8.
 
-    The operands are cast to float32 once (joined in the same pass) and multiplied in
-    slices of `FP32_EXACT_TERMS` columns, so each slice's BLAS product is the exact
-    integer; the slices are summed in int32, whose wraparound gives the same bits as the
-    exact sum wrapped once. float32 BLAS is several times faster than numpy's integer
-    matmul and about twice float64's, at half its memory.
+    One BLAS product of the operands cast to floats (joined in the same pass): float32 up
+    to `FP32_EXACT_TERMS` terms, float64 beyond (exact for any K the ISA allows), whose
+    integer result is wrapped by the int64 -> int32 cast. One call rather than float32
+    slices summed in int32: on a loaded machine every multithreaded BLAS call waits for its
+    threads, and a chain's slices were measured slower than one float64 call.
     """
     k = sum(x.shape[1] for x in a_pieces)
-    a = (a_pieces[0].astype(np.float32) if len(a_pieces) == 1
-         else np.concatenate(a_pieces, axis=1, dtype=np.float32))
-    b = (b_pieces[0].astype(np.float32) if len(b_pieces) == 1
-         else np.concatenate(b_pieces, axis=1, dtype=np.float32))
-    if k <= FP32_EXACT_TERMS:
-        return np.matmul(a, b.T).astype(np.int32)
-    out = None
-    for start in range(0, k, FP32_EXACT_TERMS):
-        end = min(start + FP32_EXACT_TERMS, k)
-        part = np.matmul(a[:, start:end], b[:, start:end].T).astype(np.int32)
-        if out is None:
-            out = part
-        else:
-            out += part  # int32 arrays wrap silently
-    return out
+    ft = np.float32 if k <= FP32_EXACT_TERMS else np.float64
+    a = a_pieces[0].astype(ft) if len(a_pieces) == 1 else np.concatenate(a_pieces, axis=1, dtype=ft)
+    b = b_pieces[0].astype(ft) if len(b_pieces) == 1 else np.concatenate(b_pieces, axis=1, dtype=ft)
+    p = np.matmul(a, b.T)
+    return p.astype(np.int32) if ft is np.float32 else p.astype(np.int64).astype(np.int32)
 
 
 def matmul(a: np.ndarray, b_t: np.ndarray, c: np.ndarray | None) -> np.ndarray:
