@@ -16,15 +16,33 @@ import numpy as np
 _I32_MIN, _I32_MAX = -(2 ** 31), 2 ** 31 - 1
 
 
-def int_product(a: np.ndarray, b_t: np.ndarray) -> np.ndarray:
-    """``a @ b_t.T`` for int8 ``a`` (M x K) and ``b_t`` (N x K), exact, as int32.
+# int8 x int8 products are at most 2**14 in magnitude: a float32 sum of up to this many of
+# them (any order) stays below 2**24, where every integer is a float32.
+FP32_EXACT_TERMS = 1024
 
-    Every partial sum is an integer of magnitude <= 2**14 * K, so fp32 arithmetic is exact
-    for K <= 1024 and fp64 for larger K (<= 4095 by the ISA): any summation order gives the
-    exact integer, and BLAS is far faster than numpy's integer matmul.
+
+def int_product(a: np.ndarray, b_t: np.ndarray) -> np.ndarray:
+    """``a @ b_t.T`` for int8 ``a`` (M x K) and ``b_t`` (N x K), exact, as int32 (wrapped
+    to 32 bits when K is long enough to overflow: the matrix Ball's accumulator)."""
+    return int_product_of_pieces([a], [b_t])
+
+
+def int_product_of_pieces(a_pieces: list[np.ndarray], b_pieces: list[np.ndarray]) -> np.ndarray:
+    """``[A1 .. An] @ [B1 .. Bn].T`` for int8 pieces ``Ai`` (M x Ki) and ``Bi`` (N x Ki),
+    exact, wrapped to int32 (two's complement), without joining the pieces as int8.
+
+    One BLAS product of the operands cast to floats (joined in the same pass): float32 up
+    to `FP32_EXACT_TERMS` terms, float64 beyond (exact for any K the ISA allows), whose
+    integer result is wrapped by the int64 -> int32 cast. One call rather than float32
+    slices summed in int32: on a loaded machine every multithreaded BLAS call waits for its
+    threads, and a chain's slices were measured slower than one float64 call.
     """
-    ft = np.float32 if a.shape[1] <= 1024 else np.float64
-    return np.matmul(a.astype(ft), b_t.astype(ft).T).astype(np.int32)
+    k = sum(x.shape[1] for x in a_pieces)
+    ft = np.float32 if k <= FP32_EXACT_TERMS else np.float64
+    a = a_pieces[0].astype(ft) if len(a_pieces) == 1 else np.concatenate(a_pieces, axis=1, dtype=ft)
+    b = b_pieces[0].astype(ft) if len(b_pieces) == 1 else np.concatenate(b_pieces, axis=1, dtype=ft)
+    p = np.matmul(a, b.T)
+    return p.astype(np.int32) if ft is np.float32 else p.astype(np.int64).astype(np.int32)
 
 
 def matmul(a: np.ndarray, b_t: np.ndarray, c: np.ndarray | None) -> np.ndarray:

@@ -294,28 +294,16 @@ class Machine:
 
         A chain is consecutive matmuls into one C region (same base row, M, N): the first
         sets or accumulates, the rest accumulate. Their sum is one exact product of the
-        concatenated operands, ``[A1 .. An] @ [B1 .. Bn].T`` (exact in fp32 up to a total K
-        of 1024, else fp64), added to C in int64 and wrapped to int32 - the same bits as
-        applying the ops one by one with int32 wraparound.
+        concatenated operands, ``[A1 .. An] @ [B1 .. Bn].T`` (`balls.int_product_of_pieces`:
+        exact, wrapped to int32), added to C in int32 - the same bits as applying the ops one
+        by one with int32 wraparound.
         """
         chains, e.pending = e.pending, None
         for c_start, M, N, acc, alist, blist in chains:
-            a = alist[0].view(_I8).reshape(M, -1) if len(alist) == 1 else np.concatenate(
-                [x.view(_I8).reshape(M, -1) for x in alist], axis=1)
-            b = blist[0].view(_I8).reshape(N, -1) if len(blist) == 1 else np.concatenate(
-                [x.view(_I8).reshape(N, -1) for x in blist], axis=1)
-            if a.shape[1] <= 1024:
-                p = B.int_product(a, b)
-            else:
-                p = np.matmul(a.astype(np.float64), b.astype(np.float64).T).astype(np.int64)
-                if acc:
-                    p = p + self._raw_read(e, c_start, M * N * 4).view(_I32).reshape(M, N)
-                p = ((p + (1 << 31)) % (1 << 32) - (1 << 31)).astype(_I32)
-                self._raw_write(e, c_start, p, M * N * 4)
-                continue
+            p = B.int_product_of_pieces([x.view(_I8).reshape(M, -1) for x in alist],
+                                        [x.view(_I8).reshape(N, -1) for x in blist])
             if acc:
-                with np.errstate(over="ignore"):
-                    p = self._raw_read(e, c_start, M * N * 4).view(_I32).reshape(M, N) + p
+                p += self._raw_read(e, c_start, M * N * 4).view(_I32).reshape(M, N)  # int32 wraps
             self._raw_write(e, c_start, p, M * N * 4)
 
     def _flush_all(self) -> None:

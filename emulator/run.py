@@ -61,7 +61,13 @@ class Result:
     cycles: int = 0  # the chip's emulated cycles (also counters.value("cycles"))
 
 
-def _image(program: Program, dram) -> np.ndarray:
+def _image(program: Program, dram, in_place: bool = False) -> np.ndarray:
+    if in_place:
+        if not (isinstance(dram, np.ndarray) and dram.dtype == np.uint8 and dram.ndim == 1
+                and dram.flags.writeable and dram.flags.c_contiguous):
+            raise ProgramError("in_place=True takes the DRAM image itself: a writeable, contiguous 1-D uint8 "
+                               f"array (got {type(dram).__name__})")
+        return dram
     if dram is None:
         return program.image()
     if isinstance(dram, Mapping):
@@ -76,7 +82,7 @@ def _image(program: Program, dram) -> np.ndarray:
 
 
 def run(program: Program, chip, dram: Any = None, *, mode: str = "overlapped", trace: bool = False,
-        functional: bool = True) -> Result:
+        functional: bool = True, in_place: bool = False) -> Result:
     """Run `program` on `chip` with DRAM image `dram`.
 
     `dram` is a 1-D uint8 array (or bytes) - the whole image, copied, never modified - or a
@@ -84,12 +90,14 @@ def run(program: Program, chip, dram: Any = None, *, mode: str = "overlapped", t
     ``program.dram_bytes``), or None (a zero image). `mode` is ``"overlapped"`` or
     ``"serial"`` (see :mod:`emulator.timing`). ``trace=True`` collects NDJSON traces.
     ``functional=False`` skips the arithmetic (outputs are then meaningless) but keeps every
-    check and the timing.
+    check and the timing. ``in_place=True`` runs on `dram` itself (a writeable 1-D uint8
+    array), not a copy, for a caller that needs the initial image no more: a real layer's
+    image is gigabytes, and a copy would also make every page of its zero part resident.
     """
     if mode not in MODES:
         raise ValueError(f"mode must be one of {MODES}, got {mode!r}")
     t0 = time.perf_counter()
-    img = _image(program, dram)
+    img = _image(program, dram, in_place)
     machine = Machine(chip, program, img, functional=functional, trace=trace)
     t1 = time.perf_counter()
     machine.run()

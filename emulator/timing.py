@@ -56,7 +56,7 @@ the functional model is in program order either way).
 from __future__ import annotations
 
 import heapq
-from bisect import bisect_right
+from bisect import bisect_left, bisect_right
 from collections import deque
 
 import numpy as np
@@ -276,6 +276,73 @@ def run_serial(records, chip, trace=None, op_names=None) -> list[CoreTimes]:
 
 
 # ------------------------------------------------------------------------------ overlapped
+# A run of at least this many bursts is checked against the bus as one numpy search.
+BURST_RUN = 8
+
+
+def _bursts_one_in_flight(bus: Bus, req: int, groups, L: int, bpb: float) -> int:
+    """The end of a transfer's bursts with one burst in flight (``k == 1``), from `req`,
+    the first request; the bus intervals reserved as the one-burst-at-a-time loop does.
+
+    Burst j is requested when burst j - 1's last beat arrives; its data is due ``L`` later
+    and takes the bus's first free gap of its occupancy from then on (`Bus.alloc`). Until
+    a burst meets an interval already reserved, the bursts follow the nominal schedule
+    ``t + j * (beats + L)``: a run of them is checked against the reserved intervals in its
+    window with one search, and reserved at once (touching intervals are not merged, which
+    no first-fit answer can tell); the first that meets one takes the scalar path."""
+    bs, be = bus.starts, bus.ends
+    end = None
+    for count, bbeats in groups:
+        occ = max(1, int(-(-bbeats * bpb // 1)))
+        step = bbeats + L
+        j = 0
+        while j < count:
+            t = req + L
+            n = count - j
+            if n >= BURST_RUN and step > occ:
+                last = t + (n - 1) * step + occ  # the end of the run's last interval
+                lo, hi = bisect_right(be, t), bisect_left(bs, last)
+                nominal = range(t, t + n * step, step)
+                if lo >= hi:
+                    run = n
+                else:
+                    s, e = np.array(bs[lo:hi]), np.array(be[lo:hi])
+                    starts = np.arange(t, t + n * step, step, dtype=np.int64)
+                    idx = np.searchsorted(e, starts, side="right")  # the first interval ending after each
+                    inside = idx < len(s)
+                    clash = np.zeros(n, dtype=bool)
+                    clash[inside] = s[idx[inside]] < starts[inside] + occ
+                    run = int(np.argmax(clash)) if clash.any() else n
+                if run:
+                    new_s = nominal[:run]
+                    new_e = range(t + occ, t + occ + run * step, step)
+                    if lo >= hi:
+                        bs[lo:lo] = new_s
+                        be[lo:lo] = new_e
+                    else:  # between reserved intervals of the window, none of which they meet
+                        all_s = np.concatenate((s, np.asarray(new_s, dtype=np.int64)))
+                        all_e = np.concatenate((e, np.asarray(new_e, dtype=np.int64)))
+                        order = np.argsort(all_s, kind="stable")
+                        bs[lo:hi] = all_s[order].tolist()
+                        be[lo:hi] = all_e[order].tolist()
+                    bus.busy += run * occ
+                    end = req = new_s[-1] + bbeats
+                    j += run
+                    continue
+            if not be or t > be[-1]:  # the bus is free from t on
+                bs.append(t)
+                be.append(t + occ)
+                bus.busy += occ
+            elif t == be[-1]:
+                be[-1] = t + occ
+                bus.busy += occ
+            else:
+                t = bus.alloc(t, occ)
+            end = req = t + bbeats
+            j += 1
+    return end
+
+
 def _fits(res: list, cap: int, t: int, end: int) -> bool:
     """Whether the pool's use stays <= cap over [t, end) (use only rises at starts)."""
     u = 0
@@ -551,6 +618,14 @@ def _core_proc(cid, recs, chip, times: CoreTimes, tile: Tile, bus: Bus, solo: bo
                 C = S + nb * L + beats
                 slots[0] = C
                 bus.busy += int(-(-beats * bpb // 1))
+            elif k == 1:
+                last_end = _bursts_one_in_flight(bus, slots[0] if slots[0] > S else S, groups, L, bpb)
+                if last_end is None:
+                    C = S
+                else:
+                    C = slots[0] = last_end
+                if C - S > lat - extra_lat:
+                    bus_wait += C - S - (lat - extra_lat)
             else:
                 req = S
                 end_max = S

@@ -105,8 +105,8 @@ def test_matmul_base_rows_and_multi_col_operands(toy):
     assert not r.outputs["c"][:2].any()
 
 
-def test_matmul_large_k_uses_exact_fp64_path(toy):
-    M, N, K = 16, 16, 2048  # total K > 1024: fp32 would not be exact for adversarial values
+def test_matmul_large_k_is_exact(toy):
+    M, N, K = 16, 16, 2048  # total K > 1024: one fp32 product would not be exact for adversarial values
     a = np.full((M, K), -128, dtype=np.int8)
     bt = np.full((N, K), -128, dtype=np.int8)
     a[0, 0] = 127
@@ -116,6 +116,33 @@ def test_matmul_large_k_uses_exact_fp64_path(toy):
                    outputs={"c": Region(2 * M * K, (M, N), "int32")})
     r = run(prog, toy, {"a": a, "b": bt})
     assert np.array_equal(r.outputs["c"], a.astype(np.int64) @ bt.T.astype(np.int64))
+
+
+@pytest.mark.parametrize("widths", [[16], [1024], [1040], [512, 512, 16], [4095, 4095, 4095, 3], [48] * 40])
+def test_product_of_pieces_is_the_exact_product_of_the_joined_operands(widths):
+    from emulator.balls import int_product_of_pieces
+
+    rng = np.random.default_rng(len(widths) + sum(widths))
+    M, N = 5, 3
+    a = [rng.integers(-128, 128, (M, k), dtype=np.int8) for k in widths]
+    b = [rng.integers(-128, 128, (N, k), dtype=np.int8) for k in widths]
+    a[0][0], b[0][0] = -128, -128  # row 0 x row 0: the largest products, one sign
+    a[-1][1], b[-1][1] = 127, -128
+    exact = np.concatenate(a, axis=1).astype(np.int64) @ np.concatenate(b, axis=1).astype(np.int64).T
+    got = int_product_of_pieces(a, b)
+    assert got.dtype == np.int32 and np.array_equal(got, exact)
+
+
+def test_product_of_pieces_wraps_like_the_int32_accumulator():
+    from emulator.balls import int_product_of_pieces
+
+    k = 140_000  # 128 * 128 * k > 2**31: the exact sum overflows int32
+    a = [np.full((2, 4000), -128, dtype=np.int8) for _ in range(k // 4000)]
+    b = [np.full((2, 4000), -128, dtype=np.int8) for _ in range(k // 4000)]
+    b[0][1] = 127
+    exact = np.concatenate(a, axis=1).astype(np.int64) @ np.concatenate(b, axis=1).astype(np.int64).T
+    assert exact.max() > 2 ** 31  # the case is the one it says
+    assert np.array_equal(int_product_of_pieces(a, b), wrap32(exact))
 
 
 def test_tiled_matmul_program_bitwise_on_one_and_four_cores(toy, goban):
@@ -497,3 +524,22 @@ def test_functional_off_keeps_checks_and_timing(toy):
     assert [x.value for x in on.counters if x.scope != "host"] == [x.value for x in off.counters if x.scope != "host"]
     with pytest.raises(ExecutionError):
         run(Program([[Mvin(0, 0, 1)]], dram_bytes=64), toy, None, functional=False)
+
+
+def test_a_run_in_place_writes_the_image_it_is_given_and_counts_the_same(toy):
+    M, N, K, t = 64, 64, 64, (32, 16, 32)
+    prog = tiled_matmul(M, N, K, *t, cores=1, layout="rowmajor")
+    _, _, vals = matmul_inputs(M, N, K, *t, layout="rowmajor", seed=3)
+    image = prog.image(vals)
+    initial = image.copy()
+    copied = run(prog, toy, image)
+    assert np.array_equal(image, initial) and copied.dram is not image  # the default never writes its input
+    in_place = run(prog, toy, image, in_place=True)
+    assert in_place.dram is image and not np.array_equal(image, initial)
+    assert np.array_equal(in_place.dram, copied.dram)
+    assert in_place.cycles == copied.cycles
+    assert [r for r in in_place.counters.rows() if not r["name"].startswith("host_")] == \
+        [r for r in copied.counters.rows() if not r["name"].startswith("host_")]
+    for bad in (bytes(initial), initial.astype(np.int16), initial[::2]):
+        with pytest.raises(ProgramError, match="in_place=True takes the DRAM image itself"):
+            run(prog, toy, bad, in_place=True)

@@ -211,3 +211,47 @@ def test_shared_memory_adds_its_latency(mode):
     prog = Program([[Mvin(shared, 0, 4)]], dram_bytes=64)
     base = 100 + 4 + g.shared_memory.latency_cycles  # 64-byte bursts: 1 burst
     assert cycles(prog, g, mode).cycles == base + (1 if mode == "overlapped" else 0)
+
+
+def _merged(starts, ends):
+    out = []
+    for s, e in zip(starts, ends):
+        if out and out[-1][1] == s:
+            out[-1][1] = e
+        else:
+            out.append([s, e])
+    return out
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_a_run_of_bursts_reserves_the_bus_as_one_burst_at_a_time_does(seed):
+    """`_bursts_one_in_flight` (runs of bursts checked at once) against the plain loop:
+    each burst requested when the previous one ends, data due L later, first free gap."""
+    from emulator.timing import Bus, _bursts_one_in_flight
+
+    rng = np.random.default_rng(seed)
+    L, bpb = 100, [1.0, 0.25, 0.5, 2.0, 0.25, 1.0][seed]
+    for trial in range(30):
+        reserved = Bus()
+        t = int(rng.integers(0, 500))
+        for _ in range(int(rng.integers(0, 60))):  # other cores' bursts: sorted, disjoint, some touching
+            t += int(rng.integers(0, 300))
+            n = int(rng.integers(1, 80))
+            reserved.alloc(t, n)
+            t += n
+        groups = [(int(rng.integers(0, 40)), int(rng.integers(1, 80))) for _ in range(int(rng.integers(1, 4)))]
+        req = int(rng.integers(0, 2000))
+        fast, plain = Bus(), Bus()
+        for bus in (fast, plain):
+            bus.starts, bus.ends, bus.busy = list(reserved.starts), list(reserved.ends), reserved.busy
+        got = _bursts_one_in_flight(fast, req, groups, L, bpb)
+        want, r = None, req
+        for count, beats in groups:
+            occ = max(1, int(-(-beats * bpb // 1)))
+            for _ in range(count):
+                want = r = plain.alloc(r + L, occ) + beats
+        assert got == want, (seed, trial)
+        assert fast.busy == plain.busy
+        assert _merged(fast.starts, fast.ends) == _merged(plain.starts, plain.ends)
+        assert all(s < e for s, e in zip(fast.starts, fast.ends))
+        assert all(e <= s for e, s in zip(fast.ends, fast.starts[1:]))  # sorted, disjoint

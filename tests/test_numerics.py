@@ -161,3 +161,48 @@ def test_max_error_in_slices_is_the_whole_tensors(monkeypatch):
     got[0, 0] = np.nan
     assert numerics._err(got, want) == float("inf")
     assert numerics._err(np.zeros(0, np.int8), np.zeros(0, np.int8)) == 0.0
+
+
+def test_compare_gives_equal_bits_the_error_the_slices_give():
+    """A bit-equal tensor skips `_err`'s float64 pass: its error must still be what `_err`
+    says (0, or inf where a NaN sits), and a differing one is measured."""
+    import numpy as np
+
+    from dse import numerics
+
+    pipe = run_pipeline("mlp", SMALL["mlp"])
+    graph = pipe.graph
+    reference = {k: v.numpy().copy() for k, v in graph.trace(*pipe.inputs).items()}
+    got = {k: v.copy() for k, v in reference.items()}
+    floats = [op.outputs[0] for op in graph.ops if reference[op.outputs[0]].dtype.kind == "f"]
+    ints = [op.outputs[0] for op in graph.ops if reference[op.outputs[0]].dtype.kind == "i"]
+    assert floats and len(ints) >= 2
+    got[floats[0]].reshape(-1)[0] = reference[floats[0]].reshape(-1)[0] = np.nan  # equal bits, a NaN
+    got[ints[1]].reshape(-1)[0] += 3  # differs
+
+    class Lowered:
+        fused = frozenset()
+
+        def read(self, image, name):
+            return got[name]
+
+    v = numerics.compare(graph, Lowered(), None, reference, None, 1e-5, "quantized")
+    errors = {c.name: c.max_abs_error for c in v.ops}
+    by_name = {op.outputs[0]: op.name for op in graph.ops}
+    for name in (floats[0], ints[0], ints[1]):
+        assert errors[by_name[name]] == numerics._err(got[name], reference[name])
+    assert errors[by_name[floats[0]]] == float("inf") and errors[by_name[ints[0]]] == 0.0
+    assert errors[by_name[ints[1]]] == 3.0 and not v.integer_bit_exact
+    assert v.first_differing_op == by_name[ints[1]]  # equal bits with a NaN are equal
+
+
+def test_emulating_on_the_lowered_image_itself_changes_nothing_but_the_rerun():
+    pipe = run_pipeline("mlp", SMALL["mlp"])
+    cand = Candidate(load_chip("goban"), Mapping(workers=4))
+    kept = emulate_graph(pipe.graph, cand, list(pipe.inputs))
+    given = emulate_graph(pipe.graph, cand, list(pipe.inputs), keep_image=False)
+    assert given.verdict.passed and given.verdict.integer_bit_exact
+    assert given.verdict.to_dict(ops=True) == kept.verdict.to_dict(ops=True)
+    assert (given.cycles, given.counters) == (kept.cycles, kept.counters)
+    assert kept.rerun is not None and given.rerun is None
+    assert given.result.dram is given.lowered.image  # the run wrote the lowered image

@@ -94,12 +94,15 @@ class StreamedReference:
 def emulate_graph(graph: Graph, candidate: Candidate, inputs, expected=None, tolerance: float = FLOAT_TOLERANCE,
                   reference_kind: str = "quantized", mode: str = "overlapped", name: str = "",
                   reference: dict | None = None, elementwise: str = "auto",
-                  progress: Callable[[str], None] | None = None) -> EmulationReport:
+                  progress: Callable[[str], None] | None = None, keep_image: bool = True) -> EmulationReport:
     """Lower `graph` for `candidate`, emulate it, and compare with the graph's reference and
     (when given) the float module's `expected` outputs. `elementwise` is the lowering's
     choice for quantize / requantize / dequantize (`dse.lower.lower`: auto, ball, core).
     A mapping with ``partition = "spans"`` runs as temporal spans (:func:`emulate_spans`).
-    `progress` is told each phase as it starts: lower, emulate, reference, compare."""
+    `progress` is told each phase as it starts: lower, emulate, reference, compare.
+    ``keep_image=False``: the emulator runs on the lowered DRAM image itself rather than a
+    copy (a real layer's image is gigabytes), so the report keeps nothing to run again
+    (``rerun`` is None) and ``lowered.image`` is the final image."""
     if candidate.mapping.partition == "spans":
         return emulate_spans(graph, candidate, inputs, expected, tolerance, mode, name)
     progress = progress or (lambda phase: None)
@@ -129,9 +132,10 @@ def emulate_graph(graph: Graph, candidate: Candidate, inputs, expected=None, tol
         return rep
     progress("emulate")
     t_run = time.perf_counter()
-    result = emulator.run(lowered.program, candidate.chip, lowered.image, mode=mode)
+    in_place = not keep_image and layered is None
+    result = emulator.run(lowered.program, candidate.chip, lowered.image, mode=mode, in_place=in_place)
     rep.emulator_seconds = time.perf_counter() - t_run
-    rep.rerun = (lowered.program, lowered.image, mode)
+    rep.rerun = None if in_place else (lowered.program, lowered.image, mode)
     if reference is None:  # the graph's own values, the same for every candidate: callers may pass them
         progress("reference")
         reference = StreamedReference(graph, inputs)
@@ -258,10 +262,13 @@ def emulate_recipe(recipe: str | Path, chip, mapping: Mapping | None = None, par
                 bar.update()
             return told
 
-        rep = emulate_graph(graph, cand, inputs, expected, tolerance, reference_kind, mode, name, progress=phase(""))
+        # Nothing here times the run again: the emulator takes the image rather than a copy.
+        rep = emulate_graph(graph, cand, inputs, expected, tolerance, reference_kind, mode, name, progress=phase(""),
+                            keep_image=False)
         if check_unmodified and rep.verdict is not None:
             base = emulate_graph(unmodified, cand, inputs, None if stepped else expected,
-                                 FLOAT_TOLERANCE, "float", mode, name, progress=phase(" (unmodified graph)"))
+                                 FLOAT_TOLERANCE, "float", mode, name, progress=phase(" (unmodified graph)"),
+                                 keep_image=False)
             if base.verdict is not None:
                 v = base.verdict
                 rep.verdict.unmodified = {"passed": v.first_differing_op is None and v.passed,
