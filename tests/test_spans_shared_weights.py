@@ -6,6 +6,7 @@ does not fit in both consumers' words, and a sweep that records it."""
 
 import json
 
+import pandas as pd
 import pytest
 
 import emulator
@@ -95,6 +96,24 @@ def test_one_shared_copy_saves_three_workers_loads_bit_exact_and_modelled(tconv)
     assert per.counters["shared_bytes_used"] == 0 and shared.counters["shared_bytes_used"] % bank == 0
     assert shared.counters["shared_bytes_used"] >= 5 * bank  # five weights, a bank each at least
     assert sum(shared.counters["shared_channel_conflicts"]) == 0
+
+
+def test_candidates_costed_together_get_their_own_figures(tconv):
+    """A shared stack is costed per candidate, the others together: one estimate over all of
+    them gives each the figures it gets alone."""
+    chip = load_chip("goban")
+    cands = [Candidate(chip, Mapping(workers=4, partition="spans", weights="shared")),
+             Candidate(chip, Mapping(workers=4, partition="spans")),
+             Candidate(load_chip("goban", {"shared_memory.banks": 3}),
+                       Mapping(workers=4, partition="spans", weights="shared")),
+             Candidate(chip, Mapping(workers=2, partition="spans", weights="shared"))]
+    together = summarize(estimate(tconv.graph, cands), cands)
+    for i, cand in enumerate(cands):
+        alone = summarize(estimate(tconv.graph, [cand]), [cand]).iloc[0]
+        for field in ("feasible", "reason", "latency_cycles", "dma_bytes", "shared_sram_bytes", "peak_sram_bytes"):
+            a, b = together.iloc[i][field], alone[field]
+            assert a == b or (pd.isna(a) and pd.isna(b)), (i, field, a, b)  # an infeasible latency is NaN
+    assert list(together["feasible"]) == [True, True, False, True]
 
 
 def test_two_tiles_of_cores_each_load_their_own_copy(tconv):

@@ -25,6 +25,7 @@ def lower_spans(graph: Graph, chip, mapping, inputs, workers: int, input_axis: i
     from emulator import Barrier, CoreOp, DramTensor, Mvin, Program, Region
 
     from ..mapping import Candidate
+    from ..mapping.matmul import PAD
     from ..plan import Infeasible
     from ..plan.memory import Dram
     from ..plan.placement import spmd_chip
@@ -58,9 +59,9 @@ def lower_spans(graph: Graph, chip, mapping, inputs, workers: int, input_axis: i
         tiles = []  # DRAM address and bytes of every B tile of the stack, by shared bank
         ops = {op.name: op for op in graph.ops}
         for w in stack.weights.values():
-            op = ops[w.op]
-            Np, Kp = (-(-d // 16) * 16 for d in weight_bt(graph, op).shape[1:])
-            base = dram.blob(blocked_bt(weight_bt(graph, op), Np, Kp, *w.tile))
+            bt = weight_bt(graph, ops[w.op])
+            Np, Kp = (-(-d // PAD) * PAD for d in bt.shape[1:])
+            base = dram.blob(blocked_bt(bt, Np, Kp, *w.tile))
             tiles += [(base + j * w.tile_bytes, w.tile_bytes) for j in range(w.tiles)]
         active = sum(1 for p in parts if p)  # a prefix: the trailing spans are the empty ones
         for wk, banks in enumerate(stack.loads(active, chip.cores.tile_size)):
