@@ -148,56 +148,30 @@ def test_a_stack_that_does_not_fit_is_infeasible_in_the_same_words(tconv, chip, 
     assert model["reason"] == rep.reason
 
 
-SPEC = """
-[experiment]
-name = "spans_weights"
-hypothesis = "one shared copy of a conv1d stack's weights cuts the spans' DRAM traffic"
-
-[workload]
-recipe = "temporal_conv"
-params = { length = 50, mels = 16, channels = 16, out_channels = 16 }
-
-[baseline]
-chip = "goban"
-mapping = { workers = 4, partition = "spans" }
-
-[[candidates]]
-why = "one shared copy"
-set = { "mapping.weights" = "shared" }
-
-[[candidates]]
-why = "too few shared banks for the stack"
-set = { "mapping.weights" = "shared", "chip.shared_memory.banks" = 3 }
-
-[[objectives]]
-metric = "dma_bytes"
-
-[search]
-sampler = "grid"
-
-[stages]
-emulator = "all"
-"""
-
-
-def test_a_sweep_records_the_saving_and_the_stack_that_does_not_fit(tmp_path):
+def test_the_spec_records_the_saving_and_the_stack_that_does_not_fit(tmp_path, repo):
+    spec = (repo / "experiments" / "spans_weights.toml").read_text()
+    params = ", ".join(f"{k} = {v}" for k, v in PARAMS.items())
+    spec = spec.replace('recipe = "temporal_conv"', f'recipe = "temporal_conv"\nparams = {{ {params} }}')
     path = tmp_path / "spans_weights.toml"
-    path.write_text(SPEC)
+    path.write_text(spec)
     db = tmp_path / "r.db"
     result = run_sweep(path, db, progress=False)
     with Store(db) as store:
         cands = store.candidates("spans_weights").set_index("hash")
         model = store.metric_table(result.experiment_id, "analytical").set_index("hash")
         emu = store.metric_table(result.experiment_id, "emulator_cycles").set_index("hash")
+        numerics = store.metric_table(result.experiment_id, "numerics").set_index("hash")
     by = {}
     for h, row in cands.iterrows():
         chip = json.loads(row["config"]) if "config" in row else {}
         m = json.loads(row["mapping"])
-        small = chip.get("shared_memory", {}).get("banks") == 3
-        by["small" if small else m.get("weights", "per_worker")] = h
-    assert set(by) == {"per_worker", "shared", "small"}
-    for w in ("per_worker", "shared"):
+        small = chip.get("shared_memory", {}).get("banks") == 4
+        by["small" if small else m.get("partition", "tiles") + " " + m.get("weights", "per_worker")] = h
+    assert set(by) == {"spans per_worker", "spans shared", "small", "tiles shared"}
+    by["per_worker"], by["shared"] = by["spans per_worker"], by["spans shared"]
+    for w in ("per_worker", "shared", "tiles shared"):
         assert emu.loc[by[w], "status"] == "ok" and emu.loc[by[w], "dma_bytes"] == model.loc[by[w], "dma_bytes"]
+        assert numerics.loc[by[w], "passed"] == 1
     assert emu.loc[by["per_worker"], "dma_bytes"] - emu.loc[by["shared"], "dma_bytes"] == 3 * STACK_B_BYTES
     assert model.loc[by["small"], "status"] == "infeasible"
     assert "the stack's earlier weights hold" in model.loc[by["small"], "reason"]
