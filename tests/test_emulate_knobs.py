@@ -234,11 +234,11 @@ def test_the_text_report_names_cycles_bytes_and_notes(cli):
     (["--knob", "cuts=[2, 1]", "--knob", "placement=layers"], "mapping.cuts", "[2, 1]", "increasing order"),
     (["--knob", "colour=red"], "mapping.colour", "'red'", "known keys: "),
     (["--knob", "placement"], "placement", "'placement'", "KEY=VALUE, e.g. placement=pipeline"),
-    (["--knob", "weights=shared", "--partition", "spans"], "mapping.weights", "'shared'", "partition = tiles"),
+    (["--knob", "fusion=fuse", "--partition", "spans"], "mapping.fusion", "'fuse'", "partition = tiles"),
     (["--knob", "workers=3", "--workers", "2"], "mapping.workers", "3", "one value of mapping.workers"),
     (["--knob", "workers=9"], "mapping.workers", "9", "1..5 (cores of the chip)"),
     (["--knob", "quantization=channel", *STAGED_ARGS], "mapping.quantization", "'channel'", "unset with --stage"),
-], ids=["placement", "boolean", "cuts-missing", "cuts-order", "unknown", "no-equals", "spans-shared", "twice",
+], ids=["placement", "boolean", "cuts-missing", "cuts-order", "unknown", "no-equals", "spans-fusion", "twice",
         "too-many-workers", "stages-quantization"])
 def test_a_bad_knob_is_one_line_exit_2(cli, argv, field, shown, allowed):
     code, out, err = cli("emulate", "--chip", "poly", "--recipe", "gemm", *argv)

@@ -132,17 +132,6 @@ def test_a_bad_weights_value_is_exit_2(tmp_path, repo, cli):
     assert not db.exists()
 
 
-def test_shared_weights_with_spans_is_one_clear_line():
-    from dse.errors import InputError
-    from dse.mapping import mapping_from_dict
-
-    with pytest.raises(InputError) as info:
-        mapping_from_dict({"workers": 4, "partition": "spans", "weights": "shared"}, "spec.toml")
-    text = str(info.value)
-    assert text.startswith("spec.toml: field 'mapping.weights': got 'shared'") and "partition = tiles" in text
-    assert "\n" not in text
-
-
 def test_each_tile_of_cores_with_work_loads_its_own_copy():
     prep = prepare_recipe("gemm", {"m": 128, "n": 64, "k": 64})
     chip = load_chip("goban", {"cores.count": 8})  # two tiles of 4 cores

@@ -95,7 +95,7 @@ def _span_partitioned(graph, candidates, params, chips, per_op, halo) -> None:
         idx = np.array([i for i in idx_all if candidates[i].mapping.workers == W])
         sub = params.take(idx)
         try:
-            costs, h = span_costs(graph, sub, [chips[i] for i in idx], W)
+            costs, h = span_costs(graph, sub, [chips[i] for i in idx], W, [candidates[i].mapping for i in idx])
         except SpanError as exc:
             for c in per_op:
                 c.feasible[idx] = False

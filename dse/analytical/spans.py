@@ -13,7 +13,15 @@ copy plus the barrier, and the partitioning overheads are explicit:
 * the final barrier.
 
 Each span graph is costed by the very walk the tile partitioning uses
-(`dse.analytical.graph_cost`), for one worker.
+(`dse.analytical.graph_cost`), for one worker. DMA bytes are summed over the workers (each
+moves its own), as the emulator counts them.
+
+With ``mapping.weights = "shared"`` the program starts with the stack's shared copy of the
+weights (`dse.plan.spans.shared_stack`): each worker loads its share of the stack's B tiles
+(`SharedStack.loads`: back to back on its DMA engine, the tiles of cores' copies sharing
+the system bus, the last landing ``shared_memory.latency_cycles`` later), one BARRIER, then
+the spans, whose matmuls read B in shared memory with no load of their own. That is charged
+to each worker's first op; every op reports the stack's shared banks (held all along).
 """
 
 from __future__ import annotations
@@ -23,8 +31,10 @@ import math
 
 import numpy as np
 
+from ..cost.dma import candidate_dma_cycles
 from ..mapping import CandidateArrays
-from ..plan.spans import SpanError, span_graph, span_partition, time_axes
+from ..plan.graph_plan import plan_graph
+from ..plan.spans import SharedStack, SpanError, shared_stack, span_graph, span_partition, time_axes
 from .graph_cost import OpCost, graph_costs
 
 
@@ -32,29 +42,92 @@ def _one_worker(params: CandidateArrays) -> CandidateArrays:
     return dataclasses.replace(params, workers=np.ones(params.n, dtype=np.int64))
 
 
-def span_costs(graph, params: CandidateArrays, chips, workers: int) -> tuple[list[OpCost], np.ndarray]:
+def span_costs(graph, params: CandidateArrays, chips, workers: int, mappings=None) -> tuple[list[OpCost], np.ndarray]:
     """Per op of `graph`, the slowest worker's costs (a slice op's cost goes to the op it
-    feeds; the assembly copy and the final barrier to the last op), and per op the halo
-    recomputation summed over workers. `params` are candidates that all use `workers`
-    workers; raises `SpanError` when the graph has no temporal span rule."""
+    feeds; the assembly copy and the final barrier to the last op; DMA bytes summed over the
+    workers), and per op the halo recomputation summed over workers. `params` are candidates
+    that all use `workers` workers, `mappings` their mappings (needed for those with
+    ``weights = "shared"``, each costed with its own stack); raises `SpanError` when the
+    graph has no temporal span rule."""
     out = graph.outputs[0]
     axes = time_axes(graph)
     if out not in axes or len(graph.outputs) != 1:
         raise SpanError(f"output {out} of {graph.name} has no temporal axis (span partitioning needs a conv1d / "
                         f"elementwise stack over a 3-D input)")
+    shared = np.flatnonzero(params.shared_weights)
+    if shared.size == 0:
+        return _span_costs(graph, params, chips, workers)
+    groups = []
+    own = np.flatnonzero(~params.shared_weights)
+    if own.size:
+        groups.append((own, _span_costs(graph, params.take(own), [chips[i] for i in own], workers)))
+    for i in shared:  # each its own stack (its tiles are its chip's and mapping's)
+        groups.append((np.array([i]), _span_costs(graph, params.take(np.array([i])), [chips[i]], workers,
+                                                  mappings[i])))
+    return _merged(groups, params.n)
+
+
+def _merged(groups, n: int) -> tuple[list[OpCost], np.ndarray]:
+    """Per-group results (candidate indices, (costs, halo)) put back in candidate order."""
+    first_costs, first_halo = groups[0][1]
+    costs = []
+    for k, proto in enumerate(first_costs):
+        fields = {}
+        for name, value in vars(proto).items():
+            arr = np.empty(n, dtype=value.dtype)
+            for idx, (cs, _) in groups:
+                arr[idx] = getattr(cs[k], name)
+            fields[name] = arr
+        costs.append(OpCost(**fields))
+    halo = np.empty((first_halo.shape[0], n), dtype=first_halo.dtype)
+    for idx, (_, h) in groups:
+        halo[:, idx] = h
+    return costs, halo
+
+
+def _stack_plans(graph, stack: SharedStack | None):
+    """The graph's plans, each matmul reading its weight from the stack (None: as planned)."""
+    plans = plan_graph(graph)
+    if stack is None:
+        return plans
+    return [dataclasses.replace(p, gemm=stack.gemm(p.op.name, p.gemm)) if p.gemm is not None else p for p in plans]
+
+
+def _preload(params: CandidateArrays, stack: SharedStack, active: int) -> tuple[list[int], list[int], int]:
+    """The stack's shared copy loaded before the spans (one candidate): per worker its loads'
+    DMA cycles and bytes, and the cycles until every worker passes the BARRIER after them."""
+    sizes = stack.tile_bytes
+    tile_size = int(params.tile_size[0])
+    cycles, nbytes = [], []
+    for banks in stack.loads(active, tile_size):
+        b = np.array([sizes[j] for j in banks], dtype=np.int64)
+        cycles.append(int(candidate_dma_cycles(params, b[:, None]).sum()) if b.size else 0)
+        nbytes.append(int(b.sum()))
+    bus = -(-sum(nbytes) // int(params.system_bus_bytes[0]))
+    ready = max(max(cycles, default=0), bus) + int(params.shared_latency[0]) + int(params.barrier_cycles[0])
+    return cycles, nbytes, ready
+
+
+def _span_costs(graph, params: CandidateArrays, chips, workers: int, mapping=None) -> tuple[list[OpCost], np.ndarray]:
+    out = graph.outputs[0]
+    axes = time_axes(graph)
     spec = graph.tensors[out]
     length = spec.shape[axes[out]]
     one = _one_worker(params)
-    whole = {op.name: c for op, c in zip(graph.ops, graph_costs(graph, one, chips))}
+    spans = [s for s in span_partition(length, workers) if len(s)]
+    graphs = [span_graph(graph, out, span)[0] for span in spans]
+    stack = None
+    if mapping is not None:
+        stack = shared_stack(graphs, chips[0], mapping.model_copy(update={"workers": 1}))
+    usable = stack if stack is not None and not stack.reason else None
+    whole = {op.name: c for op, c in zip(graph.ops, graph_costs(graph, one, chips, _stack_plans(graph, usable)))}
     names = [op.name for op in graph.ops]
     per_worker = []  # per worker: {op name: OpCost} with slices folded into their consumer
     totals = []
     assembly = []  # per worker: the copy into the shared output and the barrier
-    for span in span_partition(length, workers):
-        if len(span) == 0:
-            continue
-        sg, _, _ = span_graph(graph, out, span)
-        costs = graph_costs(sg, one, chips)
+    loads = _preload(params, usable, len(spans)) if usable is not None else None
+    for w, (span, sg) in enumerate(zip(spans, graphs)):
+        costs = graph_costs(sg, one, chips, _stack_plans(sg, usable))
         folded: dict[str, OpCost] = {}
         pending = None
         for op, c in zip(sg.ops, costs):
@@ -73,6 +146,13 @@ def span_costs(graph, params: CandidateArrays, chips, workers: int) -> tuple[lis
         last.cycles = np.where(last.feasible, last.cycles + np.ceil(math.prod(shape) * params.copy_cpe).astype(np.int64)
                                + params.barrier_cycles, 0)
         last.busy_cycles = last.busy_cycles + np.ceil(math.prod(shape) * params.copy_cpe).astype(np.int64)
+        if loads is not None:  # the stack's shared copy, then its BARRIER, before the span's first op
+            first = folded[next(n for n in names if n in folded)]
+            cycles, nbytes, ready = loads
+            first.cycles = np.where(first.feasible, first.cycles + ready, 0)
+            first.dma_cycles = first.dma_cycles + cycles[w]
+            first.dma_bytes = first.dma_bytes + nbytes[w]
+            first.syncs = first.syncs + 1
         per_worker.append(folded)
         totals.append(sum(folded[n].cycles for n in names if n in folded))
     slowest = np.argmax(np.stack(totals), axis=0)  # per candidate
@@ -84,8 +164,17 @@ def span_costs(graph, params: CandidateArrays, chips, workers: int) -> tuple[lis
         chosen = _pick(parts, slowest, whole[name])
         busy = sum(p.busy_cycles for p in present)
         chosen.busy_cycles = busy
+        chosen.dma_bytes = sum(p.dma_bytes for p in present)  # every worker moves its own
+        if usable is not None:  # the stack's banks, held from the first load to the end
+            bank = int(params.shared_rows[0]) * int(params.shared_row_bytes[0])
+            chosen.shared_bytes = np.full_like(chosen.shared_bytes, usable.banks * bank)
+        if stack is not None and stack.reason:
+            chosen.feasible = np.zeros_like(chosen.feasible)
+            chosen.reason = np.full_like(chosen.reason, stack.reason)
         result.append(chosen)
         computed = sum(p.cycles for p in present) - (sum(assembly) if name == names[-1] else 0)
+        if loads is not None and name == names[0]:  # the stack's load is no recomputation
+            computed = computed - loads[2] * len(present)
         halo.append(np.maximum(computed - whole[name].cycles, 0))
     return result, np.stack(halo)
 

@@ -78,6 +78,8 @@ def matmul_cost(params: CandidateArrays, shape: MatmulShape, tm, tn, tk) -> Matm
     transfers back to back, the last landing ``shared_memory.latency_cycles`` later), and a
     BARRIER follows (`dse.analytical.graph_cost` counts it); then the output tiles run as
     above with B always resident, every matmul ``shared_memory.latency_cycles`` longer.
+    With ``shape.b_preloaded`` (spans: the stack's weights loaded before every span,
+    `dse.analytical.spans`) B is there already: no loads of its own.
     """
     check = check_tiles(params, tm, tn, tk, shape)
     tm, tn, tk = check.tm, check.tn, check.tk
@@ -134,8 +136,10 @@ def matmul_cost(params: CandidateArrays, shape: MatmulShape, tm, tn, tk) -> Matm
     # dealt to those workers of each; the tile with the fewest has the busiest loaders.
     core_groups = -(-workers // col("tile_size"))
     loaders = workers - (core_groups - 1) * col("tile_size")
-    pre_loads = np.where(shared_b, -(-check.shared_tiles // loaders), 0)
-    pre_bytes = np.where(shared_b, check.shared_tiles * bytes_b * core_groups, 0)
+    # (none when the stack's weights were loaded before the op: `MatmulShape.b_preloaded`)
+    own_copy = shared_b & (not shape.b_preloaded)
+    pre_loads = np.where(own_copy, -(-check.shared_tiles // loaders), 0)
+    pre_bytes = np.where(own_copy, check.shared_tiles * bytes_b * core_groups, 0)
     bus = col("system_bus_bytes")
     preload = np.where(pre_loads > 0, np.maximum(pre_loads * dB, -(-pre_bytes // bus)) + sh_lat, 0)
     dma_worker = loads_a * dA + loads_b * dB + P * (dC + d_bias) + pre_loads * dB

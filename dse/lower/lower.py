@@ -90,7 +90,7 @@ from ..plan.split import shared_loads, split_core_op
 from ..plan.streams import ELEMENTWISE, Stream, relu_stream, scale_core_op, scale_stream, stream_or_core
 from ..plan.units import Infeasible, conv_pad, relu_ball, reshape_view, sync_after, too_many_workers
 from ..cost.core import GRAPH_OP, charged_elements
-from ..workload.graph import Graph, Op, scale_array
+from ..workload.graph import CONV_KINDS, Graph, Op, scale_array
 from . import coreop
 
 
@@ -185,6 +185,9 @@ class ProgramBuilder:
         self.handoff_sets, self.handoff_set = 1, 0  # sets of shared banks a hand-off takes, and this request's
         self.handoff_bases: dict[str, int] = {}  # banks below the top other boundaries keep (`handoff_bases`)
         self.handoffs: list[tuple[str, str, int, int]] = []  # (op, tensor, shared tiles, bytes) handed off
+        # spans with shared weights: the stack's shared copy, loaded before the span runs
+        # (`dse.plan.spans.shared_stack`); each matmul's weight B is read there
+        self.shared_stack = None
         self.records: list[OpLowering] = []
         self.fused: set[str] = set()
         self.consumers = graph.consumers()
@@ -339,6 +342,7 @@ class ProgramBuilder:
         w = np.asarray(graph.weights[op.inputs[1]]).astype(np.int8) if weight is None else weight  # (*kernel, C, O)
         nd = w.ndim - 2
         kernel, C, O = w.shape[:nd], w.shape[nd], w.shape[nd + 1]
+        bt = weight_bt(graph, op) if weight is None else w.reshape(-1, O).T[None]  # (1, O, K)
         stride, dilation = op.attrs["stride"], op.attrs["dilation"]
         n = x.shape[0]
         spatial = x.shape[1:1 + nd]
@@ -367,7 +371,6 @@ class ProgramBuilder:
         self.core(CoreOp(gather_copy.apply or "copy", DramTensor(a.addr, gshape, "int8", dst_m + dst_k),
                          (DramTensor(src_addr, gshape, "int8", gstrides),)))
         self.sync(False)
-        bt = w.reshape(K, O).T[None]  # (1, O, K)
         bias = None
         if op.attrs.get("has_bias") and len(op.inputs) > 2:
             bias = np.asarray(graph.weights[op.inputs[2]]).astype(np.int32)
@@ -505,9 +508,7 @@ class ProgramBuilder:
         nbB = 1 if len(b_spec.shape) == 2 else nb
         b_nk = op.kind == "linear"  # linear: w[N, K]; matmul: b[..., K, N]
         if b_name in graph.weights:
-            w = np.asarray(graph.weights[b_name]).astype(np.int8)
-            w = w.reshape(nbB, *w.shape[-2:])
-            b = ("weight", w if b_nk else np.swapaxes(w, -1, -2))  # (nbB, N, K)
+            b = ("weight", weight_bt(graph, op))
         else:
             b = ("act", self.operand(b_name, ready), b_nk, nbB)
         bias = None
@@ -527,6 +528,8 @@ class ProgramBuilder:
         shape = MatmulShape(M, N, K, nb, b_weight=b[0] == "weight", b_batched=nbB > 1, bias=bias is not None,
                             a_shared=self.handoff_sets if op.name in self.handoff_ops else 0,
                             a_shared_base=self.handoff_bases.get(op.name, 0))
+        if self.shared_stack is not None:
+            shape = self.shared_stack.gemm(op.name, shape)
         plan = plan_matmul(chip, mp, shape)
         if not plan.feasible:
             raise Infeasible(f"op {op.name}: {plan.reason}")
@@ -548,12 +551,9 @@ class ProgramBuilder:
             a_tile = lambda bi, mi, ki: a_base + ((bi * Mt + mi) * Kt + ki) * tm * tk  # noqa: E731
         # B as Bt blocked (nbB, Nt, Kt, tn, tk): offline for a weight, a packing core op otherwise.
         if b[0] == "weight":
-            bt = b[1]
-            nbB = bt.shape[0]
-            full = np.zeros((nbB, Np, Kp), dtype=np.int8)
-            full[:, :N, :K] = bt
-            blk = full.reshape(nbB, Nt, tn, Kt, tk).transpose(0, 1, 3, 2, 4)
-            b_base = self.dram.blob(blk)
+            nbB = b[1].shape[0]
+            # a preloaded B (spans' shared stack) was placed and loaded before the span
+            b_base = None if shape.b_preloaded else self.dram.blob(blocked_bt(b[1], Np, Kp, tn, tk))
         else:
             _, b_loc, b_nk, nbB = b
             b_base = self.dram.alloc(nbB * Np * Kp)
@@ -596,7 +596,8 @@ class ProgramBuilder:
         shared_b = bool(check.shared_b[0, 0])
         shared_tiles = int(check.shared_tiles[0, 0])
         sm = chip.shared_memory
-        if shared_b:
+        b_bank0 = sm.first_bank_id + shape.b_shared_base
+        if shared_b and not shape.b_preloaded:
             computing = sum(1 for ms, ns in share if len(ms) and len(ns))
             for w, mine in enumerate(shared_loads(computing, chip.cores.tile_size, shared_tiles)):
                 self.cores[w] += [Mvin(sm.first_bank_id + j, b_base + j * tn * tk, lines_b, 0) for j in mine]
@@ -652,7 +653,7 @@ class ProgramBuilder:
                             else:
                                 a = load("a", held_a, ids_a, (bi, mi, ki), a_tile(bi, mi, ki), lines_a)
                             if shared_b:
-                                b = sm.first_bank_id + ((bi if nbB > 1 else 0) * Nt + ni) * Kt + ki
+                                b = b_bank0 + ((bi if nbB > 1 else 0) * Nt + ni) * Kt + ki
                             else:
                                 b = load("b", held_b, ids_b, (bi if nbB > 1 else 0, ni, ki), b_tile(bi, ni, ki),
                                          lines_b)
@@ -681,6 +682,26 @@ class ProgramBuilder:
             if loc.blocked is None and in_order:
                 program.outputs[name] = Region(loc.addr, loc.buffer_shape, emu_dtype(loc.dtype))
         return Lowered(self.graph, self.cand, program, img, self.locs, self.records, frozenset(self.fused))
+
+
+def weight_bt(graph: Graph, op: Op) -> np.ndarray:
+    """A matrix op's weight as the GEMM's Bt (nbB, N, K) int8: a linear's w[N, K], a
+    matmul's b[..., K, N] transposed, a channels-last conv's (*kernel, C, O) as (O, taps x C)."""
+    w = np.asarray(graph.weights[op.inputs[1]]).astype(np.int8)
+    if op.kind in CONV_KINDS:
+        return w.reshape(-1, w.shape[-1]).T[None]
+    nbB = 1 if w.ndim == 2 else math.prod(graph.tensors[op.outputs[0]].shape[:-2])
+    w = w.reshape(nbB, *w.shape[-2:])
+    return w if op.kind == "linear" else np.swapaxes(w, -1, -2)
+
+
+def blocked_bt(bt: np.ndarray, Np: int, Kp: int, tn: int, tk: int) -> np.ndarray:
+    """A weight's Bt (nbB, N, K) int8, zero-padded to (Np, Kp) and blocked offline into
+    (nbB, Nt, Kt, tn, tk) tiles: one contiguous MVIN a tile."""
+    nbB, N, K = bt.shape
+    full = np.zeros((nbB, Np, Kp), dtype=np.int8)
+    full[:, :N, :K] = bt
+    return full.reshape(nbB, Np // tn, tn, Kp // tk, tk).transpose(0, 1, 3, 2, 4)
 
 
 def sram_lifetimes(cores, chip) -> tuple[list[int], list[list[tuple[int, int, int, int]]]]:
@@ -927,5 +948,5 @@ def _staged(builders, cores, dram: Dram, name: str, core_ids) -> StagedLowered:
     return StagedLowered(program, img, lowered, core_ids)
 
 
-__all__ = ["ELEMENTWISE", "Infeasible", "LayeredLowered", "Lowered", "OpLowering", "StagedLowered", "lower",
-           "lower_layers", "lower_placed", "lower_stages", "sram_lifetimes"]
+__all__ = ["ELEMENTWISE", "Infeasible", "LayeredLowered", "Lowered", "OpLowering", "StagedLowered", "blocked_bt", "lower",
+           "lower_layers", "lower_placed", "lower_stages", "sram_lifetimes", "weight_bt"]

@@ -5,23 +5,31 @@ from __future__ import annotations
 
 from ..plan.graph_plan import plan_graph
 from ..workload.graph import Graph
-from ..plan.spans import SpanError, span_graph, span_partition, time_axes
+from ..plan.spans import SpanError, shared_stack, span_graph, span_partition, time_axes
 
 
 def lower_spans(graph: Graph, chip, mapping, inputs, workers: int, input_axis: int | None = None):
     """Temporal span partitioning: worker w owns output rows `span_partition(L, workers)[w]`
     (chosen before anything runs), runs the whole stack on its input span plus halo in
     its own buffers (no barrier between layers), and copies its owned rows into the shared
-    output; one BARRIER ends the program. Returns (StagedLowered, spans, per-worker
-    (graph, needed rows, axes), the assembled output's Loc)."""
+    output; one BARRIER ends the program.
+
+    With ``mapping.weights = "shared"`` every matrix op's weight is loaded first, once per
+    tile of cores, into its shared memory (`dse.plan.spans.shared_stack`: each weight's B
+    tiles in banks of its own, counted up from the first shared bank; the stack's tiles dealt
+    to the workers as `shared_loads` deals one weight's), then one BARRIER, and every span's
+    matrix Ball reads B there. Returns (StagedLowered, spans, per-worker (graph, needed rows,
+    axes), the assembled output's Loc)."""
     import torch
 
-    from emulator import Barrier, CoreOp, DramTensor, Program, Region
+    from emulator import Barrier, CoreOp, DramTensor, Mvin, Program, Region
 
     from ..mapping import Candidate
+    from ..mapping.matmul import PAD
     from ..plan import Infeasible
     from ..plan.memory import Dram
-    from .lower import Lowered, StagedLowered, ProgramBuilder
+    from ..plan.placement import spmd_chip
+    from .lower import Lowered, StagedLowered, ProgramBuilder, blocked_bt, weight_bt
 
     if workers > chip.cores.count:
         raise Infeasible(f"{workers} workers but chip {chip.name} has {chip.cores.count} cores")
@@ -38,16 +46,39 @@ def lower_spans(graph: Graph, chip, mapping, inputs, workers: int, input_axis: i
     dram = Dram()
     final = dram.tensor(spec.shape, spec.dtype)
     fview = final.view()
-    cores, parts, lowered = [], [], []
-    for w, span in enumerate(spans):
-        if len(span) == 0:
-            cores.append([Barrier()])
-            parts.append(None)
+    parts = [span_graph(graph, out, span, input_axis) if len(span) else None for span in spans]
+    one = mapping.model_copy(update={"workers": 1})
+    stack = None
+    preload: list[list] = [[] for _ in spans]
+    if mapping.weights == "shared":
+        span_chip = spmd_chip(chip, 1)[0]  # the chip a span is built for (`ProgramBuilder`)
+        stack = shared_stack([p[0] for p in parts if p], span_chip, one)
+        if stack.reason:
+            raise Infeasible(stack.reason)
+        sm = span_chip.shared_memory
+        tiles = []  # DRAM address and bytes of every B tile of the stack, by shared bank
+        ops = {op.name: op for op in graph.ops}
+        for w in stack.weights.values():
+            bt = weight_bt(graph, ops[w.op])
+            Np, Kp = (-(-d // PAD) * PAD for d in bt.shape[1:])
+            base = dram.blob(blocked_bt(bt, Np, Kp, *w.tile))
+            tiles += [(base + j * w.tile_bytes, w.tile_bytes) for j in range(w.tiles)]
+        active = sum(1 for p in parts if p)  # a prefix: the trailing spans are the empty ones
+        for wk, banks in enumerate(stack.loads(active, chip.cores.tile_size)):
+            preload[wk] = [Mvin(sm.first_bank_id + j, tiles[j][0], tiles[j][1] // 16, 0) for j in banks]
+            preload[wk].append(Barrier())
+        for wk in range(active, len(spans)):
+            preload[wk] = [Barrier()]
+    cores, lowered = [], []
+    for w, (span, part) in enumerate(zip(spans, parts)):
+        if part is None:
+            cores.append(preload[w] + [Barrier()])
             continue
-        sg, need, sax = span_graph(graph, out, span, input_axis)
+        sg, need, sax = part
         xs = [torch.as_tensor(v).narrow(axes[n], need[n].lo, len(need[n]))
               for n, v in zip(graph.inputs, inputs) if n in need]
-        b = ProgramBuilder(sg, Candidate(chip, mapping.model_copy(update={"workers": 1})), xs, dram)
+        b = ProgramBuilder(sg, Candidate(chip, one), xs, dram)
+        b.shared_stack = stack
         for plan in plan_graph(sg):
             b.lower_op(plan)
         src = b.logical(out).view()
@@ -56,12 +87,12 @@ def lower_spans(graph: Graph, chip, mapping, inputs, workers: int, input_axis: i
         shape[a] = len(span)
         dst = DramTensor(fview.addr + span.lo * fview.strides[a], tuple(shape), fview.dtype, fview.strides)
         b.core(CoreOp("copy", dst, (src,)))
-        cores.append(b.cores[0] + [Barrier()])
-        parts.append((sg, need, sax))
+        cores.append(preload[w] + b.cores[0] + [Barrier()])
         lowered.append(Lowered(sg, b.cand, None, None, b.locs, b.records))  # type: ignore[arg-type]
     img = dram.image()
+    how = " reading one shared copy of the weights" if stack is not None else ""
     program = Program(cores, {"dram": Region(0, (img.size,), "uint8")}, {}, dram_bytes=img.size,
-                      name=f"{graph.name} in {workers} temporal spans on {chip.name}")
+                      name=f"{graph.name} in {workers} temporal spans on {chip.name}{how}")
     for low in lowered:
         low.program, low.image = program, img
     return StagedLowered(program, img, lowered, [[w] for w in range(workers) if parts[w]]), spans, parts, final

@@ -45,8 +45,9 @@ class Mapping(BaseModel):
     # Where a matmul's read-only weight (B) tiles live: "per_worker" (None, the default) has
     # every worker MVIN its own copy into private banks; "shared" places one copy per tile
     # of cores in its shared memory (loaded once, split across the tile's workers, then a
-    # BARRIER) that every worker's matrix Ball reads (`dse.plan.matmul`, `check_tiles`).
-    # None is left out of the identity, as above.
+    # BARRIER) that every worker's matrix Ball reads (`dse.plan.matmul`, `check_tiles`); with
+    # partition = "spans" the whole stack's weights are loaded so before the spans, each in
+    # shared banks of its own (`dse.plan.spans.shared_stack`). None is left out of the identity.
     weights: Literal["per_worker", "shared"] | None = None
     # A core-side activation between two convolutions (conv -> ReLU -> conv): "materialize"
     # (None, the default) writes it to DRAM and the next conv copies it; "fuse" applies it
@@ -119,13 +120,7 @@ class Mapping(BaseModel):
         return None if v == "materialize" else v
 
     @model_validator(mode="after")
-    def _shared_weights_need_tiles(self) -> "Mapping":
-        # Spans run one program a worker with no barrier between them: no point at which one
-        # loaded copy is ready for every worker.
-        if self.weights == "shared" and self.partition == "spans":
-            raise PydanticCustomError("fields", "partition = tiles with weights = shared (spans have no barrier "
-                                      "at which one shared copy of the weights is ready for every worker)",
-                                      {"field": "weights", "value": self.weights})
+    def _knobs_that_go_together(self) -> "Mapping":
         if self.placement in ("layers", "pipeline") and not self.cuts:
             raise PydanticCustomError("fields", f"placement = {self.placement} with cuts, the indices of the ops "
                                       "that begin each range after the first (e.g. cuts = [12])",

@@ -40,6 +40,13 @@ class MatmulShape:
     # Shared banks, counted down from the top, that other hand-offs live at once take first
     # (`dse.plan.placement.handoff_bases`: a pipeline's boundaries each have their own).
     a_shared_base: int = 0
+    # A shared weight loaded with the whole stack's before the op (spans with weights =
+    # shared, `dse.plan.spans.shared_stack`): its B tiles sit in shared banks from
+    # `b_shared_base` up (the stack's earlier weights hold the banks below), blocked as
+    # `b_tile` = (tn, tk) so every worker's span reads one copy, and no load or sync of its own.
+    b_preloaded: bool = False
+    b_shared_base: int = 0
+    b_tile: tuple[int, int] | None = None
 
     @property
     def padded(self) -> tuple[int, int, int]:
@@ -88,6 +95,8 @@ class TileCheck:
     # A buffers; `shared_a_tiles` A tiles, one shared bank each, counted down from the top bank
     shared_a: np.ndarray | None = None
     shared_a_tiles: np.ndarray | None = None
+    # shared banks below B's that the stack's earlier weights hold (`MatmulShape.b_shared_base`)
+    shared_base: int = 0
 
     @functools.cached_property
     def ok(self) -> np.ndarray:
@@ -116,11 +125,11 @@ class TileCheck:
         v = self.violations
         figures = np.stack([
             at(v["matrix_dim_field"]), at(v["max_col"]), at(v["bank_budget"]), at(v["virtual_ids"]),
-            at(v["shared_memory"]), at(v["shared_capacity"]),
+            at(v["shared_memory"]), at(v["shared_capacity"]), at(v["b_tile"]),
             at(self.tm), at(self.tn), at(self.tk), at(self.col_a), at(self.col_b), at(self.col_c), at(self.banks),
             at(self.buffers), at(self.shared_b), at(self.shared_tiles), p.dim_bits[cs], p.dim_max[cs], p.max_col[cs],
             p.usable_rows[cs], p.bank_count[cs], p.virtual_ids[cs], p.shared_banks[cs],
-            p.shared_rows[cs] * p.shared_row_bytes[cs]], axis=1)
+            p.shared_rows[cs] * p.shared_row_bytes[cs], np.full(cs.size, self.shared_base)], axis=1)
         names = np.array(p.chip_names, dtype=object)[cs]
         texts: dict[tuple, str] = {}
         out = []
@@ -132,16 +141,19 @@ class TileCheck:
         return out
 
     @staticmethod
-    def _text(dim, col, budget, ids, no_shared, shared_full, tm, tn, tk, col_a, col_b, col_c, banks, buffers,
+    def _text(dim, col, budget, ids, no_shared, shared_full, other_blocking, tm, tn, tk, col_a, col_b, col_c, banks, buffers,
               shared_b, shared_tiles, dim_bits, dim_max, max_col, usable_rows, bank_count, virtual_ids, shared_banks,
-              shared_bank_bytes, chip) -> str:
+              shared_bank_bytes, shared_base, chip) -> str:
         parts = []
         if no_shared:
             parts.append(f"mapping.weights = shared needs shared memory; chip {chip} has none "
                          "(shared_memory.enabled = false)")
         if shared_full:
+            above = f" above the {shared_base} the stack's earlier weights hold" if shared_base else ""
             parts.append(f"the weight's {shared_tiles} B tiles of {tn * tk} bytes need {shared_tiles} shared banks "
-                         f"of >= {tn * tk} bytes; shared memory has {shared_banks} of {shared_bank_bytes}")
+                         f"of >= {tn * tk} bytes{above}; shared memory has {shared_banks} of {shared_bank_bytes}")
+        if other_blocking:
+            parts.append("the stack's shared copy of B is blocked otherwise")
         if dim:
             parts.append(f"matrix M/N/K field ({dim_bits} bits) allows <= {dim_max}, tile needs {max(tm, tn, tk)}")
         if col:
@@ -191,6 +203,7 @@ def check_tiles(params: CandidateArrays, tm, tn, tk, shape: MatmulShape | None =
         shared_a = np.zeros(np.broadcast(tm, col("shared_banks")).shape, dtype=bool)
         shared_a_tiles = np.zeros_like(shared_a, dtype=np.int64)
     need = buffers * (np.where(shared_a, 0, col_a) + np.where(shared_b, 0, col_b) + col_c)
+    shape_base = shape.b_shared_base if shape is not None else 0
     dim_max = col("dim_max")
     full = np.broadcast(need, shared_tiles).shape
     violations = {
@@ -202,11 +215,15 @@ def check_tiles(params: CandidateArrays, tm, tn, tk, shape: MatmulShape | None =
                                        need.shape),
         "shared_memory": np.broadcast_to(shared_b & ~col("shared_enabled"), full),
         "shared_capacity": shared_b & col("shared_enabled") & (
-            (shared_tiles > col("shared_banks")) | (tn * tk > col("shared_rows") * col("shared_row_bytes"))),
+            (shape_base + shared_tiles > col("shared_banks"))
+            | (tn * tk > col("shared_rows") * col("shared_row_bytes"))),
+        # B read from a copy blocked once for every span (`MatmulShape.b_tile`): its tile sizes only
+        "b_tile": np.broadcast_to(np.zeros((), dtype=bool) if shape is None or shape.b_tile is None
+                                  else (tn != shape.b_tile[0]) | (tk != shape.b_tile[1]), full),
     }
     return TileCheck(tm, tn, tk, lines_a, lines_b, lines_c, col_a, col_b, col_c, buffers, need, shared_b,
                      np.broadcast_to(shared_tiles, full), violations, params, np.broadcast_to(shared_a, need.shape),
-                     np.broadcast_to(shared_a_tiles, need.shape))
+                     np.broadcast_to(shared_a_tiles, need.shape), shape_base)
 
 
 def framework_tiles(params: CandidateArrays, shape: MatmulShape) -> tuple[np.ndarray, np.ndarray, np.ndarray]:

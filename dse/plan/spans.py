@@ -16,7 +16,7 @@ would use these ranges to size each worker's private intermediate spans.)
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 
 from ..workload.graph import Graph
 
@@ -198,5 +198,88 @@ def span_graph(graph: Graph, output: str, owned: Span, input_axis: int | None = 
     return G(f"{graph.name}[{owned.lo}:{owned.hi}]", ops, tensors, inputs, [output], weights), need, axes
 
 
-__all__ = ["ROWWISE", "Span", "SpanError", "halos", "needed_rows", "span_graph", "span_partition",
-           "time_axes", "time_axis"]
+@dataclass(frozen=True)
+class SharedWeight:
+    """One matrix op's weight in the stack's shared copy: its B tiles blocked as `tile` (tn,
+    tk), in shared banks ``base .. base + tiles - 1`` (counted up from the first shared bank)."""
+
+    op: str
+    tile: tuple[int, int]
+    base: int
+    tiles: int
+
+    @property
+    def tile_bytes(self) -> int:
+        return self.tile[0] * self.tile[1]
+
+
+@dataclass(frozen=True)
+class SharedStack:
+    """Spans with ``mapping.weights = "shared"``: every matrix op's weight loaded once into
+    the tile's shared memory, all at once (a span runs the whole stack with no barrier
+    between its ops, so every weight must be there before the first), then one BARRIER, then
+    the spans. `reason` says why the stack cannot (empty: it can)."""
+
+    weights: dict[str, SharedWeight] = field(default_factory=dict)  # by op name, in graph order
+    reason: str = ""
+
+    @property
+    def banks(self) -> int:
+        return sum(w.tiles for w in self.weights.values())
+
+    @property
+    def tile_bytes(self) -> list[int]:
+        """The bytes of each of the stack's B tiles, in bank order."""
+        return [w.tile_bytes for w in self.weights.values() for _ in range(w.tiles)]
+
+    def gemm(self, op: str, shape):
+        """The GEMM `op` runs in a span: B read from its banks of the stack, no load of its own."""
+        w = self.weights.get(op)
+        if w is None or not shape.b_weight:
+            return shape
+        return replace(shape, b_preloaded=True, b_shared_base=w.base, b_tile=w.tile)
+
+    def loads(self, workers: int, tile_size: int) -> list[list[int]]:
+        """Which of the stack's B tiles (by shared bank, from 0) each of the first `workers`
+        workers loads: every tile of cores its own copy, dealt as the tiles path deals one
+        weight's (`dse.plan.split.shared_loads`)."""
+        from .split import shared_loads
+
+        return shared_loads(workers, tile_size, self.banks)
+
+
+def shared_stack(span_graphs: list[Graph], chip, mapping) -> SharedStack:
+    """Decide the stack's shared copy once, for the lowering and the model alike. Per matrix
+    op with a weight B, in graph order: its tile is the one-worker plan's pick
+    (`plan_matmul`, the B already loaded) for the span that runs the op's largest GEMM (the
+    longest span decides the latency), with its banks from the first the earlier weights left
+    free; every span then reads that blocking (`MatmulShape.b_tile`). A weight that does not
+    fit above the earlier ones makes the stack infeasible, in `check_tiles`' words."""
+    from .graph_plan import plan_graph
+    from .matmul import plan_matmul
+
+    one = mapping.model_copy(update={"workers": 1})
+    gemms: dict[str, list] = {}
+    for sg in span_graphs:
+        for plan in plan_graph(sg):
+            if plan.unit == "grouped":
+                return SharedStack(reason=f"partition = spans with weights = shared: grouped conv {plan.op.name} "
+                                          "may run on the core in one span and on the matrix Ball in another")
+            if plan.unit in ("matrix", "conv") and plan.gemm.b_weight:
+                gemms.setdefault(plan.op.name, []).append(plan.gemm)
+    weights: dict[str, SharedWeight] = {}
+    base = 0
+    bank_bytes = chip.shared_memory.rows * chip.shared_memory.row_bytes
+    for name, shapes in gemms.items():
+        widest = max(shapes, key=lambda g: g.M)
+        picked = plan_matmul(chip, one, replace(widest, b_preloaded=True, b_shared_base=base))
+        if not picked.feasible:
+            return SharedStack(weights, f"partition = spans with weights = shared: op {name}: {picked.reason}")
+        tiles = picked.shared_bytes // bank_bytes
+        weights[name] = SharedWeight(name, (picked.tn, picked.tk), base, tiles)
+        base += tiles
+    return SharedStack(weights)
+
+
+__all__ = ["ROWWISE", "SharedStack", "SharedWeight", "Span", "SpanError", "halos", "needed_rows", "shared_stack",
+           "span_graph", "span_partition", "time_axes", "time_axis"]
