@@ -423,6 +423,8 @@ def test_compare_three_candidates_and_across_experiments(server, store_db, page)
     with Store(store_db) as store:
         other = int(store.candidates("second")["id"].iloc[0])
     page.goto(server + "/experiments/1?sort=latency_cycles")
+    # the plot drawn above the table moves it: a click before it is drawn can miss its box
+    page.wait_for_selector("#pareto[data-ready='1']")
     boxes = page.locator("#candidates tbody input[name=c]")
     ids = [int(boxes.nth(i).get_attribute("value")) for i in range(3)]
     for i in range(3):

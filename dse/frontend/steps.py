@@ -197,3 +197,18 @@ def steps_identity(steps: list[StepSpec]) -> list[dict[str, Any]]:
             source = b""
         out.append({"name": step.name, "options": step.options, "code": hashlib.sha256(source).hexdigest()})
     return out
+
+
+def quantized_steps(recipe: str, quantization: str):
+    """The recipe's frontend steps with the quantize step's weight granularity set."""
+    from dse.workload import load_recipe
+
+    folder = load_recipe(recipe).path.parent
+    steps = load_steps(folder)
+    if not any(step.name == "quantize" for step in steps):
+        raise InputError(folder, "mapping.quantization", quantization, "a recipe with a quantize step")
+    allowed = steps[[step.name for step in steps].index("quantize")].definition.options["weights"][2]
+    if quantization not in allowed:
+        raise InputError(folder, "mapping.quantization", quantization, ", ".join(allowed))
+    return [StepSpec(step.definition, {**step.options, "weights": quantization}) if step.name == "quantize" else step
+            for step in steps]

@@ -234,7 +234,7 @@ def emulate_recipe(recipe: str | Path, chip, mapping: Mapping | None = None, par
     placement, weights, fusion and layout knobs are `emulate_graph`'s."""
     from tqdm import tqdm
 
-    from ..runner.emulation import quantized_steps
+    from ..frontend.steps import quantized_steps
 
     mapping = mapping or Mapping()
     point = dict(mapping.workload or {})

@@ -47,6 +47,7 @@ def prepare_emulation(recipe: str, params: dict, quantization: str | None = None
 @functools.lru_cache(maxsize=8)
 def _prepare(recipe: str, params_json: str, quantization: str | None) -> EmulationWorkload:
     from ..errors import InputError
+    from ..frontend.steps import quantized_steps
     from ..numerics.run import prepare_recipe
 
     params = json.loads(params_json)
@@ -78,23 +79,6 @@ def prepare_placed(stages) -> PlacedEmulation:
         w = prepare_emulation(recipe, params)
         out.append(StageWork(role, w.graph, w.inputs, w.expected, w.tolerance, w.reference_kind, w.reference))
     return PlacedEmulation(out)
-
-
-def quantized_steps(recipe: str, quantization: str):
-    """The recipe's frontend steps with the quantize step's weight granularity set."""
-    from ..errors import InputError
-    from ..frontend.steps import StepSpec, load_steps
-    from ..workload import load_recipe
-
-    folder = load_recipe(recipe).path.parent
-    steps = load_steps(folder)
-    if not any(step.name == "quantize" for step in steps):
-        raise InputError(folder, "mapping.quantization", quantization, "a recipe with a quantize step")
-    allowed = steps[[step.name for step in steps].index("quantize")].definition.options["weights"][2]
-    if quantization not in allowed:
-        raise InputError(folder, "mapping.quantization", quantization, ", ".join(allowed))
-    return [StepSpec(step.definition, {**step.options, "weights": quantization}) if step.name == "quantize" else step
-            for step in steps]
 
 
 @dataclass

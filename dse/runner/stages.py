@@ -166,7 +166,7 @@ def _analytical_graph(recipe: str, params_json: str, quantization: str | None):
 
     from ..errors import InputError
     from ..frontend import run_pipeline
-    from .emulation import quantized_steps
+    from ..frontend.steps import quantized_steps
 
     steps = quantized_steps(recipe, quantization) if quantization else None
     pipe = run_pipeline(recipe, json.loads(params_json), steps=steps, check=False)
