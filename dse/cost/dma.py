@@ -17,7 +17,7 @@ def dma_cycles(nbytes, beat_bytes, burst_beats, parallel_bursts, latency_cycles,
 
 
 def bus_hold_cycles(cycles, nbytes, beat_bytes, burst_beats, parallel_bursts, latency_cycles, bus_bytes,
-                    only_held: bool = False):
+                    only_held: bool = False, sharers=1):
     """System-bus cycles one MVIN / MVOUT of `cycles` (its `dma_cycles`) moving `nbytes` keeps
     from other cores' bursts, as the emulator's bus (`emulator.timing.Bus`) places them: a
     transfer reserves its bursts when it starts, each in the first gap free for it. Between
@@ -32,7 +32,7 @@ def bus_hold_cycles(cycles, nbytes, beat_bytes, burst_beats, parallel_bursts, la
     nbytes = np.asarray(nbytes, dtype=np.int64)
     span = np.where(nbytes > 0, np.asarray(cycles) - latency_cycles, 0)
     share = 0 if only_held else -(-nbytes // bus_bytes)
-    return np.where(occ <= gap, share, np.maximum(span, -(-nbytes // bus_bytes)))
+    return np.where(np.asarray(sharers) * occ <= gap, share, np.maximum(span, -(-nbytes // bus_bytes)))
 
 
 def dma_cycles_for(nbytes, chip, col=1, strided=False):

@@ -104,15 +104,21 @@ def contended_stream_cycles(chip, stream, workers: int, figures: StreamFigures |
     if not per_share:
         return 0
     cycles = [per_share[unique.index(key)] for key in order]
+
+    def held(lines, col, is_strided):
+        d = figures.dma(lines, col, is_strided)
+        return bus_hold_cycles(d, lines * figures.beat_bytes, figures.beat_bytes, figures.burst_beats,
+                               figures.parallel_bursts, figures.latency_cycles, figures.bus_bytes, only_held=True)
+
     wait = 0
     worst = cycles[0]
     for j in range(1, len(order)):
-        lines = stream.pieces[j - 1].in_lines
-        d = figures.dma(lines, stream.src_col, False)
-        wait = wait + bus_hold_cycles(d, lines * figures.beat_bytes, figures.beat_bytes, figures.burst_beats,
-                                      figures.parallel_bursts, figures.latency_cycles, figures.bus_bytes,
-                                      only_held=True)
+        wait = wait + held(stream.pieces[j - 1].in_lines, stream.src_col, False)
         worst = np.maximum(worst, cycles[j] + wait)
+    if len(order) > 1:  # and every piece's transfers one after another: the bus's own bound
+        sizes = Counter((p.in_lines, p.out_lines, strided(chip, stream.dst_col, p.dst_stride)) for p in stream.pieces)
+        total = sum(n * (held(i, stream.src_col, False) + held(o, stream.dst_col, s)) for (i, o, s), n in sizes.items())
+        worst = np.maximum(worst, figures.latency_cycles + total)
     return int(worst) if np.ndim(worst) == 0 else worst
 
 
