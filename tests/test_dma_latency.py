@@ -30,6 +30,9 @@ def test_a_transfer_holds_the_bus_when_its_bursts_outlast_the_latency_gap():
     long = load_chip("poly")  # 100-cycle gaps take another core's 64-beat burst: only the bytes count
     assert hold(long, 2048) == 128
     assert hold(long, 2048, only_held=True) == 0
+    # but a gap of 100 cannot take the bursts of two other cores (2 x 64): held, 328 - 100
+    assert int(dma_cycles_for(2048, long)) == 328
+    assert hold(long, 2048, only_held=True, sharers=2) == 228
 
 
 @pytest.mark.parametrize("latency, nbytes", [(50, 2048), (50, 16384), (100, 4096), (200, 16384)])

@@ -127,8 +127,9 @@ class StreamCosts:
                 if not idx.size:
                     continue
                 # the plan weighs the stream alone (`takes_stream`); running, its workers share the bus
-                cycles = np.broadcast_to(contended_stream_cycles(chip, stream, W, self._figures(idx),
-                                                                 self._share_list(memo_key, chip, stream, W)), idx.shape)
+                contended = contended_stream_cycles(chip, stream, W, self._figures(idx),
+                                                    self._share_list(memo_key, chip, stream, W))
+                cycles = np.broadcast_to(contended, idx.shape)
                 busy_key = (memo_key, W, "ball busy")
                 if busy_key not in self.memo:
                     self.memo[busy_key] = ball_busy_cycles(chip, stream, W)

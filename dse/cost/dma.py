@@ -25,7 +25,8 @@ def bus_hold_cycles(cycles, nbytes, beat_bytes, burst_beats, parallel_bursts, la
     less the other bursts in flight). A burst of another core fits there only if it is no
     longer than that gap; else the transfer holds the bus from its first burst's data to
     its last (``cycles - latency_cycles``), not just for its bytes (``nbytes / bus_bytes``).
-    `only_held`: 0 where the bursts fit (the bus is shared, not held)."""
+    `sharers`: how many other cores' bursts must fit one gap (default one). `only_held`: 0
+    where they fit (the bus is shared, not held)."""
     beat_bytes = np.asarray(beat_bytes)
     occ = np.maximum(1, -(-(np.asarray(burst_beats) * beat_bytes) // bus_bytes))
     gap = np.asarray(latency_cycles) + np.asarray(burst_beats) - np.asarray(parallel_bursts) * occ

@@ -68,8 +68,11 @@ def lockstep_bus_wait(params: CandidateArrays, workers, a, b, c, bias: bool, til
     then every one's second, and so on; so the last worker's phase ends no earlier than the
     first worker's start plus one latency plus every worker's holds. Workers start a phase
     staggered by the hold of the previous phase's last transfer (the first tile: at once),
-    so the last one waits ``(workers - 1) x (its holds - stagger) - (transfers - 1) x
-    latency`` beyond its own transfers, when positive. The last tile's MVOUT waits likewise."""
+    so the last one waits ``others x (its holds - stagger) - (transfers - 1) x latency``
+    beyond its own transfers, when positive. The last tile's MVOUT waits likewise. `others`:
+    the other workers less those whose bursts the gaps between a transfer's bursts still
+    take (an approximation where some fit: exact where none do, ``dma.latency_cycles`` below
+    a burst's beats)."""
     col = params.column
     L = col("dma_latency")
     dma = (col("beat_bytes"), col("burst_beats"), col("parallel_bursts"), L, col("system_bus_bytes"))

@@ -96,7 +96,9 @@ def contended_stream_cycles(chip, stream, workers: int, figures: StreamFigures |
     longer than the gap a transfer's DMA leaves between its bursts (`bus_hold_cycles`), those
     first loads go on the bus one after another (core order), so worker j starts its stream
     the first loads of workers 0..j-1 late (less their latency, which overlaps); where
-    bursts fit the gaps they share the bus and nobody waits. `shares`: `worker_share_list`."""
+    bursts fit the gaps they share the bus and nobody waits. Nor can the stream end before
+    the bus has carried every piece's held transfers, one after another. `shares`:
+    `worker_share_list`."""
     figures = figures or StreamFigures.of(chip)
     order = shares if shares is not None else worker_share_list(chip, stream, workers)
     unique = list(dict.fromkeys(order))
@@ -117,7 +119,8 @@ def contended_stream_cycles(chip, stream, workers: int, figures: StreamFigures |
         worst = np.maximum(worst, cycles[j] + wait)
     if len(order) > 1:  # and every piece's transfers one after another: the bus's own bound
         sizes = Counter((p.in_lines, p.out_lines, strided(chip, stream.dst_col, p.dst_stride)) for p in stream.pieces)
-        total = sum(n * (held(i, stream.src_col, False) + held(o, stream.dst_col, s)) for (i, o, s), n in sizes.items())
+        total = sum(n * (held(i, stream.src_col, False) + held(o, stream.dst_col, st))
+                    for (i, o, st), n in sizes.items())
         worst = np.maximum(worst, figures.latency_cycles + total)
     return int(worst) if np.ndim(worst) == 0 else worst
 
