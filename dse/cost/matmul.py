@@ -78,8 +78,13 @@ def lockstep_bus_wait(params: CandidateArrays, workers, a, b, c, bias: bool, til
     dma = (col("beat_bytes"), col("burst_beats"), col("parallel_bursts"), L, col("system_bus_bytes"))
     occ = np.maximum(1, -(-(col("burst_beats") * col("beat_bytes")) // col("system_bus_bytes")))
     fit = np.maximum(L + col("burst_beats") - col("parallel_bursts") * occ, 0) // occ  # bursts a gap takes
-    others = np.maximum(workers - 1 - fit, 0)
-    hA, hB, hC = (bus_hold_cycles(d, nbytes, *dma, only_held=True, sharers=fit + others) for d, nbytes in (a, b, c))
+    burst_bytes = col("burst_beats") * col("beat_bytes")
+    # a one-burst transfer has no gap of its own: the others' queue behind it whole
+    single = np.maximum(a[1], np.maximum(b[1], c[1])) <= burst_bytes
+    others = np.where(single, np.maximum(workers - 1, 0), np.maximum(workers - 1 - fit, 0))
+    hA, hB, hC = (np.where(single, np.where(nbytes > 0, -(-nbytes // col("system_bus_bytes")), 0),
+                           bus_hold_cycles(d, nbytes, *dma, only_held=True, sharers=np.maximum(workers - 1, 0)))
+                  for d, nbytes in (a, b, c))
     n_ab, n_a, n_b = tiles
     extra = int(bias)
     lead = hC * (1 + extra)  # the previous MVOUT and the bias preload
@@ -88,6 +93,10 @@ def lockstep_bus_wait(params: CandidateArrays, workers, a, b, c, bias: bool, til
         return np.maximum(others * (holds - stagger) - (count - 1) * L, 0)
 
     head = wait(hC * extra + hA + hB, extra + 2, 0)
+    # Where the bursts interleave, the workers' first bursts still arrive at once: the last
+    # worker's go after the others' (then the stagger stays).
+    first = np.minimum(occ, -(-(c[1] if bias else a[1]) // col("system_bus_bytes")))
+    head = np.where(head > 0, head, np.maximum(workers - 1, 0) * first)
     ab = wait(lead + hA + hB, 3 + extra, hB)
     only_a = wait(lead + hA, 2 + extra, hA)
     only_b = wait(lead + hB, 2 + extra, hB)
