@@ -10,6 +10,8 @@ from agreement import emulated_and_modelled
 from dse.analytical.placed import estimate_layers, head_transfer_ends
 from dse.chips import load_chip
 from dse.cost.dma import bus_hold_cycles, dma_cycles_for
+from dse.cost.matmul import lockstep_bus_wait
+from dse.mapping.params import CandidateArrays
 from dse.mapping import Candidate, Mapping
 from dse.numerics.run import emulate_graph, prepare_recipe
 
@@ -49,6 +51,31 @@ def test_the_hold_is_what_the_emulators_bus_makes_a_second_core_wait(latency, nb
 
 
 SHORT = {"dma.latency_cycles": 50, "dma.burst_max_bytes": 1024}
+
+
+def test_lockstep_waits_by_hand():
+    # goban, 4 workers, 1 KiB A, B and C tiles (one 64-beat burst each, 114 cycles alone):
+    # the emulator's trace of the GEMM at m = 32 has worker 3's first A and B end
+    # 50 + 4 x 64 + 4 x 64 after the start (alone: 228), i.e. 3 x (64 + 64) - 50 = 334 late;
+    # then each tile's MVOUT and A load 3 x 64 - 50 = 142 late; its last MVOUT on time.
+    chip = load_chip("goban", SHORT)
+    params = CandidateArrays.from_candidates([Candidate(chip, Mapping(workers=4))])
+    d = int(dma_cycles_for(1024, chip))
+    assert d == 114
+    one = (d, 1024)
+
+    def wait(workers, tiles):
+        return int(lockstep_bus_wait(params, workers, one, one, one, False, tuple(np.array([[n]]) for n in tiles))[0, 0])
+
+    assert wait(4, (1, 0, 0)) == 334
+    assert wait(4, (1, 1, 0)) == 334 + 142
+    assert wait(4, (1, 3, 0)) == 334 + 3 * 142
+    assert wait(1, (1, 3, 0)) == 0  # alone: nobody to wait for
+    # at the default 100-cycle latency: 3 x 128 - 100 and 3 x 64 - 100
+    params = CandidateArrays.from_candidates([Candidate(load_chip("goban", {"dma.burst_max_bytes": 1024}),
+                                                        Mapping(workers=4))])
+    one = (164, 1024)
+    assert wait(4, (1, 1, 0)) == 284 + 92
 
 
 @pytest.fixture(scope="module")

@@ -69,10 +69,12 @@ def lockstep_bus_wait(params: CandidateArrays, workers, a, b, c, bias: bool, til
     first worker's start plus one latency plus every worker's holds. Workers start a phase
     staggered by the hold of the previous phase's last transfer (the first tile: at once),
     so the last one waits ``others x (its holds - stagger) - (transfers - 1) x latency``
-    beyond its own transfers, when positive. The last tile's MVOUT waits likewise. `others`:
-    the other workers less those whose bursts the gaps between a transfer's bursts still
-    take (an approximation where some fit: exact where none do, ``dma.latency_cycles`` below
-    a burst's beats)."""
+    beyond its own transfers, when positive. The last tile's MVOUT waits likewise. A
+    one-burst transfer has no gaps: the others queue behind it whole (its hold: its beats).
+    Else `others` is the other workers less those whose bursts the gaps between a transfer's
+    bursts still take (an approximation where some fit; where none do, ``dma.latency_cycles``
+    below a burst's beats, the emulator's bus gives exactly these waits). Where every burst
+    fits, only the first ones collide: the last worker's waits for the others' once."""
     col = params.column
     L = col("dma_latency")
     dma = (col("beat_bytes"), col("burst_beats"), col("parallel_bursts"), L, col("system_bus_bytes"))
