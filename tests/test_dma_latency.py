@@ -65,7 +65,8 @@ def test_lockstep_waits_by_hand():
     one = (d, 1024)
 
     def wait(workers, tiles):
-        return int(lockstep_bus_wait(params, workers, one, one, one, False, tuple(np.array([[n]]) for n in tiles))[0, 0])
+        counts = tuple(np.array([[n]]) for n in tiles)
+        return int(lockstep_bus_wait(params, workers, one, one, one, False, counts)[0, 0])
 
     assert wait(4, (1, 0, 0)) == 334
     assert wait(4, (1, 1, 0)) == 334 + 142
