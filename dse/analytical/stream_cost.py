@@ -16,7 +16,8 @@ from typing import TYPE_CHECKING, Callable
 
 import numpy as np
 
-from ..cost.stream import StreamFigures, ball_busy_cycles, stream_cycles, worker_shares
+from ..cost.stream import (StreamFigures, ball_busy_cycles, contended_stream_cycles, stream_cycles,
+                           worker_share_list, worker_shares)
 from ..mapping import CandidateArrays
 from ..plan.memory import Blocked, Dram, Loc, pad
 from ..plan.streams import (Stream, busiest_core_part, relu_plan_key, relu_stream, scale_core_op, scale_stream,
@@ -125,6 +126,10 @@ class StreamCosts:
                     idx, cycles = idx[take], cycles[take]
                 if not idx.size:
                     continue
+                # the plan weighs the stream alone (`takes_stream`); running, its workers share the bus
+                contended = contended_stream_cycles(chip, stream, W, self._figures(idx),
+                                                    self._share_list(memo_key, chip, stream, W))
+                cycles = np.broadcast_to(contended, idx.shape)
                 busy_key = (memo_key, W, "ball busy")
                 if busy_key not in self.memo:
                     self.memo[busy_key] = ball_busy_cycles(chip, stream, W)
@@ -148,10 +153,17 @@ class StreamCosts:
 
     def _figures(self, idx: np.ndarray) -> StreamFigures:
         p = self.params
-        return StreamFigures(p.burst_beats[idx], p.parallel_bursts[idx], p.dma_latency[idx], p.mset_cycles[idx])
+        return StreamFigures(p.burst_beats[idx], p.parallel_bursts[idx], p.dma_latency[idx], p.mset_cycles[idx],
+                             p.beat_bytes[idx], p.system_bus_bytes[idx])
 
     def _shares(self, memo_key: tuple, chip, stream, workers: int):
         key = (memo_key, workers, "shares")
         if key not in self.memo:
             self.memo[key] = worker_shares(chip, stream, workers)
+        return self.memo[key]
+
+    def _share_list(self, memo_key: tuple, chip, stream, workers: int):
+        key = (memo_key, workers, "share list")
+        if key not in self.memo:
+            self.memo[key] = worker_share_list(chip, stream, workers)
         return self.memo[key]

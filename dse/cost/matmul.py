@@ -19,7 +19,7 @@ from ..mapping import MatmulShape, TileCheck, check_tiles
 from ..mapping.matmul import INT8_BYTES, INT32_BYTES
 from ..mapping.params import SYSTOLIC, CandidateArrays
 from .core import split_share
-from .dma import dma_cycles
+from .dma import bus_hold_cycles, dma_cycles
 from .systolic import systolic_gemm_cycles
 
 
@@ -54,6 +54,58 @@ def ball_cycles(params: CandidateArrays, tm, tn, tk) -> np.ndarray:
             v = Formula(text, LATENCY_VARIABLES["matrix"]).cycles(M=sub[0], N=sub[1], K=sub[2], rows=r, cols=c)
         out[rows] = np.broadcast_to(v, out[rows].shape)
     return out
+
+
+def lockstep_bus_wait(params: CandidateArrays, workers, a, b, c, bias: bool, tiles) -> np.ndarray:
+    """Cycles the busiest worker waits for the system bus beside the other workers running
+    the same tiles in lock step, where a transfer holds the bus from its first burst to its
+    last (`bus_hold_cycles`: a burst longer than the gap between another transfer's bursts;
+    0 elsewhere). `a`, `b`, `c`: (cycles, bytes) of one A, B, C transfer; `tiles`: how many
+    output tiles load A and B, A only, B only (one k step each).
+
+    A tile's DMA phase is the previous tile's MVOUT, the bias, then its loads. The bus takes
+    the workers' transfers in dispatch order: every worker's first transfer of the phase,
+    then every one's second, and so on; so the last worker's phase ends no earlier than the
+    first worker's start plus one latency plus every worker's holds. Workers start a phase
+    staggered by the hold of the previous phase's last transfer (the first tile: at once),
+    so the last one waits ``others x (its holds - stagger) - (transfers - 1) x latency``
+    beyond its own transfers, when positive. The last tile's MVOUT waits likewise. A
+    one-burst transfer has no gaps: the others queue behind it whole (its hold: its beats).
+    Else `others` is the other workers less those whose bursts the gaps between a transfer's
+    bursts still take (an approximation where some fit; where none do, ``dma.latency_cycles``
+    below a burst's beats, the emulator's bus gives exactly these waits). Where every burst
+    fits, only the first ones collide: the last worker's waits for the others' once."""
+    col = params.column
+    L = col("dma_latency")
+    dma = (col("beat_bytes"), col("burst_beats"), col("parallel_bursts"), L, col("system_bus_bytes"))
+    occ = np.maximum(1, -(-(col("burst_beats") * col("beat_bytes")) // col("system_bus_bytes")))
+    fit = np.maximum(L + col("burst_beats") - col("parallel_bursts") * occ, 0) // occ  # bursts a gap takes
+    burst_bytes = col("burst_beats") * col("beat_bytes")
+    # a one-burst transfer has no gap of its own: the others' queue behind it whole
+    single = np.maximum(a[1], np.maximum(b[1], c[1])) <= burst_bytes
+    others = np.where(single, np.maximum(workers - 1, 0), np.maximum(workers - 1 - fit, 0))
+    hA, hB, hC = (np.where(single, np.where(nbytes > 0, -(-nbytes // col("system_bus_bytes")), 0),
+                           bus_hold_cycles(d, nbytes, *dma, only_held=True, sharers=np.maximum(workers - 1, 0)))
+                  for d, nbytes in (a, b, c))
+    n_ab, n_a, n_b = tiles
+    extra = int(bias)
+    lead = hC * (1 + extra)  # the previous MVOUT and the bias preload
+
+    def wait(holds, count, stagger):
+        return np.maximum(others * (holds - stagger) - (count - 1) * L, 0)
+
+    head = wait(hC * extra + hA + hB, extra + 2, 0)
+    # Where the bursts interleave, the workers' first bursts still arrive at once: the last
+    # worker's go after the others' (then the stagger stays).
+    first = np.minimum(occ, -(-(c[1] if bias else a[1]) // col("system_bus_bytes")))
+    head = np.where(head > 0, head, np.maximum(workers - 1, 0) * first)
+    ab = wait(lead + hA + hB, 3 + extra, hB)
+    only_a = wait(lead + hA, 2 + extra, hA)
+    only_b = wait(lead + hB, 2 + extra, hB)
+    last = np.where(n_a > 0, hA, hB)  # the stagger the last MVOUT starts with
+    tail = np.maximum(others * (hC - last), 0)
+    steady = np.maximum(n_ab - 1, 0) * ab + n_a * only_a + n_b * only_b
+    return np.where(n_ab > 0, head + tail, 0) + steady
 
 
 def matmul_cost(params: CandidateArrays, shape: MatmulShape, tm, tn, tk) -> MatmulCost:
@@ -130,6 +182,11 @@ def matmul_cost(params: CandidateArrays, shape: MatmulShape, tm, tn, tk) -> Matm
     # drains it, or a bias preload (queued behind that MVOUT) must land first.
     t_none = d_bias + np.where(fence | shape.bias, Kt * c + dC, np.maximum(Kt * c, dC))
     worker_cycles = n_ab * loaded(dA + dB) + n_a * loaded(dA) + n_b * loaded(dB) + n_0 * t_none
+    # Tiles of one k step alternate a DMA phase and a matmul on every worker alike: the phases
+    # meet on the bus. (With several k steps the Ball hides later loads and the workers drift
+    # apart: not charged.)
+    worker_cycles = worker_cycles + np.where(Kt == 1, lockstep_bus_wait(
+        params, workers, (dA, bytes_a), (dB, bytes_b), (dC, bytes_c), shape.bias, (n_ab, n_a, n_b)), 0)
     loads_a = (n_ab + n_a) * Kt
     loads_b = (n_ab + n_b) * Kt
     # The shared copy of B: one per tile of cores the computing workers span, its T tiles
@@ -147,7 +204,11 @@ def matmul_cost(params: CandidateArrays, shape: MatmulShape, tm, tn, tk) -> Matm
 
     # Cores have their own DMA engines but share the system bus.
     total_bytes = (loads_a * bytes_a + loads_b * bytes_b + P * bytes_c * (2 if shape.bias else 1)) * workers
-    bus_cycles = -(-total_bytes // bus)
+    # the bus carries every worker's bytes, or, where a transfer holds it, their holds
+    hold_a, hold_b, hold_c = (bus_hold_cycles(d, nbytes, *dma, bus) for d, nbytes in
+                              ((dA, bytes_a), (dB, bytes_b), (dC, bytes_c)))
+    bus_cycles = np.maximum(-(-total_bytes // bus),
+                            workers * (loads_a * hold_a + loads_b * hold_b + P * hold_c * (2 if shape.bias else 1)))
     total_bytes = total_bytes + pre_bytes
     # Serial timing (the framework's emulator): every transfer and matmul one after
     # another, the MSETs of the buffers (A, B unless shared, C) and their frees too, no

@@ -11,6 +11,8 @@ import numpy as np
 
 from emulator.dma import transfer_cycles
 
+from .dma import bus_hold_cycles
+
 
 def strided(chip, col: int, stride: int) -> bool:
     """A transfer with row stride `stride` bytes (0: contiguous) into a bank of `col`
@@ -27,20 +29,22 @@ class StreamFigures:
     parallel_bursts: object
     latency_cycles: object
     mset_cycles: object
+    beat_bytes: object = 16
+    bus_bytes: object = 16  # dma.system_bus_bytes
 
     @classmethod
     def of(cls, chip) -> "StreamFigures":
         return cls(chip.dma_burst_beats, chip.dma_parallel_bursts, chip.dma.latency_cycles,
-                   chip.front_end.mset_cycles)
+                   chip.front_end.mset_cycles, chip.dma.beat_bytes, chip.dma.system_bus_bytes)
 
     def dma(self, lines: int, col: int, is_strided: bool):
         return transfer_cycles(lines, col, is_strided, self.burst_beats, self.parallel_bursts, self.latency_cycles)
 
 
-def worker_shares(chip, stream, workers: int) -> list[tuple[tuple, tuple]]:
-    """Each working worker's share of the stream (worker w takes pieces w, w + workers,
-    ...) as the sizes its time depends on: ((in_lines, count), ...) and ((out_lines,
-    strided, count), ...). Workers with the same sizes appear once each."""
+def worker_share_list(chip, stream, workers: int) -> list[tuple[tuple, tuple]]:
+    """Each working worker's share of the stream in worker order (worker w takes pieces w,
+    w + workers, ...) as the sizes its time depends on: ((in_lines, count), ...) and
+    ((out_lines, strided, count), ...)."""
     workers = max(1, workers)
     out = []
     for w in range(workers):
@@ -50,7 +54,12 @@ def worker_shares(chip, stream, workers: int) -> list[tuple[tuple, tuple]]:
         ins = Counter(p.in_lines for p in mine)
         outs = Counter((p.out_lines, strided(chip, stream.dst_col, p.dst_stride)) for p in mine)
         out.append((tuple(sorted(ins.items())), tuple(sorted(outs.items()))))
-    return list(dict.fromkeys(out))
+    return out
+
+
+def worker_shares(chip, stream, workers: int) -> list[tuple[tuple, tuple]]:
+    """`worker_share_list` with workers of the same sizes once each."""
+    return list(dict.fromkeys(worker_share_list(chip, stream, workers)))
 
 
 def worker_cycles(chip, stream, workers: int, figures: StreamFigures | None = None, shares=None) -> list:
@@ -81,10 +90,46 @@ def stream_cycles(chip, stream, workers: int = 1, figures: StreamFigures | None 
     return int(worst) if np.ndim(worst) == 0 else worst
 
 
+def contended_stream_cycles(chip, stream, workers: int, figures: StreamFigures | None = None, shares=None):
+    """`stream_cycles` of a stream the workers run at once on the system bus, the overlapped
+    timing's bus order: every worker starts with its first piece's MVIN. Where a burst is
+    longer than the gap a transfer's DMA leaves between its bursts (`bus_hold_cycles`), those
+    first loads go on the bus one after another (core order), so worker j starts its stream
+    the first loads of workers 0..j-1 late (less their latency, which overlaps); where
+    bursts fit the gaps they share the bus and nobody waits. Nor can the stream end before
+    the bus has carried every piece's held transfers, one after another. `shares`:
+    `worker_share_list`."""
+    figures = figures or StreamFigures.of(chip)
+    order = shares if shares is not None else worker_share_list(chip, stream, workers)
+    unique = list(dict.fromkeys(order))
+    per_share = worker_cycles(chip, stream, workers, figures, unique)
+    if not per_share:
+        return 0
+    cycles = [per_share[unique.index(key)] for key in order]
+
+    def held(lines, col, is_strided):
+        d = figures.dma(lines, col, is_strided)
+        return bus_hold_cycles(d, lines * figures.beat_bytes, figures.beat_bytes, figures.burst_beats,
+                               figures.parallel_bursts, figures.latency_cycles, figures.bus_bytes, only_held=True)
+
+    wait = 0
+    worst = cycles[0]
+    for j in range(1, len(order)):
+        wait = wait + held(stream.pieces[j - 1].in_lines, stream.src_col, False)
+        worst = np.maximum(worst, cycles[j] + wait)
+    if len(order) > 1:  # and every piece's transfers one after another: the bus's own bound
+        sizes = Counter((p.in_lines, p.out_lines, strided(chip, stream.dst_col, p.dst_stride)) for p in stream.pieces)
+        total = sum(n * (held(i, stream.src_col, False) + held(o, stream.dst_col, st))
+                    for (i, o, st), n in sizes.items())
+        worst = np.maximum(worst, figures.latency_cycles + total)
+    return int(worst) if np.ndim(worst) == 0 else worst
+
+
 def ball_busy_cycles(chip, stream, workers: int = 1) -> int:
     """The Ball's own busy cycles on worker 0 (pieces 0, workers, 2 x workers, ...)."""
     ball = chip.ball(stream.kind).latency_formula("default")
     return sum(int(ball.cycles(iter=p.in_lines)) for p in stream.pieces[::max(1, workers)])
 
 
-__all__ = ["StreamFigures", "ball_busy_cycles", "stream_cycles", "strided", "worker_cycles", "worker_shares"]
+__all__ = ["StreamFigures", "ball_busy_cycles", "contended_stream_cycles", "stream_cycles", "strided", "worker_cycles",
+           "worker_share_list", "worker_shares"]
