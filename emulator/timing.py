@@ -772,7 +772,12 @@ def _core_proc(cid, recs, chip, times: CoreTimes, tile: Tile, bus: Bus, solo: bo
 def run_overlapped(records, chip, trace=None, op_names=None) -> tuple[list[CoreTimes], int]:
     """Per-core times and the system bus's busy cycles. Cores advance in order of their next
     dispatch time (a heap), so shared resources (bus, shared channels) see requests in
-    near-time order; every resource still fills earlier gaps, so the order only breaks ties."""
+    near-time order; every resource still fills earlier gaps. A DMA transfer books all its
+    bursts on the bus when it is dispatched, so where a burst is longer than the gap between
+    another transfer's bursts (``dma.latency_cycles`` below a burst's beats) the transfer
+    dispatched first holds the bus to its last burst and a burst that arrives earlier waits
+    behind it: there the order decides more than ties (the model follows it:
+    `dse.cost.dma.bus_hold_cycles`)."""
     from .errors import ProgramError
 
     n = len(records)
