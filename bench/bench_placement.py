@@ -43,11 +43,46 @@ from dse.numerics.run import StageWork, emulate_graph, emulate_placed, prepare_r
 LLAMA = dict(vocab=64, dim=32, layers=1, heads=2, kv_heads=1)
 
 
-def stage(role: str, recipe: str, **params) -> StageWork:
-    prep = prepare_recipe(recipe, {**LLAMA, **params})
+def work(role: str, recipe: str, params: dict) -> StageWork:
+    prep = prepare_recipe(recipe, params)
     assert not prep.failed, prep.failed
     return StageWork(role, prep.graph, prep.inputs, prep.expected, prep.tolerance, prep.reference_kind,
                      prep.graph.trace(*prep.inputs))
+
+
+def stage(role: str, recipe: str, **params) -> StageWork:
+    return work(role, recipe, {**LLAMA, **params})
+
+
+def gemm_work(m: int) -> StageWork:
+    return work("gemm", "gemm", dict(m=m, n=64, k=64))
+
+
+def emulated_and_modelled(work: StageWork, cand: Candidate):
+    """`cand` on `work`'s graph: the emulator's report, the candidate it ran (auto's pick),
+    and the model's totals row and notes for that candidate."""
+    rep = emulate_graph(work.graph, cand, work.inputs, work.expected, work.tolerance, work.reference_kind,
+                        reference=work.reference)
+    picked = Candidate(cand.chip, mapping_from_dict(rep.mapping)) if cand.mapping.placement == "auto" else cand
+    totals, _, notes = estimate_layers(work.graph, [picked])
+    return rep, picked, totals.iloc[0], notes[0]
+
+
+def figures(rep, t) -> str:
+    """Emulated cycles, the model's, its error, DMA bytes (in + out, every core) and the model's."""
+    c = rep.counters
+    dma = sum(c["dma_bytes_in"]) + sum(c["dma_bytes_out"])
+    return (f"{rep.cycles:10d} {t['latency_cycles']:10.0f} {t['latency_cycles'] / rep.cycles - 1:+7.2%} {dma:9d} "
+            f"{t['dma_bytes']:9.0f}")
+
+
+def shared(rep, t) -> str:
+    """Shared-memory bytes the emulator saw and the model's."""
+    return f"{rep.counters['shared_bytes_used']:8d} {t['shared_sram_bytes']:8.0f}"
+
+
+def bit_exact(rep) -> str:
+    return "PASS bit-exact" if rep.verdict.passed and rep.verdict.integer_bit_exact else "FAIL"
 
 
 def main() -> None:
@@ -139,32 +174,21 @@ def ranges(pre: StageWork, poly, same, split: str, requests: int) -> None:
                          (f"{kind}, cut {cut}, DRAM hand-off", poly, m(placement=kind, cuts=(cut,), handoff="dram"))]
         rows += [("auto", poly, m(workers=3, placement="auto"))]
         for label, chip, mapping in rows:
-            cand = Candidate(chip, mapping)
-            rep = emulate_graph(pre.graph, cand, pre.inputs, pre.expected, pre.tolerance, pre.reference_kind,
-                                reference=pre.reference)
-            picked = Candidate(chip, mapping_from_dict(rep.mapping))  # what "auto" ran
-            totals, _, notes = estimate_layers(pre.graph, [picked])
-            t = totals.iloc[0]
+            rep, picked, t, notes = emulated_and_modelled(pre, Candidate(chip, mapping))
             if not rep.feasible or not t["feasible"]:
                 print(f"{label:44s} {n:3d} infeasible; emulator: {rep.reason}; model: {t['reason']}")
                 continue
             if mapping.placement == "auto":
                 label += f" -> {picked.mapping.placement or 'spmd'} {list(picked.mapping.cuts or [])}"
-            c = rep.counters
-            dma = sum(c["dma_bytes_in"]) + sum(c["dma_bytes_out"])
-            err = t["latency_cycles"] / rep.cycles - 1
-            print(f"{label:44s} {n:3d} {rep.cycles:10d} {t['latency_cycles']:10.0f} {err:+7.2%} {dma:9d} "
-                  f"{t['dma_bytes']:9.0f} {rep.peak_sram_bytes:9d} {c['shared_bytes_used']:8d} "
-                  f"{t['shared_sram_bytes']:8.0f}  {rep.verdict.summary()[:30]}")
+            print(f"{label:44s} {n:3d} {figures(rep, t)} {rep.peak_sram_bytes:9d} {shared(rep, t)}  "
+                  f"{rep.verdict.summary()[:30]}")
             if n == 1 and "shared hand-off" in label:
-                print(f"{'':44s}     {notes[0][:150]}")
+                print(f"{'':44s}     {notes[:150]}")
 
 
 def gemm_handoff(requests: int) -> None:
     """The GEMM recipe cut before its product: the hand-off's bytes, and the model where DMA dominates."""
-    prep = prepare_recipe("gemm", dict(m=32, n=64, k=64))
-    gemm = StageWork("gemm", prep.graph, prep.inputs, prep.expected, prep.tolerance, prep.reference_kind,
-                     prep.graph.trace(*prep.inputs))
+    gemm = gemm_work(32)
     print("\ngemm m=32 n=64 k=64 cut before its product (op 1)")
     print(f"{'candidate':44s} {'req':>3s} {'emu cycles':>10s} {'model':>10s} {'err':>7s} {'DMA bytes':>9s} "
           f"{'model DMA':>9s} {'shared':>8s} {'model sh':>8s} {'sh conf':>7s}")
@@ -182,17 +206,9 @@ def gemm_handoff(requests: int) -> None:
                                                              requests=req, handoff=None if h == "shared" else h))
                          for h in ("shared", "dram")]
             for label, mapping in rows:
-                cand = Candidate(chip, mapping)
-                rep = emulate_graph(gemm.graph, cand, gemm.inputs, gemm.expected, gemm.tolerance,
-                                    gemm.reference_kind, reference=gemm.reference)
-                t = estimate_layers(gemm.graph, [cand])[0].iloc[0]
-                c = rep.counters
-                dma = sum(c["dma_bytes_in"]) + sum(c["dma_bytes_out"])
-                print(f"{chip_name + ' ' + label:44s} {n:3d} {rep.cycles:10d} {t['latency_cycles']:10.0f} "
-                      f"{t['latency_cycles'] / rep.cycles - 1:+7.2%} {dma:9d} {t['dma_bytes']:9.0f} "
-                      f"{c['shared_bytes_used']:8d} {t['shared_sram_bytes']:8.0f} "
-                      f"{sum(c['shared_channel_conflicts']):7d}  {'PASS' if rep.verdict.passed else 'FAIL'}")
-
+                rep, _, t, _ = emulated_and_modelled(gemm, Candidate(chip, mapping))
+                print(f"{chip_name + ' ' + label:44s} {n:3d} {figures(rep, t)} {shared(rep, t)} "
+                      f"{sum(rep.counters['shared_channel_conflicts']):7d}  {'PASS' if rep.verdict.passed else 'FAIL'}")
 
 
 def gemm_grid(requests: int) -> None:
@@ -203,22 +219,14 @@ def gemm_grid(requests: int) -> None:
     print(f"{'m':>4s} {'candidate':28s} {'req':>3s} {'emu cycles':>10s} {'model':>10s} {'err':>7s} {'DMA bytes':>9s} "
           f"{'model DMA':>9s} {'shared':>8s} {'model sh':>8s}  numerics")
     for m in (32, 64, 128):
-        prep = prepare_recipe("gemm", dict(m=m, n=64, k=64))
-        reference = prep.graph.trace(*prep.inputs)
+        gemm = gemm_work(m)
         for kind, n in (("layers", 1), ("layers", requests), ("pipeline", requests)):
             for handoff in ("shared", "dram"):
                 cand = Candidate(poly, Mapping(split="cols", placement=kind, cuts=(1,), requests=n if n > 1 else None,
                                                handoff="dram" if handoff == "dram" else None))
-                rep = emulate_graph(prep.graph, cand, prep.inputs, prep.expected, prep.tolerance, prep.reference_kind,
-                                    reference=reference)
-                t = estimate_layers(prep.graph, [cand])[0].iloc[0]
-                c = rep.counters
-                dma = sum(c["dma_bytes_in"]) + sum(c["dma_bytes_out"])
-                ok = rep.verdict.passed and rep.verdict.integer_bit_exact
-                print(f"{m:4d} {kind + ', ' + handoff + ' hand-off':28s} {n:3d} {rep.cycles:10d} "
-                      f"{t['latency_cycles']:10.0f} {t['latency_cycles'] / rep.cycles - 1:+7.2%} {dma:9d} "
-                      f"{t['dma_bytes']:9.0f} {c['shared_bytes_used']:8d} {t['shared_sram_bytes']:8.0f}  "
-                      f"{'PASS bit-exact' if ok else 'FAIL'}")
+                rep, _, t, _ = emulated_and_modelled(gemm, cand)
+                print(f"{m:4d} {kind + ', ' + handoff + ' hand-off':28s} {n:3d} {figures(rep, t)} {shared(rep, t)}  "
+                      f"{bit_exact(rep)}")
 
 
 def three_ranges(seq: int, requests: int) -> None:
@@ -235,19 +243,11 @@ def three_ranges(seq: int, requests: int) -> None:
             for handoff in ("shared", "dram"):
                 cand = Candidate(chip, Mapping(split="cols", placement=kind, cuts=(10, 42), requests=n if n > 1 else None,
                                                handoff="dram" if handoff == "dram" else None))
-                rep = emulate_graph(pre.graph, cand, pre.inputs, pre.expected, pre.tolerance, pre.reference_kind,
-                                    reference=pre.reference)
-                totals, _, notes = estimate_layers(pre.graph, [cand])
-                t = totals.iloc[0]
-                c = rep.counters
-                dma = sum(c["dma_bytes_in"]) + sum(c["dma_bytes_out"])
-                ok = rep.verdict.passed and rep.verdict.integer_bit_exact
-                print(f"{kind + ', ' + handoff + f' hand-off, {banks} shared banks':44s} {n:3d} {rep.cycles:10d} "
-                      f"{t['latency_cycles']:10.0f} {t['latency_cycles'] / rep.cycles - 1:+7.2%} {dma:9d} "
-                      f"{t['dma_bytes']:9.0f} {c['shared_bytes_used']:8d} {t['shared_sram_bytes']:8.0f}  "
-                      f"{'PASS bit-exact' if ok else 'FAIL'}")
+                rep, _, t, notes = emulated_and_modelled(pre, cand)
+                print(f"{kind + ', ' + handoff + f' hand-off, {banks} shared banks':44s} {n:3d} {figures(rep, t)} "
+                      f"{shared(rep, t)}  {bit_exact(rep)}")
                 if handoff == "shared" and kind == "pipeline":
-                    said = [x for x in notes[0].split("; ") if "via shared" in x or "do not fit" in x]
+                    said = [x for x in notes.split("; ") if "via shared" in x or "do not fit" in x]
                     print(f"{'':44s}     {'; '.join(said)}")
 
 
