@@ -251,8 +251,9 @@ def test_every_boundary_of_a_pipeline_hands_off_through_banks_of_its_own(llama):
     dram_rep, dram_t, _, _ = run(llama, chip, pipe.model_copy(update={"handoff": "dram"}))
     assert dma(dram_rep) == dram_t["dma_bytes"] == dma(rep) + 3 * 3 * (2 * 512 - 512)
 
-    # 3 shared banks: q's two sets fit; k, v and the scores, below the banks kept before them,
-    # do not and read DRAM, the scores' reason from the lowering and the model alike
+    # 3 shared banks: q's two sets fit; k, v and the scores, below the 2 banks q's A tiles hold
+    # (k and v, through DRAM, hold none), do not and read DRAM, the scores' reason from the
+    # lowering and the model alike
     small = three_groups(banks=3)
     rep, t, _, notes = run(llama, small, pipe)
     assert rep.verdict.passed and rep.verdict.integer_bit_exact
@@ -261,8 +262,8 @@ def test_every_boundary_of_a_pipeline_hands_off_through_banks_of_its_own(llama):
     assert "; ".join(h[3] for h in rep.handoffs) == notes
     assert notes.startswith("mul_1_int8 to op linear_acc's A via shared memory: 512 bytes;")
     assert ("reshape_int8 via DRAM: op matmul_acc's A tiles do not fit shared memory one bank each with the whole "
-            "reduction in one tile (K split, or more tiles than the shared banks B leaves beside the 6 banks the "
-            "hand-offs before it reserve)") in notes
+            "reduction in one tile (K split, or more tiles than the shared banks B leaves beside the 2 banks the "
+            "A tiles of the hand-offs before it hold)") in notes
     assert rep.counters["shared_bytes_used"] == t["shared_sram_bytes"] == 2 * SHARED_BANK
     # one range after another, the boundaries meet at BARRIERs and each range's start again at
     # the top bank: q, k, v in a bank each, then the scores' 2 tiles in the same banks

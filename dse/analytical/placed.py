@@ -45,8 +45,8 @@ from ..cost.dma import dma_cycles_for
 from ..mapping import Candidate, CandidateArrays, check_tiles
 from ..mapping.candidate import Mapping
 from ..plan.graph_plan import plan_graph
-from ..plan.placement import (boundary_tensors, handoff_bases, handoff_note, handoff_why, handoffs, place, schedule,
-                              stage_reason)
+from ..plan.placement import (boundary_tensors, handoff_banks, handoff_note, handoff_why, handoffs, place,
+                              range_candidate, schedule, stage_reason)
 from .estimate import TOTAL_COLUMNS, estimate, summarize
 from .stream_cost import planned_stream
 
@@ -332,80 +332,87 @@ def estimate_layers(graph, candidates: Sequence[Candidate], calibration=None
             m = c.mapping
             by_cut.setdefault((m.fusion, m.channels_last, m.cuts, m.handoff, m.weights == "shared",
                                lays[i][0].handoff_sets, len(lays[i][0].ranges)), []).append(i)
-    for (fusion, channels_last, _, handoff, shared_weights, sets, n_ranges), ok in by_cut.items():
+    for (fusion, channels_last, _, handoff, shared_weights, sets, n_ranges), same_cut in by_cut.items():
         plans = plan_graph(graph, fusion, channels_last)
-        ranges = lays[ok[0]][0].ranges
+        ranges = lays[same_cut[0]][0].ranges
         handed = handoffs(plans, ranges, not shared_weights) if handoff != "dram" else {}
-        overlap = lays[ok[0]][0].overlap
-        bases = handoff_bases(plans, ranges, handed, sets, overlap)
-        costed = [replace(p, gemm=replace(p.gemm, a_shared=sets, a_shared_base=bases[p.op.name]))
-                  if p.op.name in handed else p for p in plans]
-        by_range = []
-        for r, rg in enumerate(ranges):
-            cands = [Candidate(lays[i][0].places[r].chip,
-                               candidates[i].mapping.model_copy(update={"workers": len(lays[i][0].places[r].cores)}))
-                     for i in ok]
-            per_op = estimate(graph, cands, calibration, plans=costed)
-            names = {plans[k].op.name for k in rg}
-            part = per_op[per_op["op"].isin(names)].copy()
-            part["candidate"] = np.asarray(ok)[part["candidate"].to_numpy()]
-            part["candidate_hash"] = [candidates[i].hash for i in part["candidate"]]
-            by_range.append(part)
-        frames += by_range
-        groups = [{cand: g for cand, g in part.groupby("candidate")} for part in by_range]
-        boundary = boundary_tensors(plans, ranges)
-        by_name = {p.op.name: p for p in costed}
-        for i in ok:
-            c, lay = candidates[i], lays[i][0]
-            places = lay.places
-            parts = [g[i] for g in groups]
-            bad = next((r for r, p in enumerate(parts) if not p["feasible"].all()), None)
-            if bad is not None:
-                first = parts[bad][~parts[bad]["feasible"]].iloc[0]
-                reason = str(first["reason"])
-                rows[i] = _infeasible(i, c, stage_reason(places[bad], reason) if n_ranges > 1 else reason)
-                continue
-            # a range on one core closes its ops with FENCEs, never a BARRIER: one epoch
-            times = [[p["cycles"].to_numpy(np.float64), p["syncs"].to_numpy(np.int64) * (len(pl.cores) > 1),
-                      p["dma_bytes"].to_numpy(np.float64), p["dma_cycles"].to_numpy(np.float64)]
-                     for p, pl in zip(parts, places)]
-            # the ranges' first transfers an op, where ranges run at once (a pipeline's slots)
-            heads = [[op_head_transfers(by_name[name], row, pl.chip, c.mapping, len(pl.cores), pl.cores, graph)
-                      for name, row in zip(p["op"], p.to_dict("records"))] if lay.overlap else []
-                     for p, pl in zip(parts, places)]
-            extra_bytes, a_banks, said = _handoff_loads(c, places, parts, times, handed, costed, sets, heads)
-            epochs = [epoch_cycles(c_, s_) for c_, s_, _, _ in times]
-            moved = [epoch_cycles(b_, s_) for _, s_, b_, _ in times]  # bytes and DMA cycles by epoch, alike
-            dma_time = [epoch_cycles(d_, s_) for _, s_, _, d_ in times]
-            slots = lay.slots()
-            latency = sum(_slot_cycles(c.chip, [r for _, r in slot], epochs, moved, dma_time, times, heads)
-                          if len(slot) > 1 else float(epochs[slot[0][1]].sum()) for slot in slots)
-            latency += (len(slots) - 1) * c.chip.front_end.barrier_cycles  # the BARRIER closing each slot
-            lines = []
-            for t, r, reader in boundary:
-                offered = next((o for o, tt in handed.items() if tt == t and o in {plans[k].op.name for k in ranges[r]}),
-                               None)
-                lines.append(said.get((t, r)) or handoff_why(t, reader, offered, handoff, bases.get(offered, 0)))
-            notes[i] = "; ".join(lines)
-            all_rows = pd.concat(parts)
-            # the emulator counts every shared bank the run touched: a shared weight's B tiles
-            # count up from the bottom bank, hand-off A tiles down from the top
-            b_shared = all_rows["shared_bytes"].max()
-            sram_per_core = [p.chip.private_sram_bytes for p in places for _ in p.cores]
-            unaddressable = sum(p.chip.unaddressable_sram_bytes for p in places for _ in p.cores)
-            cores = sum(len(p.cores) for p in places)
-            row = {"candidate": i, "candidate_hash": c.hash, "feasible": True, "reason": "",
-                   "latency_cycles": latency, "workers": cores,
-                   "peak_sram_bytes": float(all_rows["sram_bytes"].max()),
-                          "shared_sram_bytes": float(b_shared) + _handoff_banks(a_banks, ranges, plans, overlap),
-                   "private_sram_per_core_bytes": float(max(sram_per_core)),
-                   "private_sram_bytes": float(sum(sram_per_core)),
-                   "unaddressable_sram_bytes": float(unaddressable)}
-            for name in SUMMED:
-                row[name] = float(all_rows[name].sum()) * lay.requests
-            row["dma_bytes"] += extra_bytes * lay.requests
-            row["utilisation"] = row["busy_cycles"] / max(cores * latency, 1)
-            rows[i] = row
+        overlap = lays[same_cut[0]][0].overlap
+        # each candidate's hand-off banks, decided in order for the tiles it picks; candidates
+        # whose bases agree are costed as one
+        banks = handoff_banks(plans, ranges, handed, sets, overlap, [CandidateArrays.from_candidates(
+            [range_candidate(lays[i][0].places[r], candidates[i].mapping) for i in same_cut])
+            for r in range(n_ranges)])
+        by_bases: dict[tuple, list[int]] = {}
+        for i, b in zip(same_cut, banks):
+            by_bases.setdefault(tuple(b.bases.items()), []).append(i)
+        for at, ok in by_bases.items():
+            bases = dict(at)
+            costed = [replace(p, gemm=replace(p.gemm, a_shared=sets, a_shared_base=bases[p.op.name]))
+                      if p.op.name in handed else p for p in plans]
+            by_range = []
+            for r, rg in enumerate(ranges):
+                cands = [range_candidate(lays[i][0].places[r], candidates[i].mapping) for i in ok]
+                per_op = estimate(graph, cands, calibration, plans=costed)
+                names = {plans[k].op.name for k in rg}
+                part = per_op[per_op["op"].isin(names)].copy()
+                part["candidate"] = np.asarray(ok)[part["candidate"].to_numpy()]
+                part["candidate_hash"] = [candidates[i].hash for i in part["candidate"]]
+                by_range.append(part)
+            frames += by_range
+            groups = [{cand: g for cand, g in part.groupby("candidate")} for part in by_range]
+            boundary = boundary_tensors(plans, ranges)
+            by_name = {p.op.name: p for p in costed}
+            for i in ok:
+                c, lay = candidates[i], lays[i][0]
+                places = lay.places
+                parts = [g[i] for g in groups]
+                bad = next((r for r, p in enumerate(parts) if not p["feasible"].all()), None)
+                if bad is not None:
+                    first = parts[bad][~parts[bad]["feasible"]].iloc[0]
+                    reason = str(first["reason"])
+                    rows[i] = _infeasible(i, c, stage_reason(places[bad], reason) if n_ranges > 1 else reason)
+                    continue
+                # a range on one core closes its ops with FENCEs, never a BARRIER: one epoch
+                times = [[p["cycles"].to_numpy(np.float64), p["syncs"].to_numpy(np.int64) * (len(pl.cores) > 1),
+                          p["dma_bytes"].to_numpy(np.float64), p["dma_cycles"].to_numpy(np.float64)]
+                         for p, pl in zip(parts, places)]
+                # the ranges' first transfers an op, where ranges run at once (a pipeline's slots)
+                heads = [[op_head_transfers(by_name[name], row, pl.chip, c.mapping, len(pl.cores), pl.cores, graph)
+                          for name, row in zip(p["op"], p.to_dict("records"))] if lay.overlap else []
+                         for p, pl in zip(parts, places)]
+                extra_bytes, a_banks, said = _handoff_loads(c, places, parts, times, handed, costed, sets, heads)
+                epochs = [epoch_cycles(c_, s_) for c_, s_, _, _ in times]
+                moved = [epoch_cycles(b_, s_) for _, s_, b_, _ in times]  # bytes and DMA cycles by epoch, alike
+                dma_time = [epoch_cycles(d_, s_) for _, s_, _, d_ in times]
+                slots = lay.slots()
+                latency = sum(_slot_cycles(c.chip, [r for _, r in slot], epochs, moved, dma_time, times, heads)
+                              if len(slot) > 1 else float(epochs[slot[0][1]].sum()) for slot in slots)
+                latency += (len(slots) - 1) * c.chip.front_end.barrier_cycles  # the BARRIER closing each slot
+                lines = []
+                for t, r, reader in boundary:
+                    offered = next((o for o, tt in handed.items()
+                                    if tt == t and o in {plans[k].op.name for k in ranges[r]}), None)
+                    lines.append(said.get((t, r)) or handoff_why(t, reader, offered, handoff, bases.get(offered, 0)))
+                notes[i] = "; ".join(lines)
+                all_rows = pd.concat(parts)
+                # the emulator counts every shared bank the run touched: a shared weight's B tiles
+                # count up from the bottom bank, hand-off A tiles down from the top
+                b_shared = all_rows["shared_bytes"].max()
+                sram_per_core = [p.chip.private_sram_bytes for p in places for _ in p.cores]
+                unaddressable = sum(p.chip.unaddressable_sram_bytes for p in places for _ in p.cores)
+                cores = sum(len(p.cores) for p in places)
+                row = {"candidate": i, "candidate_hash": c.hash, "feasible": True, "reason": "",
+                       "latency_cycles": latency, "workers": cores,
+                       "peak_sram_bytes": float(all_rows["sram_bytes"].max()),
+                       "shared_sram_bytes": float(b_shared) + _handoff_banks(a_banks, ranges, plans, overlap),
+                       "private_sram_per_core_bytes": float(max(sram_per_core)),
+                       "private_sram_bytes": float(sum(sram_per_core)),
+                       "unaddressable_sram_bytes": float(unaddressable)}
+                for name in SUMMED:
+                    row[name] = float(all_rows[name].sum()) * lay.requests
+                row["dma_bytes"] += extra_bytes * lay.requests
+                row["utilisation"] = row["busy_cycles"] / max(cores * latency, 1)
+                rows[i] = row
     per_op = pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
     totals = pd.DataFrame(rows, columns=TOTAL_COLUMNS)
     totals["candidate_hash"] = hashes  # the candidates as given ("auto" among them)
@@ -451,7 +458,7 @@ def _handoff_loads(c: Candidate, places, parts, times, handed: dict, costed, set
 
 
 def _handoff_banks(a_banks: dict[str, int], ranges, plans, overlap: bool) -> int:
-    """The shared bytes the hand-offs' banks take (`handoff_bases`): in a pipeline all at once;
+    """The shared bytes the hand-offs' banks take (`handoff_banks`): in a pipeline all at once;
     one range after another, the most one range's take."""
     per_range = [sum(a_banks.get(plans[i].op.name, 0) for i in rg) for rg in ranges]
     return sum(per_range) if overlap else max(per_range, default=0)

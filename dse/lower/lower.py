@@ -84,8 +84,8 @@ from ..plan.grouped import block_diagonal, on_matrix
 from ..plan.layout import permuted, stored_orders
 from ..plan.matmul import plan_matmul
 from ..plan.memory import Blocked, Dram, Loc, emu_dtype
-from ..plan.placement import (Placed, boundary_tensors, cores_chip, handoff_bases, handoff_note, handoff_why, handoffs,
-                              place, schedule, spmd_chip, stage_reason)
+from ..plan.placement import (Placed, boundary_tensors, cores_chip, handoff_banks, handoff_note, handoff_why, handoffs,
+                              place, range_candidate, schedule, spmd_chip, stage_reason)
 from ..plan.split import shared_loads, split_core_op
 from ..plan.streams import ELEMENTWISE, Stream, relu_stream, scale_core_op, scale_stream, stream_or_core
 from ..plan.units import Infeasible, conv_pad, relu_ball, reshape_view, sync_after, too_many_workers
@@ -183,7 +183,7 @@ class ProgramBuilder:
         self.handoff_ops: frozenset[str] = frozenset()  # matmuls whose A the range before hands off
         self.handoff_loaders: list[list] = []  # that range's cores, which load it into shared memory
         self.handoff_sets, self.handoff_set = 1, 0  # sets of shared banks a hand-off takes, and this request's
-        self.handoff_bases: dict[str, int] = {}  # banks below the top other boundaries keep (`handoff_bases`)
+        self.handoff_bases: dict[str, int] = {}  # banks below the top other hand-offs hold (`handoff_banks`)
         self.handoffs: list[tuple[str, str, int, int]] = []  # (op, tensor, shared tiles, bytes) handed off
         # spans with shared weights: the stack's shared copy, loaded before the span runs
         # (`dse.plan.spans.shared_stack`); each matmul's weight B is read there
@@ -606,7 +606,7 @@ class ProgramBuilder:
         # shared bank first_bank_id + banks - 1 - (base + set * nb * Mt + bi * Mt + mi), loaded
         # there by the cores of the range before, dealt round-robin, after its last op
         # (`lower_layers` then BARRIERs); the request's set of banks (`Schedule.handoff_sets`),
-        # below the banks the other boundaries keep (`handoff_bases`)
+        # below the banks the other hand-offs' A tiles hold (`handoff_banks`)
         shared_a = bool(check.shared_a[0, 0])
         top = sm.first_bank_id + sm.banks - 1 - shape.a_shared_base - self.handoff_set * nb * Mt
         if shared_a:
@@ -851,7 +851,7 @@ def lower_layers(graph: Graph, candidate: Candidate, requests) -> LayeredLowered
     leading matmuls whose A an earlier range wrote (`handoffs`, unless ``mapping.handoff =
     "dram"``) read it from shared memory where its tiles fit (`MatmulShape.a_shared`): the
     cores of the range before load them there after their last op, a matmul's tiles in banks
-    of its own (`handoff_bases`; request k into bank set ``k mod Schedule.handoff_sets``),
+    of its own (`handoff_banks`; request k into bank set ``k mod Schedule.handoff_sets``),
     before the BARRIER that closes their slot."""
     chip, mapping = candidate.chip, candidate.mapping
     plans = plan_graph(graph, mapping.fusion, mapping.channels_last)
@@ -860,7 +860,8 @@ def lower_layers(graph: Graph, candidate: Candidate, requests) -> LayeredLowered
         raise Infeasible(reason)
     places, ranges = lay.places, lay.ranges
     handed = handoffs(plans, ranges, mapping.weights != "shared") if mapping.handoff != "dram" else {}
-    bases = handoff_bases(plans, ranges, handed, lay.handoff_sets, lay.overlap)
+    bases = handoff_banks(plans, ranges, handed, lay.handoff_sets, lay.overlap,
+                          [CandidateArrays.from_candidates([range_candidate(p, mapping)]) for p in places])[0].bases
     dram = Dram()
     weights: dict[str, Loc] = {}
     builders: list[list[ProgramBuilder]] = []
@@ -868,8 +869,7 @@ def lower_layers(graph: Graph, candidate: Candidate, requests) -> LayeredLowered
         chain: list[ProgramBuilder] = []
         for r, (p, rg) in enumerate(zip(places, ranges)):
             try:
-                b = ProgramBuilder(graph, Candidate(p.chip, mapping.model_copy(update={"workers": len(p.cores)})),
-                                   inputs, dram, locs=chain[-1].locs if r else None)
+                b = ProgramBuilder(graph, range_candidate(p, mapping), inputs, dram, locs=chain[-1].locs if r else None)
                 if r:
                     b.unblocked, b.fused = chain[-1].unblocked, chain[-1].fused  # this request's so far
                     b.handoff_ops = frozenset(plans[i].op.name for i in rg) & set(handed)

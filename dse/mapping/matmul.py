@@ -37,8 +37,9 @@ class MatmulShape:
     # overlap, a set each): where the tile keeps the whole reduction (Kt = 1) and every set
     # fits the shared banks B leaves, A is read there (one shared bank a tile).
     a_shared: int = 0
-    # Shared banks, counted down from the top, that other hand-offs live at once take first
-    # (`dse.plan.placement.handoff_bases`: a pipeline's boundaries each have their own).
+    # Shared banks, counted down from the top, that the A tiles other hand-offs live at once
+    # picked take first (`dse.plan.placement.handoff_banks`: a pipeline's boundaries each have
+    # their own).
     a_shared_base: int = 0
     # A shared weight loaded with the whole stack's before the op (spans with weights =
     # shared, `dse.plan.spans.shared_stack`): its B tiles sit in shared banks from

@@ -4,12 +4,13 @@ analytical model costs it."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
 from ..cost.matmul import MatmulCost, matmul_cost
 from ..mapping import Candidate, MatmulShape, check_tiles, framework_tiles, tile_grid
+from ..mapping.matmul import PAD
 from ..mapping.params import CandidateArrays
 
 
@@ -135,9 +136,23 @@ class MatmulPlan:
     legal_tiles: int = 0
 
 
+def a_shared_banks(params: CandidateArrays, shape: MatmulShape) -> np.ndarray:
+    """Per candidate, the shared banks the A tiles of its picked tile take (`MatmulShape.a_shared`,
+    below `a_shared_base`): every set's tiles, one bank each (sets x batch x M / tm); none
+    where they do not fit there (A then read from DRAM) or no tile is legal. Picked as the
+    model and the lowering pick it: by the overlapped cost, whatever the timing mode."""
+    if params.serial.any():
+        params = replace(params, serial=np.zeros(params.n, dtype=bool))
+    picked = plan_matmuls(params, shape)
+    ok = picked.feasible
+    column = lambda a: np.where(ok, a, PAD)[:, None]  # noqa: E731  (any tile where none is legal)
+    check = check_tiles(params, column(picked.tm), column(picked.tn), column(picked.tk), shape)
+    return np.where(ok, check.shared_a_tiles[:, 0], 0).astype(np.int64)
+
+
 def plan_matmul(chip, mapping, shape: MatmulShape) -> MatmulPlan:
     plans = plan_matmuls(CandidateArrays.from_candidates([Candidate(chip, mapping)]), shape)
     return MatmulPlan(bool(plans.feasible[0]), plans.reason[0], **{f: int(plans.values[f][0]) for f in PLAN_FIELDS})
 
 
-__all__ = ["PLAN_FIELDS", "MatmulPlan", "MatmulPlans", "blocked_reasons", "plan_matmul", "plan_matmuls"]
+__all__ = ["PLAN_FIELDS", "MatmulPlan", "a_shared_banks", "MatmulPlans", "blocked_reasons", "plan_matmul", "plan_matmuls"]

@@ -24,7 +24,8 @@ by its role. ``mapping.placement``:
 * ``"pipeline"``: the ranges of ``"layers"`` with ``mapping.requests`` requests overlapped:
   request k's range r runs beside request k + 1's range r - 1 (`Schedule.slots`), a hand-off
   taking a set of shared banks per request in flight (`Schedule.handoff_sets`), every
-  boundary its own banks below the earlier boundaries' (`handoff_bases`).
+  boundary its own banks below the earlier boundaries' (`handoff_banks`: the banks their
+  picked tiles take).
 * ``"auto"``: the placement the model finds fastest (`dse.analytical.placed.resolve_auto`):
   for one graph among SPMD, ``"layers"`` and (with requests) ``"pipeline"`` cut before each
   matmul; for a staged workload, SPMD or ``"phase"``.
@@ -36,12 +37,14 @@ one after another.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
 from emulator.chip import ChipConfig
 
+from ..mapping import Candidate, CandidateArrays
+from .matmul import a_shared_banks
 from .units import too_many_workers
 
 PLACEMENTS = ("phase", "layers", "pipeline", "auto")
@@ -224,7 +227,7 @@ def handoffs(plans, ranges, leading: bool = True) -> dict[str, str]:
     tensor. Per range after the first, its leading matrix-Ball products (no conv before them,
     none between that reads its A otherwise): each that reads as A (with no copy of its own) a
     tensor an earlier range wrote, such as the q, k and v projections of one normed input;
-    each takes banks of its own (`handoff_bases`). With `leading` False (``mapping.weights =
+    each takes banks of its own (`handoff_banks`). With `leading` False (``mapping.weights =
     "shared"``), only the first: a shared weight's B tiles, loaded from the bottom bank up at
     its product's start, are checked against that product's A banks only, and would
     overwrite the banks of a later product's A, loaded before. Every other tensor between
@@ -246,22 +249,46 @@ def handoffs(plans, ranges, leading: bool = True) -> dict[str, str]:
     return out
 
 
-def handoff_bases(plans, ranges, handed: dict[str, str], sets: int, overlap: bool) -> dict[str, int]:
-    """Per handed-off matmul (`handoffs`), the shared banks counted down from the top that
-    other hand-offs live beside it keep (`MatmulShape.a_shared_base`): each keeps the most its
-    A could take (`sets` sets of one bank a 16-row tile of every batch entry), so the place
-    does not hang on the tiles a candidate picks. The matmuls one range hands to are live at
-    once; ranges one after another (no overlap) meet at a BARRIER before the next boundary's
-    loads, so each range's start again at the top bank, while in a pipeline every boundary
-    is live at once and each keeps banks of its own. One that does not fit below the others
-    goes through DRAM (`handoff_why`)."""
-    out = {}
-    taken = 0
-    for rg in ranges:
-        taken = taken if overlap else 0
+def range_candidate(place: Placed, mapping) -> Candidate:
+    """The candidate a range is built and costed as: its place's chip, its cores as workers."""
+    return Candidate(place.chip, mapping.model_copy(update={"workers": len(place.cores)}))
+
+
+@dataclass(frozen=True)
+class HandoffBanks:
+    """One candidate's shared banks for its hand-offs (`handoff_banks`), by handed-off matmul."""
+
+    bases: dict[str, int]  # banks, counted down from the top, the hand-offs live beside it hold first
+    banks: dict[str, int]  # the banks its picked A tiles take, every set (0: its A goes through DRAM)
+
+
+def handoff_banks(plans, ranges, handed: dict[str, str], sets: int, overlap: bool,
+                  range_params: list[CandidateArrays]) -> list[HandoffBanks]:
+    """Per candidate (`range_params[r]`: the candidates as range r is built and costed,
+    `range_candidate`), the shared banks of each handed-off matmul (`handoffs`), decided in
+    order, range by range and boundary by boundary: its tile is picked with the banks the
+    hand-offs live beside it already hold as its base (`MatmulShape.a_shared_base`), and it
+    holds exactly the banks its picked A tiles take (`a_shared_banks`: sets x batch x M / tm;
+    none where they do not fit and A goes through DRAM, `handoff_why`), so the next starts
+    below them. The matmuls one range hands to are live at once; ranges one after another
+    (no overlap) meet at a BARRIER before the next boundary's loads, so each range's start
+    again at the top bank, while in a pipeline every boundary is live at once and each keeps
+    banks of its own."""
+    n = range_params[0].n if range_params else 0
+    out = [HandoffBanks({}, {}) for _ in range(n)]
+    taken = np.zeros(n, dtype=np.int64)
+    for r, rg in enumerate(ranges):
+        if not overlap:
+            taken[:] = 0
         for p in (plans[i] for i in rg if plans[i].op.name in handed):
-            out[p.op.name] = taken
-            taken += sets * p.gemm.batch * (p.gemm.padded[0] // 16)
+            shape = replace(p.gemm, a_shared=sets)
+            took = np.zeros(n, dtype=np.int64)
+            for base in np.unique(taken).tolist():  # candidates at one base share one pick
+                at = np.flatnonzero(taken == base)
+                took[at] = a_shared_banks(range_params[r].take(at), replace(shape, a_shared_base=base))
+            for c, (base, banks) in enumerate(zip(taken.tolist(), took.tolist())):
+                out[c].bases[p.op.name], out[c].banks[p.op.name] = base, banks
+            taken += took
     return out
 
 
@@ -284,11 +311,11 @@ def boundary_tensors(plans, ranges) -> list[tuple[str, int, str]]:
 def handoff_why(tensor: str, reader: str, matmul: str | None, handoff: str | None, base: int = 0) -> str:
     """Why a tensor between ranges went through DRAM (the candidate's notes: the lowering's
     and the model's words); `matmul`: the op `handoffs` offered it to, if any, and `base`: the
-    shared banks the other boundaries keep (`handoff_bases`)."""
+    shared banks the picked A tiles of the hand-offs live beside it hold (`handoff_banks`)."""
     if handoff == "dram":
         return f"{tensor} via DRAM (mapping.handoff = dram)"
     if matmul is not None:
-        beside = f" beside the {base} banks the hand-offs before it reserve" if base else ""
+        beside = f" beside the {base} banks the A tiles of the hand-offs before it hold" if base else ""
         return (f"{tensor} via DRAM: op {matmul}'s A tiles do not fit shared memory one bank each with the whole "
                 f"reduction in one tile (K split, or more tiles than the shared banks B leaves{beside})")
     return f"{tensor} via DRAM: read first by op {reader}, not as A of its range's leading matmuls"
@@ -302,5 +329,6 @@ def handoff_note(tensor: str, ops, nbytes: int) -> str:
     return f"{tensor} to ops {', '.join(ops)} (their A) via shared memory: {nbytes} bytes"
 
 
-__all__ = ["PLACEMENTS", "Placed", "Schedule", "boundary_tensors", "cores_chip", "handoff_bases", "handoff_note",
-           "handoff_why", "handoffs", "layer_ranges", "place", "place_layers", "schedule", "spmd_chip", "stage_reason"]
+__all__ = ["PLACEMENTS", "HandoffBanks", "Placed", "Schedule", "boundary_tensors", "cores_chip", "handoff_banks",
+           "handoff_note", "handoff_why", "handoffs", "layer_ranges", "place", "place_layers", "range_candidate",
+           "schedule", "spmd_chip", "stage_reason"]
