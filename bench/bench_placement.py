@@ -2,7 +2,8 @@
 emulated cycles, DMA bytes (in + out, every core), peak and asked-for private SRAM, the
 numerics verdict, and the analytical model's latency error against the emulator.
 
-    .venv/bin/python bench/bench_placement.py [--seq 16] [--past 15] [--requests 4] [--only gemm-grid|three-ranges]
+    .venv/bin/python bench/bench_placement.py [--seq 16] [--past 15] [--requests 4]
+        [--only gemm-grid|three-ranges|mlp-banks]
 
 Candidates: poly's phases on their own groups (placement "phase"), both phases one after
 another on SPMD workers (placement None) of poly with its groups removed (5 identical
@@ -21,8 +22,11 @@ of goban's 4 identical cores, with the shared-memory channel conflicts the emula
 and the DMA-bound grid on poly: the GEMM at m = 32, 64, 128, "layers" (1 and --requests
 requests) and "pipeline", with the shared or the DRAM hand-off; and tiny llama prefill in three
 ranges (cut before ops 10 and 42) on poly's 5 cores in three groups (2 | 2 | 1), both boundaries
-handed off at once in a pipeline, and with 3 shared banks, where the second does not fit.
-`--only` runs one of the last two sections alone.
+handed off at once in a pipeline, and with 3 shared banks, where the second does not fit;
+and the MLP recipe (batch 32) cut before fc2 and fc3 on the same three groups with 64, 4, 3
+and 1 shared banks, each hand-off holding the banks its picked A tiles take
+(`handoff_banks`): with 4, fc3's A fits below fc2's 2 banks (a 16-row worst case for fc2
+would hold 4 and send fc3 through DRAM). `--only` runs one of the last three sections alone.
 """
 
 from __future__ import annotations
@@ -90,13 +94,16 @@ def main() -> None:
     ap.add_argument("--seq", type=int, default=16)
     ap.add_argument("--past", type=int, default=15)
     ap.add_argument("--requests", type=int, default=4)
-    ap.add_argument("--only", choices=("gemm-grid", "three-ranges"), help="one section alone")
+    ap.add_argument("--only", choices=("gemm-grid", "three-ranges", "mlp-banks"), help="one section alone")
     args = ap.parse_args()
     if args.only == "gemm-grid":
         gemm_grid(args.requests)
         return
     if args.only == "three-ranges":
         three_ranges(args.seq, args.requests)
+        return
+    if args.only == "mlp-banks":
+        mlp_banks()
         return
     pre = stage("prefill", "llama_prefill", seq=args.seq)
     dec = stage("decode", "llama_decode", past=args.past)
@@ -154,6 +161,7 @@ def main() -> None:
     gemm_handoff(args.requests)
     gemm_grid(args.requests)
     three_ranges(args.seq, args.requests)
+    mlp_banks()
 
 
 def ranges(pre: StageWork, poly, same, split: str, requests: int) -> None:
@@ -249,6 +257,27 @@ def three_ranges(seq: int, requests: int) -> None:
                 if handoff == "shared" and kind == "pipeline":
                     said = [x for x in notes.split("; ") if "via shared" in x or "do not fit" in x]
                     print(f"{'':44s}     {'; '.join(said)}")
+
+
+def mlp_banks(requests: int = 2) -> None:
+    """The MLP cut before fc2 and fc3 (ops 4 and 7) on three groups: each hand-off's banks."""
+    mlp = work("mlp", "mlp", dict(batch=32))
+    groups = [{"role": "a", "count": 2}, {"role": "b", "count": 2, "op_cycles_per_element": 2.0},
+              {"role": "c", "count": 1, "banks": {"count": 12}}]
+    print("\nmlp batch 32 cut before fc2 and fc3 (ops 4 and 7) on poly's cores in groups 2 | 2 | 1; split cols")
+    print(f"{'candidate':44s} {'req':>3s} {'emu cycles':>10s} {'model':>10s} {'err':>7s} {'DMA bytes':>9s} "
+          f"{'model DMA':>9s} {'shared':>8s} {'model sh':>8s}  numerics")
+    for banks in (64, 4, 3, 1):
+        chip = load_chip("poly", {"cores.groups": groups, "shared_memory.banks": banks})
+        for kind, n in (("layers", 1), ("pipeline", requests)):
+            for handoff in ("shared", "dram"):
+                cand = Candidate(chip, Mapping(split="cols", placement=kind, cuts=(4, 7), requests=n if n > 1 else None,
+                                               handoff="dram" if handoff == "dram" else None))
+                rep, _, t, notes = emulated_and_modelled(mlp, cand)
+                print(f"{kind + ', ' + handoff + f' hand-off, {banks} shared banks':44s} {n:3d} {figures(rep, t)} "
+                      f"{shared(rep, t)}  {bit_exact(rep)}")
+                if handoff == "shared" and kind == "pipeline":
+                    print(f"{'':44s}     {'; '.join(x[:110] for x in notes.split('; '))}")
 
 
 if __name__ == "__main__":
