@@ -21,7 +21,11 @@ weights (`dse.plan.spans.shared_stack`): each worker loads its share of the stac
 (`SharedStack.loads`: back to back on its DMA engine, the tiles of cores' copies sharing
 the system bus, the last landing ``shared_memory.latency_cycles`` later), one BARRIER, then
 the spans, whose matmuls read B in shared memory with no load of their own. That is charged
-to each worker's first op; every op reports the stack's shared banks (held all along).
+to each worker's first op. A stack loaded in waves (`SharedStack.waves`: a weight that does
+not fit above the earlier ones of its wave takes the banks they free once every span is past
+their ops) charges each later wave's BARRIER, loads and BARRIER to the op it begins, and the
+workers meet there: per wave, the slowest worker's ops. Every op reports the shared banks
+of the largest wave.
 """
 
 from __future__ import annotations
@@ -93,13 +97,15 @@ def _stack_plans(graph, stack: SharedStack | None):
     return [dataclasses.replace(p, gemm=stack.gemm(p.op.name, p.gemm)) if p.gemm is not None else p for p in plans]
 
 
-def _preload(params: CandidateArrays, stack: SharedStack, active: int) -> tuple[list[int], list[int], int]:
-    """The stack's shared copy loaded before the spans (one candidate): per worker its loads'
-    DMA cycles and bytes, and the cycles until every worker passes the BARRIER after them."""
-    sizes = stack.tile_bytes
+def _preload(params: CandidateArrays, stack: SharedStack, active: int,
+             wave: int = 0) -> tuple[list[int], list[int], int]:
+    """A wave of the stack's shared copy loaded (one candidate; wave 0 before the spans): per
+    worker its loads' DMA cycles and bytes, and the cycles until every worker passes the
+    BARRIER after them."""
+    sizes = stack.tile_bytes(wave)
     tile_size = int(params.tile_size[0])
     cycles, nbytes = [], []
-    for banks in stack.loads(active, tile_size):
+    for banks in stack.loads(active, tile_size, wave):
         b = np.array([sizes[j] for j in banks], dtype=np.int64)
         cycles.append(int(candidate_dma_cycles(params, b[:, None]).sum()) if b.size else 0)
         nbytes.append(int(b.sum()))
@@ -126,6 +132,11 @@ def _span_costs(graph, params: CandidateArrays, chips, workers: int, mapping=Non
     totals = []
     assembly = []  # per worker: the copy into the shared output and the barrier
     loads = _preload(params, usable, len(spans)) if usable is not None else None
+    # each later wave: a BARRIER, its loads, a BARRIER before the op it begins (every worker
+    # meets them, so the workers run in lock step wave by wave)
+    starts = usable.starts if usable is not None else {}
+    later = {name: _preload(params, usable, len(spans), k) for name, k in starts.items()}
+    wave_of = np.cumsum([name in starts for name in names]).tolist()
     for w, (span, sg) in enumerate(zip(spans, graphs)):
         costs = graph_costs(sg, one, chips, _stack_plans(sg, usable))
         folded: dict[str, OpCost] = {}
@@ -153,19 +164,27 @@ def _span_costs(graph, params: CandidateArrays, chips, workers: int, mapping=Non
             first.dma_cycles = first.dma_cycles + cycles[w]
             first.dma_bytes = first.dma_bytes + nbytes[w]
             first.syncs = first.syncs + 1
+        for name, (cycles, nbytes, ready) in later.items():
+            op = folded[name]
+            op.cycles = np.where(op.feasible, op.cycles + params.barrier_cycles + ready, 0)
+            op.dma_cycles = op.dma_cycles + cycles[w]
+            op.dma_bytes = op.dma_bytes + nbytes[w]
+            op.syncs = op.syncs + 2
         per_worker.append(folded)
-        totals.append(sum(folded[n].cycles for n in names if n in folded))
-    slowest = np.argmax(np.stack(totals), axis=0)  # per candidate
+        totals.append([sum((folded[n].cycles for n, k in zip(names, wave_of) if n in folded and k == wave),
+                           np.zeros(params.n, dtype=np.int64)) for wave in range(len(starts) + 1)])
+    # per wave and candidate, the slowest worker (all of them meet at the wave's end)
+    slowest = [np.argmax(np.stack([t[wave] for t in totals]), axis=0) for wave in range(len(starts) + 1)]
     result = []
     halo = []
-    for name in names:
+    for name, wave in zip(names, wave_of):
         parts = [w.get(name) for w in per_worker]
         present = [p for p in parts if p is not None]
-        chosen = _pick(parts, slowest, whole[name])
+        chosen = _pick(parts, slowest[wave], whole[name])
         busy = sum(p.busy_cycles for p in present)
         chosen.busy_cycles = busy
         chosen.dma_bytes = sum(p.dma_bytes for p in present)  # every worker moves its own
-        if usable is not None:  # the stack's banks, held from the first load to the end
+        if usable is not None:  # the stack's banks: the most one wave holds
             bank = int(params.shared_rows[0]) * int(params.shared_row_bytes[0])
             chosen.shared_bytes = np.full_like(chosen.shared_bytes, usable.banks * bank)
         if stack is not None and stack.reason:
@@ -175,6 +194,8 @@ def _span_costs(graph, params: CandidateArrays, chips, workers: int, mapping=Non
         computed = sum(p.cycles for p in present) - (sum(assembly) if name == names[-1] else 0)
         if loads is not None and name == names[0]:  # the stack's load is no recomputation
             computed = computed - loads[2] * len(present)
+        if name in later:
+            computed = computed - (params.barrier_cycles + later[name][2]) * len(present)
         halo.append(np.maximum(computed - whole[name].cycles, 0))
     return result, np.stack(halo)
 

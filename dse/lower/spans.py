@@ -14,11 +14,12 @@ def lower_spans(graph: Graph, chip, mapping, inputs, workers: int, input_axis: i
     its own buffers (no barrier between layers), and copies its owned rows into the shared
     output; one BARRIER ends the program.
 
-    With ``mapping.weights = "shared"`` every matrix op's weight is loaded first, once per
-    tile of cores, into its shared memory (`dse.plan.spans.shared_stack`: each weight's B
-    tiles in banks of its own, counted up from the first shared bank; the stack's tiles dealt
-    to the workers as `shared_loads` deals one weight's), then one BARRIER, and every span's
-    matrix Ball reads B there. Returns (StagedLowered, spans, per-worker (graph, needed rows,
+    With ``mapping.weights = "shared"`` every matrix op's weight is loaded, once per tile of
+    cores, into its shared memory (`dse.plan.spans.shared_stack`: each weight's B tiles in
+    banks of its own, counted up from the first shared bank; a wave's tiles dealt to the
+    workers as `shared_loads` deals one weight's): the first wave before the spans, then one
+    BARRIER; each later wave after a BARRIER before the op it begins (`SharedStack.starts`),
+    then one more; every span's matrix Ball reads B there. Returns (StagedLowered, spans, per-worker (graph, needed rows,
     axes), the assembled output's Loc)."""
     import torch
 
@@ -50,36 +51,43 @@ def lower_spans(graph: Graph, chip, mapping, inputs, workers: int, input_axis: i
     one = mapping.model_copy(update={"workers": 1})
     stack = None
     preload: list[list] = [[] for _ in spans]
+    waves: list[list[list]] = []  # per later wave, per worker: BARRIER, its loads, BARRIER
     if mapping.weights == "shared":
         span_chip = spmd_chip(chip, 1)[0]  # the chip a span is built for (`ProgramBuilder`)
         stack = shared_stack([p[0] for p in parts if p], span_chip, one)
         if stack.reason:
             raise Infeasible(stack.reason)
         sm = span_chip.shared_memory
-        tiles = []  # DRAM address and bytes of every B tile of the stack, by shared bank
         ops = {op.name: op for op in graph.ops}
-        for w in stack.weights.values():
-            bt = weight_bt(graph, ops[w.op])
-            Np, Kp = (-(-d // PAD) * PAD for d in bt.shape[1:])
-            base = dram.blob(blocked_bt(bt, Np, Kp, *w.tile))
-            tiles += [(base + j * w.tile_bytes, w.tile_bytes) for j in range(w.tiles)]
         active = sum(1 for p in parts if p)  # a prefix: the trailing spans are the empty ones
-        for wk, banks in enumerate(stack.loads(active, chip.cores.tile_size)):
-            preload[wk] = [Mvin(sm.first_bank_id + j, tiles[j][0], tiles[j][1] // 16, 0) for j in banks]
-            preload[wk].append(Barrier())
-        for wk in range(active, len(spans)):
-            preload[wk] = [Barrier()]
+        for k, wave in enumerate(stack.waves):
+            tiles = []  # DRAM address and bytes of every B tile of the wave, by shared bank
+            for w in wave:
+                bt = weight_bt(graph, ops[w.op])
+                Np, Kp = (-(-d // PAD) * PAD for d in bt.shape[1:])
+                base = dram.blob(blocked_bt(bt, Np, Kp, *w.tile))
+                tiles += [(base + j * w.tile_bytes, w.tile_bytes) for j in range(w.tiles)]
+            loads = [[Mvin(sm.first_bank_id + j, tiles[j][0], tiles[j][1] // 16, 0) for j in banks]
+                     for banks in stack.loads(active, chip.cores.tile_size, k)]
+            loads += [[] for _ in range(active, len(spans))]
+            if k == 0:
+                preload = [mine + [Barrier()] for mine in loads]
+            else:
+                waves.append([[Barrier(), *mine, Barrier()] for mine in loads])
     cores, lowered = [], []
     for w, (span, part) in enumerate(zip(spans, parts)):
         if part is None:
-            cores.append(preload[w] + [Barrier()])
+            cores.append(preload[w] + [ins for wave in waves for ins in wave[w]] + [Barrier()])
             continue
         sg, need, sax = part
         xs = [torch.as_tensor(v).narrow(axes[n], need[n].lo, len(need[n]))
               for n, v in zip(graph.inputs, inputs) if n in need]
         b = ProgramBuilder(sg, Candidate(chip, one), xs, dram)
         b.shared_stack = stack
+        starts = stack.starts if stack is not None else {}
         for plan in plan_graph(sg):
+            if plan.op.name in starts:  # every span past the earlier waves' readers: the next wave's loads
+                b.cores[0] += waves[starts[plan.op.name] - 1][w]
             b.lower_op(plan)
         src = b.logical(out).view()
         a = axes[out]

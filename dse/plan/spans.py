@@ -201,12 +201,14 @@ def span_graph(graph: Graph, output: str, owned: Span, input_axis: int | None = 
 @dataclass(frozen=True)
 class SharedWeight:
     """One matrix op's weight in the stack's shared copy: its B tiles blocked as `tile` (tn,
-    tk), in shared banks ``base .. base + tiles - 1`` (counted up from the first shared bank)."""
+    tk), in shared banks ``base .. base + tiles - 1`` (counted up from the first shared bank),
+    loaded with the other weights of its `wave`."""
 
     op: str
     tile: tuple[int, int]
     base: int
     tiles: int
+    wave: int = 0
 
     @property
     def tile_bytes(self) -> int:
@@ -215,22 +217,40 @@ class SharedWeight:
 
 @dataclass(frozen=True)
 class SharedStack:
-    """Spans with ``mapping.weights = "shared"``: every matrix op's weight loaded once into
-    the tile's shared memory, all at once (a span runs the whole stack with no barrier
-    between its ops, so every weight must be there before the first), then one BARRIER, then
-    the spans. `reason` says why the stack cannot (empty: it can)."""
+    """Spans with ``mapping.weights = "shared"``: every matrix op's weight loaded into the
+    tile's shared memory in waves (`shared_stack`): wave 0 before the spans, then one
+    BARRIER; a span runs its ops with no barrier between them, so a wave's weights are
+    there before the first of its ops. Where the next weight does not fit above its wave's,
+    a BARRIER before its op (every span is then past the ops that read the earlier waves'
+    weights: their banks are free), its wave's loads from the first shared bank up, and
+    one more BARRIER. `reason` says why the stack cannot (empty: it can)."""
 
     weights: dict[str, SharedWeight] = field(default_factory=dict)  # by op name, in graph order
     reason: str = ""
 
     @property
-    def banks(self) -> int:
-        return sum(w.tiles for w in self.weights.values())
+    def waves(self) -> list[list[SharedWeight]]:
+        """The weights of each wave, in load order."""
+        out: list[list[SharedWeight]] = []
+        for w in self.weights.values():
+            if w.wave == len(out):
+                out.append([])
+            out[w.wave].append(w)
+        return out
 
     @property
-    def tile_bytes(self) -> list[int]:
-        """The bytes of each of the stack's B tiles, in bank order."""
-        return [w.tile_bytes for w in self.weights.values() for _ in range(w.tiles)]
+    def starts(self) -> dict[str, int]:
+        """The op that begins each wave after the first (its weight the wave's first): its wave."""
+        return {wave[0].op: k for k, wave in enumerate(self.waves) if k}
+
+    @property
+    def banks(self) -> int:
+        """The shared banks held at once: the largest wave's."""
+        return max((sum(w.tiles for w in wave) for wave in self.waves), default=0)
+
+    def tile_bytes(self, wave: int = 0) -> list[int]:
+        """The bytes of each of a wave's B tiles, in bank order."""
+        return [w.tile_bytes for w in self.waves[wave] for _ in range(w.tiles)] if self.weights else []
 
     def gemm(self, op: str, shape):
         """The GEMM `op` runs in a span: B read from its banks of the stack, no load of its own."""
@@ -239,22 +259,25 @@ class SharedStack:
             return shape
         return replace(shape, b_preloaded=True, b_shared_base=w.base, b_tile=w.tile)
 
-    def loads(self, workers: int, tile_size: int) -> list[list[int]]:
-        """Which of the stack's B tiles (by shared bank, from 0) each of the first `workers`
+    def loads(self, workers: int, tile_size: int, wave: int = 0) -> list[list[int]]:
+        """Which of a wave's B tiles (by shared bank, from 0) each of the first `workers`
         workers loads: every tile of cores its own copy, dealt as the tiles path deals one
         weight's (`dse.plan.split.shared_loads`)."""
         from .split import shared_loads
 
-        return shared_loads(workers, tile_size, self.banks)
+        return shared_loads(workers, tile_size, len(self.tile_bytes(wave)))
 
 
 def shared_stack(span_graphs: list[Graph], chip, mapping) -> SharedStack:
     """Decide the stack's shared copy once, for the lowering and the model alike. Per matrix
     op with a weight B, in graph order: its tile is the one-worker plan's pick
     (`plan_matmul`, the B already loaded) for the span that runs the op's largest GEMM (the
-    longest span decides the latency), with its banks from the first the earlier weights left
-    free; every span then reads that blocking (`MatmulShape.b_tile`). A weight that does not
-    fit above the earlier ones makes the stack infeasible, in `check_tiles`' words."""
+    longest span decides the latency), with its banks from the first the earlier weights of
+    its wave left free; every span then reads that blocking (`MatmulShape.b_tile`). Each
+    weight is read by its own op alone, so once every span is past an op its banks are free
+    (liveness): a weight that does not fit above its wave's begins a new wave from the first
+    shared bank (`SharedStack`: loaded after a BARRIER before its op). One that does not fit
+    even there makes the stack infeasible, in `check_tiles`' words."""
     from .graph_plan import plan_graph
     from .matmul import plan_matmul
 
@@ -268,15 +291,18 @@ def shared_stack(span_graphs: list[Graph], chip, mapping) -> SharedStack:
             if plan.unit in ("matrix", "conv") and plan.gemm.b_weight:
                 gemms.setdefault(plan.op.name, []).append(plan.gemm)
     weights: dict[str, SharedWeight] = {}
-    base = 0
+    base, wave = 0, 0
     bank_bytes = chip.shared_memory.rows * chip.shared_memory.row_bytes
     for name, shapes in gemms.items():
         widest = max(shapes, key=lambda g: g.M)
         picked = plan_matmul(chip, one, replace(widest, b_preloaded=True, b_shared_base=base))
+        if not picked.feasible and base:  # a new wave, in the banks the earlier waves freed
+            base, wave = 0, wave + 1
+            picked = plan_matmul(chip, one, replace(widest, b_preloaded=True, b_shared_base=0))
         if not picked.feasible:
             return SharedStack(weights, f"partition = spans with weights = shared: op {name}: {picked.reason}")
         tiles = picked.shared_bytes // bank_bytes
-        weights[name] = SharedWeight(name, (picked.tn, picked.tk), base, tiles)
+        weights[name] = SharedWeight(name, (picked.tn, picked.tk), base, tiles, wave)
         base += tiles
     return SharedStack(weights)
 
