@@ -19,8 +19,8 @@ def lower_spans(graph: Graph, chip, mapping, inputs, workers: int, input_axis: i
     banks of its own, counted up from the first shared bank; a wave's tiles dealt to the
     workers as `shared_loads` deals one weight's): the first wave before the spans, then one
     BARRIER; each later wave after a BARRIER before the op it begins (`SharedStack.starts`),
-    then one more; every span's matrix Ball reads B there. Returns (StagedLowered, spans, per-worker (graph, needed rows,
-    axes), the assembled output's Loc)."""
+    then one more; every span's matrix Ball reads B there. Returns (StagedLowered, spans,
+    per-worker (graph, needed rows, axes), the assembled output's Loc)."""
     import torch
 
     from emulator import Barrier, CoreOp, DramTensor, Mvin, Program, Region

@@ -155,4 +155,5 @@ def plan_matmul(chip, mapping, shape: MatmulShape) -> MatmulPlan:
     return MatmulPlan(bool(plans.feasible[0]), plans.reason[0], **{f: int(plans.values[f][0]) for f in PLAN_FIELDS})
 
 
-__all__ = ["PLAN_FIELDS", "MatmulPlan", "a_shared_banks", "MatmulPlans", "blocked_reasons", "plan_matmul", "plan_matmuls"]
+__all__ = ["PLAN_FIELDS", "MatmulPlan", "MatmulPlans", "a_shared_banks", "blocked_reasons", "plan_matmul",
+           "plan_matmuls"]
