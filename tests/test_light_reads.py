@@ -248,6 +248,9 @@ def swept(tmp_path_factory):
                          error="ValueError: no tile\nfits", traceback="Traceback (most recent call last):\n  deep\n")
         store.add_decision(result.experiment_id, "accepted", "faster on the emulator", "ana", [1, 2], 2,
                            override="checked by hand")
+    with sqlite3.connect(folder / "records.db") as connection:  # runs of a dirty and of a clean tree, wherever run
+        connection.execute("UPDATE run SET git_commit = '0123456789abcdef', git_dirty = (id = 1) WHERE id IN (1, 2)")
+    connection.close()
     return folder / "records.db"
 
 
@@ -268,12 +271,17 @@ def test_candidate_and_run_shows_of_a_sweep_read_light_and_print_what_the_store_
     statuses = {status for _, _, status, _ in runs.values()}
     assert {"ok", "infeasible", "pruned", "failed"} <= statuses
     assert "why (hand-picked): two workers,\tby hand" in out["c2"] and "[baseline]" in out["c1"]
+    assert "; git 0123456789+dirty\n" in out["r1"] and " 0123456789+dirty " in out["c1"]
+    assert "; git 0123456789\n" in out["r2"] and " 0123456789 " in out["c2"]
     assert "notes: banks.rows = 2048" in out["c3"] and "difference from the baseline: none" in out["c1"]
     assert "decision #2 " in out["c2"] and "accepted by ana: faster on the emulator" in out["c2"]
     for ident, (candidate, stage, status, reason) in runs.items():
         shown = out[f"r{ident}"]
         assert shown.startswith(f"run {ident}: {stage} of candidate {candidate} (experiment 1), status {status}\n")
-        assert re.search(rf"^ *{ident} +{stage} +{status} ", out[f"c{candidate}"], re.MULTILINE), (ident, candidate)
+        git = re.search(r"; git (\S+)\n", shown).group(1)  # a dirty tree's runs say so in both tables
+        cell = "" if git == "—" else re.escape(git)
+        assert re.search(rf"^ *{ident} +{stage} +{status} +[\d-]+ [\d:]+ +\S+ +{cell} ", out[f"c{candidate}"],
+                         re.MULTILINE), (ident, candidate, git)
         if status == "infeasible":
             assert f"\nreason: {reason}\n" in shown and " ".join(reason.split())[:40] in out[f"c{candidate}"]
         if stage == "emulator" and status == "ok":  # figures of several kinds and scopes, evidence files

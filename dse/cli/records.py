@@ -339,8 +339,7 @@ def _show_candidate(store, cand: dict) -> None:
         print(_text_table({
             "id": [r["id"] for r in runs], "stage": [r["stage"] for r in runs], "status": [r["status"] for r in runs],
             "started": [_when(r["started_at"]) for r in runs], "host": [r["host"] or "" for r in runs],
-            # Not "+dirty" here (as when this table was pandas', whose booleans are not `True`).
-            "git": [_git(r["git_commit"], None) for r in runs], "model": [r["model_version"] for r in runs],
+            "git": [_git(r["git_commit"], r["git_dirty"]) for r in runs], "model": [r["model_version"] for r in runs],
             "emulator": [r["emulator_version"] or "" for r in runs],
             "reason / error": [_one_line(r["reason"] if isinstance(r["reason"], str) else r["error"], 50)
                                for r in runs],
