@@ -35,7 +35,8 @@ def _text_table(columns: dict[str, list]) -> str:
     """What `_table` prints for a frame of these columns (whole numbers, text, None), without
     pandas: DataFrame.to_string(index=False) right-justifies every cell and header to its
     column's width, one space apart, a number column's header after a space (its sign's
-    place), and escapes tabs and line breaks."""
+    place), and escapes tabs and line breaks (and cuts no cell: to_string ignores
+    display.max_colwidth)."""
     names = list(columns)
     if not names or not len(columns[names[0]]):
         return f"Empty DataFrame\nColumns: [{', '.join(names)}]\nIndex: []"
@@ -165,6 +166,17 @@ def _plain_table(header: list[str], rows: list[list], left: set[str] = frozenset
 # ---- dse show -----------------------------------------------------------------------------
 
 
+def _prefixed(text: str) -> tuple[str, int] | None:
+    """("candidate" | "run" | "experiment", id) for c<ID>, r<ID>, e<ID> and their long forms, else None."""
+    match = _PREFIXED.fullmatch(text.strip())
+    if not match:
+        return None
+    prefix = match.group(1).lower()
+    kind = {"c": "candidate", "cand": "candidate", "r": "run", "e": "experiment",
+            "exp": "experiment"}.get(prefix, prefix)  # fmt: skip
+    return kind, int(match.group(2))
+
+
 def _resolve(store, text: str) -> tuple[str, int]:
     from ..records import RecordNotFound
 
@@ -172,12 +184,9 @@ def _resolve(store, text: str) -> tuple[str, int]:
         return "experiment", int(store.experiment(text)["id"])
     except RecordNotFound:
         pass
-    match = _PREFIXED.fullmatch(text.strip())
-    if match:
-        prefix = match.group(1).lower()
-        kind = {"c": "candidate", "cand": "candidate", "r": "run", "e": "experiment",
-                "exp": "experiment"}.get(prefix, prefix)  # fmt: skip
-        return kind, int(match.group(2))
+    found = _prefixed(text)
+    if found:
+        return found
     names = store.experiments()["name"].tolist()
     known = f"; experiments: {', '.join(names[:12])}" + (" …" if len(names) > 12 else "") if names else ""
     raise InputError(store.url, "ID", text, _SHOW_ALLOWED + known)
@@ -186,23 +195,40 @@ def _resolve(store, text: str) -> tuple[str, int]:
 def cmd_show(args) -> int:
     if args.limit < 0:
         raise InputError("dse show", "--limit", args.limit, "a whole number >= 0 (candidates listed)")
-    # An experiment of a SQLite store at the schema head: read with the standard library (the
-    # Store's own SQL), no SQLAlchemy or pandas; anything else (a candidate, a run, a name the
-    # store lacks, a store the Store's open would refuse or upgrade) is the Store's to answer.
+    # A SQLite store at the schema head: read with the standard library (the Store's own
+    # SQL), no SQLAlchemy or pandas; anything else (a name or id the store lacks, a store the
+    # Store's open would refuse or upgrade) is the Store's to answer.
     with light.open_light(args.db or default_db()) or contextlib.nullcontext() as quick:
-        ident = quick.experiment_id(args.id) if quick is not None else None
-        if ident is not None:
-            _show_experiment(quick, ident, args.limit)
+        if quick is not None and _show_light(quick, args.id, args.limit):
             return 0
     with open_store(args.db) as store:
         kind, ident = _resolve(store, args.id)
         if kind == "experiment":
             _show_experiment(store, ident, args.limit)
         elif kind == "candidate":
-            _show_candidate(store, ident)
+            _show_candidate(store, store.candidate(ident))
         else:
-            _show_run(store, ident)
+            _show_run(store, store.run_row(ident))
     return 0
+
+
+def _show_light(quick, text: str, limit: int) -> bool:
+    """`dse show` from the light read, resolved as `_resolve` does; False (nothing printed)
+    when the store lacks what `text` names, for the Store to say what it has."""
+    ident = quick.experiment_id(text)
+    kind = "experiment"
+    if ident is None:
+        kind, ident = _prefixed(text) or (None, None)
+        if kind == "experiment":
+            ident = quick.experiment_id(ident)
+    if kind == "experiment" and ident is not None:
+        _show_experiment(quick, ident, limit)
+        return True
+    row = quick.candidate(ident) if kind == "candidate" else quick.run_row(ident) if kind == "run" else None
+    if row is None:
+        return False
+    (_show_candidate if kind == "candidate" else _show_run)(quick, row)
+    return True
 
 
 def _show_experiment(store, ident: int, limit: int) -> None:
@@ -288,9 +314,11 @@ def _changes(diff_json: str) -> str:
     return _one_line(", ".join(f"{k.split('.', 1)[-1]}={v[1]}" for k, v in diff.items()), 50)
 
 
-def _show_candidate(store, ident: int) -> None:
-    cand = store.candidate(ident)
-    runs = store.runs(candidate=ident)
+def _show_candidate(store, cand: dict) -> None:
+    """A candidate (`store.candidate`'s dict) in full: plain rows, printed as pandas would
+    print them (`_text_table`), without pandas."""
+    ident = cand["id"]
+    runs = store.run_rows(ident)
     print(f"candidate {cand['id']} of experiment '{cand['experiment']}' (id {cand['experiment_id']})"
           f"{'  [baseline]' if cand['is_baseline'] else ''}")  # fmt: skip
     print(f"origin: {cand['origin']}   hash: {cand['hash']}   created {_when(cand['created_at'])}")
@@ -306,35 +334,37 @@ def _show_candidate(store, ident: int) -> None:
         print("difference from the baseline: none")
     print("config:  " + json.dumps(cand["config"], sort_keys=True))
     print("mapping: " + json.dumps(cand["mapping"], sort_keys=True))
-    print("runs:" + ("" if len(runs) else " (none yet)"))
-    if len(runs):
-        view = _pandas().DataFrame({
-            "id": runs["id"], "stage": runs["stage"], "status": runs["status"],
-            "started": runs["started_at"].map(_when), "host": runs["host"].fillna(""),
-            "git": [_git(c, d) for c, d in zip(runs["git_commit"], runs["git_dirty"])],
-            "model": runs["model_version"], "emulator": runs["emulator_version"].fillna(""),
-            "reason / error": [_one_line(r if isinstance(r, str) else e, 50)
-                               for r, e in zip(runs["reason"], runs["error"])],
-        })  # fmt: skip
-        print(_table(view))
-    metrics = store.metrics(cand["experiment_id"])
-    metrics = metrics[(metrics["candidate_id"] == ident) & (metrics["scope"] == "total")]
-    if len(metrics):
-        latest = metrics.groupby("kind")["run_id"].transform("max")
-        metrics = metrics[metrics["run_id"] == latest]
+    print("runs:" + ("" if runs else " (none yet)"))
+    if runs:
+        print(_text_table({
+            "id": [r["id"] for r in runs], "stage": [r["stage"] for r in runs], "status": [r["status"] for r in runs],
+            "started": [_when(r["started_at"]) for r in runs], "host": [r["host"] or "" for r in runs],
+            "git": [_git(r["git_commit"], r["git_dirty"]) for r in runs], "model": [r["model_version"] for r in runs],
+            "emulator": [r["emulator_version"] or "" for r in runs],
+            "reason / error": [_one_line(r["reason"] if isinstance(r["reason"], str) else r["error"], 50)
+                               for r in runs],
+        }))  # fmt: skip
+    metrics = store.total_metric_rows(ident)
+    if metrics:
         print("metrics (latest run of each kind, scope total):")
-        view = metrics[["kind", "name", "value", "unit", "run_id"]].copy()
-        view["value"] = view["value"].map(_num)
-        print(_table(view))
-    artifacts = store.artifacts(cand["experiment_id"])
-    artifacts = artifacts[artifacts["candidate_id"] == ident]
-    if len(artifacts):
+        print(_text_table({"kind": [m["kind"] for m in metrics], "name": [m["name"] for m in metrics],
+                           "value": [_num(m["value"]) for m in metrics], "unit": [m["unit"] for m in metrics],
+                           "run_id": [m["run_id"] for m in metrics]}))  # fmt: skip
+    artifacts = store.artifact_rows(cand["experiment_id"], candidate=ident)
+    if artifacts:
         print("artifacts:")
-        print(_table(artifacts[["id", "run_id", "role", "size", "name", "path"]], 80))
-    decisions = store.decisions(cand["experiment_id"])
-    for d in decisions[decisions["candidate_id"] == ident].to_dict("records"):
-        print(f"decision #{d['id']} {_when(d['created_at'])}: {d['verdict']} by {d['author']}: "
-              f"{_one_line(d['rationale'], 100)}")  # fmt: skip
+        print(_artifact_table(store, artifacts, ("id", "run_id", "role", "size", "name")))
+    for d in store.decision_rows(cand["experiment_id"]):
+        if d["candidate_id"] == ident:
+            print(f"decision #{d['id']} {_when(d['created_at'])}: {d['verdict']} by {d['author']}: "
+                  f"{_one_line(d['rationale'], 100)}")  # fmt: skip
+
+
+def _artifact_table(store, artifacts: list[dict], columns: tuple[str, ...]) -> str:
+    """Evidence files' rows with their paths."""
+    view = {column: [a[column] for a in artifacts] for column in columns}
+    view["path"] = [None if store.evidence_dir is None else str(store.artifact_path(a["sha256"])) for a in artifacts]
+    return _text_table(view)
 
 
 def _git(commit, dirty) -> str:
@@ -343,8 +373,8 @@ def _git(commit, dirty) -> str:
     return commit[:10] + ("+dirty" if dirty is True else "")
 
 
-def _show_run(store, ident: int) -> None:
-    run = store.run(ident)
+def _show_run(store, run: dict) -> None:
+    """A run (`store.run_row`'s dict) in full: plain rows, printed as pandas would print them."""
     print(f"run {run['id']}: {run['stage']} of candidate {run['candidate_id']} "
           f"(experiment {run['experiment_id']}), status {run['status']}")  # fmt: skip
     print(f"started {_when(run['started_at'])}, finished {_when(run['finished_at'])}, "
@@ -359,16 +389,17 @@ def _show_run(store, ident: int) -> None:
             print(f"{field}: {run[field]}")
     if run["traceback"]:
         print("traceback:\n" + run["traceback"].rstrip())
-    metrics = run["metrics"]
-    if len(metrics):
-        view = metrics.copy()
-        view["value"] = view["value"].map(_num)
-        print(f"metrics ({len(view)}):")
-        print(_table(view))
-    artifacts = store.artifacts(run=ident)
-    if len(artifacts):
+    metrics = store.run_metric_rows(run["id"])
+    if metrics:
+        print(f"metrics ({len(metrics)}):")
+        view = {column: [m[column] for m in metrics] for column in ("kind", "name", "value", "unit", "scope",
+                                                                     "scope_key")}  # fmt: skip
+        view["value"] = [_num(v) for v in view["value"]]
+        print(_text_table(view))
+    artifacts = store.artifact_rows(run=run["id"])
+    if artifacts:
         print("artifacts:")
-        print(_table(artifacts[["id", "role", "media_type", "size", "name", "path"]], 80))
+        print(_artifact_table(store, artifacts, ("id", "role", "media_type", "size", "name")))
 
 
 # ---- dse compare --------------------------------------------------------------------------

@@ -1,9 +1,10 @@
 """A SQLite store read with the standard library's sqlite3 alone: what a short read-only
-command (`dse history`, `dse show EXPERIMENT`) can answer before SQLAlchemy, its ORM and pandas are imported
-(most of its start-up). It runs the Store's own SQL (`sql_reads`), so it answers as the
-Store would; wherever opening a Store would do or say something (a missing, damaged or
-read-only file, an older or newer schema to upgrade or refuse, runs left "running" to reap,
-a URL), `open_light` gives None and the command opens the Store as before.
+command (`dse history`, `dse show` of an experiment, a candidate or a run) can answer
+before SQLAlchemy, its ORM and pandas are imported (most of its start-up). It runs the
+Store's own SQL (`sql_reads`), so it answers as the Store would; wherever opening a Store
+would do or say something (a missing, damaged or read-only file, an older or newer schema
+to upgrade or refuse, runs left "running" to reap, a URL), `open_light` gives None and the
+command opens the Store as before.
 
 It never writes, and opens no file that is not there.
 """
@@ -34,8 +35,9 @@ def connect(path: Path) -> sqlite3.Connection | None:
 
 
 class LightStore:
-    """The reads of `dse history` and `dse show EXPERIMENT` on one read transaction of a SQLite store at the schema
-    head (see `open_light`); the same values as the Store's methods of these names."""
+    """The reads of `dse history` and `dse show` on one read transaction of a SQLite store at
+    the schema head (see `open_light`); the same values as the Store's methods of these
+    names, except that a candidate or run the store lacks is None (the Store says what it has)."""
 
     def __init__(self, connection: sqlite3.Connection, path: Path):
         self._db = connection
@@ -73,8 +75,31 @@ class LightStore:
     def latest_status_counts(self, experiment_id: int) -> list[tuple[str, int]]:
         return sql_reads.latest_status_counts(self._run, experiment_id)
 
-    def artifact_rows(self, experiment_id: int | None = None) -> list[dict[str, Any]]:
-        return sql_reads.artifacts(self._run, experiment_id)
+    def artifact_rows(self, experiment_id: int | None = None, run: int | None = None,
+                      candidate: int | None = None) -> list[dict[str, Any]]:
+        return sql_reads.artifacts(self._run, experiment_id, run, candidate)
+
+    def artifact_path(self, sha256: str) -> Path:
+        """Where the Store keeps the evidence file of this content (as `blobs.blob_path`,
+        whose module imports SQLAlchemy)."""
+        return self.evidence_dir / sha256[:2] / sha256
+
+    # ---- one candidate (`dse show c<ID>`), one run (`dse show r<ID>`) --------------------
+
+    def candidate(self, candidate_id: int) -> dict[str, Any] | None:
+        return sql_reads.candidate(self._run, candidate_id)
+
+    def run_rows(self, candidate: int) -> list[dict[str, Any]]:
+        return sql_reads.run_dicts(*sql_reads.runs(self._run, None, candidate))
+
+    def total_metric_rows(self, candidate: int) -> list[dict[str, Any]]:
+        return sql_reads.total_metrics(self._run, candidate)
+
+    def run_row(self, run_id: int) -> dict[str, Any] | None:
+        return sql_reads.run_row(self._run, run_id)
+
+    def run_metric_rows(self, run_id: int) -> list[dict[str, Any]]:
+        return sql_reads.run_metrics(self._run, run_id)
 
     def __enter__(self) -> LightStore:
         return self

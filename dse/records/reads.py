@@ -202,46 +202,34 @@ def experiment(connection: Connection, name_or_id: str | int) -> dict[str, Any]:
 
 def candidate(connection: Connection, candidate_id: int) -> dict[str, Any]:
     """One candidate as a dict: its row (JSON as Python values), experiment name, and
-    whether it is the baseline."""
-    row = connection.execute(
-        select(
-            Candidate.__table__,
-            Experiment.name.label("experiment"),
-            Experiment.baseline_candidate_id,
-        )
-        .join(Experiment, Candidate.experiment_id == Experiment.id)
-        .where(Candidate.id == as_id(candidate_id))
-    ).mappings().one_or_none()
-    if row is None:
+    whether it is the baseline (see `sql_reads.candidate`)."""
+    found = sql_reads.candidate(text_runner(connection), as_id(candidate_id))
+    if found is None:
         raise candidate_not_found(connection, candidate_id)
-    record = dict(row)
-    record["is_baseline"] = record.pop("baseline_candidate_id") == record["id"]
-    record["created_at"] = as_utc(record["created_at"])
-    return record
+    return found
+
+
+def run_row(connection: Connection, run_id: int) -> dict[str, Any]:
+    """One run's row as a dict, with its experiment id (see `sql_reads.run_row`)."""
+    found = sql_reads.run_row(text_runner(connection), as_id(run_id))
+    if found is None:
+        raise not_found(connection, "run", run_id)
+    return found
 
 
 def run(connection: Connection, run_id: int) -> dict[str, Any]:
     """One run as a dict, with its experiment id and its metrics (long form)."""
-    row = connection.execute(
-        select(Run.__table__, Candidate.experiment_id)
-        .join(Candidate, Run.candidate_id == Candidate.id)
-        .where(Run.id == as_id(run_id))
-    ).mappings().one_or_none()
-    if row is None:
-        raise not_found(connection, "run", run_id)
-    metrics_frame = frame_of(
-        connection,
-        select(
-            Metric.kind, Metric.name, Metric.value, Metric.unit, Metric.scope,
-            Metric.scope_key,
-        ).where(Metric.run_id == row["id"]).order_by(Metric.id),
-    )  # fmt: skip
-    record = dict(row)
-    for column in ("started_at", "finished_at", "heartbeat_at"):
-        record[column] = as_utc(record[column])
+    record = run_row(connection, run_id)
+    columns = ["kind", "name", "value", "unit", "scope", "scope_key"]
+    metrics_frame = pd.DataFrame(run_metric_rows(connection, record["id"]), columns=columns)
     metrics_frame["value"] = metrics_frame["value"].astype("float64")
     record["metrics"] = metrics_frame
     return record
+
+
+def run_metric_rows(connection: Connection, run_id: int) -> list[dict[str, Any]]:
+    """A run's metrics in the order recorded, as plain dicts (see `sql_reads.run_metrics`)."""
+    return sql_reads.run_metrics(text_runner(connection), run_id)
 
 
 def candidates(connection: Connection, experiment_id: int, stage: str | None = None, lean: bool = False,
@@ -293,25 +281,26 @@ def candidate_rows(connection: Connection, experiment_id: int, limit: int | None
 
 
 def runs(connection: Connection, experiment: str | int | None = None, candidate: int | None = None) -> pd.DataFrame:
-    """Runs with their provenance, filtered by experiment (name or id) and/or candidate id."""
-    stmt = (
-        select(
-            Run.id,
-            Candidate.experiment_id,
-            *(raw(column) for column in Run.__table__.c if column.name != "id"),
-        )
-        .join(Candidate, Run.candidate_id == Candidate.id)
-        .order_by(Run.id)
-    )
-    if experiment is not None:
-        stmt = stmt.where(Candidate.experiment_id == experiment_id_of(connection, experiment))
-    if candidate is not None:
-        stmt = stmt.where(Run.candidate_id == candidate)
-    frame = frame_of(connection, stmt)
+    """Runs with their provenance, filtered by experiment (name or id) and/or candidate id
+    (see `sql_reads.runs`), JSON columns as their text."""
+    experiment_id = None if experiment is None else experiment_id_of(connection, experiment)
+    candidate_id = None if candidate is None else as_id(candidate)
+    columns, rows = sql_reads.runs(text_runner(connection), experiment_id, candidate_id)
+    frame = pd.DataFrame.from_records(rows, columns=list(columns))
     frame["seed"] = frame["seed"].astype("Int64")
     frame["pid"] = frame["pid"].astype("Int64")
-    frame["git_dirty"] = frame["git_dirty"].astype("boolean")
+    frame["git_dirty"] = frame["git_dirty"].astype("boolean")  # SQLite's 0/1 (NaN for NULL), PostgreSQL's bools
     return utc(frame, "started_at", "finished_at", "heartbeat_at")
+
+
+def run_rows(connection: Connection, candidate: int) -> list[dict[str, Any]]:
+    """A candidate's runs, by id, as plain dicts (`runs(candidate=...)`; see `sql_reads.run_dicts`)."""
+    return sql_reads.run_dicts(*sql_reads.runs(text_runner(connection), None, as_id(candidate)))
+
+
+def total_metric_rows(connection: Connection, candidate: int) -> list[dict[str, Any]]:
+    """A candidate's total metrics from its latest run of each kind (see `sql_reads.total_metrics`)."""
+    return sql_reads.total_metrics(text_runner(connection), as_id(candidate))
 
 
 # ---- metrics ----------------------------------------------------------------------------
@@ -531,10 +520,10 @@ def artifacts(connection: Connection, experiment: str | int | None, run: int | N
     return utc(frame, "created_at")
 
 
-def artifact_rows(connection: Connection, experiment: str | int | None = None, run: int | None = None
-                  ) -> list[dict[str, Any]]:
+def artifact_rows(connection: Connection, experiment: str | int | None = None, run: int | None = None,
+                  candidate: int | None = None) -> list[dict[str, Any]]:
     """`artifacts` as plain dicts (no path): see `sql_reads.artifacts`."""
-    return sql_reads.artifacts(text_runner(connection), _experiment_or_all(connection, experiment), run)
+    return sql_reads.artifacts(text_runner(connection), _experiment_or_all(connection, experiment), run, candidate)
 
 
 # ---- comparisons ------------------------------------------------------------------------

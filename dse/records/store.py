@@ -730,6 +730,18 @@ class Store:
             return reads.run(connection, run_id)
 
     @retrying
+    def run_row(self, run_id: int) -> dict[str, Any]:
+        """`run` without its metrics: no pandas (a quick `dse show r<ID>`)."""
+        with self._read() as connection:
+            return reads.run_row(connection, run_id)
+
+    @retrying
+    def run_metric_rows(self, run_id: int) -> list[dict[str, Any]]:
+        """`run(run_id)["metrics"]` as plain dicts: no pandas (a quick `dse show r<ID>`)."""
+        with self._read() as connection:
+            return reads.run_metric_rows(connection, run_id)
+
+    @retrying
     def candidates(self, experiment: str | int, stage: str | None = None, lean: bool = False,
                    limit: int | None = None) -> pd.DataFrame:
         """One row per candidate, with the stage, status and reason of its latest run (of
@@ -764,6 +776,20 @@ class Store:
         """Runs with their provenance, filtered by experiment (name or id) and/or candidate id."""
         with self._read() as connection:
             return reads.runs(connection, experiment, candidate)
+
+    @retrying
+    def run_rows(self, candidate: int) -> list[dict[str, Any]]:
+        """`runs(candidate=candidate)` as plain dicts (timestamps aware UTC, versions as its
+        JSON text): no pandas (a quick `dse show c<ID>`)."""
+        with self._read() as connection:
+            return reads.run_rows(connection, candidate)
+
+    @retrying
+    def total_metric_rows(self, candidate: int) -> list[dict[str, Any]]:
+        """The candidate's total metrics (kind, name, value, unit, run_id), each kind's from
+        its latest run that recorded that kind: plain dicts (a quick `dse show c<ID>`)."""
+        with self._read() as connection:
+            return reads.total_metric_rows(connection, candidate)
 
     @retrying
     def metrics(self, experiment: str | int, kind: str | None = None) -> pd.DataFrame:
@@ -820,11 +846,12 @@ class Store:
             return reads.artifacts(connection, experiment, run, path_of)
 
     @retrying
-    def artifact_rows(self, experiment: str | int | None = None) -> list[dict[str, Any]]:
-        """The evidence files' rows (all, or an experiment's) as plain dicts, without their
-        paths: no pandas (a quick `dse show`)."""
+    def artifact_rows(self, experiment: str | int | None = None, run: int | None = None,
+                      candidate: int | None = None) -> list[dict[str, Any]]:
+        """The evidence files' rows (all, or an experiment's, a run's and/or those of a
+        candidate's runs) as plain dicts, without their paths: no pandas (a quick `dse show`)."""
         with self._read() as connection:
-            return reads.artifact_rows(connection, experiment)
+            return reads.artifact_rows(connection, experiment, run, candidate)
 
     @retrying
     def compare(self, a: int, b: int) -> pd.DataFrame:
