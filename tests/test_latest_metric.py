@@ -451,3 +451,14 @@ def test_dse_show_lists_the_first_candidates_and_counts_them_all(db, capsys):
     assert listed == [str(i) for i in cands["id"].head(2)]
     assert cli(["show", "x", "--db", db, "--limit", "-1"]) == 2
     assert "--limit" in capsys.readouterr().err
+
+
+def test_a_metric_named_like_a_column_of_the_table_is_refused_by_every_read(db):
+    with Store(db) as store:
+        e = store.create_experiment("x", "h", [], "gemm", "w", "s", "s")
+        a, _ = store.add_candidate(e, {"banks": 16}, {}, "grid")
+        store.finish_run(store.start_run(a, "analytical"), "ok", lat(1.0, MetricIn("analytical", "status", 2.0, "")))
+        with store.engine.connect() as connection:
+            for how in ({}, {"from_latest_metric": True}, {"from_metrics": True}):
+                with pytest.raises(ValueError, match=r"metric names \['status'\] clash"):
+                    reads.metric_table(connection, "x", "analytical", **how)

@@ -457,9 +457,9 @@ def _total_table(connection: Connection, experiment_id: int, kind: str, stage: s
     table.insert(3, "is_baseline", table["candidate_id"] == baseline)
     table.loc[codes == -1, ["model_version", "emulator_version"]] = float("nan")  # as the merge of other scopes
     table["metric_run_id"] = table["metric_run_id"].astype("Int64")
-    for i, name in enumerate(names):
-        table[name] = values[:, i]
-    return table[fixed + names]
+    # The columns are in `fixed` order already (the statement's, is_baseline and stage put
+    # in place): the figures go after them as one block, with no reordering copy.
+    return pd.concat([table, pd.DataFrame(values, columns=names, index=table.index)], axis=1, copy=False)
 
 
 def _total_table_from_latest_metric(connection: Connection, experiment_id: int, kind: str, stage: str | None,
