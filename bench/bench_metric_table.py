@@ -81,10 +81,10 @@ def main() -> None:
             with store.engine.connect() as connection:
                 return reads.candidates(connection, reads.experiment_id_of(connection, experiment), through_rows=True)
 
-        def from_latest_metric(kind: str):
+        def from_latest_metric(kind: str, of: str = experiment):
             # The pre-0012 read: one key probe into latest_metric a figure.
             with store.engine.connect() as connection:
-                return reads.metric_table(connection, experiment, kind, from_latest_metric=True)
+                return reads.metric_table(connection, of, kind, from_latest_metric=True)
 
         engine = make_engine(database_url(db))
         behind = not schema_is_current(engine)
@@ -111,13 +111,16 @@ def main() -> None:
                 "  the same from latest_metric (pre-0012) ": lambda: from_latest_metric("emulator_cycles"),
                 "  the same from the metric rows (pre-0011) ": lambda: from_metrics("emulator_cycles"),
                 "dse show big (in process: open, read, print)": show,
+                "store.metric_table(small-00, analytical), 1 candidate": lambda: store.metric_table("small-00",
+                                                                                                  "analytical"),
+                "  the same from latest_metric (pre-0012)  ": lambda: from_latest_metric("analytical", "small-00"),
             }, args.repeat)
     base = rows["store.candidates(big)"]
     print(f"median of {args.repeat}, load average {' '.join(f'{x:.1f}' for x in os.getloadavg())} on "
           f"{os.cpu_count()} cores")
-    print(f"{'read':<48} {'seconds':>8} {'x candidates()':>15} {'x 1 s target':>13} {'CPU s':>7}")
+    print(f"{'read':<56} {'seconds':>8} {'x candidates()':>15} {'x 1 s target':>13} {'CPU s':>7}")
     for name, seconds in rows.items():
-        print(f"{name:<48} {seconds:8.3f} {seconds / base:15.2f} {seconds / TARGET_S:13.2f} {cpu[name]:7.3f}")
+        print(f"{name:<56} {seconds:8.3f} {seconds / base:15.2f} {seconds / TARGET_S:13.2f} {cpu[name]:7.3f}")
     for kind, gap in (("analytical", ""), ("emulator_cycles", " ")):
         new, old, oldest = (f"store.metric_table(big, {kind})", "  the same from latest_metric (pre-0012)" + gap,
                             "  the same from the metric rows (pre-0011)" + gap)

@@ -51,11 +51,10 @@ def expected(store: Store, experiment: str) -> dict[tuple[int, str, str], tuple[
 def packed(store: Store) -> dict[tuple[int, str], tuple[int, str, str | None, dict[str, float]]]:
     """latest_figures unpacked: (candidate, kind) -> (run, model version, emulator version, figures)."""
     with store.engine.connect() as connection:
-        rows = connection.execute(text(
-            "SELECT candidate_id, kind, run_id, model_version, emulator_version, names, figures FROM latest_figures"))
+        rows = connection.execute(text("SELECT candidate_id, kind, run_id, layout, figures FROM latest_figures"))
         out = {}
-        for c, k, run, model_version, emulator_version, names, figures in rows:
-            names = json.loads(names)
+        for c, k, run, layout, figures in rows:
+            model_version, emulator_version, names = json.loads(layout)
             assert names == sorted(names)
             out[(c, k)] = (run, model_version, emulator_version,
                            dict(zip(names, struct.unpack(f"<{len(names)}d", bytes(figures)))))

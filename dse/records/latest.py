@@ -24,8 +24,10 @@ from sqlalchemy import Connection
 _RUN, _KIND, _NAME, _VALUE, _SCOPE = 0, 1, 2, 3, 5
 _CHUNK = 500  # ids per IN list: under every driver's bound-parameter limit
 _ROWS_PER_INSERT = 100  # 500 parameters a statement (800 for latest_figures)
-# latest_figures.figures: the values as little-endian float64, in the order of `names`
-# (a JSON list, sorted): exact, and unpacked for 100,000 candidates by one numpy call.
+# latest_figures.layout: what the figures are, the same for a whole sweep's rows: the JSON
+# list [model_version, emulator_version, [names, sorted]] of their run. figures: the values
+# as little-endian float64 in the names' order: exact, and unpacked for 100,000 candidates
+# by one numpy call a layout. (One text for the three: each column read costs as much.)
 FIGURES_BYTE_ORDER = "<"
 
 
@@ -73,11 +75,11 @@ def record(connection: Connection, rows: Sequence[Sequence]) -> None:
                               for (c, k), named in figures.items() for run in (newest[(c, k)],)])
 
 
-def pack(named: dict[str, float]) -> tuple[str, bytes]:
-    """(names, figures) of a latest_figures row: the names as a JSON list, sorted, and the
-    values in that order as float64 bytes."""
+def pack(model_version: str, emulator_version: str | None, named: dict[str, float]) -> tuple[str, bytes]:
+    """(layout, figures) of a latest_figures row, see FIGURES_BYTE_ORDER."""
     names = sorted(named)
-    return json.dumps(names), struct.pack(f"{FIGURES_BYTE_ORDER}{len(names)}d", *(named[n] for n in names))
+    return (json.dumps([model_version, emulator_version, names]),
+            struct.pack(f"{FIGURES_BYTE_ORDER}{len(names)}d", *(named[n] for n in names)))
 
 
 def _put_figures(connection: Connection, rows: Sequence[tuple]) -> None:
@@ -85,16 +87,15 @@ def _put_figures(connection: Connection, rows: Sequence[tuple]) -> None:
     latest_figures, each replacing the pair's row unless that is of a newer run (a
     concurrent PostgreSQL writer's)."""
     mark = _mark(connection)
-    one = "(" + ", ".join([mark] * 7) + ")"
+    one = "(" + ", ".join([mark] * 5) + ")"
     for i in range(0, len(rows), _ROWS_PER_INSERT):
         part = rows[i:i + _ROWS_PER_INSERT]
         connection.exec_driver_sql(
-            "INSERT INTO latest_figures (candidate_id, kind, run_id, model_version, emulator_version, names, figures)"
-            " VALUES " + ", ".join([one] * len(part)) +
-            " ON CONFLICT (candidate_id, kind) DO UPDATE SET run_id = excluded.run_id,"
-            " model_version = excluded.model_version, emulator_version = excluded.emulator_version,"
-            " names = excluded.names, figures = excluded.figures WHERE excluded.run_id > latest_figures.run_id",
-            tuple(itertools.chain.from_iterable((*row[:5], *pack(row[5])) for row in part)))
+            "INSERT INTO latest_figures (candidate_id, kind, run_id, layout, figures) VALUES "
+            + ", ".join([one] * len(part)) +
+            " ON CONFLICT (candidate_id, kind) DO UPDATE SET run_id = excluded.run_id, layout = excluded.layout,"
+            " figures = excluded.figures WHERE excluded.run_id > latest_figures.run_id",
+            tuple(itertools.chain.from_iterable((*row[:3], *pack(*row[3:])) for row in part)))
 
 
 def rebuild(connection: Connection, candidate_ids: Iterable[int] | None = None) -> None:

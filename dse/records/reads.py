@@ -421,17 +421,17 @@ def metric_table(connection: Connection, experiment: str | int, kind: str, scope
 def _total_table(connection: Connection, experiment_id: int, kind: str, stage: str | None,
                  fixed: list[str]) -> pd.DataFrame:
     """metric_table at scope "total" from latest_figures: one query, one row per candidate
-    (its row, its stage's run from candidate_run, its packed figures with their run's
-    versions: three key probes, whatever the number of figures); the figures are unpacked
-    by numpy, one call per distinct list of names (nearly always one)."""
+    (its row, its stage's run from candidate_run, its packed figures: three key probes,
+    whatever the number of figures); the figures are unpacked by numpy and the versions
+    taken from the layout, once per distinct layout (nearly always one). On 100,000 rows
+    each column read costs about as much as another: they are as few as the table allows."""
     import numpy as np
 
     # A stage's candidate_run row is of a run of that stage: its name is not read 100,000 times.
     stmt = (select(Candidate.id.label("candidate_id"), Candidate.hash, Candidate.origin,
                    *([CandidateRun.stage] if stage is None else []),
                    CandidateRun.status, CandidateRun.reason, LatestFigures.run_id.label("metric_run_id"),
-                   LatestFigures.model_version, LatestFigures.emulator_version, LatestFigures.names,
-                   LatestFigures.figures)
+                   LatestFigures.layout, LatestFigures.figures)
             .select_from(Candidate)
             .outerjoin(CandidateRun, (CandidateRun.candidate_id == Candidate.id)
                        & (CandidateRun.role == (stage or "latest")))
@@ -440,23 +440,26 @@ def _total_table(connection: Connection, experiment_id: int, kind: str, stage: s
     table = plain_frame(connection, stmt)
     if stage is not None:
         table.insert(3, "stage", np.where(table["status"].notna(), stage, None).astype(object))
-    listed, packed = table.pop("names"), table.pop("figures").to_numpy()
-    codes, texts = pd.factorize(listed)  # one code per distinct list of names; -1: no figures
-    lists = [json.loads(t) for t in texts]
-    names = sorted(set().union(*lists))
+    codes, layouts = pd.factorize(table.pop("layout"))  # -1: no figures
+    packed = table.pop("figures").to_numpy()
+    layouts = [json.loads(t) for t in layouts]  # [model_version, emulator_version, names] each
+    names = sorted(set().union(*(names_of for _, _, names_of in layouts)))
     clash = sorted(set(names) & set(fixed))
     if clash:
         raise ValueError(f"metric names {clash} clash with metric_table's own columns")
     column = {name: i for i, name in enumerate(names)}
     values = np.full((len(table), len(names)), np.nan)
-    for code, names_of in enumerate(lists):
+    for code, (_, _, names_of) in enumerate(layouts):
         rows = np.flatnonzero(codes == code)
         figures = np.frombuffer(b"".join(packed[rows]), dtype=latest.FIGURES_BYTE_ORDER + "f8")
         values[np.ix_(rows, [column[n] for n in names_of])] = figures.reshape(len(rows), len(names_of))
     baseline = connection.scalar(select(Experiment.baseline_candidate_id).where(Experiment.id == experiment_id))
     table.insert(3, "is_baseline", table["candidate_id"] == baseline)
-    table.loc[codes == -1, ["model_version", "emulator_version"]] = float("nan")  # as the merge of other scopes
     table["metric_run_id"] = table["metric_run_id"].astype("Int64")
+    # The versions of the figures' run; NaN without figures (as the merge of other scopes).
+    for i, version in enumerate(("model_version", "emulator_version")):
+        of_layout = np.array([layout[i] for layout in layouts] + [float("nan")], dtype=object)
+        table[version] = of_layout[codes]  # (code -1: the last, NaN)
     # The columns are in `fixed` order already (the statement's, is_baseline and stage put
     # in place): the figures go after them as one block, with no reordering copy.
     return pd.concat([table, pd.DataFrame(values, columns=names, index=table.index)], axis=1, copy=False)

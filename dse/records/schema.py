@@ -220,11 +220,12 @@ class LatestMetric(Base):
 
 
 class LatestFigures(Base):
-    """0012: latest_metric's rows of a candidate and kind packed into one, with the versions
-    of the run they are from: the names (a JSON list, sorted) and the values in that order
-    as little-endian float64 bytes (dse.records.latest.pack). metric_table's wide rows of
-    100,000 candidates read one row each here instead of one probe per figure. Kept with
-    latest_metric, in the same transaction; derived data, as it is."""
+    """0012: latest_metric's rows of a candidate and kind packed into one: `layout`, the
+    JSON list [model_version, emulator_version, [names, sorted]] of the run they are from,
+    and `figures`, the values in the names' order as little-endian float64 bytes
+    (dse.records.latest.pack). metric_table's wide rows of 100,000 candidates read one row
+    each here instead of one probe per figure. Kept with latest_metric, in the same
+    transaction; derived data, as it is."""
 
     __tablename__ = "latest_figures"
     __table_args__ = {"sqlite_with_rowid": False}
@@ -232,9 +233,7 @@ class LatestFigures(Base):
     candidate_id: Mapped[int] = mapped_column(ForeignKey("candidate.id"), primary_key=True)
     kind: Mapped[str] = mapped_column(String(32), primary_key=True)
     run_id: Mapped[int] = mapped_column(ForeignKey("run.id"))
-    model_version: Mapped[str] = mapped_column(String)
-    emulator_version: Mapped[str | None] = mapped_column(String)
-    names: Mapped[str] = mapped_column(Text)
+    layout: Mapped[str] = mapped_column(Text)
     figures: Mapped[bytes] = mapped_column(LargeBinary)
 
 

@@ -1,8 +1,8 @@
 """latest_figures: latest_metric packed one row per candidate and kind
 
-- latest_figures (candidate_id, kind) -> run_id, model_version, emulator_version, names,
-  figures: the latest_metric rows of a candidate and kind in one row, with the versions of
-  the run they are from; names a JSON list (sorted), figures the values in that order as
+- latest_figures (candidate_id, kind) -> run_id, layout, figures: the latest_metric rows of
+  a candidate and kind in one row: layout the JSON list [model_version, emulator_version,
+  [names, sorted]] of the run they are from, figures the values in the names' order as
   little-endian float64 bytes. metric_table's wide rows of 100,000 candidates read one row
   each instead of one key probe per figure (and one per run for the versions). Backfilled
   here from latest_metric, kept from now on by every write of metrics in the same
@@ -42,15 +42,15 @@ def _backfill(connection: sa.Connection) -> None:
     rows = []
     for c, k, run, model_version, emulator_version, named in packed.values():
         names = sorted(named)
-        rows.append((c, k, run, model_version, emulator_version, json.dumps(names),
+        rows.append((c, k, run, json.dumps([model_version, emulator_version, names]),
                      struct.pack(f"<{len(names)}d", *(named[n] for n in names))))
     mark = "?" if connection.dialect.paramstyle == "qmark" else "%s"
-    one = "(" + ", ".join([mark] * 7) + ")"
+    one = "(" + ", ".join([mark] * 5) + ")"
     for i in range(0, len(rows), _ROWS_PER_INSERT):
         part = rows[i:i + _ROWS_PER_INSERT]
         connection.exec_driver_sql(
-            "INSERT INTO latest_figures (candidate_id, kind, run_id, model_version, emulator_version, names, figures)"
-            " VALUES " + ", ".join([one] * len(part)), tuple(itertools.chain.from_iterable(part)))
+            "INSERT INTO latest_figures (candidate_id, kind, run_id, layout, figures) VALUES "
+            + ", ".join([one] * len(part)), tuple(itertools.chain.from_iterable(part)))
 
 
 def upgrade() -> None:
@@ -59,9 +59,7 @@ def upgrade() -> None:
         sa.Column("candidate_id", sa.Integer(), nullable=False),
         sa.Column("kind", sa.String(length=32), nullable=False),
         sa.Column("run_id", sa.Integer(), nullable=False),
-        sa.Column("model_version", sa.String(), nullable=False),
-        sa.Column("emulator_version", sa.String(), nullable=True),
-        sa.Column("names", sa.Text(), nullable=False),
+        sa.Column("layout", sa.Text(), nullable=False),
         sa.Column("figures", sa.LargeBinary(), nullable=False),
         sa.ForeignKeyConstraint(["candidate_id"], ["candidate.id"],
                                 name=op.f("fk_latest_figures_candidate_id_candidate")),
