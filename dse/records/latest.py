@@ -23,7 +23,7 @@ from sqlalchemy import Connection
 # unit, scope, scope_key).
 _RUN, _KIND, _NAME, _VALUE, _SCOPE = 0, 1, 2, 3, 5
 _CHUNK = 500  # ids per IN list: under every driver's bound-parameter limit
-_ROWS_PER_INSERT = 100  # 500 parameters a statement (800 for latest_figures)
+_ROWS_PER_INSERT = 100  # 500 parameters a statement (5 columns a row in both tables)
 # latest_figures.layout: what the figures are, the same for a whole sweep's rows: the JSON
 # list [model_version, emulator_version, [names, sorted]] of their run. figures: the values
 # as little-endian float64 in the names' order: exact, and unpacked for 100,000 candidates
