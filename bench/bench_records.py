@@ -4,6 +4,7 @@
     .venv/bin/python bench/bench_records.py --pg       # also a throwaway PostgreSQL server
     .venv/bin/python bench/bench_records.py --db postgresql://user@host/db   # a given store
     .venv/bin/python bench/bench_records.py --writes [--pg]   # sweep writes with/without latest_metric
+    .venv/bin/python bench/bench_records.py --writes-against /tmp/main-head   # this tree's vs another's
 
 Prints medians and their ratio to the targets of issue 7: batched metric inserts of at
 least 5,000 rows/s on SQLite; `dse history` and a candidate DataFrame over 100,000 runs in
@@ -26,8 +27,11 @@ from datetime import timedelta
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO))
-sys.path.insert(0, str(REPO / "tests"))
+# --writes-against runs this script again with DSE_BENCH_TREE naming the other tree: its
+# dse is imported instead of this one's (the same workload, the other code).
+TREE = Path(os.environ.get("DSE_BENCH_TREE", REPO))
+sys.path.insert(0, str(TREE))
+sys.path.insert(0, str(TREE / "tests"))
 
 from sqlalchemy import insert  # noqa: E402
 
@@ -86,8 +90,9 @@ def bench_inserts(url: str, repeat: int) -> None:
 
 def bench_sweep_writes(url: str, repeat: int, n: int = 2_000, batch: int = 200) -> None:
     """The sweep's batched write (add_candidates_and_start_runs finishing the previous batch,
-    12 total metrics a run) with latest_metric kept in the same transaction, against the
-    same write without it (the store before 0011), interleaved; fresh candidates each round,
+    12 total metrics a run) with latest_metric (and, since 0012, latest_figures: one
+    `latest.record`) kept in the same transaction, against the same write without them
+    (the store before 0011), interleaved; fresh candidates each round,
     then a rerun of them (new runs replacing every figure). "Without" also drops 0011's
     triggers that keep candidate_run (put back after each round)."""
     import importlib.util
@@ -116,7 +121,7 @@ def bench_sweep_writes(url: str, repeat: int, n: int = 2_000, batch: int = 200) 
     variants = (("with latest_metric", keep, True), ("latest_metric only", keep, False),
                 ("without (pre-0011)", lambda *_: None, False))  # (label, record, candidate_run kept)
     times: dict[str, list[float]] = {f"{rerun}{label}": [] for rerun in ("", "rerun, ") for label, _, _ in variants}
-    names = [f"m{i}" for i in range(12)]
+    names = NAMES
     with Store(url) as store:
         experiment = store.create_experiment("write-bench", "h", [], "gemm", "w", "s-w", "s-w")
         try:
@@ -125,19 +130,9 @@ def bench_sweep_writes(url: str, repeat: int, n: int = 2_000, batch: int = 200) 
                     latest_module.record = record
                     if not kept:
                         triggers(store.engine, on=False)
-                    for rerun in (False, True):
-                        tag = f"{round_}-{label}"
-                        start = time.perf_counter()
-                        pending: list = []
-                        for i in range(0, n, batch):
-                            rows = [{"config": {"i": j, "tag": tag}, "mapping": {}, "origin": "grid"}
-                                    for j in range(i, i + batch)]
-                            out = store.add_candidates_and_start_runs(experiment, rows, "analytical", finish=pending)
-                            pending = [{"run_id": run, "status": "ok", "metrics": [
-                                MetricIn("analytical", name, float(run + k), "cycles") for k, name in enumerate(names)]}
-                                for _, _, run in out]
-                        store.finish_runs(pending)
-                        times[("rerun, " if rerun else "") + label].append(time.perf_counter() - start)
+                    for rerun, seconds in zip(("", "rerun, "), sweep_writes(store, experiment, f"{round_}-{label}",
+                                                                          n, batch, names)):
+                        times[rerun + label].append(seconds)
                     if not kept:
                         triggers(store.engine, on=True)
         finally:
@@ -150,6 +145,65 @@ def bench_sweep_writes(url: str, repeat: int, n: int = 2_000, batch: int = 200) 
             shown = (rerun or "new candidates, ") + (label + ", candidate_run" if label.startswith("with") else label)
             print(f"  {shown:<52} {n * len(names) / new:>12,.0f} rows/s"
                   f"  vs without {n * len(names) / old:,.0f} rows/s: x{new / old:.2f} the time")
+
+
+NAMES = [f"m{i}" for i in range(12)]
+
+
+def sweep_writes(store: Store, experiment: int, tag: str, n: int, batch: int, names: list[str]) -> tuple[float, float]:
+    """Seconds to record a sweep of n new candidates the way the sweep driver does (batches
+    of `batch`, each finishing the previous one's runs with len(names) total metrics), and
+    then to rerun the same candidates (new runs replacing every figure)."""
+    times = []
+    for _ in ("new", "rerun"):
+        start = time.perf_counter()
+        pending: list = []
+        for i in range(0, n, batch):
+            rows = [{"config": {"i": j, "tag": tag}, "mapping": {}, "origin": "grid"} for j in range(i, i + batch)]
+            out = store.add_candidates_and_start_runs(experiment, rows, "analytical", finish=pending)
+            pending = [{"run_id": run, "status": "ok", "metrics": [
+                MetricIn("analytical", name, float(run + k), "cycles") for k, name in enumerate(names)]}
+                for _, _, run in out]
+        store.finish_runs(pending)
+        times.append(time.perf_counter() - start)
+    return times[0], times[1]
+
+
+def bench_writes_against(other: Path, repeat: int, n: int = 2_000, batch: int = 200) -> None:
+    """The sweep's writes (`sweep_writes`) with this tree's dse against `other`'s (a `git
+    archive` of main, say), each round one fresh SQLite store per tree, in a new process
+    (the same interpreter and this very script, only the dse imported differs), the trees
+    alternating round by round."""
+    import json
+
+    times: dict[str, list[tuple[float, float]]] = {"this tree": [], str(other): []}
+    with tempfile.TemporaryDirectory(prefix="dse-bench-") as folder:
+        for round_ in range(repeat):
+            for label, tree in (("this tree", REPO), (str(other), other)):
+                db = os.path.join(folder, f"{round_}-{len(times[label])}-{tree.name}.db")
+                env = {**os.environ, "DSE_BENCH_TREE": str(tree), "DSE_EVIDENCE_DIR": os.path.join(folder, "ev")}
+                done = subprocess.run([sys.executable, __file__, "--time-sweep-writes", db, "--n", str(n),
+                                       "--batch", str(batch)], env=env, check=True, capture_output=True, text=True)
+                times[label].append(tuple(json.loads(done.stdout.splitlines()[-1])))
+    print(f"sweep writes: {n:,} candidates, batches of {batch}, {len(NAMES)} total metrics a run (SQLite), "
+          f"median of {repeat}, this tree against {other}")
+    for i, what in enumerate(("new candidates", "rerun")):
+        mine = statistics.median(t[i] for t in times["this tree"])
+        theirs = statistics.median(t[i] for t in times[str(other)])
+        print(f"  {what:<16} this tree {mine:7.3f} s ({n * len(NAMES) / mine:9,.0f} rows/s)   "
+              f"other {theirs:7.3f} s ({n * len(NAMES) / theirs:9,.0f} rows/s): x{mine / theirs:.2f} the time")
+
+
+def time_sweep_writes(db: str, n: int, batch: int) -> None:
+    """One `sweep_writes` on a fresh store, printed as JSON (for bench_writes_against)."""
+    import json
+
+    import dse
+
+    assert Path(dse.__file__).resolve().is_relative_to(TREE.resolve()), (dse.__file__, TREE)
+    with Store(db) as store:
+        experiment = store.create_experiment("write-bench", "h", [], "gemm", "w", "s-w", "s-w")
+        print(json.dumps(sweep_writes(store, experiment, "t", n, batch, NAMES)))
 
 
 # ---- a store of 100,000 runs --------------------------------------------------------------
@@ -263,7 +317,18 @@ def main() -> None:
     parser.add_argument("--pg", action="store_true", help="also on a throwaway PostgreSQL server")
     parser.add_argument("--db", help="a PostgreSQL URL to use (an empty database) instead of SQLite")
     parser.add_argument("--writes", action="store_true", help="only the sweep writes with and without latest_metric")
+    parser.add_argument("--writes-against", type=Path, metavar="TREE",
+                        help="only the sweep writes, this tree's dse against TREE's (e.g. a git archive of main)")
+    parser.add_argument("--time-sweep-writes", metavar="DB", help=argparse.SUPPRESS)  # one run of --writes-against
+    parser.add_argument("--n", type=int, default=2_000, help="candidates of a sweep write (--writes-against)")
+    parser.add_argument("--batch", type=int, default=200, help="candidates a batch (--writes-against)")
     args = parser.parse_args()
+    if args.time_sweep_writes:
+        time_sweep_writes(args.time_sweep_writes, args.n, args.batch)
+        return
+    if args.writes_against:
+        bench_writes_against(args.writes_against, args.repeat, args.n, args.batch)
+        return
     with tempfile.TemporaryDirectory(prefix="dse-bench-") as folder:
         os.environ.setdefault("DSE_EVIDENCE_DIR", os.path.join(folder, "evidence"))
         if args.writes:

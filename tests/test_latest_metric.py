@@ -1,9 +1,14 @@
 """latest_metric (0011): each candidate's latest total figures of each kind, kept by the
-store's writes in the transaction of the metrics. Checked against the metric rows
-themselves (a reference computed here from `Store.metrics`, and `metric_table` read the
-pre-0011 way) after every kind of write, on a real SQLite file and a real PostgreSQL."""
+store's writes in the transaction of the metrics; latest_figures (0012), the same packed
+one row per candidate and kind. Checked against the metric rows themselves (a reference
+computed here from `Store.metrics`, and `metric_table` read the pre-0011 way) after every
+kind of write, on a real SQLite file and a real PostgreSQL."""
 
 from __future__ import annotations
+
+import json
+import random
+import struct
 
 import pandas as pd
 import pytest
@@ -43,21 +48,56 @@ def expected(store: Store, experiment: str) -> dict[tuple[int, str, str], tuple[
     return out
 
 
+def packed(store: Store) -> dict[tuple[int, str], tuple[int, str, str | None, dict[str, float]]]:
+    """latest_figures unpacked: (candidate, kind) -> (run, model version, emulator version, figures)."""
+    with store.engine.connect() as connection:
+        rows = connection.execute(text("SELECT candidate_id, kind, run_id, layout, figures FROM latest_figures"))
+        out = {}
+        for c, k, run, layout, figures in rows:
+            model_version, emulator_version, names = json.loads(layout)
+            assert names == sorted(names)
+            out[(c, k)] = (run, model_version, emulator_version,
+                           dict(zip(names, struct.unpack(f"<{len(names)}d", bytes(figures)))))
+        return out
+
+
+def packed_expected(store: Store, now: dict) -> dict:
+    """latest_figures as it should be: latest_metric's rows of each pair, with their run's versions."""
+    with store.engine.connect() as connection:
+        versions = {r: (m, e) for r, m, e in connection.execute(
+            text("SELECT id, model_version, emulator_version FROM run"))}
+    out: dict = {}
+    for (c, k, name), (run, value) in now.items():
+        out.setdefault((c, k), (run, *versions[run], {}))[3][name] = value
+    return out
+
+
 def agrees(store: Store, experiment: str) -> dict:
-    """latest_metric equals the reference, and metric_table reads the same either way."""
-    now = held(store)
+    """latest_metric equals the reference, latest_figures holds its rows packed, and
+    metric_table reads the same every way."""
+    ids = set(store.candidates(experiment)["id"])  # the experiment's rows (other experiments' are checked apart)
+    now = {key: value for key, value in held(store).items() if key[0] in ids}
     assert now == expected(store, experiment)
+    assert {key: value for key, value in packed(store).items() if key[0] in ids} == packed_expected(store, now)
     with store.engine.connect() as connection:
         for kind in ("analytical", "emulator_cycles", "rtl_cycles"):
-            new = reads.metric_table(connection, experiment, kind)
-            old = reads.metric_table(connection, experiment, kind, from_metrics=True)
-            # The pre-0011 read also had a column for a name only older runs recorded,
-            # empty throughout; now the columns are the names of the figures shown.
-            gone = [c for c in old.columns if c not in new.columns]
-            assert old[gone].isna().all().all()
-            pd.testing.assert_frame_equal(new, old.drop(columns=gone))
+            tables_agree(connection, experiment, kind)
         candidates_agree(connection, experiment)
     return now
+
+
+def tables_agree(connection, experiment: str, kind: str) -> pd.DataFrame:
+    """metric_table from latest_figures equals the one from latest_metric (pre-0012) and
+    the one from the metric rows (pre-0011): columns, dtypes, order, values."""
+    new = reads.metric_table(connection, experiment, kind)
+    pd.testing.assert_frame_equal(new, reads.metric_table(connection, experiment, kind, from_latest_metric=True))
+    old = reads.metric_table(connection, experiment, kind, from_metrics=True)
+    # The pre-0011 read also had a column for a name only older runs recorded,
+    # empty throughout; now the columns are the names of the figures shown.
+    gone = [c for c in old.columns if c not in new.columns]
+    assert old[gone].isna().all().all()
+    pd.testing.assert_frame_equal(new, old.drop(columns=gone))
+    return new
 
 
 def candidates_agree(connection, experiment: str) -> None:
@@ -134,8 +174,9 @@ def test_latest_figures_follow_every_write(db, tmp_path):
         rc = store.start_run(c, "analytical")
         store.finish_run(rc, "ok", lat(7.0))
         counts = store.delete_experiment("x")
-        assert counts["latest_metric"] == 5
+        assert counts["latest_metric"] == 5 and counts["latest_figures"] == 5
         assert held(store) == {(c, "analytical", "latency_cycles"): (rc, 7.0)}
+        assert packed(store) == {(c, "analytical"): (rc, "", None, {"latency_cycles": 7.0})}
 
 
 def test_the_ui_page_sorts_by_the_latest_analytical_run_figures(db):
@@ -194,6 +235,126 @@ def test_migration_0011_backfills_an_existing_0010_store(db):
             connection.execute(text("DELETE FROM latest_metric"))
             latest.rebuild(connection, [a])
         assert held(store) == {k: v for k, v in before.items() if k[0] == a}
+
+
+def test_migration_0012_backfills_an_existing_0011_store(db):
+    """A store at 0011 with records (reruns replacing and keeping names, a failed rerun,
+    other scopes, kinds of both stages, a candidate without figures) gets latest_figures
+    filled from latest_metric on open; rebuild gives the same, whole or in part."""
+    with Store(db) as store:
+        e = store.create_experiment("x", "h", [], "gemm", "w", "s", "s")
+        a, b, c = (store.add_candidate(e, {"banks": n}, {}, "grid")[0] for n in (16, 20, 24))
+        store.finish_run(store.start_run(a, "analytical"), "ok", lat(100.0, MetricIn("analytical", "x", 1.0, "")))
+        store.finish_run(store.start_run(a, "analytical", model_version="m2"), "ok", lat(
+            85.0, MetricIn("analytical", "dma_bytes", 4.5, "bytes")))
+        store.finish_run(store.start_run(a, "emulator", emulator_version="e7"), "ok", [
+            MetricIn("emulator_cycles", "latency_cycles", 81.0, "cycles"),
+            MetricIn("emulator_cycles", "cycles", 3.0, "cycles", scope="core", scope_key="0")])
+        store.finish_run(store.start_run(b, "analytical"), "ok", lat(60.0))
+        store.finish_run(store.start_run(b, "analytical"), "failed", error="boom")
+        store.finish_run(store.start_run(c, "analytical"), "infeasible", reason="needs 64 banks")
+        before = packed(store)
+        assert before == packed_expected(store, held(store)) and len(before) == 3
+        tables = {}
+        with store.engine.connect() as connection:
+            for kind in ("analytical", "emulator_cycles"):
+                tables[kind] = tables_agree(connection, "x", kind)
+    assert before[(a, "analytical")][1:] == ("m2", None, {"latency_cycles": 85.0, "dma_bytes": 4.5})
+    assert before[(a, "emulator_cycles")][2] == "e7"
+    url = database_url(db)
+    command.downgrade(alembic_config(url), "0011")
+    engine = create_engine(url)
+    with engine.connect() as connection:
+        assert "latest_figures" not in connection.dialect.get_table_names(connection)
+        assert connection.execute(text("SELECT count(*) FROM latest_metric")).scalar() == 4
+    engine.dispose()
+    with Store(db) as store:
+        with store.engine.connect() as connection:
+            assert connection.execute(text("SELECT version_num FROM alembic_version")).scalar() == SCHEMA_HEAD
+            for kind, table in tables.items():
+                pd.testing.assert_frame_equal(tables_agree(connection, "x", kind), table)
+        assert packed(store) == before
+        assert agrees(store, "x")
+        table = tables["analytical"].set_index("candidate_id")
+        assert table.loc[b, "status"] == "failed" and table.loc[b, "latency_cycles"] == 60.0
+        assert table.loc[c, "status"] == "infeasible" and pd.isna(table.loc[c, "latency_cycles"])
+        assert pd.isna(table.loc[c, "model_version"]) and table.loc[a, "dma_bytes"] == 4.5
+        with store.engine.begin() as connection:
+            latest.rebuild(connection)
+        assert packed(store) == before
+        with store.engine.begin() as connection:
+            connection.execute(text("DELETE FROM latest_figures"))
+            latest.rebuild(connection, [a])
+        assert packed(store) == {k: v for k, v in before.items() if k[0] == a}
+
+
+@pytest.mark.parametrize("seed", [1, 2])
+def test_metric_table_equals_the_metric_rows_over_generated_stores(db, seed):
+    """Random sweeps: several runs a candidate in both stages, finished out of order in
+    batches, ok with varying names, infeasible, failed, pruned, candidates never run,
+    other scopes; another experiment deleted midway and at the end. After each round the
+    three reads of metric_table agree and latest_figures is latest_metric packed."""
+    rng = random.Random(seed)
+    names = ("latency_cycles", "dma_bytes", "peak_sram_bytes", "compute_cycles")
+
+    def outcome(run: int, stage: str) -> dict:
+        status = rng.choices(["ok", "infeasible", "failed", "pruned"], [6, 2, 1, 1 if stage == "emulator" else 0])[0]
+        if status != "ok":
+            return {"run_id": run, "status": status, **({"error": "boom"} if status == "failed" else
+                                                          {"reason": f"{status} {rng.randrange(9)}"})}
+        kinds = ["analytical"] if stage == "analytical" else rng.sample(["emulator_cycles", "emulator_host_time"],
+                                                                          rng.randint(1, 2))
+        metrics = [MetricIn(kind, name, rng.choice([0.0, -1.5, 1e300, rng.uniform(1, 1e6)]), "cycles")
+                   for kind in kinds for name in rng.sample(names, rng.randint(1, len(names)))]
+        metrics.append(MetricIn(kinds[0], "cycles", 1.0, "cycles", scope="op", scope_key="mm"))
+        return {"run_id": run, "status": "ok", "metrics": metrics}
+
+    with Store(db) as store:
+        e = store.create_experiment("x", "h", [], "gemm", "w", "s", "s")
+        ids = [cid for cid, _ in store.add_candidates(
+            e, [{"config": {"banks": n}, "mapping": {}, "origin": "grid", "diff": {}} for n in range(24)])]
+        store.set_baseline(e, ids[0])
+        other = store.create_experiment("y", "h", [], "gemm", "w", "s2", "s2")
+        others = [store.add_candidate(other, {"banks": n}, {}, "grid")[0] for n in range(3)]
+        for round_ in range(5):
+            stage = rng.choice(["analytical", "emulator"])
+            chosen = rng.sample(ids[:20], rng.randint(4, 20)) + (others if round_ < 3 else [])
+            runs = store.start_runs(chosen, stage, model_version=f"m{round_}",
+                                    emulator_version=f"e{round_}" if stage == "emulator" else None)
+            results = [outcome(run, stage) for run in runs]
+            rng.shuffle(results)  # newer runs of a candidate may finish first
+            for i in range(0, len(results), 7):
+                store.finish_runs(results[i:i + 7])
+            if round_ == 2:
+                store.delete_experiment("y")
+                other = store.create_experiment("y2", "h", [], "gemm", "w", "s3", "s3")
+                others = [store.add_candidate(other, {"banks": 100 + n}, {}, "grid")[0] for n in range(2)]
+            with store.engine.connect() as connection:
+                tables_agree(connection, "x", "emulator_host_time")
+            agrees(store, "x")
+            agrees(store, other)
+        store.delete_experiment("y2")
+        assert {c for c, _ in packed(store)} <= set(ids[:20]) and {c for c, _, _ in held(store)} <= set(ids[:20])
+        now = agrees(store, "x")
+        assert packed(store) == packed_expected(store, now)
+        with store.engine.connect() as connection:
+            table = tables_agree(connection, "x", "analytical")
+        assert table["candidate_id"].tolist() == ids and table["is_baseline"].tolist() == [True] + [False] * 23
+        assert table.loc[20:, names[:1]].isna().all().all()  # never run
+
+
+def test_metric_table_of_an_experiment_without_figures(db):
+    """No candidates, then candidates without any figures: the same (empty) tables every way."""
+    with Store(db) as store:
+        e = store.create_experiment("x", "h", [], "gemm", "w", "s", "s")
+        with store.engine.connect() as connection:
+            assert len(tables_agree(connection, "x", "analytical")) == 0
+        a, _ = store.add_candidate(e, {"banks": 16}, {}, "grid")
+        store.add_candidate(e, {"banks": 20}, {}, "grid")
+        store.finish_run(store.start_run(a, "analytical"), "infeasible", reason="too small")
+        with store.engine.connect() as connection:
+            table = tables_agree(connection, "x", "analytical")
+        assert table["status"].tolist() == ["infeasible", None] and "latency_cycles" not in table
 
 
 def outcomes(store: Store) -> dict[int, tuple[int, str]]:
@@ -289,3 +450,14 @@ def test_dse_show_lists_the_first_candidates_and_counts_them_all(db, capsys):
     assert listed == [str(i) for i in cands["id"].head(2)]
     assert cli(["show", "x", "--db", db, "--limit", "-1"]) == 2
     assert "--limit" in capsys.readouterr().err
+
+
+def test_a_metric_named_like_a_column_of_the_table_is_refused_by_every_read(db):
+    with Store(db) as store:
+        e = store.create_experiment("x", "h", [], "gemm", "w", "s", "s")
+        a, _ = store.add_candidate(e, {"banks": 16}, {}, "grid")
+        store.finish_run(store.start_run(a, "analytical"), "ok", lat(1.0, MetricIn("analytical", "status", 2.0, "")))
+        with store.engine.connect() as connection:
+            for how in ({}, {"from_latest_metric": True}, {"from_metrics": True}):
+                with pytest.raises(ValueError, match=r"metric names \['status'\] clash"):
+                    reads.metric_table(connection, "x", "analytical", **how)

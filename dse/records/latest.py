@@ -1,6 +1,8 @@
 """The latest_metric table (0011): each candidate's total metrics of each kind from its
 latest run that recorded that kind, kept by every write of metrics in the same
-transaction as the metric rows.
+transaction as the metric rows; and latest_figures (0012), the same figures packed one
+row per candidate and kind, with the versions of their run (what metric_table's wide row
+needs, read without a probe per figure).
 
 "Latest" is the largest run id, as everywhere in the store: a run that finishes after a
 newer run of the same candidate and kind leaves the newer run's figures standing; a newer
@@ -11,6 +13,8 @@ scopes (op, core, ...) are read from the metric rows themselves.
 from __future__ import annotations
 
 import itertools
+import json
+import struct
 from collections.abc import Iterable, Sequence
 
 from sqlalchemy import Connection
@@ -19,7 +23,12 @@ from sqlalchemy import Connection
 # unit, scope, scope_key).
 _RUN, _KIND, _NAME, _VALUE, _SCOPE = 0, 1, 2, 3, 5
 _CHUNK = 500  # ids per IN list: under every driver's bound-parameter limit
-_ROWS_PER_INSERT = 100  # 500 parameters a statement
+_ROWS_PER_INSERT = 100  # 500 parameters a statement (5 columns a row in both tables)
+# latest_figures.layout: what the figures are, the same for a whole sweep's rows: the JSON
+# list [model_version, emulator_version, [names, sorted]] of their run. figures: the values
+# as little-endian float64 in the names' order: exact, and unpacked for 100,000 candidates
+# by one numpy call a layout. (One text for the three: each column read costs as much.)
+FIGURES_BYTE_ORDER = "<"
 
 
 def record(connection: Connection, rows: Sequence[Sequence]) -> None:
@@ -27,7 +36,8 @@ def record(connection: Connection, rows: Sequence[Sequence]) -> None:
     totals = [r for r in rows if r[_SCOPE] == "total"]
     if not totals:
         return
-    candidate_of = _candidates_of_runs(connection, sorted({r[_RUN] for r in totals}))
+    of_run = _runs(connection, sorted({r[_RUN] for r in totals}))
+    candidate_of = {run: found[0] for run, found in of_run.items()}
     newest: dict[tuple[int, str], int] = {}  # (candidate, kind) -> the batch's newest run of it
     for r in totals:
         pair = (candidate_of[r[_RUN]], r[_KIND])
@@ -58,20 +68,68 @@ def record(connection: Connection, rows: Sequence[Sequence]) -> None:
         connection.exec_driver_sql(
             "INSERT INTO latest_metric (candidate_id, kind, name, run_id, value) VALUES "
             + ", ".join([one] * len(part)) + conflict, tuple(itertools.chain.from_iterable(part)))
+    figures: dict[tuple[int, str], dict[str, float]] = {}
+    for c, k, name, _, value in values:
+        figures.setdefault((c, k), {})[name] = value
+    _put_figures(connection, [(c, k, run, *of_run[run][1:], named)
+                              for (c, k), named in figures.items() for run in (newest[(c, k)],)])
+
+
+def pack(model_version: str, emulator_version: str | None, named: dict[str, float]) -> tuple[str, bytes]:
+    """(layout, figures) of a latest_figures row, see FIGURES_BYTE_ORDER."""
+    names = sorted(named)
+    return (json.dumps([model_version, emulator_version, names]),
+            struct.pack(f"{FIGURES_BYTE_ORDER}{len(names)}d", *(named[n] for n in names)))
+
+
+def _put_figures(connection: Connection, rows: Sequence[tuple]) -> None:
+    """(candidate, kind, run, model_version, emulator_version, {name: value}) rows into
+    latest_figures, each replacing the pair's row unless that is of a newer run (a
+    concurrent PostgreSQL writer's)."""
+    mark = _mark(connection)
+    one = "(" + ", ".join([mark] * 5) + ")"
+    for i in range(0, len(rows), _ROWS_PER_INSERT):
+        part = rows[i:i + _ROWS_PER_INSERT]
+        connection.exec_driver_sql(
+            "INSERT INTO latest_figures (candidate_id, kind, run_id, layout, figures) VALUES "
+            + ", ".join([one] * len(part)) +
+            " ON CONFLICT (candidate_id, kind) DO UPDATE SET run_id = excluded.run_id, layout = excluded.layout,"
+            " figures = excluded.figures WHERE excluded.run_id > latest_figures.run_id",
+            tuple(itertools.chain.from_iterable((*row[:3], *pack(*row[3:])) for row in part)))
 
 
 def rebuild(connection: Connection, candidate_ids: Iterable[int] | None = None) -> None:
-    """Recompute latest_metric from the metric rows: for every candidate, or for these.
-    For stores filled by hand (bulk inserts into metric, as the benches do)."""
+    """Recompute latest_metric from the metric rows, and latest_figures from it: for every
+    candidate, or for these. For stores filled by hand (bulk inserts into metric, as the
+    benches do)."""
     if candidate_ids is None:
         connection.exec_driver_sql("DELETE FROM latest_metric")
         connection.exec_driver_sql(_REBUILD.format(where=""))
+        connection.exec_driver_sql("DELETE FROM latest_figures")
+        _put_figures(connection, _figures_of(connection, ""))
         return
     ids = sorted({int(c) for c in candidate_ids})
     for i in range(0, len(ids), _CHUNK):
         listed = ", ".join(map(str, ids[i:i + _CHUNK]))
         connection.exec_driver_sql(f"DELETE FROM latest_metric WHERE candidate_id IN ({listed})")
         connection.exec_driver_sql(_REBUILD.format(where=f"AND r2.candidate_id IN ({listed})"))
+        connection.exec_driver_sql(f"DELETE FROM latest_figures WHERE candidate_id IN ({listed})")
+        _put_figures(connection, _figures_of(connection, f"WHERE lm.candidate_id IN ({listed})"))
+
+
+def _figures_of(connection: Connection, where: str) -> list[tuple]:
+    """latest_figures' rows from latest_metric's (`where` on its alias lm): one per
+    candidate and kind, of the newest run that latest_metric holds for it."""
+    rows = connection.exec_driver_sql(
+        "SELECT lm.candidate_id, lm.kind, lm.run_id, r.model_version, r.emulator_version, lm.name, lm.value "
+        f"FROM latest_metric lm JOIN run r ON r.id = lm.run_id {where} ORDER BY lm.candidate_id, lm.kind, lm.run_id")
+    out: dict[tuple[int, str], tuple] = {}
+    for c, k, run, model_version, emulator_version, name, value in rows:
+        held = out.get((c, k))
+        if held is None or held[2] < run:  # (ordered by run: a newer run's rows replace an older's)
+            held = out[(c, k)] = (c, k, run, model_version, emulator_version, {})
+        held[5][name] = value
+    return list(out.values())
 
 
 _REBUILD = """
@@ -89,12 +147,14 @@ GROUP BY r.candidate_id, m.kind, m.name, m.run_id
 """
 
 
-def _candidates_of_runs(connection: Connection, run_ids: list[int]) -> dict[int, int]:
-    out: dict[int, int] = {}
+def _runs(connection: Connection, run_ids: list[int]) -> dict[int, tuple[int, str, str | None]]:
+    """run id -> (candidate id, model version, emulator version)."""
+    out: dict[int, tuple[int, str, str | None]] = {}
     for i in range(0, len(run_ids), _CHUNK):
         part = run_ids[i:i + _CHUNK]
-        out.update(connection.exec_driver_sql(
-            f"SELECT id, candidate_id FROM run WHERE id IN ({', '.join(str(int(r)) for r in part)})").all())
+        out.update((run, (c, m, e)) for run, c, m, e in connection.exec_driver_sql(
+            "SELECT id, candidate_id, model_version, emulator_version FROM run WHERE id IN "
+            f"({', '.join(str(int(r)) for r in part)})"))
     return out
 
 

@@ -4,6 +4,7 @@ resolve an experiment's name or a row's id, or say what would have matched."""
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable, Mapping
 from typing import Any, TypeVar
 
@@ -13,7 +14,7 @@ from sqlalchemy.orm import Session
 from sqlalchemy.sql.functions import FunctionElement
 
 from dse.identity import canonical_json
-from dse.records import sql_reads
+from dse.records import latest, sql_reads
 from dse.records.checks import RecordNotFound, as_id
 from dse.records.liveness import as_utc
 from dse.records.schema import (
@@ -24,6 +25,7 @@ from dse.records.schema import (
     CandidateRun,
     Decision,
     Experiment,
+    LatestFigures,
     LatestMetric,
     Metric,
     Run,
@@ -341,10 +343,11 @@ def metrics(connection: Connection, experiment_id: int, kind: str | None, scope:
 
 
 def metric_table(connection: Connection, experiment: str | int, kind: str, scope: str = "total",
-                 from_metrics: bool = False) -> pd.DataFrame:
-    """Wide form, see `Store.metric_table`. Total figures come from latest_metric
+                 from_metrics: bool = False, from_latest_metric: bool = False) -> pd.DataFrame:
+    """Wide form, see `Store.metric_table`. Total figures come from latest_figures
     (`_total_table`); `from_metrics`: from the metric rows instead, as before 0011 (the
-    benches' and tests' reference: both must agree).
+    benches' and tests' reference: all must agree); `from_latest_metric`: from
+    latest_metric, a probe per figure, as before 0012 (for the benches).
 
     Other scopes: two plain reads, each one pass of the database's indexes: the candidates with their
     stage's latest run, and the metrics of `kind` at `scope` in long form; pandas keeps
@@ -358,6 +361,8 @@ def metric_table(connection: Connection, experiment: str | int, kind: str, scope
         "candidate_id", "hash", "origin", "is_baseline", "stage", "status", "reason",
         "metric_run_id", "model_version", "emulator_version", *keys[1:],
     ]  # fmt: skip
+    if scope == "total" and from_latest_metric:
+        return _total_table_from_latest_metric(connection, experiment_id, kind, stage, fixed)
     if scope == "total" and not from_metrics:
         return _total_table(connection, experiment_id, kind, stage, fixed)
     runs_of = select(Run.candidate_id, func.max(Run.id).label("run_id")).join(
@@ -404,9 +409,55 @@ def metric_table(connection: Connection, experiment: str | int, kind: str, scope
 
 def _total_table(connection: Connection, experiment_id: int, kind: str, stage: str | None,
                  fixed: list[str]) -> pd.DataFrame:
-    """metric_table at scope "total", pivoted by the database: one query, one row per
-    candidate, each figure a key probe into latest_metric. On 100,000 candidates the
-    driver then hands over 100,000 rows, not one per metric value."""
+    """metric_table at scope "total" from latest_figures: one query, one row per candidate
+    (its row, its stage's run from candidate_run, its packed figures: three key probes,
+    whatever the number of figures); the figures are unpacked by numpy and the versions
+    taken from the layout, once per distinct layout (nearly always one). On 100,000 rows
+    each column read costs about as much as another: they are as few as the table allows."""
+    import numpy as np
+
+    # A stage's candidate_run row is of a run of that stage: its name is not read 100,000 times.
+    stmt = (select(Candidate.id.label("candidate_id"), Candidate.hash, Candidate.origin,
+                   *([CandidateRun.stage] if stage is None else []),
+                   CandidateRun.status, CandidateRun.reason, LatestFigures.run_id.label("metric_run_id"),
+                   LatestFigures.layout, LatestFigures.figures)
+            .select_from(Candidate)
+            .outerjoin(CandidateRun, (CandidateRun.candidate_id == Candidate.id)
+                       & (CandidateRun.role == (stage or "latest")))
+            .outerjoin(LatestFigures, (LatestFigures.candidate_id == Candidate.id) & (LatestFigures.kind == kind))
+            .where(Candidate.experiment_id == experiment_id).order_by(Candidate.id))
+    table = plain_frame(connection, stmt)
+    if stage is not None:
+        table.insert(3, "stage", np.where(table["status"].notna(), stage, None).astype(object))
+    codes, layouts = pd.factorize(table.pop("layout"))  # -1: no figures
+    packed = table.pop("figures").to_numpy()
+    layouts = [json.loads(t) for t in layouts]  # [model_version, emulator_version, names] each
+    names = sorted(set().union(*(names_of for _, _, names_of in layouts)))
+    clash = sorted(set(names) & set(fixed))
+    if clash:
+        raise ValueError(f"metric names {clash} clash with metric_table's own columns")
+    column = {name: i for i, name in enumerate(names)}
+    values = np.full((len(table), len(names)), np.nan)
+    for code, (_, _, names_of) in enumerate(layouts):
+        rows = np.flatnonzero(codes == code)
+        figures = np.frombuffer(b"".join(packed[rows]), dtype=latest.FIGURES_BYTE_ORDER + "f8")
+        values[np.ix_(rows, [column[n] for n in names_of])] = figures.reshape(len(rows), len(names_of))
+    baseline = connection.scalar(select(Experiment.baseline_candidate_id).where(Experiment.id == experiment_id))
+    table.insert(3, "is_baseline", table["candidate_id"] == baseline)
+    table["metric_run_id"] = table["metric_run_id"].astype("Int64")
+    # The versions of the figures' run; NaN without figures (as the merge of other scopes).
+    for i, version in enumerate(("model_version", "emulator_version")):
+        of_layout = np.array([layout[i] for layout in layouts] + [float("nan")], dtype=object)
+        table[version] = of_layout[codes]  # (code -1: the last, NaN)
+    # The columns are in `fixed` order already (the statement's, is_baseline and stage put
+    # in place): the figures go after them as one block, with no reordering copy.
+    return pd.concat([table, pd.DataFrame(values, columns=names, index=table.index)], axis=1, copy=False)
+
+
+def _total_table_from_latest_metric(connection: Connection, experiment_id: int, kind: str, stage: str | None,
+                                    fixed: list[str]) -> pd.DataFrame:
+    """metric_table at scope "total" as before 0012, pivoted by the database: one query,
+    one row per candidate, each figure a key probe into latest_metric."""
     names = list(connection.scalars(
         select(LatestMetric.name).distinct().join(Candidate, LatestMetric.candidate_id == Candidate.id)
         .where(Candidate.experiment_id == experiment_id, LatestMetric.kind == kind).order_by(LatestMetric.name)))

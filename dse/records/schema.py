@@ -20,6 +20,7 @@ from sqlalchemy import (
     ForeignKey,
     Index,
     Integer,
+    LargeBinary,
     MetaData,
     String,
     Text,
@@ -216,6 +217,24 @@ class LatestMetric(Base):
     name: Mapped[str] = mapped_column(String, primary_key=True)
     run_id: Mapped[int] = mapped_column(ForeignKey("run.id"))
     value: Mapped[float] = mapped_column(Float)
+
+
+class LatestFigures(Base):
+    """0012: latest_metric's rows of a candidate and kind packed into one: `layout`, the
+    JSON list [model_version, emulator_version, [names, sorted]] of the run they are from,
+    and `figures`, the values in the names' order as little-endian float64 bytes
+    (dse.records.latest.pack). metric_table's wide rows of 100,000 candidates read one row
+    each here instead of one probe per figure. Kept with latest_metric, in the same
+    transaction; derived data, as it is."""
+
+    __tablename__ = "latest_figures"
+    __table_args__ = {"sqlite_with_rowid": False}
+
+    candidate_id: Mapped[int] = mapped_column(ForeignKey("candidate.id"), primary_key=True)
+    kind: Mapped[str] = mapped_column(String(32), primary_key=True)
+    run_id: Mapped[int] = mapped_column(ForeignKey("run.id"))
+    layout: Mapped[str] = mapped_column(Text)
+    figures: Mapped[bytes] = mapped_column(LargeBinary)
 
 
 class CandidateRun(Base):

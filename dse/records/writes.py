@@ -28,6 +28,7 @@ from dse.records.schema import (
     Decision,
     Experiment,
     ExperimentLink,
+    LatestFigures,
     LatestMetric,
     Metric,
     Note,
@@ -567,7 +568,7 @@ _METRIC_ROWS_PER_INSERT = 100  # 700 parameters, far below SQLite's limit of 32,
 def insert_metrics(connection: Connection, rows: list[tuple]) -> None:
     """(run_id, kind, name, value, unit, scope, scope_key) rows as one executemany of the
     driver (no per-row parameter processing: these are plain strings and floats), and the
-    candidates' latest figures (latest_metric) brought up to date with them."""
+    candidates' latest figures (latest_metric, latest_figures) brought up to date with them."""
     if rows:
         _insert_metric_rows(connection, rows)
         latest.record(connection, rows)
@@ -618,6 +619,7 @@ def delete_experiment(session: Session, experiment_id: int) -> dict[str, int]:
     for name, stmt in (
         ("metric", delete(Metric).where(Metric.run_id.in_(runs))),
         ("latest_metric", delete(LatestMetric).where(LatestMetric.candidate_id.in_(candidates))),
+        ("latest_figures", delete(LatestFigures).where(LatestFigures.candidate_id.in_(candidates))),
         ("candidate_run", delete(CandidateRun).where(CandidateRun.experiment_id == experiment_id)),
         ("artifact", delete(Artifact).where(or_(Artifact.run_id.in_(runs), Artifact.experiment_id == experiment_id))),
         ("decision", delete(Decision).where(Decision.experiment_id == experiment_id)),
