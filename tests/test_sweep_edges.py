@@ -195,3 +195,28 @@ def test_a_capture_past_its_time_limit_stops_the_sweep_writing_nothing(tmp_path)
     lines = done.stderr.strip().splitlines()
     assert len(lines) == 1 and "field 'stages.capture_timeout_s': got 0.001" in lines[0], done.stderr
     assert set(tmp_path.iterdir()) == before
+
+
+def test_a_time_limit_that_lands_inside_wrapping_code_is_still_the_limit_error():
+    """The alarm can fire inside an import's class body, whose machinery re-raises it as
+    something else (dataclasses' __set_name__: a RuntimeError from it); past the limit the
+    caller must still see the limit's own error, and with no alarm an error is left alone."""
+    from dse.errors import InputError
+    from dse.runner.sweep import time_limit
+
+    def limit_error():
+        return InputError("spec.toml", "stages.capture_timeout_s", 0.01, "a limit the capture finishes within")
+
+    def wrapping_body():
+        try:
+            while True:
+                time.sleep(0.001)
+        except InputError as inner:
+            raise RuntimeError("Error calling __set_name__") from inner
+
+    with pytest.raises(InputError, match="stages.capture_timeout_s"):
+        with time_limit(0.01, limit_error):
+            wrapping_body()
+    with pytest.raises(ValueError, match="its own"):
+        with time_limit(5, limit_error):
+            raise ValueError("its own")
