@@ -206,3 +206,30 @@ def test_emulating_on_the_lowered_image_itself_changes_nothing_but_the_rerun():
     assert (given.cycles, given.counters) == (kept.cycles, kept.counters)
     assert kept.rerun is not None and given.rerun is None
     assert given.result.dram is given.lowered.image  # the run wrote the lowered image
+
+
+def _bits_equal(a, b) -> bool:
+    import numpy as np
+
+    a, b = np.ascontiguousarray(a), np.ascontiguousarray(b)
+    return a.shape == b.shape and a.dtype == b.dtype and a.tobytes() == b.tobytes()
+
+
+def test_float_stand_in_is_the_stage_checks_own_outputs_fresh_or_cached():
+    """After last-token selection the float reference is the last float stage's outputs as
+    its check computed them (kept, not run again): the very bits `Graph.run` gives, also once
+    the pipeline is served from the graph cache."""
+    from dse.numerics.run import prepare_recipe
+
+    params = SMALL["llama_prefill"]
+    for served in (False, True):  # the first run fills the cache, the second is served from it
+        prep = prepare_recipe("llama_prefill", params)
+        pipe = prep.pipe
+        index = max(i for i, s in enumerate(pipe.stages) if not s.quantized)
+        assert pipe.stages[index].name == "permute" and pipe.stage_outputs(index) is not None
+        assert pipe.stage_outputs(0) is None  # the import stage's outputs are the module's own
+        fresh = pipe.graphs[index].run(*pipe.inputs)
+        assert len(prep.expected) == len(fresh) == 3
+        assert all(_bits_equal(a.numpy(), b.numpy()) for a, b in zip(prep.expected, fresh)), served
+        # the outputs the stand-in replaces are the module's narrowed to the last token
+        assert tuple(prep.expected[0].shape) == (1, 1, params["vocab"])
