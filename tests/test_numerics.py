@@ -233,3 +233,50 @@ def test_float_stand_in_is_the_stage_checks_own_outputs_fresh_or_cached():
         assert all(_bits_equal(a.numpy(), b.numpy()) for a, b in zip(prep.expected, fresh)), served
         # the outputs the stand-in replaces are the module's narrowed to the last token
         assert tuple(prep.expected[0].shape) == (1, 1, params["vocab"])
+
+
+def test_kept_stand_in_gives_the_verdict_a_separately_computed_reference_gives():
+    """The emulated run checked against the kept float stand-in and against one computed
+    separately (`Graph.run` of the same stage's graph): the same verdict, op by op, the
+    same max errors."""
+    from dse.numerics.run import prepare_recipe
+
+    prep = prepare_recipe("llama_prefill", SMALL["llama_prefill"])
+    index = max(i for i, s in enumerate(prep.pipe.stages) if not s.quantized)
+    separate = prep.pipe.graphs[index].run(*prep.inputs)
+    cand = Candidate(load_chip("goban"), Mapping(workers=4))
+    shared = emulate_graph(prep.graph, cand, prep.inputs, prep.expected, prep.tolerance, prep.reference_kind)
+    alone = emulate_graph(prep.graph, cand, prep.inputs, separate, prep.tolerance, prep.reference_kind)
+    assert shared.verdict.passed and shared.verdict.integer_bit_exact and shared.verdict.max_abs_error > 0
+    assert shared.verdict.to_dict(ops=True) == alone.verdict.to_dict(ops=True)
+    # a stand-in that is wrong beyond the tolerance fails the same run
+    off = [separate[0] + 1.0] + separate[1:]
+    bad = emulate_graph(prep.graph, cand, prep.inputs, off, prep.tolerance, prep.reference_kind)
+    assert bad.verdict.integer_bit_exact and not bad.verdict.outputs_within_tolerance and not bad.verdict.passed
+
+
+def test_a_wrong_emulated_product_still_fails_the_numerics(cli, monkeypatch):
+    """One wrong bit in one matrix-Ball product (the emulator's chain product made off by
+    one): the integer path differs, the first differing op is that product's, exit 1."""
+    from emulator import balls
+
+    real = balls.int_product_of_pieces
+    wrong = []
+
+    def off_by_one_once(a, b):
+        p = real(a, b)
+        if not wrong:
+            p[0, 0] += 1
+            wrong.append(p.shape)
+        return p
+
+    monkeypatch.setattr(balls, "int_product_of_pieces", off_by_one_once)
+    params = [x for k, v in SMALL["llama_prefill"].items() for x in ("--param", f"{k}={v}")]
+    code, out, _ = cli("emulate", "--chip", "goban", "--recipe", "llama_prefill", *params, "--workers", "4", "--json")
+    d = json.loads(out)
+    assert wrong and code == 1
+    v = d["numerics"]
+    assert not v["passed"] and not v["integer_bit_exact"] and v["first_differing_op"].endswith("_acc")
+    monkeypatch.setattr(balls, "int_product_of_pieces", real)
+    code, out, _ = cli("emulate", "--chip", "goban", "--recipe", "llama_prefill", *params, "--workers", "4", "--json")
+    assert code == 0 and json.loads(out)["numerics"]["first_differing_op"] is None
