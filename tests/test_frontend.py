@@ -563,3 +563,10 @@ def test_the_pipeline_runs_each_float_op_once_across_its_stage_checks(tmp_path, 
     # it), quantize's int8 matmul (its stage check; the step's own check takes it). Before
     # the reuse: the float matmul twice and the int8 matmul twice.
     assert sorted(runs) == [("linear", "torch.float32"), ("matmul", "torch.float32"), ("matmul", "torch.int8")]
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.uint16, np.int8, np.float64, np.uint32])
+def test_pretransposed_weight_is_the_transpose_copied_contiguous(dtype):
+    w = (np.random.default_rng(0).standard_normal((37, 53)) * 100).astype(dtype)
+    t = permute._transposed(w)
+    assert t.dtype == w.dtype and t.flags.c_contiguous and np.array_equal(t, w.T) and not np.shares_memory(t, w)
