@@ -183,7 +183,7 @@ def test_compare_gives_equal_bits_the_error_the_slices_give():
     class Lowered:
         fused = frozenset()
 
-        def read(self, image, name):
+        def read(self, image, name, copy=True):
             return got[name]
 
     v = numerics.compare(graph, Lowered(), None, reference, None, 1e-5, "quantized")
