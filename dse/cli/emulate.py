@@ -65,11 +65,13 @@ def candidate_notes(rep, chip, asked) -> list[str]:
     each tensor between ranges went (the lowering's words, as the model's), the capacity
     the chip has but cannot address."""
     from ..chips import capacity_notes
-    from ..mapping.candidate import mapping_from_dict
-    from ..runner.stages import pick_text
 
     notes = []
     if asked.placement == "auto" and rep.feasible:
+        # only here: dse.runner.stages brings pandas, the model and the record store (3 s)
+        from ..mapping.candidate import mapping_from_dict
+        from ..runner.stages import pick_text
+
         notes.append(f"placement auto picked {pick_text(mapping_from_dict(rep.mapping))}")
     notes += [why for *_, why in rep.handoffs]
     return notes + [n for n in capacity_notes(chip).split("; ") if n]
