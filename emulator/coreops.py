@@ -193,15 +193,16 @@ def dram_view(img: np.ndarray, t: DramTensor) -> np.ndarray:
 def store(dst: np.ndarray, value) -> None:
     """Store `value` into `dst` by the rule in the module docstring."""
     v = np.asarray(value)
-    if dst.dtype.kind in "iu":
+    if dst.dtype.kind in "iu" and v.dtype.kind == "f":
         info = np.iinfo(dst.dtype)
-        if v.dtype.kind == "f":
-            r = np.rint(v.astype(np.float64))
-            r = np.where(np.isnan(r), 0.0, np.clip(r, info.min, info.max))
-            v = r.astype(np.int64)
-        dst[...] = np.broadcast_to(v.astype(np.int64, copy=False), dst.shape).astype(dst.dtype)
-    else:
-        dst[...] = np.broadcast_to(v, dst.shape).astype(dst.dtype)
+        v = v.astype(np.float64)  # the one temporary: rounded, saturated and NaN -> 0 in place
+        np.rint(v, out=v)
+        np.clip(v, info.min, info.max, out=v)
+        v[np.isnan(v)] = 0.0
+    # Straight into dst, no temporaries: an integer to a narrower integer keeps its low bits
+    # (two's complement wrap, as through int64), a float to fp32 rounds to nearest even, and
+    # a saturated integral float64 converts exactly.
+    np.copyto(dst, np.broadcast_to(v, dst.shape), casting="unsafe")
 
 
 def execute(img: np.ndarray, kind: str, dst: DramTensor | None, srcs, params) -> None:

@@ -26,6 +26,7 @@ from __future__ import annotations
 import math
 
 import numpy as np
+from threadpoolctl import threadpool_limits
 
 from . import balls as B
 from . import coreops
@@ -149,17 +150,22 @@ class Machine:
                     raise EncodeError(f"core {c}, instruction #{pc}: {exc}", instruction=exc.instruction,
                                       field=exc.field, value=exc.value, width=exc.width) from None
         handlers = self.handlers
-        for e in range(epochs):
-            for c, instrs in enumerate(self.program.cores):
-                if e >= len(segments[c]):
-                    continue
-                lo, hi = segments[c][e]
-                out = self.records[c]
-                append = out.append
-                for pc in range(lo, hi):
-                    ins = instrs[pc]
-                    append(handlers[type(ins)](c, pc, ins))
-        self._flush_all()
+        # BLAS on one thread: the products are the plan's tiles (about 128 x 128 x K), where a
+        # thread pool gains little, and on a busy machine its threads spin waiting for a core
+        # (a 128 x 128 x 4096 chain took 15x longer on 2 threads than on 1 at load 3.5 on
+        # 2 cores). A sweep's pool workers run with one thread already.
+        with threadpool_limits(1, user_api="blas"):
+            for e in range(epochs):
+                for c, instrs in enumerate(self.program.cores):
+                    if e >= len(segments[c]):
+                        continue
+                    lo, hi = segments[c][e]
+                    out = self.records[c]
+                    append = out.append
+                    for pc in range(lo, hi):
+                        ins = instrs[pc]
+                        append(handlers[type(ins)](c, pc, ins))
+            self._flush_all()
 
     # ------------------------------------------------------------------ banks
     def _bank(self, c: int, pc: int, ins, bid: int, role: str) -> _Bank:

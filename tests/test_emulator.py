@@ -118,6 +118,34 @@ def test_matmul_large_k_is_exact(toy):
     assert np.array_equal(r.outputs["c"], a.astype(np.int64) @ bt.T.astype(np.int64))
 
 
+def test_functional_pass_runs_blas_on_one_thread(toy, monkeypatch):
+    """The products run with BLAS on one thread (a busy machine's spinning thread pool made
+    them 15x slower), and the caller's thread count is back once the run ends."""
+    import threadpoolctl
+
+    from emulator import balls
+
+    def blas_threads():
+        return {i["num_threads"] for i in threadpoolctl.threadpool_info() if i["user_api"] == "blas"}
+
+    before, seen, real = blas_threads(), [], balls.int_product_of_pieces
+
+    def spy(a, b):
+        seen.append(blas_threads())
+        return real(a, b)
+
+    monkeypatch.setattr(balls, "int_product_of_pieces", spy)
+    M, N, K = 16, 16, 64
+    prog = Program([[Mset(0, 1), Mset(1, 1), Mset(2, 4), Mvin(0, 0, M * K // 16), Mvin(1, M * K, N * K // 16),
+                     Matmul(0, 1, 2, M, N, K), Mvout(2, 2 * M * K, M * N // 4)]],
+                   inputs={"a": Region(0, (M, K)), "b": Region(M * K, (N, K))},
+                   outputs={"c": Region(2 * M * K, (M, N), "int32")})
+    a, bt = np.ones((M, K), np.int8), np.full((N, K), 2, np.int8)
+    r = run(prog, toy, {"a": a, "b": bt})
+    assert np.array_equal(r.outputs["c"], np.full((M, N), 2 * K))
+    assert seen == [{1}] and blas_threads() == before
+
+
 @pytest.mark.parametrize("widths", [[16], [1024], [1040], [512, 512, 16], [4095, 4095, 4095, 3], [48] * 40])
 def test_product_of_pieces_is_the_exact_product_of_the_joined_operands(widths):
     from emulator.balls import int_product_of_pieces

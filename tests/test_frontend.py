@@ -337,6 +337,37 @@ def test_integer_reference_is_bit_exact_and_the_check_can_fail(monkeypatch):
     assert not broken["bit_exact"] and broken["first_mismatch"] is not None
 
 
+def test_integer_check_takes_a_float_op_from_the_trace_only_for_the_very_same_arguments(monkeypatch):
+    """The numpy integer path leaves float ops (softmax, norms) to the torch interpreter; given
+    the trace, an op whose arguments have the trace's bits takes the trace's value (what the
+    interpreter gives them), so the values are the ones computed alone; an op whose
+    arguments differ in a bit is computed."""
+    pipe = run_pipeline("llama_prefill", dict(seq=16, vocab=64, dim=32, layers=1, heads=2, kv_heads=1))
+    q = pipe.graph
+    consumers = q.consumers()
+    # the scores' scaling: a float op (torch) reading a dequantize's output (numpy)
+    deq = next(op for op in q.ops_of_kind("dequantize") if any(c.kind == "mul" for c in consumers[op.outputs[0]]))
+    user = next(c for c in consumers[deq.outputs[0]] if c.kind == "mul")
+    calls = []
+    for kind in ("mul", "softmax"):
+        real = graph_module.INTERPRETERS[kind]
+        monkeypatch.setitem(graph_module.INTERPRETERS, kind,
+                            lambda op, args, real=real: calls.append(op.name) or real(op, args))
+    alone = dict(quantize.integer_values(q, *pipe.inputs))
+    assert user.name in calls and q.ops_of_kind("softmax")[0].name in calls
+    traced = q.trace(*pipe.inputs)
+    calls.clear()
+    shared = dict(quantize.integer_values(q, *pipe.inputs, traced=traced))
+    assert calls == [] and alone.keys() == shared.keys()
+    assert all(np.array_equal(quantize._bits(alone[n]), quantize._bits(shared[n])) for n in alone)
+    off = dict(traced)
+    off[deq.outputs[0]] = traced[deq.outputs[0]].clone()
+    off[deq.outputs[0]].view(-1)[0] += 1.0  # the trace's argument of `user` differs from the numpy path's
+    computed = dict(quantize.integer_values(q, *pipe.inputs, traced=off))
+    assert calls == [user.name]  # computed; what follows it has the trace's arguments again
+    assert all(np.array_equal(quantize._bits(alone[n]), quantize._bits(computed[n])) for n in alone)
+
+
 @pytest.mark.parametrize("k", [300, 1023, 1024, 3000])  # float32 BLAS below 2**24 / (128 * 128) = 1024 terms
 def test_integer_products_through_float_blas_equal_the_int64_path_bit_for_bit(k):
     rng = np.random.default_rng(k)
@@ -532,3 +563,10 @@ def test_the_pipeline_runs_each_float_op_once_across_its_stage_checks(tmp_path, 
     # it), quantize's int8 matmul (its stage check; the step's own check takes it). Before
     # the reuse: the float matmul twice and the int8 matmul twice.
     assert sorted(runs) == [("linear", "torch.float32"), ("matmul", "torch.float32"), ("matmul", "torch.int8")]
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.uint16, np.int8, np.float64, np.uint32])
+def test_pretransposed_weight_is_the_transpose_copied_contiguous(dtype):
+    w = (np.random.default_rng(0).standard_normal((37, 53)) * 100).astype(dtype)
+    t = permute._transposed(w)
+    assert t.dtype == w.dtype and t.flags.c_contiguous and np.array_equal(t, w.T) and not np.shares_memory(t, w)

@@ -183,7 +183,7 @@ def test_compare_gives_equal_bits_the_error_the_slices_give():
     class Lowered:
         fused = frozenset()
 
-        def read(self, image, name):
+        def read(self, image, name, copy=True):
             return got[name]
 
     v = numerics.compare(graph, Lowered(), None, reference, None, 1e-5, "quantized")
@@ -206,3 +206,77 @@ def test_emulating_on_the_lowered_image_itself_changes_nothing_but_the_rerun():
     assert (given.cycles, given.counters) == (kept.cycles, kept.counters)
     assert kept.rerun is not None and given.rerun is None
     assert given.result.dram is given.lowered.image  # the run wrote the lowered image
+
+
+def _bits_equal(a, b) -> bool:
+    import numpy as np
+
+    a, b = np.ascontiguousarray(a), np.ascontiguousarray(b)
+    return a.shape == b.shape and a.dtype == b.dtype and a.tobytes() == b.tobytes()
+
+
+def test_float_stand_in_is_the_stage_checks_own_outputs_fresh_or_cached():
+    """After last-token selection the float reference is the last float stage's outputs as
+    its check computed them (kept, not run again): the very bits `Graph.run` gives, also once
+    the pipeline is served from the graph cache."""
+    from dse.numerics.run import prepare_recipe
+
+    params = SMALL["llama_prefill"]
+    for served in (False, True):  # the first run fills the cache, the second is served from it
+        prep = prepare_recipe("llama_prefill", params)
+        pipe = prep.pipe
+        index = max(i for i, s in enumerate(pipe.stages) if not s.quantized)
+        assert pipe.stages[index].name == "permute" and pipe.stage_outputs(index) is not None
+        assert pipe.stage_outputs(0) is None  # the import stage's outputs are the module's own
+        fresh = pipe.graphs[index].run(*pipe.inputs)
+        assert len(prep.expected) == len(fresh) == 3
+        assert all(_bits_equal(a.numpy(), b.numpy()) for a, b in zip(prep.expected, fresh)), served
+        # the outputs the stand-in replaces are the module's narrowed to the last token
+        assert tuple(prep.expected[0].shape) == (1, 1, params["vocab"])
+
+
+def test_kept_stand_in_gives_the_verdict_a_separately_computed_reference_gives():
+    """The emulated run checked against the kept float stand-in and against one computed
+    separately (`Graph.run` of the same stage's graph): the same verdict, op by op, the
+    same max errors."""
+    from dse.numerics.run import prepare_recipe
+
+    prep = prepare_recipe("llama_prefill", SMALL["llama_prefill"])
+    index = max(i for i, s in enumerate(prep.pipe.stages) if not s.quantized)
+    separate = prep.pipe.graphs[index].run(*prep.inputs)
+    cand = Candidate(load_chip("goban"), Mapping(workers=4))
+    shared = emulate_graph(prep.graph, cand, prep.inputs, prep.expected, prep.tolerance, prep.reference_kind)
+    alone = emulate_graph(prep.graph, cand, prep.inputs, separate, prep.tolerance, prep.reference_kind)
+    assert shared.verdict.passed and shared.verdict.integer_bit_exact and shared.verdict.max_abs_error > 0
+    assert shared.verdict.to_dict(ops=True) == alone.verdict.to_dict(ops=True)
+    # a stand-in that is wrong beyond the tolerance fails the same run
+    off = [separate[0] + 1.0] + separate[1:]
+    bad = emulate_graph(prep.graph, cand, prep.inputs, off, prep.tolerance, prep.reference_kind)
+    assert bad.verdict.integer_bit_exact and not bad.verdict.outputs_within_tolerance and not bad.verdict.passed
+
+
+def test_a_wrong_emulated_product_still_fails_the_numerics(cli, monkeypatch):
+    """One wrong bit in one matrix-Ball product (the emulator's chain product made off by
+    one): the integer path differs, the first differing op is that product's, exit 1."""
+    from emulator import balls
+
+    real = balls.int_product_of_pieces
+    wrong = []
+
+    def off_by_one_once(a, b):
+        p = real(a, b)
+        if not wrong:
+            p[0, 0] += 1
+            wrong.append(p.shape)
+        return p
+
+    monkeypatch.setattr(balls, "int_product_of_pieces", off_by_one_once)
+    params = [x for k, v in SMALL["llama_prefill"].items() for x in ("--param", f"{k}={v}")]
+    code, out, _ = cli("emulate", "--chip", "goban", "--recipe", "llama_prefill", *params, "--workers", "4", "--json")
+    d = json.loads(out)
+    assert wrong and code == 1
+    v = d["numerics"]
+    assert not v["passed"] and not v["integer_bit_exact"] and v["first_differing_op"].endswith("_acc")
+    monkeypatch.setattr(balls, "int_product_of_pieces", real)
+    code, out, _ = cli("emulate", "--chip", "goban", "--recipe", "llama_prefill", *params, "--workers", "4", "--json")
+    assert code == 0 and json.loads(out)["numerics"]["first_differing_op"] is None

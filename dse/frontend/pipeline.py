@@ -104,13 +104,16 @@ class StageResult:
 
 
 class Reference:
-    """The example inputs and PyTorch's outputs a pipeline was checked on (torch tensors).
-    Pickled as numpy arrays with their dtype names, and made tensors again on first use,
-    so a cached result loads without torch."""
+    """The example inputs and PyTorch's outputs a pipeline was checked on (torch tensors),
+    and the outputs each stage's check computed where they are not the module's (after a
+    step that changes what the outputs are: last-token selection), by stage index: a float
+    stand-in reference for the stages after it, not computed again. Pickled as numpy arrays
+    with their dtype names, and made tensors again on first use, so a cached result loads
+    without torch."""
 
-    def __init__(self, inputs=(), expected=()):
-        self._tensors: tuple[tuple, list] | None = (tuple(inputs), list(expected))
-        self._frozen: tuple[list, list] | None = None
+    def __init__(self, inputs=(), expected=(), stage_outputs: dict[int, list] | None = None):
+        self._tensors: tuple[tuple, list, dict] | None = (tuple(inputs), list(expected), dict(stage_outputs or {}))
+        self._frozen: tuple | None = None
 
     @property
     def inputs(self) -> tuple:
@@ -120,12 +123,20 @@ class Reference:
     def expected(self) -> list:
         return self._thawed()[1]
 
-    def _thawed(self) -> tuple[tuple, list]:
+    @property
+    def stage_outputs(self) -> dict[int, list]:
+        return self._thawed()[2]
+
+    def _thawed(self) -> tuple[tuple, list, dict]:
         if self._tensors is None:
             from dse.workload.interpret import weight_tensor
 
-            inputs, expected = ([weight_tensor(array, dtype) for dtype, array in part] for part in self._frozen)
-            self._tensors, self._frozen = (tuple(inputs), expected), None
+            def thaw(part):
+                return [weight_tensor(array, dtype) for dtype, array in part]
+
+            inputs, expected, by_stage = self._frozen
+            self._tensors = (tuple(thaw(inputs)), thaw(expected), {i: thaw(v) for i, v in by_stage.items()})
+            self._frozen = None
         return self._tensors
 
     def __getstate__(self) -> dict:
@@ -133,7 +144,11 @@ class Reference:
             return {"frozen": self._frozen}
         from dse.workload.interpret import dtype_name, weight_array
 
-        return {"frozen": tuple([(dtype_name(t.dtype), weight_array(t)) for t in part] for part in self._tensors)}
+        def freeze(part):
+            return [(dtype_name(t.dtype), weight_array(t)) for t in part]
+
+        inputs, expected, by_stage = self._tensors
+        return {"frozen": (freeze(inputs), freeze(expected), {i: freeze(v) for i, v in by_stage.items()})}
 
     def __setstate__(self, state: dict) -> None:
         self._tensors, self._frozen = None, state["frozen"]
@@ -159,6 +174,12 @@ class PipelineResult:
     @property
     def expected(self) -> list:
         return self.reference.expected
+
+    def stage_outputs(self, index: int) -> list | None:
+        """The outputs of stage `index`'s graph on the example inputs, as its check computed
+        them (`Graph.run`'s values), kept for a stage whose outputs are not the module's;
+        None otherwise (or unchecked)."""
+        return self.reference.stage_outputs.get(index)
 
     @property
     def passed(self) -> bool:
@@ -301,6 +322,7 @@ def _run(recipe: Recipe, params: dict[str, Any], steps: list[StepSpec], out: Pat
         graph = capture(module, *inputs, name=recipe.name, source_path=recipe.path)
         stages = [_stage(1, "import", {}, graph, ctx, FLOAT_TOLERANCE, False, started, check=check)]
         graphs = [graph]
+        stage_outputs: dict[int, list] = {}
         bar.update()
         for index, step in enumerate(steps, start=2):
             bar.set_description(f"{recipe.name}: {step.name}" + (" + check" if check else ""))
@@ -314,6 +336,9 @@ def _run(recipe: Recipe, params: dict[str, Any], steps: list[StepSpec], out: Pat
             stages.append(_stage(index, step.name, step.options, graph, ctx, step.tolerance,
                                  step.definition.quantized, started, step.definition.verify, check=check))
             graphs.append(graph)
+            if check and not step.definition.quantized and not _outputs_like(graph, expected):
+                # the check's trace is this graph's (ctx.traced): its outputs are Graph.run's
+                stage_outputs[len(stages) - 1] = [ctx.traced[1][name].clone() for name in graph.outputs]
             bar.update()
     finally:
         bar.close()
@@ -325,4 +350,10 @@ def _run(recipe: Recipe, params: dict[str, Any], steps: list[StepSpec], out: Pat
         for stage, stage_graph in zip(stages, graphs):
             (out / stage.dump).write_text(stage_graph.dump())
     return PipelineResult(recipe.name, str(recipe.path), params, stages, graphs, str(out) if out else None,
-                          Reference(inputs, expected), check)
+                          Reference(inputs, expected, stage_outputs), check)
+
+
+def _outputs_like(graph: Graph, outputs: list) -> bool:
+    """Whether `graph`'s outputs have the shapes of `outputs` (the module's), one for one."""
+    return len(graph.outputs) == len(outputs) and all(tuple(o.shape) == graph.tensors[n].shape
+                                                      for o, n in zip(outputs, graph.outputs))

@@ -533,16 +533,21 @@ def _integer_op(op: Op, args: list[np.ndarray]) -> np.ndarray | None:
     return None
 
 
-def integer_values(graph: Graph, *inputs: Any, keep_all: bool = True):
+def integer_values(graph: Graph, *inputs: Any, keep_all: bool = True, traced: dict | None = None):
     """(name, value) of every op output in graph order, computed with numpy integer
     arithmetic on the integer path. ``keep_all=False`` lets each value go once its last
-    reader has run (a real layer's tensors are hundreds of MB each)."""
+    reader has run (a real layer's tensors are hundreds of MB each). `traced`: the graph's
+    torch trace on the same inputs; an op left to the torch interpreter (a float op) whose
+    arguments have the very bits of the trace's takes the trace's value, which the same
+    interpreter gave for the same arguments (a real layer's softmax is seconds)."""
     values: dict[str, np.ndarray] = {name: torch.as_tensor(v).numpy() for name, v in zip(graph.inputs, inputs)}
     values.update(graph.weights)
     last_use = {name: i for i, op in enumerate(graph.ops) for name in op.inputs}
     for i, op in enumerate(graph.ops):
         args = [values[n] for n in op.inputs]
         result = _integer_op(op, args)
+        if result is None and traced is not None and _same_bits(args, [traced[n] for n in op.inputs]):
+            result = traced[op.outputs[0]].numpy()
         if result is None:
             with torch.no_grad():
                 result = INTERPRETERS[op.kind](op, [torch.from_numpy(np.asarray(a, order="C")) for a in args]).numpy()
@@ -557,6 +562,15 @@ def integer_values(graph: Graph, *inputs: Any, keep_all: bool = True):
         if not keep_all and out not in last_use:
             del values[out]
         del result
+
+
+def _same_bits(arrays: list[np.ndarray], tensors: list) -> bool:
+    """Whether each array has the shape, dtype and bits of the (torch) tensor beside it."""
+    for a, t in zip(arrays, tensors):
+        b = t.numpy() if isinstance(t, torch.Tensor) else np.asarray(t)
+        if a.shape != b.shape or a.dtype != b.dtype or not np.array_equal(_bits(a), _bits(b)):
+            return False
+    return True
 
 
 def integer_reference(graph: Graph, *inputs: Any) -> dict[str, np.ndarray]:
@@ -598,7 +612,7 @@ def verify(graph: Graph, ctx) -> dict[str, Any]:
     mismatches, float_errors = [], {}
     graph_values = {name: torch.as_tensor(v).numpy() for name, v in zip(graph.inputs, ctx.inputs)}
     graph_values.update(graph.weights)  # an output that is an input or a weight: no op computes it
-    computed = integer_values(graph, *ctx.inputs, keep_all=False)
+    computed = integer_values(graph, *ctx.inputs, keep_all=False, traced=reference)
     for name, value in itertools.chain(computed, ((n, graph_values[n]) for n in graph.outputs if n in graph_values)):
         if name in compared and (reference[name].shape != value.shape
                                  or not np.array_equal(_bits(reference[name].numpy()), _bits(value))):

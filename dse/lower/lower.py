@@ -136,8 +136,8 @@ class Lowered:
         the whole program (equal to the emulator's ``peak_allocated_bytes``, max over cores)."""
         return max(self.peak_sram_per_worker, default=0)
 
-    def read(self, img: np.ndarray, name: str) -> np.ndarray:
-        return self.locs[name].read(img)
+    def read(self, img: np.ndarray, name: str, copy: bool = True) -> np.ndarray:
+        return self.locs[name].read(img, copy)
 
 
 def _np(value) -> np.ndarray:

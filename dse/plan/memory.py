@@ -127,10 +127,12 @@ class Loc:
         strides = (Mp * Np * s, tm * Np * s, Np * s, tn * s, s)
         return DramTensor(self.addr, shape, emu_dtype(self.dtype), strides)
 
-    def read(self, img: np.ndarray) -> np.ndarray:
-        """The logical value from a DRAM image."""
+    def read(self, img: np.ndarray, copy: bool = True) -> np.ndarray:
+        """The logical value from a DRAM image; ``copy=False``: a view of the image where the
+        layout allows (for a reader that only reads, before the image changes)."""
         if self.blocked is None:
-            return np.array(dram_view(img, self.view()))
+            view = dram_view(img, self.view())
+            return np.array(view) if copy else view
         b = self.blocked
         full = np.array(dram_view(img, self.padded_view())).reshape(b.batch, b.Mt * b.tm, b.Nt * b.tn)
         return full[:, :b.M, :b.N].reshape(self.shape)
