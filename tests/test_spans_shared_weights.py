@@ -11,7 +11,6 @@ import json
 import pandas as pd
 import pytest
 
-import emulator
 from emulator import Barrier, Mvin
 
 from dse.analytical import estimate, summarize
