@@ -139,3 +139,27 @@ def test_a_reservation_that_does_not_fit_is_a_dram_note_or_an_infeasible_reason(
     rep = emulate_graph(mlp.graph, bad, mlp.inputs, mlp.expected, mlp.tolerance, mlp.reference_kind)
     assert not rep.feasible and not totals.iloc[0]["feasible"]
     assert rep.reason == totals.iloc[0]["reason"] and "has no matrix Ball" in rep.reason, rep.reason
+
+
+def test_the_model_reads_the_plans_bank_count(mlp, monkeypatch):
+    # one decision, two consumers: the model's hand-off loads and shared bytes follow
+    # `handoff_banks` (not a recount of its own). With the plan's count for fc3 (linear_2_acc)
+    # set to 0, the model loads only fc2's A (one set of one [32, 1024] int8 tile: 32768 bytes
+    # a request less) and holds 2 banks fewer
+    from dse.analytical import placed
+    cand = pipeline(three_groups(4))
+    real, _, _ = estimate_layers(mlp.graph, [cand])
+    decide = placed.handoff_banks
+
+    def without_fc3(*args):
+        out = decide(*args)
+        for b in out:
+            b.banks["linear_2_acc"] = 0
+        return out
+
+    monkeypatch.setattr(placed, "handoff_banks", without_fc3)
+    cut, _, notes = estimate_layers(mlp.graph, [cand])
+    assert real.iloc[0]["shared_sram_bytes"] == 4 * SHARED_BANK
+    assert cut.iloc[0]["shared_sram_bytes"] == 2 * SHARED_BANK
+    assert real.iloc[0]["dma_bytes"] - cut.iloc[0]["dma_bytes"] == 2 * 32 * 1024  # 2 requests
+    assert "relu_1_int8 to op" not in notes[0] and "relu_int8 to op linear_1_acc's A" in notes[0]

@@ -343,7 +343,8 @@ def estimate_layers(graph, candidates: Sequence[Candidate], calibration=None
             [range_candidate(lays[i][0].places[r], candidates[i].mapping) for i in same_cut])
             for r in range(n_ranges)])
         by_bases: dict[tuple, list[int]] = {}
-        for i, b in zip(same_cut, banks):
+        held = dict(zip(same_cut, banks))
+        for i, b in held.items():
             by_bases.setdefault(tuple(b.bases.items()), []).append(i)
         for at, ok in by_bases.items():
             bases = dict(at)
@@ -380,7 +381,7 @@ def estimate_layers(graph, candidates: Sequence[Candidate], calibration=None
                 heads = [[op_head_transfers(by_name[name], row, pl.chip, c.mapping, len(pl.cores), pl.cores, graph)
                           for name, row in zip(p["op"], p.to_dict("records"))] if lay.overlap else []
                          for p, pl in zip(parts, places)]
-                extra_bytes, a_banks, said = _handoff_loads(c, places, parts, times, handed, costed, sets, heads)
+                extra_bytes, said = _handoff_loads(places, parts, times, handed, held[i].banks, sets, heads)
                 epochs = [epoch_cycles(c_, s_) for c_, s_, _, _ in times]
                 moved = [epoch_cycles(b_, s_) for _, s_, b_, _ in times]  # bytes and DMA cycles by epoch, alike
                 dma_time = [epoch_cycles(d_, s_) for _, s_, _, d_ in times]
@@ -404,7 +405,8 @@ def estimate_layers(graph, candidates: Sequence[Candidate], calibration=None
                 row = {"candidate": i, "candidate_hash": c.hash, "feasible": True, "reason": "",
                        "latency_cycles": latency, "workers": cores,
                        "peak_sram_bytes": float(all_rows["sram_bytes"].max()),
-                       "shared_sram_bytes": float(b_shared) + _handoff_banks(a_banks, ranges, plans, overlap),
+                       "shared_sram_bytes": float(b_shared) + _handoff_bytes(c.chip, held[i].banks, ranges, plans,
+                                                                             overlap),
                        "private_sram_per_core_bytes": float(max(sram_per_core)),
                        "private_sram_bytes": float(sum(sram_per_core)),
                        "unaddressable_sram_bytes": float(unaddressable)}
@@ -421,47 +423,43 @@ def estimate_layers(graph, candidates: Sequence[Candidate], calibration=None
     return totals, per_op, notes
 
 
-def _handoff_loads(c: Candidate, places, parts, times, handed: dict, costed, sets: int, heads
-                   ) -> tuple[int, dict[str, int], dict[tuple[str, int], str]]:
-    """The hand-off loads of one candidate's ranges: for each matmul of a range that takes its
-    A tiles from shared memory, the range before loads them (an epoch of `handoff_cycles` a
-    matmul appended to its `times`, and the loaders' transfers, one head for them all, to its
-    `heads`, in place). Returns the bytes they move (one request's), the shared bytes their
-    banks take by op, and each hand-off's note (per tensor and range)."""
-    extra_bytes, a_banks, said = 0, {}, {}
+def _handoff_loads(places, parts, times, handed: dict, banks: dict[str, int], sets: int, heads
+                   ) -> tuple[int, dict[tuple[str, int], str]]:
+    """The hand-off loads of one candidate's ranges: for each matmul of a range whose A tiles
+    the plan puts in shared memory (`banks`: `HandoffBanks.banks`, the banks its picked A tiles
+    take, every set; 0 where A goes through DRAM), the range before loads one request's set
+    (an epoch of `handoff_cycles` a matmul appended to its `times`, and the loaders'
+    transfers, one head for them all, to its `heads`, in place). Returns the bytes they move
+    (one request's) and each hand-off's note (per tensor and range)."""
+    extra_bytes, said = 0, {}
     for r, p in enumerate(parts[1:], 1):
         loaders = places[r - 1].cores
         head: dict[int, tuple[int, list[int]]] = {}
         to: dict[str, list[tuple[str, int]]] = {}
-        for op in (name for name in p["op"] if name in handed):
-            shape = next(pl.gemm for pl in costed if pl.op.name == op)
+        for op in (name for name in p["op"] if name in handed and banks.get(name, 0)):
             row = p[p["op"] == op].iloc[0]
-            tm, tn, tk = int(row["tile_m"]), int(row["tile_n"]), int(row["tile_k"])
-            check = check_tiles(CandidateArrays.from_candidates([Candidate(places[r].chip, c.mapping)]),
-                                [tm], [tn], [tk], shape)
-            if not bool(check.shared_a[0, 0]):
-                continue
-            tiles = int(check.shared_a_tiles[0, 0]) // sets  # one request's set
+            tm, tk = int(row["tile_m"]), int(row["tile_k"])
+            tiles = banks[op] // sets  # one request's set, a tile a bank
             load = handoff_cycles(places[r - 1].chip, tiles, tm * tk, len(loaders))
             times[r - 1] = [np.append(times[r - 1][0], load), np.append(times[r - 1][1], 0),
                             np.append(times[r - 1][2], tiles * tm * tk), np.append(times[r - 1][3], load)]
             for j, core in enumerate(loaders[:tiles]):  # dealt round-robin, as the lowering does
                 head.setdefault(core, (0, []))[1].extend([tm * tk // 16] * len(range(j, tiles, len(loaders))))
             extra_bytes += tiles * tm * tk
-            a_banks[op] = int(check.shared_a_tiles[0, 0]) * c.chip.shared_memory.rows * c.chip.shared_memory.row_bytes
             to.setdefault(handed[op], []).append((op, tiles * tm * tk))
         if head:
             heads[r - 1].append(head)
         for t, ops in to.items():
             said[(t, r)] = handoff_note(t, [op for op, _ in ops], sum(nb for _, nb in ops))
-    return extra_bytes, a_banks, said
+    return extra_bytes, said
 
 
-def _handoff_banks(a_banks: dict[str, int], ranges, plans, overlap: bool) -> int:
+def _handoff_bytes(chip, banks: dict[str, int], ranges, plans, overlap: bool) -> int:
     """The shared bytes the hand-offs' banks take (`handoff_banks`): in a pipeline all at once;
     one range after another, the most one range's take."""
-    per_range = [sum(a_banks.get(plans[i].op.name, 0) for i in rg) for rg in ranges]
-    return sum(per_range) if overlap else max(per_range, default=0)
+    per_range = [sum(banks.get(plans[i].op.name, 0) for i in rg) for rg in ranges]
+    bank = chip.shared_memory.rows * chip.shared_memory.row_bytes
+    return (sum(per_range) if overlap else max(per_range, default=0)) * bank
 
 
 def _slot_cycles(chip, running: list[int], epochs, moved, dma_time, times, heads) -> float:
