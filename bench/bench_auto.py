@@ -1,7 +1,8 @@
 """What ``mapping.placement = "auto"`` costs per candidate: `resolve_auto` (the options
 costed in full only while they can still win, `latency_bounds`) against costing every
 option in full (`auto_latencies`, what it did before), interleaved in one run, the picks
-asserted equal first.
+asserted equal first, and how many options the pruned pick costed in full (the fewer, the
+tighter the bounds).
 
     .venv/bin/python bench/bench_auto.py [--repeat 5]
 
@@ -43,6 +44,17 @@ def pruned(graph, cand):
     return resolve_auto(graph, cand)
 
 
+def costed_in_full(graph, cand) -> int:
+    """How many options `resolve_auto` costs in full (`estimate_layers`, one option a call)."""
+    real, seen = placed._latencies, []
+    placed._latencies = lambda g, cands: seen.extend(cands) or real(g, cands)
+    try:
+        pruned(graph, cand)
+    finally:
+        placed._latencies = real
+    return len(seen)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--repeat", type=int, default=5)
@@ -57,7 +69,7 @@ def main() -> None:
              ("llama, 4 requests, fused, poly", llama, poly, {**base, "fusion": "fuse"}),
              ("llama, 4 requests, goban 4 cores", llama, goban, {**base, "workers": 4}),
              ("gemm 32x64x64, 2 requests, poly", gemm, poly, {**base, "requests": 2})]
-    print(f"{'case':<46} {'options':>7} {'every option s':>15} {'pruned s':>9} {'ratio':>7}  pick")
+    print(f"{'case':<46} {'options':>7} {'costed':>6} {'every option s':>15} {'pruned s':>9} {'ratio':>7}  pick")
     for name, graph, chip, mapping in cases:
         cand = Candidate(chip, mapping_from_dict(mapping))
         old, new = every_option(graph, cand), pruned(graph, cand)  # warms plan caches for both
@@ -70,7 +82,8 @@ def main() -> None:
                 times.append(time.perf_counter() - started)
         a, b = statistics.median(t_old), statistics.median(t_new)
         pick = f"{new.placement or 'spmd'}" + (f" cuts={list(new.cuts)}" if new.cuts else "")
-        print(f"{name:<46} {len(auto_options(graph, cand)):>7} {a:>15.3f} {b:>9.3f} {b / a:>6.2f}x  {pick}")
+        print(f"{name:<46} {len(auto_options(graph, cand)):>7} {costed_in_full(graph, cand):>6} {a:>15.3f} "
+              f"{b:>9.3f} {b / a:>6.2f}x  {pick}")
 
 
 if __name__ == "__main__":

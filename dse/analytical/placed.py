@@ -46,8 +46,9 @@ from ..mapping import Candidate, CandidateArrays, check_tiles
 from ..mapping.candidate import Mapping
 from ..plan.graph_plan import plan_graph
 from ..plan.placement import (boundary_tensors, handoff_banks, handoff_note, handoff_why, handoffs, place,
-                              range_candidate, schedule, stage_reason)
+                              range_candidate, schedule, spmd_chip, stage_reason)
 from .estimate import TOTAL_COLUMNS, estimate, summarize
+from .graph_cost import graph_costs
 from .stream_cost import planned_stream
 
 SUMMED = ("compute_cycles", "dma_cycles", "core_cycles", "busy_cycles", "dma_bytes")
@@ -552,12 +553,17 @@ def _latencies(graph, candidates: Sequence[Candidate]) -> list[float]:
 
 def latency_bounds(graph, chip, options: Sequence[Mapping]) -> list[float]:
     """A lower bound of each option's `estimate_layers` latency (inf when it cannot be
-    scheduled), from one `estimate` per way A can be read (DRAM; shared memory with the
-    options' sets of banks, `Schedule.handoff_sets`) of all the options' places at once: per
-    slot of the option's schedule, its ranges in lock step (`lockstep_cycles` of their
-    `epoch_cycles`), each op at its cheapest way. The hand-off loads, the bus waits and the
-    BARRIERs between slots only add to that. (Where the ways differ in syncs, a slot is
-    bounded by its longest range alone.)"""
+    scheduled). Each handed-off matmul is costed as `estimate_layers` costs it: its A in
+    shared memory with the option's sets of banks (`Schedule.handoff_sets`) below the banks
+    of the hand-offs before it (`handoff_banks`; one that does not fit there reads DRAM, as
+    in full); every other op with its A from DRAM, as in full, but one that unblocks a tensor
+    another op wrote (whose tile that copy depends on) at its cheapest over one `estimate` with
+    every A from DRAM and one per set count with the handed-off matmuls at base 0. Then per slot of the option's schedule, its ranges in lock step
+    (`lockstep_cycles` of their `epoch_cycles`). The hand-off loads, the bus waits and the
+    BARRIERs between slots only add to that. (Where those ways differ in syncs, a slot is
+    bounded by its longest range alone.) All options' places are costed at once; a matmul
+    handed off below other hand-offs' banks is costed alone at that base (a handed-off matmul
+    copies none of its A, so its cost does not depend on the ops before it)."""
     n_ops = len(graph.ops)
     lays = [schedule(chip, m, n_ops) for m in options]
     places: dict[tuple[int, ...], Candidate] = {}
@@ -568,28 +574,62 @@ def latency_bounds(graph, chip, options: Sequence[Mapping]) -> list[float]:
         return [np.inf] * len(options)
     cands = list(places.values())
     plans = plan_graph(graph, options[0].fusion, options[0].channels_last)  # every option's (one candidate's)
-    cycles, syncs = np.full((len(cands), n_ops), np.inf), []
-    ways = sorted({0} | {lay.handoff_sets for lay, reason in lays if not reason and len(lay.ranges) > 1})
-    for sets in ways:
-        costed = [replace(p, gemm=replace(p.gemm, a_shared=sets)) if sets and p.unit == "matrix" else p for p in plans]
+    index = {p.op.name: k for k, p in enumerate(plans)}
+    # per option, the way each handed-off matmul reads its A: (sets, base)
+    ways_of: list[dict[int, tuple[int, int]]] = []
+    for m, (lay, reason) in zip(options, lays):
+        handed = {} if reason or len(lay.ranges) < 2 or m.handoff == "dram" else \
+            handoffs(plans, lay.ranges, m.weights != "shared")
+        if not handed:
+            ways_of.append({})
+            continue
+        (held,) = handoff_banks(plans, lay.ranges, handed, lay.handoff_sets, lay.overlap,
+                                [CandidateArrays.from_candidates([range_candidate(p, m)]) for p in lay.places])
+        ways_of.append({index[op]: (lay.handoff_sets, held.bases[op]) for op in handed})
+    used = {w for of in ways_of for w in of.values()}
+    cycles: dict[tuple[int, int], np.ndarray] = {}  # way -> (places, ops); a based way: its matmuls only
+    syncs: dict[tuple[int, int], np.ndarray] = {}
+    for sets in sorted({0} | {s for s, _ in used}):
+        at_sets = {k for of in ways_of for k, (s, _) in of.items() if s == sets}
+        costed = [replace(p, gemm=replace(p.gemm, a_shared=sets)) if k in at_sets else p for k, p in enumerate(plans)]
         per_op = estimate(graph, cands, plans=costed)
-        c = np.where(per_op["feasible"].to_numpy(bool), per_op["cycles"].to_numpy(np.float64), 0.0)
-        cycles = np.minimum(cycles, np.nan_to_num(c).reshape(len(cands), n_ops))
-        syncs.append(per_op["syncs"].to_numpy(np.int64).reshape(len(cands), n_ops))
-    alike = [all(bool((syncs[0][j] == other[j]).all()) for other in syncs[1:]) for j in range(len(cands))]
+        cy = np.where(per_op["feasible"].to_numpy(bool), per_op["cycles"].to_numpy(np.float64), 0.0)
+        cycles[sets, 0] = np.nan_to_num(cy).reshape(len(cands), n_ops)
+        syncs[sets, 0] = per_op["syncs"].to_numpy(np.int64).reshape(len(cands), n_ops)
+    full = list(cycles)
+    based = sorted(w for w in used if w[1])
+    if based:
+        spmd = [spmd_chip(c.chip, c.mapping.workers) for c in cands]
+        costed_cands = [c if ch is c.chip else Candidate(ch, c.mapping) for c, (ch, _) in zip(cands, spmd)]
+        params = CandidateArrays.from_candidates(costed_cands)
+        bad = np.array([bool(r) for _, r in spmd])
+        for sets, base in based:
+            ks = sorted({k for of in ways_of for k, w in of.items() if w == (sets, base)})
+            alone = [replace(plans[k], gemm=replace(plans[k].gemm, a_shared=sets, a_shared_base=base)) for k in ks]
+            cy, sy = np.zeros((len(cands), n_ops)), np.zeros((len(cands), n_ops), dtype=np.int64)
+            for k, cost in zip(ks, graph_costs(graph, params, [c.chip for c in costed_cands], alone)):
+                cy[:, k] = np.where(cost.feasible & ~bad, cost.cycles, 0)
+                sy[:, k] = cost.syncs
+            cycles[sets, base], syncs[sets, base] = cy, sy
+    # an op not handed off costs what it costs with every A from DRAM, but an op that unblocks
+    # a tensor another op wrote depends on that op's tile: its cheapest over the full calls
+    depends = np.array([any(c.kind == "unblock" for c in p.copies) for p in plans], dtype=bool)
+    other = np.where(depends, np.min([cycles[w] for w in full], axis=0), cycles[0, 0])
     at = {cores: j for j, cores in enumerate(places)}
     out = []
-    for lay, reason in lays:
+    for (lay, reason), of in zip(lays, ways_of):
         if reason:
             out.append(np.inf)
             continue
         epochs, sums = [], []
         for p, rg in zip(lay.places, lay.ranges):
             j = at[p.cores]
-            c_ = cycles[j, rg.start:rg.stop]
+            c_ = np.asarray([cycles[of[k]][j, k] if k in of else other[j, k] for k in rg])
+            s_ = np.asarray([syncs[of.get(k, (0, 0))][j, k] for k in rg], dtype=np.int64)
+            alike = all(k in of or not depends[k] or all(syncs[w][j, k] == s_[i] for w in full)
+                        for i, k in enumerate(rg))
             # a range on one core closes its ops with FENCEs, never a BARRIER: one epoch
-            s_ = syncs[0][j, rg.start:rg.stop] * (len(p.cores) > 1)
-            epochs.append(epoch_cycles(c_, s_) if alike[j] or len(p.cores) == 1 else None)
+            epochs.append(epoch_cycles(c_, s_ * (len(p.cores) > 1)) if alike or len(p.cores) == 1 else None)
             sums.append(float(c_.sum()))
         out.append(sum(lockstep_cycles([epochs[r] for _, r in slot]) if all(epochs[r] is not None for _, r in slot)
                        else max(sums[r] for _, r in slot) for slot in lay.slots()))
