@@ -271,13 +271,15 @@ def test_every_boundary_of_a_pipeline_hands_off_through_banks_of_its_own(llama):
     assert rep.verdict.passed and [h[2] for h in rep.handoffs if h[0] in ("mul_1_int8", "reshape_int8")] == \
         ["shared", "shared"]
     assert rep.counters["shared_bytes_used"] == t["shared_sram_bytes"] == 3 * SHARED_BANK
-    # with one shared copy of the weights, q's B tiles (from the bottom bank up) are checked
-    # against q's A banks only: k and v, whose A banks would be loaded before, read DRAM
+    # with one shared copy of the weights, q, k and v all take their A from shared memory, v's
+    # at the top, q's lowest, so each product's B tiles (from the bottom bank up) stay clear
+    # of the A banks of the products after it (`handoff_banks`)
     rep, t, _, notes = run(llama, chip, Mapping(split="cols", placement="layers", cuts=(10, 42), weights="shared"))
     assert rep.verdict.passed and rep.verdict.integer_bit_exact
     assert abs(t["latency_cycles"] / rep.cycles - 1) < 0.02 and dma(rep) == t["dma_bytes"]
     assert "; ".join(h[3] for h in rep.handoffs) == notes
-    assert notes.startswith("mul_1_int8 to op linear_acc's A via shared memory: 512 bytes;")
+    assert notes.startswith("mul_1_int8 to ops linear_acc, linear_1_acc, linear_2_acc (their A) via shared memory: "
+                            "1536 bytes;")
     assert rep.counters["shared_bytes_used"] == t["shared_sram_bytes"]
 
 

@@ -398,16 +398,18 @@ def estimate_layers(graph, candidates: Sequence[Candidate], calibration=None
                 notes[i] = "; ".join(lines)
                 all_rows = pd.concat(parts)
                 # the emulator counts every shared bank the run touched: a shared weight's B tiles
-                # count up from the bottom bank, hand-off A tiles down from the top
+                # count up from the bottom bank, hand-off A tiles down from the top (where they
+                # meet, as with weights = shared, each bank once)
                 b_shared = all_rows["shared_bytes"].max()
+                shared_total = c.chip.shared_memory.banks * c.chip.shared_memory.rows * c.chip.shared_memory.row_bytes
                 sram_per_core = [p.chip.private_sram_bytes for p in places for _ in p.cores]
                 unaddressable = sum(p.chip.unaddressable_sram_bytes for p in places for _ in p.cores)
                 cores = sum(len(p.cores) for p in places)
                 row = {"candidate": i, "candidate_hash": c.hash, "feasible": True, "reason": "",
                        "latency_cycles": latency, "workers": cores,
                        "peak_sram_bytes": float(all_rows["sram_bytes"].max()),
-                       "shared_sram_bytes": float(b_shared) + _handoff_bytes(c.chip, held[i].banks, ranges, plans,
-                                                                             overlap),
+                       "shared_sram_bytes": float(min(shared_total, b_shared + _handoff_bytes(
+                           c.chip, held[i].banks, ranges, plans, overlap))),
                        "private_sram_per_core_bytes": float(max(sram_per_core)),
                        "private_sram_bytes": float(sum(sram_per_core)),
                        "unaddressable_sram_bytes": float(unaddressable)}

@@ -227,12 +227,12 @@ def handoffs(plans, ranges, leading: bool = True) -> dict[str, str]:
     tensor. Per range after the first, its leading matrix-Ball products (no conv before them,
     none between that reads its A otherwise): each that reads as A (with no copy of its own) a
     tensor an earlier range wrote, such as the q, k and v projections of one normed input;
-    each takes banks of its own (`handoff_banks`). With `leading` False (``mapping.weights =
-    "shared"``), only the first: a shared weight's B tiles, loaded from the bottom bank up at
-    its product's start, are checked against that product's A banks only, and would
-    overwrite the banks of a later product's A, loaded before. Every other tensor between
-    ranges stays in DRAM. (Whether its tiles then fit is the tile check's:
-    `MatmulShape.a_shared`.)"""
+    each takes banks of its own (`handoff_banks`). With ``mapping.weights = "shared"`` too
+    (`leading` is kept for the callers that pass it; it no longer restricts): a shared
+    weight's B tiles, loaded from the bottom bank up at its product's start, then meet the
+    A banks of the products after it, loaded before, which `handoff_banks` places above them
+    for exactly that. Every other tensor between ranges stays in DRAM. (Whether its tiles then
+    fit is the tile check's: `MatmulShape.a_shared`.)"""
     where = {}
     for r, rg in enumerate(ranges):
         for i in rg:
@@ -244,8 +244,6 @@ def handoffs(plans, ranges, leading: bool = True) -> dict[str, str]:
             if plan.unit != "matrix" or where.get(a, r) >= r or any(c.tensor == a for c in plan.copies):
                 break
             out[plan.op.name] = a
-            if not leading:
-                break
     return out
 
 
@@ -273,23 +271,65 @@ def handoff_banks(plans, ranges, handed: dict[str, str], sets: int, overlap: boo
     below them. The matmuls one range hands to are live at once; ranges one after another
     (no overlap) meet at a BARRIER before the next boundary's loads, so each range's start
     again at the top bank, while in a pipeline every boundary is live at once and each keeps
-    banks of its own."""
+    banks of its own.
+
+    A candidate with ``mapping.weights = "shared"`` takes a range's hand-offs from its last
+    to its first: the first product's A at the bottom of theirs, right above the banks its
+    shared B tiles fill from bank 0 up, so the tile check (base + A tiles + B tiles within
+    the shared banks) holds every later product's A, loaded before, clear of its B; a
+    product's B may overwrite only the A banks of the products before it, done by then
+    (each product closes with a sync)."""
     n = range_params[0].n if range_params else 0
     out = [HandoffBanks({}, {}) for _ in range(n)]
     taken = np.zeros(n, dtype=np.int64)
     for r, rg in enumerate(ranges):
         if not overlap:
             taken[:] = 0
-        for p in (plans[i] for i in rg if plans[i].op.name in handed):
-            shape = replace(p.gemm, a_shared=sets)
-            took = np.zeros(n, dtype=np.int64)
-            for base in np.unique(taken).tolist():  # candidates at one base share one pick
-                at = np.flatnonzero(taken == base)
-                took[at] = a_shared_banks(range_params[r].take(at), replace(shape, a_shared_base=base))
-            for c, (base, banks) in enumerate(zip(taken.tolist(), took.tolist())):
-                out[c].bases[p.op.name], out[c].banks[p.op.name] = base, banks
-            taken += took
+        ops = [plans[i] for i in rg if plans[i].op.name in handed]
+        shared_b = range_params[r].shared_weights if n else np.zeros(0, dtype=bool)
+        if n:
+            _take_banks(out, taken, ops, np.flatnonzero(~shared_b), range_params[r], sets)
+            _take_banks_shared_b(out, taken, ops, np.flatnonzero(shared_b), range_params[r], sets)
     return out
+
+
+def _take_banks(out, taken, ops, who, params: CandidateArrays, sets: int) -> None:
+    """`handoff_banks` for candidates `who`, `ops` in this order, each below the ones before."""
+    if not len(who):
+        return
+    for p in ops:
+        shape = replace(p.gemm, a_shared=sets)
+        took = np.zeros(len(taken), dtype=np.int64)
+        for base in np.unique(taken[who]).tolist():  # candidates at one base share one pick
+            at = who[taken[who] == base]
+            took[at] = a_shared_banks(params.take(at), replace(shape, a_shared_base=base))
+        for c in who.tolist():
+            out[c].bases[p.op.name], out[c].banks[p.op.name] = int(taken[c]), int(took[c])
+        taken[who] += took[who]
+
+
+def _take_banks_shared_b(out, taken, ops, who, params: CandidateArrays, sets: int) -> None:
+    """`handoff_banks` for candidates `who` with shared weights: the range's products from the
+    last to the first, each above the ones after it. A product whose A does not fit still
+    loads its shared B from bank 0 up, which could reach the A banks of the products after it:
+    (conservatively, whatever its B tiles) those are closed (their base set to every shared bank, so no tile fits and their A reads
+    DRAM, in the lowering's tile check as in the model's) and it is picked again at base 0."""
+    for c in who.tolist():
+        one = params.take(np.array([c]))
+        start = int(taken[c])
+        later: list = []
+        for p in ops[::-1]:
+            shape = replace(p.gemm, a_shared=sets)
+            (banks,) = a_shared_banks(one, replace(shape, a_shared_base=int(taken[c]))).tolist()
+            if not banks and int(taken[c]) > start:
+                closed = int(one.shared_banks[0])
+                for q in later:
+                    out[c].bases[q], out[c].banks[q] = closed, 0
+                taken[c] = start
+                (banks,) = a_shared_banks(one, replace(shape, a_shared_base=start)).tolist()
+            out[c].bases[p.op.name], out[c].banks[p.op.name] = int(taken[c]), int(banks)
+            taken[c] += banks
+            later.append(p.op.name)
 
 
 def boundary_tensors(plans, ranges) -> list[tuple[str, int, str]]:
