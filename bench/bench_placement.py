@@ -3,7 +3,7 @@ emulated cycles, DMA bytes (in + out, every core), peak and asked-for private SR
 numerics verdict, and the analytical model's latency error against the emulator.
 
     .venv/bin/python bench/bench_placement.py [--seq 16] [--past 15] [--requests 4]
-        [--only gemm-grid|three-ranges|mlp-banks]
+        [--only gemm-grid|three-ranges|mlp-banks|qkv-shared-weights]
 
 Candidates: poly's phases on their own groups (placement "phase"), both phases one after
 another on SPMD workers (placement None) of poly with its groups removed (5 identical
@@ -26,7 +26,11 @@ handed off at once in a pipeline, and with 3 shared banks, where the second does
 and the MLP recipe (batch 32) cut before fc2 and fc3 on the same three groups with 64, 4, 3
 and 1 shared banks, each hand-off holding the banks its picked A tiles take
 (`handoff_banks`): with 4, fc3's A fits below fc2's 2 banks (a 16-row worst case for fc2
-would hold 4 and send fc3 through DRAM). `--only` runs one of the last three sections alone.
+would hold 4 and send fc3 through DRAM); and tiny llama prefill cut before q (op 10) with one
+shared copy of the weights against a copy per worker, on 64, 5, 4 and 2 shared banks: q, k and v
+all take their A from shared memory where they fit (`handoff_banks`, the last product's A at the
+top, so each product's B tiles stay clear of the A of the products after it). `--only` runs one
+of the last four sections alone.
 """
 
 from __future__ import annotations
@@ -94,7 +98,7 @@ def main() -> None:
     ap.add_argument("--seq", type=int, default=16)
     ap.add_argument("--past", type=int, default=15)
     ap.add_argument("--requests", type=int, default=4)
-    ap.add_argument("--only", choices=("gemm-grid", "three-ranges", "mlp-banks"), help="one section alone")
+    ap.add_argument("--only", choices=("gemm-grid", "three-ranges", "mlp-banks", "qkv-shared-weights"), help="one section alone")
     args = ap.parse_args()
     if args.only == "gemm-grid":
         gemm_grid(args.requests)
@@ -104,6 +108,9 @@ def main() -> None:
         return
     if args.only == "mlp-banks":
         mlp_banks()
+        return
+    if args.only == "qkv-shared-weights":
+        qkv_shared_weights(args.seq)
         return
     pre = stage("prefill", "llama_prefill", seq=args.seq)
     dec = stage("decode", "llama_decode", past=args.past)
@@ -162,6 +169,7 @@ def main() -> None:
     gemm_grid(args.requests)
     three_ranges(args.seq, args.requests)
     mlp_banks()
+    qkv_shared_weights(args.seq)
 
 
 def ranges(pre: StageWork, poly, same, split: str, requests: int) -> None:
@@ -278,6 +286,23 @@ def mlp_banks(requests: int = 2) -> None:
                       f"{shared(rep, t)}  {bit_exact(rep)}")
                 if handoff == "shared" and kind == "pipeline":
                     print(f"{'':44s}     {'; '.join(x[:110] for x in notes.split('; '))}")
+
+
+def qkv_shared_weights(seq: int) -> None:
+    """Tiny llama prefill cut before q (op 10) on poly's groups: the q, k, v hand-off with one
+    shared copy of the weights against a copy per worker, by shared banks."""
+    pre = stage("prefill", "llama_prefill", seq=seq)
+    print(f"\ntiny llama prefill (seq {seq}) layers cut before q (op 10) on poly's groups; split cols")
+    print(f"{'candidate':44s} {'emu cycles':>10s} {'model':>10s} {'err':>7s} {'DMA bytes':>9s} "
+          f"{'model DMA':>9s} {'peak SRAM':>9s} {'shared':>8s} {'model sh':>8s}  numerics")
+    for banks in (64, 5, 4, 2):
+        chip = load_chip("poly", {"shared_memory.banks": banks})
+        for weights in ("per_worker", "shared"):
+            cand = Candidate(chip, Mapping(split="cols", placement="layers", cuts=(10,), weights=weights))
+            rep, _, t, notes = emulated_and_modelled(pre, cand)
+            print(f"{f'weights {weights}, {banks} shared banks':44s} {figures(rep, t)} {rep.peak_sram_bytes:9d} "
+                  f"{shared(rep, t)}  {bit_exact(rep)}")
+            print(f"{'':44s} {notes.split('; ')[0][:110]}")
 
 
 if __name__ == "__main__":

@@ -79,3 +79,13 @@ def test_a_grid_of_shared_banks_is_bit_exact_and_modelled(llama, banks, handed, 
     base = emulated_and_modelled(llama, layers(2))[0] if handed else rep
     base_dma = sum(base.counters["dma_bytes_in"]) + sum(base.counters["dma_bytes_out"])
     assert base_dma - dma == 512 * handed
+
+
+def test_the_spec_sweeps_the_grid_tested_here():
+    from pathlib import Path
+
+    from dse.runner.spec import load_spec
+    m = load_spec(Path(__file__).resolve().parents[1] / "experiments" / "handoff_shared_weights.toml").model
+    assert m.baseline.chip == "poly" and m.baseline.mapping == {"split": "cols", "placement": "layers", "cuts": [10]}
+    banks = [c.set.get("chip.shared_memory.banks") for c in m.candidates if c.set.get("mapping.weights") == "shared"]
+    assert banks == [None, 5, 4, 2, None]
