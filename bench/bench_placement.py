@@ -27,7 +27,7 @@ and the MLP recipe (batch 32) cut before fc2 and fc3 on the same three groups wi
 and 1 shared banks, each hand-off holding the banks its picked A tiles take
 (`handoff_banks`): with 4, fc3's A fits below fc2's 2 banks (a 16-row worst case for fc2
 would hold 4 and send fc3 through DRAM); and tiny llama prefill cut before q (op 10) with one
-shared copy of the weights against a copy per worker, on 64, 5, 4 and 2 shared banks: q, k and v
+shared copy of the weights against a copy per worker, on 64, 5, 4, 3 and 2 shared banks: q, k and v
 all take their A from shared memory where they fit (`handoff_banks`, the last product's A at the
 top, so each product's B tiles stay clear of the A of the products after it). `--only` runs one
 of the last four sections alone.
@@ -295,7 +295,7 @@ def qkv_shared_weights(seq: int) -> None:
     print(f"\ntiny llama prefill (seq {seq}) layers cut before q (op 10) on poly's groups; split cols")
     print(f"{'candidate':44s} {'emu cycles':>10s} {'model':>10s} {'err':>7s} {'DMA bytes':>9s} "
           f"{'model DMA':>9s} {'peak SRAM':>9s} {'shared':>8s} {'model sh':>8s}  numerics")
-    for banks in (64, 5, 4, 2):
+    for banks in (64, 5, 4, 3, 2):
         chip = load_chip("poly", {"shared_memory.banks": banks})
         for weights in ("per_worker", "shared"):
             cand = Candidate(chip, Mapping(split="cols", placement="layers", cuts=(10,), weights=weights))

@@ -3,7 +3,7 @@ copy of the weights (``mapping.weights = "shared"``, #19; before, only q did and
 DRAM): `handoff_banks` takes a shared-weight candidate's hand-offs from the last product to
 the first, so each product's B tiles (from bank 0 up, loaded at its start) stay clear of the
 A banks of the products after it (loaded before, above them); a product whose A does not fit
-closes the hand-offs after it. The banks by hand, and on a grid of shared banks: bit-exact,
+and whose B tiles would reach theirs closes the hand-offs after it. The banks by hand, and on a grid of shared banks: bit-exact,
 the model within 2% of the emulator, DMA bytes and shared bytes alike."""
 
 from __future__ import annotations
@@ -51,11 +51,14 @@ def test_shared_weights_hand_off_q_k_and_v_with_their_banks_by_hand(llama):
     # top (base 0), k below it (1), q below k (2): q's 2 + 1 + 2 B = 5 banks
     for banks in (64, 5):
         assert banks_of(llama, layers(banks)) == ({V: 0, K: 1, Q: 2}, {V: 1, K: 1, Q: 1})
-    # 4 banks: q's A does not fit below k's and v's (2 + 1 + 2 > 4); the rule is conservative
-    # (it does not count q's B tiles against the banks held, here 2 + 2 <= 4): k and v are
-    # closed (base 4: no tile fits, their A reads DRAM) and q is picked again at the top
-    # (1 + 2 <= 4)
+    # 4 banks: q's A does not fit below k's and v's (2 + 1 + 2 > 4); with its A from DRAM q
+    # picks 16 x 16 x 32, whose 4 B tiles (banks 0-3) would reach k's and v's A (4 + 2 > 4):
+    # k and v are closed (base 4: no tile fits, their A reads DRAM) and q is picked again at
+    # the top (1 + 2 <= 4)
     assert banks_of(llama, layers(4)) == ({V: 4, K: 4, Q: 0}, {V: 0, K: 0, Q: 1})
+    # 3 banks: v at the top (1 + 2 <= 3); k's A does not fit below it (1 + 1 + 2 > 3), nor q's,
+    # but their B tiles leave v's bank alone (2 + 1 <= 3): v keeps its hand-off
+    assert banks_of(llama, layers(3)) == ({V: 0, K: 1, Q: 1}, {V: 1, K: 0, Q: 0})
     # 2 banks: no product's 1 A + 2 B fits; nothing held, nothing closed
     assert banks_of(llama, layers(2)) == ({V: 0, K: 0, Q: 0}, {V: 0, K: 0, Q: 0})
     # a copy of the weights per worker: the order of the products, q at the top
@@ -66,6 +69,7 @@ def test_shared_weights_hand_off_q_k_and_v_with_their_banks_by_hand(llama):
     (64, 3, "mul_1_int8 to ops linear_acc, linear_1_acc, linear_2_acc (their A) via shared memory: 1536 bytes"),
     (5, 3, "mul_1_int8 to ops linear_acc, linear_1_acc, linear_2_acc (their A) via shared memory: 1536 bytes"),
     (4, 1, "mul_1_int8 to op linear_acc's A via shared memory: 512 bytes"),
+    (3, 1, "mul_1_int8 to op linear_2_acc's A via shared memory: 512 bytes"),
     (2, 0, "mul_1_int8 via DRAM: op linear_acc's A tiles do not fit shared memory"),
 ])
 def test_a_grid_of_shared_banks_is_bit_exact_and_modelled(llama, banks, handed, note):

@@ -141,13 +141,21 @@ def a_shared_banks(params: CandidateArrays, shape: MatmulShape) -> np.ndarray:
     below `a_shared_base`): every set's tiles, one bank each (sets x batch x M / tm); none
     where they do not fit there (A then read from DRAM) or no tile is legal. Picked as the
     model and the lowering pick it: by the overlapped cost, whatever the timing mode."""
+    return shared_banks(params, shape)[0]
+
+
+def shared_banks(params: CandidateArrays, shape: MatmulShape) -> tuple[np.ndarray, np.ndarray]:
+    """Per candidate, `a_shared_banks` and the shared banks its picked tile's B tiles take
+    (``mapping.weights = "shared"``: one bank each, from the bottom bank up; 0 otherwise or
+    where no tile is legal)."""
     if params.serial.any():
         params = replace(params, serial=np.zeros(params.n, dtype=bool))
     picked = plan_matmuls(params, shape)
     ok = picked.feasible
     column = lambda a: np.where(ok, a, PAD)[:, None]  # noqa: E731  (any tile where none is legal)
     check = check_tiles(params, column(picked.tm), column(picked.tn), column(picked.tk), shape)
-    return np.where(ok, check.shared_a_tiles[:, 0], 0).astype(np.int64)
+    return (np.where(ok, check.shared_a_tiles[:, 0], 0).astype(np.int64),
+            np.where(ok, check.shared_tiles[:, 0], 0).astype(np.int64))  # 0 where B is not shared
 
 
 def plan_matmul(chip, mapping, shape: MatmulShape) -> MatmulPlan:
@@ -156,4 +164,4 @@ def plan_matmul(chip, mapping, shape: MatmulShape) -> MatmulPlan:
 
 
 __all__ = ["PLAN_FIELDS", "MatmulPlan", "MatmulPlans", "a_shared_banks", "blocked_reasons", "plan_matmul",
-           "plan_matmuls"]
+           "plan_matmuls", "shared_banks"]

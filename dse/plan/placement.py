@@ -44,7 +44,7 @@ import numpy as np
 from emulator.chip import ChipConfig
 
 from ..mapping import Candidate, CandidateArrays
-from .matmul import a_shared_banks
+from .matmul import a_shared_banks, shared_banks
 from .units import too_many_workers
 
 PLACEMENTS = ("phase", "layers", "pipeline", "auto")
@@ -311,17 +311,19 @@ def _take_banks(out, taken, ops, who, params: CandidateArrays, sets: int) -> Non
 def _take_banks_shared_b(out, taken, ops, who, params: CandidateArrays, sets: int) -> None:
     """`handoff_banks` for candidates `who` with shared weights: the range's products from the
     last to the first, each above the ones after it. A product whose A does not fit still
-    loads its shared B from bank 0 up, which could reach the A banks of the products after it:
-    (conservatively, whatever its B tiles) those are closed (their base set to every shared bank, so no tile fits and their A reads
-    DRAM, in the lowering's tile check as in the model's) and it is picked again at base 0."""
+    loads its shared B tiles from bank 0 up; where they would reach the A banks of the
+    products after it (B tiles + the banks held > the shared banks), those are closed (their
+    base set to every shared bank, so no tile fits and their A reads DRAM, in the lowering's
+    tile check as in the model's) and it is picked again at the base the range began at."""
     for c in who.tolist():
         one = params.take(np.array([c]))
         start = int(taken[c])
         later: list = []
         for p in ops[::-1]:
             shape = replace(p.gemm, a_shared=sets)
-            (banks,) = a_shared_banks(one, replace(shape, a_shared_base=int(taken[c]))).tolist()
-            if not banks and int(taken[c]) > start:
+            a, b = shared_banks(one, replace(shape, a_shared_base=int(taken[c])))
+            banks = int(a[0])
+            if not banks and int(taken[c]) > start and int(b[0]) + int(taken[c]) > int(one.shared_banks[0]):
                 closed = int(one.shared_banks[0])
                 for q in later:
                     out[c].bases[q], out[c].banks[q] = closed, 0
