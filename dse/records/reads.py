@@ -295,6 +295,14 @@ def runs(connection: Connection, experiment: str | int | None = None, candidate:
     return utc(frame, "started_at", "finished_at", "heartbeat_at")
 
 
+def settled_run_id(connection: Connection, experiment_id: int) -> int | None:
+    """See `Store.settled_run_id`."""
+    newest, running = connection.execute(
+        select(func.max(Run.id), func.count(case((Run.status == "running", 1))))
+        .join(Candidate, Run.candidate_id == Candidate.id).where(Candidate.experiment_id == experiment_id)).one()
+    return None if running else newest
+
+
 def run_rows(connection: Connection, candidate: int) -> list[dict[str, Any]]:
     """A candidate's runs, by id, as plain dicts (`runs(candidate=...)`; see `sql_reads.run_dicts`)."""
     return sql_reads.run_dicts(*sql_reads.runs(text_runner(connection), None, as_id(candidate)))
