@@ -358,6 +358,31 @@ def test_metric_table_of_an_experiment_without_figures(db):
         assert table["status"].tolist() == ["infeasible", None] and "latency_cycles" not in table
 
 
+def test_metric_table_reads_texts_outside_the_vocabularies_as_they_are(db):
+    """On SQLite the total table reads origin, status and the common layout as codes; a
+    value outside them (written by plain SQL, even one that looks like a code) comes back
+    as its text, and a second layout as its own: the same table every way."""
+    with Store(db) as store:
+        e = store.create_experiment("x", "h", [], "gemm", "w", "s", "s")
+        a, b, c, d = (store.add_candidate(e, {"banks": n}, {}, "grid")[0] for n in (16, 20, 24, 28))
+        store.finish_run(store.start_run(a, "analytical"), "ok", lat(100.0))
+        store.finish_run(store.start_run(b, "analytical", model_version="m2"), "ok", lat(
+            90.0, MetricIn("analytical", "dma_bytes", 4.5, "bytes")))
+        odd = store.start_run(c, "analytical")
+        store.finish_run(odd, "ok", lat(80.0))
+        with store.engine.begin() as connection:
+            connection.execute(text("UPDATE candidate SET origin = '1' WHERE id = :c"), {"c": a})
+            connection.execute(text("UPDATE candidate SET origin = 'imported later' WHERE id = :c"), {"c": d})
+            connection.execute(text("UPDATE run SET status = '2' WHERE id = :r"), {"r": odd})
+        with store.engine.connect() as connection:
+            table = tables_agree(connection, "x", "analytical").set_index("candidate_id")
+    assert table["origin"].tolist() == ["1", "grid", "grid", "imported later"]
+    assert table["status"].tolist() == ["ok", "ok", "2", None]
+    assert table.loc[b, "dma_bytes"] == 4.5 and table.loc[b, "model_version"] == "m2"
+    assert pd.isna(table.loc[a, "dma_bytes"]) and table.loc[c, "latency_cycles"] == 80.0
+    assert pd.isna(table.loc[d, "metric_run_id"]) and pd.isna(table.loc[d, "model_version"])
+
+
 def outcomes(store: Store) -> dict[int, tuple[int, str]]:
     with store.engine.connect() as connection:
         return {c: (r, s) for c, r, s in connection.execute(
