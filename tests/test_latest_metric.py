@@ -358,10 +358,10 @@ def test_metric_table_of_an_experiment_without_figures(db):
         assert table["status"].tolist() == ["infeasible", None] and "latency_cycles" not in table
 
 
-def test_metric_table_reads_texts_outside_the_vocabularies_as_they_are(db):
-    """On SQLite the total table reads origin, status and the common layout as codes; a
-    value outside them (written by plain SQL, even one that looks like a code) comes back
-    as its text, and a second layout as its own: the same table every way."""
+def test_metric_table_reads_odd_texts_and_two_layouts_as_they_are(db):
+    """Values outside the vocabularies (written by plain SQL, some looking like numbers),
+    a candidate without figures or runs and a second layout come back as they are from
+    the total table built from the driver's rows: the same table every way."""
     with Store(db) as store:
         e = store.create_experiment("x", "h", [], "gemm", "w", "s", "s")
         a, b, c, d = (store.add_candidate(e, {"banks": n}, {}, "grid")[0] for n in (16, 20, 24, 28))
