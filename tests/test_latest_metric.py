@@ -494,7 +494,7 @@ def test_emulated_counts_candidates_with_any_ok_emulator_run_before_and_after_00
     candidate_id) index): a candidate whose latest emulator run failed after an ok one
     counts, one with two ok runs counts once, a failed or pruned one only, an analytical-only
     one and another experiment's do not; the same at 0012 (the old query's plan) and on the
-    light read."""
+    light read. And `settled_run_id`, the newest run of an experiment's when none is running."""
     with Store(db) as store:
         e = store.create_experiment("x", "h", [], "gemm", "w", "s", "s")
         other = store.create_experiment("y", "h", [], "gemm", "w", "s", "s2")
@@ -508,7 +508,11 @@ def test_emulated_counts_candidates_with_any_ok_emulator_run_before_and_after_00
         store.finish_run(store.start_run(c, "analytical"), "ok")  # c: no
         store.finish_run(store.start_run(d, "analytical"), "ok")  # d: no
         store.finish_run(store.start_run(f, "emulator"), "pruned")  # f: no
+        newest = store.start_run(f, "analytical")
+        assert store.settled_run_id(e) is None  # a run in flight: no judgement covers it
+        store.finish_run(newest, "ok")
         store.finish_run(store.start_run(g, "emulator"), "ok")  # the other experiment's: 1
+        assert store.settled_run_id(e) == newest and store.settled_run_id(other) == newest + 1
         emulated = {s["name"]: s["n_emulated"] for s in store.experiment_summaries()}
     assert emulated == {"x": 2, "y": 1}
     if not db.startswith("postgresql"):

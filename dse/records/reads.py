@@ -297,10 +297,15 @@ def runs(connection: Connection, experiment: str | int | None = None, candidate:
 
 def settled_run_id(connection: Connection, experiment_id: int) -> int | None:
     """See `Store.settled_run_id`."""
-    newest, running = connection.execute(
-        select(func.max(Run.id), func.count(case((Run.status == "running", 1))))
-        .join(Candidate, Run.candidate_id == Candidate.id).where(Candidate.experiment_id == experiment_id)).one()
-    return None if running else newest
+    # Runs in flight from run's status index; the newest run as the largest of the candidates'
+    # latest (candidate_run): neither reads a run row (half the time of joining the runs).
+    running = connection.scalar(select(func.count()).select_from(Run).where(
+        Run.status == "running",
+        Run.candidate_id.in_(select(Candidate.id).where(Candidate.experiment_id == experiment_id))))
+    if running:
+        return None
+    return connection.scalar(select(func.max(CandidateRun.run_id)).where(
+        CandidateRun.experiment_id == experiment_id, CandidateRun.role == "latest"))
 
 
 def run_rows(connection: Connection, candidate: int) -> list[dict[str, Any]]:
