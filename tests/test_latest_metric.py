@@ -16,7 +16,8 @@ from alembic import command
 from pg import pg_server, pg_url  # noqa: F401  (fixtures)
 from sqlalchemy import create_engine, text
 
-from dse.records import MetricIn, Store, latest, reads
+from dse.records import MetricIn, Store, latest, reads, sql_reads
+from dse.records.light import open_light
 from dse.records.store import SCHEMA_HEAD, alembic_config, database_url
 from dse.ui import queries
 
@@ -357,6 +358,31 @@ def test_metric_table_of_an_experiment_without_figures(db):
         assert table["status"].tolist() == ["infeasible", None] and "latency_cycles" not in table
 
 
+def test_metric_table_reads_odd_texts_and_two_layouts_as_they_are(db):
+    """Values outside the vocabularies (written by plain SQL, some looking like numbers),
+    a candidate without figures or runs and a second layout come back as they are from
+    the total table built from the driver's rows: the same table every way."""
+    with Store(db) as store:
+        e = store.create_experiment("x", "h", [], "gemm", "w", "s", "s")
+        a, b, c, d = (store.add_candidate(e, {"banks": n}, {}, "grid")[0] for n in (16, 20, 24, 28))
+        store.finish_run(store.start_run(a, "analytical"), "ok", lat(100.0))
+        store.finish_run(store.start_run(b, "analytical", model_version="m2"), "ok", lat(
+            90.0, MetricIn("analytical", "dma_bytes", 4.5, "bytes")))
+        odd = store.start_run(c, "analytical")
+        store.finish_run(odd, "ok", lat(80.0))
+        with store.engine.begin() as connection:
+            connection.execute(text("UPDATE candidate SET origin = '1' WHERE id = :c"), {"c": a})
+            connection.execute(text("UPDATE candidate SET origin = 'imported later' WHERE id = :c"), {"c": d})
+            connection.execute(text("UPDATE run SET status = '2' WHERE id = :r"), {"r": odd})
+        with store.engine.connect() as connection:
+            table = tables_agree(connection, "x", "analytical").set_index("candidate_id")
+    assert table["origin"].tolist() == ["1", "grid", "grid", "imported later"]
+    assert table["status"].tolist() == ["ok", "ok", "2", None]
+    assert table.loc[b, "dma_bytes"] == 4.5 and table.loc[b, "model_version"] == "m2"
+    assert pd.isna(table.loc[a, "dma_bytes"]) and table.loc[c, "latency_cycles"] == 80.0
+    assert pd.isna(table.loc[d, "metric_run_id"]) and pd.isna(table.loc[d, "model_version"])
+
+
 def outcomes(store: Store) -> dict[int, tuple[int, str]]:
     with store.engine.connect() as connection:
         return {c: (r, s) for c, r, s in connection.execute(
@@ -461,3 +487,53 @@ def test_a_metric_named_like_a_column_of_the_table_is_refused_by_every_read(db):
             for how in ({}, {"from_latest_metric": True}, {"from_metrics": True}):
                 with pytest.raises(ValueError, match=r"metric names \['status'\] clash"):
                     reads.metric_table(connection, "x", "analytical", **how)
+
+
+def test_emulated_counts_candidates_with_any_ok_emulator_run_before_and_after_0013(db):
+    """`dse history`'s n_emulated (0013: from candidate_run and run's (status, stage,
+    candidate_id) index): a candidate whose latest emulator run failed after an ok one
+    counts, one with two ok runs counts once, a failed or pruned one only, an analytical-only
+    one and another experiment's do not; the same at 0012 (the old query's plan) and on the
+    light read. And `settled_run_id`, the newest run of an experiment's when none is running."""
+    with Store(db) as store:
+        e = store.create_experiment("x", "h", [], "gemm", "w", "s", "s")
+        other = store.create_experiment("y", "h", [], "gemm", "w", "s", "s2")
+        a, b, c, d, f = (store.add_candidate(e, {"banks": n}, {}, "grid")[0] for n in (16, 20, 24, 28, 32))
+        g, _ = store.add_candidate(other, {"banks": 16}, {}, "baseline")
+        store.finish_run(store.start_run(a, "emulator"), "ok")
+        store.finish_run(store.start_run(a, "emulator"), "failed", error="boom")  # a: its earlier ok stands
+        store.finish_run(store.start_run(b, "emulator"), "ok")
+        store.finish_run(store.start_run(b, "emulator"), "ok")  # b: once
+        store.finish_run(store.start_run(c, "emulator"), "failed", error="boom")
+        store.finish_run(store.start_run(c, "analytical"), "ok")  # c: no
+        store.finish_run(store.start_run(d, "analytical"), "ok")  # d: no
+        store.finish_run(store.start_run(f, "emulator"), "pruned")  # f: no
+        newest = store.start_run(f, "analytical")
+        assert store.settled_run_id(e) is None  # a run in flight: no judgement covers it
+        store.finish_run(newest, "ok")
+        store.finish_run(store.start_run(g, "emulator"), "ok")  # the other experiment's: 1
+        assert store.settled_run_id(e) == newest and store.settled_run_id(other) == newest + 1
+        emulated = {s["name"]: s["n_emulated"] for s in store.experiment_summaries()}
+    assert emulated == {"x": 2, "y": 1}
+    if not db.startswith("postgresql"):
+        with open_light(db) as light:
+            assert {s["name"]: s["n_emulated"] for s in light.experiment_summaries()} == emulated
+        import sqlite3
+
+        with sqlite3.connect(db) as connection:  # the count reads indexes only (no run row per run)
+            plan = " ".join(r[3] for r in connection.execute("EXPLAIN QUERY PLAN " + sql_reads.EMULATED_PER_EXPERIMENT))
+        assert "COVERING INDEX ix_run_status_stage_candidate_id" in plan, plan
+        assert "COVERING INDEX ix_candidate_run_experiment_id_role_status" in plan, plan
+    url = database_url(db)
+    command.downgrade(alembic_config(url), "0012")
+    engine = create_engine(url)
+    with engine.connect() as connection:
+        assert connection.execute(text(sql_reads.EMULATED_PER_EXPERIMENT)).all() == [(1, 2), (2, 1)]
+        assert connection.execute(text(  # the query before 0013 agrees
+            "SELECT c.experiment_id, count(DISTINCT r.candidate_id) FROM run r JOIN candidate c ON r.candidate_id = c.id "
+            "WHERE r.stage = 'emulator' AND r.status = 'ok' GROUP BY c.experiment_id ORDER BY 1")).all() == [(1, 2), (2, 1)]
+    engine.dispose()
+    with Store(db) as store:
+        with store.engine.connect() as connection:
+            assert connection.execute(text("SELECT version_num FROM alembic_version")).scalar() == SCHEMA_HEAD
+        assert {s["name"]: s["n_emulated"] for s in store.experiment_summaries()} == emulated

@@ -13,6 +13,7 @@ import sys
 
 from test_runner import write_spec
 
+from dse.records import Store
 from dse.runner import launch, load_spec, run_sweep
 from dse.runner.rerun import recorded_rerun
 from dse.runner.sweep import sweep_into_store
@@ -79,9 +80,16 @@ def test_the_shortcut_gives_the_full_sweeps_result_and_stands_aside_while_there_
     assert fast is not None and fields(fast) == fields(sweep_into_store(spec, db, progress=False))
     assert fast.proposed and fast.resumed == 10 and sum(fast.counts.values()) == 10 and first.evaluated == 10
 
-    # Evidence newer than the latest proposal: `propose` judges it again (and finds the same).
+    # Evidence newer than the latest proposal, and no judgement since (as a store from before
+    # 0013 holds it): `propose` judges it again (and finds the same).
     with sqlite3.connect(db) as c:
         c.execute("UPDATE decision SET created_at = '2000-01-01 00:00:00.000000' WHERE kind = 'proposal'")
+        c.commit()
+        assert recorded_rerun(spec, db) is not None  # the sweep's judgement covered every run
+        c.execute("UPDATE experiment SET judged_run_id = NULL")
+    assert recorded_rerun(spec, db) is None
+    with sqlite3.connect(db) as c:  # a judgement older than the newest run: the same
+        c.execute("UPDATE experiment SET judged_run_id = (SELECT max(id) - 1 FROM run)")
     assert recorded_rerun(spec, db) is None
     assert fields(sweep_into_store(spec, db, progress=False)) == fields(fast)
 
@@ -97,6 +105,49 @@ def test_the_shortcut_gives_the_full_sweeps_result_and_stands_aside_while_there_
     changed = load_spec(write_spec(tmp_path, banks="[4, 8, 16, 20]"))
     assert recorded_rerun(changed, db) is None
     assert recorded_rerun(load_spec(write_spec(tmp_path, name="other")), db) is None
+
+
+def test_a_rerun_after_a_resumed_sweep_is_recorded_until_a_run_is_newer_than_its_judgement(
+        tmp_path, graph_cache_dir):
+    """A resumed sweep whose judgement finds the latest proposal again adds none: its runs
+    are newer than the proposal, yet judged (experiment.judged_run_id), so the next rerun
+    is the shortcut, with the full sweep's result; a run no sweep judged is the full sweep's."""
+    spec_path, db = write_spec(tmp_path), tmp_path / "r.db"
+    spec = load_spec(spec_path)
+    run_sweep(spec, db, progress=False)
+    with sqlite3.connect(db) as c:  # a run left "running" by a process gone silent: the rerun evaluates it again
+        c.execute("UPDATE run SET status = 'running', finished_at = NULL, pid = NULL, "
+                  "heartbeat_at = '2000-01-01 00:00:00.000000' WHERE id = (SELECT max(id) FROM run)")
+    assert sweep_into_store(spec, db, progress=False).evaluated == 1
+
+    def proposal_and_newest_run():
+        with sqlite3.connect(db) as c:
+            return (c.execute("SELECT count(*), max(created_at) FROM decision WHERE kind = 'proposal'").fetchone(),
+                    c.execute("SELECT max(id), max(finished_at) FROM run").fetchone())
+
+    (n_proposals, proposed_at), (newest_run, newest_at) = proposal_and_newest_run()
+    assert n_proposals == 1 and newest_at > proposed_at  # the resumed sweep added no proposal
+    fast = recorded_rerun(spec, db)
+    assert fast is not None and fast.proposed
+    before = records(db)
+    assert fields(fast) == fields(sweep_into_store(spec, db, progress=False))
+    assert records(db) == before  # the full rerun had nothing to write either
+
+    # A run recorded after the judgement (no sweep judged it): the full sweep judges it.
+    with Store(db) as store:
+        store.finish_run(store.start_run(1, "analytical"), "ok")
+    assert recorded_rerun(spec, db) is None
+    full = sweep_into_store(spec, db, progress=False)
+    assert proposal_and_newest_run()[0][0] == 1 and proposal_and_newest_run()[1][0] == newest_run + 1
+    fast = recorded_rerun(spec, db)
+    assert fast is not None and fields(fast) == fields(full)
+
+    # A run in flight while the sweep judges (another process's): no judgement stands for it.
+    with Store(db) as store:
+        running = store.start_run(1, "analytical")
+        assert store.settled_run_id(fast.experiment_id) is None
+        store.finish_run(running, "ok")
+        assert store.settled_run_id(fast.experiment_id) == running
 
 
 def test_a_sampled_sweep_is_recorded_once_its_trials_are(tmp_path, graph_cache_dir):

@@ -295,6 +295,19 @@ def runs(connection: Connection, experiment: str | int | None = None, candidate:
     return utc(frame, "started_at", "finished_at", "heartbeat_at")
 
 
+def settled_run_id(connection: Connection, experiment_id: int) -> int | None:
+    """See `Store.settled_run_id`."""
+    # Runs in flight from run's status index; the newest run as the largest of the candidates'
+    # latest (candidate_run): neither reads a run row (half the time of joining the runs).
+    running = connection.scalar(select(func.count()).select_from(Run).where(
+        Run.status == "running",
+        Run.candidate_id.in_(select(Candidate.id).where(Candidate.experiment_id == experiment_id))))
+    if running:
+        return None
+    return connection.scalar(select(func.max(CandidateRun.run_id)).where(
+        CandidateRun.experiment_id == experiment_id, CandidateRun.role == "latest"))
+
+
 def run_rows(connection: Connection, candidate: int) -> list[dict[str, Any]]:
     """A candidate's runs, by id, as plain dicts (`runs(candidate=...)`; see `sql_reads.run_dicts`)."""
     return sql_reads.run_dicts(*sql_reads.runs(text_runner(connection), None, as_id(candidate)))
@@ -426,7 +439,7 @@ def _total_table(connection: Connection, experiment_id: int, kind: str, stage: s
                        & (CandidateRun.role == (stage or "latest")))
             .outerjoin(LatestFigures, (LatestFigures.candidate_id == Candidate.id) & (LatestFigures.kind == kind))
             .where(Candidate.experiment_id == experiment_id).order_by(Candidate.id))
-    table = plain_frame(connection, stmt)
+    table = _total_rows_frame(connection, stmt)
     if stage is not None:
         table.insert(3, "stage", np.where(table["status"].notna(), stage, None).astype(object))
     codes, layouts = pd.factorize(table.pop("layout"))  # -1: no figures
@@ -452,6 +465,28 @@ def _total_table(connection: Connection, experiment_id: int, kind: str, stage: s
     # The columns are in `fixed` order already (the statement's, is_baseline and stage put
     # in place): the figures go after them as one block, with no reordering copy.
     return pd.concat([table, pd.DataFrame(values, columns=names, index=table.index)], axis=1, copy=False)
+
+
+def _total_rows_frame(connection: Connection, stmt: Any) -> pd.DataFrame:
+    """`_total_table`'s rows as `plain_frame` gives them: candidate_id int64, metric_run_id
+    float64 (NaN for NULL), the rest objects as the driver hands them. Built as one 2-D
+    object array with those two columns replaced: pandas' pass to infer every column's
+    type (from_records) costs 0.13 CPU s on 100,000 rows, this 0.05."""
+    import numpy as np
+
+    result = connection.execute(stmt)
+    names = list(result.keys())
+    try:
+        rows = result.cursor.fetchall()
+    finally:
+        result.close()
+    if not rows:
+        return pd.DataFrame.from_records(rows, columns=names)  # pandas' dtypes of an empty frame
+    values = np.array(rows, dtype=object)
+    frame = pd.DataFrame(values, columns=names)  # one object block, no inference, no copy
+    frame["candidate_id"] = values[:, names.index("candidate_id")].astype(np.int64)
+    frame["metric_run_id"] = values[:, names.index("metric_run_id")].astype(np.float64)  # None: NaN
+    return frame
 
 
 def _total_table_from_latest_metric(connection: Connection, experiment_id: int, kind: str, stage: str | None,

@@ -39,6 +39,10 @@ class RecordedExperiment:
     # start or finish time of its candidates' runs, both as the store's timestamp text
     proposal: tuple[str, str, str] | None = None
     newest_run_time: str | None = None
+    # the newest run id of its candidates, and the newest its sweep's last judgement covered
+    # (experiment.judged_run_id, 0013: the latest proposal is that judgement)
+    newest_run_id: int | None = None
+    judged_run_id: int | None = None
 
 
 def read_experiment(path: str | Path, name: str, final_statuses: set[str]) -> RecordedExperiment | None:
@@ -58,8 +62,8 @@ def read_experiment(path: str | Path, name: str, final_statuses: set[str]) -> Re
 
 def _read(db: sqlite3.Connection, name: str, final_statuses: set[str]) -> RecordedExperiment | None:
     versions = [row[0] for row in db.execute("SELECT version_num FROM alembic_version")]
-    row = db.execute("SELECT id, spec_hash, workload_hash, status, acceptance FROM experiment WHERE name = ?",
-                     (name,)).fetchone()
+    row = db.execute("SELECT id, spec_hash, workload_hash, status, acceptance, judged_run_id FROM experiment "
+                     "WHERE name = ?", (name,)).fetchone()
     if row is None:
         return None
     exp_id = row[0]
@@ -69,7 +73,8 @@ def _read(db: sqlite3.Connection, name: str, final_statuses: set[str]) -> Record
         runs_in_flight=db.execute("SELECT count(*) FROM run WHERE status = 'running'").fetchone()[0],
         locked=db.execute("SELECT count(*) FROM sweep_lock WHERE experiment_id = ?", (exp_id,)).fetchone()[0] > 0,
         has_frontend_dumps=db.execute("SELECT count(*) FROM artifact WHERE experiment_id = ? AND role = 'graph_dump'",
-                                      (exp_id,)).fetchone()[0] > 0)
+                                      (exp_id,)).fetchone()[0] > 0,
+        judged_run_id=row[5])
     # Each candidate's latest analytical run (as `Store.candidates(..., stage="analytical")`).
     for cand_hash, why, status in db.execute(
             "SELECT c.hash, c.why, r.status FROM candidate c LEFT JOIN "
@@ -83,7 +88,7 @@ def _read(db: sqlite3.Connection, name: str, final_statuses: set[str]) -> Record
     proposal = db.execute("SELECT verdict, rationale, created_at FROM decision WHERE experiment_id = ? "
                           "AND kind = 'proposal' ORDER BY id DESC LIMIT 1", (exp_id,)).fetchone()
     out.proposal = tuple(proposal) if proposal is not None else None
-    out.newest_run_time = db.execute(
-        "SELECT max(max(r.started_at, coalesce(r.finished_at, r.started_at))) FROM run r "
-        "JOIN candidate c ON c.id = r.candidate_id WHERE c.experiment_id = ?", (exp_id,)).fetchone()[0]
+    out.newest_run_time, out.newest_run_id = db.execute(
+        "SELECT max(max(r.started_at, coalesce(r.finished_at, r.started_at))), max(r.id) FROM run r "
+        "JOIN candidate c ON c.id = r.candidate_id WHERE c.experiment_id = ?", (exp_id,)).fetchone()
     return out

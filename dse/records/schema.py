@@ -94,6 +94,10 @@ class Experiment(Base):
     # 0009: what workload_hash identifies (dse.identity.workload_identity): the recipe's
     # source hash, its full params, its frontend steps and the torch version.
     workload: Mapped[dict[str, Any] | None]
+    # 0013: the newest run of its candidates when its sweep last judged the evidence
+    # (propose), whether or not that wrote a new proposal: the latest proposal stands for
+    # every run up to it (the recorded rerun's shortcut reads it). No foreign key: a mark.
+    judged_run_id: Mapped[int | None] = mapped_column(Integer)
 
     @validates("status")
     def _check_status(self, _key: str, value: str) -> str:
@@ -142,12 +146,15 @@ class Run(Base):
     __tablename__ = "run"
     # 0011: the index on candidate_id also holds the stage, so "a candidate's latest run of
     # a stage" (every candidate table, the UI's pages) is answered from the index alone.
-    __table_args__ = (Index("ix_run_candidate_id_stage", "candidate_id", "stage"),)
+    # 0013: the index on status (0002) also holds the stage and candidate, so the candidates
+    # with an ok run of a stage are found in the index alone (still one index on status).
+    __table_args__ = (Index("ix_run_candidate_id_stage", "candidate_id", "stage"),
+                      Index("ix_run_status_stage_candidate_id", "status", "stage", "candidate_id"))
 
     id: Mapped[int] = mapped_column(Integer, primary_key=True)
     candidate_id: Mapped[int] = mapped_column(ForeignKey("candidate.id"))
     stage: Mapped[str] = mapped_column(String(16))
-    status: Mapped[str] = mapped_column(String(16), index=True)  # 0002: index
+    status: Mapped[str] = mapped_column(String(16))  # 0002: indexed (0013: with stage, candidate_id)
     reason: Mapped[str | None] = mapped_column(Text)
     error: Mapped[str | None] = mapped_column(Text)
     traceback: Mapped[str | None] = mapped_column(Text)

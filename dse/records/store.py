@@ -353,6 +353,21 @@ class Store:
             writes.set_status(session, experiment_id, status)
 
     @retrying
+    def settled_run_id(self, experiment_id: int) -> int | None:
+        """The newest run of the experiment's candidates when none of them is running (what
+        a judgement of the evidence read now covers); None with a run in flight or none."""
+        with self._read() as connection:
+            return reads.settled_run_id(connection, operator.index(experiment_id))
+
+    @retrying
+    def set_judged_run(self, experiment_id: int, run_id: int) -> None:
+        """Mark that the sweep judged the evidence of every run of the experiment's candidates
+        up to `run_id` and the latest proposal is that judgement (experiment.judged_run_id);
+        written only when it changes, so a rerun with nothing new writes nothing."""
+        with self._write() as session:
+            writes.set_judged_run(session, experiment_id, operator.index(run_id))
+
+    @retrying
     def start_run(
         self,
         candidate_id: int,

@@ -137,6 +137,12 @@ def set_status(session: Session, experiment_id: int, status: str) -> None:
     get(session, Experiment, experiment_id).status = status
 
 
+def set_judged_run(session: Session, experiment_id: int, run_id: int) -> None:
+    experiment = get(session, Experiment, experiment_id)
+    if experiment.judged_run_id != run_id:  # unchanged: no UPDATE
+        experiment.judged_run_id = run_id
+
+
 # ---- runs, one at a time ------------------------------------------------------------------
 
 

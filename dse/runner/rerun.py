@@ -7,8 +7,10 @@ looked up by hash with a light read (`dse.runner.recorded`). The shortcut is tak
 where the full sweep provably does nothing but read and print: every candidate it would
 propose is finished (and emulated or pruned, with the emulator stage), the store needs no
 upgrade and holds no run in flight or sweep lock, the recipe is unchanged, and the latest
-proposal is newer than every run (so `propose` would reach it again and add none). Else
-(None) the full sweep runs, and says whatever it says.
+proposal stands for every run: it is newer than every run, or the sweep's last judgement
+(`propose`, which adds no proposal when it reaches the latest one again) covered every run
+(experiment.judged_run_id), so `propose` would reach it again and add none. Else (None)
+the full sweep runs, and says whatever it says.
 """
 
 from __future__ import annotations
@@ -65,7 +67,12 @@ def recorded_rerun(spec: Spec, db: str | os.PathLike[str], workers: int = 1,
     result = SweepResult(rec.id, spec.name, rec.status, resumed=len(known),
                          counts=dict(Counter(rec.analytical[h] for h in known)))
     if rec.acceptance:
-        if rec.proposal is None or rec.newest_run_time is None or rec.proposal[2] < rec.newest_run_time:
-            return None  # evidence newer than the proposal: `propose` judges it
+        if rec.proposal is None or rec.newest_run_time is None:
+            return None
+        # After a resumed sweep whose judgement found the latest proposal again (adding none),
+        # runs are newer than the proposal, yet judged: judged_run_id covers them.
+        judged = rec.judged_run_id is not None and rec.judged_run_id >= rec.newest_run_id
+        if rec.proposal[2] < rec.newest_run_time and not judged:
+            return None  # evidence newer than the proposal's judgement: `propose` judges it
         result.proposed, result.decision = rec.proposal[0], rec.proposal[1]
     return result

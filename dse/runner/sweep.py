@@ -425,9 +425,12 @@ class Sweep:
             raise
         finally:
             bar.close()
+        judged = self.store.settled_run_id(self.experiment_id)  # the runs propose judges
         proposal = propose(self.store, self.experiment_id, spec)
         if proposal is not None:
             self.result.proposed, self.result.decision = proposal.verdict, proposal.rationale
+            if judged is not None:  # a rerun's shortcut may stand on the proposal until a newer run
+                self.store.set_judged_run(self.experiment_id, judged)
         self.result.status = self.store.experiment(self.experiment_id)["status"]
         return self.result
 
