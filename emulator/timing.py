@@ -147,6 +147,127 @@ class Bus:
             del self.starts[:j], self.ends[:j]
 
 
+class ArrayBus:
+    """The system bus of `run_overlapped`: the busy intervals `Bus` keeps (sorted, disjoint;
+    a burst takes the first free gap, so only their union matters), held in growable int64
+    arrays whose pruned prefix is skipped, not deleted. A transfer's run of bursts is checked
+    and merged with numpy on views of the arrays (`run`): `Bus` made a numpy copy of each
+    window of its lists and a list of each merge, and the Llama layer's transfers (hundreds
+    of bursts between other cores' hundreds) spent most of the timing pass on those copies."""
+
+    __slots__ = ("s", "e", "lo", "hi", "busy")
+
+    def __init__(self, capacity: int = 1024):
+        self.s = np.empty(capacity, dtype=np.int64)
+        self.e = np.empty(capacity, dtype=np.int64)
+        self.lo = self.hi = 0  # the live intervals are [lo, hi)
+        self.busy = 0
+
+    @property
+    def starts(self) -> list[int]:
+        return self.s[self.lo:self.hi].tolist()
+
+    @property
+    def ends(self) -> list[int]:
+        return self.e[self.lo:self.hi].tolist()
+
+    def _open(self, at: int, k: int) -> int:
+        """Open `k` free slots at index `at` (the intervals from `at` on move up); the index
+        they start at (the arrays may have been reallocated, which moves `lo` to 0)."""
+        lo, hi = self.lo, self.hi
+        s, e = self.s, self.e
+        if hi + k <= len(s):
+            if at < hi:
+                s[at + k:hi + k] = s[at:hi]
+                e[at + k:hi + k] = e[at:hi]
+            self.hi = hi + k
+            return at
+        n = hi - lo
+        cap = max(1024, 2 * (n + k))
+        ns, ne = np.empty(cap, dtype=np.int64), np.empty(cap, dtype=np.int64)
+        front = at - lo
+        ns[:front], ne[:front] = s[lo:at], e[lo:at]
+        ns[front + k:n + k], ne[front + k:n + k] = s[at:hi], e[at:hi]
+        self.s, self.e, self.lo, self.hi = ns, ne, 0, n + k
+        return front
+
+    def alloc(self, t: int, n: int) -> int:
+        """The first gap of `n` cycles from `t` on, reserved: its start (`Bus.alloc`)."""
+        lo, hi = self.lo, self.hi
+        s, e = self.s, self.e
+        self.busy += n
+        if hi == lo or t > e[hi - 1]:  # after everything reserved: append
+            at = self._open(hi, 1)
+            self.s[at], self.e[at] = t, t + n
+            return t
+        if t == e[hi - 1]:
+            e[hi - 1] = t + n
+            return t
+        i = lo + int(np.searchsorted(e[lo:hi], t, side="right"))  # the first interval ending after t
+        # After interval j the candidate start is its end (every later end is later); the
+        # first interval starting at least n after the candidate before it closes the gap.
+        ss = s[i:hi]
+        cand = np.empty(hi - i, dtype=np.int64)
+        cand[0] = t
+        cand[1:] = e[i:hi - 1]
+        fits = ss >= cand + n
+        if fits.any():
+            j = int(np.argmax(fits))
+            t = int(cand[j])
+            at = i + j
+        else:
+            t = int(e[hi - 1])
+            at = hi
+        at = self._open(at, 1)
+        self.s[at], self.e[at] = t, t + n
+        return t
+
+    def run(self, t: int, n: int, step: int, occ: int) -> int:
+        """Reserve bursts ``[t + j * step, + occ)`` for j = 0, 1, ... up to the first that
+        meets a reserved interval (at most `n`; ``step > occ``): how many were reserved."""
+        lo, hi = self.lo, self.hi
+        s, e = self.s, self.e
+        if hi == lo or t >= e[hi - 1]:  # after everything reserved
+            a = b = hi
+        else:
+            last = t + (n - 1) * step + occ  # the end of the run's last interval
+            a = lo + int(np.searchsorted(e[lo:hi], t, side="right"))
+            b = lo + int(np.searchsorted(s[lo:hi], last, side="left"))
+        starts = np.arange(t, t + n * step, step, dtype=np.int64)
+        if a >= b:
+            run = n
+            at = self._open(a, n)
+            self.s[at:at + n] = starts
+            self.e[at:at + n] = starts + occ
+            self.busy += n * occ
+            return n
+        ws, we = s[a:b], e[a:b]
+        idx = np.searchsorted(we, starts, side="right")  # the first interval ending after each
+        inside = idx < len(ws)
+        clash = np.zeros(n, dtype=bool)
+        clash[inside] = ws[idx[inside]] < starts[inside] + occ
+        run = int(np.argmax(clash)) if clash.any() else n
+        if not run:
+            return 0
+        new = starts[:run]
+        m = b - a
+        pos = np.searchsorted(ws, new) + np.arange(run)  # the new bursts' places among the window's
+        ms, me = np.empty(m + run, dtype=np.int64), np.empty(m + run, dtype=np.int64)
+        old = np.ones(m + run, dtype=bool)
+        old[pos] = False
+        ms[pos], me[pos] = new, new + occ
+        ms[old], me[old] = ws, we
+        at = self._open(b, run) - m  # the window stays put; the intervals after it move up
+        self.s[at:at + m + run] = ms
+        self.e[at:at + m + run] = me
+        self.busy += run * occ
+        return run
+
+    def prune(self, horizon: int) -> None:
+        """Forget the intervals ending by `horizon` (no request comes before it)."""
+        self.lo += int(np.searchsorted(self.e[self.lo:self.hi], horizon, side="right"))
+
+
 class Tile:
     """Per-tile shared state: shared-memory channels and bank dependences."""
 
@@ -343,6 +464,27 @@ def _bursts_one_in_flight(bus: Bus, req: int, groups, L: int, bpb: float) -> int
     return end
 
 
+def _bursts_on_array_bus(bus: ArrayBus, req: int, groups, L: int, bpb: float) -> int:
+    """`_bursts_one_in_flight` on an `ArrayBus`: the same end, the same intervals reserved."""
+    end = None
+    for count, bbeats in groups:
+        occ = max(1, int(-(-bbeats * bpb // 1)))
+        step = bbeats + L
+        j = 0
+        while j < count:
+            t = req + L
+            n = count - j
+            if n >= BURST_RUN and step > occ:
+                run = bus.run(t, n, step, occ)
+                if run:
+                    end = req = t + (run - 1) * step + bbeats
+                    j += run
+                    continue
+            end = req = bus.alloc(t, occ) + bbeats
+            j += 1
+    return end
+
+
 def _fits(res: list, cap: int, t: int, end: int) -> bool:
     """Whether the pool's use stays <= cap over [t, end) (use only rises at starts)."""
     u = 0
@@ -380,7 +522,7 @@ def _pool_earliest(res: list, cap: int, t0: int, dur: int, need: int) -> int:
     raise AssertionError("a pool never frees")
 
 
-def _core_proc(cid, recs, chip, times: CoreTimes, tile: Tile, bus: Bus, solo: bool, trace, op_names):
+def _core_proc(cid, recs, chip, times: CoreTimes, tile: Tile, bus, solo: bool, trace, op_names):
     """The overlapped timing of one core, as a generator (its state lives in fast locals).
 
     Protocol: the first ``send(None)`` starts it. Unless `solo`, it yields the lower bound
@@ -414,6 +556,7 @@ def _core_proc(cid, recs, chip, times: CoreTimes, tile: Tile, bus: Bus, solo: bo
     L = dma.latency_cycles
     bpb = dma.beat_bytes / dma.system_bus_bytes
     fast_dma = solo and k == 1
+    bursts = _bursts_on_array_bus if type(bus) is ArrayBus else _bursts_one_in_flight
     wd: dict[int, int] = {}
     md: dict[int, int] = {}
     ad: dict[int, int] = {}
@@ -619,7 +762,7 @@ def _core_proc(cid, recs, chip, times: CoreTimes, tile: Tile, bus: Bus, solo: bo
                 slots[0] = C
                 bus.busy += int(-(-beats * bpb // 1))
             elif k == 1:
-                last_end = _bursts_one_in_flight(bus, slots[0] if slots[0] > S else S, groups, L, bpb)
+                last_end = bursts(bus, slots[0] if slots[0] > S else S, groups, L, bpb)
                 if last_end is None:
                     C = S
                 else:
@@ -629,23 +772,14 @@ def _core_proc(cid, recs, chip, times: CoreTimes, tile: Tile, bus: Bus, solo: bo
             else:
                 req = S
                 end_max = S
-                bs, be = bus.starts, bus.ends
+                alloc = bus.alloc
                 for count, bbeats in groups:
                     occ = max(1, int(-(-bbeats * bpb // 1)))
                     for _ in range(count):
                         i = slots.index(min(slots)) if k > 1 else 0
                         if slots[i] > req:
                             req = slots[i]
-                        t = req + L
-                        if not be or t > be[-1]:  # the bus is free from t on
-                            bs.append(t)
-                            be.append(t + occ)
-                            bus.busy += occ
-                        elif t == be[-1]:
-                            be[-1] = t + occ
-                            bus.busy += occ
-                        else:
-                            t = bus.alloc(t, occ)
+                        t = alloc(req + L, occ)
                         end = t + bbeats
                         slots[i] = end
                         if end > end_max:
@@ -769,7 +903,7 @@ def _core_proc(cid, recs, chip, times: CoreTimes, tile: Tile, bus: Bus, solo: bo
     times.dma_latency_sum = dma_sum
 
 
-def run_overlapped(records, chip, trace=None, op_names=None) -> tuple[list[CoreTimes], int]:
+def run_overlapped(records, chip, trace=None, op_names=None, bus=None) -> tuple[list[CoreTimes], int]:
     """Per-core times and the system bus's busy cycles. Cores advance in order of their next
     dispatch time (a heap), so shared resources (bus, shared channels) see requests in
     near-time order; every resource still fills earlier gaps. A DMA transfer books all its
@@ -786,7 +920,7 @@ def run_overlapped(records, chip, trace=None, op_names=None) -> tuple[list[CoreT
     tsz = chip.cores.tile_size
     n_tiles = -(-max(n, 1) // tsz)
     tiles = [Tile(chip.shared_memory.channels) for _ in range(n_tiles)]
-    bus = Bus()
+    bus = ArrayBus() if bus is None else bus  # a `Bus` for the list-based reference (tests)
     active = [c for c in range(n) if records[c]]
     solo = len(active) <= 1
     bar_cycles = chip.front_end.barrier_cycles
@@ -835,7 +969,7 @@ def run_overlapped(records, chip, trace=None, op_names=None) -> tuple[list[CoreT
             except StopIteration:
                 break
             count += 1
-            if count & 1023 == 0:
+            if count & 15 == 0:  # a prune is one search (`ArrayBus`)
                 bus.prune(horizon)
             if type(msg) is tuple:  # at a barrier
                 tile = c // tsz
