@@ -56,6 +56,7 @@ the functional model is in program order either way).
 from __future__ import annotations
 
 import heapq
+from array import array
 from bisect import bisect_left, bisect_right
 from collections import deque
 
@@ -147,125 +148,59 @@ class Bus:
             del self.starts[:j], self.ends[:j]
 
 
-class ArrayBus:
-    """The system bus of `run_overlapped`: the busy intervals `Bus` keeps (sorted, disjoint;
-    a burst takes the first free gap, so only their union matters), held in growable int64
-    arrays whose pruned prefix is skipped, not deleted. A transfer's run of bursts is checked
-    and merged with numpy on views of the arrays (`run`): `Bus` made a numpy copy of each
-    window of its lists and a list of each merge, and the Llama layer's transfers (hundreds
-    of bursts between other cores' hundreds) spent most of the timing pass on those copies."""
+class ArrayBus(Bus):
+    """The system bus of `run_overlapped`: `Bus` (its `alloc` and `prune`, burst by burst, on
+    the same sorted busy intervals) in int64 `array.array`s rather than lists, so that a
+    transfer's run of bursts is checked and merged (`run`) with numpy on zero-copy views of
+    them: `Bus` made a numpy copy of each window of its lists and a list of each merge, and
+    the Llama layer's transfers (hundreds of bursts between other cores' hundreds) spent
+    most of the timing pass on those copies."""
 
-    __slots__ = ("s", "e", "lo", "hi", "busy")
+    __slots__ = ()
 
-    def __init__(self, capacity: int = 1024):
-        self.s = np.empty(capacity, dtype=np.int64)
-        self.e = np.empty(capacity, dtype=np.int64)
-        self.lo = self.hi = 0  # the live intervals are [lo, hi)
-        self.busy = 0
-
-    @property
-    def starts(self) -> list[int]:
-        return self.s[self.lo:self.hi].tolist()
-
-    @property
-    def ends(self) -> list[int]:
-        return self.e[self.lo:self.hi].tolist()
-
-    def _open(self, at: int, k: int) -> int:
-        """Open `k` free slots at index `at` (the intervals from `at` on move up); the index
-        they start at (the arrays may have been reallocated, which moves `lo` to 0)."""
-        lo, hi = self.lo, self.hi
-        s, e = self.s, self.e
-        if hi + k <= len(s):
-            if at < hi:
-                s[at + k:hi + k] = s[at:hi]
-                e[at + k:hi + k] = e[at:hi]
-            self.hi = hi + k
-            return at
-        n = hi - lo
-        cap = max(1024, 2 * (n + k))
-        ns, ne = np.empty(cap, dtype=np.int64), np.empty(cap, dtype=np.int64)
-        front = at - lo
-        ns[:front], ne[:front] = s[lo:at], e[lo:at]
-        ns[front + k:n + k], ne[front + k:n + k] = s[at:hi], e[at:hi]
-        self.s, self.e, self.lo, self.hi = ns, ne, 0, n + k
-        return front
-
-    def alloc(self, t: int, n: int) -> int:
-        """The first gap of `n` cycles from `t` on, reserved: its start (`Bus.alloc`)."""
-        lo, hi = self.lo, self.hi
-        s, e = self.s, self.e
-        self.busy += n
-        if hi == lo or t > e[hi - 1]:  # after everything reserved: append
-            at = self._open(hi, 1)
-            self.s[at], self.e[at] = t, t + n
-            return t
-        if t == e[hi - 1]:
-            e[hi - 1] = t + n
-            return t
-        i = lo + int(np.searchsorted(e[lo:hi], t, side="right"))  # the first interval ending after t
-        # After interval j the candidate start is its end (every later end is later); the
-        # first interval starting at least n after the candidate before it closes the gap.
-        ss = s[i:hi]
-        cand = np.empty(hi - i, dtype=np.int64)
-        cand[0] = t
-        cand[1:] = e[i:hi - 1]
-        fits = ss >= cand + n
-        if fits.any():
-            j = int(np.argmax(fits))
-            t = int(cand[j])
-            at = i + j
-        else:
-            t = int(e[hi - 1])
-            at = hi
-        at = self._open(at, 1)
-        self.s[at], self.e[at] = t, t + n
-        return t
+    def __init__(self):
+        super().__init__()
+        self.starts, self.ends = array("q"), array("q")
 
     def run(self, t: int, n: int, step: int, occ: int) -> int:
         """Reserve bursts ``[t + j * step, + occ)`` for j = 0, 1, ... up to the first that
         meets a reserved interval (at most `n`; ``step > occ``): how many were reserved."""
-        lo, hi = self.lo, self.hi
-        s, e = self.s, self.e
-        if hi == lo or t >= e[hi - 1]:  # after everything reserved
-            a = b = hi
+        bs, be = self.starts, self.ends
+        m = len(bs)
+        if not m or t >= be[-1]:  # after everything reserved
+            a = b = m
         else:
-            last = t + (n - 1) * step + occ  # the end of the run's last interval
-            a = lo + int(np.searchsorted(e[lo:hi], t, side="right"))
-            b = lo + int(np.searchsorted(s[lo:hi], last, side="left"))
+            a, b = bisect_right(be, t), bisect_left(bs, t + (n - 1) * step + occ)
         starts = np.arange(t, t + n * step, step, dtype=np.int64)
         if a >= b:
-            run = n
-            at = self._open(a, n)
-            self.s[at:at + n] = starts
-            self.e[at:at + n] = starts + occ
+            bs[a:a] = array("q", starts.tobytes())
+            be[a:a] = array("q", (starts + occ).tobytes())
             self.busy += n * occ
             return n
-        ws, we = s[a:b], e[a:b]
-        idx = np.searchsorted(we, starts, side="right")  # the first interval ending after each
-        inside = idx < len(ws)
+        # Views of the arrays' memory: deleted before the arrays change size (which they
+        # refuse while a buffer is exported).
+        s_all, e_all = np.frombuffer(bs, dtype=np.int64), np.frombuffer(be, dtype=np.int64)
+        ws, we = s_all[a:b], e_all[a:b]
+        idx = we.searchsorted(starts, side="right")  # the first interval ending after each
+        inside = idx < b - a
         clash = np.zeros(n, dtype=bool)
         clash[inside] = ws[idx[inside]] < starts[inside] + occ
         run = int(np.argmax(clash)) if clash.any() else n
-        if not run:
-            return 0
-        new = starts[:run]
-        m = b - a
-        pos = np.searchsorted(ws, new) + np.arange(run)  # the new bursts' places among the window's
-        ms, me = np.empty(m + run, dtype=np.int64), np.empty(m + run, dtype=np.int64)
-        old = np.ones(m + run, dtype=bool)
-        old[pos] = False
-        ms[pos], me[pos] = new, new + occ
-        ms[old], me[old] = ws, we
-        at = self._open(b, run) - m  # the window stays put; the intervals after it move up
-        self.s[at:at + m + run] = ms
-        self.e[at:at + m + run] = me
-        self.busy += run * occ
+        if run:
+            new = starts[:run]
+            pos = ws.searchsorted(new) + np.arange(run)  # the new bursts' places among the window's
+            k = b - a + run
+            ms, me = np.empty(k, dtype=np.int64), np.empty(k, dtype=np.int64)
+            old = np.ones(k, dtype=bool)
+            old[pos] = False
+            ms[pos], me[pos] = new, new + occ
+            ms[old], me[old] = ws, we
+        del s_all, e_all, ws, we
+        if run:
+            bs[a:b] = array("q", ms.tobytes())
+            be[a:b] = array("q", me.tobytes())
+            self.busy += run * occ
         return run
-
-    def prune(self, horizon: int) -> None:
-        """Forget the intervals ending by `horizon` (no request comes before it)."""
-        self.lo += int(np.searchsorted(self.e[self.lo:self.hi], horizon, side="right"))
 
 
 class Tile:

@@ -42,7 +42,7 @@ def union(starts, ends) -> list[list[int]]:
 
 
 def test_array_bus_by_hand():
-    bus = ArrayBus(capacity=2)  # small: every insert below grows or shifts the arrays
+    bus = ArrayBus()
     assert bus.alloc(10, 4) == 10  # [10, 14)
     assert bus.alloc(12, 4) == 14  # meets [10, 14): right after it, [14, 18)
     assert bus.alloc(0, 10) == 0  # the gap [0, 10) fits exactly
@@ -53,8 +53,10 @@ def test_array_bus_by_hand():
     assert bus.run(25, 6, 10, 2) == 3
     assert union(bus.starts, bus.ends) == [[0, 19], [25, 27], [35, 37], [45, 47], [56, 60]]
     assert bus.run(100, 3, 10, 2) == 3 and bus.ends[-1] == 122
-    bus.prune(47)  # intervals ending by 47 are forgotten
-    assert bus.starts == [56, 100, 110, 120] and bus.busy == 19 + 4 + 6 + 6
+    assert bus.busy == 19 + 4 + 6 + 6
+    assert bus.run(1000, 40, 10, 2) == 40  # nothing after 122: all 40, [1000 + 10 j, + 2)
+    bus.prune(1385)  # more than 32 intervals end by then: forgotten
+    assert list(bus.starts) == [1390] and list(bus.ends) == [1392] and bus.busy == 35 + 80
 
 
 def after(bus, horizon: int) -> list[list[int]]:
@@ -66,7 +68,7 @@ def after(bus, horizon: int) -> list[list[int]]:
 @pytest.mark.parametrize("seed", range(8))
 def test_array_bus_reserves_as_bus_does(seed):
     rng = np.random.default_rng(seed)
-    listed, arrayed = Bus(), ArrayBus(capacity=int(rng.integers(1, 64)))
+    listed, arrayed = Bus(), ArrayBus()
     horizon = 0
     for _ in range(600):
         t = horizon + int(rng.integers(0, 3000))
@@ -97,7 +99,7 @@ def test_bursts_on_array_bus_match_the_list_bus(seed):
     rng = np.random.default_rng(100 + seed)
     L, bpb = 100, [1.0, 0.25, 0.5, 2.0, 0.25, 1.0][seed]
     for trial in range(40):
-        listed, arrayed = Bus(), ArrayBus(capacity=8)
+        listed, arrayed = Bus(), ArrayBus()
         t = int(rng.integers(0, 500))
         for _ in range(int(rng.integers(0, 200))):  # other cores' bursts: some dense, some touching
             t += int(rng.integers(0, 150))
