@@ -153,7 +153,10 @@ KINDS: dict[str, CoreFn] = {
     "sum": _sum,
     "mean": _mean,
 }
-BUILTIN = dict(KINDS)  # a kind registered over one of these takes copies
+# The kinds given DRAM views, not copies, of their sources (the built-in ones read their
+# sources and return new arrays, or, copy and cast, the source), each with its function:
+# a kind registered again without ``pure`` takes copies.
+PURE: dict[str, CoreFn] = dict(KINDS)
 # How many source operands each built-in kind takes (min, max).
 ARITY: dict[str, tuple[int, int]] = {
     "copy": (1, 1), "cast": (1, 1), "fill": (0, 0), "add": (2, 2), "sub": (2, 2), "mul": (2, 2),
@@ -163,10 +166,15 @@ ARITY: dict[str, tuple[int, int]] = {
 }
 
 
-def register(kind: str, fn: CoreFn, arity: tuple[int, int] = (0, 64)) -> None:
-    """Add (or replace) a core-op kind."""
+def register(kind: str, fn: CoreFn, arity: tuple[int, int] = (0, 64), pure: bool = False) -> None:
+    """Add (or replace) a core-op kind. ``pure=True``: `fn` never writes into its sources (it
+    may return one, or a view of one), so it is given the DRAM views themselves, not copies."""
     KINDS[kind] = fn
     ARITY[kind] = arity
+    if pure:
+        PURE[kind] = fn
+    else:
+        PURE.pop(kind, None)
 
 
 def dram_view(img: np.ndarray, t: DramTensor) -> np.ndarray:
@@ -250,10 +258,9 @@ def execute(img: np.ndarray, kind: str, dst: DramTensor | None, srcs, params) ->
         out = dram_view(img, dst)
         out[...] = views[0].reshape(out.shape)  # numpy copies through a temporary where they overlap
         return
-    # The built-in kinds read their sources and return new arrays (or, copy and cast, the
-    # source, stored through numpy's overlap check): they take the DRAM views themselves;
-    # a registered kind takes copies, whatever it does with them.
-    result = fn(views if BUILTIN.get(kind) is fn else [v.copy() for v in views], dict(params))
+    # A pure kind's result may be (a view of) a source: `store` copies through numpy's
+    # overlap check where it overlaps the destination.
+    result = fn(views if PURE.get(kind) is fn else [v.copy() for v in views], dict(params))
     if dst is None:
         return
     out = dram_view(img, dst)

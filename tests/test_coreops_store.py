@@ -106,3 +106,22 @@ def test_a_registered_kind_gets_copies(monkeypatch):
         co.execute(img, kind, DramTensor(128, (64,), "int8"), [DramTensor(0, (64,), "int8")], {})
         assert np.array_equal(img[:64], np.arange(64))  # the source is untouched
         assert (img[128:192] == 8).all()
+
+
+def test_a_pure_registered_kind_reads_the_image_itself(monkeypatch):
+    seen = []
+
+    def negate(srcs, params):
+        seen.append(srcs[0])
+        return -srcs[0]
+
+    img = (np.arange(256) % 100).astype(np.uint8)
+    monkeypatch.setitem(co.KINDS, "negate", negate)
+    monkeypatch.setitem(co.ARITY, "negate", (1, 1))
+    monkeypatch.setitem(co.PURE, "negate", negate)
+    co.execute(img, "negate", DramTensor(64, (64,), "int8"), [DramTensor(0, (64,), "int8")], {})
+    assert np.shares_memory(seen[0], img)
+    assert np.array_equal(img[64:128].view(np.int8), -np.arange(64, dtype=np.int8))
+    co.register("negate", negate, (1, 1))  # registered again, not pure: copies
+    co.execute(img, "negate", DramTensor(128, (64,), "int8"), [DramTensor(0, (64,), "int8")], {})
+    assert not np.shares_memory(seen[1], img) and "negate" not in co.PURE
