@@ -707,14 +707,23 @@ def _core_proc(cid, recs, chip, times: CoreTimes, tile: Tile, bus, solo: bool, t
             else:
                 req = S
                 end_max = S
-                alloc = bus.alloc
+                bs, be = bus.starts, bus.ends
                 for count, bbeats in groups:
                     occ = max(1, int(-(-bbeats * bpb // 1)))
                     for _ in range(count):
                         i = slots.index(min(slots)) if k > 1 else 0
                         if slots[i] > req:
                             req = slots[i]
-                        t = alloc(req + L, occ)
+                        t = req + L
+                        if not be or t > be[-1]:  # the bus is free from t on
+                            bs.append(t)
+                            be.append(t + occ)
+                            bus.busy += occ
+                        elif t == be[-1]:
+                            be[-1] = t + occ
+                            bus.busy += occ
+                        else:
+                            t = bus.alloc(t, occ)
                         end = t + bbeats
                         slots[i] = end
                         if end > end_max:
@@ -904,7 +913,7 @@ def run_overlapped(records, chip, trace=None, op_names=None, bus=None) -> tuple[
             except StopIteration:
                 break
             count += 1
-            if count & 15 == 0:  # a prune is one search (`ArrayBus`)
+            if count & 15 == 0:  # a search, and past 32 intervals a memmove: cheap on arrays
                 bus.prune(horizon)
             if type(msg) is tuple:  # at a barrier
                 tile = c // tsz
