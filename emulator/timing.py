@@ -401,6 +401,7 @@ def _bursts_one_in_flight(bus: Bus, req: int, groups, L: int, bpb: float) -> int
 
 def _bursts_on_array_bus(bus: ArrayBus, req: int, groups, L: int, bpb: float) -> int:
     """`_bursts_one_in_flight` on an `ArrayBus`: the same end, the same intervals reserved."""
+    bs, be = bus.starts, bus.ends
     end = None
     for count, bbeats in groups:
         occ = max(1, int(-(-bbeats * bpb // 1)))
@@ -415,7 +416,16 @@ def _bursts_on_array_bus(bus: ArrayBus, req: int, groups, L: int, bpb: float) ->
                     end = req = t + (run - 1) * step + bbeats
                     j += run
                     continue
-            end = req = bus.alloc(t, occ) + bbeats
+            if not be or t > be[-1]:  # the bus is free from t on (as `_bursts_one_in_flight`)
+                bs.append(t)
+                be.append(t + occ)
+                bus.busy += occ
+            elif t == be[-1]:
+                be[-1] = t + occ
+                bus.busy += occ
+            else:
+                t = bus.alloc(t, occ)
+            end = req = t + bbeats
             j += 1
     return end
 
