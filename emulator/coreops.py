@@ -153,6 +153,10 @@ KINDS: dict[str, CoreFn] = {
     "sum": _sum,
     "mean": _mean,
 }
+# The kinds given DRAM views, not copies, of their sources (the built-in ones read their
+# sources and return new arrays, or, copy and cast, the source), each with its function:
+# a kind registered again without ``pure`` takes copies.
+PURE: dict[str, CoreFn] = dict(KINDS)
 # How many source operands each built-in kind takes (min, max).
 ARITY: dict[str, tuple[int, int]] = {
     "copy": (1, 1), "cast": (1, 1), "fill": (0, 0), "add": (2, 2), "sub": (2, 2), "mul": (2, 2),
@@ -162,10 +166,15 @@ ARITY: dict[str, tuple[int, int]] = {
 }
 
 
-def register(kind: str, fn: CoreFn, arity: tuple[int, int] = (0, 64)) -> None:
-    """Add (or replace) a core-op kind."""
+def register(kind: str, fn: CoreFn, arity: tuple[int, int] = (0, 64), pure: bool = False) -> None:
+    """Add (or replace) a core-op kind. ``pure=True``: `fn` never writes into its sources (it
+    may return one, or a view of one), so it is given the DRAM views themselves, not copies."""
     KINDS[kind] = fn
     ARITY[kind] = arity
+    if pure:
+        PURE[kind] = fn
+    else:
+        PURE.pop(kind, None)
 
 
 def dram_view(img: np.ndarray, t: DramTensor) -> np.ndarray:
@@ -190,18 +199,47 @@ def dram_view(img: np.ndarray, t: DramTensor) -> np.ndarray:
     return np.ndarray(shape, dtype=dt, buffer=img, offset=t.addr, strides=strides)
 
 
+# Elements a float -> integer store converts at a time: its temporary stays in the cache.
+STORE_CHUNK = 1 << 16
+
+
+def _blocks(a: np.ndarray, b: np.ndarray, size: int):
+    """Pairs of sub-blocks of two arrays of one shape along their leading axes, each of at
+    most `size` elements (or one row of the last axis)."""
+    if a.size <= size or a.ndim == 0:
+        yield a, b
+    elif a.ndim == 1:
+        for i in range(0, a.shape[0], size):
+            yield a[i:i + size], b[i:i + size]
+    else:
+        for x, y in zip(a, b):
+            yield from _blocks(x, y, size)
+
+
+def _round_store(dst: np.ndarray, v: np.ndarray, work, lo: int, hi: int) -> None:
+    t = v.astype(work)  # the one temporary: rounded, saturated and NaN -> 0 in place
+    np.rint(t, out=t)
+    np.clip(t, lo, hi, out=t)
+    t[np.isnan(t)] = 0.0
+    np.copyto(dst, np.broadcast_to(t, dst.shape), casting="unsafe")
+
+
 def store(dst: np.ndarray, value) -> None:
     """Store `value` into `dst` by the rule in the module docstring."""
     v = np.asarray(value)
     if dst.dtype.kind in "iu" and v.dtype.kind == "f":
         info = np.iinfo(dst.dtype)
-        v = v.astype(np.float64)  # the one temporary: rounded, saturated and NaN -> 0 in place
-        np.rint(v, out=v)
-        np.clip(v, info.min, info.max, out=v)
-        v[np.isnan(v)] = 0.0
+        # Rounded in float64; an fp32 value into at most 16 bits in fp32, the same integers:
+        # rint of an fp32 is an fp32, and fp32 holds both bounds and every integer between.
+        work = _F32 if v.dtype == _F32 and dst.dtype.itemsize <= 2 else np.float64
+        if v.shape == dst.shape and not np.may_share_memory(dst, v):  # (a block must not see a written one)
+            for d, x in _blocks(dst, v, STORE_CHUNK):
+                _round_store(d, x, work, info.min, info.max)
+        else:
+            _round_store(dst, v, work, info.min, info.max)
+        return
     # Straight into dst, no temporaries: an integer to a narrower integer keeps its low bits
-    # (two's complement wrap, as through int64), a float to fp32 rounds to nearest even, and
-    # a saturated integral float64 converts exactly.
+    # (two's complement wrap, as through int64), a float to fp32 rounds to nearest even.
     np.copyto(dst, np.broadcast_to(v, dst.shape), casting="unsafe")
 
 
@@ -218,9 +256,11 @@ def execute(img: np.ndarray, kind: str, dst: DramTensor | None, srcs, params) ->
         if np_dtype(dst.dtype) != views[0].dtype:
             raise ValueError(f"copy keeps the dtype ({views[0].dtype} -> {dst.dtype}); use cast")
         out = dram_view(img, dst)
-        out[...] = views[0].reshape(out.shape).copy()
+        out[...] = views[0].reshape(out.shape)  # numpy copies through a temporary where they overlap
         return
-    result = fn([v.copy() for v in views], dict(params))
+    # A pure kind's result may be (a view of) a source: `store` copies through numpy's
+    # overlap check where it overlaps the destination.
+    result = fn(views if PURE.get(kind) is fn else [v.copy() for v in views], dict(params))
     if dst is None:
         return
     out = dram_view(img, dst)

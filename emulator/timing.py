@@ -56,6 +56,7 @@ the functional model is in program order either way).
 from __future__ import annotations
 
 import heapq
+from array import array
 from bisect import bisect_left, bisect_right
 from collections import deque
 
@@ -145,6 +146,61 @@ class Bus:
         j = bisect_right(self.ends, horizon)
         if j > 32:
             del self.starts[:j], self.ends[:j]
+
+
+class ArrayBus(Bus):
+    """The system bus of `run_overlapped`: `Bus` (its `alloc` and `prune`, burst by burst, on
+    the same sorted busy intervals) in int64 `array.array`s rather than lists, so that a
+    transfer's run of bursts is checked and merged (`run`) with numpy on zero-copy views of
+    them: `Bus` made a numpy copy of each window of its lists and a list of each merge, and
+    the Llama layer's transfers (hundreds of bursts between other cores' hundreds) spent
+    most of the timing pass on those copies."""
+
+    __slots__ = ()
+
+    def __init__(self):
+        super().__init__()
+        self.starts, self.ends = array("q"), array("q")
+
+    def run(self, t: int, n: int, step: int, occ: int) -> int:
+        """Reserve bursts ``[t + j * step, + occ)`` for j = 0, 1, ... up to the first that
+        meets a reserved interval (at most `n`; ``step > occ``): how many were reserved."""
+        bs, be = self.starts, self.ends
+        m = len(bs)
+        if not m or t >= be[-1]:  # after everything reserved
+            a = b = m
+        else:
+            a, b = bisect_right(be, t), bisect_left(bs, t + (n - 1) * step + occ)
+        starts = np.arange(t, t + n * step, step, dtype=np.int64)
+        if a >= b:
+            bs[a:a] = array("q", starts.tobytes())
+            be[a:a] = array("q", (starts + occ).tobytes())
+            self.busy += n * occ
+            return n
+        # Views of the arrays' memory: deleted before the arrays change size (which they
+        # refuse while a buffer is exported).
+        s_all, e_all = np.frombuffer(bs, dtype=np.int64), np.frombuffer(be, dtype=np.int64)
+        ws, we = s_all[a:b], e_all[a:b]
+        idx = we.searchsorted(starts, side="right")  # the first interval ending after each
+        inside = idx < b - a
+        clash = np.zeros(n, dtype=bool)
+        clash[inside] = ws[idx[inside]] < starts[inside] + occ
+        run = int(np.argmax(clash)) if clash.any() else n
+        if run:
+            new = starts[:run]
+            pos = ws.searchsorted(new) + np.arange(run)  # the new bursts' places among the window's
+            k = b - a + run
+            ms, me = np.empty(k, dtype=np.int64), np.empty(k, dtype=np.int64)
+            old = np.ones(k, dtype=bool)
+            old[pos] = False
+            ms[pos], me[pos] = new, new + occ
+            ms[old], me[old] = ws, we
+        del s_all, e_all, ws, we
+        if run:
+            bs[a:b] = array("q", ms.tobytes())
+            be[a:b] = array("q", me.tobytes())
+            self.busy += run * occ
+        return run
 
 
 class Tile:
@@ -343,6 +399,37 @@ def _bursts_one_in_flight(bus: Bus, req: int, groups, L: int, bpb: float) -> int
     return end
 
 
+def _bursts_on_array_bus(bus: ArrayBus, req: int, groups, L: int, bpb: float) -> int:
+    """`_bursts_one_in_flight` on an `ArrayBus`: the same end, the same intervals reserved."""
+    bs, be = bus.starts, bus.ends
+    end = None
+    for count, bbeats in groups:
+        occ = max(1, int(-(-bbeats * bpb // 1)))
+        step = bbeats + L
+        j = 0
+        while j < count:
+            t = req + L
+            n = count - j
+            if n >= BURST_RUN and step > occ:
+                run = bus.run(t, n, step, occ)
+                if run:
+                    end = req = t + (run - 1) * step + bbeats
+                    j += run
+                    continue
+            if not be or t > be[-1]:  # the bus is free from t on (as `_bursts_one_in_flight`)
+                bs.append(t)
+                be.append(t + occ)
+                bus.busy += occ
+            elif t == be[-1]:
+                be[-1] = t + occ
+                bus.busy += occ
+            else:
+                t = bus.alloc(t, occ)
+            end = req = t + bbeats
+            j += 1
+    return end
+
+
 def _fits(res: list, cap: int, t: int, end: int) -> bool:
     """Whether the pool's use stays <= cap over [t, end) (use only rises at starts)."""
     u = 0
@@ -380,7 +467,7 @@ def _pool_earliest(res: list, cap: int, t0: int, dur: int, need: int) -> int:
     raise AssertionError("a pool never frees")
 
 
-def _core_proc(cid, recs, chip, times: CoreTimes, tile: Tile, bus: Bus, solo: bool, trace, op_names):
+def _core_proc(cid, recs, chip, times: CoreTimes, tile: Tile, bus, solo: bool, trace, op_names):
     """The overlapped timing of one core, as a generator (its state lives in fast locals).
 
     Protocol: the first ``send(None)`` starts it. Unless `solo`, it yields the lower bound
@@ -414,6 +501,7 @@ def _core_proc(cid, recs, chip, times: CoreTimes, tile: Tile, bus: Bus, solo: bo
     L = dma.latency_cycles
     bpb = dma.beat_bytes / dma.system_bus_bytes
     fast_dma = solo and k == 1
+    bursts = _bursts_on_array_bus if type(bus) is ArrayBus else _bursts_one_in_flight
     wd: dict[int, int] = {}
     md: dict[int, int] = {}
     ad: dict[int, int] = {}
@@ -619,7 +707,7 @@ def _core_proc(cid, recs, chip, times: CoreTimes, tile: Tile, bus: Bus, solo: bo
                 slots[0] = C
                 bus.busy += int(-(-beats * bpb // 1))
             elif k == 1:
-                last_end = _bursts_one_in_flight(bus, slots[0] if slots[0] > S else S, groups, L, bpb)
+                last_end = bursts(bus, slots[0] if slots[0] > S else S, groups, L, bpb)
                 if last_end is None:
                     C = S
                 else:
@@ -769,7 +857,7 @@ def _core_proc(cid, recs, chip, times: CoreTimes, tile: Tile, bus: Bus, solo: bo
     times.dma_latency_sum = dma_sum
 
 
-def run_overlapped(records, chip, trace=None, op_names=None) -> tuple[list[CoreTimes], int]:
+def run_overlapped(records, chip, trace=None, op_names=None, bus=None) -> tuple[list[CoreTimes], int]:
     """Per-core times and the system bus's busy cycles. Cores advance in order of their next
     dispatch time (a heap), so shared resources (bus, shared channels) see requests in
     near-time order; every resource still fills earlier gaps. A DMA transfer books all its
@@ -786,7 +874,7 @@ def run_overlapped(records, chip, trace=None, op_names=None) -> tuple[list[CoreT
     tsz = chip.cores.tile_size
     n_tiles = -(-max(n, 1) // tsz)
     tiles = [Tile(chip.shared_memory.channels) for _ in range(n_tiles)]
-    bus = Bus()
+    bus = ArrayBus() if bus is None else bus  # a `Bus` for the list-based reference (tests)
     active = [c for c in range(n) if records[c]]
     solo = len(active) <= 1
     bar_cycles = chip.front_end.barrier_cycles
@@ -835,7 +923,7 @@ def run_overlapped(records, chip, trace=None, op_names=None) -> tuple[list[CoreT
             except StopIteration:
                 break
             count += 1
-            if count & 1023 == 0:
+            if count & 15 == 0:  # a search, and past 32 intervals a memmove: cheap on arrays
                 bus.prune(horizon)
             if type(msg) is tuple:  # at a barrier
                 tile = c // tsz

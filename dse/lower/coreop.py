@@ -52,7 +52,10 @@ def _graph_chain(srcs: list, params: dict) -> np.ndarray:
 
 
 def ensure_registered() -> None:
+    # pure: the graph's interpreters write only into tensors they made (the reference trace
+    # hands them its own values too), so the ops read the DRAM image itself, not copies of
+    # it (an attention's scores are hundreds of MB)
     if coreops.KINDS.get(GRAPH_OP) is not _graph_op:
-        coreops.register(GRAPH_OP, _graph_op, (0, 64))
+        coreops.register(GRAPH_OP, _graph_op, (0, 64), pure=True)
     if coreops.KINDS.get(CHAIN_KIND) is not _graph_chain:
-        coreops.register(CHAIN_KIND, _graph_chain, (1, 64))
+        coreops.register(CHAIN_KIND, _graph_chain, (1, 64), pure=True)

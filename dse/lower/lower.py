@@ -687,7 +687,7 @@ class ProgramBuilder:
 def weight_bt(graph: Graph, op: Op) -> np.ndarray:
     """A matrix op's weight as the GEMM's Bt (nbB, N, K) int8: a linear's w[N, K], a
     matmul's b[..., K, N] transposed, a channels-last conv's (*kernel, C, O) as (O, taps x C)."""
-    w = np.asarray(graph.weights[op.inputs[1]]).astype(np.int8)
+    w = np.asarray(graph.weights[op.inputs[1]]).astype(np.int8, copy=False)  # read only: no copy
     if op.kind in CONV_KINDS:
         return w.reshape(-1, w.shape[-1]).T[None]
     nbB = 1 if w.ndim == 2 else math.prod(graph.tensors[op.outputs[0]].shape[:-2])
@@ -699,9 +699,12 @@ def blocked_bt(bt: np.ndarray, Np: int, Kp: int, tn: int, tk: int) -> np.ndarray
     """A weight's Bt (nbB, N, K) int8, zero-padded to (Np, Kp) and blocked offline into
     (nbB, Nt, Kt, tn, tk) tiles: one contiguous MVIN a tile."""
     nbB, N, K = bt.shape
-    full = np.zeros((nbB, Np, Kp), dtype=np.int8)
-    full[:, :N, :K] = bt
-    return full.reshape(nbB, Np // tn, tn, Kp // tk, tk).transpose(0, 1, 3, 2, 4)
+    if (N, K) == (Np, Kp):  # no padding: blocked straight from Bt (a Llama projection is 58 MB)
+        full = bt
+    else:
+        full = np.zeros((nbB, Np, Kp), dtype=np.int8)
+        full[:, :N, :K] = bt
+    return np.ascontiguousarray(full.reshape(nbB, Np // tn, tn, Kp // tk, tk).transpose(0, 1, 3, 2, 4))
 
 
 def sram_lifetimes(cores, chip) -> tuple[list[int], list[list[tuple[int, int, int, int]]]]:

@@ -75,6 +75,32 @@ def _bits(a: np.ndarray) -> np.ndarray:
 ERR_CHUNK = 1 << 22  # elements: the float64 temporaries of `_err` stay at tens of MB
 
 
+def _blocks(a: np.ndarray, b: np.ndarray):
+    """Pairs of sub-blocks of two arrays of one shape, along their leading axes, each of at
+    most `ERR_CHUNK` elements (or one row of the last axis)."""
+    if a.size <= ERR_CHUNK or a.ndim == 0:
+        yield a, b
+    elif a.ndim == 1:
+        for i in range(0, a.shape[0], ERR_CHUNK):
+            yield a[i:i + ERR_CHUNK], b[i:i + ERR_CHUNK]
+    else:
+        for x, y in zip(a, b):
+            yield from _blocks(x, y)
+
+
+def _same_bits(got: np.ndarray, want: np.ndarray) -> bool:
+    """Whether two arrays of one shape and dtype hold the same bits (floats compared as
+    their bits: NaN equals itself, -0.0 not 0.0), a block at a time, on views: no copy of
+    a strided view and no whole-tensor temporary (an attention's scores are GBs)."""
+    u = f"u{got.dtype.itemsize}" if got.dtype.kind == "f" else None
+    for x, y in _blocks(got, want):
+        if u is not None:
+            x, y = x.view(u), y.view(u)
+        if not np.array_equal(x, y):
+            return False
+    return True
+
+
 def _err(got: np.ndarray, want: np.ndarray) -> float:
     """max |got - want| in float64 (equal values, infinities included, differ by 0; a NaN
     on either side by inf), a slice at a time: a real layer's tensors are hundreds of MB
@@ -102,12 +128,19 @@ def compare(graph: Graph, lowered, image: np.ndarray, reference: dict[str, torch
         if name in fused:  # never materialized: its reader's output checks it
             continue
         spec = graph.tensors[name]
-        got = lowered.read(image, name, copy=False)  # read only: no copy of GBs
         want = reference[name].numpy() if isinstance(reference[name], torch.Tensor) else np.asarray(reference[name])
-        same = got.shape == want.shape and np.array_equal(_bits(got), _bits(want.astype(got.dtype, copy=False)))
-        if same and got.dtype == want.dtype:  # what `_err` gives equal bits, without its float64 pass
-            err = math.inf if got.dtype.kind == "f" and np.isnan(got).any() else 0.0
+        grid = _tile_grid(lowered, image, name, want.shape)
+        if grid is not None:  # a blocked accumulator compared tile by tile, not copied row-major first
+            got, want_as_got = grid, want.reshape(grid.shape)
         else:
+            got, want_as_got = lowered.read(image, name, copy=False), want  # read only: no copy of GBs
+        dtype = got.dtype
+        same = got.shape == want_as_got.shape and _same_bits(got, want_as_got.astype(dtype, copy=False))
+        if same and dtype == want.dtype:  # what `_err` gives equal bits, without its float64 pass
+            err = math.inf if dtype.kind == "f" and np.isnan(want).any() else 0.0  # equal bits: equal NaNs
+        else:
+            if grid is not None:
+                got = lowered.read(image, name, copy=False)
             err = _err(got, want) if got.shape == want.shape else math.inf
         ops.append(OpCheck(op.name, op.kind, spec.dtype, bool(same), err))
         if spec.dtype in INT_DTYPES:
@@ -135,6 +168,20 @@ def compare(graph: Graph, lowered, image: np.ndarray, reference: dict[str, torch
     passed = int_ok and within
     return Verdict(passed, int_ok, out_exact, first, n_int, max_abs, max_rel, tolerance, within, reference_kind,
                    ops)
+
+
+def _tile_grid(lowered, image: np.ndarray, name: str, shape) -> np.ndarray | None:
+    """A blocked accumulator of logical `shape` whose rows and columns fill its tiles, as a
+    view (batch, Mt, tm, Nt, tn) of the image (what the logical (..., M, N) value reshapes
+    to); None for any other tensor."""
+    loc = getattr(lowered, "locs", {}).get(name)
+    b = None if loc is None else loc.blocked
+    if b is None or tuple(loc.shape) != tuple(shape) or (b.M, b.N) != (b.Mt * b.tm, b.Nt * b.tn) \
+            or b.batch * b.M * b.N != math.prod(shape):
+        return None
+    from ..plan.memory import dram_view
+
+    return dram_view(image, loc.padded_view())
 
 
 def graph_reference(graph: Graph, inputs) -> dict[str, torch.Tensor]:
