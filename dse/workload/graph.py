@@ -215,7 +215,10 @@ class Graph:
                     args = [values[name] for name in op.inputs]
                     values[out] = INTERPRETERS[op.kind](op, args)
                     del args
+                    # compared only when the op itself was rewritten (its other inputs unchanged):
+                    # from inputs that changed, a value almost never comes out the same
                     if (prev is not None and before.tensors[out] == self.tensors[out]
+                            and all(name in same or name in self.weights for name in op.inputs)
                             and _identical(prev, values[out])):
                         values[out] = prev  # one tensor, not two equal ones
                         same.add(out)
