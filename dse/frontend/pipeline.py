@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable
 
 from dse.workload import cache as graph_cache
-from dse.workload.graph import Graph, unchanged_values
+from dse.workload.graph import Graph
 from dse.workload.recipes import Recipe, model_file
 
 if TYPE_CHECKING:
@@ -50,6 +50,7 @@ class Context:
     params: dict[str, Any]
     details: dict[str, Any] = field(default_factory=dict)
     traced: tuple[Graph, dict] | None = field(default=None, repr=False)  # the last graph traced, its values
+    traced_graph: Graph | None = field(default=None, repr=False)  # that graph itself (not its copy)
 
     def map_expected(self, transform: Callable[[list[torch.Tensor]], list[torch.Tensor]]) -> None:
         self.expected = list(transform(self.expected))
@@ -58,14 +59,15 @@ class Context:
         """`graph.trace` on the example inputs. A real model's float forward takes minutes, and
         the stage checks, a step's calibration and its own check each need one: a graph's
         trace takes every value that the last graph traced computed with the same op over
-        the same inputs (`unchanged_values`; all of them for the same graph again), so no
-        check is any less strict. The last graph is kept as a copy of its ops, as traced:
-        a step that edits a graph in place is compared with what was really run."""
-        known = unchanged_values(*self.traced, graph) if self.traced is not None else {}
-        self.traced = None  # the values not reused go before the new ones are made
-        values = graph.trace(*self.inputs, known=known)
-        del known
-        self.traced = (graph.copy(), values)
+        inputs holding the same values (`Graph.trace`'s `previous`: all of them for the same
+        graph again; after a rewritten op whose value came out bit for bit the same, its
+        readers too), so no check is any less strict. The last graph is kept as a copy of
+        its ops, as traced: a step that edits a graph in place is compared with what was
+        really run."""
+        previous, self.traced = self.traced, None  # each old value goes once the new trace passes it
+        values = graph.trace(*self.inputs, previous=previous)
+        del previous
+        self.traced, self.traced_graph = (graph.copy(), values), graph
         return values
 
 
@@ -166,6 +168,9 @@ class PipelineResult:
     # recipe's inputs() and load(), so an unseeded recipe still checks against itself.
     reference: Reference = field(default_factory=Reference)
     checked: bool = True  # False: made with check=False (the stages' errors are NaN)
+    # Values of the last graph's trace on the example inputs, as its stage check computed
+    # them (`run_pipeline`'s keep_bytes): never cached, None on a cache hit.
+    kept: dict | None = field(default=None, repr=False)
 
     @property
     def inputs(self) -> tuple:
@@ -265,11 +270,14 @@ def _failed(index: int, step: StepSpec, error: BaseException, started: float) ->
 
 def run_pipeline(recipe: str | Path | Recipe, params: dict[str, Any] | None = None,
                  steps: list[StepSpec] | None = None, out_dir: str | Path | None = None,
-                 check: bool = True) -> PipelineResult:
+                 check: bool = True, keep_bytes: int = 0) -> PipelineResult:
     """Capture `recipe` and apply its steps (`steps`, or the recipe's own list), checking each
     stage against PyTorch; with `out_dir`, write the numbered dumps there. ``check=False``
     skips the comparisons (errors NaN): for callers that need the graph's structure only
-    (the analytical model, the mapper), the same graph, made faster."""
+    (the analytical model, the mapper), the same graph, made faster. `keep_bytes`: up to
+    this many bytes of the last graph's integer values, as its check traced them, kept in
+    the result's ``kept`` (`kept_values`) for a caller that needs that trace again (the
+    emulator's reference); none on a cache hit."""
     path = recipe.path if isinstance(recipe, Recipe) else model_file(recipe)
     params = dict(params or {})
     out = Path(out_dir) if out_dir is not None else None
@@ -284,9 +292,9 @@ def run_pipeline(recipe: str | Path | Recipe, params: dict[str, Any] | None = No
 
     recipe = recipe if isinstance(recipe, Recipe) else load_recipe(recipe)
     steps = load_steps(recipe.path.parent) if steps is None else list(steps)
-    result = _run(recipe, params, steps, out, check)
+    result = _run(recipe, params, steps, out, check, keep_bytes)
     if all(stage.error is None for stage in result.stages):  # a crashed step may be the machine's: run it again
-        graph_cache.store(key, replace(result, out_dir=None))
+        graph_cache.store(key, replace(result, out_dir=None, kept=None))
     return result
 
 
@@ -299,7 +307,7 @@ def _served(result: PipelineResult, out: Path | None) -> PipelineResult:
 
 
 def _run(recipe: Recipe, params: dict[str, Any], steps: list[StepSpec], out: Path | None,
-         check: bool) -> PipelineResult:
+         check: bool, keep_bytes: int = 0) -> PipelineResult:
     from tqdm.auto import tqdm  # a widget in Jupyter (ipywidgets), text on a terminal
 
     from dse.frontend.steps import FLOAT_TOLERANCE
@@ -342,6 +350,10 @@ def _run(recipe: Recipe, params: dict[str, Any], steps: list[StepSpec], out: Pat
             bar.update()
     finally:
         bar.close()
+    kept = None
+    if keep_bytes > 0 and ctx.traced_graph is graph and stages[-1].passed:
+        kept = kept_values(graph, ctx.traced[1], keep_bytes)
+    del ctx
     first_failure = next((s for s in stages if not s.passed), None)
     for stage in stages:
         if not stage.passed:
@@ -350,7 +362,30 @@ def _run(recipe: Recipe, params: dict[str, Any], steps: list[StepSpec], out: Pat
         for stage, stage_graph in zip(stages, graphs):
             (out / stage.dump).write_text(stage_graph.dump())
     return PipelineResult(recipe.name, str(recipe.path), params, stages, graphs, str(out) if out else None,
-                          Reference(inputs, expected, stage_outputs), check)
+                          Reference(inputs, expected, stage_outputs), check, kept)
+
+
+def kept_values(graph: Graph, values: dict, budget: int) -> dict:
+    """The op outputs of integer dtype among `values` (the integer path: the products, most
+    of a quantized graph's compute, and the quantize ops, four passes over a float tensor
+    for a quarter of its bytes), the largest left out until the rest fit `budget` bytes.
+    The float values are one cheap pass each, and a real layer's are gigabytes."""
+    from dse.workload.interpret import is_integer
+
+    def storage(name: str) -> tuple[int, int]:  # a view keeps its whole base alive
+        s = values[name].untyped_storage()
+        return s.data_ptr(), s.nbytes()
+
+    outs = [op.outputs[0] for op in graph.ops if op.outputs[0] in values]
+    chosen = sorted((name for name in outs if is_integer(values[name])), key=lambda name: storage(name)[1])
+    kept, held = {}, {}
+    for name in chosen:
+        pointer, size = storage(name)
+        if pointer not in held and sum(held.values()) + size > budget:
+            break
+        kept[name] = values[name]
+        held[pointer] = size
+    return kept
 
 
 def _outputs_like(graph: Graph, outputs: list) -> bool:

@@ -71,9 +71,13 @@ class StreamedReference:
     (`Graph.stream`): a real layer's reference trace would hold gigabytes at once. A name
     asked out of op order is served from a whole trace, made then."""
 
-    def __init__(self, graph: Graph, inputs):
+    def __init__(self, graph: Graph, inputs, known: dict | None = None):
+        """`known`: op outputs of this graph's trace on these inputs already computed (the
+        frontend's check of it, `run_pipeline`'s kept values), taken rather than computed
+        again; each is let go once streamed."""
         self._graph, self._inputs = graph, inputs
-        self._values = graph.stream(*inputs)
+        self._known = dict(known or {})
+        self._values = graph._execute(tuple(inputs), self._known, set(graph.outputs), True)
         self._name: str | None = None
         self._value = None
         self._whole: dict | None = None
@@ -84,17 +88,19 @@ class StreamedReference:
         if name == self._name:
             return self._value
         for self._name, self._value in self._values:
+            self._known.pop(self._name, None)
             if self._name == name:
                 return self._value
         self._name = self._value = None
-        self._whole = self._graph.trace(*self._inputs)
+        self._whole = self._graph.trace(*self._inputs, known=self._known)
         return self._whole[name]
 
 
 def emulate_graph(graph: Graph, candidate: Candidate, inputs, expected=None, tolerance: float = FLOAT_TOLERANCE,
                   reference_kind: str = "quantized", mode: str = "overlapped", name: str = "",
                   reference: dict | None = None, elementwise: str = "auto",
-                  progress: Callable[[str], None] | None = None, keep_image: bool = True) -> EmulationReport:
+                  progress: Callable[[str], None] | None = None, keep_image: bool = True,
+                  known: dict | None = None) -> EmulationReport:
     """Lower `graph` for `candidate`, emulate it, and compare with the graph's reference and
     (when given) the float module's `expected` outputs. `elementwise` is the lowering's
     choice for quantize / requantize / dequantize (`dse.lower.lower`: auto, ball, core).
@@ -102,7 +108,8 @@ def emulate_graph(graph: Graph, candidate: Candidate, inputs, expected=None, tol
     `progress` is told each phase as it starts: lower, emulate, reference, compare.
     ``keep_image=False``: the emulator runs on the lowered DRAM image itself rather than a
     copy (a real layer's image is gigabytes), so the report keeps nothing to run again
-    (``rerun`` is None) and ``lowered.image`` is the final image."""
+    (``rerun`` is None) and ``lowered.image`` is the final image. `known`: values of the
+    graph's own trace already computed (`StreamedReference`), when `reference` is not given."""
     if candidate.mapping.partition == "spans":
         return emulate_spans(graph, candidate, inputs, expected, tolerance, mode, name)
     progress = progress or (lambda phase: None)
@@ -138,7 +145,7 @@ def emulate_graph(graph: Graph, candidate: Candidate, inputs, expected=None, tol
     rep.rerun = None if in_place else (lowered.program, lowered.image, mode)
     if reference is None:  # the graph's own values, the same for every candidate: callers may pass them
         progress("reference")
-        reference = StreamedReference(graph, inputs)
+        reference = StreamedReference(graph, inputs, known)
     progress("compare")
     rep.verdict = compare(graph, lowered, result.dram, reference, expected, tolerance, reference_kind)
     if layered is not None and len(layered.stages) > 1:  # every request against its own reference
@@ -189,12 +196,13 @@ class Prepared:
     failed: str = ""  # why the frontend failed ("" when it passed)
 
 
-def prepare_recipe(recipe: str | Path, params: dict | None = None, steps=None) -> Prepared:
+def prepare_recipe(recipe: str | Path, params: dict | None = None, steps=None, keep_bytes: int = 0) -> Prepared:
     """The recipe through its frontend steps (`steps`: in place of its own, e.g. with the
-    quantize step's granularity set), its inputs, and the PyTorch reference outputs."""
+    quantize step's granularity set), its inputs, and the PyTorch reference outputs.
+    `keep_bytes`: up to this many bytes of the final graph's trace kept (``pipe.kept``)."""
     from ..frontend import run_pipeline
 
-    pipe = run_pipeline(recipe, params or {}, steps=steps)
+    pipe = run_pipeline(recipe, params or {}, steps=steps, keep_bytes=keep_bytes)
     if not pipe.passed:
         failed = next(s for s in pipe.stages if not s.passed)
         return Prepared(pipe.recipe, pipe, pipe.graph, [], None, FLOAT_TOLERANCE, "float",
@@ -224,6 +232,12 @@ def prepare_recipe(recipe: str | Path, params: dict | None = None, steps=None) -
                     "quantized" if quantized else "float")
 
 
+# The final graph's integer values (products, quantize ops) that `emulate_recipe` takes from
+# the frontend's own check of it rather than computing its reference again: at seq 2048 a
+# Llama layer's are ~10 s of the reference for ~300 MB beside the DRAM image.
+KEPT_REFERENCE_BYTES = 512 * 1024**2
+
+
 def emulate_recipe(recipe: str | Path, chip, mapping: Mapping | None = None, params: dict | None = None,
                    check_unmodified: bool = False, mode: str = "overlapped", partition: str = "tiles") -> EmulationReport:
     """Run `recipe` (name or folder) through its frontend steps, lower it for `chip` with
@@ -242,12 +256,13 @@ def emulate_recipe(recipe: str | Path, chip, mapping: Mapping | None = None, par
     point = dict(mapping.workload or {})
     recipe, params = point.pop("recipe", recipe), {**(params or {}), **point}
     steps = quantized_steps(recipe, mapping.quantization) if mapping.quantization else None
-    prep = prepare_recipe(recipe, params, steps=steps)
+    prep = prepare_recipe(recipe, params, steps=steps, keep_bytes=KEPT_REFERENCE_BYTES)
     if prep.failed:
         return EmulationReport(prep.recipe, chip.name, mapping.model_dump(mode="json"), False, reason=prep.failed)
     graph, inputs, expected = prep.graph, prep.inputs, prep.expected
     name, tolerance, reference_kind = prep.recipe, prep.tolerance, prep.reference_kind
     unmodified, stepped = (prep.pipe.graphs[0] if check_unmodified else None), len(prep.pipe.graphs) > 1
+    known = prep.pipe.kept
     # The stages' other graphs are not read again: let their weights go (a real layer's float
     # weights, once per stage that rewrote them, are gigabytes) before lowering and emulating.
     del prep
@@ -266,7 +281,8 @@ def emulate_recipe(recipe: str | Path, chip, mapping: Mapping | None = None, par
 
         # Nothing here times the run again: the emulator takes the image rather than a copy.
         rep = emulate_graph(graph, cand, inputs, expected, tolerance, reference_kind, mode, name, progress=phase(""),
-                            keep_image=False)
+                            keep_image=False, known=known)
+        del known
         if check_unmodified and rep.verdict is not None:
             base = emulate_graph(unmodified, cand, inputs, None if stepped else expected,
                                  FLOAT_TOLERANCE, "float", mode, name, progress=phase(" (unmodified graph)"),

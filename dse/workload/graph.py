@@ -155,19 +155,25 @@ class Graph:
                      list(self.outputs), dict(self.weights))
 
     def trace(self, *inputs: torch.Tensor | np.ndarray, known: dict[str, torch.Tensor] | None = None,
-              keep: set[str] | None = None) -> dict[str, torch.Tensor]:
+              keep: set[str] | None = None, previous: tuple[Graph, dict] | None = None) -> dict[str, torch.Tensor]:
         """Execute the dse ops in torch; every tensor's value by name (inputs, weights, op outputs).
         `known`: op outputs already computed on these inputs (by an identical op of another
         graph over identical inputs, see `unchanged_values`), taken rather than computed again.
         `keep`: only these op outputs are returned, and every other goes once its last reader
-        has run (a real model's intermediates are gigabytes)."""
+        has run (a real model's intermediates are gigabytes).
+        `previous`: (graph, its trace on these inputs), the trace consumed (each value dropped
+        from it once passed): an op the same as its namesake there over inputs that hold the
+        same values takes that op's value. Unlike `known`, "the same values" is decided as
+        the trace goes: a rewritten op (a linear made a matmul of the transposed weight) is
+        computed, and when its value has the bits and layout of the previous one, the ops
+        reading it count as unchanged (`_identical`)."""
         values: dict[str, torch.Tensor] = {}
-        for _ in self._execute(inputs, known, keep, False, values):
+        for _ in self._execute(inputs, known, keep, False, values, previous):
             pass
         return values
 
     def _execute(self, inputs: tuple, known: dict | None, keep: set[str] | None, stream: bool,
-                 values: dict | None = None):
+                 values: dict | None = None, previous: tuple[Graph, dict] | None = None):
         """The one interpreter loop of `trace` and `stream`: op outputs into `values`, each
         yielded (with `stream`) as it is computed; with `keep`, every other value goes once
         its last reader has run."""
@@ -187,15 +193,36 @@ class Graph:
         for name, array in self.weights.items():
             values[name] = weight_tensor(array, self.tensors[name].dtype)
         last_use = {} if keep is None else {name: i for i, op in enumerate(self.ops) for name in op.inputs}
+        before, old, same, producers = None, {}, set(), {}
+        if previous is not None:
+            before, old = previous
+            produced = {op.outputs[0] for op in self.ops}
+            for name in [n for n in old if n not in produced]:
+                del old[name]  # no op here computes it: never read again
+            same = _same_sources(before, self)
+            producers = before.producers()
         with torch.no_grad():
             for i, op in enumerate(self.ops):
                 out = op.outputs[0]
+                prev = old.pop(out, None)
                 if known and out in known:
                     values[out] = known[out]
+                elif prev is not None and _same_op(producers.get(out), op, before, self) and all(
+                        name in same for name in op.inputs):
+                    values[out] = prev
+                    same.add(out)
                 else:
                     args = [values[name] for name in op.inputs]
                     values[out] = INTERPRETERS[op.kind](op, args)
                     del args
+                    # compared only when the op itself was rewritten (its other inputs unchanged):
+                    # from inputs that changed, a value almost never comes out the same
+                    if (prev is not None and before.tensors[out] == self.tensors[out]
+                            and all(name in same or name in self.weights for name in op.inputs)
+                            and _identical(prev, values[out])):
+                        values[out] = prev  # one tensor, not two equal ones
+                        same.add(out)
+                del prev
                 if stream:
                     yield out, values[out]
                 if keep is not None:
@@ -261,22 +288,53 @@ class Graph:
         return "\n".join(lines) + "\n"
 
 
+def _same_sources(before: Graph, after: Graph) -> set[str]:
+    """`after`'s inputs and weights that hold what `before`'s namesakes hold: inputs of the
+    same spec (given the same values), the very same weight arrays."""
+    same = {name for name in after.inputs if name in before.tensors and before.tensors[name] == after.tensors[name]}
+    return same | {name for name, array in after.weights.items()
+                   if before.weights.get(name) is array and before.tensors[name] == after.tensors[name]}
+
+
+def _same_op(old: Op | None, op: Op, before: Graph, after: Graph) -> bool:
+    """Whether `old` (of `before`) computes what `op` (of `after`) does from inputs of the same names."""
+    name = op.outputs[0]
+    return (old is not None and old.kind == op.kind and old.inputs == op.inputs and old.outputs == op.outputs
+            and before.tensors[name] == after.tensors[name] and _same_attrs(old.attrs, op.attrs))
+
+
+def _identical(a, b) -> bool:
+    """Whether two torch tensors are indistinguishable to an op reading them: the same dtype,
+    shape, strides and offset (a kernel may reduce a strided view in another order than a
+    contiguous one), and the same bits (NaNs and signed zeros included; torch.equal alone
+    takes -0.0 for 0.0). Their storage is 64-byte aligned either way (torch's allocator)."""
+    import torch
+
+    if a is b:
+        return True
+    if (a.dtype != b.dtype or a.shape != b.shape or a.stride() != b.stride()
+            or a.storage_offset() != b.storage_offset()):
+        return False
+    if a.dtype.is_floating_point or a.dtype.is_complex:
+        bits = {1: torch.uint8, 2: torch.int16, 4: torch.int32, 8: torch.int64}.get(a.element_size())
+        if bits is None or a.dtype.is_complex:
+            return False
+        a, b = a.view(bits), b.view(bits)
+    return bool(torch.equal(a, b))
+
+
 def unchanged_values(before: Graph, values: dict[str, Any], after: Graph) -> dict[str, Any]:
     """The values of `before`'s trace that `after`'s trace on the same inputs would compute
     again, by op output name: an op of `after` whose output `before` has too, produced by an
     op of the same kind and attrs over the same inputs (graph inputs, the very same weight
     arrays, or outputs unchanged themselves), with the same spec. A step rewrites part of a
     graph; the rest need not be executed again to be checked."""
-    same = {name for name in after.inputs if name in before.tensors and before.tensors[name] == after.tensors[name]}
-    same |= {name for name, array in after.weights.items()
-             if before.weights.get(name) is array and before.tensors[name] == after.tensors[name]}
+    same = _same_sources(before, after)
     producers = before.producers()
     out: dict[str, Any] = {}
     for op in after.ops:
-        name, old = op.outputs[0], producers.get(op.outputs[0])
-        if (old is not None and name in values and old.kind == op.kind and old.inputs == op.inputs
-                and old.outputs == op.outputs and all(i in same for i in op.inputs)
-                and before.tensors[name] == after.tensors[name] and _same_attrs(old.attrs, op.attrs)):
+        name = op.outputs[0]
+        if name in values and _same_op(producers.get(name), op, before, after) and all(i in same for i in op.inputs):
             same.add(name)
             out[name] = values[name]
     return out
