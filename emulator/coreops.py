@@ -203,7 +203,7 @@ def dram_view(img: np.ndarray, t: DramTensor) -> np.ndarray:
 STORE_CHUNK = 1 << 16
 
 
-def _blocks(a: np.ndarray, b: np.ndarray, size: int):
+def paired_blocks(a: np.ndarray, b: np.ndarray, size: int):
     """Pairs of sub-blocks of two arrays of one shape along their leading axes, each of at
     most `size` elements (or one row of the last axis)."""
     if a.size <= size or a.ndim == 0:
@@ -213,7 +213,7 @@ def _blocks(a: np.ndarray, b: np.ndarray, size: int):
             yield a[i:i + size], b[i:i + size]
     else:
         for x, y in zip(a, b):
-            yield from _blocks(x, y, size)
+            yield from paired_blocks(x, y, size)
 
 
 def _round_store(dst: np.ndarray, v: np.ndarray, work, lo: int, hi: int) -> None:
@@ -233,7 +233,7 @@ def store(dst: np.ndarray, value) -> None:
         # rint of an fp32 is an fp32, and fp32 holds both bounds and every integer between.
         work = _F32 if v.dtype == _F32 and dst.dtype.itemsize <= 2 else np.float64
         if v.shape == dst.shape and not np.may_share_memory(dst, v):  # (a block must not see a written one)
-            for d, x in _blocks(dst, v, STORE_CHUNK):
+            for d, x in paired_blocks(dst, v, STORE_CHUNK):
                 _round_store(d, x, work, info.min, info.max)
         else:
             _round_store(dst, v, work, info.min, info.max)

@@ -22,6 +22,8 @@ from typing import Any
 import numpy as np
 import torch
 
+from emulator.coreops import paired_blocks
+
 from ..workload.graph import Graph
 
 INT_DTYPES = ("int8", "int16", "int32", "int64", "uint8")
@@ -75,25 +77,12 @@ def _bits(a: np.ndarray) -> np.ndarray:
 ERR_CHUNK = 1 << 22  # elements: the float64 temporaries of `_err` stay at tens of MB
 
 
-def _blocks(a: np.ndarray, b: np.ndarray):
-    """Pairs of sub-blocks of two arrays of one shape, along their leading axes, each of at
-    most `ERR_CHUNK` elements (or one row of the last axis)."""
-    if a.size <= ERR_CHUNK or a.ndim == 0:
-        yield a, b
-    elif a.ndim == 1:
-        for i in range(0, a.shape[0], ERR_CHUNK):
-            yield a[i:i + ERR_CHUNK], b[i:i + ERR_CHUNK]
-    else:
-        for x, y in zip(a, b):
-            yield from _blocks(x, y)
-
-
 def _same_bits(got: np.ndarray, want: np.ndarray) -> bool:
     """Whether two arrays of one shape and dtype hold the same bits (floats compared as
     their bits: NaN equals itself, -0.0 not 0.0), a block at a time, on views: no copy of
     a strided view and no whole-tensor temporary (an attention's scores are GBs)."""
     u = f"u{got.dtype.itemsize}" if got.dtype.kind == "f" else None
-    for x, y in _blocks(got, want):
+    for x, y in paired_blocks(got, want, ERR_CHUNK):
         if u is not None:
             x, y = x.view(u), y.view(u)
         if not np.array_equal(x, y):
