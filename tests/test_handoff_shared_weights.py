@@ -11,6 +11,7 @@ from __future__ import annotations
 import pytest
 
 from agreement import emulated_and_modelled
+from dse.analytical.placed import estimate_layers
 from dse.chips import load_chip
 from dse.mapping import Candidate, CandidateArrays, Mapping
 from dse.numerics.run import prepare_recipe
@@ -68,8 +69,19 @@ def test_shared_weights_hand_off_q_k_and_v_with_their_banks_by_hand(llama):
 @pytest.mark.parametrize("banks, handed, note", [
     (64, 3, "mul_1_int8 to ops linear_acc, linear_1_acc, linear_2_acc (their A) via shared memory: 1536 bytes"),
     (5, 3, "mul_1_int8 to ops linear_acc, linear_1_acc, linear_2_acc (their A) via shared memory: 1536 bytes"),
-    (4, 1, "mul_1_int8 to op linear_acc's A via shared memory: 512 bytes"),
-    (3, 1, "mul_1_int8 to op linear_2_acc's A via shared memory: 512 bytes"),
+    # the products left out say why they read DRAM: closed by q's B tiles, or not fitting
+    (4, 1, "mul_1_int8 to op linear_acc's A via shared memory: 512 bytes; "
+           "op linear_1_acc's A via DRAM: op linear_acc's shared B tiles would reach the banks op linear_1_acc's "
+           "A tiles take; "
+           "op linear_2_acc's A via DRAM: op linear_acc's shared B tiles would reach the banks op linear_2_acc's "
+           "A tiles take"),
+    (3, 1, "mul_1_int8 to op linear_2_acc's A via shared memory: 512 bytes; "
+           "op linear_acc's A via DRAM: op linear_acc's A tiles do not fit shared memory one bank each with the "
+           "whole reduction in one tile (K split, or more tiles than the shared banks B leaves beside the 1 bank "
+           "the A tiles of the hand-offs before it hold); "
+           "op linear_1_acc's A via DRAM: op linear_1_acc's A tiles do not fit shared memory one bank each with the "
+           "whole reduction in one tile (K split, or more tiles than the shared banks B leaves beside the 1 bank "
+           "the A tiles of the hand-offs before it hold)"),
     (2, 0, "mul_1_int8 via DRAM: op linear_acc's A tiles do not fit shared memory"),
 ])
 def test_a_grid_of_shared_banks_is_bit_exact_and_modelled(llama, banks, handed, note):
@@ -78,6 +90,8 @@ def test_a_grid_of_shared_banks_is_bit_exact_and_modelled(llama, banks, handed, 
     assert dma == model["dma_bytes"]
     assert rep.counters["shared_bytes_used"] == model["shared_sram_bytes"]
     assert rep.handoffs[0][0] == "mul_1_int8" and rep.handoffs[0][3].startswith(note), rep.handoffs[0]
+    _, _, notes = estimate_layers(llama.graph, [layers(banks)])
+    assert "; ".join(h[3] for h in rep.handoffs) == notes[0]  # the lowering's words, the model's words
     # every A tile handed off saves the 2 workers of the second group a 512-byte A load each
     # and costs the first group one 512-byte load: 512 bytes less a product
     base = emulated_and_modelled(llama, layers(2))[0] if handed else rep

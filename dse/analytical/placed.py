@@ -45,7 +45,7 @@ from ..cost.dma import dma_cycles_for
 from ..mapping import Candidate, CandidateArrays, check_tiles
 from ..mapping.candidate import Mapping
 from ..plan.graph_plan import plan_graph
-from ..plan.placement import (boundary_tensors, handoff_banks, handoff_note, handoff_why, handoffs, place,
+from ..plan.placement import (boundary_note, boundary_tensors, handoff_banks, handoffs, place,
                               range_candidate, schedule, spmd_chip, stage_reason)
 from .estimate import TOTAL_COLUMNS, estimate, summarize
 from .graph_cost import graph_costs
@@ -308,7 +308,7 @@ def estimate_layers(graph, candidates: Sequence[Candidate], calibration=None
     ``mapping.requests``, ``"layers"``, ``"pipeline"``): totals (`TOTAL_COLUMNS`), the per-op
     frame (`estimate`'s columns, one request's: each op costed on its range's group;
     candidates that could not be laid out have no rows) and per candidate its notes (how
-    every tensor between ranges went: `handoff_note` / `handoff_why`, the lowering's words).
+    every tensor between ranges went: `boundary_note`, the lowering's words).
 
     Per range, its ops' (cycles, syncs) give its epochs (`epoch_cycles`), a hand-off's loads
     into shared memory (`handoff_cycles`) closing the range before; per slot of the schedule
@@ -392,9 +392,8 @@ def estimate_layers(graph, candidates: Sequence[Candidate], calibration=None
                 latency += (len(slots) - 1) * c.chip.front_end.barrier_cycles  # the BARRIER closing each slot
                 lines = []
                 for t, r, reader in boundary:
-                    offered = next((o for o, tt in handed.items()
-                                    if tt == t and o in {plans[k].op.name for k in ranges[r]}), None)
-                    lines.append(said.get((t, r)) or handoff_why(t, reader, offered, handoff, bases.get(offered, 0)))
+                    offered = [plans[k].op.name for k in ranges[r] if handed.get(plans[k].op.name) == t]
+                    lines.append(boundary_note(t, reader, offered, said.get((t, r), []), handoff, held[i]))
                 notes[i] = "; ".join(lines)
                 all_rows = pd.concat(parts)
                 # the emulator counts every shared bank the run touched: a shared weight's B tiles
@@ -453,7 +452,7 @@ def _handoff_loads(places, parts, times, handed: dict, banks: dict[str, int], se
         if head:
             heads[r - 1].append(head)
         for t, ops in to.items():
-            said[(t, r)] = handoff_note(t, [op for op, _ in ops], sum(nb for _, nb in ops))
+            said[(t, r)] = ops
     return extra_bytes, said
 
 

@@ -84,8 +84,8 @@ from ..plan.grouped import block_diagonal, on_matrix
 from ..plan.layout import permuted, stored_orders
 from ..plan.matmul import plan_matmul
 from ..plan.memory import Blocked, Dram, Loc, emu_dtype
-from ..plan.placement import (Placed, boundary_tensors, cores_chip, handoff_banks, handoff_note, handoff_why, handoffs,
-                              place, range_candidate, schedule, spmd_chip, stage_reason)
+from ..plan.placement import (Placed, boundary_note, boundary_tensors, cores_chip, handoff_banks, handoffs, place,
+                              range_candidate, schedule, spmd_chip, stage_reason)
 from ..plan.split import shared_loads, split_core_op
 from ..plan.streams import ELEMENTWISE, Stream, relu_stream, scale_core_op, scale_stream, stream_or_core
 from ..plan.units import Infeasible, conv_pad, relu_ball, reshape_view, sync_after, too_many_workers
@@ -863,8 +863,8 @@ def lower_layers(graph: Graph, candidate: Candidate, requests) -> LayeredLowered
         raise Infeasible(reason)
     places, ranges = lay.places, lay.ranges
     handed = handoffs(plans, ranges, mapping.weights != "shared") if mapping.handoff != "dram" else {}
-    bases = handoff_banks(plans, ranges, handed, lay.handoff_sets, lay.overlap,
-                          [CandidateArrays.from_candidates([range_candidate(p, mapping)]) for p in places])[0].bases
+    (held,) = handoff_banks(plans, ranges, handed, lay.handoff_sets, lay.overlap,
+                            [CandidateArrays.from_candidates([range_candidate(p, mapping)]) for p in places])
     dram = Dram()
     weights: dict[str, Loc] = {}
     builders: list[list[ProgramBuilder]] = []
@@ -878,7 +878,7 @@ def lower_layers(graph: Graph, candidate: Candidate, requests) -> LayeredLowered
                     b.handoff_ops = frozenset(plans[i].op.name for i in rg) & set(handed)
                     b.handoff_loaders = chain[-1].cores
                     b.handoff_sets, b.handoff_set = lay.handoff_sets, k % lay.handoff_sets
-                    b.handoff_bases = bases
+                    b.handoff_bases = held.bases
                 else:
                     b.locs.update(weights)  # placed by the first request: one copy
                 for i in rg:
@@ -921,12 +921,8 @@ def lower_layers(graph: Graph, candidate: Candidate, requests) -> LayeredLowered
     for t, r, reader in boundary_tensors(plans, ranges):
         names = {plans[i].op.name for i in ranges[r]}
         to = [(op, nb) for (tt, op), nb in shared.items() if tt == t and op in names]
-        how_t = ("shared", handoff_note(t, [op for op, _ in to], sum(nb for _, nb in to))) if to else None
-        if how_t is None:
-            offered = next((op for op, tt in handed.items() if tt == t and op in {plans[i].op.name for i in ranges[r]}),
-                           None)
-            how_t = ("dram", handoff_why(t, reader, offered, mapping.handoff, bases.get(offered, 0)))
-        notes.append((t, r, *how_t))
+        offered = [plans[i].op.name for i in ranges[r] if handed.get(plans[i].op.name) == t]
+        notes.append((t, r, "shared" if to else "dram", boundary_note(t, reader, offered, to, mapping.handoff, held)))
     return LayeredLowered(program, img, per_request, [list(p.cores) for p in places], notes,
                           sum(nb for chain in builders for b in chain for *_, nb in b.handoffs))
 

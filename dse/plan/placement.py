@@ -37,7 +37,7 @@ one after another.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 
@@ -258,6 +258,9 @@ class HandoffBanks:
 
     bases: dict[str, int]  # banks, counted down from the top, the hand-offs live beside it hold first
     banks: dict[str, int]  # the banks its picked A tiles take, every set (0: its A goes through DRAM)
+    # with shared weights: a hand-off closed (its A through DRAM) -> the product whose shared
+    # B tiles would reach its A banks
+    closed: dict[str, str] = field(default_factory=dict)
 
 
 def handoff_banks(plans, ranges, handed: dict[str, str], sets: int, overlap: bool,
@@ -327,6 +330,7 @@ def _take_banks_shared_b(out, taken, ops, who, params: CandidateArrays, sets: in
                 closed = int(one.shared_banks[0])
                 for q in later:
                     out[c].bases[q], out[c].banks[q] = closed, 0
+                    out[c].closed.setdefault(q, p.op.name)
                 taken[c] = start
                 (banks,) = a_shared_banks(one, replace(shape, a_shared_base=start)).tolist()
             out[c].bases[p.op.name], out[c].banks[p.op.name] = int(taken[c]), int(banks)
@@ -350,17 +354,41 @@ def boundary_tensors(plans, ranges) -> list[tuple[str, int, str]]:
     return out
 
 
-def handoff_why(tensor: str, reader: str, matmul: str | None, handoff: str | None, base: int = 0) -> str:
+def handoff_why(tensor: str, reader: str, matmul: str | None, handoff: str | None, base: int = 0,
+                closer: str | None = None) -> str:
     """Why a tensor between ranges went through DRAM (the candidate's notes: the lowering's
-    and the model's words); `matmul`: the op `handoffs` offered it to, if any, and `base`: the
-    shared banks the picked A tiles of the hand-offs live beside it hold (`handoff_banks`)."""
+    and the model's words); `matmul`: the op `handoffs` offered it to, if any, `base`: the
+    shared banks the picked A tiles of the hand-offs live beside it hold, and `closer`: the
+    product whose shared B tiles closed its hand-off (`handoff_banks`)."""
     if handoff == "dram":
         return f"{tensor} via DRAM (mapping.handoff = dram)"
     if matmul is not None:
-        beside = f" beside the {base} banks the A tiles of the hand-offs before it hold" if base else ""
-        return (f"{tensor} via DRAM: op {matmul}'s A tiles do not fit shared memory one bank each with the whole "
-                f"reduction in one tile (K split, or more tiles than the shared banks B leaves{beside})")
+        return f"{tensor} via DRAM: {_offered_why(matmul, base, closer)}"
     return f"{tensor} via DRAM: read first by op {reader}, not as A of its range's leading matmuls"
+
+
+def _offered_why(matmul: str, base: int, closer: str | None) -> str:
+    if closer is not None:
+        return f"op {closer}'s shared B tiles would reach the banks op {matmul}'s A tiles take"
+    beside = f" beside the {base} bank{'s' * (base != 1)} the A tiles of the hand-offs before it hold" if base else ""
+    return (f"op {matmul}'s A tiles do not fit shared memory one bank each with the whole reduction in one tile "
+            f"(K split, or more tiles than the shared banks B leaves{beside})")
+
+
+def boundary_note(tensor: str, reader: str, offered: list[str], to: list[tuple[str, int]], handoff: str | None,
+                  held: HandoffBanks) -> str:
+    """How a tensor between ranges went (the candidate's notes, in the lowering's and the
+    model's words): `offered`, the ops of the reading range `handoffs` offered it to, in
+    order; `to`, those that read it through shared memory and the bytes loaded for each.
+    An offered op left out reads its A from DRAM, and the note says why."""
+    if not to:
+        first = offered[0] if offered else None
+        return handoff_why(tensor, reader, first, handoff, held.bases.get(first, 0), held.closed.get(first))
+    line = handoff_note(tensor, [op for op, _ in to], sum(nb for _, nb in to))
+    shared = {op for op, _ in to}
+    left = [f"op {op}'s A via DRAM: {_offered_why(op, held.bases.get(op, 0), held.closed.get(op))}"
+            for op in offered if op not in shared]
+    return "; ".join([line, *left])
 
 
 def handoff_note(tensor: str, ops, nbytes: int) -> str:
@@ -371,6 +399,6 @@ def handoff_note(tensor: str, ops, nbytes: int) -> str:
     return f"{tensor} to ops {', '.join(ops)} (their A) via shared memory: {nbytes} bytes"
 
 
-__all__ = ["PLACEMENTS", "HandoffBanks", "Placed", "Schedule", "boundary_tensors", "cores_chip", "handoff_banks",
-           "handoff_note", "handoff_why", "handoffs", "layer_ranges", "place", "place_layers", "range_candidate",
-           "schedule", "spmd_chip", "stage_reason"]
+__all__ = ["PLACEMENTS", "HandoffBanks", "Placed", "Schedule", "boundary_note", "boundary_tensors", "cores_chip",
+           "handoff_banks", "handoff_note", "handoff_why", "handoffs", "layer_ranges", "place", "place_layers",
+           "range_candidate", "schedule", "spmd_chip", "stage_reason"]
