@@ -4,7 +4,8 @@ LOMA mapper on ResNet-18, each a fresh process, in the same run.
     .venv/bin/python bench/bench_map_vs_zigzag.py [--repeat 3] [--zigzag-python PATH]
 
 ZigZag is not a dependency of dse: install it in a throwaway venv (`python3 -m venv
-/tmp/zz && /tmp/zz/bin/pip install zigzag-dse`) and pass that interpreter. ZigZag runs
+/tmp/zz && /tmp/zz/bin/pip install zigzag-dse six`: zigzag-dse 3.9.1 imports six without
+requiring it) and pass that interpreter. ZigZag runs
 its own shipped example: `zigzag/inputs/workload/resnet18.onnx` on its TPU-like hardware
 and mapping (`inputs/hardware/tpu_like.yaml`, `inputs/mapping/tpu_like.yaml`), LOMA with
 its default lpf_limit 6, optimising latency. Without --zigzag-python the bench quotes the
