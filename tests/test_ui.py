@@ -250,6 +250,13 @@ def _number(text: str) -> float:
     return float("nan") if text == "—" else float(text.replace(",", ""))
 
 
+def _plots_drawn(page) -> None:
+    """Wait until every plot of the page is drawn: a plot drawn late moves what is below it,
+    and a click aimed at the table or the filters then lands elsewhere (the filter button's
+    click once went to nothing under load)."""
+    page.wait_for_function("[...document.querySelectorAll('div.plot[data-src]')].every(d => d.dataset.ready === '1')")
+
+
 def test_pages_load_sort_and_filter_in_the_browser(server, store_db, page):
     with Store(store_db) as store:
         exps = store.experiments()
@@ -269,17 +276,20 @@ def test_pages_load_sort_and_filter_in_the_browser(server, store_db, page):
     page.goto(server + "/experiments/1")
     assert "window.__xss" in page.inner_text("#hypothesis")
     page.wait_for_selector("#pareto[data-ready='1']")
+    _plots_drawn(page)
     page.click("th a[data-col='latency_cycles']")
     page.wait_for_url(re.compile(r"sort=latency_cycles&order=asc"))
     values = [_number(v) for v in _column(page, "latency_cycles")]
     present = [v for v in values if v == v]
     assert present == sorted(present) and len(present) == min(50, int((table["status"] == "ok").sum()))
+    _plots_drawn(page)
     page.click("th a[data-col='latency_cycles']")
     page.wait_for_url(re.compile(r"order=desc"))
     values = [_number(v) for v in _column(page, "latency_cycles")]
     assert values[0] == table["latency_cycles"].max()
     assert [v for v in values if v == v] == sorted((v for v in values if v == v), reverse=True)
 
+    _plots_drawn(page)
     page.select_option("select[name=status]", "infeasible")
     page.click("#apply-filters")
     page.wait_for_url(re.compile(r"status=infeasible"))
