@@ -1,11 +1,37 @@
 """The check every knob's test makes: a candidate emulated bit-exact on the integer path,
 and the model's latency within 2% of the emulator's.
 
-Import it into a test module: `from agreement import emulated_and_modelled`."""
+Import it into a test module: `from agreement import emulated_and_modelled`. Beside it, what
+the placement tests share: the tiny llama they cut, a recipe prepared for them, and the
+hand-off banks the plan decides."""
 
 from dse.analytical import estimate, summarize
 from dse.analytical.placed import estimate_layers
+from dse.mapping import CandidateArrays
 from dse.numerics import emulate_graph
+from dse.numerics.run import prepare_recipe
+from dse.plan.graph_plan import plan_graph
+from dse.plan.placement import handoff_banks, handoffs, range_candidate, schedule
+
+TINY_LLAMA = dict(vocab=64, dim=32, layers=1, heads=2, kv_heads=1, seq=16)
+
+
+def prepared(recipe: str, params: dict):
+    """`recipe` through its frontend steps with `params`, asserted to have passed them."""
+    prep = prepare_recipe(recipe, params)
+    assert not prep.failed, prep.failed
+    return prep
+
+
+def plan_banks(prep, cand):
+    """The candidate's hand-off banks as the plan decides them (bases, banks), by matmul."""
+    plans = plan_graph(prep.graph, cand.mapping.fusion, cand.mapping.channels_last)
+    lay, reason = schedule(cand.chip, cand.mapping, len(plans))
+    assert not reason, reason
+    handed = handoffs(plans, lay.ranges, cand.mapping.weights != "shared")
+    (got,) = handoff_banks(plans, lay.ranges, handed, lay.handoff_sets, lay.overlap,
+                           [CandidateArrays.from_candidates([range_candidate(p, cand.mapping)]) for p in lay.places])
+    return got.bases, got.banks
 
 
 def emulated_and_modelled(prep, cand, within: float = 0.02):

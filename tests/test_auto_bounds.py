@@ -11,6 +11,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from agreement import TINY_LLAMA
 from dse.analytical import placed
 from dse.analytical.placed import auto_latencies, auto_options, latency_bounds, resolve_auto
 from dse.chips import load_chip
@@ -18,7 +19,7 @@ from dse.mapping import Candidate
 from dse.mapping.candidate import mapping_from_dict
 from dse.runner.stages import analytical_graph
 
-LLAMA = dict(vocab=64, dim=32, layers=1, heads=2, kv_heads=1, seq=16)
+LLAMA = TINY_LLAMA
 
 
 def groups(banks: int):

@@ -9,16 +9,13 @@ from __future__ import annotations
 
 import pytest
 
-from agreement import emulated_and_modelled
+from agreement import TINY_LLAMA, emulated_and_modelled, plan_banks, prepared
 from dse.analytical.placed import estimate_layers
 from dse.chips import load_chip
-from dse.mapping import Candidate, CandidateArrays, Mapping
-from dse.numerics.run import emulate_graph, prepare_recipe
-from dse.plan.graph_plan import plan_graph
-from dse.plan.placement import handoff_banks, handoffs, range_candidate, schedule
+from dse.mapping import Candidate, Mapping
+from dse.numerics.run import emulate_graph
 
 SHARED_BANK = 16384 * 16  # poly's shared bank: rows x row_bytes
-LLAMA = dict(vocab=64, dim=32, layers=1, heads=2, kv_heads=1, seq=16)
 # the MLP (256 -> 1024 -> 1024 -> 256) cut before its second and third products: fc2 and fc3
 # each read a [32, 1024] int8 activation the range before wrote
 MLP_CUTS = (4, 7)
@@ -26,16 +23,12 @@ MLP_CUTS = (4, 7)
 
 @pytest.fixture(scope="module")
 def mlp():
-    prep = prepare_recipe("mlp", dict(batch=32))
-    assert not prep.failed
-    return prep
+    return prepared("mlp", dict(batch=32))
 
 
 @pytest.fixture(scope="module")
 def llama():
-    prep = prepare_recipe("llama_prefill", LLAMA)
-    assert not prep.failed
-    return prep
+    return prepared("llama_prefill", TINY_LLAMA)
 
 
 def three_groups(banks: int = 64, c_balls=None):
@@ -44,17 +37,6 @@ def three_groups(banks: int = 64, c_balls=None):
     return load_chip("poly", {"cores.groups": [{"role": "a", "count": 2},
                                                {"role": "b", "count": 2, "op_cycles_per_element": 2.0}, c],
                               "shared_memory.banks": banks})
-
-
-def banks_of(prep, cand):
-    """The candidate's hand-off banks as the plan decides them (bases, banks), by matmul."""
-    plans = plan_graph(prep.graph, cand.mapping.fusion, cand.mapping.channels_last)
-    lay, reason = schedule(cand.chip, cand.mapping, len(plans))
-    assert not reason, reason
-    handed = handoffs(plans, lay.ranges)
-    (got,) = handoff_banks(plans, lay.ranges, handed, lay.handoff_sets, lay.overlap,
-                           [CandidateArrays.from_candidates([range_candidate(p, cand.mapping)]) for p in lay.places])
-    return got.bases, got.banks
 
 
 def pipeline(chip, requests: int = 2, **knobs) -> Candidate:
@@ -73,15 +55,15 @@ def test_each_handoff_holds_the_banks_of_the_tiles_it_picks(mlp, llama):
     _, per_op, _ = estimate_layers(mlp.graph, [cand])
     picked = per_op.set_index("op").loc[["linear_1_acc", "linear_2_acc"], ["tile_m", "tile_k"]]
     assert picked.values.tolist() == [[32, 1024], [32, 1024]]
-    assert banks_of(mlp, cand) == ({"linear_1_acc": 0, "linear_2_acc": 2}, {"linear_1_acc": 2, "linear_2_acc": 2})
+    assert plan_banks(mlp, cand) == ({"linear_1_acc": 0, "linear_2_acc": 2}, {"linear_1_acc": 2, "linear_2_acc": 2})
     # one range after another (one set), each range's hand-offs start again at the top bank
     layers = Candidate(cand.chip, Mapping(split="cols", placement="layers", cuts=MLP_CUTS))
-    assert banks_of(mlp, layers) == ({"linear_1_acc": 0, "linear_2_acc": 0}, {"linear_1_acc": 1, "linear_2_acc": 1})
+    assert plan_banks(mlp, layers) == ({"linear_1_acc": 0, "linear_2_acc": 0}, {"linear_1_acc": 1, "linear_2_acc": 1})
     # tiny llama on 3 shared banks, 3 requests in flight: q (linear_acc) holds its 2 sets of one
     # 16-row tile; k, v and the scores do not fit below them (2 + 2, 2 + 2 x 2 > 3), go through
     # DRAM and hold none, so each starts below q's 2 banks (the worst case said 2, 4, 6)
     small = Candidate(three_groups(3), Mapping(split="cols", placement="pipeline", cuts=(10, 42), requests=3))
-    assert banks_of(llama, small) == (
+    assert plan_banks(llama, small) == (
         {"linear_acc": 0, "linear_1_acc": 2, "linear_2_acc": 2, "matmul_acc": 2},
         {"linear_acc": 2, "linear_1_acc": 0, "linear_2_acc": 0, "matmul_acc": 0})
 
@@ -123,7 +105,7 @@ def test_a_reservation_that_does_not_fit_is_a_dram_note_or_an_infeasible_reason(
     # 1 shared bank: neither matmul's 2 sets fit; both read DRAM, with the reason (nothing held
     # before either, so no "beside"), the same words from the model and the lowering
     cand = pipeline(three_groups(1))
-    assert banks_of(mlp, cand) == ({"linear_1_acc": 0, "linear_2_acc": 0}, {"linear_1_acc": 0, "linear_2_acc": 0})
+    assert plan_banks(mlp, cand) == ({"linear_1_acc": 0, "linear_2_acc": 0}, {"linear_1_acc": 0, "linear_2_acc": 0})
     rep, model, _ = emulated_and_modelled(mlp, cand)
     _, _, notes = estimate_layers(mlp.graph, [cand])
     assert [h[2] for h in rep.handoffs] == ["dram", "dram"] and rep.counters["shared_bytes_used"] == 0
@@ -134,7 +116,7 @@ def test_a_reservation_that_does_not_fit_is_a_dram_note_or_an_infeasible_reason(
     # the last range's group has no matrix Ball: fc3 has no tile, holds no banks, and the
     # candidate is infeasible with that reason, model and lowering alike (no crash on the way)
     bad = pipeline(three_groups(4, c_balls=["fp2int", "int2fp"]))
-    assert banks_of(mlp, bad)[1] == {"linear_1_acc": 2, "linear_2_acc": 0}
+    assert plan_banks(mlp, bad)[1] == {"linear_1_acc": 2, "linear_2_acc": 0}
     totals, _, _ = estimate_layers(mlp.graph, [bad])
     rep = emulate_graph(mlp.graph, bad, mlp.inputs, mlp.expected, mlp.tolerance, mlp.reference_kind)
     assert not rep.feasible and not totals.iloc[0]["feasible"]

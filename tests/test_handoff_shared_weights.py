@@ -10,24 +10,18 @@ from __future__ import annotations
 
 import pytest
 
-from agreement import emulated_and_modelled
+from agreement import TINY_LLAMA, emulated_and_modelled, plan_banks, prepared
 from dse.analytical.placed import estimate_layers
 from dse.chips import load_chip
-from dse.mapping import Candidate, CandidateArrays, Mapping
-from dse.numerics.run import prepare_recipe
-from dse.plan.graph_plan import plan_graph
-from dse.plan.placement import handoff_banks, handoffs, range_candidate, schedule
+from dse.mapping import Candidate, Mapping
 
-LLAMA = dict(vocab=64, dim=32, layers=1, heads=2, kv_heads=1, seq=16)
 SHARED_BANK = 16384 * 16  # poly's shared bank: rows x row_bytes
 Q, K, V = "linear_acc", "linear_1_acc", "linear_2_acc"
 
 
 @pytest.fixture(scope="module")
 def llama():
-    prep = prepare_recipe("llama_prefill", LLAMA)
-    assert not prep.failed
-    return prep
+    return prepared("llama_prefill", TINY_LLAMA)
 
 
 def layers(banks: int, weights: str = "shared") -> Candidate:
@@ -36,34 +30,24 @@ def layers(banks: int, weights: str = "shared") -> Candidate:
                      Mapping(split="cols", placement="layers", cuts=(10,), weights=weights))
 
 
-def banks_of(prep, cand):
-    plans = plan_graph(prep.graph, None, None)
-    lay, reason = schedule(cand.chip, cand.mapping, len(plans))
-    assert not reason
-    handed = handoffs(plans, lay.ranges, cand.mapping.weights != "shared")
-    (got,) = handoff_banks(plans, lay.ranges, handed, lay.handoff_sets, lay.overlap,
-                           [CandidateArrays.from_candidates([range_candidate(p, cand.mapping)]) for p in lay.places])
-    return got.bases, got.banks
-
-
 def test_shared_weights_hand_off_q_k_and_v_with_their_banks_by_hand(llama):
     # q [16 x 32] @ [32 x 64] picks 16 x 32 x 32: 1 A tile, 2 B tiles (a bank each); k and v
     # [16 x 32] @ [32 x 32] pick 16 x 16 x 32: 1 A tile, 2 B tiles. From the last: v at the
     # top (base 0), k below it (1), q below k (2): q's 2 + 1 + 2 B = 5 banks
     for banks in (64, 5):
-        assert banks_of(llama, layers(banks)) == ({V: 0, K: 1, Q: 2}, {V: 1, K: 1, Q: 1})
+        assert plan_banks(llama, layers(banks)) == ({V: 0, K: 1, Q: 2}, {V: 1, K: 1, Q: 1})
     # 4 banks: q's A does not fit below k's and v's (2 + 1 + 2 > 4); with its A from DRAM q
     # picks 16 x 16 x 32, whose 4 B tiles (banks 0-3) would reach k's and v's A (4 + 2 > 4):
     # k and v are closed (base 4: no tile fits, their A reads DRAM) and q is picked again at
     # the top (1 + 2 <= 4)
-    assert banks_of(llama, layers(4)) == ({V: 4, K: 4, Q: 0}, {V: 0, K: 0, Q: 1})
+    assert plan_banks(llama, layers(4)) == ({V: 4, K: 4, Q: 0}, {V: 0, K: 0, Q: 1})
     # 3 banks: v at the top (1 + 2 <= 3); k's A does not fit below it (1 + 1 + 2 > 3), nor q's,
     # but their B tiles leave v's bank alone (2 + 1 <= 3): v keeps its hand-off
-    assert banks_of(llama, layers(3)) == ({V: 0, K: 1, Q: 1}, {V: 1, K: 0, Q: 0})
+    assert plan_banks(llama, layers(3)) == ({V: 0, K: 1, Q: 1}, {V: 1, K: 0, Q: 0})
     # 2 banks: no product's 1 A + 2 B fits; nothing held, nothing closed
-    assert banks_of(llama, layers(2)) == ({V: 0, K: 0, Q: 0}, {V: 0, K: 0, Q: 0})
+    assert plan_banks(llama, layers(2)) == ({V: 0, K: 0, Q: 0}, {V: 0, K: 0, Q: 0})
     # a copy of the weights per worker: the order of the products, q at the top
-    assert banks_of(llama, layers(64, "per_worker")) == ({Q: 0, K: 1, V: 2}, {Q: 1, K: 1, V: 1})
+    assert plan_banks(llama, layers(64, "per_worker")) == ({Q: 0, K: 1, V: 2}, {Q: 1, K: 1, V: 1})
 
 
 @pytest.mark.parametrize("banks, handed, note", [

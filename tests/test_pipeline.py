@@ -15,6 +15,7 @@ import numpy as np
 import pytest
 import torch
 
+from agreement import TINY_LLAMA, prepared
 from dse.analytical.placed import auto_options, bus_head_delays, estimate_layers, head_transfer_ends, resolve_auto
 from dse.chips import load_chip
 from dse.errors import InputError
@@ -24,22 +25,18 @@ from dse.numerics.run import emulate_graph, prepare_recipe, request_inputs
 from dse.runner.spec import load_spec
 
 ROOT = Path(__file__).resolve().parents[1]
-LLAMA = dict(vocab=64, dim=32, layers=1, heads=2, kv_heads=1, seq=16)
+LLAMA = TINY_LLAMA
 SHARED_BANK = 16384 * 16  # poly's shared bank: rows x row_bytes
 
 
 @pytest.fixture(scope="module")
 def gemm():
-    prep = prepare_recipe("gemm", dict(m=32, n=64, k=64))
-    assert not prep.failed
-    return prep
+    return prepared("gemm", dict(m=32, n=64, k=64))
 
 
 @pytest.fixture(scope="module")
 def llama():
-    prep = prepare_recipe("llama_prefill", LLAMA)
-    assert not prep.failed
-    return prep
+    return prepared("llama_prefill", LLAMA)
 
 
 @pytest.fixture(scope="module")
