@@ -1,8 +1,10 @@
-"""What a SQLite record store holds of one experiment, read in one read-only transaction
-with the standard library's sqlite3: the light read of a rerun's shortcut
-(`dse.runner.rerun`), which must answer before SQLAlchemy, its ORM and pandas (most of a
-short command's start-up) are imported. It never writes, and opens no file that is not
-there; anything it cannot read is the full sweep's to report (None).
+"""What a record store holds of one experiment, read in one read-only snapshot before
+SQLAlchemy, its ORM and pandas (most of a short command's start-up) are imported: the light
+read of a rerun's shortcut (`dse.runner.rerun`). A SQLite file is read with the standard
+library's sqlite3 (`dse.records.light.connect`), a PostgreSQL URL with psycopg
+(`dse.records.light_pg.connect`); the same queries, written in SQL both speak. It never
+writes, and opens no file that is not there; anything it cannot read (a server it cannot
+reach included) is the full sweep's to report (None).
 
 The tables and columns it reads are `dse.records.schema`'s at the head revision;
 `schema_current` says whether the store is at it. (`dse.records` loads its names lazily, so
@@ -15,6 +17,7 @@ import json
 import sqlite3
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from .light import connect
 from .revisions import head_revision
@@ -36,19 +39,22 @@ class RecordedExperiment:
     # hashes of candidates with a finished emulator-stage run (neither emulated nor pruned again)
     emulator_done: set[str] = field(default_factory=set)
     # the experiment's latest proposal (verdict, rationale, created_at) and the newest
-    # start or finish time of its candidates' runs, both as the store's timestamp text
-    proposal: tuple[str, str, str] | None = None
-    newest_run_time: str | None = None
+    # start or finish time of its candidates' runs, both as the store hands them out (SQLite:
+    # its timestamp text; PostgreSQL: aware datetimes), so they compare
+    proposal: tuple[str, str, Any] | None = None
+    newest_run_time: Any = None
     # the newest run id of its candidates, and the newest its sweep's last judgement covered
     # (experiment.judged_run_id, 0013: the latest proposal is that judgement)
     newest_run_id: int | None = None
     judged_run_id: int | None = None
 
 
-def read_experiment(path: str | Path, name: str, final_statuses: set[str]) -> RecordedExperiment | None:
-    """The experiment `name` of the SQLite store at `path`, or None when the file, the
-    experiment or a table cannot be read."""
-    connection = connect(Path(path))
+def read_experiment(store: str | Path, name: str, final_statuses: set[str]) -> RecordedExperiment | None:
+    """The experiment `name` of the store `store` (a SQLite file's path, or a PostgreSQL
+    URL as a str), or None when the store, the experiment or a table cannot be read."""
+    if isinstance(store, str) and "://" in store:
+        return _read_postgresql(store, name, final_statuses)
+    connection = connect(Path(store))
     if connection is None:
         return None  # what the store's open would refuse (or create) is the full sweep's to say
     try:
@@ -60,7 +66,37 @@ def read_experiment(path: str | Path, name: str, final_statuses: set[str]) -> Re
         connection.close()
 
 
-def _read(db: sqlite3.Connection, name: str, final_statuses: set[str]) -> RecordedExperiment | None:
+def _read_postgresql(url: str, name: str, final_statuses: set[str]) -> RecordedExperiment | None:
+    from .light_pg import connect as connect_pg  # psycopg, only for a URL
+    import psycopg
+
+    try:
+        connection = connect_pg(url)
+    except (psycopg.Error, ValueError, OSError):  # an unreachable server, a bad name: the full sweep says
+        return None
+    if connection is None:
+        return None
+    try:
+        with connection.transaction():  # one snapshot (REPEATABLE READ) for every read below
+            return _read(_QmarkConnection(connection), name, final_statuses)
+    except (psycopg.Error, ValueError):  # not a store, another schema: the full sweep says
+        return None
+    finally:
+        connection.close()
+
+
+class _QmarkConnection:
+    """A psycopg connection taking the sqlite3 queries' `?` placeholders (no query here
+    holds a `?` or `%` of its own)."""
+
+    def __init__(self, connection):
+        self._connection = connection
+
+    def execute(self, sql: str, params: tuple = ()):
+        return self._connection.execute(sql.replace("?", "%s"), params or None)
+
+
+def _read(db: sqlite3.Connection | _QmarkConnection, name: str, final_statuses: set[str]) -> RecordedExperiment | None:
     versions = [row[0] for row in db.execute("SELECT version_num FROM alembic_version")]
     row = db.execute("SELECT id, spec_hash, workload_hash, status, acceptance, judged_run_id FROM experiment "
                      "WHERE name = ?", (name,)).fetchone()
@@ -68,7 +104,7 @@ def _read(db: sqlite3.Connection, name: str, final_statuses: set[str]) -> Record
         return None
     exp_id = row[0]
     out = RecordedExperiment(
-        id=exp_id, spec_hash=row[1], workload_hash=row[2], status=row[3], acceptance=json.loads(row[4] or "[]"),
+        id=exp_id, spec_hash=row[1], workload_hash=row[2], status=row[3], acceptance=_json(row[4]),
         schema_current=versions == [head_revision()],
         runs_in_flight=db.execute("SELECT count(*) FROM run WHERE status = 'running'").fetchone()[0],
         locked=db.execute("SELECT count(*) FROM sweep_lock WHERE experiment_id = ?", (exp_id,)).fetchone()[0] > 0,
@@ -88,7 +124,17 @@ def _read(db: sqlite3.Connection, name: str, final_statuses: set[str]) -> Record
     proposal = db.execute("SELECT verdict, rationale, created_at FROM decision WHERE experiment_id = ? "
                           "AND kind = 'proposal' ORDER BY id DESC LIMIT 1", (exp_id,)).fetchone()
     out.proposal = tuple(proposal) if proposal is not None else None
-    out.newest_run_time, out.newest_run_id = db.execute(
-        "SELECT max(max(r.started_at, coalesce(r.finished_at, r.started_at))), max(r.id) FROM run r "
+    # The newest start or finish: the larger of the newest start and the newest finish (SQLite's
+    # two-argument max is PostgreSQL's greatest; this is both's).
+    started, finished, out.newest_run_id = db.execute(
+        "SELECT max(r.started_at), max(coalesce(r.finished_at, r.started_at)), max(r.id) FROM run r "
         "JOIN candidate c ON c.id = r.candidate_id WHERE c.experiment_id = ?", (exp_id,)).fetchone()
+    out.newest_run_time = None if started is None else max(started, finished)
     return out
+
+
+def _json(value) -> list:
+    """A JSON column's value: SQLite hands back its text, psycopg the parsed value."""
+    if not value:
+        return []
+    return json.loads(value) if isinstance(value, str) else value

@@ -3,14 +3,16 @@ stage run, nothing written and none of the stages' imports (torch, pandas, SQLAl
 emulator machine, optuna).
 
 The sweep's candidates are built by the sweep's own code (`dse.runner.candidates`) and
-looked up by hash with a light read (`dse.runner.recorded`). The shortcut is taken only
-where the full sweep provably does nothing but read and print: every candidate it would
-propose is finished (and emulated or pruned, with the emulator stage), the store needs no
-upgrade and holds no run in flight or sweep lock, the recipe is unchanged, and the latest
-proposal stands for every run: it is newer than every run, or the sweep's last judgement
-(`propose`, which adds no proposal when it reaches the latest one again) covered every run
+looked up by hash with a light read (`dse.records.recorded`: sqlite3 for a SQLite file,
+psycopg for a PostgreSQL URL; a server it cannot reach is the full sweep's to report). The
+shortcut is taken only where the full sweep provably does nothing but read and print:
+every candidate it would propose is finished (and emulated or pruned, with the emulator
+stage), the store needs no upgrade and holds no run in flight or sweep lock (a row of
+sweep_lock, on both backends), the recipe is unchanged, and the latest proposal stands
+for every run: it is newer than every run, or the sweep's last judgement (`propose`,
+which adds no proposal when it reaches the latest one again) covered every run
 (experiment.judged_run_id), so `propose` would reach it again and add none. Else (None)
-the full sweep runs, and says whatever it says.
+the full sweep runs, and says whatever it says. Clusters (Dask) always take the full sweep.
 """
 
 from __future__ import annotations
@@ -30,16 +32,18 @@ from .spec import Spec, workload_parts
 
 def recorded_rerun(spec: Spec, db: str | os.PathLike[str], workers: int = 1,
                    cluster: str | None = None) -> SweepResult | None:
-    """What sweeping `spec` into the SQLite store `db` would answer, when the store holds
-    the whole sweep already; None when the sweep has something to do (or to report)."""
+    """What sweeping `spec` into the store `db` (a SQLite file or a PostgreSQL URL) would
+    answer, when the store holds the whole sweep already; None when the sweep has something
+    to do (or to report)."""
     text = os.fspath(db)
-    if "://" in text or text == ":memory:" or cluster or os.environ.get("DASK_SCHEDULER_ADDRESS"):
-        return None  # PostgreSQL and clusters: the full sweep (its checks and connections)
-    path = Path(text).expanduser()
+    if text == ":memory:" or cluster or os.environ.get("DASK_SCHEDULER_ADDRESS"):
+        return None  # clusters: the full sweep (its checks and connections)
+    # A URL as given (the light read reads PostgreSQL's, and leaves any other to the full sweep).
+    store: str | Path = text if "://" in text else Path(text).expanduser()
     m = spec.model
     if m.experiment.links() or m.search.wall_seconds:  # links are resolved, a wall clock is read, by the sweep
         return None
-    rec = read_experiment(path, m.experiment.name, DONE)
+    rec = read_experiment(store, m.experiment.name, DONE)
     if (rec is None or not rec.schema_current or rec.runs_in_flight or rec.locked or not rec.has_frontend_dumps
             or rec.spec_hash != spec.hash or rec.status == "proposed"):
         return None

@@ -1,0 +1,80 @@
+"""A PostgreSQL store read with psycopg alone: the connection of the recorded-rerun
+shortcut's light read (`dse.records.recorded`), made before SQLAlchemy is imported.
+
+It connects as the Store's engine would: the URL is parsed as SQLAlchemy parses it and its
+parts become the same libpq keywords its psycopg dialect passes (host, port, user,
+password, dbname, then the URL's query). A URL it cannot read that way, the Store's
+`?evidence_dir=` aside (a multi-host one, a driver other than psycopg 3, a bad port), is
+None: the Store opens it, and says whatever it says.
+"""
+
+from __future__ import annotations
+
+import re
+from urllib.parse import parse_qsl, unquote
+
+# The drivers `dse.records.opening.checked_url` lets through for PostgreSQL.
+DRIVERS = ("postgresql", "postgres", "postgresql+psycopg")
+# libpq's floor (seconds): an unreachable server costs the full sweep's own wait only 2 s more.
+CONNECT_TIMEOUT_S = 2
+# SQLAlchemy's URL pattern (sqlalchemy.engine.url._parse_url), so both read a URL alike.
+_URL = re.compile(
+    r"""
+        (?P<name>[\w\+]+)://
+        (?:
+            (?P<username>[^:/]*)
+            (?::(?P<password>[^@]*))?
+        @)?
+        (?:
+            (?:
+                \[(?P<ipv6host>[^/\?]+)\] |
+                (?P<ipv4host>[^/:\?]+)
+            )?
+            (?::(?P<port>[^/\?]*))?
+        )?
+        (?:/(?P<database>[^\?]*))?
+        (?:\?(?P<query>.*))?
+    """,
+    re.X,
+)
+
+
+def connect_args(url: str) -> dict[str, str | int] | None:
+    """The libpq keywords the Store's engine connects to `url` with, or None when this
+    module does not read the URL as SQLAlchemy would."""
+    m = _URL.match(url)
+    if m is None or m["name"] not in DRIVERS:
+        return None
+    args: dict[str, str | int] = {}
+    for key, value in (("host", m["ipv4host"] or m["ipv6host"]), ("port", m["port"]),
+                       ("user", m["username"] and unquote(m["username"])),
+                       ("password", m["password"] and unquote(m["password"])), ("dbname", m["database"])):
+        if value:  # SQLAlchemy's translate_connect_args drops empty parts too
+            args[key] = value
+    if "port" in args:
+        if not str(args["port"]).isdigit():
+            return None  # the Store's error to give
+        args["port"] = int(args["port"])
+    query = parse_qsl(m["query"] or "")
+    keys = [k for k, _ in query]
+    if len(keys) != len(set(keys)) or {"host", "port"} & set(keys):
+        return None  # multi-host forms: SQLAlchemy rewrites them
+    args.update((k, v) for k, v in query if k != "evidence_dir")  # the Store strips it before the driver
+    return args
+
+
+def connect(url: str):
+    """A psycopg connection to the store at `url` that reads one snapshot and may not
+    write (REPEATABLE READ, READ ONLY), or None when `connect_args` gives none. A server
+    that cannot be reached raises psycopg's error."""
+    args = connect_args(url)
+    if args is None:
+        return None
+    import psycopg  # only for a URL: the SQLite path never loads it
+
+    # As the engine's connect_args, these override the URL's own (dse.records.engine.make_engine).
+    connection = psycopg.connect(**{**args, "connect_timeout": CONNECT_TIMEOUT_S, "application_name": "dse"},
+                                 prepare_threshold=None)
+    connection.isolation_level = psycopg.IsolationLevel.REPEATABLE_READ
+    connection.read_only = True
+    return connection
