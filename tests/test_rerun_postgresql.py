@@ -236,3 +236,31 @@ def test_the_light_read_connects_with_the_keywords_sqlalchemys_psycopg_dialect_w
 ])
 def test_urls_the_light_read_leaves_to_the_store(url):
     assert connect_args(url) is None
+
+
+def test_the_light_read_takes_the_evidence_folders_the_store_takes(tmp_path):
+    """`?evidence_dir=`: where the Store refuses the folder (its error to give), the light read
+    connects to nothing; where it takes it, the light read does too (the Store's check is the
+    reference)."""
+    from dse.errors import InputError
+    from dse.records.opening import split_evidence_dir
+
+    (tmp_path / "a-file").write_text("x")
+    (tmp_path / "folder").mkdir()
+    base = "postgresql://dse@127.0.0.1:5432/dse?sslmode=disable&"
+    queries = ["evidence_dir=", "evidence_dir=%20%20", f"evidence_dir={tmp_path}/a-file",
+               f"evidence_dir={tmp_path}/a-file/sub", f"evidence_dir={tmp_path}/folder&evidence_dir={tmp_path}",
+               f"evidence_dir={tmp_path}/folder", f"evidence_dir={tmp_path}/new/deeper", "evidence_dir=~/x"]
+    taken = []
+    for query in queries:
+        try:
+            split_evidence_dir(base + query)
+            store_takes = True
+        except InputError:
+            store_takes = False
+        args = connect_args(base + query)
+        assert (args is not None) == store_takes, query
+        if args is not None:
+            assert args == {"host": "127.0.0.1", "port": 5432, "user": "dse", "dbname": "dse", "sslmode": "disable"}
+            taken.append(query)
+    assert len(taken) == 3  # the folder, a new one inside one, one under ~

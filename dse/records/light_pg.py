@@ -3,20 +3,24 @@ shortcut's light read (`dse.records.recorded`), made before SQLAlchemy is import
 
 It connects as the Store's engine would: the URL is parsed as SQLAlchemy parses it and its
 parts become the same libpq keywords its psycopg dialect passes (host, port, user,
-password, dbname, then the URL's query). A URL it cannot read that way, the Store's
-`?evidence_dir=` aside (a multi-host one, a driver other than psycopg 3, a bad port), is
-None: the Store opens it, and says whatever it says.
+password, dbname, then the URL's query but the Store's own `?evidence_dir=`). A URL it
+cannot read that way (a multi-host one, a driver other than psycopg 3, a bad port), or
+whose `?evidence_dir=` the Store would refuse, is None: the Store opens it, and says
+whatever it says.
 """
 
 from __future__ import annotations
 
+import os
 import re
+from pathlib import Path
 from urllib.parse import parse_qsl, unquote
 
 # The drivers `dse.records.opening.checked_url` lets through for PostgreSQL.
 DRIVERS = ("postgresql", "postgres", "postgresql+psycopg")
 # libpq's floor (seconds): an unreachable server costs the full sweep's own wait only 2 s more.
 CONNECT_TIMEOUT_S = 2
+EVIDENCE_PARAM = "evidence_dir"  # the Store's own query parameter (dse.records.opening)
 # SQLAlchemy's URL pattern (sqlalchemy.engine.url._parse_url), so both read a URL alike.
 _URL = re.compile(
     r"""
@@ -59,8 +63,25 @@ def connect_args(url: str) -> dict[str, str | int] | None:
     keys = [k for k, _ in query]
     if len(keys) != len(set(keys)) or {"host", "port"} & set(keys):
         return None  # multi-host forms: SQLAlchemy rewrites them
-    args.update((k, v) for k, v in query if k != "evidence_dir")  # the Store strips it before the driver
+    named = [v for k, v in parse_qsl(m["query"] or "", keep_blank_values=True) if k == EVIDENCE_PARAM]
+    if named and not (len(named) == 1 and _writable_folder(named[0])):
+        return None  # the Store's error to give (dse.records.opening.split_evidence_dir)
+    args.update((k, v) for k, v in query if k != EVIDENCE_PARAM)  # the Store strips it before the driver
     return args
+
+
+def _writable_folder(value: str) -> bool:
+    """Whether the Store takes `value` as its evidence folder: an existing writable folder,
+    or a new one inside one (as `split_evidence_dir` checks, creating nothing)."""
+    if not value.strip() or "\x00" in value:
+        return False
+    try:
+        probe = Path(value).expanduser().resolve()
+        while not probe.exists():
+            probe = probe.parent
+        return probe.is_dir() and os.access(probe, os.W_OK | os.X_OK)
+    except (OSError, RuntimeError, ValueError):
+        return False
 
 
 def connect(url: str):
