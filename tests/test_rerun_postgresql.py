@@ -95,6 +95,8 @@ def test_the_shortcut_stands_aside_on_postgresql_while_the_full_sweep_has_work(t
     fast = recorded_rerun(spec, pg)
     assert fast is not None and fast.proposed and fast.resumed == 10 and sum(fast.counts.values()) == 10
     assert fields(fast) == fields(sweep_into_store(spec, pg, progress=False))
+    for scheme in ("postgresql://", "postgres://"):  # the driverless spellings the Store takes as psycopg's
+        assert fields(recorded_rerun(spec, pg.replace("postgresql+psycopg://", scheme))) == fields(fast)
     newest, status, finished, beat = sql(pg, "SELECT id, status, finished_at, heartbeat_at FROM run "
                                              "ORDER BY id DESC LIMIT 1")[0]
 
