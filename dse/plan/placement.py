@@ -109,12 +109,8 @@ def place(chip: ChipConfig, placement: str | None, workers: int, roles: list[str
             return [], (f"placement \"phase\" puts stage {role!r} on the core group of that role, but chip "
                         f"{chip.name} has " + (f"groups {', '.join(have)}" if have else "no core groups"))
         places.append(Placed(role, tuple(chip.cores.group_cores(i)), chip.group_chip(i)))
-    tile = chip.cores.tile_size
-    tiles = [{c // tile for c in p.cores} for p in places]
-    if weights == "shared" and any(a & b for i, a in enumerate(tiles) for b in tiles[i + 1:]):
-        return [], ("placement \"phase\" runs its stages at once, and stages on one tile would load their "
-                    "weights into the same shared banks (mapping.weights = shared, from bank 0 up); allowed: "
-                    "mapping.weights = per_worker, or groups on tiles of their own (cores.tile_size)")
+    # with mapping.weights = shared, stages on one tile each load theirs into a region of
+    # its shared banks (`stage_regions`), decided with their tiles
     return places, ""
 
 
@@ -215,10 +211,8 @@ def schedule(chip: ChipConfig, mapping, n_ops: int) -> tuple[Schedule | None, st
     places, ranges, reason = place_layers(chip, mapping.cuts, n_ops, mapping.placement, mapping.workers)
     if reason:
         return None, reason
-    if mapping.placement == "pipeline" and mapping.weights == "shared":
-        return None, ("placement \"pipeline\" runs its ranges at once on one tile, whose shared banks of the "
-                      "ranges' weights (mapping.weights = shared, loaded from bank 0 up) would overwrite each "
-                      "other; allowed: mapping.weights = per_worker")
+    # with mapping.weights = shared, the ranges at once each load theirs into a region of the
+    # tile's shared banks (`range_regions`), decided with their tiles
     return Schedule(places, ranges, requests, mapping.placement == "pipeline"), ""
 
 
@@ -281,7 +275,9 @@ def handoff_banks(plans, ranges, handed: dict[str, str], sets: int, overlap: boo
     shared B tiles fill from bank 0 up, so the tile check (base + A tiles + B tiles within
     the shared banks) holds every later product's A, loaded before, clear of its B; a
     product's B may overwrite only the A banks of the products before it, done by then
-    (each product closes with a sync)."""
+    (each product closes with a sync). In a pipeline (`overlap`) the ranges run at once, so no
+    B tile may meet any hand-off's banks: every candidate takes its hand-offs in order, as
+    with a copy per worker, and its shared weights go below them (`range_regions`)."""
     n = range_params[0].n if range_params else 0
     out = [HandoffBanks({}, {}) for _ in range(n)]
     taken = np.zeros(n, dtype=np.int64)
@@ -290,7 +286,9 @@ def handoff_banks(plans, ranges, handed: dict[str, str], sets: int, overlap: boo
             taken[:] = 0
         ops = [plans[i] for i in rg if plans[i].op.name in handed]
         shared_b = range_params[r].shared_weights if n else np.zeros(0, dtype=bool)
-        if n:
+        if n and overlap:  # a pipeline's shared weights sit in regions of their own (`range_regions`)
+            _take_banks(out, taken, ops, np.arange(n), range_params[r], sets)
+        elif n:
             _take_banks(out, taken, ops, np.flatnonzero(~shared_b), range_params[r], sets)
             _take_banks_shared_b(out, taken, ops, np.flatnonzero(shared_b), range_params[r], sets)
     return out
@@ -336,6 +334,115 @@ def _take_banks_shared_b(out, taken, ops, who, params: CandidateArrays, sets: in
             out[c].bases[p.op.name], out[c].banks[p.op.name] = int(taken[c]), int(banks)
             taken[c] += banks
             later.append(p.op.name)
+
+
+@dataclass(frozen=True)
+class WeightRegions:
+    """Where the parts of one candidate that run at once on one tile (a pipeline's ranges,
+    ``"phase"``'s stages) keep their shared weights (``mapping.weights = "shared"``): part p's
+    B tiles from shared bank ``bases[p]`` up (counted from the first shared bank), in a
+    region of ``banks[p]`` banks, the most one of its products' picked tiles take; and ''
+    (or why the regions, with the hand-offs' A banks, do not fit the tile's shared banks)."""
+
+    bases: list[int]
+    banks: list[int]
+    reason: str = ""
+
+
+def weight_banks(plans, params: CandidateArrays, held: list[HandoffBanks] | None = None, sets: int = 0) -> np.ndarray:
+    """Per candidate, the most shared banks the B tiles of one of `plans`' products take
+    (`shared_banks`; 0 without shared weights), each tile picked as both consumers pick it: a
+    product handed its A (in ``held[c].bases``) with `sets` sets of A tiles below that base."""
+    most = np.zeros(params.n, dtype=np.int64)
+    who = np.flatnonzero(params.shared_weights)
+    for p in plans:
+        if not len(who) or p.unit not in ("matrix", "conv", "grouped") or p.gemm is None or not p.gemm.b_weight:
+            continue
+        by_base: dict[int | None, list[int]] = {}
+        for c in who.tolist():
+            by_base.setdefault(held[c].bases.get(p.op.name) if held else None, []).append(c)
+        for base, cs in by_base.items():
+            shape = p.gemm if base is None else replace(p.gemm, a_shared=sets, a_shared_base=base)
+            at = np.asarray(cs)
+            most[at] = np.maximum(most[at], shared_banks(params.take(at), shape)[1])
+    return most
+
+
+def range_regions(plans, ranges, held: list[HandoffBanks], sets: int, overlap: bool,
+                  range_params: list[CandidateArrays], names: list[list[str]], chips: list[str]
+                  ) -> list[WeightRegions]:
+    """Per candidate, its ranges' regions of shared weights (`WeightRegions`), decided once for
+    the lowering and the model: ranges one after another (no overlap) each load theirs from
+    bank 0 up after the BARRIER before them; in a pipeline, where they run at once, range r's
+    from above the regions of ranges < r, all of them below the hand-offs' A banks
+    (`handoff_banks`, every boundary and set live at once, from the top down). Where regions
+    and hand-offs take more than the tile's shared banks the candidate is infeasible, the
+    reason naming the ranges (`names[c]`), the banks needed and the banks chip `chips[c]` has."""
+    n, R = (range_params[0].n if range_params else 0), len(ranges)
+    if not overlap or not n:
+        return [WeightRegions([0] * R, [0] * R) for _ in range(n)]
+    per = np.stack([weight_banks([plans[i] for i in rg], range_params[r], held, sets)
+                    for r, rg in enumerate(ranges)], axis=1)
+    out = []
+    for c in range(n):
+        banks = per[c].tolist()
+        bases = np.cumsum([0, *banks[:-1]]).tolist()
+        a = sum(held[c].banks.values())
+        have = int(range_params[0].shared_banks[c])
+        reason = ""
+        if sum(banks) and sum(banks) + a > have:
+            reason = _regions_reason("pipeline", "ranges", names[c], banks, a, have, chips[c])
+        out.append(WeightRegions(bases, banks, reason))
+    return out
+
+
+def stage_regions(stage_plans, stage_params: list[CandidateArrays], places: list[list[Placed]], placement,
+                  chips: list[ChipConfig]) -> list[WeightRegions]:
+    """Per candidate (`places[c]`, its stages' places as `place` gives them on chip `chips[c]`),
+    its stages' regions of shared weights (`WeightRegions`), decided once for the lowering and
+    the model: with ``"phase"`` the stages on one tile run at once, so each stage's from above
+    the regions of the stages before it on its tiles; SPMD's stages, one after another on the
+    same cores, each from bank 0 up. Where a tile's regions take more than its shared banks
+    the candidate is infeasible, the reason naming the stages, the banks needed and the
+    banks the chip has. `stage_plans[s]`: stage s's plan; `stage_params[s]`: stage s of every
+    candidate, as it is built and costed (its place's chip and cores)."""
+    n, S = (stage_params[0].n if stage_params else 0), len(stage_plans)
+    if placement != "phase" or not n:
+        return [WeightRegions([0] * S, [0] * S) for _ in range(n)]
+    per = np.stack([weight_banks(plans, params) for plans, params in zip(stage_plans, stage_params)], axis=1)
+    out = []
+    for c in range(n):
+        tile, have = chips[c].cores.tile_size, chips[c].shared_memory.banks
+        used: dict[int, int] = {}
+        on: dict[int, list[int]] = {}
+        bases = []
+        for s, p in enumerate(places[c]):
+            tiles = sorted({core // tile for core in p.cores})
+            base = max(used.get(t, 0) for t in tiles)
+            bases.append(base)
+            for t in tiles:
+                used[t] = base + int(per[c, s])
+                on.setdefault(t, []).append(s)
+        banks = per[c].tolist()
+        reason = ""
+        for t, stages in on.items():
+            if used[t] > have:
+                reason = _regions_reason("phase", "stages", [places[c][s].role for s in stages],
+                                         [banks[s] for s in stages], 0, have, chips[c].name)
+                break
+        out.append(WeightRegions(bases, banks, reason))
+    return out
+
+
+def _regions_reason(placement: str, what: str, names: list[str], banks: list[int], handoff: int, have: int,
+                    chip: str) -> str:
+    regions = ", ".join(f"{name}: {b}" for name, b in zip(names, banks))
+    plus = f" and the hand-offs' A tiles {handoff} more" if handoff else ""
+    need = sum(banks) + handoff
+    return (f"placement \"{placement}\" runs {what} {', '.join(names)} at once on one tile, each with its shared "
+            f"weights (mapping.weights = shared) in shared banks of its own ({regions}){plus}: {need} shared banks "
+            f"needed, chip {chip} has {have} (shared_memory.banks); allowed: shared_memory.banks >= {need}, "
+            f"or mapping.weights = per_worker")
 
 
 def boundary_tensors(plans, ranges) -> list[tuple[str, int, str]]:
@@ -401,4 +508,5 @@ def handoff_note(tensor: str, ops, nbytes: int) -> str:
 
 __all__ = ["PLACEMENTS", "HandoffBanks", "Placed", "Schedule", "boundary_note", "boundary_tensors", "cores_chip",
            "handoff_banks", "handoff_note", "handoff_why", "handoffs", "layer_ranges", "place", "place_layers",
-           "range_candidate", "schedule", "spmd_chip", "stage_reason"]
+           "range_candidate", "range_regions", "schedule", "spmd_chip", "stage_reason", "stage_regions",
+           "WeightRegions", "weight_banks"]
