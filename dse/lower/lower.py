@@ -13,7 +13,8 @@ Op by op, in graph order:
   rows or columns (``mapping.split``). The accumulator stays blocked in DRAM (one
   contiguous MVOUT a tile). With ``mapping.weights = "shared"`` a weight's Bt tiles are
   loaded once per tile of cores into its shared memory (tile j in shared bank
-  ``first_bank_id + j``, the loads dealt to the tile's workers by `shared_loads`, then the
+  ``first_bank_id + base + j``, base the first bank of the region a pipeline's range or a
+  phase's stage keeps its weights in, `dse.plan.placement.WeightRegions`; the loads dealt to the tile's workers by `shared_loads`, then the
   sync of a core op) and every matmul reads B there: no private B banks.
 * an int8 channels-last ``conv1d`` / ``conv2d`` (NLC / NHWC, WIO / HWIO weights, as the
   permute step leaves them) is im2col on the core - one strided gather copy, after a copy
@@ -593,8 +594,8 @@ class ProgramBuilder:
         else:
             per = -(-Nt // self.workers)
             share = [(range(Mt), range(w * per, min(Nt, (w + 1) * per))) for w in range(self.workers)]
-        # A shared weight (the plan's `check_tiles`): B tile j in shared bank first_bank_id + j
-        # of every tile of cores with workers that compute (a prefix: blocks go in order),
+        # A shared weight (the plan's `check_tiles`): B tile j in shared bank first_bank_id +
+        # b_shared_base + j (its part's region, `WeightRegions`) of every tile of cores with workers that compute (a prefix: blocks go in order),
         # loaded there once by those workers (`shared_loads`), then a BARRIER.
         shared_b = bool(check.shared_b[0, 0])
         shared_tiles = int(check.shared_tiles[0, 0])

@@ -12,7 +12,9 @@ by its role. ``mapping.placement``:
 * ``"phase"``: each stage on every core of the group whose role names it, all stages at
   once (`dse.lower.lower_stages`: the cores of a tile meet at every BARRIER, so the stages
   advance op by op in lock step); each stage's program is built from the same source with
-  its group's own parameters (banks, Balls, core-op costs).
+  its group's own parameters (banks, Balls, core-op costs). With ``mapping.weights =
+  "shared"`` the stages on one tile keep their weights in regions of its shared banks of
+  their own (`stage_regions`).
 * ``"layers"``: one graph cut into contiguous ranges of ops at ``mapping.cuts``
   (`layer_ranges`), range r on every core of core group r (`place_layers`; on a chip without
   groups, on block r of the workers), one range after
@@ -25,7 +27,8 @@ by its role. ``mapping.placement``:
   request k's range r runs beside request k + 1's range r - 1 (`Schedule.slots`), a hand-off
   taking a set of shared banks per request in flight (`Schedule.handoff_sets`), every
   boundary its own banks below the earlier boundaries' (`handoff_banks`: the banks their
-  picked tiles take).
+  picked tiles take); with ``mapping.weights = "shared"`` each range's weights in a region of
+  the shared banks of its own, below them all (`range_regions`).
 * ``"auto"``: the placement the model finds fastest (`dse.analytical.placed.resolve_auto`):
   for one graph among SPMD, ``"layers"`` and (with requests) ``"pipeline"`` cut before each
   matmul; for a staged workload, SPMD or ``"phase"``.
