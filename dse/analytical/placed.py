@@ -258,7 +258,7 @@ def estimate_placed(stages: Sequence[tuple[str, object]], candidates: Sequence[C
     per_stage, totals = [], []
     for s, (role, graph) in enumerate(stages):
         cands = stage_cands[s]
-        per_op = _estimate_at_bases(graph, cands, calibration, [regions[i].bases[s] for i in ok]) if cands else None
+        per_op = _estimate_at_bases(graph, cands, calibration, [regions[i].picked[s] for i in ok]) if cands else None
         frame = per_op.assign(candidate=np.asarray(ok)[per_op["candidate"].to_numpy()]) if cands else pd.DataFrame()
         per_stage.append(frame)
         totals.append(summarize(per_op, cands) if cands else None)
@@ -309,12 +309,12 @@ def estimate_placed(stages: Sequence[tuple[str, object]], candidates: Sequence[C
 
 
 def _estimate_at_bases(graph, cands: list[Candidate], calibration, b_bases: list[int]) -> pd.DataFrame:
-    """`estimate` of one stage on `cands`, candidate k's shared weights from shared bank
-    `b_bases[k]` up (`stage_regions`): candidates at one base costed as one."""
+    """`estimate` of one stage on `cands`, candidate k's tiles picked with its shared weights
+    at `b_bases[k]` (`WeightRegions.picked`): candidates at one base costed as one."""
     by: dict[tuple, list[int]] = {}
     for k, (c, base) in enumerate(zip(cands, b_bases)):
         by.setdefault((base, c.mapping.fusion, c.mapping.channels_last), []).append(k)
-    if len(by) == 1 and b_bases[0] == 0:  # the plain plan (no stage above another's weights)
+    if len(by) == 1 and b_bases[0] == 0:  # the plain plan (no stage's tiles picked again)
         return estimate(graph, cands, calibration)
     frames = []
     for (base, fusion, channels_last), ks in by.items():
@@ -388,11 +388,11 @@ def estimate_layers(graph, candidates: Sequence[Candidate], calibration=None
             if regions[i].reason:
                 rows[i] = _infeasible(i, candidates[i], regions[i].reason)
                 continue
-            by_bases.setdefault((tuple(b.bases.items()), tuple(regions[i].bases)), []).append(i)
+            by_bases.setdefault((tuple(b.bases.items()), tuple(regions[i].picked)), []).append(i)
         range_of = {plans[k].op.name: r for r, rg in enumerate(ranges) for k in rg}
-        for (at, b_bases), ok in by_bases.items():
+        for (at, picked), ok in by_bases.items():
             bases = dict(at)
-            costed = [replace(p, gemm=replace(p.gemm, b_shared_base=b_bases[range_of[p.op.name]],
+            costed = [replace(p, gemm=replace(p.gemm, b_shared_base=picked[range_of[p.op.name]],
                                               **({"a_shared": sets, "a_shared_base": bases[p.op.name]}
                                                  if p.op.name in handed else {})))
                       if p.gemm is not None else p for p in plans]

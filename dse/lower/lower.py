@@ -187,8 +187,9 @@ class ProgramBuilder:
         self.handoff_bases: dict[str, int] = {}  # banks below the top other hand-offs hold (`handoff_banks`)
         self.handoffs: list[tuple[str, str, int, int]] = []  # (op, tensor, shared tiles, bytes) handed off
         # with weights = shared: the first shared bank of this part's region for its weights' B
-        # tiles, beside the parts that run at once (`dse.plan.placement.WeightRegions`)
-        self.b_shared_base = 0
+        # tiles, beside the parts that run at once, and the base its tiles are picked with
+        # (`dse.plan.placement.WeightRegions`: bases, picked)
+        self.b_region, self.b_picked = 0, 0
         # spans with shared weights: the stack's shared copy, loaded before the span runs
         # (`dse.plan.spans.shared_stack`); each matmul's weight B is read there
         self.shared_stack = None
@@ -531,7 +532,7 @@ class ProgramBuilder:
         nbB = b[1].shape[0] if b[0] == "weight" else b[3]
         shape = MatmulShape(M, N, K, nb, b_weight=b[0] == "weight", b_batched=nbB > 1, bias=bias is not None,
                             a_shared=self.handoff_sets if op.name in self.handoff_ops else 0,
-                            a_shared_base=self.handoff_bases.get(op.name, 0), b_shared_base=self.b_shared_base)
+                            a_shared_base=self.handoff_bases.get(op.name, 0), b_shared_base=self.b_picked)
         if self.shared_stack is not None:
             shape = self.shared_stack.gemm(op.name, shape)
         plan = plan_matmul(chip, mp, shape)
@@ -595,12 +596,13 @@ class ProgramBuilder:
             per = -(-Nt // self.workers)
             share = [(range(Mt), range(w * per, min(Nt, (w + 1) * per))) for w in range(self.workers)]
         # A shared weight (the plan's `check_tiles`): B tile j in shared bank first_bank_id +
-        # b_shared_base + j (its part's region, `WeightRegions`) of every tile of cores with workers that compute (a prefix: blocks go in order),
-        # loaded there once by those workers (`shared_loads`), then a BARRIER.
+        # region + j (its part's region, `WeightRegions`; a spans stack's base) of every tile of
+        # cores with workers that compute (a prefix: blocks go in order), loaded there once by
+        # those workers (`shared_loads`), then a BARRIER.
         shared_b = bool(check.shared_b[0, 0])
         shared_tiles = int(check.shared_tiles[0, 0])
         sm = chip.shared_memory
-        b_bank0 = sm.first_bank_id + shape.b_shared_base
+        b_bank0 = sm.first_bank_id + (shape.b_shared_base if shape.b_preloaded else self.b_region)
         if shared_b and not shape.b_preloaded:
             computing = sum(1 for ms, ns in share if len(ms) and len(ns))
             for w, mine in enumerate(shared_loads(computing, chip.cores.tile_size, shared_tiles)):
@@ -772,15 +774,15 @@ class StagedLowered:
     core_ids: list[list[int]]
 
 
-def lower_stages(stages, chip, mapping, roles=None, b_bases=None) -> StagedLowered:
+def lower_stages(stages, chip, mapping, roles=None, regions=None) -> StagedLowered:
     """Stage partitioning onto (heterogeneous) cores: `stages` is a list of
     ``(graph, inputs, core_ids)``; each graph is lowered for ``len(core_ids)`` workers with
     those cores' own parameters (`dse.plan.placement.cores_chip`: their group's banks, Balls
     and core-op costs) and placed on those cores; all share one DRAM image. The cores of a
     tile meet at every BARRIER, so the stage with fewer barriers is padded with BARRIERs at
     its end (the stages then advance op by op in lock step: the coupling cost shows in the
-    cycles). `roles` names the stages in an infeasible reason; `b_bases`, the first shared
-    bank of each stage's shared weights (`dse.plan.placement.stage_regions`; default 0)."""
+    cycles). `roles` names the stages in an infeasible reason; `regions`, where each stage
+    keeps its shared weights (`dse.plan.placement.stage_regions`; default from bank 0 up)."""
     dram = Dram()
     builders = []
     used: set[int] = set()
@@ -795,7 +797,7 @@ def lower_stages(stages, chip, mapping, roles=None, b_bases=None) -> StagedLower
             raise Infeasible(reason)
         placed = Placed(roles[i] if roles else f"{i}", tuple(core_ids), stage_chip)
         builders.append(_build_stage(graph, mapping.model_copy(update={"workers": len(core_ids)}), inputs, dram,
-                                     placed, b_bases[i] if b_bases else 0))
+                                     placed, (regions.bases[i], regions.picked[i]) if regions else (0, 0)))
     n = max(used) + 1
     cores: list[list] = [[] for _ in range(n)]
     for b, (_, _, core_ids) in zip(builders, stages):
@@ -831,7 +833,7 @@ def lower_placed(stages, candidate: Candidate) -> StagedLowered:
         if regions.reason:
             raise Infeasible(regions.reason)
         return lower_stages([(g, x, list(p.cores)) for (_, g, x), p in zip(stages, places)], chip, mapping,
-                            roles=[p.role for p in places], b_bases=regions.bases)
+                            roles=[p.role for p in places], regions=regions)
     dram = Dram()
     builders = [_build_stage(graph, mapping, inputs, dram, p) for (_, graph, inputs), p in zip(stages, places)]
     cores = [sum((list(b.cores[w]) for b in builders), []) for w in range(mapping.workers)]
@@ -888,7 +890,7 @@ def lower_layers(graph: Graph, candidate: Candidate, requests) -> LayeredLowered
         for r, (p, rg) in enumerate(zip(places, ranges)):
             try:
                 b = ProgramBuilder(graph, range_candidate(p, mapping), inputs, dram, locs=chain[-1].locs if r else None)
-                b.b_shared_base = regions.bases[r]
+                b.b_region, b.b_picked = regions.bases[r], regions.picked[r]
                 if r:
                     b.unblocked, b.fused = chain[-1].unblocked, chain[-1].fused  # this request's so far
                     b.handoff_ops = frozenset(plans[i].op.name for i in rg) & set(handed)
@@ -943,13 +945,14 @@ def lower_layers(graph: Graph, candidate: Candidate, requests) -> LayeredLowered
                           sum(nb for chain in builders for b in chain for *_, nb in b.handoffs))
 
 
-def _build_stage(graph: Graph, mapping, inputs, dram: Dram, placed: Placed, b_base: int = 0) -> "ProgramBuilder":
+def _build_stage(graph: Graph, mapping, inputs, dram: Dram, placed: Placed, region=(0, 0)) -> "ProgramBuilder":
     """One stage's program, built with its cores' own chip (`placed.chip`) into the shared
-    DRAM image, its shared weights from shared bank `b_base` up; an infeasible op's reason
-    names the stage, its cores and its chip."""
+    DRAM image, its shared weights in `region` (the bank they start at, the base their tiles
+    are picked with: `WeightRegions`); an infeasible op's reason names the stage, its cores
+    and its chip."""
     try:
         b = ProgramBuilder(graph, Candidate(placed.chip, mapping), inputs, dram)
-        b.b_shared_base = b_base
+        b.b_region, b.b_picked = region
         for plan in plan_graph(graph, mapping.fusion, mapping.channels_last):
             b.lower_op(plan)
     except Infeasible as exc:

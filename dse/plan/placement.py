@@ -256,7 +256,7 @@ class HandoffBanks:
     bases: dict[str, int]  # banks, counted down from the top, the hand-offs live beside it hold first
     banks: dict[str, int]  # the banks its picked A tiles take, every set (0: its A goes through DRAM)
     # with shared weights: a hand-off closed (its A through DRAM) -> the product whose shared
-    # B tiles would reach its A banks
+    # B tiles would reach its A banks ('': the pipeline's regions of weights, `range_regions`)
     closed: dict[str, str] = field(default_factory=dict)
 
 
@@ -344,18 +344,24 @@ class WeightRegions:
     """Where the parts of one candidate that run at once on one tile (a pipeline's ranges,
     ``"phase"``'s stages) keep their shared weights (``mapping.weights = "shared"``): part p's
     B tiles from shared bank ``bases[p]`` up (counted from the first shared bank), in a
-    region of ``banks[p]`` banks, the most one of its products' picked tiles take; and ''
-    (or why the regions, with the hand-offs' A banks, do not fit the tile's shared banks)."""
+    region of ``banks[p]`` banks, the most one of its products' picked tiles take; its
+    products' tiles picked with ``MatmulShape.b_shared_base = picked[p]`` (0; or, where the
+    regions picked alone do not fit, the banks the others hold, so its tiles fit the rest);
+    and '' (or why the regions, with the hand-offs' A banks, do not fit the shared banks)."""
 
     bases: list[int]
     banks: list[int]
+    picked: list[int]
     reason: str = ""
 
 
-def weight_banks(plans, params: CandidateArrays, held: list[HandoffBanks] | None = None, sets: int = 0) -> np.ndarray:
+def weight_banks(plans, params: CandidateArrays, held: list[HandoffBanks] | None = None, sets: int = 0,
+                 base: int = 0) -> np.ndarray:
     """Per candidate, the most shared banks the B tiles of one of `plans`' products take
-    (`shared_banks`; 0 without shared weights), each tile picked as both consumers pick it: a
-    product handed its A (in ``held[c].bases``) with `sets` sets of A tiles below that base."""
+    (`shared_banks`; 0 without shared weights), each tile picked as both consumers pick it, with
+    ``b_shared_base = base``: a product handed its A (in ``held[c].bases``) with `sets` sets of
+    A tiles below that base. -1 where a product has no legal tile there, or a handed product's
+    pick would take other A banks than ``held[c].banks`` says."""
     most = np.zeros(params.n, dtype=np.int64)
     who = np.flatnonzero(params.shared_weights)
     for p in plans:
@@ -364,11 +370,54 @@ def weight_banks(plans, params: CandidateArrays, held: list[HandoffBanks] | None
         by_base: dict[int | None, list[int]] = {}
         for c in who.tolist():
             by_base.setdefault(held[c].bases.get(p.op.name) if held else None, []).append(c)
-        for base, cs in by_base.items():
-            shape = p.gemm if base is None else replace(p.gemm, a_shared=sets, a_shared_base=base)
+        for a_base, cs in by_base.items():
+            shape = replace(p.gemm, b_shared_base=base)
+            if a_base is not None:
+                shape = replace(shape, a_shared=sets, a_shared_base=a_base)
             at = np.asarray(cs)
-            most[at] = np.maximum(most[at], shared_banks(params.take(at), shape)[1])
+            a, b = shared_banks(params.take(at), shape)
+            bad = b == 0  # a shared weight with no legal tile
+            if a_base is not None:
+                bad |= a != np.asarray([held[c].banks[p.op.name] for c in cs])
+            most[at] = np.where(bad | (most[at] < 0), -1, np.maximum(most[at], b))
     return most
+
+
+def _fit(banks: list[int], reserve: int, have: int, repick) -> tuple[list[int], list[int]]:
+    """Regions `banks` (each part's, its tiles picked alone) and `reserve` more banks in `have`:
+    where they do not fit, each part from the largest region down has its tiles picked again
+    within the banks the others leave (``repick(part, base)``: its region picked with
+    ``b_shared_base = base``, -1 where that cannot be), kept where smaller, until they fit.
+    Returns the regions and the base each part's tiles are picked with."""
+    alone = list(banks)
+    banks, picked = list(alone), [0] * len(alone)
+    for r in sorted(range(len(banks)), key=lambda r: (-banks[r], r)):
+        if sum(banks) + reserve <= have:
+            return banks, picked
+        base = reserve + sum(banks) - banks[r]
+        if banks[r] and base < have:
+            again = repick(r, base)
+            if 0 <= again < banks[r]:
+                banks[r], picked[r] = again, base
+    if sum(banks) + reserve <= have:
+        return banks, picked
+    # the others too large to leave one room: every part within a share of the banks in
+    # proportion to its region picked alone (the share's rest to the first parts)
+    free = have - reserve
+    total = sum(alone)
+    if free <= 0 or not total:
+        return banks, picked
+    shares = [free * b // total for b in alone]
+    for r in range(free - sum(shares)):
+        shares[[k for k, b in enumerate(alone) if b][r % sum(1 for b in alone if b)]] += 1
+    fitted, at = [], []
+    for r, (b, share) in enumerate(zip(alone, shares)):
+        again = repick(r, have - share) if b > share and share > 0 else (b if b <= share else -1)
+        if again < 0:
+            return banks, picked  # no tile of this part fits its share
+        fitted.append(again)
+        at.append(have - share if b > share else 0)
+    return fitted, at
 
 
 def range_regions(plans, ranges, held: list[HandoffBanks], sets: int, overlap: bool,
@@ -378,24 +427,40 @@ def range_regions(plans, ranges, held: list[HandoffBanks], sets: int, overlap: b
     the lowering and the model: ranges one after another (no overlap) each load theirs from
     bank 0 up after the BARRIER before them; in a pipeline, where they run at once, range r's
     from above the regions of ranges < r, all of them below the hand-offs' A banks
-    (`handoff_banks`, every boundary and set live at once, from the top down). Where regions
-    and hand-offs take more than the tile's shared banks the candidate is infeasible, the
+    (`handoff_banks`, every boundary and set live at once, from the top down), each range's
+    tiles picked alone, or again within the banks the others leave where that does not fit
+    (`_fit`). Where they still do not fit, the weights come first: every hand-off of the
+    candidate is closed (its A through DRAM; `held[c]` changed in place, ``closed`` naming no
+    product, for both consumers' notes) and the regions fitted again without them. Where the
+    regions alone take more than the tile's shared banks the candidate is infeasible, the
     reason naming the ranges (`names[c]`), the banks needed and the banks chip `chips[c]` has."""
     n, R = (range_params[0].n if range_params else 0), len(ranges)
     if not overlap or not n:
-        return [WeightRegions([0] * R, [0] * R) for _ in range(n)]
-    per = np.stack([weight_banks([plans[i] for i in rg], range_params[r], held, sets)
-                    for r, rg in enumerate(ranges)], axis=1)
+        return [WeightRegions([0] * R, [0] * R, [0] * R) for _ in range(n)]
+    parts = [[plans[i] for i in rg] for rg in ranges]
+    per = np.maximum(0, np.stack([weight_banks(part, range_params[r], held, sets) for r, part in enumerate(parts)],
+                                 axis=1))  # a product with no legal tile at all is its op's own reason
     out = []
     for c in range(n):
-        banks = per[c].tolist()
-        bases = np.cumsum([0, *banks[:-1]]).tolist()
         a = sum(held[c].banks.values())
         have = int(range_params[0].shared_banks[c])
+        one = [params.take(np.array([c])) for params in range_params]
+        banks, picked = _fit(per[c].tolist(), a, have,
+                             lambda r, base: int(weight_banks(parts[r], one[r], [held[c]], sets, base)[0]))
+        if a and sum(banks) + a > have:
+            # the weights first: every hand-off closed (its A through DRAM, its base every shared
+            # bank so no A tile fits, in `held[c]` for both consumers) and the regions fitted again
+            for op in held[c].bases:
+                held[c].bases[op], held[c].banks[op] = have, 0
+                held[c].closed.setdefault(op, "")
+            a = 0
+            alone = [max(0, int(weight_banks(part, one[r], [held[c]], sets)[0])) for r, part in enumerate(parts)]
+            banks, picked = _fit(alone, 0, have,
+                                 lambda r, base: int(weight_banks(parts[r], one[r], [held[c]], sets, base)[0]))
         reason = ""
         if sum(banks) and sum(banks) + a > have:
             reason = _regions_reason("pipeline", "ranges", names[c], banks, a, have, chips[c])
-        out.append(WeightRegions(bases, banks, reason))
+        out.append(WeightRegions(np.cumsum([0, *banks[:-1]]).tolist(), banks, picked, reason))
     return out
 
 
@@ -404,36 +469,48 @@ def stage_regions(stage_plans, stage_params: list[CandidateArrays], places: list
     """Per candidate (`places[c]`, its stages' places as `place` gives them on chip `chips[c]`),
     its stages' regions of shared weights (`WeightRegions`), decided once for the lowering and
     the model: with ``"phase"`` the stages on one tile run at once, so each stage's from above
-    the regions of the stages before it on its tiles; SPMD's stages, one after another on the
-    same cores, each from bank 0 up. Where a tile's regions take more than its shared banks
-    the candidate is infeasible, the reason naming the stages, the banks needed and the
-    banks the chip has. `stage_plans[s]`: stage s's plan; `stage_params[s]`: stage s of every
-    candidate, as it is built and costed (its place's chip and cores)."""
+    the regions of the stages before it on its tiles, each stage's tiles picked alone, or
+    again within the banks the others on its tile leave where that does not fit (`_fit`);
+    SPMD's stages, one after another on the same cores, each from bank 0 up. Where a tile's
+    regions still take more than its shared banks the candidate is infeasible, the reason
+    naming the stages, the banks needed and the banks the chip has. `stage_plans[s]`: stage
+    s's plan; `stage_params[s]`: stage s of every candidate, as it is built and costed (its
+    place's chip and cores)."""
     n, S = (stage_params[0].n if stage_params else 0), len(stage_plans)
     if placement != "phase" or not n:
-        return [WeightRegions([0] * S, [0] * S) for _ in range(n)]
-    per = np.stack([weight_banks(plans, params) for plans, params in zip(stage_plans, stage_params)], axis=1)
+        return [WeightRegions([0] * S, [0] * S, [0] * S) for _ in range(n)]
+    per = np.maximum(0, np.stack([weight_banks(plans, params) for plans, params in zip(stage_plans, stage_params)],
+                                 axis=1))
     out = []
     for c in range(n):
         tile, have = chips[c].cores.tile_size, chips[c].shared_memory.banks
+        tiles = [sorted({core // tile for core in p.cores}) for p in places[c]]
+        banks, picked = per[c].tolist(), [0] * S
+        one = [params.take(np.array([c])) for params in stage_params]
+        for t in sorted({t for ts in tiles for t in ts}):
+            on = [s for s in range(S) if t in tiles[s]]
+
+            def repick(k, base, on=on):
+                return int(weight_banks(stage_plans[on[k]], one[on[k]], base=base)[0])
+
+            fit, at = _fit([banks[s] for s in on], 0, have, repick)
+            for s, b, base in zip(on, fit, at):
+                if base:
+                    banks[s], picked[s] = b, base
         used: dict[int, int] = {}
-        on: dict[int, list[int]] = {}
         bases = []
-        for s, p in enumerate(places[c]):
-            tiles = sorted({core // tile for core in p.cores})
-            base = max(used.get(t, 0) for t in tiles)
+        for s in range(S):
+            base = max(used.get(t, 0) for t in tiles[s])
             bases.append(base)
-            for t in tiles:
-                used[t] = base + int(per[c, s])
-                on.setdefault(t, []).append(s)
-        banks = per[c].tolist()
+            used.update({t: base + banks[s] for t in tiles[s]})
         reason = ""
-        for t, stages in on.items():
-            if used[t] > have:
-                reason = _regions_reason("phase", "stages", [places[c][s].role for s in stages],
-                                         [banks[s] for s in stages], 0, have, chips[c].name)
+        for t, top in used.items():
+            if top > have:
+                on = [s for s in range(S) if t in tiles[s]]
+                reason = _regions_reason("phase", "stages", [places[c][s].role for s in on], [banks[s] for s in on],
+                                         0, have, chips[c].name)
                 break
-        out.append(WeightRegions(bases, banks, reason))
+        out.append(WeightRegions(bases, banks, picked, reason))
     return out
 
 
@@ -444,8 +521,8 @@ def _regions_reason(placement: str, what: str, names: list[str], banks: list[int
     need = sum(banks) + handoff
     return (f"placement \"{placement}\" runs {what} {', '.join(names)} at once on one tile, each with its shared "
             f"weights (mapping.weights = shared) in shared banks of its own ({regions}){plus}: {need} shared banks "
-            f"needed, chip {chip} has {have} (shared_memory.banks); allowed: shared_memory.banks >= {need}, "
-            f"or mapping.weights = per_worker")
+            f"needed, chip {chip} has {have} (shared_memory.banks); allowed: more shared banks, or "
+            f"mapping.weights = per_worker")
 
 
 def boundary_tensors(plans, ranges) -> list[tuple[str, int, str]]:
@@ -478,6 +555,9 @@ def handoff_why(tensor: str, reader: str, matmul: str | None, handoff: str | Non
 
 
 def _offered_why(matmul: str, base: int, closer: str | None) -> str:
+    if closer == "":  # closed by `range_regions`
+        return ("the ranges' regions of shared weights (mapping.weights = shared, ranges at once) leave no banks for "
+                "the hand-offs' A tiles")
     if closer is not None:
         return f"op {closer}'s shared B tiles would reach the banks op {matmul}'s A tiles take"
     beside = f" beside the {base} bank{'s' * (base != 1)} the A tiles of the hand-offs before it hold" if base else ""
