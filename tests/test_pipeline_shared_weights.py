@@ -204,3 +204,14 @@ def test_phase_with_too_few_shared_banks_is_one_reason(stages):
         "placement \"phase\" runs stages prefill, decode at once on one tile, each with its shared weights "
         "(mapping.weights = shared) in shared banks of its own (prefill: 1, decode: 1): 2 shared banks needed, "
         "chip poly has 1 (shared_memory.banks); allowed: more shared banks, or mapping.weights = per_worker")
+
+
+def test_the_spec_sweeps_the_grid_tested_here():
+    from pathlib import Path
+
+    from dse.runner.spec import load_spec
+    spec = load_spec(Path(__file__).resolve().parents[1] / "experiments" / "pipeline_shared_weights.toml").model
+    assert spec.baseline.chip == "poly"
+    assert spec.baseline.mapping == {"split": "cols", "placement": "pipeline", "cuts": [58], "requests": 4}
+    assert {k.target: k.values for k in spec.space} == {"mapping.weights": ["shared", "per_worker"],
+                                                        "chip.shared_memory.banks": [64, 28, 8, 4, 1]}
