@@ -45,8 +45,8 @@ from ..cost.dma import dma_cycles_for
 from ..mapping import Candidate, CandidateArrays, check_tiles
 from ..mapping.candidate import Mapping
 from ..plan.graph_plan import plan_graph
-from ..plan.placement import (boundary_note, boundary_tensors, handoff_banks, handoffs, place, range_candidate,
-                              range_regions, schedule, spmd_chip, stage_reason, stage_regions)
+from ..plan.placement import (WeightRegions, boundary_note, boundary_tensors, handoff_banks, handoffs, place,
+                              range_candidate, range_regions, schedule, spmd_chip, stage_reason, stage_regions)
 from .estimate import TOTAL_COLUMNS, estimate, summarize
 from .graph_cost import graph_costs
 from .stream_cost import planned_stream
@@ -245,12 +245,16 @@ def estimate_placed(stages: Sequence[tuple[str, object]], candidates: Sequence[C
                               candidates[i].mapping.model_copy(update={"workers": len(placed[i][0][s].cores)}))
                     for i in ok] for s in range(len(stages))]
     # with shared weights, each stage's region of the tile's shared banks, as the plan decides it
-    regions: dict[int, object] = {}
+    regions: dict[int, WeightRegions] = {}
     by_placement: dict[tuple, list[int]] = {}
     for k, i in enumerate(ok):
         m = candidates[i].mapping
         by_placement.setdefault((m.placement, m.fusion, m.channels_last), []).append(k)
     for (placement, fusion, channels_last), ks in by_placement.items():
+        if placement != "phase" or not any(candidates[ok[k]].mapping.weights == "shared" for k in ks):
+            regions.update({ok[k]: WeightRegions([0] * len(stages), [0] * len(stages), [0] * len(stages))
+                            for k in ks})
+            continue
         params = [CandidateArrays.from_candidates([stage_cands[s][k] for k in ks]) for s in range(len(stages))]
         got = stage_regions([plan_graph(g, fusion, channels_last) for _, g in stages], params, [placed[ok[k]][0] for k in ks], placement,
                             [candidates[ok[k]].chip for k in ks])
@@ -395,7 +399,8 @@ def estimate_layers(graph, candidates: Sequence[Candidate], calibration=None
             costed = [replace(p, gemm=replace(p.gemm, b_shared_base=picked[range_of[p.op.name]],
                                               **({"a_shared": sets, "a_shared_base": bases[p.op.name]}
                                                  if p.op.name in handed else {})))
-                      if p.gemm is not None else p for p in plans]
+                      if p.gemm is not None and (p.op.name in handed or picked[range_of[p.op.name]]) else p
+                      for p in plans]
             by_range = []
             for r, rg in enumerate(ranges):
                 cands = [range_candidate(lays[i][0].places[r], candidates[i].mapping) for i in ok]

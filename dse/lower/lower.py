@@ -826,12 +826,14 @@ def lower_placed(stages, candidate: Candidate) -> StagedLowered:
     if reason:
         raise Infeasible(reason)
     if mapping.placement == "phase":
-        plans = [plan_graph(g, mapping.fusion, mapping.channels_last) for _, g, _ in stages]
-        params = [CandidateArrays.from_candidates([Candidate(p.chip, mapping.model_copy(
-            update={"workers": len(p.cores)}))]) for p in places]
-        (regions,) = stage_regions(plans, params, [places], mapping.placement, [chip])
-        if regions.reason:
-            raise Infeasible(regions.reason)
+        regions = None
+        if mapping.weights == "shared":  # the stages' regions of the tile's shared banks
+            plans = [plan_graph(g, mapping.fusion, mapping.channels_last) for _, g, _ in stages]
+            params = [CandidateArrays.from_candidates([Candidate(p.chip, mapping.model_copy(
+                update={"workers": len(p.cores)}))]) for p in places]
+            (regions,) = stage_regions(plans, params, [places], mapping.placement, [chip])
+            if regions.reason:
+                raise Infeasible(regions.reason)
         return lower_stages([(g, x, list(p.cores)) for (_, g, x), p in zip(stages, places)], chip, mapping,
                             roles=[p.role for p in places], regions=regions)
     dram = Dram()

@@ -444,6 +444,10 @@ def range_regions(plans, ranges, held: list[HandoffBanks], sets: int, overlap: b
     for c in range(n):
         a = sum(held[c].banks.values())
         have = int(range_params[0].shared_banks[c])
+        if sum(per[c].tolist()) + a <= have:  # picked alone, they fit (no shared weights: no regions)
+            banks = per[c].tolist()
+            out.append(WeightRegions(np.cumsum([0, *banks[:-1]]).tolist(), banks, [0] * R))
+            continue
         one = [params.take(np.array([c])) for params in range_params]
         banks, picked = _fit(per[c].tolist(), a, have,
                              lambda r, base: int(weight_banks(parts[r], one[r], [held[c]], sets, base)[0]))
@@ -486,7 +490,7 @@ def stage_regions(stage_plans, stage_params: list[CandidateArrays], places: list
         tile, have = chips[c].cores.tile_size, chips[c].shared_memory.banks
         tiles = [sorted({core // tile for core in p.cores}) for p in places[c]]
         banks, picked = per[c].tolist(), [0] * S
-        one = [params.take(np.array([c])) for params in stage_params]
+        one = [params.take(np.array([c])) for params in stage_params] if sum(banks) > have else []
         for t in sorted({t for ts in tiles for t in ts}):
             on = [s for s in range(S) if t in tiles[s]]
 
