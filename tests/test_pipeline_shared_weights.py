@@ -190,8 +190,8 @@ def test_phase_with_shared_weights_is_bit_exact_and_modelled(stages, banks, weig
     rep = emulate_placed(stages, cand)
     (t,) = estimate_placed(pairs, [cand])[0].to_dict("records")
     assert rep.feasible and rep.verdict.passed and rep.verdict.integer_bit_exact, rep.reason
-    # the stages in lock step: within 3%, as for phase in tests/test_poly_phases.py
-    assert abs(t["latency_cycles"] / rep.cycles - 1) < 0.03, (t["latency_cycles"], rep.cycles)
+    # the stages in lock step on the system bus: within 2%
+    assert abs(t["latency_cycles"] / rep.cycles - 1) < 0.02, (t["latency_cycles"], rep.cycles)
     assert rep.counters["shared_bytes_used"] == t["shared_sram_bytes"] == shared_banks * SHARED_BANK
 
 

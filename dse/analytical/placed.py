@@ -12,8 +12,10 @@ stage), for all candidates of one placement at once. The totals follow what the 
   the stages advance in lock step, epoch by epoch (stages on different tiles do not meet:
   `coupled_stages`). An op closed by ``b`` syncs is ``b``
   epochs of ``cycles / b`` each (an op without a sync joins the next epoch); the latency
-  is the sum over epochs of the slowest stage's epoch (`lockstep_cycles`). The SRAM a
-  candidate asks for is every used core's own banks (its group's).
+  is the sum over epochs of the slowest stage's epoch, the stages' DMA sharing the system
+  bus as a pipeline's ranges in a slot do (`_slot_cycles`, below). The SRAM a candidate asks
+  for is every used core's own banks (its group's); with ``mapping.weights = "shared"`` the
+  shared bytes are every stage's region of the tile's shared banks (`stage_regions`).
 
 One graph in ranges of ops (``"layers"``, `estimate_layers`): each range's ops costed on its
 group's chip with the plan's hand-offs marked (`dse.plan.placement.handoffs`: the leading
@@ -267,8 +269,8 @@ def estimate_placed(stages: Sequence[tuple[str, object]], candidates: Sequence[C
         per_stage.append(frame)
         totals.append(summarize(per_op, cands) if cands else None)
     # per stage, per candidate: (cycles, syncs) of its ops in order, split once
-    op_times = [{cand: (g["cycles"].to_numpy(), g["syncs"].to_numpy()) for cand, g in frame.groupby("candidate")}
-                if not frame.empty else {} for frame in per_stage]
+    op_times = [{cand: g for cand, g in frame.groupby("candidate")} if not frame.empty else {} for frame in per_stage]
+    stage_plans: dict[tuple, list] = {}  # per (fusion, channels_last): each stage's plan, by op name
     rows = []
     for i, c in enumerate(candidates):
         places, reason = placed[i]
@@ -285,12 +287,7 @@ def estimate_placed(stages: Sequence[tuple[str, object]], candidates: Sequence[C
         if c.mapping.placement is None:
             latency = sum(float(t["latency_cycles"]) for t in stage_totals)
         else:
-            # a stage on one core closes its ops with FENCEs, never a BARRIER: one epoch
-            epochs = [epoch_cycles(times[i][0], times[i][1] * (len(p.cores) > 1)) for times, p in zip(op_times, places)]
-            # stages meet at barriers only within a tile: each set of stages coupled through
-            # shared tiles runs in lock step, the sets side by side
-            latency = max(lockstep_cycles([epochs[s] for s in coupled])
-                          for coupled in coupled_stages(places, c.chip.cores.tile_size))
+            latency = _phase_cycles(c, places, [times[i] for times in op_times], stages, stage_plans)
         cores = sorted({core for p in places for core in p.cores})
         sram_per_core = [p.chip.private_sram_bytes for p in places for _ in p.cores]
         if c.mapping.placement is None:  # the same cores run every stage
@@ -310,6 +307,35 @@ def estimate_placed(stages: Sequence[tuple[str, object]], candidates: Sequence[C
     totals = pd.DataFrame(rows, columns=TOTAL_COLUMNS)
     totals["candidate_hash"] = hashes  # the candidates as given ("auto" among them)
     return totals, per_stage
+
+
+def _phase_cycles(c: Candidate, places, frames, stages, stage_plans: dict) -> float:
+    """``"phase"``'s latency: stages meet at barriers only within a tile, so each set of
+    stages coupled through shared tiles runs in lock step, the sets side by side; a set of
+    two or more on the system bus as a pipeline's slot does (`_slot_cycles`: each epoch's
+    first transfers placed as the bus places them). `frames`: each stage's per-op rows."""
+    # a stage on one core closes its ops with FENCEs, never a BARRIER: one epoch
+    times = [[f["cycles"].to_numpy(np.float64), f["syncs"].to_numpy(np.int64) * (len(p.cores) > 1),
+              f["dma_bytes"].to_numpy(np.float64), f["dma_cycles"].to_numpy(np.float64)]
+             for f, p in zip(frames, places)]
+    epochs = [epoch_cycles(c_, s_) for c_, s_, _, _ in times]
+    latency = 0.0
+    for coupled in coupled_stages(places, c.chip.cores.tile_size):
+        if len(coupled) == 1:
+            latency = max(latency, float(epochs[coupled[0]].sum()))
+            continue
+        key = (c.mapping.fusion, c.mapping.channels_last)
+        if key not in stage_plans:
+            stage_plans[key] = [{p.op.name: p for p in plan_graph(g, *key)} for _, g in stages]
+        heads: list[list] = [[] for _ in places]
+        for s in coupled:
+            p, m = places[s], c.mapping.model_copy(update={"workers": len(places[s].cores)})
+            heads[s] = [op_head_transfers(stage_plans[key][s][name], row, p.chip, m, len(p.cores), p.cores,
+                                          stages[s][1]) for name, row in zip(frames[s]["op"], frames[s].to_dict("records"))]
+        moved = [epoch_cycles(b_, s_) for _, s_, b_, _ in times]
+        dma_time = [epoch_cycles(d_, s_) for _, s_, _, d_ in times]
+        latency = max(latency, _slot_cycles(c.chip, coupled, epochs, moved, dma_time, times, heads))
+    return latency
 
 
 def _estimate_at_bases(graph, cands: list[Candidate], calibration, b_bases: list[int]) -> pd.DataFrame:
