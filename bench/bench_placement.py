@@ -3,7 +3,7 @@ emulated cycles, DMA bytes (in + out, every core), peak and asked-for private SR
 numerics verdict, and the analytical model's latency error against the emulator.
 
     .venv/bin/python bench/bench_placement.py [--seq 16] [--past 15] [--requests 4]
-        [--only gemm-grid|three-ranges|mlp-banks|qkv-shared-weights]
+        [--only gemm-grid|three-ranges|mlp-banks|qkv-shared-weights|pipeline-shared-weights]
 
 Candidates: poly's phases on their own groups (placement "phase"), both phases one after
 another on SPMD workers (placement None) of poly with its groups removed (5 identical
@@ -29,8 +29,11 @@ and 1 shared banks, each hand-off holding the banks its picked A tiles take
 would hold 4 and send fc3 through DRAM); and tiny llama prefill cut before q (op 10) with one
 shared copy of the weights against a copy per worker, on 64, 5, 4, 3 and 2 shared banks: q, k and v
 all take their A from shared memory where they fit (`handoff_banks`, the last product's A at the
-top, so each product's B tiles stay clear of the A of the products after it). `--only` runs one
-of the last four sections alone.
+top, so each product's B tiles stay clear of the A of the products after it); and tiny llama
+prefill pipelined (--requests requests) cut before op 58 or 10 with one shared copy of the
+weights against a copy per worker, on 64, 28, 27, 8, 4, 2 and 1 shared banks, each range's weights
+in a region of the shared banks of its own (`range_regions`), and its two stages at once on
+poly's groups ("phase") on 66, 64, 8 and 1. `--only` runs one of the last five sections alone.
 """
 
 from __future__ import annotations
@@ -98,7 +101,8 @@ def main() -> None:
     ap.add_argument("--seq", type=int, default=16)
     ap.add_argument("--past", type=int, default=15)
     ap.add_argument("--requests", type=int, default=4)
-    ap.add_argument("--only", choices=("gemm-grid", "three-ranges", "mlp-banks", "qkv-shared-weights"), help="one section alone")
+    ap.add_argument("--only", choices=("gemm-grid", "three-ranges", "mlp-banks", "qkv-shared-weights",
+                                       "pipeline-shared-weights"), help="one section alone")
     args = ap.parse_args()
     if args.only == "gemm-grid":
         gemm_grid(args.requests)
@@ -111,6 +115,9 @@ def main() -> None:
         return
     if args.only == "qkv-shared-weights":
         qkv_shared_weights(args.seq)
+        return
+    if args.only == "pipeline-shared-weights":
+        pipeline_shared_weights(args.seq, args.past, args.requests)
         return
     pre = stage("prefill", "llama_prefill", seq=args.seq)
     dec = stage("decode", "llama_decode", past=args.past)
@@ -303,6 +310,66 @@ def qkv_shared_weights(seq: int) -> None:
             print(f"{f'weights {weights}, {banks} shared banks':44s} {figures(rep, t)} {rep.peak_sram_bytes:9d} "
                   f"{shared(rep, t)}  {bit_exact(rep)}")
             print(f"{'':44s} {notes.split('; ')[0][:110]}")
+
+
+def pipeline_shared_weights(seq: int, past: int, requests: int) -> None:
+    """Tiny llama prefill pipelined on poly's groups, and prefill + decode at once ("phase"),
+    with one shared copy of the weights against a copy per worker, by shared banks: each
+    part's weights in a region of the tile's shared banks of its own (`range_regions`,
+    `stage_regions`), the regions (bank counts, the plan's) beside the figures."""
+    import numpy as np
+
+    from dse.mapping import CandidateArrays
+    from dse.plan.graph_plan import plan_graph
+    from dse.plan.placement import handoff_banks, handoffs, range_candidate, range_regions, schedule
+
+    pre = stage("prefill", "llama_prefill", seq=seq)
+    dec = stage("decode", "llama_decode", past=past)
+
+    def regions(cand) -> str:
+        plans = plan_graph(pre.graph, cand.mapping.fusion, cand.mapping.channels_last)
+        lay, _ = schedule(cand.chip, cand.mapping, len(plans))
+        params = [CandidateArrays.from_candidates([range_candidate(p, cand.mapping)]) for p in lay.places]
+        held = handoff_banks(plans, lay.ranges, handoffs(plans, lay.ranges), lay.handoff_sets, lay.overlap, params)
+        (r,) = range_regions(plans, lay.ranges, held, lay.handoff_sets, lay.overlap, params,
+                             [[p.role for p in lay.places]], [cand.chip.name])
+        return f"B {'+'.join(map(str, r.banks))} A {sum(held[0].banks.values())}"
+
+    print(f"\ntiny llama prefill (seq {seq}) x{requests} pipelined on poly's groups; split cols; regions in banks")
+    print(f"{'candidate':40s} {'regions':>10s} {'emu cycles':>10s} {'model':>10s} {'err':>7s} {'DMA bytes':>9s} "
+          f"{'model DMA':>9s} {'peak SRAM':>9s} {'shared':>8s} {'model sh':>8s}  numerics")
+    for cut in (58, 10):
+        for banks in (64, 28, 27, 8, 4, 2, 1):
+            chip = load_chip("poly", {"shared_memory.banks": banks})
+            for weights in ("per_worker", "shared"):
+                cand = Candidate(chip, Mapping(split="cols", placement="pipeline", cuts=(cut,), requests=requests,
+                                               weights=weights))
+                rep, _, t, _ = emulated_and_modelled(pre, cand)
+                name = f"cut {cut}, {weights}, {banks} banks"
+                if not rep.feasible:
+                    print(f"{name:40s} infeasible (model: {'same reason' if rep.reason == t['reason'] else t['reason']})"
+                          f": {rep.reason[:120]}")
+                    continue
+                print(f"{name:40s} {regions(cand):>10s} {figures(rep, t)} {rep.peak_sram_bytes:9d} {shared(rep, t)}  "
+                      f"{bit_exact(rep)}")
+    print(f"\ntiny llama prefill (seq {seq}) + decode (past {past}) at once (placement phase) on poly's groups")
+    print(f"{'candidate':40s} {'emu cycles':>10s} {'model':>10s} {'err':>7s} {'DMA bytes':>9s} "
+          f"{'model DMA':>9s} {'peak SRAM':>9s} {'shared':>8s} {'model sh':>8s}  numerics")
+    pairs = [(w.role, w.graph) for w in (pre, dec)]
+    for banks in (66, 64, 8, 1):
+        chip = load_chip("poly", {"shared_memory.banks": banks})
+        for weights in ("per_worker", "shared"):
+            cand = Candidate(chip, Mapping(split="cols", placement="phase", weights=weights))
+            rep = emulate_placed([pre, dec], cand)
+            t = estimate_placed(pairs, [cand])[0].iloc[0]
+            name = f"phase, {weights}, {banks} banks"
+            if not rep.feasible:
+                print(f"{name:40s} infeasible (model: {'same reason' if rep.reason == t['reason'] else t['reason']})"
+                      f": {rep.reason[:120]}")
+                continue
+            sh = np.float64(t["shared_sram_bytes"])
+            print(f"{name:40s} {figures(rep, t)} {rep.peak_sram_bytes:9d} {rep.counters['shared_bytes_used']:8d} "
+                  f"{sh:8.0f}  {bit_exact(rep)}")
 
 
 if __name__ == "__main__":

@@ -12,8 +12,10 @@ stage), for all candidates of one placement at once. The totals follow what the 
   the stages advance in lock step, epoch by epoch (stages on different tiles do not meet:
   `coupled_stages`). An op closed by ``b`` syncs is ``b``
   epochs of ``cycles / b`` each (an op without a sync joins the next epoch); the latency
-  is the sum over epochs of the slowest stage's epoch (`lockstep_cycles`). The SRAM a
-  candidate asks for is every used core's own banks (its group's).
+  is the sum over epochs of the slowest stage's epoch, the stages' DMA sharing the system
+  bus as a pipeline's ranges in a slot do (`_slot_cycles`, below). The SRAM a candidate asks
+  for is every used core's own banks (its group's); with ``mapping.weights = "shared"`` the
+  shared bytes are every stage's region of the tile's shared banks (`stage_regions`).
 
 One graph in ranges of ops (``"layers"``, `estimate_layers`): each range's ops costed on its
 group's chip with the plan's hand-offs marked (`dse.plan.placement.handoffs`: the leading
@@ -45,8 +47,8 @@ from ..cost.dma import dma_cycles_for
 from ..mapping import Candidate, CandidateArrays, check_tiles
 from ..mapping.candidate import Mapping
 from ..plan.graph_plan import plan_graph
-from ..plan.placement import (boundary_note, boundary_tensors, handoff_banks, handoffs, place,
-                              range_candidate, schedule, spmd_chip, stage_reason)
+from ..plan.placement import (WeightRegions, boundary_note, boundary_tensors, handoff_banks, handoffs, place,
+                              range_candidate, range_regions, schedule, spmd_chip, stage_reason, stage_regions)
 from .estimate import TOTAL_COLUMNS, estimate, summarize
 from .graph_cost import graph_costs
 from .stream_cost import planned_stream
@@ -241,21 +243,38 @@ def estimate_placed(stages: Sequence[tuple[str, object]], candidates: Sequence[C
     placed = [place(c.chip, c.mapping.placement, c.mapping.workers, roles, c.mapping.requests,
                     c.mapping.weights) for c in candidates]
     ok = [i for i in range(n) if not placed[i][1]]
+    stage_cands = [[Candidate(placed[i][0][s].chip,
+                              candidates[i].mapping.model_copy(update={"workers": len(placed[i][0][s].cores)}))
+                    for i in ok] for s in range(len(stages))]
+    # with shared weights, each stage's region of the tile's shared banks, as the plan decides it
+    regions: dict[int, WeightRegions] = {}
+    by_placement: dict[tuple, list[int]] = {}
+    for k, i in enumerate(ok):
+        m = candidates[i].mapping
+        by_placement.setdefault((m.placement, m.fusion, m.channels_last), []).append(k)
+    for (placement, fusion, channels_last), ks in by_placement.items():
+        if placement != "phase" or not any(candidates[ok[k]].mapping.weights == "shared" for k in ks):
+            regions.update({ok[k]: WeightRegions([0] * len(stages), [0] * len(stages), [0] * len(stages))
+                            for k in ks})
+            continue
+        params = [CandidateArrays.from_candidates([stage_cands[s][k] for k in ks]) for s in range(len(stages))]
+        got = stage_regions([plan_graph(g, fusion, channels_last) for _, g in stages], params, [placed[ok[k]][0] for k in ks], placement,
+                            [candidates[ok[k]].chip for k in ks])
+        regions.update({ok[k]: r for k, r in zip(ks, got)})
     per_stage, totals = [], []
     for s, (role, graph) in enumerate(stages):
-        cands = [Candidate(placed[i][0][s].chip,
-                           candidates[i].mapping.model_copy(update={"workers": len(placed[i][0][s].cores)}))
-                 for i in ok]
-        per_op = estimate(graph, cands, calibration) if cands else None
+        cands = stage_cands[s]
+        per_op = _estimate_at_bases(graph, cands, calibration, [regions[i].picked[s] for i in ok]) if cands else None
         frame = per_op.assign(candidate=np.asarray(ok)[per_op["candidate"].to_numpy()]) if cands else pd.DataFrame()
         per_stage.append(frame)
         totals.append(summarize(per_op, cands) if cands else None)
     # per stage, per candidate: (cycles, syncs) of its ops in order, split once
-    op_times = [{cand: (g["cycles"].to_numpy(), g["syncs"].to_numpy()) for cand, g in frame.groupby("candidate")}
-                if not frame.empty else {} for frame in per_stage]
+    op_times = [{cand: g for cand, g in frame.groupby("candidate")} if not frame.empty else {} for frame in per_stage]
+    stage_plans: dict[tuple, list] = {}  # per (fusion, channels_last): each stage's plan, by op name
     rows = []
     for i, c in enumerate(candidates):
         places, reason = placed[i]
+        reason = reason or regions[i].reason
         if reason:
             rows.append(_infeasible(i, c, reason))
             continue
@@ -268,12 +287,7 @@ def estimate_placed(stages: Sequence[tuple[str, object]], candidates: Sequence[C
         if c.mapping.placement is None:
             latency = sum(float(t["latency_cycles"]) for t in stage_totals)
         else:
-            # a stage on one core closes its ops with FENCEs, never a BARRIER: one epoch
-            epochs = [epoch_cycles(times[i][0], times[i][1] * (len(p.cores) > 1)) for times, p in zip(op_times, places)]
-            # stages meet at barriers only within a tile: each set of stages coupled through
-            # shared tiles runs in lock step, the sets side by side
-            latency = max(lockstep_cycles([epochs[s] for s in coupled])
-                          for coupled in coupled_stages(places, c.chip.cores.tile_size))
+            latency = _phase_cycles(c, places, [times[i] for times in op_times], stages, stage_plans)
         cores = sorted({core for p in places for core in p.cores})
         sram_per_core = [p.chip.private_sram_bytes for p in places for _ in p.cores]
         if c.mapping.placement is None:  # the same cores run every stage
@@ -285,11 +299,61 @@ def estimate_placed(stages: Sequence[tuple[str, object]], candidates: Sequence[C
                "private_sram_bytes": float(sum(sram_per_core))}
         for name in SUMMED:
             row[name] = sum(float(t[name]) for t in stage_totals)
+        # shared weights: stages at once hold their regions side by side; one after another, the most one holds
+        shared = [float(t["shared_sram_bytes"]) for t in stage_totals]
+        row["shared_sram_bytes"] = sum(shared) if c.mapping.placement == "phase" else max(shared)
         row["utilisation"] = row["busy_cycles"] / max(len(cores) * latency, 1)
         rows.append(row)
     totals = pd.DataFrame(rows, columns=TOTAL_COLUMNS)
     totals["candidate_hash"] = hashes  # the candidates as given ("auto" among them)
     return totals, per_stage
+
+
+def _phase_cycles(c: Candidate, places, frames, stages, stage_plans: dict) -> float:
+    """``"phase"``'s latency: stages meet at barriers only within a tile, so each set of
+    stages coupled through shared tiles runs in lock step, the sets side by side; a set of
+    two or more on the system bus as a pipeline's slot does (`_slot_cycles`: each epoch's
+    first transfers placed as the bus places them). `frames`: each stage's per-op rows."""
+    # a stage on one core closes its ops with FENCEs, never a BARRIER: one epoch
+    times = [[f["cycles"].to_numpy(np.float64), f["syncs"].to_numpy(np.int64) * (len(p.cores) > 1),
+              f["dma_bytes"].to_numpy(np.float64), f["dma_cycles"].to_numpy(np.float64)]
+             for f, p in zip(frames, places)]
+    epochs = [epoch_cycles(c_, s_) for c_, s_, _, _ in times]
+    latency = 0.0
+    for coupled in coupled_stages(places, c.chip.cores.tile_size):
+        if len(coupled) == 1:
+            latency = max(latency, float(epochs[coupled[0]].sum()))
+            continue
+        key = (c.mapping.fusion, c.mapping.channels_last)
+        if key not in stage_plans:
+            stage_plans[key] = [{p.op.name: p for p in plan_graph(g, *key)} for _, g in stages]
+        heads: list[list] = [[] for _ in places]
+        for s in coupled:
+            p, m = places[s], c.mapping.model_copy(update={"workers": len(places[s].cores)})
+            heads[s] = [op_head_transfers(stage_plans[key][s][name], row, p.chip, m, len(p.cores), p.cores,
+                                          stages[s][1]) for name, row in zip(frames[s]["op"], frames[s].to_dict("records"))]
+        moved = [epoch_cycles(b_, s_) for _, s_, b_, _ in times]
+        dma_time = [epoch_cycles(d_, s_) for _, s_, _, d_ in times]
+        latency = max(latency, _slot_cycles(c.chip, coupled, epochs, moved, dma_time, times, heads))
+    return latency
+
+
+def _estimate_at_bases(graph, cands: list[Candidate], calibration, b_bases: list[int]) -> pd.DataFrame:
+    """`estimate` of one stage on `cands`, candidate k's tiles picked with its shared weights
+    at `b_bases[k]` (`WeightRegions.picked`): candidates at one base costed as one."""
+    by: dict[tuple, list[int]] = {}
+    for k, (c, base) in enumerate(zip(cands, b_bases)):
+        by.setdefault((base, c.mapping.fusion, c.mapping.channels_last), []).append(k)
+    if len(by) == 1 and b_bases[0] == 0:  # the plain plan (no stage's tiles picked again)
+        return estimate(graph, cands, calibration)
+    frames = []
+    for (base, fusion, channels_last), ks in by.items():
+        plans = [replace(p, gemm=replace(p.gemm, b_shared_base=base)) if p.gemm is not None else p
+                 for p in plan_graph(graph, fusion, channels_last)]
+        part = estimate(graph, [cands[k] for k in ks], calibration, plans=plans)
+        part["candidate"] = np.asarray(ks)[part["candidate"].to_numpy()]
+        frames.append(part)
+    return pd.concat(frames, ignore_index=True).sort_values(["candidate"], kind="stable").reset_index(drop=True)
 
 
 def handoff_cycles(chip, tiles: int, tile_bytes: int, loaders: int) -> int:
@@ -340,17 +404,29 @@ def estimate_layers(graph, candidates: Sequence[Candidate], calibration=None
         overlap = lays[same_cut[0]][0].overlap
         # each candidate's hand-off banks, decided in order for the tiles it picks; candidates
         # whose bases agree are costed as one
-        banks = handoff_banks(plans, ranges, handed, sets, overlap, [CandidateArrays.from_candidates(
+        params = [CandidateArrays.from_candidates(
             [range_candidate(lays[i][0].places[r], candidates[i].mapping) for i in same_cut])
-            for r in range(n_ranges)])
+            for r in range(n_ranges)]
+        banks = handoff_banks(plans, ranges, handed, sets, overlap, params)
+        # the ranges' regions of shared weights (a pipeline's, one each), as the plan decides them
+        regions = dict(zip(same_cut, range_regions(plans, ranges, banks, sets, overlap, params,
+                                                   [[p.role for p in lays[i][0].places] for i in same_cut],
+                                                   [candidates[i].chip.name for i in same_cut])))
         by_bases: dict[tuple, list[int]] = {}
         held = dict(zip(same_cut, banks))
         for i, b in held.items():
-            by_bases.setdefault(tuple(b.bases.items()), []).append(i)
-        for at, ok in by_bases.items():
+            if regions[i].reason:
+                rows[i] = _infeasible(i, candidates[i], regions[i].reason)
+                continue
+            by_bases.setdefault((tuple(b.bases.items()), tuple(regions[i].picked)), []).append(i)
+        range_of = {plans[k].op.name: r for r, rg in enumerate(ranges) for k in rg}
+        for (at, picked), ok in by_bases.items():
             bases = dict(at)
-            costed = [replace(p, gemm=replace(p.gemm, a_shared=sets, a_shared_base=bases[p.op.name]))
-                      if p.op.name in handed else p for p in plans]
+            costed = [replace(p, gemm=replace(p.gemm, b_shared_base=picked[range_of[p.op.name]],
+                                              **({"a_shared": sets, "a_shared_base": bases[p.op.name]}
+                                                 if p.op.name in handed else {})))
+                      if p.gemm is not None and (p.op.name in handed or picked[range_of[p.op.name]]) else p
+                      for p in plans]
             by_range = []
             for r, rg in enumerate(ranges):
                 cands = [range_candidate(lays[i][0].places[r], candidates[i].mapping) for i in ok]
@@ -400,6 +476,8 @@ def estimate_layers(graph, candidates: Sequence[Candidate], calibration=None
                 # count up from the bottom bank, hand-off A tiles down from the top (where they
                 # meet, as with weights = shared, each bank once)
                 b_shared = all_rows["shared_bytes"].max()
+                if overlap:  # a pipeline's ranges each hold a region of their own (`range_regions`)
+                    b_shared = sum(regions[i].banks) * c.chip.shared_memory.rows * c.chip.shared_memory.row_bytes
                 shared_total = c.chip.shared_memory.banks * c.chip.shared_memory.rows * c.chip.shared_memory.row_bytes
                 sram_per_core = [p.chip.private_sram_bytes for p in places for _ in p.cores]
                 unaddressable = sum(p.chip.unaddressable_sram_bytes for p in places for _ in p.cores)

@@ -13,7 +13,8 @@ Op by op, in graph order:
   rows or columns (``mapping.split``). The accumulator stays blocked in DRAM (one
   contiguous MVOUT a tile). With ``mapping.weights = "shared"`` a weight's Bt tiles are
   loaded once per tile of cores into its shared memory (tile j in shared bank
-  ``first_bank_id + j``, the loads dealt to the tile's workers by `shared_loads`, then the
+  ``first_bank_id + base + j``, base the first bank of the region a pipeline's range or a
+  phase's stage keeps its weights in, `dse.plan.placement.WeightRegions`; the loads dealt to the tile's workers by `shared_loads`, then the
   sync of a core op) and every matmul reads B there: no private B banks.
 * an int8 channels-last ``conv1d`` / ``conv2d`` (NLC / NHWC, WIO / HWIO weights, as the
   permute step leaves them) is im2col on the core - one strided gather copy, after a copy
@@ -85,7 +86,7 @@ from ..plan.layout import permuted, stored_orders
 from ..plan.matmul import plan_matmul
 from ..plan.memory import Blocked, Dram, Loc, emu_dtype
 from ..plan.placement import (Placed, boundary_note, boundary_tensors, cores_chip, handoff_banks, handoffs, place,
-                              range_candidate, schedule, spmd_chip, stage_reason)
+                              range_candidate, range_regions, schedule, spmd_chip, stage_reason, stage_regions)
 from ..plan.split import shared_loads, split_core_op
 from ..plan.streams import ELEMENTWISE, Stream, relu_stream, scale_core_op, scale_stream, stream_or_core
 from ..plan.units import Infeasible, conv_pad, relu_ball, reshape_view, sync_after, too_many_workers
@@ -185,6 +186,10 @@ class ProgramBuilder:
         self.handoff_sets, self.handoff_set = 1, 0  # sets of shared banks a hand-off takes, and this request's
         self.handoff_bases: dict[str, int] = {}  # banks below the top other hand-offs hold (`handoff_banks`)
         self.handoffs: list[tuple[str, str, int, int]] = []  # (op, tensor, shared tiles, bytes) handed off
+        # with weights = shared: the first shared bank of this part's region for its weights' B
+        # tiles, beside the parts that run at once, and the base its tiles are picked with
+        # (`dse.plan.placement.WeightRegions`: bases, picked)
+        self.b_region, self.b_picked = 0, 0
         # spans with shared weights: the stack's shared copy, loaded before the span runs
         # (`dse.plan.spans.shared_stack`); each matmul's weight B is read there
         self.shared_stack = None
@@ -527,7 +532,7 @@ class ProgramBuilder:
         nbB = b[1].shape[0] if b[0] == "weight" else b[3]
         shape = MatmulShape(M, N, K, nb, b_weight=b[0] == "weight", b_batched=nbB > 1, bias=bias is not None,
                             a_shared=self.handoff_sets if op.name in self.handoff_ops else 0,
-                            a_shared_base=self.handoff_bases.get(op.name, 0))
+                            a_shared_base=self.handoff_bases.get(op.name, 0), b_shared_base=self.b_picked)
         if self.shared_stack is not None:
             shape = self.shared_stack.gemm(op.name, shape)
         plan = plan_matmul(chip, mp, shape)
@@ -590,17 +595,18 @@ class ProgramBuilder:
         else:
             per = -(-Nt // self.workers)
             share = [(range(Mt), range(w * per, min(Nt, (w + 1) * per))) for w in range(self.workers)]
-        # A shared weight (the plan's `check_tiles`): B tile j in shared bank first_bank_id + j
-        # of every tile of cores with workers that compute (a prefix: blocks go in order),
-        # loaded there once by those workers (`shared_loads`), then a BARRIER.
+        # A shared weight (the plan's `check_tiles`): B tile j in shared bank first_bank_id +
+        # region + j (its part's region, `WeightRegions`; a spans stack's base) of every tile of
+        # cores with workers that compute (a prefix: blocks go in order), loaded there once by
+        # those workers (`shared_loads`), then a BARRIER.
         shared_b = bool(check.shared_b[0, 0])
         shared_tiles = int(check.shared_tiles[0, 0])
         sm = chip.shared_memory
-        b_bank0 = sm.first_bank_id + shape.b_shared_base
+        b_bank0 = sm.first_bank_id + (shape.b_shared_base if shape.b_preloaded else self.b_region)
         if shared_b and not shape.b_preloaded:
             computing = sum(1 for ms, ns in share if len(ms) and len(ns))
             for w, mine in enumerate(shared_loads(computing, chip.cores.tile_size, shared_tiles)):
-                self.cores[w] += [Mvin(sm.first_bank_id + j, b_base + j * tn * tk, lines_b, 0) for j in mine]
+                self.cores[w] += [Mvin(b_bank0 + j, b_base + j * tn * tk, lines_b, 0) for j in mine]
             self.sync(False)
         # A handed off through shared memory (`dse.plan.placement.handoffs`): A tile (bi, mi) in
         # shared bank first_bank_id + banks - 1 - (base + set * nb * Mt + bi * Mt + mi), loaded
@@ -768,14 +774,15 @@ class StagedLowered:
     core_ids: list[list[int]]
 
 
-def lower_stages(stages, chip, mapping, roles=None) -> StagedLowered:
+def lower_stages(stages, chip, mapping, roles=None, regions=None) -> StagedLowered:
     """Stage partitioning onto (heterogeneous) cores: `stages` is a list of
     ``(graph, inputs, core_ids)``; each graph is lowered for ``len(core_ids)`` workers with
     those cores' own parameters (`dse.plan.placement.cores_chip`: their group's banks, Balls
     and core-op costs) and placed on those cores; all share one DRAM image. The cores of a
     tile meet at every BARRIER, so the stage with fewer barriers is padded with BARRIERs at
     its end (the stages then advance op by op in lock step: the coupling cost shows in the
-    cycles). `roles` names the stages in an infeasible reason."""
+    cycles). `roles` names the stages in an infeasible reason; `regions`, where each stage
+    keeps its shared weights (`dse.plan.placement.stage_regions`; default from bank 0 up)."""
     dram = Dram()
     builders = []
     used: set[int] = set()
@@ -790,7 +797,7 @@ def lower_stages(stages, chip, mapping, roles=None) -> StagedLowered:
             raise Infeasible(reason)
         placed = Placed(roles[i] if roles else f"{i}", tuple(core_ids), stage_chip)
         builders.append(_build_stage(graph, mapping.model_copy(update={"workers": len(core_ids)}), inputs, dram,
-                                     placed))
+                                     placed, (regions.bases[i], regions.picked[i]) if regions else (0, 0)))
     n = max(used) + 1
     cores: list[list] = [[] for _ in range(n)]
     for b, (_, _, core_ids) in zip(builders, stages):
@@ -819,8 +826,16 @@ def lower_placed(stages, candidate: Candidate) -> StagedLowered:
     if reason:
         raise Infeasible(reason)
     if mapping.placement == "phase":
+        regions = None
+        if mapping.weights == "shared":  # the stages' regions of the tile's shared banks
+            plans = [plan_graph(g, mapping.fusion, mapping.channels_last) for _, g, _ in stages]
+            params = [CandidateArrays.from_candidates([Candidate(p.chip, mapping.model_copy(
+                update={"workers": len(p.cores)}))]) for p in places]
+            (regions,) = stage_regions(plans, params, [places], mapping.placement, [chip])
+            if regions.reason:
+                raise Infeasible(regions.reason)
         return lower_stages([(g, x, list(p.cores)) for (_, g, x), p in zip(stages, places)], chip, mapping,
-                            roles=[p.role for p in places])
+                            roles=[p.role for p in places], regions=regions)
     dram = Dram()
     builders = [_build_stage(graph, mapping, inputs, dram, p) for (_, graph, inputs), p in zip(stages, places)]
     cores = [sum((list(b.cores[w]) for b in builders), []) for w in range(mapping.workers)]
@@ -863,8 +878,12 @@ def lower_layers(graph: Graph, candidate: Candidate, requests) -> LayeredLowered
         raise Infeasible(reason)
     places, ranges = lay.places, lay.ranges
     handed = handoffs(plans, ranges, mapping.weights != "shared") if mapping.handoff != "dram" else {}
-    (held,) = handoff_banks(plans, ranges, handed, lay.handoff_sets, lay.overlap,
-                            [CandidateArrays.from_candidates([range_candidate(p, mapping)]) for p in places])
+    params = [CandidateArrays.from_candidates([range_candidate(p, mapping)]) for p in places]
+    (held,) = handoff_banks(plans, ranges, handed, lay.handoff_sets, lay.overlap, params)
+    (regions,) = range_regions(plans, ranges, [held], lay.handoff_sets, lay.overlap, params,
+                               [[p.role for p in places]], [chip.name])
+    if regions.reason:
+        raise Infeasible(regions.reason)
     dram = Dram()
     weights: dict[str, Loc] = {}
     builders: list[list[ProgramBuilder]] = []
@@ -873,6 +892,7 @@ def lower_layers(graph: Graph, candidate: Candidate, requests) -> LayeredLowered
         for r, (p, rg) in enumerate(zip(places, ranges)):
             try:
                 b = ProgramBuilder(graph, range_candidate(p, mapping), inputs, dram, locs=chain[-1].locs if r else None)
+                b.b_region, b.b_picked = regions.bases[r], regions.picked[r]
                 if r:
                     b.unblocked, b.fused = chain[-1].unblocked, chain[-1].fused  # this request's so far
                     b.handoff_ops = frozenset(plans[i].op.name for i in rg) & set(handed)
@@ -927,11 +947,14 @@ def lower_layers(graph: Graph, candidate: Candidate, requests) -> LayeredLowered
                           sum(nb for chain in builders for b in chain for *_, nb in b.handoffs))
 
 
-def _build_stage(graph: Graph, mapping, inputs, dram: Dram, placed: Placed) -> "ProgramBuilder":
+def _build_stage(graph: Graph, mapping, inputs, dram: Dram, placed: Placed, region=(0, 0)) -> "ProgramBuilder":
     """One stage's program, built with its cores' own chip (`placed.chip`) into the shared
-    DRAM image; an infeasible op's reason names the stage, its cores and its chip."""
+    DRAM image, its shared weights in `region` (the bank they start at, the base their tiles
+    are picked with: `WeightRegions`); an infeasible op's reason names the stage, its cores
+    and its chip."""
     try:
         b = ProgramBuilder(graph, Candidate(placed.chip, mapping), inputs, dram)
+        b.b_region, b.b_picked = region
         for plan in plan_graph(graph, mapping.fusion, mapping.channels_last):
             b.lower_op(plan)
     except Infeasible as exc:

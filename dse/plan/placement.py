@@ -12,7 +12,9 @@ by its role. ``mapping.placement``:
 * ``"phase"``: each stage on every core of the group whose role names it, all stages at
   once (`dse.lower.lower_stages`: the cores of a tile meet at every BARRIER, so the stages
   advance op by op in lock step); each stage's program is built from the same source with
-  its group's own parameters (banks, Balls, core-op costs).
+  its group's own parameters (banks, Balls, core-op costs). With ``mapping.weights =
+  "shared"`` the stages on one tile keep their weights in regions of its shared banks of
+  their own (`stage_regions`).
 * ``"layers"``: one graph cut into contiguous ranges of ops at ``mapping.cuts``
   (`layer_ranges`), range r on every core of core group r (`place_layers`; on a chip without
   groups, on block r of the workers), one range after
@@ -25,7 +27,8 @@ by its role. ``mapping.placement``:
   request k's range r runs beside request k + 1's range r - 1 (`Schedule.slots`), a hand-off
   taking a set of shared banks per request in flight (`Schedule.handoff_sets`), every
   boundary its own banks below the earlier boundaries' (`handoff_banks`: the banks their
-  picked tiles take).
+  picked tiles take); with ``mapping.weights = "shared"`` each range's weights in a region of
+  the shared banks of its own, below them all (`range_regions`).
 * ``"auto"``: the placement the model finds fastest (`dse.analytical.placed.resolve_auto`):
   for one graph among SPMD, ``"layers"`` and (with requests) ``"pipeline"`` cut before each
   matmul; for a staged workload, SPMD or ``"phase"``.
@@ -109,12 +112,8 @@ def place(chip: ChipConfig, placement: str | None, workers: int, roles: list[str
             return [], (f"placement \"phase\" puts stage {role!r} on the core group of that role, but chip "
                         f"{chip.name} has " + (f"groups {', '.join(have)}" if have else "no core groups"))
         places.append(Placed(role, tuple(chip.cores.group_cores(i)), chip.group_chip(i)))
-    tile = chip.cores.tile_size
-    tiles = [{c // tile for c in p.cores} for p in places]
-    if weights == "shared" and any(a & b for i, a in enumerate(tiles) for b in tiles[i + 1:]):
-        return [], ("placement \"phase\" runs its stages at once, and stages on one tile would load their "
-                    "weights into the same shared banks (mapping.weights = shared, from bank 0 up); allowed: "
-                    "mapping.weights = per_worker, or groups on tiles of their own (cores.tile_size)")
+    # with mapping.weights = shared, stages on one tile each load theirs into a region of
+    # its shared banks (`stage_regions`), decided with their tiles
     return places, ""
 
 
@@ -215,10 +214,8 @@ def schedule(chip: ChipConfig, mapping, n_ops: int) -> tuple[Schedule | None, st
     places, ranges, reason = place_layers(chip, mapping.cuts, n_ops, mapping.placement, mapping.workers)
     if reason:
         return None, reason
-    if mapping.placement == "pipeline" and mapping.weights == "shared":
-        return None, ("placement \"pipeline\" runs its ranges at once on one tile, whose shared banks of the "
-                      "ranges' weights (mapping.weights = shared, loaded from bank 0 up) would overwrite each "
-                      "other; allowed: mapping.weights = per_worker")
+    # with mapping.weights = shared, the ranges at once each load theirs into a region of the
+    # tile's shared banks (`range_regions`), decided with their tiles
     return Schedule(places, ranges, requests, mapping.placement == "pipeline"), ""
 
 
@@ -259,7 +256,7 @@ class HandoffBanks:
     bases: dict[str, int]  # banks, counted down from the top, the hand-offs live beside it hold first
     banks: dict[str, int]  # the banks its picked A tiles take, every set (0: its A goes through DRAM)
     # with shared weights: a hand-off closed (its A through DRAM) -> the product whose shared
-    # B tiles would reach its A banks
+    # B tiles would reach its A banks ('': the pipeline's regions of weights, `range_regions`)
     closed: dict[str, str] = field(default_factory=dict)
 
 
@@ -281,7 +278,9 @@ def handoff_banks(plans, ranges, handed: dict[str, str], sets: int, overlap: boo
     shared B tiles fill from bank 0 up, so the tile check (base + A tiles + B tiles within
     the shared banks) holds every later product's A, loaded before, clear of its B; a
     product's B may overwrite only the A banks of the products before it, done by then
-    (each product closes with a sync)."""
+    (each product closes with a sync). In a pipeline (`overlap`) the ranges run at once, so no
+    B tile may meet any hand-off's banks: every candidate takes its hand-offs in order, as
+    with a copy per worker, and its shared weights go below them (`range_regions`)."""
     n = range_params[0].n if range_params else 0
     out = [HandoffBanks({}, {}) for _ in range(n)]
     taken = np.zeros(n, dtype=np.int64)
@@ -290,7 +289,9 @@ def handoff_banks(plans, ranges, handed: dict[str, str], sets: int, overlap: boo
             taken[:] = 0
         ops = [plans[i] for i in rg if plans[i].op.name in handed]
         shared_b = range_params[r].shared_weights if n else np.zeros(0, dtype=bool)
-        if n:
+        if n and overlap:  # a pipeline's shared weights sit in regions of their own (`range_regions`)
+            _take_banks(out, taken, ops, np.arange(n), range_params[r], sets)
+        elif n:
             _take_banks(out, taken, ops, np.flatnonzero(~shared_b), range_params[r], sets)
             _take_banks_shared_b(out, taken, ops, np.flatnonzero(shared_b), range_params[r], sets)
     return out
@@ -338,6 +339,196 @@ def _take_banks_shared_b(out, taken, ops, who, params: CandidateArrays, sets: in
             later.append(p.op.name)
 
 
+@dataclass(frozen=True)
+class WeightRegions:
+    """Where the parts of one candidate that run at once on one tile (a pipeline's ranges,
+    ``"phase"``'s stages) keep their shared weights (``mapping.weights = "shared"``): part p's
+    B tiles from shared bank ``bases[p]`` up (counted from the first shared bank), in a
+    region of ``banks[p]`` banks, the most one of its products' picked tiles take; its
+    products' tiles picked with ``MatmulShape.b_shared_base = picked[p]`` (0; or, where the
+    regions picked alone do not fit, the banks the others hold, so its tiles fit the rest);
+    and '' (or why the regions, with the hand-offs' A banks, do not fit the shared banks)."""
+
+    bases: list[int]
+    banks: list[int]
+    picked: list[int]
+    reason: str = ""
+
+
+def weight_banks(plans, params: CandidateArrays, held: list[HandoffBanks] | None = None, sets: int = 0,
+                 base: int = 0) -> np.ndarray:
+    """Per candidate, the most shared banks the B tiles of one of `plans`' products take
+    (`shared_banks`; 0 without shared weights), each tile picked as both consumers pick it, with
+    ``b_shared_base = base``: a product handed its A (in ``held[c].bases``) with `sets` sets of
+    A tiles below that base. -1 where a product has no legal tile there, or a handed product's
+    pick would take other A banks than ``held[c].banks`` says."""
+    most = np.zeros(params.n, dtype=np.int64)
+    who = np.flatnonzero(params.shared_weights)
+    for p in plans:
+        if not len(who) or p.unit not in ("matrix", "conv", "grouped") or p.gemm is None or not p.gemm.b_weight:
+            continue
+        by_base: dict[int | None, list[int]] = {}
+        for c in who.tolist():
+            by_base.setdefault(held[c].bases.get(p.op.name) if held else None, []).append(c)
+        for a_base, cs in by_base.items():
+            shape = replace(p.gemm, b_shared_base=base)
+            if a_base is not None:
+                shape = replace(shape, a_shared=sets, a_shared_base=a_base)
+            at = np.asarray(cs)
+            a, b = shared_banks(params.take(at), shape)
+            bad = b == 0  # a shared weight with no legal tile
+            if a_base is not None:
+                bad |= a != np.asarray([held[c].banks[p.op.name] for c in cs])
+            most[at] = np.where(bad | (most[at] < 0), -1, np.maximum(most[at], b))
+    return most
+
+
+def _fit(banks: list[int], reserve: int, have: int, repick) -> tuple[list[int], list[int]]:
+    """Regions `banks` (each part's, its tiles picked alone) and `reserve` more banks in `have`:
+    where they do not fit, each part from the largest region down has its tiles picked again
+    within the banks the others leave (``repick(part, base)``: its region picked with
+    ``b_shared_base = base``, -1 where that cannot be), kept where smaller, until they fit.
+    Returns the regions and the base each part's tiles are picked with."""
+    alone = list(banks)
+    banks, picked = list(alone), [0] * len(alone)
+    for r in sorted(range(len(banks)), key=lambda r: (-banks[r], r)):
+        if sum(banks) + reserve <= have:
+            return banks, picked
+        base = reserve + sum(banks) - banks[r]
+        if banks[r] and base < have:
+            again = repick(r, base)
+            if 0 <= again < banks[r]:
+                banks[r], picked[r] = again, base
+    if sum(banks) + reserve <= have:
+        return banks, picked
+    # the others too large to leave one room: every part within a share of the banks in
+    # proportion to its region picked alone (the share's rest to the first parts)
+    free = have - reserve
+    total = sum(alone)
+    if free <= 0 or not total:
+        return banks, picked
+    shares = [free * b // total for b in alone]
+    for r in range(free - sum(shares)):
+        shares[[k for k, b in enumerate(alone) if b][r % sum(1 for b in alone if b)]] += 1
+    fitted, at = [], []
+    for r, (b, share) in enumerate(zip(alone, shares)):
+        again = repick(r, have - share) if b > share and share > 0 else (b if b <= share else -1)
+        if again < 0:
+            return banks, picked  # no tile of this part fits its share
+        fitted.append(again)
+        at.append(have - share if b > share else 0)
+    return fitted, at
+
+
+def range_regions(plans, ranges, held: list[HandoffBanks], sets: int, overlap: bool,
+                  range_params: list[CandidateArrays], names: list[list[str]], chips: list[str]
+                  ) -> list[WeightRegions]:
+    """Per candidate, its ranges' regions of shared weights (`WeightRegions`), decided once for
+    the lowering and the model: ranges one after another (no overlap) each load theirs from
+    bank 0 up after the BARRIER before them; in a pipeline, where they run at once, range r's
+    from above the regions of ranges < r, all of them below the hand-offs' A banks
+    (`handoff_banks`, every boundary and set live at once, from the top down), each range's
+    tiles picked alone, or again within the banks the others leave where that does not fit
+    (`_fit`). Where they still do not fit, the weights come first: every hand-off of the
+    candidate is closed (its A through DRAM; `held[c]` changed in place, ``closed`` naming no
+    product, for both consumers' notes) and the regions fitted again without them. Where the
+    regions alone take more than the tile's shared banks the candidate is infeasible, the
+    reason naming the ranges (`names[c]`), the banks needed and the banks chip `chips[c]` has."""
+    n, R = (range_params[0].n if range_params else 0), len(ranges)
+    if not overlap or not n:
+        return [WeightRegions([0] * R, [0] * R, [0] * R) for _ in range(n)]
+    parts = [[plans[i] for i in rg] for rg in ranges]
+    per = np.maximum(0, np.stack([weight_banks(part, range_params[r], held, sets) for r, part in enumerate(parts)],
+                                 axis=1))  # a product with no legal tile at all is its op's own reason
+    out = []
+    for c in range(n):
+        a = sum(held[c].banks.values())
+        have = int(range_params[0].shared_banks[c])
+        if sum(per[c].tolist()) + a <= have:  # picked alone, they fit (no shared weights: no regions)
+            banks = per[c].tolist()
+            out.append(WeightRegions(np.cumsum([0, *banks[:-1]]).tolist(), banks, [0] * R))
+            continue
+        one = [params.take(np.array([c])) for params in range_params]
+        banks, picked = _fit(per[c].tolist(), a, have,
+                             lambda r, base: int(weight_banks(parts[r], one[r], [held[c]], sets, base)[0]))
+        if a and sum(banks) + a > have:
+            # the weights first: every hand-off closed (its A through DRAM, its base every shared
+            # bank so no A tile fits, in `held[c]` for both consumers) and the regions fitted again
+            for op in held[c].bases:
+                held[c].bases[op], held[c].banks[op] = have, 0
+                held[c].closed.setdefault(op, "")
+            a = 0
+            alone = [max(0, int(weight_banks(part, one[r], [held[c]], sets)[0])) for r, part in enumerate(parts)]
+            banks, picked = _fit(alone, 0, have,
+                                 lambda r, base: int(weight_banks(parts[r], one[r], [held[c]], sets, base)[0]))
+        reason = ""
+        if sum(banks) and sum(banks) + a > have:
+            reason = _regions_reason("pipeline", "ranges", names[c], banks, a, have, chips[c])
+        out.append(WeightRegions(np.cumsum([0, *banks[:-1]]).tolist(), banks, picked, reason))
+    return out
+
+
+def stage_regions(stage_plans, stage_params: list[CandidateArrays], places: list[list[Placed]], placement,
+                  chips: list[ChipConfig]) -> list[WeightRegions]:
+    """Per candidate (`places[c]`, its stages' places as `place` gives them on chip `chips[c]`),
+    its stages' regions of shared weights (`WeightRegions`), decided once for the lowering and
+    the model: with ``"phase"`` the stages on one tile run at once, so each stage's from above
+    the regions of the stages before it on its tiles, each stage's tiles picked alone, or
+    again within the banks the others on its tile leave where that does not fit (`_fit`);
+    SPMD's stages, one after another on the same cores, each from bank 0 up. Where a tile's
+    regions still take more than its shared banks the candidate is infeasible, the reason
+    naming the stages, the banks needed and the banks the chip has. `stage_plans[s]`: stage
+    s's plan; `stage_params[s]`: stage s of every candidate, as it is built and costed (its
+    place's chip and cores)."""
+    n, S = (stage_params[0].n if stage_params else 0), len(stage_plans)
+    if placement != "phase" or not n:
+        return [WeightRegions([0] * S, [0] * S, [0] * S) for _ in range(n)]
+    per = np.maximum(0, np.stack([weight_banks(plans, params) for plans, params in zip(stage_plans, stage_params)],
+                                 axis=1))
+    out = []
+    for c in range(n):
+        tile, have = chips[c].cores.tile_size, chips[c].shared_memory.banks
+        tiles = [sorted({core // tile for core in p.cores}) for p in places[c]]
+        banks, picked = per[c].tolist(), [0] * S
+        one = [params.take(np.array([c])) for params in stage_params] if sum(banks) > have else []
+        for t in sorted({t for ts in tiles for t in ts}):
+            on = [s for s in range(S) if t in tiles[s]]
+
+            def repick(k, base, on=on):
+                return int(weight_banks(stage_plans[on[k]], one[on[k]], base=base)[0])
+
+            fit, at = _fit([banks[s] for s in on], 0, have, repick)
+            for s, b, base in zip(on, fit, at):
+                if base:
+                    banks[s], picked[s] = b, base
+        used: dict[int, int] = {}
+        bases = []
+        for s in range(S):
+            base = max(used.get(t, 0) for t in tiles[s])
+            bases.append(base)
+            used.update({t: base + banks[s] for t in tiles[s]})
+        reason = ""
+        for t, top in used.items():
+            if top > have:
+                on = [s for s in range(S) if t in tiles[s]]
+                reason = _regions_reason("phase", "stages", [places[c][s].role for s in on], [banks[s] for s in on],
+                                         0, have, chips[c].name)
+                break
+        out.append(WeightRegions(bases, banks, picked, reason))
+    return out
+
+
+def _regions_reason(placement: str, what: str, names: list[str], banks: list[int], handoff: int, have: int,
+                    chip: str) -> str:
+    regions = ", ".join(f"{name}: {b}" for name, b in zip(names, banks))
+    plus = f" and the hand-offs' A tiles {handoff} more" if handoff else ""
+    need = sum(banks) + handoff
+    return (f"placement \"{placement}\" runs {what} {', '.join(names)} at once on one tile, each with its shared "
+            f"weights (mapping.weights = shared) in shared banks of its own ({regions}){plus}: {need} shared banks "
+            f"needed, chip {chip} has {have} (shared_memory.banks); allowed: more shared banks, or "
+            f"mapping.weights = per_worker")
+
+
 def boundary_tensors(plans, ranges) -> list[tuple[str, int, str]]:
     """Every tensor a range reads that an earlier range wrote: (tensor, reading range, the
     first op of it that reads it), in order."""
@@ -368,6 +559,9 @@ def handoff_why(tensor: str, reader: str, matmul: str | None, handoff: str | Non
 
 
 def _offered_why(matmul: str, base: int, closer: str | None) -> str:
+    if closer == "":  # closed by `range_regions`
+        return ("the ranges' regions of shared weights (mapping.weights = shared, ranges at once) leave no banks for "
+                "the hand-offs' A tiles")
     if closer is not None:
         return f"op {closer}'s shared B tiles would reach the banks op {matmul}'s A tiles take"
     beside = f" beside the {base} bank{'s' * (base != 1)} the A tiles of the hand-offs before it hold" if base else ""
@@ -401,4 +595,5 @@ def handoff_note(tensor: str, ops, nbytes: int) -> str:
 
 __all__ = ["PLACEMENTS", "HandoffBanks", "Placed", "Schedule", "boundary_note", "boundary_tensors", "cores_chip",
            "handoff_banks", "handoff_note", "handoff_why", "handoffs", "layer_ranges", "place", "place_layers",
-           "range_candidate", "schedule", "spmd_chip", "stage_reason"]
+           "range_candidate", "range_regions", "schedule", "spmd_chip", "stage_reason", "stage_regions",
+           "WeightRegions", "weight_banks"]
