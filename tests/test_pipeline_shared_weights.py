@@ -193,6 +193,7 @@ def test_phase_with_shared_weights_is_bit_exact_and_modelled(stages, banks, weig
     # the stages in lock step on the system bus: within 2%
     assert abs(t["latency_cycles"] / rep.cycles - 1) < 0.02, (t["latency_cycles"], rep.cycles)
     assert rep.counters["shared_bytes_used"] == t["shared_sram_bytes"] == shared_banks * SHARED_BANK
+    assert sum(rep.counters["dma_bytes_in"]) + sum(rep.counters["dma_bytes_out"]) == t["dma_bytes"]
 
 
 def test_phase_with_too_few_shared_banks_is_one_reason(stages):

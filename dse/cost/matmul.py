@@ -159,18 +159,23 @@ def matmul_cost(params: CandidateArrays, shape: MatmulShape, tm, tn, tk) -> Matm
 
     # Which output tiles load A and/or B (bank reuse), per worker.
     a_res = Kt <= nbuf
-    b_res = (nb * Kt <= nbuf) | shared_b
-    P = b * mb * nb
     # batch entries with a B of their own to load (none: B is in shared memory already)
     b_groups = np.where(shared_b, 0, b if shape.b_batched else 1)
-    n_ab = np.where(a_res, np.where(b_res, b_groups, b * mb), np.where(b_res, b_groups * nb, P))
-    n_a = np.where(a_res, np.where(b_res, b * mb - b_groups, 0), np.where(b_res, P - b_groups * nb, 0))
-    n_b = np.where(a_res, np.where(b_res, b_groups * nb - b_groups, P - b * mb), 0)
-    # A handed off in shared memory (loaded there by the range before, `dse.analytical.placed`):
-    # no tile loads A; B as when A stays resident
-    n_b = np.where(shared_a, np.where(b_res, b_groups * nb, P), n_b)
-    n_ab = np.where(shared_a, 0, n_ab)
-    n_a = np.where(shared_a, 0, n_a)
+
+    def tile_loads(mb, nb):
+        """(output tiles, of them loading A and B, only A, only B) of a worker with mb x nb
+        output blocks a batch entry."""
+        P = b * mb * nb
+        b_res = (nb * Kt <= nbuf) | shared_b
+        n_ab = np.where(a_res, np.where(b_res, b_groups, b * mb), np.where(b_res, b_groups * nb, P))
+        n_a = np.where(a_res, np.where(b_res, b * mb - b_groups, 0), np.where(b_res, P - b_groups * nb, 0))
+        n_b = np.where(a_res, np.where(b_res, b_groups * nb - b_groups, P - b * mb), 0)
+        # A handed off in shared memory (loaded there by the range before,
+        # `dse.analytical.placed`): no tile loads A; B as when A stays resident
+        n_b = np.where(shared_a, np.where(b_res, b_groups * nb, P), n_b)
+        return P, np.where(shared_a, 0, n_ab), np.where(shared_a, 0, n_a), n_b
+
+    P, n_ab, n_a, n_b = tile_loads(mb, nb)
     n_0 = P - n_ab - n_a - n_b
 
     fence = col("framework")
@@ -203,7 +208,14 @@ def matmul_cost(params: CandidateArrays, shape: MatmulShape, tm, tn, tk) -> Matm
     compute_worker = P * Kt * c
 
     # Cores have their own DMA engines but share the system bus.
-    total_bytes = (loads_a * bytes_a + loads_b * bytes_b + P * bytes_c * (2 if shape.bias else 1)) * workers
+    def moved(P, n_ab, n_a, n_b):
+        return ((n_ab + n_a) * Kt * bytes_a + (n_ab + n_b) * Kt * bytes_b
+                + P * bytes_c * (2 if shape.bias else 1))
+
+    # the last worker takes the blocks left over (44 column blocks on 3 workers: 15, 15, 14)
+    rest = np.where(split_rows, Mt, Nt) - (workers - 1) * per
+    last = tile_loads(np.where(split_rows, rest, Mt), np.where(split_rows, Nt, rest))
+    total_bytes = moved(P, n_ab, n_a, n_b) * (workers - 1) + moved(*last)
     # the bus carries every worker's bytes, or, where a transfer holds it, their holds
     hold_a, hold_b, hold_c = (bus_hold_cycles(d, nbytes, *dma, bus) for d, nbytes in
                               ((dA, bytes_a), (dB, bytes_b), (dC, bytes_c)))
