@@ -467,13 +467,29 @@ def _pool_earliest(res: list, cap: int, t0: int, dur: int, need: int) -> int:
     raise AssertionError("a pool never frees")
 
 
-def _core_proc(cid, recs, chip, times: CoreTimes, tile: Tile, bus, solo: bool, trace, op_names):
+def _small_groups(groups, L: int, bpb: float):
+    """A transfer's burst groups as ``(count, beats, bus occupancy)``, or None where a group
+    could take `_bursts_on_array_bus`'s run path (`BURST_RUN` bursts or more)."""
+    out = []
+    for count, bbeats in groups:
+        occ = max(1, int(-(-bbeats * bpb // 1)))
+        if count >= BURST_RUN and bbeats + L > occ:
+            return None
+        out.append((count, bbeats, occ))
+    return tuple(out) if out else None
+
+
+def _core_proc(cid, recs, chip, times: CoreTimes, tile: Tile, bus, solo: bool, trace, op_names, heap=None):
     """The overlapped timing of one core, as a generator (its state lives in fast locals).
 
     Protocol: the first ``send(None)`` starts it. Unless `solo`, it yields the lower bound
-    of its next dispatch after each instruction and is resumed with ``send(horizon)`` (no
-    core will ever request a shared resource before `horizon`). At a BARRIER it yields
-    ``("barrier", arrival)`` and is resumed with ``send(release)``. It returns at the end.
+    of its next dispatch and is resumed with ``send(horizon)`` (no core will ever request
+    a shared resource before `horizon`). It yields only when it is no longer the earliest
+    core of `heap` (`run_overlapped`'s: (next dispatch, core) of the others) or after a
+    BARRIER; meanwhile it goes on as the driver would have resumed it, with the driver's
+    horizon. At a BARRIER it yields ``("barrier", arrival)`` and is resumed with
+    ``send(release)``. It returns at the end. `emulator.timing_reference` keeps the loop
+    that yields after every instruction (and none of the fast paths below).
     """
     fe, dma = chip.front_end, chip.dma
     w = fe.issue_per_cycle
@@ -519,6 +535,14 @@ def _core_proc(cid, recs, chip, times: CoreTimes, tile: Tile, bus, solo: bool, t
     seq = 0
     horizon = 0
     tr = trace
+    ahead = heap is not None and not solo
+    if heap is None:
+        heap = []
+    # Entries of `res` that end at or before every later Ball or DMA start can meet no later
+    # request: those starts are in order per queue and never before the dispatch D.
+    res_lim = 8
+    small_groups: dict = {}  # burst groups -> `_small_groups`
+    prune = bus.prune
     yield None
     for rec in recs:
         kind = rec[0]
@@ -601,15 +625,19 @@ def _core_proc(cid, recs, chip, times: CoreTimes, tile: Tile, bus, solo: bool, t
                     st_bq += unit_t - I
                     S = unit_t
             if pp or sp:
-                if len(res) > 16:
-                    res = [r for r in res if r[1] > D]
+                if len(res) > res_lim:
+                    floor = ball_last_start if ball_last_start < dma_last_start else dma_last_start
+                    if floor < D:
+                        floor = D
+                    res = [r for r in res if r[1] > floor]
+                    res_lim = 2 * len(res) if len(res) > 4 else 8
                 S0 = S
                 if not sp:
                     tot = pp
                     end = S + lat
-                    for r in res:
-                        if r[1] > S and r[0] < end:
-                            tot += r[2]
+                    for rs, re_, rn in res:
+                        if re_ > S and rs < end:
+                            tot += rn
                     if tot > cap:
                         S = _pool_earliest(res, cap, S, lat, pp)
                 else:
@@ -682,15 +710,19 @@ def _core_proc(cid, recs, chip, times: CoreTimes, tile: Tile, bus, solo: bool, t
                 else:
                     st_dma += unit_t - I
                     S = unit_t
-            if len(res) > 16:
-                res = [r for r in res if r[1] > D]
+            if len(res) > res_lim:
+                floor = ball_last_start if ball_last_start < dma_last_start else dma_last_start
+                if floor < D:
+                    floor = D
+                res = [r for r in res if r[1] > floor]
+                res_lim = 2 * len(res) if len(res) > 4 else 8
             S0 = S
             if not sp:
                 tot = pp
                 end = S + lat
-                for r in res:
-                    if r[1] > S and r[0] < end:
-                        tot += r[2]
+                for rs, re_, rn in res:
+                    if re_ > S and rs < end:
+                        tot += rn
                 if tot > cap:
                     S = _pool_earliest(res, cap, S, lat, pp)
             else:
@@ -707,7 +739,44 @@ def _core_proc(cid, recs, chip, times: CoreTimes, tile: Tile, bus, solo: bool, t
                 slots[0] = C
                 bus.busy += int(-(-beats * bpb // 1))
             elif k == 1:
-                last_end = bursts(bus, slots[0] if slots[0] > S else S, groups, L, bpb)
+                req = slots[0] if slots[0] > S else S
+                gs = small_groups.get(groups, 0)
+                if gs == 0:
+                    gs = small_groups[groups] = _small_groups(groups, L, bpb)
+                if gs is None:
+                    last_end = bursts(bus, req, groups, L, bpb)
+                else:  # `_bursts_on_array_bus` without its run path, which these never take
+                    bs, be = bus.starts, bus.ends
+                    for count, bbeats, occ in gs:
+                        for _ in range(count):
+                            t = req + L
+                            if not be or t > be[-1]:  # the bus is free from t on
+                                bs.append(t)
+                                be.append(t + occ)
+                                bus.busy += occ
+                            elif t == be[-1]:
+                                be[-1] = t + occ
+                                bus.busy += occ
+                            else:
+                                i = bisect_right(be, t)
+                                e = t + occ
+                                if bs[i] >= e:  # a free gap at t: `Bus.alloc`'s merge without its search
+                                    if i and be[i - 1] == t:
+                                        if bs[i] == e:
+                                            be[i - 1] = be[i]
+                                            del bs[i], be[i]
+                                        else:
+                                            be[i - 1] = e
+                                    elif bs[i] == e:
+                                        bs[i] = t
+                                    else:
+                                        bs.insert(i, t)
+                                        be.insert(i, e)
+                                    bus.busy += occ
+                                else:
+                                    t = bus.alloc(t, occ)
+                            req = t + bbeats
+                    last_end = req
                 if last_end is None:
                     C = S
                 else:
@@ -841,7 +910,21 @@ def _core_proc(cid, recs, chip, times: CoreTimes, tile: Tile, bus, solo: bool, t
                 nd = core_free
             if release > nd:
                 nd = release
-            horizon = yield nd
+            if ahead and kind != BARRIER:
+                # Still the earliest core: go on as the driver would resume it.
+                if heap:
+                    top = heap[0]
+                    h = top[0]
+                    if nd > h or (nd == h and cid > top[1]):
+                        horizon = yield nd
+                        continue
+                    horizon = h if h < nd else nd
+                else:
+                    horizon = nd
+                if (seq & 15) == 0:
+                    prune(horizon)
+            else:
+                horizon = yield nd
     times.cycles = max(K, core_free, release)
     times.instructions = n_instr
     times.core_ops = n_core
@@ -857,7 +940,7 @@ def _core_proc(cid, recs, chip, times: CoreTimes, tile: Tile, bus, solo: bool, t
     times.dma_latency_sum = dma_sum
 
 
-def run_overlapped(records, chip, trace=None, op_names=None, bus=None) -> tuple[list[CoreTimes], int]:
+def run_overlapped(records, chip, trace=None, op_names=None, bus=None, proc=None) -> tuple[list[CoreTimes], int]:
     """Per-core times and the system bus's busy cycles. Cores advance in order of their next
     dispatch time (a heap), so shared resources (bus, shared channels) see requests in
     near-time order; every resource still fills earlier gaps. A DMA transfer books all its
@@ -865,7 +948,8 @@ def run_overlapped(records, chip, trace=None, op_names=None, bus=None) -> tuple[
     another transfer's bursts (``dma.latency_cycles`` below a burst's beats) the transfer
     dispatched first holds the bus to its last burst and a burst that arrives earlier waits
     behind it: there the order decides more than ties (the model follows it:
-    `dse.cost.dma.bus_hold_cycles`)."""
+    `dse.cost.dma.bus_hold_cycles`). `proc` replaces `_core_proc` (tests:
+    `emulator.timing_reference.core_proc_reference`)."""
     from .errors import ProgramError
 
     n = len(records)
@@ -878,11 +962,14 @@ def run_overlapped(records, chip, trace=None, op_names=None, bus=None) -> tuple[
     active = [c for c in range(n) if records[c]]
     solo = len(active) <= 1
     bar_cycles = chip.front_end.barrier_cycles
-    procs = {c: _core_proc(c, records[c], chip, times[c], tiles[c // tsz], bus, solo, trace, op_names)
-             for c in active}
+    heap: list = []
+    if proc is None:
+        procs = {c: _core_proc(c, records[c], chip, times[c], tiles[c // tsz], bus, solo, trace, op_names, heap)
+                 for c in active}
+    else:
+        procs = {c: proc(c, records[c], chip, times[c], tiles[c // tsz], bus, solo, trace, op_names) for c in active}
     members = {t: [c for c in range(t * tsz, min((t + 1) * tsz, n)) if c in procs] for t in range(n_tiles)}
     waiting: dict[int, dict[int, int]] = {}
-    heap = []
     for c, g in procs.items():
         g.send(None)
         heap.append((0, c))
