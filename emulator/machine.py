@@ -46,10 +46,11 @@ _U8, _I8, _I32, _F32, _U32 = np.uint8, np.int8, np.int32, np.float32, np.uint32
 class _Bank:
     """A resolved bank operand."""
 
-    __slots__ = ("view", "col", "rows", "b0", "key", "shared", "rd", "wr", "width", "label", "pending")
+    __slots__ = ("view", "col", "rows", "b0", "key", "shared", "rd", "wr", "width", "label", "pending", "kcap")
 
     def __init__(self, view, col, rows, b0, key, shared, rd, wr, row_bytes, label):
         self.pending: list | None = None  # deferred matrix-Ball chains (see Machine._flush)
+        self.kcap = 0  # the terms of this bank's last chain: the next chain's buffer size (at most 64 ops')
         self.view, self.col, self.rows, self.b0, self.key = view, col, rows, b0, key
         self.shared, self.rd, self.wr, self.label = shared, rd, wr, label
         self.width = col * row_bytes
@@ -302,12 +303,14 @@ class Machine:
         sets or accumulates, the rest accumulate. Their sum is one exact product of the
         concatenated operands, ``[A1 .. An] @ [B1 .. Bn].T`` (`balls.int_product_of_pieces`:
         exact, wrapped to int32), added to C in int32 - the same bits as applying the ops one
-        by one with int32 wraparound.
+        by one with int32 wraparound. A chain is ``[c_start, M, N, acc, A, B, terms]``: the
+        operands side by side in uint8 buffers (M x capacity, N x capacity), `terms` columns
+        used (`_matmul` copies each op's operands in: no list of pieces to join here).
         """
         chains, e.pending = e.pending, None
-        for c_start, M, N, acc, alist, blist in chains:
-            p = B.int_product_of_pieces([x.view(_I8).reshape(M, -1) for x in alist],
-                                        [x.view(_I8).reshape(N, -1) for x in blist])
+        for c_start, M, N, acc, abuf, bbuf, kw in chains:
+            e.kcap = kw
+            p = B.int_product_of_pieces([abuf[:, :kw].view(_I8)], [bbuf[:, :kw].view(_I8)])
             if acc:
                 p += self._raw_read(e, c_start, M * N * 4).view(_I32).reshape(M, N)  # int32 wraps
             self._raw_write(e, c_start, p, M * N * 4)
@@ -567,7 +570,6 @@ class Machine:
         if eb.pending:
             self._flush(eb)
         acc = ins.accumulate
-        access = self._access
         if mtr is None and ea.col == 1 and eb.col == 1 and ea is not eb:
             r1 = -(-(a_start + M * K) // rb)
             if r1 > ea.rows:
@@ -578,35 +580,63 @@ class Machine:
                 self._span(c, pc, ins, eb, b_start, N * K, "B")
             eb.rd[eb.b0] += r1 - b_start // rb
         else:
-            access(c, pc, ins, ea, a_start, M * K, "A", ea.rd, mtr, "read")
-            access(c, pc, ins, eb, b_start, N * K, "B", eb.rd, mtr, "read")
-        if acc:
-            access(c, pc, ins, ec, c_start, M * N * 4, "C", ec.rd, mtr, "read")
-        access(c, pc, ins, ec, c_start, M * N * 4, "C", ec.wr, mtr, "write")
+            self._access(c, pc, ins, ea, a_start, M * K, "A", ea.rd, mtr, "read")
+            self._access(c, pc, ins, eb, b_start, N * K, "B", eb.rd, mtr, "read")
+        nc = M * N * 4
+        W = ec.width
+        if mtr is None and c_start % W == 0 and nc % W == 0:  # whole rows of every bank of C
+            r0 = c_start // W
+            r1 = r0 + nc // W
+            if r1 > ec.rows:
+                self._span(c, pc, ins, ec, c_start, nc, "C")
+            dr = r1 - r0
+            rd, wr = ec.rd, ec.wr
+            for p in range(ec.b0, ec.b0 + ec.col):
+                if acc:
+                    rd[p] += dr
+                wr[p] += dr
+        else:
+            if acc:
+                self._access(c, pc, ins, ec, c_start, nc, "C", ec.rd, mtr, "read")
+            self._access(c, pc, ins, ec, c_start, nc, "C", ec.wr, mtr, "write")
         if self.functional:
             # Deferred: the product joins the chain of its C region (see _flush). The operands
-            # are copied now (their banks may be rewritten before the chain is applied).
+            # are copied into the chain's buffers now (their banks may be rewritten before the
+            # chain is applied).
+            chains = ec.pending
+            ch = chains[-1] if chains else None
+            if ch is not None and ch[0] == c_start and ch[1] == M and ch[2] == N and acc:
+                k0 = ch[6]
+                abuf, bbuf = ch[4], ch[5]
+                if k0 + K > abuf.shape[1]:
+                    cap = max(2 * abuf.shape[1], k0 + K)
+                    ch[4] = np.empty((M, cap), dtype=_U8)
+                    ch[4][:, :k0] = abuf[:, :k0]
+                    ch[5] = np.empty((N, cap), dtype=_U8)
+                    ch[5][:, :k0] = bbuf[:, :k0]
+                    abuf, bbuf = ch[4], ch[5]
+            else:
+                k0 = 0
+                cap = K if ec.kcap <= K else min(ec.kcap, 64 * K)
+                abuf, bbuf = np.empty((M, cap), dtype=_U8), np.empty((N, cap), dtype=_U8)
+                ch = [c_start, M, N, acc, abuf, bbuf, 0]
+                if chains and chains[-1][0] == c_start and chains[-1][1] == M and chains[-1][2] == N:
+                    chains[-1] = ch  # overwrites the whole region: the pending chain is dead
+                elif chains:
+                    chains.append(ch)
+                else:
+                    ec.pending = [ch]
             W = ea.width
             if a_start % W == 0 and (M * K) % W == 0:
-                a = np.array(ea.view[a_start // W:(a_start + M * K) // W])
+                abuf[:, k0:k0 + K] = ea.view[a_start // W:(a_start + M * K) // W].reshape(M, K)
             else:
-                a = self._raw_copy(ea, a_start, M * K)
+                abuf[:, k0:k0 + K] = self._raw_read(ea, a_start, M * K).reshape(M, K)
             W = eb.width
             if b_start % W == 0 and (N * K) % W == 0:
-                b = np.array(eb.view[b_start // W:(b_start + N * K) // W])
+                bbuf[:, k0:k0 + K] = eb.view[b_start // W:(b_start + N * K) // W].reshape(N, K)
             else:
-                b = self._raw_copy(eb, b_start, N * K)
-            chains = ec.pending
-            if chains and chains[-1][0] == c_start and chains[-1][1] == M and chains[-1][2] == N:
-                if acc:
-                    chains[-1][4].append(a)
-                    chains[-1][5].append(b)
-                else:  # overwrites the whole region: the pending chain is dead
-                    chains[-1] = (c_start, M, N, False, [a], [b])
-            elif chains:
-                chains.append((c_start, M, N, acc, [a], [b]))
-            else:
-                ec.pending = [(c_start, M, N, acc, [a], [b])]
+                bbuf[:, k0:k0 + K] = self._raw_read(eb, b_start, N * K).reshape(N, K)
+            ch[6] = k0 + K
         key = (id(ball), ins.dataflow, M, N, K)
         lat = self._lat_cache.get(key)
         if lat is None:  # checked once per distinct key, not per instruction
