@@ -590,11 +590,15 @@ class Machine:
             if r1 > ec.rows:
                 self._span(c, pc, ins, ec, c_start, nc, "C")
             dr = r1 - r0
-            rd, wr = ec.rd, ec.wr
-            for p in range(ec.b0, ec.b0 + ec.col):
-                if acc:
+            wr = ec.wr
+            if acc:
+                rd = ec.rd
+                for p in range(ec.b0, ec.b0 + ec.col):
                     rd[p] += dr
-                wr[p] += dr
+                    wr[p] += dr
+            else:
+                for p in range(ec.b0, ec.b0 + ec.col):
+                    wr[p] += dr
         else:
             if acc:
                 self._access(c, pc, ins, ec, c_start, nc, "C", ec.rd, mtr, "read")

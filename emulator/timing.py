@@ -518,12 +518,15 @@ def _core_proc(cid, recs, chip, times: CoreTimes, tile: Tile, bus, solo: bool, t
     bpb = dma.beat_bytes / dma.system_bus_bytes
     fast_dma = solo and k == 1
     bursts = _bursts_on_array_bus if type(bus) is ArrayBus else _bursts_one_in_flight
-    wd: dict[int, int] = {}
-    md: dict[int, int] = {}
-    ad: dict[int, int] = {}
+    # A private bank's dependence times by virtual bank id (lists: indexed, no dict lookups);
+    # shared banks' (keys >= SHARED_KEY) in the tile's dicts.
+    core_banks = chip.core_chip(cid).banks
+    wd = [0] * core_banks.virtual_ids  # last write completes
+    md = [0] * core_banks.virtual_ids  # last MSET completes
+    ad = [0] * core_banks.virtual_ids  # last access completes
     twd, tmd, tad = tile.wd, tile.md, tile.ad
     tpool = tile.pool
-    phys_free: dict[int, int] = {}
+    phys_free = [0] * core_banks.count
     res: list = []
     cap = chip.core_chip(cid).banks.channels  # the core's own group's bank channels
     st_rob = st_front = st_dep = st_bq = st_chan = st_dma = st_fence = st_bar = 0
@@ -602,15 +605,15 @@ def _core_proc(cid, recs, chip, times: CoreTimes, tile: Tile, bus, solo: bool, t
                     st_front += I - t0
             ready = 0
             for key in rkeys:
-                v = wd.get(key, 0) if key < SHARED_KEY else twd.get(key, 0)
+                v = wd[key] if key < SHARED_KEY else twd.get(key, 0)
                 if v > ready:
                     ready = v
             for key in wkeys:
-                v = md.get(key, 0) if key < SHARED_KEY else tmd.get(key, 0)
+                v = md[key] if key < SHARED_KEY else tmd.get(key, 0)
                 if v > ready:
                     ready = v
                 if rmw:
-                    v = wd.get(key, 0) if key < SHARED_KEY else twd.get(key, 0)
+                    v = wd[key] if key < SHARED_KEY else twd.get(key, 0)
                     if v > ready:
                         ready = v
             unit_t = ball_free[unit]
@@ -691,11 +694,11 @@ def _core_proc(cid, recs, chip, times: CoreTimes, tile: Tile, bus, solo: bool, t
                     st_front += I - t0
             ready = 0
             for key in rkeys:
-                v = wd.get(key, 0) if key < SHARED_KEY else twd.get(key, 0)
+                v = wd[key] if key < SHARED_KEY else twd.get(key, 0)
                 if v > ready:
                     ready = v
             for key in wkeys:
-                v = md.get(key, 0) if key < SHARED_KEY else tmd.get(key, 0)
+                v = md[key] if key < SHARED_KEY else tmd.get(key, 0)
                 if v > ready:
                     ready = v
             unit_t = dma_last_start
@@ -839,10 +842,10 @@ def _core_proc(cid, recs, chip, times: CoreTimes, tile: Tile, bus, solo: bool, t
             if I > t0:
                 st_front += I - t0
             key = wkeys[0]
-            ready = ad.get(key, 0)
+            ready = ad[key]
             if alloc:
                 for p in phys:
-                    v = phys_free.get(p, 0)
+                    v = phys_free[p]
                     if v > ready:
                         ready = v
             S = I
@@ -883,16 +886,18 @@ def _core_proc(cid, recs, chip, times: CoreTimes, tile: Tile, bus, solo: bool, t
             for key in wkeys:
                 if key < SHARED_KEY:
                     wd[key] = C
-                    if ad.get(key, 0) < C:
+                    if ad[key] < C:
                         ad[key] = C
                 else:
                     twd[key] = C
                     if tad.get(key, 0) < C:
                         tad[key] = C
             for key in rkeys:
-                a = ad if key < SHARED_KEY else tad
-                if a.get(key, 0) < C:
-                    a[key] = C
+                if key < SHARED_KEY:
+                    if ad[key] < C:
+                        ad[key] = C
+                elif tad.get(key, 0) < C:
+                    tad[key] = C
         if C > K:
             K = C
         rob.append(K)
