@@ -39,6 +39,10 @@ from .isa import (Barrier, CoreOp, Fence, Fp2Int, Im2col, Int2Fp, Matmul, Mset, 
 MSET, MVIN, MVOUT, BALL, FENCE, BARRIER, CORE = range(7)
 KIND_NAMES = ("MSET", "MVIN", "MVOUT", "BALL", "FENCE", "BARRIER", "CORE")
 SHARED_KEY = 1 << 20  # dependence keys >= this are shared-memory banks (per tile)
+# A matrix chain's operand buffers start as wide as the bank's last chain (a loop of like
+# chains then never regrows them) up to this many bytes; past it they start at one op's K
+# and double, so that a bank's pending chains hold about what their ops copied.
+_CHAIN_HINT_BYTES = 1 << 25
 
 _U8, _I8, _I32, _F32, _U32 = np.uint8, np.int8, np.int32, np.float32, np.uint32
 
@@ -50,7 +54,7 @@ class _Bank:
 
     def __init__(self, view, col, rows, b0, key, shared, rd, wr, row_bytes, label):
         self.pending: list | None = None  # deferred matrix-Ball chains (see Machine._flush)
-        self.kcap = 0  # the terms of this bank's last chain: the next chain's buffer size (at most 64 ops')
+        self.kcap = 0  # the terms of this bank's last chain: the next chain's buffer size (see _matmul)
         self.view, self.col, self.rows, self.b0, self.key = view, col, rows, b0, key
         self.shared, self.rd, self.wr, self.label = shared, rd, wr, label
         self.width = col * row_bytes
@@ -621,7 +625,7 @@ class Machine:
                     abuf, bbuf = ch[4], ch[5]
             else:
                 k0 = 0
-                cap = K if ec.kcap <= K else min(ec.kcap, 64 * K)
+                cap = ec.kcap if K < ec.kcap and (M + N) * ec.kcap <= _CHAIN_HINT_BYTES else K
                 abuf, bbuf = np.empty((M, cap), dtype=_U8), np.empty((N, cap), dtype=_U8)
                 ch = [c_start, M, N, acc, abuf, bbuf, 0]
                 if chains and chains[-1][0] == c_start and chains[-1][1] == M and chains[-1][2] == N:
