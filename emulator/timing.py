@@ -881,23 +881,22 @@ def _core_proc(cid, recs, chip, times: CoreTimes, tile: Tile, bus, solo: bool, t
                 busy_e.append(Rel)
             release = Rel
             rkeys = wkeys = ()
-        # results of the instruction
-        if kind == BALL or kind == MVIN or kind == MVOUT:
-            for key in wkeys:
-                if key < SHARED_KEY:
-                    wd[key] = C
-                    if ad[key] < C:
-                        ad[key] = C
-                else:
-                    twd[key] = C
-                    if tad.get(key, 0) < C:
-                        tad[key] = C
-            for key in rkeys:
-                if key < SHARED_KEY:
-                    if ad[key] < C:
-                        ad[key] = C
-                elif tad.get(key, 0) < C:
+        # results of the instruction (a Ball op's or a transfer's: the others' keys are empty here)
+        for key in wkeys:
+            if key < SHARED_KEY:
+                wd[key] = C
+                if ad[key] < C:
+                    ad[key] = C
+            else:
+                twd[key] = C
+                if tad.get(key, 0) < C:
                     tad[key] = C
+        for key in rkeys:
+            if key < SHARED_KEY:
+                if ad[key] < C:
+                    ad[key] = C
+            elif tad.get(key, 0) < C:
+                tad[key] = C
         if C > K:
             K = C
         rob.append(K)
