@@ -50,11 +50,13 @@ _U8, _I8, _I32, _F32, _U32 = np.uint8, np.int8, np.int32, np.float32, np.uint32
 class _Bank:
     """A resolved bank operand."""
 
-    __slots__ = ("view", "col", "rows", "b0", "key", "shared", "rd", "wr", "width", "label", "pending", "kcap")
+    __slots__ = ("view", "col", "rows", "b0", "key", "shared", "rd", "wr", "width", "label", "pending", "kcap",
+                 "mvin")
 
     def __init__(self, view, col, rows, b0, key, shared, rd, wr, row_bytes, label):
         self.pending: list | None = None  # deferred matrix-Ball chains (see Machine._flush)
         self.kcap = 0  # the terms of this bank's last chain: the next chain's buffer size (see _matmul)
+        self.mvin: dict = {}  # MVIN geometry into this bank by (iter, stride): see Machine._mvin_geometry
         self.view, self.col, self.rows, self.b0, self.key = view, col, rows, b0, key
         self.shared, self.rd, self.wr, self.label = shared, rd, wr, label
         self.width = col * row_bytes
@@ -440,7 +442,8 @@ class Machine:
                                  f"{self.img.size}-byte DRAM image")
         return nrows, last, stride
 
-    def _dma_record(self, kind, c, pc, ins, e: _Bank, nrows, last, stride, mtr):
+    def _dma_geo(self, ins, e: _Bank, nrows, last, stride) -> tuple:
+        """(latency, DMA fields, (private, shared) channel ports) of a transfer's geometry."""
         contiguous = stride == e.width
         key = (nrows, last, e.col, contiguous, e.shared)
         geo = self._dma_cache.get(key)
@@ -453,7 +456,10 @@ class Machine:
                                       self.chip.dma.latency_cycles)) + extra
             geo = (lat, (nb, beats, groups, beats * self.rb, extra), (0, 1) if e.shared else (1, 0))
             self._dma_cache[key] = geo
-        lat, extra, (pp, sp) = geo
+        return geo
+
+    def _dma_record(self, kind, c, pc, ins, e: _Bank, nrows, last, stride, mtr):
+        lat, extra, (pp, sp) = self._dma_geo(ins, e, nrows, last, stride)
         self.bursts[c] += extra[0]
         nbytes = extra[3]
         if kind == MVIN:
@@ -464,20 +470,40 @@ class Machine:
         self.transfers_out[c] += 1
         return (MVOUT, pc, lat, 0, (e.key,), (), False, pp, sp, extra, mtr)
 
+    def _mvin_geometry(self, c, pc, ins: Mvin, e: _Bank) -> tuple:
+        """What an MVIN of ``ins.iter`` beats at ``ins.stride`` into bank e always is (kept in
+        ``e.mvin``; a bank's shape never changes): rows, beats in the last row, effective
+        stride, DRAM bytes spanned from the address, bytes, how the data moves
+        (0 whole rows from one DRAM run, 1 part of a row, 2 strided), the timing record's
+        latency, DMA fields and ports, and the written keys. Raises if the rows overflow the bank."""
+        it, col, W = ins.iter, e.col, e.width
+        nrows = -(-it // col)
+        stride = ins.stride or W
+        last = it - (nrows - 1) * col if nrows else 0
+        if nrows > e.rows:
+            self._dma_geometry(c, pc, ins, e, False)  # raises the error
+        span = (nrows - 1) * stride + last * self.rb if nrows else -(1 << 62)  # no bytes: never past the image
+        move = 2 if stride != W else (0 if it == nrows * col else 1)
+        lat, extra, (pp, sp) = self._dma_geo(ins, e, nrows, last, stride)
+        g = (nrows, last, stride, span, it * self.rb, move, lat, extra, pp, sp, (e.key,))
+        e.mvin[it if stride == W else (it, stride)] = g
+        return g
+
     def _mvin(self, c, pc, ins: Mvin):
         bid = ins.bank
         e = self.vmap[c][bid] if bid < self.vids_of[c] else None
         if e is None:
             e = self._bank(c, pc, ins, bid, "destination")
-        it, col, W = ins.iter, e.col, e.width
-        nrows = -(-it // col)
-        stride = ins.stride or W
-        last = it - (nrows - 1) * col if nrows else 0
-        if nrows > e.rows or (nrows and ins.addr + (nrows - 1) * stride + last * self.rb > self.img.size):
+        stride = ins.stride
+        g = e.mvin.get(ins.iter if stride == 0 or stride == e.width else (ins.iter, stride))
+        if g is None:
+            g = self._mvin_geometry(c, pc, ins, e)
+        nrows, last, stride, span, n, move, lat, extra, pp, sp, wkeys = g
+        if ins.addr + span > self.img.size:
             self._dma_geometry(c, pc, ins, e, False)  # raises the error
         if e.pending:
             self._flush(e)
-        n = it * self.rb
+        col = e.col
         if self.trace:
             mtr = []
             self._access(c, pc, ins, e, 0, n, "MVIN", e.wr, mtr, "write")
@@ -493,12 +519,12 @@ class Machine:
                 self._count(e.wr, e, 0, n)
         if self.functional and n:
             img, addr = self.img, ins.addr
-            if stride == W:
-                if it == nrows * col:
-                    e.view[:nrows] = img[addr:addr + n].reshape(nrows, col, -1)
-                else:
-                    self._raw_write(e, 0, img[addr:addr + n], n)
+            if move == 0:
+                e.view[:nrows] = img[addr:addr + n].reshape(nrows, col, -1)
+            elif move == 1:
+                self._raw_write(e, 0, img[addr:addr + n], n)
             else:
+                W = e.width
                 full = nrows - 1 if last < col else nrows
                 parts = []
                 if full:
@@ -508,14 +534,10 @@ class Machine:
                     parts.append(img[a:a + last * self.rb])
                 data = parts[0] if len(parts) == 1 else np.concatenate(parts)
                 self._raw_write(e, 0, data, n)
-        geo = self._dma_cache.get((nrows, last, col, stride == W, e.shared))
-        if geo is None:
-            return self._dma_record(MVIN, c, pc, ins, e, nrows, last, stride, mtr)
-        lat, extra, (pp, sp) = geo
         self.bursts[c] += extra[0]
         self.bytes_in[c] += n
         self.transfers_in[c] += 1
-        return (MVIN, pc, lat, 0, (), (e.key,), False, pp, sp, extra, mtr)
+        return (MVIN, pc, lat, 0, (), wkeys, False, pp, sp, extra, mtr)
 
     def _mvout(self, c, pc, ins: Mvout):
         e = self._bank(c, pc, ins, ins.bank, "source")
