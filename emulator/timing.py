@@ -583,95 +583,7 @@ def _core_proc(cid, recs, chip, times: CoreTimes, tile: Tile, bus, solo: bool, t
                 dfloor = disp[0] + 1
         if solo:
             horizon = D
-        if kind == BALL:
-            _, pc, lat, unit, rkeys, wkeys, rmw, pp, sp, _x, _m = rec
-            t0 = D + delay
-            t = t0 if t0 > ball_last_issue else ball_last_issue
-            if len(bq) == Q and bq[0] > t:
-                t = bq[0]
-            I = t
-            if w1:
-                while I in iss:
-                    I += 1
-                iss.add(I)
-            else:
-                while issued.get(I, 0) >= w:
-                    I += 1
-                issued[I] = issued.get(I, 0) + 1
-            if I > t0:
-                if t > t0:
-                    st_bq += I - t0
-                else:
-                    st_front += I - t0
-            ready = 0
-            for key in rkeys:
-                v = wd[key] if key < SHARED_KEY else twd.get(key, 0)
-                if v > ready:
-                    ready = v
-            for key in wkeys:
-                v = md[key] if key < SHARED_KEY else tmd.get(key, 0)
-                if v > ready:
-                    ready = v
-                if rmw:
-                    v = wd[key] if key < SHARED_KEY else twd.get(key, 0)
-                    if v > ready:
-                        ready = v
-            unit_t = ball_free[unit]
-            if ball_last_start > unit_t:
-                unit_t = ball_last_start
-            S = I
-            if ready > S or unit_t > S:
-                if ready >= unit_t:
-                    st_dep += ready - I
-                    S = ready
-                else:
-                    st_bq += unit_t - I
-                    S = unit_t
-            if pp or sp:
-                if len(res) > res_lim:
-                    floor = ball_last_start if ball_last_start < dma_last_start else dma_last_start
-                    if floor < D:
-                        floor = D
-                    res = [r for r in res if r[1] > floor]
-                    res_lim = 2 * len(res) if len(res) > 4 else 8
-                S0 = S
-                if not sp:
-                    tot = pp
-                    end = S + lat
-                    for rs, re_, rn in res:
-                        if re_ > S and rs < end:
-                            tot += rn
-                    if tot > cap:
-                        S = _pool_earliest(res, cap, S, lat, pp)
-                else:
-                    by_shared = False
-                    for _ in range(64):
-                        t1 = _pool_earliest(res, cap, S, lat, pp) if pp else S
-                        t2 = _pool_earliest(tpool.res, tpool.cap, t1, lat, sp)
-                        by_shared |= t2 > t1
-                        if t2 == S:
-                            break
-                        S = t2
-                    shared_conflicts += by_shared
-                if S > S0:
-                    st_chan += S - S0
-                    conflicts += 1
-                    chan_wait += S - S0
-            C = S + lat
-            ball_free[unit] = C
-            ball_last_start = S
-            ball_last_issue = I
-            bq.append(S)
-            ball_ops[unit] += 1
-            ball_busy[unit] += lat
-            if pp and C > S:
-                res.append((S, C, pp))
-            if sp:
-                tpool.hold(S, C, sp, horizon)
-            if lat:
-                busy_s.append(S)
-                busy_e.append(C)
-        elif kind == MVIN or kind == MVOUT:
+        if kind == MVIN or kind == MVOUT:
             _, pc, lat, unit, rkeys, wkeys, rmw, pp, sp, extra, _m = rec
             nb, beats, groups, nbytes, extra_lat = extra
             t0 = D + delay
@@ -827,6 +739,94 @@ def _core_proc(cid, recs, chip, times: CoreTimes, tile: Tile, bus, solo: bool, t
                 dma_s.append(S)
                 dma_e.append(C)
             dma_sum += C - S
+        elif kind == BALL:
+            _, pc, lat, unit, rkeys, wkeys, rmw, pp, sp, _x, _m = rec
+            t0 = D + delay
+            t = t0 if t0 > ball_last_issue else ball_last_issue
+            if len(bq) == Q and bq[0] > t:
+                t = bq[0]
+            I = t
+            if w1:
+                while I in iss:
+                    I += 1
+                iss.add(I)
+            else:
+                while issued.get(I, 0) >= w:
+                    I += 1
+                issued[I] = issued.get(I, 0) + 1
+            if I > t0:
+                if t > t0:
+                    st_bq += I - t0
+                else:
+                    st_front += I - t0
+            ready = 0
+            for key in rkeys:
+                v = wd[key] if key < SHARED_KEY else twd.get(key, 0)
+                if v > ready:
+                    ready = v
+            for key in wkeys:
+                v = md[key] if key < SHARED_KEY else tmd.get(key, 0)
+                if v > ready:
+                    ready = v
+                if rmw:
+                    v = wd[key] if key < SHARED_KEY else twd.get(key, 0)
+                    if v > ready:
+                        ready = v
+            unit_t = ball_free[unit]
+            if ball_last_start > unit_t:
+                unit_t = ball_last_start
+            S = I
+            if ready > S or unit_t > S:
+                if ready >= unit_t:
+                    st_dep += ready - I
+                    S = ready
+                else:
+                    st_bq += unit_t - I
+                    S = unit_t
+            if pp or sp:
+                if len(res) > res_lim:
+                    floor = ball_last_start if ball_last_start < dma_last_start else dma_last_start
+                    if floor < D:
+                        floor = D
+                    res = [r for r in res if r[1] > floor]
+                    res_lim = 2 * len(res) if len(res) > 4 else 8
+                S0 = S
+                if not sp:
+                    tot = pp
+                    end = S + lat
+                    for rs, re_, rn in res:
+                        if re_ > S and rs < end:
+                            tot += rn
+                    if tot > cap:
+                        S = _pool_earliest(res, cap, S, lat, pp)
+                else:
+                    by_shared = False
+                    for _ in range(64):
+                        t1 = _pool_earliest(res, cap, S, lat, pp) if pp else S
+                        t2 = _pool_earliest(tpool.res, tpool.cap, t1, lat, sp)
+                        by_shared |= t2 > t1
+                        if t2 == S:
+                            break
+                        S = t2
+                    shared_conflicts += by_shared
+                if S > S0:
+                    st_chan += S - S0
+                    conflicts += 1
+                    chan_wait += S - S0
+            C = S + lat
+            ball_free[unit] = C
+            ball_last_start = S
+            ball_last_issue = I
+            bq.append(S)
+            ball_ops[unit] += 1
+            ball_busy[unit] += lat
+            if pp and C > S:
+                res.append((S, C, pp))
+            if sp:
+                tpool.hold(S, C, sp, horizon)
+            if lat:
+                busy_s.append(S)
+                busy_e.append(C)
         elif kind == MSET:
             _, pc, lat, alloc, rkeys, wkeys, rmw, pp, sp, phys, _m = rec
             t0 = D + delay
