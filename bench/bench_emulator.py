@@ -12,6 +12,7 @@ The result of every case is checked bitwise against numpy once.
 from __future__ import annotations
 
 import argparse
+import os
 import statistics
 import sys
 import time
@@ -57,7 +58,8 @@ def main(argv=None) -> int:
     args = ap.parse_args(argv)
     S, t = args.size, args.tile
     print(f"{VERSION}: tiled int8 matmul {S}x{S}x{S}, {t}x{t}x{t} tiles, blocked DRAM layout, "
-          f"MVOUT + FENCE per output tile; median of {args.repeat} runs")
+          f"MVOUT + FENCE per output tile; median of {args.repeat} runs; load {os.getloadavg()[0]:.2f} at start "
+          f"(host seconds are wall time: on a shared machine instr/cpu-s says more)")
     cases = [("toy", 1), ("goban", 4)]
     header = (f"{'chip':<6} {'cores':>5} {'mode':<11} {'func':>4} {'instr':>7} {'host s':>7} {'setup':>6} "
               f"{'funct.':>6} {'timing':>6} {'instr/s':>9} {'instr/cpu-s':>11} {'cycles':>11} {'cycles/s':>11}")

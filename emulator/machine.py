@@ -39,6 +39,10 @@ from .isa import (Barrier, CoreOp, Fence, Fp2Int, Im2col, Int2Fp, Matmul, Mset, 
 MSET, MVIN, MVOUT, BALL, FENCE, BARRIER, CORE = range(7)
 KIND_NAMES = ("MSET", "MVIN", "MVOUT", "BALL", "FENCE", "BARRIER", "CORE")
 SHARED_KEY = 1 << 20  # dependence keys >= this are shared-memory banks (per tile)
+# A matrix chain's operand buffers start as wide as the bank's last chain (a loop of like
+# chains then never regrows them) up to this many bytes; past it they start at one op's K
+# and double, so that a bank's pending chains hold about what their ops copied.
+_CHAIN_HINT_BYTES = 1 << 25
 
 _U8, _I8, _I32, _F32, _U32 = np.uint8, np.int8, np.int32, np.float32, np.uint32
 
@@ -46,10 +50,13 @@ _U8, _I8, _I32, _F32, _U32 = np.uint8, np.int8, np.int32, np.float32, np.uint32
 class _Bank:
     """A resolved bank operand."""
 
-    __slots__ = ("view", "col", "rows", "b0", "key", "shared", "rd", "wr", "width", "label", "pending")
+    __slots__ = ("view", "col", "rows", "b0", "key", "shared", "rd", "wr", "width", "label", "pending", "kcap",
+                 "mvin")
 
     def __init__(self, view, col, rows, b0, key, shared, rd, wr, row_bytes, label):
         self.pending: list | None = None  # deferred matrix-Ball chains (see Machine._flush)
+        self.kcap = 0  # the terms of this bank's last chain: the next chain's buffer size (see _matmul)
+        self.mvin: dict = {}  # MVIN geometry into this bank by (iter, stride): see Machine._mvin_geometry
         self.view, self.col, self.rows, self.b0, self.key = view, col, rows, b0, key
         self.shared, self.rd, self.wr, self.label = shared, rd, wr, label
         self.width = col * row_bytes
@@ -302,12 +309,14 @@ class Machine:
         sets or accumulates, the rest accumulate. Their sum is one exact product of the
         concatenated operands, ``[A1 .. An] @ [B1 .. Bn].T`` (`balls.int_product_of_pieces`:
         exact, wrapped to int32), added to C in int32 - the same bits as applying the ops one
-        by one with int32 wraparound.
+        by one with int32 wraparound. A chain is ``[c_start, M, N, acc, A, B, terms]``: the
+        operands side by side in uint8 buffers (M x capacity, N x capacity), `terms` columns
+        used (`_matmul` copies each op's operands in: no list of pieces to join here).
         """
         chains, e.pending = e.pending, None
-        for c_start, M, N, acc, alist, blist in chains:
-            p = B.int_product_of_pieces([x.view(_I8).reshape(M, -1) for x in alist],
-                                        [x.view(_I8).reshape(N, -1) for x in blist])
+        for c_start, M, N, acc, abuf, bbuf, kw in chains:
+            e.kcap = kw
+            p = B.int_product_of_pieces([abuf[:, :kw].view(_I8)], [bbuf[:, :kw].view(_I8)])
             if acc:
                 p += self._raw_read(e, c_start, M * N * 4).view(_I32).reshape(M, N)  # int32 wraps
             self._raw_write(e, c_start, p, M * N * 4)
@@ -433,7 +442,8 @@ class Machine:
                                  f"{self.img.size}-byte DRAM image")
         return nrows, last, stride
 
-    def _dma_record(self, kind, c, pc, ins, e: _Bank, nrows, last, stride, mtr):
+    def _dma_geo(self, ins, e: _Bank, nrows, last, stride) -> tuple:
+        """(latency, DMA fields, (private, shared) channel ports) of a transfer's geometry."""
         contiguous = stride == e.width
         key = (nrows, last, e.col, contiguous, e.shared)
         geo = self._dma_cache.get(key)
@@ -446,7 +456,10 @@ class Machine:
                                       self.chip.dma.latency_cycles)) + extra
             geo = (lat, (nb, beats, groups, beats * self.rb, extra), (0, 1) if e.shared else (1, 0))
             self._dma_cache[key] = geo
-        lat, extra, (pp, sp) = geo
+        return geo
+
+    def _dma_record(self, kind, c, pc, ins, e: _Bank, nrows, last, stride, mtr):
+        lat, extra, (pp, sp) = self._dma_geo(ins, e, nrows, last, stride)
         self.bursts[c] += extra[0]
         nbytes = extra[3]
         if kind == MVIN:
@@ -457,20 +470,40 @@ class Machine:
         self.transfers_out[c] += 1
         return (MVOUT, pc, lat, 0, (e.key,), (), False, pp, sp, extra, mtr)
 
+    def _mvin_geometry(self, c, pc, ins: Mvin, e: _Bank) -> tuple:
+        """What an MVIN of ``ins.iter`` beats at ``ins.stride`` into bank e always is (kept in
+        ``e.mvin``; a bank's shape never changes): rows, beats in the last row, effective
+        stride, DRAM bytes spanned from the address, bytes, how the data moves
+        (0 whole rows from one DRAM run, 1 part of a row, 2 strided), the timing record's
+        latency, DMA fields and ports, and the written keys. Raises if the rows overflow the bank."""
+        it, col, W = ins.iter, e.col, e.width
+        nrows = -(-it // col)
+        stride = ins.stride or W
+        last = it - (nrows - 1) * col if nrows else 0
+        if nrows > e.rows:
+            self._dma_geometry(c, pc, ins, e, False)  # raises the error
+        span = (nrows - 1) * stride + last * self.rb if nrows else -(1 << 62)  # no bytes: never past the image
+        move = 2 if stride != W else (0 if it == nrows * col else 1)
+        lat, extra, (pp, sp) = self._dma_geo(ins, e, nrows, last, stride)
+        g = (nrows, last, stride, span, it * self.rb, move, lat, extra, pp, sp, (e.key,))
+        e.mvin[it if stride == W else (it, stride)] = g
+        return g
+
     def _mvin(self, c, pc, ins: Mvin):
         bid = ins.bank
         e = self.vmap[c][bid] if bid < self.vids_of[c] else None
         if e is None:
             e = self._bank(c, pc, ins, bid, "destination")
-        it, col, W = ins.iter, e.col, e.width
-        nrows = -(-it // col)
-        stride = ins.stride or W
-        last = it - (nrows - 1) * col if nrows else 0
-        if nrows > e.rows or (nrows and ins.addr + (nrows - 1) * stride + last * self.rb > self.img.size):
+        stride = ins.stride
+        g = e.mvin.get(ins.iter if stride == 0 or stride == e.width else (ins.iter, stride))
+        if g is None:
+            g = self._mvin_geometry(c, pc, ins, e)
+        nrows, last, stride, span, n, move, lat, extra, pp, sp, wkeys = g
+        if ins.addr + span > self.img.size:
             self._dma_geometry(c, pc, ins, e, False)  # raises the error
         if e.pending:
             self._flush(e)
-        n = it * self.rb
+        col = e.col
         if self.trace:
             mtr = []
             self._access(c, pc, ins, e, 0, n, "MVIN", e.wr, mtr, "write")
@@ -486,12 +519,12 @@ class Machine:
                 self._count(e.wr, e, 0, n)
         if self.functional and n:
             img, addr = self.img, ins.addr
-            if stride == W:
-                if it == nrows * col:
-                    e.view[:nrows] = img[addr:addr + n].reshape(nrows, col, -1)
-                else:
-                    self._raw_write(e, 0, img[addr:addr + n], n)
+            if move == 0:
+                e.view[:nrows] = img[addr:addr + n].reshape(nrows, col, -1)
+            elif move == 1:
+                self._raw_write(e, 0, img[addr:addr + n], n)
             else:
+                W = e.width
                 full = nrows - 1 if last < col else nrows
                 parts = []
                 if full:
@@ -501,14 +534,10 @@ class Machine:
                     parts.append(img[a:a + last * self.rb])
                 data = parts[0] if len(parts) == 1 else np.concatenate(parts)
                 self._raw_write(e, 0, data, n)
-        geo = self._dma_cache.get((nrows, last, col, stride == W, e.shared))
-        if geo is None:
-            return self._dma_record(MVIN, c, pc, ins, e, nrows, last, stride, mtr)
-        lat, extra, (pp, sp) = geo
         self.bursts[c] += extra[0]
         self.bytes_in[c] += n
         self.transfers_in[c] += 1
-        return (MVIN, pc, lat, 0, (), (e.key,), False, pp, sp, extra, mtr)
+        return (MVIN, pc, lat, 0, (), wkeys, False, pp, sp, extra, mtr)
 
     def _mvout(self, c, pc, ins: Mvout):
         e = self._bank(c, pc, ins, ins.bank, "source")
@@ -567,7 +596,6 @@ class Machine:
         if eb.pending:
             self._flush(eb)
         acc = ins.accumulate
-        access = self._access
         if mtr is None and ea.col == 1 and eb.col == 1 and ea is not eb:
             r1 = -(-(a_start + M * K) // rb)
             if r1 > ea.rows:
@@ -578,35 +606,67 @@ class Machine:
                 self._span(c, pc, ins, eb, b_start, N * K, "B")
             eb.rd[eb.b0] += r1 - b_start // rb
         else:
-            access(c, pc, ins, ea, a_start, M * K, "A", ea.rd, mtr, "read")
-            access(c, pc, ins, eb, b_start, N * K, "B", eb.rd, mtr, "read")
-        if acc:
-            access(c, pc, ins, ec, c_start, M * N * 4, "C", ec.rd, mtr, "read")
-        access(c, pc, ins, ec, c_start, M * N * 4, "C", ec.wr, mtr, "write")
+            self._access(c, pc, ins, ea, a_start, M * K, "A", ea.rd, mtr, "read")
+            self._access(c, pc, ins, eb, b_start, N * K, "B", eb.rd, mtr, "read")
+        nc = M * N * 4
+        W = ec.width
+        if mtr is None and c_start % W == 0 and nc % W == 0:  # whole rows of every bank of C
+            r0 = c_start // W
+            r1 = r0 + nc // W
+            if r1 > ec.rows:
+                self._span(c, pc, ins, ec, c_start, nc, "C")
+            dr = r1 - r0
+            wr = ec.wr
+            if acc:
+                rd = ec.rd
+                for p in range(ec.b0, ec.b0 + ec.col):
+                    rd[p] += dr
+                    wr[p] += dr
+            else:
+                for p in range(ec.b0, ec.b0 + ec.col):
+                    wr[p] += dr
+        else:
+            if acc:
+                self._access(c, pc, ins, ec, c_start, nc, "C", ec.rd, mtr, "read")
+            self._access(c, pc, ins, ec, c_start, nc, "C", ec.wr, mtr, "write")
         if self.functional:
             # Deferred: the product joins the chain of its C region (see _flush). The operands
-            # are copied now (their banks may be rewritten before the chain is applied).
+            # are copied into the chain's buffers now (their banks may be rewritten before the
+            # chain is applied).
+            chains = ec.pending
+            ch = chains[-1] if chains else None
+            if ch is not None and ch[0] == c_start and ch[1] == M and ch[2] == N and acc:
+                k0 = ch[6]
+                abuf, bbuf = ch[4], ch[5]
+                if k0 + K > abuf.shape[1]:
+                    cap = max(2 * abuf.shape[1], k0 + K)
+                    ch[4] = np.empty((M, cap), dtype=_U8)
+                    ch[4][:, :k0] = abuf[:, :k0]
+                    ch[5] = np.empty((N, cap), dtype=_U8)
+                    ch[5][:, :k0] = bbuf[:, :k0]
+                    abuf, bbuf = ch[4], ch[5]
+            else:
+                k0 = 0
+                cap = ec.kcap if K < ec.kcap and (M + N) * ec.kcap <= _CHAIN_HINT_BYTES else K
+                abuf, bbuf = np.empty((M, cap), dtype=_U8), np.empty((N, cap), dtype=_U8)
+                ch = [c_start, M, N, acc, abuf, bbuf, 0]
+                if chains and chains[-1][0] == c_start and chains[-1][1] == M and chains[-1][2] == N:
+                    chains[-1] = ch  # overwrites the whole region: the pending chain is dead
+                elif chains:
+                    chains.append(ch)
+                else:
+                    ec.pending = [ch]
             W = ea.width
             if a_start % W == 0 and (M * K) % W == 0:
-                a = np.array(ea.view[a_start // W:(a_start + M * K) // W])
+                abuf[:, k0:k0 + K] = ea.view[a_start // W:(a_start + M * K) // W].reshape(M, K)
             else:
-                a = self._raw_copy(ea, a_start, M * K)
+                abuf[:, k0:k0 + K] = self._raw_read(ea, a_start, M * K).reshape(M, K)
             W = eb.width
             if b_start % W == 0 and (N * K) % W == 0:
-                b = np.array(eb.view[b_start // W:(b_start + N * K) // W])
+                bbuf[:, k0:k0 + K] = eb.view[b_start // W:(b_start + N * K) // W].reshape(N, K)
             else:
-                b = self._raw_copy(eb, b_start, N * K)
-            chains = ec.pending
-            if chains and chains[-1][0] == c_start and chains[-1][1] == M and chains[-1][2] == N:
-                if acc:
-                    chains[-1][4].append(a)
-                    chains[-1][5].append(b)
-                else:  # overwrites the whole region: the pending chain is dead
-                    chains[-1] = (c_start, M, N, False, [a], [b])
-            elif chains:
-                chains.append((c_start, M, N, acc, [a], [b]))
-            else:
-                ec.pending = [(c_start, M, N, acc, [a], [b])]
+                bbuf[:, k0:k0 + K] = self._raw_read(eb, b_start, N * K).reshape(N, K)
+            ch[6] = k0 + K
         key = (id(ball), ins.dataflow, M, N, K)
         lat = self._lat_cache.get(key)
         if lat is None:  # checked once per distinct key, not per instruction

@@ -467,13 +467,29 @@ def _pool_earliest(res: list, cap: int, t0: int, dur: int, need: int) -> int:
     raise AssertionError("a pool never frees")
 
 
-def _core_proc(cid, recs, chip, times: CoreTimes, tile: Tile, bus, solo: bool, trace, op_names):
+def _small_groups(groups, L: int, bpb: float):
+    """A transfer's burst groups as ``(count, beats, bus occupancy)``, or None where a group
+    could take `_bursts_on_array_bus`'s run path (`BURST_RUN` bursts or more)."""
+    out = []
+    for count, bbeats in groups:
+        occ = max(1, int(-(-bbeats * bpb // 1)))
+        if count >= BURST_RUN and bbeats + L > occ:
+            return None
+        out.append((count, bbeats, occ))
+    return tuple(out) if out else None
+
+
+def _core_proc(cid, recs, chip, times: CoreTimes, tile: Tile, bus, solo: bool, trace, op_names, heap=None):
     """The overlapped timing of one core, as a generator (its state lives in fast locals).
 
     Protocol: the first ``send(None)`` starts it. Unless `solo`, it yields the lower bound
-    of its next dispatch after each instruction and is resumed with ``send(horizon)`` (no
-    core will ever request a shared resource before `horizon`). At a BARRIER it yields
-    ``("barrier", arrival)`` and is resumed with ``send(release)``. It returns at the end.
+    of its next dispatch and is resumed with ``send(horizon)`` (no core will ever request
+    a shared resource before `horizon`). It yields only when it is no longer the earliest
+    core of `heap` (`run_overlapped`'s: (next dispatch, core) of the others) or after a
+    BARRIER; meanwhile it goes on as the driver would have resumed it, with the driver's
+    horizon. At a BARRIER it yields ``("barrier", arrival)`` and is resumed with
+    ``send(release)``. It returns at the end. `emulator.timing_reference` keeps the loop
+    that yields after every instruction (and none of the fast paths below).
     """
     fe, dma = chip.front_end, chip.dma
     w = fe.issue_per_cycle
@@ -502,12 +518,15 @@ def _core_proc(cid, recs, chip, times: CoreTimes, tile: Tile, bus, solo: bool, t
     bpb = dma.beat_bytes / dma.system_bus_bytes
     fast_dma = solo and k == 1
     bursts = _bursts_on_array_bus if type(bus) is ArrayBus else _bursts_one_in_flight
-    wd: dict[int, int] = {}
-    md: dict[int, int] = {}
-    ad: dict[int, int] = {}
+    # A private bank's dependence times by virtual bank id (lists: indexed, no dict lookups);
+    # shared banks' (keys >= SHARED_KEY) in the tile's dicts.
+    core_banks = chip.core_chip(cid).banks
+    wd = [0] * core_banks.virtual_ids  # last write completes
+    md = [0] * core_banks.virtual_ids  # last MSET completes
+    ad = [0] * core_banks.virtual_ids  # last access completes
     twd, tmd, tad = tile.wd, tile.md, tile.ad
     tpool = tile.pool
-    phys_free: dict[int, int] = {}
+    phys_free = [0] * core_banks.count
     res: list = []
     cap = chip.core_chip(cid).banks.channels  # the core's own group's bank channels
     st_rob = st_front = st_dep = st_bq = st_chan = st_dma = st_fence = st_bar = 0
@@ -519,6 +538,14 @@ def _core_proc(cid, recs, chip, times: CoreTimes, tile: Tile, bus, solo: bool, t
     seq = 0
     horizon = 0
     tr = trace
+    ahead = heap is not None and not solo
+    if heap is None:
+        heap = []
+    # Entries of `res` that end at or before every later Ball or DMA start can meet no later
+    # request: those starts are in order per queue and never before the dispatch D.
+    res_lim = 8
+    small_groups: dict = {}  # burst groups -> `_small_groups`
+    prune = bus.prune
     yield None
     for rec in recs:
         kind = rec[0]
@@ -556,91 +583,7 @@ def _core_proc(cid, recs, chip, times: CoreTimes, tile: Tile, bus, solo: bool, t
                 dfloor = disp[0] + 1
         if solo:
             horizon = D
-        if kind == BALL:
-            _, pc, lat, unit, rkeys, wkeys, rmw, pp, sp, _x, _m = rec
-            t0 = D + delay
-            t = t0 if t0 > ball_last_issue else ball_last_issue
-            if len(bq) == Q and bq[0] > t:
-                t = bq[0]
-            I = t
-            if w1:
-                while I in iss:
-                    I += 1
-                iss.add(I)
-            else:
-                while issued.get(I, 0) >= w:
-                    I += 1
-                issued[I] = issued.get(I, 0) + 1
-            if I > t0:
-                if t > t0:
-                    st_bq += I - t0
-                else:
-                    st_front += I - t0
-            ready = 0
-            for key in rkeys:
-                v = wd.get(key, 0) if key < SHARED_KEY else twd.get(key, 0)
-                if v > ready:
-                    ready = v
-            for key in wkeys:
-                v = md.get(key, 0) if key < SHARED_KEY else tmd.get(key, 0)
-                if v > ready:
-                    ready = v
-                if rmw:
-                    v = wd.get(key, 0) if key < SHARED_KEY else twd.get(key, 0)
-                    if v > ready:
-                        ready = v
-            unit_t = ball_free[unit]
-            if ball_last_start > unit_t:
-                unit_t = ball_last_start
-            S = I
-            if ready > S or unit_t > S:
-                if ready >= unit_t:
-                    st_dep += ready - I
-                    S = ready
-                else:
-                    st_bq += unit_t - I
-                    S = unit_t
-            if pp or sp:
-                if len(res) > 16:
-                    res = [r for r in res if r[1] > D]
-                S0 = S
-                if not sp:
-                    tot = pp
-                    end = S + lat
-                    for r in res:
-                        if r[1] > S and r[0] < end:
-                            tot += r[2]
-                    if tot > cap:
-                        S = _pool_earliest(res, cap, S, lat, pp)
-                else:
-                    by_shared = False
-                    for _ in range(64):
-                        t1 = _pool_earliest(res, cap, S, lat, pp) if pp else S
-                        t2 = _pool_earliest(tpool.res, tpool.cap, t1, lat, sp)
-                        by_shared |= t2 > t1
-                        if t2 == S:
-                            break
-                        S = t2
-                    shared_conflicts += by_shared
-                if S > S0:
-                    st_chan += S - S0
-                    conflicts += 1
-                    chan_wait += S - S0
-            C = S + lat
-            ball_free[unit] = C
-            ball_last_start = S
-            ball_last_issue = I
-            bq.append(S)
-            ball_ops[unit] += 1
-            ball_busy[unit] += lat
-            if pp and C > S:
-                res.append((S, C, pp))
-            if sp:
-                tpool.hold(S, C, sp, horizon)
-            if lat:
-                busy_s.append(S)
-                busy_e.append(C)
-        elif kind == MVIN or kind == MVOUT:
+        if kind == MVIN or kind == MVOUT:
             _, pc, lat, unit, rkeys, wkeys, rmw, pp, sp, extra, _m = rec
             nb, beats, groups, nbytes, extra_lat = extra
             t0 = D + delay
@@ -663,11 +606,11 @@ def _core_proc(cid, recs, chip, times: CoreTimes, tile: Tile, bus, solo: bool, t
                     st_front += I - t0
             ready = 0
             for key in rkeys:
-                v = wd.get(key, 0) if key < SHARED_KEY else twd.get(key, 0)
+                v = wd[key] if key < SHARED_KEY else twd.get(key, 0)
                 if v > ready:
                     ready = v
             for key in wkeys:
-                v = md.get(key, 0) if key < SHARED_KEY else tmd.get(key, 0)
+                v = md[key] if key < SHARED_KEY else tmd.get(key, 0)
                 if v > ready:
                     ready = v
             unit_t = dma_last_start
@@ -682,15 +625,19 @@ def _core_proc(cid, recs, chip, times: CoreTimes, tile: Tile, bus, solo: bool, t
                 else:
                     st_dma += unit_t - I
                     S = unit_t
-            if len(res) > 16:
-                res = [r for r in res if r[1] > D]
+            if len(res) > res_lim:
+                floor = ball_last_start if ball_last_start < dma_last_start else dma_last_start
+                if floor < D:
+                    floor = D
+                res = [r for r in res if r[1] > floor]
+                res_lim = 2 * len(res) if len(res) > 4 else 8
             S0 = S
             if not sp:
                 tot = pp
                 end = S + lat
-                for r in res:
-                    if r[1] > S and r[0] < end:
-                        tot += r[2]
+                for rs, re_, rn in res:
+                    if re_ > S and rs < end:
+                        tot += rn
                 if tot > cap:
                     S = _pool_earliest(res, cap, S, lat, pp)
             else:
@@ -707,7 +654,44 @@ def _core_proc(cid, recs, chip, times: CoreTimes, tile: Tile, bus, solo: bool, t
                 slots[0] = C
                 bus.busy += int(-(-beats * bpb // 1))
             elif k == 1:
-                last_end = bursts(bus, slots[0] if slots[0] > S else S, groups, L, bpb)
+                req = slots[0] if slots[0] > S else S
+                gs = small_groups.get(groups, 0)
+                if gs == 0:
+                    gs = small_groups[groups] = _small_groups(groups, L, bpb)
+                if gs is None:
+                    last_end = bursts(bus, req, groups, L, bpb)
+                else:  # `_bursts_on_array_bus` without its run path, which these never take
+                    bs, be = bus.starts, bus.ends
+                    for count, bbeats, occ in gs:
+                        for _ in range(count):
+                            t = req + L
+                            if not be or t > be[-1]:  # the bus is free from t on
+                                bs.append(t)
+                                be.append(t + occ)
+                                bus.busy += occ
+                            elif t == be[-1]:
+                                be[-1] = t + occ
+                                bus.busy += occ
+                            else:
+                                i = bisect_right(be, t)
+                                e = t + occ
+                                if bs[i] >= e:  # a free gap at t: `Bus.alloc`'s merge without its search
+                                    if i and be[i - 1] == t:
+                                        if bs[i] == e:
+                                            be[i - 1] = be[i]
+                                            del bs[i], be[i]
+                                        else:
+                                            be[i - 1] = e
+                                    elif bs[i] == e:
+                                        bs[i] = t
+                                    else:
+                                        bs.insert(i, t)
+                                        be.insert(i, e)
+                                    bus.busy += occ
+                                else:
+                                    t = bus.alloc(t, occ)
+                            req = t + bbeats
+                    last_end = req
                 if last_end is None:
                     C = S
                 else:
@@ -755,6 +739,94 @@ def _core_proc(cid, recs, chip, times: CoreTimes, tile: Tile, bus, solo: bool, t
                 dma_s.append(S)
                 dma_e.append(C)
             dma_sum += C - S
+        elif kind == BALL:
+            _, pc, lat, unit, rkeys, wkeys, rmw, pp, sp, _x, _m = rec
+            t0 = D + delay
+            t = t0 if t0 > ball_last_issue else ball_last_issue
+            if len(bq) == Q and bq[0] > t:
+                t = bq[0]
+            I = t
+            if w1:
+                while I in iss:
+                    I += 1
+                iss.add(I)
+            else:
+                while issued.get(I, 0) >= w:
+                    I += 1
+                issued[I] = issued.get(I, 0) + 1
+            if I > t0:
+                if t > t0:
+                    st_bq += I - t0
+                else:
+                    st_front += I - t0
+            ready = 0
+            for key in rkeys:
+                v = wd[key] if key < SHARED_KEY else twd.get(key, 0)
+                if v > ready:
+                    ready = v
+            for key in wkeys:
+                v = md[key] if key < SHARED_KEY else tmd.get(key, 0)
+                if v > ready:
+                    ready = v
+                if rmw:
+                    v = wd[key] if key < SHARED_KEY else twd.get(key, 0)
+                    if v > ready:
+                        ready = v
+            unit_t = ball_free[unit]
+            if ball_last_start > unit_t:
+                unit_t = ball_last_start
+            S = I
+            if ready > S or unit_t > S:
+                if ready >= unit_t:
+                    st_dep += ready - I
+                    S = ready
+                else:
+                    st_bq += unit_t - I
+                    S = unit_t
+            if pp or sp:
+                if len(res) > res_lim:
+                    floor = ball_last_start if ball_last_start < dma_last_start else dma_last_start
+                    if floor < D:
+                        floor = D
+                    res = [r for r in res if r[1] > floor]
+                    res_lim = 2 * len(res) if len(res) > 4 else 8
+                S0 = S
+                if not sp:
+                    tot = pp
+                    end = S + lat
+                    for rs, re_, rn in res:
+                        if re_ > S and rs < end:
+                            tot += rn
+                    if tot > cap:
+                        S = _pool_earliest(res, cap, S, lat, pp)
+                else:
+                    by_shared = False
+                    for _ in range(64):
+                        t1 = _pool_earliest(res, cap, S, lat, pp) if pp else S
+                        t2 = _pool_earliest(tpool.res, tpool.cap, t1, lat, sp)
+                        by_shared |= t2 > t1
+                        if t2 == S:
+                            break
+                        S = t2
+                    shared_conflicts += by_shared
+                if S > S0:
+                    st_chan += S - S0
+                    conflicts += 1
+                    chan_wait += S - S0
+            C = S + lat
+            ball_free[unit] = C
+            ball_last_start = S
+            ball_last_issue = I
+            bq.append(S)
+            ball_ops[unit] += 1
+            ball_busy[unit] += lat
+            if pp and C > S:
+                res.append((S, C, pp))
+            if sp:
+                tpool.hold(S, C, sp, horizon)
+            if lat:
+                busy_s.append(S)
+                busy_e.append(C)
         elif kind == MSET:
             _, pc, lat, alloc, rkeys, wkeys, rmw, pp, sp, phys, _m = rec
             t0 = D + delay
@@ -770,10 +842,10 @@ def _core_proc(cid, recs, chip, times: CoreTimes, tile: Tile, bus, solo: bool, t
             if I > t0:
                 st_front += I - t0
             key = wkeys[0]
-            ready = ad.get(key, 0)
+            ready = ad[key]
             if alloc:
                 for p in phys:
-                    v = phys_free.get(p, 0)
+                    v = phys_free[p]
                     if v > ready:
                         ready = v
             S = I
@@ -809,21 +881,22 @@ def _core_proc(cid, recs, chip, times: CoreTimes, tile: Tile, bus, solo: bool, t
                 busy_e.append(Rel)
             release = Rel
             rkeys = wkeys = ()
-        # results of the instruction
-        if kind == BALL or kind == MVIN or kind == MVOUT:
-            for key in wkeys:
-                if key < SHARED_KEY:
-                    wd[key] = C
-                    if ad.get(key, 0) < C:
-                        ad[key] = C
-                else:
-                    twd[key] = C
-                    if tad.get(key, 0) < C:
-                        tad[key] = C
-            for key in rkeys:
-                a = ad if key < SHARED_KEY else tad
-                if a.get(key, 0) < C:
-                    a[key] = C
+        # results of the instruction (a Ball op's or a transfer's: the others' keys are empty here)
+        for key in wkeys:
+            if key < SHARED_KEY:
+                wd[key] = C
+                if ad[key] < C:
+                    ad[key] = C
+            else:
+                twd[key] = C
+                if tad.get(key, 0) < C:
+                    tad[key] = C
+        for key in rkeys:
+            if key < SHARED_KEY:
+                if ad[key] < C:
+                    ad[key] = C
+            elif tad.get(key, 0) < C:
+                tad[key] = C
         if C > K:
             K = C
         rob.append(K)
@@ -841,7 +914,21 @@ def _core_proc(cid, recs, chip, times: CoreTimes, tile: Tile, bus, solo: bool, t
                 nd = core_free
             if release > nd:
                 nd = release
-            horizon = yield nd
+            if ahead and kind != BARRIER:
+                # Still the earliest core: go on as the driver would resume it.
+                if heap:
+                    top = heap[0]
+                    h = top[0]
+                    if nd > h or (nd == h and cid > top[1]):
+                        horizon = yield nd
+                        continue
+                    horizon = h if h < nd else nd
+                else:
+                    horizon = nd
+                if (seq & 15) == 0:
+                    prune(horizon)
+            else:
+                horizon = yield nd
     times.cycles = max(K, core_free, release)
     times.instructions = n_instr
     times.core_ops = n_core
@@ -857,7 +944,7 @@ def _core_proc(cid, recs, chip, times: CoreTimes, tile: Tile, bus, solo: bool, t
     times.dma_latency_sum = dma_sum
 
 
-def run_overlapped(records, chip, trace=None, op_names=None, bus=None) -> tuple[list[CoreTimes], int]:
+def run_overlapped(records, chip, trace=None, op_names=None, bus=None, proc=None) -> tuple[list[CoreTimes], int]:
     """Per-core times and the system bus's busy cycles. Cores advance in order of their next
     dispatch time (a heap), so shared resources (bus, shared channels) see requests in
     near-time order; every resource still fills earlier gaps. A DMA transfer books all its
@@ -865,7 +952,8 @@ def run_overlapped(records, chip, trace=None, op_names=None, bus=None) -> tuple[
     another transfer's bursts (``dma.latency_cycles`` below a burst's beats) the transfer
     dispatched first holds the bus to its last burst and a burst that arrives earlier waits
     behind it: there the order decides more than ties (the model follows it:
-    `dse.cost.dma.bus_hold_cycles`)."""
+    `dse.cost.dma.bus_hold_cycles`). `proc` replaces `_core_proc` (tests:
+    `emulator.timing_reference.core_proc_reference`)."""
     from .errors import ProgramError
 
     n = len(records)
@@ -878,11 +966,14 @@ def run_overlapped(records, chip, trace=None, op_names=None, bus=None) -> tuple[
     active = [c for c in range(n) if records[c]]
     solo = len(active) <= 1
     bar_cycles = chip.front_end.barrier_cycles
-    procs = {c: _core_proc(c, records[c], chip, times[c], tiles[c // tsz], bus, solo, trace, op_names)
-             for c in active}
+    heap: list = []
+    if proc is None:
+        procs = {c: _core_proc(c, records[c], chip, times[c], tiles[c // tsz], bus, solo, trace, op_names, heap)
+                 for c in active}
+    else:
+        procs = {c: proc(c, records[c], chip, times[c], tiles[c // tsz], bus, solo, trace, op_names) for c in active}
     members = {t: [c for c in range(t * tsz, min((t + 1) * tsz, n)) if c in procs] for t in range(n_tiles)}
     waiting: dict[int, dict[int, int]] = {}
-    heap = []
     for c, g in procs.items():
         g.send(None)
         heap.append((0, c))
