@@ -113,5 +113,10 @@ def test_lock_step_epochs():
     # op 1: 10 cycles, 2 syncs; op 2: a view (no sync) joins op 3's epoch
     assert epoch_cycles(np.array([10, 3, 7]), np.array([2, 0, 1])).tolist() == [5.0, 5.0, 10.0]
     assert epoch_cycles(np.array([4, 6]), np.array([1, 0])).tolist() == [4.0, 6.0]
+    # a shared weight's loads (2 of op 1's 10 cycles) are its first epoch, before their BARRIER;
+    # its bytes split as its cycles; an op of one sync keeps its cycles whole
+    lead, total = np.array([2, 0, 3]), np.array([10, 3, 7])
+    assert epoch_cycles(np.array([10, 3, 7]), np.array([2, 0, 1]), lead, total).tolist() == [2.0, 8.0, 10.0]
+    assert epoch_cycles(np.array([100, 0, 70]), np.array([3, 0, 1]), lead, total).tolist() == [20.0, 40.0, 40.0, 70.0]
     # stages meet at every barrier: the slowest epoch each time, the shorter stage padded
     assert lockstep_cycles([np.array([5.0, 1.0, 2.0]), np.array([1.0, 4.0])]) == 5 + 4 + 2

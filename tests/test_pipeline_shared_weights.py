@@ -183,7 +183,7 @@ def test_phase_stages_on_one_tile_keep_their_weights_in_regions_by_hand(stages):
 
 
 @pytest.mark.parametrize("banks, weights, shared_banks", [(66, "shared", 66), (64, "shared", 44),
-                                                            (64, "per_worker", 0)])
+                                                            (8, "shared", 8), (64, "per_worker", 0)])
 def test_phase_with_shared_weights_is_bit_exact_and_modelled(stages, banks, weights, shared_banks):
     pairs = [(s.role, s.graph) for s in stages]
     cand = phase(banks, weights)

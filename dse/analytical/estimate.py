@@ -26,7 +26,7 @@ OP_COLUMNS = [
     "candidate", "candidate_hash", "op", "kind", "unit", "feasible", "reason", "cycles",
     "compute_cycles", "dma_cycles", "core_cycles", "ball_cycles", "busy_cycles", "dma_bytes", "sram_bytes",
     "shared_bytes", "bank_rows", "banks",
-    "tile_m", "tile_n", "tile_k", "workers_used", "syncs", "halo_cycles", "macs",
+    "tile_m", "tile_n", "tile_k", "workers_used", "syncs", "preload_cycles", "halo_cycles", "macs",
 ]
 
 

@@ -54,6 +54,7 @@ class OpCost:
     tile_n: np.ndarray
     tile_k: np.ndarray
     workers_used: np.ndarray
+    preload_cycles: np.ndarray  # of `cycles`, a shared weight's loads before its BARRIER
 
 
 @dataclass
@@ -177,7 +178,7 @@ class GraphCost:
         feasible = np.ones(n, dtype=bool)
         reason = np.full(n, "", dtype=object)
         banks, sram, rows_used, tiles, dma_bytes, shared = zeros, zeros, zeros, (zeros, zeros, zeros), zeros, zeros
-        compute = zeros
+        compute = preload = zeros
         workers_used = np.minimum(self.workers, p.cores)
         units = np.full(n, unit, dtype=object) if isinstance(unit, str) else unit.astype(object)
         if gemm is not None:
@@ -194,6 +195,7 @@ class GraphCost:
             shared = np.where(feasible, plans.shared_bytes, 0)
             tiles = (plans.tm, plans.tn, plans.tk)
             workers_used = np.where(feasible, plans.workers_used, workers_used)
+            preload = np.where(feasible & (plans.shared_bytes > 0), plans.preload_cycles, 0)
         if charges.sram is not None:
             sram, banks, rows_used = charges.sram, charges.banks, charges.bank_rows
         if charges.dma_bytes is not None:
@@ -215,7 +217,7 @@ class GraphCost:
                       own(np.where(feasible, np.round(charges.ball), 0)),
                       own(np.where(feasible, np.round(charges.busy), 0)),
                       own(charges.syncs), own(dma_bytes), own(sram), own(shared), own(rows_used), own(banks),
-                      *[own(t) for t in tiles], own(workers_used))
+                      *[own(t) for t in tiles], own(workers_used), own(preload))
 
     def _grouped(self, plan: OpPlan) -> OpCost:
         """A grouped conv: per candidate, the Ball path (its copies, the block-diagonal GEMM,
@@ -245,7 +247,7 @@ class GraphCost:
                 col = lambda a: np.where(ok, a, 16)[:, None]  # noqa: E731  (any tile where none fits)
                 cost = matmul_cost(self.params, shape, col(picked.tm), col(picked.tn), col(picked.tk))
                 values = dict(picked.values)
-                for name in ("cycles", "compute_cycles", "dma_cycles", "core_cycles", "busy_cycles"):
+                for name in ("cycles", "compute_cycles", "dma_cycles", "core_cycles", "busy_cycles", "preload_cycles"):
                     values[name] = np.where(ok, getattr(cost, name)[:, 0], 0)
                 picked = MatmulPlans(picked.feasible, picked.reason, values)
             self.plans[shape] = picked

@@ -56,17 +56,28 @@ from .stream_cost import planned_stream
 SUMMED = ("compute_cycles", "dma_cycles", "core_cycles", "busy_cycles", "dma_bytes")
 
 
-def epoch_cycles(cycles: np.ndarray, syncs: np.ndarray) -> np.ndarray:
+def epoch_cycles(cycles: np.ndarray, syncs: np.ndarray, lead: np.ndarray | None = None,
+                 total: np.ndarray | None = None) -> np.ndarray:
     """One stage's cycles between consecutive BARRIERs: an op closed by ``b`` syncs gives
     ``b`` epochs of ``cycles / b``; an op closed by none runs in the next op's first epoch
-    (or in a last epoch of its own at the end)."""
+    (or in a last epoch of its own at the end). With `lead` (per op, its first epoch's share
+    of `total`, its cycles: a shared weight's loads before their BARRIER, `preload_cycles`)
+    an op of ``b >= 2`` syncs gives that share of `cycles` to its first epoch and the rest to
+    the others evenly: stages in lock step pair a short load epoch with the other's epoch,
+    not half the op."""
     out: list[float] = []
     pending = 0.0
-    for c, b in zip(cycles.tolist(), syncs.tolist()):
+    leads = lead.tolist() if lead is not None else [0.0] * len(cycles)
+    totals = total.tolist() if total is not None else cycles.tolist()
+    for c, b, first, whole in zip(cycles.tolist(), syncs.tolist(), leads, totals):
         if b == 0:
             pending += c
             continue
-        out += [c / b] * b
+        if b >= 2 and 0 < first < whole:
+            share = first / whole
+            out += [c * share] + [c * (1 - share) / (b - 1)] * (b - 1)
+        else:
+            out += [c / b] * b
         out[-b] += pending
         pending = 0.0
     if pending:
@@ -309,16 +320,22 @@ def estimate_placed(stages: Sequence[tuple[str, object]], candidates: Sequence[C
     return totals, per_stage
 
 
+def _op_times(frame: pd.DataFrame, cores: int) -> list[np.ndarray]:
+    """A stage's (or range's) per-op cycles, syncs, DMA bytes, DMA cycles and first-epoch
+    cycles (`preload_cycles`), as `epoch_cycles` reads them. On one core its ops close with
+    FENCEs, never a BARRIER: one epoch."""
+    return [frame["cycles"].to_numpy(np.float64), frame["syncs"].to_numpy(np.int64) * (cores > 1),
+            frame["dma_bytes"].to_numpy(np.float64), frame["dma_cycles"].to_numpy(np.float64),
+            frame["preload_cycles"].to_numpy(np.float64)]
+
+
 def _phase_cycles(c: Candidate, places, frames, stages, stage_plans: dict) -> float:
     """``"phase"``'s latency: stages meet at barriers only within a tile, so each set of
     stages coupled through shared tiles runs in lock step, the sets side by side; a set of
     two or more on the system bus as a pipeline's slot does (`_slot_cycles`: each epoch's
     first transfers placed as the bus places them). `frames`: each stage's per-op rows."""
-    # a stage on one core closes its ops with FENCEs, never a BARRIER: one epoch
-    times = [[f["cycles"].to_numpy(np.float64), f["syncs"].to_numpy(np.int64) * (len(p.cores) > 1),
-              f["dma_bytes"].to_numpy(np.float64), f["dma_cycles"].to_numpy(np.float64)]
-             for f, p in zip(frames, places)]
-    epochs = [epoch_cycles(c_, s_) for c_, s_, _, _ in times]
+    times = [_op_times(f, len(p.cores)) for f, p in zip(frames, places)]
+    epochs = [epoch_cycles(c_, s_, lead, c_) for c_, s_, _, _, lead in times]
     latency = 0.0
     for coupled in coupled_stages(places, c.chip.cores.tile_size):
         if len(coupled) == 1:
@@ -332,8 +349,8 @@ def _phase_cycles(c: Candidate, places, frames, stages, stage_plans: dict) -> fl
             p, m = places[s], c.mapping.model_copy(update={"workers": len(places[s].cores)})
             heads[s] = [op_head_transfers(stage_plans[key][s][name], row, p.chip, m, len(p.cores), p.cores,
                                           stages[s][1]) for name, row in zip(frames[s]["op"], frames[s].to_dict("records"))]
-        moved = [epoch_cycles(b_, s_) for _, s_, b_, _ in times]
-        dma_time = [epoch_cycles(d_, s_) for _, s_, _, d_ in times]
+        moved = [epoch_cycles(b_, s_, lead, c_) for c_, s_, b_, _, lead in times]
+        dma_time = [epoch_cycles(d_, s_, lead, c_) for c_, s_, _, d_, lead in times]
         latency = max(latency, _slot_cycles(c.chip, coupled, epochs, moved, dma_time, times, heads))
     return latency
 
@@ -450,18 +467,16 @@ def estimate_layers(graph, candidates: Sequence[Candidate], calibration=None
                     reason = str(first["reason"])
                     rows[i] = _infeasible(i, c, stage_reason(places[bad], reason) if n_ranges > 1 else reason)
                     continue
-                # a range on one core closes its ops with FENCEs, never a BARRIER: one epoch
-                times = [[p["cycles"].to_numpy(np.float64), p["syncs"].to_numpy(np.int64) * (len(pl.cores) > 1),
-                          p["dma_bytes"].to_numpy(np.float64), p["dma_cycles"].to_numpy(np.float64)]
-                         for p, pl in zip(parts, places)]
+                times = [_op_times(p, len(pl.cores)) for p, pl in zip(parts, places)]
                 # the ranges' first transfers an op, where ranges run at once (a pipeline's slots)
                 heads = [[op_head_transfers(by_name[name], row, pl.chip, c.mapping, len(pl.cores), pl.cores, graph)
                           for name, row in zip(p["op"], p.to_dict("records"))] if lay.overlap else []
                          for p, pl in zip(parts, places)]
                 extra_bytes, said = _handoff_loads(places, parts, times, handed, held[i].banks, sets, heads)
-                epochs = [epoch_cycles(c_, s_) for c_, s_, _, _ in times]
-                moved = [epoch_cycles(b_, s_) for _, s_, b_, _ in times]  # bytes and DMA cycles by epoch, alike
-                dma_time = [epoch_cycles(d_, s_) for _, s_, _, d_ in times]
+                epochs = [epoch_cycles(c_, s_, lead, c_) for c_, s_, _, _, lead in times]
+                # bytes and DMA cycles by epoch, alike
+                moved = [epoch_cycles(b_, s_, lead, c_) for c_, s_, b_, _, lead in times]
+                dma_time = [epoch_cycles(d_, s_, lead, c_) for c_, s_, _, d_, lead in times]
                 slots = lay.slots()
                 latency = sum(_slot_cycles(c.chip, [r for _, r in slot], epochs, moved, dma_time, times, heads)
                               if len(slot) > 1 else float(epochs[slot[0][1]].sum()) for slot in slots)
@@ -522,7 +537,8 @@ def _handoff_loads(places, parts, times, handed: dict, banks: dict[str, int], se
             tiles = banks[op] // sets  # one request's set, a tile a bank
             load = handoff_cycles(places[r - 1].chip, tiles, tm * tk, len(loaders))
             times[r - 1] = [np.append(times[r - 1][0], load), np.append(times[r - 1][1], 0),
-                            np.append(times[r - 1][2], tiles * tm * tk), np.append(times[r - 1][3], load)]
+                            np.append(times[r - 1][2], tiles * tm * tk), np.append(times[r - 1][3], load),
+                            np.append(times[r - 1][4], 0)]
             for j, core in enumerate(loaders[:tiles]):  # dealt round-robin, as the lowering does
                 head.setdefault(core, (0, []))[1].extend([tm * tk // 16] * len(range(j, tiles, len(loaders))))
             extra_bytes += tiles * tm * tk

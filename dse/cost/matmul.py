@@ -36,6 +36,8 @@ class MatmulCost:
     bank_rows: np.ndarray  # physical bank rows holding the tiles (buffers included)
     workers_used: np.ndarray
     shared_bytes: np.ndarray  # shared memory a tile of cores holds for B (its banks, whole), weights = shared
+    # of `cycles`, the shared copy of B's loads before the BARRIER that opens the tiles (0: none)
+    preload_cycles: np.ndarray
 
 
 def ball_cycles(params: CandidateArrays, tm, tn, tk) -> np.ndarray:
@@ -247,8 +249,9 @@ def matmul_cost(params: CandidateArrays, shape: MatmulShape, tm, tn, tk) -> Matm
     # a shared weight's banks (the graph cost closes its loads with a sync); a handed-off A's
     # banks are the placement's (`dse.analytical.placed`), loaded by the range before
     shared_bytes = check.shared_tiles * col("shared_rows") * col("shared_row_bytes")
+    preload_cycles = np.where(col("serial"), pre_loads * (dB + sh_lat), preload)
     return MatmulCost(check, cycles, compute_worker, dma_worker, core, busy, total_bytes, sram, rows_used, workers,
-                      shared_bytes)
+                      shared_bytes, preload_cycles)
 
 
 __all__ = ["MatmulCost", "ball_cycles", "matmul_cost", "split_share"]

@@ -15,7 +15,7 @@ from ..mapping.params import CandidateArrays
 
 
 PLAN_FIELDS = ("tm", "tn", "tk", "cycles", "compute_cycles", "dma_cycles", "core_cycles", "busy_cycles", "dma_bytes",
-               "sram_bytes", "bank_rows", "shared_bytes",
+               "sram_bytes", "bank_rows", "shared_bytes", "preload_cycles",
                "banks", "workers_used", "legal_tiles")
 
 
@@ -66,7 +66,8 @@ def plan_matmuls(params: CandidateArrays, shape: MatmulShape) -> MatmulPlans:
                       compute_cycles=cost.compute_cycles, dma_cycles=cost.dma_cycles, core_cycles=cost.core_cycles,
                       busy_cycles=cost.busy_cycles,
                       dma_bytes=cost.dma_bytes, bank_rows=cost.bank_rows,
-                      sram_bytes=cost.sram_bytes, shared_bytes=cost.shared_bytes, banks=cost.check.banks,
+                      sram_bytes=cost.sram_bytes, shared_bytes=cost.shared_bytes,
+                      preload_cycles=cost.preload_cycles, banks=cost.check.banks,
                       workers_used=cost.workers_used)
         any_ok = ok.any(axis=1)
         for name, arr in fields.items():
@@ -131,6 +132,7 @@ class MatmulPlan:
     sram_bytes: int = 0
     bank_rows: int = 0
     shared_bytes: int = 0
+    preload_cycles: int = 0
     banks: int = 0
     workers_used: int = 0
     legal_tiles: int = 0
