@@ -47,12 +47,11 @@ def fields(result) -> dict:
     return {k: v for k, v in dataclasses.asdict(result).items() if k not in ("seconds", "proposed_by_sampler")}
 
 
-def test_a_recorded_rerun_prints_what_the_full_rerun_prints_imports_no_stage_and_writes_nothing(
-        tmp_path, graph_cache_dir, repo, cli, monkeypatch):
-    spec, db = write_spec(tmp_path), tmp_path / "r.db"
-    assert run_sweep(spec, db, progress=False).evaluated == 10
-    before, files = records(db), sorted(os.listdir(tmp_path))
-    p = subprocess.run([sys.executable, "-c", RERUN, str(spec), str(db)], capture_output=True, text=True,
+def rerun_in_a_fresh_process(spec, store: str, repo) -> dict:
+    """`dse sweep` of a recorded `spec` into `store` (a path or URL) in a fresh process: its
+    exit code, output and imported modules, asserted to have taken the shortcut (nothing
+    evaluated, the proposal printed, none of the stages' imports)."""
+    p = subprocess.run([sys.executable, "-c", RERUN, str(spec), store], capture_output=True, text=True,
                        timeout=300, env={**os.environ, "PYTHONPATH": str(repo)}, check=False)
     assert p.returncode == 0, p.stderr
     fast = json.loads(p.stdout.strip().splitlines()[-1])
@@ -60,6 +59,15 @@ def test_a_recorded_rerun_prints_what_the_full_rerun_prints_imports_no_stage_and
     assert "proposed verdict: " in fast["out"]
     imported = {m for m in fast["modules"] if any(m == h or m.startswith(h + ".") for h in HEAVY)}
     assert imported == set()
+    return fast
+
+
+def test_a_recorded_rerun_prints_what_the_full_rerun_prints_imports_no_stage_and_writes_nothing(
+        tmp_path, graph_cache_dir, repo, cli, monkeypatch):
+    spec, db = write_spec(tmp_path), tmp_path / "r.db"
+    assert run_sweep(spec, db, progress=False).evaluated == 10
+    before, files = records(db), sorted(os.listdir(tmp_path))
+    fast = rerun_in_a_fresh_process(spec, str(db), repo)
     assert {m for m in fast["modules"] if m.startswith("dse.records")} == LIGHT_RECORDS
     assert sorted(os.listdir(tmp_path)) == files  # not even a -wal or -shm file left behind
     assert "dse.runner.rerun" in fast["modules"] and "emulator.chip" in fast["modules"]  # it did build the candidates

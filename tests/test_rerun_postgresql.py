@@ -7,7 +7,6 @@ error, word for word. On a real server (tests/pg.py)."""
 
 from __future__ import annotations
 
-import json
 import os
 import subprocess
 import sys
@@ -15,7 +14,7 @@ import sys
 import psycopg
 import pytest
 from pg import pg_server, pg_url  # noqa: F401  (fixtures)
-from test_rerun import HEAVY, LIGHT_RECORDS, RERUN, fields
+from test_rerun import LIGHT_RECORDS, fields, rerun_in_a_fresh_process
 from test_runner import write_spec
 
 from dse.records import Store
@@ -57,14 +56,7 @@ def test_a_recorded_rerun_prints_what_the_full_rerun_prints_imports_no_sqlalchem
     assert run_sweep(spec, pg, progress=False).evaluated == 10
     before = records(pg)
     assert len(before["run"]) == 10 and len(before["decision"]) == 1
-    p = subprocess.run([sys.executable, "-c", RERUN, str(spec), pg], capture_output=True, text=True,
-                       timeout=300, env={**os.environ, "PYTHONPATH": str(repo)}, check=False)
-    assert p.returncode == 0, p.stderr
-    fast = json.loads(p.stdout.strip().splitlines()[-1])
-    assert fast["code"] == 0 and "0 evaluated, 10 already recorded" in fast["out"]
-    assert "proposed verdict: " in fast["out"]
-    imported = {m for m in fast["modules"] if any(m == h or m.startswith(h + ".") for h in HEAVY)}
-    assert imported == set()
+    fast = rerun_in_a_fresh_process(spec, pg, repo)
     # the light read's psycopg, and of the record store its light modules only
     assert {m for m in fast["modules"] if m.startswith("dse.records")} == LIGHT_RECORDS | {"dse.records.light_pg"}
     assert "psycopg" in fast["modules"] and "dse.runner.rerun" in fast["modules"]

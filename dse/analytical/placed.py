@@ -335,7 +335,7 @@ def _phase_cycles(c: Candidate, places, frames, stages, stage_plans: dict) -> fl
     two or more on the system bus as a pipeline's slot does (`_slot_cycles`: each epoch's
     first transfers placed as the bus places them). `frames`: each stage's per-op rows."""
     times = [_op_times(f, len(p.cores)) for f, p in zip(frames, places)]
-    epochs = [epoch_cycles(c_, s_, lead, c_) for c_, s_, _, _, lead in times]
+    epochs = [epoch_cycles(c_, s_, lead) for c_, s_, _, _, lead in times]
     latency = 0.0
     for coupled in coupled_stages(places, c.chip.cores.tile_size):
         if len(coupled) == 1:
@@ -473,7 +473,7 @@ def estimate_layers(graph, candidates: Sequence[Candidate], calibration=None
                           for name, row in zip(p["op"], p.to_dict("records"))] if lay.overlap else []
                          for p, pl in zip(parts, places)]
                 extra_bytes, said = _handoff_loads(places, parts, times, handed, held[i].banks, sets, heads)
-                epochs = [epoch_cycles(c_, s_, lead, c_) for c_, s_, _, _, lead in times]
+                epochs = [epoch_cycles(c_, s_, lead) for c_, s_, _, _, lead in times]
                 # bytes and DMA cycles by epoch, alike
                 moved = [epoch_cycles(b_, s_, lead, c_) for c_, s_, b_, _, lead in times]
                 dma_time = [epoch_cycles(d_, s_, lead, c_) for c_, s_, _, d_, lead in times]
