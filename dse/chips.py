@@ -15,6 +15,7 @@ from typing import Any, Mapping
 from pydantic import BaseModel, ValidationError
 
 from emulator.chip import ChipConfig, chip_from_dict
+from emulator.costs import ArrayCosts, CoreCosts, Costs, DmaCosts, DramCosts, LaneCosts, SramCosts, Technology
 
 from .errors import InputError, read_toml
 from .identity import content_hash
@@ -90,12 +91,29 @@ def set_dotted(data: dict, overrides: Mapping[str, Any], source: str | Path) -> 
         node = data
         *parents, leaf = dotted.split(".")
         for part in parents:
+            if part not in node and _optional_section(data, dotted, part):
+                node[part] = {}  # a section left out because it is at its defaults (technology, costs)
             if not isinstance(node.get(part), dict):
                 raise InputError(source, f"chip.{dotted}", value,
                                  "a path into the chip config, e.g. banks.count, cores.count, dma.burst_max_bytes")
             node = node[part]
         node[leaf] = value
     return data
+
+
+def _optional_section(data: dict, dotted: str, part: str) -> bool:
+    """Whether `part` of the override path `dotted` names a section of the schema that dumps
+    leave out at its defaults (`emulator.costs`): created empty, then validated."""
+    model: Any = ChipConfig
+    for name in dotted.split("."):
+        fields = getattr(model, "model_fields", {})
+        if name not in fields:
+            return False
+        model = fields[name].annotation
+        if name == part:
+            return isinstance(model, type) and issubclass(model, (Technology, Costs, SramCosts, ArrayCosts,
+                                                                   LaneCosts, CoreCosts, DmaCosts, DramCosts))
+    return False
 
 
 def capacity_notes(chip: ChipConfig) -> str:

@@ -16,6 +16,7 @@ from pydantic import (BaseModel, ConfigDict, Field, PositiveInt, NonNegativeInt,
                       model_validator)
 from pydantic_core import PydanticCustomError
 
+from .costs import Costs, Technology
 from .formula import Formula, FormulaError
 from .dma import transfer_cycles
 
@@ -343,6 +344,10 @@ class ChipConfig(_Strict):
     isa: IsaFields = IsaFields()
     shared_memory: SharedMemory = SharedMemory()
     cache: Cache = Cache()
+    # What the chip is made in and what its components cost (`emulator.costs`; the
+    # defaults and their sources: `dse.ppa.defaults`). Left out of dumps when default.
+    technology: Technology = Technology()
+    costs: Costs = Costs()
     # Ranges the chip declares for its own fields, enforced on every load and override:
     # {"cores.count" = [1, 64]} (goban: "core count overridable, 1 to 64"). Keys are dotted
     # paths to number fields; each value is [low, high], both ends allowed.
@@ -356,6 +361,10 @@ class ChipConfig(_Strict):
         data = handler(self)
         if isinstance(data, dict) and not (data.get("limits") and (info.context or {}).get("with_limits")):
             data.pop("limits", None)
+        if isinstance(data, dict):  # technology and costs at their defaults are no part of the identity
+            for section in ("technology", "costs"):
+                if data.get(section) == {}:
+                    data.pop(section)
         return data
 
     def with_sections(self, **sections: BaseModel) -> "ChipConfig":

@@ -65,6 +65,9 @@ _SPECS = [
                 "cycles transfers lasted beyond their uncontended time, waiting for the shared system bus"),
     CounterSpec("ball_ops", "ops", "ball", "operations the Ball ran"),
     CounterSpec("ball_busy_cycles", "cycles", "ball", "cycles the Ball was running an operation (sum of latencies)"),
+    CounterSpec("ball_macs", "MACs", "ball",
+                "multiply-accumulates the Ball was given (matrix: M x N x K an op, the padded operands; vector "
+                "matmul: 16 x 16 x K)"),
     CounterSpec("rows_read", "rows", "bank", "rows (16-byte lines) read from the physical bank, by DMA or a Ball"),
     CounterSpec("rows_written", "rows", "bank", "rows (16-byte lines) written to the physical bank, by DMA or a Ball"),
     CounterSpec("channel_conflicts", "events", "channel",

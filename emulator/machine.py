@@ -97,6 +97,8 @@ class Machine:
         self.transfers_in = [0] * self.n_cores
         self.transfers_out = [0] * self.n_cores
         self.core_elements = [0] * self.n_cores
+        self.macs = [0] * self.n_cores  # matrix-Ball MACs (M x N x K an op)
+        self.vec_macs = [0] * self.n_cores  # vector-matmul Ball MACs (16 x 16 x K an op)
         self.tile_size = chip.cores.tile_size
         sm = chip.shared_memory
         self.sm = sm
@@ -571,6 +573,7 @@ class Machine:
             self._ball(c, pc, ins, "matrix")
         idx, ball = mb
         M, N, K = ins.M, ins.N, ins.K
+        self.macs[c] += M * N * K
         rb = self.rb
         acc_col = self._acc_col_of[c]
         if M < 1 or N < 1 or K < 1 or K % rb or N % (acc_col * rb // 4):
@@ -693,6 +696,7 @@ class Machine:
                                  f"{self._acc_col_of[c]}")
         mtr = [] if self.trace else None
         K = ins.iter
+        self.vec_macs[c] += rb * rb * K
         x = self._read(c, pc, ins, ea, 0, K * rb, "X", mtr)
         y = self._read(c, pc, ins, eb, 0, K * rb, "Y", mtr)
         cbytes = rb * rb * 4

@@ -188,6 +188,9 @@ def _counters(chip, m: Machine, times, bus_busy, setup, functional, timing) -> C
         for i, ball in enumerate(chip.balls):
             add("ball_ops", t.ball_ops[i], "ball", core=c, ball=ball.kind, ball_id=i)
             add("ball_busy_cycles", t.ball_busy[i], "ball", core=c, ball=ball.kind, ball_id=i)
+            if ball.kind in ("matrix", "vecmatmul"):
+                add("ball_macs", (m.macs if ball.kind == "matrix" else m.vec_macs)[c], "ball", core=c,
+                    ball=ball.kind, ball_id=i)
         for p in range(len(m.rows_read[c])):  # the core's own banks (its group's geometry)
             add("rows_read", m.rows_read[c][p], "bank", core=c, bank=p)
             add("rows_written", m.rows_written[c][p], "bank", core=c, bank=p)

@@ -44,8 +44,12 @@ MATMULS = [  # chip, cores, layout, M = N = K, tile, mode, cycles, counter diges
 ]
 
 
+# Counters added after f9639cc, checked by tests of their own (tests/test_ppa.py: ball_macs).
+LATER = {"ball_macs"}
+
+
 def counter_digest(counters) -> str:
-    rows = [r for r in counters.rows() if not r["name"].startswith("host_")]
+    rows = [r for r in counters.rows() if not r["name"].startswith("host_") and r["name"] not in LATER]
     return hashlib.sha256(json.dumps(rows, sort_keys=True, default=str).encode()).hexdigest()[:16]
 
 

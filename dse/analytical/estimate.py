@@ -18,7 +18,7 @@ from ..mapping import Candidate, CandidateArrays
 from ..plan.placement import spmd_chip
 from ..plan.spans import SpanError
 from ..plan.units import too_many_workers
-from .graph_cost import graph_costs
+from .graph_cost import ACTIVITY_FIELDS, graph_costs
 
 MODEL_VERSION = "analytical-0.3"
 
@@ -27,6 +27,7 @@ OP_COLUMNS = [
     "compute_cycles", "dma_cycles", "core_cycles", "ball_cycles", "busy_cycles", "dma_bytes", "sram_bytes",
     "shared_bytes", "bank_rows", "banks",
     "tile_m", "tile_n", "tile_k", "workers_used", "syncs", "preload_cycles", "halo_cycles", "macs",
+    *ACTIVITY_FIELDS, "workspace_bytes",
 ]
 
 
@@ -123,10 +124,17 @@ def _calibrate(per_op, params: CandidateArrays, calibration) -> None:
             c.cycles = np.where(rows & c.feasible, cal, c.cycles)
 
 
+# What a candidate makes the chip do, summed over ops and workers (`dse.ppa.energy.ACTIVITY`
+# names; DRAM bytes are `dma_bytes`): the matrix Ball's MACs, bank rows, the stream Balls'
+# busy cycles by kind, core-op cycles.
+STREAM_KINDS = ("relu", "fp2int", "int2fp")
+TOTAL_ACTIVITY = ("macs", "bank_reads", "bank_writes", "shared_reads", "shared_writes", "core_op_cycles",
+                  *(f"{kind}_busy" for kind in STREAM_KINDS), "workspace_bytes")
+
 TOTAL_COLUMNS = ["candidate", "candidate_hash", "feasible", "reason", "latency_cycles", "compute_cycles",
                  "dma_cycles", "core_cycles", "busy_cycles", "utilisation", "dma_bytes", "peak_sram_bytes",
                  "shared_sram_bytes", "private_sram_per_core_bytes", "private_sram_bytes",
-                 "unaddressable_sram_bytes", "workers"]
+                 "unaddressable_sram_bytes", "workers", *TOTAL_ACTIVITY]
 
 
 def summarize(per_op: pd.DataFrame, candidates: Sequence[Candidate]) -> pd.DataFrame:
@@ -147,6 +155,7 @@ def summarize(per_op: pd.DataFrame, candidates: Sequence[Candidate]) -> pd.DataF
     per_core = np.array([chip.private_sram_bytes for chip in cores_chips], dtype=np.float64)
     unaddressable = np.array([chip.unaddressable_sram_bytes for chip in cores_chips], dtype=np.float64)
     workers = np.array([c.mapping.workers for c in candidates], dtype=np.int64)
+    activity = {name: np.where(feasible, value, np.nan) for name, value in op_activity(per_op, n).items()}
     return pd.DataFrame({
         "candidate": np.arange(n), "candidate_hash": [c.hash for c in candidates], "feasible": feasible,
         "reason": reason,
@@ -169,4 +178,25 @@ def summarize(per_op: pd.DataFrame, candidates: Sequence[Candidate]) -> pd.DataF
         # Bank rows past the row-address field, on the same workers: there, but unusable.
         "unaddressable_sram_bytes": unaddressable * workers,
         "workers": workers,
+        **activity,
     }, columns=TOTAL_COLUMNS)
+
+
+def op_activity(per_op: pd.DataFrame, n: int) -> dict[str, np.ndarray]:
+    """`TOTAL_ACTIVITY` per candidate (0..n-1) summed over the ops of a per-op frame."""
+    if per_op.empty:
+        return dict.fromkeys(TOTAL_ACTIVITY, np.zeros(n))
+    cand = per_op["candidate"].to_numpy()
+
+    def total(values) -> np.ndarray:
+        return np.bincount(cand, weights=np.asarray(values, dtype=np.float64), minlength=n)[:n]
+
+    out = {"macs": total(per_op["ball_macs"]), "core_op_cycles": total(per_op["core_busy"]),
+           "workspace_bytes": total(per_op["workspace_bytes"])}
+    for name in ("bank_reads", "bank_writes", "shared_reads", "shared_writes"):
+        out[name] = total(per_op[name])
+    unit = per_op["unit"].to_numpy()
+    busy = per_op["stream_busy"].to_numpy(dtype=np.float64)
+    for kind in STREAM_KINDS:
+        out[f"{kind}_busy"] = total(np.where(unit == kind, busy, 0.0))
+    return out

@@ -18,7 +18,7 @@ from dataclasses import dataclass, field, fields, replace
 import numpy as np
 
 from ..cost.core import GRAPH_OP, charged_elements, split_share
-from ..cost.matmul import matmul_cost
+from ..cost.matmul import matmul_activity, matmul_cost
 from ..mapping import CandidateArrays, MatmulShape
 from ..plan.chains import chain_elements, chain_extent, chain_parts
 from ..plan.graph_plan import Copy, OpPlan, copy_elements, plan_graph
@@ -55,6 +55,22 @@ class OpCost:
     tile_k: np.ndarray
     workers_used: np.ndarray
     preload_cycles: np.ndarray  # of `cycles`, a shared weight's loads before its BARRIER
+    # What the op makes the chip do, summed over every worker (`dse.ppa` prices it): the
+    # matrix Ball's MACs, bank rows read and written (private, shared memory), the stream
+    # Ball's busy cycles (its kind: `unit`) and the core's cycles in core ops.
+    ball_macs: np.ndarray
+    bank_reads: np.ndarray
+    bank_writes: np.ndarray
+    shared_reads: np.ndarray
+    shared_writes: np.ndarray
+    stream_busy: np.ndarray
+    core_busy: np.ndarray
+    workspace_bytes: np.ndarray  # DRAM the lowering lays out for the op beyond the plan's tensors
+
+
+# The OpCost fields that count activity, summed over workers (and over a span's workers).
+ACTIVITY_FIELDS = ("ball_macs", "bank_reads", "bank_writes", "shared_reads", "shared_writes", "stream_busy",
+                   "core_busy")
 
 
 @dataclass
@@ -74,12 +90,24 @@ class Charges:
     sram: np.ndarray | None = None
     dma_bytes: np.ndarray | None = None
 
+    # activity summed over workers (`OpCost.ACTIVITY_FIELDS`)
+    ball_macs: np.ndarray = field(init=False)
+    bank_reads: np.ndarray = field(init=False)
+    bank_writes: np.ndarray = field(init=False)
+    shared_reads: np.ndarray = field(init=False)
+    shared_writes: np.ndarray = field(init=False)
+    stream_busy: np.ndarray = field(init=False)
+    core_busy: np.ndarray = field(init=False)
+    workspace_bytes: np.ndarray = field(init=False)  # DRAM the lowering lays out beyond the plan
+
     BALL_FIGURES = ("ball_busy", "banks", "bank_rows", "sram", "dma_bytes")
-    TIMES = ("core", "ball", "dma", "syncs", "busy")
+    TIMES = ("core", "ball", "dma", "syncs", "busy") + ACTIVITY_FIELDS + ("workspace_bytes",)
 
     def __post_init__(self):
         self.core, self.ball, self.dma, self.busy = (np.zeros(self.n) for _ in range(4))
         self.syncs = np.zeros(self.n, dtype=np.int64)
+        for name in ACTIVITY_FIELDS + ("workspace_bytes",):
+            setattr(self, name, np.zeros(self.n))
 
     def add(self, other: "Charges") -> None:
         for f in self.TIMES:
@@ -108,6 +136,7 @@ class GraphCost:
         self.tiles: dict[str, tuple[np.ndarray, np.ndarray]] = {}  # blocked accumulators: (tm, tn) per candidate
         self.plans: dict[MatmulShape, MatmulPlans] = {}
         self.overlapped: dict[MatmulShape, MatmulPlans] = {}  # tiles as picked, before a serial re-costing
+        self.activity: dict = {}  # per shape, the picked tiles' `MatmulActivity`
         self.streams = StreamCosts(graph, params, chips) if chips is not None else None
         self.too_many_reason = np.array([too_many_workers(w, name, c) for w, name, c
                                          in zip(params.workers, params.chip_names, params.cores)], dtype=object)
@@ -125,6 +154,7 @@ class GraphCost:
         share = np.array([busiest[int(w)] for w in self.workers], dtype=np.float64)
         charges.core += np.ceil(share * cpe)
         charges.busy += np.ceil(elements * cpe)
+        charges.core_busy += np.ceil(elements * cpe)
 
     def core_op_tiled(self, charges: Charges, batch: int, M: int, N: int, tm: np.ndarray, cpe: np.ndarray):
         """A core op over a blocked accumulator's padded grid (batch, Mt, tm, Nt, tn): split
@@ -134,6 +164,7 @@ class GraphCost:
         share = split_share(total, (batch, Mp // tm, tm), self.workers)
         charges.core += np.ceil(share * cpe)
         charges.busy += np.ceil(total * cpe)
+        charges.core_busy += np.ceil(total * cpe)
 
     def close(self, charges: Charges, after_ball: bool):
         charges.syncs += self.closes_after_ball if after_ball else self.closes_after_core
@@ -178,7 +209,7 @@ class GraphCost:
         feasible = np.ones(n, dtype=bool)
         reason = np.full(n, "", dtype=object)
         banks, sram, rows_used, tiles, dma_bytes, shared = zeros, zeros, zeros, (zeros, zeros, zeros), zeros, zeros
-        compute = preload = zeros
+        compute = preload = workspace = zeros
         workers_used = np.minimum(self.workers, p.cores)
         units = np.full(n, unit, dtype=object) if isinstance(unit, str) else unit.astype(object)
         if gemm is not None:
@@ -196,6 +227,12 @@ class GraphCost:
             tiles = (plans.tm, plans.tn, plans.tk)
             workers_used = np.where(feasible, plans.workers_used, workers_used)
             preload = np.where(feasible & (plans.shared_bytes > 0), plans.preload_cycles, 0)
+            act = self._activity(plan.gemm, plans)
+            for name in ("bank_reads", "bank_writes", "shared_reads", "shared_writes"):
+                setattr(charges, name, getattr(charges, name) + np.where(feasible, getattr(act, name), 0))
+            charges.ball_macs = charges.ball_macs + np.where(feasible, act.macs, 0)
+            charges.core_busy = charges.core_busy + np.where(feasible, act.core_cycles, 0)
+            workspace = np.where(feasible, act.workspace_bytes, 0)
         if charges.sram is not None:
             sram, banks, rows_used = charges.sram, charges.banks, charges.bank_rows
         if charges.dma_bytes is not None:
@@ -217,7 +254,18 @@ class GraphCost:
                       own(np.where(feasible, np.round(charges.ball), 0)),
                       own(np.where(feasible, np.round(charges.busy), 0)),
                       own(charges.syncs), own(dma_bytes), own(sram), own(shared), own(rows_used), own(banks),
-                      *[own(t) for t in tiles], own(workers_used), own(preload))
+                      *[own(t) for t in tiles], own(workers_used), own(preload),
+                      *[own(np.where(feasible, np.round(getattr(charges, f)), 0)) for f in ACTIVITY_FIELDS],
+                      own(np.where(feasible, workspace + charges.workspace_bytes, 0)))
+
+    def _activity(self, shape: MatmulShape, plans: MatmulPlans):
+        """The picked tiles' activity (`matmul_activity`), once per shape."""
+        if shape not in self.activity:
+            ok = plans.feasible
+            tile = lambda a: np.where(ok, a, 16)  # noqa: E731  (any tile where none is legal)
+            self.activity[shape] = matmul_activity(self.params, shape, tile(plans.tm), tile(plans.tn), tile(plans.tk),
+                                                   plans.dma_bytes)
+        return self.activity[shape]
 
     def _grouped(self, plan: OpPlan) -> OpCost:
         """A grouped conv: per candidate, the Ball path (its copies, the block-diagonal GEMM,
@@ -274,6 +322,7 @@ class GraphCost:
         tiles = self.tiles[op.inputs[0]] if b is not None else None
         if b is not None:
             self.core_op_tiled(core, b.batch, b.M, b.N, tiles[0], self.params.mul_cpe)
+            core.workspace_bytes += pad(b.batch * pad(b.M) * pad(b.N) * 4, 64)  # the expanded fp32 scale
         else:
             scale_t = scale_array(op.attrs, shape)
             if scale_t.ndim == 0 or scale_t.size == 1:
@@ -283,6 +332,7 @@ class GraphCost:
                 sshape = tuple(scale_t.shape)
                 self.core_op(core, "mul", None, shape, [src.shape, sshape],
                              max(math.prod(shape), math.prod(src.shape), math.prod(sshape)), self.params.mul_cpe)
+                core.workspace_bytes += pad(scale_t.size * 4, 64)  # the scale constant
         self.close(core, False)
         on_core = "epilogue" if b is not None else "core"
         stream = self.streams.scale_charges(op, src, plan.writes, shape, tiles) if self.streams is not None else None
@@ -317,6 +367,7 @@ class GraphCost:
         share = np.array([busiest[int(w)] for w in self.workers], dtype=np.float64)
         charges.core += np.ceil(share * self.params.chain_cpe)
         charges.busy += np.ceil(batch * chain_elements(graph, chain, M) * self.params.chain_cpe)
+        charges.core_busy += np.ceil(batch * chain_elements(graph, chain, M) * self.params.chain_cpe)
         self.close(charges, False)
 
     def _generic(self, charges: Charges, plan: OpPlan):
@@ -359,4 +410,4 @@ def graph_costs(graph: Graph, params: CandidateArrays, chips=None, plans=None) -
     return out
 
 
-__all__ = ["OpCost", "graph_costs"]
+__all__ = ["ACTIVITY_FIELDS", "OpCost", "graph_costs"]

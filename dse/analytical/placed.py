@@ -49,11 +49,13 @@ from ..mapping.candidate import Mapping
 from ..plan.graph_plan import plan_graph
 from ..plan.placement import (WeightRegions, boundary_note, boundary_tensors, handoff_banks, handoffs, place,
                               range_candidate, range_regions, schedule, spmd_chip, stage_reason, stage_regions)
-from .estimate import TOTAL_COLUMNS, estimate, summarize
+from .estimate import TOTAL_ACTIVITY, TOTAL_COLUMNS, estimate, op_activity, summarize
 from .graph_cost import graph_costs
 from .stream_cost import planned_stream
 
 SUMMED = ("compute_cycles", "dma_cycles", "core_cycles", "busy_cycles", "dma_bytes")
+# what the chip does, summed over stages (ranges) and requests like the bytes
+ACTIVITY_SUMMED = TOTAL_ACTIVITY
 
 
 def epoch_cycles(cycles: np.ndarray, syncs: np.ndarray, lead: np.ndarray | None = None,
@@ -308,7 +310,7 @@ def estimate_placed(stages: Sequence[tuple[str, object]], candidates: Sequence[C
                "peak_sram_bytes": max(float(t["peak_sram_bytes"]) for t in stage_totals),
                "private_sram_per_core_bytes": float(max(sram_per_core)),
                "private_sram_bytes": float(sum(sram_per_core))}
-        for name in SUMMED:
+        for name in SUMMED + ACTIVITY_SUMMED:
             row[name] = sum(float(t[name]) for t in stage_totals)
         # shared weights: stages at once hold their regions side by side; one after another, the most one holds
         shared = [float(t["shared_sram_bytes"]) for t in stage_totals]
@@ -508,6 +510,12 @@ def estimate_layers(graph, candidates: Sequence[Candidate], calibration=None
                 for name in SUMMED:
                     row[name] = float(all_rows[name].sum()) * lay.requests
                 row["dma_bytes"] += extra_bytes * lay.requests
+                activity = op_activity(all_rows.assign(candidate=0), 1)
+                for name in ACTIVITY_SUMMED:
+                    row[name] = float(activity[name][0]) * lay.requests
+                row["workspace_bytes"] = float(activity["workspace_bytes"][0])  # the program's own, once
+                # the hand-offs' loads land in the tile's shared banks
+                row["shared_writes"] += extra_bytes // c.chip.banks.row_bytes * lay.requests
                 row["utilisation"] = row["busy_cycles"] / max(cores * latency, 1)
                 rows[i] = row
     per_op = pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()

@@ -39,7 +39,7 @@ from ..cost.dma import candidate_dma_cycles
 from ..mapping import CandidateArrays
 from ..plan.graph_plan import plan_graph
 from ..plan.spans import SharedStack, SpanError, shared_stack, span_graph, span_partition, time_axes
-from .graph_cost import OpCost, graph_costs
+from .graph_cost import ACTIVITY_FIELDS, OpCost, graph_costs
 
 
 def _one_worker(params: CandidateArrays) -> CandidateArrays:
@@ -157,18 +157,21 @@ def _span_costs(graph, params: CandidateArrays, chips, workers: int, mapping=Non
         last.cycles = np.where(last.feasible, last.cycles + np.ceil(math.prod(shape) * params.copy_cpe).astype(np.int64)
                                + params.barrier_cycles, 0)
         last.busy_cycles = last.busy_cycles + np.ceil(math.prod(shape) * params.copy_cpe).astype(np.int64)
+        last.core_busy = last.core_busy + np.ceil(math.prod(shape) * params.copy_cpe).astype(np.int64)
         if loads is not None:  # the stack's shared copy, then its BARRIER, before the span's first op
             first = folded[next(n for n in names if n in folded)]
             cycles, nbytes, ready = loads
             first.cycles = np.where(first.feasible, first.cycles + ready, 0)
             first.dma_cycles = first.dma_cycles + cycles[w]
             first.dma_bytes = first.dma_bytes + nbytes[w]
+            first.shared_writes = first.shared_writes + nbytes[w] // int(params.row_bytes[0])  # into shared banks
             first.syncs = first.syncs + 1
         for name, (cycles, nbytes, ready) in later.items():
             op = folded[name]
             op.cycles = np.where(op.feasible, op.cycles + params.barrier_cycles + ready, 0)
             op.dma_cycles = op.dma_cycles + cycles[w]
             op.dma_bytes = op.dma_bytes + nbytes[w]
+            op.shared_writes = op.shared_writes + nbytes[w] // int(params.row_bytes[0])
             op.syncs = op.syncs + 2
         per_worker.append(folded)
         totals.append([sum((folded[n].cycles for n, k in zip(names, wave_of) if n in folded and k == wave),
@@ -184,6 +187,8 @@ def _span_costs(graph, params: CandidateArrays, chips, workers: int, mapping=Non
         busy = sum(p.busy_cycles for p in present)
         chosen.busy_cycles = busy
         chosen.dma_bytes = sum(p.dma_bytes for p in present)  # every worker moves its own
+        for f in ACTIVITY_FIELDS + ("workspace_bytes",):  # and does its own work
+            setattr(chosen, f, sum(getattr(p, f) for p in present))
         if usable is not None:  # the stack's banks: the most one wave holds
             bank = int(params.shared_rows[0]) * int(params.shared_row_bytes[0])
             chosen.shared_bytes = np.full_like(chosen.shared_bytes, usable.banks * bank)
@@ -203,7 +208,7 @@ def _span_costs(graph, params: CandidateArrays, chips, workers: int, mapping=Non
 def _sum(a: OpCost, b: OpCost) -> OpCost:
     out = OpCost(**vars(a))
     for f in ("cycles", "compute_cycles", "dma_cycles", "core_cycles", "ball_cycles", "busy_cycles", "syncs",
-              "dma_bytes"):
+              "dma_bytes", *ACTIVITY_FIELDS, "workspace_bytes"):
         setattr(out, f, getattr(a, f) + getattr(b, f))
     for f in ("sram_bytes", "bank_rows", "banks"):
         setattr(out, f, np.maximum(getattr(a, f), getattr(b, f)))

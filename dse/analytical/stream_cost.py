@@ -146,6 +146,15 @@ class StreamCosts:
                 ball.banks[idx] = banks
                 ball.bank_rows[idx] = max(q.in_lines for q in stream.pieces) + max(q.out_lines for q in stream.pieces)
                 ball.dma_bytes[idx] = 16 * sum(q.in_lines + q.out_lines for q in stream.pieces)
+                # every piece's rows: moved in (written), read by the Ball, its result written
+                # by the Ball and read by the move out; the Ball busy over every worker
+                lines = sum(q.in_lines + q.out_lines for q in stream.pieces)
+                ball.bank_reads[idx] = lines
+                ball.bank_writes[idx] = lines
+                all_key = (memo_key, "ball busy, every worker")
+                if all_key not in self.memo:
+                    self.memo[all_key] = ball_busy_cycles(chip, stream, 1)
+                ball.stream_busy[idx] = self.memo[all_key]
                 ball.sram[idx] = banks * p.usable_rows[idx] * p.row_bytes[idx]  # each candidate's banks
         if not on_ball.any():
             return None

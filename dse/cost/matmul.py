@@ -254,4 +254,66 @@ def matmul_cost(params: CandidateArrays, shape: MatmulShape, tm, tn, tk) -> Matm
                       shared_bytes, preload_cycles)
 
 
-__all__ = ["MatmulCost", "ball_cycles", "matmul_cost", "split_share"]
+@dataclass
+class MatmulActivity:
+    """What a matmul makes the chip do, summed over every worker: the matrix Ball's MACs
+    (of the padded operands it is given), bank rows read and written (private banks and
+    shared memory: a transfer's beats and a Ball operand's rows, as the emulator counts
+    them: a row is one `row_bytes` line of one physical bank) and the packing copies'
+    core cycles."""
+
+    macs: np.ndarray
+    bank_reads: np.ndarray
+    bank_writes: np.ndarray
+    shared_reads: np.ndarray
+    shared_writes: np.ndarray
+    core_cycles: np.ndarray
+    # DRAM the lowering lays out for the op beyond the plan's tensors: the weight's blocked
+    # copy, the packed A (when K is split) or activation B, the bias replicate
+    workspace_bytes: np.ndarray
+
+
+def _aligned(nbytes, align: int = 64):
+    return -(-np.asarray(nbytes, dtype=np.int64) // align) * align
+
+
+def matmul_activity(params: CandidateArrays, shape: MatmulShape, tm, tn, tk, dma_bytes) -> MatmulActivity:
+    """The activity of the tiles `matmul_cost` costs and the lowering emits (one tile per
+    candidate, arrays of length n; `dma_bytes`: the cost's DRAM bytes). Every output tile
+    runs its Kt matmuls (each reading its A and B tiles and, but for the first without a
+    bias, accumulating into C: its rows read then written) and is moved out once; every byte
+    the DMA moves in is a bank row written (a shared weight's copy in shared memory)."""
+    tm, tn, tk = (np.asarray(x, dtype=np.int64) for x in (tm, tn, tk))
+    check = check_tiles(params, tm[:, None], tn[:, None], tk[:, None], shape)
+    shared_b, shared_a = check.shared_b[:, 0], check.shared_a[:, 0]
+    rb = params.row_bytes
+    Mp, Np, Kp = shape.padded
+    b = shape.batch
+    Mt, Nt, Kt = Mp // tm, Np // tn, Kp // tk
+    a_rows = b * Mp * Kp * Nt // rb  # every output tile reads its row block of A, every k step
+    b_rows = b * Np * Kp * Mt // rb
+    c_tile = tm * tn * INT32_BYTES // rb
+    tiles = b * Mt * Nt
+    c_reads = tiles * (Kt - 1 + int(shape.bias)) * c_tile
+    c_writes = tiles * Kt * c_tile
+    out = b * Mp * Np * INT32_BYTES // rb  # each C tile moved out once
+    # the shared copy of B: every tile of cores the computing workers span loads its own
+    W = params.workers
+    per = np.where(params.split_rows, -(-Mt // W), -(-Nt // W))
+    workers = np.where(params.split_rows, -(-Mt // per), -(-Nt // per))
+    groups = -(-workers // params.tile_size)
+    pre = np.where(shared_b & (not shape.b_preloaded), check.shared_tiles[:, 0] * tk * tn * groups // rb, 0)
+    loads = np.asarray(dma_bytes, dtype=np.int64) // rb - out - pre  # into private banks
+    ball_private = np.where(shared_a, 0, a_rows) + np.where(shared_b, 0, b_rows)
+    ball_shared = np.where(shared_a, a_rows, 0) + np.where(shared_b, b_rows, 0)
+    nbB = b if shape.b_batched else 1
+    packs = (np.where(Kt > 1, b * Mp * Kp, 0) + (0 if shape.b_weight else nbB * Np * Kp)) * params.copy_cpe
+    macs = np.full(params.n, b * Mp * Np * Kp, dtype=np.int64)
+    b_bytes = 0 if (shape.b_weight and shape.b_preloaded) else int(_aligned(nbB * Np * Kp))
+    workspace = (b_bytes + np.where(Kt > 1, _aligned(b * Mp * Kp), 0)
+                 + (_aligned(Np * tm * INT32_BYTES) if shape.bias else 0))
+    return MatmulActivity(macs, ball_private + c_reads + out, loads + c_writes, ball_shared, pre,
+                          np.ceil(packs).astype(np.int64), workspace)
+
+
+__all__ = ["MatmulActivity", "MatmulCost", "ball_cycles", "matmul_activity", "matmul_cost", "split_share"]

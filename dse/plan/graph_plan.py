@@ -100,8 +100,23 @@ def plan_graph(graph: Graph, fusion: str | None = None, channels_last: bool | No
     plans = graph.__dict__.setdefault("op_plans", {})
     key = (fusion, channels_last)
     if key not in plans:
-        plans[key] = _Walk(graph, fusion == "fuse", channels_last).run()
+        walk = _Walk(graph, fusion == "fuse", channels_last)
+        plans[key] = walk.run()
+        graph.__dict__.setdefault("plan_dram_bytes", {})[key] = walk.dram.top
     return plans[key]
+
+
+def dram_footprint(graph: Graph, fusion: str | None = None, channels_last: bool | None = None) -> int:
+    """The DRAM the plan of `graph` places (every tensor in its own padded buffer: inputs,
+    weights, results and the copies' temporaries), in bytes."""
+    plan_graph(graph, fusion, channels_last)
+    known = graph.__dict__.setdefault("plan_dram_bytes", {})
+    key = (fusion, channels_last)
+    if key not in known:  # plans kept from before footprints were (a cached graph): walked again
+        walk = _Walk(graph, fusion == "fuse", channels_last)
+        walk.run()
+        known[key] = walk.dram.top
+    return known[key]
 
 
 def stored_loc(dram: Dram, graph: Graph, name: str, orders: dict, value=None) -> Loc:
@@ -250,4 +265,4 @@ def copy_elements(copy: Copy) -> int:
     return math.prod(copy.shape)
 
 
-__all__ = ["Copy", "FUSIONS", "OpPlan", "UNITS", "copy_elements", "stored_loc", "plan_graph"]
+__all__ = ["Copy", "FUSIONS", "OpPlan", "UNITS", "copy_elements", "dram_footprint", "stored_loc", "plan_graph"]

@@ -15,7 +15,7 @@ METRIC_KINDS = (
     "fpga_cycles",
     "numerics",
 )
-METRIC_SCOPES = ("total", "op", "core", "ball", "bank")
+METRIC_SCOPES = ("total", "op", "core", "ball", "bank", "component")
 # Evidence that comes from outside dse (`dse evidence import`): always its own kind.
 IMPORTED_METRIC_KINDS = ("rtl_cycles", "fpga_cycles")
 # 0007: a decision is a person's (it alone sets the hypothesis' status) or the sweep's

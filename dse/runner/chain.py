@@ -54,13 +54,14 @@ def plan(graph: Graph) -> list[OpPlan]:
     return plan_graph(graph)
 
 
-def analytical(graph, cands: list[Candidate], calibration: dict | None = None) -> list[AnalyticalResult]:
+def analytical(graph, cands: list[Candidate], calibration: dict | None = None,
+               ppa_calibration: dict | None = None) -> list[AnalyticalResult]:
     """The plan's per-candidate choices (tiles, Ball stream or core op, splits) and their
     costs, for a batch in one vectorised call. `graph` is a Graph, or a staged workload's
     (role, graph) list: each stage costed on its place (`placed_batch`)."""
     if isinstance(graph, list):
-        return placed_batch(graph, cands, calibration)
-    return analytical_batch(graph, cands, calibration)
+        return placed_batch(graph, cands, calibration, ppa_calibration)
+    return analytical_batch(graph, cands, calibration, ppa_calibration)
 
 
 @dataclass

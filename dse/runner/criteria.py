@@ -27,7 +27,10 @@ from .metrics import METRICS
 # store's metric kind and its names. The analytical ones are also the objectives'.
 EVIDENCE = {
     "analytical": ("analytical", METRICS),
-    "emulator": ("emulator_cycles", ("latency_cycles", "peak_sram_bytes")),
+    # the emulator's cycles, and its counted activity priced as the model prices its own (`dse.ppa`)
+    "emulator": ("emulator_cycles", ("latency_cycles", "peak_sram_bytes", "dma_bytes", "area_mm2", "energy_uj",
+                                     "leakage_energy_uj", "power_mw", "edp", "inferences_per_joule",
+                                     "total_sram_bytes", "dram_footprint_bytes")),
     "numerics": ("numerics", ("passed", "integer_bit_exact", "max_abs_error", "max_rel_error")),
 }
 _QUALIFIED = re.compile(r"(?<![\w.])(baseline\.)?(" + "|".join(EVIDENCE) + r")\.(\w+)")

@@ -33,6 +33,7 @@ class EmulationWorkload:
     reference: dict | None = None  # every tensor of the graph on the inputs, computed once
     host_time_repeats: int = 1  # how many times the emulator's run is timed (min and median recorded)
     traces: bool = False  # keep the run's timing trace (NDJSON) among its raw evidence
+    ppa_calibration: dict | None = None  # chip name -> per-component area and energy factors
 
 
 def prepare_emulation(recipe: str, params: dict, quantization: str | None = None) -> EmulationWorkload:
@@ -67,6 +68,7 @@ class PlacedEmulation:
     stages: list
     host_time_repeats: int = 1
     traces: bool = False
+    ppa_calibration: dict | None = None
 
 
 def prepare_placed(stages) -> PlacedEmulation:
@@ -116,6 +118,8 @@ def emulate(work: "EmulationWorkload | PlacedEmulation", cand: Candidate) -> Emu
         *host_time_metrics(report, cand, work.host_time_repeats),
     ]
     emulator_counters = report.result.counters if report.result is not None else None
+    if emulator_counters is not None:  # priced as the analytical stage prices (a figure CACTI cannot give: absent)
+        metrics += ppa_metrics(report, cand, work)[0]
     for core, busy in enumerate(counters.get("busy_cycles", [])):
         metrics.append(dict(kind="emulator_cycles", name="busy_cycles", value=float(busy), unit="cycles",
                             scope="core", scope_key=str(core)))
@@ -129,6 +133,33 @@ def emulate(work: "EmulationWorkload | PlacedEmulation", cand: Candidate) -> Emu
                                 unit="instruction-cycles", scope="core", scope_key=str(core)))
     return Emulated(report, Evidence("ok", metrics=metrics, totals={"latency_cycles": float(report.cycles)},
                                      artifacts=raw_evidence(report) + (trace_evidence(report, cand) if work.traces else [])))
+
+
+def ppa_metrics(report, cand: Candidate, work) -> tuple[list[dict], str]:
+    """The run's area, energy and power from its counters (`dse.ppa.energy.emulator_activity`),
+    priced as the analytical stage prices its own activity (`dse.ppa.assess_totals`), under
+    this evidence kind; and why figures are missing ("" when none are)."""
+    from ..mapping import mapping_from_dict
+    from ..ppa.assess import assess_totals
+    from ..ppa.energy import METRIC_UNITS, emulator_activity
+    from ..ppa.holdings import core_chips
+
+    counters = report.result.counters
+    mapping = mapping_from_dict(report.mapping, "(candidate)") if report.mapping != cand.mapping.model_dump(
+        mode="json") else cand.mapping  # "auto" as the run resolved it
+    if isinstance(work, PlacedEmulation):
+        cores = core_chips(cand.chip, mapping, roles=[s.role for s in work.stages])
+    else:
+        cores = core_chips(cand.chip, mapping, n_ops=len(work.graph.ops))
+    totals = {"latency_cycles": float(report.cycles), **emulator_activity(counters),
+              "shared_sram_bytes": float(max((r.value for r in counters.find("shared_bytes_used")), default=0))}
+    totals["dma_bytes"] = totals["dram_bytes"]
+    (got,) = assess_totals([cand.chip], [cores], [totals], [float(report.result.dram.size)], work.ppa_calibration)
+    rows = [dict(kind="emulator_cycles", name=name, value=value, unit=METRIC_UNITS[name])
+            for name, value in got.totals.items() if value == value]
+    rows += [dict(kind="emulator_cycles", name=metric, value=value, unit=METRIC_UNITS[metric], scope="component",
+                  scope_key=name) for metric, by in got.components.items() for name, value in by.items()]
+    return rows, got.note
 
 
 def host_time_metrics(report, cand: Candidate, repeats: int) -> list[dict]:

@@ -101,7 +101,7 @@ def evaluate_items(work, items: list[WorkItem], kill: str | None = None, hang: s
     if work.stages:  # a staged workload: every candidate runs every stage (the spec allows no graph knobs)
         by_graph = {}
         if analytical:
-            _analytical_group(work.stages, analytical, work.calibration, outcomes)
+            _analytical_group(work.stages, analytical, work.calibration, outcomes, work.ppa_calibration)
     for (quantization, _), group in by_graph.items():
         try:
             graph = work.graph_for(quantization, group[0][1].mapping.workload)
@@ -109,18 +109,19 @@ def evaluate_items(work, items: list[WorkItem], kill: str | None = None, hang: s
             for item, _ in group:
                 outcomes[item.run_id] = _failed(item.run_id, exc)
             continue
-        _analytical_group(graph, group, work.calibration, outcomes)
+        _analytical_group(graph, group, work.calibration, outcomes, work.ppa_calibration)
     return [outcomes[item.run_id] for item in items]
 
 
-def _analytical_group(graph, group: list[tuple[WorkItem, Candidate]], calibration, outcomes) -> None:
+def _analytical_group(graph, group: list[tuple[WorkItem, Candidate]], calibration, outcomes,
+                      ppa_calibration=None) -> None:
     try:
-        results = _analytical_batch(graph, [cand for _, cand in group], calibration)
+        results = _analytical_batch(graph, [cand for _, cand in group], calibration, ppa_calibration)
     except Exception:  # find the culprit: evaluate one at a time
         results = []
         for _, cand in group:
             try:
-                results.append(_analytical_batch(graph, [cand], calibration)[0])
+                results.append(_analytical_batch(graph, [cand], calibration, ppa_calibration)[0])
             except Exception as exc:
                 results.append(exc)
     for (item, _), res in zip(group, results):
@@ -131,10 +132,11 @@ def _analytical_group(graph, group: list[tuple[WorkItem, Candidate]], calibratio
                                             res.totals, res.metrics(), notes=res.notes)
 
 
-def _analytical_batch(graph, cands: list[Candidate], calibration: dict | None = None) -> list[AnalyticalResult]:
+def _analytical_batch(graph, cands: list[Candidate], calibration: dict | None = None,
+                      ppa_calibration: dict | None = None) -> list[AnalyticalResult]:
     # The one call into the model, kept as a seam: tests inject a crashing candidate here.
     (stage,) = EVALUATION["analytical"]
-    return stage.run(graph, cands, calibration)
+    return stage.run(graph, cands, calibration, ppa_calibration)
 
 
 # Validated chips by canonical config JSON: a sweep has fewer chips than candidates, and

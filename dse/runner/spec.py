@@ -22,6 +22,7 @@ from emulator.chip import BallKind, ChipConfig
 from ..chips import load_chip, override_chip
 from ..errors import InputError, read_toml
 from ..mapping import Mapping, mapping_from_dict
+from ..ppa.components import checked_table
 from ..frontend.facts import check_builds, recipe_facts
 from ..workload.recipes import list_recipes
 from .criteria import NAMES, CriterionError, allowed_names, compile_expression
@@ -263,9 +264,23 @@ def _flattened(data: dict, prefix: str = "") -> dict[str, Any]:
     return out
 
 
+# Chip knobs that change what CACTI is asked (memory geometry, technology) or a cost figure.
+PRICED_TARGETS = ("chip.banks.", "chip.shared_memory.", "chip.cache.", "chip.technology.", "chip.costs.",
+                  "chip.cores.groups")
+
+
 def _lookup(data: dict, dotted: str) -> Any:
-    for part in dotted.split("."):
-        data = data[part]
+    top = data
+    try:
+        for part in dotted.split("."):
+            data = data[part]
+    except KeyError:
+        section, _, path = dotted.partition(".")
+        if section == "chip" and path.startswith(("technology.", "costs.")) and isinstance(top.get("chip"), dict):
+            from emulator.costs import default_at
+
+            return default_at(path)  # a section left out of the dump at its defaults
+        raise
     return data
 
 
@@ -336,6 +351,7 @@ def _validated(path: Path, text: str, data: dict) -> Spec:
         if exc.field == "chip":  # an unknown chip: name the spec's field, not the chips folder
             raise InputError(path, "baseline.chip", exc.value, exc.allowed) from None
         raise
+    checked_table(chip, path, "baseline.chip.")  # every component priced: CACTI organises its memories
     mapping = mapping_from_dict(model.baseline.mapping, str(path), field_prefix="baseline.mapping.")
     for field, value, allowed in Space.check(model.space, model.constraints):
         raise InputError(path, field, value, allowed)
@@ -447,7 +463,9 @@ def _check_knobs(spec: Spec) -> None:
         # checked at their ends.
         for value in values if knob.type == "categorical" else [_whole(knob.low, knob), _whole(knob.high, knob)]:
             try:
-                spec.apply({knob.name: value})
+                chip, _ = spec.apply({knob.name: value})
+                if knob.target.startswith(PRICED_TARGETS):  # its memories priced: a geometry CACTI refuses
+                    checked_table(chip, spec.path)
             except InputError as exc:
                 raise InputError(spec.path, f"space[{i}] ({knob.name}) -> {exc.field}", value, exc.allowed) from None
 

@@ -10,6 +10,7 @@ import pandas as pd
 
 from ..analytical import estimate, summarize
 from ..mapping import Candidate
+from ..ppa.energy import METRIC_UNITS
 from ..records import MetricRow
 from .spec import METRICS
 
@@ -17,6 +18,7 @@ UNITS = {
     "latency_cycles": "cycles", "compute_cycles": "cycles", "dma_cycles": "cycles",
     "core_cycles": "cycles", "dma_bytes": "bytes", "peak_sram_bytes": "bytes", "shared_sram_bytes": "bytes",
     "private_sram_bytes": "bytes", "private_sram_per_core_bytes": "bytes", "unaddressable_sram_bytes": "bytes",
+    **METRIC_UNITS,
 }
 
 
@@ -39,6 +41,8 @@ class Workload:
     graphs: dict = field(default_factory=dict)
     # The newest calibration of each chip name the sweep uses ({} : uncalibrated model).
     calibration: dict = field(default_factory=dict)
+    # The newest area / energy calibration of each chip name: component -> factors ({}: none).
+    ppa_calibration: dict = field(default_factory=dict)
     host_time_repeats: int = 1  # the spec's [stages] host_time_repeats, for the emulation workloads
     traces: bool = False  # the spec's [stages] traces: keep each emulator run's timing trace
     # A staged workload (the spec's workload.stages): (role, analytical graph) of every stage,
@@ -71,6 +75,7 @@ class Workload:
             if emulation is None:
                 raise RuntimeError("no emulation workload prepared for the workload's stages")
             emulation.host_time_repeats, emulation.traces = self.host_time_repeats, self.traces
+            emulation.ppa_calibration = self.ppa_calibration
             return emulation
         if point:
             from .emulation import prepare_emulation
@@ -82,6 +87,7 @@ class Workload:
         if emulation is not None:
             emulation.host_time_repeats = self.host_time_repeats
             emulation.traces = self.traces
+            emulation.ppa_calibration = self.ppa_calibration
         return emulation
 
     def _emulation_for(self, quantization: str | None):
@@ -131,11 +137,14 @@ class AnalyticalResult:
     totals: dict[str, float]
     ops: list[tuple] = field(repr=False)  # per op: OP_FIELDS
     notes: str = ""  # the placement "auto" picked, how tensors went between ranges (candidate notes)
+    components: dict = field(default_factory=dict)  # area and energy by component (`PpaResult.components`)
 
     def metrics(self) -> list[MetricRow]:
-        """Metric rows: totals, then per-op cycles and tiles (scope op), all of kind 'analytical'."""
+        """Metric rows: totals, area and energy by component (scope component), then per-op
+        cycles and tiles (scope op), all of kind 'analytical'."""
         rows = [MetricRow("analytical", name, float(value), UNITS[name])
                 for name, value in self.totals.items() if pd.notna(value)]
+        rows += component_metrics("analytical", self.components)
         if self.feasible:
             for op, unit, cycles, tm, tn, tk in self.ops:
                 rows.append(MetricRow("analytical", "cycles", float(cycles), "cycles", "op", op))
@@ -148,6 +157,36 @@ class AnalyticalResult:
 
 def total_metrics(row) -> dict[str, float]:
     return {m: float(row[m]) for m in METRICS}
+
+
+def component_metrics(kind: str, components: dict) -> list[MetricRow]:
+    """Rows of area and energy by component (scope component, the component's name its key)."""
+    return [MetricRow(kind, metric, float(value), UNITS[metric], "component", name)
+            for metric, by in components.items() for name, value in by.items() if pd.notna(value)]
+
+
+def add_ppa(rows: list[dict], cands: list[Candidate], footprints, ppa_calibration=None, n_ops: int | None = None,
+            roles: list[str] | None = None) -> tuple[list[dict], list[str]]:
+    """Each totals row (`summarize`'s, with the activity) given its area, energy and power
+    (`dse.ppa.assess_totals`, in place); returns per row its components and a note when a
+    figure cannot be had (it is then absent). `cands`: the candidates as costed (placement
+    "auto" resolved); `n_ops` / `roles`: what places them (`dse.ppa.holdings.core_chips`)."""
+    from ..ppa.assess import assess_totals
+    from ..ppa.holdings import core_chips
+
+    cores = [core_chips(c.chip, c.mapping, n_ops, roles) if r["feasible"] else None for c, r in zip(cands, rows)]
+    # the plan's tensors and what the lowering lays out for the products beside them
+    footprints = [f + float(r.get("workspace_bytes", 0.0) or 0.0) for f, r in zip(footprints, rows)]
+    got = assess_totals([c.chip for c in cands], cores, rows, footprints, ppa_calibration)
+    for row, p in zip(rows, got):
+        row.update(p.totals)
+    return [p.components for p in got], [p.note for p in got]
+
+
+def _footprints(graph, cands: list[Candidate]) -> list[float]:
+    from ..plan.graph_plan import dram_footprint
+
+    return [float(dram_footprint(graph, c.mapping.fusion, c.mapping.channels_last)) for c in cands]
 
 
 def analytical_graph(recipe: str, params: dict, quantization: str | None = None):
@@ -210,32 +249,38 @@ def frontend_workload(recipe: str, params: dict, emulated=()) -> Workload:
     return work
 
 
-def analytical_batch(graph, cands: list[Candidate], calibration: dict | None = None) -> list[AnalyticalResult]:
+def analytical_batch(graph, cands: list[Candidate], calibration: dict | None = None,
+                     ppa_calibration: dict | None = None) -> list[AnalyticalResult]:
     """The analytical stage for many candidates at once (one vectorised estimate);
-    `calibration` maps chip names to fitted constants (`dse.analytical.calibration`)."""
+    `calibration` maps chip names to fitted constants (`dse.analytical.calibration`),
+    `ppa_calibration` chip names to per-component area and energy factors."""
     if not cands:
         return []
     placed = [i for i, c in enumerate(cands) if laid_out(c.mapping)]
     if placed:  # one graph in ranges on core groups (or the model's pick): `placed_graph_batch`
         rest = [i for i in range(len(cands)) if i not in set(placed)]
         out: list = [None] * len(cands)
-        for i, r in zip(placed, placed_graph_batch(graph, [cands[i] for i in placed], calibration)):
+        for i, r in zip(placed, placed_graph_batch(graph, [cands[i] for i in placed], calibration, ppa_calibration)):
             out[i] = r
-        for i, r in zip(rest, analytical_batch(graph, [cands[i] for i in rest], calibration)):
+        for i, r in zip(rest, analytical_batch(graph, [cands[i] for i in rest], calibration, ppa_calibration)):
             out[i] = r
         return out
     per_op = estimate(graph, cands, calibration)
     totals = summarize(per_op, cands)
     columns = [per_op[c].tolist() for c in OP_FIELDS]
     n_ops = len(graph.ops)
+    rows = totals.to_dict("records")
+    components, notes = add_ppa(rows, cands, _footprints(graph, cands), ppa_calibration)
     out = []
-    for i, t in enumerate(totals.to_dict("records")):
+    for i, t in enumerate(rows):
         ops = list(zip(*(col[i * n_ops:(i + 1) * n_ops] for col in columns)))
-        out.append(AnalyticalResult(bool(t["feasible"]), str(t["reason"]), total_metrics(t), ops))
+        out.append(AnalyticalResult(bool(t["feasible"]), str(t["reason"]), total_metrics(t), ops, notes[i],
+                                    components[i]))
     return out
 
 
-def placed_graph_batch(graph, cands: list[Candidate], calibration: dict | None = None) -> list[AnalyticalResult]:
+def placed_graph_batch(graph, cands: list[Candidate], calibration: dict | None = None,
+                       ppa_calibration: dict | None = None) -> list[AnalyticalResult]:
     """The analytical stage of candidates placing one graph on core groups (``mapping.placement
     = "layers"``, `dse.analytical.placed.estimate_layers`), or letting the model pick
     (``"auto"``: `resolve_auto`, named in the notes); per-op rows as `analytical_batch`'s."""
@@ -246,7 +291,8 @@ def placed_graph_batch(graph, cands: list[Candidate], calibration: dict | None =
     layered = [i for i, c in enumerate(picked) if laid_out(c.mapping)]
     out: list = [None] * len(cands)
     for i, r in zip([i for i in range(len(cands)) if i not in set(layered)],
-                    analytical_batch(graph, [c for c in picked if not laid_out(c.mapping)], calibration)):
+                    analytical_batch(graph, [c for c in picked if not laid_out(c.mapping)], calibration,
+                                     ppa_calibration)):
         out[i] = r
     if layered:
         totals, per_op, notes = estimate_layers(graph, [picked[i] for i in layered], calibration)
@@ -254,8 +300,12 @@ def placed_graph_batch(graph, cands: list[Candidate], calibration: dict | None =
         if not per_op.empty:
             for cand, *row in zip(per_op["candidate"].tolist(), *[per_op[c].tolist() for c in OP_FIELDS]):
                 ops.setdefault(cand, []).append(tuple(row))
-        for k, (i, t) in enumerate(zip(layered, totals.to_dict("records"))):
-            out[i] = AnalyticalResult(bool(t["feasible"]), str(t["reason"]), total_metrics(t), ops.get(k, []), notes[k])
+        rows = totals.to_dict("records")
+        costed = [picked[i] for i in layered]
+        components, said = add_ppa(rows, costed, _footprints(graph, costed), ppa_calibration, n_ops=len(graph.ops))
+        for k, (i, t) in enumerate(zip(layered, rows)):
+            out[i] = AnalyticalResult(bool(t["feasible"]), str(t["reason"]), total_metrics(t), ops.get(k, []),
+                                      "; ".join(filter(None, [notes[k], said[k]])), components[k])
     for i, (c, p) in enumerate(zip(cands, picked)):
         if c.mapping.placement == "auto":
             out[i].notes = "; ".join(filter(None, [f"placement auto picked {pick_text(p.mapping)}", out[i].notes]))
@@ -275,7 +325,8 @@ def pick_text(mapping) -> str:
     return mapping.placement or "spmd"
 
 
-def placed_batch(stages, cands: list[Candidate], calibration: dict | None = None) -> list[AnalyticalResult]:
+def placed_batch(stages, cands: list[Candidate], calibration: dict | None = None,
+                 ppa_calibration: dict | None = None) -> list[AnalyticalResult]:
     """The analytical stage of a staged workload (`stages`: (role, graph) each) for many
     candidates: every stage costed on its place (`dse.analytical.placed.estimate_placed`);
     per-op rows named ``role:op``."""
@@ -293,10 +344,17 @@ def placed_batch(stages, cands: list[Candidate], calibration: dict | None = None
             ops.setdefault(cand, []).append((f"{role}:{row[0]}", *row[1:]))
     from ..analytical.placed import resolve_auto_stages
 
-    notes = [f"placement auto picked {pick_text(resolve_auto_stages(stages, c))}"
-             if c.mapping.placement == "auto" else "" for c in cands]
-    return [AnalyticalResult(bool(t["feasible"]), str(t["reason"]), total_metrics(t), ops.get(i, []), notes[i])
-            for i, t in enumerate(totals.to_dict("records"))]
+    resolved = [Candidate(c.chip, resolve_auto_stages(stages, c)) if c.mapping.placement == "auto" else c
+                for c in cands]
+    notes = [f"placement auto picked {pick_text(r.mapping)}" if c.mapping.placement == "auto" else ""
+             for c, r in zip(cands, resolved)]
+    rows = totals.to_dict("records")
+    footprint = float(sum(_footprints(graph, resolved[:1])[0] for _, graph in stages))
+    components, said = add_ppa(rows, resolved, [footprint] * len(cands), ppa_calibration,
+                               roles=[role for role, _ in stages])
+    return [AnalyticalResult(bool(t["feasible"]), str(t["reason"]), total_metrics(t), ops.get(i, []),
+                             "; ".join(filter(None, [notes[i], said[i]])), components[i])
+            for i, t in enumerate(rows)]
 
 
 def source_count_metrics(graph) -> list[MetricRow]:

@@ -1,0 +1,92 @@
+"""The PPA figures of a batch of candidates' totals (the analytical stage's, or an emulator
+run's): area, energy, power, EDP, inferences per joule, total SRAM and DRAM footprint, and
+area and energy by component. One implementation for both evidence kinds: only the
+activity and latency they are given differ."""
+
+from __future__ import annotations
+
+import functools
+import json
+from dataclasses import dataclass, field
+from typing import Mapping, Sequence
+
+import numpy as np
+
+from .components import CostError
+from .energy import ACTIVITY, METRIC_UNITS, Assessment, Tables, assess
+from .holdings import holdings
+
+# The figures `assess_totals` adds to a candidate's totals, in this order.
+PPA_METRICS = tuple(METRIC_UNITS)
+
+
+@dataclass
+class PpaResult:
+    """One candidate's figures: totals (metric -> value, NaN when missing) and, per
+    metric of `BY_COMPONENT`, component -> value; `note`: why figures are missing."""
+
+    totals: dict[str, float] = field(default_factory=dict)
+    components: dict[str, dict[str, float]] = field(default_factory=dict)
+    note: str = ""
+
+
+@functools.lru_cache(maxsize=16)
+def _tables(calibration_json: str) -> Tables:
+    return Tables(json.loads(calibration_json))
+
+
+def tables_for(calibration: Mapping[str, Mapping] | None) -> Tables:
+    """The component tables of one calibration (chip name -> component -> factors), kept
+    for the process: a sweep's batches share them."""
+    return _tables(json.dumps(calibration or {}, sort_keys=True))
+
+
+def total_sram_bytes(chip, cores: Mapping[int, object], shared_bytes: float) -> float:
+    """Private banks of every core held, the shared memory used in each tile they span (its
+    banks whole), and each such tile's cache."""
+    private = sum(c.private_sram_bytes for c in cores.values())
+    tiles = len({c // chip.cores.tile_size for c in cores})
+    shared = 0.0 if np.isnan(shared_bytes) else float(shared_bytes)
+    cache = chip.cache.bytes if chip.cache.enabled else 0
+    return float(private + tiles * (shared + cache))
+
+
+def assess_totals(chips: Sequence[object], cores: Sequence[Mapping[int, object] | None],
+                  totals: Sequence[Mapping[str, float]], footprints: Sequence[float],
+                  calibration: Mapping[str, Mapping] | None = None) -> list[PpaResult]:
+    """Per candidate (`chips[i]` its chip, `cores[i]` the cores it runs on with their chips,
+    None when it cannot be placed; `totals[i]` its totals: ``latency_cycles``, ``dma_bytes``,
+    ``shared_sram_bytes`` and the `ACTIVITY` counts, NaN or missing for an infeasible one;
+    `footprints[i]` its DRAM footprint in bytes), its PPA figures."""
+    tables = tables_for(calibration)
+    n = len(chips)
+    held: list = [None] * n
+    notes = [""] * n
+    latency = np.array([float(t.get("latency_cycles", np.nan)) for t in totals])
+    for i, (chip, used, t) in enumerate(zip(chips, cores, totals)):
+        if used is None or np.isnan(latency[i]):
+            continue
+        h = holdings(chip, used, float(t.get("shared_sram_bytes", 0.0) or 0.0))
+        try:
+            tables.holdings_vectors(h)
+            tables.prices(h.chip)
+        except CostError as exc:
+            notes[i] = f"no area or energy: {exc} (chip field {exc.field})"
+            continue
+        held[i] = h
+    activity = {name: np.array([float(t.get(name, 0.0) or 0.0) for t in totals]) for name in ACTIVITY}
+    activity["dram_bytes"] = np.array([float(t.get("dma_bytes", 0.0) or 0.0) for t in totals])
+    a: Assessment = assess(held, activity, latency, tables)
+    out = []
+    for i in range(n):
+        if held[i] is None:
+            out.append(PpaResult({m: float("nan") for m in PPA_METRICS}, {}, notes[i]))
+            continue
+        figures = a.totals(i)
+        figures["total_sram_bytes"] = total_sram_bytes(chips[i], cores[i], float(totals[i].get("shared_sram_bytes", 0.0)))
+        figures["dram_footprint_bytes"] = float(footprints[i])
+        out.append(PpaResult(figures, a.components(i)))
+    return out
+
+
+__all__ = ["PPA_METRICS", "PpaResult", "assess_totals", "tables_for", "total_sram_bytes"]
