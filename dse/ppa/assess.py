@@ -53,7 +53,7 @@ def total_sram_bytes(chip, cores: Mapping[int, object], shared_bytes: float) -> 
 
 def assess_totals(chips: Sequence[object], cores: Sequence[Mapping[int, object] | None],
                   totals: Sequence[Mapping[str, float]], footprints: Sequence[float],
-                  calibration: Mapping[str, Mapping] | None = None) -> list[PpaResult]:
+                  calibration: Mapping[str, Mapping] | None = None, per_op=None) -> list[PpaResult]:
     """Per candidate (`chips[i]` its chip, `cores[i]` the cores it runs on with their chips,
     None when it cannot be placed; `totals[i]` its totals: ``latency_cycles``, ``dma_bytes``,
     ``shared_sram_bytes`` and the `ACTIVITY` counts, NaN or missing for an infeasible one;
@@ -77,6 +77,8 @@ def assess_totals(chips: Sequence[object], cores: Sequence[Mapping[int, object] 
     activity = {name: np.array([float(t.get(name, 0.0) or 0.0) for t in totals]) for name in ACTIVITY}
     activity["dram_bytes"] = np.array([float(t.get("dma_bytes", 0.0) or 0.0) for t in totals])
     a: Assessment = assess(held, activity, latency, tables)
+    if per_op is not None and not per_op.empty:
+        per_op["energy_uj"] = op_energy(tables, held, per_op)
     out = []
     for i in range(n):
         if held[i] is None:
@@ -89,4 +91,49 @@ def assess_totals(chips: Sequence[object], cores: Sequence[Mapping[int, object] 
     return out
 
 
-__all__ = ["PPA_METRICS", "PpaResult", "assess_totals", "tables_for", "total_sram_bytes"]
+# A per-op frame's columns (`dse.analytical.estimate.OP_COLUMNS`) for each activity.
+OP_ACTIVITY = {"macs": "ball_macs", "bank_reads": "bank_reads", "bank_writes": "bank_writes",
+               "shared_reads": "shared_reads", "shared_writes": "shared_writes", "core_op_cycles": "core_busy",
+               "dram_bytes": "dma_bytes"}
+
+
+def op_energy(tables, held: Sequence, per_op) -> np.ndarray:
+    """Each op's energy (uJ) in a per-op frame (its ``candidate`` column indexing `held`):
+    its actions priced as the totals are, plus the candidate's leakage and its cores' idle
+    energy over the op's cycles (NaN where the candidate has no holdings). Summed over an
+    SPMD candidate's ops this is its energy; a placement whose stages run at once overlaps
+    their ops' cycles, so there the sum exceeds the total."""
+    from .energy import STREAM_BALLS
+
+    cand = per_op["candidate"].to_numpy()
+    n = len(held)
+    price = np.zeros((n, len(ACTIVITY)))
+    leak = np.full(n, np.nan)
+    idle_pj = np.zeros(n)
+    cores = np.zeros(n)
+    clock = np.full(n, np.nan)
+    for i, h in enumerate(held):
+        if h is None:
+            continue
+        price[i] = tables.prices(h.chip).sum(axis=1)
+        leak[i] = tables.holdings_vectors(h)[1].sum()
+        idle_pj[i] = tables.table(h.chip).components["cores"].actions["idle_cycle"].value
+        cores[i] = sum(count for _, count in h.cores)
+        clock[i] = h.chip.clock_mhz
+    unit = per_op["unit"].to_numpy()
+    pj = np.zeros(len(per_op))
+    for a, name in enumerate(ACTIVITY):
+        if name in OP_ACTIVITY:
+            counts = per_op[OP_ACTIVITY[name]].to_numpy(dtype=np.float64)
+        elif name.endswith("_busy") and name[:-5] in STREAM_BALLS:
+            counts = np.where(unit == name[:-5], per_op["stream_busy"].to_numpy(dtype=np.float64), 0.0)
+        else:
+            continue
+        pj += counts * price[cand, a]
+    cycles = per_op["cycles"].to_numpy(dtype=np.float64)
+    pj += np.maximum(cores[cand] * cycles - per_op["core_busy"].to_numpy(dtype=np.float64), 0) * idle_pj[cand]
+    pj += leak[cand] * cycles / clock[cand] * 1e3
+    return pj / 1e6
+
+
+__all__ = ["PPA_METRICS", "PpaResult", "assess_totals", "op_energy", "tables_for", "total_sram_bytes"]

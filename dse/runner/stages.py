@@ -6,6 +6,7 @@ from __future__ import annotations
 import functools
 from dataclasses import dataclass, field
 
+import numpy as np
 import pandas as pd
 
 from ..analytical import estimate, summarize
@@ -22,7 +23,7 @@ UNITS = {
 }
 
 
-OP_FIELDS = ("op", "unit", "cycles", "tile_m", "tile_n", "tile_k")
+OP_FIELDS = ("op", "unit", "cycles", "tile_m", "tile_n", "tile_k", "energy_uj")
 
 
 @dataclass
@@ -146,8 +147,10 @@ class AnalyticalResult:
                 for name, value in self.totals.items() if pd.notna(value)]
         rows += component_metrics("analytical", self.components)
         if self.feasible:
-            for op, unit, cycles, tm, tn, tk in self.ops:
+            for op, unit, cycles, tm, tn, tk, energy in self.ops:
                 rows.append(MetricRow("analytical", "cycles", float(cycles), "cycles", "op", op))
+                if pd.notna(energy):
+                    rows.append(MetricRow("analytical", "energy_uj", float(energy), "uJ", "op", op))
                 if unit == "matrix":
                     rows += [MetricRow("analytical", "tile_m", float(tm), "elements", "op", op),
                              MetricRow("analytical", "tile_n", float(tn), "elements", "op", op),
@@ -166,7 +169,7 @@ def component_metrics(kind: str, components: dict) -> list[MetricRow]:
 
 
 def add_ppa(rows: list[dict], cands: list[Candidate], footprints, ppa_calibration=None, n_ops: int | None = None,
-            roles: list[str] | None = None) -> tuple[list[dict], list[str]]:
+            roles: list[str] | None = None, per_op=None) -> tuple[list[dict], list[str]]:
     """Each totals row (`summarize`'s, with the activity) given its area, energy and power
     (`dse.ppa.assess_totals`, in place); returns per row its components and a note when a
     figure cannot be had (it is then absent). `cands`: the candidates as costed (placement
@@ -177,7 +180,7 @@ def add_ppa(rows: list[dict], cands: list[Candidate], footprints, ppa_calibratio
     cores = [core_chips(c.chip, c.mapping, n_ops, roles) if r["feasible"] else None for c, r in zip(cands, rows)]
     # the plan's tensors and what the lowering lays out for the products beside them
     footprints = [f + float(r.get("workspace_bytes", 0.0) or 0.0) for f, r in zip(footprints, rows)]
-    got = assess_totals([c.chip for c in cands], cores, rows, footprints, ppa_calibration)
+    got = assess_totals([c.chip for c in cands], cores, rows, footprints, ppa_calibration, per_op)
     for row, p in zip(rows, got):
         row.update(p.totals)
     return [p.components for p in got], [p.note for p in got]
@@ -267,10 +270,10 @@ def analytical_batch(graph, cands: list[Candidate], calibration: dict | None = N
         return out
     per_op = estimate(graph, cands, calibration)
     totals = summarize(per_op, cands)
-    columns = [per_op[c].tolist() for c in OP_FIELDS]
     n_ops = len(graph.ops)
     rows = totals.to_dict("records")
-    components, notes = add_ppa(rows, cands, _footprints(graph, cands), ppa_calibration)
+    components, notes = add_ppa(rows, cands, _footprints(graph, cands), ppa_calibration, per_op=per_op)
+    columns = [per_op[c].tolist() for c in OP_FIELDS]
     out = []
     for i, t in enumerate(rows):
         ops = list(zip(*(col[i * n_ops:(i + 1) * n_ops] for col in columns)))
@@ -296,13 +299,16 @@ def placed_graph_batch(graph, cands: list[Candidate], calibration: dict | None =
         out[i] = r
     if layered:
         totals, per_op, notes = estimate_layers(graph, [picked[i] for i in layered], calibration)
-        ops: dict[int, list[tuple]] = {}
-        if not per_op.empty:
-            for cand, *row in zip(per_op["candidate"].tolist(), *[per_op[c].tolist() for c in OP_FIELDS]):
-                ops.setdefault(cand, []).append(tuple(row))
         rows = totals.to_dict("records")
         costed = [picked[i] for i in layered]
-        components, said = add_ppa(rows, costed, _footprints(graph, costed), ppa_calibration, n_ops=len(graph.ops))
+        components, said = add_ppa(rows, costed, _footprints(graph, costed), ppa_calibration, n_ops=len(graph.ops),
+                                   per_op=per_op)
+        ops: dict[int, list[tuple]] = {}
+        if not per_op.empty:
+            if "energy_uj" not in per_op:
+                per_op["energy_uj"] = np.nan
+            for cand, *row in zip(per_op["candidate"].tolist(), *[per_op[c].tolist() for c in OP_FIELDS]):
+                ops.setdefault(cand, []).append(tuple(row))
         for k, (i, t) in enumerate(zip(layered, rows)):
             out[i] = AnalyticalResult(bool(t["feasible"]), str(t["reason"]), total_metrics(t), ops.get(k, []),
                                       "; ".join(filter(None, [notes[k], said[k]])), components[k])
@@ -339,6 +345,8 @@ def placed_batch(stages, cands: list[Candidate], calibration: dict | None = None
     for (role, _), frame in zip(stages, per_stage):
         if frame.empty:
             continue
+        if "energy_uj" not in frame:  # per-op energy of stages placed together: not assessed op by op
+            frame["energy_uj"] = np.nan
         columns = [frame[c].tolist() for c in OP_FIELDS]
         for cand, *row in zip(frame["candidate"].tolist(), *columns):
             ops.setdefault(cand, []).append((f"{role}:{row[0]}", *row[1:]))
