@@ -53,39 +53,56 @@ def total_sram_bytes(chip, cores: Mapping[int, object], shared_bytes: float) -> 
 
 def assess_totals(chips: Sequence[object], cores: Sequence[Mapping[int, object] | None],
                   totals: Sequence[Mapping[str, float]], footprints: Sequence[float],
-                  calibration: Mapping[str, Mapping] | None = None, per_op=None) -> list[PpaResult]:
+                  calibration: Mapping[str, Mapping] | None = None, per_op=None,
+                  keys: Sequence[object] | None = None) -> list[PpaResult]:
     """Per candidate (`chips[i]` its chip, `cores[i]` the cores it runs on with their chips,
     None when it cannot be placed; `totals[i]` its totals: ``latency_cycles``, ``dma_bytes``,
     ``shared_sram_bytes`` and the `ACTIVITY` counts, NaN or missing for an infeasible one;
-    `footprints[i]` its DRAM footprint in bytes), its PPA figures."""
+    `footprints[i]` its DRAM footprint in bytes), its PPA figures. `keys[i]`: a value equal
+    for candidates whose chip and cores are the same (their holdings are then made once);
+    `per_op`: a per-op frame given each op's energy (``energy_uj``, `op_energy`)."""
     tables = tables_for(calibration)
     n = len(chips)
-    held: list = [None] * n
+    distinct: dict = {}  # (key, shared bytes) -> index in `held`
+    held: list = []
+    why: list[str] = []  # per distinct holdings, why it cannot be priced ("" when it can)
     notes = [""] * n
+    which = np.full(n, -1, dtype=np.int64)
     latency = np.array([float(t.get("latency_cycles", np.nan)) for t in totals])
-    for i, (chip, used, t) in enumerate(zip(chips, cores, totals)):
+    shared = [float(t.get("shared_sram_bytes", 0.0) or 0.0) for t in totals]
+    for i, (chip, used) in enumerate(zip(chips, cores)):
         if used is None or np.isnan(latency[i]):
             continue
-        h = holdings(chip, used, float(t.get("shared_sram_bytes", 0.0) or 0.0))
-        try:
-            tables.holdings_vectors(h)
-            tables.prices(h.chip)
-        except CostError as exc:
-            notes[i] = f"no area or energy: {exc} (chip field {exc.field})"
-            continue
-        held[i] = h
+        key = ((keys[i] if keys is not None else id(used)), shared[i])
+        k = distinct.get(key)
+        if k is None:
+            h, reason = holdings(chip, used, shared[i]), ""
+            try:
+                tables.holdings_vectors(h)
+                tables.prices(h.chip)
+            except CostError as exc:
+                h, reason = None, f"no area or energy: {exc} (chip field {exc.field})"
+            k = distinct[key] = len(held)
+            held.append(h)
+            why.append(reason)
+        which[i] = k if held[k] is not None else -1
+        notes[i] = why[k]
     activity = {name: np.array([float(t.get(name, 0.0) or 0.0) for t in totals]) for name in ACTIVITY}
     activity["dram_bytes"] = np.array([float(t.get("dma_bytes", 0.0) or 0.0) for t in totals])
-    a: Assessment = assess(held, activity, latency, tables)
+    a: Assessment = assess(held, activity, latency, tables, which)
     if per_op is not None and not per_op.empty:
-        per_op["energy_uj"] = op_energy(tables, held, per_op)
+        per_op["energy_uj"] = op_energy(tables, [held[k] if k >= 0 else None for k in which], per_op)
     out = []
+    sram: dict = {}
     for i in range(n):
-        if held[i] is None:
+        if which[i] < 0:
             out.append(PpaResult({m: float("nan") for m in PPA_METRICS}, {}, notes[i]))
             continue
         figures = a.totals(i)
-        figures["total_sram_bytes"] = total_sram_bytes(chips[i], cores[i], float(totals[i].get("shared_sram_bytes", 0.0)))
+        skey = (which[i], shared[i])
+        if skey not in sram:
+            sram[skey] = total_sram_bytes(chips[i], cores[i], shared[i])
+        figures["total_sram_bytes"] = sram[skey]
         figures["dram_footprint_bytes"] = float(footprints[i])
         out.append(PpaResult(figures, a.components(i)))
     return out

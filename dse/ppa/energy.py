@@ -163,31 +163,39 @@ class Tables:
 
 
 def assess(holdings: Sequence[Holdings | None], activity: Mapping[str, np.ndarray], latency_cycles: np.ndarray,
-           tables: Tables | None = None) -> Assessment:
-    """Area, energy and power of every candidate (`holdings` None: not assessed, NaN).
-    `activity`: `ACTIVITY` name -> per-candidate counts (missing names count 0)."""
+           tables: Tables | None = None, which: np.ndarray | None = None) -> Assessment:
+    """Area, energy and power of every candidate. `holdings`: the distinct holdings, and
+    `which` per candidate the index of its own in them (-1: not assessed, NaN); without
+    `which`, one holdings a candidate. `activity`: `ACTIVITY` name -> per-candidate counts
+    (missing names count 0)."""
     tables = tables or Tables()
-    n = len(holdings)
-    latency = np.asarray(latency_cycles, dtype=np.float64)
-    area_by, leak_by = np.full((n, C), np.nan), np.full((n, C), np.nan)
-    prices = np.zeros((n, len(ACTIVITY), C))
-    clock = np.full(n, np.nan)
-    cores = np.zeros(n)
-    for i, h in enumerate(holdings):
+    which = np.arange(len(holdings)) if which is None else np.asarray(which, dtype=np.int64)
+    n = len(which)
+    g = len(holdings)
+    # per distinct holdings: its area and leakage by component, its prices, clock, cores, idle price
+    area_g, leak_g = np.full((g + 1, C), np.nan), np.full((g + 1, C), np.nan)
+    prices_g = np.zeros((g + 1, len(ACTIVITY), C))
+    clock_g, cores_g, idle_g = np.full(g + 1, np.nan), np.zeros(g + 1), np.zeros(g + 1)
+    for k, h in enumerate(holdings):
         if h is None:
             continue
-        area_by[i], leak_by[i] = tables.holdings_vectors(h)
-        prices[i] = tables.prices(h.chip)
-        clock[i] = h.chip.clock_mhz
-        cores[i] = sum(count for _, count in h.cores)
+        area_g[k], leak_g[k] = tables.holdings_vectors(h)
+        prices_g[k] = tables.prices(h.chip)
+        clock_g[k] = h.chip.clock_mhz
+        cores_g[k] = sum(count for _, count in h.cores)
+        idle_g[k] = tables.table(h.chip).components["cores"].actions["idle_cycle"].value
+    at = np.where(which < 0, g, which)  # row g: NaN, not assessed
+    latency = np.asarray(latency_cycles, dtype=np.float64)
     counts = np.stack([np.asarray(activity.get(name, np.zeros(n)), dtype=np.float64) for name in ACTIVITY], axis=1)
-    dynamic = np.einsum("na,nac->nc", counts, prices)  # pJ
+    dynamic = np.zeros((n, C))
+    for k in np.unique(at):  # one price table a group: (candidates, activities) x (activities, components)
+        rows = at == k
+        dynamic[rows] = counts[rows] @ prices_g[k]
     # the cores' idle cycles: every core of the run's cycles not spent in core ops
-    idle = np.maximum(cores * latency - counts[:, ACTIVITY.index("core_op_cycles")], 0)
-    idle_pj = np.array([tables.table(h.chip).components["cores"].actions["idle_cycle"].value if h is not None else 0.0
-                        for h in holdings])
-    dynamic[:, INDEX["cores"]] += idle * idle_pj
-    latency_us = latency / clock
+    idle = np.maximum(cores_g[at] * latency - counts[:, ACTIVITY.index("core_op_cycles")], 0)
+    dynamic[:, INDEX["cores"]] += idle * idle_g[at]
+    area_by, leak_by = area_g[at], leak_g[at]
+    latency_us = latency / clock_g[at]
     leakage = leak_by * latency_us[:, None] * 1e3  # mW x us = nJ -> pJ
     energy_by = (dynamic + leakage) / 1e6  # uJ
     energy = energy_by.sum(axis=1)

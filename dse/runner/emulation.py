@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import functools
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from ..mapping import Candidate
@@ -33,7 +33,8 @@ class EmulationWorkload:
     reference: dict | None = None  # every tensor of the graph on the inputs, computed once
     host_time_repeats: int = 1  # how many times the emulator's run is timed (min and median recorded)
     traces: bool = False  # keep the run's timing trace (NDJSON) among its raw evidence
-    ppa_calibration: dict | None = None  # chip name -> per-component area and energy factors
+    # chip name -> per-component area and energy factors ({}: uncalibrated; None: no PPA figures)
+    ppa_calibration: dict | None = field(default_factory=dict)
 
 
 def prepare_emulation(recipe: str, params: dict, quantization: str | None = None) -> EmulationWorkload:
@@ -68,7 +69,7 @@ class PlacedEmulation:
     stages: list
     host_time_repeats: int = 1
     traces: bool = False
-    ppa_calibration: dict | None = None
+    ppa_calibration: dict | None = field(default_factory=dict)
 
 
 def prepare_placed(stages) -> PlacedEmulation:
@@ -118,7 +119,7 @@ def emulate(work: "EmulationWorkload | PlacedEmulation", cand: Candidate) -> Emu
         *host_time_metrics(report, cand, work.host_time_repeats),
     ]
     emulator_counters = report.result.counters if report.result is not None else None
-    if emulator_counters is not None:  # priced as the analytical stage prices (a figure CACTI cannot give: absent)
+    if emulator_counters is not None and work.ppa_calibration is not None:  # priced as the analytical stage prices (a figure CACTI cannot give: absent)
         metrics += ppa_metrics(report, cand, work)[0]
     for core, busy in enumerate(counters.get("busy_cycles", [])):
         metrics.append(dict(kind="emulator_cycles", name="busy_cycles", value=float(busy), unit="cycles",

@@ -130,6 +130,9 @@ class Stages(_Model):
     # The analytical model with the newest calibration of the baseline chip in the store
     # (`dse calibrate`), or uncalibrated.
     calibration: Literal["newest", "none"] = "newest"
+    # Area, energy and power beside cycles (`dse.ppa`: CACTI prices the memories); off,
+    # the candidates have cycles only (and no CACTI is run).
+    ppa: bool = True
     # Time limits, in seconds: the recipe's capture (and its frontend steps), past which
     # the sweep stops with the reason before writing anything; and each candidate's
     # emulator-stage evaluation (in a worker process), past which the candidate is
@@ -351,7 +354,8 @@ def _validated(path: Path, text: str, data: dict) -> Spec:
         if exc.field == "chip":  # an unknown chip: name the spec's field, not the chips folder
             raise InputError(path, "baseline.chip", exc.value, exc.allowed) from None
         raise
-    checked_table(chip, path, "baseline.chip.")  # every component priced: CACTI organises its memories
+    if model.stages.ppa:
+        checked_table(chip, path, "baseline.chip.")  # every component priced: CACTI organises its memories
     mapping = mapping_from_dict(model.baseline.mapping, str(path), field_prefix="baseline.mapping.")
     for field, value, allowed in Space.check(model.space, model.constraints):
         raise InputError(path, field, value, allowed)
@@ -464,7 +468,7 @@ def _check_knobs(spec: Spec) -> None:
         for value in values if knob.type == "categorical" else [_whole(knob.low, knob), _whole(knob.high, knob)]:
             try:
                 chip, _ = spec.apply({knob.name: value})
-                if knob.target.startswith(PRICED_TARGETS):  # its memories priced: a geometry CACTI refuses
+                if spec.model.stages.ppa and knob.target.startswith(PRICED_TARGETS):  # a geometry CACTI refuses
                     checked_table(chip, spec.path)
             except InputError as exc:
                 raise InputError(spec.path, f"space[{i}] ({knob.name}) -> {exc.field}", value, exc.allowed) from None

@@ -42,8 +42,9 @@ class Workload:
     graphs: dict = field(default_factory=dict)
     # The newest calibration of each chip name the sweep uses ({} : uncalibrated model).
     calibration: dict = field(default_factory=dict)
-    # The newest area / energy calibration of each chip name: component -> factors ({}: none).
-    ppa_calibration: dict = field(default_factory=dict)
+    # The newest area / energy calibration of each chip name: component -> factors ({}: none;
+    # None: no area, energy or power at all, the spec's ``[stages] ppa = false``).
+    ppa_calibration: dict | None = field(default_factory=dict)
     host_time_repeats: int = 1  # the spec's [stages] host_time_repeats, for the emulation workloads
     traces: bool = False  # the spec's [stages] traces: keep each emulator run's timing trace
     # A staged workload (the spec's workload.stages): (role, analytical graph) of every stage,
@@ -143,13 +144,14 @@ class AnalyticalResult:
     def metrics(self) -> list[MetricRow]:
         """Metric rows: totals, area and energy by component (scope component), then per-op
         cycles and tiles (scope op), all of kind 'analytical'."""
+        # (`v == v`: not NaN; thousands of rows a batch, pd.notna's per-call cost shows)
         rows = [MetricRow("analytical", name, float(value), UNITS[name])
-                for name, value in self.totals.items() if pd.notna(value)]
+                for name, value in self.totals.items() if value is not None and value == value]
         rows += component_metrics("analytical", self.components)
         if self.feasible:
-            for op, unit, cycles, tm, tn, tk, energy in self.ops:
+            for op, unit, cycles, tm, tn, tk, energy in (o if len(o) == 7 else (*o, None) for o in self.ops):
                 rows.append(MetricRow("analytical", "cycles", float(cycles), "cycles", "op", op))
-                if pd.notna(energy):
+                if energy is not None and energy == energy:
                     rows.append(MetricRow("analytical", "energy_uj", float(energy), "uJ", "op", op))
                 if unit == "matrix":
                     rows += [MetricRow("analytical", "tile_m", float(tm), "elements", "op", op),
@@ -159,13 +161,13 @@ class AnalyticalResult:
 
 
 def total_metrics(row) -> dict[str, float]:
-    return {m: float(row[m]) for m in METRICS}
+    return {m: float(row.get(m, float("nan"))) for m in METRICS}
 
 
 def component_metrics(kind: str, components: dict) -> list[MetricRow]:
     """Rows of area and energy by component (scope component, the component's name its key)."""
     return [MetricRow(kind, metric, float(value), UNITS[metric], "component", name)
-            for metric, by in components.items() for name, value in by.items() if pd.notna(value)]
+            for metric, by in components.items() for name, value in by.items() if value == value]
 
 
 def add_ppa(rows: list[dict], cands: list[Candidate], footprints, ppa_calibration=None, n_ops: int | None = None,
@@ -177,10 +179,20 @@ def add_ppa(rows: list[dict], cands: list[Candidate], footprints, ppa_calibratio
     from ..ppa.assess import assess_totals
     from ..ppa.holdings import core_chips
 
-    cores = [core_chips(c.chip, c.mapping, n_ops, roles) if r["feasible"] else None for c, r in zip(cands, rows)]
+    if ppa_calibration is None:  # [stages] ppa = false
+        return [{} for _ in rows], ["" for _ in rows]
+    # candidates of one chip and placement hold the same cores: placed once
+    keys = [(id(c.chip), c.mapping.workers, c.mapping.placement, c.mapping.requests, c.mapping.cuts,
+             c.mapping.weights) for c in cands]
+    placed: dict = {}
+    cores = []
+    for c, r, key in zip(cands, rows, keys):
+        if key not in placed:
+            placed[key] = core_chips(c.chip, c.mapping, n_ops, roles)
+        cores.append(placed[key] if r["feasible"] else None)
     # the plan's tensors and what the lowering lays out for the products beside them
     footprints = [f + float(r.get("workspace_bytes", 0.0) or 0.0) for f, r in zip(footprints, rows)]
-    got = assess_totals([c.chip for c in cands], cores, rows, footprints, ppa_calibration, per_op)
+    got = assess_totals([c.chip for c in cands], cores, rows, footprints, ppa_calibration, per_op, keys)
     for row, p in zip(rows, got):
         row.update(p.totals)
     return [p.components for p in got], [p.note for p in got]
@@ -273,7 +285,7 @@ def analytical_batch(graph, cands: list[Candidate], calibration: dict | None = N
     n_ops = len(graph.ops)
     rows = totals.to_dict("records")
     components, notes = add_ppa(rows, cands, _footprints(graph, cands), ppa_calibration, per_op=per_op)
-    columns = [per_op[c].tolist() for c in OP_FIELDS]
+    columns = [per_op[c].tolist() if c in per_op else [None] * len(per_op) for c in OP_FIELDS]
     out = []
     for i, t in enumerate(rows):
         ops = list(zip(*(col[i * n_ops:(i + 1) * n_ops] for col in columns)))
@@ -308,7 +320,7 @@ def placed_graph_batch(graph, cands: list[Candidate], calibration: dict | None =
             if "energy_uj" not in per_op:
                 per_op["energy_uj"] = np.nan
             for cand, *row in zip(per_op["candidate"].tolist(), *[per_op[c].tolist() for c in OP_FIELDS]):
-                ops.setdefault(cand, []).append(tuple(row))
+                ops.setdefault(cand, []).append(tuple(row))  # energy_uj: NaN where not assessed
         for k, (i, t) in enumerate(zip(layered, rows)):
             out[i] = AnalyticalResult(bool(t["feasible"]), str(t["reason"]), total_metrics(t), ops.get(k, []),
                                       "; ".join(filter(None, [notes[k], said[k]])), components[k])

@@ -595,6 +595,8 @@ def sweep_into_store(spec: Spec, db: str | Path = "records.db", progress: bool =
     PLAN.run(work.graph)
     work.host_time_repeats = spec.model.stages.host_time_repeats
     work.traces = spec.model.stages.traces
+    if not spec.model.stages.ppa:  # cycles only: no area, energy or power (no CACTI)
+        work.ppa_calibration = None
     with Store(db) as store:
         model_version = MODEL_VERSION
         if spec.model.stages.calibration == "newest":

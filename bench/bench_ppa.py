@@ -1,0 +1,148 @@
+"""What area, energy and power cost a sweep: the same analytical grid with and without them.
+
+    .venv/bin/python bench/bench_ppa.py [--repeat 5]
+
+Sweeps one grid (mlp on goban: bank count x bank rows x workers x dataflow x double
+buffering, 480 candidates) into a fresh SQLite store twice per round, ``[stages] ppa =
+true`` and ``false`` by turns, and prints the medians: candidates per second with and
+without, and their ratio (per candidate, with / without). Then the analytical stage alone
+(one batch of every candidate, no store): the model with and without `add_ppa`. CACTI's
+answers are on disk after the first round (`dse.ppa.cacti`), as in any sweep after the
+first. The machine is shared and noisy: read the ratios.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+
+from dse.records import Store  # noqa: E402
+from dse.runner import Sweep, load_spec  # noqa: E402
+from dse.runner.execution import make_executor  # noqa: E402
+from dse.runner.stages import Workload, analytical_batch, analytical_graph  # noqa: E402
+
+SPEC = """
+[experiment]
+name = "bench_ppa"
+hypothesis = "what area and energy cost a sweep"
+
+[workload]
+recipe = "mlp"
+
+[baseline]
+chip = "goban"
+
+[[space]]
+name = "banks"
+target = "chip.banks.count"
+values = [4, 6, 8, 12, 16, 20]
+
+[[space]]
+name = "rows"
+target = "chip.banks.rows"
+values = [128, 256, 512, 1024, 2048]
+
+[[space]]
+name = "workers"
+target = "mapping.workers"
+values = [1, 2, 3, 4]
+
+[[space]]
+name = "dataflow"
+target = "mapping.dataflow"
+values = ["ws", "os"]
+
+[[space]]
+name = "double_buffer"
+target = "mapping.double_buffer"
+values = [true, false]
+
+[[objectives]]
+metric = "latency_cycles"
+
+[[objectives]]
+metric = "{second}"
+
+[search]
+sampler = "grid"
+max_grid = 10000
+
+[stages]
+ppa = {ppa}
+"""
+
+
+def sweep_rate(graph, folder: Path, ppa: bool, tag: str) -> tuple[float, int]:
+    path = folder / f"{tag}.toml"
+    path.write_text(SPEC.format(ppa=str(ppa).lower(), second="energy_uj" if ppa else "private_sram_bytes"))
+    spec = load_spec(path)
+    work = Workload(graph)
+    if not ppa:
+        work.ppa_calibration = None
+    executor = make_executor(work, 1)
+    try:
+        with Store(folder / f"{tag}.db") as store:
+            started = time.perf_counter()
+            result = Sweep(spec, graph, store, executor, progress=False).run()
+            return time.perf_counter() - started, result.evaluated
+    finally:
+        executor.close()
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--repeat", type=int, default=5)
+    args = parser.parse_args()
+    print(f"load average at start: {os.getloadavg()[0]:.2f}")
+    graph = analytical_graph("mlp", {})
+    with tempfile.TemporaryDirectory() as tmp:
+        folder = Path(tmp)
+        sweep_rate(graph, folder, True, "warm")  # CACTI's answers on disk, the graph's plans made
+        on, off, n = [], [], 0
+        for k in range(args.repeat):
+            for ppa, out in ((True, on), (False, off)) if k % 2 == 0 else ((False, off), (True, on)):
+                seconds, n = sweep_rate(graph, folder, ppa, f"r{k}{ppa}")
+                out.append(seconds)
+        s_on, s_off = statistics.median(on), statistics.median(off)
+        print(f"sweep of {n} candidates into SQLite, median of {args.repeat}:")
+        print(f"  with area/energy    {s_on:6.2f} s  {n / s_on:8.0f} candidates/s")
+        print(f"  without             {s_off:6.2f} s  {n / s_off:8.0f} candidates/s")
+        print(f"  per candidate, with / without: {s_on / s_off:.2f}x")
+
+        spec_path = folder / "stage.toml"
+        spec_path.write_text(SPEC.format(ppa="true", second="energy_uj"))
+        spec = load_spec(spec_path)
+        from dse.runner.candidates import CandidateBuilder
+        from dse.mapping import Candidate, mapping_from_dict
+        from emulator.chip import chip_from_dict
+
+        builder = CandidateBuilder(spec)
+        cands = []
+        for params in spec.space.grid():
+            b = builder.build(params)
+            if not b.reason:
+                cands.append(Candidate(chip_from_dict(b.config), mapping_from_dict(b.mapping)))
+        analytical_batch(graph, cands, None, {})  # component tables made
+        stage_on, stage_off = [], []
+        for k in range(args.repeat):
+            for ppa, out in ((True, stage_on), (False, stage_off)):
+                started = time.perf_counter()
+                analytical_batch(graph, cands, None, {} if ppa else None)
+                out.append(time.perf_counter() - started)
+        a_on, a_off = statistics.median(stage_on), statistics.median(stage_off)
+        print(f"analytical stage alone, {len(cands)} candidates in one batch, median of {args.repeat}:")
+        print(f"  with area/energy    {a_on * 1e3:7.1f} ms  {len(cands) / a_on:8.0f} candidates/s")
+        print(f"  without             {a_off * 1e3:7.1f} ms  {len(cands) / a_off:8.0f} candidates/s")
+        print(f"  per candidate, with / without: {a_on / a_off:.2f}x")
+
+
+if __name__ == "__main__":
+    main()
