@@ -388,3 +388,39 @@ def test_cacti_missing_is_one_line_and_nothing_written(tmp_path):
         line = p.stderr.strip()
         assert p.returncode == 2 and "\n" not in line and "CACTI" in line and "costs.banks" in line, p.stderr
     assert not db.exists()
+
+
+def test_chips_costs_lists_every_figure_with_its_source(cli):
+    code, out, _ = cli("chips", "costs", "goban", "--json")
+    import json
+
+    table = json.loads(out)
+    assert code == 0 and table["node_nm"] == 22 and table["sram_cell"] == "itrs-hp"
+    named = {(r["component"], r["figure"]) for r in table["figures"]}
+    for comp in ("private_sram", "shared_sram", "matrix", "fp2int", "int2fp", "transpose", "cores", "dma", "dram"):
+        assert (comp, "area_mm2") in named and (comp, "leakage_mw") in named
+    assert all(r["source"] for r in table["figures"])
+    code, out, _ = cli("chips", "costs", "goban")
+    assert code == 0 and "Horowitz ISSCC 2014" in out and "CACTI 7" in out and "assumed" in out
+
+
+def test_memories_slower_than_the_clock_are_noted():
+    from dse.ppa.assess import assess_totals
+
+    def note(over):
+        chip = load_chip("goban", over)
+        return assess_totals([chip], [core_chips(chip, Mapping(workers=1))], [{"latency_cycles": 100.0}], [0.0])[0].note
+
+    assert note({}) == ""
+    slow = note({"technology.sram_cell": "itrs-lstp", "clock_mhz": 2000.0})
+    assert "private_sram cycles in 0.664 ns" in slow and "shared_sram" not in slow  # no shared bank held
+
+
+def test_dse_emulate_prints_what_the_run_cost(cli):
+    code, out, _ = cli("emulate", "--chip", "goban", "--recipe", "gemm", "--param", "m=64", "--param", "n=64",
+                       "--param", "k=64", "--json")
+    import json
+
+    rep = json.loads(out)
+    assert code == 0 and rep["ppa"]["totals"]["energy_uj"] > 0
+    assert sum(rep["ppa"]["components"]["energy_uj"].values()) == pytest.approx(rep["ppa"]["totals"]["energy_uj"])

@@ -148,8 +148,21 @@ def cmd_emulate_recipe(args) -> int:
             raise InputError("(command line)", "--role", args.role, "a role only beside --stage ROLE=RECIPE")
         rep = emulate_recipe(args.recipe, chip, mapping, params, check_unmodified=args.check_unmodified)
     notes = candidate_notes(rep, chip, mapping)
+    ppa = None
+    if rep.feasible and rep.result is not None:  # what the run cost, priced as a sweep's emulator stage prices it
+        from ..mapping import Candidate
+        from ..runner.emulation import run_ppa
+
+        graph = rep.lowered.graph if rep.lowered is not None else None
+        ppa = run_ppa(rep, Candidate(chip, mapping), n_ops=len(graph.ops) if graph is not None and not args.stage
+                      else None, roles=[args.role, *(s.split("=")[0] for s in args.stage)]
+                      if args.stage else None)
+        if ppa.note:
+            notes.append(ppa.note)
     if args.json:
-        print(json.dumps({**rep.to_dict(), "notes": notes}, indent=2, default=str))
+        print(json.dumps({**rep.to_dict(), "notes": notes,
+                          **({"ppa": {"totals": ppa.totals, "components": ppa.components}} if ppa else {})},
+                         indent=2, default=str))
     else:
         knobs = ", ".join(f"{k} = {json.dumps(v)}"
                           for k, v in mapping.model_dump(mode="json", exclude_none=True).items())
@@ -174,6 +187,13 @@ def cmd_emulate_recipe(args) -> int:
                 elif o["how"] == "matrix":
                     print(f"  {o['op']}: matrix Ball, tile {'x'.join(map(str, o['tile']))}, batch {o['batch']}, "
                           f"{o['banks']} banks, {o['workers_used']} worker(s)")
+            if ppa is not None and ppa.totals.get("energy_uj") == ppa.totals.get("energy_uj"):
+                t = ppa.totals
+                print(f"area                  {t['area_mm2']:.4g} mm2 held ({t['total_sram_bytes']:,.0f} B of SRAM)")
+                print(f"energy                {t['energy_uj']:.4g} uJ ({t['leakage_energy_uj']:.4g} uJ leakage), "
+                      f"{t['power_mw']:.4g} mW, {t['inferences_per_joule']:.4g} inferences/J")
+                by = sorted(ppa.components["energy_uj"].items(), key=lambda kv: -kv[1])
+                print("energy by component   " + ", ".join(f"{k} {v:.3g}" for k, v in by if v > 0))
             print(f"numerics              {rep.verdict.summary()}")
             if rep.verdict.unmodified is not None:
                 print(f"unmodified graph      {rep.verdict.unmodified}")

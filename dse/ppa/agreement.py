@@ -24,9 +24,10 @@ def agreement_points(chip, recipes: Iterable[str] | None = None, workers: Iterab
     from ..frontend import run_pipeline
     from ..lower import Infeasible, lower
     from ..mapping import Candidate, Mapping
-    from ..runner.stages import analytical_batch
+    from ..analytical import estimate, summarize
+    from ..plan.graph_plan import dram_footprint
     from ..workload.recipes import instantiate, load_recipe
-    from .assess import assess_totals
+    from .assess import assess_candidates, assess_totals
     from .energy import emulator_activity
     from .holdings import core_chips
 
@@ -39,10 +40,11 @@ def agreement_points(chip, recipes: Iterable[str] | None = None, workers: Iterab
             for policy in policies:
                 label = f"{recipe} {chip.name} w{w} {policy}"
                 cand = Candidate(chip, Mapping(policy=policy, workers=w))
-                (model,) = analytical_batch(pipe.graph, [cand], None, {})
-                if not model.feasible:
-                    skipped.append(f"{label}: {model.reason}")
+                (model,) = summarize(estimate(pipe.graph, [cand]), [cand]).to_dict("records")
+                if not model["feasible"]:
+                    skipped.append(f"{label}: {model['reason']}")
                     continue
+                ((components,), _) = assess_candidates([model], [cand], [float(dram_footprint(pipe.graph))], {})
                 try:
                     lowered = lower(pipe.graph, cand, inputs)
                 except Infeasible as exc:
@@ -54,12 +56,11 @@ def agreement_points(chip, recipes: Iterable[str] | None = None, workers: Iterab
                 totals = {"latency_cycles": float(res.cycles), **counted, "dma_bytes": counted["dram_bytes"],
                           "shared_sram_bytes": shared}
                 (emu,) = assess_totals([chip], [core_chips(chip, cand.mapping)], [totals], [float(res.dram.size)])
-                row = {"label": label, "model_cycles": model.totals["latency_cycles"],
-                       "emulator_cycles": float(res.cycles),
-                       "model_energy_uj": model.totals["energy_uj"], "emulator_energy_uj": emu.totals["energy_uj"],
-                       "model_leakage_uj": model.totals["leakage_energy_uj"],
+                row = {"label": label, "model_cycles": model["latency_cycles"], "emulator_cycles": float(res.cycles),
+                       "model_energy_uj": model["energy_uj"], "emulator_energy_uj": emu.totals["energy_uj"],
+                       "model_leakage_uj": model["leakage_energy_uj"],
                        "emulator_leakage_uj": emu.totals["leakage_energy_uj"],
-                       "model_components": model.components.get("energy_uj", {}),
+                       "model_components": components.get("energy_uj", {}),
                        "emulator_components": emu.components.get("energy_uj", {})}
                 for name in ACTIVITY:
                     row[f"emulator_{name}"] = counted[name]

@@ -41,6 +41,18 @@ def tables_for(calibration: Mapping[str, Mapping] | None) -> Tables:
     return _tables(json.dumps(calibration or {}, sort_keys=True))
 
 
+def slow_memories(table, clock_mhz: float, held_shared: bool = True) -> str:
+    """A note when CACTI's cycle time of a memory the candidate holds is longer than the
+    clock period (the emulator assumes one access a cycle), else ""."""
+    period = 1e3 / clock_mhz
+    slow = [f"{name} cycles in {sram.cycle_ns:.3g} ns" for name, sram in table.sram.items()
+            if sram is not None and sram.cycle_ns > period and (held_shared or name != "shared_sram")]
+    if not slow:
+        return ""
+    return (f"by CACTI, {', '.join(slow)}, longer than the {clock_mhz:g} MHz clock's {period:.3g} ns: the "
+            "emulator's one access a cycle is optimistic")
+
+
 def total_sram_bytes(chip, cores: Mapping[int, object], shared_bytes: float) -> float:
     """Private banks of every core held, the shared memory used in each tile they span (its
     banks whole), and each such tile's cache."""
@@ -82,6 +94,8 @@ def assess_totals(chips: Sequence[object], cores: Sequence[Mapping[int, object] 
                 tables.prices(h.chip)
             except CostError as exc:
                 h, reason = None, f"no area or energy: {exc} (chip field {exc.field})"
+            else:
+                reason = slow_memories(tables.table(h.chip), h.chip.clock_mhz, held_shared=h.shared_banks > 0)
             k = distinct[key] = len(held)
             held.append(h)
             why.append(reason)
@@ -104,8 +118,33 @@ def assess_totals(chips: Sequence[object], cores: Sequence[Mapping[int, object] 
             sram[skey] = total_sram_bytes(chips[i], cores[i], shared[i])
         figures["total_sram_bytes"] = sram[skey]
         figures["dram_footprint_bytes"] = float(footprints[i])
-        out.append(PpaResult(figures, a.components(i)))
+        out.append(PpaResult(figures, a.components(i), notes[i]))
     return out
+
+
+def assess_candidates(rows: list[dict], cands: list, footprints, ppa_calibration=None, n_ops: int | None = None,
+                      roles: list[str] | None = None, per_op=None) -> tuple[list[dict], list[str]]:
+    """Each totals row (`summarize`'s, with the activity) given its area, energy and power
+    (`dse.ppa.assess_totals`, in place); returns per row its components and a note when a
+    figure cannot be had (it is then absent). `cands`: the candidates as costed (placement
+    "auto" resolved); `n_ops` / `roles`: what places them (`dse.ppa.holdings.core_chips`)."""
+    from .holdings import core_chips
+
+    # candidates of one chip and placement hold the same cores: placed once
+    keys = [(id(c.chip), c.mapping.workers, c.mapping.placement, c.mapping.requests, c.mapping.cuts,
+             c.mapping.weights) for c in cands]
+    placed: dict = {}
+    cores = []
+    for c, r, key in zip(cands, rows, keys):
+        if key not in placed:
+            placed[key] = core_chips(c.chip, c.mapping, n_ops, roles)
+        cores.append(placed[key] if r["feasible"] else None)
+    # the plan's tensors and what the lowering lays out for the products beside them
+    footprints = [f + float(r.get("workspace_bytes", 0.0) or 0.0) for f, r in zip(footprints, rows)]
+    got = assess_totals([c.chip for c in cands], cores, rows, footprints, ppa_calibration, per_op, keys)
+    for row, p in zip(rows, got):
+        row.update(p.totals)
+    return [p.components for p in got], [p.note for p in got]
 
 
 # A per-op frame's columns (`dse.analytical.estimate.OP_COLUMNS`) for each activity.
@@ -153,4 +192,4 @@ def op_energy(tables, held: Sequence, per_op) -> np.ndarray:
     return pj / 1e6
 
 
-__all__ = ["PPA_METRICS", "PpaResult", "assess_totals", "op_energy", "tables_for", "total_sram_bytes"]
+__all__ = ["PPA_METRICS", "PpaResult", "assess_candidates", "assess_totals", "op_energy", "tables_for", "total_sram_bytes"]

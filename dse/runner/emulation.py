@@ -137,30 +137,40 @@ def emulate(work: "EmulationWorkload | PlacedEmulation", cand: Candidate) -> Emu
 
 
 def ppa_metrics(report, cand: Candidate, work) -> tuple[list[dict], str]:
-    """The run's area, energy and power from its counters (`dse.ppa.energy.emulator_activity`),
-    priced as the analytical stage prices its own activity (`dse.ppa.assess_totals`), under
-    this evidence kind; and why figures are missing ("" when none are)."""
-    from ..mapping import mapping_from_dict
-    from ..ppa.assess import assess_totals
-    from ..ppa.energy import METRIC_UNITS, emulator_activity
-    from ..ppa.holdings import core_chips
+    """The run's area, energy and power (`run_ppa`) as metric rows of the emulator's kind,
+    and why figures are missing ("" when none are)."""
+    from ..ppa.energy import METRIC_UNITS
 
-    counters = report.result.counters
-    mapping = mapping_from_dict(report.mapping, "(candidate)") if report.mapping != cand.mapping.model_dump(
-        mode="json") else cand.mapping  # "auto" as the run resolved it
-    if isinstance(work, PlacedEmulation):
-        cores = core_chips(cand.chip, mapping, roles=[s.role for s in work.stages])
-    else:
-        cores = core_chips(cand.chip, mapping, n_ops=len(work.graph.ops))
-    totals = {"latency_cycles": float(report.cycles), **emulator_activity(counters),
-              "shared_sram_bytes": float(max((r.value for r in counters.find("shared_bytes_used")), default=0))}
-    totals["dma_bytes"] = totals["dram_bytes"]
-    (got,) = assess_totals([cand.chip], [cores], [totals], [float(report.result.dram.size)], work.ppa_calibration)
+    roles = [s.role for s in work.stages] if isinstance(work, PlacedEmulation) else None
+    got = run_ppa(report, cand, n_ops=None if roles else len(work.graph.ops), roles=roles,
+                  ppa_calibration=work.ppa_calibration)
     rows = [dict(kind="emulator_cycles", name=name, value=value, unit=METRIC_UNITS[name])
             for name, value in got.totals.items() if value == value]
     rows += [dict(kind="emulator_cycles", name=metric, value=value, unit=METRIC_UNITS[metric], scope="component",
                   scope_key=name) for metric, by in got.components.items() for name, value in by.items()]
     return rows, got.note
+
+
+def run_ppa(report, cand: Candidate, n_ops: int | None = None, roles: list[str] | None = None,
+            ppa_calibration: dict | None = None):
+    """An emulator run's area, energy and power (`dse.ppa.assess_totals`, a `PpaResult`):
+    its counters' activity (`dse.ppa.energy.emulator_activity`) priced as the analytical
+    stage prices its own, on the cores the candidate's placement holds (`n_ops`: one graph's
+    op count; `roles`: a staged workload's), its DRAM image as its footprint."""
+    from ..mapping import mapping_from_dict
+    from ..ppa.assess import assess_totals
+    from ..ppa.energy import emulator_activity
+    from ..ppa.holdings import core_chips
+
+    counters = report.result.counters
+    mapping = mapping_from_dict(report.mapping, "(candidate)") if report.mapping != cand.mapping.model_dump(
+        mode="json") else cand.mapping  # "auto" as the run resolved it
+    cores = core_chips(cand.chip, mapping, n_ops, roles)
+    totals = {"latency_cycles": float(report.cycles), **emulator_activity(counters),
+              "shared_sram_bytes": float(max((r.value for r in counters.find("shared_bytes_used")), default=0))}
+    totals["dma_bytes"] = totals["dram_bytes"]
+    (got,) = assess_totals([cand.chip], [cores], [totals], [float(report.result.dram.size)], ppa_calibration or {})
+    return got
 
 
 def host_time_metrics(report, cand: Candidate, repeats: int) -> list[dict]:

@@ -172,30 +172,13 @@ def component_metrics(kind: str, components: dict) -> list[MetricRow]:
 
 def add_ppa(rows: list[dict], cands: list[Candidate], footprints, ppa_calibration=None, n_ops: int | None = None,
             roles: list[str] | None = None, per_op=None) -> tuple[list[dict], list[str]]:
-    """Each totals row (`summarize`'s, with the activity) given its area, energy and power
-    (`dse.ppa.assess_totals`, in place); returns per row its components and a note when a
-    figure cannot be had (it is then absent). `cands`: the candidates as costed (placement
-    "auto" resolved); `n_ops` / `roles`: what places them (`dse.ppa.holdings.core_chips`)."""
-    from ..ppa.assess import assess_totals
-    from ..ppa.holdings import core_chips
-
-    if ppa_calibration is None:  # [stages] ppa = false
+    """`dse.ppa.assess.assess_candidates`; none of it with ``[stages] ppa = false``
+    (`ppa_calibration` None)."""
+    if ppa_calibration is None:
         return [{} for _ in rows], ["" for _ in rows]
-    # candidates of one chip and placement hold the same cores: placed once
-    keys = [(id(c.chip), c.mapping.workers, c.mapping.placement, c.mapping.requests, c.mapping.cuts,
-             c.mapping.weights) for c in cands]
-    placed: dict = {}
-    cores = []
-    for c, r, key in zip(cands, rows, keys):
-        if key not in placed:
-            placed[key] = core_chips(c.chip, c.mapping, n_ops, roles)
-        cores.append(placed[key] if r["feasible"] else None)
-    # the plan's tensors and what the lowering lays out for the products beside them
-    footprints = [f + float(r.get("workspace_bytes", 0.0) or 0.0) for f, r in zip(footprints, rows)]
-    got = assess_totals([c.chip for c in cands], cores, rows, footprints, ppa_calibration, per_op, keys)
-    for row, p in zip(rows, got):
-        row.update(p.totals)
-    return [p.components for p in got], [p.note for p in got]
+    from ..ppa.assess import assess_candidates
+
+    return assess_candidates(rows, cands, footprints, ppa_calibration, n_ops, roles, per_op)
 
 
 def _footprints(graph, cands: list[Candidate]) -> list[float]:
