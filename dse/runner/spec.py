@@ -128,7 +128,8 @@ class Stages(_Model):
     emulator: Literal["none", "top_k", "all"] = "none"
     top_k: int = Field(5, gt=0)
     # The analytical model with the newest calibration of the baseline chip in the store
-    # (`dse calibrate`), or uncalibrated.
+    # (`dse calibrate`: its cycles' constants, and its area and energy factors by component),
+    # or uncalibrated.
     calibration: Literal["newest", "none"] = "newest"
     # Time limits, in seconds: the recipe's capture (and its frontend steps), past which
     # the sweep stops with the reason before writing anything; and each candidate's
