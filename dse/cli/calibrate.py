@@ -5,8 +5,11 @@ By default the evidence is the emulator's overlapped cycles over the calibration
 mapping policies); ``--evidence rtl_cycles --experiment NAME`` fits to imported RTL (or
 FPGA) cycles of an experiment's candidates instead. The fit, with the model's error before
 and after on every point, is stored as a calibration record; the model then uses the
-newest calibration of that chip by default. ``dse calibrate --report [--chip ...]`` prints
-the stored tables without running anything.
+newest calibration of that chip by default. ``--evidence synth_area|power --experiment
+NAME`` fits instead one area (synth_area) or energy (power) factor per component to a
+synthesis or power report imported by component (`dse.ppa.calibration`); sweeps use the
+newest of each. ``dse calibrate --report [--chip ...]`` prints the stored tables without
+running anything.
 """
 
 from __future__ import annotations
@@ -36,7 +39,11 @@ def _csv(text: str | None, field: str, allowed=None, cast=str) -> list:
 
 
 def _print_table(cal: dict, out=None) -> None:
+    from ..records.schema import PPA_CALIBRATION_SOURCES
+
     out = out or sys.stdout  # looked up per call: a test may have swapped it
+    if cal["source"] in PPA_CALIBRATION_SOURCES:
+        return _print_ppa_table(cal, out)
     b, a = cal["error_before"], cal["error_after"]
     print(f"calibration {cal['id']} of chip {cal['chip']} ({cal['source']}, {cal['model_version']}, "
           f"{cal['created_at']:%Y-%m-%d %H:%M} UTC)", file=out)
@@ -49,6 +56,101 @@ def _print_table(cal: dict, out=None) -> None:
               f"| {p['after']:,.0f} | {100 * (p['after'] / m - 1):+.2f}% |", file=out)
     print(f"MAPE {b['mape']:.2f}% -> {a['mape']:.2f}%, max {b['max']:.2f}% -> {a['max']:.2f}% "
           f"over {a['points']} points", file=out)
+
+
+def _print_ppa_table(cal: dict, out) -> None:
+    from ..ppa.calibration import PPA_EVIDENCE
+
+    factor, unit = PPA_EVIDENCE[cal["source"]].factor, PPA_EVIDENCE[cal["source"]].unit
+    b, a = cal["error_before"], cal["error_after"]
+    print(f"calibration {cal['id']} of chip {cal['chip']} ({cal['source']}: {factor} factors, {cal['model_version']}, "
+          f"{cal['created_at']:%Y-%m-%d %H:%M} UTC)", file=out)
+    fitted = {p["component"] for p in cal["points"]}
+    shown = [f"{k} {v:.4g}" for k, v in cal["constants"].items() if k in fitted or v != 1.0]
+    print(f"{factor} factors: " + (", ".join(shown) or "none fitted") + " (every other component 1)", file=out)
+    print(f"| point | measured {unit} | model before | error before | model after | error after |", file=out)
+    print("|---|---:|---:|---:|---:|---:|", file=out)
+    for p in cal["points"]:
+        m = p["measured"]
+        print(f"| {p['label']} | {m:.4g} | {p['before']:.4g} | {100 * (p['before'] / m - 1):+.2f}% "
+              f"| {p['after']:.4g} | {100 * (p['after'] / m - 1):+.2f}% |", file=out)
+    print(f"MAPE {b['mape']:.2f}% -> {a['mape']:.2f}%, max {b['max']:.2f}% -> {a['max']:.2f}% "
+          f"over {a['points']} points", file=out)
+
+
+def _family(source: str) -> str:
+    """Calibrations a report shows the newest of: the cycles', and each PPA source's."""
+    from ..records.schema import PPA_CALIBRATION_SOURCES
+
+    return source if source in PPA_CALIBRATION_SOURCES else "cycles"
+
+
+def _ppa_points(store, experiment: str, kind: str, chip):
+    """Points from imported component figures: per candidate of `experiment` on a chip of
+    this name with `kind` figures (`dse evidence import --kind synth_area|power`), each
+    component's measured figure paired with the uncalibrated model's (the analytical
+    stage's recorded figure divided by the PPA calibration factor its run's model_version
+    names, if any). Returns the points and what was left out (why)."""
+    from ..ppa.calibration import PPA_EVIDENCE, PpaPoint, modelled_power_mw
+    from ..records.calibrations import calibrations, ppa_factors, ppa_version_ids
+    from emulator.chip import chip_from_dict
+
+    evidence = PPA_EVIDENCE[kind]
+    factor, metric = evidence.factor, evidence.metric
+    store.experiment(experiment)  # an unknown experiment: bad input, with the known ones
+    measured = store.metric_table(experiment, kind, scope="component")
+    if metric not in measured.columns or measured[metric].notna().sum() == 0:
+        raise InputError(experiment, "--evidence", kind,
+                         f"an experiment with imported {kind} evidence (figures by component: "
+                         f"`dse evidence import --kind {kind} TABLE --candidate ID`)")
+    model = store.metric_table(experiment, "analytical", scope="component")
+    if evidence.modelled not in model.columns:  # no candidate has figures by component
+        model[evidence.modelled] = float("nan")
+    model = model[model[evidence.modelled].notna()].set_index(["candidate_id", "scope_key"])
+    modelled_candidates = set(model.index.get_level_values(0))
+    totals = store.metric_table(experiment, "analytical").set_index("candidate_id")
+    priors: dict[str, dict | None] = {}  # model_version -> the factors its figures carry (None: not known)
+    points, left_out = [], []
+    for cid, rows in measured[measured[metric].notna()].groupby("candidate_id", sort=True):
+        cid = int(cid)
+        rec = store.candidate(cid)
+        cand_chip = chip_from_dict(rec["config"])
+        if cand_chip.name != chip.name:
+            left_out.append(f"candidate {cid}: chip {cand_chip.name}, not {chip.name}")
+            continue
+        if cid not in modelled_candidates:
+            left_out.append(f"candidate {cid}: no analytical figures by component (status "
+                            f"{totals.loc[cid, 'status'] if cid in totals.index else 'unknown'})")
+            continue
+        mine = model.loc[cid]
+        version = mine["model_version"].iloc[0]
+        if version not in priors:
+            ids = ppa_version_ids(version)
+            records = calibrations(store, ids=ids) if ids else []
+            priors[version] = (ppa_factors([r for r in records if r["chip"] == chip.name])
+                               if len(records) == len(ids) else None)
+        prior = priors[version]
+        if prior is None:
+            left_out.append(f"candidate {cid}: its figures carry a PPA calibration no longer in the store ({version})")
+            continue
+        latency = float("nan")
+        if factor == "energy":
+            run = mine["metric_run_id"].iloc[0]
+            if cid not in totals.index or totals.loc[cid, "metric_run_id"] != run:
+                left_out.append(f"candidate {cid}: its latency is not of the run its figures by component are of")
+                continue
+            latency = float(totals.loc[cid, "latency_cycles"])
+        for row in rows.itertuples():
+            component = row.scope_key
+            recorded = mine[evidence.modelled].get(component)
+            if recorded is None or not recorded > 0:
+                left_out.append(f"candidate {cid} {component}: the model has no {factor} figure for it")
+                continue
+            uncalibrated = float(recorded) / prior.get(component, {}).get(factor, 1.0)
+            if factor == "energy":
+                uncalibrated = modelled_power_mw(uncalibrated, latency, cand_chip.clock_mhz)
+            points.append(PpaPoint(cid, component, float(getattr(row, metric)), uncalibrated))
+    return points, left_out
 
 
 def _evidence_points(store, experiment: str, kind: str, chip):
@@ -95,17 +197,18 @@ def cmd_calibrate(args) -> int:
             if not found:
                 raise InputError(args.db, "--chip", args.chip or "(any)",
                                  "a chip with a stored calibration (run `dse calibrate --chip NAME` first)")
-            newest = {}
+            newest = {}  # per chip, the newest cycles calibration and the newest of each PPA source
             for cal in found:
-                newest.setdefault(cal["chip"], cal)
+                newest.setdefault((cal["chip"], _family(cal["source"])), cal)
             if args.json:
                 print(json.dumps(list(newest.values()), indent=2, default=str))
                 return 0
             for cal in newest.values():
                 _print_table(cal)
                 print()
-            if len(newest) > 1:
-                rows = [p for cal in newest.values() for p in cal["points"]]
+            cycles = [cal for cal in newest.values() if _family(cal["source"]) == "cycles"]
+            if len(cycles) > 1:
+                rows = [p for cal in cycles for p in cal["points"]]
                 for key in ("before", "after"):
                     rel = [abs(p[key] / p["measured"] - 1) * 100 for p in rows]
                     print(f"all chips, {key}: MAPE {sum(rel) / len(rel):.2f}%, max {max(rel):.2f}% "
@@ -128,6 +231,10 @@ def cmd_calibrate(args) -> int:
     if any(w < 1 for w in workers):
         raise InputError("(command line)", "--workers", args.workers, "positive worker counts")
     t0 = time.perf_counter()
+    from ..records.schema import PPA_CALIBRATION_SOURCES
+
+    if args.evidence in PPA_CALIBRATION_SOURCES:
+        return _calibrate_ppa(args, chip, t0)
     if args.evidence:
         if not args.experiment:
             raise InputError("(command line)", "--experiment", None, "the experiment whose imported evidence to fit")
@@ -164,6 +271,38 @@ def cmd_calibrate(args) -> int:
     return 0
 
 
+def _calibrate_ppa(args, chip, t0: float) -> int:
+    """`dse calibrate --evidence synth_area|power`: a factor per component, stored."""
+    from ..analytical import MODEL_VERSION
+    from ..chips import chip_hash
+    from ..ppa.calibration import fit_factors
+    from ..records import Store
+    from ..records.calibrations import add_calibration, calibrations
+
+    if not args.experiment:
+        raise InputError("(command line)", "--experiment", None, "the experiment whose imported evidence to fit")
+    with open_store(args.db) as store:
+        points, left_out = _ppa_points(store, args.experiment, args.evidence, chip)
+    if not points:
+        raise InputError(args.experiment, "--chip", chip.name, "a chip some of whose candidates in the experiment have "
+                         f"both imported {args.evidence} figures and the model's ({'; '.join(left_out)})")
+    result = fit_factors(points)
+    with Store(args.db or default_db()) as store:
+        cal_id = add_calibration(store, chip=chip.name, chip_hash=chip_hash(chip), source=args.evidence,
+                                 model_version=MODEL_VERSION, emulator_version=None, constants=result.constants,
+                                 error_before=result.before, error_after=result.after, points=result.points,
+                                 command=" ".join(sys.argv))
+        (cal,) = calibrations(store, ids=[cal_id])
+    if args.json:
+        print(json.dumps({**cal, "skipped": left_out}, indent=2, default=str))
+    else:
+        _print_table(cal)
+        for s in left_out:
+            print(f"skipped: {s}")
+        print(f"stored as calibration {cal_id} in {args.db or default_db()} ({time.perf_counter() - t0:.1f} s)")
+    return 0
+
+
 def register(sub) -> None:
     p = sub.add_parser("calibrate", help="fit the analytical model's constants to emulator (or RTL) cycles")
     p.add_argument("--chip", help="shipped chip name or TOML path")
@@ -171,8 +310,10 @@ def register(sub) -> None:
     p.add_argument("--workers", help="comma-separated worker counts (default 1,4; counts above the chip's "
                                      "cores are skipped)")
     p.add_argument("--policies", help="comma-separated mapping policies (default framework,search)")
-    p.add_argument("--evidence", choices=("rtl_cycles", "fpga_cycles"),
-                   help="fit to imported evidence of this kind instead of running the emulator")
+    p.add_argument("--evidence", choices=("rtl_cycles", "fpga_cycles", "synth_area", "power"),
+                   help="fit to imported evidence of this kind instead of running the emulator: cycles "
+                        "(the model's constants), or synth_area / power by component (an area / energy "
+                        "factor per component)")
     p.add_argument("--experiment", help="the experiment whose imported evidence --evidence fits")
     p.add_argument("--report", action="store_true", help="print the newest stored calibration(s), run nothing")
     p.add_argument("--json", action="store_true", help="print the calibration record as JSON")

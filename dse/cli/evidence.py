@@ -1,5 +1,5 @@
-"""`dse evidence import`: measurements made outside dse (RTL simulation, FPGA) into the
-store; `dse evidence get`: one stored evidence file; `dse evidence gc`: the files no record
+"""`dse evidence import`: measurements made outside dse (RTL simulation, FPGA, a synthesis
+or power report by component) into the store; `dse evidence get`: one stored evidence file; `dse evidence gc`: the files no record
 names any more (those of deleted experiments)."""
 
 from __future__ import annotations
@@ -12,13 +12,14 @@ from .common import add_db_argument, open_store
 
 def cmd_evidence_import(args) -> int:
     from ..records import IMPORTED_METRIC_KINDS
-    from ..records.evidence import FORMATS
+    from ..records.evidence import formats_for
 
     if args.kind not in IMPORTED_METRIC_KINDS:
         raise InputError(args.file, "--kind", args.kind,
                          f"{', '.join(IMPORTED_METRIC_KINDS)} (evidence from outside dse)")  # fmt: skip
-    if args.format not in FORMATS:
-        raise InputError(args.file, "--format", args.format, ", ".join(FORMATS))
+    formats = formats_for(args.kind)
+    if args.format not in formats:
+        raise InputError(args.file, "--format", args.format, f"{', '.join(formats)} (for --kind {args.kind})")
     digits = args.candidate.strip().lstrip("cC")
     if not digits.isdigit():
         raise InputError(args.file, "--candidate", args.candidate, "a candidate id (a whole number)")
@@ -86,15 +87,23 @@ def register(sub) -> None:
     evidence = sub.add_parser("evidence", help="evidence files: import outside measurements, fetch one, collect garbage")
     esub = evidence.add_subparsers(dest="action", required=True)
     imp = esub.add_parser(
-        "import", help="RTL pmctrace NDJSON or a CSV of measurements, as metrics of a candidate",
+        "import", help="RTL pmctrace NDJSON, a CSV of measurements, or a component table (area, power), "
+                       "as metrics of a candidate",
         description="Record outside measurements for a candidate as one 'imported' run. The "
-                    "figures keep their own kind (rtl_cycles, fpga_cycles) and are never merged "
-                    "with emulator cycles; the raw file is kept beside the store.",
+                    "figures keep their own kind (rtl_cycles, fpga_cycles, synth_area, power) and are "
+                    "never merged with dse's own; the raw file is kept beside the store. synth_area "
+                    "and power take a table by component (`dse chips costs` names them): a CSV "
+                    "component,value[,unit] or a JSON object {component: value}, in mm2 (synth_area) "
+                    "or the average power over the candidate's run in mW (power); a 'total' row may "
+                    "give the whole design's.",
     )  # fmt: skip
-    imp.add_argument("file", metavar="FILE", help="pmctrace NDJSON (bdb.ndjson) or CSV: name,value[,unit,scope,scope_key]")
-    imp.add_argument("--kind", required=True, help="rtl_cycles or fpga_cycles")
+    imp.add_argument("file", metavar="FILE", help="pmctrace NDJSON (bdb.ndjson) or CSV: name,value[,unit,scope,scope_key]; "
+                                                  "synth_area / power: CSV component,value[,unit] or JSON {component: value}")
+    imp.add_argument("--kind", required=True, help="rtl_cycles, fpga_cycles, synth_area (mm2 by component) or "
+                                                   "power (mW by component)")
     imp.add_argument("--candidate", required=True, metavar="ID", help="candidate id the evidence is of")
-    imp.add_argument("--format", default="auto", help="auto (default: by extension, then content), pmctrace or csv")
+    imp.add_argument("--format", default="auto", help="auto (default: by extension, then content), pmctrace or csv; "
+                                                      "csv or json for synth_area and power")
     imp.add_argument("--note", help="where the evidence came from (tool, version, board), kept with the run")
     add_db_argument(imp)
     imp.set_defaults(func=cmd_evidence_import)

@@ -13,11 +13,14 @@ METRIC_KINDS = (
     "emulator_host_time",
     "rtl_cycles",
     "fpga_cycles",
+    "synth_area",
+    "power",
     "numerics",
 )
 METRIC_SCOPES = ("total", "op", "core", "ball", "bank", "component")
 # Evidence that comes from outside dse (`dse evidence import`): always its own kind.
-IMPORTED_METRIC_KINDS = ("rtl_cycles", "fpga_cycles")
+# synth_area and power: a synthesis / power report's figures by component (mm2, mW).
+IMPORTED_METRIC_KINDS = ("rtl_cycles", "fpga_cycles", "synth_area", "power")
 # 0007: a decision is a person's (it alone sets the hypothesis' status) or the sweep's
 # proposal (a verdict the evidence suggests, which waits for a person).
 DECISION_KINDS = ("decision", "proposal")

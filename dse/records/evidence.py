@@ -29,6 +29,17 @@ Columns `name` and `value` are required; `unit` (default "cycles"), `scope` (def
 "total") and `scope_key` (empty for "total", required otherwise) are optional. Blank
 rows and rows whose first cell starts with "#" are skipped. A name given twice at the
 same scope and key is refused: import repeated measurements as separate files.
+
+**Component tables** (kinds `synth_area` and `power`: a synthesis or power report, by
+component): a CSV with a header ``component,value[,unit]`` and one row a component, or a
+JSON object ``{"component": value, ...}`` in the kind's own unit. Components are named as
+in `dse.ppa.components.COMPONENTS` (each the candidate's whole holding of it: every
+private bank, every core, ...), and a ``total`` row may give the whole design's figure.
+`synth_area` is area in mm2 (a CSV row may say ``um2``); `power` is the average power over
+the candidate's run in mW (a row may say ``uW`` or ``W``). Metrics: ``area_mm2`` (mm2) or
+``power_mw`` (mW), scope "component" keyed by the component, the total row at scope
+"total". A value must be a finite number above 0 and at most `COMPONENT_LIMITS`' bound
+(an area past ten reticles, a power past a kilowatt, is a wrong unit or a typo).
 """
 
 from __future__ import annotations
@@ -44,11 +55,28 @@ from pathlib import Path
 from typing import Any
 
 from dse.errors import InputError
+from dse.ppa.calibration import PPA_EVIDENCE
+from dse.ppa.components import COMPONENTS
 from dse.records.schema import METRIC_SCOPES
 
-FORMATS = ("auto", "pmctrace", "csv")
+FORMATS = ("auto", "pmctrace", "csv", "json")
 PMC_EVENTS = ("ball", "load", "store")
 CSV_COLUMNS = ("name", "value", "unit", "scope", "scope_key")
+
+# The imported kinds that are a table of figures by component (the metric each becomes and
+# its unit: `dse.ppa.calibration.PPA_EVIDENCE`): the units a CSV row may give (-> factor to
+# the kind's unit) and the largest value believed.
+COMPONENT_KINDS = tuple(PPA_EVIDENCE)
+COMPONENT_UNITS = {"synth_area": {"mm2": 1.0, "mm^2": 1.0, "um2": 1e-6, "um^2": 1e-6},
+                   "power": {"mW": 1.0, "uW": 1e-3, "W": 1e3}}
+COMPONENT_LIMITS = {"synth_area": 1e4, "power": 1e6}  # mm2 (ten 858 mm2 reticles and more), mW (1 kW)
+COMPONENT_COLUMNS = ("component", "value", "unit")
+TOTAL = "total"
+
+
+def formats_for(kind: str) -> tuple[str, ...]:
+    """The --format values an imported kind may be read as."""
+    return ("auto", "csv", "json") if kind in COMPONENT_KINDS else ("auto", "pmctrace", "csv")
 
 
 @dataclass
@@ -62,8 +90,9 @@ class ParsedEvidence:
 
 def parse_evidence(path: str | os.PathLike[str], kind: str, fmt: str = "auto") -> ParsedEvidence:
     """Read `path` as `fmt` (auto: by extension, else by its first non-blank character)."""
-    if fmt not in FORMATS:
-        raise InputError(path, "--format", fmt, ", ".join(FORMATS))
+    allowed = formats_for(kind)
+    if fmt not in allowed:
+        raise InputError(path, "--format", fmt, f"{', '.join(allowed)} (for --kind {kind})")
     try:
         raw = Path(path).read_bytes()
     except OSError as error:
@@ -72,6 +101,8 @@ def parse_evidence(path: str | os.PathLike[str], kind: str, fmt: str = "auto") -
         text = raw.decode("utf-8-sig")
     except UnicodeDecodeError as error:
         raise InputError(path, "encoding", f"byte {error.start}", "UTF-8 text") from None
+    if kind in COMPONENT_KINDS:
+        return _parse_components(path, kind, text, fmt)
     if fmt == "auto":
         fmt = _guess_format(path, text)
     if fmt == "pmctrace":
@@ -240,6 +271,99 @@ def _parse_csv(path: Any, kind: str, text: str) -> ParsedEvidence:
     if not metrics:
         raise InputError(path, "rows", 0, "at least one measurement row under the header")
     return ParsedEvidence("csv", metrics, "text/csv", "measurements", {"rows": len(metrics)})
+
+
+def _parse_components(path: Any, kind: str, text: str, fmt: str) -> ParsedEvidence:
+    """A component table (see the module's notes): CSV or JSON, by `fmt` or else by the
+    extension, else by the first non-blank character."""
+    what = "a CSV (component,value[,unit]) or a JSON object {component: value}"
+    stripped = text.strip()
+    if not stripped:
+        raise InputError(path, "FILE", "(empty)", what)
+    if fmt == "auto":
+        suffix = Path(path).suffix.lower()
+        fmt = ("json" if suffix == ".json" else "csv" if suffix in (".csv", ".tsv")
+               else "json" if stripped[0] in "{[" else "csv")
+    name, unit = PPA_EVIDENCE[kind].metric, PPA_EVIDENCE[kind].unit
+    limit = COMPONENT_LIMITS[kind]
+    allowed_names = f"a component of {', '.join(COMPONENTS)}, or {TOTAL}"
+
+    def checked(where: str, component: str, value: Any, raw: Any, scale: float = 1.0) -> float:
+        if component not in COMPONENTS and component != TOTAL:
+            raise InputError(path, f"{where}: component", component, allowed_names)
+        try:
+            number = math.nan if isinstance(value, bool) or not isinstance(value, (int, float)) else float(value)
+        except OverflowError:  # an int past float's range
+            number = math.inf
+        if not math.isfinite(number):
+            raise InputError(path, f"{where}: value", raw, f"a finite number of {unit}")
+        value = number * scale
+        if not 0 < value <= limit:
+            raise InputError(path, f"{where}: value", raw, f"a number above 0 and at most {limit:g} {unit} (the "
+                             f"candidate's {'area' if kind == 'synth_area' else 'average power'}; more is a wrong "
+                             "unit or a typo)")
+        return value
+
+    figures: dict[str, tuple[float, str]] = {}  # component -> value, where it was given
+    if fmt == "json":
+        try:
+            data = json.loads(text)
+        except json.JSONDecodeError as error:
+            lines = text.splitlines()
+            shown_line = lines[error.lineno - 1] if error.lineno <= len(lines) else stripped
+            raise InputError(path, f"line {error.lineno}", _clip(shown_line), f"{what} ({error.msg})") from None
+        except RecursionError:
+            raise InputError(path, "JSON", _clip(stripped), f"{what} (nested too deeply)") from None
+        if not isinstance(data, dict) or not data:
+            raise InputError(path, "JSON", _clip(stripped), f"{what}, with at least one component")
+        for component, value in data.items():
+            where = f"key '{component}'"
+            figures[component] = (checked(where, component, value, value), where)
+        fmt_name, media = "json", "application/json"
+    else:
+        dialect = "excel-tab" if Path(path).suffix.lower() == ".tsv" else "excel"
+        reader = csv.reader(io.StringIO(text, newline=""), dialect=dialect)
+        header: list[str] | None = None
+        for row in reader:
+            number = reader.line_num
+            if not any(cell.strip() for cell in row) or row[0].lstrip().startswith("#"):
+                continue
+            cells = [cell.strip() for cell in row]
+            if header is None:
+                header = [cell.lower() for cell in cells]
+                if (any(c not in COMPONENT_COLUMNS for c in header) or "component" not in header
+                        or "value" not in header or len(set(header)) != len(header)):
+                    raise InputError(path, f"line {number}: header", _clip(",".join(cells)),
+                                     "columns component, value (required) and unit (optional), each once")
+                continue
+            if len(cells) > len(header):
+                raise InputError(path, f"line {number}", _clip(",".join(cells)),
+                                 f"at most {len(header)} cells ({','.join(header)})")
+            record = dict(zip(header, cells + [""] * (len(header) - len(cells))))  # a unit left out: the kind's
+            where = f"line {number}"
+            units = COMPONENT_UNITS[kind]
+            given_unit = record.get("unit") or unit
+            if given_unit not in units:
+                raise InputError(path, f"{where}: unit", given_unit, f"{', '.join(units)} ({kind})")
+            try:
+                value = float(record["value"])
+            except ValueError:
+                value = math.nan
+            component = record["component"]
+            if component in figures:
+                raise InputError(path, f"{where}: component", component,
+                                 f"each component once (also {figures[component][1]}); "
+                                 "import repeated measurements as separate files")
+            figures[component] = (checked(where, component, value, record["value"], units[given_unit]), where)
+        if header is None:
+            raise InputError(path, "header", "(none)", "a header row: component,value[,unit]")
+        if not figures:
+            raise InputError(path, "rows", 0, "at least one component row under the header")
+        fmt_name, media = "csv", "text/csv"
+    metrics = [dict(kind=kind, name=name, value=value, unit=unit, scope="total" if c == TOTAL else "component",
+                    scope_key="" if c == TOTAL else c) for c, (value, _) in figures.items()]
+    summary = {"components": sum(c != TOTAL for c in figures), "total": int(TOTAL in figures)}
+    return ParsedEvidence(fmt_name, metrics, media, "measurements", summary)
 
 
 def _clip(text: str, width: int = 60) -> str:

@@ -50,7 +50,7 @@ pd = _LazyPandas()
 # The stage whose runs produce each kind of evidence (metric_table reports that stage's status).
 STAGE_OF_KIND = {"source_counts": "analytical", "analytical": "analytical", "emulator_cycles": "emulator",
                  "emulator_host_time": "emulator", "numerics": "emulator", "rtl_cycles": "imported",
-                 "fpga_cycles": "imported"}
+                 "fpga_cycles": "imported", "synth_area": "imported", "power": "imported"}
 
 # ---- lookups ------------------------------------------------------------------------
 

@@ -351,12 +351,18 @@ class ExperimentLink(Base):
         return check_choice("experiment_link.relation", value, LINK_RELATIONS)
 
 
-CALIBRATION_SOURCES = ("emulator_cycles", "rtl_cycles", "fpga_cycles")
+# What a calibration is fitted to: cycles (the model's constants) or, per component, a
+# synthesis report's area or a power report's power (area / energy scale factors).
+CYCLE_CALIBRATION_SOURCES = ("emulator_cycles", "rtl_cycles", "fpga_cycles")
+PPA_CALIBRATION_SOURCES = ("synth_area", "power")
+CALIBRATION_SOURCES = CYCLE_CALIBRATION_SOURCES + PPA_CALIBRATION_SOURCES
 
 
 class Calibration(Base):
     """A fit of the analytical model's free constants for one chip (0003): the constants,
-    the evidence it was fitted to, and the model's error on that evidence before and after."""
+    the evidence it was fitted to, and the model's error on that evidence before and after.
+    A PPA calibration (source synth_area or power) has a factor per component as its
+    constants, and a point per candidate and component."""
 
     __tablename__ = "calibration"
 

@@ -670,12 +670,14 @@ class Store:
         note: str | None = None,
         command: str | None = None,
     ) -> ImportedEvidence:
-        """Record measurements made outside dse (RTL simulation, FPGA) for a candidate.
+        """Record measurements made outside dse (RTL simulation, FPGA, synthesis, power
+        analysis) for a candidate.
 
-        `path` is the framework's pmctrace NDJSON or a CSV of measurements (see
-        dse.records.evidence). The figures keep `kind` (rtl_cycles or fpga_cycles), never
-        merged with emulator cycles; they become one run of stage "imported", status
-        "ok", with the raw file as its artifact. A bad file, kind or candidate raises
+        `path` is the framework's pmctrace NDJSON or a CSV of measurements, or for
+        synth_area and power a component table (CSV or JSON; see dse.records.evidence).
+        The figures keep `kind` (`IMPORTED_METRIC_KINDS`), never merged with dse's own;
+        they become one run of stage "imported", status "ok", with the raw file as its
+        artifact. A bad file, kind or candidate raises
         InputError and writes nothing."""
         from dse.records.evidence import parse_evidence
 

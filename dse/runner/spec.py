@@ -128,7 +128,8 @@ class Stages(_Model):
     emulator: Literal["none", "top_k", "all"] = "none"
     top_k: int = Field(5, gt=0)
     # The analytical model with the newest calibration of the baseline chip in the store
-    # (`dse calibrate`), or uncalibrated.
+    # (`dse calibrate`: its cycles' constants, and its area and energy factors by component),
+    # or uncalibrated.
     calibration: Literal["newest", "none"] = "newest"
     # Area, energy and power beside cycles (`dse.ppa`: CACTI prices the memories); off,
     # the candidates have cycles only (and no CACTI is run).

@@ -600,13 +600,18 @@ def sweep_into_store(spec: Spec, db: str | Path = "records.db", progress: bool =
     with Store(db) as store:
         model_version = MODEL_VERSION
         if spec.model.stages.calibration == "newest":
-            from ..records.calibrations import latest_calibration
+            from ..records.calibrations import latest_calibration, latest_ppa_records, ppa_factors, ppa_version
 
             name = spec.baseline_chip.name
             cal = latest_calibration(store, name)
             if cal is not None:
                 work.calibration = {name: cal["constants"]}
                 model_version = f"{MODEL_VERSION}+calibration-{cal['id']}"
+            # the newest area (synth_area) and energy (power) factors by component
+            ppa = latest_ppa_records(store, name)
+            if ppa:
+                work.ppa_calibration = {name: ppa_factors(ppa)}
+                model_version += ppa_version(ppa)
         executor = make_executor(work, workers, cluster)
         try:
             return Sweep(spec, graph, store, executor, progress, model_version).run()
