@@ -24,9 +24,9 @@ from ..plan.chains import chain_elements, chain_extent, chain_parts
 from ..plan.graph_plan import Copy, OpPlan, copy_elements, plan_graph
 from ..plan.grouped import on_matrix
 from ..plan.matmul import MatmulPlans, plan_matmuls
-from ..plan.memory import pad
+from ..plan.memory import pad, padded_shape
 from ..plan.split import busiest_elements
-from ..plan.units import sync_after, too_many_workers
+from ..plan.units import conv_pad, sync_after, too_many_workers
 from ..workload.graph import Graph, scale_array
 from .stream_cost import StreamCosts
 
@@ -228,6 +228,7 @@ class GraphCost:
             workers_used = np.where(feasible, plans.workers_used, workers_used)
             preload = np.where(feasible & (plans.shared_bytes > 0), plans.preload_cycles, 0)
             act = self._activity(plan.gemm, plans)
+            charges.workspace_bytes = charges.workspace_bytes + self._conv_workspace(plan)
             for name in ("bank_reads", "bank_writes", "shared_reads", "shared_writes"):
                 setattr(charges, name, getattr(charges, name) + np.where(feasible, getattr(act, name), 0))
             charges.ball_macs = charges.ball_macs + np.where(feasible, act.macs, 0)
@@ -258,6 +259,19 @@ class GraphCost:
                       *[own(np.where(feasible, np.round(getattr(charges, f)), 0)) for f in ACTIVITY_FIELDS],
                       own(np.where(feasible, workspace + charges.workspace_bytes, 0)))
 
+    def _conv_workspace(self, plan: OpPlan) -> int:
+        """DRAM a conv's copies lay out beyond the plan's tensors: the zero-padded image
+        (`pad`) and the gathered A (`gather`: M x K int8, padded)."""
+        out = 0
+        for copy in plan.copies:
+            if copy.kind == "pad":
+                n, *spatial, C = copy.shape
+                padded = tuple(s + lo + hi for s, (lo, hi) in zip(spatial, conv_pad(plan.op)))
+                out += pad(math.prod(padded_shape((n, *padded, C))), 64)
+            elif copy.kind == "gather":
+                out += pad(pad(plan.gemm.M) * pad(plan.gemm.K), 64)
+        return out
+
     def _activity(self, shape: MatmulShape, plans: MatmulPlans):
         """The picked tiles' activity (`matmul_activity`), once per shape."""
         if shape not in self.activity:
@@ -273,6 +287,8 @@ class GraphCost:
         (reading its operands as they are: only their unblock / standardise copies)."""
         on = on_matrix(self.graph, plan, self.params, self._overlapped(plan.gemm))
         ball = self.op_cost(replace(plan, unit="conv"))
+        g = plan.gemm  # the Ball path's accumulator, unblocked into the plan's matrix after it
+        ball.workspace_bytes = ball.workspace_bytes + np.where(ball.feasible, pad(g.batch * pad(g.M) * pad(g.N) * 4, 64), 0)
         core = self.op_cost(replace(plan, unit="core", after=(),
                                     copies=tuple(c for c in plan.copies if c.kind not in ("pad", "gather"))))
         return OpCost(*[np.where(on, getattr(ball, f.name), getattr(core, f.name)) for f in fields(OpCost)])

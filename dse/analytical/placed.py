@@ -513,7 +513,7 @@ def estimate_layers(graph, candidates: Sequence[Candidate], calibration=None
                 activity = op_activity(all_rows.assign(candidate=0), 1)
                 for name in ACTIVITY_SUMMED:
                     row[name] = float(activity[name][0]) * lay.requests
-                row["workspace_bytes"] = float(activity["workspace_bytes"][0])  # the program's own, once
+                row["workspace_bytes"] = float(activity["workspace_bytes"][0]) * lay.requests  # each request's own
                 # the hand-offs' loads land in the tile's shared banks
                 row["shared_writes"] += extra_bytes // c.chip.banks.row_bytes * lay.requests
                 row["utilisation"] = row["busy_cycles"] / max(cores * latency, 1)

@@ -37,7 +37,8 @@ import numpy as np
 
 from ..cost.dma import candidate_dma_cycles
 from ..mapping import CandidateArrays
-from ..plan.graph_plan import plan_graph
+from ..plan.graph_plan import dram_footprint, plan_graph
+from ..plan.memory import itemsize, pad, padded_shape
 from ..plan.spans import SharedStack, SpanError, shared_stack, span_graph, span_partition, time_axes
 from .graph_cost import ACTIVITY_FIELDS, OpCost, graph_costs
 
@@ -202,6 +203,13 @@ def _span_costs(graph, params: CandidateArrays, chips, workers: int, mapping=Non
         if name in later:
             computed = computed - (params.barrier_cycles + later[name][2]) * len(present)
         halo.append(np.maximum(computed - whole[name].cycles, 0))
+    # DRAM: the spans' lowering lays out the assembled output, each span graph's own tensors
+    # and (shared weights) the stack's blocked copies, in place of the whole graph's tensors
+    final = pad(math.prod(padded_shape(tuple(spec.shape))) * itemsize(spec.dtype), 64)
+    extra = final + sum(dram_footprint(sg) for sg in graphs) - dram_footprint(graph)
+    if usable is not None:
+        extra += sum(pad(w.tiles * w.tile_bytes, 64) for wave in usable.waves for w in wave)
+    result[0].workspace_bytes = result[0].workspace_bytes + extra
     return result, np.stack(halo)
 
 

@@ -102,21 +102,24 @@ def plan_graph(graph: Graph, fusion: str | None = None, channels_last: bool | No
     if key not in plans:
         walk = _Walk(graph, fusion == "fuse", channels_last)
         plans[key] = walk.run()
-        graph.__dict__.setdefault("plan_dram_bytes", {})[key] = walk.dram.top
+        graph.__dict__.setdefault("plan_dram_bytes", {})[key] = (walk.dram.top, walk.weight_bytes)
     return plans[key]
 
 
-def dram_footprint(graph: Graph, fusion: str | None = None, channels_last: bool | None = None) -> int:
+def dram_footprint(graph: Graph, fusion: str | None = None, channels_last: bool | None = None,
+                   requests: int = 1) -> int:
     """The DRAM the plan of `graph` places (every tensor in its own padded buffer: inputs,
-    weights, results and the copies' temporaries), in bytes."""
+    weights, results and the copies' temporaries), in bytes; with several `requests`, each
+    has its own tensors but the weights are placed once (`dse.lower.lower_layers`)."""
     plan_graph(graph, fusion, channels_last)
     known = graph.__dict__.setdefault("plan_dram_bytes", {})
     key = (fusion, channels_last)
-    if key not in known:  # plans kept from before footprints were (a cached graph): walked again
+    if not isinstance(known.get(key), tuple):  # plans kept from before footprints were (a cached graph)
         walk = _Walk(graph, fusion == "fuse", channels_last)
         walk.run()
-        known[key] = walk.dram.top
-    return known[key]
+        known[key] = (walk.dram.top, walk.weight_bytes)
+    top, weights = known[key]
+    return requests * top - (requests - 1) * weights
 
 
 def stored_loc(dram: Dram, graph: Graph, name: str, orders: dict, value=None) -> Loc:
@@ -142,6 +145,7 @@ class _Walk:
         self.chains = score_chains(graph) if fuse else {}
         self.chained = {op.name: chain for chain in self.chains.values() for op in chain[:-1]}
         self.dram = Dram()  # placement only: no data
+        self.weight_bytes = 0  # of the DRAM placed, the weights' (each placed once, whatever the requests)
         self.locs: dict[str, Loc] = {}
         self.unblocked: dict[str, Loc] = {}
         for name in graph.inputs:
@@ -150,7 +154,9 @@ class _Walk:
     def loc(self, name: str) -> Loc:
         if name not in self.locs:  # a weight, placed on first use
             spec = self.graph.tensors[name]
+            top = self.dram.top
             self.locs[name] = self.dram.tensor(spec.shape, spec.dtype)
+            self.weight_bytes += self.dram.top - top
         return self.locs[name]
 
     def logical(self, name: str, copies: list[Copy]) -> Loc:

@@ -45,6 +45,7 @@ def agreement_points(chip, recipes: Iterable[str] | None = None, workers: Iterab
                     skipped.append(f"{label}: {model['reason']}")
                     continue
                 ((components,), _) = assess_candidates([model], [cand], [float(dram_footprint(pipe.graph))], {})
+                # (assess_candidates adds the ops' workspace to the plan's footprint, in `model`)
                 try:
                     lowered = lower(pipe.graph, cand, inputs)
                 except Infeasible as exc:
@@ -60,6 +61,7 @@ def agreement_points(chip, recipes: Iterable[str] | None = None, workers: Iterab
                        "model_energy_uj": model["energy_uj"], "emulator_energy_uj": emu.totals["energy_uj"],
                        "model_leakage_uj": model["leakage_energy_uj"],
                        "emulator_leakage_uj": emu.totals["leakage_energy_uj"],
+                       "model_footprint": model["dram_footprint_bytes"], "emulator_footprint": float(res.dram.size),
                        "model_components": components.get("energy_uj", {}),
                        "emulator_components": emu.components.get("energy_uj", {})}
                 for name in ACTIVITY:

@@ -105,7 +105,7 @@ def assess_totals(chips: Sequence[object], cores: Sequence[Mapping[int, object] 
     activity["dram_bytes"] = np.array([float(t.get("dma_bytes", 0.0) or 0.0) for t in totals])
     a: Assessment = assess(held, activity, latency, tables, which)
     if per_op is not None and not per_op.empty:
-        per_op["energy_uj"] = op_energy(tables, [held[k] if k >= 0 else None for k in which], per_op)
+        per_op["energy_uj"] = op_energy(tables, held, which, per_op)
     out = []
     sram: dict = {}
     for i in range(n):
@@ -153,21 +153,23 @@ OP_ACTIVITY = {"macs": "ball_macs", "bank_reads": "bank_reads", "bank_writes": "
                "dram_bytes": "dma_bytes"}
 
 
-def op_energy(tables, held: Sequence, per_op) -> np.ndarray:
-    """Each op's energy (uJ) in a per-op frame (its ``candidate`` column indexing `held`):
-    its actions priced as the totals are, plus the candidate's leakage and its cores' idle
-    energy over the op's cycles (NaN where the candidate has no holdings). Summed over an
-    SPMD candidate's ops this is its energy; a placement whose stages run at once overlaps
-    their ops' cycles, so there the sum exceeds the total."""
+def op_energy(tables, held: Sequence, which: np.ndarray, per_op) -> np.ndarray:
+    """Each op's energy (uJ) in a per-op frame (its ``candidate`` column indexing `which`,
+    each candidate's index in the distinct `held`, -1: none): its actions priced as the
+    totals are, plus the candidate's leakage and its cores' idle energy over the op's cycles
+    (NaN where the candidate has no holdings). Summed over an SPMD candidate's ops this is
+    its energy; a placement whose stages run at once overlaps their ops' cycles, so there
+    the sum exceeds the total."""
     from .energy import STREAM_BALLS
 
-    cand = per_op["candidate"].to_numpy()
-    n = len(held)
-    price = np.zeros((n, len(ACTIVITY)))
-    leak = np.full(n, np.nan)
-    idle_pj = np.zeros(n)
-    cores = np.zeros(n)
-    clock = np.full(n, np.nan)
+    g = len(held)
+    at = np.asarray(which, dtype=np.int64)
+    cand = np.where(at < 0, g, at)[per_op["candidate"].to_numpy()]  # row g: none
+    price = np.zeros((g + 1, len(ACTIVITY)))
+    leak = np.full(g + 1, np.nan)
+    idle_pj = np.zeros(g + 1)
+    cores = np.zeros(g + 1)
+    clock = np.full(g + 1, np.nan)
     for i, h in enumerate(held):
         if h is None:
             continue

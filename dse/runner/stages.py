@@ -184,7 +184,8 @@ def add_ppa(rows: list[dict], cands: list[Candidate], footprints, ppa_calibratio
 def _footprints(graph, cands: list[Candidate]) -> list[float]:
     from ..plan.graph_plan import dram_footprint
 
-    return [float(dram_footprint(graph, c.mapping.fusion, c.mapping.channels_last)) for c in cands]
+    return [float(dram_footprint(graph, c.mapping.fusion, c.mapping.channels_last, c.mapping.requests or 1))
+            for c in cands]
 
 
 def analytical_graph(recipe: str, params: dict, quantization: str | None = None):
