@@ -259,7 +259,7 @@ class ComponentFigures:
         0 where a candidate has no such component."""
         table = self.parts.pivot_table(index="candidate_id", columns="component", values=metric, aggfunc="last",
                                        sort=False)
-        order = [c for c in dict.fromkeys(self.parts["component"])]
+        order = sorted(dict.fromkeys(self.parts["component"]), key=_component_order)
         return table.reindex(index=self.candidates, columns=order).fillna(0.0).astype(float)
 
 
@@ -298,10 +298,12 @@ def component_figures(connection, experiment_id: int, candidate_ids: list[int], 
     wide["rank"] = wide["component"].map(_component_order)
     wide = wide.sort_values(["order", "rank"]).drop(columns=["order", "rank"]).reset_index(drop=True)
     wide.columns.name = None
+    # That run's totals (NaN where it recorded none).
     totals = rows[rows["scope"] == "total"].astype({"value": float}).pivot_table(
-        index=["candidate_id", "run_id"], columns="name", values="value", aggfunc="last")
-    totals = totals.reindex(columns=list(COMPONENT_TOTALS)).reset_index().set_index("candidate_id")
+        index="candidate_id", columns="name", values="value", aggfunc="last")
+    present = [i for i in ids if i in latest.index]
+    totals = totals.reindex(index=present, columns=list(COMPONENT_TOTALS))
+    totals.insert(0, "run_id", latest.reindex(present).astype(int))
     totals.columns.name = None
-    present = [i for i in ids if i in set(wide["candidate_id"])]
-    return ComponentFigures(kind, wide.astype({"candidate_id": int, "run_id": int}),
-                            totals.reindex(present))
+    totals.index.name = "candidate_id"
+    return ComponentFigures(kind, wide.astype({"candidate_id": int, "run_id": int}), totals)

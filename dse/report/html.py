@@ -23,7 +23,7 @@ from ..records import Store
 from .data import (COMPONENT_TOTALS, PPA_KINDS, ExperimentView, accepted_candidates, changes, experiment_view,
                    meaningful_candidates)
 from .figures import (component_plot, core_time_plot, history_plot, model_vs_emulator_plot, op_breakdown_plot,
-                      pareto_plot)
+                      pareto_panels, pareto_plot)
 from .interactive import PPA_PAIRS, experiment_figures, history_figure, ppa_pareto_name
 
 
@@ -249,16 +249,15 @@ def _ppa_section(view: ExperimentView, labels: dict[int, str], directions: dict[
             parts, labels, title=f"{exp['name']}: area and energy by component ({kind})")
     pairs = []
     feasible = table["status"] == "ok"
-    for x, y in PPA_PAIRS:
-        if not (x in table and y in table and (feasible & table[x].notna() & table[y].notna()).any()):
-            continue
-        name = ppa_pareto_name(x, y)
-        plot = pareto_plot(table, x=x, y=y, directions=(directions.get(x, "minimize"), directions.get(y, "minimize")),
-                           baseline_id=view.baseline_id, best_id=view.best_id,
-                           title=f"{exp['name']}: {y} vs {x} (analytical)")
-        figures[name] = plot
-        front = sorted(int(i) for i in plot.data.loc[plot.data["on_front"], "candidate_id"])
-        pairs.append({"name": name, "x": x, "y": y, "front": front})
+    drawn = [(x, y) for x, y in PPA_PAIRS
+             if x in table and y in table and (feasible & table[x].notna() & table[y].notna()).any()]
+    if drawn:  # one PNG of the pairs side by side (the HTML draws each interactively)
+        figures["ppa_pareto"], plots = pareto_panels(
+            table, drawn, directions, baseline_id=view.baseline_id, best_id=view.best_id,
+            title=f"{exp['name']}: latency, energy and area (analytical)")
+        for plot in plots:
+            front = sorted(int(i) for i in plot.data.loc[plot.data["on_front"], "candidate_id"])
+            pairs.append({"name": ppa_pareto_name(plot.x, plot.y), "x": plot.x, "y": plot.y, "front": front})
     op_energy = view.op_metric_of(list(labels), "energy_uj") if labels else pd.DataFrame()
     shown = [i for i in labels if i in op_energy.index]
     if shown and len(op_energy.columns):

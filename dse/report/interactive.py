@@ -112,13 +112,22 @@ def _axis(values: np.ndarray) -> tuple[np.ndarray, bool]:
 
 def pareto_figure(table: pd.DataFrame, x: str, y: str, directions: tuple[str, str], *, passing: np.ndarray,
                   exprs: list[str], baseline_id: int | None, accepted: set[int], title: str = "",
-                  best_id: int | None = None) -> tuple[go.Figure, pd.DataFrame]:
+                  best_id: int | None = None, changes: dict[int, str] | None = None) -> tuple[go.Figure, pd.DataFrame]:
     """The Pareto plot: feasible candidates, the front, those passing acceptance, the
     baseline, the best (the verdict's, when given) and the accepted ones; infeasible,
     pruned and failed ones along the top edge at their x (they have no y), their reason in
-    the hover; the acceptance region shaded."""
+    the hover; the acceptance region shaded. `changes`: a memo of the rows' hover text of
+    their changes (by row position), for several plots of one table (building it is most of
+    a plot's time at 100,000 candidates)."""
     data = pareto_data(table, x, y, directions, passing)
     diffs = table["diff"].to_numpy() if "diff" in table else np.full(len(table), "")
+    memo = {} if changes is None else changes
+
+    def changed(idx: int) -> str:
+        text = memo.get(idx)
+        if text is None:
+            text = memo[idx] = _changes(diffs[idx])
+        return text
     ok = data[data["feasible"]]
 
     def hover(rows: pd.DataFrame, with_reason: bool = False) -> list[str]:
@@ -128,7 +137,7 @@ def pareto_figure(table: pd.DataFrame, x: str, y: str, directions: tuple[str, st
                      f"{_label(x)}: {_num(r.x)}", f"{_label(y)}: {_num(r.y)}" if r.status == "ok" else ""]
             if with_reason and r.reason:
                 lines.append("reason: " + html.escape(r.reason[:200]))
-            lines.append(_changes(diffs[idx]))
+            lines.append(changed(idx))
             out.append("<br>".join(line for line in lines if line))
         return out
 
@@ -391,10 +400,11 @@ def experiment_figures(view, x: str | None = None, y: str | None = None) -> dict
     y = y or objectives[0]["metric"]
     x = x or (objectives[1]["metric"] if len(objectives) > 1 else "private_sram_bytes")
     accepted = accepted_candidates(view.decisions)
+    changes: dict[int, str] = {}  # the Pareto plots' hover text of each candidate's changes, made once
     figures = {"pareto": pareto_figure(table, x, y, (directions.get(x, "minimize"), directions.get(y, "minimize")),
                                        passing=view.passing, exprs=[c["expr"] for c in exp["acceptance"]],
                                        baseline_id=view.baseline_id, accepted=accepted, best_id=view.best_id,
-                                       title=f"{exp['name']}: {_label(y)} vs {_label(x)}")[0]}
+                                       title=f"{exp['name']}: {_label(y)} vs {_label(x)}", changes=changes)[0]}
     parallel, drawn = parallel_figure(table, objectives, title=f"{exp['name']}: knobs to objectives")
     if len(drawn):
         figures["parallel"] = parallel
@@ -403,18 +413,19 @@ def experiment_figures(view, x: str | None = None, y: str | None = None) -> dict
     labels = {i: label for i, label in labels.items() if i in op_cycles.index}
     if labels and len(op_cycles.columns):
         figures["ops"] = op_cycles_figure(op_cycles, labels, title=f"{exp['name']}: analytical cycles per op")
-    figures.update(ppa_figures(view, meaningful_candidates(table, view.baseline_id, view.best_id, accepted)))
+    figures.update(ppa_figures(view, meaningful_candidates(table, view.baseline_id, view.best_id, accepted),
+                               changes))
     if len(view.emulated):
         figures["model_vs_emulator"] = model_vs_emulator_figure(
             view.emulated, title=f"{exp['name']}: analytical estimate vs emulator cycles")
     return figures
 
 
-def ppa_figures(view, labels: dict[int, str]) -> dict[str, go.Figure]:
+def ppa_figures(view, labels: dict[int, str], changes: dict[int, str] | None = None) -> dict[str, go.Figure]:
     """`experiment_figures`' area, energy and power figures: "op_energy", "components_<kind>"
     and the "ppa_<y>_<x>" Pareto plots (`PPA_PAIRS`, analytical), the first two of the
     labelled candidates (`labels`: the baseline, best and accepted ones), each figure when
-    its metrics are recorded."""
+    its metrics are recorded. `changes`: `pareto_figure`'s memo, shared with other plots."""
     from .data import PPA_KINDS, accepted_candidates
 
     exp, table = view.exp, view.table
@@ -432,10 +443,12 @@ def ppa_figures(view, labels: dict[int, str]) -> dict[str, go.Figure]:
     directions = {o["metric"]: o.get("direction", "minimize") for o in view.objectives}
     accepted = accepted_candidates(view.decisions)
     feasible = table["status"] == "ok"
+    memo = {} if changes is None else changes
     for x, y in PPA_PAIRS:
         if x in table and y in table and (feasible & table[x].notna() & table[y].notna()).any():
             figures[ppa_pareto_name(x, y)] = pareto_figure(
                 table, x, y, (directions.get(x, "minimize"), directions.get(y, "minimize")), passing=view.passing,
                 exprs=[c["expr"] for c in exp["acceptance"]], baseline_id=view.baseline_id, accepted=accepted,
-                best_id=view.best_id, title=f"{exp['name']}: {_label(y)} vs {_label(x)} (analytical)")[0]
+                best_id=view.best_id, title=f"{exp['name']}: {_label(y)} vs {_label(x)} (analytical)",
+                changes=memo)[0]
     return figures
