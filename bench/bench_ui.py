@@ -49,6 +49,8 @@ metric = "latency_cycles"
 metric = "private_sram_bytes"
 """
 OPS = ("matmul_1", "relu_1", "matmul_2")
+COMPONENTS = ("private_sram", "matrix", "relu", "cores", "dma", "dram")
+UNITS = {"area_mm2": "mm2", "energy_uj": "uJ", "power_mw": "mW"}
 
 
 
@@ -59,8 +61,9 @@ def report(label: str, seconds: float, target: float, unit: str = "s") -> None:
 
 def populate(url: str, n: int) -> None:
     """One experiment of n candidates (a grid over banks, rows and workers), each with an
-    analytical run: 90% ok with the spec's total metrics and per-op cycles, the rest
-    infeasible with a reason. Bulk inserts: the point is reading it back."""
+    analytical run: 90% ok with the spec's total metrics, area, energy and power (totals, by
+    component, per op) and per-op cycles, the rest infeasible with a reason. Bulk inserts:
+    the point is reading it back."""
     rng = random.Random(17)
     with Store(url) as store:
         exp = store.create_experiment(
@@ -93,15 +96,27 @@ def populate(url: str, n: int) -> None:
                     continue
                 latency = rng.uniform(1e5, 1e7)
                 sram = rng.choice([64, 128, 256, 512]) * 1024 * rng.randint(1, 20)
+                # what the candidate costs (dse.ppa), as a sweep records it: totals, by component, per op
+                parts = {c: (rng.uniform(0.01, 0.5), rng.uniform(1.0, 2000.0)) for c in COMPONENTS}
+                area, energy = sum(a for a, _ in parts.values()), sum(e for _, e in parts.values())
                 values = {"latency_cycles": latency, "compute_cycles": latency * 0.6, "dma_cycles": latency * 0.3,
                           "core_cycles": latency * 0.1, "dma_bytes": rng.uniform(1e5, 1e7), "peak_sram_bytes": sram * 0.8,
-                          "private_sram_bytes": sram, "private_sram_per_core_bytes": sram / 4}  # fmt: skip
+                          "private_sram_bytes": sram, "private_sram_per_core_bytes": sram / 4,
+                          "area_mm2": area, "energy_uj": energy, "power_mw": energy / latency * 1e6}  # fmt: skip
                 for name, value in values.items():
                     metrics.append({"run_id": run_id, "kind": "analytical", "name": name, "value": value,
-                                    "unit": "bytes" if "bytes" in name else "cycles", "scope": "total", "scope_key": ""})
+                                    "unit": UNITS.get(name, "bytes" if "bytes" in name else "cycles"), "scope": "total",
+                                    "scope_key": ""})
                 for op in OPS:
                     metrics.append({"run_id": run_id, "kind": "analytical", "name": "cycles", "value": latency / 3,
                                     "unit": "cycles", "scope": "op", "scope_key": op})
+                    metrics.append({"run_id": run_id, "kind": "analytical", "name": "energy_uj", "value": energy / 3,
+                                    "unit": "uJ", "scope": "op", "scope_key": op})
+                for component, (a, e) in parts.items():
+                    metrics.append({"run_id": run_id, "kind": "analytical", "name": "area_mm2", "value": a,
+                                    "unit": "mm2", "scope": "component", "scope_key": component})
+                    metrics.append({"run_id": run_id, "kind": "analytical", "name": "energy_uj", "value": e,
+                                    "unit": "uJ", "scope": "component", "scope_key": component})
             for start in range(0, len(metrics), 200_000):
                 connection.execute(insert(Metric), metrics[start:start + 200_000])
             latest.rebuild(connection)  # what the store's own writes keep, for these bulk rows
@@ -150,6 +165,10 @@ def bench_pages(url: str, repeat: int, n: int) -> None:
         for label, path in (("Pareto plot data, every candidate", "/experiments/1/pareto.json"),
                             ("parallel coordinates data", "/experiments/1/parallel.json"),
                             ("cycles per op (baseline, best, accepted)", "/experiments/1/ops.json"),
+                            ("energy per op (baseline, best, accepted)", "/experiments/1/ops.json?metric=energy_uj"),
+                            ("area and energy by component (analytical)", "/experiments/1/components.json"),
+                            ("latency vs energy Pareto plot data", "/experiments/1/pareto.json?x=energy_uj&y=latency_cycles"),
+                            ("candidate page's by-component bars", "/candidates/5000/components.json"),
                             ("model vs emulator (no emulator run here)", "/experiments/1/model-vs-emulator.json"),
                             ("live view poll (after the last 20 candidates)", f"/experiments/1/live.json?after={n - 20}")):
             size = fetch(base + path)

@@ -21,9 +21,12 @@ import urllib.request
 import pandas as pd
 import pytest
 
+from dse.ppa.components import COMPONENTS
 from dse.records import Store
+from dse.report.html import fmt_value
 from dse.ui import queries
 from pg import pg_server, pg_url  # noqa: F401  (fixtures)
+from ppa_expect import stored
 from uiserver import EXPERIMENTS, Console, chromium, dse_ui_process, dse_ui_thread, make_store
 
 
@@ -154,6 +157,11 @@ def test_bad_urls_and_unknown_records_are_error_pages_with_their_status(server):
         ("/experiments/1/live.json?after=-1", 400, "after"),
         ("/experiments/1/live.json?watch=1,x", 400, "watch"),
         ("/experiments/999/ops.json", 404, "999"),
+        ("/experiments/1/ops.json?metric=tile_m", 400, "tile_m"),
+        ("/experiments/1/components.json?kind=rtl_cycles", 400, "rtl_cycles"),
+        ("/experiments/1?ppa_x=power_mw", 400, "ppa_x"),
+        ("/candidates/99999/components.json", 404, "99999"),
+        ("/candidates/1/components.json?kind=numerics", 400, "numerics"),
     ):
         got, body, _ = get(server + path)
         assert got == status, (path, got)
@@ -427,6 +435,116 @@ def test_knobs_ops_and_model_vs_emulator_charts(server, store_db, page, tmp_path
         assert f'id="{div}"' in html
     assert f"baseline (#{exp['baseline_candidate_id']}), best (#{best})" in html
     assert sorted(report.view.emulated["candidate_id"]) == sorted(emu["candidate_id"])
+
+
+# ---- area, energy and power ------------------------------------------------------------------
+
+
+def _segments(page, div: str) -> dict[tuple[str, str], dict[str, float]]:
+    """A by-component figure as drawn: (x axis, bar label) -> {component: value}, in trace order."""
+    traces = page.evaluate("(div) => document.getElementById(div)._fullData"
+                           ".map(t => [t.name, t.xaxis, Array.from(t.x), Array.from(t.y)])", div)
+    out: dict = {}
+    for name, axis, xs, ys in traces:
+        for label, value in zip(ys, xs):
+            out.setdefault((axis, label), {})[name] = value
+    return out
+
+
+def _check_components(page, div: str, s, kind: str, labels: dict[int, str]) -> None:
+    """The figure's bars are the stored figures of `kind`, in component order, summing to the totals."""
+    bars = _segments(page, div)
+    assert {label for _, label in bars} == {f"{label} (c{i})" for i, label in labels.items()}
+    for ident, label in labels.items():
+        parts = s.component(kind, ident)
+        for axis, metric in (("x", "area_mm2"), ("x2", "energy_uj")):
+            segments = bars[(axis, f"{label} (c{ident})")]
+            assert list(segments) == [c for c in COMPONENTS if c in parts.index]
+            assert segments == parts[metric].to_dict()
+            assert sum(segments.values()) == pytest.approx(s.totals[kind].loc[ident, metric], rel=1e-12)
+
+
+def _front(page, div: str) -> dict[str, list[int]]:
+    """The Pareto plot's marked candidates: trace name (before its count) -> candidate ids."""
+    traces = page.evaluate("(div) => document.getElementById(div)._fullData"
+                           ".map(t => [t.name, t.customdata ? Array.from(t.customdata) : []])", div)
+    return {name.split(" (")[0]: [int(i) for i in ids] for name, ids in traces}
+
+
+def test_area_energy_and_power_on_the_experiment_page(server, store_db, page):
+    s = stored(store_db, "emulated")
+    page.goto(server + f"/experiments/{s.experiment_id}")
+    _plots_drawn(page)
+    # By component, each evidence kind its own figure: the emulator ran the two fastest only.
+    _check_components(page, "components-analytical", s, "analytical", {s.baseline: "baseline", s.best: "best"})
+    _check_components(page, "components-emulator_cycles", s, "emulator_cycles", {s.best: "best"})
+    summary = page.inner_text("#components-emulator_cycles-summary")
+    assert f"Without emulator_cycles figures: baseline (candidate {s.baseline})" in summary
+    total = s.totals["emulator_cycles"].loc[s.best]
+    assert f"best (candidate {s.best}): {float(f'{total.area_mm2:.4g}'):,} mm²" in summary
+
+    # Latency against energy (the default), then area against energy from the selector.
+    marked = _front(page, "ppa-pareto")
+    assert set(marked["Pareto front"]) == s.hand_front("energy_uj", "latency_cycles") == \
+        s.front("energy_uj", "latency_cycles")
+    assert marked["baseline"] == [s.baseline] and marked["best"] == [s.best]
+    assert page.evaluate("document.getElementById('ppa-pareto')._fullLayout.xaxis.title.text") == "energy uj"
+    page.select_option("select[name=ppa_x]", "area_mm2")
+    page.select_option("select[name=ppa_y]", "energy_uj")
+    page.click("#ppa-plot")
+    page.wait_for_url(re.compile(r"ppa_x=area_mm2&ppa_y=energy_uj"))
+    page.wait_for_selector("#ppa-pareto[data-ready='1']")
+    marked = _front(page, "ppa-pareto")
+    assert set(marked["Pareto front"]) == s.hand_front("area_mm2", "energy_uj") == s.front("area_mm2", "energy_uj")
+    front = sorted(s.hand_front("area_mm2", "energy_uj"))
+    assert f"on the front ({len(front)}): candidates {', '.join(map(str, front))}" in \
+        page.inner_text("#ppa-pareto-summary")
+    drawn = page.evaluate("""() => Object.fromEntries(document.getElementById('ppa-pareto')._fullData
+        .filter(t => t.name.startsWith('feasible') || t.name.startsWith('passes'))
+        .flatMap(t => Array.from(t.customdata).map((c, i) => [c, [t.x[i], t.y[i]]])))""")
+    t = s.totals["analytical"]
+    assert {int(k): v for k, v in drawn.items()} == {i: [t.loc[i, "area_mm2"], t.loc[i, "energy_uj"]]
+                                                     for i in t.index[t["status"] == "ok"]}
+
+    # Energy per op of the baseline and the best, summing to each one's energy.
+    ops = page.evaluate("document.getElementById('op-energy')._fullData.map(t => [t.name, Array.from(t.x), Array.from(t.y)])")
+    recorded = s.op_energy.dropna(subset=["energy_uj"])
+    for n, (ident, label) in enumerate(((s.baseline, "baseline"), (s.best, "best"))):
+        mine = recorded[recorded["candidate_id"] == ident].set_index("scope_key")["energy_uj"]
+        assert all(o[2][n] == f"{label} (c{ident})" for o in ops)
+        assert {o[0]: o[1][n] for o in ops} == mine.to_dict()
+        assert sum(mine) == pytest.approx(t.loc[ident, "energy_uj"], rel=1e-9)
+
+    # The candidate table: area, energy and power as recorded.
+    ids = [int(i) for i in page.eval_on_selector_all("#candidates tbody tr", "rows => rows.map(r => r.dataset.id)")]
+    assert sorted(ids) == sorted(t.index)
+    for metric in ("area_mm2", "energy_uj", "power_mw"):
+        assert _column(page, metric) == [fmt_value(t.loc[i, metric]) for i in ids]
+    assert page.console.errors == []
+
+
+def test_candidate_page_shows_area_and_energy_by_component(server, store_db, page):
+    s = stored(store_db, "emulated")
+    for ident, kinds in ((s.best, ("analytical", "emulator_cycles")), (s.baseline, ("analytical",))):
+        page.goto(server + f"/candidates/{ident}")
+        assert page.locator("table.components").count() == len(kinds)
+        label = "baseline" if ident == s.baseline else "this candidate"
+        for kind in kinds:
+            page.wait_for_selector(f"#components-{kind}[data-ready='1']")
+            _check_components(page, f"components-{kind}", s, kind, {ident: label})
+            rows = page.eval_on_selector_all(f"#components-table-{kind} tbody tr",
+                                             "rows => rows.map(r => [r.dataset.component, "
+                                             "...[...r.cells].slice(1).map(c => c.textContent.trim())])")
+            parts, total = s.component(kind, ident), s.totals[kind].loc[ident]
+            assert [r[0] for r in rows] == [c for c in COMPONENTS if c in parts.index] + ["total", "power"]
+            for component, area, area_share, energy, energy_share in rows[:-2]:
+                part = parts.loc[component]
+                assert [area, energy] == [fmt_value(part["area_mm2"]), fmt_value(part["energy_uj"])]
+                assert area_share == f"{100 * part['area_mm2'] / total['area_mm2']:.1f} %"
+                assert energy_share == f"{100 * part['energy_uj'] / total['energy_uj']:.1f} %"
+            assert [rows[-2][1], rows[-2][3]] == [fmt_value(total["area_mm2"]), fmt_value(total["energy_uj"])]
+            assert rows[-1][3] == fmt_value(total["power_mw"])
+    assert page.console.errors == []
 
 
 def test_compare_three_candidates_and_across_experiments(server, store_db, page):

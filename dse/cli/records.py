@@ -421,7 +421,7 @@ def cmd_compare(args) -> int:
     with open_store(args.db) as store:
         cand_a, cand_b = store.candidate(a), store.candidate(b)
         fields = store.compare(a, b)
-        metrics = store.compare_metrics(a, b, scope=args.scope)
+        metrics = _scoped_metrics(store, a, b, args.scope)
         exp_a = store.experiment(cand_a["experiment_id"])
         exp_b = store.experiment(cand_b["experiment_id"])
     print(f"A = candidate {a} ({cand_a['experiment']}), B = candidate {b} ({cand_b['experiment']})")
@@ -456,7 +456,7 @@ def cmd_compare(args) -> int:
     else:
         view = shown[["kind", "name", "unit"]].copy()
         if args.scope != "total":
-            view.insert(3, "key", shown["scope_key"])
+            view.insert(3, _KEY_HEADER.get(args.scope, "key"), shown["scope_key"])
         view["A"] = shown["a"].map(_num)
         view["B"] = shown["b"].map(_num)
         view["delta"] = shown["delta"].map(_num)
@@ -475,6 +475,39 @@ def cmd_compare(args) -> int:
     return 0
 
 
+# What a scope's key names, as a column heading.
+_KEY_HEADER = {"component": "component", "op": "op", "core": "core"}
+# The key of a by-component metric's total (the recorded total of that metric and kind).
+COMPONENT_TOTAL = "(total)"
+
+
+def _scoped_metrics(store, a: int, b: int, scope: str):
+    """`Store.compare_metrics` of a scope; by component (area and energy of `dse.ppa`'s
+    components) in `COMPONENTS` order, each metric's recorded total after its components
+    (key "(total)"), so the parts read against the whole, kind by kind."""
+    metrics = store.compare_metrics(a, b, scope=scope)
+    if scope != "component" or metrics.empty:
+        return metrics
+    pd = _pandas()
+    totals = store.compare_metrics(a, b, scope="total")
+    pairs = set(zip(metrics["kind"], metrics["name"]))
+    totals = totals[[pair in pairs for pair in zip(totals["kind"], totals["name"])]].assign(scope_key=COMPONENT_TOTAL)
+    return _component_order(pd.concat([metrics, totals], ignore_index=True))
+
+
+def _component_order(table):
+    """Rows by kind (as compared), metric, then component in `COMPONENTS` order, the total last."""
+    from ..ppa.components import COMPONENTS
+
+    rank = {c: i for i, c in enumerate(COMPONENTS)}
+    kinds = {k: i for i, k in enumerate(dict.fromkeys(table["kind"]))}
+    order = table.assign(_kind=table["kind"].map(kinds),
+                         _rank=table["scope_key"].map(lambda k: len(rank) + 1 if k == COMPONENT_TOTAL
+                                                      else rank.get(k, len(rank))))
+    return order.sort_values(["_kind", "name", "_rank", "scope_key"], kind="stable").drop(
+        columns=["_kind", "_rank"]).reset_index(drop=True)
+
+
 def _work_of(cand: dict, exp: dict) -> str:
     """The work a candidate ran: its experiment's workload identity and, when a workload
     knob set one, its own point (mapping.workload)."""
@@ -491,7 +524,7 @@ def _compare_many(args, ids: list[int]) -> int:
         cands = [store.candidate(c) for c in ids]
         exps = {c["experiment_id"]: store.experiment(c["experiment_id"]) for c in cands}
         fields = [store.compare(ids[0], other) for other in ids[1:]]
-        metrics = [store.compare_metrics(ids[0], other, scope=args.scope) for other in ids[1:]]
+        metrics = [_scoped_metrics(store, ids[0], other, args.scope) for other in ids[1:]]
     names = [f"c{c}" for c in ids]
     for name, cand in zip(names, cands):
         exp = exps[cand["experiment_id"]]
@@ -523,7 +556,10 @@ def _compare_many(args, ids: list[int]) -> int:
         return 0
     print(f"metrics (each evidence kind apart, from each candidate's latest run of that kind; "
           f"ratios to {names[0]}):")
+    if args.scope == "component":
+        table = _component_order(table)
     view = table[keys if args.scope != "total" else keys[:3]].copy()
+    view = view.rename(columns={"scope_key": _KEY_HEADER.get(args.scope, "scope_key")})
     for n in names:
         view[n] = table[n].map(_num)
     for n in names[1:]:
@@ -643,7 +679,9 @@ def register(sub) -> None:
                       help="candidate ids (the first is the reference for three or more)")
     add_db_argument(comp)
     comp.add_argument("--all-metrics", action="store_true", help="also list the metrics that are equal")
-    comp.add_argument("--scope", default="total", help="metric scope: total (default), op, core, ball, bank")
+    comp.add_argument("--scope", default="total",
+                      help="metric scope: total (default), op, core, ball, bank, component (area and energy by "
+                           "component, each metric's recorded total after its components)")
     comp.set_defaults(func=cmd_compare)
 
     dec = sub.add_parser("decide", help="accept or reject a candidate, or refute the hypothesis, with the reason")

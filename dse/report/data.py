@@ -12,6 +12,7 @@ import pandas as pd
 
 from sqlalchemy import String, cast, func, select
 
+from ..ppa.components import COMPONENTS
 from ..records import Store
 from ..records.schema import Candidate, Experiment, LatestMetric, Metric, Run
 from ..runner.metrics import METRICS
@@ -43,8 +44,17 @@ class ExperimentView:
 
     def op_cycles_of(self, candidate_ids: list[int] | None) -> pd.DataFrame:
         """`op_cycles` for these candidates only (None: all); a report needs a few of 100,000."""
+        return self.op_metric_of(candidate_ids, "cycles")
+
+    def op_metric_of(self, candidate_ids: list[int] | None, name: str) -> pd.DataFrame:
+        """An analytical per-op metric ("cycles", "energy_uj") of these candidates (None: all)."""
         with self.store.engine.connect() as connection:
-            return op_cycles_table(connection, int(self.exp["id"]), candidate_ids)
+            return op_metric_table(connection, int(self.exp["id"]), candidate_ids, name)
+
+    def components_of(self, candidate_ids: list[int], kind: str) -> ComponentFigures:
+        """Area and energy by component of these candidates, evidence kind `kind`."""
+        with self.store.engine.connect() as connection:
+            return component_figures(connection, int(self.exp["id"]), candidate_ids, kind)
 
 
 def _objectives(spec_text: str) -> list[dict]:
@@ -177,10 +187,16 @@ def changes(diff) -> str:
 def op_cycles_table(connection, experiment_id: int, candidate_ids: list[int] | None) -> pd.DataFrame:
     """Analytical cycles per op (scope "op", name "cycles") of each candidate's latest
     analytical run: rows candidate id, columns op name in graph order."""
+    return op_metric_table(connection, experiment_id, candidate_ids, "cycles")
+
+
+def op_metric_table(connection, experiment_id: int, candidate_ids: list[int] | None, name: str) -> pd.DataFrame:
+    """An analytical per-op metric (scope "op": "cycles", "energy_uj") of each candidate's
+    latest analytical run that recorded it: rows candidate id, columns op name in graph order."""
     stmt = (select(Run.candidate_id, Metric.run_id, Metric.scope_key, Metric.value)
             .join(Run, Metric.run_id == Run.id).join(Candidate, Run.candidate_id == Candidate.id)
             .where(Candidate.experiment_id == experiment_id, Metric.kind == "analytical", Metric.scope == "op",
-                   Metric.name == "cycles").order_by(Metric.id))
+                   Metric.name == name).order_by(Metric.id))
     if candidate_ids is not None:
         stmt = stmt.where(Run.candidate_id.in_([int(i) for i in candidate_ids]))
     ops = pd.DataFrame(connection.execute(stmt).fetchall(), columns=["candidate_id", "run_id", "scope_key", "value"])
@@ -211,3 +227,83 @@ def meaningful_candidates(table: pd.DataFrame, baseline_id: int | None, best_id:
         if ident is not None and int(ident) in feasible:
             labels.setdefault(int(ident), []).append(role)
     return {i: ", ".join(roles) for i, roles in labels.items()}
+
+
+# The evidence kinds that record area and energy by component (`dse.ppa`), in the order
+# views show them; each is drawn on its own, never in one bar with another.
+PPA_KINDS = ("analytical", "emulator_cycles")
+# What the by-component figures show, and their units; the totals read beside them.
+COMPONENT_METRICS = {"area_mm2": "mm2", "energy_uj": "uJ"}
+COMPONENT_TOTALS = ("area_mm2", "energy_uj", "power_mw")
+
+
+@dataclass
+class ComponentFigures:
+    """Area and energy by component of some candidates, one evidence kind, each candidate's
+    figures from one run (its latest of that kind with by-component figures)."""
+
+    kind: str
+    parts: pd.DataFrame  # candidate_id, run_id, component (COMPONENTS order), area_mm2, energy_uj
+    totals: pd.DataFrame  # index candidate_id: run_id, area_mm2, energy_uj, power_mw (that run's recorded totals)
+
+    @property
+    def candidates(self) -> list[int]:
+        return list(dict.fromkeys(int(i) for i in self.parts["candidate_id"]))
+
+    def of(self, candidate_id: int) -> pd.DataFrame:
+        """One candidate's rows: component, area_mm2, energy_uj (COMPONENTS order)."""
+        return self.parts[self.parts["candidate_id"] == candidate_id].reset_index(drop=True)
+
+    def wide(self, metric: str) -> pd.DataFrame:
+        """Rows candidate id (as asked), columns component (COMPONENTS order): `metric`,
+        0 where a candidate has no such component."""
+        table = self.parts.pivot_table(index="candidate_id", columns="component", values=metric, aggfunc="last",
+                                       sort=False)
+        order = sorted(dict.fromkeys(self.parts["component"]), key=_component_order)
+        return table.reindex(index=self.candidates, columns=order).fillna(0.0).astype(float)
+
+
+def _component_order(name: str) -> tuple[int, str]:
+    return (COMPONENTS.index(name), "") if name in COMPONENTS else (len(COMPONENTS), name)
+
+
+def component_figures(connection, experiment_id: int, candidate_ids: list[int], kind: str) -> ComponentFigures:
+    """Area and energy by component (scope "component") of these candidates, evidence kind
+    `kind`: each candidate's latest run of that kind with such figures, and that run's
+    recorded totals (`COMPONENT_TOTALS`). Candidates in the order given (those without
+    such figures left out), components in `COMPONENTS` order."""
+    ids = [int(i) for i in candidate_ids]
+    names = list(COMPONENT_METRICS)
+    empty = ComponentFigures(kind, pd.DataFrame(columns=["candidate_id", "run_id", "component", *names]),
+                             pd.DataFrame(columns=["run_id", *COMPONENT_TOTALS],
+                                          index=pd.Index([], name="candidate_id")))
+    if not ids:
+        return empty
+    rows = fetched(connection, select(Run.candidate_id, Metric.run_id, Metric.scope, Metric.scope_key, Metric.name,
+                                      Metric.value)
+                   .join(Run, Metric.run_id == Run.id).join(Candidate, Run.candidate_id == Candidate.id)
+                   .where(Candidate.experiment_id == experiment_id, Run.candidate_id.in_(ids), Metric.kind == kind,
+                          Metric.scope.in_(("component", "total")),
+                          Metric.name.in_(sorted({*names, *COMPONENT_TOTALS}))))
+    parts = rows[rows["scope"] == "component"]
+    if parts.empty:
+        return empty
+    latest = parts.groupby("candidate_id")["run_id"].max()
+    rows = rows[rows["run_id"] == rows["candidate_id"].map(latest)]
+    parts = rows[rows["scope"] == "component"].astype({"value": float})
+    wide = parts.pivot_table(index=["candidate_id", "run_id", "scope_key"], columns="name", values="value",
+                             aggfunc="last").reindex(columns=names).reset_index()
+    wide = wide.rename(columns={"scope_key": "component"})
+    wide["order"] = wide["candidate_id"].map({c: i for i, c in enumerate(ids)})
+    wide["rank"] = wide["component"].map(_component_order)
+    wide = wide.sort_values(["order", "rank"]).drop(columns=["order", "rank"]).reset_index(drop=True)
+    wide.columns.name = None
+    # That run's totals (NaN where it recorded none).
+    totals = rows[rows["scope"] == "total"].astype({"value": float}).pivot_table(
+        index="candidate_id", columns="name", values="value", aggfunc="last")
+    present = [i for i in ids if i in latest.index]
+    totals = totals.reindex(index=present, columns=list(COMPONENT_TOTALS))
+    totals.insert(0, "run_id", latest.reindex(present).astype(int))
+    totals.columns.name = None
+    totals.index.name = "candidate_id"
+    return ComponentFigures(kind, wide.astype({"candidate_id": int, "run_id": int}), totals)

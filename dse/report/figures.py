@@ -43,6 +43,18 @@ class Figure:
         plt.close(self.figure)
 
 
+# Past this many points of one kind a PNG draws an even sample of them (the legend says
+# so): at 100,000 candidates the blob looks the same and takes a third of the time.
+MAX_POINTS_PNG = 20_000
+
+
+def _sample(rows: pd.DataFrame, label: str) -> tuple[pd.DataFrame, str]:
+    if len(rows) <= MAX_POINTS_PNG:
+        return rows, f"{label} ({len(rows)})"
+    step = -(-len(rows) // MAX_POINTS_PNG)
+    return rows.iloc[::step], f"{label} ({len(rows):,}; every {step}th drawn)"
+
+
 @dataclass
 class ParetoPlot(Figure):
     x: str = ""
@@ -55,9 +67,12 @@ def _label(name: str) -> str:
 
 def pareto_plot(table: pd.DataFrame, x: str = "private_sram_bytes", y: str = "latency_cycles",
                 directions: tuple[str, str] = ("minimize", "minimize"), baseline_id: int | None = None,
-                title: str = "") -> ParetoPlot:
-    """Feasible candidates as points with the front highlighted; infeasible, pruned and
-    failed ones drawn distinctly along the top edge at their x value (they have no y)."""
+                title: str = "", best_id: int | None = None, ax=None) -> ParetoPlot:
+    """Feasible candidates as points with the front highlighted, the baseline (and the
+    best, when given) marked; infeasible, pruned and failed ones drawn distinctly along the
+    top edge at their x value (they have no y). Past `MAX_POINTS_PNG` points of one kind, an
+    even sample of them is drawn (the front and the marks always); `data` has every row.
+    `ax`: draw into this axes of a figure the caller lays out (`pareto_panels`)."""
     data = pd.DataFrame({
         "candidate_id": table["candidate_id"].astype(int),
         "x": pd.to_numeric(table[x], errors="coerce") if x in table else np.nan,
@@ -65,25 +80,33 @@ def pareto_plot(table: pd.DataFrame, x: str = "private_sram_bytes", y: str = "la
         "status": table["status"],
     })
     data["is_baseline"] = data["candidate_id"] == baseline_id
+    data["is_best"] = data["candidate_id"] == best_id
     feasible = (data["status"] == "ok") & data["x"].notna() & data["y"].notna()
     data["on_front"] = False
     if feasible.any():
         mask = pareto_mask(data.loc[feasible, ["x", "y"]].to_numpy(), list(directions))
         data.loc[data.index[feasible][mask], "on_front"] = True
 
-    fig, ax = plt.subplots(figsize=(7.5, 4.8))
+    own = ax is None
+    fig, ax = plt.subplots(figsize=(7.5, 4.8)) if own else (ax.figure, ax)
     ok = data[feasible]
-    ax.scatter(ok["x"], ok["y"], s=22, color="#4c72b0", alpha=0.55, label=f"feasible ({len(ok)})")
+    shown, label = _sample(ok, "feasible")
+    ax.scatter(shown["x"], shown["y"], s=22, color="#4c72b0", alpha=0.55, label=label)
     front = ok[ok["on_front"]].sort_values("x")
     ax.plot(front["x"], front["y"], "-o", color="#dd8452", ms=6, label=f"Pareto front ({len(front)})")
     top = (ok["y"].max() * 1.08) if len(ok) else 1.0
     for status, style in OUTCOME_STYLE.items():
         bad = data[(data["status"] == status) & ~feasible]
         if len(bad):
-            ax.scatter(bad["x"].fillna(0), np.full(len(bad), top), s=30, label=f"{status} ({len(bad)})", **style)
+            bad, label = _sample(bad, status)
+            ax.scatter(bad["x"].fillna(0), np.full(len(bad), top), s=30, label=label, **style)
     base = data[data["is_baseline"] & feasible]
     if len(base):
         ax.scatter(base["x"], base["y"], marker="*", s=220, color="#c44e52", zorder=5, label="baseline")
+    best = data[data["is_best"] & feasible]
+    if len(best):
+        ax.scatter(best["x"], best["y"], marker="D", s=90, facecolors="none", edgecolors="#2ca02c", linewidths=2,
+                   zorder=5, label="best")
     xs = data["x"].dropna()
     if len(xs) and xs.min() > 0 and xs.max() / xs.min() > 20:
         ax.set_xscale("log")  # SRAM sizes span orders of magnitude
@@ -93,12 +116,30 @@ def pareto_plot(table: pd.DataFrame, x: str = "private_sram_bytes", y: str = "la
     ax.grid(alpha=0.3)
     # "best" places the legend by testing every point: seconds at 100,000 points.
     ax.legend(fontsize=8, loc="best" if len(data) <= 5000 else "upper right")
-    fig.tight_layout()
+    if own:
+        fig.tight_layout()
     return ParetoPlot(fig, data, x, y)
 
 
+def pareto_panels(table: pd.DataFrame, pairs, directions: dict[str, str], baseline_id: int | None = None,
+                  best_id: int | None = None, title: str = "") -> tuple[Figure, list[ParetoPlot]]:
+    """`pareto_plot` of each (x, y) of `pairs`, side by side in one figure (one image to
+    lay out and write: at 100,000 candidates a figure's fixed cost is most of its time).
+    Returns the figure (data: every plot's rows, with its x and y metric names) and the
+    plots (their own data: which candidates are on each front)."""
+    fig, axes = plt.subplots(1, len(pairs), figsize=(5.6 * len(pairs), 4.6), squeeze=False)
+    plots = [pareto_plot(table, x, y, (directions.get(x, "minimize"), directions.get(y, "minimize")),
+                         baseline_id=baseline_id, title=f"{_label(y)} vs {_label(x)}", best_id=best_id, ax=ax)
+             for (x, y), ax in zip(pairs, axes[0])]
+    if title:
+        fig.suptitle(title)
+    fig.tight_layout()
+    data = pd.concat([p.data.assign(x_metric=p.x, y_metric=p.y) for p in plots], ignore_index=True)
+    return Figure(fig, data), plots
+
+
 def op_breakdown_plot(op_cycles: pd.DataFrame, candidate_ids: list[int], labels: dict[int, str] | None = None,
-                      title: str = "analytical cycles per op") -> Figure:
+                      title: str = "analytical cycles per op", xlabel: str = "cycles") -> Figure:
     """Stacked horizontal bars: one bar per chosen candidate, one segment per op."""
     data = op_cycles.loc[candidate_ids].fillna(0.0)
     fig, ax = plt.subplots(figsize=(7.5, 0.6 * max(len(data), 1) + 1.6))
@@ -109,12 +150,41 @@ def op_breakdown_plot(op_cycles: pd.DataFrame, candidate_ids: list[int], labels:
         ax.barh(names, data[op].to_numpy(), left=left, color=color, label=op)
         left += data[op].to_numpy()
     ax.invert_yaxis()
-    ax.set_xlabel("cycles")
+    ax.set_xlabel(xlabel)
     ax.set_title(title)
     ax.legend(fontsize=7, ncol=min(4, max(len(data.columns), 1)), loc="upper center",
               bbox_to_anchor=(0.5, -0.25 if len(data) < 3 else -0.12))
     fig.tight_layout()
     return Figure(fig, data)
+
+
+def component_plot(figures, labels: dict[int, str], title: str = "") -> Figure:
+    """Area and energy by component of one evidence kind (a `data.ComponentFigures`):
+    stacked horizontal bars, one per labelled candidate that has the figures, a segment per
+    component in `COMPONENTS` order, area left and energy right; colours as the
+    interactive figure's. Data: candidate_id, component, area_mm2, energy_uj."""
+    from .interactive import COMPONENT_AXES, COMPONENT_COLORS
+
+    ids = [i for i in (labels or {}) if i in figures.candidates]
+    names = [f"{labels[i]} (c{i})" for i in ids]
+    fig, axes = plt.subplots(1, len(COMPONENT_AXES), figsize=(10, 0.55 * max(len(ids), 1) + 2.2), sharey=True)
+    for ax, (metric, axis) in zip(axes, COMPONENT_AXES.items()):
+        data = figures.wide(metric).loc[ids]
+        left = np.zeros(len(data))
+        for component in data.columns:
+            values = data[component].to_numpy()
+            ax.barh(names, values, left=left, color=COMPONENT_COLORS.get(component, "#999999"), label=component)
+            left += values
+        ax.set_xlabel(axis)
+        ax.grid(axis="x", alpha=0.3)
+    axes[0].invert_yaxis()
+    handles, texts = axes[0].get_legend_handles_labels()
+    fig.legend(handles, texts, fontsize=7, ncol=min(7, max(len(texts), 1)), loc="lower center",
+               bbox_to_anchor=(0.5, -0.02))
+    fig.suptitle(title or f"area and energy by component ({figures.kind})")
+    fig.tight_layout(rect=(0, 0.12, 1, 1))
+    shown = figures.parts[figures.parts["candidate_id"].isin(ids)]
+    return Figure(fig, shown[["candidate_id", "component", "area_mm2", "energy_uj"]].reset_index(drop=True))
 
 
 def history_plot(experiments: pd.DataFrame, decisions: pd.DataFrame) -> Figure:

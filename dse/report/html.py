@@ -20,9 +20,11 @@ import plotly.io as pio
 from markupsafe import Markup
 
 from ..records import Store
-from .data import ExperimentView, accepted_candidates, changes, experiment_view, meaningful_candidates
-from .figures import core_time_plot, history_plot, model_vs_emulator_plot, op_breakdown_plot, pareto_plot
-from .interactive import experiment_figures, history_figure
+from .data import (COMPONENT_TOTALS, PPA_KINDS, ExperimentView, accepted_candidates, changes, experiment_view,
+                   meaningful_candidates)
+from .figures import (component_plot, core_time_plot, history_plot, model_vs_emulator_plot, op_breakdown_plot,
+                      pareto_panels, pareto_plot)
+from .interactive import PPA_PAIRS, experiment_figures, history_figure, ppa_pareto_name
 
 
 def _when(moment) -> str:
@@ -142,7 +144,7 @@ def _write_report(store: Store, experiment, out_dir: str | Path, x: str | None, 
     y = y or objectives[0]["metric"]
     x = x or (objectives[1]["metric"] if len(objectives) > 1 else "private_sram_bytes")
     pareto = pareto_plot(table, x=x, y=y, directions=(directions.get(x, "minimize"), directions.get(y, "minimize")),
-                         baseline_id=view.baseline_id, title=f"{exp['name']}: {y} vs {x}")
+                         baseline_id=view.baseline_id, best_id=view.best_id, title=f"{exp['name']}: {y} vs {x}")
     accepted = accepted_candidates(view.decisions)
     front_ids = [int(i) for i in pareto.data.loc[pareto.data["on_front"], "candidate_id"]]
     figures = {"pareto": pareto}
@@ -153,6 +155,8 @@ def _write_report(store: Store, experiment, out_dir: str | Path, x: str | None, 
     chosen = list(labels)
     if chosen and len(op_cycles.columns):
         figures["ops"] = op_breakdown_plot(op_cycles, chosen, labels)
+    ppa = _ppa_section(view, meaningful_candidates(table, view.baseline_id, view.best_id, accepted), directions,
+                       figures)
     if len(view.emulated):
         figures["model_vs_emulator"] = model_vs_emulator_plot(view.emulated)
     # The interactive figures (the UI's): plotly.js inlined once, with the first.
@@ -179,6 +183,8 @@ def _write_report(store: Store, experiment, out_dir: str | Path, x: str | None, 
     bar.set_description(f"report {experiment}: pages")
     metric_cols = [m for m in dict.fromkeys([y, x, "latency_cycles", "private_sram_bytes", "peak_sram_bytes",
                                              "dma_bytes"]) if m in table]
+    # What a candidate costs, where the store has it.
+    metric_cols += [m for m in PPA_COLUMNS if m not in metric_cols and m in table and table[m].notna().any()]
     front_set = set(front_ids)
     passing_ids = set(int(i) for i in table.loc[view.passing, "candidate_id"])
     shown = _shown_rows(table, {view.baseline_id, view.best_id, *accepted, *front_set, *passing_ids} - {None},
@@ -203,7 +209,7 @@ def _write_report(store: Store, experiment, out_dir: str | Path, x: str | None, 
         front_count=len(front_ids), objective=objectives[0]["metric"], x=x, y=y,
         chosen=[(labels[i], i) for i in chosen], has_ops="ops" in figures,
         emulated=view.emulated.to_dict("records"), stall_cols=stall_cols, stalls=stalls,
-        has_emulator="model_vs_emulator" in figures, has_core_time="core_time" in figures,
+        has_emulator="model_vs_emulator" in figures, has_core_time="core_time" in figures, ppa=ppa,
     )
     html = _HTML.get_template("report.html.j2").render(
         **context, images={n: base64.b64encode(b).decode() for n, b in pngs.items()},
@@ -214,6 +220,51 @@ def _write_report(store: Store, experiment, out_dir: str | Path, x: str | None, 
     _write(md_path, md)
     bar.update()
     return Report(path.resolve(), md_path.resolve(), view, figures)
+
+
+# The candidate tables' columns of what a candidate costs (shown where recorded).
+PPA_COLUMNS = ("area_mm2", "energy_uj", "power_mw")
+
+
+def _ppa_section(view: ExperimentView, labels: dict[int, str], directions: dict[str, str], figures: dict) -> dict:
+    """The report's area, energy and power: by component, kind by kind, of the labelled
+    candidates (baseline, best, accepted: a table each kind, the recorded totals under it,
+    and its figure in `figures`), the Pareto plots of latency, energy and area with the
+    candidates on each front, and the energy per op. The PNG figures go into `figures` under
+    the names `experiment_figures` gives the interactive ones."""
+    exp, table = view.exp, view.table
+    kinds = []
+    for kind in PPA_KINDS:
+        parts = view.components_of(list(labels), kind) if labels else None
+        if parts is None or not parts.candidates:
+            continue
+        ids = parts.candidates
+        area, energy = parts.wide("area_mm2"), parts.wide("energy_uj")
+        rows = [{"component": c, "cells": [(area.loc[i, c], energy.loc[i, c]) for i in ids]} for c in area.columns]
+        totals = [{name: parts.totals.loc[i, name] for name in COMPONENT_TOTALS} | {"run": int(parts.totals.loc[i, "run_id"])}
+                  for i in ids]
+        kinds.append({"kind": kind, "candidates": [(labels[i], i) for i in ids], "rows": rows, "totals": totals,
+                      "missing": [(label, i) for i, label in labels.items() if i not in ids]})
+        figures[f"components_{kind}"] = component_plot(
+            parts, labels, title=f"{exp['name']}: area and energy by component ({kind})")
+    pairs = []
+    feasible = table["status"] == "ok"
+    drawn = [(x, y) for x, y in PPA_PAIRS
+             if x in table and y in table and (feasible & table[x].notna() & table[y].notna()).any()]
+    if drawn:  # one PNG of the pairs side by side (the HTML draws each interactively)
+        figures["ppa_pareto"], plots = pareto_panels(
+            table, drawn, directions, baseline_id=view.baseline_id, best_id=view.best_id,
+            title=f"{exp['name']}: latency, energy and area (analytical)")
+        for plot in plots:
+            front = sorted(int(i) for i in plot.data.loc[plot.data["on_front"], "candidate_id"])
+            pairs.append({"name": ppa_pareto_name(plot.x, plot.y), "x": plot.x, "y": plot.y, "front": front})
+    op_energy = view.op_metric_of(list(labels), "energy_uj") if labels else pd.DataFrame()
+    shown = [i for i in labels if i in op_energy.index]
+    if shown and len(op_energy.columns):
+        figures["op_energy"] = op_breakdown_plot(op_energy, shown, labels, title="analytical energy per op",
+                                                 xlabel="energy per inference (uJ)")
+    return {"kinds": kinds, "pairs": pairs, "op_energy": [(labels[i], i) for i in shown] if "op_energy" in figures else [],
+            "columns": [m for m in PPA_COLUMNS if m in table and table[m].notna().any()]}
 
 
 @dataclass

@@ -111,12 +111,23 @@ def _axis(values: np.ndarray) -> tuple[np.ndarray, bool]:
 
 
 def pareto_figure(table: pd.DataFrame, x: str, y: str, directions: tuple[str, str], *, passing: np.ndarray,
-                  exprs: list[str], baseline_id: int | None, accepted: set[int], title: str = "") -> tuple[go.Figure, pd.DataFrame]:
+                  exprs: list[str], baseline_id: int | None, accepted: set[int], title: str = "",
+                  best_id: int | None = None, changes: dict[int, str] | None = None) -> tuple[go.Figure, pd.DataFrame]:
     """The Pareto plot: feasible candidates, the front, those passing acceptance, the
-    baseline and the accepted ones; infeasible, pruned and failed ones along the top edge
-    at their x (they have no y), their reason in the hover; the acceptance region shaded."""
+    baseline, the best (the verdict's, when given) and the accepted ones; infeasible,
+    pruned and failed ones along the top edge at their x (they have no y), their reason in
+    the hover; the acceptance region shaded. `changes`: a memo of the rows' hover text of
+    their changes (by row position), for several plots of one table (building it is most of
+    a plot's time at 100,000 candidates)."""
     data = pareto_data(table, x, y, directions, passing)
     diffs = table["diff"].to_numpy() if "diff" in table else np.full(len(table), "")
+    memo = {} if changes is None else changes
+
+    def changed(idx: int) -> str:
+        text = memo.get(idx)
+        if text is None:
+            text = memo[idx] = _changes(diffs[idx])
+        return text
     ok = data[data["feasible"]]
 
     def hover(rows: pd.DataFrame, with_reason: bool = False) -> list[str]:
@@ -126,7 +137,7 @@ def pareto_figure(table: pd.DataFrame, x: str, y: str, directions: tuple[str, st
                      f"{_label(x)}: {_num(r.x)}", f"{_label(y)}: {_num(r.y)}" if r.status == "ok" else ""]
             if with_reason and r.reason:
                 lines.append("reason: " + html.escape(r.reason[:200]))
-            lines.append(_changes(diffs[idx]))
+            lines.append(changed(idx))
             out.append("<br>".join(line for line in lines if line))
         return out
 
@@ -161,6 +172,7 @@ def pareto_figure(table: pd.DataFrame, x: str, y: str, directions: tuple[str, st
                                        customdata=bad["candidate_id"], hovertext=hover(bad, True), hoverinfo="text"))
     for ids, name, symbol, color, size in ((
             {baseline_id} if baseline_id is not None else set(), "baseline", "star", "#c44e52", 18),
+            ({best_id} if best_id is not None else set(), "best", "star-diamond", "#2ca02c", 16),
             (accepted, "accepted", "diamond-open", "#000000", 16)):
         marked = ok[ok["candidate_id"].isin(ids)]
         if len(marked):
@@ -255,27 +267,95 @@ def parallel_figure(table: pd.DataFrame, objectives: list[dict], title: str = ""
     return fig, data
 
 
+# What a per-op metric is called on an axis, and its unit in the hover.
+OP_METRICS = {"cycles": ("cycles (analytical)", "cycles"), "energy_uj": ("energy per inference, uJ (analytical)", "uJ")}
+
+
 def op_cycles_figure(op_cycles: pd.DataFrame, labels: dict[int, str], title: str = "") -> go.Figure:
-    """Where the cycles go: one stacked bar per labelled candidate (rows of `op_cycles`,
-    analytical cycles per op in graph order), one segment per op; hover names the op, its
-    cycles and its share of the candidate's total."""
-    ids = [i for i in labels if i in op_cycles.index]
-    data = op_cycles.loc[ids].fillna(0.0)
+    """Where the cycles go: `op_figure` of the analytical cycles per op."""
+    return op_figure(op_cycles, labels, "cycles", title or "analytical cycles per op")
+
+
+def op_figure(op_table: pd.DataFrame, labels: dict[int, str], metric: str = "cycles", title: str = "") -> go.Figure:
+    """Where the cycles (or the energy) go: one stacked bar per labelled candidate (rows of
+    `op_table`, an analytical per-op metric of `OP_METRICS` in graph order), one segment per
+    op; hover names the op, its value and its share of the candidate's total."""
+    axis, unit = OP_METRICS[metric]
+    ids = [i for i in labels if i in op_table.index]
+    data = op_table.loc[ids].fillna(0.0)
     names = [f"{labels[i]} (c{i})" for i in ids]
     totals = data.sum(axis=1).to_numpy()
     fig = go.Figure()
     for op in data.columns:
-        cycles = data[op].to_numpy()
-        share = np.divide(cycles, totals, out=np.zeros_like(cycles), where=totals > 0)
+        values = data[op].to_numpy()
+        share = np.divide(values, totals, out=np.zeros_like(values), where=totals > 0)
         fig.add_trace(go.Bar(
-            y=names, x=cycles, orientation="h", name=html.escape(str(op)), customdata=ids,
-            hovertext=[f"<b>{html.escape(str(op))}</b><br>{html.escape(n)}<br>{_num(c)} cycles ({s:.1%} of {_num(t)})"
-                       for n, c, s, t in zip(names, cycles, share, totals)], hoverinfo="text"))
-    fig.update_layout(barmode="stack", title=title or "analytical cycles per op", template="plotly_white",
-                      xaxis_title="cycles (analytical)", height=160 + 48 * max(len(ids), 1),
+            y=names, x=values, orientation="h", name=html.escape(str(op)), customdata=ids,
+            hovertext=[f"<b>{html.escape(str(op))}</b><br>{html.escape(n)}<br>{_num(v)} {unit} ({s:.1%} of {_num(t)})"
+                       for n, v, s, t in zip(names, values, share, totals)], hoverinfo="text"))
+    fig.update_layout(barmode="stack", title=title or f"analytical {metric} per op", template="plotly_white",
+                      xaxis_title=axis, height=160 + 48 * max(len(ids), 1),
                       margin=dict(l=160, r=20, t=50, b=50), hovermode="closest", legend=dict(font=dict(size=10)))
     fig.update_yaxes(autorange="reversed", type="category")
     return fig
+
+
+def _component_colors() -> dict[str, str]:
+    from ..ppa.components import COMPONENTS
+
+    # matplotlib's tab20, dark then light: hex, which plotly and matplotlib both read.
+    palette = ["#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#7f7f7f", "#bcbd22",
+               "#17becf", "#aec7e8", "#ffbb78", "#98df8a", "#ff9896", "#c5b0d5", "#c49c94"]
+    return {name: palette[i % len(palette)] for i, name in enumerate(COMPONENTS)}
+
+
+# One colour a component, the same in every figure (the UI's, the report's, a notebook's).
+COMPONENT_COLORS = _component_colors()
+COMPONENT_AXES = {"area_mm2": "area (mm2)", "energy_uj": "energy per inference (uJ)"}
+
+
+def component_figure(figures, labels: dict[int, str], title: str = "") -> go.Figure:
+    """Area and energy by component, one evidence kind (`figures`: a
+    `dse.report.data.ComponentFigures`): one stacked bar per labelled candidate that has
+    such figures, a segment per component (in `COMPONENTS` order, one colour each), area
+    on the left, energy on the right. Hover names the component, its value and share."""
+    from plotly.subplots import make_subplots
+
+    ids = [i for i in labels if i in figures.candidates]
+    names = [f"{labels[i]} (c{i})" for i in ids]
+    fig = make_subplots(rows=1, cols=len(COMPONENT_AXES), horizontal_spacing=0.08,
+                        subplot_titles=list(COMPONENT_AXES.values()))
+    for col, (metric, axis) in enumerate(COMPONENT_AXES.items(), start=1):
+        data = figures.wide(metric).loc[ids]
+        totals = data.sum(axis=1).to_numpy()
+        unit = axis.split("(")[-1].rstrip(")")
+        for component in data.columns:
+            values = data[component].to_numpy()
+            share = np.divide(values, totals, out=np.zeros_like(values), where=totals > 0)
+            fig.add_trace(go.Bar(
+                y=names, x=values, orientation="h", name=html.escape(str(component)), legendgroup=str(component),
+                showlegend=col == 1, customdata=ids, marker=dict(color=COMPONENT_COLORS.get(component, "#999999")),
+                hovertext=[f"<b>{html.escape(str(component))}</b><br>{html.escape(n)} ({html.escape(figures.kind)})"
+                           f"<br>{_num(v)} {unit} ({s:.1%} of {_num(t)})"
+                           for n, v, s, t in zip(names, values, share, totals)], hoverinfo="text"), row=1, col=col)
+        fig.update_yaxes(autorange="reversed", type="category", row=1, col=col, showticklabels=col == 1)
+    # The legend under the bars, in rows: beside them it would scroll for two bars.
+    fig.update_layout(barmode="stack", title=title or f"area and energy by component ({figures.kind})",
+                      template="plotly_white", height=250 + 48 * max(len(ids), 1),
+                      margin=dict(l=160, r=20, t=80, b=20), hovermode="closest",
+                      legend=dict(font=dict(size=11), orientation="h", yanchor="top", y=-0.12, x=0))
+    return fig
+
+
+# The Pareto plots over latency, energy and area: (x, y) of each pair.
+PPA_PAIRS = (("energy_uj", "latency_cycles"), ("area_mm2", "latency_cycles"), ("area_mm2", "energy_uj"))
+PPA_AXES = ("latency_cycles", "energy_uj", "area_mm2")
+
+
+def ppa_pareto_name(x: str, y: str) -> str:
+    """The key of a latency/energy/area Pareto figure in `experiment_figures`."""
+    short = {"latency_cycles": "latency", "energy_uj": "energy", "area_mm2": "area"}
+    return f"ppa_{short[y]}_{short[x]}"
 
 
 def model_vs_emulator_figure(emulated: pd.DataFrame, title: str = "") -> go.Figure:
@@ -305,8 +385,11 @@ def model_vs_emulator_figure(emulated: pd.DataFrame, title: str = "") -> go.Figu
 def experiment_figures(view, x: str | None = None, y: str | None = None) -> dict[str, go.Figure]:
     """The interactive figures of an experiment, as `dse ui` and the report draw them, from
     its `dse.report.experiment_view`: "pareto", "parallel" (when a candidate is feasible),
-    "ops" (baseline, best and accepted candidates, when op cycles are recorded) and
-    "model_vs_emulator" (when some candidate has both evidence kinds). For notebooks:
+    "ops" and "op_energy" (baseline, best and accepted candidates, when op cycles, op
+    energy are recorded), "components_<kind>" (their area and energy by component, one
+    figure an evidence kind that has them), "ppa_<y>_<x>" (the Pareto plots of latency,
+    energy and area, `PPA_PAIRS`, when recorded) and "model_vs_emulator" (when some
+    candidate has both evidence kinds). For notebooks:
 
         figs = experiment_figures(experiment_view(store, "quickstart")); figs["ops"]
     """
@@ -317,10 +400,11 @@ def experiment_figures(view, x: str | None = None, y: str | None = None) -> dict
     y = y or objectives[0]["metric"]
     x = x or (objectives[1]["metric"] if len(objectives) > 1 else "private_sram_bytes")
     accepted = accepted_candidates(view.decisions)
+    changes: dict[int, str] = {}  # the Pareto plots' hover text of each candidate's changes, made once
     figures = {"pareto": pareto_figure(table, x, y, (directions.get(x, "minimize"), directions.get(y, "minimize")),
                                        passing=view.passing, exprs=[c["expr"] for c in exp["acceptance"]],
-                                       baseline_id=view.baseline_id, accepted=accepted,
-                                       title=f"{exp['name']}: {_label(y)} vs {_label(x)}")[0]}
+                                       baseline_id=view.baseline_id, accepted=accepted, best_id=view.best_id,
+                                       title=f"{exp['name']}: {_label(y)} vs {_label(x)}", changes=changes)[0]}
     parallel, drawn = parallel_figure(table, objectives, title=f"{exp['name']}: knobs to objectives")
     if len(drawn):
         figures["parallel"] = parallel
@@ -329,7 +413,42 @@ def experiment_figures(view, x: str | None = None, y: str | None = None) -> dict
     labels = {i: label for i, label in labels.items() if i in op_cycles.index}
     if labels and len(op_cycles.columns):
         figures["ops"] = op_cycles_figure(op_cycles, labels, title=f"{exp['name']}: analytical cycles per op")
+    figures.update(ppa_figures(view, meaningful_candidates(table, view.baseline_id, view.best_id, accepted),
+                               changes))
     if len(view.emulated):
         figures["model_vs_emulator"] = model_vs_emulator_figure(
             view.emulated, title=f"{exp['name']}: analytical estimate vs emulator cycles")
+    return figures
+
+
+def ppa_figures(view, labels: dict[int, str], changes: dict[int, str] | None = None) -> dict[str, go.Figure]:
+    """`experiment_figures`' area, energy and power figures: "op_energy", "components_<kind>"
+    and the "ppa_<y>_<x>" Pareto plots (`PPA_PAIRS`, analytical), the first two of the
+    labelled candidates (`labels`: the baseline, best and accepted ones), each figure when
+    its metrics are recorded. `changes`: `pareto_figure`'s memo, shared with other plots."""
+    from .data import PPA_KINDS, accepted_candidates
+
+    exp, table = view.exp, view.table
+    figures: dict[str, go.Figure] = {}
+    op_energy = view.op_metric_of(list(labels), "energy_uj") if labels else pd.DataFrame()
+    shown = {i: label for i, label in labels.items() if i in op_energy.index}
+    if shown and len(op_energy.columns):
+        figures["op_energy"] = op_figure(op_energy, shown, "energy_uj",
+                                         title=f"{exp['name']}: analytical energy per op")
+    for kind in PPA_KINDS:
+        parts = view.components_of(list(labels), kind) if labels else None
+        if parts is not None and parts.candidates:
+            figures[f"components_{kind}"] = component_figure(
+                parts, labels, title=f"{exp['name']}: area and energy by component ({kind})")
+    directions = {o["metric"]: o.get("direction", "minimize") for o in view.objectives}
+    accepted = accepted_candidates(view.decisions)
+    feasible = table["status"] == "ok"
+    memo = {} if changes is None else changes
+    for x, y in PPA_PAIRS:
+        if x in table and y in table and (feasible & table[x].notna() & table[y].notna()).any():
+            figures[ppa_pareto_name(x, y)] = pareto_figure(
+                table, x, y, (directions.get(x, "minimize"), directions.get(y, "minimize")), passing=view.passing,
+                exprs=[c["expr"] for c in exp["acceptance"]], baseline_id=view.baseline_id, accepted=accepted,
+                best_id=view.best_id, title=f"{exp['name']}: {_label(y)} vs {_label(x)} (analytical)",
+                changes=memo)[0]
     return figures

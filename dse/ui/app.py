@@ -28,11 +28,11 @@ from ..errors import InputError
 from ..records import RecordNotFound, Store
 from ..records.reads import flatten
 from ..records.liveness import sweep_holder
-from ..report.data import (accepted_candidates, candidate_metrics, meaningful_candidates, model_vs_emulator,
-                           op_cycles_table)
+from ..report.data import (PPA_KINDS, accepted_candidates, candidate_metrics, component_figures,
+                           meaningful_candidates, model_vs_emulator, op_metric_table)
 from ..report.html import fmt_value
-from ..report.interactive import (history_figure, model_vs_emulator_figure, op_cycles_figure, parallel_figure,
-                                  pareto_figure)
+from ..report.interactive import (OP_METRICS, PPA_AXES, component_figure, history_figure, model_vs_emulator_figure,
+                                  op_figure, parallel_figure, pareto_figure)
 from ..runner.acceptance import best_candidate, formulas, passing_mask
 from ..runner.decisions import decide
 from ..runner.metrics import METRICS
@@ -72,6 +72,7 @@ def _environment() -> jinja2.Environment:
     env.filters["changes"] = queries.changes_text
     env.filters["fromjson"] = lambda v: json.loads(v) if isinstance(v, str) and v else (v or [])
     env.globals["with_params"] = _with_params
+    env.globals["pct"] = lambda share: "—" if share is None else f"{100 * share:.1f} %"
     return env
 
 
@@ -201,14 +202,24 @@ class Workbench:
             last_id = queries.last_candidate_id(connection, int(exp["id"]))
             # This experiment's counts only (the store's summaries count every experiment's runs).
             counts = queries.outcome_counts(connection, int(exp["id"]))
-        summary = {"n_candidates": sum(counts.values()), **{f"n_{k}": n for k, n in counts.items() if k != "not run"}}
+            emulated = queries.emulated_runs(connection, int(exp["id"]))
+        summary = {"n_candidates": sum(counts.values()), **{f"n_{k}": n for k, n in counts.items() if k != "not run"},
+                   "n_emulated": emulated}
         decisions = records(self.store.decisions(exp["id"]))
         objectives = _objectives(exp["spec_text"])
         y = params.get("y") or objectives[0]["metric"]
         x = params.get("x") or (objectives[1]["metric"] if len(objectives) > 1 else "private_sram_bytes")
+        # The Pareto plot of two of latency, energy and area (their own selector).
+        ppa_x, ppa_y = params.get("ppa_x") or "energy_uj", params.get("ppa_y") or "latency_cycles"
+        for name, value in (("ppa_x", ppa_x), ("ppa_y", ppa_y)):
+            if value not in PPA_AXES:
+                raise Problem(400, "Bad query", f"query parameter {name}={value!r}: allowed one of {', '.join(PPA_AXES)}")
+        # An evidence kind's by-component figure where some run of it finished.
+        kinds = ["analytical", *(["emulator_cycles"] if summary.get("n_emulated") else [])]
         keep = {k: v for k, v in params.items() if k not in ("page",)}
         return self.page(request, "experiment.html.j2", exp=exp, summary=summary, decisions=decisions,
                          objectives=objectives, table=table, names=names, x=x, y=y, keep=keep,
+                         ppa_x=ppa_x, ppa_y=ppa_y, ppa_axes=PPA_AXES, ppa_kinds=kinds,
                          sweep=sweep, last_id=last_id or 0, poll_ms=LIVE_POLL_MS,
                          statuses=["ok", "infeasible", "pruned", "failed", "crashed", "running", "not run"],
                          page_sizes=queries.PAGE_SIZES, title=f"dse: {exp['name']}")  # fmt: skip
@@ -227,10 +238,13 @@ class Workbench:
                                                         judged.baseline_id, judged.exprs)
         fig, data = pareto_figure(table, x, y, (directions.get(x, "minimize"), directions.get(y, "minimize")),
                                   passing=passing, exprs=exprs, baseline_id=baseline_id, accepted=accepted,
+                                  best_id=judged.best,
                                   title=f"{exp['name']}: {y.replace('_', ' ')} vs {x.replace('_', ' ')}")
+        front = sorted(int(i) for i in data.loc[data["on_front"], "candidate_id"])
         summary = {"candidates": len(table), "feasible": int(data["feasible"].sum()),
-                   "front": int(data["on_front"].sum()), "passing": int(passing.sum()),
-                   "best": judged.best, "accepted": sorted(accepted)}  # fmt: skip
+                   "front": len(front), "front_ids": front, "passing": int(passing.sum()),
+                   "best": judged.best, "baseline": baseline_id, "accepted": sorted(accepted),
+                   "x": x, "y": y}  # fmt: skip
         return _figure_response(fig, summary)
 
     def judged(self, exp: dict, metrics: set[str]) -> Judged:
@@ -260,15 +274,47 @@ class Workbench:
         return _figure_response(fig, {"lines": len(data), "feasible": int((table["status"] == "ok").sum())})
 
     def ops_json(self, request: Request) -> Response:
+        """Where the cycles (``?metric=cycles``, the default) or the energy
+        (``?metric=energy_uj``) go, op by op, for the baseline, best and accepted candidates."""
         exp = self.experiment(request.path_params["ref"])
+        metric = request.query_params.get("metric", "cycles")
+        if metric not in OP_METRICS:
+            raise Problem(400, "Bad query", f"query parameter metric={metric!r}: allowed one of {', '.join(OP_METRICS)}")
         judged = self.judged(exp, set())
         labels = meaningful_candidates(judged.table, judged.baseline_id, judged.best, judged.accepted)
         with self.connection() as connection:
-            op_cycles = op_cycles_table(connection, int(exp["id"]), list(labels)) if labels else pd.DataFrame()
-        labels = {i: label for i, label in labels.items() if i in op_cycles.index}
-        fig = op_cycles_figure(op_cycles, labels, title=f"{exp['name']}: analytical cycles per op")
+            per_op = op_metric_table(connection, int(exp["id"]), list(labels), metric) if labels else pd.DataFrame()
+        labels = {i: label for i, label in labels.items() if i in per_op.index}
+        what = "cycles" if metric == "cycles" else "energy"
+        fig = op_figure(per_op, labels, metric, title=f"{exp['name']}: analytical {what} per op")
         return _figure_response(fig, {"candidates": [{"id": i, "label": label} for i, label in labels.items()],
-                                      "ops": [str(c) for c in op_cycles.columns]})
+                                      "ops": [str(c) for c in per_op.columns], "metric": metric})
+
+    def components_json(self, request: Request) -> Response:
+        """Area and energy by component of the baseline, best and accepted candidates, one
+        evidence kind (``?kind=analytical``, the default, or ``emulator_cycles``)."""
+        exp = self.experiment(request.path_params["ref"])
+        kind = _ppa_kind(request.query_params)
+        judged = self.judged(exp, set())
+        labels = meaningful_candidates(judged.table, judged.baseline_id, judged.best, judged.accepted)
+        with self.connection() as connection:
+            figures = component_figures(connection, int(exp["id"]), list(labels), kind)
+        fig = component_figure(figures, labels, title=f"{exp['name']}: area and energy by component ({kind})")
+        return _figure_response(fig, _components_summary(figures, labels))
+
+    def candidate_components_json(self, request: Request) -> Response:
+        """One candidate's area and energy by component, one evidence kind (``?kind=``)."""
+        ident = _int(request.path_params["ident"], "candidate")
+        kind = _ppa_kind(request.query_params)
+        try:
+            cand = self.store.candidate(ident)
+        except RecordNotFound as error:
+            raise Problem(404, "No such candidate", str(error)) from None
+        labels = {ident: "baseline" if cand["is_baseline"] else "this candidate"}
+        with self.connection() as connection:
+            figures = component_figures(connection, int(cand["experiment_id"]), [ident], kind)
+        fig = component_figure(figures, labels, title=f"candidate {ident}: area and energy by component ({kind})")
+        return _figure_response(fig, _components_summary(figures, labels))
 
     def model_vs_emulator_json(self, request: Request) -> Response:
         exp = self.experiment(request.path_params["ref"])
@@ -321,8 +367,10 @@ class Workbench:
         for kind, group in long.groupby("kind", sort=False):
             latest = group[group["run_id"] == group["run_id"].max()]
             total = latest[latest["scope"] == "total"][["name", "value", "unit"]].to_dict("records")
-            scoped = latest[latest["scope"] != "total"]
+            # Area and energy by component: a table and a stacked bar of their own.
+            scoped = latest[~latest["scope"].isin(("total", "component"))]
             evidence.append({"kind": kind, "run_id": int(latest["run_id"].iloc[0]), "total": total,
+                             "components": _component_rows(latest),
                              "scoped": {scope: g.pivot_table(index="scope_key", columns="name", values="value",
                                                               aggfunc="last", sort=False).reset_index()
                                         for scope, g in scoped.groupby("scope", sort=False)}})  # fmt: skip
@@ -332,7 +380,7 @@ class Workbench:
         decisions = records(decisions[decisions["candidate_id"] == ident])
         exp = self.store.experiment(cand["experiment_id"])
         return self.page(request, "candidate.html.j2", cand=cand, exp=exp, runs=records(runs), decide_candidate=ident,
-                         evidence=evidence, artifacts=artifacts, decisions=decisions,
+                         evidence=evidence, artifacts=artifacts, decisions=decisions, ppa_kinds=PPA_KINDS,
                          title=f"dse: candidate {ident}")  # fmt: skip
 
     def run_page(self, request: Request) -> Response:
@@ -427,6 +475,53 @@ class Judged:
     objectives: list[dict]
 
 
+def _ppa_kind(params) -> str:
+    kind = params.get("kind", "analytical")
+    if kind not in PPA_KINDS:
+        raise Problem(400, "Bad query", f"query parameter kind={kind!r}: allowed one of {', '.join(PPA_KINDS)}")
+    return kind
+
+
+def _components_summary(figures, labels: dict[int, str]) -> dict:
+    """What a by-component figure shows, as numbers: per candidate drawn, its components'
+    area and energy and its run's recorded totals (the page's text, and the tests' check)."""
+    out = []
+    for i in figures.candidates:
+        parts = figures.of(i)
+        totals = figures.totals.loc[i]
+        out.append({"id": i, "label": labels.get(i, ""), "run_id": int(totals["run_id"]),
+                    "components": [{"component": r["component"], "area_mm2": _finite(r["area_mm2"]),
+                                    "energy_uj": _finite(r["energy_uj"])} for r in parts.to_dict("records")],
+                    "totals": {k: _finite(totals[k]) for k in ("area_mm2", "energy_uj", "power_mw")}})
+    return {"kind": figures.kind, "candidates": out,
+            "missing": [{"id": i, "label": label} for i, label in labels.items() if i not in figures.candidates]}
+
+
+def _finite(value) -> float | None:
+    return None if value is None or pd.isna(value) else float(value)
+
+
+def _component_rows(metrics: pd.DataFrame) -> dict | None:
+    """One run's area and energy by component (scope "component"), in the order recorded
+    (`dse.ppa.components.COMPONENTS`), each with its share of the run's recorded total:
+    {"rows": [...], "total": {...}}; None when the run has none."""
+    parts = metrics[metrics["scope"] == "component"]
+    if parts.empty:
+        return None
+    wide = parts.pivot_table(index="scope_key", columns="name", values="value", aggfunc="last", sort=False)
+    totals = metrics[metrics["scope"] == "total"].set_index("name")["value"]
+    total = {name: _finite(totals.get(name)) for name in ("area_mm2", "energy_uj", "power_mw")}
+    rows = []
+    for component, r in wide.iterrows():
+        row = {"component": component}
+        for name in ("area_mm2", "energy_uj"):
+            value = _finite(r.get(name))
+            row[name] = value
+            row[f"{name}_share"] = value / total[name] if value is not None and total[name] else None
+        rows.append(row)
+    return {"rows": rows, "total": total}
+
+
 def _figure_response(fig, summary: dict) -> Response:
     # The figure's JSON as plotly wrote it (one object), with the summary added: not parsed
     # and written again (megabytes at 100,000 candidates).
@@ -492,9 +587,11 @@ def create_app(store: Store) -> Starlette:
         Route("/experiments/{ref}/live.json", bench.live_json, name="live_json"),
         Route("/experiments/{ref}/parallel.json", bench.parallel_json, name="parallel_json"),
         Route("/experiments/{ref}/ops.json", bench.ops_json, name="ops_json"),
+        Route("/experiments/{ref}/components.json", bench.components_json, name="components_json"),
         Route("/experiments/{ref}/model-vs-emulator.json", bench.model_vs_emulator_json, name="model_vs_emulator_json"),
         Route("/experiments/{ref}/decisions", bench.decide, methods=["POST"], name="decide"),
         Route("/candidates/{ident}", bench.candidate_page, name="candidate"),
+        Route("/candidates/{ident}/components.json", bench.candidate_components_json, name="candidate_components_json"),
         Route("/runs/{ident}", bench.run_page, name="run"),
         Route("/artifacts/{ident}", bench.artifact, name="artifact"),
         Route("/compare", bench.compare, name="compare"),

@@ -6,7 +6,33 @@ const number = (v) => Math.round(v).toLocaleString("en-US");
 // A signed percentage: one decimal from 1 % on, two significant digits below (a model
 // within 0.003 % should not read "0.00 %").
 const percent = (v) => (v >= 0 ? "+" : "−") + (Math.abs(v) >= 1 ? Math.abs(v).toFixed(1) : Math.abs(v).toPrecision(2)) + " %";
+// A figure of area, energy or power as text: four significant digits.
+const figure = (v) => (v === null || v === undefined) ? "—" : Number(v.toPrecision(4)).toLocaleString("en-US");
 const summaries = {
+  // Area and energy by component (the experiment's or a candidate's): each bar's totals, and who has none.
+  components(s, div) {
+    const out = document.getElementById(div.id + "-summary");
+    if (!out) return;
+    const shown = s.candidates.map((c) => (c.label ? c.label + " " : "") + "(candidate " + c.id + "): " +
+      figure(c.totals.area_mm2) + " mm², " + figure(c.totals.energy_uj) + " µJ, " + figure(c.totals.power_mw) + " mW");
+    const missing = s.missing.map((c) => c.label + " (candidate " + c.id + ")");
+    out.textContent = s.kind + ": " + (shown.length ? shown.join("; ") : "no candidate has these figures") +
+      (missing.length ? ". Without " + s.kind + " figures: " + missing.join(", ") : "") + ".";
+  },
+  "ppa-pareto"(s) {
+    const out = document.getElementById("ppa-pareto-summary");
+    if (out) {
+      out.textContent = s.feasible + " feasible; on the front (" + s.front + "): candidates " + s.front_ids.join(", ") +
+        (s.best !== null ? "; best: candidate " + s.best : "");
+    }
+  },
+  "op-energy"(s) {
+    const out = document.getElementById("op-energy-summary");
+    if (out) {
+      out.textContent = s.candidates.length ? "Shown: " + s.candidates.map((c) => c.label + " (candidate " + c.id + ")").join(", ") + "."
+        : "No energy per op recorded for the baseline, best or accepted candidates.";
+    }
+  },
   pareto(s) {
     const out = document.getElementById("pareto-summary");
     if (out) {
@@ -59,7 +85,8 @@ async function drawPlot(div) {
   // A redraw (the sweep ended) updates the figure in place, its click handler kept.
   const again = div.dataset.drawn === "1";
   await (again ? Plotly.react : Plotly.newPlot)(div, fig.data, fig.layout, {responsive: true, displaylogo: false});
-  if (fig.summary && summaries[div.id]) summaries[div.id](fig.summary, div);
+  const summarize = summaries[div.id] || summaries[div.dataset.summary];
+  if (fig.summary && summarize) summarize(fig.summary, div);
   div.dataset.drawn = "1";
   div.dataset.ready = "1";
   if (again) return;
