@@ -497,7 +497,7 @@ def _scoped_metrics(store, a: int, b: int, scope: str):
 
 def _component_order(table):
     """Rows by kind (as compared), metric, then component in `COMPONENTS` order, the total last."""
-    from ..ppa.components import COMPONENTS
+    from ..ppa.names import COMPONENTS
 
     rank = {c: i for i, c in enumerate(COMPONENTS)}
     kinds = {k: i for i, k in enumerate(dict.fromkeys(table["kind"]))}

@@ -26,7 +26,7 @@ from typing import Sequence
 
 import numpy as np
 
-from .components import COMPONENTS
+from .names import COMPONENTS
 
 
 

@@ -56,7 +56,7 @@ from typing import Any
 
 from dse.errors import InputError
 from dse.ppa.calibration import PPA_EVIDENCE
-from dse.ppa.components import COMPONENTS
+from dse.ppa.names import COMPONENTS
 from dse.records.schema import METRIC_SCOPES
 
 FORMATS = ("auto", "pmctrace", "csv", "json")

@@ -12,7 +12,7 @@ import pandas as pd
 
 from sqlalchemy import String, cast, func, select
 
-from ..ppa.components import COMPONENTS
+from ..ppa.names import COMPONENTS
 from ..records import Store
 from ..records.schema import Candidate, Experiment, LatestMetric, Metric, Run
 from ..runner.metrics import METRICS

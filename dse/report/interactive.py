@@ -301,7 +301,7 @@ def op_figure(op_table: pd.DataFrame, labels: dict[int, str], metric: str = "cyc
 
 
 def _component_colors() -> dict[str, str]:
-    from ..ppa.components import COMPONENTS
+    from ..ppa.names import COMPONENTS
 
     # matplotlib's tab20, dark then light: hex, which plotly and matplotlib both read.
     palette = ["#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#7f7f7f", "#bcbd22",
