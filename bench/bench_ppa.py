@@ -2,8 +2,8 @@
 
     .venv/bin/python bench/bench_ppa.py [--repeat 5]
 
-Sweeps one grid (mlp on goban: bank count x bank rows x workers x dataflow x double
-buffering, 480 candidates) into a fresh SQLite store twice per round, ``[stages] ppa =
+Sweeps one grid (bench_sweep.py's: mlp on goban, bank count 4..32 x bank rows x workers
+x dataflow x double buffering, 2,320 candidates) into a fresh SQLite store twice per round, ``[stages] ppa =
 true`` and ``false`` by turns, and prints the medians: candidates per second with and
 without, and their ratio (per candidate, with / without). Then the analytical stage alone
 (one batch of every candidate, no store): the model with and without `add_ppa`. CACTI's
@@ -43,7 +43,8 @@ chip = "goban"
 [[space]]
 name = "banks"
 target = "chip.banks.count"
-values = [4, 6, 8, 12, 16, 20]
+low = 4
+high = 32
 
 [[space]]
 name = "rows"
@@ -125,20 +126,26 @@ def main() -> None:
         from emulator.chip import chip_from_dict
 
         builder = CandidateBuilder(spec)
-        cands = []
+        cands, chips = [], {}
         for params in spec.space.grid():
             b = builder.build(params)
-            if not b.reason:
-                cands.append(Candidate(chip_from_dict(b.config), mapping_from_dict(b.mapping)))
+            if not b.reason:  # candidates of one config share its chip object, as in a sweep
+                if b.config_json not in chips:
+                    chips[b.config_json] = chip_from_dict(b.config)
+                chip = chips[b.config_json]
+                cands.append(Candidate(chip, mapping_from_dict(b.mapping)))
         analytical_batch(graph, cands, None, {})  # component tables made
-        stage_on, stage_off = [], []
+        stage_on, stage_off, rows_on, rows_off = [], [], [], []
         for k in range(args.repeat):
-            for ppa, out in ((True, stage_on), (False, stage_off)):
+            for ppa, out, made in ((True, stage_on, rows_on), (False, stage_off, rows_off)):
                 started = time.perf_counter()
-                analytical_batch(graph, cands, None, {} if ppa else None)
+                results = analytical_batch(graph, cands, None, {} if ppa else None)
+                rows = [r.metrics() for r in results]  # the metric rows the store then writes
                 out.append(time.perf_counter() - started)
+                made.append(sum(map(len, rows)))
         a_on, a_off = statistics.median(stage_on), statistics.median(stage_off)
-        print(f"analytical stage alone, {len(cands)} candidates in one batch, median of {args.repeat}:")
+        print(f"analytical stage alone (and its metric rows: {rows_on[0] / len(cands):.0f} a candidate with, "
+              f"{rows_off[0] / len(cands):.0f} without), {len(cands)} candidates in one batch, median of {args.repeat}:")
         print(f"  with area/energy    {a_on * 1e3:7.1f} ms  {len(cands) / a_on:8.0f} candidates/s")
         print(f"  without             {a_off * 1e3:7.1f} ms  {len(cands) / a_off:8.0f} candidates/s")
         print(f"  per candidate, with / without: {a_on / a_off:.2f}x")

@@ -80,8 +80,12 @@ def assess_totals(chips: Sequence[object], cores: Sequence[Mapping[int, object] 
     why: list[str] = []  # per distinct holdings, why it cannot be priced ("" when it can)
     notes = [""] * n
     which = np.full(n, -1, dtype=np.int64)
-    latency = np.array([float(t.get("latency_cycles", np.nan)) for t in totals])
-    shared = [float(t.get("shared_sram_bytes", 0.0) or 0.0) for t in totals]
+    def column(name: str, missing: float = 0.0) -> np.ndarray:
+        values = np.array([t.get(name, missing) for t in totals], dtype=np.float64)
+        return values if missing != 0.0 else np.nan_to_num(values, nan=0.0)
+
+    latency = column("latency_cycles", np.nan)
+    shared = column("shared_sram_bytes").tolist()
     for i, (chip, used) in enumerate(zip(chips, cores)):
         if used is None or np.isnan(latency[i]):
             continue
@@ -101,24 +105,25 @@ def assess_totals(chips: Sequence[object], cores: Sequence[Mapping[int, object] 
             why.append(reason)
         which[i] = k if held[k] is not None else -1
         notes[i] = why[k]
-    activity = {name: np.array([float(t.get(name, 0.0) or 0.0) for t in totals]) for name in ACTIVITY}
-    activity["dram_bytes"] = np.array([float(t.get("dma_bytes", 0.0) or 0.0) for t in totals])
+    activity = {name: column(name) for name in ACTIVITY if name != "dram_bytes"}
+    activity["dram_bytes"] = column("dma_bytes")
     a: Assessment = assess(held, activity, latency, tables, which)
     if per_op is not None and not per_op.empty:
         per_op["energy_uj"] = op_energy(tables, held, which, per_op)
     out = []
     sram: dict = {}
-    for i in range(n):
-        if which[i] < 0:
+    figures_of, components_of = a.all_totals(), a.all_components()
+    for i, k in enumerate(which.tolist()):
+        if k < 0:
             out.append(PpaResult({m: float("nan") for m in PPA_METRICS}, {}, notes[i]))
             continue
-        figures = a.totals(i)
-        skey = (which[i], shared[i])
+        figures = figures_of[i]
+        skey = (k, shared[i])
         if skey not in sram:
             sram[skey] = total_sram_bytes(chips[i], cores[i], shared[i])
         figures["total_sram_bytes"] = sram[skey]
         figures["dram_footprint_bytes"] = float(footprints[i])
-        out.append(PpaResult(figures, a.components(i), notes[i]))
+        out.append(PpaResult(figures, components_of[i], notes[i]))
     return out
 
 

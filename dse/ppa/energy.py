@@ -17,13 +17,13 @@ once per distinct chip (`dse.ppa.components`, CACTI behind them cached by conten
 
 from __future__ import annotations
 
-import math
+import json
 from dataclasses import dataclass
 from typing import Mapping, Sequence
 
 import numpy as np
 
-from .components import BALLS, COMPONENTS, ComponentTable, component_table
+from .components import COMPONENTS, ComponentTable, component_table
 
 # Activity names, each priced as (component, action); DRAM bytes are priced twice: the
 # DRAM's energy and the DMA engine's and bus's.
@@ -86,39 +86,71 @@ class Assessment:
 
     def components(self, i: int) -> dict[str, dict[str, float]]:
         """Per metric of `BY_COMPONENT`, the components the candidate has (area > 0 or energy > 0)."""
-        out: dict[str, dict[str, float]] = {"area_mm2": {}, "energy_uj": {}}
-        for k, name in enumerate(COMPONENTS):
-            a, e = float(self.area_by[i, k]), float(self.energy_by[i, k])
-            if (a > 0 or e > 0) and not (math.isnan(a) and math.isnan(e)):
-                out["area_mm2"][name] = a
-                out["energy_uj"][name] = e
-        return out
+        return self.all_components()[i]
+
+    def all_components(self) -> list[dict[str, dict[str, float]]]:
+        """`components` of every candidate, made at once (a batch has thousands)."""
+        if getattr(self, "_components", None) is None:
+            area, energy = self.area_by.tolist(), self.energy_by.tolist()
+            out = []
+            for a_row, e_row in zip(area, energy):
+                kept = [(name, a, e) for name, a, e in zip(COMPONENTS, a_row, e_row) if a > 0 or e > 0]
+                out.append({"area_mm2": {name: a for name, a, _ in kept}, "energy_uj": {name: e for name, _, e in kept}})
+            self._components = out
+        return self._components
+
+    def all_totals(self) -> list[dict[str, float]]:
+        """`totals` of every candidate."""
+        columns = [(name, getattr(self, name).tolist()) for name in
+                   ("area_mm2", "energy_uj", "leakage_energy_uj", "power_mw", "edp", "inferences_per_joule")]
+        return [dict(zip([c for c, _ in columns], values)) for values in zip(*(v for _, v in columns))]
 
 
 class Tables:
-    """Component tables by chip, made once per chip object (a sweep's candidates share them)."""
+    """Component tables, made once per distinct content (a sweep over bank counts has many
+    chips but few memories to price); looked up per chip object, which a sweep's candidates
+    share."""
 
-    KEPT = 8192  # chips kept (each keeps its object alive, so its id names it alone)
+    KEPT = 8192  # chip objects remembered (each kept alive, so its id names it alone)
 
     def __init__(self, calibration: Mapping[str, Mapping] | None = None):
         self.calibration = calibration or {}
-        self._tables: dict[int, tuple[object, ComponentTable]] = {}
+        self._by_chip: dict[int, tuple[object, tuple]] = {}  # id(chip) -> (chip, content key)
+        self._tables: dict[tuple, ComponentTable] = {}
         self._vectors: dict[tuple, tuple[np.ndarray, np.ndarray]] = {}
-        self._prices: dict[int, np.ndarray] = {}
+        self._prices: dict[tuple, np.ndarray] = {}
+        self._parts: dict[tuple, tuple] = {}
+
+    def _factors(self, chip):
+        # a core group's chip ("poly.decode") takes its chip's calibration
+        return self.calibration.get(chip.name) or self.calibration.get(chip.name.rsplit(".", 1)[0])
+
+    def key(self, chip) -> tuple:
+        """What a chip's component table depends on, and which of its components one core has."""
+        hit = self._by_chip.get(id(chip))
+        if hit is None or hit[0] is not chip:
+            if len(self._by_chip) >= self.KEPT:  # a long sweep over chip knobs: start over
+                self._by_chip.clear()
+            balls = tuple((b.kind, b.array_rows, b.array_cols) for b in chip.balls)
+            groups = tuple(k for g in chip.cores.groups for k in (g.balls or ()))
+            factors = self._factors(chip)
+            key = (chip.banks.rows, chip.banks.row_bytes, chip.shared_memory.model_dump_json(),
+                   chip.cache.model_dump_json(), chip.technology.model_dump_json(), chip.costs.model_dump_json(),
+                   balls, groups, json.dumps(factors, sort_keys=True) if factors else "")
+            hit = self._by_chip[id(chip)] = (chip, key)
+        return hit[1]
 
     def table(self, chip) -> ComponentTable:
-        hit = self._tables.get(id(chip))
-        if hit is None or hit[0] is not chip:
-            if len(self._tables) >= self.KEPT:  # a long sweep over chip knobs: start over
-                self._tables.clear(), self._vectors.clear(), self._prices.clear()
-            # a core group's chip ("poly.decode") takes its chip's calibration
-            factors = self.calibration.get(chip.name) or self.calibration.get(chip.name.rsplit(".", 1)[0])
-            hit = self._tables[id(chip)] = (chip, component_table(chip, factors))
-        return hit[1]
+        key = self.key(chip)
+        found = self._tables.get(key)
+        if found is None:
+            found = self._tables[key] = component_table(chip, self._factors(chip))
+        return found
 
     def prices(self, chip) -> np.ndarray:
         """(activity, component) pJ an action of each activity costs each component."""
-        hit = self._prices.get(id(chip))
+        key = self.key(chip)
+        hit = self._prices.get(key)
         if hit is None:
             table = self.table(chip)
             hit = np.zeros((len(ACTIVITY), C))
@@ -127,7 +159,32 @@ class Tables:
                     c = table.components.get(comp)
                     if c is not None:
                         hit[a, INDEX[comp]] = c.actions[action].value
-            self._prices[id(chip)] = hit
+            self._prices[key] = hit
+        return hit
+
+    def _core_parts(self, chip) -> tuple:
+        """(area, leakage) vectors of one core without its banks, of one private bank, of one
+        shared bank, of a tile's cache, and of what a chip has once (bus, DRAM interface)."""
+        key = (self.key(chip), tuple(b.kind for b in chip.balls), chip.name)
+        hit = self._parts.get(key)
+        if hit is None:
+            per = self.table(chip).components
+
+            def vec(*named) -> tuple[np.ndarray, np.ndarray]:
+                area, leak = np.zeros(C), np.zeros(C)
+                for name, area_mm2, leak_mw in named:
+                    area[INDEX[name]] += area_mm2
+                    leak[INDEX[name]] += leak_mw
+                return area, leak
+
+            def of(name):
+                return (name, per[name].area_mm2.value, per[name].leakage_mw.value) if name in per else (name, 0, 0)
+
+            core = vec(of("cores"), of("dma"), *(of(b.kind) for b in chip.balls))
+            bus = per["dma"].extra_area_mm2.value
+            density = per["dma"].leakage_mw.value / max(per["dma"].area_mm2.value, 1e-30)
+            once = vec(("dma", bus, bus * density), of("dram"))
+            hit = self._parts[key] = (core, vec(of("private_sram")), vec(of("shared_sram")), vec(of("cache")), once)
         return hit
 
     def holdings_vectors(self, h: Holdings) -> tuple[np.ndarray, np.ndarray]:
@@ -137,27 +194,12 @@ class Tables:
         if hit is None:
             area, leak = np.zeros(C), np.zeros(C)
             for core_chip, count in h.cores:
-                table = self.table(core_chip)
-                per = table.components
-                for name, n in (("private_sram", core_chip.banks.count), ("cores", 1), ("dma", 1),
-                                *((kind, 1) for kind in BALLS if core_chip.ball(kind) is not None)):
-                    area[INDEX[name]] += count * n * per[name].area_mm2.value
-                    leak[INDEX[name]] += count * n * per[name].leakage_mw.value
-            table = self.table(h.chip)
-            per = table.components
-            if h.shared_banks and "shared_sram" in per:
-                n = h.tiles * h.shared_banks
-                area[INDEX["shared_sram"]] += n * per["shared_sram"].area_mm2.value
-                leak[INDEX["shared_sram"]] += n * per["shared_sram"].leakage_mw.value
-            if "cache" in per:
-                area[INDEX["cache"]] += h.tiles * per["cache"].area_mm2.value
-                leak[INDEX["cache"]] += h.tiles * per["cache"].leakage_mw.value
-            bus = per["dma"].extra_area_mm2.value
-            density = per["dma"].leakage_mw.value / max(per["dma"].area_mm2.value, 1e-30)
-            area[INDEX["dma"]] += bus
-            leak[INDEX["dma"]] += bus * density
-            area[INDEX["dram"]] += per["dram"].area_mm2.value
-            leak[INDEX["dram"]] += per["dram"].leakage_mw.value
+                (ca, cl), (ba, bl), *_ = self._core_parts(core_chip)
+                area += count * (ca + core_chip.banks.count * ba)
+                leak += count * (cl + core_chip.banks.count * bl)
+            _, _, (sa, sl), (xa, xl), (oa, ol) = self._core_parts(h.chip)
+            area += h.tiles * h.shared_banks * sa + h.tiles * xa + oa
+            leak += h.tiles * h.shared_banks * sl + h.tiles * xl + ol
             hit = self._vectors[key] = (area, leak)
         return hit
 
@@ -187,10 +229,7 @@ def assess(holdings: Sequence[Holdings | None], activity: Mapping[str, np.ndarra
     at = np.where(which < 0, g, which)  # row g: NaN, not assessed
     latency = np.asarray(latency_cycles, dtype=np.float64)
     counts = np.stack([np.asarray(activity.get(name, np.zeros(n)), dtype=np.float64) for name in ACTIVITY], axis=1)
-    dynamic = np.zeros((n, C))
-    for k in np.unique(at):  # one price table a group: (candidates, activities) x (activities, components)
-        rows = at == k
-        dynamic[rows] = counts[rows] @ prices_g[k]
+    dynamic = np.einsum("na,nac->nc", counts, prices_g[at])  # each candidate's actions at its prices (pJ)
     # the cores' idle cycles: every core of the run's cycles not spent in core ops
     idle = np.maximum(cores_g[at] * latency - counts[:, ACTIVITY.index("core_op_cycles")], 0)
     dynamic[:, INDEX["cores"]] += idle * idle_g[at]
