@@ -19,6 +19,8 @@ from collections.abc import Iterable, Sequence
 
 from sqlalchemy import Connection
 
+from dse.records.sql_reads import FIGURES_BYTE_ORDER
+
 # The columns of a metric row as the writes hand them over: (run_id, kind, name, value,
 # unit, scope, scope_key).
 _RUN, _KIND, _NAME, _VALUE, _SCOPE = 0, 1, 2, 3, 5
@@ -28,7 +30,7 @@ _ROWS_PER_INSERT = 100  # 500 parameters a statement (5 columns a row in both ta
 # list [model_version, emulator_version, [names, sorted]] of their run. figures: the values
 # as little-endian float64 in the names' order: exact, and unpacked for 100,000 candidates
 # by one numpy call a layout. (One text for the three: each column read costs as much.)
-FIGURES_BYTE_ORDER = "<"
+# The byte order, FIGURES_BYTE_ORDER, is sql_reads' (whose light read unpacks them too).
 
 
 def record(connection: Connection, rows: Sequence[Sequence]) -> None:

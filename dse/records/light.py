@@ -101,6 +101,18 @@ class LightStore:
     def run_metric_rows(self, run_id: int) -> list[dict[str, Any]]:
         return sql_reads.run_metrics(self._run, run_id)
 
+    # ---- what an acceptance judgement reads (`dse.runner.acceptance.judge_experiment`) ---
+
+    def analytical_statuses(self, experiment_id: int | None = None,
+                            candidate_ids=None) -> list[tuple[int, str | None]]:
+        return sql_reads.analytical_statuses(self._run, experiment_id, candidate_ids)
+
+    def figure_columns(self, kinds, names, experiment_id: int | None = None, candidate_ids=None) -> dict:
+        return sql_reads.figure_columns(self._run, kinds, names, experiment_id, candidate_ids)
+
+    def workload_points(self, experiment_id: int) -> list[tuple[int, str, dict]]:
+        return sql_reads.workload_points(self._run, experiment_id)
+
     def __enter__(self) -> LightStore:
         return self
 

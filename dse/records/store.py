@@ -46,7 +46,7 @@ from sqlalchemy.orm import Session
 
 from dse.errors import InputError
 from dse.identity import canonical_json, content_hash
-from dse.records import blobs, opening, provenance, reads, writes
+from dse.records import blobs, opening, provenance, reads, sql_reads, writes
 from dse.records.blobs import blob_path, default_evidence_dir, store_blob
 from dse.records.checks import (
     FINAL_RUN_STATUSES,
@@ -801,6 +801,33 @@ class Store:
         JSON text): no pandas (a quick `dse show c<ID>`)."""
         with self._read() as connection:
             return reads.run_rows(connection, candidate)
+
+    # ---- what an acceptance judgement reads (`dse.runner.acceptance.judge_experiment`;
+    # the light read has the same methods, running the same SQL) ----------------------------
+
+    @retrying
+    def analytical_statuses(self, experiment_id: int | None = None, candidate_ids: Iterable[int] | None = None
+                            ) -> list[tuple[int, str | None]]:
+        """[(candidate id, status of its latest analytical run or None)] of an experiment's
+        candidates, or of the candidates named, by id."""
+        with self._read() as connection:
+            return sql_reads.analytical_statuses(reads.text_runner(connection), experiment_id,
+                                                 None if candidate_ids is None else list(candidate_ids))
+
+    @retrying
+    def figure_columns(self, kinds: Iterable[str], names: Iterable[str], experiment_id: int | None = None,
+                       candidate_ids: Iterable[int] | None = None) -> dict[str, tuple[Any, dict[str, Any]]]:
+        """{kind: (candidate ids, {name: values})}: the latest total figures of these kinds
+        and names of an experiment's candidates, or of the candidates named, as numpy arrays."""
+        with self._read() as connection:
+            return sql_reads.figure_columns(reads.text_runner(connection), list(kinds), list(names), experiment_id,
+                                            None if candidate_ids is None else list(candidate_ids))
+
+    @retrying
+    def workload_points(self, experiment_id: int) -> list[tuple[int, str, dict]]:
+        """[(candidate id, hash, workload point)] of the experiment's candidates at a workload point."""
+        with self._read() as connection:
+            return sql_reads.workload_points(reads.text_runner(connection), experiment_id)
 
     @retrying
     def total_metric_rows(self, candidate: int) -> list[dict[str, Any]]:
