@@ -61,7 +61,7 @@ def test_report_escapes_user_text_and_shows_every_candidate(tmp_path):
     assert "<script>alert(1)" not in page  # the page's own scripts (plotly, sorting) only
     assert html.escape("<script>alert(1)</script> & two workers beat one") in page
     every = page.split("<h2>Every candidate</h2>")[1].split("<h2>")[0]
-    body_rows = re.findall(r'<tr id="c\d+" class="(ok|infeasible|failed)[^"]*">', every)
+    body_rows = re.findall(r'<tr id="c\d+" class="(ok|infeasible|failed)[^"]*" data-outcome="', every)
     assert len(body_rows) == len(cands) == 10
     for reason in cands.loc[cands["status"] == "infeasible", "reason"]:
         assert html.escape(reason) in page

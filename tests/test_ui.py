@@ -328,6 +328,7 @@ def test_hover_and_click_a_pareto_point(server, store_db, page):
     names = page.evaluate("document.getElementById('pareto')._fullData.map(t => t.name)")
     assert any(n.startswith("Pareto front") for n in names) and any(n.startswith("infeasible") for n in names)
     assert any(n.startswith("passes acceptance") for n in names) and "acceptance region" in names
+    page.locator("#pareto").scroll_into_view_if_needed()  # below the headline
     point = page.evaluate("""() => {
         const d = document.getElementById('pareto'), fl = d._fullLayout;
         const t = d._fullData.find(t => t.name.startsWith('Pareto front'));

@@ -16,7 +16,7 @@ from ..ppa.names import COMPONENTS
 from ..records import Store
 from ..records.schema import Candidate, Experiment, LatestMetric, Metric, Run
 from ..runner.metrics import METRICS
-from ..runner.acceptance import best_candidate, passing_mask
+from ..runner.acceptance import Headline, Judgement, headline, judge_experiment, outcome_mark  # noqa: F401
 
 
 
@@ -36,6 +36,16 @@ class ExperimentView:
     passing: np.ndarray  # per row of `table`: feasible, not the baseline, meets every acceptance criterion
     notes: list[dict]  # limitations, open questions and notes added after the fact (`dse note`)
     store: Store = field(repr=False, compare=False, default=None)
+    # The one judgement of acceptance over every evidence kind (`dse.runner.acceptance`),
+    # whose passing candidates and best `passing` and `best_id` are, and its headline.
+    judgement: Judgement | None = field(repr=False, compare=False, default=None)
+    headline: Headline | None = None
+
+    @property
+    def outcomes(self) -> list[str | None]:
+        """Per row of `table`: "pass", "fail", "waiting" (for evidence) or None (not judged:
+        infeasible, or the baseline)."""
+        return self.judgement.outcomes_of(self.table["candidate_id"].astype(int).tolist())
 
     @functools.cached_property
     def op_cycles(self) -> pd.DataFrame:
@@ -82,12 +92,11 @@ def experiment_view(store: Store, experiment) -> ExperimentView:
     first = objectives[0]
     baseline_id = exp.get("baseline_candidate_id")
     baseline_id = int(baseline_id) if baseline_id is not None and not pd.isna(baseline_id) else None
-    # "Best" is the verdict's: the best candidate passing the acceptance criteria.
-    base_rows = table[table["candidate_id"] == baseline_id]
-    baseline = base_rows.iloc[0].to_dict() if len(base_rows) and base_rows.iloc[0]["status"] == "ok" else None
-    exprs = [c["expr"] for c in exp["acceptance"]]
-    passing = passing_mask(exprs, table, baseline) if baseline is not None else np.zeros(len(table), dtype=bool)
-    best_id = best_candidate(table, passing, first["metric"], first.get("direction", "minimize"))
+    # "Best" is the verdict's: the best candidate passing the acceptance criteria, judged on
+    # every evidence kind they name (the sweep's and `dse decide`'s judgement).
+    judgement = judge_experiment(store, exp, {"metric": first["metric"], "direction": first.get("direction", "minimize")})
+    passing = judgement.mask(table["candidate_id"].astype(int).tolist())
+    best_id = judgement.best
 
     compare = None
     if best_id is not None and baseline_id is not None:
@@ -112,9 +121,11 @@ def experiment_view(store: Store, experiment) -> ExperimentView:
     emulated = model_vs_emulator(store, exp["id"], table, bool(emulated_any))
     core_time = (store.metric_table(exp["id"], "emulator_cycles", scope="core") if emulated_any
                  else pd.DataFrame(columns=["candidate_id", "scope_key"]))
-    return ExperimentView(exp, objectives, table, baseline_id, best_id, compare, store.decisions(exp["id"]),
+    decisions = store.decisions(exp["id"])
+    return ExperimentView(exp, objectives, table, baseline_id, best_id, compare, decisions,
                           provenance, table["status"].value_counts().to_dict(), emulated, core_time,
-                          passing, store.notes(exp["id"]), store)
+                          passing, store.notes(exp["id"]), store, judgement,
+                          headline(judgement, exp, store.decision_rows(exp["id"])))
 
 
 def model_vs_emulator(store: Store, experiment_id: int, table: pd.DataFrame, emulated_any: bool = True
@@ -216,10 +227,39 @@ def accepted_candidates(decisions: pd.DataFrame) -> set[int]:
     return {int(c) for c in on.loc[on["verdict"] == "accepted", "candidate_id"]}
 
 
+# A candidate table's marks (the report's and the UI's), the Pareto plots' symbols: the best
+# passing candidate, on the plot's front, accepted by a person's decision.
+MARKS = {"best": "★", "front": "◆", "accepted": "◇"}
+
+
+def row_marks(candidate_id: int, *, baseline_id: int | None, best_id: int | None, accepted: set[int],
+              front: set[int]) -> list[str]:
+    """A candidate's marks in a table: "baseline", "★ best", "◆ front", "◇ accepted"."""
+    out = ["baseline"] if candidate_id == baseline_id else []
+    for name, on in (("best", candidate_id == best_id), ("front", candidate_id in front),
+                     ("accepted", candidate_id in accepted)):
+        if on:
+            out.append(f"{MARKS[name]} {name}")
+    return out
+
+
+def front_of(judgement: Judgement, x: str, y: str, directions: tuple[str, str]) -> set[int]:
+    """The candidates on the Pareto front of analytical x and y (the judgement's figures,
+    read with `judge_experiment(..., metrics=[x, y])`), of the feasible ones with both."""
+    from .pareto import pareto_mask
+
+    xs, ys = judgement.values("analytical", x), judgement.values("analytical", y)
+    feasible = np.array([s == "ok" for s in judgement.status], dtype=bool) & ~np.isnan(xs) & ~np.isnan(ys)
+    if not feasible.any():
+        return set()
+    on = pareto_mask(np.column_stack([xs[feasible], ys[feasible]]), list(directions))
+    return {int(c) for c in judgement.ids[feasible][on]}
+
+
 def meaningful_candidates(table: pd.DataFrame, baseline_id: int | None, best_id: int | None,
                           accepted: set[int]) -> dict[int, str]:
     """{candidate: label} of the candidates worth a per-op look: the baseline, the best (the
-    verdict's, `acceptance.best_candidate`) and those a person accepted, feasible ones only,
+    verdict's, `acceptance.Judgement.best`) and those a person accepted, feasible ones only,
     in that order; one candidate in two roles gets both labels ("best, accepted")."""
     feasible = set(int(i) for i in table.loc[table["status"] == "ok", "candidate_id"])
     labels: dict[int, list[str]] = {}

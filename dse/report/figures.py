@@ -67,9 +67,10 @@ def _label(name: str) -> str:
 
 def pareto_plot(table: pd.DataFrame, x: str = "private_sram_bytes", y: str = "latency_cycles",
                 directions: tuple[str, str] = ("minimize", "minimize"), baseline_id: int | None = None,
-                title: str = "", best_id: int | None = None, ax=None) -> ParetoPlot:
-    """Feasible candidates as points with the front highlighted, the baseline (and the
-    best, when given) marked; infeasible, pruned and failed ones drawn distinctly along the
+                title: str = "", best_id: int | None = None, ax=None, passing=(), accepted=()) -> ParetoPlot:
+    """Feasible candidates as points with the front highlighted, those passing acceptance
+    (`passing`: ids) in green, the baseline, the best and the accepted ones marked as the
+    interactive plots mark them; infeasible, pruned and failed ones drawn distinctly along the
     top edge at their x value (they have no y). Past `MAX_POINTS_PNG` points of one kind, an
     even sample of them is drawn (the front and the marks always); `data` has every row.
     `ax`: draw into this axes of a figure the caller lays out (`pareto_panels`)."""
@@ -81,6 +82,8 @@ def pareto_plot(table: pd.DataFrame, x: str = "private_sram_bytes", y: str = "la
     })
     data["is_baseline"] = data["candidate_id"] == baseline_id
     data["is_best"] = data["candidate_id"] == best_id
+    data["passes"] = data["candidate_id"].isin(set(passing))
+    data["is_accepted"] = data["candidate_id"].isin(set(accepted))
     feasible = (data["status"] == "ok") & data["x"].notna() & data["y"].notna()
     data["on_front"] = False
     if feasible.any():
@@ -90,8 +93,13 @@ def pareto_plot(table: pd.DataFrame, x: str = "private_sram_bytes", y: str = "la
     own = ax is None
     fig, ax = plt.subplots(figsize=(7.5, 4.8)) if own else (ax.figure, ax)
     ok = data[feasible]
-    shown, label = _sample(ok, "feasible")
+    shown, label = _sample(ok[~ok["passes"]], "feasible")
     ax.scatter(shown["x"], shown["y"], s=22, color="#4c72b0", alpha=0.55, label=label)
+    good = ok[ok["passes"]]
+    if len(good):
+        good, label = _sample(good, "passes acceptance")
+        ax.scatter(good["x"], good["y"], s=34, color="#55a868", edgecolors="#1b5e20", linewidths=0.8, zorder=3,
+                   label=label)
     front = ok[ok["on_front"]].sort_values("x")
     ax.plot(front["x"], front["y"], "-o", color="#dd8452", ms=6, label=f"Pareto front ({len(front)})")
     top = (ok["y"].max() * 1.08) if len(ok) else 1.0
@@ -101,12 +109,17 @@ def pareto_plot(table: pd.DataFrame, x: str = "private_sram_bytes", y: str = "la
             bad, label = _sample(bad, status)
             ax.scatter(bad["x"].fillna(0), np.full(len(bad), top), s=30, label=label, **style)
     base = data[data["is_baseline"] & feasible]
-    if len(base):
-        ax.scatter(base["x"], base["y"], marker="*", s=220, color="#c44e52", zorder=5, label="baseline")
+    if len(base):  # hollow: a candidate at the same point stays visible
+        ax.scatter(base["x"], base["y"], marker="*", s=240, facecolors="none", edgecolors="#c44e52", linewidths=1.6,
+                   zorder=5, label="baseline")
     best = data[data["is_best"] & feasible]
     if len(best):
-        ax.scatter(best["x"], best["y"], marker="D", s=90, facecolors="none", edgecolors="#2ca02c", linewidths=2,
-                   zorder=5, label="best")
+        ax.scatter(best["x"], best["y"], marker="*", s=150, color="#2ca02c", edgecolors="#1b5e20", linewidths=0.8,
+                   zorder=6, label="best")
+    chosen = data[data["is_accepted"] & feasible]
+    if len(chosen):
+        ax.scatter(chosen["x"], chosen["y"], marker="D", s=170, facecolors="none", edgecolors="#000000",
+                   linewidths=1.4, zorder=6, label="accepted")
     xs = data["x"].dropna()
     if len(xs) and xs.min() > 0 and xs.max() / xs.min() > 20:
         ax.set_xscale("log")  # SRAM sizes span orders of magnitude
@@ -122,14 +135,16 @@ def pareto_plot(table: pd.DataFrame, x: str = "private_sram_bytes", y: str = "la
 
 
 def pareto_panels(table: pd.DataFrame, pairs, directions: dict[str, str], baseline_id: int | None = None,
-                  best_id: int | None = None, title: str = "") -> tuple[Figure, list[ParetoPlot]]:
+                  best_id: int | None = None, title: str = "", passing=(), accepted=()
+                  ) -> tuple[Figure, list[ParetoPlot]]:
     """`pareto_plot` of each (x, y) of `pairs`, side by side in one figure (one image to
     lay out and write: at 100,000 candidates a figure's fixed cost is most of its time).
     Returns the figure (data: every plot's rows, with its x and y metric names) and the
     plots (their own data: which candidates are on each front)."""
     fig, axes = plt.subplots(1, len(pairs), figsize=(5.6 * len(pairs), 4.6), squeeze=False)
     plots = [pareto_plot(table, x, y, (directions.get(x, "minimize"), directions.get(y, "minimize")),
-                         baseline_id=baseline_id, title=f"{_label(y)} vs {_label(x)}", best_id=best_id, ax=ax)
+                         baseline_id=baseline_id, title=f"{_label(y)} vs {_label(x)}", best_id=best_id, ax=ax,
+                         passing=passing, accepted=accepted)
              for (x, y), ax in zip(pairs, axes[0])]
     if title:
         fig.suptitle(title)

@@ -21,7 +21,7 @@ from markupsafe import Markup
 
 from ..records import Store
 from .data import (COMPONENT_TOTALS, PPA_KINDS, ExperimentView, accepted_candidates, changes, experiment_view,
-                   meaningful_candidates)
+                   meaningful_candidates, outcome_mark, row_marks)
 from .figures import (component_plot, core_time_plot, history_plot, model_vs_emulator_plot, op_breakdown_plot,
                       pareto_panels, pareto_plot)
 from .interactive import PPA_PAIRS, experiment_figures, history_figure, ppa_pareto_name
@@ -143,9 +143,11 @@ def _write_report(store: Store, experiment, out_dir: str | Path, x: str | None, 
     directions = {o["metric"]: o.get("direction", "minimize") for o in objectives}
     y = y or objectives[0]["metric"]
     x = x or (objectives[1]["metric"] if len(objectives) > 1 else "private_sram_bytes")
-    pareto = pareto_plot(table, x=x, y=y, directions=(directions.get(x, "minimize"), directions.get(y, "minimize")),
-                         baseline_id=view.baseline_id, best_id=view.best_id, title=f"{exp['name']}: {y} vs {x}")
     accepted = accepted_candidates(view.decisions)
+    passing_ids = set(int(i) for i in table.loc[view.passing, "candidate_id"])
+    pareto = pareto_plot(table, x=x, y=y, directions=(directions.get(x, "minimize"), directions.get(y, "minimize")),
+                         baseline_id=view.baseline_id, best_id=view.best_id, title=f"{exp['name']}: {y} vs {x}",
+                         passing=passing_ids, accepted=accepted)
     front_ids = [int(i) for i in pareto.data.loc[pareto.data["on_front"], "candidate_id"]]
     figures = {"pareto": pareto}
     # The per-op look: baseline, best (the verdict's) and accepted, as the UI shows them.
@@ -186,16 +188,21 @@ def _write_report(store: Store, experiment, out_dir: str | Path, x: str | None, 
     # What a candidate costs, where the store has it.
     metric_cols += [m for m in PPA_COLUMNS if m not in metric_cols and m in table and table[m].notna().any()]
     front_set = set(front_ids)
-    passing_ids = set(int(i) for i in table.loc[view.passing, "candidate_id"])
     shown = _shown_rows(table, {view.baseline_id, view.best_id, *accepted, *front_set, *passing_ids} - {None},
                         objectives[0])
     rows = []
+    first = objectives[0]["metric"]
     for r in shown.to_dict("records"):
         cid = int(r["candidate_id"])
+        outcome = view.judgement.outcome(cid)
         rows.append(dict(id=cid, origin=r["origin"], status=r["status"], changes=changes(r["diff"]),
                          metrics=[r.get(m) for m in metric_cols], reason=r.get("reason") or "",
                          front=cid in front_set, baseline=cid == view.baseline_id, best=cid == view.best_id,
-                         passes=cid in passing_ids, accepted=cid in accepted))
+                         passes=cid in passing_ids, accepted=cid in accepted, outcome=outcome or "",
+                         judged=outcome_mark(outcome),
+                         marks=", ".join(row_marks(cid, baseline_id=view.baseline_id, best_id=view.best_id,
+                                                   accepted=accepted, front=front_set)),
+                         ratio=_times(view.judgement.ratio(cid, "analytical", first))))
     not_ok = table[table["status"] != "ok"].sort_values("candidate_id")
     not_ok_rows = [dict(id=int(r["candidate_id"]), status=r["status"] or "not run", changes=changes(r["diff"]),
                         reason=r.get("reason") or "")
@@ -206,7 +213,7 @@ def _write_report(store: Store, experiment, out_dir: str | Path, x: str | None, 
         compare=None if view.compare is None else view.compare.to_dict("records"),
         baseline_id=view.baseline_id, best_id=view.best_id, metric_cols=metric_cols, rows=rows,
         not_ok=not_ok_rows, n_not_ok=len(not_ok), n_candidates=len(table), counts=view.counts, provenance=view.provenance,
-        front_count=len(front_ids), objective=objectives[0]["metric"], x=x, y=y,
+        front_count=len(front_ids), objective=objectives[0]["metric"], x=x, y=y, headline=view.headline,
         chosen=[(labels[i], i) for i in chosen], has_ops="ops" in figures,
         emulated=view.emulated.to_dict("records"), stall_cols=stall_cols, stalls=stalls,
         has_emulator="model_vs_emulator" in figures, has_core_time="core_time" in figures, ppa=ppa,
@@ -220,6 +227,11 @@ def _write_report(store: Store, experiment, out_dir: str | Path, x: str | None, 
     _write(md_path, md)
     bar.update()
     return Report(path.resolve(), md_path.resolve(), view, figures)
+
+
+def _times(ratio: float) -> str:
+    """A candidate's figure over the baseline's, as its table's "x baseline" column shows it."""
+    return "—" if ratio is None or ratio != ratio else f"{ratio:#.3g}x"
 
 
 # The candidate tables' columns of what a candidate costs (shown where recorded).
@@ -254,7 +266,9 @@ def _ppa_section(view: ExperimentView, labels: dict[int, str], directions: dict[
     if drawn:  # one PNG of the pairs side by side (the HTML draws each interactively)
         figures["ppa_pareto"], plots = pareto_panels(
             table, drawn, directions, baseline_id=view.baseline_id, best_id=view.best_id,
-            title=f"{exp['name']}: latency, energy and area (analytical)")
+            title=f"{exp['name']}: latency, energy and area (analytical)",
+            passing=set(int(i) for i in table.loc[view.passing, "candidate_id"]),
+            accepted=accepted_candidates(view.decisions))
         for plot in plots:
             front = sorted(int(i) for i in plot.data.loc[plot.data["on_front"], "candidate_id"])
             pairs.append({"name": ppa_pareto_name(plot.x, plot.y), "x": plot.x, "y": plot.y, "front": front})

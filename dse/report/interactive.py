@@ -170,14 +170,17 @@ def pareto_figure(table: pd.DataFrame, x: str, y: str, directions: tuple[str, st
             fig.add_trace(_scatter(len(bad), x=bad["x"].fillna(0), y=np.full(len(bad), top), mode="markers",
                                        name=name, marker=dict(symbol="x", color=color, size=8),
                                        customdata=bad["candidate_id"], hovertext=hover(bad, True), hoverinfo="text"))
+    # The baseline hollow (a candidate at its point stays visible), the best and the accepted
+    # ones over it: the same marks as the report's PNG plots and the candidate tables (★ best,
+    # ◇ accepted).
     for ids, name, symbol, color, size in ((
-            {baseline_id} if baseline_id is not None else set(), "baseline", "star", "#c44e52", 18),
-            ({best_id} if best_id is not None else set(), "best", "star-diamond", "#2ca02c", 16),
-            (accepted, "accepted", "diamond-open", "#000000", 16)):
+            {baseline_id} if baseline_id is not None else set(), "baseline", "star-open", "#c44e52", 20),
+            ({best_id} if best_id is not None else set(), "best", "star", "#2ca02c", 15),
+            (accepted, "accepted", "diamond-open", "#000000", 22)):
         marked = ok[ok["candidate_id"].isin(ids)]
         if len(marked):
             fig.add_trace(go.Scatter(x=marked["x"], y=marked["y"], mode="markers", name=name,
-                                     marker=dict(symbol=symbol, color=color, size=size, line=dict(width=2, color=color)),
+                                     marker=dict(symbol=symbol, color=color, size=size, line=dict(width=2.5, color=color)),
                                      customdata=marked["candidate_id"], hovertext=hover(marked), hoverinfo="text"))
     fig.update_layout(title=title or f"{_label(y)} vs {_label(x)}", xaxis_title=_label(x), yaxis_title=_label(y),
                       template="plotly_white", height=480, margin=dict(l=60, r=20, t=50, b=50),

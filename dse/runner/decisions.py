@@ -19,6 +19,7 @@ from dataclasses import dataclass
 
 from ..errors import InputError
 from ..records import Store
+from .acceptance import judge_candidate, references
 from .criteria import PASS, CriterionError, compile_criteria
 
 VERDICTS = ("accepted", "rejected", "refuted")
@@ -116,7 +117,7 @@ def _acceptance(store: Store, exp: dict, cand: dict) -> tuple[list[dict], str]:
     if not exp["acceptance"]:
         return [], "; ".join(reasons)
     try:
-        criteria = compile_criteria(exp["acceptance"])
+        compile_criteria(exp["acceptance"])
     except CriterionError as exc:
         return [], "; ".join(reasons + [f"the experiment's acceptance[{exc.index}] `{exc.expr}` cannot be "
                                         f"evaluated ({exc})"])
@@ -126,14 +127,16 @@ def _acceptance(store: Store, exp: dict, cand: dict) -> tuple[list[dict], str]:
                                         f"{cand['id']} against"])
     point = (cand["mapping"] or {}).get("workload")
     if point:  # compared with the baseline's design at the same workload point: identical work
-        from .acceptance import references
-
-        base_id = references(store, exp).get(cand["id"]) if cand["experiment_id"] == exp["id"] else None
+        base_id = references(store, exp, [cand["id"]]).get(cand["id"]) if cand["experiment_id"] == exp["id"] else None
         if base_id is None:
             return [], "; ".join(reasons + [f"it runs the workload point {point}, at which the baseline's design "
                                             "is not recorded: nothing to compare it with on identical work"])
-    totals = store.totals([cand["id"], base_id], criteria.kinds)
-    checks = criteria.evaluate(totals[cand["id"]], totals[base_id])
+    # The one judgement (the sweep's, the report's, the UI's), of this candidate.
+    judgement = judge_candidate(store, exp, cand["id"], base_id)
+    status = judgement.status[judgement.position(cand["id"])]
+    if status is not None and status != "ok":
+        reasons.append(f"it is not feasible: its latest analytical run is {status}")
+    checks = judgement.checks(cand["id"])
     failing = [c for c in checks if c.outcome != PASS]
     if failing:
         reasons.append("it does not pass the acceptance test: " + "; ".join(c.describe() for c in failing))

@@ -28,12 +28,12 @@ from ..errors import InputError
 from ..records import RecordNotFound, Store
 from ..records.reads import flatten
 from ..records.liveness import sweep_holder
-from ..report.data import (PPA_KINDS, accepted_candidates, candidate_metrics, component_figures,
-                           meaningful_candidates, model_vs_emulator, op_metric_table)
+from ..report.data import (PPA_KINDS, accepted_candidates, candidate_metrics, component_figures, front_of,
+                           meaningful_candidates, model_vs_emulator, op_metric_table, outcome_mark, row_marks)
 from ..report.html import fmt_value
 from ..report.interactive import (OP_METRICS, PPA_AXES, component_figure, history_figure, model_vs_emulator_figure,
                                   op_figure, parallel_figure, pareto_figure)
-from ..runner.acceptance import best_candidate, formulas, passing_mask
+from ..runner.acceptance import headline, judge_experiment
 from ..runner.decisions import decide
 from ..runner.metrics import METRICS
 from . import csrf, queries
@@ -209,6 +209,22 @@ class Workbench:
         objectives = _objectives(exp["spec_text"])
         y = params.get("y") or objectives[0]["metric"]
         x = params.get("x") or (objectives[1]["metric"] if len(objectives) > 1 else "private_sram_bytes")
+        # The one judgement (the sweep's, `dse decide`'s, the report's): the headline and
+        # the table's marks; the front of the page's Pareto plot from its figures.
+        first = objectives[0]
+        judgement = judge_experiment(self.store, exp, {"metric": first["metric"],
+                                                       "direction": first.get("direction", "minimize")},
+                                     metrics=[m for m in (x, y) if m in METRICS])
+        directions = {o["metric"]: o.get("direction", "minimize") for o in objectives}
+        front = front_of(judgement, x, y, (directions.get(x, "minimize"), directions.get(y, "minimize")))
+        top = headline(judgement, exp, self.store.decision_rows(exp["id"]))
+        for row in table.rows:
+            outcome = judgement.outcome(row["id"])
+            row["outcome"], row["judged"] = outcome or "", outcome_mark(outcome)
+            row["marks"] = row_marks(row["id"], baseline_id=judgement.baseline_id, best_id=judgement.best,
+                                     accepted=set(top.accepted), front=front)
+            ratio = judgement.ratio(row["id"], "analytical", first["metric"])
+            row["ratio"] = None if ratio != ratio else ratio
         # The Pareto plot of two of latency, energy and area (their own selector).
         ppa_x, ppa_y = params.get("ppa_x") or "energy_uj", params.get("ppa_y") or "latency_cycles"
         for name, value in (("ppa_x", ppa_x), ("ppa_y", ppa_y)):
@@ -218,6 +234,7 @@ class Workbench:
         kinds = ["analytical", *(["emulator_cycles"] if summary.get("n_emulated") else [])]
         keep = {k: v for k, v in params.items() if k not in ("page",)}
         return self.page(request, "experiment.html.j2", exp=exp, summary=summary, decisions=decisions,
+                         headline=top, passing=judgement.passing_ids, first_objective=first["metric"],
                          objectives=objectives, table=table, names=names, x=x, y=y, keep=keep,
                          ppa_x=ppa_x, ppa_y=ppa_y, ppa_axes=PPA_AXES, ppa_kinds=kinds,
                          sweep=sweep, last_id=last_id or 0, poll_ms=LIVE_POLL_MS,
@@ -248,22 +265,21 @@ class Workbench:
         return _figure_response(fig, summary)
 
     def judged(self, exp: dict, metrics: set[str]) -> Judged:
-        """The experiment's candidates judged as the verdict judges them: `metrics` and those
-        the criteria and the first objective name (a few of 100,000 x 8 values), which pass,
-        the best of those (`acceptance.best_candidate`) and the accepted ones."""
+        """The experiment's candidates with their analytical `metrics` and the first
+        objective (a few of 100,000 x 8 values), judged as the sweep and `dse decide` judge
+        them (`acceptance.judge_experiment`, on every evidence kind the criteria name):
+        which pass, the best of those and the accepted ones."""
         objectives = _objectives(exp["spec_text"])
         exprs = [c["expr"] for c in exp["acceptance"] or []]
-        used = set().union(*(f.used for f in formulas(exprs))) if exprs else set()
-        wanted = set(metrics) | {objectives[0]["metric"]} | {n.removeprefix("baseline_") for n in used}
+        first = objectives[0]
+        wanted = set(metrics) | {first["metric"]}
         with self.connection() as connection:
             table = candidate_metrics(connection, exp["id"], sorted(wanted & set(METRICS)))
-        baseline_id = exp["baseline_candidate_id"]
-        base_rows = table[table["candidate_id"] == baseline_id]
-        baseline = base_rows.iloc[0].to_dict() if len(base_rows) else {}
-        passing = passing_mask(exprs, table, baseline) if baseline.get("status") == "ok" else \
-            pd.Series(False, index=table.index).to_numpy()
-        best = best_candidate(table, passing, objectives[0]["metric"], objectives[0].get("direction", "minimize"))
-        return Judged(table, passing, best, accepted_candidates(self.store.decisions(exp["id"])), baseline_id, exprs, objectives)
+        judgement = judge_experiment(self.store, exp, {"metric": first["metric"],
+                                                       "direction": first.get("direction", "minimize")})
+        passing = judgement.mask(table["candidate_id"].astype(int).tolist())
+        return Judged(table, passing, judgement.best, accepted_candidates(self.store.decisions(exp["id"])),
+                      exp["baseline_candidate_id"], exprs, objectives)
 
     def parallel_json(self, request: Request) -> Response:
         exp = self.experiment(request.path_params["ref"])
