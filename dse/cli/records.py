@@ -269,6 +269,17 @@ def _show_experiment(store, ident: int, limit: int) -> None:
                   f"{link['experiment_id']} '{link['experiment']}': {link['reason']}")
     baseline = exp["baseline_candidate_id"]
     print(f"baseline: {'candidate ' + str(baseline) if baseline is not None else '(none yet)'}")
+    # The answer at a glance: the one judgement of acceptance (the sweep's, `dse decide`'s,
+    # the report's, the UI's), over every evidence kind its clauses name.
+    from ..runner.acceptance import headline, judge_experiment, outcome_mark
+
+    judgement = judge_experiment(store, exp)
+    top = headline(judgement, exp, decisions)
+    print(f"answer: {top.lines[2]}")
+    print(f"  {top.proposed}")
+    print(f"  {top.decided}")
+    print(f"  acceptance (every evidence kind its clauses name): {top.counts}"
+          + (f"; passing: {', '.join(f'c{c}' for c in judgement.passing_ids)}" if judgement.passing_ids else ""))
     notes = store.notes(exp["id"])
     for kind, title in (("limitation", "limitations"), ("open_question", "open questions"), ("note", "notes")):
         spec_text = exp.get(f"{kind}s", "") if kind != "note" else ""
@@ -288,6 +299,9 @@ def _show_experiment(store, ident: int, limit: int) -> None:
             "origin": [c["origin"] + ("*" if c["id"] == baseline else "") for c in cands],
             "stage": ["" if c["stage"] is None else c["stage"] for c in cands],
             "status": ["not run" if c["status"] is None else c["status"] for c in cands],
+            "acceptance": [outcome_mark(judgement.outcome(c["id"])) for c in cands],
+            "marks": [", ".join(m for m, on in (("★ best", c["id"] == judgement.best),
+                                                 ("◇ accepted", c["id"] in top.accepted)) if on) for c in cands],
             "changes": [_changes(c["diff"]) for c in cands],
             "reason": [_one_line(c["reason"], 50) for c in cands],
         }
