@@ -29,61 +29,18 @@ from dse.runner import Sweep, load_spec  # noqa: E402
 from dse.runner.execution import make_executor  # noqa: E402
 from dse.runner.stages import Workload, analytical_batch, analytical_graph  # noqa: E402
 
-SPEC = """
-[experiment]
-name = "bench_ppa"
-hypothesis = "what area and energy cost a sweep"
+sys.path.insert(0, str(REPO / "bench"))
+from bench_sweep import SPEC as SWEEP_SPEC  # noqa: E402
 
-[workload]
-recipe = "mlp"
 
-[baseline]
-chip = "goban"
-
-[[space]]
-name = "banks"
-target = "chip.banks.count"
-low = 4
-high = 32
-
-[[space]]
-name = "rows"
-target = "chip.banks.rows"
-values = [128, 256, 512, 1024, 2048]
-
-[[space]]
-name = "workers"
-target = "mapping.workers"
-values = [1, 2, 3, 4]
-
-[[space]]
-name = "dataflow"
-target = "mapping.dataflow"
-values = ["ws", "os"]
-
-[[space]]
-name = "double_buffer"
-target = "mapping.double_buffer"
-values = [true, false]
-
-[[objectives]]
-metric = "latency_cycles"
-
-[[objectives]]
-metric = "{second}"
-
-[search]
-sampler = "grid"
-max_grid = 10000
-
-[stages]
-ppa = {ppa}
-"""
+def spec_text(ppa: bool) -> str:
+    """bench_sweep's grid with area, energy and power on or off."""
+    return SWEEP_SPEC.format(sampler="grid", trials=1) + f"\n[stages]\nppa = {str(ppa).lower()}\n"
 
 
 def sweep_rate(graph, folder: Path, ppa: bool, tag: str) -> tuple[float, int]:
     path = folder / f"{tag}.toml"
-    path.write_text(SPEC.format(ppa=str(ppa).lower(), second="energy_uj" if ppa else "private_sram_bytes"))
+    path.write_text(spec_text(ppa))
     spec = load_spec(path)
     work = Workload(graph)
     if not ppa:
@@ -119,7 +76,7 @@ def main() -> None:
         print(f"  per candidate, with / without: {s_on / s_off:.2f}x")
 
         spec_path = folder / "stage.toml"
-        spec_path.write_text(SPEC.format(ppa="true", second="energy_uj"))
+        spec_path.write_text(spec_text(True))
         spec = load_spec(spec_path)
         from dse.runner.candidates import CandidateBuilder
         from dse.mapping import Candidate, mapping_from_dict

@@ -15,7 +15,7 @@ from typing import Any, Mapping
 from pydantic import BaseModel, ValidationError
 
 from emulator.chip import ChipConfig, chip_from_dict
-from emulator.costs import ArrayCosts, CoreCosts, Costs, DmaCosts, DramCosts, LaneCosts, SramCosts, Technology
+from emulator.costs import GivenFields
 
 from .errors import InputError, read_toml
 from .identity import content_hash
@@ -111,8 +111,7 @@ def _optional_section(data: dict, dotted: str, part: str) -> bool:
             return False
         model = fields[name].annotation
         if name == part:
-            return isinstance(model, type) and issubclass(model, (Technology, Costs, SramCosts, ArrayCosts,
-                                                                   LaneCosts, CoreCosts, DmaCosts, DramCosts))
+            return isinstance(model, type) and issubclass(model, GivenFields)
     return False
 
 

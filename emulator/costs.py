@@ -37,7 +37,7 @@ Leakage = Annotated[float | None, Field(None, ge=0, le=MAX_LEAKAGE_MW, allow_inf
 Node = Annotated[Literal[NODES] | None, Field(None)]  # type: ignore[valid-type]
 
 
-class _Given(BaseModel):
+class GivenFields(BaseModel):
     """Every field optional: None takes its default (`DEFAULTS`). Dumps keep only the
     fields given a value other than their default, so no default enters a chip's identity."""
 
@@ -51,7 +51,7 @@ class _Given(BaseModel):
         return data
 
 
-class _DropsDefaults(_Given):
+class _DropsDefaults(GivenFields):
     """A section whose dump also drops the values equal to their `DEFAULTS` (a knob set to
     the default is the default chip)."""
 
@@ -75,7 +75,7 @@ class Technology(_DropsDefaults):
     logic_leakage_mw_per_mm2: Annotated[float | None, Field(None, ge=0, le=1e5, allow_inf_nan=False)] = None
 
 
-class SramCosts(_Given):
+class SramCosts(GivenFields):
     """One SRAM bank (a private bank, a shared-memory bank) or the cache: CACTI's figures
     for its geometry at the chip's node unless given here."""
 
@@ -85,7 +85,7 @@ class SramCosts(_Given):
     leakage_mw: Leakage = None
 
 
-class ArrayCosts(_Given):
+class ArrayCosts(GivenFields):
     """A Ball built as an array of multiply-accumulate PEs (matrix: array_rows x array_cols;
     vecmatmul: 16 x 16), figures given at `node_nm` and scaled to the chip's node."""
 
@@ -96,7 +96,7 @@ class ArrayCosts(_Given):
     leakage_mw: Leakage = None
 
 
-class LaneCosts(_Given):
+class LaneCosts(GivenFields):
     """An elementwise Ball: one bank row (16 bytes) a busy cycle, figures at `node_nm`."""
 
     node_nm: Node = None
@@ -105,7 +105,7 @@ class LaneCosts(_Given):
     leakage_mw: Leakage = None
 
 
-class CoreCosts(_Given):
+class CoreCosts(GivenFields):
     """The scalar core beside each Buckyball unit (with its L1 caches)."""
 
     node_nm: Node = None
@@ -115,7 +115,7 @@ class CoreCosts(_Given):
     leakage_mw: Leakage = None
 
 
-class DmaCosts(_Given):
+class DmaCosts(GivenFields):
     """Each core's DMA engine and the system bus the tiles share."""
 
     node_nm: Node = None
@@ -125,16 +125,13 @@ class DmaCosts(_Given):
     leakage_mw: Leakage = None  # one engine's
 
 
-class DramCosts(_Given):
+class DramCosts(GivenFields):
     """The off-chip DRAM and the chip's interface to it (controller and PHY)."""
 
     byte_pj: Energy = None  # a byte read or written (device and I/O); not scaled with the node
     interface_node_nm: Node = None
     interface_area_mm2: Area = None
     interface_leakage_mw: Leakage = None
-
-
-BALL_COSTS = ("matrix", "vecmatmul", "im2col", "transpose", "relu", "fp2int", "int2fp", "mxfp2int")
 
 
 class Costs(_DropsDefaults):
@@ -183,9 +180,17 @@ CITED = {"cacti": "CACTI 7", "zigzag": "ZigZag's CACTI default", "horowitz": "Ho
          "rocket": "Asanovic & Patterson 2014 (Rocket)", "scaling": "constant-voltage scaling", "assumed": "assumed"}
 
 
-def _d(value, unit, source):
-    return Default(value, unit, source)
-
+_d = Default
+# a PE: an 8-bit multiplier (282 um2, 0.2 pJ) and a 32-bit adder (137 um2, 0.1 pJ)
+_PE_ARRAY = {"node_nm": _d(45, "nm", "horowitz"), "pe_area_um2": _d(419.0, "um2", "horowitz"),
+             "mac_pj": _d(0.3, "pJ", "horowitz"), "fixed_area_um2": _d(20000.0, "um2", "assumed")}
+# 4 fp32 lanes, each a 32-bit FP multiplier (7700 um2, 3.7 pJ) and an FP adder for the
+# rounding conversion (4184 um2, 0.9 pJ)
+_FP_LANES = {"node_nm": _d(45, "nm", "horowitz"), "area_um2": _d(47536.0, "um2", "horowitz"),
+             "cycle_pj": _d(18.4, "pJ", "horowitz")}
+# register arrays and muxes: no published figure
+_SHUFFLE = {"node_nm": _d(45, "nm", "assumed"), "area_um2": _d(10000.0, "um2", "assumed"),
+            "cycle_pj": _d(1.0, "pJ", "assumed")}
 
 DEFAULTS: dict[str, dict[str, Default]] = {
     "technology": {
@@ -198,25 +203,12 @@ DEFAULTS: dict[str, dict[str, Default]] = {
     },
     # SRAM: every figure from CACTI unless given (no default value)
     "banks": {}, "shared_memory": {}, "cache": {},
-    # a PE: an 8-bit multiplier (282 um2, 0.2 pJ) and a 32-bit adder (137 um2, 0.1 pJ)
-    "matrix": {"node_nm": _d(45, "nm", "horowitz"), "pe_area_um2": _d(419.0, "um2", "horowitz"),
-               "mac_pj": _d(0.3, "pJ", "horowitz"), "fixed_area_um2": _d(20000.0, "um2", "assumed")},
-    "vecmatmul": {"node_nm": _d(45, "nm", "horowitz"), "pe_area_um2": _d(419.0, "um2", "horowitz"),
-                  "mac_pj": _d(0.3, "pJ", "horowitz"), "fixed_area_um2": _d(20000.0, "um2", "assumed")},
+    "matrix": _PE_ARRAY, "vecmatmul": _PE_ARRAY,
     # 16 int8 lanes, each an 8-bit compare (an 8-bit adder: 36 um2, 0.03 pJ)
     "relu": {"node_nm": _d(45, "nm", "horowitz"), "area_um2": _d(576.0, "um2", "horowitz"),
              "cycle_pj": _d(0.48, "pJ", "horowitz")},
-    # 4 fp32 lanes, each a 32-bit FP multiplier (7700 um2, 3.7 pJ) and an FP adder for the
-    # rounding conversion (4184 um2, 0.9 pJ)
-    "fp2int": {"node_nm": _d(45, "nm", "horowitz"), "area_um2": _d(47536.0, "um2", "horowitz"),
-               "cycle_pj": _d(18.4, "pJ", "horowitz")},
-    "int2fp": {"node_nm": _d(45, "nm", "horowitz"), "area_um2": _d(47536.0, "um2", "horowitz"),
-               "cycle_pj": _d(18.4, "pJ", "horowitz")},
-    # register arrays and muxes: no published figure
-    "transpose": {"node_nm": _d(45, "nm", "assumed"), "area_um2": _d(10000.0, "um2", "assumed"),
-                  "cycle_pj": _d(1.0, "pJ", "assumed")},
-    "im2col": {"node_nm": _d(45, "nm", "assumed"), "area_um2": _d(10000.0, "um2", "assumed"),
-               "cycle_pj": _d(1.0, "pJ", "assumed")},
+    "fp2int": _FP_LANES, "int2fp": _FP_LANES,
+    "transpose": _SHUFFLE, "im2col": _SHUFFLE,
     "mxfp2int": {"node_nm": _d(45, "nm", "assumed"), "area_um2": _d(1000.0, "um2", "assumed"),
                  "cycle_pj": _d(0.24, "pJ", "assumed")},
     "core": {"node_nm": _d(40, "nm", "rocket"), "area_mm2": _d(0.39, "mm2", "rocket"),
@@ -256,5 +248,5 @@ def _without_defaults(model: BaseModel, data: dict) -> dict:
     return out
 
 
-__all__ = ["CITED", "DEFAULTS", "SOURCES", "default_at", "Default", "BALL_COSTS", "NODES", "SRAM_CELLS", "ArrayCosts", "CoreCosts", "Costs", "DmaCosts", "DramCosts",
-           "LaneCosts", "SramCosts", "Technology"]
+__all__ = ["CITED", "DEFAULTS", "NODES", "SOURCES", "SRAM_CELLS", "ArrayCosts", "CoreCosts", "Costs", "Default",
+           "DmaCosts", "DramCosts", "GivenFields", "LaneCosts", "SramCosts", "Technology", "default_at"]

@@ -53,9 +53,8 @@ from .estimate import TOTAL_ACTIVITY, TOTAL_COLUMNS, estimate, op_activity, summ
 from .graph_cost import graph_costs
 from .stream_cost import planned_stream
 
+# what stages (ranges) add up to, and (TOTAL_ACTIVITY) what the chip does, summed like the bytes
 SUMMED = ("compute_cycles", "dma_cycles", "core_cycles", "busy_cycles", "dma_bytes")
-# what the chip does, summed over stages (ranges) and requests like the bytes
-ACTIVITY_SUMMED = TOTAL_ACTIVITY
 
 
 def epoch_cycles(cycles: np.ndarray, syncs: np.ndarray, lead: np.ndarray | None = None,
@@ -310,7 +309,7 @@ def estimate_placed(stages: Sequence[tuple[str, object]], candidates: Sequence[C
                "peak_sram_bytes": max(float(t["peak_sram_bytes"]) for t in stage_totals),
                "private_sram_per_core_bytes": float(max(sram_per_core)),
                "private_sram_bytes": float(sum(sram_per_core))}
-        for name in SUMMED + ACTIVITY_SUMMED:
+        for name in SUMMED + TOTAL_ACTIVITY:
             row[name] = sum(float(t[name]) for t in stage_totals)
         # shared weights: stages at once hold their regions side by side; one after another, the most one holds
         shared = [float(t["shared_sram_bytes"]) for t in stage_totals]
@@ -511,9 +510,8 @@ def estimate_layers(graph, candidates: Sequence[Candidate], calibration=None
                     row[name] = float(all_rows[name].sum()) * lay.requests
                 row["dma_bytes"] += extra_bytes * lay.requests
                 activity = op_activity(all_rows.assign(candidate=0), 1)
-                for name in ACTIVITY_SUMMED:
+                for name in TOTAL_ACTIVITY:  # (DRAM workspace too: each request lays out its own)
                     row[name] = float(activity[name][0]) * lay.requests
-                row["workspace_bytes"] = float(activity["workspace_bytes"][0]) * lay.requests  # each request's own
                 # the hand-offs' loads land in the tile's shared banks
                 row["shared_writes"] += extra_bytes // c.chip.banks.row_bytes * lay.requests
                 row["utilisation"] = row["busy_cycles"] / max(cores * latency, 1)

@@ -99,7 +99,8 @@ def plan_graph(graph: Graph, fusion: str | None = None, channels_last: bool | No
         raise ValueError(f"channels_last must be one of {CHANNELS_LAST}, got {channels_last!r}")
     plans = graph.__dict__.setdefault("op_plans", {})
     key = (fusion, channels_last)
-    if key not in plans:
+    # (a graph cached with plans from before their footprints: planned again)
+    if key not in plans or key not in graph.__dict__.get("plan_dram_bytes", {}):
         walk = _Walk(graph, fusion == "fuse", channels_last)
         plans[key] = walk.run()
         graph.__dict__.setdefault("plan_dram_bytes", {})[key] = (walk.dram.top, walk.weight_bytes)
@@ -112,13 +113,7 @@ def dram_footprint(graph: Graph, fusion: str | None = None, channels_last: bool 
     weights, results and the copies' temporaries), in bytes; with several `requests`, each
     has its own tensors but the weights are placed once (`dse.lower.lower_layers`)."""
     plan_graph(graph, fusion, channels_last)
-    known = graph.__dict__.setdefault("plan_dram_bytes", {})
-    key = (fusion, channels_last)
-    if not isinstance(known.get(key), tuple):  # plans kept from before footprints were (a cached graph)
-        walk = _Walk(graph, fusion == "fuse", channels_last)
-        walk.run()
-        known[key] = (walk.dram.top, walk.weight_bytes)
-    top, weights = known[key]
+    top, weights = graph.__dict__["plan_dram_bytes"][(fusion, channels_last)]
     return requests * top - (requests - 1) * weights
 
 

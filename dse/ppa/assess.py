@@ -165,24 +165,12 @@ def op_energy(tables, held: Sequence, which: np.ndarray, per_op) -> np.ndarray:
     (NaN where the candidate has no holdings). Summed over an SPMD candidate's ops this is
     its energy; a placement whose stages run at once overlaps their ops' cycles, so there
     the sum exceeds the total."""
-    from .energy import STREAM_BALLS
+    from .energy import STREAM_BALLS, per_holdings
 
-    g = len(held)
+    _, leak_by, prices, clock, cores, idle_pj = per_holdings(held, tables)
+    price, leak = prices.sum(axis=2), leak_by.sum(axis=1)  # an action's price over every component
     at = np.asarray(which, dtype=np.int64)
-    cand = np.where(at < 0, g, at)[per_op["candidate"].to_numpy()]  # row g: none
-    price = np.zeros((g + 1, len(ACTIVITY)))
-    leak = np.full(g + 1, np.nan)
-    idle_pj = np.zeros(g + 1)
-    cores = np.zeros(g + 1)
-    clock = np.full(g + 1, np.nan)
-    for i, h in enumerate(held):
-        if h is None:
-            continue
-        price[i] = tables.prices(h.chip).sum(axis=1)
-        leak[i] = tables.holdings_vectors(h)[1].sum()
-        idle_pj[i] = tables.table(h.chip).components["cores"].actions["idle_cycle"].value
-        cores[i] = sum(count for _, count in h.cores)
-        clock[i] = h.chip.clock_mhz
+    cand = np.where(at < 0, len(held), at)[per_op["candidate"].to_numpy()]  # the last row: none
     unit = per_op["unit"].to_numpy()
     pj = np.zeros(len(per_op))
     for a, name in enumerate(ACTIVITY):

@@ -20,7 +20,7 @@ from typing import Mapping
 from emulator.costs import CITED, DEFAULTS
 
 from .cacti import CactiError, SramGeometry, sram_figures
-from .names import ACTIONS, BALLS, COMPONENTS, INSTANCE
+from .names import BALLS, COMPONENTS, INSTANCE
 
 class CostError(Exception):
     """A component's figure cannot be had (CACTI cannot run or organise the memory):
@@ -110,7 +110,7 @@ def _leakage(chip, tech: dict, section: str, area: Figure, field_name: str = "le
     return Figure(area.value * density, "mW", f"area x technology.logic_leakage_mw_per_mm2 ({density:g} mW/mm2, assumed)")
 
 
-def _sram(chip, tech: dict, section: str, geometry: SramGeometry, field_path: str, value) -> tuple[Component, object]:
+def _sram(chip, name: str, section: str, geometry: SramGeometry, field_path: str, value) -> tuple[Component, object]:
     """An SRAM component from CACTI, each figure the config gives taking its place."""
     given = {name: _given(chip, section, name) for name in ("area_mm2", "read_pj", "write_pj", "leakage_mw")}
     cacti = None
@@ -126,7 +126,7 @@ def _sram(chip, tech: dict, section: str, geometry: SramGeometry, field_path: st
             return Figure(float(given[name]), unit, f"chip config (costs.{section}.{name})")
         return Figure(float(getattr(cacti, name)), unit, source)
 
-    comp = Component(section, pick("area_mm2", "mm2"), pick("leakage_mw", "mW"),
+    comp = Component(name, pick("area_mm2", "mm2"), pick("leakage_mw", "mW"),
                      {"read": pick("read_pj", "pJ"), "write": pick("write_pj", "pJ")})
     return comp, cacti
 
@@ -139,23 +139,22 @@ def component_table(chip, calibration: Mapping[str, Mapping[str, float]] | None 
     comps: dict[str, Component] = {}
     sram: dict[str, object] = {}
     node, cell, temp = tech["node_nm"], tech["sram_cell"], tech["temperature_k"]
-    b = chip.banks
-    comps["private_sram"], sram["private_sram"] = _sram(
-        chip, tech, "banks", SramGeometry(b.rows * b.row_bytes, b.row_bytes, node, cell, temp), "banks.rows",
-        {"banks.rows": b.rows, "banks.row_bytes": b.row_bytes})
-    comps["private_sram"].name = "private_sram"
-    sm = chip.shared_memory
+    b, sm, c = chip.banks, chip.shared_memory, chip.cache
+    memories = [  # (component, its cost section, geometry, the field CACTI's refusal names, its value)
+        ("private_sram", "banks", SramGeometry(b.rows * b.row_bytes, b.row_bytes, node, cell, temp), "banks.rows",
+         {"banks.rows": b.rows, "banks.row_bytes": b.row_bytes})]
     if sm.enabled:
-        comps["shared_sram"], sram["shared_sram"] = _sram(
-            chip, tech, "shared_memory", SramGeometry(sm.rows * sm.row_bytes, sm.row_bytes, node, cell, temp),
-            "shared_memory.rows", {"shared_memory.rows": sm.rows, "shared_memory.row_bytes": sm.row_bytes})
-        comps["shared_sram"].name = "shared_sram"
-    if chip.cache.enabled:
-        c = chip.cache
-        comp, sram["cache"] = _sram(chip, tech, "cache", SramGeometry(c.bytes, 64, node, cell, temp, ways=c.ways),
-                                    "cache.bytes", {"cache.bytes": c.bytes, "cache.ways": c.ways})
-        comps["cache"] = Component("cache", comp.area_mm2, comp.leakage_mw, {},
-                                   notes="area and leakage only: the emulator does not model the cache's accesses")
+        memories.append(("shared_sram", "shared_memory", SramGeometry(sm.rows * sm.row_bytes, sm.row_bytes, node, cell,
+                                                                      temp), "shared_memory.rows",
+                         {"shared_memory.rows": sm.rows, "shared_memory.row_bytes": sm.row_bytes}))
+    if c.enabled:
+        memories.append(("cache", "cache", SramGeometry(c.bytes, 64, node, cell, temp, ways=c.ways), "cache.bytes",
+                         {"cache.bytes": c.bytes, "cache.ways": c.ways}))
+    for name, section, geometry, field_path, value in memories:
+        comps[name], sram[name] = _sram(chip, name, section, geometry, field_path, value)
+    if "cache" in comps:  # the emulator models no cache access: area and leakage only
+        comps["cache"].actions = {}
+        comps["cache"].notes = "area and leakage only: the emulator does not model the cache's accesses"
     for kind in BALLS:
         ball = chip.ball(kind)
         if ball is None and not any(kind in (g.balls or ()) for g in chip.cores.groups):
@@ -222,5 +221,5 @@ def _calibrated(comps: dict[str, Component], calibration: Mapping[str, Mapping[s
         comp.actions = {k: scaled(f, e) for k, f in comp.actions.items()}
 
 
-__all__ = ["ACTIONS", "BALLS", "COMPONENTS", "Component", "ComponentTable", "CostError", "Figure", "checked_table",
+__all__ = ["BALLS", "COMPONENTS", "Component", "ComponentTable", "CostError", "Figure", "checked_table",
            "component_table", "technology"]

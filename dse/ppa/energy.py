@@ -79,28 +79,17 @@ class Assessment:
     energy_by: np.ndarray  # (n, components) uJ
     latency_us: np.ndarray
 
-    def totals(self, i: int) -> dict[str, float]:
-        return {"area_mm2": float(self.area_mm2[i]), "energy_uj": float(self.energy_uj[i]),
-                "leakage_energy_uj": float(self.leakage_energy_uj[i]), "power_mw": float(self.power_mw[i]),
-                "edp": float(self.edp[i]), "inferences_per_joule": float(self.inferences_per_joule[i])}
-
-    def components(self, i: int) -> dict[str, dict[str, float]]:
-        """Per metric of `BY_COMPONENT`, the components the candidate has (area > 0 or energy > 0)."""
-        return self.all_components()[i]
-
     def all_components(self) -> list[dict[str, dict[str, float]]]:
-        """`components` of every candidate, made at once (a batch has thousands)."""
-        if getattr(self, "_components", None) is None:
-            area, energy = self.area_by.tolist(), self.energy_by.tolist()
-            out = []
-            for a_row, e_row in zip(area, energy):
-                kept = [(name, a, e) for name, a, e in zip(COMPONENTS, a_row, e_row) if a > 0 or e > 0]
-                out.append({"area_mm2": {name: a for name, a, _ in kept}, "energy_uj": {name: e for name, _, e in kept}})
-            self._components = out
-        return self._components
+        """Per candidate, per metric of `BY_COMPONENT`, the components it has (area > 0 or
+        energy > 0), made at once (a batch has thousands)."""
+        out = []
+        for a_row, e_row in zip(self.area_by.tolist(), self.energy_by.tolist()):
+            kept = [(name, a, e) for name, a, e in zip(COMPONENTS, a_row, e_row) if a > 0 or e > 0]
+            out.append({"area_mm2": {name: a for name, a, _ in kept}, "energy_uj": {name: e for name, _, e in kept}})
+        return out
 
     def all_totals(self) -> list[dict[str, float]]:
-        """`totals` of every candidate."""
+        """Per candidate, its totals (`METRIC_UNITS` but total SRAM and DRAM footprint)."""
         columns = [(name, getattr(self, name).tolist()) for name in
                    ("area_mm2", "energy_uj", "leakage_energy_uj", "power_mw", "edp", "inferences_per_joule")]
         return [dict(zip([c for c, _ in columns], values)) for values in zip(*(v for _, v in columns))]
@@ -165,7 +154,7 @@ class Tables:
     def _core_parts(self, chip) -> tuple:
         """(area, leakage) vectors of one core without its banks, of one private bank, of one
         shared bank, of a tile's cache, and of what a chip has once (bus, DRAM interface)."""
-        key = (self.key(chip), tuple(b.kind for b in chip.balls), chip.name)
+        key = self.key(chip)
         hit = self._parts.get(key)
         if hit is None:
             per = self.table(chip).components
@@ -204,6 +193,24 @@ class Tables:
         return hit
 
 
+def per_holdings(holdings: Sequence[Holdings | None], tables: Tables) -> tuple[np.ndarray, ...]:
+    """Per distinct holdings, and a last row of NaN for none: its area and leakage by
+    component, its prices (activity x component), clock, core count and idle-cycle price."""
+    g = len(holdings)
+    area, leak = np.full((g + 1, C), np.nan), np.full((g + 1, C), np.nan)
+    prices = np.zeros((g + 1, len(ACTIVITY), C))
+    clock, cores, idle = np.full(g + 1, np.nan), np.zeros(g + 1), np.zeros(g + 1)
+    for k, h in enumerate(holdings):
+        if h is None:
+            continue
+        area[k], leak[k] = tables.holdings_vectors(h)
+        prices[k] = tables.prices(h.chip)
+        clock[k] = h.chip.clock_mhz
+        cores[k] = sum(count for _, count in h.cores)
+        idle[k] = tables.table(h.chip).components["cores"].actions["idle_cycle"].value
+    return area, leak, prices, clock, cores, idle
+
+
 def assess(holdings: Sequence[Holdings | None], activity: Mapping[str, np.ndarray], latency_cycles: np.ndarray,
            tables: Tables | None = None, which: np.ndarray | None = None) -> Assessment:
     """Area, energy and power of every candidate. `holdings`: the distinct holdings, and
@@ -213,20 +220,8 @@ def assess(holdings: Sequence[Holdings | None], activity: Mapping[str, np.ndarra
     tables = tables or Tables()
     which = np.arange(len(holdings)) if which is None else np.asarray(which, dtype=np.int64)
     n = len(which)
-    g = len(holdings)
-    # per distinct holdings: its area and leakage by component, its prices, clock, cores, idle price
-    area_g, leak_g = np.full((g + 1, C), np.nan), np.full((g + 1, C), np.nan)
-    prices_g = np.zeros((g + 1, len(ACTIVITY), C))
-    clock_g, cores_g, idle_g = np.full(g + 1, np.nan), np.zeros(g + 1), np.zeros(g + 1)
-    for k, h in enumerate(holdings):
-        if h is None:
-            continue
-        area_g[k], leak_g[k] = tables.holdings_vectors(h)
-        prices_g[k] = tables.prices(h.chip)
-        clock_g[k] = h.chip.clock_mhz
-        cores_g[k] = sum(count for _, count in h.cores)
-        idle_g[k] = tables.table(h.chip).components["cores"].actions["idle_cycle"].value
-    at = np.where(which < 0, g, which)  # row g: NaN, not assessed
+    area_g, leak_g, prices_g, clock_g, cores_g, idle_g = per_holdings(holdings, tables)
+    at = np.where(which < 0, len(holdings), which)  # the last row: NaN, not assessed
     latency = np.asarray(latency_cycles, dtype=np.float64)
     counts = np.stack([np.asarray(activity.get(name, np.zeros(n)), dtype=np.float64) for name in ACTIVITY], axis=1)
     dynamic = np.einsum("na,nac->nc", counts, prices_g[at])  # each candidate's actions at its prices (pJ)
@@ -267,4 +262,4 @@ def emulator_activity(counters) -> dict[str, float]:
 
 
 __all__ = ["ACTIVITY", "Assessment", "BY_COMPONENT", "Holdings", "METRIC_UNITS", "PRICES", "STREAM_BALLS", "Tables",
-           "assess", "emulator_activity"]
+           "assess", "emulator_activity", "per_holdings"]

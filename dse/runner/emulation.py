@@ -163,8 +163,7 @@ def run_ppa(report, cand: Candidate, n_ops: int | None = None, roles: list[str] 
     from ..ppa.holdings import core_chips
 
     counters = report.result.counters
-    mapping = mapping_from_dict(report.mapping, "(candidate)") if report.mapping != cand.mapping.model_dump(
-        mode="json") else cand.mapping  # "auto" as the run resolved it
+    mapping = mapping_from_dict(report.mapping, "(candidate)")  # the run's: placement "auto" resolved
     cores = core_chips(cand.chip, mapping, n_ops, roles)
     totals = {"latency_cycles": float(report.cycles), **emulator_activity(counters),
               "shared_sram_bytes": float(max((r.value for r in counters.find("shared_bytes_used")), default=0))}
