@@ -38,7 +38,7 @@ from ..runner.decisions import decide
 from ..runner.metrics import METRICS
 from . import csrf, queries
 from .guard import Access, Guard
-from .params import MAX_ID, BadParameter, decimal, experiment_ref, id_list, number, record_id
+from .params import MAX_ID, BadParameter, decimal, experiment_ref, form_text, id_list, number, record_id
 from .queries import BadQuery, CandidateQuery
 
 # How often the page of a running sweep asks for news (ms): a sweep records candidates in
@@ -419,16 +419,19 @@ class Workbench:
         verdict = str(form.get("verdict", ""))
         if verdict not in ("accept", "reject"):
             raise Problem(400, "Decision not recorded", f"field 'verdict': got {verdict!r}; allowed: accept or reject")
-        author = str(form.get("author", "")).strip()
+        try:
+            author, why = form_text(form, "author", 200), form_text(form, "why", 10_000, lines=True)
+            override = form_text(form, "override", 10_000, lines=True) or None
+        except BadParameter as error:
+            raise Problem(400, "Decision not recorded", str(error)) from None
         if not author:
             raise Problem(400, "Decision not recorded", "field 'author': empty; allowed: your name (who decides)")
         try:
             candidate = record_id(str(form.get("candidate", "")).strip().lstrip("cC"), "candidate", "candidate", "form")
         except BadParameter as error:
             raise Problem(400, "Decision not recorded", str(error)) from None
-        override = str(form.get("override", "")).strip() or None
         try:  # the same rules as `dse decide`: the one function that holds them
-            decide(self.store, int(exp["id"]), candidate, author, str(form.get("why", "")), override,
+            decide(self.store, int(exp["id"]), candidate, author, why, override,
                    "accepted" if verdict == "accept" else "rejected")
         except RecordNotFound as error:
             raise Problem(404, "Decision not recorded", str(error)) from None

@@ -62,10 +62,11 @@ def experiment_ref(text: str) -> int | str:
     return text
 
 
-def text(params, name: str, default: str = "", limit: int = MAX_TEXT) -> str:
-    """A text parameter, as given (its meaning is checked by whoever reads it)."""
-    value = params.get(name, default)
-    check_text(value, name, limit)
+def form_text(form, name: str, limit: int, lines: bool = False) -> str:
+    """A form's text field, stripped; one line unless `lines` (then tabs and line breaks
+    may be in it, no other control character)."""
+    value = str(form.get(name, "")).strip()
+    check_text(value.replace("\n", " ").replace("\r", " ").replace("\t", " ") if lines else value, name, limit, "form")
     return value
 
 
