@@ -43,7 +43,7 @@ class Load:
     def summary(self) -> str:
         return (f"{len(self.latencies)} requests in {self.seconds:.1f} s ({len(self.latencies) / self.seconds:.0f}/s): "
                 f"p50 {1000 * self.percentile(0.5):.0f} ms, p99 {1000 * self.percentile(0.99):.0f} ms, "
-                f"max {1000 * max(self.latencies):.0f} ms; statuses {dict(sorted(self.statuses.items()))}")
+                f"max {1000 * max(self.latencies, default=float('nan')):.0f} ms; statuses {dict(sorted(self.statuses.items()))}")
 
 
 def mix(db: str) -> list[str]:
