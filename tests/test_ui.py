@@ -142,7 +142,7 @@ def test_bad_urls_and_unknown_records_are_error_pages_with_their_status(server):
     for path, status, fragment in (
         ("/experiments/999", 404, "999"),
         ("/experiments/no-such-name", 404, "no-such-name"),
-        ("/candidates/abc", 404, "whole numbers"),
+        ("/candidates/abc", 400, "candidate id"),
         ("/candidates/99999", 404, "99999"),
         ("/runs/99999", 404, "99999"),
         ("/artifacts/99999", 404, "99999"),

@@ -109,17 +109,20 @@ def wait_until_up(base: str, proc: subprocess.Popen | None = None, timeout: floa
         try:
             with urllib.request.urlopen(base + "/", timeout=2):
                 return
+        except urllib.error.HTTPError:  # it answers (an exposed server: 401 without its token)
+            return
         except (urllib.error.URLError, ConnectionError, OSError):
             time.sleep(0.2)
     raise RuntimeError(f"dse ui did not answer at {base} within {timeout} s")
 
 
 @contextlib.contextmanager
-def dse_ui_process(db: str):
-    """`dse ui --db DB --port P` as a real process: its base URL; stopped with SIGINT (Ctrl-C)."""
+def dse_ui_process(db: str, *args: str):
+    """`dse ui --db DB --port P [args]` as a real process: its base URL (on 127.0.0.1) and
+    the process; stopped with SIGINT (Ctrl-C)."""
     port = free_port()
     env = {**os.environ, "PYTHONPATH": str(REPO)}
-    proc = subprocess.Popen([sys.executable, "-m", "dse", "ui", "--db", db, "--port", str(port)],
+    proc = subprocess.Popen([sys.executable, "-m", "dse", "ui", "--db", db, "--port", str(port), *args],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env, cwd=REPO)
     base = f"http://127.0.0.1:{port}"
     try:

@@ -8,7 +8,6 @@ nothing is written by a refused request. All user text goes through Jinja2's aut
 from __future__ import annotations
 
 import json
-import math
 import tomllib
 from dataclasses import dataclass
 from importlib.resources import files
@@ -19,6 +18,7 @@ import jinja2
 import pandas as pd
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
+from starlette.middleware import Middleware
 from starlette.requests import Request
 from starlette.responses import FileResponse, HTMLResponse, RedirectResponse, Response
 from starlette.routing import Mount, Route
@@ -37,6 +37,8 @@ from ..runner.acceptance import headline, judge_experiment
 from ..runner.decisions import decide
 from ..runner.metrics import METRICS
 from . import csrf, queries
+from .guard import Access, Guard
+from .params import MAX_ID, BadParameter, decimal, experiment_ref, form_text, id_list, number, record_id
 from .queries import BadQuery, CandidateQuery
 
 # How often the page of a running sweep asks for news (ms): a sweep records candidates in
@@ -88,32 +90,6 @@ def _with_params(params: dict, **changes) -> str:
     return "?" + urlencode({k: v for k, v in merged.items() if v is not None and v != ""})
 
 
-def _int(text: str, what: str) -> int:
-    if not str(text).isdigit():
-        raise Problem(404, f"No such {what}", f"{what} ids are whole numbers, not {text!r}")
-    return int(text)
-
-
-def _float_param(params, name: str) -> float | None:
-    text = params.get(name, "").strip()
-    if not text:
-        return None
-    try:
-        value = float(text)
-    except ValueError:
-        raise BadQuery(name, text, "a number") from None
-    if not math.isfinite(value):
-        raise BadQuery(name, text, "a finite number")
-    return value
-
-
-def _int_param(params, name: str, default: int) -> int:
-    text = params.get(name, "").strip()
-    if not text:
-        return default
-    if not text.isdigit():
-        raise BadQuery(name, text, "a whole number")
-    return int(text)
 
 
 def candidate_query(params) -> CandidateQuery:
@@ -124,9 +100,9 @@ def candidate_query(params) -> CandidateQuery:
         raise BadQuery("order", order, "asc or desc")
     return CandidateQuery(sort=params.get("sort", "id"), descending=order == "desc",
                           status=params.get("status", ""), text=params.get("q", "")[:200],
-                          metric=params.get("metric", ""), low=_float_param(params, "min"),
-                          high=_float_param(params, "max"), page=_int_param(params, "page", 1),
-                          per_page=_int_param(params, "per_page", 50))  # fmt: skip
+                          metric=params.get("metric", ""), low=decimal(params, "min"),
+                          high=decimal(params, "max"), page=number(params, "page", 1),
+                          per_page=number(params, "per_page", 50))  # fmt: skip
 
 
 def _objectives(spec_text: str) -> list[dict]:
@@ -162,7 +138,7 @@ class Workbench:
 
     def experiment(self, ref: str) -> dict:
         try:
-            exp = self.store.experiment(int(ref) if ref.isdigit() else ref)
+            exp = self.store.experiment(experiment_ref(ref))
         except RecordNotFound as error:
             raise Problem(404, "No such experiment", str(error)) from None
         return exp
@@ -320,7 +296,7 @@ class Workbench:
 
     def candidate_components_json(self, request: Request) -> Response:
         """One candidate's area and energy by component, one evidence kind (``?kind=``)."""
-        ident = _int(request.path_params["ident"], "candidate")
+        ident = record_id(request.path_params["ident"], what="candidate")
         kind = _ppa_kind(request.query_params)
         try:
             cand = self.store.candidate(ident)
@@ -349,12 +325,9 @@ class Workbench:
         """A sweep in progress, for the page that polls it: whether it still runs, the
         candidates by outcome and those recorded after the `after` id."""
         exp = self.experiment(request.path_params["ref"])
-        after = _int_param(request.query_params, "after", 0)
+        after = number(request.query_params, "after", 0, low=0, high=MAX_ID)
         # Candidates the page shows as running or not run yet: their outcome since.
-        watch = request.query_params.get("watch", "").split(",") if request.query_params.get("watch") else []
-        if not all(w.isdigit() for w in watch) or len(watch) > LIVE_WATCH_MAX:
-            raise Problem(400, "Bad query", f"query parameter watch={request.query_params.get('watch')[:80]!r}: "
-                                            f"allowed at most {LIVE_WATCH_MAX} candidate ids, comma-separated")
+        watch = id_list(request.query_params.getlist("watch"), "watch", limit=LIVE_WATCH_MAX)
         objective = _objectives(exp["spec_text"])[0]["metric"]
         with self.connection() as connection:
             sweep = sweep_holder(connection, int(exp["id"]), self.store.stale_after)
@@ -370,7 +343,7 @@ class Workbench:
         return Response(json.dumps(body), media_type="application/json", headers={"Cache-Control": "no-store"})
 
     def candidate_page(self, request: Request) -> Response:
-        ident = _int(request.path_params["ident"], "candidate")
+        ident = record_id(request.path_params["ident"], what="candidate")
         try:
             cand = self.store.candidate(ident)
         except RecordNotFound as error:
@@ -400,7 +373,7 @@ class Workbench:
                          title=f"dse: candidate {ident}")  # fmt: skip
 
     def run_page(self, request: Request) -> Response:
-        ident = _int(request.path_params["ident"], "run")
+        ident = record_id(request.path_params["ident"], what="run")
         try:
             run = self.store.run(ident)
         except RecordNotFound as error:
@@ -410,7 +383,7 @@ class Workbench:
                          artifacts=artifacts, title=f"dse: run {ident}")  # fmt: skip
 
     def artifact(self, request: Request) -> Response:
-        ident = _int(request.path_params["ident"], "artifact")
+        ident = record_id(request.path_params["ident"], what="artifact")
         rows = self.store.artifacts()
         rows = rows[rows["id"] == ident]
         if rows.empty:
@@ -424,14 +397,7 @@ class Workbench:
         return FileResponse(path, media_type=row["media_type"] or "application/octet-stream", filename=name)
 
     def compare(self, request: Request) -> Response:
-        texts = [t for value in request.query_params.getlist("c") for t in value.replace(",", " ").split()]
-        ids = []
-        for text in texts:
-            digits = text.strip().lstrip("cC")
-            if not digits.isdigit():
-                raise Problem(400, "Bad query", f"query parameter c={text!r}: allowed candidate ids (whole numbers)")
-            if int(digits) not in ids:
-                ids.append(int(digits))
+        ids = id_list(request.query_params.getlist("c"), "c", prefix="c")
         cands = []
         for ident in ids:
             try:
@@ -453,15 +419,19 @@ class Workbench:
         verdict = str(form.get("verdict", ""))
         if verdict not in ("accept", "reject"):
             raise Problem(400, "Decision not recorded", f"field 'verdict': got {verdict!r}; allowed: accept or reject")
-        author = str(form.get("author", "")).strip()
+        try:
+            author, why = form_text(form, "author", 200), form_text(form, "why", 10_000, lines=True)
+            override = form_text(form, "override", 10_000, lines=True) or None
+        except BadParameter as error:
+            raise Problem(400, "Decision not recorded", str(error)) from None
         if not author:
             raise Problem(400, "Decision not recorded", "field 'author': empty; allowed: your name (who decides)")
-        text = str(form.get("candidate", "")).strip().lstrip("cC")
-        if not text.isdigit():
-            raise Problem(400, "Decision not recorded", f"field 'candidate': got {text!r}; allowed: a candidate id")
-        override = str(form.get("override", "")).strip() or None
+        try:
+            candidate = record_id(str(form.get("candidate", "")).strip().lstrip("cC"), "candidate", "candidate", "form")
+        except BadParameter as error:
+            raise Problem(400, "Decision not recorded", str(error)) from None
         try:  # the same rules as `dse decide`: the one function that holds them
-            decide(self.store, int(exp["id"]), int(text), author, str(form.get("why", "")), override,
+            decide(self.store, int(exp["id"]), candidate, author, why, override,
                    "accepted" if verdict == "accept" else "rejected")
         except RecordNotFound as error:
             raise Problem(404, "Decision not recorded", str(error)) from None
@@ -578,8 +548,9 @@ def _comparison(store: Store, cands: list[dict]):
     return fields, metrics, workloads
 
 
-def create_app(store: Store) -> Starlette:
-    """The web app over an open store (the caller closes it)."""
+def create_app(store: Store, access: Access | None = None) -> Starlette:
+    """The web app over an open store (the caller closes it), behind the guard (`guard`:
+    Host names, the token of an exposed server, parameters, error ids)."""
     bench = Workbench(store)
 
     async def problem(request: Request, exc: Problem) -> Response:
@@ -615,6 +586,7 @@ def create_app(store: Store) -> Starlette:
         Mount("/static", app=StaticFiles(directory=STATIC), name="static"),
     ]
     app = Starlette(routes=routes, exception_handlers={Problem: problem, BadQuery: bad_query,
-                                                     HTTPException: http_error})
+                                                     HTTPException: http_error},
+                    middleware=[Middleware(Guard, access=access or Access())])
     app.state.workbench = bench
     return app
