@@ -9,7 +9,7 @@ import math
 import os
 import re
 
-from ..errors import InputError
+from ..errors import InputError, close_matches
 from ..records import light
 from .common import add_db_argument, default_db, open_store
 
@@ -189,7 +189,7 @@ def _resolve(store, text: str) -> tuple[str, int]:
         return found
     names = store.experiments()["name"].tolist()
     known = f"; experiments: {', '.join(names[:12])}" + (" …" if len(names) > 12 else "") if names else ""
-    raise InputError(store.url, "ID", text, _SHOW_ALLOWED + known)
+    raise InputError(store.url, "ID", text, _SHOW_ALLOWED + known, close_matches(text, names))
 
 
 def cmd_show(args) -> int:
