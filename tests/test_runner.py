@@ -196,6 +196,12 @@ def test_quickstart_main_job_from_the_cli(tmp_path, run_cli, repo):
         assert len(cands) >= 20 and (cands["status"] == "infeasible").sum() > 0
         assert cands["reason"][cands["status"] == "infeasible"].str.contains("bank budget").all()
         assert cands.sort_values("id").iloc[0]["origin"] == "baseline"
+        # The sweep's summary says each reason once, with its count (the store's grouping).
+        infeasible = cands.loc[cands["status"] == "infeasible", "reason"].value_counts()
+        for reason, n in infeasible.items():
+            assert out.count(reason) == 1 and f"{n} candidate{'s' if n > 1 else ''} infeasible: {reason}" in out
+        assert store.reason_groups("quickstart") == sorted(
+            [("infeasible", r, int(n)) for r, n in infeasible.items()], key=lambda g: -g[2])
     code, out, err = run_cli("report", "quickstart", "--db", db, "--out", tmp_path / "reports")
     assert code == 0 and out.strip().endswith("quickstart.html")
     assert (tmp_path / "reports" / "quickstart.html").stat().st_size > 10_000

@@ -291,6 +291,14 @@ def _show_experiment(store, ident: int, limit: int) -> None:
             print(f"  + {_when(n['created_at'])} by {n['author']}: {n['text']}")
     print(f"candidates: {n_candidates}" + (" (" + ", ".join(f"{n} {s}" for s, n in counts) + ")"
                                              if n_candidates else ""))  # fmt: skip
+    # Each reason a candidate was not evaluated to the end, once, with its count; the
+    # table's rows refer to these lines by number.
+    from ..runner.reasons import reason_lines, reason_ref, reason_refs
+
+    groups = store.reason_groups(exp["id"])
+    refs = reason_refs(groups)
+    for line in reason_lines(groups):
+        print(f"  {line}")
     if n_candidates:
         # Plain rows, printed as pandas would print them (`_text_table`), without pandas.
         baseline = exp["baseline_candidate_id"]
@@ -303,7 +311,7 @@ def _show_experiment(store, ident: int, limit: int) -> None:
             "marks": [", ".join(m for m, on in (("★ best", c["id"] == judgement.best),
                                                  ("◇ accepted", c["id"] in top.accepted)) if on) for c in cands],
             "changes": [_changes(c["diff"]) for c in cands],
-            "reason": [_one_line(c["reason"], 50) for c in cands],
+            "reason": [reason_ref(refs, c["status"], c["reason"]) or _one_line(c["reason"], 50) for c in cands],
         }
         if any(c["why"] is not None for c in cands):  # hand-picked candidates say why they are here
             view["why (hand-picked)"] = [_one_line(c["why"], 50) for c in cands]

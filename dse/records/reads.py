@@ -163,6 +163,11 @@ def latest_status_counts(connection: Connection, experiment_id: int) -> list[tup
     return sql_reads.latest_status_counts(text_runner(connection), experiment_id)
 
 
+def reason_groups(connection: Connection, experiment_id: int) -> list[tuple[str, str, int]]:
+    """[(status, reason, candidates)], most first: see `sql_reads.reason_groups`."""
+    return sql_reads.reason_groups(text_runner(connection), experiment_id)
+
+
 def outcome_counts_from_runs(connection: Connection, experiment_id: int | None = None) -> dict[tuple[int, str], int]:
     """`outcome_counts` computed from the runs, as before 0011 (the tests' and benches'
     reference for candidate_run)."""

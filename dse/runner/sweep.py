@@ -435,6 +435,7 @@ class Sweep:
             if judged is not None:  # a rerun's shortcut may stand on the proposal until a newer run
                 self.store.set_judged_run(self.experiment_id, judged)
         self.result.status = self.store.experiment(self.experiment_id)["status"]
+        self.result.reasons = self.store.reason_groups(self.experiment_id)
         return self.result
 
     # -- the emulator stage ------------------------------------------------------------
