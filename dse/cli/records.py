@@ -487,6 +487,8 @@ def cmd_compare(args) -> int:
     hidden = len(metrics) - len(shown)
     if hidden:
         print(f"({hidden} equal metrics not shown; --all-metrics shows them)")
+    if args.scope == "total":
+        _print_host_time(metrics, "a", "b", design.empty, ("A", "B"))
     for kind, group in metrics.groupby("kind", sort=False):
         for column, label in (("model_version", "model"), ("emulator_version", "emulator")):
             left = set(group[f"{column}_a"].dropna()) - {""}
@@ -536,6 +538,18 @@ def _work_of(cand: dict, exp: dict) -> str:
     point = (cand["mapping"] or {}).get("workload")
     text = f"{exp['workload_recipe']} {exp['workload_hash'][:12]}"
     return text + (" at " + ", ".join(f"{k}={v}" for k, v in sorted(point.items())) if point else "")
+
+
+def _print_host_time(metrics, a: str, b: str, identical: bool, names: tuple[str, str]) -> None:
+    """The host-time line of a comparison: a difference within the repeats' spread (or
+    between identical designs) is said to be noise (`dse.runner.noise`)."""
+    from ..runner.noise import HOST_TIME, host_time_comparison
+
+    host = metrics[metrics["kind"] == HOST_TIME]
+    figures = [{r["name"]: float(r[side]) for r in host.to_dict("records") if r[side] == r[side]} for side in (a, b)]
+    said = host_time_comparison(*figures, identical=identical, names=names)
+    if said is not None:
+        print(f"emulator host time (median): {said.words}")
 
 
 def _compare_many(args, ids: list[int]) -> int:
@@ -588,6 +602,10 @@ def _compare_many(args, ids: list[int]) -> int:
         ratio = table[n] / table[names[0]].where(table[names[0]] != 0)
         view[f"{n}/{names[0]}"] = ratio.map(lambda r: "—" if pd.isna(r) else f"{r:.4f}")
     print(_table(view))
+    if args.scope == "total":
+        for i, n in enumerate(names[1:], start=1):
+            identical = not any(":" not in f for f in fields[i - 1]["field"])
+            _print_host_time(table, names[0], n, identical, (names[0], n))
     return 0
 
 

@@ -25,7 +25,8 @@ from .data import (COMPONENT_TOTALS, PPA_KINDS, ExperimentView, accepted_candida
 from .figures import (component_plot, core_time_plot, history_plot, model_vs_emulator_plot, op_breakdown_plot,
                       pareto_panels, pareto_plot)
 from ..runner.reasons import reason_ref, reason_refs
-from .interactive import PPA_PAIRS, experiment_figures, history_figure, ppa_pareto_name
+from .interactive import PPA_PAIRS, experiment_figures, history_figure, ppa_pareto_name, search_history_figure
+from .search_history import EVALUATOR, best_words, importance_rows, search_history
 
 
 def _when(moment) -> str:
@@ -165,6 +166,11 @@ def _write_report(store: Store, experiment, out_dir: str | Path, x: str | None, 
     # The interactive figures (the UI's): plotly.js inlined once, with the first.
     interactive_html = {name: _inline(fig, name.replace("_", "-"), name == "pareto")
                         for name, fig in experiment_figures(view, x, y).items()}
+    # What the search did: the objective candidate after candidate, and which knobs mattered
+    # (computed once: `search_history`, as the UI shows it).
+    history = search_history(table, objectives[0])
+    if history.ids:
+        interactive_html["search_history"] = _inline(search_history_figure(history), "search-history", False)
     if len(view.core_time) and "busy_cycles" in view.core_time:
         figures["core_time"] = core_time_plot(view.core_time, list(view.emulated["candidate_id"]))
     stall_cols = [c for c in view.core_time.columns if str(c).startswith("stall_")]
@@ -221,6 +227,8 @@ def _write_report(store: Store, experiment, out_dir: str | Path, x: str | None, 
         chosen=[(labels[i], i) for i in chosen], has_ops="ops" in figures,
         emulated=view.emulated.to_dict("records"), stall_cols=stall_cols, stalls=stalls,
         has_emulator="model_vs_emulator" in figures, has_core_time="core_time" in figures, ppa=ppa,
+        host_time=view.host_time,
+        search=history, importance=importance_rows(history), search_best=best_words(history), evaluator=EVALUATOR,
     )
     html = _HTML.get_template("report.html.j2").render(
         **context, images={n: base64.b64encode(b).decode() for n, b in pngs.items()},
