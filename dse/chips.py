@@ -8,16 +8,15 @@ file, the field, the value and what is allowed.
 from __future__ import annotations
 
 import copy
-import typing
 from pathlib import Path
 from typing import Any, Mapping
 
-from pydantic import BaseModel, ValidationError
+from pydantic import ValidationError
 
 from emulator.chip import ChipConfig, chip_from_dict
 from emulator.costs import GivenFields
 
-from .errors import InputError, read_toml
+from .errors import InputError, close_matches, dotted_loc, dotted_paths, model_keys, read_toml, suggesting
 from .identity import content_hash
 
 CHIP_DIR = Path(__file__).resolve().parents[1] / "chip_configs"
@@ -37,7 +36,8 @@ def chip_path(name_or_path: str | Path) -> Path:
         return candidate
     path = CHIP_DIR / f"{text}.toml"
     if not path.is_file():
-        raise InputError(CHIP_DIR, "chip", text, "one of " + ", ".join(list_chips()) + " or a path to a .toml file")
+        raise suggesting(CHIP_DIR, "chip", text, "one of " + ", ".join(list_chips()) + " or a path to a .toml file",
+                         list_chips())
     return path
 
 
@@ -95,7 +95,8 @@ def set_dotted(data: dict, overrides: Mapping[str, Any], source: str | Path) -> 
                 node[part] = {}  # a section left out because it is at its defaults (technology, costs)
             if not isinstance(node.get(part), dict):
                 raise InputError(source, f"chip.{dotted}", value,
-                                 "a path into the chip config, e.g. banks.count, cores.count, dma.burst_max_bytes")
+                                 "a path into the chip config, e.g. banks.count, cores.count, dma.burst_max_bytes",
+                                 [f"chip.{p}" for p in close_matches(dotted, dotted_paths(data))])
             node = node[part]
         node[leaf] = value
     return data
@@ -155,8 +156,9 @@ def _input_error(exc: ValidationError, data: dict, source: str | Path, prefix: s
         value = next(iter(named.values())) if len(named) == 1 else dict(zip(paths, named.values()))
         return InputError(source, ", ".join(paths), value, err["ctx"]["reason"])
     if err["type"] == "extra_forbidden":
-        allowed = "known keys here: " + ", ".join(_known_keys(ChipConfig, loc[:-1]))
-        return InputError(source, field, value, allowed)
+        known = model_keys(ChipConfig, loc[:-1])
+        return InputError(source, field, value, "known keys here: " + ", ".join(known),
+                          [prefix + dotted_loc((*loc[:-1], k)) for k in close_matches(loc[-1], known)])
     if err["type"] == "missing":
         value = None
     allowed = err["msg"].removeprefix("Value error, ").removeprefix("Input should be ")
@@ -165,22 +167,4 @@ def _input_error(exc: ValidationError, data: dict, source: str | Path, prefix: s
 
 def _dotted(loc: tuple) -> str:
     """('balls', 0, 'kind') -> 'balls[0].kind'."""
-    out = ""
-    for part in loc:
-        out += f"[{part}]" if isinstance(part, int) else (f".{part}" if out else str(part))
-    return out
-
-
-def _known_keys(model: type[BaseModel], loc: tuple) -> list[str]:
-    """Field names of the sub-model that `loc` points into (list indices skipped)."""
-    for part in loc:
-        if isinstance(part, int):
-            continue
-        annotation = model.model_fields[str(part)].annotation
-        model = next(a for a in _flatten(annotation) if isinstance(a, type) and issubclass(a, BaseModel))
-    return sorted(model.model_fields)
-
-
-def _flatten(annotation: Any) -> list[Any]:
-    args = typing.get_args(annotation)
-    return [annotation] if not args else [x for a in args for x in _flatten(a)]
+    return dotted_loc(loc)

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import difflib
 import tomllib
+import typing
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterable, Sequence
 
 # A value shown in an error message is cut to this many characters (a whole config is not
 # a value the user can act on).
@@ -17,20 +19,57 @@ def shown(value: Any, limit: int = MAX_SHOWN) -> str:
     return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
+def close_matches(word: Any, choices: Iterable[Any], n: int = 3) -> list[str]:
+    """The `choices` closest to a misspelt `word` (difflib's ratio, best first; none when
+    nothing is close): the one "did you mean" of every error naming a key, a field, a
+    chip, a recipe or an experiment."""
+    word, choices = str(word), list(dict.fromkeys(str(c) for c in choices))
+    found = difflib.get_close_matches(word, choices, n=n, cutoff=0.6)
+    if not found:
+        return []
+    # Only those about as close as the closest: "bank.rows" -> "banks.rows", not also "banks.row_bytes".
+    ratio = {c: difflib.SequenceMatcher(None, word, c).ratio() for c in found}
+    return [c for c in found if ratio[c] >= ratio[found[0]] - 0.05]
+
+
+def did_you_mean(suggestions: Sequence[str]) -> str:
+    """"did you mean 'hypothesis'?" (or "'a' or 'b'"); "" for no suggestion."""
+    return "did you mean " + " or ".join(repr(s) for s in suggestions) + "?" if suggestions else ""
+
+
 class InputError(Exception):
     """Bad user input (a chip config, an experiment spec, a recipe).
 
     The CLI prints the one-line message and exits with code 2; nothing is written.
+    `suggestions`: what the value was likely meant to be (`close_matches`), said before
+    what is allowed.
     """
 
     exit_code = 2
 
-    def __init__(self, file: Any, field: str, value: Any, allowed: str):
+    def __init__(self, file: Any, field: str, value: Any, allowed: str, suggestions: Sequence[str] = ()):
         self.file = str(file)
         self.field = field
         self.value = value
         self.allowed = allowed
-        super().__init__(f"{self.file}: field '{field}': got {shown(value)}; allowed: {allowed}")
+        self.suggestions = list(suggestions)
+        hint = f"; {did_you_mean(self.suggestions)}" if self.suggestions else ""
+        super().__init__(f"{self.file}: field '{field}': got {shown(value)}{hint}; allowed: {allowed}")
+
+
+def suggesting(file: Any, field: str, value: Any, allowed: str, choices: Iterable[Any]) -> InputError:
+    """An `InputError` for `value`, with the `choices` close to it as its suggestions."""
+    return InputError(file, field, value, allowed, close_matches(value, choices))
+
+
+def dotted_paths(data: dict, prefix: str = "") -> list[str]:
+    """The dotted path of every value in nested tables ({"banks": {"rows": 1}} -> ["banks.rows"]):
+    the choices a misspelt dotted target is matched against."""
+    out = []
+    for key, value in data.items():
+        path = f"{prefix}{key}"
+        out.extend(dotted_paths(value, path + ".") if isinstance(value, dict) and value else [path])
+    return out
 
 
 def read_text(path: str | Path, what: str) -> str:
@@ -63,3 +102,31 @@ def read_toml(path: str | Path, what: str) -> tuple[str, dict]:
         return text, tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
         raise InputError(path, "(syntax)", str(exc), "valid TOML") from None
+
+
+def model_keys(model: Any, loc: Sequence[Any]) -> list[str]:
+    """The field names of the (pydantic) model that `loc` points into from `model` (list
+    indices skipped); [] where `loc` leads out of the models."""
+    for part in loc:
+        if isinstance(part, int):
+            continue
+        fields = getattr(model, "model_fields", {})
+        if str(part) not in fields:
+            return []
+        model = next((a for a in _flattened_types(fields[str(part)].annotation) if hasattr(a, "model_fields")), None)
+        if model is None:
+            return []
+    return sorted(getattr(model, "model_fields", {}))
+
+
+def _flattened_types(annotation: Any) -> list[Any]:
+    args = typing.get_args(annotation)
+    return [annotation] if not args else [x for a in args for x in _flattened_types(a)]
+
+
+def dotted_loc(loc: Sequence[Any]) -> str:
+    """('space', 1, 'target') -> 'space[1].target'."""
+    out = ""
+    for part in loc:
+        out += f"[{part}]" if isinstance(part, int) else (f".{part}" if out else str(part))
+    return out

@@ -147,7 +147,7 @@ BAD_SPECS = [
     ('expr = "latency_cycles < baseline_latency_cycles"', 'expr = "emulator.latency < 2"', "acceptance[0].expr",
      "emulator.latency is not an emulator metric (emulator metrics: latency_cycles, peak_sram_bytes, dma_bytes, "
      "area_mm2, energy_uj"),
-    ("seed = 3", "seed = 3\ncolour = 1", "search.colour", "no such key"),
+    ("seed = 3", "seed = 3\ncolour = 1", "search.colour", "a key of [search]: batch, max_grid"),
     ('mapping = { workers = 1 }', 'mapping = { workers = 1, dataflow = "xs" }', "baseline.mapping.dataflow", "'ws'"),
 ]
 
@@ -180,6 +180,8 @@ def test_bad_spec_leaves_an_existing_store_untouched(tmp_path, cli):
     changed = write_spec(tmp_path, banks="[8, 16]")
     code, _, err = cli("sweep", changed, "--db", db, "--no-progress")
     assert code == 2 and "experiment.name" in err
+    # ... saying what changed, field by field
+    assert "1 field changed: space[0].values: [16] -> [8, 16]" in err and err.count("\n") == 1
     with Store(db) as store:
         assert len(store.candidates("gemm-workers")) == 4
 
@@ -194,6 +196,12 @@ def test_quickstart_main_job_from_the_cli(tmp_path, run_cli, repo):
         assert len(cands) >= 20 and (cands["status"] == "infeasible").sum() > 0
         assert cands["reason"][cands["status"] == "infeasible"].str.contains("bank budget").all()
         assert cands.sort_values("id").iloc[0]["origin"] == "baseline"
+        # The sweep's summary says each reason once, with its count (the store's grouping).
+        infeasible = cands.loc[cands["status"] == "infeasible", "reason"].value_counts()
+        for reason, n in infeasible.items():
+            assert out.count(reason) == 1 and f"{n} candidate{'s' if n > 1 else ''} infeasible: {reason}" in out
+        assert store.reason_groups("quickstart") == sorted(
+            [("infeasible", r, int(n)) for r, n in infeasible.items()], key=lambda g: -g[2])
     code, out, err = run_cli("report", "quickstart", "--db", db, "--out", tmp_path / "reports")
     assert code == 0 and out.strip().endswith("quickstart.html")
     assert (tmp_path / "reports" / "quickstart.html").stat().st_size > 10_000

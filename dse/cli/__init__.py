@@ -99,12 +99,45 @@ def _chosen_command(argv: list[str]) -> str | None:
     return None
 
 
+def version() -> str:
+    """dse's version, from the installed package's metadata (no module of dse is imported)."""
+    from importlib.metadata import PackageNotFoundError
+    from importlib.metadata import version as installed
+
+    try:
+        return installed("dse")
+    except PackageNotFoundError:
+        return "unknown (not installed: pip install -e .)"
+
+
+class _Version(argparse.Action):
+    """`--version`: the metadata is read only when asked (not at every command's start)."""
+
+    def __init__(self, option_strings, dest, **kwargs):
+        super().__init__(option_strings, dest, nargs=0, **kwargs)
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        print(f"dse {version()}")
+        parser.exit()
+
+
+def _asks_version(argv: list[str]) -> bool:
+    """`dse --version` (before any command word): answered without importing a command module."""
+    for word in argv:
+        if word == "--version":
+            return True
+        if not word.startswith("-"):
+            return False
+    return False
+
+
 def build_parser(argv: list[str] | None = None) -> argparse.ArgumentParser:
     """The parser; with `argv` naming a known command, only that command's module is imported."""
     parser = _Parser(prog="dse", description="Design-space exploration for Buckyball-family chips")
+    parser.add_argument("--version", action=_Version, help="print dse's version and exit")
     sub = parser.add_subparsers(dest="command", required=True)
     chosen = _chosen_command(argv) if argv is not None else None
-    names = [COMMANDS[chosen]] if chosen else command_modules()
+    names = [] if argv is not None and _asks_version(argv) else [COMMANDS[chosen]] if chosen else command_modules()
     for name in names:
         importlib.import_module(f"{__name__}.{name}").register(sub)
     return parser
@@ -124,6 +157,8 @@ def _error_object(exc: InputError) -> dict:
         value = repr(value)
     body = {"file": exc.file, "field": exc.field, "value": value, "allowed": exc.allowed,
             "message": one_line(str(exc), limit=20000)}
+    if exc.suggestions:
+        body["did_you_mean"] = exc.suggestions
     unsupported = getattr(exc, "ops", None)  # a recipe's unsupported ops: every one, with where
     if unsupported is not None:
         body["unsupported_ops"] = [{"op": u.op, "count": u.count, "source": u.source, "code": u.code.strip()}

@@ -9,7 +9,7 @@ import math
 import os
 import re
 
-from ..errors import InputError
+from ..errors import InputError, close_matches
 from ..records import light
 from .common import add_db_argument, default_db, open_store
 
@@ -189,7 +189,7 @@ def _resolve(store, text: str) -> tuple[str, int]:
         return found
     names = store.experiments()["name"].tolist()
     known = f"; experiments: {', '.join(names[:12])}" + (" …" if len(names) > 12 else "") if names else ""
-    raise InputError(store.url, "ID", text, _SHOW_ALLOWED + known)
+    raise InputError(store.url, "ID", text, _SHOW_ALLOWED + known, close_matches(text, names))
 
 
 def cmd_show(args) -> int:
@@ -291,6 +291,14 @@ def _show_experiment(store, ident: int, limit: int) -> None:
             print(f"  + {_when(n['created_at'])} by {n['author']}: {n['text']}")
     print(f"candidates: {n_candidates}" + (" (" + ", ".join(f"{n} {s}" for s, n in counts) + ")"
                                              if n_candidates else ""))  # fmt: skip
+    # Each reason a candidate was not evaluated to the end, once, with its count; the
+    # table's rows refer to these lines by number.
+    from ..runner.reasons import reason_lines, reason_ref, reason_refs
+
+    groups = store.reason_groups(exp["id"])
+    refs = reason_refs(groups)
+    for line in reason_lines(groups):
+        print(f"  {line}")
     if n_candidates:
         # Plain rows, printed as pandas would print them (`_text_table`), without pandas.
         baseline = exp["baseline_candidate_id"]
@@ -303,7 +311,7 @@ def _show_experiment(store, ident: int, limit: int) -> None:
             "marks": [", ".join(m for m, on in (("★ best", c["id"] == judgement.best),
                                                  ("◇ accepted", c["id"] in top.accepted)) if on) for c in cands],
             "changes": [_changes(c["diff"]) for c in cands],
-            "reason": [_one_line(c["reason"], 50) for c in cands],
+            "reason": [reason_ref(refs, c["status"], c["reason"]) or _one_line(c["reason"], 50) for c in cands],
         }
         if any(c["why"] is not None for c in cands):  # hand-picked candidates say why they are here
             view["why (hand-picked)"] = [_one_line(c["why"], 50) for c in cands]
@@ -479,6 +487,8 @@ def cmd_compare(args) -> int:
     hidden = len(metrics) - len(shown)
     if hidden:
         print(f"({hidden} equal metrics not shown; --all-metrics shows them)")
+    if args.scope == "total":
+        _print_host_time(metrics, "a", "b", design.empty, ("A", "B"))
     for kind, group in metrics.groupby("kind", sort=False):
         for column, label in (("model_version", "model"), ("emulator_version", "emulator")):
             left = set(group[f"{column}_a"].dropna()) - {""}
@@ -528,6 +538,18 @@ def _work_of(cand: dict, exp: dict) -> str:
     point = (cand["mapping"] or {}).get("workload")
     text = f"{exp['workload_recipe']} {exp['workload_hash'][:12]}"
     return text + (" at " + ", ".join(f"{k}={v}" for k, v in sorted(point.items())) if point else "")
+
+
+def _print_host_time(metrics, a: str, b: str, identical: bool, names: tuple[str, str]) -> None:
+    """The host-time line of a comparison: a difference within the repeats' spread (or
+    between identical designs) is said to be noise (`dse.runner.noise`)."""
+    from ..runner.noise import HOST_TIME, host_time_comparison
+
+    host = metrics[metrics["kind"] == HOST_TIME]
+    figures = [{r["name"]: float(r[side]) for r in host.to_dict("records") if r[side] == r[side]} for side in (a, b)]
+    said = host_time_comparison(*figures, identical=identical, names=names)
+    if said is not None:
+        print(f"emulator host time (median): {said.words}")
 
 
 def _compare_many(args, ids: list[int]) -> int:
@@ -580,6 +602,10 @@ def _compare_many(args, ids: list[int]) -> int:
         ratio = table[n] / table[names[0]].where(table[names[0]] != 0)
         view[f"{n}/{names[0]}"] = ratio.map(lambda r: "—" if pd.isna(r) else f"{r:.4f}")
     print(_table(view))
+    if args.scope == "total":
+        for i, n in enumerate(names[1:], start=1):
+            identical = not any(":" not in f for f in fields[i - 1]["field"])
+            _print_host_time(table, names[0], n, identical, (names[0], n))
     return 0
 
 

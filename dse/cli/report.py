@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from ..errors import InputError
+from ..errors import InputError, suggesting
 from .common import add_db_argument, open_store
 
 
@@ -41,13 +41,14 @@ def cmd_report(args) -> int:
         try:
             store.experiment(args.experiment)
         except KeyError:
-            names = ", ".join(store.experiments()["name"]) or "(none yet)"
-            raise InputError(args.db, "EXPERIMENT", args.experiment, f"one of {names}") from None
+            names = list(store.experiments()["name"])
+            raise suggesting(args.db, "EXPERIMENT", args.experiment, f"one of {', '.join(names) or '(none yet)'}",
+                             names) from None
         from ..runner.metrics import METRICS
 
         for flag, metric in (("--x", args.x), ("--y", args.y)):
             if metric is not None and metric not in METRICS:
-                raise InputError("dse report", flag, metric, "one of " + ", ".join(METRICS))
+                raise suggesting("dse report", flag, metric, "one of " + ", ".join(METRICS), METRICS)
         report = _written(write_report, store, args.experiment, _out_dir(args.out), x=args.x, y=args.y, out=args.out)
     print(report.path)
     return 0

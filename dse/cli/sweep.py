@@ -26,6 +26,12 @@ def cmd_sweep(args) -> int:
     counts = ", ".join(f"{v} {k}" for k, v in sorted(result.counts.items()))
     print(f"experiment '{result.name}' (id {result.experiment_id}): {result.evaluated} evaluated, "
           f"{result.resumed} already recorded; {counts}")
+    if result.reasons:  # each reason once, with how many candidates it stopped
+        from ..runner.reasons import reason_lines
+
+        print("not evaluated to the end:")
+        for line in reason_lines(result.reasons):
+            print(f"  {line}")
     if result.stopped_early:
         print(f"stopped early: {result.stopped_early}")
     if result.proposed:

@@ -12,7 +12,7 @@ from pydantic_core import PydanticCustomError
 
 from emulator.chip import ChipConfig
 
-from ..errors import InputError
+from ..errors import InputError, close_matches
 from ..identity import candidate_hash
 
 
@@ -165,11 +165,13 @@ def mapping_from_dict(data: dict, source: str = "(mapping)", field_prefix: str =
         if not err["loc"] and "field" in ctx:  # a check over several fields names the one it blames
             err = {**err, "loc": (ctx["field"],), "input": ctx["value"]}
         field = field_prefix + ".".join(str(p) for p in err["loc"])
+        suggestions: list[str] = []
         if err["type"] == "extra_forbidden":
             allowed = "known keys: " + ", ".join(sorted(Mapping.model_fields))
+            suggestions = [field_prefix + k for k in close_matches(err["loc"][-1], Mapping.model_fields)]
         else:
             allowed = err["msg"].removeprefix("Input should be ")
-        raise InputError(source, field, err.get("input"), allowed) from None
+        raise InputError(source, field, err.get("input"), allowed, suggestions) from None
 
 
 @dataclass(frozen=True)

@@ -75,6 +75,9 @@ class LightStore:
     def latest_status_counts(self, experiment_id: int) -> list[tuple[str, int]]:
         return sql_reads.latest_status_counts(self._run, experiment_id)
 
+    def reason_groups(self, experiment_id: int) -> list[tuple[str, str, int]]:
+        return sql_reads.reason_groups(self._run, experiment_id)
+
     def artifact_rows(self, experiment_id: int | None = None, run: int | None = None,
                       candidate: int | None = None) -> list[dict[str, Any]]:
         return sql_reads.artifacts(self._run, experiment_id, run, candidate)

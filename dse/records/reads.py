@@ -13,6 +13,7 @@ from sqlalchemy.ext.compiler import compiles
 from sqlalchemy.orm import Session
 from sqlalchemy.sql.functions import FunctionElement
 
+from dse.errors import close_matches
 from dse.identity import canonical_json
 from dse.records import latest, sql_reads
 from dse.records.checks import RecordNotFound, as_id
@@ -79,7 +80,7 @@ def not_found(connection: Connection, what: str, value: Any) -> RecordNotFound:
             allowed = "an experiment name or id: " + ", ".join(names)
         else:
             allowed = f"one of this store's {len(names)} experiments (`dse history` lists them)"
-        return RecordNotFound(_shown_url(connection), "experiment", value, allowed)
+        return RecordNotFound(_shown_url(connection), "experiment", value, allowed, close_matches(value, names))
     if what == "candidate":
         return candidate_not_found(connection, value)
     model = {"run": Run, "decision": Decision, "artifact": Artifact}[what]
@@ -160,6 +161,11 @@ def outcome_counts(connection: Connection, experiment_id: int | None = None) -> 
 def latest_status_counts(connection: Connection, experiment_id: int) -> list[tuple[str, int]]:
     """[(status, candidates)] by latest run, most first: see `sql_reads.latest_status_counts`."""
     return sql_reads.latest_status_counts(text_runner(connection), experiment_id)
+
+
+def reason_groups(connection: Connection, experiment_id: int) -> list[tuple[str, str, int]]:
+    """[(status, reason, candidates)], most first: see `sql_reads.reason_groups`."""
+    return sql_reads.reason_groups(text_runner(connection), experiment_id)
 
 
 def outcome_counts_from_runs(connection: Connection, experiment_id: int | None = None) -> dict[tuple[int, str], int]:

@@ -14,11 +14,13 @@ importing this module brings in neither SQLAlchemy nor the schema.)
 from __future__ import annotations
 
 import json
+import re
 import sqlite3
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from . import sql_reads
 from .light import connect
 from .revisions import head_revision
 
@@ -38,6 +40,7 @@ class RecordedExperiment:
     why: dict[str, str | None] = field(default_factory=dict)  # per candidate, by hash: why a hand-picked one is in
     # hashes of candidates with a finished emulator-stage run (neither emulated nor pruned again)
     emulator_done: set[str] = field(default_factory=set)
+    reasons: list[tuple[str, str, int]] = field(default_factory=list)  # `sql_reads.reason_groups`
     # the experiment's latest proposal (verdict, rationale, created_at) and the newest
     # start or finish time of its candidates' runs, both as the store hands them out (SQLite:
     # its timestamp text; PostgreSQL: aware datetimes), so they compare
@@ -130,7 +133,15 @@ def _read(db: sqlite3.Connection | _QmarkConnection, name: str, final_statuses: 
         "SELECT max(r.started_at), max(coalesce(r.finished_at, r.started_at)), max(r.id) FROM run r "
         "JOIN candidate c ON c.id = r.candidate_id WHERE c.experiment_id = ?", (exp_id,)).fetchone()
     out.newest_run_time = None if started is None else max(started, finished)
+    out.reasons = sql_reads.reason_groups(lambda sql, params: _named(db, sql, params), exp_id)
     return out
+
+
+def _named(db, sql: str, params: dict[str, Any]) -> tuple[list[str], list[tuple]]:
+    """`sql_reads`' query (`:name` placeholders) run on this module's `?` connection."""
+    names = re.findall(r":(\w+)", sql)
+    cursor = db.execute(re.sub(r":\w+", "?", sql), tuple(params[n] for n in names))
+    return [c[0] for c in cursor.description], cursor.fetchall()
 
 
 def _json(value) -> list:

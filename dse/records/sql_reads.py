@@ -212,6 +212,22 @@ def candidates(run: Run, experiment_id: int, role: str = "latest", lean: bool = 
     return run(sql, params)
 
 
+# An experiment's candidates not evaluated to the end, grouped by their latest run's status
+# and reason (one row a distinct reason), with their count and lowest ids.
+REASON_GROUPS = ("SELECT status, reason, count(*), min(candidate_id) FROM candidate_run "
+                 "WHERE experiment_id = :experiment_id AND role = 'latest' AND status IN "
+                 "('infeasible', 'pruned', 'failed', 'crashed') GROUP BY status, reason")
+
+
+def reason_groups(run: Run, experiment_id: int) -> list[tuple[str, str, int]]:
+    """[(status, reason, candidates)]: the experiment's infeasible, pruned, failed and crashed
+    candidates by their latest run's status and reason, one entry a distinct reason, most
+    first (ties by first candidate): what every view prints once, with its count."""
+    rows = run(REASON_GROUPS, {"experiment_id": experiment_id})[1]
+    return [(status, reason or "(no reason recorded)", int(n))
+            for status, reason, n, _ in sorted(rows, key=lambda r: (-int(r[2]), r[3]))]
+
+
 def latest_status_counts(run: Run, experiment_id: int) -> list[tuple[str, int]]:
     """[(status, candidates)]: an experiment's candidates by the status of their latest run
     ("not run" for those without one), most first, a tie in the order each status first

@@ -788,6 +788,13 @@ class Store:
             return reads.latest_status_counts(connection, reads.experiment_id_of(connection, experiment))
 
     @retrying
+    def reason_groups(self, experiment: str | int) -> list[tuple[str, str, int]]:
+        """[(status, reason, candidates)]: the infeasible, pruned, failed and crashed
+        candidates grouped by reason, most first (`sql_reads.reason_groups`)."""
+        with self._read() as connection:
+            return reads.reason_groups(connection, reads.experiment_id_of(connection, experiment))
+
+    @retrying
     def runs(
         self, experiment: str | int | None = None, candidate: int | None = None
     ) -> pd.DataFrame:

@@ -16,6 +16,7 @@ from ..ppa.names import COMPONENTS
 from ..records import Store
 from ..records.schema import Candidate, Experiment, LatestMetric, Metric, Run
 from ..runner.metrics import METRICS
+from ..runner.noise import HOST_TIME, HostTimeComparison, host_time_comparison
 from ..runner.acceptance import Headline, Judgement, headline, judge_experiment, outcome_mark  # noqa: F401
 
 
@@ -40,6 +41,9 @@ class ExperimentView:
     # whose passing candidates and best `passing` and `best_id` are, and its headline.
     judgement: Judgement | None = field(repr=False, compare=False, default=None)
     headline: Headline | None = None
+    # The emulator host times of the baseline and the best, said as a real difference or as
+    # noise (`dse.runner.noise`); None without both.
+    host_time: HostTimeComparison | None = None
 
     @property
     def outcomes(self) -> list[str | None]:
@@ -122,10 +126,18 @@ def experiment_view(store: Store, experiment) -> ExperimentView:
     core_time = (store.metric_table(exp["id"], "emulator_cycles", scope="core") if emulated_any
                  else pd.DataFrame(columns=["candidate_id", "scope_key"]))
     decisions = store.decisions(exp["id"])
+    host_time = None
+    if emulated_any and compare is not None:
+        both = store.compare_metrics(baseline_id, best_id)
+        both = both[both["kind"] == HOST_TIME]
+        figures = [{r["name"]: float(r[side]) for r in both.to_dict("records") if r[side] == r[side]}
+                   for side in ("a", "b")]
+        identical = not compare["field"].str.startswith(("config.", "mapping.")).any()
+        host_time = host_time_comparison(*figures, identical=identical, names=("baseline", "best"))
     return ExperimentView(exp, objectives, table, baseline_id, best_id, compare, decisions,
                           provenance, table["status"].value_counts().to_dict(), emulated, core_time,
                           passing, store.notes(exp["id"]), store, judgement,
-                          headline(judgement, exp, store.decision_rows(exp["id"])))
+                          headline(judgement, exp, store.decision_rows(exp["id"])), host_time)
 
 
 def model_vs_emulator(store: Store, experiment_id: int, table: pd.DataFrame, emulated_any: bool = True

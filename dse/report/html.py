@@ -24,7 +24,9 @@ from .data import (COMPONENT_TOTALS, PPA_KINDS, ExperimentView, accepted_candida
                    meaningful_candidates, outcome_mark, row_marks)
 from .figures import (component_plot, core_time_plot, history_plot, model_vs_emulator_plot, op_breakdown_plot,
                       pareto_panels, pareto_plot)
-from .interactive import PPA_PAIRS, experiment_figures, history_figure, ppa_pareto_name
+from ..runner.reasons import reason_ref, reason_refs
+from .interactive import PPA_PAIRS, experiment_figures, history_figure, ppa_pareto_name, search_history_figure
+from .search_history import EVALUATOR, best_words, importance_rows, search_history
 
 
 def _when(moment) -> str:
@@ -164,6 +166,11 @@ def _write_report(store: Store, experiment, out_dir: str | Path, x: str | None, 
     # The interactive figures (the UI's): plotly.js inlined once, with the first.
     interactive_html = {name: _inline(fig, name.replace("_", "-"), name == "pareto")
                         for name, fig in experiment_figures(view, x, y).items()}
+    # What the search did: the objective candidate after candidate, and which knobs mattered
+    # (computed once: `search_history`, as the UI shows it).
+    history = search_history(table, objectives[0])
+    if history.ids:
+        interactive_html["search_history"] = _inline(search_history_figure(history), "search-history", False)
     if len(view.core_time) and "busy_cycles" in view.core_time:
         figures["core_time"] = core_time_plot(view.core_time, list(view.emulated["candidate_id"]))
     stall_cols = [c for c in view.core_time.columns if str(c).startswith("stall_")]
@@ -203,20 +210,25 @@ def _write_report(store: Store, experiment, out_dir: str | Path, x: str | None, 
                          marks=", ".join(row_marks(cid, baseline_id=view.baseline_id, best_id=view.best_id,
                                                    accepted=accepted, front=front_set)),
                          ratio=_times(view.judgement.ratio(cid, "analytical", first))))
-    not_ok = table[table["status"] != "ok"].sort_values("candidate_id")
-    not_ok_rows = [dict(id=int(r["candidate_id"]), status=r["status"] or "not run", changes=changes(r["diff"]),
-                        reason=r.get("reason") or "")
-                   for r in not_ok.head(MAX_ROWS).to_dict("records")]
+    # Each reason once, with its count (`Store.reason_groups`, as the sweep and `dse show`
+    # print them); a row refers to its reason's line by number.
+    groups = store.reason_groups(int(exp["id"]))
+    refs = reason_refs(groups)
+    for row in rows:
+        row["reason"] = reason_ref(refs, row["status"], row["reason"] or None) or row["reason"]
+    reasons = [dict(ref=refs[(status, reason)], n=n, status=status, reason=reason) for status, reason, n in groups]
     context = dict(
         exp=exp, decisions=[{**d, "candidate": "—" if pd.isna(d["candidate_id"]) else f"c{d['candidate_id']}"}
                             for d in view.decisions.to_dict("records")], notes=view.notes,
         compare=None if view.compare is None else view.compare.to_dict("records"),
         baseline_id=view.baseline_id, best_id=view.best_id, metric_cols=metric_cols, rows=rows,
-        not_ok=not_ok_rows, n_not_ok=len(not_ok), n_candidates=len(table), counts=view.counts, provenance=view.provenance,
+        reasons=reasons, n_candidates=len(table), counts=view.counts, provenance=view.provenance,
         front_count=len(front_ids), objective=objectives[0]["metric"], x=x, y=y, headline=view.headline,
         chosen=[(labels[i], i) for i in chosen], has_ops="ops" in figures,
         emulated=view.emulated.to_dict("records"), stall_cols=stall_cols, stalls=stalls,
         has_emulator="model_vs_emulator" in figures, has_core_time="core_time" in figures, ppa=ppa,
+        host_time=view.host_time,
+        search=history, importance=importance_rows(history), search_best=best_words(history), evaluator=EVALUATOR,
     )
     html = _HTML.get_template("report.html.j2").render(
         **context, images={n: base64.b64encode(b).decode() for n, b in pngs.items()},

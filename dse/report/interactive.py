@@ -219,6 +219,24 @@ def history_figure(experiments: pd.DataFrame, decisions: pd.DataFrame) -> go.Fig
     return fig
 
 
+def search_history_figure(history, title: str = "") -> go.Figure:
+    """The first objective candidate after candidate (`search_history.SearchHistory`): each
+    feasible candidate a point, the best so far a step line."""
+    xs = [i for i, v in zip(history.ids, history.values) if v is not None]
+    ys = [v for v in history.values if v is not None]
+    fig = go.Figure()
+    fig.add_trace(go.Scatter(x=xs, y=ys, mode="markers", name=history.metric, marker=dict(size=6, color="#1f77b4"),
+                             customdata=xs, hovertemplate="candidate %{x}: %{y:.6g}<extra></extra>"))
+    steps = [(i, b) for i, b in zip(history.ids, history.best_so_far) if b is not None]
+    fig.add_trace(go.Scatter(x=[i for i, _ in steps], y=[b for _, b in steps], mode="lines", line_shape="hv",
+                             name="best so far", line=dict(color="#2ca02c", width=2),
+                             hovertemplate="best so far at candidate %{x}: %{y:.6g}<extra></extra>"))
+    fig.update_layout(template="plotly_white", height=360, margin=dict(l=70, r=20, t=40, b=50),
+                      title=title or f"{history.metric} candidate after candidate ({history.direction})",
+                      xaxis_title="candidate (in the order proposed)", yaxis_title=_label(history.metric))
+    return fig
+
+
 def knob_values(table: pd.DataFrame) -> pd.DataFrame:
     """The knobs as columns: every path some candidate changes ("config.banks.count",
     "mapping.workers"), each candidate's value of it (the baseline's where it keeps it, which

@@ -192,6 +192,8 @@ def host_time_metrics(report, cand: Candidate, repeats: int) -> list[dict]:
         dict(kind="emulator_host_time", name="seconds", value=float(report.seconds), unit="s"),
         dict(kind="emulator_host_time", name="run_seconds_min", value=float(min(samples)), unit="s"),
         dict(kind="emulator_host_time", name="run_seconds_median", value=float(statistics.median(samples)), unit="s"),
+        # the spread of the repeats (max - min), against which a difference is noise (`dse.runner.noise`)
+        dict(kind="emulator_host_time", name="run_seconds_max", value=float(max(samples)), unit="s"),
         dict(kind="emulator_host_time", name="runs", value=float(len(samples)), unit="count"),
     ]
 

@@ -20,6 +20,8 @@ class SweepResult:
     proposed: str = ""  # the verdict the evidence suggests (confirmed, refuted, waiting); people decide
     decision: str = ""  # the proposal's rationale
     stopped_early: str = ""
+    # The infeasible, pruned, failed and crashed candidates by reason (`Store.reason_groups`).
+    reasons: list[tuple[str, str, int]] = field(default_factory=list)
     evidence_skipped: int = 0  # raw evidence files not kept: the evidence budget was reached
     # Wall time by the chain's stage names: analytical (the whole analytical phase,
     # sampler and record included), record (the store writes), emulator (prune, emulator and

@@ -20,7 +20,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from emulator.chip import BallKind, ChipConfig
 
 from ..chips import load_chip, override_chip
-from ..errors import InputError, read_toml
+from ..errors import InputError, close_matches, dotted_loc, dotted_paths, model_keys, read_toml, shown, suggesting
 from ..mapping import Mapping, mapping_from_dict
 from ..ppa.components import checked_table
 from ..frontend.facts import check_builds, recipe_facts
@@ -335,25 +335,45 @@ def build_spec(spec: dict[str, Any] | SpecModel, where: str = "<python spec>") -
     return _validated(Path(where), text, tomllib.loads(text))
 
 
+def _schema_error(path: Path, errors: list[dict]) -> InputError:
+    """One line for the spec's schema errors: an unknown key first (a misspelt one names the
+    key it is close to, and the required key of its table it leaves missing), else the first."""
+    unknown = next((e for e in errors if e["type"] == "extra_forbidden"), None)
+    if unknown is None:
+        err = errors[0]
+        allowed = err["msg"].removeprefix("Input should be ").removeprefix("Value error, ")
+        value = None if err["type"] == "missing" else err.get("input")
+        return InputError(path, dotted_loc(err["loc"]), value, allowed)
+    loc = tuple(unknown["loc"])
+    table, key = loc[:-1], str(loc[-1])
+    known = model_keys(SpecModel, table)
+    missing = [dotted_loc(e["loc"]) for e in errors if e["type"] == "missing" and tuple(e["loc"][:-1]) == table]
+    allowed = (f"a key of [{dotted_loc(table)}]" if table else "a top-level table") + ": " + ", ".join(known)
+    if missing:
+        allowed += "; required and missing: " + ", ".join(missing)
+    return InputError(path, dotted_loc(loc), key, allowed, close_matches(key, known))
+
+
+def _check_recipe(path: Path, field: str, recipe: str) -> None:
+    """A shipped recipe's name or a recipe folder."""
+    if recipe not in list_recipes() and not Path(recipe).exists():
+        raise suggesting(path, field, recipe, "one of " + ", ".join(list_recipes()) + " or a recipe folder",
+                         list_recipes())
+
+
 def _validated(path: Path, text: str, data: dict) -> Spec:
     try:
         model = SpecModel.model_validate(data)
     except ValidationError as exc:
-        err = exc.errors()[0]
-        field = ".".join(str(p) for p in err["loc"])
-        allowed = err["msg"].removeprefix("Input should be ").removeprefix("Value error, ")
-        if err["type"] == "extra_forbidden":
-            allowed = "no such key here; see experiments/quickstart.toml for the known keys"
-        raise InputError(path, field, err.get("input"), allowed) from None
+        raise _schema_error(path, exc.errors()) from None
 
-    if model.workload.recipe not in list_recipes() and not Path(model.workload.recipe).exists():
-        raise InputError(path, "workload.recipe", model.workload.recipe, "one of " + ", ".join(list_recipes()) + " or a recipe folder")
+    _check_recipe(path, "workload.recipe", model.workload.recipe)
     recipe_facts(model.workload.recipe, model.workload.params)  # it imports, its steps resolve
     try:
         chip = load_chip(model.baseline.chip, model.baseline.chip_overrides, overrides_source=path)
     except InputError as exc:
         if exc.field == "chip":  # an unknown chip: name the spec's field, not the chips folder
-            raise InputError(path, "baseline.chip", exc.value, exc.allowed) from None
+            raise InputError(path, "baseline.chip", exc.value, exc.allowed, exc.suggestions) from None
         raise
     if model.stages.ppa:
         checked_table(chip, path, "baseline.chip.")  # every component priced: CACTI organises its memories
@@ -394,13 +414,11 @@ def _check_stages(spec: Spec) -> None:
         if stage.role in roles:
             raise InputError(spec.path, f"{field}.role", stage.role, "a role no other stage has")
         roles.append(stage.role)
-        if stage.recipe not in list_recipes() and not Path(stage.recipe).exists():
-            raise InputError(spec.path, f"{field}.recipe", stage.recipe,
-                             "one of " + ", ".join(list_recipes()) + " or a recipe folder")
+        _check_recipe(spec.path, f"{field}.recipe", stage.recipe)
         try:
             check_builds(stage.recipe, stage.params)
         except InputError as exc:
-            raise InputError(spec.path, f"{field}.params ({exc.field})", stage.params, exc.allowed) from None
+            raise InputError(spec.path, f"{field}.params ({exc.field})", stage.params, exc.allowed, exc.suggestions) from None
     targets = [(f"space[{i}].target", k.target) for i, k in enumerate(spec.model.space)]
     targets += [("candidates.set", t) for t in spec.hand_targets]
     for field, target in targets:
@@ -442,7 +460,7 @@ def _check_recipe_params(spec: Spec) -> None:
     try:
         check_builds(spec.model.workload.recipe, spec.model.workload.params)
     except InputError as exc:
-        raise InputError(spec.path, f"workload.params ({exc.field})", spec.model.workload.params, exc.allowed) from None
+        raise InputError(spec.path, f"workload.params ({exc.field})", spec.model.workload.params, exc.allowed, exc.suggestions) from None
 
 
 def _check_knobs(spec: Spec) -> None:
@@ -455,7 +473,8 @@ def _check_knobs(spec: Spec) -> None:
             _check_workload_knob(spec, i, knob)
             continue
         if knob.name not in spec.space.baseline_values:
-            raise InputError(spec.path, f"space[{i}].target", knob.target, "a field of the chip config or the mapping")
+            raise suggesting(spec.path, f"space[{i}].target", knob.target, "a field of the chip config or the mapping",
+                             _targets(spec))
         if knob.target == BALL_SET_TARGET:
             _check_ball_sets(spec, i, knob)
         if knob.target == QUANTIZATION_TARGET:
@@ -472,7 +491,14 @@ def _check_knobs(spec: Spec) -> None:
                 if spec.model.stages.ppa and knob.target.startswith(PRICED_TARGETS):  # a geometry CACTI refuses
                     checked_table(chip, spec.path)
             except InputError as exc:
-                raise InputError(spec.path, f"space[{i}] ({knob.name}) -> {exc.field}", value, exc.allowed) from None
+                raise InputError(spec.path, f"space[{i}] ({knob.name}) -> {exc.field}", value, exc.allowed, exc.suggestions) from None
+
+
+def _targets(spec: Spec) -> list[str]:
+    """Every dotted field a knob may target: the baseline chip's and mapping's (the choices a
+    misspelt target is matched against)."""
+    return [*dotted_paths(spec.baseline_chip.model_dump(mode="json"), "chip."),
+            *(f"mapping.{f}" for f in spec.baseline_mapping.model_dump(mode="json"))]
 
 
 def _check_hand_candidates(spec: Spec) -> None:
@@ -486,13 +512,14 @@ def _check_hand_candidates(spec: Spec) -> None:
                 continue
             section = key.split(".", 1)[0]
             if section not in ("chip", "mapping") or not (_has(baseline, key) or section == "mapping"):
-                raise InputError(spec.path, f"candidates[{i}].set", key,
+                raise suggesting(spec.path, f"candidates[{i}].set", key,
                                  "a knob name (" + (", ".join(sorted(knob_names)) or "none") +
-                                 ") or a field of the chip config (chip.<path>) or the mapping (mapping.<field>)")
+                                 ") or a field of the chip config (chip.<path>) or the mapping (mapping.<field>)",
+                                 [*knob_names, *_targets(spec)])
         try:
             spec.apply(params)
         except InputError as exc:
-            raise InputError(spec.path, f"candidates[{i}].set -> {exc.field}", exc.value, exc.allowed) from None
+            raise InputError(spec.path, f"candidates[{i}].set -> {exc.field}", exc.value, exc.allowed, exc.suggestions) from None
 
 
 def _check_workload_knob(spec: Spec, i: int, knob: Knob) -> None:
@@ -512,14 +539,13 @@ def _check_workload_knob(spec: Spec, i: int, knob: Knob) -> None:
     for value in values:
         recipe_name, params = spec.workload_of({"workload": {knob.target.removeprefix(WORKLOAD_PARAMS)
                                                              .removeprefix("workload."): value}})
-        if recipe_name not in list_recipes() and not Path(recipe_name).exists():
-            raise InputError(spec.path, f"space[{i}].values", recipe_name, "one of " + ", ".join(list_recipes()))
+        _check_recipe(spec.path, f"space[{i}].values", recipe_name)
         try:
             recipe_facts(recipe_name, params)
             check_builds(recipe_name, params)
         except InputError as exc:
             raise InputError(spec.path, f"space[{i}] ({knob.name}) -> workload.params ({exc.field})", value,
-                             exc.allowed) from None
+                             exc.allowed, exc.suggestions) from None
 
 
 def _check_ball_sets(spec: Spec, i: int, knob: Knob) -> None:
@@ -550,12 +576,43 @@ def _whole(value: float, knob: Knob) -> Any:
 def _check_metrics(spec: Spec) -> None:
     for i, obj in enumerate(spec.model.objectives):
         if obj.metric not in METRICS:
-            raise InputError(spec.path, f"objectives[{i}].metric", obj.metric, "one of " + ", ".join(METRICS))
+            raise suggesting(spec.path, f"objectives[{i}].metric", obj.metric, "one of " + ", ".join(METRICS), METRICS)
     for i, crit in enumerate(spec.model.acceptance):
         try:
             compile_expression(i, crit.expr)
         except CriterionError as exc:
             raise InputError(spec.path, f"acceptance[{i}].expr", crit.expr, f"{allowed_names()} ({exc})") from None
+
+
+def spec_changes(old_text: str, new_text: str, limit: int = 8) -> str:
+    """What an edited spec changes of a recorded one, one clause a field ("search.trials: 40 ->
+    60; space[1].values: [1, 2] -> [1, 2, 4]"), at most `limit` of them; or that only
+    comments or layout differ."""
+    try:
+        old, new = _leaves(tomllib.loads(old_text)), _leaves(tomllib.loads(new_text))
+    except tomllib.TOMLDecodeError:
+        return "the recorded spec's text cannot be read as TOML"
+    absent = object()
+    changed = [(k, old.get(k, absent), new.get(k, absent)) for k in dict.fromkeys([*old, *new])
+               if old.get(k, absent) != new.get(k, absent)]
+    if not changed:
+        return "the same fields and values (only comments or layout differ)"
+
+    def said(value: Any) -> str:
+        return "(absent)" if value is absent else shown(value, 60)
+
+    out = "; ".join(f"{k}: {said(a)} -> {said(b)}" for k, a, b in changed[:limit])
+    more = len(changed) - limit
+    return f"{len(changed)} field{'s' if len(changed) > 1 else ''} changed: {out}" + (f"; and {more} more" if more > 0 else "")
+
+
+def _leaves(data: Any, prefix: str = "") -> dict[str, Any]:
+    """A TOML document's values by dotted path, tables of arrays indexed (`space[1].values`)."""
+    if isinstance(data, dict):
+        return {k: v for key, value in data.items() for k, v in _leaves(value, f"{prefix}.{key}" if prefix else key).items()}
+    if isinstance(data, list) and data and all(isinstance(d, dict) for d in data):
+        return {k: v for i, value in enumerate(data) for k, v in _leaves(value, f"{prefix}[{i}]").items()}
+    return {prefix: data}
 
 
 def workload_parts(spec: Spec) -> dict:

@@ -43,7 +43,7 @@ from .execution import InlineExecutor, PoolExecutor, WorkItem, make_executor, re
 from .recorder import Recorder
 from .result import DONE, IDLE_ROUNDS, SweepResult
 from .samplers import Observation, Proposal, Sampler, batch_size, make_sampler, sampler_kind
-from .spec import QUANTIZATION_TARGET, Spec, workload_parts
+from .spec import QUANTIZATION_TARGET, Spec, spec_changes, workload_parts
 from .emulation import prepare_placed
 from .stages import Outcome, analytical_graph, source_count_metrics
 
@@ -72,9 +72,12 @@ class Sweep:
                 workload_hash=workload_identity(**workload), workload=workload, spec_text=spec.text,
                 spec_hash=spec.hash,
                 limitations=m.experiment.limitations, open_questions=m.experiment.open_questions, links=links)
-        except ValueError as exc:  # the name is taken by another spec: resuming would mix evidence
+        except ValueError:  # the name is taken by another spec: resuming would mix evidence
+            recorded = store.experiment(m.experiment.name).get("spec_text") or ""
             raise InputError(spec.path, "experiment.name", m.experiment.name,
-                             f"a name this store does not hold for a different spec ({exc})") from None
+                             "a name this store does not hold for a different spec; against the recorded spec, "
+                             f"{spec_changes(recorded, spec.text)}; rename the experiment to record the changed "
+                             "spec (or revert the edit to resume)") from None
         self.store = store
         self.result = SweepResult(self.experiment_id, spec.name, "testing")
         self.best_objective: float | None = None  # the best feasible value of the first objective
@@ -432,6 +435,7 @@ class Sweep:
             if judged is not None:  # a rerun's shortcut may stand on the proposal until a newer run
                 self.store.set_judged_run(self.experiment_id, judged)
         self.result.status = self.store.experiment(self.experiment_id)["status"]
+        self.result.reasons = self.store.reason_groups(self.experiment_id)
         return self.result
 
     # -- the emulator stage ------------------------------------------------------------
@@ -561,7 +565,7 @@ def resolve_links(spec: Spec, store: Store | None) -> list[tuple[str, int, str]]
             other = store.experiment(link.experiment)
         except RecordNotFound as exc:
             raise InputError(spec.path, field, link.experiment, f"an experiment recorded in this store "
-                             f"({exc.allowed})") from None
+                             f"({exc.allowed})", exc.suggestions) from None
         if other["name"] == spec.name:
             raise InputError(spec.path, field, link.experiment, "an earlier experiment, not this one")
         out.append((relation, int(other["id"]), link.reason.strip()))

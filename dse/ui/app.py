@@ -32,7 +32,8 @@ from ..report.data import (PPA_KINDS, accepted_candidates, candidate_metrics, co
                            meaningful_candidates, model_vs_emulator, op_metric_table, outcome_mark, row_marks)
 from ..report.html import fmt_value
 from ..report.interactive import (OP_METRICS, PPA_AXES, component_figure, history_figure, model_vs_emulator_figure,
-                                  op_figure, parallel_figure, pareto_figure)
+                                  op_figure, parallel_figure, pareto_figure, search_history_figure)
+from ..report.search_history import EVALUATOR, SearchHistory, best_words, importance_rows, search_history
 from ..runner.acceptance import headline, judge_experiment
 from ..runner.decisions import decide
 from ..runner.metrics import METRICS
@@ -206,6 +207,8 @@ class Workbench:
         for name, value in (("ppa_x", ppa_x), ("ppa_y", ppa_y)):
             if value not in PPA_AXES:
                 raise Problem(400, "Bad query", f"query parameter {name}={value!r}: allowed one of {', '.join(PPA_AXES)}")
+        # What the search did and which knobs mattered: the report's figures (`search_history`).
+        search = self.search_history(exp, first)
         # An evidence kind's by-component figure where some run of it finished.
         kinds = ["analytical", *(["emulator_cycles"] if summary.get("n_emulated") else [])]
         keep = {k: v for k, v in params.items() if k not in ("page",)}
@@ -213,9 +216,25 @@ class Workbench:
                          headline=top, passing=judgement.passing_ids, first_objective=first["metric"],
                          objectives=objectives, table=table, names=names, x=x, y=y, keep=keep,
                          ppa_x=ppa_x, ppa_y=ppa_y, ppa_axes=PPA_AXES, ppa_kinds=kinds,
+                         search=search, importance=importance_rows(search), search_best=best_words(search),
+                         evaluator=EVALUATOR,
                          sweep=sweep, last_id=last_id or 0, poll_ms=LIVE_POLL_MS,
                          statuses=["ok", "infeasible", "pruned", "failed", "crashed", "running", "not run"],
                          page_sizes=queries.PAGE_SIZES, title=f"dse: {exp['name']}")  # fmt: skip
+
+    def search_history(self, exp: dict, objective: dict) -> SearchHistory:
+        """The experiment's search history and knob importance, as the report computes them."""
+        metric = objective["metric"]
+        with self.connection() as connection:
+            table = candidate_metrics(connection, exp["id"], [metric] if metric in METRICS else [])
+        return search_history(table, objective)
+
+    def search_json(self, request: Request) -> Response:
+        """The first objective candidate after candidate, with the best so far."""
+        exp = self.experiment(request.path_params["ref"])
+        history = self.search_history(exp, _objectives(exp["spec_text"])[0])
+        return _figure_response(search_history_figure(history, title=f"{exp['name']}: {history.metric}"),
+                                {"best": history.best, "importances": history.importances, "note": history.note})
 
     def pareto_json(self, request: Request) -> Response:
         exp = self.experiment(request.path_params["ref"])
@@ -572,6 +591,7 @@ def create_app(store: Store, access: Access | None = None) -> Starlette:
         Route("/experiments/{ref}", bench.experiment_page, name="experiment"),
         Route("/experiments/{ref}/pareto.json", bench.pareto_json, name="pareto_json"),
         Route("/experiments/{ref}/live.json", bench.live_json, name="live_json"),
+        Route("/experiments/{ref}/search.json", bench.search_json, name="search_json"),
         Route("/experiments/{ref}/parallel.json", bench.parallel_json, name="parallel_json"),
         Route("/experiments/{ref}/ops.json", bench.ops_json, name="ops_json"),
         Route("/experiments/{ref}/components.json", bench.components_json, name="components_json"),

@@ -12,7 +12,7 @@ from pathlib import Path
 from types import ModuleType
 from typing import TYPE_CHECKING, Any
 
-from dse.errors import InputError
+from dse.errors import InputError, close_matches, suggesting
 
 if TYPE_CHECKING:  # torch loads with the first recipe: finding one and its cached facts need none
     import torch
@@ -51,7 +51,8 @@ def model_file(name_or_path: str | Path) -> Path:
     path = _model_file(name_or_path)
     if path is None:
         looked_in = RECIPES_DIR if Path(name_or_path).parent == Path(".") else Path(name_or_path)
-        raise InputError(looked_in, "workload.recipe", str(name_or_path), ", ".join(list_recipes()) or "(none)")
+        raise suggesting(looked_in, "workload.recipe", str(name_or_path), ", ".join(list_recipes()) or "(none)",
+                         list_recipes())
     return path
 
 
@@ -96,7 +97,8 @@ def _check_params(recipe: Recipe, params: dict[str, Any]) -> None:
         unknown = sorted(set(params) - set(signature.parameters))
         if unknown:
             raise InputError(recipe.path, "workload.params", ", ".join(unknown),
-                             f"parameters of {attr}{signature}")
+                             f"parameters of {attr}{signature}",
+                             [m for name in unknown for m in close_matches(name, signature.parameters)])
 
 
 def full_params(recipe: Recipe, params: dict[str, Any]) -> dict[str, Any]:
