@@ -123,10 +123,13 @@ def check_candidate_pages(db: str) -> None:
             assert [r["id"] for r in page.rows] == sorted(
                 int(i) for i in table.loc[table["latency_cycles"] <= limit, "candidate_id"])
             cands = store.candidates(exp["id"])
+            # The text as the table shows it: "workers=4" (stored as {"mapping.workers": [1, 4]}).
             workers4 = sorted(int(i) for i, d in zip(cands["id"], cands["diff"]) if '"mapping.workers":[1,4]' in d)
-            page = queries.candidate_page(connection, exp["id"], queries.CandidateQuery(text="workers\":[1,4", per_page=100),
+            page = queries.candidate_page(connection, exp["id"], queries.CandidateQuery(text="Workers=4", per_page=100),
                                           names)
             assert [r["id"] for r in page.rows] == workers4 and workers4
+            page = queries.candidate_page(connection, exp["id"], queries.CandidateQuery(text="workers\":[1,4"), names)
+            assert page.total == 0  # the stored form is not what the table shows
             with pytest.raises(queries.BadQuery, match="sort"):
                 queries.candidate_page(connection, exp["id"], queries.CandidateQuery(sort="nope"), names)
 

@@ -11,6 +11,38 @@ notebook's widget turns red when closed short of it, green when it reaches it.
 
 from __future__ import annotations
 
+import math
+import tomllib
+
+# The [search] defaults (dse.runner.spec.Search reads them from here): the full grid when it
+# has at most MAX_GRID points, else TRIALS sampled candidates.
+MAX_GRID = 256
+TRIALS = 40
+
+
+def planned(grid_size: int, sampler: str, trials: int, max_grid: int, hand: int) -> int:
+    """How many candidates a sweep expects at its start: the baseline, the hand-picked, and
+    the grid (`sampler` "grid", or "auto" with a grid of at most `max_grid` points) or the
+    trial budget. The first total of the sweep's bar, and the live page's."""
+    grid = sampler == "grid" or (sampler == "auto" and 0 < grid_size <= max_grid)
+    return 1 + hand + (grid_size if grid else trials)
+
+
+def planned_from_text(spec_text: str | None) -> int | None:
+    """`planned` for a recorded spec (its TOML text); None when it cannot be read (an
+    experiment recorded by hand, a spec of an older format): then no percentage is shown."""
+    from .space import Knob
+
+    try:
+        data = tomllib.loads(spec_text or "")
+        search = data.get("search", {})
+        axes = [Knob(**k).grid_values() for k in data.get("space", [])]
+        grid = math.prod(len(a) if a is not None else 0 for a in axes)
+        return planned(grid, search.get("sampler", "auto"), int(search.get("trials", TRIALS)),
+                       int(search.get("max_grid", MAX_GRID)), len(data.get("candidates", [])))
+    except (tomllib.TOMLDecodeError, TypeError, ValueError, AttributeError):
+        return None
+
 
 def make_bar(total: int, initial: int, desc: str, disable: bool | None):
     from tqdm.auto import tqdm  # a widget in Jupyter (ipywidgets), text on a terminal

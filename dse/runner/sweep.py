@@ -37,7 +37,7 @@ from ..workload.recipes import recipe_name
 from .acceptance import propose
 from .candidates import BuiltCandidate, CandidateBuilder
 from .chain import ANALYTICAL, CAPTURE, EMULATOR, FRONTEND, PLAN, PRUNE, RECORD
-from .progress import finish, make_bar, set_total
+from .progress import finish, make_bar, planned, set_total
 from .execution import InlineExecutor, PoolExecutor, WorkItem, make_executor, remember_chip
 from .recorder import Recorder
 from .result import DONE, IDLE_ROUNDS, SweepResult
@@ -394,13 +394,14 @@ class Sweep:
         kind = sampler_kind(spec)
         sampler.replay([o for o in recorded])
         exhaustive = sampler.exhaustive
-        total = spec.grid_size() if exhaustive else search.trials
         batch = batch_size(spec, sampler, self.executor.workers)
         deadline = time.monotonic() + search.wall_seconds if search.wall_seconds else None
         done_sampled = sum(1 for _ in recorded) - 1 if recorded else 0
         self._exhaustive = exhaustive
         # A slot per candidate the spec asks for: the baseline, the hand-picked, the grid or the trials.
-        bar = make_bar(total + 1 + len(spec.hand), len(recorded), spec.name, None if self.progress else True)
+        first = planned(spec.grid_size(), "grid" if exhaustive else "sampled", search.trials, search.max_grid,
+                        len(spec.hand))
+        bar = make_bar(first, len(recorded), spec.name, None if self.progress else True)
         started = time.perf_counter()
         ended = False
         try:
