@@ -19,29 +19,35 @@ function bindTable() {
     for (const c of table.querySelectorAll("[data-metric]")) c.hidden = !chosen.includes(c.dataset.metric);
     chooser.querySelector("summary").textContent = "metric columns (" + chosen.length + " of " + boxes.length + " shown)";
   };
-  const params = new URLSearchParams(window.location.search);
-  if (!params.has("cols")) {
+  // The choice in the URL, and in the links and the filter form that lead to the next page.
+  const remember = (chosen) => {
+    const cols = chosen.length ? chosen.join(",") : "-";
+    window.history.replaceState(null, "", withCols(window.location.href, cols));
+    document.querySelectorAll("a.sort, #prev-page, #next-page").forEach((a) => { a.href = withCols(a.href, cols); });
+    const form = document.getElementById("candidate-filters");
+    let input = form.querySelector("input[name=cols]");
+    if (!input) {
+      input = document.createElement("input");
+      input.type = "hidden";
+      input.name = "cols";
+      form.append(input);
+    }
+    input.value = cols;
+  };
+  if (!new URLSearchParams(window.location.search).has("cols")) {
     const saved = window.localStorage.getItem(key);
-    if (saved !== null) apply(saved ? saved.split(",").filter((m) => boxes.some((b) => b.value === m)) : []);
+    if (saved !== null) {
+      const chosen = saved ? saved.split(",").filter((m) => boxes.some((b) => b.value === m)) : [];
+      apply(chosen);
+      remember(chosen);
+    }
   }
   for (const box of boxes) {
     box.addEventListener("change", () => {
       const chosen = boxes.filter((b) => b.checked).map((b) => b.value);
       apply(chosen);
       window.localStorage.setItem(key, chosen.join(","));
-      const cols = chosen.length ? chosen.join(",") : "-";
-      window.history.replaceState(null, "", withCols(window.location.href, cols));
-      // The links and the filter form carry the choice to the next page.
-      document.querySelectorAll("a.sort, #prev-page, #next-page").forEach((a) => { a.href = withCols(a.href, cols); });
-      const form = document.getElementById("candidate-filters");
-      let input = form.querySelector("input[name=cols]");
-      if (!input) {
-        input = document.createElement("input");
-        input.type = "hidden";
-        input.name = "cols";
-        form.append(input);
-      }
-      input.value = cols;
+      remember(chosen);
     });
   }
 }
