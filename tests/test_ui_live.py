@@ -12,6 +12,7 @@ header, no horizontal overflow at 1400 px.
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 import time
@@ -87,8 +88,11 @@ def wait_for_sweep(store_db: str, name: str, sweep: subprocess.Popen) -> int:
 
 
 # Each value the page's percent takes, as it takes it (a MutationObserver on data-percent).
-WATCH_PERCENT = """() => { window.__percents = [Number(document.getElementById('live').dataset.percent)];
-    new MutationObserver(() => window.__percents.push(Number(document.getElementById('live').dataset.percent)))
+# (With the ETA shown at that moment.)
+WATCH_PERCENT = """() => { const seen = () => [Number(document.getElementById('live').dataset.percent),
+                                               document.getElementById('live-eta').textContent];
+    window.__percents = [seen()];
+    new MutationObserver(() => window.__percents.push(seen()))
         .observe(document.getElementById('live'), {attributes: true, attributeFilter: ['data-percent']}); }"""
 # The list's candidate count of the live experiment, sampled every 100 ms (the list swaps its table in).
 WATCH_LIST = """(id) => { window.__counts = []; setInterval(() => {
@@ -118,7 +122,7 @@ def test_the_live_page_and_list_follow_a_sweep_to_its_end(server, store_db, cont
         page.evaluate(WATCH_PERCENT)
         gate.write_text("go")
         # Part done, then at its end: the section says so and shows the final state itself.
-        page.wait_for_function("window.__percents.some(p => p > %f && p < 100)" % first, timeout=90_000)
+        page.wait_for_function("window.__percents.some(([p]) => p > %f && p < 100)" % first, timeout=90_000)
         page.wait_for_selector("#live[data-refreshed='1']", timeout=120_000)
         assert sweep.wait(timeout=60) == 0, sweep.stderr.read()
     finally:
@@ -126,9 +130,13 @@ def test_the_live_page_and_list_follow_a_sweep_to_its_end(server, store_db, cont
             sweep.kill()
             sweep.wait()
 
-    percents = page.evaluate("window.__percents")
-    assert percents == sorted(percents) and percents[-1] == 100 and percents[0] < 100, percents
+    seen = page.evaluate("window.__percents")
+    percents = [p for p, _ in seen]
+    assert percents == sorted(percents) and percents[-1] == 100 and percents[0] < 100, seen
     assert len(set(percents)) >= 3  # the first, at least one between, and 100
+    # Part done, an ETA from the pace so far (the batches take over a second each); at the end, none.
+    assert any(re.fullmatch(r"ETA: \d+ s|ETA: \d+ min \d+ s", eta) for p, eta in seen if 0 < p < 100), seen
+    assert seen[-1][1] == "finished"
     assert page.locator("#live.done").count() == 1 and page.get_attribute("#live", "data-outcome") == "done"
     assert float(page.evaluate("document.getElementById('live-bar').value")) == 100
     assert page.inner_text("#live-percent") == "100.0 %" and page.inner_text("#live h2") == "Sweep finished"

@@ -331,9 +331,13 @@ class Sweep:
                 self.best_objective = v
 
     def _tick(self, bar) -> None:
+        # The extreme of the first objective among the feasible, named so: not "best", which
+        # is the acceptance's judgement (the best *passing* candidate), told when the sweep ends.
+        obj = self.spec.model.objectives[0]
         best = f"{self.best_objective:.4g}" if self.best_objective is not None else "-"
-        bar.set_postfix(best=best, infeasible=self.result.counts.get("infeasible", 0),
-                        failed=self.result.counts.get("failed", 0), refresh=False)
+        bar.set_postfix({f"{'min' if obj.direction == 'minimize' else 'max'} {obj.metric}": best,
+                         "infeasible": self.result.counts.get("infeasible", 0),
+                         "failed": self.result.counts.get("failed", 0)}, refresh=False)
 
     # -- the sweep -------------------------------------------------------------------
     def _on_sigint(self, signum, frame) -> None:
