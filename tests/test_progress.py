@@ -32,6 +32,7 @@ def test_recipe_check_shows_progress_on_a_terminal_only(tmp_path, repo, run_cli)
     os.close(master)
     assert p.returncode == 0
     assert b"mine: capture + check" in shown and b"stage" in shown
+    assert bars_end_full(shown) == 1
 
 
 def on_terminal(argv: list[str], repo, tmp_path) -> tuple[int, bytes]:
@@ -51,6 +52,20 @@ def on_terminal(argv: list[str], repo, tmp_path) -> tuple[int, bytes]:
     return p.returncode, shown
 
 
+def bars_end_full(shown: bytes) -> int:
+    """How many bars the terminal showed, each checked to end drawn at its total (then left
+    or cleared): a bar starts at 0/N after a frame past 0, and its last frame is N/N."""
+    frames = [(int(n), int(total)) for n, total in re.findall(rb"(\d+)/(\d+) \[", shown)]
+    bars: list[list[tuple[int, int]]] = []
+    for n, total in frames:
+        if not bars or (n == 0 and bars[-1][-1][0] > 0):  # (a bar's description may change at 0 too)
+            bars.append([])
+        bars[-1].append((n, total))
+    for bar in bars:
+        assert bar[-1][0] == bar[-1][1], f"a bar ended at {bar[-1][0]}/{bar[-1][1]}: {bar}"
+    return len(bars)
+
+
 def test_report_shows_its_phases_on_a_terminal(tmp_path, repo):
     # (quiet off a terminal as recipe check above: tqdm's disable=None, one rule)
     db = tmp_path / "records.db"
@@ -58,6 +73,7 @@ def test_report_shows_its_phases_on_a_terminal(tmp_path, repo):
         fill(store)
     code, shown = on_terminal(["report", "banks", "--out", tmp_path / "shown", "--db", db], repo, tmp_path)
     assert code == 0 and b"report banks: figures" in shown and b"phase" in shown
+    assert bars_end_full(shown) == 1
 
 
 def test_emulate_shows_its_phases_on_a_terminal(tmp_path, repo):
@@ -65,6 +81,7 @@ def test_emulate_shows_its_phases_on_a_terminal(tmp_path, repo):
     folder = user_recipe(tmp_path / "mine")
     code, shown = on_terminal(["emulate", "--chip", "goban", "--recipe", folder], repo, tmp_path)
     assert code == 0 and b"mine: emulate" in shown and b"mine: compare" in shown
+    assert bars_end_full(shown) == 2  # the recipe's stages, then the emulation's phases
 
 
 # A real small sweep whose first estimate of its total is wrong three ways: the baseline is
@@ -122,6 +139,7 @@ def test_the_sweep_bar_ends_at_its_total(tmp_path, repo):
     # of which only 8 were candidates (it stopped at 8/9 before)
     frame = last_frame(shown)
     assert re.search(r"\b100%.*\b9/9\b", frame), frame
+    assert bars_end_full(shown) == 2  # the recipe's stages (capture and checked steps), then the sweep
 
 
 NOTEBOOK_CELL = """
