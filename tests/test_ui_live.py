@@ -181,6 +181,7 @@ def test_the_live_page_and_list_follow_a_sweep_to_its_end(server, store_db, cont
     assert listing.inner_text(f"{row} td.decided") == f"accepted c{judgement.best} by ana"
     assert listing.inner_text(f"{row} td.accepted") == f"c{judgement.best}"
     assert listing.inner_text(f"{row} td.sweep") == "—"
+    assert listing.evaluate("document.documentElement.scrollWidth <= document.documentElement.clientWidth")
     listing.close()
     page.close()
 
