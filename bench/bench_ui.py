@@ -157,7 +157,7 @@ def bench_pages(url: str, repeat: int, n: int) -> None:
             ("experiment page (first 50 by id)", "/experiments/1"),
             ("sorted + filtered page (ok, latency <= 5e6, by latency desc)",
              "/experiments/1?sort=latency_cycles&order=desc&status=ok&metric=latency_cycles&max=5000000"),
-            ("text filter + sort by SRAM, page 40", "/experiments/1?q=workers%22%3A%5B1%2C4&sort=private_sram_bytes&page=40"),
+            ("text filter + sort by SRAM, page 40", "/experiments/1?q=workers%3D4&sort=private_sram_bytes&page=40"),
             ("candidate page", "/candidates/5000"),
         ):  # fmt: skip
             fetch(base + path)  # warm: the first request compiles the templates

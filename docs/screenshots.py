@@ -3,11 +3,14 @@
     .venv/bin/python docs/screenshots.py
 
 Sweeps the tests' small experiments into a temporary store (tests/uiserver.py), serves it
-with `dse ui`, records one decision from the page, and writes docs/ui-*.png.
+with `dse ui`, records one decision from the page, and writes docs/ui-*.png; ui-live.png is
+the page of a sweep in progress (a slowed sweep in another process, test_ui_live.py's).
 """
 
 from __future__ import annotations
 
+import os
+import subprocess
 import sys
 import tempfile
 from pathlib import Path
@@ -16,7 +19,27 @@ DOCS = Path(__file__).resolve().parent
 sys.path.insert(0, str(DOCS.parent))
 sys.path.insert(0, str(DOCS.parent / "tests"))
 
-from uiserver import chromium, dse_ui_process, make_store  # noqa: E402
+from test_ui_live import SLOW_SWEEP, wait_for_sweep  # noqa: E402
+from uiserver import REPO, SPEC, chromium, dse_ui_process, make_store  # noqa: E402
+
+
+def live_shot(page, base: str, db: str, folder: Path) -> None:
+    """The experiment page of a sweep part done (a slowed sweep in another process)."""
+    spec, script, gate = folder / "live.toml", folder / "slow_sweep.py", folder / "go"
+    spec.write_text(SPEC.format(name="live", banks="[4, 8, 16, 20]") + "batch = 6\n")
+    script.write_text(SLOW_SWEEP)
+    sweep = subprocess.Popen([sys.executable, str(script), str(spec), db, str(gate)], cwd=REPO, text=True,
+                             stderr=subprocess.PIPE, env={**os.environ, "PYTHONPATH": str(REPO)})
+    try:
+        exp_id = wait_for_sweep(db, "live", sweep)
+        gate.write_text("go")
+        page.goto(f"{base}/experiments/{exp_id}")
+        page.wait_for_function("Number(document.getElementById('live').dataset.percent) > 30")
+        page.screenshot(path=str(DOCS / "ui-live.png"))
+        print(DOCS / "ui-live.png")
+        page.wait_for_selector("#live[data-refreshed='1']", timeout=180_000)
+    finally:
+        sweep.wait(timeout=180)
 
 
 def main() -> None:
@@ -41,6 +64,7 @@ def main() -> None:
                 "ui-candidate.png": ("/candidates/5", "#diff", None),
                 "ui-compare.png": ("/compare?c=1&c=5&c=9&c=27", "#compare", None),
             }
+            live_shot(page, base, db, Path(folder))
             for name, (path, ready, scroll_to) in shots.items():
                 page.goto(base + path)
                 page.wait_for_selector(ready)

@@ -181,6 +181,7 @@ def calibration_points(chip, recipes: Iterable[str] | None = None, workers: Iter
                             progress(points[-1])
                     finally:
                         bar.update()
+        bar.refresh()  # the last run's update drawn before the bar goes (within mininterval it is not)
     return points, skipped
 
 

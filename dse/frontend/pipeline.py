@@ -348,6 +348,7 @@ def _run(recipe: Recipe, params: dict[str, Any], steps: list[StepSpec], out: Pat
                 # the check's trace is this graph's (ctx.traced): its outputs are Graph.run's
                 stage_outputs[len(stages) - 1] = [ctx.traced[1][name].clone() for name in graph.outputs]
             bar.update()
+        bar.refresh()  # the last stage's update drawn before the bar goes (within mininterval it is not)
     finally:
         bar.close()
     kept = None

@@ -293,6 +293,10 @@ def emulate_recipe(recipe: str | Path, chip, mapping: Mapping | None = None, par
                                           "first_differing_op": v.first_differing_op,
                                           "blame": ("lowering" if v.first_differing_op else
                                                     ("step" if not rep.verdict.passed else None))}
+        # Phases skipped (an infeasible candidate is not lowered further; the unmodified graph
+        # is not run then): the answer is in, so the bar ends full.
+        bar.update(bar.total - bar.n)
+        bar.refresh()  # drawn full before it goes (an update within mininterval is not drawn)
     return rep
 
 

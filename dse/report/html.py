@@ -238,6 +238,7 @@ def _write_report(store: Store, experiment, out_dir: str | Path, x: str | None, 
     _write(path, html)
     _write(md_path, md)
     bar.update()
+    bar.refresh()  # the full bar drawn before it goes (an update within mininterval is not)
     return Report(path.resolve(), md_path.resolve(), view, figures)
 
 

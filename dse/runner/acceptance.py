@@ -560,8 +560,9 @@ def _ratios(j: Judgement, candidate_id: int, objectives: Sequence[Mapping]) -> l
     return out
 
 
-def _decided(decisions: Sequence[Mapping], status: str | None) -> tuple[str, tuple[int, ...]]:
-    """("decided: ...", the accepted candidates): the person's decision that stands."""
+def decided(decisions: Sequence[Mapping], status: str | None) -> tuple[str, tuple[int, ...]]:
+    """("decided: ...", the accepted candidates): the person's decision that stands (of an
+    experiment's `decisions`, oldest first; the sweep's proposals among them are skipped)."""
     people = [d for d in decisions if d.get("kind", "decision") == "decision"]
     latest: dict[int, Mapping] = {}
     standing, refuted = None, None
@@ -589,22 +590,29 @@ def _decided(decisions: Sequence[Mapping], status: str | None) -> tuple[str, tup
     return "decided: no decision yet (people decide: dse decide)", accepted
 
 
+def proposal_line(decisions: Sequence[Mapping]) -> str:
+    """"proposed: confirmed c5 (sweep)": the sweep's latest proposal among an experiment's
+    `decisions` (oldest first), apart from people's decisions."""
+    proposals = [d for d in decisions if d.get("kind") == "proposal"]
+    if not proposals:
+        return "proposed: nothing yet (no sweep has judged the evidence)"
+    return f"proposed: {proposals[-1]['verdict']}{_cand(proposals[-1])} (sweep)"
+
+
 def headline(j: Judgement, exp: Mapping, decisions: Sequence[Mapping]) -> Headline:
     """The headline of an experiment from its judgement and its decision log (dicts, oldest
     first: people's decisions and the sweep's proposals, `kind` telling them apart)."""
     objectives = objectives_of(exp.get("spec_text"))
     proposals = [d for d in decisions if d.get("kind") == "proposal"]
+    proposed = proposal_line(decisions)
     if proposals:
         last = proposals[-1]
-        proposed = f"proposed: {last['verdict']}{_cand(last)} (sweep)"
         said = (last["verdict"], None if _missing(last.get("candidate_id")) else int(last["candidate_id"]))
         if j.clauses and said != (j.verdict, j.best):
             proposed += f"; the evidence now says {j.verdict}" + (f" c{j.best}" if j.best is not None else "")
     elif not j.clauses:
         proposed = "proposed: nothing (no acceptance criteria)"
-    else:
-        proposed = "proposed: nothing yet (no sweep has judged the evidence)"
-    decided, accepted = _decided(decisions, exp.get("status"))
+    decision, accepted = decided(decisions, exp.get("status"))
     ratios: list[Ratio] = []
     if j.error:
         summary = f"nothing passes: {j.error}"
@@ -624,7 +632,7 @@ def headline(j: Judgement, exp: Mapping, decisions: Sequence[Mapping]) -> Headli
                    f"({', '.join(j.lacking_kinds)})" if j.verdict == WAITING else
                    f"nothing passes: {int(j.failing.sum())} of {j.eligible_count} fail"
                    + (f", {waiting} wait for evidence" if waiting else ""))
-    return Headline(proposed, decided, j.best, tuple(ratios), j.clauses, int(j.passing.sum()),
+    return Headline(proposed, decision, j.best, tuple(ratios), j.clauses, int(j.passing.sum()),
                     int(j.failing.sum()), int(j.waiting.sum()), j.eligible_count, j.verdict, summary, accepted,
                     tuple(j.lacking_kinds if j.waiting.any() else ()))
 

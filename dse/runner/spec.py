@@ -27,6 +27,7 @@ from ..frontend.facts import check_builds, recipe_facts
 from ..workload.recipes import list_recipes
 from .criteria import NAMES, CriterionError, allowed_names, compile_expression
 from .metrics import METRICS
+from .progress import MAX_GRID, TRIALS
 from .space import BALL_SET_TARGET, CORE_GROUPS_TARGET, Constraint, Knob, Space, ball_set, core_groups
 
 # A knob over this mapping field sets the granularity of the recipe's quantize step.
@@ -114,8 +115,8 @@ class Search(_Model):
     # auto: the full grid when it has at most max_grid points, else TPE (one objective) or
     # NSGA-II (several)
     sampler: Literal["auto", "grid", "random", "tpe", "nsga2"] = "auto"
-    max_grid: int = Field(256, gt=0)
-    trials: int = Field(40, gt=0)  # new candidates a sampled (non-grid) search may propose
+    max_grid: int = Field(MAX_GRID, gt=0)
+    trials: int = Field(TRIALS, gt=0)  # new candidates a sampled (non-grid) search may propose
     wall_seconds: float | None = Field(None, gt=0)  # stop proposing after this long
     batch: int = Field(0, ge=0)  # candidates asked at once (0: chosen from sampler and workers)
     seed: int = Field(0, ge=0, le=2 ** 32 - 1)  # the samplers' (numpy, Optuna) range

@@ -24,8 +24,6 @@ import threading
 import time
 from pathlib import Path
 
-from tqdm.auto import tqdm  # a widget in Jupyter (ipywidgets), text on a terminal
-
 import emulator
 from emulator.chip import chip_from_dict
 
@@ -39,6 +37,7 @@ from ..workload.recipes import recipe_name
 from .acceptance import propose
 from .candidates import BuiltCandidate, CandidateBuilder
 from .chain import ANALYTICAL, CAPTURE, EMULATOR, FRONTEND, PLAN, PRUNE, RECORD
+from .progress import finish, make_bar, planned, set_total
 from .execution import InlineExecutor, PoolExecutor, WorkItem, make_executor, remember_chip
 from .recorder import Recorder
 from .result import DONE, IDLE_ROUNDS, SweepResult
@@ -91,6 +90,10 @@ class Sweep:
         self._sampler_seconds = 0.0
         self._idle_rounds = 0  # asks in a row that proposed only candidates already evaluated
         self._evidence_bytes: int | None = None  # the evidence folder's size, read when first needed
+        # Candidates the progress bar has counted in this run: a slot (baseline, hand
+        # candidate, grid point) proposing one of them again takes itself off the total.
+        self._counted: set[str] = set()
+        self._exhaustive = False
 
     # -- building candidates ---------------------------------------------------------
     def _build(self, params: dict) -> BuiltCandidate:
@@ -168,6 +171,7 @@ class Sweep:
         built = built or [self._build(p.params) for p in proposals]
         fresh: dict[str, BuiltCandidate] = {}
         repeats: list[bool] = []  # per proposal: its candidate was evaluated before it (or proposed earlier in the batch)
+        self._count_slots(bar, built, origin)
         for b in built:
             repeats.append(b.hash in self.known or b.hash in fresh)
             if not repeats[-1]:
@@ -222,7 +226,19 @@ class Sweep:
         self._tick(bar)
         return len(new)
 
-    def _ask(self, sampler: Sampler, n: int) -> tuple[list[Proposal], list[BuiltCandidate], bool]:
+    def _count_slots(self, bar, built: list[BuiltCandidate], origin: str) -> None:
+        """Each proposal fills a slot of the bar's total; a slot whose candidate the bar
+        counted already (in this run) is one fewer to do. A trial budget counts new
+        candidates only, so a sampler's repeats keep their slot."""
+        slots = origin != "sampler" or self._exhaustive
+        for b in built:
+            if b.hash in self._counted:
+                if slots:
+                    set_total(bar, bar.total - 1)
+            else:
+                self._counted.add(b.hash)
+
+    def _ask(self, sampler: Sampler, n: int, bar=None) -> tuple[list[Proposal], list[BuiltCandidate], bool]:
         """Proposals holding up to `n` candidates not evaluated yet, their candidates, and
         whether the sampler ran out. When some propose a candidate already evaluated (or one of the batch once
         more), the sampler is asked again (ASK_ROUNDS at most), so that a batch stays full:
@@ -246,6 +262,8 @@ class Sweep:
             for p in proposals:
                 b = self._build(p.params)
                 if b.hash in self.known and not sampler.generational:
+                    if bar is not None:
+                        self._count_slots(bar, [b], "sampler")
                     started = time.perf_counter()
                     sampler.tell(p, self.known[b.hash][1], repeat=True)
                     self._sampler_seconds += time.perf_counter() - started
@@ -316,9 +334,13 @@ class Sweep:
                 self.best_objective = v
 
     def _tick(self, bar) -> None:
+        # The extreme of the first objective among the feasible, named so: not "best", which
+        # is the acceptance's judgement (the best *passing* candidate), told when the sweep ends.
+        obj = self.spec.model.objectives[0]
         best = f"{self.best_objective:.4g}" if self.best_objective is not None else "-"
-        bar.set_postfix(best=best, infeasible=self.result.counts.get("infeasible", 0),
-                        failed=self.result.counts.get("failed", 0), refresh=False)
+        bar.set_postfix({f"{'min' if obj.direction == 'minimize' else 'max'} {obj.metric}": best,
+                         "infeasible": self.result.counts.get("infeasible", 0),
+                         "failed": self.result.counts.get("failed", 0)}, refresh=False)
 
     # -- the sweep -------------------------------------------------------------------
     def _on_sigint(self, signum, frame) -> None:
@@ -379,14 +401,16 @@ class Sweep:
         kind = sampler_kind(spec)
         sampler.replay([o for o in recorded])
         exhaustive = sampler.exhaustive
-        total = spec.grid_size() if exhaustive else search.trials
         batch = batch_size(spec, sampler, self.executor.workers)
         deadline = time.monotonic() + search.wall_seconds if search.wall_seconds else None
         done_sampled = sum(1 for _ in recorded) - 1 if recorded else 0
-        # disable=None: no bar when stderr is not a terminal (logs, CI)
-        bar = tqdm(total=total + 1, initial=min(len(recorded), total + 1), disable=None if self.progress else True,
-                   desc=spec.name, unit="cand", mininterval=0.5)
+        self._exhaustive = exhaustive
+        # A slot per candidate the spec asks for: the baseline, the hand-picked, the grid or the trials.
+        first = planned(spec.grid_size(), "grid" if exhaustive else "sampled", search.trials, search.max_grid,
+                        len(spec.hand))
+        bar = make_bar(first, len(recorded), spec.name, None if self.progress else True)
         started = time.perf_counter()
+        ended = False
         try:
             self._evaluate([Proposal({})], "baseline", None, bar)
             if spec.hand:  # the hand-picked candidates, each with its why
@@ -405,7 +429,7 @@ class Sweep:
                 n = batch if exhaustive else min(batch, search.trials - done_sampled)
                 if n <= 0:
                     break
-                proposals, built, exhausted = self._ask(sampler, n)
+                proposals, built, exhausted = self._ask(sampler, n, bar)
                 if proposals:
                     done_sampled += self._evaluate(proposals, origin, sampler, bar, built)
                 elif exhausted:
@@ -421,12 +445,16 @@ class Sweep:
             self.result.seconds["sampler"] = self._sampler_seconds
             self.result.seconds[RECORD.name] = self.recorder.seconds
             started = time.perf_counter()
-            self._emulate_phase()
+            set_total(bar, bar.n)  # the analytical phase done: its candidates are all there were
+            self._emulate_phase(bar)
             self.result.seconds[EMULATOR.name] = time.perf_counter() - started
+            ended = True
         except BaseException:  # Ctrl-C between batches: the held outcomes are written
             self.recorder.crash_unfinished("interrupted before this candidate finished")
             raise
         finally:
+            if ended:  # 100 % (green in a notebook); an interrupted sweep's bar stays short (red)
+                finish(bar, self.result.stopped_early)
             bar.close()
         judged = self.store.settled_run_id(self.experiment_id)  # the runs propose judges
         proposal = propose(self.store, self.experiment_id, spec)
@@ -455,7 +483,7 @@ class Sweep:
                 self._evidence_bytes += ref.size
             o.artifacts = []
 
-    def _emulate_phase(self) -> None:
+    def _emulate_phase(self, bar) -> None:
         """Emulate the analytically best candidates; record every other one as pruned, with
         the reason, so the records say why it was not emulated."""
         stages = self.spec.model.stages
@@ -474,6 +502,9 @@ class Sweep:
             self.recorder.finish_runs([Outcome(r, "pruned", why) for r, (_, why) in zip(run_ids, pruned)])
         if not todo:
             return
+        # The emulated candidates on the bar too: minutes each, where the analytical were milliseconds.
+        bar.set_description(f"{self.spec.name}: emulate")
+        set_total(bar, bar.total + len(todo))
         run_ids = self.recorder.start_runs(todo, "emulator", model_version=self.model_version,
                                            emulator_version=emulator.VERSION)
         items = [WorkItem(r, canonical_json(json.loads(cands.loc[cid, "config"])), json.loads(cands.loc[cid, "mapping"]),
@@ -490,6 +521,7 @@ class Sweep:
                 self.recorder.finish_runs(outcomes)
                 for o in outcomes:
                     self._count(f"emulator {o.status}")
+                bar.update(len(outcomes))
                 if self.stop_requested:
                     raise KeyboardInterrupt
         except BaseException:

@@ -37,10 +37,11 @@ from ..report.search_history import EVALUATOR, SearchHistory, best_words, import
 from ..runner.acceptance import headline, judge_experiment
 from ..runner.decisions import decide
 from ..runner.metrics import METRICS
-from . import csrf, queries
+from . import csrf, live, queries
 from .guard import Access, Guard
 from .params import MAX_ID, BadParameter, decimal, experiment_ref, form_text, id_list, number, record_id
 from .queries import BadQuery, CandidateQuery
+from .table import shown_columns
 
 # How often the page of a running sweep asks for news (ms): a sweep records candidates in
 # batches, seconds apart.
@@ -156,7 +157,8 @@ class Workbench:
             needle = text.lower()
             summaries = [s for s in summaries if needle in s["name"].lower() or needle in (s["hypothesis"] or "").lower()
                          or needle in (s["status"] or "")]  # fmt: skip
-        return self.page(request, "experiments.html.j2", experiments=summaries, q=text, title="dse: experiments")
+        return self.page(request, "experiments.html.j2", experiments=summaries, q=text,
+                         standing=live.standing(self.store), poll_ms=LIVE_POLL_MS, title="dse: experiments")
 
     def history_json(self, request: Request) -> Response:
         exps = self.store.experiments()
@@ -176,6 +178,7 @@ class Workbench:
             except BadQuery as error:
                 raise Problem(400, "Bad query", str(error)) from None
             sweep = sweep_holder(connection, int(exp["id"]), self.store.stale_after)
+            now = live.progress(connection, exp, self.store.stale_after, pd.Timestamp.now(tz="UTC").to_pydatetime())
             last_id = queries.last_candidate_id(connection, int(exp["id"]))
             # This experiment's counts only (the store's summaries count every experiment's runs).
             counts = queries.outcome_counts(connection, int(exp["id"]))
@@ -184,6 +187,7 @@ class Workbench:
                    "n_emulated": emulated}
         decisions = records(self.store.decisions(exp["id"]))
         objectives = _objectives(exp["spec_text"])
+        columns = shown_columns(params, names, objectives, exp)  # the metric columns shown (`cols`)
         y = params.get("y") or objectives[0]["metric"]
         x = params.get("x") or (objectives[1]["metric"] if len(objectives) > 1 else "private_sram_bytes")
         # The one judgement (the sweep's, `dse decide`'s, the report's): the headline and
@@ -218,7 +222,7 @@ class Workbench:
                          ppa_x=ppa_x, ppa_y=ppa_y, ppa_axes=PPA_AXES, ppa_kinds=kinds,
                          search=search, importance=importance_rows(search), search_best=best_words(search),
                          evaluator=EVALUATOR,
-                         sweep=sweep, last_id=last_id or 0, poll_ms=LIVE_POLL_MS,
+                         sweep=sweep, live_now=now, last_id=last_id or 0, poll_ms=LIVE_POLL_MS, columns=columns,
                          statuses=["ok", "infeasible", "pruned", "failed", "crashed", "running", "not run"],
                          page_sizes=queries.PAGE_SIZES, title=f"dse: {exp['name']}")  # fmt: skip
 
@@ -342,23 +346,24 @@ class Workbench:
 
     def live_json(self, request: Request) -> Response:
         """A sweep in progress, for the page that polls it: whether it still runs, the
-        candidates by outcome and those recorded after the `after` id."""
+        candidates by outcome, the percent done and the ETA, the headline (the best passing
+        candidate so far) and the candidates recorded after the `after` id."""
         exp = self.experiment(request.path_params["ref"])
         after = number(request.query_params, "after", 0, low=0, high=MAX_ID)
         # Candidates the page shows as running or not run yet: their outcome since.
         watch = id_list(request.query_params.getlist("watch"), "watch", limit=LIVE_WATCH_MAX)
         objective = _objectives(exp["spec_text"])[0]["metric"]
         with self.connection() as connection:
-            sweep = sweep_holder(connection, int(exp["id"]), self.store.stale_after)
-            counts = queries.outcome_counts(connection, int(exp["id"]))
+            # How far (counts, percent, ETA) and the best passing so far: `live`'s, the one judgement's.
+            body = live.progress(connection, exp, self.store.stale_after, pd.Timestamp.now(tz="UTC").to_pydatetime())
             new = queries.candidates_after(connection, int(exp["id"]), after)
             updated = queries.candidate_rows(connection, int(exp["id"]), [int(w) for w in watch])
-        status = self.store.experiment(int(exp["id"]))["status"]
-        body = {"running": sweep is not None, "sweep": sweep, "status": status, "counts": counts,
-                "candidates": sum(counts.values()), "objective": objective,
-                "last_id": max([after, *(r["id"] for r in new)]),
-                "new": [_live_row(r, objective) for r in new],
-                "updated": [_live_row(r, objective) for r in updated]}
+        exp = self.store.experiment(int(exp["id"]))
+        body.update({"status": exp["status"], "objective": objective,
+                     "headline": live.headline_json(live.judged_headline(self.store, exp)),
+                     "last_id": max([after, *(r["id"] for r in new)]),
+                     "new": [_live_row(r, objective) for r in new],
+                     "updated": [_live_row(r, objective) for r in updated]})
         return Response(json.dumps(body), media_type="application/json", headers={"Cache-Control": "no-store"})
 
     def candidate_page(self, request: Request) -> Response:

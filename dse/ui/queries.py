@@ -12,7 +12,7 @@ import json
 from dataclasses import dataclass, field
 from typing import Any
 
-from sqlalchemy import Connection, String, and_, cast, func, or_, select
+from sqlalchemy import Connection, String, and_, bindparam, cast, func, select
 from sqlalchemy.orm import aliased
 
 from ..records import reads
@@ -38,7 +38,7 @@ class CandidateQuery:
     sort: str = "id"
     descending: bool = False
     status: str = ""  # "" for every status, "not run" for candidates without a run
-    text: str = ""  # substring of the changes (diff) or the reason
+    text: str = ""  # substring of the changes or the reason, as shown ("workers=4")
     metric: str = ""  # a range filter on this metric ...
     low: float | None = None  # ... value >= low
     high: float | None = None  # ... value <= high
@@ -147,9 +147,9 @@ def candidate_page(connection: Connection, experiment_id: int, query: CandidateQ
         # (SQLite did: every matching run of the store times every candidate of the experiment).
         stmt = stmt.where(func.coalesce(latest.c.status, "") == query.status)
     if query.text:
-        pattern = "%" + query.text.lower().replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_") + "%"
-        stmt = stmt.where(or_(func.lower(cast(Candidate.diff, String)).like(pattern, escape="\\"),
-                              func.lower(latest.c.reason).like(pattern, escape="\\")))  # fmt: skip
+        # The text as the table shows it ("workers=4"), not as stored: matched here, in Python.
+        ids = shown_matches(connection, experiment_id, query.text, latest)
+        stmt = stmt.where(Candidate.id.in_(bindparam("shown", ids, expanding=True, literal_execute=True)))
     sort_metric = None
     if query.sort in names:
         sort_metric, on = _metric_join(query.sort, latest, through_runs)
@@ -177,6 +177,20 @@ def candidate_page(connection: Connection, experiment_id: int, query: CandidateQ
     else:  # past the last page (or nothing matches): the count alone
         total = connection.scalar(select(func.count()).select_from(stmt.subquery()))
     return CandidatePage(_rows(connection, ids), total, query, names)
+
+
+def shown_matches(connection: Connection, experiment_id: int, text: str, latest) -> list[int]:
+    """The experiment's candidates whose changes or reason, as the table shows them
+    (`changes_text`: "banks.count=16, workers=4"; the reason of the latest analytical run),
+    contain `text`, case aside. Read as narrow rows (id, diff, reason); each candidate's
+    changes are made into the shown text once."""
+    needle = text.lower()
+    found = connection.execute(
+        select(Candidate.id, cast(Candidate.diff, String), latest.c.reason)
+        .outerjoin(latest, latest.c.candidate_id == Candidate.id)
+        .where(Candidate.experiment_id == experiment_id))
+    return [ident for ident, diff, reason in found
+            if needle in changes_text(json.loads(diff) if diff else {}).lower() or needle in (reason or "").lower()]
 
 
 def _rows(connection: Connection, ids: list[int]) -> list[dict]:

@@ -1,0 +1,162 @@
+"""A sweep followed live: how far it is (counts, percent, ETA) and the best passing candidate
+so far, by the one judgement (`dse.runner.acceptance`), for the experiment page's polls; and
+the experiments list's standing (the proposal and the decision apart, the accepted
+candidates, the sweeps running).
+
+The percent counts units of work: each candidate's analytical evaluation and each emulator
+run (pruned ones are not work). Its total is the spec's plan (`dse.runner.progress.planned`,
+the sweep bar's first total) until the analytical phase is over, then the candidates there
+were; a sweep that ended without an interrupted candidate is at 100 %.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime, timezone
+from typing import Any
+
+from sqlalchemy import Connection, func, select
+
+from ..records.liveness import as_utc, sweep_holder
+from ..records.schema import Candidate, CandidateRun, Run
+from ..runner.acceptance import Headline, decided, headline, judge_experiment, proposal_line
+from ..runner.progress import planned_from_text
+from ..runner.result import DONE
+from . import queries
+
+
+def _emulator_runs(connection: Connection, experiment_id: int) -> dict[str, int]:
+    """The experiment's emulator runs by status (every run: a resumed sweep's too)."""
+    rows = connection.execute(
+        select(Run.status, func.count(Run.id)).join(Candidate, Run.candidate_id == Candidate.id)
+        .where(Candidate.experiment_id == experiment_id, Run.stage == "emulator").group_by(Run.status)).all()
+    return {status: int(n) for status, n in rows}
+
+
+def _analysed(connection: Connection, experiment_id: int) -> int:
+    """Candidates whose latest analytical run has ended (not running: an emulator run in
+    progress does not take a candidate's analytical evaluation back)."""
+    return int(connection.scalar(
+        select(func.count()).where(CandidateRun.experiment_id == experiment_id, CandidateRun.role == "analytical",
+                                   CandidateRun.status.in_(sorted(DONE)))) or 0)
+
+
+def _finished_since(connection: Connection, experiment_id: int, since: datetime, stage: str) -> tuple[int, Any]:
+    """Runs of `stage` finished since `since` (not pruned: no work), and the first start of
+    one of them: the rate an ETA extrapolates."""
+    row = connection.execute(
+        select(func.count(Run.id), func.min(Run.started_at)).join(Candidate, Run.candidate_id == Candidate.id)
+        .where(Candidate.experiment_id == experiment_id, Run.stage == stage, Run.status != "pruned",
+               Run.status != "running", Run.started_at >= since.replace(tzinfo=None))).one()
+    return int(row[0] or 0), row[1]
+
+
+def progress(connection: Connection, exp: dict, stale_after: float, now: datetime) -> dict[str, Any]:
+    """Where the experiment's sweep stands: running (and by whom), the candidates by outcome,
+    done / total units of work, the percent, the ETA in seconds (None when unknown) and the
+    state: "running", "done" (ended, nothing interrupted), "interrupted" or "idle" (no
+    sweep has recorded a candidate)."""
+    experiment_id = int(exp["id"])
+    sweep = sweep_holder(connection, experiment_id, stale_after)
+    counts = queries.outcome_counts(connection, experiment_id)
+    candidates = sum(counts.values())
+    emulator = _emulator_runs(connection, experiment_id)
+    emulating = sum(n for s, n in emulator.items() if s != "pruned")
+    emulated = sum(n for s, n in emulator.items() if s in DONE and s != "pruned")
+    analysed = _analysed(connection, experiment_id)
+    plan = planned_from_text(exp.get("spec_text"))
+    # Once the emulator stage has begun, the analytical phase is over: its candidates are all there are.
+    analytical_total = candidates if (emulator or plan is None) else max(plan, candidates)
+    total, done = analytical_total + emulating, analysed + emulated
+    interrupted = counts["crashed"] > 0
+    if sweep is not None:
+        state = "running"
+    elif candidates == 0:
+        state = "idle"
+    elif interrupted or counts["running"] or counts["not run"]:
+        state = "interrupted"
+    else:
+        state = "done"
+    if state == "done":
+        total = done
+    percent = 100.0 if state == "done" else (100.0 * done / total if total else 0.0)
+    if state == "running":
+        percent = min(percent, 99.9)  # 100 % is the ended sweep's
+    eta = None
+    if sweep is not None and done < total:
+        started = datetime.fromisoformat(sweep["started_at"])
+        stage = "emulator" if emulator.get("running") else "analytical"
+        finished, first = _finished_since(connection, experiment_id, started, stage)
+        if finished and first is not None:
+            elapsed = (now - max(started, as_utc(first))).total_seconds()
+            left = (emulating - emulated) if stage == "emulator" else (analytical_total - analysed) + \
+                (emulating - emulated)
+            eta = max(0.0, elapsed / finished * left)
+    percent = round(percent, 1)
+    return {"running": sweep is not None, "sweep": sweep, "state": state, "counts": counts,
+            "candidates": candidates, "planned": plan, "done": done, "total": total,
+            "percent": percent, "eta_seconds": None if eta is None else round(eta, 1),
+            "emulating": emulator.get("running", 0),
+            # the texts the page shows, made here once (the first render's and each poll's)
+            "percent_text": f"{percent:.1f} %", "eta_text": eta_text(eta, state),
+            "done_text": f"{done:,} of {total:,} done" + (f" ({emulator.get('running', 0)} emulating)"
+                                                         if emulator.get("running") else ""),
+            "counts_text": counts_text(counts), "candidates_text": candidates_text(counts)}
+
+
+def counts_text(counts: dict[str, int]) -> str:
+    """"8 candidates: 4 ok, 4 infeasible": the candidates by outcome (those there are)."""
+    return f"{sum(counts.values()):,} candidates: " + ", ".join(f"{n:,} {k}" for k, n in counts.items() if n)
+
+
+def candidates_text(counts: dict[str, int]) -> str:
+    """The experiment's facts line: "8 (4 ok runs, 4 infeasible, 0 pruned, ...)"."""
+    return (f"{sum(counts.values()):,} ({counts['ok']:,} ok runs, {counts['infeasible']:,} infeasible, "
+            f"{counts['pruned']:,} pruned, {counts['failed']:,} failed, {counts['crashed']:,} crashed, "
+            f"{counts['running']:,} running)")
+
+
+def eta_text(seconds: float | None, state: str) -> str:
+    if state == "done":
+        return "finished"
+    if state == "interrupted":
+        return "interrupted"
+    if seconds is None:
+        return "ETA: not known yet"
+    if seconds < 60:
+        return f"ETA: {seconds:.0f} s"
+    if seconds < 3600:
+        return f"ETA: {seconds // 60:.0f} min {seconds % 60:.0f} s"
+    return f"ETA: {seconds // 3600:.0f} h {seconds % 3600 // 60:.0f} min"
+
+
+def judged_headline(store, exp: dict) -> Headline:
+    """The experiment page's headline (the judgement's best, the proposal and the decision
+    apart), as the page renders it: the live page shows the same one."""
+    return headline(judge_experiment(store, exp), exp, store.decision_rows(int(exp["id"])))
+
+
+def headline_json(top: Headline) -> dict[str, Any]:
+    return {"best": top.best, "answer": top.lines[2], "proposed": top.proposed, "decided": top.decided,
+            "counts": top.counts, "verdict": top.verdict, "accepted": list(top.accepted), "passing": top.passing}
+
+
+def standing(store) -> dict[int, dict[str, Any]]:
+    """Per experiment id: its proposal line and its decision line (apart), the candidates
+    its standing decisions accept, whether a sweep runs now and how far it is (percent):
+    the experiments list's."""
+    by_experiment: dict[int, list[dict]] = {}
+    for d in store.decision_rows():
+        by_experiment.setdefault(int(d["experiment_id"]), []).append(d)
+    out = {}
+    with store.engine.connect() as connection:
+        for e in store.experiment_summaries():
+            rows = by_experiment.get(int(e["id"]), [])
+            line, accepted = decided(rows, e["status"])
+            sweeping = sweep_holder(connection, int(e["id"]), store.stale_after) is not None
+            out[int(e["id"])] = {"proposed": proposal_line(rows), "decided": line, "accepted": list(accepted),
+                                 "sweeping": sweeping, "percent": None}
+            if sweeping:  # how far, for the sweeps running now (their spec's plan read)
+                now = datetime.now(timezone.utc)
+                out[int(e["id"])]["percent"] = progress(connection, store.experiment(int(e["id"])),
+                                                        store.stale_after, now)["percent"]
+    return out
