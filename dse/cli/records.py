@@ -153,6 +153,14 @@ def _decision_line(d: dict) -> str:
     return f"#{d['id']} {label}{d['verdict']}{about} by {d['author']}: {_one_line(d['rationale'], 90)}{override}"
 
 
+def _evidence_line(d: dict) -> str:
+    """"evidence kinds: analytical model; hardware may differ: ..." (`dse.runner.caveats`)."""
+    from ..runner.caveats import hardware_caveat, kinds_text
+
+    caveat = hardware_caveat(d.get("evidence_kinds"))
+    return f"evidence kinds: {kinds_text(d.get('evidence_kinds'))}" + (f"; {caveat}" if caveat else "")
+
+
 def _plain_table(header: list[str], rows: list[list], left: set[str] = frozenset()) -> str:
     cells = [header] + [["" if v is None else str(v) for v in row] for row in rows]
     widths = [max(len(row[i]) for row in cells) for i in range(len(header))]
@@ -313,6 +321,7 @@ def _show_experiment(store, ident: int, limit: int) -> None:
     print("decisions and proposals:" + ("" if len(decisions) else " (none yet)"))
     for d in decisions:
         print(f"  {_when(d['created_at'])} {_decision_line(d)} (evidence runs {d['evidence']})")
+        print(f"      {_evidence_line(d)}")
     if artifacts:
         print(f"artifacts: {len(artifacts)} (in {store.evidence_dir}; a run's: dse show r<ID>; "
               "one: dse evidence get ID)")
@@ -346,8 +355,10 @@ def _show_candidate(store, cand: dict) -> None:
             print(f"  {path}: {json.dumps(before)} -> {json.dumps(after)}")
     else:
         print("difference from the baseline: none")
-    print("config:  " + json.dumps(cand["config"], sort_keys=True))
-    print("mapping: " + json.dumps(cand["mapping"], sort_keys=True))
+    from ..config_tree import tree_text
+
+    for section in ("config", "mapping"):  # readable trees (the UI's pages show the same rows)
+        print(f"{section}:" + ("\n" + tree_text(cand[section], depth=1) if cand[section] else " {}"))
     print("runs:" + ("" if runs else " (none yet)"))
     if runs:
         print(_text_table({
@@ -370,8 +381,9 @@ def _show_candidate(store, cand: dict) -> None:
         print(_artifact_table(store, artifacts, ("id", "run_id", "role", "size", "name")))
     for d in store.decision_rows(cand["experiment_id"]):
         if d["candidate_id"] == ident:
-            print(f"decision #{d['id']} {_when(d['created_at'])}: {d['verdict']} by {d['author']}: "
-                  f"{_one_line(d['rationale'], 100)}")  # fmt: skip
+            print(f"{'proposal' if d['kind'] == 'proposal' else 'decision'} #{d['id']} {_when(d['created_at'])}: "
+                  f"{d['verdict']} by {d['author']}: {_one_line(d['rationale'], 100)}")  # fmt: skip
+            print(f"  {_evidence_line(d)}")
 
 
 def _artifact_table(store, artifacts: list[dict], columns: tuple[str, ...]) -> str:
