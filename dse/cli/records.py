@@ -288,6 +288,7 @@ def _show_experiment(store, ident: int, limit: int) -> None:
     print(f"  {top.decided}")
     print(f"  acceptance (every evidence kind its clauses name): {top.counts}"
           + (f"; passing: {', '.join(f'c{c}' for c in judgement.passing_ids)}" if judgement.passing_ids else ""))
+    _print_leaders(judgement, exp, top.accepted)
     notes = store.notes(exp["id"])
     for kind, title in (("limitation", "limitations"), ("open_question", "open questions"), ("note", "notes")):
         spec_text = exp.get(f"{kind}s", "") if kind != "note" else ""
@@ -328,6 +329,30 @@ def _show_experiment(store, ident: int, limit: int) -> None:
         own = [a for a in artifacts if a["run_id"] is None]
         if own:
             print(_text_table({column: [a[column] for a in own] for column in ("id", "role", "size", "name")}))
+
+
+def _print_leaders(judgement, exp: dict, accepted) -> None:
+    """The baseline and the best candidates with their key figures and ratios to the
+    baseline (`dse.runner.leaders`, from the judgement above): numbers without `dse compare`."""
+    from ..runner.acceptance import outcome_mark
+    from ..runner.leaders import leaders
+
+    top = leaders(judgement, exp, accepted)
+    if len(top.rows) < 2 or not top.figures:
+        return
+    print("key figures (in brackets: the candidate's over the baseline's; each evidence kind apart)"
+          + ("" if top.passing else "; none passes: the feasible candidates best by the first objective") + ":")
+    marks = {"baseline": "baseline", "best": "★ best", "passes": "", "accepted": "◇ accepted", "feasible": ""}
+    view = {"id": [f"c{r.candidate_id}" for r in top.rows],
+            "": [marks[r.role] + (" ◇ accepted" if r.role != "accepted" and r.candidate_id in accepted else "")
+                 for r in top.rows],
+            "acceptance": ["—" if r.role == "baseline" else outcome_mark(r.outcome) for r in top.rows]}
+    for k, figure in enumerate(top.figures):
+        view[figure.label] = [_num(r.values[k]) + ("" if math.isnan(r.ratios[k]) else f" ({r.ratios[k]:.3g}x)")
+                              for r in top.rows]
+    print(_text_table(view))
+    if top.more:
+        print(f"  … {top.more} more {'passing' if top.passing else 'feasible'} (dse report, or the UI, has them all)")
 
 
 def _changes(diff_json: str) -> str:
