@@ -320,3 +320,44 @@ def test_config_trees_on_the_candidate_and_run_pages(server, store_db, page):
     shown = page.eval_on_selector_all("#mapping-tree .tree-row", "rows => rows.map(r => r.textContent)")
     assert shown == [f"{r.key}: {r.value}" for r in tree_rows(cand["mapping"])] and len(shown) >= 4
     assert page.console.errors == []
+
+
+def test_the_note_form_is_csrf_protected_and_goes_back_only_to_its_own_pages(server, store_db):
+    import http.cookiejar
+    import urllib.error
+    import urllib.parse
+    import urllib.request
+
+    class NoRedirect(urllib.request.HTTPRedirectHandler):
+        def redirect_request(self, *args, **kwargs):
+            return None
+
+    jar = http.cookiejar.CookieJar()
+    opener = urllib.request.build_opener(urllib.request.HTTPCookieProcessor(jar), NoRedirect)
+    with opener.open(server + "/experiments/2", timeout=60) as response:
+        token = re.search(r'name="csrf_token" value="([^"]+)"', response.read().decode()).group(1)
+
+    def post(fields: dict, headers: dict | None = None, via=opener) -> tuple[int, str, str]:
+        request = urllib.request.Request(server + "/experiments/2/notes", data=urllib.parse.urlencode(fields).encode(),
+                                         headers=headers or {}, method="POST")
+        try:
+            with via.open(request, timeout=60) as response:
+                return response.status, response.read().decode(), response.headers.get("location", "")
+        except urllib.error.HTTPError as error:
+            return error.code, error.read().decode(), error.headers.get("location", "")
+
+    with Store(store_db) as store:
+        before = len(store.notes("later"))
+    good = {"csrf_token": token, "kind": "open_question", "text": "batch 8?", "author": "fay"}
+    for fields, headers, via in (({**good, "csrf_token": ""}, {}, opener), (good, {"Origin": "http://evil.example"}, opener),
+                                 (good, {}, urllib.request.build_opener(NoRedirect))):  # no cookie
+        assert post(fields, headers, via)[0] == 403
+    status, body, _ = post({**good, "kind": "rumour"})
+    assert status == 400 and "rumour" in body and "batch 8?" in body  # refused, the text kept
+    with Store(store_db) as store:
+        assert len(store.notes("later")) == before
+    status, _, location = post({**good, "back": "https://evil.example/candidates/1"})
+    assert status == 303 and re.fullmatch(r"/experiments/2#note-\d+", location)  # not to another site
+    with Store(store_db) as store:
+        added = store.notes("later")[-1]
+    assert (added["kind"], added["text"], added["author"]) == ("open_question", "batch 8?", "fay")

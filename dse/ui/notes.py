@@ -27,7 +27,6 @@ if TYPE_CHECKING:
 NOTE_CHOICES = (("note", "note"), ("limitation", "limitation"), ("open_question", "open question"))
 DECISION_FIELDS = ("candidate", "verdict", "author", "why", "override")
 NOTE_FIELDS = ("kind", "text", "author")
-MAX_TEXT = 20_000  # characters of a note or a rationale (a form is text typed by a person)
 
 
 def experiment_context(store, exp: dict) -> dict:
@@ -51,7 +50,7 @@ def candidate_context(store, cand: dict) -> dict:
 
 
 def form_values(form, fields: tuple[str, ...]) -> dict[str, str]:
-    return {name: str(form.get(name, ""))[:MAX_TEXT] for name in fields}
+    return {name: str(form.get(name, "")) for name in fields}
 
 
 async def add_note(bench: Workbench, request: Request) -> Response:
