@@ -286,7 +286,7 @@ def test_big_arrays_and_logs_are_capped_and_say_so(server, store_db, page):
                       " return [d.z.length, d.z[0].length, d.z[1][1]]; })()")
     # every 3rd row and 5th column of slice 2: at most 200 a side
     assert z == [150, 200, float(big[2, 3, 5])]
-    assert "every 3 rows, 5 columns" in page.evaluate("document.getElementById('heatmap').layout.title.text")
+    assert "every 3 rows, every 5 columns" in page.evaluate("document.getElementById('heatmap').layout.title.text")
     page.goto(server + f"/artifacts/{log.id}/view")
     assert "The first 256.0 KiB of 312.5 KiB shown" in page.inner_text("#text-cut")
     assert len(page.inner_text("#artifact-text")) <= artifacts.MAX_TEXT_BYTES

@@ -330,8 +330,9 @@ def heatmap_json(bench: Workbench, request: Request) -> Response:
     z = np.where(np.isfinite(heat.z), heat.z, np.nan).astype(np.float32)
     fig = go.Figure(go.Heatmap(z=z, x=cols, y=rows, colorscale="Viridis",
                                hovertemplate="row %{y}, column %{x}: %{z}<extra></extra>"))
-    fig.update_layout(title=f"{row['name']}{heat.label}" + (f" (every {heat.steps[0]} rows, {heat.steps[1]} columns)"
-                                                           if heat.steps != (1, 1) else ""),
+    every = ", ".join(f"every {n} {what}s" if n > 1 else f"every {what}"
+                      for n, what in zip(heat.steps, ("row", "column")))
+    fig.update_layout(title=f"{row['name']}{heat.label}" + (f" ({every})" if heat.steps != (1, 1) else ""),
                       yaxis=dict(autorange="reversed", title="row"), xaxis=dict(title="column"),
                       height=min(700, 180 + 4 * max(40, heat.z.shape[0])), margin=dict(l=60, r=20, t=50, b=50))
     return _figure_response(fig, {"slice": heat.label, "rows": heat.rows, "cols": heat.cols,
