@@ -1,6 +1,6 @@
 """Screenshots of the main `dse ui` pages for the docs, taken by Debian's Chromium.
 
-    .venv/bin/python docs/screenshots.py
+    .venv/bin/python docs/screenshots.py [NAME.png ...]   # all, or only these
 
 Sweeps the tests' small experiments into a temporary store (tests/uiserver.py), serves it
 with `dse ui`, records one decision from the page, and writes docs/ui-*.png; ui-live.png is
@@ -54,6 +54,12 @@ def main() -> None:
             page.fill("#decide-form textarea[name=why]", "fastest candidate within the SRAM budget")
             page.click("#decide")
             page.wait_for_url("**/experiments/1#decisions")
+            page.select_option("#note-form select[name=kind]", "open_question")
+            page.fill("#note-form input[name=author]", "ada")
+            page.fill("#note-form textarea[name=text]", "does the DMA bound four workers on the real chip?")
+            page.click("#add-note")
+            page.wait_for_url("**/experiments/1#note-*")
+            array_id, counters_id = _emulated_artifacts(db)
             shots = {
                 "ui-experiments.png": ("/", "#timeline[data-ready='1']", None),
                 "ui-experiment.png": ("/experiments/1?sort=latency_cycles", "#pareto[data-ready='1']", "#pareto"),
@@ -63,9 +69,16 @@ def main() -> None:
                                              "#model-vs-emulator"),
                 "ui-candidate.png": ("/candidates/5", "#diff", None),
                 "ui-compare.png": ("/compare?c=1&c=5&c=9&c=27", "#compare", None),
+                "ui-notes.png": ("/experiments/1", "#note-list", "#notes"),
+                "ui-artifact-array.png": (f"/artifacts/{array_id}/view", "#heatmap[data-ready='1']", None),
+                "ui-artifact-counters.png": (f"/artifacts/{counters_id}/view?q=bank", "#counters", None),
             }
-            live_shot(page, base, db, Path(folder))
+            only = set(sys.argv[1:])
+            if not only or "ui-live.png" in only:
+                live_shot(page, base, db, Path(folder))
             for name, (path, ready, scroll_to) in shots.items():
+                if only and name not in only:
+                    continue
                 page.goto(base + path)
                 page.wait_for_selector(ready)
                 if scroll_to:
@@ -73,6 +86,17 @@ def main() -> None:
                 page.wait_for_timeout(500)
                 page.screenshot(path=str(DOCS / name))
                 print(DOCS / name)
+
+
+def _emulated_artifacts(db: str) -> tuple[int, int]:
+    """The ids of an emulated run's first output array and its counters."""
+    from dse.records import Store
+
+    with Store(db) as store:
+        arts = store.artifacts()
+    arts = arts[arts["run_id"].notna()]
+    return (int(arts[arts["name"].str.endswith(".npy")]["id"].iloc[0]),
+            int(arts[arts["name"] == "counters.json"]["id"].iloc[0]))
 
 
 if __name__ == "__main__":

@@ -105,7 +105,9 @@ def test_show_experiment_candidate_and_run(cli, filled):
     code, out, _ = cli("show", f"c{ids['fast']}", "--db", db)
     assert code == 0
     assert "config.banks.count: 16 -> 20" in out
-    assert '"count": 20' in out and "analytical" in out and "800" in out
+    # the config and mapping as trees (dse.config_tree), not one-line JSON
+    assert "\nconfig:\n  banks:\n    count: 20\nmapping:\n  tile: [16, 16]\n" in out
+    assert "analytical" in out and "800" in out
 
     code, out, _ = cli("show", f"r{ids['runs'][ids['base']]}", "--db", db)
     assert code == 0

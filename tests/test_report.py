@@ -119,6 +119,16 @@ def test_markdown_twin_ops_breakdown_and_distinct_outcomes(tmp_path, monkeypatch
     proposals = report.view.decisions[report.view.decisions["kind"] == "proposal"]
     assert report.view.exp["status"] == "testing" and proposals.iloc[-1]["verdict"] == "refuted"
     assert report.view.best_id is None
+    # each decision says the evidence kinds it rests on and, on models only, the hardware
+    # caveat (`dse.runner.caveats`, the sentence `dse show` and the UI print too)
+    from dse.runner.caveats import hardware_caveat, kinds_text
+
+    kinds = proposals.iloc[-1]["evidence_kinds"]
+    assert kinds_text(kinds) == "analytical model"
+    log = report.path.read_text().split('id="decision-log"')[1].split("</table>")[0]
+    assert f'<td class="evidence-kinds">analytical model<br><span class="caveat">{hardware_caveat(kinds)}</span>' in log
+    line = next(line for line in md.splitlines() if "| proposal | refuted |" in line)
+    assert "| analytical model (hardware may differ: this rests on analytical model only, no measurement" in line
     assert ops.index[0] == report.view.baseline_id
     # the gemm recipe after its steps: quantize the input, the int8 product, dequantize
     assert set(ops.columns) == {"x_int8", "matmul_acc", "matmul"}

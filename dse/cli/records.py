@@ -153,6 +153,14 @@ def _decision_line(d: dict) -> str:
     return f"#{d['id']} {label}{d['verdict']}{about} by {d['author']}: {_one_line(d['rationale'], 90)}{override}"
 
 
+def _evidence_line(d: dict) -> str:
+    """"evidence kinds: analytical model; hardware may differ: ..." (`dse.runner.caveats`)."""
+    from ..runner.caveats import hardware_caveat, kinds_text
+
+    caveat = hardware_caveat(d.get("evidence_kinds"))
+    return f"evidence kinds: {kinds_text(d.get('evidence_kinds'))}" + (f"; {caveat}" if caveat else "")
+
+
 def _plain_table(header: list[str], rows: list[list], left: set[str] = frozenset()) -> str:
     cells = [header] + [["" if v is None else str(v) for v in row] for row in rows]
     widths = [max(len(row[i]) for row in cells) for i in range(len(header))]
@@ -280,6 +288,7 @@ def _show_experiment(store, ident: int, limit: int) -> None:
     print(f"  {top.decided}")
     print(f"  acceptance (every evidence kind its clauses name): {top.counts}"
           + (f"; passing: {', '.join(f'c{c}' for c in judgement.passing_ids)}" if judgement.passing_ids else ""))
+    _print_leaders(judgement, exp, top.accepted)
     notes = store.notes(exp["id"])
     for kind, title in (("limitation", "limitations"), ("open_question", "open questions"), ("note", "notes")):
         spec_text = exp.get(f"{kind}s", "") if kind != "note" else ""
@@ -321,12 +330,37 @@ def _show_experiment(store, ident: int, limit: int) -> None:
     print("decisions and proposals:" + ("" if len(decisions) else " (none yet)"))
     for d in decisions:
         print(f"  {_when(d['created_at'])} {_decision_line(d)} (evidence runs {d['evidence']})")
+        print(f"      {_evidence_line(d)}")
     if artifacts:
         print(f"artifacts: {len(artifacts)} (in {store.evidence_dir}; a run's: dse show r<ID>; "
               "one: dse evidence get ID)")
         own = [a for a in artifacts if a["run_id"] is None]
         if own:
             print(_text_table({column: [a[column] for a in own] for column in ("id", "role", "size", "name")}))
+
+
+def _print_leaders(judgement, exp: dict, accepted) -> None:
+    """The baseline and the best candidates with their key figures and ratios to the
+    baseline (`dse.runner.leaders`, from the judgement above): numbers without `dse compare`."""
+    from ..runner.acceptance import outcome_mark
+    from ..runner.leaders import leaders
+
+    top = leaders(judgement, exp, accepted)
+    if len(top.rows) < 2 or not top.figures:
+        return
+    print("key figures (in brackets: the candidate's over the baseline's; each evidence kind apart)"
+          + ("" if top.passing else "; none passes: the feasible candidates best by the first objective") + ":")
+    marks = {"baseline": "baseline", "best": "★ best", "passes": "", "accepted": "◇ accepted", "feasible": ""}
+    view = {"id": [f"c{r.candidate_id}" for r in top.rows],
+            "": [marks[r.role] + (" ◇ accepted" if r.role != "accepted" and r.candidate_id in accepted else "")
+                 for r in top.rows],
+            "acceptance": ["—" if r.role == "baseline" else outcome_mark(r.outcome) for r in top.rows]}
+    for k, figure in enumerate(top.figures):
+        view[figure.label] = [_num(r.values[k]) + ("" if math.isnan(r.ratios[k]) else f" ({r.ratios[k]:.3g}x)")
+                              for r in top.rows]
+    print(_text_table(view))
+    if top.more:
+        print(f"  … {top.more} more {'passing' if top.passing else 'feasible'} (dse report, or the UI, has them all)")
 
 
 def _changes(diff_json: str) -> str:
@@ -354,8 +388,10 @@ def _show_candidate(store, cand: dict) -> None:
             print(f"  {path}: {json.dumps(before)} -> {json.dumps(after)}")
     else:
         print("difference from the baseline: none")
-    print("config:  " + json.dumps(cand["config"], sort_keys=True))
-    print("mapping: " + json.dumps(cand["mapping"], sort_keys=True))
+    from ..config_tree import tree_text
+
+    for section in ("config", "mapping"):  # readable trees (the UI's pages show the same rows)
+        print(f"{section}:" + ("\n" + tree_text(cand[section], depth=1) if cand[section] else " {}"))
     print("runs:" + ("" if runs else " (none yet)"))
     if runs:
         print(_text_table({
@@ -378,8 +414,9 @@ def _show_candidate(store, cand: dict) -> None:
         print(_artifact_table(store, artifacts, ("id", "run_id", "role", "size", "name")))
     for d in store.decision_rows(cand["experiment_id"]):
         if d["candidate_id"] == ident:
-            print(f"decision #{d['id']} {_when(d['created_at'])}: {d['verdict']} by {d['author']}: "
-                  f"{_one_line(d['rationale'], 100)}")  # fmt: skip
+            print(f"{'proposal' if d['kind'] == 'proposal' else 'decision'} #{d['id']} {_when(d['created_at'])}: "
+                  f"{d['verdict']} by {d['author']}: {_one_line(d['rationale'], 100)}")  # fmt: skip
+            print(f"  {_evidence_line(d)}")
 
 
 def _artifact_table(store, artifacts: list[dict], columns: tuple[str, ...]) -> str:

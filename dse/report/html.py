@@ -20,6 +20,7 @@ import plotly.io as pio
 from markupsafe import Markup
 
 from ..records import Store
+from ..runner.caveats import hardware_caveat, kinds_text
 from .data import (COMPONENT_TOTALS, PPA_KINDS, ExperimentView, accepted_candidates, changes, experiment_view,
                    meaningful_candidates, outcome_mark, row_marks)
 from .figures import (component_plot, core_time_plot, history_plot, model_vs_emulator_plot, op_breakdown_plot,
@@ -218,7 +219,8 @@ def _write_report(store: Store, experiment, out_dir: str | Path, x: str | None, 
         row["reason"] = reason_ref(refs, row["status"], row["reason"] or None) or row["reason"]
     reasons = [dict(ref=refs[(status, reason)], n=n, status=status, reason=reason) for status, reason, n in groups]
     context = dict(
-        exp=exp, decisions=[{**d, "candidate": "—" if pd.isna(d["candidate_id"]) else f"c{d['candidate_id']}"}
+        exp=exp, decisions=[{**d, "candidate": "—" if pd.isna(d["candidate_id"]) else f"c{d['candidate_id']}",
+                             "kinds": kinds_text(d["evidence_kinds"]), "caveat": hardware_caveat(d["evidence_kinds"])}
                             for d in view.decisions.to_dict("records")], notes=view.notes,
         compare=None if view.compare is None else view.compare.to_dict("records"),
         baseline_id=view.baseline_id, best_id=view.best_id, metric_cols=metric_cols, rows=rows,

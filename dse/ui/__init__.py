@@ -8,7 +8,8 @@ Modules: `app` (routes, pages, error pages), `queries` (the candidate table page
 and filtered in SQL), `table` (which metric columns the table shows), `live` (a sweep
 followed: percent, ETA, counts, the judged best so far; the experiments list's standing),
 `guard` (what every request passes first: Host names, an exposed server's token, bounded
-parameters, error ids), `params` (the one parser of URL parameters), `csrf` (the forms'
+parameters, error ids), `params` (the one parser of URL parameters), `notes` (notes, links and refused
+forms shown again), `artifacts` (array, counter and text viewers), `csrf` (the forms'
 cross-site protection, bound to the session), `server` (uvicorn on a socket bound up
 front, so a port in use is bad input). Figures come from
 `dse.report.interactive`, shared with the static report.

@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import tomllib
 from dataclasses import dataclass
+from functools import partial
 from importlib.resources import files
 from pathlib import Path
 from urllib.parse import urlencode
@@ -24,6 +25,7 @@ from starlette.responses import FileResponse, HTMLResponse, RedirectResponse, Re
 from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 
+from ..config_tree import changed_paths, is_changed, tree_rows
 from ..errors import InputError
 from ..records import RecordNotFound, Store
 from ..records.reads import flatten
@@ -35,9 +37,10 @@ from ..report.interactive import (OP_METRICS, PPA_AXES, component_figure, histor
                                   op_figure, parallel_figure, pareto_figure, search_history_figure)
 from ..report.search_history import EVALUATOR, SearchHistory, best_words, importance_rows, search_history
 from ..runner.acceptance import headline, judge_experiment
+from ..runner.caveats import hardware_caveat, kinds_text
 from ..runner.decisions import decide
 from ..runner.metrics import METRICS
-from . import csrf, live, queries
+from . import artifacts, csrf, live, notes, queries
 from .guard import Access, Guard
 from .params import MAX_ID, BadParameter, decimal, experiment_ref, form_text, id_list, number, record_id
 from .queries import BadQuery, CandidateQuery
@@ -76,6 +79,11 @@ def _environment() -> jinja2.Environment:
     env.filters["changes"] = queries.changes_text
     env.filters["fromjson"] = lambda v: json.loads(v) if isinstance(v, str) and v else (v or [])
     env.globals["with_params"] = _with_params
+    # Notes, decisions' evidence kinds and configs, as `dse show` words and draws them.
+    env.globals.update(tree_rows=tree_rows, tree_changed=is_changed, changed_paths=changed_paths,
+                       note_choices=notes.NOTE_CHOICES)
+    env.filters["kinds"] = kinds_text
+    env.filters["caveat"] = hardware_caveat
     env.globals["pct"] = lambda share: "—" if share is None else f"{100 * share:.1f} %"
     return env
 
@@ -224,7 +232,8 @@ class Workbench:
                          evaluator=EVALUATOR,
                          sweep=sweep, live_now=now, last_id=last_id or 0, poll_ms=LIVE_POLL_MS, columns=columns,
                          statuses=["ok", "infeasible", "pruned", "failed", "crashed", "running", "not run"],
-                         page_sizes=queries.PAGE_SIZES, title=f"dse: {exp['name']}")  # fmt: skip
+                         page_sizes=queries.PAGE_SIZES, title=f"dse: {exp['name']}",
+                         **notes.experiment_context(self.store, exp))  # fmt: skip
 
     def search_history(self, exp: dict, objective: dict) -> SearchHistory:
         """The experiment's search history and knob importance, as the report computes them."""
@@ -394,7 +403,8 @@ class Workbench:
         exp = self.store.experiment(cand["experiment_id"])
         return self.page(request, "candidate.html.j2", cand=cand, exp=exp, runs=records(runs), decide_candidate=ident,
                          evidence=evidence, artifacts=artifacts, decisions=decisions, ppa_kinds=PPA_KINDS,
-                         title=f"dse: candidate {ident}")  # fmt: skip
+                         title=f"dse: candidate {ident}", note_back=str(request.app.url_path_for("candidate", ident=str(ident))),
+                         **notes.candidate_context(self.store, cand))  # fmt: skip
 
     def run_page(self, request: Request) -> Response:
         ident = record_id(request.path_params["ident"], what="run")
@@ -404,7 +414,8 @@ class Workbench:
             raise Problem(404, "No such run", str(error)) from None
         artifacts = records(self.store.artifacts(run=ident))
         return self.page(request, "run.html.j2", run=run, metrics=records(run["metrics"]),
-                         artifacts=artifacts, title=f"dse: run {ident}")  # fmt: skip
+                         artifacts=artifacts, cand=self.store.candidate(int(run["candidate_id"])),
+                         title=f"dse: run {ident}")  # fmt: skip
 
     def artifact(self, request: Request) -> Response:
         ident = record_id(request.path_params["ident"], what="artifact")
@@ -440,6 +451,17 @@ class Workbench:
             csrf.check(request, form)
         except csrf.CsrfRejected as error:
             raise Problem(403, "Form refused", str(error)) from None
+        try:
+            self._decide(exp, form)
+        except Problem as problem:  # refused: the form again, with what was typed in it
+            return notes.refused(self, request, "decision", exp, problem, notes.form_values(form, notes.DECISION_FIELDS),
+                                 back=str(form.get("back", "")))
+        url = request.app.url_path_for("experiment", ref=str(exp["id"]))
+        return RedirectResponse(f"{url}#decisions", status_code=303)
+
+    def _decide(self, exp: dict, form) -> None:
+        """`decide` (the one holder of the rules, as `dse decide`) on the form's fields;
+        Problem when refused (nothing written)."""
         verdict = str(form.get("verdict", ""))
         if verdict not in ("accept", "reject"):
             raise Problem(400, "Decision not recorded", f"field 'verdict': got {verdict!r}; allowed: accept or reject")
@@ -461,8 +483,6 @@ class Workbench:
             raise Problem(404, "Decision not recorded", str(error)) from None
         except (InputError, ValueError) as error:
             raise Problem(400, "Decision not recorded", str(error)) from None
-        url = request.app.url_path_for("experiment", ref=str(exp["id"]))
-        return RedirectResponse(f"{url}#decisions", status_code=303)
 
     def plotly_js(self, request: Request) -> Response:
         # Served from the installed plotly package: the UI works offline.
@@ -602,10 +622,13 @@ def create_app(store: Store, access: Access | None = None) -> Starlette:
         Route("/experiments/{ref}/components.json", bench.components_json, name="components_json"),
         Route("/experiments/{ref}/model-vs-emulator.json", bench.model_vs_emulator_json, name="model_vs_emulator_json"),
         Route("/experiments/{ref}/decisions", bench.decide, methods=["POST"], name="decide"),
+        Route("/experiments/{ref}/notes", partial(notes.add_note, bench), methods=["POST"], name="add_note"),
         Route("/candidates/{ident}", bench.candidate_page, name="candidate"),
         Route("/candidates/{ident}/components.json", bench.candidate_components_json, name="candidate_components_json"),
         Route("/runs/{ident}", bench.run_page, name="run"),
         Route("/artifacts/{ident}", bench.artifact, name="artifact"),
+        Route("/artifacts/{ident}/view", partial(artifacts.view, bench), name="artifact_view"),
+        Route("/artifacts/{ident}/heatmap.json", partial(artifacts.heatmap_json, bench), name="artifact_heatmap"),
         Route("/compare", bench.compare, name="compare"),
         Route("/static/plotly.min.js", bench.plotly_js, name="plotly_js"),
         Mount("/static", app=StaticFiles(directory=STATIC), name="static"),
