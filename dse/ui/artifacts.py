@@ -149,7 +149,7 @@ def parse_at(text: str, shape: tuple[int, ...]) -> tuple[int, ...]:
     if not text.strip():
         return tuple(0 for _ in lead)
     parts = [p.strip() for p in text.split(",")]
-    if len(parts) > len(lead) or not all(p.isdigit() for p in parts):
+    if len(parts) > len(lead) or not all(p.isascii() and p.isdigit() and len(p) <= 18 for p in parts):
         raise BadQuery("at", text, f"{len(lead)} comma-separated indices of the leading axes {list(lead)}"
                        if lead else "nothing: the array has no leading axes to pick")
     at = [int(p) for p in parts] + [0] * (len(lead) - len(parts))
@@ -245,9 +245,10 @@ def viewer_of(row: dict) -> str:
 
 
 def _artifact(bench: Workbench, request: Request) -> tuple[dict, Path]:
-    from .app import Problem, _int
+    from .app import Problem
+    from .params import record_id
 
-    ident = _int(request.path_params["ident"], "artifact")
+    ident = record_id(request.path_params["ident"], what="artifact")
     try:
         row = bench.store.artifact(ident)
     except RecordNotFound as error:
