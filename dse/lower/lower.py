@@ -80,7 +80,7 @@ from ..mapping import Candidate, MatmulShape
 from ..mapping.matmul import check_tiles
 from ..mapping.params import CandidateArrays
 from ..plan.chains import CHAIN_KIND, chain_elements, chain_extent, chain_parts
-from ..plan.graph_plan import OpPlan, plan_graph, stored_loc
+from ..plan.graph_plan import OpPlan, copy_buffer, plan_graph, stored_loc
 from ..plan.grouped import block_diagonal, on_matrix
 from ..plan.layout import permuted, stored_orders
 from ..plan.matmul import plan_matmul
@@ -354,10 +354,10 @@ class ProgramBuilder:
         outs = out_spec.shape[1:1 + nd]
         pad_lr = conv_pad(op)
         if any(copy.kind == "pad" for copy in plan.copies):
-            xp = self.dram.tensor((n, *[s + l + r for s, (l, r) in zip(spatial, pad_lr)], C), "int8")
+            pad_copy = next(c for c in plan.copies if c.kind == "pad")
+            xp = self.dram.tensor(*copy_buffer(graph, op, pad_copy))  # (n, *padded spatial, C) int8
             xs = xp.view().strides
             offset = sum(l * st for (l, _), st in zip(pad_lr, xs[1:1 + nd]))
-            pad_copy = next(c for c in plan.copies if c.kind == "pad")
             self.core(CoreOp(pad_copy.apply or "copy", DramTensor(xp.addr + offset, x.shape, "int8", xs),
                              (x.view(),)))
             self.sync(False)
@@ -366,7 +366,7 @@ class ProgramBuilder:
             v = x.view()
             src_addr, xs = v.addr, v.strides
         M, K = n * math.prod(outs), math.prod(kernel) * C
-        a = self.dram.tensor((M, K), "int8")
+        a = self.dram.tensor(*copy_buffer(graph, op, gather_copy))  # im2col's A: (M, K) int8
         Kp = a.buffer_shape[1]
         gshape = (n, *outs, *kernel, C)
         gstrides = (xs[0], *[s * st for s, st in zip(stride, xs[1:1 + nd])],
