@@ -694,7 +694,7 @@ def register(sub) -> None:
     add_db_argument(comp)
     comp.add_argument("--all-metrics", action="store_true", help="also list the metrics that are equal")
     comp.add_argument("--scope", default="total",
-                      help="metric scope: total (default), op, core, ball, bank, component (area and energy by "
+                      help="metric scope: total (default), op, core, ball, bank, output (numerics per graph output), component (area and energy by "
                            "component, each metric's recorded total after its components)")
     comp.set_defaults(func=cmd_compare)
 

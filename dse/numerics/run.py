@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+import math
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Callable
 
@@ -13,7 +14,7 @@ from ..frontend.steps import FLOAT_TOLERANCE
 from ..lower import Infeasible, Lowered, lower
 from ..mapping import Candidate, Mapping
 from ..workload.graph import Graph
-from . import Verdict, compare
+from . import OutputCheck, Verdict, compare, unmodified_check
 
 
 @dataclass
@@ -100,7 +101,7 @@ def emulate_graph(graph: Graph, candidate: Candidate, inputs, expected=None, tol
                   reference_kind: str = "quantized", mode: str = "overlapped", name: str = "",
                   reference: dict | None = None, elementwise: str = "auto",
                   progress: Callable[[str], None] | None = None, keep_image: bool = True,
-                  known: dict | None = None) -> EmulationReport:
+                  known: dict | None = None, parts: list[str] | None = None) -> EmulationReport:
     """Lower `graph` for `candidate`, emulate it, and compare with the graph's reference and
     (when given) the float module's `expected` outputs. `elementwise` is the lowering's
     choice for quantize / requantize / dequantize (`dse.lower.lower`: auto, ball, core).
@@ -109,9 +110,10 @@ def emulate_graph(graph: Graph, candidate: Candidate, inputs, expected=None, tol
     ``keep_image=False``: the emulator runs on the lowered DRAM image itself rather than a
     copy (a real layer's image is gigabytes), so the report keeps nothing to run again
     (``rerun`` is None) and ``lowered.image`` is the final image. `known`: values of the
-    graph's own trace already computed (`StreamedReference`), when `reference` is not given."""
+    graph's own trace already computed (`StreamedReference`), when `reference` is not given.
+    `parts`: the model's names of the graph's outputs (`Prepared.parts`), each checked on its own."""
     if candidate.mapping.partition == "spans":
-        return emulate_spans(graph, candidate, inputs, expected, tolerance, mode, name)
+        return emulate_spans(graph, candidate, inputs, expected, tolerance, mode, name, parts)
     progress = progress or (lambda phase: None)
     t0 = time.perf_counter()
     progress("lower")
@@ -147,9 +149,10 @@ def emulate_graph(graph: Graph, candidate: Candidate, inputs, expected=None, tol
         progress("reference")
         reference = StreamedReference(graph, inputs, known)
     progress("compare")
-    rep.verdict = compare(graph, lowered, result.dram, reference, expected, tolerance, reference_kind)
+    rep.verdict = compare(graph, lowered, result.dram, reference, expected, tolerance, reference_kind, parts)
     if layered is not None and len(layered.stages) > 1:  # every request against its own reference
-        verdicts = [rep.verdict] + [compare(graph, low, result.dram, graph.trace(*x), None, tolerance, reference_kind)
+        verdicts = [rep.verdict] + [compare(graph, low, result.dram, graph.trace(*x), None, tolerance, reference_kind,
+                                            parts)
                                     for low, x in zip(layered.stages[1:], requests[1:])]
         rep.verdict = combined(verdicts, [f"request {k}" for k in range(len(verdicts))])
     rep.cycles = int(result.cycles)
@@ -178,7 +181,8 @@ def combined(verdicts: list[Verdict], names: list[str]) -> Verdict:
                    all(v.outputs_bit_exact for v in verdicts), first, sum(v.integer_tensors for v in verdicts),
                    max(v.max_abs_error for v in verdicts), max(v.max_rel_error for v in verdicts),
                    max(v.tolerance for v in verdicts), all(v.outputs_within_tolerance for v in verdicts),
-                   verdicts[0].reference, [op for v in verdicts for op in v.ops])
+                   verdicts[0].reference, [op for v in verdicts for op in v.ops],
+                   outputs=[replace(o, part=f"{n}:{o.part}") for n, v in zip(names, verdicts) for o in v.outputs])
 
 
 @dataclass
@@ -194,6 +198,7 @@ class Prepared:
     tolerance: float
     reference_kind: str  # "quantized" (integer path bit for bit) or "float"
     failed: str = ""  # why the frontend failed ("" when it passed)
+    parts: list[str] | None = None  # the model's names of the graph's outputs (`output_parts`)
 
 
 def prepare_recipe(recipe: str | Path, params: dict | None = None, steps=None, keep_bytes: int = 0) -> Prepared:
@@ -228,8 +233,10 @@ def prepare_recipe(recipe: str | Path, params: dict | None = None, steps=None, k
                 if matches(outs):
                     expected = outs
                     break
+    from ..workload.recipes import output_parts
+
     return Prepared(pipe.recipe, pipe, graph, list(inputs), expected, tolerance,
-                    "quantized" if quantized else "float")
+                    "quantized" if quantized else "float", parts=output_parts(pipe.path, len(graph.outputs)))
 
 
 # The final graph's integer values (products, quantize ops) that `emulate_recipe` takes from
@@ -260,7 +267,7 @@ def emulate_recipe(recipe: str | Path, chip, mapping: Mapping | None = None, par
     if prep.failed:
         return EmulationReport(prep.recipe, chip.name, mapping.model_dump(mode="json"), False, reason=prep.failed)
     graph, inputs, expected = prep.graph, prep.inputs, prep.expected
-    name, tolerance, reference_kind = prep.recipe, prep.tolerance, prep.reference_kind
+    name, tolerance, reference_kind, parts = prep.recipe, prep.tolerance, prep.reference_kind, prep.parts
     unmodified, stepped = (prep.pipe.graphs[0] if check_unmodified else None), len(prep.pipe.graphs) > 1
     known = prep.pipe.kept
     # The stages' other graphs are not read again: let their weights go (a real layer's float
@@ -268,7 +275,7 @@ def emulate_recipe(recipe: str | Path, chip, mapping: Mapping | None = None, par
     del prep
     cand = Candidate(chip, mapping)
     if partition == "spans" or mapping.partition == "spans":
-        return emulate_spans(graph, cand, inputs, expected, tolerance, mode, name)
+        return emulate_spans(graph, cand, inputs, expected, tolerance, mode, name, parts)
     # A real model's lowering, emulation and checks take minutes: a bar on a terminal, nothing
     # otherwise (disable=None); one step a phase, of the stepped graph and the unmodified one.
     with tqdm(total=4 * (2 if check_unmodified else 1), desc=f"{name}: emulate", unit="phase", leave=False,
@@ -281,23 +288,19 @@ def emulate_recipe(recipe: str | Path, chip, mapping: Mapping | None = None, par
 
         # Nothing here times the run again: the emulator takes the image rather than a copy.
         rep = emulate_graph(graph, cand, inputs, expected, tolerance, reference_kind, mode, name, progress=phase(""),
-                            keep_image=False, known=known)
+                            keep_image=False, known=known, parts=parts)
         del known
         if check_unmodified and rep.verdict is not None:
             base = emulate_graph(unmodified, cand, inputs, None if stepped else expected,
                                  FLOAT_TOLERANCE, "float", mode, name, progress=phase(" (unmodified graph)"),
-                                 keep_image=False)
+                                 keep_image=False, parts=parts if len(unmodified.outputs) == len(parts or ()) else None)
             if base.verdict is not None:
-                v = base.verdict
-                rep.verdict.unmodified = {"passed": v.first_differing_op is None and v.passed,
-                                          "first_differing_op": v.first_differing_op,
-                                          "blame": ("lowering" if v.first_differing_op else
-                                                    ("step" if not rep.verdict.passed else None))}
+                rep.verdict.unmodified = unmodified_check(rep.verdict, base.verdict)
     return rep
 
 
 def emulate_spans(graph: Graph, candidate: Candidate, inputs, expected=None, tolerance: float = FLOAT_TOLERANCE,
-                  mode: str = "overlapped", name: str = "") -> EmulationReport:
+                  mode: str = "overlapped", name: str = "", parts: list[str] | None = None) -> EmulationReport:
     """Temporal span partitioning (`dse.lower.spans.lower_spans`) over ``mapping.workers``
     workers: the assembled output against the unpartitioned reference, bit for bit, and
     every worker's tensors against the reference's rows (the first differing op named)."""
@@ -348,8 +351,18 @@ def emulate_spans(graph: Graph, candidate: Candidate, inputs, expected=None, tol
         scale = float(np.abs(w).max()) if w.size else 0.0
         max_rel = max_abs / scale if scale else 0.0
         within = max_abs <= tolerance * max(scale, 1e-30)
+    if expected is not None:
+        check = OutputCheck(out, parts[0] if parts else out, tuple(got.shape), assembled, max_abs, max_rel, tolerance,
+                            within, "float module")
+    else:  # the assembled output against the unpartitioned reference, which it must equal
+        want = ref[out].numpy()
+        e = _err(got, want) if got.shape == want.shape else math.inf
+        scale = float(np.abs(want).max()) if want.size else 0.0
+        check = OutputCheck(out, parts[0] if parts else out, tuple(want.shape), assembled, e,
+                            e / scale if scale else (0.0 if e == 0 else math.inf), tolerance, assembled,
+                            "graph reference")
     rep.verdict = Verdict(int_ok and assembled and within, int_ok, assembled, first, n_int, max_abs, max_rel,
-                          tolerance, within, "quantized", checks)
+                          tolerance, within, "quantized", checks, outputs=[check])
     rep.cycles = int(result.cycles)
     rep.counters = _counter_summary(result, len(staged.program.cores))
     rep.peak_sram_bytes = max(rep.counters["peak_allocated_bytes"], default=0)
@@ -372,6 +385,7 @@ class StageWork:
     tolerance: float = FLOAT_TOLERANCE
     reference_kind: str = "quantized"
     reference: dict | None = None
+    parts: list[str] | None = None  # the model's names of the graph's outputs
 
 
 def emulate_placed(stages: list[StageWork], candidate: Candidate, mode: str = "overlapped",
@@ -405,7 +419,8 @@ def emulate_placed(stages: list[StageWork], candidate: Candidate, mode: str = "o
     verdicts = []
     for s, low in zip(stages, staged.stages):
         reference = s.reference if s.reference is not None else s.graph.trace(*s.inputs)
-        verdicts.append(compare(s.graph, low, result.dram, reference, s.expected, s.tolerance, s.reference_kind))
+        verdicts.append(compare(s.graph, low, result.dram, reference, s.expected, s.tolerance, s.reference_kind,
+                                s.parts))
     rep.verdict = combined(verdicts, [s.role for s in stages])
     rep.cycles = int(result.cycles)
     rep.counters = _counter_summary(result, len(staged.program.cores))

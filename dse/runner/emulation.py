@@ -35,6 +35,7 @@ class EmulationWorkload:
     traces: bool = False  # keep the run's timing trace (NDJSON) among its raw evidence
     # chip name -> per-component area and energy factors ({}: uncalibrated; None: no PPA figures)
     ppa_calibration: dict | None = field(default_factory=dict)
+    parts: list[str] | None = None  # the model's names of the graph's outputs (each checked on its own)
 
 
 def prepare_emulation(recipe: str, params: dict, quantization: str | None = None) -> EmulationWorkload:
@@ -58,7 +59,7 @@ def _prepare(recipe: str, params_json: str, quantization: str | None) -> Emulati
         what = "a recipe whose frontend steps pass" + (f" with weights quantized per {quantization}" if quantization else "")
         raise InputError(recipe, "workload.recipe", recipe, f"{what} ({prep.failed})")
     return EmulationWorkload(prep.graph, prep.inputs, prep.expected, prep.tolerance, prep.reference_kind,
-                             prep.graph.trace(*prep.inputs))
+                             prep.graph.trace(*prep.inputs), parts=prep.parts)
 
 
 @dataclass
@@ -80,7 +81,8 @@ def prepare_placed(stages) -> PlacedEmulation:
     out = []
     for role, recipe, params in stages:
         w = prepare_emulation(recipe, params)
-        out.append(StageWork(role, w.graph, w.inputs, w.expected, w.tolerance, w.reference_kind, w.reference))
+        out.append(StageWork(role, w.graph, w.inputs, w.expected, w.tolerance, w.reference_kind, w.reference,
+                             w.parts))
     return PlacedEmulation(out)
 
 
@@ -102,7 +104,7 @@ def emulate(work: "EmulationWorkload | PlacedEmulation", cand: Candidate) -> Emu
         report = emulate_placed(work.stages, cand)
     else:
         report = emulate_graph(work.graph, cand, work.inputs, work.expected, work.tolerance, work.reference_kind,
-                               reference=work.reference)
+                               reference=work.reference, parts=work.parts)
     if not report.feasible:
         return Emulated(report, Evidence("infeasible", report.reason))
     counters = report.counters
@@ -230,6 +232,19 @@ def trace_evidence(report, cand: Candidate) -> list[tuple[str, str, bytes]]:
     return [("trace", f"trace/{kind}.ndjson", trace.ndjson(kind).encode()) for kind in ("itrace", "mtrace", "pmctrace")]
 
 
+def output_metrics(verdict) -> list[dict]:
+    """Each graph output's figures (`dse.numerics.OutputCheck`) as numerics rows of scope
+    "output", keyed by the model's name of it (logits, k_cache, ...)."""
+    rows = []
+    for o in verdict.outputs:
+        for name, value, unit in (("bit_exact", float(o.bit_exact), "bool"), ("max_abs_error", o.max_abs_error, "abs"),
+                                  ("max_rel_error", o.max_rel_error, "rel"), ("tolerance", o.tolerance, "rel"),
+                                  ("within_tolerance", float(o.within_tolerance), "bool")):
+            rows.append(dict(kind="numerics", name=name, value=float(value), unit=unit, scope="output",
+                             scope_key=o.part))
+    return rows
+
+
 def judge_numerics(emulated: Emulated) -> Evidence:
     """The numerics verdict's metrics added to the run's evidence; a run whose outputs do not
     match PyTorch fails."""
@@ -241,6 +256,7 @@ def judge_numerics(emulated: Emulated) -> Evidence:
         dict(kind="numerics", name="integer_bit_exact", value=float(verdict.integer_bit_exact), unit="bool"),
         dict(kind="numerics", name="max_abs_error", value=float(verdict.max_abs_error), unit="abs"),
         dict(kind="numerics", name="max_rel_error", value=float(verdict.max_rel_error), unit="rel"),
+        *output_metrics(verdict),
     ]
     if not verdict.passed:
         # Results that do not match PyTorch are not evidence of speed: the run fails.
