@@ -11,10 +11,11 @@ from typing import Any, Callable
 import emulator
 
 from ..frontend.steps import FLOAT_TOLERANCE
-from ..lower import Infeasible, Lowered, lower
+from ..lower import Infeasible, Lowered
 from ..mapping import Candidate, Mapping
 from ..workload.graph import Graph
 from . import OutputCheck, Verdict, compare, unmodified_check
+from .emitted import emit_graph, emit_placed, emit_spans
 
 
 @dataclass
@@ -35,6 +36,7 @@ class EmulationReport:
     rerun: tuple | None = field(default=None, repr=False)  # (program, DRAM image, mode): to time it again
     lowered: Lowered | None = None
     result: Any = None
+    emitted: Any = None  # the program as emitted (`dse.numerics.emitted.Emitted`): outputs, inputs, digests
     # placement "layers": per tensor between ranges, (tensor, reading range, "shared" or "dram", why)
     handoffs: list = field(default_factory=list)
 
@@ -120,25 +122,17 @@ def emulate_graph(graph: Graph, candidate: Candidate, inputs, expected=None, tol
     rep = EmulationReport(name or graph.name, candidate.chip.name, candidate.mapping.model_dump(mode="json"), True,
                           private_sram_bytes=candidate.chip.private_sram_bytes)
     try:
-        if candidate.mapping.placement == "auto":  # the placement the model picks (the analytical stage's too)
-            from ..analytical.placed import resolve_auto
-
-            candidate = Candidate(candidate.chip, resolve_auto(graph, candidate))
-            rep.mapping = candidate.mapping.model_dump(mode="json")
-        layered, m = None, candidate.mapping
-        if m.placement in ("layers", "pipeline") or (m.requests or 1) > 1:  # `dse.plan.placement.schedule`
-            from ..lower import lower_layers
-
-            requests = request_inputs(inputs, m.requests or 1)
-            layered = lower_layers(graph, candidate, requests)
-            lowered = layered.stages[0]
-            rep.handoffs = [list(h) for h in layered.handoffs]
-        else:
-            lowered = lower(graph, candidate, inputs, elementwise=elementwise)
+        emitted = emit_graph(graph, candidate, inputs, elementwise)
     except Infeasible as exc:
         rep.feasible, rep.reason = False, str(exc)
         rep.seconds = time.perf_counter() - t0
         return rep
+    if emitted.candidate is not candidate:  # placement "auto", resolved as the model picks it
+        candidate = emitted.candidate
+        rep.mapping = candidate.mapping.model_dump(mode="json")
+    layered, requests, lowered = emitted.layered, emitted.requests, emitted.lowereds[0][1]
+    if layered is not None:
+        rep.handoffs = [list(h) for h in layered.handoffs]
     progress("emulate")
     t_run = time.perf_counter()
     in_place = not keep_image and layered is None
@@ -159,7 +153,7 @@ def emulate_graph(graph: Graph, candidate: Candidate, inputs, expected=None, tol
     rep.counters = _counter_summary(result, lowered.workers)
     rep.peak_sram_bytes = max(rep.counters["peak_allocated_bytes"], default=0)
     rep.ops = [op_row(o) for o in lowered.ops]
-    rep.lowered, rep.result = lowered, result
+    rep.lowered, rep.result, rep.emitted = lowered, result, emitted
     rep.seconds = time.perf_counter() - t0
     return rep
 
@@ -306,8 +300,6 @@ def emulate_spans(graph: Graph, candidate: Candidate, inputs, expected=None, tol
     every worker's tensors against the reference's rows (the first differing op named)."""
     import numpy as np
 
-    from ..lower.spans import lower_spans
-    from ..plan.spans import SpanError
     from . import OpCheck, Verdict, _bits, _err
 
     t0 = time.perf_counter()
@@ -316,17 +308,18 @@ def emulate_spans(graph: Graph, candidate: Candidate, inputs, expected=None, tol
                                                           "partition": "spans"},
                           True, private_sram_bytes=chip.private_sram_bytes)
     try:
-        staged, spans, parts, final = lower_spans(graph, chip, mapping, inputs, mapping.workers)
-    except (Infeasible, SpanError) as exc:
+        emitted = emit_spans(graph, candidate, inputs)
+    except Infeasible as exc:
         rep.feasible, rep.reason = False, str(exc)
         return rep
+    staged, spans, span_parts, final = emitted.spans
     t_run = time.perf_counter()
     result = emulator.run(staged.program, chip, staged.image, mode=mode)
     rep.emulator_seconds = time.perf_counter() - t_run
     rep.rerun = (staged.program, staged.image, mode)
     ref = graph.trace(*inputs)
     checks, first, int_ok, n_int = [], None, True, 0
-    for low, (sg, need, axes) in zip(staged.stages, parts):
+    for low, (sg, need, axes) in zip(staged.stages, span_parts):
         for op in sg.ops:
             t = op.outputs[0]
             if t not in ref:
@@ -368,7 +361,7 @@ def emulate_spans(graph: Graph, candidate: Candidate, inputs, expected=None, tol
     rep.peak_sram_bytes = max(rep.counters["peak_allocated_bytes"], default=0)
     rep.ops = [op_row(o, f"w{w}:", workers_used=1) for w, low in enumerate(staged.stages) for o in low.ops]
     rep.ops.insert(0, {"spans": [[s.lo, s.hi] for s in spans]})
-    rep.result = result
+    rep.result, rep.emitted = result, emitted
     rep.seconds = time.perf_counter() - t0
     return rep
 
@@ -394,38 +387,35 @@ def emulate_placed(stages: list[StageWork], candidate: Candidate, mode: str = "o
     in one program, emulated once on the whole chip (each core with its group's hardware);
     every stage's tensors compared with its own reference. The verdict passes when every
     stage's does; its first differing op is named ``role:op``."""
-    from ..lower import lower_placed
-
     t0 = time.perf_counter()
     chip = candidate.chip
     rep = EmulationReport(name or " + ".join(s.role for s in stages), chip.name,
                           candidate.mapping.model_dump(mode="json", exclude_none=True), True,
                           private_sram_bytes=chip.private_sram_bytes)
     try:
-        if candidate.mapping.placement == "auto":  # the placement the model picks (the analytical stage's too)
-            from ..analytical.placed import resolve_auto_stages
-
-            candidate = Candidate(chip, resolve_auto_stages([(s.role, s.graph) for s in stages], candidate))
-            rep.mapping = candidate.mapping.model_dump(mode="json", exclude_none=True)
-        staged = lower_placed([(s.role, s.graph, s.inputs) for s in stages], candidate)
+        emitted = emit_placed([(s.role, s.graph, s.inputs) for s in stages], candidate)
     except Infeasible as exc:
         rep.feasible, rep.reason = False, str(exc)
         rep.seconds = time.perf_counter() - t0
         return rep
+    if emitted.candidate is not candidate:  # placement "auto", resolved as the model picks it
+        candidate = emitted.candidate
+        rep.mapping = candidate.mapping.model_dump(mode="json", exclude_none=True)
+    lowereds = [low for _, low in emitted.lowereds]
     t_run = time.perf_counter()
-    result = emulator.run(staged.program, chip, staged.image, mode=mode)
+    result = emulator.run(emitted.program, chip, emitted.image, mode=mode)
     rep.emulator_seconds = time.perf_counter() - t_run
-    rep.rerun = (staged.program, staged.image, mode)
+    rep.rerun = (emitted.program, emitted.image, mode)
     verdicts = []
-    for s, low in zip(stages, staged.stages):
+    for s, low in zip(stages, lowereds):
         reference = s.reference if s.reference is not None else s.graph.trace(*s.inputs)
         verdicts.append(compare(s.graph, low, result.dram, reference, s.expected, s.tolerance, s.reference_kind,
                                 s.parts))
     rep.verdict = combined(verdicts, [s.role for s in stages])
     rep.cycles = int(result.cycles)
-    rep.counters = _counter_summary(result, len(staged.program.cores))
+    rep.counters = _counter_summary(result, len(emitted.program.cores))
     rep.peak_sram_bytes = max(rep.counters["peak_allocated_bytes"], default=0)
-    rep.ops = [op_row(o, f"{s.role}:") for s, low in zip(stages, staged.stages) for o in low.ops]
-    rep.lowered, rep.result = staged.stages[0], result
+    rep.ops = [op_row(o, f"{s.role}:") for s, low in zip(stages, lowereds) for o in low.ops]
+    rep.lowered, rep.result, rep.emitted = lowereds[0], result, emitted
     rep.seconds = time.perf_counter() - t0
     return rep
