@@ -441,10 +441,11 @@ def test_emulator_runs_keep_raw_evidence_deduplicated_fetchable_and_collected(tm
         npy = first[first["name"] == "outputs/matmul.npy"].iloc[0]
         value = np.load(npy["path"])
         assert value.shape[-2:] == (32, 32) and value.dtype == np.float32
-        # Bit-exact candidates: one file, a row per run (32 x 32 needs no padding: the
-        # physical buffer holds the same bytes, one file again).
+        # Bit-exact candidates: one file, a row per run (the model's shape and the physical
+        # buffer's, (1, 32, 32), each its own file).
         outputs = arts[arts["role"] == "outputs"]
-        assert len(outputs) == 4 and outputs["sha256"].nunique() == 1
+        assert len(outputs) == 4 and outputs.groupby("name")["sha256"].nunique().to_dict() == {
+            "outputs/matmul.npy": 1, "physical/matmul.padded.npy": 1}
         log = json.loads(open(first[first["name"] == "emulation.json"].iloc[0]["path"]).read())
         assert log["numerics"]["passed"] is True and log["cycles"] > 0
         counters = json.loads(open(first[first["role"] == "measurements"].iloc[0]["path"]).read())
