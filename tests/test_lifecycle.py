@@ -435,14 +435,18 @@ def test_emulator_runs_keep_raw_evidence_deduplicated_fetchable_and_collected(tm
         assert len(emulated) == 2
         arts = store.artifacts("raw")
         first = arts[arts["run_id"] == emulated[0]]
-        assert sorted(first["role"]) == ["log", "measurements", "outputs"]
-        npy = first[first["role"] == "outputs"].iloc[0]
+        assert sorted(first["name"]) == ["banks.json", "counters.json", "emulation.json", "inputs/x.npy",
+                                         "outputs/matmul.npy", "physical/matmul.padded.npy", "replay.json"]
+        assert dict(zip(first["name"], first["role"]))["inputs/x.npy"] == "inputs"
+        npy = first[first["name"] == "outputs/matmul.npy"].iloc[0]
         value = np.load(npy["path"])
         assert value.shape[-2:] == (32, 32) and value.dtype == np.float32
-        # Bit-exact candidates: one file, a row per run.
+        # Bit-exact candidates: one file, a row per run (the model's shape and the physical
+        # buffer's, (1, 32, 32), each its own file).
         outputs = arts[arts["role"] == "outputs"]
-        assert len(outputs) == 2 and outputs["sha256"].nunique() == 1
-        log = json.loads(open(first[first["role"] == "log"].iloc[0]["path"]).read())
+        assert len(outputs) == 4 and outputs.groupby("name")["sha256"].nunique().to_dict() == {
+            "outputs/matmul.npy": 1, "physical/matmul.padded.npy": 1}
+        log = json.loads(open(first[first["name"] == "emulation.json"].iloc[0]["path"]).read())
         assert log["numerics"]["passed"] is True and log["cycles"] > 0
         counters = json.loads(open(first[first["role"] == "measurements"].iloc[0]["path"]).read())
         assert any(r["name"] == "cycles" for r in counters)
@@ -461,7 +465,8 @@ def test_emulator_runs_keep_raw_evidence_deduplicated_fetchable_and_collected(tm
     tight = tmp_path / "tight.toml"
     tight.write_text(spec.read_text().replace('name = "raw"', 'name = "tight"').replace("top_k = 2", "top_k = 1")
                      + "evidence_budget_mb = 0\n")
-    assert run_sweep(tight, db, progress=False).evidence_skipped == 3  # outputs, counters, log
+    # outputs (model-shaped and physical), inputs, replay.json, banks.json, counters, log
+    assert run_sweep(tight, db, progress=False).evidence_skipped == 7
 
     # Deleting an experiment leaves its files to the collector, which keeps what others name.
     with Store(db) as store:

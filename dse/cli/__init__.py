@@ -76,6 +76,7 @@ COMMANDS = {
     "map": "map",
     "note": "records",
     "recipe": "recipe",
+    "replay": "replay",
     "report": "report",
     "show": "records",
     "sweep": "sweep",

@@ -195,8 +195,12 @@ def cmd_emulate_recipe(args) -> int:
                 by = sorted(ppa.components["energy_uj"].items(), key=lambda kv: -kv[1])
                 print("energy by component   " + ", ".join(f"{k} {v:.3g}" for k, v in by if v > 0))
             print(f"numerics              {rep.verdict.summary()}")
+            for o in rep.verdict.outputs:  # every output on its own: logits, cache, ...
+                print(f"  output {o.line()}")
             if rep.verdict.unmodified is not None:
-                print(f"unmodified graph      {rep.verdict.unmodified}")
+                from ..numerics import unmodified_summary
+
+                print(f"unmodified graph      {unmodified_summary(rep.verdict.unmodified)}")
         for note in notes:
             print(f"note: {note}")
     if not rep.feasible:

@@ -1,9 +1,12 @@
 """`dse map --chip NAME|FILE --recipe NAME|PATH [--params JSON | KEY=VALUE...] [--workers N]
-[--split rows|cols] [--dataflow ws|os] [--objective latency|front] [--json]`.
+[--split rows|cols] [--dataflow ws|os] [--buffering single|double] [--objective latency|front] [--json]`.
 
 Runs the recipe's frontend pipeline (capture, then its steps) and maps every matmul-family
 op of the final graph onto the chip: every legal tile is evaluated with the analytical
-model, and the framework toolchain's greedy tile is compared with the best one. Prints a
+model, and the framework toolchain's greedy tile is compared with the best one. A tile's
+banks are counted with the buffering `--buffering` names (`mapping.double_buffer`, the
+same rule a sweep's candidate is planned with: `dse.mapping.matmul.check_tiles`), and the
+output says which it assumed. Prints a
 per-op table, the recipe totals (matmul-family cycles only) and the mapper's wall time;
 ``--json`` prints one JSON object. Exit 0; 3 when some op has no legal tile on the chip
 (the framework failing alone is a finding, exit 0); 2 on bad input.
@@ -67,8 +70,12 @@ def _fmt_gap(v) -> str:
 def print_table(result, recipe: str, params: dict, pipeline_seconds: float, out=None) -> None:
     out = out or sys.stdout
     m = result.mapping
+    from ..mapping.matmul import buffering_assumption
+
     print(f"recipe {recipe} {params or '{}'} on {result.chip}: {m['workers']} worker(s), split {m['split']}, "
           f"dataflow {m['dataflow']}, objective {result.objective}", file=out)
+    print(f"assumes {buffering_assumption(m['double_buffer'])} (--buffering single|double; a sweep's candidate: "
+          f"mapping.double_buffer)", file=out)
     headers = ["op", "kind", "M N K", "framework tile", "fw cycles", "best tile", "best cycles", "gap", "legal tiles"]
     rows = []
     for o in result.ops:
@@ -121,6 +128,9 @@ def cmd_map(args) -> int:
     objective = _choice("--objective", args.objective, OBJECTIVES)
     split = _choice("--split", args.split, _mapping_choices("split"))
     dataflow = _choice("--dataflow", args.dataflow, _mapping_choices("dataflow"))
+    from ..mapping.matmul import BUFFERING
+
+    double_buffer = BUFFERING[_choice("--buffering", args.buffering, tuple(BUFFERING))]
     chip = load_chip(args.chip, parse_overrides(args.set), overrides_source="--set")
     if args.workers < 1 or args.workers > chip.cores.count:
         raise InputError("(command line)", "--workers", args.workers, f"1..{chip.cores.count} (cores of {chip.name})")
@@ -143,10 +153,14 @@ def cmd_map(args) -> int:
         failed = next(s for s in pipe.stages if not s.passed)
         print(f"dse map: warning: frontend stage {failed.name} failed ({failed.error}); "
               f"mapping the graph after the last stage that ran", file=sys.stderr)
-    mapping = Mapping(policy="search", workers=args.workers, split=split, dataflow=dataflow)
+    mapping = Mapping(policy="search", workers=args.workers, split=split, dataflow=dataflow,
+                      double_buffer=double_buffer)
     result = map_graph(pipe.graph, Candidate(chip, mapping), objective)
     if args.json:
-        out = {"recipe": name, "params": params, **result.to_dict(), "pipeline_seconds": pipeline_seconds}
+        from ..mapping.matmul import buffering_assumption
+
+        out = {"recipe": name, "params": params, **result.to_dict(), "pipeline_seconds": pipeline_seconds,
+               "assumes": buffering_assumption(double_buffer)}
         print(json.dumps(out, indent=2, default=str))
     else:
         print_table(result, name, params, pipeline_seconds)
@@ -164,6 +178,9 @@ def register(sub) -> None:
     p.add_argument("--workers", type=int, default=1, help="cores each product's output tiles are split across")
     p.add_argument("--split", default="rows", metavar="rows|cols", help="how output tiles are split (default rows)")
     p.add_argument("--dataflow", default="ws", metavar="ws|os|...", help="matrix Ball dataflow (default ws)")
+    p.add_argument("--buffering", default="double", metavar="single|double",
+                   help="buffers per operand a tile's banks are counted with (default double: DMA overlaps "
+                        "compute; single is mapping.double_buffer = false)")
     p.add_argument("--objective", default="latency", metavar="latency|front",
                    help="latency: fewest cycles (ties: less SRAM); front: also the latency/SRAM Pareto front")
     p.add_argument("--json", action="store_true", help="print the result as JSON")

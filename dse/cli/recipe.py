@@ -87,8 +87,12 @@ def _print_graph(args, result, index: int) -> None:
     if args.dump:
         print(graph.dump(), end="")
         return
+    from ..plan.graph_plan import temporaries
+
+    temps = temporaries(graph)  # the lowering's own buffers besides the graph's tensors
     frame = graph.counts_frame()
     frame.insert(2, "output", [str(graph.tensors[op.outputs[0]]) for op in graph.ops])
+    frame["temp_bytes"] = [sum(t.nbytes for t in temps if t.op == op.name) for op in graph.ops]
     frame["op#"] = range(len(graph.ops))  # the index mapping.cuts names (after the recipe's steps)
     if args.json:
         print(json.dumps({
@@ -97,6 +101,8 @@ def _print_graph(args, result, index: int) -> None:
             "outputs": {name: str(graph.tensors[name]) for name in graph.outputs},
             "ops": frame.to_dict(orient="records"),
             "totals": _totals(graph),
+            "temporaries": [{"op": t.op, "kind": TEMPORARY_NAMES[t.kind], "of": t.tensor, "shape": list(t.shape),
+                             "dtype": t.dtype, "bytes": t.nbytes} for t in temps],
         }, indent=2, default=str))
         return
     print(f"recipe {result.recipe} ({result.path})  stage {stage}  params {params or '{}'}")
@@ -104,13 +110,27 @@ def _print_graph(args, result, index: int) -> None:
         print(f"input  {name}: {graph.tensors[name]}")
     for name in graph.outputs:
         print(f"output {name}: {graph.tensors[name]}")
-    columns = ["name", "kind", "output", "macs", "other_ops", "bytes_read", "bytes_written", "weight_bytes", "source",
-               "op#"]
+    columns = ["name", "kind", "output", "macs", "other_ops", "bytes_read", "bytes_written", "weight_bytes",
+               "temp_bytes", "source", "op#"]
     print(frame[columns].to_string(index=False))
     t = _totals(graph)
     print(f"{len(graph.ops)} ops; total macs={t['macs']:,} other_ops={t['other_ops']:,} bytes_read={t['bytes_read']:,}"
           f" bytes_written={t['bytes_written']:,} weight_bytes={t['weight_bytes']:,}")
-    return 0
+    _print_temporaries(temps)
+
+
+# A plan copy's kind as the listing names the buffer it writes.
+TEMPORARY_NAMES = {"pad": "pad", "gather": "im2col", "standardise": "standardise", "unblock": "unblock"}
+
+
+def _print_temporaries(temps) -> None:
+    """The lowering's temporaries (`dse.plan.graph_plan.temporaries`), one line each."""
+    print(f"lowering temporaries: {len(temps)} buffer(s), {sum(t.nbytes for t in temps):,} bytes "
+          "(padded DRAM buffers the plan's copies write; a matmul's pack copies follow each candidate's tile)")
+    width = max((len(t.op) for t in temps), default=0)
+    for t in temps:
+        shape = "x".join(map(str, t.shape))
+        print(f"  {t.op:<{width}}  {TEMPORARY_NAMES[t.kind]:<11} of {t.tensor}: {t.dtype}[{shape}]  {t.nbytes:,} B")
 
 
 def _totals(graph) -> dict:

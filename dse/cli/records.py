@@ -203,6 +203,8 @@ def _resolve(store, text: str) -> tuple[str, int]:
 def cmd_show(args) -> int:
     if args.limit < 0:
         raise InputError("dse show", "--limit", args.limit, "a whole number >= 0 (candidates listed)")
+    if args.program or args.banks:
+        return _show_emitted(args)
     # A SQLite store at the schema head: read with the standard library (the Store's own
     # SQL), no SQLAlchemy or pandas; anything else (a name or id the store lacks, a store the
     # Store's open would refuse or upgrade) is the Store's to answer.
@@ -217,6 +219,45 @@ def cmd_show(args) -> int:
             _show_candidate(store, store.candidate(ident))
         else:
             _show_run(store, store.run_row(ident))
+    return 0
+
+
+def _show_emitted(args) -> int:
+    """`dse show c<ID> --program / --banks`: the candidate's program emitted again as its
+    emulator stage emits it (`dse.runner.replay.emit_recorded`; this imports torch and the
+    lowering), checked against the program digest its emulator run recorded."""
+    from ..lower import Infeasible
+    from ..lower.banks import lifetimes_text
+    from ..lower.listing import listing_text, program_digest
+    from ..runner.replay import emit_recorded, recorded_digests
+
+    flag = "--program" if args.program else "--banks"
+    with open_store(args.db) as store:
+        kind, ident = _resolve(store, args.id)
+        if kind != "candidate":
+            raise InputError(store.url, "ID", args.id, f"a candidate (c<ID>) with {flag}")
+        cand = store.candidate(ident)
+        try:
+            emitted = emit_recorded(store, cand)
+        except Infeasible as exc:
+            raise InputError(store.url, flag, f"c{ident}", f"a feasible candidate (c{ident}: {exc})") from None
+        run_id, recorded = recorded_digests(store, ident)
+    digest = program_digest(emitted.program)
+    print(f"candidate {ident}: {emitted.program.name}; {len(emitted.program.cores)} core(s), "
+          f"{emitted.program.n_instructions:,} instructions; program sha256 {digest}")
+    if recorded is None:
+        print("(no emulator run of this candidate recorded its program's digest)")
+    elif recorded["digests"]["program_sha256"] == digest:
+        print(f"the program emulator run r{run_id} ran (its recorded sha256)")
+    else:
+        print(f"NOT the program emulator run r{run_id} ran (it recorded sha256 "
+              f"{recorded['digests']['program_sha256']}): the recipe, the lowering or dse changed since")
+    if args.program:
+        print(listing_text(emitted.listing()))
+    else:
+        print("bank lifetimes (virtual banks in program order: # from MSET to free; in = loaded from, "
+              "out = stored to):")
+        print(lifetimes_text(emitted.bank_lifetimes()))
     return 0
 
 
@@ -748,6 +789,12 @@ def register(sub) -> None:
     show.add_argument("id", metavar="ID", help=_SHOW_ALLOWED)
     add_db_argument(show)
     show.add_argument("--limit", type=int, default=25, help="candidates listed for an experiment (25)")
+    inside = show.add_mutually_exclusive_group()
+    inside.add_argument("--program", action="store_true",
+                        help="a candidate's emitted program, per core, each instruction with its op (lowered again "
+                             "as its emulator stage lowers it)")
+    inside.add_argument("--banks", action="store_true",
+                        help="a candidate's bank lifetimes: which virtual bank holds which tensor, from when to when")
     show.set_defaults(func=cmd_show)
 
     comp = sub.add_parser("compare", help="two or more candidates of any experiments: the fields that differ, "
@@ -757,7 +804,7 @@ def register(sub) -> None:
     add_db_argument(comp)
     comp.add_argument("--all-metrics", action="store_true", help="also list the metrics that are equal")
     comp.add_argument("--scope", default="total",
-                      help="metric scope: total (default), op, core, ball, bank, component (area and energy by "
+                      help="metric scope: total (default), op, core, ball, bank, output (numerics per graph output), component (area and energy by "
                            "component, each metric's recorded total after its components)")
     comp.set_defaults(func=cmd_compare)
 

@@ -80,7 +80,7 @@ from ..mapping import Candidate, MatmulShape
 from ..mapping.matmul import check_tiles
 from ..mapping.params import CandidateArrays
 from ..plan.chains import CHAIN_KIND, chain_elements, chain_extent, chain_parts
-from ..plan.graph_plan import OpPlan, plan_graph, stored_loc
+from ..plan.graph_plan import OpPlan, copy_buffer, plan_graph, stored_loc
 from ..plan.grouped import block_diagonal, on_matrix
 from ..plan.layout import permuted, stored_orders
 from ..plan.matmul import plan_matmul
@@ -120,6 +120,12 @@ class Lowered:
     locs: dict[str, Loc]
     ops: list[OpLowering] = field(default_factory=list)
     fused: frozenset[str] = frozenset()  # tensors never materialized (fused into their reader's copy)
+    # id of an instruction -> the graph op that emitted it (`dse.lower.listing`); kept as
+    # long as the program (which holds the instructions) is
+    labels: dict[int, str] = field(default_factory=dict, repr=False)
+    # the DRAM buffers that are no graph tensor, (addr, bytes, what): packed operands, Bt
+    # tiles, bias tiles, a conv's pad and im2col buffers (`Dram.named`)
+    named: list = field(default_factory=list, repr=False)
 
     @property
     def workers(self) -> int:
@@ -195,6 +201,8 @@ class ProgramBuilder:
         self.shared_stack = None
         self.records: list[OpLowering] = []
         self.fused: set[str] = set()
+        self.labels: dict[int, str] = {}  # id of an instruction -> the op that emitted it
+        self.label_prefix = ""  # a request's ("request 1: "), when several run one graph
         self.consumers = graph.consumers()
         coreop.ensure_registered()
         self.orders = stored_orders(graph, self.mapping.channels_last)  # tensors stored channels-last
@@ -271,6 +279,9 @@ class ProgramBuilder:
         its unit."""
         op = plan.op
         n0 = sum(len(c) for c in self.cores)
+        emitting = self.cores + [c for c in self.handoff_loaders if all(c is not o for o in self.cores)]
+        before = [len(c) for c in emitting]
+        self.dram.label = op.name
         ready = self.prepare(plan)
         rec = None
         if plan.unit == "matrix":
@@ -298,6 +309,9 @@ class ProgramBuilder:
                                 if op.outputs[0] in self.orders else None)
         rec.instructions = sum(len(c) for c in self.cores) - n0
         self.records.append(rec)
+        for c, n in zip(emitting, before):  # the op's instructions, on its cores and a hand-off's loaders
+            for ins in c[n:]:
+                self.labels.setdefault(id(ins), self.label_prefix + op.name)
 
     def _chain(self, plan: OpPlan) -> OpLowering:
         """A fused score chain (`dse.plan.chains`): one core op a worker over its batch entries
@@ -354,10 +368,10 @@ class ProgramBuilder:
         outs = out_spec.shape[1:1 + nd]
         pad_lr = conv_pad(op)
         if any(copy.kind == "pad" for copy in plan.copies):
-            xp = self.dram.tensor((n, *[s + l + r for s, (l, r) in zip(spatial, pad_lr)], C), "int8")
+            pad_copy = next(c for c in plan.copies if c.kind == "pad")
+            xp = self.dram.tensor(*copy_buffer(graph, op, pad_copy), name=f"{op.name}: pad")  # (n, *padded, C)
             xs = xp.view().strides
             offset = sum(l * st for (l, _), st in zip(pad_lr, xs[1:1 + nd]))
-            pad_copy = next(c for c in plan.copies if c.kind == "pad")
             self.core(CoreOp(pad_copy.apply or "copy", DramTensor(xp.addr + offset, x.shape, "int8", xs),
                              (x.view(),)))
             self.sync(False)
@@ -366,7 +380,7 @@ class ProgramBuilder:
             v = x.view()
             src_addr, xs = v.addr, v.strides
         M, K = n * math.prod(outs), math.prod(kernel) * C
-        a = self.dram.tensor((M, K), "int8")
+        a = self.dram.tensor(*copy_buffer(graph, op, gather_copy), name=f"{op.name}: im2col")  # A: (M, K) int8
         Kp = a.buffer_shape[1]
         gshape = (n, *outs, *kernel, C)
         gstrides = (xs[0], *[s * st for s, st in zip(stride, xs[1:1 + nd])],
@@ -550,7 +564,7 @@ class ProgramBuilder:
         if Kt == 1:
             a_tile = lambda bi, mi, ki: a_loc.addr + bi * Mp * Kp + mi * tm * Kp  # noqa: E731
         else:
-            a_base = self.dram.alloc(nb * Mp * Kp)
+            a_base = self.dram.alloc(nb * Mp * Kp, f"{op.name}: A packed")
             src = DramTensor(a_loc.addr, (nb, Mt, Kt, tm, tk), "int8", (Mp * Kp, tm * Kp, tk, Kp, 1))
             packs.append(CoreOp("copy", DramTensor(a_base, (nb, Mt, Kt, tm, tk), "int8"), (src,)))
             a_tile = lambda bi, mi, ki: a_base + ((bi * Mt + mi) * Kt + ki) * tm * tk  # noqa: E731
@@ -558,10 +572,11 @@ class ProgramBuilder:
         if b[0] == "weight":
             nbB = b[1].shape[0]
             # a preloaded B (spans' shared stack) was placed and loaded before the span
-            b_base = None if shape.b_preloaded else self.dram.blob(blocked_bt(b[1], Np, Kp, tn, tk))
+            b_base = None if shape.b_preloaded else self.dram.blob(blocked_bt(b[1], Np, Kp, tn, tk),
+                                                                   f"{op.inputs[1]}: Bt tiles")
         else:
             _, b_loc, b_nk, nbB = b
-            b_base = self.dram.alloc(nbB * Np * Kp)
+            b_base = self.dram.alloc(nbB * Np * Kp, f"{op.name}: B packed")
             if b_nk:  # buffer (nbB, Np, Kp)
                 strides = (Np * Kp, tn * Kp, tk, Kp, 1)
             else:  # buffer (nbB, Kp, Np)
@@ -578,7 +593,7 @@ class ProgramBuilder:
             padded_bias = np.zeros(Np, dtype=np.int32)
             padded_bias[:N] = bias
             rep = np.broadcast_to(padded_bias.reshape(Nt, 1, tn), (Nt, tm, tn))
-            bias_base = self.dram.blob(np.ascontiguousarray(rep))
+            bias_base = self.dram.blob(np.ascontiguousarray(rep), f"{op.name}: bias tiles")
         c_loc = self.dram.blocked(out_shape, Blocked(nb, Mt, Nt, tm, tn, M, N))
 
         if packs:
@@ -687,7 +702,8 @@ class ProgramBuilder:
             in_order = loc.strides is None or list(loc.strides) == sorted(loc.strides, reverse=True)
             if loc.blocked is None and in_order:
                 program.outputs[name] = Region(loc.addr, loc.buffer_shape, emu_dtype(loc.dtype))
-        return Lowered(self.graph, self.cand, program, img, self.locs, self.records, frozenset(self.fused))
+        return Lowered(self.graph, self.cand, program, img, self.locs, self.records, frozenset(self.fused),
+                       self.labels, list(self.dram.named))
 
 
 def weight_bt(graph: Graph, op: Op) -> np.ndarray:
@@ -892,6 +908,7 @@ def lower_layers(graph: Graph, candidate: Candidate, requests) -> LayeredLowered
         for r, (p, rg) in enumerate(zip(places, ranges)):
             try:
                 b = ProgramBuilder(graph, range_candidate(p, mapping), inputs, dram, locs=chain[-1].locs if r else None)
+                b.label_prefix = f"request {k}: " if len(requests) > 1 else ""
                 b.b_region, b.b_picked = regions.bases[r], regions.picked[r]
                 if r:
                     b.unblocked, b.fused = chain[-1].unblocked, chain[-1].fused  # this request's so far
@@ -931,7 +948,8 @@ def lower_layers(graph: Graph, candidate: Candidate, requests) -> LayeredLowered
     for chain in builders:
         locs = chain[-1].locs
         per_request.append(Lowered(graph, candidate, program, img, locs, [rec for b in chain for rec in b.records],
-                                   frozenset(chain[-1].fused)))
+                                   frozenset(chain[-1].fused), {k: v for b in chain for k, v in b.labels.items()},
+                                   list(dram.named)))
     for name in graph.outputs:  # request 0's outputs, as a program's outputs
         loc = per_request[0].locs[name]
         if loc.blocked is None:
@@ -966,7 +984,8 @@ def _staged(builders, cores, dram: Dram, name: str, core_ids) -> StagedLowered:
     """The stages' per-core instruction lists as one program over their one DRAM image."""
     img = dram.image()
     program = Program(cores, {"dram": Region(0, (img.size,), "uint8")}, {}, dram_bytes=img.size, name=name)
-    lowered = [Lowered(b.graph, b.cand, program, img, b.locs, b.records, frozenset(b.fused)) for b in builders]
+    lowered = [Lowered(b.graph, b.cand, program, img, b.locs, b.records, frozenset(b.fused), b.labels,
+                       list(dram.named)) for b in builders]
     return StagedLowered(program, img, lowered, core_ids)
 
 

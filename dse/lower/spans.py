@@ -96,7 +96,8 @@ def lower_spans(graph: Graph, chip, mapping, inputs, workers: int, input_axis: i
         dst = DramTensor(fview.addr + span.lo * fview.strides[a], tuple(shape), fview.dtype, fview.strides)
         b.core(CoreOp("copy", dst, (src,)))
         cores.append(preload[w] + b.cores[0] + [Barrier()])
-        lowered.append(Lowered(sg, b.cand, None, None, b.locs, b.records))  # type: ignore[arg-type]
+        lowered.append(Lowered(sg, b.cand, None, None, b.locs, b.records,  # type: ignore[arg-type]
+                               labels={k: f"span {w}: {v}" for k, v in b.labels.items()}, named=dram.named))
     img = dram.image()
     how = " reading one shared copy of the weights" if stack is not None else ""
     program = Program(cores, {"dram": Region(0, (img.size,), "uint8")}, {}, dram_bytes=img.size,

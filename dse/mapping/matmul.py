@@ -227,6 +227,20 @@ def check_tiles(params: CandidateArrays, tm, tn, tk, shape: MatmulShape | None =
                      np.broadcast_to(shared_a_tiles, need.shape), shape_base)
 
 
+# `mapping.double_buffer` as `dse map --buffering` names it, and what each choice assumes
+# (`check_tiles` counts the buffers: one rule for the map, the plan and the sweep).
+BUFFERING = {"single": False, "double": True}
+
+
+def buffering_assumption(double_buffer: bool) -> str:
+    """The buffering a tile's bank count assumes, in words (`dse map` prints it)."""
+    if double_buffer:
+        return ("double buffering: 2 buffers per operand (A, B, C), so the DMA of the next tile overlaps "
+                "this one's compute; a tile needs 2x(A + B + C) banks")
+    return ("single buffering: 1 buffer per operand (A, B, C), so DMA and compute alternate; a tile needs "
+            "A + B + C banks")
+
+
 def framework_tiles(params: CandidateArrays, shape: MatmulShape) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """The framework toolchain's greedy pick per candidate: K first, then N, then M
     (HARDWARE.md), as columns (candidates x 1).

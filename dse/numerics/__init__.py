@@ -39,6 +39,29 @@ class OpCheck:
 
 
 @dataclass
+class OutputCheck:
+    """One graph output checked on its own (a named part of the model's result: logits, a KV
+    cache), so row order, softmax and cache updates are not hidden in one figure."""
+
+    name: str  # the graph's tensor
+    part: str  # the model's name for it (its recipe's ``OUTPUTS``), else the tensor's
+    shape: tuple[int, ...]
+    bit_exact: bool  # equal, bit for bit, to the graph's own reference
+    max_abs_error: float
+    max_rel_error: float  # max abs error / max |reference|
+    tolerance: float
+    within_tolerance: bool  # max_abs_error <= tolerance * max |reference|
+    against: str  # "float module" (PyTorch's module) or "graph reference" (the graph's own trace)
+
+    def line(self) -> str:
+        """The figures on one line (`dse emulate`, the unmodified-graph check)."""
+        return (f"{self.part}{'' if self.part == self.name else f' ({self.name})'}: "
+                f"{'bit-exact' if self.bit_exact else 'bits differ'}; vs {self.against} max abs "
+                f"{self.max_abs_error:.3g}, rel {self.max_rel_error:.3g}, tolerance {self.tolerance:g}: "
+                f"{'within' if self.within_tolerance else 'BEYOND'}")
+
+
+@dataclass
 class Verdict:
     passed: bool
     integer_bit_exact: bool  # every integer tensor equal to the reference, bit for bit
@@ -51,7 +74,8 @@ class Verdict:
     outputs_within_tolerance: bool
     reference: str  # "quantized" or "float"
     ops: list[OpCheck] = field(default_factory=list)
-    unmodified: dict | None = None  # the unmodified-graph check, when run
+    unmodified: dict | None = None  # the unmodified-graph check, when run (`unmodified_check`)
+    outputs: list[OutputCheck] = field(default_factory=list)  # every graph output on its own
 
     def to_dict(self, ops: bool = False) -> dict[str, Any]:
         d = asdict(self)
@@ -67,6 +91,32 @@ class Verdict:
         if self.first_differing_op:
             s += f"; first differing op: {self.first_differing_op}"
         return s
+
+
+def unmodified_check(stepped: Verdict, base: Verdict) -> dict:
+    """The unmodified-graph check (`base`: the captured graph before any frontend step,
+    lowered and emulated like the stepped one): it fails only when its integer path differs
+    or an output is beyond its tolerance - float rounding within tolerance is no lowering
+    bug, whichever op's bits differ first - and then blames the lowering; when it holds and
+    the stepped graph fails, it blames the step. Its figures come with it."""
+    passed = base.integer_bit_exact and all(o.within_tolerance for o in base.outputs)
+    return {"passed": passed,
+            "blame": "lowering" if not passed else ("step" if not stepped.passed else None),
+            "max_abs_error": max((o.max_abs_error for o in base.outputs), default=0.0),
+            "max_rel_error": max((o.max_rel_error for o in base.outputs), default=0.0),
+            "tolerance": max((o.tolerance for o in base.outputs), default=base.tolerance),
+            "first_differing_op": base.first_differing_op,
+            "outputs": [asdict(o) for o in base.outputs]}
+
+
+def unmodified_summary(check: dict) -> str:
+    """`unmodified_check`'s verdict and figures on one line."""
+    s = (f"{'PASS' if check['passed'] else 'FAIL'}: outputs vs PyTorch max abs {check['max_abs_error']:.3g}, "
+         f"rel {check['max_rel_error']:.3g} (tolerance {check['tolerance']:g})")
+    if check["first_differing_op"]:
+        s += f"; bits first differ at op {check['first_differing_op']}" + (
+            " (float rounding within tolerance)" if check["passed"] else "")
+    return s + f"; blame: {check['blame'] or 'none'}"
 
 
 def _bits(a: np.ndarray) -> np.ndarray:
@@ -105,9 +155,12 @@ def _err(got: np.ndarray, want: np.ndarray) -> float:
 
 
 def compare(graph: Graph, lowered, image: np.ndarray, reference: dict[str, torch.Tensor],
-            expected: list | None = None, tolerance: float = 1e-5, reference_kind: str = "quantized") -> Verdict:
+            expected: list | None = None, tolerance: float = 1e-5, reference_kind: str = "quantized",
+            parts: list[str] | None = None) -> Verdict:
     """Every op's emulated output (read from the final DRAM `image`) against `reference`
-    (tensor name -> value), and the graph outputs against the float module's `expected`."""
+    (tensor name -> value), and the graph outputs against the float module's `expected`;
+    each output also on its own (`OutputCheck`, named by `parts`: the model's names of its
+    outputs), against `expected` where given, else against `reference`."""
     ops: list[OpCheck] = []
     first = None
     int_ok, n_int = True, 0
@@ -137,26 +190,42 @@ def compare(graph: Graph, lowered, image: np.ndarray, reference: dict[str, torch
             int_ok &= bool(same)
         if not same and first is None:
             first = op.name
-    out_exact = all(next(c for c in ops if graph.producers()[n].name == c.name).bit_exact
-                    for n in graph.outputs if n in graph.producers())
-    max_abs, max_rel, within = 0.0, 0.0, True
-    for name, want in zip(graph.outputs, expected or []):
-        got = lowered.read(image, name, copy=False)  # read only: no copy of GBs
+    producers = graph.producers()
+    by_op = {c.name: c for c in ops}
+    out_exact = all(by_op[producers[n].name].bit_exact for n in graph.outputs if n in producers)
+    expected = list(expected or [])
+    outputs = []
+    for i, name in enumerate(graph.outputs):
+        check = by_op.get(producers[name].name) if name in producers else None
+        against = "float module" if i < len(expected) else "graph reference"
+        want = expected[i] if i < len(expected) else reference[name]
         w = want.numpy() if isinstance(want, torch.Tensor) else np.asarray(want)
-        if got.shape != w.shape:
-            within, max_abs, max_rel = False, math.inf, math.inf
-            continue
-        e = _err(got, w)
-        scale = float(np.max(np.abs(w.astype(np.float64)))) if w.size else 0.0
+        got = lowered.read(image, name, copy=False)  # read only: no copy of GBs
+        same_shape = got.shape == w.shape
+        if not same_shape:
+            e, scale = math.inf, 0.0
+        elif against == "graph reference" and check is not None:
+            e = check.max_abs_error  # computed above, against this very reference
+        else:
+            e = _err(got, w)
+        if same_shape:
+            scale = float(np.max(np.abs(w.astype(np.float64)))) if w.size else 0.0
         rel = e / scale if scale > 0 else (0.0 if e == 0 else math.inf)
-        max_abs, max_rel = max(max_abs, e), max(max_rel, rel)
-        within &= e <= tolerance * max(scale, 1e-30)
+        outputs.append(OutputCheck(name, parts[i] if parts and i < len(parts) else name, tuple(w.shape),
+                                   True if check is None else check.bit_exact, e, rel, tolerance,
+                                   same_shape and e <= tolerance * max(scale, 1e-30), against))
+    # The verdict's figures: the outputs against the float module (`expected`), else against
+    # the graph's reference; every output must be within tolerance of what it is held to.
+    module = [o for o in outputs if o.against == "float module"] or outputs
+    max_abs = max((o.max_abs_error for o in module), default=0.0)
+    max_rel = max((o.max_rel_error for o in module), default=0.0)
+    within = all(o.within_tolerance for o in outputs)
     # Float tensors computed on the core may differ from the reference in the last bits
     # only if an implementation differs; hold them to the float tolerance relative to the
     # reference output, the integer ones to equality.
     passed = int_ok and within
     return Verdict(passed, int_ok, out_exact, first, n_int, max_abs, max_rel, tolerance, within, reference_kind,
-                   ops)
+                   ops, outputs=outputs)
 
 
 def _tile_grid(lowered, image: np.ndarray, name: str, shape) -> np.ndarray | None:
@@ -177,7 +246,8 @@ def graph_reference(graph: Graph, inputs) -> dict[str, torch.Tensor]:
     return graph.trace(*inputs)
 
 
-__all__ = ["OpCheck", "Verdict", "compare", "graph_reference"]
+__all__ = ["OpCheck", "OutputCheck", "Verdict", "compare", "graph_reference", "unmodified_check",
+           "unmodified_summary"]
 
 from .run import EmulationReport, emulate_graph, emulate_recipe  # noqa: E402
 

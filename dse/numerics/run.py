@@ -2,18 +2,20 @@
 
 from __future__ import annotations
 
+import math
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Callable
 
 import emulator
 
 from ..frontend.steps import FLOAT_TOLERANCE
-from ..lower import Infeasible, Lowered, lower
+from ..lower import Infeasible, Lowered
 from ..mapping import Candidate, Mapping
 from ..workload.graph import Graph
-from . import Verdict, compare
+from . import OutputCheck, Verdict, compare, unmodified_check
+from .emitted import emit_graph, emit_placed, emit_spans
 
 
 @dataclass
@@ -34,6 +36,7 @@ class EmulationReport:
     rerun: tuple | None = field(default=None, repr=False)  # (program, DRAM image, mode): to time it again
     lowered: Lowered | None = None
     result: Any = None
+    emitted: Any = None  # the program as emitted (`dse.numerics.emitted.Emitted`): outputs, inputs, digests
     # placement "layers": per tensor between ranges, (tensor, reading range, "shared" or "dram", why)
     handoffs: list = field(default_factory=list)
 
@@ -100,7 +103,7 @@ def emulate_graph(graph: Graph, candidate: Candidate, inputs, expected=None, tol
                   reference_kind: str = "quantized", mode: str = "overlapped", name: str = "",
                   reference: dict | None = None, elementwise: str = "auto",
                   progress: Callable[[str], None] | None = None, keep_image: bool = True,
-                  known: dict | None = None) -> EmulationReport:
+                  known: dict | None = None, parts: list[str] | None = None) -> EmulationReport:
     """Lower `graph` for `candidate`, emulate it, and compare with the graph's reference and
     (when given) the float module's `expected` outputs. `elementwise` is the lowering's
     choice for quantize / requantize / dequantize (`dse.lower.lower`: auto, ball, core).
@@ -109,34 +112,27 @@ def emulate_graph(graph: Graph, candidate: Candidate, inputs, expected=None, tol
     ``keep_image=False``: the emulator runs on the lowered DRAM image itself rather than a
     copy (a real layer's image is gigabytes), so the report keeps nothing to run again
     (``rerun`` is None) and ``lowered.image`` is the final image. `known`: values of the
-    graph's own trace already computed (`StreamedReference`), when `reference` is not given."""
+    graph's own trace already computed (`StreamedReference`), when `reference` is not given.
+    `parts`: the model's names of the graph's outputs (`Prepared.parts`), each checked on its own."""
     if candidate.mapping.partition == "spans":
-        return emulate_spans(graph, candidate, inputs, expected, tolerance, mode, name)
+        return emulate_spans(graph, candidate, inputs, expected, tolerance, mode, name, parts)
     progress = progress or (lambda phase: None)
     t0 = time.perf_counter()
     progress("lower")
     rep = EmulationReport(name or graph.name, candidate.chip.name, candidate.mapping.model_dump(mode="json"), True,
                           private_sram_bytes=candidate.chip.private_sram_bytes)
     try:
-        if candidate.mapping.placement == "auto":  # the placement the model picks (the analytical stage's too)
-            from ..analytical.placed import resolve_auto
-
-            candidate = Candidate(candidate.chip, resolve_auto(graph, candidate))
-            rep.mapping = candidate.mapping.model_dump(mode="json")
-        layered, m = None, candidate.mapping
-        if m.placement in ("layers", "pipeline") or (m.requests or 1) > 1:  # `dse.plan.placement.schedule`
-            from ..lower import lower_layers
-
-            requests = request_inputs(inputs, m.requests or 1)
-            layered = lower_layers(graph, candidate, requests)
-            lowered = layered.stages[0]
-            rep.handoffs = [list(h) for h in layered.handoffs]
-        else:
-            lowered = lower(graph, candidate, inputs, elementwise=elementwise)
+        emitted = emit_graph(graph, candidate, inputs, elementwise)
     except Infeasible as exc:
         rep.feasible, rep.reason = False, str(exc)
         rep.seconds = time.perf_counter() - t0
         return rep
+    if emitted.candidate is not candidate:  # placement "auto", resolved as the model picks it
+        candidate = emitted.candidate
+        rep.mapping = candidate.mapping.model_dump(mode="json")
+    layered, requests, lowered = emitted.layered, emitted.requests, emitted.lowereds[0][1]
+    if layered is not None:
+        rep.handoffs = [list(h) for h in layered.handoffs]
     progress("emulate")
     t_run = time.perf_counter()
     in_place = not keep_image and layered is None
@@ -147,16 +143,17 @@ def emulate_graph(graph: Graph, candidate: Candidate, inputs, expected=None, tol
         progress("reference")
         reference = StreamedReference(graph, inputs, known)
     progress("compare")
-    rep.verdict = compare(graph, lowered, result.dram, reference, expected, tolerance, reference_kind)
+    rep.verdict = compare(graph, lowered, result.dram, reference, expected, tolerance, reference_kind, parts)
     if layered is not None and len(layered.stages) > 1:  # every request against its own reference
-        verdicts = [rep.verdict] + [compare(graph, low, result.dram, graph.trace(*x), None, tolerance, reference_kind)
+        verdicts = [rep.verdict] + [compare(graph, low, result.dram, graph.trace(*x), None, tolerance, reference_kind,
+                                            parts)
                                     for low, x in zip(layered.stages[1:], requests[1:])]
         rep.verdict = combined(verdicts, [f"request {k}" for k in range(len(verdicts))])
     rep.cycles = int(result.cycles)
     rep.counters = _counter_summary(result, lowered.workers)
     rep.peak_sram_bytes = max(rep.counters["peak_allocated_bytes"], default=0)
     rep.ops = [op_row(o) for o in lowered.ops]
-    rep.lowered, rep.result = lowered, result
+    rep.lowered, rep.result, rep.emitted = lowered, result, emitted
     rep.seconds = time.perf_counter() - t0
     return rep
 
@@ -178,7 +175,8 @@ def combined(verdicts: list[Verdict], names: list[str]) -> Verdict:
                    all(v.outputs_bit_exact for v in verdicts), first, sum(v.integer_tensors for v in verdicts),
                    max(v.max_abs_error for v in verdicts), max(v.max_rel_error for v in verdicts),
                    max(v.tolerance for v in verdicts), all(v.outputs_within_tolerance for v in verdicts),
-                   verdicts[0].reference, [op for v in verdicts for op in v.ops])
+                   verdicts[0].reference, [op for v in verdicts for op in v.ops],
+                   outputs=[replace(o, part=f"{n}:{o.part}") for n, v in zip(names, verdicts) for o in v.outputs])
 
 
 @dataclass
@@ -194,6 +192,7 @@ class Prepared:
     tolerance: float
     reference_kind: str  # "quantized" (integer path bit for bit) or "float"
     failed: str = ""  # why the frontend failed ("" when it passed)
+    parts: list[str] | None = None  # the model's names of the graph's outputs (`output_parts`)
 
 
 def prepare_recipe(recipe: str | Path, params: dict | None = None, steps=None, keep_bytes: int = 0) -> Prepared:
@@ -228,8 +227,10 @@ def prepare_recipe(recipe: str | Path, params: dict | None = None, steps=None, k
                 if matches(outs):
                     expected = outs
                     break
+    from ..workload.recipes import output_parts
+
     return Prepared(pipe.recipe, pipe, graph, list(inputs), expected, tolerance,
-                    "quantized" if quantized else "float")
+                    "quantized" if quantized else "float", parts=output_parts(pipe.path, len(graph.outputs)))
 
 
 # The final graph's integer values (products, quantize ops) that `emulate_recipe` takes from
@@ -260,7 +261,7 @@ def emulate_recipe(recipe: str | Path, chip, mapping: Mapping | None = None, par
     if prep.failed:
         return EmulationReport(prep.recipe, chip.name, mapping.model_dump(mode="json"), False, reason=prep.failed)
     graph, inputs, expected = prep.graph, prep.inputs, prep.expected
-    name, tolerance, reference_kind = prep.recipe, prep.tolerance, prep.reference_kind
+    name, tolerance, reference_kind, parts = prep.recipe, prep.tolerance, prep.reference_kind, prep.parts
     unmodified, stepped = (prep.pipe.graphs[0] if check_unmodified else None), len(prep.pipe.graphs) > 1
     known = prep.pipe.kept
     # The stages' other graphs are not read again: let their weights go (a real layer's float
@@ -268,7 +269,7 @@ def emulate_recipe(recipe: str | Path, chip, mapping: Mapping | None = None, par
     del prep
     cand = Candidate(chip, mapping)
     if partition == "spans" or mapping.partition == "spans":
-        return emulate_spans(graph, cand, inputs, expected, tolerance, mode, name)
+        return emulate_spans(graph, cand, inputs, expected, tolerance, mode, name, parts)
     # A real model's lowering, emulation and checks take minutes: a bar on a terminal, nothing
     # otherwise (disable=None); one step a phase, of the stepped graph and the unmodified one.
     with tqdm(total=4 * (2 if check_unmodified else 1), desc=f"{name}: emulate", unit="phase", leave=False,
@@ -281,18 +282,14 @@ def emulate_recipe(recipe: str | Path, chip, mapping: Mapping | None = None, par
 
         # Nothing here times the run again: the emulator takes the image rather than a copy.
         rep = emulate_graph(graph, cand, inputs, expected, tolerance, reference_kind, mode, name, progress=phase(""),
-                            keep_image=False, known=known)
+                            keep_image=False, known=known, parts=parts)
         del known
         if check_unmodified and rep.verdict is not None:
             base = emulate_graph(unmodified, cand, inputs, None if stepped else expected,
                                  FLOAT_TOLERANCE, "float", mode, name, progress=phase(" (unmodified graph)"),
-                                 keep_image=False)
+                                 keep_image=False, parts=parts if len(unmodified.outputs) == len(parts or ()) else None)
             if base.verdict is not None:
-                v = base.verdict
-                rep.verdict.unmodified = {"passed": v.first_differing_op is None and v.passed,
-                                          "first_differing_op": v.first_differing_op,
-                                          "blame": ("lowering" if v.first_differing_op else
-                                                    ("step" if not rep.verdict.passed else None))}
+                rep.verdict.unmodified = unmodified_check(rep.verdict, base.verdict)
         # Phases skipped (an infeasible candidate is not lowered further; the unmodified graph
         # is not run then): the answer is in, so the bar ends full.
         bar.update(bar.total - bar.n)
@@ -301,14 +298,12 @@ def emulate_recipe(recipe: str | Path, chip, mapping: Mapping | None = None, par
 
 
 def emulate_spans(graph: Graph, candidate: Candidate, inputs, expected=None, tolerance: float = FLOAT_TOLERANCE,
-                  mode: str = "overlapped", name: str = "") -> EmulationReport:
+                  mode: str = "overlapped", name: str = "", parts: list[str] | None = None) -> EmulationReport:
     """Temporal span partitioning (`dse.lower.spans.lower_spans`) over ``mapping.workers``
     workers: the assembled output against the unpartitioned reference, bit for bit, and
     every worker's tensors against the reference's rows (the first differing op named)."""
     import numpy as np
 
-    from ..lower.spans import lower_spans
-    from ..plan.spans import SpanError
     from . import OpCheck, Verdict, _bits, _err
 
     t0 = time.perf_counter()
@@ -317,17 +312,18 @@ def emulate_spans(graph: Graph, candidate: Candidate, inputs, expected=None, tol
                                                           "partition": "spans"},
                           True, private_sram_bytes=chip.private_sram_bytes)
     try:
-        staged, spans, parts, final = lower_spans(graph, chip, mapping, inputs, mapping.workers)
-    except (Infeasible, SpanError) as exc:
+        emitted = emit_spans(graph, candidate, inputs)
+    except Infeasible as exc:
         rep.feasible, rep.reason = False, str(exc)
         return rep
+    staged, spans, span_parts, final = emitted.spans
     t_run = time.perf_counter()
     result = emulator.run(staged.program, chip, staged.image, mode=mode)
     rep.emulator_seconds = time.perf_counter() - t_run
     rep.rerun = (staged.program, staged.image, mode)
     ref = graph.trace(*inputs)
     checks, first, int_ok, n_int = [], None, True, 0
-    for low, (sg, need, axes) in zip(staged.stages, parts):
+    for low, (sg, need, axes) in zip(staged.stages, span_parts):
         for op in sg.ops:
             t = op.outputs[0]
             if t not in ref:
@@ -352,14 +348,24 @@ def emulate_spans(graph: Graph, candidate: Candidate, inputs, expected=None, tol
         scale = float(np.abs(w).max()) if w.size else 0.0
         max_rel = max_abs / scale if scale else 0.0
         within = max_abs <= tolerance * max(scale, 1e-30)
+    if expected is not None:
+        check = OutputCheck(out, parts[0] if parts else out, tuple(got.shape), assembled, max_abs, max_rel, tolerance,
+                            within, "float module")
+    else:  # the assembled output against the unpartitioned reference, which it must equal
+        want = ref[out].numpy()
+        e = _err(got, want) if got.shape == want.shape else math.inf
+        scale = float(np.abs(want).max()) if want.size else 0.0
+        check = OutputCheck(out, parts[0] if parts else out, tuple(want.shape), assembled, e,
+                            e / scale if scale else (0.0 if e == 0 else math.inf), tolerance, assembled,
+                            "graph reference")
     rep.verdict = Verdict(int_ok and assembled and within, int_ok, assembled, first, n_int, max_abs, max_rel,
-                          tolerance, within, "quantized", checks)
+                          tolerance, within, "quantized", checks, outputs=[check])
     rep.cycles = int(result.cycles)
     rep.counters = _counter_summary(result, len(staged.program.cores))
     rep.peak_sram_bytes = max(rep.counters["peak_allocated_bytes"], default=0)
     rep.ops = [op_row(o, f"w{w}:", workers_used=1) for w, low in enumerate(staged.stages) for o in low.ops]
     rep.ops.insert(0, {"spans": [[s.lo, s.hi] for s in spans]})
-    rep.result = result
+    rep.result, rep.emitted = result, emitted
     rep.seconds = time.perf_counter() - t0
     return rep
 
@@ -376,6 +382,7 @@ class StageWork:
     tolerance: float = FLOAT_TOLERANCE
     reference_kind: str = "quantized"
     reference: dict | None = None
+    parts: list[str] | None = None  # the model's names of the graph's outputs
 
 
 def emulate_placed(stages: list[StageWork], candidate: Candidate, mode: str = "overlapped",
@@ -384,37 +391,35 @@ def emulate_placed(stages: list[StageWork], candidate: Candidate, mode: str = "o
     in one program, emulated once on the whole chip (each core with its group's hardware);
     every stage's tensors compared with its own reference. The verdict passes when every
     stage's does; its first differing op is named ``role:op``."""
-    from ..lower import lower_placed
-
     t0 = time.perf_counter()
     chip = candidate.chip
     rep = EmulationReport(name or " + ".join(s.role for s in stages), chip.name,
                           candidate.mapping.model_dump(mode="json", exclude_none=True), True,
                           private_sram_bytes=chip.private_sram_bytes)
     try:
-        if candidate.mapping.placement == "auto":  # the placement the model picks (the analytical stage's too)
-            from ..analytical.placed import resolve_auto_stages
-
-            candidate = Candidate(chip, resolve_auto_stages([(s.role, s.graph) for s in stages], candidate))
-            rep.mapping = candidate.mapping.model_dump(mode="json", exclude_none=True)
-        staged = lower_placed([(s.role, s.graph, s.inputs) for s in stages], candidate)
+        emitted = emit_placed([(s.role, s.graph, s.inputs) for s in stages], candidate)
     except Infeasible as exc:
         rep.feasible, rep.reason = False, str(exc)
         rep.seconds = time.perf_counter() - t0
         return rep
+    if emitted.candidate is not candidate:  # placement "auto", resolved as the model picks it
+        candidate = emitted.candidate
+        rep.mapping = candidate.mapping.model_dump(mode="json", exclude_none=True)
+    lowereds = [low for _, low in emitted.lowereds]
     t_run = time.perf_counter()
-    result = emulator.run(staged.program, chip, staged.image, mode=mode)
+    result = emulator.run(emitted.program, chip, emitted.image, mode=mode)
     rep.emulator_seconds = time.perf_counter() - t_run
-    rep.rerun = (staged.program, staged.image, mode)
+    rep.rerun = (emitted.program, emitted.image, mode)
     verdicts = []
-    for s, low in zip(stages, staged.stages):
+    for s, low in zip(stages, lowereds):
         reference = s.reference if s.reference is not None else s.graph.trace(*s.inputs)
-        verdicts.append(compare(s.graph, low, result.dram, reference, s.expected, s.tolerance, s.reference_kind))
+        verdicts.append(compare(s.graph, low, result.dram, reference, s.expected, s.tolerance, s.reference_kind,
+                                s.parts))
     rep.verdict = combined(verdicts, [s.role for s in stages])
     rep.cycles = int(result.cycles)
-    rep.counters = _counter_summary(result, len(staged.program.cores))
+    rep.counters = _counter_summary(result, len(emitted.program.cores))
     rep.peak_sram_bytes = max(rep.counters["peak_allocated_bytes"], default=0)
-    rep.ops = [op_row(o, f"{s.role}:") for s, low in zip(stages, staged.stages) for o in low.ops]
-    rep.lowered, rep.result = staged.stages[0], result
+    rep.ops = [op_row(o, f"{s.role}:") for s, low in zip(stages, lowereds) for o in low.ops]
+    rep.lowered, rep.result, rep.emitted = lowereds[0], result, emitted
     rep.seconds = time.perf_counter() - t0
     return rep

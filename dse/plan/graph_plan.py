@@ -47,7 +47,7 @@ from ..workload.graph import Graph, Op
 from .chains import score_chains
 from .layout import CHANNELS_LAST, absorbs_permute, inverse, permuted, stored_orders, stored_shape
 from .mapper import gemm_shape
-from .memory import Blocked, Dram, Loc, pad
+from .memory import Blocked, Dram, Loc, itemsize, pad, padded_shape
 from .units import SCALE_KINDS, conv_pad, grouped_conv, matrix_conv, matrix_product, reshape_view
 
 UNITS = ("matrix", "conv", "grouped", "scale", "relu", "view", "core", "fused", "chain")
@@ -261,9 +261,52 @@ class _Walk:
                 and readers[0].inputs[0] == out)
 
 
+@dataclass(frozen=True)
+class Temporary:
+    """A buffer the lowering places for one op's copy (never a graph tensor): a conv's
+    zero-padded image (``pad``) or im2col matrix (``gather``), a strided operand's padded
+    copy (``standardise``), an accumulator's row-major copy (``unblock``)."""
+
+    op: str
+    kind: str  # the copy's kind
+    tensor: str  # the tensor it copies
+    shape: tuple[int, ...]  # the buffer's logical shape (`Dram.tensor` pads its last two dims)
+    dtype: str
+    nbytes: int  # its padded buffer's bytes, as placed in DRAM
+
+
+def copy_buffer(graph: Graph, op: Op, copy: Copy) -> tuple[tuple[int, ...], str]:
+    """The shape and dtype of the buffer `copy` (one of `op`'s) writes: what the lowering
+    places for it (`dse.lower.lower`'s `_conv` asks here) and `temporaries` counts."""
+    if copy.kind == "unblock":  # (batch, pad(M), pad(N)) int32: `Dram.matrix`
+        return tuple(copy.shape), "int32"
+    if copy.kind == "pad":  # the input, every spatial axis grown by its padding
+        n, *spatial, channels = copy.shape
+        return (n, *[s + lo + hi for s, (lo, hi) in zip(spatial, conv_pad(op))], channels), "int8"
+    if copy.kind == "gather":  # (n, *outs, *kernel, C) gathered into the GEMM's A: (n * outs, taps * C)
+        nd = (len(copy.shape) - 2) // 2
+        n, outs, kernel, channels = copy.shape[0], copy.shape[1:1 + nd], copy.shape[1 + nd:1 + 2 * nd], copy.shape[-1]
+        return (n * math.prod(outs), math.prod(kernel) * channels), "int8"
+    return tuple(copy.shape), graph.tensors[copy.tensor].dtype  # standardise
+
+
+def temporaries(graph: Graph, fusion: str | None = None, channels_last: bool | None = None) -> list[Temporary]:
+    """Every buffer the plan's copies place, op by op (`plan_graph`'s copies and `after`
+    copies). A matmul's pack copies (A when its K is split, an activation B) are not
+    here: their size follows each candidate's tile."""
+    out = []
+    for plan in plan_graph(graph, fusion, channels_last):
+        for copy in plan.copies + plan.after:
+            shape, dtype = copy_buffer(graph, plan.op, copy)
+            out.append(Temporary(plan.op.name, copy.kind, copy.tensor, shape, dtype,
+                                 math.prod(padded_shape(shape)) * itemsize(dtype)))
+    return out
+
+
 def copy_elements(copy: Copy) -> int:
     """Elements a copy moves (its charge is ``elements x cycles per element`` of "copy")."""
     return math.prod(copy.shape)
 
 
-__all__ = ["Copy", "FUSIONS", "OpPlan", "UNITS", "copy_elements", "dram_footprint", "stored_loc", "plan_graph"]
+__all__ = ["Copy", "FUSIONS", "OpPlan", "Temporary", "UNITS", "copy_buffer", "copy_elements", "dram_footprint",
+           "plan_graph", "stored_loc", "temporaries"]

@@ -144,17 +144,22 @@ class Dram:
     def __init__(self):
         self.top = 0
         self.chunks: list[tuple[int, bytes]] = []
+        # buffers that are no graph tensor, (addr, bytes, what), for a listing of where things are
+        self.named: list[tuple[int, int, str]] = []
+        self.label = ""  # the op placing buffers now (set by the lowering): an unnamed one is its
 
-    def alloc(self, nbytes: int) -> int:
+    def alloc(self, nbytes: int, name: str = "") -> int:
         addr = self.top
         self.top = pad(addr + max(int(nbytes), 1), ALIGN)
+        if name:
+            self.named.append((addr, int(nbytes), name))
         return addr
 
-    def tensor(self, shape, dtype: str, value: np.ndarray | None = None) -> Loc:
+    def tensor(self, shape, dtype: str, value: np.ndarray | None = None, name: str = "") -> Loc:
         shape = tuple(int(s) for s in shape)
         bshape = padded_shape(shape)
         loc = Loc(0, shape, dtype, bshape)
-        addr = self.alloc(loc.nbytes)
+        addr = self.alloc(loc.nbytes, name)
         loc = Loc(addr, shape, dtype, bshape)
         if value is not None:
             buf = np.zeros(bshape, dtype=NP_DTYPES[dtype])
@@ -162,10 +167,10 @@ class Dram:
             self.chunks.append((addr, buf.tobytes()))
         return loc
 
-    def blob(self, array: np.ndarray) -> int:
+    def blob(self, array: np.ndarray, name: str = "") -> int:
         """Store a constant array (C-contiguous) and return its address."""
         data = np.ascontiguousarray(array).tobytes()
-        addr = self.alloc(len(data))
+        addr = self.alloc(len(data), name or (f"{self.label}: constant" if self.label else ""))
         self.chunks.append((addr, data))
         return addr
 

@@ -17,7 +17,8 @@ METRIC_KINDS = (
     "power",
     "numerics",
 )
-METRIC_SCOPES = ("total", "op", "core", "ball", "bank", "component")
+# "output": one graph output of the numerics check (its key the model's name: logits, k_cache)
+METRIC_SCOPES = ("total", "op", "core", "ball", "bank", "component", "output")
 # Evidence that comes from outside dse (`dse evidence import`): always its own kind.
 # synth_area and power: a synthesis / power report's figures by component (mm2, mW).
 IMPORTED_METRIC_KINDS = ("rtl_cycles", "fpga_cycles", "synth_area", "power")

@@ -359,3 +359,17 @@ def component_figures(connection, experiment_id: int, candidate_ids: list[int], 
     totals.columns.name = None
     totals.index.name = "candidate_id"
     return ComponentFigures(kind, wide.astype({"candidate_id": int, "run_id": int}), totals)
+
+
+def stored_bank_lifetimes(store, candidate_id: int) -> tuple[int | None, list[dict]]:
+    """The bank lifetimes the candidate's latest emulator run recorded (its banks.json,
+    written by `dse.lower.banks.bank_lifetimes`): (run id, rows), or (None, []) when no run
+    kept them."""
+    import json
+
+    rows = [a for a in store.artifact_rows(candidate=candidate_id) if a["name"] == "banks.json" and a["run_id"]]
+    if not rows:
+        return None, []
+    latest = max(rows, key=lambda a: a["run_id"])
+    path = store.artifact_path(latest["sha256"])
+    return int(latest["run_id"]), json.loads(path.read_bytes()) if path.exists() else []

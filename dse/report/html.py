@@ -22,11 +22,12 @@ from markupsafe import Markup
 from ..records import Store
 from ..runner.caveats import hardware_caveat, kinds_text
 from .data import (COMPONENT_TOTALS, PPA_KINDS, ExperimentView, accepted_candidates, changes, experiment_view,
-                   meaningful_candidates, outcome_mark, row_marks)
+                   meaningful_candidates, outcome_mark, row_marks, stored_bank_lifetimes)
 from .figures import (component_plot, core_time_plot, history_plot, model_vs_emulator_plot, op_breakdown_plot,
                       pareto_panels, pareto_plot)
 from ..runner.reasons import reason_ref, reason_refs
-from .interactive import PPA_PAIRS, experiment_figures, history_figure, ppa_pareto_name, search_history_figure
+from .interactive import (PPA_PAIRS, bank_lifetime_figure, experiment_figures, history_figure, ppa_pareto_name,
+                          search_history_figure)
 from .search_history import EVALUATOR, best_words, importance_rows, search_history
 
 
@@ -172,6 +173,15 @@ def _write_report(store: Store, experiment, out_dir: str | Path, x: str | None, 
     history = search_history(table, objectives[0])
     if history.ids:
         interactive_html["search_history"] = _inline(search_history_figure(history), "search-history", False)
+    # The bank lifetimes of the best candidate (else the baseline) as its emulator run recorded them.
+    banks = None
+    for cid in dict.fromkeys(i for i in (view.best_id, view.baseline_id) if i is not None):
+        run_id, lives = stored_bank_lifetimes(store, int(cid))
+        if lives:
+            banks = {"candidate": int(cid), "run": run_id, "count": len(lives)}
+            interactive_html["banks"] = _inline(bank_lifetime_figure(
+                lives, title=f"candidate {cid}: bank lifetimes (emulator run r{run_id})"), "banks", False)
+            break
     if len(view.core_time) and "busy_cycles" in view.core_time:
         figures["core_time"] = core_time_plot(view.core_time, list(view.emulated["candidate_id"]))
     stall_cols = [c for c in view.core_time.columns if str(c).startswith("stall_")]
@@ -228,7 +238,7 @@ def _write_report(store: Store, experiment, out_dir: str | Path, x: str | None, 
         front_count=len(front_ids), objective=objectives[0]["metric"], x=x, y=y, headline=view.headline,
         chosen=[(labels[i], i) for i in chosen], has_ops="ops" in figures,
         emulated=view.emulated.to_dict("records"), stall_cols=stall_cols, stalls=stalls,
-        has_emulator="model_vs_emulator" in figures, has_core_time="core_time" in figures, ppa=ppa,
+        has_emulator="model_vs_emulator" in figures, has_core_time="core_time" in figures, ppa=ppa, banks=banks,
         host_time=view.host_time,
         search=history, importance=importance_rows(history), search_best=best_words(history), evaluator=EVALUATOR,
     )

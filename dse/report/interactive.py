@@ -403,6 +403,28 @@ def model_vs_emulator_figure(emulated: pd.DataFrame, title: str = "") -> go.Figu
     return fig
 
 
+def bank_lifetime_figure(lives: list[dict], title: str = "") -> go.Figure:
+    """Bank lifetimes (rows of `dse.lower.banks.bank_lifetimes`, as a run's banks.json holds
+    them): one bar a virtual bank, on its core's row of banks, from its MSET to its free in
+    program order, coloured by the op that holds it; hover says what it holds."""
+    fig = go.Figure()
+    rows = [f"core {r['core']} {'shared ' if r['shared'] else ''}bank {r['bank']}" for r in lives]
+    order = sorted(dict.fromkeys(rows), key=lambda t: (int(t.split()[1]), "shared" in t, int(t.split()[-1])))
+    for op in dict.fromkeys(r["op"] for r in lives):
+        mine = [(row, r) for row, r in zip(rows, lives) if r["op"] == op]
+        fig.add_trace(go.Bar(
+            orientation="h", name=op, y=[row for row, _ in mine], base=[r["start"] for _, r in mine],
+            x=[r["end"] - r["start"] for _, r in mine],
+            hovertext=[f"<b>{row}</b> x{r['banks']} physical<br>op {html.escape(op)}<br>instructions "
+                       f"{r['start']}..{r['end']}<br>{html.escape(r['holds'])}" for row, r in mine],
+            hoverinfo="text"))
+    fig.update_layout(title=title or "bank lifetimes", template="plotly_white", barmode="overlay",
+                      height=max(260, 22 * len(order) + 120), xaxis_title="instruction (program order, per core)",
+                      yaxis=dict(categoryorder="array", categoryarray=order[::-1]),
+                      margin=dict(l=140, r=20, t=50, b=50), hovermode="closest", legend_title_text="op")
+    return fig
+
+
 def experiment_figures(view, x: str | None = None, y: str | None = None) -> dict[str, go.Figure]:
     """The interactive figures of an experiment, as `dse ui` and the report draw them, from
     its `dse.report.experiment_view`: "pareto", "parallel" (when a candidate is feasible),

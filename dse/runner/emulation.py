@@ -35,6 +35,7 @@ class EmulationWorkload:
     traces: bool = False  # keep the run's timing trace (NDJSON) among its raw evidence
     # chip name -> per-component area and energy factors ({}: uncalibrated; None: no PPA figures)
     ppa_calibration: dict | None = field(default_factory=dict)
+    parts: list[str] | None = None  # the model's names of the graph's outputs (each checked on its own)
 
 
 def prepare_emulation(recipe: str, params: dict, quantization: str | None = None) -> EmulationWorkload:
@@ -58,7 +59,7 @@ def _prepare(recipe: str, params_json: str, quantization: str | None) -> Emulati
         what = "a recipe whose frontend steps pass" + (f" with weights quantized per {quantization}" if quantization else "")
         raise InputError(recipe, "workload.recipe", recipe, f"{what} ({prep.failed})")
     return EmulationWorkload(prep.graph, prep.inputs, prep.expected, prep.tolerance, prep.reference_kind,
-                             prep.graph.trace(*prep.inputs))
+                             prep.graph.trace(*prep.inputs), parts=prep.parts)
 
 
 @dataclass
@@ -80,7 +81,8 @@ def prepare_placed(stages) -> PlacedEmulation:
     out = []
     for role, recipe, params in stages:
         w = prepare_emulation(recipe, params)
-        out.append(StageWork(role, w.graph, w.inputs, w.expected, w.tolerance, w.reference_kind, w.reference))
+        out.append(StageWork(role, w.graph, w.inputs, w.expected, w.tolerance, w.reference_kind, w.reference,
+                             w.parts))
     return PlacedEmulation(out)
 
 
@@ -102,7 +104,7 @@ def emulate(work: "EmulationWorkload | PlacedEmulation", cand: Candidate) -> Emu
         report = emulate_placed(work.stages, cand)
     else:
         report = emulate_graph(work.graph, cand, work.inputs, work.expected, work.tolerance, work.reference_kind,
-                               reference=work.reference)
+                               reference=work.reference, parts=work.parts)
     if not report.feasible:
         return Emulated(report, Evidence("infeasible", report.reason))
     counters = report.counters
@@ -134,6 +136,22 @@ def emulate(work: "EmulationWorkload | PlacedEmulation", cand: Candidate) -> Emu
                                 unit="instruction-cycles", scope="core", scope_key=str(core)))
     return Emulated(report, Evidence("ok", metrics=metrics, totals={"latency_cycles": float(report.cycles)},
                                      artifacts=raw_evidence(report) + (trace_evidence(report, cand) if work.traces else [])))
+
+
+def emit(work: "EmulationWorkload | PlacedEmulation", cand: Candidate, inputs: dict | None = None):
+    """The program `emulate` runs for `cand` (`dse.numerics.emitted.Emitted`), emitted as it
+    emits it; on `inputs` (by graph input name, a stage's as ``role/name``: what a run
+    stores) in place of the workload's own. Raises `dse.lower.Infeasible`."""
+    from ..numerics.emitted import emit_graph, emit_placed, emit_spans
+
+    if isinstance(work, PlacedEmulation):
+        return emit_placed([(s.role, s.graph, s.inputs if inputs is None else [inputs[f"{s.role}/{n}"]
+                                                                               for n in s.graph.inputs])
+                            for s in work.stages], cand)
+    given = work.inputs if inputs is None else [inputs[n] for n in work.graph.inputs]
+    if cand.mapping.partition == "spans":
+        return emit_spans(work.graph, cand, given)
+    return emit_graph(work.graph, cand, given)
 
 
 def ppa_metrics(report, cand: Candidate, work) -> tuple[list[dict], str]:
@@ -199,24 +217,61 @@ def host_time_metrics(report, cand: Candidate, repeats: int) -> list[dict]:
 
 
 def raw_evidence(report) -> list[tuple[str, str, bytes]]:
-    """A run's raw evidence, (role, name, bytes) each: every output at full precision (one
-    .npy file an output: the same bytes for the same values, so bit-exact candidates share
-    the files), the emulator's counters, and the run's log (its report as JSON)."""
-    import io
-
-    import numpy as np
-
+    """A run's raw evidence, (role, name, bytes) each: every output at the model's shape and
+    full precision (one .npy file an output: the same bytes for the same values, so
+    bit-exact candidates share the files), the inputs it ran on (what `dse replay` runs
+    again), the emulator's counters, the run's log (its report as JSON), its identities
+    (`replay.json`: sha256 of the program, the DRAM image it started from and the weights)
+    and its bank lifetimes (`banks.json`). The physical buffers the program wrote (padded
+    to the matrix Ball's granule) are kept too, labelled as such: ``physical/<name>.padded.npy``."""
     out = []
-    result = report.result
+    result, emitted = report.result, report.emitted
     if result is not None:
-        for name, value in sorted(result.outputs.items()):
-            buffer = io.BytesIO()
-            np.save(buffer, np.asarray(value), allow_pickle=False)
-            out.append(("outputs", f"outputs/{name}.npy", buffer.getvalue()))
+        if emitted is not None:
+            outputs = emitted.outputs(result.dram)
+            for name, value in sorted(outputs.items()):
+                out.append(("outputs", f"outputs/{name}.npy", _npy(value)))
+            for name, value in emitted.inputs.items():
+                out.append(("inputs", f"inputs/{name}.npy", _npy(value)))
+            out.append(("log", "replay.json", json.dumps(replay_manifest(report, outputs), sort_keys=True).encode()))
+            out.append(("log", "banks.json", json.dumps([life.to_dict() for life in emitted.bank_lifetimes()],
+                                                        sort_keys=True).encode()))
+        for name, value in sorted(result.outputs.items()):  # the program's own regions: padded buffers
+            out.append(("outputs", f"physical/{name}.padded.npy", _npy(value)))
         out.append(("measurements", "counters.json",
                     json.dumps(result.counters.rows(), sort_keys=True, default=str).encode()))
     out.append(("log", "emulation.json", json.dumps(report.to_dict(), sort_keys=True, default=str).encode()))
     return out
+
+
+def _npy(value) -> bytes:
+    import io
+
+    import numpy as np
+
+    buffer = io.BytesIO()
+    np.save(buffer, np.asarray(value), allow_pickle=False)
+    return buffer.getvalue()
+
+
+def replay_manifest(report, outputs: dict) -> dict:
+    """What `dse replay` checks a rerun against: the run's identities (sha256 of the emitted
+    program, of the DRAM image it started from and of the weights), its timing mode, its
+    inputs in order and its outputs' shapes, dtypes and sha256."""
+    import hashlib
+
+    import numpy as np
+
+    emitted = report.emitted
+    digests = emitted.digests()
+    if report.rerun is None:  # the run wrote into the image itself: its start is gone
+        digests["dram_image_sha256"] = None
+    return {"digests": digests, "mode": report.rerun[2] if report.rerun is not None else "overlapped",
+            "inputs": list(emitted.inputs),
+            "outputs": {name: {"shape": list(np.shape(v)), "dtype": str(np.asarray(v).dtype),
+                               "sha256": hashlib.sha256(np.ascontiguousarray(v).tobytes()).hexdigest()}
+                        for name, v in outputs.items()},
+            "mapping": emitted.candidate.mapping.model_dump(mode="json", exclude_none=True)}
 
 
 def trace_evidence(report, cand: Candidate) -> list[tuple[str, str, bytes]]:
@@ -232,6 +287,19 @@ def trace_evidence(report, cand: Candidate) -> list[tuple[str, str, bytes]]:
     return [("trace", f"trace/{kind}.ndjson", trace.ndjson(kind).encode()) for kind in ("itrace", "mtrace", "pmctrace")]
 
 
+def output_metrics(verdict) -> list[dict]:
+    """Each graph output's figures (`dse.numerics.OutputCheck`) as numerics rows of scope
+    "output", keyed by the model's name of it (logits, k_cache, ...)."""
+    rows = []
+    for o in verdict.outputs:
+        for name, value, unit in (("bit_exact", float(o.bit_exact), "bool"), ("max_abs_error", o.max_abs_error, "abs"),
+                                  ("max_rel_error", o.max_rel_error, "rel"), ("tolerance", o.tolerance, "rel"),
+                                  ("within_tolerance", float(o.within_tolerance), "bool")):
+            rows.append(dict(kind="numerics", name=name, value=float(value), unit=unit, scope="output",
+                             scope_key=o.part))
+    return rows
+
+
 def judge_numerics(emulated: Emulated) -> Evidence:
     """The numerics verdict's metrics added to the run's evidence; a run whose outputs do not
     match PyTorch fails."""
@@ -243,6 +311,7 @@ def judge_numerics(emulated: Emulated) -> Evidence:
         dict(kind="numerics", name="integer_bit_exact", value=float(verdict.integer_bit_exact), unit="bool"),
         dict(kind="numerics", name="max_abs_error", value=float(verdict.max_abs_error), unit="abs"),
         dict(kind="numerics", name="max_rel_error", value=float(verdict.max_rel_error), unit="rel"),
+        *output_metrics(verdict),
     ]
     if not verdict.passed:
         # Results that do not match PyTorch are not evidence of speed: the run fails.

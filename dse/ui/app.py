@@ -31,10 +31,12 @@ from ..records import RecordNotFound, Store
 from ..records.reads import flatten
 from ..records.liveness import sweep_holder
 from ..report.data import (PPA_KINDS, accepted_candidates, candidate_metrics, component_figures, front_of,
-                           meaningful_candidates, model_vs_emulator, op_metric_table, outcome_mark, row_marks)
+                           meaningful_candidates, model_vs_emulator, op_metric_table, outcome_mark, row_marks,
+                           stored_bank_lifetimes)
 from ..report.html import fmt_value
-from ..report.interactive import (OP_METRICS, PPA_AXES, component_figure, history_figure, model_vs_emulator_figure,
-                                  op_figure, parallel_figure, pareto_figure, search_history_figure)
+from ..report.interactive import (OP_METRICS, PPA_AXES, bank_lifetime_figure, component_figure, history_figure,
+                                  model_vs_emulator_figure, op_figure, parallel_figure, pareto_figure,
+                                  search_history_figure)
 from ..report.search_history import EVALUATOR, SearchHistory, best_words, importance_rows, search_history
 from ..runner.acceptance import headline, judge_experiment
 from ..runner.caveats import hardware_caveat, kinds_text
@@ -340,6 +342,18 @@ class Workbench:
         fig = component_figure(figures, labels, title=f"candidate {ident}: area and energy by component ({kind})")
         return _figure_response(fig, _components_summary(figures, labels))
 
+    def candidate_banks_json(self, request: Request) -> Response:
+        """The bank lifetimes the candidate's latest emulator run recorded, as a chart."""
+        ident = record_id(request.path_params["ident"], what="candidate")
+        try:
+            self.store.candidate(ident)
+        except RecordNotFound as error:
+            raise Problem(404, "No such candidate", str(error)) from None
+        run_id, lives = stored_bank_lifetimes(self.store, ident)
+        fig = bank_lifetime_figure(lives, title=f"candidate {ident}: bank lifetimes (emulator run r{run_id})")
+        return _figure_response(fig, {"run_id": run_id, "lifetimes": len(lives),
+                                      "cores": len({life["core"] for life in lives})})
+
     def model_vs_emulator_json(self, request: Request) -> Response:
         exp = self.experiment(request.path_params["ref"])
         with self.connection() as connection:
@@ -401,8 +415,10 @@ class Workbench:
         decisions = self.store.decisions(cand["experiment_id"])
         decisions = records(decisions[decisions["candidate_id"] == ident])
         exp = self.store.experiment(cand["experiment_id"])
+        banks_run, lives = stored_bank_lifetimes(self.store, ident)
         return self.page(request, "candidate.html.j2", cand=cand, exp=exp, runs=records(runs), decide_candidate=ident,
                          evidence=evidence, artifacts=artifacts, decisions=decisions, ppa_kinds=PPA_KINDS,
+                         banks_run=banks_run, banks_count=len(lives),
                          title=f"dse: candidate {ident}", note_back=str(request.app.url_path_for("candidate", ident=str(ident))),
                          **notes.candidate_context(self.store, cand))  # fmt: skip
 
@@ -625,6 +641,7 @@ def create_app(store: Store, access: Access | None = None) -> Starlette:
         Route("/experiments/{ref}/notes", partial(notes.add_note, bench), methods=["POST"], name="add_note"),
         Route("/candidates/{ident}", bench.candidate_page, name="candidate"),
         Route("/candidates/{ident}/components.json", bench.candidate_components_json, name="candidate_components_json"),
+        Route("/candidates/{ident}/banks.json", bench.candidate_banks_json, name="candidate_banks_json"),
         Route("/runs/{ident}", bench.run_page, name="run"),
         Route("/artifacts/{ident}", bench.artifact, name="artifact"),
         Route("/artifacts/{ident}/view", partial(artifacts.view, bench), name="artifact_view"),

@@ -174,6 +174,16 @@ def capture_recipe(name_or_path: str | Path, **params: Any) -> Graph:
     return capture(module, *example_inputs, name=recipe.name, source_path=recipe.path)
 
 
+def output_parts(recipe: str | Path, count: int) -> list[str] | None:
+    """The model's names of its graph's `count` outputs, in order (``OUTPUTS`` in its
+    model.py, e.g. ``("logits", "k_cache", "v_cache")``: the numerics checks each part on its
+    own under that name); None when the model names none, or not that many."""
+    names = getattr(load_recipe(recipe).module, "OUTPUTS", None)
+    if not isinstance(names, (tuple, list)) or len(names) != count or not all(isinstance(n, str) for n in names):
+        return None
+    return list(names)
+
+
 def recipe_doc(recipe: Recipe) -> str:
     """The first sentence of the model file's docstring, on one line."""
     paragraph = " ".join((recipe.module.__doc__ or "").strip().split("\n\n")[0].split())

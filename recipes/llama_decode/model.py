@@ -17,6 +17,9 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+# The graph's outputs by name, in forward's order: the numerics checks each on its own.
+OUTPUTS = ("logits", "k_cache", "v_cache")
+
 class RMSNorm(nn.Module):
     def __init__(self, dim: int, eps: float = 1e-6):
         super().__init__()
