@@ -11,6 +11,7 @@ import re
 
 from ..errors import InputError
 from ..records import light
+from ..records.outcomes import outcome, spelled_counts
 from .common import add_db_argument, default_db, open_store
 
 # `dse show c12` (candidate), `dse show r7` (run); a name or a bare id is an experiment.
@@ -289,7 +290,7 @@ def _show_experiment(store, ident: int, limit: int) -> None:
         print(f"{title}:" + (f" {_one_line(spec_text, 200)}" if spec_text else " (none in the spec)" if kind != "note" else ""))
         for n in added:
             print(f"  + {_when(n['created_at'])} by {n['author']}: {n['text']}")
-    print(f"candidates: {n_candidates}" + (" (" + ", ".join(f"{n} {s}" for s, n in counts) + ")"
+    print(f"candidates: {n_candidates}" + (f" ({spelled_counts(counts)})"
                                              if n_candidates else ""))  # fmt: skip
     if n_candidates:
         # Plain rows, printed as pandas would print them (`_text_table`), without pandas.
@@ -298,7 +299,7 @@ def _show_experiment(store, ident: int, limit: int) -> None:
             "id": [c["id"] for c in cands],
             "origin": [c["origin"] + ("*" if c["id"] == baseline else "") for c in cands],
             "stage": ["" if c["stage"] is None else c["stage"] for c in cands],
-            "status": ["not run" if c["status"] is None else c["status"] for c in cands],
+            "status": [outcome(c["status"], c["reason"]) for c in cands],  # the counts' classification
             "acceptance": [outcome_mark(judgement.outcome(c["id"])) for c in cands],
             "marks": [", ".join(m for m, on in (("★ best", c["id"] == judgement.best),
                                                  ("◇ accepted", c["id"] in top.accepted)) if on) for c in cands],

@@ -14,12 +14,14 @@ importing this module brings in neither SQLAlchemy nor the schema.)
 from __future__ import annotations
 
 import json
+import re
 import sqlite3
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from .light import connect
+from .sql_reads import latest_status_counts
 from .revisions import head_revision
 
 @dataclass
@@ -47,6 +49,8 @@ class RecordedExperiment:
     # (experiment.judged_run_id, 0013: the latest proposal is that judgement)
     newest_run_id: int | None = None
     judged_run_id: int | None = None
+    # its candidates by outcome, as `dse show` counts them (`sql_reads.latest_status_counts`)
+    outcomes: list[tuple[str, int]] = field(default_factory=list)
 
 
 def read_experiment(store: str | Path, name: str, final_statuses: set[str]) -> RecordedExperiment | None:
@@ -130,7 +134,18 @@ def _read(db: sqlite3.Connection | _QmarkConnection, name: str, final_statuses: 
         "SELECT max(r.started_at), max(coalesce(r.finished_at, r.started_at)), max(r.id) FROM run r "
         "JOIN candidate c ON c.id = r.candidate_id WHERE c.experiment_id = ?", (exp_id,)).fetchone()
     out.newest_run_time = None if started is None else max(started, finished)
+    out.outcomes = latest_status_counts(_named_runner(db), exp_id)
     return out
+
+
+def _named_runner(db: sqlite3.Connection | _QmarkConnection):
+    """`sql_reads`' `run(sql, params)` over a connection taking `?` placeholders: the
+    Store's own SQL, its `:name` parameters passed by position."""
+    def run(sql: str, params: dict[str, Any]) -> tuple[list[str], list[tuple]]:
+        names = re.findall(r":(\w+)", sql)
+        cursor = db.execute(re.sub(r":\w+", "?", sql), tuple(params[n] for n in names))
+        return [c[0] for c in cursor.description], cursor.fetchall()
+    return run
 
 
 def _json(value) -> list:
