@@ -491,7 +491,8 @@ def cmd_compare(args) -> int:
 
 
 # What a scope's key names, as a column heading.
-_KEY_HEADER = {"component": "component", "op": "op", "core": "core"}
+_KEY_HEADER = {"component": "component", "op": "op", "core": "core", "ball": "Ball", "bank": "bank", "dma": "DMA",
+               "bus": "bus", "phase": "phase"}
 # The key of a by-component metric's total (the recorded total of that metric and kind).
 COMPONENT_TOTAL = "(total)"
 
@@ -695,8 +696,10 @@ def register(sub) -> None:
     add_db_argument(comp)
     comp.add_argument("--all-metrics", action="store_true", help="also list the metrics that are equal")
     comp.add_argument("--scope", default="total",
-                      help="metric scope: total (default), op, core, ball, bank, component (area and energy by "
-                           "component, each metric's recorded total after its components)")
+                      help="metric scope: total (default), op, core, ball, bank, dma, bus (the emulator's counters "
+                           "per Ball, bank, DMA engine, system bus), phase (the emulator stage's host time by phase), "
+                           "component (area and energy by component, each metric's recorded total after its "
+                           "components)")
     comp.set_defaults(func=cmd_compare)
 
     dec = sub.add_parser("decide", help="accept or reject a candidate, or refute the hypothesis, with the reason")

@@ -31,6 +31,7 @@ class EmulationReport:
     ops: list[dict] = field(default_factory=list)
     seconds: float = 0.0
     emulator_seconds: float = 0.0  # the emulator's own run (emulator.run), without lowering and checks
+    lower_seconds: float = 0.0  # lowering (plan, program, DRAM image), before the emulator's run
     rerun: tuple | None = field(default=None, repr=False)  # (program, DRAM image, mode): to time it again
     lowered: Lowered | None = None
     result: Any = None
@@ -139,6 +140,7 @@ def emulate_graph(graph: Graph, candidate: Candidate, inputs, expected=None, tol
         return rep
     progress("emulate")
     t_run = time.perf_counter()
+    rep.lower_seconds = t_run - t0
     in_place = not keep_image and layered is None
     result = emulator.run(lowered.program, candidate.chip, lowered.image, mode=mode, in_place=in_place)
     rep.emulator_seconds = time.perf_counter() - t_run
@@ -318,6 +320,7 @@ def emulate_spans(graph: Graph, candidate: Candidate, inputs, expected=None, tol
         rep.feasible, rep.reason = False, str(exc)
         return rep
     t_run = time.perf_counter()
+    rep.lower_seconds = t_run - t0
     result = emulator.run(staged.program, chip, staged.image, mode=mode)
     rep.emulator_seconds = time.perf_counter() - t_run
     rep.rerun = (staged.program, staged.image, mode)
@@ -399,6 +402,7 @@ def emulate_placed(stages: list[StageWork], candidate: Candidate, mode: str = "o
         rep.seconds = time.perf_counter() - t0
         return rep
     t_run = time.perf_counter()
+    rep.lower_seconds = t_run - t0
     result = emulator.run(staged.program, chip, staged.image, mode=mode)
     rep.emulator_seconds = time.perf_counter() - t_run
     rep.rerun = (staged.program, staged.image, mode)
