@@ -14,7 +14,7 @@ to the core's cycles.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Iterator
 
 
@@ -24,6 +24,33 @@ class CounterSpec:
     unit: str
     scope: str
     event: str
+    # What counting it costs the emulator in host time (`OVERHEAD`): a counter whose cost
+    # grows with the program can slow one schedule more than another, which is not the chip's.
+    overhead: str = ""
+
+
+# The emulator's host-time overhead of keeping a counter, one of these.
+AT_THE_END = "none while running: computed once after the run from state the passes keep anyway"
+FUNCTIONAL_ADD = "one integer addition per counted instruction in the functional pass"
+TIMING_ADD = "one integer addition per counted instruction in the timing pass"
+INTERVALS = ("one interval kept per counted instruction in the timing pass, merged once after the run "
+             "(a sort: O(n log n) in the instructions)")
+PEAK = "one comparison per bank allocation (MSET) in the functional pass"
+CLOCK = "two clock reads a run"
+OVERHEAD = {
+    "cycles": AT_THE_END, "instructions": TIMING_ADD, "core_ops": TIMING_ADD, "busy_cycles": INTERVALS,
+    "idle_cycles": INTERVALS, "core_op_cycles": TIMING_ADD, "core_op_elements": FUNCTIONAL_ADD,
+    "peak_allocated_rows": PEAK, "peak_allocated_bytes": PEAK, "dma_bytes_in": FUNCTIONAL_ADD,
+    "dma_bytes_out": FUNCTIONAL_ADD, "dma_transfers_in": FUNCTIONAL_ADD, "dma_transfers_out": FUNCTIONAL_ADD,
+    "dma_bursts": FUNCTIONAL_ADD, "dma_busy_cycles": INTERVALS, "dma_bus_wait_cycles": TIMING_ADD,
+    "ball_ops": TIMING_ADD, "ball_busy_cycles": TIMING_ADD, "ball_macs": FUNCTIONAL_ADD,
+    "rows_read": FUNCTIONAL_ADD, "rows_written": FUNCTIONAL_ADD, "channel_conflicts": TIMING_ADD,
+    "shared_channel_conflicts": TIMING_ADD, "shared_bytes_used": AT_THE_END, "channel_wait_cycles": TIMING_ADD,
+    "bus_busy_cycles": TIMING_ADD, "host_setup_seconds": CLOCK, "host_functional_seconds": CLOCK,
+    "host_timing_seconds": CLOCK, "host_exec_seconds": CLOCK,
+    **{f"stall_{cause}_cycles": TIMING_ADD for cause in
+       ("rob_full", "frontend", "dependence", "ball_queue", "channel", "dma", "fence", "barrier")},
+}
 
 
 _SPECS = [
@@ -83,6 +110,8 @@ _SPECS = [
     CounterSpec("host_timing_seconds", "seconds", "host", "host time in the timing pass"),
     CounterSpec("host_exec_seconds", "seconds", "host", "host_functional_seconds + host_timing_seconds"),
 ]
+# Every counter says its overhead (a KeyError here: a new counter without one).
+_SPECS = [replace(s, overhead=OVERHEAD[s.name]) for s in _SPECS]
 CATALOGUE: dict[tuple[str, str], CounterSpec] = {(s.name, s.scope): s for s in _SPECS}
 
 

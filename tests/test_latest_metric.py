@@ -17,6 +17,7 @@ from pg import pg_server, pg_url  # noqa: F401  (fixtures)
 from sqlalchemy import create_engine, text
 
 from dse.records import MetricIn, Store, latest, reads, sql_reads
+from dse.records.outcomes import outcome
 from dse.records.light import open_light
 from dse.records.store import SCHEMA_HEAD, alembic_config, database_url
 from dse.ui import queries
@@ -440,10 +441,13 @@ def test_candidate_outcomes_follow_every_writer_of_a_run(db, tmp_path):
         with store.engine.begin() as connection:
             connection.execute(text("UPDATE run SET status = 'failed' WHERE id = :r"), {"r": rf})
         assert counts_agree(store) == {(e, "ok"): 2, (e, "crashed"): 1, (e, "pruned"): 1, (other, "failed"): 1}
-        # By latest run (`dse show`): ties in the order of first occurrence, as value_counts.
-        for experiment, hand in (("x", [("pruned", 2), ("crashed", 1), ("ok", 1)]),
+        # By latest run's outcome (`dse show`): ties in the order of first occurrence, as
+        # value_counts; d, pruned as analytically infeasible, counts as infeasible.
+        for experiment, hand in (("x", [("pruned", 1), ("crashed", 1), ("ok", 1), ("infeasible", 1)]),
                                  ("y", [("failed", 1), ("not run", 1)])):
-            by_pandas = list(store.candidates(experiment)["status"].fillna("not run").value_counts().items())
+            rows = store.candidates(experiment)
+            by_pandas = list(pd.Series([outcome(None if s != s else s, r) for s, r in zip(rows["status"], rows["reason"])])
+                             .value_counts().items())
             assert store.latest_status_counts(experiment) == by_pandas == hand
         with store.engine.connect() as connection:
             candidates_agree(connection, "x")

@@ -137,6 +137,8 @@ class GraphCost:
         self.plans: dict[MatmulShape, MatmulPlans] = {}
         self.overlapped: dict[MatmulShape, MatmulPlans] = {}  # tiles as picked, before a serial re-costing
         self.activity: dict = {}  # per shape, the picked tiles' `MatmulActivity`
+        # read-only constants laid out so far: (what, tensor, op kind) -> [(tiles, feasible)]
+        self.constants: dict[tuple, list[tuple[tuple[np.ndarray, ...], np.ndarray]]] = {}
         self.streams = StreamCosts(graph, params, chips) if chips is not None else None
         self.too_many_reason = np.array([too_many_workers(w, name, c) for w, name, c
                                          in zip(params.workers, params.chip_names, params.cores)], dtype=object)
@@ -233,7 +235,7 @@ class GraphCost:
                 setattr(charges, name, getattr(charges, name) + np.where(feasible, getattr(act, name), 0))
             charges.ball_macs = charges.ball_macs + np.where(feasible, act.macs, 0)
             charges.core_busy = charges.core_busy + np.where(feasible, act.core_cycles, 0)
-            workspace = np.where(feasible, act.workspace_bytes, 0)
+            workspace = np.where(feasible, act.workspace_bytes - self._bound_bytes(plan, plans, act), 0)
         if charges.sram is not None:
             sram, banks, rows_used = charges.sram, charges.banks, charges.bank_rows
         if charges.dma_bytes is not None:
@@ -280,6 +282,30 @@ class GraphCost:
             self.activity[shape] = matmul_activity(self.params, shape, tile(plans.tm), tile(plans.tn), tile(plans.tk),
                                                    plans.dma_bytes)
         return self.activity[shape]
+
+    def _bound_bytes(self, plan: OpPlan, plans: MatmulPlans, act) -> np.ndarray:
+        """Of the op's workspace, the read-only constants an earlier op laid out already, per
+        candidate: a weight's blocked copy read again in the same tiles (tn, tk), a bias
+        replicate in the same (tm, tn), keyed as the lowering binds them (`Dram.constant`);
+        the frontend gave byte-identical weights one name."""
+        op, shape, out = plan.op, plan.gemm, np.zeros(self.n, dtype=np.int64)
+        if shape.b_weight and not shape.b_preloaded and act.weight_blob_bytes:
+            seen = self._seen(("weight", op.inputs[1], op.kind, op.attrs.get("groups", 1)), (plans.tn, plans.tk),
+                              plans.feasible)
+            out += np.where(seen, act.weight_blob_bytes, 0)
+        if shape.bias and len(op.inputs) > 2:
+            seen = self._seen(("bias", op.inputs[2], op.kind), (plans.tm, plans.tn), plans.feasible)
+            out += np.where(seen, act.bias_blob_bytes, 0)
+        return out
+
+    def _seen(self, key: tuple, tiles: tuple[np.ndarray, ...], feasible: np.ndarray) -> np.ndarray:
+        """Per candidate: an earlier op laid out the constant `key` in these tiles."""
+        earlier = self.constants.setdefault(key, [])
+        seen = np.zeros(self.n, dtype=bool)
+        for before, ok in earlier:
+            seen |= ok & np.logical_and.reduce([np.asarray(a) == np.asarray(b) for a, b in zip(tiles, before)])
+        earlier.append((tuple(np.asarray(t).copy() for t in tiles), np.asarray(feasible).copy()))
+        return seen
 
     def _grouped(self, plan: OpPlan) -> OpCost:
         """A grouped conv: per candidate, the Ball path (its copies, the block-diagonal GEMM,

@@ -11,6 +11,7 @@ import re
 
 from ..errors import InputError, close_matches
 from ..records import light
+from ..records.outcomes import outcome, spelled_counts
 from .common import add_db_argument, default_db, open_store
 
 # `dse show c12` (candidate), `dse show r7` (run); a name or a bare id is an experiment.
@@ -339,7 +340,7 @@ def _show_experiment(store, ident: int, limit: int) -> None:
         print(f"{title}:" + (f" {_one_line(spec_text, 200)}" if spec_text else " (none in the spec)" if kind != "note" else ""))
         for n in added:
             print(f"  + {_when(n['created_at'])} by {n['author']}: {n['text']}")
-    print(f"candidates: {n_candidates}" + (" (" + ", ".join(f"{n} {s}" for s, n in counts) + ")"
+    print(f"candidates: {n_candidates}" + (f" ({spelled_counts(counts)})"
                                              if n_candidates else ""))  # fmt: skip
     # Each reason a candidate was not evaluated to the end, once, with its count; the
     # table's rows refer to these lines by number.
@@ -356,7 +357,7 @@ def _show_experiment(store, ident: int, limit: int) -> None:
             "id": [c["id"] for c in cands],
             "origin": [c["origin"] + ("*" if c["id"] == baseline else "") for c in cands],
             "stage": ["" if c["stage"] is None else c["stage"] for c in cands],
-            "status": ["not run" if c["status"] is None else c["status"] for c in cands],
+            "status": [outcome(c["status"], c["reason"]) for c in cands],  # the counts' classification
             "acceptance": [outcome_mark(judgement.outcome(c["id"])) for c in cands],
             "marks": [", ".join(m for m, on in (("★ best", c["id"] == judgement.best),
                                                  ("◇ accepted", c["id"] in top.accepted)) if on) for c in cands],
@@ -578,7 +579,8 @@ def cmd_compare(args) -> int:
 
 
 # What a scope's key names, as a column heading.
-_KEY_HEADER = {"component": "component", "op": "op", "core": "core"}
+_KEY_HEADER = {"component": "component", "op": "op", "core": "core", "ball": "Ball", "bank": "bank", "dma": "DMA",
+               "bus": "bus", "phase": "phase"}
 # The key of a by-component metric's total (the recorded total of that metric and kind).
 COMPONENT_TOTAL = "(total)"
 
@@ -804,8 +806,10 @@ def register(sub) -> None:
     add_db_argument(comp)
     comp.add_argument("--all-metrics", action="store_true", help="also list the metrics that are equal")
     comp.add_argument("--scope", default="total",
-                      help="metric scope: total (default), op, core, ball, bank, output (numerics per graph output), component (area and energy by "
-                           "component, each metric's recorded total after its components)")
+                      help="metric scope: total (default), op, core, ball, bank, dma, bus (the emulator's counters "
+                           "per Ball, bank, DMA engine, system bus), phase (the emulator stage's host time by phase), "
+                           "output (numerics per graph output), component (area and energy by component, each "
+                           "metric's recorded total after its components)")
     comp.set_defaults(func=cmd_compare)
 
     dec = sub.add_parser("decide", help="accept or reject a candidate, or refute the hypothesis, with the reason")

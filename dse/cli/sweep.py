@@ -6,6 +6,7 @@ import sys
 from pathlib import Path
 
 from ..errors import InputError
+from ..records.outcomes import spelled_counts
 from .common import add_db_argument
 
 
@@ -23,9 +24,8 @@ def cmd_sweep(args) -> int:
 
         print(INTERRUPTED, file=sys.stderr)
         return EXIT_INTERRUPT
-    counts = ", ".join(f"{v} {k}" for k, v in sorted(result.counts.items()))
     print(f"experiment '{result.name}' (id {result.experiment_id}): {result.evaluated} evaluated, "
-          f"{result.resumed} already recorded; {counts}")
+          f"{result.resumed} already recorded; candidates: {spelled_counts(result.outcomes)}")
     if result.reasons:  # each reason once, with how many candidates it stopped
         from ..runner.reasons import reason_lines
 

@@ -271,6 +271,10 @@ class MatmulActivity:
     # DRAM the lowering lays out for the op beyond the plan's tensors: the weight's blocked
     # copy, the packed A (when K is split) or activation B, the bias replicate
     workspace_bytes: np.ndarray
+    # of it, the read-only constants (a weight's blocked copy, the bias replicate): placed
+    # once for every op reading the same bytes (`dse.plan.memory.Dram.constant`)
+    weight_blob_bytes: int = 0
+    bias_blob_bytes: np.ndarray | int = 0
 
 
 def _aligned(nbytes, align: int = 64):
@@ -310,10 +314,10 @@ def matmul_activity(params: CandidateArrays, shape: MatmulShape, tm, tn, tk, dma
     packs = (np.where(Kt > 1, b * Mp * Kp, 0) + (0 if shape.b_weight else nbB * Np * Kp)) * params.copy_cpe
     macs = np.full(params.n, b * Mp * Np * Kp, dtype=np.int64)
     b_bytes = 0 if (shape.b_weight and shape.b_preloaded) else int(_aligned(nbB * Np * Kp))
-    workspace = (b_bytes + np.where(Kt > 1, _aligned(b * Mp * Kp), 0)
-                 + (_aligned(Np * tm * INT32_BYTES) if shape.bias else 0))
+    bias_bytes = _aligned(Np * tm * INT32_BYTES) if shape.bias else 0
+    workspace = b_bytes + np.where(Kt > 1, _aligned(b * Mp * Kp), 0) + bias_bytes
     return MatmulActivity(macs, ball_private + c_reads + out, loads + c_writes, ball_shared, pre,
-                          np.ceil(packs).astype(np.int64), workspace)
+                          np.ceil(packs).astype(np.int64), workspace, b_bytes if shape.b_weight else 0, bias_bytes)
 
 
 __all__ = ["MatmulActivity", "MatmulCost", "ball_cycles", "matmul_activity", "matmul_cost", "split_share"]

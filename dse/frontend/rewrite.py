@@ -8,6 +8,7 @@ recomputes the source-derived counts.
 
 from __future__ import annotations
 
+import hashlib
 import math
 from typing import Any
 
@@ -100,6 +101,11 @@ class Rewriter:
     def finish(self, outputs: list[str] | None = None) -> Graph:
         outputs = [self.get(n) for n in (outputs if outputs is not None else self.graph.outputs)]
         ops = _live_ops(self.ops, outputs)
+        bound = self._identical_weights({n for op in ops for n in op.inputs} | set(outputs))
+        if bound:  # readers of a copy read the one kept
+            for op in ops:
+                op.inputs = [bound.get(n, n) for n in op.inputs]
+            outputs = [bound.get(n, n) for n in outputs]
         read = {n for op in ops for n in op.inputs} | set(outputs)
         weights = {name: array for name, array in self.weights.items() if name in read}
         live = set(self.graph.inputs) | set(weights) | {out for op in ops for out in op.outputs}
@@ -109,6 +115,32 @@ class Rewriter:
             refresh_gemm_attrs(op, graph.tensors)
         recount(graph)
         return graph
+
+
+    def _identical_weights(self, read: set[str]) -> dict[str, str]:
+        """{copy: the weight kept}: read-only payloads the step's graph would hold twice,
+        byte for byte (same dtype, shape and bytes: a Linear applied twice, permuted and
+        quantized once per use), bound to one resource, the first made. The old graph's
+        weights were bound already, so only the step's new ones are hashed, and an old one
+        only when a new one has its dtype and shape."""
+        live = [n for n in self.weights if n in read]
+        new = [n for n in live if n not in self.graph.weights]
+        if not new:
+            return {}
+        forms = {(self.weights[n].dtype.str, self.weights[n].shape) for n in new}
+        kept: dict[tuple, str] = {}
+        bound = {}
+        for name in live:
+            array = self.weights[name]
+            form = (array.dtype.str, array.shape)
+            if form not in forms:
+                continue
+            key = (*form, hashlib.sha256(np.ascontiguousarray(array).view(np.uint8).data).digest())
+            if key in kept:
+                bound[name] = kept[key]
+            else:
+                kept[key] = name
+        return bound
 
 
 def _live_ops(ops: list[Op], outputs: list[str]) -> list[Op]:

@@ -572,8 +572,10 @@ class ProgramBuilder:
         if b[0] == "weight":
             nbB = b[1].shape[0]
             # a preloaded B (spans' shared stack) was placed and loaded before the span
-            b_base = None if shape.b_preloaded else self.dram.blob(blocked_bt(b[1], Np, Kp, tn, tk),
-                                                                   f"{op.inputs[1]}: Bt tiles")
+            # one copy a weight and layout (`Dram.constant`), keyed as the model counts it
+            key = ("weight", op.inputs[1], op.kind, op.attrs.get("groups", 1), Np, Kp, tn, tk)
+            b_base = None if shape.b_preloaded else self.dram.constant(key, blocked_bt(b[1], Np, Kp, tn, tk),
+                                                                       f"{op.inputs[1]}: Bt tiles")
         else:
             _, b_loc, b_nk, nbB = b
             b_base = self.dram.alloc(nbB * Np * Kp, f"{op.name}: B packed")
@@ -593,7 +595,7 @@ class ProgramBuilder:
             padded_bias = np.zeros(Np, dtype=np.int32)
             padded_bias[:N] = bias
             rep = np.broadcast_to(padded_bias.reshape(Nt, 1, tn), (Nt, tm, tn))
-            bias_base = self.dram.blob(np.ascontiguousarray(rep), f"{op.name}: bias tiles")
+            bias_base = self.dram.constant(("bias", op.inputs[2], op.kind, Np, tm, tn), rep, f"{op.name}: bias tiles")
         c_loc = self.dram.blocked(out_shape, Blocked(nb, Mt, Nt, tm, tn, M, N))
 
         if packs:
@@ -904,6 +906,7 @@ def lower_layers(graph: Graph, candidate: Candidate, requests) -> LayeredLowered
     weights: dict[str, Loc] = {}
     builders: list[list[ProgramBuilder]] = []
     for k, inputs in enumerate(requests):
+        dram.scope = ("request", k)  # each request lays out its own constants, as the model counts them
         chain: list[ProgramBuilder] = []
         for r, (p, rg) in enumerate(zip(places, ranges)):
             try:
@@ -970,6 +973,7 @@ def _build_stage(graph: Graph, mapping, inputs, dram: Dram, placed: Placed, regi
     DRAM image, its shared weights in `region` (the bank they start at, the base their tiles
     are picked with: `WeightRegions`); an infeasible op's reason names the stage, its cores
     and its chip."""
+    dram.scope = object()  # a stage binds its own constants: the model costs each stage apart
     try:
         b = ProgramBuilder(graph, Candidate(placed.chip, mapping), inputs, dram)
         b.b_region, b.b_picked = region

@@ -33,6 +33,7 @@ class EmulationReport:
     ops: list[dict] = field(default_factory=list)
     seconds: float = 0.0
     emulator_seconds: float = 0.0  # the emulator's own run (emulator.run), without lowering and checks
+    lower_seconds: float = 0.0  # lowering (plan, program, DRAM image), before the emulator's run
     rerun: tuple | None = field(default=None, repr=False)  # (program, DRAM image, mode): to time it again
     lowered: Lowered | None = None
     result: Any = None
@@ -135,6 +136,7 @@ def emulate_graph(graph: Graph, candidate: Candidate, inputs, expected=None, tol
         rep.handoffs = [list(h) for h in layered.handoffs]
     progress("emulate")
     t_run = time.perf_counter()
+    rep.lower_seconds = t_run - t0
     in_place = not keep_image and layered is None
     result = emulator.run(lowered.program, candidate.chip, lowered.image, mode=mode, in_place=in_place)
     rep.emulator_seconds = time.perf_counter() - t_run
@@ -318,6 +320,7 @@ def emulate_spans(graph: Graph, candidate: Candidate, inputs, expected=None, tol
         return rep
     staged, spans, span_parts, final = emitted.spans
     t_run = time.perf_counter()
+    rep.lower_seconds = t_run - t0
     result = emulator.run(staged.program, chip, staged.image, mode=mode)
     rep.emulator_seconds = time.perf_counter() - t_run
     rep.rerun = (staged.program, staged.image, mode)
@@ -407,6 +410,7 @@ def emulate_placed(stages: list[StageWork], candidate: Candidate, mode: str = "o
         rep.mapping = candidate.mapping.model_dump(mode="json", exclude_none=True)
     lowereds = [low for _, low in emitted.lowereds]
     t_run = time.perf_counter()
+    rep.lower_seconds = t_run - t0
     result = emulator.run(emitted.program, chip, emitted.image, mode=mode)
     rep.emulator_seconds = time.perf_counter() - t_run
     rep.rerun = (emitted.program, emitted.image, mode)

@@ -15,6 +15,7 @@ transfer). Its logical value is not a strided view; :meth:`Loc.padded_view` give
 
 from __future__ import annotations
 
+
 import math
 from dataclasses import dataclass
 
@@ -144,6 +145,10 @@ class Dram:
     def __init__(self):
         self.top = 0
         self.chunks: list[tuple[int, bytes]] = []
+        self.constants: dict[tuple, int] = {}  # (scope, *a read-only constant's key) -> its address
+        # Constants are bound within a scope: one graph's lowering (one request of a layered
+        # placement, one stage of a staged workload), as the model costs one graph.
+        self.scope: object = None
         # buffers that are no graph tensor, (addr, bytes, what), for a listing of where things are
         self.named: list[tuple[int, int, str]] = []
         self.label = ""  # the op placing buffers now (set by the lowering): an unnamed one is its
@@ -173,6 +178,16 @@ class Dram:
         addr = self.alloc(len(data), name or (f"{self.label}: constant" if self.label else ""))
         self.chunks.append((addr, data))
         return addr
+
+    def constant(self, key: tuple, array: np.ndarray, name: str = "") -> int:
+        """A read-only constant's address: placed once per `key` (a weight's name and its
+        blocked layout; the frontend gave byte-identical weights one name), every later use
+        bound to that copy with its own offsets into it, within the current `scope`. The
+        model counts it once likewise (`dse.analytical.graph_cost`: `GraphCost._bound_bytes`)."""
+        key = (self.scope, *key)
+        if key not in self.constants:
+            self.constants[key] = self.blob(array, name)
+        return self.constants[key]
 
     def matrix(self, shape, dtype: str, nb: int, M: int, N: int) -> Loc:
         """A tensor of `shape` (nb x M rows of N, row-major) in a (nb, pad(M), pad(N)) buffer:

@@ -18,7 +18,9 @@ METRIC_KINDS = (
     "numerics",
 )
 # "output": one graph output of the numerics check (its key the model's name: logits, k_cache)
-METRIC_SCOPES = ("total", "op", "core", "ball", "bank", "component", "output")
+# ball, bank, dma, bus: the emulator's counters by Ball, bank, DMA engine and system bus;
+# phase: the emulator stage's host time by phase (lowering, the emulator's own passes, checks).
+METRIC_SCOPES = ("total", "op", "core", "ball", "bank", "component", "dma", "bus", "phase", "output")
 # Evidence that comes from outside dse (`dse evidence import`): always its own kind.
 # synth_area and power: a synthesis / power report's figures by component (mm2, mW).
 IMPORTED_METRIC_KINDS = ("rtl_cycles", "fpga_cycles", "synth_area", "power")

@@ -22,6 +22,7 @@ from typing import Any
 
 from . import sql_reads
 from .light import connect
+from .sql_reads import latest_status_counts
 from .revisions import head_revision
 
 @dataclass
@@ -50,6 +51,8 @@ class RecordedExperiment:
     # (experiment.judged_run_id, 0013: the latest proposal is that judgement)
     newest_run_id: int | None = None
     judged_run_id: int | None = None
+    # its candidates by outcome, as `dse show` counts them (`sql_reads.latest_status_counts`)
+    outcomes: list[tuple[str, int]] = field(default_factory=list)
 
 
 def read_experiment(store: str | Path, name: str, final_statuses: set[str]) -> RecordedExperiment | None:
@@ -134,6 +137,7 @@ def _read(db: sqlite3.Connection | _QmarkConnection, name: str, final_statuses: 
         "JOIN candidate c ON c.id = r.candidate_id WHERE c.experiment_id = ?", (exp_id,)).fetchone()
     out.newest_run_time = None if started is None else max(started, finished)
     out.reasons = sql_reads.reason_groups(lambda sql, params: _named(db, sql, params), exp_id)
+    out.outcomes = latest_status_counts(lambda sql, params: _named(db, sql, params), exp_id)
     return out
 
 

@@ -20,6 +20,7 @@ from datetime import datetime, timezone
 from typing import Any
 
 from dse.records.choices import RUN_STATUSES
+from dse.records.outcomes import outcome, reason_group_sql
 
 Run = Callable[[str, dict[str, Any]], tuple[Sequence[str], list[tuple]]]
 
@@ -166,8 +167,11 @@ CANDIDATES = (
     "SELECT c.id, c.hash, c.origin{full}, CAST(c.diff AS TEXT) AS diff{created}, c.why, c.notes, "
     "cr.run_id, cr.stage, cr.status, cr.reason FROM candidate c LEFT OUTER JOIN candidate_run cr "
     "ON cr.candidate_id = c.id AND cr.role = :role WHERE c.experiment_id = :experiment_id ORDER BY c.id{limit}")
-LATEST_STATUSES = ("SELECT status, count(*), min(candidate_id) FROM candidate_run "
-                   "WHERE experiment_id = :experiment_id AND role = 'latest' GROUP BY status")
+# By status and which outcome-deciding prefix the reason has (`outcomes.reason_group_sql`),
+# with one reason of each group for `outcomes.outcome` to name it.
+LATEST_STATUSES = ("SELECT status, {group} AS reason_group, count(*), min(candidate_id), min(reason) "
+                   "FROM candidate_run WHERE experiment_id = :experiment_id AND role = 'latest' "
+                   "GROUP BY status, reason_group")
 CANDIDATE_COUNT = "SELECT count(*) FROM candidate WHERE experiment_id = :experiment_id"
 FIRST_NOT_RUN = (
     "SELECT min(c.id) FROM candidate c WHERE c.experiment_id = :experiment_id AND NOT EXISTS "
@@ -229,16 +233,21 @@ def reason_groups(run: Run, experiment_id: int) -> list[tuple[str, str, int]]:
 
 
 def latest_status_counts(run: Run, experiment_id: int) -> list[tuple[str, int]]:
-    """[(status, candidates)]: an experiment's candidates by the status of their latest run
-    ("not run" for those without one), most first, a tie in the order each status first
-    occurs by candidate id (as pandas' value_counts orders `candidates()["status"]`).
-    From candidate_run's index alone, without reading the candidates."""
+    """[(outcome, candidates)]: an experiment's candidates by the outcome of their latest
+    run (`outcomes.outcome`: its status, a constraint's rejection and a pruned infeasible
+    one named as such; "not run" for those without one), most first, a tie in the order
+    each outcome first occurs by candidate id. From candidate_run alone, without reading
+    the candidates."""
     params = {"experiment_id": experiment_id}
-    counted = [(status, int(n), first) for status, n, first in run(LATEST_STATUSES, params)[1]]
-    not_run = int(run(CANDIDATE_COUNT, params)[1][0][0]) - sum(n for _, n, _ in counted)
+    group, group_params = reason_group_sql()
+    by_outcome: dict[str, list[int]] = {}
+    for status, _, n, first, reason in run(LATEST_STATUSES.format(group=group), {**params, **group_params})[1]:
+        counted = by_outcome.setdefault(outcome(status, reason), [0, first])
+        counted[0], counted[1] = counted[0] + int(n), min(counted[1], first)
+    not_run = int(run(CANDIDATE_COUNT, params)[1][0][0]) - sum(n for n, _ in by_outcome.values())
     if not_run:
-        counted.append(("not run", not_run, run(FIRST_NOT_RUN, params)[1][0][0]))
-    return [(status, n) for status, n, _ in sorted(counted, key=lambda c: (-c[1], c[2]))]
+        by_outcome["not run"] = [not_run, run(FIRST_NOT_RUN, params)[1][0][0]]
+    return [(name, n) for name, (n, _) in sorted(by_outcome.items(), key=lambda c: (-c[1][0], c[1][1]))]
 
 
 def artifacts(run: Run, experiment_id: int | None = None, run_id: int | None = None,

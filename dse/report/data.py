@@ -15,7 +15,7 @@ from sqlalchemy import String, cast, func, select
 from ..ppa.names import COMPONENTS
 from ..records import Store
 from ..records.schema import Candidate, Experiment, LatestMetric, Metric, Run
-from ..runner.metrics import METRICS
+from ..runner.metrics import COUNTER_SCOPES, HOST_PHASE_METRIC, METRICS
 from ..runner.noise import HOST_TIME, HostTimeComparison, host_time_comparison
 from ..runner.acceptance import Headline, Judgement, headline, judge_experiment, outcome_mark  # noqa: F401
 
@@ -64,6 +64,24 @@ class ExperimentView:
         """An analytical per-op metric ("cycles", "energy_uj") of these candidates (None: all)."""
         with self.store.engine.connect() as connection:
             return op_metric_table(connection, int(self.exp["id"]), candidate_ids, name)
+
+    def counters_of(self, candidate_ids: list[int]) -> dict[str, list[dict]]:
+        """The emulator's counters kept as metrics (`dse.runner.metrics.COUNTER_SCOPES`:
+        per Ball, bank, DMA engine, system bus) and its host time by phase, of these
+        candidates: {scope: rows (candidate_id, scope_key, one column a metric)}, each from
+        the candidate's latest run recording it; a row all zeros (an idle Ball, a bank no
+        instruction touched) left out, so the tables stay short."""
+        out = {}
+        for kind, scope in [("emulator_cycles", s) for s in ("ball", "bank", "dma", "bus")] + [
+                ("emulator_host_time", "phase")]:
+            table = self.store.metric_table(int(self.exp["id"]), kind, scope)
+            table = table[table["candidate_id"].isin(candidate_ids) & table["scope_key"].notna()]
+            names = [c for c in COUNTER_SCOPES.get(scope, (HOST_PHASE_METRIC,)) if c in table.columns]
+            if table.empty or not names:
+                continue
+            table = table[(table[names].fillna(0) != 0).any(axis=1)]
+            out[scope] = table[["candidate_id", "scope_key", *names]].to_dict("records")
+        return out
 
     def components_of(self, candidate_ids: list[int], kind: str) -> ComponentFigures:
         """Area and energy by component of these candidates, evidence kind `kind`."""

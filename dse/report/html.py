@@ -184,6 +184,11 @@ def _write_report(store: Store, experiment, out_dir: str | Path, x: str | None, 
             break
     if len(view.core_time) and "busy_cycles" in view.core_time:
         figures["core_time"] = core_time_plot(view.core_time, list(view.emulated["candidate_id"]))
+    # The emulator's counters by scope (Ball, bank, DMA, bus) and its host time by phase: of
+    # the emulated candidates, the labelled ones (baseline, best, accepted) first.
+    emulated_ids = [int(i) for i in view.emulated["candidate_id"]] if len(view.emulated) else []
+    counter_ids = sorted(emulated_ids, key=lambda i: (i not in labels, i))[:MAX_COUNTER_CANDIDATES]
+    counters = view.counters_of(counter_ids) if counter_ids else {}
     stall_cols = [c for c in view.core_time.columns if str(c).startswith("stall_")]
     stalls = (view.core_time[["candidate_id", "scope_key", *stall_cols]].to_dict("records")
               if stall_cols else [])
@@ -237,7 +242,7 @@ def _write_report(store: Store, experiment, out_dir: str | Path, x: str | None, 
         reasons=reasons, n_candidates=len(table), counts=view.counts, provenance=view.provenance,
         front_count=len(front_ids), objective=objectives[0]["metric"], x=x, y=y, headline=view.headline,
         chosen=[(labels[i], i) for i in chosen], has_ops="ops" in figures,
-        emulated=view.emulated.to_dict("records"), stall_cols=stall_cols, stalls=stalls,
+        emulated=view.emulated.to_dict("records"), stall_cols=stall_cols, stalls=stalls, counters=counters,
         has_emulator="model_vs_emulator" in figures, has_core_time="core_time" in figures, ppa=ppa, banks=banks,
         host_time=view.host_time,
         search=history, importance=importance_rows(history), search_best=best_words(history), evaluator=EVALUATOR,
@@ -252,6 +257,10 @@ def _write_report(store: Store, experiment, out_dir: str | Path, x: str | None, 
     bar.update()
     bar.refresh()  # the full bar drawn before it goes (an update within mininterval is not)
     return Report(path.resolve(), md_path.resolve(), view, figures)
+
+
+# Candidates whose counter tables the report shows (each bank of each core is a row).
+MAX_COUNTER_CANDIDATES = 4
 
 
 def _times(ratio: float) -> str:

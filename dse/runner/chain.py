@@ -16,6 +16,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 from typing import Callable, Iterable, Sequence
+from ..records.outcomes import ANALYTICALLY_INFEASIBLE, CONSTRAINT_REJECTED, NOT_EMULATED
 
 from ..mapping import Candidate
 from ..plan.graph_plan import OpPlan, plan_graph
@@ -71,10 +72,12 @@ class Pruning:
 
 
 def prune(analysed: Iterable[tuple[int, bool, dict]], done: set[int], policy: str, top_k: int,
-          metric: str, direction: str) -> Pruning:
+          metric: str, direction: str, reasons: dict[int, str] | None = None) -> Pruning:
     """`analysed`: (candidate id, analytically feasible, analytical totals) per candidate;
     `done`: candidates whose emulator run is finished already (neither emulated nor pruned
-    again); `policy`: the spec's stages.emulator (top_k or all)."""
+    again); `policy`: the spec's stages.emulator (top_k or all); `reasons`: why each
+    infeasible one is (a constraint's rejection is named as such, not as infeasible)."""
+    reasons = reasons or {}
     analysed = list(analysed)
     sign = 1 if direction == "minimize" else -1
     ranked = sorted((totals.get(metric, math.inf) * sign, cid) for cid, feasible, totals in analysed if feasible)
@@ -90,8 +93,11 @@ def prune(analysed: Iterable[tuple[int, bool, dict]], done: set[int], policy: st
         elif feasible:
             out.pruned.append((cid, f"not emulated: rank {rank[cid]} of {len(ranked)} feasible by the analytical "
                                     f"{metric}, outside the top {top_k}"))
+        elif (reasons.get(cid) or "").startswith(CONSTRAINT_REJECTED):
+            out.pruned.append((cid, NOT_EMULATED + reasons[cid]))
         else:
-            out.pruned.append((cid, "not emulated: analytically infeasible"))
+            why = reasons.get(cid)
+            out.pruned.append((cid, NOT_EMULATED + ANALYTICALLY_INFEASIBLE + (f": {why}" if why else "")))
     return out
 
 

@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..mapping import Candidate
+from .metrics import COUNTER_SCOPES, HOST_PHASE_METRIC, HOST_PHASES
 from .stages import Evidence
 
 
@@ -119,6 +120,7 @@ def emulate(work: "EmulationWorkload | PlacedEmulation", cand: Candidate) -> Emu
         dict(kind="emulator_cycles", name="shared_channel_conflicts", unit="events",
              value=float(sum(counters.get("shared_channel_conflicts", [])))),
         *host_time_metrics(report, cand, work.host_time_repeats),
+        *host_phase_metrics(report),
     ]
     emulator_counters = report.result.counters if report.result is not None else None
     if emulator_counters is not None and work.ppa_calibration is not None:  # priced as the analytical stage prices (a figure CACTI cannot give: absent)
@@ -134,6 +136,8 @@ def emulate(work: "EmulationWorkload | PlacedEmulation", cand: Candidate) -> Emu
             value = emulator_counters.value(f"stall_{cause}_cycles", core=core) if emulator_counters is not None else 0
             metrics.append(dict(kind="emulator_cycles", name=f"stall_{cause}", value=float(value),
                                 unit="instruction-cycles", scope="core", scope_key=str(core)))
+    if emulator_counters is not None:
+        metrics += counter_metrics(emulator_counters)
     return Emulated(report, Evidence("ok", metrics=metrics, totals={"latency_cycles": float(report.cycles)},
                                      artifacts=raw_evidence(report) + (trace_evidence(report, cand) if work.traces else [])))
 
@@ -152,6 +156,55 @@ def emit(work: "EmulationWorkload | PlacedEmulation", cand: Candidate, inputs: d
     if cand.mapping.partition == "spans":
         return emit_spans(work.graph, cand, given)
     return emit_graph(work.graph, cand, given)
+
+
+# Each counter row's key names where: "core 0 matrix" (a Ball of a core), "core 0 bank 3" /
+# "tile 0 shared 2" (a bank), "core 0" (a core's DMA engine, its wait for the system bus),
+# "system_bus" (the bus itself).
+def counter_metrics(counters) -> list[dict]:
+    """The run's per-Ball, per-bank, DMA and system-bus counters (`emulator.counters`) as
+    metric rows of the emulator's kind, scoped (`COUNTER_SCOPES`), each Ball and bank of
+    every core the program ran on (an idle one at 0, so candidates compare row by row)."""
+    scope_of = {name: scope for scope, names in COUNTER_SCOPES.items() for name in names}
+    rows = []
+    for c in counters:
+        scope = scope_of.get(c.name)
+        if scope is None:
+            continue
+        where = c.where
+        if "channel" in where:
+            key = str(where["channel"])
+        elif scope == "ball":
+            key = f"core {where['core']} {where['ball']}"
+        elif scope == "bank":
+            key = (f"core {where['core']} bank {where['bank']}" if "core" in where
+                   else f"tile {where['tile']} {where['bank']}")
+        else:
+            key = f"core {where['core']}"
+        rows.append(dict(kind="emulator_cycles", name=c.name, value=float(c.value), unit=c.unit, scope=scope,
+                         scope_key=key))
+    return rows
+
+
+def host_phase_metrics(report) -> list[dict]:
+    """The emulator stage's host time by phase (evidence kind emulator_host_time, scope
+    phase): lowering (the plan and the program), the emulator's setup (machine and DRAM
+    image), functional pass and timing pass (its counters `host_*_seconds`), the rest of
+    its run (collect: outputs read, counters gathered), and the checks against the
+    references; they add up to the candidate's `seconds`; host time, never the chip's cycles. A candidate slow
+    to emulate says here which phase made it so."""
+    counters = report.result.counters if report.result is not None else None
+    if counters is None:
+        return []
+    phases = {"lowering": report.lower_seconds,
+              "setup": counters.value("host_setup_seconds"),
+              "functional": counters.value("host_functional_seconds"),
+              "timing": counters.value("host_timing_seconds")}
+    # The rest of the emulator's run: its outputs read and its counters gathered after the passes.
+    phases["collect"] = max(0.0, report.emulator_seconds - sum(phases.values()) + report.lower_seconds)
+    phases["checks"] = max(0.0, report.seconds - report.lower_seconds - report.emulator_seconds)
+    return [dict(kind="emulator_host_time", name=HOST_PHASE_METRIC, value=float(phases[phase]), unit="s",
+                  scope="phase", scope_key=phase) for phase in HOST_PHASES]
 
 
 def ppa_metrics(report, cand: Candidate, work) -> tuple[list[dict], str]:

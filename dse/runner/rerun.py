@@ -69,7 +69,8 @@ def recorded_rerun(spec: Spec, db: str | os.PathLike[str], workers: int = 1,
     if m.stages.emulator != "none" and not rec.emulator_done.issuperset(known):
         return None  # candidates neither emulated nor pruned yet
     result = SweepResult(rec.id, spec.name, rec.status, resumed=len(known),
-                         counts=dict(Counter(rec.analytical[h] for h in known)), reasons=rec.reasons)
+                         counts=dict(Counter(rec.analytical[h] for h in known)), reasons=rec.reasons,
+                         outcomes=rec.outcomes)
     if rec.acceptance:
         if rec.proposal is None or rec.newest_run_time is None:
             return None

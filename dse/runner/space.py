@@ -18,6 +18,7 @@ import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from emulator.formula import Formula, FormulaError
+from dse.records.outcomes import CONSTRAINT_REJECTED
 
 if TYPE_CHECKING:  # optuna is the Optuna sampler's: a spec reads without it
     from optuna.distributions import BaseDistribution
@@ -204,7 +205,8 @@ class Space:
         values = self.full(params)
         for constraint, formula in zip(self.constraints, self._constraint_formulas):
             if not bool(formula(**values)):
-                return f"constraint {constraint.expr!r} does not hold" + (f" ({constraint.reason})" if constraint.reason else "")
+                return (f"{CONSTRAINT_REJECTED} {constraint.expr!r}: it does not hold"
+                        + (f" ({constraint.reason})" if constraint.reason else ""))
         return ""
 
     def prune_inactive(self, params: dict[str, Any]) -> dict[str, Any]:

@@ -188,13 +188,14 @@ class Spec:
         knob_names = set(knob_of_target.values())
         self.hand: list[tuple[dict[str, Any], str]] = []
         self.hand_targets: list[str] = []
-        for candidate in model.candidates:
+        target_of_knob = {k.name: k.target for k in model.space}
+        for i, candidate in enumerate(model.candidates):
             params = {}
             for key, value in _flattened(candidate.set).items():
                 name = key if key in knob_names else knob_of_target.get(key, key)
                 if name == key and key not in knob_names and key not in self.hand_targets:
                     self.hand_targets.append(key)
-                params[name] = value
+                params[name] = _spelled(target_of_knob.get(name, key), value, path, f"candidates[{i}].set.{key}")
             self.hand.append((params, candidate.why.strip()))
         self._targets += [(t, *t.split(".", 1)) for t in self.hand_targets]
         self.space = Space(model.space, model.constraints,
@@ -232,14 +233,20 @@ class Spec:
     def knob_value(self, knob: Knob, data: dict) -> Any:
         """The value of `knob` in a candidate's {"chip": config, "mapping": mapping}, in the
         knob's own terms (a Ball set as its sorted kinds). KeyError if the field is absent."""
-        if knob.target.startswith("workload."):
-            key = knob.target.removeprefix(WORKLOAD_PARAMS).removeprefix("workload.")
+        return self.target_value(knob.target, data)
+
+    def target_value(self, target: str, data: dict) -> Any:
+        """The value of the field `target` (a dotted path) in a candidate's data, in a
+        knob's terms: a Ball set as its sorted kinds ("matrix,relu"), core groups as their
+        canonical JSON; what `dse show` prints as a candidate's change. KeyError if absent."""
+        if target.startswith("workload."):
+            key = target.removeprefix(WORKLOAD_PARAMS).removeprefix("workload.")
             point = (data.get("mapping") or {}).get("workload") or {}
             return point.get(key, self.baseline_workload[key])
-        value = _lookup(data, knob.target)
-        if knob.target == BALL_SET_TARGET:
+        value = _lookup(data, target)
+        if target == BALL_SET_TARGET:
             value = ball_set([b["kind"] for b in value])
-        if knob.target == CORE_GROUPS_TARGET:
+        if target == CORE_GROUPS_TARGET:
             value = core_groups(value)
         return value
 
@@ -255,6 +262,18 @@ class Spec:
         chip = override_chip(self.baseline_chip, chip_over, self.path) if chip_over else self.baseline_chip
         mapping = mapping_from_dict({**self.baseline_mapping.model_dump(mode="json"), **map_over}, str(self.path))
         return chip, mapping
+
+
+def _spelled(target: str, value: Any, path: Path, field: str) -> Any:
+    """A hand-picked value of `target` in the one spelling its knob takes: a Ball set, given
+    as a list of kinds or a comma-separated string, as its sorted kinds ("matrix,relu")."""
+    if target == BALL_SET_TARGET:
+        try:
+            return ball_set(value)
+        except ValueError:
+            raise InputError(path, field, value, "a list of Ball kinds or a comma-separated string, e.g. "
+                             "[\"matrix\", \"relu\"] or \"matrix,relu\"") from None
+    return value
 
 
 def _flattened(data: dict, prefix: str = "") -> dict[str, Any]:
@@ -507,6 +526,7 @@ def _check_hand_candidates(spec: Spec) -> None:
     valid on the baseline (a bad one is the spec's error, not a failed candidate)."""
     baseline = {"chip": spec.baseline_chip.model_dump(mode="json"), "mapping": spec.baseline_mapping.model_dump(mode="json")}
     knob_names = {k.name for k in spec.model.space}
+    targets = {k.name: k.target for k in spec.model.space}
     for i, (params, _) in enumerate(spec.hand):
         for key in params:
             if key in knob_names:
@@ -517,6 +537,9 @@ def _check_hand_candidates(spec: Spec) -> None:
                                  "a knob name (" + (", ".join(sorted(knob_names)) or "none") +
                                  ") or a field of the chip config (chip.<path>) or the mapping (mapping.<field>)",
                                  [*knob_names, *_targets(spec)])
+        for key, value in params.items():
+            if targets.get(key, key) == BALL_SET_TARGET:
+                _check_ball_set(spec, f"candidates[{i}].set.{key}", value)
         try:
             spec.apply(params)
         except InputError as exc:
@@ -552,13 +575,18 @@ def _check_workload_knob(spec: Spec, i: int, knob: Knob) -> None:
 def _check_ball_sets(spec: Spec, i: int, knob: Knob) -> None:
     """Every Ball named must be one the baseline chip has (a set only removes Balls: a new
     one would need its ports and latency, which a chip config gives)."""
-    have = list(spec._balls)
     for value in knob.values:
-        for kind in value.split(",") if value else []:
-            if kind not in have:
-                known = "" if kind in BALL_KINDS else f" (not a Ball kind at all; kinds: {', '.join(BALL_KINDS)})"
-                raise InputError(spec.path, f"space[{i}].values", kind,
-                                 f"Balls of the baseline chip {spec.baseline_chip.name}: {', '.join(have)}{known}")
+        _check_ball_set(spec, f"space[{i}].values", value)
+
+
+def _check_ball_set(spec: Spec, field: str, value: str) -> None:
+    """Every kind of a Ball set (its one spelling, "matrix,relu") is a Ball of the baseline chip."""
+    have = list(spec._balls)
+    for kind in value.split(",") if value else []:
+        if kind not in have:
+            known = "" if kind in BALL_KINDS else f" (not a Ball kind at all; kinds: {', '.join(BALL_KINDS)})"
+            raise InputError(spec.path, field, kind,
+                             f"Balls of the baseline chip {spec.baseline_chip.name}: {', '.join(have)}{known}")
 
 
 def _check_quantize_step(spec: Spec, field: str, value: Any) -> None:

@@ -115,8 +115,10 @@ class Sweep:
         data = {"chip": b.config, "mapping": b.mapping}
         for target in self.spec.hand_targets:  # fields only a hand-picked candidate sets
             section, _, path = target.partition(".")
-            mine = _value_at(data, target)
-            base = _value_at({"chip": self.baseline_data["config"], "mapping": self.baseline_data["mapping"]}, target)
+            # In the knob's terms (a Ball set as its kinds), not as the config spells it.
+            mine = _value_at(self.spec, data, target)
+            base = _value_at(self.spec, {"chip": self.baseline_data["config"],
+                                         "mapping": self.baseline_data["mapping"]}, target)
             if mine != base:
                 out[("config." if section == "chip" else "mapping.") + path] = [base, mine]
         for k in self.spec.model.space:
@@ -464,6 +466,7 @@ class Sweep:
                 self.store.set_judged_run(self.experiment_id, judged)
         self.result.status = self.store.experiment(self.experiment_id)["status"]
         self.result.reasons = self.store.reason_groups(self.experiment_id)
+        self.result.outcomes = self.store.latest_status_counts(self.experiment_id)
         return self.result
 
     # -- the emulator stage ------------------------------------------------------------
@@ -493,8 +496,10 @@ class Sweep:
         runs = self.store.runs(self.experiment_id)
         done = set(runs.loc[(runs["stage"] == "emulator") & runs["status"].isin(DONE), "candidate_id"].astype(int))
         cands = self.store.candidates(self.experiment_id).set_index("id")
+        infeasible = runs[(runs["stage"] == "analytical") & (runs["status"] == "infeasible")]
+        reasons = {int(c): str(r or "") for c, r in zip(infeasible["candidate_id"], infeasible["reason"])}
         pruning = PRUNE.run(((cid, obs.feasible, obs.totals) for cid, obs in self.known.values()), done,
-                            stages.emulator, stages.top_k, obj.metric, obj.direction)
+                            stages.emulator, stages.top_k, obj.metric, obj.direction, reasons)
         todo, pruned = pruning.emulate, pruning.pruned
         if pruned:
             run_ids = self.recorder.start_runs([c for c, _ in pruned], "emulator", model_version=self.model_version,
@@ -573,13 +578,13 @@ def time_limit(seconds: float, error):
         signal.signal(signal.SIGALRM, previous)
 
 
-def _value_at(data: dict, dotted: str):
-    """The value at a dotted path of {"chip": ..., "mapping": ...} (None where unset)."""
-    for part in dotted.split("."):
-        if not isinstance(data, dict) or part not in data:
-            return None
-        data = data[part]
-    return data
+def _value_at(spec: Spec, data: dict, dotted: str):
+    """The value at a dotted path of {"chip": ..., "mapping": ...} in its knob's terms
+    (`Spec.target_value`: a Ball set as its kinds), None where unset."""
+    try:
+        return spec.target_value(dotted, data)
+    except (KeyError, TypeError):
+        return None
 
 
 def resolve_links(spec: Spec, store: Store | None) -> list[tuple[str, int, str]]:
