@@ -8,7 +8,7 @@ from __future__ import annotations
 import shlex
 
 from ..errors import InputError
-from .common import add_db_argument, open_store
+from .common import add_db_argument, evidence_verdict, open_store
 
 
 def cmd_evidence_import(args) -> int:
@@ -92,19 +92,13 @@ def cmd_evidence_gc(args) -> int:
 
 
 def cmd_evidence_verify(args) -> int:
-    import sys
-
     with open_store(args.db) as store:
         check = store.check_evidence()
         where = store.evidence_dir
     for line in check.lines():
         print(line)
     print(f"{check.summary()} (named by {sum(map(len, check.artifacts.values()))} artifact rows, in {where})")
-    if check.bad:
-        sys.stdout.flush()
-        print(f"dse: error: {len(check.bad)} evidence files are not what their rows record", file=sys.stderr)
-        return InputError.exit_code
-    return 0
+    return evidence_verdict(check)
 
 
 def register(sub) -> None:

@@ -20,6 +20,7 @@ import plotly.io as pio
 from markupsafe import Markup
 
 from ..records import Store
+from ..records.blobs import EvidenceCheck
 from .data import (COMPONENT_TOTALS, PPA_KINDS, ExperimentView, accepted_candidates, changes, experiment_view,
                    meaningful_candidates, outcome_mark, row_marks)
 from .figures import (component_plot, core_time_plot, history_plot, model_vs_emulator_plot, op_breakdown_plot,
@@ -110,6 +111,7 @@ class Report:
     markdown: Path
     view: ExperimentView
     figures: dict  # name -> Figure (data kept, matplotlib figure closed)
+    evidence: EvidenceCheck  # the experiment's evidence files, re-hashed as the report was written
 
     @property
     def candidates(self) -> pd.DataFrame:
@@ -137,6 +139,7 @@ def write_report(store: Store, experiment, out_dir: str | Path = "reports", x: s
 
 def _write_report(store: Store, experiment, out_dir: str | Path, x: str | None, y: str | None, bar) -> Report:
     view = experiment_view(store, experiment)
+    evidence = store.check_evidence(view.exp["id"])
     bar.update()
     bar.set_description(f"report {experiment}: figures")
     exp, table, objectives = view.exp, view.table, view.objectives
@@ -217,6 +220,7 @@ def _write_report(store: Store, experiment, out_dir: str | Path, x: str | None, 
         chosen=[(labels[i], i) for i in chosen], has_ops="ops" in figures,
         emulated=view.emulated.to_dict("records"), stall_cols=stall_cols, stalls=stalls,
         has_emulator="model_vs_emulator" in figures, has_core_time="core_time" in figures, ppa=ppa,
+        evidence=evidence,
     )
     html = _HTML.get_template("report.html.j2").render(
         **context, images={n: base64.b64encode(b).decode() for n, b in pngs.items()},
@@ -226,7 +230,7 @@ def _write_report(store: Store, experiment, out_dir: str | Path, x: str | None, 
     _write(path, html)
     _write(md_path, md)
     bar.update()
-    return Report(path.resolve(), md_path.resolve(), view, figures)
+    return Report(path.resolve(), md_path.resolve(), view, figures, evidence)
 
 
 def _times(ratio: float) -> str:
