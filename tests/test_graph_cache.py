@@ -3,6 +3,7 @@ stale (the key covers the source), corrupt entries rebuilt, LRU eviction, atomic
 
 from __future__ import annotations
 
+import hashlib
 import importlib
 import json
 import math
@@ -123,7 +124,8 @@ def test_concurrent_writers_never_show_a_partial_entry(graph_cache_dir):
     stop.set()
     reader.join()
     assert seen and all(v in values for v in seen)
-    assert [p.name for p in graph_cache_dir.iterdir()] == ["shared.pkl"]  # no temporary file left
+    # no temporary file left: the entry, the manifest listing it and the folder's lock
+    assert sorted(p.name for p in graph_cache_dir.iterdir()) == [".lock", "manifest.json", "shared.pkl"]
 
 
 def test_the_cache_can_be_turned_off(tmp_path, graph_cache_dir, monkeypatch):
@@ -215,3 +217,53 @@ def test_capture_and_frontend_with_the_emulator_capture_once(monkeypatch):
     graph = CAPTURE.run("gemm", params, True)
     work = FRONTEND.run("gemm", params, [None])
     assert len(calls) == 1 and work.emulation is not None and graph.ops
+
+
+def test_eviction_deletes_only_the_entries_the_cache_wrote(graph_cache_dir, monkeypatch):
+    foreign = {"mine.pkl": b"a user's pickle" * 200, "notes.txt": b"mine", ("f" * 64) + ".pkl": b"not listed" * 300}
+    for name, data in foreign.items():  # older than every entry, and larger than the limit together
+        (graph_cache_dir / name).write_bytes(data)
+        os.utime(graph_cache_dir / name, (1, 1))
+    monkeypatch.setenv(cache.MAX_BYTES_ENV, "2500")
+    for i, key in enumerate(("a", "b", "c")):
+        assert cache.store(key, b"x" * 1000) is not None
+        os.utime(graph_cache_dir / f"{key}.pkl", (1000 + i, 1000 + i))
+    assert [p.stem for p in entries(graph_cache_dir) if len(p.stem) == 1] == ["b", "c"]  # "a" went, its own
+    assert all((graph_cache_dir / name).read_bytes() == data for name, data in foreign.items())
+    assert cache.load("f" * 64) is None and (graph_cache_dir / f"{'f' * 64}.pkl").exists()  # not ours: not read
+    listed = json.loads((graph_cache_dir / cache.MANIFEST).read_text())["entries"]
+    assert sorted(listed) == ["b.pkl", "c.pkl"] and all(len(e["sha256"]) == 64 for e in listed.values())
+
+
+def flip_every_buffer(entry) -> None:
+    """Flip a byte in the middle of each out-of-band buffer (the weights, the reference
+    tensors) of an entry: the file keeps its size and still parses."""
+    data = bytearray(entry.read_bytes())
+    head = len(cache.MAGIC)
+    _, count = cache._COUNTS.unpack_from(data, head)
+    for i in range(count):
+        start, length = cache._EXTENT.unpack_from(data, head + cache._COUNTS.size + i * cache._EXTENT.size)
+        if length >= 4:
+            data[start + length // 2 + 3] ^= 0x40  # an exponent bit of a float32
+    entry.write_bytes(bytes(data))
+
+
+def test_a_corrupted_entry_is_detected_rebuilt_and_said_and_emulate_stays_right(tmp_path, graph_cache_dir, capsys):
+    from dse.cli import main
+
+    folder = user_recipe(tmp_path / "mine")
+    assert main(["emulate", "--chip", "toy", "--recipe", str(folder), "--json"]) == 0
+    first = json.loads(capsys.readouterr().out)
+    (entry,) = entries(graph_cache_dir)
+    listed = json.loads((graph_cache_dir / cache.MANIFEST).read_text())["entries"][entry.name]["sha256"]
+    flip_every_buffer(entry)
+    found = hashlib.sha256(entry.read_bytes()).hexdigest()
+    assert main(["emulate", "--chip", "toy", "--recipe", str(folder), "--json"]) == 0
+    out, err = capsys.readouterr()
+    again = json.loads(out)
+    assert again["numerics"] == first["numerics"] and again["cycles"] == first["cycles"]
+    assert err.strip() == (f"dse: graph cache entry {entry} is corrupt (sha256 expected {listed}, found {found}); "
+                           "removed, rebuilding it")
+    rebuilt = json.loads((graph_cache_dir / cache.MANIFEST).read_text())["entries"][entry.name]["sha256"]
+    assert hashlib.sha256(entry.read_bytes()).hexdigest() == rebuilt  # rebuilt whole, and listed
+    assert cache.load(entry.stem) is not None and capsys.readouterr().err == ""

@@ -480,7 +480,7 @@ def test_emulator_runs_keep_raw_evidence_deduplicated_fetchable_and_collected(tm
         assert "raw" not in store.experiments()["name"].tolist()
         kept = set(store.artifacts()["sha256"])
         before = {p.name for p in store.evidence_dir.glob("??/*")}
-        assert store.collect_evidence_garbage(dry_run=True)[0] == len(before - kept) > 0
+        assert store.collect_evidence_garbage(dry_run=True).files == len(before - kept) > 0
         assert {p.name for p in store.evidence_dir.glob("??/*")} == before
     code, out, _ = cli("evidence", "gc", "--db", db)
     assert code == 0 and f"removed {len(before - kept)} evidence files" in out
@@ -520,8 +520,10 @@ def test_links_whys_workload_parts_delete_and_gc_on_both_backends(db):
         counts = store.delete_experiment("early")
         assert counts["candidate"] == 3 and counts["note"] == 1 and counts["artifact"] == 2
         assert store.experiments().empty and store.evidence_bytes() == 0
-        assert store.collect_evidence_garbage() == (2, len(b"only early has this") + len(b"both have this"))
-        assert store.collect_evidence_garbage() == (0, 0)
+        collected = store.collect_evidence_garbage()
+        assert (collected.files, collected.bytes) == (2, len(b"only early has this") + len(b"both have this"))
+        collected = store.collect_evidence_garbage()
+        assert (collected.files, collected.bytes, collected.foreign) == (0, 0, 0)
 
 
 WORKLOAD_KNOB = HAND.replace('name = "hand"', 'name = "points"').split("[[candidates]]")[0] + """

@@ -14,6 +14,7 @@ import shutil
 import sqlite3
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 from pg import pg_server, pg_url  # noqa: F401  (fixtures)
@@ -287,8 +288,11 @@ def test_candidate_and_run_shows_of_a_sweep_read_light_and_print_what_the_store_
         if stage == "emulator" and status == "ok":  # figures of several kinds and scopes, evidence files
             assert re.search(r"^ +emulator_cycles +busy_cycles +[\d,]+ +cycles +core +0$", shown, re.MULTILINE)
             assert re.search(r"^ +numerics +integer_bit_exact +1 +bool +total +$", shown, re.MULTILINE)
-            assert "artifacts:\n id" in shown and f"{swept}.evidence/" in shown and "outputs/" in shown
-            assert "emulator_host_time" in out[f"c{candidate}"] and "artifacts:\n id  run_id" in out[f"c{candidate}"]
+            files = "artifacts: evidence files: 3 ok, 0 missing, 0 altered, 0 refused\n id"
+            assert files in shown and f"{swept}.evidence/" in shown and "outputs/" in shown and " ok " in shown
+            assert "emulator_host_time" in out[f"c{candidate}"] and re.search(
+                r"^artifacts: evidence files: \d+ ok, 0 missing, 0 altered, 0 refused\n id +run_id", out[f"c{candidate}"],
+                re.MULTILINE)
     failed = out[f"r{max(runs)}"]
     assert "error: ValueError: no tile\nfits\ntraceback:\nTraceback (most recent call last):\n  deep\n" in failed
     assert "ValueError: no tile fits" in out["c6"]
@@ -395,6 +399,8 @@ def copies(db, folder, n: int = 2) -> list:
     for i in range(n):
         (folder / f"copy{i}").mkdir(parents=True)
         shutil.copy(db, folder / f"copy{i}" / db.name)
+        if Path(f"{db}.evidence").is_dir():  # its evidence files too: a store without them says so (exit 2)
+            shutil.copytree(f"{db}.evidence", folder / f"copy{i}" / f"{db.name}.evidence")
         out.append(folder / f"copy{i}" / db.name)
     return out
 

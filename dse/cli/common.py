@@ -33,6 +33,20 @@ def parse_overrides(pairs: list[str] | None, source: str = "--set", example: str
     return out
 
 
+def evidence_verdict(check) -> int:
+    """The exit code of a command that read evidence (`blobs.EvidenceCheck`): 0, or after
+    its output one line on stderr and exit code 2 when a file is not what its row records
+    (its lines name each one)."""
+    import sys
+
+    if not check.bad:
+        return 0
+    sys.stdout.flush()
+    print(f"dse: error: {check.summary()}: {len(check.bad)} not what their rows record (named above; "
+          "`dse evidence verify` checks the whole store)", file=sys.stderr)
+    return InputError.exit_code
+
+
 def default_db() -> str:
     return os.environ.get(DB_ENV) or DEFAULT_DB
 

@@ -1,13 +1,14 @@
 """`dse evidence import`: measurements made outside dse (RTL simulation, FPGA, a synthesis
-or power report by component) into the store; `dse evidence get`: one stored evidence file; `dse evidence gc`: the files no record
-names any more (those of deleted experiments)."""
+or power report by component) into the store; `dse evidence get`: one stored evidence file,
+re-hashed as it is read; `dse evidence verify`: every file of the store re-hashed; `dse
+evidence gc`: the files no record names any more (those of deleted experiments)."""
 
 from __future__ import annotations
 
 import shlex
 
 from ..errors import InputError
-from .common import add_db_argument, open_store
+from .common import add_db_argument, evidence_verdict, open_store
 
 
 def cmd_evidence_import(args) -> int:
@@ -48,43 +49,60 @@ def cmd_evidence_get(args) -> int:
     digits = str(args.artifact).strip().lstrip("aA").lstrip(":#")
     if not digits.isdigit():
         raise InputError("dse evidence get", "ARTIFACT", args.artifact, "an artifact id (as `dse show r<ID>` lists)")
+    from ..records.blobs import open_verified
+
     with open_store(args.db) as store:
         row = store.artifact(int(digits))
-    path = Path(row["path"])
-    if not path.is_file():
-        raise InputError(path, "ARTIFACT", args.artifact, f"an artifact whose file is in the evidence folder "
-                         f"(sha256 {row['sha256']} is missing: `dse evidence gc` or a moved folder?)")
-    if args.out is None:
-        sys.stdout.flush()
-        with open(path, "rb") as source:
+        if store.evidence_dir is None:
+            raise InputError(store.url, "--db", store.url, "a store with an evidence folder")
+        source = open_verified(store.evidence_dir, row["sha256"])  # re-hashed: an EvidenceError names a bad file
+    with source:
+        if args.out is None:
+            sys.stdout.flush()
             shutil.copyfileobj(source, sys.stdout.buffer)
-        sys.stdout.buffer.flush()
-        return 0
-    out = Path(args.out)
-    if out.is_dir():
-        out = out / Path(row["name"] or row["sha256"]).name
-    temp = out.with_name(f".{out.name}.incoming")
-    try:
-        shutil.copyfile(path, temp)
-        temp.replace(out)  # nothing half-written under the name asked for
-    except OSError as error:
-        temp.unlink(missing_ok=True)
-        raise InputError(args.out, "--out", args.out, f"a writable file or folder ({error.strerror or error})") from None
+            sys.stdout.buffer.flush()
+            return 0
+        out = Path(args.out)
+        if out.is_dir():
+            out = out / Path(row["name"] or row["sha256"]).name
+        temp = out.with_name(f".{out.name}.incoming")
+        try:
+            with open(temp, "wb") as sink:
+                shutil.copyfileobj(source, sink)
+            temp.replace(out)  # nothing half-written under the name asked for
+        except OSError as error:
+            temp.unlink(missing_ok=True)
+            raise InputError(args.out, "--out", args.out, f"a writable file or folder ({error.strerror or error})") from None
     print(f"artifact {digits} ({row['role']}, {row['size']} bytes, sha256 {row['sha256'][:16]}…) -> {out}")
     return 0
 
 
 def cmd_evidence_gc(args) -> int:
     with open_store(args.db) as store:
-        files, n_bytes = store.collect_evidence_garbage(dry_run=args.dry_run)
+        done = store.collect_evidence_garbage(dry_run=args.dry_run)
         where = store.evidence_dir
     verb = "would remove" if args.dry_run else "removed"
-    print(f"{verb} {files} evidence files ({n_bytes:,} bytes) no record names, in {where}")
+    print(f"{verb} {done.files} evidence files ({done.bytes:,} bytes) no record names, in {where}")
+    if done.recovered:
+        print(f"{'would put' if args.dry_run else 'put'} {done.recovered} files of interrupted writes in place "
+              "(their rows name them)")
+    if done.foreign:
+        print(f"left {done.foreign} files and folders dse did not write (not named by their sha256)")
     return 0
 
 
+def cmd_evidence_verify(args) -> int:
+    with open_store(args.db) as store:
+        check = store.check_evidence()
+        where = store.evidence_dir
+    for line in check.lines():
+        print(line)
+    print(f"{check.summary()} (named by {sum(map(len, check.artifacts.values()))} artifact rows, in {where})")
+    return evidence_verdict(check)
+
+
 def register(sub) -> None:
-    evidence = sub.add_parser("evidence", help="evidence files: import outside measurements, fetch one, collect garbage")
+    evidence = sub.add_parser("evidence", help="evidence files: import outside measurements, fetch one, verify all, collect garbage")
     esub = evidence.add_subparsers(dest="action", required=True)
     imp = esub.add_parser(
         "import", help="RTL pmctrace NDJSON, a CSV of measurements, or a component table (area, power), "
@@ -113,6 +131,11 @@ def register(sub) -> None:
     get.add_argument("--out", help="a file or folder to write it to (default: stdout)")
     add_db_argument(get)
     get.set_defaults(func=cmd_evidence_get)
+
+    verify = esub.add_parser("verify", help="re-hash every evidence file the store names: ok, missing, altered, "
+                                             "refused (a link); exit code 2 if any is not ok")
+    add_db_argument(verify)
+    verify.set_defaults(func=cmd_evidence_verify)
 
     gc = esub.add_parser("gc", help="remove evidence files no record names (of deleted experiments)")
     gc.add_argument("--dry-run", action="store_true", help="only say what would be removed")

@@ -11,8 +11,9 @@ import re
 
 from ..errors import InputError, close_matches
 from ..records import light
+from ..records.blobs import EvidenceCheck
 from ..records.outcomes import outcome, spelled_counts
-from .common import add_db_argument, default_db, open_store
+from .common import add_db_argument, default_db, evidence_verdict, open_store
 
 # `dse show c12` (candidate), `dse show r7` (run); a name or a bare id is an experiment.
 _PREFIXED = re.compile(r"(c|cand|candidate|r|run|e|exp|experiment)[:#-]?(\d+)", re.IGNORECASE)
@@ -210,17 +211,17 @@ def cmd_show(args) -> int:
     # SQL), no SQLAlchemy or pandas; anything else (a name or id the store lacks, a store the
     # Store's open would refuse or upgrade) is the Store's to answer.
     with light.open_light(args.db or default_db()) or contextlib.nullcontext() as quick:
-        if quick is not None and _show_light(quick, args.id, args.limit):
-            return 0
+        if quick is not None and (check := _show_light(quick, args.id, args.limit)) is not None:
+            return evidence_verdict(check)
     with open_store(args.db) as store:
         kind, ident = _resolve(store, args.id)
         if kind == "experiment":
-            _show_experiment(store, ident, args.limit)
+            check = _show_experiment(store, ident, args.limit)
         elif kind == "candidate":
-            _show_candidate(store, store.candidate(ident))
+            check = _show_candidate(store, store.candidate(ident))
         else:
-            _show_run(store, store.run_row(ident))
-    return 0
+            check = _show_run(store, store.run_row(ident))
+    return evidence_verdict(check)
 
 
 def _show_emitted(args) -> int:
@@ -262,9 +263,10 @@ def _show_emitted(args) -> int:
     return 0
 
 
-def _show_light(quick, text: str, limit: int) -> bool:
-    """`dse show` from the light read, resolved as `_resolve` does; False (nothing printed)
-    when the store lacks what `text` names, for the Store to say what it has."""
+def _show_light(quick, text: str, limit: int):
+    """`dse show` from the light read, resolved as `_resolve` does: the check of the evidence
+    shown, or None (nothing printed) when the store lacks what `text` names, for the Store
+    to say what it has."""
     ident = quick.experiment_id(text)
     kind = "experiment"
     if ident is None:
@@ -272,16 +274,14 @@ def _show_light(quick, text: str, limit: int) -> bool:
         if kind == "experiment":
             ident = quick.experiment_id(ident)
     if kind == "experiment" and ident is not None:
-        _show_experiment(quick, ident, limit)
-        return True
+        return _show_experiment(quick, ident, limit)
     row = quick.candidate(ident) if kind == "candidate" else quick.run_row(ident) if kind == "run" else None
     if row is None:
-        return False
-    (_show_candidate if kind == "candidate" else _show_run)(quick, row)
-    return True
+        return None
+    return (_show_candidate if kind == "candidate" else _show_run)(quick, row)
 
 
-def _show_experiment(store, ident: int, limit: int) -> None:
+def _show_experiment(store, ident: int, limit: int) -> EvidenceCheck:
     exp = store.experiment(ident)
     # The first `limit` candidates and the counts by status: not every candidate's row.
     cands = store.candidate_rows(exp["id"], limit=limit)
@@ -373,12 +373,17 @@ def _show_experiment(store, ident: int, limit: int) -> None:
     for d in decisions:
         print(f"  {_when(d['created_at'])} {_decision_line(d)} (evidence runs {d['evidence']})")
         print(f"      {_evidence_line(d)}")
+    check = store.check_evidence(exp["id"])
     if artifacts:
         print(f"artifacts: {len(artifacts)} (in {store.evidence_dir}; a run's: dse show r<ID>; "
-              "one: dse evidence get ID)")
+              "one: dse evidence get ID); " + check.summary())
         own = [a for a in artifacts if a["run_id"] is None]
         if own:
-            print(_text_table({column: [a[column] for a in own] for column in ("id", "role", "size", "name")}))
+            view = {column: [a[column] for a in own] for column in ("id", "role", "size", "name")}
+            view["evidence"] = [check.state_of(a["sha256"]) for a in own]
+            print(_text_table(view))
+    _print_bad_evidence(check)
+    return check
 
 
 def _print_leaders(judgement, exp: dict, accepted) -> None:
@@ -412,7 +417,7 @@ def _changes(diff_json: str) -> str:
     return _one_line(", ".join(f"{k.split('.', 1)[-1]}={v[1]}" for k, v in diff.items()), 50)
 
 
-def _show_candidate(store, cand: dict) -> None:
+def _show_candidate(store, cand: dict) -> EvidenceCheck:
     """A candidate (`store.candidate`'s dict) in full: plain rows, printed as pandas would
     print them (`_text_table`), without pandas."""
     ident = cand["id"]
@@ -451,21 +456,31 @@ def _show_candidate(store, cand: dict) -> None:
                            "value": [_num(m["value"]) for m in metrics], "unit": [m["unit"] for m in metrics],
                            "run_id": [m["run_id"] for m in metrics]}))  # fmt: skip
     artifacts = store.artifact_rows(cand["experiment_id"], candidate=ident)
+    check = store.check_evidence(cand["experiment_id"], candidate=ident)
     if artifacts:
-        print("artifacts:")
-        print(_artifact_table(store, artifacts, ("id", "run_id", "role", "size", "name")))
+        print("artifacts: " + check.summary())
+        print(_artifact_table(store, artifacts, ("id", "run_id", "role", "size", "name"), check))
     for d in store.decision_rows(cand["experiment_id"]):
         if d["candidate_id"] == ident:
             print(f"{'proposal' if d['kind'] == 'proposal' else 'decision'} #{d['id']} {_when(d['created_at'])}: "
                   f"{d['verdict']} by {d['author']}: {_one_line(d['rationale'], 100)}")  # fmt: skip
             print(f"  {_evidence_line(d)}")
+    _print_bad_evidence(check)
+    return check
 
 
-def _artifact_table(store, artifacts: list[dict], columns: tuple[str, ...]) -> str:
-    """Evidence files' rows with their paths."""
+def _artifact_table(store, artifacts: list[dict], columns: tuple[str, ...], check: EvidenceCheck) -> str:
+    """Evidence files' rows with their paths and what each file is (ok, missing, altered, refused)."""
     view = {column: [a[column] for a in artifacts] for column in columns}
+    view["evidence"] = [check.state_of(a["sha256"]) for a in artifacts]
     view["path"] = [None if store.evidence_dir is None else str(store.artifact_path(a["sha256"])) for a in artifacts]
     return _text_table(view)
+
+
+def _print_bad_evidence(check: EvidenceCheck) -> None:
+    """Each evidence file shown that is not what its row records, one line each."""
+    for line in check.lines():
+        print(f"  ! {line}")
 
 
 def _git(commit, dirty) -> str:
@@ -474,7 +489,7 @@ def _git(commit, dirty) -> str:
     return commit[:10] + ("+dirty" if dirty is True else "")
 
 
-def _show_run(store, run: dict) -> None:
+def _show_run(store, run: dict) -> EvidenceCheck:
     """A run (`store.run_row`'s dict) in full: plain rows, printed as pandas would print them."""
     print(f"run {run['id']}: {run['stage']} of candidate {run['candidate_id']} "
           f"(experiment {run['experiment_id']}), status {run['status']}")  # fmt: skip
@@ -498,9 +513,12 @@ def _show_run(store, run: dict) -> None:
         view["value"] = [_num(v) for v in view["value"]]
         print(_text_table(view))
     artifacts = store.artifact_rows(run=run["id"])
+    check = store.check_evidence(run=run["id"])
     if artifacts:
-        print("artifacts:")
-        print(_artifact_table(store, artifacts, ("id", "role", "media_type", "size", "name")))
+        print("artifacts: " + check.summary())
+        print(_artifact_table(store, artifacts, ("id", "role", "media_type", "size", "name"), check))
+    _print_bad_evidence(check)
+    return check
 
 
 # ---- dse compare --------------------------------------------------------------------------
@@ -775,10 +793,12 @@ def cmd_export(args) -> int:
     with open_store(args.db) as store:
         name = store.experiment(args.experiment)["name"]
         out = args.out or os.path.join("exports", re.sub(r"[^A-Za-z0-9_.-]+", "_", name))
-        paths = export_experiment(store, args.experiment, out, args.format)
+        paths, check = export_experiment(store, args.experiment, out, args.format)
     for path in paths:
         print(path)
-    return 0
+    for line in check.lines():
+        print(f"  ! {line}")
+    return evidence_verdict(check)
 
 
 def register(sub) -> None:

@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from ..errors import InputError, suggesting
-from .common import add_db_argument, open_store
+from .common import add_db_argument, evidence_verdict, open_store
 
 
 def _out_dir(out: str) -> Path:
@@ -51,7 +51,9 @@ def cmd_report(args) -> int:
                 raise suggesting("dse report", flag, metric, "one of " + ", ".join(METRICS), METRICS)
         report = _written(write_report, store, args.experiment, _out_dir(args.out), x=args.x, y=args.y, out=args.out)
     print(report.path)
-    return 0
+    for line in report.evidence.lines():  # written, and named in the report too
+        print(f"  ! {line}")
+    return evidence_verdict(report.evidence)
 
 
 def register(sub) -> None:

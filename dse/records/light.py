@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from dse.records import sql_reads
+from dse.records.blobs import EvidenceCheck, blob_path, check_evidence
 from dse.records.revisions import head_revision
 from dse.records.sqlite_file import QUICK_CHECK_MAX_BYTES, existing_store_problem, sqlite_evidence_dir
 
@@ -83,9 +84,13 @@ class LightStore:
         return sql_reads.artifacts(self._run, experiment_id, run, candidate)
 
     def artifact_path(self, sha256: str) -> Path:
-        """Where the Store keeps the evidence file of this content (as `blobs.blob_path`,
-        whose module imports SQLAlchemy)."""
-        return self.evidence_dir / sha256[:2] / sha256
+        """Where the Store keeps the evidence file of this content."""
+        return blob_path(self.evidence_dir, sha256)
+
+    def check_evidence(self, experiment_id: int | None = None, run: int | None = None,
+                       candidate: int | None = None) -> EvidenceCheck:
+        """`Store.check_evidence`: the files of these artifact rows, re-hashed."""
+        return check_evidence(self.evidence_dir, self.artifact_rows(experiment_id, run, candidate))
 
     # ---- one candidate (`dse show c<ID>`), one run (`dse show r<ID>`) --------------------
 

@@ -47,7 +47,7 @@ from sqlalchemy.orm import Session
 from dse.errors import InputError
 from dse.identity import canonical_json, content_hash
 from dse.records import blobs, opening, provenance, reads, sql_reads, writes
-from dse.records.blobs import blob_path, default_evidence_dir, store_blob
+from dse.records.blobs import Collected, EvidenceCheck, blob_path, check_evidence, default_evidence_dir, writing_blob
 from dse.records.checks import (
     FINAL_RUN_STATUSES,
     METRIC_COLUMNS,
@@ -599,7 +599,8 @@ class Store:
     ) -> ArtifactRef:
         """Store a file (or bytes) as content-addressed evidence of a run or experiment.
 
-        The file is in place (fsynced, renamed) before the row that names it is written."""
+        The file is written (fsynced) under a temporary name, then its row, then it is
+        renamed to its digest's name (`blobs.writing_blob`)."""
         check_choice("artifact.role", role, ARTIFACT_ROLES)
         if run_id is None and experiment_id is None:
             raise ValueError("an artifact belongs to a run or an experiment: give run_id or experiment_id")
@@ -609,11 +610,14 @@ class Store:
             media_type = blobs.media_type(name)
         with self._read() as connection:  # check before the file is written
             experiment_id = writes.artifact_owner(connection, run_id, experiment_id)
-        sha, size, path = store_blob(self._evidence_root(), source)
-        with self._write() as session:
-            artifact_id = writes.add_artifact(session, run_id=run_id, experiment_id=experiment_id, sha256=sha,
-                                              size=size, media_type=media_type, role=role, name=name)
-            return ArtifactRef(artifact_id, sha, size, path)
+        # file (pending) -> row -> rename, under the evidence folder's shared lock: a
+        # collection never sees the file without its row
+        with writing_blob(self._evidence_root(), source) as blob:
+            with self._write() as session:
+                artifact_id = writes.add_artifact(session, run_id=run_id, experiment_id=experiment_id,
+                                                  sha256=blob.sha256, size=blob.size, media_type=media_type,
+                                                  role=role, name=name)
+        return ArtifactRef(artifact_id, blob.sha256, blob.size, blob.path)
 
     @retrying
     def evidence_bytes(self) -> int:
@@ -640,22 +644,25 @@ class Store:
         with self._write() as session:
             return writes.delete_experiment(session, experiment_id)
 
-    def collect_evidence_garbage(self, dry_run: bool = False) -> tuple[int, int]:
+    def collect_evidence_garbage(self, dry_run: bool = False) -> Collected:
         """Remove evidence files no artifact row names (those of deleted experiments, or
-        left by a crash between file and row); (files, bytes) removed (or that would be)."""
+        left by a crash between file and row), with the evidence folder locked against
+        writes in flight; only files named by their digest are touched (`blobs.collect_garbage`)."""
         root = self.evidence_dir
-        if root is None or not root.is_dir():
-            return 0, 0
-        with self._read() as connection:
-            named = reads.artifact_shas(connection)
-        files = n_bytes = 0
-        for path in root.glob("??/*"):
-            if path.name in named or not path.is_file():
-                continue
-            files, n_bytes = files + 1, n_bytes + path.stat().st_size
-            if not dry_run:
-                path.unlink()
-        return files, n_bytes
+        if root is None:
+            return Collected()
+
+        def named() -> set[str]:
+            with self._read() as connection:
+                return reads.artifact_shas(connection)
+
+        return blobs.collect_garbage(root, named, dry_run=dry_run)
+
+    def check_evidence(self, experiment: str | int | None = None, run: int | None = None,
+                       candidate: int | None = None) -> EvidenceCheck:
+        """Re-hash the evidence files of the artifact rows (all, an experiment's, a run's or
+        a candidate's): ok, missing, altered or refused, one judgement for every view."""
+        return check_evidence(self.evidence_dir, self.artifact_rows(experiment, run=run, candidate=candidate))
 
     # ---- outside evidence ----------------------------------------------------------------
 
@@ -691,17 +698,17 @@ class Store:
             experiment_id = writes.candidate_experiment(connection, candidate_id)
         parsed = parse_evidence(path, kind, fmt)
         environment = provenance.collect(command)
-        sha, size, stored = store_blob(self._evidence_root(), path)  # the file before the rows naming it
         versions = dict(environment.versions)
         if note:
             versions["evidence_source"] = note
-        with self._write() as session:
+        with writing_blob(self._evidence_root(), path) as blob, self._write() as session:  # file, rows, rename
             rows = metric_rows(parsed.metrics, f"{path}")
             run_id = writes.add_imported_run(session, candidate_id, environment, versions, rows)
+            sha, size, stored = blob.sha256, blob.size, blob.path
             artifact_id = writes.add_artifact(session, run_id=run_id, experiment_id=experiment_id, sha256=sha,
                                               size=size, media_type=parsed.media_type, role=parsed.role,
                                               name=os.fspath(path))
-            return ImportedEvidence(
+            imported = ImportedEvidence(
                 run_id=run_id,
                 candidate_id=candidate_id,
                 experiment_id=experiment_id,
@@ -711,6 +718,7 @@ class Store:
                 artifact=ArtifactRef(artifact_id, sha, size, stored),
                 summary=parsed.summary,
             )
+        return imported
 
     # ---- reads ---------------------------------------------------------------------------
 

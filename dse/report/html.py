@@ -21,6 +21,7 @@ from markupsafe import Markup
 
 from ..records import Store
 from ..runner.caveats import hardware_caveat, kinds_text
+from ..records.blobs import EvidenceCheck
 from .data import (COMPONENT_TOTALS, PPA_KINDS, ExperimentView, accepted_candidates, changes, experiment_view,
                    meaningful_candidates, outcome_mark, row_marks, stored_bank_lifetimes)
 from .figures import (component_plot, core_time_plot, history_plot, model_vs_emulator_plot, op_breakdown_plot,
@@ -114,6 +115,7 @@ class Report:
     markdown: Path
     view: ExperimentView
     figures: dict  # name -> Figure (data kept, matplotlib figure closed)
+    evidence: EvidenceCheck  # the experiment's evidence files, re-hashed as the report was written
 
     @property
     def candidates(self) -> pd.DataFrame:
@@ -141,6 +143,7 @@ def write_report(store: Store, experiment, out_dir: str | Path = "reports", x: s
 
 def _write_report(store: Store, experiment, out_dir: str | Path, x: str | None, y: str | None, bar) -> Report:
     view = experiment_view(store, experiment)
+    evidence = store.check_evidence(view.exp["id"])
     bar.update()
     bar.set_description(f"report {experiment}: figures")
     exp, table, objectives = view.exp, view.table, view.objectives
@@ -246,6 +249,7 @@ def _write_report(store: Store, experiment, out_dir: str | Path, x: str | None, 
         has_emulator="model_vs_emulator" in figures, has_core_time="core_time" in figures, ppa=ppa, banks=banks,
         host_time=view.host_time,
         search=history, importance=importance_rows(history), search_best=best_words(history), evaluator=EVALUATOR,
+        evidence=evidence,
     )
     html = _HTML.get_template("report.html.j2").render(
         **context, images={n: base64.b64encode(b).decode() for n, b in pngs.items()},
@@ -256,7 +260,7 @@ def _write_report(store: Store, experiment, out_dir: str | Path, x: str | None, 
     _write(md_path, md)
     bar.update()
     bar.refresh()  # the full bar drawn before it goes (an update within mininterval is not)
-    return Report(path.resolve(), md_path.resolve(), view, figures)
+    return Report(path.resolve(), md_path.resolve(), view, figures, evidence)
 
 
 # Candidates whose counter tables the report shows (each bank of each core is a row).

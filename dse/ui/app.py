@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from functools import partial
 from importlib.resources import files
 from pathlib import Path
-from urllib.parse import urlencode
+from urllib.parse import quote, urlencode
 
 import jinja2
 import pandas as pd
@@ -21,13 +21,15 @@ from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
 from starlette.middleware import Middleware
 from starlette.requests import Request
-from starlette.responses import FileResponse, HTMLResponse, RedirectResponse, Response
+from starlette.background import BackgroundTask
+from starlette.responses import FileResponse, HTMLResponse, RedirectResponse, Response, StreamingResponse
 from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 
 from ..config_tree import changed_paths, is_changed, tree_rows
 from ..errors import InputError
 from ..records import RecordNotFound, Store
+from ..records.blobs import EvidenceError, open_verified
 from ..records.reads import flatten
 from ..records.liveness import sweep_holder
 from ..report.data import (PPA_KINDS, accepted_candidates, candidate_metrics, component_figures, front_of,
@@ -440,12 +442,18 @@ class Workbench:
         if rows.empty:
             raise Problem(404, "No such artifact", f"no artifact with id {ident} in {self.store_shown}")
         row = rows.iloc[0]
-        path = Path(row["path"]) if row["path"] else None
-        if path is None or not path.is_file():
-            raise Problem(410, "Artifact file missing", f"artifact {ident}'s file ({row['sha256']}) is not in "
-                                                        f"the evidence folder {self.store.evidence_dir}")
-        name = Path(str(row["name"] or f"artifact-{ident}")).name
-        return FileResponse(path, media_type=row["media_type"] or "application/octet-stream", filename=name)
+        if self.store.evidence_dir is None:
+            raise Problem(410, "Artifact file missing", f"artifact {ident}: {self.store_shown} has no evidence folder")
+        try:  # re-hashed through the handle that is then served; a link is never followed
+            source = open_verified(self.store.evidence_dir, row["sha256"])
+        except EvidenceError as error:
+            status, title = {"missing": (410, "Artifact file missing"), "altered": (409, "Artifact file altered"),
+                             "refused": (403, "Artifact file refused")}[error.state.state]
+            raise Problem(status, title, f"artifact {ident}: {error}") from None
+        name = quote(Path(str(row["name"] or f"artifact-{ident}")).name)  # as FileResponse names it
+        return StreamingResponse(iter(lambda: source.read(1 << 20), b""), background=BackgroundTask(source.close),
+                                 media_type=row["media_type"] or "application/octet-stream",
+                                 headers={"Content-Disposition": f"attachment; filename*=utf-8''{name}"})
 
     def compare(self, request: Request) -> Response:
         ids = id_list(request.query_params.getlist("c"), "c", prefix="c")
