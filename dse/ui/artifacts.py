@@ -25,6 +25,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 
 from ..records import RecordNotFound
+from ..records.blobs import EvidenceError, open_verified
 from .queries import BadQuery
 
 if TYPE_CHECKING:
@@ -253,11 +254,15 @@ def _artifact(bench: Workbench, request: Request) -> tuple[dict, Path]:
         row = bench.store.artifact(ident)
     except RecordNotFound as error:
         raise Problem(404, "No such artifact", str(error)) from None
-    path = Path(row["path"])
-    if not path.is_file():
-        raise Problem(410, "Artifact file missing", f"artifact {ident}'s file ({row['sha256']}) is not in "
-                                                    f"the evidence folder {bench.store.evidence_dir}")
-    return row, path
+    if bench.store.evidence_dir is None:
+        raise Problem(410, "Artifact file missing", f"artifact {ident}: the store has no evidence folder")
+    try:  # re-hashed before it is shown, as the download route does; a link is never followed
+        open_verified(bench.store.evidence_dir, row["sha256"]).close()
+    except EvidenceError as error:
+        status, title = {"missing": (410, "Artifact file missing"), "altered": (409, "Artifact file altered"),
+                         "refused": (403, "Artifact file refused")}[error.state.state]
+        raise Problem(status, title, f"artifact {ident}: {error}") from None
+    return row, Path(row["path"])
 
 
 def view(bench: Workbench, request: Request) -> Response:
