@@ -19,6 +19,7 @@ import contextlib
 import gc
 import json
 import math
+import os
 import signal
 import threading
 import time
@@ -50,6 +51,10 @@ from .stages import Outcome, analytical_graph, source_count_metrics
 # A local pool evaluates an analytical batch only when the driver would spend longer than
 # this on it (see Sweep._analytical_executor); 0: the pool always does.
 POOL_ANALYTICAL_MIN_SECONDS = 2.0
+# Test hook: the driver stops itself (SIGSTOP) once this many batches are recorded, with
+# their runs running: a stand-in for a pause at an unlucky moment (a suspended laptop, a
+# ^Z, a VM migrated), from which a SIGCONT wakes it.
+STOP_ENV = "DSE_TEST_STOP_AFTER_BATCHES"
 ASK_ROUNDS = 10  # a batch's rounds of asking again for proposals of candidates already evaluated
 
 
@@ -88,6 +93,8 @@ class Sweep:
         self._sampler_seconds = 0.0
         self._idle_rounds = 0  # asks in a row that proposed only candidates already evaluated
         self._evidence_bytes: int | None = None  # the evidence folder's size, read when first needed
+        self._batches = 0  # recorded (for the STOP_ENV test hook)
+        self._stop_after = int(os.environ.get(STOP_ENV) or 0)
 
     # -- building candidates ---------------------------------------------------------
     def _build(self, params: dict) -> BuiltCandidate:
@@ -179,6 +186,10 @@ class Sweep:
                     "analytical", baseline=origin == "baseline", seed=self.spec.model.search.seed,
                     model_version=self.model_version)
                 by_run = {run: (cid, b) for (cid, run), b in zip(recorded, new)}
+                self._batches += 1
+                if self._batches == self._stop_after:
+                    with self.store.between_heartbeats():  # paused outside a transaction
+                        os.kill(os.getpid(), signal.SIGSTOP)
                 self.store.set_candidate_notes({cid: note for (cid, _), b in zip(recorded, new)
                                                 if (note := self._notes_of(b))})
                 self.result.evaluated += len(new)
