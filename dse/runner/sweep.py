@@ -39,6 +39,7 @@ from ..records.opening import checked_url
 from ..workload.recipes import recipe_name
 from .acceptance import propose
 from .candidates import BuiltCandidate, CandidateBuilder
+from .cluster import CONNECT_TIMEOUT_S
 from .chain import ANALYTICAL, CAPTURE, EMULATOR, FRONTEND, PLAN, PRUNE, RECORD
 from .execution import InlineExecutor, PoolExecutor, WorkItem, make_executor, remember_chip
 from .recorder import Recorder
@@ -580,7 +581,8 @@ def resolve_links(spec: Spec, store: Store | None) -> list[tuple[str, int, str]]
 
 
 def sweep_into_store(spec: Spec, db: str | Path = "records.db", progress: bool = True,
-                     workers: int = 1, cluster: str | None = None) -> SweepResult:
+                     workers: int = 1, cluster: str | None = None,
+                     connect_timeout: float = CONNECT_TIMEOUT_S) -> SweepResult:
     """Sweep a validated spec into the store: capture, frontend, plan, then `Sweep` (what
     `dse.runner.run_sweep` does when the store does not hold the whole sweep already)."""
     checked_url(db)  # a bad --db says so before the recipe's capture (Store checks it again)
@@ -623,7 +625,7 @@ def sweep_into_store(spec: Spec, db: str | Path = "records.db", progress: bool =
             if ppa:
                 work.ppa_calibration = {name: ppa_factors(ppa)}
                 model_version += ppa_version(ppa)
-        executor = make_executor(work, workers, cluster)
+        executor = make_executor(work, workers, cluster, connect_timeout)
         try:
             return Sweep(spec, graph, store, executor, progress, model_version).run()
         finally:
