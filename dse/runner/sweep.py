@@ -40,6 +40,7 @@ from ..workload.recipes import recipe_name
 from .acceptance import propose
 from .candidates import BuiltCandidate, CandidateBuilder
 from .cluster import CONNECT_TIMEOUT_S
+from .limits import capture_limit, time_limit  # noqa: F401  (time_limit: the tests' name for it)
 from .chain import ANALYTICAL, CAPTURE, EMULATOR, FRONTEND, PLAN, PRUNE, RECORD
 from .execution import InlineExecutor, PoolExecutor, WorkItem, make_executor, remember_chip
 from .recorder import Recorder
@@ -519,36 +520,6 @@ def quantizations(spec: Spec) -> list[str | None]:
     return list(dict.fromkeys(out))
 
 
-@contextlib.contextmanager
-def time_limit(seconds: float, error):
-    """Raise `error()` in this (the main) thread once `seconds` have passed (SIGALRM);
-    no limit off the main thread or where there is no SIGALRM."""
-    if threading.current_thread() is not threading.main_thread() or not hasattr(signal, "setitimer"):
-        yield
-        return
-
-    fired = []
-
-    def expired(_signum, _frame):
-        fired.append(error())
-        raise fired[0]
-
-    previous = signal.signal(signal.SIGALRM, expired)
-    signal.setitimer(signal.ITIMER_REAL, seconds)
-    try:
-        yield
-    except BaseException as raised:
-        # The alarm can land anywhere, e.g. inside an import's class body, whose machinery
-        # wraps it (dataclasses' __set_name__ raises a RuntimeError from it): past the limit,
-        # the limit is the error, whatever carried it out.
-        if fired and raised is not fired[0]:
-            raise fired[0] from None
-        raise
-    finally:
-        signal.setitimer(signal.ITIMER_REAL, 0)
-        signal.signal(signal.SIGALRM, previous)
-
-
 def _value_at(data: dict, dotted: str):
     """The value at a dotted path of {"chip": ..., "mapping": ...} (None where unset)."""
     for part in dotted.split("."):
@@ -589,11 +560,7 @@ def sweep_into_store(spec: Spec, db: str | Path = "records.db", progress: bool =
     if spec.model.experiment.links() and "://" not in str(db) and not Path(db).exists():
         resolve_links(spec, None)  # a link into a store that does not exist: nothing created
     recipe, params = spec.model.workload.recipe, spec.model.workload.params
-    limit = spec.model.stages.capture_timeout_s
-    with time_limit(limit, lambda: InputError(
-            spec.path, "stages.capture_timeout_s", limit,
-            f"a limit the capture of recipe '{recipe}' and its frontend steps finish within (they did not: "
-            f"raise the limit or make the workload smaller); nothing was written")):
+    with capture_limit(spec.path, spec.model.stages, f"the capture of recipe '{recipe}' and its frontend steps"):
         # The emulation workloads: one per quantization granularity the candidates can set.
         emulated = quantizations(spec) if spec.model.stages.emulator != "none" else ()
         # Checked when the emulator needs the recipe's own steps checked: the one run of
