@@ -72,6 +72,14 @@ def dotted_paths(data: dict, prefix: str = "") -> list[str]:
     return out
 
 
+class Stopped(Exception):
+    """A command stopped by something outside its input (its sweep taken over by another
+    process, a database gone for good): the CLI prints the one-line message and exits with
+    `exit_code`; what was recorded before stays, and a rerun resumes."""
+
+    exit_code = 75  # EX_TEMPFAIL: a temporary failure, try again later
+
+
 def read_text(path: str | Path, what: str) -> str:
     """The UTF-8 text of a user's file; an `InputError` naming it when it cannot be read
     (missing, a directory, no permission, not UTF-8)."""

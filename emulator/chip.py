@@ -400,6 +400,15 @@ class ChipConfig(_Strict):
             if banks.count > (1 << self.isa.bank_id_bits):
                 raise fields_error(f"{banks.count} banks need more than the {self.isa.bank_id_bits}-bit bank id field",
                                    {f"{at}banks.count": banks.count, "isa.bank_id_bits": self.isa.bank_id_bits})
+            # Every byte of a core's banks must have a DRAM address to move to and from (MVIN /
+            # MVOUT carry a dma.addr_bits address): deeper banks are no chip this ISA drives,
+            # and the emulator, which holds them in memory, would fail allocating them.
+            if banks.bytes_total > (1 << self.dma.addr_bits):
+                raise fields_error(
+                    f"{banks.count} banks of {banks.rows} rows x {banks.row_bytes} bytes hold {banks.bytes_total} bytes, "
+                    f"more than the {self.dma.addr_bits}-bit DRAM address reaches ({1 << self.dma.addr_bits} bytes)",
+                    {f"{at}banks.rows": banks.rows, f"{at}banks.count": banks.count,
+                     f"{at}banks.row_bytes": banks.row_bytes, "dma.addr_bits": self.dma.addr_bits})
             if banks.acc_col > banks.count:
                 raise fields_error(f"accumulator col {banks.acc_col} exceeds the {banks.count} banks",
                                    {f"{at}banks.acc_col": banks.acc_col, f"{at}banks.count": banks.count})

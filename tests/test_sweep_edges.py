@@ -4,6 +4,7 @@ time limits on a recipe's capture and a candidate's evaluation."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import sqlite3
@@ -220,3 +221,40 @@ def test_a_time_limit_that_lands_inside_wrapping_code_is_still_the_limit_error()
     with pytest.raises(ValueError, match="its own"):
         with time_limit(5, limit_error):
             raise ValueError("its own")
+
+
+# ---- Ctrl-C ------------------------------------------------------------------------------
+
+def test_ctrl_c_twice_during_a_sweep_is_one_line(tmp_path):
+    """Two SIGINTs to a real sweep's process group, as a terminal's double Ctrl-C sends them:
+    the first asks to stop after the chunk in hand, the second stops at once; either way one
+    line (no traceback before it, from the driver or its helpers), exit 130, no run left
+    running and the rerun resumes."""
+    from dse.runner.sweep import STOP_ENV
+
+    spec = write_spec(tmp_path, name="ctrlc", banks="[12, 16, 20, 24, 28]", extra="batch = 2\n")
+    db = tmp_path / "r.db"
+    # The driver pauses itself once its second batch is recorded (the test hook), so the
+    # signals land mid-sweep; the second arrives after the first was handled.
+    driver = subprocess.Popen([str(DSE), "sweep", str(spec), "--db", str(db), "--no-progress"],
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True,
+                              env={**os.environ, STOP_ENV: "2", "DSE_EVIDENCE_DIR": str(tmp_path / "evidence")})
+    try:
+        deadline = time.monotonic() + 120
+        while psutil.Process(driver.pid).status() != psutil.STATUS_STOPPED:
+            assert driver.poll() is None and time.monotonic() < deadline, driver.communicate()
+            time.sleep(0.05)
+        os.killpg(driver.pid, signal.SIGINT)
+        os.killpg(driver.pid, signal.SIGCONT)
+        time.sleep(0.02)
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(driver.pid, signal.SIGINT)
+        out, err = driver.communicate(timeout=60)
+    finally:
+        if driver.poll() is None:
+            driver.kill()
+    assert driver.returncode == 130, err
+    assert err.strip().splitlines() == ["dse: interrupted; rerun to resume (what finished is recorded)"], err
+    with Store(db, heartbeat_interval=0) as store:
+        runs = store.runs("ctrlc")
+    assert len(runs) >= 3 and (runs["status"] == "running").sum() == 0, runs[["status", "error"]]

@@ -12,6 +12,8 @@ exit code and at most one line on stderr:
 - bad input (`InputError`, or a command line argparse refuses): the line names the file,
   the field, the value and what is allowed; exit 2. With `--json` the same fields are
   also printed on stdout as `{"error": {...}}`.
+- stopped by something outside the input (`Stopped`: the sweep taken over by another
+  process, a database lost for good): its one line, its exit code (75); a rerun resumes.
 - Ctrl-C (KeyboardInterrupt) anywhere, start-up included: "interrupted; rerun to resume",
   exit 130.
 - a closed stdout (`dse show ... | head`): nothing more is written, exit 141 (128 + SIGPIPE,
@@ -34,7 +36,7 @@ import threading
 import time
 import traceback
 
-from ..errors import InputError
+from ..errors import InputError, Stopped
 
 EXIT_INPUT = InputError.exit_code
 EXIT_INTERRUPT = 130
@@ -252,6 +254,12 @@ def _main(argv: list[str]) -> int:
                 sys.stdout.flush()
             _safe_stderr("dse: error: " + one_line(str(exc)))
             return EXIT_INPUT
+        except Stopped as exc:
+            if as_json:
+                _print_json({"error": {"message": one_line(str(exc), limit=20000), "stopped": True}})
+                sys.stdout.flush()
+            _safe_stderr("dse: " + one_line(str(exc)))
+            return exc.exit_code
     except KeyboardInterrupt:
         _safe_stderr(INTERRUPTED)
         return EXIT_INTERRUPT

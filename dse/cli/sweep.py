@@ -15,9 +15,12 @@ def cmd_sweep(args) -> int:
 
     if args.workers < 1:
         raise InputError("--workers", "--workers", args.workers, "a positive number of processes")
+    if not 0 < args.connect_timeout <= 3600:
+        raise InputError("--connect-timeout", "--connect-timeout", args.connect_timeout,
+                         "seconds to wait for the cluster's scheduler, more than 0 and at most 3600")
     try:
         result = run_sweep(args.spec, args.db, progress=not args.no_progress, workers=args.workers,
-                           cluster=args.cluster)
+                           cluster=args.cluster, connect_timeout=args.connect_timeout)
     except KeyboardInterrupt:
         # Everything finished so far is recorded; runs in flight were marked crashed.
         from . import EXIT_INTERRUPT, INTERRUPTED
@@ -51,4 +54,6 @@ def register(sub) -> None:
     sweep.add_argument("--workers", type=int, default=1, help="local worker processes (default 1: in this process)")
     sweep.add_argument("--cluster", default=None, metavar="ADDRESS",
                        help="Dask scheduler address (default: $DASK_SCHEDULER_ADDRESS if set)")
+    sweep.add_argument("--connect-timeout", type=float, default=5.0, metavar="SECONDS",
+                       help="how long to wait for the cluster's scheduler to answer (default 5)")
     sweep.set_defaults(func=cmd_sweep)

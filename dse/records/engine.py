@@ -111,8 +111,17 @@ def _sqlite_on_begin(connection: Connection) -> None:
         raise DBAPIError.instance(sql, (), error, error_type, dialect=dialect) from None
 
 
-def make_engine(url: str) -> Engine:
-    """An engine for the store at `url` (see the module docstring for the setup)."""
+# The least time a PostgreSQL session may sit idle inside a transaction (see make_engine).
+IDLE_IN_TRANSACTION_MIN_S = 10.0
+
+
+def make_engine(url: str, idle_in_transaction_s: float | None = None) -> Engine:
+    """An engine for the store at `url` (see the module docstring for the setup).
+
+    `idle_in_transaction_s`: on PostgreSQL, the server ends a session of this engine that
+    sits that long inside a transaction waiting for its client (at least
+    IDLE_IN_TRANSACTION_MIN_S). A process paused or cut off mid-transaction would
+    otherwise hold its row locks for ever, and a sweep taking over its lease wait on them."""
     # JSON is stored as canonical text (sorted keys, no spaces; 0002 rewrote older rows),
     # so reads hand it out as stored instead of parsing and re-serialising every row.
     sa_url = make_url(url)
@@ -124,6 +133,9 @@ def make_engine(url: str) -> Engine:
             # many candidates an experiment has, can be ruinous for these reads.
             connect_args = {"connect_timeout": 5, "application_name": "dse",
                             "prepare_threshold": None}  # fmt: skip
+            if idle_in_transaction_s is not None:
+                idle_ms = int(max(idle_in_transaction_s, IDLE_IN_TRANSACTION_MIN_S) * 1000)
+                connect_args["options"] = f"-c idle_in_transaction_session_timeout={idle_ms}"
         return create_engine(
             sa_url, pool_pre_ping=True, connect_args=connect_args, json_serializer=json_text
         )

@@ -17,16 +17,46 @@ from datetime import datetime, timezone
 
 from sqlalchemy import Engine, delete, insert, select, update
 
-from dse.errors import InputError
+from dse.errors import InputError, Stopped
 from dse.records import provenance
-from dse.records.schema import Experiment, Run, SweepLock, utcnow
+from dse.records.schema import Candidate, Experiment, Run, SweepLock, utcnow
 
 HEARTBEAT_INTERVAL_S = 30.0
 STALE_AFTER_S = 600.0
+# The same two settings from the environment (seconds), for every store a process opens
+# without naming them: how often it beats, and how long another host's silence lasts
+# before its runs count as crashed and its sweep lock (its lease) may be taken over.
+HEARTBEAT_ENV = "DSE_HEARTBEAT_S"
+LEASE_ENV = "DSE_LEASE_S"
 # The error text of a run marked crashed because its process was gone. finish_run
 # accepts such a run after all (the process was alive, only unseen), so a late finish
 # is never lost.
 ABANDONED = "abandoned: "
+
+
+def _seconds_from_env(name: str, default: float) -> float:
+    text = os.environ.get(name)
+    if text is None or not text.strip():
+        return default
+    try:
+        value = float(text)
+    except ValueError:
+        value = float("nan")
+    if not value > 0 or value == float("inf"):
+        raise InputError("(environment)", name, text, "a positive number of seconds")
+    return value
+
+
+def liveness_settings() -> tuple[float, float]:
+    """(heartbeat interval, stale after) in seconds: $DSE_HEARTBEAT_S and $DSE_LEASE_S when
+    set, else HEARTBEAT_INTERVAL_S and STALE_AFTER_S. A lease no longer than the interval
+    would be lost between two beats of a live process."""
+    interval = _seconds_from_env(HEARTBEAT_ENV, HEARTBEAT_INTERVAL_S)
+    stale = _seconds_from_env(LEASE_ENV, STALE_AFTER_S)
+    if stale <= interval:
+        raise InputError("(environment)", LEASE_ENV, stale,
+                         f"more seconds than the heartbeat interval ({interval:g} s, ${HEARTBEAT_ENV})")
+    return interval, stale
 
 
 def as_utc(moment: datetime | None) -> datetime | None:
@@ -136,12 +166,58 @@ def acquire_sweep_lock(writer: Engine, experiment_id: int, where: str, stale_aft
             started_at=now, heartbeat_at=now))
 
 
+def _mine(me: provenance.Provenance):
+    """The sweep locks this process holds, as a SQL condition (host, pid and start time:
+    another host's process of the same pid is not this one)."""
+    return (SweepLock.host == me.host) & (SweepLock.pid == me.pid) & (SweepLock.pid_start == me.pid_start)
+
+
 def release_sweep_lock(writer: Engine, experiment_id: int) -> None:
     """Give up this process's sweep lock on the experiment (another process's stays)."""
     me = provenance.collect()
     with writer.begin() as connection:
-        connection.execute(delete(SweepLock).where(
-            SweepLock.experiment_id == experiment_id, SweepLock.host == me.host, SweepLock.pid == me.pid))
+        connection.execute(delete(SweepLock).where(SweepLock.experiment_id == experiment_id, _mine(me)))
+
+
+class LeaseLost(Stopped):
+    """This process's sweep lock was taken over by another process (this one was paused
+    or cut off past the lease): it stops, recording nothing more."""
+
+
+def check_lease(connection, experiment_ids: Iterable[int], stale_after: float) -> None:
+    """Raise LeaseLost unless this process still holds the sweep lock of every experiment
+    named; called inside each write transaction of the holder, before it writes. SQLite's
+    writer holds the database's write lock from BEGIN, and on PostgreSQL the lock row is
+    read FOR SHARE, so no takeover can commit between this check and the write."""
+    me = provenance.collect()
+    for experiment_id in experiment_ids:
+        query = select(SweepLock).where(SweepLock.experiment_id == experiment_id)
+        if connection.dialect.name == "postgresql":
+            query = query.with_for_update(read=True)
+        lock = connection.execute(query).first()
+        if lock is not None and (lock.host, lock.pid, lock.pid_start) == (me.host, me.pid, me.pid_start):
+            continue
+        raise LeaseLost(_lost_message(connection, experiment_id, lock, me, stale_after))
+
+
+def _lost_message(connection, experiment_id: int, lock, me: provenance.Provenance, stale_after: float) -> str:
+    name = connection.execute(select(Experiment.name).where(Experiment.id == experiment_id)).scalar()
+    if lock is not None:
+        taker = f"process {lock.pid} on host {lock.host} took it over at " \
+                f"{as_utc(lock.started_at).isoformat(timespec='seconds')} and holds it"
+    else:  # taken over and since given up: the newest run of another process names the taker
+        other = connection.execute(
+            select(Run.pid, Run.host, Run.started_at).join(Candidate, Candidate.id == Run.candidate_id)
+            .where(Candidate.experiment_id == experiment_id,
+                   (Run.host != me.host) | (Run.pid != me.pid) | (Run.pid_start != me.pid_start))
+            .order_by(Run.id.desc()).limit(1)).first()
+        taker = (f"process {other.pid} on host {other.host} took it over (its runs from "
+                 f"{as_utc(other.started_at).isoformat(timespec='seconds')}) and has since finished"
+                 if other is not None else "another process took it over and has since finished")
+    return (f"lost the sweep of experiment '{name}': {taker}, after no heartbeat from this process "
+            f"(pid {me.pid} on host {me.host}) for over {stale_after:g} s (paused or cut off); "
+            f"stopped, recording nothing more (what it recorded before stays; rerun to resume once no "
+            f"other sweep runs)")
 
 
 class Heartbeats:
@@ -156,6 +232,7 @@ class Heartbeats:
         self._active: set[int] = set()
         self.sweeps: set[int] = set()  # experiments whose sweep lock this process holds
         self._lock = threading.Lock()
+        self.writing = threading.Lock()  # held through each beat's transaction
         self._stop = threading.Event()
         self._beater: threading.Thread | None = None
         self._owner_pid = os.getpid()
@@ -200,7 +277,7 @@ class Heartbeats:
             if not run_ids and not sweeps:
                 continue
             try:
-                with self.writer.begin() as connection:
+                with self.writing, self.writer.begin() as connection:
                     if run_ids:
                         connection.execute(
                             update(Run)
@@ -210,7 +287,7 @@ class Heartbeats:
                     if sweeps:
                         connection.execute(
                             update(SweepLock)
-                            .where(SweepLock.experiment_id.in_(sweeps), SweepLock.pid == os.getpid())
+                            .where(SweepLock.experiment_id.in_(sweeps), _mine(provenance.collect()))
                             .values(heartbeat_at=utcnow())
                         )
             except Exception:  # noqa: BLE001 - a missed beat is retried at the next one

@@ -96,7 +96,15 @@ def _boot_id() -> str:
         return "-"
 
 
+# The host name this process records as its own, when set (default: the machine's name).
+# Two containers that share a host name but not a process table must differ here, or each
+# would judge the other's processes by pids it cannot see.
+HOST_ENV = "DSE_HOST"
+
+
 def hostname() -> str | None:
+    if os.environ.get(HOST_ENV):
+        return os.environ[HOST_ENV]
     try:
         return socket.gethostname()
     except OSError:

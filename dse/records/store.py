@@ -80,8 +80,11 @@ from dse.records.liveness import (
     HEARTBEAT_INTERVAL_S,
     STALE_AFTER_S,
     Heartbeats,
+    LeaseLost,
     SweepLocked,
     acquire_sweep_lock,
+    check_lease,
+    liveness_settings,
     reap_crashed,
     release_sweep_lock,
 )
@@ -105,7 +108,7 @@ __all__ = [
     "ABANDONED", "FINAL_RUN_STATUSES", "HEARTBEAT_INTERVAL_S", "METRIC_COLUMNS", "MIGRATIONS_DIR",
     "RETRY_BUSY_FOR_S", "SCHEMA_HEAD", "SQLITE_BUSY_TIMEOUT_MS", "SQLITE_MMAP_BYTES", "STAGE_OF_KIND",
     "STALE_AFTER_S", "ArtifactRef", "ImportedEvidence", "MetricIn", "MetricRow", "RecordNotFound", "Store",
-    "StoreBusy", "SweepLocked", "alembic_config", "canonical_json", "content_hash", "database_url", "diff_fields", "flatten",
+    "StoreBusy", "SweepLocked", "LeaseLost", "alembic_config", "canonical_json", "content_hash", "database_url", "diff_fields", "flatten",
 ]  # fmt: skip
 
 
@@ -142,7 +145,13 @@ class Store:
     $DSE_EVIDENCE_DIR, else a folder per database under
     ~/.local/share/dse/evidence. `heartbeat_interval` (seconds, 0 for none) is how often
     this store's running runs say they are alive; `stale_after` is how old a heartbeat
-    from another host may be before its run is marked crashed on open.
+    from another host may be before its run is marked crashed on open, and its sweep lock
+    (a lease) taken over. Unnamed, both come from $DSE_HEARTBEAT_S and $DSE_LEASE_S, else
+    30 s and 600 s (`liveness.liveness_settings`).
+
+    While this store holds an experiment's sweep lock (`acquire_sweep`), every write
+    transaction first checks that it still does, and raises `LeaseLost` (writing nothing)
+    once another process has taken it over.
     """
 
     def __init__(
@@ -150,9 +159,13 @@ class Store:
         url_or_path: str | os.PathLike[str] = "records.db",
         *,
         evidence_dir: str | os.PathLike[str] | None = None,
-        heartbeat_interval: float = HEARTBEAT_INTERVAL_S,
-        stale_after: float = STALE_AFTER_S,
+        heartbeat_interval: float | None = None,
+        stale_after: float | None = None,
     ):
+        if heartbeat_interval is None or stale_after is None:
+            from_env = liveness_settings()
+            heartbeat_interval = from_env[0] if heartbeat_interval is None else heartbeat_interval
+            stale_after = from_env[1] if stale_after is None else stale_after
         # A bad --db is the user's mistake, one line and nothing created (opening.py).
         url = opening.checked_url(url_or_path)
         # The evidence folder the URL names (`?evidence_dir=`), stripped before SQLAlchemy.
@@ -168,7 +181,7 @@ class Store:
             except OSError as error:
                 raise opening.bad(sa_url.database, f"a path dse can create ({error.strerror or error})") from None
         try:
-            self.engine = make_engine(url)
+            self.engine = make_engine(url, idle_in_transaction_s=stale_after)
         except Exception as error:  # noqa: BLE001 - a dialect or driver that will not load
             raise opening.bad(url_or_path, f"{opening.SUPPORTED} ({type(error).__name__}: {error})") from None
         self._writer = writer_engine(self.engine)
@@ -176,6 +189,7 @@ class Store:
         self.evidence_dir = (Path(evidence_dir).expanduser().resolve() if evidence_dir is not None
                              else default_evidence_dir(self.engine.url))
         self.stale_after = stale_after
+        self._leases: set[int] = set()  # experiments whose sweep lock this store holds
         # The runs this store started and has not finished; no beats in memory, where no
         # other process could see them.
         self._heartbeats = Heartbeats(self._writer, heartbeat_interval, enabled=not in_memory)
@@ -232,7 +246,17 @@ class Store:
     @contextmanager
     def _write(self) -> Iterator[Session]:
         with write_session(self._writer) as session:
+            if self._leases:
+                check_lease(session.connection(), sorted(self._leases), self.stale_after)
             yield session
+
+    @contextmanager
+    def _begin(self) -> Iterator[Connection]:
+        """A write transaction on a Core connection (the batched writes), lease checked as in `_write`."""
+        with self._writer.begin() as connection:
+            if self._leases:
+                check_lease(connection, sorted(self._leases), self.stale_after)
+            yield connection
 
     @contextmanager
     def _read(self) -> Iterator[Connection]:
@@ -260,9 +284,17 @@ class Store:
         is sweeping it: its pid, host and start time. A dead holder's lock is taken over."""
         acquire_sweep_lock(self._writer, experiment_id, where or self.url, self.stale_after)
         self._heartbeats.track_sweep(experiment_id)
+        self._leases.add(experiment_id)
+
+    @contextmanager
+    def between_heartbeats(self) -> Iterator[None]:
+        """Hold off this store's heartbeats: inside, none is in the middle of its write."""
+        with self._heartbeats.writing:
+            yield
 
     @retrying
     def release_sweep(self, experiment_id: int) -> None:
+        self._leases.discard(experiment_id)
         self._heartbeats.untrack_sweep(experiment_id)
         release_sweep_lock(self._writer, experiment_id)
 
@@ -460,7 +492,7 @@ class Store:
         prepared = writes.prepared_candidates(rows)
 
         def add() -> list[tuple[int, bool, int | None]]:
-            with self._writer.begin() as connection:
+            with self._begin() as connection:
                 return writes.add_candidates(connection, experiment_id, prepared, run_base, finished, baseline)
 
         try:
@@ -483,7 +515,7 @@ class Store:
         """`start_run` for many candidates in one transaction; run ids in order."""
         candidate_ids = list(candidate_ids)
         base = writes.run_base(stage, seed, command, model_version, emulator_version)
-        with self._writer.begin() as connection:
+        with self._begin() as connection:
             run_ids = writes.insert_runs(connection, candidate_ids, base) if candidate_ids else []
         self._heartbeats.track(run_ids)
         return run_ids
@@ -494,7 +526,7 @@ class Store:
         optionally metrics, reason, error, traceback. All are written, or none."""
         checked = checked_results(results)
         try:
-            with self._writer.begin() as connection:
+            with self._begin() as connection:
                 writes.finish_runs(connection, *checked)
         except writes.Unfinishable as short:
             unfinishable = short.ids

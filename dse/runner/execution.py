@@ -9,6 +9,7 @@ recorded as failed.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import json
 import os
@@ -29,6 +30,7 @@ from ..chips import validate_chip
 from ..errors import InputError
 from ..mapping import Candidate, mapping_from_dict
 from .chain import EVALUATION, run_stages
+from .cluster import CLUSTER_ENV, CONNECT_TIMEOUT_S
 from .stages import AnalyticalResult, Outcome, Workload
 
 # Test hook: a worker process SIGKILLs itself on a candidate whose hash starts with this.
@@ -409,10 +411,22 @@ class PoolExecutor:
 class DaskExecutor:
     """Dask distributed: the same chunks as tasks on a cluster's workers."""
 
-    def __init__(self, work, address: str):
+    def __init__(self, work, address: str, connect_timeout: float = CONNECT_TIMEOUT_S):
         from distributed import Client
 
-        self.client = Client(address, set_as_default=False)
+        # Reachable (check_cluster), yet maybe no Dask scheduler (another service on the
+        # port) or one that does not answer: the same time limit, then one line.
+        client = Client.__new__(Client)  # a handle on it even when its constructor fails
+        try:
+            client.__init__(address, set_as_default=False, timeout=f"{connect_timeout}s")
+        except Exception as error:  # noqa: BLE001 - a web server's reply read as a frame is a MemoryError
+            with contextlib.suppress(Exception):
+                client.close(timeout=1)
+            client.status = "closed"  # else its __del__ closes it again, printing a traceback at exit
+            raise InputError("--cluster", "cluster", address,
+                             f"a Dask scheduler answering within {connect_timeout:g} s (--connect-timeout); "
+                             f"{type(error).__name__}: {' '.join(str(error).split())[:300]}") from None
+        self.client = client
         self.workers = max(1, len(self.client.scheduler_info().get("workers", {})))
         self._graph = self.client.scatter(work, broadcast=True)
         self._kill = os.environ.get(KILL_ENV)
@@ -439,12 +453,12 @@ class DaskExecutor:
         self.client.close()
 
 
-def make_executor(work, workers: int = 1, cluster: str | None = None):
+def make_executor(work, workers: int = 1, cluster: str | None = None, connect_timeout: float = CONNECT_TIMEOUT_S):
     """`work`: a Workload, or just the graph for an analytical-only sweep."""
     work = work if isinstance(work, Workload) else Workload(work)
-    cluster = cluster or os.environ.get("DASK_SCHEDULER_ADDRESS")
+    cluster = cluster or os.environ.get(CLUSTER_ENV)
     if cluster:
-        return DaskExecutor(work, cluster)
+        return DaskExecutor(work, cluster, connect_timeout)
     if workers > 1:
         return PoolExecutor(work, workers)
     return InlineExecutor(work)

@@ -9,6 +9,7 @@ import contextlib
 import time
 
 from ..records import Store
+from ..records.liveness import LeaseLost
 from .chain import RECORD
 
 
@@ -74,9 +75,13 @@ class Recorder:
 
     def crash_unfinished(self, why: str) -> None:
         """Write the held outcomes, then mark runs of this driver still unfinished as crashed
-        (after Ctrl-C, say)."""
+        (after Ctrl-C, say). With the sweep taken over by another process, nothing: its
+        runs are the other process's to judge."""
         try:
             self.flush()
+        except LeaseLost:
+            self._held, self._running = [], set()
+            return
         except Exception:  # noqa: BLE001 - what could not be written is marked crashed below
             self._held = []
         for run in sorted(self._running):
@@ -84,4 +89,6 @@ class Recorder:
                 self.store.finish_run(run, "crashed", error=why)
             except ValueError:  # the interrupt came after its finish was committed
                 pass
+            except LeaseLost:
+                break
         self._running.clear()

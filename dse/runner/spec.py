@@ -24,6 +24,7 @@ from ..errors import InputError, close_matches, dotted_loc, dotted_paths, model_
 from ..mapping import Mapping, mapping_from_dict
 from ..ppa.components import checked_table
 from ..frontend.facts import check_builds, recipe_facts
+from .limits import capture_limit
 from ..workload.recipes import list_recipes
 from .criteria import NAMES, CriterionError, allowed_names, compile_expression
 from .metrics import METRICS
@@ -141,6 +142,9 @@ class Stages(_Model):
     # recorded failed with the reason and the sweep goes on. (The analytical stage costs
     # a batch in well under a second: no per-candidate limit.)
     capture_timeout_s: float = Field(600.0, gt=0)
+    # While the recipe's code runs (checking the spec, the capture), a line on stderr this
+    # often says it is still running and for how long.
+    progress_interval_s: float = Field(30.0, gt=0)
     candidate_timeout_s: float = Field(1800.0, gt=0)
     # Raw evidence of emulator runs (outputs, counters, log) is kept beside the store while
     # the evidence folder stays under this size; `dse evidence gc` frees unreferenced files.
@@ -388,6 +392,14 @@ def _validated(path: Path, text: str, data: dict) -> Spec:
         raise _schema_error(path, exc.errors()) from None
 
     _check_recipe(path, "workload.recipe", model.workload.recipe)
+    # The recipe's code runs from here (its import, load(), inputs()): under the capture's
+    # time limit, saying while it runs that it does.
+    with capture_limit(path, model.stages, f"checking recipe '{model.workload.recipe}' (its import, load() "
+                       "and inputs())"):
+        return _checked(path, text, model)
+
+
+def _checked(path: Path, text: str, model: SpecModel) -> Spec:
     recipe_facts(model.workload.recipe, model.workload.params)  # it imports, its steps resolve
     try:
         chip = load_chip(model.baseline.chip, model.baseline.chip_overrides, overrides_source=path)

@@ -19,6 +19,7 @@ import contextlib
 import gc
 import json
 import math
+import os
 import signal
 import threading
 import time
@@ -36,6 +37,8 @@ from ..records.opening import checked_url
 from ..workload.recipes import recipe_name
 from .acceptance import propose
 from .candidates import BuiltCandidate, CandidateBuilder
+from .cluster import CONNECT_TIMEOUT_S
+from .limits import capture_limit, time_limit  # noqa: F401  (time_limit: the tests' name for it)
 from .chain import ANALYTICAL, CAPTURE, EMULATOR, FRONTEND, PLAN, PRUNE, RECORD
 from .progress import finish, make_bar, planned, set_total
 from .execution import InlineExecutor, PoolExecutor, WorkItem, make_executor, remember_chip
@@ -49,6 +52,10 @@ from .stages import Outcome, analytical_graph, source_count_metrics
 # A local pool evaluates an analytical batch only when the driver would spend longer than
 # this on it (see Sweep._analytical_executor); 0: the pool always does.
 POOL_ANALYTICAL_MIN_SECONDS = 2.0
+# Test hook: the driver stops itself (SIGSTOP) once this many batches are recorded, with
+# their runs running: a stand-in for a pause at an unlucky moment (a suspended laptop, a
+# ^Z, a VM migrated), from which a SIGCONT wakes it.
+STOP_ENV = "DSE_TEST_STOP_AFTER_BATCHES"
 ASK_ROUNDS = 10  # a batch's rounds of asking again for proposals of candidates already evaluated
 
 
@@ -94,6 +101,8 @@ class Sweep:
         # candidate, grid point) proposing one of them again takes itself off the total.
         self._counted: set[str] = set()
         self._exhaustive = False
+        self._batches = 0  # recorded (for the STOP_ENV test hook)
+        self._stop_after = int(os.environ.get(STOP_ENV) or 0)
 
     # -- building candidates ---------------------------------------------------------
     def _build(self, params: dict) -> BuiltCandidate:
@@ -188,6 +197,10 @@ class Sweep:
                     "analytical", baseline=origin == "baseline", seed=self.spec.model.search.seed,
                     model_version=self.model_version)
                 by_run = {run: (cid, b) for (cid, run), b in zip(recorded, new)}
+                self._batches += 1
+                if self._batches == self._stop_after:
+                    with self.store.between_heartbeats():  # paused outside a transaction
+                        os.kill(os.getpid(), signal.SIGSTOP)
                 self.store.set_candidate_notes({cid: note for (cid, _), b in zip(recorded, new)
                                                 if (note := self._notes_of(b))})
                 self.result.evaluated += len(new)
@@ -548,36 +561,6 @@ def quantizations(spec: Spec) -> list[str | None]:
     return list(dict.fromkeys(out))
 
 
-@contextlib.contextmanager
-def time_limit(seconds: float, error):
-    """Raise `error()` in this (the main) thread once `seconds` have passed (SIGALRM);
-    no limit off the main thread or where there is no SIGALRM."""
-    if threading.current_thread() is not threading.main_thread() or not hasattr(signal, "setitimer"):
-        yield
-        return
-
-    fired = []
-
-    def expired(_signum, _frame):
-        fired.append(error())
-        raise fired[0]
-
-    previous = signal.signal(signal.SIGALRM, expired)
-    signal.setitimer(signal.ITIMER_REAL, seconds)
-    try:
-        yield
-    except BaseException as raised:
-        # The alarm can land anywhere, e.g. inside an import's class body, whose machinery
-        # wraps it (dataclasses' __set_name__ raises a RuntimeError from it): past the limit,
-        # the limit is the error, whatever carried it out.
-        if fired and raised is not fired[0]:
-            raise fired[0] from None
-        raise
-    finally:
-        signal.setitimer(signal.ITIMER_REAL, 0)
-        signal.signal(signal.SIGALRM, previous)
-
-
 def _value_at(spec: Spec, data: dict, dotted: str):
     """The value at a dotted path of {"chip": ..., "mapping": ...} in its knob's terms
     (`Spec.target_value`: a Ball set as its kinds), None where unset."""
@@ -610,18 +593,15 @@ def resolve_links(spec: Spec, store: Store | None) -> list[tuple[str, int, str]]
 
 
 def sweep_into_store(spec: Spec, db: str | Path = "records.db", progress: bool = True,
-                     workers: int = 1, cluster: str | None = None) -> SweepResult:
+                     workers: int = 1, cluster: str | None = None,
+                     connect_timeout: float = CONNECT_TIMEOUT_S) -> SweepResult:
     """Sweep a validated spec into the store: capture, frontend, plan, then `Sweep` (what
     `dse.runner.run_sweep` does when the store does not hold the whole sweep already)."""
     checked_url(db)  # a bad --db says so before the recipe's capture (Store checks it again)
     if spec.model.experiment.links() and "://" not in str(db) and not Path(db).exists():
         resolve_links(spec, None)  # a link into a store that does not exist: nothing created
     recipe, params = spec.model.workload.recipe, spec.model.workload.params
-    limit = spec.model.stages.capture_timeout_s
-    with time_limit(limit, lambda: InputError(
-            spec.path, "stages.capture_timeout_s", limit,
-            f"a limit the capture of recipe '{recipe}' and its frontend steps finish within (they did not: "
-            f"raise the limit or make the workload smaller); nothing was written")):
+    with capture_limit(spec.path, spec.model.stages, f"the capture of recipe '{recipe}' and its frontend steps"):
         # The emulation workloads: one per quantization granularity the candidates can set.
         emulated = quantizations(spec) if spec.model.stages.emulator != "none" else ()
         # Checked when the emulator needs the recipe's own steps checked: the one run of
@@ -653,7 +633,7 @@ def sweep_into_store(spec: Spec, db: str | Path = "records.db", progress: bool =
             if ppa:
                 work.ppa_calibration = {name: ppa_factors(ppa)}
                 model_version += ppa_version(ppa)
-        executor = make_executor(work, workers, cluster)
+        executor = make_executor(work, workers, cluster, connect_timeout)
         try:
             return Sweep(spec, graph, store, executor, progress, model_version).run()
         finally:

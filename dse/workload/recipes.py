@@ -78,6 +78,10 @@ def load_recipe(name_or_path: str | Path) -> Recipe:
     prepare_torchvision()  # a recipe may import torchvision (or timm, which does)
     try:
         spec.loader.exec_module(module)
+    except SystemExit as error:  # sys.exit() in the recipe's code ends no dse command
+        del sys.modules[module_name]
+        raise InputError(path, "workload.recipe", f"import called sys.exit({error.code!r})",
+                         "a model.py that imports cleanly (never exits the process)") from None
     except Exception as error:
         del sys.modules[module_name]
         raise InputError(path, "workload.recipe", f"import failed: {type(error).__name__}: {error}",
@@ -140,6 +144,9 @@ def run_module(recipe: Recipe, module: torch.nn.Module, inputs: tuple) -> Any:
             return module(*inputs)
     except KeyboardInterrupt:
         raise
+    except SystemExit as error:
+        raise InputError(recipe.path, f"recipe {recipe.name}: the model's forward on inputs()",
+                         f"sys.exit({error.code!r})", "a forward that returns") from None
     except Exception as error:  # noqa: BLE001 - the model is user code
         message = " ".join(f"{type(error).__name__}: {error}".split())[:300]
         raise InputError(recipe.path, f"recipe {recipe.name}: the model's forward on inputs()", message,
@@ -153,6 +160,9 @@ def _call(recipe: Recipe, attr: str, params: dict[str, Any]) -> Any:
         return getattr(recipe.module, attr)(**params)
     except KeyboardInterrupt:
         raise
+    except SystemExit as error:  # sys.exit() in the recipe's code ends no dse command
+        raise InputError(recipe.path, f"recipe {recipe.name}: {attr}(**workload.params)", params,
+                         f"a call that returns (it called sys.exit({error.code!r}))") from None
     except Exception as error:  # noqa: BLE001 - the recipe is user code: any failure is its input's
         what = "values it accepts" if isinstance(error, (TypeError, ValueError)) else "a call that succeeds"
         message = " ".join(f"{type(error).__name__}: {error}".split())[:300]
