@@ -129,5 +129,8 @@ def test_the_sweep_and_show_count_candidates_by_one_outcome(swept):
     assert f"candidates: {expected}" in sweep_out
     assert f"candidates: 4 ({expected})" in show_out
     row = next(line for line in show_out.splitlines() if re.match(r"^\s+3\s+grid", line))
-    assert "rejected by constraint" in row and "not emulated: rejected by constraint 'bank_count" in row
+    # the row names its outcome and refers to its reason, said once among the grouped reasons
+    ref = re.search(r"\[(\d+)\]", row).group(1)
+    reason = next(line for line in show_out.splitlines() if line.strip().startswith(f"[{ref}]"))
+    assert "rejected by constraint" in row and "not emulated: rejected by constraint 'bank_count" in reason
     assert "analytically infeasible" not in show_out and " infeasible " not in row

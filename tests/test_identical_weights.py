@@ -50,7 +50,7 @@ def measured(folder, monkeypatch, bind: bool) -> dict:
         patch.setenv("DSE_CACHE_DIR", "off")
         if not bind:
             patch.setattr(rewrite.Rewriter, "_identical_weights", lambda self, read: {})
-            patch.setattr(memory.Dram, "constant", lambda self, key, array: self.blob(array))
+            patch.setattr(memory.Dram, "constant", lambda self, key, array, name="": self.blob(array, name))
             patch.setattr(graph_cost.GraphCost, "_bound_bytes", lambda self, plan, plans, act: 0)
         prep = prepare_recipe(str(folder), {})
         graph = prep.graph

@@ -185,9 +185,10 @@ def test_dse_show_judges_as_the_sweep(swept, run_cli):
     assert f"passing: {', '.join(f'c{c}' for c in hand['passing'])}" in out
     n = len(hand["outcome"])
     assert (f"{len(hand['passing'])} of {n} pass, 1 fails, 2 wait for evidence (emulator_cycles, numerics)") in out
-    table = out.split("candidates: ")[1].split("decisions and proposals:")[0].splitlines()
-    head = table[1]
-    rows = {int(line.split()[0]): line for line in table[2:] if line.strip()[:1].isdigit()}
+    table = out.split("\ncandidates: ")[1].split("decisions and proposals:")[0].splitlines()
+    at = next(i for i, line in enumerate(table) if "acceptance" in line)  # after the grouped reasons
+    head = table[at]
+    rows = {int(line.split()[0]): line for line in table[at + 1:] if line.strip()[:1].isdigit()}
     start = head.index("acceptance")
     shown = {c: rows[c][start:start + len("acceptance")].strip() for c in hand["outcome"]}
     expected = {"pass": "✓ pass", "fail": "✗ fail", "waiting": "… waiting"}

@@ -380,7 +380,7 @@ def pd_isna(value) -> bool:
 @pytest.mark.parametrize("old,new,field", [
     ("chip.banks.count = 12", "chip.banks.cuont = 12", "candidates[0].set"),
     ('"mapping.workers" = 2', '"mapping.workers" = 0', "candidates[1].set -> mapping.workers"),
-    ('why = "two workers only"', 'why = " "', "candidates.1.why"),
+    ('why = "two workers only"', 'why = " "', "candidates[1].why"),
 ])
 def test_a_bad_hand_picked_candidate_is_one_line_and_nothing_written(tmp_path, cli, old, new, field):
     spec = tmp_path / "bad.toml"
@@ -600,7 +600,8 @@ def test_emulator_runs_keep_their_timing_trace_when_asked(tmp_path, cli, traces)
         mine = arts[arts["run_id"] == run[0]]
         traced = mine[mine["role"] == "trace"]
         if not traces:
-            assert traced.empty and sorted(mine["role"]) == ["log", "measurements", "outputs"]
+            assert traced.empty and sorted(mine["role"]) == ["inputs", "log", "log", "log", "measurements",
+                                                             "outputs", "outputs"]
             return
         assert sorted(traced["name"]) == ["trace/itrace.ndjson", "trace/mtrace.ndjson", "trace/pmctrace.ndjson"]
         counters = json.loads(open(mine[mine["role"] == "measurements"].iloc[0]["path"]).read())

@@ -73,7 +73,7 @@ def test_poly_phases_sweeps_the_placement_through_both_stages(tmp_path):
     ("past = 15", "past = 15, wings = 2", "workload.stages[0].params", "wings"),
     ('target = "mapping.placement"\nvalues = ["spmd", "phase"]', 'target = "workload.params.seq"\nvalues = [8, 16]',
      "space[1].target", "not supported with workload.stages"),
-    ('values = [[], [', 'values = [[], "prefill", [', "space.0", "a list of groups"),
+    ('values = [[], [', 'values = [[], "prefill", [', "space[0]", "a list of groups"),
     ('values = ["spmd", "phase"]', 'values = ["spmd", "pipelined"]', "mapping.placement", "'phase'"),
 ])
 def test_a_bad_staged_workload_is_one_line(tmp_path, old, new, field, allowed):
