@@ -77,6 +77,7 @@ COMMANDS = {
     "history": "records",
     "map": "map",
     "note": "records",
+    "propose": "sweep",
     "recipe": "recipe",
     "replay": "replay",
     "report": "report",
