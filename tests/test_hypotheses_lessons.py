@@ -5,6 +5,7 @@ sweep (analytical stage only), a real `dse ui` server."""
 
 from __future__ import annotations
 
+import html
 import urllib.request
 
 import pytest
@@ -123,3 +124,49 @@ def test_propose_refuses_a_changed_spec_under_a_taken_name_and_bad_files(cli, pr
     assert code == 2 and err.count("\n") == 1 and "missing.toml" in err
     with Store(db) as store:
         assert len(store.experiments()) == n
+
+
+# ---- dse lesson -----------------------------------------------------------------------------
+
+
+def test_a_lesson_links_to_the_experiments_it_came_from_in_every_view(cli, proposed):
+    _, db, _, _ = proposed
+    with Store(db) as store:
+        swept, untested = store.experiment("swept")["id"], store.experiment("untested")["id"]
+    text = "Sweep the bank count before tiles: the tiles' legality follows the banks"
+    code, out, err = cli("lesson", text, "--from", "swept", "--from", untested, "--author", "ann", "--db", db)
+    assert code == 0, err
+    ident = int(out.split()[1])
+    assert out == f"lesson {ident} recorded by ann, from {swept} 'swept', {untested} 'untested'\n"
+    with Store(db) as store:
+        (lesson,) = store.lessons()
+        assert (lesson["id"], lesson["text"], lesson["experiment_ids"]) == (ident, text, [swept, untested])
+        assert store.lessons("untested") == store.lessons(swept) == [lesson]
+    line = f"from {swept} 'swept', {untested} 'untested'): {text}"
+    code, listed, _ = cli("lessons", "--db", db)
+    assert code == 0 and listed.startswith(f"lesson {ident} (") and listed.rstrip().endswith(line)
+    assert cli("lesson", "--list", "--db", db)[1] == listed
+    for name in ("swept", "untested"):  # each linked experiment's `dse show` prints the same line
+        code, out, _ = cli("show", name, "--db", db)
+        assert f"  + {listed.strip()}" in out.splitlines()
+    with dse_ui_thread(str(db)) as base:
+        page = urllib.request.urlopen(f"{base}/experiments/{untested}").read().decode()
+    item = page[page.index(f'<li id="lesson-{ident}">'):]
+    item = html.unescape(item[:item.index("</li>")])
+    assert f'<a href="/experiments/{swept}">{swept} \'swept\'</a>' in item
+    assert f'<a href="/experiments/{untested}">{untested} \'untested\'</a>' in item
+    assert f'<span class="text">{text}</span>' in item and ", ann; from" in item
+
+
+def test_a_lesson_from_an_unknown_experiment_is_one_line_and_writes_nothing(cli, proposed):
+    _, db, _, _ = proposed
+    with Store(db) as store:
+        before = len(store.notes())
+    code, _, err = cli("lesson", "tiles follow banks", "--from", "swept", "--from", "swpet", "--db", db)
+    assert code == 2 and err.count("\n") == 1 and "'swpet'" in err and "did you mean 'swept'?" in err, err
+    code, _, err = cli("lesson", "  ", "--from", "swept", "--db", db)
+    assert code == 2 and "a non-empty lesson" in err
+    code, _, err = cli("lesson", "tiles follow banks", "--db", db)
+    assert code == 2 and "--from" in err and err.count("\n") == 1
+    with Store(db) as store:
+        assert len(store.notes()) == before

@@ -75,6 +75,8 @@ COMMANDS = {
     "evidence": "evidence",
     "export": "records",
     "history": "records",
+    "lesson": "lessons",
+    "lessons": "lessons",
     "map": "map",
     "note": "records",
     "propose": "sweep",

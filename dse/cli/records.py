@@ -340,6 +340,15 @@ def _show_experiment(store, ident: int, limit: int) -> EvidenceCheck:
         print(f"{title}:" + (f" {_one_line(spec_text, 200)}" if spec_text else " (none in the spec)" if kind != "note" else ""))
         for n in added:
             print(f"  + {_when(n['created_at'])} by {n['author']}: {n['text']}")
+    from ..records.lessons import lessons_of
+
+    found = lessons_of(store.notes(), exp["id"])  # each with every experiment it came from
+    if found:
+        from .lessons import lesson_lines
+
+        print("lessons and methods (dse lesson):")
+        for line in lesson_lines(found):
+            print(f"  + {line}")
     print(f"candidates: {n_candidates}" + (f" ({spelled_counts(counts)})"
                                              if n_candidates else ""))  # fmt: skip
     # Each reason a candidate was not evaluated to the end, once, with its count; the

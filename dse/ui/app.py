@@ -89,6 +89,7 @@ def _environment() -> jinja2.Environment:
                        note_choices=notes.NOTE_CHOICES)
     env.filters["kinds"] = kinds_text
     env.filters["caveat"] = hardware_caveat
+    env.globals["zip"] = zip
     env.globals["experiment_status"] = experiment_status  # "proposed, not run yet" as `dse history` says it
     env.globals["pct"] = lambda share: "—" if share is None else f"{100 * share:.1f} %"
     return env
