@@ -64,11 +64,14 @@ def test_diff_names_each_file_and_where_arrays_and_bytes_differ(cli, tmp_path):
     (b / "blob.bin").write_bytes(bytes([0, 1, 2, 0xFE, 4, 5]))
     (a / "01-import.txt").write_text("graph g\nop a\n")
     (b / "02-extra.txt").write_text("graph g\n")
+    (a / "04-mlir.txt").write_text("module {\n}\n")  # the guide's case: only a trailing newline differs
+    (b / "04-mlir.txt").write_text("module {\n}")
     code, out, _ = cli("recipe", "diff", a, b)
     assert code == 1
     assert out.splitlines()[2:] == [
         "only in A  01-import.txt",
         "only in B  02-extra.txt",
+        "different  04-mlir.txt: same lines, different line endings or final newline",
         "different  blob.bin: byte 3 first differs (5 B vs 6 B)",
         "different  inputs/x.npy: array float32[3, 4]: 2 of 12 values differ, first at index [1, 2] "
         "(A 6.0 B 6.5), max abs difference 2",
@@ -76,7 +79,7 @@ def test_diff_names_each_file_and_where_arrays_and_bytes_differ(cli, tmp_path):
         "(A -128 B 127), max abs difference 255",
         "same       same.npy",
         "different  shape.npy: array A int32[2, 3] vs B int32[3, 2]",
-        "7 files: 1 same, 4 different, 1 only in A, 1 only in B; different",
+        "8 files: 1 same, 5 different, 1 only in A, 1 only in B; different",
     ]
 
 
