@@ -78,7 +78,7 @@ def test_history_lists_experiments_counts_and_decisions(cli, filled):
                                    "failed", "crashed", "running", "emulated", "decisions", "notes"]  # fmt: skip
     assert banks.split()[:13] == ["1", "banks", "testing", "—", "4", "2", "1", "1", "0", "0", "0", "0", "0"]
     assert "20 banks beat 16" in banks
-    assert empty.split()[:5] == ["2", "empty", "proposed", "—", "0"]
+    assert empty.split()[:8] == ["2", "empty", "proposed,", "not", "run", "yet", "—", "0"]  # no sweep ran
     cli("decide", "banks", "--accept", ids["fast"], "--why", "20% faster", "--author", "ana", "--db", db)
     cli("decide", "banks", "--reject", ids["fast"], "--why", "too hot", "--author", "bo", "--db", db)
     code, out, _ = cli("history", "--db", db)

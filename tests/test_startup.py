@@ -76,6 +76,9 @@ def test_read_only_commands_import_neither_torch_nor_the_emulator(tmp_path, repo
         ["export", "banks", "--format", "csv", "--out", out, "--db", db],
         ["report", "banks", "--out", out, "--db", db],
         ["report", "--history", "--out", out, "--db", db],
+        ["lessons", "--db", db],
+        ["lesson", "--list", "--db", db],
+        ["recipe", "diff", out, out],
     ]
     codes, modules = imported_by(argvs, repo)
     assert codes == [0] * len(argvs)

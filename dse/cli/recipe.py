@@ -1,5 +1,5 @@
-"""`dse recipe list|show|check`: the shipped recipes, a recipe's graph, and the frontend
-pipeline (capture, then every step) checked against PyTorch."""
+"""`dse recipe list|show|check|diff`: the shipped recipes, a recipe's graph, the frontend
+pipeline (capture, then every step) checked against PyTorch, and two checks' dumps compared."""
 
 from __future__ import annotations
 
@@ -151,6 +151,13 @@ def cmd_check(args) -> int:
     params = _params(args.param)
     steps = _steps(args, recipe)
     out_dir = None if args.no_dump else Path(args.out) if args.out else Path("output") / recipe.name
+    if out_dir is not None:  # an earlier check's dumps are kept: this one writes beside them
+        from ..frontend.dumps import fresh_dump_dir
+
+        chosen = fresh_dump_dir(out_dir, args.force)
+        if chosen != out_dir and not args.json:
+            print(f"{out_dir}/ holds an earlier check's dumps (kept; --force overwrites them): this check's go to {chosen}/")
+        out_dir = chosen
     result = run_pipeline(recipe, params, steps, out_dir)
     if args.json:
         print(json.dumps(result.to_dict(), indent=2, default=str))
@@ -171,6 +178,25 @@ def cmd_check(args) -> int:
         print(f"dumps: {out_dir}/ ({', '.join(s.dump for s in result.stages[:len(result.graphs)])})")
     print("passed" if result.passed else "FAILED")
     return 0 if result.passed else 1
+
+
+def cmd_diff(args) -> int:
+    """Two dump folders compared byte for byte: 0 identical, 1 different (2: bad input)."""
+    from ..frontend.dumps import DIFFERENT, ONLY_A, ONLY_B, SAME, compare
+
+    found = compare(Path(args.a), Path(args.b))
+    counts = {status: sum(f.status == status for f in found) for status in (SAME, DIFFERENT, ONLY_A, ONLY_B)}
+    identical = counts[SAME] == len(found)
+    if args.json:
+        print(json.dumps({"a": args.a, "b": args.b, "identical": identical, "counts": counts,
+                          "files": [{"path": f.path, "status": f.status, "detail": f.detail} for f in found]}, indent=2))
+        return 0 if identical else 1
+    print(f"A: {args.a}\nB: {args.b}")
+    for f in found:
+        print(f.line())
+    print(f"{len(found)} files: " + ", ".join(f"{n} {status}" for status, n in counts.items())
+          + ("; identical" if identical else "; different"))
+    return 0 if identical else 1
 
 
 def register(sub) -> None:
@@ -198,4 +224,13 @@ def register(sub) -> None:
     common(check)
     check.add_argument("--out", metavar="DIR", help="where the numbered dumps go (default output/<recipe>)")
     check.add_argument("--no-dump", action="store_true", help="write no dumps")
+    check.add_argument("--force", action="store_true", help="overwrite the dumps an earlier check left in the "
+                                                            "folder (default: write to the next free DIR.2, DIR.3, ...)")
     check.set_defaults(func=cmd_check)
+
+    diff = rsub.add_parser("diff", help="compare two dump folders (of `recipe check`) byte for byte: exit 0 "
+                                        "identical, 1 different, 2 bad input")
+    diff.add_argument("a", metavar="A", help="a dump folder")
+    diff.add_argument("b", metavar="B", help="the other dump folder")
+    diff.add_argument("--json", action="store_true", help="machine-readable output")
+    diff.set_defaults(func=cmd_diff)

@@ -12,7 +12,7 @@ import re
 from ..errors import InputError, close_matches
 from ..records import light
 from ..records.blobs import EvidenceCheck
-from ..records.outcomes import outcome, spelled_counts
+from ..records.outcomes import experiment_status, outcome, spelled_counts
 from .common import add_db_argument, default_db, evidence_verdict, open_store
 
 # `dse show c12` (candidate), `dse show r7` (run); a name or a bare id is an experiment.
@@ -114,7 +114,7 @@ def cmd_history(args) -> int:
         builds_on.setdefault(link["experiment_id"], []).append(f"{link['relation']} {link['other_id']}")
     rows = []
     for e in exps:
-        rows.append([e["id"], e["name"], e["status"], e["proposed_verdict"] or "—", e["n_candidates"], e["n_ok"],
+        rows.append([e["id"], e["name"], experiment_status(e["status"], e["n_candidates"]), e["proposed_verdict"] or "—", e["n_candidates"], e["n_ok"],
                      e["n_infeasible"], e["n_failed"], e["n_crashed"], e["n_running"], e["n_emulated"],
                      e["n_decisions"], e["n_notes"], ", ".join(builds_on.get(e["id"], [])) or "—",
                      _one_line(e["hypothesis"], 60)])  # fmt: skip
@@ -289,7 +289,7 @@ def _show_experiment(store, ident: int, limit: int) -> EvidenceCheck:
     n_candidates = sum(n for _, n in counts)
     decisions = store.decision_rows(exp["id"])
     artifacts = store.artifact_rows(exp["id"])
-    print(f"experiment {exp['id']} '{exp['name']}'  hypothesis {exp['status']}  "
+    print(f"experiment {exp['id']} '{exp['name']}'  hypothesis {experiment_status(exp['status'], n_candidates)}  "
           f"(created {_when(exp['created_at'])})")  # fmt: skip
     print(f"hypothesis: {exp['hypothesis']}")
     print("acceptance:" + ("" if exp["acceptance"] else " (none)"))
@@ -340,6 +340,15 @@ def _show_experiment(store, ident: int, limit: int) -> EvidenceCheck:
         print(f"{title}:" + (f" {_one_line(spec_text, 200)}" if spec_text else " (none in the spec)" if kind != "note" else ""))
         for n in added:
             print(f"  + {_when(n['created_at'])} by {n['author']}: {n['text']}")
+    from ..records.lessons import lessons_of
+
+    found = lessons_of(store.notes(), exp["id"])  # each with every experiment it came from
+    if found:
+        from .lessons import lesson_lines
+
+        print("lessons and methods (dse lesson):")
+        for line in lesson_lines(found):
+            print(f"  + {line}")
     print(f"candidates: {n_candidates}" + (f" ({spelled_counts(counts)})"
                                              if n_candidates else ""))  # fmt: skip
     # Each reason a candidate was not evaluated to the end, once, with its count; the

@@ -46,6 +46,17 @@ def cmd_sweep(args) -> int:
     return 0
 
 
+def cmd_propose(args) -> int:
+    from ..runner.propose import propose
+
+    ident, status, new = propose(args.spec, args.db)
+    with_spec = "recorded" if new else "already recorded (this spec)"
+    print(f"experiment {ident} {with_spec}: hypothesis {status}" + (
+        ", not run yet: `dse sweep` of this spec runs it" if status == "proposed" else ""))
+    print(f"store: {Path(args.db).resolve() if '://' not in args.db else args.db}")
+    return 0
+
+
 def register(sub) -> None:
     sweep = sub.add_parser("sweep", help="run an experiment spec into the record store")
     sweep.add_argument("spec", help="experiment spec TOML")
@@ -57,3 +68,8 @@ def register(sub) -> None:
     sweep.add_argument("--connect-timeout", type=float, default=5.0, metavar="SECONDS",
                        help="how long to wait for the cluster's scheduler to answer (default 5)")
     sweep.set_defaults(func=cmd_sweep)
+    prop = sub.add_parser("propose", help="record an experiment's hypothesis untested (no stage runs); "
+                                          "a later `dse sweep` of the spec runs it")
+    prop.add_argument("spec", help="experiment spec TOML")
+    add_db_argument(prop)
+    prop.set_defaults(func=cmd_propose)

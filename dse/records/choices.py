@@ -27,8 +27,10 @@ IMPORTED_METRIC_KINDS = ("rtl_cycles", "fpga_cycles", "synth_area", "power")
 # 0007: a decision is a person's (it alone sets the hypothesis' status) or the sweep's
 # proposal (a verdict the evidence suggests, which waits for a person).
 DECISION_KINDS = ("decision", "proposal")
-# What a note adds to an experiment after the fact (`dse note`).
-NOTE_KINDS = ("limitation", "open_question", "note")
+# What a note adds to an experiment after the fact (`dse note`). "lesson": a lesson or
+# reusable method (`dse lesson TEXT --from EXP ...`), one row per experiment it came from,
+# written together (one text, author and time: `dse.records.lessons` groups them).
+NOTE_KINDS = ("limitation", "open_question", "note", "lesson")
 # 0008: how an experiment builds on an earlier one (its spec's `follows` / `reopens`).
 LINK_RELATIONS = ("follows", "reopens")
 ARTIFACT_ROLES = ("graph_dump", "trace", "outputs", "report", "log", "inputs", "measurements")

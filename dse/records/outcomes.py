@@ -49,3 +49,20 @@ def reason_group_sql(column: str = "reason") -> tuple[str, dict[str, str]]:
 def spelled_counts(counts: list[tuple[str, int]]) -> str:
     """Outcome counts as every view prints them: "3 ok, 1 rejected by constraint"."""
     return ", ".join(f"{n} {name}" for name, n in counts)
+
+
+# An experiment `dse propose` recorded and no sweep has run yet: its hypothesis stands
+# untested. Every view (`dse history`, `dse show`, the report, the UI) says it so.
+NOT_RUN_YET = "not run yet"
+
+
+def not_run_yet(status: str | None, n_candidates: int) -> bool:
+    """An untested hypothesis: status "proposed" and no candidate recorded (a sweep's
+    first batch records candidates before it moves the status to "testing")."""
+    return status == "proposed" and not n_candidates
+
+
+def experiment_status(status: str | None, n_candidates: int) -> str:
+    """The hypothesis' status as the views print it: "proposed, not run yet" for an
+    untested one (`not_run_yet`), else the status."""
+    return f"{status}, {NOT_RUN_YET}" if not_run_yet(status, n_candidates) else str(status)

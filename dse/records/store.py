@@ -34,7 +34,7 @@ from __future__ import annotations
 
 import operator
 import os
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -599,6 +599,31 @@ class Store:
             experiment_id = reads.experiment_id_of(connection, experiment)
         with self._write() as session:
             return writes.add_note(session, experiment_id, kind, text.strip(), author)
+
+    def add_lesson(self, text: str, experiments: Sequence[str | int], author: str) -> int:
+        """Record a lesson or reusable method linked to the experiments it came from (names
+        or ids, each once); its id. An unknown experiment: RecordNotFound, nothing written."""
+        if not text.strip():
+            raise InputError("dse lesson", "TEXT", text, "a non-empty lesson")
+        if not author.strip():
+            raise InputError("dse lesson", "--author", author, "a non-empty name")
+        if not experiments:
+            raise InputError("dse lesson", "--from", None, "at least one experiment the lesson came from")
+        with self._read() as connection:
+            ids = list(dict.fromkeys(reads.experiment_id_of(connection, e) for e in experiments))
+        with self._write() as session:
+            return writes.add_lesson(session, ids, text.strip(), author)
+
+    def lessons(self, experiment: str | int | None = None) -> list[dict[str, Any]]:
+        """The lessons (`dse.records.lessons.lessons`) of every experiment, or those one of
+        them came from, oldest first."""
+        from .lessons import lessons, lessons_of
+
+        if experiment is None:
+            return lessons(self.notes())
+        with self._read() as connection:
+            ident = reads.experiment_id_of(connection, experiment)
+        return lessons_of(self.notes(), ident)
 
     @retrying
     def notes(self, experiment: str | int | None = None) -> list[dict[str, Any]]:

@@ -388,6 +388,20 @@ def add_note(session: Session, experiment_id: int, kind: str, text: str, author:
     return note.id
 
 
+def add_lesson(session: Session, experiment_ids: Sequence[int], text: str, author: str) -> int:
+    """A lesson linked to each of `experiment_ids` (one note row of kind "lesson" each, one
+    time for all): its id, the first row's."""
+    when = utcnow()
+    ids = []
+    for experiment_id in experiment_ids:
+        get(session, Experiment, experiment_id)
+        note = Note(experiment_id=experiment_id, kind="lesson", text=text, author=author, created_at=when)
+        session.add(note)
+        session.flush()
+        ids.append(note.id)
+    return ids[0]
+
+
 def artifact_owner(connection: Connection, run_id: int | None, experiment_id: int | None) -> int:
     """The experiment an artifact of this run and/or experiment belongs to (checked: the
     run exists, is of that experiment, or the experiment exists)."""

@@ -38,6 +38,7 @@ from emulator.formula import FUNCTIONS, Formula
 
 from .criteria import (FAIL, MISSING, NAMES, PASS, ClauseCheck, Criteria, CriterionError, _shown,
                        compile_criteria)
+from ..records.outcomes import NOT_RUN_YET, not_run_yet
 
 if TYPE_CHECKING:  # the spec module brings recipes and torch; a report reads no spec
     from ..records import Store
@@ -614,7 +615,9 @@ def headline(j: Judgement, exp: Mapping, decisions: Sequence[Mapping]) -> Headli
         proposed = "proposed: nothing (no acceptance criteria)"
     decision, accepted = decided(decisions, exp.get("status"))
     ratios: list[Ratio] = []
-    if j.error:
+    if not_run_yet(exp.get("status"), len(j.ids)):
+        summary = f"{NOT_RUN_YET}: an untested hypothesis (dse propose); `dse sweep` of its spec runs it"
+    elif j.error:
         summary = f"nothing passes: {j.error}"
     elif not j.baseline_ok:
         summary = "nothing passes: the baseline is not feasible"

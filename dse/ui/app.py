@@ -31,6 +31,7 @@ from ..errors import InputError
 from ..records import RecordNotFound, Store
 from ..records.blobs import EvidenceError, open_verified
 from ..records.reads import flatten
+from ..records.outcomes import experiment_status
 from ..records.liveness import sweep_holder
 from ..report.data import (PPA_KINDS, accepted_candidates, candidate_metrics, component_figures, front_of,
                            meaningful_candidates, model_vs_emulator, op_metric_table, outcome_mark, row_marks,
@@ -88,6 +89,8 @@ def _environment() -> jinja2.Environment:
                        note_choices=notes.NOTE_CHOICES)
     env.filters["kinds"] = kinds_text
     env.filters["caveat"] = hardware_caveat
+    env.globals["zip"] = zip
+    env.globals["experiment_status"] = experiment_status  # "proposed, not run yet" as `dse history` says it
     env.globals["pct"] = lambda share: "—" if share is None else f"{100 * share:.1f} %"
     return env
 

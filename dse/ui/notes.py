@@ -18,6 +18,7 @@ from starlette.responses import RedirectResponse, Response
 
 from ..errors import InputError
 from ..records.choices import NOTE_KINDS
+from ..records.lessons import lessons_of
 from . import csrf
 
 if TYPE_CHECKING:
@@ -33,7 +34,9 @@ def experiment_context(store, exp: dict) -> dict:
     """The experiment page's notes (`dse note`'s, oldest first) and links: those it makes
     (follows / reopens an earlier experiment) and those made to it (followed / reopened by)."""
     links = store.links(exp["id"])
-    return {"notes": store.notes(exp["id"]),
+    every = store.notes()
+    return {"notes": [n for n in every if n["experiment_id"] == exp["id"]],
+            "lessons": lessons_of(every, exp["id"]),  # as `dse show` and `dse lessons` group them
             "links_out": [link for link in links if link["experiment_id"] == exp["id"]],
             "links_in": [link for link in links if link["experiment_id"] != exp["id"]]}
 

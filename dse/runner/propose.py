@@ -1,0 +1,48 @@
+"""`dse propose SPEC`: an experiment's hypothesis recorded before anything is run.
+
+The experiment row is the one a sweep of the same spec writes (same name, spec hash,
+hypothesis, acceptance, workload identity, links), at status "proposed" with no candidate;
+`dse sweep SPEC` later finds it by name and spec hash and runs it (status moves to
+"testing"), as it resumes any experiment it recorded."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from ..errors import InputError
+from ..identity import workload_identity
+from ..records.opening import checked_url
+from ..workload.recipes import recipe_name
+from .spec import Spec, load_spec, spec_changes, workload_parts
+
+
+def propose(spec_path: str | Path | Spec, db: str | Path = "records.db") -> tuple[int, str, bool]:
+    """Record the spec's experiment untested: (its id, its status, whether it was new).
+    An experiment already recorded under this name and spec is returned as it is."""
+    from ..records import Store
+    from .sweep import resolve_links
+
+    spec = spec_path if isinstance(spec_path, Spec) else load_spec(spec_path)
+    checked_url(db)
+    if spec.model.experiment.links() and "://" not in str(db) and not Path(db).exists():
+        resolve_links(spec, None)  # a link into a store that does not exist: nothing created
+    m = spec.model
+    workload = workload_parts(spec)
+    with Store(db) as store:
+        links = resolve_links(spec, store)
+        before = {e["name"] for e in store.experiments().to_dict("records")}
+        try:
+            ident = store.create_experiment(
+                name=m.experiment.name, hypothesis=m.experiment.hypothesis,
+                acceptance=[c.model_dump() for c in m.acceptance], workload_recipe=recipe_name(m.workload.recipe),
+                workload_hash=workload_identity(**workload), workload=workload, spec_text=spec.text,
+                spec_hash=spec.hash,
+                limitations=m.experiment.limitations, open_questions=m.experiment.open_questions, links=links)
+        except ValueError:  # the name is taken by another spec
+            recorded = store.experiment(m.experiment.name).get("spec_text") or ""
+            raise InputError(spec.path, "experiment.name", m.experiment.name,
+                             "a name this store does not hold for a different spec; against the recorded spec, "
+                             f"{spec_changes(recorded, spec.text)}; rename the experiment to propose the changed "
+                             "spec") from None
+        status = store.experiment(ident)["status"]
+    return ident, status, m.experiment.name not in before
