@@ -27,22 +27,29 @@ def propose(spec_path: str | Path | Spec, db: str | Path = "records.db") -> tupl
     if spec.model.experiment.links() and "://" not in str(db) and not Path(db).exists():
         resolve_links(spec, None)  # a link into a store that does not exist: nothing created
     m = spec.model
-    workload = workload_parts(spec)
     with Store(db) as store:
         links = resolve_links(spec, store)
         before = {e["name"] for e in store.experiments().to_dict("records")}
-        try:
-            ident = store.create_experiment(
-                name=m.experiment.name, hypothesis=m.experiment.hypothesis,
-                acceptance=[c.model_dump() for c in m.acceptance], workload_recipe=recipe_name(m.workload.recipe),
-                workload_hash=workload_identity(**workload), workload=workload, spec_text=spec.text,
-                spec_hash=spec.hash,
-                limitations=m.experiment.limitations, open_questions=m.experiment.open_questions, links=links)
-        except ValueError:  # the name is taken by another spec
-            recorded = store.experiment(m.experiment.name).get("spec_text") or ""
-            raise InputError(spec.path, "experiment.name", m.experiment.name,
-                             "a name this store does not hold for a different spec; against the recorded spec, "
-                             f"{spec_changes(recorded, spec.text)}; rename the experiment to propose the changed "
-                             "spec") from None
+        ident = record_experiment(store, spec, links, "rename the experiment to propose the changed spec")
         status = store.experiment(ident)["status"]
     return ident, status, m.experiment.name not in before
+
+
+def record_experiment(store, spec: Spec, links: list, remedy: str) -> int:
+    """The spec's experiment row (`Store.create_experiment`: the one a sweep resumes, found by
+    name and spec hash), as both `dse propose` and a sweep write it; a name the store holds
+    for another spec is one line listing the changed fields, then `remedy`."""
+    m = spec.model
+    workload = workload_parts(spec)
+    try:
+        return store.create_experiment(
+            name=m.experiment.name, hypothesis=m.experiment.hypothesis,
+            acceptance=[c.model_dump() for c in m.acceptance], workload_recipe=recipe_name(m.workload.recipe),
+            workload_hash=workload_identity(**workload), workload=workload, spec_text=spec.text,
+            spec_hash=spec.hash,
+            limitations=m.experiment.limitations, open_questions=m.experiment.open_questions, links=links)
+    except ValueError:  # the name is taken by another spec: resuming would mix evidence
+        recorded = store.experiment(m.experiment.name).get("spec_text") or ""
+        raise InputError(spec.path, "experiment.name", m.experiment.name,
+                         "a name this store does not hold for a different spec; against the recorded spec, "
+                         f"{spec_changes(recorded, spec.text)}; {remedy}") from None

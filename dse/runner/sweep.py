@@ -31,21 +31,21 @@ from emulator.chip import chip_from_dict
 from ..analytical import MODEL_VERSION
 from ..chips import capacity_notes
 from ..errors import InputError
-from ..identity import canonical_json, workload_identity
+from ..identity import canonical_json
 from ..records import Store
 from ..records.opening import checked_url
-from ..workload.recipes import recipe_name
 from .acceptance import propose
 from .candidates import BuiltCandidate, CandidateBuilder
 from .cluster import CONNECT_TIMEOUT_S
 from .limits import capture_limit, time_limit  # noqa: F401  (time_limit: the tests' name for it)
 from .chain import ANALYTICAL, CAPTURE, EMULATOR, FRONTEND, PLAN, PRUNE, RECORD
 from .progress import finish, make_bar, planned, set_total
+from .propose import record_experiment
 from .execution import InlineExecutor, PoolExecutor, WorkItem, make_executor, remember_chip
 from .recorder import Recorder
 from .result import DONE, IDLE_ROUNDS, SweepResult
 from .samplers import Observation, Proposal, Sampler, batch_size, make_sampler, sampler_kind
-from .spec import QUANTIZATION_TARGET, Spec, spec_changes, workload_parts
+from .spec import QUANTIZATION_TARGET, Spec
 from .emulation import prepare_placed
 from .stages import Outcome, analytical_graph, source_count_metrics
 
@@ -67,23 +67,10 @@ class Sweep:
         self.spec, self.captured_graph, self.progress = spec, captured_graph, progress
         self.model_version = model_version
         self.executor = executor or make_executor(captured_graph)
-        m = spec.model
         self.recorder = Recorder(store)
         links = resolve_links(spec, store)
-        workload = workload_parts(spec)
-        try:
-            self.experiment_id = store.create_experiment(
-                name=m.experiment.name, hypothesis=m.experiment.hypothesis,
-                acceptance=[c.model_dump() for c in m.acceptance], workload_recipe=recipe_name(m.workload.recipe),
-                workload_hash=workload_identity(**workload), workload=workload, spec_text=spec.text,
-                spec_hash=spec.hash,
-                limitations=m.experiment.limitations, open_questions=m.experiment.open_questions, links=links)
-        except ValueError:  # the name is taken by another spec: resuming would mix evidence
-            recorded = store.experiment(m.experiment.name).get("spec_text") or ""
-            raise InputError(spec.path, "experiment.name", m.experiment.name,
-                             "a name this store does not hold for a different spec; against the recorded spec, "
-                             f"{spec_changes(recorded, spec.text)}; rename the experiment to record the changed "
-                             "spec (or revert the edit to resume)") from None
+        self.experiment_id = record_experiment(store, spec, links, "rename the experiment to record the changed "
+                                               "spec (or revert the edit to resume)")
         self.store = store
         self.result = SweepResult(self.experiment_id, spec.name, "testing")
         self.best_objective: float | None = None  # the best feasible value of the first objective
