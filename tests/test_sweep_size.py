@@ -13,7 +13,8 @@ from pathlib import Path
 import pytest
 
 from dse.errors import InputError
-from dse.runner import load_spec
+from dse.records import Store
+from dse.runner import load_spec, run_sweep
 from dse.runner.size import check_size, sweep_size
 from dse.runner.space import Knob
 
@@ -103,7 +104,7 @@ def test_the_estimate_is_the_stated_constants_times_the_count(tmp_path):
     assert check_size(raised).candidates == 200_001
 
 
-def test_a_ten_million_point_grid_is_refused_at_once_and_starts_when_asked(tmp_path):
+def test_a_ten_million_point_grid_is_refused_at_once_and_let_past_with_the_flag(tmp_path):
     spec, db = big_spec(tmp_path, extra="wall_seconds = 1"), tmp_path / "r.db"
     started = time.perf_counter()
     process = subprocess.Popen([str(DSE), "sweep", str(spec), "--db", str(db), "--no-progress"],
@@ -119,13 +120,18 @@ def test_a_ten_million_point_grid_is_refused_at_once_and_starts_when_asked(tmp_p
     # KB: 50 MB, or 250 MB when checking the spec captures its recipe (torch); a listed grid is gigabytes
     assert usage.ru_maxrss < 1024 * 1024, usage.ru_maxrss
 
-    # With the flag it starts; its wall clock stops it after the first batches.
-    done = subprocess.run([str(DSE), "sweep", str(spec), "--db", str(db), "--no-progress", "--yes-large"],
+    # With the flag the size is no longer the refusal: the next check is (a --db it cannot use).
+    past = subprocess.run([str(DSE), "sweep", str(spec), "--db", "nosuch://x", "--yes-large"],
                           capture_output=True, text=True, timeout=120)
-    assert done.returncode == 0, done.stderr
-    assert "stopped early: wall time of 1.0 s reached" in done.stdout
-    import sqlite3
+    assert past.returncode == 2 and "field '--db'" in past.stderr and "candidates" not in past.stderr, past.stderr
 
-    with sqlite3.connect(db) as connection:
-        recorded = connection.execute("SELECT count(*) FROM candidate").fetchone()[0]
-    assert 1 < recorded < 10 ** 5
+
+def test_a_ten_million_point_grid_asked_for_starts(tmp_path):
+    # In this process (its recipe captured already by the estimate's test): the wall clock
+    # stops the sweep after its first batches.
+    result = run_sweep(big_spec(tmp_path, extra="wall_seconds = 1"), tmp_path / "r.db", progress=False,
+                       yes_large=True)
+    assert result.stopped_early == "wall time of 1.0 s reached"
+    assert 1 < result.evaluated < 10 ** 5
+    with Store(tmp_path / "r.db") as store:
+        assert len(store.candidates(result.experiment_id)) == result.evaluated
