@@ -261,7 +261,8 @@ def retrying(method: Callable[..., _T]) -> Callable[..., _T]:
             try:
                 return method(self, *args, **kwargs)
             except DBAPIError as error:
-                if is_lost_connection(error):
+                # (lost: a store reached once, `Store.reached`; at its open, the URL's error)
+                if is_lost_connection(error) and getattr(self, "reached", False):
                     _retry_lost_connection(self, error, lost)
                     lost += 1
                     continue
