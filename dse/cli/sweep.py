@@ -20,7 +20,8 @@ def cmd_sweep(args) -> int:
                          "seconds to wait for the cluster's scheduler, more than 0 and at most 3600")
     try:
         result = run_sweep(args.spec, args.db, progress=not args.no_progress, workers=args.workers,
-                           cluster=args.cluster, connect_timeout=args.connect_timeout)
+                           cluster=args.cluster, connect_timeout=args.connect_timeout,
+                           yes_large=args.yes_large)
     except KeyboardInterrupt:
         # Everything finished so far is recorded; runs in flight were marked crashed.
         from . import EXIT_INTERRUPT, INTERRUPTED
@@ -67,6 +68,8 @@ def register(sub) -> None:
                        help="Dask scheduler address (default: $DASK_SCHEDULER_ADDRESS if set)")
     sweep.add_argument("--connect-timeout", type=float, default=5.0, metavar="SECONDS",
                        help="how long to wait for the cluster's scheduler to answer (default 5)")
+    sweep.add_argument("--yes-large", action="store_true",
+                       help="run a sweep of more candidates than [search] max_candidates (default 100000)")
     sweep.set_defaults(func=cmd_sweep)
     prop = sub.add_parser("propose", help="record an experiment's hypothesis untested (no stage runs); "
                                           "a later `dse sweep` of the spec runs it")

@@ -1,5 +1,6 @@
 """The record store's database: engine creation (SQLite or PostgreSQL connection setup),
-alembic migrations, transactions, and retries of writes that meet a busy database.
+alembic migrations, transactions, and retries of transactions that meet a busy database
+or a lost connection to the database server.
 
 SQLite and PostgreSQL differ only in the connection setup here: SQLite gets WAL, a busy
 timeout, foreign keys, and writers that BEGIN IMMEDIATE (the `SQLITE_BEGIN` execution
@@ -12,6 +13,7 @@ from __future__ import annotations
 import functools
 import os
 import random
+import sys
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -20,10 +22,11 @@ from typing import Any, TypeVar
 
 from sqlalchemy import Connection, Engine, create_engine, event, inspect
 from sqlalchemy.engine import make_url
-from sqlalchemy.exc import DBAPIError, IntegrityError
+from sqlalchemy.exc import DBAPIError, IntegrityError, OperationalError
 from sqlalchemy.orm import Session
 from sqlalchemy.pool import StaticPool
 
+from dse.errors import InputError, Stopped
 from dse.identity import json_text
 from dse.records.opening import bad, is_corrupt
 
@@ -39,6 +42,15 @@ RETRY_BUSY_FOR_S = 120.0
 SQLITE_BEGIN = "dse_sqlite_begin"
 # PostgreSQL advisory lock key taken while migrating ("dse-rec" in ASCII).
 MIGRATION_LOCK = 0x6473652D726563
+
+# A transaction that loses its connection to the database server (a PostgreSQL restart,
+# a dropped network) is tried again this many times, the waits doubling and adding up to
+# this many seconds; then the command stops (exit 75), and a rerun resumes. From the
+# environment: $DSE_DB_RETRIES (0: no retries), $DSE_DB_RETRY_S.
+DB_RETRIES = 5
+DB_RETRY_S = 20.0
+DB_RETRIES_ENV = "DSE_DB_RETRIES"
+DB_RETRY_ENV = "DSE_DB_RETRY_S"
 
 _T = TypeVar("_T")
 
@@ -177,18 +189,83 @@ def is_transient(error: DBAPIError) -> bool:
     return False
 
 
+def is_lost_connection(error: DBAPIError) -> bool:
+    """A failure because the connection to the database server went away (or the server
+    cannot be reached, or is starting up): a new connection may get past it. Never SQLite's."""
+    orig = error.orig
+    if type(orig).__module__.startswith("sqlite3"):
+        return False
+    if error.connection_invalidated:  # SQLAlchemy's own judgement: the dialect saw a disconnect
+        return True
+    state = getattr(orig, "sqlstate", None) or ""
+    # 08: connection exception; 57P01-03: the server shut down or is not accepting yet.
+    if state.startswith("08") or state in ("57P01", "57P02", "57P03"):
+        return True
+    return isinstance(error, OperationalError) and not state  # psycopg's own: connect refused, closed
+
+
+def lost_connection_settings() -> tuple[int, float]:
+    """(retries, seconds they wait in all): $DSE_DB_RETRIES and $DSE_DB_RETRY_S when set,
+    else DB_RETRIES and DB_RETRY_S."""
+    out: list[float] = []
+    for name, default, allowed in ((DB_RETRIES_ENV, DB_RETRIES, "a whole number of retries, 0 or more"),
+                                   (DB_RETRY_ENV, DB_RETRY_S, "a positive number of seconds")):
+        text = os.environ.get(name, "").strip()
+        if not text:
+            out.append(default)
+            continue
+        try:
+            value = int(text) if name == DB_RETRIES_ENV else float(text)
+        except ValueError:
+            value = -1
+        if not (0 <= value < 1000 if name == DB_RETRIES_ENV else 0 < value <= 86400):
+            raise InputError("(environment)", name, text, allowed)
+        out.append(value)
+    return int(out[0]), float(out[1])
+
+
+def _first_line(error: BaseException) -> str:
+    lines = str(error).strip().splitlines()
+    return f"{type(error).__name__}: {lines[0] if lines else ''}"
+
+
+def _retry_lost_connection(store: Any, error: DBAPIError, tried: int) -> None:
+    """Wait before retry `tried + 1` of a transaction that lost its connection, saying so on
+    one line; `Stopped` when the retries are spent (and, for DB_RETRY_S after that, at the
+    first lost connection of the same store: the cleanup of a sweep stopping for want of
+    its database fails fast rather than waiting once per write)."""
+    retries, total = lost_connection_settings()
+    gave_up = store.__dict__.get("_dse_gave_up_at")
+    if tried >= retries or (gave_up is not None and time.monotonic() - gave_up < total):
+        store.__dict__["_dse_gave_up_at"] = time.monotonic()
+        raise Stopped(f"lost the connection to the record store {store.url} and could not get it back "
+                      f"({retries} retries over {total:g} s; {_first_line(error.orig)}); what was recorded "
+                      "stays: rerun the same command once the database is back to resume") from None
+    wait = total * 2 ** tried / (2 ** retries - 1)
+    print(f"dse: lost the connection to the record store {store.url} ({_first_line(error.orig)}); "
+          f"retry {tried + 1} of {retries} in {wait:.1f} s", file=sys.stderr, flush=True)
+    time.sleep(wait)
+
+
 def retrying(method: Callable[..., _T]) -> Callable[..., _T]:
     """Run a method of an object with a `url` (a Store) again, whole transactions, while
-    the database is busy; StoreBusy after RETRY_BUSY_FOR_S seconds."""
+    the database is busy (StoreBusy after RETRY_BUSY_FOR_S seconds) or its connection is
+    lost (`Stopped` after DB_RETRIES retries over DB_RETRY_S seconds, a line per retry)."""
 
     @functools.wraps(method)
     def wrapper(self: Any, *args: Any, **kwargs: Any) -> _T:
         deadline = time.monotonic() + RETRY_BUSY_FOR_S
         delay = 0.005
+        lost = 0  # retries after a lost connection
         while True:
             try:
                 return method(self, *args, **kwargs)
             except DBAPIError as error:
+                # (lost: a store reached once, `Store.reached`; at its open, the URL's error)
+                if is_lost_connection(error) and getattr(self, "reached", False):
+                    _retry_lost_connection(self, error, lost)
+                    lost += 1
+                    continue
                 if not is_transient(error):
                     if is_corrupt(error):  # found by a read after the open: the user's file, damaged
                         raise bad(self.url, f"an intact SQLite record store (SQLite says: {error.orig})") from None

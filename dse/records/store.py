@@ -193,6 +193,7 @@ class Store:
         # The runs this store started and has not finished; no beats in memory, where no
         # other process could see them.
         self._heartbeats = Heartbeats(self._writer, heartbeat_interval, enabled=not in_memory)
+        self.reached = False
         try:
             if sqlite_file:
                 opening.quick_check(self.engine, sa_url)
@@ -200,6 +201,9 @@ class Store:
                 opening.check_revision(self.engine, known_revisions(MIGRATIONS_DIR), SCHEMA_HEAD)
                 self._upgrade_schema()
             self.reap_crashed()
+            # Reached once: a connection lost from now on is retried (engine.retrying); one
+            # never made at the open is the --db's error, said at once.
+            self.reached = True
         except BaseException as error:
             self.engine.dispose()
             converted = opening.as_bad_store(error, sa_url, None if sqlite_file else opening.shown(os.fspath(url_or_path)))

@@ -18,6 +18,8 @@ import tomllib
 # has at most MAX_GRID points, else TRIALS sampled candidates.
 MAX_GRID = 256
 TRIALS = 40
+# Above this many candidates a sweep is refused unless asked for (dse.runner.size).
+MAX_CANDIDATES = 100_000
 
 
 def planned(grid_size: int, sampler: str, trials: int, max_grid: int, hand: int) -> int:
@@ -36,8 +38,7 @@ def planned_from_text(spec_text: str | None) -> int | None:
     try:
         data = tomllib.loads(spec_text or "")
         search = data.get("search", {})
-        axes = [Knob(**k).grid_values() for k in data.get("space", [])]
-        grid = math.prod(len(a) if a is not None else 0 for a in axes)
+        grid = math.prod(Knob(**k).grid_count() or 0 for k in data.get("space", []))
         return planned(grid, search.get("sampler", "auto"), int(search.get("trials", TRIALS)),
                        int(search.get("max_grid", MAX_GRID)), len(data.get("candidates", [])))
     except (tomllib.TOMLDecodeError, TypeError, ValueError, AttributeError):

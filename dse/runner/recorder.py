@@ -9,6 +9,7 @@ import contextlib
 import time
 
 from ..records import Store
+from ..errors import Stopped
 from ..records.liveness import LeaseLost
 from .chain import RECORD
 
@@ -89,6 +90,6 @@ class Recorder:
                 self.store.finish_run(run, "crashed", error=why)
             except ValueError:  # the interrupt came after its finish was committed
                 pass
-            except LeaseLost:
+            except (LeaseLost, Stopped):  # taken over, or the database gone: the rest would fail alike
                 break
         self._running.clear()

@@ -55,6 +55,8 @@ def recorded_rerun(spec: Spec, db: str | os.PathLike[str], workers: int = 1,
     hand = [(builder.build(params).hash, why) for params, why in spec.hand]
     needed = [base_hash] + [h for h, _ in hand]
     if sampler_kind(spec) == "grid":
+        if spec.grid_size() > m.search.max_candidates:
+            return None  # a grid asked for with --yes-large: the sweep's resume, not a list of it here
         points = list(spec.space.grid())
         # a grid of this many batches of repeats would stop early on IDLE_ROUNDS, and say so
         if math.ceil(len(points) / batch_size(spec, make_sampler(spec), workers)) >= IDLE_ROUNDS:

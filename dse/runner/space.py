@@ -133,6 +133,19 @@ class Knob(BaseModel):
             return [float(v) for v in space(self.low, self.high, self.grid_points)]
         return None
 
+    def grid_count(self) -> int | None:
+        """How many values `grid_values` visits, counted without listing them (a knob of
+        10^7 integers is a number here, not a list); None if the knob has no finite grid."""
+        if self.type == "categorical":
+            return len(self.values)
+        if self.type == "int":
+            if self.log:  # at most 64 powers of two: listing them is counting them
+                return len(self.grid_values())
+            return (int(self.high) - int(self.low)) // int(self.step or 1) + 1
+        if self.step is not None:
+            return int(math.floor((self.high - self.low) / self.step + 1e-9)) + 1
+        return self.grid_points
+
     def sample(self, rng: np.random.Generator) -> Any:
         if self.type == "categorical":
             return self.values[int(rng.integers(len(self.values)))]
@@ -217,11 +230,9 @@ class Space:
         return out
 
     def grid_size(self) -> int:
-        size = 1
-        for k in self.knobs:
-            values = k.grid_values()
-            size *= len(values) if values is not None else 0
-        return size
+        """The grid's points before inactive knobs collapse some of them (an upper bound),
+        counted, not listed."""
+        return math.prod(k.grid_count() or 0 for k in self.knobs)
 
     def grid(self) -> Iterator[dict[str, Any]]:
         axes = [k.grid_values() for k in self.knobs]

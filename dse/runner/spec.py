@@ -28,7 +28,7 @@ from .limits import capture_limit
 from ..workload.recipes import list_recipes
 from .criteria import NAMES, CriterionError, allowed_names, compile_expression
 from .metrics import METRICS
-from .progress import MAX_GRID, TRIALS
+from .progress import MAX_CANDIDATES, MAX_GRID, TRIALS
 from .space import BALL_SET_TARGET, CORE_GROUPS_TARGET, Constraint, Knob, Space, ball_set, core_groups
 
 # A knob over this mapping field sets the granularity of the recipe's quantize step.
@@ -119,6 +119,8 @@ class Search(_Model):
     max_grid: int = Field(MAX_GRID, gt=0)
     trials: int = Field(TRIALS, gt=0)  # new candidates a sampled (non-grid) search may propose
     wall_seconds: float | None = Field(None, gt=0)  # stop proposing after this long
+    # A sweep of more candidates is refused before it starts, unless asked for (dse.runner.size).
+    max_candidates: int = Field(MAX_CANDIDATES, gt=0)
     batch: int = Field(0, ge=0)  # candidates asked at once (0: chosen from sampler and workers)
     seed: int = Field(0, ge=0, le=2 ** 32 - 1)  # the samplers' (numpy, Optuna) range
 
@@ -511,13 +513,12 @@ def _check_knobs(spec: Spec) -> None:
             _check_ball_sets(spec, i, knob)
         if knob.target == QUANTIZATION_TARGET:
             _check_quantize_step(spec, f"space[{i}].target", knob.target)
-        values = knob.grid_values()
-        if values is None and spec.model.search.sampler == "grid":
+        if knob.grid_count() is None and spec.model.search.sampler == "grid":
             raise InputError(spec.path, f"space[{i}]", knob.name, "a float knob with step or grid_points for a grid")
         # Each value alone on the baseline must be a valid config: a typo or a zero size is
         # the spec's error, found now rather than as a failed candidate later. Ranges are
         # checked at their ends.
-        for value in values if knob.type == "categorical" else [_whole(knob.low, knob), _whole(knob.high, knob)]:
+        for value in knob.values if knob.type == "categorical" else [_whole(knob.low, knob), _whole(knob.high, knob)]:
             try:
                 chip, _ = spec.apply({knob.name: value})
                 if spec.model.stages.ppa and knob.target.startswith(PRICED_TARGETS):  # a geometry CACTI refuses
