@@ -147,7 +147,7 @@ BAD_SPECS = [
     ('expr = "latency_cycles < baseline_latency_cycles"', 'expr = "emulator.latency < 2"', "acceptance[0].expr",
      "emulator.latency is not an emulator metric (emulator metrics: latency_cycles, peak_sram_bytes, dma_bytes, "
      "area_mm2, energy_uj"),
-    ("seed = 3", "seed = 3\ncolour = 1", "search.colour", "a key of [search]: batch, max_grid"),
+    ("seed = 3", "seed = 3\ncolour = 1", "search.colour", "a key of [search]: batch, max_candidates, max_grid"),
     ('mapping = { workers = 1 }', 'mapping = { workers = 1, dataflow = "xs" }', "baseline.mapping.dataflow", "'ws'"),
 ]
 

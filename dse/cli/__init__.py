@@ -217,7 +217,14 @@ def _interrupt_outside_torch_imports(signum, frame) -> None:
         again.daemon = True  # never keeps a finished process alive
         again.start()
         return
+    global _INTERRUPTED
+    if _INTERRUPTED:  # a second Ctrl-C while the first unwinds: the clean-up (runs marked
+        return        # crashed, connections closed) finishes, and prints its one line
+    _INTERRUPTED = True
     raise KeyboardInterrupt
+
+
+_INTERRUPTED = False  # the first Ctrl-C of this process has been raised
 
 
 def main(argv: list[str] | None = None) -> int:

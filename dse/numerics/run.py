@@ -231,8 +231,10 @@ def prepare_recipe(recipe: str | Path, params: dict | None = None, steps=None, k
                     break
     from ..workload.recipes import output_parts
 
+    # The outputs' names from the recipe as given (a cached pipeline's path may be gone).
+    parts = output_parts(recipe, len(graph.outputs))
     return Prepared(pipe.recipe, pipe, graph, list(inputs), expected, tolerance,
-                    "quantized" if quantized else "float", parts=output_parts(pipe.path, len(graph.outputs)))
+                    "quantized" if quantized else "float", parts=parts)
 
 
 # The final graph's integer values (products, quantize ops) that `emulate_recipe` takes from
