@@ -962,3 +962,31 @@ def test_a_batch_start_finishes_the_previous_batch_and_sets_the_baseline_in_one_
         with pytest.raises(ValueError, match="already finished"):
             store.add_candidates_and_start_runs(exp, more, "analytical", finish=done[:1])
         assert len(store.runs(exp)) == 4
+
+
+def test_notes_go_in_with_the_batch_that_writes_their_candidates_or_runs(db):
+    """The sweep's notes, written in its batch transactions (not one of their own): a new
+    row's notes with its INSERT, a known candidate's replaced, a finished batch's with its
+    runs; a candidate id the store lacks writes none of the batch."""
+    with Store(db) as store:
+        exp = new_experiment(store)
+        rows = [dict(config=with_banks(n), mapping=BASE_MAPPING, origin="grid", diff={}, notes=note)
+                for n, note in ((8, "rows past the row field"), (16, ""))]
+        (c1, _, r1), (c2, _, r2) = store.add_candidates_and_start_runs(exp, rows, "analytical", baseline=True)
+        notes = lambda: store.candidates(exp).set_index("id")["notes"].to_dict()  # noqa: E731
+        assert notes() == {c1: "rows past the row field", c2: None}
+        # c2 known (its notes replaced), c3 new; r1 finished with its candidate's notes.
+        more = [dict(config=with_banks(16), mapping=BASE_MAPPING, origin="grid", diff={}, notes="now noted"),
+                dict(config=with_banks(32), mapping=BASE_MAPPING, origin="grid", diff={})]
+        with pytest.raises(RecordNotFound, match="candidate"):
+            store.add_candidates_and_start_runs(exp, more, "analytical", finish=[dict(run_id=r1, status="ok")],
+                                                finish_notes={c1: "picked", c2 + 99: "nobody's"})
+        assert notes() == {c1: "rows past the row field", c2: None} and len(store.candidates(exp)) == 2
+        assert set(store.runs(exp)["status"]) == {"running"}
+        (_, made2, _), (c3, made3, r3) = store.add_candidates_and_start_runs(
+            exp, more, "analytical", finish=[dict(run_id=r1, status="ok")], finish_notes={c1: "picked"})
+        assert (made2, made3) == (False, True)
+        assert notes() == {c1: "picked", c2: "now noted", c3: None}
+        store.finish_runs([dict(run_id=r2, status="ok"), dict(run_id=r3, status="infeasible", reason="x")],
+                          notes={c3: "late"})
+        assert notes()[c3] == "late" and store.runs(exp).set_index("id").loc[r3, "status"] == "infeasible"

@@ -168,6 +168,11 @@ def columns_pass(kinds: Sequence, names: Sequence, values: Sequence[float], unit
             and all(map(operator.eq, map("total".__eq__, scopes), map("".__eq__, keys))))
 
 
+def checked_notes(notes: Mapping[Any, Any] | None) -> dict[int, str]:
+    """Candidates' notes as written: {candidate id (an integer): note text}."""
+    return {operator.index(c): str(t) for c, t in (notes or {}).items()}
+
+
 def checked_results(results: Iterable[Mapping[str, Any]]) -> tuple[list[Mapping[str, Any]], list[tuple]]:
     """finish_runs' input checked before any transaction: (results, their metric rows)."""
     results = list(results)

@@ -55,6 +55,7 @@ from dse.records.checks import (
     MetricRow,
     RecordNotFound,
     checked_acceptance,
+    checked_notes,
     checked_results,
     metric_rows,
 )
@@ -381,7 +382,7 @@ class Store:
         if not notes:
             return
         with self._write() as session:
-            writes.set_notes(session, {operator.index(c): str(t) for c, t in notes.items()})
+            writes.set_notes(session, checked_notes(notes))
 
     @retrying
     def set_status(self, experiment_id: int, status: str) -> None:
@@ -474,6 +475,7 @@ class Store:
         model_version: str = "",
         emulator_version: str | None = None,
         finish: Iterable[Mapping[str, Any]] = (),
+        finish_notes: Mapping[int, str] | None = None,
         baseline: bool = False,
     ) -> list[tuple[int, bool, int]]:
         """`add_candidates`, then `start_runs` for each row's candidate, in one transaction:
@@ -481,23 +483,26 @@ class Store:
 
         In the same transaction, first: `finish`, results of earlier runs as `finish_runs`
         takes them (the driver's previous batch: one transaction per batch, not two); and
-        last, with `baseline`, the first row's candidate becomes the experiment's baseline."""
+        last, with `baseline`, the first row's candidate becomes the experiment's baseline.
+        `finish_notes`: candidates' notes to write with `finish` (`set_candidate_notes`); a
+        row's own `notes` are written with it."""
         base = writes.run_base(stage, seed, command, model_version, emulator_version)
         finished = checked_results(finish)
-        out = self._add_candidates(experiment_id, rows, base, finished, baseline)
+        out = self._add_candidates(experiment_id, rows, base, finished, baseline, checked_notes(finish_notes))
         self._heartbeats.untrack(r["run_id"] for r in finished[0])
         self._heartbeats.track(run_id for _, _, run_id in out)
         return out
 
     @retrying
     def _add_candidates(self, experiment_id: int, rows: Iterable[Mapping[str, Any]], run_base: dict[str, Any] | None,
-                        finished: tuple[list, list] = ([], []), baseline: bool = False
-                        ) -> list[tuple[int, bool, int | None]]:
+                        finished: tuple[list, list] = ([], []), baseline: bool = False,
+                        finished_notes: dict[int, str] | None = None) -> list[tuple[int, bool, int | None]]:
         prepared = writes.prepared_candidates(rows)
 
         def add() -> list[tuple[int, bool, int | None]]:
             with self._begin() as connection:
-                return writes.add_candidates(connection, experiment_id, prepared, run_base, finished, baseline)
+                return writes.add_candidates(connection, experiment_id, prepared, run_base, finished, baseline,
+                                             finished_notes)
 
         try:
             return retry_once_on_conflict(add)
@@ -525,13 +530,15 @@ class Store:
         return run_ids
 
     @retrying
-    def finish_runs(self, results: Iterable[Mapping[str, Any]]) -> None:
+    def finish_runs(self, results: Iterable[Mapping[str, Any]], notes: Mapping[int, str] | None = None) -> None:
         """`finish_run` for many runs in one transaction: each result has run_id, status and
-        optionally metrics, reason, error, traceback. All are written, or none."""
+        optionally metrics, reason, error, traceback; with `notes`, candidates' notes
+        (`set_candidate_notes`) in the same transaction. All are written, or none."""
         checked = checked_results(results)
+        notes = checked_notes(notes)
         try:
             with self._begin() as connection:
-                writes.finish_runs(connection, *checked)
+                writes.finish_runs(connection, *checked, notes=notes)
         except writes.Unfinishable as short:
             unfinishable = short.ids
         else:

@@ -212,9 +212,10 @@ def run_base(stage: str, seed: int | None, command: str | None, model_version: s
                 pid_start=environment.pid_start)
 
 
-def prepared_candidates(rows: Iterable[Mapping[str, Any]]) -> list[tuple[str, str, str, str, dict]]:
+def prepared_candidates(rows: Iterable[Mapping[str, Any]]) -> list[tuple[str, str, str, str, dict, str | None]]:
     """Candidate rows checked and encoded before any transaction: (hash, config text,
-    mapping text, origin, diff) each."""
+    mapping text, origin, diff, notes) each (a row's `notes`: what the sweep noticed about
+    it, written with it rather than by a transaction of its own; None: none)."""
     prepared = []
     canonical: dict[int, tuple[Any, str]] = {}  # id(value) -> (value kept alive, canonical text)
 
@@ -230,19 +231,22 @@ def prepared_candidates(rows: Iterable[Mapping[str, Any]]) -> list[tuple[str, st
         config_text = row.get("config_json") or canon(row["config"])
         mapping_text = row.get("mapping_json") or canon(row["mapping"])
         key = candidate_hash_of_texts(config_text, mapping_text)
-        prepared.append((key, config_text, mapping_text, row["origin"], row.get("diff") or {}))
+        notes = row.get("notes")
+        prepared.append((key, config_text, mapping_text, row["origin"], row.get("diff") or {},
+                         str(notes) if notes else None))
     return prepared
 
 
 def add_candidates(connection: Connection, experiment_id: int, prepared: list[tuple], run_base: dict[str, Any] | None,
-                   finished: tuple[list, list] = ([], []), baseline: bool = False
-                   ) -> list[tuple[int, bool, int | None]]:
-    """`finish_runs` of `finished`, then the `prepared` candidates that are new, a run of
-    each row's candidate (with `run_base`), and with `baseline` the first row's candidate
-    as the experiment's baseline: (candidate id, created, run id) per row."""
+                   finished: tuple[list, list] = ([], []), baseline: bool = False,
+                   finished_notes: Mapping[int, str] | None = None) -> list[tuple[int, bool, int | None]]:
+    """`finish_runs` of `finished` (with `finished_notes`), then the `prepared` candidates
+    that are new (a known one's notes, when the row has some, replaced as `set_notes`
+    would), a run of each row's candidate (with `run_base`), and with `baseline` the first
+    row's candidate as the experiment's baseline: (candidate id, created, run id) per row."""
     # Core on one connection (no ORM session): this is the sweep's hot path.
-    if finished[0]:
-        finish_runs(connection, *finished)
+    if finished[0] or finished_notes:
+        finish_runs(connection, *finished, notes=finished_notes)
     sqlite = connection.dialect.name == "sqlite"
     if sqlite:  # the experiment, and the largest ids before this batch's rows
         cur = _DriverCursor(connection)
@@ -260,8 +264,8 @@ def add_candidates(connection: Connection, experiment_id: int, prepared: list[tu
     else:
         known = _candidate_ids(connection, experiment_id, [p[0] for p in distinct])
         new = [dict(experiment_id=experiment_id, hash=key, config=Encoded(config_text),
-                    mapping=Encoded(mapping_text), origin=origin, diff=diff, created_at=now)
-               for key, config_text, mapping_text, origin, diff in distinct if key not in known]
+                    mapping=Encoded(mapping_text), origin=origin, diff=diff, created_at=now, notes=notes)
+               for key, config_text, mapping_text, origin, diff, notes in distinct if key not in known]
         created = {}
         if new:
             table = Candidate.__table__
@@ -276,6 +280,11 @@ def add_candidates(connection: Connection, experiment_id: int, prepared: list[tu
         else:
             out.append((known[key] if key in known else created[key], False))
         seen.add(key)
+    # A known candidate's notes: replaced, as `set_notes` does (a created one has them already).
+    made_now = set(created.values())
+    renoted = {cid: p[5] for p, (cid, _) in zip(prepared, out) if p[5] and cid not in made_now}
+    if renoted:
+        write_notes(connection, renoted)
     runs: list[int | None] = [None] * len(out)
     if run_base is not None and out and sqlite:
         runs = _sqlite_insert_runs(cur, [cid for cid, _ in out], run_base, last_run)
@@ -297,9 +306,27 @@ def insert_runs(connection: Connection, candidate_ids: list[int], base: dict[str
                                    [{**base, "candidate_id": cid} for cid in candidate_ids]).scalars().all())
 
 
-def finish_runs(connection: Connection, results: list[Mapping[str, Any]], metric_rows: list[tuple]) -> None:
-    """Runs' final status and their metric rows (both checked already); Unfinishable if
-    some run is missing or finished already."""
+def write_notes(connection: Connection, notes: Mapping[int, str]) -> None:
+    """Candidates' notes ({candidate id: note}) replaced by one executemany (`set_notes` on
+    the sweep's batched path); RecordNotFound for an id the store lacks."""
+    ids = [as_id(c) for c in notes]
+    done = connection.execute(update(Candidate.__table__).where(Candidate.__table__.c.id == bindparam("cid"))
+                              .values(notes=bindparam("text")),
+                              [dict(cid=c, text=str(t)) for c, t in zip(ids, notes.values())]).rowcount
+    if done != len(ids):
+        present = set(connection.execute(select(Candidate.id).where(Candidate.id.in_(ids))).scalars())
+        raise candidate_not_found(connection, next(c for c in ids if c not in present))
+
+
+def finish_runs(connection: Connection, results: list[Mapping[str, Any]], metric_rows: list[tuple],
+                notes: Mapping[int, str] | None = None) -> None:
+    """Runs' final status and their metric rows (both checked already), and candidates'
+    `notes` ({candidate id: note}: what the stage noticed beyond its metrics, written with
+    its runs); Unfinishable if some run is missing or finished already."""
+    if notes:
+        write_notes(connection, notes)
+    if not results:
+        return
     ids = [r["run_id"] for r in results]
     now = utcnow()
     table = Run.__table__
@@ -503,17 +530,17 @@ def _db_values(dialect: Any, table: Any, values: Mapping[str, Any]) -> dict[str,
 
 def _sqlite_insert_candidates(cur: _DriverCursor, experiment_id: int, rows: list[tuple], now: datetime,
                               before: int) -> tuple[dict[str, int], dict[str, int]]:
-    """(hash, config text, mapping text, origin, diff) rows of distinct hashes inserted
+    """(hash, config text, mapping text, origin, diff, notes) rows of distinct hashes inserted
     unless the experiment holds them already: (known, created), each hash -> id. `before`:
     the largest candidate id before the INSERT; under the write lock the rows it inserts
     are exactly those with ids above it, in order when it inserted them all."""
-    columns = ("experiment_id", "hash", "config", "mapping", "origin", "diff", "created_at")
+    columns = ("experiment_id", "hash", "config", "mapping", "origin", "diff", "created_at", "notes")
     stamp = _db_values(cur.dialect, Candidate.__table__, {"created_at": now})["created_at"]
     inserted = cur.executemany(
         f"INSERT INTO candidate ({', '.join(columns)}) VALUES ({', '.join('?' * len(columns))}) "
         "ON CONFLICT (experiment_id, hash) DO NOTHING",
-        [(experiment_id, key, config, mapping, origin, json_text(diff), stamp)
-         for key, config, mapping, origin, diff in rows]).rowcount
+        [(experiment_id, key, config, mapping, origin, json_text(diff), stamp, notes)
+         for key, config, mapping, origin, diff, notes in rows]).rowcount
     if inserted == len(rows) and cur.execute("SELECT max(id) FROM candidate").fetchone()[0] == before + inserted:
         return {}, {row[0]: before + 1 + i for i, row in enumerate(rows)}
     known: dict[str, int] = {}

@@ -19,6 +19,7 @@ class Recorder:
         self.store = store
         self._running: set[int] = set()
         self._held: list = []  # outcomes to write with the next batch (see `hold`)
+        self._held_notes: dict[int, str] = {}  # candidates' notes to write with them
         self.seconds = 0.0  # wall time spent writing (the sweep reports it)
 
     @contextlib.contextmanager
@@ -32,14 +33,17 @@ class Recorder:
     def add_and_start(self, experiment_id: int, rows: list[dict], stage: str, baseline: bool = False,
                       **provenance) -> list[tuple[int, int]]:
         """Candidates recorded and their runs started, in one transaction with the held
-        outcomes: (candidate id, run id) per row. `baseline`: the first row is the experiment's."""
+        outcomes: (candidate id, run id) per row. `baseline`: the first row is the experiment's.
+        A row's `notes` (what the sweep knows of its candidate before evaluating it) go in with it."""
         held, self._held = self._held, []
+        notes, self._held_notes = self._held_notes, {}
         try:
             with self._timed():
                 out = self.store.add_candidates_and_start_runs(experiment_id, rows, stage, finish=RECORD.run(held),
-                                                               baseline=baseline, **provenance)
+                                                               finish_notes=notes, baseline=baseline, **provenance)
         except BaseException:
             self._held = held + self._held  # not written: still to be
+            self._held_notes = {**notes, **self._held_notes}
             raise
         self._running.difference_update(o.run_id for o in held)
         self._running.update(run for _, _, run in out)
@@ -52,24 +56,29 @@ class Recorder:
         self._running.update(runs)
         return runs
 
-    def finish_runs(self, outcomes) -> None:
-        """Outcomes written now, in a transaction of their own (with any held ones)."""
+    def finish_runs(self, outcomes, notes: dict[int, str] | None = None) -> None:
+        """Outcomes written now, in a transaction of their own (with any held ones), and
+        with them `notes`, {candidate id: note}: what the stage noticed beyond its metrics."""
         outcomes, self._held = self._held + list(outcomes), []
-        if not outcomes:
+        notes, self._held_notes = {**self._held_notes, **(notes or {})}, {}
+        if not outcomes and not notes:
             return
         try:
             with self._timed():
-                self.store.finish_runs(RECORD.run(outcomes))
+                self.store.finish_runs(RECORD.run(outcomes), notes)
         except BaseException:
             self._held = outcomes + self._held
+            self._held_notes = {**notes, **self._held_notes}
             raise
         self._running.difference_update(o.run_id for o in outcomes)
 
-    def hold(self, outcomes) -> None:
-        """Outcomes to write with the next batch's start (or at `flush`). The sampler may be
-        told of them already; if the driver is killed before they are written their runs
-        stay unfinished, and the next run of the sweep evaluates those candidates again."""
+    def hold(self, outcomes, notes: dict[int, str] | None = None) -> None:
+        """Outcomes (and their candidates' `notes`) to write with the next batch's start (or
+        at `flush`). The sampler may be told of them already; if the driver is killed
+        before they are written their runs stay unfinished, and the next run of the sweep
+        evaluates those candidates again."""
         self._held += outcomes
+        self._held_notes.update(notes or {})
 
     def flush(self) -> None:
         self.finish_runs([])
@@ -81,10 +90,10 @@ class Recorder:
         try:
             self.flush()
         except LeaseLost:
-            self._held, self._running = [], set()
+            self._held, self._held_notes, self._running = [], {}, set()
             return
         except Exception:  # noqa: BLE001 - what could not be written is marked crashed below
-            self._held = []
+            self._held, self._held_notes = [], {}
         for run in sorted(self._running):
             try:
                 self.store.finish_run(run, "crashed", error=why)

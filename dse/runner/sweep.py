@@ -180,7 +180,7 @@ class Sweep:
                 # Candidates and their runs (as running) in one transaction, before any evaluation.
                 recorded = self.recorder.add_and_start(self.experiment_id, [
                     dict(config=b.config, mapping=b.mapping, config_json=b.config_json, mapping_json=b.mapping_json,
-                         origin=origin, diff=self._diff(b)) for b in new],
+                         origin=origin, diff=self._diff(b), notes=self._notes_of(b)) for b in new],
                     "analytical", baseline=origin == "baseline", seed=self.spec.model.search.seed,
                     model_version=self.model_version)
                 by_run = {run: (cid, b) for (cid, run), b in zip(recorded, new)}
@@ -188,8 +188,6 @@ class Sweep:
                 if self._batches == self._stop_after:
                     with self.store.between_heartbeats():  # paused outside a transaction
                         os.kill(os.getpid(), signal.SIGSTOP)
-                self.store.set_candidate_notes({cid: note for (cid, _), b in zip(recorded, new)
-                                                if (note := self._notes_of(b))})
                 self.result.evaluated += len(new)
                 # Infeasible before evaluation: finished with the first evaluated chunk.
                 pending = [Outcome(run, "infeasible", b.reason) for run, (_, b) in by_run.items() if b.reason]
@@ -309,14 +307,13 @@ class Sweep:
             for o in outcomes:
                 if o.status == "ok":
                     o.metrics = o.metrics + source_count_metrics(self.captured_graph)
-        if hold:
-            self.recorder.hold(outcomes)
-        else:
-            self.recorder.finish_runs(outcomes)
         # what the analytical stage noticed (a placement's pick, its hand-offs), after the chip's notes
-        self.store.set_candidate_notes({by_run[o.run_id][0]: "; ".join(filter(None, [self._notes_of(by_run[o.run_id][1]),
-                                                                                  o.notes]))
-                                        for o in outcomes if o.notes})
+        notes = {by_run[o.run_id][0]: "; ".join(filter(None, [self._notes_of(by_run[o.run_id][1]), o.notes]))
+                 for o in outcomes if o.notes}
+        if hold:
+            self.recorder.hold(outcomes, notes)
+        else:
+            self.recorder.finish_runs(outcomes, notes)
         for o in outcomes:
             cid, b = by_run[o.run_id]
             obs = Observation(b.params, o.status == "ok", o.totals)
