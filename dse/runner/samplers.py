@@ -253,6 +253,13 @@ def make_sampler(spec: Spec) -> Sampler:
 
 def batch_size(spec: Spec, sampler: Sampler, workers: int) -> int:
     """How many candidates a sweep asks for at once: the spec's, else the sampler's, else
-    256 for a grid or random draws, else two per worker (at least 4)."""
+    GRID_BATCH for a grid or random draws, else two per worker (at least 4)."""
     kind = sampler_kind(spec)
-    return spec.model.search.batch or sampler.batch or (256 if kind in ("grid", "random") else max(4, 2 * workers))
+    return spec.model.search.batch or sampler.batch or (GRID_BATCH if kind in ("grid", "random")
+                                                         else max(4, 2 * workers))
+
+
+# The vectorised model's cost per call is mostly fixed (numpy over the candidate axis):
+# 256 candidates a call ran at 2.7 k/s, 2,320 at 9.3 k/s (bench/bench_sweep.py). A batch
+# this large is a second or two of a driver's work, and one transaction of its records.
+GRID_BATCH = 4096
