@@ -158,6 +158,18 @@ def outcome_counts(connection: Connection, experiment_id: int | None = None) -> 
     return sql_reads.outcome_counts(text_runner(connection), experiment_id)
 
 
+def revision(connection: Connection) -> tuple[int, int, int, int]:
+    """A token of the store's runs and candidates that changes with every write a figure, an
+    outcome or a judgement reads: a candidate or run added (the largest id), a run finished
+    or marked crashed (a run is only ever updated out of "running" or an abandoned
+    "crashed": the counts of the two change with every such update). Index reads only."""
+    found = connection.exec_driver_sql(
+        "SELECT (SELECT max(id) FROM run), (SELECT max(id) FROM candidate), "
+        "(SELECT count(*) FROM run WHERE status = 'running'), (SELECT count(*) FROM run WHERE status = 'crashed')"
+    ).one()
+    return tuple(int(v or 0) for v in found)  # type: ignore[return-value]
+
+
 def latest_status_counts(connection: Connection, experiment_id: int) -> list[tuple[str, int]]:
     """[(status, candidates)] by latest run, most first: see `sql_reads.latest_status_counts`."""
     return sql_reads.latest_status_counts(text_runner(connection), experiment_id)

@@ -360,7 +360,7 @@ ANALYTICAL_STATUSES = (
 # Candidates' latest total figures of some kinds (latest_figures: of each kind, those of the
 # candidate's latest run that recorded it, packed one row a candidate and kind), of an
 # experiment's candidates or of some.
-FIGURES = ("SELECT lf.candidate_id, lf.kind, lf.layout, lf.figures FROM latest_figures lf{join} "
+FIGURES = ("SELECT lf.candidate_id, lf.kind, lf.layout, lf.figures, lf.run_id FROM latest_figures lf{join} "
            "WHERE {which} AND lf.kind IN ({kinds}) ORDER BY lf.candidate_id")
 # latest_figures.figures: the values as little-endian float64 in the layout's names' order
 # (dse.records.latest packs them).
@@ -393,11 +393,13 @@ def analytical_statuses(run: Run, experiment_id: int | None = None, candidate_id
 
 
 def figure_columns(run: Run, kinds: Sequence[str], names: Sequence[str], experiment_id: int | None = None,
-                   candidate_ids: Sequence[int] | None = None) -> dict[str, tuple[Any, dict[str, Any]]]:
+                   candidate_ids: Sequence[int] | None = None, with_runs: bool = False
+                   ) -> dict[str, tuple[Any, ...]]:
     """{kind: (candidate ids, {name: values})}: the latest total figures of these kinds and
     names (NaN where a candidate's run lacks one) of an experiment's candidates, or of the
     candidates named (any experiment's), ids ascending; numpy arrays, unpacked one layout at
-    a time (100,000 candidates' figures without a Python step each)."""
+    a time (100,000 candidates' figures without a Python step each). `with_runs`: each
+    kind's tuple also holds the run ids the figures are of."""
     import numpy as np
 
     if not kinds or (experiment_id is None and not candidate_ids):
@@ -426,6 +428,8 @@ def figure_columns(run: Run, kinds: Sequence[str], names: Sequence[str], experim
                 if name in columns:
                     columns[name][at] = values[:, j]
         out[kind] = (ids, columns)
+        if with_runs:
+            out[kind] += (np.fromiter((r[4] for r in mine), dtype=np.int64, count=len(mine)),)
     return out
 
 

@@ -791,6 +791,14 @@ class Store:
     # ---- reads ---------------------------------------------------------------------------
 
     @retrying
+    def revision(self) -> tuple[int, int, int, int]:
+        """A token that changes whenever a candidate or run is added or a run's status
+        changes (`reads.revision`): what a view computed from the records at one token
+        (a judgement of 100,000 candidates) stands while the token does."""
+        with self._read() as connection:
+            return reads.revision(connection)
+
+    @retrying
     def experiment_summaries(self) -> list[dict[str, Any]]:
         """What `experiments()` holds, as plain dicts: no pandas (a quick `dse history`)."""
         with self._read() as connection:

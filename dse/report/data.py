@@ -13,7 +13,8 @@ import pandas as pd
 from sqlalchemy import String, cast, func, select
 
 from ..ppa.names import COMPONENTS
-from ..records import Store
+from ..records import Store, sql_reads
+from ..records.reads import text_runner
 from ..records.schema import Candidate, Experiment, LatestMetric, Metric, Run
 from ..runner.metrics import COUNTER_SCOPES, HOST_PHASE_METRIC, METRICS
 from ..runner.noise import HOST_TIME, HostTimeComparison, host_time_comparison
@@ -207,16 +208,22 @@ def candidate_metrics(connection, experiment_id: int, names: list[str]) -> pd.Da
         .order_by(Candidate.id))
     baseline = connection.scalar(select(Experiment.baseline_candidate_id).where(Experiment.id == experiment_id))
     table.insert(2, "is_baseline", table["candidate_id"] == baseline)
-    # The candidates' latest analytical figures (latest_metric), kept where they are those of
-    # the latest analytical run (the pivot maps each candidate's metric_run_id).
-    values = fetched(connection, select(LatestMetric.run_id, LatestMetric.name, LatestMetric.value)
-                     .join(Candidate, LatestMetric.candidate_id == Candidate.id)
-                     .where(Candidate.experiment_id == experiment_id, LatestMetric.kind == "analytical",
-                            LatestMetric.name.in_(names)))
-    wide = values.pivot(index="run_id", columns="name", values="value") if len(values) else pd.DataFrame()
+    # The candidates' latest analytical figures (latest_figures: one packed row a candidate,
+    # unpacked a layout at a time), kept where they are those of the latest analytical run.
+    found = sql_reads.figure_columns(text_runner(connection), ["analytical"], names, experiment_id, with_runs=True)
+    ids, columns, runs = found.get("analytical", (np.zeros(0, np.int64), {}, np.zeros(0, np.int64)))
+    order = table["candidate_id"].to_numpy(dtype=np.int64)
+    at = np.searchsorted(order, ids)  # both by candidate id ascending
+    at_ok = at < len(order)
+    at_ok[at_ok] &= order[at[at_ok]] == ids[at_ok]
+    run_of = table["metric_run_id"].to_numpy(dtype=np.float64)
+    same_run = at_ok.copy()
+    same_run[at_ok] &= run_of[at[at_ok]] == runs[at_ok]
     for name in names:
-        column = table["metric_run_id"].map(wide[name]) if name in wide else np.nan
-        table[name] = pd.Series(column, index=table.index, dtype=float)
+        column = np.full(len(table), np.nan)
+        if name in columns:
+            column[at[same_run]] = columns[name][same_run]
+        table[name] = column
     return table
 
 

@@ -130,7 +130,9 @@ def pareto_figure(table: pd.DataFrame, x: str, y: str, directions: tuple[str, st
         return text
     ok = data[data["feasible"]]
 
-    def hover(rows: pd.DataFrame, with_reason: bool = False) -> list[str]:
+    def hover(rows: pd.DataFrame, with_reason: bool = False) -> np.ndarray:
+        # An object array, not a list: plotly takes it whole (a list it checks string by
+        # string, a third of a 100,000-candidate report's plots); the JSON is the same.
         out = []
         for idx, r in zip(rows.index, rows.itertuples()):
             lines = [f"<b>candidate {r.candidate_id}</b> ({html.escape(r.status)})",
@@ -139,7 +141,7 @@ def pareto_figure(table: pd.DataFrame, x: str, y: str, directions: tuple[str, st
                 lines.append("reason: " + html.escape(r.reason[:200]))
             lines.append(changed(idx))
             out.append("<br>".join(line for line in lines if line))
-        return out
+        return np.array(out, dtype=object)
 
     fig = go.Figure()
     xs, xlog = _axis(data["x"].to_numpy(dtype=float))
@@ -221,13 +223,18 @@ def history_figure(experiments: pd.DataFrame, decisions: pd.DataFrame) -> go.Fig
 
 def search_history_figure(history, title: str = "") -> go.Figure:
     """The first objective candidate after candidate (`search_history.SearchHistory`): each
-    feasible candidate a point, the best so far a step line."""
-    xs = [i for i, v in zip(history.ids, history.values) if v is not None]
-    ys = [v for v in history.values if v is not None]
+    feasible candidate a point (an even sample past MAX_POINTS, the legend says so), the
+    best so far a step line drawn through the candidates where it changes and the last one
+    (the same line as through every candidate, at 100,000 candidates a few points)."""
+    points = [(i, v) for i, v in zip(history.ids, history.values) if v is not None]
+    step = max(1, math.ceil(len(points) / MAX_POINTS))
+    name = history.metric if step == 1 else f"{history.metric} ({len(points):,}; every {step}th drawn)"
+    xs, ys = [i for i, _ in points[::step]], [v for _, v in points[::step]]
     fig = go.Figure()
-    fig.add_trace(go.Scatter(x=xs, y=ys, mode="markers", name=history.metric, marker=dict(size=6, color="#1f77b4"),
+    fig.add_trace(go.Scatter(x=xs, y=ys, mode="markers", name=name, marker=dict(size=6, color="#1f77b4"),
                              customdata=xs, hovertemplate="candidate %{x}: %{y:.6g}<extra></extra>"))
-    steps = [(i, b) for i, b in zip(history.ids, history.best_so_far) if b is not None]
+    known = [(i, b) for i, b in zip(history.ids, history.best_so_far) if b is not None]
+    steps = [(i, b) for k, (i, b) in enumerate(known) if k == 0 or k == len(known) - 1 or b != known[k - 1][1]]
     fig.add_trace(go.Scatter(x=[i for i, _ in steps], y=[b for _, b in steps], mode="lines", line_shape="hv",
                              name="best so far", line=dict(color="#2ca02c", width=2),
                              hovertemplate="best so far at candidate %{x}: %{y:.6g}<extra></extra>"))

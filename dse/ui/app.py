@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import json
 import tomllib
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import partial
 from importlib.resources import files
 from pathlib import Path
@@ -47,6 +47,7 @@ from ..runner.decisions import decide
 from ..runner.metrics import METRICS
 from . import artifacts, csrf, live, notes, queries
 from .guard import Access, Guard
+from .memo import Memo
 from .params import MAX_ID, BadParameter, decimal, experiment_ref, form_text, id_list, number, record_id
 from .queries import BadQuery, CandidateQuery
 from .table import shown_columns
@@ -136,6 +137,7 @@ class Workbench:
     def __init__(self, store: Store):
         self.store = store
         self.env = _environment()
+        self.memo = Memo(store)  # the experiment-wide figures, once per state of the records
 
     # ---- helpers ------------------------------------------------------------------------
 
@@ -189,7 +191,7 @@ class Workbench:
         with self.connection() as connection:
             names = queries.metric_names(connection, exp["id"], exp["baseline_candidate_id"])
             try:
-                table = queries.candidate_page(connection, exp["id"], candidate_query(params), names)
+                table = self.candidate_table(connection, exp, candidate_query(params), names)
             except BadQuery as error:
                 raise Problem(400, "Bad query", str(error)) from None
             sweep = sweep_holder(connection, int(exp["id"]), self.store.stale_after)
@@ -208,11 +210,10 @@ class Workbench:
         # The one judgement (the sweep's, `dse decide`'s, the report's): the headline and
         # the table's marks; the front of the page's Pareto plot from its figures.
         first = objectives[0]
-        judgement = judge_experiment(self.store, exp, {"metric": first["metric"],
-                                                       "direction": first.get("direction", "minimize")},
-                                     metrics=[m for m in (x, y) if m in METRICS])
+        judgement = self.judgement(exp, first, [m for m in (x, y) if m in METRICS])
         directions = {o["metric"]: o.get("direction", "minimize") for o in objectives}
-        front = front_of(judgement, x, y, (directions.get(x, "minimize"), directions.get(y, "minimize")))
+        axes = (directions.get(x, "minimize"), directions.get(y, "minimize"))
+        front = self.memo.get(exp, ("front", repr(first), x, y, axes), lambda: front_of(judgement, x, y, axes))
         top = headline(judgement, exp, self.store.decision_rows(exp["id"]))
         for row in table.rows:
             outcome = judgement.outcome(row["id"])
@@ -235,19 +236,42 @@ class Workbench:
                          headline=top, passing=judgement.passing_ids, first_objective=first["metric"],
                          objectives=objectives, table=table, names=names, x=x, y=y, keep=keep,
                          ppa_x=ppa_x, ppa_y=ppa_y, ppa_axes=PPA_AXES, ppa_kinds=kinds,
-                         search=search, importance=importance_rows(search), search_best=best_words(search),
+                         search=search, importance=importance_rows(search),
+                         search_best=self.memo.get(exp, ("search_best", repr(first)), lambda: best_words(search)),
                          evaluator=EVALUATOR,
                          sweep=sweep, live_now=now, last_id=last_id or 0, poll_ms=LIVE_POLL_MS, columns=columns,
                          statuses=["ok", "infeasible", "pruned", "failed", "crashed", "running", "not run"],
                          page_sizes=queries.PAGE_SIZES, title=f"dse: {exp['name']}",
                          **notes.experiment_context(self.store, exp))  # fmt: skip
 
+    def candidate_table(self, connection, exp: dict, query: queries.CandidateQuery, names: list[str]):
+        """A page of the candidate table: the matching candidates in order found once per
+        query and state of the records (`memo`), every page of it read from that."""
+        query = query.checked(names)
+        whole = replace(query, page=1)
+        ranked = self.memo.get(exp, ("ranked", repr(whole), tuple(names)),
+                               lambda: queries.ranked_ids(connection, int(exp["id"]), whole, names))
+        return queries.page_of(connection, ranked, query, names)
+
+    def judgement(self, exp: dict, objective: dict | None = None, metrics: list[str] | tuple = ()):
+        """`acceptance.judge_experiment` of the experiment (the one judgement), once per
+        state of its records (`memo`); `objective` None: the spec's first."""
+        if objective is not None:
+            objective = {"metric": objective["metric"], "direction": objective.get("direction", "minimize")}
+        what = ("judgement", tuple(sorted(objective.items())) if objective else None, tuple(metrics))
+        return self.memo.get(exp, what, lambda: judge_experiment(self.store, exp, objective, metrics=list(metrics)))
+
     def search_history(self, exp: dict, objective: dict) -> SearchHistory:
-        """The experiment's search history and knob importance, as the report computes them."""
+        """The experiment's search history and knob importance, as the report computes them
+        (once per state of its records)."""
         metric = objective["metric"]
-        with self.connection() as connection:
-            table = candidate_metrics(connection, exp["id"], [metric] if metric in METRICS else [])
-        return search_history(table, objective)
+
+        def compute() -> SearchHistory:
+            with self.connection() as connection:
+                table = candidate_metrics(connection, exp["id"], [metric] if metric in METRICS else [])
+            return search_history(table, objective)
+
+        return self.memo.get(exp, ("search", tuple(sorted(objective.items()))), compute)
 
     def search_json(self, request: Request) -> Response:
         """The first objective candidate after candidate, with the best so far."""
@@ -290,8 +314,7 @@ class Workbench:
         wanted = set(metrics) | {first["metric"]}
         with self.connection() as connection:
             table = candidate_metrics(connection, exp["id"], sorted(wanted & set(METRICS)))
-        judgement = judge_experiment(self.store, exp, {"metric": first["metric"],
-                                                       "direction": first.get("direction", "minimize")})
+        judgement = self.judgement(exp, first)
         passing = judgement.mask(table["candidate_id"].astype(int).tolist())
         return Judged(table, passing, judgement.best, accepted_candidates(self.store.decisions(exp["id"])),
                       exp["baseline_candidate_id"], exprs, objectives)
@@ -388,7 +411,7 @@ class Workbench:
             updated = queries.candidate_rows(connection, int(exp["id"]), [int(w) for w in watch])
         exp = self.store.experiment(int(exp["id"]))
         body.update({"status": exp["status"], "objective": objective,
-                     "headline": live.headline_json(live.judged_headline(self.store, exp)),
+                     "headline": live.headline_json(live.judged_headline(self.store, exp, self.judgement(exp))),
                      "last_id": max([after, *(r["id"] for r in new)]),
                      "new": [_live_row(r, objective) for r in new],
                      "updated": [_live_row(r, objective) for r in updated]})

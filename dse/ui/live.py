@@ -129,10 +129,12 @@ def eta_text(seconds: float | None, state: str) -> str:
     return f"ETA: {seconds // 3600:.0f} h {seconds % 3600 // 60:.0f} min"
 
 
-def judged_headline(store, exp: dict) -> Headline:
+def judged_headline(store, exp: dict, judgement=None) -> Headline:
     """The experiment page's headline (the judgement's best, the proposal and the decision
-    apart), as the page renders it: the live page shows the same one."""
-    return headline(judge_experiment(store, exp), exp, store.decision_rows(int(exp["id"])))
+    apart), as the page renders it: the live page shows the same one. `judgement`: the
+    experiment's, when the caller has it (`judge_experiment` of the spec's objective)."""
+    judgement = judgement if judgement is not None else judge_experiment(store, exp)
+    return headline(judgement, exp, store.decision_rows(int(exp["id"])))
 
 
 def headline_json(top: Headline) -> dict[str, Any]:

@@ -9,8 +9,11 @@ come back to Python.
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
+
+import numpy as np
 
 from sqlalchemy import Connection, String, and_, bindparam, cast, func, select
 from sqlalchemy.orm import aliased
@@ -131,11 +134,25 @@ def candidate_page(connection: Connection, experiment_id: int, query: CandidateQ
     total metrics, sorted and filtered by the database. `through_runs`: the latest runs and
     figures read from the runs and metric rows, as before 0011 (the tests' and benches'
     reference: both must agree)."""
+    return page_of(connection, ranked_ids(connection, experiment_id, query, names, through_runs), query, names)
+
+
+def page_of(connection: Connection, ranked: Sequence[int], query: CandidateQuery, names: list[str]) -> CandidatePage:
+    """The page `query.page` of candidates in the order `ranked` (`ranked_ids`): their rows."""
+    start = (query.page - 1) * query.per_page
+    ids = [int(i) for i in ranked[start:start + query.per_page]]
+    return CandidatePage(_rows(connection, ids), len(ranked), query, names)
+
+
+def ranked_ids(connection: Connection, experiment_id: int, query: CandidateQuery, names: list[str],
+               through_runs: bool = False) -> np.ndarray:
+    """The ids of the experiment's candidates that match `query`'s filters, in its order
+    (its page aside), sorted and filtered by the database: one pass over the candidates,
+    whose result serves every page of the same query (`dse.ui.memo` keeps it while the
+    records stay as they are)."""
     query = query.checked(names)
-    # One pass: the matching count comes with the page (a window over the filtered rows).
-    stmt = select(Candidate.id, func.count().over().label("total")).where(Candidate.experiment_id == experiment_id)
-    # The runs and metrics are joined only when a filter or the sort needs them: the
-    # first page by id of 100,000 candidates reads 50 of them.
+    stmt = select(Candidate.id).where(Candidate.experiment_id == experiment_id)
+    # The runs and metrics are joined only when a filter or the sort needs them.
     needs_run = bool(query.status or query.text or query.metric) or query.sort not in ("id", "origin")
     latest = _latest_analytical(experiment_id, through_runs)
     if needs_run:
@@ -169,14 +186,7 @@ def candidate_page(connection: Connection, experiment_id: int, query: CandidateQ
     ordered = key.desc() if query.descending else key.asc()
     # Candidates without the value (infeasible, not run) last either way, then by id.
     order = [ordered, Candidate.id] if query.sort == "id" else [key.is_(None), ordered, Candidate.id]
-    found = connection.execute(stmt.order_by(*order).limit(query.per_page)
-                               .offset((query.page - 1) * query.per_page)).all()
-    ids = [row[0] for row in found]
-    if found:
-        total = int(found[0][1])
-    else:  # past the last page (or nothing matches): the count alone
-        total = connection.scalar(select(func.count()).select_from(stmt.subquery()))
-    return CandidatePage(_rows(connection, ids), total, query, names)
+    return np.fromiter(connection.execute(stmt.order_by(*order)).scalars(), dtype=np.int64)
 
 
 def shown_matches(connection: Connection, experiment_id: int, text: str, latest) -> list[int]:
