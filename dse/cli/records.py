@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import contextlib
-import getpass
 import json
 import math
 import os
@@ -13,7 +12,7 @@ from ..errors import InputError, close_matches
 from ..records import light
 from ..records.blobs import EvidenceCheck
 from ..records.outcomes import experiment_status, outcome, spelled_counts
-from .common import add_db_argument, default_db, evidence_verdict, open_store
+from .common import _missing, _user, _when, add_db_argument, default_db, evidence_verdict, open_store
 
 # `dse show c12` (candidate), `dse show r7` (run); a name or a bare id is an experiment.
 _PREFIXED = re.compile(r"(c|cand|candidate|r|run|e|exp|experiment)[:#-]?(\d+)", re.IGNORECASE)
@@ -76,21 +75,6 @@ def _candidate_id(text: str, field: str) -> int:
     if not digits.isdigit():
         raise InputError("dse", field, text, "a candidate id (a whole number, as `dse show` lists)")
     return int(digits)
-
-
-def _when(moment) -> str:
-    """A timestamp (datetime, pandas Timestamp, or NaT/None) to the second."""
-    if _missing(moment):
-        return "—"
-    return moment.strftime("%Y-%m-%d %H:%M:%S")
-
-
-def _missing(value) -> bool:
-    """None, NaN, or pandas' NA/NaT, told without importing pandas (a missing value from a
-    DataFrame is of a type pandas defines; a plain row's is None)."""
-    if value is None or (isinstance(value, float) and math.isnan(value)):
-        return True
-    return type(value).__module__.startswith("pandas") and str(value) in ("NaT", "<NA>")
 
 
 # ---- dse history --------------------------------------------------------------------------
@@ -741,13 +725,6 @@ def cmd_decide(args) -> int:
     for check in result.checks:
         print(f"  acceptance[{check['criterion']}] {check['outcome']}: {check['clause']}")
     return 0
-
-
-def _user() -> str:
-    try:
-        return getpass.getuser()
-    except Exception:  # noqa: BLE001 - no login name (a container): still a decision
-        return "unknown"
 
 
 # ---- dse note -----------------------------------------------------------------------------

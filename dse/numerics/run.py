@@ -15,7 +15,7 @@ from ..lower import Infeasible, Lowered
 from ..mapping import Candidate, Mapping
 from ..workload.graph import Graph
 from . import OutputCheck, Verdict, compare, unmodified_check
-from .emitted import emit_graph, emit_placed, emit_spans
+from .emitted import emit_graph, emit_placed, emit_spans, request_inputs
 
 
 @dataclass
@@ -158,15 +158,6 @@ def emulate_graph(graph: Graph, candidate: Candidate, inputs, expected=None, tol
     rep.lowered, rep.result, rep.emitted = lowered, result, emitted
     rep.seconds = time.perf_counter() - t0
     return rep
-
-
-def request_inputs(inputs, requests: int) -> list[list]:
-    """The inputs of each of `requests` requests (``mapping.requests``): request k's are the
-    workload's rotated by k along their last axis (tokens, features), so that no two
-    requests compute alike and a request reading another's tensors shows in the numerics."""
-    import torch
-
-    return [[torch.roll(torch.as_tensor(x), k, dims=-1) if k else x for x in inputs] for k in range(requests)]
 
 
 def combined(verdicts: list[Verdict], names: list[str]) -> Verdict:

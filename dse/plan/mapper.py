@@ -37,7 +37,7 @@ import numpy as np
 from ..mapping import Candidate, CandidateArrays, MatmulShape, check_tiles, framework_tiles, tile_grid
 from ..mapping.matmul import divisors
 from ..cost.matmul import MatmulCost, matmul_cost
-from .matmul import PLAN_FIELDS, blocked_reasons
+from .tile_choice import PLAN_FIELDS, blocked_reasons
 
 OBJECTIVES = ("latency", "front")
 PRODUCT_KINDS = ("linear", "matmul")

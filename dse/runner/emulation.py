@@ -15,7 +15,7 @@ from typing import Any
 
 from ..mapping import Candidate
 from .metrics import COUNTER_SCOPES, HOST_PHASE_METRIC, HOST_PHASES
-from .stages import Evidence
+from .evidence import Evidence
 
 
 STALL_CAUSES = ("dependence", "ball_queue", "channel", "dma", "fence", "barrier", "rob_full", "frontend")

@@ -13,6 +13,7 @@ from ..analytical import estimate, summarize
 from ..mapping import Candidate
 from ..ppa.energy import METRIC_UNITS
 from ..records import MetricRow
+from .evidence import Evidence, Outcome  # noqa: F401  (read from here too)
 from .spec import METRICS
 
 UNITS = {
@@ -102,34 +103,6 @@ class Workload:
                 raise RuntimeError(f"no emulation workload prepared for quantization {quantization!r}")
             self.emulations[quantization] = prepare_emulation(self.recipe, self.params, quantization)
         return self.emulations[quantization]
-
-
-@dataclass
-class Evidence:
-    """What an evaluation stage found for one candidate: its run's status and metric rows."""
-
-    status: str  # ok | infeasible | failed
-    reason: str = ""
-    totals: dict[str, float] = field(default_factory=dict)
-    metrics: list = field(default_factory=list)  # MetricRow or dicts, as Store.finish_runs takes them
-    error: str = ""
-    # Raw evidence to keep as content-addressed artifacts: (role, name, bytes) each.
-    artifacts: list = field(default_factory=list)
-
-
-@dataclass
-class Outcome:
-    """A run's result as the driver records it: the evidence, keyed by the run."""
-
-    run_id: int
-    status: str  # ok | infeasible | failed | pruned
-    reason: str = ""
-    totals: dict[str, float] = field(default_factory=dict)
-    metrics: list = field(default_factory=list)  # MetricRow or dicts, as Store.finish_runs takes them
-    error: str = ""
-    traceback: str = ""
-    artifacts: list = field(default_factory=list)  # (role, name, bytes): raw evidence, written before the run
-    notes: str = ""  # what the stage noticed beyond its metrics (a placement's pick, its hand-offs): candidate notes
 
 
 @dataclass

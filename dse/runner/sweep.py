@@ -40,7 +40,7 @@ from .cluster import CONNECT_TIMEOUT_S
 from .limits import capture_limit, time_limit  # noqa: F401  (time_limit: the tests' name for it)
 from .chain import ANALYTICAL, CAPTURE, EMULATOR, FRONTEND, PLAN, PRUNE, RECORD
 from .progress import finish, make_bar, planned, set_total
-from .propose import record_experiment
+from .propose import record_experiment, resolve_links
 from .execution import InlineExecutor, PoolExecutor, WorkItem, make_executor, remember_chip
 from .recorder import Recorder
 from .result import DONE, IDLE_ROUNDS, SweepResult
@@ -555,28 +555,6 @@ def _value_at(spec: Spec, data: dict, dotted: str):
         return spec.target_value(dotted, data)
     except (KeyError, TypeError):
         return None
-
-
-def resolve_links(spec: Spec, store: Store | None) -> list[tuple[str, int, str]]:
-    """The spec's `follows` / `reopens` as (relation, experiment id, reason); an experiment
-    the store does not hold (or none at all: `store` None) is the spec's error."""
-    from ..records import RecordNotFound
-
-    out = []
-    for relation, link in spec.model.experiment.links():
-        field = f"experiment.{relation}.experiment"
-        if store is None:
-            raise InputError(spec.path, field, link.experiment, "an experiment recorded in the store this sweep "
-                             "writes to (the store does not exist yet)")
-        try:
-            other = store.experiment(link.experiment)
-        except RecordNotFound as exc:
-            raise InputError(spec.path, field, link.experiment, f"an experiment recorded in this store "
-                             f"({exc.allowed})", exc.suggestions) from None
-        if other["name"] == spec.name:
-            raise InputError(spec.path, field, link.experiment, "an earlier experiment, not this one")
-        out.append((relation, int(other["id"]), link.reason.strip()))
-    return out
 
 
 def sweep_into_store(spec: Spec, db: str | Path = "records.db", progress: bool = True,
