@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import contextlib
 import json
 import math
 import os
@@ -181,7 +180,7 @@ def _resolve(store, text: str) -> tuple[str, int]:
     found = _prefixed(text)
     if found:
         return found
-    names = store.experiments()["name"].tolist()
+    names = [e["name"] for e in store.experiment_summaries()]
     known = f"; experiments: {', '.join(names[:12])}" + (" …" if len(names) > 12 else "") if names else ""
     raise InputError(store.url, "ID", text, _SHOW_ALLOWED + known, close_matches(text, names))
 
@@ -191,13 +190,10 @@ def cmd_show(args) -> int:
         raise InputError("dse show", "--limit", args.limit, "a whole number >= 0 (candidates listed)")
     if args.program or args.banks:
         return _show_emitted(args)
-    # A SQLite store at the schema head: read with the standard library (the Store's own
-    # SQL), no SQLAlchemy or pandas; anything else (a name or id the store lacks, a store the
-    # Store's open would refuse or upgrade) is the Store's to answer.
-    with light.open_light(args.db or default_db()) or contextlib.nullcontext() as quick:
-        if quick is not None and (check := _show_light(quick, args.id, args.limit)) is not None:
-            return evidence_verdict(check)
-    with open_store(args.db) as store:
+    # A store at the schema head: read with its plain driver (the Store's own SQL and
+    # errors), no SQLAlchemy or pandas; a store the Store's open would refuse, upgrade or
+    # reap is the Store's to answer.
+    with light.open_light(args.db or default_db()) or open_store(args.db) as store:
         kind, ident = _resolve(store, args.id)
         if kind == "experiment":
             check = _show_experiment(store, ident, args.limit)
@@ -245,24 +241,6 @@ def _show_emitted(args) -> int:
               "out = stored to):")
         print(lifetimes_text(emitted.bank_lifetimes()))
     return 0
-
-
-def _show_light(quick, text: str, limit: int):
-    """`dse show` from the light read, resolved as `_resolve` does: the check of the evidence
-    shown, or None (nothing printed) when the store lacks what `text` names, for the Store
-    to say what it has."""
-    ident = quick.experiment_id(text)
-    kind = "experiment"
-    if ident is None:
-        kind, ident = _prefixed(text) or (None, None)
-        if kind == "experiment":
-            ident = quick.experiment_id(ident)
-    if kind == "experiment" and ident is not None:
-        return _show_experiment(quick, ident, limit)
-    row = quick.candidate(ident) if kind == "candidate" else quick.run_row(ident) if kind == "run" else None
-    if row is None:
-        return None
-    return (_show_candidate if kind == "candidate" else _show_run)(quick, row)
 
 
 def _show_experiment(store, ident: int, limit: int) -> EvidenceCheck:

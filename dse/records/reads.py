@@ -13,10 +13,10 @@ from sqlalchemy.ext.compiler import compiles
 from sqlalchemy.orm import Session
 from sqlalchemy.sql.functions import FunctionElement
 
-from dse.errors import close_matches
 from dse.identity import canonical_json
 from dse.records import latest, sql_reads
 from dse.records.checks import RecordNotFound, as_id
+from dse.records.not_found import not_found as not_found_in
 from dse.records.liveness import as_utc
 from dse.records.schema import (
     METRIC_KINDS,
@@ -71,41 +71,13 @@ def get(session: Session, model: type[_T], key: int) -> _T:
 
 def not_found(connection: Connection, what: str, value: Any) -> RecordNotFound:
     """The error for a `what` (experiment, candidate, run, ...) named `value` that the
-    store lacks, saying what it has."""
-    if what == "experiment":
-        names = connection.scalars(select(Experiment.name).order_by(Experiment.id)).all()
-        if not names:
-            allowed = "an experiment of this store, which has none yet"
-        elif len(names) <= 12:
-            allowed = "an experiment name or id: " + ", ".join(names)
-        else:
-            allowed = f"one of this store's {len(names)} experiments (`dse history` lists them)"
-        return RecordNotFound(_shown_url(connection), "experiment", value, allowed, close_matches(value, names))
-    if what == "candidate":
-        return candidate_not_found(connection, value)
-    model = {"run": Run, "decision": Decision, "artifact": Artifact}[what]
-    low, high, count = connection.execute(
-        select(func.min(model.id), func.max(model.id), func.count(model.id))
-    ).one()
-    allowed = f"a {what} id of this store ({count} {what}s" + (
-        f", ids {low} to {high})" if count else ")"
-    )
-    return RecordNotFound(_shown_url(connection), what, value, allowed)
+    store lacks, saying what it has (`dse.records.not_found`)."""
+    return not_found_in(text_runner(connection), _shown_url(connection), what, value)
 
 
 def candidate_not_found(connection: Connection, value: Any, experiment_id: int | None = None) -> RecordNotFound:
     """The error for a candidate id the store (or experiment) lacks."""
-    stmt = select(func.min(Candidate.id), func.max(Candidate.id), func.count(Candidate.id))
-    where = "this store"
-    if experiment_id is not None:
-        stmt = stmt.where(Candidate.experiment_id == experiment_id)
-        name = connection.scalar(select(Experiment.name).where(Experiment.id == experiment_id))
-        where = f"experiment {name!r}"
-    low, high, count = connection.execute(stmt).one()
-    ids = f", ids {low} to {high}" if count else ""
-    return RecordNotFound(
-        _shown_url(connection), "candidate", value, f"a candidate id of {where} ({count} candidates{ids})"
-    )
+    return not_found_in(text_runner(connection), _shown_url(connection), "candidate", value, experiment_id)
 
 
 def experiment_id_of(connection: Connection, name_or_id: str | int) -> int:

@@ -798,6 +798,12 @@ class Store:
         return reads.experiments_frame(self.experiment_summaries())
 
     @retrying
+    def experiment_id(self, name_or_id: str | int) -> int:
+        """The id of the experiment of this name or id."""
+        with self._read() as connection:
+            return reads.experiment_id_of(connection, name_or_id)
+
+    @retrying
     def experiment(self, name_or_id: str | int) -> dict[str, Any]:
         """One experiment's row as a dict (JSON columns as Python values)."""
         with self._read() as connection:
