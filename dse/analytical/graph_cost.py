@@ -21,7 +21,7 @@ from ..cost.core import GRAPH_OP, charged_elements, split_share
 from ..cost.matmul import matmul_activity, matmul_cost
 from ..mapping import CandidateArrays, MatmulShape
 from ..plan.chains import chain_elements, chain_extent, chain_parts
-from ..plan.graph_plan import Copy, OpPlan, copy_elements, plan_graph
+from ..plan.graph_plan import PLAN_KNOBS, Copy, OpPlan, copy_elements, plan_graph
 from ..plan.grouped import on_matrix
 from ..plan.matmul import MatmulPlans, plan_matmuls
 from ..plan.memory import pad, padded_shape
@@ -338,7 +338,7 @@ def graph_costs(graph: Graph, params: CandidateArrays, chips=None, plans=None) -
     if plans is not None:
         costs = GraphCost(graph, params, chips)
         return [costs.op_cost(plan) for plan in plans]
-    keys = list(zip(params.fusion, params.channels_last))
+    keys = list(zip(*(getattr(params, name) for name in PLAN_KNOBS)))
     choices = list(dict.fromkeys(keys))
     if len(choices) <= 1:
         costs = GraphCost(graph, params, chips)

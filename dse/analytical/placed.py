@@ -46,7 +46,7 @@ from emulator.timing import Bus
 from ..cost.dma import dma_cycles_for
 from ..mapping import Candidate, CandidateArrays, check_tiles
 from ..mapping.candidate import Mapping
-from ..plan.graph_plan import plan_graph
+from ..plan.graph_plan import plan_for, plan_graph, plan_key
 from ..plan.placement import (WeightRegions, boundary_note, boundary_tensors, handoff_banks, handoffs, place,
                               range_candidate, range_regions, schedule, spmd_chip, stage_reason, stage_regions)
 from .estimate import TOTAL_ACTIVITY, TOTAL_COLUMNS, estimate, op_activity, summarize
@@ -263,14 +263,14 @@ def estimate_placed(stages: Sequence[tuple[str, object]], candidates: Sequence[C
     by_placement: dict[tuple, list[int]] = {}
     for k, i in enumerate(ok):
         m = candidates[i].mapping
-        by_placement.setdefault((m.placement, m.fusion, m.channels_last), []).append(k)
-    for (placement, fusion, channels_last), ks in by_placement.items():
+        by_placement.setdefault((m.placement, *plan_key(m)), []).append(k)
+    for (placement, *key), ks in by_placement.items():
         if placement != "phase" or not any(candidates[ok[k]].mapping.weights == "shared" for k in ks):
             regions.update({ok[k]: WeightRegions([0] * len(stages), [0] * len(stages), [0] * len(stages))
                             for k in ks})
             continue
         params = [CandidateArrays.from_candidates([stage_cands[s][k] for k in ks]) for s in range(len(stages))]
-        got = stage_regions([plan_graph(g, fusion, channels_last) for _, g in stages], params, [placed[ok[k]][0] for k in ks], placement,
+        got = stage_regions([plan_graph(g, *key) for _, g in stages], params, [placed[ok[k]][0] for k in ks], placement,
                             [candidates[ok[k]].chip for k in ks])
         regions.update({ok[k]: r for k, r in zip(ks, got)})
     per_stage, totals = [], []
@@ -282,7 +282,7 @@ def estimate_placed(stages: Sequence[tuple[str, object]], candidates: Sequence[C
         totals.append(summarize(per_op, cands) if cands else None)
     # per stage, per candidate: (cycles, syncs) of its ops in order, split once
     op_times = [{cand: g for cand, g in frame.groupby("candidate")} if not frame.empty else {} for frame in per_stage]
-    stage_plans: dict[tuple, list] = {}  # per (fusion, channels_last): each stage's plan, by op name
+    stage_plans: dict[tuple, list] = {}  # per `plan_key`: each stage's plan, by op name
     rows = []
     for i, c in enumerate(candidates):
         places, reason = placed[i]
@@ -342,7 +342,7 @@ def _phase_cycles(c: Candidate, places, frames, stages, stage_plans: dict) -> fl
         if len(coupled) == 1:
             latency = max(latency, float(epochs[coupled[0]].sum()))
             continue
-        key = (c.mapping.fusion, c.mapping.channels_last)
+        key = plan_key(c.mapping)
         if key not in stage_plans:
             stage_plans[key] = [{p.op.name: p for p in plan_graph(g, *key)} for _, g in stages]
         heads: list[list] = [[] for _ in places]
@@ -361,13 +361,13 @@ def _estimate_at_bases(graph, cands: list[Candidate], calibration, b_bases: list
     at `b_bases[k]` (`WeightRegions.picked`): candidates at one base costed as one."""
     by: dict[tuple, list[int]] = {}
     for k, (c, base) in enumerate(zip(cands, b_bases)):
-        by.setdefault((base, c.mapping.fusion, c.mapping.channels_last), []).append(k)
+        by.setdefault((base, *plan_key(c.mapping)), []).append(k)
     if len(by) == 1 and b_bases[0] == 0:  # the plain plan (no stage's tiles picked again)
         return estimate(graph, cands, calibration)
     frames = []
-    for (base, fusion, channels_last), ks in by.items():
+    for (base, *key), ks in by.items():
         plans = [replace(p, gemm=replace(p.gemm, b_shared_base=base)) if p.gemm is not None else p
-                 for p in plan_graph(graph, fusion, channels_last)]
+                 for p in plan_graph(graph, *key)]
         part = estimate(graph, [cands[k] for k in ks], calibration, plans=plans)
         part["candidate"] = np.asarray(ks)[part["candidate"].to_numpy()]
         frames.append(part)
@@ -413,10 +413,10 @@ def estimate_layers(graph, candidates: Sequence[Candidate], calibration=None
     for i, c in enumerate(candidates):
         if not lays[i][1]:
             m = c.mapping
-            by_cut.setdefault((m.fusion, m.channels_last, m.cuts, m.handoff, m.weights == "shared",
+            by_cut.setdefault((plan_key(m), m.cuts, m.handoff, m.weights == "shared",
                                lays[i][0].handoff_sets, len(lays[i][0].ranges)), []).append(i)
-    for (fusion, channels_last, _, handoff, shared_weights, sets, n_ranges), same_cut in by_cut.items():
-        plans = plan_graph(graph, fusion, channels_last)
+    for (key, _, handoff, shared_weights, sets, n_ranges), same_cut in by_cut.items():
+        plans = plan_graph(graph, *key)
         ranges = lays[same_cut[0]][0].ranges
         handed = handoffs(plans, ranges, not shared_weights) if handoff != "dram" else {}
         overlap = lays[same_cut[0]][0].overlap
@@ -604,7 +604,7 @@ def auto_options(graph, candidate: Candidate) -> list[Mapping]:
     options = [Mapping.model_validate(m)]
     groups = len(candidate.chip.cores.groups)
     if groups >= 2 or (groups == 0 and candidate.mapping.workers >= 2):
-        plans = plan_graph(graph, candidate.mapping.fusion, candidate.mapping.channels_last)
+        plans = plan_for(graph, candidate.mapping)
         cuts = [k for k, p in enumerate(plans) if k and p.unit == "matrix"]
         kinds = ["layers"] + (["pipeline"] if (candidate.mapping.requests or 1) > 1 else [])
         for kind in kinds:
@@ -674,7 +674,7 @@ def latency_bounds(graph, chip, options: Sequence[Mapping]) -> list[float]:
     if not places:
         return [np.inf] * len(options)
     cands = list(places.values())
-    plans = plan_graph(graph, options[0].fusion, options[0].channels_last)  # every option's (one candidate's)
+    plans = plan_for(graph, options[0])  # every option's (one candidate's)
     index = {p.op.name: k for k, p in enumerate(plans)}
     # per option, the way each handed-off matmul reads its A: (sets, base)
     ways_of: list[dict[int, tuple[int, int]]] = []

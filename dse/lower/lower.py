@@ -80,7 +80,7 @@ from ..mapping import Candidate, MatmulShape
 from ..mapping.matmul import check_tiles
 from ..mapping.params import CandidateArrays
 from ..plan.chains import CHAIN_KIND, chain_elements, chain_extent, chain_parts
-from ..plan.graph_plan import OpPlan, copy_buffer, plan_graph, stored_loc
+from ..plan.graph_plan import OpPlan, copy_buffer, plan_for, stored_loc
 from ..plan.grouped import block_diagonal, on_matrix
 from ..plan.layout import permuted, stored_orders
 from ..plan.matmul import plan_matmul
@@ -777,7 +777,7 @@ def lower(graph: Graph, candidate: Candidate, inputs, elementwise: str = "auto")
     them bit for bit: ``"auto"`` (the Ball when `stream_cycles` < `core_cycles`), ``"ball"``
     (always the Ball), ``"core"`` (always the core)."""
     b = ProgramBuilder(graph, candidate, inputs, elementwise=elementwise)
-    for plan in plan_graph(graph, candidate.mapping.fusion, candidate.mapping.channels_last):
+    for plan in plan_for(graph, candidate.mapping):
         b.lower_op(plan)
     return b.finish()
 
@@ -846,7 +846,7 @@ def lower_placed(stages, candidate: Candidate) -> StagedLowered:
     if mapping.placement == "phase":
         regions = None
         if mapping.weights == "shared":  # the stages' regions of the tile's shared banks
-            plans = [plan_graph(g, mapping.fusion, mapping.channels_last) for _, g, _ in stages]
+            plans = [plan_for(g, mapping) for _, g, _ in stages]
             params = [CandidateArrays.from_candidates([Candidate(p.chip, mapping.model_copy(
                 update={"workers": len(p.cores)}))]) for p in places]
             (regions,) = stage_regions(plans, params, [places], mapping.placement, [chip])
@@ -890,7 +890,7 @@ def lower_layers(graph: Graph, candidate: Candidate, requests) -> LayeredLowered
     of its own (`handoff_banks`; request k into bank set ``k mod Schedule.handoff_sets``),
     before the BARRIER that closes their slot."""
     chip, mapping = candidate.chip, candidate.mapping
-    plans = plan_graph(graph, mapping.fusion, mapping.channels_last)
+    plans = plan_for(graph, mapping)
     lay, reason = schedule(chip, mapping, len(plans))
     if reason:
         raise Infeasible(reason)
@@ -977,7 +977,7 @@ def _build_stage(graph: Graph, mapping, inputs, dram: Dram, placed: Placed, regi
     try:
         b = ProgramBuilder(graph, Candidate(placed.chip, mapping), inputs, dram)
         b.b_region, b.b_picked = region
-        for plan in plan_graph(graph, mapping.fusion, mapping.channels_last):
+        for plan in plan_for(graph, mapping):
             b.lower_op(plan)
     except Infeasible as exc:
         raise Infeasible(stage_reason(placed, str(exc))) from None

@@ -89,6 +89,20 @@ class OpPlan:
         return self.reads[0].blocked if self.reads else None
 
 
+# The mapping fields that shape a graph's plan: candidates equal in these share one plan.
+PLAN_KNOBS = ("fusion", "channels_last")
+
+
+def plan_key(mapping) -> tuple:
+    """What of `mapping` shapes its graph's plan (`PLAN_KNOBS`), as `plan_graph` takes it."""
+    return tuple(getattr(mapping, name) for name in PLAN_KNOBS)
+
+
+def plan_for(graph: Graph, mapping) -> list[OpPlan]:
+    """The plan of `graph` for a candidate of this `mapping`."""
+    return plan_graph(graph, *plan_key(mapping))
+
+
 def plan_graph(graph: Graph, fusion: str | None = None, channels_last: bool | None = None) -> list[OpPlan]:
     """The plan of every op of `graph`, in order (made once per `fusion` and `channels_last`
     and kept on the graph): `fusion` is the mapping's (None: every op materialized; "fuse"),

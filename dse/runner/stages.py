@@ -161,9 +161,9 @@ def add_ppa(rows: list[dict], cands: list[Candidate], footprints, ppa_calibratio
 
 
 def _footprints(graph, cands: list[Candidate]) -> list[float]:
-    from ..plan.graph_plan import dram_footprint
+    from ..plan.graph_plan import dram_footprint, plan_key
 
-    return [float(dram_footprint(graph, c.mapping.fusion, c.mapping.channels_last, c.mapping.requests or 1))
+    return [float(dram_footprint(graph, *plan_key(c.mapping), c.mapping.requests or 1))
             for c in cands]
 
 
