@@ -365,8 +365,8 @@ class Sweep:
         return reused
 
     def _settings(self, spec_text: str, stage: str) -> dict | None:
-        """A spec's stage settings that change a stage's evidence (not its time limits, its
-        budget or its pruning): None for a text that is no valid spec's stages."""
+        """A spec's stage settings that change a stage's evidence (not its capture limit, its
+        evidence budget or its pruning): None for a text that is no valid spec's stages."""
         import tomllib
 
         from .spec import Stages
@@ -375,8 +375,10 @@ class Sweep:
             try:
                 stages = Stages(**tomllib.loads(spec_text).get("stages", {}))
                 self._settings_of[spec_text] = {"analytical": {"ppa": stages.ppa},
+                                                # the time limit decides whether a run fails
                                                 "emulator": {"ppa": stages.ppa, "traces": stages.traces,
-                                                             "host_time_repeats": stages.host_time_repeats}}
+                                                             "host_time_repeats": stages.host_time_repeats,
+                                                             "candidate_timeout_s": stages.candidate_timeout_s}}
             except Exception:  # noqa: BLE001 - an unreadable earlier spec: nothing of it is reused
                 self._settings_of[spec_text] = {}
         return self._settings_of[spec_text].get(stage)

@@ -29,5 +29,5 @@ def upgrade() -> None:
 
 
 def downgrade() -> None:
-    with op.batch_alter_table("run") as batch_op:
-        batch_op.drop_column("reused_run_id")
+    # In place on both (SQLite >= 3.35): a batch rebuild of run would drop 0011's triggers.
+    op.execute("ALTER TABLE run DROP COLUMN reused_run_id")

@@ -1,0 +1,118 @@
+"""Evidence reused across experiments (#32): a candidate a follow-up experiment proposes that
+an earlier experiment on the same workload evaluated, under the same versions and
+result-affecting stage settings, is not evaluated again; its run links to that evidence
+(run.reused_run_id), metrics and files read through the link, never copied. Store level on
+SQLite and the real PostgreSQL; the sweep, `--no-reuse` and every view (show, compare,
+report, UI) on real sweeps (a 16x16x16 GEMM on the toy chip, emulated)."""
+
+from __future__ import annotations
+
+import html
+import re
+import urllib.request
+
+import pytest
+from sqlalchemy import text
+
+from dse.records import Store
+from dse.records.reuse import reusable
+from pg import pg_server, pg_url  # noqa: F401
+from uiserver import dse_ui_thread
+
+WORK = "a" * 64  # a workload identity
+
+
+def _experiment(store: Store, name: str, work: str = WORK) -> int:
+    return store.create_experiment(name, "h", [], "gemm", work, f"[experiment]\nname = '{name}'\n", name * 8)
+
+
+def _run(store: Store, cid: int, status: str, metrics=(), model="m-1", **why) -> int:
+    run = store.start_run(cid, "analytical", model_version=model)
+    store.finish_run(run, status, metrics, **why)
+    return run
+
+
+def _metric(name, value, scope="total", key=""):
+    return {"kind": "analytical", "name": name, "value": value, "unit": "cycles", "scope": scope, "scope_key": key}
+
+
+@pytest.fixture(params=["sqlite", "postgresql"])
+def url(request, tmp_path):
+    if request.param == "sqlite":
+        return str(tmp_path / "records.db")
+    return request.getfixturevalue("pg_url")
+
+
+def test_a_link_shows_the_earlier_runs_evidence_without_copying_it(url):
+    with Store(url) as store:
+        first = _experiment(store, "first")
+        ok = store.add_candidate(first, {"banks": 8}, {}, "baseline")[0]
+        bad = store.add_candidate(first, {"banks": 4}, {}, "grid")[0]
+        crash = store.add_candidate(first, {"banks": 2}, {}, "grid")[0]
+        rejected = store.add_candidate(first, {"banks": 1}, {}, "grid")[0]
+        r_ok = _run(store, ok, "ok", [_metric("latency_cycles", 2280.0), _metric("cycles", 576.0, "op", "matmul")])
+        r_bad = _run(store, bad, "infeasible", reason="bank budget: needs 6 banks, chip has 4")
+        r_crash = _run(store, crash, "failed", error="ValueError: boom", traceback="Traceback ...")
+        _run(store, rejected, "infeasible", reason="rejected by constraint 'banks >= 2': it does not hold")
+        hashes = {c: store.candidate(c)["hash"] for c in (ok, bad, crash, rejected)}
+
+        second = _experiment(store, "second")
+        key = dict(experiment_id=second, workload_hash=WORK, stage="analytical", model_version="m-1",
+                   emulator_version=None)
+        with store.engine.connect() as connection:
+            found = reusable(connection, list(hashes.values()), **key)
+            # another model version, another workload, another stage: nothing to reuse
+            assert reusable(connection, list(hashes.values()), **{**key, "model_version": "m-2"}) == {}
+            assert reusable(connection, list(hashes.values()), **{**key, "workload_hash": "b" * 64}) == {}
+            assert reusable(connection, list(hashes.values()), **{**key, "stage": "emulator"}) == {}
+            assert reusable(connection, list(hashes.values()), **key, settings_ok=lambda spec: False) == {}
+        # A constraint's rejection is the earlier spec's, not the candidate's: not reused.
+        assert {h: s.run_id for h, s in found.items()} == {hashes[ok]: r_ok, hashes[bad]: r_bad,
+                                                            hashes[crash]: r_crash}
+
+        mine = {c: store.add_candidate(second, {"banks": b}, {}, "grid")[0] for c, b in
+                ((ok, 8), (bad, 4), (crash, 2))}
+        runs = store.start_runs(list(mine.values()), "analytical", model_version="m-1")
+        links = {run: found[hashes[c]].run_id for run, c in zip(runs, mine)}
+        store.link_runs(links)
+        rows = {r["candidate_id"]: r for r in store.runs(second).to_dict("records")}
+        # status, reason, error and traceback are the earlier run's, and the link names it
+        assert [(rows[mine[c]]["status"], rows[mine[c]]["reason"], rows[mine[c]]["error"],
+                 rows[mine[c]]["reused_run_id"]) for c in (ok, bad, crash)] == [
+            ("ok", None, None, r_ok), ("infeasible", "bank budget: needs 6 banks, chip has 4", None, r_bad),
+            ("failed", None, "ValueError: boom", r_crash)]
+        assert rows[mine[ok]]["reused_from"] == f"reused from experiment 'first' ({first}), candidate c{ok} (run r{r_ok})"
+        # No metric row written for the links: the store holds the earlier two only.
+        with store.engine.connect() as connection:
+            assert connection.execute(text("SELECT count(*) FROM metric")).scalar() == 2
+        # Read through the link: the tables, a candidate's figures, a run's, the comparison.
+        table = store.metric_table(second, "analytical").set_index("candidate_id")
+        assert table.loc[mine[ok], "latency_cycles"] == 2280.0
+        assert table.loc[mine[ok], "metric_run_id"] == runs[0]
+        with store.engine.connect() as connection:
+            from dse.records import reads
+
+            reference = reads.metric_table(connection, second, "analytical", from_metrics=True)
+        assert reference.set_index("candidate_id").loc[mine[ok], "latency_cycles"] == 2280.0
+        ops = store.metric_table(second, "analytical", scope="op")
+        assert ops[ops["candidate_id"] == mine[ok]]["cycles"].tolist() == [576.0]
+        assert [(m["name"], m["value"], m["run_id"]) for m in store.total_metric_rows(mine[ok])] == [
+            ("latency_cycles", 2280.0, runs[0])]
+        assert [m["name"] for m in store.run_metric_rows(runs[0])] == ["latency_cycles", "cycles"]
+        assert store.compare_metrics(ok, mine[ok])[["name", "a", "b"]].values.tolist() == [
+            ["latency_cycles", 2280.0, 2280.0]]
+        assert store.totals([mine[ok]]) == {mine[ok]: {"analytical": {"latency_cycles": 2280.0}}}
+        # latest_metric rebuilt from the metric rows agrees with the one the link wrote
+        with store.engine.begin() as connection:
+            before = connection.execute(text("SELECT candidate_id, kind, name, run_id, value FROM latest_metric "
+                                              "ORDER BY candidate_id, name")).all()
+            from dse.records import latest
+
+            latest.rebuild(connection)
+            assert connection.execute(text("SELECT candidate_id, kind, name, run_id, value FROM latest_metric "
+                                            "ORDER BY candidate_id, name")).all() == before
+        # The earlier experiment cannot be deleted from under the links.
+        with pytest.raises(ValueError, match=rf"experiment\(s\) \[{second}\] reuse the evidence of experiment {first}"):
+            store.delete_experiment(first)
+        store.delete_experiment(second)
+        store.delete_experiment(first)
