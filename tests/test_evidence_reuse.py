@@ -116,3 +116,135 @@ def test_a_link_shows_the_earlier_runs_evidence_without_copying_it(url):
             store.delete_experiment(first)
         store.delete_experiment(second)
         store.delete_experiment(first)
+
+
+SPEC = """
+[experiment]
+name = "{name}"
+hypothesis = "eight banks are as fast as sixteen"
+
+[[acceptance]]
+expr = "emulator.latency_cycles <= baseline.emulator.latency_cycles and numerics.integer_bit_exact == 1"
+prose = "as fast as the baseline on the emulator, bit-exact"
+
+[workload]
+recipe = "gemm"
+params = {{ m = 16, n = 16, k = 16 }}
+
+[baseline]
+chip = "toy"
+mapping = {{ policy = "framework", double_buffer = false, workers = 1 }}
+
+[[space]]
+name = "bank_count"
+target = "chip.banks.count"
+values = {banks}
+
+[[objectives]]
+metric = "latency_cycles"
+direction = "minimize"
+
+[stages]
+emulator = "all"
+ppa = false
+host_time_repeats = 1
+"""
+
+
+@pytest.fixture(scope="module")
+def swept(tmp_path_factory):
+    """'first' (16 banks: the baseline, 4: infeasible, 8), then 'second' (also 32 banks)."""
+    from dse.runner.launch import run_sweep
+
+    folder = tmp_path_factory.mktemp("reuse")
+    db = folder / "records.db"
+    for name, banks in (("first", "[4, 8]"), ("second", "[4, 8, 32]")):
+        (folder / f"{name}.toml").write_text(SPEC.format(name=name, banks=banks))
+    results = [run_sweep(folder / f"{name}.toml", db, progress=False) for name in ("first", "second")]
+    return folder, db, results
+
+
+def _by_banks(store, experiment):
+    return {c["config"]["banks"]["count"]: c["id"] for c in map(store.candidate, store.candidates(experiment)["id"])}
+
+
+def test_a_follow_up_links_what_an_earlier_experiment_evaluated_and_evaluates_the_rest(swept):
+    folder, db, (first, second) = swept
+    # The baseline, 4 and 8 banks: analytical runs linked (3) and the emulator's of 16 and 8 (2); 32 evaluated.
+    assert (second.reused, second.evaluated) == (5, 1)
+    with Store(db) as store:
+        a, b = _by_banks(store, "first"), _by_banks(store, "second")
+        runs = store.runs("second")
+        first_runs = store.runs("first").set_index(["candidate_id", "stage"])
+        for banks, stage in ((16, "analytical"), (4, "analytical"), (8, "analytical"), (16, "emulator"),
+                             (8, "emulator")):
+            mine = runs[(runs["candidate_id"] == b[banks]) & (runs["stage"] == stage)].iloc[-1]
+            theirs = first_runs.loc[(a[banks], stage)]
+            assert (mine["reused_run_id"], mine["status"], mine["reason"]) == (theirs["id"], theirs["status"],
+                                                                                theirs["reason"]), (banks, stage)
+        fresh = runs[runs["candidate_id"] == b[32]]
+        assert fresh["reused_run_id"].isna().all() and set(fresh["status"]) == {"ok"}
+        # The figures the judgement reads are the earlier ones, for both evidence kinds.
+        for kind in ("analytical", "emulator_cycles"):
+            mine, theirs = (store.metric_table(e, kind).set_index("candidate_id") for e in ("second", "first"))
+            for banks in (16, 8):
+                assert mine.loc[b[banks], "latency_cycles"] == theirs.loc[a[banks], "latency_cycles"] > 0
+        from dse.runner.acceptance import judge_experiment
+
+        judged, earlier = judge_experiment(store, "second"), judge_experiment(store, "first")
+        for kind in ("analytical", "emulator_cycles"):
+            assert judged.value(b[8], kind, "latency_cycles") == earlier.value(a[8], kind, "latency_cycles") > 0
+        # the acceptance clause passes on the linked emulator evidence, as it did on the earlier
+        assert judged.outcomes_of([b[8]]) == earlier.outcomes_of([a[8]]) == ["pass"]
+        # The infeasible candidate's reason came along.
+        assert store.candidates("second", stage="analytical").set_index("id").loc[b[4], "status"] == "infeasible"
+
+
+def test_every_view_shows_the_reuse(swept, cli):
+    folder, db, _ = swept
+    with Store(db) as store:
+        a, b = _by_banks(store, "first"), _by_banks(store, "second")
+        runs = store.runs("first").set_index(["candidate_id", "stage"])["id"]
+        link = store.runs("second").set_index(["candidate_id", "stage"]).loc[(b[8], "emulator"), "id"]
+        first_id = store.experiment("first")["id"]
+    said = f"reused from experiment 'first' ({first_id}), candidate c{a[8]}"
+    code, out, _ = cli("show", f"c{b[8]}", "--db", db)
+    assert code == 0
+    assert f"  run {link} (emulator): {said} (run r{runs[(a[8], 'emulator')]})" in out
+    assert f"(analytical): {said} (run r{runs[(a[8], 'analytical')]})" in out
+    code, out, _ = cli("show", f"r{link}", "--db", db)
+    assert code == 0 and f"{said} (run r{runs[(a[8], 'emulator')]}): its evidence" in out
+    assert "emulator_cycles" in out  # its metrics, read through the link
+    code, out, _ = cli("compare", f"c{a[8]}", f"c{b[8]}", "--db", db)
+    assert code == 0 and f"B's emulator evidence {said} (run r{runs[(a[8], 'emulator')]})" in out
+    assert "metrics that differ" in out and "(none)" in out
+    code, out, _ = cli("report", "second", "--db", db, "--out", folder / "report")
+    assert code == 0
+    md = (folder / "report" / "second.md").read_text()
+    assert "## Evidence reused from earlier experiments" in md
+    assert f"- c{b[8]} emulator (run r{link}): " + said.replace("(", r"\(").replace(")", r"\)") in md
+    with dse_ui_thread(str(db)) as base:
+        page = html.unescape(urllib.request.urlopen(f"{base}/candidates/{b[8]}").read().decode())
+        run_page = html.unescape(urllib.request.urlopen(f"{base}/runs/{link}").read().decode())
+    assert f"r{link} (emulator): {said} (run r{runs[(a[8], 'emulator')]})" in page
+    assert f"{said} (run r{runs[(a[8], 'emulator')]}): its evidence" in run_page
+
+
+def test_no_reuse_evaluates_afresh(swept, cli):
+    folder, db, _ = swept
+    (folder / "third.toml").write_text(SPEC.format(name="third", banks="[8]").replace(
+        'emulator = "all"', 'emulator = "none"'))
+    code, out, _ = cli("sweep", folder / "third.toml", "--db", db, "--no-progress", "--no-reuse")
+    assert code == 0 and "2 evaluated" in out and "reused" not in out
+    with Store(db) as store:
+        assert store.runs("third")["reused_run_id"].isna().all()
+        assert len(store.metrics("third")) > 0  # its own metric rows
+    # The same spec under another name, with reuse: both linked, nothing evaluated.
+    (folder / "fourth.toml").write_text((folder / "third.toml").read_text().replace('"third"', '"fourth"'))
+    code, out, _ = cli("sweep", folder / "fourth.toml", "--db", db, "--no-progress")
+    assert code == 0 and "0 evaluated" in out and "reused: 2 run(s)" in out
+    # Other result-affecting settings (area and energy priced): evaluated afresh.
+    (folder / "fifth.toml").write_text((folder / "third.toml").read_text().replace('"third"', '"fifth"')
+                                       .replace("ppa = false", "ppa = true"))
+    code, out, _ = cli("sweep", folder / "fifth.toml", "--db", db, "--no-progress")
+    assert code == 0 and "2 evaluated" in out and "reused" not in out
