@@ -243,6 +243,13 @@ def test_no_reuse_evaluates_afresh(swept, cli):
     (folder / "fourth.toml").write_text((folder / "third.toml").read_text().replace('"third"', '"fourth"'))
     code, out, _ = cli("sweep", folder / "fourth.toml", "--db", db, "--no-progress")
     assert code == 0 and "0 evaluated" in out and "reused: 2 run(s)" in out
+    # Asked again with --no-reuse: its linked candidates evaluated afresh, their latest runs their own.
+    code, out, _ = cli("sweep", folder / "fourth.toml", "--db", db, "--no-progress", "--no-reuse")
+    assert code == 0 and "2 evaluated" in out
+    with Store(db) as store:
+        runs = store.runs("fourth")
+        assert runs["reused_run_id"].notna().sum() == 2 and (
+            runs.sort_values("id").drop_duplicates("candidate_id", keep="last")["reused_run_id"].isna().all())
     # Other result-affecting settings (area and energy priced): evaluated afresh.
     (folder / "fifth.toml").write_text((folder / "third.toml").read_text().replace('"third"', '"fifth"')
                                        .replace("ppa = false", "ppa = true"))
