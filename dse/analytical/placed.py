@@ -82,8 +82,7 @@ def bound_constants(stages, per_stage: list[pd.DataFrame], candidates: Sequence[
     lowering places them once (`Dram.constant` by content): a weight's blocked copy in the
     same (tn, tk), a bias replicate in the same (tm, tn). Within a stage the stage's own
     cost binds them already (`GraphCost._bound_bytes`)."""
-    from ..cost.matmul import _aligned
-    from ..plan.memory import content_key
+    from ..plan.memory import ALIGN, content_key, pad
 
     out: dict[int, int] = {}
     earlier: dict[int, set] = {}
@@ -110,10 +109,10 @@ def bound_constants(stages, per_stage: list[pd.DataFrame], candidates: Sequence[
             if shape.b_weight and not shape.b_preloaded and op_.inputs[1] in graph.weights:
                 nbB = shape.batch if shape.b_batched else 1
                 keys.append((("weight", _ident(idents, s, graph, op_.inputs[1], content_key), op_.kind,
-                              op_.attrs.get("groups", 1), Np, Kp, int(tn), int(tk)), int(_aligned(nbB * Np * Kp))))
+                              op_.attrs.get("groups", 1), Np, Kp, int(tn), int(tk)), pad(nbB * Np * Kp, ALIGN)))
             if shape.bias and len(op_.inputs) > 2 and op_.inputs[2] in graph.weights:
                 keys.append((("bias", _ident(idents, s, graph, op_.inputs[2], content_key), op_.kind, Np, int(tm),
-                              int(tn)), int(_aligned(Np * int(tm) * 4))))
+                              int(tn)), pad(Np * int(tm) * 4, ALIGN)))
             before, own = earlier.setdefault(int(i), set()), mine.setdefault(int(i), set())
             for key, nbytes in keys:
                 if key in before and key not in own:
