@@ -57,6 +57,77 @@ from .stream_cost import planned_stream
 SUMMED = ("compute_cycles", "dma_cycles", "core_cycles", "busy_cycles", "dma_bytes")
 
 
+def bound_across_stages(graphs, fusion: str | None = None, channels_last: bool | None = None) -> int:
+    """Of the stages' plan footprints (summed), the bytes of weights the staged lowering
+    places once: a weight with the shape, dtype and bytes of one placed before (in an
+    earlier stage, or under another name) shares its buffer (`Dram.weight`, `bind_content`)."""
+    from ..plan.memory import NP_DTYPES, content_key
+    from ..plan.graph_plan import placed_weights
+
+    seen, out = set(), 0
+    for graph in graphs:
+        for name, nbytes in placed_weights(graph, fusion, channels_last):
+            spec = graph.tensors[name]
+            key = (tuple(spec.shape), spec.dtype,
+                   *content_key(np.asarray(graph.weights[name]).astype(NP_DTYPES[spec.dtype], copy=False)))
+            if key in seen:
+                out += nbytes
+            seen.add(key)
+    return out
+
+
+def bound_constants(stages, per_stage: list[pd.DataFrame], candidates: Sequence[Candidate]) -> dict[int, int]:
+    """Per candidate (index into `candidates`): of the stages' workspace, the read-only
+    constants a later stage reads as an earlier stage laid them out, so the staged
+    lowering places them once (`Dram.constant` by content): a weight's blocked copy in the
+    same (tn, tk), a bias replicate in the same (tm, tn). Within a stage the stage's own
+    cost binds them already (`GraphCost._bound_bytes`)."""
+    from ..plan.memory import ALIGN, content_key, pad
+
+    out: dict[int, int] = {}
+    earlier: dict[int, set] = {}
+    idents: dict[tuple[int, str], tuple] = {}
+    for s, (_, graph) in enumerate(stages):
+        frame = per_stage[s]
+        if frame.empty:
+            continue
+        plans_of: dict[tuple, dict] = {}
+        mine: dict[int, set] = {}
+        for i, op, tm, tn, tk, feasible in zip(frame["candidate"], frame["op"], frame["tile_m"], frame["tile_n"],
+                                               frame["tile_k"], frame["feasible"]):
+            m = candidates[i].mapping
+            plans = plans_of.get(plan_key(m))
+            if plans is None:
+                plans = plans_of[plan_key(m)] = {p.op.name: p for p in plan_for(graph, m) if p.gemm is not None}
+            plan = plans.get(op)
+            if plan is None or not feasible:
+                continue
+            shape, op_ = plan.gemm, plan.op
+            _, Np, Kp = shape.padded
+            keys = []
+            if shape.b_weight and not shape.b_preloaded and op_.inputs[1] in graph.weights:
+                nbB = shape.batch if shape.b_batched else 1
+                keys.append((("weight", _ident(idents, s, graph, op_.inputs[1], content_key), op_.kind,
+                              op_.attrs.get("groups", 1), Np, Kp, int(tn), int(tk)), pad(nbB * Np * Kp, ALIGN)))
+            if shape.bias and len(op_.inputs) > 2 and op_.inputs[2] in graph.weights:
+                keys.append((("bias", _ident(idents, s, graph, op_.inputs[2], content_key), op_.kind, Np, int(tm),
+                              int(tn)), pad(Np * int(tm) * 4, ALIGN)))
+            before, own = earlier.setdefault(int(i), set()), mine.setdefault(int(i), set())
+            for key, nbytes in keys:
+                if key in before and key not in own:
+                    out[int(i)] = out.get(int(i), 0) + nbytes
+                own.add(key)
+        for i, own in mine.items():
+            earlier[i] |= own
+    return out
+
+
+def _ident(idents: dict, s: int, graph, name: str, content_key) -> tuple:
+    if (s, name) not in idents:
+        idents[(s, name)] = content_key(np.asarray(graph.weights[name]))
+    return idents[(s, name)]
+
+
 def epoch_cycles(cycles: np.ndarray, syncs: np.ndarray, lead: np.ndarray | None = None,
                  total: np.ndarray | None = None) -> np.ndarray:
     """One stage's cycles between consecutive BARRIERs: an op closed by ``b`` syncs gives
@@ -283,6 +354,7 @@ def estimate_placed(stages: Sequence[tuple[str, object]], candidates: Sequence[C
     # per stage, per candidate: (cycles, syncs) of its ops in order, split once
     op_times = [{cand: g for cand, g in frame.groupby("candidate")} if not frame.empty else {} for frame in per_stage]
     stage_plans: dict[tuple, list] = {}  # per `plan_key`: each stage's plan, by op name
+    bound = bound_constants(stages, per_stage, candidates)
     rows = []
     for i, c in enumerate(candidates):
         places, reason = placed[i]
@@ -311,6 +383,8 @@ def estimate_placed(stages: Sequence[tuple[str, object]], candidates: Sequence[C
                "private_sram_bytes": float(sum(sram_per_core))}
         for name in SUMMED + TOTAL_ACTIVITY:
             row[name] = sum(float(t[name]) for t in stage_totals)
+        # the constants the stages share are laid out once (as the staged lowering binds them)
+        row["workspace_bytes"] -= float(bound.get(i, 0))
         # shared weights: stages at once hold their regions side by side; one after another, the most one holds
         shared = [float(t["shared_sram_bytes"]) for t in stage_totals]
         row["shared_sram_bytes"] = sum(shared) if c.mapping.placement == "phase" else max(shared)

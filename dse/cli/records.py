@@ -388,6 +388,13 @@ def _changes(diff_json: str) -> str:
     return _one_line(", ".join(f"{k.split('.', 1)[-1]}={v[1]}" for k, v in diff.items()), 50)
 
 
+def reused_lines(runs: list[dict]) -> list[str]:
+    """Per stage, the candidate's latest run's evidence when it is reused from an earlier
+    experiment (`runs`: `Store.run_rows`): "analytical evidence reused from ..."."""
+    latest = {r["stage"]: r for r in runs}  # by id: the last of a stage wins
+    return [f"{stage} evidence {r['reused_from']}" for stage, r in latest.items() if r["reused_from"]]
+
+
 def _show_candidate(store, cand: dict) -> EvidenceCheck:
     """A candidate (`store.candidate`'s dict) in full: plain rows, printed as pandas would
     print them (`_text_table`), without pandas."""
@@ -420,6 +427,9 @@ def _show_candidate(store, cand: dict) -> EvidenceCheck:
             "reason / error": [_one_line(r["reason"] if isinstance(r["reason"], str) else r["error"], 50)
                                for r in runs],
         }))  # fmt: skip
+        for r in runs:  # evidence linked from an earlier experiment, not evaluated again (dse.records.reuse)
+            if r["reused_from"]:
+                print(f"  run {r['id']} ({r['stage']}): {r['reused_from']}")
     metrics = store.total_metric_rows(ident)
     if metrics:
         print("metrics (latest run of each kind, scope total):")
@@ -471,6 +481,8 @@ def _show_run(store, run: dict) -> EvidenceCheck:
     print(f"seed: {run['seed']}   model version: {run['model_version'] or '—'}   "
           f"emulator version: {run['emulator_version'] or '—'}")  # fmt: skip
     print("versions: " + json.dumps(run["versions"], sort_keys=True))
+    if run.get("reused_from"):
+        print(f"{run['reused_from']}: its evidence (status, reason, metrics, files) is that run's, not evaluated again")
     for field in ("reason", "error"):
         if run[field]:
             print(f"{field}: {run[field]}")
@@ -514,6 +526,7 @@ def cmd_compare(args) -> int:
         metrics = _scoped_metrics(store, a, b, args.scope)
         exp_a = store.experiment(cand_a["experiment_id"])
         exp_b = store.experiment(cand_b["experiment_id"])
+        runs_a, runs_b = store.run_rows(a), store.run_rows(b)
     print(f"A = candidate {a} ({cand_a['experiment']}), B = candidate {b} ({cand_b['experiment']})")
     work_a, work_b = _work_of(cand_a, exp_a), _work_of(cand_b, exp_b)
     print("submitted work: " + (f"identical ({work_a})" if work_a == work_b else
@@ -523,6 +536,9 @@ def cmd_compare(args) -> int:
         print(f"note: different experiments; {same} workload "
               f"({exp_a['workload_recipe']} {exp_a['workload_hash'][:12]} vs "
               f"{exp_b['workload_recipe']} {exp_b['workload_hash'][:12]})")  # fmt: skip
+    for side, ident, rows in (("A", a, runs_a), ("B", b, runs_b)):
+        for line in reused_lines(rows):
+            print(f"{side}'s {line}")
     design = fields[~fields["field"].str.contains(":", regex=False)]
     print()
     if design.empty:

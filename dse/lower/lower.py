@@ -214,7 +214,7 @@ class ProgramBuilder:
         """The tensor's location; a weight is placed (as a constant) on first use."""
         if name not in self.locs:
             spec = self.graph.tensors[name]
-            self.locs[name] = self.dram.tensor(spec.shape, spec.dtype, self.graph.weights[name])
+            self.locs[name] = self.dram.weight(spec.shape, spec.dtype, self.graph.weights[name])
         return self.locs[name]
 
     def logical(self, name: str) -> Loc:
@@ -802,6 +802,7 @@ def lower_stages(stages, chip, mapping, roles=None, regions=None) -> StagedLower
     cycles). `roles` names the stages in an infeasible reason; `regions`, where each stage
     keeps its shared weights (`dse.plan.placement.stage_regions`; default from bank 0 up)."""
     dram = Dram()
+    dram.bind_content = True  # the stages' identical weights and constants: one copy
     builders = []
     used: set[int] = set()
     for i, (graph, inputs, core_ids) in enumerate(stages):
@@ -855,6 +856,7 @@ def lower_placed(stages, candidate: Candidate) -> StagedLowered:
         return lower_stages([(g, x, list(p.cores)) for (_, g, x), p in zip(stages, places)], chip, mapping,
                             roles=[p.role for p in places], regions=regions)
     dram = Dram()
+    dram.bind_content = True  # the stages' identical weights and constants: one copy
     builders = [_build_stage(graph, mapping, inputs, dram, p) for (_, graph, inputs), p in zip(stages, places)]
     cores = [sum((list(b.cores[w]) for b in builders), []) for w in range(mapping.workers)]
     name = " then ".join(f"{b.graph.name}" for b in builders) + f" on cores 0-{mapping.workers - 1}"
@@ -973,7 +975,7 @@ def _build_stage(graph: Graph, mapping, inputs, dram: Dram, placed: Placed, regi
     DRAM image, its shared weights in `region` (the bank they start at, the base their tiles
     are picked with: `WeightRegions`); an infeasible op's reason names the stage, its cores
     and its chip."""
-    dram.scope = object()  # a stage binds its own constants: the model costs each stage apart
+    dram.scope = object()  # (constants are bound by their bytes across the stages: `Dram.bind_content`)
     try:
         b = ProgramBuilder(graph, Candidate(placed.chip, mapping), inputs, dram)
         b.b_region, b.b_picked = region

@@ -18,6 +18,7 @@ from dse.records import latest, sql_reads
 from dse.records.checks import RecordNotFound, as_id
 from dse.records.not_found import not_found as not_found_in
 from dse.records.liveness import as_utc
+from dse.records.reuse import metric_run
 from dse.records.schema import (
     METRIC_KINDS,
     RUN_STATUSES,
@@ -269,6 +270,9 @@ def runs(connection: Connection, experiment: str | int | None = None, candidate:
     frame = pd.DataFrame.from_records(rows, columns=list(columns))
     frame["seed"] = frame["seed"].astype("Int64")
     frame["pid"] = frame["pid"].astype("Int64")
+    for column in ("reused_run_id", "reused_candidate_id", "reused_experiment_id"):  # 0014 (dse.records.reuse)
+        frame[column] = frame[column].astype("Int64")
+    frame["reused_from"] = [sql_reads.reused_from(dict(zip(columns, row))) for row in rows]
     frame["git_dirty"] = frame["git_dirty"].astype("boolean")  # SQLite's 0/1 (NaN for NULL), PostgreSQL's bools
     return utc(frame, "started_at", "finished_at", "heartbeat_at")
 
@@ -306,7 +310,7 @@ def metrics(connection: Connection, experiment_id: int, kind: str | None, scope:
         select(
             Metric.id,
             Run.candidate_id,
-            Metric.run_id,
+            Run.id.label("run_id"),
             Run.stage,
             Metric.kind,
             Metric.name,
@@ -317,7 +321,7 @@ def metrics(connection: Connection, experiment_id: int, kind: str | None, scope:
             Run.model_version,
             Run.emulator_version,
         )
-        .join(Run, Metric.run_id == Run.id)
+        .join(Run, Metric.run_id == metric_run(Run))
         .join(Candidate, Run.candidate_id == Candidate.id)
         .where(Candidate.experiment_id == experiment_id)
     )
@@ -372,9 +376,9 @@ def metric_table(connection: Connection, experiment: str | int, kind: str, scope
     baseline = connection.scalar(select(Experiment.baseline_candidate_id).where(Experiment.id == experiment_id))
     rows.insert(3, "is_baseline", rows["candidate_id"] == baseline)
     long = plain_frame(connection, (
-        select(Run.candidate_id, Metric.run_id.label("metric_run_id"), Run.model_version, Run.emulator_version,
+        select(Run.candidate_id, Run.id.label("metric_run_id"), Run.model_version, Run.emulator_version,
                *([Metric.scope_key] if scope != "total" else []), Metric.name, Metric.value)
-        .select_from(Metric).join(Run, Metric.run_id == Run.id)
+        .select_from(Metric).join(Run, Metric.run_id == metric_run(Run))
         .join(Candidate, Run.candidate_id == Candidate.id)
         .where(Candidate.experiment_id == experiment_id, Metric.kind == kind, Metric.scope == scope)
     ))  # fmt: skip
@@ -630,8 +634,8 @@ def _latest_metrics(connection: Connection, candidate_id: int, scope: str) -> pd
     if connection.scalar(select(Candidate.id).where(Candidate.id == as_id(candidate_id))) is None:
         raise candidate_not_found(connection, candidate_id)
     latest = (
-        select(Metric.kind, func.max(Metric.run_id).label("run_id"))
-        .join(Run, Metric.run_id == Run.id)
+        select(Metric.kind, func.max(Run.id).label("run_id"))
+        .join(Run, Metric.run_id == metric_run(Run))
         .where(Run.candidate_id == candidate_id, Metric.scope == scope)
         .group_by(Metric.kind)
         .subquery()
@@ -640,10 +644,10 @@ def _latest_metrics(connection: Connection, candidate_id: int, scope: str) -> pd
         connection,
         select(
             Metric.kind, Metric.name, Metric.unit, Metric.scope, Metric.scope_key,
-            Metric.value, Metric.run_id, Run.model_version, Run.emulator_version,
+            Metric.value, Run.id.label("run_id"), Run.model_version, Run.emulator_version,
         )
-        .join(latest, (Metric.kind == latest.c.kind) & (Metric.run_id == latest.c.run_id))
-        .join(Run, Metric.run_id == Run.id)
+        .join(Run, Metric.run_id == metric_run(Run))
+        .join(latest, (Metric.kind == latest.c.kind) & (Run.id == latest.c.run_id))
         .where(Metric.scope == scope),
     )  # fmt: skip
     frame["value"] = frame["value"].astype("float64")
@@ -660,7 +664,7 @@ def _comparable_fields(connection: Connection, candidate_id: int) -> dict[str, A
     # Latest run first, so for each kind:name the newest value wins.
     values = connection.execute(
         select(Metric.kind, Metric.name, Metric.value)
-        .join(Run, Metric.run_id == Run.id)
+        .join(Run, Metric.run_id == metric_run(Run))
         .where(Run.candidate_id == candidate_id, Metric.scope == "total")
         .order_by(Run.id.desc())
     )
@@ -765,10 +769,10 @@ def candidate_totals(connection: Connection, candidate_ids: list[int],
     from its latest run that recorded that kind (as metric_table takes them)."""
     ids = [as_id(c) for c in candidate_ids]
     stmt = (
-        select(Run.candidate_id, Metric.run_id, Metric.kind, Metric.name, Metric.value)
-        .join(Run, Metric.run_id == Run.id)
+        select(Run.candidate_id, Run.id, Metric.kind, Metric.name, Metric.value)
+        .join(Run, Metric.run_id == metric_run(Run))
         .where(Run.candidate_id.in_(ids), Metric.scope == "total")
-        .order_by(Metric.run_id)
+        .order_by(Run.id, Metric.id)
     )
     if kinds is not None:
         stmt = stmt.where(Metric.kind.in_(kinds))

@@ -46,7 +46,7 @@ from sqlalchemy.orm import Session
 
 from dse.errors import InputError
 from dse.identity import canonical_json, content_hash
-from dse.records import blobs, opening, provenance, reads, sql_reads, writes
+from dse.records import blobs, opening, provenance, reads, reuse, sql_reads, writes
 from dse.records.blobs import Collected, EvidenceCheck, blob_path, check_evidence, default_evidence_dir, writing_blob
 from dse.records.checks import (
     FINAL_RUN_STATUSES,
@@ -538,6 +538,27 @@ class Store:
             self._heartbeats.untrack(r["run_id"] for r in checked[0])
             return
         self._explain_unfinishable(unfinishable)
+
+    # ---- evidence reused across experiments (dse.records.reuse) ---------------------------
+
+    @retrying
+    def reusable(self, hashes: Sequence[str], **key: Any) -> dict[str, reuse.Source]:
+        """Per candidate hash, the earlier run whose evidence a follow-up reuses (`reuse.reusable`)."""
+        with self._read() as connection:
+            return reuse.reusable(connection, hashes, **key)
+
+    @retrying
+    def link_runs(self, links: Mapping[int, int]) -> None:
+        """Finish running runs as links to earlier runs (run id -> earlier run id), in one transaction."""
+        links = dict(links)
+        with self._begin() as connection:
+            reuse.link_runs(connection, links)
+        self._heartbeats.untrack(links)
+
+    @retrying
+    def source_totals(self, run_id: int) -> dict[str, float]:
+        with self._read() as connection:
+            return reuse.source_totals(connection, run_id)
 
     def _explain_unfinishable(self, ids: list[int]) -> NoReturn:
         with self._read() as connection:

@@ -325,14 +325,17 @@ def placed_batch(stages, cands: list[Candidate], calibration: dict | None = None
         columns = [frame[c].tolist() for c in OP_FIELDS]
         for cand, *row in zip(frame["candidate"].tolist(), *columns):
             ops.setdefault(cand, []).append((f"{role}:{row[0]}", *row[1:]))
-    from ..analytical.placed import resolve_auto_stages
+    from ..analytical.placed import bound_across_stages, resolve_auto_stages
+    from ..plan.graph_plan import plan_key
 
     resolved = [Candidate(c.chip, resolve_auto_stages(stages, c)) if c.mapping.placement == "auto" else c
                 for c in cands]
     notes = [f"placement auto picked {pick_text(r.mapping)}" if c.mapping.placement == "auto" else ""
              for c, r in zip(cands, resolved)]
     rows = totals.to_dict("records")
-    footprint = float(sum(_footprints(graph, resolved[:1])[0] for _, graph in stages))
+    # the stages' identical weights placed once (`dse.plan.memory.Dram.bind_content`)
+    footprint = float(sum(_footprints(graph, resolved[:1])[0] for _, graph in stages)
+                      - bound_across_stages([g for _, g in stages], *plan_key(resolved[0].mapping)))
     components, said = add_ppa(rows, resolved, [footprint] * len(cands), ppa_calibration,
                                roles=[role for role, _ in stages])
     return [AnalyticalResult(bool(t["feasible"]), str(t["reason"]), total_metrics(t), ops.get(i, []),
