@@ -6,6 +6,7 @@ that says so, not a silent fall back to a pass ten times slower."""
 
 from __future__ import annotations
 
+import importlib
 import os
 
 from .errors import EmulatorError
@@ -37,7 +38,7 @@ def compiled():
     global _compiled
     if _compiled is None:
         try:
-            from . import _timing_core
+            _timing_core = importlib.import_module(f"{__package__}._timing_core")
         except ImportError as exc:
             raise CoreNotBuilt(f"the emulator's compiled core (emulator._timing_core) is not built ({exc}): run "
                                f"`make install`, or set {ENV}=python for the Python timing model") from None
