@@ -898,9 +898,119 @@ def run_overlapped(list records, chip, times, trace=None, op_names=None):
     for c in active:
         (<Core>cores[c]).fill(times[c])
     if trace is not None:
-        R = chip.front_end.rob_entries
-        lg = sh.log
-        for i in range(0, len(lg), 6):
-            c = lg[i]
-            trace.add(c, records[c][lg[i + 1]], lg[i + 2], R, lg[i + 3], lg[i + 4], lg[i + 5], op_names)
+        _replay(trace, records, sh.log, chip.front_end.rob_entries, op_names)
     return sh.busy
+
+
+def run_serial(list records, chip, times, trace=None, op_names=None):
+    """Fill `times` as `emulator.timing.run_serial` does: every instruction its latency, one
+    after another; a BARRIER waits for the cores of its tile that reach one in the same
+    round, then costs ``front_end.barrier_cycles``."""
+    cdef int n = len(records), tsz = chip.cores.tile_size, n_balls = len(chip.balls)
+    cdef i64 bar_cycles = chip.front_end.barrier_cycles
+    cdef i64 R = chip.front_end.rob_entries
+    cdef bint tracing = trace is not None
+    cdef vector[i64] t, ninstr, ncore, core_cyc, dma_sum, st_bar, lg
+    cdef vector[size_t] pos
+    cdef vector[vector[i64]] busy_s, busy_e, dma_s, dma_e, ball_ops, ball_busy
+    cdef int c, kind, unit
+    cdef i64 tc, S, lat, Rel
+    cdef size_t p, m
+    cdef tuple rec
+    cdef list recs
+    t.resize(n, 0)
+    ninstr.resize(n, 0)
+    ncore.resize(n, 0)
+    core_cyc.resize(n, 0)
+    dma_sum.resize(n, 0)
+    st_bar.resize(n, 0)
+    pos.resize(n, 0)
+    busy_s.resize(n)
+    busy_e.resize(n)
+    dma_s.resize(n)
+    dma_e.resize(n)
+    ball_ops.resize(n)
+    ball_busy.resize(n)
+    for c in range(n):
+        ball_ops[c].resize(n_balls, 0)
+        ball_busy[c].resize(n_balls, 0)
+    active = list(range(n))
+    while active:
+        arrived = []
+        for c in active:
+            recs = records[c]
+            m = len(recs)
+            tc, p = t[c], pos[c]
+            while p < m:
+                rec = recs[p]
+                kind, lat = rec[0], rec[2]
+                if kind == K_BARRIER:
+                    ninstr[c] += 1
+                    arrived.append(c)
+                    break
+                S = tc
+                tc += lat
+                if lat:
+                    busy_s[c].push_back(S)
+                    busy_e[c].push_back(tc)
+                if kind == K_BALL:
+                    unit = rec[3]
+                    ball_ops[c][unit] += 1
+                    ball_busy[c][unit] += lat
+                elif kind == K_MVIN or kind == K_MVOUT:
+                    dma_s[c].push_back(S)
+                    dma_e[c].push_back(tc)
+                    dma_sum[c] += lat
+                if kind == K_CORE:
+                    ncore[c] += 1
+                    core_cyc[c] += lat
+                else:
+                    ninstr[c] += 1
+                if tracing:
+                    lg.push_back(c)
+                    lg.push_back(p)
+                    lg.push_back(p)
+                    lg.push_back(S)
+                    lg.push_back(S)
+                    lg.push_back(tc)
+                p += 1
+            t[c], pos[c] = tc, p
+        by_tile = {}  # release the barriers, tile by tile (in the order the tiles arrived)
+        for c in arrived:
+            by_tile.setdefault(c // tsz, []).append(c)
+        for cs in by_tile.values():
+            Rel = max(t[c] for c in cs) + bar_cycles
+            for c in cs:
+                st_bar[c] += Rel - t[c]
+                if tracing:
+                    for v in (c, pos[c], pos[c], t[c], t[c], Rel):
+                        lg.push_back(v)
+                if bar_cycles:
+                    busy_s[c].push_back(Rel - bar_cycles)
+                    busy_e[c].push_back(Rel)
+                t[c] = Rel
+                pos[c] += 1
+        active = arrived
+    for c in range(n):
+        ct = times[c]
+        ct.cycles = t[c]
+        ct.instructions = ninstr[c]
+        ct.core_ops = ncore[c]
+        ct.core_op_cycles = core_cyc[c]
+        ct.dma_latency_sum = dma_sum[c]
+        ct.stalls["barrier"] += st_bar[c]
+        ct.busy_s, ct.busy_e = _array(busy_s[c]), _array(busy_e[c])
+        ct.dma_s, ct.dma_e = _array(dma_s[c]), _array(dma_e[c])
+        ct.ball_ops = [int(x) for x in ball_ops[c]]
+        ct.ball_busy = [int(x) for x in ball_busy[c]]
+    if tracing:
+        _replay(trace, records, lg, R, op_names)
+
+
+def _replay(trace, list records, vector[i64]& lg, i64 R, op_names):
+    """The logged instructions into the Python trace sink, in the order they were timed."""
+    cdef size_t i
+    cdef int c
+    for i in range(0, lg.size(), 6):
+        c = lg[i]
+        trace.add(c, records[c][lg[i + 1]], lg[i + 2], R, lg[i + 3], lg[i + 4], lg[i + 5], op_names)

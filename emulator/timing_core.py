@@ -1,4 +1,4 @@
-"""Which overlapped timing pass `emulator.run` uses: the compiled one (`emulator._timing_core`,
+"""Which timing pass `emulator.run` uses: the compiled one (`emulator._timing_core`,
 Cython to C++, built by ``make install``) or, with ``DSE_EMULATOR_CORE=python``, the Python
 model of `emulator.timing` (the reference the tests compare the compiled pass with, cycle for
 cycle; also for debugging). The install builds the extension, so a missing one is an error
@@ -11,7 +11,7 @@ import os
 
 from .errors import EmulatorError
 from .machine import BALL, BARRIER, CORE, FENCE, MSET, MVIN, MVOUT, SHARED_KEY
-from .timing import CoreTimes, run_overlapped as run_overlapped_python
+from .timing import CoreTimes, run_overlapped as run_overlapped_python, run_serial as run_serial_python
 
 ENV = "DSE_EMULATOR_CORE"
 CORES = ("compiled", "python")
@@ -58,3 +58,12 @@ def run_overlapped(records, chip, trace=None, op_names=None) -> tuple[list[CoreT
     times = [CoreTimes(len(chip.balls)) for _ in range(len(records))]
     busy = compiled().run_overlapped(records, chip, times, trace, op_names)
     return times, busy
+
+
+def run_serial(records, chip, trace=None, op_names=None) -> list[CoreTimes]:
+    """`emulator.timing.run_serial` on the selected core: per-core times."""
+    if selected() == "python":
+        return run_serial_python(records, chip, trace, op_names)
+    times = [CoreTimes(len(chip.balls)) for _ in range(len(records))]
+    compiled().run_serial(records, chip, times, trace, op_names)
+    return times

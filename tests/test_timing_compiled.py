@@ -1,4 +1,4 @@
-"""The compiled overlapped timing pass (`emulator._timing_core`) against the Python model.
+"""The compiled timing passes (`emulator._timing_core`, overlapped and serial) against the Python model.
 
 On generated programs (every chip of chip_configs/, 1 to 64 cores, private and shared
 banks, barriers, core ops, every DMA and channel variant that takes another path through
@@ -22,7 +22,7 @@ from emulator import Barrier, CoreOp, DramTensor, Fence, Matmul, Mset, Mvin, Mvo
 from emulator import timing_core
 from emulator.errors import EmulatorError, ProgramError
 from emulator.machine import BARRIER, FENCE, Machine
-from emulator.timing import _Trace, run_overlapped as run_python
+from emulator.timing import _Trace, run_overlapped as run_python, run_serial as run_serial_python
 from emulator.timing_core import compiled
 from emulator.timing_reference import core_proc_reference
 from test_timing_fast_paths import chip, summary
@@ -167,20 +167,44 @@ def test_tiled_matmul_times_alike():
         assert timed(m.records, c, prog, compiled_run) == timed(m.records, c, prog, run_python)
 
 
+def compiled_serial(records, c, trace, op_names):
+    times = [timing_core.CoreTimes(len(c.balls)) for _ in records]
+    compiled().run_serial(records, c, times, trace, op_names)
+    return times, 0
+
+
+def python_serial(records, c, trace, op_names):
+    return run_serial_python(records, c, trace, op_names), 0
+
+
+@pytest.mark.parametrize("name, cores, tile", [("goban", 4, 4), ("goban", 64, 8), ("goban", 6, 2), ("poly", 5, 5),
+                                               ("toy", 1, 1), ("pebble", 1, 1)])
+def test_serial_times_alike(name, cores, tile):
+    c = chip(name, cores={"count": cores, "tile_size": tile}) if name == "goban" else chip(name)
+    for seed in range(2):
+        prog = generated_program(np.random.default_rng(seed), c, cores, barriers=2)
+        m = Machine(c, prog, prog.image(), functional=False, trace=True)
+        m.run()
+        got = timed(m.records, c, prog, compiled_serial)
+        assert got == timed(m.records, c, prog, python_serial)
+        assert all(f[0] > 0 and f[3]["barrier"] > 0 for f in got[0][:-1])
+
+
 def _counter_rows(result):
     return [(k.name, k.where, k.value) for k in result.counters if not k.name.startswith("host_")]
 
 
-@pytest.mark.parametrize("name, cores", [("goban", 4), ("toy", 1)])
-def test_runs_alike_with_either_core(monkeypatch, name, cores):
+@pytest.mark.parametrize("name, cores, mode", [("goban", 4, "overlapped"), ("toy", 1, "overlapped"),
+                                               ("goban", 4, "serial")])
+def test_runs_alike_with_either_core(monkeypatch, name, cores, mode):
     """`run()` end to end: every counter, the traces and the final DRAM image."""
     c = chip(name)
     prog = generated_program(np.random.default_rng(5), c, cores, barriers=1)
     dram = np.random.default_rng(6).integers(0, 256, prog.dram_bytes, dtype=np.uint8)
     monkeypatch.setenv(timing_core.ENV, "python")
-    want = run(prog, c, dram, trace=True)
+    want = run(prog, c, dram, trace=True, mode=mode)
     monkeypatch.setenv(timing_core.ENV, "compiled")
-    got = run(prog, c, dram, trace=True)
+    got = run(prog, c, dram, trace=True, mode=mode)
     assert got.cycles == want.cycles > 0
     assert _counter_rows(got) == _counter_rows(want)
     for kind in ("itrace", "mtrace", "pmctrace"):
