@@ -27,7 +27,7 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 from emulator import VERSION, run  # noqa: E402
-from emulator.timing_core import ENV as CORE_ENV  # noqa: E402
+from emulator.compiled import ENV as CORE_ENV  # noqa: E402
 from emulator.chip import chip_from_dict  # noqa: E402
 from emulator.programs import matmul_inputs, tiled_matmul  # noqa: E402
 

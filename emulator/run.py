@@ -18,7 +18,7 @@ from .errors import ProgramError
 from .machine import Machine
 from .program import Program, read_region
 from .timing import STALL_CAUSES
-from .timing_core import run_overlapped, run_serial
+from .compiled import run_overlapped, run_serial
 
 MODES = ("overlapped", "serial")
 

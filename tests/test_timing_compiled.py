@@ -1,4 +1,5 @@
-"""The compiled timing passes (`emulator._timing_core`, overlapped and serial) against the Python model.
+"""The compiled emulator core against the Python model: the timing passes (`emulator._timing_core`,
+overlapped and serial) and the functional pass's hot instructions (`emulator._functional_core`).
 
 On generated programs (every chip of chip_configs/, 1 to 64 cores, private and shared
 banks, barriers, core ops, every DMA and channel variant that takes another path through
@@ -8,6 +9,9 @@ end): every cycle, stall and counter of every core, the bus's busy cycles and th
 identical to `emulator.timing.run_overlapped` (itself held to the reference loop by
 tests/test_timing_fast_paths.py), and to the reference loop directly on a few. Then whole
 runs: counters, traces and the DRAM image of `run()` the same with DSE_EMULATOR_CORE=python.
+Functional: the machine's records, DRAM, bank bytes and counters the same as the Python
+loop's on tiled matmuls (the fast paths' shapes, and the shapes they leave to the handlers)
+and generated programs; errors the handlers' own.
 """
 
 from __future__ import annotations
@@ -19,11 +23,11 @@ import numpy as np
 import pytest
 
 from emulator import Barrier, CoreOp, DramTensor, Fence, Matmul, Mset, Mvin, Mvout, Program, Transpose, run
-from emulator import timing_core
+from emulator import compiled as timing_core
 from emulator.errors import EmulatorError, ProgramError
 from emulator.machine import BARRIER, FENCE, Machine
 from emulator.timing import _Trace, run_overlapped as run_python, run_serial as run_serial_python
-from emulator.timing_core import compiled
+from emulator.compiled import compiled
 from emulator.timing_reference import core_proc_reference
 from test_timing_fast_paths import chip, summary
 
@@ -240,3 +244,71 @@ def test_a_missing_build_says_make_install(monkeypatch):
         run(prog, c)
     monkeypatch.setenv(timing_core.ENV, "python")
     assert run(prog, c).cycles > 0
+
+
+# ------------------------------------------------------------------ the functional pass
+def machine_state(m: Machine):
+    """Everything the functional pass leaves: records, DRAM, bank bytes, every counter."""
+    m._flush_all()
+    return (m.records, m.img.tobytes(), [x.tobytes() for x in m.mem], m.rows_read, m.rows_written, m.bytes_in,
+            m.bytes_out, m.bursts, m.transfers_in, m.transfers_out, m.macs, m.vec_macs, m.peak_rows,
+            m.core_elements, m.shared_rows_read, m.shared_rows_written)
+
+
+def machines_alike(monkeypatch, c, prog, img, **kw):
+    states = []
+    for core in ("python", "compiled"):
+        monkeypatch.setenv(timing_core.ENV, core)
+        m = Machine(c, prog, img.copy(), **kw)
+        m.run()
+        states.append(machine_state(m))
+    assert states[0] == states[1]
+    return states[1]
+
+
+@pytest.mark.parametrize("name, cores", [("toy", 1), ("goban", 4)])
+@pytest.mark.parametrize("layout", ["blocked", "rowmajor"])
+@pytest.mark.parametrize("functional", [True, False])
+def test_tiled_matmul_executes_alike(monkeypatch, name, cores, layout, functional):
+    """The compiled MVIN and matrix-Ball paths (single-column operand banks: blocked) and the
+    handlers they leave the other shapes to (rowmajor: strided loads, two-column banks)."""
+    from emulator.programs import matmul_inputs, tiled_matmul
+    c = chip(name)
+    prog = tiled_matmul(64, 64, 256, 16, 16, 32, cores=cores, layout=layout)
+    a, bt, vals = matmul_inputs(64, 64, 256, 16, 16, 32, layout=layout)
+    state = machines_alike(monkeypatch, c, prog, prog.image(vals), functional=functional)
+    if functional:
+        got = np.frombuffer(state[1], np.uint8)[prog.outputs["C"].addr:][:64 * 64 * 4].view(np.int32).reshape(64, 64)
+        assert np.array_equal(got, a.astype(np.int32) @ bt.T.astype(np.int32))
+
+
+@pytest.mark.parametrize("name, cores", [("toy", 1), ("goban", 4), ("poly", 5), ("pebble", 1)])
+def test_generated_programs_execute_alike(monkeypatch, name, cores):
+    c = chip(name)
+    for seed in range(3):
+        prog = generated_program(np.random.default_rng(seed), c, cores, barriers=1)
+        img = np.random.default_rng(seed).integers(0, 256, prog.dram_bytes, dtype=np.uint8)
+        machines_alike(monkeypatch, c, prog, img)
+
+
+@pytest.mark.parametrize("bad, message", [
+    (Mvin(0, (1 << 20) - 64, 8), "DRAM bytes [0xfffc0, 0x100040) are outside the 1048576-byte DRAM image"),
+    (Mvin(5, 0, 8), "destination bank 5 is not allocated (MSET it first)"),
+    (Matmul(0, 1, 2, 16, 16, 24), "M, N, K must be positive with K a multiple of 16"),
+    (Matmul(0, 1, 6, 16, 16, 16), "C bank 6 is not allocated"),
+    (Matmul(0, 1, 2, 16, 16, 1024, a_row=1), "A needs rows 1..1024 of bank 0"),
+])
+def test_errors_are_the_handlers(monkeypatch, bad, message):
+    """A fast path that meets anything odd leaves the instruction to its Python handler,
+    whose error (core, instruction, operands) is the same on either core."""
+    c = chip("toy")
+    prog = Program([[Mset(0, 1), Mset(1, 1), Mset(2, 4), Mset(6, 1), Mset(6, alloc=False), Mvin(0, 0, 16),
+                     Mvin(1, 256, 16), Matmul(0, 1, 2, 16, 16, 16), bad]], dram_bytes=1 << 20)
+    errors = []
+    for core in ("python", "compiled"):
+        monkeypatch.setenv(timing_core.ENV, core)
+        with pytest.raises(EmulatorError) as exc:
+            run(prog, c)
+        errors.append(str(exc.value))
+    assert errors[0] == errors[1]
+    assert "core 0, instruction #8" in errors[1] and message in errors[1]

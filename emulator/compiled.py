@@ -1,7 +1,8 @@
-"""Which timing pass `emulator.run` uses: the compiled one (`emulator._timing_core`,
-Cython to C++, built by ``make install``) or, with ``DSE_EMULATOR_CORE=python``, the Python
-model of `emulator.timing` (the reference the tests compare the compiled pass with, cycle for
-cycle; also for debugging). The install builds the extension, so a missing one is an error
+"""Which emulator core runs: the compiled one (Cython to C++, built by ``make install``: the
+timing passes, `emulator._timing_core`, and the functional pass's hot instructions,
+`emulator._functional_core`) or, with ``DSE_EMULATOR_CORE=python``, the Python model
+(`emulator.timing`, `emulator.machine`: the reference the tests compare the compiled core
+with, cycle for cycle and byte for byte; also for debugging). The install builds the extension, so a missing one is an error
 that says so, not a silent fall back to a pass ten times slower."""
 
 from __future__ import annotations
@@ -31,17 +32,22 @@ def selected() -> str:
 
 
 _compiled = None
+_functional = None
+
+
+def _load(name: str):
+    try:
+        return importlib.import_module(f"{__package__}.{name}")
+    except ImportError as exc:
+        raise CoreNotBuilt(f"the emulator's compiled core (emulator.{name}) is not built ({exc}): run "
+                           f"`make install`, or set {ENV}=python for the Python model") from None
 
 
 def compiled():
-    """The compiled module, imported once and checked against the record kinds it reads."""
+    """The compiled timing module, imported once and checked against the record kinds it reads."""
     global _compiled
     if _compiled is None:
-        try:
-            _timing_core = importlib.import_module(f"{__package__}._timing_core")
-        except ImportError as exc:
-            raise CoreNotBuilt(f"the emulator's compiled core (emulator._timing_core) is not built ({exc}): run "
-                               f"`make install`, or set {ENV}=python for the Python timing model") from None
+        _timing_core = _load("_timing_core")
         if _timing_core.KINDS != (MSET, MVIN, MVOUT, BALL, FENCE, BARRIER, CORE) or \
                 _timing_core.SHARED_KEY != SHARED_KEY:
             raise CoreNotBuilt("emulator._timing_core was built from other record kinds than emulator.machine's: "
@@ -67,3 +73,14 @@ def run_serial(records, chip, trace=None, op_names=None) -> list[CoreTimes]:
     times = [CoreTimes(len(chip.balls)) for _ in range(len(records))]
     compiled().run_serial(records, chip, times, trace, op_names)
     return times
+
+
+def functional_stretch():
+    """`emulator._functional_core.run_stretch` (`Machine.run`'s loop over a core's stretch of
+    instructions), or None for the Python loop."""
+    global _functional
+    if selected() == "python":
+        return None
+    if _functional is None:
+        _functional = _load("_functional_core")
+    return _functional.run_stretch
