@@ -2,7 +2,7 @@
 # distutils: language = c++
 """The functional pass's hot instructions compiled: `emulator.machine.Machine.run`'s loop over
 a stretch of a core's instructions, with MVIN (whole bank rows from one DRAM run) and the
-matrix Ball (single-column private operand banks, C in whole rows) done here on the bank
+matrix Ball (private banks, operands single-column or whole bank rows, C whole rows) done here on the bank
 memory's bytes, and every other instruction, or one of these in any other shape, handed to
 the Python handler (`Machine.handlers`), which stays the reference.
 
@@ -110,8 +110,8 @@ cdef class _Core:
         return (MVIN, pc, lat, 0, (), wkeys, False, pp, sp, extra, None)
 
     cdef object matmul(self, Py_ssize_t pc, ins):
-        """`Machine._matmul` with A and B in distinct single-column private banks and C whole
-        rows of a private accumulator bank, its latency already known; None otherwise."""
+        """`Machine._matmul` with A, B and C in private banks, A and B single-column or whole
+        bank rows, C whole rows, its latency already known; None otherwise."""
         if self.matrix is None:
             return None
         cdef Py_ssize_t M = ins.M, N = ins.N, K = ins.K, rb = self.rb
@@ -121,15 +121,19 @@ cdef class _Core:
         if ia >= self.vids or ib >= self.vids or ic >= self.vids:
             return None
         ea, eb, ec = self.vmap[ia], self.vmap[ib], self.vmap[ic]
-        if ea is None or eb is None or ec is None or ea is eb:
+        if ea is None or eb is None or ec is None:
             return None
         cdef Py_ssize_t ca = ea.col, cb = eb.col, cc = ec.col
-        if ca != 1 or cb != 1 or cc % self.acc_col:
+        if cc % self.acc_col:
             return None
-        cdef Py_ssize_t a_start = ins.a_row * rb, b_start = ins.b_row * rb  # W = rb: one column
-        cdef Py_ssize_t Wc = ec.width
-        cdef Py_ssize_t c_start = ins.c_row * Wc, nc = M * N * 4
-        cdef Py_ssize_t ra1 = (a_start + M * K + rb - 1) // rb, rb1 = (b_start + N * K + rb - 1) // rb
+        cdef Py_ssize_t Wa = ea.width, Wb = eb.width, Wc = ec.width
+        cdef Py_ssize_t a_start = ins.a_row * Wa, b_start = ins.b_row * Wb, c_start = ins.c_row * Wc
+        cdef Py_ssize_t na = M * K, nb = N * K, nc = M * N * 4
+        # `Machine._access`'s row counts: a single-column bank's lines, or whole rows of a wider one
+        if (ca != 1 and na % Wa) or (cb != 1 and nb % Wb):
+            return None
+        cdef Py_ssize_t ra0 = a_start // Wa, ra1 = (a_start + na + Wa - 1) // Wa
+        cdef Py_ssize_t rb0 = b_start // Wb, rb1 = (b_start + nb + Wb - 1) // Wb
         if ra1 > ea.rows or rb1 > eb.rows:
             return None
         if c_start % Wc or nc % Wc:
@@ -149,39 +153,53 @@ cdef class _Core:
             m._flush(ea)
         if eb.pending:
             m._flush(eb)
-        ea.rd[ea.b0] += ra1 - a_start // rb
-        eb.rd[eb.b0] += rb1 - b_start // rb
-        cdef Py_ssize_t dr = r1 - r0, p, cb0 = ec.b0
-        wr = ec.wr
+        cdef Py_ssize_t dr, p, b0
+        dr, b0, rd = ra1 - ra0, ea.b0, ea.rd
+        for p in range(b0, b0 + ca):
+            rd[p] += dr
+        dr, b0, rd = rb1 - rb0, eb.b0, eb.rd
+        for p in range(b0, b0 + cb):
+            rd[p] += dr
+        dr, b0, wr = r1 - r0, ec.b0, ec.wr
         if acc:
             rd = ec.rd
-            for p in range(cb0, cb0 + cc):
+            for p in range(b0, b0 + cc):
                 rd[p] += dr
                 wr[p] += dr
         else:
-            for p in range(cb0, cb0 + cc):
+            for p in range(b0, b0 + cc):
                 wr[p] += dr
         if self.functional:
-            self.chain(ec, c_start, M, N, K, acc, ea.b0, a_start, eb.b0, b_start)
+            self.chain(ec, c_start, M, N, K, acc, ea.b0, ca, a_start, eb.b0, cb, b_start)
         rk = (ea.key,) if ea.key == eb.key else (ea.key, eb.key)
         return (BALL, pc, lat, idx, rk, (ec.key,), acc or c_start != 0, self.matrix_ports, 0, None, None)
 
     cdef void copy_operand(self, cnp.ndarray buf, Py_ssize_t rows, Py_ssize_t K, Py_ssize_t k0, Py_ssize_t b0,
-                           Py_ssize_t start):
-        """Bytes [start, start + rows * K) of a single-column bank (row r of it is SRAM row r,
-        bank b0) into columns k0 .. k0 + K of `buf` (rows x capacity uint8): rows of K bytes."""
+                           Py_ssize_t col, Py_ssize_t start):
+        """Bytes [start, start + rows * K) of a private bank of `col` banks from b0 (its byte
+        stream: line i in bank b0 + i % col, SRAM row i // col) into columns k0 .. k0 + K of
+        `buf` (rows x capacity uint8), K bytes a row. Lines never straddle a row of `buf`:
+        K and `start` are whole lines (checked)."""
         cdef u8* out = <u8*>cnp.PyArray_DATA(buf)
-        cdef Py_ssize_t cap = buf.shape[1], rb = self.rb, i, j, line
-        cdef Py_ssize_t lines = K // rb  # K is whole bank rows (checked) and so is start
+        cdef Py_ssize_t cap = buf.shape[1], rb = self.rb, i, j, line, q
+        cdef Py_ssize_t lines = K // rb
         cdef u8* base = self.mem + b0 * rb
         line = start // rb
+        if col == 1:
+            for i in range(rows):
+                for j in range(lines):
+                    memcpy(out + i * cap + k0 + j * rb, base + line * self.row_stride, rb)
+                    line += 1
+            return
         for i in range(rows):
             for j in range(lines):
-                memcpy(out + i * cap + k0 + j * rb, base + line * self.row_stride, rb)
+                q = line % col
+                memcpy(out + i * cap + k0 + j * rb, base + (line // col) * self.row_stride + q * rb, rb)
                 line += 1
 
     cdef void chain(self, ec, Py_ssize_t c_start, Py_ssize_t M, Py_ssize_t N, Py_ssize_t K, acc,
-                    Py_ssize_t a_b0, Py_ssize_t a_start, Py_ssize_t b_b0, Py_ssize_t b_start) except *:
+                    Py_ssize_t a_b0, Py_ssize_t a_col, Py_ssize_t a_start, Py_ssize_t b_b0, Py_ssize_t b_col,
+                    Py_ssize_t b_start) except *:
         """The product joins the chain of its C region (`Machine._matmul`'s deferred chains:
         operands copied side by side into the chain's buffers, applied by `Machine._flush`)."""
         cdef Py_ssize_t k0, cap
@@ -211,8 +229,8 @@ cdef class _Core:
                 chains.append(ch)
             else:
                 ec.pending = [ch]
-        self.copy_operand(abuf, M, K, k0, a_b0, a_start)
-        self.copy_operand(bbuf, N, K, k0, b_b0, b_start)
+        self.copy_operand(abuf, M, K, k0, a_b0, a_col, a_start)
+        self.copy_operand(bbuf, N, K, k0, b_b0, b_col, b_start)
         ch[6] = k0 + K
 
 

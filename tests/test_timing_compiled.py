@@ -37,7 +37,7 @@ OUT = 1 << 19  # each core's stores go to OUT + core * 16384
 def generated_program(rng, c, cores: int, barriers: int) -> Program:
     """Per core, 30 to 90 instructions: loads (1 to 64 beats, contiguous or strided, into
     private or shared banks), matrix ops (accumulating or not, both dataflows, base rows, A
-    from shared memory), transposes, stores, fences, core ops, a bank freed and taken
+    from shared memory or a one- or two-column bank, 3 or 16 rows), transposes, stores, fences, core ops, a bank freed and taken
     again, and `barriers` barriers on every core."""
     sm = c.shared_memory
     shared = [sm.first_bank_id + s for s in range(min(sm.banks, 4))] if sm.enabled else []
@@ -46,7 +46,8 @@ def generated_program(rng, c, cores: int, barriers: int) -> Program:
     def build(core):
         r = np.random.default_rng(int(seeds[core]))
         has_transpose = c.core_chip(core).ball("transpose") is not None
-        prog = [Mset(0, 1), Mset(1, 1), Mset(2, 4), Mset(3, 1)]
+        col_a = int(r.choice([1, 2]))  # A in a two-column bank on some cores: whole-row counts
+        prog = [Mset(0, col_a), Mset(1, 1), Mset(2, 4), Mset(3, 1)]
         n = int(r.integers(30, 90))
         at = set(r.choice(np.arange(1, n), barriers, replace=False).tolist()) if barriers else set()
         out = OUT + core * 16384
@@ -61,8 +62,10 @@ def generated_program(rng, c, cores: int, barriers: int) -> Program:
                                  int(r.choice([0, 16, 64, 4096]))))
             elif x < 0.55:
                 a = int(r.choice([0] + shared[:1])) if shared else 0
-                prog.append(Matmul(a, 1, 2, 16, 16, int(r.choice([16, 32])), dataflow=str(r.choice(["ws", "os"])),
-                                   accumulate=bool(r.random() < 0.6), c_row=int(r.choice([0, 0, 4]))))
+                # M = 3: A ends inside a row of a two-column bank (the handler's partial counts)
+                prog.append(Matmul(a, 1, 2, int(r.choice([16, 16, 3])), 16, int(r.choice([16, 32])),
+                                   dataflow=str(r.choice(["ws", "os"])), accumulate=bool(r.random() < 0.6),
+                                   a_row=int(r.choice([0, 0, 1])), c_row=int(r.choice([0, 0, 4]))))
             elif x < 0.62 and has_transpose:
                 prog.append(Transpose(0, 3, 16))
             elif x < 0.78:
@@ -267,15 +270,16 @@ def machines_alike(monkeypatch, c, prog, img, **kw):
 
 
 @pytest.mark.parametrize("name, cores", [("toy", 1), ("goban", 4)])
-@pytest.mark.parametrize("layout", ["blocked", "rowmajor"])
+@pytest.mark.parametrize("layout, tk", [("blocked", 32), ("rowmajor", 32), ("rowmajor", 48)])
 @pytest.mark.parametrize("functional", [True, False])
-def test_tiled_matmul_executes_alike(monkeypatch, name, cores, layout, functional):
-    """The compiled MVIN and matrix-Ball paths (single-column operand banks: blocked) and the
-    handlers they leave the other shapes to (rowmajor: strided loads, two-column banks)."""
+def test_tiled_matmul_executes_alike(monkeypatch, name, cores, layout, tk, functional):
+    """The compiled MVIN and matrix-Ball paths (blocked: single-column operand banks;
+    rowmajor: operands in banks of tk / 16 columns) and the handlers they leave the other
+    shapes to (rowmajor's strided loads)."""
     from emulator.programs import matmul_inputs, tiled_matmul
     c = chip(name)
-    prog = tiled_matmul(64, 64, 256, 16, 16, 32, cores=cores, layout=layout)
-    a, bt, vals = matmul_inputs(64, 64, 256, 16, 16, 32, layout=layout)
+    prog = tiled_matmul(64, 64, 192, 16, 16, tk, cores=cores, layout=layout)
+    a, bt, vals = matmul_inputs(64, 64, 192, 16, 16, tk, layout=layout)
     state = machines_alike(monkeypatch, c, prog, prog.image(vals), functional=functional)
     if functional:
         got = np.frombuffer(state[1], np.uint8)[prog.outputs["C"].addr:][:64 * 64 * 4].view(np.int32).reshape(64, 64)
