@@ -23,7 +23,7 @@ import numpy as np
 import pytest
 
 from emulator import Barrier, CoreOp, DramTensor, Fence, Matmul, Mset, Mvin, Mvout, Program, Transpose, run
-from emulator import compiled as timing_core
+from emulator import compiled as core_choice
 from emulator.errors import EmulatorError, ProgramError
 from emulator.machine import BARRIER, FENCE, Machine
 from emulator.timing import _Trace, run_overlapped as run_python, run_serial as run_serial_python
@@ -92,7 +92,7 @@ def timed(records, c, prog, run_overlapped, **kw):
 
 
 def compiled_run(records, c, trace, op_names):
-    times = [timing_core.CoreTimes(len(c.balls)) for _ in records]
+    times = [core_choice.CoreTimes(len(c.balls)) for _ in records]
     return times, compiled().run_overlapped(records, c, times, trace, op_names)
 
 
@@ -175,7 +175,7 @@ def test_tiled_matmul_times_alike():
 
 
 def compiled_serial(records, c, trace, op_names):
-    times = [timing_core.CoreTimes(len(c.balls)) for _ in records]
+    times = [core_choice.CoreTimes(len(c.balls)) for _ in records]
     compiled().run_serial(records, c, times, trace, op_names)
     return times, 0
 
@@ -208,9 +208,9 @@ def test_runs_alike_with_either_core(monkeypatch, name, cores, mode):
     c = chip(name)
     prog = generated_program(np.random.default_rng(5), c, cores, barriers=1)
     dram = np.random.default_rng(6).integers(0, 256, prog.dram_bytes, dtype=np.uint8)
-    monkeypatch.setenv(timing_core.ENV, "python")
+    monkeypatch.setenv(core_choice.ENV, "python")
     want = run(prog, c, dram, trace=True, mode=mode)
-    monkeypatch.setenv(timing_core.ENV, "compiled")
+    monkeypatch.setenv(core_choice.ENV, "compiled")
     got = run(prog, c, dram, trace=True, mode=mode)
     assert got.cycles == want.cycles > 0
     assert _counter_rows(got) == _counter_rows(want)
@@ -232,20 +232,20 @@ def test_a_barrier_never_met_is_the_same_error():
 
 
 def test_an_unknown_core_name_is_refused(monkeypatch):
-    monkeypatch.setenv(timing_core.ENV, "fortran")
+    monkeypatch.setenv(core_choice.ENV, "fortran")
     with pytest.raises(EmulatorError, match=r"DSE_EMULATOR_CORE='fortran': allowed compiled, python"):
-        timing_core.selected()
+        core_choice.selected()
 
 
 def test_a_missing_build_says_make_install(monkeypatch):
-    monkeypatch.setattr(timing_core, "_compiled", None)
+    monkeypatch.setattr(core_choice, "_compiled", None)
     monkeypatch.setitem(sys.modules, "emulator._timing_core", None)  # what an import of an unbuilt module raises
-    monkeypatch.delenv(timing_core.ENV, raising=False)
+    monkeypatch.delenv(core_choice.ENV, raising=False)
     c = chip("toy")
     prog = generated_program(np.random.default_rng(1), c, 1, barriers=0)
-    with pytest.raises(timing_core.CoreNotBuilt, match="run `make install`, or set DSE_EMULATOR_CORE=python"):
+    with pytest.raises(core_choice.CoreNotBuilt, match="run `make install`, or set DSE_EMULATOR_CORE=python"):
         run(prog, c)
-    monkeypatch.setenv(timing_core.ENV, "python")
+    monkeypatch.setenv(core_choice.ENV, "python")
     assert run(prog, c).cycles > 0
 
 
@@ -261,7 +261,7 @@ def machine_state(m: Machine):
 def machines_alike(monkeypatch, c, prog, img, **kw):
     states = []
     for core in ("python", "compiled"):
-        monkeypatch.setenv(timing_core.ENV, core)
+        monkeypatch.setenv(core_choice.ENV, core)
         m = Machine(c, prog, img.copy(), **kw)
         m.run()
         states.append(machine_state(m))
@@ -310,7 +310,7 @@ def test_errors_are_the_handlers(monkeypatch, bad, message):
                      Mvin(1, 256, 16), Matmul(0, 1, 2, 16, 16, 16), bad]], dram_bytes=1 << 20)
     errors = []
     for core in ("python", "compiled"):
-        monkeypatch.setenv(timing_core.ENV, core)
+        monkeypatch.setenv(core_choice.ENV, core)
         with pytest.raises(EmulatorError) as exc:
             run(prog, c)
         errors.append(str(exc.value))
