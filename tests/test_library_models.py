@@ -33,6 +33,7 @@ MODELS = {
     # its output is its final bias whatever the input (a vacuous comparison); its convs are
     # re-drawn (REDRAW_CONVS)
     "googlenet": f"{TV}.googlenet(num_classes=10, aux_logits=False, init_weights=True)",
+    "mnasnet": f"{TV}.MNASNet(0.25, num_classes=10)",
     "squeezenet": f"{TV}.squeezenet1_1(num_classes=10)",
     "regnet": f"{TV}.RegNet({TV}.regnet.BlockParams.from_init_params(depth=2, w_0=8, w_a=8.0, w_m=2.0, "
               "group_width=8), num_classes=10)",
