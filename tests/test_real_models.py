@@ -53,6 +53,12 @@ MODELS = {
     "mobilevit": ("MobileViTConfig", "MobileViTModel", dict(image_size=32, hidden_sizes=[16, 24, 32],
                                                            neck_hidden_sizes=[8, 8, 16, 16, 24, 32, 64],
                                                            num_channels=3)),
+    # disentangled attention: content-to-position and position-to-content scores
+    "deberta_v2": ("DebertaV2Config", "DebertaV2Model", dict(hidden_size=32, num_hidden_layers=1,
+                                                            num_attention_heads=2, intermediate_size=64,
+                                                            vocab_size=64, max_position_embeddings=16,
+                                                            relative_attention=True, pos_att_type=["c2p", "p2c"],
+                                                            position_buckets=8, max_relative_positions=16)),
     "wav2vec2": ("Wav2Vec2Config", "Wav2Vec2Model", dict(hidden_size=32, num_hidden_layers=1, num_attention_heads=2,
                                                         intermediate_size=64, conv_dim=(16, 16), conv_stride=(5, 2),
                                                         conv_kernel=(10, 3), num_conv_pos_embeddings=8,

@@ -88,6 +88,7 @@ import torch
 from dse.frontend.rewrite import Rewriter, StepError
 from dse.workload.graph import (
     CHANNELS_LAST,
+    CHANNELS_LAST_WEIGHTS,
     CONV_KINDS,
     INT8_MAX,
     INT8_MIN,
@@ -221,7 +222,7 @@ def _roles(op: Op, graph: Graph) -> _Roles | None:
             return None
         rows = len(a) >= 2
         return _Roles(len(a) - 2 if rows else None, len(b) - 1, len(out) - 2 if rows else None, len(out) - 1)
-    weight_last = op.attrs.get("weight_layout") in ("WIO", "HWIO")
+    weight_last = op.attrs.get("weight_layout") in CHANNELS_LAST_WEIGHTS
     out_channel = len(out) - 1 if op.attrs.get("layout") in CHANNELS_LAST else 1
     return _Roles(None, len(b) - 1 if weight_last else 0, None, out_channel)
 
@@ -339,7 +340,7 @@ def _reduction_length(op: Op, graph: Graph) -> int:
     """K: how many int8 products each accumulator sums (a conv's is C_in / groups x kernel)."""
     weight = graph.tensors[op.inputs[1]].shape
     if op.kind in CONV_KINDS:
-        out_channels = weight[-1] if op.attrs.get("weight_layout") in ("WIO", "HWIO") else weight[0]
+        out_channels = weight[-1] if op.attrs.get("weight_layout") in CHANNELS_LAST_WEIGHTS else weight[0]
         return int(np.prod(weight)) // int(out_channels)
     a = graph.tensors[op.inputs[0]].shape
     return int(a[-1])
@@ -518,7 +519,7 @@ def _np_conv(x: np.ndarray, w: np.ndarray, bias: np.ndarray | None, attrs: dict[
     channels_last = attrs["layout"] in CHANNELS_LAST
     if channels_last:
         x = np.moveaxis(x, -1, 1)
-    if attrs["weight_layout"] in ("WIO", "HWIO"):  # [*kernel, in, out] -> [out, in, *kernel]
+    if attrs["weight_layout"] in CHANNELS_LAST_WEIGHTS:  # [*kernel, in, out] -> [out, in, *kernel]
         k = w.ndim - 2
         w = w.transpose(k + 1, k, *range(k))
     nd = w.ndim - 2
