@@ -152,3 +152,8 @@ def test_conv3d_runs_as_im2col_and_a_gemm_on_the_matrix_ball(tmp_path):
     assert (conv.attrs["M"], conv.attrs["N"], conv.attrs["K"]) == (4 * 4 * 4, 8, 27 * 3)  # positions, channels, taps x C
     assert prep.graph.tensors[conv.inputs[0]].dtype == "int8"
     assert {r.how for r in rep.lowered.ops if r.kind == "conv3d"} == {"matrix"}
+    # stored channels-last (mapping.channels_last), the region's 5-D conversions are views
+    cand = Candidate(load_chip("goban"), Mapping(channels_last=True))
+    stored = emulate_graph(prep.graph, cand, prep.inputs, prep.expected, prep.tolerance, prep.reference_kind)
+    assert stored.verdict.passed and stored.verdict.integer_bit_exact, stored.verdict
+    assert {r.how for r in stored.lowered.ops if r.kind == "permute"} == {"view"} and stored.cycles < rep.cycles

@@ -1000,7 +1000,10 @@ def fold_input_free(exported: ExportedProgram) -> dict[str, Any]:
         if on_parameters:
             if all(x.name in values or x.name in from_parameters for x in inputs):
                 from_parameters.add(node.name)
-                (held.__setitem__(node.name, node) if node.target in _HANDLERS else unheld.append(node))
+                if node.target in _HANDLERS:
+                    held[node.name] = node
+                else:
+                    unheld.append(node)
             continue
         shape_only = str(node.target).split(".")[-2] in _SHAPE_ONLY if "." in str(node.target) else False
         if not all(x.name in values or (shape_only and i == 0) for i, x in enumerate(inputs)):
