@@ -251,7 +251,7 @@ def emulate_recipe(recipe: str | Path, chip, mapping: Mapping | None = None, par
     mapping = mapping or Mapping()
     point = dict(mapping.workload or {})
     recipe, params = point.pop("recipe", recipe), {**(params or {}), **point}
-    steps = quantized_steps(recipe, mapping.quantization) if mapping.quantization else None
+    steps = quantized_steps(recipe, mapping.quantize_choice) if mapping.quantize_choice else None
     prep = prepare_recipe(recipe, params, steps=steps, keep_bytes=KEPT_REFERENCE_BYTES)
     if prep.failed:
         return EmulationReport(prep.recipe, chip.name, mapping.model_dump(mode="json"), False, reason=prep.failed)

@@ -47,7 +47,7 @@ from .execution import InlineExecutor, PoolExecutor, WorkItem, make_executor, re
 from .recorder import Recorder
 from .result import DONE, IDLE_ROUNDS, SweepResult
 from .samplers import Observation, Proposal, Sampler, batch_size, make_sampler, sampler_kind
-from .spec import QUANTIZATION_TARGET, Spec
+from .spec import CALIBRATION_TARGET, QUANTIZATION_TARGET, Spec
 from .emulation import prepare_placed
 from .stages import Outcome, analytical_graph, source_count_metrics
 
@@ -607,14 +607,22 @@ class Sweep:
 
 
 def quantizations(spec: Spec) -> list[str | None]:
-    """The quantization granularities a spec's candidates can have (None: the recipe's own)."""
-    out = [spec.baseline_mapping.quantization]
-    for k in spec.model.space:
-        if k.target == QUANTIZATION_TARGET:
-            out += k.values
-            if k.when:  # inactive: the baseline's
-                out.append(spec.baseline_mapping.quantization)
-    return list(dict.fromkeys(out))
+    """The quantize choices (`Mapping.quantize_choice`: weight granularity and calibration
+    rule) a spec's candidates can have (None: the recipe's own steps)."""
+    def values(target: str, baseline):
+        out = [baseline]
+        for k in spec.model.space:
+            if k.target == target:
+                out += k.values
+                if k.when:  # inactive: the baseline's
+                    out.append(baseline)
+        return list(dict.fromkeys(out))
+
+    base = spec.baseline_mapping
+    choices = [base.model_copy(update={"quantization": w, "calibration": c}).quantize_choice
+               for w in values(QUANTIZATION_TARGET, base.quantization)
+               for c in values(CALIBRATION_TARGET, base.calibration)]
+    return list(dict.fromkeys(choices))
 
 
 def _value_at(spec: Spec, data: dict, dotted: str):
