@@ -30,6 +30,7 @@ from threadpoolctl import threadpool_limits
 
 from . import balls as B
 from . import coreops
+from .core_choice import functional_stretch
 from .errors import EncodeError, ExecutionError, ProgramError
 from .dma import burst_groups, transfer_cycles
 from .isa import (Barrier, CoreOp, Fence, Fp2Int, Im2col, Int2Fp, Matmul, Mset, Mvin, Mvout, Mxfp2Int, Relu,
@@ -159,6 +160,7 @@ class Machine:
                     raise EncodeError(f"core {c}, instruction #{pc}: {exc}", instruction=exc.instruction,
                                       field=exc.field, value=exc.value, width=exc.width) from None
         handlers = self.handlers
+        stretch = functional_stretch()  # the compiled loop, unless DSE_EMULATOR_CORE=python
         # BLAS on one thread: the products are the plan's tiles (about 128 x 128 x K), where a
         # thread pool gains little, and on a busy machine its threads spin waiting for a core
         # (a 128 x 128 x 4096 chain took 15x longer on 2 threads than on 1 at load 3.5 on
@@ -170,6 +172,9 @@ class Machine:
                         continue
                     lo, hi = segments[c][e]
                     out = self.records[c]
+                    if stretch is not None:
+                        stretch(self, c, instrs, lo, hi, out)
+                        continue
                     append = out.append
                     for pc in range(lo, hi):
                         ins = instrs[pc]

@@ -17,7 +17,8 @@ from .counters import Counters
 from .errors import ProgramError
 from .machine import Machine
 from .program import Program, read_region
-from .timing import STALL_CAUSES, run_overlapped, run_serial
+from .timing import STALL_CAUSES
+from .compiled import run_overlapped, run_serial
 
 MODES = ("overlapped", "serial")
 

@@ -68,8 +68,8 @@ STALL_CAUSES = ("rob_full", "frontend", "dependence", "ball_queue", "channel", "
 
 
 def union_length(starts: list, ends: list) -> int:
-    """Total length of the union of intervals [s, e)."""
-    if not starts:
+    """Total length of the union of intervals [s, e) (lists, or int64 arrays from the compiled core)."""
+    if len(starts) == 0:
         return 0
     s = np.asarray(starts, dtype=np.int64)
     e = np.asarray(ends, dtype=np.int64)

@@ -42,7 +42,7 @@ def test_internal_error_is_one_line_and_a_traceback_file(cli, monkeypatch):
 
 
 def test_internal_error_with_json_is_a_json_object(cli, monkeypatch):
-    import dse.cli.emulator as emu_cli
+    import dse.cli.emulate_matmul as emu_cli
 
     monkeypatch.setattr(emu_cli, "cmd_emulate", lambda args: 1 / 0)
     code, out, err = cli("emulate-matmul", "--json")

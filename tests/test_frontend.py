@@ -316,6 +316,50 @@ def test_quantize_granularities_shape_the_scales():
     assert per_tensor.ops_of_kind("requantize")[0].attrs["scale_axes"] == []
 
 
+def test_calibration_rules_by_hand():
+    row = np.arange(-100, 101, dtype=np.float32).reshape(1, -1)  # |x|: 0, 1, 1, ..., 100, 100
+    assert quantize.thresholds(row, "absmax").tolist() == [100.0]
+    assert quantize.thresholds(np.arange(101.0).reshape(1, -1), "percentile", 90.0).tolist() == [90.0]
+    # every |x| at 2: any smaller threshold clips all of them, at 2 only rounding noise is left
+    assert quantize.thresholds(np.array([[2.0, -2.0, 2.0]]), "mse").tolist() == [2.0]
+    assert quantize.thresholds(np.zeros((1, 4)), "mse").tolist() == [0.0]
+
+
+def test_mse_calibration_lowers_the_int8_error_of_a_long_tailed_tensor():
+    """A tensor with a few outliers (peak 40x its spread): mse clips some and its int8 error
+    (quantized with the quantize op's own formula) is lower than absmax's, and than the 99.9th
+    percentile's, which clips the outliers far too hard."""
+    x = randn(1, 20000).numpy()
+    x[0, :5] = [40.0, -35.0, 30.0, 25.0, -20.0]
+
+    def error(rule: str) -> float:
+        scale = quantize.calibrate(x, None, "tensor", rule, 99.9)
+        q = quantize._quantize_array(x, scale).astype(np.float64)
+        return float(((q / scale.values[0] - x) ** 2).mean())
+
+    t = quantize.thresholds(x, "mse")[0]
+    assert 3.0 < t < 40.0
+    assert error("mse") < error("absmax") and error("mse") < error("percentile")
+
+
+def test_the_calibration_option_sets_the_activation_scales_only():
+    torch.manual_seed(0)
+    x = randn(40, 16)
+    graph, ctx = prepare(Mlp(), x)
+    plain = quantize.run(graph, ctx, fuse=False)
+    assert ctx.details["calibration"] == "absmax"
+    q = quantize.run(graph, ctx, calibration="percentile", percentile=99.0, fuse=False)
+    assert ctx.details["calibration"] == "percentile" and ctx.details["percentile"] == 99.0
+    first = q.ops_of_kind("quantize")[0]
+    assert first.attrs["scale"] == np.float32(127.0 / np.percentile(np.abs(x.numpy()), 99.0)).item()
+    assert first.attrs["scale"] > plain.ops_of_kind("quantize")[0].attrs["scale"]
+    linear = q.ops_of_kind("linear")[0]  # weights keep absmax per output channel
+    assert np.array_equal(q.weights[linear.inputs[1]], plain.weights[plain.ops_of_kind("linear")[0].inputs[1]])
+    assert quantize.verify(q, ctx)["bit_exact"]
+    with pytest.raises(StepError, match="percentile 101"):
+        quantize.run(graph, ctx, calibration="percentile", percentile=101.0)
+
+
 def test_integer_reference_is_bit_exact_and_the_check_can_fail(monkeypatch):
     torch.manual_seed(0)
     graph, ctx = prepare(Tiny(), randn(1, 2, 10, 10))
@@ -516,7 +560,8 @@ def test_bad_steps_file_names_file_field_and_allowed(tmp_path: Path, steps, fiel
 def test_steps_default_and_options_resolve():
     assert [s.name for s in load_steps(Path("/nonexistent"))] == ["permute", "quantize"]
     spec = resolve_step("quantize", {"tolerance": 1})
-    assert spec.options == {"activations": "tensor", "weights": "channel", "fuse": True, "tolerance": 1.0}
+    assert spec.options == {"activations": "tensor", "weights": "channel", "fuse": True, "tolerance": 1.0,
+                            "calibration": "absmax", "percentile": 99.99}
     assert spec.tolerance == 1.0 and resolve_step("permute", {}).tolerance == 1e-5
 
 

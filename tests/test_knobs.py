@@ -5,6 +5,7 @@ and small real sweeps whose records differ in the knob."""
 import json
 import shutil
 
+import numpy as np
 import pytest
 
 from dse.chips import load_chip
@@ -240,3 +241,46 @@ def test_partition_spans_is_a_knob_the_model_and_the_emulator_agree_on(tmp_path)
         assert abs(model.loc[h, "latency_cycles"] / emu.loc[h, "latency_cycles"] - 1) < 0.01
     # the default spelled out is the default: one identity
     assert Mapping(workers=4, partition="tiles") == Mapping(workers=4)
+
+
+# -- the activations' calibration rule ------------------------------------------------------
+
+CALIBRATION = knob("calibration", "mapping.calibration", '["absmax", "mse"]')
+
+
+def test_calibration_knob_sweep_emulates_each_rule_bit_exact(tmp_path):
+    """Each candidate runs the graph whose activation scales its rule chose (the mapping
+    records the rule, the candidate's identity includes it), and the emulator follows it
+    bit for bit: absmax is the recipe's own (the baseline's) graph, mse another."""
+    from dse.frontend.quantize import thresholds
+    from dse.runner.emulation import prepare_emulation
+
+    assert Candidate(load_chip("goban"), Mapping(calibration="mse")).hash != Candidate(load_chip("goban"), Mapping()).hash
+    db = tmp_path / "r.db"
+    run_sweep(write(tmp_path, CALIBRATION, emulator="all"), db, progress=False)
+    cands, runs = records(db, "knob")
+    rule = {c["id"]: json.loads(c["mapping"]).get("calibration") for c in cands}
+    assert sorted(rule.values(), key=str) == [None, "absmax", "mse"]
+    emu = runs[runs["stage"] == "emulator"]
+    assert len(emu) == 3 and set(emu["status"]) == {"ok"}, emu
+    with Store(db) as store:
+        m = store.metrics("knob", kind="numerics")
+    exact = {rule[c]: v for c, v in m.loc[m["name"] == "integer_bit_exact", ["candidate_id", "value"]].values}
+    assert exact == {None: 1.0, "absmax": 1.0, "mse": 1.0}
+    err = {rule[c]: v for c, v in m.loc[m["name"] == "max_abs_error", ["candidate_id", "value"]].values}
+    assert err["absmax"] == err[None] and err["mse"] != err["absmax"]
+    params = {"m": 32, "n": 32, "k": 32}
+    scales = {}
+    for choice in ("+absmax", "+mse"):
+        prep = prepare_emulation("gemm", params, choice)
+        q = next(op for op in prep.graph.ops if op.kind == "quantize")
+        scales[choice] = q.attrs["scale"]
+        x = np.asarray(prep.inputs[0])
+    assert scales["+mse"] == float(np.float32(127.0 / thresholds(x.reshape(1, -1), "mse")[0]))
+    assert scales["+mse"] > scales["+absmax"]  # mse clips: a smaller threshold, a larger scale
+
+
+def test_bad_calibration_is_exit_2(tmp_path, cli):
+    path = write(tmp_path, knob("calibration", "mapping.calibration", '["absmax", "kl"]'))
+    code, _, err = cli("sweep", path, "--db", tmp_path / "r.db", "--no-progress")
+    assert code == 2 and "space[0] (calibration) -> mapping.calibration" in err and "kl" in err and "'mse'" in err

@@ -368,7 +368,8 @@ def test_hand_picked_candidates_alone_and_beside_a_space(tmp_path, cli):
     with Store(db) as store:
         cands = store.candidates("beside").sort_values("id")
     assert cands["origin"].tolist() == ["baseline", "hand", "hand", "grid"]  # workers=2 is the hand one
-    assert result.evaluated == 4
+    # The baseline and the two hand-picked ones 'hand' evaluated: linked (dse.records.reuse), the grid point evaluated.
+    assert (result.evaluated, result.reused) == (1, 3)
 
 
 def pd_isna(value) -> bool:
@@ -466,7 +467,8 @@ def test_emulator_runs_keep_raw_evidence_deduplicated_fetchable_and_collected(tm
     tight.write_text(spec.read_text().replace('name = "raw"', 'name = "tight"').replace("top_k = 2", "top_k = 1")
                      + "evidence_budget_mb = 0\n")
     # outputs (model-shaped and physical), inputs, replay.json, banks.json, counters, log
-    assert run_sweep(tight, db, progress=False).evidence_skipped == 7
+    # evaluated afresh (not linked to 'raw's runs, dse.records.reuse): its own evidence, over the budget
+    assert run_sweep(tight, db, progress=False, reuse=False).evidence_skipped == 7
 
     # Deleting an experiment leaves its files to the collector, which keeps what others name.
     with Store(db) as store:

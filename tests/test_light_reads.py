@@ -2,8 +2,8 @@
 the schema head with the standard library alone (dse.records.light), running the Store's
 own SQL (dse.records.sql_reads): the same output and exit code as the Store's path, fresh
 processes both, and none of SQLAlchemy, pandas, torch or alembic imported; wherever opening
-a Store would do or say something, or the store lacks what was named, the Store's path
-runs. The shared SQL gives the same values on SQLite and PostgreSQL."""
+a Store would do or say something, the Store's path runs; what the store lacks, both say
+in the same words. The shared SQL gives the same values on SQLite and PostgreSQL."""
 
 from __future__ import annotations
 
@@ -151,7 +151,7 @@ def add_runs(store: Store, ids: dict) -> None:
 LIGHT = [["history"], ["history", "--decisions"], ["show", "banks"], ["show", "1"], ["show", "banks", "--limit", "0"],
          ["show", "banks", "--limit", "2"], ["show", "banks-again"], ["show", "empty"], ["show", "c2"], ["show", "r1"],
          ["show", "cand:4"], ["show", "run#4"], ["show", "e3"]]
-# Not in the store: the Store's path says so, and what the store has.
+# Not in the store: the light read says so, and what the store has, in the Store's words.
 NOT_IN_STORE = [["show", "nosuch"], ["show", "c99"], ["show", "r99"], ["show", "e99"]]
 
 
@@ -161,8 +161,10 @@ def test_history_and_show_read_light_and_print_what_the_store_path_prints(rich, 
     for argv, quick, store in zip(runs, light, full):
         assert printed(quick) == printed(store), argv
         assert store["light"] == [False] and "sqlalchemy" in store["modules"]
+    for quick in light:
+        assert quick["light"] == [True] and heavy(quick) == set()
     for quick in light[:len(LIGHT)]:
-        assert quick["light"] == [True] and quick["code"] == 0 and heavy(quick) == set()
+        assert quick["code"] == 0
     history, decisions, banks, by_id, none, two = (r["out"] for r in light[:6])
     assert "banks-again" in history and "follows 1" in history and "(of experiment 1)" in history
     assert "#2 accepted c2 by ana: faster, and fits [overriding the acceptance test" in history
@@ -179,7 +181,6 @@ def test_history_and_show_read_light_and_print_what_the_store_path_prints(rich, 
     assert "error: ZeroDivisionError: x\ntraceback:\nTraceback (most recent call last):\n  boom\n" in failed
     assert again.startswith("experiment 3 'banks-again'")
     for quick in light[len(LIGHT):]:
-        assert "sqlalchemy" in quick["modules"]  # not in the store: the Store answered
         assert quick["code"] == 2 and quick["err"].startswith("dse: error: ") and quick["err"].count("\n") == 1
     assert [field in quick["err"] for quick, field in zip(light[len(LIGHT):], (
         "'ID'", "'candidate'", "'run'", "'experiment'"))] == [True] * 4
@@ -300,15 +301,27 @@ def test_candidate_and_run_shows_of_a_sweep_read_light_and_print_what_the_store_
     assert "ValueError: no tile fits" in out["c6"]
 
 
+def _refusal(read) -> tuple:
+    from dse.records import RecordNotFound
+
+    with pytest.raises(RecordNotFound) as caught:
+        read()
+    return str(caught.value), caught.value.suggestions
+
+
 def test_the_light_read_gives_the_stores_values(tmp_path):
     db = tmp_path / "records.db"
     with Store(db) as store:
         add_runs(store, fill_more(store))
         expected = reads_of(store, range(1, 7), range(1, 9))
         stored_path = store.artifact_path("ab" * 32)
+        missing = [_refusal(read) for read in (lambda: store.candidate(7), lambda: store.run_row(9),
+                                                lambda: store.experiment("bankz"), lambda: store.notes(99))]
     with open_light(str(db)) as light:
         assert reads_of(light, range(1, 7), range(1, 9)) == expected
-        assert light.candidate(7) is None and light.run_row(9) is None  # the Store says what it has
+        # what the store lacks: the Store's error, word for word
+        assert [_refusal(read) for read in (lambda: light.candidate(7), lambda: light.run_row(9),
+                                            lambda: light.experiment("bankz"), lambda: light.notes(99))] == missing
         assert light.artifact_path("ab" * 32) == stored_path
     banks = expected["experiments"][0]
     assert (banks["n_candidates"], banks["n_ok"], banks["n_infeasible"], banks["n_failed"]) == (5, 1, 1, 2)

@@ -25,7 +25,8 @@ HEAVY = ("torch", "pandas", "sqlalchemy", "optuna", "tqdm", "dse.analytical", "d
 # Of the record store, only its light read (and the package's lazy names).
 LIGHT_RECORDS = {"dse.records", "dse.records.recorded", "dse.records.revisions", "dse.records.sqlite_file",
                  "dse.records.light", "dse.records.sql_reads", "dse.records.choices",
-                 "dse.records.outcomes", "dse.records.blobs"}  # blobs: evidence checks, light
+                 "dse.records.outcomes", "dse.records.blobs",  # blobs: evidence checks, light
+                 "dse.records.not_found"}  # the contract's refusals, light too
 
 RERUN = """
 import contextlib, io, json, sys

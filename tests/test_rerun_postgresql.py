@@ -134,7 +134,9 @@ def test_the_shortcut_stands_aside_on_postgresql_while_the_full_sweep_has_work(t
     for revision in ("0012", "0099"):
         sql(pg, "UPDATE alembic_version SET version_num = %s", (revision,))
         assert recorded_rerun(spec, pg) is None
-    sql(pg, "UPDATE alembic_version SET version_num = '0013'")
+    from dse.records.engine import SCHEMA_HEAD
+
+    sql(pg, "UPDATE alembic_version SET version_num = %s", (SCHEMA_HEAD,))
     assert fields(recorded_rerun(spec, pg)) == fields(fast)
 
     # A spec changed under the same name (the sweep's error to give), an experiment not recorded.

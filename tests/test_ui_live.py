@@ -40,7 +40,8 @@ def slow(*args):
 execution._analytical_batch = slow
 if __name__ == "__main__":
     from dse.runner import run_sweep
-    run_sweep(sys.argv[1], sys.argv[2], progress=False)
+    # evaluated, not linked to the store's earlier experiment on this workload (dse.records.reuse)
+    run_sweep(sys.argv[1], sys.argv[2], progress=False, reuse=False)
 """
 
 

@@ -46,7 +46,7 @@ from emulator.timing import Bus
 from ..cost.dma import dma_cycles_for
 from ..mapping import Candidate, CandidateArrays, check_tiles
 from ..mapping.candidate import Mapping
-from ..plan.graph_plan import plan_graph
+from ..plan.graph_plan import plan_for, plan_graph, plan_key
 from ..plan.placement import (WeightRegions, boundary_note, boundary_tensors, handoff_banks, handoffs, place,
                               range_candidate, range_regions, schedule, spmd_chip, stage_reason, stage_regions)
 from .estimate import TOTAL_ACTIVITY, TOTAL_COLUMNS, estimate, op_activity, summarize
@@ -55,6 +55,77 @@ from .stream_cost import planned_stream
 
 # what stages (ranges) add up to, and (TOTAL_ACTIVITY) what the chip does, summed like the bytes
 SUMMED = ("compute_cycles", "dma_cycles", "core_cycles", "busy_cycles", "dma_bytes")
+
+
+def bound_across_stages(graphs, fusion: str | None = None, channels_last: bool | None = None) -> int:
+    """Of the stages' plan footprints (summed), the bytes of weights the staged lowering
+    places once: a weight with the shape, dtype and bytes of one placed before (in an
+    earlier stage, or under another name) shares its buffer (`Dram.weight`, `bind_content`)."""
+    from ..plan.memory import NP_DTYPES, content_key
+    from ..plan.graph_plan import placed_weights
+
+    seen, out = set(), 0
+    for graph in graphs:
+        for name, nbytes in placed_weights(graph, fusion, channels_last):
+            spec = graph.tensors[name]
+            key = (tuple(spec.shape), spec.dtype,
+                   *content_key(np.asarray(graph.weights[name]).astype(NP_DTYPES[spec.dtype], copy=False)))
+            if key in seen:
+                out += nbytes
+            seen.add(key)
+    return out
+
+
+def bound_constants(stages, per_stage: list[pd.DataFrame], candidates: Sequence[Candidate]) -> dict[int, int]:
+    """Per candidate (index into `candidates`): of the stages' workspace, the read-only
+    constants a later stage reads as an earlier stage laid them out, so the staged
+    lowering places them once (`Dram.constant` by content): a weight's blocked copy in the
+    same (tn, tk), a bias replicate in the same (tm, tn). Within a stage the stage's own
+    cost binds them already (`GraphCost._bound_bytes`)."""
+    from ..plan.memory import ALIGN, content_key, pad
+
+    out: dict[int, int] = {}
+    earlier: dict[int, set] = {}
+    idents: dict[tuple[int, str], tuple] = {}
+    for s, (_, graph) in enumerate(stages):
+        frame = per_stage[s]
+        if frame.empty:
+            continue
+        plans_of: dict[tuple, dict] = {}
+        mine: dict[int, set] = {}
+        for i, op, tm, tn, tk, feasible in zip(frame["candidate"], frame["op"], frame["tile_m"], frame["tile_n"],
+                                               frame["tile_k"], frame["feasible"]):
+            m = candidates[i].mapping
+            plans = plans_of.get(plan_key(m))
+            if plans is None:
+                plans = plans_of[plan_key(m)] = {p.op.name: p for p in plan_for(graph, m) if p.gemm is not None}
+            plan = plans.get(op)
+            if plan is None or not feasible:
+                continue
+            shape, op_ = plan.gemm, plan.op
+            _, Np, Kp = shape.padded
+            keys = []
+            if shape.b_weight and not shape.b_preloaded and op_.inputs[1] in graph.weights:
+                nbB = shape.batch if shape.b_batched else 1
+                keys.append((("weight", _ident(idents, s, graph, op_.inputs[1], content_key), op_.kind,
+                              op_.attrs.get("groups", 1), Np, Kp, int(tn), int(tk)), pad(nbB * Np * Kp, ALIGN)))
+            if shape.bias and len(op_.inputs) > 2 and op_.inputs[2] in graph.weights:
+                keys.append((("bias", _ident(idents, s, graph, op_.inputs[2], content_key), op_.kind, Np, int(tm),
+                              int(tn)), pad(Np * int(tm) * 4, ALIGN)))
+            before, own = earlier.setdefault(int(i), set()), mine.setdefault(int(i), set())
+            for key, nbytes in keys:
+                if key in before and key not in own:
+                    out[int(i)] = out.get(int(i), 0) + nbytes
+                own.add(key)
+        for i, own in mine.items():
+            earlier[i] |= own
+    return out
+
+
+def _ident(idents: dict, s: int, graph, name: str, content_key) -> tuple:
+    if (s, name) not in idents:
+        idents[(s, name)] = content_key(np.asarray(graph.weights[name]))
+    return idents[(s, name)]
 
 
 def epoch_cycles(cycles: np.ndarray, syncs: np.ndarray, lead: np.ndarray | None = None,
@@ -263,14 +334,14 @@ def estimate_placed(stages: Sequence[tuple[str, object]], candidates: Sequence[C
     by_placement: dict[tuple, list[int]] = {}
     for k, i in enumerate(ok):
         m = candidates[i].mapping
-        by_placement.setdefault((m.placement, m.fusion, m.channels_last), []).append(k)
-    for (placement, fusion, channels_last), ks in by_placement.items():
+        by_placement.setdefault((m.placement, *plan_key(m)), []).append(k)
+    for (placement, *key), ks in by_placement.items():
         if placement != "phase" or not any(candidates[ok[k]].mapping.weights == "shared" for k in ks):
             regions.update({ok[k]: WeightRegions([0] * len(stages), [0] * len(stages), [0] * len(stages))
                             for k in ks})
             continue
         params = [CandidateArrays.from_candidates([stage_cands[s][k] for k in ks]) for s in range(len(stages))]
-        got = stage_regions([plan_graph(g, fusion, channels_last) for _, g in stages], params, [placed[ok[k]][0] for k in ks], placement,
+        got = stage_regions([plan_graph(g, *key) for _, g in stages], params, [placed[ok[k]][0] for k in ks], placement,
                             [candidates[ok[k]].chip for k in ks])
         regions.update({ok[k]: r for k, r in zip(ks, got)})
     per_stage, totals = [], []
@@ -282,7 +353,8 @@ def estimate_placed(stages: Sequence[tuple[str, object]], candidates: Sequence[C
         totals.append(summarize(per_op, cands) if cands else None)
     # per stage, per candidate: (cycles, syncs) of its ops in order, split once
     op_times = [{cand: g for cand, g in frame.groupby("candidate")} if not frame.empty else {} for frame in per_stage]
-    stage_plans: dict[tuple, list] = {}  # per (fusion, channels_last): each stage's plan, by op name
+    stage_plans: dict[tuple, list] = {}  # per `plan_key`: each stage's plan, by op name
+    bound = bound_constants(stages, per_stage, candidates)
     rows = []
     for i, c in enumerate(candidates):
         places, reason = placed[i]
@@ -311,6 +383,8 @@ def estimate_placed(stages: Sequence[tuple[str, object]], candidates: Sequence[C
                "private_sram_bytes": float(sum(sram_per_core))}
         for name in SUMMED + TOTAL_ACTIVITY:
             row[name] = sum(float(t[name]) for t in stage_totals)
+        # the constants the stages share are laid out once (as the staged lowering binds them)
+        row["workspace_bytes"] -= float(bound.get(i, 0))
         # shared weights: stages at once hold their regions side by side; one after another, the most one holds
         shared = [float(t["shared_sram_bytes"]) for t in stage_totals]
         row["shared_sram_bytes"] = sum(shared) if c.mapping.placement == "phase" else max(shared)
@@ -342,7 +416,7 @@ def _phase_cycles(c: Candidate, places, frames, stages, stage_plans: dict) -> fl
         if len(coupled) == 1:
             latency = max(latency, float(epochs[coupled[0]].sum()))
             continue
-        key = (c.mapping.fusion, c.mapping.channels_last)
+        key = plan_key(c.mapping)
         if key not in stage_plans:
             stage_plans[key] = [{p.op.name: p for p in plan_graph(g, *key)} for _, g in stages]
         heads: list[list] = [[] for _ in places]
@@ -361,13 +435,13 @@ def _estimate_at_bases(graph, cands: list[Candidate], calibration, b_bases: list
     at `b_bases[k]` (`WeightRegions.picked`): candidates at one base costed as one."""
     by: dict[tuple, list[int]] = {}
     for k, (c, base) in enumerate(zip(cands, b_bases)):
-        by.setdefault((base, c.mapping.fusion, c.mapping.channels_last), []).append(k)
+        by.setdefault((base, *plan_key(c.mapping)), []).append(k)
     if len(by) == 1 and b_bases[0] == 0:  # the plain plan (no stage's tiles picked again)
         return estimate(graph, cands, calibration)
     frames = []
-    for (base, fusion, channels_last), ks in by.items():
+    for (base, *key), ks in by.items():
         plans = [replace(p, gemm=replace(p.gemm, b_shared_base=base)) if p.gemm is not None else p
-                 for p in plan_graph(graph, fusion, channels_last)]
+                 for p in plan_graph(graph, *key)]
         part = estimate(graph, [cands[k] for k in ks], calibration, plans=plans)
         part["candidate"] = np.asarray(ks)[part["candidate"].to_numpy()]
         frames.append(part)
@@ -413,10 +487,10 @@ def estimate_layers(graph, candidates: Sequence[Candidate], calibration=None
     for i, c in enumerate(candidates):
         if not lays[i][1]:
             m = c.mapping
-            by_cut.setdefault((m.fusion, m.channels_last, m.cuts, m.handoff, m.weights == "shared",
+            by_cut.setdefault((plan_key(m), m.cuts, m.handoff, m.weights == "shared",
                                lays[i][0].handoff_sets, len(lays[i][0].ranges)), []).append(i)
-    for (fusion, channels_last, _, handoff, shared_weights, sets, n_ranges), same_cut in by_cut.items():
-        plans = plan_graph(graph, fusion, channels_last)
+    for (key, _, handoff, shared_weights, sets, n_ranges), same_cut in by_cut.items():
+        plans = plan_graph(graph, *key)
         ranges = lays[same_cut[0]][0].ranges
         handed = handoffs(plans, ranges, not shared_weights) if handoff != "dram" else {}
         overlap = lays[same_cut[0]][0].overlap
@@ -604,7 +678,7 @@ def auto_options(graph, candidate: Candidate) -> list[Mapping]:
     options = [Mapping.model_validate(m)]
     groups = len(candidate.chip.cores.groups)
     if groups >= 2 or (groups == 0 and candidate.mapping.workers >= 2):
-        plans = plan_graph(graph, candidate.mapping.fusion, candidate.mapping.channels_last)
+        plans = plan_for(graph, candidate.mapping)
         cuts = [k for k, p in enumerate(plans) if k and p.unit == "matrix"]
         kinds = ["layers"] + (["pipeline"] if (candidate.mapping.requests or 1) > 1 else [])
         for kind in kinds:
@@ -674,7 +748,7 @@ def latency_bounds(graph, chip, options: Sequence[Mapping]) -> list[float]:
     if not places:
         return [np.inf] * len(options)
     cands = list(places.values())
-    plans = plan_graph(graph, options[0].fusion, options[0].channels_last)  # every option's (one candidate's)
+    plans = plan_for(graph, options[0])  # every option's (one candidate's)
     index = {p.op.name: k for k, p in enumerate(plans)}
     # per option, the way each handed-off matmul reads its A: (sets, base)
     ways_of: list[dict[int, tuple[int, int]]] = []

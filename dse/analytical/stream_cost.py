@@ -12,7 +12,7 @@ and core speeds are per candidate, so chip knobs such as ``dma.burst_max_bytes``
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Callable
+from typing import Callable
 
 import numpy as np
 
@@ -23,9 +23,7 @@ from ..plan.memory import Blocked, Dram, Loc, pad
 from ..plan.streams import (Stream, busiest_core_part, relu_plan_key, relu_stream, scale_core_op, scale_stream,
                             stream_plan_key, takes_stream)
 from ..workload.graph import Graph, Op, scale_array
-
-if TYPE_CHECKING:
-    from .graph_cost import Charges
+from .charges import Charges
 
 
 def planned_stream(graph: Graph, op_name: str, chip) -> Stream | None:
@@ -92,8 +90,6 @@ class StreamCosts:
 
     def _charges(self, op: Op, keys: list[tuple], tile_of: Callable, make: Callable,
                  core_cycles: Callable | None) -> "tuple[np.ndarray, Charges, np.ndarray] | None":
-        from .graph_cost import Charges
-
         p, n = self.params, self.params.n
         groups: dict[tuple, list[int]] = {}
         for i, key in enumerate(keys):

@@ -71,7 +71,7 @@ COMMANDS = {
     "decide": "records",
     "delete": "records",
     "emulate": "emulate",
-    "emulate-matmul": "emulator",
+    "emulate-matmul": "emulate_matmul",
     "evidence": "evidence",
     "export": "records",
     "history": "records",

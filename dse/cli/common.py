@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import getpass
+import math
 import os
 import tomllib
 from pathlib import Path
@@ -87,3 +89,25 @@ def _shown(db: str) -> str:
     from ..records.opening import shown
 
     return shown(db)
+
+
+def _when(moment) -> str:
+    """A timestamp (datetime, pandas Timestamp, or NaT/None) to the second."""
+    if _missing(moment):
+        return "—"
+    return moment.strftime("%Y-%m-%d %H:%M:%S")
+
+
+def _missing(value) -> bool:
+    """None, NaN, or pandas' NA/NaT, told without importing pandas (a missing value from a
+    DataFrame is of a type pandas defines; a plain row's is None)."""
+    if value is None or (isinstance(value, float) and math.isnan(value)):
+        return True
+    return type(value).__module__.startswith("pandas") and str(value) in ("NaT", "<NA>")
+
+
+def _user() -> str:
+    try:
+        return getpass.getuser()
+    except Exception:  # noqa: BLE001 - no login name (a container): still a decision
+        return "unknown"

@@ -7,20 +7,17 @@ import os
 
 from ..errors import InputError
 from ..records import light
-from .common import add_db_argument, default_db, open_store
+from .common import _user, _when, add_db_argument, default_db, open_store
 
 
 def _author(args) -> str:
     if args.author is not None:
         return args.author
-    from .records import _user
-
     return os.environ.get("DSE_AUTHOR") or _user()
 
 
 def lesson_lines(found: list[dict]) -> list[str]:
     """One line per lesson, as `dse lessons` and `dse show EXP` print them."""
-    from .records import _when
     from ..records.lessons import sources_text
 
     return [f"lesson {x['id']} ({_when(x['created_at'])}, {x['author']}; {sources_text(x)}): {x['text']}"

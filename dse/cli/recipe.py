@@ -199,6 +199,23 @@ def cmd_diff(args) -> int:
     return 0 if identical else 1
 
 
+def cmd_chain(args) -> int:
+    """A chained recipe checked end to end against the float chain; emulated stage by stage
+    with --chip. 0 passed, 1 failed (2: bad input)."""
+    from ..numerics.chain import emulate_chain, float_chain, graph_chain, load_chain
+
+    stages = load_chain(args.chain)
+    reference = float_chain(stages)
+    reports = [("frontend graphs", graph_chain(stages, reference))]
+    if args.chip:
+        from ..chips import load_chip
+
+        reports.append((f"emulated on {args.chip}", emulate_chain(stages, load_chip(args.chip), reference=reference)))
+    for title, report in reports:
+        print(f"{title}: " + "\n".join(report.lines()))
+    return 0 if all(r.passed for _, r in reports) else 1
+
+
 def register(sub) -> None:
     recipe = sub.add_parser("recipe", help="list recipes, show a recipe's graph, check its frontend steps")
     rsub = recipe.add_subparsers(dest="action", required=True)
@@ -234,3 +251,10 @@ def register(sub) -> None:
     diff.add_argument("b", metavar="B", help="the other dump folder")
     diff.add_argument("--json", action="store_true", help="machine-readable output")
     diff.set_defaults(func=cmd_diff)
+    chain = rsub.add_parser("chain", help="a chained recipe (a chain.toml: one graph's outputs the next's inputs) "
+                                          "checked end to end against PyTorch; with --chip also emulated stage by "
+                                          "stage: exit 0 passed, 1 failed, 2 bad input")
+    chain.add_argument("chain", help="a chain.toml, or a folder holding one (e.g. recipes/llama_prefill_decode)")
+    chain.add_argument("--chip", help="emulate each stage on this chip (shipped name or TOML path), fed the "
+                                      "previous stage's emulated outputs")
+    chain.set_defaults(func=cmd_chain)

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import contextlib
-import getpass
 import json
 import math
 import os
@@ -13,7 +11,7 @@ from ..errors import InputError, close_matches
 from ..records import light
 from ..records.blobs import EvidenceCheck
 from ..records.outcomes import experiment_status, outcome, spelled_counts
-from .common import add_db_argument, default_db, evidence_verdict, open_store
+from .common import _missing, _user, _when, add_db_argument, default_db, evidence_verdict, open_store
 
 # `dse show c12` (candidate), `dse show r7` (run); a name or a bare id is an experiment.
 _PREFIXED = re.compile(r"(c|cand|candidate|r|run|e|exp|experiment)[:#-]?(\d+)", re.IGNORECASE)
@@ -76,21 +74,6 @@ def _candidate_id(text: str, field: str) -> int:
     if not digits.isdigit():
         raise InputError("dse", field, text, "a candidate id (a whole number, as `dse show` lists)")
     return int(digits)
-
-
-def _when(moment) -> str:
-    """A timestamp (datetime, pandas Timestamp, or NaT/None) to the second."""
-    if _missing(moment):
-        return "—"
-    return moment.strftime("%Y-%m-%d %H:%M:%S")
-
-
-def _missing(value) -> bool:
-    """None, NaN, or pandas' NA/NaT, told without importing pandas (a missing value from a
-    DataFrame is of a type pandas defines; a plain row's is None)."""
-    if value is None or (isinstance(value, float) and math.isnan(value)):
-        return True
-    return type(value).__module__.startswith("pandas") and str(value) in ("NaT", "<NA>")
 
 
 # ---- dse history --------------------------------------------------------------------------
@@ -197,7 +180,7 @@ def _resolve(store, text: str) -> tuple[str, int]:
     found = _prefixed(text)
     if found:
         return found
-    names = store.experiments()["name"].tolist()
+    names = [e["name"] for e in store.experiment_summaries()]
     known = f"; experiments: {', '.join(names[:12])}" + (" …" if len(names) > 12 else "") if names else ""
     raise InputError(store.url, "ID", text, _SHOW_ALLOWED + known, close_matches(text, names))
 
@@ -207,13 +190,10 @@ def cmd_show(args) -> int:
         raise InputError("dse show", "--limit", args.limit, "a whole number >= 0 (candidates listed)")
     if args.program or args.banks:
         return _show_emitted(args)
-    # A SQLite store at the schema head: read with the standard library (the Store's own
-    # SQL), no SQLAlchemy or pandas; anything else (a name or id the store lacks, a store the
-    # Store's open would refuse or upgrade) is the Store's to answer.
-    with light.open_light(args.db or default_db()) or contextlib.nullcontext() as quick:
-        if quick is not None and (check := _show_light(quick, args.id, args.limit)) is not None:
-            return evidence_verdict(check)
-    with open_store(args.db) as store:
+    # A store at the schema head: read with its plain driver (the Store's own SQL and
+    # errors), no SQLAlchemy or pandas; a store the Store's open would refuse, upgrade or
+    # reap is the Store's to answer.
+    with light.open_light(args.db or default_db()) or open_store(args.db) as store:
         kind, ident = _resolve(store, args.id)
         if kind == "experiment":
             check = _show_experiment(store, ident, args.limit)
@@ -261,24 +241,6 @@ def _show_emitted(args) -> int:
               "out = stored to):")
         print(lifetimes_text(emitted.bank_lifetimes()))
     return 0
-
-
-def _show_light(quick, text: str, limit: int):
-    """`dse show` from the light read, resolved as `_resolve` does: the check of the evidence
-    shown, or None (nothing printed) when the store lacks what `text` names, for the Store
-    to say what it has."""
-    ident = quick.experiment_id(text)
-    kind = "experiment"
-    if ident is None:
-        kind, ident = _prefixed(text) or (None, None)
-        if kind == "experiment":
-            ident = quick.experiment_id(ident)
-    if kind == "experiment" and ident is not None:
-        return _show_experiment(quick, ident, limit)
-    row = quick.candidate(ident) if kind == "candidate" else quick.run_row(ident) if kind == "run" else None
-    if row is None:
-        return None
-    return (_show_candidate if kind == "candidate" else _show_run)(quick, row)
 
 
 def _show_experiment(store, ident: int, limit: int) -> EvidenceCheck:
@@ -426,6 +388,13 @@ def _changes(diff_json: str) -> str:
     return _one_line(", ".join(f"{k.split('.', 1)[-1]}={v[1]}" for k, v in diff.items()), 50)
 
 
+def reused_lines(runs: list[dict]) -> list[str]:
+    """Per stage, the candidate's latest run's evidence when it is reused from an earlier
+    experiment (`runs`: `Store.run_rows`): "analytical evidence reused from ..."."""
+    latest = {r["stage"]: r for r in runs}  # by id: the last of a stage wins
+    return [f"{stage} evidence {r['reused_from']}" for stage, r in latest.items() if r["reused_from"]]
+
+
 def _show_candidate(store, cand: dict) -> EvidenceCheck:
     """A candidate (`store.candidate`'s dict) in full: plain rows, printed as pandas would
     print them (`_text_table`), without pandas."""
@@ -458,6 +427,9 @@ def _show_candidate(store, cand: dict) -> EvidenceCheck:
             "reason / error": [_one_line(r["reason"] if isinstance(r["reason"], str) else r["error"], 50)
                                for r in runs],
         }))  # fmt: skip
+        for r in runs:  # evidence linked from an earlier experiment, not evaluated again (dse.records.reuse)
+            if r["reused_from"]:
+                print(f"  run {r['id']} ({r['stage']}): {r['reused_from']}")
     metrics = store.total_metric_rows(ident)
     if metrics:
         print("metrics (latest run of each kind, scope total):")
@@ -509,6 +481,8 @@ def _show_run(store, run: dict) -> EvidenceCheck:
     print(f"seed: {run['seed']}   model version: {run['model_version'] or '—'}   "
           f"emulator version: {run['emulator_version'] or '—'}")  # fmt: skip
     print("versions: " + json.dumps(run["versions"], sort_keys=True))
+    if run.get("reused_from"):
+        print(f"{run['reused_from']}: its evidence (status, reason, metrics, files) is that run's, not evaluated again")
     for field in ("reason", "error"):
         if run[field]:
             print(f"{field}: {run[field]}")
@@ -552,6 +526,7 @@ def cmd_compare(args) -> int:
         metrics = _scoped_metrics(store, a, b, args.scope)
         exp_a = store.experiment(cand_a["experiment_id"])
         exp_b = store.experiment(cand_b["experiment_id"])
+        runs_a, runs_b = store.run_rows(a), store.run_rows(b)
     print(f"A = candidate {a} ({cand_a['experiment']}), B = candidate {b} ({cand_b['experiment']})")
     work_a, work_b = _work_of(cand_a, exp_a), _work_of(cand_b, exp_b)
     print("submitted work: " + (f"identical ({work_a})" if work_a == work_b else
@@ -561,6 +536,9 @@ def cmd_compare(args) -> int:
         print(f"note: different experiments; {same} workload "
               f"({exp_a['workload_recipe']} {exp_a['workload_hash'][:12]} vs "
               f"{exp_b['workload_recipe']} {exp_b['workload_hash'][:12]})")  # fmt: skip
+    for side, ident, rows in (("A", a, runs_a), ("B", b, runs_b)):
+        for line in reused_lines(rows):
+            print(f"{side}'s {line}")
     design = fields[~fields["field"].str.contains(":", regex=False)]
     print()
     if design.empty:
@@ -741,13 +719,6 @@ def cmd_decide(args) -> int:
     for check in result.checks:
         print(f"  acceptance[{check['criterion']}] {check['outcome']}: {check['clause']}")
     return 0
-
-
-def _user() -> str:
-    try:
-        return getpass.getuser()
-    except Exception:  # noqa: BLE001 - no login name (a container): still a decision
-        return "unknown"
 
 
 # ---- dse note -----------------------------------------------------------------------------

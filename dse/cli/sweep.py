@@ -21,7 +21,7 @@ def cmd_sweep(args) -> int:
     try:
         result = run_sweep(args.spec, args.db, progress=not args.no_progress, workers=args.workers,
                            cluster=args.cluster, connect_timeout=args.connect_timeout,
-                           yes_large=args.yes_large)
+                           yes_large=args.yes_large, reuse=not args.no_reuse)
     except KeyboardInterrupt:
         # Everything finished so far is recorded; runs in flight were marked crashed.
         from . import EXIT_INTERRUPT, INTERRUPTED
@@ -30,6 +30,9 @@ def cmd_sweep(args) -> int:
         return EXIT_INTERRUPT
     print(f"experiment '{result.name}' (id {result.experiment_id}): {result.evaluated} evaluated, "
           f"{result.resumed} already recorded; candidates: {spelled_counts(result.outcomes)}")
+    if result.reused:
+        print(f"reused: {result.reused} run(s) link to an earlier experiment's evidence of the same candidate "
+              "(dse show CANDIDATE names it; --no-reuse evaluates afresh)")
     if result.reasons:  # each reason once, with how many candidates it stopped
         from ..runner.reasons import reason_lines
 
@@ -70,6 +73,9 @@ def register(sub) -> None:
                        help="how long to wait for the cluster's scheduler to answer (default 5)")
     sweep.add_argument("--yes-large", action="store_true",
                        help="run a sweep of more candidates than [search] max_candidates (default 100000)")
+    sweep.add_argument("--no-reuse", action="store_true",
+                       help="evaluate every candidate, even one an earlier experiment on the same workload evaluated "
+                            "(default: its run links to that evidence)")
     sweep.set_defaults(func=cmd_sweep)
     prop = sub.add_parser("propose", help="record an experiment's hypothesis untested (no stage runs); "
                                           "a later `dse sweep` of the spec runs it")

@@ -13,7 +13,7 @@ from __future__ import annotations
 import numpy as np
 
 from dse.frontend.rewrite import Rewriter
-from dse.workload.graph import CHANNELS_LAST, CONV_KINDS, Graph
+from dse.workload.graph import CHANNELS_LAST, CHANNELS_LAST_WEIGHTS, CONV_KINDS, Graph
 
 OPTIONS: dict = {}
 
@@ -57,7 +57,7 @@ def run(graph: Graph, ctx) -> Graph:
         if gamma is not None:
             a = a * gamma
         weight = graph.weights[op.inputs[1]].astype(np.float64)
-        out_axis = weight.ndim - 1 if op.attrs.get("weight_layout", "OIHW") in ("WIO", "HWIO") else 0
+        out_axis = weight.ndim - 1 if op.attrs.get("weight_layout", "OIHW") in CHANNELS_LAST_WEIGHTS else 0
         shape = [1] * weight.ndim
         shape[out_axis] = -1
         bias = graph.weights[op.inputs[2]].astype(np.float64) if op.attrs.get("has_bias") else np.zeros_like(mean)

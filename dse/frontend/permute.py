@@ -28,6 +28,7 @@ from dse.frontend.rewrite import Rewriter
 from dse.workload.graph import (
     ACTIVATION_KINDS,
     BINARY_KINDS,
+    CHANNELS_LAST,
     CONV_KINDS,
     INTERPRETERS,
     MOVE_KINDS,
@@ -40,10 +41,10 @@ from dse.workload.graph import (
 
 OPTIONS = {"channels_last": (bool, True), "pretranspose": (bool, True)}
 
-CF_TO_CL = {3: [0, 2, 1], 4: [0, 2, 3, 1]}
-CL_TO_CF = {3: [0, 2, 1], 4: [0, 3, 1, 2]}
-_LAYOUT_CL = {"NCL": "NLC", "NCHW": "NHWC"}
-_WEIGHT_CL = {"OIW": ("WIO", (2, 1, 0)), "OIHW": ("HWIO", (2, 3, 1, 0))}
+CF_TO_CL = {3: [0, 2, 1], 4: [0, 2, 3, 1], 5: [0, 2, 3, 4, 1]}
+CL_TO_CF = {3: [0, 2, 1], 4: [0, 3, 1, 2], 5: [0, 4, 1, 2, 3]}
+_LAYOUT_CL = {"NCL": "NLC", "NCHW": "NHWC", "NCDHW": "NDHWC"}
+_WEIGHT_CL = {"OIW": ("WIO", (2, 1, 0)), "OIHW": ("HWIO", (2, 3, 1, 0)), "OIDHW": ("DHWIO", (2, 3, 4, 1, 0))}
 _ELEMENTWISE = BINARY_KINDS + ACTIVATION_KINDS + UNARY_KINDS
 
 
@@ -211,7 +212,7 @@ def run(graph: Graph, ctx, channels_last: bool = True, pretranspose: bool = True
     ctx.details.update(
         activation_permutes_before=before[0], activation_permutes_after=after[0],
         permuted_elements_before=before[1], permuted_elements_after=after[1],
-        convs_channels_last=sum(op.attrs.get("layout") in ("NLC", "NHWC") for op in result.ops_of_kind(*CONV_KINDS)),
+        convs_channels_last=sum(op.attrs.get("layout") in CHANNELS_LAST for op in result.ops_of_kind(*CONV_KINDS)),
         weights_pretransposed=sum(op.attrs.get("weight_layout") == "KN" for op in result.ops_of_kind("matmul")),
     )
     return result

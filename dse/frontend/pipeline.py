@@ -10,7 +10,9 @@ output, max |graph - PyTorch| <= tolerance * max |PyTorch| (FLOAT_TOLERANCE = 1e
 steps that keep float32, the step's declared tolerance for quantize), every tensor's value
 has the shape and dtype its spec says, and the step's own check (quantize: bit-exact
 against an integer implementation) passes. A step that cannot apply is a failed stage
-with its reason, and the pipeline stops there.
+with its reason, and the pipeline stops there. A reference that cannot tell a right graph
+from a wrong one (an all-zero output, or one the inputs do not move) fails the capture
+stage as a "vacuous comparison" unless the recipe declares it (`dse.frontend.vacuous`).
 
 A result is cached (`dse.workload.cache`) under one key for the checked and the unchecked
 run: an unchecked request takes either, a checked one only a checked entry (and its run
@@ -348,6 +350,8 @@ def _run(recipe: Recipe, params: dict[str, Any], steps: list[StepSpec], out: Pat
                 # the check's trace is this graph's (ctx.traced): its outputs are Graph.run's
                 stage_outputs[len(stages) - 1] = [ctx.traced[1][name].clone() for name in graph.outputs]
             bar.update()
+        if check:
+            _check_vacuous(stages[0], recipe, module, inputs, expected, graphs[0].outputs)
         bar.refresh()  # the last stage's update drawn before the bar goes (within mininterval it is not)
     finally:
         bar.close()
@@ -364,6 +368,39 @@ def _run(recipe: Recipe, params: dict[str, Any], steps: list[StepSpec], out: Pat
             (out / stage.dump).write_text(stage_graph.dump())
     return PipelineResult(recipe.name, str(recipe.path), params, stages, graphs, str(out) if out else None,
                           Reference(inputs, expected, stage_outputs), check, kept)
+
+
+def _check_vacuous(stage: StageResult, recipe: Recipe, module, inputs: tuple, expected: list,
+                   names: list[str]) -> None:
+    """The capture stage fails with "vacuous comparison" when the PyTorch reference cannot tell
+    a right graph from a wrong one (`dse.frontend.vacuous`), unless the recipe declares it.
+    Run after every stage: the module's second forward may touch its buffers."""
+    import torch
+
+    from dse.frontend.steps import FLOAT_TOLERANCE
+    from dse.frontend.vacuous import DECLARATION, declared, redrawn_inputs, vacuous_outputs
+    from dse.workload.capture import flat_outputs
+
+    redrawn_args, changed = redrawn_inputs(inputs)
+    redrawn = None
+    if changed:
+        try:
+            with torch.no_grad():
+                redrawn = flat_outputs(module(*redrawn_args))
+        except Exception:  # noqa: BLE001 - inputs the model refuses: only the all-zero test applies
+            redrawn = None
+    found = vacuous_outputs(names, expected, redrawn, FLOAT_TOLERANCE)
+    if not found:
+        return
+    reason = declared(recipe.module)
+    stage.details["vacuous"] = found
+    if reason is not None:
+        stage.details["vacuous_declared"] = reason
+        return
+    message = (f"vacuous comparison: {'; '.join(found)} (the check compares nothing; re-draw the weights that make "
+               f"it so, or declare {DECLARATION} = \"why\" in model.py)")
+    stage.passed = False
+    stage.error = f"{stage.error}; {message}" if stage.error else message
 
 
 def kept_values(graph: Graph, values: dict, budget: int) -> dict:

@@ -32,6 +32,10 @@ Granularity (step options):
   axis of a pre-transposed [K, N] weight, axis 0 of OIHW / OIW conv weights and the last
   axis of HWIO / WIO ones.
 Every scale is constant along the reduction axis K, so it factors out of the sum.
+Calibration rule of the activations (step option `calibration`; weights always absmax):
+"absmax" (nothing clips), "percentile" (t = the `percentile`-th percentile of |x|, the
+rare largest values clip) or "mse" (the t of least expected int8 error over |x|'s
+histogram, `thresholds`); s = fp32(127 / t) as above, t in place of absmax.
 
 The ops, their dtypes and attrs
 -------------------------------
@@ -81,9 +85,10 @@ from typing import Any
 import numpy as np
 import torch
 
-from dse.frontend.rewrite import Rewriter
+from dse.frontend.rewrite import Rewriter, StepError
 from dse.workload.graph import (
     CHANNELS_LAST,
+    CHANNELS_LAST_WEIGHTS,
     CONV_KINDS,
     INT8_MAX,
     INT8_MIN,
@@ -94,9 +99,12 @@ from dse.workload.graph import (
     weight_array,
 )
 
+CALIBRATIONS = ("absmax", "percentile", "mse")
 OPTIONS = {
     "activations": (str, "tensor", ("tensor", "strip")),
     "weights": (str, "channel", ("tensor", "strip", "channel")),
+    "calibration": (str, "absmax", CALIBRATIONS),
+    "percentile": (float, 99.99),
     "fuse": (bool, True),
     "tolerance": (float, 0.05),
 }
@@ -120,21 +128,60 @@ class Scale:
         return {"scale": self.values.tolist(), "scale_axes": [self.axis], "scale_groups": [self.group]}
 
 
-def calibrate(values: np.ndarray, axis: int | None, granularity: str) -> Scale:
-    """scale = fp32(127 / absmax) per tensor, per `STRIP` entries or per entry along `axis`."""
+def calibrate(values: np.ndarray, axis: int | None, granularity: str, rule: str = "absmax",
+              percentile: float = 99.99) -> Scale:
+    """scale = fp32(127 / t) per tensor, per `STRIP` entries or per entry along `axis`, with
+    the clipping threshold t of `rule` (`thresholds`) over each group's values."""
     values = np.asarray(values)
     if granularity == "tensor" or axis is None or values.ndim == 0:
-        absmax, axis, group, granularity = _absmax(values.reshape(1, -1)), None, 0, "tensor"
-    else:
+        absmax, axis, group, granularity = thresholds(values.reshape(1, -1), rule, percentile), None, 0, "tensor"
+    elif rule == "absmax":
         group = _GROUP[granularity]
         per_index = _absmax(np.moveaxis(values, axis, 0).reshape(values.shape[axis], -1))
         padded = np.concatenate([per_index, np.zeros(-len(per_index) % group)])
         absmax = padded.reshape(-1, group).max(axis=1)
+    else:
+        group = _GROUP[granularity]
+        rows = np.moveaxis(values, axis, 0).reshape(values.shape[axis], -1)
+        absmax = np.concatenate([thresholds(rows[start:start + group].reshape(1, -1), rule, percentile)
+                                 for start in range(0, len(rows), group)])
     # A magnitude so small that 127 / absmax is no finite fp32 (denormal values: zero to int8
     # at any usable scale) takes scale 1, as an all-zero tensor does.
     usable = absmax > 127.0 / np.finfo(np.float32).max
     scale = np.where(usable, 127.0 / np.where(usable, absmax, 1.0), 1.0).astype(np.float32)
     return Scale(scale, axis, group, granularity)
+
+
+MSE_BINS = 2048  # histogram of |x| the MSE rule reads
+MSE_CANDIDATES = 128  # thresholds it tries: absmax * k / 128, k = 1..128
+
+
+def thresholds(rows: np.ndarray, rule: str = "absmax", percentile: float = 99.99) -> np.ndarray:
+    """The clipping threshold t of each row (scale = 127 / t), float64, by the calibration rule:
+    - absmax: max |x| (nothing clips);
+    - percentile: the `percentile`-th percentile of |x| (the largest values clip);
+    - mse: the t among absmax * k / 128 (k = 1..128) of least expected squared error of
+      int8 rounding over the row's |x| histogram (2048 bins): (t / 127)^2 / 12 for each value
+      within t (uniform rounding noise), (|x| - t)^2 for each value clipped."""
+    absmax = _absmax(rows)
+    if rule == "absmax":
+        return absmax
+    if rule == "percentile":
+        return np.array([np.percentile(np.abs(row), percentile) if row.size else 0.0 for row in rows],
+                        dtype=np.float64)
+    if rule != "mse":
+        raise ValueError(f"calibration rule {rule!r}; allowed: {', '.join(CALIBRATIONS)}")
+    out = np.zeros(len(rows), dtype=np.float64)
+    for i, (row, top) in enumerate(zip(rows, absmax)):
+        if top <= 0:
+            continue
+        counts, edges = np.histogram(np.abs(row), bins=MSE_BINS, range=(0.0, top))
+        centers = (edges[:-1] + edges[1:]) / 2
+        candidates = top * np.arange(1, MSE_CANDIDATES + 1) / MSE_CANDIDATES
+        within = centers[None, :] <= candidates[:, None]
+        error = np.where(within, (candidates[:, None] / 127) ** 2 / 12, (centers[None, :] - candidates[:, None]) ** 2)
+        out[i] = candidates[int(np.argmin(error @ counts))]
+    return out
 
 
 def _absmax(rows: np.ndarray) -> np.ndarray:
@@ -175,7 +222,7 @@ def _roles(op: Op, graph: Graph) -> _Roles | None:
             return None
         rows = len(a) >= 2
         return _Roles(len(a) - 2 if rows else None, len(b) - 1, len(out) - 2 if rows else None, len(out) - 1)
-    weight_last = op.attrs.get("weight_layout") in ("WIO", "HWIO")
+    weight_last = op.attrs.get("weight_layout") in CHANNELS_LAST_WEIGHTS
     out_channel = len(out) - 1 if op.attrs.get("layout") in CHANNELS_LAST else 1
     return _Roles(None, len(b) - 1 if weight_last else 0, None, out_channel)
 
@@ -195,11 +242,13 @@ def _multiplier(out_axes: list[tuple[int, Scale]], numerator: float = 1.0) -> di
 
 
 class _Quantizer:
-    def __init__(self, graph: Graph, values: dict[str, torch.Tensor], activations: str, weights: str):
+    def __init__(self, graph: Graph, values: dict[str, torch.Tensor], activations: str, weights: str,
+                 calibration: str = "absmax", percentile: float = 99.99):
         self.graph = graph
         self.values = values
         self.activations = activations
         self.weights = weights
+        self.calibration, self.percentile = calibration, percentile  # the activations' rule (weights: absmax)
         self.rw = Rewriter(graph, "quantize")
         self.quantized: dict[tuple, tuple[str, Scale]] = {}
         self.products = 0
@@ -218,7 +267,7 @@ class _Quantizer:
         granularity = activation_granularity or self.activations
         key = ("activation", name, axis if granularity != "tensor" else None, granularity)
         if key not in self.quantized:
-            scale = calibrate(self.values[name].numpy(), axis, granularity)
+            scale = calibrate(self.values[name].numpy(), axis, granularity, self.calibration, self.percentile)
             spec = graph.tensors[name]
             out = rw.emit("quantize", [name], spec.shape, "int8",
                           {**scale.attrs(), "granularity": scale.granularity, "role": role}, source,
@@ -291,7 +340,7 @@ def _reduction_length(op: Op, graph: Graph) -> int:
     """K: how many int8 products each accumulator sums (a conv's is C_in / groups x kernel)."""
     weight = graph.tensors[op.inputs[1]].shape
     if op.kind in CONV_KINDS:
-        out_channels = weight[-1] if op.attrs.get("weight_layout") in ("WIO", "HWIO") else weight[0]
+        out_channels = weight[-1] if op.attrs.get("weight_layout") in CHANNELS_LAST_WEIGHTS else weight[0]
         return int(np.prod(weight)) // int(out_channels)
     a = graph.tensors[op.inputs[0]].shape
     return int(a[-1])
@@ -355,9 +404,11 @@ def _combine(q_attrs: dict[str, Any], deq_attrs: dict[str, Any]) -> dict[str, An
 
 
 def run(graph: Graph, ctx, activations: str = "tensor", weights: str = "channel", fuse: bool = True,
-        tolerance: float = 0.05) -> Graph:
+        tolerance: float = 0.05, calibration: str = "absmax", percentile: float = 99.99) -> Graph:
+    if not 0 < percentile <= 100:
+        raise StepError(f"percentile {percentile} out of range (0, 100]")
     values = ctx.trace(graph)  # calibration: the float graph on the example inputs (the last check's)
-    quantizer = _Quantizer(graph, values, activations, weights)
+    quantizer = _Quantizer(graph, values, activations, weights, calibration, percentile)
     for op in graph.ops:
         if op.kind in MATMUL_KINDS or op.kind in CONV_KINDS:
             quantizer.product(op)
@@ -370,7 +421,8 @@ def run(graph: Graph, ctx, activations: str = "tensor", weights: str = "channel"
     ctx.details.update(
         products=quantizer.products, requantize=len(result.ops_of_kind("requantize")),
         quantize=len(result.ops_of_kind("quantize")), dequantize=len(result.ops_of_kind("dequantize")),
-        activations=activations, weights=weights,
+        activations=activations, weights=weights, calibration=calibration,
+        **({"percentile": percentile} if calibration == "percentile" else {}),
     )
     return result
 
@@ -467,7 +519,7 @@ def _np_conv(x: np.ndarray, w: np.ndarray, bias: np.ndarray | None, attrs: dict[
     channels_last = attrs["layout"] in CHANNELS_LAST
     if channels_last:
         x = np.moveaxis(x, -1, 1)
-    if attrs["weight_layout"] in ("WIO", "HWIO"):  # [*kernel, in, out] -> [out, in, *kernel]
+    if attrs["weight_layout"] in CHANNELS_LAST_WEIGHTS:  # [*kernel, in, out] -> [out, in, *kernel]
         k = w.ndim - 2
         w = w.transpose(k + 1, k, *range(k))
     nd = w.ndim - 2

@@ -15,7 +15,7 @@ from typing import Any
 import numpy as np
 
 from dse.workload.counts import recount
-from dse.workload.graph import CHANNELS_LAST, Graph, Op, OpCounts, TensorSpec
+from dse.workload.graph import CHANNELS_LAST, CONV_KINDS, Graph, Op, OpCounts, TensorSpec
 
 
 class StepError(Exception):
@@ -155,7 +155,7 @@ def _live_ops(ops: list[Op], outputs: list[str]) -> list[Op]:
 
 def refresh_gemm_attrs(op: Op, tensors: dict[str, TensorSpec]) -> None:
     """Recompute M, N, K, batch of a linear / matmul / conv from its current shapes."""
-    if op.kind not in ("linear", "matmul", "conv1d", "conv2d"):
+    if op.kind not in ("linear", "matmul", *CONV_KINDS):
         return
     a, b = tensors[op.inputs[0]].shape, tensors[op.inputs[1]].shape
     out = tensors[op.outputs[0]].shape

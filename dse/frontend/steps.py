@@ -199,16 +199,26 @@ def steps_identity(steps: list[StepSpec]) -> list[dict[str, Any]]:
     return out
 
 
-def quantized_steps(recipe: str, quantization: str):
-    """The recipe's frontend steps with the quantize step's weight granularity set."""
+def quantized_steps(recipe: str, choice: str):
+    """The recipe's frontend steps with the quantize step's options a mapping sets
+    (`Mapping.quantize_choice`: the weight granularity, "+" and the activations' calibration
+    rule, either may be empty: "channel", "tensor+mse", "+percentile")."""
     from dse.workload import load_recipe
 
     folder = load_recipe(recipe).path.parent
     steps = load_steps(folder)
+    weights, _, calibration = choice.partition("+")
+    field = "mapping.quantization" if weights else "mapping.calibration"
     if not any(step.name == "quantize" for step in steps):
-        raise InputError(folder, "mapping.quantization", quantization, "a recipe with a quantize step")
-    allowed = steps[[step.name for step in steps].index("quantize")].definition.options["weights"][2]
-    if quantization not in allowed:
-        raise InputError(folder, "mapping.quantization", quantization, ", ".join(allowed))
-    return [StepSpec(step.definition, {**step.options, "weights": quantization}) if step.name == "quantize" else step
+        raise InputError(folder, field, weights or calibration, "a recipe with a quantize step")
+    options = steps[[step.name for step in steps].index("quantize")].definition.options
+    chosen = {}
+    for name, option, value in (("mapping.quantization", "weights", weights),
+                                ("mapping.calibration", "calibration", calibration)):
+        if not value:
+            continue
+        if value not in options[option][2]:
+            raise InputError(folder, name, value, ", ".join(options[option][2]))
+        chosen[option] = value
+    return [StepSpec(step.definition, {**step.options, **chosen}) if step.name == "quantize" else step
             for step in steps]

@@ -80,7 +80,7 @@ from ..mapping import Candidate, MatmulShape
 from ..mapping.matmul import check_tiles
 from ..mapping.params import CandidateArrays
 from ..plan.chains import CHAIN_KIND, chain_elements, chain_extent, chain_parts
-from ..plan.graph_plan import OpPlan, copy_buffer, plan_graph, stored_loc
+from ..plan.graph_plan import OpPlan, copy_buffer, plan_for, stored_loc
 from ..plan.grouped import block_diagonal, on_matrix
 from ..plan.layout import permuted, stored_orders
 from ..plan.matmul import plan_matmul
@@ -214,7 +214,7 @@ class ProgramBuilder:
         """The tensor's location; a weight is placed (as a constant) on first use."""
         if name not in self.locs:
             spec = self.graph.tensors[name]
-            self.locs[name] = self.dram.tensor(spec.shape, spec.dtype, self.graph.weights[name])
+            self.locs[name] = self.dram.weight(spec.shape, spec.dtype, self.graph.weights[name])
         return self.locs[name]
 
     def logical(self, name: str) -> Loc:
@@ -777,7 +777,7 @@ def lower(graph: Graph, candidate: Candidate, inputs, elementwise: str = "auto")
     them bit for bit: ``"auto"`` (the Ball when `stream_cycles` < `core_cycles`), ``"ball"``
     (always the Ball), ``"core"`` (always the core)."""
     b = ProgramBuilder(graph, candidate, inputs, elementwise=elementwise)
-    for plan in plan_graph(graph, candidate.mapping.fusion, candidate.mapping.channels_last):
+    for plan in plan_for(graph, candidate.mapping):
         b.lower_op(plan)
     return b.finish()
 
@@ -802,6 +802,7 @@ def lower_stages(stages, chip, mapping, roles=None, regions=None) -> StagedLower
     cycles). `roles` names the stages in an infeasible reason; `regions`, where each stage
     keeps its shared weights (`dse.plan.placement.stage_regions`; default from bank 0 up)."""
     dram = Dram()
+    dram.bind_content = True  # the stages' identical weights and constants: one copy
     builders = []
     used: set[int] = set()
     for i, (graph, inputs, core_ids) in enumerate(stages):
@@ -846,7 +847,7 @@ def lower_placed(stages, candidate: Candidate) -> StagedLowered:
     if mapping.placement == "phase":
         regions = None
         if mapping.weights == "shared":  # the stages' regions of the tile's shared banks
-            plans = [plan_graph(g, mapping.fusion, mapping.channels_last) for _, g, _ in stages]
+            plans = [plan_for(g, mapping) for _, g, _ in stages]
             params = [CandidateArrays.from_candidates([Candidate(p.chip, mapping.model_copy(
                 update={"workers": len(p.cores)}))]) for p in places]
             (regions,) = stage_regions(plans, params, [places], mapping.placement, [chip])
@@ -855,6 +856,7 @@ def lower_placed(stages, candidate: Candidate) -> StagedLowered:
         return lower_stages([(g, x, list(p.cores)) for (_, g, x), p in zip(stages, places)], chip, mapping,
                             roles=[p.role for p in places], regions=regions)
     dram = Dram()
+    dram.bind_content = True  # the stages' identical weights and constants: one copy
     builders = [_build_stage(graph, mapping, inputs, dram, p) for (_, graph, inputs), p in zip(stages, places)]
     cores = [sum((list(b.cores[w]) for b in builders), []) for w in range(mapping.workers)]
     name = " then ".join(f"{b.graph.name}" for b in builders) + f" on cores 0-{mapping.workers - 1}"
@@ -890,7 +892,7 @@ def lower_layers(graph: Graph, candidate: Candidate, requests) -> LayeredLowered
     of its own (`handoff_banks`; request k into bank set ``k mod Schedule.handoff_sets``),
     before the BARRIER that closes their slot."""
     chip, mapping = candidate.chip, candidate.mapping
-    plans = plan_graph(graph, mapping.fusion, mapping.channels_last)
+    plans = plan_for(graph, mapping)
     lay, reason = schedule(chip, mapping, len(plans))
     if reason:
         raise Infeasible(reason)
@@ -973,11 +975,11 @@ def _build_stage(graph: Graph, mapping, inputs, dram: Dram, placed: Placed, regi
     DRAM image, its shared weights in `region` (the bank they start at, the base their tiles
     are picked with: `WeightRegions`); an infeasible op's reason names the stage, its cores
     and its chip."""
-    dram.scope = object()  # a stage binds its own constants: the model costs each stage apart
+    dram.scope = object()  # (constants are bound by their bytes across the stages: `Dram.bind_content`)
     try:
         b = ProgramBuilder(graph, Candidate(placed.chip, mapping), inputs, dram)
         b.b_region, b.b_picked = region
-        for plan in plan_graph(graph, mapping.fusion, mapping.channels_last):
+        for plan in plan_for(graph, mapping):
             b.lower_op(plan)
     except Infeasible as exc:
         raise Infeasible(stage_reason(placed, str(exc))) from None

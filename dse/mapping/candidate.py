@@ -33,6 +33,10 @@ class Mapping(BaseModel):
     # per tensor, per 16-channel strip or per output channel. None: the recipe's own steps
     # (left out of the candidate's identity, so hashes from before this field stay valid).
     quantization: Literal["tensor", "strip", "channel"] | None = None
+    # Calibration rule of the activations' scales (the quantize step's `calibration`): "absmax"
+    # (nothing clips), "percentile" or "mse" (`dse.frontend.quantize.thresholds`), over the
+    # recipe's example inputs. None: the recipe's own steps (left out of the identity).
+    calibration: Literal["absmax", "percentile", "mse"] | None = None
     # How work is split across workers: "tiles" (None, the default) splits each product's
     # output tiles with a barrier per op; "spans" gives each worker a temporal span of the
     # output and the whole stack over it plus halo (`dse.lower.spans`). None is left out
@@ -83,6 +87,16 @@ class Mapping(BaseModel):
     # memory format), so a conversion whose producer or readers can take it is a view that
     # moves nothing (`dse.plan.layout`).
     channels_last: bool | None = None
+
+    @property
+    def quantize_choice(self) -> str | None:
+        """The quantize step options this mapping sets, as one key of the graph it runs
+        (`dse.frontend.steps.quantized_steps`): the weight granularity, then "+" and the
+        calibration rule when one is set ("channel", "channel+mse", "+mse"); None: the
+        recipe's own steps."""
+        if self.calibration is None:
+            return self.quantization
+        return f"{self.quantization or ''}+{self.calibration}"
 
     @field_validator("placement", mode="before")
     @classmethod

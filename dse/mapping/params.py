@@ -79,7 +79,6 @@ class CandidateArrays:
     no_matrix: np.ndarray  # bool: matrix_formula is None (no matmul can run)
     matrix_rows: np.ndarray
     matrix_cols: np.ndarray
-    relu_formula: list[str | None]
     chip_names: list[str]
 
     @classmethod
@@ -151,7 +150,6 @@ class CandidateArrays:
             no_matrix=np.fromiter((f is None for f in formulas), dtype=bool, count=len(cands)),
             matrix_rows=np.array([b.array_rows if b else 0 for b in matrix], dtype=np.int64),
             matrix_cols=np.array([b.array_cols if b else 0 for b in matrix], dtype=np.int64),
-            relu_formula=[ball_formula(c, "relu", "default") for c in cands],
             chip_names=[c.chip.name for c in cands],
         )
 

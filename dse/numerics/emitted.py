@@ -123,8 +123,6 @@ def emit_graph(graph: Graph, candidate: Candidate, inputs, elementwise: str = "a
     m = candidate.mapping
     named = {n: _np(x) for n, x in zip(graph.inputs, inputs)}
     if m.placement in ("layers", "pipeline") or (m.requests or 1) > 1:  # `dse.plan.placement.schedule`
-        from .run import request_inputs
-
         requests = request_inputs(inputs, m.requests or 1)
         layered = lower_layers(graph, candidate, requests)
         first = layered.stages[0]
@@ -165,3 +163,12 @@ def emit_spans(graph: Graph, candidate: Candidate, inputs) -> Emitted:
 
 
 __all__ = ["Emitted", "emit_graph", "emit_placed", "emit_spans", "weights_digest"]
+
+
+def request_inputs(inputs, requests: int) -> list[list]:
+    """The inputs of each of `requests` requests (``mapping.requests``): request k's are the
+    workload's rotated by k along their last axis (tokens, features), so that no two
+    requests compute alike and a request reading another's tensors shows in the numerics."""
+    import torch
+
+    return [[torch.roll(torch.as_tensor(x), k, dims=-1) if k else x for x in inputs] for k in range(requests)]

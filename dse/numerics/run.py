@@ -15,7 +15,7 @@ from ..lower import Infeasible, Lowered
 from ..mapping import Candidate, Mapping
 from ..workload.graph import Graph
 from . import OutputCheck, Verdict, compare, unmodified_check
-from .emitted import emit_graph, emit_placed, emit_spans
+from .emitted import emit_graph, emit_placed, emit_spans, request_inputs
 
 
 @dataclass
@@ -160,15 +160,6 @@ def emulate_graph(graph: Graph, candidate: Candidate, inputs, expected=None, tol
     return rep
 
 
-def request_inputs(inputs, requests: int) -> list[list]:
-    """The inputs of each of `requests` requests (``mapping.requests``): request k's are the
-    workload's rotated by k along their last axis (tokens, features), so that no two
-    requests compute alike and a request reading another's tensors shows in the numerics."""
-    import torch
-
-    return [[torch.roll(torch.as_tensor(x), k, dims=-1) if k else x for x in inputs] for k in range(requests)]
-
-
 def combined(verdicts: list[Verdict], names: list[str]) -> Verdict:
     """One verdict of several (stages, requests): it passes when every one does; its first
     differing op is named ``name:op``."""
@@ -260,7 +251,7 @@ def emulate_recipe(recipe: str | Path, chip, mapping: Mapping | None = None, par
     mapping = mapping or Mapping()
     point = dict(mapping.workload or {})
     recipe, params = point.pop("recipe", recipe), {**(params or {}), **point}
-    steps = quantized_steps(recipe, mapping.quantization) if mapping.quantization else None
+    steps = quantized_steps(recipe, mapping.quantize_choice) if mapping.quantize_choice else None
     prep = prepare_recipe(recipe, params, steps=steps, keep_bytes=KEPT_REFERENCE_BYTES)
     if prep.failed:
         return EmulationReport(prep.recipe, chip.name, mapping.model_dump(mode="json"), False, reason=prep.failed)

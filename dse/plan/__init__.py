@@ -10,8 +10,9 @@ infeasible (`Infeasible`, `MatmulPlans.reason`). Two consumers read it: the lowe
 with `dse.cost`, vectorised over candidates.
 """
 
-from .matmul import PLAN_FIELDS, MatmulPlan, MatmulPlans, blocked_reasons, plan_matmul, plan_matmuls
+from .tile_choice import PLAN_FIELDS, MatmulPlans, blocked_reasons
 from .mapper import GraphMap, OpMap, gemm_shape, map_graph, map_graph_candidates, search_shape
+from .matmul import MatmulPlan, plan_matmul, plan_matmuls
 from .memory import Blocked, Dram, Loc
 from .split import SPLITTABLE, busiest_elements, shared_loads, split_core_op, split_plan
 from .streams import ELEMENTWISE, Stream, StreamPiece, scale_core_op, scale_stream, stream_or_core

@@ -89,6 +89,20 @@ class OpPlan:
         return self.reads[0].blocked if self.reads else None
 
 
+# The mapping fields that shape a graph's plan: candidates equal in these share one plan.
+PLAN_KNOBS = ("fusion", "channels_last")
+
+
+def plan_key(mapping) -> tuple:
+    """What of `mapping` shapes its graph's plan (`PLAN_KNOBS`), as `plan_graph` takes it."""
+    return tuple(getattr(mapping, name) for name in PLAN_KNOBS)
+
+
+def plan_for(graph: Graph, mapping) -> list[OpPlan]:
+    """The plan of `graph` for a candidate of this `mapping`."""
+    return plan_graph(graph, *plan_key(mapping))
+
+
 def plan_graph(graph: Graph, fusion: str | None = None, channels_last: bool | None = None) -> list[OpPlan]:
     """The plan of every op of `graph`, in order (made once per `fusion` and `channels_last`
     and kept on the graph): `fusion` is the mapping's (None: every op materialized; "fuse"),
@@ -100,10 +114,11 @@ def plan_graph(graph: Graph, fusion: str | None = None, channels_last: bool | No
     plans = graph.__dict__.setdefault("op_plans", {})
     key = (fusion, channels_last)
     # (a graph cached with plans from before their footprints: planned again)
-    if key not in plans or key not in graph.__dict__.get("plan_dram_bytes", {}):
+    if key not in plans or key not in graph.__dict__.get("plan_weights", {}):
         walk = _Walk(graph, fusion == "fuse", channels_last)
         plans[key] = walk.run()
         graph.__dict__.setdefault("plan_dram_bytes", {})[key] = (walk.dram.top, walk.weight_bytes)
+        graph.__dict__.setdefault("plan_weights", {})[key] = list(walk.weights)
     return plans[key]
 
 
@@ -115,6 +130,13 @@ def dram_footprint(graph: Graph, fusion: str | None = None, channels_last: bool 
     plan_graph(graph, fusion, channels_last)
     top, weights = graph.__dict__["plan_dram_bytes"][(fusion, channels_last)]
     return requests * top - (requests - 1) * weights
+
+
+def placed_weights(graph: Graph, fusion: str | None = None, channels_last: bool | None = None
+                   ) -> list[tuple[str, int]]:
+    """The weights the plan of `graph` places, in order, each with the DRAM it takes."""
+    plan_graph(graph, fusion, channels_last)
+    return graph.__dict__["plan_weights"][(fusion, channels_last)]
 
 
 def stored_loc(dram: Dram, graph: Graph, name: str, orders: dict, value=None) -> Loc:
@@ -141,6 +163,7 @@ class _Walk:
         self.chained = {op.name: chain for chain in self.chains.values() for op in chain[:-1]}
         self.dram = Dram()  # placement only: no data
         self.weight_bytes = 0  # of the DRAM placed, the weights' (each placed once, whatever the requests)
+        self.weights: list[tuple[str, int]] = []  # each weight placed, with the DRAM it takes
         self.locs: dict[str, Loc] = {}
         self.unblocked: dict[str, Loc] = {}
         for name in graph.inputs:
@@ -152,6 +175,7 @@ class _Walk:
             top = self.dram.top
             self.locs[name] = self.dram.tensor(spec.shape, spec.dtype)
             self.weight_bytes += self.dram.top - top
+            self.weights.append((name, self.dram.top - top))
         return self.locs[name]
 
     def logical(self, name: str, copies: list[Copy]) -> Loc:
@@ -309,4 +333,5 @@ def copy_elements(copy: Copy) -> int:
 
 
 __all__ = ["Copy", "FUSIONS", "OpPlan", "Temporary", "UNITS", "copy_buffer", "copy_elements", "dram_footprint",
+           "placed_weights",
            "plan_graph", "stored_loc", "temporaries"]

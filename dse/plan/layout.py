@@ -32,7 +32,7 @@ CHANNELS_LAST = (None, True)  # mapping.channels_last: None (false, the default)
 # The conversions at a channels-last region's edge, by rank: the frontend's CF_TO_CL and
 # CL_TO_CF (`dse.frontend.permute`, not imported: it loads torch). Other activation permutes
 # (an attention's head split, K transposed) are not a channels-last choice and stay copies.
-REGION_EDGES = {3: ((0, 2, 1),), 4: ((0, 2, 3, 1), (0, 3, 1, 2))}
+REGION_EDGES = {3: ((0, 2, 1),), 4: ((0, 2, 3, 1), (0, 3, 1, 2)), 5: ((0, 2, 3, 4, 1), (0, 4, 1, 2, 3))}
 
 
 def reads_any_layout(graph: Graph, reader: Op, name: str) -> bool:

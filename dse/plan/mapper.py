@@ -37,13 +37,13 @@ import numpy as np
 from ..mapping import Candidate, CandidateArrays, MatmulShape, check_tiles, framework_tiles, tile_grid
 from ..mapping.matmul import divisors
 from ..cost.matmul import MatmulCost, matmul_cost
-from .matmul import PLAN_FIELDS, blocked_reasons
+from .tile_choice import PLAN_FIELDS, blocked_reasons
 
 OBJECTIVES = ("latency", "front")
 PRODUCT_KINDS = ("linear", "matmul")
-CONV_KINDS = ("conv1d", "conv2d")
+CONV_KINDS = ("conv1d", "conv2d", "conv3d")
 MAPPED_KINDS = PRODUCT_KINDS + CONV_KINDS
-_CHANNELS_LAST_WEIGHTS = ("HWIO", "WIO")
+_CHANNELS_LAST_WEIGHTS = ("HWIO", "WIO", "DHWIO")
 _NEVER = np.iinfo(np.int64).max
 
 

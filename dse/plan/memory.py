@@ -139,6 +139,14 @@ class Loc:
         return full[:, :b.M, :b.N].reshape(self.shape)
 
 
+def content_key(array: np.ndarray) -> tuple:
+    """What makes two read-only arrays interchangeable: shape, dtype and bytes (sha256)."""
+    import hashlib
+
+    data = np.ascontiguousarray(array)
+    return tuple(data.shape), data.dtype.str, hashlib.sha256(data.view(np.uint8).reshape(-1).data).hexdigest()
+
+
 class Dram:
     """A bump allocator over the DRAM image, with an initial-contents buffer."""
 
@@ -149,6 +157,11 @@ class Dram:
         # Constants are bound within a scope: one graph's lowering (one request of a layered
         # placement, one stage of a staged workload), as the model costs one graph.
         self.scope: object = None
+        # A staged workload's lowering (several graphs, one image): read-only tensors and
+        # constants bound by their bytes across the graphs, the stages' same weights placed
+        # once (`content_key`); the model counts them alike (`dse.analytical.placed.bound_across_stages`).
+        self.bind_content = False
+        self._by_content: dict[tuple, Loc] = {}
         # buffers that are no graph tensor, (addr, bytes, what), for a listing of where things are
         self.named: list[tuple[int, int, str]] = []
         self.label = ""  # the op placing buffers now (set by the lowering): an unnamed one is its
@@ -184,10 +197,20 @@ class Dram:
         blocked layout; the frontend gave byte-identical weights one name), every later use
         bound to that copy with its own offsets into it, within the current `scope`. The
         model counts it once likewise (`dse.analytical.graph_cost`: `GraphCost._bound_bytes`)."""
-        key = (self.scope, *key)
+        key = ("content", *content_key(array)) if self.bind_content else (self.scope, *key)
         if key not in self.constants:
             self.constants[key] = self.blob(array, name)
         return self.constants[key]
+
+    def weight(self, shape, dtype: str, value) -> Loc:
+        """A graph weight's buffer: its own, or with `bind_content` the one an identical weight
+        (same shape, dtype and bytes) of any graph of this image has."""
+        if not self.bind_content:
+            return self.tensor(shape, dtype, value)
+        key = (tuple(int(s) for s in shape), dtype, *content_key(np.asarray(value).astype(NP_DTYPES[dtype], copy=False)))
+        if key not in self._by_content:
+            self._by_content[key] = self.tensor(shape, dtype, value)
+        return self._by_content[key]
 
     def matrix(self, shape, dtype: str, nb: int, M: int, N: int) -> Loc:
         """A tensor of `shape` (nb x M rows of N, row-major) in a (nb, pad(M), pad(N)) buffer:

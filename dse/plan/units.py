@@ -20,7 +20,7 @@ from ..workload.graph import Graph, Op
 from .memory import Loc, padded_shape
 
 MATRIX_PRODUCTS = ("linear", "matmul")
-MATRIX_CONVS = ("conv1d", "conv2d")
+MATRIX_CONVS = ("conv1d", "conv2d", "conv3d")
 SCALE_KINDS = ("requantize", "dequantize", "quantize")
 
 
@@ -63,7 +63,8 @@ def _channels_last_int8_conv(graph: Graph, op: Op) -> bool:
         return False
     x, w = (graph.tensors[n] for n in op.inputs[:2])
     return (x.dtype == "int8" and w.dtype == "int8" and op.inputs[1] in graph.weights
-            and op.attrs.get("layout") in ("NHWC", "NLC") and op.attrs.get("weight_layout") in ("HWIO", "WIO")
+            and op.attrs.get("layout") in ("NHWC", "NLC", "NDHWC")
+            and op.attrs.get("weight_layout") in ("HWIO", "WIO", "DHWIO")
             and (not op.attrs.get("has_bias") or (len(op.inputs) > 2 and op.inputs[2] in graph.weights)))
 
 

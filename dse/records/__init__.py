@@ -15,8 +15,9 @@ from dse.lazy import lazy_attributes
 _SOURCES = {
     "choices": ("ARTIFACT_ROLES", "CANDIDATE_ORIGINS", "EXPERIMENT_STATUSES", "IMPORTED_METRIC_KINDS",
                 "METRIC_KINDS", "METRIC_SCOPES", "RUN_STAGES", "RUN_STATUSES"),
-    "store": ("FINAL_RUN_STATUSES", "ArtifactRef", "ImportedEvidence", "MetricIn", "MetricRow", "RecordNotFound",
-              "Store", "StoreBusy", "canonical_json", "content_hash", "database_url"),
+    "not_found": ("RecordNotFound",),
+    "store": ("FINAL_RUN_STATUSES", "ArtifactRef", "ImportedEvidence", "MetricIn", "MetricRow", "Store", "StoreBusy",
+              "canonical_json", "content_hash", "database_url"),
 }
 __getattr__ = lazy_attributes(__name__, _SOURCES)
 

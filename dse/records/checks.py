@@ -10,17 +10,10 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, NamedTuple
 
-from dse.errors import InputError
+from dse.records.not_found import RecordNotFound, as_id  # noqa: F401  (read from here too)
 from dse.records.schema import METRIC_KINDS, METRIC_SCOPES, RUN_STATUSES, check_choice
 
 FINAL_RUN_STATUSES = tuple(s for s in RUN_STATUSES if s != "running")
-
-
-class RecordNotFound(InputError, KeyError):
-    """No experiment, candidate or run of that name or id: bad user input (exit code 2),
-    and a KeyError for Python callers."""
-
-    __str__ = Exception.__str__  # not KeyError's repr() of the message
 
 
 @dataclass(frozen=True)
@@ -69,15 +62,6 @@ METRIC_COLUMNS = MetricRow._fields  # ("kind", "name", "value", "unit", "scope",
 _METRIC_KEYS = frozenset(METRIC_COLUMNS)
 _METRIC_KIND_SET = frozenset(METRIC_KINDS)
 _METRIC_SCOPE_SET = frozenset(METRIC_SCOPES)
-
-
-def as_id(value: Any) -> int:
-    """An id as an int; a non-integer (a typo on a command line) matches no row."""
-    try:
-        return operator.index(value)
-    except TypeError:
-        text = str(value).strip()
-        return int(text) if text.isdigit() else -1
 
 
 def metric_values(metrics: Iterable[MetricIn | Mapping[str, Any]], owner: str, *prefix: Any) -> list[tuple]:

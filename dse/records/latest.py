@@ -134,18 +134,19 @@ def _figures_of(connection: Connection, where: str) -> list[tuple]:
     return list(out.values())
 
 
+# A linking run (run.reused_run_id, dse.records.reuse) shows the metric rows of the run it reuses.
 _REBUILD = """
 INSERT INTO latest_metric (candidate_id, kind, name, run_id, value)
-SELECT r.candidate_id, m.kind, m.name, m.run_id, max(m.value)
-FROM metric m
-JOIN run r ON r.id = m.run_id
-JOIN (SELECT r2.candidate_id AS candidate_id, m2.kind AS kind, max(m2.run_id) AS run_id
-      FROM metric m2 JOIN run r2 ON r2.id = m2.run_id
+SELECT r.candidate_id, m.kind, m.name, r.id, max(m.value)
+FROM run r
+JOIN metric m ON m.run_id = coalesce(r.reused_run_id, r.id)
+JOIN (SELECT r2.candidate_id AS candidate_id, m2.kind AS kind, max(r2.id) AS run_id
+      FROM run r2 JOIN metric m2 ON m2.run_id = coalesce(r2.reused_run_id, r2.id)
       WHERE m2.scope = 'total' {where}
       GROUP BY r2.candidate_id, m2.kind) newest
-  ON newest.candidate_id = r.candidate_id AND newest.kind = m.kind AND newest.run_id = m.run_id
+  ON newest.candidate_id = r.candidate_id AND newest.kind = m.kind AND newest.run_id = r.id
 WHERE m.scope = 'total'
-GROUP BY r.candidate_id, m.kind, m.name, m.run_id
+GROUP BY r.candidate_id, m.kind, m.name, r.id
 """
 
 

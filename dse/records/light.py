@@ -1,10 +1,12 @@
-"""A SQLite store read with the standard library's sqlite3 alone: what a short read-only
-command (`dse history`, `dse show` of an experiment, a candidate or a run) can answer
-before SQLAlchemy, its ORM and pandas are imported (most of its start-up). It runs the
-Store's own SQL (`sql_reads`), so it answers as the Store would; wherever opening a Store
-would do or say something (a missing, damaged or read-only file, an older or newer schema
-to upgrade or refuse, runs left "running" to reap, a URL), `open_light` gives None and the
-command opens the Store as before.
+"""A store read with its database's plain driver alone (the standard library's sqlite3 for
+a SQLite file, psycopg for PostgreSQL): what a short read-only command (`dse history`,
+`dse show` of an experiment, a candidate or a run) can answer before SQLAlchemy, its ORM
+and pandas are imported (most of its start-up). It runs the Store's own SQL (`sql_reads`)
+and keeps the store's contract (`dse.records.contract.RecordReader`), so it answers as the
+Store would, its errors included; wherever opening a Store would do or say something (a
+missing, damaged or read-only file, an older or newer schema to upgrade or refuse, runs
+left "running" to reap, a URL it does not read as the Store does, a server it cannot
+reach), `open_light` gives None and the command opens the Store as before.
 
 It never writes, and opens no file that is not there.
 """
@@ -14,10 +16,12 @@ from __future__ import annotations
 import os
 import sqlite3
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 from dse.records import sql_reads
+from dse.records.sql_reads import Run
 from dse.records.blobs import EvidenceCheck, blob_path, check_evidence
+from dse.records.not_found import RecordNotFound, as_id, not_found
 from dse.records.revisions import head_revision
 from dse.records.sqlite_file import QUICK_CHECK_MAX_BYTES, existing_store_problem, sqlite_evidence_dir
 
@@ -36,66 +40,78 @@ def connect(path: Path) -> sqlite3.Connection | None:
 
 
 class LightStore:
-    """The reads of `dse history` and `dse show` on one read transaction of a SQLite store at
-    the schema head (see `open_light`); the same values as the Store's methods of these
-    names, except that a candidate or run the store lacks is None (the Store says what it has)."""
+    """A `RecordReader` (`dse.records.contract`) on one read-only snapshot of a store at the
+    schema head (see `open_light`): the Store's own SQL, run by the database's plain driver
+    (`run`), so it answers what the Store answers, its errors (`RecordNotFound`) included."""
 
-    def __init__(self, connection: sqlite3.Connection, path: Path):
-        self._db = connection
-        self.evidence_dir = sqlite_evidence_dir(path.resolve())  # where the Store would look
+    def __init__(self, run: Run, where: str, evidence_dir: Path | None, close: Callable[[], None]):
+        self._run = run
+        self.url = where  # the store as the Store shows it (its errors name it)
+        self.evidence_dir = evidence_dir  # where the Store would look
+        self._close = close
 
-    def _run(self, sql: str, params: dict[str, Any]) -> tuple[list[str], list[tuple]]:
-        cursor = self._db.execute(sql, params)
-        return [c[0] for c in cursor.description], cursor.fetchall()
+    def _missing(self, what: str, value: Any, experiment_id: int | None = None) -> RecordNotFound:
+        return not_found(self._run, self.url, what, value, experiment_id)
+
+    def _experiment_or_all(self, experiment: str | int | None) -> int | None:
+        return None if experiment is None else self.experiment_id(experiment)
 
     def experiment_summaries(self) -> list[dict[str, Any]]:
         return sql_reads.experiment_summaries(self._run)
 
-    def decision_rows(self, experiment_id: int | None = None) -> list[dict[str, Any]]:
-        return sql_reads.decision_rows(self._run, experiment_id)
+    def decision_rows(self, experiment: str | int | None = None) -> list[dict[str, Any]]:
+        return sql_reads.decision_rows(self._run, self._experiment_or_all(experiment))
 
-    def notes(self, experiment_id: int | None = None) -> list[dict[str, Any]]:
-        return sql_reads.notes(self._run, experiment_id)
+    def notes(self, experiment: str | int | None = None) -> list[dict[str, Any]]:
+        return sql_reads.notes(self._run, self._experiment_or_all(experiment))
 
-    def links(self, experiment_id: int | None = None) -> list[dict[str, Any]]:
-        return sql_reads.links(self._run, experiment_id)
+    def links(self, experiment: str | int | None = None) -> list[dict[str, Any]]:
+        return sql_reads.links(self._run, self._experiment_or_all(experiment))
 
-    # ---- one experiment (`dse show EXPERIMENT`), by id ----------------------------------
+    # ---- one experiment ------------------------------------------------------------------
 
-    def experiment_id(self, name_or_id: str | int) -> int | None:
-        """The id of the experiment of this name or id, or None (the Store says what the store has)."""
-        return sql_reads.experiment_id(self._run, name_or_id)
+    def experiment_id(self, name_or_id: str | int) -> int:
+        """The id of the experiment of this name or id."""
+        found = sql_reads.experiment_id(self._run, name_or_id)
+        if found is None:
+            raise self._missing("experiment", name_or_id)
+        return found
 
-    def experiment(self, experiment_id: int) -> dict[str, Any]:
-        return sql_reads.experiment(self._run, experiment_id)
+    def experiment(self, name_or_id: str | int) -> dict[str, Any]:
+        return sql_reads.experiment(self._run, self.experiment_id(name_or_id))
 
-    def candidate_rows(self, experiment_id: int, limit: int | None = None) -> list[dict[str, Any]]:
-        columns, rows = sql_reads.candidates(self._run, experiment_id, "latest", True, limit)
+    def candidate_rows(self, experiment: str | int, limit: int | None = None) -> list[dict[str, Any]]:
+        columns, rows = sql_reads.candidates(self._run, self.experiment_id(experiment), "latest", True, limit)
         return [dict(zip(columns, row)) for row in rows]
 
-    def latest_status_counts(self, experiment_id: int) -> list[tuple[str, int]]:
-        return sql_reads.latest_status_counts(self._run, experiment_id)
+    def latest_status_counts(self, experiment: str | int) -> list[tuple[str, int]]:
+        return sql_reads.latest_status_counts(self._run, self.experiment_id(experiment))
 
-    def reason_groups(self, experiment_id: int) -> list[tuple[str, str, int]]:
-        return sql_reads.reason_groups(self._run, experiment_id)
+    def reason_groups(self, experiment: str | int) -> list[tuple[str, str, int]]:
+        return sql_reads.reason_groups(self._run, self.experiment_id(experiment))
 
-    def artifact_rows(self, experiment_id: int | None = None, run: int | None = None,
+    def artifact_rows(self, experiment: str | int | None = None, run: int | None = None,
                       candidate: int | None = None) -> list[dict[str, Any]]:
-        return sql_reads.artifacts(self._run, experiment_id, run, candidate)
+        return sql_reads.artifacts(self._run, self._experiment_or_all(experiment), run, candidate)
 
     def artifact_path(self, sha256: str) -> Path:
         """Where the Store keeps the evidence file of this content."""
+        if self.evidence_dir is None:
+            raise RuntimeError(f"{self.url} has no evidence folder (pass evidence_dir=)")
         return blob_path(self.evidence_dir, sha256)
 
-    def check_evidence(self, experiment_id: int | None = None, run: int | None = None,
+    def check_evidence(self, experiment: str | int | None = None, run: int | None = None,
                        candidate: int | None = None) -> EvidenceCheck:
         """`Store.check_evidence`: the files of these artifact rows, re-hashed."""
-        return check_evidence(self.evidence_dir, self.artifact_rows(experiment_id, run, candidate))
+        return check_evidence(self.evidence_dir, self.artifact_rows(experiment, run, candidate))
 
-    # ---- one candidate (`dse show c<ID>`), one run (`dse show r<ID>`) --------------------
+    # ---- one candidate, one run ------------------------------------------------------------
 
-    def candidate(self, candidate_id: int) -> dict[str, Any] | None:
-        return sql_reads.candidate(self._run, candidate_id)
+    def candidate(self, candidate_id: int) -> dict[str, Any]:
+        found = sql_reads.candidate(self._run, as_id(candidate_id))
+        if found is None:
+            raise self._missing("candidate", candidate_id)
+        return found
 
     def run_rows(self, candidate: int) -> list[dict[str, Any]]:
         return sql_reads.run_dicts(*sql_reads.runs(self._run, None, candidate))
@@ -103,8 +119,11 @@ class LightStore:
     def total_metric_rows(self, candidate: int) -> list[dict[str, Any]]:
         return sql_reads.total_metrics(self._run, candidate)
 
-    def run_row(self, run_id: int) -> dict[str, Any] | None:
-        return sql_reads.run_row(self._run, run_id)
+    def run_row(self, run_id: int) -> dict[str, Any]:
+        found = sql_reads.run_row(self._run, as_id(run_id))
+        if found is None:
+            raise self._missing("run", run_id)
+        return found
 
     def run_metric_rows(self, run_id: int) -> list[dict[str, Any]]:
         return sql_reads.run_metrics(self._run, run_id)
@@ -128,14 +147,27 @@ class LightStore:
         self.close()
 
     def close(self) -> None:
-        self._db.close()
+        self._close()
+
+
+def sqlite_runner(connection: sqlite3.Connection) -> Run:
+    """`sql_reads`' way to run its SQL (`:name` placeholders) on a sqlite3 connection."""
+
+    def run(sql: str, params: dict[str, Any]) -> tuple[list[str], list[tuple]]:
+        cursor = connection.execute(sql, params)
+        return [c[0] for c in cursor.description], cursor.fetchall()
+
+    return run
 
 
 def open_light(db: str) -> LightStore | None:
     """The store `db` names for the light reads, or None when the Store must open it: not
-    a plain SQLite path, not at this dse's schema head, damaged, locked, or with runs
-    left "running" (a Store's open marks the dead ones crashed)."""
-    if "://" in db or db == ":memory:" or "\x00" in db or not db.strip():
+    a SQLite path or a PostgreSQL URL this module reads as the Store does, not at this dse's
+    schema head, damaged, locked, unreachable, or with runs left "running" (a Store's open
+    marks the dead ones crashed)."""
+    if "://" in db:
+        return _open_postgresql(db)
+    if db == ":memory:" or "\x00" in db or not db.strip():
         return None
     path = Path(db).expanduser()
     try:
@@ -147,11 +179,38 @@ def open_light(db: str) -> LightStore | None:
     try:
         connection.execute("BEGIN")  # one snapshot for the check and every read after it
         if _usable(connection, path):
-            return LightStore(connection, path)
+            return LightStore(sqlite_runner(connection), f"sqlite:///{path.resolve()}",
+                              sqlite_evidence_dir(path.resolve()), connection.close)
     except sqlite3.Error:  # not a store, another program's tables, a locked file: the Store says
         pass
     connection.close()
     return None
+
+
+def _open_postgresql(url: str) -> LightStore | None:
+    from dse.records import light_pg
+
+    if url.split("://", 1)[0] not in light_pg.DRIVERS:
+        return None
+    import psycopg  # a PostgreSQL URL only: the SQLite path never loads it
+
+    try:
+        connection = light_pg.connect(url)
+    except (psycopg.Error, ValueError, OSError):  # an unreachable server, a bad name: the Store says
+        return None
+    if connection is None:
+        return None
+    run = light_pg.runner(connection)
+    try:  # one snapshot (REPEATABLE READ, READ ONLY) from the first query to `close`
+        versions = [row[0] for row in run("SELECT version_num FROM alembic_version", {})[1]]
+        running = run("SELECT count(*) FROM run WHERE status = 'running'", {})[1][0][0]
+    except psycopg.Error:  # not a store, another schema: the Store says
+        connection.close()
+        return None
+    if versions != [head_revision()] or running:
+        connection.close()
+        return None
+    return LightStore(run, light_pg.shown(url), light_pg.evidence_dir(url), connection.close)
 
 
 def _usable(db: sqlite3.Connection, path: Path) -> bool:

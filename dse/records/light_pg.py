@@ -99,3 +99,42 @@ def connect(url: str):
     connection.isolation_level = psycopg.IsolationLevel.REPEATABLE_READ
     connection.read_only = True
     return connection
+
+
+def runner(connection):
+    """`sql_reads`' way to run its SQL (`:name` placeholders) on a psycopg connection (no
+    query of `sql_reads` holds a `%` of its own)."""
+
+    def run(sql: str, params: dict) -> tuple[list[str], list[tuple]]:
+        cursor = connection.execute(re.sub(r":(\w+)", r"%(\1)s", sql), params or None)
+        return [c.name for c in cursor.description], cursor.fetchall()
+
+    return run
+
+
+def shown(url: str) -> str:
+    """`url` as the Store shows it (SQLAlchemy's rendering of its checked URL: the psycopg
+    driver named, the password masked, the evidence folder's parameter gone)."""
+    m = _URL.match(url)
+    user = m["username"] or ""
+    if m["password"] is not None:
+        user += ":***"
+    host = f"[{m['ipv6host']}]" if m["ipv6host"] else (m["ipv4host"] or "")
+    where = (f"{user}@" if m["username"] is not None else "") + host + (f":{m['port']}" if m["port"] else "")
+    query = "&".join(f"{k}={v}" for k, v in parse_qsl(m["query"] or "") if k != EVIDENCE_PARAM)
+    return f"postgresql+psycopg://{where}" + (f"/{m['database']}" if m["database"] else "") + (
+        f"?{query}" if query else "")
+
+
+def evidence_dir(url: str) -> Path:
+    """The Store's evidence folder for `url` (`dse.records.blobs.default_evidence_dir`):
+    the one `?evidence_dir=` names, else $DSE_EVIDENCE_DIR, else one per database."""
+    named = [v for k, v in parse_qsl(_URL.match(url)["query"] or "", keep_blank_values=True) if k == EVIDENCE_PARAM]
+    if named:
+        return Path(named[0]).expanduser().resolve()
+    if os.environ.get("DSE_EVIDENCE_DIR"):
+        return Path(os.environ["DSE_EVIDENCE_DIR"]).expanduser().resolve()
+    args = connect_args(url) or {}
+    folder = f"postgresql-{args.get('host') or 'local'}-{args.get('port') or ''}-{args.get('dbname')}"
+    base = Path(os.environ.get("XDG_DATA_HOME") or Path.home() / ".local" / "share")
+    return base / "dse" / "evidence" / folder

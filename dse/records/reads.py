@@ -13,11 +13,12 @@ from sqlalchemy.ext.compiler import compiles
 from sqlalchemy.orm import Session
 from sqlalchemy.sql.functions import FunctionElement
 
-from dse.errors import close_matches
 from dse.identity import canonical_json
 from dse.records import latest, sql_reads
 from dse.records.checks import RecordNotFound, as_id
+from dse.records.not_found import not_found as not_found_in
 from dse.records.liveness import as_utc
+from dse.records.reuse import metric_run
 from dse.records.schema import (
     METRIC_KINDS,
     RUN_STATUSES,
@@ -71,41 +72,13 @@ def get(session: Session, model: type[_T], key: int) -> _T:
 
 def not_found(connection: Connection, what: str, value: Any) -> RecordNotFound:
     """The error for a `what` (experiment, candidate, run, ...) named `value` that the
-    store lacks, saying what it has."""
-    if what == "experiment":
-        names = connection.scalars(select(Experiment.name).order_by(Experiment.id)).all()
-        if not names:
-            allowed = "an experiment of this store, which has none yet"
-        elif len(names) <= 12:
-            allowed = "an experiment name or id: " + ", ".join(names)
-        else:
-            allowed = f"one of this store's {len(names)} experiments (`dse history` lists them)"
-        return RecordNotFound(_shown_url(connection), "experiment", value, allowed, close_matches(value, names))
-    if what == "candidate":
-        return candidate_not_found(connection, value)
-    model = {"run": Run, "decision": Decision, "artifact": Artifact}[what]
-    low, high, count = connection.execute(
-        select(func.min(model.id), func.max(model.id), func.count(model.id))
-    ).one()
-    allowed = f"a {what} id of this store ({count} {what}s" + (
-        f", ids {low} to {high})" if count else ")"
-    )
-    return RecordNotFound(_shown_url(connection), what, value, allowed)
+    store lacks, saying what it has (`dse.records.not_found`)."""
+    return not_found_in(text_runner(connection), _shown_url(connection), what, value)
 
 
 def candidate_not_found(connection: Connection, value: Any, experiment_id: int | None = None) -> RecordNotFound:
     """The error for a candidate id the store (or experiment) lacks."""
-    stmt = select(func.min(Candidate.id), func.max(Candidate.id), func.count(Candidate.id))
-    where = "this store"
-    if experiment_id is not None:
-        stmt = stmt.where(Candidate.experiment_id == experiment_id)
-        name = connection.scalar(select(Experiment.name).where(Experiment.id == experiment_id))
-        where = f"experiment {name!r}"
-    low, high, count = connection.execute(stmt).one()
-    ids = f", ids {low} to {high}" if count else ""
-    return RecordNotFound(
-        _shown_url(connection), "candidate", value, f"a candidate id of {where} ({count} candidates{ids})"
-    )
+    return not_found_in(text_runner(connection), _shown_url(connection), "candidate", value, experiment_id)
 
 
 def experiment_id_of(connection: Connection, name_or_id: str | int) -> int:
@@ -309,6 +282,9 @@ def runs(connection: Connection, experiment: str | int | None = None, candidate:
     frame = pd.DataFrame.from_records(rows, columns=list(columns))
     frame["seed"] = frame["seed"].astype("Int64")
     frame["pid"] = frame["pid"].astype("Int64")
+    for column in ("reused_run_id", "reused_candidate_id", "reused_experiment_id"):  # 0014 (dse.records.reuse)
+        frame[column] = frame[column].astype("Int64")
+    frame["reused_from"] = [sql_reads.reused_from(dict(zip(columns, row))) for row in rows]
     frame["git_dirty"] = frame["git_dirty"].astype("boolean")  # SQLite's 0/1 (NaN for NULL), PostgreSQL's bools
     return utc(frame, "started_at", "finished_at", "heartbeat_at")
 
@@ -346,7 +322,7 @@ def metrics(connection: Connection, experiment_id: int, kind: str | None, scope:
         select(
             Metric.id,
             Run.candidate_id,
-            Metric.run_id,
+            Run.id.label("run_id"),
             Run.stage,
             Metric.kind,
             Metric.name,
@@ -357,7 +333,7 @@ def metrics(connection: Connection, experiment_id: int, kind: str | None, scope:
             Run.model_version,
             Run.emulator_version,
         )
-        .join(Run, Metric.run_id == Run.id)
+        .join(Run, Metric.run_id == metric_run(Run))
         .join(Candidate, Run.candidate_id == Candidate.id)
         .where(Candidate.experiment_id == experiment_id)
     )
@@ -412,9 +388,9 @@ def metric_table(connection: Connection, experiment: str | int, kind: str, scope
     baseline = connection.scalar(select(Experiment.baseline_candidate_id).where(Experiment.id == experiment_id))
     rows.insert(3, "is_baseline", rows["candidate_id"] == baseline)
     long = plain_frame(connection, (
-        select(Run.candidate_id, Metric.run_id.label("metric_run_id"), Run.model_version, Run.emulator_version,
+        select(Run.candidate_id, Run.id.label("metric_run_id"), Run.model_version, Run.emulator_version,
                *([Metric.scope_key] if scope != "total" else []), Metric.name, Metric.value)
-        .select_from(Metric).join(Run, Metric.run_id == Run.id)
+        .select_from(Metric).join(Run, Metric.run_id == metric_run(Run))
         .join(Candidate, Run.candidate_id == Candidate.id)
         .where(Candidate.experiment_id == experiment_id, Metric.kind == kind, Metric.scope == scope)
     ))  # fmt: skip
@@ -670,8 +646,8 @@ def _latest_metrics(connection: Connection, candidate_id: int, scope: str) -> pd
     if connection.scalar(select(Candidate.id).where(Candidate.id == as_id(candidate_id))) is None:
         raise candidate_not_found(connection, candidate_id)
     latest = (
-        select(Metric.kind, func.max(Metric.run_id).label("run_id"))
-        .join(Run, Metric.run_id == Run.id)
+        select(Metric.kind, func.max(Run.id).label("run_id"))
+        .join(Run, Metric.run_id == metric_run(Run))
         .where(Run.candidate_id == candidate_id, Metric.scope == scope)
         .group_by(Metric.kind)
         .subquery()
@@ -680,10 +656,10 @@ def _latest_metrics(connection: Connection, candidate_id: int, scope: str) -> pd
         connection,
         select(
             Metric.kind, Metric.name, Metric.unit, Metric.scope, Metric.scope_key,
-            Metric.value, Metric.run_id, Run.model_version, Run.emulator_version,
+            Metric.value, Run.id.label("run_id"), Run.model_version, Run.emulator_version,
         )
-        .join(latest, (Metric.kind == latest.c.kind) & (Metric.run_id == latest.c.run_id))
-        .join(Run, Metric.run_id == Run.id)
+        .join(Run, Metric.run_id == metric_run(Run))
+        .join(latest, (Metric.kind == latest.c.kind) & (Run.id == latest.c.run_id))
         .where(Metric.scope == scope),
     )  # fmt: skip
     frame["value"] = frame["value"].astype("float64")
@@ -700,7 +676,7 @@ def _comparable_fields(connection: Connection, candidate_id: int) -> dict[str, A
     # Latest run first, so for each kind:name the newest value wins.
     values = connection.execute(
         select(Metric.kind, Metric.name, Metric.value)
-        .join(Run, Metric.run_id == Run.id)
+        .join(Run, Metric.run_id == metric_run(Run))
         .where(Run.candidate_id == candidate_id, Metric.scope == "total")
         .order_by(Run.id.desc())
     )
@@ -805,10 +781,10 @@ def candidate_totals(connection: Connection, candidate_ids: list[int],
     from its latest run that recorded that kind (as metric_table takes them)."""
     ids = [as_id(c) for c in candidate_ids]
     stmt = (
-        select(Run.candidate_id, Metric.run_id, Metric.kind, Metric.name, Metric.value)
-        .join(Run, Metric.run_id == Run.id)
+        select(Run.candidate_id, Run.id, Metric.kind, Metric.name, Metric.value)
+        .join(Run, Metric.run_id == metric_run(Run))
         .where(Run.candidate_id.in_(ids), Metric.scope == "total")
-        .order_by(Metric.run_id)
+        .order_by(Run.id, Metric.id)
     )
     if kinds is not None:
         stmt = stmt.where(Metric.kind.in_(kinds))

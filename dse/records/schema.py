@@ -174,6 +174,11 @@ class Run(Base):
     # beyond its pid (which the OS reuses): on Linux "<boot id>:<start time in ticks>".
     pid: Mapped[int | None] = mapped_column(Integer)
     pid_start: Mapped[str | None] = mapped_column(String(64))
+    # 0014: the earlier run (of the same candidate hash and workload, in another experiment)
+    # whose evidence this run stands on instead of evaluating again: its status and reason
+    # are that run's, its metrics and raw evidence are read through the link, not copied
+    # (dse.records.reuse). No foreign key: SQLite adds the column in place, its triggers kept.
+    reused_run_id: Mapped[int | None] = mapped_column(Integer)
 
     @validates("stage")
     def _check_stage(self, _key: str, value: str) -> str:

@@ -282,14 +282,20 @@ _CANDIDATE_JSON = ("config", "mapping", "diff")
 RUNS = (
     "SELECT r.id, c.experiment_id, r.candidate_id, r.stage, r.status, r.reason, r.error, r.traceback, r.started_at, "
     "r.finished_at, r.heartbeat_at, r.host, r.git_commit, r.git_dirty, CAST(r.versions AS TEXT) AS versions, "
-    "r.command, r.seed, r.model_version, r.emulator_version, r.pid, r.pid_start "
-    "FROM run r JOIN candidate c ON r.candidate_id = c.id{where} ORDER BY r.id")
+    "r.command, r.seed, r.model_version, r.emulator_version, r.pid, r.pid_start, r.reused_run_id, "
+    "rc.id AS reused_candidate_id, rc.experiment_id AS reused_experiment_id, re.name AS reused_experiment "
+    "FROM run r JOIN candidate c ON r.candidate_id = c.id "
+    # 0014: the earlier run a linking run reuses, its candidate and experiment (dse.records.reuse)
+    "LEFT OUTER JOIN run rr ON rr.id = r.reused_run_id LEFT OUTER JOIN candidate rc ON rc.id = rr.candidate_id "
+    "LEFT OUTER JOIN experiment re ON re.id = rc.experiment_id{where} ORDER BY r.id")
 RUN_TIMES = ("started_at", "finished_at", "heartbeat_at")
-RUN_METRICS = "SELECT kind, name, value, unit, scope, scope_key FROM metric WHERE run_id = :run_id ORDER BY id"
+# A linking run's metrics are the run's it reuses (run.reused_run_id, dse.records.reuse).
+RUN_METRICS = ("SELECT kind, name, value, unit, scope, scope_key FROM metric WHERE run_id = "
+               "(SELECT coalesce(reused_run_id, id) FROM run WHERE id = :run_id) ORDER BY id")
 # A candidate's total figures, each run's in the order recorded (its latest of each kind kept).
 TOTAL_METRICS = (
-    "SELECT m.kind, m.name, m.value, m.unit, m.run_id FROM metric m JOIN run r ON m.run_id = r.id "
-    "WHERE r.candidate_id = :candidate_id AND m.scope = 'total' ORDER BY m.run_id, m.id")
+    "SELECT m.kind, m.name, m.value, m.unit, r.id AS run_id FROM run r JOIN metric m ON m.run_id = coalesce(r.reused_run_id, r.id) "
+    "WHERE r.candidate_id = :candidate_id AND m.scope = 'total' ORDER BY r.id, m.id")
 
 
 def candidate(run: Run, candidate_id: int) -> dict[str, Any] | None:
@@ -315,13 +321,24 @@ def runs(run: Run, experiment_id: int | None = None, candidate_id: int | None = 
 
 def run_dicts(columns: Sequence[str], rows: list[tuple]) -> list[dict[str, Any]]:
     """`runs`' rows as dicts: timestamps aware UTC, git_dirty a bool (SQLite's 0/1) or None,
-    versions as its JSON text."""
+    versions as its JSON text; `reused_from`, the sentence naming the evidence a linking run
+    reuses ("" for a run that evaluated)."""
     out = [dict(zip(columns, row)) for row in rows]
     for row in out:
+        row["reused_from"] = reused_from(row)
         for column in RUN_TIMES:
             row[column] = timestamp(row[column])
         row["git_dirty"] = None if row["git_dirty"] is None else bool(row["git_dirty"])
     return out
+
+
+def reused_from(row: dict[str, Any]) -> str:
+    """How every view names the evidence a run reuses (a `runs` row): "reused from experiment
+    'E' (3), candidate c12 (run r40)"; "" for a run that evaluated its candidate."""
+    if row.get("reused_run_id") is None:
+        return ""
+    return (f"reused from experiment '{row['reused_experiment']}' ({row['reused_experiment_id']}), "
+            f"candidate c{row['reused_candidate_id']} (run r{row['reused_run_id']})")
 
 
 def run_row(run: Run, run_id: int) -> dict[str, Any] | None:

@@ -46,7 +46,7 @@ from sqlalchemy.orm import Session
 
 from dse.errors import InputError
 from dse.identity import canonical_json, content_hash
-from dse.records import blobs, opening, provenance, reads, sql_reads, writes
+from dse.records import blobs, opening, provenance, reads, reuse, sql_reads, writes
 from dse.records.blobs import Collected, EvidenceCheck, blob_path, check_evidence, default_evidence_dir, writing_blob
 from dse.records.checks import (
     FINAL_RUN_STATUSES,
@@ -546,6 +546,27 @@ class Store:
             return
         self._explain_unfinishable(unfinishable)
 
+    # ---- evidence reused across experiments (dse.records.reuse) ---------------------------
+
+    @retrying
+    def reusable(self, hashes: Sequence[str], **key: Any) -> dict[str, reuse.Source]:
+        """Per candidate hash, the earlier run whose evidence a follow-up reuses (`reuse.reusable`)."""
+        with self._read() as connection:
+            return reuse.reusable(connection, hashes, **key)
+
+    @retrying
+    def link_runs(self, links: Mapping[int, int]) -> None:
+        """Finish running runs as links to earlier runs (run id -> earlier run id), in one transaction."""
+        links = dict(links)
+        with self._begin() as connection:
+            reuse.link_runs(connection, links)
+        self._heartbeats.untrack(links)
+
+    @retrying
+    def source_totals(self, run_id: int) -> dict[str, float]:
+        with self._read() as connection:
+            return reuse.source_totals(connection, run_id)
+
     def _explain_unfinishable(self, ids: list[int]) -> NoReturn:
         with self._read() as connection:
             writes.explain_unfinishable(connection, ids)
@@ -811,6 +832,12 @@ class Store:
         the sweep's latest proposed verdict, and the latest person's decision (its
         verdict, and the candidate it names, if any)."""
         return reads.experiments_frame(self.experiment_summaries())
+
+    @retrying
+    def experiment_id(self, name_or_id: str | int) -> int:
+        """The id of the experiment of this name or id."""
+        with self._read() as connection:
+            return reads.experiment_id_of(connection, name_or_id)
 
     @retrying
     def experiment(self, name_or_id: str | int) -> dict[str, Any]:

@@ -660,6 +660,11 @@ def delete_experiment(session: Session, experiment_id: int) -> dict[str, int]:
     if named:
         raise ValueError(f"decisions of experiment(s) {sorted(set(named))} name candidates of experiment "
                          f"{experiment_id}: delete those first")
+    reusing = session.scalars(select(Candidate.experiment_id).join(Run, Run.candidate_id == Candidate.id).where(
+        Run.reused_run_id.in_(runs), Candidate.experiment_id != experiment_id)).all()
+    if reusing:
+        raise ValueError(f"experiment(s) {sorted(set(reusing))} reuse the evidence of experiment {experiment_id}'s "
+                         "runs: delete those first")
     experiment.baseline_candidate_id = None
     session.flush()
     counts = {}

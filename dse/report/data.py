@@ -15,6 +15,7 @@ from sqlalchemy import String, cast, func, select
 from ..ppa.names import COMPONENTS
 from ..records import Store, sql_reads
 from ..records.reads import text_runner
+from ..records.reuse import metric_run
 from ..records.schema import Candidate, Experiment, LatestMetric, Metric, Run
 from ..runner.metrics import COUNTER_SCOPES, HOST_PHASE_METRIC, METRICS
 from ..runner.noise import HOST_TIME, HostTimeComparison, host_time_comparison
@@ -45,6 +46,9 @@ class ExperimentView:
     # The emulator host times of the baseline and the best, said as a real difference or as
     # noise (`dse.runner.noise`); None without both.
     host_time: HostTimeComparison | None = None
+    # Runs standing on an earlier experiment's evidence (dse.records.reuse): candidate, run,
+    # stage and the sentence naming what they reuse.
+    reused: list[dict] = field(default_factory=list)
 
     @property
     def outcomes(self) -> list[str | None]:
@@ -156,7 +160,15 @@ def experiment_view(store: Store, experiment) -> ExperimentView:
     return ExperimentView(exp, objectives, table, baseline_id, best_id, compare, decisions,
                           provenance, table["status"].value_counts().to_dict(), emulated, core_time,
                           passing, store.notes(exp["id"]), store, judgement,
-                          headline(judgement, exp, store.decision_rows(exp["id"])), host_time)
+                          headline(judgement, exp, store.decision_rows(exp["id"])), host_time,
+                          reused_evidence(store, exp["id"]))
+
+
+def reused_evidence(store: Store, experiment_id: int) -> list[dict]:
+    """The experiment's runs that link to an earlier experiment's evidence, by run id."""
+    runs = store.runs(experiment_id)
+    return [{"candidate_id": int(r["candidate_id"]), "run_id": int(r["id"]), "stage": r["stage"],
+             "text": r["reused_from"]} for r in runs.to_dict("records") if r["reused_from"]]
 
 
 def model_vs_emulator(store: Store, experiment_id: int, table: pd.DataFrame, emulated_any: bool = True
@@ -241,8 +253,8 @@ def op_cycles_table(connection, experiment_id: int, candidate_ids: list[int] | N
 def op_metric_table(connection, experiment_id: int, candidate_ids: list[int] | None, name: str) -> pd.DataFrame:
     """An analytical per-op metric (scope "op": "cycles", "energy_uj") of each candidate's
     latest analytical run that recorded it: rows candidate id, columns op name in graph order."""
-    stmt = (select(Run.candidate_id, Metric.run_id, Metric.scope_key, Metric.value)
-            .join(Run, Metric.run_id == Run.id).join(Candidate, Run.candidate_id == Candidate.id)
+    stmt = (select(Run.candidate_id, Run.id, Metric.scope_key, Metric.value)
+            .join(Run, Metric.run_id == metric_run(Run)).join(Candidate, Run.candidate_id == Candidate.id)
             .where(Candidate.experiment_id == experiment_id, Metric.kind == "analytical", Metric.scope == "op",
                    Metric.name == name).order_by(Metric.id))
     if candidate_ids is not None:
@@ -356,9 +368,9 @@ def component_figures(connection, experiment_id: int, candidate_ids: list[int], 
                                           index=pd.Index([], name="candidate_id")))
     if not ids:
         return empty
-    rows = fetched(connection, select(Run.candidate_id, Metric.run_id, Metric.scope, Metric.scope_key, Metric.name,
-                                      Metric.value)
-                   .join(Run, Metric.run_id == Run.id).join(Candidate, Run.candidate_id == Candidate.id)
+    rows = fetched(connection, select(Run.candidate_id, Run.id.label("run_id"), Metric.scope, Metric.scope_key,
+                                      Metric.name, Metric.value)
+                   .join(Run, Metric.run_id == metric_run(Run)).join(Candidate, Run.candidate_id == Candidate.id)
                    .where(Candidate.experiment_id == experiment_id, Run.candidate_id.in_(ids), Metric.kind == kind,
                           Metric.scope.in_(("component", "total")),
                           Metric.name.in_(sorted({*names, *COMPONENT_TOTALS}))))

@@ -15,7 +15,7 @@ from typing import Any
 
 from ..mapping import Candidate
 from .metrics import COUNTER_SCOPES, HOST_PHASE_METRIC, HOST_PHASES
-from .stages import Evidence
+from .evidence import Evidence
 
 
 STALL_CAUSES = ("dependence", "ball_queue", "channel", "dma", "fence", "barrier", "rob_full", "frontend")
@@ -40,9 +40,9 @@ class EmulationWorkload:
 
 
 def prepare_emulation(recipe: str, params: dict, quantization: str | None = None) -> EmulationWorkload:
-    """The recipe through its frontend steps, once per sweep and granularity (cached).
-    `quantization` sets the `weights` option of the recipe's quantize step (tensor, strip
-    or channel); None keeps the recipe's steps as they are."""
+    """The recipe through its frontend steps, once per sweep and quantize choice (cached).
+    `quantization` (`Mapping.quantize_choice`) sets the `weights` and `calibration` options
+    of the recipe's quantize step; None keeps the recipe's steps as they are."""
     from ..identity import canonical_json
 
     return _prepare(recipe, canonical_json(params or {}), quantization)
@@ -57,7 +57,7 @@ def _prepare(recipe: str, params_json: str, quantization: str | None) -> Emulati
     params = json.loads(params_json)
     prep = prepare_recipe(recipe, params, steps=quantized_steps(recipe, quantization) if quantization else None)
     if prep.failed:  # the recipe's own steps do not hold: no candidate could be checked
-        what = "a recipe whose frontend steps pass" + (f" with weights quantized per {quantization}" if quantization else "")
+        what = "a recipe whose frontend steps pass" + (f" with quantize options {quantization}" if quantization else "")
         raise InputError(recipe, "workload.recipe", recipe, f"{what} ({prep.failed})")
     return EmulationWorkload(prep.graph, prep.inputs, prep.expected, prep.tolerance, prep.reference_kind,
                              prep.graph.trace(*prep.inputs), parts=prep.parts)

@@ -80,7 +80,7 @@ def evaluate_items(work, items: list[WorkItem], kill: str | None = None, hang: s
             if hang is not None and item.hash.startswith(hang):
                 time.sleep(3600)
             try:
-                emulation = work.emulation_for(cand.mapping.quantization, cand.mapping.workload)
+                emulation = work.emulation_for(cand.mapping.quantize_choice, cand.mapping.workload)
             except Exception as exc:  # this granularity's frontend steps fail: the candidate's failure
                 outcomes[item.run_id] = _failed(item.run_id, exc)
                 continue
@@ -98,7 +98,7 @@ def evaluate_items(work, items: list[WorkItem], kill: str | None = None, hang: s
     by_graph: dict = {}
     for pair in analytical:
         m = pair[1].mapping
-        key = (m.quantization, json.dumps(m.workload, sort_keys=True) if m.workload else "")
+        key = (m.quantize_choice, json.dumps(m.workload, sort_keys=True) if m.workload else "")
         by_graph.setdefault(key, []).append(pair)
     if work.stages:  # a staged workload: every candidate runs every stage (the spec allows no graph knobs)
         by_graph = {}

@@ -20,7 +20,6 @@ def propose(spec_path: str | Path | Spec, db: str | Path = "records.db") -> tupl
     """Record the spec's experiment untested: (its id, its status, whether it was new).
     An experiment already recorded under this name and spec is returned as it is."""
     from ..records import Store
-    from .sweep import resolve_links
 
     spec = spec_path if isinstance(spec_path, Spec) else load_spec(spec_path)
     checked_url(db)
@@ -53,3 +52,25 @@ def record_experiment(store, spec: Spec, links: list, remedy: str) -> int:
         raise InputError(spec.path, "experiment.name", m.experiment.name,
                          "a name this store does not hold for a different spec; against the recorded spec, "
                          f"{spec_changes(recorded, spec.text)}; {remedy}") from None
+
+
+def resolve_links(spec: Spec, store: Store | None) -> list[tuple[str, int, str]]:
+    """The spec's `follows` / `reopens` as (relation, experiment id, reason); an experiment
+    the store does not hold (or none at all: `store` None) is the spec's error."""
+    from ..records import RecordNotFound
+
+    out = []
+    for relation, link in spec.model.experiment.links():
+        field = f"experiment.{relation}.experiment"
+        if store is None:
+            raise InputError(spec.path, field, link.experiment, "an experiment recorded in the store this sweep "
+                             "writes to (the store does not exist yet)")
+        try:
+            other = store.experiment(link.experiment)
+        except RecordNotFound as exc:
+            raise InputError(spec.path, field, link.experiment, f"an experiment recorded in this store "
+                             f"({exc.allowed})", exc.suggestions) from None
+        if other["name"] == spec.name:
+            raise InputError(spec.path, field, link.experiment, "an earlier experiment, not this one")
+        out.append((relation, int(other["id"]), link.reason.strip()))
+    return out

@@ -72,6 +72,12 @@ class Recorder:
             raise
         self._running.difference_update(o.run_id for o in outcomes)
 
+    def link_runs(self, links: dict[int, int]) -> None:
+        """Running runs finished now as links to earlier runs' evidence (run id -> earlier run id)."""
+        with self._timed():
+            self.store.link_runs(links)
+        self._running.difference_update(links)
+
     def hold(self, outcomes, notes: dict[int, str] | None = None) -> None:
         """Outcomes (and their candidates' `notes`) to write with the next batch's start (or
         at `flush`). The sampler may be told of them already; if the driver is killed

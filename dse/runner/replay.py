@@ -42,11 +42,11 @@ def recorded_work(store, cand: dict):
         staged = [(stages[0]["role"], recipe, params)] + [(s["role"], s["recipe"], s["params"]) for s in stages[1:]]
         work.stages = [(role, None) for role, _, _ in staged]
         work.placed_emulation = prepare_placed(staged)
-    elif candidate.mapping.quantization is None and not candidate.mapping.workload:
+    elif candidate.mapping.quantize_choice is None and not candidate.mapping.workload:
         from .emulation import prepare_emulation
 
         work.emulation = prepare_emulation(recipe, params)  # what the sweep prepares up front
-    return work.emulation_for(candidate.mapping.quantization, candidate.mapping.workload), candidate
+    return work.emulation_for(candidate.mapping.quantize_choice, candidate.mapping.workload), candidate
 
 
 def emit_recorded(store, cand: dict, inputs: dict | None = None):

@@ -16,6 +16,8 @@ class SweepResult:
     evaluated: int = 0
     proposed_by_sampler: int = 0  # the sampler's proposals, repeats included (0 from the recorded-rerun shortcut)
     resumed: int = 0
+    # runs that link to an earlier experiment's evidence instead of evaluating (dse.records.reuse)
+    reused: int = 0
     counts: dict[str, int] = field(default_factory=dict)  # this sweep's runs by stage and status
     # the experiment's candidates by outcome (`dse.records.outcomes`), as `dse show` counts them
     outcomes: list[tuple[str, int]] = field(default_factory=list)

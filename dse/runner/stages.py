@@ -13,6 +13,7 @@ from ..analytical import estimate, summarize
 from ..mapping import Candidate
 from ..ppa.energy import METRIC_UNITS
 from ..records import MetricRow
+from .evidence import Evidence, Outcome  # noqa: F401  (read from here too)
 from .spec import METRICS
 
 UNITS = {
@@ -105,34 +106,6 @@ class Workload:
 
 
 @dataclass
-class Evidence:
-    """What an evaluation stage found for one candidate: its run's status and metric rows."""
-
-    status: str  # ok | infeasible | failed
-    reason: str = ""
-    totals: dict[str, float] = field(default_factory=dict)
-    metrics: list = field(default_factory=list)  # MetricRow or dicts, as Store.finish_runs takes them
-    error: str = ""
-    # Raw evidence to keep as content-addressed artifacts: (role, name, bytes) each.
-    artifacts: list = field(default_factory=list)
-
-
-@dataclass
-class Outcome:
-    """A run's result as the driver records it: the evidence, keyed by the run."""
-
-    run_id: int
-    status: str  # ok | infeasible | failed | pruned
-    reason: str = ""
-    totals: dict[str, float] = field(default_factory=dict)
-    metrics: list = field(default_factory=list)  # MetricRow or dicts, as Store.finish_runs takes them
-    error: str = ""
-    traceback: str = ""
-    artifacts: list = field(default_factory=list)  # (role, name, bytes): raw evidence, written before the run
-    notes: str = ""  # what the stage noticed beyond its metrics (a placement's pick, its hand-offs): candidate notes
-
-
-@dataclass
 class AnalyticalResult:
     feasible: bool
     reason: str
@@ -188,9 +161,9 @@ def add_ppa(rows: list[dict], cands: list[Candidate], footprints, ppa_calibratio
 
 
 def _footprints(graph, cands: list[Candidate]) -> list[float]:
-    from ..plan.graph_plan import dram_footprint
+    from ..plan.graph_plan import dram_footprint, plan_key
 
-    return [float(dram_footprint(graph, c.mapping.fusion, c.mapping.channels_last, c.mapping.requests or 1))
+    return [float(dram_footprint(graph, *plan_key(c.mapping), c.mapping.requests or 1))
             for c in cands]
 
 
@@ -352,14 +325,17 @@ def placed_batch(stages, cands: list[Candidate], calibration: dict | None = None
         columns = [frame[c].tolist() for c in OP_FIELDS]
         for cand, *row in zip(frame["candidate"].tolist(), *columns):
             ops.setdefault(cand, []).append((f"{role}:{row[0]}", *row[1:]))
-    from ..analytical.placed import resolve_auto_stages
+    from ..analytical.placed import bound_across_stages, resolve_auto_stages
+    from ..plan.graph_plan import plan_key
 
     resolved = [Candidate(c.chip, resolve_auto_stages(stages, c)) if c.mapping.placement == "auto" else c
                 for c in cands]
     notes = [f"placement auto picked {pick_text(r.mapping)}" if c.mapping.placement == "auto" else ""
              for c, r in zip(cands, resolved)]
     rows = totals.to_dict("records")
-    footprint = float(sum(_footprints(graph, resolved[:1])[0] for _, graph in stages))
+    # the stages' identical weights placed once (`dse.plan.memory.Dram.bind_content`)
+    footprint = float(sum(_footprints(graph, resolved[:1])[0] for _, graph in stages)
+                      - bound_across_stages([g for _, g in stages], *plan_key(resolved[0].mapping)))
     components, said = add_ppa(rows, resolved, [footprint] * len(cands), ppa_calibration,
                                roles=[role for role, _ in stages])
     return [AnalyticalResult(bool(t["feasible"]), str(t["reason"]), total_metrics(t), ops.get(i, []),

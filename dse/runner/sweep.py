@@ -9,7 +9,9 @@ written as *running* before its evaluation starts, and a batch's outcomes are wr
 the transaction that starts the next batch (or at the end, or on an interrupt). A
 candidate already evaluated (same hash) is never evaluated again, so rerunning the same
 command resumes, the sampler rebuilt from the records; a run left unfinished by a killed
-driver is evaluated again. (A rerun with nothing left to do does not get here:
+driver is evaluated again. Nor is a candidate an earlier experiment on the same workload
+evaluated under the same versions and settings (dse.records.reuse): its run of the stage
+links to that evidence instead (`reuse=False`, `dse sweep --no-reuse`: evaluated afresh). (A rerun with nothing left to do does not get here:
 `dse.runner.run_sweep` answers it from the records, `dse.runner.rerun`.)
 """
 
@@ -40,12 +42,12 @@ from .cluster import CONNECT_TIMEOUT_S
 from .limits import capture_limit, time_limit  # noqa: F401  (time_limit: the tests' name for it)
 from .chain import ANALYTICAL, CAPTURE, EMULATOR, FRONTEND, PLAN, PRUNE, RECORD
 from .progress import finish, make_bar, planned, set_total
-from .propose import record_experiment
+from .propose import record_experiment, resolve_links
 from .execution import InlineExecutor, PoolExecutor, WorkItem, make_executor, remember_chip
 from .recorder import Recorder
 from .result import DONE, IDLE_ROUNDS, SweepResult
 from .samplers import Observation, Proposal, Sampler, batch_size, make_sampler, sampler_kind
-from .spec import QUANTIZATION_TARGET, Spec
+from .spec import CALIBRATION_TARGET, QUANTIZATION_TARGET, Spec
 from .emulation import prepare_placed
 from .stages import Outcome, analytical_graph, source_count_metrics
 
@@ -61,17 +63,20 @@ ASK_ROUNDS = 10  # a batch's rounds of asking again for proposals of candidates 
 
 class Sweep:
     def __init__(self, spec: Spec, captured_graph, store: Store, executor=None, progress: bool = True,
-                 model_version: str = MODEL_VERSION):
+                 model_version: str = MODEL_VERSION, reuse: bool = True):
         # `captured_graph`: the capture stage's graph, for the source-derived counts; the
         # analytical stage costs the graph after the recipe's steps (the executor's workload).
         self.spec, self.captured_graph, self.progress = spec, captured_graph, progress
         self.model_version = model_version
+        self.reuse = reuse
         self.executor = executor or make_executor(captured_graph)
         self.recorder = Recorder(store)
         links = resolve_links(spec, store)
         self.experiment_id = record_experiment(store, spec, links, "rename the experiment to record the changed "
                                                "spec (or revert the edit to resume)")
         self.store = store
+        self.workload_hash = store.experiment(self.experiment_id)["workload_hash"]
+        self._settings_of: dict[str, dict] = {}  # an earlier spec's result-affecting settings, by its text
         self.result = SweepResult(self.experiment_id, spec.name, "testing")
         self.best_objective: float | None = None  # the best feasible value of the first objective
         self.known: dict[str, tuple[int, Observation]] = {}  # candidates done, by hash: (candidate id, outcome)
@@ -137,8 +142,12 @@ class Sweep:
         metric_names = [c for c in table.columns if c not in {"status", "reason", "stage", "metric_run_id",
                                                                 "model_version", "emulator_version"}]
         out = []
+        linked = set()
+        if not self.reuse:  # candidates standing on reused evidence are evaluated afresh
+            runs = self.store.runs(self.experiment_id)
+            linked = set(runs.loc[(runs["stage"] == "analytical") & runs["reused_run_id"].notna(), "id"].astype(int))
         for c in cands.to_dict("records"):
-            if c["status"] not in DONE:
+            if c["status"] not in DONE or (linked and int(c["run_id"]) in linked):
                 continue
             data = {"chip": json.loads(c["config"]), "mapping": json.loads(c["mapping"])}
             params = {}
@@ -191,8 +200,18 @@ class Sweep:
                 self.result.evaluated += len(new)
                 # Infeasible before evaluation: finished with the first evaluated chunk.
                 pending = [Outcome(run, "infeasible", b.reason) for run, (_, b) in by_run.items() if b.reason]
+                reused = self._reuse({run: b for run, (_, b) in by_run.items() if not b.reason}, "analytical",
+                                     baseline=origin == "baseline")
+                for run, source in reused.items():
+                    cid, b = by_run[run]
+                    obs = Observation(b.params, source.status == "ok", self.store.source_totals(source.run_id))
+                    self.known[b.hash] = (cid, obs)
+                    self._count(source.status)
+                    self._track_best(obs)
+                bar.update(len(reused))
+                self.result.evaluated -= len(reused)  # linked, not evaluated
                 items = [WorkItem(run, b.config_json, b.mapping, b.hash, mapping_json=b.mapping_json)
-                         for run, (_, b) in by_run.items() if not b.reason]
+                         for run, (_, b) in by_run.items() if not b.reason and run not in reused]
                 executor = self._analytical_executor(len(items))
                 chunks = iter(executor.run(self._chunks(items, executor=executor)))
                 spent = 0.0  # in evaluation, not in recording
@@ -320,6 +339,46 @@ class Sweep:
             self.known[b.hash] = (cid, obs)
             self._count(o.status)
             self._track_best(obs)
+
+    def _reuse(self, runs: dict, stage: str, baseline: bool = False) -> dict:
+        """The running runs of `runs` (run id -> candidate) whose candidate an earlier
+        experiment evaluated at `stage` (same hash, workload, versions and result-affecting
+        settings): finished as links to that evidence, {run id: its Source}. A baseline
+        reuses only an earlier baseline (whose run has the source-graph counts too)."""
+        if not self.reuse or not runs:
+            return {}
+        hashes = {run: (b if isinstance(b, str) else b.hash) for run, b in runs.items()}
+        found = self.store.reusable(
+            list(hashes.values()), experiment_id=self.experiment_id, workload_hash=self.workload_hash, stage=stage,
+            model_version=self.model_version, emulator_version=emulator.VERSION if stage == "emulator" else None,
+            settings_ok=lambda text: self._settings(text, stage) == self._settings(self.spec.text, stage))
+        if baseline:
+            found = {h: src for h, src in found.items()
+                     if self.store.experiment(src.experiment_id)["baseline_candidate_id"] == src.candidate_id}
+        reused = {run: found[h] for run, h in hashes.items() if h in found}
+        if reused:
+            self.recorder.link_runs({run: src.run_id for run, src in reused.items()})
+            self.result.reused += len(reused)
+        return reused
+
+    def _settings(self, spec_text: str, stage: str) -> dict | None:
+        """A spec's stage settings that change a stage's evidence (not its capture limit, its
+        evidence budget or its pruning): None for a text that is no valid spec's stages."""
+        import tomllib
+
+        from .spec import Stages
+
+        if spec_text not in self._settings_of:
+            try:
+                stages = Stages(**tomllib.loads(spec_text).get("stages", {}))
+                self._settings_of[spec_text] = {"analytical": {"ppa": stages.ppa},
+                                                # the time limit decides whether a run fails
+                                                "emulator": {"ppa": stages.ppa, "traces": stages.traces,
+                                                             "host_time_repeats": stages.host_time_repeats,
+                                                             "candidate_timeout_s": stages.candidate_timeout_s}}
+            except Exception:  # noqa: BLE001 - an unreadable earlier spec: nothing of it is reused
+                self._settings_of[spec_text] = {}
+        return self._settings_of[spec_text].get(stage)
 
     def _count(self, status: str) -> None:
         self.result.counts[status] = self.result.counts.get(status, 0) + 1
@@ -491,7 +550,10 @@ class Sweep:
             return
         obj = self.spec.model.objectives[0]
         runs = self.store.runs(self.experiment_id)
-        done = set(runs.loc[(runs["stage"] == "emulator") & runs["status"].isin(DONE), "candidate_id"].astype(int))
+        emulated = (runs["stage"] == "emulator") & runs["status"].isin(DONE)
+        if not self.reuse:  # runs standing on reused evidence: evaluated afresh
+            emulated &= runs["reused_run_id"].isna()
+        done = set(runs.loc[emulated, "candidate_id"].astype(int))
         cands = self.store.candidates(self.experiment_id).set_index("id")
         infeasible = runs[(runs["stage"] == "analytical") & (runs["status"] == "infeasible")]
         reasons = {int(c): str(r or "") for c, r in zip(infeasible["candidate_id"], infeasible["reason"])}
@@ -509,8 +571,15 @@ class Sweep:
         set_total(bar, bar.total + len(todo))
         run_ids = self.recorder.start_runs(todo, "emulator", model_version=self.model_version,
                                            emulator_version=emulator.VERSION)
+        reused = self._reuse({r: str(cands.loc[cid, "hash"]) for r, cid in zip(run_ids, todo)}, "emulator",
+                             baseline=False)
+        for r in reused:
+            self._count(f"emulator {reused[r].status}")
+        bar.update(len(reused))
         items = [WorkItem(r, canonical_json(json.loads(cands.loc[cid, "config"])), json.loads(cands.loc[cid, "mapping"]),
-                          str(cands.loc[cid, "hash"]), stage="emulator") for r, cid in zip(run_ids, todo)]
+                          str(cands.loc[cid, "hash"]), stage="emulator") for r, cid in zip(run_ids, todo) if r not in reused]
+        if not items:
+            return
         # The emulator stage has a time limit per candidate: it runs in worker processes,
         # which can be killed past it (one worker when the sweep has no pool of its own).
         executor = own = None
@@ -535,14 +604,22 @@ class Sweep:
 
 
 def quantizations(spec: Spec) -> list[str | None]:
-    """The quantization granularities a spec's candidates can have (None: the recipe's own)."""
-    out = [spec.baseline_mapping.quantization]
-    for k in spec.model.space:
-        if k.target == QUANTIZATION_TARGET:
-            out += k.values
-            if k.when:  # inactive: the baseline's
-                out.append(spec.baseline_mapping.quantization)
-    return list(dict.fromkeys(out))
+    """The quantize choices (`Mapping.quantize_choice`: weight granularity and calibration
+    rule) a spec's candidates can have (None: the recipe's own steps)."""
+    def values(target: str, baseline):
+        out = [baseline]
+        for k in spec.model.space:
+            if k.target == target:
+                out += k.values
+                if k.when:  # inactive: the baseline's
+                    out.append(baseline)
+        return list(dict.fromkeys(out))
+
+    base = spec.baseline_mapping
+    choices = [base.model_copy(update={"quantization": w, "calibration": c}).quantize_choice
+               for w in values(QUANTIZATION_TARGET, base.quantization)
+               for c in values(CALIBRATION_TARGET, base.calibration)]
+    return list(dict.fromkeys(choices))
 
 
 def _value_at(spec: Spec, data: dict, dotted: str):
@@ -554,31 +631,9 @@ def _value_at(spec: Spec, data: dict, dotted: str):
         return None
 
 
-def resolve_links(spec: Spec, store: Store | None) -> list[tuple[str, int, str]]:
-    """The spec's `follows` / `reopens` as (relation, experiment id, reason); an experiment
-    the store does not hold (or none at all: `store` None) is the spec's error."""
-    from ..records import RecordNotFound
-
-    out = []
-    for relation, link in spec.model.experiment.links():
-        field = f"experiment.{relation}.experiment"
-        if store is None:
-            raise InputError(spec.path, field, link.experiment, "an experiment recorded in the store this sweep "
-                             "writes to (the store does not exist yet)")
-        try:
-            other = store.experiment(link.experiment)
-        except RecordNotFound as exc:
-            raise InputError(spec.path, field, link.experiment, f"an experiment recorded in this store "
-                             f"({exc.allowed})", exc.suggestions) from None
-        if other["name"] == spec.name:
-            raise InputError(spec.path, field, link.experiment, "an earlier experiment, not this one")
-        out.append((relation, int(other["id"]), link.reason.strip()))
-    return out
-
-
 def sweep_into_store(spec: Spec, db: str | Path = "records.db", progress: bool = True,
                      workers: int = 1, cluster: str | None = None,
-                     connect_timeout: float = CONNECT_TIMEOUT_S) -> SweepResult:
+                     connect_timeout: float = CONNECT_TIMEOUT_S, reuse: bool = True) -> SweepResult:
     """Sweep a validated spec into the store: capture, frontend, plan, then `Sweep` (what
     `dse.runner.run_sweep` does when the store does not hold the whole sweep already)."""
     checked_url(db)  # a bad --db says so before the recipe's capture (Store checks it again)
@@ -619,6 +674,6 @@ def sweep_into_store(spec: Spec, db: str | Path = "records.db", progress: bool =
                 model_version += ppa_version(ppa)
         executor = make_executor(work, workers, cluster, connect_timeout)
         try:
-            return Sweep(spec, graph, store, executor, progress, model_version).run()
+            return Sweep(spec, graph, store, executor, progress, model_version, reuse).run()
         finally:
             executor.close()

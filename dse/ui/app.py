@@ -50,6 +50,7 @@ from .guard import Access, Guard
 from .memo import Memo
 from .params import MAX_ID, BadParameter, decimal, experiment_ref, form_text, id_list, number, record_id
 from .queries import BadQuery, CandidateQuery
+from .responses import Problem, figure_response
 from .table import shown_columns
 
 # How often the page of a running sweep asks for news (ms): a sweep records candidates in
@@ -59,15 +60,6 @@ LIVE_WATCH_MAX = 500  # candidates a poll asks the outcome of (those the page sh
 PLOTLY_JS = Path(str(files("plotly") / "package_data" / "plotly.min.js"))
 TEMPLATES = Path(__file__).parent / "templates"
 STATIC = Path(__file__).parent / "static"
-
-
-@dataclass
-class Problem(Exception):
-    """A request the UI refuses: its HTTP status, a title and what was wrong."""
-
-    status: int
-    title: str
-    detail: str
 
 
 def _when(moment) -> str:
@@ -277,7 +269,7 @@ class Workbench:
         """The first objective candidate after candidate, with the best so far."""
         exp = self.experiment(request.path_params["ref"])
         history = self.search_history(exp, _objectives(exp["spec_text"])[0])
-        return _figure_response(search_history_figure(history, title=f"{exp['name']}: {history.metric}"),
+        return figure_response(search_history_figure(history, title=f"{exp['name']}: {history.metric}"),
                                 {"best": history.best, "importances": history.importances, "note": history.note})
 
     def pareto_json(self, request: Request) -> Response:
@@ -301,7 +293,7 @@ class Workbench:
                    "front": len(front), "front_ids": front, "passing": int(passing.sum()),
                    "best": judged.best, "baseline": baseline_id, "accepted": sorted(accepted),
                    "x": x, "y": y}  # fmt: skip
-        return _figure_response(fig, summary)
+        return figure_response(fig, summary)
 
     def judged(self, exp: dict, metrics: set[str]) -> Judged:
         """The experiment's candidates with their analytical `metrics` and the first
@@ -325,7 +317,7 @@ class Workbench:
         with self.connection() as connection:
             table = candidate_metrics(connection, exp["id"], [o["metric"] for o in objectives if o["metric"] in METRICS])
         fig, data = parallel_figure(table, objectives, title=f"{exp['name']}: knobs to objectives")
-        return _figure_response(fig, {"lines": len(data), "feasible": int((table["status"] == "ok").sum())})
+        return figure_response(fig, {"lines": len(data), "feasible": int((table["status"] == "ok").sum())})
 
     def ops_json(self, request: Request) -> Response:
         """Where the cycles (``?metric=cycles``, the default) or the energy
@@ -341,7 +333,7 @@ class Workbench:
         labels = {i: label for i, label in labels.items() if i in per_op.index}
         what = "cycles" if metric == "cycles" else "energy"
         fig = op_figure(per_op, labels, metric, title=f"{exp['name']}: analytical {what} per op")
-        return _figure_response(fig, {"candidates": [{"id": i, "label": label} for i, label in labels.items()],
+        return figure_response(fig, {"candidates": [{"id": i, "label": label} for i, label in labels.items()],
                                       "ops": [str(c) for c in per_op.columns], "metric": metric})
 
     def components_json(self, request: Request) -> Response:
@@ -354,7 +346,7 @@ class Workbench:
         with self.connection() as connection:
             figures = component_figures(connection, int(exp["id"]), list(labels), kind)
         fig = component_figure(figures, labels, title=f"{exp['name']}: area and energy by component ({kind})")
-        return _figure_response(fig, _components_summary(figures, labels))
+        return figure_response(fig, _components_summary(figures, labels))
 
     def candidate_components_json(self, request: Request) -> Response:
         """One candidate's area and energy by component, one evidence kind (``?kind=``)."""
@@ -368,7 +360,7 @@ class Workbench:
         with self.connection() as connection:
             figures = component_figures(connection, int(cand["experiment_id"]), [ident], kind)
         fig = component_figure(figures, labels, title=f"candidate {ident}: area and energy by component ({kind})")
-        return _figure_response(fig, _components_summary(figures, labels))
+        return figure_response(fig, _components_summary(figures, labels))
 
     def candidate_banks_json(self, request: Request) -> Response:
         """The bank lifetimes the candidate's latest emulator run recorded, as a chart."""
@@ -379,7 +371,7 @@ class Workbench:
             raise Problem(404, "No such candidate", str(error)) from None
         run_id, lives = stored_bank_lifetimes(self.store, ident)
         fig = bank_lifetime_figure(lives, title=f"candidate {ident}: bank lifetimes (emulator run r{run_id})")
-        return _figure_response(fig, {"run_id": run_id, "lifetimes": len(lives),
+        return figure_response(fig, {"run_id": run_id, "lifetimes": len(lives),
                                       "cores": len({life["core"] for life in lives})})
 
     def model_vs_emulator_json(self, request: Request) -> Response:
@@ -393,7 +385,7 @@ class Workbench:
         rows = [{"candidate_id": int(r["candidate_id"]), "analytical_cycles": float(r["analytical_cycles"]),
                  "emulator_cycles": float(r["emulator_cycles"]), "error_pct": float(r["error_pct"])}
                 for r in emulated.to_dict("records")]
-        return _figure_response(fig, {"rows": rows})
+        return figure_response(fig, {"rows": rows})
 
     def live_json(self, request: Request) -> Response:
         """A sweep in progress, for the page that polls it: whether it still runs, the
@@ -600,13 +592,6 @@ def _component_rows(metrics: pd.DataFrame) -> dict | None:
             row[f"{name}_share"] = value / total[name] if value is not None and total[name] else None
         rows.append(row)
     return {"rows": rows, "total": total}
-
-
-def _figure_response(fig, summary: dict) -> Response:
-    # The figure's JSON as plotly wrote it (one object), with the summary added: not parsed
-    # and written again (megabytes at 100,000 candidates).
-    body = fig.to_json()
-    return Response(f'{body[:-1]}, "summary": {json.dumps(summary)}}}', media_type="application/json")
 
 
 def _comparison(store: Store, cands: list[dict]):

@@ -27,6 +27,7 @@ from starlette.responses import Response
 from ..records import RecordNotFound
 from ..records.blobs import EvidenceError, open_verified
 from .queries import BadQuery
+from .responses import Problem, figure_response
 
 if TYPE_CHECKING:
     from .app import Workbench
@@ -246,7 +247,6 @@ def viewer_of(row: dict) -> str:
 
 
 def _artifact(bench: Workbench, request: Request) -> tuple[dict, Path]:
-    from .app import Problem
     from .params import record_id
 
     ident = record_id(request.path_params["ident"], what="artifact")
@@ -267,7 +267,6 @@ def _artifact(bench: Workbench, request: Request) -> tuple[dict, Path]:
 
 def view(bench: Workbench, request: Request) -> Response:
     """GET /artifacts/{id}/view: the artifact in its viewer, with its download link."""
-    from .app import Problem
 
     row, path = _artifact(bench, request)
     kind = viewer_of(row)
@@ -316,7 +315,6 @@ def heatmap_json(bench: Workbench, request: Request) -> Response:
     figure) and what it shows: the slice, its full size and the downsampling steps."""
     import plotly.graph_objects as go
 
-    from .app import Problem, _figure_response
 
     row, path = _artifact(bench, request)
     if viewer_of(row) != "array":
@@ -341,5 +339,5 @@ def heatmap_json(bench: Workbench, request: Request) -> Response:
     fig.update_layout(title=f"{row['name']}{heat.label}" + (f" ({every})" if heat.steps != (1, 1) else ""),
                       yaxis=dict(autorange="reversed", title="row"), xaxis=dict(title="column"),
                       height=min(700, 180 + 4 * max(40, heat.z.shape[0])), margin=dict(l=60, r=20, t=50, b=50))
-    return _figure_response(fig, {"slice": heat.label, "rows": heat.rows, "cols": heat.cols,
+    return figure_response(fig, {"slice": heat.label, "rows": heat.rows, "cols": heat.cols,
                                   "steps": list(heat.steps), "shown": list(heat.z.shape)})

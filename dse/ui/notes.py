@@ -20,6 +20,7 @@ from ..errors import InputError
 from ..records.choices import NOTE_KINDS
 from ..records.lessons import lessons_of
 from . import csrf
+from .responses import Problem
 
 if TYPE_CHECKING:
     from .app import Workbench
@@ -59,7 +60,6 @@ def form_values(form, fields: tuple[str, ...]) -> dict[str, str]:
 async def add_note(bench: Workbench, request: Request) -> Response:
     """POST /experiments/{ref}/notes: a note written as `dse note` writes it; refused (the
     form again, text kept): an empty text or author, a kind `dse note` does not know."""
-    from .app import Problem
 
     exp = bench.experiment(request.path_params["ref"])
     form = await request.form()

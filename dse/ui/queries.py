@@ -19,6 +19,7 @@ from sqlalchemy import Connection, String, and_, bindparam, cast, func, select
 from sqlalchemy.orm import aliased
 
 from ..records import reads
+from ..records.reuse import metric_run
 from ..records.schema import RUN_STATUSES, Candidate, CandidateRun, LatestMetric, Metric, Run
 
 PAGE_SIZES = (25, 50, 100, 200)
@@ -123,7 +124,8 @@ def metric_names(connection: Connection, experiment_id: int, baseline_id: int | 
     if run_id is None:
         return []
     names = connection.scalars(
-        select(Metric.name).where(Metric.run_id == run_id, Metric.kind == "analytical", Metric.scope == "total")
+        select(Metric.name).where(Metric.run_id == select(metric_run(Run)).where(Run.id == run_id).scalar_subquery(),
+                                  Metric.kind == "analytical", Metric.scope == "total")
         .order_by(Metric.name))  # fmt: skip
     return list(dict.fromkeys(names))
 

@@ -31,7 +31,8 @@ from torch.fx import Node
 
 from dse.errors import InputError
 from dse.workload.counts import count_op
-from dse.workload.graph import MOVE_KINDS, Graph, Op, TensorSpec, dtype_name, weight_array
+from dse.workload.graph import (CHANNELS_FIRST, CHANNELS_FIRST_WEIGHTS, MOVE_KINDS, Graph, Op, TensorSpec, dtype_name,
+                                weight_array)
 
 aten = torch.ops.aten
 _TORCH_DIR = str(Path(torch.__file__).resolve().parent)
@@ -393,7 +394,7 @@ def _conv(node: Node, nd: int, transposed: bool = False, groups: int = 1, stride
         # still counts the conv's multiply-accumulates
         "stride": _ints(stride, nd), "padding": _ints(padding, nd), "dilation": _ints(dilation, nd),
         "groups": int(groups),
-        "layout": "NCL" if nd == 1 else "NCHW", "weight_layout": "OIW" if nd == 1 else "OIHW",
+        "layout": CHANNELS_FIRST[nd], "weight_layout": CHANNELS_FIRST_WEIGHTS[nd],
         "M": out[0] * math.prod(out[2:]), "N": w_shape[0], "K": math.prod(w_shape[1:]), "batch": 1,
         "has_bias": bias is not None,
     }
@@ -412,7 +413,7 @@ def _conv_nd(nd: int) -> _Handler:
 
 def _convolution(node: Node) -> _Lowered | _Unsupported:
     nd = len(_shape(node)) - 2
-    if nd not in (1, 2):
+    if nd not in (1, 2, 3):
         return _Unsupported(f"conv{nd}d")
     return _conv(node, nd, transposed=_arg(node, 6, "transposed"), groups=_arg(node, 8, "groups", 1),
                  stride=_arg(node, 3, "stride"), padding=_arg(node, 4, "padding"), dilation=_arg(node, 5, "dilation"))
@@ -514,11 +515,30 @@ def _adaptive_avg_pool2d(node: Node) -> _Lowered | _Unsupported:
         return _Unsupported("unbatched adaptive_avg_pool2d")
     if out[2:] == (1, 1):  # global average pooling
         return _Lowered("mean", [x], {"dims": [2, 3], "keepdim": True})
-    if shape[2] % out[2] or shape[3] % out[3]:
-        return _Unsupported(f"adaptive pooling {shape[2:]} -> {out[2:]} with uneven windows")
+    if shape[2] % out[2] or shape[3] % out[3]:  # windows of several sizes, overlapping (AlexNet's (6, 6))
+        return _Lowered("adaptive_avg_pool2d", [x], {"output_size": [int(out[2]), int(out[3])]})
     kernel = [shape[2] // out[2], shape[3] // out[3]]
     return _Lowered("avg_pool2d", [x], {"kernel": kernel, "stride": kernel, "padding": [0, 0], "ceil_mode": False,
                                         "count_include_pad": True, "divisor_override": None, "layout": "NCHW"})
+
+
+def _vector_norm(node: Node) -> _Lowered | _Unsupported:
+    x = node.args[0]
+    rank = len(_shape(x))
+    dims = _arg(node, 2, "dim")
+    dims = list(range(rank)) if dims is None or dims == [] else [int(d) % rank for d in _ints(dims, 1)]
+    if _val(node).dtype != _val(x).dtype:
+        return _Unsupported("linalg_vector_norm with a dtype change")
+    order = _arg(node, 1, "ord", 2)
+    return _Lowered("vector_norm", [x], {"ord": float(order), "dims": sorted(dims),
+                                         "keepdim": bool(_arg(node, 3, "keepdim", False))})
+
+
+def _repeat(node: Node) -> _Lowered | _Identity:
+    repeats = [int(r) for r in node.args[1]]
+    if all(r == 1 for r in repeats) and len(repeats) == len(_shape(node.args[0])):
+        return _Identity(node.args[0])
+    return _Lowered("repeat", [node.args[0]], {"repeats": repeats})
 
 
 def _cat(kind: str) -> _Handler:
@@ -685,6 +705,8 @@ _HANDLER_NAMES: dict[str, _Handler] = {
     "conv2d.default": _conv_nd(2),
     "conv1d.padding": _conv_nd(1),
     "conv2d.padding": _conv_nd(2),
+    "conv3d.default": _conv_nd(3),
+    "conv3d.padding": _conv_nd(3),
     "convolution.default": _convolution,
     "batch_norm.default": _batch_norm(5, 7),
     "_native_batch_norm_legit_no_training.default": _batch_norm(None, 6),
@@ -703,6 +725,8 @@ _HANDLER_NAMES: dict[str, _Handler] = {
     "avg_pool2d.default": _avg_pool2d,
     "adaptive_avg_pool2d.default": _adaptive_avg_pool2d,
     "_adaptive_avg_pool2d.default": _adaptive_avg_pool2d,
+    "linalg_vector_norm.default": _vector_norm,
+    "repeat.default": _repeat,
     "cat.default": _cat("cat"),
     "stack.default": _cat("stack"),
     "slice.Tensor": _slice,
@@ -945,9 +969,11 @@ def fold_input_free(exported: ExportedProgram) -> dict[str, Any]:
     mask and position ops (`arange`, comparisons, `cumsum`, `full`, `where` on such values,
     ...) computed from shapes, buffers and tensor constants. They are evaluated here, with
     the very aten ops the model runs, so the graph sees their results as constants.
-    An op on parameters is folded only when the graph has no kind for it (a weight norm's
-    reparametrisation): ops on weights that it can hold stay ops (the frontend steps read
-    them)."""
+    A subgraph of ops on parameters alone is folded when the graph has no kind for one of
+    its ops (a weight norm's reparametrisation, NF-Nets' weight standardisation by a batch
+    norm with no running statistics): that op, the parameter-only ops it reads (a gain
+    multiplied in) and those that read it. Ops on weights that the graph can hold, with no
+    such op among them, stay ops (the frontend steps read them: a transposed weight)."""
     signature = exported.graph_signature
     values: dict[str, Any] = {}
     from_parameters: set[str] = set()  # values computed from a parameter
@@ -962,6 +988,8 @@ def fold_input_free(exported: ExportedProgram) -> dict[str, Any]:
                 if spec.kind == InputKind.PARAMETER:
                     from_parameters.add(spec.arg.name)
     folded: dict[str, Any] = {}
+    held: dict[str, Node] = {}  # parameter-only ops the graph holds: folded only beside one it does not
+    unheld: list[Node] = []  # parameter-only ops it does not hold, in order (evaluated at the end)
     for node in exported.graph.nodes:
         if node.op != "call_function" or node.target in _ASSERTIONS:
             continue
@@ -969,8 +997,14 @@ def fold_input_free(exported: ExportedProgram) -> dict[str, Any]:
             continue
         inputs = [x for x in node.all_input_nodes]
         on_parameters = any(x.name in from_parameters for x in inputs)
-        if on_parameters and node.target in _HANDLERS:
-            continue  # an op the graph holds stays an op on its weights (the frontend steps read those)
+        if on_parameters:
+            if all(x.name in values or x.name in from_parameters for x in inputs):
+                from_parameters.add(node.name)
+                if node.target in _HANDLERS:
+                    held[node.name] = node
+                else:
+                    unheld.append(node)
+            continue
         shape_only = str(node.target).split(".")[-2] in _SHAPE_ONLY if "." in str(node.target) else False
         if not all(x.name in values or (shape_only and i == 0) for i, x in enumerate(inputs)):
             continue
@@ -982,17 +1016,50 @@ def fold_input_free(exported: ExportedProgram) -> dict[str, Any]:
             known = {**values, inputs[0].name: torch.zeros(tuple(meta.shape), dtype=meta.dtype)}
         # Folding a lone creation op that nothing but input-dependent ops read still pays:
         # its users then see a constant. Evaluate with the node's own arguments.
-        args = torch.fx.node.map_arg(node.args, lambda x: known[x.name])
-        kwargs = torch.fx.node.map_arg(node.kwargs, lambda x: known[x.name])
-        try:
-            with torch.no_grad():
-                value = node.target(*args, **kwargs)
-        except Exception:  # not evaluable here (a custom op): left to the handlers
-            continue
-        values[node.name] = folded[node.name] = value
-        if on_parameters:
-            from_parameters.add(node.name)
+        value = _evaluate(node, known)
+        if value is not _NOT_EVALUABLE:
+            values[node.name] = folded[node.name] = value
+    _fold_parameter_subgraphs(held, unheld, values, folded)
     return folded
+
+
+_NOT_EVALUABLE = object()
+
+
+def _evaluate(node: Node, known: dict[str, Any]) -> Any:
+    args = torch.fx.node.map_arg(node.args, lambda x: known[x.name])
+    kwargs = torch.fx.node.map_arg(node.kwargs, lambda x: known[x.name])
+    try:
+        with torch.no_grad():
+            return node.target(*args, **kwargs)
+    except Exception:  # not evaluable here (a custom op): left to the handlers
+        return _NOT_EVALUABLE
+
+
+def _fold_parameter_subgraphs(held: dict[str, Node], unheld: list[Node], values: dict, folded: dict) -> None:
+    """Fold each op the graph cannot hold that reads parameters alone, with the held
+    parameter-only ops it reads (transitively) and those that read it."""
+    if not unheld:
+        return
+    fold = {node.name for node in unheld}
+    stack = list(unheld)
+    while stack:  # the parameter-only ops they read
+        for x in stack.pop().all_input_nodes:
+            if x.name in held and x.name not in fold:
+                fold.add(x.name)
+                stack.append(held[x.name])
+    order = list(next(iter(unheld)).graph.nodes)
+    for node in order:  # and those that read them, in graph order
+        if node.name in held and any(x.name in fold for x in node.all_input_nodes):
+            fold.add(node.name)
+    for node in order:
+        if node.name not in fold:
+            continue
+        if not all(x.name in values for x in node.all_input_nodes):
+            continue  # an input was not evaluable: left to the handlers (reported if unsupported)
+        value = _evaluate(node, values)
+        if value is not _NOT_EVALUABLE:
+            values[node.name] = folded[node.name] = value
 
 
 def _export(module: torch.nn.Module, example_inputs: tuple, source_path: Path | None) -> ExportedProgram:

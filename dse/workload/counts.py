@@ -55,6 +55,12 @@ def _other_ops(kind: str, attrs: dict, inputs: list[TensorSpec], output: TensorS
         return (5 + bool(attrs.get("has_weight", True)) + bool(attrs.get("has_bias", True))) * n
     if kind in ("mean", "sum"):
         return inputs[0].numel + (n if kind == "mean" else 0)
+    if kind == "vector_norm":  # |x|^p and a sum per input element, a root per output
+        return 2 * inputs[0].numel + n
+    if kind == "adaptive_avg_pool2d":  # each input element summed once or twice (overlapping windows), a divide per output
+        h, w = inputs[0].shape[-2:]
+        oh, ow = attrs["output_size"]
+        return (-(-h // oh) + 1) * (-(-w // ow) + 1) * n + n
     if kind in ("max_pool2d", "avg_pool2d"):
         return (math.prod(attrs["kernel"]) + (kind == "avg_pool2d")) * n
     if kind == "sdpa":

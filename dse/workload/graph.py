@@ -9,9 +9,9 @@ against PyTorch. The interpreter's names are still importable from here (on firs
 
 Kinds and their attrs (inputs in order; `?` marks an optional input, flagged in attrs):
 - linear(x, w[N, K], bias?): M, N, K, batch, has_bias. matmul(a, b, bias?): M, N, K,
-  batch, has_bias (alpha, beta when not 1). conv1d / conv2d(x, w, bias?): stride,
-  padding, dilation, groups (1), layout (NCL/NCHW or channels-last NLC/NHWC),
-  weight_layout (OIW/OIHW or pre-transposed WIO/HWIO), M, N, K (the implicit GEMM:
+  batch, has_bias (alpha, beta when not 1). conv1d / conv2d / conv3d(x, w, bias?): stride,
+  padding, dilation, groups (1), layout (NCL/NCHW/NCDHW or channels-last NLC/NHWC/NDHWC),
+  weight_layout (OIW/OIHW/OIDHW or pre-transposed WIO/HWIO/DHWIO), M, N, K (the implicit GEMM:
   M = batch * output positions, N = out channels, K = in channels * kernel), batch, has_bias.
   With int8 operands these ops compute int32 with wraparound (see dse/frontend/quantize.py).
 - add, sub, mul, div (tensor or scalar operand); relu, gelu, silu; neg, abs, exp, rsqrt, sqrt,
@@ -19,7 +19,9 @@ Kinds and their attrs (inputs in order; `?` marks an optional input, flagged in 
 - softmax(dim); layer_norm(x, w?, b?: normalized_shape, eps); batch_norm(x, w?, b?, mean,
   var: eps, axis); mean / sum(dims, keepdim).
 - max_pool2d(kernel, stride, padding, dilation, ceil_mode, layout); avg_pool2d(kernel,
-  stride, padding, ceil_mode, count_include_pad, divisor_override, layout).
+  stride, padding, ceil_mode, count_include_pad, divisor_override, layout);
+  adaptive_avg_pool2d(output_size): NCHW, windows that do not tile the input evenly.
+- vector_norm(ord, dims, keepdim): torch.linalg.vector_norm; repeat(repeats): Tensor.repeat.
 - embedding(table, indices); sdpa(q, k, v, mask?: scale, is_causal, has_mask).
 - views: reshape(shape), expand(shape), slice(dim, start, end, step), select(dim, index);
   data movement: permute(dims), cat(dim), stack(dim).
@@ -42,16 +44,19 @@ if TYPE_CHECKING:
 import numpy as np
 
 MATMUL_KINDS = ("linear", "matmul")
-CONV_KINDS = ("conv1d", "conv2d")
+CONV_KINDS = ("conv1d", "conv2d", "conv3d")
 BINARY_KINDS = ("add", "sub", "mul", "div")
 ACTIVATION_KINDS = ("relu", "gelu", "silu", "clamp", "leaky_relu", "hardswish", "hardsigmoid", "mish")
 UNARY_KINDS = ("neg", "abs", "exp", "rsqrt", "sqrt", "tanh", "sigmoid", "cos", "sin", "pow")
 NORM_KINDS = ("softmax", "layer_norm", "batch_norm", "group_norm")
 REDUCE_KINDS = ("mean", "sum", "amax", "amin")
 POOL_KINDS = ("max_pool2d", "avg_pool2d")
+# adaptive average pooling whose windows do not tile the input evenly (even ones are avg_pool2d)
+ADAPTIVE_KINDS = ("adaptive_avg_pool2d",)
+VECTOR_NORM_KINDS = ("vector_norm",)
 LAYOUT_KINDS = ("reshape", "permute")
 VIEW_KINDS = ("reshape", "expand", "slice", "select")  # no data moves: descriptors only
-DATA_KINDS = ("cat", "stack", "embedding", "pad", "index", "gather", "roll", "upsample", "cast")
+DATA_KINDS = ("cat", "stack", "embedding", "pad", "index", "gather", "roll", "upsample", "cast", "repeat")
 ARG_KINDS = ("argmax", "argmin")  # the int64 position of a reduction's max / min
 ATTENTION_KINDS = ("sdpa",)
 CHOICE_KINDS = ("where",)  # elementwise choice by a bool mask
@@ -60,9 +65,13 @@ QUANT_KINDS = ("quantize", "requantize", "dequantize")
 # which a frontend step may fold offline.
 MOVE_KINDS = ("reshape", "permute", "expand", "slice", "select", "cat", "stack")
 KINDS = (MATMUL_KINDS + CONV_KINDS + BINARY_KINDS + ACTIVATION_KINDS + UNARY_KINDS + NORM_KINDS
-         + REDUCE_KINDS + ARG_KINDS + POOL_KINDS + ("permute",) + VIEW_KINDS + DATA_KINDS + ATTENTION_KINDS
+         + REDUCE_KINDS + VECTOR_NORM_KINDS + ARG_KINDS + POOL_KINDS + ADAPTIVE_KINDS + ("permute",) + VIEW_KINDS + DATA_KINDS + ATTENTION_KINDS
          + CHOICE_KINDS + QUANT_KINDS)
-CHANNELS_LAST = ("NLC", "NHWC")
+CHANNELS_LAST = ("NLC", "NHWC", "NDHWC")
+# conv weights pre-transposed to [*kernel, in, out] (the channels-last convs' GEMM B)
+CHANNELS_LAST_WEIGHTS = ("WIO", "HWIO", "DHWIO")
+CHANNELS_FIRST = {1: "NCL", 2: "NCHW", 3: "NCDHW"}  # by spatial dims
+CHANNELS_FIRST_WEIGHTS = {1: "OIW", 2: "OIHW", 3: "OIDHW"}
 INT8_MIN, INT8_MAX = -128, 127
 
 

@@ -11,7 +11,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from dse.workload.graph import (ARG_KINDS, BINARY_KINDS, CHANNELS_LAST, CONV_KINDS, INT8_MAX, INT8_MIN, KINDS,
+from dse.workload.graph import (CHANNELS_FIRST_WEIGHTS, CHANNELS_LAST_WEIGHTS, ARG_KINDS, BINARY_KINDS, CHANNELS_LAST, CONV_KINDS, INT8_MAX, INT8_MIN, KINDS,
                                 POOL_KINDS, REDUCE_KINDS, Op, scale_array)
 
 
@@ -148,9 +148,9 @@ def _from_channels_first(x: torch.Tensor, layout: str) -> torch.Tensor:
 
 def conv_weight_oi(w: torch.Tensor, weight_layout: str) -> torch.Tensor:
     """A conv weight in any supported layout as [out, in, *kernel] (OIW / OIHW)."""
-    if weight_layout in ("OIW", "OIHW"):
+    if weight_layout in CHANNELS_FIRST_WEIGHTS.values():
         return w
-    if weight_layout in ("WIO", "HWIO"):  # [*kernel, in, out]
+    if weight_layout in CHANNELS_LAST_WEIGHTS:  # [*kernel, in, out]
         k = w.dim() - 2
         return w.permute(k + 1, k, *range(k))
     raise ValueError(f"weight layout {weight_layout!r}")
@@ -161,8 +161,9 @@ def _run_conv(op: Op, args: list[torch.Tensor]) -> torch.Tensor:
     x, w, *bias = args
     layout = a.get("layout", "NCHW")
     x = _to_channels_first(x, layout)
-    w = conv_weight_oi(w, a.get("weight_layout", "OIHW" if op.kind == "conv2d" else "OIW"))
-    conv = F.conv2d if op.kind == "conv2d" else F.conv1d
+    nd = CONV_KINDS.index(op.kind) + 1
+    w = conv_weight_oi(w, a.get("weight_layout", CHANNELS_FIRST_WEIGHTS[nd]))
+    conv = (F.conv1d, F.conv2d, F.conv3d)[nd - 1]
     kw = dict(stride=a["stride"], padding=a["padding"], dilation=a["dilation"], groups=a.get("groups", 1))
     if is_integer(x):
         bound = _product_bound(x, w, w[0].numel())  # K: in channels of a group x kernel taps
@@ -319,6 +320,19 @@ def _run_pool(op: Op, args: list[torch.Tensor]) -> torch.Tensor:
     return _from_channels_first(y, layout)
 
 
+def _run_adaptive_pool(op: Op, args: list[torch.Tensor]) -> torch.Tensor:
+    return F.adaptive_avg_pool2d(args[0], op.attrs["output_size"])
+
+
+def _run_vector_norm(op: Op, args: list[torch.Tensor]) -> torch.Tensor:
+    a = op.attrs
+    return torch.linalg.vector_norm(args[0], a["ord"], a["dims"], a["keepdim"])
+
+
+def _run_repeat(op: Op, args: list[torch.Tensor]) -> torch.Tensor:
+    return args[0].repeat(op.attrs["repeats"])
+
+
 def _run_embedding(op: Op, args: list[torch.Tensor]) -> torch.Tensor:
     table, indices = args
     return F.embedding(indices, table)
@@ -401,6 +415,9 @@ INTERPRETERS: dict[str, Callable[[Op, list[torch.Tensor]], torch.Tensor]] = {
     "batch_norm": _run_batch_norm,
     **{kind: _run_reduce for kind in REDUCE_KINDS},
     **{kind: _run_pool for kind in POOL_KINDS},
+    "adaptive_avg_pool2d": _run_adaptive_pool,
+    "vector_norm": _run_vector_norm,
+    "repeat": _run_repeat,
     "embedding": _run_embedding,
     "sdpa": _run_sdpa,
     "where": _run_where,
