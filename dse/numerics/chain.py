@@ -137,6 +137,38 @@ def load_chain(path: str | Path) -> list[ChainStage]:
     return out
 
 
+def chain_file(name_or_path: str | Path) -> Path | None:
+    """The chain file `name_or_path` names (a chain.toml, a folder holding one and no model.py,
+    or a shipped chain's name such as ``llama3_8b``); None when it names no chain."""
+    from ..workload.recipes import RECIPES_DIR
+
+    for path in (Path(name_or_path), RECIPES_DIR / str(name_or_path)):
+        if path.is_file() and path.name == CHAIN_FILE:
+            return path
+        if path.is_dir() and (path / CHAIN_FILE).is_file() and not (path / "model.py").exists():
+            return path / CHAIN_FILE
+    return None
+
+
+def with_params(stages: list[ChainStage], params: dict, source: str = "--param") -> list[ChainStage]:
+    """The stages with `params` set in every stage whose recipe takes them (a smaller prompt
+    for the whole model: ``seq=256``); a param no stage takes is an InputError."""
+    from ..workload.recipes import load_recipe
+
+    taken = {}
+    for recipe in dict.fromkeys(s.recipe for s in stages):
+        module = load_recipe(recipe).module
+        taken[recipe] = {n for f in (module.load, module.inputs) for n in inspect.signature(f).parameters}
+    for key, value in params.items():
+        if not any(key in names for names in taken.values()):
+            raise InputError(source, key, value, "a parameter of at least one stage's recipe: "
+                                                 + ", ".join(sorted(set().union(*taken.values()))))
+        if any(key == s.repetition.partition("=")[0] for s in stages):
+            raise InputError(source, key, value, "not a repeated stage's index (the chain sets it per repetition)")
+    return [ChainStage(s.recipe, {**s.params, **{k: v for k, v in params.items() if k in taken[s.recipe]}},
+                       s.feeds, s.repetition) for s in stages]
+
+
 def _flat(outputs) -> list[torch.Tensor]:
     return [outputs] if isinstance(outputs, torch.Tensor) else [o for o in outputs if o is not None]
 
