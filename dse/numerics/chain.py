@@ -93,7 +93,7 @@ def load_chain(path: str | Path) -> list[ChainStage]:
     except tomllib.TOMLDecodeError as error:
         raise InputError(path, "chain", str(error), "valid TOML") from None
     stages = data.get("stage")
-    repeated = isinstance(stages, list) and any(isinstance(s, dict) and s.get("repeat", 1) != 1 for s in stages)
+    repeated = isinstance(stages, list) and any(isinstance(s, dict) and "repeat" in s for s in stages)
     if not isinstance(stages, list) or not stages or (len(stages) < 2 and not repeated):
         raise InputError(path, "stage", stages, "two or more [[stage]] tables (or one with repeat = N)")
     out: list[ChainStage] = []
