@@ -108,15 +108,16 @@ def load_chain(path: str | Path) -> list[ChainStage]:
         if not isinstance(params, dict) or not isinstance(feeds, dict):
             raise InputError(path, f"{where}.params/feeds", (params, feeds), "tables")
         repeat, index = s.get("repeat", 1), s.get("index", "layer")
+        repeats = "repeat" in s  # its feeds name its own outputs too (each repetition feeds the next)
         if not isinstance(repeat, int) or isinstance(repeat, bool) or repeat < 1:
             raise InputError(path, f"{where}.repeat", repeat, "a whole number >= 1")
-        if repeat > 1 and index not in _load_params(s["recipe"]):
+        if repeats and index not in _load_params(s["recipe"]):
             raise InputError(path, f"{where}.index", index,
                              f"a parameter of {s['recipe']}'s load(): {', '.join(_load_params(s['recipe']))}")
-        if i == 0 and feeds and repeat == 1:
+        if i == 0 and feeds and not repeats:
             raise InputError(path, f"{where}.feeds", feeds, "none: the first stage has no previous stage")
         inputs = _forward_inputs(s["recipe"])
-        sources = ([out[-1].recipe] if i > 0 else []) + ([s["recipe"]] if repeat > 1 else [])
+        sources = ([out[-1].recipe] if i > 0 else []) + ([s["recipe"]] if repeats else [])
         if sources and not feeds:
             raise InputError(path, f"{where}.feeds", feeds, "at least one input fed by the previous stage")
         for name, source in feeds.items():
@@ -127,7 +128,7 @@ def load_chain(path: str | Path) -> list[ChainStage]:
                 if previous is None or source not in previous:
                     raise InputError(path, f"{where}.feeds.{name}", source,
                                      f"an output of {recipe} (its OUTPUTS): {', '.join(previous or ['(none named)'])}")
-        if repeat == 1:
+        if not repeats:
             out.append(ChainStage(s["recipe"], dict(params), dict(feeds)))
             continue
         first = params.get(index, 0)
@@ -138,12 +139,12 @@ def load_chain(path: str | Path) -> list[ChainStage]:
 
 
 def chain_file(name_or_path: str | Path) -> Path | None:
-    """The chain file `name_or_path` names (a chain.toml, a folder holding one and no model.py,
+    """The chain file `name_or_path` names (a .toml file, a folder holding one and no model.py,
     or a shipped chain's name such as ``llama3_8b``); None when it names no chain."""
     from ..workload.recipes import RECIPES_DIR
 
     for path in (Path(name_or_path), RECIPES_DIR / str(name_or_path)):
-        if path.is_file() and path.name == CHAIN_FILE:
+        if path.is_file() and path.suffix == ".toml":
             return path
         if path.is_dir() and (path / CHAIN_FILE).is_file() and not (path / "model.py").exists():
             return path / CHAIN_FILE
