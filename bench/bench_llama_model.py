@@ -52,14 +52,15 @@ def main() -> None:
                 env = {**os.environ, "PYTHONPATH": str(REPO), "DSE_CACHE_DIR": os.path.join(tmp, "cache")}
                 load = os.getloadavg()[0]
                 seconds, cpu, gb, code, out = measured(argv, env)
-            rows[n] = (seconds, cpu, gb)
+            if code == 0:  # a failed run's figures say nothing of the model
+                rows[n] = (seconds, cpu, gb)
             print(f"dse {name:8s} {n:2d} layer(s) {seconds:8.1f} s  CPU {cpu:8.1f} s  {gb:6.2f} GB  exit {code}  "
                   f"load {load:.2f} at start")
             for line in out.splitlines():
                 if "total:" in line or "vs the float chain" in line or "passed" in line or "FAILED" in line:
                     print(f"    {line.strip()}")
-        if len(counts) >= 2:
-            a, b = counts[0], counts[-1]
+        if len(rows) >= 2:
+            a, b = min(rows), max(rows)
             per_wall = (rows[b][0] - rows[a][0]) / (b - a)
             per_cpu = (rows[b][1] - rows[a][1]) / (b - a)
             whole = rows[a][0] + (LAYERS - a) * per_wall

@@ -71,30 +71,36 @@ def test_the_streamed_float_chain_is_the_whole_model(stages):
     assert torch.equal(float_chain(stages)[-1]["hidden"], whole)
 
 
-def test_one_layer_alive_at_a_time_and_cycles_the_sum_of_the_layers(stages, goban):
-    from dse.mapping import Candidate, Mapping
-    from dse.numerics.run import emulate_graph, prepare_recipe
-
+@pytest.fixture(scope="module")
+def streamed(stages, goban):
+    """The chain emulated on goban, streamed; at each stage's end, which earlier stages'
+    graphs (their weights) and pipelines were still alive."""
     alive: list[list[bool]] = []
     refs: list = []
 
     def on_stage(i, prepared):
         refs.append((weakref.ref(prepared.graph), weakref.ref(prepared.pipe)))
         gc.collect()
-        # the earlier layers' graphs (their weights) and pipelines are gone by now
         alive.append([g() is not None or p() is not None for g, p in refs[:-1]])
 
     graphs, emulated = check_chain(stages, goban, on_stage=on_stage)
-    assert alive == [[], [False], [False, False], [False, False, False]]
+    return graphs, emulated, alive
+
+
+def test_one_layer_alive_at_a_time_and_cycles_the_sum_of_the_layers(stages, goban, streamed):
+    from dse.mapping import Candidate, Mapping
+    from dse.numerics.run import emulate_graph, prepare_recipe
+
+    graphs, emulated, alive = streamed
+    assert alive == [[], [False], [False, False], [False, False, False]]  # the earlier layers let go
     assert emulated.passed and graphs.passed and emulated.stage_passed == [True] * 4
     assert emulated.total_cycles == sum(emulated.cycles) and len(emulated.cycles) == 4
     # layer 2 emulated on its own, on layer 1's emulated output: the chain's count for it
     prep = prepare_recipe("llama_layers", stages[2].params)
     inputs = [torch.from_numpy(np.ascontiguousarray(emulated.outputs[1]["hidden"])), prep.inputs[1]]
     alone = emulate_graph(prep.graph, Candidate(goban, Mapping()), inputs, None, prep.tolerance, prep.reference_kind)
-    assert alone.cycles > 0
-    # (its graph calibrated on its own inputs, not the float chain's: same program shape, same cycles)
-    assert alone.cycles == emulated.cycles[2]
+    # (its graph calibrated on its own inputs, not the float chain's: the same program shape, the same cycles)
+    assert alone.cycles > 0 and alone.cycles == emulated.cycles[2]
     # the graphs' chain took the emulated values where they were bit-exact: one set of outputs
     assert np.array_equal(graphs.outputs[-1]["hidden"].numpy(), emulated.outputs[-1]["hidden"])
     # end to end within the chain's tolerance (4 stages of 0.05), not equal (int8 path)
@@ -102,20 +108,25 @@ def test_one_layer_alive_at_a_time_and_cycles_the_sum_of_the_layers(stages, goba
     assert emulated.tolerance == pytest.approx(0.2) and 0 < check.max_rel_error <= 0.05
 
 
-def test_the_streamed_emulation_is_the_whole_models(stages, goban):
+def test_the_streamed_emulation_is_the_whole_models(goban, streamed):
     """The 4 layers as one graph (built whole, quantized on the same float values), emulated
-    at once: the same hidden state as the streamed chain's last layer."""
+    at once: the same hidden state as the streamed chain's last layer, bit for bit."""
     from dse.mapping import Candidate, Mapping
     from dse.numerics.run import emulate_graph, prepare_recipe
 
-    _, streamed = check_chain(stages, goban, keep_outputs=False)
+    streamed = streamed[1]
     prep = prepare_recipe("llama_layers", {**TINY, "layers": 4})
     whole = emulate_graph(prep.graph, Candidate(goban, Mapping()), prep.inputs, None, prep.tolerance,
                           prep.reference_kind)
     got = whole.emitted.outputs(whole.result.dram)[prep.graph.outputs[0]]
-    assert whole.verdict.passed and len(streamed.outputs) == 1  # keep_outputs=False: the last stage's only
-    assert np.array_equal(got, streamed.outputs[0]["hidden"])
+    assert whole.verdict.passed
+    assert np.array_equal(got, streamed.outputs[-1]["hidden"])
     assert whole.cycles > 0 and streamed.total_cycles > 0
+
+
+def test_a_streamed_chain_keeps_only_the_last_outputs_when_asked(stages):
+    graphs, emulated = check_chain(stages[:2], keep_outputs=False)
+    assert emulated is None and len(graphs.outputs) == 1 and graphs.passed
 
 
 @pytest.mark.parametrize("old, new, said", [
