@@ -137,6 +137,11 @@ def cmd_emulate_recipe(args) -> int:
     overrides = parse_overrides(args.set)
     chip = load_chip(args.chip, overrides, overrides_source="--set")
     mapping = emulated_mapping(args, chip.cores.count)
+    from ..numerics.chain import chain_file
+
+    chain = chain_file(args.recipe)
+    if chain is not None:
+        return emulate_chain_command(args, chain, chip, mapping)
     load_recipe(args.recipe)  # InputError for an unknown recipe
     if mapping.workload and "recipe" in mapping.workload:
         load_recipe(mapping.workload["recipe"])
@@ -208,10 +213,38 @@ def cmd_emulate_recipe(args) -> int:
     return 0 if rep.verdict.passed else 1
 
 
+def emulate_chain_command(args, chain, chip, mapping) -> int:
+    """`--recipe` naming a chain (a whole model's repeated layers): streamed stage by stage,
+    each on the previous stage's emulated outputs (`dse.numerics.chain.check_chain`).
+    0 passed, 1 failed, 3 a stage infeasible."""
+    from ..errors import InputError
+    from ..numerics.chain import check_chain, load_chain, with_params
+
+    for flag in ("stage", "role", "check_unmodified"):
+        if getattr(args, flag):
+            raise InputError("(command line)", f"--{flag.replace('_', '-')}", getattr(args, flag),
+                             "unset with a chain (its stages are its chain.toml's)")
+    stages = with_params(load_chain(chain), parse_overrides(args.param, "--param", "seq=256"))
+    graphs, emulated = check_chain(stages, chip, mapping, keep_outputs=False)
+    if args.json:
+        print(json.dumps({"chain": str(chain), "chip": chip.name, "stages": emulated.stages,
+                          "cycles": emulated.cycles, "total_cycles": emulated.total_cycles,
+                          "stage_passed": emulated.stage_passed, "reason": emulated.reason,
+                          "checks": [vars(c) for c in emulated.checks], "passed": emulated.passed}, indent=2,
+                         default=str))
+    else:
+        print(f"chain {chain} on {chip.name}: {len(stages)} stages")
+        print("\n".join(emulated.lines()))
+    if emulated.reason and not graphs.reason:
+        return 3
+    return 0 if emulated.passed else 1
+
+
 def register(sub) -> None:
     emu = sub.add_parser("emulate", help="run a recipe on a chip in the emulator and check it against PyTorch")
     emu.add_argument("--chip", help="shipped chip name or TOML path")
-    emu.add_argument("--recipe", help="recipe name or a folder with a model.py")
+    emu.add_argument("--recipe", help="recipe name or a folder with a model.py; or a chain (a folder with a "
+                                      "chain.toml, e.g. llama3_8b: a whole model, streamed layer by layer)")
     # None: unset (the mapping's own default), so a --knob of the same field is no conflict
     emu.add_argument("--mapping", choices=POLICIES, help="tile policy (default search)")
     emu.add_argument("--workers", type=int, help="cores the products are split across (default 1)")

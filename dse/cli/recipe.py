@@ -202,15 +202,14 @@ def cmd_diff(args) -> int:
 def cmd_chain(args) -> int:
     """A chained recipe checked end to end against the float chain; emulated stage by stage
     with --chip. 0 passed, 1 failed (2: bad input)."""
-    from ..numerics.chain import emulate_chain, float_chain, graph_chain, load_chain
+    from ..chips import load_chip
+    from ..numerics.chain import check_chain, load_chain
 
     stages = load_chain(args.chain)
-    reference = float_chain(stages)
-    reports = [("frontend graphs", graph_chain(stages, reference))]
-    if args.chip:
-        from ..chips import load_chip
-
-        reports.append((f"emulated on {args.chip}", emulate_chain(stages, load_chip(args.chip), reference=reference)))
+    chip = load_chip(args.chip) if args.chip else None
+    # one streamed pass: a whole model's layers one at a time, the float forwards its checks' own
+    graphs, emulated = check_chain(stages, chip, keep_outputs=False)
+    reports = [("frontend graphs", graphs)] + ([(f"emulated on {args.chip}", emulated)] if emulated else [])
     for title, report in reports:
         print(f"{title}: " + "\n".join(report.lines()))
     return 0 if all(r.passed for _, r in reports) else 1

@@ -272,21 +272,23 @@ def _failed(index: int, step: StepSpec, error: BaseException, started: float) ->
 
 def run_pipeline(recipe: str | Path | Recipe, params: dict[str, Any] | None = None,
                  steps: list[StepSpec] | None = None, out_dir: str | Path | None = None,
-                 check: bool = True, keep_bytes: int = 0) -> PipelineResult:
+                 check: bool = True, keep_bytes: int = 0, inputs=None) -> PipelineResult:
     """Capture `recipe` and apply its steps (`steps`, or the recipe's own list), checking each
     stage against PyTorch; with `out_dir`, write the numbered dumps there. ``check=False``
     skips the comparisons (errors NaN): for callers that need the graph's structure only
     (the analytical model, the mapper), the same graph, made faster. `keep_bytes`: up to
     this many bytes of the last graph's integer values, as its check traced them, kept in
     the result's ``kept`` (`kept_values`) for a caller that needs that trace again (the
-    emulator's reference); none on a cache hit."""
+    emulator's reference); none on a cache hit. `inputs`: the example inputs in place of the
+    recipe's ``inputs()`` (a chain stage's, the previous stage's float outputs fed in: the
+    steps calibrated and checked on the values the model really sees there); not cached."""
     path = recipe.path if isinstance(recipe, Recipe) else model_file(recipe)
     params = dict(params or {})
     out = Path(out_dir) if out_dir is not None else None
     # The recipe's own steps are named by steps.toml and the step code, which the key covers.
     key = graph_cache.pipeline_key(path.parent, params, None if steps is None else
                                    [(s.name, s.options) for s in steps])
-    cached = graph_cache.load(key)
+    cached = graph_cache.load(key) if inputs is None else None
     if isinstance(cached, PipelineResult) and (cached.checked or not check):
         return _served(cached, out)
     from dse.frontend.steps import load_steps
@@ -294,8 +296,8 @@ def run_pipeline(recipe: str | Path | Recipe, params: dict[str, Any] | None = No
 
     recipe = recipe if isinstance(recipe, Recipe) else load_recipe(recipe)
     steps = load_steps(recipe.path.parent) if steps is None else list(steps)
-    result = _run(recipe, params, steps, out, check, keep_bytes)
-    if all(stage.error is None for stage in result.stages):  # a crashed step may be the machine's: run it again
+    result = _run(recipe, params, steps, out, check, keep_bytes, inputs)
+    if inputs is None and all(stage.error is None for stage in result.stages):  # a crashed step may be the machine's: run it again
         graph_cache.store(key, replace(result, out_dir=None, kept=None))
     return result
 
@@ -309,7 +311,7 @@ def _served(result: PipelineResult, out: Path | None) -> PipelineResult:
 
 
 def _run(recipe: Recipe, params: dict[str, Any], steps: list[StepSpec], out: Path | None,
-         check: bool, keep_bytes: int = 0) -> PipelineResult:
+         check: bool, keep_bytes: int = 0, given=None) -> PipelineResult:
     from tqdm.auto import tqdm  # a widget in Jupyter (ipywidgets), text on a terminal
 
     from dse.frontend.steps import FLOAT_TOLERANCE
@@ -322,6 +324,7 @@ def _run(recipe: Recipe, params: dict[str, Any], steps: list[StepSpec], out: Pat
                disable=None)
     try:
         module, inputs = instantiate(recipe, **params)
+        inputs = inputs if given is None else tuple(given)
         expected = flat_outputs(run_module(recipe, module, inputs))
         ctx = Context(recipe, module, inputs, expected, params)
         if out is not None:

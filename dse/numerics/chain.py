@@ -44,6 +44,11 @@ class ChainStage:
     recipe: str
     params: dict
     feeds: dict[str, str] = field(default_factory=dict)  # input name -> previous stage's output name
+    repetition: str = ""  # a repeated stage's index ("layer=3"), "" for a stage of its own
+
+    @property
+    def label(self) -> str:
+        return f"{self.recipe}[{self.repetition}]" if self.repetition else self.recipe
 
 
 def _forward_inputs(recipe: str) -> list[str]:
@@ -65,9 +70,17 @@ def _outputs(recipe: str) -> list[str] | None:
     return list(names) if isinstance(names, (tuple, list)) else None
 
 
+def _load_params(recipe: str) -> list[str]:
+    from ..workload.recipes import load_recipe
+
+    return list(inspect.signature(load_recipe(recipe).module.load).parameters)
+
+
 def load_chain(path: str | Path) -> list[ChainStage]:
     """A chain file (or a recipe folder holding one), checked: each stage's recipe exists,
-    each feed names an input of its graph and an output of the previous stage's model."""
+    each feed names an input of its graph and an output of the previous stage's model. A
+    stage with ``repeat = N`` is N stages (a whole model's layers), the k-th with its
+    ``index`` param (default "layer") its own plus k, each fed by the one before it."""
     from ..workload.recipes import model_file
 
     path = Path(path)
@@ -80,31 +93,81 @@ def load_chain(path: str | Path) -> list[ChainStage]:
     except tomllib.TOMLDecodeError as error:
         raise InputError(path, "chain", str(error), "valid TOML") from None
     stages = data.get("stage")
-    if not isinstance(stages, list) or len(stages) < 2:
-        raise InputError(path, "stage", stages, "two or more [[stage]] tables")
+    repeated = isinstance(stages, list) and any(isinstance(s, dict) and "repeat" in s for s in stages)
+    if not isinstance(stages, list) or not stages or (len(stages) < 2 and not repeated):
+        raise InputError(path, "stage", stages, "two or more [[stage]] tables (or one with repeat = N)")
     out: list[ChainStage] = []
     for i, s in enumerate(stages):
         where = f"stage[{i}]"
-        if not isinstance(s, dict) or set(s) - {"recipe", "params", "feeds"} or not isinstance(s.get("recipe"), str):
-            raise InputError(path, where, s, "a table with recipe (a name), params and feeds (from the second on)")
+        if (not isinstance(s, dict) or set(s) - {"recipe", "params", "feeds", "repeat", "index"}
+                or not isinstance(s.get("recipe"), str)):
+            raise InputError(path, where, s, "a table with recipe (a name), params and feeds (from the second on), "
+                                             "repeat and index (optional)")
         model_file(s["recipe"])  # an unknown recipe: its own one-line error
         params, feeds = s.get("params", {}), s.get("feeds", {})
         if not isinstance(params, dict) or not isinstance(feeds, dict):
             raise InputError(path, f"{where}.params/feeds", (params, feeds), "tables")
-        if i == 0 and feeds:
+        repeat, index = s.get("repeat", 1), s.get("index", "layer")
+        repeats = "repeat" in s  # its feeds name its own outputs too (each repetition feeds the next)
+        if not isinstance(repeat, int) or isinstance(repeat, bool) or repeat < 1:
+            raise InputError(path, f"{where}.repeat", repeat, "a whole number >= 1")
+        if repeats and index not in _load_params(s["recipe"]):
+            raise InputError(path, f"{where}.index", index,
+                             f"a parameter of {s['recipe']}'s load(): {', '.join(_load_params(s['recipe']))}")
+        if i == 0 and feeds and not repeats:
             raise InputError(path, f"{where}.feeds", feeds, "none: the first stage has no previous stage")
-        if i > 0:
-            if not feeds:
-                raise InputError(path, f"{where}.feeds", feeds, "at least one input fed by the previous stage")
-            inputs, previous = _forward_inputs(s["recipe"]), _outputs(out[-1].recipe)
-            for name, source in feeds.items():
-                if name not in inputs:
-                    raise InputError(path, f"{where}.feeds", name, f"an input of {s['recipe']}: {', '.join(inputs)}")
+        inputs = _forward_inputs(s["recipe"])
+        sources = ([out[-1].recipe] if i > 0 else []) + ([s["recipe"]] if repeats else [])
+        if sources and not feeds:
+            raise InputError(path, f"{where}.feeds", feeds, "at least one input fed by the previous stage")
+        for name, source in feeds.items():
+            if name not in inputs:
+                raise InputError(path, f"{where}.feeds", name, f"an input of {s['recipe']}: {', '.join(inputs)}")
+            for recipe in sources:
+                previous = _outputs(recipe)
                 if previous is None or source not in previous:
                     raise InputError(path, f"{where}.feeds.{name}", source,
-                                     f"an output of {out[-1].recipe} (its OUTPUTS): {', '.join(previous or ['(none named)'])}")
-        out.append(ChainStage(s["recipe"], dict(params), dict(feeds)))
+                                     f"an output of {recipe} (its OUTPUTS): {', '.join(previous or ['(none named)'])}")
+        if not repeats:
+            out.append(ChainStage(s["recipe"], dict(params), dict(feeds)))
+            continue
+        first = params.get(index, 0)
+        for k in range(repeat):  # only params: each repetition's weights are drawn when its turn comes
+            out.append(ChainStage(s["recipe"], {**params, index: first + k}, dict(feeds) if i or k else {},
+                                  f"{index}={first + k}"))
     return out
+
+
+def chain_file(name_or_path: str | Path) -> Path | None:
+    """The chain file `name_or_path` names (a .toml file, a folder holding one and no model.py,
+    or a shipped chain's name such as ``llama3_8b``); None when it names no chain."""
+    from ..workload.recipes import RECIPES_DIR
+
+    for path in (Path(name_or_path), RECIPES_DIR / str(name_or_path)):
+        if path.is_file() and path.suffix == ".toml":
+            return path
+        if path.is_dir() and (path / CHAIN_FILE).is_file() and not (path / "model.py").exists():
+            return path / CHAIN_FILE
+    return None
+
+
+def with_params(stages: list[ChainStage], params: dict, source: str = "--param") -> list[ChainStage]:
+    """The stages with `params` set in every stage whose recipe takes them (a smaller prompt
+    for the whole model: ``seq=256``); a param no stage takes is an InputError."""
+    from ..workload.recipes import load_recipe
+
+    taken = {}
+    for recipe in dict.fromkeys(s.recipe for s in stages):
+        module = load_recipe(recipe).module
+        taken[recipe] = {n for f in (module.load, module.inputs) for n in inspect.signature(f).parameters}
+    for key, value in params.items():
+        if not any(key in names for names in taken.values()):
+            raise InputError(source, key, value, "a parameter of at least one stage's recipe: "
+                                                 + ", ".join(sorted(set().union(*taken.values()))))
+        if any(key == s.repetition.partition("=")[0] for s in stages):
+            raise InputError(source, key, value, "not a repeated stage's index (the chain sets it per repetition)")
+    return [ChainStage(s.recipe, {**s.params, **{k: v for k, v in params.items() if k in taken[s.recipe]}},
+                       s.feeds, s.repetition) for s in stages]
 
 
 def _flat(outputs) -> list[torch.Tensor]:
@@ -182,78 +245,131 @@ def _checks(got: dict[str, Any], want: dict[str, torch.Tensor], tolerance: float
 
 @dataclass
 class ChainReport:
-    stages: list[str]  # "recipe" of each stage, in order
+    stages: list[str]  # each stage's label (its recipe, with its index when repeated), in order
     tolerance: float  # the chain's: the sum of its stages' tolerances
     checks: list[PartCheck]  # the last stage's outputs vs the float chain
     stage_passed: list[bool] = field(default_factory=list)  # emulated: each stage vs its own graph reference
     cycles: list[int] = field(default_factory=list)  # emulated: each stage's
     reason: str = ""  # why the chain stopped (a stage infeasible or its frontend failed)
-    outputs: list[dict] = field(default_factory=list)  # each stage's outputs by name (what fed the next)
+    # each stage's outputs by name (what fed the next); only the last stage's when streamed
+    # with keep_outputs=False (a whole model's hidden states would be gigabytes)
+    outputs: list[dict] = field(default_factory=list)
 
     @property
     def passed(self) -> bool:
         return not self.reason and bool(self.checks) and all(c.within_tolerance for c in self.checks) and all(
             self.stage_passed)
 
+    @property
+    def total_cycles(self) -> int:
+        """The chain's cycles: its stages run one after the other, each its own program."""
+        return sum(self.cycles)
+
     def lines(self) -> list[str]:
-        out = [" -> ".join(self.stages) + f": {'passed' if self.passed else 'FAILED'}" +
-               (f" ({self.reason})" if self.reason else "")]
+        names = self.stages if len(self.stages) <= 4 else [self.stages[0], "...", self.stages[-1]]
+        out = [" -> ".join(names) + (f" ({len(self.stages)} stages)" if len(self.stages) > 4 else "") +
+               f": {'passed' if self.passed else 'FAILED'}" + (f" ({self.reason})" if self.reason else "")]
         for i, (ok, cycles) in enumerate(zip(self.stage_passed, self.cycles)):
             out.append(f"  stage {i} {self.stages[i]}: {cycles} cycles, "
                        f"{'bit-exact against its graph reference' if ok else 'DIFFERS from its graph reference'}")
+        if self.cycles:
+            out.append(f"  total: {self.total_cycles} cycles over {len(self.cycles)} stages")
         out += ["  " + c.line() for c in self.checks]
         return out
 
 
-def _prepared(stages: list[ChainStage]):
-    from .run import prepare_recipe
+def check_chain(stages: list[ChainStage], chip=None, mapping=None, reference: list[dict] | None = None,
+                keep_outputs: bool = True, on_stage=None) -> tuple[ChainReport, ChainReport | None]:
+    """The chain in one streamed pass, a stage prepared when its turn comes and let go once
+    done (a whole model's layers: one layer's weights alive at a time):
+    - the float chain: each stage's frontend runs on the previous stage's *float* outputs, so
+      its steps are calibrated and checked on the values the model sees there, and the
+      module's forward its check runs is the float chain's (no second float forward);
+    - the frontend's graphs (the first report), each run on the previous graph's outputs;
+    - with `chip`, the emulator's (the second report): each stage lowered for `chip` with
+      `mapping`, emulated on the previous stage's emulated outputs and checked bit for bit
+      against its graph reference on those inputs. While every stage so far is bit-exact the
+      graphs' chain has had the very same inputs, so its outputs are the emulated ones (the
+      check just compared them) and no graph runs twice.
+    The last stage's outputs of each against the float chain's (or `reference`'s last, when
+    given), within the sum of the stages' tolerances. `on_stage(i, prepared)`: told each
+    stage once it is done."""
+    from ..mapping import Candidate, Mapping
+    from .run import emulate_graph, prepare_recipe
 
-    return [prepare_recipe(s.recipe, s.params) for s in stages]
+    names = [s.label for s in stages]
+    graphs = ChainReport(names, 0.0, [])
+    emulated = ChainReport(names, 0.0, []) if chip is not None else None
+    candidate = Candidate(chip, mapping or Mapping()) if chip is not None else None
+    floats: dict | None = None
+    graph_out: dict | None = None
+    emulated_out: dict | None = None
+    same = True  # the graphs' chain has had the emulated chain's inputs so far
+    for i, stage in enumerate(stages):
+        own = list(_own_inputs(stage))
+        prep = prepare_recipe(stage.recipe, stage.params, inputs=_fed(stage, own, floats))
+        if prep.failed:
+            for report in (graphs, emulated):
+                if report is not None:
+                    report.reason = f"{stage.label}: {prep.failed}"
+            return graphs, emulated
+        floats = _named(stage, _flat(list(prep.pipe.expected)))
+        # The steps' earlier graphs hold the float weights again (a real layer's: ~1 GB each);
+        # only the last is lowered. This pipeline is ours alone (run on fed inputs: not cached).
+        del prep.pipe.graphs[:-1]
+        graphs.tolerance += prep.tolerance
+        exact = False
+        if emulated is not None and not emulated.reason:
+            emulated.tolerance += prep.tolerance
+            inputs = _fed(stage, own, emulated_out)
+            rep = emulate_graph(prep.graph, candidate, inputs, None, prep.tolerance, prep.reference_kind,
+                                name=stage.label, parts=prep.parts, keep_image=False)
+            if not rep.feasible:
+                emulated.reason = f"{stage.label}: {rep.reason}"
+            else:
+                emulated.stage_passed.append(bool(rep.verdict.passed))
+                emulated.cycles.append(int(rep.cycles))
+                outs = rep.emitted.outputs(rep.result.dram)
+                emulated_out = _named(stage, [outs[n] for n in prep.graph.outputs])
+                _keep(emulated, emulated_out, keep_outputs)
+                exact = same and bool(rep.verdict.outputs_bit_exact)
+            del rep
+        if exact:
+            graph_out = {k: torch.from_numpy(np.ascontiguousarray(v)) for k, v in emulated_out.items()}
+        else:
+            graph_out = _named(stage, list(prep.graph.run(*_fed(stage, own, graph_out))))
+        same = exact
+        _keep(graphs, graph_out, keep_outputs)
+        if on_stage is not None:
+            on_stage(i, prep)
+        del prep
+    want = reference[-1] if reference else floats
+    graphs.checks = _checks(graph_out, want, graphs.tolerance)
+    if emulated is not None and not emulated.reason:
+        emulated.checks = _checks(emulated_out, want, emulated.tolerance)
+    return graphs, emulated
+
+
+def _own_inputs(stage: ChainStage) -> tuple:
+    from ..workload.recipes import load_recipe
+
+    return load_recipe(stage.recipe).module.inputs(**stage.params)
+
+
+def _keep(report: ChainReport, outputs: dict, every: bool) -> None:
+    if not every:
+        report.outputs.clear()
+    report.outputs.append(outputs)
 
 
 def graph_chain(stages: list[ChainStage], reference: list[dict] | None = None) -> ChainReport:
     """The stages' final graphs (after their recipes' steps) run in PyTorch, each on the
     previous graph's outputs; the last one's outputs against the float chain's."""
-    reference = reference or float_chain(stages)
-    preps = _prepared(stages)
-    names = [s.recipe for s in stages]
-    tolerance = sum(p.tolerance for p in preps)
-    failed = next((p.failed for p in preps if p.failed), "")
-    if failed:
-        return ChainReport(names, tolerance, [], reason=failed)
-    outputs: list[dict] = []
-    for stage, prep in zip(stages, preps):
-        inputs = _fed(stage, prep.inputs, outputs[-1] if outputs else None)
-        outputs.append(_named(stage, list(prep.graph.run(*inputs))))
-    return ChainReport(names, tolerance, _checks(outputs[-1], reference[-1], tolerance), outputs=outputs)
+    return check_chain(stages, reference=reference)[0]
 
 
 def emulate_chain(stages: list[ChainStage], chip, mapping=None, reference: list[dict] | None = None) -> ChainReport:
     """Each stage lowered for `chip` with `mapping` and emulated on the previous stage's
     emulated outputs (at the model's shapes); each checked against its own graph reference on
     those inputs, the last one's outputs against the float chain's."""
-    from ..mapping import Candidate, Mapping
-    from .run import emulate_graph
-
-    reference = reference or float_chain(stages)
-    preps = _prepared(stages)
-    names = [s.recipe for s in stages]
-    report = ChainReport(names, sum(p.tolerance for p in preps), [])
-    failed = next((p.failed for p in preps if p.failed), "")
-    if failed:
-        report.reason = failed
-        return report
-    cand = Candidate(chip, mapping or Mapping())
-    for stage, prep in zip(stages, preps):
-        inputs = _fed(stage, prep.inputs, report.outputs[-1] if report.outputs else None)
-        rep = emulate_graph(prep.graph, cand, inputs, None, prep.tolerance, prep.reference_kind, name=stage.recipe,
-                            parts=prep.parts)
-        if not rep.feasible:
-            report.reason = f"{stage.recipe}: {rep.reason}"
-            return report
-        report.stage_passed.append(bool(rep.verdict.passed))
-        report.cycles.append(int(rep.cycles))
-        outs = rep.emitted.outputs(rep.result.dram)
-        report.outputs.append(_named(stage, [outs[n] for n in prep.graph.outputs]))
-    report.checks = _checks(report.outputs[-1], reference[-1], report.tolerance)
-    return report
+    return check_chain(stages, chip, mapping, reference)[1]

@@ -188,13 +188,15 @@ class Prepared:
     parts: list[str] | None = None  # the model's names of the graph's outputs (`output_parts`)
 
 
-def prepare_recipe(recipe: str | Path, params: dict | None = None, steps=None, keep_bytes: int = 0) -> Prepared:
+def prepare_recipe(recipe: str | Path, params: dict | None = None, steps=None, keep_bytes: int = 0,
+                   inputs=None) -> Prepared:
     """The recipe through its frontend steps (`steps`: in place of its own, e.g. with the
     quantize step's granularity set), its inputs, and the PyTorch reference outputs.
-    `keep_bytes`: up to this many bytes of the final graph's trace kept (``pipe.kept``)."""
+    `keep_bytes`: up to this many bytes of the final graph's trace kept (``pipe.kept``).
+    `inputs`: in place of the recipe's own example inputs (`run_pipeline`)."""
     from ..frontend import run_pipeline
 
-    pipe = run_pipeline(recipe, params or {}, steps=steps, keep_bytes=keep_bytes)
+    pipe = run_pipeline(recipe, params or {}, steps=steps, keep_bytes=keep_bytes, inputs=inputs)
     if not pipe.passed:
         failed = next(s for s in pipe.stages if not s.passed)
         return Prepared(pipe.recipe, pipe, pipe.graph, [], None, FLOAT_TOLERANCE, "float",
