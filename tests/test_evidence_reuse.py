@@ -207,10 +207,18 @@ def test_every_view_shows_the_reuse(swept, cli):
         runs = store.runs("first").set_index(["candidate_id", "stage"])["id"]
         link = store.runs("second").set_index(["candidate_id", "stage"]).loc[(b[8], "emulator"), "id"]
         first_id = store.experiment("first")["id"]
+        # the linking run's and candidate's files are the earlier run's (not copied: the same rows)
+        earlier = store.artifact_rows(run=int(runs[(a[8], "emulator")]))
+        assert earlier and store.artifact_rows(run=int(link)) == earlier
+        assert [x["id"] for x in earlier] == [x["id"] for x in store.artifact_rows(candidate=b[8])
+                                              if x["run_id"] == runs[(a[8], "emulator")]]
+        assert store.check_evidence(candidate=b[8]).counts["ok"] >= len({x["sha256"] for x in earlier})
+        counters = next(x for x in earlier if x["name"] == "counters.json")
     said = f"reused from experiment 'first' ({first_id}), candidate c{a[8]}"
     code, out, _ = cli("show", f"c{b[8]}", "--db", db)
     assert code == 0
     assert f"  run {link} (emulator): {said} (run r{runs[(a[8], 'emulator')]})" in out
+    assert "artifacts: " in out and f"{counters['id']} " in out and "counters.json" in out
     assert f"(analytical): {said} (run r{runs[(a[8], 'analytical')]})" in out
     code, out, _ = cli("show", f"r{link}", "--db", db)
     assert code == 0 and f"{said} (run r{runs[(a[8], 'emulator')]}): its evidence" in out
@@ -227,6 +235,7 @@ def test_every_view_shows_the_reuse(swept, cli):
         page = html.unescape(urllib.request.urlopen(f"{base}/candidates/{b[8]}").read().decode())
         run_page = html.unescape(urllib.request.urlopen(f"{base}/runs/{link}").read().decode())
     assert f"r{link} (emulator): {said} (run r{runs[(a[8], 'emulator')]})" in page
+    assert f"/artifacts/{counters['id']}" in page
     assert f"{said} (run r{runs[(a[8], 'emulator')]}): its evidence" in run_page
 
 

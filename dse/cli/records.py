@@ -436,8 +436,8 @@ def _show_candidate(store, cand: dict) -> EvidenceCheck:
         print(_text_table({"kind": [m["kind"] for m in metrics], "name": [m["name"] for m in metrics],
                            "value": [_num(m["value"]) for m in metrics], "unit": [m["unit"] for m in metrics],
                            "run_id": [m["run_id"] for m in metrics]}))  # fmt: skip
-    artifacts = store.artifact_rows(cand["experiment_id"], candidate=ident)
-    check = store.check_evidence(cand["experiment_id"], candidate=ident)
+    artifacts = store.artifact_rows(candidate=ident)  # a reused run's: the earlier run's files
+    check = store.check_evidence(candidate=ident)
     if artifacts:
         print("artifacts: " + check.summary())
         print(_artifact_table(store, artifacts, ("id", "run_id", "role", "size", "name"), check))

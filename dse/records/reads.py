@@ -590,10 +590,10 @@ _ARTIFACT_COLUMNS = ["id", "experiment_id", "candidate_id", "run_id", "role", "m
 
 
 def artifacts(connection: Connection, experiment: str | int | None, run: int | None,
-              path_of: Callable[[str], str | None]) -> pd.DataFrame:
+              path_of: Callable[[str], str | None], candidate: int | None = None) -> pd.DataFrame:
     """Evidence files, with the candidate of their run and their path on disk (`path_of`
     a sha256)."""
-    frame = pd.DataFrame(artifact_rows(connection, experiment, run), columns=_ARTIFACT_COLUMNS)
+    frame = pd.DataFrame(artifact_rows(connection, experiment, run, candidate), columns=_ARTIFACT_COLUMNS)
     for column in ("experiment_id", "candidate_id", "run_id"):
         frame[column] = frame[column].astype("Int64")
     frame["path"] = [path_of(sha) for sha in frame["sha256"]]

@@ -253,9 +253,23 @@ def latest_status_counts(run: Run, experiment_id: int) -> list[tuple[str, int]]:
 def artifacts(run: Run, experiment_id: int | None = None, run_id: int | None = None,
               candidate_id: int | None = None) -> list[dict[str, Any]]:
     """Evidence files' rows, by id, with the candidate of their run: of every experiment, of
-    one, of one run and/or of one candidate's runs; created_at aware UTC."""
-    where, params = _equal(a__experiment_id=experiment_id, a__run_id=run_id, r__candidate_id=candidate_id)
+    one, of one run and/or of one candidate's runs (a run that reuses another's evidence:
+    that run's files); created_at aware UTC."""
+    where, params = _equal(a__experiment_id=experiment_id)
+    # A run's (or candidate's runs') files are those of the runs whose evidence they stand on:
+    # a linking run's are the earlier run's it reuses (dse.records.reuse), not copied.
+    conditions = [where[len(" WHERE "):]] if where else []
+    if run_id is not None:
+        conditions.append(f"a.run_id = (SELECT {_LINKED} FROM run WHERE id = :run_id)")
+        params["run_id"] = int(run_id)
+    if candidate_id is not None:
+        conditions.append(f"a.run_id IN (SELECT {_LINKED} FROM run WHERE candidate_id = :candidate_id)")
+        params["candidate_id"] = int(candidate_id)
+    where = " WHERE " + " AND ".join(conditions) if conditions else ""
     return _dicts(run, ARTIFACTS.format(where=where), params, "created_at")
+
+
+_LINKED = "coalesce(reused_run_id, id)"  # the run whose evidence a run shows (0014)
 
 
 def _equal(**ids: int | None) -> tuple[str, dict[str, Any]]:

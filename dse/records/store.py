@@ -998,15 +998,17 @@ class Store:
 
     @retrying
     def artifacts(
-        self, experiment: str | int | None = None, run: int | None = None
+        self, experiment: str | int | None = None, run: int | None = None, candidate: int | None = None
     ) -> pd.DataFrame:
-        """Evidence files, with the candidate of their run and their path on disk."""
+        """Evidence files (all, or an experiment's, a run's and/or those of a candidate's runs;
+        a run that reuses another's evidence: that run's), with the candidate of their run
+        and their path on disk."""
 
         def path_of(sha: str) -> str | None:
             return str(self.artifact_path(sha)) if self.evidence_dir is not None else None
 
         with self._read() as connection:
-            return reads.artifacts(connection, experiment, run, path_of)
+            return reads.artifacts(connection, experiment, run, path_of, candidate)
 
     @retrying
     def artifact_rows(self, experiment: str | int | None = None, run: int | None = None,

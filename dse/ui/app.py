@@ -430,8 +430,7 @@ class Workbench:
                              "scoped": {scope: g.pivot_table(index="scope_key", columns="name", values="value",
                                                               aggfunc="last", sort=False).reset_index()
                                         for scope, g in scoped.groupby("scope", sort=False)}})  # fmt: skip
-        artifacts = self.store.artifacts(cand["experiment_id"])
-        artifacts = records(artifacts[artifacts["candidate_id"] == ident])
+        artifacts = records(self.store.artifacts(candidate=ident))  # a reused run's: the earlier run's files
         decisions = self.store.decisions(cand["experiment_id"])
         decisions = records(decisions[decisions["candidate_id"] == ident])
         exp = self.store.experiment(cand["experiment_id"])
