@@ -578,6 +578,15 @@ def _expand(node: Node) -> _Lowered | _Identity:
     return _Lowered("expand", [node.args[0]], {"shape": list(_shape(node))})
 
 
+def _slice_scatter(node: Node) -> _Lowered:
+    x, src = node.args[:2]
+    shape = _shape(x)
+    dim = int(_arg(node, 2, "dim", 0)) % len(shape)
+    start, end, step = _arg(node, 3, "start"), _arg(node, 4, "end"), int(_arg(node, 5, "step", 1))
+    start, end, _ = slice(start, end).indices(shape[dim])
+    return _Lowered("slice_scatter", [x, src], {"dim": dim, "start": start, "end": end, "step": step})
+
+
 def _sdpa(node: Node) -> _Lowered | _Unsupported:
     q, k, v = node.args[:3]
     mask = _arg(node, 3, "attn_mask")
@@ -586,10 +595,14 @@ def _sdpa(node: Node) -> _Lowered | _Unsupported:
     if node.kwargs.get("enable_gqa"):
         return _Unsupported("enable_gqa; group query heads by KV head in the model instead")
     qs, ks, vs = _shape(q), _shape(k), _shape(v)
-    if qs[:-2] != ks[:-2] or ks[:-2] != vs[:-2]:
-        return _Unsupported("attention with broadcast batch or head dims")
+    # K and V may broadcast over batch or head dims (multi-query attention: one KV head
+    # for every query head); the matrix products read them in place, no copies.
+    batch_dims = _shape(node)[:-2]
+    if any(len(s) != len(qs) or any(d not in (1, b) for d, b in zip(s[:-2], batch_dims)) for s in (ks, vs)) \
+            or qs[:-2] != batch_dims:
+        return _Unsupported("attention whose query broadcasts over batch or head dims")
     scale = node.kwargs.get("scale")
-    attrs = {"batch": math.prod(qs[:-2]), "S": qs[-2], "T": ks[-2], "D": qs[-1], "Dv": vs[-1],
+    attrs = {"batch": math.prod(batch_dims), "S": qs[-2], "T": ks[-2], "D": qs[-1], "Dv": vs[-1],
              "scale": float(scale) if scale is not None else None,
              "is_causal": bool(_arg(node, 5, "is_causal", False)), "has_mask": isinstance(mask, Node)}
     return _Lowered("sdpa", [q, k, v] + ([mask] if isinstance(mask, Node) else []), attrs)
@@ -730,6 +743,7 @@ _HANDLER_NAMES: dict[str, _Handler] = {
     "cat.default": _cat("cat"),
     "stack.default": _cat("stack"),
     "slice.Tensor": _slice,
+    "slice_scatter.default": _slice_scatter,
     "select.int": _select,
     "expand.default": _expand,
     **{name: _split for name in _SPLITS},
