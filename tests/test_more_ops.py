@@ -7,8 +7,10 @@ multi-query layout), `slice_scatter` / `zero_` on a slice, and FFT mixing (`fft_
 
 from __future__ import annotations
 
+import pytest
 import torch
 
+from dse.workload.capture import UnsupportedOpError, capture
 from dse.workload.graph import INTERPRETERS, Op
 from tests.test_simple_ops import checked as _checked
 
@@ -84,3 +86,53 @@ def test_slice_scatter_by_hand():
     op = Op("s", "slice_scatter", ["x", "src"], ["y"], {"dim": 1, "start": 0, "end": 4, "step": 2}, "", None)
     y = INTERPRETERS["slice_scatter"](op, [torch.zeros(2, 4, dtype=torch.int8), torch.tensor([[1, 2], [3, 4]])])
     assert y.tolist() == [[1, 0, 2, 0], [3, 0, 4, 0]] and y.dtype == torch.int8
+
+MODULES["fnet"] = ("""
+class M(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc = nn.Linear(8, 8)
+        self.out = nn.Linear(8, 4)
+
+    def forward(self, x):
+        y = torch.fft.fftn(self.fc(x), dim=(-1, -2)).real  # FNet's Fourier mixing
+        return self.out(y)
+""", "torch.randn(2, 6, 8, generator=g)")
+
+
+def test_fft_mixing_is_dft_products_on_the_matrix_ball(tmp_path):
+    """FNet's real(fftn(x, dims=(-1, -2))): per dim a product by the constant cos and sin
+    matrices, the last dim first; the float path within 1e-5 of torch.fft (float32 DFT
+    sums), the integer path bit-exact."""
+    prep, rep = checked(tmp_path, "fnet")
+    captured = prep.pipe.graphs[0]
+    dft = [op for op in captured.ops if op.name.startswith("real_")]
+    assert sorted(op.kind for op in dft) == ["add", "linear", "linear", "linear", "linear", "permute", "permute",
+                                             "permute"]
+    assert prep.pipe.stages[0].max_rel_error < 1e-5
+    how = {r.name: r.how for r in rep.lowered.ops}
+    products = [op for op in prep.graph.ops if op.kind == "matmul" and op.name.startswith("real_")]
+    assert len(products) == 4 and all(how[op.name] == "matrix" for op in products)
+
+
+@pytest.mark.parametrize("dims", [None, (0, 2), (1,)])
+def test_the_real_part_of_fftn_by_dft_products(dims):
+    class M(torch.nn.Module):
+        def forward(self, x):
+            return torch.fft.fftn(x, dim=dims).real
+
+    x = torch.randn(3, 5, 4, generator=torch.Generator().manual_seed(0))
+    graph = capture(M(), x)
+    assert {op.kind for op in graph.ops} <= {"linear", "permute", "add"}
+    got, = graph.run(x)
+    want = torch.fft.fftn(x.double(), dim=dims).real
+    assert torch.allclose(got.double(), want, rtol=0, atol=1e-5 * want.abs().max().item())
+
+
+def test_fftn_read_other_than_by_real_is_refused_by_name():
+    class M(torch.nn.Module):
+        def forward(self, x):
+            return torch.fft.fftn(x, dim=(-1,)).abs()
+
+    with pytest.raises(UnsupportedOpError, match="fft_fftn whose complex result is read other than by real"):
+        capture(M(), torch.randn(2, 4))

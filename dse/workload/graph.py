@@ -26,6 +26,8 @@ Kinds and their attrs (inputs in order; `?` marks an optional input, flagged in 
 - views: reshape(shape), expand(shape), slice(dim, start, end, step), select(dim, index);
   data movement: permute(dims), cat(dim), stack(dim), slice_scatter(x, src: dim, start, end,
   step): x with src written over the slice (`zero_` on a slice is one with src all zeros).
+- real(fft_fftn(x, dims)) is captured as DFT `linear`s by constant cos / sin weights, one dim at
+  a time (dse/workload/capture.py), so it reaches the matrix Ball as any product.
 - quantize (float32 -> int8), requantize (int32 -> int8), dequantize (int -> float32):
   scale, scale_axes, scale_groups (see `scale_tensor`).
 """
