@@ -566,7 +566,9 @@ def _slice(node: Node) -> _Lowered | _Identity:
     return _Lowered("slice", [x], {"dim": dim, "start": start, "end": end, "step": step})
 
 
-def _select(node: Node) -> _Lowered:
+def _select(node: Node) -> _Lowered | _Unsupported:
+    if isinstance(node.args[0], Node) and node.args[0].target == _resolve("view_as_real.default"):
+        return _real_of_fftn(node.args[0])  # the real plane of a complex fft result
     x = node.args[0]
     shape = _shape(x)
     dim = int(node.args[1]) % len(shape)
@@ -589,14 +591,31 @@ def _slice_scatter(node: Node) -> _Lowered:
 
 
 def _fftn(node: Node) -> _Identity | _Unsupported:
-    """fft_fftn read only by `real` (FNet's Fourier mixing): `real` lowers the pair."""
-    if any(user.target != _resolve("real.default") for user in node.users):
+    """fft_fftn read only by `real` (FNet's Fourier mixing): `real` lowers the pair (or,
+    where export decomposed `real`, the select of view_as_real's real plane)."""
+    if not all(user.target == _resolve("real.default") or _real_plane(user) for user in node.users):
         return _Unsupported("fft_fftn whose complex result is read other than by real")
     if _arg(node, 1, "s") is not None or _arg(node, 3, "norm") not in (None, "backward"):
         return _Unsupported("fft_fftn with a size or a norm; the real part of a plain fftn only")
     if _val(node.args[0]).is_complex():
         return _Unsupported("fft_fftn of a complex input")
     return _Identity(node.args[0])  # the real input, read by `real` below
+
+
+def _real_plane(node: Node) -> bool:
+    """view_as_real read only as its real plane (select of index 0 on its last dim)."""
+    if node.target != _resolve("view_as_real.default") or not node.users:
+        return False
+    rank = len(_shape(node))
+    return all(user.target == _resolve("select.int") and int(user.args[1]) % rank == rank - 1
+               and int(user.args[2]) == 0 for user in node.users)
+
+
+def _view_as_real(node: Node) -> _Identity | _Unsupported:
+    if not _real_plane(node) or not isinstance(node.args[0], Node) \
+            or node.args[0].target != _resolve("fft_fftn.default"):
+        return _Unsupported("view_as_real other than fft_fftn's real plane")
+    return _Identity(node.args[0])  # its real-plane select lowers the fft (below)
 
 
 def _real_of_fftn(node: Node) -> _Lowered | _Unsupported:
@@ -768,6 +787,7 @@ _HANDLER_NAMES: dict[str, _Handler] = {
     "slice_scatter.default": _slice_scatter,
     "fft_fftn.default": _fftn,
     "real.default": _real_of_fftn,
+    "view_as_real.default": _view_as_real,
     "select.int": _select,
     "expand.default": _expand,
     **{name: _split for name in _SPLITS},
