@@ -69,6 +69,13 @@ MODELS = {
                        "decoder_layers=1, encoder_attention_heads=2, decoder_attention_heads=2, encoder_ffn_dim=64, "
                        "decoder_ffn_dim=64, num_mel_bins=16, max_source_positions=8, vocab_size=64, pad_token_id=0, "
                        "bos_token_id=0, eos_token_id=0, decoder_start_token_id=0)).get_encoder()",
+    # Fourier mixing: real(fftn) over tokens and hidden, DFT products on the matrix Ball
+    "fnet": "transformers.FNetModel(transformers.FNetConfig(vocab_size=64, hidden_size=32, num_hidden_layers=1, "
+            "intermediate_size=64, max_position_embeddings=16, type_vocab_size=2, pad_token_id=0))",
+    # multi-query attention: one K / V head broadcast over the 4 query heads
+    "falcon": "transformers.FalconModel(transformers.FalconConfig(use_cache=False, vocab_size=64, hidden_size=32, "
+              "num_hidden_layers=1, num_attention_heads=4, multi_query=True, new_decoder_architecture=False, "
+              "alibi=False))",
 }
 # models whose own init fades every activation to nothing: convs re-drawn (Kaiming, fan in)
 REDRAW_CONVS = {"googlenet"}
@@ -81,7 +88,9 @@ name = "permute"
 name = "quantize"
 {options}
 """
-INPUTS = {"whisper_encoder": "torch.randn(1, 16, 16, generator=torch.Generator().manual_seed(1))"}
+TOKENS = "torch.randint(0, 64, (1, 8), generator=torch.Generator().manual_seed(1))"
+INPUTS = {"whisper_encoder": "torch.randn(1, 16, 16, generator=torch.Generator().manual_seed(1))",
+          "fnet": TOKENS, "falcon": TOKENS}
 
 RECIPE = '''"""{name}, built by its library from a tiny config, random weights."""
 import timm

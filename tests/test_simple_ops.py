@@ -87,14 +87,16 @@ def inputs():
 '''
 
 
-def checked(tmp_path, name):
+def checked(tmp_path, name, modules=None, steps=None):
     """The recipe checked (each stage against PyTorch, a quantized stage), and emulated on
     goban with 1 and 4 workers: bit-exact, the model within 2%. The prepared recipe and the
     emulator's report with 1 worker."""
-    module, inputs = MODULES[name]
+    module, inputs = (modules or MODULES)[name]
     folder = tmp_path / name
     folder.mkdir()
     (folder / "model.py").write_text(RECIPE.format(name=name, module=module, inputs=inputs))
+    if steps:
+        (folder / "steps.toml").write_text("".join(f'[[step]]\nname = "{step}"\n' for step in steps))
     prep = prepare_recipe(folder)
     assert prep.pipe.passed, [(s.name, s.error) for s in prep.pipe.stages if not s.passed]
     assert any(s.quantized for s in prep.pipe.stages)

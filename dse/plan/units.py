@@ -104,6 +104,11 @@ def reshape_view(src: Loc, shape, dtype: str) -> Loc | None:
     shape = tuple(shape)
     if src.blocked is None and src.standard and src.buffer_shape == src.shape and padded_shape(shape) == shape:
         return Loc(src.addr, shape, dtype, shape)
+    # Regrouping the leading dims of a padded row-major buffer (its matrix dims kept, unit
+    # dims dropped or added) moves nothing either: multi-query attention's K and V.
+    if src.blocked is None and src.standard and len(shape) >= 2 and len(src.shape) >= 2 \
+            and shape[-2:] == src.shape[-2:] and math.prod(shape[:-2]) == math.prod(src.shape[:-2]):
+        return Loc(src.addr, shape, dtype, padded_shape(shape))
     return None
 
 

@@ -24,6 +24,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
 
+import numpy as np
 import torch
 from torch.export import ExportedProgram
 from torch.export.graph_signature import InputKind, OutputKind, TensorArgument
@@ -565,7 +566,9 @@ def _slice(node: Node) -> _Lowered | _Identity:
     return _Lowered("slice", [x], {"dim": dim, "start": start, "end": end, "step": step})
 
 
-def _select(node: Node) -> _Lowered:
+def _select(node: Node) -> _Lowered | _Unsupported:
+    if isinstance(node.args[0], Node) and node.args[0].target == _resolve("view_as_real.default"):
+        return _real_of_fftn(node.args[0])  # the real plane of a complex fft result
     x = node.args[0]
     shape = _shape(x)
     dim = int(node.args[1]) % len(shape)
@@ -578,6 +581,53 @@ def _expand(node: Node) -> _Lowered | _Identity:
     return _Lowered("expand", [node.args[0]], {"shape": list(_shape(node))})
 
 
+def _slice_scatter(node: Node) -> _Lowered:
+    x, src = node.args[:2]
+    shape = _shape(x)
+    dim = int(_arg(node, 2, "dim", 0)) % len(shape)
+    start, end, step = _arg(node, 3, "start"), _arg(node, 4, "end"), int(_arg(node, 5, "step", 1))
+    start, end, _ = slice(start, end).indices(shape[dim])
+    return _Lowered("slice_scatter", [x, src], {"dim": dim, "start": start, "end": end, "step": step})
+
+
+def _fftn(node: Node) -> _Identity | _Unsupported:
+    """fft_fftn read only by `real` (FNet's Fourier mixing): `real` lowers the pair (or,
+    where export decomposed `real`, the select of view_as_real's real plane)."""
+    if not all(user.target == _resolve("real.default") or _real_plane(user) for user in node.users):
+        return _Unsupported("fft_fftn whose complex result is read other than by real")
+    if _arg(node, 1, "s") is not None or _arg(node, 3, "norm") not in (None, "backward"):
+        return _Unsupported("fft_fftn with a size or a norm; the real part of a plain fftn only")
+    if _val(node.args[0]).is_complex():
+        return _Unsupported("fft_fftn of a complex input")
+    return _Identity(node.args[0])  # the real input, read by `real` below
+
+
+def _real_plane(node: Node) -> bool:
+    """view_as_real read only as its real plane (select of index 0 on its last dim)."""
+    if node.target != _resolve("view_as_real.default") or not node.users:
+        return False
+    rank = len(_shape(node))
+    return all(user.target == _resolve("select.int") and int(user.args[1]) % rank == rank - 1
+               and int(user.args[2]) == 0 for user in node.users)
+
+
+def _view_as_real(node: Node) -> _Identity | _Unsupported:
+    if not _real_plane(node) or not isinstance(node.args[0], Node) \
+            or node.args[0].target != _resolve("fft_fftn.default"):
+        return _Unsupported("view_as_real other than fft_fftn's real plane")
+    return _Identity(node.args[0])  # its real-plane select lowers the fft (below)
+
+
+def _real_of_fftn(node: Node) -> _Lowered | _Unsupported:
+    fft = node.args[0]
+    if not isinstance(fft, Node) or fft.target != _resolve("fft_fftn.default"):
+        return _Unsupported("real of a complex tensor other than fft_fftn's")
+    rank = len(_shape(fft))
+    dims = _arg(fft, 2, "dim")
+    dims = sorted({int(d) % rank for d in (range(rank) if dims is None else dims)})
+    return _Lowered("dft_real", [fft.args[0]], {"dims": dims})
+
+
 def _sdpa(node: Node) -> _Lowered | _Unsupported:
     q, k, v = node.args[:3]
     mask = _arg(node, 3, "attn_mask")
@@ -586,10 +636,14 @@ def _sdpa(node: Node) -> _Lowered | _Unsupported:
     if node.kwargs.get("enable_gqa"):
         return _Unsupported("enable_gqa; group query heads by KV head in the model instead")
     qs, ks, vs = _shape(q), _shape(k), _shape(v)
-    if qs[:-2] != ks[:-2] or ks[:-2] != vs[:-2]:
-        return _Unsupported("attention with broadcast batch or head dims")
+    # K and V may broadcast over batch or head dims (multi-query attention: one KV head
+    # for every query head); the matrix products read them in place, no copies.
+    batch_dims = _shape(node)[:-2]
+    if any(len(s) != len(qs) or any(d not in (1, b) for d, b in zip(s[:-2], batch_dims)) for s in (ks, vs)) \
+            or qs[:-2] != batch_dims:
+        return _Unsupported("attention whose query broadcasts over batch or head dims")
     scale = node.kwargs.get("scale")
-    attrs = {"batch": math.prod(qs[:-2]), "S": qs[-2], "T": ks[-2], "D": qs[-1], "Dv": vs[-1],
+    attrs = {"batch": math.prod(batch_dims), "S": qs[-2], "T": ks[-2], "D": qs[-1], "Dv": vs[-1],
              "scale": float(scale) if scale is not None else None,
              "is_causal": bool(_arg(node, 5, "is_causal", False)), "has_mask": isinstance(mask, Node)}
     return _Lowered("sdpa", [q, k, v] + ([mask] if isinstance(mask, Node) else []), attrs)
@@ -730,6 +784,10 @@ _HANDLER_NAMES: dict[str, _Handler] = {
     "cat.default": _cat("cat"),
     "stack.default": _cat("stack"),
     "slice.Tensor": _slice,
+    "slice_scatter.default": _slice_scatter,
+    "fft_fftn.default": _fftn,
+    "real.default": _real_of_fftn,
+    "view_as_real.default": _view_as_real,
     "select.int": _select,
     "expand.default": _expand,
     **{name: _split for name in _SPLITS},
@@ -772,7 +830,8 @@ _KEEP_WHOLE = ("linear.default", "matmul.default", "gelu.default", "silu.default
                "scaled_dot_product_attention.default", "max_pool2d.default", "adaptive_avg_pool2d.default",
                "stack.default", "hardtanh.default", "relu6.default", "hardswish.default", "hardsigmoid.default",
                "mish.default", "leaky_relu.default", "pad.default", "group_norm.default", "roll.default",
-               "upsample_nearest2d.vec", "upsample_bilinear2d.vec", "upsample_nearest1d.vec", *_SPLITS)
+               "upsample_nearest2d.vec", "upsample_bilinear2d.vec", "upsample_nearest1d.vec", "fft_fftn.default",
+               "real.default", *_SPLITS)
 
 
 def _decomposition_table() -> dict:
@@ -906,11 +965,76 @@ class _Builder:
         if any(n not in self.tensors for n in inputs):  # it reads what an unsupported op left unknown
             self.unsupported_nodes.add(node.name)
             return
+        if lowered.kind == "dft_real":
+            self._dft_real(node, inputs[0], lowered.attrs["dims"], output)
+            return
         counts = count_op(lowered.kind, lowered.attrs, [self.tensors[n] for n in inputs], output, self.constants)
         if lowered.kind in MOVE_KINDS and all(n in self.constants for n in inputs):
             self.constants.add(output.name)  # a transposed weight is still a weight
         self.ops.append(Op(node.name, lowered.kind, inputs, [output.name], lowered.attrs,
                            _source(node, self.source_path), counts))
+
+    def _dft_real(self, node: Node, x: str, dims: list[int], output: TensorSpec) -> None:
+        """real(fftn(x, dims)) of a real x as DFT products, one dim at a time (the DFT is
+        separable), each a `linear` by constant cos / sin matrices for the matrix Ball:
+        with F = C - iS along a dim, (re + i im) F = (re C + im S) + i (im C - re S). The
+        last dim first (no transpose); only the final dim's real part is kept."""
+        source = _source(node, self.source_path)
+        rank = len(output.shape)
+        order = sorted(dims, reverse=True)
+
+        def emit(kind, inputs, shape, attrs, hint):
+            name = f"{node.name}_{hint}"
+            spec = TensorSpec(name, tuple(shape), output.dtype)
+            self.tensors[name] = spec
+            counts = count_op(kind, attrs, [self.tensors[n] for n in inputs], spec, self.constants)
+            self.ops.append(Op(name, kind, inputs, [name], attrs, source, counts))
+            return name
+
+        def weight(hint, array):
+            name = f"{node.name}_{hint}"
+            self.tensors[name] = TensorSpec(name, array.shape, "float32")
+            self.weights[name] = array
+            self.constants.add(name)
+            return name
+
+        def product(t, w, hint):
+            shape = self.tensors[t].shape
+            attrs = {"M": math.prod(shape[:-1]), "N": shape[-1], "K": shape[-1], "batch": 1, "has_bias": False}
+            return emit("linear", [t, w], shape, attrs, hint)
+
+        def swap(t, d, hint):
+            dims_ = list(range(rank))
+            dims_[d], dims_[-1] = dims_[-1], dims_[d]
+            shape = self.tensors[t].shape
+            return emit("permute", [t], tuple(shape[i] for i in dims_), {"dims": dims_}, hint)
+
+        re, im = x, None
+        for i, d in enumerate(order):
+            n = output.shape[d]
+            k = np.arange(n)
+            angle = 2 * np.pi * ((k[:, None] * k[None, :]) % n) / n  # exact phases: k n mod N first
+            cos, sin = np.cos(angle).astype(np.float32), np.sin(angle).astype(np.float32)
+            last = i == len(order) - 1
+            if d != rank - 1:
+                re = swap(re, d, f"re{i}_t")
+                im = swap(im, d, f"im{i}_t") if im is not None else None
+            c = weight(f"dft{i}_cos", cos)
+            s = weight(f"dft{i}_sin", sin)
+            re_c = product(re, c, f"re{i}_cos")
+            new_re = re_c if im is None else emit("add", [re_c, product(im, s, f"im{i}_sin")],
+                                                   self.tensors[re_c].shape, {}, f"re{i}")
+            if not last:
+                neg = weight(f"dft{i}_neg_sin", -sin)
+                re_s = product(re, neg, f"re{i}_negsin")
+                im = re_s if im is None else emit("add", [product(im, c, f"im{i}_cos"), re_s],
+                                                  self.tensors[re_s].shape, {}, f"im{i}")
+            re = new_re
+            if d != rank - 1:
+                re = swap(re, d, f"re{i}_back")
+                im = swap(im, d, f"im{i}_back") if im is not None and not last else im
+        self.aliases[node.name] = re
+        self.tensors.pop(output.name, None)
 
     def _outputs(self, node: Node) -> list[str]:
         kinds = [spec.kind for spec in self.exported.graph_signature.output_specs]

@@ -24,7 +24,10 @@ Kinds and their attrs (inputs in order; `?` marks an optional input, flagged in 
 - vector_norm(ord, dims, keepdim): torch.linalg.vector_norm; repeat(repeats): Tensor.repeat.
 - embedding(table, indices); sdpa(q, k, v, mask?: scale, is_causal, has_mask).
 - views: reshape(shape), expand(shape), slice(dim, start, end, step), select(dim, index);
-  data movement: permute(dims), cat(dim), stack(dim).
+  data movement: permute(dims), cat(dim), stack(dim), slice_scatter(x, src: dim, start, end,
+  step): x with src written over the slice (`zero_` on a slice is one with src all zeros).
+- real(fft_fftn(x, dims)) is captured as DFT `linear`s by constant cos / sin weights, one dim at
+  a time (dse/workload/capture.py), so it reaches the matrix Ball as any product.
 - quantize (float32 -> int8), requantize (int32 -> int8), dequantize (int -> float32):
   scale, scale_axes, scale_groups (see `scale_tensor`).
 """
@@ -56,7 +59,8 @@ ADAPTIVE_KINDS = ("adaptive_avg_pool2d",)
 VECTOR_NORM_KINDS = ("vector_norm",)
 LAYOUT_KINDS = ("reshape", "permute")
 VIEW_KINDS = ("reshape", "expand", "slice", "select")  # no data moves: descriptors only
-DATA_KINDS = ("cat", "stack", "embedding", "pad", "index", "gather", "roll", "upsample", "cast", "repeat")
+DATA_KINDS = ("cat", "stack", "embedding", "pad", "index", "gather", "roll", "upsample", "cast", "repeat",
+              "slice_scatter")
 ARG_KINDS = ("argmax", "argmin")  # the int64 position of a reduction's max / min
 ATTENTION_KINDS = ("sdpa",)
 CHOICE_KINDS = ("where",)  # elementwise choice by a bool mask

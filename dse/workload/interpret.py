@@ -363,6 +363,12 @@ def _run_slice(op: Op, args: list[torch.Tensor]) -> torch.Tensor:
     return args[0][tuple(index)]
 
 
+def _run_slice_scatter(op: Op, args: list[torch.Tensor]) -> torch.Tensor:
+    a = op.attrs
+    x, src = args
+    return torch.slice_scatter(x, src.to(x.dtype), a["dim"], a["start"], a["end"], a.get("step", 1))
+
+
 def _run_select(op: Op, args: list[torch.Tensor]) -> torch.Tensor:
     return args[0].select(op.attrs["dim"], op.attrs["index"])
 
@@ -433,6 +439,7 @@ INTERPRETERS: dict[str, Callable[[Op, list[torch.Tensor]], torch.Tensor]] = {
     "expand": _run_expand,
     "permute": _run_permute,
     "slice": _run_slice,
+    "slice_scatter": _run_slice_scatter,
     "select": _run_select,
     "cat": _run_cat,
     "stack": _run_stack,
