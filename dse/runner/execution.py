@@ -180,7 +180,7 @@ class InlineExecutor:
         self.work = work
 
     def run(self, chunks: list[list[WorkItem]], timeout: float | None = None) -> Iterator[list[Outcome]]:
-        # No limit here: a stage that needs one runs in a PoolExecutor (see Sweep._emulate_phase).
+        # No limit here: a stage that needs one runs in a PoolExecutor (see Sweep._emulator_step).
         for chunk in chunks:
             yield evaluate_items(self.work, chunk)
 
