@@ -58,3 +58,13 @@ def test_a_chain_without_prune_and_emulator_runs_only_the_analytical_stage(tmp_p
         runs = store.runs(spec.name)
     assert set(runs["stage"]) == {"analytical"} and len(runs) == result.evaluated > 1
     assert {"analytical", "record"} <= set(result.seconds) and "emulator" not in result.seconds
+
+
+def test_a_stage_inserted_after_the_emulator_runs_in_the_workers_per_candidate():
+    at = CHAIN.index(chain.NUMERICS)
+    check = Stage("check", lambda emulated: emulated, "passes the emulated run on")
+    driven = CHAIN[:at] + (check,) + CHAIN[at:]
+    assert chain.evaluation(driven) == {"analytical": (chain.ANALYTICAL,),
+                                        "emulator": (chain.EMULATOR, check, chain.NUMERICS)}
+    assert chain.evaluation(CHAIN) == chain.EVALUATION
+    assert chain.evaluation(tuple(s for s in CHAIN if s is not chain.EMULATOR))["emulator"] == ()

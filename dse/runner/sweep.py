@@ -41,7 +41,7 @@ from .acceptance import propose
 from .candidates import BuiltCandidate, CandidateBuilder
 from .cluster import CONNECT_TIMEOUT_S
 from .limits import capture_limit, time_limit  # noqa: F401  (time_limit: the tests' name for it)
-from .chain import ANALYTICAL, CAPTURE, CHAIN, EMULATOR, FRONTEND, NUMERICS, PLAN, PRUNE, RECORD, SETUP, Stage
+from .chain import ANALYTICAL, CAPTURE, CHAIN, EMULATOR, FRONTEND, PLAN, PRUNE, RECORD, SETUP, Stage, evaluation
 from .progress import finish, make_bar, planned, set_total
 from .propose import record_experiment, resolve_links
 from .execution import InlineExecutor, PoolExecutor, WorkItem, make_executor, remember_chip
@@ -496,9 +496,12 @@ class Sweep:
         driven stage's time is the sweep's `seconds[stage.name]`, but the record stage's:
         the store writes' own time, wherever they happen."""
         steps = self._steps()
+        # The stages after the emulator's, up to the record stage, run in the emulator's
+        # work items (`chain.evaluation`): their verdicts are in its outcomes already.
+        in_workers = {stage.name for stage in evaluation(self.chain)["emulator"][1:]}
         value = None
         for stage in self.chain:
-            if stage.name in SETUP_NAMES:
+            if stage.name in SETUP_NAMES or stage.name in in_workers:
                 continue
             started = time.perf_counter()
             step = steps.get(stage.name)
@@ -509,8 +512,7 @@ class Sweep:
 
     def _steps(self) -> dict:
         return {ANALYTICAL.name: self._analytical_step, PRUNE.name: self._prune_step,
-                EMULATOR.name: self._emulator_step, NUMERICS.name: self._numerics_step,
-                RECORD.name: self._record_step}
+                EMULATOR.name: self._emulator_step, RECORD.name: self._record_step}
 
     def _analytical_step(self, _, bar) -> list[tuple[int, bool, dict]]:
         """The baseline, the hand-picked candidates, then the sampler's batches, each batch
@@ -552,11 +554,6 @@ class Sweep:
         self.result.seconds["sampler"] = self._sampler_seconds
         set_total(bar, bar.n)  # the analytical phase done: its candidates are all there were
         return [(cid, obs.feasible, obs.totals) for cid, obs in self.known.values()]
-
-    def _numerics_step(self, outcomes, bar):
-        # Numerics runs with the emulator stage in each emulated candidate's work item
-        # (chain.EVALUATION): its verdicts are in the emulator step's outcomes already.
-        return outcomes
 
     def _record_step(self, outcomes, bar):
         self.recorder.flush()
@@ -704,6 +701,7 @@ def sweep_into_store(spec: Spec, db: str | Path = "records.db", progress: bool =
                 work.placed_emulation = prepare_placed(staged)
     named[PLAN.name].run(work.graph)
     work.host_time_repeats = spec.model.stages.host_time_repeats
+    work.evaluation = evaluation(chain)  # what the workers run of the chain
     work.traces = spec.model.stages.traces
     if not spec.model.stages.ppa:  # cycles only: no area, energy or power (no CACTI)
         work.ppa_calibration = None

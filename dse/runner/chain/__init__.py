@@ -32,15 +32,20 @@ CHAIN: tuple[Stage, ...] = (CAPTURE, FRONTEND, PLAN, ANALYTICAL, PRUNE, EMULATOR
 # executor is built on); the driver runs every other stage of its chain.
 SETUP: tuple[Stage, ...] = (CAPTURE, FRONTEND, PLAN)
 
-# The stages a worker runs for a work item, by the run stage it belongs to (the store's
-# `stage` of the run: analytical or emulator). Analytical takes a batch of candidates;
-# the emulator's stages take one candidate, each the output of the one before.
-EVALUATION: dict[str, tuple[Stage, ...]] = {
-    "analytical": (ANALYTICAL,),
-    "emulator": (EMULATOR, NUMERICS),
-}
+def evaluation(chain: tuple[Stage, ...]) -> dict[str, tuple[Stage, ...]]:
+    """The stages a worker runs for a work item, by the run stage it belongs to (the store's
+    `stage` of the run: analytical or emulator): the chain's analytical stage for a batch of
+    candidates; for one emulated candidate the chain's stages from the emulator up to the
+    record stage, each on the output of the one before (so a stage inserted there runs in
+    the worker, per candidate)."""
+    names = [stage.name for stage in chain]
+    end = names.index(RECORD.name) if RECORD.name in names else len(chain)
+    per_candidate = chain[names.index(EMULATOR.name):end] if EMULATOR.name in names else ()
+    return {"analytical": tuple(s for s in chain if s.name == ANALYTICAL.name), "emulator": per_candidate}
 
 
-__all__ = ["Stage", "CHAIN", "SETUP", "EVALUATION", "CAPTURE", "FRONTEND", "PLAN", "ANALYTICAL", "PRUNE",
+EVALUATION: dict[str, tuple[Stage, ...]] = evaluation(CHAIN)
+
+__all__ = ["Stage", "CHAIN", "SETUP", "EVALUATION", "evaluation", "CAPTURE", "FRONTEND", "PLAN", "ANALYTICAL", "PRUNE",
            "EMULATOR", "NUMERICS", "RECORD", "Pruning", "run_stages", "capture", "frontend", "plan", "analytical",
            "prune", "emulator", "numerics", "record"]
