@@ -96,6 +96,7 @@ class Sweep:
         # candidate, grid point) proposing one of them again takes itself off the total.
         self._counted: set[str] = set()
         self._exhaustive = False
+        self._sampler: Sampler | None = None  # made in `_run`, from the records; asked in `_analytical_step`
         self._batches = 0  # recorded (for the STOP_ENV test hook)
         self._stop_after = int(os.environ.get(STOP_ENV) or 0)
 
