@@ -85,7 +85,7 @@ def evaluate_items(work, items: list[WorkItem], kill: str | None = None, hang: s
                 outcomes[item.run_id] = _failed(item.run_id, exc)
                 continue
             try:
-                evidence = run_stages(EVALUATION["emulator"], emulation, cand)
+                evidence = run_stages((work.evaluation or EVALUATION)["emulator"], emulation, cand)
             except Exception as exc:  # a crash in lowering or emulation is this candidate's failed run
                 outcomes[item.run_id] = _failed(item.run_id, exc)
                 continue
@@ -180,7 +180,7 @@ class InlineExecutor:
         self.work = work
 
     def run(self, chunks: list[list[WorkItem]], timeout: float | None = None) -> Iterator[list[Outcome]]:
-        # No limit here: a stage that needs one runs in a PoolExecutor (see Sweep._emulate_phase).
+        # No limit here: a stage that needs one runs in a PoolExecutor (see Sweep._emulator_step).
         for chunk in chunks:
             yield evaluate_items(self.work, chunk)
 

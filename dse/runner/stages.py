@@ -53,6 +53,9 @@ class Workload:
     # candidate runs all of them, placed as its mapping.placement says.
     stages: list = field(default_factory=list)
     placed_emulation: object | None = None
+    # The stages a worker runs per run stage (`chain.evaluation` of the sweep's chain);
+    # None: those of `chain.CHAIN`.
+    evaluation: dict | None = None
 
     def _point(self, point: dict | None) -> tuple[str | None, dict]:
         point = dict(point or {})

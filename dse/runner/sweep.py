@@ -1,7 +1,8 @@
 """The sweep driver: spec -> candidates (baseline first) -> the stage chain -> records.
 
-The stages are declared, in order, in `dse.runner.chain`; this driver proposes candidates,
-batches them, calls the stages and writes what they return.
+The stages are declared, in order, in `dse.runner.chain` (CHAIN); this driver runs them in
+that order (`sweep_into_store` the SETUP ones, `Sweep._drive` the rest, each on the output
+of the one before), proposes candidates, batches them and writes what the stages return.
 
 Only this driver writes the store. Candidates are proposed, recorded and evaluated in
 batches: every candidate is recorded (infeasible and failed ones included) with a run row
@@ -40,7 +41,7 @@ from .acceptance import propose
 from .candidates import BuiltCandidate, CandidateBuilder
 from .cluster import CONNECT_TIMEOUT_S
 from .limits import capture_limit, time_limit  # noqa: F401  (time_limit: the tests' name for it)
-from .chain import ANALYTICAL, CAPTURE, EMULATOR, FRONTEND, PLAN, PRUNE, RECORD
+from .chain import ANALYTICAL, CAPTURE, CHAIN, EMULATOR, FRONTEND, PLAN, PRUNE, RECORD, SETUP, Stage, evaluation
 from .progress import finish, make_bar, planned, set_total
 from .propose import record_experiment, resolve_links
 from .execution import InlineExecutor, PoolExecutor, WorkItem, make_executor, remember_chip
@@ -58,17 +59,19 @@ POOL_ANALYTICAL_MIN_SECONDS = 2.0
 # their runs running: a stand-in for a pause at an unlucky moment (a suspended laptop, a
 # ^Z, a VM migrated), from which a SIGCONT wakes it.
 STOP_ENV = "DSE_TEST_STOP_AFTER_BATCHES"
-ASK_ROUNDS = 10  # a batch's rounds of asking again for proposals of candidates already evaluated
+ASK_ROUNDS = 10
+SETUP_NAMES = frozenset(s.name for s in SETUP)  # the stages `sweep_into_store` runs, before the driver's  # a batch's rounds of asking again for proposals of candidates already evaluated
 
 
 class Sweep:
     def __init__(self, spec: Spec, captured_graph, store: Store, executor=None, progress: bool = True,
-                 model_version: str = MODEL_VERSION, reuse: bool = True):
+                 model_version: str = MODEL_VERSION, reuse: bool = True, chain: tuple[Stage, ...] = CHAIN):
         # `captured_graph`: the capture stage's graph, for the source-derived counts; the
         # analytical stage costs the graph after the recipe's steps (the executor's workload).
         self.spec, self.captured_graph, self.progress = spec, captured_graph, progress
         self.model_version = model_version
         self.reuse = reuse
+        self.chain = chain  # the stages this driver runs after SETUP, in this order (`_drive`)
         self.executor = executor or make_executor(captured_graph)
         self.recorder = Recorder(store)
         links = resolve_links(spec, store)
@@ -93,6 +96,7 @@ class Sweep:
         # candidate, grid point) proposing one of them again takes itself off the total.
         self._counted: set[str] = set()
         self._exhaustive = False
+        self._sampler: Sampler | None = None  # made in `_run`, from the records; asked in `_analytical_step`
         self._batches = 0  # recorded (for the STOP_ENV test hook)
         self._stop_after = int(os.environ.get(STOP_ENV) or 0)
 
@@ -455,57 +459,16 @@ class Sweep:
         if self.store.experiment(self.experiment_id)["status"] == "proposed":
             self.store.set_status(self.experiment_id, "testing")
         recorded = self._load_known()
-        sampler = make_sampler(spec)
-        kind = sampler_kind(spec)
-        sampler.replay([o for o in recorded])
-        exhaustive = sampler.exhaustive
-        batch = batch_size(spec, sampler, self.executor.workers)
-        deadline = time.monotonic() + search.wall_seconds if search.wall_seconds else None
-        done_sampled = sum(1 for _ in recorded) - 1 if recorded else 0
-        self._exhaustive = exhaustive
+        self._sampler = make_sampler(spec)
+        self._sampler.replay([o for o in recorded])
+        self._exhaustive = self._sampler.exhaustive
         # A slot per candidate the spec asks for: the baseline, the hand-picked, the grid or the trials.
-        first = planned(spec.grid_size(), "grid" if exhaustive else "sampled", search.trials, search.max_grid,
+        first = planned(spec.grid_size(), "grid" if self._exhaustive else "sampled", search.trials, search.max_grid,
                         len(spec.hand))
         bar = make_bar(first, len(recorded), spec.name, None if self.progress else True)
-        started = time.perf_counter()
         ended = False
         try:
-            self._evaluate([Proposal({})], "baseline", None, bar)
-            if spec.hand:  # the hand-picked candidates, each with its why
-                self._evaluate([Proposal(params) for params, _ in spec.hand], "hand", None, bar)
-                base_hash = self._build({}).hash
-                whys = {self.known[b.hash][0]: why for (params, why) in spec.hand
-                        if (b := self._build(params)).hash in self.known and b.hash != base_hash}
-                self.store.set_whys(whys)
-            origin = "grid" if kind == "grid" else "sampler"
-            while True:
-                if self.stop_requested:
-                    raise KeyboardInterrupt
-                if deadline is not None and time.monotonic() > deadline:
-                    self.result.stopped_early = f"wall time of {search.wall_seconds} s reached"
-                    break
-                n = batch if exhaustive else min(batch, search.trials - done_sampled)
-                if n <= 0:
-                    break
-                proposals, built, exhausted = self._ask(sampler, n, bar)
-                if proposals:
-                    done_sampled += self._evaluate(proposals, origin, sampler, bar, built)
-                elif exhausted:
-                    break
-                # A sampled space smaller than the budget proposes only repeats in the end.
-                if self._idle_rounds >= IDLE_ROUNDS:
-                    self.result.stopped_early = "the sampler proposes only candidates already evaluated"
-                    break
-            self.recorder.flush()
-            self.result.seconds[ANALYTICAL.name] = time.perf_counter() - started
-            # Where the analytical phase's time went: the sampler's ask and tell, the store
-            # writes, and (the rest) building, evaluating and bookkeeping.
-            self.result.seconds["sampler"] = self._sampler_seconds
-            self.result.seconds[RECORD.name] = self.recorder.seconds
-            started = time.perf_counter()
-            set_total(bar, bar.n)  # the analytical phase done: its candidates are all there were
-            self._emulate_phase(bar)
-            self.result.seconds[EMULATOR.name] = time.perf_counter() - started
+            self._drive(bar)
             ended = True
         except BaseException:  # Ctrl-C between batches: the held outcomes are written
             self.recorder.crash_unfinished("interrupted before this candidate finished")
@@ -525,6 +488,79 @@ class Sweep:
         self.result.outcomes = self.store.latest_status_counts(self.experiment_id)
         return self.result
 
+    # -- the chain, driven ---------------------------------------------------------------
+    def _drive(self, bar) -> None:
+        """The chain's stages after SETUP, in the chain's order, each on the output of the
+        one before: a stage the driver knows by name runs as its step (batches, executors,
+        the store: `_steps`), any other as itself (`stage.run(value)`), so a stage inserted
+        into the chain sees what the stage before it made and hands its output on. Each
+        driven stage's time is the sweep's `seconds[stage.name]`, but the record stage's:
+        the store writes' own time, wherever they happen."""
+        steps = self._steps()
+        # The stages after the emulator's, up to the record stage, run in the emulator's
+        # work items (`chain.evaluation`): their verdicts are in its outcomes already.
+        in_workers = {stage.name for stage in evaluation(self.chain)["emulator"][1:]}
+        value = None
+        for stage in self.chain:
+            if stage.name in SETUP_NAMES or stage.name in in_workers:
+                continue
+            started = time.perf_counter()
+            step = steps.get(stage.name)
+            value = step(value, bar) if step is not None else stage.run(value)
+            if stage.name != RECORD.name:
+                self.result.seconds[stage.name] = (self.result.seconds.get(stage.name, 0.0)
+                                                   + time.perf_counter() - started)
+
+    def _steps(self) -> dict:
+        return {ANALYTICAL.name: self._analytical_step, PRUNE.name: self._prune_step,
+                EMULATOR.name: self._emulator_step, RECORD.name: self._record_step}
+
+    def _analytical_step(self, _, bar) -> list[tuple[int, bool, dict]]:
+        """The baseline, the hand-picked candidates, then the sampler's batches, each batch
+        through the analytical stage; what the prune stage takes: (candidate id, feasible,
+        analytical totals) per candidate evaluated."""
+        spec, search, sampler, exhaustive = self.spec, self.spec.model.search, self._sampler, self._exhaustive
+        batch = batch_size(spec, sampler, self.executor.workers)
+        deadline = time.monotonic() + search.wall_seconds if search.wall_seconds else None
+        done_sampled = max(self.result.resumed - 1, 0)  # the sampled candidates recorded already
+        self._evaluate([Proposal({})], "baseline", None, bar)
+        if spec.hand:  # the hand-picked candidates, each with its why
+            self._evaluate([Proposal(params) for params, _ in spec.hand], "hand", None, bar)
+            base_hash = self._build({}).hash
+            whys = {self.known[b.hash][0]: why for (params, why) in spec.hand
+                    if (b := self._build(params)).hash in self.known and b.hash != base_hash}
+            self.store.set_whys(whys)
+        origin = "grid" if sampler_kind(spec) == "grid" else "sampler"
+        while True:
+            if self.stop_requested:
+                raise KeyboardInterrupt
+            if deadline is not None and time.monotonic() > deadline:
+                self.result.stopped_early = f"wall time of {search.wall_seconds} s reached"
+                break
+            n = batch if exhaustive else min(batch, search.trials - done_sampled)
+            if n <= 0:
+                break
+            proposals, built, exhausted = self._ask(sampler, n, bar)
+            if proposals:
+                done_sampled += self._evaluate(proposals, origin, sampler, bar, built)
+            elif exhausted:
+                break
+            # A sampled space smaller than the budget proposes only repeats in the end.
+            if self._idle_rounds >= IDLE_ROUNDS:
+                self.result.stopped_early = "the sampler proposes only candidates already evaluated"
+                break
+        self.recorder.flush()
+        # Where the analytical phase's time went besides: the sampler's ask and tell (the
+        # store writes are the record stage's).
+        self.result.seconds["sampler"] = self._sampler_seconds
+        set_total(bar, bar.n)  # the analytical phase done: its candidates are all there were
+        return [(cid, obs.feasible, obs.totals) for cid, obs in self.known.values()]
+
+    def _record_step(self, outcomes, bar):
+        self.recorder.flush()
+        self.result.seconds[RECORD.name] = self.recorder.seconds
+        return outcomes
+
     # -- the emulator stage ------------------------------------------------------------
     def _keep_raw_evidence(self, outcomes) -> None:
         """Each emulator run's raw evidence as content-addressed artifacts of the run, within
@@ -542,30 +578,37 @@ class Sweep:
                 self._evidence_bytes += ref.size
             o.artifacts = []
 
-    def _emulate_phase(self, bar) -> None:
-        """Emulate the analytically best candidates; record every other one as pruned, with
-        the reason, so the records say why it was not emulated."""
+    def _prune_step(self, analysed, bar) -> list[int]:
+        """The candidates to emulate (the analytically best); every other one recorded as
+        pruned, with the reason, so the records say why it was not emulated."""
         stages = self.spec.model.stages
         if stages.emulator == "none":
-            return
+            return []
         obj = self.spec.model.objectives[0]
         runs = self.store.runs(self.experiment_id)
         emulated = (runs["stage"] == "emulator") & runs["status"].isin(DONE)
         if not self.reuse:  # runs standing on reused evidence: evaluated afresh
             emulated &= runs["reused_run_id"].isna()
         done = set(runs.loc[emulated, "candidate_id"].astype(int))
-        cands = self.store.candidates(self.experiment_id).set_index("id")
         infeasible = runs[(runs["stage"] == "analytical") & (runs["status"] == "infeasible")]
         reasons = {int(c): str(r or "") for c, r in zip(infeasible["candidate_id"], infeasible["reason"])}
-        pruning = PRUNE.run(((cid, obs.feasible, obs.totals) for cid, obs in self.known.values()), done,
+        pruning = PRUNE.run(analysed, done,
                             stages.emulator, stages.top_k, obj.metric, obj.direction, reasons)
         todo, pruned = pruning.emulate, pruning.pruned
         if pruned:
             run_ids = self.recorder.start_runs([c for c, _ in pruned], "emulator", model_version=self.model_version,
                                                emulator_version=emulator.VERSION)
             self.recorder.finish_runs([Outcome(r, "pruned", why) for r, (_, why) in zip(run_ids, pruned)])
+        return todo
+
+    def _emulator_step(self, todo: list[int], bar) -> list[Outcome]:
+        """The candidates `todo` emulated (the chain's evaluation stages in workers, each
+        with its time limit); their outcomes, recorded."""
+        out: list[Outcome] = []
         if not todo:
-            return
+            return out
+        stages = self.spec.model.stages
+        cands = self.store.candidates(self.experiment_id).set_index("id")
         # The emulated candidates on the bar too: minutes each, where the analytical were milliseconds.
         bar.set_description(f"{self.spec.name}: emulate")
         set_total(bar, bar.total + len(todo))
@@ -579,7 +622,7 @@ class Sweep:
         items = [WorkItem(r, canonical_json(json.loads(cands.loc[cid, "config"])), json.loads(cands.loc[cid, "mapping"]),
                           str(cands.loc[cid, "hash"]), stage="emulator") for r, cid in zip(run_ids, todo) if r not in reused]
         if not items:
-            return
+            return out
         # The emulator stage has a time limit per candidate: it runs in worker processes,
         # which can be killed past it (one worker when the sweep has no pool of its own).
         executor = own = None
@@ -590,6 +633,7 @@ class Sweep:
             for outcomes in executor.run(self._chunks(items, per_chunk=1), timeout=stages.candidate_timeout_s):
                 self._keep_raw_evidence(outcomes)  # the files and their rows before the run is finished
                 self.recorder.finish_runs(outcomes)
+                out += outcomes
                 for o in outcomes:
                     self._count(f"emulator {o.status}")
                 bar.update(len(outcomes))
@@ -601,6 +645,7 @@ class Sweep:
         finally:
             if own is not None:
                 own.close()
+        return out
 
 
 def quantizations(spec: Spec) -> list[str | None]:
@@ -633,9 +678,12 @@ def _value_at(spec: Spec, data: dict, dotted: str):
 
 def sweep_into_store(spec: Spec, db: str | Path = "records.db", progress: bool = True,
                      workers: int = 1, cluster: str | None = None,
-                     connect_timeout: float = CONNECT_TIMEOUT_S, reuse: bool = True) -> SweepResult:
-    """Sweep a validated spec into the store: capture, frontend, plan, then `Sweep` (what
-    `dse.runner.run_sweep` does when the store does not hold the whole sweep already)."""
+                     connect_timeout: float = CONNECT_TIMEOUT_S, reuse: bool = True,
+                     chain: tuple[Stage, ...] = CHAIN) -> SweepResult:
+    """Sweep a validated spec into the store: the chain's SETUP stages (capture, frontend,
+    plan: each the chain's stage of that name), then `Sweep` driving the rest of `chain`
+    (what `dse.runner.run_sweep` does when the store does not hold the whole sweep already)."""
+    named = {stage.name: stage for stage in chain}
     checked_url(db)  # a bad --db says so before the recipe's capture (Store checks it again)
     if spec.model.experiment.links() and "://" not in str(db) and not Path(db).exists():
         resolve_links(spec, None)  # a link into a store that does not exist: nothing created
@@ -645,15 +693,16 @@ def sweep_into_store(spec: Spec, db: str | Path = "records.db", progress: bool =
         emulated = quantizations(spec) if spec.model.stages.emulator != "none" else ()
         # Checked when the emulator needs the recipe's own steps checked: the one run of
         # the pipeline that the frontend stage then reads from the graph cache.
-        graph = CAPTURE.run(recipe, params, None in emulated)
-        work = FRONTEND.run(recipe, params, emulated)
+        graph = named[CAPTURE.name].run(recipe, params, None in emulated)
+        work = named[FRONTEND.name].run(recipe, params, emulated)
         staged = spec.model.workload.all_stages()
         if staged:  # every stage's analytical graph and, with the emulator stage, its emulation
             work.stages = [(role, analytical_graph(r, p)) for role, r, p in staged]
             if emulated:
                 work.placed_emulation = prepare_placed(staged)
-    PLAN.run(work.graph)
+    named[PLAN.name].run(work.graph)
     work.host_time_repeats = spec.model.stages.host_time_repeats
+    work.evaluation = evaluation(chain)  # what the workers run of the chain
     work.traces = spec.model.stages.traces
     if not spec.model.stages.ppa:  # cycles only: no area, energy or power (no CACTI)
         work.ppa_calibration = None
@@ -674,6 +723,6 @@ def sweep_into_store(spec: Spec, db: str | Path = "records.db", progress: bool =
                 model_version += ppa_version(ppa)
         executor = make_executor(work, workers, cluster, connect_timeout)
         try:
-            return Sweep(spec, graph, store, executor, progress, model_version, reuse).run()
+            return Sweep(spec, graph, store, executor, progress, model_version, reuse, chain).run()
         finally:
             executor.close()
