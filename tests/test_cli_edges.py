@@ -148,6 +148,38 @@ def test_ctrl_c_during_start_up(tmp_path, delay, graph_cache_dir):
     assert "interrupted; rerun to resume" in err
 
 
+INTERRUPTED_CLOSE = """
+import sys
+from sqlalchemy.dialects.sqlite.pysqlite import SQLiteDialect_pysqlite
+from dse.cli import main
+
+def interrupted(self, connection):  # a second Ctrl-C landing as the pool closes a connection
+    connection.close()
+    raise KeyboardInterrupt
+
+SQLiteDialect_pysqlite.do_close = interrupted
+sys.argv = ["dse", "compare", "c1", "c2", "--db", sys.argv[1]]
+sys.exit(main())
+"""
+
+
+def test_ctrl_c_while_a_connection_closes_is_one_line(tmp_path):
+    """A KeyboardInterrupt raised inside SQLAlchemy's pool as it closes a connection (the
+    pool logs it with its traceback, then re-raises): 130, one line, no pool log."""
+    from test_records_cli import fill
+
+    from dse.records import Store
+
+    db = tmp_path / "r.db"
+    with Store(db) as store:
+        fill(store)
+    p = subprocess.run([sys.executable, "-c", INTERRUPTED_CLOSE, str(db)], capture_output=True, text=True,
+                       env=ENV, timeout=120)
+    assert p.returncode == 130, p.stderr
+    one_clean_line(p.stderr)
+    assert "interrupted; rerun to resume" in p.stderr and "Exception closing connection" not in p.stderr
+
+
 def test_keyboard_interrupt_anywhere_is_130(cli, monkeypatch):
     import dse.cli.chips as chips_cli
 

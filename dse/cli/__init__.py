@@ -227,6 +227,18 @@ def _interrupt_outside_torch_imports(signum, frame) -> None:
 _INTERRUPTED = False  # the first Ctrl-C of this process has been raised
 
 
+def _quiet_connection_pool() -> None:
+    """SQLAlchemy's pool logs an exception that lands while it closes a connection, its
+    traceback included, before it re-raises it (a KeyboardInterrupt: a second Ctrl-C) or
+    drops it (a connection already lost). A command's error is its one line; these logs
+    stay off the terminal."""
+    import logging
+
+    pool = logging.getLogger("sqlalchemy.pool")
+    pool.addHandler(logging.NullHandler())
+    pool.propagate = False
+
+
 def main(argv: list[str] | None = None) -> int:
     """Run one command; its exit code. `argv` None: the process's own command line (then a
     Ctrl-C after the command has ended, while the interpreter shuts down, is ignored)."""
@@ -236,6 +248,7 @@ def main(argv: list[str] | None = None) -> int:
             signal.signal(signal.SIGINT, _interrupt_outside_torch_imports)
         except (ValueError, OSError):  # not the main thread
             pass
+        _quiet_connection_pool()
     try:
         try:
             return _main(list(sys.argv[1:] if argv is None else argv))
