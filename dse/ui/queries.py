@@ -142,14 +142,46 @@ def candidate_page(connection: Connection, experiment_id: int, query: CandidateQ
 
 
 def _page_through_runs(connection: Connection, experiment_id: int, query: CandidateQuery,
-                       names: list[str], through_runs: bool = True) -> CandidatePage:
+                       names: list[str]) -> CandidatePage:
     """`candidate_page` as before 0011 and this page's ranking (the tests' and benches'
     reference): the latest runs and figures read from the runs and metric rows, one page
     at a time (LIMIT and a window count; the whole ranking through the runs is minutes at
     100,000 candidates on SQLite)."""
     query = query.checked(names)
     # One pass: the matching count comes with the page (a window over the filtered rows).
-    stmt = select(Candidate.id, func.count().over().label("total")).where(Candidate.experiment_id == experiment_id)
+    stmt, order = _ranked(connection, experiment_id, query, names, True, func.count().over().label("total"))
+    found = connection.execute(stmt.order_by(*order).limit(query.per_page)
+                               .offset((query.page - 1) * query.per_page)).all()
+    ids = [row[0] for row in found]
+    if found:
+        total = int(found[0][1])
+    else:  # past the last page (or nothing matches): the count alone
+        total = connection.scalar(select(func.count()).select_from(stmt.subquery()))
+    return CandidatePage(_rows(connection, ids), total, query, names)
+
+
+def page_of(connection: Connection, ranked: Sequence[int], query: CandidateQuery, names: list[str]) -> CandidatePage:
+    """The page `query.page` of candidates in the order `ranked` (`ranked_ids`): their rows."""
+    start = (query.page - 1) * query.per_page
+    ids = [int(i) for i in ranked[start:start + query.per_page]]
+    return CandidatePage(_rows(connection, ids), len(ranked), query, names)
+
+
+def ranked_ids(connection: Connection, experiment_id: int, query: CandidateQuery, names: list[str]) -> np.ndarray:
+    """The ids of the experiment's candidates that match `query`'s filters, in its order
+    (its page aside), sorted and filtered by the database: one pass over the candidates,
+    whose result serves every page of the same query (`dse.ui.memo` keeps it while the
+    records stay as they are)."""
+    query = query.checked(names)
+    stmt, order = _ranked(connection, experiment_id, query, names, False)
+    return np.fromiter(connection.execute(stmt.order_by(*order)).scalars(), dtype=np.int64)
+
+
+def _ranked(connection: Connection, experiment_id: int, query: CandidateQuery, names: list[str],
+            through_runs: bool, *columns):
+    """(the statement selecting the ids (and `columns`) of the candidates `query` filters,
+    its ORDER BY terms): the one filter and order of both `ranked_ids` and the reference."""
+    stmt = select(Candidate.id, *columns).where(Candidate.experiment_id == experiment_id)
     # The runs and metrics are joined only when a filter or the sort needs them: the
     # first page by id of 100,000 candidates reads 50 of them.
     needs_run = bool(query.status or query.text or query.metric) or query.sort not in ("id", "origin")
@@ -184,66 +216,7 @@ def _page_through_runs(connection: Connection, experiment_id: int, query: Candid
     key = sort_metric.value if sort_metric is not None else key
     ordered = key.desc() if query.descending else key.asc()
     # Candidates without the value (infeasible, not run) last either way, then by id.
-    order = [ordered, Candidate.id] if query.sort == "id" else [key.is_(None), ordered, Candidate.id]
-    found = connection.execute(stmt.order_by(*order).limit(query.per_page)
-                               .offset((query.page - 1) * query.per_page)).all()
-    ids = [row[0] for row in found]
-    if found:
-        total = int(found[0][1])
-    else:  # past the last page (or nothing matches): the count alone
-        total = connection.scalar(select(func.count()).select_from(stmt.subquery()))
-    return CandidatePage(_rows(connection, ids), total, query, names)
-
-
-def page_of(connection: Connection, ranked: Sequence[int], query: CandidateQuery, names: list[str]) -> CandidatePage:
-    """The page `query.page` of candidates in the order `ranked` (`ranked_ids`): their rows."""
-    start = (query.page - 1) * query.per_page
-    ids = [int(i) for i in ranked[start:start + query.per_page]]
-    return CandidatePage(_rows(connection, ids), len(ranked), query, names)
-
-
-def ranked_ids(connection: Connection, experiment_id: int, query: CandidateQuery, names: list[str]) -> np.ndarray:
-    """The ids of the experiment's candidates that match `query`'s filters, in its order
-    (its page aside), sorted and filtered by the database: one pass over the candidates,
-    whose result serves every page of the same query (`dse.ui.memo` keeps it while the
-    records stay as they are)."""
-    query = query.checked(names)
-    stmt = select(Candidate.id).where(Candidate.experiment_id == experiment_id)
-    # The runs and metrics are joined only when a filter or the sort needs them.
-    needs_run = bool(query.status or query.text or query.metric) or query.sort not in ("id", "origin")
-    latest = _latest_analytical(experiment_id, False)
-    if needs_run:
-        stmt = stmt.outerjoin(latest, latest.c.candidate_id == Candidate.id)
-    if query.status == "not run":
-        stmt = stmt.where(latest.c.run_id.is_(None))
-    elif query.status:
-        # Through a function, so that no planner drives the join from a status index
-        # (SQLite did: every matching run of the store times every candidate of the experiment).
-        stmt = stmt.where(func.coalesce(latest.c.status, "") == query.status)
-    if query.text:
-        # The text as the table shows it ("workers=4"), not as stored: matched here, in Python.
-        ids = shown_matches(connection, experiment_id, query.text, latest)
-        stmt = stmt.where(Candidate.id.in_(bindparam("shown", ids, expanding=True, literal_execute=True)))
-    sort_metric = None
-    if query.sort in names:
-        sort_metric, on = _metric_join(query.sort, latest, False)
-        stmt = stmt.outerjoin(sort_metric, on)
-    if query.metric:
-        if query.metric == query.sort:
-            ranged = sort_metric
-        else:
-            ranged, on = _metric_join(query.metric, latest, False)
-            stmt = stmt.join(ranged, on)
-        if query.low is not None:
-            stmt = stmt.where(ranged.value >= query.low)
-        if query.high is not None:
-            stmt = stmt.where(ranged.value <= query.high)
-    key = {"id": Candidate.id, "status": latest.c.status, "origin": Candidate.origin}.get(query.sort)
-    key = sort_metric.value if sort_metric is not None else key
-    ordered = key.desc() if query.descending else key.asc()
-    # Candidates without the value (infeasible, not run) last either way, then by id.
-    order = [ordered, Candidate.id] if query.sort == "id" else [key.is_(None), ordered, Candidate.id]
-    return np.fromiter(connection.execute(stmt.order_by(*order)).scalars(), dtype=np.int64)
+    return stmt, [ordered, Candidate.id] if query.sort == "id" else [key.is_(None), ordered, Candidate.id]
 
 
 def shown_matches(connection: Connection, experiment_id: int, text: str, latest) -> list[int]:
