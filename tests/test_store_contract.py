@@ -154,3 +154,20 @@ def test_every_reader_gives_the_one_judgement(store_url):
     assert found["LightStore"] == found["Store"]
     # banks: c2 beats the baseline's cycles, but its latest analytical run failed (not eligible)
     assert found["Store"][0] == ("banks", [], None, "refuted", [[0], [1], [-1], [-1], [-1]], "")
+
+
+@pytest.mark.parametrize("url", ["postgresql://dse@127.0.0.1:5433/records", "postgres://h/db?sslmode=disable",
+                                 "postgresql+psycopg://user:pw@[::1]/x"])
+def test_the_light_reader_looks_for_evidence_where_the_store_keeps_it(url, monkeypatch, tmp_path):
+    from sqlalchemy.engine import make_url
+
+    from dse.records import light_pg
+    from dse.records.blobs import default_evidence_dir
+    from dse.records.opening import checked_url
+
+    monkeypatch.delenv("DSE_EVIDENCE_DIR", raising=False)
+    monkeypatch.setenv("XDG_DATA_HOME", str(tmp_path))
+    assert light_pg.evidence_dir(url) == default_evidence_dir(make_url(checked_url(url)))
+    assert light_pg.shown(url) == make_url(checked_url(url)).render_as_string(hide_password=True)
+    monkeypatch.setenv("DSE_EVIDENCE_DIR", str(tmp_path / "ev"))
+    assert light_pg.evidence_dir(url) == default_evidence_dir(make_url(checked_url(url))) == tmp_path / "ev"

@@ -61,9 +61,15 @@ def default_evidence_dir(url: URL) -> Path | None:
         if url.database in (None, "", ":memory:"):
             return None
         return sqlite_evidence_dir(url.database)
+    return server_evidence_dir(url.get_backend_name(), url.host, url.port, url.database)
+
+
+def server_evidence_dir(backend: str, host: str | None, port: int | None, database: str | None) -> Path:
+    """A database server's store's evidence folder unless told: $DSE_EVIDENCE_DIR, else a
+    folder per database under ~/.local/share/dse/evidence (read by the light reader too)."""
     if os.environ.get("DSE_EVIDENCE_DIR"):
         return Path(os.environ["DSE_EVIDENCE_DIR"]).expanduser().resolve()
-    folder = f"{url.get_backend_name()}-{url.host or 'local'}-{url.port or ''}-{url.database}"
+    folder = f"{backend}-{host or 'local'}-{port or ''}-{database}"
     base = Path(os.environ.get("XDG_DATA_HOME") or Path.home() / ".local" / "share")
     return base / "dse" / "evidence" / folder
 

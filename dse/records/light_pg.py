@@ -127,14 +127,12 @@ def shown(url: str) -> str:
 
 
 def evidence_dir(url: str) -> Path:
-    """The Store's evidence folder for `url` (`dse.records.blobs.default_evidence_dir`):
-    the one `?evidence_dir=` names, else $DSE_EVIDENCE_DIR, else one per database."""
+    """The Store's evidence folder for `url` (`dse.records.blobs.default_evidence_dir`): the
+    one `?evidence_dir=` names, else the server's default (`server_evidence_dir`)."""
     named = [v for k, v in parse_qsl(_URL.match(url)["query"] or "", keep_blank_values=True) if k == EVIDENCE_PARAM]
     if named:
         return Path(named[0]).expanduser().resolve()
-    if os.environ.get("DSE_EVIDENCE_DIR"):
-        return Path(os.environ["DSE_EVIDENCE_DIR"]).expanduser().resolve()
+    from dse.records.blobs import server_evidence_dir
+
     args = connect_args(url) or {}
-    folder = f"postgresql-{args.get('host') or 'local'}-{args.get('port') or ''}-{args.get('dbname')}"
-    base = Path(os.environ.get("XDG_DATA_HOME") or Path.home() / ".local" / "share")
-    return base / "dse" / "evidence" / folder
+    return server_evidence_dir("postgresql", args.get("host"), args.get("port"), args.get("dbname"))

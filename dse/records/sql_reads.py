@@ -255,17 +255,14 @@ def artifacts(run: Run, experiment_id: int | None = None, run_id: int | None = N
     """Evidence files' rows, by id, with the candidate of their run: of every experiment, of
     one, of one run and/or of one candidate's runs (a run that reuses another's evidence:
     that run's files); created_at aware UTC."""
-    where, params = _equal(a__experiment_id=experiment_id)
     # A run's (or candidate's runs') files are those of the runs whose evidence they stand on:
     # a linking run's are the earlier run's it reuses (dse.records.reuse), not copied.
-    conditions = [where[len(" WHERE "):]] if where else []
-    if run_id is not None:
-        conditions.append(f"a.run_id = (SELECT {_LINKED} FROM run WHERE id = :run_id)")
-        params["run_id"] = int(run_id)
-    if candidate_id is not None:
-        conditions.append(f"a.run_id IN (SELECT {_LINKED} FROM run WHERE candidate_id = :candidate_id)")
-        params["candidate_id"] = int(candidate_id)
-    where = " WHERE " + " AND ".join(conditions) if conditions else ""
+    conditions = {"experiment_id": "a.experiment_id = :experiment_id",
+                  "run_id": f"a.run_id = (SELECT {_LINKED} FROM run WHERE id = :run_id)",
+                  "candidate_id": f"a.run_id IN (SELECT {_LINKED} FROM run WHERE candidate_id = :candidate_id)"}
+    params = {k: int(v) for k, v in (("experiment_id", experiment_id), ("run_id", run_id),
+                                     ("candidate_id", candidate_id)) if v is not None}
+    where = " WHERE " + " AND ".join(conditions[k] for k in params) if params else ""
     return _dicts(run, ARTIFACTS.format(where=where), params, "created_at")
 
 
