@@ -32,6 +32,7 @@ from torch.fx import Node
 
 from dse.errors import InputError
 from dse.workload.counts import count_op
+from dse.workload.scan_capture import RNN_TARGETS, ScanEmitter, handler_attrs, unused_state
 from dse.workload.graph import (CHANNELS_FIRST, CHANNELS_FIRST_WEIGHTS, MOVE_KINDS, Graph, Op, TensorSpec, dtype_name,
                                 weight_array)
 
@@ -649,6 +650,19 @@ def _sdpa(node: Node) -> _Lowered | _Unsupported:
     return _Lowered("sdpa", [q, k, v] + ([mask] if isinstance(mask, Node) else []), attrs)
 
 
+def _rnn(node: Node) -> _Lowered | _Unsupported:
+    """aten.lstm / aten.gru: hoisted input products and one `scan` op a layer and direction
+    (dse/workload/scan_capture.py)."""
+    attrs = handler_attrs(node)
+    if isinstance(attrs, str):
+        return _Unsupported(attrs)
+    hx = node.args[1] if isinstance(node.args[1], (list, tuple)) else [node.args[1]]
+    inputs = [node.args[0], *hx, *node.args[2]]
+    if not all(isinstance(x, Node) for x in inputs):
+        return _Unsupported("a recurrent layer with a non-tensor state or weight")
+    return _Lowered("rnn", inputs, attrs)
+
+
 _MULTI_OUTPUT = {
     name for name in ("_native_batch_norm_legit_no_training.default", "native_layer_norm.default",
                       "max_pool2d_with_indices.default")
@@ -716,6 +730,10 @@ def _getitem(node: Node) -> _Lowered | _Identity | _Unsupported:
         return _Identity(source)
     if isinstance(source, Node) and name in _SPLITS:
         return _split_item(source, int(index))
+    if isinstance(source, Node) and name in RNN_TARGETS:  # (output, h_n[, c_n]): the scan gives the output
+        if index == 0 or unused_state(node):
+            return _Identity(source)
+        return _Unsupported(f"h_n / c_n of {name} read by the model (read its output sequence)")
     return _Unsupported(f"output {index} of {name or source}")
 
 
@@ -808,6 +826,7 @@ _HANDLER_NAMES: dict[str, _Handler] = {
     "index_select.default": _index_select,
     "amin.default": _reduce("amin"),
     "scaled_dot_product_attention.default": _sdpa,
+    **{name: _rnn for name in RNN_TARGETS},
     **{name: _same_dtype_copy for name in ("_to_copy.default", "to.dtype", "to.dtype_layout", "to.device")},
 }
 _HANDLERS: dict[Any, _Handler] = {
@@ -831,7 +850,7 @@ _KEEP_WHOLE = ("linear.default", "matmul.default", "gelu.default", "silu.default
                "stack.default", "hardtanh.default", "relu6.default", "hardswish.default", "hardsigmoid.default",
                "mish.default", "leaky_relu.default", "pad.default", "group_norm.default", "roll.default",
                "upsample_nearest2d.vec", "upsample_bilinear2d.vec", "upsample_nearest1d.vec", "fft_fftn.default",
-               "real.default", *_SPLITS)
+               "real.default", *RNN_TARGETS, *_SPLITS)
 
 
 def _decomposition_table() -> dict:
@@ -964,6 +983,16 @@ class _Builder:
         output = self._spec(node)
         if any(n not in self.tensors for n in inputs):  # it reads what an unsupported op left unknown
             self.unsupported_nodes.add(node.name)
+            return
+        if lowered.kind == "rnn":
+            emitter = ScanEmitter(self, node, _source(node, self.source_path))
+            out = emitter.run(inputs, lowered.attrs)
+            if out is None:
+                self.unsupported_nodes.add(node.name)
+                self._note_unsupported(node, f"{node.target} ({emitter.reason})")
+                return
+            self.aliases[node.name] = out
+            self.tensors.pop(output.name, None)
             return
         if lowered.kind == "dft_real":
             self._dft_real(node, inputs[0], lowered.attrs["dims"], output)

@@ -28,6 +28,9 @@ Kinds and their attrs (inputs in order; `?` marks an optional input, flagged in 
   step): x with src written over the slice (`zero_` on a slice is one with src all zeros).
 - real(fft_fftn(x, dims)) is captured as DFT `linear`s by constant cos / sin weights, one dim at
   a time (dse/workload/capture.py), so it reaches the matrix Ball as any product.
+- scan(xp, s0, w, b: cell, hidden, steps, batch, reverse[, h_scale, deq_scale]): LSTM / GRU
+  recurrences, one op for the whole loop; rnn_cell(r, x, b, s: cell, hidden), its step's cell
+  (dse/workload/scan.py).
 - quantize (float32 -> int8), requantize (int32 -> int8), dequantize (int -> float32):
   scale, scale_axes, scale_groups (see `scale_tensor`).
 """
@@ -65,12 +68,14 @@ ARG_KINDS = ("argmax", "argmin")  # the int64 position of a reduction's max / mi
 ATTENTION_KINDS = ("sdpa",)
 CHOICE_KINDS = ("where",)  # elementwise choice by a bool mask
 QUANT_KINDS = ("quantize", "requantize", "dequantize")
+# a recurrence over time steps as one op, and its step's elementwise cell (dse/workload/scan.py)
+SCAN_KINDS = ("scan", "rnn_cell")
 # Ops that only rearrange or pick values: applied to constants they give a constant,
 # which a frontend step may fold offline.
 MOVE_KINDS = ("reshape", "permute", "expand", "slice", "select", "cat", "stack")
 KINDS = (MATMUL_KINDS + CONV_KINDS + BINARY_KINDS + ACTIVATION_KINDS + UNARY_KINDS + NORM_KINDS
          + REDUCE_KINDS + VECTOR_NORM_KINDS + ARG_KINDS + POOL_KINDS + ADAPTIVE_KINDS + ("permute",) + VIEW_KINDS + DATA_KINDS + ATTENTION_KINDS
-         + CHOICE_KINDS + QUANT_KINDS)
+         + CHOICE_KINDS + QUANT_KINDS + SCAN_KINDS)
 CHANNELS_LAST = ("NLC", "NHWC", "NDHWC")
 # conv weights pre-transposed to [*kernel, in, out] (the channels-last convs' GEMM B)
 CHANNELS_LAST_WEIGHTS = ("WIO", "HWIO", "DHWIO")

@@ -11,6 +11,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
+from dse.workload.scan import run_rnn_cell, run_scan
 from dse.workload.graph import (CHANNELS_FIRST_WEIGHTS, CHANNELS_LAST_WEIGHTS, ARG_KINDS, BINARY_KINDS, CHANNELS_LAST, CONV_KINDS, INT8_MAX, INT8_MIN, KINDS,
                                 POOL_KINDS, REDUCE_KINDS, Op, scale_array)
 
@@ -446,6 +447,8 @@ INTERPRETERS: dict[str, Callable[[Op, list[torch.Tensor]], torch.Tensor]] = {
     "quantize": _run_quantize,
     "requantize": _run_requantize,
     "dequantize": _run_dequantize,
+    "scan": run_scan,
+    "rnn_cell": run_rnn_cell,
 }
 _INTERPRETERS = INTERPRETERS  # the name earlier code used
 assert set(INTERPRETERS) == set(KINDS), set(KINDS) ^ set(INTERPRETERS)

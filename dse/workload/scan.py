@@ -1,0 +1,146 @@
+"""Scans: a recurrence over time steps held as ONE graph op (not seq_len unrolled copies).
+
+    states = scan(xp[T, B, G], s0[B, S], w[G, H], b[G])        states: [T, B, S]
+    states[t] = step(xp[t], states[t - 1]),  states[-1] = s0   (t = T-1 .. 0 when `reverse`)
+
+The step is a small graph of its own, `body` (built here, read by the interpreter, the plan,
+the lowering and the model alike, so they run one recurrence): the recurrent product
+``r = h @ w.T`` then the elementwise cell ``rnn_cell(r, xp[t], b, s)``. Float, the product is
+a float ``linear`` (on the core); once the quantize step gave the op an ``h_scale`` and an
+int8 ``w`` it is ``quantize(h) -> int8 linear -> dequantize`` (the matrix Ball, per step).
+The input projections of all steps (``x @ W_ih.T + b_ih``) are not in the loop: capture
+hoists them into one ``linear`` over T x B rows (`dse.workload.scan_capture`).
+
+Cells (PyTorch's gate orders): ``lstm`` (S = 2H, the state is [h | c]; gates i, f, g, o)
+and ``gru`` (S = H; gates r, z, n, with b = b_hh inside the reset product as torch has it).
+
+This module imports no torch at load (the plan reads `body` without it).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from dse.workload.counts import count_op
+from dse.workload.graph import SCAN_KINDS, Graph, Op, OpCounts, TensorSpec
+
+CELLS = {"lstm": 4, "gru": 3}  # gates per hidden unit
+
+
+def state_size(cell: str, hidden: int) -> int:
+    return 2 * hidden if cell == "lstm" else hidden
+
+
+def quantized(op: Op) -> bool:
+    """A scan whose recurrent product is int8 on the matrix Ball (the quantize step's)."""
+    return "h_scale" in op.attrs
+
+
+def body_names(op: Op) -> dict[str, str]:
+    """The step graph's tensor names, prefixed by the scan's name (its weights keep theirs)."""
+    n = op.name
+    return {"x": f"{n}.x", "s": f"{n}.s", "h": f"{n}.h", "hq": f"{n}.hq", "acc": f"{n}.acc", "r": f"{n}.r",
+            "out": f"{n}.out"}
+
+
+def body(op: Op, tensors: dict[str, TensorSpec], weights: dict[str, Any]) -> Graph:
+    """One time step of the scan `op` as a graph: inputs (x [B, G], s [B, S]), the scan's
+    weights (w, b) by their own names, output the next state [B, S]."""
+    a = op.attrs
+    B, H, cell = a["batch"], a["hidden"], a["cell"]
+    G, S = CELLS[cell] * H, state_size(cell, H)
+    names = body_names(op)
+    w, b = op.inputs[2], op.inputs[3]
+    specs = {names["x"]: TensorSpec(names["x"], (B, G), "float32"), names["s"]: TensorSpec(names["s"], (B, S), "float32"),
+             w: tensors[w], b: tensors[b]}
+    ops: list[Op] = []
+    constants = {w, b}
+
+    def emit(kind: str, inputs: list[str], key: str, shape: tuple, dtype: str, attrs: dict) -> str:
+        out = names[key]
+        specs[out] = TensorSpec(out, shape, dtype)
+        counts = count_op(kind, attrs, [specs[i] for i in inputs], specs[out], constants)
+        ops.append(Op(out, kind, inputs, [out], attrs, op.source, counts))
+        return out
+
+    h = names["s"]
+    if cell == "lstm":
+        h = emit("slice", [h], "h", (B, H), "float32", {"dim": 1, "start": 0, "end": H, "step": 1})
+    product = {"M": B, "N": G, "K": H, "batch": 1, "has_bias": False}
+    if quantized(op):
+        hq = emit("quantize", [h], "hq", (B, H), "int8",
+                  {"scale": a["h_scale"], "scale_axes": [], "scale_groups": [], "granularity": "tensor", "role": "A"})
+        acc = emit("linear", [hq, w], "acc", (B, G), "int32",
+                   {**product, "dtype": "int8", "acc_dtype": "int32", "a_granularity": "tensor",
+                    "b_granularity": "tensor"})
+        r = emit("dequantize", [acc], "r", (B, G), "float32", {"scale": a["deq_scale"], "scale_axes": [], "scale_groups": []})
+    else:
+        r = emit("linear", [h, w], "r", (B, G), "float32", product)
+    emit("rnn_cell", [r, names["x"], b, names["s"]], "out", (B, S), "float32", {"cell": cell, "hidden": H})
+    return Graph(f"{op.name} step", ops, specs, [names["x"], names["s"]], [names["out"]],
+                 {k: weights[k] for k in (w, b) if k in weights})
+
+
+def step_order(op: Op) -> range:
+    T = op.attrs["steps"]
+    return range(T - 1, -1, -1) if op.attrs.get("reverse") else range(T)
+
+
+def scan_counts(op: Op, tensors: dict[str, TensorSpec]) -> OpCounts:
+    """The scan's source counts: its step's, T times (what the loop asks for)."""
+    step = body(op, tensors, {})
+    total = sum((o.counts for o in step.ops), OpCounts())
+    T = op.attrs["steps"]
+    return OpCounts(*(v * T for v in (total.macs, total.other_ops, total.bytes_read, total.bytes_written)),
+                    weight_bytes=sum(tensors[n].nbytes for n in op.inputs[2:4]))
+
+
+# --- the reference interpreter (torch, imported on use) ---
+
+def run_rnn_cell(op: Op, args: list) -> Any:
+    import torch
+
+    r, x, b, s = (a.float() for a in args)
+    H = op.attrs["hidden"]
+    if op.attrs["cell"] == "lstm":
+        i, f, g, o = (x + (r + b)).chunk(4, -1)
+        c = torch.sigmoid(f) * s[..., H:] + torch.sigmoid(i) * torch.tanh(g)
+        return torch.cat([torch.sigmoid(o) * torch.tanh(c), c], -1)
+    xr, xz, xn = x.chunk(3, -1)
+    hr, hz, hn = (r + b).chunk(3, -1)
+    reset, update = torch.sigmoid(xr + hr), torch.sigmoid(xz + hz)
+    new = torch.tanh(xn + reset * hn)
+    return (1 - update) * new + update * s
+
+
+def run_scan(op: Op, args: list) -> Any:
+    """The loop, step by step, each step the body's ops through the graph's interpreters
+    (the very functions the emulator's core ops and the frontend's checks run)."""
+    import torch
+
+    from dse.workload.interpret import INTERPRETERS, dtype_name
+
+    xp, s0, w, b = args
+    tensors = {name: TensorSpec(name, tuple(v.shape), dtype_name(v.dtype)) for name, v in zip(op.inputs, args)}
+    step = body(op, tensors, {})
+    names = body_names(op)
+    states: list = [None] * op.attrs["steps"]
+    s = s0.float()
+    for t in step_order(op):
+        values = {names["x"]: xp[t].contiguous(), names["s"]: s, op.inputs[2]: w, op.inputs[3]: b}
+        for o in step.ops:
+            values[o.outputs[0]] = INTERPRETERS[o.kind](o, [values[n] for n in o.inputs])
+        s = states[t] = values[names["out"]]
+    return torch.stack(states)
+
+
+def scan_steps_array(values: np.ndarray, op: Op) -> np.ndarray:
+    """The hidden part h of a scan's states (what the quantize step calibrates h_scale on)."""
+    H = op.attrs["hidden"]
+    return values[..., :H]
+
+
+__all__ = ["CELLS", "SCAN_KINDS", "body", "body_names", "quantized", "run_rnn_cell", "run_scan", "scan_counts",
+           "state_size", "step_order"]
