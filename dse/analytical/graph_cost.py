@@ -29,6 +29,7 @@ from ..plan.split import busiest_elements
 from ..plan.units import conv_pad, sync_after, too_many_workers
 from ..workload.graph import Graph, scale_array
 from .charges import ACTIVITY_FIELDS, Charges, OpCost  # noqa: F401  (read from here too)
+from .scan import scan_cost
 from .stream_cost import StreamCosts
 
 
@@ -95,6 +96,8 @@ class GraphCost:
     def op_cost(self, plan: OpPlan) -> OpCost:
         if plan.unit == "grouped":
             return self._grouped(plan)
+        if plan.unit == "scan":  # its step's ops, T times (`dse.analytical.scan`)
+            return scan_cost(self, plan)
         op = plan.op
         n, p = self.n, self.params
         charges = Charges(n)

@@ -85,6 +85,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from dse.frontend.quantize_scan import quantize_scan
 from dse.frontend.rewrite import Rewriter, StepError
 from dse.workload.graph import (
     CHANNELS_LAST,
@@ -412,6 +413,8 @@ def run(graph: Graph, ctx, activations: str = "tensor", weights: str = "channel"
     for op in graph.ops:
         if op.kind in MATMUL_KINDS or op.kind in CONV_KINDS:
             quantizer.product(op)
+        elif op.kind == "scan":  # its recurrent product, per step (`dse.frontend.quantize_scan`)
+            quantize_scan(quantizer, op)
         else:
             quantizer.rw.keep(op)
     result = quantizer.rw.finish()

@@ -93,6 +93,7 @@ from ..plan.units import Infeasible, conv_pad, relu_ball, reshape_view, sync_aft
 from ..cost.core import GRAPH_OP, charged_elements
 from ..workload.graph import CONV_KINDS, Graph, Op, scale_array
 from . import coreop
+from .scan import lower_scan
 
 
 @dataclass
@@ -301,6 +302,8 @@ class ProgramBuilder:
             rec = self._reshape(op)
         elif plan.unit == "chain":
             rec = self._chain(plan)
+        elif plan.unit == "scan":  # a loop of its step's plan (`dse.lower.scan`)
+            rec = lower_scan(self, plan, ready)
         elif plan.unit == "fused":  # its reader's copy, or its chain's pass, applies it (`dse.plan.graph_plan`)
             self.fused.add(op.outputs[0])
             rec = OpLowering(op.name, op.kind, "fused", workers_used=0)

@@ -49,6 +49,7 @@ from .layout import CHANNELS_LAST, absorbs_permute, inverse, permuted, stored_or
 from .mapper import gemm_shape
 from .memory import Blocked, Dram, Loc, itemsize, pad, padded_shape
 from .units import SCALE_KINDS, conv_pad, grouped_conv, matrix_conv, matrix_product, reshape_view
+from .scan import scan_plan
 
 UNITS = ("matrix", "conv", "grouped", "scale", "relu", "view", "core", "fused", "chain")
 FUSIONS = (None, "fuse")
@@ -70,7 +71,8 @@ class OpPlan:
     """One op's plan. `unit`: "matrix" (a product on the matrix Ball), "conv" (im2col + a
     GEMM on it), "grouped" (a grouped conv: the block-diagonal GEMM or a core op, per
     candidate), "scale" (a Fp2Int / Int2Fp stream or a core op, per candidate), "relu"
-    (the ReLU Ball where the chip has one, else a core op), "view" (a descriptor), "core".
+    (the ReLU Ball where the chip has one, else a core op), "view" (a descriptor), "core",
+    "scan" (a loop of its step graph's plan, `dse.plan.scan`).
     `reads` are the operand locations after the copies (placement-only addresses), `writes`
     the result's; `gemm` the GEMM of a matrix-Ball op."""
 
@@ -270,6 +272,8 @@ class _Walk:
             if view is not None:
                 self.locs[op.outputs[0]] = view
                 return OpPlan(op, "view", (), (self.loc(op.inputs[0]),), view)
+        if op.kind == "scan":  # a loop of its step's plan (`dse.plan.scan`)
+            return scan_plan(self, op)
         reads = tuple(self.logical(name, copies) for name in op.inputs)
         out = self.locs[op.outputs[0]] = stored_loc(self.dram, graph, op.outputs[0], self.orders)
         return OpPlan(op, "core", tuple(copies), reads, out)
