@@ -76,6 +76,10 @@ MODELS = {
     "falcon": "transformers.FalconModel(transformers.FalconConfig(use_cache=False, vocab_size=64, hidden_size=32, "
               "num_hidden_layers=1, num_attention_heads=4, multi_query=True, new_decoder_architecture=False, "
               "alibi=False))",
+    # bidirectional LSTMs over rows and columns (aten.lstm): hoisted input products and one scan
+    # op a direction, its recurrent product on the matrix Ball step by step
+    "timm_sequencer": "timm.models.sequencer.Sequencer2d(num_classes=10, img_size=32, layers=(1, 1), "
+                      "patch_sizes=(8, 2), embed_dims=(16, 32), hidden_sizes=(8, 16), mlp_ratios=(2.0, 2.0))",
 }
 # models whose own init fades every activation to nothing: convs re-drawn (Kaiming, fan in)
 REDRAW_CONVS = {"googlenet"}

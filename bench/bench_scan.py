@@ -1,0 +1,102 @@
+"""Scan cost against sequence length: the analytical model and the emulator, measured.
+
+    .venv/bin/python bench/bench_scan.py [--cell gru|lstm] [--lengths 8 16 32 64] [--workers 1]
+
+A recurrent layer (nn.GRU or nn.LSTM, 16 -> 32 hidden, batch 2, a linear head) as a recipe,
+through `recipe check` (capture: one scan op; the quantize step puts its recurrent product
+on the matrix Ball) and emulation on goban, at each sequence length T. Prints per T: the
+whole graph's cycles by the model and by the emulator, the scan op's own cycles (model,
+and emulator: the cycles of the instructions its loop emitted, from the emulator's
+per-op attribution), and the ratio per doubling of T (2.00 is linear). Cycles are
+deterministic (one run each); the emulation's host time is the median of --repeats runs.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+
+from dse.analytical import estimate, summarize  # noqa: E402
+from dse.chips import load_chip  # noqa: E402
+from dse.mapping import Candidate, Mapping  # noqa: E402
+from dse.numerics import emulate_graph  # noqa: E402
+from dse.numerics.run import prepare_recipe  # noqa: E402
+
+RECIPE = '''"""A {cell} layer over {T} steps (bench_scan)."""
+import torch
+from torch import nn
+
+
+class M(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.rnn = nn.{Cell}(16, 32, batch_first=True)
+        self.head = nn.Linear(32, 8)
+
+    def forward(self, x):
+        return self.head(self.rnn(x)[0])
+
+
+def load():
+    torch.manual_seed(0)
+    return M().eval()
+
+
+def inputs():
+    return (torch.randn(2, {T}, 16, generator=torch.Generator().manual_seed(1)),)
+'''
+
+
+def measure(root: Path, cell: str, T: int, workers: int, repeats: int) -> dict:
+    folder = root / f"{cell}_{T}"
+    folder.mkdir()
+    (folder / "model.py").write_text(RECIPE.format(cell=cell, Cell=cell.upper(), T=T))
+    prep = prepare_recipe(folder)
+    assert prep.pipe.passed, [(s.name, s.error) for s in prep.pipe.stages if not s.passed]
+    cand = Candidate(load_chip("goban"), Mapping(workers=workers))
+    per_op = estimate(prep.graph, [cand])
+    model = summarize(per_op, [cand]).iloc[0]
+    scan_names = [op.name for op in prep.graph.ops if op.kind == "scan"]
+    model_scan = int(per_op[per_op["op"].isin(scan_names)]["cycles"].sum()) if "op" in per_op else None
+    times, rep = [], None
+    for _ in range(repeats):
+        started = time.perf_counter()
+        rep = emulate_graph(prep.graph, cand, prep.inputs, prep.expected, prep.tolerance, prep.reference_kind)
+        times.append(time.perf_counter() - started)
+    assert rep.feasible and rep.verdict.passed and rep.verdict.integer_bit_exact, rep.verdict
+    return {"T": T, "model": int(model["latency_cycles"]), "emulator": int(rep.cycles), "model_scan": model_scan,
+            "host_s": statistics.median(times)}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--cell", choices=("gru", "lstm"), default="gru")
+    parser.add_argument("--lengths", type=int, nargs="+", default=[8, 16, 32, 64])
+    parser.add_argument("--workers", type=int, default=1)
+    parser.add_argument("--repeats", type=int, default=1)
+    args = parser.parse_args()
+    rows = []
+    with tempfile.TemporaryDirectory() as tmp:
+        for T in args.lengths:
+            rows.append(measure(Path(tmp), args.cell, T, args.workers, args.repeats))
+    print(f"{args.cell}, 16 -> 32 hidden, batch 2, goban, {args.workers} worker(s)")
+    print("| T | model cycles | emulator cycles | model / emulator | model x per doubling | emulator x per doubling "
+          "| scan op (model) | scan x per doubling | emulation host s |")
+    print("|---|---|---|---|---|---|---|---|---|")
+    previous = None
+    for r in rows:
+        ratio = lambda key: f"{r[key] / previous[key]:.3f}" if previous and previous.get(key) else ""  # noqa: E731
+        print(f"| {r['T']} | {r['model']} | {r['emulator']} | {r['model'] / r['emulator']:.4f} | {ratio('model')} "
+              f"| {ratio('emulator')} | {r['model_scan']} | {ratio('model_scan')} | {r['host_s']:.2f} |")
+        previous = r
+
+
+if __name__ == "__main__":
+    main()
