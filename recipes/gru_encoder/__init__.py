@@ -1,0 +1,1 @@
+"""GRU encoder recipe: a recurrence over 32 steps, one scan op on the chip."""
