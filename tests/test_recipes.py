@@ -11,7 +11,7 @@ import pytest
 
 from dse.workload import list_recipes
 
-SHIPPED = ["gemm", "lenet5", "llama_decode", "llama_layers", "llama_prefill", "mlp", "mobilenet_v3", "qwen2_gqa", "resnet18",
+SHIPPED = ["gemm", "gru_encoder", "lenet5", "llama_decode", "llama_layers", "llama_prefill", "mlp", "mobilenet_v3", "qwen2_gqa", "resnet18",
            "resnet_block", "temporal_conv", "vit_block", "vit_timm"]
 # Small enough for CI; the defaults (resnet18 at 224x224, ...) run the same code.
 SMALL = {

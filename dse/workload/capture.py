@@ -475,6 +475,12 @@ def _unary(kind: str) -> _Handler:
     return handle
 
 
+def _softplus(node: Node) -> _Lowered | _Unsupported:
+    if float(_arg(node, 1, "beta", 1)) != 1 or float(_arg(node, 2, "threshold", 20)) != 20:
+        return _Unsupported("softplus with a beta or threshold other than 1 and 20")
+    return _Lowered("softplus", [node.args[0]], {})
+
+
 def _pow(node: Node) -> _Lowered | None:
     exponent = node.args[1]
     if not isinstance(exponent, (int, float)) or isinstance(exponent, bool):
@@ -790,6 +796,7 @@ _HANDLER_NAMES: dict[str, _Handler] = {
     "mean.default": _mean_all,
     "sum.dim_IntList": _reduce("sum"),
     "pow.Tensor_Scalar": _pow,
+    "softplus.default": _softplus,
     **{f"{kind}.default": _unary(kind) for kind in ("neg", "abs", "exp", "rsqrt", "sqrt", "tanh", "sigmoid", "cos", "sin")},
     "embedding.default": _embedding,
     "max_pool2d.default": _max_pool2d,
@@ -850,7 +857,7 @@ _KEEP_WHOLE = ("linear.default", "matmul.default", "gelu.default", "silu.default
                "stack.default", "hardtanh.default", "relu6.default", "hardswish.default", "hardsigmoid.default",
                "mish.default", "leaky_relu.default", "pad.default", "group_norm.default", "roll.default",
                "upsample_nearest2d.vec", "upsample_bilinear2d.vec", "upsample_nearest1d.vec", "fft_fftn.default",
-               "real.default", *RNN_TARGETS, *_SPLITS)
+               "real.default", "softplus.default", *RNN_TARGETS, *_SPLITS)
 
 
 def _decomposition_table() -> dict:

@@ -15,7 +15,7 @@ Kinds and their attrs (inputs in order; `?` marks an optional input, flagged in 
   M = batch * output positions, N = out channels, K = in channels * kernel), batch, has_bias.
   With int8 operands these ops compute int32 with wraparound (see dse/frontend/quantize.py).
 - add, sub, mul, div (tensor or scalar operand); relu, gelu, silu; neg, abs, exp, rsqrt, sqrt,
-  tanh, sigmoid, cos, sin; pow(exponent).
+  tanh, sigmoid, cos, sin, softplus (beta 1, threshold 20); pow(exponent).
 - softmax(dim); layer_norm(x, w?, b?: normalized_shape, eps); batch_norm(x, w?, b?, mean,
   var: eps, axis); mean / sum(dims, keepdim).
 - max_pool2d(kernel, stride, padding, dilation, ceil_mode, layout); avg_pool2d(kernel,
@@ -53,7 +53,7 @@ MATMUL_KINDS = ("linear", "matmul")
 CONV_KINDS = ("conv1d", "conv2d", "conv3d")
 BINARY_KINDS = ("add", "sub", "mul", "div")
 ACTIVATION_KINDS = ("relu", "gelu", "silu", "clamp", "leaky_relu", "hardswish", "hardsigmoid", "mish")
-UNARY_KINDS = ("neg", "abs", "exp", "rsqrt", "sqrt", "tanh", "sigmoid", "cos", "sin", "pow")
+UNARY_KINDS = ("neg", "abs", "exp", "rsqrt", "sqrt", "tanh", "sigmoid", "cos", "sin", "pow", "softplus")
 NORM_KINDS = ("softmax", "layer_norm", "batch_norm", "group_norm")
 REDUCE_KINDS = ("mean", "sum", "amax", "amin")
 POOL_KINDS = ("max_pool2d", "avg_pool2d")

@@ -235,7 +235,7 @@ def _run_gelu(op: Op, args: list[torch.Tensor]) -> torch.Tensor:
 _UNARY: dict[str, Callable[[torch.Tensor], torch.Tensor]] = {
     "relu": torch.relu, "silu": F.silu, "neg": torch.neg, "abs": torch.abs, "exp": torch.exp, "rsqrt": torch.rsqrt,
     "sqrt": torch.sqrt, "tanh": torch.tanh, "sigmoid": torch.sigmoid, "cos": torch.cos, "sin": torch.sin,
-    "hardswish": F.hardswish, "hardsigmoid": F.hardsigmoid, "mish": F.mish,
+    "hardswish": F.hardswish, "hardsigmoid": F.hardsigmoid, "mish": F.mish, "softplus": F.softplus,
 }
 
 
