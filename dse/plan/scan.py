@@ -4,9 +4,9 @@ A scan is a loop: its step graph (`dse.workload.scan.body`) is planned like any 
 (`plan_graph`: the recurrent product on the matrix Ball once quantized, the quantize /
 dequantize on their stream or the core, the cell on the core) and run T times, step t
 reading xp[t] and the state step t-1 wrote, writing its state into states[t] in place (no
-stacking copy). The sequence's input xp is read as a padded row-major [T, B, G] buffer (a
-charged `standardise` copy when it is not one: a dequantized accumulator is written as rows
-of T x B), so step t's slice is itself a padded [B, G] buffer.
+stacking copy). Its sequence inputs (time first) and every other input but a weight are read
+as padded row-major buffers (a charged `standardise` copy when one is not: a dequantized
+accumulator is written as rows of T x B), so step t's slice is itself a padded buffer.
 
 Where the state lives: in DRAM between steps. The core reaches only DRAM and the matrix Ball
 only its banks (HARDWARE.md), so each step's h goes core -> DRAM -> bank and its product
@@ -17,21 +17,23 @@ cost is linear in T either way: T times the step.
 
 from __future__ import annotations
 
+import math
+
 from ..workload.graph import Graph, Op
 from ..workload.scan import body
 from .memory import Loc
 
 
 def scan_plan(walk, op: Op):
-    """The scan's `OpPlan`: xp standardised if need be, the states a fresh padded buffer."""
+    """The scan's `OpPlan`: every input but a weight read as a padded row-major buffer
+    (standardised if need be), the output a fresh one [T, ...]."""
     from .graph_plan import OpPlan
 
     copies: list = []
-    xp = walk.standard(op.inputs[0], copies)
-    s0 = walk.standard(op.inputs[1], copies)
+    reads = tuple(walk.loc(n) if n in walk.graph.weights else walk.standard(n, copies) for n in op.inputs)
     spec = walk.graph.tensors[op.outputs[0]]
     out = walk.locs[op.outputs[0]] = walk.dram.tensor(spec.shape, spec.dtype)
-    return OpPlan(op, "scan", tuple(copies), (xp, s0), out)
+    return OpPlan(op, "scan", tuple(copies), reads, out)
 
 
 def step_graph(graph: Graph, op: Op) -> Graph:
@@ -40,9 +42,10 @@ def step_graph(graph: Graph, op: Op) -> Graph:
 
 
 def step_loc(loc: Loc, t: int) -> Loc:
-    """Step t's [B, X] slice of a padded row-major [T, B, X] buffer: a padded buffer itself."""
-    rows, cols = loc.buffer_shape[-2:]
-    return Loc(loc.addr + t * rows * cols * loc.isize, tuple(loc.shape[1:]), loc.dtype, (rows, cols))
+    """Step t's slice [t] of a padded row-major [T, ...] buffer: a padded buffer itself
+    (rank 2: a row of padded length; rank 3 and more: the trailing dims as padded)."""
+    rest = tuple(loc.buffer_shape[1:])
+    return Loc(loc.addr + t * math.prod(rest) * loc.isize, tuple(loc.shape[1:]), loc.dtype, rest)
 
 
 __all__ = ["scan_plan", "step_graph", "step_loc"]

@@ -46,8 +46,50 @@ def body_names(op: Op) -> dict[str, str]:
 
 
 def body(op: Op, tensors: dict[str, TensorSpec], weights: dict[str, Any]) -> Graph:
-    """One time step of the scan `op` as a graph: inputs (x [B, G], s [B, S]), the scan's
-    weights (w, b) by their own names, output the next state [B, S]."""
+    """One time step of the scan `op` as a graph. Its inputs: the step's slices of the
+    sequence inputs, then the states (`bindings`); the scan's invariant inputs (weights, and
+    activations every step reads) keep their own names; its outputs: the step's output,
+    then the next states."""
+    if "body" in op.attrs:
+        return _recorded_body(op, tensors, weights)
+    return _cell_body(op, tensors, weights)
+
+
+def bindings(op: Op) -> dict[str, Any]:
+    """How the scan's inputs and outputs meet its step graph: `seq` (step inputs, one per
+    sequence input, in order), `state` (the states' step inputs), `invariant` (the scan's
+    inputs read whole every step), `next` (the step's tensors that are the next states, in
+    the order of `state`), `out` (the step's output, stacked over the steps)."""
+    a = op.attrs
+    if "body" in a:
+        n_seq, n_state = a["n_seq"], a["n_state"]
+        return {"seq": list(a["seq"]), "state": list(a["state"]), "invariant": list(op.inputs[n_seq + n_state:]),
+                "next": list(a["next"]), "out": a["out"]}
+    names = body_names(op)
+    return {"seq": [names["x"]], "state": [names["s"]], "invariant": list(op.inputs[2:4]), "next": [names["out"]],
+            "out": names["out"]}
+
+
+def _recorded_body(op: Op, tensors: dict[str, TensorSpec], weights: dict[str, Any]) -> Graph:
+    """A loop found in the captured graph (`dse.workload.reroll`): its step's ops as recorded
+    in the attrs (kind, inputs, output, attrs), specs from `specs`."""
+    a = op.attrs
+    specs = {name: TensorSpec(name, tuple(shape), dtype) for name, (shape, dtype) in a["specs"].items()}
+    b = bindings(op)
+    for name in b["invariant"]:
+        specs[name] = tensors[name]
+    constants = {n for n in b["invariant"] if n in weights}
+    ops = []
+    for kind, inputs, out, attrs in a["body"]:
+        counts = count_op(kind, attrs, [specs[i] for i in inputs], specs[out], constants)
+        ops.append(Op(out, kind, list(inputs), [out], dict(attrs), op.source, counts))
+    return Graph(f"{op.name} step", ops, specs, b["seq"] + b["state"], [b["out"]] + [n for n in b["next"] if n != b["out"]],
+                 {k: weights[k] for k in b["invariant"] if k in weights})
+
+
+def _cell_body(op: Op, tensors: dict[str, TensorSpec], weights: dict[str, Any]) -> Graph:
+    """An LSTM / GRU step: inputs (x [B, G], s [B, S]), the scan's weights (w, b) by their
+    own names, output the next state [B, S]."""
     a = op.attrs
     B, H, cell = a["batch"], a["hidden"], a["cell"]
     G, S = CELLS[cell] * H, state_size(cell, H)
@@ -88,13 +130,13 @@ def step_order(op: Op) -> range:
     return range(T - 1, -1, -1) if op.attrs.get("reverse") else range(T)
 
 
-def scan_counts(op: Op, tensors: dict[str, TensorSpec]) -> OpCounts:
+def scan_counts(op: Op, tensors: dict[str, TensorSpec], constants: set[str] = frozenset()) -> OpCounts:
     """The scan's source counts: its step's, T times (what the loop asks for)."""
     step = body(op, tensors, {})
     total = sum((o.counts for o in step.ops), OpCounts())
     T = op.attrs["steps"]
     return OpCounts(*(v * T for v in (total.macs, total.other_ops, total.bytes_read, total.bytes_written)),
-                    weight_bytes=sum(tensors[n].nbytes for n in op.inputs[2:4]))
+                    weight_bytes=sum(tensors[n].nbytes for n in bindings(op)["invariant"] if n in constants))
 
 
 # --- the reference interpreter (torch, imported on use) ---
@@ -122,18 +164,21 @@ def run_scan(op: Op, args: list) -> Any:
 
     from dse.workload.interpret import INTERPRETERS, dtype_name
 
-    xp, s0, w, b = args
     tensors = {name: TensorSpec(name, tuple(v.shape), dtype_name(v.dtype)) for name, v in zip(op.inputs, args)}
     step = body(op, tensors, {})
-    names = body_names(op)
-    states: list = [None] * op.attrs["steps"]
-    s = s0.float()
+    b = bindings(op)
+    n_seq, n_state = len(b["seq"]), len(b["state"])
+    seqs, states, invariant = args[:n_seq], list(args[n_seq:n_seq + n_state]), args[n_seq + n_state:]
+    outs: list = [None] * op.attrs["steps"]
     for t in step_order(op):
-        values = {names["x"]: xp[t].contiguous(), names["s"]: s, op.inputs[2]: w, op.inputs[3]: b}
+        values = dict(zip(b["invariant"], invariant))
+        values.update({name: seq[t].contiguous() for name, seq in zip(b["seq"], seqs)})
+        values.update(zip(b["state"], states))
         for o in step.ops:
             values[o.outputs[0]] = INTERPRETERS[o.kind](o, [values[n] for n in o.inputs])
-        s = states[t] = values[names["out"]]
-    return torch.stack(states)
+        outs[t] = values[b["out"]]
+        states = [values[n] for n in b["next"]]
+    return torch.stack(outs)
 
 
 def scan_steps_array(values: np.ndarray, op: Op) -> np.ndarray:
@@ -142,5 +187,5 @@ def scan_steps_array(values: np.ndarray, op: Op) -> np.ndarray:
     return values[..., :H]
 
 
-__all__ = ["CELLS", "SCAN_KINDS", "body", "body_names", "quantized", "run_rnn_cell", "run_scan", "scan_counts",
+__all__ = ["CELLS", "SCAN_KINDS", "bindings", "body", "body_names", "quantized", "run_rnn_cell", "run_scan", "scan_counts",
            "state_size", "step_order"]

@@ -55,7 +55,7 @@ class ScanEmitter:
         spec = TensorSpec(name, tuple(int(d) for d in shape), dtype)
         b.tensors[name] = spec
         op = Op(name, kind, inputs, [name], attrs, self.source, None)
-        op.counts = scan_counts(op, b.tensors) if kind == "scan" else count_op(
+        op.counts = scan_counts(op, b.tensors, b.constants) if kind == "scan" else count_op(
             kind, attrs, [b.tensors[n] for n in inputs], spec, b.constants)
         b.ops.append(op)
         return name
