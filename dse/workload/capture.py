@@ -32,6 +32,7 @@ from torch.fx import Node
 
 from dse.errors import InputError
 from dse.workload.counts import count_op
+from dse.workload.reroll import reroll
 from dse.workload.scan_capture import RNN_TARGETS, ScanEmitter, handler_attrs, unused_state
 from dse.workload.graph import (CHANNELS_FIRST, CHANNELS_FIRST_WEIGHTS, MOVE_KINDS, Graph, Op, TensorSpec, dtype_name,
                                 weight_array)
@@ -1283,11 +1284,11 @@ def capture(module: torch.nn.Module, *example_inputs: Any, name: str = "graph",
     source_path = Path(source_path) if source_path is not None else None
     exported = _export(module, example_inputs, source_path)
     try:
-        return _Builder(exported, name, source_path).build()
+        return reroll(_Builder(exported, name, source_path).build())
     except UnsupportedOpError:
         pass  # decompose below, outside the handler, so the error chain stays short
     with warnings.catch_warnings():
         # torch's own deprecation inside run_decompositions; nothing a recipe can fix
         warnings.filterwarnings("ignore", r".*isinstance\(treespec, LeafSpec\)", FutureWarning)
         decomposed = exported.run_decompositions(_decomposition_table())
-    return _Builder(decomposed, name, source_path, original=exported).build()
+    return reroll(_Builder(decomposed, name, source_path, original=exported).build())

@@ -371,8 +371,11 @@ _LONG_ATTR = 8
 def _attr_text(value: Any) -> str:
     if isinstance(value, list) and _flat_len(value) > _LONG_ATTR:
         digest = hashlib.sha256(repr(value).encode()).hexdigest()[:12]
-        shape = "x".join(map(str, np.shape(value)))
-        head = np.ravel(np.asarray(value, dtype=object))[:3].tolist()
+        try:
+            shape = "x".join(map(str, np.shape(value)))
+            head = np.ravel(np.asarray(value, dtype=object))[:3].tolist()
+        except ValueError:  # ragged (a scan's recorded step ops): its length and first entries
+            shape, head = str(len(value)), value[:3]
         return f"<{shape} list {head!r}... sha256:{digest}>"
     return repr(value)
 
