@@ -80,6 +80,10 @@ MODELS = {
     # op a direction, its recurrent product on the matrix Ball step by step
     "timm_sequencer": "timm.models.sequencer.Sequencer2d(num_classes=10, img_size=32, layers=(1, 1), "
                       "patch_sizes=(8, 2), embed_dims=(16, 32), hidden_sizes=(8, 16), mlp_ratios=(2.0, 2.0))",
+    # Mamba's selective scan (transformers' torch path: softplus, exp, a per-step state update
+    # and C product in a Python loop): export unrolls it, dse.workload.reroll makes it one scan op
+    "mamba": "transformers.MambaModel(transformers.MambaConfig(vocab_size=64, hidden_size=16, state_size=4, "
+             "num_hidden_layers=1, expand=2, conv_kernel=4, use_cache=False))",
 }
 # models whose own init fades every activation to nothing: convs re-drawn (Kaiming, fan in)
 REDRAW_CONVS = {"googlenet"}
@@ -94,7 +98,7 @@ name = "quantize"
 """
 TOKENS = "torch.randint(0, 64, (1, 8), generator=torch.Generator().manual_seed(1))"
 INPUTS = {"whisper_encoder": "torch.randn(1, 16, 16, generator=torch.Generator().manual_seed(1))",
-          "fnet": TOKENS, "falcon": TOKENS}
+          "fnet": TOKENS, "falcon": TOKENS, "mamba": TOKENS}
 
 RECIPE = '''"""{name}, built by its library from a tiny config, random weights."""
 import timm

@@ -413,7 +413,7 @@ def run(graph: Graph, ctx, activations: str = "tensor", weights: str = "channel"
     for op in graph.ops:
         if op.kind in MATMUL_KINDS or op.kind in CONV_KINDS:
             quantizer.product(op)
-        elif op.kind == "scan":  # its recurrent product, per step (`dse.frontend.quantize_scan`)
+        elif op.kind == "scan" and "cell" in op.attrs:  # its recurrent product (`dse.frontend.quantize_scan`)
             quantize_scan(quantizer, op)
         else:
             quantizer.rw.keep(op)

@@ -6,7 +6,9 @@ an int8 product on the matrix Ball, per step.
                                   calibration rule
     acc = linear(hq, wq)          wq = the recurrent weight, int8, one scale s_w (absmax)
     r   = dequantize(acc, m)      m = fp32(1 / (s_h * s_w)), as any product's
-The cell stays float on the core. The scan keeps being one op: its attrs gain ``h_scale``
+The cell stays float on the core. A loop found in the captured graph (Mamba's selective
+scan, `dse.workload.reroll`) keeps its step float on the core: its per-step products are
+a few multiply-adds a row (state x C), not worth an int8 round trip. The scan keeps being one op: its attrs gain ``h_scale``
 and ``deq_scale``, its weight input becomes the int8 copy.
 """
 
