@@ -218,7 +218,8 @@ def _leaky_relu(node: Node) -> _Lowered:
 
 
 def _pad(node: Node) -> _Lowered | _Unsupported:
-    """Constant padding: F.pad's list (last dim first, (before, after) each) and value."""
+    """Constant padding: F.pad's list (last dim first, (before, after) each) and value; a
+    negative amount crops (RWKV's time shift: one step in front, the last one off)."""
     pad = [int(v) for v in node.args[1]]
     name = str(node.target).removeprefix("aten.")
     if name.startswith("pad.") and _arg(node, 2, "mode", "constant") != "constant":
@@ -226,8 +227,6 @@ def _pad(node: Node) -> _Lowered | _Unsupported:
     value = _arg(node, 3 if name.startswith("pad.") else 2, "value", 0.0)
     if value is None:
         value = 0.0
-    if any(v < 0 for v in pad):
-        return _Unsupported("negative padding (a crop)")
     return _Lowered("pad", [node.args[0]], {"pad": pad, "value": float(value)})
 
 
@@ -598,6 +597,25 @@ def _slice_scatter(node: Node) -> _Lowered:
     return _Lowered("slice_scatter", [x, src], {"dim": dim, "start": start, "end": end, "step": step})
 
 
+def _copy(node: Node) -> _Lowered | _Identity | _Unsupported:
+    """aten.copy(self, src) (an in-place ``copy_`` functionalised): src's values in self's
+    shape and dtype; self's values are not read."""
+    dst, src = node.args[:2]
+    if _val(dst).dtype != _val(src).dtype:
+        return _Unsupported("copy_ with a dtype change")
+    if _shape(src) == _shape(node):
+        return _Identity(src)
+    return _Lowered("expand", [src], {"shape": list(_shape(node))})
+
+
+def _select_scatter(node: Node) -> _Lowered:
+    """x with src written at index i of dim: a slice_scatter of width 1 (src given the dim)."""
+    x, src = node.args[:2]
+    shape = _shape(x)
+    dim, index = int(node.args[2]) % len(shape), int(node.args[3]) % shape[int(node.args[2]) % len(shape)]
+    return _Lowered("slice_scatter", [x, src], {"dim": dim, "start": index, "end": index + 1, "step": 1, "select": True})
+
+
 def _fftn(node: Node) -> _Identity | _Unsupported:
     """fft_fftn read only by `real` (FNet's Fourier mixing): `real` lowers the pair (or,
     where export decomposed `real`, the select of view_as_real's real plane)."""
@@ -757,6 +775,10 @@ _HANDLER_NAMES: dict[str, _Handler] = {
     **{f"sub.{o}": _binary("sub") for o in ("Tensor", "Scalar")},
     **{f"rsub.{o}": _binary("sub", reverse=True) for o in ("Tensor", "Scalar")},
     **{f"mul.{o}": _binary("mul") for o in ("Tensor", "Scalar")},
+    "maximum.default": _binary("maximum"),
+    "minimum.default": _binary("minimum"),
+    "copy.default": _copy,
+    "select_scatter.default": _select_scatter,
     **{f"div.{o}": _binary("div") for o in ("Tensor", "Scalar", "Tensor_mode", "Scalar_mode")},
     "relu.default": _activation("relu"),
     **{name: _clamp() for name in ("hardtanh.default", "clamp.default", "clamp_min.default", "clamp_max.default")},

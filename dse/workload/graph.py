@@ -14,7 +14,7 @@ Kinds and their attrs (inputs in order; `?` marks an optional input, flagged in 
   weight_layout (OIW/OIHW/OIDHW or pre-transposed WIO/HWIO/DHWIO), M, N, K (the implicit GEMM:
   M = batch * output positions, N = out channels, K = in channels * kernel), batch, has_bias.
   With int8 operands these ops compute int32 with wraparound (see dse/frontend/quantize.py).
-- add, sub, mul, div (tensor or scalar operand); relu, gelu, silu; neg, abs, exp, rsqrt, sqrt,
+- add, sub, mul, div, maximum, minimum (tensor or scalar operand); relu, gelu, silu; neg, abs, exp, rsqrt, sqrt,
   tanh, sigmoid, cos, sin, softplus (beta 1, threshold 20); pow(exponent).
 - softmax(dim); layer_norm(x, w?, b?: normalized_shape, eps); batch_norm(x, w?, b?, mean,
   var: eps, axis); mean / sum(dims, keepdim).
@@ -23,9 +23,11 @@ Kinds and their attrs (inputs in order; `?` marks an optional input, flagged in 
   adaptive_avg_pool2d(output_size): NCHW, windows that do not tile the input evenly.
 - vector_norm(ord, dims, keepdim): torch.linalg.vector_norm; repeat(repeats): Tensor.repeat.
 - embedding(table, indices); sdpa(q, k, v, mask?: scale, is_causal, has_mask).
+- pad(pad, value): constant padding, a negative amount crops (RWKV's time shift).
 - views: reshape(shape), expand(shape), slice(dim, start, end, step), select(dim, index);
   data movement: permute(dims), cat(dim), stack(dim), slice_scatter(x, src: dim, start, end,
-  step): x with src written over the slice (`zero_` on a slice is one with src all zeros).
+  step[, select]): x with src written over the slice (`zero_` on a slice is one with src all zeros;
+  `select`: select_scatter, src lacks the dim).
 - real(fft_fftn(x, dims)) is captured as DFT `linear`s by constant cos / sin weights, one dim at
   a time (dse/workload/capture.py), so it reaches the matrix Ball as any product.
 - scan(xp, s0, w, b: cell, hidden, steps, batch, reverse[, h_scale, deq_scale]): LSTM / GRU
@@ -51,7 +53,7 @@ import numpy as np
 
 MATMUL_KINDS = ("linear", "matmul")
 CONV_KINDS = ("conv1d", "conv2d", "conv3d")
-BINARY_KINDS = ("add", "sub", "mul", "div")
+BINARY_KINDS = ("add", "sub", "mul", "div", "maximum", "minimum")
 ACTIVATION_KINDS = ("relu", "gelu", "silu", "clamp", "leaky_relu", "hardswish", "hardsigmoid", "mish")
 UNARY_KINDS = ("neg", "abs", "exp", "rsqrt", "sqrt", "tanh", "sigmoid", "cos", "sin", "pow", "softplus")
 NORM_KINDS = ("softmax", "layer_norm", "batch_norm", "group_norm")

@@ -181,6 +181,8 @@ _BINARY: dict[str, Callable[[Any, Any], Any]] = {
     "sub": operator.sub,
     "mul": operator.mul,
     "div": operator.truediv,
+    "maximum": lambda a, b: torch.maximum(torch.as_tensor(a), torch.as_tensor(b)),
+    "minimum": lambda a, b: torch.minimum(torch.as_tensor(a), torch.as_tensor(b)),
 }
 
 
@@ -367,6 +369,8 @@ def _run_slice(op: Op, args: list[torch.Tensor]) -> torch.Tensor:
 def _run_slice_scatter(op: Op, args: list[torch.Tensor]) -> torch.Tensor:
     a = op.attrs
     x, src = args
+    if a.get("select"):  # select_scatter: src lacks the dim
+        src = src.unsqueeze(a["dim"])
     return torch.slice_scatter(x, src.to(x.dtype), a["dim"], a["start"], a["end"], a.get("step", 1))
 
 
