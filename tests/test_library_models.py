@@ -84,6 +84,12 @@ MODELS = {
     # and C product in a Python loop): export unrolls it, dse.workload.reroll makes it one scan op
     "mamba": "transformers.MambaModel(transformers.MambaConfig(vocab_size=64, hidden_size=16, state_size=4, "
              "num_hidden_layers=1, expand=2, conv_kernel=4, use_cache=False))",
+    # RWKV's WKV: maximum, a negative pad (the time shift's crop), the output written step by step
+    # (copy_ into out[:, t]), each layer's loop one scan op (its first step peeled off: the state
+    # update follows the output). rescale_every=0: the default rescales the weights in place on
+    # the first eval forward, a mutation export refuses
+    "rwkv": "transformers.RwkvForCausalLM(transformers.RwkvConfig(vocab_size=64, hidden_size=16, num_hidden_layers=2, "
+            "attention_hidden_size=16, intermediate_size=32, context_length=16, use_cache=False, rescale_every=0))",
 }
 # models whose own init fades every activation to nothing: convs re-drawn (Kaiming, fan in)
 REDRAW_CONVS = {"googlenet"}
@@ -98,7 +104,7 @@ name = "quantize"
 """
 TOKENS = "torch.randint(0, 64, (1, 8), generator=torch.Generator().manual_seed(1))"
 INPUTS = {"whisper_encoder": "torch.randn(1, 16, 16, generator=torch.Generator().manual_seed(1))",
-          "fnet": TOKENS, "falcon": TOKENS, "mamba": TOKENS}
+          "fnet": TOKENS, "falcon": TOKENS, "mamba": TOKENS, "rwkv": TOKENS}
 
 RECIPE = '''"""{name}, built by its library from a tiny config, random weights."""
 import timm
