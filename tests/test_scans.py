@@ -100,3 +100,59 @@ def test_a_state_read_by_the_model_is_refused_by_name():
 
     with pytest.raises(UnsupportedOpError, match="h_n / c_n of lstm.input"):
         capture(M().eval(), torch.randn(3, 1, 4))
+
+
+LOOPS = {
+    # a selective-scan-like recurrence written as a Python loop: export unrolls it, reroll finds it
+    "ssm_loop": ("""
+class M(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.decay = nn.Linear(8, 8)
+        self.inp = nn.Linear(8, 8)
+        self.out = nn.Linear(8, 4)
+
+    def forward(self, x):
+        a = torch.sigmoid(self.decay(x))          # [B, T, 8]
+        b = self.inp(x)
+        state = torch.zeros(x.shape[0], 8)
+        ys = []
+        for t in range(x.shape[1]):
+            state = a[:, t] * state + b[:, t]
+            ys.append(torch.tanh(state))
+        return self.out(torch.stack(ys, dim=1))
+""", "torch.randn(2, 6, 8, generator=g)"),
+}
+
+
+def test_an_unrolled_loop_is_rerolled_into_one_scan_and_emulated(tmp_path):
+    prep, rep = _checked(tmp_path, "ssm_loop", LOOPS, None)
+    scans = [op for op in prep.graph.ops if op.kind == "scan"]
+    assert len(scans) == 1 and scans[0].attrs["steps"] == 6
+    assert not any(op.kind == "select" for op in prep.graph.ops)  # no per-step copies left
+    assert {r.how for r in rep.lowered.ops if r.kind == "scan"} == {"scan"}
+
+
+def _loop_module(steps: int, read_state: bool):
+    class M(torch.nn.Module):
+        def forward(self, a, b):
+            state = torch.zeros(2, 4)
+            ys = []
+            for t in range(steps):
+                state = a[:, t] * state + b[:, t]
+                ys.append(state * 2)
+            out = torch.stack(ys, dim=1)
+            return out + state.unsqueeze(1) if read_state else out
+    return M().eval()
+
+
+@pytest.mark.parametrize("steps, read_state, scans", [(5, False, 1), (2, False, 0), (5, True, 0)])
+def test_reroll_by_hand(steps, read_state, scans):
+    """Five steps: one scan op over them, the same values as the unrolled loop; two steps (too
+    few to tell a loop), or a last state read after the loop: left as captured."""
+    g = torch.Generator().manual_seed(0)
+    a, b = torch.rand(2, steps, 4, generator=g), torch.randn(2, steps, 4, generator=g)
+    module = _loop_module(steps, read_state)
+    graph = capture(module, a, b)
+    assert sum(op.kind == "scan" for op in graph.ops) == scans
+    assert torch.allclose(graph.run(a, b)[0], module(a, b), atol=0, rtol=0)

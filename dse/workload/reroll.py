@@ -104,7 +104,8 @@ class _Loop:
         later = {i for n in owns[2] for i in self.producers[n].inputs}
         fixed = (set(self.graph.weights) | set(self.graph.inputs)) - (first - later)
         for n in owns[1]:
-            if all(i in fixed for i in self.producers[n].inputs):
+            op = self.producers[n]
+            if op.kind not in ("select", "slice") and all(i in fixed for i in op.inputs):
                 fixed.add(n)
         owns[1] = [n for n in owns[1] if n not in fixed]
         template = self.describe(owns[2], owns[1])
