@@ -1,10 +1,12 @@
 """Scan cost against sequence length: the analytical model and the emulator, measured.
 
-    .venv/bin/python bench/bench_scan.py [--cell gru|lstm] [--lengths 8 16 32 64] [--workers 1]
+    .venv/bin/python bench/bench_scan.py [--cell gru|lstm|mamba] [--lengths 8 16 32 64] [--workers 1]
 
 A recurrent layer (nn.GRU or nn.LSTM, 16 -> 32 hidden, batch 2, a linear head) as a recipe,
 through `recipe check` (capture: one scan op; the quantize step puts its recurrent product
-on the matrix Ball) and emulation on goban, at each sequence length T. Prints per T: the
+on the matrix Ball) and emulation on goban, at each sequence length T; or (`--cell mamba`)
+the shipped recipes/mamba_block at T tokens (its selective scan rerolled into one scan op,
+its step on the core). Prints per T: the
 whole graph's cycles by the model and by the emulator, the scan op's own cycles (model,
 and emulator: the cycles of the instructions its loop emitted, from the emulator's
 per-op attribution), and the ratio per doubling of T (2.00 is linear). Cycles are
@@ -57,7 +59,12 @@ def inputs():
 def measure(root: Path, cell: str, T: int, workers: int, repeats: int) -> dict:
     folder = root / f"{cell}_{T}"
     folder.mkdir()
-    (folder / "model.py").write_text(RECIPE.format(cell=cell, Cell=cell.upper(), T=T))
+    if cell == "mamba":
+        source = (REPO / "recipes" / "mamba_block" / "model.py").read_text()
+        (folder / "model.py").write_text(source.replace("TOKENS = 32", f"TOKENS = {T}"))
+        (folder / "steps.toml").write_text((REPO / "recipes" / "mamba_block" / "steps.toml").read_text())
+    else:
+        (folder / "model.py").write_text(RECIPE.format(cell=cell, Cell=cell.upper(), T=T))
     prep = prepare_recipe(folder)
     assert prep.pipe.passed, [(s.name, s.error) for s in prep.pipe.stages if not s.passed]
     cand = Candidate(load_chip("goban"), Mapping(workers=workers))
@@ -77,7 +84,7 @@ def measure(root: Path, cell: str, T: int, workers: int, repeats: int) -> dict:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--cell", choices=("gru", "lstm"), default="gru")
+    parser.add_argument("--cell", choices=("gru", "lstm", "mamba"), default="gru")
     parser.add_argument("--lengths", type=int, nargs="+", default=[8, 16, 32, 64])
     parser.add_argument("--workers", type=int, default=1)
     parser.add_argument("--repeats", type=int, default=1)
@@ -86,7 +93,8 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         for T in args.lengths:
             rows.append(measure(Path(tmp), args.cell, T, args.workers, args.repeats))
-    print(f"{args.cell}, 16 -> 32 hidden, batch 2, goban, {args.workers} worker(s)")
+    what = "recipes/mamba_block" if args.cell == "mamba" else f"{args.cell}, 16 -> 32 hidden, batch 2"
+    print(f"{what}, goban, {args.workers} worker(s)")
     print("| T | model cycles | emulator cycles | model / emulator | model x per doubling | emulator x per doubling "
           "| scan op (model) | scan x per doubling | emulation host s |")
     print("|---|---|---|---|---|---|---|---|---|")

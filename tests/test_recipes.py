@@ -11,11 +11,12 @@ import pytest
 
 from dse.workload import list_recipes
 
-SHIPPED = ["gemm", "gru_encoder", "lenet5", "llama_decode", "llama_layers", "llama_prefill", "mlp", "mobilenet_v3", "qwen2_gqa", "resnet18",
+SHIPPED = ["gemm", "gru_encoder", "lenet5", "llama_decode", "llama_layers", "llama_prefill", "mamba_block", "mlp", "mobilenet_v3", "qwen2_gqa", "resnet18",
            "resnet_block", "temporal_conv", "vit_block", "vit_timm"]
 # Small enough for CI; the defaults (resnet18 at 224x224, ...) run the same code.
 SMALL = {
     "gemm": ["m=32", "n=48", "k=64"],
+    "mamba_block": ["tokens=8"],
     "mlp": ["batch=8"],
     "resnet18": ["size=32"],
     "resnet_block": ["channels=16", "size=8"],
