@@ -28,6 +28,7 @@ SMALL = {
     "qwen2_gqa": ["layers=1", "seq=8"],
     "vit_timm": ["depth=1", "dim=32", "heads=2"],
 }
+RECURRENT = {"gru_encoder"}
 EXPECTED_STEPS = {
     "resnet18": ["fold_batch_norm", "permute", "quantize"],
     "resnet_block": ["fold_batch_norm", "permute", "quantize"],
@@ -62,8 +63,9 @@ def test_every_recipe_passes_check_float_and_quantized(cli, tmp_path: Path, name
     assert [s["name"] for s in stages] == ["import"] + EXPECTED_STEPS.get(name, ["permute", "quantize"])
     assert [s["dump"] for s in stages] == [f"{i:02d}-{s['name']}.txt" for i, s in enumerate(stages, 1)]
     assert sorted(p.name for p in tmp_path.iterdir()) == [s["dump"] for s in stages]
-    # float stages within 1e-5 of PyTorch; the capture itself is exact
-    assert stages[0]["max_abs_error"] == 0.0
+    # float stages within 1e-5 of PyTorch; the capture itself is exact (a recurrence's cell is
+    # torch's own ops, but its products' last bits follow the GEMM kernel's path: within 1e-6)
+    assert stages[0]["max_abs_error"] == 0.0 or name in RECURRENT and stages[0]["max_rel_error"] <= 1e-6
     for stage in stages[:-1]:
         assert not stage["quantized"] and stage["tolerance"] == 1e-5 and stage["max_rel_error"] <= 1e-5
     quantized = stages[-1]

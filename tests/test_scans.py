@@ -75,6 +75,9 @@ def test_the_float_scan_is_within_1e_6_of_pytorch():
         assert sum(op.kind == "scan" for op in graph.ops) == (1 if module is gru else 4)
         want = module(inp)[0]
         got = graph.run(inp)[0]
+        # the cells are torch's own ops on the same views; the products' last bits depend on the
+        # GEMM kernel's path (the weights' alignment: a graph's weights come from numpy), and
+        # torch's CPU LSTM may run oneDNN's fused kernel
         assert (got - want).abs().max().item() < 1e-6
 
 
@@ -84,7 +87,7 @@ def test_an_lstm_cell_by_hand():
     cell = Op("c", "rnn_cell", [], [], {"cell": "lstm", "hidden": 1}, "", None)
     zeros = torch.zeros(1, 4)
     s = torch.tensor([[0.3, 2.0]])  # h, c
-    out = INTERPRETERS["rnn_cell"](cell, [zeros, zeros, torch.zeros(4), s])
+    out = INTERPRETERS["rnn_cell"](cell, [zeros, zeros, s])
     assert torch.allclose(out, torch.tensor([[0.5 * torch.tanh(torch.tensor(1.0)).item(), 1.0]]))
 
 

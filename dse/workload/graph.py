@@ -31,7 +31,7 @@ Kinds and their attrs (inputs in order; `?` marks an optional input, flagged in 
 - real(fft_fftn(x, dims)) is captured as DFT `linear`s by constant cos / sin weights, one dim at
   a time (dse/workload/capture.py), so it reaches the matrix Ball as any product.
 - scan(xp, s0, w, b: cell, hidden, steps, batch, reverse[, h_scale, deq_scale]): LSTM / GRU
-  recurrences, one op for the whole loop; rnn_cell(r, x, b, s: cell, hidden), its step's cell
+  recurrences, one op for the whole loop; rnn_cell(r, x, s: cell, hidden), its step's cell
   (dse/workload/scan.py).
 - quantize (float32 -> int8), requantize (int32 -> int8), dequantize (int -> float32):
   scale, scale_axes, scale_groups (see `scale_tensor`).

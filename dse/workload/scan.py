@@ -5,7 +5,7 @@
 
 The step is a small graph of its own, `body` (built here, read by the interpreter, the plan,
 the lowering and the model alike, so they run one recurrence): the recurrent product
-``r = h @ w.T`` then the elementwise cell ``rnn_cell(r, xp[t], b, s)``. Float, the product is
+``r = h @ w.T + b`` then the elementwise cell ``rnn_cell(r, xp[t], s)``. Float, the product is
 a float ``linear`` (on the core); once the quantize step gave the op an ``h_scale`` and an
 int8 ``w`` it is ``quantize(h) -> int8 linear -> dequantize`` (the matrix Ball, per step).
 The input projections of all steps (``x @ W_ih.T + b_ih``) are not in the loop: capture
@@ -13,6 +13,8 @@ hoists them into one ``linear`` over T x B rows (`dse.workload.scan_capture`).
 
 Cells (PyTorch's gate orders): ``lstm`` (S = 2H, the state is [h | c]; gates i, f, g, o)
 and ``gru`` (S = H; gates r, z, n, with b = b_hh inside the reset product as torch has it).
+``rnn_cell(r, x, s)``: r = h @ w.T + b (float: one linear with its bias, as torch's cell;
+quantized: dequantize(acc) + b).
 
 This module imports no torch at load (the plan reads `body` without it).
 """
@@ -41,8 +43,8 @@ def quantized(op: Op) -> bool:
 def body_names(op: Op) -> dict[str, str]:
     """The step graph's tensor names, prefixed by the scan's name (its weights keep theirs)."""
     n = op.name
-    return {"x": f"{n}.x", "s": f"{n}.s", "h": f"{n}.h", "hq": f"{n}.hq", "acc": f"{n}.acc", "r": f"{n}.r",
-            "out": f"{n}.out"}
+    return {"x": f"{n}.x", "s": f"{n}.s", "h": f"{n}.h", "hq": f"{n}.hq", "acc": f"{n}.acc", "deq": f"{n}.deq",
+            "r": f"{n}.r", "out": f"{n}.out"}
 
 
 def body(op: Op, tensors: dict[str, TensorSpec], weights: dict[str, Any]) -> Graph:
@@ -117,10 +119,12 @@ def _cell_body(op: Op, tensors: dict[str, TensorSpec], weights: dict[str, Any]) 
         acc = emit("linear", [hq, w], "acc", (B, G), "int32",
                    {**product, "dtype": "int8", "acc_dtype": "int32", "a_granularity": "tensor",
                     "b_granularity": "tensor"})
-        r = emit("dequantize", [acc], "r", (B, G), "float32", {"scale": a["deq_scale"], "scale_axes": [], "scale_groups": []})
-    else:
-        r = emit("linear", [h, w], "r", (B, G), "float32", product)
-    emit("rnn_cell", [r, names["x"], b, names["s"]], "out", (B, S), "float32", {"cell": cell, "hidden": H})
+        deq = emit("dequantize", [acc], "deq", (B, G), "float32",
+                   {"scale": a["deq_scale"], "scale_axes": [], "scale_groups": []})
+        r = emit("add", [deq, b], "r", (B, G), "float32", {})
+    else:  # torch's own cell: linear(h, W_hh, b_hh), the bias in the product (the same bits)
+        r = emit("linear", [h, w, b], "r", (B, G), "float32", {**product, "has_bias": True})
+    emit("rnn_cell", [r, names["x"], names["s"]], "out", (B, S), "float32", {"cell": cell, "hidden": H})
     return Graph(f"{op.name} step", ops, specs, [names["x"], names["s"]], [names["out"]],
                  {k: weights[k] for k in (w, b) if k in weights})
 
@@ -142,19 +146,27 @@ def scan_counts(op: Op, tensors: dict[str, TensorSpec], constants: set[str] = fr
 # --- the reference interpreter (torch, imported on use) ---
 
 def run_rnn_cell(op: Op, args: list) -> Any:
+    """One step's cell from its gates' two parts, r = h @ W_hh.T + b_hh and x = the hoisted
+    input product, written as torch's own CPU cells (aten/native/RNN.cpp: LSTMCell, GRUCell)
+    so the float scan gives PyTorch's bits."""
     import torch
 
-    r, x, b, s = (a.float() for a in args)
+    r, x, s = (a.float() for a in args)
     H = op.attrs["hidden"]
+    # the same ops on the same views as torch (in place on the gates' chunks): transcendental
+    # kernels round differently on a strided view than on a contiguous tensor
+    gates = r.clone()
     if op.attrs["cell"] == "lstm":
-        i, f, g, o = (x + (r + b)).chunk(4, -1)
-        c = torch.sigmoid(f) * s[..., H:] + torch.sigmoid(i) * torch.tanh(g)
-        return torch.cat([torch.sigmoid(o) * torch.tanh(c), c], -1)
-    xr, xz, xn = x.chunk(3, -1)
-    hr, hz, hn = (r + b).chunk(3, -1)
-    reset, update = torch.sigmoid(xr + hr), torch.sigmoid(xz + hz)
-    new = torch.tanh(xn + reset * hn)
-    return (1 - update) * new + update * s
+        i, f, g, o = gates.add_(x).unsafe_chunk(4, 1)
+        i, f, g, o = i.sigmoid_(), f.sigmoid_(), g.tanh_(), o.sigmoid_()
+        c = f.mul(s[..., H:].contiguous()).add_(i.mul(g))
+        return torch.cat([o.mul(c.tanh()), c], -1)
+    xr, xz, xn = x.unsafe_chunk(3, 1)
+    hr, hz, hn = gates.unsafe_chunk(3, 1)
+    reset = hr.add_(xr).sigmoid_()
+    update = hz.add_(xz).sigmoid_()
+    new = xn.add(hn.mul_(reset)).tanh_()
+    return (s - new).mul_(update).add_(new)
 
 
 def run_scan(op: Op, args: list) -> Any:
@@ -175,7 +187,9 @@ def run_scan(op: Op, args: list) -> Any:
         values.update({name: seq[t].contiguous() for name, seq in zip(b["seq"], seqs)})
         values.update(zip(b["state"], states))
         for o in step.ops:
-            values[o.outputs[0]] = INTERPRETERS[o.kind](o, [values[n] for n in o.inputs])
+            # each step value a tensor of its own, as the emulator's buffers are (a kernel
+            # rounds a strided view otherwise than a contiguous one: torch's LSTM reads h whole)
+            values[o.outputs[0]] = INTERPRETERS[o.kind](o, [values[n] for n in o.inputs]).contiguous()
         outs[t] = values[b["out"]]
         states = [values[n] for n in b["next"]]
     return torch.stack(outs)
