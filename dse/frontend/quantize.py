@@ -40,8 +40,8 @@ Granularity (step options):
   its own weight scale takes d whole: no precision is lost on the weights, and a = 1 gives
   every channel the full int8 range (with per-channel weights, a depthwise conv always
   takes a = 1). Products by an activation (attention's) keep a per-tensor A. The default
-  a = 0.5 (SmoothQuant's) gave the four mobile networks of `bench/bench_calibration.py`
-  their lowest error among 0.25, 0.5, 0.75 and 1.
+  a = 0.5 is SmoothQuant's; no value was best for all four mobile networks of
+  `bench/bench_calibration.py`, which measures the choices.
 - weights = "tensor", "strip" (one scale per 16 output channels) or "channel" (one per
   output channel). The output channel axis is N: W's rows for linear [N, K], the last
   axis of a pre-transposed [K, N] weight, axis 0 of OIHW / OIW conv weights and the last
