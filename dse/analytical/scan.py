@@ -18,14 +18,13 @@ _TILES = ("tile_m", "tile_n", "tile_k")
 
 
 def scan_cost(costs, plan: OpPlan) -> OpCost:
-    """The scan's `OpCost` for the candidates of `costs` (a `GraphCost` of the graph)."""
-    from .graph_cost import GraphCost
-
+    """The scan's `OpCost` for the candidates of `costs` (a `GraphCost` of the graph; its
+    step charged by one of the same class)."""
     op = plan.op
     T = int(op.attrs["steps"])
     prepare = costs.op_cost(replace(plan, unit="view"))  # the copies alone (a view emits nothing)
     step = step_graph(costs.graph, op)
-    sub = GraphCost(step, costs.params, costs.chips)
+    sub = type(costs)(step, costs.params, costs.chips)
     parts = [sub.op_cost(p) for p in plan_graph(step)]
     out = {}
     for f in fields(OpCost):

@@ -17,9 +17,9 @@ from __future__ import annotations
 import numpy as np
 
 
-def quantize_scan(quantizer, op) -> None:
-    from .quantize import _quantize_array, calibrate
-
+def quantize_scan(quantizer, op, calibrate, quantize_array) -> None:
+    """Rewrite the scan `op` through the quantize step's `quantizer`, with its `calibrate`
+    and `quantize_array` (the step's own rules, handed in)."""
     graph, rw = quantizer.graph, quantizer.rw
     H = op.attrs["hidden"]
     states = quantizer.values[op.outputs[0]].numpy()[..., :H]
@@ -28,7 +28,7 @@ def quantize_scan(quantizer, op) -> None:
     s_h = calibrate(h, None, "tensor", quantizer.calibration, quantizer.percentile)
     w = graph.weights[op.inputs[2]]
     s_w = calibrate(w, None, "tensor")
-    wq = rw.weight(f"{op.inputs[2]}_int8", _quantize_array(w, s_w))
+    wq = rw.weight(f"{op.inputs[2]}_int8", quantize_array(w, s_w))
     deq = float(np.float32(1.0 / (float(s_h.values[0]) * float(s_w.values[0]))))
     inputs = [rw.get(n) for n in op.inputs]
     inputs[2] = wq

@@ -303,7 +303,7 @@ class ProgramBuilder:
         elif plan.unit == "chain":
             rec = self._chain(plan)
         elif plan.unit == "scan":  # a loop of its step's plan (`dse.lower.scan`)
-            rec = lower_scan(self, plan, ready)
+            rec = OpLowering(op.name, op.kind, "scan", **lower_scan(self, plan, ready))
         elif plan.unit == "fused":  # its reader's copy, or its chain's pass, applies it (`dse.plan.graph_plan`)
             self.fused.add(op.outputs[0])
             rec = OpLowering(op.name, op.kind, "fused", workers_used=0)

@@ -20,10 +20,9 @@ from ..plan.units import Infeasible
 from ..workload.scan import bindings, step_order
 
 
-def lower_scan(builder, plan: OpPlan, ready: dict):
-    """Emit the scan `plan.op` into `builder`; the op's `OpLowering`."""
-    from .lower import OpLowering, ProgramBuilder
-
+def lower_scan(builder, plan: OpPlan, ready: dict) -> dict:
+    """Emit the scan `plan.op` into `builder` (a `ProgramBuilder`); what its `OpLowering`
+    records: the step product's tile, the most banks and SRAM a step op takes, workers."""
     op = plan.op
     graph = builder.graph
     step = step_graph(graph, op)
@@ -34,7 +33,7 @@ def lower_scan(builder, plan: OpPlan, ready: dict):
     invariant = {n: builder.operand(n, ready) for n in b["invariant"] if n not in graph.weights}
     spec = graph.tensors[op.outputs[0]]
     out = builder.locs[op.outputs[0]] = builder.dram.tensor(spec.shape, spec.dtype)
-    sub = ProgramBuilder(step, builder.cand, (), dram=builder.dram, elementwise=builder.elementwise, locs={})
+    sub = type(builder)(step, builder.cand, (), dram=builder.dram, elementwise=builder.elementwise, locs={})
     sub.cores, sub.labels = builder.cores, builder.labels
     plans = plan_graph(step)
     writer = next(p for p in plans if p.op.outputs[0] == b["out"])
@@ -59,9 +58,9 @@ def lower_scan(builder, plan: OpPlan, ready: dict):
         states = [sub.locs[n] for n in b["next"]]
     recs = sub.records
     matrix = [r for r in recs if r.how == "matrix"]
-    return OpLowering(op.name, op.kind, "scan", matrix[0].tile if matrix else None, 1,
-                      max((r.banks for r in recs), default=0), max((r.sram_bytes for r in recs), default=0),
-                      max((r.workers_used for r in recs), default=1))
+    return {"tile": matrix[0].tile if matrix else None, "banks": max((r.banks for r in recs), default=0),
+            "sram_bytes": max((r.sram_bytes for r in recs), default=0),
+            "workers_used": max((r.workers_used for r in recs), default=1)}
 
 
 __all__ = ["lower_scan"]

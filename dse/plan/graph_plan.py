@@ -273,7 +273,7 @@ class _Walk:
                 self.locs[op.outputs[0]] = view
                 return OpPlan(op, "view", (), (self.loc(op.inputs[0]),), view)
         if op.kind == "scan":  # a loop of its step's plan (`dse.plan.scan`)
-            return scan_plan(self, op)
+            return OpPlan(op, "scan", *scan_plan(self, op))
         reads = tuple(self.logical(name, copies) for name in op.inputs)
         out = self.locs[op.outputs[0]] = stored_loc(self.dram, graph, op.outputs[0], self.orders)
         return OpPlan(op, "core", tuple(copies), reads, out)

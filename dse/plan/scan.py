@@ -20,20 +20,19 @@ from __future__ import annotations
 import math
 
 from ..workload.graph import Graph, Op
-from ..workload.scan import body
+from ..workload.scan_body import body
 from .memory import Loc
 
 
-def scan_plan(walk, op: Op):
-    """The scan's `OpPlan`: every input but a weight read as a padded row-major buffer
-    (standardised if need be), the output a fresh one [T, ...]."""
-    from .graph_plan import OpPlan
-
+def scan_plan(walk, op: Op) -> tuple[tuple, tuple[Loc, ...], Loc]:
+    """The scan's plan (copies, reads, writes) for `dse.plan.graph_plan`: every input but a
+    weight read as a padded row-major buffer (standardised if need be), the output a fresh
+    one [T, ...]."""
     copies: list = []
     reads = tuple(walk.loc(n) if n in walk.graph.weights else walk.standard(n, copies) for n in op.inputs)
     spec = walk.graph.tensors[op.outputs[0]]
     out = walk.locs[op.outputs[0]] = walk.dram.tensor(spec.shape, spec.dtype)
-    return OpPlan(op, "scan", tuple(copies), reads, out)
+    return tuple(copies), reads, out
 
 
 def step_graph(graph: Graph, op: Op) -> Graph:

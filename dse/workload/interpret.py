@@ -12,7 +12,7 @@ import torch
 import torch.nn.functional as F
 
 from dse.workload.scan import run_rnn_cell, run_scan
-from dse.workload.graph import (CHANNELS_FIRST_WEIGHTS, CHANNELS_LAST_WEIGHTS, ARG_KINDS, BINARY_KINDS, CHANNELS_LAST, CONV_KINDS, INT8_MAX, INT8_MIN, KINDS,
+from dse.workload.vocabulary import (CHANNELS_FIRST_WEIGHTS, CHANNELS_LAST_WEIGHTS, ARG_KINDS, BINARY_KINDS, CHANNELS_LAST, CONV_KINDS, INT8_MAX, INT8_MIN, KINDS,
                                 POOL_KINDS, REDUCE_KINDS, Op, scale_array)
 
 
@@ -44,7 +44,7 @@ def weight_tensor(array: np.ndarray, dtype: str) -> torch.Tensor:
 
 
 def scale_tensor(attrs: dict[str, Any], shape: tuple[int, ...]) -> torch.Tensor:
-    """`dse.workload.graph.scale_array` as a torch tensor."""
+    """`dse.workload.vocabulary.scale_array` as a torch tensor."""
     return torch.from_numpy(scale_array(attrs, shape))
 
 
@@ -451,7 +451,7 @@ INTERPRETERS: dict[str, Callable[[Op, list[torch.Tensor]], torch.Tensor]] = {
     "quantize": _run_quantize,
     "requantize": _run_requantize,
     "dequantize": _run_dequantize,
-    "scan": run_scan,
+    "scan": lambda op, args: run_scan(op, args, INTERPRETERS),
     "rnn_cell": run_rnn_cell,
 }
 _INTERPRETERS = INTERPRETERS  # the name earlier code used

@@ -30,7 +30,7 @@ import numpy as np
 
 from dse.workload.counts import count_op
 from dse.workload.graph import Graph, Op, OpCounts, TensorSpec
-from dse.workload.scan import scan_counts
+from dse.workload.scan_body import scan_counts
 
 MIN_STEPS = 3
 

@@ -16,7 +16,8 @@ and ``gru`` (S = H; gates r, z, n, with b = b_hh inside the reset product as tor
 ``rnn_cell(r, x, s)``: r = h @ w.T + b (float: one linear with its bias, as torch's cell;
 quantized: dequantize(acc) + b).
 
-This module imports no torch at load (the plan reads `body` without it).
+This module imports no torch at load and nothing of the package but its vocabulary (the
+interpreter reads it); `dse.workload.scan_body` makes the step a `Graph` with its counts.
 """
 
 from __future__ import annotations
@@ -25,8 +26,7 @@ from typing import Any
 
 import numpy as np
 
-from dse.workload.counts import count_op
-from dse.workload.graph import SCAN_KINDS, Graph, Op, OpCounts, TensorSpec
+from dse.workload.vocabulary import SCAN_KINDS, Op, OpCounts, TensorSpec
 
 CELLS = {"lstm": 4, "gru": 3}  # gates per hidden unit
 
@@ -47,14 +47,14 @@ def body_names(op: Op) -> dict[str, str]:
             "r": f"{n}.r", "out": f"{n}.out"}
 
 
-def body(op: Op, tensors: dict[str, TensorSpec], weights: dict[str, Any]) -> Graph:
-    """One time step of the scan `op` as a graph. Its inputs: the step's slices of the
-    sequence inputs, then the states (`bindings`); the scan's invariant inputs (weights, and
-    activations every step reads) keep their own names; its outputs: the step's output,
-    then the next states."""
+def step_ops(op: Op, tensors: dict[str, TensorSpec]) -> tuple[list[Op], dict[str, TensorSpec]]:
+    """One time step of the scan `op`: its ops (no counts) and their tensors' specs. Its
+    inputs: the step's slices of the sequence inputs, then the states (`bindings`); the
+    scan's invariant inputs (weights, and activations every step reads) keep their own
+    names; its outputs: the step's output, then the next states."""
     if "body" in op.attrs:
-        return _recorded_body(op, tensors, weights)
-    return _cell_body(op, tensors, weights)
+        return _recorded_ops(op, tensors)
+    return _cell_ops(op, tensors)
 
 
 def bindings(op: Op) -> dict[str, Any]:
@@ -72,24 +72,18 @@ def bindings(op: Op) -> dict[str, Any]:
             "out": names["out"]}
 
 
-def _recorded_body(op: Op, tensors: dict[str, TensorSpec], weights: dict[str, Any]) -> Graph:
+def _recorded_ops(op: Op, tensors: dict[str, TensorSpec]) -> tuple[list[Op], dict[str, TensorSpec]]:
     """A loop found in the captured graph (`dse.workload.reroll`): its step's ops as recorded
     in the attrs (kind, inputs, output, attrs), specs from `specs`."""
     a = op.attrs
     specs = {name: TensorSpec(name, tuple(shape), dtype) for name, (shape, dtype) in a["specs"].items()}
-    b = bindings(op)
-    for name in b["invariant"]:
+    for name in bindings(op)["invariant"]:
         specs[name] = tensors[name]
-    constants = {n for n in b["invariant"] if n in weights}
-    ops = []
-    for kind, inputs, out, attrs in a["body"]:
-        counts = count_op(kind, attrs, [specs[i] for i in inputs], specs[out], constants)
-        ops.append(Op(out, kind, list(inputs), [out], dict(attrs), op.source, counts))
-    return Graph(f"{op.name} step", ops, specs, b["seq"] + b["state"], [b["out"]] + [n for n in b["next"] if n != b["out"]],
-                 {k: weights[k] for k in b["invariant"] if k in weights})
+    ops = [Op(out, kind, list(inputs), [out], dict(attrs), op.source, OpCounts()) for kind, inputs, out, attrs in a["body"]]
+    return ops, specs
 
 
-def _cell_body(op: Op, tensors: dict[str, TensorSpec], weights: dict[str, Any]) -> Graph:
+def _cell_ops(op: Op, tensors: dict[str, TensorSpec]) -> tuple[list[Op], dict[str, TensorSpec]]:
     """An LSTM / GRU step: inputs (x [B, G], s [B, S]), the scan's weights (w, b) by their
     own names, output the next state [B, S]."""
     a = op.attrs
@@ -100,13 +94,11 @@ def _cell_body(op: Op, tensors: dict[str, TensorSpec], weights: dict[str, Any]) 
     specs = {names["x"]: TensorSpec(names["x"], (B, G), "float32"), names["s"]: TensorSpec(names["s"], (B, S), "float32"),
              w: tensors[w], b: tensors[b]}
     ops: list[Op] = []
-    constants = {w, b}
 
     def emit(kind: str, inputs: list[str], key: str, shape: tuple, dtype: str, attrs: dict) -> str:
         out = names[key]
         specs[out] = TensorSpec(out, shape, dtype)
-        counts = count_op(kind, attrs, [specs[i] for i in inputs], specs[out], constants)
-        ops.append(Op(out, kind, inputs, [out], attrs, op.source, counts))
+        ops.append(Op(out, kind, inputs, [out], attrs, op.source, OpCounts()))
         return out
 
     h = names["s"]
@@ -125,22 +117,12 @@ def _cell_body(op: Op, tensors: dict[str, TensorSpec], weights: dict[str, Any]) 
     else:  # torch's own cell: linear(h, W_hh, b_hh), the bias in the product (the same bits)
         r = emit("linear", [h, w, b], "r", (B, G), "float32", {**product, "has_bias": True})
     emit("rnn_cell", [r, names["x"], names["s"]], "out", (B, S), "float32", {"cell": cell, "hidden": H})
-    return Graph(f"{op.name} step", ops, specs, [names["x"], names["s"]], [names["out"]],
-                 {k: weights[k] for k in (w, b) if k in weights})
+    return ops, specs
 
 
 def step_order(op: Op) -> range:
     T = op.attrs["steps"]
     return range(T - 1, -1, -1) if op.attrs.get("reverse") else range(T)
-
-
-def scan_counts(op: Op, tensors: dict[str, TensorSpec], constants: set[str] = frozenset()) -> OpCounts:
-    """The scan's source counts: its step's, T times (what the loop asks for)."""
-    step = body(op, tensors, {})
-    total = sum((o.counts for o in step.ops), OpCounts())
-    T = op.attrs["steps"]
-    return OpCounts(*(v * T for v in (total.macs, total.other_ops, total.bytes_read, total.bytes_written)),
-                    weight_bytes=sum(tensors[n].nbytes for n in bindings(op)["invariant"] if n in constants))
 
 
 # --- the reference interpreter (torch, imported on use) ---
@@ -169,15 +151,14 @@ def run_rnn_cell(op: Op, args: list) -> Any:
     return (s - new).mul_(update).add_(new)
 
 
-def run_scan(op: Op, args: list) -> Any:
-    """The loop, step by step, each step the body's ops through the graph's interpreters
+def run_scan(op: Op, args: list, interpreters: dict) -> Any:
+    """The loop, step by step, each step the body's ops through the graph's `interpreters`
     (the very functions the emulator's core ops and the frontend's checks run)."""
     import torch
 
-    from dse.workload.interpret import INTERPRETERS, dtype_name
-
-    tensors = {name: TensorSpec(name, tuple(v.shape), dtype_name(v.dtype)) for name, v in zip(op.inputs, args)}
-    step = body(op, tensors, {})
+    tensors = {name: TensorSpec(name, tuple(v.shape), str(v.dtype).removeprefix("torch."))
+               for name, v in zip(op.inputs, args)}
+    ops, _ = step_ops(op, tensors)
     b = bindings(op)
     n_seq, n_state = len(b["seq"]), len(b["state"])
     seqs, states, invariant = args[:n_seq], list(args[n_seq:n_seq + n_state]), args[n_seq + n_state:]
@@ -186,20 +167,14 @@ def run_scan(op: Op, args: list) -> Any:
         values = dict(zip(b["invariant"], invariant))
         values.update({name: seq[t].contiguous() for name, seq in zip(b["seq"], seqs)})
         values.update(zip(b["state"], states))
-        for o in step.ops:
+        for o in ops:
             # each step value a tensor of its own, as the emulator's buffers are (a kernel
             # rounds a strided view otherwise than a contiguous one: torch's LSTM reads h whole)
-            values[o.outputs[0]] = INTERPRETERS[o.kind](o, [values[n] for n in o.inputs]).contiguous()
+            values[o.outputs[0]] = interpreters[o.kind](o, [values[n] for n in o.inputs]).contiguous()
         outs[t] = values[b["out"]]
         states = [values[n] for n in b["next"]]
     return torch.stack(outs)
 
 
-def scan_steps_array(values: np.ndarray, op: Op) -> np.ndarray:
-    """The hidden part h of a scan's states (what the quantize step calibrates h_scale on)."""
-    H = op.attrs["hidden"]
-    return values[..., :H]
-
-
-__all__ = ["CELLS", "SCAN_KINDS", "bindings", "body", "body_names", "quantized", "run_rnn_cell", "run_scan", "scan_counts",
-           "state_size", "step_order"]
+__all__ = ["CELLS", "SCAN_KINDS", "bindings", "body_names", "quantized", "run_rnn_cell", "run_scan", "state_size",
+           "step_ops", "step_order"]

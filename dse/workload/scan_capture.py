@@ -23,7 +23,8 @@ import numpy as np
 
 from dse.workload.counts import count_op
 from dse.workload.graph import Op, TensorSpec
-from dse.workload.scan import CELLS, scan_counts, state_size
+from dse.workload.scan import CELLS, state_size
+from dse.workload.scan_body import scan_counts
 
 RNN_TARGETS = ("lstm.input", "gru.input")
 
