@@ -32,9 +32,11 @@ Kinds and their attrs (inputs in order; `?` marks an optional input, flagged in 
   `select`: select_scatter, src lacks the dim).
 - real(fft_fftn(x, dims)) is captured as DFT `linear`s by constant cos / sin weights, one dim at
   a time (dse/workload/capture.py), so it reaches the matrix Ball as any product.
-- scan(xp, s0, w, b: cell, hidden, steps, batch, reverse[, h_scale, deq_scale]): LSTM / GRU
-  recurrences, one op for the whole loop; rnn_cell(r, x, s: cell, hidden), its step's cell
-  (dse/workload/scan.py).
+- scan(seqs..., states..., invariants...): a recurrence over `steps` time steps as one op, its
+  output the steps' outputs stacked time first. An LSTM / GRU (cell, hidden, batch, reverse
+  [, h_scale, deq_scale]: xp, s0, w, b) or a loop found in the capture (body: its step's ops
+  recorded, specs, seq, state, next, out, n_seq, n_state); rnn_cell(r, x, s: cell, hidden), an
+  LSTM / GRU step's cell (dse/workload/scan.py).
 - quantize (float32 -> int8), requantize (int32 -> int8), dequantize (int -> float32):
   scale, scale_axes, scale_groups (see `scale_tensor`).
 """
