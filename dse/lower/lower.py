@@ -1,53 +1,9 @@
 """Lower a graph and a candidate to an emulator Program and its DRAM image.
 
-Op by op, in graph order:
-
-* an int8 x int8 -> int32 ``linear`` / ``matmul`` (and batched matmul) goes to the matrix
-  Ball with the tile the shared legality/mapper code picks
-  (`dse.plan.matmul.plan_matmul`: the framework's greedy tile under
-  ``policy="framework"``, the mapper's best under ``"search"``); a candidate with no legal
-  tile is :class:`Infeasible` with the very reason the analytical model gives. Weights are
-  permuted and blocked offline (B as Bt tiles, bias replicated into accumulator tiles and
-  preloaded with MVIN); an activation operand is packed by a charged core copy when its
-  tile needs it (A when K is split, B always). Output tiles are split across workers by
-  rows or columns (``mapping.split``). The accumulator stays blocked in DRAM (one
-  contiguous MVOUT a tile). With ``mapping.weights = "shared"`` a weight's Bt tiles are
-  loaded once per tile of cores into its shared memory (tile j in shared bank
-  ``first_bank_id + base + j``, base the first bank of the region a pipeline's range or a
-  phase's stage keeps its weights in, `dse.plan.placement.WeightRegions`; the loads dealt to the tile's workers by `shared_loads`, then the
-  sync of a core op) and every matmul reads B there: no private B banks.
-* an int8 channels-last ``conv1d`` / ``conv2d`` (NLC / NHWC, WIO / HWIO weights, as the
-  permute step leaves them) is im2col on the core - one strided gather copy, after a copy
-  into a zero-padded image when the conv pads - and the same GEMM on the matrix Ball; with
-  ``mapping.fusion = "fuse"`` the first of those copies applies a ReLU the plan fused into
-  it (a core "relu" op instead of "copy"; the ReLU's own tensor is never written);
-* with ``mapping.fusion = "fuse"`` attention's score chain (dequantize of QK^T, scalar and
-  mask stages, softmax, the quantize PV reads) is one ``graph_chain`` core op a worker over
-  its heads, reading the accumulator's tiles and writing PV's A buffer (`dse.plan.chains`);
-* with ``mapping.channels_last = true`` a layout conversion the plan makes a view emits
-  nothing: its source (a graph input placed in DRAM in NHWC order, or a core op writing
-  through strides) is already in its order, or its readers read strides (`dse.plan.layout`);
-* a grouped or depthwise conv is the same, with its block-diagonal weight, or one core op,
-  per candidate as `dse.plan.grouped.on_matrix` decides (the Ball path copies its
-  accumulator out, so both leave the same row-major result);
-* quantize (fp32 -> int8), requantize (int32 / int8 -> int8) and dequantize (int32 / int8
-  -> fp32) go to the Fp2Int / Int2Fp Ball where the chip has it and one fp32 scale covers
-  runs of whole 16-byte lines - a per-tensor scale, or one that varies only along the rows
-  (per row, per 16-row strip, per batch entry) - streamed through two banks (MVIN, FP2INT /
-  INT2FP, MVOUT; see `dse.plan.streams.scale_stream` for the layouts and `dse.cost.stream_cycles` for the
-  cost), when the estimate says the Ball is cheaper than the core (``elementwise="auto"``;
-  ``"ball"`` / ``"core"`` force one side). Otherwise, and always for a per-channel scale
-  (it varies inside every line), one core op: over the padded tiles of a blocked
-  accumulator (the padding multiplied by a zero scale), or over the row-major tensor;
-* an int8 / int32 ReLU goes to the ReLU Ball where the chip has one (toy, pebble);
-* transposes (``permute``) stay core ops: the Transpose Ball transposes E x E blocks of
-  consecutive lines (E = 4 fp32 / 16 int8), so feeding it a matrix needs a strided MVIN of
-  one 16-byte line a row (one DRAM burst, ``dma.latency_cycles``, every 16 bytes: 25 cycles
-  an fp32 element against the core's 4) and a per-block MVOUT (a transfer starts at line 0
-  of its bank), and the permutes left after the frontend are fp32 activations of odd shapes
-  (3 channels, 17 tokens) that are not whole blocks;
-* reshape of an unpadded contiguous tensor is a descriptor (no data moves);
-* everything else is a core op (:mod:`dse.lower.coreop`), charged, never free.
+Op by op, in graph order, the plan's unit emits each op (`dse.units`: one file per unit,
+its emitter beside the model's charge of it): the matrix Ball's products (`matrix`), Ball
+streams (`stream`), attention's fused chain (`chain`), views (`view`), and core ops
+(`core`: everything else, charged, never free).
 
 Row-independent core ops (copies, elementwise arithmetic, quantization, last-axis norms)
 and permutes (by output rows) are split across the workers (`dse.plan.split`); others run

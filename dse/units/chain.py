@@ -2,7 +2,14 @@
 softmax, the quantize PV reads) fused into one core pass under ``mapping.fusion = "fuse"``
 (`dse.plan.chains`): one core op a worker over its batch entries of the blocked scores,
 writing the int8 probabilities into PV's padded A buffer; charged
-``ceil(elements x chain_cpe)`` on the busiest worker."""
+``ceil(elements x chain_cpe)`` on the busiest worker.
+
+As the lowering emits it:
+
+* with ``mapping.fusion = "fuse"`` attention's score chain (dequantize of QK^T, scalar and
+  mask stages, softmax, the quantize PV reads) is one ``graph_chain`` core op a worker over
+  its heads, reading the accumulator's tiles and writing PV's A buffer (`dse.plan.chains`);
+"""
 
 from __future__ import annotations
 

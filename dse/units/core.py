@@ -4,7 +4,18 @@ to): one charged core op, split across workers when it is row-independent
 
 Emitted as a graph-op core op (`GRAPH_OP`, the reference interpreter's semantics,
 :mod:`dse.lower.coreop`); charged ``ceil(elements x graph_op_cpe)`` on the busiest worker
-(`dse.cost.core`)."""
+(`dse.cost.core`).
+
+As the lowering emits it:
+
+* transposes (``permute``) stay core ops: the Transpose Ball transposes E x E blocks of
+  consecutive lines (E = 4 fp32 / 16 int8), so feeding it a matrix needs a strided MVIN of
+  one 16-byte line a row (one DRAM burst, ``dma.latency_cycles``, every 16 bytes: 25 cycles
+  an fp32 element against the core's 4) and a per-block MVOUT (a transfer starts at line 0
+  of its bank), and the permutes left after the frontend are fp32 activations of odd shapes
+  (3 channels, 17 tokens) that are not whole blocks;
+* everything else is a core op (:mod:`dse.lower.coreop`), charged, never free.
+"""
 
 from __future__ import annotations
 

@@ -8,7 +8,33 @@ The emitter (`emit_gemm`) writes the tiles the shared legality / mapper code pic
 weights or handed-off A tiles in shared memory, output tiles split across workers by rows
 or columns; the charge reads the same picks for arrays of candidates
 (`dse.plan.matmul.plan_matmuls`, `dse.cost.matmul`), and the figures of the picked tiles
-(`gemm_figures`)."""
+(`gemm_figures`).
+
+As the lowering emits it:
+
+* an int8 x int8 -> int32 ``linear`` / ``matmul`` (and batched matmul) goes to the matrix
+  Ball with the tile the shared legality/mapper code picks
+  (`dse.plan.matmul.plan_matmul`: the framework's greedy tile under
+  ``policy="framework"``, the mapper's best under ``"search"``); a candidate with no legal
+  tile is :class:`Infeasible` with the very reason the analytical model gives. Weights are
+  permuted and blocked offline (B as Bt tiles, bias replicated into accumulator tiles and
+  preloaded with MVIN); an activation operand is packed by a charged core copy when its
+  tile needs it (A when K is split, B always). Output tiles are split across workers by
+  rows or columns (``mapping.split``). The accumulator stays blocked in DRAM (one
+  contiguous MVOUT a tile). With ``mapping.weights = "shared"`` a weight's Bt tiles are
+  loaded once per tile of cores into its shared memory (tile j in shared bank
+  ``first_bank_id + base + j``, base the first bank of the region a pipeline's range or a
+  phase's stage keeps its weights in, `dse.plan.placement.WeightRegions`; the loads dealt to the tile's workers by `shared_loads`, then the
+  sync of a core op) and every matmul reads B there: no private B banks.
+* an int8 channels-last ``conv1d`` / ``conv2d`` (NLC / NHWC, WIO / HWIO weights, as the
+  permute step leaves them) is im2col on the core - one strided gather copy, after a copy
+  into a zero-padded image when the conv pads - and the same GEMM on the matrix Ball; with
+  ``mapping.fusion = "fuse"`` the first of those copies applies a ReLU the plan fused into
+  it (a core "relu" op instead of "copy"; the ReLU's own tensor is never written);
+* a grouped or depthwise conv is the same, with its block-diagonal weight, or one core op,
+  per candidate as `dse.plan.grouped.on_matrix` decides (the Ball path copies its
+  accumulator out, so both leave the same row-major result);
+"""
 
 from __future__ import annotations
 

@@ -7,7 +7,21 @@ and always for a per-channel scale, one core op. "relu": an int8 / int32 ReLU on
 Ball where the chip has one (toy, pebble), else a core op.
 
 The emitter writes each stream's pieces (`emit_stream`); the charge reads the same pieces'
-costs (`dse.analytical.stream_cost.StreamCosts`), per candidate."""
+costs (`dse.analytical.stream_cost.StreamCosts`), per candidate.
+
+As the lowering emits it:
+
+* quantize (fp32 -> int8), requantize (int32 / int8 -> int8) and dequantize (int32 / int8
+  -> fp32) go to the Fp2Int / Int2Fp Ball where the chip has it and one fp32 scale covers
+  runs of whole 16-byte lines - a per-tensor scale, or one that varies only along the rows
+  (per row, per 16-row strip, per batch entry) - streamed through two banks (MVIN, FP2INT /
+  INT2FP, MVOUT; see `dse.plan.streams.scale_stream` for the layouts and `dse.cost.stream_cycles` for the
+  cost), when the estimate says the Ball is cheaper than the core (``elementwise="auto"``;
+  ``"ball"`` / ``"core"`` force one side). Otherwise, and always for a per-channel scale
+  (it varies inside every line), one core op: over the padded tiles of a blocked
+  accumulator (the padding multiplied by a zero scale), or over the row-major tensor;
+* an int8 / int32 ReLU goes to the ReLU Ball where the chip has one (toy, pebble);
+"""
 
 from __future__ import annotations
 

@@ -1,7 +1,15 @@
 """The view units: "view", a reshape of an unpadded contiguous tensor or a layout
 conversion the layout removes (`dse.plan.layout`), a descriptor: no data moves, nothing
 charged; "fused", an op its reader's copy or its chain's pass applies
-(`dse.plan.graph_plan`): nothing of its own."""
+(`dse.plan.graph_plan`): nothing of its own.
+
+As the lowering emits it:
+
+* with ``mapping.channels_last = true`` a layout conversion the plan makes a view emits
+  nothing: its source (a graph input placed in DRAM in NHWC order, or a core op writing
+  through strides) is already in its order, or its readers read strides (`dse.plan.layout`);
+* reshape of an unpadded contiguous tensor is a descriptor (no data moves);
+"""
 
 from __future__ import annotations
 
