@@ -7,7 +7,7 @@ that says so, not a silent fall back to a pass ten times slower."""
 
 from __future__ import annotations
 
-from .core_choice import CORES, ENV, CoreNotBuilt, functional_stretch, load_compiled, selected  # noqa: F401
+from .core_choice import CORES, ENV, CoreNotBuilt, functional_core, load_compiled, selected  # noqa: F401
 from .machine import BALL, BARRIER, CORE, FENCE, MSET, MVIN, MVOUT, SHARED_KEY
 from .timing import CoreTimes, run_overlapped as run_overlapped_python, run_serial as run_serial_python
 

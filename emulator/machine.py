@@ -30,7 +30,7 @@ from threadpoolctl import threadpool_limits
 
 from . import balls as B
 from . import coreops
-from .core_choice import functional_stretch
+from .core_choice import functional_core
 from .errors import EncodeError, ExecutionError, ProgramError
 from .dma import burst_groups, transfer_cycles
 from .isa import (Barrier, CoreOp, Fence, Fp2Int, Im2col, Int2Fp, Matmul, Mset, Mvin, Mvout, Mxfp2Int, Relu,
@@ -150,9 +150,11 @@ class Machine:
                                    + ", ".join(f"core {c}: {n}" for c, n in counts.items()))
         epochs = max((len(s) for s in segments), default=0)
         # Every field of every instruction is checked before anything runs.
+        fc = functional_core()  # the compiled check and loop, unless DSE_EMULATOR_CORE=python
+        compiled = fc.cores(self) if fc is not None else None
         check = self.layout.check
         for c, instrs in enumerate(self.program.cores):
-            pc = self.layout.check_all(instrs)
+            pc = compiled[c].bad if compiled is not None else self.layout.check_all(instrs)
             if pc >= 0:
                 try:
                     check(instrs[pc])
@@ -160,7 +162,6 @@ class Machine:
                     raise EncodeError(f"core {c}, instruction #{pc}: {exc}", instruction=exc.instruction,
                                       field=exc.field, value=exc.value, width=exc.width) from None
         handlers = self.handlers
-        stretch = functional_stretch()  # the compiled loop, unless DSE_EMULATOR_CORE=python
         # BLAS on one thread: the products are the plan's tiles (about 128 x 128 x K), where a
         # thread pool gains little, and on a busy machine its threads spin waiting for a core
         # (a 128 x 128 x 4096 chain took 15x longer on 2 threads than on 1 at load 3.5 on
@@ -172,8 +173,8 @@ class Machine:
                         continue
                     lo, hi = segments[c][e]
                     out = self.records[c]
-                    if stretch is not None:
-                        stretch(self, c, instrs, lo, hi, out)
+                    if compiled is not None:
+                        compiled[c].run(lo, hi, out)
                         continue
                     append = out.append
                     for pc in range(lo, hi):
