@@ -130,6 +130,7 @@ cdef class _Checks:
                                                                if c not in (Mvin, Matmul, Mvout, Fence, Barrier))
         cdef vector[Py_ssize_t] o
         cdef vector[uint64_t] mx
+        cdef int judged_elsewhere
         for cls in order:
             names, maxes, others = lay._int_fields[cls]
             o.clear()
@@ -140,7 +141,8 @@ cdef class _Checks:
             self.types.append(cls)
             self.offs.push_back(o)
             self.maxes.push_back(mx)
-            self.others.push_back(1 if others else 0)
+            judged_elsewhere = 1 if others else 0
+            self.others.push_back(judged_elsewhere)
 
 
 cdef struct Geo:
@@ -173,6 +175,7 @@ cdef class Core:
     cdef int c
     cdef list instrs, vmap, refs, keep, bursts, bytes_in, bytes_out, transfers_in, transfers_out, macs
     cdef vector[i64] tab
+    cdef vector[Py_ssize_t] barriers
     cdef public Py_ssize_t bad  # the first instruction with a field that does not fit, or -1
     cdef bint ok, functional, py_chains
     cdef Py_ssize_t vids, rb, row_stride, img_size
@@ -252,6 +255,8 @@ cdef class Core:
                     break
             if ci < 0:  # a core op: no fields to check, the handler runs it
                 continue
+            if t == t_bar:
+                self.barriers.push_back(pc)
             fits = exact = True
             for j in range(<Py_ssize_t>checks.offs[ci].size()):
                 if _int(_get(ins, checks.offs[ci][j]), &v):
@@ -292,6 +297,16 @@ cdef class Core:
             elif t == t_bar:
                 row[0] = K_BARRIER
         return bad
+
+    def segments(self) -> list:
+        """The stretches between barriers: [(lo, hi)], each up to and with its BARRIER, then the rest."""
+        out = []
+        cdef Py_ssize_t start = 0
+        for pc in self.barriers:
+            out.append((start, pc + 1))
+            start = pc + 1
+        out.append((start, len(self.instrs)))
+        return out
 
     # ------------------------------------------------------------------ banks
     cdef Bank* bank(self, i64 bid) except? NULL:
@@ -571,3 +586,4 @@ def cores(m) -> list:
     """A `Core` for each of the machine's instruction lists (decoded and checked)."""
     checks = _Checks(m.layout)
     return [Core(m, c, instrs, checks) for c, instrs in enumerate(m.program.cores)]
+

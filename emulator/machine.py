@@ -132,8 +132,13 @@ class Machine:
 
     # ------------------------------------------------------------------ driver
     def run(self) -> None:
+        fc = functional_core()  # the compiled check and loop, unless DSE_EMULATOR_CORE=python
+        compiled = fc.cores(self) if fc is not None else None  # decoded, checked (errors raised below)
         segments = []
         for c, instrs in enumerate(self.program.cores):
+            if compiled is not None:
+                segments.append(compiled[c].segments())
+                continue
             segs, start = [], 0
             for pc, ins in enumerate(instrs):
                 if type(ins) is Barrier:
@@ -150,8 +155,6 @@ class Machine:
                                    + ", ".join(f"core {c}: {n}" for c, n in counts.items()))
         epochs = max((len(s) for s in segments), default=0)
         # Every field of every instruction is checked before anything runs.
-        fc = functional_core()  # the compiled check and loop, unless DSE_EMULATOR_CORE=python
-        compiled = fc.cores(self) if fc is not None else None
         check = self.layout.check
         for c, instrs in enumerate(self.program.cores):
             pc = compiled[c].bad if compiled is not None else self.layout.check_all(instrs)
