@@ -15,6 +15,7 @@ Traces are logged as (core, record, seq, I, S, C) in processing order and handed
 Python trace sink afterwards, so their lines are the Python model's own.
 """
 
+from cpython.object cimport PyObject
 from libc.math cimport ceil
 from libc.stdint cimport int64_t
 from libcpp.algorithm cimport sort
@@ -39,6 +40,7 @@ cdef enum:
 
 cdef enum:
     SHARED = 1 << 20  # `emulator.machine.SHARED_KEY`
+    DCACHE = 16  # the record decoder's cache of shared key tuples and transfer fields
 
 KINDS = (K_MSET, K_MVIN, K_MVOUT, K_BALL, K_FENCE, K_BARRIER, K_CORE)
 SHARED_KEY = SHARED
@@ -325,12 +327,23 @@ cdef class Core:
         self._decode(recs, core_banks.virtual_ids, core_banks.count)
 
     cdef _decode(self, list recs, int vids, int nphys):
-        """The records' fields in C structs (keys, physical banks and burst groups in pools)."""
+        """The records' fields in C structs (keys, physical banks and burst groups in pools).
+        Records share their key tuples and transfer fields (the functional pass makes one a
+        bank, one a transfer geometry): a pair of key tuples, or a transfer's fields, seen
+        again points at the pool entries made the first time (a small cache by identity;
+        the records hold the objects alive)."""
         cdef Rec r
         cdef Group g
-        cdef tuple rec, ks, ex, gr
+        cdef tuple rec, ks, kw, ex, gr
         cdef i64 key, top_key = vids - 1, top_phys = nphys - 1
-        cdef int i
+        cdef int i, h
+        cdef PyObject* kc_r[DCACHE]
+        cdef PyObject* kc_w[DCACHE]
+        cdef int kc_k0[DCACHE]
+        cdef PyObject* xc[DCACHE]
+        cdef Rec xc_rec[DCACHE]
+        for i in range(DCACHE):
+            kc_r[i] = kc_w[i] = xc[i] = NULL
         self.recs.reserve(len(recs))
         for rec in recs:
             r.kind = rec[0]
@@ -344,29 +357,39 @@ cdef class Core:
             r.p0 = r.g0 = 0
             r.nb = r.beats = r.extra_lat = 0
             if r.kind == K_BALL or r.kind == K_MVIN or r.kind == K_MVOUT or r.kind == K_MSET:
-                ks = rec[4]
-                r.nr = len(ks)
-                for key in ks:
-                    self.keys.push_back(key)
-                ks = rec[5]
-                r.nw = len(ks)
-                for key in ks:
-                    self.keys.push_back(key)
-                for i in range(r.k0, r.k0 + r.nr + r.nw):
-                    key = self.keys[i]
-                    if key < SHARED and key > top_key:
-                        top_key = key
+                ks, kw = rec[4], rec[5]
+                r.nr, r.nw = len(ks), len(kw)
+                h = ((<size_t><PyObject*>ks >> 4) ^ (<size_t><PyObject*>kw >> 6)) & (DCACHE - 1)
+                if r.kind != K_MSET and kc_r[h] == <PyObject*>ks and kc_w[h] == <PyObject*>kw:
+                    r.k0 = kc_k0[h]
+                else:
+                    for key in ks:
+                        self.keys.push_back(key)
+                    for key in kw:
+                        self.keys.push_back(key)
+                    for i in range(r.k0, r.k0 + r.nr + r.nw):
+                        key = self.keys[i]
+                        if key < SHARED and key > top_key:
+                            top_key = key
+                    kc_r[h], kc_w[h], kc_k0[h] = <PyObject*>ks, <PyObject*>kw, r.k0
             if r.kind == K_MVIN or r.kind == K_MVOUT:
                 ex = rec[9]
-                r.nb, r.beats, r.extra_lat = ex[0], ex[1], ex[4]
-                r.g0 = self.groups.size()
-                for gr in ex[2]:
-                    g.count, g.beats = gr[0], gr[1]
-                    g.occ = ceil_occ(g.beats, self.bpb)
-                    if g.occ < 1:
-                        g.occ = 1
-                    self.groups.push_back(g)
-                r.ng = self.groups.size() - r.g0
+                h = (<size_t><PyObject*>ex >> 4) & (DCACHE - 1)
+                if xc[h] == <PyObject*>ex:
+                    r.nb, r.beats, r.extra_lat = xc_rec[h].nb, xc_rec[h].beats, xc_rec[h].extra_lat
+                    r.g0, r.ng = xc_rec[h].g0, xc_rec[h].ng
+                else:
+                    r.nb, r.beats, r.extra_lat = ex[0], ex[1], ex[4]
+                    r.g0 = self.groups.size()
+                    for gr in ex[2]:
+                        g.count, g.beats = gr[0], gr[1]
+                        g.occ = ceil_occ(g.beats, self.bpb)
+                        if g.occ < 1:
+                            g.occ = 1
+                        self.groups.push_back(g)
+                    r.ng = self.groups.size() - r.g0
+                    xc[h] = <PyObject*>ex
+                    xc_rec[h] = r
             elif r.kind == K_MSET:
                 r.p0 = self.keys.size()
                 for key in rec[9]:
