@@ -20,13 +20,19 @@ from libc.math cimport ceil
 from libc.stdint cimport int64_t
 from libcpp.algorithm cimport sort
 from libcpp.unordered_map cimport unordered_map
-from libcpp.unordered_set cimport unordered_set
 from libcpp.utility cimport pair
 from libcpp.vector cimport vector
 
 import numpy as np
 
 ctypedef int64_t i64
+
+cdef extern from "_timing_sets.h":
+    cdef cppclass CycleSet:
+        size_t size()
+        bint count(i64 x)
+        void insert(i64 x)
+        void keep_from(i64 floor)
 
 # Record kinds (`emulator.machine`'s; `emulator.timing_core` checks them when it loads this).
 cdef enum:
@@ -289,7 +295,7 @@ cdef class Core:
     # state
     cdef i64 K, core_free, release, dfloor, horizon, seq
     cdef Ring disp, rob, bq, dq
-    cdef unordered_set[i64] iss
+    cdef CycleSet iss
     cdef unordered_map[i64, int] issued
     cdef i64 ball_last_issue, ball_last_start, dma_last_issue, dma_last_start
     cdef vector[i64] ball_free, slots, wd, md, ad, phys_free
@@ -764,7 +770,6 @@ cdef class Core:
 
     cdef void retire(self, i64 I, i64 S, i64 C, i64 D):
         """In-order commit, the trace, and the next dispatch bound."""
-        cdef unordered_set[i64] kept
         cdef unordered_map[i64, int] kept_n
         cdef i64 x, nd
         cdef pair[i64, int] kv
@@ -777,10 +782,7 @@ cdef class Core:
         self.seq += 1
         if (self.seq & 4095) == 0:  # issue slots before D are never asked for again
             if self.iss.size() > 4096:
-                for x in self.iss:
-                    if x >= D:
-                        kept.insert(x)
-                self.iss.swap(kept)
+                self.iss.keep_from(D)
             if self.issued.size() > 4096:
                 for kv in self.issued:
                     if kv.first >= D:
