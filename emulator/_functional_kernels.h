@@ -54,7 +54,10 @@ static inline void gather(int16_t* out, long cap, long rows, long K, long k0, ui
         int16_t* o = out + i * cap + k0;
         for (long j = 0; j < lines; ++j, ++line, o += rb) {
             const int8_t* s = (const int8_t*)(base + (line / col) * row_stride + (line % col) * rb);
-            for (long q = 0; q < rb; ++q) o[q] = s[q];
+            if (rb == 16)  // the usual line: a fixed count the compiler widens in vector registers
+                for (long q = 0; q < 16; ++q) o[q] = s[q];
+            else
+                for (long q = 0; q < rb; ++q) o[q] = s[q];
         }
     }
 }
