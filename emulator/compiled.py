@@ -1,6 +1,6 @@
 """Which emulator core runs: the compiled one (Cython to C++, built by ``make install``: the
-timing passes, `emulator._timing_core`, and the functional pass's hot instructions,
-`emulator._functional_core`) or, with ``DSE_EMULATOR_CORE=python``, the Python model
+timing passes, `emulator._timing_core`, and the functional pass, `emulator._functional_core`:
+the field check and the hot instructions, the rest left to the Python handlers) or, with ``DSE_EMULATOR_CORE=python``, the Python model
 (`emulator.timing`, `emulator.machine`: the reference the tests compare the compiled core
 with, cycle for cycle and byte for byte; also for debugging). The install builds the extension, so a missing one is an error
 that says so, not a silent fall back to a pass ten times slower."""
