@@ -18,6 +18,7 @@ Tests compare DRAM images, bank bytes, counters and records with the Python loop
 (``DSE_EMULATOR_CORE=python``).
 """
 
+cimport cython
 cimport numpy as cnp
 from cpython.object cimport PyObject, PyTypeObject
 from cpython.ref cimport Py_INCREF
@@ -87,7 +88,7 @@ cdef inline PyObject* _get(object o, Py_ssize_t off):
     return (<PyObject**>((<char*><PyObject*>o) + off))[0]
 
 
-cdef inline bint _int(PyObject* p, i64* v):
+cdef inline bint _int(PyObject* p, i64* v) noexcept:
     """An exact int (or bool) in int64's range into v; False for anything else."""
     cdef int ovf = 0
     if p == NULL or not (PyLong_CheckExact(p) or PyBool_Check(p)):
@@ -112,6 +113,7 @@ mm_acc_off = _slot(Matmul, "accumulate")
 mm_df_off = _slot(Matmul, "dataflow")
 
 
+@cython.final
 cdef class _Checks:
     """Each instruction class's integer fields (slot offset, largest value) under one layout,
     `Layout._int_fields` read once; classes with a field the C check cannot judge (an fp32
@@ -168,6 +170,7 @@ cdef struct Lat:
     PyObject* lat
 
 
+@cython.final
 cdef class Core:
     """One core's instructions decoded and checked, its fast paths' state across stretches."""
 
@@ -330,18 +333,18 @@ cdef class Core:
         b.n_in = b.n_out = 0
         return b
 
-    cdef void flush_bank(self, i64 bid):
+    cdef void flush_bank(self, i64 bid) noexcept:
         cdef Bank* b = &self.banks[bid]
         if self.chains[bid].size():
             flush(self.chains[bid], self.scratch, self.mem + b.b0 * self.rb, self.row_stride, self.rb, b.col)
 
-    cdef void flush_all(self):
+    cdef void flush_all(self) noexcept:
         cdef size_t i
         for i in range(self.chained.size()):
             self.flush_bank(self.chained[i])
         self.chained.clear()
 
-    cdef inline void count(self, vector[i64]& lst, Bank* b, i64 lines):
+    cdef inline void count(self, vector[i64]& lst, Bank* b, i64 lines) noexcept:
         """`Machine._count` of lines 0 .. lines - 1 (rows touched in each physical bank)."""
         cdef i64 q, x, col = b.col
         if col == 1:

@@ -15,6 +15,7 @@ Traces are logged as (core, record, seq, I, S, C) in processing order and handed
 Python trace sink afterwards, so their lines are the Python model's own.
 """
 
+cimport cython
 from cpython.object cimport PyObject
 from libc.math cimport ceil
 from libc.stdint cimport int64_t
@@ -89,12 +90,12 @@ cdef struct Res:
     i64 n
 
 
-cdef inline i64 ceil_occ(i64 beats, double bpb):
+cdef inline i64 ceil_occ(i64 beats, double bpb) noexcept:
     # Python's ``int(-(-beats * bpb // 1))``: the same double product, rounded up.
     return <i64>ceil(<double>beats * bpb)
 
 
-cdef bint _fits(vector[Res]& res, i64 cap, i64 t, i64 end):
+cdef bint _fits(vector[Res]& res, i64 cap, i64 t, i64 end) noexcept:
     """Whether the pool's use stays <= cap over [t, end) (use only rises at starts)."""
     cdef i64 u = 0
     cdef size_t i, j, m = res.size()
@@ -146,6 +147,7 @@ cdef i64 _pool_earliest(vector[Res]& res, i64 cap, i64 t0, i64 dur, i64 need) ex
     raise AssertionError("a pool never frees")
 
 
+@cython.final
 cdef class Shared:
     """What every core touches: the system bus (sorted, disjoint busy intervals: a burst takes
     the first free gap, as `emulator.timing.Bus.alloc`) and the trace log."""
@@ -156,7 +158,7 @@ cdef class Shared:
     cdef bint tracing
     cdef vector[i64] log  # (core, record index, seq, I, S, C) a traced instruction
 
-    cdef i64 alloc(self, i64 t, i64 n):
+    cdef i64 alloc(self, i64 t, i64 n) noexcept:
         cdef size_t m = self.bs.size()
         cdef size_t lo, hi, mid, i
         cdef i64 e
@@ -195,7 +197,7 @@ cdef class Shared:
             self.be.insert(self.be.begin() + i, e)
         return t
 
-    cdef void prune(self, i64 horizon):
+    cdef void prune(self, i64 horizon) noexcept:
         """Drop the intervals that end at or before `horizon` (no request comes before it)."""
         cdef size_t lo = 0, hi = self.be.size(), mid
         while lo < hi:
@@ -209,6 +211,7 @@ cdef class Shared:
             self.be.erase(self.be.begin(), self.be.begin() + lo)
 
 
+@cython.final
 cdef class Tile:
     """A tile's shared-memory channels and shared banks' dependence times (by shared bank)."""
 
@@ -224,7 +227,7 @@ cdef class Tile:
         self.md.resize(nkeys, 0)
         self.ad.resize(nkeys, 0)
 
-    cdef void hold(self, i64 s, i64 e, i64 n, i64 horizon):
+    cdef void hold(self, i64 s, i64 e, i64 n, i64 horizon) noexcept:
         cdef vector[Res] kept
         cdef size_t i
         cdef Res r
@@ -238,6 +241,7 @@ cdef class Tile:
             self.pool.push_back(r)
 
 
+@cython.final
 cdef class Ring:
     """A deque of at most `cap` values (Python's ``deque(maxlen=cap)``): `front` the oldest."""
 
@@ -252,7 +256,7 @@ cdef class Ring:
         self.head = 0
         self.n = 0
 
-    cdef inline void push(self, i64 x):
+    cdef inline void push(self, i64 x) noexcept:
         if self.n < self.cap:
             self.buf[(self.head + self.n) % self.cap] = x
             self.n += 1
@@ -260,13 +264,14 @@ cdef class Ring:
             self.buf[self.head] = x
             self.head = (self.head + 1) % self.cap
 
-    cdef inline bint full(self):
+    cdef inline bint full(self) noexcept:
         return self.n == self.cap
 
-    cdef inline i64 front(self):
+    cdef inline i64 front(self) noexcept:
         return self.buf[self.head]
 
 
+@cython.final
 cdef class Core:
     """One core's overlapped timing: `core_proc_reference`'s locals, stepped an instruction
     at a time by the driver."""
@@ -409,7 +414,7 @@ cdef class Core:
         self.ad.resize(top_key + 1, 0)
         self.phys_free.resize(top_phys + 1, 0)
 
-    cdef inline i64 issue_slot(self, i64 I):
+    cdef inline i64 issue_slot(self, i64 I) noexcept:
         """The first cycle from I with an issue slot free; takes it."""
         cdef unordered_map[i64, int].iterator it
         if self.w1:
@@ -428,12 +433,12 @@ cdef class Core:
                 I += 1
         return I
 
-    cdef inline i64 key_time(self, vector[i64]& own, vector[i64]& shared, i64 key):
+    cdef inline i64 key_time(self, vector[i64]& own, vector[i64]& shared, i64 key) noexcept:
         if key < SHARED:
             return own[key]
         return shared[key - SHARED]
 
-    cdef void prune_res(self, i64 D):
+    cdef void prune_res(self, i64 D) noexcept:
         """Drop channel reservations no later Ball or DMA start can meet (both start in order
         per queue, never before the dispatch D)."""
         cdef i64 floor = self.ball_last_start if self.ball_last_start < self.dma_last_start else self.dma_last_start
@@ -447,12 +452,12 @@ cdef class Core:
         self.res.swap(kept)
         self.res_lim = 2 * self.res.size() if self.res.size() > 4 else 8
 
-    cdef inline void hold_private(self, i64 s, i64 e, i64 n):
+    cdef inline void hold_private(self, i64 s, i64 e, i64 n) noexcept:
         cdef Res r
         r.s, r.e, r.n = s, e, n
         self.res.push_back(r)
 
-    cdef inline i64 private_use(self, i64 S, i64 end):
+    cdef inline i64 private_use(self, i64 S, i64 end) noexcept:
         cdef i64 tot = 0
         cdef size_t i
         for i in range(self.res.size()):
@@ -460,7 +465,7 @@ cdef class Core:
                 tot += self.res[i].n
         return tot
 
-    cdef inline void log(self, size_t idx, i64 seq, i64 I, i64 S, i64 C):
+    cdef inline void log(self, size_t idx, i64 seq, i64 I, i64 S, i64 C) noexcept:
         cdef vector[i64]* lg = &self.sh.log
         lg.push_back(self.cid)
         lg.push_back(idx)
@@ -742,7 +747,7 @@ cdef class Core:
         self.retire(I, S, C, D)
         return YIELDED
 
-    cdef void results(self, Rec* r, i64 C):
+    cdef void results(self, Rec* r, i64 C) noexcept:
         """A Ball op's or a transfer's results: written banks' and accessed banks' times."""
         cdef int i
         cdef i64 key
@@ -768,7 +773,7 @@ cdef class Core:
                 if tile.ad[key] < C:
                     tile.ad[key] = C
 
-    cdef void retire(self, i64 I, i64 S, i64 C, i64 D):
+    cdef void retire(self, i64 I, i64 S, i64 C, i64 D) noexcept:
         """In-order commit, the trace, and the next dispatch bound."""
         cdef unordered_map[i64, int] kept_n
         cdef i64 x, nd
@@ -795,7 +800,7 @@ cdef class Core:
             nd = self.release
         self.nd = nd
 
-    cdef void finish_barrier(self, i64 rel):
+    cdef void finish_barrier(self, i64 rel) noexcept:
         """The BARRIER at `pos` released at `rel` (the tile's last arrival + barrier cycles)."""
         cdef i64 D = self.nd
         self.st_bar += rel - D
