@@ -556,7 +556,7 @@ cdef class Core:
                     self.flush_all()  # the handler sees the banks as the Python loop leaves them
                     ins = instrs[pc]
                     t = type(ins)
-                    rec = handlers[t](c, pc, ins)
+                    rec = handlers[t](self.m, c, pc, ins)
                     if t is Matmul:
                         self.py_chains = True
                 out.append(rec)
