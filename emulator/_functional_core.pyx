@@ -49,12 +49,13 @@ cdef extern from "Python.h":
     object PyLong_FromSsize_t(Py_ssize_t v)
 
 cdef extern from "_functional_kernels.h" namespace "fk":
-    cdef cppclass Chain:
+    cdef cppclass BankChains:
         pass
+    size_t pending(BankChains& bc)
     void dma_rows(uint8_t* base, long row_stride, long rb, long col, uint8_t* dram, long stride, long nrows,
                   long last, bint into_bank)
-    void flush(vector[Chain]& chains, vector[int32_t]& scratch, uint8_t* base, long row_stride, long rb, long col)
-    void chain_add(vector[Chain]& chains, long c_start, long M, long N, long K, bint acc, uint8_t* a_base,
+    void flush(BankChains& bc, vector[int32_t]& scratch, uint8_t* base, long row_stride, long rb, long col)
+    void chain_add(BankChains& bc, long c_start, long M, long N, long K, bint acc, uint8_t* a_base,
                    long a_col, long a_start, uint8_t* b_base, long b_col, long b_start, long row_stride, long rb)
 
 _U8 = np.uint8
@@ -185,7 +186,7 @@ cdef class Core:
     cdef uint8_t* mem
     cdef uint8_t* img
     cdef vector[Bank] banks
-    cdef vector[vector[Chain]] chains
+    cdef vector[BankChains] chains
     cdef vector[int] chained  # banks with chains
     cdef vector[int32_t] scratch
     cdef vector[i64] drd, dwr
@@ -335,7 +336,7 @@ cdef class Core:
 
     cdef void flush_bank(self, i64 bid) noexcept:
         cdef Bank* b = &self.banks[bid]
-        if self.chains[bid].size():
+        if pending(self.chains[bid]):
             flush(self.chains[bid], self.scratch, self.mem + b.b0 * self.rb, self.row_stride, self.rb, b.col)
 
     cdef void flush_all(self) noexcept:
@@ -391,7 +392,7 @@ cdef class Core:
         cdef Geo* g = self.geo(b, False, it, stride, ins)
         if g == NULL or addr + g.span > self.img_size:
             return None
-        if self.chains[f[1]].size():
+        if pending(self.chains[f[1]]):
             self.flush_bank(f[1])
         cdef i64 p, n = it * self.rb
         if b.col == 1:
@@ -423,7 +424,7 @@ cdef class Core:
         cdef Geo* g = self.geo(b, True, it, stride, ins)
         if g == NULL or addr + (g.span if nrows else 0) > self.img_size:
             return None
-        if self.chains[f[1]].size():
+        if pending(self.chains[f[1]]):
             self.flush_bank(f[1])
         cdef i64 p, n = it * self.rb
         if b.col == 1:
@@ -494,9 +495,9 @@ cdef class Core:
             return None
         cdef bint acc = f[10]
         self.dmacs += M * N * K
-        if self.chains[f[1]].size():
+        if pending(self.chains[f[1]]):
             self.flush_bank(f[1])
-        if self.chains[f[2]].size():
+        if pending(self.chains[f[2]]):
             self.flush_bank(f[2])
         cdef i64 dr, p
         dr = ra1 - ra0
@@ -511,7 +512,7 @@ cdef class Core:
                 self.drd[p] += dr
             self.dwr[p] += dr
         if self.functional:
-            if not self.chains[f[3]].size():
+            if not pending(self.chains[f[3]]):
                 self.chained.push_back(f[3])
             chain_add(self.chains[f[3]], c_start, M, N, K, acc, self.mem + ea.b0 * rb, ca, a_start,
                       self.mem + eb.b0 * rb, cb, b_start, self.row_stride, rb)
