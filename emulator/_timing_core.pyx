@@ -31,8 +31,7 @@ ctypedef int64_t i64
 cdef extern from "_timing_sets.h":
     cdef cppclass CycleSet:
         size_t size()
-        bint count(i64 x)
-        void insert(i64 x)
+        i64 take_from(i64 I)
         void keep_from(i64 floor)
 
 # Record kinds (`emulator.machine`'s; `emulator.timing_core` checks them when it loads this).
@@ -418,9 +417,7 @@ cdef class Core:
         """The first cycle from I with an issue slot free; takes it."""
         cdef unordered_map[i64, int].iterator it
         if self.w1:
-            while self.iss.count(I):
-                I += 1
-            self.iss.insert(I)
+            I = self.iss.take_from(I)
         else:
             while True:
                 it = self.issued.find(I)
