@@ -1041,3 +1041,16 @@ def _replay(trace, list records, vector[i64]& lg, i64 R, op_names):
     for i in range(0, lg.size(), 6):
         c = lg[i]
         trace.add(c, records[c][lg[i + 1]], lg[i + 2], R, lg[i + 3], lg[i + 4], lg[i + 5], op_names)
+
+
+def take_slots(list requests):
+    """The issue-slot set on its own (for tests): each request is a cycle (take the first
+    free cycle from it; the answers are returned in order) or ``("keep_from", floor)``."""
+    cdef CycleSet s
+    out = []
+    for q in requests:
+        if type(q) is tuple:
+            s.keep_from(q[1])
+        else:
+            out.append(s.take_from(q))
+    return out

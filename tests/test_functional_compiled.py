@@ -158,3 +158,30 @@ def test_a_run_machine_is_freed_without_the_collector(monkeypatch, core):
     finally:
         if was:
             gc.enable()
+
+
+def test_the_issue_slot_set_is_a_set_of_cycles():
+    """The compiled timing pass's issue slots (`_timing_sets.h`: open addressing, union-find
+    pointers to the next free cycle) answer as the Python model's set does: the first cycle
+    from the request not taken, then taken; cycles below a floor forgotten. Runs of taken
+    cycles, requests inside them, growth past the table, and pruning."""
+    from emulator._timing_core import take_slots
+    rng = np.random.default_rng(7)
+    for trial in range(8):
+        requests, base = [], 0
+        for _ in range(1500):
+            if rng.random() < 0.01:
+                base += int(rng.integers(0, 50))
+                requests.append(("keep_from", base))
+            else:
+                requests.append(base + int(rng.integers(0, 40 if trial % 2 else 4000)))
+        taken, want = set(), []
+        for q in requests:
+            if isinstance(q, tuple):
+                taken = {x for x in taken if x >= q[1]}
+                continue
+            while q in taken:
+                q += 1
+            taken.add(q)
+            want.append(q)
+        assert take_slots(requests) == want
