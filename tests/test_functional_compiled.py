@@ -127,7 +127,7 @@ def test_partial_rows_and_strides_move_alike(monkeypatch, col, functional):
     c = chip("goban")
     W = 16 * col
     body = [Mset(0, col), Mset(1, 4)]
-    for it, stride in ((7, 0), (6, 0), (5, W + 8), (9, 100), (1, 0), (12, max(16, W - 16))):
+    for it, stride in ((7, 0), (6, 0), (5, W + 8), (9, 100), (1, 0), (0, 0), (12, max(16, W - 16))):
         body += [Mvin(0, 64 * it, it, stride), Mvout(0, 8192 + 512 * it, it, stride if stride >= W else 0)]
     body += [Barrier(), Mvin(1, 256, 16), Mvout(1, 12288, 16, 80), Fence()]
     prog = Program([body, [Barrier()]], dram_bytes=1 << 14)
