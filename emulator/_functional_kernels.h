@@ -142,7 +142,11 @@ __attribute__((target("avx2"))) static void product_avx2(int32_t* p, const int16
         }
     }
 }
-static const bool have_avx2 = __builtin_cpu_supports("avx2");
+static bool cpu_has_avx2() {
+    __builtin_cpu_init();  // the CPU model before asking it (safe in a static initializer)
+    return __builtin_cpu_supports("avx2");
+}
+static const bool have_avx2 = cpu_has_avx2();
 #else
 static const bool have_avx2 = false;
 #define product_avx2 product_generic
