@@ -51,7 +51,7 @@ from .memory import Blocked, Dram, Loc, itemsize, pad, padded_shape
 from .units import SCALE_KINDS, conv_pad, grouped_conv, matrix_conv, matrix_product, reshape_view
 from .scan import scan_plan
 
-UNITS = ("matrix", "conv", "grouped", "scale", "relu", "view", "core", "fused", "chain")
+UNITS = ("matrix", "conv", "grouped", "scale", "relu", "view", "core", "fused", "chain", "scan")
 FUSIONS = (None, "fuse")
 
 

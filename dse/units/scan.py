@@ -1,0 +1,114 @@
+"""The scan unit (`dse.plan.scan`): a recurrence over T time steps run as a loop of its
+step graph's plan, emitted and charged here side by side.
+
+Emitted: each step by a `ProgramBuilder` over the step graph that shares the graph's
+builder's DRAM, instruction lists and labels ("OP step t: ..."): step t binds the step's
+sequence inputs to their slices [t] (time-major padded buffers: each slice a padded buffer
+itself), its states to what step t-1 left (the initial states first), its invariant inputs
+to the scan's operands; the op that makes the step's output writes it into the output's
+slice [t] in place (no stacking copy). The step's ops go to their units exactly as the plan
+says (an LSTM / GRU's recurrent product on the matrix Ball once quantized; cells and
+elementwise updates graph-op core ops), each closed by its sync. A weight's blocked copy is
+laid out in DRAM once (`Dram.constant`) and read by every step; its tiles are loaded into
+banks again each step (no bank keeps data across ops).
+
+Charged: the step graph's ops as any graph's (`GraphCost.op_cost` of a cost over the step
+graph), T times, plus the copies that prepare the scan's inputs. Linear in T by
+construction; bench/bench_scan.py measures the emulator's cycles against T.
+"""
+
+from __future__ import annotations
+
+from dataclasses import fields, replace
+
+import numpy as np
+
+from ..plan.graph_plan import OpPlan, plan_graph
+from ..plan.scan import step_graph, step_loc
+from ..plan.units import Infeasible
+from ..workload.scan import bindings, step_order
+from .charges import OpCost
+from .core import emit_core
+from .unit import OpLowering, Unit
+
+# figures that are a peak or a choice, not a sum over the steps
+_PEAKS = ("sram_bytes", "shared_bytes", "bank_rows", "banks", "workers_used")
+_TILES = ("tile_m", "tile_n", "tile_k")
+
+
+def emit_scan(builder, plan: OpPlan, ready: dict) -> OpLowering:
+    op = plan.op
+    graph = builder.graph
+    step = step_graph(graph, op)
+    b = bindings(op)
+    n_seq, n_state = len(b["seq"]), len(b["state"])
+    seqs = [builder.operand(n, ready) for n in op.inputs[:n_seq]]
+    states = [builder.operand(n, ready) for n in op.inputs[n_seq:n_seq + n_state]]
+    invariant = {n: builder.operand(n, ready) for n in b["invariant"] if n not in graph.weights}
+    spec = graph.tensors[op.outputs[0]]
+    out = builder.locs[op.outputs[0]] = builder.dram.tensor(spec.shape, spec.dtype)
+    sub = type(builder)(step, builder.cand, (), dram=builder.dram, elementwise=builder.elementwise, locs={})
+    sub.cores, sub.labels = builder.cores, builder.labels
+    plans = plan_graph(step)
+    writer = next(p for p in plans if p.op.outputs[0] == b["out"])
+    if writer.unit != "core":
+        raise Infeasible(f"op {op.name}: its step's output is made on the {writer.unit} unit, not written in place")
+    weights: dict = {}
+    for t in step_order(op):
+        sub.locs = {**invariant, **weights, **{n: step_loc(s, t) for n, s in zip(b["seq"], seqs)},
+                    **dict(zip(b["state"], states))}
+        sub.unblocked = {}
+        sub.label_prefix = builder.label_prefix + f"{op.name} step {t}: "
+        for p in plans:
+            if p is writer:  # the step's output, written into out[t] in place
+                before = [len(c) for c in sub.cores]
+                sub.records.append(emit_core(sub, p.op, sub.prepare(p), step_loc(out, t)))
+                for c, n in zip(sub.cores, before):
+                    for ins in c[n:]:
+                        sub.labels.setdefault(id(ins), sub.label_prefix + p.op.name)
+            else:
+                sub.lower_op(p)
+        weights = {name: loc for name, loc in sub.locs.items() if name in step.weights}
+        states = [sub.locs[n] for n in b["next"]]
+    recs = sub.records
+    matrix = [r for r in recs if r.how == "matrix"]
+    return OpLowering(op.name, op.kind, "scan", matrix[0].tile if matrix else None, 1,
+                      max((r.banks for r in recs), default=0), max((r.sram_bytes for r in recs), default=0),
+                      max((r.workers_used for r in recs), default=1))
+
+
+def cost_scan(costs, plan: OpPlan) -> OpCost:
+    """The scan's `OpCost` for the candidates of `costs` (a `GraphCost` of the graph; its
+    step charged by one of the same class)."""
+    op = plan.op
+    T = int(op.attrs["steps"])
+    prepare = costs.op_cost(replace(plan, unit="view"))  # the copies alone (a view emits nothing)
+    step = step_graph(costs.graph, op)
+    sub = type(costs)(step, costs.params, costs.chips)
+    parts = [sub.op_cost(p) for p in plan_graph(step)]
+    out = {}
+    for f in fields(OpCost):
+        name = f.name
+        values = [getattr(c, name) for c in parts]
+        if name == "unit":
+            out[name] = np.full(costs.n, "scan", dtype=object)
+        elif name == "feasible":
+            out[name] = np.logical_and.reduce(values + [prepare.feasible])
+        elif name == "reason":
+            reason = prepare.reason.copy()
+            for v in values:
+                reason = np.where(reason == "", v, reason)
+            out[name] = reason.astype(object)
+        elif name in _PEAKS:
+            out[name] = np.maximum.reduce(values + [getattr(prepare, name)])
+        elif name in _TILES:
+            out[name] = np.maximum.reduce(values)
+        else:
+            out[name] = getattr(prepare, name) + T * np.sum(values, axis=0)
+    out["cycles"] = np.where(out["feasible"], out["cycles"], 0)
+    return OpCost(**{k: np.asarray(v, dtype=getattr(prepare, k).dtype) for k, v in out.items()})
+
+
+UNIT = Unit("scan", emit_scan, cost=cost_scan)
+
+__all__ = ["UNIT", "cost_scan", "emit_scan"]
