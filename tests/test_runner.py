@@ -138,7 +138,7 @@ def test_a_crashing_stage_is_a_failed_run_and_the_sweep_goes_on(tmp_path, monkey
 
 
 BAD_SPECS = [
-    ('recipe = "gemm"', 'recipe = "no_such_model"', "workload.recipe", "gemm, lenet5, llama_decode"),
+    ('recipe = "gemm"', 'recipe = "no_such_model"', "workload.recipe", "gemm, gru_encoder, lenet5"),
     ('chip = "goban"', 'chip = "gobang"', "baseline.chip", "goban, pebble, poly, toy"),
     ("values = [4, 8, 16]", "values = [4, 0, 16]", "space[0] (banks) -> chip.banks.count", "greater than 0"),
     ('metric = "latency_cycles"', 'metric = "latency"', "objectives[0].metric", "latency_cycles"),
