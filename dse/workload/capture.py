@@ -31,6 +31,7 @@ from torch.export.graph_signature import InputKind, OutputKind, TensorArgument
 from torch.fx import Node
 
 from dse.errors import InputError
+from dse.workload import moe
 from dse.workload.counts import count_op
 from dse.workload.graph import (CHANNELS_FIRST, CHANNELS_FIRST_WEIGHTS, MOVE_KINDS, Graph, Op, TensorSpec, dtype_name,
                                 weight_array)
@@ -707,9 +708,19 @@ def _pair_item(source: Node, index: int) -> _Lowered:
     return _Lowered(positions, [x], {"dim": dim, "keepdim": keepdim})
 
 
+def _topk_item(source: Node, index: int) -> _Lowered:
+    """torch.topk's values (item 0) or int64 indices (item 1): a router's choice."""
+    x = source.args[0]
+    attrs = {"k": int(source.args[1]), "dim": int(_arg(source, 2, "dim", -1)) % len(_shape(x)),
+             "largest": bool(_arg(source, 3, "largest", True)), "sorted": bool(_arg(source, 4, "sorted", True))}
+    return _Lowered("topk", [x], {**attrs, "item": int(index)})
+
+
 def _getitem(node: Node) -> _Lowered | _Identity | _Unsupported:
     source, index = node.args
     name = str(getattr(source, "target", "")).removeprefix("aten.")
+    if isinstance(source, Node) and name == "topk.default":
+        return _topk_item(source, int(index))
     if isinstance(source, Node) and name in _EXTREME_PAIRS:
         return _pair_item(source, int(index))
     if isinstance(source, Node) and name in _MULTI_OUTPUT and index == 0:
@@ -806,6 +817,7 @@ _HANDLER_NAMES: dict[str, _Handler] = {
     "argmin.default": _arg_extreme("argmin"),
     "gather.default": _gather,
     "index_select.default": _index_select,
+    "topk.default": _pair,
     "amin.default": _reduce("amin"),
     "scaled_dot_product_attention.default": _sdpa,
     **{name: _same_dtype_copy for name in ("_to_copy.default", "to.dtype", "to.dtype_layout", "to.device")},
@@ -814,6 +826,7 @@ _HANDLERS: dict[Any, _Handler] = {
     op: handler for name, handler in _HANDLER_NAMES.items() if (op := _resolve(name)) is not None
 }
 _HANDLERS[operator.getitem] = _getitem
+_HANDLERS[torch.ops.dse.moe_experts.default] = lambda node: _Lowered("moe_experts", list(node.args[:3]), {})
 # Export's runtime checks on shapes and dtypes: no value flows through them.
 _ASSERTIONS = {
     op
@@ -864,7 +877,8 @@ def _source(node: Node, source_path: Path | None) -> str:
 
 class _Builder:
     def __init__(self, exported: ExportedProgram, name: str, source_path: Path | None,
-                 original: ExportedProgram | None = None):
+                 original: ExportedProgram | None = None, experts: list | None = None):
+        self.experts = list(experts or [])  # the experts modules, in the order they are called
         self.exported = exported
         self.name = name
         self.source_path = source_path
@@ -967,6 +981,15 @@ class _Builder:
             return
         if lowered.kind == "dft_real":
             self._dft_real(node, inputs[0], lowered.attrs["dims"], output)
+            return
+        if lowered.kind == "moe_experts":
+            module = self.experts.pop(0)
+            reason = moe.unsupported_reason(module)
+            if reason:
+                self.unsupported_nodes.add(node.name)
+                self._note_unsupported(node, f"{type(module).__name__} ({reason})")
+                return
+            moe.expand_experts(self, node, module, inputs, output, _source(node, self.source_path))
             return
         counts = count_op(lowered.kind, lowered.attrs, [self.tensors[n] for n in inputs], output, self.constants)
         if lowered.kind in MOVE_KINDS and all(n in self.constants for n in inputs):
@@ -1245,13 +1268,14 @@ def capture(module: torch.nn.Module, *example_inputs: Any, name: str = "graph",
     `source_path` (the recipe's model.py) is named in errors and picks the source
     line of each op."""
     source_path = Path(source_path) if source_path is not None else None
-    exported = _export(module, example_inputs, source_path)
+    with moe.experts_as_one_op(module, example_inputs) as experts:
+        exported = _export(module, example_inputs, source_path)
     try:
-        return _Builder(exported, name, source_path).build()
+        return _Builder(exported, name, source_path, experts=experts).build()
     except UnsupportedOpError:
         pass  # decompose below, outside the handler, so the error chain stays short
     with warnings.catch_warnings():
         # torch's own deprecation inside run_decompositions; nothing a recipe can fix
         warnings.filterwarnings("ignore", r".*isinstance\(treespec, LeafSpec\)", FutureWarning)
         decomposed = exported.run_decompositions(_decomposition_table())
-    return _Builder(decomposed, name, source_path, original=exported).build()
+    return _Builder(decomposed, name, source_path, original=exported, experts=experts).build()

@@ -28,6 +28,10 @@ Kinds and their attrs (inputs in order; `?` marks an optional input, flagged in 
   step): x with src written over the slice (`zero_` on a slice is one with src all zeros).
 - real(fft_fftn(x, dims)) is captured as DFT `linear`s by constant cos / sin weights, one dim at
   a time (dse/workload/capture.py), so it reaches the matrix Ball as any product.
+- topk(x: k, dim, largest, sorted, item): item 0 the values, 1 the int64 indices.
+- a mixture of experts (dse/workload/moe.py): moe_tokens(top_k_index: layer, experts, top_k,
+  expert, count) the token ids routed to `expert`; moe_weights(top_k_index, top_k_weights:
+  same attrs) their routing weights [count, 1]; index_add(acc, index, src: dim, ...).
 - quantize (float32 -> int8), requantize (int32 -> int8), dequantize (int -> float32):
   scale, scale_axes, scale_groups (see `scale_tensor`).
 """
@@ -64,13 +68,15 @@ DATA_KINDS = ("cat", "stack", "embedding", "pad", "index", "gather", "roll", "up
 ARG_KINDS = ("argmax", "argmin")  # the int64 position of a reduction's max / min
 ATTENTION_KINDS = ("sdpa",)
 CHOICE_KINDS = ("where",)  # elementwise choice by a bool mask
+# a mixture of experts' routing, on the core (dse/workload/moe.py)
+ROUTING_KINDS = ("topk", "moe_tokens", "moe_weights", "index_add")
 QUANT_KINDS = ("quantize", "requantize", "dequantize")
 # Ops that only rearrange or pick values: applied to constants they give a constant,
 # which a frontend step may fold offline.
 MOVE_KINDS = ("reshape", "permute", "expand", "slice", "select", "cat", "stack")
 KINDS = (MATMUL_KINDS + CONV_KINDS + BINARY_KINDS + ACTIVATION_KINDS + UNARY_KINDS + NORM_KINDS
          + REDUCE_KINDS + VECTOR_NORM_KINDS + ARG_KINDS + POOL_KINDS + ADAPTIVE_KINDS + ("permute",) + VIEW_KINDS + DATA_KINDS + ATTENTION_KINDS
-         + CHOICE_KINDS + QUANT_KINDS)
+         + CHOICE_KINDS + QUANT_KINDS + ROUTING_KINDS)
 CHANNELS_LAST = ("NLC", "NHWC", "NDHWC")
 # conv weights pre-transposed to [*kernel, in, out] (the channels-last convs' GEMM B)
 CHANNELS_LAST_WEIGHTS = ("WIO", "HWIO", "DHWIO")

@@ -15,6 +15,8 @@ from dse.workload.graph import (CHANNELS_FIRST_WEIGHTS, CHANNELS_LAST_WEIGHTS, A
                                 POOL_KINDS, REDUCE_KINDS, Op, scale_array)
 
 
+
+
 def torch_dtype(dtype: str) -> torch.dtype:
     return getattr(torch, dtype)
 
@@ -406,6 +408,41 @@ def _run_dequantize(op: Op, args: list[torch.Tensor]) -> torch.Tensor:
     return _scaled(args[0], op.attrs)
 
 
+# --- a mixture of experts' routing (dse.workload.moe) ---
+
+def _routed(index: torch.Tensor, op: Op) -> torch.Tensor:
+    """Positions (in top_k_index's flat order, ascending) of the choices of op's expert;
+    exactly the recorded count, else the routing is not the captured one."""
+    positions = (index.reshape(-1) == op.attrs["expert"]).nonzero().reshape(-1)
+    if positions.numel() != op.attrs["count"]:
+        raise ValueError(f"{op.name}: the router sends {positions.numel()} tokens to expert {op.attrs['expert']}, "
+                         f"the captured routing {op.attrs['count']} (an expert's token count is fixed at capture)")
+    return positions
+
+
+def _run_topk(op: Op, args: list[torch.Tensor]) -> torch.Tensor:
+    a = op.attrs
+    values, indices = torch.topk(args[0], a["k"], dim=a["dim"], largest=a["largest"], sorted=a["sorted"])
+    return values if a["item"] == 0 else indices
+
+
+def _run_moe_tokens(op: Op, args: list[torch.Tensor]) -> torch.Tensor:
+    return torch.div(_routed(args[0], op), op.attrs["top_k"], rounding_mode="floor")
+
+
+def _run_moe_weights(op: Op, args: list[torch.Tensor]) -> torch.Tensor:
+    return args[1].reshape(-1)[_routed(args[0], op)].reshape(-1, 1)
+
+
+def _run_index_add(op: Op, args: list[torch.Tensor]) -> torch.Tensor:
+    acc, index, source = args
+    return acc.index_add(op.attrs["dim"], index, source.to(acc.dtype))
+
+
+_ROUTING = {"topk": _run_topk, "moe_tokens": _run_moe_tokens, "moe_weights": _run_moe_weights,
+                "index_add": _run_index_add}
+
+
 INTERPRETERS: dict[str, Callable[[Op, list[torch.Tensor]], torch.Tensor]] = {
     "linear": _run_linear,
     "matmul": _run_matmul,
@@ -446,6 +483,7 @@ INTERPRETERS: dict[str, Callable[[Op, list[torch.Tensor]], torch.Tensor]] = {
     "quantize": _run_quantize,
     "requantize": _run_requantize,
     "dequantize": _run_dequantize,
+    **_ROUTING,
 }
 _INTERPRETERS = INTERPRETERS  # the name earlier code used
 assert set(INTERPRETERS) == set(KINDS), set(KINDS) ^ set(INTERPRETERS)
