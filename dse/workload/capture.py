@@ -31,7 +31,7 @@ from torch.export.graph_signature import InputKind, OutputKind, TensorArgument
 from torch.fx import Node
 
 from dse.errors import InputError
-from dse.workload import moe
+from dse.workload import moe_capture as moe
 from dse.workload.counts import count_op
 from dse.workload.graph import (CHANNELS_FIRST, CHANNELS_FIRST_WEIGHTS, MOVE_KINDS, Graph, Op, TensorSpec, dtype_name,
                                 weight_array)

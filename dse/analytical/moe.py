@@ -1,0 +1,163 @@
+"""The routing a mixture of experts is costed with: the recorded inputs' (``measured``), or a
+declared distribution of the routed tokens over the experts (``balanced``, ``skew:<s>``),
+with an optional capacity factor (tokens an expert takes at most: ``ceil(factor x tokens x
+top_k / experts)``; a routing over it is infeasible, with the reason).
+
+The emulator always follows the captured inputs' routing; the analytical model costs a
+declared one by re-shaping each expert's ops (`dse.workload.moe.moe_layers`) to the tokens
+the distribution gives it: an expert the recorded inputs leave empty is costed as a copy of
+another's chain (every expert has the same shapes but its rows), one given no tokens has no
+ops. The candidate's notes name the routing its figures used."""
+
+from __future__ import annotations
+
+import math
+import re
+from dataclasses import dataclass
+
+from dse.workload.counts import count_op
+from dse.workload.graph import Graph, Op, TensorSpec
+from dse.workload.moe import MoeLayer, moe_layers
+
+ROUTINGS = "balanced, measured or skew:<s> (s a number >= 0: expert e gets tokens in proportion to 1 / (e + 1)^s)"
+_SKEW = re.compile(r"skew:(?P<s>[0-9]*\.?[0-9]+(?:[eE][-+]?[0-9]+)?)")
+
+
+@dataclass(frozen=True)
+class Routing:
+    kind: str  # "measured" | "balanced" | "skew"
+    skew: float = 0.0
+
+    def __str__(self) -> str:
+        return f"skew:{self.skew:g}" if self.kind == "skew" else self.kind
+
+
+def parse_routing(text: str) -> Routing:
+    """A routing's text as a Routing; ValueError naming what is allowed."""
+    if text in ("measured", "balanced"):
+        return Routing(text)
+    match = _SKEW.fullmatch(str(text))
+    if match is None or not math.isfinite(float(match["s"])):
+        raise ValueError(ROUTINGS)
+    return Routing("skew", float(match["s"]))
+
+
+def _apportion(total: int, shares: list[float], cap: int) -> list[int]:
+    """`total` tokens in proportion to `shares` (largest remainders), none over `cap` (a
+    token picks an expert once): what a capped expert cannot take is shared again among
+    the others, in proportion."""
+    counts = [0] * len(shares)
+    open_ = list(range(len(shares)))
+    left = total
+    while left and open_:
+        weight = sum(shares[e] for e in open_)
+        exact = {e: left * shares[e] / weight for e in open_}
+        give = {e: int(exact[e]) for e in open_}
+        by_remainder = sorted(open_, key=lambda e: (-(exact[e] - give[e]), e))
+        for e in by_remainder[:left - sum(give.values())]:
+            give[e] += 1
+        for e in open_:
+            counts[e] += min(give[e], cap - counts[e])
+        left = total - sum(counts)
+        open_ = [e for e in open_ if counts[e] < cap]
+    return counts
+
+
+def expert_counts(layer: MoeLayer, routing: Routing) -> list[int]:
+    """Tokens per expert of a layer under a routing (each of the layer's tokens routed to
+    top_k distinct experts)."""
+    if routing.kind == "measured":
+        return layer.counts
+    shares = [1.0 if routing.kind == "balanced" else (e + 1) ** -routing.skew for e in range(layer.experts)]
+    return _apportion(layer.tokens * layer.top_k, shares, layer.tokens)
+
+
+def capacity(layer: MoeLayer, factor: float) -> int:
+    return math.ceil(factor * layer.tokens * layer.top_k / layer.experts)
+
+
+def imbalance(counts: list[int]) -> float:
+    """The busiest expert's tokens over the mean (1.0: balanced)."""
+    mean = sum(counts) / len(counts)
+    return max(counts) / mean if mean else 1.0
+
+
+@dataclass
+class Routed:
+    graph: Graph  # the graph the analytical model costs
+    note: str  # which routing, per layer the tokens per expert
+    reason: str = ""  # why infeasible ("": it fits the capacity)
+    imbalance: float = 1.0  # the worst layer's busiest expert over the mean
+
+
+def _reshaped(graph: Graph, layer: MoeLayer, counts: list[int]) -> tuple[list[Op], dict[str, TensorSpec]]:
+    """The layer's expert ops with each expert's rows as `counts` says (module docstring)."""
+    ops = {op.name: op for op in graph.ops}
+    own = {x.index: x for x in layer.routed}
+    template = layer.routed[0]
+    last = ops[layer.routed[-1].ops[-1]].outputs[0]
+    zeros = ops[layer.routed[0].ops[-1]].inputs[0]
+    constants = set(graph.weights)
+    tensors: dict[str, TensorSpec] = {}
+    out: list[Op] = []
+    acc = zeros
+    hit = [e for e, n in enumerate(counts) if n]
+    for e in hit:
+        source = own.get(e, template)
+        rename = {} if source is own.get(e) else {
+            ops[name].outputs[0]: f"{ops[name].outputs[0]}@e{e}" for name in source.ops}
+        for name in source.ops:
+            op = ops[name]
+            spec = graph.tensors[op.outputs[0]]
+            if op.kind == "index_add":
+                output = last if e == hit[-1] else f"{layer.name}@e{e}_sum"
+                inputs = [acc, rename.get(op.inputs[1], op.inputs[1]), rename.get(op.inputs[2], op.inputs[2])]
+                shape = spec.shape
+                acc = output
+            else:
+                output = rename.get(op.outputs[0], op.outputs[0])
+                inputs = [rename.get(n, n) for n in op.inputs]
+                shape = (counts[e],) + spec.shape[1:]
+            tensors[output] = TensorSpec(output, shape, spec.dtype)
+            attrs = dict(op.attrs)
+            if "count" in attrs:
+                attrs.update(count=counts[e], expert=e)
+            if "M" in attrs and op.kind in ("linear", "matmul"):
+                attrs["M"] = counts[e]
+            specs = [tensors.get(n) or graph.tensors[n] for n in inputs]
+            out.append(Op(f"{name}@e{e}" if rename else name, op.kind, inputs, [output], attrs, op.source,
+                          count_op(op.kind, attrs, specs, tensors[output], constants)))
+    return out, tensors
+
+
+def routed(graph: Graph, routing: Routing, capacity_factor: float | None = None) -> Routed:
+    """The graph with its MoE layers costed under `routing` (module docstring)."""
+    layers = moe_layers(graph)
+    notes, reasons, worst = [], [], 1.0
+    for layer in layers:
+        counts = expert_counts(layer, routing)
+        worst = max(worst, imbalance(counts))
+        cap = None if capacity_factor is None else capacity(layer, capacity_factor)
+        notes.append(f"{layer.name} tokens per expert {counts}" + (f" (capacity {cap})" if cap is not None else ""))
+        if cap is not None and max(counts) > cap:
+            e = counts.index(max(counts))
+            reasons.append(f"routing {routing} sends {counts[e]} tokens to expert {e} of {layer.name}, over its "
+                           f"capacity {cap} (capacity_factor {capacity_factor:g} x {layer.tokens * layer.top_k} "
+                           f"routed tokens / {layer.experts} experts)")
+    note = f"routing {routing}: " + "; ".join(notes) if layers else ""
+    if routing.kind == "measured" or not layers or reasons:
+        return Routed(graph, note, "; ".join(reasons), worst)
+    out = graph.copy()
+    for layer in layers:
+        chain = {name for x in layer.routed for name in x.ops}
+        first = next(k for k, op in enumerate(out.ops) if op.name in chain)
+        ops, tensors = _reshaped(out, layer, expert_counts(layer, routing))
+        kept = [op for op in out.ops if op.name not in chain]
+        out.ops = kept[:first] + ops + kept[first:]
+        out.tensors.update(tensors)
+    used = {n for op in out.ops for n in op.inputs + op.outputs} | set(out.inputs) | set(out.outputs)
+    out.tensors = {name: spec for name, spec in out.tensors.items() if name in used}
+    return Routed(out, note, "", worst)
+
+
+__all__ = ["ROUTINGS", "Routed", "Routing", "capacity", "expert_counts", "imbalance", "parse_routing", "routed"]
