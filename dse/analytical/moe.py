@@ -12,35 +12,11 @@ ops. The candidate's notes name the routing its figures used."""
 from __future__ import annotations
 
 import math
-import re
 from dataclasses import dataclass
 
 from dse.workload.counts import count_op
 from dse.workload.graph import Graph, Op, TensorSpec
-from dse.workload.moe import MoeLayer, moe_layers
-
-ROUTINGS = "balanced, measured or skew:<s> (s a number >= 0: expert e gets tokens in proportion to 1 / (e + 1)^s)"
-_SKEW = re.compile(r"skew:(?P<s>[0-9]*\.?[0-9]+(?:[eE][-+]?[0-9]+)?)")
-
-
-@dataclass(frozen=True)
-class Routing:
-    kind: str  # "measured" | "balanced" | "skew"
-    skew: float = 0.0
-
-    def __str__(self) -> str:
-        return f"skew:{self.skew:g}" if self.kind == "skew" else self.kind
-
-
-def parse_routing(text: str) -> Routing:
-    """A routing's text as a Routing; ValueError naming what is allowed."""
-    if text in ("measured", "balanced"):
-        return Routing(text)
-    match = _SKEW.fullmatch(str(text))
-    if match is None or not math.isfinite(float(match["s"])):
-        raise ValueError(ROUTINGS)
-    return Routing("skew", float(match["s"]))
-
+from dse.workload.moe import ROUTINGS, MoeLayer, Routing, moe_layers, parse_routing
 
 def _apportion(total: int, shares: list[float], cap: int) -> list[int]:
     """`total` tokens in proportion to `shares` (largest remainders), none over `cap` (a
@@ -161,3 +137,52 @@ def routed(graph: Graph, routing: Routing, capacity_factor: float | None = None)
 
 
 __all__ = ["ROUTINGS", "Routed", "Routing", "capacity", "expert_counts", "imbalance", "parse_routing", "routed"]
+
+
+# --- expert placement: "spread" (expert parallel, `dse.plan.moe`) ---
+
+def estimate_spread(graph: Graph, cands, calibration: dict | None = None):
+    """(per-op rows, totals, per-core imbalance) of candidates that spread the experts over
+    their workers: each expert op costed as on one worker (its own program there), the
+    block as long as its busiest worker's experts plus one BARRIER, every other op as any
+    op. An expert op's row holds its one-worker cycles (the experts of different workers
+    overlap: the total is not the sum of the rows)."""
+    import numpy as np
+
+    from dse.analytical.estimate import estimate, summarize
+    from dse.mapping import Candidate
+    from dse.mapping.params import CandidateArrays
+    from dse.plan.moe import core_imbalance, spread_blocks
+
+    per_op = estimate(graph, cands, calibration)
+    ones = [Candidate(c.chip, c.mapping.model_copy(update={"workers": 1, "experts": None})) for c in cands]
+    per_one = estimate(graph, ones, calibration)
+    barrier = CandidateArrays.from_candidates(list(cands)).barrier_cycles
+    columns = [c for c in per_op.columns if c not in ("candidate", "candidate_hash", "op", "kind")]
+    latency, imbalances = [], []
+    for i, cand in enumerate(cands):
+        blocks = spread_blocks(graph, cand.mapping.workers)
+        rows = (per_op["candidate"] == i).to_numpy()
+        ops = per_op.loc[rows, "op"].to_numpy()
+        one = per_one.loc[(per_one["candidate"] == i).to_numpy()].set_index("op")
+        cycles = per_op.loc[rows, "cycles"].to_numpy(dtype=np.float64)
+        total = cycles.sum()
+        worst = 1.0
+        for block in blocks:
+            in_block = np.isin(ops, list(block.cores))
+            total -= cycles[in_block].sum()
+            busy = [0.0] * cand.mapping.workers
+            for name, w in block.cores.items():
+                busy[w] += float(one.at[name, "cycles"])
+            total += max(busy) + float(barrier[i])
+            index = np.flatnonzero(rows)[in_block]
+            per_op.loc[index, columns] = one.loc[ops[in_block], columns].to_numpy()
+            worst = max(worst, core_imbalance(block.tokens))
+        latency.append(total)
+        imbalances.append(worst)
+    totals = summarize(per_op, cands)
+    totals["latency_cycles"] = np.where(totals["feasible"], latency, np.nan)
+    return per_op, totals, imbalances
+
+
+__all__ += ["estimate_spread"]

@@ -77,6 +77,7 @@ import torch
 from emulator import Barrier, CoreOp, DramTensor, Fence, Fp2Int, Int2Fp, Matmul, Mset, Mvin, Mvout, Program, Region, Relu
 
 from ..mapping import Candidate, MatmulShape
+from ..plan.moe import spreads
 from ..mapping.matmul import check_tiles
 from ..mapping.params import CandidateArrays
 from ..plan.chains import CHAIN_KIND, chain_elements, chain_extent, chain_parts
@@ -93,6 +94,7 @@ from ..plan.units import Infeasible, conv_pad, relu_ball, reshape_view, sync_aft
 from ..cost.core import GRAPH_OP, charged_elements
 from ..workload.graph import CONV_KINDS, Graph, Op, scale_array
 from . import coreop
+from .moe import lower_spread
 
 
 @dataclass
@@ -777,7 +779,11 @@ def lower(graph: Graph, candidate: Candidate, inputs, elementwise: str = "auto")
     them bit for bit: ``"auto"`` (the Ball when `stream_cycles` < `core_cycles`), ``"ball"``
     (always the Ball), ``"core"`` (always the core)."""
     b = ProgramBuilder(graph, candidate, inputs, elementwise=elementwise)
-    for plan in plan_for(graph, candidate.mapping):
+    plans = plan_for(graph, candidate.mapping)
+    if spreads(candidate.mapping):  # a mixture of experts' experts, one worker each (`dse.lower.moe`)
+        lower_spread(b, plans)
+        return b.finish()
+    for plan in plans:
         b.lower_op(plan)
     return b.finish()
 

@@ -24,6 +24,8 @@ This module reads graphs only (no torch).
 
 from __future__ import annotations
 
+import math
+import re
 from dataclasses import dataclass, field
 
 from dse.workload.graph import ROUTING_KINDS, Graph
@@ -87,4 +89,29 @@ def moe_layers(graph: Graph) -> list[MoeLayer]:
     return list(layers.values())
 
 
-__all__ = ["ROUTING_KINDS", "Expert", "MoeLayer", "moe_layers"]
+# --- a declared routing (the workload's `routing`, costed by dse.analytical.moe) ---
+
+ROUTINGS = "balanced, measured or skew:<s> (s a number >= 0: expert e gets tokens in proportion to 1 / (e + 1)^s)"
+_SKEW = re.compile(r"skew:(?P<s>[0-9]*\.?[0-9]+(?:[eE][-+]?[0-9]+)?)")
+
+
+@dataclass(frozen=True)
+class Routing:
+    kind: str  # "measured" | "balanced" | "skew"
+    skew: float = 0.0
+
+    def __str__(self) -> str:
+        return f"skew:{self.skew:g}" if self.kind == "skew" else self.kind
+
+
+def parse_routing(text: str) -> Routing:
+    """A routing's text as a Routing; ValueError naming what is allowed."""
+    if text in ("measured", "balanced"):
+        return Routing(text)
+    match = _SKEW.fullmatch(str(text))
+    if match is None or not math.isfinite(float(match["s"])):
+        raise ValueError(ROUTINGS)
+    return Routing("skew", float(match["s"]))
+
+
+__all__ = ["ROUTINGS", "Routing", "parse_routing", "ROUTING_KINDS", "Expert", "MoeLayer", "moe_layers"]
