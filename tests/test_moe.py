@@ -76,3 +76,182 @@ def test_the_captured_graph_follows_the_recorded_routing_and_refuses_another(tmp
     other = torch.randint(0, 64, (1, 8), generator=torch.Generator().manual_seed(7))
     with pytest.raises(ValueError, match=r"tokens to expert \d, the captured routing \d"):
         graph.run(other)
+
+
+# --- a declared routing (dse.analytical.moe) ---
+
+def mixtral(zero_router: bool = False):
+    """The tiny Mixtral of MOE_MODELS (the recipe's weights); a zeroed router ties every
+    expert, and top-k picks the same two for every token."""
+    config, model, kwargs = MOE_MODELS["mixtral"]
+    torch.manual_seed(0)
+    model = getattr(transformers, model)(getattr(transformers, config)(**kwargs)).eval()
+    if zero_router:
+        for layer in model.modules():
+            if type(layer).__name__ == "MixtralTopKRouter":
+                torch.nn.init.zeros_(layer.weight)
+    return model
+
+
+TOKENS = torch.randint(0, 64, (1, 8), generator=torch.Generator().manual_seed(1))
+
+
+@pytest.mark.parametrize("total,shares,cap,expected", [
+    (16, [1, 1, 1, 1], 8, [4, 4, 4, 4]),
+    (10, [1, 1, 1, 1], 8, [3, 3, 2, 2]),  # remainders to the first experts
+    (16, [1, 1 / 2, 1 / 3, 1 / 4], 8, [8, 4, 2, 2]),  # 7.68, 3.84, 2.56, 1.92
+    (16, [1, 2 ** -50, 3 ** -50, 4 ** -50], 8, [8, 8, 0, 0]),  # expert 0 capped at 8, the rest to expert 1
+    (12, [1, 1, 1], 4, [4, 4, 4]),
+])
+def test_declared_routings_share_the_tokens_by_largest_remainders_under_the_cap(total, shares, cap, expected):
+    from dse.analytical.moe import _apportion
+
+    assert _apportion(total, shares, cap) == expected
+
+
+def test_a_skewed_routing_costs_what_a_graph_routed_so_costs():
+    """A random router (recorded 3, 2, 6, 5 tokens) costed as skew:50 (8, 8, 0, 0) costs
+    what the model costs for a zeroed router, whose ties route every token to the same two
+    experts (0, 0, 8, 8): same shapes, same cycles. Balanced gives 4 each; a capacity factor
+    of 1.25 (5 tokens) makes the recorded routing infeasible, with its reason."""
+    from dse.analytical import estimate, summarize
+    from dse.analytical.moe import parse_routing, routed
+    from dse.chips import load_chip
+    from dse.mapping import Candidate, Mapping
+    from dse.workload.capture import capture
+
+    tied, recorded = capture(mixtral(True), TOKENS), capture(mixtral(), TOKENS)
+    assert moe_layers(tied)[0].counts == [0, 0, 8, 8] and moe_layers(recorded)[0].counts == [3, 2, 6, 5]
+    cands = [Candidate(load_chip("goban"), Mapping(workers=w)) for w in (1, 4)]
+
+    def cycles(graph):
+        return summarize(estimate(graph, cands), cands)["latency_cycles"].tolist()
+
+    skewed = routed(recorded, parse_routing("skew:50"))
+    assert skewed.note == "routing skew:50: moe_experts tokens per expert [8, 8, 0, 0]"
+    assert cycles(skewed.graph) == cycles(tied) != cycles(recorded)
+    assert [x.count for x in moe_layers(skewed.graph)[0].routed] == [8, 8] and skewed.imbalance == 2.0
+    balanced = routed(recorded, parse_routing("balanced"), 1.25)
+    assert balanced.reason == "" and moe_layers(balanced.graph)[0].counts == [4, 4, 4, 4]
+    over = routed(recorded, parse_routing("measured"), 1.25)
+    assert over.reason == ("routing measured sends 6 tokens to expert 2 of moe_experts, over its capacity 5 "
+                           "(capacity_factor 1.25 x 16 routed tokens / 4 experts)")
+
+
+# --- expert placement (mapping.experts) ---
+
+def test_experts_spread_over_four_workers_run_bit_exact_and_beat_split_experts(tmp_path):
+    """Each expert whole on worker e mod 4 (its own program there), all at once, one BARRIER:
+    bit-exact, the model within 2% of the emulator, faster than every expert split over the
+    4 workers; the per-core imbalance is the busiest worker's tokens over the mean."""
+    from dse.analytical.moe import estimate_spread
+    from dse.chips import load_chip
+    from dse.mapping import Candidate, Mapping
+    from dse.numerics import emulate_graph
+    from dse.numerics.run import prepare_recipe
+    from dse.plan.moe import spread_blocks
+
+    prep = prepare_recipe(make_recipe(tmp_path, "mixtral"))
+    goban = load_chip("goban")
+    emulated = {}
+    for experts in ("split", "spread"):
+        cand = Candidate(goban, Mapping(workers=4, experts=experts))
+        rep = emulate_graph(prep.graph, cand, prep.inputs, prep.expected, prep.tolerance, prep.reference_kind)
+        assert rep.feasible and rep.verdict.passed and rep.verdict.integer_bit_exact, rep.verdict
+        emulated[experts] = rep.cycles
+    assert emulated["spread"] < emulated["split"]
+    [block] = spread_blocks(prep.graph, 4)
+    assert block.tokens == (3, 2, 6, 5)  # one expert a worker: its recorded tokens
+    _, totals, imbalance = estimate_spread(prep.graph, [Candidate(goban, Mapping(workers=4, experts="spread"))])
+    assert abs(totals["latency_cycles"][0] / emulated["spread"] - 1) < 0.02
+    assert imbalance == [6 / 4]
+
+
+# --- the spec: workload.routing and workload.capacity_factor ---
+
+SPEC = """
+[experiment]
+name = "routing"
+hypothesis = "h"
+
+[workload]
+recipe = "{recipe}"
+{workload}
+
+[baseline]
+chip = "goban"
+mapping = {{ workers = 4 }}
+
+[[space]]
+name = "experts"
+target = "mapping.experts"
+values = ["split", "spread"]
+
+[[objectives]]
+metric = "latency_cycles"
+"""
+
+
+def test_a_sweep_costs_the_declared_routing_and_records_an_over_capacity_one_infeasible(tmp_path):
+    """Into a real store: balanced routing fits a capacity factor of 1.0 and is named in
+    each candidate's notes, with the experts' imbalance; skew:1 overflows it: every
+    candidate infeasible, the reason naming the expert, its tokens and the capacity."""
+    from dse.records import Store
+    from dse.runner import run_sweep
+
+    recipe = make_recipe(tmp_path, "mixtral")
+    db = tmp_path / "r.db"
+    for routing, feasible in (("balanced", True), ("skew:1", False)):
+        spec = tmp_path / f"{routing.replace(':', '')}.toml"
+        text = SPEC.format(recipe=recipe, workload=f'routing = "{routing}"\ncapacity_factor = 1.0')
+        spec.write_text(text.replace('name = "routing"', f'name = "{routing.replace(":", "")}"'))
+        result = run_sweep(spec, db, progress=False)
+        with Store(db) as store:
+            cands = store.candidates(result.experiment_id)
+            runs = store.runs(result.experiment_id)
+            metrics = store.metric_table(result.experiment_id, "analytical")
+        assert len(runs) == 3  # the baseline (experts unset), split, spread
+        if feasible:
+            assert (runs["status"] == "ok").all()
+            assert set(cands["notes"]) == {"routing balanced: moe_experts tokens per expert [4, 4, 4, 4] (capacity 4)"}
+            assert (metrics["expert_imbalance"] == 1.0).all()
+            assert metrics["core_imbalance"].dropna().tolist() == [1.0]  # the spread one: one expert a worker
+        else:
+            assert (runs["status"] == "infeasible").all()
+            assert set(runs["reason"]) == {"routing skew:1 sends 8 tokens to expert 0 of moe_experts, over its "
+                                           "capacity 4 (capacity_factor 1 x 16 routed tokens / 4 experts)"}
+
+
+BAD_ROUTINGS = ["foo", "skew:-1", "skew:", "skew:x", "Balanced", "skew:1:2", "skew:inf", " measured"]
+
+
+@pytest.mark.parametrize("workload,field,value", [
+    *[(f'routing = "{r}"', "workload.routing", r) for r in BAD_ROUTINGS],
+    ("capacity_factor = 0", "workload.capacity_factor", "0"),
+    ("capacity_factor = -1.5", "workload.capacity_factor", "-1.5"),
+    ("capacity_factor = nan", "workload.capacity_factor", "nan"),
+])
+def test_a_bad_routing_or_capacity_is_the_specs_error(tmp_path, capsys, workload, field, value):
+    from test_edges_generated import assert_one_line, experiment_rows, run
+
+    spec, db = tmp_path / "spec.toml", tmp_path / "s.db"
+    spec.write_text(SPEC.format(recipe="gemm", workload=workload))
+    code, _, err = run(capsys, ["sweep", spec, "--db", db, "--no-progress"])
+    assert_one_line(code, err)
+    assert str(spec) in err and field in err and value in err
+    allowed = "balanced, measured or skew:<s>" if field.endswith("routing") else "greater than 0"
+    assert allowed in err or "finite" in err
+    assert experiment_rows(db) == 0
+
+
+@pytest.mark.parametrize("workload,field", [('routing = "balanced"', "workload.routing"),
+                                            ("capacity_factor = 2.0", "workload.capacity_factor")])
+def test_a_routing_for_a_workload_with_no_moe_layer_is_the_specs_error(tmp_path, capsys, workload, field):
+    from test_edges_generated import assert_one_line, experiment_rows, run
+
+    spec, db = tmp_path / "spec.toml", tmp_path / "s.db"
+    spec.write_text(SPEC.format(recipe="gemm", workload=workload + "\nparams = { m = 16, n = 16, k = 16 }"))
+    code, _, err = run(capsys, ["sweep", spec, "--db", db, "--no-progress"])
+    assert_one_line(code, err)
+    assert field in err and "has no mixture-of-experts layer" in err
+    assert experiment_rows(db) == 0

@@ -11,8 +11,8 @@ import pytest
 
 from dse.workload import list_recipes
 
-SHIPPED = ["gemm", "lenet5", "llama_decode", "llama_layers", "llama_prefill", "mlp", "mobilenet_v3", "qwen2_gqa", "resnet18",
-           "resnet_block", "temporal_conv", "vit_block", "vit_timm"]
+SHIPPED = ["gemm", "lenet5", "llama_decode", "llama_layers", "llama_prefill", "mixtral_moe", "mlp", "mobilenet_v3",
+           "qwen2_gqa", "resnet18", "resnet_block", "temporal_conv", "vit_block", "vit_timm"]
 # Small enough for CI; the defaults (resnet18 at 224x224, ...) run the same code.
 SMALL = {
     "gemm": ["m=32", "n=48", "k=64"],
@@ -25,6 +25,7 @@ SMALL = {
     "llama_prefill": ["seq=16", "dim=128", "heads=4", "kv_heads=2", "ffn=256", "vocab=256"],
     "llama_layers": ["seq=8", "dim=32", "heads=2", "kv_heads=1", "ffn=64", "layers=2"],
     "qwen2_gqa": ["layers=1", "seq=8"],
+    "mixtral_moe": ["batch=2", "dim=32", "ffn=64", "experts=4"],
     "vit_timm": ["depth=1", "dim=32", "heads=2"],
 }
 EXPECTED_STEPS = {

@@ -689,4 +689,6 @@ def workload_parts(spec: Spec) -> dict:
     if w.stages:  # the staged workload's other stages, by role (the own stage's role too)
         out["stages"] = [{"role": w.role}] + [{"role": s.role, "recipe": s.recipe, **parts(s.recipe, s.params)}
                                               for s in w.stages]
+    if w.routing != "measured" or w.capacity_factor is not None:  # the figures of another routing
+        out["routing"] = {"routing": w.routing, "capacity_factor": w.capacity_factor}
     return out
