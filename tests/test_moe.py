@@ -25,6 +25,17 @@ MOE_MODELS = {
                                                                shared_expert_intermediate_size=64, num_experts=4)),
     "olmoe": ("OlmoeConfig", "OlmoeForCausalLM", dict(MOE, intermediate_size=32, num_experts=4, eos_token_id=0,
                                                      pad_token_id=1)),
+    "qwen3_moe": ("Qwen3MoeConfig", "Qwen3MoeForCausalLM", dict(MOE, intermediate_size=64, moe_intermediate_size=32,
+                                                               num_experts=4, head_dim=8)),
+    "granitemoe": ("GraniteMoeConfig", "GraniteMoeForCausalLM", dict(MOE, intermediate_size=32, num_local_experts=4)),
+    "ernie4_5_moe": ("Ernie4_5_MoeConfig", "Ernie4_5_MoeForCausalLM", dict(MOE, intermediate_size=64,
+                                                                          moe_intermediate_size=32, moe_num_experts=4,
+                                                                          moe_k=2, moe_layer_start_index=0)),
+    # lightning attention's layers left out: one full-attention layer and its experts
+    "minimax": ("MiniMaxConfig", "MiniMaxForCausalLM", dict(MOE, intermediate_size=32, num_local_experts=4,
+                                                           layer_types=["full_attention"], head_dim=8)),
+    "hunyuan_v1_moe": ("HunYuanMoEV1Config", "HunYuanMoEV1ForCausalLM", dict(MOE, intermediate_size=32, num_experts=4,
+                                                                            moe_topk=2, head_dim=8)),
 }
 MODELS.update(MOE_MODELS)
 
@@ -34,7 +45,7 @@ def torch_routing(name: str, inputs) -> list[int]:
     config, model, kwargs = MOE_MODELS[name]
     torch.manual_seed(0)  # the recipe's load()
     model = getattr(transformers, model)(getattr(transformers, config)(**kwargs)).eval()
-    experts = next(m for m in model.modules() if hasattr(m, "down_proj") and hasattr(m, "num_experts"))
+    experts = next(m for m in model.modules() if hasattr(m, "_is_expert_parallel"))
     seen = []
     handle = experts.register_forward_hook(lambda m, args, out: seen.append(args[1]))
     with torch.no_grad():
@@ -49,6 +60,7 @@ def test_a_transformers_moe_decoder_checks_and_emulates_bit_exact(tmp_path, name
     assert cycles[4] < cycles[1]
     [layer] = moe_layers(prep.graph)
     assert (layer.experts, layer.top_k, layer.tokens) == (4, 2, 8)
+    assert all(x.count > 0 for x in layer.routed)
     assert sum(layer.counts) == 16 and layer.counts == torch_routing(name, prep.inputs)
     kind = {op.name: op.kind for op in prep.graph.ops}
     kinds = {kind[n] for x in layer.routed for n in x.ops}
