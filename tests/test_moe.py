@@ -36,6 +36,18 @@ MOE_MODELS = {
                                                            layer_types=["full_attention"], head_dim=8)),
     "hunyuan_v1_moe": ("HunYuanMoEV1Config", "HunYuanMoEV1ForCausalLM", dict(MOE, intermediate_size=32, num_experts=4,
                                                                             moe_topk=2, head_dim=8)),
+    # its quantized router sends expert 1's one token elsewhere: the stage follows its own
+    # routing (`dse.workload.moe.follow_routing`), expert 1 gets no ops
+    "flex_olmo": ("FlexOlmoConfig", "FlexOlmoForCausalLM", dict(MOE, intermediate_size=32, num_experts=4,
+                                                               pad_token_id=1, eos_token_id=0)),
+    # group-limited routing (DeepSeek's): a group mask scattered from the groups' top-k,
+    # inverted (bitwise_not of a bool cast) and filled in; a shared expert beside
+    "glm4_moe": ("Glm4MoeConfig", "Glm4MoeForCausalLM", dict(MOE, intermediate_size=64, moe_intermediate_size=32,
+                                                            n_routed_experts=4, n_shared_experts=1, n_group=2,
+                                                            topk_group=1, first_k_dense_replace=0, head_dim=8)),
+    "dots1": ("Dots1Config", "Dots1ForCausalLM", dict(MOE, intermediate_size=64, moe_intermediate_size=32,
+                                                     n_routed_experts=4, n_shared_experts=1, n_group=1, topk_group=1,
+                                                     first_k_dense_replace=0, head_dim=8)),
 }
 MODELS.update(MOE_MODELS)
 
@@ -60,8 +72,13 @@ def test_a_transformers_moe_decoder_checks_and_emulates_bit_exact(tmp_path, name
     assert cycles[4] < cycles[1]
     [layer] = moe_layers(prep.graph)
     assert (layer.experts, layer.top_k, layer.tokens) == (4, 2, 8)
-    assert all(x.count > 0 for x in layer.routed)
-    assert sum(layer.counts) == 16 and layer.counts == torch_routing(name, prep.inputs)
+    assert all(x.count > 0 for x in layer.routed) and len(layer.routed) == sum(n > 0 for n in layer.counts)
+    if name == "glm4_moe":  # one group of two experts kept a token: each token's two experts share a group
+        assert {op.kind for op in prep.graph.ops} >= {"scatter", "bitwise_not", "cast", "where"}
+    captured = moe_layers(prep.pipe.graphs[0])[0].counts
+    assert sum(layer.counts) == 16 and captured == torch_routing(name, prep.inputs)
+    if name == "flex_olmo":
+        assert captured == [8, 1, 2, 5] and layer.counts == [8, 0, 2, 6]
     kind = {op.name: op.kind for op in prep.graph.ops}
     kinds = {kind[n] for x in layer.routed for n in x.ops}
     # each expert: its gather, two int8 products (quantized as any linear), its scaled sum
@@ -88,6 +105,39 @@ def test_the_captured_graph_follows_the_recorded_routing_and_refuses_another(tmp
     other = torch.randint(0, 64, (1, 8), generator=torch.Generator().manual_seed(7))
     with pytest.raises(ValueError, match=r"tokens to expert \d, the captured routing \d"):
         graph.run(other)
+
+
+HAND_WRITTEN = ("""
+class M(nn.Module):
+    \"\"\"A dense-dispatch MoE written by hand: top-2 of 4 experts, each expert over every token
+    weighted by a one-hot routing mask (scatter_add of the weights); a sort and a cumsum of
+    the routing counts (a capacity's bookkeeping) feed a bias.\"\"\"
+    def __init__(self):
+        super().__init__()
+        self.router = nn.Linear(8, 4)
+        self.experts = nn.ModuleList(nn.Linear(8, 8) for _ in range(4))
+
+    def forward(self, x):
+        probs = self.router(x).softmax(-1)
+        weights, chosen = probs.topk(2, dim=-1)
+        dense = torch.zeros_like(probs).scatter_add(-1, chosen, weights)     # [T, E]
+        load = nn.functional.one_hot(chosen, 4).sum(dim=(0, 1))            # tokens per expert
+        order = load.sort(descending=True).values.cumsum(0)
+        out = sum(dense[:, e:e + 1] * self.experts[e](x) for e in range(4))
+        return out + order[-1] * 0.01
+""", "torch.randn(6, 8, generator=g)")
+
+
+def test_a_hand_written_dense_moe_checks_and_emulates_with_the_router_ops(tmp_path):
+    """topk, scatter_add, one_hot, sort and cumsum as core ops (each against PyTorch), the
+    experts' products on the matrix Ball: bit-exact with 1 and 4 workers."""
+    from test_simple_ops import checked
+
+    prep, rep = checked(tmp_path, "hand_written", {"hand_written": HAND_WRITTEN})
+    kinds = {op.kind for op in prep.graph.ops}
+    assert {"topk", "scatter_add", "one_hot", "sort", "cumsum"} <= kinds
+    how = {(r.kind, r.how) for r in rep.lowered.ops}
+    assert {("topk", "core"), ("scatter_add", "core"), ("sort", "core"), ("cumsum", "core")} <= how
 
 
 # --- a declared routing (dse.analytical.moe) ---

@@ -14,9 +14,8 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from dse.workload.counts import count_op
-from dse.workload.graph import Graph, Op, TensorSpec
-from dse.workload.moe import ROUTINGS, MoeLayer, Routing, moe_layers, parse_routing
+from dse.workload.graph import Graph
+from dse.workload.moe import ROUTINGS, MoeLayer, Routing, moe_layers, parse_routing, recounted
 
 def _apportion(total: int, shares: list[float], cap: int) -> list[int]:
     """`total` tokens in proportion to `shares` (largest remainders), none over `cap` (a
@@ -66,46 +65,6 @@ class Routed:
     imbalance: float = 1.0  # the worst layer's busiest expert over the mean
 
 
-def _reshaped(graph: Graph, layer: MoeLayer, counts: list[int]) -> tuple[list[Op], dict[str, TensorSpec]]:
-    """The layer's expert ops with each expert's rows as `counts` says (module docstring)."""
-    ops = {op.name: op for op in graph.ops}
-    own = {x.index: x for x in layer.routed}
-    template = layer.routed[0]
-    last = ops[layer.routed[-1].ops[-1]].outputs[0]
-    zeros = ops[layer.routed[0].ops[-1]].inputs[0]
-    constants = set(graph.weights)
-    tensors: dict[str, TensorSpec] = {}
-    out: list[Op] = []
-    acc = zeros
-    hit = [e for e, n in enumerate(counts) if n]
-    for e in hit:
-        source = own.get(e, template)
-        rename = {} if source is own.get(e) else {
-            ops[name].outputs[0]: f"{ops[name].outputs[0]}@e{e}" for name in source.ops}
-        for name in source.ops:
-            op = ops[name]
-            spec = graph.tensors[op.outputs[0]]
-            if op.kind == "index_add":
-                output = last if e == hit[-1] else f"{layer.name}@e{e}_sum"
-                inputs = [acc, rename.get(op.inputs[1], op.inputs[1]), rename.get(op.inputs[2], op.inputs[2])]
-                shape = spec.shape
-                acc = output
-            else:
-                output = rename.get(op.outputs[0], op.outputs[0])
-                inputs = [rename.get(n, n) for n in op.inputs]
-                shape = (counts[e],) + spec.shape[1:]
-            tensors[output] = TensorSpec(output, shape, spec.dtype)
-            attrs = dict(op.attrs)
-            if "count" in attrs:
-                attrs.update(count=counts[e], expert=e)
-            if "M" in attrs and op.kind in ("linear", "matmul"):
-                attrs["M"] = counts[e]
-            specs = [tensors.get(n) or graph.tensors[n] for n in inputs]
-            out.append(Op(f"{name}@e{e}" if rename else name, op.kind, inputs, [output], attrs, op.source,
-                          count_op(op.kind, attrs, specs, tensors[output], constants)))
-    return out, tensors
-
-
 def routed(graph: Graph, routing: Routing, capacity_factor: float | None = None) -> Routed:
     """The graph with its MoE layers costed under `routing` (module docstring)."""
     layers = moe_layers(graph)
@@ -123,16 +82,9 @@ def routed(graph: Graph, routing: Routing, capacity_factor: float | None = None)
     note = f"routing {routing}: " + "; ".join(notes) if layers else ""
     if routing.kind == "measured" or not layers or reasons:
         return Routed(graph, note, "; ".join(reasons), worst)
-    out = graph.copy()
+    out = graph
     for layer in layers:
-        chain = {name for x in layer.routed for name in x.ops}
-        first = next(k for k, op in enumerate(out.ops) if op.name in chain)
-        ops, tensors = _reshaped(out, layer, expert_counts(layer, routing))
-        kept = [op for op in out.ops if op.name not in chain]
-        out.ops = kept[:first] + ops + kept[first:]
-        out.tensors.update(tensors)
-    used = {n for op in out.ops for n in op.inputs + op.outputs} | set(out.inputs) | set(out.outputs)
-    out.tensors = {name: spec for name, spec in out.tensors.items() if name in used}
+        out = recounted(out, layer, expert_counts(layer, routing), clone=True)
     return Routed(out, note, "", worst)
 
 

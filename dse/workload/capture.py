@@ -369,6 +369,8 @@ def _same_dtype_copy(node: Node) -> _Identity | _Lowered | None:
         return _Identity(source)
     if not before.is_floating_point and not after.is_floating_point and not before.is_complex:
         return _Lowered("cast", [source], {"dtype": dtype_name(after)})
+    if after == torch.bool and not before.is_complex:  # a mask from a float (x != 0), as a router builds
+        return _Lowered("cast", [source], {"dtype": "bool"})
     return None
 
 
@@ -716,11 +718,54 @@ def _topk_item(source: Node, index: int) -> _Lowered:
     return _Lowered("topk", [x], {**attrs, "item": int(index)})
 
 
+def _sort_item(source: Node, index: int) -> _Lowered:
+    """torch.sort's values (item 0) or int64 indices (item 1)."""
+    x = source.args[0]
+    name = str(source.target).removeprefix("aten.")
+    stable = bool(source.kwargs.get("stable") or False) if name == "sort.stable" else False
+    at = 1 if name == "sort.default" else 2  # sort.stable(x, *, stable, dim, descending)
+    dim = int(source.kwargs.get("dim", source.args[at] if len(source.args) > at else -1))
+    descending = bool(source.kwargs.get("descending", source.args[at + 1] if len(source.args) > at + 1 else False))
+    return _Lowered("sort", [x], {"dim": dim % max(len(_shape(x)), 1), "descending": descending, "stable": stable,
+                                  "item": int(index)})
+
+
+def _cumsum(node: Node) -> _Lowered:
+    x = node.args[0]
+    dtype = node.kwargs.get("dtype")
+    return _Lowered("cumsum", [x], {"dim": int(node.args[1]) % max(len(_shape(x)), 1),
+                                    "dtype": dtype_name(dtype) if dtype is not None else None})
+
+
+def _one_hot(node: Node) -> _Lowered:
+    return _Lowered("one_hot", [node.args[0]], {"classes": _shape(node)[-1]})
+
+
+def _scatter(node: Node) -> _Lowered | None:
+    """scatter(x, dim, index, src or a scalar value); no reduce."""
+    x, dim, index, src = node.args[:4]
+    if node.kwargs.get("reduce") is not None or len(node.args) > 4:
+        return None
+    dim = int(dim) % len(_shape(x))
+    if isinstance(src, Node):
+        return _Lowered("scatter", [x, index, src], {"dim": dim})
+    if not isinstance(src, (int, float, bool)):
+        return None
+    return _Lowered("scatter", [x, index], {"dim": dim, "value": src})
+
+
+def _scatter_add(node: Node) -> _Lowered:
+    x, dim, index, src = node.args[:4]
+    return _Lowered("scatter_add", [x, index, src], {"dim": int(dim) % len(_shape(x))})
+
+
 def _getitem(node: Node) -> _Lowered | _Identity | _Unsupported:
     source, index = node.args
     name = str(getattr(source, "target", "")).removeprefix("aten.")
     if isinstance(source, Node) and name == "topk.default":
         return _topk_item(source, int(index))
+    if isinstance(source, Node) and name in ("sort.default", "sort.stable"):
+        return _sort_item(source, int(index))
     if isinstance(source, Node) and name in _EXTREME_PAIRS:
         return _pair_item(source, int(index))
     if isinstance(source, Node) and name in _MULTI_OUTPUT and index == 0:
@@ -818,6 +863,13 @@ _HANDLER_NAMES: dict[str, _Handler] = {
     "gather.default": _gather,
     "index_select.default": _index_select,
     "topk.default": _pair,
+    "sort.default": _pair,
+    "sort.stable": _pair,
+    "cumsum.default": _cumsum,
+    "one_hot.default": _one_hot,
+    **{name: _scatter for name in ("scatter.value", "scatter.src")},
+    "scatter_add.default": _scatter_add,
+    "bitwise_not.default": _unary("bitwise_not"),
     "amin.default": _reduce("amin"),
     "scaled_dot_product_attention.default": _sdpa,
     **{name: _same_dtype_copy for name in ("_to_copy.default", "to.dtype", "to.dtype_layout", "to.device")},
@@ -844,7 +896,7 @@ _KEEP_WHOLE = ("linear.default", "matmul.default", "gelu.default", "silu.default
                "stack.default", "hardtanh.default", "relu6.default", "hardswish.default", "hardsigmoid.default",
                "mish.default", "leaky_relu.default", "pad.default", "group_norm.default", "roll.default",
                "upsample_nearest2d.vec", "upsample_bilinear2d.vec", "upsample_nearest1d.vec", "fft_fftn.default",
-               "real.default", *_SPLITS)
+               "real.default", "one_hot.default", *_SPLITS)
 
 
 def _decomposition_table() -> dict:

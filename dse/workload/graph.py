@@ -28,7 +28,10 @@ Kinds and their attrs (inputs in order; `?` marks an optional input, flagged in 
   step): x with src written over the slice (`zero_` on a slice is one with src all zeros).
 - real(fft_fftn(x, dims)) is captured as DFT `linear`s by constant cos / sin weights, one dim at
   a time (dse/workload/capture.py), so it reaches the matrix Ball as any product.
-- topk(x: k, dim, largest, sorted, item): item 0 the values, 1 the int64 indices.
+- topk(x: k, dim, largest, sorted, item): item 0 the values, 1 the int64 indices; sort(x: dim,
+  descending, stable, item) likewise; cumsum(x: dim, dtype); one_hot(x: classes);
+  scatter(x, index, src?: dim, value when no src); scatter_add(x, index, src: dim);
+  bitwise_not(x) (logical not of a bool).
 - a mixture of experts (dse/workload/moe.py): moe_tokens(top_k_index: layer, experts, top_k,
   expert, count) the token ids routed to `expert`; moe_weights(top_k_index, top_k_weights:
   same attrs) their routing weights [count, 1]; index_add(acc, index, src: dim, ...).
@@ -69,7 +72,8 @@ ARG_KINDS = ("argmax", "argmin")  # the int64 position of a reduction's max / mi
 ATTENTION_KINDS = ("sdpa",)
 CHOICE_KINDS = ("where",)  # elementwise choice by a bool mask
 # a mixture of experts' routing, on the core (dse/workload/moe.py)
-ROUTING_KINDS = ("topk", "moe_tokens", "moe_weights", "index_add")
+ROUTING_KINDS = ("topk", "sort", "cumsum", "one_hot", "scatter", "scatter_add", "bitwise_not", "moe_tokens",
+                 "moe_weights", "index_add")
 QUANT_KINDS = ("quantize", "requantize", "dequantize")
 # Ops that only rearrange or pick values: applied to constants they give a constant,
 # which a frontend step may fold offline.

@@ -426,6 +426,33 @@ def _run_topk(op: Op, args: list[torch.Tensor]) -> torch.Tensor:
     return values if a["item"] == 0 else indices
 
 
+def _run_sort(op: Op, args: list[torch.Tensor]) -> torch.Tensor:
+    a = op.attrs
+    values, indices = torch.sort(args[0], dim=a["dim"], descending=a["descending"], stable=a["stable"])
+    return values if a["item"] == 0 else indices
+
+
+def _run_cumsum(op: Op, args: list[torch.Tensor]) -> torch.Tensor:
+    dtype = op.attrs.get("dtype")
+    return torch.cumsum(args[0], op.attrs["dim"], dtype=torch_dtype(dtype) if dtype else None)
+
+
+def _run_one_hot(op: Op, args: list[torch.Tensor]) -> torch.Tensor:
+    return F.one_hot(args[0], op.attrs["classes"])
+
+
+def _run_scatter(op: Op, args: list[torch.Tensor]) -> torch.Tensor:
+    x, index, *src = args
+    if src:
+        return torch.scatter(x, op.attrs["dim"], index, src[0].to(x.dtype))
+    return torch.scatter(x, op.attrs["dim"], index, op.attrs["value"])
+
+
+def _run_scatter_add(op: Op, args: list[torch.Tensor]) -> torch.Tensor:
+    x, index, src = args
+    return torch.scatter_add(x, op.attrs["dim"], index, src.to(x.dtype))
+
+
 def _run_moe_tokens(op: Op, args: list[torch.Tensor]) -> torch.Tensor:
     return torch.div(_routed(args[0], op), op.attrs["top_k"], rounding_mode="floor")
 
@@ -439,7 +466,9 @@ def _run_index_add(op: Op, args: list[torch.Tensor]) -> torch.Tensor:
     return acc.index_add(op.attrs["dim"], index, source.to(acc.dtype))
 
 
-_ROUTING = {"topk": _run_topk, "moe_tokens": _run_moe_tokens, "moe_weights": _run_moe_weights,
+_ROUTING = {"topk": _run_topk, "sort": _run_sort, "cumsum": _run_cumsum, "one_hot": _run_one_hot,
+            "scatter": _run_scatter, "scatter_add": _run_scatter_add,
+            "bitwise_not": lambda op, args: torch.bitwise_not(args[0]), "moe_tokens": _run_moe_tokens, "moe_weights": _run_moe_weights,
                 "index_add": _run_index_add}
 
 

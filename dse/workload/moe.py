@@ -28,7 +28,8 @@ import math
 import re
 from dataclasses import dataclass, field
 
-from dse.workload.graph import ROUTING_KINDS, Graph
+from dse.workload.counts import count_op
+from dse.workload.graph import ROUTING_KINDS, Graph, Op, TensorSpec
 
 
 @dataclass
@@ -89,6 +90,82 @@ def moe_layers(graph: Graph) -> list[MoeLayer]:
     return list(layers.values())
 
 
+# --- the layer's experts at other token counts ---
+
+def recounted(graph: Graph, layer: MoeLayer, counts: list[int], clone: bool = False) -> Graph:
+    """A copy of `graph` whose `layer` routes `counts` tokens per expert: each expert's ops
+    re-shaped to its rows (its gather, products, scaling), an expert given none without ops.
+    An expert the graph has no ops for (its recorded routing left it empty) is, with
+    `clone`, a copy of another's chain (the analytical model's: every expert has the same
+    shapes, its weights stand in); else a ValueError (its weights are not in the graph)."""
+    ops = {op.name: op for op in graph.ops}
+    own = {x.index: x for x in layer.routed}
+    missing = [e for e, n in enumerate(counts) if n and e not in own]
+    if missing and not clone:
+        e = missing[0]
+        raise ValueError(f"{layer.name}: the router sends {counts[e]} tokens to expert {e}, which the captured "
+                         "routing left empty (its weights are not in the graph): capture with inputs that reach it")
+    template = layer.routed[0]
+    last = ops[layer.routed[-1].ops[-1]].outputs[0]
+    acc = ops[layer.routed[0].ops[-1]].inputs[0]  # the zeros the first expert's output is added to
+    constants = set(graph.weights)
+    tensors: dict[str, TensorSpec] = {}
+    new: list[Op] = []
+    hit = [e for e, n in enumerate(counts) if n]
+    for e in hit:
+        source = own.get(e, template)
+        rename = {} if source is own.get(e) else {
+            ops[name].outputs[0]: f"{ops[name].outputs[0]}@e{e}" for name in source.ops}
+        for name in source.ops:
+            op = ops[name]
+            spec = graph.tensors[op.outputs[0]]
+            if op.kind == "index_add":
+                output = last if e == hit[-1] else f"{layer.name}@e{e}_sum"
+                inputs = [acc, rename.get(op.inputs[1], op.inputs[1]), rename.get(op.inputs[2], op.inputs[2])]
+                shape = spec.shape
+                acc = output
+            else:
+                output = rename.get(op.outputs[0], op.outputs[0])
+                inputs = [rename.get(n, n) for n in op.inputs]
+                shape = (counts[e],) + spec.shape[1:]
+            tensors[output] = TensorSpec(output, shape, spec.dtype)
+            attrs = dict(op.attrs)
+            if "count" in attrs:
+                attrs.update(count=counts[e], expert=e)
+            if "M" in attrs and op.kind in ("linear", "matmul"):
+                attrs["M"] = counts[e]
+            specs = [tensors.get(n) or graph.tensors[n] for n in inputs]
+            new.append(Op(f"{name}@e{e}" if rename else name, op.kind, inputs, [output], attrs, op.source,
+                          count_op(op.kind, attrs, specs, tensors[output], constants)))
+    chain = {name for x in layer.routed for name in x.ops}
+    first = next(k for k, op in enumerate(graph.ops) if op.name in chain)
+    kept = [op for op in graph.ops if op.name not in chain]
+    out = Graph(graph.name, kept[:first] + new + kept[first:], {**graph.tensors, **tensors}, list(graph.inputs),
+                list(graph.outputs), dict(graph.weights))
+    used = {n for op in out.ops for n in op.inputs + op.outputs} | set(out.inputs) | set(out.outputs)
+    out.tensors = {name: spec for name, spec in out.tensors.items() if name in used}
+    out.weights = {name: w for name, w in out.weights.items() if name in used}
+    return out
+
+
+def follow_routing(graph: Graph, inputs) -> Graph:
+    """`graph` with each MoE layer's token counts those its own router gives on `inputs`
+    (a quantized stage's router may send a near-tie token elsewhere than the captured
+    float module's did), layer by layer: the graph up to a layer's token gathers is run,
+    its top-k indices counted, the layer re-counted (`recounted`) where they differ."""
+    import numpy as np
+
+    for layer in moe_layers(graph):
+        routing = next(op for op in graph.ops if op.kind == "moe_tokens" and op.attrs["layer"] == layer.name)
+        first = next(k for k, op in enumerate(graph.ops) if op is routing)
+        prefix = Graph(graph.name, graph.ops[:first], graph.tensors, graph.inputs, [routing.inputs[0]], graph.weights)
+        index = np.asarray(prefix.run(*inputs)[0]).reshape(-1)
+        counts = np.bincount(index[index < layer.experts], minlength=layer.experts).tolist()
+        if counts != layer.counts:
+            graph = recounted(graph, layer, counts)
+    return graph
+
+
 # --- a declared routing (the workload's `routing`, costed by dse.analytical.moe) ---
 
 ROUTINGS = "balanced, measured or skew:<s> (s a number >= 0: expert e gets tokens in proportion to 1 / (e + 1)^s)"
@@ -114,4 +191,4 @@ def parse_routing(text: str) -> Routing:
     return Routing("skew", float(match["s"]))
 
 
-__all__ = ["ROUTINGS", "Routing", "parse_routing", "ROUTING_KINDS", "Expert", "MoeLayer", "moe_layers"]
+__all__ = ["ROUTINGS", "Routing", "parse_routing", "follow_routing", "recounted", "ROUTING_KINDS", "Expert", "MoeLayer", "moe_layers"]
