@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from dse.workload.graph import Graph
 from dse.workload.moe import ROUTINGS, MoeLayer, Routing, moe_layers, parse_routing, recounted
 
+
 def _apportion(total: int, shares: list[float], cap: int) -> list[int]:
     """`total` tokens in proportion to `shares` (largest remainders), none over `cap` (a
     token picks an expert once): what a capped expert cannot take is shared again among
@@ -88,9 +89,6 @@ def routed(graph: Graph, routing: Routing, capacity_factor: float | None = None)
     return Routed(out, note, "", worst)
 
 
-__all__ = ["ROUTINGS", "Routed", "Routing", "capacity", "expert_counts", "imbalance", "parse_routing", "routed"]
-
-
 # --- expert placement: "spread" (expert parallel, `dse.plan.moe`) ---
 
 def estimate_spread(graph: Graph, cands, calibration: dict | None = None):
@@ -137,4 +135,5 @@ def estimate_spread(graph: Graph, cands, calibration: dict | None = None):
     return per_op, totals, imbalances
 
 
-__all__ += ["estimate_spread"]
+__all__ = ["ROUTINGS", "Routed", "Routing", "capacity", "estimate_spread", "expert_counts", "imbalance",
+           "parse_routing", "routed"]
