@@ -164,10 +164,10 @@ def test_bad_input_is_one_line_and_exit_code_2(cli, tmp_path: Path):
     code, _, err = cli("recipe", "show", "gemm", "--after", "fold_batch_norm")
     assert code == 2 and "permute, quantize" in err
     folder = user_model(tmp_path / "odd", CONV_NET.replace("y = torch.relu(self.conv(x)).mean((2, 3))",
-                                                           "y = torch.cumsum(self.conv(x), 1).mean((2, 3))"))
+                                                           "y = torch.cumprod(self.conv(x), 1).mean((2, 3))"))
     code, out, err = cli("recipe", "check", folder, "--no-dump")
     assert code == 2 and out == ""
-    assert "aten.cumsum" in err and "model.py:12" in err and str(folder / "model.py") in err
+    assert "aten.cumprod" in err and "model.py:12" in err and str(folder / "model.py") in err
 
 
 def test_a_failing_check_exits_1(cli, tmp_path: Path):
