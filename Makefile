@@ -3,7 +3,7 @@
 PYTHON ?= $(shell command -v python3.11 || command -v python3)
 VENV := .venv
 # The compiled emulator core is part of the install: a change to its source builds it again.
-CORE_SOURCES := setup.py emulator/_timing_core.pyx emulator/_functional_core.pyx
+CORE_SOURCES := setup.py emulator/_timing_core.pyx emulator/_functional_core.pyx emulator/_functional_kernels.h emulator/_timing_sets.h
 STAMP := $(VENV)/.installed-$(shell cat requirements.txt requirements-nodeps.txt pyproject.toml $(CORE_SOURCES) | sha256sum | cut -c1-16)
 DB ?= records.db
 

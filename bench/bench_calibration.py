@@ -1,7 +1,8 @@
 """Quantization choices against end-to-end error: full-size MobileNetV2, MnasNet 0.5,
 EfficientNet-B0 and MobileViT-XXS (random weights, 64 x 64 inputs) through `permute` and
-`quantize`, with each weight granularity (`mapping.quantization`) and each activation
-calibration rule (`mapping.calibration`).
+`quantize`, with each weight granularity (`mapping.quantization`), each activation
+calibration rule (`mapping.calibration`) and per-tensor or per-channel activation scales
+(`mapping.activation_scales`; "channel" with the default migration 0.5).
 
     .venv/bin/python bench/bench_calibration.py [--size 64] [--only NAME ...]
 
@@ -44,7 +45,10 @@ def load():
 def inputs():
     return (torch.randn(1, 3, {size}, {size}, generator=torch.Generator().manual_seed(1)),)
 '''
-CHOICES = [("tensor", "absmax"), ("channel", "absmax"), ("channel", "percentile"), ("channel", "mse")]
+# (activations, weights, calibration)
+CHOICES = [("tensor", "tensor", "absmax"), ("tensor", "channel", "absmax"), ("tensor", "channel", "percentile"),
+           ("tensor", "channel", "mse"), ("channel", "channel", "absmax"), ("channel", "channel", "percentile"),
+           ("channel", "channel", "mse")]
 
 
 def main() -> None:
@@ -54,7 +58,7 @@ def main() -> None:
     args = parser.parse_args()
     prepare_torchvision()
     root = Path(tempfile.mkdtemp())
-    print("| model | " + " | ".join(f"{w} / {c}" for w, c in CHOICES) + " |")
+    print("| model | " + " | ".join(f"A {a} / W {w} / {c}" for a, w, c in CHOICES) + " |")
     print("|---|" + "---|" * len(CHOICES))
     for name, model in MODELS.items():
         if args.only and name not in args.only:
@@ -63,8 +67,9 @@ def main() -> None:
         folder.mkdir()
         (folder / "model.py").write_text(RECIPE.format(model=model, size=args.size))
         cells = []
-        for weights, calibration in CHOICES:
-            steps = parse_step_list(f"permute,quantize:weights={weights}:calibration={calibration}", folder)
+        for activations, weights, calibration in CHOICES:
+            steps = parse_step_list(f"permute,quantize:activations={activations}:weights={weights}"
+                                    f":calibration={calibration}", folder)
             stage = run_pipeline(folder, steps=steps).stages[-1]
             exact = "" if stage.details.get("bit_exact", True) else " (not bit-exact)"
             cells.append(f"{100 * stage.max_rel_error:.2f}%{' pass' if stage.passed else ''}{exact}")

@@ -116,9 +116,13 @@ def main(argv=None) -> int:
         worst = min((n / got[(mode, functional, core)]["wall"], name, mode, functional)
                     for name, _c, _r, got, n in ratios
                     for mode, functional in (("overlapped", True), ("serial", True), ("overlapped", False)))
+        worst_cpu = min(n / got[(mode, functional, core)]["cpu"]
+                        for name, _c, _r, got, n in ratios
+                        for mode, functional in (("overlapped", True), ("serial", True), ("overlapped", False)))
         print(f"slowest case on the {core} core ({worst[1]} {worst[2]}, functional {'on' if worst[3] else 'off'}): "
               f"{worst[0]:,.0f} instructions per host second "
-              f"({'meets' if worst[0] >= 1_000_000 else 'misses'} the 1,000,000 target)")
+              f"({'meets' if worst[0] >= 1_000_000 else 'misses'} the 1,000,000 target); slowest per CPU second "
+              f"(what a busy machine's wall time hides): {worst_cpu:,.0f}")
     return 0
 
 

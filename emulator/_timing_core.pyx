@@ -15,17 +15,24 @@ Traces are logged as (core, record, seq, I, S, C) in processing order and handed
 Python trace sink afterwards, so their lines are the Python model's own.
 """
 
+cimport cython
+from cpython.object cimport PyObject
 from libc.math cimport ceil
 from libc.stdint cimport int64_t
 from libcpp.algorithm cimport sort
 from libcpp.unordered_map cimport unordered_map
-from libcpp.unordered_set cimport unordered_set
 from libcpp.utility cimport pair
 from libcpp.vector cimport vector
 
 import numpy as np
 
 ctypedef int64_t i64
+
+cdef extern from "_timing_sets.h":
+    cdef cppclass CycleSet:
+        size_t size()
+        i64 take_from(i64 I)
+        void keep_from(i64 floor)
 
 # Record kinds (`emulator.machine`'s; `emulator.timing_core` checks them when it loads this).
 cdef enum:
@@ -39,6 +46,7 @@ cdef enum:
 
 cdef enum:
     SHARED = 1 << 20  # `emulator.machine.SHARED_KEY`
+    DCACHE = 16  # the record decoder's cache of shared key tuples and transfer fields
 
 KINDS = (K_MSET, K_MVIN, K_MVOUT, K_BALL, K_FENCE, K_BARRIER, K_CORE)
 SHARED_KEY = SHARED
@@ -81,12 +89,12 @@ cdef struct Res:
     i64 n
 
 
-cdef inline i64 ceil_occ(i64 beats, double bpb):
+cdef inline i64 ceil_occ(i64 beats, double bpb) noexcept:
     # Python's ``int(-(-beats * bpb // 1))``: the same double product, rounded up.
     return <i64>ceil(<double>beats * bpb)
 
 
-cdef bint _fits(vector[Res]& res, i64 cap, i64 t, i64 end):
+cdef bint _fits(vector[Res]& res, i64 cap, i64 t, i64 end) noexcept:
     """Whether the pool's use stays <= cap over [t, end) (use only rises at starts)."""
     cdef i64 u = 0
     cdef size_t i, j, m = res.size()
@@ -138,6 +146,7 @@ cdef i64 _pool_earliest(vector[Res]& res, i64 cap, i64 t0, i64 dur, i64 need) ex
     raise AssertionError("a pool never frees")
 
 
+@cython.final
 cdef class Shared:
     """What every core touches: the system bus (sorted, disjoint busy intervals: a burst takes
     the first free gap, as `emulator.timing.Bus.alloc`) and the trace log."""
@@ -148,7 +157,7 @@ cdef class Shared:
     cdef bint tracing
     cdef vector[i64] log  # (core, record index, seq, I, S, C) a traced instruction
 
-    cdef i64 alloc(self, i64 t, i64 n):
+    cdef i64 alloc(self, i64 t, i64 n) noexcept:
         cdef size_t m = self.bs.size()
         cdef size_t lo, hi, mid, i
         cdef i64 e
@@ -187,7 +196,7 @@ cdef class Shared:
             self.be.insert(self.be.begin() + i, e)
         return t
 
-    cdef void prune(self, i64 horizon):
+    cdef void prune(self, i64 horizon) noexcept:
         """Drop the intervals that end at or before `horizon` (no request comes before it)."""
         cdef size_t lo = 0, hi = self.be.size(), mid
         while lo < hi:
@@ -201,6 +210,7 @@ cdef class Shared:
             self.be.erase(self.be.begin(), self.be.begin() + lo)
 
 
+@cython.final
 cdef class Tile:
     """A tile's shared-memory channels and shared banks' dependence times (by shared bank)."""
 
@@ -216,7 +226,7 @@ cdef class Tile:
         self.md.resize(nkeys, 0)
         self.ad.resize(nkeys, 0)
 
-    cdef void hold(self, i64 s, i64 e, i64 n, i64 horizon):
+    cdef void hold(self, i64 s, i64 e, i64 n, i64 horizon) noexcept:
         cdef vector[Res] kept
         cdef size_t i
         cdef Res r
@@ -230,6 +240,7 @@ cdef class Tile:
             self.pool.push_back(r)
 
 
+@cython.final
 cdef class Ring:
     """A deque of at most `cap` values (Python's ``deque(maxlen=cap)``): `front` the oldest."""
 
@@ -244,7 +255,7 @@ cdef class Ring:
         self.head = 0
         self.n = 0
 
-    cdef inline void push(self, i64 x):
+    cdef inline void push(self, i64 x) noexcept:
         if self.n < self.cap:
             self.buf[(self.head + self.n) % self.cap] = x
             self.n += 1
@@ -252,13 +263,14 @@ cdef class Ring:
             self.buf[self.head] = x
             self.head = (self.head + 1) % self.cap
 
-    cdef inline bint full(self):
+    cdef inline bint full(self) noexcept:
         return self.n == self.cap
 
-    cdef inline i64 front(self):
+    cdef inline i64 front(self) noexcept:
         return self.buf[self.head]
 
 
+@cython.final
 cdef class Core:
     """One core's overlapped timing: `core_proc_reference`'s locals, stepped an instruction
     at a time by the driver."""
@@ -287,7 +299,7 @@ cdef class Core:
     # state
     cdef i64 K, core_free, release, dfloor, horizon, seq
     cdef Ring disp, rob, bq, dq
-    cdef unordered_set[i64] iss
+    cdef CycleSet iss
     cdef unordered_map[i64, int] issued
     cdef i64 ball_last_issue, ball_last_start, dma_last_issue, dma_last_start
     cdef vector[i64] ball_free, slots, wd, md, ad, phys_free
@@ -325,12 +337,23 @@ cdef class Core:
         self._decode(recs, core_banks.virtual_ids, core_banks.count)
 
     cdef _decode(self, list recs, int vids, int nphys):
-        """The records' fields in C structs (keys, physical banks and burst groups in pools)."""
+        """The records' fields in C structs (keys, physical banks and burst groups in pools).
+        Records share their key tuples and transfer fields (the functional pass makes one a
+        bank, one a transfer geometry): a pair of key tuples, or a transfer's fields, seen
+        again points at the pool entries made the first time (a small cache by identity;
+        the records hold the objects alive)."""
         cdef Rec r
         cdef Group g
-        cdef tuple rec, ks, ex, gr
+        cdef tuple rec, ks, kw, ex, gr
         cdef i64 key, top_key = vids - 1, top_phys = nphys - 1
-        cdef int i
+        cdef int i, h
+        cdef PyObject* kc_r[DCACHE]
+        cdef PyObject* kc_w[DCACHE]
+        cdef int kc_k0[DCACHE]
+        cdef PyObject* xc[DCACHE]
+        cdef Rec xc_rec[DCACHE]
+        for i in range(DCACHE):
+            kc_r[i] = kc_w[i] = xc[i] = NULL
         self.recs.reserve(len(recs))
         for rec in recs:
             r.kind = rec[0]
@@ -344,29 +367,39 @@ cdef class Core:
             r.p0 = r.g0 = 0
             r.nb = r.beats = r.extra_lat = 0
             if r.kind == K_BALL or r.kind == K_MVIN or r.kind == K_MVOUT or r.kind == K_MSET:
-                ks = rec[4]
-                r.nr = len(ks)
-                for key in ks:
-                    self.keys.push_back(key)
-                ks = rec[5]
-                r.nw = len(ks)
-                for key in ks:
-                    self.keys.push_back(key)
-                for i in range(r.k0, r.k0 + r.nr + r.nw):
-                    key = self.keys[i]
-                    if key < SHARED and key > top_key:
-                        top_key = key
+                ks, kw = rec[4], rec[5]
+                r.nr, r.nw = len(ks), len(kw)
+                h = ((<size_t><PyObject*>ks >> 4) ^ (<size_t><PyObject*>kw >> 6)) & (DCACHE - 1)
+                if r.kind != K_MSET and kc_r[h] == <PyObject*>ks and kc_w[h] == <PyObject*>kw:
+                    r.k0 = kc_k0[h]
+                else:
+                    for key in ks:
+                        self.keys.push_back(key)
+                    for key in kw:
+                        self.keys.push_back(key)
+                    for i in range(r.k0, r.k0 + r.nr + r.nw):
+                        key = self.keys[i]
+                        if key < SHARED and key > top_key:
+                            top_key = key
+                    kc_r[h], kc_w[h], kc_k0[h] = <PyObject*>ks, <PyObject*>kw, r.k0
             if r.kind == K_MVIN or r.kind == K_MVOUT:
                 ex = rec[9]
-                r.nb, r.beats, r.extra_lat = ex[0], ex[1], ex[4]
-                r.g0 = self.groups.size()
-                for gr in ex[2]:
-                    g.count, g.beats = gr[0], gr[1]
-                    g.occ = ceil_occ(g.beats, self.bpb)
-                    if g.occ < 1:
-                        g.occ = 1
-                    self.groups.push_back(g)
-                r.ng = self.groups.size() - r.g0
+                h = (<size_t><PyObject*>ex >> 4) & (DCACHE - 1)
+                if xc[h] == <PyObject*>ex:
+                    r.nb, r.beats, r.extra_lat = xc_rec[h].nb, xc_rec[h].beats, xc_rec[h].extra_lat
+                    r.g0, r.ng = xc_rec[h].g0, xc_rec[h].ng
+                else:
+                    r.nb, r.beats, r.extra_lat = ex[0], ex[1], ex[4]
+                    r.g0 = self.groups.size()
+                    for gr in ex[2]:
+                        g.count, g.beats = gr[0], gr[1]
+                        g.occ = ceil_occ(g.beats, self.bpb)
+                        if g.occ < 1:
+                            g.occ = 1
+                        self.groups.push_back(g)
+                    r.ng = self.groups.size() - r.g0
+                    xc[h] = <PyObject*>ex
+                    xc_rec[h] = r
             elif r.kind == K_MSET:
                 r.p0 = self.keys.size()
                 for key in rec[9]:
@@ -380,13 +413,11 @@ cdef class Core:
         self.ad.resize(top_key + 1, 0)
         self.phys_free.resize(top_phys + 1, 0)
 
-    cdef inline i64 issue_slot(self, i64 I):
+    cdef inline i64 issue_slot(self, i64 I) noexcept:
         """The first cycle from I with an issue slot free; takes it."""
         cdef unordered_map[i64, int].iterator it
         if self.w1:
-            while self.iss.count(I):
-                I += 1
-            self.iss.insert(I)
+            I = self.iss.take_from(I)
         else:
             while True:
                 it = self.issued.find(I)
@@ -399,12 +430,12 @@ cdef class Core:
                 I += 1
         return I
 
-    cdef inline i64 key_time(self, vector[i64]& own, vector[i64]& shared, i64 key):
+    cdef inline i64 key_time(self, vector[i64]& own, vector[i64]& shared, i64 key) noexcept:
         if key < SHARED:
             return own[key]
         return shared[key - SHARED]
 
-    cdef void prune_res(self, i64 D):
+    cdef void prune_res(self, i64 D) noexcept:
         """Drop channel reservations no later Ball or DMA start can meet (both start in order
         per queue, never before the dispatch D)."""
         cdef i64 floor = self.ball_last_start if self.ball_last_start < self.dma_last_start else self.dma_last_start
@@ -418,12 +449,12 @@ cdef class Core:
         self.res.swap(kept)
         self.res_lim = 2 * self.res.size() if self.res.size() > 4 else 8
 
-    cdef inline void hold_private(self, i64 s, i64 e, i64 n):
+    cdef inline void hold_private(self, i64 s, i64 e, i64 n) noexcept:
         cdef Res r
         r.s, r.e, r.n = s, e, n
         self.res.push_back(r)
 
-    cdef inline i64 private_use(self, i64 S, i64 end):
+    cdef inline i64 private_use(self, i64 S, i64 end) noexcept:
         cdef i64 tot = 0
         cdef size_t i
         for i in range(self.res.size()):
@@ -431,7 +462,7 @@ cdef class Core:
                 tot += self.res[i].n
         return tot
 
-    cdef inline void log(self, size_t idx, i64 seq, i64 I, i64 S, i64 C):
+    cdef inline void log(self, size_t idx, i64 seq, i64 I, i64 S, i64 C) noexcept:
         cdef vector[i64]* lg = &self.sh.log
         lg.push_back(self.cid)
         lg.push_back(idx)
@@ -713,7 +744,7 @@ cdef class Core:
         self.retire(I, S, C, D)
         return YIELDED
 
-    cdef void results(self, Rec* r, i64 C):
+    cdef void results(self, Rec* r, i64 C) noexcept:
         """A Ball op's or a transfer's results: written banks' and accessed banks' times."""
         cdef int i
         cdef i64 key
@@ -739,9 +770,8 @@ cdef class Core:
                 if tile.ad[key] < C:
                     tile.ad[key] = C
 
-    cdef void retire(self, i64 I, i64 S, i64 C, i64 D):
+    cdef void retire(self, i64 I, i64 S, i64 C, i64 D) noexcept:
         """In-order commit, the trace, and the next dispatch bound."""
-        cdef unordered_set[i64] kept
         cdef unordered_map[i64, int] kept_n
         cdef i64 x, nd
         cdef pair[i64, int] kv
@@ -754,10 +784,7 @@ cdef class Core:
         self.seq += 1
         if (self.seq & 4095) == 0:  # issue slots before D are never asked for again
             if self.iss.size() > 4096:
-                for x in self.iss:
-                    if x >= D:
-                        kept.insert(x)
-                self.iss.swap(kept)
+                self.iss.keep_from(D)
             if self.issued.size() > 4096:
                 for kv in self.issued:
                     if kv.first >= D:
@@ -770,7 +797,7 @@ cdef class Core:
             nd = self.release
         self.nd = nd
 
-    cdef void finish_barrier(self, i64 rel):
+    cdef void finish_barrier(self, i64 rel) noexcept:
         """The BARRIER at `pos` released at `rel` (the tile's last arrival + barrier cycles)."""
         cdef i64 D = self.nd
         self.st_bar += rel - D
@@ -1014,3 +1041,16 @@ def _replay(trace, list records, vector[i64]& lg, i64 R, op_names):
     for i in range(0, lg.size(), 6):
         c = lg[i]
         trace.add(c, records[c][lg[i + 1]], lg[i + 2], R, lg[i + 3], lg[i + 4], lg[i + 5], op_names)
+
+
+def take_slots(list requests):
+    """The issue-slot set on its own (for tests): each request is a cycle (take the first
+    free cycle from it; the answers are returned in order) or ``("keep_from", floor)``."""
+    cdef CycleSet s
+    out = []
+    for q in requests:
+        if type(q) is tuple:
+            s.keep_from(q[1])
+        else:
+            out.append(s.take_from(q))
+    return out

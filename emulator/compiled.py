@@ -1,13 +1,13 @@
 """Which emulator core runs: the compiled one (Cython to C++, built by ``make install``: the
-timing passes, `emulator._timing_core`, and the functional pass's hot instructions,
-`emulator._functional_core`) or, with ``DSE_EMULATOR_CORE=python``, the Python model
+timing passes, `emulator._timing_core`, and the functional pass, `emulator._functional_core`:
+the field check and the hot instructions, the rest left to the Python handlers) or, with ``DSE_EMULATOR_CORE=python``, the Python model
 (`emulator.timing`, `emulator.machine`: the reference the tests compare the compiled core
 with, cycle for cycle and byte for byte; also for debugging). The install builds the extension, so a missing one is an error
 that says so, not a silent fall back to a pass ten times slower."""
 
 from __future__ import annotations
 
-from .core_choice import CORES, ENV, CoreNotBuilt, functional_stretch, load_compiled, selected  # noqa: F401
+from .core_choice import CORES, ENV, CoreNotBuilt, functional_core, load_compiled, selected  # noqa: F401
 from .machine import BALL, BARRIER, CORE, FENCE, MSET, MVIN, MVOUT, SHARED_KEY
 from .timing import CoreTimes, run_overlapped as run_overlapped_python, run_serial as run_serial_python
 

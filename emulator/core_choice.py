@@ -39,12 +39,12 @@ def load_compiled(name: str):
                            f"`make install`, or set {ENV}=python for the Python model") from None
 
 
-def functional_stretch():
-    """`emulator._functional_core.run_stretch` (`Machine.run`'s loop over a core's stretch of
-    instructions), or None for the Python loop."""
+def functional_core():
+    """`emulator._functional_core` (its `cores(machine)`: `Machine.run`'s check and loop
+    compiled), or None for the Python loop."""
     global _functional
     if selected() == "python":
         return None
     if _functional is None:
         _functional = load_compiled("_functional_core")
-    return _functional.run_stretch
+    return _functional

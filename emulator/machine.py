@@ -30,7 +30,7 @@ from threadpoolctl import threadpool_limits
 
 from . import balls as B
 from . import coreops
-from .core_choice import functional_stretch
+from .core_choice import functional_core
 from .errors import EncodeError, ExecutionError, ProgramError
 from .dma import burst_groups, transfer_cycles
 from .isa import (Barrier, CoreOp, Fence, Fp2Int, Im2col, Int2Fp, Matmul, Mset, Mvin, Mvout, Mxfp2Int, Relu,
@@ -123,17 +123,21 @@ class Machine:
         self.burst_beats = chip.dma_burst_beats
         self.k_inflight = chip.dma_parallel_bursts
         self.records: list[list[tuple]] = [[] for _ in range(self.n_cores)]
-        self.handlers = {
-            Mset: self._mset, Mvin: self._mvin, Mvout: self._mvout, Fence: self._fence, Barrier: self._barrier,
-            Matmul: self._matmul, VecMatmul: self._vecmatmul, Im2col: self._im2col, Transpose: self._transpose,
-            Relu: self._relu, Fp2Int: self._fp2int, Int2Fp: self._int2fp, Mxfp2Int: self._mxfp2int,
-            CoreOp: self._coreop,
-        }
+        # Each instruction class's handler, called ``handler(machine, c, pc, ins)``: plain
+        # functions, not bound methods, so that a machine is no reference cycle and its
+        # records go when the run drops it (a cycle left them to a collection that walked
+        # every record: 35-60 ms after each 100,000-instruction run).
+        self.handlers = _HANDLERS
 
     # ------------------------------------------------------------------ driver
     def run(self) -> None:
+        fc = functional_core()  # the compiled check and loop, unless DSE_EMULATOR_CORE=python
+        compiled = fc.cores(self) if fc is not None else None  # decoded, checked (errors raised below)
         segments = []
         for c, instrs in enumerate(self.program.cores):
+            if compiled is not None:
+                segments.append(compiled[c].segments())
+                continue
             segs, start = [], 0
             for pc, ins in enumerate(instrs):
                 if type(ins) is Barrier:
@@ -152,7 +156,7 @@ class Machine:
         # Every field of every instruction is checked before anything runs.
         check = self.layout.check
         for c, instrs in enumerate(self.program.cores):
-            pc = self.layout.check_all(instrs)
+            pc = compiled[c].bad if compiled is not None else self.layout.check_all(instrs)
             if pc >= 0:
                 try:
                     check(instrs[pc])
@@ -160,7 +164,6 @@ class Machine:
                     raise EncodeError(f"core {c}, instruction #{pc}: {exc}", instruction=exc.instruction,
                                       field=exc.field, value=exc.value, width=exc.width) from None
         handlers = self.handlers
-        stretch = functional_stretch()  # the compiled loop, unless DSE_EMULATOR_CORE=python
         # BLAS on one thread: the products are the plan's tiles (about 128 x 128 x K), where a
         # thread pool gains little, and on a busy machine its threads spin waiting for a core
         # (a 128 x 128 x 4096 chain took 15x longer on 2 threads than on 1 at load 3.5 on
@@ -172,13 +175,13 @@ class Machine:
                         continue
                     lo, hi = segments[c][e]
                     out = self.records[c]
-                    if stretch is not None:
-                        stretch(self, c, instrs, lo, hi, out)
+                    if compiled is not None:
+                        compiled[c].run(lo, hi, out)
                         continue
                     append = out.append
                     for pc in range(lo, hi):
                         ins = instrs[pc]
-                        append(handlers[type(ins)](c, pc, ins))
+                        append(handlers[type(ins)](self, c, pc, ins))
             self._flush_all()
 
     # ------------------------------------------------------------------ banks
@@ -826,3 +829,11 @@ class Machine:
         cpe = self.core_chips[c].core_cycles_per_element(ins.kind)
         self.core_elements[c] += n
         return (CORE, pc, math.ceil(n * cpe), 0, (), (), False, 0, 0, n, None)
+
+
+_HANDLERS = {
+    Mset: Machine._mset, Mvin: Machine._mvin, Mvout: Machine._mvout, Fence: Machine._fence,
+    Barrier: Machine._barrier, Matmul: Machine._matmul, VecMatmul: Machine._vecmatmul, Im2col: Machine._im2col,
+    Transpose: Machine._transpose, Relu: Machine._relu, Fp2Int: Machine._fp2int, Int2Fp: Machine._int2fp,
+    Mxfp2Int: Machine._mxfp2int, CoreOp: Machine._coreop,
+}

@@ -245,6 +245,66 @@ def test_quantize_a_linear_by_hand():
     assert abs(y[0, 0].item() - 0.475) < 5e-3 and abs(y[0, 1].item() - 1.3) < 5e-3  # float: 0.475, 1.3
 
 
+def test_per_channel_activation_scales_move_into_the_weight_by_hand():
+    """activations = "channel", migration a = 0.5: x = (1, -0.5) has thresholds t = (1, 0.5),
+    each input channel's weights absmax 1, so d = sqrt(t) = (1, 0.7071), S = 127 / max(t / d)
+    = 127, sA = S / d = (127, 179.6), W' = W * d quantized per output channel (254, 127)."""
+    x = torch.tensor([[1.0, -0.5]])
+    graph, ctx = prepare(OneLinear(), x)
+    q = quantize.run(graph, ctx, activations="channel")
+    quant, linear, deq = q.ops
+    d = np.sqrt([1.0, 0.5])
+    assert quant.attrs["scale"] == np.float32(127 / d).tolist() and quant.attrs["scale_axes"] == [1]
+    values = q.trace(x)
+    assert values[quant.outputs[0]].tolist() == [[127, -90]]  # -0.5 * 179.6 = -89.8
+    assert q.weights[linear.inputs[1]].tolist() == [[127, 45], [127, -90]]  # 0.25 d 254 = 44.9, -d 127 = -89.8
+    assert q.weights[linear.inputs[2]].tolist() == [3226, -3226]  # the bias sees the one S = 127, as before
+    assert deq.attrs["scale"] == [np.float32(1 / (127 * 254)).item(), np.float32(1 / (127 * 127)).item()]
+    assert linear.attrs["a_granularity"] == "channel"
+    y = values[q.outputs[0]]
+    assert abs(y[0, 0].item() - 0.475) < 5e-3 and abs(y[0, 1].item() - 1.3) < 5e-3
+    assert integer_reference(q, x)[q.outputs[0]].tolist() == y.tolist()
+    with pytest.raises(StepError, match="migration 1.5"):
+        quantize.run(graph, ctx, activations="channel", migration=1.5)
+
+
+class DepthwiseBlock(nn.Module):
+    """Depthwise 3x3, ReLU, then a grouped 1x1 (2 groups): input channels whose ranges span
+    three orders of magnitude, one channel silent."""
+
+    def __init__(self):
+        super().__init__()
+        self.dw = nn.Conv2d(8, 8, 3, padding=1, groups=8)
+        self.pw = nn.Conv2d(8, 6, 1, groups=2)
+
+    def forward(self, x):
+        return self.pw(torch.relu(self.dw(x)))
+
+
+def test_per_channel_activation_scales_cure_channels_of_unequal_range():
+    torch.manual_seed(0)
+    spread = torch.tensor([1e-3, 3e-3, 1e-2, 3e-2, 0.1, 0.3, 1.0, 0.0]).reshape(1, 8, 1, 1)
+    x = randn(1, 8, 6, 6) * spread
+    graph, ctx = prepare(DepthwiseBlock(), x)
+    graph = permute.run(graph, ctx)  # NHWC / HWIO: the channel axes are the last ones
+    errors = {}
+    for act in ("tensor", "channel"):
+        q = quantize.run(graph, ctx, activations=act)
+        errors[act] = assert_matches(q, ctx, tolerance=0.05)  # bit-exact against integer_reference too
+    assert errors["channel"] < errors["tensor"] / 2, errors
+    q = quantize.run(graph, ctx, activations="channel")
+    first = q.ops_of_kind("quantize")[0]
+    assert first.attrs["scale_axes"] == [3] and len(first.attrs["scale"]) == 8
+    # the silent channel takes the smallest weight factor: its scale the largest, no infinity
+    assert np.isfinite(first.attrs["scale"]).all() and first.attrs["scale"][7] == max(first.attrs["scale"])
+    # depthwise: a = 1, every live channel's int8 values reach the full range
+    xq = q.trace(x)[first.outputs[0]]
+    assert xq[..., :7].abs().amax(dim=(0, 1, 2)).tolist() == [127] * 7
+    # the grouped 1x1's input quantize is fused into the depthwise conv's requantize (per channel)
+    assert [op.kind for op in q.ops].count("requantize") == 1
+    assert [op.kind for op in q.ops].count("quantize") == 1
+
+
 def test_a_bias_with_no_room_in_the_accumulator_is_added_after_dequantize():
     """GoogLeNet's case: activations tiny next to the bias. bias_q = 0.1 * 127e6 * 254 =
     3.2e9 does not fit int32 (and must leave room for K = 2 products of up to 128 * 128),
@@ -561,7 +621,7 @@ def test_steps_default_and_options_resolve():
     assert [s.name for s in load_steps(Path("/nonexistent"))] == ["permute", "quantize"]
     spec = resolve_step("quantize", {"tolerance": 1})
     assert spec.options == {"activations": "tensor", "weights": "channel", "fuse": True, "tolerance": 1.0,
-                            "calibration": "absmax", "percentile": 99.99}
+                            "calibration": "absmax", "percentile": 99.99, "migration": 0.5}
     assert spec.tolerance == 1.0 and resolve_step("permute", {}).tolerance == 1e-5
 
 

@@ -280,6 +280,41 @@ def test_calibration_knob_sweep_emulates_each_rule_bit_exact(tmp_path):
     assert scales["+mse"] > scales["+absmax"]  # mse clips: a smaller threshold, a larger scale
 
 
+ACTIVATION_SCALES = knob("scales", "mapping.activation_scales", '["tensor", "channel"]')
+
+
+def test_activation_scales_knob_sweep_emulates_each_bit_exact(tmp_path):
+    """Per-channel activation scales (moved into the weight) as a mapping knob: each
+    candidate runs its own graph, recorded in its mapping and identity, and the emulator
+    follows it bit for bit; the two graphs differ in their results, not only in name."""
+    from dse.runner.emulation import prepare_emulation
+
+    assert (Candidate(load_chip("goban"), Mapping(activation_scales="channel")).hash
+            != Candidate(load_chip("goban"), Mapping()).hash)
+    db = tmp_path / "r.db"
+    run_sweep(write(tmp_path, ACTIVATION_SCALES, emulator="all"), db, progress=False)
+    cands, runs = records(db, "knob")
+    scales = {c["id"]: json.loads(c["mapping"]).get("activation_scales") for c in cands}
+    assert sorted(scales.values(), key=str) == [None, "channel", "tensor"]
+    emu = runs[runs["stage"] == "emulator"]
+    assert len(emu) == 3 and set(emu["status"]) == {"ok"}, emu
+    with Store(db) as store:
+        m = store.metrics("knob", kind="numerics")
+    exact = {scales[c]: v for c, v in m.loc[m["name"] == "integer_bit_exact", ["candidate_id", "value"]].values}
+    assert exact == {None: 1.0, "tensor": 1.0, "channel": 1.0}
+    err = {scales[c]: v for c, v in m.loc[m["name"] == "max_abs_error", ["candidate_id", "value"]].values}
+    assert err["tensor"] == err[None] and err["channel"] != err["tensor"]
+    prep = prepare_emulation("gemm", {"m": 32, "n": 32, "k": 32}, "++channel")
+    quant = next(op for op in prep.graph.ops if op.kind == "quantize")
+    assert quant.attrs["scale_axes"] == [1] and len(quant.attrs["scale"]) == 32
+
+
+def test_bad_activation_scales_is_exit_2(tmp_path, cli):
+    path = write(tmp_path, knob("scales", "mapping.activation_scales", '["channel", "row"]'))
+    code, _, err = cli("sweep", path, "--db", tmp_path / "r.db", "--no-progress")
+    assert code == 2 and "mapping.activation_scales" in err and "row" in err and "'channel'" in err, err
+
+
 def test_bad_calibration_is_exit_2(tmp_path, cli):
     path = write(tmp_path, knob("calibration", "mapping.calibration", '["absmax", "kl"]'))
     code, _, err = cli("sweep", path, "--db", tmp_path / "r.db", "--no-progress")

@@ -181,3 +181,14 @@ def test_an_infeasible_candidate_has_the_same_words_in_both_consumers(mlp):
         else:
             assert row.feasible and row.reason == "", (cand.mapping, cand.chip.banks, row.reason)
     assert 0 < refused < len(cands)
+
+
+def test_every_unit_the_plan_names_has_one_emitter_and_one_charge():
+    """The plan's units (`dse.plan.graph_plan.UNITS`) are the keys of `dse.units.UNITS`: each
+    with an emitter, and a charge or a whole cost, which the lowering and the model both look up."""
+    from dse.plan.graph_plan import UNITS as PLAN_UNITS
+    from dse.units import UNITS
+
+    assert set(UNITS) == set(PLAN_UNITS)
+    for unit in UNITS.values():
+        assert callable(unit.emit) and (unit.charge is None) != (unit.cost is None), unit.name

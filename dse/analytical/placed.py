@@ -49,6 +49,7 @@ from ..mapping.candidate import Mapping
 from ..plan.graph_plan import plan_for, plan_graph, plan_key
 from ..plan.placement import (WeightRegions, boundary_note, boundary_tensors, handoff_banks, handoffs, place,
                               range_candidate, range_regions, schedule, spmd_chip, stage_reason, stage_regions)
+from ..units.stream import STREAM_BALL_OPS
 from .estimate import TOTAL_ACTIVITY, TOTAL_COLUMNS, estimate, op_activity, summarize
 from .graph_cost import graph_costs
 from .stream_cost import planned_stream
@@ -278,7 +279,7 @@ def op_head_transfers(plan, row, chip, mapping, workers: int, cores: Sequence[in
     loads (those not in shared memory), after the MSETs of its buffers. None where the op
     starts otherwise (a core op, a packing copy, a shared weight's preload, a conv)."""
     unit = row["unit"]
-    if unit in ("fp2int", "int2fp", "relu"):
+    if unit in STREAM_BALL_OPS:  # a Ball stream's unit label (`dse.units.stream`)
         stream = planned_stream(graph, plan.op.name, chip)
         if stream is None:
             return None

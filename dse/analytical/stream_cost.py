@@ -23,7 +23,7 @@ from ..plan.memory import Blocked, Dram, Loc, pad
 from ..plan.streams import (Stream, busiest_core_part, relu_plan_key, relu_stream, scale_core_op, scale_stream,
                             stream_plan_key, takes_stream)
 from ..workload.graph import Graph, Op, scale_array
-from .charges import Charges
+from ..units.charges import Charges
 
 
 def planned_stream(graph: Graph, op_name: str, chip) -> Stream | None:

@@ -103,7 +103,7 @@ def emulate_stages(args, chip, mapping, params):
             raise InputError("--stage", "--stage", text, f"a role no other stage has (not {', '.join(roles)})")
         stages.append((role, recipe))
         roles.append(role)
-    for key in ("quantization", "calibration", "partition", "workload"):
+    for key in ("quantization", "calibration", "activation_scales", "partition", "workload"):
         if getattr(mapping, key) is not None:
             raise InputError("--knob", f"mapping.{key}", getattr(mapping, key), "unset with --stage (as with a "
                              "spec's workload.stages: the knob would change one stage's graph)")

@@ -27,6 +27,21 @@ Granularity (step options):
   left operand A[..., M, K] (along M) and per 16 columns of an activation right operand
   B[..., K, N] (along N). A convolution's input is always per tensor: one input pixel
   feeds rows of several strips of the im2col matrix.
+  Or "channel": one scale per input channel (the reduction axis K) of a product by a
+  weight (linear, matmul, conv), the scale moved into the weight so that it still factors out of
+  the sum (SmoothQuant's migration, taken the whole way for depthwise convs):
+      d[k] = t[k]^a / wmax[k]^(1 - a)     (t: the channel's threshold, wmax: its weights'
+                                           absmax, a = the `migration` option, 0..1)
+      S = fp32(127 / max_k(t[k] / d[k])), sA[k] = fp32(S / d[k])
+      xq[k] = quantize(x[k]) with sA[k];  W'[n, k] = W[n, k] * S / sA[k], quantized per
+                                           output channel as any weight
+  so acc[n] = sum_k xq[k] W'q[n, k] ~ S * sW[n] * sum_k x[k] W[n, k]: the product's A
+  scale is the one S. In a depthwise conv each output channel reads one input channel, so
+  its own weight scale takes d whole: no precision is lost on the weights, and a = 1 gives
+  every channel the full int8 range (with per-channel weights, a depthwise conv always
+  takes a = 1). Products by an activation (attention's) keep a per-tensor A. The default
+  a = 0.5 is SmoothQuant's; no value was best for all four mobile networks of
+  `bench/bench_calibration.py`, which measures the choices.
 - weights = "tensor", "strip" (one scale per 16 output channels) or "channel" (one per
   output channel). The output channel axis is N: W's rows for linear [N, K], the last
   axis of a pre-transposed [K, N] weight, axis 0 of OIHW / OIW conv weights and the last
@@ -101,10 +116,11 @@ from dse.workload.graph import (
 
 CALIBRATIONS = ("absmax", "percentile", "mse")
 OPTIONS = {
-    "activations": (str, "tensor", ("tensor", "strip")),
+    "activations": (str, "tensor", ("tensor", "strip", "channel")),
     "weights": (str, "channel", ("tensor", "strip", "channel")),
     "calibration": (str, "absmax", CALIBRATIONS),
     "percentile": (float, 99.99),
+    "migration": (float, 0.5),
     "fuse": (bool, True),
     "tolerance": (float, 0.05),
 }
@@ -227,6 +243,20 @@ def _roles(op: Op, graph: Graph) -> _Roles | None:
     return _Roles(None, len(b) - 1 if weight_last else 0, None, out_channel)
 
 
+def _channel_axes(op: Op, graph: Graph) -> tuple[int, int, int]:
+    """A product by a weight: the input-channel (K) axis of its activation and of its
+    weight, and its groups (a grouped conv's output channel n reads input channels
+    n // (N / groups) * I + i, i < I)."""
+    x_rank, w_rank = len(graph.tensors[op.inputs[0]].shape), len(graph.tensors[op.inputs[1]].shape)
+    if op.kind == "linear":
+        return x_rank - 1, 1, 1
+    if op.kind == "matmul":  # B[..., K, N]
+        return x_rank - 1, w_rank - 2, 1
+    x_axis = x_rank - 1 if op.attrs.get("layout") in CHANNELS_LAST else 1
+    w_axis = w_rank - 2 if op.attrs.get("weight_layout") in CHANNELS_LAST_WEIGHTS else 1
+    return x_axis, w_axis, int(op.attrs.get("groups", 1))
+
+
 def _multiplier(out_axes: list[tuple[int, Scale]], numerator: float = 1.0) -> dict[str, Any]:
     """fp32(numerator / (sA * sB)) over the output axes the operand scales vary along."""
     varying = sorted((axis, scale) for axis, scale in out_axes if scale.axis is not None)
@@ -243,8 +273,9 @@ def _multiplier(out_axes: list[tuple[int, Scale]], numerator: float = 1.0) -> di
 
 class _Quantizer:
     def __init__(self, graph: Graph, values: dict[str, torch.Tensor], activations: str, weights: str,
-                 calibration: str = "absmax", percentile: float = 99.99):
+                 calibration: str = "absmax", percentile: float = 99.99, migration: float = 0.5):
         self.graph = graph
+        self.migration = migration
         self.values = values
         self.activations = activations
         self.weights = weights
@@ -275,6 +306,57 @@ class _Quantizer:
             self.quantized[key] = (out, scale)
         return self.quantized[key]
 
+    def migrated(self, op: Op, roles: _Roles) -> tuple[tuple[str, Scale], tuple[str, Scale]]:
+        """A per-input-channel A scale moved into the weight (the module docstring's
+        "channel"): the int8 A and int8 W', with the A scale that factors out (the one S)."""
+        graph, rw = self.graph, self.rw
+        x_name, w_name = op.inputs[:2]
+        x = self.values[x_name].numpy()
+        w = graph.weights[w_name].astype(np.float64)
+        x_axis, w_in_axis, groups = _channel_axes(op, graph)
+        channels = x.shape[x_axis]
+        t = thresholds(np.moveaxis(x, x_axis, 0).reshape(channels, -1), self.calibration, self.percentile)
+        # each input channel's weights: W[n, i] of the output channels of its group
+        w_in = np.moveaxis(w, (roles.b_axis, w_in_axis), (0, 1))  # [N, I, ...]
+        per_group = w_in.shape[0] // groups
+        wmax = np.abs(w_in.reshape(groups, per_group, w_in.shape[1], -1)).max(axis=(1, 3)).reshape(-1)
+        # a depthwise conv's output channel reads one input channel: its own weight scale takes
+        # d whole, so the activations' scales are moved entirely (every channel's full range)
+        depthwise = w_in.shape[1] == 1 and groups == channels and self.weights == "channel"
+        alpha = 1.0 if depthwise else self.migration
+        tiny = 127.0 / np.finfo(np.float32).max  # below it no fp32 scale is finite (as `calibrate`)
+        live, seen = (t > tiny) & (wmax > 0), t > tiny
+        d = np.ones(channels)
+        d[live] = t[live] ** alpha / wmax[live] ** (1 - alpha)
+        top = float(np.max(t[live] / d[live], initial=0.0))
+        if top > 0:
+            # a channel with no weight: its values within range, whatever they are
+            d[seen & ~live] = t[seen & ~live] / top
+            # a channel silent on the calibration inputs: the smallest weight factor, so that
+            # its weights do not widen the scale of the weights that matter
+            d[~seen] = d[seen].min()
+        S = np.float32(127.0 / top) if top > tiny else np.float32(1.0)
+        sa_channel = (np.float64(S) / d).astype(np.float32)
+        key = ("activation", x_name, "channel", sa_channel.tobytes())
+        if key not in self.quantized:
+            scale = Scale(sa_channel, x_axis, 1, "channel")
+            spec = graph.tensors[x_name]
+            out = rw.emit("quantize", [x_name], spec.shape, "int8",
+                          {**scale.attrs(), "granularity": "channel", "role": "A"}, op.source, hint=f"{x_name}_int8")
+            self.quantized[key] = (out, scale)
+        qa = self.quantized[key][0]
+        # W'[n, i] = W[n, i] * S / sA[channel of (n, i)]
+        factor = np.float64(S) / sa_channel.astype(np.float64)  # [C], C = groups * I
+        shape = [1] * w.ndim
+        grid = factor.reshape(groups, 1, w_in.shape[1])  # [group, 1, I]
+        per_n = np.broadcast_to(grid, (groups, per_group, w_in.shape[1])).reshape(w_in.shape[0], w_in.shape[1])
+        shape[roles.b_axis], shape[w_in_axis] = per_n.shape
+        folded = w * (per_n if roles.b_axis < w_in_axis else per_n.T).reshape(shape)
+        granularity = self.weights
+        sb = calibrate(folded, roles.b_axis, granularity)
+        qb = rw.weight(f"{w_name}_int8", _quantize_array(folded.astype(np.float32), sb))
+        return (qa, Scale(np.array([S], dtype=np.float32), None, 0, "channel")), (qb, sb)
+
     def product(self, op: Op) -> None:
         graph, rw = self.graph, self.rw
         roles = _roles(op, graph)
@@ -282,8 +364,13 @@ class _Quantizer:
             rw.keep(op)
             return
         is_conv = op.kind in CONV_KINDS
-        qa, sa = self.operand(op.inputs[0], roles.a_axis, "A", op.source, "tensor" if is_conv else None)
-        qb, sb = self.operand(op.inputs[1], roles.b_axis, "B", op.source)
+        if (self.activations == "channel" and op.inputs[0] not in graph.weights and op.inputs[1] in graph.weights
+                and op.kind in ("linear", "matmul", *CONV_KINDS)):
+            (qa, sa), (qb, sb) = self.migrated(op, roles)
+        else:
+            granularity = "tensor" if is_conv or self.activations == "channel" else None
+            qa, sa = self.operand(op.inputs[0], roles.a_axis, "A", op.source, granularity)
+            qb, sb = self.operand(op.inputs[1], roles.b_axis, "B", op.source)
         out = op.outputs[0]
         spec = graph.tensors[out]
         inputs = [qa, qb]
@@ -404,11 +491,14 @@ def _combine(q_attrs: dict[str, Any], deq_attrs: dict[str, Any]) -> dict[str, An
 
 
 def run(graph: Graph, ctx, activations: str = "tensor", weights: str = "channel", fuse: bool = True,
-        tolerance: float = 0.05, calibration: str = "absmax", percentile: float = 99.99) -> Graph:
+        tolerance: float = 0.05, calibration: str = "absmax", percentile: float = 99.99,
+        migration: float = 0.5) -> Graph:
     if not 0 < percentile <= 100:
         raise StepError(f"percentile {percentile} out of range (0, 100]")
+    if not 0 <= migration <= 1:
+        raise StepError(f"migration {migration} out of range [0, 1]")
     values = ctx.trace(graph)  # calibration: the float graph on the example inputs (the last check's)
-    quantizer = _Quantizer(graph, values, activations, weights, calibration, percentile)
+    quantizer = _Quantizer(graph, values, activations, weights, calibration, percentile, migration)
     for op in graph.ops:
         if op.kind in MATMUL_KINDS or op.kind in CONV_KINDS:
             quantizer.product(op)
@@ -423,6 +513,7 @@ def run(graph: Graph, ctx, activations: str = "tensor", weights: str = "channel"
         quantize=len(result.ops_of_kind("quantize")), dequantize=len(result.ops_of_kind("dequantize")),
         activations=activations, weights=weights, calibration=calibration,
         **({"percentile": percentile} if calibration == "percentile" else {}),
+        **({"migration": migration} if activations == "channel" else {}),
     )
     return result
 

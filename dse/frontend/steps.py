@@ -202,19 +202,23 @@ def steps_identity(steps: list[StepSpec]) -> list[dict[str, Any]]:
 def quantized_steps(recipe: str, choice: str):
     """The recipe's frontend steps with the quantize step's options a mapping sets
     (`Mapping.quantize_choice`: the weight granularity, "+" and the activations' calibration
-    rule, either may be empty: "channel", "tensor+mse", "+percentile")."""
+    rule, then "+" and the activations' scale granularity; any may be empty: "channel",
+    "tensor+mse", "+percentile", "++channel")."""
     from dse.workload import load_recipe
 
     folder = load_recipe(recipe).path.parent
     steps = load_steps(folder)
-    weights, _, calibration = choice.partition("+")
-    field = "mapping.quantization" if weights else "mapping.calibration"
+    weights, calibration, activations = (choice.split("+") + ["", ""])[:3]
+    field, value = next(((f, v) for f, v in (("mapping.quantization", weights), ("mapping.calibration", calibration),
+                                             ("mapping.activation_scales", activations)) if v),
+                        ("mapping.quantization", choice))
     if not any(step.name == "quantize" for step in steps):
-        raise InputError(folder, field, weights or calibration, "a recipe with a quantize step")
+        raise InputError(folder, field, value, "a recipe with a quantize step")
     options = steps[[step.name for step in steps].index("quantize")].definition.options
     chosen = {}
     for name, option, value in (("mapping.quantization", "weights", weights),
-                                ("mapping.calibration", "calibration", calibration)):
+                                ("mapping.calibration", "calibration", calibration),
+                                ("mapping.activation_scales", "activations", activations)):
         if not value:
             continue
         if value not in options[option][2]:

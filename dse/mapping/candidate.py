@@ -37,6 +37,11 @@ class Mapping(BaseModel):
     # (nothing clips), "percentile" or "mse" (`dse.frontend.quantize.thresholds`), over the
     # recipe's example inputs. None: the recipe's own steps (left out of the identity).
     calibration: Literal["absmax", "percentile", "mse"] | None = None
+    # Granularity of the activations' scales (the quantize step's `activations`): "tensor",
+    # "strip" (16 rows) or "channel" (one per input channel of a product by a weight, moved
+    # into the weight: `dse.frontend.quantize`). None: the recipe's own steps (left out of
+    # the identity).
+    activation_scales: Literal["tensor", "strip", "channel"] | None = None
     # How work is split across workers: "tiles" (None, the default) splits each product's
     # output tiles with a barrier per op; "spans" gives each worker a temporal span of the
     # output and the whole stack over it plus halo (`dse.lower.spans`). None is left out
@@ -99,7 +104,10 @@ class Mapping(BaseModel):
         """The quantize step options this mapping sets, as one key of the graph it runs
         (`dse.frontend.steps.quantized_steps`): the weight granularity, then "+" and the
         calibration rule when one is set ("channel", "channel+mse", "+mse"); None: the
-        recipe's own steps."""
+        recipe's own steps. With activation scales set, a third part after a second "+"
+        ("channel++channel", "++channel")."""
+        if self.activation_scales is not None:
+            return f"{self.quantization or ''}+{self.calibration or ''}+{self.activation_scales}"
         if self.calibration is None:
             return self.quantization
         return f"{self.quantization or ''}+{self.calibration}"

@@ -41,7 +41,7 @@ class EmulationWorkload:
 
 def prepare_emulation(recipe: str, params: dict, quantization: str | None = None) -> EmulationWorkload:
     """The recipe through its frontend steps, once per sweep and quantize choice (cached).
-    `quantization` (`Mapping.quantize_choice`) sets the `weights` and `calibration` options
+    `quantization` (`Mapping.quantize_choice`) sets the `weights`, `calibration` and `activations` options
     of the recipe's quantize step; None keeps the recipe's steps as they are."""
     from ..identity import canonical_json
 

@@ -35,6 +35,7 @@ from .space import BALL_SET_TARGET, CORE_GROUPS_TARGET, Constraint, Knob, Space,
 # A knob over this mapping field sets the granularity of the recipe's quantize step.
 QUANTIZATION_TARGET = "mapping.quantization"
 CALIBRATION_TARGET = "mapping.calibration"
+ACTIVATION_SCALES_TARGET = "mapping.activation_scales"
 # Knobs over the workload: a parameter of the recipe (workload.params.<name>: batch, seq,
 # image size, ...) or the recipe itself (workload.recipe: an LLM's prefill or decode
 # phase); a candidate carries its point as mapping.workload.
@@ -443,7 +444,8 @@ def _checked(path: Path, text: str, model: SpecModel) -> Spec:
 
 
 # Knobs a staged workload cannot take yet: each names a graph per candidate, not per stage.
-UNSTAGED_TARGETS = ("workload.", "mapping.quantization", "mapping.calibration", "mapping.partition")
+UNSTAGED_TARGETS = ("workload.", "mapping.quantization", "mapping.calibration", "mapping.activation_scales",
+                    "mapping.partition")
 
 
 def _check_stages(spec: Spec) -> None:
@@ -527,7 +529,7 @@ def _check_knobs(spec: Spec) -> None:
                              _targets(spec))
         if knob.target == BALL_SET_TARGET:
             _check_ball_sets(spec, i, knob)
-        if knob.target in (QUANTIZATION_TARGET, CALIBRATION_TARGET):
+        if knob.target in (QUANTIZATION_TARGET, CALIBRATION_TARGET, ACTIVATION_SCALES_TARGET):
             _check_quantize_step(spec, f"space[{i}].target", knob.target)
         if knob.grid_count() is None and spec.model.search.sampler == "grid":
             raise InputError(spec.path, f"space[{i}]", knob.name, "a float knob with step or grid_points for a grid")
@@ -619,7 +621,7 @@ def _check_ball_set(spec: Spec, field: str, value: str) -> None:
 
 
 def _check_quantize_step(spec: Spec, field: str, value: Any) -> None:
-    """A quantization granularity or calibration rule sets the recipe's quantize step: the
+    """A quantization granularity, calibration rule or activation scale sets the recipe's quantize step: the
     recipe needs one."""
     recipe = recipe_facts(spec.model.workload.recipe, spec.model.workload.params)
     steps = [step["name"] for step in recipe.steps]

@@ -48,7 +48,7 @@ from .execution import InlineExecutor, PoolExecutor, WorkItem, make_executor, re
 from .recorder import Recorder
 from .result import DONE, IDLE_ROUNDS, SweepResult
 from .samplers import Observation, Proposal, Sampler, batch_size, make_sampler, sampler_kind
-from .spec import CALIBRATION_TARGET, QUANTIZATION_TARGET, Spec
+from .spec import ACTIVATION_SCALES_TARGET, CALIBRATION_TARGET, QUANTIZATION_TARGET, Spec
 from .emulation import prepare_placed
 from .stages import Outcome, analytical_graph, source_count_metrics
 
@@ -649,8 +649,8 @@ class Sweep:
 
 
 def quantizations(spec: Spec) -> list[str | None]:
-    """The quantize choices (`Mapping.quantize_choice`: weight granularity and calibration
-    rule) a spec's candidates can have (None: the recipe's own steps)."""
+    """The quantize choices (`Mapping.quantize_choice`: weight granularity, calibration
+    rule and activation scales) a spec's candidates can have (None: the recipe's own steps)."""
     def values(target: str, baseline):
         out = [baseline]
         for k in spec.model.space:
@@ -661,9 +661,10 @@ def quantizations(spec: Spec) -> list[str | None]:
         return list(dict.fromkeys(out))
 
     base = spec.baseline_mapping
-    choices = [base.model_copy(update={"quantization": w, "calibration": c}).quantize_choice
+    choices = [base.model_copy(update={"quantization": w, "calibration": c, "activation_scales": a}).quantize_choice
                for w in values(QUANTIZATION_TARGET, base.quantization)
-               for c in values(CALIBRATION_TARGET, base.calibration)]
+               for c in values(CALIBRATION_TARGET, base.calibration)
+               for a in values(ACTIVATION_SCALES_TARGET, base.activation_scales)]
     return list(dict.fromkeys(choices))
 
 

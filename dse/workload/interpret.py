@@ -11,7 +11,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from dse.workload.graph import (CHANNELS_FIRST_WEIGHTS, CHANNELS_LAST_WEIGHTS, ARG_KINDS, BINARY_KINDS, CHANNELS_LAST, CONV_KINDS, INT8_MAX, INT8_MIN, KINDS,
+from dse.workload.vocabulary import (CHANNELS_FIRST_WEIGHTS, CHANNELS_LAST_WEIGHTS, ARG_KINDS, BINARY_KINDS, CHANNELS_LAST, CONV_KINDS, INT8_MAX, INT8_MIN, KINDS,
                                 POOL_KINDS, REDUCE_KINDS, Op, scale_array)
 
 
@@ -45,7 +45,7 @@ def weight_tensor(array: np.ndarray, dtype: str) -> torch.Tensor:
 
 
 def scale_tensor(attrs: dict[str, Any], shape: tuple[int, ...]) -> torch.Tensor:
-    """`dse.workload.graph.scale_array` as a torch tensor."""
+    """`dse.workload.vocabulary.scale_array` as a torch tensor."""
     return torch.from_numpy(scale_array(attrs, shape))
 
 

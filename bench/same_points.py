@@ -1,0 +1,46 @@
+"""Programs, DRAM images, per-op lowering records and model figures of every recipe of the
+model's calibration set on toy, pebble and goban under 8 mappings (216 points): one sha256
+per point, written to a JSON file. A refactor of the lowering or the model keeps them all:
+
+    PYTHONPATH=<old tree> .venv/bin/python bench/same_points.py /tmp/old.json
+    PYTHONPATH=<new tree> .venv/bin/python bench/same_points.py /tmp/new.json
+    .venv/bin/python bench/same_points.py --compare /tmp/old.json /tmp/new.json
+"""
+import hashlib
+import json
+import sys
+
+from dse.analytical import estimate, summarize
+from dse.analytical.calibration import CALIBRATION_SET
+from dse.chips import load_chip
+from dse.mapping import Candidate, Mapping
+from dse.lower import lower, Infeasible
+from dse.numerics.run import prepare_recipe
+
+if sys.argv[1] == "--compare":
+    old, new = (json.load(open(path)) for path in sys.argv[2:4])
+    differ = sorted(k for k in old.keys() | new.keys() if old.get(k) != new.get(k))
+    print(f"{len(old)} points before, {len(new)} after, {len(differ)} differ" + "".join(f"\n  {k}" for k in differ))
+    sys.exit(1 if differ else 0)
+out = {}
+for name, params in CALIBRATION_SET.items():
+    prep = prepare_recipe(name, params)
+    graph = prep.graph
+    for chip in ("toy", "pebble", "goban"):
+        for m in (dict(workers=1), dict(workers=4), dict(workers=2, split="rows"), dict(workers=1, policy="framework"),
+                  dict(workers=4, fusion="fuse"), dict(workers=2, channels_last=True), dict(workers=4, weights="shared"),
+                  dict(workers=1, dataflow="os")):
+            cand = Candidate(load_chip(chip), Mapping(**m))
+            row = summarize(estimate(graph, [cand]), [cand]).iloc[0].to_dict()
+            h = hashlib.sha256(json.dumps(row, sort_keys=True, default=str).encode())
+            try:
+                low = lower(graph, cand, prep.inputs)
+                h.update(low.image.tobytes())
+                for core in low.program.cores:
+                    h.update(repr(core).encode())
+                h.update(repr(low.ops).encode())
+            except Infeasible as e:
+                h.update(str(e).encode())
+            out[f"{name}/{chip}/{m}"] = h.hexdigest()[:16]
+json.dump(out, open(sys.argv[1], "w"), indent=0)
+print(len(out), "points")

@@ -1,0 +1,485 @@
+"""The matrix units: products on the matrix Ball. "matrix": an int8 x int8 -> int32
+``linear`` / ``matmul`` (batched too); "conv": a channels-last int8 conv as im2col on the
+core and the same GEMM; "grouped": a grouped or depthwise conv as the block-diagonal GEMM or
+one core op, per candidate (`dse.plan.grouped.on_matrix`).
+
+The emitter (`emit_gemm`) writes the tiles the shared legality / mapper code picks
+(`dse.plan.matmul.plan_matmul`), with weights blocked offline, packing copies, shared
+weights or handed-off A tiles in shared memory, output tiles split across workers by rows
+or columns; the charge reads the same picks for arrays of candidates
+(`dse.plan.matmul.plan_matmuls`, `dse.cost.matmul`), and the figures of the picked tiles
+(`gemm_figures`).
+
+As the lowering emits it:
+
+* an int8 x int8 -> int32 ``linear`` / ``matmul`` (and batched matmul) goes to the matrix
+  Ball with the tile the shared legality/mapper code picks
+  (`dse.plan.matmul.plan_matmul`: the framework's greedy tile under
+  ``policy="framework"``, the mapper's best under ``"search"``); a candidate with no legal
+  tile is :class:`Infeasible` with the very reason the analytical model gives. Weights are
+  permuted and blocked offline (B as Bt tiles, bias replicated into accumulator tiles and
+  preloaded with MVIN); an activation operand is packed by a charged core copy when its
+  tile needs it (A when K is split, B always). Output tiles are split across workers by
+  rows or columns (``mapping.split``). The accumulator stays blocked in DRAM (one
+  contiguous MVOUT a tile). With ``mapping.weights = "shared"`` a weight's Bt tiles are
+  loaded once per tile of cores into its shared memory (tile j in shared bank
+  ``first_bank_id + base + j``, base the first bank of the region a pipeline's range or a
+  phase's stage keeps its weights in, `dse.plan.placement.WeightRegions`; the loads dealt to the tile's workers by `shared_loads`, then the
+  sync of a core op) and every matmul reads B there: no private B banks.
+* an int8 channels-last ``conv1d`` / ``conv2d`` (NLC / NHWC, WIO / HWIO weights, as the
+  permute step leaves them) is im2col on the core - one strided gather copy, after a copy
+  into a zero-padded image when the conv pads - and the same GEMM on the matrix Ball; with
+  ``mapping.fusion = "fuse"`` the first of those copies applies a ReLU the plan fused into
+  it (a core "relu" op instead of "copy"; the ReLU's own tensor is never written);
+* a grouped or depthwise conv is the same, with its block-diagonal weight, or one core op,
+  per candidate as `dse.plan.grouped.on_matrix` decides (the Ball path copies its
+  accumulator out, so both leave the same row-major result);
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, fields, replace
+
+import numpy as np
+
+from emulator import CoreOp, DramTensor, Fence, Matmul, Mset, Mvin, Mvout
+
+from ..cost.matmul import matmul_activity, matmul_cost
+from ..mapping import MatmulShape
+from ..mapping.matmul import check_tiles
+from ..plan.graph_plan import OpPlan, copy_buffer
+from ..plan.grouped import block_diagonal, on_matrix
+from ..plan.matmul import MatmulPlans, plan_matmul, plan_matmuls
+from ..plan.memory import Blocked, Loc, pad, padded_shape
+from ..plan.split import shared_loads
+from ..plan.units import Infeasible, conv_pad
+from ..workload.graph import CONV_KINDS, Graph, Op
+from .charges import Charges, OpCost
+from .core import emit_core
+from .unit import OpLowering, Unit
+
+
+def emit_matmul(builder, op: Op, ready: dict[str, Loc]) -> OpLowering:
+    graph = builder.graph
+    a_spec, b_spec = (graph.tensors[n] for n in op.inputs[:2])
+    out_spec = graph.tensors[op.outputs[0]]
+    b_name = op.inputs[1]
+    nb = math.prod(out_spec.shape[:-2])
+    nbB = 1 if len(b_spec.shape) == 2 else nb
+    b_nk = op.kind == "linear"  # linear: w[N, K]; matmul: b[..., K, N]
+    if b_name in graph.weights:
+        b = ("weight", weight_bt(graph, op))
+    else:
+        b = ("act", builder.operand(b_name, ready), b_nk, nbB)
+    bias = None
+    if op.attrs.get("has_bias") and len(op.inputs) > 2:
+        bias = np.asarray(graph.weights[op.inputs[2]]).astype(np.int32)
+    c_loc, rec = emit_gemm(builder, op, builder.operand(op.inputs[0], ready), b, bias,
+                            a_spec.shape[-2], out_spec.shape[-1], a_spec.shape[-1], nb, out_spec.shape)
+    builder.locs[op.outputs[0]] = c_loc
+    return rec
+
+
+def emit_conv(builder, plan: OpPlan, ready: dict[str, Loc], weight: np.ndarray | None = None) -> OpLowering:
+    """A channels-last int8 convolution as im2col on the core (one strided gather copy,
+    charged, after a copy into a zero-padded image when the conv pads) and a GEMM on the
+    matrix Ball: A[M = N*out positions, K = taps*C] @ W[K, O]; the blocked accumulator
+    is the NHWC output (rows are output positions, columns channels)."""
+    graph, op = builder.graph, plan.op
+    gather_copy = next(c for c in plan.copies if c.kind == "gather")
+    x = builder.operand(gather_copy.tensor, ready)  # a fused ReLU's input, or the conv's
+    out_spec = graph.tensors[op.outputs[0]]
+    w = np.asarray(graph.weights[op.inputs[1]]).astype(np.int8) if weight is None else weight  # (*kernel, C, O)
+    nd = w.ndim - 2
+    kernel, C, O = w.shape[:nd], w.shape[nd], w.shape[nd + 1]
+    bt = weight_bt(graph, op) if weight is None else w.reshape(-1, O).T[None]  # (1, O, K)
+    stride, dilation = op.attrs["stride"], op.attrs["dilation"]
+    n = x.shape[0]
+    outs = out_spec.shape[1:1 + nd]
+    pad_lr = conv_pad(op)
+    if any(copy.kind == "pad" for copy in plan.copies):
+        pad_copy = next(c for c in plan.copies if c.kind == "pad")
+        xp = builder.dram.tensor(*copy_buffer(graph, op, pad_copy), name=f"{op.name}: pad")  # (n, *padded, C)
+        xs = xp.view().strides
+        offset = sum(l * st for (l, _), st in zip(pad_lr, xs[1:1 + nd]))
+        builder.core(CoreOp(pad_copy.apply or "copy", DramTensor(xp.addr + offset, x.shape, "int8", xs),
+                         (x.view(),)))
+        builder.sync(False)
+        src_addr = xp.addr
+    else:
+        v = x.view()
+        src_addr, xs = v.addr, v.strides
+    M, K = n * math.prod(outs), math.prod(kernel) * C
+    a = builder.dram.tensor(*copy_buffer(graph, op, gather_copy), name=f"{op.name}: im2col")  # A: (M, K) int8
+    Kp = a.buffer_shape[1]
+    gshape = (n, *outs, *kernel, C)
+    gstrides = (xs[0], *[s * st for s, st in zip(stride, xs[1:1 + nd])],
+                *[d * st for d, st in zip(dilation, xs[1:1 + nd])], xs[1 + nd])
+    dst_m = tuple(v * Kp for v in contiguous((n, *outs)))
+    dst_k = contiguous((*kernel, C))
+    builder.core(CoreOp(gather_copy.apply or "copy", DramTensor(a.addr, gshape, "int8", dst_m + dst_k),
+                     (DramTensor(src_addr, gshape, "int8", gstrides),)))
+    builder.sync(False)
+    bias = None
+    if op.attrs.get("has_bias") and len(op.inputs) > 2:
+        bias = np.asarray(graph.weights[op.inputs[2]]).astype(np.int32)
+    c_loc, rec = emit_gemm(builder, op, a, ("weight", np.ascontiguousarray(bt)), bias, M, O, K, 1, out_spec.shape)
+    builder.locs[op.outputs[0]] = c_loc
+    return rec
+
+
+def emit_grouped(builder, plan: OpPlan, ready: dict[str, Loc]) -> OpLowering:
+    """A grouped conv where `grouped.on_matrix` puts it: the block-diagonal GEMM, its
+    accumulator then copied out (the plan's `after`), or one core op; either writes the
+    plan's M-padded row-major matrix."""
+    op = plan.op
+    if on_matrix(builder.graph, plan, builder.params)[0]:
+        w = np.asarray(builder.graph.weights[op.inputs[1]]).astype(np.int8)
+        rec = emit_conv(builder, plan, ready, block_diagonal(w, int(op.attrs["groups"])))
+        builder.locs[op.outputs[0]] = builder.logical(op.outputs[0])
+        return rec
+    spec = builder.graph.tensors[op.outputs[0]]
+    return emit_core(builder, op, ready, builder.dram.matrix(spec.shape, spec.dtype, 1, plan.gemm.M, plan.gemm.N))
+
+
+def emit_gemm(builder, op: Op, a_loc: Loc, b, bias, M: int, N: int, K: int, nb: int, out_shape):
+    """C (blocked, int32) = A @ Bt.T (+ bias) on the matrix Ball. `a_loc` is a row-major
+    padded (nb, Mp, Kp) int8 buffer; `b` is ("weight", Bt (nbB, N, K) int8) or ("act",
+    loc, b_is_nk, nbB)."""
+    chip, mp = builder.chip, builder.mapping
+    nbB = b[1].shape[0] if b[0] == "weight" else b[3]
+    shape = MatmulShape(M, N, K, nb, b_weight=b[0] == "weight", b_batched=nbB > 1, bias=bias is not None,
+                        a_shared=builder.handoff_sets if op.name in builder.handoff_ops else 0,
+                        a_shared_base=builder.handoff_bases.get(op.name, 0), b_shared_base=builder.b_picked)
+    if builder.shared_stack is not None:
+        shape = builder.shared_stack.gemm(op.name, shape)
+    plan = plan_matmul(chip, mp, shape)
+    if not plan.feasible:
+        raise Infeasible(f"op {op.name}: {plan.reason}")
+    tm, tn, tk = plan.tm, plan.tn, plan.tk
+    Mp, Np, Kp = shape.padded
+    Mt, Nt, Kt = Mp // tm, Np // tn, Kp // tk
+    check = check_tiles(builder.params, [tm], [tn], [tk], shape)
+    col_a, col_b, col_c = int(check.col_a[0, 0]), int(check.col_b[0, 0]), int(check.col_c[0, 0])
+    nbuf = int(check.buffers[0, 0])
+
+    # A: row-major padded (batch, Mp, Kp); blocked (batch, Mt, Kt, tm, tk) unless Kt == 1.
+    packs = []
+    if Kt == 1:
+        a_tile = lambda bi, mi, ki: a_loc.addr + bi * Mp * Kp + mi * tm * Kp  # noqa: E731
+    else:
+        a_base = builder.dram.alloc(nb * Mp * Kp, f"{op.name}: A packed")
+        src = DramTensor(a_loc.addr, (nb, Mt, Kt, tm, tk), "int8", (Mp * Kp, tm * Kp, tk, Kp, 1))
+        packs.append(CoreOp("copy", DramTensor(a_base, (nb, Mt, Kt, tm, tk), "int8"), (src,)))
+        a_tile = lambda bi, mi, ki: a_base + ((bi * Mt + mi) * Kt + ki) * tm * tk  # noqa: E731
+    # B as Bt blocked (nbB, Nt, Kt, tn, tk): offline for a weight, a packing core op otherwise.
+    if b[0] == "weight":
+        nbB = b[1].shape[0]
+        # a preloaded B (spans' shared stack) was placed and loaded before the span
+        # one copy a weight and layout (`Dram.constant`), keyed as the model counts it
+        key = ("weight", op.inputs[1], op.kind, op.attrs.get("groups", 1), Np, Kp, tn, tk)
+        b_base = None if shape.b_preloaded else builder.dram.constant(key, blocked_bt(b[1], Np, Kp, tn, tk),
+                                                                   f"{op.inputs[1]}: Bt tiles")
+    else:
+        _, b_loc, b_nk, nbB = b
+        b_base = builder.dram.alloc(nbB * Np * Kp, f"{op.name}: B packed")
+        if b_nk:  # buffer (nbB, Np, Kp)
+            strides = (Np * Kp, tn * Kp, tk, Kp, 1)
+        else:  # buffer (nbB, Kp, Np)
+            strides = (Kp * Np, tn, tk * Np, 1, Np)
+        src = DramTensor(b_loc.addr, (nbB, Nt, Kt, tn, tk), "int8", strides)
+        packs.append(CoreOp("copy", DramTensor(b_base, (nbB, Nt, Kt, tn, tk), "int8"), (src,)))
+
+    def b_tile(bi, ni, ki):
+        return b_base + (((bi if nbB > 1 else 0) * Nt + ni) * Kt + ki) * tn * tk
+
+    # Bias: preloaded into the accumulator from a blocked replicate (Nt, tm, tn) int32.
+    bias_base = None
+    if bias is not None:
+        padded_bias = np.zeros(Np, dtype=np.int32)
+        padded_bias[:N] = bias
+        rep = np.broadcast_to(padded_bias.reshape(Nt, 1, tn), (Nt, tm, tn))
+        bias_base = builder.dram.constant(("bias", op.inputs[2], op.kind, Np, tm, tn), rep, f"{op.name}: bias tiles")
+    c_loc = builder.dram.blocked(out_shape, Blocked(nb, Mt, Nt, tm, tn, M, N))
+
+    if packs:
+        for p in packs:
+            builder.core(p)
+        builder.sync(False)
+
+    lines_a, lines_b, lines_c = tm * tk // 16, tn * tk // 16, tm * tn * 4 // 16
+    fence = mp.policy == "framework"
+    # Output tiles per worker: contiguous blocks of rows (or columns).
+    if mp.split == "rows":
+        per = -(-Mt // builder.workers)
+        share = [(range(w * per, min(Mt, (w + 1) * per)), range(Nt)) for w in range(builder.workers)]
+    else:
+        per = -(-Nt // builder.workers)
+        share = [(range(Mt), range(w * per, min(Nt, (w + 1) * per))) for w in range(builder.workers)]
+    # A shared weight (the plan's `check_tiles`): B tile j in shared bank first_bank_id +
+    # region + j (its part's region, `WeightRegions`; a spans stack's base) of every tile of
+    # cores with workers that compute (a prefix: blocks go in order), loaded there once by
+    # those workers (`shared_loads`), then a BARRIER.
+    shared_b = bool(check.shared_b[0, 0])
+    shared_tiles = int(check.shared_tiles[0, 0])
+    sm = chip.shared_memory
+    b_bank0 = sm.first_bank_id + (shape.b_shared_base if shape.b_preloaded else builder.b_region)
+    if shared_b and not shape.b_preloaded:
+        computing = sum(1 for ms, ns in share if len(ms) and len(ns))
+        for w, mine in enumerate(shared_loads(computing, chip.cores.tile_size, shared_tiles)):
+            builder.cores[w] += [Mvin(b_bank0 + j, b_base + j * tn * tk, lines_b, 0) for j in mine]
+        builder.sync(False)
+    # A handed off through shared memory (`dse.plan.placement.handoffs`): A tile (bi, mi) in
+    # shared bank first_bank_id + banks - 1 - (base + set * nb * Mt + bi * Mt + mi), loaded
+    # there by the cores of the range before, dealt round-robin, after its last op
+    # (`lower_layers` then BARRIERs); the request's set of banks (`Schedule.handoff_sets`),
+    # below the banks the other hand-offs' A tiles hold (`handoff_banks`)
+    shared_a = bool(check.shared_a[0, 0])
+    top = sm.first_bank_id + sm.banks - 1 - shape.a_shared_base - builder.handoff_set * nb * Mt
+    if shared_a:
+        loaders = builder.handoff_loaders
+        for j in range(nb * Mt):
+            bi, mi = divmod(j, Mt)
+            loaders[j % len(loaders)].append(Mvin(top - j, a_tile(bi, mi, 0), lines_a, 0))
+        builder.handoffs.append((op.name, op.inputs[0], nb * Mt, nb * Mt * lines_a * 16))
+    used = 0
+    for w, (ms, ns) in enumerate(share):
+        if len(ms) == 0 or len(ns) == 0:
+            continue
+        used += 1
+        prog = builder.cores[w]
+        ids_a = [] if shared_a else list(range(nbuf))
+        ids_b = [] if shared_b else list(range(len(ids_a), len(ids_a) + nbuf))
+        ids_c = list(range(len(ids_a) + len(ids_b), len(ids_a) + len(ids_b) + nbuf))
+        prog += [Mset(i, col_a) for i in ids_a] + [Mset(i, col_b) for i in ids_b] + [Mset(i, col_c) for i in ids_c]
+        held_a: dict[int, tuple] = {}
+        held_b: dict[int, tuple] = {}
+        nxt = {"a": 0, "b": 0}
+
+        def load(kind, held, ids, key, addr, lines):
+            for slot, k in held.items():
+                if k == key:
+                    return ids[slot]
+            slot = nxt[kind]
+            nxt[kind] = (slot + 1) % len(ids)
+            held[slot] = key
+            prog.append(Mvin(ids[slot], addr, lines, 0))
+            return ids[slot]
+
+        ci = 0
+        for bi in range(nb):
+            for mi in ms:
+                for ni in ns:
+                    c = ids_c[ci]
+                    ci = (ci + 1) % nbuf
+                    if bias_base is not None:
+                        prog.append(Mvin(c, bias_base + ni * tm * tn * 4, lines_c, 0))
+                    for ki in range(Kt):
+                        if shared_a:
+                            a = top - (bi * Mt + mi)
+                        else:
+                            a = load("a", held_a, ids_a, (bi, mi, ki), a_tile(bi, mi, ki), lines_a)
+                        if shared_b:
+                            b = b_bank0 + ((bi if nbB > 1 else 0) * Nt + ni) * Kt + ki
+                        else:
+                            b = load("b", held_b, ids_b, (bi if nbB > 1 else 0, ni, ki), b_tile(bi, ni, ki),
+                                     lines_b)
+                        prog.append(Matmul(a, b, c, tm, tn, tk, dataflow=mp.dataflow,
+                                           accumulate=ki > 0 or bias_base is not None))
+                    prog.append(Mvout(c, c_loc.addr + ((bi * Mt + mi) * Nt + ni) * tm * tn * 4, lines_c, 0))
+                    if fence:
+                        prog.append(Fence())
+        prog += [Mset(i, alloc=False) for i in ids_a + ids_b + ids_c]
+    builder.sync(True)
+    banks = int(check.banks[0, 0])
+    return c_loc, OpLowering(op.name, op.kind, "matrix", (tm, tn, tk), nb, banks,
+                             banks * chip.addressable_rows * chip.banks.row_bytes, used,
+                             shared_bytes=shared_tiles * sm.rows * sm.row_bytes)
+
+
+def weight_bt(graph: Graph, op: Op) -> np.ndarray:
+    """A matrix op's weight as the GEMM's Bt (nbB, N, K) int8: a linear's w[N, K], a
+    matmul's b[..., K, N] transposed, a channels-last conv's (*kernel, C, O) as (O, taps x C)."""
+    w = np.asarray(graph.weights[op.inputs[1]]).astype(np.int8, copy=False)  # read only: no copy
+    if op.kind in CONV_KINDS:
+        return w.reshape(-1, w.shape[-1]).T[None]
+    nbB = 1 if w.ndim == 2 else math.prod(graph.tensors[op.outputs[0]].shape[:-2])
+    w = w.reshape(nbB, *w.shape[-2:])
+    return w if op.kind == "linear" else np.swapaxes(w, -1, -2)
+
+
+def blocked_bt(bt: np.ndarray, Np: int, Kp: int, tn: int, tk: int) -> np.ndarray:
+    """A weight's Bt (nbB, N, K) int8, zero-padded to (Np, Kp) and blocked offline into
+    (nbB, Nt, Kt, tn, tk) tiles: one contiguous MVIN a tile."""
+    nbB, N, K = bt.shape
+    if (N, K) == (Np, Kp):  # no padding: blocked straight from Bt (a Llama projection is 58 MB)
+        full = bt
+    else:
+        full = np.zeros((nbB, Np, Kp), dtype=np.int8)
+        full[:, :N, :K] = bt
+    return np.ascontiguousarray(full.reshape(nbB, Np // tn, tn, Kp // tk, tk).transpose(0, 1, 3, 2, 4))
+
+
+def contiguous(shape) -> tuple[int, ...]:
+    """Element strides of a C-contiguous `shape`."""
+    out, acc = [], 1
+    for n in reversed(shape):
+        out.append(acc)
+        acc *= int(n)
+    return tuple(reversed(out))
+
+
+def charge_gemm(cost, charges: Charges, plan: OpPlan) -> MatmulPlans:
+    plans = picked_plans(cost, plan.gemm)
+    # the packing copies, closed before the Ball reads them
+    charges.syncs += np.where(cost.workers > 1, (plans.core_cycles > 0).astype(np.int64), 0)
+    # a shared copy of the weight, loaded before any worker's Ball reads it
+    charges.syncs += np.where(plans.shared_bytes > 0, cost.closes_after_core, 0)
+    cost.close(charges, True)
+    cost.tiles[plan.op.outputs[0]] = (np.maximum(plans.tm, 16), np.maximum(plans.tn, 16))
+    return plans
+
+
+def overlapped_plans(cost, shape: MatmulShape) -> MatmulPlans:
+    """The tiles the plan picks, by the overlapped cost whatever the emulator's mode
+    (and that cost), once per shape: repeated layers share one evaluation."""
+    if shape not in cost.overlapped:
+        serial = cost.params.serial
+        params = replace(cost.params, serial=np.zeros(cost.n, dtype=bool)) if serial.any() else cost.params
+        cost.overlapped[shape] = plan_matmuls(params, shape)
+    return cost.overlapped[shape]
+
+
+def picked_plans(cost, shape: MatmulShape) -> MatmulPlans:
+    """The picked tiles costed in each candidate's timing mode."""
+    if shape not in cost.plans:
+        picked = overlapped_plans(cost, shape)
+        if cost.params.serial.any():  # those tiles costed in serial timing
+            ok = picked.feasible
+            col = lambda a: np.where(ok, a, 16)[:, None]  # noqa: E731  (any tile where none fits)
+            cost = matmul_cost(cost.params, shape, col(picked.tm), col(picked.tn), col(picked.tk))
+            values = dict(picked.values)
+            for name in ("cycles", "compute_cycles", "dma_cycles", "core_cycles", "busy_cycles", "preload_cycles"):
+                values[name] = np.where(ok, getattr(cost, name)[:, 0], 0)
+            picked = MatmulPlans(picked.feasible, picked.reason, values)
+        cost.plans[shape] = picked
+    return cost.plans[shape]
+
+
+def cost_grouped(cost, plan: OpPlan) -> OpCost:
+    """A grouped conv: per candidate, the Ball path (its copies, the block-diagonal GEMM,
+    the unblock after it) where `grouped.on_matrix` takes it, else the conv on the core
+    (reading its operands as they are: only their unblock / standardise copies)."""
+    on = on_matrix(cost.graph, plan, cost.params, overlapped_plans(cost, plan.gemm))
+    ball = cost.op_cost(replace(plan, unit="conv"))
+    g = plan.gemm  # the Ball path's accumulator, unblocked into the plan's matrix after it
+    ball.workspace_bytes = ball.workspace_bytes + np.where(ball.feasible, pad(g.batch * pad(g.M) * pad(g.N) * 4, 64), 0)
+    core = cost.op_cost(replace(plan, unit="core", after=(),
+                                copies=tuple(c for c in plan.copies if c.kind not in ("pad", "gather"))))
+    return OpCost(*[np.where(on, getattr(ball, f.name), getattr(core, f.name)) for f in fields(OpCost)])
+
+
+def conv_workspace(cost, plan: OpPlan) -> int:
+    """DRAM a conv's copies lay out beyond the plan's tensors: the zero-padded image
+    (`pad`) and the gathered A (`gather`: M x K int8, padded)."""
+    out = 0
+    for copy in plan.copies:
+        if copy.kind == "pad":
+            n, *spatial, C = copy.shape
+            padded = tuple(s + lo + hi for s, (lo, hi) in zip(spatial, conv_pad(plan.op)))
+            out += pad(math.prod(padded_shape((n, *padded, C))), 64)
+        elif copy.kind == "gather":
+            out += pad(pad(plan.gemm.M) * pad(plan.gemm.K), 64)
+    return out
+
+
+def gemm_activity(cost, shape: MatmulShape, plans: MatmulPlans):
+    """The picked tiles' activity (`matmul_activity`), once per shape."""
+    if shape not in cost.activity:
+        ok = plans.feasible
+        tile = lambda a: np.where(ok, a, 16)  # noqa: E731  (any tile where none is legal)
+        cost.activity[shape] = matmul_activity(cost.params, shape, tile(plans.tm), tile(plans.tn), tile(plans.tk),
+                                               plans.dma_bytes)
+    return cost.activity[shape]
+
+
+def bound_bytes(cost, plan: OpPlan, plans: MatmulPlans, act) -> np.ndarray:
+    """Of the op's workspace, the read-only constants an earlier op laid out already, per
+    candidate: a weight's blocked copy read again in the same tiles (tn, tk), a bias
+    replicate in the same (tm, tn), keyed as the lowering binds them (`Dram.constant`);
+    the frontend gave byte-identical weights one name."""
+    op, shape, out = plan.op, plan.gemm, np.zeros(cost.n, dtype=np.int64)
+    if shape.b_weight and not shape.b_preloaded and act.weight_blob_bytes:
+        seen = seen_before(cost, ("weight", op.inputs[1], op.kind, op.attrs.get("groups", 1)), (plans.tn, plans.tk),
+                          plans.feasible)
+        out += np.where(seen, act.weight_blob_bytes, 0)
+    if shape.bias and len(op.inputs) > 2:
+        seen = seen_before(cost, ("bias", op.inputs[2], op.kind), (plans.tm, plans.tn), plans.feasible)
+        out += np.where(seen, act.bias_blob_bytes, 0)
+    return out
+
+
+def seen_before(cost, key: tuple, tiles: tuple[np.ndarray, ...], feasible: np.ndarray) -> np.ndarray:
+    """Per candidate: an earlier op laid out the constant `key` in these tiles."""
+    earlier = cost.constants.setdefault(key, [])
+    seen = np.zeros(cost.n, dtype=bool)
+    for before, ok in earlier:
+        seen |= ok & np.logical_and.reduce([np.asarray(a) == np.asarray(b) for a, b in zip(tiles, before)])
+    earlier.append((tuple(np.asarray(t).copy() for t in tiles), np.asarray(feasible).copy()))
+    return seen
+
+
+@dataclass
+class GemmFigures:
+    """A Ball product's figures beside its charges, per candidate: where its tiles fit, with
+    what, and what they hold."""
+
+    feasible: np.ndarray
+    reason: np.ndarray
+    compute: np.ndarray
+    banks: np.ndarray
+    sram: np.ndarray
+    rows_used: np.ndarray
+    dma_bytes: np.ndarray
+    shared: np.ndarray
+    tiles: tuple
+    workers_used: np.ndarray
+    preload: np.ndarray
+    workspace: np.ndarray
+
+
+def gemm_figures(cost, charges: Charges, plan: OpPlan, plans: MatmulPlans, workers_used) -> GemmFigures:
+    """The picked tiles' cycles, transfers and activity added to `charges`, and their figures."""
+    op = plan.op
+    feasible = plans.feasible.copy()
+    # the very words the lowering raises (`Infeasible`)
+    reason = np.array([f"op {op.name}: {r}" if r else "" for r in plans.reason], dtype=object)
+    charges.core += np.where(feasible, plans.core_cycles, 0)
+    charges.busy += np.where(feasible, plans.busy_cycles, 0)
+    charges.ball += np.where(feasible, plans.cycles - plans.core_cycles, 0)
+    charges.dma += plans.dma_cycles
+    act = gemm_activity(cost, plan.gemm, plans)
+    charges.workspace_bytes = charges.workspace_bytes + conv_workspace(cost, plan)
+    for name in ("bank_reads", "bank_writes", "shared_reads", "shared_writes"):
+        setattr(charges, name, getattr(charges, name) + np.where(feasible, getattr(act, name), 0))
+    charges.ball_macs = charges.ball_macs + np.where(feasible, act.macs, 0)
+    charges.core_busy = charges.core_busy + np.where(feasible, act.core_cycles, 0)
+    return GemmFigures(
+        feasible, reason, plans.compute_cycles, plans.banks, plans.sram_bytes, plans.bank_rows, plans.dma_bytes,
+        np.where(feasible, plans.shared_bytes, 0), (plans.tm, plans.tn, plans.tk),
+        np.where(feasible, plans.workers_used, workers_used),
+        np.where(feasible & (plans.shared_bytes > 0), plans.preload_cycles, 0),
+        np.where(feasible, act.workspace_bytes - bound_bytes(cost, plan, plans, act), 0))
+
+
+def _charge(cost, charges: Charges, plan: OpPlan):
+    plans = charge_gemm(cost, charges, plan)
+    for copy in plan.after:
+        cost.copy(charges, copy)
+    return "matrix", plans
+
+
+UNITS = (Unit("matrix", lambda builder, plan, ready: emit_matmul(builder, plan.op, ready), _charge),
+         Unit("conv", emit_conv, _charge),
+         Unit("grouped", emit_grouped, cost=cost_grouped))

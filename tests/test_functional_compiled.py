@@ -1,0 +1,187 @@
+"""The compiled functional pass (`emulator._functional_core`) against the Python loop, on what
+tests/test_timing_compiled.py leaves aside: the field check it does in C (the same first bad
+instruction and error as `Layout.check_all`, numpy integers and bools among the fields), the
+hot instructions really taking the compiled paths, matrix chains kept in C meeting chains the
+Python handler leaves (a matmul it is handed between compiled ones, into the same C region),
+and transfers of partial rows and odd strides into multi-column banks.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from emulator import Fence, Matmul, Mset, Mvin, Mvout, Program, run
+from emulator import compiled as core_choice
+from emulator.errors import EmulatorError
+from emulator.isa import Barrier
+from emulator.machine import Machine
+from test_timing_compiled import machines_alike
+from test_timing_fast_paths import chip
+
+
+def _errors(monkeypatch, prog, c):
+    out = []
+    for core in ("python", "compiled"):
+        monkeypatch.setenv(core_choice.ENV, core)
+        with pytest.raises(EmulatorError) as exc:
+            run(prog, c)
+        out.append(str(exc.value))
+    return out
+
+
+@pytest.mark.parametrize("bad, where", [
+    (Mvin(1024, 0, 4), "field bank = 1024"),  # bank_id_bits 10
+    (Mvin(0, 0, 1 << 34), "field iter"),
+    (Mvin(0, -16, 4), "field addr = -16"),
+    (Mvout(2, 1 << 39, 4), "field addr"),
+    (Matmul(0, 1, 2, 4096, 16, 16), "field M = 4096"),  # matrix_dim_bits 12
+    (Matmul(0, 1, 2, 16, 16, 16, c_row=np.int64(128)), "field c_row = 128"),  # a numpy int, too wide
+    (Mset(0, 64), "field col = 64"),
+    (Mvin(0, 0, np.int32(-1)), "field iter = -1"),
+])
+def test_the_field_check_finds_the_same_first_bad_instruction(monkeypatch, bad, where):
+    """The first instruction of the program with a field that does not fit, wherever it is
+    and however its value is typed, is the one the error names, on either core."""
+    c = chip("toy")
+    for at in (0, 7):
+        body = [Mset(0, 1), Mset(1, 1), Mset(2, 4), Mvin(0, 0, 16), Mvin(1, 256, 16),
+                Matmul(0, 1, 2, 16, 16, 16), Mvout(2, 4096, 64), Fence()]
+        body.insert(at, bad)
+        body.append(Mvin(1 << 20, 0, 1))  # a later bad one: never the one named
+        errors = _errors(monkeypatch, Program([body], dram_bytes=1 << 16), c)
+        assert errors[0] == errors[1]
+        assert f"core 0, instruction #{at}" in errors[1] and where in errors[1]
+
+
+def test_numpy_and_bool_fields_run_alike(monkeypatch):
+    """Fields that are numpy integers or bools (they fit) leave their instructions to the
+    handlers; the run is the Python loop's, bit for bit."""
+    c = chip("toy")
+    prog = Program([[Mset(0, 1), Mset(1, 1), Mset(2, 4), Mvin(0, np.int64(0), 16), Mvin(True, 256, np.int32(16)),
+                     Matmul(0, 1, 2, np.int64(16), 16, 16), Matmul(0, 1, 2, 16, 16, 16, accumulate=True),
+                     Mvout(2, 4096, 64, np.uint16(0)), Fence()]], dram_bytes=1 << 16)
+    img = np.random.default_rng(3).integers(0, 256, 1 << 16, dtype=np.uint8)
+    state = machines_alike(monkeypatch, c, prog, img)
+    a = img[:256].view(np.int8).reshape(16, 16).astype(np.int32)
+    b = img[256:512].view(np.int8).reshape(16, 16).astype(np.int32)
+    got = np.frombuffer(state[1], np.uint8)[4096:4096 + 1024].view(np.int32).reshape(16, 16)
+    assert np.array_equal(got, 2 * (a @ b.T))
+
+
+def test_the_hot_instructions_take_the_compiled_paths(monkeypatch):
+    """On the tiled matmul only the MSETs reach a Python handler, and the first matmul of
+    its shape (which works out and checks the latency once): the fast paths are what the
+    equality tests exercise, not the handlers twice."""
+    from emulator.programs import matmul_inputs, tiled_matmul
+    c = chip("goban")
+    prog = tiled_matmul(64, 64, 64, 16, 16, 16, cores=2)
+    _, _, vals = matmul_inputs(64, 64, 64, 16, 16, 16)
+    monkeypatch.setenv(core_choice.ENV, "compiled")
+    m = Machine(c, prog, prog.image(vals))
+    calls: dict[str, int] = {}
+
+    def counted(cls, handler):
+        def call(*args):
+            calls[cls.__name__] = calls.get(cls.__name__, 0) + 1
+            return handler(*args)
+        return call
+
+    m.handlers = {cls: counted(cls, h) for cls, h in m.handlers.items()}
+    m.run()
+    assert calls == {"Mset": 20, "Matmul": 1}
+    assert sum(len(r) for r in m.records) == prog.n_instructions
+
+
+def test_compiled_chains_meet_the_handlers(monkeypatch):
+    """Accumulating matmuls into one C region, some handed to the Python handler (a numpy
+    int field), some compiled, in every order, then stored: each pass sees the other's
+    pending products applied; the result is the exact sum, alike on both cores."""
+    c = chip("toy")
+    rng = np.random.default_rng(11)
+    steps = 8
+    img = rng.integers(0, 256, 1 << 16, dtype=np.uint8)
+    want = np.zeros((16, 16), np.int64)
+    body = [Mset(0, 1), Mset(1, 1), Mset(2, 4)]
+    for k in range(steps):
+        body += [Mvin(0, k * 512, 16), Mvin(1, k * 512 + 256, 16)]
+        m_field = np.int64(16) if rng.random() < 0.5 else 16  # the handler or the compiled path
+        body.append(Matmul(0, 1, 2, m_field, 16, 16, accumulate=k > 0))
+        a = img[k * 512:k * 512 + 256].view(np.int8).reshape(16, 16).astype(np.int64)
+        b = img[k * 512 + 256:k * 512 + 512].view(np.int8).reshape(16, 16).astype(np.int64)
+        want += a @ b.T
+        if k == steps // 2:
+            body.append(Mvout(2, 32768, 64))  # a store in the middle applies what is pending
+    body += [Mvout(2, 40960, 64), Fence()]
+    state = machines_alike(monkeypatch, c, Program([body], dram_bytes=1 << 16), img)
+    got = np.frombuffer(state[1], np.uint8)[40960:40960 + 1024].view(np.int32).reshape(16, 16)
+    assert np.array_equal(got, want.astype(np.int32))
+
+
+@pytest.mark.parametrize("col", [1, 3])
+@pytest.mark.parametrize("functional", [True, False])
+def test_partial_rows_and_strides_move_alike(monkeypatch, col, functional):
+    """MVIN and MVOUT of whole and partial bank rows, contiguous and strided (a stride below,
+    at and above the row width), into and out of single- and three-column banks, across a
+    barrier: bank bytes, DRAM, counters and records the Python loop's."""
+    c = chip("goban")
+    W = 16 * col
+    body = [Mset(0, col), Mset(1, 4)]
+    for it, stride in ((7, 0), (6, 0), (5, W + 8), (9, 100), (1, 0), (0, 0), (12, max(16, W - 16))):
+        body += [Mvin(0, 64 * it, it, stride), Mvout(0, 8192 + 512 * it, it, stride if stride >= W else 0)]
+    body += [Barrier(), Mvin(1, 256, 16), Mvout(1, 12288, 16, 80), Fence()]
+    prog = Program([body, [Barrier()]], dram_bytes=1 << 14)
+    img = np.random.default_rng(col).integers(0, 256, 1 << 14, dtype=np.uint8)
+    machines_alike(monkeypatch, c, prog, img, functional=functional)
+
+
+@pytest.mark.parametrize("core", ["python", "compiled"])
+def test_a_run_machine_is_freed_without_the_collector(monkeypatch, core):
+    """A machine is no reference cycle: dropping it frees it and its records at once, not at
+    the cyclic collector's next pass (which walked every record, 35-60 ms a 100,000-instruction
+    run)."""
+    import gc
+    import weakref
+    from emulator.programs import matmul_inputs, tiled_matmul
+    monkeypatch.setenv(core_choice.ENV, core)
+    c = chip("goban")
+    prog = tiled_matmul(64, 64, 64, 16, 16, 16, cores=2)
+    _, _, vals = matmul_inputs(64, 64, 64, 16, 16, 16)
+    was = gc.isenabled()
+    gc.disable()
+    try:
+        m = Machine(c, prog, prog.image(vals))
+        m.run()
+        gone = weakref.ref(m)
+        del m
+        assert gone() is None
+    finally:
+        if was:
+            gc.enable()
+
+
+def test_the_issue_slot_set_is_a_set_of_cycles():
+    """The compiled timing pass's issue slots (`_timing_sets.h`: open addressing, union-find
+    pointers to the next free cycle) answer as the Python model's set does: the first cycle
+    from the request not taken, then taken; cycles below a floor forgotten. Runs of taken
+    cycles, requests inside them, growth past the table, and pruning."""
+    from emulator._timing_core import take_slots
+    rng = np.random.default_rng(7)
+    for trial in range(8):
+        requests, base = [], 0
+        for _ in range(1500):
+            if rng.random() < 0.01:
+                base += int(rng.integers(0, 50))
+                requests.append(("keep_from", base))
+            else:
+                requests.append(base + int(rng.integers(0, 40 if trial % 2 else 4000)))
+        taken, want = set(), []
+        for q in requests:
+            if isinstance(q, tuple):
+                taken = {x for x in taken if x >= q[1]}
+                continue
+            while q in taken:
+                q += 1
+            taken.add(q)
+            want.append(q)
+        assert take_slots(requests) == want
