@@ -73,7 +73,8 @@ def candidate_hash(config: Any, mapping: Any) -> str:
 
 
 def workload_identity(recipe_source_hash: str, params: dict[str, Any], steps: list[dict[str, Any]],
-                      torch_version: str, stages: list[dict[str, Any]] | None = None) -> str:
+                      torch_version: str, stages: list[dict[str, Any]] | None = None,
+                      routing: dict[str, Any] | None = None) -> str:
     """The identity of the submitted work: the recipe's source, every parameter its load()
     and inputs() are called with (defaults included, so a default spelt out is the same
     work), the frontend steps (name, options, the hash of their code) and the torch
@@ -81,4 +82,6 @@ def workload_identity(recipe_source_hash: str, params: dict[str, Any], steps: li
     parts = {"recipe": recipe_source_hash, "params": params, "steps": steps, "torch": torch_version}
     if stages:  # a staged workload: every further stage's own recipe, params and steps (and role)
         parts["stages"] = stages
+    if routing:  # a mixture of experts costed with a declared routing or capacity (not the recorded one)
+        parts["routing"] = routing
     return content_hash(parts)

@@ -64,11 +64,11 @@ def test_model_outputs_flatten_in_the_graphs_order():
     assert [t.tolist() for t in flat_outputs(out)] == [[1.0], [0.0, 0.0], [3.0]]
 
 
-class ManyUnsupported(nn.Module):
+class ManyUnsupported(nn.Module):  # (cumsum and sort are supported since #34's routers)
     def forward(self, x):
-        a = torch.cumsum(x, 1)  # FIRST: cumsum
-        b = torch.sort(a, dim=-1).values  # FIRST: sort
-        return torch.cumsum(b, 0) + x  # AGAIN: cumsum
+        a = torch.cumprod(x, 1)  # FIRST: cumprod
+        b = torch.kthvalue(a, 2, dim=-1).values  # FIRST: kthvalue
+        return torch.cumprod(x, 0) + b[:, None]  # AGAIN: cumprod
 
 
 def test_every_unsupported_op_is_reported_at_once_with_counts_and_first_lines():
@@ -80,12 +80,12 @@ def test_every_unsupported_op_is_reported_at_once_with_counts_and_first_lines():
         capture(ManyUnsupported(), torch.randn(3, 4))
     lines = {text.split("# ")[-1]: i for i, text in enumerate(open(__file__).read().splitlines(), 1) if "# " in text}
     found = {u.op: u for u in caught.value.ops}
-    assert set(found) == {"aten.cumsum.default", "aten.sort.default"}, found
-    assert found["aten.cumsum.default"].count == 2
-    assert found["aten.cumsum.default"].source.endswith(f":{lines['FIRST: cumsum']}")
-    assert found["aten.sort.default"].source.endswith(f":{lines['FIRST: sort']}")
+    assert set(found) == {"aten.cumprod.default", "aten.kthvalue.default"}, found
+    assert found["aten.cumprod.default"].count == 2
+    assert found["aten.cumprod.default"].source.endswith(f":{lines['FIRST: cumprod']}")
+    assert found["aten.kthvalue.default"].source.endswith(f":{lines['FIRST: kthvalue']}")
     message = str(caught.value)
-    assert "2 unsupported ops" in message and "aten.cumsum.default x2, first at" in message and "\n" not in message
+    assert "2 unsupported ops" in message and "aten.cumprod.default x2, first at" in message and "\n" not in message
 
 
 UNSUPPORTED_RECIPE = """import torch
@@ -93,8 +93,8 @@ UNSUPPORTED_RECIPE = """import torch
 
 class M(torch.nn.Module):
     def forward(self, x):
-        a = torch.cumsum(x, 1)
-        return torch.sort(a, dim=-1).values + torch.cumsum(x, 0)
+        a = torch.cumprod(x, 1)
+        return torch.kthvalue(a, 2, dim=-1).values[:, None] + torch.cumprod(x, 0)
 
 
 def load():
@@ -112,16 +112,16 @@ def test_recipe_check_reports_unsupported_ops_as_one_line_and_as_json(tmp_path, 
     (tmp_path / "model.py").write_text(UNSUPPORTED_RECIPE)
     code, out, err = cli("recipe", "check", tmp_path, "--no-dump")
     assert code == 2 and out == "" and len(err.strip().splitlines()) == 1
-    assert "2 unsupported ops: aten.cumsum.default x2, first at model.py:6" in err
-    assert "aten.sort.default at model.py:7" in err and "allowed: the " in err
+    assert "2 unsupported ops: aten.cumprod.default x2, first at model.py:6" in err
+    assert "aten.kthvalue.default at model.py:7" in err and "allowed: the " in err
     code, out, err = cli("recipe", "check", tmp_path, "--no-dump", "--json")
     assert code == 2
     error = json.loads(out)["error"]
     assert error["file"] == str(tmp_path / "model.py") and error["field"] == "workload.op"
     assert error["unsupported_ops"] == [
-        {"op": "aten.cumsum.default", "count": 2, "source": "model.py:6", "code": "a = torch.cumsum(x, 1)"},
-        {"op": "aten.sort.default", "count": 1, "source": "model.py:7",
-         "code": "return torch.sort(a, dim=-1).values + torch.cumsum(x, 0)"}]
+        {"op": "aten.cumprod.default", "count": 2, "source": "model.py:6", "code": "a = torch.cumprod(x, 1)"},
+        {"op": "aten.kthvalue.default", "count": 1, "source": "model.py:7",
+         "code": "return torch.kthvalue(a, 2, dim=-1).values[:, None] + torch.cumprod(x, 0)"}]
     assert "aten.linear" in error["allowed"].split(", ")
 
 

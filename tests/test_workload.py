@@ -196,19 +196,19 @@ def test_addmm_keeps_bias_and_operand_order():
 
 # --- errors ---
 
-class CumSum(nn.Module):
+class CumProd(nn.Module):  # (cumsum and sort are supported since #34's routers)
     def forward(self, x):
-        return torch.cumsum(torch.relu(x), 0)  # UNSUPPORTED: cumsum
+        return torch.cumprod(torch.relu(x), 0)  # UNSUPPORTED: cumprod
 
 
-class Sort(nn.Module):
+class KthValue(nn.Module):
     def forward(self, x):
-        return torch.sort(x, dim=-1).values  # UNSUPPORTED: sort
+        return torch.kthvalue(x, 2, dim=-1).values  # UNSUPPORTED: kthvalue
 
 
 @pytest.mark.parametrize("module, aten_op, marker", [
-    (CumSum(), "aten.cumsum", "UNSUPPORTED: cumsum"),
-    (Sort(), "aten.sort", "UNSUPPORTED: sort"),
+    (CumProd(), "aten.cumprod", "UNSUPPORTED: cumprod"),
+    (KthValue(), "aten.kthvalue", "UNSUPPORTED: kthvalue"),
 ])
 def test_unsupported_op_names_the_op_and_the_line(module, aten_op, marker):
     with pytest.raises(UnsupportedOpError) as caught:
@@ -231,7 +231,7 @@ def test_unsupported_op_in_a_recipe_names_the_recipe(tmp_path: Path):
         class Model(nn.Module):
             def forward(self, x):
                 y = x * 2
-                return torch.cumsum(y, 1)
+                return torch.cumprod(y, 1)
 
 
         def load():
@@ -244,7 +244,7 @@ def test_unsupported_op_in_a_recipe_names_the_recipe(tmp_path: Path):
     with pytest.raises(UnsupportedOpError) as caught:
         capture_recipe(folder)
     message = str(caught.value)
-    assert "aten.cumsum" in message and "model.py:8" in message
+    assert "aten.cumprod" in message and "model.py:8" in message
     assert caught.value.file == str(model.resolve())
 
 

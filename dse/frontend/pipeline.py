@@ -316,6 +316,7 @@ def _run(recipe: Recipe, params: dict[str, Any], steps: list[StepSpec], out: Pat
 
     from dse.frontend.steps import FLOAT_TOLERANCE
     from dse.workload.capture import capture, flat_outputs
+    from dse.workload.moe import follow_routing
     from dse.workload.recipes import instantiate, run_module
 
     # A real model's capture and checks take minutes: a bar on a terminal, nothing otherwise
@@ -343,6 +344,7 @@ def _run(recipe: Recipe, params: dict[str, Any], steps: list[StepSpec], out: Pat
             started = time.perf_counter()
             try:
                 graph = step.definition.run(graph, ctx, **step.options)
+                graph = follow_routing(graph, ctx.inputs)  # its own router's token counts per expert
             except Exception as error:  # recorded as the stage's failure; the pipeline stops here
                 stages.append(_failed(index, step, error, started))
                 break

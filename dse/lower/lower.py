@@ -32,6 +32,7 @@ import torch
 from emulator import Barrier, CoreOp, Fence, Mset, Program, Region
 
 from ..mapping import Candidate
+from ..plan.moe import spreads
 from ..mapping.params import CandidateArrays
 from ..plan.graph_plan import OpPlan, plan_for, stored_loc
 from ..plan.layout import stored_orders
@@ -45,6 +46,7 @@ from ..units import UNITS, OpLowering
 from ..units.matrix import blocked_bt, weight_bt  # noqa: F401  (importable from here as before)
 from ..workload.graph import Graph
 from . import coreop
+from .moe import lower_spread
 
 
 @dataclass
@@ -280,7 +282,11 @@ def lower(graph: Graph, candidate: Candidate, inputs, elementwise: str = "auto")
     them bit for bit: ``"auto"`` (the Ball when `stream_cycles` < `core_cycles`), ``"ball"``
     (always the Ball), ``"core"`` (always the core)."""
     b = ProgramBuilder(graph, candidate, inputs, elementwise=elementwise)
-    for plan in plan_for(graph, candidate.mapping):
+    plans = plan_for(graph, candidate.mapping)
+    if spreads(candidate.mapping):  # a mixture of experts' experts, one worker each (`dse.lower.moe`)
+        lower_spread(b, plans)
+        return b.finish()
+    for plan in plans:
         b.lower_op(plan)
     return b.finish()
 

@@ -74,6 +74,12 @@ class Mapping(BaseModel):
     # runs while request k + 1's range r - 1 does); "auto" whichever of those the model finds
     # fastest (`dse.plan.placement`, `dse.analytical.placed.resolve_auto`).
     placement: Literal["phase", "layers", "pipeline", "auto"] | None = None
+    # A mixture of experts' expert ops (`dse.workload.moe`, `dse.plan.moe`): "split" (None, the
+    # default) each expert's ops split over the workers, one expert after another (tensor
+    # parallel experts); "spread" the experts dealt to the workers round robin, each whole on
+    # its worker, all at once, one BARRIER after them (expert parallel). None is left out of
+    # the identity.
+    experts: Literal["split", "spread"] | None = None
     # Placement "layers" / "pipeline": the indices (in the graph's op order, from 0) of the
     # ops that begin the second, third, ... range: increasing, at least one.
     cuts: tuple[PositiveInt, ...] | None = None

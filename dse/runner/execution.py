@@ -29,6 +29,7 @@ import threadpoolctl
 from ..chips import validate_chip
 from ..errors import InputError
 from ..mapping import Candidate, mapping_from_dict
+from ..records import MetricRow
 from .chain import EVALUATION, run_stages
 from .cluster import CLUSTER_ENV, CONNECT_TIMEOUT_S
 from .stages import AnalyticalResult, Outcome, Workload
@@ -111,7 +112,22 @@ def evaluate_items(work, items: list[WorkItem], kill: str | None = None, hang: s
             for item, _ in group:
                 outcomes[item.run_id] = _failed(item.run_id, exc)
             continue
+        if work.routing is not None:  # the MoE layers costed with the spec's routing
+            from ..analytical.moe import routed
+
+            route = routed(graph, *work.routing)
+            if route.reason:
+                for item, _ in group:
+                    outcomes[item.run_id] = Outcome(item.run_id, "infeasible", route.reason, notes=route.note)
+                continue
+            graph = route.graph
         _analytical_group(graph, group, work.calibration, outcomes, work.ppa_calibration)
+        if work.routing is not None:
+            for item, _ in group:
+                got = outcomes[item.run_id]
+                got.notes = "; ".join(filter(None, [route.note, got.notes]))
+                if got.status == "ok":
+                    got.metrics.append(MetricRow("analytical", "expert_imbalance", route.imbalance, "ratio", "total", ""))
     return [outcomes[item.run_id] for item in items]
 
 

@@ -15,7 +15,7 @@ import typing
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from emulator.chip import BallKind, ChipConfig
 
@@ -25,6 +25,7 @@ from ..mapping import Mapping, mapping_from_dict
 from ..ppa.components import checked_table
 from ..frontend.facts import check_builds, recipe_facts
 from .limits import capture_limit
+from ..workload.moe import parse_routing
 from ..workload.recipes import list_recipes
 from .criteria import NAMES, CriterionError, allowed_names, compile_expression
 from .metrics import METRICS
@@ -87,6 +88,18 @@ class Workload(_Model):
     # With `stages`: the role of the workload's own stage (it runs first), and the others.
     role: str | None = Field(None, pattern=r"^[A-Za-z_][A-Za-z0-9_]*$")
     stages: list[WorkloadStage] = []
+    # A mixture of experts' routing as the analytical model costs it (`dse.analytical.moe`):
+    # the recorded inputs' ("measured"), "balanced" or "skew:<s>"; the emulator always follows
+    # the recorded one. capacity_factor: tokens an expert takes at most, as a multiple of the
+    # balanced share (a routing over it is infeasible, with the reason); None: no capacity.
+    routing: str = "measured"
+    capacity_factor: float | None = Field(None, gt=0, allow_inf_nan=False)
+
+    @field_validator("routing")
+    @classmethod
+    def _known_routing(cls, value: str) -> str:
+        parse_routing(value)  # ValueError: what is allowed
+        return value
 
     def all_stages(self) -> list[tuple[str, str, dict[str, Any]]]:
         """(role, recipe, params) of every stage, the workload's own first; [] without stages."""
@@ -678,4 +691,6 @@ def workload_parts(spec: Spec) -> dict:
     if w.stages:  # the staged workload's other stages, by role (the own stage's role too)
         out["stages"] = [{"role": w.role}] + [{"role": s.role, "recipe": s.recipe, **parts(s.recipe, s.params)}
                                               for s in w.stages]
+    if w.routing != "measured" or w.capacity_factor is not None:  # the figures of another routing
+        out["routing"] = {"routing": w.routing, "capacity_factor": w.capacity_factor}
     return out

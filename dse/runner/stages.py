@@ -10,6 +10,7 @@ import numpy as np
 import pandas as pd
 
 from ..analytical import estimate, summarize
+from ..plan.moe import spreads
 from ..mapping import Candidate
 from ..ppa.energy import METRIC_UNITS
 from ..records import MetricRow
@@ -21,6 +22,8 @@ UNITS = {
     "core_cycles": "cycles", "dma_bytes": "bytes", "peak_sram_bytes": "bytes", "shared_sram_bytes": "bytes",
     "private_sram_bytes": "bytes", "private_sram_per_core_bytes": "bytes", "unaddressable_sram_bytes": "bytes",
     **METRIC_UNITS,
+    # a mixture of experts: the busiest worker's (expert's) routed tokens over the mean
+    "core_imbalance": "ratio", "expert_imbalance": "ratio",
 }
 
 
@@ -56,6 +59,9 @@ class Workload:
     # The stages a worker runs per run stage (`chain.evaluation` of the sweep's chain);
     # None: those of `chain.CHAIN`.
     evaluation: dict | None = None
+    # The spec's MoE routing and capacity factor (`dse.analytical.moe.routed`); None: the
+    # recorded routing, no capacity.
+    routing: tuple | None = None
 
     def _point(self, point: dict | None) -> tuple[str | None, dict]:
         point = dict(point or {})
@@ -246,8 +252,22 @@ def analytical_batch(graph, cands: list[Candidate], calibration: dict | None = N
         for i, r in zip(rest, analytical_batch(graph, [cands[i] for i in rest], calibration, ppa_calibration)):
             out[i] = r
         return out
-    per_op = estimate(graph, cands, calibration)
-    totals = summarize(per_op, cands)
+    spread = [i for i, c in enumerate(cands) if spreads(c.mapping)]
+    if spread and len(spread) < len(cands):  # the experts spread over the workers: `estimate_spread`
+        out = [None] * len(cands)
+        rest = [i for i in range(len(cands)) if i not in set(spread)]
+        for part in (spread, rest):
+            for i, r in zip(part, analytical_batch(graph, [cands[i] for i in part], calibration, ppa_calibration)):
+                out[i] = r
+        return out
+    imbalances = None
+    if spread:
+        from ..analytical.moe import estimate_spread
+
+        per_op, totals, imbalances = estimate_spread(graph, cands, calibration)
+    else:
+        per_op = estimate(graph, cands, calibration)
+        totals = summarize(per_op, cands)
     n_ops = len(graph.ops)
     rows = totals.to_dict("records")
     components, notes = add_ppa(rows, cands, _footprints(graph, cands), ppa_calibration, per_op=per_op)
@@ -257,6 +277,8 @@ def analytical_batch(graph, cands: list[Candidate], calibration: dict | None = N
         ops = list(zip(*(col[i * n_ops:(i + 1) * n_ops] for col in columns)))
         out.append(AnalyticalResult(bool(t["feasible"]), str(t["reason"]), total_metrics(t), ops, notes[i],
                                     components[i]))
+        if imbalances is not None and t["feasible"]:
+            out[-1].totals["core_imbalance"] = imbalances[i]
     return out
 
 

@@ -677,6 +677,22 @@ def _value_at(spec: Spec, data: dict, dotted: str):
         return None
 
 
+def declared_routing(spec: Spec, graph) -> tuple | None:
+    """(routing, capacity factor) the analytical model costs the MoE layers with (None: the
+    graph has none); a routing or capacity for a workload with no MoE layer is the spec's
+    error."""
+    from ..workload.moe import moe_layers, parse_routing
+
+    w = spec.model.workload
+    if moe_layers(graph):
+        return parse_routing(w.routing), w.capacity_factor
+    if w.routing != "measured" or w.capacity_factor is not None:
+        field = "workload.routing" if w.routing != "measured" else "workload.capacity_factor"
+        raise InputError(spec.path, field, w.routing if w.routing != "measured" else w.capacity_factor,
+                         f"unset: recipe '{w.recipe}' has no mixture-of-experts layer")
+    return None
+
+
 def sweep_into_store(spec: Spec, db: str | Path = "records.db", progress: bool = True,
                      workers: int = 1, cluster: str | None = None,
                      connect_timeout: float = CONNECT_TIMEOUT_S, reuse: bool = True,
@@ -702,6 +718,7 @@ def sweep_into_store(spec: Spec, db: str | Path = "records.db", progress: bool =
             if emulated:
                 work.placed_emulation = prepare_placed(staged)
     named[PLAN.name].run(work.graph)
+    work.routing = declared_routing(spec, work.graph)
     work.host_time_repeats = spec.model.stages.host_time_repeats
     work.evaluation = evaluation(chain)  # what the workers run of the chain
     work.traces = spec.model.stages.traces

@@ -31,6 +31,7 @@ from torch.export.graph_signature import InputKind, OutputKind, TensorArgument
 from torch.fx import Node
 
 from dse.errors import InputError
+from dse.workload import moe_capture as moe
 from dse.workload.counts import count_op
 from dse.workload.reroll import reroll
 from dse.workload.scan_capture import RNN_TARGETS, ScanEmitter, handler_attrs, unused_state
@@ -369,6 +370,8 @@ def _same_dtype_copy(node: Node) -> _Identity | _Lowered | None:
         return _Identity(source)
     if not before.is_floating_point and not after.is_floating_point and not before.is_complex:
         return _Lowered("cast", [source], {"dtype": dtype_name(after)})
+    if after == torch.bool and not before.is_complex:  # a mask from a float (x != 0), as a router builds
+        return _Lowered("cast", [source], {"dtype": "bool"})
     return None
 
 
@@ -746,9 +749,62 @@ def _pair_item(source: Node, index: int) -> _Lowered:
     return _Lowered(positions, [x], {"dim": dim, "keepdim": keepdim})
 
 
+def _topk_item(source: Node, index: int) -> _Lowered:
+    """torch.topk's values (item 0) or int64 indices (item 1): a router's choice."""
+    x = source.args[0]
+    attrs = {"k": int(source.args[1]), "dim": int(_arg(source, 2, "dim", -1)) % len(_shape(x)),
+             "largest": bool(_arg(source, 3, "largest", True)), "sorted": bool(_arg(source, 4, "sorted", True))}
+    return _Lowered("topk", [x], {**attrs, "item": int(index)})
+
+
+def _sort_item(source: Node, index: int) -> _Lowered:
+    """torch.sort's values (item 0) or int64 indices (item 1)."""
+    x = source.args[0]
+    name = str(source.target).removeprefix("aten.")
+    stable = bool(source.kwargs.get("stable") or False) if name == "sort.stable" else False
+    at = 1 if name == "sort.default" else 2  # sort.stable(x, *, stable, dim, descending)
+    dim = int(source.kwargs.get("dim", source.args[at] if len(source.args) > at else -1))
+    descending = bool(source.kwargs.get("descending", source.args[at + 1] if len(source.args) > at + 1 else False))
+    return _Lowered("sort", [x], {"dim": dim % max(len(_shape(x)), 1), "descending": descending, "stable": stable,
+                                  "item": int(index)})
+
+
+def _cumsum(node: Node) -> _Lowered:
+    x = node.args[0]
+    dtype = node.kwargs.get("dtype")
+    return _Lowered("cumsum", [x], {"dim": int(node.args[1]) % max(len(_shape(x)), 1),
+                                    "dtype": dtype_name(dtype) if dtype is not None else None})
+
+
+def _one_hot(node: Node) -> _Lowered:
+    return _Lowered("one_hot", [node.args[0]], {"classes": _shape(node)[-1]})
+
+
+def _scatter(node: Node) -> _Lowered | None:
+    """scatter(x, dim, index, src or a scalar value); no reduce."""
+    x, dim, index, src = node.args[:4]
+    if node.kwargs.get("reduce") is not None or len(node.args) > 4:
+        return None
+    dim = int(dim) % len(_shape(x))
+    if isinstance(src, Node):
+        return _Lowered("scatter", [x, index, src], {"dim": dim})
+    if not isinstance(src, (int, float, bool)):
+        return None
+    return _Lowered("scatter", [x, index], {"dim": dim, "value": src})
+
+
+def _scatter_add(node: Node) -> _Lowered:
+    x, dim, index, src = node.args[:4]
+    return _Lowered("scatter_add", [x, index, src], {"dim": int(dim) % len(_shape(x))})
+
+
 def _getitem(node: Node) -> _Lowered | _Identity | _Unsupported:
     source, index = node.args
     name = str(getattr(source, "target", "")).removeprefix("aten.")
+    if isinstance(source, Node) and name == "topk.default":
+        return _topk_item(source, int(index))
+    if isinstance(source, Node) and name in ("sort.default", "sort.stable"):
+        return _sort_item(source, int(index))
     if isinstance(source, Node) and name in _EXTREME_PAIRS:
         return _pair_item(source, int(index))
     if isinstance(source, Node) and name in _MULTI_OUTPUT and index == 0:
@@ -854,6 +910,14 @@ _HANDLER_NAMES: dict[str, _Handler] = {
     "argmin.default": _arg_extreme("argmin"),
     "gather.default": _gather,
     "index_select.default": _index_select,
+    "topk.default": _pair,
+    "sort.default": _pair,
+    "sort.stable": _pair,
+    "cumsum.default": _cumsum,
+    "one_hot.default": _one_hot,
+    **{name: _scatter for name in ("scatter.value", "scatter.src")},
+    "scatter_add.default": _scatter_add,
+    "bitwise_not.default": _unary("bitwise_not"),
     "amin.default": _reduce("amin"),
     "scaled_dot_product_attention.default": _sdpa,
     **{name: _rnn for name in RNN_TARGETS},
@@ -863,6 +927,7 @@ _HANDLERS: dict[Any, _Handler] = {
     op: handler for name, handler in _HANDLER_NAMES.items() if (op := _resolve(name)) is not None
 }
 _HANDLERS[operator.getitem] = _getitem
+_HANDLERS[torch.ops.dse.moe_experts.default] = lambda node: _Lowered("moe_experts", list(node.args[:3]), {})
 # Export's runtime checks on shapes and dtypes: no value flows through them.
 _ASSERTIONS = {
     op
@@ -880,7 +945,7 @@ _KEEP_WHOLE = ("linear.default", "matmul.default", "gelu.default", "silu.default
                "stack.default", "hardtanh.default", "relu6.default", "hardswish.default", "hardsigmoid.default",
                "mish.default", "leaky_relu.default", "pad.default", "group_norm.default", "roll.default",
                "upsample_nearest2d.vec", "upsample_bilinear2d.vec", "upsample_nearest1d.vec", "fft_fftn.default",
-               "real.default", "softplus.default", *RNN_TARGETS, *_SPLITS)
+               "real.default", "softplus.default", "one_hot.default", *RNN_TARGETS, *_SPLITS)
 
 
 def _decomposition_table() -> dict:
@@ -913,7 +978,8 @@ def _source(node: Node, source_path: Path | None) -> str:
 
 class _Builder:
     def __init__(self, exported: ExportedProgram, name: str, source_path: Path | None,
-                 original: ExportedProgram | None = None):
+                 original: ExportedProgram | None = None, experts: list | None = None):
+        self.experts = list(experts or [])  # the experts modules, in the order they are called
         self.exported = exported
         self.name = name
         self.source_path = source_path
@@ -1026,6 +1092,15 @@ class _Builder:
             return
         if lowered.kind == "dft_real":
             self._dft_real(node, inputs[0], lowered.attrs["dims"], output)
+            return
+        if lowered.kind == "moe_experts":
+            module = self.experts.pop(0)
+            reason = moe.unsupported_reason(module)
+            if reason:
+                self.unsupported_nodes.add(node.name)
+                self._note_unsupported(node, f"{type(module).__name__} ({reason})")
+                return
+            moe.expand_experts(self, node, module, inputs, output, _source(node, self.source_path))
             return
         counts = count_op(lowered.kind, lowered.attrs, [self.tensors[n] for n in inputs], output, self.constants)
         if lowered.kind in MOVE_KINDS and all(n in self.constants for n in inputs):
@@ -1304,13 +1379,14 @@ def capture(module: torch.nn.Module, *example_inputs: Any, name: str = "graph",
     `source_path` (the recipe's model.py) is named in errors and picks the source
     line of each op."""
     source_path = Path(source_path) if source_path is not None else None
-    exported = _export(module, example_inputs, source_path)
+    with moe.experts_as_one_op(module, example_inputs) as experts:
+        exported = _export(module, example_inputs, source_path)
     try:
-        return reroll(_Builder(exported, name, source_path).build())
+        return reroll(_Builder(exported, name, source_path, experts=experts).build())
     except UnsupportedOpError:
         pass  # decompose below, outside the handler, so the error chain stays short
     with warnings.catch_warnings():
         # torch's own deprecation inside run_decompositions; nothing a recipe can fix
         warnings.filterwarnings("ignore", r".*isinstance\(treespec, LeafSpec\)", FutureWarning)
         decomposed = exported.run_decompositions(_decomposition_table())
-    return reroll(_Builder(decomposed, name, source_path, original=exported).build())
+    return reroll(_Builder(decomposed, name, source_path, original=exported, experts=experts).build())

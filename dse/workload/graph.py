@@ -37,6 +37,13 @@ Kinds and their attrs (inputs in order; `?` marks an optional input, flagged in 
   [, h_scale, deq_scale]: xp, s0, w, b) or a loop found in the capture (body: its step's ops
   recorded, specs, seq, state, next, out, n_seq, n_state); rnn_cell(r, x, s: cell, hidden), an
   LSTM / GRU step's cell (dse/workload/scan.py).
+- topk(x: k, dim, largest, sorted, item): item 0 the values, 1 the int64 indices; sort(x: dim,
+  descending, stable, item) likewise; cumsum(x: dim, dtype); one_hot(x: classes);
+  scatter(x, index, src?: dim, value when no src); scatter_add(x, index, src: dim);
+  bitwise_not(x) (logical not of a bool).
+- a mixture of experts (dse/workload/moe.py): moe_tokens(top_k_index: layer, experts, top_k,
+  expert, count) the token ids routed to `expert`; moe_weights(top_k_index, top_k_weights:
+  same attrs) their routing weights [count, 1]; index_add(acc, index, src: dim, ...).
 - quantize (float32 -> int8), requantize (int32 -> int8), dequantize (int -> float32):
   scale, scale_axes, scale_groups (see `scale_tensor`).
 """
@@ -58,7 +65,7 @@ import numpy as np
 from dse.workload.vocabulary import (  # noqa: F401
     MATMUL_KINDS, CONV_KINDS, BINARY_KINDS, ACTIVATION_KINDS, UNARY_KINDS, NORM_KINDS, REDUCE_KINDS,
     POOL_KINDS, ADAPTIVE_KINDS, VECTOR_NORM_KINDS, LAYOUT_KINDS, VIEW_KINDS, DATA_KINDS, ARG_KINDS,
-    ATTENTION_KINDS, CHOICE_KINDS, QUANT_KINDS, SCAN_KINDS, MOVE_KINDS, KINDS, CHANNELS_LAST, CHANNELS_LAST_WEIGHTS,
+    ATTENTION_KINDS, CHOICE_KINDS, QUANT_KINDS, ROUTING_KINDS, SCAN_KINDS, MOVE_KINDS, KINDS, CHANNELS_LAST, CHANNELS_LAST_WEIGHTS,
     CHANNELS_FIRST, CHANNELS_FIRST_WEIGHTS, INT8_MIN, INT8_MAX, itemsize, TensorSpec,
     OpCounts, Op, scale_array)
 

@@ -16,6 +16,8 @@ from dse.workload.vocabulary import (CHANNELS_FIRST_WEIGHTS, CHANNELS_LAST_WEIGH
                                 POOL_KINDS, REDUCE_KINDS, Op, scale_array)
 
 
+
+
 def torch_dtype(dtype: str) -> torch.dtype:
     return getattr(torch, dtype)
 
@@ -411,6 +413,70 @@ def _run_dequantize(op: Op, args: list[torch.Tensor]) -> torch.Tensor:
     return _scaled(args[0], op.attrs)
 
 
+# --- a mixture of experts' routing (dse.workload.moe) ---
+
+def _routed(index: torch.Tensor, op: Op) -> torch.Tensor:
+    """Positions (in top_k_index's flat order, ascending) of the choices of op's expert;
+    exactly the recorded count, else the routing is not the captured one."""
+    positions = (index.reshape(-1) == op.attrs["expert"]).nonzero().reshape(-1)
+    if positions.numel() != op.attrs["count"]:
+        raise ValueError(f"{op.name}: the router sends {positions.numel()} tokens to expert {op.attrs['expert']}, "
+                         f"the captured routing {op.attrs['count']} (an expert's token count is fixed at capture)")
+    return positions
+
+
+def _run_topk(op: Op, args: list[torch.Tensor]) -> torch.Tensor:
+    a = op.attrs
+    values, indices = torch.topk(args[0], a["k"], dim=a["dim"], largest=a["largest"], sorted=a["sorted"])
+    return values if a["item"] == 0 else indices
+
+
+def _run_sort(op: Op, args: list[torch.Tensor]) -> torch.Tensor:
+    a = op.attrs
+    values, indices = torch.sort(args[0], dim=a["dim"], descending=a["descending"], stable=a["stable"])
+    return values if a["item"] == 0 else indices
+
+
+def _run_cumsum(op: Op, args: list[torch.Tensor]) -> torch.Tensor:
+    dtype = op.attrs.get("dtype")
+    return torch.cumsum(args[0], op.attrs["dim"], dtype=torch_dtype(dtype) if dtype else None)
+
+
+def _run_one_hot(op: Op, args: list[torch.Tensor]) -> torch.Tensor:
+    return F.one_hot(args[0], op.attrs["classes"])
+
+
+def _run_scatter(op: Op, args: list[torch.Tensor]) -> torch.Tensor:
+    x, index, *src = args
+    if src:
+        return torch.scatter(x, op.attrs["dim"], index, src[0].to(x.dtype))
+    return torch.scatter(x, op.attrs["dim"], index, op.attrs["value"])
+
+
+def _run_scatter_add(op: Op, args: list[torch.Tensor]) -> torch.Tensor:
+    x, index, src = args
+    return torch.scatter_add(x, op.attrs["dim"], index, src.to(x.dtype))
+
+
+def _run_moe_tokens(op: Op, args: list[torch.Tensor]) -> torch.Tensor:
+    return torch.div(_routed(args[0], op), op.attrs["top_k"], rounding_mode="floor")
+
+
+def _run_moe_weights(op: Op, args: list[torch.Tensor]) -> torch.Tensor:
+    return args[1].reshape(-1)[_routed(args[0], op)].reshape(-1, 1)
+
+
+def _run_index_add(op: Op, args: list[torch.Tensor]) -> torch.Tensor:
+    acc, index, source = args
+    return acc.index_add(op.attrs["dim"], index, source.to(acc.dtype))
+
+
+_ROUTING = {"topk": _run_topk, "sort": _run_sort, "cumsum": _run_cumsum, "one_hot": _run_one_hot,
+            "scatter": _run_scatter, "scatter_add": _run_scatter_add,
+            "bitwise_not": lambda op, args: torch.bitwise_not(args[0]), "moe_tokens": _run_moe_tokens, "moe_weights": _run_moe_weights,
+                "index_add": _run_index_add}
+
+
 INTERPRETERS: dict[str, Callable[[Op, list[torch.Tensor]], torch.Tensor]] = {
     "linear": _run_linear,
     "matmul": _run_matmul,
@@ -453,6 +519,7 @@ INTERPRETERS: dict[str, Callable[[Op, list[torch.Tensor]], torch.Tensor]] = {
     "dequantize": _run_dequantize,
     "scan": lambda op, args: run_scan(op, args, INTERPRETERS),
     "rnn_cell": run_rnn_cell,
+    **_ROUTING,
 }
 _INTERPRETERS = INTERPRETERS  # the name earlier code used
 assert set(INTERPRETERS) == set(KINDS), set(KINDS) ^ set(INTERPRETERS)

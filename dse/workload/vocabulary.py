@@ -30,6 +30,9 @@ ARG_KINDS = ("argmax", "argmin")  # the int64 position of a reduction's max / mi
 ATTENTION_KINDS = ("sdpa",)
 CHOICE_KINDS = ("where",)  # elementwise choice by a bool mask
 QUANT_KINDS = ("quantize", "requantize", "dequantize")
+# a mixture of experts' routing, on the core (dse/workload/moe.py)
+ROUTING_KINDS = ("topk", "sort", "cumsum", "one_hot", "scatter", "scatter_add", "bitwise_not", "moe_tokens",
+                 "moe_weights", "index_add")
 # a recurrence over time steps as one op, and its step's elementwise cell (dse/workload/scan.py)
 SCAN_KINDS = ("scan", "rnn_cell")
 # Ops that only rearrange or pick values: applied to constants they give a constant,
@@ -37,7 +40,7 @@ SCAN_KINDS = ("scan", "rnn_cell")
 MOVE_KINDS = ("reshape", "permute", "expand", "slice", "select", "cat", "stack")
 KINDS = (MATMUL_KINDS + CONV_KINDS + BINARY_KINDS + ACTIVATION_KINDS + UNARY_KINDS + NORM_KINDS
          + REDUCE_KINDS + VECTOR_NORM_KINDS + ARG_KINDS + POOL_KINDS + ADAPTIVE_KINDS + ("permute",) + VIEW_KINDS + DATA_KINDS + ATTENTION_KINDS
-         + CHOICE_KINDS + QUANT_KINDS + SCAN_KINDS)
+         + CHOICE_KINDS + QUANT_KINDS + ROUTING_KINDS + SCAN_KINDS)
 CHANNELS_LAST = ("NLC", "NHWC", "NDHWC")
 # conv weights pre-transposed to [*kernel, in, out] (the channels-last convs' GEMM B)
 CHANNELS_LAST_WEIGHTS = ("WIO", "HWIO", "DHWIO")
