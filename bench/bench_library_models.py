@@ -1,4 +1,5 @@
-"""The model table: every real library model of the tests (transformers, torchvision, timm),
+"""The model table: every real library model of the tests (transformers, its MoE models
+among them, torchvision, timm),
 through `recipe check` and emulation on goban with 1 and 4 workers.
 
     .venv/bin/python bench/bench_library_models.py [--only NAME ...] [--out table.md]
@@ -30,6 +31,7 @@ from dse.numerics.run import prepare_recipe  # noqa: E402
 
 import test_library_models as library  # noqa: E402
 import test_real_models as hf  # noqa: E402
+import test_moe  # noqa: E402,F401  (adds the mixture-of-experts models to hf.MODELS)
 
 
 def models() -> dict[str, callable]:
