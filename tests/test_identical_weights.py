@@ -1,7 +1,7 @@
 """Identical read-only payloads bound to one copy: a Linear applied twice is permuted and
 quantized once per use into byte-identical int8 tensors; the frontend keeps one (by content),
 the lowering lays its blocked copy out once per layout (`Dram.constant`) and the model counts it once
-(`GraphCost._bound_bytes`). Before/after by turning the binding off in this process."""
+(`dse.units.matrix.bound_bytes`). Before/after by turning the binding off in this process."""
 
 from __future__ import annotations
 
@@ -44,14 +44,14 @@ def measured(folder, monkeypatch, bind: bool) -> dict:
     from dse.plan import memory
     from dse.plan.graph_plan import dram_footprint
     from dse.ppa.assess import assess_candidates
-    from dse.analytical import graph_cost
+    from dse.units import matrix
 
     with monkeypatch.context() as patch:
         patch.setenv("DSE_CACHE_DIR", "off")
         if not bind:
             patch.setattr(rewrite.Rewriter, "_identical_weights", lambda self, read: {})
             patch.setattr(memory.Dram, "constant", lambda self, key, array, name="": self.blob(array, name))
-            patch.setattr(graph_cost.GraphCost, "_bound_bytes", lambda self, plan, plans, act: 0)
+            patch.setattr(matrix, "bound_bytes", lambda cost, plan, plans, act: 0)
         prep = prepare_recipe(str(folder), {})
         graph = prep.graph
         cand = Candidate(load_chip("toy"), Mapping(policy="framework", double_buffer=False, workers=1))

@@ -82,7 +82,7 @@ def bound_constants(stages, per_stage: list[pd.DataFrame], candidates: Sequence[
     constants a later stage reads as an earlier stage laid them out, so the staged
     lowering places them once (`Dram.constant` by content): a weight's blocked copy in the
     same (tn, tk), a bias replicate in the same (tm, tn). Within a stage the stage's own
-    cost binds them already (`GraphCost._bound_bytes`)."""
+    cost binds them already (`dse.units.matrix.bound_bytes`)."""
     from ..plan.memory import ALIGN, content_key, pad
 
     out: dict[int, int] = {}

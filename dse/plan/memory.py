@@ -196,7 +196,7 @@ class Dram:
         """A read-only constant's address: placed once per `key` (a weight's name and its
         blocked layout; the frontend gave byte-identical weights one name), every later use
         bound to that copy with its own offsets into it, within the current `scope`. The
-        model counts it once likewise (`dse.analytical.graph_cost`: `GraphCost._bound_bytes`)."""
+        model counts it once likewise (`dse.units.matrix.bound_bytes`)."""
         key = ("content", *content_key(array)) if self.bind_content else (self.scope, *key)
         if key not in self.constants:
             self.constants[key] = self.blob(array, name)

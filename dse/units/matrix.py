@@ -358,10 +358,10 @@ def picked_plans(cost, shape: MatmulShape) -> MatmulPlans:
         if cost.params.serial.any():  # those tiles costed in serial timing
             ok = picked.feasible
             col = lambda a: np.where(ok, a, 16)[:, None]  # noqa: E731  (any tile where none fits)
-            cost = matmul_cost(cost.params, shape, col(picked.tm), col(picked.tn), col(picked.tk))
+            serial = matmul_cost(cost.params, shape, col(picked.tm), col(picked.tn), col(picked.tk))
             values = dict(picked.values)
             for name in ("cycles", "compute_cycles", "dma_cycles", "core_cycles", "busy_cycles", "preload_cycles"):
-                values[name] = np.where(ok, getattr(cost, name)[:, 0], 0)
+                values[name] = np.where(ok, getattr(serial, name)[:, 0], 0)
             picked = MatmulPlans(picked.feasible, picked.reason, values)
         cost.plans[shape] = picked
     return cost.plans[shape]
