@@ -166,9 +166,10 @@ def experiment_view(store: Store, experiment) -> ExperimentView:
 
 def reused_evidence(store: Store, experiment_id: int) -> list[dict]:
     """The experiment's runs that link to an earlier experiment's evidence, by run id."""
-    runs = store.runs(experiment_id)
+    with store.engine.connect() as connection:
+        runs = sql_reads.reused_runs(text_runner(connection), int(experiment_id))
     return [{"candidate_id": int(r["candidate_id"]), "run_id": int(r["id"]), "stage": r["stage"],
-             "text": r["reused_from"]} for r in runs.to_dict("records") if r["reused_from"]]
+             "text": r["reused_from"]} for r in runs]
 
 
 def model_vs_emulator(store: Store, experiment_id: int, table: pd.DataFrame, emulated_any: bool = True
