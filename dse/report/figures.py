@@ -103,8 +103,9 @@ def pareto_plot(table: pd.DataFrame, x: str = "private_sram_bytes", y: str = "la
     front = ok[ok["on_front"]].sort_values("x")
     ax.plot(front["x"], front["y"], "-o", color="#dd8452", ms=6, label=f"Pareto front ({len(front)})")
     top = (ok["y"].max() * 1.08) if len(ok) else 1.0
+    unfit = data[~feasible]  # a few of 100,000: their statuses compared there
     for status, style in OUTCOME_STYLE.items():
-        bad = data[(data["status"] == status) & ~feasible]
+        bad = unfit[unfit["status"] == status]
         if len(bad):
             bad, label = _sample(bad, status)
             ax.scatter(bad["x"].fillna(0), np.full(len(bad), top), s=30, label=label, **style)

@@ -154,18 +154,22 @@ def pareto_figure(table: pd.DataFrame, x: str, y: str, directions: tuple[str, st
             text = memo[idx] = _changes(diffs[idx])
         return text
     ok = data[data["feasible"]]
+    x_label, y_label = _label(x), _label(y)
 
     def hover(rows: pd.DataFrame, with_reason: bool = False) -> np.ndarray:
         # An object array, not a list: plotly takes it whole (a list it checks string by
         # string, a third of a 100,000-candidate report's plots); the JSON is the same.
         out = []
-        for idx, r in zip(rows.index, rows.itertuples()):
-            lines = [f"<b>candidate {r.candidate_id}</b> ({html.escape(r.status)})",
-                     f"{_label(x)}: {_num(r.x)}", f"{_label(y)}: {_num(r.y)}" if r.status == "ok" else ""]
-            if with_reason and r.reason:
-                lines.append("reason: " + html.escape(r.reason[:200]))
-            lines.append(changed(idx))
-            out.append("<br>".join(line for line in lines if line))
+        reasons = rows["reason"].tolist() if with_reason else [""] * len(rows)
+        for idx, ident, status, vx, vy, reason in zip(rows.index, rows["candidate_id"].tolist(),
+                                                       rows["status"].tolist(), rows["x"].tolist(),
+                                                       rows["y"].tolist(), reasons):
+            text = f"<b>candidate {ident}</b> ({html.escape(status)})<br>{x_label}: {_num(vx)}"
+            if status == "ok":
+                text += f"<br>{y_label}: {_num(vy)}"
+            if reason:
+                text += "<br>reason: " + html.escape(reason[:200])
+            out.append(f"{text}<br>{changed(idx)}")
         return np.array(out, dtype=object)
 
     fig = go.Figure()
@@ -190,8 +194,9 @@ def pareto_figure(table: pd.DataFrame, x: str, y: str, directions: tuple[str, st
                              line=dict(color="#dd8452", width=2), marker=dict(size=6, color="#dd8452"),
                              customdata=front["candidate_id"], hovertext=hover(front), hoverinfo="text"))
     top = float(ok["y"].max() * 1.08) if len(ok) else 1.0
+    unfit = data[~data["feasible"]]  # a few of 100,000: their statuses compared there
     for status, color in OUTCOME_COLORS.items():
-        bad = data[(data["status"] == status) & ~data["feasible"]]
+        bad = unfit[unfit["status"] == status]
         if len(bad):
             bad, name = _thin(bad, status)
             fig.add_trace(_scatter(len(bad), x=bad["x"].fillna(0), y=np.full(len(bad), top), mode="markers",
