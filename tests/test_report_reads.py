@@ -84,3 +84,14 @@ def test_importance_trials_give_optunas_importances():
         theirs = get_param_importances(study, evaluator=PedAnovaImportanceEvaluator(), normalize=True)
     assert mine == pytest.approx({k.removeprefix("config.").removeprefix("mapping."): v for k, v in theirs.items()})
     assert list(mine)[0] == "workers"
+
+
+def test_the_png_and_the_interactive_plot_draw_the_same_sample():
+    from dse.report import figures, interactive
+
+    for n in (10, figures.MAX_POINTS_PNG, figures.MAX_POINTS_PNG + 1, 12_345, 100_000):
+        rows = pd.DataFrame({"candidate_id": np.arange(n)})
+        png, png_label = figures._sample(rows, "feasible")
+        html, html_label = interactive._thin(rows, "feasible")
+        assert png["candidate_id"].tolist() == html["candidate_id"].tolist()
+        assert len(png) <= interactive.MAX_POINTS and png_label == html_label
