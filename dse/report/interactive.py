@@ -66,25 +66,30 @@ def _num(v) -> str:
 
 
 @functools.lru_cache(maxsize=4096)
-def _dumped_scalar(kind: type, value) -> str:
-    return json.dumps(value)
+def _escaped_scalar(kind: type, value) -> str:
+    return html.escape(json.dumps(value))
 
 
-def _dumped(value) -> str:
-    """`json.dumps(value)`, a knob's few scalar values written once each (keyed by type too:
-    1, 1.0 and True are equal keys): dumping the same numbers again was a third of a
+def _escaped(value) -> str:
+    """`html.escape(json.dumps(value))`, a knob's few scalar values made once each (keyed by
+    type too: 1, 1.0 and True are equal keys): making the same texts again was a third of a
     100,000-candidate report's hover texts."""
     if isinstance(value, (list, dict)):
-        return json.dumps(value)
-    return _dumped_scalar(type(value), value)
+        return html.escape(json.dumps(value))
+    return _escaped_scalar(type(value), value)
+
+
+@functools.lru_cache(maxsize=1024)
+def _knob_text(path: str) -> str:
+    return html.escape(path.removeprefix("config.").removeprefix("mapping."))
 
 
 def _changes(diff) -> str:
+    # Each part escaped piece by piece: the joining text (": ", " → ") has nothing to escape.
     if isinstance(diff, str):
         diff = json.loads(diff) if diff else {}
-    parts = [f"{k.removeprefix('config.').removeprefix('mapping.')}: {_dumped(a)} → {_dumped(b)}"
-             for k, (a, b) in (diff or {}).items()]
-    return "<br>".join(html.escape(p) for p in parts) or "(the baseline)"
+    return "<br>".join(f"{_knob_text(k)}: {_escaped(a)} → {_escaped(b)}"
+                       for k, (a, b) in (diff or {}).items()) or "(the baseline)"
 
 
 def pareto_data(table: pd.DataFrame, x: str, y: str, directions: tuple[str, str], passing: np.ndarray) -> pd.DataFrame:
