@@ -16,7 +16,7 @@ from ..ppa.names import COMPONENTS
 from ..records import Store, sql_reads
 from ..records.reads import text_runner
 from ..records.reuse import metric_run
-from ..records.schema import Candidate, Experiment, LatestMetric, Metric, Run
+from ..records.schema import Candidate, CandidateRun, Experiment, LatestMetric, Metric, Run
 from ..runner.metrics import COUNTER_SCOPES, HOST_PHASE_METRIC, METRICS
 from ..runner.noise import HOST_TIME, HostTimeComparison, host_time_comparison
 from ..runner.acceptance import (Headline, Judgement, figures_wanted, headline, judge_experiment,  # noqa: F401
@@ -217,15 +217,13 @@ def candidate_metrics(connection, experiment_id: int, names: list[str], found: d
 
     What `Store.metric_table` gives for these columns, read narrowly (three columns per
     metric, only these names): at 100,000 candidates the difference is 20 s of a report."""
-    latest = (select(Run.candidate_id, func.max(Run.id).label("run_id"))
-              .join(Candidate, Run.candidate_id == Candidate.id)
-              .where(Candidate.experiment_id == experiment_id, Run.stage == "analytical")
-              .group_by(Run.candidate_id).subquery())
+    # Each candidate's latest analytical run from candidate_run (one key probe a candidate;
+    # grouping the runs was a fifth of the read at 100,000 candidates).
+    latest = CandidateRun.__table__.alias("latest")
     table = fetched(connection, select(
         Candidate.id.label("candidate_id"), Candidate.origin, cast(Candidate.diff, String).label("diff"),
-        Run.id.label("metric_run_id"), Run.status, Run.reason)
-        .outerjoin(latest, latest.c.candidate_id == Candidate.id)
-        .outerjoin(Run, Run.id == latest.c.run_id)
+        latest.c.run_id.label("metric_run_id"), latest.c.status, latest.c.reason)
+        .outerjoin(latest, (latest.c.candidate_id == Candidate.id) & (latest.c.role == "analytical"))
         .where(Candidate.experiment_id == experiment_id)
         .order_by(Candidate.id))
     baseline = connection.scalar(select(Experiment.baseline_candidate_id).where(Experiment.id == experiment_id))
