@@ -95,3 +95,22 @@ def test_the_png_and_the_interactive_plot_draw_the_same_sample():
         html, html_label = interactive._thin(rows, "feasible")
         assert png["candidate_id"].tolist() == html["candidate_id"].tolist()
         assert len(png) <= interactive.MAX_POINTS and png_label == html_label
+
+
+def test_a_big_table_shows_the_telling_rows_then_the_best_by_the_objective():
+    from dse.report.html import MAX_ROWS, _shown_rows
+
+    rng = np.random.default_rng(5)
+    n = MAX_ROWS + 700
+    value = rng.choice([1.0, 2.0, 3.0, np.nan], n)  # ties and missing figures
+    table = pd.DataFrame({"candidate_id": np.arange(1, n + 1), "latency_cycles": value})
+    first = {7, 11, int(np.flatnonzero(np.isnan(value))[0]) + 1}  # one telling row without the figure
+    for direction in ("minimize", "maximize"):
+        shown = _shown_rows(table, first, {"metric": "latency_cycles", "direction": direction})
+        # By hand: the telling rows, then those with the figure, best first, ties by id.
+        rest = table[~table["candidate_id"].isin(first)].assign(missing=lambda t: t["latency_cycles"].isna())
+        rest = rest.sort_values(["missing", "latency_cycles", "candidate_id"],
+                                ascending=[True, direction == "minimize", True])
+        expected = sorted([*first, *rest["candidate_id"].head(MAX_ROWS - len(first))])
+        assert shown["candidate_id"].tolist() == expected
+    assert _shown_rows(table.head(10), set(), {"metric": "latency_cycles"})["candidate_id"].tolist() == list(range(1, 11))
