@@ -4,12 +4,13 @@
     .venv/bin/python bench/bench_ui.py --pg            # also a throwaway PostgreSQL server
     .venv/bin/python bench/bench_ui.py --candidates 20000 --repeat 3
     .venv/bin/python bench/bench_ui.py --db /tmp/ui-big.db    # keep the store for the next run
+    .venv/bin/python bench/bench_ui.py --db /tmp/ui-big.db --report-only --repeat 3 --report-against /work/main
     DSE_BENCH_TREE=/work/main .venv/bin/python bench/bench_ui.py --db /tmp/ui-big.db   # another tree's dse
 
 Serves the real app with uvicorn on a loopback port and times whole HTTP requests (server
 side: no browser): the experiment page, a sorted + filtered candidate page, a late page of
 the sort, the Pareto plot's data; then `write_report` on the same store, with its peak
-memory (ru_maxrss of a child process). Prints medians and the ratio to issue 17's
+memory (the child process's own peak resident size, VmHWM). Prints medians and the ratio to issue 17's
 targets (pages < 0.5 s, report < 10 s and < 1 GB; issue 35's: the sorted, filtered page
 < 0.3 s, the report < 5 s). A page's first request after the records change computes what
 the workbench keeps for them (`dse.ui.memo`): shown apart. Measures only; asserts nothing.
@@ -210,6 +211,27 @@ def bench_page_queries(url: str, repeat: int) -> None:
     new, old = (statistics.median(times[k]) for k in (False, True))
     print(f"  {'candidate_page query, sorted + filtered (0011 tables)':<58} {new:>9.3f} s  "
           f"vs from the runs and metric rows {old:.3f} s: x{new / old:.2f}")
+    if not hasattr(queries, "rankable"):  # a tree before the in-memory ranking
+        return
+    # The page's ranking in memory (queries.ranked, what the UI does on a new sort or filter)
+    # from the read it keeps per state of the records (queries.rankable), against the
+    # database's (ranked_ids), interleaved; both must give the same order.
+    times = {"read": [], "ranked": [], "ranked_ids": []}
+    with Store(url) as store, store.engine.connect() as connection:
+        for _ in range(repeat):
+            start = time.perf_counter()
+            table = queries.rankable(connection, 1, names)
+            times["read"].append(time.perf_counter() - start)
+            start = time.perf_counter()
+            mine = queries.ranked(table, page, names)
+            times["ranked"].append(time.perf_counter() - start)
+            start = time.perf_counter()
+            theirs = queries.ranked_ids(connection, 1, page, names)
+            times["ranked_ids"].append(time.perf_counter() - start)
+            assert mine.tolist() == theirs.tolist()
+    read, ranked, sql = (statistics.median(times[k]) for k in ("read", "ranked", "ranked_ids"))
+    print(f"  {'  its ranking in memory (queries.ranked)':<58} {ranked:>9.3f} s  vs the database's {sql:.3f} s: "
+          f"x{ranked / sql:.3f} (the read it ranks from, once a state: {read:.3f} s)")
 
 
 def bench_outcome_counts(url: str, repeat: int) -> None:
@@ -231,27 +253,39 @@ def bench_outcome_counts(url: str, repeat: int) -> None:
           f"vs from the runs {old:.3f} s: x{new / old:.2f}")
 
 
+# The child's peak is its own address space's (VmHWM): ru_maxrss survives fork and exec on
+# Linux, so a child's would be at least this process's peak (the populated store's 1.2 GB).
 REPORT_CHILD = """
-import resource, sys, time
+import sys, time
 sys.path.insert(0, {repo!r})
 from dse.records import Store
 from dse.report import write_report
 start = time.perf_counter()
 with Store({url!r}) as store:
     write_report(store, "big", {out!r})
-print(time.perf_counter() - start, resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024)
+peak = next(int(line.split()[1]) for line in open("/proc/self/status") if line.startswith("VmHWM:"))
+print(time.perf_counter() - start, peak / 1024)
 """
 
 
-def bench_report(url: str, repeat: int, out: str) -> None:
-    times, peaks = [], []
+def bench_report(url: str, repeat: int, out: str, against: str | None = None) -> None:
+    """`write_report` in a child, `repeat` times; `against`: another checkout's too, the two
+    interleaved (before/after under the same load), with the ratio."""
+    trees = [TREE, *([against] if against else [])]
+    times: dict[str, list[float]] = {tree: [] for tree in trees}
+    peaks: dict[str, list[float]] = {tree: [] for tree in trees}
     for _ in range(repeat):
-        code = REPORT_CHILD.format(repo=TREE, url=url, out=out)
-        line = subprocess.run([sys.executable, "-c", code], check=True, capture_output=True, text=True).stdout.split()
-        times.append(float(line[0]))
-        peaks.append(float(line[1]))
-    report("dse report (write_report: HTML + Markdown), in a child", statistics.median(times), REPORT_TARGET_S)
-    report("  its peak memory (ru_maxrss, imports included)", statistics.median(peaks), REPORT_TARGET_MB, "MB")
+        for tree in trees:
+            code = REPORT_CHILD.format(repo=tree, url=url, out=out)
+            line = subprocess.run([sys.executable, "-c", code], check=True, capture_output=True, text=True).stdout.split()
+            times[tree].append(float(line[0]))
+            peaks[tree].append(float(line[1]))
+    report("dse report (write_report: HTML + Markdown), in a child", statistics.median(times[TREE]), REPORT_TARGET_S)
+    report("  its peak memory (VmHWM, imports included)", statistics.median(peaks[TREE]), REPORT_TARGET_MB, "MB")
+    if against:
+        base, base_peak = statistics.median(times[against]), statistics.median(peaks[against])
+        print(f"  {'  ' + against + ', interleaved':<58} {base:>9.3f} s, {base_peak:.0f} MB: this tree "
+              f"x{statistics.median(times[TREE]) / base:.2f} the time")
 
 
 def bench_fetch(url: str, repeat: int) -> None:
@@ -282,18 +316,21 @@ def bench_fetch(url: str, repeat: int) -> None:
           f"vs SQLAlchemy rows {old:.3f} s: x{new / old:.2f}")
 
 
-def run(url: str, n: int, repeat: int, folder: str, label: str, filled: bool = False, with_report: bool = True) -> None:
+def run(url: str, n: int, repeat: int, folder: str, label: str, filled: bool = False, with_report: bool = True,
+        pages: bool = True, against: str | None = None) -> None:
     print(f"{label}: {n:,} candidates")
     if not filled:
         start = time.perf_counter()
         populate(url, n)
         print(f"  (populated in {time.perf_counter() - start:.1f} s)")
-    bench_pages(url, repeat, n)
-    bench_page_queries(url, repeat)
-    bench_outcome_counts(url, repeat)
+    if pages:
+        bench_pages(url, repeat, n)
+        bench_page_queries(url, repeat)
+        bench_outcome_counts(url, repeat)
     if with_report:
-        bench_fetch(url, repeat)
-        bench_report(url, max(1, repeat // 2), os.path.join(folder, "reports"))
+        if pages:
+            bench_fetch(url, repeat)
+        bench_report(url, max(1, repeat // 2) if pages else repeat, os.path.join(folder, "reports"), against)
 
 
 def main() -> None:
@@ -303,11 +340,15 @@ def main() -> None:
     parser.add_argument("--pg", action="store_true", help="also on a throwaway PostgreSQL server")
     parser.add_argument("--db", help="a SQLite file to reuse (populated first if it does not exist)")
     parser.add_argument("--no-report", action="store_true", help="pages only")
+    parser.add_argument("--report-only", action="store_true", help="the report only (--repeat times)")
+    parser.add_argument("--report-against", metavar="TREE",
+                        help="also another checkout's report, interleaved with this tree's (before/after)")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix="dse-bench-ui-") as folder:
         os.environ.setdefault("DSE_EVIDENCE_DIR", os.path.join(folder, "evidence"))
         db = args.db or os.path.join(folder, "big.db")
-        run(db, args.candidates, args.repeat, folder, "SQLite", filled=os.path.exists(db), with_report=not args.no_report)
+        run(db, args.candidates, args.repeat, folder, "SQLite", filled=os.path.exists(db), with_report=not args.no_report,
+            pages=not args.report_only, against=args.report_against)
         if args.pg:
             from pg import throwaway_server
 

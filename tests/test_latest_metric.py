@@ -114,6 +114,17 @@ def candidates_agree(connection, experiment: str) -> None:
         new = queries.candidate_page(connection, experiment_id, query, names)
         old = queries.candidate_page(connection, experiment_id, query, names, through_runs=True)
         assert (new.rows, new.total) == (old.rows, old.total)
+    # The UI's ranking worked out from one read (`queries.rankable`) equals the database's.
+    table = queries.rankable(connection, experiment_id, names)
+    for sort in ("id", "status", "origin", *names):
+        for descending in (False, True):
+            for status in ("", "ok", "infeasible", "not run"):
+                for metric, low, high in (("", None, None), *((n, lo, hi) for n in names[:1]
+                                                              for lo, hi in ((None, None), (50.0, 1e9)))):
+                    query = queries.CandidateQuery(sort=sort, descending=descending, status=status, metric=metric,
+                                                   low=low, high=high, text="big" if sort == "origin" else "")
+                    assert (queries.ranked(table, query, names, connection, experiment_id).tolist()
+                            == queries.ranked_ids(connection, experiment_id, query, names).tolist()), query
     for stage in (None, "analytical", "emulator"):
         for lean in (False, True):
             pd.testing.assert_frame_equal(reads.candidates(connection, experiment_id, stage, lean),

@@ -330,6 +330,13 @@ def runs(run: Run, experiment_id: int | None = None, candidate_id: int | None = 
     return run(RUNS.format(where=where), params)
 
 
+def reused_runs(run: Run, experiment_id: int) -> list[dict[str, Any]]:
+    """The experiment's linking runs (those reusing an earlier run's evidence), by id, as
+    `run_dicts` gives them: the report's list, without reading every run of a big sweep."""
+    where, params = _equal(c__experiment_id=experiment_id)
+    return run_dicts(*run(RUNS.format(where=where + " AND r.reused_run_id IS NOT NULL"), params))
+
+
 def run_dicts(columns: Sequence[str], rows: list[tuple]) -> list[dict[str, Any]]:
     """`runs`' rows as dicts: timestamps aware UTC, git_dirty a bool (SQLite's 0/1) or None,
     versions as its JSON text; `reused_from`, the sentence naming the evidence a linking run

@@ -16,10 +16,11 @@ from ..ppa.names import COMPONENTS
 from ..records import Store, sql_reads
 from ..records.reads import text_runner
 from ..records.reuse import metric_run
-from ..records.schema import Candidate, Experiment, LatestMetric, Metric, Run
+from ..records.schema import Candidate, CandidateRun, Experiment, LatestMetric, Metric, Run
 from ..runner.metrics import COUNTER_SCOPES, HOST_PHASE_METRIC, METRICS
 from ..runner.noise import HOST_TIME, HostTimeComparison, host_time_comparison
-from ..runner.acceptance import Headline, Judgement, headline, judge_experiment, outcome_mark  # noqa: F401
+from ..runner.acceptance import (Headline, Judgement, figures_wanted, headline, judge_experiment,  # noqa: F401
+                                 outcome_mark)
 
 
 
@@ -113,15 +114,21 @@ def _changes(diff) -> str:
 def experiment_view(store: Store, experiment) -> ExperimentView:
     exp = store.experiment(experiment)
     exp["acceptance"] = _as_obj(exp.get("acceptance")) or []
-    with store.engine.connect() as connection:
-        table = candidate_metrics(connection, exp["id"], list(METRICS))
     objectives = _objectives(exp.get("spec_text", ""))
     first = objectives[0]
+    objective = {"metric": first["metric"], "direction": first.get("direction", "minimize")}
+    # The figures of the table and of the judgement, read once.
+    wanted = figures_wanted(exp, objective)
+    wanted["analytical"] |= set(METRICS)
+    with store.engine.connect() as connection:
+        found = sql_reads.figure_columns(text_runner(connection), sorted(wanted), sorted(set().union(*wanted.values())),
+                                         int(exp["id"]), with_runs=True)
+        table = candidate_metrics(connection, exp["id"], list(METRICS), found)
     baseline_id = exp.get("baseline_candidate_id")
     baseline_id = int(baseline_id) if baseline_id is not None and not pd.isna(baseline_id) else None
     # "Best" is the verdict's: the best candidate passing the acceptance criteria, judged on
     # every evidence kind they name (the sweep's and `dse decide`'s judgement).
-    judgement = judge_experiment(store, exp, {"metric": first["metric"], "direction": first.get("direction", "minimize")})
+    judgement = judge_experiment(store, exp, objective, figures=found)
     passing = judgement.mask(table["candidate_id"].astype(int).tolist())
     best_id = judgement.best
 
@@ -166,9 +173,10 @@ def experiment_view(store: Store, experiment) -> ExperimentView:
 
 def reused_evidence(store: Store, experiment_id: int) -> list[dict]:
     """The experiment's runs that link to an earlier experiment's evidence, by run id."""
-    runs = store.runs(experiment_id)
+    with store.engine.connect() as connection:
+        runs = sql_reads.reused_runs(text_runner(connection), int(experiment_id))
     return [{"candidate_id": int(r["candidate_id"]), "run_id": int(r["id"]), "stage": r["stage"],
-             "text": r["reused_from"]} for r in runs.to_dict("records") if r["reused_from"]]
+             "text": r["reused_from"]} for r in runs]
 
 
 def model_vs_emulator(store: Store, experiment_id: int, table: pd.DataFrame, emulated_any: bool = True
@@ -201,28 +209,29 @@ def fetched(connection, stmt) -> pd.DataFrame:
         result.close()
 
 
-def candidate_metrics(connection, experiment_id: int, names: list[str]) -> pd.DataFrame:
+def candidate_metrics(connection, experiment_id: int, names: list[str], found: dict | None = None) -> pd.DataFrame:
     """One row per candidate: id, origin, is_baseline, the status, reason and id of its latest
     analytical run, its diff (JSON text) and the named analytical total metrics of that run.
+    `found`: `sql_reads.figure_columns(..., with_runs=True)` of the experiment, already read
+    (of at least the analytical kind and these names).
 
     What `Store.metric_table` gives for these columns, read narrowly (three columns per
     metric, only these names): at 100,000 candidates the difference is 20 s of a report."""
-    latest = (select(Run.candidate_id, func.max(Run.id).label("run_id"))
-              .join(Candidate, Run.candidate_id == Candidate.id)
-              .where(Candidate.experiment_id == experiment_id, Run.stage == "analytical")
-              .group_by(Run.candidate_id).subquery())
+    # Each candidate's latest analytical run from candidate_run (one key probe a candidate;
+    # grouping the runs was a fifth of the read at 100,000 candidates).
+    latest = CandidateRun.__table__.alias("latest")
     table = fetched(connection, select(
         Candidate.id.label("candidate_id"), Candidate.origin, cast(Candidate.diff, String).label("diff"),
-        Run.id.label("metric_run_id"), Run.status, Run.reason)
-        .outerjoin(latest, latest.c.candidate_id == Candidate.id)
-        .outerjoin(Run, Run.id == latest.c.run_id)
+        latest.c.run_id.label("metric_run_id"), latest.c.status, latest.c.reason)
+        .outerjoin(latest, (latest.c.candidate_id == Candidate.id) & (latest.c.role == "analytical"))
         .where(Candidate.experiment_id == experiment_id)
         .order_by(Candidate.id))
     baseline = connection.scalar(select(Experiment.baseline_candidate_id).where(Experiment.id == experiment_id))
     table.insert(2, "is_baseline", table["candidate_id"] == baseline)
     # The candidates' latest analytical figures (latest_figures: one packed row a candidate,
     # unpacked a layout at a time), kept where they are those of the latest analytical run.
-    found = sql_reads.figure_columns(text_runner(connection), ["analytical"], names, experiment_id, with_runs=True)
+    if found is None:
+        found = sql_reads.figure_columns(text_runner(connection), ["analytical"], names, experiment_id, with_runs=True)
     ids, columns, runs = found.get("analytical", (np.zeros(0, np.int64), {}, np.zeros(0, np.int64)))
     order = table["candidate_id"].to_numpy(dtype=np.int64)
     at = np.searchsorted(order, ids)  # both by candidate id ascending
@@ -310,7 +319,9 @@ def meaningful_candidates(table: pd.DataFrame, baseline_id: int | None, best_id:
     """{candidate: label} of the candidates worth a per-op look: the baseline, the best (the
     verdict's, `acceptance.Judgement.best`) and those a person accepted, feasible ones only,
     in that order; one candidate in two roles gets both labels ("best, accepted")."""
-    feasible = set(int(i) for i in table.loc[table["status"] == "ok", "candidate_id"])
+    named = {int(i) for i in (baseline_id, best_id, *accepted) if i is not None}
+    feasible = set(int(i) for i in table.loc[(table["status"] == "ok") & table["candidate_id"].isin(named),
+                                             "candidate_id"])
     labels: dict[int, list[str]] = {}
     for ident, role in ((baseline_id, "baseline"), (best_id, "best"), *((i, "accepted") for i in sorted(accepted))):
         if ident is not None and int(ident) in feasible:

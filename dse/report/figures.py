@@ -44,13 +44,15 @@ class Figure:
 
 
 # Past this many points of one kind a PNG draws an even sample of them (the legend says
-# so): at 100,000 candidates the blob looks the same and takes a third of the time.
-MAX_POINTS_PNG = 20_000
+# so): the interactive plots' sample (`interactive.MAX_POINTS`), the same rows, so both
+# figures of a report show the same points; at 100,000 candidates the cloud looks the same
+# and its markers were the largest part of drawing the PNGs.
+MAX_POINTS_PNG = 5_000
 
 
 def _sample(rows: pd.DataFrame, label: str) -> tuple[pd.DataFrame, str]:
     if len(rows) <= MAX_POINTS_PNG:
-        return rows, f"{label} ({len(rows)})"
+        return rows, f"{label} ({len(rows):,})"
     step = -(-len(rows) // MAX_POINTS_PNG)
     return rows.iloc[::step], f"{label} ({len(rows):,}; every {step}th drawn)"
 
@@ -103,8 +105,9 @@ def pareto_plot(table: pd.DataFrame, x: str = "private_sram_bytes", y: str = "la
     front = ok[ok["on_front"]].sort_values("x")
     ax.plot(front["x"], front["y"], "-o", color="#dd8452", ms=6, label=f"Pareto front ({len(front)})")
     top = (ok["y"].max() * 1.08) if len(ok) else 1.0
+    unfit = data[~feasible]  # a few of 100,000: their statuses compared there
     for status, style in OUTCOME_STYLE.items():
-        bad = data[(data["status"] == status) & ~feasible]
+        bad = unfit[unfit["status"] == status]
         if len(bad):
             bad, label = _sample(bad, status)
             ax.scatter(bad["x"].fillna(0), np.full(len(bad), top), s=30, label=label, **style)

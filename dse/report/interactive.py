@@ -8,6 +8,7 @@ markup), with a candidate id in each point's customdata so a click can open its 
 
 from __future__ import annotations
 
+import functools
 import html
 import json
 import math
@@ -38,6 +39,16 @@ def _thin(rows: pd.DataFrame, label: str) -> tuple[pd.DataFrame, str]:
     return rows.iloc[::step], f"{label} ({len(rows):,}; every {step}th drawn)"
 
 
+@functools.lru_cache(maxsize=1)
+def _white() -> go.layout.Template:
+    """plotly's "plotly_white" template. Named, plotly deep-copies the registered one for
+    every figure (a tenth of a report's interactive figures); the object itself it copies
+    cheaply. The figure's JSON is the same."""
+    import plotly.io as pio
+
+    return pio.templates["plotly_white"]
+
+
 def _scatter(n: int, **kwargs):
     return (go.Scattergl if n >= WEBGL_FROM else go.Scatter)(**kwargs)
 OUTCOME_COLORS = {"infeasible": "#c44e52", "pruned": "#8172b2", "failed": "#937860", "crashed": "#222222",
@@ -54,12 +65,31 @@ def _num(v) -> str:
     return f"{v:,.0f}" if float(v).is_integer() else f"{v:,.4g}"
 
 
+@functools.lru_cache(maxsize=4096)
+def _escaped_scalar(kind: type, value) -> str:
+    return html.escape(json.dumps(value))
+
+
+def _escaped(value) -> str:
+    """`html.escape(json.dumps(value))`, a knob's few scalar values made once each (keyed by
+    type too: 1, 1.0 and True are equal keys): making the same texts again was a third of a
+    100,000-candidate report's hover texts."""
+    if isinstance(value, (list, dict)):
+        return html.escape(json.dumps(value))
+    return _escaped_scalar(type(value), value)
+
+
+@functools.lru_cache(maxsize=1024)
+def _knob_text(path: str) -> str:
+    return html.escape(path.removeprefix("config.").removeprefix("mapping."))
+
+
 def _changes(diff) -> str:
+    # Each part escaped piece by piece: the joining text (": ", " → ") has nothing to escape.
     if isinstance(diff, str):
         diff = json.loads(diff) if diff else {}
-    parts = [f"{k.removeprefix('config.').removeprefix('mapping.')}: {json.dumps(a)} → {json.dumps(b)}"
-             for k, (a, b) in (diff or {}).items()]
-    return "<br>".join(html.escape(p) for p in parts) or "(the baseline)"
+    return "<br>".join(f"{_knob_text(k)}: {_escaped(a)} → {_escaped(b)}"
+                       for k, (a, b) in (diff or {}).items()) or "(the baseline)"
 
 
 def pareto_data(table: pd.DataFrame, x: str, y: str, directions: tuple[str, str], passing: np.ndarray) -> pd.DataFrame:
@@ -129,18 +159,22 @@ def pareto_figure(table: pd.DataFrame, x: str, y: str, directions: tuple[str, st
             text = memo[idx] = _changes(diffs[idx])
         return text
     ok = data[data["feasible"]]
+    x_label, y_label = _label(x), _label(y)
 
     def hover(rows: pd.DataFrame, with_reason: bool = False) -> np.ndarray:
         # An object array, not a list: plotly takes it whole (a list it checks string by
         # string, a third of a 100,000-candidate report's plots); the JSON is the same.
         out = []
-        for idx, r in zip(rows.index, rows.itertuples()):
-            lines = [f"<b>candidate {r.candidate_id}</b> ({html.escape(r.status)})",
-                     f"{_label(x)}: {_num(r.x)}", f"{_label(y)}: {_num(r.y)}" if r.status == "ok" else ""]
-            if with_reason and r.reason:
-                lines.append("reason: " + html.escape(r.reason[:200]))
-            lines.append(changed(idx))
-            out.append("<br>".join(line for line in lines if line))
+        reasons = rows["reason"].tolist() if with_reason else [""] * len(rows)
+        for idx, ident, status, vx, vy, reason in zip(rows.index, rows["candidate_id"].tolist(),
+                                                       rows["status"].tolist(), rows["x"].tolist(),
+                                                       rows["y"].tolist(), reasons):
+            text = f"<b>candidate {ident}</b> ({html.escape(status)})<br>{x_label}: {_num(vx)}"
+            if status == "ok":
+                text += f"<br>{y_label}: {_num(vy)}"
+            if reason:
+                text += "<br>reason: " + html.escape(reason[:200])
+            out.append(f"{text}<br>{changed(idx)}")
         return np.array(out, dtype=object)
 
     fig = go.Figure()
@@ -165,8 +199,9 @@ def pareto_figure(table: pd.DataFrame, x: str, y: str, directions: tuple[str, st
                              line=dict(color="#dd8452", width=2), marker=dict(size=6, color="#dd8452"),
                              customdata=front["candidate_id"], hovertext=hover(front), hoverinfo="text"))
     top = float(ok["y"].max() * 1.08) if len(ok) else 1.0
+    unfit = data[~data["feasible"]]  # a few of 100,000: their statuses compared there
     for status, color in OUTCOME_COLORS.items():
-        bad = data[(data["status"] == status) & ~data["feasible"]]
+        bad = unfit[unfit["status"] == status]
         if len(bad):
             bad, name = _thin(bad, status)
             fig.add_trace(_scatter(len(bad), x=bad["x"].fillna(0), y=np.full(len(bad), top), mode="markers",
@@ -185,7 +220,7 @@ def pareto_figure(table: pd.DataFrame, x: str, y: str, directions: tuple[str, st
                                      marker=dict(symbol=symbol, color=color, size=size, line=dict(width=2.5, color=color)),
                                      customdata=marked["candidate_id"], hovertext=hover(marked), hoverinfo="text"))
     fig.update_layout(title=title or f"{_label(y)} vs {_label(x)}", xaxis_title=_label(x), yaxis_title=_label(y),
-                      template="plotly_white", height=480, margin=dict(l=60, r=20, t=50, b=50),
+                      template=_white(), height=480, margin=dict(l=60, r=20, t=50, b=50),
                       hovermode="closest", legend=dict(font=dict(size=11)))
     if xlog:
         fig.update_xaxes(type="log")
@@ -214,7 +249,7 @@ def history_figure(experiments: pd.DataFrame, decisions: pd.DataFrame) -> go.Fig
                            f"<br>{t:%Y-%m-%d %H:%M}<br>{html.escape(str(r)[:160])}"
                            for e, a, t, r in zip(group["experiment"], group["author"], group["created_at"],
                                                  group["rationale"])], hoverinfo="text"))  # fmt: skip
-    fig.update_layout(template="plotly_white", height=140 + 34 * max(len(exps), 1), xaxis_title="date (UTC)",
+    fig.update_layout(template=_white(), height=140 + 34 * max(len(exps), 1), xaxis_title="date (UTC)",
                       margin=dict(l=140, r=20, t=30, b=50), title="experiments and decisions")
     fig.update_xaxes(type="date", tickformat="%Y-%m-%d\n%H:%M")
     fig.update_yaxes(autorange="reversed", type="category")
@@ -238,7 +273,7 @@ def search_history_figure(history, title: str = "") -> go.Figure:
     fig.add_trace(go.Scatter(x=[i for i, _ in steps], y=[b for _, b in steps], mode="lines", line_shape="hv",
                              name="best so far", line=dict(color="#2ca02c", width=2),
                              hovertemplate="best so far at candidate %{x}: %{y:.6g}<extra></extra>"))
-    fig.update_layout(template="plotly_white", height=360, margin=dict(l=70, r=20, t=40, b=50),
+    fig.update_layout(template=_white(), height=360, margin=dict(l=70, r=20, t=40, b=50),
                       title=title or f"{history.metric} candidate after candidate ({history.direction})",
                       xaxis_title="candidate (in the order proposed)", yaxis_title=_label(history.metric))
     return fig
@@ -289,7 +324,7 @@ def parallel_figure(table: pd.DataFrame, objectives: list[dict], title: str = ""
         line=dict(color=shown[first].to_numpy(dtype=float) if first else [], colorscale="Viridis_r"
                   if objectives[0].get("direction", "minimize") == "minimize" else "Viridis",
                   showscale=True, colorbar=dict(title=_label(first) if first else ""))))
-    fig.update_layout(title=title or f"knobs to objectives ({name})", template="plotly_white", height=420,
+    fig.update_layout(title=title or f"knobs to objectives ({name})", template=_white(), height=420,
                       margin=dict(l=80, r=60, t=80, b=30))
     data = pd.concat([shown[["candidate_id"]].astype(int), knobs, shown[metrics]], axis=1).reset_index(drop=True)
     return fig, data
@@ -321,7 +356,7 @@ def op_figure(op_table: pd.DataFrame, labels: dict[int, str], metric: str = "cyc
             y=names, x=values, orientation="h", name=html.escape(str(op)), customdata=ids,
             hovertext=[f"<b>{html.escape(str(op))}</b><br>{html.escape(n)}<br>{_num(v)} {unit} ({s:.1%} of {_num(t)})"
                        for n, v, s, t in zip(names, values, share, totals)], hoverinfo="text"))
-    fig.update_layout(barmode="stack", title=title or f"analytical {metric} per op", template="plotly_white",
+    fig.update_layout(barmode="stack", title=title or f"analytical {metric} per op", template=_white(),
                       xaxis_title=axis, height=160 + 48 * max(len(ids), 1),
                       margin=dict(l=160, r=20, t=50, b=50), hovermode="closest", legend=dict(font=dict(size=10)))
     fig.update_yaxes(autorange="reversed", type="category")
@@ -369,7 +404,7 @@ def component_figure(figures, labels: dict[int, str], title: str = "") -> go.Fig
         fig.update_yaxes(autorange="reversed", type="category", row=1, col=col, showticklabels=col == 1)
     # The legend under the bars, in rows: beside them it would scroll for two bars.
     fig.update_layout(barmode="stack", title=title or f"area and energy by component ({figures.kind})",
-                      template="plotly_white", height=250 + 48 * max(len(ids), 1),
+                      template=_white(), height=250 + 48 * max(len(ids), 1),
                       margin=dict(l=160, r=20, t=80, b=20), hovermode="closest",
                       legend=dict(font=dict(size=11), orientation="h", yanchor="top", y=-0.12, x=0))
     return fig
@@ -404,7 +439,7 @@ def model_vs_emulator_figure(emulated: pd.DataFrame, title: str = "") -> go.Figu
                    f"<br>model error: {p:+.1f} %" for c, e, a, p in zip(
                        emulated["candidate_id"], emulated["emulator_cycles"], emulated["analytical_cycles"],
                        emulated["error_pct"])], hoverinfo="text"))
-    fig.update_layout(title=title or "model vs emulator", template="plotly_white", height=420,
+    fig.update_layout(title=title or "model vs emulator", template=_white(), height=420,
                       xaxis_title="emulator cycles", yaxis_title="analytical estimate (cycles)",
                       margin=dict(l=70, r=20, t=50, b=50), hovermode="closest")
     return fig
@@ -425,7 +460,7 @@ def bank_lifetime_figure(lives: list[dict], title: str = "") -> go.Figure:
             hovertext=[f"<b>{row}</b> x{r['banks']} physical<br>op {html.escape(op)}<br>instructions "
                        f"{r['start']}..{r['end']}<br>{html.escape(r['holds'])}" for row, r in mine],
             hoverinfo="text"))
-    fig.update_layout(title=title or "bank lifetimes", template="plotly_white", barmode="overlay",
+    fig.update_layout(title=title or "bank lifetimes", template=_white(), barmode="overlay",
                       height=max(260, 22 * len(order) + 120), xaxis_title="instruction (program order, per core)",
                       yaxis=dict(categoryorder="array", categoryarray=order[::-1]),
                       margin=dict(l=140, r=20, t=50, b=50), hovermode="closest", legend_title_text="op")

@@ -95,6 +95,29 @@ class _Completed:
         return [t for t in self._trials if states is None or t.state in states]
 
 
+def _trials(columns: dict[str, list], distributions: dict, values: pd.Series) -> list:
+    """Completed optuna trials of these parameters and objective values, as
+    `optuna.trial.create_trial` makes them. It checks each trial's parameters against their
+    distributions, half the importance's time at 5,000 trials; the distributions are the
+    parameters' own range and categories, so the first trial is checked and the rest built
+    alike."""
+    import datetime
+
+    import optuna
+    from optuna.trial import FrozenTrial, TrialState
+
+    if not len(values):
+        return []
+    params = [{path: columns[path][i] for path in columns} for i in range(len(values))]
+    first = optuna.trial.create_trial(params=params[0], distributions=distributions, value=float(values.iloc[0]))
+    now = datetime.datetime.now()
+    return [first] + [FrozenTrial(number=-1, trial_id=-1, state=TrialState.COMPLETE, value=float(v), values=None,
+                                  datetime_start=now, datetime_complete=now, params=p,
+                                  distributions=first.distributions, user_attrs={}, system_attrs={},
+                                  intermediate_values={})
+                      for p, v in zip(params[1:], values.iloc[1:])]
+
+
 def _importances(knobs: pd.DataFrame, values: pd.Series, direction: str) -> dict[str, float]:
     """PED-ANOVA's importance of each knob (columns of `knobs`) to `values`."""
     import optuna
@@ -116,9 +139,7 @@ def _importances(knobs: pd.DataFrame, values: pd.Series, direction: str) -> dict
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
-            trials = [optuna.trial.create_trial(params={path: columns[path][i] for path in columns},
-                                                distributions=distributions, value=float(v))
-                      for i, v in enumerate(values)]
+            trials = _trials(columns, distributions, values)
             try:
                 found = get_param_importances(_Completed(trials, direction), evaluator=PedAnovaImportanceEvaluator(),
                                               normalize=True)

@@ -356,13 +356,15 @@ def _wanted(criteria: Criteria, objectives: Sequence[Mapping]) -> dict[str, set[
 
 
 def _read(store: Any, wanted: dict[str, set[str]], ids: list[int], experiment_id: int | None,
-          candidate_ids: list[int] | None) -> dict[str, dict[str, np.ndarray]]:
-    """The figures `wanted` of the candidates `ids`, as arrays aligned with them."""
+          candidate_ids: list[int] | None, read: dict | None = None) -> dict[str, dict[str, np.ndarray]]:
+    """The figures `wanted` of the candidates `ids`, as arrays aligned with them (`read`:
+    `store.figure_columns`' answer of at least these kinds and names, already read)."""
     figures = {kind: {metric: np.full(len(ids), np.nan) for metric in metrics} for kind, metrics in wanted.items()}
     names = sorted(set().union(*wanted.values())) if wanted else []
-    read = store.figure_columns(sorted(wanted), names, experiment_id=experiment_id, candidate_ids=candidate_ids)
+    if read is None:
+        read = store.figure_columns(sorted(wanted), names, experiment_id=experiment_id, candidate_ids=candidate_ids)
     order = np.asarray(ids, dtype=np.int64)
-    for kind, (cids, columns) in read.items():
+    for kind, (cids, columns, *_runs) in read.items():
         if not len(cids) or not len(order):
             continue
         at = np.minimum(np.searchsorted(order, cids), len(order) - 1)  # each row's place among `ids`
@@ -395,12 +397,24 @@ def references(store: Any, exp: Mapping, ids: Sequence[int] | None = None) -> di
     return out
 
 
+def figures_wanted(exp: Mapping, objective: Mapping | None = None, metrics: Sequence[str] = ()
+                   ) -> dict[str, set[str]]:
+    """{kind: metrics} `judge_experiment(store, exp, objective, metrics)` reads: for a view
+    that reads them (and more) itself and hands them over, so they are read once."""
+    objectives = objectives_of(exp.get("spec_text"))
+    wanted = _wanted(criteria_of(exp)[0], [objective if objective is not None else objectives[0], *objectives])
+    wanted["analytical"] |= set(metrics)
+    return wanted
+
+
 def judge_experiment(store: Any, experiment: Mapping | int | str, objective: Mapping | None = None,
-                     metrics: Sequence[str] = ()) -> Judgement:
+                     metrics: Sequence[str] = (), figures: dict | None = None) -> Judgement:
     """The one judgement of an experiment's candidates (see the module's doc), read from
     `store`: a `dse.records.Store` or the light read of `dse show`. `experiment`: its id,
     name or row; `objective`: the first objective (default: the spec's); `metrics`: more
-    analytical figures to read along (`Judgement.values`), for a view's own use."""
+    analytical figures to read along (`Judgement.values`), for a view's own use;
+    `figures`: `store.figure_columns`' answer for the experiment's candidates, already read,
+    of at least the kinds and names of `figures_wanted` (else read here)."""
     exp = experiment if isinstance(experiment, Mapping) else store.experiment(experiment)
     criteria, error = criteria_of(exp)
     objectives = objectives_of(exp.get("spec_text"))
@@ -408,9 +422,8 @@ def judge_experiment(store: Any, experiment: Mapping | int | str, objective: Map
     statuses = store.analytical_statuses(int(exp["id"]))
     ids = [c for c, _ in statuses]
     base_id = exp.get("baseline_candidate_id")
-    wanted = _wanted(criteria, [objective, *objectives])
-    wanted["analytical"] |= set(metrics)
-    figures = _read(store, wanted, ids, int(exp["id"]), None)
+    wanted = figures_wanted(exp, objective, metrics)
+    figures = _read(store, wanted, ids, int(exp["id"]), None, figures)
     return judge(criteria, ids, [s for _, s in statuses], figures, references(store, exp, ids),
                  None if base_id is None else int(base_id), objective, error)
 

@@ -41,7 +41,7 @@ from ..report.interactive import (OP_METRICS, PPA_AXES, bank_lifetime_figure, co
                                   model_vs_emulator_figure, op_figure, parallel_figure, pareto_figure,
                                   search_history_figure)
 from ..report.search_history import EVALUATOR, SearchHistory, best_words, importance_rows, search_history
-from ..runner.acceptance import headline, judge_experiment
+from ..runner.acceptance import figures_wanted, headline, judge_experiment
 from ..runner.caveats import hardware_caveat, kinds_text
 from ..runner.decisions import decide
 from ..runner.metrics import METRICS
@@ -242,16 +242,37 @@ class Workbench:
         query = query.checked(names)
         whole = replace(query, page=1)
         ranked = self.memo.get(exp, ("ranked", repr(whole), tuple(names)),
-                               lambda: queries.ranked_ids(connection, int(exp["id"]), whole, names))
+                               lambda: queries.ranked(self.rankable(exp, names), whole, names, connection,
+                                                      int(exp["id"])))
         return queries.page_of(connection, ranked, query, names)
+
+    def rankable(self, exp: dict, names: list[str]) -> queries.Rankable:
+        """What every sort and filter of the candidate table is worked out from, read once per
+        state of the records (`memo`) with the figures the judgement reads (`judgement`):
+        after the experiment's first page, another sort or filter reads no candidate again."""
+        def compute() -> queries.Rankable:
+            with self.connection() as connection:
+                return queries.rankable(connection, int(exp["id"]), names, figures_wanted(exp, None, METRICS))
+
+        return self.memo.get(exp, ("rankable", tuple(names)), compute)
 
     def judgement(self, exp: dict, objective: dict | None = None, metrics: list[str] | tuple = ()):
         """`acceptance.judge_experiment` of the experiment (the one judgement), once per
-        state of its records (`memo`); `objective` None: the spec's first."""
+        state of its records (`memo`); `objective` None: the spec's first. Its figures are
+        the candidate table's read (`rankable`) where that holds them."""
         if objective is not None:
             objective = {"metric": objective["metric"], "direction": objective.get("direction", "minimize")}
         what = ("judgement", tuple(sorted(objective.items())) if objective else None, tuple(metrics))
-        return self.memo.get(exp, what, lambda: judge_experiment(self.store, exp, objective, metrics=list(metrics)))
+
+        def compute():
+            with self.connection() as connection:
+                names = queries.metric_names(connection, int(exp["id"]), exp["baseline_candidate_id"])
+            read = self.rankable(exp, names).figures
+            wanted = figures_wanted(exp, objective, metrics)
+            covered = all(kind in read and all(m in read[kind][1] for m in ms) for kind, ms in wanted.items())
+            return judge_experiment(self.store, exp, objective, metrics=list(metrics), figures=read if covered else None)
+
+        return self.memo.get(exp, what, compute)
 
     def search_history(self, exp: dict, objective: dict) -> SearchHistory:
         """The experiment's search history and knob importance, as the report computes them

@@ -1,8 +1,10 @@
 """What the workbench's views compute from a whole experiment (its judgement, its search
-history): computed once per state of the records and shared by every request until they
-change. A sorted, filtered page of 100,000 candidates then reads its 50 rows (an index
-read, `queries.candidate_page`) without judging every candidate again; the figure itself
-is still the one computation (`acceptance.judge_experiment`), only not repeated.
+history, the figures its candidate table is sorted and filtered by): computed once per
+state of the records and shared by every request until they change. A sorted, filtered
+page of 100,000 candidates is then ranked in memory from the one read of the figures
+(`queries.rankable`, which the judgement reads too) and reads its 50 rows, without judging
+every candidate again; the figure itself is still the one computation
+(`acceptance.judge_experiment`), only not repeated.
 
 The state: the experiment's row as read for the request, and the store's `revision` (a
 candidate or run added, a run finished or crashed: anything a figure, an outcome or a

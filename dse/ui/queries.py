@@ -177,6 +177,96 @@ def ranked_ids(connection: Connection, experiment_id: int, query: CandidateQuery
     return np.fromiter(connection.execute(stmt.order_by(*order)).scalars(), dtype=np.int64)
 
 
+@dataclass
+class Rankable:
+    """What orders and filters an experiment's candidates (`ranked`), read once per state of
+    its records: each candidate (by id) with its origin, the id and status of its latest
+    analytical run (NaN and None without one) and that run's analytical totals (NaN where it
+    recorded none). `figures`: the figures read (`sql_reads.figure_columns`, with runs), for
+    the judgement to read them from too."""
+
+    ids: np.ndarray
+    origin: np.ndarray
+    run_id: np.ndarray
+    status: np.ndarray
+    values: dict[str, np.ndarray]
+    figures: dict = field(default_factory=dict)
+
+
+# Each candidate of an experiment with its latest analytical run (candidate_run), by id.
+_LATEST_ANALYTICAL = ("SELECT c.id, c.origin, cr.run_id, cr.status FROM candidate c LEFT OUTER JOIN candidate_run cr "
+                      "ON cr.candidate_id = c.id AND cr.role = 'analytical' WHERE c.experiment_id = :experiment_id "
+                      "ORDER BY c.id")
+
+
+def rankable(connection: Connection, experiment_id: int, names: Sequence[str],
+             wanted: dict[str, set[str]] | None = None) -> Rankable:
+    """The experiment's `Rankable` of the analytical totals `names`; `wanted`: more figures
+    ({kind: names}) to read along for the judgement (`acceptance.figures_wanted`)."""
+    from ..records import sql_reads
+
+    kinds = {"analytical": set(names)}
+    for kind, more in (wanted or {}).items():
+        kinds.setdefault(kind, set()).update(more)
+    run = reads.text_runner(connection)
+    rows = run(_LATEST_ANALYTICAL, {"experiment_id": int(experiment_id)})[1]
+    ids = np.fromiter((r[0] for r in rows), dtype=np.int64, count=len(rows))
+    origin = np.array([r[1] for r in rows], dtype=object)
+    run_id = np.array([np.nan if r[2] is None else r[2] for r in rows], dtype=np.float64)
+    status = np.array([r[3] for r in rows], dtype=object)
+    found = sql_reads.figure_columns(run, sorted(kinds), sorted(set().union(*kinds.values())), int(experiment_id),
+                                     with_runs=True)
+    values = {name: np.full(len(ids), np.nan) for name in names}
+    if "analytical" in found:
+        held, columns, runs = found["analytical"]
+        at = np.minimum(np.searchsorted(ids, held), max(len(ids) - 1, 0))
+        mine = (ids[at] == held) if len(ids) else np.zeros(len(held), dtype=bool)
+        # Figures of the latest analytical run only (an infeasible rerun shows none).
+        mine &= run_id[at] == runs
+        for name in names:
+            values[name][at[mine]] = columns[name][mine]
+    return Rankable(ids, origin, run_id, status, values, found)
+
+
+def ranked(table: Rankable, query: CandidateQuery, names: list[str], connection: Connection | None = None,
+           experiment_id: int | None = None) -> np.ndarray:
+    """`ranked_ids` from a `Rankable` (no database pass, but for a text filter: the shown
+    changes and reasons, `shown_matches`): the same filter and order, numbers compared as
+    the database compares them."""
+    query = query.checked(names)
+    keep = np.ones(len(table.ids), dtype=bool)
+    if query.status == "not run":
+        keep &= np.isnan(table.run_id)
+    elif query.status:
+        keep &= table.status == query.status
+    if query.text:
+        keep &= np.isin(table.ids, shown_matches(connection, experiment_id, query.text,
+                                                 _latest_analytical(experiment_id, False)))
+    if query.metric:
+        ranged = table.values[query.metric]
+        if query.metric != query.sort:  # the database joins it (the sort's own figure: outer-joined)
+            keep &= ~np.isnan(ranged)
+        if query.low is not None:
+            keep &= ranged >= query.low
+        if query.high is not None:
+            keep &= ranged <= query.high
+    ids = table.ids[keep]
+    if query.sort == "id":
+        return ids[::-1].copy() if query.descending else ids
+    if query.sort in names:
+        key = table.values[query.sort][keep]
+        missing = np.isnan(key)
+    else:  # status or origin: text (the database's byte order: these are ASCII words)
+        texts = (table.status if query.sort == "status" else table.origin)[keep]
+        missing = np.array([t is None for t in texts], dtype=bool)
+        key = np.unique(np.where(missing, "", texts).astype(str), return_inverse=True)[1].astype(np.float64)
+    if query.descending:
+        key = -key
+    # Candidates without the value last either way, then by id (np.lexsort: last key first).
+    order = np.lexsort((ids, np.where(missing, 0.0, key), missing))
+    return ids[order]
+
+
 def _ranked(connection: Connection, experiment_id: int, query: CandidateQuery, names: list[str],
             through_runs: bool, *columns):
     """(the statement selecting the ids (and `columns`) of the candidates `query` filters,
