@@ -37,9 +37,15 @@ import test_moe  # noqa: E402,F401  (adds the mixture-of-experts models to hf.MO
 def models() -> dict[str, callable]:
     """name -> a function making the recipe folder under a given directory."""
     made = {f"hf_{name}": (lambda root, n=name: hf.make_recipe(root, n)) for name in sorted(hf.MODELS)}
-    made.update({name if name.startswith("timm") or name.startswith("whisper") else f"tv_{name}":
-                 (lambda root, n=name: library.make_recipe(root, n)) for name in sorted(library.MODELS)})
+    made.update({_label(name): (lambda root, n=name: library.make_recipe(root, n)) for name in sorted(library.MODELS)})
     return made
+
+
+def _label(name: str) -> str:
+    """A library model's row name: its library's prefix (timm's and Whisper's names carry theirs)."""
+    if name.startswith(("timm", "whisper")):
+        return name
+    return f"hf_{name}" if library.MODELS[name].startswith("transformers.") else f"tv_{name}"
 
 
 def row(name: str, make, root: Path) -> str:
