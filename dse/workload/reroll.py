@@ -29,7 +29,7 @@ from typing import Any
 import numpy as np
 
 from dse.workload.counts import count_op
-from dse.workload.graph import Graph, Op, OpCounts, TensorSpec
+from dse.workload.graph import Graph, Op, TensorSpec
 from dse.workload.scan_body import scan_counts
 
 MIN_STEPS = 3

@@ -24,8 +24,6 @@ from __future__ import annotations
 
 from typing import Any
 
-import numpy as np
-
 from dse.workload.vocabulary import SCAN_KINDS, Op, OpCounts, TensorSpec
 
 CELLS = {"lstm": 4, "gru": 3}  # gates per hidden unit

@@ -16,7 +16,6 @@ passes none, as Sequencer2d's LSTMs and most models do); only the output sequenc
 
 from __future__ import annotations
 
-import math
 from typing import Any
 
 import numpy as np
