@@ -300,12 +300,14 @@ class _Quantizer:
         key = ("activation", name, axis if granularity != "tensor" else None, granularity)
         if key not in self.quantized:
             scale = calibrate(self.values[name].numpy(), axis, granularity, self.calibration, self.percentile)
-            spec = graph.tensors[name]
-            out = rw.emit("quantize", [name], spec.shape, "int8",
-                          {**scale.attrs(), "granularity": scale.granularity, "role": role}, source,
-                          hint=f"{name}_int8")
-            self.quantized[key] = (out, scale)
+            self.quantized[key] = (self.quantize_op(name, scale, role, source), scale)
         return self.quantized[key]
+
+    def quantize_op(self, name: str, scale: Scale, role: str, source: str) -> str:
+        """The quantize op of activation `name` with `scale`; its int8 tensor."""
+        return self.rw.emit("quantize", [name], self.graph.tensors[name].shape, "int8",
+                            {**scale.attrs(), "granularity": scale.granularity, "role": role}, source,
+                            hint=f"{name}_int8")
 
     def migrated(self, op: Op, roles: _Roles) -> tuple[tuple[str, Scale], tuple[str, Scale]]:
         """A per-input-channel A scale moved into the weight (the module docstring's
@@ -341,10 +343,7 @@ class _Quantizer:
         key = ("activation", x_name, "channel", sa_channel.tobytes())
         if key not in self.quantized:
             scale = Scale(sa_channel, x_axis, 1, "channel")
-            spec = graph.tensors[x_name]
-            out = rw.emit("quantize", [x_name], spec.shape, "int8",
-                          {**scale.attrs(), "granularity": "channel", "role": "A"}, op.source, hint=f"{x_name}_int8")
-            self.quantized[key] = (out, scale)
+            self.quantized[key] = (self.quantize_op(x_name, scale, "A", op.source), scale)
         qa = self.quantized[key][0]
         # W'[n, i] = W[n, i] * S / sA[channel of (n, i)]
         factor = np.float64(S) / sa_channel.astype(np.float64)  # [C], C = groups * I
@@ -353,8 +352,7 @@ class _Quantizer:
         per_n = np.broadcast_to(grid, (groups, per_group, w_in.shape[1])).reshape(w_in.shape[0], w_in.shape[1])
         shape[roles.b_axis], shape[w_in_axis] = per_n.shape
         folded = w * (per_n if roles.b_axis < w_in_axis else per_n.T).reshape(shape)
-        granularity = self.weights
-        sb = calibrate(folded, roles.b_axis, granularity)
+        sb = calibrate(folded, roles.b_axis, self.weights)
         qb = rw.weight(f"{w_name}_int8", _quantize_array(folded.astype(np.float32), sb))
         return (qa, Scale(np.array([S], dtype=np.float32), None, 0, "channel")), (qb, sb)
 
