@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import math
 from typing import Annotated, Any, Literal
+import json
 
 import numpy as np
 from pydantic import (BaseModel, ConfigDict, Field, PositiveInt, NonNegativeInt, field_validator, model_serializer,
@@ -528,6 +529,4 @@ def chip_from_dict(data: dict) -> ChipConfig:
     Goes through JSON so strict mode accepts arrays for tuples while still refusing
     "16" for an integer.
     """
-    import json
-
     return ChipConfig.model_validate_json(json.dumps(data))

@@ -134,6 +134,8 @@ import math
 import struct
 from dataclasses import dataclass, field, fields
 from typing import Any, Callable, Literal, Mapping
+import operator
+from collections import defaultdict
 
 from .errors import EncodeError
 
@@ -490,9 +492,6 @@ class Layout:
         faster than an array of them all), and only a class with a field whose values are
         not all plain ints in range is gathered as arrays to find which instructions hold
         the bad ones."""
-        import operator
-        from collections import defaultdict
-
         import numpy as np
 
         by_cls: defaultdict[type, list] = defaultdict(list)

@@ -17,7 +17,7 @@ from .counters import Counters
 from .errors import ProgramError
 from .machine import Machine
 from .program import Program, read_region
-from .timing import STALL_CAUSES
+from .timing import STALL_CAUSES, _Trace
 from .compiled import run_overlapped, run_serial
 
 MODES = ("overlapped", "serial")
@@ -139,7 +139,6 @@ def _run(program: Program, chip, dram, mode: str, trace: bool, functional: bool,
     tr = Trace() if trace else None
     trace_sink = None
     if trace:
-        from .timing import _Trace
         trace_sink = _Trace()
     cores = program.cores
 

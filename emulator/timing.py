@@ -62,6 +62,7 @@ from collections import deque
 
 import numpy as np
 
+from .errors import ProgramError
 from .machine import BALL, BARRIER, CORE, FENCE, MSET, MVIN, MVOUT, SHARED_KEY
 
 STALL_CAUSES = ("rob_full", "frontend", "dependence", "ball_queue", "channel", "dma", "fence", "barrier")
@@ -954,8 +955,6 @@ def run_overlapped(records, chip, trace=None, op_names=None, bus=None, proc=None
     behind it: there the order decides more than ties (the model follows it:
     `dse.cost.dma.bus_hold_cycles`). `proc` replaces `_core_proc` (tests:
     `emulator.timing_reference.core_proc_reference`)."""
-    from .errors import ProgramError
-
     n = len(records)
     n_balls = len(chip.balls)
     times = [CoreTimes(n_balls) for _ in range(n)]

@@ -15,9 +15,15 @@ record store (`dse.records.calibrations`), and the model uses the newest one for
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Iterable, Mapping, Sequence
+from typing import Iterable, Sequence
 
 import numpy as np
+
+import emulator
+from ..frontend import run_pipeline
+from ..mapping import Candidate, Mapping
+from ..workload.recipes import instantiate, load_recipe
+from .estimate import estimate
 
 CONSTANTS = ("core_scale", "ball_scale", "sync_cycles")
 
@@ -47,7 +53,7 @@ class Point:
     syncs: float
     default_sync: float  # the chip's own cost of one sync for this mapping
 
-    def model(self, constants: Mapping[str, float] | None) -> float:
+    def model(self, constants: dict[str, float] | None) -> float:
         if constants is None:
             return self.core + self.ball + self.syncs * self.default_sync
         return (self.core * constants["core_scale"] + self.ball * constants["ball_scale"]
@@ -65,8 +71,6 @@ class Fit:
 def features(graph, candidates) -> list[dict]:
     """Per candidate: feasible, core, ball and syncs summed over the graph's ops, and the
     chip's own sync cost (uncalibrated model)."""
-    from .estimate import estimate
-
     per_op = estimate(graph, candidates)
     g = per_op.groupby("candidate", sort=True)
     sums = g[["core_cycles", "ball_cycles", "syncs"]].sum()
@@ -84,7 +88,7 @@ def features(graph, candidates) -> list[dict]:
     return out
 
 
-def errors(points: Sequence[Point], constants: Mapping[str, float] | None) -> dict[str, float]:
+def errors(points: Sequence[Point], constants: dict[str, float] | None) -> dict[str, float]:
     """Mean absolute and largest absolute percentage error of the model on `points`."""
     if not points:
         return {"mape": float("nan"), "max": float("nan"), "points": 0}
@@ -139,13 +143,9 @@ def calibration_points(chip, recipes: Iterable[str] | None = None, workers: Iter
                        policies: Iterable[str] = POLICIES, progress=None) -> tuple[list[Point], list[str]]:
     """Run the calibration set on the emulator (overlapped timing) and pair each run with
     the model's features. Returns the points and the runs that could not be made (why)."""
-    import emulator
     from tqdm import tqdm
 
-    from ..frontend import run_pipeline
     from ..lower import Infeasible, lower
-    from ..mapping import Candidate, Mapping
-    from ..workload.recipes import instantiate, load_recipe
 
     points, skipped = [], []
     recipes = list(recipes or CALIBRATION_SET)

@@ -19,6 +19,7 @@ from ..plan.placement import spmd_chip
 from ..plan.spans import SpanError
 from ..plan.units import too_many_workers
 from .graph_cost import ACTIVITY_FIELDS, graph_costs
+from .spans import span_costs
 
 MODEL_VERSION = "analytical-0.3"
 
@@ -89,8 +90,6 @@ def estimate(graph, candidates: Sequence[Candidate],
 def _span_partitioned(graph, candidates, params, chips, per_op, halo) -> None:
     """Candidates whose mapping partitions a temporal stack into spans: each op's figures
     are the slowest worker's (`dse.analytical.spans`), with the halo recomputed per op."""
-    from .spans import span_costs
-
     idx_all = [i for i, c in enumerate(candidates) if getattr(c.mapping, "partition", None) == "spans"]
     for W in sorted({candidates[i].mapping.workers for i in idx_all}):
         idx = np.array([i for i in idx_all if candidates[i].mapping.workers == W])

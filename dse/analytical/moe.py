@@ -14,6 +14,12 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+import numpy as np
+
+from dse.analytical.estimate import estimate, summarize
+from dse.mapping import Candidate
+from dse.mapping.params import CandidateArrays
+from dse.plan.moe import core_imbalance, spread_blocks
 from dse.workload.graph import Graph
 from dse.workload.moe import ROUTINGS, MoeLayer, Routing, moe_layers, parse_routing, recounted
 
@@ -97,13 +103,6 @@ def estimate_spread(graph: Graph, cands, calibration: dict | None = None):
     block as long as its busiest worker's experts plus one BARRIER, every other op as any
     op. An expert op's row holds its one-worker cycles (the experts of different workers
     overlap: the total is not the sum of the rows)."""
-    import numpy as np
-
-    from dse.analytical.estimate import estimate, summarize
-    from dse.mapping import Candidate
-    from dse.mapping.params import CandidateArrays
-    from dse.plan.moe import core_imbalance, spread_blocks
-
     per_op = estimate(graph, cands, calibration)
     ones = [Candidate(c.chip, c.mapping.model_copy(update={"workers": 1, "experts": None})) for c in cands]
     per_one = estimate(graph, ones, calibration)

@@ -46,7 +46,7 @@ from emulator.timing import Bus
 from ..cost.dma import dma_cycles_for
 from ..mapping import Candidate, CandidateArrays, check_tiles
 from ..mapping.candidate import Mapping
-from ..plan.graph_plan import plan_for, plan_graph, plan_key
+from ..plan.graph_plan import placed_weights, plan_for, plan_graph, plan_key
 from ..plan.placement import (WeightRegions, boundary_note, boundary_tensors, handoff_banks, handoffs, place,
                               range_candidate, range_regions, schedule, spmd_chip, stage_reason, stage_regions)
 from ..units import UNITS
@@ -54,6 +54,7 @@ from ..units.stream import STREAM_BALL_OPS
 from .estimate import TOTAL_ACTIVITY, TOTAL_COLUMNS, estimate, op_activity, summarize
 from .graph_cost import graph_costs
 from .stream_cost import planned_stream
+from ..plan.memory import ALIGN, NP_DTYPES, content_key, pad
 
 # what stages (ranges) add up to, and (TOTAL_ACTIVITY) what the chip does, summed like the bytes
 SUMMED = ("compute_cycles", "dma_cycles", "core_cycles", "busy_cycles", "dma_bytes")
@@ -63,9 +64,6 @@ def bound_across_stages(graphs, fusion: str | None = None, channels_last: bool |
     """Of the stages' plan footprints (summed), the bytes of weights the staged lowering
     places once: a weight with the shape, dtype and bytes of one placed before (in an
     earlier stage, or under another name) shares its buffer (`Dram.weight`, `bind_content`)."""
-    from ..plan.memory import NP_DTYPES, content_key
-    from ..plan.graph_plan import placed_weights
-
     seen, out = set(), 0
     for graph in graphs:
         for name, nbytes in placed_weights(graph, fusion, channels_last):
@@ -84,8 +82,6 @@ def bound_constants(stages, per_stage: list[pd.DataFrame], candidates: Sequence[
     lowering places them once (`Dram.constant` by content): a weight's blocked copy in the
     same (tn, tk), a bias replicate in the same (tm, tn). Within a stage the stage's own
     cost binds them already (`dse.units.matrix.bound_bytes`)."""
-    from ..plan.memory import ALIGN, content_key, pad
-
     out: dict[int, int] = {}
     earlier: dict[int, set] = {}
     idents: dict[tuple[int, str], tuple] = {}

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
+import io
 
 import numpy as np
 
@@ -92,8 +93,6 @@ def _detail(rel: str, a: bytes, b: bytes) -> str:
 def _array_detail(a: bytes, b: bytes) -> str | None:
     """The first differing index and the largest absolute difference of two .npy files
     (None: either is not a readable array)."""
-    import io
-
     try:
         x = np.load(io.BytesIO(a), allow_pickle=False)
         y = np.load(io.BytesIO(b), allow_pickle=False)

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from dse.workload import cache as graph_cache
-from dse.workload.recipes import model_file
+from dse.workload.recipes import full_params, instantiate, load_recipe, model_file
 
 
 @dataclass(frozen=True)
@@ -37,7 +37,6 @@ def recipe_facts(recipe: str | Path, params: dict[str, Any]) -> RecipeFacts:
     if isinstance(cached, RecipeFacts):
         return cached
     from dse.frontend.steps import load_steps, steps_identity
-    from dse.workload.recipes import full_params, load_recipe
 
     loaded = load_recipe(recipe)
     facts = RecipeFacts(loaded.name, loaded.source_hash, full_params(loaded, params),
@@ -52,7 +51,6 @@ def check_builds(recipe: str | Path, params: dict[str, Any]) -> None:
     key = graph_cache.pipeline_key(model_file(recipe).parent, dict(params), None, kind="recipe-builds")
     if graph_cache.load(key) is True:
         return
-    from dse.workload.recipes import instantiate, load_recipe
 
     instantiate(load_recipe(recipe), **params)
     graph_cache.store(key, True)

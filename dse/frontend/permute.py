@@ -23,8 +23,10 @@ from __future__ import annotations
 import math
 
 import numpy as np
+import torch
 
 from dse.frontend.rewrite import Rewriter
+from dse.workload.counts import constant_tensors
 from dse.workload.graph import (
     ACTIVATION_KINDS,
     BINARY_KINDS,
@@ -54,8 +56,6 @@ def _cl_axis(axis: int, rank: int) -> int:
 
 def activation_permutes(graph: Graph) -> tuple[int, int]:
     """(count, elements) of permute ops that move activations (not weights) at run time."""
-    from dse.workload.counts import constant_tensors
-
     constants = constant_tensors(graph)
     moving = [op for op in graph.ops_of_kind("permute") if op.inputs[0] not in constants]
     return len(moving), sum(graph.tensors[op.outputs[0]].numel for op in moving)
@@ -180,8 +180,6 @@ def _flattens_into_linear(op: Op, graph: Graph, consumers: dict[str, list[Op]]) 
 def _transposed(weight: np.ndarray) -> np.ndarray:
     """A 2-D weight's transpose as a new C-contiguous array: torch's blocked transpose, 2.5x
     numpy's strided copy on a 14336 x 4096 projection (the same values, copied)."""
-    import torch
-
     try:
         return torch.from_numpy(np.ascontiguousarray(weight)).t().contiguous().numpy()
     except TypeError:  # a dtype torch does not take from numpy

@@ -28,9 +28,12 @@ from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable
 
+from dse.frontend.rewrite import StepError
+from dse.frontend.vacuous import DECLARATION, declared, redrawn_inputs, vacuous_outputs
 from dse.workload import cache as graph_cache
 from dse.workload.graph import Graph
-from dse.workload.recipes import Recipe, model_file
+from dse.workload.moe import follow_routing
+from dse.workload.recipes import Recipe, instantiate, load_recipe, model_file, run_module
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -258,8 +261,6 @@ def _stage(index: int, name: str, options: dict, graph: Graph, ctx: Context, tol
 
 
 def _failed(index: int, step: StepSpec, error: BaseException, started: float) -> StageResult:
-    from dse.frontend.rewrite import StepError
-
     if isinstance(error, StepError):
         message = f"{step.name} cannot apply: {error}"
     else:  # a bug in a step: keep where it happened
@@ -292,7 +293,6 @@ def run_pipeline(recipe: str | Path | Recipe, params: dict[str, Any] | None = No
     if isinstance(cached, PipelineResult) and (cached.checked or not check):
         return _served(cached, out)
     from dse.frontend.steps import load_steps
-    from dse.workload.recipes import load_recipe
 
     recipe = recipe if isinstance(recipe, Recipe) else load_recipe(recipe)
     steps = load_steps(recipe.path.parent) if steps is None else list(steps)
@@ -316,8 +316,6 @@ def _run(recipe: Recipe, params: dict[str, Any], steps: list[StepSpec], out: Pat
 
     from dse.frontend.steps import FLOAT_TOLERANCE
     from dse.workload.capture import capture, flat_outputs
-    from dse.workload.moe import follow_routing
-    from dse.workload.recipes import instantiate, run_module
 
     # A real model's capture and checks take minutes: a bar on a terminal, nothing otherwise
     # (disable=None: quiet when stderr is not a terminal); it goes once the pipeline ends.
@@ -383,7 +381,6 @@ def _check_vacuous(stage: StageResult, recipe: Recipe, module, inputs: tuple, ex
     import torch
 
     from dse.frontend.steps import FLOAT_TOLERANCE
-    from dse.frontend.vacuous import DECLARATION, declared, redrawn_inputs, vacuous_outputs
     from dse.workload.capture import flat_outputs
 
     redrawn_args, changed = redrawn_inputs(inputs)

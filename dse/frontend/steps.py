@@ -27,9 +27,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from types import ModuleType
 from typing import Any, Callable
+import hashlib
+import inspect
 
 from dse.errors import InputError
 from dse.frontend import fold_batch_norm, permute, quantize, select_last_token, split_attention
+from dse.workload import load_recipe
 
 FLOAT_TOLERANCE = 1e-5  # max abs error / max |PyTorch| of each output, for steps that keep float32
 DEFAULT_STEPS = ("permute", "quantize")
@@ -186,9 +189,6 @@ def _value(text: str) -> Any:
 def steps_identity(steps: list[StepSpec]) -> list[dict[str, Any]]:
     """Each step as part of a workload's identity: its name, options and the sha256 of the
     file its code lives in (a changed step is other work)."""
-    import hashlib
-    import inspect
-
     out = []
     for step in steps:
         try:
@@ -204,8 +204,6 @@ def quantized_steps(recipe: str, choice: str):
     (`Mapping.quantize_choice`: the weight granularity, "+" and the activations' calibration
     rule, then "+" and the activations' scale granularity; any may be empty: "channel",
     "tensor+mse", "+percentile", "++channel")."""
-    from dse.workload import load_recipe
-
     folder = load_recipe(recipe).path.parent
     steps = load_steps(folder)
     weights, calibration, activations = (choice.split("+") + ["", ""])[:3]

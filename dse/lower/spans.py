@@ -3,9 +3,18 @@ span plus halo (the spans and halos are the plan's: `dse.plan.spans`)."""
 
 from __future__ import annotations
 
+import torch
+
+from emulator import Barrier, CoreOp, DramTensor, Mvin, Program, Region
+from ..mapping import Candidate
+from ..mapping.matmul import PAD
+from ..plan import Infeasible
 from ..plan.graph_plan import plan_graph
-from ..workload.graph import Graph
+from ..plan.memory import Dram
+from ..plan.placement import spmd_chip
 from ..plan.spans import SpanError, shared_stack, span_graph, span_partition, time_axes
+from ..workload.graph import Graph
+from .lower import Lowered, StagedLowered, ProgramBuilder, blocked_bt, weight_bt
 
 
 def lower_spans(graph: Graph, chip, mapping, inputs, workers: int, input_axis: int | None = None):
@@ -21,17 +30,6 @@ def lower_spans(graph: Graph, chip, mapping, inputs, workers: int, input_axis: i
     BARRIER; each later wave after a BARRIER before the op it begins (`SharedStack.starts`),
     then one more; every span's matrix Ball reads B there. Returns (StagedLowered, spans,
     per-worker (graph, needed rows, axes), the assembled output's Loc)."""
-    import torch
-
-    from emulator import Barrier, CoreOp, DramTensor, Mvin, Program, Region
-
-    from ..mapping import Candidate
-    from ..mapping.matmul import PAD
-    from ..plan import Infeasible
-    from ..plan.memory import Dram
-    from ..plan.placement import spmd_chip
-    from .lower import Lowered, StagedLowered, ProgramBuilder, blocked_bt, weight_bt
-
     if workers > chip.cores.count:
         raise Infeasible(f"{workers} workers but chip {chip.name} has {chip.cores.count} cores")
     if len(graph.outputs) != 1:

@@ -237,7 +237,6 @@ def _tile_grid(lowered, image: np.ndarray, name: str, shape) -> np.ndarray | Non
     if b is None or tuple(loc.shape) != tuple(shape) or (b.M, b.N) != (b.Mt * b.tm, b.Nt * b.tn) \
             or b.batch * b.M * b.N != math.prod(shape):
         return None
-    from ..plan.memory import dram_view
 
     return dram_view(image, loc.padded_view())
 
@@ -250,5 +249,6 @@ __all__ = ["OpCheck", "OutputCheck", "Verdict", "compare", "graph_reference", "u
            "unmodified_summary"]
 
 from .run import EmulationReport, emulate_graph, emulate_recipe  # noqa: E402
+from ..plan.memory import dram_view
 
 __all__ += ["EmulationReport", "emulate_graph", "emulate_recipe"]

@@ -35,6 +35,9 @@ import numpy as np
 import torch
 
 from ..errors import InputError
+from ..mapping import Candidate, Mapping
+from ..workload.recipes import RECIPES_DIR, load_recipe, model_file
+from .run import emulate_graph, prepare_recipe
 
 CHAIN_FILE = "chain.toml"
 
@@ -53,8 +56,6 @@ class ChainStage:
 
 def _forward_inputs(recipe: str) -> list[str]:
     """The names of the recipe's graph inputs, as its module's forward names them."""
-    from ..workload.recipes import load_recipe
-
     module = load_recipe(recipe).module
     cls = inspect.signature(module.load).return_annotation
     forward = getattr(cls, "forward", None) if isinstance(cls, type) else None
@@ -64,15 +65,11 @@ def _forward_inputs(recipe: str) -> list[str]:
 
 
 def _outputs(recipe: str) -> list[str] | None:
-    from ..workload.recipes import load_recipe
-
     names = getattr(load_recipe(recipe).module, "OUTPUTS", None)
     return list(names) if isinstance(names, (tuple, list)) else None
 
 
 def _load_params(recipe: str) -> list[str]:
-    from ..workload.recipes import load_recipe
-
     return list(inspect.signature(load_recipe(recipe).module.load).parameters)
 
 
@@ -81,8 +78,6 @@ def load_chain(path: str | Path) -> list[ChainStage]:
     each feed names an input of its graph and an output of the previous stage's model. A
     stage with ``repeat = N`` is N stages (a whole model's layers), the k-th with its
     ``index`` param (default "layer") its own plus k, each fed by the one before it."""
-    from ..workload.recipes import model_file
-
     path = Path(path)
     if path.is_dir():
         path = path / CHAIN_FILE
@@ -141,8 +136,6 @@ def load_chain(path: str | Path) -> list[ChainStage]:
 def chain_file(name_or_path: str | Path) -> Path | None:
     """The chain file `name_or_path` names (a .toml file, a folder holding one and no model.py,
     or a shipped chain's name such as ``llama3_8b``); None when it names no chain."""
-    from ..workload.recipes import RECIPES_DIR
-
     for path in (Path(name_or_path), RECIPES_DIR / str(name_or_path)):
         if path.is_file() and path.suffix == ".toml":
             return path
@@ -154,8 +147,6 @@ def chain_file(name_or_path: str | Path) -> Path | None:
 def with_params(stages: list[ChainStage], params: dict, source: str = "--param") -> list[ChainStage]:
     """The stages with `params` set in every stage whose recipe takes them (a smaller prompt
     for the whole model: ``seq=256``); a param no stage takes is an InputError."""
-    from ..workload.recipes import load_recipe
-
     taken = {}
     for recipe in dict.fromkeys(s.recipe for s in stages):
         module = load_recipe(recipe).module
@@ -198,8 +189,6 @@ def _named(stage: ChainStage, values: list) -> dict[str, Any]:
 
 def float_chain(stages: list[ChainStage]) -> list[dict[str, torch.Tensor]]:
     """Each stage's float PyTorch outputs by name, the modules fed one by the other."""
-    from ..workload.recipes import load_recipe
-
     out: list[dict[str, torch.Tensor]] = []
     for stage in stages:
         module = load_recipe(stage.recipe).module
@@ -294,9 +283,6 @@ def check_chain(stages: list[ChainStage], chip=None, mapping=None, reference: li
     The last stage's outputs of each against the float chain's (or `reference`'s last, when
     given), within the sum of the stages' tolerances. `on_stage(i, prepared)`: told each
     stage once it is done."""
-    from ..mapping import Candidate, Mapping
-    from .run import emulate_graph, prepare_recipe
-
     names = [s.label for s in stages]
     graphs = ChainReport(names, 0.0, [])
     emulated = ChainReport(names, 0.0, []) if chip is not None else None
@@ -351,8 +337,6 @@ def check_chain(stages: list[ChainStage], chip=None, mapping=None, reference: li
 
 
 def _own_inputs(stage: ChainStage) -> tuple:
-    from ..workload.recipes import load_recipe
-
     return load_recipe(stage.recipe).module.inputs(**stage.params)
 
 

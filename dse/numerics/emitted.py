@@ -14,10 +14,14 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
+import torch
 
-from ..lower import Infeasible, LayeredLowered, Lowered
-from ..lower.listing import bytes_digest, program_digest
+from ..lower import Infeasible, LayeredLowered, Lowered, lower, lower_layers, lower_placed
+from ..lower.banks import bank_lifetimes
+from ..lower.listing import bytes_digest, program_digest, program_listing
+from ..lower.spans import lower_spans
 from ..mapping import Candidate
+from ..plan.spans import SpanError
 from ..workload.graph import Graph
 
 
@@ -81,15 +85,11 @@ class Emitted:
     def bank_lifetimes(self):
         """Every virtual bank's lifetime (`dse.lower.banks.bank_lifetimes`): the one set of
         rows `dse show --banks`, the report and the UI show."""
-        from ..lower.banks import bank_lifetimes
-
         sm = self.candidate.chip.shared_memory
         return bank_lifetimes(self.program, self.labels, self.buffers(), sm.first_bank_id if sm.enabled else None)
 
     def listing(self):
         """The program, core by core, each instruction with its op (`dse.lower.listing`)."""
-        from ..lower.listing import program_listing
-
         return program_listing(self.program, self.labels)
 
     def digests(self) -> dict[str, str]:
@@ -114,8 +114,6 @@ def emit_graph(graph: Graph, candidate: Candidate, inputs, elementwise: str = "a
     """One graph lowered for `candidate` as its emulation lowers it: placement "auto" resolved
     as the model picks it; "layers" / "pipeline" placements and several requests as
     `dse.lower.lower_layers` schedules them, else `dse.lower.lower`. Raises `Infeasible`."""
-    from ..lower import lower, lower_layers
-
     if candidate.mapping.placement == "auto":  # the placement the model picks (the analytical stage's too)
         from ..analytical.placed import resolve_auto
 
@@ -134,8 +132,6 @@ def emit_graph(graph: Graph, candidate: Candidate, inputs, elementwise: str = "a
 def emit_placed(stages: list[tuple[str, Graph, list]], candidate: Candidate) -> Emitted:
     """A staged workload's stages, ``(role, graph, inputs)`` each, placed in one program as
     ``candidate.mapping.placement`` says (`dse.lower.lower_placed`). Raises `Infeasible`."""
-    from ..lower import lower_placed
-
     if candidate.mapping.placement == "auto":
         from ..analytical.placed import resolve_auto_stages
 
@@ -150,9 +146,6 @@ def emit_placed(stages: list[tuple[str, Graph, list]], candidate: Candidate) -> 
 def emit_spans(graph: Graph, candidate: Candidate, inputs) -> Emitted:
     """Temporal spans over ``mapping.workers`` workers (`dse.lower.spans.lower_spans`).
     Raises `Infeasible` (a span that cannot be cut: `SpanError` as `Infeasible`)."""
-    from ..lower.spans import lower_spans
-    from ..plan.spans import SpanError
-
     try:
         lowered = lower_spans(graph, candidate.chip, candidate.mapping, inputs, candidate.mapping.workers)
     except SpanError as exc:
@@ -169,6 +162,4 @@ def request_inputs(inputs, requests: int) -> list[list]:
     """The inputs of each of `requests` requests (``mapping.requests``): request k's are the
     workload's rotated by k along their last axis (tokens, features), so that no two
     requests compute alike and a request reading another's tensors shows in the numerics."""
-    import torch
-
     return [[torch.roll(torch.as_tensor(x), k, dims=-1) if k else x for x in inputs] for k in range(requests)]

@@ -8,14 +8,19 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Callable
 
+import numpy as np
+from tqdm import tqdm
+
 import emulator
 
-from ..frontend.steps import FLOAT_TOLERANCE
+from ..frontend.steps import FLOAT_TOLERANCE, quantized_steps
 from ..lower import Infeasible, Lowered
 from ..mapping import Candidate, Mapping
 from ..workload.graph import Graph
 from . import OutputCheck, Verdict, compare, unmodified_check
 from .emitted import emit_graph, emit_placed, emit_spans, request_inputs
+from ..frontend import run_pipeline
+from ..workload.recipes import output_parts
 
 
 @dataclass
@@ -194,8 +199,6 @@ def prepare_recipe(recipe: str | Path, params: dict | None = None, steps=None, k
     quantize step's granularity set), its inputs, and the PyTorch reference outputs.
     `keep_bytes`: up to this many bytes of the final graph's trace kept (``pipe.kept``).
     `inputs`: in place of the recipe's own example inputs (`run_pipeline`)."""
-    from ..frontend import run_pipeline
-
     pipe = run_pipeline(recipe, params or {}, steps=steps, keep_bytes=keep_bytes, inputs=inputs)
     if not pipe.passed:
         failed = next(s for s in pipe.stages if not s.passed)
@@ -222,7 +225,6 @@ def prepare_recipe(recipe: str | Path, params: dict | None = None, steps=None, k
                 if matches(outs):
                     expected = outs
                     break
-    from ..workload.recipes import output_parts
 
     # The outputs' names from the recipe as given (a cached pipeline's path may be gone).
     parts = output_parts(recipe, len(graph.outputs))
@@ -246,10 +248,6 @@ def emulate_recipe(recipe: str | Path, chip, mapping: Mapping | None = None, par
     ``workload`` point (``{param: value, "recipe": name}``) over `recipe` and `params`, its
     ``quantization`` as the quantize step's weight granularity (`quantized_steps`); its
     placement, weights, fusion and layout knobs are `emulate_graph`'s."""
-    from tqdm import tqdm
-
-    from ..frontend.steps import quantized_steps
-
     mapping = mapping or Mapping()
     point = dict(mapping.workload or {})
     recipe, params = point.pop("recipe", recipe), {**(params or {}), **point}
@@ -299,8 +297,6 @@ def emulate_spans(graph: Graph, candidate: Candidate, inputs, expected=None, tol
     """Temporal span partitioning (`dse.lower.spans.lower_spans`) over ``mapping.workers``
     workers: the assembled output against the unpartitioned reference, bit for bit, and
     every worker's tensors against the reference's rows (the first differing op named)."""
-    import numpy as np
-
     from . import OpCheck, Verdict, _bits, _err
 
     t0 = time.perf_counter()

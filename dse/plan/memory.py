@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+import hashlib
 
 import numpy as np
 
@@ -141,8 +142,6 @@ class Loc:
 
 def content_key(array: np.ndarray) -> tuple:
     """What makes two read-only arrays interchangeable: shape, dtype and bytes (sha256)."""
-    import hashlib
-
     data = np.ascontiguousarray(array)
     return tuple(data.shape), data.dtype.str, hashlib.sha256(data.view(np.uint8).reshape(-1).data).hexdigest()
 

@@ -18,7 +18,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
 
-from ..workload.graph import Graph
+from ..workload.graph import Graph, Graph as G, Op, OpCounts, TensorSpec
+from .graph_plan import plan_graph
+from .matmul import plan_matmul
+from .split import shared_loads
 
 ROWWISE = ("relu", "gelu", "silu", "neg", "abs", "exp", "tanh", "sigmoid", "add", "sub", "mul", "div",
            "quantize", "requantize", "dequantize")
@@ -131,8 +134,6 @@ def span_graph(graph: Graph, output: str, owned: Span, input_axis: int | None = 
     it needs (`needed_rows`), convolutions padded only at the sequence's true edges
     (``pad_lr``), an operand with more rows than an op needs cut by a slice op. Returns
     (graph, needed rows, time axes)."""
-    from ..workload.graph import Graph as G, Op, OpCounts, TensorSpec
-
     need = needed_rows(graph, output, owned)
     axes = time_axes(graph, input_axis)
     tensors = dict(graph.tensors)
@@ -263,8 +264,6 @@ class SharedStack:
         """Which of a wave's B tiles (by shared bank, from 0) each of the first `workers`
         workers loads: every tile of cores its own copy, dealt as the tiles path deals one
         weight's (`dse.plan.split.shared_loads`)."""
-        from .split import shared_loads
-
         return shared_loads(workers, tile_size, len(self.tile_bytes(wave)))
 
 
@@ -278,9 +277,6 @@ def shared_stack(span_graphs: list[Graph], chip, mapping) -> SharedStack:
     (liveness): a weight that does not fit above its wave's begins a new wave from the first
     shared bank (`SharedStack`: loaded after a BARRIER before its op). One that does not fit
     even there makes the stack infeasible, in `check_tiles`' words."""
-    from .graph_plan import plan_graph
-    from .matmul import plan_matmul
-
     one = mapping.model_copy(update={"workers": 1})
     gemms: dict[str, list] = {}
     for sg in span_graphs:

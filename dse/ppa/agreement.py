@@ -11,25 +11,23 @@ from __future__ import annotations
 
 from typing import Iterable
 
-from .energy import ACTIVITY
+import emulator
+from ..frontend import run_pipeline
+from ..mapping import Candidate, Mapping
+from ..plan.graph_plan import dram_footprint
+from ..workload.recipes import instantiate, load_recipe
+from .assess import assess_candidates, assess_totals
+from .energy import ACTIVITY, emulator_activity
+from .holdings import core_chips
 
 
 def agreement_points(chip, recipes: Iterable[str] | None = None, workers: Iterable[int] = (1, 4),
                      policies: Iterable[str] = ("framework", "search")) -> tuple[list[dict], list[str]]:
     """One row a point: label, model and emulator latency, energy, leakage energy and
     activity; and the points that could not be made (why)."""
-    import emulator
-
     from ..analytical.calibration import CALIBRATION_SET
-    from ..frontend import run_pipeline
     from ..lower import Infeasible, lower
-    from ..mapping import Candidate, Mapping
     from ..analytical import estimate, summarize
-    from ..plan.graph_plan import dram_footprint
-    from ..workload.recipes import instantiate, load_recipe
-    from .assess import assess_candidates, assess_totals
-    from .energy import emulator_activity
-    from .holdings import core_chips
 
     rows, skipped = [], []
     for recipe in list(recipes or CALIBRATION_SET):

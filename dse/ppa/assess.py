@@ -13,8 +13,8 @@ from typing import Mapping, Sequence
 import numpy as np
 
 from .components import CostError
-from .energy import ACTIVITY, METRIC_UNITS, Assessment, Tables, assess
-from .holdings import holdings
+from .energy import ACTIVITY, Assessment, METRIC_UNITS, STREAM_BALLS, Tables, assess, per_holdings
+from .holdings import core_chips, holdings
 
 # The figures `assess_totals` adds to a candidate's totals, in this order.
 PPA_METRICS = tuple(METRIC_UNITS)
@@ -133,8 +133,6 @@ def assess_candidates(rows: list[dict], cands: list, footprints, ppa_calibration
     (`dse.ppa.assess_totals`, in place); returns per row its components and a note when a
     figure cannot be had (it is then absent). `cands`: the candidates as costed (placement
     "auto" resolved); `n_ops` / `roles`: what places them (`dse.ppa.holdings.core_chips`)."""
-    from .holdings import core_chips
-
     # candidates of one chip and placement hold the same cores: placed once
     keys = [(id(c.chip), c.mapping.workers, c.mapping.placement, c.mapping.requests, c.mapping.cuts,
              c.mapping.weights) for c in cands]
@@ -165,8 +163,6 @@ def op_energy(tables, held: Sequence, which: np.ndarray, per_op) -> np.ndarray:
     (NaN where the candidate has no holdings). Summed over an SPMD candidate's ops this is
     its energy; a placement whose stages run at once overlaps their ops' cycles, so there
     the sum exceeds the total."""
-    from .energy import STREAM_BALLS, per_holdings
-
     _, leak_by, prices, clock, cores, idle_pj = per_holdings(held, tables)
     price, leak = prices.sum(axis=2), leak_by.sum(axis=1)  # an action's price over every component
     at = np.asarray(which, dtype=np.int64)

@@ -21,6 +21,7 @@ from emulator.costs import CITED, DEFAULTS
 
 from .cacti import CactiError, SramGeometry, sram_figures
 from .names import BALLS, COMPONENTS, INSTANCE
+from ..errors import InputError
 
 class CostError(Exception):
     """A component's figure cannot be had (CACTI cannot run or organise the memory):
@@ -191,8 +192,6 @@ def component_table(chip, calibration: Mapping[str, Mapping[str, float]] | None 
 def checked_table(chip, source, field_prefix: str = "") -> ComponentTable:
     """`component_table`, a figure that cannot be had an `InputError` naming the chip field
     whose geometry CACTI refuses (or how to give the figure instead)."""
-    from ..errors import InputError
-
     try:
         return component_table(chip)
     except CostError as exc:

@@ -9,6 +9,7 @@ import re
 from typing import Any
 
 from sqlalchemy import select
+from sqlalchemy.orm import Session
 
 from . import provenance
 from .engine import write_session, writer_engine
@@ -46,8 +47,6 @@ def _as_dict(row: Calibration) -> dict[str, Any]:
 def calibrations(store: Store, chip: str | None = None, sources: tuple[str, ...] | None = None,
                  ids: list[int] | None = None) -> list[dict[str, Any]]:
     """Every calibration (of one chip, of these sources, with these ids, when given), newest first."""
-    from sqlalchemy.orm import Session
-
     query = select(Calibration).order_by(Calibration.created_at.desc(), Calibration.id.desc())
     if chip is not None:
         query = query.where(Calibration.chip == chip)

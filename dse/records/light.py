@@ -18,7 +18,7 @@ import sqlite3
 from pathlib import Path
 from typing import Any, Callable
 
-from dse.records import sql_reads
+from dse.records import light_pg, sql_reads
 from dse.records.sql_reads import Run
 from dse.records.blobs import EvidenceCheck, blob_path, check_evidence
 from dse.records.not_found import RecordNotFound, as_id, not_found
@@ -188,8 +188,6 @@ def open_light(db: str) -> LightStore | None:
 
 
 def _open_postgresql(url: str) -> LightStore | None:
-    from dse.records import light_pg
-
     if url.split("://", 1)[0] not in light_pg.DRIVERS:
         return None
     import psycopg  # a PostgreSQL URL only: the SQLite path never loads it

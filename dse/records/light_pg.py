@@ -16,6 +16,8 @@ import re
 from pathlib import Path
 from urllib.parse import parse_qsl, unquote
 
+from dse.records.blobs import server_evidence_dir
+
 # The drivers `dse.records.opening.checked_url` lets through for PostgreSQL.
 DRIVERS = ("postgresql", "postgres", "postgresql+psycopg")
 # libpq's floor (seconds): an unreachable server costs the full sweep's own wait only 2 s more.
@@ -132,7 +134,6 @@ def evidence_dir(url: str) -> Path:
     named = [v for k, v in parse_qsl(_URL.match(url)["query"] or "", keep_blank_values=True) if k == EVIDENCE_PARAM]
     if named:
         return Path(named[0]).expanduser().resolve()
-    from dse.records.blobs import server_evidence_dir
 
     args = connect_args(url) or {}
     return server_evidence_dir("postgresql", args.get("host"), args.get("port"), args.get("dbname"))

@@ -14,6 +14,7 @@ import contextlib
 import os
 from pathlib import Path
 from typing import Any
+from urllib.parse import parse_qsl
 
 from sqlalchemy import Engine, inspect
 from sqlalchemy.engine import URL, make_url
@@ -60,7 +61,6 @@ def split_evidence_dir(url: str) -> tuple[str, Path | None]:
     parsed = make_url(url)
     if EVIDENCE_PARAM not in parsed.query:
         # SQLAlchemy drops a parameter with no value: an empty folder name is still a mistake.
-        from urllib.parse import parse_qsl
 
         if "?" in url and any(k == EVIDENCE_PARAM for k, _ in parse_qsl(url.split("?", 1)[1], keep_blank_values=True)):
             raise BadStore(shown(url.split("?", 1)[0]), f"{FIELD} ?{EVIDENCE_PARAM}", "",

@@ -17,6 +17,8 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
+import dse
+
 TRACKED_PACKAGES = ("numpy", "pandas", "torch", "sqlalchemy", "optuna", "dse")
 
 
@@ -138,8 +140,6 @@ def package_versions() -> dict[str, str | None]:
 def _source_tree_version() -> str | None:
     # dse run from a checkout without `pip install` has no distribution metadata.
     try:
-        import dse
-
         return dse.__version__
     except (ImportError, AttributeError):
         return None

@@ -22,8 +22,9 @@ from typing import Any
 
 from . import sql_reads
 from .light import connect
-from .sql_reads import latest_status_counts
+from .light_pg import connect as connect_pg
 from .revisions import head_revision
+from .sql_reads import latest_status_counts
 
 @dataclass
 class RecordedExperiment:
@@ -73,7 +74,6 @@ def read_experiment(store: str | Path, name: str, final_statuses: set[str]) -> R
 
 
 def _read_postgresql(url: str, name: str, final_statuses: set[str]) -> RecordedExperiment | None:
-    from .light_pg import connect as connect_pg  # psycopg, only for a URL
     import psycopg
 
     try:

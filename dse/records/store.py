@@ -104,6 +104,7 @@ from dse.records.schema import (
     RUN_STAGES,
     check_choice,
 )
+from .lessons import lessons, lessons_of
 
 __all__ = [
     "ABANDONED", "FINAL_RUN_STATUSES", "HEARTBEAT_INTERVAL_S", "METRIC_COLUMNS", "MIGRATIONS_DIR",
@@ -649,8 +650,6 @@ class Store:
     def lessons(self, experiment: str | int | None = None) -> list[dict[str, Any]]:
         """The lessons (`dse.records.lessons.lessons`) of every experiment, or those one of
         them came from, oldest first."""
-        from .lessons import lessons, lessons_of
-
         if experiment is None:
             return lessons(self.notes())
         with self._read() as connection:

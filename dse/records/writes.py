@@ -10,7 +10,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from datetime import datetime
 from typing import Any, NoReturn
 
-from sqlalchemy import Connection, bindparam, insert, select, update
+from sqlalchemy import Connection, bindparam, delete, insert, or_, select, update
 from sqlalchemy.exc import DBAPIError
 from sqlalchemy.orm import Session
 
@@ -36,6 +36,7 @@ from dse.records.schema import (
     check_choice,
     utcnow,
 )
+from dse.records.schema import SweepLock
 
 
 class Unfinishable(Exception):
@@ -643,10 +644,6 @@ def _insert_metric_rows(connection: Connection, rows: list[tuple]) -> None:
 
 def delete_experiment(session: Session, experiment_id: int) -> dict[str, int]:
     """Delete an experiment and its records, children first; counts by table."""
-    from sqlalchemy import delete, or_
-
-    from dse.records.schema import SweepLock
-
     experiment = get(session, Experiment, experiment_id)
     candidates = select(Candidate.id).where(Candidate.experiment_id == experiment_id)
     runs = select(Run.id).where(Run.candidate_id.in_(candidates))

@@ -17,10 +17,11 @@ from ..records import Store, sql_reads
 from ..records.reads import text_runner
 from ..records.reuse import metric_run
 from ..records.schema import Candidate, CandidateRun, Experiment, LatestMetric, Metric, Run
-from ..runner.metrics import COUNTER_SCOPES, HOST_PHASE_METRIC, METRICS
-from ..runner.noise import HOST_TIME, HostTimeComparison, host_time_comparison
 from ..runner.acceptance import (Headline, Judgement, figures_wanted, headline, judge_experiment,  # noqa: F401
                                  outcome_mark)
+from ..runner.metrics import COUNTER_SCOPES, HOST_PHASE_METRIC, METRICS
+from ..runner.noise import HOST_TIME, HostTimeComparison, host_time_comparison
+from .pareto import pareto_mask
 
 
 
@@ -304,8 +305,6 @@ def row_marks(candidate_id: int, *, baseline_id: int | None, best_id: int | None
 def front_of(judgement: Judgement, x: str, y: str, directions: tuple[str, str]) -> set[int]:
     """The candidates on the Pareto front of analytical x and y (the judgement's figures,
     read with `judge_experiment(..., metrics=[x, y])`), of the feasible ones with both."""
-    from .pareto import pareto_mask
-
     xs, ys = judgement.values("analytical", x), judgement.values("analytical", y)
     feasible = np.array([s == "ok" for s in judgement.status], dtype=bool) & ~np.isnan(xs) & ~np.isnan(ys)
     if not feasible.any():
@@ -413,8 +412,6 @@ def stored_bank_lifetimes(store, candidate_id: int) -> tuple[int | None, list[di
     """The bank lifetimes the candidate's latest emulator run recorded (its banks.json,
     written by `dse.lower.banks.bank_lifetimes`): (run id, rows), or (None, []) when no run
     kept them."""
-    import json
-
     rows = [a for a in store.artifact_rows(candidate=candidate_id) if a["name"] == "banks.json" and a["run_id"]]
     if not rows:
         return None, []

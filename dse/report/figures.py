@@ -15,6 +15,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 
+from .interactive import COMPONENT_AXES, COMPONENT_COLORS
 from .pareto import pareto_mask  # noqa: E402
 
 # How each non-feasible outcome is drawn: distinct, so a reader tells them apart.
@@ -181,8 +182,6 @@ def component_plot(figures, labels: dict[int, str], title: str = "") -> Figure:
     stacked horizontal bars, one per labelled candidate that has the figures, a segment per
     component in `COMPONENTS` order, area left and energy right; colours as the
     interactive figure's. Data: candidate_id, component, area_mm2, energy_uj."""
-    from .interactive import COMPONENT_AXES, COMPONENT_COLORS
-
     ids = [i for i in (labels or {}) if i in figures.candidates]
     names = [f"{labels[i]} (c{i})" for i in ids]
     fig, axes = plt.subplots(1, len(COMPONENT_AXES), figsize=(10, 0.55 * max(len(ids), 1) + 2.2), sharey=True)

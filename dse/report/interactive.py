@@ -16,9 +16,12 @@ import math
 import numpy as np
 import pandas as pd
 import plotly.graph_objects as go
+import plotly.io as pio
 
+from ..ppa.names import COMPONENTS
 from ..runner.acceptance import NAMES as ACCEPTANCE_NAMES
 from ..runner.acceptance import elementwise, formulas
+from .data import PPA_KINDS, accepted_candidates, meaningful_candidates
 from .pareto import pareto_mask
 
 GRID = 120  # cells per axis of the shaded acceptance region
@@ -44,8 +47,6 @@ def _white() -> go.layout.Template:
     """plotly's "plotly_white" template. Named, plotly deep-copies the registered one for
     every figure (a tenth of a report's interactive figures); the object itself it copies
     cheaply. The figure's JSON is the same."""
-    import plotly.io as pio
-
     return pio.templates["plotly_white"]
 
 
@@ -364,8 +365,6 @@ def op_figure(op_table: pd.DataFrame, labels: dict[int, str], metric: str = "cyc
 
 
 def _component_colors() -> dict[str, str]:
-    from ..ppa.names import COMPONENTS
-
     # matplotlib's tab20, dark then light: hex, which plotly and matplotlib both read.
     palette = ["#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#7f7f7f", "#bcbd22",
                "#17becf", "#aec7e8", "#ffbb78", "#98df8a", "#ff9896", "#c5b0d5", "#c49c94"]
@@ -478,8 +477,6 @@ def experiment_figures(view, x: str | None = None, y: str | None = None) -> dict
 
         figs = experiment_figures(experiment_view(store, "quickstart")); figs["ops"]
     """
-    from .data import accepted_candidates, meaningful_candidates
-
     exp, table, objectives = view.exp, view.table, view.objectives
     directions = {o["metric"]: o.get("direction", "minimize") for o in objectives}
     y = y or objectives[0]["metric"]
@@ -511,8 +508,6 @@ def ppa_figures(view, labels: dict[int, str], changes: dict[int, str] | None = N
     and the "ppa_<y>_<x>" Pareto plots (`PPA_PAIRS`, analytical), the first two of the
     labelled candidates (`labels`: the baseline, best and accepted ones), each figure when
     its metrics are recorded. `changes`: `pareto_figure`'s memo, shared with other plots."""
-    from .data import PPA_KINDS, accepted_candidates
-
     exp, table = view.exp, view.table
     figures: dict[str, go.Figure] = {}
     op_energy = view.op_metric_of(list(labels), "energy_uj") if labels else pd.DataFrame()

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import warnings
 from dataclasses import dataclass, field
+import datetime
 
 import numpy as np
 import pandas as pd
@@ -101,8 +102,6 @@ def _trials(columns: dict[str, list], distributions: dict, values: pd.Series) ->
     distributions, half the importance's time at 5,000 trials; the distributions are the
     parameters' own range and categories, so the first trial is checked and the rest built
     alike."""
-    import datetime
-
     import optuna
     from optuna.trial import FrozenTrial, TrialState
 

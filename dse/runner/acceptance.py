@@ -39,6 +39,7 @@ from emulator.formula import FUNCTIONS, Formula
 from .criteria import (FAIL, MISSING, NAMES, PASS, ClauseCheck, Criteria, CriterionError, _shown,
                        compile_criteria)
 from ..records.outcomes import NOT_RUN_YET, not_run_yet
+from ..identity import candidate_hash
 
 if TYPE_CHECKING:  # the spec module brings recipes and torch; a report reads no spec
     from ..records import Store
@@ -379,8 +380,6 @@ def references(store: Any, exp: Mapping, ids: Sequence[int] | None = None) -> di
     a candidate at another workload point (mapping.workload), the baseline's design at that
     point (None when not recorded): a comparison always runs identical submitted work. Of
     the experiment's candidates (`ids`: of these)."""
-    from ..identity import candidate_hash
-
     base_id = exp["baseline_candidate_id"]
     if base_id is None:
         return {}

@@ -13,9 +13,21 @@ import json
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..mapping import Candidate
-from .metrics import COUNTER_SCOPES, HOST_PHASE_METRIC, HOST_PHASES
+import numpy as np
+import hashlib
+import io
+import statistics
+import time
+
+import emulator
+from ..errors import InputError
+from ..identity import canonical_json
+from ..mapping import Candidate, mapping_from_dict
+from ..ppa.assess import assess_totals
+from ..ppa.energy import METRIC_UNITS, emulator_activity
+from ..ppa.holdings import core_chips
 from .evidence import Evidence
+from .metrics import COUNTER_SCOPES, HOST_PHASE_METRIC, HOST_PHASES
 
 
 STALL_CAUSES = ("dependence", "ball_queue", "channel", "dma", "fence", "barrier", "rob_full", "frontend")
@@ -43,14 +55,11 @@ def prepare_emulation(recipe: str, params: dict, quantization: str | None = None
     """The recipe through its frontend steps, once per sweep and quantize choice (cached).
     `quantization` (`Mapping.quantize_choice`) sets the `weights`, `calibration` and `activations` options
     of the recipe's quantize step; None keeps the recipe's steps as they are."""
-    from ..identity import canonical_json
-
     return _prepare(recipe, canonical_json(params or {}), quantization)
 
 
 @functools.lru_cache(maxsize=8)
 def _prepare(recipe: str, params_json: str, quantization: str | None) -> EmulationWorkload:
-    from ..errors import InputError
     from ..frontend.steps import quantized_steps
     from ..numerics.run import prepare_recipe
 
@@ -210,8 +219,6 @@ def host_phase_metrics(report) -> list[dict]:
 def ppa_metrics(report, cand: Candidate, work) -> tuple[list[dict], str]:
     """The run's area, energy and power (`run_ppa`) as metric rows of the emulator's kind,
     and why figures are missing ("" when none are)."""
-    from ..ppa.energy import METRIC_UNITS
-
     roles = [s.role for s in work.stages] if isinstance(work, PlacedEmulation) else None
     got = run_ppa(report, cand, n_ops=None if roles else len(work.graph.ops), roles=roles,
                   ppa_calibration=work.ppa_calibration)
@@ -228,11 +235,6 @@ def run_ppa(report, cand: Candidate, n_ops: int | None = None, roles: list[str] 
     its counters' activity (`dse.ppa.energy.emulator_activity`) priced as the analytical
     stage prices its own, on the cores the candidate's placement holds (`n_ops`: one graph's
     op count; `roles`: a staged workload's), its DRAM image as its footprint."""
-    from ..mapping import mapping_from_dict
-    from ..ppa.assess import assess_totals
-    from ..ppa.energy import emulator_activity
-    from ..ppa.holdings import core_chips
-
     counters = report.result.counters
     mapping = mapping_from_dict(report.mapping, "(candidate)")  # the run's: placement "auto" resolved
     cores = core_chips(cand.chip, mapping, n_ops, roles)
@@ -247,11 +249,6 @@ def host_time_metrics(report, cand: Candidate, repeats: int) -> list[dict]:
     """The emulator's host time, its run timed `repeats` times (the first is the run that
     produced the evidence; the others run the same program again): min and median, the
     count, and the whole candidate's time (lowering, emulation, checks) once."""
-    import statistics
-    import time
-
-    import emulator
-
     samples = [report.emulator_seconds]
     if report.rerun is not None:
         program, image, mode = report.rerun
@@ -298,10 +295,6 @@ def raw_evidence(report) -> list[tuple[str, str, bytes]]:
 
 
 def _npy(value) -> bytes:
-    import io
-
-    import numpy as np
-
     buffer = io.BytesIO()
     np.save(buffer, np.asarray(value), allow_pickle=False)
     return buffer.getvalue()
@@ -311,10 +304,6 @@ def replay_manifest(report, outputs: dict) -> dict:
     """What `dse replay` checks a rerun against: the run's identities (sha256 of the emitted
     program, of the DRAM image it started from and of the weights), its timing mode, its
     inputs in order and its outputs' shapes, dtypes and sha256."""
-    import hashlib
-
-    import numpy as np
-
     emitted = report.emitted
     digests = emitted.digests()
     if report.rerun is None:  # the run wrote into the image itself: its start is gone
@@ -331,8 +320,6 @@ def trace_evidence(report, cand: Candidate) -> list[tuple[str, str, bytes]]:
     """The run's timing trace, one NDJSON file a kind (itrace, mtrace, pmctrace; see
     `emulator.Trace`), from one more run of the same program with tracing on, so the
     timed runs stay untraced."""
-    import emulator
-
     if report.rerun is None:
         return []
     program, image, mode = report.rerun

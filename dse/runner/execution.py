@@ -23,13 +23,16 @@ from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass
 from multiprocessing import get_context
 from typing import Iterator
+import ctypes
 
 import threadpoolctl
 
+from ..analytical.moe import routed
 from ..chips import validate_chip
 from ..errors import InputError
 from ..mapping import Candidate, mapping_from_dict
 from ..records import MetricRow
+from ..records.provenance import process_start
 from .chain import EVALUATION, run_stages
 from .cluster import CLUSTER_ENV, CONNECT_TIMEOUT_S
 from .stages import AnalyticalResult, Outcome, Workload
@@ -113,7 +116,6 @@ def evaluate_items(work, items: list[WorkItem], kill: str | None = None, hang: s
                 outcomes[item.run_id] = _failed(item.run_id, exc)
             continue
         if work.routing is not None:  # the MoE layers costed with the spec's routing
-            from ..analytical.moe import routed
 
             route = routed(graph, *work.routing)
             if route.reason:
@@ -223,13 +225,10 @@ def _exit_with_driver(driver_pid: int | None) -> None:
     calls os._exit when not, whatever the worker's main thread is busy with."""
     if sys.platform.startswith("linux"):
         try:
-            import ctypes
-
             PR_SET_PDEATHSIG = 1
             ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
         except (OSError, AttributeError):  # no prctl: the thread alone
             pass
-    from ..records.provenance import process_start
 
     parent = os.getppid()
     driver_start = process_start(driver_pid) if driver_pid else None

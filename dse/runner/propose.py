@@ -11,6 +11,7 @@ from pathlib import Path
 
 from ..errors import InputError
 from ..identity import workload_identity
+from ..records import RecordNotFound
 from ..records.opening import checked_url
 from ..workload.recipes import recipe_name
 from .spec import Spec, load_spec, spec_changes, workload_parts
@@ -57,8 +58,6 @@ def record_experiment(store, spec: Spec, links: list, remedy: str) -> int:
 def resolve_links(spec: Spec, store: Store | None) -> list[tuple[str, int, str]]:
     """The spec's `follows` / `reopens` as (relation, experiment id, reason); an experiment
     the store does not hold (or none at all: `store` None) is the spec's error."""
-    from ..records import RecordNotFound
-
     out = []
     for relation, link in spec.model.experiment.links():
         field = f"experiment.{relation}.experiment"

@@ -16,22 +16,21 @@ from __future__ import annotations
 import io
 import json
 from dataclasses import dataclass, field
+import hashlib
 
 import numpy as np
 
+import emulator
+from emulator.chip import chip_from_dict
 from ..errors import InputError
 from ..mapping import Candidate, mapping_from_dict
-from .emulation import emit
+from .emulation import emit, prepare_emulation, prepare_placed
 from .stages import Workload
 
 
 def recorded_work(store, cand: dict):
     """The emulation workload (`Workload.emulation_for`) and the `Candidate` of a stored
     candidate (`store.candidate`'s dict), as the sweep's emulator stage had them."""
-    from emulator.chip import chip_from_dict
-
-    from .emulation import prepare_placed
-
     exp = store.experiment(cand["experiment_id"])
     parts = exp.get("workload") or {}
     recipe, params = exp["workload_recipe"], dict(parts.get("params") or {})
@@ -43,8 +42,6 @@ def recorded_work(store, cand: dict):
         work.stages = [(role, None) for role, _, _ in staged]
         work.placed_emulation = prepare_placed(staged)
     elif candidate.mapping.quantize_choice is None and not candidate.mapping.workload:
-        from .emulation import prepare_emulation
-
         work.emulation = prepare_emulation(recipe, params)  # what the sweep prepares up front
     return work.emulation_for(candidate.mapping.quantize_choice, candidate.mapping.workload), candidate
 
@@ -89,8 +86,6 @@ def _npy(store, row: dict) -> np.ndarray:
 
 def replay(store, run_id: int) -> Replayed:
     """Re-emulate run `run_id` from its stored inputs (bad input when it has none: exit 2)."""
-    import emulator
-
     run = store.run_row(run_id)
     arts = store.artifact_rows(run=run_id)
     stored_inputs = {a["name"].removeprefix("inputs/").removesuffix(".npy"): a for a in arts if a["role"] == "inputs"}
@@ -120,7 +115,6 @@ def replay(store, run_id: int) -> Replayed:
             stored = _npy(store, row)
             same = stored.dtype == got.dtype and np.array_equal(stored.view(np.uint8), np.ascontiguousarray(got).view(np.uint8))
         elif same:  # the file is gone (the evidence budget): its recorded digest
-            import hashlib
 
             same = hashlib.sha256(np.ascontiguousarray(got).tobytes()).hexdigest() == want["sha256"]
         if not same:

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 
 from ..errors import InputError
 from .progress import MAX_CANDIDATES, planned  # noqa: F401  (the [search] default)
+from .samplers import sampler_kind
 from .spec import Spec
 
 # The analytical phase per candidate, its records' writes included: 1.2 ms measured on a
@@ -46,8 +47,6 @@ class SweepSize:
 
 
 def sweep_size(spec: Spec) -> SweepSize:
-    from .samplers import sampler_kind  # the kind only: no optuna
-
     search, stages = spec.model.search, spec.model.stages
     kind = sampler_kind(spec)
     candidates = planned(spec.grid_size(), "grid" if kind == "grid" else "sampled", search.trials,

@@ -13,6 +13,7 @@ from __future__ import annotations
 import itertools
 import math
 from typing import TYPE_CHECKING, Any, Iterator, Literal
+import json
 
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, model_validator
@@ -34,8 +35,6 @@ CORE_GROUPS_TARGET = "chip.cores.groups"
 
 def core_groups(value: Any) -> str:
     """A list of core groups in its one spelling: canonical JSON (keys sorted, no spaces)."""
-    import json
-
     if isinstance(value, str):  # the canonical text itself (a value already spelled so)
         try:
             value = json.loads(value)

@@ -14,7 +14,9 @@ import tomllib
 import typing
 from pathlib import Path
 from typing import Any, Literal
+from importlib.metadata import version
 
+import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from emulator.chip import BallKind, ChipConfig
@@ -31,6 +33,7 @@ from .criteria import NAMES, CriterionError, allowed_names, compile_expression
 from .metrics import METRICS
 from .progress import MAX_CANDIDATES, MAX_GRID, TRIALS
 from .space import BALL_SET_TARGET, CORE_GROUPS_TARGET, Constraint, Knob, Space, ball_set, core_groups
+from emulator.costs import default_at
 
 # A knob over this mapping field sets the granularity of the recipe's quantize step.
 QUANTIZATION_TARGET = "mapping.quantization"
@@ -322,8 +325,6 @@ def _lookup(data: dict, dotted: str) -> Any:
     except KeyError:
         section, _, path = dotted.partition(".")
         if section == "chip" and path.startswith(("technology.", "costs.")) and isinstance(top.get("chip"), dict):
-            from emulator.costs import default_at
-
             return default_at(path)  # a section left out of the dump at its defaults
         raise
     return data
@@ -487,8 +488,6 @@ def _dry_run_expressions(spec: Spec) -> None:
     """Every condition and constraint evaluated on the baseline's knob values, every
     acceptance expression on metrics of 1: a division by zero or a comparison of a string
     with a number is the spec's error, found before anything is written."""
-    import numpy as np
-
     space = spec.space
     values = space.full({})
     checks = [(f"space[{i}].when", k.when, space._when_formulas[k.name], values)
@@ -679,8 +678,6 @@ def _leaves(data: Any, prefix: str = "") -> dict[str, Any]:
 def workload_parts(spec: Spec) -> dict:
     """What the experiment's workload identity covers (`dse.identity.workload_identity`'s
     arguments): the recipe's source, its full params, its frontend steps, torch's version."""
-    from importlib.metadata import version
-
     def parts(name: str, params: dict) -> dict:
         facts = recipe_facts(name, params)
         return dict(recipe_source_hash=facts.source_hash, params=facts.full_params, steps=facts.steps)

@@ -5,15 +5,23 @@ from __future__ import annotations
 
 import functools
 from dataclasses import dataclass, field
+import json
 
 import numpy as np
 import pandas as pd
 
 from ..analytical import estimate, summarize
-from ..plan.moe import spreads
+from ..analytical.moe import estimate_spread
+from ..errors import InputError
+from ..frontend import run_pipeline
+from ..identity import canonical_json
 from ..mapping import Candidate
+from ..plan.graph_plan import dram_footprint, plan_key
+from ..plan.moe import spreads
+from ..ppa.assess import assess_candidates
 from ..ppa.energy import METRIC_UNITS
 from ..records import MetricRow
+from .emulation import prepare_emulation
 from .evidence import Evidence, Outcome  # noqa: F401  (read from here too)
 from .spec import METRICS
 
@@ -90,8 +98,6 @@ class Workload:
             emulation.ppa_calibration = self.ppa_calibration
             return emulation
         if point:
-            from .emulation import prepare_emulation
-
             recipe, params = self._point(point)
             emulation = prepare_emulation(recipe, params, quantization)
         else:
@@ -106,7 +112,6 @@ class Workload:
         if quantization is None:
             return self.emulation
         if quantization not in self.emulations:  # not prepared up front: prepared here, once per process
-            from .emulation import prepare_emulation
 
             if self.recipe is None:
                 raise RuntimeError(f"no emulation workload prepared for quantization {quantization!r}")
@@ -164,14 +169,11 @@ def add_ppa(rows: list[dict], cands: list[Candidate], footprints, ppa_calibratio
     (`ppa_calibration` None)."""
     if ppa_calibration is None:
         return [{} for _ in rows], ["" for _ in rows]
-    from ..ppa.assess import assess_candidates
 
     return assess_candidates(rows, cands, footprints, ppa_calibration, n_ops, roles, per_op)
 
 
 def _footprints(graph, cands: list[Candidate]) -> list[float]:
-    from ..plan.graph_plan import dram_footprint, plan_key
-
     return [float(dram_footprint(graph, *plan_key(c.mapping), c.mapping.requests or 1))
             for c in cands]
 
@@ -181,17 +183,11 @@ def analytical_graph(recipe: str, params: dict, quantization: str | None = None)
     quantize step's weight granularity set, when given) - the very graph the lowering and
     the emulator run, so the model's int8 products, Ball streams and core ops are theirs.
     The per-stage PyTorch checks are skipped (the emulator stage's preparation runs them)."""
-    from ..identity import canonical_json
-
     return _analytical_graph(recipe, canonical_json(params or {}), quantization)
 
 
 @functools.lru_cache(maxsize=8)
 def _analytical_graph(recipe: str, params_json: str, quantization: str | None):
-    import json
-
-    from ..errors import InputError
-    from ..frontend import run_pipeline
     from ..frontend.steps import quantized_steps
 
     steps = quantized_steps(recipe, quantization) if quantization else None
@@ -213,8 +209,6 @@ _DUMPS: dict[tuple, list[tuple[str, str]]] = {}
 def frontend_dumps(recipe: str, params: dict, quantization: str | None = None) -> list[tuple[str, str]]:
     """The numbered dumps of the analytical graph's frontend stages, (file name, text) each
     ("01-import.txt", "02-permute.txt", ...), as this process made them."""
-    from ..identity import canonical_json
-
     analytical_graph(recipe, params, quantization)
     return _DUMPS.get((recipe, canonical_json(params or {}), quantization), [])
 
@@ -226,8 +220,6 @@ def frontend_workload(recipe: str, params: dict, emulated=()) -> Workload:
     once rather than in every worker."""
     work = Workload(analytical_graph(recipe, params), recipe=recipe, params=params)
     if emulated:
-        from .emulation import prepare_emulation
-
         for quantization in emulated:
             if quantization is None:
                 work.emulation = prepare_emulation(recipe, params)
@@ -262,8 +254,6 @@ def analytical_batch(graph, cands: list[Candidate], calibration: dict | None = N
         return out
     imbalances = None
     if spread:
-        from ..analytical.moe import estimate_spread
-
         per_op, totals, imbalances = estimate_spread(graph, cands, calibration)
     else:
         per_op = estimate(graph, cands, calibration)
@@ -351,7 +341,6 @@ def placed_batch(stages, cands: list[Candidate], calibration: dict | None = None
         for cand, *row in zip(frame["candidate"].tolist(), *columns):
             ops.setdefault(cand, []).append((f"{role}:{row[0]}", *row[1:]))
     from ..analytical.placed import bound_across_stages, resolve_auto_stages
-    from ..plan.graph_plan import plan_key
 
     resolved = [Candidate(c.chip, resolve_auto_stages(stages, c)) if c.mapping.placement == "auto" else c
                 for c in cands]

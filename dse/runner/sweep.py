@@ -27,6 +27,7 @@ import signal
 import threading
 import time
 from pathlib import Path
+import tomllib
 
 import emulator
 from emulator.chip import chip_from_dict
@@ -48,9 +49,11 @@ from .execution import InlineExecutor, PoolExecutor, WorkItem, make_executor, re
 from .recorder import Recorder
 from .result import DONE, IDLE_ROUNDS, SweepResult
 from .samplers import Observation, Proposal, Sampler, batch_size, make_sampler, sampler_kind
-from .spec import ACTIVATION_SCALES_TARGET, CALIBRATION_TARGET, QUANTIZATION_TARGET, Spec
+from .spec import ACTIVATION_SCALES_TARGET, CALIBRATION_TARGET, QUANTIZATION_TARGET, Spec, Stages
 from .emulation import prepare_placed
-from .stages import Outcome, analytical_graph, source_count_metrics
+from .stages import Outcome, analytical_graph, frontend_dumps, source_count_metrics
+from ..records.calibrations import latest_calibration, latest_ppa_records, ppa_factors, ppa_version
+from ..workload.moe import moe_layers, parse_routing
 
 # A local pool evaluates an analytical batch only when the driver would spend longer than
 # this on it (see Sweep._analytical_executor); 0: the pool always does.
@@ -368,10 +371,6 @@ class Sweep:
     def _settings(self, spec_text: str, stage: str) -> dict | None:
         """A spec's stage settings that change a stage's evidence (not its capture limit, its
         evidence budget or its pruning): None for a text that is no valid spec's stages."""
-        import tomllib
-
-        from .spec import Stages
-
         if spec_text not in self._settings_of:
             try:
                 stages = Stages(**tomllib.loads(spec_text).get("stages", {}))
@@ -442,8 +441,6 @@ class Sweep:
 
     def _keep_frontend_dumps(self) -> None:
         """The numbered frontend dumps of the experiment's workload as its artifacts, once."""
-        from .stages import frontend_dumps
-
         arts = self.store.artifacts(self.experiment_id)
         if (arts["role"] == "graph_dump").any():
             return
@@ -681,8 +678,6 @@ def declared_routing(spec: Spec, graph) -> tuple | None:
     """(routing, capacity factor) the analytical model costs the MoE layers with (None: the
     graph has none); a routing or capacity for a workload with no MoE layer is the spec's
     error."""
-    from ..workload.moe import moe_layers, parse_routing
-
     w = spec.model.workload
     if moe_layers(graph):
         return parse_routing(w.routing), w.capacity_factor
@@ -727,8 +722,6 @@ def sweep_into_store(spec: Spec, db: str | Path = "records.db", progress: bool =
     with Store(db) as store:
         model_version = MODEL_VERSION
         if spec.model.stages.calibration == "newest":
-            from ..records.calibrations import latest_calibration, latest_ppa_records, ppa_factors, ppa_version
-
             name = spec.baseline_chip.name
             cal = latest_calibration(store, name)
             if cal is not None:

@@ -21,11 +21,13 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
+import plotly.graph_objects as go
 from starlette.requests import Request
 from starlette.responses import Response
 
 from ..records import RecordNotFound
 from ..records.blobs import EvidenceError, open_verified
+from .params import record_id
 from .queries import BadQuery
 from .responses import Problem, figure_response
 
@@ -247,8 +249,6 @@ def viewer_of(row: dict) -> str:
 
 
 def _artifact(bench: Workbench, request: Request) -> tuple[dict, Path]:
-    from .params import record_id
-
     ident = record_id(request.path_params["ident"], what="artifact")
     try:
         row = bench.store.artifact(ident)
@@ -313,8 +313,6 @@ def view(bench: Workbench, request: Request) -> Response:
 def heatmap_json(bench: Workbench, request: Request) -> Response:
     """GET /artifacts/{id}/heatmap.json?at=: the heat map of the array's 2-D slice (a plotly
     figure) and what it shows: the slice, its full size and the downsampling steps."""
-    import plotly.graph_objects as go
-
 
     row, path = _artifact(bench, request)
     if viewer_of(row) != "array":

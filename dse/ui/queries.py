@@ -18,7 +18,7 @@ import numpy as np
 from sqlalchemy import Connection, String, and_, bindparam, cast, func, select
 from sqlalchemy.orm import aliased
 
-from ..records import reads
+from ..records import reads, sql_reads
 from ..records.reuse import metric_run
 from ..records.schema import RUN_STATUSES, Candidate, CandidateRun, LatestMetric, Metric, Run
 
@@ -203,8 +203,6 @@ def rankable(connection: Connection, experiment_id: int, names: Sequence[str],
              wanted: dict[str, set[str]] | None = None) -> Rankable:
     """The experiment's `Rankable` of the analytical totals `names`; `wanted`: more figures
     ({kind: names}) to read along for the judgement (`acceptance.figures_wanted`)."""
-    from ..records import sql_reads
-
     kinds = {"analytical": set(names)}
     for kind, more in (wanted or {}).items():
         kinds.setdefault(kind, set()).update(more)

@@ -26,6 +26,7 @@ from typing import Any, Callable
 
 import numpy as np
 import torch
+import torch.utils._pytree as pytree
 from torch.export import ExportedProgram
 from torch.export.graph_signature import InputKind, OutputKind, TensorArgument
 from torch.fx import Node
@@ -1367,8 +1368,6 @@ def flat_outputs(value: Any) -> list[torch.Tensor]:
     lists, dicts and transformers' `ModelOutput`s flattened as torch.export flattens them
     (`torch.utils._pytree`: nested in order, dict-like values in key order of insertion;
     None entries dropped)."""
-    import torch.utils._pytree as pytree
-
     return [leaf for leaf in pytree.tree_leaves(value) if isinstance(leaf, torch.Tensor)]
 
 

@@ -41,6 +41,7 @@ from dse.workload.graph import (
     OpCounts,
     TensorSpec,
 )
+from dse.workload.graph import MOVE_KINDS
 
 _PER_ELEMENT = {"softmax": 5, "batch_norm": 2, "quantize": 2, "requantize": 2, "dequantize": 1, "where": 1}
 
@@ -102,8 +103,6 @@ def count_op(
 
 def constant_tensors(graph) -> set[str]:
     """Weights, and what layout and data-movement ops make of weights alone."""
-    from dse.workload.graph import MOVE_KINDS
-
     constants = set(graph.weights)
     for op in graph.ops:
         if op.kind in MOVE_KINDS and op.inputs and all(name in constants for name in op.inputs):

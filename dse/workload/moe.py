@@ -28,6 +28,8 @@ import math
 import re
 from dataclasses import dataclass, field
 
+import numpy as np
+
 from dse.workload.counts import count_op
 from dse.workload.graph import ROUTING_KINDS, Graph, Op, TensorSpec
 
@@ -153,8 +155,6 @@ def follow_routing(graph: Graph, inputs) -> Graph:
     (a quantized stage's router may send a near-tie token elsewhere than the captured
     float module's did), layer by layer: the graph up to a layer's token gathers is run,
     its top-k indices counted, the layer re-counted (`recounted`) where they differ."""
-    import numpy as np
-
     for layer in moe_layers(graph):
         routing = next(op for op in graph.ops if op.kind == "moe_tokens" and op.attrs["layer"] == layer.name)
         first = next(k for k, op in enumerate(graph.ops) if op is routing)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from ...frontend import run_pipeline
 from ...workload.graph import Graph
 from .stage import Stage
 
@@ -11,8 +12,6 @@ def capture(recipe: str, params: dict, check: bool = False) -> Graph:
     own steps; the analytical stage's very pipeline, and with `check` the emulator stage's
     checked one), so a sweep captures once, and not at all when the graph cache
     (dse.workload.cache) has it."""
-    from ...frontend import run_pipeline
-
     return run_pipeline(recipe, params, check=check).graphs[0]
 
 
