@@ -122,7 +122,9 @@ def test_a_ten_million_point_grid_is_refused_at_once_and_let_past_with_the_flag(
     lines = err.strip().splitlines()
     assert len(lines) == 1 and "10000001 candidates" in lines[0] and "--yes-large" in lines[0], err
     assert "Traceback" not in err and not db.exists()  # nothing written
-    assert seconds < 10, seconds  # counted, not built: 1.2 s measured on an idle machine, most of it imports
+    # counted, not built (building ten million candidates takes hours): 1.2 s measured on an
+    # idle machine, most of it imports; the bound is loose because a loaded one is 10x slower
+    assert seconds < 60, seconds
     # KB: 50 MB, or 250 MB when checking the spec captures its recipe (torch); a listed grid is gigabytes
     assert peak_kb < 1024 * 1024, peak_kb
 
