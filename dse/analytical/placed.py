@@ -46,10 +46,9 @@ from emulator.timing import Bus
 from ..cost.dma import dma_cycles_for
 from ..mapping import Candidate, CandidateArrays, check_tiles
 from ..mapping.candidate import Mapping
-from ..plan.graph_plan import placed_weights, plan_for, plan_graph, plan_key
+from ..plan.graph_plan import HANDOFF_UNITS, placed_weights, plan_for, plan_graph, plan_key
 from ..plan.placement import (WeightRegions, boundary_note, boundary_tensors, handoff_banks, handoffs, place,
                               range_candidate, range_regions, schedule, spmd_chip, stage_reason, stage_regions)
-from ..units import UNITS
 from ..units.stream import STREAM_BALL_OPS
 from .estimate import TOTAL_ACTIVITY, TOTAL_COLUMNS, estimate, op_activity, summarize
 from .graph_cost import graph_costs
@@ -677,7 +676,7 @@ def auto_options(graph, candidate: Candidate) -> list[Mapping]:
     groups = len(candidate.chip.cores.groups)
     if groups >= 2 or (groups == 0 and candidate.mapping.workers >= 2):
         plans = plan_for(graph, candidate.mapping)
-        cuts = [k for k, p in enumerate(plans) if k and UNITS[p.unit].reads_handoff]
+        cuts = [k for k, p in enumerate(plans) if k and p.unit in HANDOFF_UNITS]  # a cut before it is worth costing
         kinds = ["layers"] + (["pipeline"] if (candidate.mapping.requests or 1) > 1 else [])
         for kind in kinds:
             options += [Mapping.model_validate({**m, "placement": kind, "cuts": (k,),

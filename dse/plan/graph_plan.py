@@ -52,6 +52,12 @@ from .units import SCALE_KINDS, conv_pad, grouped_conv, matrix_conv, matrix_prod
 from .scan import scan_plan
 
 UNITS = ("matrix", "conv", "grouped", "scale", "relu", "view", "core", "fused", "chain", "scan")
+# the units whose op is a product on the matrix Ball: a B operand, maybe a weight shared in banks
+PRODUCT_UNITS = ("matrix", "conv", "grouped")
+# the products whose A can come from the range before through shared memory
+# (`dse.plan.placement.handoffs`): a plain GEMM reads its A as it is; conv reads an im2col of
+# it and grouped a group's slice, which their copies make
+HANDOFF_UNITS = ("matrix",)
 FUSIONS = (None, "fuse")
 
 

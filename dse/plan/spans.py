@@ -19,7 +19,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 
 from ..workload.graph import Graph, Graph as G, Op, OpCounts, TensorSpec
-from .graph_plan import plan_graph
+from .graph_plan import PRODUCT_UNITS, plan_graph
 from .matmul import plan_matmul
 from .split import shared_loads
 
@@ -284,7 +284,7 @@ def shared_stack(span_graphs: list[Graph], chip, mapping) -> SharedStack:
             if plan.unit == "grouped":
                 return SharedStack(reason=f"partition = spans with weights = shared: grouped conv {plan.op.name} "
                                           "may run on the core in one span and on the matrix Ball in another")
-            if plan.unit in ("matrix", "conv") and plan.gemm.b_weight:
+            if plan.unit in PRODUCT_UNITS and plan.gemm.b_weight:  # (grouped returned above)
                 gemms.setdefault(plan.op.name, []).append(plan.gemm)
     weights: dict[str, SharedWeight] = {}
     base, wave = 0, 0

@@ -480,7 +480,6 @@ def _charge(cost, charges: Charges, plan: OpPlan):
     return "matrix", plans
 
 
-UNITS = (Unit("matrix", lambda builder, plan, ready: emit_matmul(builder, plan.op, ready), _charge,
-              reads_handoff=True),
+UNITS = (Unit("matrix", lambda builder, plan, ready: emit_matmul(builder, plan.op, ready), _charge),
          Unit("conv", emit_conv, _charge),
          Unit("grouped", emit_grouped, cost=cost_grouped))

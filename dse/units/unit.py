@@ -24,9 +24,6 @@ class Unit:
     emit: Callable
     charge: Callable | None = None
     cost: Callable | None = None
-    # its A can come from the range before through shared memory (`dse.plan.placement.handoffs`):
-    # a cut of a layered placement before it is worth costing (`dse.analytical.placed.auto_options`)
-    reads_handoff: bool = False
 
 
 @dataclass
