@@ -8,9 +8,9 @@ marked *assumed* and stay fields so a sweep can move them.
 
 from __future__ import annotations
 
+import json
 import math
 from typing import Annotated, Any, Literal
-import json
 
 import numpy as np
 from pydantic import (BaseModel, ConfigDict, Field, PositiveInt, NonNegativeInt, field_validator, model_serializer,
@@ -18,8 +18,8 @@ from pydantic import (BaseModel, ConfigDict, Field, PositiveInt, NonNegativeInt,
 from pydantic_core import PydanticCustomError
 
 from .costs import Costs, Technology
-from .formula import Formula, FormulaError
 from .dma import transfer_cycles
+from .formula import Formula, FormulaError
 
 
 # Every float of a chip is a finite number (TOML has inf and nan).

@@ -131,11 +131,11 @@ Instruction semantics
 from __future__ import annotations
 
 import math
+import operator
 import struct
+from collections import defaultdict
 from dataclasses import dataclass, field, fields
 from typing import Any, Callable, Literal, Mapping
-import operator
-from collections import defaultdict
 
 from .errors import EncodeError
 

@@ -13,12 +13,12 @@ from typing import Any, Mapping
 
 import numpy as np
 
+from .compiled import run_overlapped, run_serial
 from .counters import Counters
 from .errors import ProgramError
 from .machine import Machine
 from .program import Program, read_region
 from .timing import STALL_CAUSES, _Trace
-from .compiled import run_overlapped, run_serial
 
 MODES = ("overlapped", "serial")
 

@@ -20,6 +20,7 @@ from typing import Iterable, Sequence
 import numpy as np
 
 import emulator
+
 from ..frontend import run_pipeline
 from ..mapping import Candidate, Mapping
 from ..workload.recipes import instantiate, load_recipe

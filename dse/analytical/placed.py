@@ -32,10 +32,9 @@ the fastest.
 
 from __future__ import annotations
 
-from typing import Sequence
-
 import math
 from dataclasses import replace
+from typing import Sequence
 
 import numpy as np
 import pandas as pd
@@ -47,13 +46,13 @@ from ..cost.dma import dma_cycles_for
 from ..mapping import Candidate, CandidateArrays, check_tiles
 from ..mapping.candidate import Mapping
 from ..plan.graph_plan import HANDOFF_UNITS, placed_weights, plan_for, plan_graph, plan_key
+from ..plan.memory import ALIGN, NP_DTYPES, content_key, pad
 from ..plan.placement import (WeightRegions, boundary_note, boundary_tensors, handoff_banks, handoffs, place,
                               range_candidate, range_regions, schedule, spmd_chip, stage_reason, stage_regions)
 from ..units.stream import STREAM_BALL_OPS
 from .estimate import TOTAL_ACTIVITY, TOTAL_COLUMNS, estimate, op_activity, summarize
 from .graph_cost import graph_costs
 from .stream_cost import planned_stream
-from ..plan.memory import ALIGN, NP_DTYPES, content_key, pad
 
 # what stages (ranges) add up to, and (TOTAL_ACTIVITY) what the chip does, summed like the bytes
 SUMMED = ("compute_cycles", "dma_cycles", "core_cycles", "busy_cycles", "dma_bytes")

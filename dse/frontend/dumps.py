@@ -9,9 +9,9 @@ absolute difference, for any other file its first differing byte. numpy only: no
 
 from __future__ import annotations
 
+import io
 from dataclasses import dataclass
 from pathlib import Path
-import io
 
 import numpy as np
 

@@ -19,7 +19,9 @@ PyTorch; default FLOAT_TOLERANCE). A built-in name always means the built-in ste
 
 from __future__ import annotations
 
+import hashlib
 import importlib.util
+import inspect
 import re
 import sys
 import tomllib
@@ -27,8 +29,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from types import ModuleType
 from typing import Any, Callable
-import hashlib
-import inspect
 
 from dse.errors import InputError
 from dse.frontend import fold_batch_norm, permute, quantize, select_last_token, split_attention

@@ -6,6 +6,7 @@ from __future__ import annotations
 import torch
 
 from emulator import Barrier, CoreOp, DramTensor, Mvin, Program, Region
+
 from ..mapping import Candidate
 from ..mapping.matmul import PAD
 from ..plan import Infeasible

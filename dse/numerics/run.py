@@ -13,14 +13,14 @@ from tqdm import tqdm
 
 import emulator
 
+from ..frontend import run_pipeline
 from ..frontend.steps import FLOAT_TOLERANCE, quantized_steps
 from ..lower import Infeasible, Lowered
 from ..mapping import Candidate, Mapping
 from ..workload.graph import Graph
+from ..workload.recipes import output_parts
 from . import OutputCheck, Verdict, compare, unmodified_check
 from .emitted import emit_graph, emit_placed, emit_spans, request_inputs
-from ..frontend import run_pipeline
-from ..workload.recipes import output_parts
 
 
 @dataclass

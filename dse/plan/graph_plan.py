@@ -48,8 +48,8 @@ from .chains import score_chains
 from .layout import CHANNELS_LAST, absorbs_permute, inverse, permuted, stored_orders, stored_shape
 from .mapper import gemm_shape
 from .memory import Blocked, Dram, Loc, itemsize, pad, padded_shape
-from .units import SCALE_KINDS, conv_pad, grouped_conv, matrix_conv, matrix_product, reshape_view
 from .scan import scan_plan
+from .units import SCALE_KINDS, conv_pad, grouped_conv, matrix_conv, matrix_product, reshape_view
 
 UNITS = ("matrix", "conv", "grouped", "scale", "relu", "view", "core", "fused", "chain", "scan")
 # the units whose op is a product on the matrix Ball: a B operand, maybe a weight shared in banks

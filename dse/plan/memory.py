@@ -15,10 +15,9 @@ transfer). Its logical value is not a strided view; :meth:`Loc.padded_view` give
 
 from __future__ import annotations
 
-
+import hashlib
 import math
 from dataclasses import dataclass
-import hashlib
 
 import numpy as np
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 from typing import Iterable
 
 import emulator
+
 from ..frontend import run_pipeline
 from ..mapping import Candidate, Mapping
 from ..plan.graph_plan import dram_footprint

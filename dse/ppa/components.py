@@ -19,9 +19,9 @@ from typing import Mapping
 
 from emulator.costs import CITED, DEFAULTS
 
+from ..errors import InputError
 from .cacti import CactiError, SramGeometry, sram_figures
 from .names import BALLS, COMPONENTS, INSTANCE
-from ..errors import InputError
 
 class CostError(Exception):
     """A component's figure cannot be had (CACTI cannot run or organise the memory):

@@ -19,10 +19,10 @@ from pathlib import Path
 from typing import Any, Callable
 
 from dse.records import light_pg, sql_reads
-from dse.records.sql_reads import Run
 from dse.records.blobs import EvidenceCheck, blob_path, check_evidence
 from dse.records.not_found import RecordNotFound, as_id, not_found
 from dse.records.revisions import head_revision
+from dse.records.sql_reads import Run
 from dse.records.sqlite_file import QUICK_CHECK_MAX_BYTES, existing_store_problem, sqlite_evidence_dir
 
 

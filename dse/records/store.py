@@ -104,6 +104,7 @@ from dse.records.schema import (
     RUN_STAGES,
     check_choice,
 )
+
 from .lessons import lessons, lessons_of
 
 __all__ = [

@@ -9,7 +9,6 @@ from dataclasses import dataclass, field
 
 import numpy as np
 import pandas as pd
-
 from sqlalchemy import String, cast, func, select
 
 from ..ppa.names import COMPONENTS

@@ -10,9 +10,9 @@ figures are deterministic: the same records give the same importances in every v
 
 from __future__ import annotations
 
+import datetime
 import warnings
 from dataclasses import dataclass, field
-import datetime
 
 import numpy as np
 import pandas as pd

@@ -36,10 +36,10 @@ import numpy as np
 
 from emulator.formula import FUNCTIONS, Formula
 
+from ..identity import candidate_hash
+from ..records.outcomes import NOT_RUN_YET, not_run_yet
 from .criteria import (FAIL, MISSING, NAMES, PASS, ClauseCheck, Criteria, CriterionError, _shown,
                        compile_criteria)
-from ..records.outcomes import NOT_RUN_YET, not_run_yet
-from ..identity import candidate_hash
 
 if TYPE_CHECKING:  # the spec module brings recipes and torch; a report reads no spec
     from ..records import Store

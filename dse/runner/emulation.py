@@ -9,17 +9,18 @@ verdict (`numerics`); they are never merged with the analytical estimate.
 from __future__ import annotations
 
 import functools
+import hashlib
+import io
 import json
+import statistics
+import time
 from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
-import hashlib
-import io
-import statistics
-import time
 
 import emulator
+
 from ..errors import InputError
 from ..identity import canonical_json
 from ..mapping import Candidate, mapping_from_dict

@@ -10,6 +10,7 @@ recorded as failed.
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import functools
 import json
 import os
@@ -23,7 +24,6 @@ from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass
 from multiprocessing import get_context
 from typing import Iterator
-import ctypes
 
 import threadpoolctl
 

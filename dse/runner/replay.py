@@ -13,15 +13,16 @@ when one does.
 
 from __future__ import annotations
 
+import hashlib
 import io
 import json
 from dataclasses import dataclass, field
-import hashlib
 
 import numpy as np
 
 import emulator
 from emulator.chip import chip_from_dict
+
 from ..errors import InputError
 from ..mapping import Candidate, mapping_from_dict
 from .emulation import emit, prepare_emulation, prepare_placed

@@ -11,15 +11,15 @@ fails is recorded as infeasible with the constraint as its reason, without evalu
 from __future__ import annotations
 
 import itertools
+import json
 import math
 from typing import TYPE_CHECKING, Any, Iterator, Literal
-import json
 
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from emulator.formula import Formula, FormulaError
 from dse.records.outcomes import CONSTRAINT_REJECTED
+from emulator.formula import Formula, FormulaError
 
 if TYPE_CHECKING:  # optuna is the Optuna sampler's: a spec reads without it
     from optuna.distributions import BaseDistribution

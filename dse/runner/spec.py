@@ -12,28 +12,28 @@ import hashlib
 import json
 import tomllib
 import typing
+from importlib.metadata import version
 from pathlib import Path
 from typing import Any, Literal
-from importlib.metadata import version
 
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from emulator.chip import BallKind, ChipConfig
+from emulator.costs import default_at
 
 from ..chips import load_chip, override_chip
 from ..errors import InputError, close_matches, dotted_loc, dotted_paths, model_keys, read_toml, shown, suggesting
+from ..frontend.facts import check_builds, recipe_facts
 from ..mapping import Mapping, mapping_from_dict
 from ..ppa.components import checked_table
-from ..frontend.facts import check_builds, recipe_facts
-from .limits import capture_limit
 from ..workload.moe import parse_routing
 from ..workload.recipes import list_recipes
 from .criteria import NAMES, CriterionError, allowed_names, compile_expression
+from .limits import capture_limit
 from .metrics import METRICS
 from .progress import MAX_CANDIDATES, MAX_GRID, TRIALS
 from .space import BALL_SET_TARGET, CORE_GROUPS_TARGET, Constraint, Knob, Space, ball_set, core_groups
-from emulator.costs import default_at
 
 # A knob over this mapping field sets the granularity of the recipe's quantize step.
 QUANTIZATION_TARGET = "mapping.quantization"

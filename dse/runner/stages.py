@@ -4,8 +4,8 @@ typed inputs, results out, no knowledge of samplers or storage."""
 from __future__ import annotations
 
 import functools
-from dataclasses import dataclass, field
 import json
+from dataclasses import dataclass, field
 
 import numpy as np
 import pandas as pd

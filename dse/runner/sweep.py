@@ -26,8 +26,8 @@ import os
 import signal
 import threading
 import time
-from pathlib import Path
 import tomllib
+from pathlib import Path
 
 import emulator
 from emulator.chip import chip_from_dict
@@ -37,23 +37,23 @@ from ..chips import capacity_notes
 from ..errors import InputError
 from ..identity import canonical_json
 from ..records import Store
+from ..records.calibrations import latest_calibration, latest_ppa_records, ppa_factors, ppa_version
 from ..records.opening import checked_url
+from ..workload.moe import moe_layers, parse_routing
 from .acceptance import propose
 from .candidates import BuiltCandidate, CandidateBuilder
-from .cluster import CONNECT_TIMEOUT_S
-from .limits import capture_limit, time_limit  # noqa: F401  (time_limit: the tests' name for it)
 from .chain import ANALYTICAL, CAPTURE, CHAIN, EMULATOR, FRONTEND, PLAN, PRUNE, RECORD, SETUP, Stage, evaluation
+from .cluster import CONNECT_TIMEOUT_S
+from .emulation import prepare_placed
+from .execution import InlineExecutor, PoolExecutor, WorkItem, make_executor, remember_chip
+from .limits import capture_limit, time_limit  # noqa: F401  (time_limit: the tests' name for it)
 from .progress import finish, make_bar, planned, set_total
 from .propose import record_experiment, resolve_links
-from .execution import InlineExecutor, PoolExecutor, WorkItem, make_executor, remember_chip
 from .recorder import Recorder
 from .result import DONE, IDLE_ROUNDS, SweepResult
 from .samplers import Observation, Proposal, Sampler, batch_size, make_sampler, sampler_kind
 from .spec import ACTIVATION_SCALES_TARGET, CALIBRATION_TARGET, QUANTIZATION_TARGET, Spec, Stages
-from .emulation import prepare_placed
 from .stages import Outcome, analytical_graph, frontend_dumps, source_count_metrics
-from ..records.calibrations import latest_calibration, latest_ppa_records, ppa_factors, ppa_version
-from ..workload.moe import moe_layers, parse_routing
 
 # A local pool evaluates an analytical batch only when the driver would spend longer than
 # this on it (see Sweep._analytical_executor); 0: the pool always does.

@@ -14,7 +14,6 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
-
 from sqlalchemy import Connection, String, and_, bindparam, cast, func, select
 from sqlalchemy.orm import aliased
 

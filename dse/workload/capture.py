@@ -34,10 +34,10 @@ from torch.fx import Node
 from dse.errors import InputError
 from dse.workload import moe_capture as moe
 from dse.workload.counts import count_op
-from dse.workload.reroll import reroll
-from dse.workload.scan_capture import RNN_TARGETS, ScanEmitter, handler_attrs, unused_state
 from dse.workload.graph import (CHANNELS_FIRST, CHANNELS_FIRST_WEIGHTS, MOVE_KINDS, Graph, Op, TensorSpec, dtype_name,
                                 weight_array)
+from dse.workload.reroll import reroll
+from dse.workload.scan_capture import RNN_TARGETS, ScanEmitter, handler_attrs, unused_state
 
 aten = torch.ops.aten
 _TORCH_DIR = str(Path(torch.__file__).resolve().parent)
