@@ -26,7 +26,8 @@ HEAVY = ("torch", "pandas", "sqlalchemy", "optuna", "tqdm", "dse.analytical", "d
 LIGHT_RECORDS = {"dse.records", "dse.records.recorded", "dse.records.revisions", "dse.records.sqlite_file",
                  "dse.records.light", "dse.records.sql_reads", "dse.records.choices",
                  "dse.records.outcomes", "dse.records.blobs",  # blobs: evidence checks, light
-                 "dse.records.not_found"}  # the contract's refusals, light too
+                 "dse.records.not_found",  # the contract's refusals, light too
+                 "dse.records.light_pg"}  # the PostgreSQL reads: psycopg only once a URL connects
 
 RERUN = """
 import contextlib, io, json, sys
