@@ -101,53 +101,36 @@ def _put_figures(connection: Connection, rows: Sequence[tuple]) -> None:
 
 
 def rebuild(connection: Connection, candidate_ids: Iterable[int] | None = None) -> None:
-    """Recompute latest_metric from the metric rows, and latest_figures from it: for every
-    candidate, or for these. For stores filled by hand (bulk inserts into metric, as the
-    benches do)."""
+    """Recompute latest_metric and latest_figures from the runs' packed metrics: for every
+    candidate, or for these. For stores filled by hand (bulk inserts, as the benches do)."""
     if candidate_ids is None:
         connection.exec_driver_sql("DELETE FROM latest_metric")
-        connection.exec_driver_sql(_REBUILD.format(where=""))
         connection.exec_driver_sql("DELETE FROM latest_figures")
-        _put_figures(connection, _figures_of(connection, ""))
+        record(connection, _totals_of(connection, ""))
         return
     ids = sorted({int(c) for c in candidate_ids})
     for i in range(0, len(ids), _CHUNK):
         listed = ", ".join(map(str, ids[i:i + _CHUNK]))
         connection.exec_driver_sql(f"DELETE FROM latest_metric WHERE candidate_id IN ({listed})")
-        connection.exec_driver_sql(_REBUILD.format(where=f"AND r2.candidate_id IN ({listed})"))
         connection.exec_driver_sql(f"DELETE FROM latest_figures WHERE candidate_id IN ({listed})")
-        _put_figures(connection, _figures_of(connection, f"WHERE lm.candidate_id IN ({listed})"))
+        record(connection, _totals_of(connection, f"WHERE r.candidate_id IN ({listed})"))
 
 
-def _figures_of(connection: Connection, where: str) -> list[tuple]:
-    """latest_figures' rows from latest_metric's (`where` on its alias lm): one per
-    candidate and kind, of the newest run that latest_metric holds for it."""
-    rows = connection.exec_driver_sql(
-        "SELECT lm.candidate_id, lm.kind, lm.run_id, r.model_version, r.emulator_version, lm.name, lm.value "
-        f"FROM latest_metric lm JOIN run r ON r.id = lm.run_id {where} ORDER BY lm.candidate_id, lm.kind, lm.run_id")
-    out: dict[tuple[int, str], tuple] = {}
-    for c, k, run, model_version, emulator_version, name, value in rows:
-        held = out.get((c, k))
-        if held is None or held[2] < run:  # (ordered by run: a newer run's rows replace an older's)
-            held = out[(c, k)] = (c, k, run, model_version, emulator_version, {})
-        held[5][name] = value
-    return list(out.values())
+def _totals_of(connection: Connection, where: str) -> list[tuple]:
+    """The total metric rows every run shows (`where` on its alias r), as the writes hand
+    them over; a linking run (run.reused_run_id, dse.records.reuse) shows the run's it reuses."""
+    from dse.records.packed import layouts
 
-
-# A linking run (run.reused_run_id, dse.records.reuse) shows the metric rows of the run it reuses.
-_REBUILD = """
-INSERT INTO latest_metric (candidate_id, kind, name, run_id, value)
-SELECT r.candidate_id, m.kind, m.name, r.id, max(m.value)
-FROM run r
-JOIN metric m ON m.run_id = coalesce(r.reused_run_id, r.id)
-JOIN (SELECT r2.candidate_id AS candidate_id, m2.kind AS kind, max(r2.id) AS run_id
-      FROM run r2 JOIN metric m2 ON m2.run_id = coalesce(r2.reused_run_id, r2.id)
-      WHERE m2.scope = 'total' {where}
-      GROUP BY r2.candidate_id, m2.kind) newest
-  ON newest.candidate_id = r.candidate_id AND newest.kind = m.kind AND newest.run_id = r.id
-WHERE m.scope = 'total'
-GROUP BY r.candidate_id, m.kind, m.name, r.id
-"""
+    found = connection.exec_driver_sql(
+        "SELECT r.id, p.layout_id, p.figures FROM run r JOIN run_metrics p ON p.run_id = coalesce(r.reused_run_id, r.id) "
+        f"{where} ORDER BY r.id").all()
+    held = layouts(connection, {row[1] for row in found})
+    rows = []
+    for run_id, layout_id, figures in found:
+        figures = bytes(figures)
+        values = struct.unpack(f"{FIGURES_BYTE_ORDER}{len(figures) // 8}d", figures)
+        rows += [(run_id, k, n, v, u, s, key) for (k, n, u, s, key), v in zip(held[layout_id], values) if s == "total"]
+    return rows
 
 
 def _runs(connection: Connection, run_ids: list[int]) -> dict[int, tuple[int, str, str | None]]:

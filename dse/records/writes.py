@@ -4,7 +4,6 @@ argument leaves nothing half-written."""
 
 from __future__ import annotations
 
-import itertools
 import json
 from collections.abc import Iterable, Mapping, Sequence
 from datetime import datetime
@@ -15,7 +14,7 @@ from sqlalchemy.exc import DBAPIError
 from sqlalchemy.orm import Session
 
 from dse.identity import Encoded, candidate_hash, candidate_hash_of_texts, canonical_json, json_text
-from dse.records import latest, provenance
+from dse.records import latest, packed, provenance
 from dse.records.checks import METRIC_COLUMNS, as_id
 from dse.records.liveness import ABANDONED, finishable, finishable_clause
 from dse.records.reads import candidate_not_found, diff_fields, experiment_exists, get, not_found, run_states
@@ -30,9 +29,9 @@ from dse.records.schema import (
     ExperimentLink,
     LatestFigures,
     LatestMetric,
-    Metric,
     Note,
     Run,
+    RunMetrics,
     check_choice,
     utcnow,
 )
@@ -609,36 +608,13 @@ def _sqlite_insert_runs(cur: _DriverCursor, candidate_ids: list[int], base: dict
     return list(range(before + 1, after + 1))
 
 
-_METRIC_ROWS_PER_INSERT = 100  # 700 parameters, far below SQLite's limit of 32,766
-
-
 def insert_metrics(connection: Connection, rows: list[tuple]) -> None:
-    """(run_id, kind, name, value, unit, scope, scope_key) rows as one executemany of the
-    driver (no per-row parameter processing: these are plain strings and floats), and the
-    candidates' latest figures (latest_metric, latest_figures) brought up to date with them."""
+    """(run_id, kind, name, value, unit, scope, scope_key) rows (checked already) packed one
+    row a run (dse.records.packed), and the candidates' latest figures (latest_metric,
+    latest_figures) brought up to date with them, in the caller's transaction."""
     if rows:
-        _insert_metric_rows(connection, rows)
+        packed.write(connection, rows)
         latest.record(connection, rows)
-
-
-def _insert_metric_rows(connection: Connection, rows: list[tuple]) -> None:
-    style = connection.dialect.paramstyle
-    mark = {"qmark": "?", "format": "%s", "pyformat": "%s"}.get(style)
-    if mark is None:
-        connection.execute(insert(Metric.__table__), [dict(zip(("run_id",) + METRIC_COLUMNS, r)) for r in rows])
-        return
-    columns = ("run_id",) + METRIC_COLUMNS
-    head = f"INSERT INTO metric ({', '.join(columns)}) VALUES "
-    one = f"({', '.join([mark] * len(columns))})"
-    if connection.dialect.name != "sqlite":
-        connection.exec_driver_sql(head + one, rows)
-        return
-    # SQLite: rows by the hundred per statement, ~20% cheaper than one row per step (the
-    # statement for a full chunk is prepared once and cached by the driver).
-    cur = _DriverCursor(connection)
-    for i in range(0, len(rows), _METRIC_ROWS_PER_INSERT):
-        part = rows[i:i + _METRIC_ROWS_PER_INSERT]
-        cur.execute(head + ", ".join([one] * len(part)), tuple(itertools.chain.from_iterable(part)))
 
 
 def delete_experiment(session: Session, experiment_id: int) -> dict[str, int]:
@@ -669,7 +645,7 @@ def delete_experiment(session: Session, experiment_id: int) -> dict[str, int]:
     session.flush()
     counts = {}
     for name, stmt in (
-        ("metric", delete(Metric).where(Metric.run_id.in_(runs))),
+        ("run_metrics", delete(RunMetrics).where(RunMetrics.run_id.in_(runs))),
         ("latest_metric", delete(LatestMetric).where(LatestMetric.candidate_id.in_(candidates))),
         ("latest_figures", delete(LatestFigures).where(LatestFigures.candidate_id.in_(candidates))),
         ("candidate_run", delete(CandidateRun).where(CandidateRun.experiment_id == experiment_id)),
