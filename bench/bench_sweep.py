@@ -126,7 +126,7 @@ def store_floor(repeat: int) -> tuple[float, int, int]:
         with Store(Path(tmp) / "source.db") as store:
             Sweep(spec, GRAPH, store, executor, progress=False).run()
         source = sqlite3.connect(Path(tmp) / "source.db")
-        tables = ("experiment", "candidate", "run", "metric", "latest_metric", "latest_figures")
+        tables = ("experiment", "candidate", "run", "metric_layout", "run_metrics", "latest_metric", "latest_figures")
         rows = {t: source.execute(f"SELECT * FROM {t}").fetchall() for t in tables}
         columns = {t: [c[1] for c in source.execute(f"PRAGMA table_info({t})")] for t in tables}
         source.close()

@@ -39,35 +39,44 @@ def layout_hash(text: str) -> str:
     return hashlib.sha256(text.encode()).hexdigest()
 
 
-def write(connection: Connection, rows: Sequence[Sequence]) -> None:
-    """(run_id, kind, name, value, unit, scope, scope_key) rows (checked already: a run's
-    rows together or not, a run not holding metrics yet) as one run_metrics row per run."""
-    by_run: dict[int, list] = {}
-    for row in rows:
-        by_run.setdefault(row[0], []).append(row)
-    texts: dict[tuple, str] = {}  # a layout's columns -> its text, made once a batch
-    packs = []
-    for run_id, mine in by_run.items():
-        _, kinds, names, values, units, scopes, keys = zip(*mine)
-        shape = (kinds, names, units, scopes, keys)
+def write(connection: Connection, packs: Sequence[tuple]) -> None:
+    """Runs' metrics, (run_id, shape, values) each (`checks.Pack`: checked already, a run
+    not holding metrics yet), as one run_metrics row per run."""
+    texts: dict[tuple, str] = {}  # a shape -> its layout's text, made once a batch
+    rows = []
+    for run_id, shape, values in packs:
         text = texts.get(shape)
         if text is None:
             text = texts[shape] = layout_text(*shape)
-        packs.append((int(run_id), text, struct.pack(f"{FIGURES_BYTE_ORDER}{len(values)}d", *values)))
-    ids = layout_ids(connection, set(texts.values()))
+        rows.append((int(run_id), text, struct.pack(f"{FIGURES_BYTE_ORDER}{len(values)}d", *values)))
+    ids = layout_ids(connection, list(texts.values()))  # new layouts numbered in order of first use
     mark = _mark(connection)
     one = f"({mark}, {mark}, {mark})"
-    for i in range(0, len(packs), _ROWS_PER_INSERT):
-        part = packs[i:i + _ROWS_PER_INSERT]
+    for i in range(0, len(rows), _ROWS_PER_INSERT):
+        part = rows[i:i + _ROWS_PER_INSERT]
         connection.exec_driver_sql(
             "INSERT INTO run_metrics (run_id, layout_id, figures) VALUES " + ", ".join([one] * len(part)),
             tuple(itertools.chain.from_iterable((run_id, ids[text], figures) for run_id, text, figures in part)))
 
 
+def total_rows(packs: Sequence[tuple]) -> list[tuple]:
+    """The total-scope metrics of `packs` as (run_id, kind, name, value, unit, scope,
+    scope_key) rows (what latest_metric and latest_figures are kept from)."""
+    places: dict[tuple, list[int]] = {}
+    rows = []
+    for run_id, shape, values in packs:
+        at = places.get(shape)
+        if at is None:
+            at = places[shape] = [i for i, scope in enumerate(shape[3]) if scope == "total"]
+        kinds, names, units = shape[0], shape[1], shape[2]
+        rows += [(run_id, kinds[i], names[i], values[i], units[i], "total", "") for i in at]
+    return rows
+
+
 def layout_ids(connection: Connection, texts: Iterable[str]) -> dict[str, int]:
     """text -> id of each layout, stored now if the store lacks it (a concurrent writer's
     copy of the same layout is taken: the hash is unique)."""
-    hashes = {layout_hash(t): t for t in texts}
+    hashes = {layout_hash(t): t for t in texts}  # (in the order given)
     if not hashes:
         return {}
     found = _ids_of(connection, list(hashes))

@@ -15,7 +15,7 @@ from sqlalchemy.orm import Session
 
 from dse.identity import Encoded, candidate_hash, candidate_hash_of_texts, canonical_json, json_text
 from dse.records import latest, packed, provenance
-from dse.records.checks import METRIC_COLUMNS, as_id
+from dse.records.checks import METRIC_COLUMNS, Pack, as_id, packs_of
 from dse.records.liveness import ABANDONED, finishable, finishable_clause
 from dse.records.reads import candidate_not_found, diff_fields, experiment_exists, get, not_found, run_states
 from dse.records.schema import (
@@ -191,7 +191,7 @@ def finish_run(session: Session, run_id: int, status: str, rows: list[dict[str, 
     run.heartbeat_at = now
     session.flush()
     if rows:
-        insert_metrics(session.connection(), [(run_id, *(r[c] for c in METRIC_COLUMNS)) for r in rows])
+        insert_metrics(session.connection(), packs_of([(run_id, *(r[c] for c in METRIC_COLUMNS)) for r in rows]))
 
 
 # ---- batched writes: one transaction for many rows (the sweep driver's path) --------------
@@ -317,9 +317,9 @@ def write_notes(connection: Connection, notes: Mapping[int, str]) -> None:
         raise candidate_not_found(connection, next(c for c in ids if c not in present))
 
 
-def finish_runs(connection: Connection, results: list[Mapping[str, Any]], metric_rows: list[tuple],
+def finish_runs(connection: Connection, results: list[Mapping[str, Any]], metric_packs: list[Pack],
                 notes: Mapping[int, str] | None = None) -> None:
-    """Runs' final status and their metric rows (both checked already), and candidates'
+    """Runs' final status and their metrics' packs (both checked already), and candidates'
     `notes` ({candidate id: note}: what the stage noticed beyond its metrics, written with
     its runs); Unfinishable if some run is missing or finished already."""
     if notes:
@@ -343,8 +343,8 @@ def finish_runs(connection: Connection, results: list[Mapping[str, Any]], metric
                   new_error=r.get("error"), new_traceback=r.get("traceback")) for r in results]).rowcount
     if done != len(set(ids)):
         raise Unfinishable(ids)  # rolls the transaction back; explained once it has
-    if metric_rows:
-        insert_metrics(connection, metric_rows)
+    if metric_packs:
+        insert_metrics(connection, metric_packs)
 
 
 def explain_unfinishable(connection: Connection, ids: list[int]) -> NoReturn:
@@ -483,7 +483,7 @@ def add_imported_run(session: Session, candidate_id: int, environment: provenanc
     )
     session.add(run)
     session.flush()
-    insert_metrics(session.connection(), [(run.id, *(r[c] for c in METRIC_COLUMNS)) for r in rows])
+    insert_metrics(session.connection(), packs_of([(run.id, *(r[c] for c in METRIC_COLUMNS)) for r in rows]))
     return run.id
 
 
@@ -608,13 +608,13 @@ def _sqlite_insert_runs(cur: _DriverCursor, candidate_ids: list[int], base: dict
     return list(range(before + 1, after + 1))
 
 
-def insert_metrics(connection: Connection, rows: list[tuple]) -> None:
-    """(run_id, kind, name, value, unit, scope, scope_key) rows (checked already) packed one
-    row a run (dse.records.packed), and the candidates' latest figures (latest_metric,
+def insert_metrics(connection: Connection, packs: list[Pack]) -> None:
+    """Runs' metrics (`checks.Pack`s, checked already) packed one row a run
+    (dse.records.packed), and the candidates' latest figures (latest_metric,
     latest_figures) brought up to date with them, in the caller's transaction."""
-    if rows:
-        packed.write(connection, rows)
-        latest.record(connection, rows)
+    if packs:
+        packed.write(connection, packs)
+        latest.record(connection, packed.total_rows(packs))
 
 
 def delete_experiment(session: Session, experiment_id: int) -> dict[str, int]:
