@@ -107,12 +107,12 @@ def answers(store: Store, db: str) -> dict:
             page = queries.candidate_page(connection, experiment, query, names)
             assert page.rows == queries.candidate_page(connection, experiment, query, names, through_runs=True).rows
             out[f"page by {sort}"] = page.rows
-    for argv in (["show", "c1"], ["show", "r2"], ["show", "packed"], ["history"]):
+    for argv in (["show", "c1"], ["show", "r1"], ["show", "r2"], ["show", "packed"], ["history"]):
         shown = io.StringIO()
         with contextlib.redirect_stdout(shown):
             assert main([*argv, "--db", db]) == 0
         out[" ".join(argv)] = shown.getvalue()
-    assert "latency_cycles" in out["show r2"] and "cycles" in out["show c1"]
+    assert "latency_cycles" in out["show r1"] and "latency_cycles" in out["show c1"] and "metrics (3)" in out["show r2"]
     return out
 
 
