@@ -115,9 +115,10 @@ GRAPH = None
 
 def store_floor(repeat: int) -> tuple[float, int, int]:
     """What SQLite alone takes to store a grid sweep's records: the rows of every table the
-    sweep wrote (candidates, runs, metrics, latest_metric, latest_figures; candidate_run by
-    its triggers) inserted again into a fresh store, one executemany a table in one
-    transaction, nothing computed. Median seconds, candidates and rows."""
+    sweep wrote (candidates, runs, their packed metrics and layouts (0015), latest_metric,
+    latest_figures; candidate_run by its triggers) inserted again into a fresh store, one
+    executemany a table in one transaction, nothing computed. Median seconds, candidates
+    and rows."""
     import sqlite3
 
     with tempfile.TemporaryDirectory() as tmp:
