@@ -87,17 +87,29 @@ def pack(model_version: str, emulator_version: str | None, named: dict[str, floa
 def _put_figures(connection: Connection, rows: Sequence[tuple]) -> None:
     """(candidate, kind, run, model_version, emulator_version, {name: value}) rows into
     latest_figures, each replacing the pair's row unless that is of a newer run (a
-    concurrent PostgreSQL writer's)."""
+    concurrent PostgreSQL writer's). Packed as `pack` packs them, each distinct layout
+    made once (a sweep's rows share one)."""
+    layouts: dict[tuple, tuple[str, list[str], struct.Struct]] = {}
+    packed = []
+    for c, k, run, model_version, emulator_version, named in rows:
+        key = (model_version, emulator_version, tuple(named))
+        found = layouts.get(key)
+        if found is None:
+            names = sorted(named)
+            found = layouts[key] = (json.dumps([model_version, emulator_version, names]), names,
+                                    struct.Struct(f"{FIGURES_BYTE_ORDER}{len(names)}d"))
+        text, names, packer = found
+        packed.append((c, k, run, text, packer.pack(*map(named.__getitem__, names))))
     mark = _mark(connection)
     one = "(" + ", ".join([mark] * 5) + ")"
-    for i in range(0, len(rows), _ROWS_PER_INSERT):
-        part = rows[i:i + _ROWS_PER_INSERT]
+    for i in range(0, len(packed), _ROWS_PER_INSERT):
+        part = packed[i:i + _ROWS_PER_INSERT]
         connection.exec_driver_sql(
             "INSERT INTO latest_figures (candidate_id, kind, run_id, layout, figures) VALUES "
             + ", ".join([one] * len(part)) +
             " ON CONFLICT (candidate_id, kind) DO UPDATE SET run_id = excluded.run_id, layout = excluded.layout,"
             " figures = excluded.figures WHERE excluded.run_id > latest_figures.run_id",
-            tuple(itertools.chain.from_iterable((*row[:3], *pack(*row[3:])) for row in part)))
+            tuple(itertools.chain.from_iterable(part)))
 
 
 def rebuild(connection: Connection, candidate_ids: Iterable[int] | None = None) -> None:
