@@ -111,8 +111,9 @@ def test_foreign_keys_are_enforced(store):
         store.start_run(999, "analytical")
     with store.engine.connect() as connection, pytest.raises(IntegrityError):
         connection.exec_driver_sql(
-            "INSERT INTO metric (run_id, kind, name, value, unit, scope, scope_key) "
-            "VALUES (999, 'analytical', 'cycles', 1.0, 'cycle', 'total', '')"
+            "INSERT INTO run_metrics (run_id, layout_id, figures) VALUES (999, 999, X'00')"
+            if connection.dialect.name == "sqlite" else
+            "INSERT INTO run_metrics (run_id, layout_id, figures) VALUES (999, 999, '\\x00')"
         )
 
 

@@ -23,7 +23,7 @@ from dse.runner import launch, load_spec, run_sweep
 from dse.runner.rerun import recorded_rerun
 from dse.runner.sweep import sweep_into_store
 
-TABLES = ("alembic_version", "experiment", "candidate", "run", "metric", "artifact", "decision", "sweep_lock",
+TABLES = ("alembic_version", "experiment", "candidate", "run", "run_metrics", "metric_layout", "artifact", "decision", "sweep_lock",
           "note", "experiment_link")
 
 

@@ -76,6 +76,7 @@ def test_a_sweep_records_the_same_rows_one_candidate_or_many_a_transaction(tmp_p
     assert one.keys() == many.keys()
     for table in one:
         assert one[table] == many[table], table
-    assert len(one["candidate"]) == 9 and len(one["metric"]) > 9 * 10
+    # (a run's metrics one packed row: run_id, layout_id, figures at 8 bytes a value; 0015)
+    assert len(one["candidate"]) == 9 and sum(len(row[-1]) // 8 for row in one["run_metrics"]) > 9 * 10
     notes = [row[-1] for row in one["candidate"]]  # the last column: notes
     assert sum("row-address field" in (n or "") for n in notes) == 4  # the rows = 2048 chips'

@@ -103,44 +103,85 @@ def metric_rows(metrics: Iterable[MetricIn | Mapping[str, Any]], owner: str) -> 
     return [dict(zip(METRIC_COLUMNS, v)) for v in metric_values(metrics, owner)]
 
 
-def batch_metric_values(results: list[Mapping[str, Any]]) -> list[tuple]:
-    """`metric_values` of every result's metrics, as (run_id, kind, ...) rows: at once for
-    a batch of MetricRows, else run by run (MetricIn's checks, the error naming the run)."""
-    rows = _checked_metric_rows(results)
-    if rows is not None:
-        return rows
-    out: list[tuple] = []
+# A run's metrics as the writes take them (dse.records.packed): (run_id, shape, values),
+# shape the columns (kinds, names, units, scopes, scope_keys) as tuples, values the floats
+# in the same order. A sweep's runs share a shape: it is checked once.
+Pack = tuple
+
+
+def batch_metric_values(results: list[Mapping[str, Any]]) -> list[Pack]:
+    """`metric_values` of every result's metrics, as a pack per run with metrics: checked
+    at once for a batch of MetricRows (each distinct shape once), else run by run
+    (MetricIn's checks, the error naming the run)."""
+    packs = _checked_metric_packs(results)
+    if packs is not None:
+        return packs
+    rows: list[tuple] = []
     for r in results:
         owner = f"run {r['run_id']}"
         try:
-            out += metric_values(r.get("metrics", ()), owner, r["run_id"])
+            rows += metric_values(r.get("metrics", ()), owner, r["run_id"])
         except (TypeError, ValueError) as exc:
             message = str(exc)
             raise type(exc)(message if message.startswith(owner) else f"{owner}: {message}") from None
-    return out
+    return packs_of(rows)
 
 
-def _checked_metric_rows(results: list[Mapping[str, Any]]) -> list[tuple] | None:
-    """MetricIn's checks column by column over a whole batch of MetricRows (what a sweep's
-    stages hand over, thousands of rows); None if a metric is of another form or a check
-    fails (then `metric_values` finds which, run by run)."""
-    run_ids: list[int] = []
-    rows: list[MetricRow] = []
+def packs_of(rows: Sequence[Sequence]) -> list[Pack]:
+    """(run_id, kind, name, value, unit, scope, scope_key) rows (checked) as packs, a run's
+    rows in their order."""
+    by_run: dict[Any, list] = {}
+    for row in rows:
+        by_run.setdefault(row[0], []).append(row)
+    packs = []
+    for run_id, mine in by_run.items():
+        _, kinds, names, values, units, scopes, keys = zip(*mine)
+        packs.append((run_id, (kinds, names, units, scopes, keys), values))
+    return packs
+
+
+_SHAPES_PASSED: dict[tuple, bool] = {}  # shapes checked already (a sweep has a handful)
+_SHAPES_KEPT = 256
+
+
+def _checked_metric_packs(results: list[Mapping[str, Any]]) -> list[Pack] | None:
+    """MetricIn's checks over a whole batch of MetricRows (what a sweep's stages hand
+    over, thousands of rows): each distinct shape once, the values at once; None if a
+    metric is of another form or a check fails (then `metric_values` finds which, run by
+    run)."""
+    packs: list[Pack] = []
     for r in results:
         metrics = r.get("metrics") or ()
-        if metrics:
-            if not all(type(m) is MetricRow for m in metrics):
-                return None
-            run_ids += [r["run_id"]] * len(metrics)
-            rows += metrics
-    if not rows:
-        return []
-    kinds, names, values, units, scopes, keys = zip(*rows)
-    if not all(type(v) is float for v in values):
+        if not metrics:
+            continue
+        if set(map(type, metrics)) != {MetricRow}:
+            return None
+        kinds, names, values, units, scopes, keys = zip(*metrics)
+        shape = (kinds, names, units, scopes, keys)
+        passed = _SHAPES_PASSED.get(shape)
+        if passed is None:
+            passed = _shape_passes(shape)
+            if len(_SHAPES_PASSED) >= _SHAPES_KEPT:
+                _SHAPES_PASSED.clear()
+            _SHAPES_PASSED[shape] = passed
+        if not passed:
+            return None
+        packs.append((r["run_id"], shape, values))
+    if len({p[0] for p in packs}) != len(packs):  # a run given twice: found run by run
         return None
-    passes = (columns_pass(kinds, names, values, units, scopes, keys)
-              and len(set(zip(run_ids, kinds, names, scopes, keys))) == len(rows))
-    return list(zip(run_ids, kinds, names, values, units, scopes, keys)) if passes else None
+    values = [v for p in packs for v in p[2]]
+    if values and (set(map(type, values)) != {float} or math.isnan(sum(values))):  # NaN anywhere shows in the sum
+        return None
+    return packs
+
+
+def _shape_passes(shape: tuple) -> bool:
+    """MetricIn's checks of a run's metric columns but the values, and no metric twice."""
+    kinds, names, units, scopes, keys = shape
+    return (set(kinds) <= _METRIC_KIND_SET and set(scopes) <= _METRIC_SCOPE_SET and all(names)
+            and None not in set(units)
+            and all(map(operator.eq, map("total".__eq__, scopes), map("".__eq__, keys)))
+            and len(set(zip(kinds, names, scopes, keys))) == len(kinds))
 
 
 def columns_pass(kinds: Sequence, names: Sequence, values: Sequence[float], units: Sequence, scopes: Sequence,
@@ -157,8 +198,8 @@ def checked_notes(notes: Mapping[Any, Any] | None) -> dict[int, str]:
     return {operator.index(c): str(t) for c, t in (notes or {}).items()}
 
 
-def checked_results(results: Iterable[Mapping[str, Any]]) -> tuple[list[Mapping[str, Any]], list[tuple]]:
-    """finish_runs' input checked before any transaction: (results, their metric rows)."""
+def checked_results(results: Iterable[Mapping[str, Any]]) -> tuple[list[Mapping[str, Any]], list[Pack]]:
+    """finish_runs' input checked before any transaction: (results, their metrics' packs)."""
     results = list(results)
     for r in results:
         check_choice("finish_run status", r["status"], FINAL_RUN_STATUSES)

@@ -87,67 +87,62 @@ def pack(model_version: str, emulator_version: str | None, named: dict[str, floa
 def _put_figures(connection: Connection, rows: Sequence[tuple]) -> None:
     """(candidate, kind, run, model_version, emulator_version, {name: value}) rows into
     latest_figures, each replacing the pair's row unless that is of a newer run (a
-    concurrent PostgreSQL writer's)."""
+    concurrent PostgreSQL writer's). Packed as `pack` packs them, each distinct layout
+    made once (a sweep's rows share one)."""
+    layouts: dict[tuple, tuple[str, list[str], struct.Struct]] = {}
+    packed = []
+    for c, k, run, model_version, emulator_version, named in rows:
+        key = (model_version, emulator_version, tuple(named))
+        found = layouts.get(key)
+        if found is None:
+            names = sorted(named)
+            found = layouts[key] = (json.dumps([model_version, emulator_version, names]), names,
+                                    struct.Struct(f"{FIGURES_BYTE_ORDER}{len(names)}d"))
+        text, names, packer = found
+        packed.append((c, k, run, text, packer.pack(*map(named.__getitem__, names))))
     mark = _mark(connection)
     one = "(" + ", ".join([mark] * 5) + ")"
-    for i in range(0, len(rows), _ROWS_PER_INSERT):
-        part = rows[i:i + _ROWS_PER_INSERT]
+    for i in range(0, len(packed), _ROWS_PER_INSERT):
+        part = packed[i:i + _ROWS_PER_INSERT]
         connection.exec_driver_sql(
             "INSERT INTO latest_figures (candidate_id, kind, run_id, layout, figures) VALUES "
             + ", ".join([one] * len(part)) +
             " ON CONFLICT (candidate_id, kind) DO UPDATE SET run_id = excluded.run_id, layout = excluded.layout,"
             " figures = excluded.figures WHERE excluded.run_id > latest_figures.run_id",
-            tuple(itertools.chain.from_iterable((*row[:3], *pack(*row[3:])) for row in part)))
+            tuple(itertools.chain.from_iterable(part)))
 
 
 def rebuild(connection: Connection, candidate_ids: Iterable[int] | None = None) -> None:
-    """Recompute latest_metric from the metric rows, and latest_figures from it: for every
-    candidate, or for these. For stores filled by hand (bulk inserts into metric, as the
-    benches do)."""
+    """Recompute latest_metric and latest_figures from the runs' packed metrics: for every
+    candidate, or for these. For stores filled by hand (bulk inserts, as the benches do)."""
     if candidate_ids is None:
         connection.exec_driver_sql("DELETE FROM latest_metric")
-        connection.exec_driver_sql(_REBUILD.format(where=""))
         connection.exec_driver_sql("DELETE FROM latest_figures")
-        _put_figures(connection, _figures_of(connection, ""))
+        record(connection, _totals_of(connection, ""))
         return
     ids = sorted({int(c) for c in candidate_ids})
     for i in range(0, len(ids), _CHUNK):
         listed = ", ".join(map(str, ids[i:i + _CHUNK]))
         connection.exec_driver_sql(f"DELETE FROM latest_metric WHERE candidate_id IN ({listed})")
-        connection.exec_driver_sql(_REBUILD.format(where=f"AND r2.candidate_id IN ({listed})"))
         connection.exec_driver_sql(f"DELETE FROM latest_figures WHERE candidate_id IN ({listed})")
-        _put_figures(connection, _figures_of(connection, f"WHERE lm.candidate_id IN ({listed})"))
+        record(connection, _totals_of(connection, f"WHERE r.candidate_id IN ({listed})"))
 
 
-def _figures_of(connection: Connection, where: str) -> list[tuple]:
-    """latest_figures' rows from latest_metric's (`where` on its alias lm): one per
-    candidate and kind, of the newest run that latest_metric holds for it."""
-    rows = connection.exec_driver_sql(
-        "SELECT lm.candidate_id, lm.kind, lm.run_id, r.model_version, r.emulator_version, lm.name, lm.value "
-        f"FROM latest_metric lm JOIN run r ON r.id = lm.run_id {where} ORDER BY lm.candidate_id, lm.kind, lm.run_id")
-    out: dict[tuple[int, str], tuple] = {}
-    for c, k, run, model_version, emulator_version, name, value in rows:
-        held = out.get((c, k))
-        if held is None or held[2] < run:  # (ordered by run: a newer run's rows replace an older's)
-            held = out[(c, k)] = (c, k, run, model_version, emulator_version, {})
-        held[5][name] = value
-    return list(out.values())
+def _totals_of(connection: Connection, where: str) -> list[tuple]:
+    """The total metric rows every run shows (`where` on its alias r), as the writes hand
+    them over; a linking run (run.reused_run_id, dse.records.reuse) shows the run's it reuses."""
+    from dse.records.packed import layouts
 
-
-# A linking run (run.reused_run_id, dse.records.reuse) shows the metric rows of the run it reuses.
-_REBUILD = """
-INSERT INTO latest_metric (candidate_id, kind, name, run_id, value)
-SELECT r.candidate_id, m.kind, m.name, r.id, max(m.value)
-FROM run r
-JOIN metric m ON m.run_id = coalesce(r.reused_run_id, r.id)
-JOIN (SELECT r2.candidate_id AS candidate_id, m2.kind AS kind, max(r2.id) AS run_id
-      FROM run r2 JOIN metric m2 ON m2.run_id = coalesce(r2.reused_run_id, r2.id)
-      WHERE m2.scope = 'total' {where}
-      GROUP BY r2.candidate_id, m2.kind) newest
-  ON newest.candidate_id = r.candidate_id AND newest.kind = m.kind AND newest.run_id = r.id
-WHERE m.scope = 'total'
-GROUP BY r.candidate_id, m.kind, m.name, r.id
-"""
+    found = connection.exec_driver_sql(
+        "SELECT r.id, p.layout_id, p.figures FROM run r JOIN run_metrics p ON p.run_id = coalesce(r.reused_run_id, r.id) "
+        f"{where} ORDER BY r.id").all()
+    held = layouts(connection, {row[1] for row in found})
+    rows = []
+    for run_id, layout_id, figures in found:
+        figures = bytes(figures)
+        values = struct.unpack(f"{FIGURES_BYTE_ORDER}{len(figures) // 8}d", figures)
+        rows += [(run_id, k, n, v, u, s, key) for (k, n, u, s, key), v in zip(held[layout_id], values) if s == "total"]
+    return rows
 
 
 def _runs(connection: Connection, run_ids: list[int]) -> dict[int, tuple[int, str, str | None]]:

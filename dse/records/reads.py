@@ -14,7 +14,7 @@ from sqlalchemy.orm import Session
 from sqlalchemy.sql.functions import FunctionElement
 
 from dse.identity import canonical_json
-from dse.records import latest, sql_reads
+from dse.records import latest, packed, sql_reads
 from dse.records.checks import RecordNotFound, as_id
 from dse.records.not_found import not_found as not_found_in
 from dse.records.liveness import as_utc
@@ -29,8 +29,8 @@ from dse.records.schema import (
     Experiment,
     LatestFigures,
     LatestMetric,
-    Metric,
     Run,
+    RunMetrics,
     check_choice,
 )
 
@@ -316,37 +316,34 @@ def total_metric_rows(connection: Connection, candidate: int) -> list[dict[str, 
 
 
 def metrics(connection: Connection, experiment_id: int, kind: str | None, scope: str | None = None) -> pd.DataFrame:
-    """Long form: one row per metric of an experiment (by id), with the run's stage and
-    model/emulator versions."""
+    """Long form: one row per metric of an experiment (by run, then as recorded), with the
+    run's stage and model/emulator versions."""
+    if kind is not None:
+        check_choice("metric.kind", kind, METRIC_KINDS)
     stmt = (
-        select(
-            Metric.id,
-            Run.candidate_id,
-            Run.id.label("run_id"),
-            Run.stage,
-            Metric.kind,
-            Metric.name,
-            Metric.value,
-            Metric.unit,
-            Metric.scope,
-            Metric.scope_key,
-            Run.model_version,
-            Run.emulator_version,
-        )
-        .join(Run, Metric.run_id == metric_run(Run))
+        select(Run.candidate_id, Run.id.label("run_id"), Run.stage, Run.model_version, Run.emulator_version,
+               RunMetrics.layout_id, RunMetrics.figures)
+        .select_from(RunMetrics)
+        .join(Run, RunMetrics.run_id == metric_run(Run))
         .join(Candidate, Run.candidate_id == Candidate.id)
         .where(Candidate.experiment_id == experiment_id)
     )
-    if kind is not None:
-        stmt = stmt.where(Metric.kind == check_choice("metric.kind", kind, METRIC_KINDS))
-    if scope is not None:
-        stmt = stmt.where(Metric.scope == scope)
     # Sorted here, not in SQL: a sort of the fetched rows is cheaper than the
     # database's temporary B-tree over the joined rows.
-    frame = frame_of(connection, stmt).sort_values(["run_id", "id"], kind="stable")
-    frame = frame.drop(columns="id").reset_index(drop=True)
+    runs = frame_of(connection, stmt).sort_values("run_id", kind="stable").reset_index(drop=True)
+    frame = packed.explode(connection, runs, kinds=None if kind is None else [kind], scope=scope)
+    columns = ["candidate_id", "run_id", "stage", "kind", "name", "value", "unit", "scope", "scope_key",
+               "model_version", "emulator_version"]
+    frame = frame[columns]
     frame["value"] = frame["value"].astype("float64")
     return frame
+
+
+def unpacked_frame(connection: Connection, stmt: Any, kinds: Any = None, scope: str | None = None,
+                    names: Any = None, scopes: Any = None) -> pd.DataFrame:
+    """The rows of `stmt` (a select of some columns and RunMetrics' layout_id and figures,
+    one row a run) in long form: `packed.explode`, the rows read as the driver gives them."""
+    return packed.explode(connection, plain_frame(connection, stmt), kinds, scope, names, scopes)
 
 
 def metric_table(connection: Connection, experiment: str | int, kind: str, scope: str = "total",
@@ -387,13 +384,15 @@ def metric_table(connection: Connection, experiment: str | int, kind: str, scope
     ))  # fmt: skip
     baseline = connection.scalar(select(Experiment.baseline_candidate_id).where(Experiment.id == experiment_id))
     rows.insert(3, "is_baseline", rows["candidate_id"] == baseline)
-    long = plain_frame(connection, (
+    long = unpacked_frame(connection, (
         select(Run.candidate_id, Run.id.label("metric_run_id"), Run.model_version, Run.emulator_version,
-               *([Metric.scope_key] if scope != "total" else []), Metric.name, Metric.value)
-        .select_from(Metric).join(Run, Metric.run_id == metric_run(Run))
+               RunMetrics.layout_id, RunMetrics.figures)
+        .select_from(RunMetrics).join(Run, RunMetrics.run_id == metric_run(Run))
         .join(Candidate, Run.candidate_id == Candidate.id)
-        .where(Candidate.experiment_id == experiment_id, Metric.kind == kind, Metric.scope == scope)
-    ))  # fmt: skip
+        .where(Candidate.experiment_id == experiment_id)
+    ), kinds=[kind], scope=scope)  # fmt: skip
+    long = long[["candidate_id", "metric_run_id", "model_version", "emulator_version",
+                 *(["scope_key"] if scope != "total" else []), "name", "value"]]
     names = sorted(long["name"].unique())
     clash = sorted(set(names) & set(fixed))
     if clash:
@@ -645,23 +644,16 @@ def compare_metrics(connection: Connection, a: int, b: int, scope: str = "total"
 def _latest_metrics(connection: Connection, candidate_id: int, scope: str) -> pd.DataFrame:
     if connection.scalar(select(Candidate.id).where(Candidate.id == as_id(candidate_id))) is None:
         raise candidate_not_found(connection, candidate_id)
-    latest = (
-        select(Metric.kind, func.max(Run.id).label("run_id"))
-        .join(Run, Metric.run_id == metric_run(Run))
-        .where(Run.candidate_id == candidate_id, Metric.scope == scope)
-        .group_by(Metric.kind)
-        .subquery()
-    )
-    frame = frame_of(
-        connection,
-        select(
-            Metric.kind, Metric.name, Metric.unit, Metric.scope, Metric.scope_key,
-            Metric.value, Run.id.label("run_id"), Run.model_version, Run.emulator_version,
-        )
-        .join(Run, Metric.run_id == metric_run(Run))
-        .join(latest, (Metric.kind == latest.c.kind) & (Run.id == latest.c.run_id))
-        .where(Metric.scope == scope),
-    )  # fmt: skip
+    long = unpacked_frame(connection, (
+        select(Run.id.label("run_id"), Run.model_version, Run.emulator_version, RunMetrics.layout_id,
+               RunMetrics.figures)
+        .select_from(RunMetrics).join(Run, RunMetrics.run_id == metric_run(Run))
+        .where(Run.candidate_id == candidate_id)
+    ), scope=scope)  # fmt: skip
+    # of each kind, the latest run with metrics of this scope
+    long = long[long["run_id"] == long.groupby("kind")["run_id"].transform("max")]
+    frame = long[["kind", "name", "unit", "scope", "scope_key", "value", "run_id", "model_version",
+                  "emulator_version"]].reset_index(drop=True)
     frame["value"] = frame["value"].astype("float64")
     return frame
 
@@ -674,12 +666,15 @@ def _comparable_fields(connection: Connection, candidate_id: int) -> dict[str, A
         raise candidate_not_found(connection, candidate_id)
     fields = flatten({"config": row.config, "mapping": row.mapping})
     # Latest run first, so for each kind:name the newest value wins.
-    values = connection.execute(
-        select(Metric.kind, Metric.name, Metric.value)
-        .join(Run, Metric.run_id == metric_run(Run))
-        .where(Run.candidate_id == candidate_id, Metric.scope == "total")
+    runs = connection.execute(
+        select(Run.id, RunMetrics.layout_id, RunMetrics.figures)
+        .join(Run, RunMetrics.run_id == metric_run(Run))
+        .where(Run.candidate_id == candidate_id)
         .order_by(Run.id.desc())
-    )
+    ).all()
+    held = packed.layouts(connection, {r.layout_id for r in runs})
+    values = [(k, n, v) for r in runs for k, n, v, _, s, _ in packed.unpack(held[r.layout_id], r.figures)
+              if s == "total"]
     for kind, name, value in values:
         fields.setdefault(f"{kind}:{name}", value)
     return fields
@@ -781,16 +776,16 @@ def candidate_totals(connection: Connection, candidate_ids: list[int],
     from its latest run that recorded that kind (as metric_table takes them)."""
     ids = [as_id(c) for c in candidate_ids]
     stmt = (
-        select(Run.candidate_id, Run.id, Metric.kind, Metric.name, Metric.value)
-        .join(Run, Metric.run_id == metric_run(Run))
-        .where(Run.candidate_id.in_(ids), Metric.scope == "total")
-        .order_by(Run.id, Metric.id)
+        select(Run.candidate_id, Run.id.label("run_id"), RunMetrics.layout_id, RunMetrics.figures)
+        .select_from(RunMetrics).join(Run, RunMetrics.run_id == metric_run(Run))
+        .where(Run.candidate_id.in_(ids))
+        .order_by(Run.id)
     )
-    if kinds is not None:
-        stmt = stmt.where(Metric.kind.in_(kinds))
+    long = unpacked_frame(connection, stmt, kinds=kinds, scope="total")
     latest: dict[tuple[int, str], int] = {}
     out: dict[int, dict[str, dict[str, float]]] = {c: {} for c in ids}
-    for cid, run_id, kind, name, value in connection.execute(stmt):
+    for cid, run_id, kind, name, value in zip(long["candidate_id"].tolist(), long["run_id"].tolist(),
+                                               long["kind"].tolist(), long["name"].tolist(), long["value"].tolist()):
         if latest.get((cid, kind)) != run_id:  # a later run of this kind replaces the earlier's figures
             latest[(cid, kind)] = run_id
             out[cid][kind] = {}

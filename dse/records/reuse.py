@@ -20,7 +20,7 @@ from typing import Any
 
 from sqlalchemy import Connection, bindparam, func, update
 
-from dse.records import latest
+from dse.records import latest, packed
 from dse.records.outcomes import CONSTRAINT_REJECTED, outcome
 from dse.records.schema import Run, utcnow
 
@@ -30,8 +30,8 @@ _CHUNK = 500
 
 
 def metric_run(run: Any = Run) -> Any:
-    """The run whose metric rows `run` shows: its own, or the linked run's (SQLAlchemy
-    expression; join `Metric.run_id == metric_run(Run)`)."""
+    """The run whose metrics `run` shows: its own, or the linked run's (SQLAlchemy
+    expression; join `RunMetrics.run_id == metric_run(Run)`)."""
     return func.coalesce(run.reused_run_id, run.id)
 
 
@@ -110,16 +110,13 @@ def link_runs(connection: Connection, links: Mapping[int, int]) -> None:
     if done != len(links):
         raise ValueError(f"runs {sorted(links)}: not all running, so not linked")
     # The linked figures under the linking run: latest.record takes them as if just written.
-    totals = []
-    for run, src in links.items():
-        totals += [(int(run), *m) for m in connection.exec_driver_sql(
-            f"SELECT kind, name, value, unit, scope, scope_key FROM metric WHERE run_id = {mark} AND scope = 'total' "
-            "ORDER BY id", (int(src),))]
+    of_source = {}
+    for row in packed.rows_of(connection, sorted(set(links.values())), scope="total"):
+        of_source.setdefault(row[0], []).append(row[1:])
+    totals = [(int(run), *m) for run, src in links.items() for m in of_source.get(src, ())]
     latest.record(connection, totals)
 
 
 def source_totals(connection: Connection, run_id: int) -> dict[str, float]:
     """The total figures a run recorded, by name (the sampler's view of a reused candidate)."""
-    mark = "?" if connection.dialect.paramstyle == "qmark" else "%s"
-    return {name: float(value) for name, value in connection.exec_driver_sql(
-        f"SELECT name, value FROM metric WHERE run_id = {mark} AND scope = 'total' ORDER BY id", (int(run_id),))}
+    return {name: float(value) for _, _, name, value, *_ in packed.rows_of(connection, [run_id], scope="total")}

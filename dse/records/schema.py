@@ -189,27 +189,29 @@ class Run(Base):
         return check_choice("run.status", value, RUN_STATUSES)
 
 
-class Metric(Base):
-    __tablename__ = "metric"
-    # 0005: one index, on run_id. Every query reaches metrics through their runs (a run
-    # has tens of metrics, filtered by kind or scope, never looked up by name); a wider
-    # index only made each of a sweep's many metric rows dearer to write.
+class MetricLayout(Base):
+    """0015: what a packed run's values are (dse.records.packed): `layout`, the JSON list of
+    [kind, name, unit, scope, scope_key] entries in recorded order, stored once per
+    distinct layout (found again by the hash of its text)."""
+
+    __tablename__ = "metric_layout"
+
     id: Mapped[int] = mapped_column(Integer, primary_key=True)
-    run_id: Mapped[int] = mapped_column(ForeignKey("run.id"), index=True)
-    kind: Mapped[str] = mapped_column(String(32))
-    name: Mapped[str] = mapped_column(String)
-    value: Mapped[float] = mapped_column(Float)
-    unit: Mapped[str] = mapped_column(String)
-    scope: Mapped[str] = mapped_column(String(16), default="total")
-    scope_key: Mapped[str] = mapped_column(String, default="")
+    hash: Mapped[str] = mapped_column(String(64), unique=True)
+    layout: Mapped[str] = mapped_column(Text)
 
-    @validates("kind")
-    def _check_kind(self, _key: str, value: str) -> str:
-        return check_choice("metric.kind", value, METRIC_KINDS)
 
-    @validates("scope")
-    def _check_scope(self, _key: str, value: str) -> str:
-        return check_choice("metric.scope", value, METRIC_SCOPES)
+class RunMetrics(Base):
+    """0015: a run's metrics, the record (before 0015 one metric row each): its layout and
+    `figures`, the values in the layout's order as little-endian float64 bytes (exact).
+    A run has none or one row; a linking run (reused_run_id) has none and shows its
+    source's. Checked on the way in as the metric rows were (dse.records.checks)."""
+
+    __tablename__ = "run_metrics"
+
+    run_id: Mapped[int] = mapped_column(ForeignKey("run.id"), primary_key=True)
+    layout_id: Mapped[int] = mapped_column(ForeignKey("metric_layout.id"))
+    figures: Mapped[bytes] = mapped_column(LargeBinary)
 
 
 class LatestMetric(Base):

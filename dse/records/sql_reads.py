@@ -300,13 +300,30 @@ RUNS = (
     "LEFT OUTER JOIN run rr ON rr.id = r.reused_run_id LEFT OUTER JOIN candidate rc ON rc.id = rr.candidate_id "
     "LEFT OUTER JOIN experiment re ON re.id = rc.experiment_id{where} ORDER BY r.id")
 RUN_TIMES = ("started_at", "finished_at", "heartbeat_at")
-# A linking run's metrics are the run's it reuses (run.reused_run_id, dse.records.reuse).
-RUN_METRICS = ("SELECT kind, name, value, unit, scope, scope_key FROM metric WHERE run_id = "
-               "(SELECT coalesce(reused_run_id, id) FROM run WHERE id = :run_id) ORDER BY id")
-# A candidate's total figures, each run's in the order recorded (its latest of each kind kept).
+# A linking run's metrics are the run's it reuses (run.reused_run_id, dse.records.reuse);
+# a run's metrics are one packed row (run_metrics, 0015) with its layout (`unpacked`).
+RUN_METRICS = ("SELECT l.layout, p.figures FROM run_metrics p JOIN metric_layout l ON l.id = p.layout_id "
+               "WHERE p.run_id = (SELECT coalesce(reused_run_id, id) FROM run WHERE id = :run_id)")
+# A candidate's runs with metrics, by id, each with its packed metrics.
 TOTAL_METRICS = (
-    "SELECT m.kind, m.name, m.value, m.unit, r.id AS run_id FROM run r JOIN metric m ON m.run_id = coalesce(r.reused_run_id, r.id) "
-    "WHERE r.candidate_id = :candidate_id AND m.scope = 'total' ORDER BY r.id, m.id")
+    "SELECT r.id AS run_id, l.layout, p.figures FROM run r JOIN run_metrics p ON p.run_id = coalesce(r.reused_run_id, r.id) "
+    "JOIN metric_layout l ON l.id = p.layout_id WHERE r.candidate_id = :candidate_id ORDER BY r.id")
+METRIC_FIELDS = ("kind", "name", "value", "unit", "scope", "scope_key")
+
+
+def layout_entries(text: str) -> list[tuple]:
+    """A metric_layout's entries: (kind, name, unit, scope, scope_key) each, in recorded order."""
+    return [tuple(entry) for entry in json.loads(text)]
+
+
+def unpacked(layout: str, figures: bytes) -> list[tuple]:
+    """A run's packed metrics (run_metrics.figures with its layout's text) as metric rows:
+    (kind, name, value, unit, scope, scope_key) each, in recorded order."""
+    import struct
+
+    figures = bytes(figures)
+    values = struct.unpack(f"{FIGURES_BYTE_ORDER}{len(figures) // 8}d", figures)
+    return [(k, n, v, u, s, key) for (k, n, u, s, key), v in zip(layout_entries(layout), values)]
 
 
 def candidate(run: Run, candidate_id: int) -> dict[str, Any] | None:
@@ -372,13 +389,16 @@ def run_row(run: Run, run_id: int) -> dict[str, Any] | None:
 
 def run_metrics(run: Run, run_id: int) -> list[dict[str, Any]]:
     """A run's metrics in the order recorded: kind, name, value, unit, scope, scope_key."""
-    return _dicts(run, RUN_METRICS, {"run_id": int(run_id)})
+    found = run(RUN_METRICS, {"run_id": int(run_id)})[1]
+    return [dict(zip(METRIC_FIELDS, row)) for layout, figures in found for row in unpacked(layout, figures)]
 
 
 def total_metrics(run: Run, candidate_id: int) -> list[dict[str, Any]]:
     """A candidate's total metrics (kind, name, value, unit, run_id), of each kind those of
     its latest run that recorded that kind, by run and then as recorded."""
-    rows = _dicts(run, TOTAL_METRICS, {"candidate_id": int(candidate_id)})
+    rows = [{"kind": k, "name": n, "value": v, "unit": u, "run_id": run_id}
+            for run_id, layout, figures in run(TOTAL_METRICS, {"candidate_id": int(candidate_id)})[1]
+            for k, n, v, u, s, _ in unpacked(layout, figures) if s == "total"]
     latest: dict[str, int] = {}
     for row in rows:
         latest[row["kind"]] = max(latest.get(row["kind"], row["run_id"]), row["run_id"])

@@ -5,6 +5,8 @@ database. `Store` is the public face; the work is split by concern:
     schema.py    the tables
     checks.py    argument checks before any transaction (metrics, acceptance, ids)
     writes.py    writes inside a transaction (one path for SQLite and PostgreSQL)
+    packed.py    a run's metrics packed into one row (run_metrics, with its layout in
+                 metric_layout, 0015) and unpacked for every reader
     reads.py     reads as DataFrames; lookups and their "not found" errors
     latest.py    each candidate's latest total figures (latest_metric, and packed per
                  candidate and kind in latest_figures), kept by the writes

@@ -4,7 +4,6 @@ argument leaves nothing half-written."""
 
 from __future__ import annotations
 
-import itertools
 import json
 from collections.abc import Iterable, Mapping, Sequence
 from datetime import datetime
@@ -15,8 +14,8 @@ from sqlalchemy.exc import DBAPIError
 from sqlalchemy.orm import Session
 
 from dse.identity import Encoded, candidate_hash, candidate_hash_of_texts, canonical_json, json_text
-from dse.records import latest, provenance
-from dse.records.checks import METRIC_COLUMNS, as_id
+from dse.records import latest, packed, provenance
+from dse.records.checks import METRIC_COLUMNS, Pack, as_id, packs_of
 from dse.records.liveness import ABANDONED, finishable, finishable_clause
 from dse.records.reads import candidate_not_found, diff_fields, experiment_exists, get, not_found, run_states
 from dse.records.schema import (
@@ -30,9 +29,9 @@ from dse.records.schema import (
     ExperimentLink,
     LatestFigures,
     LatestMetric,
-    Metric,
     Note,
     Run,
+    RunMetrics,
     check_choice,
     utcnow,
 )
@@ -193,7 +192,7 @@ def finish_run(session: Session, run_id: int, status: str, rows: list[dict[str, 
     run.heartbeat_at = now
     session.flush()
     if rows:
-        insert_metrics(session.connection(), [(run_id, *(r[c] for c in METRIC_COLUMNS)) for r in rows])
+        insert_metrics(session.connection(), packs_of([(run_id, *(r[c] for c in METRIC_COLUMNS)) for r in rows]))
 
 
 # ---- batched writes: one transaction for many rows (the sweep driver's path) --------------
@@ -319,9 +318,9 @@ def write_notes(connection: Connection, notes: Mapping[int, str]) -> None:
         raise candidate_not_found(connection, next(c for c in ids if c not in present))
 
 
-def finish_runs(connection: Connection, results: list[Mapping[str, Any]], metric_rows: list[tuple],
+def finish_runs(connection: Connection, results: list[Mapping[str, Any]], metric_packs: list[Pack],
                 notes: Mapping[int, str] | None = None) -> None:
-    """Runs' final status and their metric rows (both checked already), and candidates'
+    """Runs' final status and their metrics' packs (both checked already), and candidates'
     `notes` ({candidate id: note}: what the stage noticed beyond its metrics, written with
     its runs); Unfinishable if some run is missing or finished already."""
     if notes:
@@ -345,8 +344,8 @@ def finish_runs(connection: Connection, results: list[Mapping[str, Any]], metric
                   new_error=r.get("error"), new_traceback=r.get("traceback")) for r in results]).rowcount
     if done != len(set(ids)):
         raise Unfinishable(ids)  # rolls the transaction back; explained once it has
-    if metric_rows:
-        insert_metrics(connection, metric_rows)
+    if metric_packs:
+        insert_metrics(connection, metric_packs)
 
 
 def explain_unfinishable(connection: Connection, ids: list[int]) -> NoReturn:
@@ -485,7 +484,7 @@ def add_imported_run(session: Session, candidate_id: int, environment: provenanc
     )
     session.add(run)
     session.flush()
-    insert_metrics(session.connection(), [(run.id, *(r[c] for c in METRIC_COLUMNS)) for r in rows])
+    insert_metrics(session.connection(), packs_of([(run.id, *(r[c] for c in METRIC_COLUMNS)) for r in rows]))
     return run.id
 
 
@@ -610,36 +609,13 @@ def _sqlite_insert_runs(cur: _DriverCursor, candidate_ids: list[int], base: dict
     return list(range(before + 1, after + 1))
 
 
-_METRIC_ROWS_PER_INSERT = 100  # 700 parameters, far below SQLite's limit of 32,766
-
-
-def insert_metrics(connection: Connection, rows: list[tuple]) -> None:
-    """(run_id, kind, name, value, unit, scope, scope_key) rows as one executemany of the
-    driver (no per-row parameter processing: these are plain strings and floats), and the
-    candidates' latest figures (latest_metric, latest_figures) brought up to date with them."""
-    if rows:
-        _insert_metric_rows(connection, rows)
-        latest.record(connection, rows)
-
-
-def _insert_metric_rows(connection: Connection, rows: list[tuple]) -> None:
-    style = connection.dialect.paramstyle
-    mark = {"qmark": "?", "format": "%s", "pyformat": "%s"}.get(style)
-    if mark is None:
-        connection.execute(insert(Metric.__table__), [dict(zip(("run_id",) + METRIC_COLUMNS, r)) for r in rows])
-        return
-    columns = ("run_id",) + METRIC_COLUMNS
-    head = f"INSERT INTO metric ({', '.join(columns)}) VALUES "
-    one = f"({', '.join([mark] * len(columns))})"
-    if connection.dialect.name != "sqlite":
-        connection.exec_driver_sql(head + one, rows)
-        return
-    # SQLite: rows by the hundred per statement, ~20% cheaper than one row per step (the
-    # statement for a full chunk is prepared once and cached by the driver).
-    cur = _DriverCursor(connection)
-    for i in range(0, len(rows), _METRIC_ROWS_PER_INSERT):
-        part = rows[i:i + _METRIC_ROWS_PER_INSERT]
-        cur.execute(head + ", ".join([one] * len(part)), tuple(itertools.chain.from_iterable(part)))
+def insert_metrics(connection: Connection, packs: list[Pack]) -> None:
+    """Runs' metrics (`checks.Pack`s, checked already) packed one row a run
+    (dse.records.packed), and the candidates' latest figures (latest_metric,
+    latest_figures) brought up to date with them, in the caller's transaction."""
+    if packs:
+        packed.write(connection, packs)
+        latest.record(connection, packed.total_rows(packs))
 
 
 def delete_experiment(session: Session, experiment_id: int) -> dict[str, int]:
@@ -666,7 +642,7 @@ def delete_experiment(session: Session, experiment_id: int) -> dict[str, int]:
     session.flush()
     counts = {}
     for name, stmt in (
-        ("metric", delete(Metric).where(Metric.run_id.in_(runs))),
+        ("run_metrics", delete(RunMetrics).where(RunMetrics.run_id.in_(runs))),
         ("latest_metric", delete(LatestMetric).where(LatestMetric.candidate_id.in_(candidates))),
         ("latest_figures", delete(LatestFigures).where(LatestFigures.candidate_id.in_(candidates))),
         ("candidate_run", delete(CandidateRun).where(CandidateRun.experiment_id == experiment_id)),

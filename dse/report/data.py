@@ -13,9 +13,9 @@ from sqlalchemy import String, cast, func, select
 
 from ..ppa.names import COMPONENTS
 from ..records import Store, sql_reads
-from ..records.reads import text_runner
+from ..records.reads import text_runner, unpacked_frame
 from ..records.reuse import metric_run
-from ..records.schema import Candidate, CandidateRun, Experiment, LatestMetric, Metric, Run
+from ..records.schema import Candidate, CandidateRun, Experiment, Run, RunMetrics
 from ..runner.acceptance import (Headline, Judgement, figures_wanted, headline, judge_experiment,  # noqa: F401
                                  outcome_mark)
 from ..runner.metrics import COUNTER_SCOPES, HOST_PHASE_METRIC, METRICS
@@ -262,13 +262,14 @@ def op_cycles_table(connection, experiment_id: int, candidate_ids: list[int] | N
 def op_metric_table(connection, experiment_id: int, candidate_ids: list[int] | None, name: str) -> pd.DataFrame:
     """An analytical per-op metric (scope "op": "cycles", "energy_uj") of each candidate's
     latest analytical run that recorded it: rows candidate id, columns op name in graph order."""
-    stmt = (select(Run.candidate_id, Run.id, Metric.scope_key, Metric.value)
-            .join(Run, Metric.run_id == metric_run(Run)).join(Candidate, Run.candidate_id == Candidate.id)
-            .where(Candidate.experiment_id == experiment_id, Metric.kind == "analytical", Metric.scope == "op",
-                   Metric.name == name).order_by(Metric.id))
+    stmt = (select(Run.candidate_id, Run.id.label("run_id"), RunMetrics.layout_id, RunMetrics.figures)
+            .select_from(RunMetrics).join(Run, RunMetrics.run_id == metric_run(Run))
+            .join(Candidate, Run.candidate_id == Candidate.id)
+            .where(Candidate.experiment_id == experiment_id).order_by(Run.id))
     if candidate_ids is not None:
         stmt = stmt.where(Run.candidate_id.in_([int(i) for i in candidate_ids]))
-    ops = pd.DataFrame(connection.execute(stmt).fetchall(), columns=["candidate_id", "run_id", "scope_key", "value"])
+    ops = unpacked_frame(connection, stmt, kinds=["analytical"], scope="op", names=[name])
+    ops = ops[["candidate_id", "run_id", "scope_key", "value"]]
     if ops.empty:
         return pd.DataFrame(dtype=float)
     ops = ops[ops["run_id"] == ops.groupby("candidate_id")["run_id"].transform("max")]
@@ -377,12 +378,13 @@ def component_figures(connection, experiment_id: int, candidate_ids: list[int], 
                                           index=pd.Index([], name="candidate_id")))
     if not ids:
         return empty
-    rows = fetched(connection, select(Run.candidate_id, Run.id.label("run_id"), Metric.scope, Metric.scope_key,
-                                      Metric.name, Metric.value)
-                   .join(Run, Metric.run_id == metric_run(Run)).join(Candidate, Run.candidate_id == Candidate.id)
-                   .where(Candidate.experiment_id == experiment_id, Run.candidate_id.in_(ids), Metric.kind == kind,
-                          Metric.scope.in_(("component", "total")),
-                          Metric.name.in_(sorted({*names, *COMPONENT_TOTALS}))))
+    rows = unpacked_frame(connection, select(Run.candidate_id, Run.id.label("run_id"), RunMetrics.layout_id,
+                                              RunMetrics.figures)
+                           .select_from(RunMetrics).join(Run, RunMetrics.run_id == metric_run(Run))
+                           .join(Candidate, Run.candidate_id == Candidate.id)
+                           .where(Candidate.experiment_id == experiment_id, Run.candidate_id.in_(ids)).order_by(Run.id),
+                           kinds=[kind], scopes=("component", "total"), names=sorted({*names, *COMPONENT_TOTALS}))
+    rows = rows[["candidate_id", "run_id", "scope", "scope_key", "name", "value"]]
     parts = rows[rows["scope"] == "component"]
     if parts.empty:
         return empty

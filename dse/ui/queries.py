@@ -17,9 +17,9 @@ import numpy as np
 from sqlalchemy import Connection, String, and_, bindparam, cast, func, select
 from sqlalchemy.orm import aliased
 
-from ..records import reads, sql_reads
+from ..records import packed, reads, sql_reads
 from ..records.reuse import metric_run
-from ..records.schema import RUN_STATUSES, Candidate, CandidateRun, LatestMetric, Metric, Run
+from ..records.schema import RUN_STATUSES, Candidate, CandidateRun, LatestMetric, Run, RunMetrics
 
 PAGE_SIZES = (25, 50, 100, 200)
 # Sortable columns that are not metrics.
@@ -95,13 +95,9 @@ def _latest_analytical(experiment_id: int, through_runs: bool):
             .join(Run, Run.id == newest.c.run_id).subquery("latest"))
 
 
-def _metric_join(name: str, latest, through_runs: bool):
+def _metric_join(name: str, latest):
     """The candidate's latest analytical figure `name` (latest_metric: one key probe a
-    candidate), if its latest analytical run recorded it (an infeasible rerun shows none);
-    `through_runs`: from that run's metric rows (before 0011)."""
-    if through_runs:
-        m = aliased(Metric)
-        return m, and_(m.run_id == latest.c.run_id, m.kind == "analytical", m.scope == "total", m.name == name)
+    candidate), if its latest analytical run recorded it (an infeasible rerun shows none)."""
     m = aliased(LatestMetric)
     return m, and_(m.candidate_id == Candidate.id, m.kind == "analytical", m.name == name,
                    m.run_id == latest.c.run_id)
@@ -122,11 +118,13 @@ def metric_names(connection: Connection, experiment_id: int, baseline_id: int | 
             .limit(1))  # fmt: skip
     if run_id is None:
         return []
-    names = connection.scalars(
-        select(Metric.name).where(Metric.run_id == select(metric_run(Run)).where(Run.id == run_id).scalar_subquery(),
-                                  Metric.kind == "analytical", Metric.scope == "total")
-        .order_by(Metric.name))  # fmt: skip
-    return list(dict.fromkeys(names))
+    found = connection.execute(
+        select(RunMetrics.layout_id, RunMetrics.figures)
+        .where(RunMetrics.run_id == select(metric_run(Run)).where(Run.id == run_id).scalar_subquery())).first()
+    if found is None:
+        return []
+    entries = packed.layouts(connection, [found.layout_id])[found.layout_id]
+    return sorted({n for k, n, _, s, _ in entries if k == "analytical" and s == "total"})
 
 
 def candidate_page(connection: Connection, experiment_id: int, query: CandidateQuery,
@@ -142,21 +140,31 @@ def candidate_page(connection: Connection, experiment_id: int, query: CandidateQ
 
 def _page_through_runs(connection: Connection, experiment_id: int, query: CandidateQuery,
                        names: list[str]) -> CandidatePage:
-    """`candidate_page` as before 0011 and this page's ranking (the tests' and benches'
-    reference): the latest runs and figures read from the runs and metric rows, one page
-    at a time (LIMIT and a window count; the whole ranking through the runs is minutes at
-    100,000 candidates on SQLite)."""
+    """`candidate_page` as before 0011 (the tests' and benches' reference): each candidate's
+    latest analytical run found by grouping its runs, its figures unpacked from that run's
+    own packed metrics (not latest_metric, latest_figures nor candidate_run), ranked by
+    `ranked`."""
     query = query.checked(names)
-    # One pass: the matching count comes with the page (a window over the filtered rows).
-    stmt, order = _ranked(connection, experiment_id, query, names, True, func.count().over().label("total"))
-    found = connection.execute(stmt.order_by(*order).limit(query.per_page)
-                               .offset((query.page - 1) * query.per_page)).all()
-    ids = [row[0] for row in found]
-    if found:
-        total = int(found[0][1])
-    else:  # past the last page (or nothing matches): the count alone
-        total = connection.scalar(select(func.count()).select_from(stmt.subquery()))
-    return CandidatePage(_rows(connection, ids), total, query, names)
+    latest = _latest_analytical(experiment_id, True)
+    rows = connection.execute(
+        select(Candidate.id, Candidate.origin, latest.c.run_id, latest.c.status)
+        .outerjoin(latest, latest.c.candidate_id == Candidate.id)
+        .where(Candidate.experiment_id == experiment_id).order_by(Candidate.id)).all()
+    ids = np.array([r[0] for r in rows], dtype=np.int64)
+    run_id = np.array([np.nan if r[2] is None else r[2] for r in rows], dtype=np.float64)
+    values = {name: np.full(len(ids), np.nan) for name in names}
+    runs = [int(r[2]) for r in rows if r[2] is not None]
+    if runs:
+        long = reads.unpacked_frame(connection, select(Run.id.label("run_id"), RunMetrics.layout_id,
+                                                        RunMetrics.figures)
+                                     .select_from(RunMetrics).join(Run, RunMetrics.run_id == metric_run(Run))
+                                     .where(Run.id.in_(runs)), kinds=["analytical"], scope="total", names=names)
+        at = {int(r): i for i, r in enumerate(run_id) if r == r}
+        for run, name, value in zip(long["run_id"].tolist(), long["name"].tolist(), long["value"].tolist()):
+            values[name][at[run]] = value
+    table = Rankable(ids, np.array([r[1] for r in rows], dtype=object), run_id,
+                     np.array([r[3] for r in rows], dtype=object), values)
+    return page_of(connection, ranked(table, query, names, connection, experiment_id), query, names)
 
 
 def page_of(connection: Connection, ranked: Sequence[int], query: CandidateQuery, names: list[str]) -> CandidatePage:
@@ -172,7 +180,7 @@ def ranked_ids(connection: Connection, experiment_id: int, query: CandidateQuery
     whose result serves every page of the same query (`dse.ui.memo` keeps it while the
     records stay as they are)."""
     query = query.checked(names)
-    stmt, order = _ranked(connection, experiment_id, query, names, False)
+    stmt, order = _ranked(connection, experiment_id, query, names)
     return np.fromiter(connection.execute(stmt.order_by(*order)).scalars(), dtype=np.int64)
 
 
@@ -264,15 +272,14 @@ def ranked(table: Rankable, query: CandidateQuery, names: list[str], connection:
     return ids[order]
 
 
-def _ranked(connection: Connection, experiment_id: int, query: CandidateQuery, names: list[str],
-            through_runs: bool, *columns):
+def _ranked(connection: Connection, experiment_id: int, query: CandidateQuery, names: list[str], *columns):
     """(the statement selecting the ids (and `columns`) of the candidates `query` filters,
     its ORDER BY terms): the one filter and order of both `ranked_ids` and the reference."""
     stmt = select(Candidate.id, *columns).where(Candidate.experiment_id == experiment_id)
     # The runs and metrics are joined only when a filter or the sort needs them: the
     # first page by id of 100,000 candidates reads 50 of them.
     needs_run = bool(query.status or query.text or query.metric) or query.sort not in ("id", "origin")
-    latest = _latest_analytical(experiment_id, through_runs)
+    latest = _latest_analytical(experiment_id, False)
     if needs_run:
         stmt = stmt.outerjoin(latest, latest.c.candidate_id == Candidate.id)
     if query.status == "not run":
@@ -287,13 +294,13 @@ def _ranked(connection: Connection, experiment_id: int, query: CandidateQuery, n
         stmt = stmt.where(Candidate.id.in_(bindparam("shown", ids, expanding=True, literal_execute=True)))
     sort_metric = None
     if query.sort in names:
-        sort_metric, on = _metric_join(query.sort, latest, through_runs)
+        sort_metric, on = _metric_join(query.sort, latest)
         stmt = stmt.outerjoin(sort_metric, on)
     if query.metric:
         if query.metric == query.sort:
             ranged = sort_metric
         else:
-            ranged, on = _metric_join(query.metric, latest, through_runs)
+            ranged, on = _metric_join(query.metric, latest)
             stmt = stmt.join(ranged, on)
         if query.low is not None:
             stmt = stmt.where(ranged.value >= query.low)
