@@ -14,8 +14,9 @@ only by a DMA or a Ball), so each step's h goes core -> DRAM -> bank for its pro
 product bank -> DRAM -> core; an LSTM / GRU's states are the scan's output besides, which
 the graph reads. So the state has no choice to offer (no mapping knob): `state_note` says so.
 
-Where the recurrent weight lives (`weight_residency`, decided per candidate): where the chip
-has shared memory and the step's one weight product's B tiles fit it, they are loaded there
+Where the recurrent weight lives (`weight_residency`, decided per candidate): unless
+``mapping.scan_weights = "reloaded"``, where the chip has shared memory and the step's one
+weight product's B tiles fit it, they are loaded there
 once before the loop (from shared bank 0 up, dealt to the computing workers of each tile of
 cores, then the sync of a core op) and every step's product reads them there
 (`MatmulShape.b_shared` + `b_preloaded`: no load of its own); otherwise each step loads them
@@ -88,7 +89,7 @@ def weight_residency(params: CandidateArrays, op: Op, step: Graph, plans: list) 
     weight, T = p.op.inputs[1], int(op.attrs["steps"])
     shape = replace(p.gemm, b_shared=True, b_preloaded=True, b_shared_base=0)
     picked = plan_matmuls(params, shape)
-    resident = picked.feasible & params.shared_enabled
+    resident = picked.feasible & params.shared_enabled & params.scan_weights_kept
     _, tiles = shared_banks(params, shape)
     tiles = np.where(resident, tiles, 0)
     notes = []
@@ -97,7 +98,9 @@ def weight_residency(params: CandidateArrays, op: Op, step: Graph, plans: list) 
             notes.append(f"scan {op.name}: weight {weight} kept in shared memory across its {T} steps "
                          f"({int(tiles[c])} B tiles loaded once before the loop)")
             continue
-        if not params.shared_enabled[c]:
+        if not params.scan_weights_kept[c]:
+            why = 'mapping.scan_weights = "reloaded"'
+        elif not params.shared_enabled[c]:
             why = f"chip {params.chip_names[c]} has no shared memory"
         else:
             why = f"its B tiles do not fit the shared memory: {picked.reason[c]}"
@@ -111,4 +114,20 @@ def state_note(op: Op) -> str:
             "which reaches only DRAM)")
 
 
-__all__ = ["Residency", "scan_plan", "state_note", "step_graph", "step_loc", "weight_residency"]
+def scan_notes(graph: Graph, params: CandidateArrays) -> list[str]:
+    """Per candidate, where each scan's weight and state live and why (`weight_residency`,
+    `state_note`): the model's candidate notes, in the words the lowering's records hold."""
+    from .graph_plan import plan_graph  # (graph_plan imports this module)
+
+    notes: list[list[str]] = [[] for _ in range(params.n)]
+    for op in graph.ops:
+        if op.kind != "scan":
+            continue
+        step = step_graph(graph, op)
+        res = weight_residency(params, op, step, plan_graph(step))
+        for c in range(params.n):
+            notes[c] += [n for n in (res.notes[c], state_note(op)) if n]
+    return ["; ".join(n) for n in notes]
+
+
+__all__ = ["Residency", "scan_notes", "scan_plan", "state_note", "step_graph", "step_loc", "weight_residency"]

@@ -12,6 +12,7 @@ import pandas as pd
 from ..analytical import estimate, summarize
 from ..plan.moe import spreads
 from ..mapping import Candidate
+from ..mapping.params import CandidateArrays
 from ..ppa.energy import METRIC_UNITS
 from ..records import MetricRow
 from .evidence import Evidence, Outcome  # noqa: F401  (read from here too)
@@ -271,6 +272,11 @@ def analytical_batch(graph, cands: list[Candidate], calibration: dict | None = N
     n_ops = len(graph.ops)
     rows = totals.to_dict("records")
     components, notes = add_ppa(rows, cands, _footprints(graph, cands), ppa_calibration, per_op=per_op)
+    if any(op.kind == "scan" for op in graph.ops):  # where each scan's weight and state live, and why
+        from ..plan.scan import scan_notes
+
+        said = scan_notes(graph, CandidateArrays.from_candidates(cands))
+        notes = ["; ".join(filter(None, [n, s])) for n, s in zip(notes, said)]
     columns = [per_op[c].tolist() if c in per_op else [None] * len(per_op) for c in OP_FIELDS]
     out = []
     for i, t in enumerate(rows):
