@@ -96,7 +96,7 @@ def weight_residency(params: CandidateArrays, op: Op, step: Graph, plans: list) 
     for c in range(n):
         if resident[c]:
             notes.append(f"scan {op.name}: weight {weight} kept in shared memory across its {T} steps "
-                         f"({int(tiles[c])} B tiles loaded once before the loop)")
+                         f"({int(tiles[c])} B tile{'s' if tiles[c] != 1 else ''} loaded once before the loop)")
             continue
         if not params.scan_weights_kept[c]:
             why = 'mapping.scan_weights = "reloaded"'
