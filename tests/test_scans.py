@@ -18,6 +18,7 @@ from dse.mapping.params import CandidateArrays
 from dse.numerics import emulate_graph
 from dse.numerics.run import prepare_recipe
 from dse.plan.scan import scan_notes
+from dse.runner.stages import placed_graph_batch
 from dse.workload.capture import UnsupportedOpError, capture
 from dse.workload.graph import INTERPRETERS, Op
 from emulator import Matmul, Mvin
@@ -246,3 +247,17 @@ def test_where_the_weight_does_not_fit_each_step_loads_it(gru, chip, why):
     assert (shared, step, reads) == (0, 6 * (1 + 48 // tn * (16 // tk)), 0)
     assert "weight p_rnn_weight_hh_l0_int8 loaded into banks again every step (" + why in record.note
     assert record.note == scan_notes(gru.graph, CandidateArrays.from_candidates([Candidate(config, Mapping())]))[0]
+
+
+@pytest.mark.parametrize("mapping, kept", [
+    (Mapping(workers=4, placement="layers", cuts=(3,)), True),  # ranges one after another
+    (Mapping(workers=4, placement="pipeline", cuts=(5,), requests=2), False),  # parts at once on the tile
+])
+def test_a_placed_scan_keeps_its_weight_only_alone_on_the_shared_memory(gru, mapping, kept):
+    cand = Candidate(load_chip("goban"), mapping)
+    rep = emulate_graph(gru.graph, cand, gru.inputs, gru.expected, gru.tolerance, gru.reference_kind)
+    assert rep.feasible and rep.verdict.passed and rep.verdict.integer_bit_exact, rep.verdict
+    (model,) = placed_graph_batch(gru.graph, [cand])
+    assert abs(model.totals["latency_cycles"] / rep.cycles - 1) < 0.02, (model.totals["latency_cycles"], rep.cycles)
+    said = "kept in shared memory" if kept else "loaded into banks again every step (the placement runs parts at once"
+    assert f"weight p_rnn_weight_hh_l0_int8 {said}" in model.notes

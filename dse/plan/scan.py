@@ -16,9 +16,10 @@ the graph reads. So the state has no choice to offer (no mapping knob): `state_n
 
 Where the recurrent weight lives (`weight_residency`, decided per candidate): unless
 ``mapping.scan_weights = "reloaded"``, where the chip has shared memory and the step's one
-weight product's B tiles fit it, they are loaded there
-once before the loop (from shared bank 0 up, dealt to the computing workers of each tile of
-cores, then the sync of a core op) and every step's product reads them there
+weight product's B tiles fit it, and no part of the placement runs beside the scan on the
+tile's shared memory (placement pipeline or phase, whose parts keep regions of it), they are
+loaded there once before the loop (from shared bank 0 up, dealt to the computing workers of
+each tile of cores, then the sync of a core op) and every step's product reads them there
 (`MatmulShape.b_shared` + `b_preloaded`: no load of its own); otherwise each step loads them
 into private banks again. The note says which and why, in the words the model's candidate
 notes and the lowering's record both print. The cost is linear in T either way: T times the
@@ -89,7 +90,7 @@ def weight_residency(params: CandidateArrays, op: Op, step: Graph, plans: list) 
     weight, T = p.op.inputs[1], int(op.attrs["steps"])
     shape = replace(p.gemm, b_shared=True, b_preloaded=True, b_shared_base=0)
     picked = plan_matmuls(params, shape)
-    resident = picked.feasible & params.shared_enabled & params.scan_weights_kept
+    resident = picked.feasible & params.shared_enabled & params.scan_weights_kept & ~params.parts_at_once
     _, tiles = shared_banks(params, shape)
     tiles = np.where(resident, tiles, 0)
     notes = []
@@ -100,6 +101,8 @@ def weight_residency(params: CandidateArrays, op: Op, step: Graph, plans: list) 
             continue
         if not params.scan_weights_kept[c]:
             why = 'mapping.scan_weights = "reloaded"'
+        elif params.parts_at_once[c]:
+            why = "the placement runs parts at once beside it on the tile's shared memory (pipeline or phase)"
         elif not params.shared_enabled[c]:
             why = f"chip {params.chip_names[c]} has no shared memory"
         else:
