@@ -89,15 +89,16 @@ def emit_scan(builder, plan: OpPlan, ready: dict) -> OpLowering:
                       note="; ".join(filter(None, [res.notes[0], state_note(op)])))
 
 
-def _load_cycles(costs, res: Residency) -> np.ndarray:
-    """The kept weight's load before the loop: its B tiles into shared memory, dealt to the
-    computing workers (`matmul_cost`'s shared copy of B, in the picked tiles), then the sync
-    of a core op."""
+def _load(costs, res: Residency) -> tuple[np.ndarray, np.ndarray]:
+    """The kept weight's load before the loop, (cycles, bytes): its B tiles into shared
+    memory, dealt to the computing workers (`matmul_cost`'s shared copy of B, in the picked
+    tiles), then the sync of a core op."""
     ok = res.resident
     column = lambda a: np.where(ok, a, 16)[:, None]  # noqa: E731  (any tile where it is not kept)
     first = matmul_cost(costs.params, replace(res.shape, b_preloaded=False),
                         *(column(res.plans.values[f]) for f in ("tm", "tn", "tk")))
-    return first.preload_cycles[:, 0] + costs.closes_after_core * costs.sync_cycles
+    cycles = first.preload_cycles[:, 0] + costs.closes_after_core * costs.sync_cycles
+    return np.where(ok, cycles, 0), np.where(ok, first.dma_bytes[:, 0] - res.plans.values["dma_bytes"], 0)
 
 
 class _Resident:
@@ -137,14 +138,14 @@ def cost_scan(costs, plan: OpPlan) -> OpCost:
     sub = type(costs)(step, costs.params, costs.chips)
     parts = [sub.op_cost(p) for p in plans]
     res = weight_residency(costs.params, op, step, plans)
-    load = np.zeros(costs.n, dtype=np.int64)  # the kept weight's one load before the loop
+    load = loaded = np.zeros(costs.n, dtype=np.int64)  # the kept weight's one load before the loop
     if res.resident.any():  # where the weight is kept, its product reads it in shared memory
         kept = type(costs)(step, costs.params, costs.chips)
         ok = res.resident
         parts = [OpCost(*[np.where(ok, getattr(k, f.name), getattr(c, f.name)) for f in fields(OpCost)])
                  for c, k in zip(parts, (kept.op_cost(replace(p, gemm=res.shape) if p.op.name == res.product else p)
                                          for p in plans))]
-        load = np.where(ok, _load_cycles(costs, res), 0)
+        load, loaded = _load(costs, res)
     out = {}
     for f in fields(OpCost):
         name = f.name
@@ -167,6 +168,9 @@ def cost_scan(costs, plan: OpPlan) -> OpCost:
     out["cycles"] = np.where(out["feasible"], out["cycles"] + load, 0)
     out["preload_cycles"] = out["preload_cycles"] + load
     out["syncs"] = out["syncs"] + np.where(res.resident, costs.closes_after_core, 0)
+    out["dma_cycles"] = out["dma_cycles"] + load
+    out["dma_bytes"] = out["dma_bytes"] + loaded
+    out["shared_writes"] = out["shared_writes"] + loaded // costs.params.row_bytes  # into shared banks
     return OpCost(**{k: np.asarray(v, dtype=getattr(prepare, k).dtype) for k, v in out.items()})
 
 
