@@ -17,7 +17,7 @@ from dse.mapping import Candidate, Mapping
 from dse.mapping.params import CandidateArrays
 from dse.numerics import emulate_graph
 from dse.numerics.run import prepare_recipe
-from dse.plan.scan import scan_notes
+from dse.units.scan import scan_notes
 from dse.runner.stages import placed_graph_batch
 from dse.workload.capture import UnsupportedOpError, capture
 from dse.workload.graph import INTERPRETERS, Op

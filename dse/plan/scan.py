@@ -117,20 +117,4 @@ def state_note(op: Op) -> str:
             "which reaches only DRAM)")
 
 
-def scan_notes(graph: Graph, params: CandidateArrays) -> list[str]:
-    """Per candidate, where each scan's weight and state live and why (`weight_residency`,
-    `state_note`): the model's candidate notes, in the words the lowering's records hold."""
-    from .graph_plan import plan_graph  # (graph_plan imports this module)
-
-    notes: list[list[str]] = [[] for _ in range(params.n)]
-    for op in graph.ops:
-        if op.kind != "scan":
-            continue
-        step = step_graph(graph, op)
-        res = weight_residency(params, op, step, plan_graph(step))
-        for c in range(params.n):
-            notes[c] += [n for n in (res.notes[c], state_note(op)) if n]
-    return ["; ".join(n) for n in notes]
-
-
-__all__ = ["Residency", "scan_notes", "scan_plan", "state_note", "step_graph", "step_loc", "weight_residency"]
+__all__ = ["Residency", "scan_plan", "state_note", "step_graph", "step_loc", "weight_residency"]

@@ -325,7 +325,7 @@ def _scan_notes(graph, cands: list[Candidate]) -> list[str]:
     """Per candidate, where each scan's weight and state live and why (`dse.plan.scan.scan_notes`)."""
     if not any(op.kind == "scan" for op in graph.ops):
         return [""] * len(cands)
-    from ..plan.scan import scan_notes
+    from ..units.scan import scan_notes
 
     return scan_notes(graph, CandidateArrays.from_candidates(cands))
 

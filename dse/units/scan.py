@@ -174,6 +174,21 @@ def cost_scan(costs, plan: OpPlan) -> OpCost:
     return OpCost(**{k: np.asarray(v, dtype=getattr(prepare, k).dtype) for k, v in out.items()})
 
 
+def scan_notes(graph, params) -> list[str]:
+    """Per candidate of `params` (`CandidateArrays`), where each scan's weight and state live
+    and why (`weight_residency`, `state_note`): the model's candidate notes, in the words the
+    lowering's records (`emit_scan`) hold."""
+    notes: list[list[str]] = [[] for _ in range(params.n)]
+    for op in graph.ops:
+        if op.kind != "scan":
+            continue
+        step = step_graph(graph, op)
+        res = weight_residency(params, op, step, plan_graph(step))
+        for c in range(params.n):
+            notes[c] += [n for n in (res.notes[c], state_note(op)) if n]
+    return ["; ".join(n) for n in notes]
+
+
 UNIT = Unit("scan", emit_scan, cost=cost_scan)
 
-__all__ = ["UNIT", "cost_scan", "emit_scan"]
+__all__ = ["UNIT", "cost_scan", "emit_scan", "scan_notes"]
