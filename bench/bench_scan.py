@@ -1,4 +1,5 @@
-"""Scan cost against sequence length: the analytical model and the emulator, measured.
+"""Scan cost against sequence length, the recurrent weight kept in shared memory across the
+steps or reloaded every step: the analytical model and the emulator, measured.
 
     .venv/bin/python bench/bench_scan.py [--cell gru|lstm|mamba] [--lengths 8 16 32 64] [--workers 1]
 
@@ -6,11 +7,13 @@ A recurrent layer (nn.GRU or nn.LSTM, 16 -> 32 hidden, batch 2, a linear head) a
 through `recipe check` (capture: one scan op; the quantize step puts its recurrent product
 on the matrix Ball) and emulation on goban, at each sequence length T; or (`--cell mamba`)
 the shipped recipes/mamba_block at T tokens (its selective scan rerolled into one scan op,
-its step on the core). Prints per T: the
-whole graph's cycles by the model and by the emulator, the scan op's own cycles (model,
-and emulator: the cycles of the instructions its loop emitted, from the emulator's
-per-op attribution), and the ratio per doubling of T (2.00 is linear). Cycles are
-deterministic (one run each); the emulation's host time is the median of --repeats runs.
+its step on the core: no weight product, so both rows are one). Each T runs twice, in the
+same process: ``mapping.scan_weights = "kept"`` (the default: W_hh's B tiles loaded into
+the tile's shared memory once before the loop) and ``"reloaded"`` (loaded into private
+banks every step, as before). Prints per T and per choice: the whole graph's cycles by the
+model and by the emulator, the scan op's own cycles (model), the ratio per doubling of T
+(2.00 is linear), and reloaded / kept by the emulator. Cycles are deterministic (one run
+each); the emulation's host time is the median of --repeats runs.
 """
 
 from __future__ import annotations
@@ -56,7 +59,7 @@ def inputs():
 '''
 
 
-def measure(root: Path, cell: str, T: int, workers: int, repeats: int) -> dict:
+def measure(root: Path, cell: str, T: int, workers: int, repeats: int) -> list[dict]:
     folder = root / f"{cell}_{T}"
     folder.mkdir()
     if cell == "mamba":
@@ -67,19 +70,22 @@ def measure(root: Path, cell: str, T: int, workers: int, repeats: int) -> dict:
         (folder / "model.py").write_text(RECIPE.format(cell=cell, Cell=cell.upper(), T=T))
     prep = prepare_recipe(folder)
     assert prep.pipe.passed, [(s.name, s.error) for s in prep.pipe.stages if not s.passed]
-    cand = Candidate(load_chip("goban"), Mapping(workers=workers))
-    per_op = estimate(prep.graph, [cand])
-    model = summarize(per_op, [cand]).iloc[0]
-    scan_names = [op.name for op in prep.graph.ops if op.kind == "scan"]
-    model_scan = int(per_op[per_op["op"].isin(scan_names)]["cycles"].sum()) if "op" in per_op else None
-    times, rep = [], None
-    for _ in range(repeats):
-        started = time.perf_counter()
-        rep = emulate_graph(prep.graph, cand, prep.inputs, prep.expected, prep.tolerance, prep.reference_kind)
-        times.append(time.perf_counter() - started)
-    assert rep.feasible and rep.verdict.passed and rep.verdict.integer_bit_exact, rep.verdict
-    return {"T": T, "model": int(model["latency_cycles"]), "emulator": int(rep.cycles), "model_scan": model_scan,
-            "host_s": statistics.median(times)}
+    rows = []
+    for choice in ("kept", "reloaded"):
+        cand = Candidate(load_chip("goban"), Mapping(workers=workers, scan_weights=choice))
+        per_op = estimate(prep.graph, [cand])
+        model = summarize(per_op, [cand]).iloc[0]
+        scan_names = [op.name for op in prep.graph.ops if op.kind == "scan"]
+        model_scan = int(per_op[per_op["op"].isin(scan_names)]["cycles"].sum()) if "op" in per_op else None
+        times, rep = [], None
+        for _ in range(repeats):
+            started = time.perf_counter()
+            rep = emulate_graph(prep.graph, cand, prep.inputs, prep.expected, prep.tolerance, prep.reference_kind)
+            times.append(time.perf_counter() - started)
+        assert rep.feasible and rep.verdict.passed and rep.verdict.integer_bit_exact, rep.verdict
+        rows.append({"T": T, "weights": choice, "model": int(model["latency_cycles"]), "emulator": int(rep.cycles),
+                     "model_scan": model_scan, "host_s": statistics.median(times)})
+    return rows
 
 
 def main() -> None:
@@ -92,19 +98,25 @@ def main() -> None:
     rows = []
     with tempfile.TemporaryDirectory() as tmp:
         for T in args.lengths:
-            rows.append(measure(Path(tmp), args.cell, T, args.workers, args.repeats))
+            rows += measure(Path(tmp), args.cell, T, args.workers, args.repeats)
     what = "recipes/mamba_block" if args.cell == "mamba" else f"{args.cell}, 16 -> 32 hidden, batch 2"
     print(f"{what}, goban, {args.workers} worker(s)")
-    print("| T | model cycles | emulator cycles | model / emulator | model x per doubling | emulator x per doubling "
-          "| scan op (model) | scan x per doubling | emulation host s |")
-    print("|---|---|---|---|---|---|---|---|---|")
-    previous = None
+    print("| T | scan weights | model cycles | emulator cycles | model / emulator | model x per doubling "
+          "| emulator x per doubling | scan op (model) | scan x per doubling | reloaded / kept (emulator) "
+          "| emulation host s |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|")
+    previous: dict = {}
+    kept: dict = {}
     for r in rows:
-        ratio = lambda key: f"{r[key] / previous[key]:.3f}" if previous and previous.get(key) else ""  # noqa: E731
-        print(f"| {r['T']} | {r['model']} | {r['emulator']} | {r['model'] / r['emulator']:.4f} | {ratio('model')} "
-              f"| {ratio('emulator')} | {r['model_scan']} | {ratio('model_scan')} | {r['host_s']:.2f} |")
-        previous = r
-
+        before = previous.get(r["weights"])
+        ratio = lambda key: f"{r[key] / before[key]:.3f}" if before and before.get(key) else ""  # noqa: E731
+        if r["weights"] == "kept":
+            kept = r
+        versus = f"{r['emulator'] / kept['emulator']:.3f}" if r["weights"] == "reloaded" else ""
+        print(f"| {r['T']} | {r['weights']} | {r['model']} | {r['emulator']} | {r['model'] / r['emulator']:.4f} "
+              f"| {ratio('model')} | {ratio('emulator')} | {r['model_scan']} | {ratio('model_scan')} | {versus} "
+              f"| {r['host_s']:.2f} |")
+        previous[r["weights"]] = r
 
 if __name__ == "__main__":
     main()

@@ -88,6 +88,11 @@ MODELS = {
     # (copy_ into out[:, t]), each layer's loop one scan op (its first step peeled off: the state
     # update follows the output). rescale_every=0: the default rescales the weights in place on
     # the first eval forward, a mutation export refuses
+    # Mamba2's state-space duality: the chunked scan written as products (segment sums, einsums,
+    # cumsum, exp): no loop to reroll, its products on the matrix Ball
+    "mamba2": "transformers.Mamba2ForCausalLM(transformers.Mamba2Config(vocab_size=64, hidden_size=16, state_size=4, "
+              "num_heads=4, head_dim=8, n_groups=1, expand=2, conv_kernel=4, chunk_size=8, num_hidden_layers=1, "
+              "use_cache=False))",
     "rwkv": "transformers.RwkvForCausalLM(transformers.RwkvConfig(vocab_size=64, hidden_size=16, num_hidden_layers=2, "
             "attention_hidden_size=16, intermediate_size=32, context_length=16, use_cache=False, rescale_every=0))",
 }
@@ -104,7 +109,7 @@ name = "quantize"
 """
 TOKENS = "torch.randint(0, 64, (1, 8), generator=torch.Generator().manual_seed(1))"
 INPUTS = {"whisper_encoder": "torch.randn(1, 16, 16, generator=torch.Generator().manual_seed(1))",
-          "fnet": TOKENS, "falcon": TOKENS, "mamba": TOKENS, "rwkv": TOKENS}
+          "fnet": TOKENS, "falcon": TOKENS, "mamba": TOKENS, "mamba2": TOKENS, "rwkv": TOKENS}
 
 RECIPE = '''"""{name}, built by its library from a tiny config, random weights."""
 import timm

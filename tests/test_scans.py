@@ -2,15 +2,27 @@
 direction (not seq_len unrolled copies), lowered as a loop of their step graph: LSTM and GRU
 from tiny modules through capture, the frontend steps (checked against PyTorch), the plan,
 the lowering and the emulator on goban with 1 and 4 workers (bit-exact on the integer path,
-the model within 2% of the emulator)."""
+the model within 2% of the emulator); the recurrent weight kept in shared memory across the
+steps where it fits, loaded again each step where it does not."""
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 import torch
 
+from dse.analytical import estimate, summarize
+from dse.chips import load_chip
+from dse.mapping import Candidate, Mapping
+from dse.mapping.params import CandidateArrays
+from dse.numerics import emulate_graph
+from dse.numerics.run import prepare_recipe
+from dse.units.scan import scan_notes
+from dse.runner.stages import placed_graph_batch
 from dse.workload.capture import UnsupportedOpError, capture
 from dse.workload.graph import INTERPRETERS, Op
+from emulator import Matmul, Mvin
+from tests.test_simple_ops import RECIPE
 from tests.test_simple_ops import checked as _checked
 
 MODULES = {
@@ -159,3 +171,93 @@ def test_reroll_by_hand(steps, read_state, scans):
     graph = capture(module, a, b)
     assert sum(op.kind == "scan" for op in graph.ops) == scans
     assert torch.allclose(graph.run(a, b)[0], module(a, b), atol=0, rtol=0)
+
+
+# --- where the recurrent weight lives across the steps (dse.plan.scan.weight_residency) ---
+
+@pytest.fixture(scope="module")
+def gru(tmp_path_factory):
+    """The GRU of MODULES (6 steps, 16 hidden: W_hh is 48 x 16, three 16 x 16 B tiles), checked."""
+    folder = tmp_path_factory.mktemp("residency") / "gru"
+    folder.mkdir()
+    module, inputs = MODULES["gru"]
+    (folder / "model.py").write_text(RECIPE.format(name="gru", module=module, inputs=inputs))
+    prep = prepare_recipe(folder)
+    assert prep.pipe.passed
+    return prep
+
+
+def _run(prep, chip, mapping):
+    """The emulator's report (bit-exact, the model within 2% of it) and the scan's B loads:
+    (MVINs into shared banks, MVINs of a step's product, MATMULs of a step reading B in shared memory)."""
+    cand = Candidate(chip, mapping)
+    rep = emulate_graph(prep.graph, cand, prep.inputs, prep.expected, prep.tolerance, prep.reference_kind)
+    assert rep.feasible and rep.verdict.passed and rep.verdict.integer_bit_exact, rep.verdict
+    model = summarize(estimate(prep.graph, [cand]), [cand]).iloc[0]
+    assert abs(model["latency_cycles"] / rep.cycles - 1) < 0.02, (model["latency_cycles"], rep.cycles)
+    first = chip.shared_memory.first_bank_id
+    low = rep.lowered
+    shared_loads = step_loads = shared_reads = 0
+    for core in low.program.cores:
+        for ins in core:
+            label = low.labels.get(id(ins), "")
+            if not label.startswith("gru_l0_scan"):
+                continue
+            if isinstance(ins, Mvin) and ins.bank >= first and chip.shared_memory.enabled:
+                assert " step " not in label  # before the loop
+                shared_loads += 1
+            elif isinstance(ins, Mvin) and label.endswith(".acc"):
+                step_loads += 1
+            elif isinstance(ins, Matmul):
+                shared_reads += chip.shared_memory.enabled and ins.b >= first
+    return rep, (shared_loads, step_loads, shared_reads)
+
+
+@pytest.mark.parametrize("workers", [1, 4])
+def test_the_recurrent_weight_is_loaded_once_where_it_fits(gru, workers):
+    """goban: W_hh's three B tiles loaded into shared memory once before the 6 steps and read
+    there by each step's three MATMULs; reloaded (the knob), the same outputs, bit for bit,
+    each step loading A and the three B tiles into private banks, in more cycles."""
+    goban = load_chip("goban")
+    kept, (shared, step, reads) = _run(gru, goban, Mapping(workers=workers))
+    assert (shared, step, reads) == (3, 6 * 1, 6 * 3)  # a step loads only its A (h quantized)
+    again, (shared, step, reads) = _run(gru, goban, Mapping(workers=workers, scan_weights="reloaded"))
+    assert (shared, step, reads) == (0, 6 * (1 + 3), 0)
+    for name, value in kept.result.outputs.items():
+        assert np.array_equal(value, again.result.outputs[name])
+    assert kept.cycles < again.cycles
+    # the lowering's record and the model's candidate notes: the same words
+    (record,) = [o for o in kept.lowered.ops if o.kind == "scan"]
+    params = CandidateArrays.from_candidates([Candidate(goban, Mapping(workers=workers))])
+    assert record.note == scan_notes(gru.graph, params)[0]
+    assert record.note.startswith("scan gru_l0_scan: weight p_rnn_weight_hh_l0_int8 kept in shared memory across "
+                                  "its 6 steps (3 B tiles loaded once before the loop); scan gru_l0_scan: state in "
+                                  "DRAM between steps")
+
+
+@pytest.mark.parametrize("chip, why", [
+    ("toy", "chip toy has no shared memory"),
+    ("goban_8rows", "its B tiles do not fit the shared memory"),  # 128-byte shared banks: no tile fits
+])
+def test_where_the_weight_does_not_fit_each_step_loads_it(gru, chip, why):
+    config = load_chip("goban", {"shared_memory.rows": 8}) if chip == "goban_8rows" else load_chip(chip)
+    rep, (shared, step, reads) = _run(gru, config, Mapping())
+    (record,) = [o for o in rep.lowered.ops if o.kind == "scan"]
+    _, tn, tk = record.tile  # the product's tile: W_hh (48 x 16) in 48/tn x 16/tk B tiles
+    assert (shared, step, reads) == (0, 6 * (1 + 48 // tn * (16 // tk)), 0)
+    assert "weight p_rnn_weight_hh_l0_int8 loaded into banks again every step (" + why in record.note
+    assert record.note == scan_notes(gru.graph, CandidateArrays.from_candidates([Candidate(config, Mapping())]))[0]
+
+
+@pytest.mark.parametrize("mapping, kept", [
+    (Mapping(workers=4, placement="layers", cuts=(3,)), True),  # ranges one after another
+    (Mapping(workers=4, placement="pipeline", cuts=(5,), requests=2), False),  # parts at once on the tile
+])
+def test_a_placed_scan_keeps_its_weight_only_alone_on_the_shared_memory(gru, mapping, kept):
+    cand = Candidate(load_chip("goban"), mapping)
+    rep = emulate_graph(gru.graph, cand, gru.inputs, gru.expected, gru.tolerance, gru.reference_kind)
+    assert rep.feasible and rep.verdict.passed and rep.verdict.integer_bit_exact, rep.verdict
+    (model,) = placed_graph_batch(gru.graph, [cand])
+    assert abs(model.totals["latency_cycles"] / rep.cycles - 1) < 0.02, (model.totals["latency_cycles"], rep.cycles)
+    said = "kept in shared memory" if kept else "loaded into banks again every step (the placement runs parts at once"
+    assert f"weight p_rnn_weight_hh_l0_int8 {said}" in model.notes

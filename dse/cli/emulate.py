@@ -74,6 +74,7 @@ def candidate_notes(rep, chip, asked) -> list[str]:
 
         notes.append(f"placement auto picked {pick_text(mapping_from_dict(rep.mapping))}")
     notes += [why for *_, why in rep.handoffs]
+    notes += [o["note"] for o in rep.ops if o.get("note")]  # a lowering choice and why (a scan's weight and state)
     return notes + [n for n in capacity_notes(chip).split("; ") if n]
 
 

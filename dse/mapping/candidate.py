@@ -98,6 +98,12 @@ class Mapping(BaseModel):
     # memory format), so a conversion whose producer or readers can take it is a view that
     # moves nothing (`dse.plan.layout`).
     channels_last: bool | None = None
+    # A scan's recurrent weight (`dse.plan.scan.weight_residency`): "kept" (None, the default,
+    # left out of the identity) loads its B tiles into the tile's shared memory once before the
+    # loop, where the chip has it and they fit, and every step reads them there; "reloaded"
+    # loads them into private banks again every step (the shared banks they would hold are
+    # SRAM kept powered: the energy side of the trade).
+    scan_weights: Literal["kept", "reloaded"] | None = None
 
     @property
     def quantize_choice(self) -> str | None:
@@ -136,6 +142,11 @@ class Mapping(BaseModel):
     @classmethod
     def _tiles_is_the_default(cls, v):
         return None if v == "tiles" else v  # one spelling of the default, one identity
+
+    @field_validator("scan_weights")
+    @classmethod
+    def _kept_is_the_default(cls, v):
+        return None if v == "kept" else v
 
     @field_validator("weights")
     @classmethod

@@ -48,6 +48,9 @@ class MatmulShape:
     b_preloaded: bool = False
     b_shared_base: int = 0
     b_tile: tuple[int, int] | None = None
+    # B read from the tile's shared memory whatever `mapping.weights` says: a scan's recurrent
+    # weight kept there across its steps (`dse.plan.scan.weight_residency`)
+    b_shared: bool = False
 
     @property
     def padded(self) -> tuple[int, int, int]:
@@ -187,7 +190,8 @@ def check_tiles(params: CandidateArrays, tm, tn, tk, shape: MatmulShape | None =
     col_b = -(-lines_b // rows)
     col_c = col("acc_col") * -(-lines_c // rows)
     buffers = np.where(col("double_buffer"), 2, 1)
-    shared_b = col("shared_weights") & bool(shape is not None and shape.b_weight)
+    shared_b = (col("shared_weights") | bool(shape is not None and shape.b_shared)) & bool(
+        shape is not None and shape.b_weight)
     if shape is not None:
         Mp, Np, Kp = shape.padded
         shared_tiles = np.where(shared_b, (shape.batch if shape.b_batched else 1) * (Np // tn) * (Kp // tk), 0)

@@ -64,6 +64,8 @@ class CandidateArrays:
     # mapping.weights = "shared": a weight B read from the tile's shared memory, one copy per
     # tile of cores (`check_tiles`, `matmul_cost`); the shared memory's figures
     shared_weights: np.ndarray  # bool
+    scan_weights_kept: np.ndarray  # bool: a scan's recurrent weight kept in shared memory where it fits
+    parts_at_once: np.ndarray  # bool: placement pipeline / phase, parts running at once on one tile
     shared_enabled: np.ndarray  # bool
     shared_banks: np.ndarray
     shared_rows: np.ndarray
@@ -139,6 +141,8 @@ class CandidateArrays:
             fusion=[c.mapping.fusion for c in cands],
             channels_last=[c.mapping.channels_last for c in cands],
             shared_weights=col(lambda c: c.mapping.weights == "shared", bool),
+            scan_weights_kept=col(lambda c: c.mapping.scan_weights != "reloaded", bool),
+            parts_at_once=col(lambda c: c.mapping.placement in ("pipeline", "phase"), bool),
             shared_enabled=col(lambda c: c.chip.shared_memory.enabled, bool),
             shared_banks=col(lambda c: c.chip.shared_memory.banks),
             shared_rows=col(lambda c: c.chip.shared_memory.rows),

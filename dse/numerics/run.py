@@ -72,7 +72,8 @@ def op_row(o, prefix: str = "", workers_used: int | None = None) -> dict:
     """A report's row of one lowered op (`OpLowering`); `prefix` names its stage or span."""
     return {"op": prefix + o.name, "kind": o.kind, "how": o.how, "tile": list(o.tile) if o.tile else None,
             "batch": o.batch, "banks": o.banks, "sram_bytes": o.sram_bytes,
-            "workers_used": o.workers_used if workers_used is None else workers_used, "instructions": o.instructions}
+            "workers_used": o.workers_used if workers_used is None else workers_used, "instructions": o.instructions,
+            **({"note": o.note} if getattr(o, "note", "") else {})}
 
 
 class StreamedReference:

@@ -16,6 +16,7 @@ from ..errors import InputError
 from ..frontend import run_pipeline
 from ..identity import canonical_json
 from ..mapping import Candidate
+from ..mapping.params import CandidateArrays
 from ..plan.graph_plan import dram_footprint, plan_key
 from ..plan.moe import spreads
 from ..ppa.assess import assess_candidates
@@ -261,6 +262,7 @@ def analytical_batch(graph, cands: list[Candidate], calibration: dict | None = N
     n_ops = len(graph.ops)
     rows = totals.to_dict("records")
     components, notes = add_ppa(rows, cands, _footprints(graph, cands), ppa_calibration, per_op=per_op)
+    notes = ["; ".join(filter(None, [n, s])) for n, s in zip(notes, _scan_notes(graph, cands))]
     columns = [per_op[c].tolist() if c in per_op else [None] * len(per_op) for c in OP_FIELDS]
     out = []
     for i, t in enumerate(rows):
@@ -299,13 +301,23 @@ def placed_graph_batch(graph, cands: list[Candidate], calibration: dict | None =
                 per_op["energy_uj"] = np.nan
             for cand, *row in zip(per_op["candidate"].tolist(), *[per_op[c].tolist() for c in OP_FIELDS]):
                 ops.setdefault(cand, []).append(tuple(row))  # energy_uj: NaN where not assessed
+        scans = _scan_notes(graph, costed)
         for k, (i, t) in enumerate(zip(layered, rows)):
             out[i] = AnalyticalResult(bool(t["feasible"]), str(t["reason"]), total_metrics(t), ops.get(k, []),
-                                      "; ".join(filter(None, [notes[k], said[k]])), components[k])
+                                      "; ".join(filter(None, [notes[k], said[k], scans[k]])), components[k])
     for i, (c, p) in enumerate(zip(cands, picked)):
         if c.mapping.placement == "auto":
             out[i].notes = "; ".join(filter(None, [f"placement auto picked {pick_text(p.mapping)}", out[i].notes]))
     return out
+
+
+def _scan_notes(graph, cands: list[Candidate]) -> list[str]:
+    """Per candidate, where each scan's weight and state live and why (`dse.plan.scan.scan_notes`)."""
+    if not any(op.kind == "scan" for op in graph.ops):
+        return [""] * len(cands)
+    from ..units.scan import scan_notes
+
+    return scan_notes(graph, CandidateArrays.from_candidates(cands))
 
 
 def laid_out(mapping) -> bool:

@@ -226,10 +226,7 @@ def emit_gemm(builder, op: Op, a_loc: Loc, b, bias, M: int, N: int, K: int, nb: 
     sm = chip.shared_memory
     b_bank0 = sm.first_bank_id + (shape.b_shared_base if shape.b_preloaded else builder.b_region)
     if shared_b and not shape.b_preloaded:
-        computing = sum(1 for ms, ns in share if len(ms) and len(ns))
-        for w, mine in enumerate(shared_loads(computing, chip.cores.tile_size, shared_tiles)):
-            builder.cores[w] += [Mvin(b_bank0 + j, b_base + j * tn * tk, lines_b, 0) for j in mine]
-        builder.sync(False)
+        load_shared_b(builder, b_bank0, b_base, shared_tiles, tn, tk, sum(1 for ms, ns in share if len(ms) and len(ns)))
     # A handed off through shared memory (`dse.plan.placement.handoffs`): A tile (bi, mi) in
     # shared bank first_bank_id + banks - 1 - (base + set * nb * Mt + bi * Mt + mi), loaded
     # there by the cores of the range before, dealt round-robin, after its last op
@@ -298,6 +295,21 @@ def emit_gemm(builder, op: Op, a_loc: Loc, b, bias, M: int, N: int, K: int, nb: 
                              shared_bytes=shared_tiles * sm.rows * sm.row_bytes)
 
 
+def load_shared_b(builder, bank0: int, b_base: int, tiles: int, tn: int, tk: int, computing: int) -> None:
+    """A weight's `tiles` B tiles (blocked at `b_base`, tn x tk each) loaded into shared banks
+    bank0 + j of every tile of cores with workers that compute (`computing`, a prefix), dealt
+    to those workers (`shared_loads`), then the sync of a core op."""
+    for w, mine in enumerate(shared_loads(computing, builder.chip.cores.tile_size, tiles)):
+        builder.cores[w] += [Mvin(bank0 + j, b_base + j * tn * tk, tn * tk // 16, 0) for j in mine]
+    builder.sync(False)
+
+
+def computing_workers(builder, Mt: int, Nt: int) -> int:
+    """The workers that get output tiles (`mapping.split`: contiguous blocks of rows or columns)."""
+    blocks = Mt if builder.mapping.split == "rows" else Nt
+    return -(-blocks // -(-blocks // builder.workers))
+
+
 def weight_bt(graph: Graph, op: Op) -> np.ndarray:
     """A matrix op's weight as the GEMM's Bt (nbB, N, K) int8: a linear's w[N, K], a
     matmul's b[..., K, N] transposed, a channels-last conv's (*kernel, C, O) as (O, taps x C)."""
@@ -334,8 +346,9 @@ def charge_gemm(cost, charges: Charges, plan: OpPlan) -> MatmulPlans:
     plans = picked_plans(cost, plan.gemm)
     # the packing copies, closed before the Ball reads them
     charges.syncs += np.where(cost.workers > 1, (plans.core_cycles > 0).astype(np.int64), 0)
-    # a shared copy of the weight, loaded before any worker's Ball reads it
-    charges.syncs += np.where(plans.shared_bytes > 0, cost.closes_after_core, 0)
+    # a shared copy of the weight, loaded before any worker's Ball reads it (by the op itself
+    # unless it was loaded before: `MatmulShape.b_preloaded`)
+    charges.syncs += np.where((plans.shared_bytes > 0) & (not plan.gemm.b_preloaded), cost.closes_after_core, 0)
     cost.close(charges, True)
     cost.tiles[plan.op.outputs[0]] = (np.maximum(plans.tm, 16), np.maximum(plans.tn, 16))
     return plans

@@ -40,3 +40,4 @@ class OpLowering:
     workers_used: int = 1
     instructions: int = 0
     shared_bytes: int = 0  # shared memory a tile of cores holds for the op's weight (weights = shared)
+    note: str = ""  # a lowering choice the plan made and why (a scan's weight and state), as the model notes it
