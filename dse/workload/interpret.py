@@ -111,6 +111,9 @@ def _int8_matmul(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
     with no float copies of the operands."""
     *batch_a, m, k = a.shape
     *batch_b, _, n = b.shape
+    # oneDNN takes a matrix with unit stride along one of its axes (a weight's transpose
+    # included); any other view is copied rather than left to a slow fallback
+    a, b = (t if t.stride(-1) == 1 or t.stride(-2) == 1 else t.contiguous() for t in (a, b))
     batch = torch.broadcast_shapes(tuple(batch_a), tuple(batch_b))
     if not batch_b or all(d == 1 for d in batch_b):  # one B for every row of A: one product
         out = torch._int_mm(a.reshape(-1, k), b.reshape(k, n))
