@@ -76,6 +76,15 @@ class DecoderLayer(nn.Module):
         return x + self.down_proj(F.silu(self.gate_proj(h)) * self.up_proj(h))
 
 
+def unfilled(cls, *args) -> nn.Module:
+    """`cls(*args)` with its parameters allocated but not initialised (built on the meta
+    device): `seeded` draws every one, and nn.Linear's own init was a second pass over a real
+    layer's 218M weights (and drew from the global RNG)."""
+    with torch.device("meta"):
+        module = cls(*args)
+    return module.to_empty(device="cpu")
+
+
 def seeded(layer: DecoderLayer, index: int) -> DecoderLayer:
     """Layer `index`'s weights, drawn from a generator seeded with the index alone."""
     generator = torch.Generator().manual_seed(index)
@@ -91,9 +100,8 @@ def seeded(layer: DecoderLayer, index: int) -> DecoderLayer:
 class Layers(nn.Module):
     def __init__(self, seq, dim, heads, kv_heads, head_dim, ffn, layers, layer, theta=10000.0):
         super().__init__()
-        with torch.random.fork_rng(devices=[]):  # construction draws from the global RNG: keep it untouched
-            self.layers = nn.ModuleList(seeded(DecoderLayer(dim, heads, kv_heads, head_dim, ffn), layer + j)
-                                        for j in range(layers))
+        self.layers = nn.ModuleList(seeded(unfilled(DecoderLayer, dim, heads, kv_heads, head_dim, ffn), layer + j)
+                                    for j in range(layers))
         inv_freq = 1.0 / theta ** (torch.arange(0, head_dim, 2, dtype=torch.float64) / head_dim)
         angles = torch.outer(torch.arange(seq, dtype=torch.float64), inv_freq)
         angles = torch.cat([angles, angles], dim=-1)
