@@ -61,7 +61,12 @@ def _binary(op: Callable) -> CoreFn:
     def fn(srcs, params):
         a, b = srcs[0], srcs[1]
         if a.dtype.kind == "f" or b.dtype.kind == "f":
-            return op(_f(a), _f(b))
+            fa, fb = _f(a), _f(b)
+            if fa is not a and fa.shape == np.broadcast_shapes(fa.shape, fb.shape):
+                # a's fp32 copy is ours: the result goes into it (a dequantize's int32
+                # accumulator is hundreds of MB; the same fp32 operation, one array fewer)
+                return op(fa, fb, out=fa)
+            return op(fa, fb)
         return op(a.astype(np.int64), b.astype(np.int64))
     return fn
 
@@ -78,8 +83,10 @@ def _copy(srcs, params):
 def _softmax(srcs, params):
     x = _f(srcs[0])
     ax = params.get("axis", -1)
-    e = np.exp(x - x.max(axis=ax, keepdims=True))
-    return e / e.sum(axis=ax, keepdims=True, dtype=_F32)
+    e = x - x.max(axis=ax, keepdims=True)
+    np.exp(e, out=e)  # in place: one array of an attention's scores, not three
+    e /= e.sum(axis=ax, keepdims=True, dtype=_F32)
+    return e
 
 
 def _layernorm(srcs, params):
