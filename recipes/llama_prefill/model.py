@@ -90,8 +90,24 @@ class Llama(nn.Module):
         self.layers = nn.ModuleList(DecoderLayer(dim, heads, kv_heads, head_dim, ffn) for _ in range(layers))
         self.norm = RMSNorm(dim)
         self.lm_head = nn.Linear(dim, vocab, bias=False)
+        # The rotary tables and the causal mask are buffers made by `tables`, which `load`
+        # calls again once the parameters, built on the meta device, have memory (to_empty
+        # leaves the buffers unset too). This comment and the two lines below take the seven
+        # lines of the code they replaced, so the ops of forward keep their source lines
+        # (model.py:N, in dumps and programs: bench/same_points.py's hashes).
         self.theta = theta
         self.tables(head_dim, max_positions)
+
+    def forward(self, tokens, positions):
+        x = self.embed(tokens)
+        cos, sin = F.embedding(positions, self.cos_table), F.embedding(positions, self.sin_table)
+        new_k, new_v = [], []
+        for layer in self.layers:
+            x, k, v = layer(x, cos, sin, self.mask)
+            new_k.append(k.unsqueeze(0))
+            new_v.append(v.unsqueeze(0))
+        logits = self.lm_head(self.norm(x))
+        return logits, torch.cat(new_k, dim=0), torch.cat(new_v, dim=0)
 
     def tables(self, head_dim: int, max_positions: int) -> "Llama":
         """The rotary tables and the causal mask, (re)computed as buffers."""
@@ -104,17 +120,6 @@ class Llama(nn.Module):
         causal = torch.full((max_positions, max_positions), float("-inf")).triu(1)
         self.register_buffer("mask", causal, persistent=False)  # [seq, seq]: 0 on and below the diagonal
         return self
-
-    def forward(self, tokens, positions):
-        x = self.embed(tokens)
-        cos, sin = F.embedding(positions, self.cos_table), F.embedding(positions, self.sin_table)
-        new_k, new_v = [], []
-        for layer in self.layers:
-            x, k, v = layer(x, cos, sin, self.mask)
-            new_k.append(k.unsqueeze(0))
-            new_v.append(v.unsqueeze(0))
-        logits = self.lm_head(self.norm(x))
-        return logits, torch.cat(new_k, dim=0), torch.cat(new_v, dim=0)
 
 
 def _config(vocab, dim, layers, heads, kv_heads, head_dim, ffn) -> dict:
