@@ -11,6 +11,7 @@
 // int32).
 #pragma once
 #include <cstdint>
+#include <cstdlib>
 #include <cstring>
 #include <vector>
 #if defined(__SSE2__)
@@ -142,6 +143,64 @@ __attribute__((target("avx2"))) static void product_avx2(int32_t* p, const int16
         }
     }
 }
+// AVX-512 VNNI: two rows of A against four columns of B (6 loads for 8 products), 32 terms a
+// step, each vpdpwssd summing pairs of int16 products into int32 lanes with wraparound (the
+// non-saturating form), the tail below 32 terms scalar. 3-4x the AVX2 kernel on the Llama
+// layer's chains; the same sums mod 2**32 in another order: the same bits.
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"  // gcc 12's own _mm512_reduce_add_epi32
+__attribute__((target("avx512f,avx512vnni"))) static void product_vnni(int32_t* p, const int16_t* a,
+                                                                       const int16_t* b, long cap, long M,
+                                                                       long N, long K) {
+    long K32 = K & ~31L;
+    for (long i = 0; i < M; i += 2) {
+        bool two = i + 1 < M;
+        const int16_t* a0 = a + i * cap;
+        const int16_t* a1 = two ? a0 + cap : a0;  // one row left: computed twice, kept once
+        long j = 0;
+        for (; j + 4 <= N; j += 4) {
+            const int16_t* bj[4] = {b + j * cap, b + (j + 1) * cap, b + (j + 2) * cap, b + (j + 3) * cap};
+            __m512i s0[4], s1[4];
+            for (int q = 0; q < 4; ++q) s0[q] = s1[q] = _mm512_setzero_si512();
+            for (long k = 0; k < K32; k += 32) {
+                __m512i x0 = _mm512_loadu_si512((const void*)(a0 + k));
+                __m512i x1 = _mm512_loadu_si512((const void*)(a1 + k));
+                for (int q = 0; q < 4; ++q) {
+                    __m512i y = _mm512_loadu_si512((const void*)(bj[q] + k));
+                    s0[q] = _mm512_dpwssd_epi32(s0[q], x0, y);
+                    s1[q] = _mm512_dpwssd_epi32(s1[q], x1, y);
+                }
+            }
+            for (int q = 0; q < 4; ++q) {
+                int32_t r0 = _mm512_reduce_add_epi32(s0[q]), r1 = _mm512_reduce_add_epi32(s1[q]);
+                for (long k = K32; k < K; ++k) {
+                    r0 += (int32_t)a0[k] * bj[q][k];
+                    r1 += (int32_t)a1[k] * bj[q][k];
+                }
+                p[i * N + j + q] = r0;
+                if (two)
+                    p[(i + 1) * N + j + q] = r1;
+            }
+        }
+        for (; j < N; ++j) {
+            const int16_t* br = b + j * cap;
+            int32_t r0 = 0, r1 = 0;
+            for (long k = 0; k < K; ++k) {
+                r0 += (int32_t)a0[k] * br[k];
+                r1 += (int32_t)a1[k] * br[k];
+            }
+            p[i * N + j] = r0;
+            if (two)
+                p[(i + 1) * N + j] = r1;
+        }
+    }
+}
+#pragma GCC diagnostic pop
+static bool cpu_has_vnni() {
+    __builtin_cpu_init();
+    return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512vnni");
+}
+static const bool have_vnni = cpu_has_vnni();
 static bool cpu_has_avx2() {
     __builtin_cpu_init();  // the CPU model before asking it (safe in a static initializer)
     return __builtin_cpu_supports("avx2");
@@ -149,12 +208,20 @@ static bool cpu_has_avx2() {
 static const bool have_avx2 = cpu_has_avx2();
 #else
 static const bool have_avx2 = false;
+static const bool have_vnni = false;
 #define product_avx2 product_generic
+#define product_vnni product_generic
 #endif
+
+// The VNNI kernel unless DSE_EMULATOR_NO_VNNI is set (read once, at load): the AVX2 one stays
+// reachable on a VNNI machine, for the tests and the benchmark's side-by-side figures.
+static const bool use_vnni = have_vnni && !std::getenv("DSE_EMULATOR_NO_VNNI");
 
 // p (M x N int32) = a @ b.T over K terms, wrapped to 32 bits (-fwrapv: signed sums wrap).
 static inline void product(int32_t* p, const int16_t* a, const int16_t* b, long cap, long M, long N, long K) {
-    if (have_avx2)
+    if (use_vnni)
+        product_vnni(p, a, b, cap, M, N, K);
+    else if (have_avx2)
         product_avx2(p, a, b, cap, M, N, K);
     else
         product_generic(p, a, b, cap, M, N, K);

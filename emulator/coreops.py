@@ -61,7 +61,12 @@ def _binary(op: Callable) -> CoreFn:
     def fn(srcs, params):
         a, b = srcs[0], srcs[1]
         if a.dtype.kind == "f" or b.dtype.kind == "f":
-            return op(_f(a), _f(b))
+            fa, fb = _f(a), _f(b)
+            if fa is not a and fa.shape == np.broadcast_shapes(fa.shape, fb.shape):
+                # a's fp32 copy is ours: the result goes into it (a dequantize's int32
+                # accumulator is hundreds of MB; the same fp32 operation, one array fewer)
+                return op(fa, fb, out=fa)
+            return op(fa, fb)
         return op(a.astype(np.int64), b.astype(np.int64))
     return fn
 
@@ -78,8 +83,10 @@ def _copy(srcs, params):
 def _softmax(srcs, params):
     x = _f(srcs[0])
     ax = params.get("axis", -1)
-    e = np.exp(x - x.max(axis=ax, keepdims=True))
-    return e / e.sum(axis=ax, keepdims=True, dtype=_F32)
+    e = x - x.max(axis=ax, keepdims=True)
+    np.exp(e, out=e)  # in place: one array of an attention's scores, not three
+    e /= e.sum(axis=ax, keepdims=True, dtype=_F32)
+    return e
 
 
 def _layernorm(srcs, params):
@@ -205,12 +212,17 @@ STORE_CHUNK = 1 << 16
 
 def paired_blocks(a: np.ndarray, b: np.ndarray, size: int):
     """Pairs of sub-blocks of two arrays of one shape along their leading axes, each of at
-    most `size` elements (or one row of the last axis)."""
+    most `size` elements (or one row of the last axis). A block takes as many whole slices
+    of the leading axis as fit: a real layer's [8, 8192, 2048] scores are 2,048 blocks of
+    32 rows, not 65,536 of one (the per-block overhead was seconds)."""
     if a.size <= size or a.ndim == 0:
         yield a, b
-    elif a.ndim == 1:
-        for i in range(0, a.shape[0], size):
-            yield a[i:i + size], b[i:i + size]
+        return
+    per = a.size // a.shape[0]  # elements of one slice along the leading axis
+    if per <= size:
+        step = size // per
+        for i in range(0, a.shape[0], step):
+            yield a[i:i + step], b[i:i + step]
     else:
         for x, y in zip(a, b):
             yield from paired_blocks(x, y, size)

@@ -74,3 +74,20 @@ def test_compare_finds_a_flipped_bit_in_a_blocked_accumulator():
     assert not bad.integer_bit_exact and bad.first_differing_op == op.name
     check = next(o for o in bad.ops if o.name == op.name)
     assert not check.bit_exact and check.max_abs_error == 1.0  # one flipped low bit of an int32
+
+
+# blocks by hand for a [2, 3, 4, 5] array: 1 and 3 split each row of 5 (into 5, into 3 + 2); 7
+# takes one row, 12 two rows of a [4, 5], 40 two [4, 5] slices of a [3, 4, 5]; 1000 the whole
+@pytest.mark.parametrize("size, blocks", [(1, 120), (3, 48), (7, 24), (12, 12), (40, 4), (1000, 1)])
+def test_paired_blocks_tile_the_arrays_in_order(size, blocks):
+    """Every element once, in C order, in blocks of at most `size` elements, each block of `a`
+    beside the same block of `b` (a strided view)."""
+    from emulator.coreops import paired_blocks
+
+    a = np.arange(2 * 3 * 4 * 5).reshape(2, 3, 4, 5)
+    b = (-a)[:, ::-1][:, ::-1]  # the same shape, strided
+    pairs = list(paired_blocks(a, b, size))
+    assert np.array_equal(np.concatenate([x.reshape(-1) for x, _ in pairs]), a.reshape(-1))
+    assert np.array_equal(np.concatenate([y.reshape(-1) for _, y in pairs]), b.reshape(-1))
+    assert all(x.shape == y.shape and x.size <= size for x, y in pairs)
+    assert len(pairs) == blocks

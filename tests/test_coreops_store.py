@@ -125,3 +125,27 @@ def test_a_pure_registered_kind_reads_the_image_itself(monkeypatch):
     co.register("negate", negate, (1, 1))  # registered again, not pure: copies
     co.execute(img, "negate", DramTensor(128, (64,), "int8"), [DramTensor(0, (64,), "int8")], {})
     assert not np.shares_memory(seen[1], img) and "negate" not in co.PURE
+
+
+@pytest.mark.parametrize("kind, op", [("mul", np.multiply), ("add", np.add), ("sub", np.subtract),
+                                      ("max", np.maximum), ("min", np.minimum)])
+@pytest.mark.parametrize("shapes", [((6, 8), (6, 8)), ((6, 8), (1, 8)), ((1, 8), (6, 8))])
+def test_float_binary_kinds_written_into_their_own_copy_keep_the_bits(kind, op, shapes):
+    """An int32 operand made fp32 takes the result in place (where the result has its shape):
+    the bits of the operation on fresh arrays, broadcasts either way, the sources untouched."""
+    rng = np.random.default_rng(len(kind))
+    a = rng.integers(-2**31, 2**31 - 1, shapes[0]).astype(np.int32)
+    b = (rng.standard_normal(shapes[1]) * 1e-3).astype(np.float32)
+    a0, b0 = a.copy(), b.copy()
+    got = co.KINDS[kind]([a, b], {})
+    want = op(a.astype(np.float32), b)
+    assert got.dtype == want.dtype and np.array_equal(got.view(np.uint32), want.view(np.uint32))
+    assert np.array_equal(a, a0) and np.array_equal(b, b0)
+
+
+def test_softmax_in_place_keeps_the_bits():
+    x = (np.random.default_rng(3).standard_normal((5, 7, 33)) * 20).astype(np.float32)
+    e = np.exp(x - x.max(axis=-1, keepdims=True))
+    want = e / e.sum(axis=-1, keepdims=True, dtype=np.float32)
+    got = co.KINDS["softmax"]([x], {})
+    assert np.array_equal(got.view(np.uint32), want.view(np.uint32))

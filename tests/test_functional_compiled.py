@@ -185,3 +185,52 @@ def test_the_issue_slot_set_is_a_set_of_cycles():
             taken.add(q)
             want.append(q)
         assert take_slots(requests) == want
+
+
+MATMUL_SHAPES = [(1, 16, 16), (3, 16, 48), (17, 32, 64), (16, 48, 96), (5, 16, 160)]
+
+
+def _one_matmul(M: int, N: int, K: int):
+    """One matmul of int8 operands covering the whole range (-128 x -128 included): its
+    program, DRAM image and the exact product."""
+    rng = np.random.default_rng(M * 1000 + N * 10 + K)
+    a = rng.integers(-128, 128, (M, K), dtype=np.int8)
+    b = rng.integers(-128, 128, (N, K), dtype=np.int8)
+    a[0], b[:, 0] = -128, -128
+    img = np.zeros(1 << 16, np.uint8)
+    img[:M * K] = a.view(np.uint8).reshape(-1)
+    img[16384:16384 + N * K] = b.view(np.uint8).reshape(-1)
+    body = [Mset(0, 1), Mset(1, 1), Mset(2, 4), Mvin(0, 0, M * K // 16), Mvin(1, 16384, N * K // 16),
+            Matmul(0, 1, 2, M, N, K), Mvout(2, 32768, M * N * 4 // 16), Fence()]
+    return Program([body], dram_bytes=1 << 16), img, (a.astype(np.int64) @ b.T.astype(np.int64)).astype(np.int32)
+
+
+@pytest.mark.parametrize("M, N, K", MATMUL_SHAPES)
+def test_the_matrix_product_kernel_is_exact_on_odd_shapes(monkeypatch, M, N, K):
+    """Rows in pairs with one left over, columns in fours, K below, at and past the kernel's
+    32-term step: the exact products, on both cores."""
+    prog, img, want = _one_matmul(M, N, K)
+    state = machines_alike(monkeypatch, chip("toy"), prog, img)
+    got = np.frombuffer(state[1], np.uint8)[32768:32768 + M * N * 4].view(np.int32).reshape(M, N)
+    assert np.array_equal(got, want)
+
+
+def test_the_avx2_kernel_gives_the_same_products():
+    """With DSE_EMULATOR_NO_VNNI set (read when the compiled core loads: a fresh process) the
+    AVX2 kernel runs: the same DRAM bytes as this process's kernel, for every shape above."""
+    import os
+    import subprocess
+    import sys
+
+    script = ("import sys, numpy as np\nsys.path.insert(0, 'tests')\n"
+              "from test_functional_compiled import MATMUL_SHAPES, _one_matmul\n"
+              "from test_timing_fast_paths import chip\nfrom emulator import run\n"
+              "for s in MATMUL_SHAPES:\n    prog, img, _ = _one_matmul(*s)\n"
+              "    sys.stdout.write(run(prog, chip('toy'), img).dram[32768:40960].tobytes().hex() + '\\n')\n")
+    outs = []
+    for env in ({"DSE_EMULATOR_NO_VNNI": "1"}, {}):
+        p = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, check=True,
+                           env={**os.environ, "DSE_EMULATOR_CORE": "compiled", **env},
+                           cwd=os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+        outs.append(p.stdout)
+    assert outs[0] == outs[1] and len(outs[0].splitlines()) == len(MATMUL_SHAPES)

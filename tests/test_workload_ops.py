@@ -260,3 +260,30 @@ def test_integer_products_wrap_around_like_a_32_bit_accumulator():
     out = INTERPRETERS["conv2d"](op, [x, w, torch.tensor([10], dtype=torch.int32)])
     assert out.dtype == torch.int32 and out.flatten().tolist() == [1 * 2 - 2 * 1 - 3 + 4 * 3 + 10]
     assert np.array_equal(out.numpy(), np.array([[[[19]]]], dtype=np.int32))
+
+
+@pytest.mark.parametrize("seed", range(6))
+@pytest.mark.parametrize("int8_gemm", [True, False])
+def test_integer_products_are_the_exact_sums_on_either_path(seed, int8_gemm, monkeypatch):
+    """linear and matmul of int8 operands: the int64 sums (which fit int32 here), by torch's
+    int8 GEMM (where it is exact on this machine) and by the float slices alike, on batched,
+    broadcast, strided and extreme operands, bias included."""
+    import dse.workload.interpret as interpret
+    from dse.workload.graph import INTERPRETERS
+
+    if int8_gemm and not interpret._int8_gemm_exact():
+        pytest.skip("torch's int8 GEMM is not exact on this machine: the float path serves")
+    monkeypatch.setattr(interpret, "_INT8_GEMM", int8_gemm)
+    g = torch.Generator().manual_seed(seed)
+    k = [3, 64, 1030, 2048, 17, 4096][seed]
+    a = torch.randint(-128, 128, ([2, 1][seed % 2], 3, 5, k), generator=g, dtype=torch.int8)
+    a[..., 0, :] = -128  # every term -128 x -128 in a row of A and a column of B
+    b = torch.randint(-128, 128, (3, k, 7), generator=g, dtype=torch.int8)[:, :, ::2]  # strided
+    b[..., 0] = -128
+    want = (a.to(torch.int64) @ b.to(torch.int64)).to(torch.int32)
+    got = INTERPRETERS["matmul"](_op("matmul"), [a, b])
+    assert got.dtype == torch.int32 and torch.equal(got, want)
+    w = torch.randint(-128, 128, (9, k), generator=g, dtype=torch.int8)
+    bias = torch.randint(-1000, 1000, (9,), generator=g, dtype=torch.int32)
+    got = INTERPRETERS["linear"](_op("linear"), [a, w, bias])
+    assert torch.equal(got, (a.to(torch.int64) @ w.T.to(torch.int64) + bias).to(torch.int32))

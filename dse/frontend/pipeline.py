@@ -353,14 +353,17 @@ def _run(recipe: Recipe, params: dict[str, Any], steps: list[StepSpec], out: Pat
                 # the check's trace is this graph's (ctx.traced): its outputs are Graph.run's
                 stage_outputs[len(stages) - 1] = [ctx.traced[1][name].clone() for name in graph.outputs]
             bar.update()
+        kept = None
+        if keep_bytes > 0 and ctx.traced_graph is graph and stages[-1].passed:
+            kept = kept_values(graph, ctx.traced[1], keep_bytes)
+        # The last trace's other values go before the module's second forward: at seq 2048 a
+        # Llama layer's are gigabytes, and that forward was the run's peak on top of them.
+        ctx.traced = ctx.traced_graph = None
         if check:
             _check_vacuous(stages[0], recipe, module, inputs, expected, graphs[0].outputs)
         bar.refresh()  # the last stage's update drawn before the bar goes (within mininterval it is not)
     finally:
         bar.close()
-    kept = None
-    if keep_bytes > 0 and ctx.traced_graph is graph and stages[-1].passed:
-        kept = kept_values(graph, ctx.traced[1], keep_bytes)
     del ctx
     first_failure = next((s for s in stages if not s.passed), None)
     for stage in stages:

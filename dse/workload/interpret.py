@@ -81,12 +81,62 @@ def _exact_dtype(bound: int | None) -> torch.dtype:
     return torch.float32 if bound is not None and bound < FLOAT32_EXACT else torch.float64
 
 
+def _int8_gemm_exact() -> bool:
+    """Whether torch's int8 GEMM (`torch._int_mm`: int8 x int8 summed in int32) gives the exact
+    products on this machine, tried once on the values that would break a kernel that sums
+    pairs of products in int16 (AVX2's vpmaddubsw saturates -128 x -128 + -128 x -128), and on
+    mixed signs, strides and odd sizes. Where it does not (or has no CPU kernel), the float
+    path below is used."""
+    global _INT8_GEMM
+    if _INT8_GEMM is None:
+        try:
+            g = torch.Generator().manual_seed(0)
+            cases = [(torch.full((17, 64), -128, dtype=torch.int8), torch.full((64, 9), -128, dtype=torch.int8)),
+                     (torch.full((3, 40), 127, dtype=torch.int8), torch.full((9, 40), -128, dtype=torch.int8).t()),
+                     (torch.randint(-128, 128, (33, 1030), generator=g, dtype=torch.int8),
+                      torch.randint(-128, 128, (1030, 24), generator=g, dtype=torch.int8))]
+            _INT8_GEMM = all(torch.equal(torch._int_mm(x, y), (x.to(torch.int64) @ y.to(torch.int64)).to(torch.int32))
+                             for x, y in cases)
+        except (RuntimeError, AttributeError, NotImplementedError):
+            _INT8_GEMM = False
+    return _INT8_GEMM
+
+
+_INT8_GEMM: bool | None = None
+
+
+def _int8_matmul(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    """a @ b of int8 tensors (broadcast over leading dims) as int32, by torch's int8 GEMM, one
+    2-D product per matrix of the batch: 5x the float32 slices on a real layer's products,
+    with no float copies of the operands."""
+    *batch_a, m, k = a.shape
+    *batch_b, _, n = b.shape
+    # oneDNN takes a matrix with unit stride along one of its axes (a weight's transpose
+    # included); any other view is copied rather than left to a slow fallback
+    a, b = (t if t.stride(-1) == 1 or t.stride(-2) == 1 else t.contiguous() for t in (a, b))
+    batch = torch.broadcast_shapes(tuple(batch_a), tuple(batch_b))
+    if not batch_b or all(d == 1 for d in batch_b):  # one B for every row of A: one product
+        out = torch._int_mm(a.reshape(-1, k), b.reshape(k, n))
+        return out.reshape(*batch, m, n)
+    a = a.expand(*batch, m, k).reshape(-1, m, k)
+    b = b.expand(*batch, k, n).reshape(-1, k, n)
+    out = torch.empty((a.shape[0], m, n), dtype=torch.int32)
+    for i in range(a.shape[0]):
+        torch._int_mm(a[i], b[i], out=out[i])
+    return out.reshape(*batch, m, n)
+
+
 def _int_matmul(a: torch.Tensor, b: torch.Tensor) -> tuple[torch.Tensor, int | None]:
-    """a @ b of integer tensors, exact in float, and its bound. A reduction too long for
-    float32 whose sums fit int32 (int8 x int8 over 1,024 terms or more) goes in slices of K
-    that float32 holds, summed in int32: half the memory and twice the speed of float64."""
+    """a @ b of integer tensors, exact, and its bound. int8 x int8 whose sums fit int32: torch's
+    int8 GEMM where it is exact here (`_int8_gemm_exact`). Otherwise in float: a reduction
+    too long for float32 whose sums fit int32 (int8 x int8 over 1,024 terms or more) goes in
+    slices of K that float32 holds, summed in int32: half the memory and twice the speed of
+    float64."""
     k = a.shape[-1]
     bound = _product_bound(a, b, k)
+    if (bound is not None and bound <= INT32_MAX and b.dim() >= 2 and a.dim() >= 2 and a.dtype == torch.int8
+            and b.dtype == torch.int8 and min(a.shape[-2], k, b.shape[-1]) > 0 and _int8_gemm_exact()):
+        return _int8_matmul(a, b), bound
     step = (FLOAT32_EXACT - 1) // (bound // k) if bound else k
     if bound is None or b.dim() < 2 or not 0 < step < k or bound > INT32_MAX:
         exact = _exact_dtype(bound)

@@ -91,9 +91,9 @@ def seeded(layer: DecoderLayer, index: int) -> DecoderLayer:
 class Layers(nn.Module):
     def __init__(self, seq, dim, heads, kv_heads, head_dim, ffn, layers, layer, theta=10000.0):
         super().__init__()
-        with torch.random.fork_rng(devices=[]):  # construction draws from the global RNG: keep it untouched
-            self.layers = nn.ModuleList(seeded(DecoderLayer(dim, heads, kv_heads, head_dim, ffn), layer + j)
-                                        for j in range(layers))
+        # each layer allocated but not initialised (`unfilled`), then drawn once (`seeded`)
+        self.layers = nn.ModuleList(seeded(unfilled(DecoderLayer, dim, heads, kv_heads, head_dim, ffn), layer + j)
+                                    for j in range(layers))
         inv_freq = 1.0 / theta ** (torch.arange(0, head_dim, 2, dtype=torch.float64) / head_dim)
         angles = torch.outer(torch.arange(seq, dtype=torch.float64), inv_freq)
         angles = torch.cat([angles, angles], dim=-1)
@@ -120,3 +120,12 @@ def inputs(seq: int = 16, dim: int = 64, heads: int = 4, kv_heads: int = 2, head
            layers: int = 1, layer: int = 0) -> tuple[torch.Tensor, ...]:
     hidden = torch.randn(1, seq, dim, generator=torch.Generator().manual_seed(1))
     return hidden, torch.arange(seq).unsqueeze(0)
+
+
+def unfilled(cls, *args) -> nn.Module:
+    """`cls(*args)` with its parameters allocated but not initialised (built on the meta
+    device): `seeded` draws every one, and nn.Linear's own init was a second pass over a real
+    layer's 218M weights (and drew from the global RNG)."""
+    with torch.device("meta"):
+        module = cls(*args)
+    return module.to_empty(device="cpu")

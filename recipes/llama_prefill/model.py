@@ -90,13 +90,13 @@ class Llama(nn.Module):
         self.layers = nn.ModuleList(DecoderLayer(dim, heads, kv_heads, head_dim, ffn) for _ in range(layers))
         self.norm = RMSNorm(dim)
         self.lm_head = nn.Linear(dim, vocab, bias=False)
-        inv_freq = 1.0 / theta ** (torch.arange(0, head_dim, 2, dtype=torch.float64) / head_dim)
-        angles = torch.outer(torch.arange(max_positions, dtype=torch.float64), inv_freq)
-        angles = torch.cat([angles, angles], dim=-1)
-        self.register_buffer("cos_table", angles.cos().float(), persistent=False)
-        self.register_buffer("sin_table", angles.sin().float(), persistent=False)
-        causal = torch.full((max_positions, max_positions), float("-inf")).triu(1)
-        self.register_buffer("mask", causal, persistent=False)  # [seq, seq]: 0 on and below the diagonal
+        # The rotary tables and the causal mask are buffers made by `tables`, which `load`
+        # calls again once the parameters, built on the meta device, have memory (to_empty
+        # leaves the buffers unset too). This comment and the two lines below take the seven
+        # lines of the code they replaced, so the ops of forward keep their source lines
+        # (model.py:N, in dumps and programs: bench/same_points.py's hashes).
+        self.theta = theta
+        self.tables(head_dim, max_positions)
 
     def forward(self, tokens, positions):
         x = self.embed(tokens)
@@ -109,6 +109,18 @@ class Llama(nn.Module):
         logits = self.lm_head(self.norm(x))
         return logits, torch.cat(new_k, dim=0), torch.cat(new_v, dim=0)
 
+    def tables(self, head_dim: int, max_positions: int) -> "Llama":
+        """The rotary tables and the causal mask, (re)computed as buffers."""
+        theta = self.theta
+        inv_freq = 1.0 / theta ** (torch.arange(0, head_dim, 2, dtype=torch.float64) / head_dim)
+        angles = torch.outer(torch.arange(max_positions, dtype=torch.float64), inv_freq)
+        angles = torch.cat([angles, angles], dim=-1)
+        self.register_buffer("cos_table", angles.cos().float(), persistent=False)
+        self.register_buffer("sin_table", angles.sin().float(), persistent=False)
+        causal = torch.full((max_positions, max_positions), float("-inf")).triu(1)
+        self.register_buffer("mask", causal, persistent=False)  # [seq, seq]: 0 on and below the diagonal
+        return self
+
 
 def _config(vocab, dim, layers, heads, kv_heads, head_dim, ffn) -> dict:
     if heads % kv_heads:
@@ -119,8 +131,12 @@ def _config(vocab, dim, layers, heads, kv_heads, head_dim, ffn) -> dict:
 def load(seq: int = 64, vocab: int = 1024, dim: int = 256, layers: int = 2, heads: int = 8, kv_heads: int = 2,
          head_dim: int = 32, ffn: int = 704) -> Llama:
     config = _config(vocab, dim, layers, heads, kv_heads, head_dim, ffn)
-    with torch.random.fork_rng(devices=[]):  # construction draws from the global RNG: keep it untouched
+    # Built on the meta device, then given memory: every parameter is drawn below, and the
+    # modules' own init was a second pass over a real layer's 218M weights (drawing from the
+    # global RNG). The tables and the mask are computed again on the CPU.
+    with torch.device("meta"):
         model = Llama(**config, max_positions=seq)
+    model.to_empty(device="cpu").tables(head_dim, seq)
     generator = torch.Generator().manual_seed(0)
     with torch.no_grad():
         for name, param in model.named_parameters():

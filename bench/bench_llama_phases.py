@@ -1,0 +1,107 @@
+"""Where one Llama-3-8B-shaped layer's `dse emulate` spends its time and memory, phase by
+phase, in one process: the recipe's module (load, forward), the capture, each frontend
+stage (its check's trace; quantize's calibration and integer check), the vacuous check,
+the graph cache's write, then lowering, the emulator's run and the comparison. Each line:
+wall and CPU seconds of the phase, the resident set after it and the peak so far (VmHWM).
+
+    .venv/bin/python bench/bench_llama_phases.py [--seq 2048] [--recipe llama_prefill]
+        [--chip goban] [--workers 4]
+
+The phases are timed by wrapping the pipeline's own functions (nothing is run twice); the
+graph cache is a temporary folder (a cold run). Takes minutes at seq 2048; not run by tests.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+LAYER = dict(dim=4096, heads=32, kv_heads=8, head_dim=128, ffn=14336)
+
+
+def memory() -> tuple[float, float]:
+    """(VmRSS, VmHWM) of this process in GB."""
+    fields = dict(line.split(":", 1) for line in Path("/proc/self/status").read_text().splitlines() if ":" in line)
+    return tuple(int(fields[k].split()[0]) / 1024**2 for k in ("VmRSS", "VmHWM"))
+
+
+ROWS: list[tuple[str, float, float, float, float]] = []
+
+
+def timed(owner, attr: str, label):
+    """Wrap owner.attr so that each call adds a row (label may be a function of the args)."""
+    inner = getattr(owner, attr)
+
+    def wrapper(*args, **kwargs):
+        wall, cpu = time.perf_counter(), time.process_time()
+        try:
+            return inner(*args, **kwargs)
+        finally:
+            name = label(*args, **kwargs) if callable(label) else label
+            ROWS.append((name, time.perf_counter() - wall, time.process_time() - cpu, *memory()))
+
+    setattr(owner, attr, wrapper)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--seq", type=int, default=2048)
+    ap.add_argument("--recipe", default="llama_prefill")
+    ap.add_argument("--chip", default="goban")
+    ap.add_argument("--workers", type=int, default=4)
+    args = ap.parse_args()
+    os.environ["DSE_CACHE_DIR"] = tempfile.mkdtemp(prefix="dse-phases-")
+    os.environ.setdefault("THP_MEM_ALLOC_ENABLE", "1")  # as `dse emulate` sets it
+    start_wall, start_cpu = time.perf_counter(), time.process_time()
+    import emulator
+    import dse.frontend.pipeline as pipeline
+    import dse.frontend.quantize as quantize
+    import dse.numerics as numerics
+    import dse.numerics.run as run
+    import dse.workload.cache as cache
+    import dse.workload.capture  # noqa: F401 - its module (dse.workload exports a function of that name)
+    import dse.workload.recipes as recipes
+    from dse.chips import load_chip
+    from dse.mapping import Mapping
+
+    ROWS.append(("imports", time.perf_counter() - start_wall, time.process_time() - start_cpu, *memory()))
+    timed(recipes, "instantiate", "recipe load() + inputs()")
+    timed(recipes, "run_module", "module forward (expected)")
+    timed(sys.modules["dse.workload.capture"], "capture", "capture (torch.export)")
+    timed(pipeline, "check_graph", lambda graph, ctx, tol: f"stage check trace ({len(graph.ops)} ops)")
+    timed(pipeline, "_check_vacuous", "vacuous check (module on redrawn inputs)")
+    import dataclasses
+
+    import dse.frontend.permute as permute
+    import dse.frontend.steps as steps
+
+    timed(quantize, "run", "quantize: calibrate + rewrite")
+    timed(quantize, "verify", "quantize: integer check (numpy)")
+    timed(permute, "run", "permute: rewrite")
+    steps.BUILTIN["quantize"] = dataclasses.replace(steps.BUILTIN["quantize"], run=quantize.run, verify=quantize.verify)
+    steps.BUILTIN["permute"] = dataclasses.replace(steps.BUILTIN["permute"], run=permute.run)
+    timed(cache, "store", "graph cache write")
+    timed(run, "emit_graph", "lower (plan, program, DRAM image)")
+    timed(emulator, "run", "emulator run (functional + timing)")
+    timed(run, "StreamedReference", "reference (start)")
+    timed(run, "compare", "compare (incl. streamed reference)")
+    params = {"seq": args.seq, **LAYER, **({"layers": 1} if args.recipe == "llama_prefill" else {})}
+    rep = run.emulate_recipe(args.recipe, load_chip(args.chip), Mapping(workers=args.workers), params)
+    total_wall, total_cpu = time.perf_counter() - start_wall, time.process_time() - start_cpu
+    print(f"{args.recipe} {params} on {args.chip} x{args.workers}: {rep.verdict.summary() if rep.verdict else rep.reason}")
+    print(f"cycles {rep.cycles:,}")
+    print(f"{'phase':<44} {'wall s':>8} {'CPU s':>8} {'RSS GB':>7} {'peak GB':>8}")
+    for name, wall, cpu, rss, hwm in ROWS:
+        print(f"{name:<44} {wall:8.1f} {cpu:8.1f} {rss:7.2f} {hwm:8.2f}")
+    print(f"{'total':<44} {total_wall:8.1f} {total_cpu:8.1f} {memory()[0]:7.2f} {memory()[1]:8.2f}  "
+          f"load {os.getloadavg()[0]:.1f}")
+
+
+if __name__ == "__main__":
+    main()
