@@ -19,6 +19,7 @@ from collections.abc import Iterable, Sequence
 
 from sqlalchemy import Connection
 
+from dse.records.packed import layouts
 from dse.records.sql_reads import FIGURES_BYTE_ORDER
 
 # The columns of a metric row as the writes hand them over: (run_id, kind, name, value,
@@ -131,8 +132,6 @@ def rebuild(connection: Connection, candidate_ids: Iterable[int] | None = None) 
 def _totals_of(connection: Connection, where: str) -> list[tuple]:
     """The total metric rows every run shows (`where` on its alias r), as the writes hand
     them over; a linking run (run.reused_run_id, dse.records.reuse) shows the run's it reuses."""
-    from dse.records.packed import layouts
-
     found = connection.exec_driver_sql(
         "SELECT r.id, p.layout_id, p.figures FROM run r JOIN run_metrics p ON p.run_id = coalesce(r.reused_run_id, r.id) "
         f"{where} ORDER BY r.id").all()

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import json
 import numbers
+import struct
 from collections.abc import Callable, Sequence
 from datetime import datetime, timezone
 from typing import Any
@@ -319,8 +320,6 @@ def layout_entries(text: str) -> list[tuple]:
 def unpacked(layout: str, figures: bytes) -> list[tuple]:
     """A run's packed metrics (run_metrics.figures with its layout's text) as metric rows:
     (kind, name, value, unit, scope, scope_key) each, in recorded order."""
-    import struct
-
     figures = bytes(figures)
     values = struct.unpack(f"{FIGURES_BYTE_ORDER}{len(figures) // 8}d", figures)
     return [(k, n, v, u, s, key) for (k, n, u, s, key), v in zip(layout_entries(layout), values)]

@@ -22,6 +22,7 @@ from ..plan.moe import spreads
 from ..ppa.assess import assess_candidates
 from ..ppa.energy import METRIC_UNITS
 from ..records import MetricRow
+from ..units.scan import scan_notes
 from .emulation import prepare_emulation
 from .evidence import Evidence, Outcome  # noqa: F401  (read from here too)
 from .spec import METRICS
@@ -315,8 +316,6 @@ def _scan_notes(graph, cands: list[Candidate]) -> list[str]:
     """Per candidate, where each scan's weight and state live and why (`dse.plan.scan.scan_notes`)."""
     if not any(op.kind == "scan" for op in graph.ops):
         return [""] * len(cands)
-    from ..units.scan import scan_notes
-
     return scan_notes(graph, CandidateArrays.from_candidates(cands))
 
 
