@@ -16,11 +16,12 @@ from __future__ import annotations
 
 import math
 
-from ..workload.graph import Graph, Op
+from ..workload.graph import CHANNELS_LAST, CHANNELS_LAST_WEIGHTS, CONV_KINDS, MATMUL_KINDS, Graph, Op
 from .memory import Loc, padded_shape
 
-MATRIX_PRODUCTS = ("linear", "matmul")
-MATRIX_CONVS = ("conv1d", "conv2d", "conv3d")
+# the vocabulary's products and convolutions: every one is a GEMM form of the matrix Ball
+MATRIX_PRODUCTS = MATMUL_KINDS
+MATRIX_CONVS = CONV_KINDS
 SCALE_KINDS = ("requantize", "dequantize", "quantize")
 
 
@@ -63,8 +64,8 @@ def _channels_last_int8_conv(graph: Graph, op: Op) -> bool:
         return False
     x, w = (graph.tensors[n] for n in op.inputs[:2])
     return (x.dtype == "int8" and w.dtype == "int8" and op.inputs[1] in graph.weights
-            and op.attrs.get("layout") in ("NHWC", "NLC", "NDHWC")
-            and op.attrs.get("weight_layout") in ("HWIO", "WIO", "DHWIO")
+            and op.attrs.get("layout") in CHANNELS_LAST
+            and op.attrs.get("weight_layout") in CHANNELS_LAST_WEIGHTS
             and (not op.attrs.get("has_bias") or (len(op.inputs) > 2 and op.inputs[2] in graph.weights)))
 
 
