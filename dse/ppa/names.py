@@ -4,9 +4,11 @@ record store read them without loading the cost model."""
 from __future__ import annotations
 
 # The components, in the order every view lists them.
-COMPONENTS = ("private_sram", "shared_sram", "cache", "matrix", "vecmatmul", "im2col", "transpose", "relu", "fp2int",
-              "int2fp", "mxfp2int", "cores", "dma", "dram")
-BALLS = ("matrix", "vecmatmul", "im2col", "transpose", "relu", "fp2int", "int2fp", "mxfp2int")
+# The Balls: the arrays, priced a MAC, and the lane Balls, priced a busy cycle.
+ARRAY_BALLS = ("matrix", "vecmatmul")
+LANE_BALLS = ("im2col", "transpose", "relu", "fp2int", "int2fp", "mxfp2int")
+BALLS = ARRAY_BALLS + LANE_BALLS
+COMPONENTS = ("private_sram", "shared_sram", "cache", *BALLS, "cores", "dma", "dram")
 # What one instance of each component is.
 INSTANCE = {
     "private_sram": "one private bank", "shared_sram": "one shared-memory bank a tile holds",
@@ -15,4 +17,4 @@ INSTANCE = {
 }
 
 
-__all__ = ["BALLS", "COMPONENTS", "INSTANCE"]
+__all__ = ["ARRAY_BALLS", "BALLS", "COMPONENTS", "INSTANCE", "LANE_BALLS"]

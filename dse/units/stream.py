@@ -41,11 +41,12 @@ from .core import charge_core
 from .unit import OpLowering, Unit
 
 
-# The Ball instruction of one piece of a stream, by the stream's Ball.
+# The Ball instruction of one piece of a stream, by the stream's Ball: the Balls the plan
+# streams through, whose busy cycles the model totals by kind (`dse.analytical.estimate`).
 STREAM_BALL_OPS = {
+    "relu": lambda s, p: Relu(0, 1, p.in_lines, s.in_bits),
     "fp2int": lambda s, p: Fp2Int(0, 1, p.in_lines, p.scale, s.out_bits),
     "int2fp": lambda s, p: Int2Fp(0, 1, p.in_lines, p.scale, s.in_bits, s.out_bits),
-    "relu": lambda s, p: Relu(0, 1, p.in_lines, s.in_bits),
 }
 
 
