@@ -48,10 +48,10 @@ from .chains import score_chains
 from .layout import CHANNELS_LAST, absorbs_permute, inverse, permuted, stored_orders, stored_shape
 from .mapper import gemm_shape
 from .memory import Blocked, Dram, Loc, itemsize, pad, padded_shape
-from .units import SCALE_KINDS, conv_pad, grouped_conv, matrix_conv, matrix_product, reshape_view
+from .units import MATRIX_UNITS, SCALE_KINDS, conv_pad, grouped_conv, matrix_conv, matrix_product, reshape_view
 from .scan import scan_plan
 
-UNITS = ("matrix", "conv", "grouped", "scale", "relu", "view", "core", "fused", "chain", "scan")
+UNITS = (*MATRIX_UNITS, "scale", "relu", "view", "core", "fused", "chain", "scan")
 FUSIONS = (None, "fuse")
 
 

@@ -19,6 +19,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 
 from ..workload.graph import Graph
+from .units import MATRIX_UNITS
 
 ROWWISE = ("relu", "gelu", "silu", "neg", "abs", "exp", "tanh", "sigmoid", "add", "sub", "mul", "div",
            "quantize", "requantize", "dequantize")
@@ -288,7 +289,7 @@ def shared_stack(span_graphs: list[Graph], chip, mapping) -> SharedStack:
             if plan.unit == "grouped":
                 return SharedStack(reason=f"partition = spans with weights = shared: grouped conv {plan.op.name} "
                                           "may run on the core in one span and on the matrix Ball in another")
-            if plan.unit in ("matrix", "conv") and plan.gemm.b_weight:
+            if plan.unit in MATRIX_UNITS and plan.gemm.b_weight:
                 gemms.setdefault(plan.op.name, []).append(plan.gemm)
     weights: dict[str, SharedWeight] = {}
     base, wave = 0, 0

@@ -5,9 +5,9 @@ analytical model alike.
   (`matrix_product`); so does an int8 channels-last ``conv1d`` / ``conv2d`` as im2col plus
   a GEMM (`matrix_conv`);
 * an int8 / int32 ReLU on a padded row-major tensor goes to the ReLU Ball when the chip
-  has one (`relu_ball`), streamed in chunks of a bank's addressable rows (`relu_chunks`);
-* quantize / requantize / dequantize go to the Fp2Int / Int2Fp Ball when one scale covers
-  whole lines and the stream is cheaper (`dse.plan.streams`);
+  has one, and quantize / requantize / dequantize to the Fp2Int / Int2Fp Ball when one
+  scale covers whole lines and the stream is cheaper: each stream's rule beside its pieces
+  (`dse.plan.streams`);
 * reshape of an unpadded contiguous tensor is a descriptor (`reshape_view`);
 * everything else is a core op (split across workers by `dse.plan.split`).
 """
@@ -23,6 +23,9 @@ from .memory import Loc, padded_shape
 MATRIX_PRODUCTS = MATMUL_KINDS
 MATRIX_CONVS = CONV_KINDS
 SCALE_KINDS = ("requantize", "dequantize", "quantize")
+# The plan's units that run a GEMM on the matrix Ball (`OpPlan.gemm` set): products, convs as
+# im2col, grouped convs.
+MATRIX_UNITS = ("matrix", "conv", "grouped")
 
 
 class Infeasible(Exception):
@@ -87,18 +90,6 @@ def conv_pad(op: Op) -> list[tuple[int, int]]:
     return [tuple(v) for v in op.attrs.get("pad_lr", [(p, p) for p in op.attrs["padding"]])]
 
 
-def relu_ball(has_relu_ball: bool, dtype: str, src: Loc | None) -> bool:
-    """A ReLU runs on the ReLU Ball: the chip has one, the data is int8 / int32 and its
-    source a padded row-major buffer (the padding stays zero through it)."""
-    return has_relu_ball and dtype in ("int8", "int32") and src is not None and src.blocked is None and src.standard
-
-
-def relu_chunks(lines: int, rows: int) -> list[tuple[int, int]]:
-    """The ReLU Ball's chunks of a buffer of `lines` 16-byte lines: a bank's addressable
-    `rows` each (the last the rest), dealt to workers round-robin."""
-    return [(lo, min(lines, lo + rows)) for lo in range(0, lines, rows)]
-
-
 def reshape_view(src: Loc, shape, dtype: str) -> Loc | None:
     """A reshape of an unpadded contiguous buffer is a descriptor over the same bytes; None
     when the data must move (a core copy)."""
@@ -121,5 +112,5 @@ def sync_after(workers: int, after_ball: bool) -> str | None:
     return "fence" if after_ball else None
 
 
-__all__ = ["Infeasible", "MATRIX_CONVS", "MATRIX_PRODUCTS", "SCALE_KINDS", "conv_pad", "grouped_conv", "matrix_conv",
-           "matrix_product", "relu_ball", "relu_chunks", "reshape_view", "sync_after", "too_many_workers"]
+__all__ = ["Infeasible", "MATRIX_CONVS", "MATRIX_UNITS", "MATRIX_PRODUCTS", "SCALE_KINDS", "conv_pad", "grouped_conv", "matrix_conv",
+           "matrix_product", "reshape_view", "sync_after", "too_many_workers"]
