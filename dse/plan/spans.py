@@ -19,7 +19,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 
 from ..workload.graph import Graph
-from .units import MATRIX_UNITS
+from .units import BALL_OR_CORE_UNITS, MATRIX_UNITS
 
 ROWWISE = ("relu", "gelu", "silu", "neg", "abs", "exp", "tanh", "sigmoid", "add", "sub", "mul", "div",
            "quantize", "requantize", "dequantize")
@@ -286,9 +286,10 @@ def shared_stack(span_graphs: list[Graph], chip, mapping) -> SharedStack:
     gemms: dict[str, list] = {}
     for sg in span_graphs:
         for plan in plan_graph(sg):
-            if plan.unit == "grouped":
-                return SharedStack(reason=f"partition = spans with weights = shared: grouped conv {plan.op.name} "
-                                          "may run on the core in one span and on the matrix Ball in another")
+            if plan.unit in BALL_OR_CORE_UNITS:
+                return SharedStack(reason=f"partition = spans with weights = shared: {BALL_OR_CORE_UNITS[plan.unit]} "
+                                          f"{plan.op.name} may run on the core in one span and on the matrix Ball in "
+                                          "another")
             if plan.unit in MATRIX_UNITS and plan.gemm.b_weight:
                 gemms.setdefault(plan.op.name, []).append(plan.gemm)
     weights: dict[str, SharedWeight] = {}

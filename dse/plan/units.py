@@ -23,9 +23,15 @@ from .memory import Loc, padded_shape
 MATRIX_PRODUCTS = MATMUL_KINDS
 MATRIX_CONVS = CONV_KINDS
 SCALE_KINDS = ("requantize", "dequantize", "quantize")
+# The op kinds the plan may stream through a Ball (unit "scale", "relu"): each reads and writes
+# a padded row-major buffer only (`dse.plan.layout`).
+STREAMED_KINDS = SCALE_KINDS + ("relu",)
 # The plan's units that run a GEMM on the matrix Ball (`OpPlan.gemm` set): products, convs as
 # im2col, grouped convs.
 MATRIX_UNITS = ("matrix", "conv", "grouped")
+# Of them, those whose op runs on the matrix Ball or as one core op, per candidate
+# (`dse.plan.grouped.on_matrix`), with what a reason calls such an op.
+BALL_OR_CORE_UNITS = {"grouped": "grouped conv"}
 
 
 class Infeasible(Exception):
@@ -112,5 +118,6 @@ def sync_after(workers: int, after_ball: bool) -> str | None:
     return "fence" if after_ball else None
 
 
-__all__ = ["Infeasible", "MATRIX_CONVS", "MATRIX_UNITS", "MATRIX_PRODUCTS", "SCALE_KINDS", "conv_pad", "grouped_conv", "matrix_conv",
-           "matrix_product", "reshape_view", "sync_after", "too_many_workers"]
+__all__ = ["BALL_OR_CORE_UNITS", "Infeasible", "MATRIX_CONVS", "MATRIX_PRODUCTS", "MATRIX_UNITS", "SCALE_KINDS",
+           "STREAMED_KINDS", "conv_pad", "grouped_conv", "matrix_conv", "matrix_product", "reshape_view", "sync_after",
+           "too_many_workers"]
