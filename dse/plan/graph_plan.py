@@ -48,7 +48,8 @@ from .chains import score_chains
 from .layout import CHANNELS_LAST, absorbs_permute, inverse, permuted, stored_orders, stored_shape
 from .mapper import gemm_shape
 from .memory import Blocked, Dram, Loc, itemsize, pad, padded_shape
-from .units import MATRIX_UNITS, SCALE_KINDS, conv_pad, grouped_conv, matrix_conv, matrix_product, reshape_view
+from .streams import SCALE_KINDS
+from .units import MATRIX_UNITS, conv_pad, grouped_conv, matrix_conv, matrix_product, reshape_view
 from .scan import scan_plan
 
 UNITS = (*MATRIX_UNITS, "scale", "relu", "view", "core", "fused", "chain", "scan")

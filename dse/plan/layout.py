@@ -26,7 +26,8 @@ from __future__ import annotations
 
 from ..workload.graph import Graph, Op
 from .memory import Loc, contiguous_strides
-from .units import MATRIX_PRODUCTS, STREAMED_KINDS, grouped_conv, matrix_conv
+from .streams import STREAMED_KINDS
+from .units import MATRIX_PRODUCTS, grouped_conv, matrix_conv
 
 CHANNELS_LAST = (None, True)  # mapping.channels_last: None (false, the default) or True
 # The conversions at a channels-last region's edge, by rank: the frontend's CF_TO_CL and

@@ -21,6 +21,11 @@ from ..workload.graph import Op
 from .memory import Dram, Loc, itemsize
 from .split import split_core_op
 
+SCALE_KINDS = ("requantize", "dequantize", "quantize")
+# The op kinds the plan may stream through a Ball (unit "scale", "relu"): each reads and writes
+# a padded row-major buffer only (`dse.plan.layout`).
+STREAMED_KINDS = SCALE_KINDS + ("relu",)
+
 # Where scale ops run when a Ball can do them: "auto" (the cheaper side), always the Ball,
 # always the core.
 ELEMENTWISE = ("auto", "ball", "core")
@@ -284,5 +289,6 @@ def stream_or_core(chip, workers: int, stream: "Stream | None", core_op: CoreOp,
                              elementwise))
 
 
-__all__ = ["ELEMENTWISE", "PLAN_KEYS", "Stream", "StreamPiece", "busiest_core_part", "relu_ball", "relu_chunks", "relu_plan_key", "relu_stream", "scale_core_op",
-           "scale_stream", "stream_or_core", "stream_plan_key", "takes_stream"]
+__all__ = ["ELEMENTWISE", "PLAN_KEYS", "SCALE_KINDS", "STREAMED_KINDS", "Stream", "StreamPiece", "busiest_core_part",
+           "relu_ball", "relu_chunks", "relu_plan_key", "relu_stream", "scale_core_op", "scale_stream", "stream_or_core",
+           "stream_plan_key", "takes_stream"]

@@ -22,10 +22,6 @@ from .memory import Loc, padded_shape
 # the vocabulary's products and convolutions: every one is a GEMM form of the matrix Ball
 MATRIX_PRODUCTS = MATMUL_KINDS
 MATRIX_CONVS = CONV_KINDS
-SCALE_KINDS = ("requantize", "dequantize", "quantize")
-# The op kinds the plan may stream through a Ball (unit "scale", "relu"): each reads and writes
-# a padded row-major buffer only (`dse.plan.layout`).
-STREAMED_KINDS = SCALE_KINDS + ("relu",)
 # The plan's units that run a GEMM on the matrix Ball (`OpPlan.gemm` set): products, convs as
 # im2col, grouped convs.
 MATRIX_UNITS = ("matrix", "conv", "grouped")
@@ -118,6 +114,5 @@ def sync_after(workers: int, after_ball: bool) -> str | None:
     return "fence" if after_ball else None
 
 
-__all__ = ["BALL_OR_CORE_UNITS", "Infeasible", "MATRIX_CONVS", "MATRIX_PRODUCTS", "MATRIX_UNITS", "SCALE_KINDS",
-           "STREAMED_KINDS", "conv_pad", "grouped_conv", "matrix_conv", "matrix_product", "reshape_view", "sync_after",
-           "too_many_workers"]
+__all__ = ["BALL_OR_CORE_UNITS", "Infeasible", "MATRIX_CONVS", "MATRIX_PRODUCTS", "MATRIX_UNITS", "conv_pad",
+           "grouped_conv", "matrix_conv", "matrix_product", "reshape_view", "sync_after", "too_many_workers"]
