@@ -58,7 +58,8 @@ def _callee(call: ast.Call) -> str | None:
 
 
 def _is_unit(node: ast.AST) -> bool:
-    return (isinstance(node, ast.Attribute) and node.attr == "unit") or (isinstance(node, ast.Name) and node.id == "unit")
+    return ((isinstance(node, ast.Attribute) and node.attr == "unit")
+            or (isinstance(node, ast.Name) and node.id == "unit"))
 
 
 def python_names(text: str) -> Names:

@@ -2,8 +2,8 @@
 whether a Ball can do one bit for bit, the stream of pieces it runs (`scale_stream`), the
 core-op form otherwise (`scale_core_op`), and which of the two a candidate takes
 (`stream_or_core`). A ReLU on the ReLU Ball: its rule (`relu_ball`) and its stream
-(`relu_stream`). Each stream's chip figures: `PLAN_KEYS`. Decided here for the lowering and the analytical model alike; the
-stream's cost is `dse.cost.stream_cycles`.
+(`relu_stream`). Each stream's chip figures: `PLAN_KEYS`. Decided here for the lowering
+and the analytical model alike; the stream's cost is `dse.cost.stream_cycles`.
 """
 
 from __future__ import annotations
