@@ -24,28 +24,31 @@ _SOURCES = {
     "chip": ("ChipConfig", "chip_from_dict"),
     "counters": ("CATALOGUE", "Counter", "Counters"),
     "errors": ("EmulatorError", "EncodeError", "ExecutionError", "ProgramError"),
-    "isa": ("Barrier", "CoreOp", "DramTensor", "Fence", "Fp2Int", "Im2col", "Instr", "Int2Fp", "Matmul", "Mset",
-            "Mvin", "Mvout", "Mxfp2Int", "Relu", "Transpose", "VecMatmul", "decode", "encode"),
+    "isa": ("CoreOp", "DramTensor", "Instr", "decode", "encode"),
     "program": ("Program", "Region"),
     "run": ("MODES", "Result", "Trace", "run"),
 }
 _MODULE_OF = {name: module for module, names in _SOURCES.items() for name in names}
 
 
+def _instructions() -> dict:
+    """The accelerator's instructions by class name (`isa.ACCELERATOR_CLASSES`): a new one is
+    exported as it is added there."""
+    return {cls.__name__: cls for cls in importlib.import_module(".isa", __name__).ACCELERATOR_CLASSES}
+
+
 def __getattr__(name: str):
     module = _MODULE_OF.get(name)
-    if module is None:
+    if module is not None:
+        value = getattr(importlib.import_module(f".{module}", __name__), name)
+    elif name == "__all__":
+        value = ["VERSION", *_MODULE_OF, *_instructions()]
+    elif name[:1].isupper() and name in _instructions():
+        value = _instructions()[name]
+    else:
         raise AttributeError(f"module 'emulator' has no attribute {name!r}")
-    value = getattr(importlib.import_module(f".{module}", __name__), name)
     globals()[name] = value
     return value
 
 
 VERSION = "emulator-0.1"
-
-__all__ = [
-    "VERSION", "run", "Result", "Trace", "MODES", "Program", "Region", "ChipConfig", "chip_from_dict",
-    "Counters", "Counter", "CATALOGUE", "EmulatorError", "EncodeError", "ExecutionError", "ProgramError",
-    "Instr", "Mset", "Mvin", "Mvout", "Fence", "Barrier", "Matmul", "VecMatmul", "Im2col", "Transpose", "Relu",
-    "Fp2Int", "Int2Fp", "Mxfp2Int", "CoreOp", "DramTensor", "encode", "decode",
-]

@@ -11,6 +11,9 @@ saturation) are stated in :mod:`emulator.isa`; in short:
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+from typing import Callable
+
 import numpy as np
 
 _I32_MIN, _I32_MAX = -(2 ** 31), 2 ** 31 - 1
@@ -180,3 +183,30 @@ def systolic_cycles(M, N, K, rows, cols, dataflow: str):
     folds = -(-s_r // rows) * -(-s_c // cols)
     out = folds * (fill + t) - 1
     return out if isinstance(out, np.ndarray) else int(out)
+
+
+@dataclass(frozen=True)
+class Lane:
+    """A lane Ball: ``iter`` lines of its source bank through its arithmetic into its
+    destination bank. `widths`: the instruction's element-width fields (8 or 32 each);
+    `compute(ins, x)`: the result of the source's bytes `x` (uint8); `written(ins, n)`: the
+    bytes it writes of `n` read."""
+
+    widths: tuple[str, ...]
+    compute: Callable
+    written: Callable
+
+
+def _ints(bits: int):
+    return np.int8 if bits == 8 else np.int32
+
+
+# The lane Balls by kind, each instruction naming its kind (`isa.Relu.ball`, ...): the machine
+# runs them all through one handler (`Machine._lane`).
+LANES: dict[str, Lane] = {
+    "relu": Lane(("bits",), lambda ins, x: relu(x.view(_ints(ins.bits))), lambda ins, n: n),
+    "fp2int": Lane(("out_bits",), lambda ins, x: fp2int(x.view(np.float32), ins.scale, ins.out_bits),
+                   lambda ins, n: n // 4 * (ins.out_bits // 8)),
+    "int2fp": Lane(("in_bits", "out_bits"), lambda ins, x: int2fp(x.view(_ints(ins.in_bits)), ins.scale, ins.out_bits),
+                   lambda ins, n: n // (ins.in_bits // 8) * (ins.out_bits // 8)),
+}

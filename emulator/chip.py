@@ -17,6 +17,7 @@ from pydantic import (BaseModel, ConfigDict, Field, PositiveInt, NonNegativeInt,
                       model_validator)
 from pydantic_core import PydanticCustomError
 
+from .ball_kinds import LATENCY_VARIABLES
 from .costs import Costs, Technology
 from .dma import transfer_cycles
 from .formula import Formula, FormulaError
@@ -209,19 +210,8 @@ class FrontEnd(_Strict):
     barrier_cycles: NonNegativeInt = 1  # a BARRIER, after the last core of the tile arrives
 
 
-BallKind = Literal["matrix", "vecmatmul", "im2col", "transpose", "relu", "fp2int", "int2fp", "mxfp2int"]
+BallKind = Literal[tuple(LATENCY_VARIABLES)]  # the kinds of `emulator.ball_kinds`
 
-# The variables each Ball's latency formula may use (HARDWARE.md, the emulator's own table).
-LATENCY_VARIABLES: dict[str, frozenset[str]] = {
-    "matrix": frozenset({"M", "N", "K", "rows", "cols"}),
-    "vecmatmul": frozenset({"K", "rows", "cols"}),
-    "im2col": frozenset({"out", "k"}),
-    "transpose": frozenset({"iter", "bits"}),
-    "relu": frozenset({"iter"}),
-    "fp2int": frozenset({"iter"}),
-    "int2fp": frozenset({"iter"}),
-    "mxfp2int": frozenset({"iter"}),
-}
 # Operand limits a Ball enforces (HARDWARE.md); `Ball.limits` overrides them.
 BALL_LIMITS: dict[str, dict[str, int]] = {
     "im2col": {"input": 34, "kernel": 7, "pad": 3},

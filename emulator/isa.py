@@ -158,6 +158,7 @@ class Instr:
 
     __slots__ = ()
     op: str = "?"
+    ball: str | None = None  # the Ball kind a lane Ball's instruction runs on (`emulator.balls.LANES`)
 
     def describe(self) -> str:
         parts = []
@@ -269,6 +270,7 @@ class Relu(Instr):
     iter: int
     bits: int = 8
     op = "RELU"
+    ball = "relu"  # a lane Ball (`emulator.balls.LANES`)
 
 
 @dataclass(frozen=True, slots=True)
@@ -279,6 +281,7 @@ class Fp2Int(Instr):
     scale: float = 1.0
     out_bits: int = 8
     op = "FP2INT"
+    ball = "fp2int"  # a lane Ball (`emulator.balls.LANES`)
 
     def __post_init__(self):
         object.__setattr__(self, "scale", _f32(self.scale))
@@ -293,6 +296,7 @@ class Int2Fp(Instr):
     in_bits: int = 32
     out_bits: int = 32
     op = "INT2FP"
+    ball = "int2fp"  # a lane Ball (`emulator.balls.LANES`)
 
     def __post_init__(self):
         object.__setattr__(self, "scale", _f32(self.scale))

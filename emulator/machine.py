@@ -33,7 +33,7 @@ from . import coreops
 from .core_choice import functional_core
 from .errors import EncodeError, ExecutionError, ProgramError
 from .dma import burst_groups, transfer_cycles
-from .isa import (Barrier, CoreOp, Fence, Fp2Int, Im2col, Int2Fp, Matmul, Mset, Mvin, Mvout, Mxfp2Int, Relu,
+from .isa import (ACCELERATOR_CLASSES, Barrier, CoreOp, Fence, Im2col, Matmul, Mset, Mvin, Mvout, Mxfp2Int,
                   Transpose, VecMatmul, layout)
 
 # Record kinds.
@@ -761,44 +761,20 @@ class Machine:
         lat = self._latency(ball, "default", iter=ins.iter, bits=ins.bits)
         return self._ball_record(pc, idx, ball, lat, [es], ed, False, mtr)
 
-    def _relu(self, c, pc, ins: Relu):
-        idx, ball = self._ball(c, pc, ins, "relu")
-        self._elem_bits(c, pc, ins, ins.bits)
+    def _lane(self, c, pc, ins):
+        """A lane Ball's instruction (`balls.LANES`, by the instruction's `ball`): ``iter``
+        lines of the source bank through its arithmetic into the destination bank."""
+        lane = B.LANES[ins.ball]
+        idx, ball = self._ball(c, pc, ins, ins.ball)
+        for width in lane.widths:
+            self._elem_bits(c, pc, ins, getattr(ins, width), width)
         es = self._bank(c, pc, ins, ins.src, "source")
         ed = self._bank(c, pc, ins, ins.dst, "destination")
         mtr = [] if self.trace else None
         n = ins.iter * self.rb
         x = self._read(c, pc, ins, es, 0, n, "source", mtr)
-        res = B.relu(x.view(_I8 if ins.bits == 8 else _I32)) if self.functional else None
-        self._write(c, pc, ins, ed, 0, res, n, "destination", mtr)
-        lat = self._latency(ball, "default", iter=ins.iter)
-        return self._ball_record(pc, idx, ball, lat, [es], ed, False, mtr)
-
-    def _fp2int(self, c, pc, ins: Fp2Int):
-        idx, ball = self._ball(c, pc, ins, "fp2int")
-        self._elem_bits(c, pc, ins, ins.out_bits, "out_bits")
-        es = self._bank(c, pc, ins, ins.src, "source")
-        ed = self._bank(c, pc, ins, ins.dst, "destination")
-        mtr = [] if self.trace else None
-        n = ins.iter * self.rb
-        x = self._read(c, pc, ins, es, 0, n, "source", mtr)
-        res = B.fp2int(x.view(_F32), ins.scale, ins.out_bits) if self.functional else None
-        self._write(c, pc, ins, ed, 0, res, n // 4 * (ins.out_bits // 8), "destination", mtr)
-        lat = self._latency(ball, "default", iter=ins.iter)
-        return self._ball_record(pc, idx, ball, lat, [es], ed, False, mtr)
-
-    def _int2fp(self, c, pc, ins: Int2Fp):
-        idx, ball = self._ball(c, pc, ins, "int2fp")
-        self._elem_bits(c, pc, ins, ins.in_bits, "in_bits")
-        self._elem_bits(c, pc, ins, ins.out_bits, "out_bits")
-        es = self._bank(c, pc, ins, ins.src, "source")
-        ed = self._bank(c, pc, ins, ins.dst, "destination")
-        mtr = [] if self.trace else None
-        n = ins.iter * self.rb
-        count = n // (ins.in_bits // 8)
-        x = self._read(c, pc, ins, es, 0, n, "source", mtr)
-        res = B.int2fp(x.view(_I8 if ins.in_bits == 8 else _I32), ins.scale, ins.out_bits) if self.functional else None
-        self._write(c, pc, ins, ed, 0, res, count * (ins.out_bits // 8), "destination", mtr)
+        res = lane.compute(ins, x) if self.functional else None
+        self._write(c, pc, ins, ed, 0, res, lane.written(ins, n), "destination", mtr)
         lat = self._latency(ball, "default", iter=ins.iter)
         return self._ball_record(pc, idx, ball, lat, [es], ed, False, mtr)
 
@@ -834,6 +810,6 @@ class Machine:
 _HANDLERS = {
     Mset: Machine._mset, Mvin: Machine._mvin, Mvout: Machine._mvout, Fence: Machine._fence,
     Barrier: Machine._barrier, Matmul: Machine._matmul, VecMatmul: Machine._vecmatmul, Im2col: Machine._im2col,
-    Transpose: Machine._transpose, Relu: Machine._relu, Fp2Int: Machine._fp2int, Int2Fp: Machine._int2fp,
-    Mxfp2Int: Machine._mxfp2int, CoreOp: Machine._coreop,
+    Transpose: Machine._transpose, Mxfp2Int: Machine._mxfp2int, CoreOp: Machine._coreop,
+    **{cls: Machine._lane for cls in ACCELERATOR_CLASSES if cls.ball in B.LANES},
 }

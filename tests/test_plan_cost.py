@@ -195,12 +195,13 @@ def test_every_unit_the_plan_names_has_one_emitter_and_one_charge():
 
 
 @pytest.mark.parametrize("recipe, params", [("mlp", {"batch": 4}), ("resnet_block", {})])
-def test_the_product_units_are_the_plans_with_a_gemm(recipe, params):
-    """`PRODUCT_UNITS`, which the placement and the shared weights read, name exactly the
+def test_the_matrix_units_are_the_plans_with_a_gemm(recipe, params):
+    """`MATRIX_UNITS`, which the placement and the shared weights read, name exactly the
     plans with a GEMM shape; a hand-off reader is one of them."""
-    from dse.plan.graph_plan import HANDOFF_UNITS, PRODUCT_UNITS, plan_graph
+    from dse.plan.graph_plan import plan_graph
+    from dse.plan.units import HANDOFF_UNITS, MATRIX_UNITS
 
     graph = run_pipeline(recipe, params, check=False).graph
     plans = plan_graph(graph)
-    assert {p.unit for p in plans if p.gemm is not None} == {p.unit for p in plans if p.unit in PRODUCT_UNITS} != set()
-    assert set(HANDOFF_UNITS) <= set(PRODUCT_UNITS)
+    assert {p.unit for p in plans if p.gemm is not None} == {p.unit for p in plans if p.unit in MATRIX_UNITS} != set()
+    assert set(HANDOFF_UNITS) <= set(MATRIX_UNITS)

@@ -41,8 +41,9 @@ def imported_by(argvs: list[list[str]], repo) -> tuple[list[int], set[str]]:
 
 
 # The emulator's formula language (numpy only) reads acceptance expressions; its package
-# loads its names lazily, so importing it brings in no machine, chip or timing model.
-LIGHT = {"emulator", "emulator.formula"}
+# loads its names lazily, so importing it brings in no machine, chip or timing model; its Ball
+# kinds (`emulator.ball_kinds`, plain data) name the cost components.
+LIGHT = {"emulator", "emulator.formula", "emulator.ball_kinds"}
 
 
 def heavy(modules: set[str]) -> set[str]:

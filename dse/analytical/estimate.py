@@ -18,6 +18,7 @@ from ..mapping import Candidate, CandidateArrays
 from ..plan.placement import spmd_chip
 from ..plan.spans import SpanError
 from ..plan.units import too_many_workers
+from ..units.stream import STREAM_BALL_OPS
 from .graph_cost import ACTIVITY_FIELDS, graph_costs
 from .spans import span_costs
 
@@ -126,7 +127,7 @@ def _calibrate(per_op, params: CandidateArrays, calibration) -> None:
 # What a candidate makes the chip do, summed over ops and workers (`dse.ppa.energy.ACTIVITY`
 # names; DRAM bytes are `dma_bytes`): the matrix Ball's MACs, bank rows, the stream Balls'
 # busy cycles by kind, core-op cycles.
-STREAM_KINDS = ("relu", "fp2int", "int2fp")
+STREAM_KINDS = tuple(STREAM_BALL_OPS)
 TOTAL_ACTIVITY = ("macs", "bank_reads", "bank_writes", "shared_reads", "shared_writes", "core_op_cycles",
                   *(f"{kind}_busy" for kind in STREAM_KINDS), "workspace_bytes")
 

@@ -45,10 +45,11 @@ from emulator.timing import Bus
 from ..cost.dma import dma_cycles_for
 from ..mapping import Candidate, CandidateArrays, check_tiles
 from ..mapping.candidate import Mapping
-from ..plan.graph_plan import HANDOFF_UNITS, placed_weights, plan_for, plan_graph, plan_key
+from ..plan.graph_plan import placed_weights, plan_for, plan_graph, plan_key
 from ..plan.memory import ALIGN, NP_DTYPES, content_key, pad
 from ..plan.placement import (WeightRegions, boundary_note, boundary_tensors, handoff_banks, handoffs, place,
                               range_candidate, range_regions, schedule, spmd_chip, stage_reason, stage_regions)
+from ..plan.units import HANDOFF_UNITS
 from ..units.stream import STREAM_BALL_OPS
 from .estimate import TOTAL_ACTIVITY, TOTAL_COLUMNS, estimate, op_activity, summarize
 from .graph_cost import graph_costs

@@ -20,8 +20,8 @@ from ..cost.stream import (StreamFigures, ball_busy_cycles, contended_stream_cyc
                            worker_share_list, worker_shares)
 from ..mapping import CandidateArrays
 from ..plan.memory import Blocked, Dram, Loc, pad
-from ..plan.streams import (Stream, busiest_core_part, relu_plan_key, relu_stream, scale_core_op, scale_stream,
-                            stream_plan_key, takes_stream)
+from ..plan.streams import (PLAN_KEYS, Stream, busiest_core_part, scale_core_op, scale_stream, stream_plan_key,
+                            takes_stream)
 from ..workload.graph import Graph, Op, scale_array
 from ..units.charges import Charges
 
@@ -29,7 +29,7 @@ from ..units.charges import Charges
 def planned_stream(graph: Graph, op_name: str, chip) -> Stream | None:
     """The stream an `estimate` of `graph` planned for op `op_name` on `chip` (kept on the
     graph, `StreamCosts.memo`), or None (none planned, or one per producing tile: ambiguous)."""
-    keys = {stream_plan_key(chip), relu_plan_key(chip)} - {()}
+    keys = {plan_key(chip) for plan_key in PLAN_KEYS} - {()}
     found = [v for k, v in graph.__dict__.get("stream_plans", {}).items()
              if len(k) == 3 and k[0] == op_name and k[1] in keys and isinstance(v, Stream)]
     return found[0] if len(found) == 1 else None
@@ -38,16 +38,18 @@ def planned_stream(graph: Graph, op_name: str, chip) -> Stream | None:
 class StreamCosts:
     def __init__(self, graph: Graph, params: CandidateArrays, chips):
         self.graph, self.params, self.chips = graph, params, chips
-        self.scale_keys = self._keys(stream_plan_key)
-        self.relu_keys = self._keys(relu_plan_key)
+        self.keys: dict[Callable, list[tuple]] = {}  # per plan key (`PLAN_KEYS`), each candidate's
         # Streams and core-op sizes depend on the graph, the op and the group only: kept on
         # the graph, so a sweep's later batches (the same graph object) reuse them.
         self.memo = graph.__dict__.setdefault("stream_plans", {})
         self.core_cpe = {"mul": params.mul_cpe, "scale": params.scale_cpe}
 
     def _keys(self, key_of) -> list[tuple]:
-        by_chip: dict[int, tuple] = {}  # a sweep's candidates share chip objects
-        return [by_chip[id(c)] if id(c) in by_chip else by_chip.setdefault(id(c), key_of(c)) for c in self.chips]
+        if key_of not in self.keys:
+            by_chip: dict[int, tuple] = {}  # a sweep's candidates share chip objects
+            self.keys[key_of] = [by_chip[id(c)] if id(c) in by_chip else by_chip.setdefault(id(c), key_of(c))
+                                 for c in self.chips]
+        return self.keys[key_of]
 
     def scale_charges(self, op: Op, src: Loc, out: Loc, shape, tiles):
         """A quantize / requantize / dequantize: per candidate whether the plan takes the
@@ -81,12 +83,13 @@ class StreamCosts:
             return np.ceil(elements * self.core_cpe[kind][idx])
 
         tile_of = (lambda i: (int(tiles[0][i]), int(tiles[1][i]))) if tiles is not None else (lambda i: ())
-        return self._charges(op, self.scale_keys, tile_of, make, core_cycles)
+        return self._charges(op, self._keys(stream_plan_key), tile_of, make, core_cycles)
 
-    def relu_charges(self, op: Op, src: Loc, out: Loc):
-        """A ReLU: on its Ball wherever the candidate's chip has one (no core alternative
-        to weigh); None when no candidate has it."""
-        return self._charges(op, self.relu_keys, lambda i: (), lambda chip, tile: relu_stream(chip, src, out), None)
+    def stream_charges(self, op: Op, plan_key: Callable, make: Callable):
+        """An op on a stream Ball wherever the candidate's chip has one, no core alternative
+        weighed (a ReLU): `plan_key(chip)` the chip figures its stream reads (() without the
+        Ball), `make(chip)` the stream; None when no candidate has it."""
+        return self._charges(op, self._keys(plan_key), lambda i: (), lambda chip, tile: make(chip), None)
 
     def _charges(self, op: Op, keys: list[tuple], tile_of: Callable, make: Callable,
                  core_cycles: Callable | None) -> "tuple[np.ndarray, Charges, np.ndarray] | None":

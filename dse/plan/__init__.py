@@ -15,9 +15,9 @@ from .mapper import GraphMap, OpMap, gemm_shape, map_graph, map_graph_candidates
 from .matmul import MatmulPlan, plan_matmul, plan_matmuls
 from .memory import Blocked, Dram, Loc
 from .split import SPLITTABLE, busiest_elements, shared_loads, split_core_op, split_plan
-from .streams import ELEMENTWISE, Stream, StreamPiece, scale_core_op, scale_stream, stream_or_core
-from .units import (Infeasible, conv_pad, matrix_conv, matrix_product, relu_ball, relu_chunks, reshape_view,
-                    sync_after, too_many_workers)
+from .streams import (ELEMENTWISE, Stream, StreamPiece, relu_ball, relu_chunks, scale_core_op, scale_stream,
+                      stream_or_core)
+from .units import Infeasible, conv_pad, matrix_conv, matrix_product, reshape_view, sync_after, too_many_workers
 
 __all__ = ["Blocked", "Dram", "ELEMENTWISE", "GraphMap", "Infeasible", "Loc", "MatmulPlan", "MatmulPlans", "OpMap",
            "PLAN_FIELDS", "SPLITTABLE", "Stream", "StreamPiece", "blocked_reasons", "busiest_elements", "conv_pad",

@@ -49,15 +49,10 @@ from .layout import CHANNELS_LAST, absorbs_permute, inverse, permuted, stored_or
 from .mapper import gemm_shape
 from .memory import Blocked, Dram, Loc, itemsize, pad, padded_shape
 from .scan import scan_plan
-from .units import SCALE_KINDS, conv_pad, grouped_conv, matrix_conv, matrix_product, reshape_view
+from .streams import SCALE_KINDS
+from .units import MATRIX_UNITS, conv_pad, grouped_conv, matrix_conv, matrix_product, reshape_view
 
-UNITS = ("matrix", "conv", "grouped", "scale", "relu", "view", "core", "fused", "chain", "scan")
-# the units whose op is a product on the matrix Ball: a B operand, maybe a weight shared in banks
-PRODUCT_UNITS = ("matrix", "conv", "grouped")
-# the products whose A can come from the range before through shared memory
-# (`dse.plan.placement.handoffs`): a plain GEMM reads its A as it is; conv reads an im2col of
-# it and grouped a group's slice, which their copies make
-HANDOFF_UNITS = ("matrix",)
+UNITS = (*MATRIX_UNITS, "scale", "relu", "view", "core", "fused", "chain", "scan")
 FUSIONS = (None, "fuse")
 
 

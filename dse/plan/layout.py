@@ -26,7 +26,8 @@ from __future__ import annotations
 
 from ..workload.graph import Graph, Op
 from .memory import Loc, contiguous_strides
-from .units import MATRIX_PRODUCTS, SCALE_KINDS, grouped_conv, matrix_conv
+from .streams import STREAMED_KINDS
+from .units import MATRIX_PRODUCTS, grouped_conv, matrix_conv
 
 CHANNELS_LAST = (None, True)  # mapping.channels_last: None (false, the default) or True
 # The conversions at a channels-last region's edge, by rank: the frontend's CF_TO_CL and
@@ -42,7 +43,7 @@ def reads_any_layout(graph: Graph, reader: Op, name: str) -> bool:
     of a row-major buffer only)."""
     if matrix_conv(graph, reader) or grouped_conv(graph, reader):
         return name == reader.inputs[0] and name not in reader.inputs[1:]
-    return reader.kind not in MATRIX_PRODUCTS + SCALE_KINDS + ("relu", "reshape")
+    return reader.kind not in MATRIX_PRODUCTS + STREAMED_KINDS + ("reshape",)
 
 
 def region_edge(graph: Graph, op: Op) -> bool:
@@ -58,7 +59,7 @@ def writes_any_layout(graph: Graph, op: Op) -> bool:
     writes its result through a strided view as well: not a Ball op, a Ball stream, a
     convolution, a ReLU (the ReLU Ball or a fused copy) or a view."""
     return not (matrix_conv(graph, op) or grouped_conv(graph, op)) and op.kind not in (
-        MATRIX_PRODUCTS + SCALE_KINDS + ("relu", "reshape", "permute"))
+        MATRIX_PRODUCTS + STREAMED_KINDS + ("reshape", "permute"))
 
 
 def stored_orders(graph: Graph, channels_last: bool | None) -> dict[str, tuple[int, ...]]:

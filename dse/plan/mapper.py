@@ -38,12 +38,13 @@ from ..mapping import Candidate, CandidateArrays, MatmulShape, check_tiles, fram
 from ..mapping.matmul import divisors
 from ..cost.matmul import MatmulCost, matmul_cost
 from .tile_choice import PLAN_FIELDS, blocked_reasons
+from .units import MATRIX_CONVS, MATRIX_PRODUCTS
+from ..workload.graph import CHANNELS_LAST_WEIGHTS
 
 OBJECTIVES = ("latency", "front")
-PRODUCT_KINDS = ("linear", "matmul")
-CONV_KINDS = ("conv1d", "conv2d", "conv3d")
+PRODUCT_KINDS = MATRIX_PRODUCTS
+CONV_KINDS = MATRIX_CONVS
 MAPPED_KINDS = PRODUCT_KINDS + CONV_KINDS
-_CHANNELS_LAST_WEIGHTS = ("HWIO", "WIO", "DHWIO")
 _NEVER = np.iinfo(np.int64).max
 
 
@@ -65,7 +66,7 @@ def gemm_shape(graph, op) -> MatmulShape:
         out = tuple(specs[op.outputs[0]].shape)
         if op.kind in CONV_KINDS:
             w = tuple(specs[op.inputs[1]].shape)
-            o = int(w[-1] if a.get("weight_layout", "") in _CHANNELS_LAST_WEIGHTS else w[0])
+            o = int(w[-1] if a.get("weight_layout", "") in CHANNELS_LAST_WEIGHTS else w[0])
             # a grouped conv runs as its block-diagonal GEMM: K spans every input channel
             k = math.prod(w) // o * int(a.get("groups", 1))
             return MatmulShape(math.prod(out) // o, o, k, 1, b_weight=True, bias=bias)

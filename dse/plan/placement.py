@@ -47,9 +47,8 @@ import numpy as np
 from emulator.chip import ChipConfig
 
 from ..mapping import Candidate, CandidateArrays
-from .graph_plan import HANDOFF_UNITS, PRODUCT_UNITS
 from .matmul import a_shared_banks, shared_banks
-from .units import too_many_workers
+from .units import HANDOFF_UNITS, MATRIX_UNITS, too_many_workers
 
 PLACEMENTS = ("phase", "layers", "pipeline", "auto")
 
@@ -237,7 +236,7 @@ def handoffs(plans, ranges, leading: bool = True) -> dict[str, str]:
             where.update({t: r for t in plans[i].op.outputs})
     out = {}
     for r, rg in enumerate(ranges[1:], 1):
-        for plan in (plans[i] for i in rg if plans[i].unit in PRODUCT_UNITS):
+        for plan in (plans[i] for i in rg if plans[i].unit in MATRIX_UNITS):
             a = plan.op.inputs[0]
             if plan.unit not in HANDOFF_UNITS or where.get(a, r) >= r or any(c.tensor == a for c in plan.copies):
                 break
@@ -366,7 +365,7 @@ def weight_banks(plans, params: CandidateArrays, held: list[HandoffBanks] | None
     most = np.zeros(params.n, dtype=np.int64)
     who = np.flatnonzero(params.shared_weights)
     for p in plans:
-        if not len(who) or p.unit not in PRODUCT_UNITS or p.gemm is None or not p.gemm.b_weight:
+        if not len(who) or p.unit not in MATRIX_UNITS or p.gemm is None or not p.gemm.b_weight:
             continue
         by_base: dict[int | None, list[int]] = {}
         for c in who.tolist():

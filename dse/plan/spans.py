@@ -19,9 +19,10 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 
 from ..workload.graph import Graph, Graph as G, Op, OpCounts, TensorSpec
-from .graph_plan import PRODUCT_UNITS, plan_graph
+from .graph_plan import plan_graph
 from .matmul import plan_matmul
 from .split import shared_loads
+from .units import BALL_OR_CORE_UNITS, MATRIX_UNITS
 
 ROWWISE = ("relu", "gelu", "silu", "neg", "abs", "exp", "tanh", "sigmoid", "add", "sub", "mul", "div",
            "quantize", "requantize", "dequantize")
@@ -281,10 +282,11 @@ def shared_stack(span_graphs: list[Graph], chip, mapping) -> SharedStack:
     gemms: dict[str, list] = {}
     for sg in span_graphs:
         for plan in plan_graph(sg):
-            if plan.unit == "grouped":
-                return SharedStack(reason=f"partition = spans with weights = shared: grouped conv {plan.op.name} "
-                                          "may run on the core in one span and on the matrix Ball in another")
-            if plan.unit in PRODUCT_UNITS and plan.gemm.b_weight:  # (grouped returned above)
+            if plan.unit in BALL_OR_CORE_UNITS:
+                return SharedStack(reason=f"partition = spans with weights = shared: {BALL_OR_CORE_UNITS[plan.unit]} "
+                                          f"{plan.op.name} may run on the core in one span and on the matrix Ball in "
+                                          "another")
+            if plan.unit in MATRIX_UNITS and plan.gemm.b_weight:
                 gemms.setdefault(plan.op.name, []).append(plan.gemm)
     weights: dict[str, SharedWeight] = {}
     base, wave = 0, 0

@@ -1,8 +1,9 @@
 """Elementwise scale ops (quantize / requantize / dequantize) on the Fp2Int / Int2Fp Balls:
 whether a Ball can do one bit for bit, the stream of pieces it runs (`scale_stream`), the
 core-op form otherwise (`scale_core_op`), and which of the two a candidate takes
-(`stream_or_core`). Decided here for the lowering and the analytical model alike; the
-stream's cost is `dse.cost.stream_cycles`.
+(`stream_or_core`). A ReLU on the ReLU Ball: its rule (`relu_ball`) and its stream
+(`relu_stream`). Each stream's chip figures: `PLAN_KEYS`. Decided here for the lowering
+and the analytical model alike; the stream's cost is `dse.cost.stream_cycles`.
 """
 
 from __future__ import annotations
@@ -19,7 +20,11 @@ from ..cost.stream import stream_cycles
 from ..workload.graph import Op
 from .memory import Dram, Loc, itemsize
 from .split import split_core_op
-from .units import relu_chunks
+
+SCALE_KINDS = ("requantize", "dequantize", "quantize")
+# The op kinds the plan may stream through a Ball (unit "scale", "relu"): each reads and writes
+# a padded row-major buffer only (`dse.plan.layout`).
+STREAMED_KINDS = SCALE_KINDS + ("relu",)
 
 # Where scale ops run when a Ball can do them: "auto" (the cheaper side), always the Ball,
 # always the core.
@@ -211,6 +216,18 @@ def scale_core_op(dram: Dram, src: Loc, out: Loc, scale: np.ndarray, shape, plac
     return CoreOp("mul", out.view(), (src.view(), DramTensor(saddr, scale.shape, "fp32")))
 
 
+def relu_ball(has_relu_ball: bool, dtype: str, src: Loc | None) -> bool:
+    """A ReLU runs on the ReLU Ball: the chip has one, the data is int8 / int32 and its
+    source a padded row-major buffer (the padding stays zero through it)."""
+    return has_relu_ball and dtype in ("int8", "int32") and src is not None and src.blocked is None and src.standard
+
+
+def relu_chunks(lines: int, rows: int) -> list[tuple[int, int]]:
+    """The ReLU Ball's chunks of a buffer of `lines` 16-byte lines: a bank's addressable
+    `rows` each (the last the rest), dealt to workers round-robin."""
+    return [(lo, min(lines, lo + rows)) for lo in range(0, lines, rows)]
+
+
 def relu_stream(chip, src: Loc, out: Loc) -> "Stream | None":
     """The ReLU Ball's stream, or None when the chip has no ReLU Ball: the whole padded
     buffer (its padding stays zero) in chunks of a bank's addressable rows (`relu_chunks`),
@@ -241,6 +258,11 @@ def stream_plan_key(chip) -> tuple:
             chip.isa.max_value("stride"))
 
 
+# The chip figures each stream's plan reads (`stream_plan_key`, `relu_plan_key`): the model
+# groups candidates by them (`dse.analytical.stream_cost`).
+PLAN_KEYS = (stream_plan_key, relu_plan_key)
+
+
 def busiest_core_part(core_op: CoreOp, workers: int) -> CoreOp:
     """The largest part of a core op as `split_core_op` cuts it (the whole op when it is not
     split): the core side of the stream-or-core choice."""
@@ -267,5 +289,6 @@ def stream_or_core(chip, workers: int, stream: "Stream | None", core_op: CoreOp,
                              elementwise))
 
 
-__all__ = ["ELEMENTWISE", "Stream", "StreamPiece", "busiest_core_part", "relu_plan_key", "relu_stream", "scale_core_op",
-           "scale_stream", "stream_or_core", "stream_plan_key", "takes_stream"]
+__all__ = ["ELEMENTWISE", "PLAN_KEYS", "SCALE_KINDS", "STREAMED_KINDS", "Stream", "StreamPiece", "busiest_core_part",
+           "relu_ball", "relu_chunks", "relu_plan_key", "relu_stream", "scale_core_op", "scale_stream", "stream_or_core",
+           "stream_plan_key", "takes_stream"]

@@ -5,9 +5,9 @@ analytical model alike.
   (`matrix_product`); so does an int8 channels-last ``conv1d`` / ``conv2d`` as im2col plus
   a GEMM (`matrix_conv`);
 * an int8 / int32 ReLU on a padded row-major tensor goes to the ReLU Ball when the chip
-  has one (`relu_ball`), streamed in chunks of a bank's addressable rows (`relu_chunks`);
-* quantize / requantize / dequantize go to the Fp2Int / Int2Fp Ball when one scale covers
-  whole lines and the stream is cheaper (`dse.plan.streams`);
+  has one, and quantize / requantize / dequantize to the Fp2Int / Int2Fp Ball when one
+  scale covers whole lines and the stream is cheaper: each stream's rule beside its pieces
+  (`dse.plan.streams`);
 * reshape of an unpadded contiguous tensor is a descriptor (`reshape_view`);
 * everything else is a core op (split across workers by `dse.plan.split`).
 """
@@ -16,12 +16,22 @@ from __future__ import annotations
 
 import math
 
-from ..workload.graph import Graph, Op
+from ..workload.graph import CHANNELS_LAST, CHANNELS_LAST_WEIGHTS, CONV_KINDS, MATMUL_KINDS, Graph, Op
 from .memory import Loc, padded_shape
 
-MATRIX_PRODUCTS = ("linear", "matmul")
-MATRIX_CONVS = ("conv1d", "conv2d", "conv3d")
-SCALE_KINDS = ("requantize", "dequantize", "quantize")
+# the vocabulary's products and convolutions: every one is a GEMM form of the matrix Ball
+MATRIX_PRODUCTS = MATMUL_KINDS
+MATRIX_CONVS = CONV_KINDS
+# The plan's units that run a GEMM on the matrix Ball (`OpPlan.gemm` set): products, convs as
+# im2col, grouped convs.
+MATRIX_UNITS = ("matrix", "conv", "grouped")
+# Of them, those whose op runs on the matrix Ball or as one core op, per candidate
+# (`dse.plan.grouped.on_matrix`), with what a reason calls such an op.
+BALL_OR_CORE_UNITS = {"grouped": "grouped conv"}
+# Of them, those whose A can come from the range before through shared memory
+# (`dse.plan.placement.handoffs`): a plain GEMM reads its A as it is; conv reads an im2col of
+# it and grouped a group's slice, which their copies make.
+HANDOFF_UNITS = ("matrix",)
 
 
 class Infeasible(Exception):
@@ -63,8 +73,8 @@ def _channels_last_int8_conv(graph: Graph, op: Op) -> bool:
         return False
     x, w = (graph.tensors[n] for n in op.inputs[:2])
     return (x.dtype == "int8" and w.dtype == "int8" and op.inputs[1] in graph.weights
-            and op.attrs.get("layout") in ("NHWC", "NLC", "NDHWC")
-            and op.attrs.get("weight_layout") in ("HWIO", "WIO", "DHWIO")
+            and op.attrs.get("layout") in CHANNELS_LAST
+            and op.attrs.get("weight_layout") in CHANNELS_LAST_WEIGHTS
             and (not op.attrs.get("has_bias") or (len(op.inputs) > 2 and op.inputs[2] in graph.weights)))
 
 
@@ -84,18 +94,6 @@ def grouped_conv(graph: Graph, op: Op) -> bool:
 def conv_pad(op: Op) -> list[tuple[int, int]]:
     """(before, after) zero padding per spatial dim: symmetric, or a span's own edges."""
     return [tuple(v) for v in op.attrs.get("pad_lr", [(p, p) for p in op.attrs["padding"]])]
-
-
-def relu_ball(has_relu_ball: bool, dtype: str, src: Loc | None) -> bool:
-    """A ReLU runs on the ReLU Ball: the chip has one, the data is int8 / int32 and its
-    source a padded row-major buffer (the padding stays zero through it)."""
-    return has_relu_ball and dtype in ("int8", "int32") and src is not None and src.blocked is None and src.standard
-
-
-def relu_chunks(lines: int, rows: int) -> list[tuple[int, int]]:
-    """The ReLU Ball's chunks of a buffer of `lines` 16-byte lines: a bank's addressable
-    `rows` each (the last the rest), dealt to workers round-robin."""
-    return [(lo, min(lines, lo + rows)) for lo in range(0, lines, rows)]
 
 
 def reshape_view(src: Loc, shape, dtype: str) -> Loc | None:
@@ -120,5 +118,5 @@ def sync_after(workers: int, after_ball: bool) -> str | None:
     return "fence" if after_ball else None
 
 
-__all__ = ["Infeasible", "MATRIX_CONVS", "MATRIX_PRODUCTS", "SCALE_KINDS", "conv_pad", "grouped_conv", "matrix_conv",
-           "matrix_product", "relu_ball", "relu_chunks", "reshape_view", "sync_after", "too_many_workers"]
+__all__ = ["BALL_OR_CORE_UNITS", "HANDOFF_UNITS", "Infeasible", "MATRIX_CONVS", "MATRIX_PRODUCTS", "MATRIX_UNITS", "conv_pad",
+           "grouped_conv", "matrix_conv", "matrix_product", "reshape_view", "sync_after", "too_many_workers"]

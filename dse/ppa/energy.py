@@ -24,10 +24,10 @@ from typing import Mapping, Sequence
 import numpy as np
 
 from .components import COMPONENTS, ComponentTable, component_table
+from .names import STREAM_BALLS
 
 # Activity names, each priced as (component, action); DRAM bytes are priced twice: the
 # DRAM's energy and the DMA engine's and bus's.
-STREAM_BALLS = ("im2col", "transpose", "relu", "fp2int", "int2fp", "mxfp2int")
 ACTIVITY = ("macs", "vec_macs", "bank_reads", "bank_writes", "shared_reads", "shared_writes", "core_op_cycles",
             "dram_bytes", *(f"{kind}_busy" for kind in STREAM_BALLS))
 PRICES: dict[str, tuple[tuple[str, str], ...]] = {

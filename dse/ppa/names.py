@@ -1,12 +1,18 @@
-"""The names of what a candidate costs: its components and what one instance of each is. Plain data, no import of the emulator or CACTI: the report, `dse compare` and the
-record store read them without loading the cost model."""
+"""The names of what a candidate costs: its components and what one instance of each is.
+Plain data, no import of the emulator's models or CACTI (the Balls are `emulator.ball_kinds`'
+kinds, plain data too): the report, `dse compare` and the record store read them without
+loading the cost model."""
 
 from __future__ import annotations
 
+from emulator import ball_kinds
+
+# The Balls, the emulator's kinds: the arrays, priced a MAC, and the stream Balls, priced a busy cycle.
+ARRAY_BALLS = tuple(ball_kinds.ARRAY_BALLS)
+STREAM_BALLS = tuple(ball_kinds.STREAM_BALLS)
+BALLS = ARRAY_BALLS + STREAM_BALLS
 # The components, in the order every view lists them.
-COMPONENTS = ("private_sram", "shared_sram", "cache", "matrix", "vecmatmul", "im2col", "transpose", "relu", "fp2int",
-              "int2fp", "mxfp2int", "cores", "dma", "dram")
-BALLS = ("matrix", "vecmatmul", "im2col", "transpose", "relu", "fp2int", "int2fp", "mxfp2int")
+COMPONENTS = ("private_sram", "shared_sram", "cache", *BALLS, "cores", "dma", "dram")
 # What one instance of each component is.
 INSTANCE = {
     "private_sram": "one private bank", "shared_sram": "one shared-memory bank a tile holds",
@@ -15,4 +21,4 @@ INSTANCE = {
 }
 
 
-__all__ = ["BALLS", "COMPONENTS", "INSTANCE"]
+__all__ = ["ARRAY_BALLS", "BALLS", "COMPONENTS", "INSTANCE", "STREAM_BALLS"]

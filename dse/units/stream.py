@@ -33,19 +33,19 @@ from emulator import Fence, Fp2Int, Int2Fp, Mset, Mvin, Mvout, Relu
 
 from ..plan.graph_plan import OpPlan
 from ..plan.memory import pad
-from ..plan.streams import Stream, relu_stream, scale_core_op, scale_stream, stream_or_core
-from ..plan.units import relu_ball
+from ..plan.streams import Stream, relu_ball, relu_plan_key, relu_stream, scale_core_op, scale_stream, stream_or_core
 from ..workload.graph import Op, scale_array
 from .charges import Charges
 from .core import charge_core
 from .unit import OpLowering, Unit
 
 
-# The Ball instruction of one piece of a stream, by the stream's Ball.
+# The Ball instruction of one piece of a stream, by the stream's Ball: the Balls the plan
+# streams through, whose busy cycles the model totals by kind (`dse.analytical.estimate`).
 STREAM_BALL_OPS = {
+    "relu": lambda s, p: Relu(0, 1, p.in_lines, s.in_bits),
     "fp2int": lambda s, p: Fp2Int(0, 1, p.in_lines, p.scale, s.out_bits),
     "int2fp": lambda s, p: Int2Fp(0, 1, p.in_lines, p.scale, s.in_bits, s.out_bits),
-    "relu": lambda s, p: Relu(0, 1, p.in_lines, s.in_bits),
 }
 
 
@@ -191,7 +191,10 @@ def charge_scale(cost, charges: Charges, plan: OpPlan) -> str | np.ndarray:
 def charge_relu(cost, charges: Charges, plan: OpPlan) -> str | np.ndarray:
     """The ReLU Ball's stream where the candidate's chip has the Ball (`relu_stream`),
     else the core op. Returns the unit (per candidate when they differ)."""
-    stream = cost.streams.relu_charges(plan.op, plan.reads[0], plan.writes) if cost.streams is not None else None
+    src, out = plan.reads[0], plan.writes
+    # on its Ball wherever the candidate's chip has one: no core alternative to weigh
+    stream = cost.streams.stream_charges(plan.op, relu_plan_key, lambda chip: relu_stream(chip, src, out)) \
+        if cost.streams is not None else None
     if stream is None:
         charge_core(cost, charges, plan)
         return "core"

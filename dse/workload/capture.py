@@ -34,8 +34,8 @@ from torch.fx import Node
 from dse.errors import InputError
 from dse.workload import moe_capture as moe
 from dse.workload.counts import count_op
-from dse.workload.graph import (CHANNELS_FIRST, CHANNELS_FIRST_WEIGHTS, MOVE_KINDS, Graph, Op, TensorSpec, dtype_name,
-                                weight_array)
+from dse.workload.graph import (ATEN_ELEMENTWISE, CHANNELS_FIRST, CHANNELS_FIRST_WEIGHTS, CONV_KINDS, MOVE_KINDS, Graph,
+                                Op, TensorSpec, dtype_name, weight_array)
 from dse.workload.reroll import reroll
 from dse.workload.scan_capture import RNN_TARGETS, ScanEmitter, handler_attrs, unused_state
 
@@ -184,12 +184,8 @@ def _binary(kind: str, reverse: bool = False) -> _Handler:
     return handle
 
 
-def _activation(kind: str) -> _Handler:
-    def handle(node: Node) -> _Lowered:
-        attrs = {"approximate": node.kwargs.get("approximate", "none")} if kind == "gelu" else {}
-        return _Lowered(kind, [node.args[0]], attrs)
-
-    return handle
+def _gelu(node: Node) -> _Lowered:
+    return _Lowered("gelu", [node.args[0]], {"approximate": node.kwargs.get("approximate", "none")})
 
 
 def _clamp(low: float | None = None, high: float | None = None) -> _Handler:
@@ -837,13 +833,10 @@ _HANDLER_NAMES: dict[str, _Handler] = {
     "copy.default": _copy,
     "select_scatter.default": _select_scatter,
     **{f"div.{o}": _binary("div") for o in ("Tensor", "Scalar", "Tensor_mode", "Scalar_mode")},
-    "relu.default": _activation("relu"),
     **{name: _clamp() for name in ("hardtanh.default", "clamp.default", "clamp_min.default", "clamp_max.default")},
     "relu6.default": _clamp(0.0, 6.0),
     "leaky_relu.default": _leaky_relu,
-    **{f"{kind}.default": _unary(kind) for kind in ("hardswish", "hardsigmoid", "mish")},
-    "gelu.default": _activation("gelu"),
-    "silu.default": _activation("silu"),
+    "gelu.default": _gelu,
     **{
         name: _reshape
         for name in (
@@ -859,12 +852,8 @@ _HANDLER_NAMES: dict[str, _Handler] = {
     "mT.default": _matrix_t,
     **{name: _identity for name in ("clone.default", "alias.default", "detach.default", "lift_fresh_copy.default")},
     "dropout.default": _dropout,
-    "conv1d.default": _conv_nd(1),
-    "conv2d.default": _conv_nd(2),
-    "conv1d.padding": _conv_nd(1),
-    "conv2d.padding": _conv_nd(2),
-    "conv3d.default": _conv_nd(3),
-    "conv3d.padding": _conv_nd(3),
+    # convN d of rank N = its place in CONV_KINDS, as the interpreter reads it
+    **{f"{kind}.{o}": _conv_nd(rank) for rank, kind in enumerate(CONV_KINDS, 1) for o in ("default", "padding")},
     "convolution.default": _convolution,
     "batch_norm.default": _batch_norm(5, 7),
     "_native_batch_norm_legit_no_training.default": _batch_norm(None, 6),
@@ -877,7 +866,7 @@ _HANDLER_NAMES: dict[str, _Handler] = {
     "sum.dim_IntList": _reduce("sum"),
     "pow.Tensor_Scalar": _pow,
     "softplus.default": _softplus,
-    **{f"{kind}.default": _unary(kind) for kind in ("neg", "abs", "exp", "rsqrt", "sqrt", "tanh", "sigmoid", "cos", "sin")},
+    **{f"{kind}.default": _unary(kind) for kind in ATEN_ELEMENTWISE},
     "embedding.default": _embedding,
     "max_pool2d.default": _max_pool2d,
     "max_pool2d_with_indices.default": _max_pool2d,

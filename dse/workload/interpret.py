@@ -12,7 +12,7 @@ import torch
 import torch.nn.functional as F
 
 from dse.workload.scan import run_rnn_cell, run_scan
-from dse.workload.vocabulary import (CHANNELS_FIRST_WEIGHTS, CHANNELS_LAST_WEIGHTS, ARG_KINDS, BINARY_KINDS, CHANNELS_LAST, CONV_KINDS, INT8_MAX, INT8_MIN, KINDS,
+from dse.workload.vocabulary import (ATEN_ELEMENTWISE, CHANNELS_FIRST_WEIGHTS, CHANNELS_LAST_WEIGHTS, ARG_KINDS, BINARY_KINDS, CHANNELS_LAST, CONV_KINDS, INT8_MAX, INT8_MIN, KINDS,
                                 POOL_KINDS, REDUCE_KINDS, Op, scale_array)
 
 
@@ -286,10 +286,9 @@ def _run_gelu(op: Op, args: list[torch.Tensor]) -> torch.Tensor:
     return F.gelu(args[0], approximate=op.attrs.get("approximate", "none"))
 
 
+# an aten op of the kind's own name (`ATEN_ELEMENTWISE`): the very op the capture read
 _UNARY: dict[str, Callable[[torch.Tensor], torch.Tensor]] = {
-    "relu": torch.relu, "silu": F.silu, "neg": torch.neg, "abs": torch.abs, "exp": torch.exp, "rsqrt": torch.rsqrt,
-    "sqrt": torch.sqrt, "tanh": torch.tanh, "sigmoid": torch.sigmoid, "cos": torch.cos, "sin": torch.sin,
-    "hardswish": F.hardswish, "hardsigmoid": F.hardsigmoid, "mish": F.mish, "softplus": F.softplus,
+    **{kind: getattr(torch.ops.aten, kind).default for kind in ATEN_ELEMENTWISE}, "softplus": F.softplus,
 }
 
 

@@ -16,6 +16,11 @@ CONV_KINDS = ("conv1d", "conv2d", "conv3d")
 BINARY_KINDS = ("add", "sub", "mul", "div", "maximum", "minimum")
 ACTIVATION_KINDS = ("relu", "gelu", "silu", "clamp", "leaky_relu", "hardswish", "hardsigmoid", "mish")
 UNARY_KINDS = ("neg", "abs", "exp", "rsqrt", "sqrt", "tanh", "sigmoid", "cos", "sin", "pow", "softplus")
+# Elementwise kinds that are the aten op of their own name on one tensor, with no attributes:
+# the capture reads ``aten.<kind>.default`` as one, the interpreter runs that aten op. A new
+# such op on the core is its name here (and in UNARY_KINDS or ACTIVATION_KINDS): one file.
+ATEN_ELEMENTWISE = ("relu", "silu", "hardswish", "hardsigmoid", "mish", "neg", "abs", "exp", "rsqrt", "sqrt", "tanh",
+                    "sigmoid", "cos", "sin")
 NORM_KINDS = ("softmax", "layer_norm", "batch_norm", "group_norm")
 REDUCE_KINDS = ("mean", "sum", "amax", "amin")
 POOL_KINDS = ("max_pool2d", "avg_pool2d")
