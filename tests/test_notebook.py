@@ -70,7 +70,9 @@ def test_notebooks_execute_in_order(repo, store_path, monkeypatch):
     assert any(o.get("data", {}).get("image/png") for c in nb.cells for o in c.get("outputs", []))
     # The spec built in Python, swept with a progress bar that is a Jupyter widget.
     widgets = [o for c in nb.cells for o in c.get("outputs", []) if "application/vnd.jupyter.widget-view+json" in o.get("data", {})]
-    assert widgets and "mlp-workers-python grid size: 6" in out
+    assert widgets, out
+    assert "mlp-workers-python grid size: 6" in out, [o for c in nb.cells for o in c.get("outputs", [])
+                                                       if "mlp-workers-python" in str(o)]
     with Store(store_path) as store:
         built = store.candidates("mlp-workers-python")
     assert f"mlp-workers-python: {len(built)} candidates" in out and len(built) == 6
