@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
 
-from ..workload.graph import Graph, Graph as G, Op, OpCounts, TensorSpec
+from ..workload.graph import Graph, Op, OpCounts, TensorSpec
 from .graph_plan import plan_graph
 from .matmul import plan_matmul
 from .split import shared_loads
@@ -197,7 +197,7 @@ def span_graph(graph: Graph, output: str, owned: Span, input_axis: int | None = 
     inputs = [n for n in graph.inputs if n in need]
     used = {n for op in ops for n in op.inputs}
     weights = {k: v for k, v in graph.weights.items() if k in used}
-    return G(f"{graph.name}[{owned.lo}:{owned.hi}]", ops, tensors, inputs, [output], weights), need, axes
+    return Graph(f"{graph.name}[{owned.lo}:{owned.hi}]", ops, tensors, inputs, [output], weights), need, axes
 
 
 @dataclass(frozen=True)
