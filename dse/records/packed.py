@@ -21,7 +21,7 @@ from typing import Any
 
 from sqlalchemy import Connection
 
-from dse.records.sql_reads import FIGURES_BYTE_ORDER, layout_entries
+from dse.records.sql_reads import FIGURES_BYTE_ORDER, layout_entries, unpack_entries as unpack
 
 # What a layout's entries hold, in order (a metric row's columns but run_id and value).
 LAYOUT_FIELDS = ("kind", "name", "unit", "scope", "scope_key")
@@ -153,13 +153,6 @@ def explode(connection: Connection, frame: Any, kinds: Sequence[str] | None = No
     long = pd.concat(pieces, ignore_index=True)
     long = long.iloc[np.argsort(np.concatenate(order), kind="stable")].reset_index(drop=True)
     return long[columns]
-
-
-def unpack(entries: Sequence[tuple], figures: bytes) -> list[tuple]:
-    """A run's packed metrics as (kind, name, value, unit, scope, scope_key) rows, as recorded."""
-    figures = bytes(figures)
-    values = struct.unpack(f"{FIGURES_BYTE_ORDER}{len(figures) // 8}d", figures)
-    return [(k, n, v, u, s, key) for (k, n, u, s, key), v in zip(entries, values)]
 
 
 def rows_of(connection: Connection, run_ids: Sequence[int], scope: str | None = None) -> list[tuple]:

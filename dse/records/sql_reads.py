@@ -320,9 +320,14 @@ def layout_entries(text: str) -> list[tuple]:
 def unpacked(layout: str, figures: bytes) -> list[tuple]:
     """A run's packed metrics (run_metrics.figures with its layout's text) as metric rows:
     (kind, name, value, unit, scope, scope_key) each, in recorded order."""
+    return unpack_entries(layout_entries(layout), figures)
+
+
+def unpack_entries(entries: Sequence[tuple], figures: bytes) -> list[tuple]:
+    """`unpacked` of a layout already read into its entries (kind, name, unit, scope, scope_key)."""
     figures = bytes(figures)
     values = struct.unpack(f"{FIGURES_BYTE_ORDER}{len(figures) // 8}d", figures)
-    return [(k, n, v, u, s, key) for (k, n, u, s, key), v in zip(layout_entries(layout), values)]
+    return [(k, n, v, u, s, key) for (k, n, u, s, key), v in zip(entries, values)]
 
 
 def candidate(run: Run, candidate_id: int) -> dict[str, Any] | None:
