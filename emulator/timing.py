@@ -93,12 +93,12 @@ class Pool:
     def earliest(self, t0: int, dur: int, need: int) -> int:
         return _pool_earliest(self.res, self.cap, t0, dur, need)
 
-    def hold(self, s: int, e: int, n: int, horizon: int) -> None:
+    def hold(self, start: int, end: int, ports: int, horizon: int) -> None:
         res = self.res
         if len(res) > 24:
             self.res = res = [r for r in res if r[1] > horizon]
-        if e > s:
-            res.append((s, e, n))
+        if end > start:
+            res.append((start, end, ports))
 
 
 class Bus:
@@ -111,42 +111,42 @@ class Bus:
         self.ends: list[int] = []
         self.busy = 0
 
-    def alloc(self, t: int, n: int) -> int:
+    def alloc(self, at: int, length: int) -> int:
         starts, ends = self.starts, self.ends
-        self.busy += n
-        if not ends or t > ends[-1]:  # after everything reserved: append
-            starts.append(t)
-            ends.append(t + n)
-            return t
-        if t == ends[-1]:
-            ends[-1] = t + n
-            return t
-        self.busy -= n
-        i = bisect_right(ends, t)
-        m = len(starts)
-        while i < m and starts[i] < t + n:
-            if ends[i] > t:
-                t = ends[i]
-            i += 1
-        e = t + n
-        self.busy += n
-        if i > 0 and ends[i - 1] == t:
-            if i < m and starts[i] == e:
-                ends[i - 1] = ends[i]
-                del starts[i], ends[i]
+        self.busy += length
+        if not ends or at > ends[-1]:  # after everything reserved: append
+            starts.append(at)
+            ends.append(at + length)
+            return at
+        if at == ends[-1]:
+            ends[-1] = at + length
+            return at
+        self.busy -= length
+        index = bisect_right(ends, at)
+        held = len(starts)
+        while index < held and starts[index] < at + length:
+            if ends[index] > at:
+                at = ends[index]
+            index += 1
+        end = at + length
+        self.busy += length
+        if index > 0 and ends[index - 1] == at:
+            if index < held and starts[index] == end:
+                ends[index - 1] = ends[index]
+                del starts[index], ends[index]
             else:
-                ends[i - 1] = e
-        elif i < m and starts[i] == e:
-            starts[i] = t
+                ends[index - 1] = end
+        elif index < held and starts[index] == end:
+            starts[index] = at
         else:
-            starts.insert(i, t)
-            ends.insert(i, e)
-        return t
+            starts.insert(index, at)
+            ends.insert(index, end)
+        return at
 
     def prune(self, horizon: int) -> None:
-        j = bisect_right(self.ends, horizon)
-        if j > 32:
-            del self.starts[:j], self.ends[:j]
+        expired = bisect_right(self.ends, horizon)
+        if expired > 32:
+            del self.starts[:expired], self.ends[:expired]
 
 
 class ArrayBus(Bus):
@@ -163,43 +163,43 @@ class ArrayBus(Bus):
         super().__init__()
         self.starts, self.ends = array("q"), array("q")
 
-    def run(self, t: int, n: int, step: int, occ: int) -> int:
-        """Reserve bursts ``[t + j * step, + occ)`` for j = 0, 1, ... up to the first that
-        meets a reserved interval (at most `n`; ``step > occ``): how many were reserved."""
-        bs, be = self.starts, self.ends
-        m = len(bs)
-        if not m or t >= be[-1]:  # after everything reserved
-            a = b = m
+    def run(self, first: int, bursts: int, step: int, occ: int) -> int:
+        """Reserve bursts ``[first + j * step, + occ)`` for j = 0, 1, ... up to the first that
+        meets a reserved interval (at most `bursts`; ``step > occ``): how many were reserved."""
+        bus_starts, bus_ends = self.starts, self.ends
+        held = len(bus_starts)
+        if not held or first >= bus_ends[-1]:  # after everything reserved
+            lo = hi = held
         else:
-            a, b = bisect_right(be, t), bisect_left(bs, t + (n - 1) * step + occ)
-        starts = np.arange(t, t + n * step, step, dtype=np.int64)
-        if a >= b:
-            bs[a:a] = array("q", starts.tobytes())
-            be[a:a] = array("q", (starts + occ).tobytes())
-            self.busy += n * occ
-            return n
+            lo, hi = bisect_right(bus_ends, first), bisect_left(bus_starts, first + (bursts - 1) * step + occ)
+        starts = np.arange(first, first + bursts * step, step, dtype=np.int64)
+        if lo >= hi:
+            bus_starts[lo:lo] = array("q", starts.tobytes())
+            bus_ends[lo:lo] = array("q", (starts + occ).tobytes())
+            self.busy += bursts * occ
+            return bursts
         # Views of the arrays' memory: deleted before the arrays change size (which they
         # refuse while a buffer is exported).
-        s_all, e_all = np.frombuffer(bs, dtype=np.int64), np.frombuffer(be, dtype=np.int64)
-        ws, we = s_all[a:b], e_all[a:b]
-        idx = we.searchsorted(starts, side="right")  # the first interval ending after each
-        inside = idx < b - a
-        clash = np.zeros(n, dtype=bool)
-        clash[inside] = ws[idx[inside]] < starts[inside] + occ
-        run = int(np.argmax(clash)) if clash.any() else n
+        s_all, e_all = np.frombuffer(bus_starts, dtype=np.int64), np.frombuffer(bus_ends, dtype=np.int64)
+        window_starts, window_ends = s_all[lo:hi], e_all[lo:hi]
+        idx = window_ends.searchsorted(starts, side="right")  # the first interval ending after each
+        inside = idx < hi - lo
+        clash = np.zeros(bursts, dtype=bool)
+        clash[inside] = window_starts[idx[inside]] < starts[inside] + occ
+        run = int(np.argmax(clash)) if clash.any() else bursts
         if run:
             new = starts[:run]
-            pos = ws.searchsorted(new) + np.arange(run)  # the new bursts' places among the window's
-            k = b - a + run
-            ms, me = np.empty(k, dtype=np.int64), np.empty(k, dtype=np.int64)
-            old = np.ones(k, dtype=bool)
+            pos = window_starts.searchsorted(new) + np.arange(run)  # the new bursts' places among the window's
+            merged_count = hi - lo + run
+            merged_starts, merged_ends = np.empty(merged_count, dtype=np.int64), np.empty(merged_count, dtype=np.int64)
+            old = np.ones(merged_count, dtype=bool)
             old[pos] = False
-            ms[pos], me[pos] = new, new + occ
-            ms[old], me[old] = ws, we
-        del s_all, e_all, ws, we
+            merged_starts[pos], merged_ends[pos] = new, new + occ
+            merged_starts[old], merged_ends[old] = window_starts, window_ends
+        del s_all, e_all, window_starts, window_ends
         if run:
-            bs[a:b] = array("q", ms.tobytes())
-            be[a:b] = array("q", me.tobytes())
+            bus_starts[lo:hi] = array("q", merged_starts.tobytes())
+            bus_ends[lo:hi] = array("q", merged_ends.tobytes())
             self.busy += run * occ
         return run
 
@@ -207,13 +207,13 @@ class ArrayBus(Bus):
 class Tile:
     """Per-tile shared state: shared-memory channels and bank dependences."""
 
-    __slots__ = ("pool", "wd", "md", "ad")
+    __slots__ = ("pool", "write_done", "mset_done", "access_done")
 
     def __init__(self, cap: int):
         self.pool = Pool(cap)
-        self.wd: dict[int, int] = {}
-        self.md: dict[int, int] = {}
-        self.ad: dict[int, int] = {}
+        self.write_done: dict[int, int] = {}
+        self.mset_done: dict[int, int] = {}
+        self.access_done: dict[int, int] = {}
 
 
 class CoreTimes:
@@ -250,85 +250,85 @@ class _Trace:
         self.mtrace: list[dict] = []
         self.pmctrace: list[dict] = []
 
-    def add(self, core, rec, seq, rob, I, S, C, op_names):
+    def add(self, core, rec, seq, rob, issue_at, start, complete, op_names):
         kind, pc, lat, unit, *_rest = rec
         mtr = rec[10]
         op = op_names(core, pc)
-        self.itrace.append({"event": "issue", "core": core, "pc": pc, "rob_id": seq % rob, "op": op, "cycle": I})
-        self.itrace.append({"event": "complete", "core": core, "pc": pc, "rob_id": seq % rob, "op": op, "cycle": C})
+        self.itrace.append({"event": "issue", "core": core, "pc": pc, "rob_id": seq % rob, "op": op, "cycle": issue_at})
+        self.itrace.append({"event": "complete", "core": core, "pc": pc, "rob_id": seq % rob, "op": op, "cycle": complete})
         if kind == BALL:
             self.pmctrace.append({"event": "ball", "core": core, "ball_id": unit, "rob_id": seq % rob,
-                                  "elapsed": C - S})
+                                  "elapsed": complete - start})
         elif kind == MVIN or kind == MVOUT:
             self.pmctrace.append({"event": "load" if kind == MVIN else "store", "core": core, "rob_id": seq % rob,
-                                  "elapsed": C - S})
+                                  "elapsed": complete - start})
         if mtr:
-            for rw, bank, col, row, rows in mtr:
-                self.mtrace.append({"event": rw, "core": core, "pc": pc, "bank": bank, "col": col, "row": row,
-                                    "rows": rows, "cycle": S if rw == "read" else C})
+            for access, bank, col, row, rows in mtr:
+                self.mtrace.append({"event": access, "core": core, "pc": pc, "bank": bank, "col": col, "row": row,
+                                    "rows": rows, "cycle": start if access == "read" else complete})
 
 
 # ---------------------------------------------------------------------------------- serial
 def run_serial(records, chip, trace=None, op_names=None) -> list[CoreTimes]:
-    n = len(records)
+    n_cores = len(records)
     n_balls = len(chip.balls)
-    times = [CoreTimes(n_balls) for _ in range(n)]
-    tsz = chip.cores.tile_size
+    times = [CoreTimes(n_balls) for _ in range(n_cores)]
+    tile_size = chip.cores.tile_size
     rob = chip.front_end.rob_entries
     bar_cycles = chip.front_end.barrier_cycles
-    pos = [0] * n
-    t = [0] * n
-    active = list(range(n))
+    pos = [0] * n_cores
+    clock = [0] * n_cores
+    active = list(range(n_cores))
     while active:
         arrived = []
-        for c in active:
-            recs, ct, tc, p = records[c], times[c], t[c], pos[c]
-            while p < len(recs):
-                rec = recs[p]
+        for core in active:
+            recs, core_times, now, pc = records[core], times[core], clock[core], pos[core]
+            while pc < len(recs):
+                rec = recs[pc]
                 kind, lat = rec[0], rec[2]
                 if kind == BARRIER:
-                    ct.instructions += 1
-                    arrived.append(c)
+                    core_times.instructions += 1
+                    arrived.append(core)
                     break
-                S = tc
-                tc += lat
+                start = now
+                now += lat
                 if lat:
-                    ct.busy_s.append(S)
-                    ct.busy_e.append(tc)
+                    core_times.busy_s.append(start)
+                    core_times.busy_e.append(now)
                 if kind == BALL:
-                    ct.ball_ops[rec[3]] += 1
-                    ct.ball_busy[rec[3]] += lat
+                    core_times.ball_ops[rec[3]] += 1
+                    core_times.ball_busy[rec[3]] += lat
                 elif kind == MVIN or kind == MVOUT:
-                    ct.dma_s.append(S)
-                    ct.dma_e.append(tc)
-                    ct.dma_latency_sum += lat
+                    core_times.dma_s.append(start)
+                    core_times.dma_e.append(now)
+                    core_times.dma_latency_sum += lat
                 if kind == CORE:
-                    ct.core_ops += 1
-                    ct.core_op_cycles += lat
+                    core_times.core_ops += 1
+                    core_times.core_op_cycles += lat
                 else:
-                    ct.instructions += 1
+                    core_times.instructions += 1
                 if trace is not None:
-                    trace.add(c, rec, p, rob, S, S, tc, op_names)
-                p += 1
-            t[c], pos[c] = tc, p
+                    trace.add(core, rec, pc, rob, start, start, now, op_names)
+                pc += 1
+            clock[core], pos[core] = now, pc
         # release the barriers, tile by tile
         by_tile: dict[int, list[int]] = {}
-        for c in arrived:
-            by_tile.setdefault(c // tsz, []).append(c)
-        for cs in by_tile.values():
-            R = max(t[c] for c in cs) + bar_cycles
-            for c in cs:
-                times[c].stalls["barrier"] += R - t[c]
+        for core in arrived:
+            by_tile.setdefault(core // tile_size, []).append(core)
+        for tile_cores in by_tile.values():
+            released = max(clock[core] for core in tile_cores) + bar_cycles
+            for core in tile_cores:
+                times[core].stalls["barrier"] += released - clock[core]
                 if trace is not None:
-                    trace.add(c, records[c][pos[c]], pos[c], rob, t[c], t[c], R, op_names)
+                    trace.add(core, records[core][pos[core]], pos[core], rob, clock[core], clock[core], released, op_names)
                 if bar_cycles:
-                    times[c].busy_s.append(R - bar_cycles)
-                    times[c].busy_e.append(R)
-                t[c] = R
-                pos[c] += 1
+                    times[core].busy_s.append(released - bar_cycles)
+                    times[core].busy_e.append(released)
+                clock[core] = released
+                pos[core] += 1
         active = arrived
-    for c in range(n):
-        times[c].cycles = t[c]
+    for core in range(n_cores):
+        times[core].cycles = clock[core]
     return times
 
 
@@ -337,144 +337,144 @@ def run_serial(records, chip, trace=None, op_names=None) -> list[CoreTimes]:
 BURST_RUN = 8
 
 
-def _bursts_one_in_flight(bus: Bus, req: int, groups, L: int, bpb: float) -> int:
-    """The end of a transfer's bursts with one burst in flight (``k == 1``), from `req`,
+def _bursts_one_in_flight(bus: Bus, req: int, groups, dram_latency: int, bus_cycles_per_beat: float) -> int:
+    """The end of a transfer's bursts with one burst in flight (one burst slot), from `req`,
     the first request; the bus intervals reserved as the one-burst-at-a-time loop does.
 
-    Burst j is requested when burst j - 1's last beat arrives; its data is due ``L`` later
+    Burst j is requested when burst j - 1's last beat arrives; its data is due ``dram_latency`` later
     and takes the bus's first free gap of its occupancy from then on (`Bus.alloc`). Until
     a burst meets an interval already reserved, the bursts follow the nominal schedule
-    ``t + j * (beats + L)``: a run of them is checked against the reserved intervals in its
+    ``arrival + j * (beats + dram_latency)``: a run of them is checked against the reserved intervals in its
     window with one search, and reserved at once (touching intervals are not merged, which
     no first-fit answer can tell); the first that meets one takes the scalar path."""
-    bs, be = bus.starts, bus.ends
+    bus_starts, bus_ends = bus.starts, bus.ends
     end = None
     for count, bbeats in groups:
-        occ = max(1, int(-(-bbeats * bpb // 1)))
-        step = bbeats + L
-        j = 0
-        while j < count:
-            t = req + L
-            n = count - j
-            if n >= BURST_RUN and step > occ:
-                last = t + (n - 1) * step + occ  # the end of the run's last interval
-                lo, hi = bisect_right(be, t), bisect_left(bs, last)
-                nominal = range(t, t + n * step, step)
+        occ = max(1, int(-(-bbeats * bus_cycles_per_beat // 1)))
+        step = bbeats + dram_latency
+        sent = 0
+        while sent < count:
+            arrival = req + dram_latency
+            left = count - sent
+            if left >= BURST_RUN and step > occ:
+                last = arrival + (left - 1) * step + occ  # the end of the run's last interval
+                lo, hi = bisect_right(bus_ends, arrival), bisect_left(bus_starts, last)
+                nominal = range(arrival, arrival + left * step, step)
                 if lo >= hi:
-                    run = n
+                    run = left
                 else:
-                    s, e = np.array(bs[lo:hi]), np.array(be[lo:hi])
-                    starts = np.arange(t, t + n * step, step, dtype=np.int64)
-                    idx = np.searchsorted(e, starts, side="right")  # the first interval ending after each
-                    inside = idx < len(s)
-                    clash = np.zeros(n, dtype=bool)
-                    clash[inside] = s[idx[inside]] < starts[inside] + occ
-                    run = int(np.argmax(clash)) if clash.any() else n
+                    window_starts, window_ends = np.array(bus_starts[lo:hi]), np.array(bus_ends[lo:hi])
+                    starts = np.arange(arrival, arrival + left * step, step, dtype=np.int64)
+                    first_after = np.searchsorted(window_ends, starts, side="right")  # the first interval ending after each
+                    inside = first_after < len(window_starts)
+                    clash = np.zeros(left, dtype=bool)
+                    clash[inside] = window_starts[first_after[inside]] < starts[inside] + occ
+                    run = int(np.argmax(clash)) if clash.any() else left
                 if run:
                     new_s = nominal[:run]
-                    new_e = range(t + occ, t + occ + run * step, step)
+                    new_e = range(arrival + occ, arrival + occ + run * step, step)
                     if lo >= hi:
-                        bs[lo:lo] = new_s
-                        be[lo:lo] = new_e
+                        bus_starts[lo:lo] = new_s
+                        bus_ends[lo:lo] = new_e
                     else:  # between reserved intervals of the window, none of which they meet
-                        all_s = np.concatenate((s, np.asarray(new_s, dtype=np.int64)))
-                        all_e = np.concatenate((e, np.asarray(new_e, dtype=np.int64)))
+                        all_s = np.concatenate((window_starts, np.asarray(new_s, dtype=np.int64)))
+                        all_e = np.concatenate((window_ends, np.asarray(new_e, dtype=np.int64)))
                         order = np.argsort(all_s, kind="stable")
-                        bs[lo:hi] = all_s[order].tolist()
-                        be[lo:hi] = all_e[order].tolist()
+                        bus_starts[lo:hi] = all_s[order].tolist()
+                        bus_ends[lo:hi] = all_e[order].tolist()
                     bus.busy += run * occ
                     end = req = new_s[-1] + bbeats
-                    j += run
+                    sent += run
                     continue
-            if not be or t > be[-1]:  # the bus is free from t on
-                bs.append(t)
-                be.append(t + occ)
+            if not bus_ends or arrival > bus_ends[-1]:  # the bus is free from t on
+                bus_starts.append(arrival)
+                bus_ends.append(arrival + occ)
                 bus.busy += occ
-            elif t == be[-1]:
-                be[-1] = t + occ
+            elif arrival == bus_ends[-1]:
+                bus_ends[-1] = arrival + occ
                 bus.busy += occ
             else:
-                t = bus.alloc(t, occ)
-            end = req = t + bbeats
-            j += 1
+                arrival = bus.alloc(arrival, occ)
+            end = req = arrival + bbeats
+            sent += 1
     return end
 
 
-def _bursts_on_array_bus(bus: ArrayBus, req: int, groups, L: int, bpb: float) -> int:
+def _bursts_on_array_bus(bus: ArrayBus, req: int, groups, dram_latency: int, bus_cycles_per_beat: float) -> int:
     """`_bursts_one_in_flight` on an `ArrayBus`: the same end, the same intervals reserved."""
-    bs, be = bus.starts, bus.ends
+    bus_starts, bus_ends = bus.starts, bus.ends
     end = None
     for count, bbeats in groups:
-        occ = max(1, int(-(-bbeats * bpb // 1)))
-        step = bbeats + L
-        j = 0
-        while j < count:
-            t = req + L
-            n = count - j
-            if n >= BURST_RUN and step > occ:
-                run = bus.run(t, n, step, occ)
+        occ = max(1, int(-(-bbeats * bus_cycles_per_beat // 1)))
+        step = bbeats + dram_latency
+        sent = 0
+        while sent < count:
+            arrival = req + dram_latency
+            left = count - sent
+            if left >= BURST_RUN and step > occ:
+                run = bus.run(arrival, left, step, occ)
                 if run:
-                    end = req = t + (run - 1) * step + bbeats
-                    j += run
+                    end = req = arrival + (run - 1) * step + bbeats
+                    sent += run
                     continue
-            if not be or t > be[-1]:  # the bus is free from t on (as `_bursts_one_in_flight`)
-                bs.append(t)
-                be.append(t + occ)
+            if not bus_ends or arrival > bus_ends[-1]:  # the bus is free from t on (as `_bursts_one_in_flight`)
+                bus_starts.append(arrival)
+                bus_ends.append(arrival + occ)
                 bus.busy += occ
-            elif t == be[-1]:
-                be[-1] = t + occ
+            elif arrival == bus_ends[-1]:
+                bus_ends[-1] = arrival + occ
                 bus.busy += occ
             else:
-                t = bus.alloc(t, occ)
-            end = req = t + bbeats
-            j += 1
+                arrival = bus.alloc(arrival, occ)
+            end = req = arrival + bbeats
+            sent += 1
     return end
 
 
-def _fits(res: list, cap: int, t: int, end: int) -> bool:
-    """Whether the pool's use stays <= cap over [t, end) (use only rises at starts)."""
-    u = 0
-    for s, e, n in res:
-        if s <= t < e:
-            u += n
-    if u > cap:
+def _fits(res: list, cap: int, at: int, end: int) -> bool:
+    """Whether the pool's use stays <= cap over [at, end) (use only rises at starts)."""
+    used = 0
+    for held_start, held_end, held_ports in res:
+        if held_start <= at < held_end:
+            used += held_ports
+    if used > cap:
         return False
-    for p, _e, _n in res:
-        if t < p < end:
-            u = 0
-            for s, e, n in res:
-                if s <= p < e:
-                    u += n
-            if u > cap:
+    for later_start, _e, _n in res:
+        if at < later_start < end:
+            used = 0
+            for held_start, held_end, held_ports in res:
+                if held_start <= later_start < held_end:
+                    used += held_ports
+            if used > cap:
                 return False
     return True
 
 
 def _pool_earliest(res: list, cap: int, t0: int, dur: int, need: int) -> int:
-    """Earliest t >= t0 at which `need` more units of a pool of `cap` are free for [t, t+dur)."""
+    """Earliest time >= t0 at which `need` more units of a pool of `cap` are free for `dur` cycles."""
     if dur <= 0 or not res:
         return t0
     cap -= need
     total = 0
     end = t0 + dur
-    for r in res:
-        if r[1] > t0 and r[0] < end:
-            total += r[2]
+    for held in res:
+        if held[1] > t0 and held[0] < end:
+            total += held[2]
     if total <= cap or _fits(res, cap, t0, t0 + dur):
         return t0
-    for t in sorted({r[1] for r in res if r[1] > t0}):
-        if _fits(res, cap, t, t + dur):
-            return t
+    for at in sorted({held[1] for held in res if held[1] > t0}):
+        if _fits(res, cap, at, at + dur):
+            return at
     raise AssertionError("a pool never frees")
 
 
-def _small_groups(groups, L: int, bpb: float):
+def _small_groups(groups, dram_latency: int, bus_cycles_per_beat: float):
     """A transfer's burst groups as ``(count, beats, bus occupancy)``, or None where a group
     could take `_bursts_on_array_bus`'s run path (`BURST_RUN` bursts or more)."""
     out = []
     for count, bbeats in groups:
-        occ = max(1, int(-(-bbeats * bpb // 1)))
-        if count >= BURST_RUN and bbeats + L > occ:
+        occ = max(1, int(-(-bbeats * bus_cycles_per_beat // 1)))
+        if count >= BURST_RUN and bbeats + dram_latency > occ:
             return None
         out.append((count, bbeats, occ))
     return tuple(out) if out else None
@@ -492,40 +492,40 @@ def _core_proc(cid, recs, chip, times: CoreTimes, tile: Tile, bus, solo: bool, t
     ``send(release)``. It returns at the end. `emulator.timing_reference` keeps the loop
     that yields after every instruction (and none of the fast paths below).
     """
-    fe, dma = chip.front_end, chip.dma
-    w = fe.issue_per_cycle
-    R = fe.rob_entries
-    delay = fe.issue_delay
-    Q = fe.ball_queue_depth
-    bar_cycles = fe.barrier_cycles
-    disp = deque(maxlen=w)
-    rob = deque(maxlen=R)
-    K = 0
+    front_end, dma = chip.front_end, chip.dma
+    issue_width = front_end.issue_per_cycle
+    rob_entries = front_end.rob_entries
+    delay = front_end.issue_delay
+    ball_queue_depth = front_end.ball_queue_depth
+    bar_cycles = front_end.barrier_cycles
+    dispatched = deque(maxlen=issue_width)
+    rob = deque(maxlen=rob_entries)
+    last_complete = 0
     core_free = 0
     release = 0
     issued: dict[int, int] = {}  # issue slots used a cycle (issue_per_cycle > 1)
-    iss: set[int] = set()  # cycles with an issue (issue_per_cycle == 1)
-    w1 = w == 1
+    issue_cycles: set[int] = set()  # cycles with an issue (issue_per_cycle == 1)
+    single_issue = issue_width == 1
     dfloor = 0  # earliest next dispatch by the dispatch rate
-    bq = deque(maxlen=Q)
+    ball_queue = deque(maxlen=ball_queue_depth)
     ball_last_issue = ball_last_start = 0
     ball_free = [0] * len(chip.balls)
     outstanding = dma.outstanding
-    dq = deque(maxlen=outstanding)
+    dma_queue = deque(maxlen=outstanding)
     dma_last_issue = dma_last_start = 0
-    k = min(dma.bursts_in_flight, dma.inflight_requests)
-    slots = [0] * k
-    L = dma.latency_cycles
-    bpb = dma.beat_bytes / dma.system_bus_bytes
-    fast_dma = solo and k == 1
+    burst_slots = min(dma.bursts_in_flight, dma.inflight_requests)
+    slots = [0] * burst_slots
+    dram_latency = dma.latency_cycles
+    bus_cycles_per_beat = dma.beat_bytes / dma.system_bus_bytes
+    fast_dma = solo and burst_slots == 1
     bursts = _bursts_on_array_bus if type(bus) is ArrayBus else _bursts_one_in_flight
     # A private bank's dependence times by virtual bank id (lists: indexed, no dict lookups);
     # shared banks' (keys >= SHARED_KEY) in the tile's dicts.
     core_banks = chip.core_chip(cid).banks
-    wd = [0] * core_banks.virtual_ids  # last write completes
-    md = [0] * core_banks.virtual_ids  # last MSET completes
-    ad = [0] * core_banks.virtual_ids  # last access completes
-    twd, tmd, tad = tile.wd, tile.md, tile.ad
+    write_done = [0] * core_banks.virtual_ids  # last write completes
+    mset_done = [0] * core_banks.virtual_ids  # last MSET completes
+    access_done = [0] * core_banks.virtual_ids  # last access completes
+    shared_write_done, shared_mset_done, shared_access_done = tile.write_done, tile.mset_done, tile.access_done
     tpool = tile.pool
     phys_free = [0] * core_banks.count
     res: list = []
@@ -538,7 +538,7 @@ def _core_proc(cid, recs, chip, times: CoreTimes, tile: Tile, bus, solo: bool, t
     shared_conflicts = 0  # of the conflicts, those the tile's shared-memory channels caused
     seq = 0
     horizon = 0
-    tr = trace
+    tracer = trace
     ahead = heap is not None and not solo
     if heap is None:
         heap = []
@@ -552,392 +552,392 @@ def _core_proc(cid, recs, chip, times: CoreTimes, tile: Tile, bus, solo: bool, t
         kind = rec[0]
         lat = rec[2]
         # dispatch lower bound: issue rate, core ops, fences/barriers
-        D = dfloor
-        if core_free > D:
-            D = core_free
-        if release > D:
-            D = release
+        dispatch = dfloor
+        if core_free > dispatch:
+            dispatch = core_free
+        if release > dispatch:
+            dispatch = release
         if kind == CORE:
-            end = D + lat
+            end = dispatch + lat
             core_free = end
             if lat:
-                busy_s.append(D)
+                busy_s.append(dispatch)
                 busy_e.append(end)
             n_core += 1
             core_cycles += lat
-            if end > K:
-                K = end
-            if tr is not None:
-                tr.add(cid, rec, seq, R, D, D, end, op_names)
+            if end > last_complete:
+                last_complete = end
+            if tracer is not None:
+                tracer.add(cid, rec, seq, rob_entries, dispatch, dispatch, end, op_names)
             if not solo:
                 horizon = yield max(core_free, release)
             continue
         n_instr += 1
-        if len(rob) == R and rob[0] > D:
-            st_rob += rob[0] - D
-            D = rob[0]
-        if w1:
-            dfloor = D + 1
+        if len(rob) == rob_entries and rob[0] > dispatch:
+            st_rob += rob[0] - dispatch
+            dispatch = rob[0]
+        if single_issue:
+            dfloor = dispatch + 1
         else:
-            disp.append(D)
-            if len(disp) == w:
-                dfloor = disp[0] + 1
+            dispatched.append(dispatch)
+            if len(dispatched) == issue_width:
+                dfloor = dispatched[0] + 1
         if solo:
-            horizon = D
+            horizon = dispatch
         if kind == MVIN or kind == MVOUT:
-            _, pc, lat, unit, rkeys, wkeys, rmw, pp, sp, extra, _m = rec
-            nb, beats, groups, nbytes, extra_lat = extra
-            t0 = D + delay
-            t = t0 if t0 > dma_last_issue else dma_last_issue
-            if len(dq) == outstanding and dq[0] > t:
-                t = dq[0]
-            I = t
-            if w1:
-                while I in iss:
-                    I += 1
-                iss.add(I)
+            _, pc, lat, unit, rkeys, wkeys, rmw, private_ports, shared_ports, extra, _m = rec
+            n_bursts, beats, groups, nbytes, extra_lat = extra
+            at_unit = dispatch + delay
+            earliest = at_unit if at_unit > dma_last_issue else dma_last_issue
+            if len(dma_queue) == outstanding and dma_queue[0] > earliest:
+                earliest = dma_queue[0]
+            issue_at = earliest
+            if single_issue:
+                while issue_at in issue_cycles:
+                    issue_at += 1
+                issue_cycles.add(issue_at)
             else:
-                while issued.get(I, 0) >= w:
-                    I += 1
-                issued[I] = issued.get(I, 0) + 1
-            if I > t0:
-                if t > t0:
-                    st_dma += I - t0
+                while issued.get(issue_at, 0) >= issue_width:
+                    issue_at += 1
+                issued[issue_at] = issued.get(issue_at, 0) + 1
+            if issue_at > at_unit:
+                if earliest > at_unit:
+                    st_dma += issue_at - at_unit
                 else:
-                    st_front += I - t0
+                    st_front += issue_at - at_unit
             ready = 0
             for key in rkeys:
-                v = wd[key] if key < SHARED_KEY else twd.get(key, 0)
-                if v > ready:
-                    ready = v
+                dep_time = write_done[key] if key < SHARED_KEY else shared_write_done.get(key, 0)
+                if dep_time > ready:
+                    ready = dep_time
             for key in wkeys:
-                v = md[key] if key < SHARED_KEY else tmd.get(key, 0)
-                if v > ready:
-                    ready = v
+                dep_time = mset_done[key] if key < SHARED_KEY else shared_mset_done.get(key, 0)
+                if dep_time > ready:
+                    ready = dep_time
             unit_t = dma_last_start
-            first_slot = slots[0] if k == 1 else min(slots)
+            first_slot = slots[0] if burst_slots == 1 else min(slots)
             if first_slot > unit_t:
                 unit_t = first_slot
-            S = I
-            if ready > S or unit_t > S:
+            start = issue_at
+            if ready > start or unit_t > start:
                 if ready >= unit_t:
-                    st_dep += ready - I
-                    S = ready
+                    st_dep += ready - issue_at
+                    start = ready
                 else:
-                    st_dma += unit_t - I
-                    S = unit_t
+                    st_dma += unit_t - issue_at
+                    start = unit_t
             if len(res) > res_lim:
                 floor = ball_last_start if ball_last_start < dma_last_start else dma_last_start
-                if floor < D:
-                    floor = D
-                res = [r for r in res if r[1] > floor]
+                if floor < dispatch:
+                    floor = dispatch
+                res = [held for held in res if held[1] > floor]
                 res_lim = 2 * len(res) if len(res) > 4 else 8
-            S0 = S
-            if not sp:
-                tot = pp
-                end = S + lat
-                for rs, re_, rn in res:
-                    if re_ > S and rs < end:
-                        tot += rn
+            start_asked = start
+            if not shared_ports:
+                tot = private_ports
+                end = start + lat
+                for held_start, held_end, held_ports in res:
+                    if held_end > start and held_start < end:
+                        tot += held_ports
                 if tot > cap:
-                    S = _pool_earliest(res, cap, S, lat, pp)
+                    start = _pool_earliest(res, cap, start, lat, private_ports)
             else:
-                S = _pool_earliest(tpool.res, tpool.cap, S, lat, sp)
-                shared_conflicts += S > S0
-            if S > S0:
-                st_chan += S - S0
+                start = _pool_earliest(tpool.res, tpool.cap, start, lat, shared_ports)
+                shared_conflicts += start > start_asked
+            if start > start_asked:
+                st_chan += start - start_asked
                 conflicts += 1
-                chan_wait += S - S0
-            if nb == 0:
-                C = S
+                chan_wait += start - start_asked
+            if n_bursts == 0:
+                complete = start
             elif fast_dma:
-                C = S + nb * L + beats
-                slots[0] = C
-                bus.busy += int(-(-beats * bpb // 1))
-            elif k == 1:
-                req = slots[0] if slots[0] > S else S
-                gs = small_groups.get(groups, 0)
-                if gs == 0:
-                    gs = small_groups[groups] = _small_groups(groups, L, bpb)
-                if gs is None:
-                    last_end = bursts(bus, req, groups, L, bpb)
+                complete = start + n_bursts * dram_latency + beats
+                slots[0] = complete
+                bus.busy += int(-(-beats * bus_cycles_per_beat // 1))
+            elif burst_slots == 1:
+                req = slots[0] if slots[0] > start else start
+                small = small_groups.get(groups, 0)
+                if small == 0:
+                    small = small_groups[groups] = _small_groups(groups, dram_latency, bus_cycles_per_beat)
+                if small is None:
+                    last_end = bursts(bus, req, groups, dram_latency, bus_cycles_per_beat)
                 else:  # `_bursts_on_array_bus` without its run path, which these never take
-                    bs, be = bus.starts, bus.ends
-                    for count, bbeats, occ in gs:
+                    bus_starts, bus_ends = bus.starts, bus.ends
+                    for count, bbeats, occ in small:
                         for _ in range(count):
-                            t = req + L
-                            if not be or t > be[-1]:  # the bus is free from t on
-                                bs.append(t)
-                                be.append(t + occ)
+                            earliest = req + dram_latency
+                            if not bus_ends or earliest > bus_ends[-1]:  # the bus is free from t on
+                                bus_starts.append(earliest)
+                                bus_ends.append(earliest + occ)
                                 bus.busy += occ
-                            elif t == be[-1]:
-                                be[-1] = t + occ
+                            elif earliest == bus_ends[-1]:
+                                bus_ends[-1] = earliest + occ
                                 bus.busy += occ
                             else:
-                                i = bisect_right(be, t)
-                                e = t + occ
-                                if bs[i] >= e:  # a free gap at t: `Bus.alloc`'s merge without its search
-                                    if i and be[i - 1] == t:
-                                        if bs[i] == e:
-                                            be[i - 1] = be[i]
-                                            del bs[i], be[i]
+                                slot = bisect_right(bus_ends, earliest)
+                                e = earliest + occ
+                                if bus_starts[slot] >= e:  # a free gap at t: `Bus.alloc`'s merge without its search
+                                    if slot and bus_ends[slot - 1] == earliest:
+                                        if bus_starts[slot] == e:
+                                            bus_ends[slot - 1] = bus_ends[slot]
+                                            del bus_starts[slot], bus_ends[slot]
                                         else:
-                                            be[i - 1] = e
-                                    elif bs[i] == e:
-                                        bs[i] = t
+                                            bus_ends[slot - 1] = e
+                                    elif bus_starts[slot] == e:
+                                        bus_starts[slot] = earliest
                                     else:
-                                        bs.insert(i, t)
-                                        be.insert(i, e)
+                                        bus_starts.insert(slot, earliest)
+                                        bus_ends.insert(slot, e)
                                     bus.busy += occ
                                 else:
-                                    t = bus.alloc(t, occ)
-                            req = t + bbeats
+                                    earliest = bus.alloc(earliest, occ)
+                            req = earliest + bbeats
                     last_end = req
                 if last_end is None:
-                    C = S
+                    complete = start
                 else:
-                    C = slots[0] = last_end
-                if C - S > lat - extra_lat:
-                    bus_wait += C - S - (lat - extra_lat)
+                    complete = slots[0] = last_end
+                if complete - start > lat - extra_lat:
+                    bus_wait += complete - start - (lat - extra_lat)
             else:
-                req = S
-                end_max = S
-                bs, be = bus.starts, bus.ends
+                req = start
+                end_max = start
+                bus_starts, bus_ends = bus.starts, bus.ends
                 for count, bbeats in groups:
-                    occ = max(1, int(-(-bbeats * bpb // 1)))
+                    occ = max(1, int(-(-bbeats * bus_cycles_per_beat // 1)))
                     for _ in range(count):
-                        i = slots.index(min(slots)) if k > 1 else 0
-                        if slots[i] > req:
-                            req = slots[i]
-                        t = req + L
-                        if not be or t > be[-1]:  # the bus is free from t on
-                            bs.append(t)
-                            be.append(t + occ)
+                        slot = slots.index(min(slots)) if burst_slots > 1 else 0
+                        if slots[slot] > req:
+                            req = slots[slot]
+                        earliest = req + dram_latency
+                        if not bus_ends or earliest > bus_ends[-1]:  # the bus is free from t on
+                            bus_starts.append(earliest)
+                            bus_ends.append(earliest + occ)
                             bus.busy += occ
-                        elif t == be[-1]:
-                            be[-1] = t + occ
+                        elif earliest == bus_ends[-1]:
+                            bus_ends[-1] = earliest + occ
                             bus.busy += occ
                         else:
-                            t = bus.alloc(t, occ)
-                        end = t + bbeats
-                        slots[i] = end
+                            earliest = bus.alloc(earliest, occ)
+                        end = earliest + bbeats
+                        slots[slot] = end
                         if end > end_max:
                             end_max = end
-                C = end_max
-                if C - S > lat - extra_lat:
-                    bus_wait += C - S - (lat - extra_lat)
-            C += extra_lat
-            dma_last_start = S
-            dma_last_issue = I
-            dq.append(C)
-            if pp and C > S:
-                res.append((S, C, pp))
-            if sp:
-                tpool.hold(S, C, sp, horizon)
-            if C > S:
-                busy_s.append(S)
-                busy_e.append(C)
-                dma_s.append(S)
-                dma_e.append(C)
-            dma_sum += C - S
+                complete = end_max
+                if complete - start > lat - extra_lat:
+                    bus_wait += complete - start - (lat - extra_lat)
+            complete += extra_lat
+            dma_last_start = start
+            dma_last_issue = issue_at
+            dma_queue.append(complete)
+            if private_ports and complete > start:
+                res.append((start, complete, private_ports))
+            if shared_ports:
+                tpool.hold(start, complete, shared_ports, horizon)
+            if complete > start:
+                busy_s.append(start)
+                busy_e.append(complete)
+                dma_s.append(start)
+                dma_e.append(complete)
+            dma_sum += complete - start
         elif kind == BALL:
-            _, pc, lat, unit, rkeys, wkeys, rmw, pp, sp, _x, _m = rec
-            t0 = D + delay
-            t = t0 if t0 > ball_last_issue else ball_last_issue
-            if len(bq) == Q and bq[0] > t:
-                t = bq[0]
-            I = t
-            if w1:
-                while I in iss:
-                    I += 1
-                iss.add(I)
+            _, pc, lat, unit, rkeys, wkeys, rmw, private_ports, shared_ports, _x, _m = rec
+            at_unit = dispatch + delay
+            earliest = at_unit if at_unit > ball_last_issue else ball_last_issue
+            if len(ball_queue) == ball_queue_depth and ball_queue[0] > earliest:
+                earliest = ball_queue[0]
+            issue_at = earliest
+            if single_issue:
+                while issue_at in issue_cycles:
+                    issue_at += 1
+                issue_cycles.add(issue_at)
             else:
-                while issued.get(I, 0) >= w:
-                    I += 1
-                issued[I] = issued.get(I, 0) + 1
-            if I > t0:
-                if t > t0:
-                    st_bq += I - t0
+                while issued.get(issue_at, 0) >= issue_width:
+                    issue_at += 1
+                issued[issue_at] = issued.get(issue_at, 0) + 1
+            if issue_at > at_unit:
+                if earliest > at_unit:
+                    st_bq += issue_at - at_unit
                 else:
-                    st_front += I - t0
+                    st_front += issue_at - at_unit
             ready = 0
             for key in rkeys:
-                v = wd[key] if key < SHARED_KEY else twd.get(key, 0)
-                if v > ready:
-                    ready = v
+                dep_time = write_done[key] if key < SHARED_KEY else shared_write_done.get(key, 0)
+                if dep_time > ready:
+                    ready = dep_time
             for key in wkeys:
-                v = md[key] if key < SHARED_KEY else tmd.get(key, 0)
-                if v > ready:
-                    ready = v
+                dep_time = mset_done[key] if key < SHARED_KEY else shared_mset_done.get(key, 0)
+                if dep_time > ready:
+                    ready = dep_time
                 if rmw:
-                    v = wd[key] if key < SHARED_KEY else twd.get(key, 0)
-                    if v > ready:
-                        ready = v
+                    dep_time = write_done[key] if key < SHARED_KEY else shared_write_done.get(key, 0)
+                    if dep_time > ready:
+                        ready = dep_time
             unit_t = ball_free[unit]
             if ball_last_start > unit_t:
                 unit_t = ball_last_start
-            S = I
-            if ready > S or unit_t > S:
+            start = issue_at
+            if ready > start or unit_t > start:
                 if ready >= unit_t:
-                    st_dep += ready - I
-                    S = ready
+                    st_dep += ready - issue_at
+                    start = ready
                 else:
-                    st_bq += unit_t - I
-                    S = unit_t
-            if pp or sp:
+                    st_bq += unit_t - issue_at
+                    start = unit_t
+            if private_ports or shared_ports:
                 if len(res) > res_lim:
                     floor = ball_last_start if ball_last_start < dma_last_start else dma_last_start
-                    if floor < D:
-                        floor = D
-                    res = [r for r in res if r[1] > floor]
+                    if floor < dispatch:
+                        floor = dispatch
+                    res = [held for held in res if held[1] > floor]
                     res_lim = 2 * len(res) if len(res) > 4 else 8
-                S0 = S
-                if not sp:
-                    tot = pp
-                    end = S + lat
-                    for rs, re_, rn in res:
-                        if re_ > S and rs < end:
-                            tot += rn
+                start_asked = start
+                if not shared_ports:
+                    tot = private_ports
+                    end = start + lat
+                    for held_start, held_end, held_ports in res:
+                        if held_end > start and held_start < end:
+                            tot += held_ports
                     if tot > cap:
-                        S = _pool_earliest(res, cap, S, lat, pp)
+                        start = _pool_earliest(res, cap, start, lat, private_ports)
                 else:
                     by_shared = False
                     for _ in range(64):
-                        t1 = _pool_earliest(res, cap, S, lat, pp) if pp else S
-                        t2 = _pool_earliest(tpool.res, tpool.cap, t1, lat, sp)
-                        by_shared |= t2 > t1
-                        if t2 == S:
+                        private_ok = _pool_earliest(res, cap, start, lat, private_ports) if private_ports else start
+                        shared_ok = _pool_earliest(tpool.res, tpool.cap, private_ok, lat, shared_ports)
+                        by_shared |= shared_ok > private_ok
+                        if shared_ok == start:
                             break
-                        S = t2
+                        start = shared_ok
                     shared_conflicts += by_shared
-                if S > S0:
-                    st_chan += S - S0
+                if start > start_asked:
+                    st_chan += start - start_asked
                     conflicts += 1
-                    chan_wait += S - S0
-            C = S + lat
-            ball_free[unit] = C
-            ball_last_start = S
-            ball_last_issue = I
-            bq.append(S)
+                    chan_wait += start - start_asked
+            complete = start + lat
+            ball_free[unit] = complete
+            ball_last_start = start
+            ball_last_issue = issue_at
+            ball_queue.append(start)
             ball_ops[unit] += 1
             ball_busy[unit] += lat
-            if pp and C > S:
-                res.append((S, C, pp))
-            if sp:
-                tpool.hold(S, C, sp, horizon)
+            if private_ports and complete > start:
+                res.append((start, complete, private_ports))
+            if shared_ports:
+                tpool.hold(start, complete, shared_ports, horizon)
             if lat:
-                busy_s.append(S)
-                busy_e.append(C)
+                busy_s.append(start)
+                busy_e.append(complete)
         elif kind == MSET:
-            _, pc, lat, alloc, rkeys, wkeys, rmw, pp, sp, phys, _m = rec
-            t0 = D + delay
-            I = t0
-            if w1:
-                while I in iss:
-                    I += 1
-                iss.add(I)
+            _, pc, lat, alloc, rkeys, wkeys, rmw, private_ports, shared_ports, phys, _m = rec
+            at_unit = dispatch + delay
+            issue_at = at_unit
+            if single_issue:
+                while issue_at in issue_cycles:
+                    issue_at += 1
+                issue_cycles.add(issue_at)
             else:
-                while issued.get(I, 0) >= w:
-                    I += 1
-                issued[I] = issued.get(I, 0) + 1
-            if I > t0:
-                st_front += I - t0
+                while issued.get(issue_at, 0) >= issue_width:
+                    issue_at += 1
+                issued[issue_at] = issued.get(issue_at, 0) + 1
+            if issue_at > at_unit:
+                st_front += issue_at - at_unit
             key = wkeys[0]
-            ready = ad[key]
+            ready = access_done[key]
             if alloc:
-                for p in phys:
-                    v = phys_free[p]
-                    if v > ready:
-                        ready = v
-            S = I
-            if ready > S:
-                st_dep += ready - S
-                S = ready
-            C = S + lat
-            wd[key] = md[key] = ad[key] = C
+                for bank in phys:
+                    dep_time = phys_free[bank]
+                    if dep_time > ready:
+                        ready = dep_time
+            start = issue_at
+            if ready > start:
+                st_dep += ready - start
+                start = ready
+            complete = start + lat
+            write_done[key] = mset_done[key] = access_done[key] = complete
             if not alloc:
-                for p in phys:
-                    phys_free[p] = C
+                for bank in phys:
+                    phys_free[bank] = complete
             if lat:
-                busy_s.append(S)
-                busy_e.append(C)
+                busy_s.append(start)
+                busy_e.append(complete)
             rkeys = wkeys = ()
         elif kind == FENCE:
-            I = S = D
-            C = (D if D > K else K) + lat
-            st_fence += C - D
-            release = C
+            issue_at = start = dispatch
+            complete = (dispatch if dispatch > last_complete else last_complete) + lat
+            st_fence += complete - dispatch
+            release = complete
             if lat:
-                busy_s.append(C - lat)
-                busy_e.append(C)
+                busy_s.append(complete - lat)
+                busy_e.append(complete)
             rkeys = wkeys = ()
         elif kind == BARRIER:
-            arrival = D if D > K else K
-            Rel = yield ("barrier", arrival)
-            I = S = D
-            C = Rel
-            st_bar += Rel - D
+            arrival = dispatch if dispatch > last_complete else last_complete
+            released = yield ("barrier", arrival)
+            issue_at = start = dispatch
+            complete = released
+            st_bar += released - dispatch
             if bar_cycles:
-                busy_s.append(Rel - bar_cycles)
-                busy_e.append(Rel)
-            release = Rel
+                busy_s.append(released - bar_cycles)
+                busy_e.append(released)
+            release = released
             rkeys = wkeys = ()
         # results of the instruction (a Ball op's or a transfer's: the others' keys are empty here)
         for key in wkeys:
             if key < SHARED_KEY:
-                wd[key] = C
-                if ad[key] < C:
-                    ad[key] = C
+                write_done[key] = complete
+                if access_done[key] < complete:
+                    access_done[key] = complete
             else:
-                twd[key] = C
-                if tad.get(key, 0) < C:
-                    tad[key] = C
+                shared_write_done[key] = complete
+                if shared_access_done.get(key, 0) < complete:
+                    shared_access_done[key] = complete
         for key in rkeys:
             if key < SHARED_KEY:
-                if ad[key] < C:
-                    ad[key] = C
-            elif tad.get(key, 0) < C:
-                tad[key] = C
-        if C > K:
-            K = C
-        rob.append(K)
-        if tr is not None:
-            tr.add(cid, rec, seq, R, I, S, C, op_names)
+                if access_done[key] < complete:
+                    access_done[key] = complete
+            elif shared_access_done.get(key, 0) < complete:
+                shared_access_done[key] = complete
+        if complete > last_complete:
+            last_complete = complete
+        rob.append(last_complete)
+        if tracer is not None:
+            tracer.add(cid, rec, seq, rob_entries, issue_at, start, complete, op_names)
         seq += 1
         if (seq & 4095) == 0:
-            if len(iss) > 4096:
-                iss = {x for x in iss if x >= D}
+            if len(issue_cycles) > 4096:
+                issue_cycles = {cycle for cycle in issue_cycles if cycle >= dispatch}
             if len(issued) > 4096:
-                issued = {x: v for x, v in issued.items() if x >= D}
+                issued = {cycle: used for cycle, used in issued.items() if cycle >= dispatch}
         if not solo:
-            nd = dfloor
-            if core_free > nd:
-                nd = core_free
-            if release > nd:
-                nd = release
+            next_dispatch = dfloor
+            if core_free > next_dispatch:
+                next_dispatch = core_free
+            if release > next_dispatch:
+                next_dispatch = release
             if ahead and kind != BARRIER:
                 # Still the earliest core: go on as the driver would resume it.
                 if heap:
                     top = heap[0]
-                    h = top[0]
-                    if nd > h or (nd == h and cid > top[1]):
-                        horizon = yield nd
+                    first_other = top[0]
+                    if next_dispatch > first_other or (next_dispatch == first_other and cid > top[1]):
+                        horizon = yield next_dispatch
                         continue
-                    horizon = h if h < nd else nd
+                    horizon = first_other if first_other < next_dispatch else next_dispatch
                 else:
-                    horizon = nd
+                    horizon = next_dispatch
                 if (seq & 15) == 0:
                     prune(horizon)
             else:
-                horizon = yield nd
-    times.cycles = max(K, core_free, release)
+                horizon = yield next_dispatch
+    times.cycles = max(last_complete, core_free, release)
     times.instructions = n_instr
     times.core_ops = n_core
     times.core_op_cycles = core_cycles
-    st = times.stalls
-    for name, v in (("rob_full", st_rob), ("frontend", st_front), ("dependence", st_dep), ("ball_queue", st_bq),
-                    ("channel", st_chan), ("dma", st_dma), ("fence", st_fence), ("barrier", st_bar)):
-        st[name] += v
+    stalls = times.stalls
+    for name, cycles in (("rob_full", st_rob), ("frontend", st_front), ("dependence", st_dep), ("ball_queue", st_bq),
+                         ("channel", st_chan), ("dma", st_dma), ("fence", st_fence), ("barrier", st_bar)):
+        stalls[name] += cycles
     times.channel_conflicts = conflicts
     times.shared_channel_conflicts = shared_conflicts
     times.channel_wait = chan_wait
@@ -955,81 +955,81 @@ def run_overlapped(records, chip, trace=None, op_names=None, bus=None, proc=None
     behind it: there the order decides more than ties (the model follows it:
     `dse.cost.dma.bus_hold_cycles`). `proc` replaces `_core_proc` (tests:
     `emulator.timing_reference.core_proc_reference`)."""
-    n = len(records)
+    n_cores = len(records)
     n_balls = len(chip.balls)
-    times = [CoreTimes(n_balls) for _ in range(n)]
-    tsz = chip.cores.tile_size
-    n_tiles = -(-max(n, 1) // tsz)
+    times = [CoreTimes(n_balls) for _ in range(n_cores)]
+    tile_size = chip.cores.tile_size
+    n_tiles = -(-max(n_cores, 1) // tile_size)
     tiles = [Tile(chip.shared_memory.channels) for _ in range(n_tiles)]
     bus = ArrayBus() if bus is None else bus  # a `Bus` for the list-based reference (tests)
-    active = [c for c in range(n) if records[c]]
+    active = [core_id for core_id in range(n_cores) if records[core_id]]
     solo = len(active) <= 1
     bar_cycles = chip.front_end.barrier_cycles
     heap: list = []
     if proc is None:
-        procs = {c: _core_proc(c, records[c], chip, times[c], tiles[c // tsz], bus, solo, trace, op_names, heap)
-                 for c in active}
+        procs = {core_id: _core_proc(core_id, records[core_id], chip, times[core_id], tiles[core_id // tile_size], bus, solo, trace, op_names, heap)
+                 for core_id in active}
     else:
-        procs = {c: proc(c, records[c], chip, times[c], tiles[c // tsz], bus, solo, trace, op_names) for c in active}
-    members = {t: [c for c in range(t * tsz, min((t + 1) * tsz, n)) if c in procs] for t in range(n_tiles)}
+        procs = {core_id: proc(core_id, records[core_id], chip, times[core_id], tiles[core_id // tile_size], bus, solo, trace, op_names) for core_id in active}
+    members = {tile_index: [core_id for core_id in range(tile_index * tile_size, min((tile_index + 1) * tile_size, n_cores)) if core_id in procs] for tile_index in range(n_tiles)}
     waiting: dict[int, dict[int, int]] = {}
-    for c, g in procs.items():
-        g.send(None)
-        heap.append((0, c))
+    for core_id, proc_gen in procs.items():
+        proc_gen.send(None)
+        heap.append((0, core_id))
     heapq.heapify(heap)
     count = 0
 
-    def deliver(c: int, value) -> None:
-        """Resume core c with `value`; queue it again, or handle its barrier arrival."""
-        stack = [(c, value)]
+    def deliver(first: int, value) -> None:
+        """Resume core `first` with `value`; queue it again, or handle its barrier arrival."""
+        stack = [(first, value)]
         while stack:
-            x, v = stack.pop()
+            core, value_in = stack.pop()
             try:
-                msg = procs[x].send(v)
+                msg = procs[core].send(value_in)
             except StopIteration:
                 continue
             if type(msg) is not tuple:
-                heapq.heappush(heap, (msg if msg is not None else 0, x))
+                heapq.heappush(heap, (msg if msg is not None else 0, core))
                 continue
-            tile = x // tsz
-            w = waiting.setdefault(tile, {})
-            w[x] = msg[1]
-            if len(w) == len(members[tile]):
-                rel = max(w.values()) + bar_cycles
+            tile = core // tile_size
+            arrived_at = waiting.setdefault(tile, {})
+            arrived_at[core] = msg[1]
+            if len(arrived_at) == len(members[tile]):
+                release_at = max(arrived_at.values()) + bar_cycles
                 del waiting[tile]
-                for y in sorted(w, reverse=True):
-                    stack.append((y, rel))
+                for waiting_core in sorted(arrived_at, reverse=True):
+                    stack.append((waiting_core, release_at))
 
     heappop, heappush = heapq.heappop, heapq.heappush
     while heap:
-        t_c, c = heappop(heap)
-        g = procs[c]
+        resume_at, core_id = heappop(heap)
+        proc_gen = procs[core_id]
         # Run core c for as long as it stays the earliest (same order as one heap step an
         # instruction, without the heap traffic).
         while True:
-            horizon = heap[0][0] if heap and heap[0][0] < t_c else t_c
+            horizon = heap[0][0] if heap and heap[0][0] < resume_at else resume_at
             try:
-                msg = g.send(horizon)
+                msg = proc_gen.send(horizon)
             except StopIteration:
                 break
             count += 1
             if count & 15 == 0:  # a search, and past 32 intervals a memmove: cheap on arrays
                 bus.prune(horizon)
             if type(msg) is tuple:  # at a barrier
-                tile = c // tsz
-                w = waiting.setdefault(tile, {})
-                w[c] = msg[1]
-                if len(w) == len(members[tile]):
-                    rel = max(w.values()) + bar_cycles
+                tile = core_id // tile_size
+                arrived_at = waiting.setdefault(tile, {})
+                arrived_at[core_id] = msg[1]
+                if len(arrived_at) == len(members[tile]):
+                    release_at = max(arrived_at.values()) + bar_cycles
                     del waiting[tile]
-                    for y in sorted(w):
-                        deliver(y, rel)
+                    for waiting_core in sorted(arrived_at):
+                        deliver(waiting_core, release_at)
                 break
-            if heap and (msg, c) > heap[0]:
-                heappush(heap, (msg, c))
+            if heap and (msg, core_id) > heap[0]:
+                heappush(heap, (msg, core_id))
                 break
-            t_c = msg
+            resume_at = msg
     if waiting:
-        stuck = {t: sorted(w) for t, w in waiting.items()}
+        stuck = {tile_index: sorted(arrived_at) for tile_index, arrived_at in waiting.items()}
         raise ProgramError(f"cores wait at a barrier that other cores of their tile never reach: {stuck}")
     return times, bus.busy

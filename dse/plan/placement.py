@@ -67,12 +67,12 @@ def cores_chip(chip: ChipConfig, cores) -> tuple[ChipConfig, str]:
     the reason no one program fits them): the chip's own parameters, or their core group's
     when they all belong to one group that overrides the chip's hardware."""
     cores = list(cores)
-    groups = sorted({chip.cores.group_of(c) for c in cores} - {None})
-    if not any(chip.cores.groups[g].overrides for g in groups):
+    groups = sorted({chip.cores.group_of(core) for core in cores} - {None})
+    if not any(chip.cores.groups[group].overrides for group in groups):
         return chip, ""
     if len(groups) == 1:
         return chip.group_chip(groups[0]), ""
-    roles = ", ".join(chip.cores.groups[g].role for g in groups)
+    roles = ", ".join(chip.cores.groups[group].role for group in groups)
     first = chip.cores.groups[0].count
     return chip, (f"{len(cores)} workers span core groups {roles} of chip {chip.name}, whose hardware differs: "
                   f"one SPMD program is built for one group's parameters; allowed: at most {first} workers, "
@@ -104,14 +104,14 @@ def place(chip: ChipConfig, placement: str | None, workers: int, roles: list[str
                     f"({', '.join(roles)}) is placed by \"phase\" or SPMD")
     if placement != "phase":
         raise ValueError(f"placement must be None or one of {PLACEMENTS}, got {placement!r}")
-    have = [g.role for g in chip.cores.groups]
+    have = [group.role for group in chip.cores.groups]
     places = []
     for role in roles:
-        i = chip.group_index(role)
-        if i is None:
+        group_index = chip.group_index(role)
+        if group_index is None:
             return [], (f"placement \"phase\" puts stage {role!r} on the core group of that role, but chip "
                         f"{chip.name} has " + (f"groups {', '.join(have)}" if have else "no core groups"))
-        places.append(Placed(role, tuple(chip.cores.group_cores(i)), chip.group_chip(i)))
+        places.append(Placed(role, tuple(chip.cores.group_cores(group_index)), chip.group_chip(group_index)))
     # with mapping.weights = shared, stages on one tile each load theirs into a region of
     # its shared banks (`stage_regions`), decided with their tiles
     return places, ""
@@ -132,7 +132,7 @@ def layer_ranges(n_ops: int, cuts) -> tuple[list[range], str]:
         return [], (f"mapping.cuts = {cuts}: allowed increasing op indices in 1..{n_ops - 1} "
                     f"(the graph has {n_ops} ops; a cut is the index of the op that begins a range)")
     bounds = [0, *cuts, n_ops]
-    return [range(a, b) for a, b in zip(bounds, bounds[1:])], ""
+    return [range(start, stop) for start, stop in zip(bounds, bounds[1:])], ""
 
 
 def place_layers(chip: ChipConfig, cuts, n_ops: int, placement: str = "layers",
@@ -151,21 +151,21 @@ def place_layers(chip: ChipConfig, cuts, n_ops: int, placement: str = "layers",
             return [], [], (f"placement \"{placement}\" on chip {chip.name}, which has no core groups, puts its "
                             f"{len(ranges)} ranges on blocks of mapping.workers = {workers} cores; allowed: "
                             f"{len(ranges)} to {chip.cores.count} workers")
-        sizes = [workers // len(ranges) + (r < workers % len(ranges)) for r in range(len(ranges))]
+        sizes = [workers // len(ranges) + (index < workers % len(ranges)) for index in range(len(ranges))]
         starts = np.cumsum([0, *sizes])
-        places = [Placed(f"cores {a}-{b - 1}[{rg.start}:{rg.stop}]", tuple(range(a, b)), cores_chip(chip, range(a, b))[0])
-                  for a, b, rg in zip(starts[:-1].tolist(), starts[1:].tolist(), ranges)]
+        places = [Placed(f"cores {first}-{stop - 1}[{op_range.start}:{op_range.stop}]", tuple(range(first, stop)), cores_chip(chip, range(first, stop))[0])
+                  for first, stop, op_range in zip(starts[:-1].tolist(), starts[1:].tolist(), ranges)]
         what = f"its cores 0-{workers - 1}"
     elif len(ranges) > len(groups):
         return [], [], (f"placement \"{placement}\" puts range r of {len(ranges)} on core group r, but chip {chip.name} "
                         f"has {len(groups)} core group{'s' if len(groups) != 1 else ''}; allowed: at most "
                         f"{len(groups)} ranges (mapping.cuts of {len(groups) - 1} indices)")
     else:
-        places = [Placed(f"{groups[r].role}[{rg.start}:{rg.stop}]", tuple(chip.cores.group_cores(r)),
-                         chip.group_chip(r)) for r, rg in enumerate(ranges)]
-        what = f"core groups {', '.join(g.role for g in groups[:len(ranges)])}"
+        places = [Placed(f"{groups[index].role}[{op_range.start}:{op_range.stop}]", tuple(chip.cores.group_cores(index)),
+                         chip.group_chip(index)) for index, op_range in enumerate(ranges)]
+        what = f"core groups {', '.join(group.role for group in groups[:len(ranges)])}"
     tile = chip.cores.tile_size
-    tiles = sorted({c // tile for p in places for c in p.cores})
+    tiles = sorted({core // tile for place in places for core in place.cores})
     if len(tiles) > 1:
         return [], [], (f"placement \"{placement}\" orders its ranges with BARRIERs, which join the cores of one tile, but "
                         f"{what} of chip {chip.name} span tiles {tiles} (cores.tile_size {tile})")
@@ -184,13 +184,15 @@ class Schedule:
 
     def slots(self) -> list[list[tuple[int, int]]]:
         """Per slot, the (request, range) pairs that run in it, in range order."""
-        R = len(self.ranges)
-        at = (lambda k, r: k + r) if self.overlap else (lambda k, r: k * R + r)  # noqa: E731
-        n = at(self.requests - 1, R - 1) + 1
-        out: list[list[tuple[int, int]]] = [[] for _ in range(n)]
-        for k in range(self.requests):
-            for r in range(R):
-                out[at(k, r)].append((k, r))
+        n_ranges = len(self.ranges)
+
+        def slot_of(request: int, part: int) -> int:
+            return request + part if self.overlap else request * n_ranges + part
+
+        out: list[list[tuple[int, int]]] = [[] for _ in range(slot_of(self.requests - 1, n_ranges - 1) + 1)]
+        for request in range(self.requests):
+            for part in range(n_ranges):
+                out[slot_of(request, part)].append((request, part))
         return out
 
     @property
@@ -231,16 +233,16 @@ def handoffs(plans, ranges, leading: bool = True) -> dict[str, str]:
     for exactly that. Every other tensor between ranges stays in DRAM. (Whether its tiles then
     fit is the tile check's: `MatmulShape.a_shared`.)"""
     where = {}
-    for r, rg in enumerate(ranges):
-        for i in rg:
-            where.update({t: r for t in plans[i].op.outputs})
+    for range_index, op_range in enumerate(ranges):
+        for op_index in op_range:
+            where.update({tensor: range_index for tensor in plans[op_index].op.outputs})
     out = {}
-    for r, rg in enumerate(ranges[1:], 1):
-        for plan in (plans[i] for i in rg if plans[i].unit in MATRIX_UNITS):
-            a = plan.op.inputs[0]
-            if plan.unit not in HANDOFF_UNITS or where.get(a, r) >= r or any(c.tensor == a for c in plan.copies):
+    for range_index, op_range in enumerate(ranges[1:], 1):
+        for plan in (plans[op_index] for op_index in op_range if plans[op_index].unit in MATRIX_UNITS):
+            a_tensor = plan.op.inputs[0]
+            if plan.unit not in HANDOFF_UNITS or where.get(a_tensor, range_index) >= range_index or any(copy.tensor == a_tensor for copy in plan.copies):
                 break
-            out[plan.op.name] = a
+            out[plan.op.name] = a_tensor
     return out
 
 
@@ -281,19 +283,19 @@ def handoff_banks(plans, ranges, handed: dict[str, str], sets: int, overlap: boo
     (each product closes with a sync). In a pipeline (`overlap`) the ranges run at once, so no
     B tile may meet any hand-off's banks: every candidate takes its hand-offs in order, as
     with a copy per worker, and its shared weights go below them (`range_regions`)."""
-    n = range_params[0].n if range_params else 0
-    out = [HandoffBanks({}, {}) for _ in range(n)]
-    taken = np.zeros(n, dtype=np.int64)
-    for r, rg in enumerate(ranges):
+    n_cand = range_params[0].n if range_params else 0
+    out = [HandoffBanks({}, {}) for _ in range(n_cand)]
+    taken = np.zeros(n_cand, dtype=np.int64)
+    for range_index, op_range in enumerate(ranges):
         if not overlap:
             taken[:] = 0
-        ops = [plans[i] for i in rg if plans[i].op.name in handed]
-        shared_b = range_params[r].shared_weights if n else np.zeros(0, dtype=bool)
-        if n and overlap:  # a pipeline's shared weights sit in regions of their own (`range_regions`)
-            _take_banks(out, taken, ops, np.arange(n), range_params[r], sets)
-        elif n:
-            _take_banks(out, taken, ops, np.flatnonzero(~shared_b), range_params[r], sets)
-            _take_banks_shared_b(out, taken, ops, np.flatnonzero(shared_b), range_params[r], sets)
+        ops = [plans[op_index] for op_index in op_range if plans[op_index].op.name in handed]
+        shared_b = range_params[range_index].shared_weights if n_cand else np.zeros(0, dtype=bool)
+        if n_cand and overlap:  # a pipeline's shared weights sit in regions of their own (`range_regions`)
+            _take_banks(out, taken, ops, np.arange(n_cand), range_params[range_index], sets)
+        elif n_cand:
+            _take_banks(out, taken, ops, np.flatnonzero(~shared_b), range_params[range_index], sets)
+            _take_banks_shared_b(out, taken, ops, np.flatnonzero(shared_b), range_params[range_index], sets)
     return out
 
 
@@ -301,14 +303,14 @@ def _take_banks(out, taken, ops, who, params: CandidateArrays, sets: int) -> Non
     """`handoff_banks` for candidates `who`, `ops` in this order, each below the ones before."""
     if not len(who):
         return
-    for p in ops:
-        shape = replace(p.gemm, a_shared=sets)
+    for plan in ops:
+        shape = replace(plan.gemm, a_shared=sets)
         took = np.zeros(len(taken), dtype=np.int64)
         for base in np.unique(taken[who]).tolist():  # candidates at one base share one pick
-            at = who[taken[who] == base]
-            took[at] = a_shared_banks(params.take(at), replace(shape, a_shared_base=base))
-        for c in who.tolist():
-            out[c].bases[p.op.name], out[c].banks[p.op.name] = int(taken[c]), int(took[c])
+            same_base = who[taken[who] == base]
+            took[same_base] = a_shared_banks(params.take(same_base), replace(shape, a_shared_base=base))
+        for cand in who.tolist():
+            out[cand].bases[plan.op.name], out[cand].banks[plan.op.name] = int(taken[cand]), int(took[cand])
         taken[who] += took[who]
 
 
@@ -319,24 +321,24 @@ def _take_banks_shared_b(out, taken, ops, who, params: CandidateArrays, sets: in
     products after it (B tiles + the banks held > the shared banks), those are closed (their
     base set to every shared bank, so no tile fits and their A reads DRAM, in the lowering's
     tile check as in the model's) and it is picked again at the base the range began at."""
-    for c in who.tolist():
-        one = params.take(np.array([c]))
-        start = int(taken[c])
+    for cand in who.tolist():
+        one = params.take(np.array([cand]))
+        start = int(taken[cand])
         later: list = []
-        for p in ops[::-1]:
-            shape = replace(p.gemm, a_shared=sets)
-            a, b = shared_banks(one, replace(shape, a_shared_base=int(taken[c])))
-            banks = int(a[0])
-            if not banks and int(taken[c]) > start and int(b[0]) + int(taken[c]) > int(one.shared_banks[0]):
+        for plan in ops[::-1]:
+            shape = replace(plan.gemm, a_shared=sets)
+            a_banks, b_banks = shared_banks(one, replace(shape, a_shared_base=int(taken[cand])))
+            banks = int(a_banks[0])
+            if not banks and int(taken[cand]) > start and int(b_banks[0]) + int(taken[cand]) > int(one.shared_banks[0]):
                 closed = int(one.shared_banks[0])
-                for q in later:
-                    out[c].bases[q], out[c].banks[q] = closed, 0
-                    out[c].closed.setdefault(q, p.op.name)
-                taken[c] = start
+                for later_op in later:
+                    out[cand].bases[later_op], out[cand].banks[later_op] = closed, 0
+                    out[cand].closed.setdefault(later_op, plan.op.name)
+                taken[cand] = start
                 (banks,) = a_shared_banks(one, replace(shape, a_shared_base=start)).tolist()
-            out[c].bases[p.op.name], out[c].banks[p.op.name] = int(taken[c]), int(banks)
-            taken[c] += banks
-            later.append(p.op.name)
+            out[cand].bases[plan.op.name], out[cand].banks[plan.op.name] = int(taken[cand]), int(banks)
+            taken[cand] += banks
+            later.append(plan.op.name)
 
 
 @dataclass(frozen=True)
@@ -364,22 +366,22 @@ def weight_banks(plans, params: CandidateArrays, held: list[HandoffBanks] | None
     pick would take other A banks than ``held[c].banks`` says."""
     most = np.zeros(params.n, dtype=np.int64)
     who = np.flatnonzero(params.shared_weights)
-    for p in plans:
-        if not len(who) or p.unit not in MATRIX_UNITS or p.gemm is None or not p.gemm.b_weight:
+    for plan in plans:
+        if not len(who) or plan.unit not in MATRIX_UNITS or plan.gemm is None or not plan.gemm.b_weight:
             continue
         by_base: dict[int | None, list[int]] = {}
-        for c in who.tolist():
-            by_base.setdefault(held[c].bases.get(p.op.name) if held else None, []).append(c)
-        for a_base, cs in by_base.items():
-            shape = replace(p.gemm, b_shared_base=base)
+        for cand in who.tolist():
+            by_base.setdefault(held[cand].bases.get(plan.op.name) if held else None, []).append(cand)
+        for a_base, cands in by_base.items():
+            shape = replace(plan.gemm, b_shared_base=base)
             if a_base is not None:
                 shape = replace(shape, a_shared=sets, a_shared_base=a_base)
-            at = np.asarray(cs)
-            a, b = shared_banks(params.take(at), shape)
-            bad = b == 0  # a shared weight with no legal tile
+            where = np.asarray(cands)
+            a_banks, b_banks = shared_banks(params.take(where), shape)
+            bad = b_banks == 0  # a shared weight with no legal tile
             if a_base is not None:
-                bad |= a != np.asarray([held[c].banks[p.op.name] for c in cs])
-            most[at] = np.where(bad | (most[at] < 0), -1, np.maximum(most[at], b))
+                bad |= a_banks != np.asarray([held[cand].banks[plan.op.name] for cand in cands])
+            most[where] = np.where(bad | (most[where] < 0), -1, np.maximum(most[where], b_banks))
     return most
 
 
@@ -391,14 +393,14 @@ def _fit(banks: list[int], reserve: int, have: int, repick) -> tuple[list[int], 
     Returns the regions and the base each part's tiles are picked with."""
     alone = list(banks)
     banks, picked = list(alone), [0] * len(alone)
-    for r in sorted(range(len(banks)), key=lambda r: (-banks[r], r)):
+    for index in sorted(range(len(banks)), key=lambda part: (-banks[part], part)):
         if sum(banks) + reserve <= have:
             return banks, picked
-        base = reserve + sum(banks) - banks[r]
-        if banks[r] and base < have:
-            again = repick(r, base)
-            if 0 <= again < banks[r]:
-                banks[r], picked[r] = again, base
+        base = reserve + sum(banks) - banks[index]
+        if banks[index] and base < have:
+            again = repick(index, base)
+            if 0 <= again < banks[index]:
+                banks[index], picked[index] = again, base
     if sum(banks) + reserve <= have:
         return banks, picked
     # the others too large to leave one room: every part within a share of the banks in
@@ -407,17 +409,17 @@ def _fit(banks: list[int], reserve: int, have: int, repick) -> tuple[list[int], 
     total = sum(alone)
     if free <= 0 or not total:
         return banks, picked
-    shares = [free * b // total for b in alone]
-    for r in range(free - sum(shares)):
-        shares[[k for k, b in enumerate(alone) if b][r % sum(1 for b in alone if b)]] += 1
-    fitted, at = [], []
-    for r, (b, share) in enumerate(zip(alone, shares)):
-        again = repick(r, have - share) if b > share and share > 0 else (b if b <= share else -1)
+    shares = [free * region // total for region in alone]
+    for index in range(free - sum(shares)):
+        shares[[position for position, region in enumerate(alone) if region][index % sum(1 for region in alone if region)]] += 1
+    fitted, picked_at = [], []
+    for index, (region, share) in enumerate(zip(alone, shares)):
+        again = repick(index, have - share) if region > share and share > 0 else (region if region <= share else -1)
         if again < 0:
             return banks, picked  # no tile of this part fits its share
         fitted.append(again)
-        at.append(have - share if b > share else 0)
-    return fitted, at
+        picked_at.append(have - share if region > share else 0)
+    return fitted, picked_at
 
 
 def range_regions(plans, ranges, held: list[HandoffBanks], sets: int, overlap: bool,
@@ -434,36 +436,36 @@ def range_regions(plans, ranges, held: list[HandoffBanks], sets: int, overlap: b
     product, for both consumers' notes) and the regions fitted again without them. Where the
     regions alone take more than the tile's shared banks the candidate is infeasible, the
     reason naming the ranges (`names[c]`), the banks needed and the banks chip `chips[c]` has."""
-    n, R = (range_params[0].n if range_params else 0), len(ranges)
-    if not overlap or not n:
-        return [WeightRegions([0] * R, [0] * R, [0] * R) for _ in range(n)]
-    parts = [[plans[i] for i in rg] for rg in ranges]
-    per = np.maximum(0, np.stack([weight_banks(part, range_params[r], held, sets) for r, part in enumerate(parts)],
+    n_cand, n_ranges = (range_params[0].n if range_params else 0), len(ranges)
+    if not overlap or not n_cand:
+        return [WeightRegions([0] * n_ranges, [0] * n_ranges, [0] * n_ranges) for _ in range(n_cand)]
+    parts = [[plans[op_index] for op_index in op_range] for op_range in ranges]
+    per = np.maximum(0, np.stack([weight_banks(part, range_params[part_index], held, sets) for part_index, part in enumerate(parts)],
                                  axis=1))  # a product with no legal tile at all is its op's own reason
     out = []
-    for c in range(n):
-        a = sum(held[c].banks.values())
-        have = int(range_params[0].shared_banks[c])
-        if sum(per[c].tolist()) + a <= have:  # picked alone, they fit (no shared weights: no regions)
-            banks = per[c].tolist()
-            out.append(WeightRegions(np.cumsum([0, *banks[:-1]]).tolist(), banks, [0] * R))
+    for cand in range(n_cand):
+        a_banks = sum(held[cand].banks.values())
+        have = int(range_params[0].shared_banks[cand])
+        if sum(per[cand].tolist()) + a_banks <= have:  # picked alone, they fit (no shared weights: no regions)
+            banks = per[cand].tolist()
+            out.append(WeightRegions(np.cumsum([0, *banks[:-1]]).tolist(), banks, [0] * n_ranges))
             continue
-        one = [params.take(np.array([c])) for params in range_params]
-        banks, picked = _fit(per[c].tolist(), a, have,
-                             lambda r, base: int(weight_banks(parts[r], one[r], [held[c]], sets, base)[0]))
-        if a and sum(banks) + a > have:
+        one = [params.take(np.array([cand])) for params in range_params]
+        banks, picked = _fit(per[cand].tolist(), a_banks, have,
+                             lambda part, base: int(weight_banks(parts[part], one[part], [held[cand]], sets, base)[0]))
+        if a_banks and sum(banks) + a_banks > have:
             # the weights first: every hand-off closed (its A through DRAM, its base every shared
             # bank so no A tile fits, in `held[c]` for both consumers) and the regions fitted again
-            for op in held[c].bases:
-                held[c].bases[op], held[c].banks[op] = have, 0
-                held[c].closed.setdefault(op, "")
-            a = 0
-            alone = [max(0, int(weight_banks(part, one[r], [held[c]], sets)[0])) for r, part in enumerate(parts)]
+            for handed_op in held[cand].bases:
+                held[cand].bases[handed_op], held[cand].banks[handed_op] = have, 0
+                held[cand].closed.setdefault(handed_op, "")
+            a_banks = 0
+            alone = [max(0, int(weight_banks(part, one[part_index], [held[cand]], sets)[0])) for part_index, part in enumerate(parts)]
             banks, picked = _fit(alone, 0, have,
-                                 lambda r, base: int(weight_banks(parts[r], one[r], [held[c]], sets, base)[0]))
+                                 lambda part, base: int(weight_banks(parts[part], one[part], [held[cand]], sets, base)[0]))
         reason = ""
-        if sum(banks) and sum(banks) + a > have:
-            reason = _regions_reason("pipeline", "ranges", names[c], banks, a, have, chips[c])
+        if sum(banks) and sum(banks) + a_banks > have:
+            reason = _regions_reason("pipeline", "ranges", names[cand], banks, a_banks, have, chips[cand])
         out.append(WeightRegions(np.cumsum([0, *banks[:-1]]).tolist(), banks, picked, reason))
     return out
 
@@ -480,39 +482,39 @@ def stage_regions(stage_plans, stage_params: list[CandidateArrays], places: list
     naming the stages, the banks needed and the banks the chip has. `stage_plans[s]`: stage
     s's plan; `stage_params[s]`: stage s of every candidate, as it is built and costed (its
     place's chip and cores)."""
-    n, S = (stage_params[0].n if stage_params else 0), len(stage_plans)
-    if placement != "phase" or not n:
-        return [WeightRegions([0] * S, [0] * S, [0] * S) for _ in range(n)]
+    n_cand, n_stages = (stage_params[0].n if stage_params else 0), len(stage_plans)
+    if placement != "phase" or not n_cand:
+        return [WeightRegions([0] * n_stages, [0] * n_stages, [0] * n_stages) for _ in range(n_cand)]
     per = np.maximum(0, np.stack([weight_banks(plans, params) for plans, params in zip(stage_plans, stage_params)],
                                  axis=1))
     out = []
-    for c in range(n):
-        tile, have = chips[c].cores.tile_size, chips[c].shared_memory.banks
-        tiles = [sorted({core // tile for core in p.cores}) for p in places[c]]
-        banks, picked = per[c].tolist(), [0] * S
-        one = [params.take(np.array([c])) for params in stage_params] if sum(banks) > have else []
-        for t in sorted({t for ts in tiles for t in ts}):
-            on = [s for s in range(S) if t in tiles[s]]
+    for cand in range(n_cand):
+        tile, have = chips[cand].cores.tile_size, chips[cand].shared_memory.banks
+        tiles = [sorted({core // tile for core in place.cores}) for place in places[cand]]
+        banks, picked = per[cand].tolist(), [0] * n_stages
+        one = [params.take(np.array([cand])) for params in stage_params] if sum(banks) > have else []
+        for tile_index in sorted({tile_index for stage_tiles in tiles for tile_index in stage_tiles}):
+            on_tile = [stage for stage in range(n_stages) if tile_index in tiles[stage]]
 
-            def repick(k, base, on=on):
-                return int(weight_banks(stage_plans[on[k]], one[on[k]], base=base)[0])
+            def repick(part, base, stages=on_tile):
+                return int(weight_banks(stage_plans[stages[part]], one[stages[part]], base=base)[0])
 
-            fit, at = _fit([banks[s] for s in on], 0, have, repick)
-            for s, b, base in zip(on, fit, at):
+            fit, picked_at = _fit([banks[stage] for stage in on_tile], 0, have, repick)
+            for stage, region, base in zip(on_tile, fit, picked_at):
                 if base:
-                    banks[s], picked[s] = b, base
+                    banks[stage], picked[stage] = region, base
         used: dict[int, int] = {}
         bases = []
-        for s in range(S):
-            base = max(used.get(t, 0) for t in tiles[s])
+        for stage in range(n_stages):
+            base = max(used.get(tile_index, 0) for tile_index in tiles[stage])
             bases.append(base)
-            used.update({t: base + banks[s] for t in tiles[s]})
+            used.update({tile_index: base + banks[stage] for tile_index in tiles[stage]})
         reason = ""
-        for t, top in used.items():
+        for tile_index, top in used.items():
             if top > have:
-                on = [s for s in range(S) if t in tiles[s]]
-                reason = _regions_reason("phase", "stages", [places[c][s].role for s in on], [banks[s] for s in on],
-                                         0, have, chips[c].name)
+                on_tile = [stage for stage in range(n_stages) if tile_index in tiles[stage]]
+                reason = _regions_reason("phase", "stages", [places[cand][stage].role for stage in on_tile], [banks[stage] for stage in on_tile],
+                                         0, have, chips[cand].name)
                 break
         out.append(WeightRegions(bases, banks, picked, reason))
     return out
@@ -520,7 +522,7 @@ def stage_regions(stage_plans, stage_params: list[CandidateArrays], places: list
 
 def _regions_reason(placement: str, what: str, names: list[str], banks: list[int], handoff: int, have: int,
                     chip: str) -> str:
-    regions = ", ".join(f"{name}: {b}" for name, b in zip(names, banks))
+    regions = ", ".join(f"{name}: {region}" for name, region in zip(names, banks))
     plus = f" and the hand-offs' A tiles {handoff} more" if handoff else ""
     need = sum(banks) + handoff
     return (f"placement \"{placement}\" runs {what} {', '.join(names)} at once on one tile, each with its shared "
@@ -534,14 +536,14 @@ def boundary_tensors(plans, ranges) -> list[tuple[str, int, str]]:
     first op of it that reads it), in order."""
     where = {}
     out, seen = [], set()
-    for r, rg in enumerate(ranges):
-        for i in rg:
-            op = plans[i].op
-            for t in op.inputs:
-                if where.get(t, r) < r and (t, r) not in seen:
-                    seen.add((t, r))
-                    out.append((t, r, op.name))
-            where.update({t: r for t in op.outputs})
+    for range_index, op_range in enumerate(ranges):
+        for op_index in op_range:
+            op = plans[op_index].op
+            for tensor in op.inputs:
+                if where.get(tensor, range_index) < range_index and (tensor, range_index) not in seen:
+                    seen.add((tensor, range_index))
+                    out.append((tensor, range_index, op.name))
+            where.update({tensor: range_index for tensor in op.outputs})
     return out
 
 
@@ -578,7 +580,7 @@ def boundary_note(tensor: str, reader: str, offered: list[str], to: list[tuple[s
     if not to:
         first = offered[0] if offered else None
         return handoff_why(tensor, reader, first, handoff, held.bases.get(first, 0), held.closed.get(first))
-    line = handoff_note(tensor, [op for op, _ in to], sum(nb for _, nb in to))
+    line = handoff_note(tensor, [op for op, _ in to], sum(nbytes for _, nbytes in to))
     shared = {op for op, _ in to}
     left = [f"op {op}'s A via DRAM: {_offered_why(op, held.bases.get(op, 0), held.closed.get(op))}"
             for op in offered if op not in shared]
