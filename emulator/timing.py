@@ -255,7 +255,8 @@ class _Trace:
         mtr = rec[10]
         op = op_names(core, pc)
         self.itrace.append({"event": "issue", "core": core, "pc": pc, "rob_id": seq % rob, "op": op, "cycle": issue_at})
-        self.itrace.append({"event": "complete", "core": core, "pc": pc, "rob_id": seq % rob, "op": op, "cycle": complete})
+        self.itrace.append({"event": "complete", "core": core, "pc": pc, "rob_id": seq % rob, "op": op,
+                            "cycle": complete})
         if kind == BALL:
             self.pmctrace.append({"event": "ball", "core": core, "ball_id": unit, "rob_id": seq % rob,
                                   "elapsed": complete - start})
@@ -320,7 +321,8 @@ def run_serial(records, chip, trace=None, op_names=None) -> list[CoreTimes]:
             for core in tile_cores:
                 times[core].stalls["barrier"] += released - clock[core]
                 if trace is not None:
-                    trace.add(core, records[core][pos[core]], pos[core], rob, clock[core], clock[core], released, op_names)
+                    trace.add(core, records[core][pos[core]], pos[core], rob, clock[core], clock[core], released,
+                              op_names)
                 if bar_cycles:
                     times[core].busy_s.append(released - bar_cycles)
                     times[core].busy_e.append(released)
@@ -365,7 +367,8 @@ def _bursts_one_in_flight(bus: Bus, req: int, groups, dram_latency: int, bus_cyc
                 else:
                     window_starts, window_ends = np.array(bus_starts[lo:hi]), np.array(bus_ends[lo:hi])
                     starts = np.arange(arrival, arrival + left * step, step, dtype=np.int64)
-                    first_after = np.searchsorted(window_ends, starts, side="right")  # the first interval ending after each
+                    # the first interval ending after each
+                    first_after = np.searchsorted(window_ends, starts, side="right")
                     inside = first_after < len(window_starts)
                     clash = np.zeros(left, dtype=bool)
                     clash[inside] = window_starts[first_after[inside]] < starts[inside] + occ
@@ -967,11 +970,14 @@ def run_overlapped(records, chip, trace=None, op_names=None, bus=None, proc=None
     bar_cycles = chip.front_end.barrier_cycles
     heap: list = []
     if proc is None:
-        procs = {core_id: _core_proc(core_id, records[core_id], chip, times[core_id], tiles[core_id // tile_size], bus, solo, trace, op_names, heap)
-                 for core_id in active}
+        procs = {core_id: _core_proc(core_id, records[core_id], chip, times[core_id], tiles[core_id // tile_size], bus,
+                                     solo, trace, op_names, heap) for core_id in active}
     else:
-        procs = {core_id: proc(core_id, records[core_id], chip, times[core_id], tiles[core_id // tile_size], bus, solo, trace, op_names) for core_id in active}
-    members = {tile_index: [core_id for core_id in range(tile_index * tile_size, min((tile_index + 1) * tile_size, n_cores)) if core_id in procs] for tile_index in range(n_tiles)}
+        procs = {core_id: proc(core_id, records[core_id], chip, times[core_id], tiles[core_id // tile_size], bus, solo,
+                               trace, op_names) for core_id in active}
+    members = {tile_index: [core_id for core_id in range(tile_index * tile_size, min((tile_index + 1) * tile_size,
+                                                                                     n_cores)) if core_id in procs]
+               for tile_index in range(n_tiles)}
     waiting: dict[int, dict[int, int]] = {}
     for core_id, proc_gen in procs.items():
         proc_gen.send(None)

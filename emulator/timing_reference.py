@@ -252,7 +252,8 @@ def core_proc_reference(cid, recs, chip, times: CoreTimes, tile: Tile, bus, solo
                 slots[0] = complete
                 bus.busy += int(-(-beats * bus_cycles_per_beat // 1))
             elif burst_slots == 1:
-                last_end = bursts(bus, slots[0] if slots[0] > start else start, groups, dram_latency, bus_cycles_per_beat)
+                first_request = slots[0] if slots[0] > start else start
+                last_end = bursts(bus, first_request, groups, dram_latency, bus_cycles_per_beat)
                 if last_end is None:
                     complete = start
                 else:

@@ -156,9 +156,9 @@ class ProgramBuilder:
         if loc.blocked is None:
             return loc
         if name not in self.unblocked:
-            b = loc.blocked
-            out = self.dram.matrix(loc.shape, "int32", b.batch, b.M, b.N)
-            self.core(CoreOp("copy", out.padded_grid_view(b.tm, b.tn), (loc.padded_view(),)))
+            acc = loc.blocked
+            out = self.dram.matrix(loc.shape, "int32", acc.batch, acc.M, acc.N)
+            self.core(CoreOp("copy", out.padded_grid_view(acc.tm, acc.tn), (loc.padded_view(),)))
             self.sync(False)
             self.unblocked[name] = out
         return self.unblocked[name]
@@ -193,15 +193,15 @@ class ProgramBuilder:
         if parts is None:
             self.cores[0].append(ins)
             return
-        for w, part in enumerate(parts):
+        for worker, part in enumerate(parts):
             if part is not None:
-                self.cores[w].append(part)
+                self.cores[worker].append(part)
 
     def sync(self, after_ball: bool) -> None:
         closing = sync_after(self.workers, after_ball)
         if closing == "barrier":
-            for c in self.cores:
-                c.append(Barrier())
+            for core in self.cores:
+                core.append(Barrier())
         elif closing == "fence" and self.cores[0] and not isinstance(self.cores[0][-1], Fence):
             self.cores[0].append(Fence())
 
@@ -210,17 +210,17 @@ class ProgramBuilder:
         """Emit one op as the plan says (`dse.plan.graph_plan`): its copies, then the op on
         its unit."""
         op = plan.op
-        n0 = sum(len(c) for c in self.cores)
-        emitting = self.cores + [c for c in self.handoff_loaders if all(c is not o for o in self.cores)]
-        before = [len(c) for c in emitting]
+        instructions_before = sum(len(core) for core in self.cores)
+        emitting = self.cores + [core for core in self.handoff_loaders if all(core is not own for own in self.cores)]
+        before = [len(core) for core in emitting]
         self.dram.label = op.name
         ready = self.prepare(plan)
         # the plan's unit emits it (`dse.units`); a Ball op the chip cannot take runs on the core
         rec = UNITS[plan.unit].emit(self, plan, ready) or UNITS["core"].emit(self, plan, ready)
-        rec.instructions = sum(len(c) for c in self.cores) - n0
+        rec.instructions = sum(len(core) for core in self.cores) - instructions_before
         self.records.append(rec)
-        for c, n in zip(emitting, before):  # the op's instructions, on its cores and a hand-off's loaders
-            for ins in c[n:]:
+        for core, count in zip(emitting, before):  # the op's instructions, on its cores and a hand-off's loaders
+            for ins in core[count:]:
                 self.labels.setdefault(id(ins), self.label_prefix + op.name)
 
     def finish(self) -> Lowered:
@@ -281,14 +281,14 @@ def lower(graph: Graph, candidate: Candidate, inputs, elementwise: str = "auto")
     `elementwise` chooses where quantize / requantize / dequantize run when a Ball can do
     them bit for bit: ``"auto"`` (the Ball when `stream_cycles` < `core_cycles`), ``"ball"``
     (always the Ball), ``"core"`` (always the core)."""
-    b = ProgramBuilder(graph, candidate, inputs, elementwise=elementwise)
+    builder = ProgramBuilder(graph, candidate, inputs, elementwise=elementwise)
     plans = plan_for(graph, candidate.mapping)
     if spreads(candidate.mapping):  # a mixture of experts' experts, one worker each (`dse.lower.moe`)
-        lower_spread(b, plans)
-        return b.finish()
+        lower_spread(builder, plans)
+        return builder.finish()
     for plan in plans:
-        b.lower_op(plan)
-    return b.finish()
+        builder.lower_op(plan)
+    return builder.finish()
 
 
 @dataclass
@@ -314,7 +314,7 @@ def lower_stages(stages, chip, mapping, roles=None, regions=None) -> StagedLower
     dram.bind_content = True  # the stages' identical weights and constants: one copy
     builders = []
     used: set[int] = set()
-    for i, (graph, inputs, core_ids) in enumerate(stages):
+    for index, (graph, inputs, core_ids) in enumerate(stages):
         if used & set(core_ids):
             raise Infeasible(f"stages share cores {sorted(used & set(core_ids))}")
         if max(core_ids) >= chip.cores.count:
@@ -323,22 +323,22 @@ def lower_stages(stages, chip, mapping, roles=None, regions=None) -> StagedLower
         stage_chip, reason = cores_chip(chip, core_ids)
         if reason:
             raise Infeasible(reason)
-        placed = Placed(roles[i] if roles else f"{i}", tuple(core_ids), stage_chip)
+        placed = Placed(roles[index] if roles else f"{index}", tuple(core_ids), stage_chip)
         builders.append(_build_stage(graph, mapping.model_copy(update={"workers": len(core_ids)}), inputs, dram,
-                                     placed, (regions.bases[i], regions.picked[i]) if regions else (0, 0)))
-    n = max(used) + 1
-    cores: list[list] = [[] for _ in range(n)]
-    for b, (_, _, core_ids) in zip(builders, stages):
-        for w, c in enumerate(core_ids):
-            cores[c] = list(b.cores[w])
+                                     placed, (regions.bases[index], regions.picked[index]) if regions else (0, 0)))
+    n_cores = max(used) + 1
+    cores: list[list] = [[] for _ in range(n_cores)]
+    for builder, (_, _, core_ids) in zip(builders, stages):
+        for worker, core in enumerate(core_ids):
+            cores[core] = list(builder.cores[worker])
     tile = chip.cores.tile_size
-    for t0 in range(0, n, tile):
-        group = [c for c in range(t0, min(n, t0 + tile))]
-        counts = {c: sum(isinstance(i, Barrier) for i in cores[c]) for c in group}
+    for tile_start in range(0, n_cores, tile):
+        group = [core for core in range(tile_start, min(n_cores, tile_start + tile))]
+        counts = {core: sum(isinstance(ins, Barrier) for ins in cores[core]) for core in group}
         top = max(counts.values())
-        for c in group:
-            cores[c] += [Barrier()] * (top - counts[c])
-    name = " + ".join(f"{b.graph.name} on cores {ids}" for b, (_, _, ids) in zip(builders, stages))
+        for core in group:
+            cores[core] += [Barrier()] * (top - counts[core])
+    name = " + ".join(f"{builder.graph.name} on cores {ids}" for builder, (_, _, ids) in zip(builders, stages))
     return _staged(builders, cores, dram, name, [list(ids) for _, _, ids in stages])
 
 
@@ -356,20 +356,22 @@ def lower_placed(stages, candidate: Candidate) -> StagedLowered:
     if mapping.placement == "phase":
         regions = None
         if mapping.weights == "shared":  # the stages' regions of the tile's shared banks
-            plans = [plan_for(g, mapping) for _, g, _ in stages]
-            params = [CandidateArrays.from_candidates([Candidate(p.chip, mapping.model_copy(
-                update={"workers": len(p.cores)}))]) for p in places]
+            plans = [plan_for(stage_graph, mapping) for _, stage_graph, _ in stages]
+            params = [CandidateArrays.from_candidates([Candidate(stage_place.chip, mapping.model_copy(
+                update={"workers": len(stage_place.cores)}))]) for stage_place in places]
             (regions,) = stage_regions(plans, params, [places], mapping.placement, [chip])
             if regions.reason:
                 raise Infeasible(regions.reason)
-        return lower_stages([(g, x, list(p.cores)) for (_, g, x), p in zip(stages, places)], chip, mapping,
-                            roles=[p.role for p in places], regions=regions)
+        return lower_stages([(stage_graph, stage_inputs, list(stage_place.cores))
+                             for (_, stage_graph, stage_inputs), stage_place in zip(stages, places)], chip, mapping,
+                            roles=[stage_place.role for stage_place in places], regions=regions)
     dram = Dram()
     dram.bind_content = True  # the stages' identical weights and constants: one copy
-    builders = [_build_stage(graph, mapping, inputs, dram, p) for (_, graph, inputs), p in zip(stages, places)]
-    cores = [sum((list(b.cores[w]) for b in builders), []) for w in range(mapping.workers)]
-    name = " then ".join(f"{b.graph.name}" for b in builders) + f" on cores 0-{mapping.workers - 1}"
-    return _staged(builders, cores, dram, name, [list(p.cores) for p in places])
+    builders = [_build_stage(graph, mapping, inputs, dram, stage_place)
+                for (_, graph, inputs), stage_place in zip(stages, places)]
+    cores = [sum((list(builder.cores[worker]) for builder in builders), []) for worker in range(mapping.workers)]
+    name = " then ".join(f"{builder.graph.name}" for builder in builders) + f" on cores 0-{mapping.workers - 1}"
+    return _staged(builders, cores, dram, name, [list(stage_place.cores) for stage_place in places])
 
 
 @dataclass
@@ -407,76 +409,80 @@ def lower_layers(graph: Graph, candidate: Candidate, requests) -> LayeredLowered
         raise Infeasible(reason)
     places, ranges = lay.places, lay.ranges
     handed = handoffs(plans, ranges, mapping.weights != "shared") if mapping.handoff != "dram" else {}
-    params = [CandidateArrays.from_candidates([range_candidate(p, mapping)]) for p in places]
+    params = [CandidateArrays.from_candidates([range_candidate(part_place, mapping)]) for part_place in places]
     (held,) = handoff_banks(plans, ranges, handed, lay.handoff_sets, lay.overlap, params)
     (regions,) = range_regions(plans, ranges, [held], lay.handoff_sets, lay.overlap, params,
-                               [[p.role for p in places]], [chip.name])
+                               [[part_place.role for part_place in places]], [chip.name])
     if regions.reason:
         raise Infeasible(regions.reason)
     dram = Dram()
     weights: dict[str, Loc] = {}
     builders: list[list[ProgramBuilder]] = []
-    for k, inputs in enumerate(requests):
-        dram.scope = ("request", k)  # each request lays out its own constants, as the model counts them
+    for request, inputs in enumerate(requests):
+        dram.scope = ("request", request)  # each request lays out its own constants, as the model counts them
         chain: list[ProgramBuilder] = []
-        for r, (p, rg) in enumerate(zip(places, ranges)):
+        for part, (part_place, op_range) in enumerate(zip(places, ranges)):
             try:
-                b = ProgramBuilder(graph, range_candidate(p, mapping), inputs, dram, locs=chain[-1].locs if r else None)
-                b.label_prefix = f"request {k}: " if len(requests) > 1 else ""
-                b.b_region, b.b_picked = regions.bases[r], regions.picked[r]
-                if r:
-                    b.unblocked, b.fused = chain[-1].unblocked, chain[-1].fused  # this request's so far
-                    b.handoff_ops = frozenset(plans[i].op.name for i in rg) & set(handed)
-                    b.handoff_loaders = chain[-1].cores
-                    b.handoff_sets, b.handoff_set = lay.handoff_sets, k % lay.handoff_sets
-                    b.handoff_bases = held.bases
+                builder = ProgramBuilder(graph, range_candidate(part_place, mapping), inputs, dram,
+                                         locs=chain[-1].locs if part else None)
+                builder.label_prefix = f"request {request}: " if len(requests) > 1 else ""
+                builder.b_region, builder.b_picked = regions.bases[part], regions.picked[part]
+                if part:
+                    builder.unblocked, builder.fused = chain[-1].unblocked, chain[-1].fused  # this request's so far
+                    builder.handoff_ops = frozenset(plans[op_index].op.name for op_index in op_range) & set(handed)
+                    builder.handoff_loaders = chain[-1].cores
+                    builder.handoff_sets, builder.handoff_set = lay.handoff_sets, request % lay.handoff_sets
+                    builder.handoff_bases = held.bases
                 else:
-                    b.locs.update(weights)  # placed by the first request: one copy
-                for i in rg:
-                    b.lower_op(plans[i])
+                    builder.locs.update(weights)  # placed by the first request: one copy
+                for op_index in op_range:
+                    builder.lower_op(plans[op_index])
             except Infeasible as exc:
-                raise Infeasible(stage_reason(p, str(exc)) if len(ranges) > 1 else str(exc)) from None
-            chain.append(b)
-        weights = {n: loc for n, loc in chain[-1].locs.items() if n in graph.weights}
+                raise Infeasible(stage_reason(part_place, str(exc)) if len(ranges) > 1 else str(exc)) from None
+            chain.append(builder)
+        weights = {name: loc for name, loc in chain[-1].locs.items() if name in graph.weights}
         builders.append(chain)
-    n = max(c for p in places for c in p.cores) + 1
-    tile_cores = list(range(n))  # one tile (`place_layers`), or SPMD's workers
-    cores: list[list] = [[] for _ in range(n)]
-    met = [0] * n  # BARRIERs each core has passed
+    n_cores = max(core for part_place in places for core in part_place.cores) + 1
+    tile_cores = list(range(n_cores))  # one tile (`place_layers`), or SPMD's workers
+    cores: list[list] = [[] for _ in range(n_cores)]
+    met = [0] * n_cores  # BARRIERs each core has passed
     slots = lay.slots()
-    for s, running in enumerate(slots):
-        for k, r in running:
-            for w, c in enumerate(places[r].cores):
-                cores[c] += builders[k][r].cores[w]
-                met[c] += sum(isinstance(i, Barrier) for i in builders[k][r].cores[w])
+    for slot, running in enumerate(slots):
+        for request, part in running:
+            for worker, core in enumerate(places[part].cores):
+                cores[core] += builders[request][part].cores[worker]
+                met[core] += sum(isinstance(ins, Barrier) for ins in builders[request][part].cores[worker])
         top = max(met)
-        for c in tile_cores:  # the slot's BARRIERs met by every core, then one that closes it
-            cores[c] += [Barrier()] * (top - met[c] + (s < len(slots) - 1))
-            met[c] = top + (s < len(slots) - 1)
+        for core in tile_cores:  # the slot's BARRIERs met by every core, then one that closes it
+            cores[core] += [Barrier()] * (top - met[core] + (slot < len(slots) - 1))
+            met[core] = top + (slot < len(slots) - 1)
     img = dram.image()
     how = "in a pipeline of" if lay.overlap else "in"
     program = Program(cores, {"dram": Region(0, (img.size,), "uint8")}, {}, dram_bytes=img.size,
                       name=f"{graph.name} x{lay.requests} {how} {len(ranges)} ranges on "
-                           + ", ".join(p.role for p in places))
+                           + ", ".join(part_place.role for part_place in places))
     per_request = []
     for chain in builders:
         locs = chain[-1].locs
-        per_request.append(Lowered(graph, candidate, program, img, locs, [rec for b in chain for rec in b.records],
-                                   frozenset(chain[-1].fused), {k: v for b in chain for k, v in b.labels.items()},
+        per_request.append(Lowered(graph, candidate, program, img, locs,
+                                   [rec for builder in chain for rec in builder.records], frozenset(chain[-1].fused),
+                                   {ins: label for builder in chain for ins, label in builder.labels.items()},
                                    list(dram.named)))
     for name in graph.outputs:  # request 0's outputs, as a program's outputs
         loc = per_request[0].locs[name]
         if loc.blocked is None:
             program.outputs[name] = Region(loc.addr, loc.buffer_shape, emu_dtype(loc.dtype))
-    shared = {(t, op): n_bytes for b in builders[0] for op, t, _, n_bytes in b.handoffs}
+    shared = {(tensor, op): n_bytes for builder in builders[0] for op, tensor, _, n_bytes in builder.handoffs}
     notes = []
-    for t, r, reader in boundary_tensors(plans, ranges):
-        names = {plans[i].op.name for i in ranges[r]}
-        to = [(op, nb) for (tt, op), nb in shared.items() if tt == t and op in names]
-        offered = [plans[i].op.name for i in ranges[r] if handed.get(plans[i].op.name) == t]
-        notes.append((t, r, "shared" if to else "dram", boundary_note(t, reader, offered, to, mapping.handoff, held)))
-    return LayeredLowered(program, img, per_request, [list(p.cores) for p in places], notes,
-                          sum(nb for chain in builders for b in chain for *_, nb in b.handoffs))
+    for tensor, part, reader in boundary_tensors(plans, ranges):
+        names = {plans[op_index].op.name for op_index in ranges[part]}
+        to = [(op, nbytes) for (handed_tensor, op), nbytes in shared.items() if handed_tensor == tensor and op in names]
+        offered = [name for name in (plans[op_index].op.name for op_index in ranges[part])
+                   if handed.get(name) == tensor]
+        notes.append((tensor, part, "shared" if to else "dram",
+                      boundary_note(tensor, reader, offered, to, mapping.handoff, held)))
+    return LayeredLowered(program, img, per_request, [list(part_place.cores) for part_place in places], notes,
+                          sum(nbytes for chain in builders for builder in chain for *_, nbytes in builder.handoffs))
 
 
 def _build_stage(graph: Graph, mapping, inputs, dram: Dram, placed: Placed, region=(0, 0)) -> "ProgramBuilder":
@@ -486,21 +492,21 @@ def _build_stage(graph: Graph, mapping, inputs, dram: Dram, placed: Placed, regi
     and its chip."""
     dram.scope = object()  # (constants are bound by their bytes across the stages: `Dram.bind_content`)
     try:
-        b = ProgramBuilder(graph, Candidate(placed.chip, mapping), inputs, dram)
-        b.b_region, b.b_picked = region
+        builder = ProgramBuilder(graph, Candidate(placed.chip, mapping), inputs, dram)
+        builder.b_region, builder.b_picked = region
         for plan in plan_for(graph, mapping):
-            b.lower_op(plan)
+            builder.lower_op(plan)
     except Infeasible as exc:
         raise Infeasible(stage_reason(placed, str(exc))) from None
-    return b
+    return builder
 
 
 def _staged(builders, cores, dram: Dram, name: str, core_ids) -> StagedLowered:
     """The stages' per-core instruction lists as one program over their one DRAM image."""
     img = dram.image()
     program = Program(cores, {"dram": Region(0, (img.size,), "uint8")}, {}, dram_bytes=img.size, name=name)
-    lowered = [Lowered(b.graph, b.cand, program, img, b.locs, b.records, frozenset(b.fused), b.labels,
-                       list(dram.named)) for b in builders]
+    lowered = [Lowered(builder.graph, builder.cand, program, img, builder.locs, builder.records,
+                       frozenset(builder.fused), builder.labels, list(dram.named)) for builder in builders]
     return StagedLowered(program, img, lowered, core_ids)
 
 

@@ -153,7 +153,8 @@ def place_layers(chip: ChipConfig, cuts, n_ops: int, placement: str = "layers",
                             f"{len(ranges)} to {chip.cores.count} workers")
         sizes = [workers // len(ranges) + (index < workers % len(ranges)) for index in range(len(ranges))]
         starts = np.cumsum([0, *sizes])
-        places = [Placed(f"cores {first}-{stop - 1}[{op_range.start}:{op_range.stop}]", tuple(range(first, stop)), cores_chip(chip, range(first, stop))[0])
+        places = [Placed(f"cores {first}-{stop - 1}[{op_range.start}:{op_range.stop}]", tuple(range(first, stop)),
+                         cores_chip(chip, range(first, stop))[0])
                   for first, stop, op_range in zip(starts[:-1].tolist(), starts[1:].tolist(), ranges)]
         what = f"its cores 0-{workers - 1}"
     elif len(ranges) > len(groups):
@@ -240,7 +241,8 @@ def handoffs(plans, ranges, leading: bool = True) -> dict[str, str]:
     for range_index, op_range in enumerate(ranges[1:], 1):
         for plan in (plans[op_index] for op_index in op_range if plans[op_index].unit in MATRIX_UNITS):
             a_tensor = plan.op.inputs[0]
-            if plan.unit not in HANDOFF_UNITS or where.get(a_tensor, range_index) >= range_index or any(copy.tensor == a_tensor for copy in plan.copies):
+            if (plan.unit not in HANDOFF_UNITS or where.get(a_tensor, range_index) >= range_index
+                    or any(copy.tensor == a_tensor for copy in plan.copies)):
                 break
             out[plan.op.name] = a_tensor
     return out
@@ -411,7 +413,8 @@ def _fit(banks: list[int], reserve: int, have: int, repick) -> tuple[list[int], 
         return banks, picked
     shares = [free * region // total for region in alone]
     for index in range(free - sum(shares)):
-        shares[[position for position, region in enumerate(alone) if region][index % sum(1 for region in alone if region)]] += 1
+        holding = [position for position, region in enumerate(alone) if region]
+        shares[holding[index % len(holding)]] += 1
     fitted, picked_at = [], []
     for index, (region, share) in enumerate(zip(alone, shares)):
         again = repick(index, have - share) if region > share and share > 0 else (region if region <= share else -1)
@@ -440,8 +443,9 @@ def range_regions(plans, ranges, held: list[HandoffBanks], sets: int, overlap: b
     if not overlap or not n_cand:
         return [WeightRegions([0] * n_ranges, [0] * n_ranges, [0] * n_ranges) for _ in range(n_cand)]
     parts = [[plans[op_index] for op_index in op_range] for op_range in ranges]
-    per = np.maximum(0, np.stack([weight_banks(part, range_params[part_index], held, sets) for part_index, part in enumerate(parts)],
-                                 axis=1))  # a product with no legal tile at all is its op's own reason
+    # (a product with no legal tile at all is its op's own reason)
+    per = np.maximum(0, np.stack([weight_banks(part, range_params[part_index], held, sets)
+                                  for part_index, part in enumerate(parts)], axis=1))
     out = []
     for cand in range(n_cand):
         a_banks = sum(held[cand].banks.values())
@@ -460,9 +464,11 @@ def range_regions(plans, ranges, held: list[HandoffBanks], sets: int, overlap: b
                 held[cand].bases[handed_op], held[cand].banks[handed_op] = have, 0
                 held[cand].closed.setdefault(handed_op, "")
             a_banks = 0
-            alone = [max(0, int(weight_banks(part, one[part_index], [held[cand]], sets)[0])) for part_index, part in enumerate(parts)]
+            alone = [max(0, int(weight_banks(part, one[part_index], [held[cand]], sets)[0]))
+                     for part_index, part in enumerate(parts)]
             banks, picked = _fit(alone, 0, have,
-                                 lambda part, base: int(weight_banks(parts[part], one[part], [held[cand]], sets, base)[0]))
+                                 lambda part, base: int(weight_banks(parts[part], one[part], [held[cand]], sets,
+                                                                     base)[0]))
         reason = ""
         if sum(banks) and sum(banks) + a_banks > have:
             reason = _regions_reason("pipeline", "ranges", names[cand], banks, a_banks, have, chips[cand])
@@ -513,8 +519,8 @@ def stage_regions(stage_plans, stage_params: list[CandidateArrays], places: list
         for tile_index, top in used.items():
             if top > have:
                 on_tile = [stage for stage in range(n_stages) if tile_index in tiles[stage]]
-                reason = _regions_reason("phase", "stages", [places[cand][stage].role for stage in on_tile], [banks[stage] for stage in on_tile],
-                                         0, have, chips[cand].name)
+                reason = _regions_reason("phase", "stages", [places[cand][stage].role for stage in on_tile],
+                                         [banks[stage] for stage in on_tile], 0, have, chips[cand].name)
                 break
         out.append(WeightRegions(bases, banks, picked, reason))
     return out

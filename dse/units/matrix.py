@@ -62,20 +62,20 @@ from .unit import OpLowering, Unit
 
 def emit_matmul(builder, op: Op, ready: dict[str, Loc]) -> OpLowering:
     graph = builder.graph
-    a_spec, b_spec = (graph.tensors[n] for n in op.inputs[:2])
+    a_spec, b_spec = (graph.tensors[name] for name in op.inputs[:2])
     out_spec = graph.tensors[op.outputs[0]]
     b_name = op.inputs[1]
     nb = math.prod(out_spec.shape[:-2])
     nbB = 1 if len(b_spec.shape) == 2 else nb
     b_nk = op.kind == "linear"  # linear: w[N, K]; matmul: b[..., K, N]
     if b_name in graph.weights:
-        b = ("weight", weight_bt(graph, op))
+        b_operand = ("weight", weight_bt(graph, op))
     else:
-        b = ("act", builder.operand(b_name, ready), b_nk, nbB)
+        b_operand = ("act", builder.operand(b_name, ready), b_nk, nbB)
     bias = None
     if op.attrs.get("has_bias") and len(op.inputs) > 2:
         bias = np.asarray(graph.weights[op.inputs[2]]).astype(np.int32)
-    c_loc, rec = emit_gemm(builder, op, builder.operand(op.inputs[0], ready), b, bias,
+    c_loc, rec = emit_gemm(builder, op, builder.operand(op.inputs[0], ready), b_operand, bias,
                             a_spec.shape[-2], out_spec.shape[-1], a_spec.shape[-1], nb, out_spec.shape)
     builder.locs[op.outputs[0]] = c_loc
     return rec
@@ -87,44 +87,47 @@ def emit_conv(builder, plan: OpPlan, ready: dict[str, Loc], weight: np.ndarray |
     matrix Ball: A[M = N*out positions, K = taps*C] @ W[K, O]; the blocked accumulator
     is the NHWC output (rows are output positions, columns channels)."""
     graph, op = builder.graph, plan.op
-    gather_copy = next(c for c in plan.copies if c.kind == "gather")
-    x = builder.operand(gather_copy.tensor, ready)  # a fused ReLU's input, or the conv's
+    gather_copy = next(each for each in plan.copies if each.kind == "gather")
+    image = builder.operand(gather_copy.tensor, ready)  # a fused ReLU's input, or the conv's
     out_spec = graph.tensors[op.outputs[0]]
-    w = np.asarray(graph.weights[op.inputs[1]]).astype(np.int8) if weight is None else weight  # (*kernel, C, O)
-    nd = w.ndim - 2
-    kernel, C, O = w.shape[:nd], w.shape[nd], w.shape[nd + 1]
-    bt = weight_bt(graph, op) if weight is None else w.reshape(-1, O).T[None]  # (1, O, K)
+    # (*kernel, C, O)
+    conv_weight = np.asarray(graph.weights[op.inputs[1]]).astype(np.int8) if weight is None else weight
+    n_spatial = conv_weight.ndim - 2
+    kernel, C, O = conv_weight.shape[:n_spatial], conv_weight.shape[n_spatial], conv_weight.shape[n_spatial + 1]
+    weight_t = weight_bt(graph, op) if weight is None else conv_weight.reshape(-1, O).T[None]  # (1, O, K)
     stride, dilation = op.attrs["stride"], op.attrs["dilation"]
-    n = x.shape[0]
-    outs = out_spec.shape[1:1 + nd]
+    batch = image.shape[0]
+    outs = out_spec.shape[1:1 + n_spatial]
     pad_lr = conv_pad(op)
     if any(copy.kind == "pad" for copy in plan.copies):
-        pad_copy = next(c for c in plan.copies if c.kind == "pad")
-        xp = builder.dram.tensor(*copy_buffer(graph, op, pad_copy), name=f"{op.name}: pad")  # (n, *padded, C)
-        xs = xp.view().strides
-        offset = sum(l * st for (l, _), st in zip(pad_lr, xs[1:1 + nd]))
-        builder.core(CoreOp(pad_copy.apply or "copy", DramTensor(xp.addr + offset, x.shape, "int8", xs),
-                         (x.view(),)))
+        pad_copy = next(each for each in plan.copies if each.kind == "pad")
+        padded = builder.dram.tensor(*copy_buffer(graph, op, pad_copy), name=f"{op.name}: pad")  # (n, *padded, C)
+        strides = padded.view().strides
+        offset = sum(lo * axis_stride for (lo, _), axis_stride in zip(pad_lr, strides[1:1 + n_spatial]))
+        builder.core(CoreOp(pad_copy.apply or "copy", DramTensor(padded.addr + offset, image.shape, "int8", strides),
+                            (image.view(),)))
         builder.sync(False)
-        src_addr = xp.addr
+        src_addr = padded.addr
     else:
-        v = x.view()
-        src_addr, xs = v.addr, v.strides
-    M, K = n * math.prod(outs), math.prod(kernel) * C
-    a = builder.dram.tensor(*copy_buffer(graph, op, gather_copy), name=f"{op.name}: im2col")  # A: (M, K) int8
-    Kp = a.buffer_shape[1]
-    gshape = (n, *outs, *kernel, C)
-    gstrides = (xs[0], *[s * st for s, st in zip(stride, xs[1:1 + nd])],
-                *[d * st for d, st in zip(dilation, xs[1:1 + nd])], xs[1 + nd])
-    dst_m = tuple(v * Kp for v in contiguous((n, *outs)))
+        view = image.view()
+        src_addr, strides = view.addr, view.strides
+    M, K = batch * math.prod(outs), math.prod(kernel) * C
+    im2col = builder.dram.tensor(*copy_buffer(graph, op, gather_copy), name=f"{op.name}: im2col")  # A: (M, K) int8
+    Kp = im2col.buffer_shape[1]
+    gshape = (batch, *outs, *kernel, C)
+    spatial = strides[1:1 + n_spatial]
+    gstrides = (strides[0], *[step * axis_stride for step, axis_stride in zip(stride, spatial)],
+                *[dilate * axis_stride for dilate, axis_stride in zip(dilation, spatial)], strides[1 + n_spatial])
+    dst_m = tuple(row * Kp for row in contiguous((batch, *outs)))
     dst_k = contiguous((*kernel, C))
-    builder.core(CoreOp(gather_copy.apply or "copy", DramTensor(a.addr, gshape, "int8", dst_m + dst_k),
+    builder.core(CoreOp(gather_copy.apply or "copy", DramTensor(im2col.addr, gshape, "int8", dst_m + dst_k),
                      (DramTensor(src_addr, gshape, "int8", gstrides),)))
     builder.sync(False)
     bias = None
     if op.attrs.get("has_bias") and len(op.inputs) > 2:
         bias = np.asarray(graph.weights[op.inputs[2]]).astype(np.int32)
-    c_loc, rec = emit_gemm(builder, op, a, ("weight", np.ascontiguousarray(bt)), bias, M, O, K, 1, out_spec.shape)
+    c_loc, rec = emit_gemm(builder, op, im2col, ("weight", np.ascontiguousarray(weight_t)), bias, M, O, K, 1,
+                           out_spec.shape)
     builder.locs[op.outputs[0]] = c_loc
     return rec
 
@@ -135,8 +138,8 @@ def emit_grouped(builder, plan: OpPlan, ready: dict[str, Loc]) -> OpLowering:
     plan's M-padded row-major matrix."""
     op = plan.op
     if on_matrix(builder.graph, plan, builder.params)[0]:
-        w = np.asarray(builder.graph.weights[op.inputs[1]]).astype(np.int8)
-        rec = emit_conv(builder, plan, ready, block_diagonal(w, int(op.attrs["groups"])))
+        conv_weight = np.asarray(builder.graph.weights[op.inputs[1]]).astype(np.int8)
+        rec = emit_conv(builder, plan, ready, block_diagonal(conv_weight, int(op.attrs["groups"])))
         builder.locs[op.outputs[0]] = builder.logical(op.outputs[0])
         return rec
     spec = builder.graph.tensors[op.outputs[0]]
@@ -147,14 +150,14 @@ def emit_gemm(builder, op: Op, a_loc: Loc, b, bias, M: int, N: int, K: int, nb: 
     """C (blocked, int32) = A @ Bt.T (+ bias) on the matrix Ball. `a_loc` is a row-major
     padded (nb, Mp, Kp) int8 buffer; `b` is ("weight", Bt (nbB, N, K) int8) or ("act",
     loc, b_is_nk, nbB)."""
-    chip, mp = builder.chip, builder.mapping
+    chip, mapping = builder.chip, builder.mapping
     nbB = b[1].shape[0] if b[0] == "weight" else b[3]
     shape = MatmulShape(M, N, K, nb, b_weight=b[0] == "weight", b_batched=nbB > 1, bias=bias is not None,
                         a_shared=builder.handoff_sets if op.name in builder.handoff_ops else 0,
                         a_shared_base=builder.handoff_bases.get(op.name, 0), b_shared_base=builder.b_picked)
     if builder.shared_stack is not None:
         shape = builder.shared_stack.gemm(op.name, shape)
-    plan = plan_matmul(chip, mp, shape)
+    plan = plan_matmul(chip, mapping, shape)
     if not plan.feasible:
         raise Infeasible(f"op {op.name}: {plan.reason}")
     tm, tn, tk = plan.tm, plan.tn, plan.tk
@@ -204,48 +207,49 @@ def emit_gemm(builder, op: Op, a_loc: Loc, b, bias, M: int, N: int, K: int, nb: 
     c_loc = builder.dram.blocked(out_shape, Blocked(nb, Mt, Nt, tm, tn, M, N))
 
     if packs:
-        for p in packs:
-            builder.core(p)
+        for pack in packs:
+            builder.core(pack)
         builder.sync(False)
 
     lines_a, lines_b, lines_c = tm * tk // 16, tn * tk // 16, tm * tn * 4 // 16
-    fence = mp.policy == "framework"
+    fence = mapping.policy == "framework"
     # Output tiles per worker: contiguous blocks of rows (or columns).
-    if mp.split == "rows":
+    if mapping.split == "rows":
         per = -(-Mt // builder.workers)
-        share = [(range(w * per, min(Mt, (w + 1) * per)), range(Nt)) for w in range(builder.workers)]
+        share = [(range(worker * per, min(Mt, (worker + 1) * per)), range(Nt)) for worker in range(builder.workers)]
     else:
         per = -(-Nt // builder.workers)
-        share = [(range(Mt), range(w * per, min(Nt, (w + 1) * per))) for w in range(builder.workers)]
+        share = [(range(Mt), range(worker * per, min(Nt, (worker + 1) * per))) for worker in range(builder.workers)]
     # A shared weight (the plan's `check_tiles`): B tile j in shared bank first_bank_id +
     # region + j (its part's region, `WeightRegions`; a spans stack's base) of every tile of
     # cores with workers that compute (a prefix: blocks go in order), loaded there once by
     # those workers (`shared_loads`), then a BARRIER.
     shared_b = bool(check.shared_b[0, 0])
     shared_tiles = int(check.shared_tiles[0, 0])
-    sm = chip.shared_memory
-    b_bank0 = sm.first_bank_id + (shape.b_shared_base if shape.b_preloaded else builder.b_region)
+    shared_mem = chip.shared_memory
+    b_bank0 = shared_mem.first_bank_id + (shape.b_shared_base if shape.b_preloaded else builder.b_region)
     if shared_b and not shape.b_preloaded:
-        load_shared_b(builder, b_bank0, b_base, shared_tiles, tn, tk, sum(1 for ms, ns in share if len(ms) and len(ns)))
+        computing = sum(1 for m_tiles, n_tiles in share if len(m_tiles) and len(n_tiles))
+        load_shared_b(builder, b_bank0, b_base, shared_tiles, tn, tk, computing)
     # A handed off through shared memory (`dse.plan.placement.handoffs`): A tile (bi, mi) in
     # shared bank first_bank_id + banks - 1 - (base + set * nb * Mt + bi * Mt + mi), loaded
     # there by the cores of the range before, dealt round-robin, after its last op
     # (`lower_layers` then BARRIERs); the request's set of banks (`Schedule.handoff_sets`),
     # below the banks the other hand-offs' A tiles hold (`handoff_banks`)
     shared_a = bool(check.shared_a[0, 0])
-    top = sm.first_bank_id + sm.banks - 1 - shape.a_shared_base - builder.handoff_set * nb * Mt
+    top = shared_mem.first_bank_id + shared_mem.banks - 1 - shape.a_shared_base - builder.handoff_set * nb * Mt
     if shared_a:
         loaders = builder.handoff_loaders
-        for j in range(nb * Mt):
-            bi, mi = divmod(j, Mt)
-            loaders[j % len(loaders)].append(Mvin(top - j, a_tile(bi, mi, 0), lines_a, 0))
+        for tile in range(nb * Mt):
+            bi, mi = divmod(tile, Mt)
+            loaders[tile % len(loaders)].append(Mvin(top - tile, a_tile(bi, mi, 0), lines_a, 0))
         builder.handoffs.append((op.name, op.inputs[0], nb * Mt, nb * Mt * lines_a * 16))
     used = 0
-    for w, (ms, ns) in enumerate(share):
-        if len(ms) == 0 or len(ns) == 0:
+    for worker, (m_tiles, n_tiles) in enumerate(share):
+        if len(m_tiles) == 0 or len(n_tiles) == 0:
             continue
         used += 1
-        prog = builder.cores[w]
+        prog = builder.cores[worker]
         ids_a = [] if shared_a else list(range(nbuf))
         ids_b = [] if shared_b else list(range(len(ids_a), len(ids_a) + nbuf))
         ids_c = list(range(len(ids_a) + len(ids_b), len(ids_a) + len(ids_b) + nbuf))
@@ -264,27 +268,27 @@ def emit_gemm(builder, op: Op, a_loc: Loc, b, bias, M: int, N: int, K: int, nb: 
             prog.append(Mvin(ids[slot], addr, lines, 0))
             return ids[slot]
 
-        ci = 0
+        acc_slot = 0
         for bi in range(nb):
-            for mi in ms:
-                for ni in ns:
-                    c = ids_c[ci]
-                    ci = (ci + 1) % nbuf
+            for mi in m_tiles:
+                for ni in n_tiles:
+                    acc_bank = ids_c[acc_slot]
+                    acc_slot = (acc_slot + 1) % nbuf
                     if bias_base is not None:
-                        prog.append(Mvin(c, bias_base + ni * tm * tn * 4, lines_c, 0))
+                        prog.append(Mvin(acc_bank, bias_base + ni * tm * tn * 4, lines_c, 0))
                     for ki in range(Kt):
                         if shared_a:
-                            a = top - (bi * Mt + mi)
+                            a_bank = top - (bi * Mt + mi)
                         else:
-                            a = load("a", held_a, ids_a, (bi, mi, ki), a_tile(bi, mi, ki), lines_a)
+                            a_bank = load("a", held_a, ids_a, (bi, mi, ki), a_tile(bi, mi, ki), lines_a)
                         if shared_b:
-                            b = b_bank0 + ((bi if nbB > 1 else 0) * Nt + ni) * Kt + ki
+                            b_bank = b_bank0 + ((bi if nbB > 1 else 0) * Nt + ni) * Kt + ki
                         else:
-                            b = load("b", held_b, ids_b, (bi if nbB > 1 else 0, ni, ki), b_tile(bi, ni, ki),
-                                     lines_b)
-                        prog.append(Matmul(a, b, c, tm, tn, tk, dataflow=mp.dataflow,
+                            b_bank = load("b", held_b, ids_b, (bi if nbB > 1 else 0, ni, ki), b_tile(bi, ni, ki),
+                                          lines_b)
+                        prog.append(Matmul(a_bank, b_bank, acc_bank, tm, tn, tk, dataflow=mapping.dataflow,
                                            accumulate=ki > 0 or bias_base is not None))
-                    prog.append(Mvout(c, c_loc.addr + ((bi * Mt + mi) * Nt + ni) * tm * tn * 4, lines_c, 0))
+                    prog.append(Mvout(acc_bank, c_loc.addr + ((bi * Mt + mi) * Nt + ni) * tm * tn * 4, lines_c, 0))
                     if fence:
                         prog.append(Fence())
         prog += [Mset(i, alloc=False) for i in ids_a + ids_b + ids_c]
@@ -292,15 +296,15 @@ def emit_gemm(builder, op: Op, a_loc: Loc, b, bias, M: int, N: int, K: int, nb: 
     banks = int(check.banks[0, 0])
     return c_loc, OpLowering(op.name, op.kind, "matrix", (tm, tn, tk), nb, banks,
                              banks * chip.addressable_rows * chip.banks.row_bytes, used,
-                             shared_bytes=shared_tiles * sm.rows * sm.row_bytes)
+                             shared_bytes=shared_tiles * shared_mem.rows * shared_mem.row_bytes)
 
 
 def load_shared_b(builder, bank0: int, b_base: int, tiles: int, tn: int, tk: int, computing: int) -> None:
     """A weight's `tiles` B tiles (blocked at `b_base`, tn x tk each) loaded into shared banks
     bank0 + j of every tile of cores with workers that compute (`computing`, a prefix), dealt
     to those workers (`shared_loads`), then the sync of a core op."""
-    for w, mine in enumerate(shared_loads(computing, builder.chip.cores.tile_size, tiles)):
-        builder.cores[w] += [Mvin(bank0 + j, b_base + j * tn * tk, tn * tk // 16, 0) for j in mine]
+    for worker, mine in enumerate(shared_loads(computing, builder.chip.cores.tile_size, tiles)):
+        builder.cores[worker] += [Mvin(bank0 + tile, b_base + tile * tn * tk, tn * tk // 16, 0) for tile in mine]
     builder.sync(False)
 
 
@@ -313,12 +317,12 @@ def computing_workers(builder, Mt: int, Nt: int) -> int:
 def weight_bt(graph: Graph, op: Op) -> np.ndarray:
     """A matrix op's weight as the GEMM's Bt (nbB, N, K) int8: a linear's w[N, K], a
     matmul's b[..., K, N] transposed, a channels-last conv's (*kernel, C, O) as (O, taps x C)."""
-    w = np.asarray(graph.weights[op.inputs[1]]).astype(np.int8, copy=False)  # read only: no copy
+    weight = np.asarray(graph.weights[op.inputs[1]]).astype(np.int8, copy=False)  # read only: no copy
     if op.kind in CONV_KINDS:
-        return w.reshape(-1, w.shape[-1]).T[None]
-    nbB = 1 if w.ndim == 2 else math.prod(graph.tensors[op.outputs[0]].shape[:-2])
-    w = w.reshape(nbB, *w.shape[-2:])
-    return w if op.kind == "linear" else np.swapaxes(w, -1, -2)
+        return weight.reshape(-1, weight.shape[-1]).T[None]
+    nbB = 1 if weight.ndim == 2 else math.prod(graph.tensors[op.outputs[0]].shape[:-2])
+    weight = weight.reshape(nbB, *weight.shape[-2:])
+    return weight if op.kind == "linear" else np.swapaxes(weight, -1, -2)
 
 
 def blocked_bt(bt: np.ndarray, Np: int, Kp: int, tn: int, tk: int) -> np.ndarray:
@@ -336,9 +340,9 @@ def blocked_bt(bt: np.ndarray, Np: int, Kp: int, tn: int, tk: int) -> np.ndarray
 def contiguous(shape) -> tuple[int, ...]:
     """Element strides of a C-contiguous `shape`."""
     out, acc = [], 1
-    for n in reversed(shape):
+    for extent in reversed(shape):
         out.append(acc)
-        acc *= int(n)
+        acc *= int(extent)
     return tuple(reversed(out))
 
 
@@ -384,13 +388,15 @@ def cost_grouped(cost, plan: OpPlan) -> OpCost:
     """A grouped conv: per candidate, the Ball path (its copies, the block-diagonal GEMM,
     the unblock after it) where `grouped.on_matrix` takes it, else the conv on the core
     (reading its operands as they are: only their unblock / standardise copies)."""
-    on = on_matrix(cost.graph, plan, cost.params, overlapped_plans(cost, plan.gemm))
+    on_ball = on_matrix(cost.graph, plan, cost.params, overlapped_plans(cost, plan.gemm))
     ball = cost.op_cost(replace(plan, unit="conv"))
-    g = plan.gemm  # the Ball path's accumulator, unblocked into the plan's matrix after it
-    ball.workspace_bytes = ball.workspace_bytes + np.where(ball.feasible, pad(g.batch * pad(g.M) * pad(g.N) * 4, 64), 0)
+    gemm = plan.gemm  # the Ball path's accumulator, unblocked into the plan's matrix after it
+    accumulator = pad(gemm.batch * pad(gemm.M) * pad(gemm.N) * 4, 64)
+    ball.workspace_bytes = ball.workspace_bytes + np.where(ball.feasible, accumulator, 0)
     core = cost.op_cost(replace(plan, unit="core", after=(),
-                                copies=tuple(c for c in plan.copies if c.kind not in ("pad", "gather"))))
-    return OpCost(*[np.where(on, getattr(ball, f.name), getattr(core, f.name)) for f in fields(OpCost)])
+                                copies=tuple(copy for copy in plan.copies if copy.kind not in ("pad", "gather"))))
+    names = [each.name for each in fields(OpCost)]
+    return OpCost(*[np.where(on_ball, getattr(ball, name), getattr(core, name)) for name in names])
 
 
 def conv_workspace(cost, plan: OpPlan) -> int:
@@ -438,8 +444,8 @@ def seen_before(cost, key: tuple, tiles: tuple[np.ndarray, ...], feasible: np.nd
     earlier = cost.constants.setdefault(key, [])
     seen = np.zeros(cost.n, dtype=bool)
     for before, ok in earlier:
-        seen |= ok & np.logical_and.reduce([np.asarray(a) == np.asarray(b) for a, b in zip(tiles, before)])
-    earlier.append((tuple(np.asarray(t).copy() for t in tiles), np.asarray(feasible).copy()))
+        seen |= ok & np.logical_and.reduce([np.asarray(now) == np.asarray(then) for now, then in zip(tiles, before)])
+    earlier.append((tuple(np.asarray(tile).copy() for tile in tiles), np.asarray(feasible).copy()))
     return seen
 
 
@@ -467,7 +473,7 @@ def gemm_figures(cost, charges: Charges, plan: OpPlan, plans: MatmulPlans, worke
     op = plan.op
     feasible = plans.feasible.copy()
     # the very words the lowering raises (`Infeasible`)
-    reason = np.array([f"op {op.name}: {r}" if r else "" for r in plans.reason], dtype=object)
+    reason = np.array([f"op {op.name}: {why}" if why else "" for why in plans.reason], dtype=object)
     charges.core += np.where(feasible, plans.core_cycles, 0)
     charges.busy += np.where(feasible, plans.busy_cycles, 0)
     charges.ball += np.where(feasible, plans.cycles - plans.core_cycles, 0)

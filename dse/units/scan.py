@@ -46,17 +46,18 @@ def emit_scan(builder, plan: OpPlan, ready: dict) -> OpLowering:
     op = plan.op
     graph = builder.graph
     step = step_graph(graph, op)
-    b = bindings(op)
-    n_seq, n_state = len(b["seq"]), len(b["state"])
-    seqs = [builder.operand(n, ready) for n in op.inputs[:n_seq]]
-    states = [builder.operand(n, ready) for n in op.inputs[n_seq:n_seq + n_state]]
-    invariant = {n: builder.operand(n, ready) for n in b["invariant"] if n not in graph.weights}
+    binding = bindings(op)
+    n_seq, n_state = len(binding["seq"]), len(binding["state"])
+    seqs = [builder.operand(tensor, ready) for tensor in op.inputs[:n_seq]]
+    states = [builder.operand(tensor, ready) for tensor in op.inputs[n_seq:n_seq + n_state]]
+    invariant = {tensor: builder.operand(tensor, ready) for tensor in binding["invariant"]
+                 if tensor not in graph.weights}
     spec = graph.tensors[op.outputs[0]]
     out = builder.locs[op.outputs[0]] = builder.dram.tensor(spec.shape, spec.dtype)
     sub = type(builder)(step, builder.cand, (), dram=builder.dram, elementwise=builder.elementwise, locs={})
     sub.cores, sub.labels = builder.cores, builder.labels
     plans = plan_graph(step)
-    writer = next(p for p in plans if p.op.outputs[0] == b["out"])
+    writer = next(step_plan for step_plan in plans if step_plan.op.outputs[0] == binding["out"])
     if writer.unit != "core":
         raise Infeasible(f"op {op.name}: its step's output is made on the {writer.unit} unit, not written in place")
     res = weight_residency(builder.params, op, step, plans)
@@ -64,28 +65,29 @@ def emit_scan(builder, plan: OpPlan, ready: dict) -> OpLowering:
         sub.shared_stack = _Resident(res)
         _preload(builder, step, res)
     weights: dict = {}
-    for t in step_order(op):
-        sub.locs = {**invariant, **weights, **{n: step_loc(s, t) for n, s in zip(b["seq"], seqs)},
-                    **dict(zip(b["state"], states))}
+    for step_index in step_order(op):
+        sub.locs = {**invariant, **weights,
+                    **{tensor: step_loc(seq_loc, step_index) for tensor, seq_loc in zip(binding["seq"], seqs)},
+                    **dict(zip(binding["state"], states))}
         sub.unblocked = {}
-        sub.label_prefix = builder.label_prefix + f"{op.name} step {t}: "
-        for p in plans:
-            if p is writer:  # the step's output, written into out[t] in place
-                before = [len(c) for c in sub.cores]
-                sub.records.append(emit_core(sub, p.op, sub.prepare(p), step_loc(out, t)))
-                for c, n in zip(sub.cores, before):
-                    for ins in c[n:]:
-                        sub.labels.setdefault(id(ins), sub.label_prefix + p.op.name)
+        sub.label_prefix = builder.label_prefix + f"{op.name} step {step_index}: "
+        for step_plan in plans:
+            if step_plan is writer:  # the step's output, written into out[step_index] in place
+                before = [len(core) for core in sub.cores]
+                sub.records.append(emit_core(sub, step_plan.op, sub.prepare(step_plan), step_loc(out, step_index)))
+                for core, count in zip(sub.cores, before):
+                    for ins in core[count:]:
+                        sub.labels.setdefault(id(ins), sub.label_prefix + step_plan.op.name)
             else:
-                sub.lower_op(p)
+                sub.lower_op(step_plan)
         weights = {name: loc for name, loc in sub.locs.items() if name in step.weights}
-        states = [sub.locs[n] for n in b["next"]]
+        states = [sub.locs[tensor] for tensor in binding["next"]]
     recs = sub.records
-    matrix = [r for r in recs if r.how == "matrix"]
+    matrix = [rec for rec in recs if rec.how == "matrix"]
     return OpLowering(op.name, op.kind, "scan", matrix[0].tile if matrix else None, 1,
-                      max((r.banks for r in recs), default=0), max((r.sram_bytes for r in recs), default=0),
-                      max((r.workers_used for r in recs), default=1),
-                      shared_bytes=max((r.shared_bytes for r in recs), default=0),
+                      max((rec.banks for rec in recs), default=0), max((rec.sram_bytes for rec in recs), default=0),
+                      max((rec.workers_used for rec in recs), default=1),
+                      shared_bytes=max((rec.shared_bytes for rec in recs), default=0),
                       note="; ".join(filter(None, [res.notes[0], state_note(op)])))
 
 
@@ -94,9 +96,9 @@ def _load(costs, res: Residency) -> tuple[np.ndarray, np.ndarray]:
     memory, dealt to the computing workers (`matmul_cost`'s shared copy of B, in the picked
     tiles), then the sync of a core op."""
     ok = res.resident
-    column = lambda a: np.where(ok, a, 16)[:, None]  # noqa: E731  (any tile where it is not kept)
+    column = lambda values: np.where(ok, values, 16)[:, None]  # noqa: E731  (any tile where it is not kept)
     first = matmul_cost(costs.params, replace(res.shape, b_preloaded=False),
-                        *(column(res.plans.values[f]) for f in ("tm", "tn", "tk")))
+                        *(column(res.plans.values[field_name]) for field_name in ("tm", "tn", "tk")))
     cycles = first.preload_cycles[:, 0] + costs.closes_after_core * costs.sync_cycles
     return np.where(ok, cycles, 0), np.where(ok, first.dma_bytes[:, 0] - res.plans.values["dma_bytes"], 0)
 
@@ -117,8 +119,8 @@ class _Resident:
 
 def _preload(builder, step, res: Residency) -> None:
     """The kept weight's B tiles loaded into shared banks from bank 0 up, once, before the loop."""
-    product = next(o for o in step.ops if o.name == res.product)
-    tm, tn, tk = (int(res.plans.values[f][0]) for f in ("tm", "tn", "tk"))
+    product = next(step_op for step_op in step.ops if step_op.name == res.product)
+    tm, tn, tk = (int(res.plans.values[field_name][0]) for field_name in ("tm", "tn", "tk"))
     Mp, Np, Kp = res.shape.padded
     key = ("weight", product.inputs[1], product.kind, product.attrs.get("groups", 1), Np, Kp, tn, tk)
     b_base = builder.dram.constant(key, blocked_bt(weight_bt(step, product), Np, Kp, tn, tk),
@@ -131,47 +133,49 @@ def cost_scan(costs, plan: OpPlan) -> OpCost:
     """The scan's `OpCost` for the candidates of `costs` (a `GraphCost` of the graph; its
     step charged by one of the same class)."""
     op = plan.op
-    T = int(op.attrs["steps"])
+    steps = int(op.attrs["steps"])
     prepare = costs.op_cost(replace(plan, unit="view"))  # the copies alone (a view emits nothing)
     step = step_graph(costs.graph, op)
     plans = plan_graph(step)
     sub = type(costs)(step, costs.params, costs.chips)
-    parts = [sub.op_cost(p) for p in plans]
+    parts = [sub.op_cost(step_plan) for step_plan in plans]
     res = weight_residency(costs.params, op, step, plans)
     load = loaded = np.zeros(costs.n, dtype=np.int64)  # the kept weight's one load before the loop
     if res.resident.any():  # where the weight is kept, its product reads it in shared memory
         kept = type(costs)(step, costs.params, costs.chips)
         ok = res.resident
-        parts = [OpCost(*[np.where(ok, getattr(k, f.name), getattr(c, f.name)) for f in fields(OpCost)])
-                 for c, k in zip(parts, (kept.op_cost(replace(p, gemm=res.shape) if p.op.name == res.product else p)
-                                         for p in plans))]
+        names = [each.name for each in fields(OpCost)]
+        kept_parts = (kept.op_cost(replace(step_plan, gemm=res.shape) if step_plan.op.name == res.product
+                                   else step_plan) for step_plan in plans)
+        parts = [OpCost(*[np.where(ok, getattr(kept_part, name), getattr(part, name)) for name in names])
+                 for part, kept_part in zip(parts, kept_parts)]
         load, loaded = _load(costs, res)
     out = {}
-    for f in fields(OpCost):
-        name = f.name
-        values = [getattr(c, name) for c in parts]
+    for each_field in fields(OpCost):
+        name = each_field.name
+        values = [getattr(part, name) for part in parts]
         if name == "unit":
             out[name] = np.full(costs.n, "scan", dtype=object)
         elif name == "feasible":
             out[name] = np.logical_and.reduce(values + [prepare.feasible])
         elif name == "reason":
             reason = prepare.reason.copy()
-            for v in values:
-                reason = np.where(reason == "", v, reason)
+            for value in values:
+                reason = np.where(reason == "", value, reason)
             out[name] = reason.astype(object)
         elif name in _PEAKS:
             out[name] = np.maximum.reduce(values + [getattr(prepare, name)])
         elif name in _TILES:
             out[name] = np.maximum.reduce(values)
         else:
-            out[name] = getattr(prepare, name) + T * np.sum(values, axis=0)
+            out[name] = getattr(prepare, name) + steps * np.sum(values, axis=0)
     out["cycles"] = np.where(out["feasible"], out["cycles"] + load, 0)
     out["preload_cycles"] = out["preload_cycles"] + load
     out["syncs"] = out["syncs"] + np.where(res.resident, costs.closes_after_core, 0)
     out["dma_cycles"] = out["dma_cycles"] + load
     out["dma_bytes"] = out["dma_bytes"] + loaded
     out["shared_writes"] = out["shared_writes"] + loaded // costs.params.row_bytes  # into shared banks
-    return OpCost(**{k: np.asarray(v, dtype=getattr(prepare, k).dtype) for k, v in out.items()})
+    return OpCost(**{name: np.asarray(value, dtype=getattr(prepare, name).dtype) for name, value in out.items()})
 
 
 def scan_notes(graph, params) -> list[str]:
@@ -184,9 +188,9 @@ def scan_notes(graph, params) -> list[str]:
             continue
         step = step_graph(graph, op)
         res = weight_residency(params, op, step, plan_graph(step))
-        for c in range(params.n):
-            notes[c] += [n for n in (res.notes[c], state_note(op)) if n]
-    return ["; ".join(n) for n in notes]
+        for cand in range(params.n):
+            notes[cand] += [note for note in (res.notes[cand], state_note(op)) if note]
+    return ["; ".join(note) for note in notes]
 
 
 UNIT = Unit("scan", emit_scan, cost=cost_scan)
