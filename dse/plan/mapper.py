@@ -58,26 +58,26 @@ def gemm_shape(graph, op) -> MatmulShape:
     output positions, K = taps x C] @ W[K, O], one batch (a grouped one with its
     block-diagonal W, `dse.plan.grouped`); the sizes come from the output and
     weight tensors (any layout). The op's M/N/K attrs are the fallback."""
-    a = op.attrs
+    attrs = op.attrs
     specs = getattr(graph, "tensors", {})
     weights = getattr(graph, "weights", {})
-    bias = bool(a.get("has_bias") and len(op.inputs) > 2)
+    bias = bool(attrs.get("has_bias") and len(op.inputs) > 2)
     try:
         out = tuple(specs[op.outputs[0]].shape)
         if op.kind in CONV_KINDS:
-            w = tuple(specs[op.inputs[1]].shape)
-            o = int(w[-1] if a.get("weight_layout", "") in CHANNELS_LAST_WEIGHTS else w[0])
+            w_shape = tuple(specs[op.inputs[1]].shape)
+            out_channels = int(w_shape[-1] if attrs.get("weight_layout", "") in CHANNELS_LAST_WEIGHTS else w_shape[0])
             # a grouped conv runs as its block-diagonal GEMM: K spans every input channel
-            k = math.prod(w) // o * int(a.get("groups", 1))
-            return MatmulShape(math.prod(out) // o, o, k, 1, b_weight=True, bias=bias)
-        x, w = tuple(specs[op.inputs[0]].shape), tuple(specs[op.inputs[1]].shape)
-        if len(x) >= 2 and len(w) >= 2 and len(out) >= 2:
+            k = math.prod(w_shape) // out_channels * int(attrs.get("groups", 1))
+            return MatmulShape(math.prod(out) // out_channels, out_channels, k, 1, b_weight=True, bias=bias)
+        x_shape, w_shape = tuple(specs[op.inputs[0]].shape), tuple(specs[op.inputs[1]].shape)
+        if len(x_shape) >= 2 and len(w_shape) >= 2 and len(out) >= 2:
             nb = math.prod(out[:-2])
-            return MatmulShape(int(x[-2]), int(out[-1]), int(x[-1]), nb, b_weight=op.inputs[1] in weights,
-                               b_batched=len(w) > 2 and nb > 1, bias=bias)
+            return MatmulShape(int(x_shape[-2]), int(out[-1]), int(x_shape[-1]), nb, b_weight=op.inputs[1] in weights,
+                               b_batched=len(w_shape) > 2 and nb > 1, bias=bias)
     except (KeyError, IndexError, AttributeError, TypeError):
         pass
-    return MatmulShape(int(a["M"]), int(a["N"]), int(a["K"]), int(a.get("batch", 1)), bias=bias)
+    return MatmulShape(int(attrs["M"]), int(attrs["N"]), int(attrs["K"]), int(attrs.get("batch", 1)), bias=bias)
 
 
 @dataclass(frozen=True)
@@ -127,17 +127,17 @@ class CandidateGroups:
         return len(self.hi)
 
 
-def _codes(v) -> np.ndarray | None:
+def _codes(values) -> np.ndarray | None:
     """Integer codes of a per-candidate figure (None when all candidates share it)."""
-    if isinstance(v, np.ndarray):
-        if v.size == 0 or (v == v[0]).all():
+    if isinstance(values, np.ndarray):
+        if values.size == 0 or (values == values[0]).all():
             return None
-        return np.unique(v, return_inverse=True)[1].ravel()
-    if isinstance(v, list):
-        distinct = {x: code for code, x in enumerate(dict.fromkeys(v))}  # formula texts, None
+        return np.unique(values, return_inverse=True)[1].ravel()
+    if isinstance(values, list):
+        distinct = {value: code for code, value in enumerate(dict.fromkeys(values))}  # formula texts, None
         if len(distinct) <= 1:
             return None
-        return np.fromiter((distinct[x] for x in v), dtype=np.int64, count=len(v))
+        return np.fromiter((distinct[value] for value in values), dtype=np.int64, count=len(values))
     return None
 
 
@@ -146,19 +146,19 @@ def candidate_groups(params: CandidateArrays) -> CandidateGroups:
     coded, and the codes combined column by column (re-coded so they stay small)."""
     n = params.n
     group = np.zeros(n, dtype=np.int64)
-    for f in dataclasses.fields(params):
-        if f.name in _NOT_KEY:
+    for each in dataclasses.fields(params):
+        if each.name in _NOT_KEY:
             continue
-        codes = _codes(getattr(params, f.name))
+        codes = _codes(getattr(params, each.name))
         if codes is not None:
             group = np.unique(group * (int(codes.max()) + 1) + codes, return_inverse=True)[1].ravel()
     G = int(group.max()) + 1 if n else 0
-    bc = params.bank_count
-    order = np.lexsort((bc, group))
+    bank_count = params.bank_count
+    order = np.lexsort((bank_count, group))
     starts = np.searchsorted(group[order], np.arange(G))
     lo, hi = order[starts], order[np.append(starts[1:], n) - 1]
     blocked = _blocked(params)
-    return CandidateGroups(group, lo, hi, blocked, np.fromiter((not b for b in blocked), dtype=bool, count=n))
+    return CandidateGroups(group, lo, hi, blocked, np.fromiter((not why for why in blocked), dtype=bool, count=n))
 
 
 @dataclass
@@ -224,56 +224,57 @@ class ShapeSearch:
                 out[name] = np.asarray(legal, dtype=np.int64).copy()
                 continue
             src = cost.check if name in ("tm", "tn", "tk", "banks") else cost
-            v = np.broadcast_to(getattr(src, name), full)[rows, cols]
-            out[name] = np.where(ok, v, 0).astype(np.int64)
+            picked = np.broadcast_to(getattr(src, name), full)[rows, cols]
+            out[name] = np.where(ok, picked, 0).astype(np.int64)
         return out
 
-    def ok(self, c: int) -> np.ndarray:
-        """(T,) legality of every tile for candidate c."""
-        if self.blocked[c]:
+    def ok(self, cand: int) -> np.ndarray:
+        """(T,) legality of every tile for candidate `cand`."""
+        if self.blocked[cand]:
             return np.zeros(self.tiles, dtype=bool)
-        g = self.group[c]
-        return self.ok_free[g] & (self.banks_g[g] <= self.budget[c])
+        group_index = self.group[cand]
+        return self.ok_free[group_index] & (self.banks_g[group_index] <= self.budget[cand])
 
-    def cycles(self, c: int) -> np.ndarray:
-        return self.cycles_g[self.group[c]]
+    def cycles(self, cand: int) -> np.ndarray:
+        return self.cycles_g[self.group[cand]]
 
-    def sram_bytes(self, c: int) -> np.ndarray:
-        return self.sram_g[self.group[c]]
+    def sram_bytes(self, cand: int) -> np.ndarray:
+        return self.sram_g[self.group[cand]]
 
-    def point(self, c: int, t: int, cycles: int | None = None) -> TilePoint:
-        g = self.group[c]
-        return TilePoint(int(self.tm[t]), int(self.tn[t]), int(self.tk[t]),
-                         int(self.cycles_g[g, t] if cycles is None else cycles), int(self.sram_g[g, t]),
-                         int(self.banks_g[g, t]), int(self.dma_bytes_g[g, t]))
+    def point(self, cand: int, tile: int, cycles: int | None = None) -> TilePoint:
+        group_index = self.group[cand]
+        return TilePoint(int(self.tm[tile]), int(self.tn[tile]), int(self.tk[tile]),
+                         int(self.cycles_g[group_index, tile] if cycles is None else cycles),
+                         int(self.sram_g[group_index, tile]),
+                         int(self.banks_g[group_index, tile]), int(self.dma_bytes_g[group_index, tile]))
 
-    def reason(self, c: int, t: int) -> str:
-        """Why tile t is illegal for candidate c (empty if legal). Members of a group with
+    def reason(self, cand: int, tile: int) -> str:
+        """Why `tile` is illegal for candidate `cand` (empty if legal). Members of a group with
         the same bank count share the text (it reads only figures they share)."""
-        if self.blocked[c]:
-            return self.blocked[c]
-        key = (int(self.group[c]), int(self.params.bank_count[c]), t) if self.grouped else (c, t)
+        if self.blocked[cand]:
+            return self.blocked[cand]
+        key = (int(self.group[cand]), int(self.params.bank_count[cand]), tile) if self.grouped else (cand, tile)
         if key not in self._reasons:
-            check = check_tiles(self.params.take(np.array([c])), self.tm[t:t + 1], self.tn[t:t + 1],
-                                self.tk[t:t + 1], self.shape)
+            check = check_tiles(self.params.take(np.array([cand])), self.tm[tile:tile + 1], self.tn[tile:tile + 1],
+                                self.tk[tile:tile + 1], self.shape)
             self._reasons[key] = check.reason(0, 0)
         return self._reasons[key]
 
-    def no_tile_reason(self, c: int) -> str:
-        """Why candidate c has no legal tile: the smallest tile's reason binds."""
-        if self.blocked[c]:
-            return self.blocked[c]
+    def no_tile_reason(self, cand: int) -> str:
+        """Why candidate `cand` has no legal tile: the smallest tile's reason binds."""
+        if self.blocked[cand]:
+            return self.blocked[cand]
         smallest = int(np.argmin(self.tm * self.tn * self.tk))
-        return f"no legal tile among {self.tiles}; smallest {self.reason(c, smallest)}"
+        return f"no legal tile among {self.tiles}; smallest {self.reason(cand, smallest)}"
 
-    def front(self, c: int) -> list[int]:
-        """Indices of candidate c's legal tiles on the latency/SRAM Pareto front (no other
+    def front(self, cand: int) -> list[int]:
+        """Indices of candidate `cand`'s legal tiles on the latency/SRAM Pareto front (no other
         legal tile has cycles <= and SRAM <= with one of them <), by cycles then SRAM;
         tiles with an identical (cycles, SRAM) point are all kept."""
-        idx = np.flatnonzero(self.ok(c))
+        idx = np.flatnonzero(self.ok(cand))
         if idx.size == 0:
             return []
-        cyc, sram = self.cycles(c)[idx], self.sram_bytes(c)[idx]
+        cyc, sram = self.cycles(cand)[idx], self.sram_bytes(cand)[idx]
         order = np.lexsort((idx, sram, cyc))
         cyc, sram, idx = cyc[order], sram[order], idx[order]
         # The SRAM floor of everything strictly faster: a point is on the front when its SRAM
@@ -283,14 +284,14 @@ class ShapeSearch:
         first_of_group = np.concatenate(([True], cyc[1:] != cyc[:-1]))
         group_start = np.maximum.accumulate(np.where(first_of_group, np.arange(len(cyc)), 0))
         keep = (sram < prev_min[group_start]) & (sram == sram[group_start])
-        return [int(i) for i in idx[keep]]
+        return [int(index) for index in idx[keep]]
 
 
 def _blocked(params: CandidateArrays) -> list[str]:
     """Why each candidate cannot run a matmul at all ("" when it can)."""
     out = [""] * params.n
-    for c, why in blocked_reasons(params).items():
-        out[c] = why
+    for cand, why in blocked_reasons(params).items():
+        out[cand] = why
     return out
 
 
@@ -309,8 +310,8 @@ def search_shape(params: CandidateArrays, shape: MatmulShape, group_by_banks: bo
     groups = groups or candidate_groups(params)
     group, G, blocked = groups.group, groups.count, groups.blocked
     lo_idx, hi_idx = groups.lo, groups.hi
-    bc = params.bank_count
-    hi, lo = bc[hi_idx], bc[lo_idx]
+    bank_count = params.bank_count
+    hi, lo = bank_count[hi_idx], bank_count[lo_idx]
     spread = bool((lo != hi).any())
     full = (G, T)
     grouped = group_by_banks
@@ -324,28 +325,29 @@ def search_shape(params: CandidateArrays, shape: MatmulShape, group_by_banks: bo
     if grouped:
         two = (2 * G if spread else G, T)
         ok_free2 = np.ones(two, dtype=bool)
-        for name, v in viol.items():
+        for name, violation in viol.items():
             if name != "bank_budget":
-                ok_free2 &= ~np.broadcast_to(v, two)
+                ok_free2 &= ~np.broadcast_to(violation, two)
         banks2 = np.broadcast_to(pair.check.banks, two)
         budget2 = np.concatenate([hi, lo]) if spread else hi
         grouped = bool(np.array_equal(pair.check.ok, ok_free2 & (banks2 <= budget2[:, None])))
-        fields2 = [np.broadcast_to(x, two) for x in (pair.cycles, pair.sram_bytes, pair.check.banks, pair.dma_bytes)]
+        fields2 = [np.broadcast_to(figure, two)
+                   for figure in (pair.cycles, pair.sram_bytes, pair.check.banks, pair.dma_bytes)]
         if grouped and spread:
             grouped = np.array_equal(ok_free2[:G], ok_free2[G:]) and all(
-                np.array_equal(x[:G], x[G:]) for x in fields2)
+                np.array_equal(figure[:G], figure[G:]) for figure in fields2)
         if grouped:
             ok_free = ok_free2[:G]
-            cycles, sram, banks, dma_bytes = (x[:G] for x in fields2)
+            cycles, sram, banks, dma_bytes = (figure[:G] for figure in fields2)
             grid_cost = pair
     if grouped:
-        budget = bc.astype(np.int64)
+        budget = bank_count.astype(np.int64)
     else:  # one group per candidate, legality as checked
         group, G = np.arange(n), n
         full = (G, T)
         cost = grid_cost = matmul_cost(search, shape, tm, tn, tk)
         ok_free = cost.check.ok
-        cycles, sram, banks, dma_bytes = (np.broadcast_to(x, full) for x in (
+        cycles, sram, banks, dma_bytes = (np.broadcast_to(figure, full) for figure in (
             cost.cycles, cost.sram_bytes, cost.check.banks, cost.dma_bytes))
         budget = np.full(n, _NEVER, dtype=np.int64)
     usable = groups.usable
@@ -383,35 +385,35 @@ def search_shape(params: CandidateArrays, shape: MatmulShape, group_by_banks: bo
     Mp, Np, Kp = shape.padded
     md, nd, kd = divisors(Mp), divisors(Np), divisors(Kp)
 
-    def fw_index(p: CandidateArrays) -> np.ndarray:
-        ftm, ftn, ftk = (np.asarray(x)[:, 0] for x in framework_tiles(p, shape))
+    def fw_index(cand_params: CandidateArrays) -> np.ndarray:
+        ftm, ftn, ftk = (np.asarray(tiles)[:, 0] for tiles in framework_tiles(cand_params, shape))
         return (np.searchsorted(md, ftm) * len(nd) + np.searchsorted(nd, ftn)) * len(kd) + np.searchsorted(kd, ftk)
 
-    fw = None
+    fw_tile = None
     if grouped:  # the greedy pick reads figures a group shares: once per group, if so
         fw2 = fw_index(search.take(np.concatenate([hi_idx, lo_idx])))
         if np.array_equal(fw2[:G], fw2[G:]):
-            fw = fw2[:G][group]
-    if fw is None:
-        fw = fw_index(params)
-    fw_ok = usable & ok_free[group, fw] & (banks[group, fw] <= budget)
+            fw_tile = fw2[:G][group]
+    if fw_tile is None:
+        fw_tile = fw_index(params)
+    fw_ok = usable & ok_free[group, fw_tile] & (banks[group, fw_tile] <= budget)
     fw_cycles = fw_cost = None
     if grouped:  # the same tile across each group
-        g_fw = np.concatenate([fw[hi_idx], fw[lo_idx]]) if spread else fw[hi_idx]
+        g_fw = np.concatenate([fw_tile[hi_idx], fw_tile[lo_idx]]) if spread else fw_tile[hi_idx]
         members = np.concatenate([hi_idx, lo_idx]) if spread else hi_idx
-        p = _with(search.take(members), framework=np.ones(len(members), dtype=bool))
-        fw_cost = matmul_cost(p, shape, tm[g_fw][:, None], tn[g_fw][:, None], tk[g_fw][:, None])
-        c2 = np.broadcast_to(fw_cost.cycles, (len(members), 1))[:, 0]
-        if not spread or np.array_equal(c2[:G], c2[G:]):
-            fw_cycles, fw_row = c2[:G][group], group
+        fw_params = _with(search.take(members), framework=np.ones(len(members), dtype=bool))
+        fw_cost = matmul_cost(fw_params, shape, tm[g_fw][:, None], tn[g_fw][:, None], tk[g_fw][:, None])
+        fw_group_cycles = np.broadcast_to(fw_cost.cycles, (len(members), 1))[:, 0]
+        if not spread or np.array_equal(fw_group_cycles[:G], fw_group_cycles[G:]):
+            fw_cycles, fw_row = fw_group_cycles[:G][group], group
         else:
             fw_cost = None
     if fw_cost is None:
-        fw_cost = matmul_cost(_with(params, framework=np.ones(n, dtype=bool)), shape, tm[fw][:, None],
-                              tn[fw][:, None], tk[fw][:, None])
+        fw_cost = matmul_cost(_with(params, framework=np.ones(n, dtype=bool)), shape, tm[fw_tile][:, None],
+                              tn[fw_tile][:, None], tk[fw_tile][:, None])
         fw_cycles, fw_row = np.broadcast_to(fw_cost.cycles, (n, 1))[:, 0], np.arange(n)
     return ShapeSearch(shape, search, tm, tn, tk, group, budget, ok_free, cycles, sram, banks, dma_bytes, legal, best,
-                       fw, fw_ok, fw_cycles, blocked, grouped, grid_cost, fw_cost, fw_row)
+                       fw_tile, fw_ok, fw_cycles, blocked, grouped, grid_cost, fw_cost, fw_row)
 
 
 @dataclass
@@ -443,15 +445,15 @@ class OpMap:
         return self.framework.cycles / self.best.cycles if self.best.cycles else 1.0
 
     def to_dict(self) -> dict:
-        s = self.shape
-        out = {"op": self.op, "kind": self.kind, "M": s.M, "N": s.N, "K": s.K, "batch": s.batch,
+        shape = self.shape
+        out = {"op": self.op, "kind": self.kind, "M": shape.M, "N": shape.N, "K": shape.K, "batch": shape.batch,
                "tiles": self.tiles, "legal_tiles": self.legal_tiles,
                "framework": asdict(self.framework) if self.framework else None,
                "framework_feasible": self.framework_feasible, "framework_reason": self.framework_reason,
                "framework_tile_search_cycles": self.framework_tile_search_cycles,
                "best": asdict(self.best) if self.best else None, "reason": self.reason, "gap": self.gap}
         if self.front is not None:
-            out["front"] = [asdict(p) for p in self.front]
+            out["front"] = [asdict(point) for point in self.front]
         return out
 
 
@@ -470,11 +472,11 @@ class GraphMap:
 
     @property
     def framework_infeasible(self) -> list[str]:
-        return [o.op for o in self.ops if not o.framework_feasible]
+        return [op_map.op for op_map in self.ops if not op_map.framework_feasible]
 
     @property
     def unmappable(self) -> list[str]:
-        return [o.op for o in self.ops if o.best is None]
+        return [op_map.op for op_map in self.ops if op_map.best is None]
 
     @property
     def framework_cycles(self) -> int | None:
@@ -482,24 +484,24 @@ class GraphMap:
         framework fails on any of them."""
         if self.framework_infeasible:
             return None
-        return sum(o.framework.cycles for o in self.ops)
+        return sum(op_map.framework.cycles for op_map in self.ops)
 
     @property
     def best_cycles(self) -> int | None:
         if self.unmappable:
             return None
-        return sum(o.best.cycles for o in self.ops)
+        return sum(op_map.best.cycles for op_map in self.ops)
 
     @property
     def gap(self) -> float | None:
-        fw, best = self.framework_cycles, self.best_cycles
-        if fw is None or best is None:
+        framework, best = self.framework_cycles, self.best_cycles
+        if framework is None or best is None:
             return None
-        return fw / best if best else 1.0
+        return framework / best if best else 1.0
 
     def to_dict(self) -> dict:
         return {"graph": self.graph, "chip": self.chip, "mapping": self.mapping, "objective": self.objective,
-                "ops": [o.to_dict() for o in self.ops],
+                "ops": [op_map.to_dict() for op_map in self.ops],
                 "totals": {"ops": len(self.ops), "distinct_shapes": self.distinct_shapes,
                            "tiles_evaluated": self.tiles_evaluated,
                            "framework_cycles": self.framework_cycles, "best_cycles": self.best_cycles,
@@ -508,17 +510,18 @@ class GraphMap:
                 "mapper_seconds": self.seconds}
 
 
-def _op_map(op, shape: MatmulShape, s: ShapeSearch, c: int, objective: str) -> OpMap:
-    f = int(s.framework[c])
-    fw_ok = bool(s.framework_ok[c])
-    fw_reason = "" if fw_ok else f"the framework's greedy tile does not fit; {s.reason(c, f)}"
-    b = int(s.best[c])
-    best = s.point(c, b) if b >= 0 else None
+def _op_map(op, shape: MatmulShape, search: ShapeSearch, cand: int, objective: str) -> OpMap:
+    fw_tile = int(search.framework[cand])
+    fw_ok = bool(search.framework_ok[cand])
+    fw_reason = "" if fw_ok else f"the framework's greedy tile does not fit; {search.reason(cand, fw_tile)}"
+    best_tile = int(search.best[cand])
+    best = search.point(cand, best_tile) if best_tile >= 0 else None
     front = None
     if objective == "front":
-        front = [s.point(c, t) for t in s.front(c)]
-    return OpMap(op.name, op.kind, shape, s.tiles, int(s.legal[c]), s.point(c, f, int(s.framework_cycles[c])), fw_ok,
-                 fw_reason, best, "" if best is not None else s.no_tile_reason(c), front, int(s.cycles(c)[f]))
+        front = [search.point(cand, tile) for tile in search.front(cand)]
+    framework = search.point(cand, fw_tile, int(search.framework_cycles[cand]))
+    return OpMap(op.name, op.kind, shape, search.tiles, int(search.legal[cand]), framework, fw_ok, fw_reason, best,
+                 "" if best is not None else search.no_tile_reason(cand), front, int(search.cycles(cand)[fw_tile]))
 
 
 def map_graph_candidates(graph, candidates: Sequence[Candidate], objective: str = "latency") -> list[GraphMap]:
@@ -535,10 +538,10 @@ def map_graph_candidates(graph, candidates: Sequence[Candidate], objective: str 
     for shape in shapes:
         if shape not in cache:
             cache[shape] = search_shape(params, shape, groups=groups)
-    per_candidate = [[_op_map(op, shape, cache[shape], c, objective) for op, shape in zip(ops, shapes)]
-                     for c in range(params.n)]
+    per_candidate = [[_op_map(op, shape, cache[shape], cand_index, objective) for op, shape in zip(ops, shapes)]
+                     for cand_index in range(params.n)]
     seconds = time.perf_counter() - started
-    tiles = sum(s.tiles for s in cache.values())
+    tiles = sum(search.tiles for search in cache.values())
     return [GraphMap(graph.name, cand.chip.name, cand.mapping.model_dump(mode="json"), objective, op_maps,
                      len(cache), tiles, seconds) for cand, op_maps in zip(candidates, per_candidate)]
 
