@@ -27,18 +27,18 @@ class ListingLine:
     text: str
 
 
-def _tensor(t: DramTensor | None) -> str:
-    if t is None:
+def _tensor(tensor: DramTensor | None) -> str:
+    if tensor is None:
         return "-"
-    strides = "" if t.strides is None else f" strides {tuple(t.strides)}"
-    return f"@{t.addr:#x} {t.dtype}[{'x'.join(map(str, t.shape))}]{strides}"
+    strides = "" if tensor.strides is None else f" strides {tuple(tensor.strides)}"
+    return f"@{tensor.addr:#x} {tensor.dtype}[{'x'.join(map(str, tensor.shape))}]{strides}"
 
 
 def _param(value) -> str:
     if hasattr(value, "kind") and hasattr(value, "name"):  # a graph op
         return f"{value.kind} {value.name}"
-    if isinstance(value, (list, tuple)) and value and all(hasattr(v, "kind") for v in value):
-        return "[" + ", ".join(v.name for v in value) + "]"
+    if isinstance(value, (list, tuple)) and value and all(hasattr(item, "kind") for item in value):
+        return "[" + ", ".join(item.name for item in value) + "]"
     if isinstance(value, np.ndarray):
         return f"array {value.dtype}{list(value.shape)}"
     return repr(value)
@@ -48,8 +48,8 @@ def instruction_text(ins) -> str:
     """One instruction on one line: an accelerator instruction as the ISA describes it
     (addresses in hex), a core op as its kind, destination, sources and parameters."""
     if isinstance(ins, CoreOp):
-        params = ", ".join(f"{k}={_param(v)}" for k, v in ins.params.items())
-        srcs = "; ".join(_tensor(s) for s in ins.srcs)
+        params = ", ".join(f"{name}={_param(value)}" for name, value in ins.params.items())
+        srcs = "; ".join(_tensor(src) for src in ins.srcs)
         return (f"CORE {ins.kind} {_tensor(ins.dst)} <- {srcs or '-'}" + (f" ({params})" if params else "")
                 + f", {ins.element_count():,} elements")
     return ins.describe()
@@ -58,8 +58,8 @@ def instruction_text(ins) -> str:
 def program_listing(program, labels: dict[int, str]) -> list[ListingLine]:
     """Every instruction of `program`, core by core in program order, with the op that
     emitted it (`labels`: id of an instruction -> op name, as `Lowered.labels` keeps them)."""
-    return [ListingLine(c, pc, labels.get(id(ins), UNLABELLED), instruction_text(ins))
-            for c, instrs in enumerate(program.cores) for pc, ins in enumerate(instrs)]
+    return [ListingLine(core, pc, labels.get(id(ins), UNLABELLED), instruction_text(ins))
+            for core, instrs in enumerate(program.cores) for pc, ins in enumerate(instrs)]
 
 
 def listing_text(lines: list[ListingLine]) -> str:
@@ -70,52 +70,52 @@ def listing_text(lines: list[ListingLine]) -> str:
     for line in lines:
         if line.core != core:
             core = line.core
-            n = sum(1 for x in lines if x.core == core)
-            out.append(f"core {core}: {n} instruction(s)")
+            count = sum(1 for other in lines if other.core == core)
+            out.append(f"core {core}: {count} instruction(s)")
         out.append(f"  {line.pc:>6}  {line.op:<{width}}  {line.text}")
     return "\n".join(out)
 
 
-def _canonical(value, h) -> None:
+def _canonical(value, digest) -> None:
     """Feed `value` into the hash `h`, every field that changes what a program does."""
     if isinstance(value, np.ndarray):
-        h.update(f"nd{value.dtype.str}{value.shape}".encode())
-        h.update(np.ascontiguousarray(value).tobytes())
+        digest.update(f"nd{value.dtype.str}{value.shape}".encode())
+        digest.update(np.ascontiguousarray(value).tobytes())
     elif dataclasses.is_dataclass(value) and not isinstance(value, type):
-        h.update(type(value).__name__.encode() + b"(")
-        for f in dataclasses.fields(value):
-            h.update(f.name.encode() + b"=")
-            _canonical(getattr(value, f.name), h)
-        h.update(b")")
+        digest.update(type(value).__name__.encode() + b"(")
+        for each in dataclasses.fields(value):
+            digest.update(each.name.encode() + b"=")
+            _canonical(getattr(value, each.name), digest)
+        digest.update(b")")
     elif isinstance(value, dict):
-        h.update(b"{")
-        for k in sorted(value, key=str):
-            h.update(str(k).encode() + b":")
-            _canonical(value[k], h)
-        h.update(b"}")
+        digest.update(b"{")
+        for key in sorted(value, key=str):
+            digest.update(str(key).encode() + b":")
+            _canonical(value[key], digest)
+        digest.update(b"}")
     elif isinstance(value, (list, tuple)):
-        h.update(b"[")
-        for v in value:
-            _canonical(v, h)
-            h.update(b",")
-        h.update(b"]")
+        digest.update(b"[")
+        for item in value:
+            _canonical(item, digest)
+            digest.update(b",")
+        digest.update(b"]")
     elif hasattr(value, "numpy") and callable(value.numpy):  # a torch tensor among a graph op's attributes
-        _canonical(np.asarray(value.numpy()), h)
+        _canonical(np.asarray(value.numpy()), digest)
     else:
-        h.update(repr(value).encode())
-    h.update(b";")
+        digest.update(repr(value).encode())
+    digest.update(b";")
 
 
 def program_digest(program) -> str:
     """sha256 of `program`'s content: its cores' instructions, field by field (a core op's
     parameters included, arrays by their bytes), and its DRAM size."""
-    h = hashlib.sha256()
-    h.update(f"dram {program.dram_bytes}; cores {len(program.cores)};".encode())
-    for c, instrs in enumerate(program.cores):
-        h.update(f"core {c} {len(instrs)}:".encode())
+    digest = hashlib.sha256()
+    digest.update(f"dram {program.dram_bytes}; cores {len(program.cores)};".encode())
+    for core, instrs in enumerate(program.cores):
+        digest.update(f"core {core} {len(instrs)}:".encode())
         for ins in instrs:
-            _canonical(ins, h)
-    return h.hexdigest()
+            _canonical(ins, digest)
+    return digest.hexdigest()
 
 
 def bytes_digest(data) -> str:

@@ -15,43 +15,43 @@ from ..plan.moe import spread_blocks
 
 
 @contextlib.contextmanager
-def on_worker(b, w: int):
-    """The builder emitting into worker w's program only, as a one-worker candidate."""
-    saved = b.cores, b.workers, b.mapping, b.cand, b.params
-    b.cores, b.workers = [saved[0][w]], 1
-    b.mapping = b.mapping.model_copy(update={"workers": 1, "experts": None})
-    b.cand = Candidate(b.chip, b.mapping)
-    b.params = CandidateArrays.from_candidates([b.cand])
+def on_worker(builder, worker: int):
+    """The builder emitting into `worker`'s program only, as a one-worker candidate."""
+    saved = builder.cores, builder.workers, builder.mapping, builder.cand, builder.params
+    builder.cores, builder.workers = [saved[0][worker]], 1
+    builder.mapping = builder.mapping.model_copy(update={"workers": 1, "experts": None})
+    builder.cand = Candidate(builder.chip, builder.mapping)
+    builder.params = CandidateArrays.from_candidates([builder.cand])
     try:
         yield
     finally:
-        b.cores, b.workers, b.mapping, b.cand, b.params = saved
+        builder.cores, builder.workers, builder.mapping, builder.cand, builder.params = saved
 
 
-def lower_spread(b, plans) -> None:
+def lower_spread(builder, plans) -> None:
     """Emit `plans` (the graph's, in order) with each MoE layer's experts spread."""
-    blocks = spread_blocks(b.graph, b.workers)
+    blocks = spread_blocks(builder.graph, builder.workers)
     where = {name: block for block in blocks for name in block.ops}
     done: set[str] = set()
     for plan in plans:
         block = where.get(plan.op.name)
         if block is None:
-            b.lower_op(plan)
+            builder.lower_op(plan)
             continue
         if block.layer in done:
             continue
         done.add(block.layer)
-        mine = [p for p in plans if p.op.name in block.cores]
-        for w in range(b.workers):
-            with on_worker(b, w):
-                for p in mine:
-                    if block.cores[p.op.name] == w:
-                        b.lower_op(p)
-        for c in b.cores:
-            c.append(Barrier())
-        for p in plans:
-            if p.op.name in block.sums:
-                b.lower_op(p)
+        mine = [expert_plan for expert_plan in plans if expert_plan.op.name in block.cores]
+        for worker in range(builder.workers):
+            with on_worker(builder, worker):
+                for expert_plan in mine:
+                    if block.cores[expert_plan.op.name] == worker:
+                        builder.lower_op(expert_plan)
+        for core in builder.cores:
+            core.append(Barrier())
+        for sum_plan in plans:
+            if sum_plan.op.name in block.sums:
+                builder.lower_op(sum_plan)
 
 
 __all__ = ["lower_spread", "on_worker"]

@@ -53,57 +53,60 @@ def lower_spans(graph: Graph, chip, mapping, inputs, workers: int, input_axis: i
     waves: list[list[list]] = []  # per later wave, per worker: BARRIER, its loads, BARRIER
     if mapping.weights == "shared":
         span_chip = spmd_chip(chip, 1)[0]  # the chip a span is built for (`ProgramBuilder`)
-        stack = shared_stack([p[0] for p in parts if p], span_chip, one)
+        stack = shared_stack([part[0] for part in parts if part], span_chip, one)
         if stack.reason:
             raise Infeasible(stack.reason)
-        sm = span_chip.shared_memory
+        shared_mem = span_chip.shared_memory
         ops = {op.name: op for op in graph.ops}
-        active = sum(1 for p in parts if p)  # a prefix: the trailing spans are the empty ones
-        for k, wave in enumerate(stack.waves):
+        active = sum(1 for part in parts if part)  # a prefix: the trailing spans are the empty ones
+        for wave_index, wave in enumerate(stack.waves):
             tiles = []  # DRAM address and bytes of every B tile of the wave, by shared bank
-            for w in wave:
-                bt = weight_bt(graph, ops[w.op])
-                Np, Kp = (-(-d // PAD) * PAD for d in bt.shape[1:])
-                base = dram.blob(blocked_bt(bt, Np, Kp, *w.tile))
-                tiles += [(base + j * w.tile_bytes, w.tile_bytes) for j in range(w.tiles)]
-            loads = [[Mvin(sm.first_bank_id + j, tiles[j][0], tiles[j][1] // 16, 0) for j in banks]
-                     for banks in stack.loads(active, chip.cores.tile_size, k)]
+            for weight in wave:
+                weight_t = weight_bt(graph, ops[weight.op])
+                Np, Kp = (-(-dim // PAD) * PAD for dim in weight_t.shape[1:])
+                base = dram.blob(blocked_bt(weight_t, Np, Kp, *weight.tile))
+                tiles += [(base + tile * weight.tile_bytes, weight.tile_bytes) for tile in range(weight.tiles)]
+            first = shared_mem.first_bank_id
+            loads = [[Mvin(first + bank, tiles[bank][0], tiles[bank][1] // 16, 0) for bank in banks]
+                     for banks in stack.loads(active, chip.cores.tile_size, wave_index)]
             loads += [[] for _ in range(active, len(spans))]
-            if k == 0:
+            if wave_index == 0:
                 preload = [mine + [Barrier()] for mine in loads]
             else:
                 waves.append([[Barrier(), *mine, Barrier()] for mine in loads])
     cores, lowered = [], []
-    for w, (span, part) in enumerate(zip(spans, parts)):
+    for worker, (span, part) in enumerate(zip(spans, parts)):
         if part is None:
-            cores.append(preload[w] + [ins for wave in waves for ins in wave[w]] + [Barrier()])
+            cores.append(preload[worker] + [ins for wave in waves for ins in wave[worker]] + [Barrier()])
             continue
-        sg, need, sax = part
-        xs = [torch.as_tensor(v).narrow(axes[n], need[n].lo, len(need[n]))
-              for n, v in zip(graph.inputs, inputs) if n in need]
-        b = ProgramBuilder(sg, Candidate(chip, one), xs, dram)
-        b.shared_stack = stack
+        worker_graph, need, _ = part
+        span_inputs = [torch.as_tensor(value).narrow(axes[name], need[name].lo, len(need[name]))
+                       for name, value in zip(graph.inputs, inputs) if name in need]
+        builder = ProgramBuilder(worker_graph, Candidate(chip, one), span_inputs, dram)
+        builder.shared_stack = stack
         starts = stack.starts if stack is not None else {}
-        for plan in plan_graph(sg):
+        for plan in plan_graph(worker_graph):
             if plan.op.name in starts:  # every span past the earlier waves' readers: the next wave's loads
-                b.cores[0] += waves[starts[plan.op.name] - 1][w]
-            b.lower_op(plan)
-        src = b.logical(out).view()
-        a = axes[out]
+                builder.cores[0] += waves[starts[plan.op.name] - 1][worker]
+            builder.lower_op(plan)
+        src = builder.logical(out).view()
+        axis = axes[out]
         shape = list(fview.shape)
-        shape[a] = len(span)
-        dst = DramTensor(fview.addr + span.lo * fview.strides[a], tuple(shape), fview.dtype, fview.strides)
-        b.core(CoreOp("copy", dst, (src,)))
-        cores.append(preload[w] + b.cores[0] + [Barrier()])
-        lowered.append(Lowered(sg, b.cand, None, None, b.locs, b.records,  # type: ignore[arg-type]
-                               labels={k: f"span {w}: {v}" for k, v in b.labels.items()}, named=dram.named))
+        shape[axis] = len(span)
+        dst = DramTensor(fview.addr + span.lo * fview.strides[axis], tuple(shape), fview.dtype, fview.strides)
+        builder.core(CoreOp("copy", dst, (src,)))
+        cores.append(preload[worker] + builder.cores[0] + [Barrier()])
+        labels = {ins: f"span {worker}: {label}" for ins, label in builder.labels.items()}
+        lowered.append(Lowered(worker_graph, builder.cand, None, None, builder.locs,  # type: ignore[arg-type]
+                               builder.records, labels=labels, named=dram.named))
     img = dram.image()
     how = " reading one shared copy of the weights" if stack is not None else ""
     program = Program(cores, {"dram": Region(0, (img.size,), "uint8")}, {}, dram_bytes=img.size,
                       name=f"{graph.name} in {workers} temporal spans on {chip.name}{how}")
     for low in lowered:
         low.program, low.image = program, img
-    return StagedLowered(program, img, lowered, [[w] for w in range(workers) if parts[w]]), spans, parts, final
+    core_ids = [[worker] for worker in range(workers) if parts[worker]]
+    return StagedLowered(program, img, lowered, core_ids), spans, parts, final
 
 
 __all__ = ["lower_spans"]

@@ -48,7 +48,7 @@ def span_partition(length: int, workers: int) -> list[Span]:
     """Contiguous owned spans of ceil(length / workers) rows; the tail span is shorter and
     trailing workers with nothing to own get an empty span."""
     per = -(-length // workers)
-    return [Span(min(length, w * per), min(length, (w + 1) * per)) for w in range(workers)]
+    return [Span(min(length, worker * per), min(length, (worker + 1) * per)) for worker in range(workers)]
 
 
 def time_axis(graph: Graph, tensor: str) -> int:
@@ -58,9 +58,9 @@ def time_axis(graph: Graph, tensor: str) -> int:
     if op is not None and op.kind == "conv1d":
         return 1 if op.attrs.get("layout") == "NLC" else 2
     consumers = graph.consumers().get(tensor, [])
-    for c in consumers:
-        if c.kind == "conv1d" and c.inputs[0] == tensor:
-            return 1 if c.attrs.get("layout") == "NLC" else 2
+    for consumer in consumers:
+        if consumer.kind == "conv1d" and consumer.inputs[0] == tensor:
+            return 1 if consumer.attrs.get("layout") == "NLC" else 2
     return 1
 
 
@@ -78,14 +78,14 @@ def needed_rows(graph: Graph, output: str, owned: Span) -> dict[str, Span]:
         if len(span) == 0:
             continue
         if op.kind == "conv1d":
-            k = graph.tensors[op.inputs[1]].shape
-            kernel = k[0] if op.attrs.get("weight_layout") == "WIO" else k[-1]
-            (s,), (p,), (d,) = op.attrs["stride"], op.attrs["padding"], op.attrs["dilation"]
-            x = op.inputs[0]
-            length = graph.tensors[x].shape[time_axis(graph, x)]
-            lo = span.lo * s - p
-            hi = (span.hi - 1) * s - p + d * (kernel - 1) + 1
-            srcs = {x: Span(max(0, lo), min(length, hi))}
+            w_shape = graph.tensors[op.inputs[1]].shape
+            kernel = w_shape[0] if op.attrs.get("weight_layout") == "WIO" else w_shape[-1]
+            (stride,), (padding,), (dilation,) = op.attrs["stride"], op.attrs["padding"], op.attrs["dilation"]
+            src = op.inputs[0]
+            length = graph.tensors[src].shape[time_axis(graph, src)]
+            lo = span.lo * stride - padding
+            hi = (span.hi - 1) * stride - padding + dilation * (kernel - 1) + 1
+            srcs = {src: Span(max(0, lo), min(length, hi))}
         elif op.kind in ROWWISE or op.kind == "permute":
             srcs = {}
             for name in op.inputs:
@@ -97,16 +97,16 @@ def needed_rows(graph: Graph, output: str, owned: Span) -> dict[str, Span]:
                 srcs[name] = span
         else:
             raise SpanError(f"op {op.name} ({op.kind}) has no temporal span rule")
-        for name, sp in srcs.items():
+        for name, rows in srcs.items():
             if name in producers or name in graph.inputs:
-                need[name] = sp.union(need.get(name))
+                need[name] = rows.union(need.get(name))
     return need
 
 
 def halos(graph: Graph, output: str, owned: Span) -> dict[str, tuple[int, int]]:
     """Per tensor, (rows before, rows after) the owned span that it must provide."""
-    return {name: (max(0, owned.lo - sp.lo), max(0, sp.hi - owned.hi))
-            for name, sp in needed_rows(graph, output, owned).items()}
+    return {name: (max(0, owned.lo - rows.lo), max(0, rows.hi - owned.hi))
+            for name, rows in needed_rows(graph, output, owned).items()}
 
 
 def time_axes(graph: Graph, input_axis: int | None = None) -> dict[str, int]:
@@ -124,7 +124,8 @@ def time_axes(graph: Graph, input_axis: int | None = None) -> dict[str, int]:
             if src is not None:
                 axes[out] = list(op.attrs["dims"]).index(src)
         else:
-            src = next((axes[n] for n in op.inputs if n in axes and len(graph.tensors[n].shape) == 3), None)
+            temporal = [tensor for tensor in op.inputs if tensor in axes and len(graph.tensors[tensor].shape) == 3]
+            src = axes[temporal[0]] if temporal else None
             if src is not None:
                 axes[out] = src
     return axes
@@ -175,28 +176,29 @@ def span_graph(graph: Graph, output: str, owned: Span, input_axis: int | None = 
             continue
         attrs = dict(op.attrs)
         if op.kind == "conv1d":
-            x = op.inputs[0]
-            k = graph.tensors[op.inputs[1]].shape
-            kernel = k[0] if op.attrs.get("weight_layout") == "WIO" else k[-1]
-            (s,), (p,), (d,) = op.attrs["stride"], op.attrs["padding"], op.attrs["dilation"]
-            length = graph.tensors[x].shape[axes[x]]
-            lo, hi = span.lo * s - p, (span.hi - 1) * s - p + d * (kernel - 1) + 1
+            src = op.inputs[0]
+            w_shape = graph.tensors[op.inputs[1]].shape
+            kernel = w_shape[0] if op.attrs.get("weight_layout") == "WIO" else w_shape[-1]
+            (stride,), (padding,), (dilation,) = op.attrs["stride"], op.attrs["padding"], op.attrs["dilation"]
+            length = graph.tensors[src].shape[axes[src]]
+            lo, hi = span.lo * stride - padding, (span.hi - 1) * stride - padding + dilation * (kernel - 1) + 1
             want = Span(max(0, lo), min(length, hi))
             attrs["pad_lr"] = [[want.lo - lo, hi - want.hi]]
-            inputs = [cut(x, want, op.source)] + list(op.inputs[1:])
+            inputs = [cut(src, want, op.source)] + list(op.inputs[1:])
         elif op.kind in ROWWISE or op.kind == "permute":
             for key in ("scale_axes",):
                 if axes.get(op.inputs[0]) in attrs.get(key, []):
                     raise SpanError(f"op {op.name}: its scale varies along the temporal axis")
-            inputs = [cut(n, span, op.source) if n in need and n in axes and len(graph.tensors[n].shape) == 3
-                      else n for n in op.inputs]
+            inputs = [cut(tensor, span, op.source)
+                      if tensor in need and tensor in axes and len(graph.tensors[tensor].shape) == 3 else tensor
+                      for tensor in op.inputs]
         else:
             raise SpanError(f"op {op.name} ({op.kind}) has no temporal span rule")
         resized(out, span)
         ops.append(Op(op.name, op.kind, inputs, [out], attrs, op.source, op.counts))
-    inputs = [n for n in graph.inputs if n in need]
-    used = {n for op in ops for n in op.inputs}
-    weights = {k: v for k, v in graph.weights.items() if k in used}
+    inputs = [tensor for tensor in graph.inputs if tensor in need]
+    used = {tensor for op in ops for tensor in op.inputs}
+    weights = {name: value for name, value in graph.weights.items() if name in used}
     return Graph(f"{graph.name}[{owned.lo}:{owned.hi}]", ops, tensors, inputs, [output], weights), need, axes
 
 
@@ -234,32 +236,32 @@ class SharedStack:
     def waves(self) -> list[list[SharedWeight]]:
         """The weights of each wave, in load order."""
         out: list[list[SharedWeight]] = []
-        for w in self.weights.values():
-            if w.wave == len(out):
+        for weight in self.weights.values():
+            if weight.wave == len(out):
                 out.append([])
-            out[w.wave].append(w)
+            out[weight.wave].append(weight)
         return out
 
     @property
     def starts(self) -> dict[str, int]:
         """The op that begins each wave after the first (its weight the wave's first): its wave."""
-        return {wave[0].op: k for k, wave in enumerate(self.waves) if k}
+        return {wave[0].op: wave_index for wave_index, wave in enumerate(self.waves) if wave_index}
 
     @property
     def banks(self) -> int:
         """The shared banks held at once: the largest wave's."""
-        return max((sum(w.tiles for w in wave) for wave in self.waves), default=0)
+        return max((sum(weight.tiles for weight in wave) for wave in self.waves), default=0)
 
     def tile_bytes(self, wave: int = 0) -> list[int]:
         """The bytes of each of a wave's B tiles, in bank order."""
-        return [w.tile_bytes for w in self.waves[wave] for _ in range(w.tiles)] if self.weights else []
+        return [weight.tile_bytes for weight in self.waves[wave] for _ in range(weight.tiles)] if self.weights else []
 
     def gemm(self, op: str, shape):
         """The GEMM `op` runs in a span: B read from its banks of the stack, no load of its own."""
-        w = self.weights.get(op)
-        if w is None or not shape.b_weight:
+        weight = self.weights.get(op)
+        if weight is None or not shape.b_weight:
             return shape
-        return replace(shape, b_preloaded=True, b_shared_base=w.base, b_tile=w.tile)
+        return replace(shape, b_preloaded=True, b_shared_base=weight.base, b_tile=weight.tile)
 
     def loads(self, workers: int, tile_size: int, wave: int = 0) -> list[list[int]]:
         """Which of a wave's B tiles (by shared bank, from 0) each of the first `workers`
@@ -280,8 +282,8 @@ def shared_stack(span_graphs: list[Graph], chip, mapping) -> SharedStack:
     even there makes the stack infeasible, in `check_tiles`' words."""
     one = mapping.model_copy(update={"workers": 1})
     gemms: dict[str, list] = {}
-    for sg in span_graphs:
-        for plan in plan_graph(sg):
+    for span in span_graphs:
+        for plan in plan_graph(span):
             if plan.unit in BALL_OR_CORE_UNITS:
                 return SharedStack(reason=f"partition = spans with weights = shared: {BALL_OR_CORE_UNITS[plan.unit]} "
                                           f"{plan.op.name} may run on the core in one span and on the matrix Ball in "
@@ -292,7 +294,7 @@ def shared_stack(span_graphs: list[Graph], chip, mapping) -> SharedStack:
     base, wave = 0, 0
     bank_bytes = chip.shared_memory.rows * chip.shared_memory.row_bytes
     for name, shapes in gemms.items():
-        widest = max(shapes, key=lambda g: g.M)
+        widest = max(shapes, key=lambda gemm: gemm.M)
         picked = plan_matmul(chip, one, replace(widest, b_preloaded=True, b_shared_base=base))
         if not picked.feasible and base:  # a new wave, in the banks the earlier waves freed
             base, wave = 0, wave + 1

@@ -91,15 +91,15 @@ def scale_stream(chip, op: Op, src: Loc, out: Loc, scale: np.ndarray, shape) -> 
     if op.kind == "quantize":
         if kind_in != "float32" or kind_out != "int8":
             return None
-        ball, ib, ob = "fp2int", 4, 1
+        ball, in_bytes, out_bytes = "fp2int", 4, 1
     elif op.kind == "requantize":
         if kind_in not in ("int32", "int8") or kind_out != "int8":
             return None
-        ball, ib, ob = "int2fp", itemsize(kind_in), 1
+        ball, in_bytes, out_bytes = "int2fp", itemsize(kind_in), 1
     else:
         if kind_in not in ("int32", "int8") or kind_out != "float32":
             return None
-        ball, ib, ob = "int2fp", itemsize(kind_in), 4
+        ball, in_bytes, out_bytes = "int2fp", itemsize(kind_in), 4
     if chip.ball(ball) is None or len(shape) == 0:
         return None
     full = np.broadcast_to(scale, shape).astype(np.float32)
@@ -108,7 +108,7 @@ def scale_stream(chip, op: Op, src: Loc, out: Loc, scale: np.ndarray, shape) -> 
     rows_scale = full[..., 0]
     if not np.array_equal(full.view(np.uint32), np.broadcast_to(rows_scale[..., None], full.shape).view(np.uint32)):
         return None  # the scale varies along the last axis (per channel): see the docstring
-    rb = chip.banks.row_bytes
+    row_bytes = chip.banks.row_bytes
     lim = chip.addressable_rows
     runs: list[tuple] = []  # (src, rows, src row bytes, dst row bytes, dst, dst row stride (0: contiguous), scale)
     if src.blocked is None:
@@ -117,82 +117,84 @@ def scale_stream(chip, op: Op, src: Loc, out: Loc, scale: np.ndarray, shape) -> 
         bshape = src.buffer_shape
         Np = bshape[-1]
         lead = bshape[:-1]
-        R = math.prod(lead)
+        buffer_rows = math.prod(lead)
         # per buffer row: its scale, or NaN for a padding row (zero data: any scale)
-        rs = np.full(R, np.nan, dtype=np.float32)
+        row_scales = np.full(buffer_rows, np.nan, dtype=np.float32)
         flat = np.asarray(rows_scale, dtype=np.float32).reshape(-1)
         if len(shape) >= 2:
             M, Mp = shape[-2], bshape[-2]
-            lr = flat.reshape(-1, M)
-            rs[:lr.shape[0] * Mp].reshape(-1, Mp)[:, :M] = lr
+            logical_scales = flat.reshape(-1, M)
+            row_scales[:logical_scales.shape[0] * Mp].reshape(-1, Mp)[:, :M] = logical_scales
         else:
-            rs[0] = flat[0]
-        row_in, row_out = Np * ib, Np * ob
-        _runs(runs, src.addr, out.addr, _scale_runs(rs), row_in, row_out, 0)
+            row_scales[0] = flat[0]
+        row_in, row_out = Np * in_bytes, Np * out_bytes
+        _runs(runs, src.addr, out.addr, _scale_runs(row_scales), row_in, row_out, 0)
         dst_col = 1
     else:
-        b = src.blocked
-        Mp, Np = b.Mt * b.tm, b.Nt * b.tn
-        lr = np.asarray(rows_scale, dtype=np.float32).reshape(b.batch, b.M)
-        if b.Nt == 1:
-            for bi in range(b.batch):
-                _runs(runs, src.addr + bi * Mp * Np * 4, out.addr + bi * Mp * Np * ob, _scale_runs(lr[bi]),
-                      Np * 4, Np * ob, 0)
+        acc = src.blocked
+        Mp, Np = acc.Mt * acc.tm, acc.Nt * acc.tn
+        logical_scales = np.asarray(rows_scale, dtype=np.float32).reshape(acc.batch, acc.M)
+        if acc.Nt == 1:
+            for bi in range(acc.batch):
+                _runs(runs, src.addr + bi * Mp * Np * 4, out.addr + bi * Mp * Np * out_bytes,
+                      _scale_runs(logical_scales[bi]), Np * 4, Np * out_bytes, 0)
             dst_col = 1
         else:
-            dst_col = b.tn * ob // rb
-            stride = Np * ob
+            dst_col = acc.tn * out_bytes // row_bytes
+            stride = Np * out_bytes
             if dst_col < 1 or dst_col > chip.banks.max_col or dst_col + 1 > chip.banks.count \
                     or stride > chip.isa.max_value("stride"):
                 return None
-            for bi in range(b.batch):
-                for mi in range(b.Mt):
-                    m0, m1 = mi * b.tm, min(b.M, (mi + 1) * b.tm)
-                    groups = _scale_runs(lr[bi, m0:m1])  # the same rows for every column tile
-                    for ni in range(b.Nt):
-                        tile = src.addr + ((bi * b.Mt + mi) * b.Nt + ni) * b.tm * b.tn * 4
-                        dst = out.addr + ((bi * Mp + m0) * Np + ni * b.tn) * ob
-                        _runs(runs, tile, dst, groups, b.tn * 4, b.tn * ob, stride)
+            for bi in range(acc.batch):
+                for mi in range(acc.Mt):
+                    row_start, row_end = mi * acc.tm, min(acc.M, (mi + 1) * acc.tm)
+                    groups = _scale_runs(logical_scales[bi, row_start:row_end])  # the same rows for every column tile
+                    for ni in range(acc.Nt):
+                        tile = src.addr + ((bi * acc.Mt + mi) * acc.Nt + ni) * acc.tm * acc.tn * 4
+                        dst = out.addr + ((bi * Mp + row_start) * Np + ni * acc.tn) * out_bytes
+                        _runs(runs, tile, dst, groups, acc.tn * 4, acc.tn * out_bytes, stride)
     pieces = []
-    for s_addr, nrows, row_in, row_out, d_addr, d_stride, sc in runs:
+    for s_addr, nrows, row_in, row_out, d_addr, d_stride, run_scale in runs:
         if d_stride == 0:  # contiguous in and out: cut anywhere on a 16-element boundary
-            elems, chunk = nrows * row_in // ib, (lim * rb // max(ib, ob)) // 16 * 16
-            for e0 in range(0, elems, chunk):
-                e = min(chunk, elems - e0)
-                pieces.append(StreamPiece(s_addr + e0 * ib, e * ib // rb, d_addr + e0 * ob, e * ob // rb, 0, sc))
+            elems, chunk = nrows * row_in // in_bytes, (lim * row_bytes // max(in_bytes, out_bytes)) // 16 * 16
+            for first in range(0, elems, chunk):
+                count = min(chunk, elems - first)
+                pieces.append(StreamPiece(s_addr + first * in_bytes, count * in_bytes // row_bytes,
+                                          d_addr + first * out_bytes, count * out_bytes // row_bytes, 0, run_scale))
         else:  # one tile row a destination bank row: cut at rows
-            per = min(lim, lim * rb // row_in)
+            per = min(lim, lim * row_bytes // row_in)
             if per < 1:
                 return None
-            for r0 in range(0, nrows, per):
-                k = min(per, nrows - r0)
-                pieces.append(StreamPiece(s_addr + r0 * row_in, k * row_in // rb, d_addr + r0 * d_stride,
-                                          k * row_out // rb, d_stride, sc))
+            for first_row in range(0, nrows, per):
+                rows = min(per, nrows - first_row)
+                pieces.append(StreamPiece(s_addr + first_row * row_in, rows * row_in // row_bytes,
+                                          d_addr + first_row * d_stride, rows * row_out // row_bytes, d_stride,
+                                          run_scale))
     if not pieces:
         return None
-    return Stream(ball, 8 * ib, 8 * ob, 1, dst_col, pieces)
+    return Stream(ball, 8 * in_bytes, 8 * out_bytes, 1, dst_col, pieces)
 
 
-def _scale_runs(rs: np.ndarray) -> list[tuple[int, int, float]]:
+def _scale_runs(row_scales: np.ndarray) -> list[tuple[int, int, float]]:
     """The maximal runs ``(first row, end row, scale)`` of consecutive rows with one scale,
-    of float32 row scales `rs` (NaN: a zero padding row, which joins any run; a run never
+    of float32 row scales `row_scales` (NaN: a zero padding row, which joins any run; a run never
     starts or ends with one, and padding alone makes no run). With numpy, not row by row:
     at seq 2048 the Llama layer's scores have 65,536 rows."""
-    rows = np.flatnonzero(~np.isnan(rs))
+    rows = np.flatnonzero(~np.isnan(row_scales))
     if not len(rows):
         return []
-    v = rs[rows]
-    first = np.flatnonzero(np.concatenate(([True], v[1:] != v[:-1])))
+    scales = row_scales[rows]
+    first = np.flatnonzero(np.concatenate(([True], scales[1:] != scales[:-1])))
     last = np.concatenate((first[1:], [len(rows)])) - 1
-    return list(zip(rows[first].tolist(), (rows[last] + 1).tolist(), v[first].astype(np.float64).tolist()))
+    return list(zip(rows[first].tolist(), (rows[last] + 1).tolist(), scales[first].astype(np.float64).tolist()))
 
 
 def _runs(runs: list, src: int, dst: int, groups: list, row_in: int, row_out: int, d_stride: int) -> None:
     """Append the runs of `groups` (`_scale_runs`) as (src, rows, src row bytes, dst row
     bytes, dst, dst row stride, scale)."""
     step = d_stride or row_out
-    for i, j, s in groups:
-        runs.append((src + i * row_in, j - i, row_in, row_out, dst + i * step, d_stride, s))
+    for first, end, scale in groups:
+        runs.append((src + first * row_in, end - first, row_in, row_out, dst + first * step, d_stride, scale))
 
 
 def scale_core_op(dram: Dram, src: Loc, out: Loc, scale: np.ndarray, shape, place: bool = True) -> CoreOp:
@@ -203,13 +205,13 @@ def scale_core_op(dram: Dram, src: Loc, out: Loc, scale: np.ndarray, shape, plac
     (`dse.cost.core_cycles`). With ``place=False`` the scale constant is not stored (the op is
     only costed)."""
     if src.blocked is not None:
-        b = src.blocked
-        full = np.zeros((b.batch, b.Mt * b.tm, b.Nt * b.tn), dtype=np.float32)
-        full[:, :b.M, :b.N] = np.broadcast_to(scale, shape).reshape(b.batch, b.M, b.N)
+        acc = src.blocked
+        full = np.zeros((acc.batch, acc.Mt * acc.tm, acc.Nt * acc.tn), dtype=np.float32)
+        full[:, :acc.M, :acc.N] = np.broadcast_to(scale, shape).reshape(acc.batch, acc.M, acc.N)
         saddr = dram.blob(full) if place else 0
         sloc = Loc(saddr, full.shape, "float32", full.shape)
-        return CoreOp("mul", out.padded_grid_view(b.tm, b.tn),
-                      (src.padded_view(), sloc.padded_grid_view(b.tm, b.tn)))
+        return CoreOp("mul", out.padded_grid_view(acc.tm, acc.tn),
+                      (src.padded_view(), sloc.padded_grid_view(acc.tm, acc.tn)))
     if scale.ndim == 0 or scale.size == 1:
         return CoreOp("scale", out.view(), (src.view(),), {"scale": float(scale.reshape(-1)[0])})
     saddr = dram.blob(np.ascontiguousarray(scale)) if place else 0
@@ -250,11 +252,12 @@ def stream_plan_key(chip) -> tuple:
     """The chip figures `scale_stream` reads (chips equal in these get the same stream), with
     the stream Balls' latency formulas; () when the chip has no stream Ball (always the core
     op). The bank count matters only against 1 + a destination bank's col (at most max_col)."""
-    b = chip.banks
-    balls = tuple((x.kind, tuple(sorted(x.latency.items()))) for x in chip.balls if x.kind in ("fp2int", "int2fp"))
+    banks = chip.banks
+    balls = tuple((ball.kind, tuple(sorted(ball.latency.items()))) for ball in chip.balls
+                  if ball.kind in ("fp2int", "int2fp"))
     if not balls:
         return ()
-    return (balls, chip.addressable_rows, b.row_bytes, min(b.count, b.max_col + 1), b.max_col,
+    return (balls, chip.addressable_rows, banks.row_bytes, min(banks.count, banks.max_col + 1), banks.max_col,
             chip.isa.max_value("stride"))
 
 

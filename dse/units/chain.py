@@ -33,16 +33,17 @@ def emit_chain(builder, plan: OpPlan) -> OpLowering:
     out = builder.locs[op.outputs[0]] = builder.dram.tensor(spec.shape, spec.dtype)
     grid = scores.padded_view()
     Mp, Np = out.buffer_shape[-2:]
-    weights = tuple(builder.loc(n).view() for s in chain for n in s.inputs[1:])
-    shapes = [builder.graph.tensors[s.outputs[0]].shape for s in chain]
+    weights = tuple(builder.loc(name).view() for stage in chain for name in stage.inputs[1:])
+    shapes = [builder.graph.tensors[stage.outputs[0]].shape for stage in chain]
     parts = chain_parts(builder.graph, chain, builder.workers)
-    for w, (lo, hi, r0, r1) in enumerate(parts):
+    for worker, (lo, hi, row_start, row_end) in enumerate(parts):
         src = DramTensor(grid.addr + lo * grid.strides[0], (hi - lo, *grid.shape[1:]), grid.dtype, grid.strides)
-        dst = DramTensor(out.addr + lo * Mp * Np + r0 * Np, (hi - lo, r1 - r0, N), "int8", (Mp * Np, Np, 1))
-        params = {"ops": chain, "extent": (M, N), "rows": (r0, r1), "batch_rank": len(spec.shape) - 2,
+        dst = DramTensor(out.addr + lo * Mp * Np + row_start * Np, (hi - lo, row_end - row_start, N), "int8",
+                         (Mp * Np, Np, 1))
+        params = {"ops": chain, "extent": (M, N), "rows": (row_start, row_end), "batch_rank": len(spec.shape) - 2,
                   "shapes": shapes}
-        builder.cores[w].append(CoreOp(CHAIN_KIND, dst, (src,) + weights, params,
-                                    (hi - lo) * chain_elements(builder.graph, chain, r1 - r0)))
+        builder.cores[worker].append(CoreOp(CHAIN_KIND, dst, (src,) + weights, params,
+                                            (hi - lo) * chain_elements(builder.graph, chain, row_end - row_start)))
     builder.sync(False)
     return OpLowering(op.name, op.kind, "chain", workers_used=len(parts))
 
@@ -51,9 +52,10 @@ def charge_chain(cost, charges: Charges, plan: OpPlan):
     """A fused score chain: each worker's part (`chain_parts`) in one core op."""
     graph, chain = cost.graph, plan.chain
     batch, M, _ = chain_extent(graph, chain)
-    busiest = {w: max((hi - lo) * chain_elements(graph, chain, r1 - r0) for lo, hi, r0, r1
-                      in chain_parts(graph, chain, w)) for w in cost.worker_counts}
-    share = np.array([busiest[int(w)] for w in cost.workers], dtype=np.float64)
+    busiest = {workers: max((hi - lo) * chain_elements(graph, chain, row_end - row_start)
+                            for lo, hi, row_start, row_end in chain_parts(graph, chain, workers))
+               for workers in cost.worker_counts}
+    share = np.array([busiest[int(workers)] for workers in cost.workers], dtype=np.float64)
     charges.core += np.ceil(share * cost.params.chain_cpe)
     charges.busy += np.ceil(batch * chain_elements(graph, chain, M) * cost.params.chain_cpe)
     charges.core_busy += np.ceil(batch * chain_elements(graph, chain, M) * cost.params.chain_cpe)

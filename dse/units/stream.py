@@ -79,8 +79,8 @@ def emit_scale(builder, op: Op) -> OpLowering | None:
     shape = tuple(spec.shape)
     scale = scale_array(op.attrs, shape)
     if src.blocked is not None:
-        b = src.blocked
-        out = builder.dram.matrix(shape, spec.dtype, b.batch, b.M, b.N)
+        acc = src.blocked
+        out = builder.dram.matrix(shape, spec.dtype, acc.batch, acc.M, acc.N)
     else:
         out = builder.dram.tensor(spec.shape, spec.dtype)
     builder.locs[op.outputs[0]] = out
@@ -99,7 +99,7 @@ def emit_scale(builder, op: Op) -> OpLowering | None:
 def emit_stream(builder, plan: "Stream") -> int:
     """Emit a Ball stream; returns the workers used.
 
-    Pieces are dealt to workers round-robin (worker w takes pieces w, w+W, ...). Each
+    Pieces are dealt to workers round-robin (worker w takes pieces w, w + workers, ...). Each
     worker with at least one piece runs, with its cost in the emulator's terms::
 
         MSET(0, col 1)                                  front_end.mset_cycles
@@ -137,17 +137,17 @@ def emit_stream(builder, plan: "Stream") -> int:
     Banks: 1 + dst_col live for the op (``OpLowering.banks``), freed at its end.
     """
     used = 0
-    for w in range(builder.workers):
-        mine = plan.pieces[w::builder.workers]
+    for worker in range(builder.workers):
+        mine = plan.pieces[worker::builder.workers]
         if not mine:
             continue
         used += 1
-        prog = builder.cores[w]
+        prog = builder.cores[worker]
         prog += [Mset(0, plan.src_col), Mset(1, plan.dst_col)]
-        for p in mine:
-            prog.append(Mvin(0, p.src, p.in_lines, 0))
-            prog.append(STREAM_BALL_OPS[plan.kind](plan, p))
-            prog.append(Mvout(1, p.dst, p.out_lines, p.dst_stride))
+        for piece in mine:
+            prog.append(Mvin(0, piece.src, piece.in_lines, 0))
+            prog.append(STREAM_BALL_OPS[plan.kind](plan, piece))
+            prog.append(Mvout(1, piece.dst, piece.out_lines, piece.dst_stride))
             if builder.mapping.policy == "framework":
                 prog.append(Fence())
         prog += [Mset(0, alloc=False), Mset(1, alloc=False)]
@@ -160,12 +160,12 @@ def charge_scale(cost, charges: Charges, plan: OpPlan) -> str | np.ndarray:
     op = plan.op
     shape = tuple(cost.graph.tensors[op.outputs[0]].shape)
     src = plan.reads[0]
-    b = plan.blocked_source
+    acc = plan.blocked_source
     core = Charges(cost.n)
-    tiles = cost.tiles[op.inputs[0]] if b is not None else None
-    if b is not None:
-        cost.core_op_tiled(core, b.batch, b.M, b.N, tiles[0], cost.params.mul_cpe)
-        core.workspace_bytes += pad(b.batch * pad(b.M) * pad(b.N) * 4, 64)  # the expanded fp32 scale
+    tiles = cost.tiles[op.inputs[0]] if acc is not None else None
+    if acc is not None:
+        cost.core_op_tiled(core, acc.batch, acc.M, acc.N, tiles[0], cost.params.mul_cpe)
+        core.workspace_bytes += pad(acc.batch * pad(acc.M) * pad(acc.N) * 4, 64)  # the expanded fp32 scale
     else:
         scale_t = scale_array(op.attrs, shape)
         if scale_t.ndim == 0 or scale_t.size == 1:
@@ -177,7 +177,7 @@ def charge_scale(cost, charges: Charges, plan: OpPlan) -> str | np.ndarray:
                          max(math.prod(shape), math.prod(src.shape), math.prod(sshape)), cost.params.mul_cpe)
             core.workspace_bytes += pad(scale_t.size * 4, 64)  # the scale constant
     cost.close(core, False)
-    on_core = "epilogue" if b is not None else "core"
+    on_core = "epilogue" if acc is not None else "core"
     stream = cost.streams.scale_charges(op, src, plan.writes, shape, tiles) if cost.streams is not None else None
     if stream is None:
         charges.add(core)
