@@ -167,6 +167,7 @@ MEASURED = {
 BOUNDS = {
     "... and an op streamed through it": 7,
     "a new op on the core, the aten op of its own name on one tensor": 2,
+    "a new op on the core with attributes of its own": 2,
     "a new GEMM form (a unit on the matrix Ball)": 3,
 }
 

@@ -194,6 +194,28 @@ def test_addmm_keeps_bias_and_operand_order():
     assert op.counts.macs == 3 * 5 * 4 and op.counts.other_ops == 3 * 5
 
 
+class Counts(nn.Module):  # ops declared as one aten call with attributes (`ATEN_CALLS`)
+    def forward(self, x, labels):
+        running = torch.cumsum(x, dim=-1)
+        counted = torch.cumsum(labels, 0, dtype=torch.float32)
+        return running, counted, nn.functional.one_hot(labels, 5)
+
+
+def test_aten_calls_with_attributes_capture_and_run_as_torch():
+    x, labels = torch.randn(3, 4), torch.tensor([4, 0, 2, 2])
+    graph = capture(Counts(), x, labels)
+    attrs = {op.kind: [] for op in graph.ops}
+    for op in graph.ops:
+        attrs[op.kind].append(op.attrs)
+    assert attrs["cumsum"] == [{"dim": 1, "dtype": None}, {"dim": 0, "dtype": "float32"}]
+    assert attrs["one_hot"] == [{"classes": 5}]
+    running, counted, hot = graph.run(x, labels)
+    assert torch.equal(running, torch.cumsum(x, -1))
+    assert counted.dtype == torch.float32 and torch.equal(counted, torch.tensor([4.0, 4.0, 6.0, 8.0]))
+    assert hot.dtype == torch.int64 and hot.tolist() == [[0, 0, 0, 0, 1], [1, 0, 0, 0, 0], [0, 0, 1, 0, 0],
+                                                           [0, 0, 1, 0, 0]]
+
+
 # --- errors ---
 
 class CumProd(nn.Module):  # (cumsum and sort are supported since #34's routers)

@@ -38,6 +38,7 @@ from dse.workload.graph import (ATEN_ELEMENTWISE, CHANNELS_FIRST, CHANNELS_FIRST
                                 Op, TensorSpec, dtype_name, weight_array)
 from dse.workload.reroll import reroll
 from dse.workload.scan_capture import RNN_TARGETS, ScanEmitter, handler_attrs, unused_state
+from dse.workload.vocabulary import ATEN_CALLS, AtenCall
 
 aten = torch.ops.aten
 _TORCH_DIR = str(Path(torch.__file__).resolve().parent)
@@ -766,15 +767,25 @@ def _sort_item(source: Node, index: int) -> _Lowered:
                                   "item": int(index)})
 
 
-def _cumsum(node: Node) -> _Lowered:
-    x = node.args[0]
-    dtype = node.kwargs.get("dtype")
-    return _Lowered("cumsum", [x], {"dim": int(node.args[1]) % max(len(_shape(x)), 1),
-                                    "dtype": dtype_name(dtype) if dtype is not None else None})
-
-
-def _one_hot(node: Node) -> _Lowered:
-    return _Lowered("one_hot", [node.args[0]], {"classes": _shape(node)[-1]})
+def _aten_call(kind: str, call: AtenCall) -> Callable[[Node], _Lowered]:
+    """An op declared as one aten call with attributes (`AtenCall`): its inputs, and each
+    attribute read from the call by its rule."""
+    def lower(node: Node) -> _Lowered:
+        inputs = list(node.args[:call.inputs])
+        attrs = {}
+        for attr in call.attrs:
+            given = node.args[attr.at] if attr.at is not None and len(node.args) > attr.at \
+                else node.kwargs.get(attr.name)
+            if attr.rule == "axis":
+                attrs[attr.name] = int(given) % max(len(_shape(inputs[0])), 1)
+            elif attr.rule == "dtype":
+                attrs[attr.name] = dtype_name(given) if given is not None else None
+            elif attr.rule == "out_last":
+                attrs[attr.name] = _shape(node)[-1]
+            else:
+                raise ValueError(f"aten call {kind}: attribute {attr.name} has no rule {attr.rule!r}")
+        return _Lowered(kind, inputs, attrs)
+    return lower
 
 
 def _scatter(node: Node) -> _Lowered | None:
@@ -903,8 +914,7 @@ _HANDLER_NAMES: dict[str, _Handler] = {
     "topk.default": _pair,
     "sort.default": _pair,
     "sort.stable": _pair,
-    "cumsum.default": _cumsum,
-    "one_hot.default": _one_hot,
+    **{f"{kind}.{call.overload}": _aten_call(kind, call) for kind, call in ATEN_CALLS.items()},
     **{name: _scatter for name in ("scatter.value", "scatter.src")},
     "scatter_add.default": _scatter_add,
     "bitwise_not.default": _unary("bitwise_not"),
@@ -935,7 +945,8 @@ _KEEP_WHOLE = ("linear.default", "matmul.default", "gelu.default", "silu.default
                "stack.default", "hardtanh.default", "relu6.default", "hardswish.default", "hardsigmoid.default",
                "mish.default", "leaky_relu.default", "pad.default", "group_norm.default", "roll.default",
                "upsample_nearest2d.vec", "upsample_bilinear2d.vec", "upsample_nearest1d.vec", "fft_fftn.default",
-               "real.default", "softplus.default", "one_hot.default", *RNN_TARGETS, *_SPLITS)
+               "real.default", "softplus.default", *RNN_TARGETS, *_SPLITS,
+               *(f"{kind}.{call.overload}" for kind, call in ATEN_CALLS.items()))
 
 
 def _decomposition_table() -> dict:

@@ -12,7 +12,7 @@ import torch
 import torch.nn.functional as F
 
 from dse.workload.scan import run_rnn_cell, run_scan
-from dse.workload.vocabulary import (ATEN_ELEMENTWISE, CHANNELS_FIRST_WEIGHTS, CHANNELS_LAST_WEIGHTS, ARG_KINDS, BINARY_KINDS, CHANNELS_LAST, CONV_KINDS, INT8_MAX, INT8_MIN, KINDS,
+from dse.workload.vocabulary import (ATEN_CALLS, ATEN_ELEMENTWISE, AtenCall, CHANNELS_FIRST_WEIGHTS, CHANNELS_LAST_WEIGHTS, ARG_KINDS, BINARY_KINDS, CHANNELS_LAST, CONV_KINDS, INT8_MAX, INT8_MIN, KINDS,
                                 POOL_KINDS, REDUCE_KINDS, Op, scale_array)
 
 
@@ -486,13 +486,20 @@ def _run_sort(op: Op, args: list[torch.Tensor]) -> torch.Tensor:
     return values if a["item"] == 0 else indices
 
 
-def _run_cumsum(op: Op, args: list[torch.Tensor]) -> torch.Tensor:
-    dtype = op.attrs.get("dtype")
-    return torch.cumsum(args[0], op.attrs["dim"], dtype=torch_dtype(dtype) if dtype else None)
+def _run_aten_call(kind: str, call: AtenCall) -> Callable[[Op, list[torch.Tensor]], torch.Tensor]:
+    """The aten call an `AtenCall` op was read from, made again with its attributes: each at
+    its position, or as the keyword of its name (a dtype by its torch dtype)."""
+    aten = getattr(getattr(torch.ops.aten, kind), call.overload)
+    placed = sorted((attr for attr in call.attrs if attr.at is not None), key=lambda attr: attr.at)
+    keywords = [attr for attr in call.attrs if attr.at is None]
 
-
-def _run_one_hot(op: Op, args: list[torch.Tensor]) -> torch.Tensor:
-    return F.one_hot(args[0], op.attrs["classes"])
+    def run(op: Op, args: list[torch.Tensor]) -> torch.Tensor:
+        def value(attr):
+            given = op.attrs.get(attr.name)
+            return torch_dtype(given) if attr.rule == "dtype" and given is not None else given
+        return aten(*args[:call.inputs], *(value(attr) for attr in placed),
+                    **{attr.name: value(attr) for attr in keywords})
+    return run
 
 
 def _run_scatter(op: Op, args: list[torch.Tensor]) -> torch.Tensor:
@@ -520,10 +527,11 @@ def _run_index_add(op: Op, args: list[torch.Tensor]) -> torch.Tensor:
     return acc.index_add(op.attrs["dim"], index, source.to(acc.dtype))
 
 
-_ROUTING = {"topk": _run_topk, "sort": _run_sort, "cumsum": _run_cumsum, "one_hot": _run_one_hot,
-            "scatter": _run_scatter, "scatter_add": _run_scatter_add,
-            "bitwise_not": lambda op, args: torch.bitwise_not(args[0]), "moe_tokens": _run_moe_tokens, "moe_weights": _run_moe_weights,
-                "index_add": _run_index_add}
+_ROUTING = {"topk": _run_topk, "sort": _run_sort, "scatter": _run_scatter, "scatter_add": _run_scatter_add,
+            "bitwise_not": lambda op, args: torch.bitwise_not(args[0]), "moe_tokens": _run_moe_tokens,
+            "moe_weights": _run_moe_weights, "index_add": _run_index_add,
+            # one aten call with attributes of its own (`ATEN_CALLS`): the very call the capture read
+            **{kind: _run_aten_call(kind, call) for kind, call in ATEN_CALLS.items()}}
 
 
 INTERPRETERS: dict[str, Callable[[Op, list[torch.Tensor]], torch.Tensor]] = {

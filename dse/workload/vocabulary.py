@@ -38,6 +38,36 @@ QUANT_KINDS = ("quantize", "requantize", "dequantize")
 # a mixture of experts' routing, on the core (dse/workload/moe.py)
 ROUTING_KINDS = ("topk", "sort", "cumsum", "one_hot", "scatter", "scatter_add", "bitwise_not", "moe_tokens",
                  "moe_weights", "index_add")
+
+
+@dataclass(frozen=True)
+class Attribute:
+    """An attribute of an `AtenCall` op: its name in the graph op's attrs (and, when it is a
+    keyword of the call, the keyword's name), `at` its position among the call's arguments
+    (None: a keyword), and the rule it is read by: "axis" (an int, modulo the first input's
+    rank), "dtype" (a dtype's name, or None), "out_last" (the output's last extent, whatever
+    the call says)."""
+
+    name: str
+    at: int | None
+    rule: str
+
+
+@dataclass(frozen=True)
+class AtenCall:
+    """A core op that is one aten call (``aten.<kind>.<overload>``) on its first `inputs`
+    arguments with attributes of its own: the capture reads the attributes from the call and
+    the interpreter makes the same call with them, so a new such op is declared here alone."""
+
+    overload: str
+    inputs: int
+    attrs: tuple[Attribute, ...]
+
+
+ATEN_CALLS = {
+    "cumsum": AtenCall("default", 1, (Attribute("dim", 1, "axis"), Attribute("dtype", None, "dtype"))),
+    "one_hot": AtenCall("default", 1, (Attribute("classes", 1, "out_last"),)),
+}
 # a recurrence over time steps as one op, and its step's elementwise cell (dse/workload/scan.py)
 SCAN_KINDS = ("scan", "rnn_cell")
 # Ops that only rearrange or pick values: applied to constants they give a constant,
