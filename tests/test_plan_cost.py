@@ -205,3 +205,39 @@ def test_the_matrix_units_are_the_plans_with_a_gemm(recipe, params):
     plans = plan_graph(graph)
     assert {p.unit for p in plans if p.gemm is not None} == {p.unit for p in plans if p.unit in MATRIX_UNITS} != set()
     assert set(HANDOFF_UNITS) <= set(MATRIX_UNITS)
+
+
+@pytest.mark.parametrize("recipe, params, mapping", [
+    ("mlp", {"batch": 4}, {"workers": 2}),
+    ("resnet_block", {"channels": 16, "size": 8}, {"fusion": "fuse", "channels_last": True, "workers": 4}),
+    ("vit_block", {"tokens": 17, "dim": 32, "heads": 2, "mlp_ratio": 2}, {"fusion": "fuse"}),
+    ("mobilenet_v3", {"size": 16}, {"workers": 2}),
+    ("gru_encoder", {}, {}),
+])
+def test_the_lowering_places_each_result_as_the_plan_lays_it_out(recipe, params, mapping):
+    """`OpPlan.writes` is the lowering's result geometry: every op's output as lowered has the
+    plan's shape, dtype, buffer and strides (a product's accumulator the candidate's tiles over
+    the plan's padded extent); only the addresses differ, the plan placing without the
+    candidate's own buffers."""
+    from dse.plan.graph_plan import plan_for
+
+    graph = run_pipeline(recipe, params, check=False).graph
+    cand = Candidate(load_chip("goban"), Mapping(**mapping))
+    inputs = [np.zeros(graph.tensors[n].shape, dtype=graph.tensors[n].dtype) for n in graph.inputs]
+    low = lower(graph, cand, inputs)
+    units = set()
+    for plan in plan_for(graph, cand.mapping):
+        if plan.unit in ("fused", "view"):
+            continue
+        out = plan.op.outputs[0]
+        placed, planned = low.locs[out], plan.writes
+        assert (placed.shape, placed.dtype, placed.buffer_shape, placed.strides) == \
+            (planned.shape, planned.dtype, planned.buffer_shape, planned.strides), (plan.op.name, plan.unit)
+        if planned.blocked is None:
+            assert placed.blocked is None, plan.op.name
+        else:
+            got, want = placed.blocked, planned.blocked
+            assert (got.batch, got.M, got.N, got.Mt * got.tm, got.Nt * got.tn) == \
+                (want.batch, want.M, want.N, want.tm, want.tn), plan.op.name
+        units.add(plan.unit)
+    assert units & {"matrix", "conv", "grouped", "scan", "chain"}, units

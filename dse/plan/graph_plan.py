@@ -74,8 +74,11 @@ class OpPlan:
     candidate), "scale" (a Fp2Int / Int2Fp stream or a core op, per candidate), "relu"
     (the ReLU Ball where the chip has one, else a core op), "view" (a descriptor), "core",
     "scan" (a loop of its step graph's plan, `dse.plan.scan`).
-    `reads` are the operand locations after the copies (placement-only addresses), `writes`
-    the result's; `gemm` the GEMM of a matrix-Ball op."""
+    `reads` are the operand locations after the copies, `writes` the result's: the lowering
+    places each result with this geometry (`Dram.place`: shape, buffer, strides; a product's
+    accumulator in the candidate's tiles), while the addresses here are placement-only (the
+    plan places no candidate's own buffers: packed operands, tiles); `gemm` the GEMM of a
+    matrix-Ball op."""
 
     op: Op
     unit: str

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import hashlib
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
@@ -223,6 +223,15 @@ class Dram:
         else:  # (..., M, N) with the batch dims in front
             strides = contiguous_strides(shape[:-2], bshape[1] * bshape[2] * s) + (bshape[2] * s, s)
         return Loc(addr, shape, dtype, bshape, None, strides)
+
+    def place(self, planned: Loc, blocked: Blocked | None = None) -> Loc:
+        """A buffer of the geometry the plan gave a result (`OpPlan.writes`: shape, buffer,
+        strides, layout), at the next address; a product's accumulator in the candidate's
+        tiles (`blocked`). The plan places without data and without the candidate's own
+        buffers (packed operands, tiles), so its addresses are placement-only; its geometry
+        is the one the lowering places."""
+        loc = replace(planned, addr=0, blocked=blocked or planned.blocked)
+        return replace(loc, addr=self.alloc(loc.nbytes))
 
     def blocked(self, shape, blocked: Blocked) -> Loc:
         loc = Loc(0, tuple(shape), "int32", (), blocked)

@@ -30,7 +30,7 @@ def emit_chain(builder, plan: OpPlan) -> OpLowering:
     scores = builder.loc(chain[0].inputs[0])
     _, M, N = chain_extent(builder.graph, chain)
     spec = builder.graph.tensors[op.outputs[0]]
-    out = builder.locs[op.outputs[0]] = builder.dram.tensor(spec.shape, spec.dtype)
+    out = builder.locs[op.outputs[0]] = builder.dram.place(plan.writes)
     grid = scores.padded_view()
     Mp, Np = out.buffer_shape[-2:]
     weights = tuple(builder.loc(name).view() for stage in chain for name in stage.inputs[1:])

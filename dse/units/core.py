@@ -31,10 +31,13 @@ from .charges import Charges
 from .unit import OpLowering, Unit
 
 
-def emit_core(builder, op: Op, ready: dict[str, Loc], out: Loc | None = None) -> OpLowering:
+def emit_core(builder, op: Op, ready: dict[str, Loc], out: Loc | None = None, planned: Loc | None = None
+              ) -> OpLowering:
+    """The op as one core op, writing `out`, else a buffer of the `planned` geometry
+    (`OpPlan.writes`) placed after its operands, else a padded row-major buffer."""
     srcs = [builder.operand(n, ready) for n in op.inputs]
     spec = builder.graph.tensors[op.outputs[0]]
-    out = out or builder.dram.tensor(spec.shape, spec.dtype)
+    out = out or (builder.dram.place(planned) if planned is not None else builder.dram.tensor(spec.shape, spec.dtype))
     builder.locs[op.outputs[0]] = out
     views = tuple(s.view() for s in srcs)
     elements = charged_elements(op, [v.size for v in views], math.prod(spec.shape))
@@ -55,8 +58,13 @@ def charge_core(cost, charges: Charges, plan: OpPlan):
 def _emit(builder, plan: OpPlan, ready: dict[str, Loc]) -> OpLowering:
     op = plan.op
     stored = op.outputs[0] in builder.orders  # a tensor the layout stores channels-last
-    return emit_core(builder, op, ready, stored_loc(builder.dram, builder.graph, op.outputs[0], builder.orders)
-                     if stored else None)
+    if plan.unit != "core":  # a Ball op the chip cannot take, on the core: laid out as a core op's
+        return emit_core(builder, op, ready, stored_loc(builder.dram, builder.graph, op.outputs[0], builder.orders)
+                         if stored else None)
+    # the result as the plan laid it out (one stored channels-last is placed before its operands)
+    if stored:
+        return emit_core(builder, op, ready, builder.dram.place(plan.writes))
+    return emit_core(builder, op, ready, planned=plan.writes)
 
 
 def _charge(cost, charges: Charges, plan: OpPlan):

@@ -60,8 +60,8 @@ from .core import emit_core
 from .unit import OpLowering, Unit
 
 
-def emit_matmul(builder, op: Op, ready: dict[str, Loc]) -> OpLowering:
-    graph = builder.graph
+def emit_matmul(builder, plan: OpPlan, ready: dict[str, Loc]) -> OpLowering:
+    graph, op = builder.graph, plan.op
     a_spec, b_spec = (graph.tensors[name] for name in op.inputs[:2])
     out_spec = graph.tensors[op.outputs[0]]
     b_name = op.inputs[1]
@@ -76,7 +76,7 @@ def emit_matmul(builder, op: Op, ready: dict[str, Loc]) -> OpLowering:
     if op.attrs.get("has_bias") and len(op.inputs) > 2:
         bias = np.asarray(graph.weights[op.inputs[2]]).astype(np.int32)
     c_loc, rec = emit_gemm(builder, op, builder.operand(op.inputs[0], ready), b_operand, bias,
-                            a_spec.shape[-2], out_spec.shape[-1], a_spec.shape[-1], nb, out_spec.shape)
+                            a_spec.shape[-2], out_spec.shape[-1], a_spec.shape[-1], nb, plan.writes)
     builder.locs[op.outputs[0]] = c_loc
     return rec
 
@@ -126,8 +126,9 @@ def emit_conv(builder, plan: OpPlan, ready: dict[str, Loc], weight: np.ndarray |
     bias = None
     if op.attrs.get("has_bias") and len(op.inputs) > 2:
         bias = np.asarray(graph.weights[op.inputs[2]]).astype(np.int32)
-    c_loc, rec = emit_gemm(builder, op, im2col, ("weight", np.ascontiguousarray(weight_t)), bias, M, O, K, 1,
-                           out_spec.shape)
+    # a grouped conv's accumulator is its own (the plan's result is the matrix it is unblocked into)
+    result = plan.writes if plan.unit == "conv" else Loc(0, tuple(out_spec.shape), "int32", (), plan.writes.blocked)
+    c_loc, rec = emit_gemm(builder, op, im2col, ("weight", np.ascontiguousarray(weight_t)), bias, M, O, K, 1, result)
     builder.locs[op.outputs[0]] = c_loc
     return rec
 
@@ -142,14 +143,14 @@ def emit_grouped(builder, plan: OpPlan, ready: dict[str, Loc]) -> OpLowering:
         rec = emit_conv(builder, plan, ready, block_diagonal(conv_weight, int(op.attrs["groups"])))
         builder.locs[op.outputs[0]] = builder.logical(op.outputs[0])
         return rec
-    spec = builder.graph.tensors[op.outputs[0]]
-    return emit_core(builder, op, ready, builder.dram.matrix(spec.shape, spec.dtype, 1, plan.gemm.M, plan.gemm.N))
+    return emit_core(builder, op, ready, planned=plan.writes)
 
 
-def emit_gemm(builder, op: Op, a_loc: Loc, b, bias, M: int, N: int, K: int, nb: int, out_shape):
+def emit_gemm(builder, op: Op, a_loc: Loc, b, bias, M: int, N: int, K: int, nb: int, result: Loc):
     """C (blocked, int32) = A @ Bt.T (+ bias) on the matrix Ball. `a_loc` is a row-major
     padded (nb, Mp, Kp) int8 buffer; `b` is ("weight", Bt (nbB, N, K) int8) or ("act",
-    loc, b_is_nk, nbB)."""
+    loc, b_is_nk, nbB); `result` the accumulator as the plan lays it out (`OpPlan.writes`),
+    placed in the picked tiles."""
     chip, mapping = builder.chip, builder.mapping
     nbB = b[1].shape[0] if b[0] == "weight" else b[3]
     shape = MatmulShape(M, N, K, nb, b_weight=b[0] == "weight", b_batched=nbB > 1, bias=bias is not None,
@@ -204,7 +205,7 @@ def emit_gemm(builder, op: Op, a_loc: Loc, b, bias, M: int, N: int, K: int, nb: 
         padded_bias[:N] = bias
         rep = np.broadcast_to(padded_bias.reshape(Nt, 1, tn), (Nt, tm, tn))
         bias_base = builder.dram.constant(("bias", op.inputs[2], op.kind, Np, tm, tn), rep, f"{op.name}: bias tiles")
-    c_loc = builder.dram.blocked(out_shape, Blocked(nb, Mt, Nt, tm, tn, M, N))
+    c_loc = builder.dram.place(result, Blocked(nb, Mt, Nt, tm, tn, M, N))
 
     if packs:
         for pack in packs:
@@ -499,6 +500,6 @@ def _charge(cost, charges: Charges, plan: OpPlan):
     return "matrix", plans
 
 
-UNITS = (Unit("matrix", lambda builder, plan, ready: emit_matmul(builder, plan.op, ready), _charge),
+UNITS = (Unit("matrix", emit_matmul, _charge),
          Unit("conv", emit_conv, _charge),
          Unit("grouped", emit_grouped, cost=cost_grouped))

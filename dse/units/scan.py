@@ -52,8 +52,7 @@ def emit_scan(builder, plan: OpPlan, ready: dict) -> OpLowering:
     states = [builder.operand(tensor, ready) for tensor in op.inputs[n_seq:n_seq + n_state]]
     invariant = {tensor: builder.operand(tensor, ready) for tensor in binding["invariant"]
                  if tensor not in graph.weights}
-    spec = graph.tensors[op.outputs[0]]
-    out = builder.locs[op.outputs[0]] = builder.dram.tensor(spec.shape, spec.dtype)
+    out = builder.locs[op.outputs[0]] = builder.dram.place(plan.writes)
     sub = type(builder)(step, builder.cand, (), dram=builder.dram, elementwise=builder.elementwise, locs={})
     sub.cores, sub.labels = builder.cores, builder.labels
     plans = plan_graph(step)

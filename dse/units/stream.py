@@ -49,13 +49,14 @@ STREAM_BALL_OPS = {
 }
 
 
-def emit_relu(builder, op: Op) -> OpLowering | None:
+def emit_relu(builder, plan: OpPlan) -> OpLowering | None:
     """An int8 / int32 ReLU on the chip's ReLU Ball (`relu_stream`)."""
+    op = plan.op
     spec = builder.graph.tensors[op.outputs[0]]
     src = builder.loc(op.inputs[0])
     if not relu_ball(builder.chip.ball("relu") is not None, spec.dtype, src):
         return None
-    out = builder.dram.tensor(spec.shape, spec.dtype)
+    out = builder.dram.place(plan.writes)
     builder.locs[op.outputs[0]] = out
     return emit_stream_op(builder, op, relu_stream(builder.chip, src, out))
 
@@ -68,22 +69,18 @@ def emit_stream_op(builder, op: Op, plan: Stream) -> OpLowering:
                       banks * builder.chip.addressable_rows * builder.chip.banks.row_bytes, used)
 
 
-def emit_scale(builder, op: Op) -> OpLowering | None:
+def emit_scale(builder, plan: OpPlan) -> OpLowering | None:
     """quantize / requantize / dequantize: ``y = store(fp32(x) * scale)`` (round half to
     even, saturate into int8; fp32 for dequantize) - on the Fp2Int / Int2Fp Ball
     (`dse.plan.streams.scale_stream`) when the chip has it, the semantics match bit for
     bit and the plan's choice (`stream_or_core`) takes it. Else one charged core op
     (`scale_core_op`)."""
+    op = plan.op
     src = builder.loc(op.inputs[0])
-    spec = builder.graph.tensors[op.outputs[0]]
-    shape = tuple(spec.shape)
+    shape = tuple(builder.graph.tensors[op.outputs[0]].shape)
     scale = scale_array(op.attrs, shape)
-    if src.blocked is not None:
-        acc = src.blocked
-        out = builder.dram.matrix(shape, spec.dtype, acc.batch, acc.M, acc.N)
-    else:
-        out = builder.dram.tensor(spec.shape, spec.dtype)
-    builder.locs[op.outputs[0]] = out
+    # row-major: over a blocked accumulator, its (batch, M, N) padded (`OpPlan.writes`)
+    out = builder.locs[op.outputs[0]] = builder.dram.place(plan.writes)
     plan = None if builder.elementwise == "core" else scale_stream(builder.chip, op, src, out, scale, shape)
     if plan is not None and not stream_or_core(builder.chip, builder.workers, plan,
                                                scale_core_op(builder.dram, src, out, scale, shape, place=False),
@@ -214,5 +211,5 @@ def _charge_relu(cost, charges: Charges, plan: OpPlan):
     return charge_relu(cost, charges, plan), None
 
 
-UNITS = (Unit("scale", lambda builder, plan, ready: emit_scale(builder, plan.op), _charge_scale),
-         Unit("relu", lambda builder, plan, ready: emit_relu(builder, plan.op), _charge_relu))
+UNITS = (Unit("scale", lambda builder, plan, ready: emit_scale(builder, plan), _charge_scale),
+         Unit("relu", lambda builder, plan, ready: emit_relu(builder, plan), _charge_relu))
