@@ -316,75 +316,79 @@ def estimate_placed(stages: Sequence[tuple[str, object]], candidates: Sequence[C
     each candidate's mapping says, and per stage its per-op frame (`estimate`'s columns,
     with the op names of that stage; candidates that could not be placed have no rows)."""
     roles = [role for role, _ in stages]
-    n = len(candidates)
-    hashes = [c.hash for c in candidates]
-    candidates = [Candidate(c.chip, resolve_auto_stages(stages, c)) if c.mapping.placement == "auto"
-                  else c for c in candidates]
-    placed = [place(c.chip, c.mapping.placement, c.mapping.workers, roles, c.mapping.requests,
-                    c.mapping.weights) for c in candidates]
-    ok = [i for i in range(n) if not placed[i][1]]
-    stage_cands = [[Candidate(placed[i][0][s].chip,
-                              candidates[i].mapping.model_copy(update={"workers": len(placed[i][0][s].cores)}))
-                    for i in ok] for s in range(len(stages))]
+    n_cands = len(candidates)
+    hashes = [candidate.hash for candidate in candidates]
+    candidates = [Candidate(cand.chip, resolve_auto_stages(stages, cand)) if cand.mapping.placement == "auto" else cand
+                  for cand in candidates]
+    placed = [place(cand.chip, cand.mapping.placement, cand.mapping.workers, roles, cand.mapping.requests,
+                    cand.mapping.weights) for cand in candidates]
+    ok = [index for index in range(n_cands) if not placed[index][1]]
+    stage_cands = [[Candidate(placed[index][0][stage].chip, candidates[index].mapping.model_copy(
+                        update={"workers": len(placed[index][0][stage].cores)})) for index in ok]
+                   for stage in range(len(stages))]
     # with shared weights, each stage's region of the tile's shared banks, as the plan decides it
     regions: dict[int, WeightRegions] = {}
     by_placement: dict[tuple, list[int]] = {}
-    for k, i in enumerate(ok):
-        m = candidates[i].mapping
-        by_placement.setdefault((m.placement, *plan_key(m)), []).append(k)
-    for (placement, *key), ks in by_placement.items():
-        if placement != "phase" or not any(candidates[ok[k]].mapping.weights == "shared" for k in ks):
-            regions.update({ok[k]: WeightRegions([0] * len(stages), [0] * len(stages), [0] * len(stages))
-                            for k in ks})
+    for ok_index, index in enumerate(ok):
+        mapping = candidates[index].mapping
+        by_placement.setdefault((mapping.placement, *plan_key(mapping)), []).append(ok_index)
+    for (placement, *key), members in by_placement.items():
+        if placement != "phase" or not any(candidates[ok[member]].mapping.weights == "shared" for member in members):
+            regions.update({ok[member]: WeightRegions([0] * len(stages), [0] * len(stages), [0] * len(stages))
+                            for member in members})
             continue
-        params = [CandidateArrays.from_candidates([stage_cands[s][k] for k in ks]) for s in range(len(stages))]
-        got = stage_regions([plan_graph(g, *key) for _, g in stages], params, [placed[ok[k]][0] for k in ks], placement,
-                            [candidates[ok[k]].chip for k in ks])
-        regions.update({ok[k]: r for k, r in zip(ks, got)})
+        params = [CandidateArrays.from_candidates([stage_cands[stage][member] for member in members])
+                  for stage in range(len(stages))]
+        got = stage_regions([plan_graph(stage_graph, *key) for _, stage_graph in stages], params,
+                            [placed[ok[member]][0] for member in members], placement,
+                            [candidates[ok[member]].chip for member in members])
+        regions.update({ok[member]: region for member, region in zip(members, got)})
     per_stage, totals = [], []
-    for s, (role, graph) in enumerate(stages):
-        cands = stage_cands[s]
-        per_op = _estimate_at_bases(graph, cands, calibration, [regions[i].picked[s] for i in ok]) if cands else None
+    for stage, (role, graph) in enumerate(stages):
+        cands = stage_cands[stage]
+        picked = [regions[index].picked[stage] for index in ok]
+        per_op = _estimate_at_bases(graph, cands, calibration, picked) if cands else None
         frame = per_op.assign(candidate=np.asarray(ok)[per_op["candidate"].to_numpy()]) if cands else pd.DataFrame()
         per_stage.append(frame)
         totals.append(summarize(per_op, cands) if cands else None)
     # per stage, per candidate: (cycles, syncs) of its ops in order, split once
-    op_times = [{cand: g for cand, g in frame.groupby("candidate")} if not frame.empty else {} for frame in per_stage]
+    op_times = [{index: group for index, group in frame.groupby("candidate")} if not frame.empty else {}
+                for frame in per_stage]
     stage_plans: dict[tuple, list] = {}  # per `plan_key`: each stage's plan, by op name
     bound = bound_constants(stages, per_stage, candidates)
     rows = []
-    for i, c in enumerate(candidates):
-        places, reason = placed[i]
-        reason = reason or regions[i].reason
+    for index, candidate in enumerate(candidates):
+        places, reason = placed[index]
+        reason = reason or regions[index].reason
         if reason:
-            rows.append(_infeasible(i, c, reason))
+            rows.append(_infeasible(index, candidate, reason))
             continue
-        k = ok.index(i)
-        stage_totals = [t.iloc[k] for t in totals]
-        bad = next((s for s, t in enumerate(stage_totals) if not t["feasible"]), None)
+        ok_index = ok.index(index)
+        stage_totals = [total.iloc[ok_index] for total in totals]
+        bad = next((stage for stage, total in enumerate(stage_totals) if not total["feasible"]), None)
         if bad is not None:
-            rows.append(_infeasible(i, c, stage_reason(places[bad], str(stage_totals[bad]["reason"]))))
+            rows.append(_infeasible(index, candidate, stage_reason(places[bad], str(stage_totals[bad]["reason"]))))
             continue
-        if c.mapping.placement is None:
-            latency = sum(float(t["latency_cycles"]) for t in stage_totals)
+        if candidate.mapping.placement is None:
+            latency = sum(float(total["latency_cycles"]) for total in stage_totals)
         else:
-            latency = _phase_cycles(c, places, [times[i] for times in op_times], stages, stage_plans)
-        cores = sorted({core for p in places for core in p.cores})
-        sram_per_core = [p.chip.private_sram_bytes for p in places for _ in p.cores]
-        if c.mapping.placement is None:  # the same cores run every stage
+            latency = _phase_cycles(candidate, places, [times[index] for times in op_times], stages, stage_plans)
+        cores = sorted({core for stage_place in places for core in stage_place.cores})
+        sram_per_core = [stage_place.chip.private_sram_bytes for stage_place in places for _ in stage_place.cores]
+        if candidate.mapping.placement is None:  # the same cores run every stage
             sram_per_core = sram_per_core[:len(places[0].cores)]
-        row = {"candidate": i, "candidate_hash": c.hash, "feasible": True, "reason": "",
+        row = {"candidate": index, "candidate_hash": candidate.hash, "feasible": True, "reason": "",
                "latency_cycles": latency, "workers": len(cores),
-               "peak_sram_bytes": max(float(t["peak_sram_bytes"]) for t in stage_totals),
+               "peak_sram_bytes": max(float(total["peak_sram_bytes"]) for total in stage_totals),
                "private_sram_per_core_bytes": float(max(sram_per_core)),
                "private_sram_bytes": float(sum(sram_per_core))}
         for name in SUMMED + TOTAL_ACTIVITY:
-            row[name] = sum(float(t[name]) for t in stage_totals)
+            row[name] = sum(float(total[name]) for total in stage_totals)
         # the constants the stages share are laid out once (as the staged lowering binds them)
-        row["workspace_bytes"] -= float(bound.get(i, 0))
+        row["workspace_bytes"] -= float(bound.get(index, 0))
         # shared weights: stages at once hold their regions side by side; one after another, the most one holds
-        shared = [float(t["shared_sram_bytes"]) for t in stage_totals]
-        row["shared_sram_bytes"] = sum(shared) if c.mapping.placement == "phase" else max(shared)
+        shared = [float(total["shared_sram_bytes"]) for total in stage_totals]
+        row["shared_sram_bytes"] = sum(shared) if candidate.mapping.placement == "phase" else max(shared)
         row["utilisation"] = row["busy_cycles"] / max(len(cores) * latency, 1)
         rows.append(row)
     totals = pd.DataFrame(rows, columns=TOTAL_COLUMNS)
@@ -401,46 +405,48 @@ def _op_times(frame: pd.DataFrame, cores: int) -> list[np.ndarray]:
             frame["preload_cycles"].to_numpy(np.float64)]
 
 
-def _phase_cycles(c: Candidate, places, frames, stages, stage_plans: dict) -> float:
+def _phase_cycles(cand: Candidate, places, frames, stages, stage_plans: dict) -> float:
     """``"phase"``'s latency: stages meet at barriers only within a tile, so each set of
     stages coupled through shared tiles runs in lock step, the sets side by side; a set of
     two or more on the system bus as a pipeline's slot does (`_slot_cycles`: each epoch's
     first transfers placed as the bus places them). `frames`: each stage's per-op rows."""
-    times = [_op_times(f, len(p.cores)) for f, p in zip(frames, places)]
-    epochs = [epoch_cycles(c_, s_, lead) for c_, s_, _, _, lead in times]
+    times = [_op_times(frame, len(stage_place.cores)) for frame, stage_place in zip(frames, places)]
+    epochs = [epoch_cycles(op_cycles, op_syncs, lead) for op_cycles, op_syncs, _, _, lead in times]
     latency = 0.0
-    for coupled in coupled_stages(places, c.chip.cores.tile_size):
+    for coupled in coupled_stages(places, cand.chip.cores.tile_size):
         if len(coupled) == 1:
             latency = max(latency, float(epochs[coupled[0]].sum()))
             continue
-        key = plan_key(c.mapping)
+        key = plan_key(cand.mapping)
         if key not in stage_plans:
-            stage_plans[key] = [{p.op.name: p for p in plan_graph(g, *key)} for _, g in stages]
+            stage_plans[key] = [{plan.op.name: plan for plan in plan_graph(stage_graph, *key)}
+                                for _, stage_graph in stages]
         heads: list[list] = [[] for _ in places]
-        for s in coupled:
-            p, m = places[s], c.mapping.model_copy(update={"workers": len(places[s].cores)})
-            heads[s] = [op_head_transfers(stage_plans[key][s][name], row, p.chip, m, len(p.cores), p.cores,
-                                          stages[s][1]) for name, row in zip(frames[s]["op"], frames[s].to_dict("records"))]
-        moved = [epoch_cycles(b_, s_, lead, c_) for c_, s_, b_, _, lead in times]
-        dma_time = [epoch_cycles(d_, s_, lead, c_) for c_, s_, _, d_, lead in times]
-        latency = max(latency, _slot_cycles(c.chip, coupled, epochs, moved, dma_time, times, heads))
+        for stage in coupled:
+            stage_place, mapping = places[stage], cand.mapping.model_copy(update={"workers": len(places[stage].cores)})
+            heads[stage] = [op_head_transfers(stage_plans[key][stage][name], row, stage_place.chip, mapping,
+                                              len(stage_place.cores), stage_place.cores, stages[stage][1])
+                            for name, row in zip(frames[stage]["op"], frames[stage].to_dict("records"))]
+        moved = [epoch_cycles(op_bytes, op_syncs, lead, op_cycles) for op_cycles, op_syncs, op_bytes, _, lead in times]
+        dma_time = [epoch_cycles(op_dma, op_syncs, lead, op_cycles) for op_cycles, op_syncs, _, op_dma, lead in times]
+        latency = max(latency, _slot_cycles(cand.chip, coupled, epochs, moved, dma_time, times, heads))
     return latency
 
 
 def _estimate_at_bases(graph, cands: list[Candidate], calibration, b_bases: list[int]) -> pd.DataFrame:
     """`estimate` of one stage on `cands`, candidate k's tiles picked with its shared weights
     at `b_bases[k]` (`WeightRegions.picked`): candidates at one base costed as one."""
-    by: dict[tuple, list[int]] = {}
-    for k, (c, base) in enumerate(zip(cands, b_bases)):
-        by.setdefault((base, *plan_key(c.mapping)), []).append(k)
-    if len(by) == 1 and b_bases[0] == 0:  # the plain plan (no stage's tiles picked again)
+    groups: dict[tuple, list[int]] = {}
+    for index, (cand, base) in enumerate(zip(cands, b_bases)):
+        groups.setdefault((base, *plan_key(cand.mapping)), []).append(index)
+    if len(groups) == 1 and b_bases[0] == 0:  # the plain plan (no stage's tiles picked again)
         return estimate(graph, cands, calibration)
     frames = []
-    for (base, *key), ks in by.items():
-        plans = [replace(p, gemm=replace(p.gemm, b_shared_base=base)) if p.gemm is not None else p
-                 for p in plan_graph(graph, *key)]
-        part = estimate(graph, [cands[k] for k in ks], calibration, plans=plans)
-        part["candidate"] = np.asarray(ks)[part["candidate"].to_numpy()]
+    for (base, *key), members in groups.items():
+        plans = [replace(plan, gemm=replace(plan.gemm, b_shared_base=base)) if plan.gemm is not None else plan
+                 for plan in plan_graph(graph, *key)]
+        part = estimate(graph, [cands[index] for index in members], calibration, plans=plans)
+        part["candidate"] = np.asarray(members)[part["candidate"].to_numpy()]
         frames.append(part)
     return pd.concat(frames, ignore_index=True).sort_values(["candidate"], kind="stable").reset_index(drop=True)
 
@@ -450,9 +456,10 @@ def handoff_cycles(chip, tiles: int, tile_bytes: int, loaders: int) -> int:
     (dealt round-robin, as `dse.lower.lower_layers` emits them): the busiest core's transfers
     back to back, or the system bus carrying them all, whichever is longer, the last landing
     ``shared_memory.latency_cycles`` later."""
-    d = int(dma_cycles_for(tile_bytes, chip))
+    tile_cycles = int(dma_cycles_for(tile_bytes, chip))
     per = -(-tiles // loaders)
-    return max(per * d, -(-tiles * tile_bytes // chip.dma.system_bus_bytes)) + chip.shared_memory.latency_cycles
+    bus = -(-tiles * tile_bytes // chip.dma.system_bus_bytes)
+    return max(per * tile_cycles, bus) + chip.shared_memory.latency_cycles
 
 
 def estimate_layers(graph, candidates: Sequence[Candidate], calibration=None
@@ -468,24 +475,24 @@ def estimate_layers(graph, candidates: Sequence[Candidate], calibration=None
     (`Schedule.slots`) its ranges run in lock step (`lockstep_cycles`) and a BARRIER closes it.
     Bytes and busy cycles add up over the requests; peak SRAM is the largest op's. A candidate
     of placement ``"auto"`` is costed as what `resolve_auto` picks for it."""
-    n = len(candidates)
-    rows: list[dict | None] = [None] * n
-    notes = [""] * n
+    n_cands = len(candidates)
+    rows: list[dict | None] = [None] * n_cands
+    notes = [""] * n_cands
     frames = []
     n_ops = len(graph.ops)
-    hashes = [c.hash for c in candidates]
-    candidates = [Candidate(c.chip, resolve_auto(graph, c)) if c.mapping.placement == "auto" else c
-                  for c in candidates]
-    lays = [schedule(c.chip, c.mapping, n_ops) for c in candidates]
-    for i, (lay, reason) in enumerate(lays):
+    hashes = [cand.hash for cand in candidates]
+    candidates = [Candidate(cand.chip, resolve_auto(graph, cand)) if cand.mapping.placement == "auto" else cand
+                  for cand in candidates]
+    lays = [schedule(cand.chip, cand.mapping, n_ops) for cand in candidates]
+    for index, (lay, reason) in enumerate(lays):
         if reason:
-            rows[i] = _infeasible(i, candidates[i], reason)
+            rows[index] = _infeasible(index, candidates[index], reason)
     by_cut: dict[tuple, list[int]] = {}
-    for i, c in enumerate(candidates):
-        if not lays[i][1]:
-            m = c.mapping
-            by_cut.setdefault((plan_key(m), m.cuts, m.handoff, m.weights == "shared",
-                               lays[i][0].handoff_sets, len(lays[i][0].ranges)), []).append(i)
+    for index, cand in enumerate(candidates):
+        if not lays[index][1]:
+            mapping = cand.mapping
+            by_cut.setdefault((plan_key(mapping), mapping.cuts, mapping.handoff, mapping.weights == "shared",
+                               lays[index][0].handoff_sets, len(lays[index][0].ranges)), []).append(index)
     for (key, _, handoff, shared_weights, sets, n_ranges), same_cut in by_cut.items():
         plans = plan_graph(graph, *key)
         ranges = lays[same_cut[0]][0].ranges
@@ -494,86 +501,98 @@ def estimate_layers(graph, candidates: Sequence[Candidate], calibration=None
         # each candidate's hand-off banks, decided in order for the tiles it picks; candidates
         # whose bases agree are costed as one
         params = [CandidateArrays.from_candidates(
-            [range_candidate(lays[i][0].places[r], candidates[i].mapping) for i in same_cut])
-            for r in range(n_ranges)]
+            [range_candidate(lays[index][0].places[range_index], candidates[index].mapping) for index in same_cut])
+            for range_index in range(n_ranges)]
         banks = handoff_banks(plans, ranges, handed, sets, overlap, params)
         # the ranges' regions of shared weights (a pipeline's, one each), as the plan decides them
         regions = dict(zip(same_cut, range_regions(plans, ranges, banks, sets, overlap, params,
-                                                   [[p.role for p in lays[i][0].places] for i in same_cut],
-                                                   [candidates[i].chip.name for i in same_cut])))
+                                                   [[place_.role for place_ in lays[index][0].places]
+                                                    for index in same_cut],
+                                                   [candidates[index].chip.name for index in same_cut])))
         by_bases: dict[tuple, list[int]] = {}
         held = dict(zip(same_cut, banks))
-        for i, b in held.items():
-            if regions[i].reason:
-                rows[i] = _infeasible(i, candidates[i], regions[i].reason)
+        for index, held_banks in held.items():
+            if regions[index].reason:
+                rows[index] = _infeasible(index, candidates[index], regions[index].reason)
                 continue
-            by_bases.setdefault((tuple(b.bases.items()), tuple(regions[i].picked)), []).append(i)
-        range_of = {plans[k].op.name: r for r, rg in enumerate(ranges) for k in rg}
-        for (at, picked), ok in by_bases.items():
-            bases = dict(at)
-            costed = [replace(p, gemm=replace(p.gemm, b_shared_base=picked[range_of[p.op.name]],
-                                              **({"a_shared": sets, "a_shared_base": bases[p.op.name]}
-                                                 if p.op.name in handed else {})))
-                      if p.gemm is not None and (p.op.name in handed or picked[range_of[p.op.name]]) else p
-                      for p in plans]
+            by_bases.setdefault((tuple(held_banks.bases.items()), tuple(regions[index].picked)), []).append(index)
+        range_of = {plans[op_index].op.name: range_index for range_index, op_range in enumerate(ranges)
+                    for op_index in op_range}
+        for (bases_items, picked), ok in by_bases.items():
+            bases = dict(bases_items)
+            costed = [replace(plan, gemm=replace(plan.gemm, b_shared_base=picked[range_of[plan.op.name]],
+                                              **({"a_shared": sets, "a_shared_base": bases[plan.op.name]}
+                                                 if plan.op.name in handed else {})))
+                      if plan.gemm is not None and (plan.op.name in handed or picked[range_of[plan.op.name]]) else plan
+                      for plan in plans]
             by_range = []
-            for r, rg in enumerate(ranges):
-                cands = [range_candidate(lays[i][0].places[r], candidates[i].mapping) for i in ok]
+            for range_index, op_range in enumerate(ranges):
+                cands = [range_candidate(lays[index][0].places[range_index], candidates[index].mapping) for index in ok]
                 per_op = estimate(graph, cands, calibration, plans=costed)
-                names = {plans[k].op.name for k in rg}
+                names = {plans[op_index].op.name for op_index in op_range}
                 part = per_op[per_op["op"].isin(names)].copy()
                 part["candidate"] = np.asarray(ok)[part["candidate"].to_numpy()]
-                part["candidate_hash"] = [candidates[i].hash for i in part["candidate"]]
+                part["candidate_hash"] = [candidates[index].hash for index in part["candidate"]]
                 by_range.append(part)
             frames += by_range
-            groups = [{cand: g for cand, g in part.groupby("candidate")} for part in by_range]
+            groups = [{key: group for key, group in part.groupby("candidate")} for part in by_range]
             boundary = boundary_tensors(plans, ranges)
-            by_name = {p.op.name: p for p in costed}
-            for i in ok:
-                c, lay = candidates[i], lays[i][0]
+            by_name = {plan.op.name: plan for plan in costed}
+            for index in ok:
+                cand, lay = candidates[index], lays[index][0]
                 places = lay.places
-                parts = [g[i] for g in groups]
-                bad = next((r for r, p in enumerate(parts) if not p["feasible"].all()), None)
+                parts = [group[index] for group in groups]
+                bad = next((range_index for range_index, frame in enumerate(parts) if not frame["feasible"].all()),
+                           None)
                 if bad is not None:
                     first = parts[bad][~parts[bad]["feasible"]].iloc[0]
                     reason = str(first["reason"])
-                    rows[i] = _infeasible(i, c, stage_reason(places[bad], reason) if n_ranges > 1 else reason)
+                    why = stage_reason(places[bad], reason) if n_ranges > 1 else reason
+                    rows[index] = _infeasible(index, cand, why)
                     continue
-                times = [_op_times(p, len(pl.cores)) for p, pl in zip(parts, places)]
+                times = [_op_times(frame, len(part_place.cores)) for frame, part_place in zip(parts, places)]
                 # the ranges' first transfers an op, where ranges run at once (a pipeline's slots)
-                heads = [[op_head_transfers(by_name[name], row, pl.chip, c.mapping, len(pl.cores), pl.cores, graph)
-                          for name, row in zip(p["op"], p.to_dict("records"))] if lay.overlap else []
-                         for p, pl in zip(parts, places)]
-                extra_bytes, said = _handoff_loads(places, parts, times, handed, held[i].banks, sets, heads)
-                epochs = [epoch_cycles(c_, s_, lead) for c_, s_, _, _, lead in times]
+                heads = [[op_head_transfers(by_name[name], row, part_place.chip, cand.mapping, len(part_place.cores),
+                                            part_place.cores, graph)
+                          for name, row in zip(frame["op"], frame.to_dict("records"))] if lay.overlap else []
+                         for frame, part_place in zip(parts, places)]
+                extra_bytes, said = _handoff_loads(places, parts, times, handed, held[index].banks, sets, heads)
+                epochs = [epoch_cycles(op_cycles, op_syncs, lead) for op_cycles, op_syncs, _, _, lead in times]
                 # bytes and DMA cycles by epoch, alike
-                moved = [epoch_cycles(b_, s_, lead, c_) for c_, s_, b_, _, lead in times]
-                dma_time = [epoch_cycles(d_, s_, lead, c_) for c_, s_, _, d_, lead in times]
+                moved = [epoch_cycles(op_bytes, op_syncs, lead, op_cycles)
+                         for op_cycles, op_syncs, op_bytes, _, lead in times]
+                dma_time = [epoch_cycles(op_dma, op_syncs, lead, op_cycles)
+                            for op_cycles, op_syncs, _, op_dma, lead in times]
                 slots = lay.slots()
-                latency = sum(_slot_cycles(c.chip, [r for _, r in slot], epochs, moved, dma_time, times, heads)
+                latency = sum(_slot_cycles(cand.chip, [range_index for _, range_index in slot], epochs, moved,
+                                           dma_time, times, heads)
                               if len(slot) > 1 else float(epochs[slot[0][1]].sum()) for slot in slots)
-                latency += (len(slots) - 1) * c.chip.front_end.barrier_cycles  # the BARRIER closing each slot
+                latency += (len(slots) - 1) * cand.chip.front_end.barrier_cycles  # the BARRIER closing each slot
                 lines = []
-                for t, r, reader in boundary:
-                    offered = [plans[k].op.name for k in ranges[r] if handed.get(plans[k].op.name) == t]
-                    lines.append(boundary_note(t, reader, offered, said.get((t, r), []), handoff, held[i]))
-                notes[i] = "; ".join(lines)
+                for tensor, range_index, reader in boundary:
+                    offered = [name for name in (plans[op_index].op.name for op_index in ranges[range_index])
+                               if handed.get(name) == tensor]
+                    lines.append(boundary_note(tensor, reader, offered, said.get((tensor, range_index), []), handoff,
+                                               held[index]))
+                notes[index] = "; ".join(lines)
                 all_rows = pd.concat(parts)
                 # the emulator counts every shared bank the run touched: a shared weight's B tiles
                 # count up from the bottom bank, hand-off A tiles down from the top (where they
                 # meet, as with weights = shared, each bank once)
                 b_shared = all_rows["shared_bytes"].max()
+                bank_bytes = cand.chip.shared_memory.rows * cand.chip.shared_memory.row_bytes
                 if overlap:  # a pipeline's ranges each hold a region of their own (`range_regions`)
-                    b_shared = sum(regions[i].banks) * c.chip.shared_memory.rows * c.chip.shared_memory.row_bytes
-                shared_total = c.chip.shared_memory.banks * c.chip.shared_memory.rows * c.chip.shared_memory.row_bytes
-                sram_per_core = [p.chip.private_sram_bytes for p in places for _ in p.cores]
-                unaddressable = sum(p.chip.unaddressable_sram_bytes for p in places for _ in p.cores)
-                cores = sum(len(p.cores) for p in places)
-                row = {"candidate": i, "candidate_hash": c.hash, "feasible": True, "reason": "",
+                    b_shared = sum(regions[index].banks) * bank_bytes
+                shared_total = cand.chip.shared_memory.banks * bank_bytes
+                sram_per_core = [part_place.chip.private_sram_bytes for part_place in places for _ in part_place.cores]
+                unaddressable = sum(part_place.chip.unaddressable_sram_bytes for part_place in places
+                                    for _ in part_place.cores)
+                cores = sum(len(part_place.cores) for part_place in places)
+                row = {"candidate": index, "candidate_hash": cand.hash, "feasible": True, "reason": "",
                        "latency_cycles": latency, "workers": cores,
                        "peak_sram_bytes": float(all_rows["sram_bytes"].max()),
                        "shared_sram_bytes": float(min(shared_total, b_shared + _handoff_bytes(
-                           c.chip, held[i].banks, ranges, plans, overlap))),
+                           cand.chip, held[index].banks, ranges, plans, overlap))),
                        "private_sram_per_core_bytes": float(max(sram_per_core)),
                        "private_sram_bytes": float(sum(sram_per_core)),
                        "unaddressable_sram_bytes": float(unaddressable)}
@@ -584,14 +603,14 @@ def estimate_layers(graph, candidates: Sequence[Candidate], calibration=None
                 for name in TOTAL_ACTIVITY:  # (DRAM workspace too: each request lays out its own)
                     row[name] = float(activity[name][0]) * lay.requests
                 # the hand-offs' loads land in the tile's shared banks
-                row["shared_writes"] += extra_bytes // c.chip.banks.row_bytes * lay.requests
+                row["shared_writes"] += extra_bytes // cand.chip.banks.row_bytes * lay.requests
                 row["utilisation"] = row["busy_cycles"] / max(cores * latency, 1)
-                rows[i] = row
+                rows[index] = row
     per_op = pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
     totals = pd.DataFrame(rows, columns=TOTAL_COLUMNS)
     totals["candidate_hash"] = hashes  # the candidates as given ("auto" among them)
     if not per_op.empty:
-        per_op["candidate_hash"] = [hashes[i] for i in per_op["candidate"]]
+        per_op["candidate_hash"] = [hashes[index] for index in per_op["candidate"]]
     return totals, per_op, notes
 
 
