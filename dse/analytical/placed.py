@@ -749,81 +749,93 @@ def latency_bounds(graph, chip, options: Sequence[Mapping]) -> list[float]:
     of the hand-offs before it (`handoff_banks`; one that does not fit there reads DRAM, as
     in full); every other op with its A from DRAM, as in full, but one that unblocks a tensor
     another op wrote (whose tile that copy depends on) at its cheapest over one `estimate` with
-    every A from DRAM and one per set count with the handed-off matmuls at base 0. Then per slot of the option's schedule, its ranges in lock step
+    every A from DRAM and one per set count with the handed-off matmuls at base 0. Then per
+    slot of the option's schedule, its ranges in lock step
     (`lockstep_cycles` of their `epoch_cycles`). The hand-off loads, the bus waits and the
     BARRIERs between slots only add to that. (Where those ways differ in syncs, a slot is
     bounded by its longest range alone.) All options' places are costed at once; a matmul
     handed off below other hand-offs' banks is costed alone at that base (a handed-off matmul
     copies none of its A, so its cost does not depend on the ops before it)."""
     n_ops = len(graph.ops)
-    lays = [schedule(chip, m, n_ops) for m in options]
+    lays = [schedule(chip, option, n_ops) for option in options]
     places: dict[tuple[int, ...], Candidate] = {}
-    for m, (lay, reason) in zip(options, lays):
-        for p in ([] if reason else lay.places):
-            places.setdefault(p.cores, Candidate(p.chip, m.model_copy(update={"workers": len(p.cores)})))
+    for option, (lay, reason) in zip(options, lays):
+        for option_place in ([] if reason else lay.places):
+            workers = {"workers": len(option_place.cores)}
+            places.setdefault(option_place.cores, Candidate(option_place.chip, option.model_copy(update=workers)))
     if not places:
         return [np.inf] * len(options)
     cands = list(places.values())
     plans = plan_for(graph, options[0])  # every option's (one candidate's)
-    index = {p.op.name: k for k, p in enumerate(plans)}
+    index = {plan.op.name: op_index for op_index, plan in enumerate(plans)}
     # per option, the way each handed-off matmul reads its A: (sets, base)
     ways_of: list[dict[int, tuple[int, int]]] = []
-    for m, (lay, reason) in zip(options, lays):
-        handed = {} if reason or len(lay.ranges) < 2 or m.handoff == "dram" else \
-            handoffs(plans, lay.ranges, m.weights != "shared")
+    for option, (lay, reason) in zip(options, lays):
+        handed = {} if reason or len(lay.ranges) < 2 or option.handoff == "dram" else \
+            handoffs(plans, lay.ranges, option.weights != "shared")
         if not handed:
             ways_of.append({})
             continue
         (held,) = handoff_banks(plans, lay.ranges, handed, lay.handoff_sets, lay.overlap,
-                                [CandidateArrays.from_candidates([range_candidate(p, m)]) for p in lay.places])
+                                [CandidateArrays.from_candidates([range_candidate(option_place, option)])
+                                 for option_place in lay.places])
         ways_of.append({index[op]: (lay.handoff_sets, held.bases[op]) for op in handed})
-    used = {w for of in ways_of for w in of.values()}
+    used = {way for ways in ways_of for way in ways.values()}
     cycles: dict[tuple[int, int], np.ndarray] = {}  # way -> (places, ops); a based way: its matmuls only
     syncs: dict[tuple[int, int], np.ndarray] = {}
-    for sets in sorted({0} | {s for s, _ in used}):
-        at_sets = {k for of in ways_of for k, (s, _) in of.items() if s == sets}
-        costed = [replace(p, gemm=replace(p.gemm, a_shared=sets)) if k in at_sets else p for k, p in enumerate(plans)]
+    for sets in sorted({0} | {way_sets for way_sets, _ in used}):
+        at_sets = {op_index for ways in ways_of for op_index, (way_sets, _) in ways.items() if way_sets == sets}
+        costed = [replace(plan, gemm=replace(plan.gemm, a_shared=sets)) if op_index in at_sets else plan
+                  for op_index, plan in enumerate(plans)]
         per_op = estimate(graph, cands, plans=costed)
-        cy = np.where(per_op["feasible"].to_numpy(bool), per_op["cycles"].to_numpy(np.float64), 0.0)
-        cycles[sets, 0] = np.nan_to_num(cy).reshape(len(cands), n_ops)
+        op_cycles = np.where(per_op["feasible"].to_numpy(bool), per_op["cycles"].to_numpy(np.float64), 0.0)
+        cycles[sets, 0] = np.nan_to_num(op_cycles).reshape(len(cands), n_ops)
         syncs[sets, 0] = per_op["syncs"].to_numpy(np.int64).reshape(len(cands), n_ops)
     full = list(cycles)
-    based = sorted(w for w in used if w[1])
+    based = sorted(way for way in used if way[1])
     if based:
-        spmd = [spmd_chip(c.chip, c.mapping.workers) for c in cands]
-        costed_cands = [c if ch is c.chip else Candidate(ch, c.mapping) for c, (ch, _) in zip(cands, spmd)]
+        spmd = [spmd_chip(cand.chip, cand.mapping.workers) for cand in cands]
+        costed_cands = [cand if group_chip is cand.chip else Candidate(group_chip, cand.mapping)
+                        for cand, (group_chip, _) in zip(cands, spmd)]
         params = CandidateArrays.from_candidates(costed_cands)
-        bad = np.array([bool(r) for _, r in spmd])
+        bad = np.array([bool(reason) for _, reason in spmd])
         for sets, base in based:
-            ks = sorted({k for of in ways_of for k, w in of.items() if w == (sets, base)})
-            alone = [replace(plans[k], gemm=replace(plans[k].gemm, a_shared=sets, a_shared_base=base)) for k in ks]
-            cy, sy = np.zeros((len(cands), n_ops)), np.zeros((len(cands), n_ops), dtype=np.int64)
-            for k, cost in zip(ks, graph_costs(graph, params, [c.chip for c in costed_cands], alone)):
-                cy[:, k] = np.where(cost.feasible & ~bad, cost.cycles, 0)
-                sy[:, k] = cost.syncs
-            cycles[sets, base], syncs[sets, base] = cy, sy
+            op_indices = sorted({op_index for ways in ways_of for op_index, way in ways.items() if way == (sets, base)})
+            alone = [replace(plans[op_index], gemm=replace(plans[op_index].gemm, a_shared=sets, a_shared_base=base))
+                     for op_index in op_indices]
+            op_cycles, op_syncs = np.zeros((len(cands), n_ops)), np.zeros((len(cands), n_ops), dtype=np.int64)
+            costs = graph_costs(graph, params, [cand.chip for cand in costed_cands], alone)
+            for op_index, cost in zip(op_indices, costs):
+                op_cycles[:, op_index] = np.where(cost.feasible & ~bad, cost.cycles, 0)
+                op_syncs[:, op_index] = cost.syncs
+            cycles[sets, base], syncs[sets, base] = op_cycles, op_syncs
     # an op not handed off costs what it costs with every A from DRAM, but an op that unblocks
     # a tensor another op wrote depends on that op's tile: its cheapest over the full calls
-    depends = np.array([any(c.kind == "unblock" for c in p.copies) for p in plans], dtype=bool)
-    other = np.where(depends, np.min([cycles[w] for w in full], axis=0), cycles[0, 0])
-    at = {cores: j for j, cores in enumerate(places)}
+    depends = np.array([any(copy.kind == "unblock" for copy in plan.copies) for plan in plans], dtype=bool)
+    other = np.where(depends, np.min([cycles[way] for way in full], axis=0), cycles[0, 0])
+    columns = {cores: column for column, cores in enumerate(places)}
     out = []
-    for (lay, reason), of in zip(lays, ways_of):
+    for (lay, reason), ways in zip(lays, ways_of):
         if reason:
             out.append(np.inf)
             continue
         epochs, sums = [], []
-        for p, rg in zip(lay.places, lay.ranges):
-            j = at[p.cores]
-            c_ = np.asarray([cycles[of[k]][j, k] if k in of else other[j, k] for k in rg])
-            s_ = np.asarray([syncs[of.get(k, (0, 0))][j, k] for k in rg], dtype=np.int64)
-            alike = all(k in of or not depends[k] or all(syncs[w][j, k] == s_[i] for w in full)
-                        for i, k in enumerate(rg))
+        for option_place, op_range in zip(lay.places, lay.ranges):
+            column = columns[option_place.cores]
+            range_cycles = np.asarray([cycles[ways[op_index]][column, op_index] if op_index in ways
+                                       else other[column, op_index] for op_index in op_range])
+            range_syncs = np.asarray([syncs[ways.get(op_index, (0, 0))][column, op_index] for op_index in op_range],
+                                     dtype=np.int64)
+            alike = all(op_index in ways or not depends[op_index]
+                        or all(syncs[way][column, op_index] == range_syncs[position] for way in full)
+                        for position, op_index in enumerate(op_range))
             # a range on one core closes its ops with FENCEs, never a BARRIER: one epoch
-            epochs.append(epoch_cycles(c_, s_ * (len(p.cores) > 1)) if alike or len(p.cores) == 1 else None)
-            sums.append(float(c_.sum()))
-        out.append(sum(lockstep_cycles([epochs[r] for _, r in slot]) if all(epochs[r] is not None for _, r in slot)
-                       else max(sums[r] for _, r in slot) for slot in lay.slots()))
+            one_core = len(option_place.cores) == 1
+            epochs.append(epoch_cycles(range_cycles, range_syncs * (not one_core)) if alike or one_core else None)
+            sums.append(float(range_cycles.sum()))
+        out.append(sum(lockstep_cycles([epochs[part] for _, part in slot])
+                       if all(epochs[part] is not None for _, part in slot)
+                       else max(sums[part] for _, part in slot) for slot in lay.slots()))
     return out
 
 
