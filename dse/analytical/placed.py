@@ -84,18 +84,19 @@ def bound_constants(stages, per_stage: list[pd.DataFrame], candidates: Sequence[
     out: dict[int, int] = {}
     earlier: dict[int, set] = {}
     idents: dict[tuple[int, str], tuple] = {}
-    for s, (_, graph) in enumerate(stages):
-        frame = per_stage[s]
+    for stage, (_, graph) in enumerate(stages):
+        frame = per_stage[stage]
         if frame.empty:
             continue
         plans_of: dict[tuple, dict] = {}
         mine: dict[int, set] = {}
-        for i, op, tm, tn, tk, feasible in zip(frame["candidate"], frame["op"], frame["tile_m"], frame["tile_n"],
-                                               frame["tile_k"], frame["feasible"]):
-            m = candidates[i].mapping
-            plans = plans_of.get(plan_key(m))
+        for cand, op, tm, tn, tk, feasible in zip(frame["candidate"], frame["op"], frame["tile_m"], frame["tile_n"],
+                                                  frame["tile_k"], frame["feasible"]):
+            mapping = candidates[cand].mapping
+            plans = plans_of.get(plan_key(mapping))
             if plans is None:
-                plans = plans_of[plan_key(m)] = {p.op.name: p for p in plan_for(graph, m) if p.gemm is not None}
+                plans = plans_of[plan_key(mapping)] = {each.op.name: each for each in plan_for(graph, mapping)
+                                                      if each.gemm is not None}
             plan = plans.get(op)
             if plan is None or not feasible:
                 continue
@@ -104,50 +105,50 @@ def bound_constants(stages, per_stage: list[pd.DataFrame], candidates: Sequence[
             keys = []
             if shape.b_weight and not shape.b_preloaded and op_.inputs[1] in graph.weights:
                 nbB = shape.batch if shape.b_batched else 1
-                keys.append((("weight", _ident(idents, s, graph, op_.inputs[1], content_key), op_.kind,
+                keys.append((("weight", _ident(idents, stage, graph, op_.inputs[1], content_key), op_.kind,
                               op_.attrs.get("groups", 1), Np, Kp, int(tn), int(tk)), pad(nbB * Np * Kp, ALIGN)))
             if shape.bias and len(op_.inputs) > 2 and op_.inputs[2] in graph.weights:
-                keys.append((("bias", _ident(idents, s, graph, op_.inputs[2], content_key), op_.kind, Np, int(tm),
+                keys.append((("bias", _ident(idents, stage, graph, op_.inputs[2], content_key), op_.kind, Np, int(tm),
                               int(tn)), pad(Np * int(tm) * 4, ALIGN)))
-            before, own = earlier.setdefault(int(i), set()), mine.setdefault(int(i), set())
+            before, own = earlier.setdefault(int(cand), set()), mine.setdefault(int(cand), set())
             for key, nbytes in keys:
                 if key in before and key not in own:
-                    out[int(i)] = out.get(int(i), 0) + nbytes
+                    out[int(cand)] = out.get(int(cand), 0) + nbytes
                 own.add(key)
-        for i, own in mine.items():
-            earlier[i] |= own
+        for cand, own in mine.items():
+            earlier[cand] |= own
     return out
 
 
-def _ident(idents: dict, s: int, graph, name: str, content_key) -> tuple:
-    if (s, name) not in idents:
-        idents[(s, name)] = content_key(np.asarray(graph.weights[name]))
-    return idents[(s, name)]
+def _ident(idents: dict, stage: int, graph, name: str, content_key) -> tuple:
+    if (stage, name) not in idents:
+        idents[(stage, name)] = content_key(np.asarray(graph.weights[name]))
+    return idents[(stage, name)]
 
 
 def epoch_cycles(cycles: np.ndarray, syncs: np.ndarray, lead: np.ndarray | None = None,
                  total: np.ndarray | None = None) -> np.ndarray:
-    """One stage's cycles between consecutive BARRIERs: an op closed by ``b`` syncs gives
-    ``b`` epochs of ``cycles / b``; an op closed by none runs in the next op's first epoch
+    """One stage's cycles between consecutive BARRIERs: an op closed by ``closes`` syncs gives
+    that many epochs of ``cycles / closes``; an op closed by none runs in the next op's first epoch
     (or in a last epoch of its own at the end). With `lead` (per op, its first epoch's share
     of `total`, its cycles: a shared weight's loads before their BARRIER, `preload_cycles`)
-    an op of ``b >= 2`` syncs gives that share of `cycles` to its first epoch and the rest to
+    an op of ``closes >= 2`` syncs gives that share of `cycles` to its first epoch and the rest to
     the others evenly: stages in lock step pair a short load epoch with the other's epoch,
     not half the op."""
     out: list[float] = []
     pending = 0.0
     leads = lead.tolist() if lead is not None else [0.0] * len(cycles)
     totals = total.tolist() if total is not None else cycles.tolist()
-    for c, b, first, whole in zip(cycles.tolist(), syncs.tolist(), leads, totals):
-        if b == 0:
-            pending += c
+    for op_cycles, closes, first, whole in zip(cycles.tolist(), syncs.tolist(), leads, totals):
+        if closes == 0:
+            pending += op_cycles
             continue
-        if b >= 2 and 0 < first < whole:
+        if closes >= 2 and 0 < first < whole:
             share = first / whole
-            out += [c * share] + [c * (1 - share) / (b - 1)] * (b - 1)
+            out += [op_cycles * share] + [op_cycles * (1 - share) / (closes - 1)] * (closes - 1)
         else:
-            out += [c / b] * b
-        out[-b] += pending
+            out += [op_cycles / closes] * closes
+        out[-closes] += pending
         pending = 0.0
     if pending:
         out.append(pending)
@@ -156,11 +157,11 @@ def epoch_cycles(cycles: np.ndarray, syncs: np.ndarray, lead: np.ndarray | None 
 
 def lockstep_cycles(stages: Sequence[np.ndarray]) -> float:
     """Stages meeting at every BARRIER: the sum over epochs of the slowest stage's."""
-    n = max((len(e) for e in stages), default=0)
-    padded = np.zeros((len(stages), n))
-    for i, e in enumerate(stages):
-        padded[i, :len(e)] = e
-    return float(padded.max(axis=0).sum()) if n else 0.0
+    n_epochs = max((len(epochs) for epochs in stages), default=0)
+    padded = np.zeros((len(stages), n_epochs))
+    for stage, epochs in enumerate(stages):
+        padded[stage, :len(epochs)] = epochs
+    return float(padded.max(axis=0).sum()) if n_epochs else 0.0
 
 
 def lockstep_bus_cycles(stages: Sequence[np.ndarray], stage_bytes: Sequence[np.ndarray],
@@ -173,15 +174,17 @@ def lockstep_bus_cycles(stages: Sequence[np.ndarray], stage_bytes: Sequence[np.n
     the rest of its transfers wait behind the others' other bursts in proportion to the share
     of its time it spends in DMA: range r's epoch lasts ``c_r + head_delay_r + (dma_r / c_r) x
     (bytes the other ranges move in it beyond their first transfers) / dma.system_bus_bytes``."""
-    n = max((len(e) for e in stages), default=0)
-    if not n:
+    n_epochs = max((len(epochs) for epochs in stages), default=0)
+    if not n_epochs:
         return 0.0
-    k = len(stages)
-    cycles, moved, dma, delay, head = (np.zeros((k, n)) for _ in range(5))
-    for i, (e, b, d) in enumerate(zip(stages, stage_bytes, stage_dma)):
-        cycles[i, :len(e)], moved[i, :len(b)], dma[i, :len(d)] = e, b, d
+    n_stages = len(stages)
+    cycles, moved, dma, delay, head = (np.zeros((n_stages, n_epochs)) for _ in range(5))
+    for stage, (epochs, stage_moved, stage_dma_cycles) in enumerate(zip(stages, stage_bytes, stage_dma)):
+        cycles[stage, :len(epochs)], moved[stage, :len(stage_moved)] = epochs, stage_moved
+        dma[stage, :len(stage_dma_cycles)] = stage_dma_cycles
         if head_delay is not None:
-            delay[i, :len(head_delay[i])], head[i, :len(head_bytes[i])] = head_delay[i], head_bytes[i]
+            delay[stage, :len(head_delay[stage])] = head_delay[stage]
+            head[stage, :len(head_bytes[stage])] = head_bytes[stage]
     share = np.minimum(dma / np.maximum(cycles, 1), 1.0)
     rest = np.maximum(moved - head, 0)
     others = (rest.sum(axis=0) - rest) / bus_bytes
@@ -191,22 +194,22 @@ def lockstep_bus_cycles(stages: Sequence[np.ndarray], stage_bytes: Sequence[np.n
 def _place_heads(chip, bus: Bus, heads: dict[int, tuple[int, Sequence[int]]]) -> dict[int, list[int]]:
     """Each core's first transfers placed on `bus` (`head_transfer_ends`): its DMA slots after them."""
     dma = chip.dma
-    bpb = dma.beat_bytes / dma.system_bus_bytes
+    bus_cycles_per_beat = dma.beat_bytes / dma.system_bus_bytes
     out = {}
-    for core, (offset, transfers) in sorted(heads.items(), key=lambda kv: (kv[1][0], kv[0])):
+    for core, (offset, transfers) in sorted(heads.items(), key=lambda item: (item[1][0], item[0])):
         slots = [offset] * chip.dma_parallel_bursts
         for lines in transfers:
-            _place_transfer(chip, bus, slots, lines, bpb)
+            _place_transfer(chip, bus, slots, lines, bus_cycles_per_beat)
         out[core] = slots
     return out
 
 
-def _place_transfer(chip, bus: Bus, slots: list[int], lines: int, bpb: float) -> None:
+def _place_transfer(chip, bus: Bus, slots: list[int], lines: int, bus_cycles_per_beat: float) -> None:
     for count, beats in burst_groups(1, lines, lines, True, chip.dma_burst_beats):
-        occ = max(1, math.ceil(beats * bpb))
+        occ = max(1, math.ceil(beats * bus_cycles_per_beat))
         for _ in range(count):
-            i = slots.index(min(slots))
-            slots[i] = bus.alloc(slots[i] + chip.dma.latency_cycles, occ) + beats
+            slot = slots.index(min(slots))
+            slots[slot] = bus.alloc(slots[slot] + chip.dma.latency_cycles, occ) + beats
 
 
 def head_transfer_ends(chip, heads: dict[int, tuple[int, Sequence[int]]]) -> dict[int, int]:
@@ -226,16 +229,16 @@ def _window_rate(chip, heads: dict, mine: dict, until: int) -> tuple[float, floa
     transfers, `mine`'s among them); and the window's start (their first transfers' end)."""
     bus = Bus()
     slots = _place_heads(chip, bus, heads)
-    bpb = chip.dma.beat_bytes / chip.dma.system_bus_bytes
-    start = max(max(slots[c]) for c in mine)
+    bus_cycles_per_beat = chip.dma.beat_bytes / chip.dma.system_bus_bytes
+    start = max(max(slots[core_id]) for core_id in mine)
     if until <= start:
         return 0.0, float(start)
     beats = 0
-    live = {c: slots[c] for c in mine if mine[c][1]}
+    live = {core_id: slots[core_id] for core_id in mine if mine[core_id][1]}
     while live:  # the next transfer of the core whose DMA frees first, while it lands in time
-        core = min(live, key=lambda c: (min(live[c]), c))
+        core = min(live, key=lambda other: (min(live[other]), other))
         lines = mine[core][1][-1]
-        _place_transfer(chip, bus, live[core], lines, bpb)
+        _place_transfer(chip, bus, live[core], lines, bus_cycles_per_beat)
         end = max(live[core])
         beats += max(0, min(lines, until - (end - lines)))  # its beats that land by `until`
         if end >= until:
@@ -250,19 +253,20 @@ def bus_head_delays(chip, heads: Sequence[dict[int, tuple[int, Sequence[int]]]],
     longer than beside its own range's alone; and, while the others' first transfers still
     hold the bus, its DMA (`shares`: the fraction of its epoch it spends in DMA) gets only the
     gaps they leave (`_window_rate`, against its rate on a bus of its own)."""
-    everyone = {c: h for rh in heads for c, h in rh.items()}
+    everyone = {core: head for range_heads in heads for core, head in range_heads.items()}
     both = head_transfer_ends(chip, everyone)
     out = []
-    for j, own in enumerate(heads):
+    for index, own in enumerate(heads):
         alone = head_transfer_ends(chip, own)
-        delay = float(max((both[c] - alone[c] for c in own), default=0))
-        until = max((both[c] for rh in heads[:j] + heads[j + 1:] for c in rh), default=0)
-        if own and shares is not None and shares[j] > 0:
+        delay = float(max((both[core] - alone[core] for core in own), default=0))
+        others = heads[:index] + heads[index + 1:]
+        until = max((both[core] for range_heads in others for core in range_heads), default=0)
+        if own and shares is not None and shares[index] > 0:
             rate, start = _window_rate(chip, everyone, own, until)
             if until > start:
                 free, _ = _window_rate(chip, own, own, int(max(alone.values()) + until - start))
                 if rate > 0 and free > rate:
-                    delay += shares[j] * (until - start) * (free / rate - 1)
+                    delay += shares[index] * (until - start) * (free / rate - 1)
         out.append(delay)
     return out
 
@@ -279,7 +283,7 @@ def op_head_transfers(plan, row, chip, mapping, workers: int, cores: Sequence[in
         stream = planned_stream(graph, plan.op.name, chip)
         if stream is None:
             return None
-        return {cores[w]: (2, [p.in_lines]) for w, p in enumerate(stream.pieces[:workers])}
+        return {cores[worker]: (2, [piece.in_lines]) for worker, piece in enumerate(stream.pieces[:workers])}
     if unit != "matrix" or plan.gemm is None:
         return None
     tm, tn, tk = int(row["tile_m"]), int(row["tile_n"]), int(row["tile_k"])
@@ -293,16 +297,16 @@ def op_head_transfers(plan, row, chip, mapping, workers: int, cores: Sequence[in
     computing = -(-blocks // -(-blocks // workers))
     nbuf = int(check.buffers[0, 0])
     loads = ([tm * tn * 4 // 16] if shape.bias else []) + ([] if shared_a else [tm * tk // 16]) + [tn * tk // 16]
-    return {cores[w]: (nbuf * (3 - shared_a), loads) for w in range(min(computing, workers))}
+    return {cores[worker]: (nbuf * (3 - shared_a), loads) for worker in range(min(computing, workers))}
 
 
 def coupled_stages(places, tile_size: int) -> list[list[int]]:
     """The stages that meet at barriers: those whose cores share a tile, transitively
     (a stage over two tiles couples both)."""
     sets: list[tuple[set[int], list[int]]] = []
-    for s, p in enumerate(places):
-        tiles, members = {c // tile_size for c in p.cores}, [s]
-        for other in [x for x in sets if x[0] & tiles]:
+    for stage, stage_place in enumerate(places):
+        tiles, members = {core // tile_size for core in stage_place.cores}, [stage]
+        for other in [coupled for coupled in sets if coupled[0] & tiles]:
             sets.remove(other)
             tiles |= other[0]
             members += other[1]
@@ -623,33 +627,34 @@ def _handoff_loads(places, parts, times, handed: dict, banks: dict[str, int], se
     transfers, one head for them all, to its `heads`, in place). Returns the bytes they move
     (one request's) and each hand-off's note (per tensor and range)."""
     extra_bytes, said = 0, {}
-    for r, p in enumerate(parts[1:], 1):
-        loaders = places[r - 1].cores
+    for range_index, frame in enumerate(parts[1:], 1):
+        loaders = places[range_index - 1].cores
         head: dict[int, tuple[int, list[int]]] = {}
         to: dict[str, list[tuple[str, int]]] = {}
-        for op in (name for name in p["op"] if name in handed and banks.get(name, 0)):
-            row = p[p["op"] == op].iloc[0]
+        for op in (name for name in frame["op"] if name in handed and banks.get(name, 0)):
+            row = frame[frame["op"] == op].iloc[0]
             tm, tk = int(row["tile_m"]), int(row["tile_k"])
             tiles = banks[op] // sets  # one request's set, a tile a bank
-            load = handoff_cycles(places[r - 1].chip, tiles, tm * tk, len(loaders))
-            times[r - 1] = [np.append(times[r - 1][0], load), np.append(times[r - 1][1], 0),
-                            np.append(times[r - 1][2], tiles * tm * tk), np.append(times[r - 1][3], load),
-                            np.append(times[r - 1][4], 0)]
-            for j, core in enumerate(loaders[:tiles]):  # dealt round-robin, as the lowering does
-                head.setdefault(core, (0, []))[1].extend([tm * tk // 16] * len(range(j, tiles, len(loaders))))
+            load = handoff_cycles(places[range_index - 1].chip, tiles, tm * tk, len(loaders))
+            before = times[range_index - 1]
+            times[range_index - 1] = [np.append(before[0], load), np.append(before[1], 0),
+                                      np.append(before[2], tiles * tm * tk), np.append(before[3], load),
+                                      np.append(before[4], 0)]
+            for first, core in enumerate(loaders[:tiles]):  # dealt round-robin, as the lowering does
+                head.setdefault(core, (0, []))[1].extend([tm * tk // 16] * len(range(first, tiles, len(loaders))))
             extra_bytes += tiles * tm * tk
             to.setdefault(handed[op], []).append((op, tiles * tm * tk))
         if head:
-            heads[r - 1].append(head)
-        for t, ops in to.items():
-            said[(t, r)] = ops
+            heads[range_index - 1].append(head)
+        for tensor, ops in to.items():
+            said[(tensor, range_index)] = ops
     return extra_bytes, said
 
 
 def _handoff_bytes(chip, banks: dict[str, int], ranges, plans, overlap: bool) -> int:
     """The shared bytes the hand-offs' banks take (`handoff_banks`): in a pipeline all at once;
     one range after another, the most one range's take."""
-    per_range = [sum(banks.get(plans[i].op.name, 0) for i in rg) for rg in ranges]
+    per_range = [sum(banks.get(plans[op_index].op.name, 0) for op_index in op_range) for op_range in ranges]
     bank = chip.shared_memory.rows * chip.shared_memory.row_bytes
     return (sum(per_range) if overlap else max(per_range, default=0)) * bank
 
@@ -659,27 +664,28 @@ def _slot_cycles(chip, running: list[int], epochs, moved, dma_time, times, heads
     epoch's first transfers placed as the bus places them (`bus_head_delays`): the epoch an op
     begins starts with its `op_head_transfers` (`heads`, per range by op, its `times` syncs)."""
     starts = []  # per range: epoch -> its first transfers, the op that begins each epoch
-    for r in running:
-        syncs = times[r][1]
+    for range_index in running:
+        syncs = times[range_index][1]
         first: dict[int, dict] = {}
-        for e, h in zip(np.concatenate(([0], np.cumsum(syncs)[:-1])).tolist(), heads[r]):
-            if e not in first:
-                first[e] = h or {}
+        for epoch, head in zip(np.concatenate(([0], np.cumsum(syncs)[:-1])).tolist(), heads[range_index]):
+            if epoch not in first:
+                first[epoch] = head or {}
         starts.append(first)
-    n = max(len(epochs[r]) for r in running)
-    delay = [np.zeros(n) for _ in running]
-    nbytes = [np.zeros(n) for _ in running]
-    for e in range(n):
-        at = [s.get(e, {}) for s in starts]
-        if sum(bool(h) for h in at) < 2:
+    n_epochs = max(len(epochs[range_index]) for range_index in running)
+    delay = [np.zeros(n_epochs) for _ in running]
+    nbytes = [np.zeros(n_epochs) for _ in running]
+    for epoch in range(n_epochs):
+        at = [range_starts.get(epoch, {}) for range_starts in starts]
+        if sum(bool(head) for head in at) < 2:
             continue
-        shares = [min(1.0, float(dma_time[r][e]) / max(float(epochs[r][e]), 1.0))
-                  if e < min(len(epochs[r]), len(dma_time[r])) else 0.0 for r in running]
-        for j, d in enumerate(bus_head_delays(chip, at, shares)):
-            delay[j][e] = d
-            nbytes[j][e] = 16 * sum(sum(lines) for _, lines in at[j].values())
-    return lockstep_bus_cycles([epochs[r] for r in running], [moved[r] for r in running],
-                               [dma_time[r] for r in running], chip.dma.system_bus_bytes, delay, nbytes)
+        shares = [min(1.0, float(dma_time[range_index][epoch]) / max(float(epochs[range_index][epoch]), 1.0))
+                  if epoch < min(len(epochs[range_index]), len(dma_time[range_index])) else 0.0
+                  for range_index in running]
+        for position, head_delay in enumerate(bus_head_delays(chip, at, shares)):
+            delay[position][epoch] = head_delay
+            nbytes[position][epoch] = 16 * sum(sum(lines) for _, lines in at[position].values())
+    return lockstep_bus_cycles([epochs[index] for index in running], [moved[index] for index in running],
+                               [dma_time[index] for index in running], chip.dma.system_bus_bytes, delay, nbytes)
 
 
 def auto_options(graph, candidate: Candidate) -> list[Mapping]:
@@ -688,18 +694,19 @@ def auto_options(graph, candidate: Candidate) -> list[Mapping]:
     workers: two blocks of them, `place_layers`), two ranges cut before
     each matmul of the plan (whose A can come through shared memory), one after another
     (``"layers"``) and, with two or more requests, overlapped (``"pipeline"``)."""
-    m = candidate.mapping.model_dump(exclude_none=True)
-    m.pop("placement")
-    handoff = m.pop("handoff", None)
-    options = [Mapping.model_validate(m)]
+    fields = candidate.mapping.model_dump(exclude_none=True)
+    fields.pop("placement")
+    handoff = fields.pop("handoff", None)
+    options = [Mapping.model_validate(fields)]
     groups = len(candidate.chip.cores.groups)
     if groups >= 2 or (groups == 0 and candidate.mapping.workers >= 2):
         plans = plan_for(graph, candidate.mapping)
-        cuts = [k for k, p in enumerate(plans) if k and p.unit in HANDOFF_UNITS]  # a cut before it is worth costing
+        # a cut before each is worth costing
+        cuts = [op_index for op_index, plan in enumerate(plans) if op_index and plan.unit in HANDOFF_UNITS]
         kinds = ["layers"] + (["pipeline"] if (candidate.mapping.requests or 1) > 1 else [])
         for kind in kinds:
-            options += [Mapping.model_validate({**m, "placement": kind, "cuts": (k,),
-                                                **({"handoff": handoff} if handoff else {})}) for k in cuts]
+            options += [Mapping.model_validate({**fields, "placement": kind, "cuts": (op_index,),
+                                                **({"handoff": handoff} if handoff else {})}) for op_index in cuts]
     return options
 
 
@@ -719,12 +726,12 @@ def resolve_auto(graph, candidate: Candidate) -> Mapping:
     options = auto_options(graph, candidate)
     bounds = latency_bounds(graph, candidate.chip, options)
     best, best_latency = 0, np.inf
-    for i in sorted(range(len(options)), key=lambda i: (bounds[i], i)):
-        if bounds[i] > best_latency:
+    for option_index in sorted(range(len(options)), key=lambda option: (bounds[option], option)):
+        if bounds[option_index] > best_latency:
             break  # this option and every one after it are slower than the best
-        (latency,) = _latencies(graph, [Candidate(candidate.chip, options[i])])
-        if latency < best_latency or (latency == best_latency and np.isfinite(latency) and i < best):
-            best, best_latency = i, latency
+        (latency,) = _latencies(graph, [Candidate(candidate.chip, options[option_index])])
+        if latency < best_latency or (latency == best_latency and np.isfinite(latency) and option_index < best):
+            best, best_latency = option_index, latency
     if len(_AUTO) > 256:
         _AUTO.clear()
     _AUTO[key] = (graph, options[best])
@@ -734,12 +741,12 @@ def resolve_auto(graph, candidate: Candidate) -> Mapping:
 def auto_latencies(graph, candidate: Candidate) -> list[float]:
     """The modelled latency of every one of `auto_options` (inf where infeasible), each costed
     in full: what `resolve_auto` picks the lowest of without costing them all."""
-    return _latencies(graph, [Candidate(candidate.chip, m) for m in auto_options(graph, candidate)])
+    return _latencies(graph, [Candidate(candidate.chip, option) for option in auto_options(graph, candidate)])
 
 
 def _latencies(graph, candidates: Sequence[Candidate]) -> list[float]:
     totals, _, _ = estimate_layers(graph, candidates)  # SPMD's as a schedule too
-    return [float(t["latency_cycles"]) if t["feasible"] else np.inf for _, t in totals.iterrows()]
+    return [float(total["latency_cycles"]) if total["feasible"] else np.inf for _, total in totals.iterrows()]
 
 
 def latency_bounds(graph, chip, options: Sequence[Mapping]) -> list[float]:
@@ -847,28 +854,28 @@ def resolve_auto_stages(stages, candidate: Candidate) -> Mapping:
     on ``mapping.workers`` or ``"phase"``, whichever the uncalibrated model finds faster (SPMD
     on a tie or when neither is feasible); the emulator stage resolves it alike
     (`dse.numerics.run.emulate_placed`), once per process, stages and candidate."""
-    key = (tuple(id(g) for _, g in stages), candidate.hash)
+    key = (tuple(id(graph) for _, graph in stages), candidate.hash)
     hit = _AUTO_STAGES.get(key)
-    if hit is not None and all(a is b for a, (_, b) in zip(hit[0], stages)):
+    if hit is not None and all(cached is given for cached, (_, given) in zip(hit[0], stages)):
         return hit[1]
-    m = candidate.mapping.model_dump(exclude_none=True)
-    m.pop("placement")
-    options = [Mapping.model_validate(m), Mapping.model_validate({**m, "placement": "phase"})]
-    totals, _ = estimate_placed(stages, [Candidate(candidate.chip, o) for o in options])
-    latency = [float(t["latency_cycles"]) if t["feasible"] else np.inf for _, t in totals.iterrows()]
+    fields = candidate.mapping.model_dump(exclude_none=True)
+    fields.pop("placement")
+    options = [Mapping.model_validate(fields), Mapping.model_validate({**fields, "placement": "phase"})]
+    totals, _ = estimate_placed(stages, [Candidate(candidate.chip, option) for option in options])
+    latency = [float(total["latency_cycles"]) if total["feasible"] else np.inf for _, total in totals.iterrows()]
     best = options[1] if latency[1] < latency[0] else options[0]
     if len(_AUTO_STAGES) > 256:
         _AUTO_STAGES.clear()
-    _AUTO_STAGES[key] = ([g for _, g in stages], best)
+    _AUTO_STAGES[key] = ([graph for _, graph in stages], best)
     return best
 
 
 _AUTO_STAGES: dict[tuple, tuple[list, Mapping]] = {}
 
 
-def _infeasible(i: int, c: Candidate, reason: str) -> dict:
+def _infeasible(index: int, cand: Candidate, reason: str) -> dict:
     row = {name: np.nan for name in TOTAL_COLUMNS}
-    row.update(candidate=i, candidate_hash=c.hash, feasible=False, reason=reason, workers=c.mapping.workers)
+    row.update(candidate=index, candidate_hash=cand.hash, feasible=False, reason=reason, workers=cand.mapping.workers)
     return row
 
 
