@@ -73,18 +73,18 @@ def features(graph, candidates) -> list[dict]:
     """Per candidate: feasible, core, ball and syncs summed over the graph's ops, and the
     chip's own sync cost (uncalibrated model)."""
     per_op = estimate(graph, candidates)
-    g = per_op.groupby("candidate", sort=True)
-    sums = g[["core_cycles", "ball_cycles", "syncs"]].sum()
-    feasible = g["feasible"].all()
+    by_candidate = per_op.groupby("candidate", sort=True)
+    sums = by_candidate[["core_cycles", "ball_cycles", "syncs"]].sum()
+    feasible = by_candidate["feasible"].all()
     reason = per_op[~per_op["feasible"]].groupby("candidate")["reason"].first()
     out = []
-    for i, c in enumerate(candidates):
-        fe = c.chip.front_end
+    for index, cand in enumerate(candidates):
+        front_end = cand.chip.front_end
         out.append({
-            "feasible": bool(feasible.get(i, True)), "reason": reason.get(i, ""),
-            "core": float(sums["core_cycles"].get(i, 0)), "ball": float(sums["ball_cycles"].get(i, 0)),
-            "syncs": float(sums["syncs"].get(i, 0)),
-            "default_sync": float(fe.barrier_cycles if c.mapping.workers > 1 else fe.fence_cycles),
+            "feasible": bool(feasible.get(index, True)), "reason": reason.get(index, ""),
+            "core": float(sums["core_cycles"].get(index, 0)), "ball": float(sums["ball_cycles"].get(index, 0)),
+            "syncs": float(sums["syncs"].get(index, 0)),
+            "default_sync": float(front_end.barrier_cycles if cand.mapping.workers > 1 else front_end.fence_cycles),
         })
     return out
 
@@ -93,7 +93,7 @@ def errors(points: Sequence[Point], constants: dict[str, float] | None) -> dict[
     """Mean absolute and largest absolute percentage error of the model on `points`."""
     if not points:
         return {"mape": float("nan"), "max": float("nan"), "points": 0}
-    rel = np.array([abs(p.model(constants) - p.measured) / p.measured for p in points]) * 100
+    rel = np.array([abs(point.model(constants) - point.measured) / point.measured for point in points]) * 100
     return {"mape": float(rel.mean()), "max": float(rel.max()), "points": len(points)}
 
 
@@ -120,10 +120,10 @@ def fit(points: Sequence[Point], iterations: int = 30) -> Fit:
     the uncalibrated model on its own points, the uncalibrated constants are kept."""
     if not points:
         raise ValueError("no measured points to fit")
-    X = np.array([[p.core, p.ball, p.syncs] for p in points], dtype=np.float64)
-    y = np.array([p.measured for p in points], dtype=np.float64)
+    X = np.array([[point.core, point.ball, point.syncs] for point in points], dtype=np.float64)
+    y = np.array([point.measured for point in points], dtype=np.float64)
     Xr = X / y[:, None]  # model / measured per unit constant: residuals are relative errors
-    default = np.array([1.0, 1.0, float(np.mean([p.default_sync for p in points]))])
+    default = np.array([1.0, 1.0, float(np.mean([point.default_sync for point in points]))])
     theta = _solve(Xr, np.ones_like(y), default)
     for _ in range(iterations):  # IRLS: weights 1/|r| turn squares into absolute values
         r = np.abs(Xr @ theta - 1.0)
@@ -135,8 +135,9 @@ def fit(points: Sequence[Point], iterations: int = 30) -> Fit:
     if after["mape"] > before["mape"]:
         constants = {"core_scale": 1.0, "ball_scale": 1.0, "sync_cycles": float(default[2])}
         after = errors(points, constants)
-    rows = [{"label": p.label, "measured": p.measured, "before": p.model(None), "after": p.model(constants)}
-            for p in points]
+    rows = [{"label": point.label, "measured": point.measured, "before": point.model(None),
+             "after": point.model(constants)}
+            for point in points]
     return Fit(constants, before, after, rows)
 
 
@@ -150,7 +151,7 @@ def calibration_points(chip, recipes: Iterable[str] | None = None, workers: Iter
 
     points, skipped = [], []
     recipes = list(recipes or CALIBRATION_SET)
-    workers = [w for w in workers if w <= chip.cores.count]
+    workers = [workers_count for workers_count in workers if workers_count <= chip.cores.count]
     policies = list(policies)
     # Each point is a whole emulator run: a bar on a terminal, nothing otherwise (disable=None).
     with tqdm(total=len(recipes) * len(workers) * len(policies), desc=f"calibrate {chip.name}", unit="run",
@@ -160,11 +161,11 @@ def calibration_points(chip, recipes: Iterable[str] | None = None, workers: Iter
             bar.set_description(f"calibrate: {recipe} frontend")
             pipe = run_pipeline(recipe, params)
             _, inputs = instantiate(load_recipe(recipe), **params)
-            for w in workers:
+            for workers_count in workers:
                 for policy in policies:
-                    label = f"{recipe} {chip.name} w{w} {policy}"
+                    label = f"{recipe} {chip.name} w{workers_count} {policy}"
                     bar.set_description(f"calibrate: {label}")
-                    cand = Candidate(chip, Mapping(policy=policy, workers=w))
+                    cand = Candidate(chip, Mapping(policy=policy, workers=workers_count))
                     feat = features(pipe.graph, [cand])[0]
                     try:
                         if not feat["feasible"]:

@@ -32,16 +32,16 @@ def _apportion(total: int, shares: list[float], cap: int) -> list[int]:
     open_ = list(range(len(shares)))
     left = total
     while left and open_:
-        weight = sum(shares[e] for e in open_)
-        exact = {e: left * shares[e] / weight for e in open_}
-        give = {e: int(exact[e]) for e in open_}
-        by_remainder = sorted(open_, key=lambda e: (-(exact[e] - give[e]), e))
-        for e in by_remainder[:left - sum(give.values())]:
-            give[e] += 1
-        for e in open_:
-            counts[e] += min(give[e], cap - counts[e])
+        weight = sum(shares[expert] for expert in open_)
+        exact = {expert: left * shares[expert] / weight for expert in open_}
+        give = {expert: int(exact[expert]) for expert in open_}
+        by_remainder = sorted(open_, key=lambda other: (-(exact[other] - give[other]), other))
+        for expert in by_remainder[:left - sum(give.values())]:
+            give[expert] += 1
+        for expert in open_:
+            counts[expert] += min(give[expert], cap - counts[expert])
         left = total - sum(counts)
-        open_ = [e for e in open_ if counts[e] < cap]
+        open_ = [expert for expert in open_ if counts[expert] < cap]
     return counts
 
 
@@ -50,7 +50,7 @@ def expert_counts(layer: MoeLayer, routing: Routing) -> list[int]:
     top_k distinct experts)."""
     if routing.kind == "measured":
         return layer.counts
-    shares = [1.0 if routing.kind == "balanced" else (e + 1) ** -routing.skew for e in range(layer.experts)]
+    shares = [1.0 if routing.kind == "balanced" else (expert + 1) ** -routing.skew for expert in range(layer.experts)]
     return _apportion(layer.tokens * layer.top_k, shares, layer.tokens)
 
 
@@ -82,9 +82,9 @@ def routed(graph: Graph, routing: Routing, capacity_factor: float | None = None)
         cap = None if capacity_factor is None else capacity(layer, capacity_factor)
         notes.append(f"{layer.name} tokens per expert {counts}" + (f" (capacity {cap})" if cap is not None else ""))
         if cap is not None and max(counts) > cap:
-            e = counts.index(max(counts))
-            reasons.append(f"routing {routing} sends {counts[e]} tokens to expert {e} of {layer.name}, over its "
-                           f"capacity {cap} (capacity_factor {capacity_factor:g} x {layer.tokens * layer.top_k} "
+            busiest = counts.index(max(counts))
+            reasons.append(f"routing {routing} sends {counts[busiest]} tokens to expert {busiest} of {layer.name}, "
+                           f"over its capacity {cap} (capacity_factor {capacity_factor:g} x {layer.tokens * layer.top_k} "
                            f"routed tokens / {layer.experts} experts)")
     note = f"routing {routing}: " + "; ".join(notes) if layers else ""
     if routing.kind == "measured" or not layers or reasons:
@@ -104,16 +104,16 @@ def estimate_spread(graph: Graph, cands, calibration: dict | None = None):
     op. An expert op's row holds its one-worker cycles (the experts of different workers
     overlap: the total is not the sum of the rows)."""
     per_op = estimate(graph, cands, calibration)
-    ones = [Candidate(c.chip, c.mapping.model_copy(update={"workers": 1, "experts": None})) for c in cands]
+    ones = [Candidate(each.chip, each.mapping.model_copy(update={"workers": 1, "experts": None})) for each in cands]
     per_one = estimate(graph, ones, calibration)
     barrier = CandidateArrays.from_candidates(list(cands)).barrier_cycles
-    columns = [c for c in per_op.columns if c not in ("candidate", "candidate_hash", "op", "kind")]
+    columns = [column for column in per_op.columns if column not in ("candidate", "candidate_hash", "op", "kind")]
     latency, imbalances = [], []
-    for i, cand in enumerate(cands):
+    for cand_index, cand in enumerate(cands):
         blocks = spread_blocks(graph, cand.mapping.workers)
-        rows = (per_op["candidate"] == i).to_numpy()
+        rows = (per_op["candidate"] == cand_index).to_numpy()
         ops = per_op.loc[rows, "op"].to_numpy()
-        one = per_one.loc[(per_one["candidate"] == i).to_numpy()].set_index("op")
+        one = per_one.loc[(per_one["candidate"] == cand_index).to_numpy()].set_index("op")
         cycles = per_op.loc[rows, "cycles"].to_numpy(dtype=np.float64)
         total = cycles.sum()
         worst = 1.0
@@ -121,9 +121,9 @@ def estimate_spread(graph: Graph, cands, calibration: dict | None = None):
             in_block = np.isin(ops, list(block.cores))
             total -= cycles[in_block].sum()
             busy = [0.0] * cand.mapping.workers
-            for name, w in block.cores.items():
-                busy[w] += float(one.at[name, "cycles"])
-            total += max(busy) + float(barrier[i])
+            for name, worker in block.cores.items():
+                busy[worker] += float(one.at[name, "cycles"])
+            total += max(busy) + float(barrier[cand_index])
             index = np.flatnonzero(rows)[in_block]
             per_op.loc[index, columns] = one.loc[ops[in_block], columns].to_numpy()
             worst = max(worst, core_imbalance(block.tokens))

@@ -72,21 +72,21 @@ def span_costs(graph, params: CandidateArrays, chips, workers: int, mappings=Non
     return _merged(groups, params.n)
 
 
-def _merged(groups, n: int) -> tuple[list[OpCost], np.ndarray]:
+def _merged(groups, n_cands: int) -> tuple[list[OpCost], np.ndarray]:
     """Per-group results (candidate indices, (costs, halo)) put back in candidate order."""
     first_costs, first_halo = groups[0][1]
     costs = []
-    for k, proto in enumerate(first_costs):
+    for position, proto in enumerate(first_costs):
         fields = {}
         for name, value in vars(proto).items():
-            arr = np.empty(n, dtype=value.dtype)
-            for idx, (cs, _) in groups:
-                arr[idx] = getattr(cs[k], name)
+            arr = np.empty(n_cands, dtype=value.dtype)
+            for idx, (group_costs, _) in groups:
+                arr[idx] = getattr(group_costs[position], name)
             fields[name] = arr
         costs.append(OpCost(**fields))
-    halo = np.empty((first_halo.shape[0], n), dtype=first_halo.dtype)
-    for idx, (_, h) in groups:
-        halo[:, idx] = h
+    halo = np.empty((first_halo.shape[0], n_cands), dtype=first_halo.dtype)
+    for idx, (_, group_halo) in groups:
+        halo[:, idx] = group_halo
     return costs, halo
 
 
@@ -95,7 +95,8 @@ def _stack_plans(graph, stack: SharedStack | None):
     plans = plan_graph(graph)
     if stack is None:
         return plans
-    return [dataclasses.replace(p, gemm=stack.gemm(p.op.name, p.gemm)) if p.gemm is not None else p for p in plans]
+    return [dataclasses.replace(plan, gemm=stack.gemm(plan.op.name, plan.gemm)) if plan.gemm is not None else plan
+            for plan in plans]
 
 
 def _preload(params: CandidateArrays, stack: SharedStack, active: int,
@@ -107,9 +108,9 @@ def _preload(params: CandidateArrays, stack: SharedStack, active: int,
     tile_size = int(params.tile_size[0])
     cycles, nbytes = [], []
     for banks in stack.loads(active, tile_size, wave):
-        b = np.array([sizes[j] for j in banks], dtype=np.int64)
-        cycles.append(int(candidate_dma_cycles(params, b[:, None]).sum()) if b.size else 0)
-        nbytes.append(int(b.sum()))
+        tile_bytes = np.array([sizes[bank] for bank in banks], dtype=np.int64)
+        cycles.append(int(candidate_dma_cycles(params, tile_bytes[:, None]).sum()) if tile_bytes.size else 0)
+        nbytes.append(int(tile_bytes.sum()))
     bus = -(-sum(nbytes) // int(params.system_bus_bytes[0]))
     ready = max(max(cycles, default=0), bus) + int(params.shared_latency[0]) + int(params.barrier_cycles[0])
     return cycles, nbytes, ready
@@ -121,13 +122,13 @@ def _span_costs(graph, params: CandidateArrays, chips, workers: int, mapping=Non
     spec = graph.tensors[out]
     length = spec.shape[axes[out]]
     one = _one_worker(params)
-    spans = [s for s in span_partition(length, workers) if len(s)]
+    spans = [span for span in span_partition(length, workers) if len(span)]
     graphs = [span_graph(graph, out, span)[0] for span in spans]
     stack = None
     if mapping is not None:
         stack = shared_stack(graphs, chips[0], mapping.model_copy(update={"workers": 1}))
     usable = stack if stack is not None and not stack.reason else None
-    whole = {op.name: c for op, c in zip(graph.ops, graph_costs(graph, one, chips, _stack_plans(graph, usable)))}
+    whole = {op.name: cost for op, cost in zip(graph.ops, graph_costs(graph, one, chips, _stack_plans(graph, usable)))}
     names = [op.name for op in graph.ops]
     per_worker = []  # per worker: {op name: OpCost} with slices folded into their consumer
     totals = []
@@ -136,17 +137,17 @@ def _span_costs(graph, params: CandidateArrays, chips, workers: int, mapping=Non
     # each later wave: a BARRIER, its loads, a BARRIER before the op it begins (every worker
     # meets them, so the workers run in lock step wave by wave)
     starts = usable.starts if usable is not None else {}
-    later = {name: _preload(params, usable, len(spans), k) for name, k in starts.items()}
+    later = {name: _preload(params, usable, len(spans), wave_index) for name, wave_index in starts.items()}
     wave_of = np.cumsum([name in starts for name in names]).tolist()
-    for w, (span, sg) in enumerate(zip(spans, graphs)):
-        costs = graph_costs(sg, one, chips, _stack_plans(sg, usable))
+    for worker, (span, worker_graph) in enumerate(zip(spans, graphs)):
+        costs = graph_costs(worker_graph, one, chips, _stack_plans(worker_graph, usable))
         folded: dict[str, OpCost] = {}
         pending = None
-        for op, c in zip(sg.ops, costs):
+        for op, cost in zip(worker_graph.ops, costs):
             if op.name not in whole:  # a slice the span graph added: charge it to its consumer
-                pending = c if pending is None else _sum(pending, c)
+                pending = cost if pending is None else _sum(pending, cost)
                 continue
-            folded[op.name] = c if pending is None else _sum(c, pending)
+            folded[op.name] = cost if pending is None else _sum(cost, pending)
             pending = None
         # assembly: the owned rows copied into the shared output (a core copy)
         shape = list(spec.shape)
@@ -160,36 +161,38 @@ def _span_costs(graph, params: CandidateArrays, chips, workers: int, mapping=Non
         last.busy_cycles = last.busy_cycles + np.ceil(math.prod(shape) * params.copy_cpe).astype(np.int64)
         last.core_busy = last.core_busy + np.ceil(math.prod(shape) * params.copy_cpe).astype(np.int64)
         if loads is not None:  # the stack's shared copy, then its BARRIER, before the span's first op
-            first = folded[next(n for n in names if n in folded)]
+            first = folded[next(op_name for op_name in names if op_name in folded)]
             cycles, nbytes, ready = loads
             first.cycles = np.where(first.feasible, first.cycles + ready, 0)
-            first.dma_cycles = first.dma_cycles + cycles[w]
-            first.dma_bytes = first.dma_bytes + nbytes[w]
-            first.shared_writes = first.shared_writes + nbytes[w] // int(params.row_bytes[0])  # into shared banks
+            first.dma_cycles = first.dma_cycles + cycles[worker]
+            first.dma_bytes = first.dma_bytes + nbytes[worker]
+            first.shared_writes = first.shared_writes + nbytes[worker] // int(params.row_bytes[0])  # into shared banks
             first.syncs = first.syncs + 1
         for name, (cycles, nbytes, ready) in later.items():
             op = folded[name]
             op.cycles = np.where(op.feasible, op.cycles + params.barrier_cycles + ready, 0)
-            op.dma_cycles = op.dma_cycles + cycles[w]
-            op.dma_bytes = op.dma_bytes + nbytes[w]
-            op.shared_writes = op.shared_writes + nbytes[w] // int(params.row_bytes[0])
+            op.dma_cycles = op.dma_cycles + cycles[worker]
+            op.dma_bytes = op.dma_bytes + nbytes[worker]
+            op.shared_writes = op.shared_writes + nbytes[worker] // int(params.row_bytes[0])
             op.syncs = op.syncs + 2
         per_worker.append(folded)
-        totals.append([sum((folded[n].cycles for n, k in zip(names, wave_of) if n in folded and k == wave),
+        totals.append([sum((folded[op_name].cycles for op_name, wave_index in zip(names, wave_of)
+                            if op_name in folded and wave_index == wave),
                            np.zeros(params.n, dtype=np.int64)) for wave in range(len(starts) + 1)])
     # per wave and candidate, the slowest worker (all of them meet at the wave's end)
-    slowest = [np.argmax(np.stack([t[wave] for t in totals]), axis=0) for wave in range(len(starts) + 1)]
+    slowest = [np.argmax(np.stack([worker_totals[wave] for worker_totals in totals]), axis=0)
+               for wave in range(len(starts) + 1)]
     result = []
     halo = []
     for name, wave in zip(names, wave_of):
-        parts = [w.get(name) for w in per_worker]
-        present = [p for p in parts if p is not None]
+        parts = [folded.get(name) for folded in per_worker]
+        present = [part for part in parts if part is not None]
         chosen = _pick(parts, slowest[wave], whole[name])
-        busy = sum(p.busy_cycles for p in present)
+        busy = sum(part.busy_cycles for part in present)
         chosen.busy_cycles = busy
-        chosen.dma_bytes = sum(p.dma_bytes for p in present)  # every worker moves its own
-        for f in ACTIVITY_FIELDS + ("workspace_bytes",):  # and does its own work
-            setattr(chosen, f, sum(getattr(p, f) for p in present))
+        chosen.dma_bytes = sum(part.dma_bytes for part in present)  # every worker moves its own
+        for field_name in ACTIVITY_FIELDS + ("workspace_bytes",):  # and does its own work
+            setattr(chosen, field_name, sum(getattr(part, field_name) for part in present))
         if usable is not None:  # the stack's banks: the most one wave holds
             bank = int(params.shared_rows[0]) * int(params.shared_row_bytes[0])
             chosen.shared_bytes = np.full_like(chosen.shared_bytes, usable.banks * bank)
@@ -197,7 +200,7 @@ def _span_costs(graph, params: CandidateArrays, chips, workers: int, mapping=Non
             chosen.feasible = np.zeros_like(chosen.feasible)
             chosen.reason = np.full_like(chosen.reason, stack.reason)
         result.append(chosen)
-        computed = sum(p.cycles for p in present) - (sum(assembly) if name == names[-1] else 0)
+        computed = sum(part.cycles for part in present) - (sum(assembly) if name == names[-1] else 0)
         if loads is not None and name == names[0]:  # the stack's load is no recomputation
             computed = computed - loads[2] * len(present)
         if name in later:
@@ -206,30 +209,30 @@ def _span_costs(graph, params: CandidateArrays, chips, workers: int, mapping=Non
     # DRAM: the spans' lowering lays out the assembled output, each span graph's own tensors
     # and (shared weights) the stack's blocked copies, in place of the whole graph's tensors
     final = pad(math.prod(padded_shape(tuple(spec.shape))) * itemsize(spec.dtype), 64)
-    extra = final + sum(dram_footprint(sg) for sg in graphs) - dram_footprint(graph)
+    extra = final + sum(dram_footprint(worker_graph) for worker_graph in graphs) - dram_footprint(graph)
     if usable is not None:
-        extra += sum(pad(w.tiles * w.tile_bytes, 64) for wave in usable.waves for w in wave)
+        extra += sum(pad(worker.tiles * worker.tile_bytes, 64) for wave in usable.waves for worker in wave)
     result[0].workspace_bytes = result[0].workspace_bytes + extra
     return result, np.stack(halo)
 
 
-def _sum(a: OpCost, b: OpCost) -> OpCost:
-    out = OpCost(**vars(a))
-    for f in ("cycles", "compute_cycles", "dma_cycles", "core_cycles", "ball_cycles", "busy_cycles", "syncs",
+def _sum(first: OpCost, second: OpCost) -> OpCost:
+    out = OpCost(**vars(first))
+    for field_name in ("cycles", "compute_cycles", "dma_cycles", "core_cycles", "ball_cycles", "busy_cycles", "syncs",
               "dma_bytes", *ACTIVITY_FIELDS, "workspace_bytes"):
-        setattr(out, f, getattr(a, f) + getattr(b, f))
-    for f in ("sram_bytes", "bank_rows", "banks"):
-        setattr(out, f, np.maximum(getattr(a, f), getattr(b, f)))
-    out.feasible = a.feasible & b.feasible
-    out.reason = np.where(a.reason != "", a.reason, b.reason)
+        setattr(out, field_name, getattr(first, field_name) + getattr(second, field_name))
+    for field_name in ("sram_bytes", "bank_rows", "banks"):
+        setattr(out, field_name, np.maximum(getattr(first, field_name), getattr(second, field_name)))
+    out.feasible = first.feasible & second.feasible
+    out.reason = np.where(first.reason != "", first.reason, second.reason)
     return out
 
 
 def _pick(parts: list[OpCost | None], slowest: np.ndarray, fallback: OpCost) -> OpCost:
     """Per candidate, the slowest worker's figures for this op."""
     out = OpCost(**vars(fallback))
-    for f, v in vars(fallback).items():
-        rows = [getattr(p, f) if p is not None else np.zeros_like(v) for p in parts]
-        stacked = np.stack([np.broadcast_to(r, np.shape(v)) for r in rows])
-        setattr(out, f, np.take_along_axis(stacked, slowest[None, :], axis=0)[0])
+    for field_name, value in vars(fallback).items():
+        rows = [getattr(part, field_name) if part is not None else np.zeros_like(value) for part in parts]
+        stacked = np.stack([np.broadcast_to(row, np.shape(value)) for row in rows])
+        setattr(out, field_name, np.take_along_axis(stacked, slowest[None, :], axis=0)[0])
     return out
