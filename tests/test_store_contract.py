@@ -117,7 +117,8 @@ def test_every_reader_reads_what_the_writer_wrote(store_url):
             seen[kind] = (reads_of(reader, range(1, 7), range(1, 9)), reader.reason_groups(1),
                           reader.workload_points(1), reader.analytical_statuses(1),
                           plain(reader.figure_columns(["analytical", "emulator_cycles"], ["latency_cycles"], 1)),
-                          reader.check_evidence(1).counts, reader.artifact_path("ab" * 32))
+                          reader.check_evidence(1).counts, reader.artifact_path("ab" * 32),
+                          reader.reused_run_rows(1))
     assert seen["LightStore"] == seen["Store"]
     values = seen["Store"][0]
     assert values["statuses of 1"] == [("failed", 2), ("ok", 1), ("infeasible", 1), ("not run", 1)]

@@ -120,6 +120,9 @@ class LightStore(PageReads):
     def run_rows(self, candidate: int) -> list[dict[str, Any]]:
         return sql_reads.run_dicts(*sql_reads.runs(self._run, None, candidate))
 
+    def reused_run_rows(self, experiment_id: int) -> list[dict[str, Any]]:
+        return sql_reads.reused_runs(self._run, int(experiment_id))
+
     def total_metric_rows(self, candidate: int) -> list[dict[str, Any]]:
         return sql_reads.total_metrics(self._run, candidate)
 

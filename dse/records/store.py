@@ -933,6 +933,13 @@ class Store(PageReads):
         with self._read() as connection:
             return reads.run_rows(connection, candidate)
 
+    @retrying
+    def reused_run_rows(self, experiment_id: int) -> list[dict[str, Any]]:
+        """The experiment's runs that link to an earlier run's evidence, as `run_rows` gives
+        them (`sql_reads.reused_runs`)."""
+        with self._read() as connection:
+            return sql_reads.reused_runs(reads.text_runner(connection), int(experiment_id))
+
     # ---- what an acceptance judgement reads (`dse.runner.acceptance.judge_experiment`;
     # the light read has the same methods, running the same SQL) ----------------------------
 

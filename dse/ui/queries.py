@@ -161,17 +161,16 @@ def _page_through_runs(reader: PageReader, connection: Connection, experiment_id
 
 
 def page_of(reader: PageReader, ranked: Sequence[int], query: CandidateQuery, names: list[str]) -> CandidatePage:
-    """The page `query.page` of candidates in the order `ranked` (`ranked`): their rows."""
+    """The page `query.page` of candidates in the order `ranked` (`ranked`'s ids): their rows,
+    read through the reader (`PageReader.page_rows`)."""
     start = (query.page - 1) * query.per_page
     ids = [int(i) for i in ranked[start:start + query.per_page]]
     return CandidatePage(reader.page_rows(ids), len(ranked), query, names)
 
 
 def ranked_ids(connection: Connection, experiment_id: int, query: CandidateQuery, names: list[str]) -> np.ndarray:
-    """The ids of the experiment's candidates that match `query`'s filters, in its order
-    (its page aside), sorted and filtered by the database: one pass over the candidates,
-    whose result serves every page of the same query (`dse.ui.memo` keeps it while the
-    records stay as they are)."""
+    """`ranked`'s ids sorted and filtered by the database instead (from candidate_run and
+    latest_metric, one pass over the candidates): the tests' and benches' reference."""
     query = query.checked(names)
     stmt, order = _ranked(connection, experiment_id, query, names)
     return np.fromiter(connection.execute(stmt.order_by(*order)).scalars(), dtype=np.int64)
