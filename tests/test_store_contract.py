@@ -14,11 +14,12 @@ import pytest
 from pg import pg_server, pg_url  # noqa: F401  (fixtures)
 from test_light_reads import add_runs, fill_more, reads_of
 
-from dse.records import RecordNotFound, Store
+from dse.records import RecordNotFound, Store, page_reads
 from dse.records.contract import (PAGE_METHODS, READER_METHODS, WRITER_METHODS, PageReader, RecordReader,
                                   RecordWriter)
 from dse.records.light import LightStore, open_light
 from dse.runner.acceptance import judge_experiment
+from dse.runner.result import DONE
 from dse.ui import queries
 from dse.ui.queries import CandidateQuery
 
@@ -286,6 +287,10 @@ def test_every_reader_reads_the_same_pages(store_url):
     # the order of every page (a page's query aside): the first page's but for page 2's query
     assert got["ranked"] == {repr(q): [1, 2, 3, 4, 6] if q.page == 2 else page[2] for q, page in by_hand}
     assert got["boundaries"] == [[1, 2], [3, 4], [6], []]
+
+
+def test_the_live_view_counts_what_a_sweep_counts_as_done():
+    assert set(page_reads.DONE_STATUSES) == DONE
 
 
 def test_the_database_ranks_as_the_readers_do(store_url):

@@ -23,8 +23,9 @@ from dse.records.sql_reads import Run
 
 _T = TypeVar("_T")
 
-# A run's final statuses but "crashed" (`dse.runner.result.DONE`): what a sweep counts as done.
-_DONE = ("failed", "infeasible", "ok", "pruned")
+# A run's final statuses but "crashed": what a sweep counts as done (`dse.runner.result.DONE`,
+# which the records do not import; tests/test_store_contract.py checks that they agree).
+DONE_STATUSES = ("failed", "infeasible", "ok", "pruned")
 
 # The run whose figures name an experiment's metrics: the baseline's latest ok analytical
 # run, else any ok analytical run (every ok run of a sweep records the same names).
@@ -33,7 +34,7 @@ BASELINE_METRIC_RUN = ("SELECT max(id) FROM run WHERE candidate_id = :candidate_
 ANY_METRIC_RUN = ("SELECT r.id FROM run r JOIN candidate c ON r.candidate_id = c.id WHERE c.experiment_id = "
                   ":experiment_id AND r.stage = 'analytical' AND r.status = 'ok' LIMIT 1")
 # Each candidate of an experiment with its latest analytical run (candidate_run), by id.
-_LATEST_ANALYTICAL = ("SELECT c.id, c.origin, cr.run_id, cr.status FROM candidate c LEFT OUTER JOIN candidate_run cr "
+LATEST_ANALYTICAL = ("SELECT c.id, c.origin, cr.run_id, cr.status FROM candidate c LEFT OUTER JOIN candidate_run cr "
                       "ON cr.candidate_id = c.id AND cr.role = 'analytical' WHERE c.experiment_id = :experiment_id "
                       "ORDER BY c.id")
 # What the table shows of each candidate to match a text against: its changes and the
@@ -54,7 +55,7 @@ EMULATOR_RUNS = ("SELECT r.status, count(r.id) FROM run r JOIN candidate c ON r.
                  "WHERE c.experiment_id = :experiment_id AND r.stage = 'emulator' GROUP BY r.status")
 # Candidates whose latest analytical run has ended.
 ANALYSED = ("SELECT count(*) FROM candidate_run WHERE experiment_id = :experiment_id AND role = 'analytical' "
-            f"AND status IN ({', '.join(repr(s) for s in _DONE)})")
+            f"AND status IN ({', '.join(repr(s) for s in DONE_STATUSES)})")
 # Runs of a stage finished (not pruned: no work) since a moment, and the first start of one.
 FINISHED_SINCE = ("SELECT count(r.id), min(r.started_at) FROM run r JOIN candidate c ON r.candidate_id = c.id "
                   "WHERE c.experiment_id = :experiment_id AND r.stage = :stage AND r.status != 'pruned' "
@@ -89,7 +90,7 @@ def metric_names(run: Run, experiment_id: int, baseline_id: int | None) -> list[
 def analytical_runs(run: Run, experiment_id: int) -> list[tuple[int, str, int | None, str | None]]:
     """[(candidate id, origin, its latest analytical run's id and status, None and None without
     one)] of the experiment's candidates, by id."""
-    return [tuple(r) for r in run(_LATEST_ANALYTICAL, {"experiment_id": int(experiment_id)})[1]]
+    return [tuple(r) for r in run(LATEST_ANALYTICAL, {"experiment_id": int(experiment_id)})[1]]
 
 
 def changes_text(diff: dict) -> str:
