@@ -192,22 +192,29 @@ def bench_pages(url: str, repeat: int, n: int) -> None:
 
 
 def bench_page_queries(url: str, repeat: int) -> None:
-    """The sorted + filtered page's query (dse.ui.queries.candidate_page), each
-    candidate's latest analytical run from candidate_run and its figure from
-    latest_metric, against the same page read from the runs and the metric rows (the way
-    before migration 0011), interleaved; both must give the same page."""
+    """The sorted + filtered page's query ranked by the database (dse.ui.queries.ranked_ids:
+    each candidate's latest analytical run from candidate_run and its figure from
+    latest_metric), against the same page read from the runs and the metric rows (the way
+    before migration 0011), interleaved; both must give the same page. Then the page as the
+    UI ranks it, in memory from one read (queries.rankable) through the store's contract."""
     from dse.ui import queries
 
     page = queries.CandidateQuery(sort="latency_cycles", descending=True, status="ok", metric="latency_cycles",
                                   high=5e6)
+    # A tree before the UI's reads went behind the store's contract: its queries on a connection.
+    contract = hasattr(queries, "reference_page")
     times = {False: [], True: []}
     with Store(url) as store, store.engine.connect() as connection:
-        names = queries.metric_names(connection, 1, store.experiment(1)["baseline_candidate_id"])
+        baseline = store.experiment(1)["baseline_candidate_id"]
+        names = store.metric_names(1, baseline) if contract else queries.metric_names(connection, 1, baseline)
         pages = {}
         for _ in range(repeat):
             for through_runs in (False, True):
                 start = time.perf_counter()
-                pages[through_runs] = queries.candidate_page(connection, 1, page, names, through_runs=through_runs)
+                if contract:
+                    pages[through_runs] = queries.reference_page(store, 1, page, names, through_runs=through_runs)
+                else:
+                    pages[through_runs] = queries.candidate_page(connection, 1, page, names, through_runs=through_runs)
                 times[through_runs].append(time.perf_counter() - start)
         assert (pages[False].rows, pages[False].total) == (pages[True].rows, pages[True].total)
     new, old = (statistics.median(times[k]) for k in (False, True))
@@ -222,7 +229,7 @@ def bench_page_queries(url: str, repeat: int) -> None:
     with Store(url) as store, store.engine.connect() as connection:
         for _ in range(repeat):
             start = time.perf_counter()
-            table = queries.rankable(connection, 1, names)
+            table = queries.rankable(store if contract else connection, 1, names)
             times["read"].append(time.perf_counter() - start)
             start = time.perf_counter()
             mine = queries.ranked(table, page, names)
@@ -234,6 +241,10 @@ def bench_page_queries(url: str, repeat: int) -> None:
     read, ranked, sql = (statistics.median(times[k]) for k in ("read", "ranked", "ranked_ids"))
     print(f"  {'  its ranking in memory (queries.ranked)':<58} {ranked:>9.3f} s  vs the database's {sql:.3f} s: "
           f"x{ranked / sql:.3f} (the read it ranks from, once a state: {read:.3f} s)")
+    if contract:  # the page's 50 rows through the store's contract, as the UI reads them
+        with Store(url) as store:
+            rows = median_time(lambda: queries.page_of(store, mine, page, names), repeat)
+        print(f"  {'  its 50 rows (PageReader.page_rows)':<58} {rows:>9.3f} s")
 
 
 def bench_outcome_counts(url: str, repeat: int) -> None:

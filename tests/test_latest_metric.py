@@ -84,7 +84,7 @@ def agrees(store: Store, experiment: str) -> dict:
     with store.engine.connect() as connection:
         for kind in ("analytical", "emulator_cycles", "rtl_cycles"):
             tables_agree(connection, experiment, kind)
-        candidates_agree(connection, experiment)
+        candidates_agree(store, connection, experiment)
     return now
 
 
@@ -102,20 +102,20 @@ def tables_agree(connection, experiment: str, kind: str) -> pd.DataFrame:
     return new
 
 
-def candidates_agree(connection, experiment: str) -> None:
+def candidates_agree(store, connection, experiment: str) -> None:
     """`candidates` (candidate_run, the driver's rows) equals the read from the runs through
     SQLAlchemy's rows; so does the UI's page, sorted and filtered every way."""
     experiment_id = reads.experiment_id_of(connection, experiment)
-    names = queries.metric_names(connection, experiment_id, None)
+    names = store.metric_names(experiment_id, None)
     for query in (queries.CandidateQuery(), queries.CandidateQuery(sort="status", descending=True),
                   queries.CandidateQuery(status="ok"), queries.CandidateQuery(status="not run"),
                   queries.CandidateQuery(status="infeasible", text="BIG"),
                   *(queries.CandidateQuery(sort=n, metric=n, high=1e9) for n in names[:1])):
-        new = queries.candidate_page(connection, experiment_id, query, names)
-        old = queries.candidate_page(connection, experiment_id, query, names, through_runs=True)
+        new = queries.candidate_page(store, experiment_id, query, names)
+        old = queries.reference_page(store, experiment_id, query, names, through_runs=True)
         assert (new.rows, new.total) == (old.rows, old.total)
     # The UI's ranking worked out from one read (`queries.rankable`) equals the database's.
-    table = queries.rankable(connection, experiment_id, names)
+    table = queries.rankable(store, experiment_id, names)
     for sort in ("id", "status", "origin", *names):
         for descending in (False, True):
             for status in ("", "ok", "infeasible", "not run"):
@@ -123,7 +123,7 @@ def candidates_agree(connection, experiment: str) -> None:
                                                               for lo, hi in ((None, None), (50.0, 1e9)))):
                     query = queries.CandidateQuery(sort=sort, descending=descending, status=status, metric=metric,
                                                    low=low, high=high, text="big" if sort == "origin" else "")
-                    assert (queries.ranked(table, query, names, connection, experiment_id).tolist()
+                    assert (queries.ranked(table, query, names, store, experiment_id).tolist()
                             == queries.ranked_ids(connection, experiment_id, query, names).tolist()), query
     for stage in (None, "analytical", "emulator"):
         for lean in (False, True):
@@ -201,14 +201,13 @@ def test_the_ui_page_sorts_by_the_latest_analytical_run_figures(db):
         for cid, value in zip(ids, (300.0, 100.0, 200.0, 50.0)):
             store.finish_run(store.start_run(cid, "analytical"), "ok", lat(value))
         store.finish_run(store.start_run(ids[3], "analytical"), "infeasible", reason="too small")
-        with store.engine.connect() as connection:
-            names = queries.metric_names(connection, e, None)
-            page = queries.candidate_page(connection, e, queries.CandidateQuery(sort="latency_cycles"), names)
-            assert [r["id"] for r in page.rows] == [ids[1], ids[2], ids[0], ids[3]]
-            assert [r["metrics"].get("latency_cycles") for r in page.rows] == [100.0, 200.0, 300.0, None]
-            ranged = queries.candidate_page(connection, e, queries.CandidateQuery(
-                sort="latency_cycles", descending=True, metric="latency_cycles", high=250.0), names)
-            assert [r["id"] for r in ranged.rows] == [ids[2], ids[1]] and ranged.total == 2
+        names = store.metric_names(e, None)
+        page = queries.candidate_page(store, e, queries.CandidateQuery(sort="latency_cycles"), names)
+        assert [r["id"] for r in page.rows] == [ids[1], ids[2], ids[0], ids[3]]
+        assert [r["metrics"].get("latency_cycles") for r in page.rows] == [100.0, 200.0, 300.0, None]
+        ranged = queries.candidate_page(store, e, queries.CandidateQuery(
+            sort="latency_cycles", descending=True, metric="latency_cycles", high=250.0), names)
+        assert [r["id"] for r in ranged.rows] == [ids[2], ids[1]] and ranged.total == 2
 
 
 def test_migration_0011_backfills_an_existing_0010_store(db):
@@ -461,11 +460,10 @@ def test_candidate_outcomes_follow_every_writer_of_a_run(db, tmp_path):
                              .value_counts().items())
             assert store.latest_status_counts(experiment) == by_pandas == hand
         with store.engine.connect() as connection:
-            candidates_agree(connection, "x")
-            candidates_agree(connection, "y")
-        with store.engine.connect() as connection:
-            assert queries.outcome_counts(connection, other) == {
-                "ok": 0, "infeasible": 0, "pruned": 0, "failed": 1, "crashed": 0, "running": 0, "not run": 1}
+            candidates_agree(store, connection, "x")
+            candidates_agree(store, connection, "y")
+        assert store.outcome_counts(other) == {
+            "ok": 0, "infeasible": 0, "pruned": 0, "failed": 1, "crashed": 0, "running": 0, "not run": 1}
         # latest and outcome of 4 candidates, and their 8 (candidate, stage) rows
         assert store.delete_experiment("x")["candidate_run"] == 16
         assert outcomes(store) == {f: (rf, "failed")} and counts_agree(store) == {(other, "failed"): 1}

@@ -100,12 +100,12 @@ def answers(store: Store, db: str) -> dict:
         out["op cycles"] = report_data.op_metric_table(connection, experiment, None, "cycles")
         figures = report_data.component_figures(connection, experiment, cands, "analytical")
         out["components"] = (figures.parts, figures.totals)
-        names = queries.metric_names(connection, experiment, None)
+        names = store.metric_names(experiment, None)
         out["names"] = names
         for sort in ("latency_cycles", "energy_uj"):
             query = queries.CandidateQuery(sort=sort, descending=True)
-            page = queries.candidate_page(connection, experiment, query, names)
-            assert page.rows == queries.candidate_page(connection, experiment, query, names, through_runs=True).rows
+            page = queries.candidate_page(store, experiment, query, names)
+            assert page.rows == queries.reference_page(store, experiment, query, names, through_runs=True).rows
             out[f"page by {sort}"] = page.rows
     for argv in (["show", "c1"], ["show", "r1"], ["show", "r2"], ["show", "packed"], ["history"]):
         shown = io.StringIO()

@@ -27,6 +27,7 @@ LIGHT_RECORDS = {"dse.records", "dse.records.recorded", "dse.records.revisions",
                  "dse.records.light", "dse.records.sql_reads", "dse.records.choices",
                  "dse.records.outcomes", "dse.records.blobs",  # blobs: evidence checks, light
                  "dse.records.not_found",  # the contract's refusals, light too
+                 "dse.records.page_reads",  # the contract's workbench reads, which `light` gives too
                  "dse.records.light_pg"}  # the PostgreSQL reads: psycopg only once a URL connects
 
 RERUN = """

@@ -1,22 +1,27 @@
 """The record store's contract (`dse.records.contract`), one suite run against every reader
 (the Store, the light read) on both databases (a SQLite file, a real PostgreSQL server),
 as Optuna's storage tests run every storage: the same signatures, the same values, the
-same refusals in the same words, the same acceptance judgement; and the Store as the
-writer they all read back."""
+same refusals in the same words, the same acceptance judgement, the same workbench pages
+(`PageReader`: ranks, filters, sorts, page boundaries, counts, the live view's reads); and
+the Store as the writer they all read back."""
 
 from __future__ import annotations
 
 import inspect
-from datetime import datetime
+from datetime import datetime, timedelta, timezone
 
 import pytest
 from pg import pg_server, pg_url  # noqa: F401  (fixtures)
 from test_light_reads import add_runs, fill_more, reads_of
 
-from dse.records import RecordNotFound, Store
-from dse.records.contract import READER_METHODS, WRITER_METHODS, RecordReader, RecordWriter
+from dse.records import RecordNotFound, Store, page_reads
+from dse.records.contract import (PAGE_METHODS, READER_METHODS, WRITER_METHODS, PageReader, RecordReader,
+                                  RecordWriter)
 from dse.records.light import LightStore, open_light
 from dse.runner.acceptance import judge_experiment
+from dse.runner.result import DONE
+from dse.ui import queries
+from dse.ui.queries import CandidateQuery
 
 DATABASES = ("sqlite", "postgresql")
 READERS = ("Store", "LightStore")
@@ -83,13 +88,16 @@ def judged(reader) -> list:
 
 @pytest.mark.parametrize("kind", READERS)
 def test_every_reader_keeps_the_contracts_signatures(kind, store_url):
+    """Each method of `RecordReader` and `PageReader` takes the same parameters, in the same
+    order, of the same kind and with the same defaults, in every reader."""
     with open_reader(kind, store_url) as reader:
-        assert isinstance(reader, RecordReader)
-        for name in READER_METHODS:
-            wanted = inspect.signature(getattr(RecordReader, name))
-            found = inspect.signature(getattr(type(reader), name))
-            assert [(p.name, p.default) for p in found.parameters.values()] == [
-                (p.name, p.default) for p in wanted.parameters.values()], (kind, name)
+        assert isinstance(reader, RecordReader) and isinstance(reader, PageReader)
+        for protocol, names in ((RecordReader, READER_METHODS), (PageReader, PAGE_METHODS)):
+            for name in names:
+                wanted = inspect.signature(getattr(protocol, name))
+                found = inspect.signature(getattr(type(reader), name))
+                assert [(p.name, p.kind, p.default) for p in found.parameters.values()] == [
+                    (p.name, p.kind, p.default) for p in wanted.parameters.values()], (kind, name)
 
 
 def test_the_writer_keeps_the_contracts_signatures():
@@ -110,7 +118,8 @@ def test_every_reader_reads_what_the_writer_wrote(store_url):
             seen[kind] = (reads_of(reader, range(1, 7), range(1, 9)), reader.reason_groups(1),
                           reader.workload_points(1), reader.analytical_statuses(1),
                           plain(reader.figure_columns(["analytical", "emulator_cycles"], ["latency_cycles"], 1)),
-                          reader.check_evidence(1).counts, reader.artifact_path("ab" * 32))
+                          reader.check_evidence(1).counts, reader.artifact_path("ab" * 32),
+                          reader.reused_run_rows(1))
     assert seen["LightStore"] == seen["Store"]
     values = seen["Store"][0]
     assert values["statuses of 1"] == [("failed", 2), ("ok", 1), ("infeasible", 1), ("not run", 1)]
@@ -171,3 +180,125 @@ def test_the_light_reader_looks_for_evidence_where_the_store_keeps_it(url, monke
     assert light_pg.shown(url) == make_url(checked_url(url)).render_as_string(hide_password=True)
     monkeypatch.setenv("DSE_EVIDENCE_DIR", str(tmp_path / "ev"))
     assert light_pg.evidence_dir(url) == default_evidence_dir(make_url(checked_url(url))) == tmp_path / "ev"
+
+
+def pages_of(reader) -> dict:
+    """Every workbench read (`PageReader`, and the candidate table `dse.ui.queries` makes of
+    them) of the contract's store, through `reader`."""
+    names = reader.metric_names(1, 1)
+    out = {"names": names, "names without a baseline": reader.metric_names(1, None),
+           "names of an empty experiment": reader.metric_names(2, None),
+           "analytical runs": reader.analytical_runs(1), "analytical runs of 3": reader.analytical_runs(3),
+           "rows 2, 1": reader.page_rows([2, 1]), "row 5": reader.page_rows([5]),
+           "row 5 of experiment 1": reader.page_rows([5], 1), "no rows": reader.page_rows([]),
+           "after 2": [r["id"] for r in reader.candidates_after(1, 2)],
+           "after 2, two": [r["id"] for r in reader.candidates_after(1, 2, limit=2)],
+           "last": [reader.last_candidate_id(e) for e in (1, 2, 3)],
+           "outcomes": [reader.outcome_counts(e) for e in (1, 2, 3)],
+           "emulator runs": [reader.emulator_runs(e) for e in (1, 2, 3)],
+           "analysed": [reader.analysed(e) for e in (1, 2, 3)],
+           "matches": {text: reader.shown_matches(1, text) for text in ("NEEDS", "banks.count=2", "(baseline)",
+                                                                         "tile=[1, 1]", "nowhere")}}
+    long_ago, later = datetime(2000, 1, 1, tzinfo=timezone.utc), datetime.now(timezone.utc) + timedelta(days=1)
+    out["finished"] = [reader.finished_since(1, long_ago, "analytical"), reader.finished_since(1, later, "analytical"),
+                       reader.finished_since(1, long_ago, "emulator")]
+    table = queries.rankable(reader, 1, names)
+    out["rankable"] = (table.ids.tolist(), table.origin.tolist(), nan_as_none(table.run_id), table.status.tolist(),
+                       {n: nan_as_none(v) for n, v in table.values.items()})
+    out["ranked"] = {repr(q): queries.ranked(table, q, names, reader, 1).tolist() for q in QUERIES}
+    out["pages"] = {repr(q): [(p.total, p.pages, [r["id"] for r in p.rows])
+                              for p in [queries.candidate_page(reader, 1, q, names)]][0] for q in QUERIES}
+    ranked = out["ranked"][repr(CandidateQuery())]
+    out["boundaries"] = [[r["id"] for r in queries.page_of(reader, ranked, CandidateQuery(page=n, per_page=2),
+                                                           names).rows] for n in (1, 2, 3, 4)]
+    return out
+
+
+def nan_as_none(values) -> list:
+    """An array's values, NaN (no figure, no run) as None: lists that compare with ==."""
+    return [None if v != v else v for v in values.tolist()]
+
+
+# The candidate table's sorts and filters the contract's store is checked under (by hand, below).
+QUERIES = (CandidateQuery(), CandidateQuery(descending=True), CandidateQuery(sort="latency_cycles"),
+           CandidateQuery(sort="latency_cycles", descending=True), CandidateQuery(sort="status"),
+           CandidateQuery(sort="status", descending=True), CandidateQuery(sort="origin", descending=True),
+           CandidateQuery(status="failed"), CandidateQuery(status="not run"),
+           CandidateQuery(metric="latency_cycles", high=2000.0), CandidateQuery(metric="dma_bytes", low=5000.0),
+           CandidateQuery(text="banks.count=2", sort="origin"), CandidateQuery(page=2))
+
+
+def test_every_reader_reads_the_same_pages(store_url):
+    """The workbench's reads, through every reader on both databases, equal and as worked out
+    by hand: experiment 1's c1 (baseline, ok: 1000 cycles), c2 (its latest analytical run
+    failed: no figures shown, though an earlier run recorded 800), c3 (infeasible, "needs
+    needs ..."), c4 (sampler, failed), c6 (sampler, not run); experiment 3's c5 (emulated only)."""
+    seen = {}
+    for kind in READERS:
+        with open_reader(kind, store_url) as reader:
+            seen[kind] = pages_of(reader)
+            first_runs = (reader.run_row(1)["started_at"], reader.run_row(6)["started_at"])
+    assert seen["LightStore"] == seen["Store"]
+    got = seen["Store"]
+    assert got["names"] == got["names without a baseline"] == ["dma_bytes", "latency_cycles"]
+    assert got["names of an empty experiment"] == []
+    assert got["analytical runs"] == [(1, "baseline", 1, "ok"), (2, "grid", 7, "failed"), (3, "grid", 8, "infeasible"),
+                                      (4, "sampler", 4, "failed"), (6, "sampler", None, None)]
+    assert got["analytical runs of 3"] == [(5, "baseline", None, None)]
+    assert got["rows 2, 1"] == [
+        {"id": 2, "origin": "grid", "diff": {"config.banks.count": [16, 20]}, "run_id": 7, "stage": "analytical",
+         "status": "failed", "reason": None, "metrics": {}},
+        {"id": 1, "origin": "baseline", "diff": {}, "run_id": 1, "stage": "analytical", "status": "ok", "reason": None,
+         "metrics": {"latency_cycles": 1000.0, "dma_bytes": 4096.0}}]
+    assert [(r["id"], r["run_id"], r["metrics"]) for r in got["row 5"]] == [(5, None, {})]
+    assert got["row 5 of experiment 1"] == got["no rows"] == []
+    assert got["after 2"] == [6, 4, 3] and got["after 2, two"] == [6, 4]
+    assert got["last"] == [6, None, 5]
+    none = {"running": 0, "ok": 0, "infeasible": 0, "pruned": 0, "failed": 0, "crashed": 0, "not run": 0}
+    assert got["outcomes"] == [{**none, "ok": 1, "infeasible": 1, "failed": 2, "not run": 1}, none, {**none, "ok": 1}]
+    assert got["emulator runs"] == [{"ok": 1}, {}, {"ok": 1}]
+    assert got["analysed"] == [4, 0, 0]
+    assert got["matches"] == {"NEEDS": [3], "banks.count=2": [2, 4], "(baseline)": [1], "tile=[1, 1]": [6],
+                              "nowhere": []}
+    # r1, r2, r3, r4, r7, r8 finished (analytical), the first started first; none since tomorrow; r6 emulated.
+    assert got["finished"] == [(6, first_runs[0]), (0, None), (1, first_runs[1])]
+    # (NaN read as None): c2's figures are of r2, not its latest analytical run r7
+    assert got["rankable"] == ([1, 2, 3, 4, 6], ["baseline", "grid", "grid", "sampler", "sampler"],
+                               [1.0, 7.0, 8.0, 4.0, None], ["ok", "failed", "infeasible", "failed", None],
+                               {"dma_bytes": [4096.0, None, None, None, None],
+                                "latency_cycles": [1000.0, None, None, None, None]})
+    by_hand = [  # (query, (matching, pages, the first page's ids))
+        (CandidateQuery(), (5, 1, [1, 2, 3, 4, 6])),
+        (CandidateQuery(descending=True), (5, 1, [6, 4, 3, 2, 1])),
+        # the candidates without the figure last either way, by id
+        (CandidateQuery(sort="latency_cycles"), (5, 1, [1, 2, 3, 4, 6])),
+        (CandidateQuery(sort="latency_cycles", descending=True), (5, 1, [1, 2, 3, 4, 6])),
+        (CandidateQuery(sort="status"), (5, 1, [2, 4, 3, 1, 6])),
+        (CandidateQuery(sort="status", descending=True), (5, 1, [1, 3, 2, 4, 6])),
+        (CandidateQuery(sort="origin", descending=True), (5, 1, [4, 6, 2, 3, 1])),
+        (CandidateQuery(status="failed"), (2, 1, [2, 4])),
+        (CandidateQuery(status="not run"), (1, 1, [6])),
+        (CandidateQuery(metric="latency_cycles", high=2000.0), (1, 1, [1])),
+        (CandidateQuery(metric="dma_bytes", low=5000.0), (0, 1, [])),
+        (CandidateQuery(text="banks.count=2", sort="origin"), (2, 1, [2, 4])),
+        (CandidateQuery(page=2), (5, 1, [])),  # past the last page: no rows, the count still right
+    ]
+    assert got["pages"] == {repr(q): page for q, page in by_hand}
+    # the order of every page (a page's query aside): the first page's but for page 2's query
+    assert got["ranked"] == {repr(q): [1, 2, 3, 4, 6] if q.page == 2 else page[2] for q, page in by_hand}
+    assert got["boundaries"] == [[1, 2], [3, 4], [6], []]
+
+
+def test_the_live_view_counts_what_a_sweep_counts_as_done():
+    assert set(page_reads.DONE_STATUSES) == DONE
+
+
+def test_the_database_ranks_as_the_readers_do(store_url):
+    """The reference (`queries.ranked_ids`: the database sorts and filters) agrees with the
+    ranking every reader works out from one read (`queries.ranked`)."""
+    with Store(store_url) as store, store.engine.connect() as connection:
+        names = store.metric_names(1, 1)
+        for q in QUERIES:
+            assert (queries.ranked_ids(connection, 1, q, names).tolist()
+                    == queries.ranked(queries.rankable(store, 1, names), q, names, store, 1).tolist()), q
+            assert queries.reference_page(store, 1, q, names).rows == queries.candidate_page(store, 1, q, names).rows

@@ -99,40 +99,39 @@ def _expected(store: Store, experiment: str, sort: str, descending: bool, status
 def check_candidate_pages(db: str) -> None:
     with Store(db) as store:
         exp = store.experiment("banks-workers")
-        with store.engine.connect() as connection:
-            names = queries.metric_names(connection, exp["id"], exp["baseline_candidate_id"])
-            assert "latency_cycles" in names and "private_sram_bytes" in names
-            for sort, descending, status in (("latency_cycles", False, ""), ("latency_cycles", True, "ok"),
-                                             ("private_sram_bytes", True, "")):  # fmt: skip
-                expected = _expected(store, exp["id"], sort, descending, status)
-                got = []
-                for number in (1, 2, 3):
-                    query = queries.CandidateQuery(sort=sort, descending=descending, status=status, page=number,
-                                                   per_page=25)
-                    page = queries.candidate_page(connection, exp["id"], query, names)
-                    assert page.total == len(expected)
-                    got += [r["id"] for r in page.rows]
-                assert got == expected[:75]
-            # Past the last page: no rows, the count still right.
-            page = queries.candidate_page(connection, exp["id"], queries.CandidateQuery(page=99), names)
-            assert page.rows == [] and page.total == len(store.candidates(exp["id"]))
-            # A range filter and a text filter, by the database.
-            table = store.metric_table(exp["id"], "analytical")
-            limit = float(table["latency_cycles"].median())
-            query = queries.CandidateQuery(sort="id", metric="latency_cycles", high=limit, per_page=100)
-            page = queries.candidate_page(connection, exp["id"], query, names)
-            assert [r["id"] for r in page.rows] == sorted(
-                int(i) for i in table.loc[table["latency_cycles"] <= limit, "candidate_id"])
-            cands = store.candidates(exp["id"])
-            # The text as the table shows it: "workers=4" (stored as {"mapping.workers": [1, 4]}).
-            workers4 = sorted(int(i) for i, d in zip(cands["id"], cands["diff"]) if '"mapping.workers":[1,4]' in d)
-            page = queries.candidate_page(connection, exp["id"], queries.CandidateQuery(text="Workers=4", per_page=100),
-                                          names)
-            assert [r["id"] for r in page.rows] == workers4 and workers4
-            page = queries.candidate_page(connection, exp["id"], queries.CandidateQuery(text="workers\":[1,4"), names)
-            assert page.total == 0  # the stored form is not what the table shows
-            with pytest.raises(queries.BadQuery, match="sort"):
-                queries.candidate_page(connection, exp["id"], queries.CandidateQuery(sort="nope"), names)
+        names = store.metric_names(exp["id"], exp["baseline_candidate_id"])
+        assert "latency_cycles" in names and "private_sram_bytes" in names
+        for sort, descending, status in (("latency_cycles", False, ""), ("latency_cycles", True, "ok"),
+                                         ("private_sram_bytes", True, "")):  # fmt: skip
+            expected = _expected(store, exp["id"], sort, descending, status)
+            got = []
+            for number in (1, 2, 3):
+                query = queries.CandidateQuery(sort=sort, descending=descending, status=status, page=number,
+                                               per_page=25)
+                page = queries.candidate_page(store, exp["id"], query, names)
+                assert page.total == len(expected)
+                assert page.rows == queries.reference_page(store, exp["id"], query, names).rows
+                got += [r["id"] for r in page.rows]
+            assert got == expected[:75]
+        # Past the last page: no rows, the count still right.
+        page = queries.candidate_page(store, exp["id"], queries.CandidateQuery(page=99), names)
+        assert page.rows == [] and page.total == len(store.candidates(exp["id"]))
+        # A range filter and a text filter.
+        table = store.metric_table(exp["id"], "analytical")
+        limit = float(table["latency_cycles"].median())
+        query = queries.CandidateQuery(sort="id", metric="latency_cycles", high=limit, per_page=100)
+        page = queries.candidate_page(store, exp["id"], query, names)
+        assert [r["id"] for r in page.rows] == sorted(
+            int(i) for i in table.loc[table["latency_cycles"] <= limit, "candidate_id"])
+        cands = store.candidates(exp["id"])
+        # The text as the table shows it: "workers=4" (stored as {"mapping.workers": [1, 4]}).
+        workers4 = sorted(int(i) for i, d in zip(cands["id"], cands["diff"]) if '"mapping.workers":[1,4]' in d)
+        page = queries.candidate_page(store, exp["id"], queries.CandidateQuery(text="Workers=4", per_page=100), names)
+        assert [r["id"] for r in page.rows] == workers4 and workers4
+        page = queries.candidate_page(store, exp["id"], queries.CandidateQuery(text="workers\":[1,4"), names)
+        assert page.total == 0  # the stored form is not what the table shows
+        with pytest.raises(queries.BadQuery, match="sort"):
+            queries.candidate_page(store, exp["id"], queries.CandidateQuery(sort="nope"), names)
 
 
 def test_candidate_table_is_sorted_filtered_and_paged_by_the_database(store_db):

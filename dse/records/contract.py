@@ -1,10 +1,11 @@
 """The record store's contract: what every reader answers (`RecordReader`) and what a writer
 takes (`RecordWriter`), whichever implementation and database is behind it.
 
-Readers: the `Store` (SQLAlchemy, SQLite or PostgreSQL) and the light readers
-(`dse.records.light.LightStore`: the standard library's sqlite3 on a SQLite file, psycopg
-on PostgreSQL), which answer the short commands before SQLAlchemy and pandas load. Each
-runs the same SQL (`dse.records.sql_reads`), and tests/test_store_contract.py runs one
+Readers (`RecordReader`, and `PageReader`: the workbench's reads): the `Store` (SQLAlchemy,
+SQLite or PostgreSQL) and the light readers (`dse.records.light.LightStore`: the standard
+library's sqlite3 on a SQLite file, psycopg on PostgreSQL), which answer the short commands
+before SQLAlchemy and pandas load. Each runs the same SQL (`dse.records.sql_reads`,
+`dse.records.page_reads`), and tests/test_store_contract.py runs one
 suite against each of them on both databases. Writer: the `Store`.
 
 Shared rules:
@@ -18,6 +19,8 @@ Shared rules:
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+from datetime import datetime
 from pathlib import Path
 from typing import Any, Iterable, Protocol, runtime_checkable
 
@@ -54,6 +57,7 @@ class RecordReader(Protocol):
     # ---- one candidate, one run ------------------------------------------------------
     def candidate(self, candidate_id: int) -> dict[str, Any]: ...
     def run_rows(self, candidate: int) -> list[dict[str, Any]]: ...
+    def reused_run_rows(self, experiment_id: int) -> list[dict[str, Any]]: ...
     def total_metric_rows(self, candidate: int) -> list[dict[str, Any]]: ...
     def run_row(self, run_id: int) -> dict[str, Any]: ...
     def run_metric_rows(self, run_id: int) -> list[dict[str, Any]]: ...
@@ -62,10 +66,31 @@ class RecordReader(Protocol):
     def analytical_statuses(self, experiment_id: int | None = None,
                             candidate_ids: Iterable[int] | None = None) -> list[tuple[int, str | None]]: ...
     def figure_columns(self, kinds: Iterable[str], names: Iterable[str], experiment_id: int | None = None,
-                       candidate_ids: Iterable[int] | None = None) -> dict: ...
+                       candidate_ids: Iterable[int] | None = None, with_runs: bool = False) -> dict: ...
     def workload_points(self, experiment_id: int) -> list[tuple[int, str, dict]]: ...
 
     def close(self) -> None: ...
+
+
+@runtime_checkable
+class PageReader(Protocol):
+    """The workbench's reads (`dse ui`: the candidate table paged, sorted and filtered, its
+    counts, the live view's polls), each one SQL (`dse.records.page_reads`) every reader runs.
+    An experiment by its int id (the page holds its row)."""
+
+    # ---- the candidate table --------------------------------------------------------------
+    def metric_names(self, experiment_id: int, baseline_id: int | None) -> list[str]: ...
+    def analytical_runs(self, experiment_id: int) -> list[tuple[int, str, int | None, str | None]]: ...
+    def shown_matches(self, experiment_id: int, text: str) -> list[int]: ...
+    def page_rows(self, ids: Sequence[int], experiment_id: int | None = None) -> list[dict[str, Any]]: ...
+
+    # ---- the counts and the live view -----------------------------------------------------
+    def candidates_after(self, experiment_id: int, after: int, limit: int = 20) -> list[dict[str, Any]]: ...
+    def last_candidate_id(self, experiment_id: int) -> int | None: ...
+    def outcome_counts(self, experiment_id: int) -> dict[str, int]: ...
+    def emulator_runs(self, experiment_id: int) -> dict[str, int]: ...
+    def analysed(self, experiment_id: int) -> int: ...
+    def finished_since(self, experiment_id: int, since: datetime, stage: str) -> tuple[int, datetime | None]: ...
 
 
 @runtime_checkable
@@ -92,5 +117,7 @@ class RecordWriter(Protocol):
 
 READER_METHODS = tuple(name for name, value in vars(RecordReader).items()
                        if callable(value) and not name.startswith("_"))
+PAGE_METHODS = tuple(name for name, value in vars(PageReader).items()
+                     if callable(value) and not name.startswith("_"))
 WRITER_METHODS = tuple(name for name, value in vars(RecordWriter).items()
                        if callable(value) and not name.startswith("_"))

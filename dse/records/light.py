@@ -16,14 +16,17 @@ from __future__ import annotations
 import os
 import sqlite3
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, TypeVar
 
 from dse.records import light_pg, sql_reads
 from dse.records.blobs import EvidenceCheck, blob_path, check_evidence
 from dse.records.not_found import RecordNotFound, as_id, not_found
+from dse.records.page_reads import PageReads
 from dse.records.revisions import head_revision
 from dse.records.sql_reads import Run
 from dse.records.sqlite_file import QUICK_CHECK_MAX_BYTES, existing_store_problem, sqlite_evidence_dir
+
+_T = TypeVar("_T")
 
 
 def connect(path: Path) -> sqlite3.Connection | None:
@@ -39,10 +42,11 @@ def connect(path: Path) -> sqlite3.Connection | None:
         return None
 
 
-class LightStore:
-    """A `RecordReader` (`dse.records.contract`) on one read-only snapshot of a store at the
-    schema head (see `open_light`): the Store's own SQL, run by the database's plain driver
-    (`run`), so it answers what the Store answers, its errors (`RecordNotFound`) included."""
+class LightStore(PageReads):
+    """A `RecordReader` and `PageReader` (`dse.records.contract`) on one read-only snapshot of
+    a store at the schema head (see `open_light`): the Store's own SQL, run by the database's
+    plain driver (`run`), so it answers what the Store answers, its errors (`RecordNotFound`)
+    included."""
 
     def __init__(self, run: Run, where: str, evidence_dir: Path | None, close: Callable[[], None]):
         self._run = run
@@ -116,6 +120,9 @@ class LightStore:
     def run_rows(self, candidate: int) -> list[dict[str, Any]]:
         return sql_reads.run_dicts(*sql_reads.runs(self._run, None, candidate))
 
+    def reused_run_rows(self, experiment_id: int) -> list[dict[str, Any]]:
+        return sql_reads.reused_runs(self._run, int(experiment_id))
+
     def total_metric_rows(self, candidate: int) -> list[dict[str, Any]]:
         return sql_reads.total_metrics(self._run, candidate)
 
@@ -134,8 +141,12 @@ class LightStore:
                             candidate_ids=None) -> list[tuple[int, str | None]]:
         return sql_reads.analytical_statuses(self._run, experiment_id, candidate_ids)
 
-    def figure_columns(self, kinds, names, experiment_id: int | None = None, candidate_ids=None) -> dict:
-        return sql_reads.figure_columns(self._run, kinds, names, experiment_id, candidate_ids)
+    def figure_columns(self, kinds, names, experiment_id: int | None = None, candidate_ids=None,
+                       with_runs: bool = False) -> dict:
+        return sql_reads.figure_columns(self._run, kinds, names, experiment_id, candidate_ids, with_runs)
+
+    def _page_read(self, read: Callable[[Run], _T]) -> _T:
+        return read(self._run)
 
     def workload_points(self, experiment_id: int) -> list[tuple[int, str, dict]]:
         return sql_reads.workload_points(self._run, experiment_id)

@@ -36,11 +36,11 @@ from __future__ import annotations
 
 import operator
 import os
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, NoReturn
+from typing import Any, NoReturn, TypeVar
 
 from sqlalchemy import Connection
 from sqlalchemy.engine import make_url
@@ -90,8 +90,10 @@ from dse.records.liveness import (
     liveness_settings,
     reap_crashed,
     release_sweep_lock,
+    sweep_holder,
 )
 from dse.records.reads import STAGE_OF_KIND, diff_fields, flatten, pd
+from dse.records.page_reads import PageReads
 from dse.records.revisions import known_revisions
 from dse.records.schema import (
     ARTIFACT_ROLES,
@@ -115,6 +117,8 @@ __all__ = [
     "STALE_AFTER_S", "ArtifactRef", "ImportedEvidence", "MetricIn", "MetricRow", "RecordNotFound", "Store",
     "StoreBusy", "SweepLocked", "LeaseLost", "alembic_config", "canonical_json", "content_hash", "database_url", "diff_fields", "flatten",
 ]  # fmt: skip
+
+_T = TypeVar("_T")
 
 
 @dataclass(frozen=True)
@@ -141,7 +145,7 @@ class ImportedEvidence:
     summary: dict[str, Any]
 
 
-class Store:
+class Store(PageReads):
     """Experiments, candidates, runs, metrics, artifacts and decisions; see the module
     docstring.
 
@@ -822,6 +826,13 @@ class Store:
             return reads.revision(connection)
 
     @retrying
+    def sweep_holder(self, experiment_id: int) -> dict | None:
+        """The live process sweeping the experiment (host, pid, command, start, last
+        heartbeat), or None: no lock, or one a dead process left (`liveness.sweep_holder`)."""
+        with self._read() as connection:
+            return sweep_holder(connection, int(experiment_id), self.stale_after)
+
+    @retrying
     def experiment_summaries(self) -> list[dict[str, Any]]:
         """What `experiments()` holds, as plain dicts: no pandas (a quick `dse history`)."""
         with self._read() as connection:
@@ -922,6 +933,13 @@ class Store:
         with self._read() as connection:
             return reads.run_rows(connection, candidate)
 
+    @retrying
+    def reused_run_rows(self, experiment_id: int) -> list[dict[str, Any]]:
+        """The experiment's runs that link to an earlier run's evidence, as `run_rows` gives
+        them (`sql_reads.reused_runs`)."""
+        with self._read() as connection:
+            return sql_reads.reused_runs(reads.text_runner(connection), int(experiment_id))
+
     # ---- what an acceptance judgement reads (`dse.runner.acceptance.judge_experiment`;
     # the light read has the same methods, running the same SQL) ----------------------------
 
@@ -936,12 +954,20 @@ class Store:
 
     @retrying
     def figure_columns(self, kinds: Iterable[str], names: Iterable[str], experiment_id: int | None = None,
-                       candidate_ids: Iterable[int] | None = None) -> dict[str, tuple[Any, dict[str, Any]]]:
+                       candidate_ids: Iterable[int] | None = None, with_runs: bool = False
+                       ) -> dict[str, tuple[Any, ...]]:
         """{kind: (candidate ids, {name: values})}: the latest total figures of these kinds
-        and names of an experiment's candidates, or of the candidates named, as numpy arrays."""
+        and names of an experiment's candidates, or of the candidates named, as numpy arrays
+        (`with_runs`: and the run ids they are of, `sql_reads.figure_columns`)."""
         with self._read() as connection:
             return sql_reads.figure_columns(reads.text_runner(connection), list(kinds), list(names), experiment_id,
-                                            None if candidate_ids is None else list(candidate_ids))
+                                            None if candidate_ids is None else list(candidate_ids), with_runs)
+
+    @retrying
+    def _page_read(self, read: Callable[[sql_reads.Run], _T]) -> _T:
+        """`read(run)` in one read of the database: the workbench's reads (`PageReads`)."""
+        with self._read() as connection:
+            return read(reads.text_runner(connection))
 
     @retrying
     def workload_points(self, experiment_id: int) -> list[tuple[int, str, dict]]:

@@ -120,9 +120,8 @@ def experiment_view(store: Store, experiment) -> ExperimentView:
     # The figures of the table and of the judgement, read once.
     wanted = figures_wanted(exp, objective)
     wanted["analytical"] |= set(METRICS)
+    found = store.figure_columns(sorted(wanted), sorted(set().union(*wanted.values())), int(exp["id"]), with_runs=True)
     with store.engine.connect() as connection:
-        found = sql_reads.figure_columns(text_runner(connection), sorted(wanted), sorted(set().union(*wanted.values())),
-                                         int(exp["id"]), with_runs=True)
         table = candidate_metrics(connection, exp["id"], list(METRICS), found)
     baseline_id = exp.get("baseline_candidate_id")
     baseline_id = int(baseline_id) if baseline_id is not None and not pd.isna(baseline_id) else None
@@ -145,8 +144,7 @@ def experiment_view(store: Store, experiment) -> ExperimentView:
     with store.engine.connect() as connection:
         last_run = connection.scalar(select(func.max(Run.id)).join(Candidate, Run.candidate_id == Candidate.id)
                                      .where(Candidate.experiment_id == exp["id"]))
-        emulated_any = connection.scalar(select(func.count(Run.id)).join(Candidate, Run.candidate_id == Candidate.id)
-                                         .where(Candidate.experiment_id == exp["id"], Run.stage == "emulator"))
+    emulated_any = sum(store.emulator_runs(int(exp["id"])).values())
     provenance = {}
     if last_run is not None:
         last = store.run(last_run)
@@ -173,8 +171,7 @@ def experiment_view(store: Store, experiment) -> ExperimentView:
 
 def reused_evidence(store: Store, experiment_id: int) -> list[dict]:
     """The experiment's runs that link to an earlier experiment's evidence, by run id."""
-    with store.engine.connect() as connection:
-        runs = sql_reads.reused_runs(text_runner(connection), int(experiment_id))
+    runs = store.reused_run_rows(int(experiment_id))
     return [{"candidate_id": int(r["candidate_id"]), "run_id": int(r["id"]), "stage": r["stage"],
              "text": r["reused_from"]} for r in runs]
 

@@ -5,8 +5,9 @@
     app = create_app(Store("records.db"))   # an ASGI app; `dse ui` serves it with uvicorn
 
 Modules: `app` (routes, pages, error pages), `queries` (the candidate table paged, sorted
-and filtered in SQL), `table` (which metric columns the table shows), `live` (a sweep
-followed: percent, ETA, counts, the judged best so far; the experiments list's standing),
+and filtered, read through the store's contract, `dse.records.contract.PageReader`),
+`table` (which metric columns the table shows), `live` (a sweep followed: percent, ETA,
+counts, the judged best so far; the experiments list's standing),
 `guard` (what every request passes first: Host names, an exposed server's token, bounded
 parameters, error ids), `params` (the one parser of URL parameters), `notes` (notes, links and refused
 forms shown again), `artifacts` (array, counter and text viewers), `csrf` (the forms'

@@ -32,7 +32,6 @@ from ..records import RecordNotFound, Store
 from ..records.blobs import EvidenceError, open_verified
 from ..records.reads import flatten
 from ..records.outcomes import experiment_status
-from ..records.liveness import sweep_holder
 from ..report.data import (PPA_KINDS, accepted_candidates, candidate_metrics, component_figures, front_of,
                            meaningful_candidates, model_vs_emulator, op_metric_table, outcome_mark, row_marks,
                            stored_bank_lifetimes)
@@ -180,18 +179,17 @@ class Workbench:
             return RedirectResponse(str(request.app.url_path_for("experiment", ref=str(exp["id"]))) +
                                     (f"?{request.url.query}" if request.url.query else ""), status_code=307)
         params = request.query_params
-        with self.connection() as connection:
-            names = queries.metric_names(connection, exp["id"], exp["baseline_candidate_id"])
-            try:
-                table = self.candidate_table(connection, exp, candidate_query(params), names)
-            except BadQuery as error:
-                raise Problem(400, "Bad query", str(error)) from None
-            sweep = sweep_holder(connection, int(exp["id"]), self.store.stale_after)
-            now = live.progress(connection, exp, self.store.stale_after, pd.Timestamp.now(tz="UTC").to_pydatetime())
-            last_id = queries.last_candidate_id(connection, int(exp["id"]))
-            # This experiment's counts only (the store's summaries count every experiment's runs).
-            counts = queries.outcome_counts(connection, int(exp["id"]))
-            emulated = queries.emulated_runs(connection, int(exp["id"]))
+        names = self.store.metric_names(int(exp["id"]), exp["baseline_candidate_id"])
+        try:
+            table = self.candidate_table(exp, candidate_query(params), names)
+        except BadQuery as error:
+            raise Problem(400, "Bad query", str(error)) from None
+        now = live.progress(self.store, exp, pd.Timestamp.now(tz="UTC").to_pydatetime())
+        sweep = now["sweep"]
+        last_id = self.store.last_candidate_id(int(exp["id"]))
+        # This experiment's counts only (the store's summaries count every experiment's runs).
+        counts = now["counts"]
+        emulated = self.store.emulator_runs(int(exp["id"])).get("ok", 0)
         summary = {"n_candidates": sum(counts.values()), **{f"n_{k}": n for k, n in counts.items() if k != "not run"},
                    "n_emulated": emulated}
         decisions = records(self.store.decisions(exp["id"]))
@@ -236,23 +234,22 @@ class Workbench:
                          page_sizes=queries.PAGE_SIZES, title=f"dse: {exp['name']}",
                          **notes.experiment_context(self.store, exp))  # fmt: skip
 
-    def candidate_table(self, connection, exp: dict, query: queries.CandidateQuery, names: list[str]):
+    def candidate_table(self, exp: dict, query: queries.CandidateQuery, names: list[str]):
         """A page of the candidate table: the matching candidates in order found once per
         query and state of the records (`memo`), every page of it read from that."""
         query = query.checked(names)
         whole = replace(query, page=1)
         ranked = self.memo.get(exp, ("ranked", repr(whole), tuple(names)),
-                               lambda: queries.ranked(self.rankable(exp, names), whole, names, connection,
+                               lambda: queries.ranked(self.rankable(exp, names), whole, names, self.store,
                                                       int(exp["id"])))
-        return queries.page_of(connection, ranked, query, names)
+        return queries.page_of(self.store, ranked, query, names)
 
     def rankable(self, exp: dict, names: list[str]) -> queries.Rankable:
         """What every sort and filter of the candidate table is worked out from, read once per
         state of the records (`memo`) with the figures the judgement reads (`judgement`):
         after the experiment's first page, another sort or filter reads no candidate again."""
         def compute() -> queries.Rankable:
-            with self.connection() as connection:
-                return queries.rankable(connection, int(exp["id"]), names, figures_wanted(exp, None, METRICS))
+            return queries.rankable(self.store, int(exp["id"]), names, figures_wanted(exp, None, METRICS))
 
         return self.memo.get(exp, ("rankable", tuple(names)), compute)
 
@@ -265,8 +262,7 @@ class Workbench:
         what = ("judgement", tuple(sorted(objective.items())) if objective else None, tuple(metrics))
 
         def compute():
-            with self.connection() as connection:
-                names = queries.metric_names(connection, int(exp["id"]), exp["baseline_candidate_id"])
+            names = self.store.metric_names(int(exp["id"]), exp["baseline_candidate_id"])
             read = self.rankable(exp, names).figures
             wanted = figures_wanted(exp, objective, metrics)
             covered = all(kind in read and all(m in read[kind][1] for m in ms) for kind, ms in wanted.items())
@@ -397,8 +393,8 @@ class Workbench:
 
     def model_vs_emulator_json(self, request: Request) -> Response:
         exp = self.experiment(request.path_params["ref"])
+        emulated_any = self.store.emulator_runs(int(exp["id"])).get("ok", 0)
         with self.connection() as connection:
-            emulated_any = queries.emulated_runs(connection, int(exp["id"]))
             # (no emulator run: nothing more to read, at 100,000 candidates)
             table = candidate_metrics(connection, exp["id"], ["latency_cycles"]) if emulated_any else pd.DataFrame()
         emulated = model_vs_emulator(self.store, int(exp["id"]), table, bool(emulated_any))
@@ -417,11 +413,10 @@ class Workbench:
         # Candidates the page shows as running or not run yet: their outcome since.
         watch = id_list(request.query_params.getlist("watch"), "watch", limit=LIVE_WATCH_MAX)
         objective = _objectives(exp["spec_text"])[0]["metric"]
-        with self.connection() as connection:
-            # How far (counts, percent, ETA) and the best passing so far: `live`'s, the one judgement's.
-            body = live.progress(connection, exp, self.store.stale_after, pd.Timestamp.now(tz="UTC").to_pydatetime())
-            new = queries.candidates_after(connection, int(exp["id"]), after)
-            updated = queries.candidate_rows(connection, int(exp["id"]), [int(w) for w in watch])
+        # How far (counts, percent, ETA) and the best passing so far: `live`'s, the one judgement's.
+        body = live.progress(self.store, exp, pd.Timestamp.now(tz="UTC").to_pydatetime())
+        new = self.store.candidates_after(int(exp["id"]), after)
+        updated = self.store.page_rows(sorted(int(w) for w in watch), int(exp["id"]))
         exp = self.store.experiment(int(exp["id"]))
         body.update({"status": exp["status"], "objective": objective,
                      "headline": live.headline_json(live.judged_headline(self.store, exp, self.judgement(exp))),

@@ -14,55 +14,25 @@ from __future__ import annotations
 from datetime import datetime, timezone
 from typing import Any
 
-from sqlalchemy import Connection, func, select
-
-from ..records.liveness import as_utc, sweep_holder
-from ..records.schema import Candidate, CandidateRun, Run
 from ..runner.acceptance import Headline, decided, headline, judge_experiment, proposal_line
 from ..runner.progress import planned_from_text
 from ..runner.result import DONE
-from . import queries
 
 
-def _emulator_runs(connection: Connection, experiment_id: int) -> dict[str, int]:
-    """The experiment's emulator runs by status (every run: a resumed sweep's too)."""
-    rows = connection.execute(
-        select(Run.status, func.count(Run.id)).join(Candidate, Run.candidate_id == Candidate.id)
-        .where(Candidate.experiment_id == experiment_id, Run.stage == "emulator").group_by(Run.status)).all()
-    return {status: int(n) for status, n in rows}
-
-
-def _analysed(connection: Connection, experiment_id: int) -> int:
-    """Candidates whose latest analytical run has ended (not running: an emulator run in
-    progress does not take a candidate's analytical evaluation back)."""
-    return int(connection.scalar(
-        select(func.count()).where(CandidateRun.experiment_id == experiment_id, CandidateRun.role == "analytical",
-                                   CandidateRun.status.in_(sorted(DONE)))) or 0)
-
-
-def _finished_since(connection: Connection, experiment_id: int, since: datetime, stage: str) -> tuple[int, Any]:
-    """Runs of `stage` finished since `since` (not pruned: no work), and the first start of
-    one of them: the rate an ETA extrapolates."""
-    row = connection.execute(
-        select(func.count(Run.id), func.min(Run.started_at)).join(Candidate, Run.candidate_id == Candidate.id)
-        .where(Candidate.experiment_id == experiment_id, Run.stage == stage, Run.status != "pruned",
-               Run.status != "running", Run.started_at >= since.replace(tzinfo=None))).one()
-    return int(row[0] or 0), row[1]
-
-
-def progress(connection: Connection, exp: dict, stale_after: float, now: datetime) -> dict[str, Any]:
+def progress(store, exp: dict, now: datetime) -> dict[str, Any]:
     """Where the experiment's sweep stands: running (and by whom), the candidates by outcome,
     done / total units of work, the percent, the ETA in seconds (None when unknown) and the
     state: "running", "done" (ended, nothing interrupted), "interrupted" or "idle" (no
-    sweep has recorded a candidate)."""
+    sweep has recorded a candidate). Read through the store's contract (`PageReader`) and
+    its `sweep_holder`."""
     experiment_id = int(exp["id"])
-    sweep = sweep_holder(connection, experiment_id, stale_after)
-    counts = queries.outcome_counts(connection, experiment_id)
+    sweep = store.sweep_holder(experiment_id)
+    counts = store.outcome_counts(experiment_id)
     candidates = sum(counts.values())
-    emulator = _emulator_runs(connection, experiment_id)
+    emulator = store.emulator_runs(experiment_id)
     emulating = sum(n for s, n in emulator.items() if s != "pruned")
     emulated = sum(n for s, n in emulator.items() if s in DONE and s != "pruned")
-    analysed = _analysed(connection, experiment_id)
+    analysed = store.analysed(experiment_id)
     plan = planned_from_text(exp.get("spec_text"))
     # Once the emulator stage has begun, the analytical phase is over: its candidates are all there are.
     analytical_total = candidates if (emulator or plan is None) else max(plan, candidates)
@@ -85,9 +55,9 @@ def progress(connection: Connection, exp: dict, stale_after: float, now: datetim
     if sweep is not None and done < total:
         started = datetime.fromisoformat(sweep["started_at"])
         stage = "emulator" if emulator.get("running") else "analytical"
-        finished, first = _finished_since(connection, experiment_id, started, stage)
+        finished, first = store.finished_since(experiment_id, started, stage)
         if finished and first is not None:
-            elapsed = (now - max(started, as_utc(first))).total_seconds()
+            elapsed = (now - max(started, first)).total_seconds()
             left = (emulating - emulated) if stage == "emulator" else (analytical_total - analysed) + \
                 (emulating - emulated)
             eta = max(0.0, elapsed / finished * left)
@@ -150,15 +120,13 @@ def standing(store) -> dict[int, dict[str, Any]]:
     for d in store.decision_rows():
         by_experiment.setdefault(int(d["experiment_id"]), []).append(d)
     out = {}
-    with store.engine.connect() as connection:
-        for e in store.experiment_summaries():
-            rows = by_experiment.get(int(e["id"]), [])
-            line, accepted = decided(rows, e["status"])
-            sweeping = sweep_holder(connection, int(e["id"]), store.stale_after) is not None
-            out[int(e["id"])] = {"proposed": proposal_line(rows), "decided": line, "accepted": list(accepted),
-                                 "sweeping": sweeping, "percent": None}
-            if sweeping:  # how far, for the sweeps running now (their spec's plan read)
-                now = datetime.now(timezone.utc)
-                out[int(e["id"])]["percent"] = progress(connection, store.experiment(int(e["id"])),
-                                                        store.stale_after, now)["percent"]
+    for e in store.experiment_summaries():
+        rows = by_experiment.get(int(e["id"]), [])
+        line, accepted = decided(rows, e["status"])
+        sweeping = store.sweep_holder(int(e["id"])) is not None
+        out[int(e["id"])] = {"proposed": proposal_line(rows), "decided": line, "accepted": list(accepted),
+                             "sweeping": sweeping, "percent": None}
+        if sweeping:  # how far, for the sweeps running now (their spec's plan read)
+            now = datetime.now(timezone.utc)
+            out[int(e["id"])]["percent"] = progress(store, store.experiment(int(e["id"])), now)["percent"]
     return out

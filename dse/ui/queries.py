@@ -1,14 +1,18 @@
-"""The UI's own reads: an experiment's candidates paged, sorted and filtered in SQL.
+"""The candidate table of an experiment page: its candidates paged, sorted and filtered.
 
 The Store's DataFrame reads fetch every candidate; a page of 50 out of 100,000 must not.
-Here the database sorts and filters on one metric (each candidate's latest figure of that
-name, from latest_metric), counts the matches, and only the page's rows and their metrics
-come back to Python.
+What orders and filters them is read once per state of the records (`rankable`: each
+candidate's latest analytical run and figures), ranked in memory (`ranked`), and only the
+page's rows come back (`page_of`). Every read goes through the store's contract
+(`dse.records.contract.PageReader`: the Store, or a light reader), whose SQL is
+`dse.records.page_reads`.
+
+`ranked_ids` and `reference_page` are the tests' and benches' references: the same ranking
+by the database, from the tables 0011 keeps or from the runs as before it.
 """
 
 from __future__ import annotations
 
-import json
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -17,9 +21,14 @@ import numpy as np
 from sqlalchemy import Connection, String, and_, bindparam, cast, func, select
 from sqlalchemy.orm import aliased
 
-from ..records import packed, reads, sql_reads
+from ..records import reads
+from ..records.contract import PageReader
+from ..records.page_reads import changes_text, matching
 from ..records.reuse import metric_run
 from ..records.schema import RUN_STATUSES, Candidate, CandidateRun, LatestMetric, Run, RunMetrics
+
+__all__ = ["PAGE_SIZES", "BadQuery", "CandidatePage", "CandidateQuery", "Rankable", "candidate_page", "changes_text",
+           "page_of", "rankable", "ranked", "ranked_ids", "reference_page"]
 
 PAGE_SIZES = (25, 50, 100, 200)
 # Sortable columns that are not metrics.
@@ -103,42 +112,26 @@ def _metric_join(name: str, latest):
                    m.run_id == latest.c.run_id)
 
 
-def metric_names(connection: Connection, experiment_id: int, baseline_id: int | None) -> list[str]:
-    """The analytical total metrics the experiment records, read from one finished run
-    (the baseline's, else any ok run): every ok run of a sweep records the same names."""
-    run_id = None
-    if baseline_id is not None:
-        run_id = connection.scalar(
-            select(func.max(Run.id)).where(Run.candidate_id == baseline_id, Run.stage == "analytical",
-                                           Run.status == "ok"))  # fmt: skip
-    if run_id is None:
-        run_id = connection.scalar(
-            select(Run.id).join(Candidate, Run.candidate_id == Candidate.id)
-            .where(Candidate.experiment_id == experiment_id, Run.stage == "analytical", Run.status == "ok")
-            .limit(1))  # fmt: skip
-    if run_id is None:
-        return []
-    found = connection.execute(
-        select(RunMetrics.layout_id, RunMetrics.figures)
-        .where(RunMetrics.run_id == select(metric_run(Run)).where(Run.id == run_id).scalar_subquery())).first()
-    if found is None:
-        return []
-    entries = packed.layouts(connection, [found.layout_id])[found.layout_id]
-    return sorted({n for k, n, _, s, _ in entries if k == "analytical" and s == "total"})
-
-
-def candidate_page(connection: Connection, experiment_id: int, query: CandidateQuery,
-                   names: list[str], through_runs: bool = False) -> CandidatePage:
+def candidate_page(reader: PageReader, experiment_id: int, query: CandidateQuery, names: list[str]) -> CandidatePage:
     """One page of an experiment's candidates with their latest analytical run's status and
-    total metrics, sorted and filtered by the database. `through_runs`: the latest runs and
-    figures read from the runs and metric rows, as before 0011 (the tests' and benches'
-    reference: both must agree)."""
-    if through_runs:
-        return _page_through_runs(connection, experiment_id, query, names)
-    return page_of(connection, ranked_ids(connection, experiment_id, query, names), query, names)
+    total metrics (`names`, the reader's `metric_names`), sorted and filtered as the UI does
+    (`ranked` from `rankable`; the UI keeps the ranking per state of the records)."""
+    return page_of(reader, ranked(rankable(reader, experiment_id, names), query, names, reader, experiment_id),
+                   query, names)
 
 
-def _page_through_runs(connection: Connection, experiment_id: int, query: CandidateQuery,
+def reference_page(store, experiment_id: int, query: CandidateQuery, names: list[str],
+                   through_runs: bool = False) -> CandidatePage:
+    """`candidate_page` ranked by the database (`ranked_ids`) on a Store's connection: the
+    tests' and benches' reference. `through_runs`: the latest runs and figures read from
+    the runs and metric rows, as before 0011 (`_page_through_runs`)."""
+    with store.engine.connect() as connection:
+        if through_runs:
+            return _page_through_runs(store, connection, experiment_id, query, names)
+        return page_of(store, ranked_ids(connection, experiment_id, query, names), query, names)
+
+
+def _page_through_runs(reader: PageReader, connection: Connection, experiment_id: int, query: CandidateQuery,
                        names: list[str]) -> CandidatePage:
     """`candidate_page` as before 0011 (the tests' and benches' reference): each candidate's
     latest analytical run found by grouping its runs, its figures unpacked from that run's
@@ -164,21 +157,20 @@ def _page_through_runs(connection: Connection, experiment_id: int, query: Candid
             values[name][at[run]] = value
     table = Rankable(ids, np.array([r[1] for r in rows], dtype=object), run_id,
                      np.array([r[3] for r in rows], dtype=object), values)
-    return page_of(connection, ranked(table, query, names, connection, experiment_id), query, names)
+    return page_of(reader, ranked(table, query, names, reader, experiment_id), query, names)
 
 
-def page_of(connection: Connection, ranked: Sequence[int], query: CandidateQuery, names: list[str]) -> CandidatePage:
-    """The page `query.page` of candidates in the order `ranked` (`ranked_ids`): their rows."""
+def page_of(reader: PageReader, ranked: Sequence[int], query: CandidateQuery, names: list[str]) -> CandidatePage:
+    """The page `query.page` of candidates in the order `ranked` (`ranked`'s ids): their rows,
+    read through the reader (`PageReader.page_rows`)."""
     start = (query.page - 1) * query.per_page
     ids = [int(i) for i in ranked[start:start + query.per_page]]
-    return CandidatePage(_rows(connection, ids), len(ranked), query, names)
+    return CandidatePage(reader.page_rows(ids), len(ranked), query, names)
 
 
 def ranked_ids(connection: Connection, experiment_id: int, query: CandidateQuery, names: list[str]) -> np.ndarray:
-    """The ids of the experiment's candidates that match `query`'s filters, in its order
-    (its page aside), sorted and filtered by the database: one pass over the candidates,
-    whose result serves every page of the same query (`dse.ui.memo` keeps it while the
-    records stay as they are)."""
+    """`ranked`'s ids sorted and filtered by the database instead (from candidate_run and
+    latest_metric, one pass over the candidates): the tests' and benches' reference."""
     query = query.checked(names)
     stmt, order = _ranked(connection, experiment_id, query, names)
     return np.fromiter(connection.execute(stmt.order_by(*order)).scalars(), dtype=np.int64)
@@ -189,8 +181,8 @@ class Rankable:
     """What orders and filters an experiment's candidates (`ranked`), read once per state of
     its records: each candidate (by id) with its origin, the id and status of its latest
     analytical run (NaN and None without one) and that run's analytical totals (NaN where it
-    recorded none). `figures`: the figures read (`sql_reads.figure_columns`, with runs), for
-    the judgement to read them from too."""
+    recorded none). `figures`: the figures read (the reader's `figure_columns`, with runs),
+    for the judgement to read them from too."""
 
     ids: np.ndarray
     origin: np.ndarray
@@ -200,27 +192,20 @@ class Rankable:
     figures: dict = field(default_factory=dict)
 
 
-# Each candidate of an experiment with its latest analytical run (candidate_run), by id.
-_LATEST_ANALYTICAL = ("SELECT c.id, c.origin, cr.run_id, cr.status FROM candidate c LEFT OUTER JOIN candidate_run cr "
-                      "ON cr.candidate_id = c.id AND cr.role = 'analytical' WHERE c.experiment_id = :experiment_id "
-                      "ORDER BY c.id")
-
-
-def rankable(connection: Connection, experiment_id: int, names: Sequence[str],
+def rankable(reader: PageReader, experiment_id: int, names: Sequence[str],
              wanted: dict[str, set[str]] | None = None) -> Rankable:
     """The experiment's `Rankable` of the analytical totals `names`; `wanted`: more figures
     ({kind: names}) to read along for the judgement (`acceptance.figures_wanted`)."""
     kinds = {"analytical": set(names)}
     for kind, more in (wanted or {}).items():
         kinds.setdefault(kind, set()).update(more)
-    run = reads.text_runner(connection)
-    rows = run(_LATEST_ANALYTICAL, {"experiment_id": int(experiment_id)})[1]
+    rows = reader.analytical_runs(int(experiment_id))
     ids = np.fromiter((r[0] for r in rows), dtype=np.int64, count=len(rows))
     origin = np.array([r[1] for r in rows], dtype=object)
     run_id = np.array([np.nan if r[2] is None else r[2] for r in rows], dtype=np.float64)
     status = np.array([r[3] for r in rows], dtype=object)
-    found = sql_reads.figure_columns(run, sorted(kinds), sorted(set().union(*kinds.values())), int(experiment_id),
-                                     with_runs=True)
+    found = reader.figure_columns(sorted(kinds), sorted(set().union(*kinds.values())), int(experiment_id),
+                                  with_runs=True)
     values = {name: np.full(len(ids), np.nan) for name in names}
     if "analytical" in found:
         held, columns, runs = found["analytical"]
@@ -233,11 +218,12 @@ def rankable(connection: Connection, experiment_id: int, names: Sequence[str],
     return Rankable(ids, origin, run_id, status, values, found)
 
 
-def ranked(table: Rankable, query: CandidateQuery, names: list[str], connection: Connection | None = None,
+def ranked(table: Rankable, query: CandidateQuery, names: list[str], reader: PageReader | None = None,
            experiment_id: int | None = None) -> np.ndarray:
-    """`ranked_ids` from a `Rankable` (no database pass, but for a text filter: the shown
-    changes and reasons, `shown_matches`): the same filter and order, numbers compared as
-    the database compares them."""
+    """The ids of the experiment's candidates that match `query`'s filters, in its order
+    (its page aside), from a `Rankable`: no database pass, but for a text filter (the shown
+    changes and reasons, the reader's `shown_matches`). The same filter and order as
+    `ranked_ids`, numbers compared as the database compares them."""
     query = query.checked(names)
     keep = np.ones(len(table.ids), dtype=bool)
     if query.status == "not run":
@@ -245,8 +231,7 @@ def ranked(table: Rankable, query: CandidateQuery, names: list[str], connection:
     elif query.status:
         keep &= table.status == query.status
     if query.text:
-        keep &= np.isin(table.ids, shown_matches(connection, experiment_id, query.text,
-                                                 _latest_analytical(experiment_id, False)))
+        keep &= np.isin(table.ids, reader.shown_matches(int(experiment_id), query.text))
     if query.metric:
         ranged = table.values[query.metric]
         if query.metric != query.sort:  # the database joins it (the sort's own figure: outer-joined)
@@ -290,7 +275,7 @@ def _ranked(connection: Connection, experiment_id: int, query: CandidateQuery, n
         stmt = stmt.where(func.coalesce(latest.c.status, "") == query.status)
     if query.text:
         # The text as the table shows it ("workers=4"), not as stored: matched here, in Python.
-        ids = shown_matches(connection, experiment_id, query.text, latest)
+        ids = _shown_matches(connection, experiment_id, query.text, latest)
         stmt = stmt.where(Candidate.id.in_(bindparam("shown", ids, expanding=True, literal_execute=True)))
     sort_metric = None
     if query.sort in names:
@@ -313,86 +298,10 @@ def _ranked(connection: Connection, experiment_id: int, query: CandidateQuery, n
     return stmt, [ordered, Candidate.id] if query.sort == "id" else [key.is_(None), ordered, Candidate.id]
 
 
-def shown_matches(connection: Connection, experiment_id: int, text: str, latest) -> list[int]:
-    """The experiment's candidates whose changes or reason, as the table shows them
-    (`changes_text`: "banks.count=16, workers=4"; the reason of the latest analytical run),
-    contain `text`, case aside. Read as narrow rows (id, diff, reason); each candidate's
-    changes are made into the shown text once."""
-    needle = text.lower()
+def _shown_matches(connection: Connection, experiment_id: int, text: str, latest) -> list[int]:
+    """The reference's `shown_matches` (`page_reads.matching` of rows read here)."""
     found = connection.execute(
         select(Candidate.id, cast(Candidate.diff, String), latest.c.reason)
         .outerjoin(latest, latest.c.candidate_id == Candidate.id)
         .where(Candidate.experiment_id == experiment_id))
-    return [ident for ident, diff, reason in found
-            if needle in changes_text(json.loads(diff) if diff else {}).lower() or needle in (reason or "").lower()]
-
-
-def _rows(connection: Connection, ids: list[int]) -> list[dict]:
-    if not ids:
-        return []
-    latest = (select(Run.candidate_id, func.max(Run.id).label("run_id"))
-              .where(Run.candidate_id.in_(ids), Run.stage == "analytical").group_by(Run.candidate_id).subquery())
-    found = connection.execute(
-        select(Candidate.id, Candidate.origin, cast(Candidate.diff, String).label("diff"), Run.id.label("run_id"),
-               Run.stage, Run.status, Run.reason)
-        .outerjoin(latest, latest.c.candidate_id == Candidate.id)
-        .outerjoin(Run, Run.id == latest.c.run_id)
-        .where(Candidate.id.in_(ids))
-    ).mappings().all()
-    rows = {r["id"]: dict(r, diff=json.loads(r["diff"]) if r["diff"] else {}, metrics={}) for r in found}
-    run_of = {r["run_id"]: r["id"] for r in rows.values() if r["run_id"] is not None}
-    if run_of:
-        for run_id, name, value in connection.execute(
-            select(LatestMetric.run_id, LatestMetric.name, LatestMetric.value)
-            .where(LatestMetric.candidate_id.in_(ids), LatestMetric.kind == "analytical")
-        ):
-            if run_id in run_of:  # figures of the latest analytical run only
-                rows[run_of[run_id]]["metrics"][name] = value
-    return [rows[i] for i in ids]
-
-
-def changes_text(diff: dict) -> str:
-    """A candidate's changes from the baseline, short: "banks.count=16, workers=2"."""
-    return ", ".join(f"{k.removeprefix('config.').removeprefix('mapping.')}={json.dumps(v[1])}"
-                     for k, v in diff.items()) or "(baseline)"
-
-
-
-def outcome_counts(connection: Connection, experiment_id: int) -> dict[str, int]:
-    """The experiment's candidates by outcome, counted as `dse history` counts them (the
-    status of a candidate's latest run, a "pruned" one leaving the earlier outcome
-    standing), and "not run" for those without a run yet."""
-    counts = {status: n for (_, status), n in reads.outcome_counts(connection, experiment_id).items()}
-    total = connection.scalar(select(func.count()).where(Candidate.experiment_id == experiment_id))
-    counts["not run"] = int(total) - sum(counts.values())
-    return {status: counts.get(status, 0) for status in (*RUN_STATUSES, "not run")}
-
-
-def candidates_after(connection: Connection, experiment_id: int, after: int, limit: int = 20) -> list[dict]:
-    """The newest candidates recorded with an id above `after` (at most `limit`, newest
-    first), as `candidate_page` rows."""
-    ids = connection.scalars(select(Candidate.id).where(Candidate.experiment_id == experiment_id,
-                                                        Candidate.id > after)
-                             .order_by(Candidate.id.desc()).limit(limit)).all()
-    return _rows(connection, list(ids))
-
-
-def candidate_rows(connection: Connection, experiment_id: int, ids: list[int]) -> list[dict]:
-    """`candidate_page` rows of these candidates of the experiment (others are left out)."""
-    if not ids:
-        return []
-    mine = connection.scalars(select(Candidate.id).where(Candidate.experiment_id == experiment_id,
-                                                         Candidate.id.in_(ids))).all()
-    return _rows(connection, sorted(mine))
-
-
-def last_candidate_id(connection: Connection, experiment_id: int) -> int | None:
-    """The experiment's newest candidate id (where a live page starts polling from)."""
-    return connection.scalar(select(func.max(Candidate.id)).where(Candidate.experiment_id == experiment_id))
-
-
-def emulated_runs(connection: Connection, experiment_id: int) -> int:
-    """How many of the experiment's emulator runs finished ok."""
-    return int(connection.scalar(
-        select(func.count(Run.id)).join(Candidate, Run.candidate_id == Candidate.id)
-        .where(Candidate.experiment_id == experiment_id, Run.stage == "emulator", Run.status == "ok")) or 0)
+    return matching(found, text)
