@@ -333,7 +333,9 @@ COST_FIELDS = ["costs.banks.area_mm2", "costs.banks.read_pj", "costs.shared_memo
                "costs.core.idle_cycle_pj", "costs.dma.byte_pj", "costs.dram.byte_pj",
                "costs.dram.interface_area_mm2", "technology.logic_leakage_mw_per_mm2", "technology.energy_exponent"]
 BAD_NUMBERS = st.one_of(st.floats(max_value=-1e-9, allow_nan=False, allow_infinity=False), st.just(float("nan")),
-                        st.just(float("inf")), st.just(float("-inf")), st.floats(min_value=1e7, max_value=1e300))
+                        st.just(float("inf")), st.just(float("-inf")),
+                        # above every field's bound (a PE's area may be up to 1e10 um2: 10,000 mm2)
+                        st.floats(min_value=1e11, max_value=1e300))
 
 
 def _toml_number(value: float) -> str:
