@@ -2,6 +2,8 @@
 database. `Store` is the public face; the work is split by concern:
 
     engine.py    engine creation and SQLite/PostgreSQL setup, migrations, busy retries
+    snapshot.py  a new store's schema made in one go from the migrated schema frozen per
+                 dialect (migrations/snapshot/*.sql), stamped at the head
     schema.py    the tables
     checks.py    argument checks before any transaction (metrics, acceptance, ids)
     writes.py    writes inside a transaction (one path for SQLite and PostgreSQL)
@@ -48,7 +50,7 @@ from sqlalchemy.orm import Session
 
 from dse.errors import InputError
 from dse.identity import canonical_json, content_hash
-from dse.records import blobs, opening, provenance, reads, reuse, sql_reads, writes
+from dse.records import blobs, opening, provenance, reads, reuse, snapshot, sql_reads, writes
 from dse.records.blobs import Collected, EvidenceCheck, blob_path, check_evidence, default_evidence_dir, writing_blob
 from dse.records.checks import (
     FINAL_RUN_STATUSES,
@@ -250,7 +252,7 @@ class Store:
 
     @retrying
     def _upgrade_schema(self) -> None:
-        upgrade_schema(self._writer)
+        upgrade_schema(self._writer, snapshot.create)
 
     @contextmanager
     def _write(self) -> Iterator[Session]:
