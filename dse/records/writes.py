@@ -615,7 +615,7 @@ def insert_metrics(connection: Connection, packs: list[Pack]) -> None:
     latest_figures) brought up to date with them, in the caller's transaction."""
     if packs:
         packed.write(connection, packs)
-        latest.record(connection, packed.total_rows(packs))
+        latest.record(connection, packs)
 
 
 def delete_experiment(session: Session, experiment_id: int) -> dict[str, int]:
