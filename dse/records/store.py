@@ -46,6 +46,7 @@ from typing import Any, NoReturn
 
 from sqlalchemy import Connection
 from sqlalchemy.engine import make_url
+from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
 from dse.errors import InputError
@@ -58,6 +59,7 @@ from dse.records.checks import (
     MetricIn,
     MetricRow,
     RecordNotFound,
+    as_id,
     checked_acceptance,
     checked_notes,
     checked_results,
@@ -410,7 +412,6 @@ class Store:
         with self._write() as session:
             writes.set_judged_run(session, experiment_id, operator.index(run_id))
 
-    @retrying
     def start_run(
         self,
         candidate_id: int,
@@ -423,12 +424,10 @@ class Store:
     ) -> int:
         """Record a run as "running", with its provenance, before its work starts.
 
-        Until `finish_run`, a daemon thread refreshes the run's heartbeat."""
-        environment = provenance.collect(command)  # outside the transaction: it may run git
-        with self._write() as session:
-            run_id = writes.start_run(session, candidate_id, stage, environment, seed=seed,
-                                      model_version=model_version, emulator_version=emulator_version)
-        self._heartbeats.track([run_id])
+        Until `finish_run`, a daemon thread refreshes the run's heartbeat. (A batch of one:
+        `start_runs`, the one write path of runs.)"""
+        (run_id,) = self.start_runs([candidate_id], stage, seed=seed, command=command, model_version=model_version,
+                                    emulator_version=emulator_version)
         return run_id
 
     @retrying
@@ -437,7 +436,6 @@ class Store:
         with self._write() as session:
             writes.heartbeat(session, run_id)
 
-    @retrying
     def finish_run(
         self,
         run_id: int,
@@ -451,12 +449,10 @@ class Store:
         """Write a run's metrics and final status together, or neither.
 
         The metrics go in as one batched insert. A run that an open marked crashed
-        because it saw no sign of its process may still be finished by that process."""
-        check_choice("finish_run status", status, FINAL_RUN_STATUSES)
-        rows = metric_rows(metrics, f"run {run_id}")
-        with self._write() as session:
-            writes.finish_run(session, run_id, status, rows, reason=reason, error=error, traceback=traceback)
-        self._heartbeats.untrack([run_id])
+        because it saw no sign of its process may still be finished by that process.
+        (A batch of one: `finish_runs`, the one write path of finished runs.)"""
+        self.finish_runs([dict(run_id=as_id(run_id), status=status, metrics=list(metrics), reason=reason, error=error,
+                               traceback=traceback)])
 
     # ---- batched writes: one transaction for many rows (the sweep driver's path) ----------
 
@@ -528,10 +524,15 @@ class Store:
         emulator_version: str | None = None,
     ) -> list[int]:
         """`start_run` for many candidates in one transaction; run ids in order."""
-        candidate_ids = list(candidate_ids)
-        base = writes.run_base(stage, seed, command, model_version, emulator_version)
-        with self._begin() as connection:
-            run_ids = writes.insert_runs(connection, candidate_ids, base) if candidate_ids else []
+        candidate_ids = [as_id(c) for c in candidate_ids]
+        base = writes.run_base(stage, seed, command, model_version, emulator_version)  # (outside: it may run git)
+        try:
+            with self._begin() as connection:
+                run_ids = writes.insert_runs(connection, candidate_ids, base) if candidate_ids else []
+        except IntegrityError:  # a candidate the store lacks (its foreign key): which, said after the rollback
+            with self._read() as connection:
+                writes.explain_missing_candidates(connection, candidate_ids)
+            raise
         self._heartbeats.track(run_ids)
         return run_ids
 

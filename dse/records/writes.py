@@ -143,56 +143,11 @@ def set_judged_run(session: Session, experiment_id: int, run_id: int) -> None:
         experiment.judged_run_id = run_id
 
 
-# ---- runs, one at a time ------------------------------------------------------------------
-
-
-def start_run(session: Session, candidate_id: int, stage: str, environment: provenance.Provenance, *,
-              seed: int | None, model_version: str, emulator_version: str | None) -> int:
-    """A run recorded as "running", with its provenance: its id."""
-    get(session, Candidate, candidate_id)
-    now = utcnow()
-    run = Run(
-        candidate_id=candidate_id,
-        stage=stage,
-        status="running",
-        started_at=now,
-        heartbeat_at=now,
-        host=environment.host,
-        git_commit=environment.git_commit,
-        git_dirty=environment.git_dirty,
-        versions=environment.versions,
-        command=environment.command,
-        seed=seed,
-        model_version=model_version,
-        emulator_version=emulator_version,
-        pid=environment.pid,
-        pid_start=environment.pid_start,
-    )
-    session.add(run)
-    session.flush()
-    return run.id
+# ---- runs, one at a time (started and finished as a batch of one: `insert_runs`, `finish_runs`) --
 
 
 def heartbeat(session: Session, run_id: int) -> None:
     get(session, Run, run_id).heartbeat_at = utcnow()
-
-
-def finish_run(session: Session, run_id: int, status: str, rows: list[dict[str, Any]], *,
-               reason: str | None, error: str | None, traceback: str | None) -> None:
-    """A run's final status, and its metric `rows` (checked already) in one insert."""
-    run = get(session, Run, run_id)
-    if not finishable(run.status, run.error):
-        raise ValueError(f"run {run_id} is already finished (status {run.status!r})")
-    now = utcnow()
-    run.status = status
-    run.reason = reason
-    run.error = error
-    run.traceback = traceback
-    run.finished_at = now
-    run.heartbeat_at = now
-    session.flush()
-    if rows:
-        insert_metrics(session.connection(), packs_of([(run_id, *(r[c] for c in METRIC_COLUMNS)) for r in rows]))
 
 
 # ---- batched writes: one transaction for many rows (the sweep driver's path) --------------
@@ -346,6 +301,18 @@ def finish_runs(connection: Connection, results: list[Mapping[str, Any]], metric
         raise Unfinishable(ids)  # rolls the transaction back; explained once it has
     if metric_packs:
         insert_metrics(connection, metric_packs)
+
+
+def explain_missing_candidates(connection: Connection, candidate_ids: list[int]) -> None:
+    """Raise RecordNotFound for the first of `candidate_ids` the store lacks (runs of them
+    failed their foreign key); return if it has them all."""
+    present: set[int] = set()
+    for i in range(0, len(candidate_ids), 500):  # stay under the bound-parameter limit
+        present.update(connection.execute(select(Candidate.id).where(Candidate.id.in_(candidate_ids[i:i + 500])))
+                       .scalars())
+    missing = next((c for c in candidate_ids if c not in present), None)
+    if missing is not None:
+        raise not_found(connection, "candidate", missing)
 
 
 def explain_unfinishable(connection: Connection, ids: list[int]) -> NoReturn:
