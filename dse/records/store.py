@@ -6,7 +6,8 @@ database. `Store` is the public face; the work is split by concern:
                  dialect (migrations/snapshot/*.sql), stamped at the head
     schema.py    the tables
     checks.py    argument checks before any transaction (metrics, acceptance, ids)
-    writes.py    writes inside a transaction (one path for SQLite and PostgreSQL)
+    writes.py    writes inside a transaction (one path for SQLite and PostgreSQL; a run
+                 started or finished alone is a batch of one of the sweep's batched writes)
     packed.py    a run's metrics packed into one row (run_metrics, with its layout in
                  metric_layout, 0015) and unpacked for every reader
     reads.py     reads as DataFrames; lookups and their "not found" errors
