@@ -93,11 +93,11 @@ def spmd_chips(candidates: Sequence[Candidate]) -> list[tuple]:
     sweep's candidates share a few hundred)."""
     made: dict[tuple[int, int], tuple] = {}
     out = []
-    for c in candidates:
-        key = (id(c.chip), c.mapping.workers)
+    for cand in candidates:
+        key = (id(cand.chip), cand.mapping.workers)
         found = made.get(key)
         if found is None:
-            found = made[key] = spmd_chip(c.chip, c.mapping.workers)
+            found = made[key] = spmd_chip(cand.chip, cand.mapping.workers)
         out.append(found)
     return out
 

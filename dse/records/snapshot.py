@@ -137,8 +137,9 @@ def migrated_sqlite() -> list[str]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m dse.records.snapshot",
-                                 description="write the schema snapshots (migrations/snapshot/*.sql) from migrated stores")
+    ap = argparse.ArgumentParser(
+        prog="python -m dse.records.snapshot",
+        description="write the schema snapshots (migrations/snapshot/*.sql) from migrated stores")
     ap.add_argument("--postgresql", metavar="URL",
                     help="an empty PostgreSQL database to migrate and dump (without it only SQLite's is written)")
     ap.add_argument("--pg-dump", default="pg_dump", help="the pg_dump binary (no older than the server)")

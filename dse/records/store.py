@@ -366,8 +366,18 @@ class Store:
         config, mapping, key = writes.canonical_candidate(config, mapping)
 
         def add() -> tuple[int, bool]:
-            with self._write() as session:
-                return writes.add_candidate(session, experiment_id, config, mapping, key, origin, diff)
+            # A batch of one (`add_candidates`, the one write path of candidates), its diff
+            # read in the same transaction; a known hash keeps its row (and its diff).
+            with self._begin() as connection:
+                found = writes.known_candidate(connection, experiment_id, key)
+                if found is not None:
+                    return found, False
+                changes = diff if diff is not None else writes.diff_from_baseline(connection, experiment_id, config,
+                                                                                   mapping)
+                prepared = writes.prepared_candidates([dict(config=config, mapping=mapping, origin=origin,
+                                                            diff=changes)])
+                ((cid, created, _),) = writes.add_candidates(connection, experiment_id, prepared, None)
+                return cid, created
 
         return retry_once_on_conflict(add)
 

@@ -47,7 +47,7 @@ class Unfinishable(Exception):
         self.ids = ids
 
 
-# ---- experiments and candidates, one at a time -------------------------------------------
+# ---- experiments and candidates, one at a time (a candidate: a batch of one, `add_candidates`) --
 
 
 def create_experiment(session: Session, name: str, spec_hash: str, links: Sequence[tuple[str, int, str]] = (),
@@ -80,36 +80,23 @@ def canonical_candidate(config: dict[str, Any], mapping: dict[str, Any]) -> tupl
     return config, mapping, candidate_hash(config, mapping)
 
 
-def add_candidate(session: Session, experiment_id: int, config: dict[str, Any], mapping: dict[str, Any],
-                  key: str, origin: str, diff: dict[str, Any] | None) -> tuple[int, bool]:
-    """(id, created) of the candidate of hash `key`; without `diff`, its difference from
-    the experiment's baseline."""
-    experiment = get(session, Experiment, experiment_id)
-    existing = session.scalar(
-        select(Candidate.id).where(Candidate.experiment_id == experiment_id, Candidate.hash == key)
-    )
-    if existing is not None:
-        return existing, False
-    if diff is None:
-        diff = _diff_from_baseline(session, experiment, config, mapping)
-    candidate = Candidate(experiment_id=experiment_id, hash=key, config=config, mapping=mapping, origin=origin,
-                          diff=diff)
-    session.add(candidate)
-    session.flush()
-    return candidate.id, True
+def known_candidate(connection: Connection, experiment_id: int, key: str) -> int | None:
+    """The id of the experiment's candidate of hash `key`, None if it has none;
+    RecordNotFound if the store lacks the experiment."""
+    if not experiment_exists(connection, experiment_id):
+        raise not_found(connection, "experiment", experiment_id)
+    return _candidate_ids(connection, as_id(experiment_id), [key]).get(key)
 
 
-def _diff_from_baseline(
-    session: Session, experiment: Experiment, config: dict[str, Any], mapping: dict[str, Any]
-) -> dict[str, list[Any]]:
-    if experiment.baseline_candidate_id is None:
+def diff_from_baseline(connection: Connection, experiment_id: int, config: dict[str, Any],
+                       mapping: dict[str, Any]) -> dict[str, list[Any]]:
+    """A candidate's fields that differ from the experiment's baseline ({} without one)."""
+    baseline_id = connection.scalar(
+        select(Experiment.baseline_candidate_id).where(Experiment.id == as_id(experiment_id)))
+    if baseline_id is None:
         return {}
-    baseline = session.get(Candidate, experiment.baseline_candidate_id)
-    assert baseline is not None  # a foreign key guarantees it
-    return diff_fields(
-        {"config": baseline.config, "mapping": baseline.mapping},
-        {"config": config, "mapping": mapping},
-    )
+    baseline = connection.execute(select(Candidate.config, Candidate.mapping).where(Candidate.id == baseline_id)).one()
+    return diff_fields({"config": baseline.config, "mapping": baseline.mapping}, {"config": config, "mapping": mapping})
 
 
 def set_baseline(session: Session, experiment_id: int, candidate_id: int) -> None:
