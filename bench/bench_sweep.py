@@ -325,7 +325,8 @@ def main() -> None:
           f"{grid_rate / random_plain_rate:.1f}x plain in-memory Optuna random ({random_plain_rate:,.0f} trials/s; "
           f"target >= 3x); SQLite alone stores the same records at {floor_n / floor_s:,.0f} cand/s "
           f"({floor_rows / floor_s:,.0f} rows/s), the sweep at {grid_rate / (floor_n / floor_s):.2f}x that; "
-          f"the grid sweep's CPU {grid_split['cpu']:.3f} s = {grid_n / grid_split['cpu']:,.0f} cand/s of the driver's CPU")
+          f"the grid sweep's CPU {grid_split['cpu']:.3f} s = {grid_n / grid_split['cpu']:,.0f} cand/s "
+          "of the driver's CPU")
     print(f"grid sweep:   {grid_rate:7.0f} cand/s = {grid_rate / sqlite_rate:5.0f}x plain Optuna+SQLite "
           f"({sqlite_rate:.1f} trials/s), {grid_rate / tpe_rate:5.1f}x plain in-memory 2-objective TPE "
           f"({tpe_rate:.0f} trials/s)")
