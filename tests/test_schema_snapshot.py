@@ -77,12 +77,13 @@ def test_a_store_from_the_snapshot_is_the_migrated_store(two_urls, monkeypatch):
     made_from_snapshot(frozen, monkeypatch)
     assert schema_of(frozen) == schema_of(migrated)
     assert schema_of(frozen)["version"] == [(SCHEMA_HEAD,)]
-    # The snapshot file is today's migrated schema, statement for statement.
+    # SQLite: the snapshot file is today's migrated schema, statement for statement.
+    # PostgreSQL: pg_dump says the same of both (its text varies with its version: the
+    # catalogs above are the check that holds on any).
     if pg_dump is None:
         assert snapshot.migrated_sqlite() == list(snapshot.statements("sqlite"))
     else:
-        assert snapshot.dump_postgresql(migrated, pg_dump) == list(snapshot.statements("postgresql"))
-        assert snapshot.dump_postgresql(frozen, pg_dump) == list(snapshot.statements("postgresql"))
+        assert snapshot.dump_postgresql(frozen, pg_dump) == snapshot.dump_postgresql(migrated, pg_dump)
     # Either store goes down (past 0011's triggers) and up again alike.
     for url in (migrated, frozen):
         command.downgrade(alembic_config(url), "0010")
