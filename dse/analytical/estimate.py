@@ -52,7 +52,7 @@ def estimate(graph, candidates: Sequence[Candidate],
         raise ValueError(f"timing must be one of {TIMINGS}, got {timing!r}")
     # Each candidate costed with the parameters of the cores its workers run on (their core
     # group's hardware, `spmd_chip`); workers spanning groups that differ are infeasible.
-    spmd = [spmd_chip(c.chip, c.mapping.workers) for c in candidates]
+    spmd = spmd_chips(candidates)
     costed = [c if chip is c.chip else Candidate(chip, c.mapping) for c, (chip, _) in zip(candidates, spmd)]
     params = CandidateArrays.from_candidates(costed)
     params.serial[:] = timing == "serial"
@@ -86,6 +86,20 @@ def estimate(graph, candidates: Sequence[Candidate],
         # (ops, n) -> candidate-major rows
         frame[name] = np.stack([getattr(c, name) for c in per_op], axis=1).ravel() if ops else np.array([])
     return pd.DataFrame(frame, columns=OP_COLUMNS)
+
+
+def spmd_chips(candidates: Sequence[Candidate]) -> list[tuple]:
+    """`spmd_chip` of each candidate, made once per distinct chip and worker count (a
+    sweep's candidates share a few hundred)."""
+    made: dict[tuple[int, int], tuple] = {}
+    out = []
+    for cand in candidates:
+        key = (id(cand.chip), cand.mapping.workers)
+        found = made.get(key)
+        if found is None:
+            found = made[key] = spmd_chip(cand.chip, cand.mapping.workers)
+        out.append(found)
+    return out
 
 
 def _span_partitioned(graph, candidates, params, chips, per_op, halo) -> None:
@@ -151,7 +165,7 @@ def summarize(per_op: pd.DataFrame, candidates: Sequence[Candidate]) -> pd.DataF
     shared = g["shared_bytes"].max().reindex(range(n), fill_value=0).to_numpy()
     bad = per_op[~per_op["feasible"]].groupby("candidate")["reason"].first()
     reason = np.array([bad.get(i, "") for i in range(n)], dtype=object)
-    cores_chips = [spmd_chip(c.chip, c.mapping.workers)[0] for c in candidates]  # the chip its workers have
+    cores_chips = [chip for chip, _ in spmd_chips(candidates)]  # the chip its workers have
     per_core = np.array([chip.private_sram_bytes for chip in cores_chips], dtype=np.float64)
     unaddressable = np.array([chip.unaddressable_sram_bytes for chip in cores_chips], dtype=np.float64)
     workers = np.array([c.mapping.workers for c in candidates], dtype=np.int64)

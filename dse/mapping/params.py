@@ -88,6 +88,19 @@ class CandidateArrays:
         def col(get, dtype=np.int64):
             return np.fromiter((get(c) for c in cands), dtype=dtype, count=len(cands))
 
+        # A sweep has far fewer chips than candidates (its mapping knobs share one): the
+        # chip's figures are read once a distinct chip and spread to its candidates.
+        chip_at: dict[int, int] = {}
+        chips = []
+        for c in cands:
+            if id(c.chip) not in chip_at:
+                chip_at[id(c.chip)] = len(chips)
+                chips.append(c.chip)
+        of_chip = np.fromiter((chip_at[id(c.chip)] for c in cands), dtype=np.int64, count=len(cands))
+
+        def chip_col(get, dtype=np.int64):
+            return np.fromiter((get(chip) for chip in chips), dtype=dtype, count=len(chips))[of_chip]
+
         def ball_formula(c: Candidate, kind: str, mode: str) -> str | None:
             ball = c.chip.ball(kind)
             if ball is not None and kind == "matrix" and ball.timing == "systolic":
@@ -105,34 +118,34 @@ class CandidateArrays:
         formulas = [ball_formula(c, "matrix", c.mapping.dataflow) for c in cands]
         return cls(
             n=len(cands),
-            bank_count=col(lambda c: c.chip.banks.count),
-            bank_rows=col(lambda c: c.chip.banks.rows),
-            usable_rows=col(lambda c: c.chip.addressable_rows),
-            row_bytes=col(lambda c: c.chip.banks.row_bytes),
-            acc_col=col(lambda c: c.chip.banks.acc_col),
-            max_col=col(lambda c: c.chip.banks.max_col),
-            virtual_ids=col(lambda c: c.chip.banks.virtual_ids),
-            dim_bits=col(lambda c: c.chip.isa.matrix_dim_bits),
-            dim_max=col(lambda c: c.chip.isa.max_value("matrix_dim")),
-            beat_bytes=col(lambda c: c.chip.dma.beat_bytes),
-            burst_max_bytes=col(lambda c: c.chip.dma.burst_max_bytes),
-            bursts_in_flight=col(lambda c: c.chip.dma.bursts_in_flight),
-            burst_beats=col(lambda c: c.chip.dma_burst_beats),
-            parallel_bursts=col(lambda c: c.chip.dma_parallel_bursts),
-            dma_latency=col(lambda c: c.chip.dma.latency_cycles),
-            cores=col(lambda c: c.chip.cores.count),
-            op_cycles_per_element=col(lambda c: c.chip.cores.op_cycles_per_element, np.float64),
-            copy_cpe=col(lambda c: c.chip.core_cycles_per_element("copy"), np.float64),
-            mul_cpe=col(lambda c: c.chip.core_cycles_per_element("mul"), np.float64),
-            scale_cpe=col(lambda c: c.chip.core_cycles_per_element("scale"), np.float64),
-            graph_op_cpe=col(lambda c: c.chip.core_cycles_per_element("graph_op"), np.float64),
-            relu_cpe=col(lambda c: c.chip.core_cycles_per_element("relu"), np.float64),
-            chain_cpe=col(lambda c: c.chip.core_cycles_per_element("graph_chain"), np.float64),
-            mset_cycles=col(lambda c: c.chip.front_end.mset_cycles),
-            fence_cycles=col(lambda c: c.chip.front_end.fence_cycles),
-            barrier_cycles=col(lambda c: c.chip.front_end.barrier_cycles),
-            system_bus_bytes=col(lambda c: c.chip.dma.system_bus_bytes),
-            private_sram_per_core=col(lambda c: c.chip.private_sram_bytes),
+            bank_count=chip_col(lambda chip: chip.banks.count),
+            bank_rows=chip_col(lambda chip: chip.banks.rows),
+            usable_rows=chip_col(lambda chip: chip.addressable_rows),
+            row_bytes=chip_col(lambda chip: chip.banks.row_bytes),
+            acc_col=chip_col(lambda chip: chip.banks.acc_col),
+            max_col=chip_col(lambda chip: chip.banks.max_col),
+            virtual_ids=chip_col(lambda chip: chip.banks.virtual_ids),
+            dim_bits=chip_col(lambda chip: chip.isa.matrix_dim_bits),
+            dim_max=chip_col(lambda chip: chip.isa.max_value("matrix_dim")),
+            beat_bytes=chip_col(lambda chip: chip.dma.beat_bytes),
+            burst_max_bytes=chip_col(lambda chip: chip.dma.burst_max_bytes),
+            bursts_in_flight=chip_col(lambda chip: chip.dma.bursts_in_flight),
+            burst_beats=chip_col(lambda chip: chip.dma_burst_beats),
+            parallel_bursts=chip_col(lambda chip: chip.dma_parallel_bursts),
+            dma_latency=chip_col(lambda chip: chip.dma.latency_cycles),
+            cores=chip_col(lambda chip: chip.cores.count),
+            op_cycles_per_element=chip_col(lambda chip: chip.cores.op_cycles_per_element, np.float64),
+            copy_cpe=chip_col(lambda chip: chip.core_cycles_per_element("copy"), np.float64),
+            mul_cpe=chip_col(lambda chip: chip.core_cycles_per_element("mul"), np.float64),
+            scale_cpe=chip_col(lambda chip: chip.core_cycles_per_element("scale"), np.float64),
+            graph_op_cpe=chip_col(lambda chip: chip.core_cycles_per_element("graph_op"), np.float64),
+            relu_cpe=chip_col(lambda chip: chip.core_cycles_per_element("relu"), np.float64),
+            chain_cpe=chip_col(lambda chip: chip.core_cycles_per_element("graph_chain"), np.float64),
+            mset_cycles=chip_col(lambda chip: chip.front_end.mset_cycles),
+            fence_cycles=chip_col(lambda chip: chip.front_end.fence_cycles),
+            barrier_cycles=chip_col(lambda chip: chip.front_end.barrier_cycles),
+            system_bus_bytes=chip_col(lambda chip: chip.dma.system_bus_bytes),
+            private_sram_per_core=chip_col(lambda chip: chip.private_sram_bytes),
             framework=col(lambda c: c.mapping.policy == "framework", bool),
             double_buffer=col(lambda c: c.mapping.double_buffer, bool),
             serial=np.zeros(len(cands), dtype=bool),
@@ -143,12 +156,12 @@ class CandidateArrays:
             shared_weights=col(lambda c: c.mapping.weights == "shared", bool),
             scan_weights_kept=col(lambda c: c.mapping.scan_weights != "reloaded", bool),
             parts_at_once=col(lambda c: c.mapping.placement in ("pipeline", "phase"), bool),
-            shared_enabled=col(lambda c: c.chip.shared_memory.enabled, bool),
-            shared_banks=col(lambda c: c.chip.shared_memory.banks),
-            shared_rows=col(lambda c: c.chip.shared_memory.rows),
-            shared_row_bytes=col(lambda c: c.chip.shared_memory.row_bytes),
-            shared_latency=col(lambda c: c.chip.shared_memory.latency_cycles),
-            tile_size=col(lambda c: c.chip.cores.tile_size),
+            shared_enabled=chip_col(lambda chip: chip.shared_memory.enabled, bool),
+            shared_banks=chip_col(lambda chip: chip.shared_memory.banks),
+            shared_rows=chip_col(lambda chip: chip.shared_memory.rows),
+            shared_row_bytes=chip_col(lambda chip: chip.shared_memory.row_bytes),
+            shared_latency=chip_col(lambda chip: chip.shared_memory.latency_cycles),
+            tile_size=chip_col(lambda chip: chip.cores.tile_size),
             matrix_formula=formulas,
             matrix_missing=[matrix_missing(c, f) for c, f in zip(cands, formulas)],
             no_matrix=np.fromiter((f is None for f in formulas), dtype=bool, count=len(cands)),

@@ -64,6 +64,44 @@ _METRIC_KIND_SET = frozenset(METRIC_KINDS)
 _METRIC_SCOPE_SET = frozenset(METRIC_SCOPES)
 
 
+class MetricColumns(Sequence):
+    """A run's metrics as columns: `shape`, the tuples (kinds, names, units, scopes,
+    scope_keys), and `values`, the floats in the same order: what a stage costing thousands
+    of candidates hands over (its runs share a handful of shapes, each made and checked
+    once), without a MetricRow a metric. Reads as the sequence of those MetricRows."""
+
+    __slots__ = ("shape", "values")
+
+    def __init__(self, shape: tuple, values: Sequence[float]):
+        self.shape = shape
+        self.values = values
+
+    def __len__(self) -> int:
+        return len(self.values)
+
+    def __iter__(self):
+        kinds, names, units, scopes, keys = self.shape
+        return map(MetricRow, kinds, names, self.values, units, scopes, keys)
+
+    def __getitem__(self, index):
+        rows = list(self)
+        return rows[index]
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Sequence) and list(self) == list(other)
+
+    def __add__(self, other: Iterable) -> list:
+        return [*self, *other]
+
+    def append(self, row: Sequence) -> None:
+        kind, name, value, unit, scope, key = row
+        self.shape = tuple(column + (field,) for column, field in zip(self.shape, (kind, name, unit, scope, key)))
+        self.values = (*self.values, value)
+
+    def __repr__(self) -> str:
+        return f"MetricColumns({list(self)!r})"
+
+
 def metric_values(metrics: Iterable[MetricIn | Mapping[str, Any]], owner: str, *prefix: Any) -> list[tuple]:
     """Checked metric values as (*prefix, kind, name, value, unit, scope, scope_key) tuples.
 
@@ -154,10 +192,13 @@ def _checked_metric_packs(results: list[Mapping[str, Any]]) -> list[Pack] | None
         metrics = r.get("metrics") or ()
         if not metrics:
             continue
-        if set(map(type, metrics)) != {MetricRow}:
+        if type(metrics) is MetricColumns:  # noqa: E721 - columns already: nothing to transpose
+            shape, values = metrics.shape, metrics.values
+        elif set(map(type, metrics)) != {MetricRow}:
             return None
-        kinds, names, values, units, scopes, keys = zip(*metrics)
-        shape = (kinds, names, units, scopes, keys)
+        else:
+            kinds, names, values, units, scopes, keys = zip(*metrics)
+            shape = (kinds, names, units, scopes, keys)
         passed = _SHAPES_PASSED.get(shape)
         if passed is None:
             passed = _shape_passes(shape)

@@ -300,22 +300,32 @@ def schema_is_current(engine: Engine) -> bool:
     return versions == [SCHEMA_HEAD]
 
 
-def upgrade_schema(writer: Engine) -> None:
-    """Bring the store to alembic's head, in one write transaction."""
-    from alembic import command
-    from alembic.util.exc import CommandError
-
+def upgrade_schema(writer: Engine, create_new: Callable[[Connection], bool] | None = None) -> None:
+    """Bring the store to alembic's head, in one write transaction; `create_new(connection)`
+    first, which may make a new store's schema at the head in one go (`snapshot.create`:
+    whether it did; if not, the migrations run)."""
     # Inside one write transaction: two processes opening a new store at once
     # migrate one after the other instead of both creating tables. SQLite's BEGIN
     # IMMEDIATE serialises them; PostgreSQL needs a lock of its own (held to commit),
     # after which alembic reads the version the first process left.
+    with writer.begin() as connection:
+        if connection.dialect.name == "postgresql":
+            connection.exec_driver_sql(f"SELECT pg_advisory_xact_lock({MIGRATION_LOCK})")
+        if create_new is not None and create_new(connection):
+            return
+        _migrate(writer, connection)
+
+
+def _migrate(writer: Engine, connection: Connection) -> None:
+    """alembic's upgrade to the head on `connection` (alembic loaded only here: a store at
+    the head, or a new one made from its snapshot, needs none of it)."""
+    from alembic import command
+    from alembic.util.exc import CommandError
+
     config = alembic_config(writer.url.render_as_string(hide_password=False))
+    config.attributes["connection"] = connection
     try:
-        with writer.begin() as connection:
-            if connection.dialect.name == "postgresql":
-                connection.exec_driver_sql(f"SELECT pg_advisory_xact_lock({MIGRATION_LOCK})")
-            config.attributes["connection"] = connection
-            command.upgrade(config, "head")
+        command.upgrade(config, "head")
     except CommandError as error:
         raise RuntimeError(
             f"cannot bring the record store {writer.url.render_as_string(hide_password=True)} "

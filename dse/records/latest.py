@@ -22,9 +22,6 @@ from sqlalchemy import Connection
 from dse.records.packed import layouts
 from dse.records.sql_reads import FIGURES_BYTE_ORDER
 
-# The columns of a metric row as the writes hand them over: (run_id, kind, name, value,
-# unit, scope, scope_key).
-_RUN, _KIND, _NAME, _VALUE, _SCOPE = 0, 1, 2, 3, 5
 _CHUNK = 500  # ids per IN list: under every driver's bound-parameter limit
 _ROWS_PER_INSERT = 100  # 500 parameters a statement (5 columns a row in both tables)
 # latest_figures.layout: what the figures are, the same for a whole sweep's rows: the JSON
@@ -34,25 +31,33 @@ _ROWS_PER_INSERT = 100  # 500 parameters a statement (5 columns a row in both ta
 # The byte order, FIGURES_BYTE_ORDER, is sql_reads' (whose light read unpacks them too).
 
 
-def record(connection: Connection, rows: Sequence[Sequence]) -> None:
-    """Bring latest_metric up to date with metric `rows` just inserted in this transaction."""
-    totals = [r for r in rows if r[_SCOPE] == "total"]
+def record(connection: Connection, packs: Sequence[tuple]) -> None:
+    """Bring latest_metric and latest_figures up to date with runs' metrics just written in
+    this transaction: (run_id, shape, values) each, as `checks.Pack` (their total scope)."""
+    # A sweep's runs share a shape: where its totals of each kind sit, found once a shape.
+    totals_of: dict[tuple, list[tuple[str, tuple[str, ...], tuple[int, ...]]]] = {}
+    totals = []  # (run, kind, names, values) of each run and kind with totals
+    for run_id, shape, values in packs:
+        found = totals_of.get(shape)
+        if found is None:
+            found = totals_of[shape] = _totals_by_kind(shape)
+        for kind, names, at in found:
+            totals.append((run_id, kind, names, [values[i] for i in at]))
     if not totals:
         return
-    of_run = _runs(connection, sorted({r[_RUN] for r in totals}))
+    of_run = _runs(connection, sorted({t[0] for t in totals}))
     candidate_of = {run: found[0] for run, found in of_run.items()}
     newest: dict[tuple[int, str], int] = {}  # (candidate, kind) -> the batch's newest run of it
-    for r in totals:
-        pair = (candidate_of[r[_RUN]], r[_KIND])
-        if newest.get(pair, -1) < r[_RUN]:
-            newest[pair] = r[_RUN]
+    for run, kind, _, _ in totals:
+        pair = (candidate_of[run], kind)
+        if newest.get(pair, -1) < run:
+            newest[pair] = run
     held = _held(connection, sorted({c for c, _ in newest}))
     # Pairs a newer run (already recorded) holds keep its figures; older ones are replaced.
     newest = {pair: run for pair, run in newest.items() if held.get(pair, -1) < run}
     stale = [(c, k, run) for (c, k), run in newest.items() if (c, k) in held]
-    # (A run names a metric once: the checks refuse a repeat.)
-    values = [(*pair, r[_NAME], r[_RUN], r[_VALUE]) for r in totals
-              if newest.get(pair := (candidate_of[r[_RUN]], r[_KIND])) == r[_RUN]]
+    kept = [(c, kind, run, names, values) for run, kind, names, values in totals
+            if newest.get((c := candidate_of[run], kind)) == run]
     mark = _mark(connection)
     if stale:
         connection.exec_driver_sql(
@@ -61,21 +66,49 @@ def record(connection: Connection, rows: Sequence[Sequence]) -> None:
     # per-row work of the driver and of SQLite's statement loop). PostgreSQL: ON CONFLICT,
     # as a concurrent writer may have put the same figure in since `_held` read (the newer
     # run's stands either way); SQLite's writers hold the write lock (BEGIN IMMEDIATE) from
-    # their first statement, so no other writer came in between.
+    # their first statement, so no other writer came in between. (A run names a metric
+    # once: the checks refuse a repeat.)
+    values = list(itertools.chain.from_iterable(
+        zip(itertools.repeat(c), itertools.repeat(kind), names, itertools.repeat(run), figures)
+        for c, kind, run, names, figures in kept))
     one = f"({mark}, {mark}, {mark}, {mark}, {mark})"
     conflict = "" if connection.dialect.name == "sqlite" else (
         " ON CONFLICT (candidate_id, kind, name) DO UPDATE SET run_id = excluded.run_id, value = excluded.value"
         " WHERE excluded.run_id > latest_metric.run_id")
+    full = "INSERT INTO latest_metric (candidate_id, kind, name, run_id, value) VALUES " + ", ".join(
+        [one] * _ROWS_PER_INSERT) + conflict
     for i in range(0, len(values), _ROWS_PER_INSERT):
         part = values[i:i + _ROWS_PER_INSERT]
         connection.exec_driver_sql(
+            full if len(part) == _ROWS_PER_INSERT else
             "INSERT INTO latest_metric (candidate_id, kind, name, run_id, value) VALUES "
             + ", ".join([one] * len(part)) + conflict, tuple(itertools.chain.from_iterable(part)))
-    figures: dict[tuple[int, str], dict[str, float]] = {}
-    for c, k, name, _, value in values:
-        figures.setdefault((c, k), {})[name] = value
-    _put_figures(connection, [(c, k, run, *of_run[run][1:], named)
-                              for (c, k), named in figures.items() for run in (newest[(c, k)],)])
+    _put_figures(connection, [(c, kind, run, *of_run[run][1:], names, figures)
+                              for c, kind, run, names, figures in kept])
+
+
+def _totals_by_kind(shape: tuple) -> list[tuple[str, tuple[str, ...], tuple[int, ...]]]:
+    """(kind, names, places) of a shape's total-scope metrics, kind by kind in order of
+    first appearance."""
+    kinds, names, _, scopes, _ = shape
+    by_kind: dict[str, list[int]] = {}
+    for i, scope in enumerate(scopes):
+        if scope == "total":
+            by_kind.setdefault(kinds[i], []).append(i)
+    return [(kind, tuple(names[i] for i in at), tuple(at)) for kind, at in by_kind.items()]
+
+
+def packs_of(rows: Iterable[Sequence]) -> list[tuple]:
+    """(run_id, kind, name, value, unit, scope, scope_key) rows as (run_id, shape, values)
+    packs, a run's rows in their order."""
+    by_run: dict[int, list] = {}
+    for row in rows:
+        by_run.setdefault(row[0], []).append(row)
+    out = []
+    for run_id, mine in by_run.items():
+        _, kinds, names, values, units, scopes, keys = zip(*mine)
+        out.append((run_id, (kinds, names, units, scopes, keys), values))
+    return out
 
 
 def pack(model_version: str, emulator_version: str | None, named: dict[str, float]) -> tuple[str, bytes]:
@@ -86,21 +119,21 @@ def pack(model_version: str, emulator_version: str | None, named: dict[str, floa
 
 
 def _put_figures(connection: Connection, rows: Sequence[tuple]) -> None:
-    """(candidate, kind, run, model_version, emulator_version, {name: value}) rows into
+    """(candidate, kind, run, model_version, emulator_version, names, values) rows into
     latest_figures, each replacing the pair's row unless that is of a newer run (a
     concurrent PostgreSQL writer's). Packed as `pack` packs them, each distinct layout
     made once (a sweep's rows share one)."""
-    layouts: dict[tuple, tuple[str, list[str], struct.Struct]] = {}
+    layouts: dict[tuple, tuple[str, tuple[int, ...], struct.Struct]] = {}
     packed = []
-    for c, k, run, model_version, emulator_version, named in rows:
-        key = (model_version, emulator_version, tuple(named))
+    for c, k, run, model_version, emulator_version, names, values in rows:
+        key = (model_version, emulator_version, names)
         found = layouts.get(key)
         if found is None:
-            names = sorted(named)
-            found = layouts[key] = (json.dumps([model_version, emulator_version, names]), names,
+            order = tuple(sorted(range(len(names)), key=names.__getitem__))
+            found = layouts[key] = (json.dumps([model_version, emulator_version, [names[i] for i in order]]), order,
                                     struct.Struct(f"{FIGURES_BYTE_ORDER}{len(names)}d"))
-        text, names, packer = found
-        packed.append((c, k, run, text, packer.pack(*map(named.__getitem__, names))))
+        text, order, packer = found
+        packed.append((c, k, run, text, packer.pack(*map(values.__getitem__, order))))
     mark = _mark(connection)
     one = "(" + ", ".join([mark] * 5) + ")"
     for i in range(0, len(packed), _ROWS_PER_INSERT):
@@ -130,18 +163,18 @@ def rebuild(connection: Connection, candidate_ids: Iterable[int] | None = None) 
 
 
 def _totals_of(connection: Connection, where: str) -> list[tuple]:
-    """The total metric rows every run shows (`where` on its alias r), as the writes hand
-    them over; a linking run (run.reused_run_id, dse.records.reuse) shows the run's it reuses."""
+    """The metrics every run shows (`where` on its alias r) as (run_id, shape, values)
+    packs; a linking run (run.reused_run_id, dse.records.reuse) shows the run's it reuses."""
     found = connection.exec_driver_sql(
         "SELECT r.id, p.layout_id, p.figures FROM run r JOIN run_metrics p ON p.run_id = coalesce(r.reused_run_id, r.id) "
         f"{where} ORDER BY r.id").all()
     held = layouts(connection, {row[1] for row in found})
-    rows = []
+    shapes = {ident: tuple(map(tuple, zip(*entries))) if entries else ((),) * 5 for ident, entries in held.items()}
+    out = []
     for run_id, layout_id, figures in found:
         figures = bytes(figures)
-        values = struct.unpack(f"{FIGURES_BYTE_ORDER}{len(figures) // 8}d", figures)
-        rows += [(run_id, k, n, v, u, s, key) for (k, n, u, s, key), v in zip(held[layout_id], values) if s == "total"]
-    return rows
+        out.append((run_id, shapes[layout_id], struct.unpack(f"{FIGURES_BYTE_ORDER}{len(figures) // 8}d", figures)))
+    return out
 
 
 def _runs(connection: Connection, run_ids: list[int]) -> dict[int, tuple[int, str, str | None]]:

@@ -59,20 +59,6 @@ def write(connection: Connection, packs: Sequence[tuple]) -> None:
             tuple(itertools.chain.from_iterable((run_id, ids[text], figures) for run_id, text, figures in part)))
 
 
-def total_rows(packs: Sequence[tuple]) -> list[tuple]:
-    """The total-scope metrics of `packs` as (run_id, kind, name, value, unit, scope,
-    scope_key) rows (what latest_metric and latest_figures are kept from)."""
-    places: dict[tuple, list[int]] = {}
-    rows = []
-    for run_id, shape, values in packs:
-        at = places.get(shape)
-        if at is None:
-            at = places[shape] = [i for i, scope in enumerate(shape[3]) if scope == "total"]
-        kinds, names, units = shape[0], shape[1], shape[2]
-        rows += [(run_id, kinds[i], names[i], values[i], units[i], "total", "") for i in at]
-    return rows
-
-
 def layout_ids(connection: Connection, texts: Iterable[str]) -> dict[str, int]:
     """text -> id of each layout, stored now if the store lacks it (a concurrent writer's
     copy of the same layout is taken: the hash is unique)."""

@@ -114,7 +114,7 @@ def link_runs(connection: Connection, links: Mapping[int, int]) -> None:
     for row in packed.rows_of(connection, sorted(set(links.values())), scope="total"):
         of_source.setdefault(row[0], []).append(row[1:])
     totals = [(int(run), *m) for run, src in links.items() for m in of_source.get(src, ())]
-    latest.record(connection, totals)
+    latest.record(connection, latest.packs_of(totals))
 
 
 def source_totals(connection: Connection, run_id: int) -> dict[str, float]:

@@ -2,9 +2,12 @@
 database. `Store` is the public face; the work is split by concern:
 
     engine.py    engine creation and SQLite/PostgreSQL setup, migrations, busy retries
+    snapshot.py  a new store's schema made in one go from the migrated schema frozen per
+                 dialect (migrations/snapshot/*.sql), stamped at the head
     schema.py    the tables
     checks.py    argument checks before any transaction (metrics, acceptance, ids)
-    writes.py    writes inside a transaction (one path for SQLite and PostgreSQL)
+    writes.py    writes inside a transaction (one path for SQLite and PostgreSQL; a run
+                 started or finished alone is a batch of one of the sweep's batched writes)
     packed.py    a run's metrics packed into one row (run_metrics, with its layout in
                  metric_layout, 0015) and unpacked for every reader
     reads.py     reads as DataFrames; lookups and their "not found" errors
@@ -44,11 +47,12 @@ from typing import Any, NoReturn, TypeVar
 
 from sqlalchemy import Connection
 from sqlalchemy.engine import make_url
+from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
 from dse.errors import InputError
 from dse.identity import canonical_json, content_hash
-from dse.records import blobs, opening, provenance, reads, reuse, sql_reads, writes
+from dse.records import blobs, opening, provenance, reads, reuse, snapshot, sql_reads, writes
 from dse.records.blobs import Collected, EvidenceCheck, blob_path, check_evidence, default_evidence_dir, writing_blob
 from dse.records.checks import (
     FINAL_RUN_STATUSES,
@@ -56,6 +60,7 @@ from dse.records.checks import (
     MetricIn,
     MetricRow,
     RecordNotFound,
+    as_id,
     checked_acceptance,
     checked_notes,
     checked_results,
@@ -254,7 +259,7 @@ class Store(PageReads):
 
     @retrying
     def _upgrade_schema(self) -> None:
-        upgrade_schema(self._writer)
+        upgrade_schema(self._writer, snapshot.create)
 
     @contextmanager
     def _write(self) -> Iterator[Session]:
@@ -365,8 +370,18 @@ class Store(PageReads):
         config, mapping, key = writes.canonical_candidate(config, mapping)
 
         def add() -> tuple[int, bool]:
-            with self._write() as session:
-                return writes.add_candidate(session, experiment_id, config, mapping, key, origin, diff)
+            # A batch of one (`add_candidates`, the one write path of candidates), its diff
+            # read in the same transaction; a known hash keeps its row (and its diff).
+            with self._begin() as connection:
+                found = writes.known_candidate(connection, experiment_id, key)
+                if found is not None:
+                    return found, False
+                changes = diff if diff is not None else writes.diff_from_baseline(connection, experiment_id, config,
+                                                                                   mapping)
+                prepared = writes.prepared_candidates([dict(config=config, mapping=mapping, origin=origin,
+                                                            diff=changes)])
+                ((cid, created, _),) = writes.add_candidates(connection, experiment_id, prepared, None)
+                return cid, created
 
         return retry_once_on_conflict(add)
 
@@ -412,7 +427,6 @@ class Store(PageReads):
         with self._write() as session:
             writes.set_judged_run(session, experiment_id, operator.index(run_id))
 
-    @retrying
     def start_run(
         self,
         candidate_id: int,
@@ -425,12 +439,10 @@ class Store(PageReads):
     ) -> int:
         """Record a run as "running", with its provenance, before its work starts.
 
-        Until `finish_run`, a daemon thread refreshes the run's heartbeat."""
-        environment = provenance.collect(command)  # outside the transaction: it may run git
-        with self._write() as session:
-            run_id = writes.start_run(session, candidate_id, stage, environment, seed=seed,
-                                      model_version=model_version, emulator_version=emulator_version)
-        self._heartbeats.track([run_id])
+        Until `finish_run`, a daemon thread refreshes the run's heartbeat. (A batch of one:
+        `start_runs`, the one write path of runs.)"""
+        (run_id,) = self.start_runs([candidate_id], stage, seed=seed, command=command, model_version=model_version,
+                                    emulator_version=emulator_version)
         return run_id
 
     @retrying
@@ -439,7 +451,6 @@ class Store(PageReads):
         with self._write() as session:
             writes.heartbeat(session, run_id)
 
-    @retrying
     def finish_run(
         self,
         run_id: int,
@@ -453,12 +464,10 @@ class Store(PageReads):
         """Write a run's metrics and final status together, or neither.
 
         The metrics go in as one batched insert. A run that an open marked crashed
-        because it saw no sign of its process may still be finished by that process."""
-        check_choice("finish_run status", status, FINAL_RUN_STATUSES)
-        rows = metric_rows(metrics, f"run {run_id}")
-        with self._write() as session:
-            writes.finish_run(session, run_id, status, rows, reason=reason, error=error, traceback=traceback)
-        self._heartbeats.untrack([run_id])
+        because it saw no sign of its process may still be finished by that process.
+        (A batch of one: `finish_runs`, the one write path of finished runs.)"""
+        self.finish_runs([dict(run_id=as_id(run_id), status=status, metrics=list(metrics), reason=reason, error=error,
+                               traceback=traceback)])
 
     # ---- batched writes: one transaction for many rows (the sweep driver's path) ----------
 
@@ -530,10 +539,15 @@ class Store(PageReads):
         emulator_version: str | None = None,
     ) -> list[int]:
         """`start_run` for many candidates in one transaction; run ids in order."""
-        candidate_ids = list(candidate_ids)
-        base = writes.run_base(stage, seed, command, model_version, emulator_version)
-        with self._begin() as connection:
-            run_ids = writes.insert_runs(connection, candidate_ids, base) if candidate_ids else []
+        candidate_ids = [as_id(c) for c in candidate_ids]
+        base = writes.run_base(stage, seed, command, model_version, emulator_version)  # (outside: it may run git)
+        try:
+            with self._begin() as connection:
+                run_ids = writes.insert_runs(connection, candidate_ids, base) if candidate_ids else []
+        except IntegrityError:  # a candidate the store lacks (its foreign key): which, said after the rollback
+            with self._read() as connection:
+                writes.explain_missing_candidates(connection, candidate_ids)
+            raise
         self._heartbeats.track(run_ids)
         return run_ids
 

@@ -47,7 +47,7 @@ class Unfinishable(Exception):
         self.ids = ids
 
 
-# ---- experiments and candidates, one at a time -------------------------------------------
+# ---- experiments and candidates, one at a time (a candidate: a batch of one, `add_candidates`) --
 
 
 def create_experiment(session: Session, name: str, spec_hash: str, links: Sequence[tuple[str, int, str]] = (),
@@ -80,36 +80,23 @@ def canonical_candidate(config: dict[str, Any], mapping: dict[str, Any]) -> tupl
     return config, mapping, candidate_hash(config, mapping)
 
 
-def add_candidate(session: Session, experiment_id: int, config: dict[str, Any], mapping: dict[str, Any],
-                  key: str, origin: str, diff: dict[str, Any] | None) -> tuple[int, bool]:
-    """(id, created) of the candidate of hash `key`; without `diff`, its difference from
-    the experiment's baseline."""
-    experiment = get(session, Experiment, experiment_id)
-    existing = session.scalar(
-        select(Candidate.id).where(Candidate.experiment_id == experiment_id, Candidate.hash == key)
-    )
-    if existing is not None:
-        return existing, False
-    if diff is None:
-        diff = _diff_from_baseline(session, experiment, config, mapping)
-    candidate = Candidate(experiment_id=experiment_id, hash=key, config=config, mapping=mapping, origin=origin,
-                          diff=diff)
-    session.add(candidate)
-    session.flush()
-    return candidate.id, True
+def known_candidate(connection: Connection, experiment_id: int, key: str) -> int | None:
+    """The id of the experiment's candidate of hash `key`, None if it has none;
+    RecordNotFound if the store lacks the experiment."""
+    if not experiment_exists(connection, experiment_id):
+        raise not_found(connection, "experiment", experiment_id)
+    return _candidate_ids(connection, as_id(experiment_id), [key]).get(key)
 
 
-def _diff_from_baseline(
-    session: Session, experiment: Experiment, config: dict[str, Any], mapping: dict[str, Any]
-) -> dict[str, list[Any]]:
-    if experiment.baseline_candidate_id is None:
+def diff_from_baseline(connection: Connection, experiment_id: int, config: dict[str, Any],
+                       mapping: dict[str, Any]) -> dict[str, list[Any]]:
+    """A candidate's fields that differ from the experiment's baseline ({} without one)."""
+    baseline_id = connection.scalar(
+        select(Experiment.baseline_candidate_id).where(Experiment.id == as_id(experiment_id)))
+    if baseline_id is None:
         return {}
-    baseline = session.get(Candidate, experiment.baseline_candidate_id)
-    assert baseline is not None  # a foreign key guarantees it
-    return diff_fields(
-        {"config": baseline.config, "mapping": baseline.mapping},
-        {"config": config, "mapping": mapping},
-    )
+    baseline = connection.execute(select(Candidate.config, Candidate.mapping).where(Candidate.id == baseline_id)).one()
+    return diff_fields({"config": baseline.config, "mapping": baseline.mapping}, {"config": config, "mapping": mapping})
 
 
 def set_baseline(session: Session, experiment_id: int, candidate_id: int) -> None:
@@ -143,56 +130,11 @@ def set_judged_run(session: Session, experiment_id: int, run_id: int) -> None:
         experiment.judged_run_id = run_id
 
 
-# ---- runs, one at a time ------------------------------------------------------------------
-
-
-def start_run(session: Session, candidate_id: int, stage: str, environment: provenance.Provenance, *,
-              seed: int | None, model_version: str, emulator_version: str | None) -> int:
-    """A run recorded as "running", with its provenance: its id."""
-    get(session, Candidate, candidate_id)
-    now = utcnow()
-    run = Run(
-        candidate_id=candidate_id,
-        stage=stage,
-        status="running",
-        started_at=now,
-        heartbeat_at=now,
-        host=environment.host,
-        git_commit=environment.git_commit,
-        git_dirty=environment.git_dirty,
-        versions=environment.versions,
-        command=environment.command,
-        seed=seed,
-        model_version=model_version,
-        emulator_version=emulator_version,
-        pid=environment.pid,
-        pid_start=environment.pid_start,
-    )
-    session.add(run)
-    session.flush()
-    return run.id
+# ---- runs, one at a time (started and finished as a batch of one: `insert_runs`, `finish_runs`) --
 
 
 def heartbeat(session: Session, run_id: int) -> None:
     get(session, Run, run_id).heartbeat_at = utcnow()
-
-
-def finish_run(session: Session, run_id: int, status: str, rows: list[dict[str, Any]], *,
-               reason: str | None, error: str | None, traceback: str | None) -> None:
-    """A run's final status, and its metric `rows` (checked already) in one insert."""
-    run = get(session, Run, run_id)
-    if not finishable(run.status, run.error):
-        raise ValueError(f"run {run_id} is already finished (status {run.status!r})")
-    now = utcnow()
-    run.status = status
-    run.reason = reason
-    run.error = error
-    run.traceback = traceback
-    run.finished_at = now
-    run.heartbeat_at = now
-    session.flush()
-    if rows:
-        insert_metrics(session.connection(), packs_of([(run_id, *(r[c] for c in METRIC_COLUMNS)) for r in rows]))
 
 
 # ---- batched writes: one transaction for many rows (the sweep driver's path) --------------
@@ -346,6 +288,18 @@ def finish_runs(connection: Connection, results: list[Mapping[str, Any]], metric
         raise Unfinishable(ids)  # rolls the transaction back; explained once it has
     if metric_packs:
         insert_metrics(connection, metric_packs)
+
+
+def explain_missing_candidates(connection: Connection, candidate_ids: list[int]) -> None:
+    """Raise RecordNotFound for the first of `candidate_ids` the store lacks (runs of them
+    failed their foreign key); return if it has them all."""
+    present: set[int] = set()
+    for i in range(0, len(candidate_ids), 500):  # stay under the bound-parameter limit
+        present.update(connection.execute(select(Candidate.id).where(Candidate.id.in_(candidate_ids[i:i + 500])))
+                       .scalars())
+    missing = next((c for c in candidate_ids if c not in present), None)
+    if missing is not None:
+        raise not_found(connection, "candidate", missing)
 
 
 def explain_unfinishable(connection: Connection, ids: list[int]) -> NoReturn:
@@ -615,7 +569,7 @@ def insert_metrics(connection: Connection, packs: list[Pack]) -> None:
     latest_figures) brought up to date with them, in the caller's transaction."""
     if packs:
         packed.write(connection, packs)
-        latest.record(connection, packed.total_rows(packs))
+        latest.record(connection, packs)
 
 
 def delete_experiment(session: Session, experiment_id: int) -> dict[str, int]:

@@ -22,6 +22,7 @@ from ..plan.moe import spreads
 from ..ppa.assess import assess_candidates
 from ..ppa.energy import METRIC_UNITS
 from ..records import MetricRow
+from ..records.checks import MetricColumns
 from ..units.scan import scan_notes
 from .emulation import prepare_emulation
 from .evidence import Evidence, Outcome  # noqa: F401  (read from here too)
@@ -130,39 +131,64 @@ class AnalyticalResult:
     notes: str = ""  # the placement "auto" picked, how tensors went between ranges (candidate notes)
     components: dict = field(default_factory=dict)  # area and energy by component (`PpaResult.components`)
 
-    def metrics(self) -> list[MetricRow]:
-        """Metric rows: totals, area and energy by component (scope component), then per-op
-        cycles and tiles (scope op), all of kind 'analytical'."""
-        # Tens of rows a candidate, thousands a batch: made as tuples of MetricRow's type
-        # (`_row`), NaN told by `v == v` (pd.notna's per-call cost shows here).
-        row = _row
-        rows = [row(("analytical", name, float(value), UNITS[name], "total", ""))
-                for name, value in self.totals.items() if value is not None and value == value]
-        rows += component_metrics("analytical", self.components)
+    def metrics(self) -> MetricColumns:
+        """Metric columns (`MetricColumns`, read as MetricRows): totals, area and energy by
+        component (scope component), then per-op cycles and tiles (scope op), all of kind
+        'analytical'."""
+        # Tens of metrics a candidate, thousands a batch: the values gathered in order, and
+        # the shape they fill looked up by what decides it (which totals and components are
+        # set, each op's unit and whether its energy is), made once per distinct shape. NaN
+        # told by `v == v` (pd.notna's per-call cost shows here).
+        totals = tuple(name for name, value in self.totals.items() if value is not None and value == value)
+        values = [float(self.totals[name]) for name in totals]
+        components = []
+        for metric, by in self.components.items():
+            for name, value in by.items():
+                if value == value:
+                    components.append((metric, name))
+                    values.append(float(value))
+        ops = []
         if self.feasible:
             for op, unit, cycles, tm, tn, tk, energy in (o if len(o) == 7 else (*o, None) for o in self.ops):
-                rows.append(row(("analytical", "cycles", float(cycles), "cycles", "op", op)))
-                if energy is not None and energy == energy:
-                    rows.append(row(("analytical", "energy_uj", float(energy), "uJ", "op", op)))
-                if unit == "matrix":
-                    rows += [row(("analytical", "tile_m", float(tm), "elements", "op", op)),
-                             row(("analytical", "tile_n", float(tn), "elements", "op", op)),
-                             row(("analytical", "tile_k", float(tk), "elements", "op", op))]
-        return rows
+                values.append(float(cycles))
+                costed = energy is not None and energy == energy
+                if costed:
+                    values.append(float(energy))
+                matrix = unit == "matrix"
+                if matrix:
+                    values += (float(tm), float(tn), float(tk))
+                ops.append((op, costed, matrix))
+        key = (totals, tuple(components), tuple(ops))
+        shape = _SHAPES.get(key)
+        if shape is None:
+            if len(_SHAPES) >= 256:
+                _SHAPES.clear()
+            shape = _SHAPES[key] = _shape(*key)
+        return MetricColumns(shape, values)
+
+
+_SHAPES: dict[tuple, tuple] = {}  # the shapes of `AnalyticalResult.metrics`, by what decides each
+
+
+def _shape(totals: tuple, components: tuple, ops: tuple) -> tuple:
+    """The columns (kinds, names, units, scopes, scope_keys) of an analytical result's
+    metrics: `totals` by name, `components` (metric, component) each, `ops` (op, energy
+    costed, matrix) each."""
+    rows = [(name, UNITS[name], "total", "") for name in totals]
+    rows += [(metric, UNITS[metric], "component", name) for metric, name in components]
+    for op, costed, matrix in ops:
+        rows.append(("cycles", "cycles", "op", op))
+        if costed:
+            rows.append(("energy_uj", "uJ", "op", op))
+        if matrix:
+            rows += [("tile_m", "elements", "op", op), ("tile_n", "elements", "op", op),
+                     ("tile_k", "elements", "op", op)]
+    names, units, scopes, keys = (tuple(column) for column in zip(*rows)) if rows else ((),) * 4
+    return ("analytical",) * len(rows), names, units, scopes, keys
 
 
 def total_metrics(row) -> dict[str, float]:
     return {m: float(row.get(m, float("nan"))) for m in METRICS}
-
-
-# A MetricRow from its six fields, without its Python-level constructor (half the cost).
-_row = functools.partial(tuple.__new__, MetricRow)
-
-
-def component_metrics(kind: str, components: dict) -> list[MetricRow]:
-    """Rows of area and energy by component (scope component, the component's name its key)."""
-    return [_row((kind, metric, float(value), UNITS[metric], "component", name))
-            for metric, by in components.items() for name, value in by.items() if value == value]
 
 
 def add_ppa(rows: list[dict], cands: list[Candidate], footprints, ppa_calibration=None, n_ops: int | None = None,

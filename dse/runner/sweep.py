@@ -102,6 +102,7 @@ class Sweep:
         self._sampler: Sampler | None = None  # made in `_run`, from the records; asked in `_analytical_step`
         self._batches = 0  # recorded (for the STOP_ENV test hook)
         self._stop_after = int(os.environ.get(STOP_ENV) or 0)
+        self._diff_parts: dict[tuple[str, str], dict] = {}  # (section, its canonical JSON) -> its part of `_diff`
 
     # -- building candidates ---------------------------------------------------------
     def _build(self, params: dict) -> BuiltCandidate:
@@ -118,11 +119,25 @@ class Sweep:
 
     def _diff(self, b: BuiltCandidate) -> dict[str, list]:
         """Fields that differ from the baseline. Candidates differ from it only where a knob
-        sets a field, so only the knob targets need comparing."""
+        sets a field, so only the knob targets need comparing; a chip target's part read
+        once per distinct chip, the others' once per distinct mapping (a target reads its
+        own section only)."""
+        chip = self._diff_parts.get(("chip", b.config_json))
+        if chip is None:
+            chip = self._diff_parts[("chip", b.config_json)] = self._diff_of(b, True)
+        mapping = self._diff_parts.get(("mapping", b.mapping_json))
+        if mapping is None:
+            mapping = self._diff_parts[("mapping", b.mapping_json)] = self._diff_of(b, False)
+        return dict(sorted({**chip, **mapping}.items()))
+
+    def _diff_of(self, b: BuiltCandidate, chip: bool) -> dict[str, list]:
+        """`_diff`'s fields of the chip targets (`chip`), else of the others."""
         out = {}
         data = {"chip": b.config, "mapping": b.mapping}
         for target in self.spec.hand_targets:  # fields only a hand-picked candidate sets
             section, _, path = target.partition(".")
+            if (section == "chip") != chip:
+                continue
             # In the knob's terms (a Ball set as its kinds), not as the config spells it.
             mine = _value_at(self.spec, data, target)
             base = _value_at(self.spec, {"chip": self.baseline_data["config"],
@@ -131,6 +146,8 @@ class Sweep:
                 out[("config." if section == "chip" else "mapping.") + path] = [base, mine]
         for k in self.spec.model.space:
             section, _, path = k.target.partition(".")
+            if (section == "chip") != chip:
+                continue
             try:
                 mine = self.spec.knob_value(k, data)
             except KeyError:  # a field left unset (None) is not recorded
@@ -138,7 +155,7 @@ class Sweep:
             base = self.spec.space.baseline_values.get(k.name)
             if mine != base:
                 out[("config." if section == "chip" else "mapping.") + path] = [base, mine]
-        return dict(sorted(out.items()))
+        return out
 
     # -- recording and evaluating ----------------------------------------------------
     def _load_known(self) -> list[Observation]:
