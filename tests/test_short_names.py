@@ -24,7 +24,7 @@ BOUNDS = {
     "dse/plan": 0.06,
     "dse/lower": 0.02,
     "dse/units": 0.04,
-    "dse/analytical": 0.05,
+    "dse/analytical": 0.01,
     "emulator/timing": 0.01,
 }
 

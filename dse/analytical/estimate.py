@@ -53,38 +53,38 @@ def estimate(graph, candidates: Sequence[Candidate],
     # Each candidate costed with the parameters of the cores its workers run on (their core
     # group's hardware, `spmd_chip`); workers spanning groups that differ are infeasible.
     spmd = spmd_chips(candidates)
-    costed = [c if chip is c.chip else Candidate(chip, c.mapping) for c, (chip, _) in zip(candidates, spmd)]
+    costed = [cand if chip is cand.chip else Candidate(chip, cand.mapping) for cand, (chip, _) in zip(candidates, spmd)]
     params = CandidateArrays.from_candidates(costed)
     params.serial[:] = timing == "serial"
-    n, ops = params.n, graph.ops
-    chips = [c.chip for c in costed]
+    n_cands, ops = params.n, graph.ops
+    chips = [cand.chip for cand in costed]
     per_op = graph_costs(graph, params, chips, plans)
-    halo = np.zeros((len(ops), n), dtype=np.int64)
+    halo = np.zeros((len(ops), n_cands), dtype=np.int64)
     _span_partitioned(graph, costed, params, chips, per_op, halo)
-    spans_groups = np.array([bool(r) and c.mapping.workers <= c.chip.cores.count
-                             for c, (_, r) in zip(candidates, spmd)], dtype=bool)
+    spans_groups = np.array([bool(reason) and cand.mapping.workers <= cand.chip.cores.count
+                             for cand, (_, reason) in zip(candidates, spmd)], dtype=bool)
     if spans_groups.any():
-        for c in per_op:
-            c.feasible[spans_groups] = False
-            c.reason[spans_groups] = [spmd[i][1] for i in np.flatnonzero(spans_groups)]
+        for cost in per_op:
+            cost.feasible[spans_groups] = False
+            cost.reason[spans_groups] = [spmd[index][1] for index in np.flatnonzero(spans_groups)]
     if calibration:
         _calibrate(per_op, params, calibration)
     frame = {
-        "candidate": np.repeat(np.arange(n), len(ops)),
-        "candidate_hash": np.repeat(np.array([c.hash for c in candidates], dtype=object), len(ops)),
-        "op": np.tile(np.array([op.name for op in ops], dtype=object), n),
-        "kind": np.tile(np.array([op.kind for op in ops], dtype=object), n),
+        "candidate": np.repeat(np.arange(n_cands), len(ops)),
+        "candidate_hash": np.repeat(np.array([cand.hash for cand in candidates], dtype=object), len(ops)),
+        "op": np.tile(np.array([op.name for op in ops], dtype=object), n_cands),
+        "kind": np.tile(np.array([op.kind for op in ops], dtype=object), n_cands),
     }
     macs = np.array([op.counts.macs for op in ops], dtype=np.int64)
     for name in OP_COLUMNS[4:]:
         if name == "macs":
-            frame[name] = np.tile(macs, n)
+            frame[name] = np.tile(macs, n_cands)
             continue
         if name == "halo_cycles":
             frame[name] = halo.T.ravel()
             continue
         # (ops, n) -> candidate-major rows
-        frame[name] = np.stack([getattr(c, name) for c in per_op], axis=1).ravel() if ops else np.array([])
+        frame[name] = np.stack([getattr(cost, name) for cost in per_op], axis=1).ravel() if ops else np.array([])
     return pd.DataFrame(frame, columns=OP_COLUMNS)
 
 
@@ -105,37 +105,39 @@ def spmd_chips(candidates: Sequence[Candidate]) -> list[tuple]:
 def _span_partitioned(graph, candidates, params, chips, per_op, halo) -> None:
     """Candidates whose mapping partitions a temporal stack into spans: each op's figures
     are the slowest worker's (`dse.analytical.spans`), with the halo recomputed per op."""
-    idx_all = [i for i, c in enumerate(candidates) if getattr(c.mapping, "partition", None) == "spans"]
-    for W in sorted({candidates[i].mapping.workers for i in idx_all}):
-        idx = np.array([i for i in idx_all if candidates[i].mapping.workers == W])
+    spanned = [index for index, cand in enumerate(candidates) if getattr(cand.mapping, "partition", None) == "spans"]
+    for workers in sorted({candidates[index].mapping.workers for index in spanned}):
+        idx = np.array([index for index in spanned if candidates[index].mapping.workers == workers])
         sub = params.take(idx)
         try:
-            costs, h = span_costs(graph, sub, [chips[i] for i in idx], W, [candidates[i].mapping for i in idx])
+            costs, span_halo = span_costs(graph, sub, [chips[index] for index in idx], workers,
+                                          [candidates[index].mapping for index in idx])
         except SpanError as exc:
-            for c in per_op:
-                c.feasible[idx] = False
-                c.reason[idx] = str(exc)
+            for cost in per_op:
+                cost.feasible[idx] = False
+                cost.reason[idx] = str(exc)
         else:
-            for c, s in zip(per_op, costs):
-                for f, v in vars(s).items():
-                    getattr(c, f)[idx] = v
-            halo[:, idx] = h
+            for cost, span_cost in zip(per_op, costs):
+                for field_name, value in vars(span_cost).items():
+                    getattr(cost, field_name)[idx] = value
+            halo[:, idx] = span_halo
         too_many = idx[sub.workers > sub.cores]
-        for c in per_op:  # the lowering refuses more spans than cores before anything else
-            c.feasible[too_many] = False
-            c.reason[too_many] = [too_many_workers(W, params.chip_names[i], params.cores[i]) for i in too_many]
+        for cost in per_op:  # the lowering refuses more spans than cores before anything else
+            cost.feasible[too_many] = False
+            cost.reason[too_many] = [too_many_workers(workers, params.chip_names[index], params.cores[index])
+                                     for index in too_many]
 
 
 def _calibrate(per_op, params: CandidateArrays, calibration) -> None:
     names = np.array(params.chip_names, dtype=object)
-    for chip, k in calibration.items():
+    for chip, constants in calibration.items():
         rows = names == chip
         if not rows.any():
             continue
-        for c in per_op:
-            cal = np.round(c.core_cycles * k["core_scale"] + c.ball_cycles * k["ball_scale"]
-                           + c.syncs * k["sync_cycles"]).astype(np.int64)
-            c.cycles = np.where(rows & c.feasible, cal, c.cycles)
+        for cost in per_op:
+            cal = np.round(cost.core_cycles * constants["core_scale"] + cost.ball_cycles * constants["ball_scale"]
+                           + cost.syncs * constants["sync_cycles"]).astype(np.int64)
+            cost.cycles = np.where(rows & cost.feasible, cal, cost.cycles)
 
 
 # What a candidate makes the chip do, summed over ops and workers (`dse.ppa.energy.ACTIVITY`
@@ -156,22 +158,22 @@ def summarize(per_op: pd.DataFrame, candidates: Sequence[Candidate]) -> pd.DataF
     as its busiest worker: the critical path over cores); `busy_cycles` sums every worker's
     busy time and `utilisation` is that over ``workers x latency``. A candidate is
     infeasible if any op is, with the first such op's reason."""
-    n = len(candidates)
-    g = per_op.groupby("candidate", sort=True)
-    sums = g[["cycles", "compute_cycles", "dma_cycles", "core_cycles", "busy_cycles", "dma_bytes"]].sum().reindex(
-        range(n), fill_value=0)
-    feasible = g["feasible"].all().reindex(range(n), fill_value=True).to_numpy()
-    peak = g["sram_bytes"].max().reindex(range(n), fill_value=0).to_numpy()
-    shared = g["shared_bytes"].max().reindex(range(n), fill_value=0).to_numpy()
+    n_cands = len(candidates)
+    by_candidate = per_op.groupby("candidate", sort=True)
+    summed = ["cycles", "compute_cycles", "dma_cycles", "core_cycles", "busy_cycles", "dma_bytes"]
+    sums = by_candidate[summed].sum().reindex(range(n_cands), fill_value=0)
+    feasible = by_candidate["feasible"].all().reindex(range(n_cands), fill_value=True).to_numpy()
+    peak = by_candidate["sram_bytes"].max().reindex(range(n_cands), fill_value=0).to_numpy()
+    shared = by_candidate["shared_bytes"].max().reindex(range(n_cands), fill_value=0).to_numpy()
     bad = per_op[~per_op["feasible"]].groupby("candidate")["reason"].first()
-    reason = np.array([bad.get(i, "") for i in range(n)], dtype=object)
+    reason = np.array([bad.get(index, "") for index in range(n_cands)], dtype=object)
     cores_chips = [chip for chip, _ in spmd_chips(candidates)]  # the chip its workers have
     per_core = np.array([chip.private_sram_bytes for chip in cores_chips], dtype=np.float64)
     unaddressable = np.array([chip.unaddressable_sram_bytes for chip in cores_chips], dtype=np.float64)
-    workers = np.array([c.mapping.workers for c in candidates], dtype=np.int64)
-    activity = {name: np.where(feasible, value, np.nan) for name, value in op_activity(per_op, n).items()}
+    workers = np.array([cand.mapping.workers for cand in candidates], dtype=np.int64)
+    activity = {name: np.where(feasible, value, np.nan) for name, value in op_activity(per_op, n_cands).items()}
     return pd.DataFrame({
-        "candidate": np.arange(n), "candidate_hash": [c.hash for c in candidates], "feasible": feasible,
+        "candidate": np.arange(n_cands), "candidate_hash": [cand.hash for cand in candidates], "feasible": feasible,
         "reason": reason,
         "latency_cycles": np.where(feasible, sums["cycles"].to_numpy(dtype=np.float64), np.nan),
         # An infeasible candidate has no cycles, bytes or peak: NaN (recorded as no metric,
@@ -196,14 +198,14 @@ def summarize(per_op: pd.DataFrame, candidates: Sequence[Candidate]) -> pd.DataF
     }, columns=TOTAL_COLUMNS)
 
 
-def op_activity(per_op: pd.DataFrame, n: int) -> dict[str, np.ndarray]:
-    """`TOTAL_ACTIVITY` per candidate (0..n-1) summed over the ops of a per-op frame."""
+def op_activity(per_op: pd.DataFrame, n_cands: int) -> dict[str, np.ndarray]:
+    """`TOTAL_ACTIVITY` per candidate (0 .. n_cands - 1) summed over the ops of a per-op frame."""
     if per_op.empty:
-        return dict.fromkeys(TOTAL_ACTIVITY, np.zeros(n))
+        return dict.fromkeys(TOTAL_ACTIVITY, np.zeros(n_cands))
     cand = per_op["candidate"].to_numpy()
 
     def total(values) -> np.ndarray:
-        return np.bincount(cand, weights=np.asarray(values, dtype=np.float64), minlength=n)[:n]
+        return np.bincount(cand, weights=np.asarray(values, dtype=np.float64), minlength=n_cands)[:n_cands]
 
     out = {"macs": total(per_op["ball_macs"]), "core_op_cycles": total(per_op["core_busy"]),
            "workspace_bytes": total(per_op["workspace_bytes"])}

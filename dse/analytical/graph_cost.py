@@ -37,7 +37,7 @@ class GraphCost:
         # those ops are costed on the core.
         self.chips = chips
         self.workers = np.asarray(params.workers, dtype=np.int64)
-        self.worker_counts = sorted(set(int(w) for w in self.workers))
+        self.worker_counts = sorted(set(int(count) for count in self.workers))
         self.tiles: dict[str, tuple[np.ndarray, np.ndarray]] = {}  # blocked accumulators: (tm, tn) per candidate
         self.plans: dict[MatmulShape, MatmulPlans] = {}
         self.overlapped: dict[MatmulShape, MatmulPlans] = {}  # tiles as picked, before a serial re-costing
@@ -45,20 +45,23 @@ class GraphCost:
         # read-only constants laid out so far: (what, tensor, op kind) -> [(tiles, feasible)]
         self.constants: dict[tuple, list[tuple[tuple[np.ndarray, ...], np.ndarray]]] = {}
         self.streams = StreamCosts(graph, params, chips) if chips is not None else None
-        self.too_many_reason = np.array([too_many_workers(w, name, c) for w, name, c
+        self.too_many_reason = np.array([too_many_workers(count, name, cores) for count, name, cores
                                          in zip(params.workers, params.chip_names, params.cores)], dtype=object)
         # What closes an op's part, per candidate: any sync at all, and whether it is a BARRIER.
-        closing = {(w, ball): sync_after(w, ball) for w in self.worker_counts for ball in (False, True)}
-        self.closes_after_ball = np.array([closing[int(w), True] is not None for w in self.workers], dtype=np.int64)
-        self.closes_after_core = np.array([closing[int(w), False] is not None for w in self.workers], dtype=np.int64)
-        self.sync_cycles = np.where([closing[int(w), True] == "barrier" for w in self.workers],
+        closing = {(count, ball): sync_after(count, ball) for count in self.worker_counts for ball in (False, True)}
+        self.closes_after_ball = np.array([closing[int(count), True] is not None for count in self.workers],
+                                          dtype=np.int64)
+        self.closes_after_core = np.array([closing[int(count), False] is not None for count in self.workers],
+                                          dtype=np.int64)
+        self.sync_cycles = np.where([closing[int(count), True] == "barrier" for count in self.workers],
                                     params.barrier_cycles, params.fence_cycles)
 
     # ------------------------------------------------------------ charges
     def core_op(self, charges: Charges, kind: str, op, dst_shape, src_shapes, elements: int, cpe: np.ndarray):
         """A core op, split across workers where the plan splits it."""
-        busiest = {w: busiest_elements(kind, op, dst_shape, src_shapes, elements, w) for w in self.worker_counts}
-        share = np.array([busiest[int(w)] for w in self.workers], dtype=np.float64)
+        busiest = {count: busiest_elements(kind, op, dst_shape, src_shapes, elements, count)
+                   for count in self.worker_counts}
+        share = np.array([busiest[int(count)] for count in self.workers], dtype=np.float64)
         charges.core += np.ceil(share * cpe)
         charges.busy += np.ceil(elements * cpe)
         charges.core_busy += np.ceil(elements * cpe)
@@ -92,23 +95,24 @@ class GraphCost:
         unit = UNITS[plan.unit]  # its charge (`dse.units`), beside the lowering's emitter
         if unit.cost is not None:  # a unit that sums its own cost (grouped: two paths per candidate)
             return unit.cost(self, plan)
-        n, p = self.n, self.params
-        charges = Charges(n)
+        n_cands, params = self.n, self.params
+        charges = Charges(n_cands)
         for copy in plan.copies:
             self.copy(charges, copy)
         label, gemm = unit.charge(self, charges, plan)
-        zeros = np.zeros(n, dtype=np.int64)
-        feasible = np.ones(n, dtype=bool)
-        reason = np.full(n, "", dtype=object)
+        zeros = np.zeros(n_cands, dtype=np.int64)
+        feasible = np.ones(n_cands, dtype=bool)
+        reason = np.full(n_cands, "", dtype=object)
         banks, sram, rows_used, tiles, dma_bytes, shared = zeros, zeros, zeros, (zeros, zeros, zeros), zeros, zeros
         compute = preload = workspace = zeros
-        workers_used = np.minimum(self.workers, p.cores)
-        units = np.full(n, label, dtype=object) if isinstance(label, str) else label.astype(object)
+        workers_used = np.minimum(self.workers, params.cores)
+        units = np.full(n_cands, label, dtype=object) if isinstance(label, str) else label.astype(object)
         if gemm is not None:
-            f = gemm_figures(self, charges, plan, gemm, workers_used)
-            feasible, reason, compute, banks, sram, rows_used = f.feasible, f.reason, f.compute, f.banks, f.sram, f.rows_used
-            dma_bytes, shared, tiles, workers_used, preload, workspace = (f.dma_bytes, f.shared, f.tiles, f.workers_used,
-                                                                          f.preload, f.workspace)
+            figures = gemm_figures(self, charges, plan, gemm, workers_used)
+            feasible, reason, compute = figures.feasible, figures.reason, figures.compute
+            banks, sram, rows_used = figures.banks, figures.sram, figures.rows_used
+            dma_bytes, shared, tiles = figures.dma_bytes, figures.shared, figures.tiles
+            workers_used, preload, workspace = figures.workers_used, figures.preload, figures.workspace
         if charges.sram is not None:
             sram, banks, rows_used = charges.sram, charges.banks, charges.bank_rows
         if charges.dma_bytes is not None:
@@ -116,22 +120,22 @@ class GraphCost:
         if charges.ball_busy is not None:
             compute = charges.ball_busy
         # More workers than cores: the lowering refuses the whole graph, before any op.
-        too_many = self.workers > p.cores
+        too_many = self.workers > params.cores
         if too_many.any():
             feasible = feasible & ~too_many
             reason = np.where(too_many, self.too_many_reason, reason)
         cycles = np.round(charges.core + charges.ball + charges.syncs * self.sync_cycles).astype(np.int64)
 
-        def own(x, dtype=np.int64):  # every field its own array (callers write into them)
-            return np.array(np.broadcast_to(x, (n,)), dtype=dtype)
+        def own(values, dtype=np.int64):  # every field its own array (callers write into them)
+            return np.array(np.broadcast_to(values, (n_cands,)), dtype=dtype)
 
         return OpCost(own(units, object), own(feasible, bool), own(reason, object), own(np.where(feasible, cycles, 0)),
                       own(compute), own(np.round(charges.dma)), own(np.round(charges.core)),
                       own(np.where(feasible, np.round(charges.ball), 0)),
                       own(np.where(feasible, np.round(charges.busy), 0)),
                       own(charges.syncs), own(dma_bytes), own(sram), own(shared), own(rows_used), own(banks),
-                      *[own(t) for t in tiles], own(workers_used), own(preload),
-                      *[own(np.where(feasible, np.round(getattr(charges, f)), 0)) for f in ACTIVITY_FIELDS],
+                      *[own(tile) for tile in tiles], own(workers_used), own(preload),
+                      *[own(np.where(feasible, np.round(getattr(charges, name)), 0)) for name in ACTIVITY_FIELDS],
                       own(np.where(feasible, workspace + charges.workspace_bytes, 0)))
 
 
@@ -150,17 +154,17 @@ def graph_costs(graph: Graph, params: CandidateArrays, chips=None, plans=None) -
         return [costs.op_cost(plan) for plan in plan_graph(graph, *(choices[0] if choices else (None, None)))]
     parts = []
     for choice in choices:
-        idx = np.flatnonzero(np.array([k == choice for k in keys]))
-        sub = graph_costs(graph, params.take(idx), None if chips is None else [chips[i] for i in idx])
+        idx = np.flatnonzero(np.array([key == choice for key in keys]))
+        sub = graph_costs(graph, params.take(idx), None if chips is None else [chips[index] for index in idx])
         parts.append((idx, sub))
     out = []
-    for k in range(len(graph.ops)):
-        first = parts[0][1][k]
+    for op_index in range(len(graph.ops)):
+        first = parts[0][1][op_index]
         fields = {}
         for name, value in vars(first).items():
             arr = np.empty(params.n, dtype=value.dtype)
             for idx, sub in parts:
-                arr[idx] = getattr(sub[k], name)
+                arr[idx] = getattr(sub[op_index], name)
             fields[name] = arr
         out.append(OpCost(**fields))
     return out

@@ -84,8 +84,8 @@ def routed(graph: Graph, routing: Routing, capacity_factor: float | None = None)
         if cap is not None and max(counts) > cap:
             busiest = counts.index(max(counts))
             reasons.append(f"routing {routing} sends {counts[busiest]} tokens to expert {busiest} of {layer.name}, "
-                           f"over its capacity {cap} (capacity_factor {capacity_factor:g} x {layer.tokens * layer.top_k} "
-                           f"routed tokens / {layer.experts} experts)")
+                           f"over its capacity {cap} (capacity_factor {capacity_factor:g} x "
+                           f"{layer.tokens * layer.top_k} routed tokens / {layer.experts} experts)")
     note = f"routing {routing}: " + "; ".join(notes) if layers else ""
     if routing.kind == "measured" or not layers or reasons:
         return Routed(graph, note, "; ".join(reasons), worst)

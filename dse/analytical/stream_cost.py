@@ -30,8 +30,8 @@ def planned_stream(graph: Graph, op_name: str, chip) -> Stream | None:
     """The stream an `estimate` of `graph` planned for op `op_name` on `chip` (kept on the
     graph, `StreamCosts.memo`), or None (none planned, or one per producing tile: ambiguous)."""
     keys = {plan_key(chip) for plan_key in PLAN_KEYS} - {()}
-    found = [v for k, v in graph.__dict__.get("stream_plans", {}).items()
-             if len(k) == 3 and k[0] == op_name and k[1] in keys and isinstance(v, Stream)]
+    found = [stream for key, stream in graph.__dict__.get("stream_plans", {}).items()
+             if len(key) == 3 and key[0] == op_name and key[1] in keys and isinstance(stream, Stream)]
     return found[0] if len(found) == 1 else None
 
 
@@ -47,8 +47,8 @@ class StreamCosts:
     def _keys(self, key_of) -> list[tuple]:
         if key_of not in self.keys:
             by_chip: dict[int, tuple] = {}  # a sweep's candidates share chip objects
-            self.keys[key_of] = [by_chip[id(c)] if id(c) in by_chip else by_chip.setdefault(id(c), key_of(c))
-                                 for c in self.chips]
+            self.keys[key_of] = [by_chip[id(chip)] if id(chip) in by_chip
+                                 else by_chip.setdefault(id(chip), key_of(chip)) for chip in self.chips]
         return self.keys[key_of]
 
     def scale_charges(self, op: Op, src: Loc, out: Loc, shape, tiles):
@@ -67,8 +67,9 @@ class StreamCosts:
             if not tile:
                 return src
             tm, tn = tile
-            b = src.blocked
-            return Loc(0, src.shape, "int32", (), Blocked(b.batch, pad(b.M) // tm, pad(b.N) // tn, tm, tn, b.M, b.N))
+            acc = src.blocked
+            return Loc(0, src.shape, "int32", (), Blocked(acc.batch, pad(acc.M) // tm, pad(acc.N) // tn, tm, tn, acc.M,
+                                                          acc.N))
 
         def make(chip, tile):
             return scale_stream(chip, op, group_source(tile), out, scale_values(), shape)
@@ -82,30 +83,31 @@ class StreamCosts:
             elements, kind = self.memo[key]
             return np.ceil(elements * self.core_cpe[kind][idx])
 
-        tile_of = (lambda i: (int(tiles[0][i]), int(tiles[1][i]))) if tiles is not None else (lambda i: ())
+        tile_of = (lambda index: (int(tiles[0][index]), int(tiles[1][index]))) if tiles is not None \
+            else (lambda index: ())
         return self._charges(op, self._keys(stream_plan_key), tile_of, make, core_cycles)
 
     def stream_charges(self, op: Op, plan_key: Callable, make: Callable):
         """An op on a stream Ball wherever the candidate's chip has one, no core alternative
         weighed (a ReLU): `plan_key(chip)` the chip figures its stream reads (() without the
         Ball), `make(chip)` the stream; None when no candidate has it."""
-        return self._charges(op, self._keys(plan_key), lambda i: (), lambda chip, tile: make(chip), None)
+        return self._charges(op, self._keys(plan_key), lambda index: (), lambda chip, tile: make(chip), None)
 
     def _charges(self, op: Op, keys: list[tuple], tile_of: Callable, make: Callable,
                  core_cycles: Callable | None) -> "tuple[np.ndarray, Charges, np.ndarray] | None":
-        p, n = self.params, self.params.n
+        params, n_cands = self.params, self.params.n
         groups: dict[tuple, list[int]] = {}
-        for i, key in enumerate(keys):
+        for index, key in enumerate(keys):
             if key != ():
-                groups.setdefault((key, tile_of(i)), []).append(i)
+                groups.setdefault((key, tile_of(index)), []).append(index)
         if not groups:
             return None
-        on_ball = np.zeros(n, dtype=bool)
-        ball = Charges(n)
+        on_ball = np.zeros(n_cands, dtype=bool)
+        ball = Charges(n_cands)
         for name in Charges.BALL_FIGURES:
-            setattr(ball, name, np.zeros(n, dtype=np.int64))
-        kinds = np.full(n, "", dtype=object)
-        workers = np.asarray(p.workers, dtype=np.int64)
+            setattr(ball, name, np.zeros(n_cands, dtype=np.int64))
+        kinds = np.full(n_cands, "", dtype=object)
+        workers = np.asarray(params.workers, dtype=np.int64)
         for (key, tile), members in groups.items():
             chip = self.chips[members[0]]
             memo_key = (op.name, key, tile)
@@ -115,54 +117,55 @@ class StreamCosts:
             if stream is None:
                 continue
             members = np.array(members)
-            for W in np.unique(workers[members]):
-                idx = members[workers[members] == W]
-                W = int(W)
-                cycles = np.broadcast_to(stream_cycles(chip, stream, W, self._figures(idx),
-                                                       self._shares(memo_key, chip, stream, W)), idx.shape)
+            for n_workers in np.unique(workers[members]):
+                idx = members[workers[members] == n_workers]
+                n_workers = int(n_workers)
+                cycles = np.broadcast_to(stream_cycles(chip, stream, n_workers, self._figures(idx),
+                                                       self._shares(memo_key, chip, stream, n_workers)), idx.shape)
                 if core_cycles is not None:
-                    take = takes_stream(cycles, core_cycles(tile, W, idx))
+                    take = takes_stream(cycles, core_cycles(tile, n_workers, idx))
                     idx, cycles = idx[take], cycles[take]
                 if not idx.size:
                     continue
                 # the plan weighs the stream alone (`takes_stream`); running, its workers share the bus
-                contended = contended_stream_cycles(chip, stream, W, self._figures(idx),
-                                                    self._share_list(memo_key, chip, stream, W))
+                contended = contended_stream_cycles(chip, stream, n_workers, self._figures(idx),
+                                                    self._share_list(memo_key, chip, stream, n_workers))
                 cycles = np.broadcast_to(contended, idx.shape)
-                busy_key = (memo_key, W, "ball busy")
+                busy_key = (memo_key, n_workers, "ball busy")
                 if busy_key not in self.memo:
-                    self.memo[busy_key] = ball_busy_cycles(chip, stream, W)
+                    self.memo[busy_key] = ball_busy_cycles(chip, stream, n_workers)
                 busy_ball = self.memo[busy_key]
-                mset = p.mset_cycles[idx]
+                mset = params.mset_cycles[idx]
                 on_ball[idx] = True
                 kinds[idx] = stream.kind
                 ball.ball[idx] = cycles
                 ball.ball_busy[idx] = busy_ball
                 ball.dma[idx] = cycles - busy_ball - 4 * mset
                 whole = stream_cycles(chip, stream, 1, self._figures(idx), self._shares(memo_key, chip, stream, 1))
-                ball.busy[idx] = np.broadcast_to(whole, idx.shape) + 4 * mset * (min(W, len(stream.pieces)) - 1)
+                ball.busy[idx] = np.broadcast_to(whole, idx.shape) + 4 * mset * (min(n_workers, len(stream.pieces)) - 1)
                 banks = stream.src_col + stream.dst_col
                 ball.banks[idx] = banks
-                ball.bank_rows[idx] = max(q.in_lines for q in stream.pieces) + max(q.out_lines for q in stream.pieces)
-                ball.dma_bytes[idx] = 16 * sum(q.in_lines + q.out_lines for q in stream.pieces)
+                ball.bank_rows[idx] = (max(piece.in_lines for piece in stream.pieces)
+                                       + max(piece.out_lines for piece in stream.pieces))
+                ball.dma_bytes[idx] = 16 * sum(piece.in_lines + piece.out_lines for piece in stream.pieces)
                 # every piece's rows: moved in (written), read by the Ball, its result written
                 # by the Ball and read by the move out; the Ball busy over every worker
-                lines = sum(q.in_lines + q.out_lines for q in stream.pieces)
+                lines = sum(piece.in_lines + piece.out_lines for piece in stream.pieces)
                 ball.bank_reads[idx] = lines
                 ball.bank_writes[idx] = lines
                 all_key = (memo_key, "ball busy, every worker")
                 if all_key not in self.memo:
                     self.memo[all_key] = ball_busy_cycles(chip, stream, 1)
                 ball.stream_busy[idx] = self.memo[all_key]
-                ball.sram[idx] = banks * p.usable_rows[idx] * p.row_bytes[idx]  # each candidate's banks
+                ball.sram[idx] = banks * params.usable_rows[idx] * params.row_bytes[idx]  # each candidate's banks
         if not on_ball.any():
             return None
         return on_ball, ball, kinds
 
     def _figures(self, idx: np.ndarray) -> StreamFigures:
-        p = self.params
-        return StreamFigures(p.burst_beats[idx], p.parallel_bursts[idx], p.dma_latency[idx], p.mset_cycles[idx],
-                             p.beat_bytes[idx], p.system_bus_bytes[idx])
+        params = self.params
+        return StreamFigures(params.burst_beats[idx], params.parallel_bursts[idx], params.dma_latency[idx],
+                             params.mset_cycles[idx], params.beat_bytes[idx], params.system_bus_bytes[idx])
 
     def _shares(self, memo_key: tuple, chip, stream, workers: int):
         key = (memo_key, workers, "shares")
