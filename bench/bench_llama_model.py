@@ -57,7 +57,7 @@ def main() -> None:
             print(f"dse {name:8s} {n:2d} layer(s) {seconds:8.1f} s  CPU {cpu:8.1f} s  {gb:6.2f} GB  exit {code}  "
                   f"load {load:.2f} at start")
             for line in out.splitlines():
-                if "total:" in line or "vs the float chain" in line or "passed" in line or "FAILED" in line:
+                if any(w in line for w in ("total:", "vs the float chain", "passed", "FAILED", "note:")):
                     print(f"    {line.strip()}")
         if len(rows) >= 2:
             a, b = min(rows), max(rows)

@@ -38,7 +38,7 @@ from ..errors import InputError
 from ..mapping import Candidate, Mapping
 from ..workload.recipes import RECIPES_DIR, load_recipe, model_file
 from ..frontend.repeated import structure_key
-from .run import emulate_graph, prepare_recipe
+from .run import KEPT_REFERENCE_BYTES, emulate_graph, prepare_recipe
 
 CHAIN_FILE = "chain.toml"
 
@@ -321,7 +321,11 @@ def check_chain(stages: list[ChainStage], chip=None, mapping=None, reference: li
         key = None
         if stage.repetition and not check_every_layer:
             key = structure_key(model_file(stage.recipe), stage.params, stage.repetition.partition("=")[0], None)
+        # The first stage's emulation runs on the very inputs its frontend was checked on: the
+        # integer values that check traced are its reference's too (one trace, not two).
+        first = floats is None and emulated is not None
         prep = prepare_recipe(stage.recipe, stage.params, inputs=_fed(stage, own, floats),
+                              keep_bytes=KEPT_REFERENCE_BYTES if first else 0,
                               remember=(key, stage.label) if key and key not in structures else None,
                               reuse=structures.get(key) if key else None)
         if key and key not in structures and prep.pipe.structure is not None:
@@ -345,7 +349,9 @@ def check_chain(stages: list[ChainStage], chip=None, mapping=None, reference: li
             emulated.tolerance += prep.tolerance
             inputs = _fed(stage, own, emulated_out)
             rep = emulate_graph(prep.graph, candidate, inputs, None, prep.tolerance, prep.reference_kind,
-                                name=stage.label, parts=prep.parts, keep_image=False)
+                                name=stage.label, parts=prep.parts, keep_image=False,
+                                known=prep.pipe.kept if emulated_out is None else None)
+            prep.pipe.kept = None
             if not rep.feasible:
                 emulated.reason = f"{stage.label}: {rep.reason}"
             else:
