@@ -100,3 +100,21 @@ def test_a_wrong_weight_substituted_is_caught(tmp_path_factory, goban, monkeypat
     assert not emulated.passed and not graphs.passed
     assert emulated.reason.startswith("llama_layers[layer=1]: frontend stage permute failed: output")
     assert "max abs error" in emulated.reason and emulated.stage_passed == [True]
+
+
+@pytest.mark.parametrize("flag", [[], ["--check-every-layer"]], ids=["reused", "every-layer"])
+def test_the_chain_commands_say_which_layers_were_checked_in_full(cli, tmp_path, flag):
+    path = tmp_path / "chain.toml"
+    path.write_text(THREE)
+    code, out, _ = cli("recipe", "chain", path, *flag)
+    assert code == 0, out
+    said = ("stages 0-2 (llama_layers[layer=0] ... llama_layers[layer=2]): frontend checked in full" if flag else
+            "stages 1-2 (llama_layers[layer=1] ... llama_layers[layer=2]): frontend reused llama_layers[layer=0]'s "
+            "checked structure")
+    assert f"note: {said}" in out
+
+
+def test_check_every_layer_without_a_chain_is_one_line_exit_2(cli):
+    code, _, err = cli("emulate", "--chip", "goban", "--recipe", "mlp", "--check-every-layer")
+    assert code == 2 and len(err.strip().splitlines()) == 1
+    assert "field '--check-every-layer': got True; allowed: a chain as --recipe" in err
