@@ -55,7 +55,11 @@ def test_the_notes_say_which_layers_were_checked_in_full(three):
     notes = [line for line in reused.lines() if "note:" in line]
     assert notes == ["  note: stage 0 (llama_layers[layer=0]): frontend checked in full",
                      "  note: stages 1-2 (llama_layers[layer=1] ... llama_layers[layer=2]): frontend reused "
-                     "llama_layers[layer=0]'s checked structure"]
+                     "llama_layers[layer=0]'s checked structure",
+                     "  note: a reused stage: its own weights, calibration and quantization, not exported again; no "
+                     "per-stage, vacuous or integer re-check; the float graph it is quantized from checked against "
+                     "its module's forward (calibration's trace); --check-every-layer checks every stage in full"]
+    assert not [line for line in full.lines() if "a reused stage" in line]
 
 
 def test_another_structure_is_checked_in_full(tmp_path_factory):

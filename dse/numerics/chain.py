@@ -254,9 +254,14 @@ class ChainReport:
                 runs[-1][1] = i
             else:
                 runs.append([i, i, how])
-        return [(f"stage {first} ({self.stages[first]})" if first == last else
-                 f"stages {first}-{last} ({self.stages[first]} ... {self.stages[last]})") + f": frontend {how}"
-                for first, last, how in runs]
+        out = [(f"stage {first} ({self.stages[first]})" if first == last else
+                f"stages {first}-{last} ({self.stages[first]} ... {self.stages[last]})") + f": frontend {how}"
+               for first, last, how in runs]
+        if any(how.startswith("reused") for how in self.checked):
+            out.append("a reused stage: its own weights, calibration and quantization, not exported again; no "
+                       "per-stage, vacuous or integer re-check; the float graph it is quantized from checked against "
+                       "its module's forward (calibration's trace); --check-every-layer checks every stage in full")
+        return out
 
     @property
     def passed(self) -> bool:
