@@ -35,9 +35,9 @@ import numpy as np
 import torch
 
 from ..errors import InputError
+from ..frontend.repeated import structure_key
 from ..mapping import Candidate, Mapping
 from ..workload.recipes import RECIPES_DIR, load_recipe, model_file
-from ..frontend.repeated import structure_key
 from .run import KEPT_REFERENCE_BYTES, emulate_graph, prepare_recipe
 
 CHAIN_FILE = "chain.toml"
@@ -244,7 +244,7 @@ class ChainReport:
     # each stage's outputs by name (what fed the next); only the last stage's when streamed
     # with keep_outputs=False (a whole model's hidden states would be gigabytes)
     outputs: list[dict] = field(default_factory=list)
-    checked: list[str] = field(default_factory=list)  # each stage's frontend: checked in full, or whose structure it reused
+    checked: list[str] = field(default_factory=list)  # each stage's frontend: "checked in full", or reused whose
 
     def notes(self) -> list[str]:
         """How each stage's frontend was checked, runs of alike stages in one line."""
