@@ -6,7 +6,11 @@ memory, the per-layer figure (N=2 minus N=1) and the extrapolation to 32 layers 
 targets (10 minutes, 8 GB). A peak that does not grow with N is the streaming at work.
 
     .venv/bin/python bench/bench_llama_model.py [--seq 2048] [--layers 1,2] [--chip goban]
-        [--workers 4] [--only check|emulate]
+        [--workers 4] [--only check|emulate] [--check-every-layer | --compare-full]
+
+Layer 0's frontend is checked in full and later layers reuse its checked structure (the
+chain's notes say so); `--check-every-layer` checks every layer in full, `--compare-full`
+runs both, one after the other, and prints the per-layer ratio reused / full.
 
 Takes tens of minutes at seq 2048; not run by the tests.
 """
@@ -34,41 +38,57 @@ def main() -> None:
     ap.add_argument("--chip", default="goban")
     ap.add_argument("--workers", type=int, default=4)
     ap.add_argument("--only", choices=["check", "emulate"])
+    ap.add_argument("--check-every-layer", action="store_true", help="every layer's frontend checked in full")
+    ap.add_argument("--compare-full", action="store_true", help="run with and without --check-every-layer")
     args = ap.parse_args()
-    counts = [int(n) for n in args.layers.split(",")]
-    print(f"llama3_8b chain at seq {args.seq}, layers {counts}, {args.chip} x{args.workers} workers")
+    modes = [False, True] if args.compare_full else [args.check_every_layer]
     for name in ("check", "emulate"):
         if args.only and name != args.only:
             continue
-        rows = {}
-        for n in counts:
-            with tempfile.TemporaryDirectory(prefix="dse-bench-") as tmp:
-                chain = Path(tmp) / "chain.toml"
-                text = re.sub(r"repeat = \d+", f"repeat = {n}", CHAIN.read_text())
-                chain.write_text(text.replace("seq = 2048", f"seq = {args.seq}"))
-                argv = ([sys.executable, "-m", "dse", "recipe", "chain", str(chain)] if name == "check" else
-                        [sys.executable, "-m", "dse", "emulate", "--chip", args.chip, "--recipe", str(chain),
-                         "--workers", str(args.workers)])
-                env = {**os.environ, "PYTHONPATH": str(REPO), "DSE_CACHE_DIR": os.path.join(tmp, "cache")}
-                load = os.getloadavg()[0]
-                seconds, cpu, gb, code, out = measured(argv, env)
-            if code == 0:  # a failed run's figures say nothing of the model
-                rows[n] = (seconds, cpu, gb)
-            print(f"dse {name:8s} {n:2d} layer(s) {seconds:8.1f} s  CPU {cpu:8.1f} s  {gb:6.2f} GB  exit {code}  "
-                  f"load {load:.2f} at start")
-            for line in out.splitlines():
-                if "total:" in line or "vs the float chain" in line or "passed" in line or "FAILED" in line:
-                    print(f"    {line.strip()}")
-        if len(rows) >= 2:
-            a, b = min(rows), max(rows)
-            per_wall = (rows[b][0] - rows[a][0]) / (b - a)
-            per_cpu = (rows[b][1] - rows[a][1]) / (b - a)
-            whole = rows[a][0] + (LAYERS - a) * per_wall
-            peak = max(r[2] for r in rows.values())
-            print(f"  per layer: {per_wall:.1f} s wall, {per_cpu:.1f} s CPU; peak {rows[a][2]:.2f} GB at {a}, "
-                  f"{rows[b][2]:.2f} GB at {b} layers")
-            print(f"  {LAYERS} layers, extrapolated: {whole:.0f} s ({whole / TARGET_S:.2f}x the 10 min target), "
-                  f"peak {peak:.2f} GB ({peak / TARGET_GB:.2f}x the 8 GB target, if it stays flat)")
+        per_layer = {every: measure(args, name, every) for every in modes}
+        if args.compare_full and all(per_layer.values()):
+            (rw, rc), (fw, fc) = per_layer[False], per_layer[True]
+            print(f"  per layer, reused / every layer in full: wall {rw / fw:.2f}x, CPU {rc / fc:.2f}x")
+
+
+def measure(args, name: str, every: bool) -> tuple[float, float] | None:
+    """`dse <name>` of the chain cut to each --layers count; the per-layer (wall, CPU) seconds."""
+    counts = [int(n) for n in args.layers.split(",")]
+    print(f"llama3_8b chain at seq {args.seq}, layers {counts}, {args.chip} x{args.workers} workers"
+          + (", every layer checked in full" if every else ", later layers reusing layer 0's checked structure"))
+    rows = {}
+    for n in counts:
+        with tempfile.TemporaryDirectory(prefix="dse-bench-") as tmp:
+            chain = Path(tmp) / "chain.toml"
+            text = re.sub(r"repeat = \d+", f"repeat = {n}", CHAIN.read_text())
+            chain.write_text(text.replace("seq = 2048", f"seq = {args.seq}"))
+            argv = ([sys.executable, "-m", "dse", "recipe", "chain", str(chain)] if name == "check" else
+                    [sys.executable, "-m", "dse", "emulate", "--chip", args.chip, "--recipe", str(chain),
+                     "--workers", str(args.workers)]) + (["--check-every-layer"] if every else [])
+            env = {**os.environ, "PYTHONPATH": str(REPO), "DSE_CACHE_DIR": os.path.join(tmp, "cache")}
+            load = os.getloadavg()[0]
+            seconds, cpu, gb, code, out = measured(argv, env)
+        if code == 0:  # a failed run's figures say nothing of the model
+            rows[n] = (seconds, cpu, gb)
+        print(f"dse {name:8s} {n:2d} layer(s) {seconds:8.1f} s  CPU {cpu:8.1f} s  {gb:6.2f} GB  exit {code}  "
+              f"load {load:.2f} at start")
+        for line in out.splitlines():
+            if any(w in line for w in ("total:", "vs the float chain", "passed", "FAILED", "note:")):
+                print(f"    {line.strip()}")
+    if len(rows) >= 2:
+        a, b = min(rows), max(rows)
+        per_wall = (rows[b][0] - rows[a][0]) / (b - a)
+        per_cpu = (rows[b][1] - rows[a][1]) / (b - a)
+        whole = rows[a][0] + (LAYERS - a) * per_wall
+        whole_cpu = rows[a][1] + (LAYERS - a) * per_cpu
+        peak = max(r[2] for r in rows.values())
+        print(f"  per layer: {per_wall:.1f} s wall, {per_cpu:.1f} s CPU; peak {rows[a][2]:.2f} GB at {a}, "
+              f"{rows[b][2]:.2f} GB at {b} layers")
+        print(f"  {LAYERS} layers, extrapolated: {whole:.0f} s ({whole / TARGET_S:.2f}x the 10 min target; "
+              f"CPU {whole_cpu:.0f} s), "
+              f"peak {peak:.2f} GB ({peak / TARGET_GB:.2f}x the 8 GB target, if it stays flat)")
+        return per_wall, per_cpu
+    return None
 
 
 if __name__ == "__main__":

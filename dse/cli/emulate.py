@@ -144,6 +144,8 @@ def cmd_emulate_recipe(args) -> int:
     if chain is not None:
         return emulate_chain_command(args, chain, chip, mapping)
     load_recipe(args.recipe)  # InputError for an unknown recipe
+    if args.check_every_layer:
+        raise InputError("(command line)", "--check-every-layer", True, "a chain as --recipe (e.g. llama3_8b)")
     if mapping.workload and "recipe" in mapping.workload:
         load_recipe(mapping.workload["recipe"])
     params = parse_overrides(args.param, "--param", "batch=8")
@@ -226,11 +228,12 @@ def emulate_chain_command(args, chain, chip, mapping) -> int:
             raise InputError("(command line)", f"--{flag.replace('_', '-')}", getattr(args, flag),
                              "unset with a chain (its stages are its chain.toml's)")
     stages = with_params(load_chain(chain), parse_overrides(args.param, "--param", "seq=256"))
-    graphs, emulated = check_chain(stages, chip, mapping, keep_outputs=False)
+    graphs, emulated = check_chain(stages, chip, mapping, keep_outputs=False, check_every_layer=args.check_every_layer)
     if args.json:
         print(json.dumps({"chain": str(chain), "chip": chip.name, "stages": emulated.stages,
                           "cycles": emulated.cycles, "total_cycles": emulated.total_cycles,
                           "stage_passed": emulated.stage_passed, "reason": emulated.reason,
+                          "frontend": emulated.checked,
                           "checks": [vars(c) for c in emulated.checks], "passed": emulated.passed}, indent=2,
                          default=str))
     else:
@@ -267,5 +270,8 @@ def register(sub) -> None:
     emu.add_argument("--set", action="append", metavar="KEY=VALUE", help="override a chip field")
     emu.add_argument("--check-unmodified", action="store_true",
                      help="also lower and check the captured graph before the frontend steps")
+    emu.add_argument("--check-every-layer", action="store_true",
+                     help="with a chain: run every layer's frontend checks in full (default: a repeated stage's "
+                          "later layers reuse the first one's checked structure with their own weights)")
     emu.add_argument("--json", action="store_true", help="print the report as JSON")
     emu.set_defaults(func=cmd_emulate_recipe)

@@ -208,7 +208,7 @@ def cmd_chain(args) -> int:
     stages = load_chain(args.chain)
     chip = load_chip(args.chip) if args.chip else None
     # one streamed pass: a whole model's layers one at a time, the float forwards its checks' own
-    graphs, emulated = check_chain(stages, chip, keep_outputs=False)
+    graphs, emulated = check_chain(stages, chip, keep_outputs=False, check_every_layer=args.check_every_layer)
     reports = [("frontend graphs", graphs)] + ([(f"emulated on {args.chip}", emulated)] if emulated else [])
     for title, report in reports:
         print(f"{title}: " + "\n".join(report.lines()))
@@ -256,4 +256,7 @@ def register(sub) -> None:
     chain.add_argument("chain", help="a chain.toml, or a folder holding one (e.g. recipes/llama_prefill_decode)")
     chain.add_argument("--chip", help="emulate each stage on this chip (shipped name or TOML path), fed the "
                                       "previous stage's emulated outputs")
+    chain.add_argument("--check-every-layer", action="store_true",
+                       help="run every repetition's frontend checks in full (default: a repeated stage's later "
+                            "layers reuse the first one's checked structure with their own weights)")
     chain.set_defaults(func=cmd_chain)

@@ -28,6 +28,7 @@ from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable
 
+from dse.frontend import repeated
 from dse.frontend.rewrite import StepError
 from dse.frontend.vacuous import DECLARATION, declared, redrawn_inputs, vacuous_outputs
 from dse.workload import cache as graph_cache
@@ -176,6 +177,11 @@ class PipelineResult:
     # Values of the last graph's trace on the example inputs, as its stage check computed
     # them (`run_pipeline`'s keep_bytes): never cached, None on a cache hit.
     kept: dict | None = field(default=None, repr=False)
+    # The checked structure a repeated instance reuses (`dse.frontend.repeated`): made when
+    # asked (`remember`) of a run that passed; never cached.
+    structure: Any = field(default=None, repr=False)
+    # Set on a run that reused another instance's checked structure: whose ("llama_layers[layer=0]").
+    reused: str = ""
 
     @property
     def inputs(self) -> tuple:
@@ -273,7 +279,8 @@ def _failed(index: int, step: StepSpec, error: BaseException, started: float) ->
 
 def run_pipeline(recipe: str | Path | Recipe, params: dict[str, Any] | None = None,
                  steps: list[StepSpec] | None = None, out_dir: str | Path | None = None,
-                 check: bool = True, keep_bytes: int = 0, inputs=None) -> PipelineResult:
+                 check: bool = True, keep_bytes: int = 0, inputs=None,
+                 remember: tuple[str, str] | None = None) -> PipelineResult:
     """Capture `recipe` and apply its steps (`steps`, or the recipe's own list), checking each
     stage against PyTorch; with `out_dir`, write the numbered dumps there. ``check=False``
     skips the comparisons (errors NaN): for callers that need the graph's structure only
@@ -282,23 +289,25 @@ def run_pipeline(recipe: str | Path | Recipe, params: dict[str, Any] | None = No
     the result's ``kept`` (`kept_values`) for a caller that needs that trace again (the
     emulator's reference); none on a cache hit. `inputs`: the example inputs in place of the
     recipe's ``inputs()`` (a chain stage's, the previous stage's float outputs fed in: the
-    steps calibrated and checked on the values the model really sees there); not cached."""
+    steps calibrated and checked on the values the model really sees there); not cached.
+    `remember`: (structure key, the instance's name): a run that passes keeps its checked
+    structure in ``structure``, for `run_reused` (`dse.frontend.repeated`); not cached."""
     path = recipe.path if isinstance(recipe, Recipe) else model_file(recipe)
     params = dict(params or {})
     out = Path(out_dir) if out_dir is not None else None
     # The recipe's own steps are named by steps.toml and the step code, which the key covers.
     key = graph_cache.pipeline_key(path.parent, params, None if steps is None else
                                    [(s.name, s.options) for s in steps])
-    cached = graph_cache.load(key) if inputs is None else None
+    cached = graph_cache.load(key) if inputs is None and remember is None else None
     if isinstance(cached, PipelineResult) and (cached.checked or not check):
         return _served(cached, out)
     from dse.frontend.steps import load_steps
 
     recipe = recipe if isinstance(recipe, Recipe) else load_recipe(recipe)
     steps = load_steps(recipe.path.parent) if steps is None else list(steps)
-    result = _run(recipe, params, steps, out, check, keep_bytes, inputs)
+    result = _run(recipe, params, steps, out, check, keep_bytes, inputs, remember if check else None)
     if inputs is None and all(stage.error is None for stage in result.stages):  # a crashed step may be the machine's: run it again
-        graph_cache.store(key, replace(result, out_dir=None, kept=None))
+        graph_cache.store(key, replace(result, out_dir=None, kept=None, structure=None))
     return result
 
 
@@ -311,7 +320,7 @@ def _served(result: PipelineResult, out: Path | None) -> PipelineResult:
 
 
 def _run(recipe: Recipe, params: dict[str, Any], steps: list[StepSpec], out: Path | None,
-         check: bool, keep_bytes: int = 0, given=None) -> PipelineResult:
+         check: bool, keep_bytes: int = 0, given=None, remember: tuple[str, str] | None = None) -> PipelineResult:
     from tqdm.auto import tqdm  # a widget in Jupyter (ipywidgets), text on a terminal
 
     from dse.frontend.steps import FLOAT_TOLERANCE
@@ -332,6 +341,7 @@ def _run(recipe: Recipe, params: dict[str, Any], steps: list[StepSpec], out: Pat
         bar.set_description(f"{recipe.name}: capture" + (" + check" if check else ""))
         started = time.perf_counter()
         graph = capture(module, *inputs, name=recipe.name, source_path=recipe.path)
+        structure = repeated.remember(*remember, graph, module, steps) if remember else None
         stages = [_stage(1, "import", {}, graph, ctx, FLOAT_TOLERANCE, False, started, check=check)]
         graphs = [graph]
         stage_outputs: dict[int, list] = {}
@@ -373,7 +383,68 @@ def _run(recipe: Recipe, params: dict[str, Any], steps: list[StepSpec], out: Pat
         for stage, stage_graph in zip(stages, graphs):
             (out / stage.dump).write_text(stage_graph.dump())
     return PipelineResult(recipe.name, str(recipe.path), params, stages, graphs, str(out) if out else None,
-                          Reference(inputs, expected, stage_outputs), check, kept)
+                          Reference(inputs, expected, stage_outputs), check, kept,
+                          structure if first_failure is None else None)
+
+
+def run_reused(recipe: str | Path | Recipe, params: dict[str, Any], structure: repeated.Structure,
+               inputs=None) -> PipelineResult | str:
+    """Another instance of a checked `structure` (a later layer of a whole model): its
+    module's forward on `inputs` (or its own example inputs), its tensors substituted into
+    the structure's captured graph and the structure's steps run on it (its own calibration
+    and quantization) without their stage checks, the vacuous check or quantize's integer
+    check: `dse.frontend.repeated` says why that is enough. The last float graph (the one
+    quantize calibrates on) is checked against the forward within FLOAT_TOLERANCE, from the
+    trace calibration made. The reason (a string) when the instance is not the structure's
+    (another tensor shape, a buffer that differs): the caller runs it in full."""
+    from dse.frontend.steps import FLOAT_TOLERANCE
+    from dse.workload.capture import flat_outputs
+
+    recipe = recipe if isinstance(recipe, Recipe) else load_recipe(recipe)
+    module, own = instantiate(recipe, **params)
+    graph, why = repeated.substituted(structure, module)
+    if graph is None:
+        return why
+    inputs = own if inputs is None else tuple(inputs)
+    expected = flat_outputs(run_module(recipe, module, inputs))
+    ctx = Context(recipe, module, inputs, expected, params)
+    note = f"reused {structure.source}'s checked structure"
+    started = time.perf_counter()
+    stages = [_stage(1, "import", {}, graph, ctx, FLOAT_TOLERANCE, False, started, check=False)]
+    stages[0].details["reused"] = note
+    graphs, float_graph, float_index = [graph], graph, 0
+    for index, step in enumerate(structure.steps, start=2):
+        ctx.details = {}
+        started = time.perf_counter()
+        try:
+            graph = step.definition.run(graph, ctx, **step.options)
+            graph = follow_routing(graph, ctx.inputs)
+        except Exception as error:  # as in `_run`: the stage's failure, the run stops there
+            stages.append(_failed(index, step, error, started))
+            break
+        stages.append(_stage(index, step.name, step.options, graph, ctx, step.tolerance, step.definition.quantized,
+                             started, check=False))
+        stages[-1].details["reused"] = note
+        graphs.append(graph)
+        if not step.definition.quantized:
+            float_graph, float_index = graph, len(stages) - 1
+    else:
+        # The float graph against the module's forward: its values are calibration's trace
+        # when quantize calibrated on it (ctx.trace takes them), else traced now.
+        checked = _stage(float_index + 1, stages[float_index].name, stages[float_index].options, float_graph, ctx,
+                         FLOAT_TOLERANCE, False, time.perf_counter())
+        float_stage = stages[float_index]
+        float_stage.outputs, float_stage.passed, float_stage.error = checked.outputs, checked.passed, checked.error
+        float_stage.max_abs_error, float_stage.max_rel_error = checked.max_abs_error, checked.max_rel_error
+        float_stage.details["float_check"] = "against the module's forward (calibration's trace)"
+    ctx.traced = ctx.traced_graph = None
+    del ctx
+    first_failure = next((s for s in stages if not s.passed), None)
+    for stage in stages:
+        if not stage.passed:
+            stage.blame = "capture" if first_failure.name == "import" else first_failure.name
+    return PipelineResult(recipe.name, str(recipe.path), params, stages, graphs, None,
+                          Reference(inputs, expected, {}), True, None, None, structure.source)
 
 
 def _check_vacuous(stage: StageResult, recipe: Recipe, module, inputs: tuple, expected: list,

@@ -10,6 +10,12 @@ span; bool inputs are kept); an output that moves by no more than the float chec
 tolerance (`FLOAT_TOLERANCE` of its largest magnitude) cannot be seen to move by the
 check either.
 
+The redraw is a whole forward on inputs of the very shapes: a shorter sequence or a slice of
+the batch would run another module (another mask, other tables) and show that one's output
+moves, not this one's, so it is not cut; nor can the expected output's forward serve, being
+on the other inputs (#35, policy C). A repeated structure's later instances skip the check
+with the rest of their frontend checks (`dse.frontend.repeated`).
+
 A recipe that knows its comparison is vacuous says so in its model.py:
 ``VACUOUS = "why"``; the check then passes and still names the outputs.
 """

@@ -35,9 +35,10 @@ import numpy as np
 import torch
 
 from ..errors import InputError
+from ..frontend.repeated import structure_key
 from ..mapping import Candidate, Mapping
 from ..workload.recipes import RECIPES_DIR, load_recipe, model_file
-from .run import emulate_graph, prepare_recipe
+from .run import KEPT_REFERENCE_BYTES, emulate_graph, prepare_recipe
 
 CHAIN_FILE = "chain.toml"
 
@@ -243,6 +244,24 @@ class ChainReport:
     # each stage's outputs by name (what fed the next); only the last stage's when streamed
     # with keep_outputs=False (a whole model's hidden states would be gigabytes)
     outputs: list[dict] = field(default_factory=list)
+    checked: list[str] = field(default_factory=list)  # each stage's frontend: "checked in full", or reused whose
+
+    def notes(self) -> list[str]:
+        """How each stage's frontend was checked, runs of alike stages in one line."""
+        runs: list[list] = []
+        for i, how in enumerate(self.checked):
+            if runs and runs[-1][2] == how:
+                runs[-1][1] = i
+            else:
+                runs.append([i, i, how])
+        out = [(f"stage {first} ({self.stages[first]})" if first == last else
+                f"stages {first}-{last} ({self.stages[first]} ... {self.stages[last]})") + f": frontend {how}"
+               for first, last, how in runs]
+        if any(how.startswith("reused") for how in self.checked):
+            out.append("a reused stage: its own weights, calibration and quantization, not exported again; no "
+                       "per-stage, vacuous or integer re-check; the float graph it is quantized from checked against "
+                       "its module's forward (calibration's trace); --check-every-layer checks every stage in full")
+        return out
 
     @property
     def passed(self) -> bool:
@@ -264,11 +283,13 @@ class ChainReport:
         if self.cycles:
             out.append(f"  total: {self.total_cycles} cycles over {len(self.cycles)} stages")
         out += ["  " + c.line() for c in self.checks]
+        out += ["  note: " + n for n in self.notes()]
         return out
 
 
 def check_chain(stages: list[ChainStage], chip=None, mapping=None, reference: list[dict] | None = None,
-                keep_outputs: bool = True, on_stage=None) -> tuple[ChainReport, ChainReport | None]:
+                keep_outputs: bool = True, on_stage=None,
+                check_every_layer: bool = False) -> tuple[ChainReport, ChainReport | None]:
     """The chain in one streamed pass, a stage prepared when its turn comes and let go once
     done (a whole model's layers: one layer's weights alive at a time):
     - the float chain: each stage's frontend runs on the previous stage's *float* outputs, so
@@ -282,7 +303,15 @@ def check_chain(stages: list[ChainStage], chip=None, mapping=None, reference: li
       check just compared them) and no graph runs twice.
     The last stage's outputs of each against the float chain's (or `reference`'s last, when
     given), within the sum of the stages' tolerances. `on_stage(i, prepared)`: told each
-    stage once it is done."""
+    stage once it is done.
+
+    A repeated structure is checked once (`dse.frontend.repeated`): the first repetition of
+    a repeated stage runs its frontend in full; a later one of the same recipe and params
+    (but its index) reuses that checked structure with its own weights substituted, its own
+    calibration and quantization, and no capture, per-stage, vacuous or integer re-check
+    (the float graph it is quantized from is still checked against its module's forward).
+    Its emulation and the chain's end are checked as every stage's. `check_every_layer`:
+    every repetition in full. The reports' `checked` (and notes) say which was which."""
     names = [s.label for s in stages]
     graphs = ChainReport(names, 0.0, [])
     emulated = ChainReport(names, 0.0, []) if chip is not None else None
@@ -291,9 +320,25 @@ def check_chain(stages: list[ChainStage], chip=None, mapping=None, reference: li
     graph_out: dict | None = None
     emulated_out: dict | None = None
     same = True  # the graphs' chain has had the emulated chain's inputs so far
+    structures: dict[str, Any] = {}  # structure key -> the checked structure of its first repetition
     for i, stage in enumerate(stages):
         own = list(_own_inputs(stage))
-        prep = prepare_recipe(stage.recipe, stage.params, inputs=_fed(stage, own, floats))
+        key = None
+        if stage.repetition and not check_every_layer:
+            key = structure_key(model_file(stage.recipe), stage.params, stage.repetition.partition("=")[0], None)
+        # The first stage's emulation runs on the very inputs its frontend was checked on: the
+        # integer values that check traced are its reference's too (one trace, not two).
+        first = floats is None and emulated is not None
+        prep = prepare_recipe(stage.recipe, stage.params, inputs=_fed(stage, own, floats),
+                              keep_bytes=KEPT_REFERENCE_BYTES if first else 0,
+                              remember=(key, stage.label) if key and key not in structures else None,
+                              reuse=structures.get(key) if key else None)
+        if key and key not in structures and prep.pipe.structure is not None:
+            structures[key] = prep.pipe.structure
+        prep.pipe.structure = None  # held by `structures` alone
+        for report in (graphs, emulated):
+            if report is not None:
+                report.checked.append(prep.checked)
         if prep.failed:
             for report in (graphs, emulated):
                 if report is not None:
@@ -309,7 +354,9 @@ def check_chain(stages: list[ChainStage], chip=None, mapping=None, reference: li
             emulated.tolerance += prep.tolerance
             inputs = _fed(stage, own, emulated_out)
             rep = emulate_graph(prep.graph, candidate, inputs, None, prep.tolerance, prep.reference_kind,
-                                name=stage.label, parts=prep.parts, keep_image=False)
+                                name=stage.label, parts=prep.parts, keep_image=False,
+                                known=prep.pipe.kept if emulated_out is None else None)
+            prep.pipe.kept = None
             if not rep.feasible:
                 emulated.reason = f"{stage.label}: {rep.reason}"
             else:

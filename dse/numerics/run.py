@@ -14,6 +14,7 @@ from tqdm import tqdm
 import emulator
 
 from ..frontend import run_pipeline
+from ..frontend.pipeline import run_reused
 from ..frontend.steps import FLOAT_TOLERANCE, quantized_steps
 from ..lower import Infeasible, Lowered
 from ..mapping import Candidate, Mapping
@@ -192,19 +193,30 @@ class Prepared:
     reference_kind: str  # "quantized" (integer path bit for bit) or "float"
     failed: str = ""  # why the frontend failed ("" when it passed)
     parts: list[str] | None = None  # the model's names of the graph's outputs (`output_parts`)
+    checked: str = "checked in full"  # how its frontend was checked: in full, or whose checked structure it reused
 
 
 def prepare_recipe(recipe: str | Path, params: dict | None = None, steps=None, keep_bytes: int = 0,
-                   inputs=None) -> Prepared:
+                   inputs=None, remember: tuple[str, str] | None = None, reuse=None) -> Prepared:
     """The recipe through its frontend steps (`steps`: in place of its own, e.g. with the
     quantize step's granularity set), its inputs, and the PyTorch reference outputs.
     `keep_bytes`: up to this many bytes of the final graph's trace kept (``pipe.kept``).
-    `inputs`: in place of the recipe's own example inputs (`run_pipeline`)."""
-    pipe = run_pipeline(recipe, params or {}, steps=steps, keep_bytes=keep_bytes, inputs=inputs)
+    `inputs`: in place of the recipe's own example inputs (`run_pipeline`). `remember`: keep
+    the checked structure (``pipe.structure``); `reuse`: another instance's checked structure
+    to reuse (`run_reused`; run in full when this instance turns out not to be one of it)."""
+    pipe, checked = None, "checked in full"
+    if reuse is not None:
+        pipe = run_reused(recipe, params or {}, reuse, inputs)
+        if isinstance(pipe, str):  # not an instance of that structure after all
+            pipe, checked = None, f"checked in full ({pipe})"
+        else:
+            checked = f"reused {reuse.source}'s checked structure"
+    if pipe is None:
+        pipe = run_pipeline(recipe, params or {}, steps=steps, keep_bytes=keep_bytes, inputs=inputs, remember=remember)
     if not pipe.passed:
         failed = next(s for s in pipe.stages if not s.passed)
         return Prepared(pipe.recipe, pipe, pipe.graph, [], None, FLOAT_TOLERANCE, "float",
-                        f"frontend stage {failed.name} failed: {failed.error}")
+                        f"frontend stage {failed.name} failed: {failed.error}", checked=checked)
     inputs, expected = pipe.inputs, pipe.expected  # the very inputs and outputs the steps were checked on
     graph = pipe.graph
     quantized = any(s.quantized for s in pipe.stages)
@@ -230,7 +242,7 @@ def prepare_recipe(recipe: str | Path, params: dict | None = None, steps=None, k
     # The outputs' names from the recipe as given (a cached pipeline's path may be gone).
     parts = output_parts(recipe, len(graph.outputs))
     return Prepared(pipe.recipe, pipe, graph, list(inputs), expected, tolerance,
-                    "quantized" if quantized else "float", parts=parts)
+                    "quantized" if quantized else "float", parts=parts, checked=checked)
 
 
 # The final graph's integer values (products, quantize ops) that `emulate_recipe` takes from
