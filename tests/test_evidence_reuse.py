@@ -104,15 +104,14 @@ def test_a_link_shows_the_earlier_runs_evidence_without_copying_it(url):
         assert store.compare_metrics(ok, mine[ok])[["name", "a", "b"]].values.tolist() == [
             ["latency_cycles", 2280.0, 2280.0]]
         assert store.totals([mine[ok]]) == {mine[ok]: {"analytical": {"latency_cycles": 2280.0}}}
-        # latest_metric rebuilt from the metric rows agrees with the one the link wrote
+        # latest_figures rebuilt from the packed metrics agrees with the one the link wrote
+        held = "SELECT candidate_id, kind, run_id, layout, figures FROM latest_figures ORDER BY candidate_id, kind"
         with store.engine.begin() as connection:
-            before = connection.execute(text("SELECT candidate_id, kind, name, run_id, value FROM latest_metric "
-                                              "ORDER BY candidate_id, name")).all()
+            before = [(*r[:4], bytes(r[4])) for r in connection.execute(text(held))]
             from dse.records import latest
 
             latest.rebuild(connection)
-            assert connection.execute(text("SELECT candidate_id, kind, name, run_id, value FROM latest_metric "
-                                            "ORDER BY candidate_id, name")).all() == before
+            assert [(*r[:4], bytes(r[4])) for r in connection.execute(text(held))] == before
         # The earlier experiment cannot be deleted from under the links.
         with pytest.raises(ValueError, match=rf"experiment\(s\) \[{second}\] reuse the evidence of experiment {first}"):
             store.delete_experiment(first)

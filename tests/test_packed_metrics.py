@@ -11,6 +11,7 @@ import contextlib
 import io
 import json
 
+import numpy as np
 import pandas as pd
 import pytest
 from alembic import command
@@ -173,4 +174,43 @@ def test_every_reader_answers_the_sweeps_values_before_and_after_the_migration(d
     with Store(db) as store:  # opened: upgraded to 0015, the rows packed again
         with store.engine.connect() as connection:
             assert connection.execute(text("SELECT version_num FROM alembic_version")).scalar() == SCHEMA_HEAD
+        same(answers(store, db), before)
+
+
+def test_every_reader_answers_the_same_at_0015_and_back_at_head(db, tmp_path):
+    """0016 drops latest_metric; its downgrade refills it from the packed metrics: at 0015
+    it holds latest_figures' figures one row each (what 0015's writes kept), the readers
+    of this head answer the same on it, and back at head every reader answers as before."""
+    spec_path = tmp_path / "packed.toml"
+    spec_path.write_text(SPEC)
+    assert run_sweep(spec_path, db, progress=False).evaluated == 5
+    with Store(db) as store:
+        before = answers(store, db)
+        with store.engine.connect() as connection:
+            assert "latest_metric" not in connection.dialect.get_table_names(connection)
+            figures = {}
+            for c, k, run, layout, packed in connection.execute(text(
+                    "SELECT candidate_id, kind, run_id, layout, figures FROM latest_figures")):
+                names = json.loads(layout)[2]
+                values = np.frombuffer(bytes(packed), dtype="<f8").tolist()
+                figures.update({(c, k, n): (run, v) for n, v in zip(names, values)})
+    long = before["metrics"]
+    totals = long[long["scope"] == "total"]
+    assert len(figures) == len(totals) > 0  # one run a candidate: each total figure once
+    url = database_url(db)
+    command.downgrade(alembic_config(url), "0015")
+    engine = create_engine(url)
+    with engine.connect() as connection:
+        assert connection.execute(text("SELECT version_num FROM alembic_version")).scalar() == "0015"
+        held = {(c, k, n): (r, v) for c, k, n, r, v in connection.execute(text(
+            "SELECT candidate_id, kind, name, run_id, value FROM latest_metric"))}
+        assert held == figures
+        assert held == {(c, k, n): (r, v) for c, k, n, r, v in totals[
+            ["candidate_id", "kind", "name", "run_id", "value"]].itertuples(index=False, name=None)}
+        pd.testing.assert_frame_equal(reads.metric_table(connection, "packed", "analytical"), before["table total"])
+    engine.dispose()
+    with Store(db) as store:  # opened: upgraded to head, latest_metric dropped again
+        with store.engine.connect() as connection:
+            assert connection.execute(text("SELECT version_num FROM alembic_version")).scalar() == SCHEMA_HEAD
+            assert "latest_metric" not in connection.dialect.get_table_names(connection)
         same(answers(store, db), before)

@@ -1,8 +1,8 @@
-"""The latest_metric table (0011): each candidate's total metrics of each kind from its
-latest run that recorded that kind, kept by every write of metrics in the same
-transaction as the metric rows; and latest_figures (0012), the same figures packed one
-row per candidate and kind, with the versions of their run (what metric_table's wide row
-needs, read without a probe per figure).
+"""latest_figures (0012): each candidate's total metrics of each kind from its latest run
+that recorded that kind, packed one row per candidate and kind with the versions of their
+run (what metric_table's wide row and the UI's page need, read without a probe per
+figure), kept by every write of metrics in the same transaction as the packed metrics.
+(latest_metric, 0011, the same figures one row each, went in 0016: the figures once.)
 
 "Latest" is the largest run id, as everywhere in the store: a run that finishes after a
 newer run of the same candidate and kind leaves the newer run's figures standing; a newer
@@ -23,7 +23,7 @@ from dse.records.packed import layouts
 from dse.records.sql_reads import FIGURES_BYTE_ORDER
 
 _CHUNK = 500  # ids per IN list: under every driver's bound-parameter limit
-_ROWS_PER_INSERT = 100  # 500 parameters a statement (5 columns a row in both tables)
+_ROWS_PER_INSERT = 100  # 500 parameters a statement (5 columns a row)
 # latest_figures.layout: what the figures are, the same for a whole sweep's rows: the JSON
 # list [model_version, emulator_version, [names, sorted]] of their run. figures: the values
 # as little-endian float64 in the names' order: exact, and unpacked for 100,000 candidates
@@ -32,7 +32,7 @@ _ROWS_PER_INSERT = 100  # 500 parameters a statement (5 columns a row in both ta
 
 
 def record(connection: Connection, packs: Sequence[tuple]) -> None:
-    """Bring latest_metric and latest_figures up to date with runs' metrics just written in
+    """Bring latest_figures up to date with runs' metrics just written in
     this transaction: (run_id, shape, values) each, as `checks.Pack` (their total scope)."""
     # A sweep's runs share a shape: where its totals of each kind sit, found once a shape.
     totals_of: dict[tuple, list[tuple[str, tuple[str, ...], tuple[int, ...]]]] = {}
@@ -53,36 +53,11 @@ def record(connection: Connection, packs: Sequence[tuple]) -> None:
         if newest.get(pair, -1) < run:
             newest[pair] = run
     held = _held(connection, sorted({c for c, _ in newest}))
-    # Pairs a newer run (already recorded) holds keep its figures; older ones are replaced.
+    # Pairs a newer run (already recorded) holds keep its figures; older ones are replaced
+    # (the upsert's guard keeps a concurrent PostgreSQL writer's newer row too).
     newest = {pair: run for pair, run in newest.items() if held.get(pair, -1) < run}
-    stale = [(c, k, run) for (c, k), run in newest.items() if (c, k) in held]
     kept = [(c, kind, run, names, values) for run, kind, names, values in totals
             if newest.get((c := candidate_of[run], kind)) == run]
-    mark = _mark(connection)
-    if stale:
-        connection.exec_driver_sql(
-            f"DELETE FROM latest_metric WHERE candidate_id = {mark} AND kind = {mark} AND run_id < {mark}", stale)
-    # Rows by the hundred per statement: cheaper than an executemany of one row each (the
-    # per-row work of the driver and of SQLite's statement loop). PostgreSQL: ON CONFLICT,
-    # as a concurrent writer may have put the same figure in since `_held` read (the newer
-    # run's stands either way); SQLite's writers hold the write lock (BEGIN IMMEDIATE) from
-    # their first statement, so no other writer came in between. (A run names a metric
-    # once: the checks refuse a repeat.)
-    values = list(itertools.chain.from_iterable(
-        zip(itertools.repeat(c), itertools.repeat(kind), names, itertools.repeat(run), figures)
-        for c, kind, run, names, figures in kept))
-    one = f"({mark}, {mark}, {mark}, {mark}, {mark})"
-    conflict = "" if connection.dialect.name == "sqlite" else (
-        " ON CONFLICT (candidate_id, kind, name) DO UPDATE SET run_id = excluded.run_id, value = excluded.value"
-        " WHERE excluded.run_id > latest_metric.run_id")
-    full = "INSERT INTO latest_metric (candidate_id, kind, name, run_id, value) VALUES " + ", ".join(
-        [one] * _ROWS_PER_INSERT) + conflict
-    for i in range(0, len(values), _ROWS_PER_INSERT):
-        part = values[i:i + _ROWS_PER_INSERT]
-        connection.exec_driver_sql(
-            full if len(part) == _ROWS_PER_INSERT else
-            "INSERT INTO latest_metric (candidate_id, kind, name, run_id, value) VALUES "
-            + ", ".join([one] * len(part)) + conflict, tuple(itertools.chain.from_iterable(part)))
     _put_figures(connection, [(c, kind, run, *of_run[run][1:], names, figures)
                               for c, kind, run, names, figures in kept])
 
@@ -147,17 +122,15 @@ def _put_figures(connection: Connection, rows: Sequence[tuple]) -> None:
 
 
 def rebuild(connection: Connection, candidate_ids: Iterable[int] | None = None) -> None:
-    """Recompute latest_metric and latest_figures from the runs' packed metrics: for every
+    """Recompute latest_figures from the runs' packed metrics: for every
     candidate, or for these. For stores filled by hand (bulk inserts, as the benches do)."""
     if candidate_ids is None:
-        connection.exec_driver_sql("DELETE FROM latest_metric")
         connection.exec_driver_sql("DELETE FROM latest_figures")
         record(connection, _totals_of(connection, ""))
         return
     ids = sorted({int(c) for c in candidate_ids})
     for i in range(0, len(ids), _CHUNK):
         listed = ", ".join(map(str, ids[i:i + _CHUNK]))
-        connection.exec_driver_sql(f"DELETE FROM latest_metric WHERE candidate_id IN ({listed})")
         connection.exec_driver_sql(f"DELETE FROM latest_figures WHERE candidate_id IN ({listed})")
         record(connection, _totals_of(connection, f"WHERE r.candidate_id IN ({listed})"))
 
@@ -189,13 +162,13 @@ def _runs(connection: Connection, run_ids: list[int]) -> dict[int, tuple[int, st
 
 
 def _held(connection: Connection, candidate_ids: list[int]) -> dict[tuple[int, str], int]:
-    """(candidate, kind) -> the run whose figures latest_metric holds, for these candidates."""
+    """(candidate, kind) -> the run whose figures latest_figures holds, for these candidates."""
     out: dict[tuple[int, str], int] = {}
     for i in range(0, len(candidate_ids), _CHUNK):
         part = candidate_ids[i:i + _CHUNK]
         for c, k, run in connection.exec_driver_sql(
-                "SELECT candidate_id, kind, max(run_id) FROM latest_metric WHERE candidate_id IN "
-                f"({', '.join(str(int(c)) for c in part)}) GROUP BY candidate_id, kind"):
+                "SELECT candidate_id, kind, run_id FROM latest_figures WHERE candidate_id IN "
+                f"({', '.join(str(int(c)) for c in part)})"):
             out[(c, k)] = run
     return out
 

@@ -6,8 +6,8 @@ here instead of fifty metric rows; every reader unpacks through this module (or
 `sql_reads.unpacked`, the same for the light reads), in the recorded order the metric
 rows' ids gave.
 
-latest_metric and latest_figures stay beside them (dse.records.latest): what the SQL
-readers sort, filter and pivot by name.
+latest_figures stays beside them (dse.records.latest): each candidate's latest totals of
+each kind, what the wide tables and the UI's page read.
 """
 
 from __future__ import annotations

@@ -28,7 +28,6 @@ from dse.records.schema import (
     Decision,
     Experiment,
     LatestFigures,
-    LatestMetric,
     Run,
     RunMetrics,
     check_choice,
@@ -347,11 +346,10 @@ def unpacked_frame(connection: Connection, stmt: Any, kinds: Any = None, scope: 
 
 
 def metric_table(connection: Connection, experiment: str | int, kind: str, scope: str = "total",
-                 from_metrics: bool = False, from_latest_metric: bool = False) -> pd.DataFrame:
+                 from_metrics: bool = False) -> pd.DataFrame:
     """Wide form, see `Store.metric_table`. Total figures come from latest_figures
     (`_total_table`); `from_metrics`: from the metric rows instead, as before 0011 (the
-    benches' and tests' reference: all must agree); `from_latest_metric`: from
-    latest_metric, a probe per figure, as before 0012 (for the benches).
+    benches' and tests' reference: all must agree).
 
     Other scopes: two plain reads, each one pass of the database's indexes: the candidates with their
     stage's latest run, and the metrics of `kind` at `scope` in long form; pandas keeps
@@ -365,8 +363,6 @@ def metric_table(connection: Connection, experiment: str | int, kind: str, scope
         "candidate_id", "hash", "origin", "is_baseline", "stage", "status", "reason",
         "metric_run_id", "model_version", "emulator_version", *keys[1:],
     ]  # fmt: skip
-    if scope == "total" and from_latest_metric:
-        return _total_table_from_latest_metric(connection, experiment_id, kind, stage, fixed)
     if scope == "total" and not from_metrics:
         return _total_table(connection, experiment_id, kind, stage, fixed)
     runs_of = select(Run.candidate_id, func.max(Run.id).label("run_id")).join(
@@ -480,55 +476,6 @@ def _total_rows_frame(connection: Connection, stmt: Any) -> pd.DataFrame:
     frame["candidate_id"] = values[:, names.index("candidate_id")].astype(np.int64)
     frame["metric_run_id"] = values[:, names.index("metric_run_id")].astype(np.float64)  # None: NaN
     return frame
-
-
-def _total_table_from_latest_metric(connection: Connection, experiment_id: int, kind: str, stage: str | None,
-                                    fixed: list[str]) -> pd.DataFrame:
-    """metric_table at scope "total" as before 0012, pivoted by the database: one query,
-    one row per candidate, each figure a key probe into latest_metric."""
-    names = list(connection.scalars(
-        select(LatestMetric.name).distinct().join(Candidate, LatestMetric.candidate_id == Candidate.id)
-        .where(Candidate.experiment_id == experiment_id, LatestMetric.kind == kind).order_by(LatestMetric.name)))
-    clash = sorted(set(names) & set(fixed))
-    if clash:
-        raise ValueError(f"metric names {clash} clash with metric_table's own columns")
-    figures_run = (select(func.max(LatestMetric.run_id))
-                   .where(LatestMetric.candidate_id == Candidate.id, LatestMetric.kind == kind)
-                   .correlate(Candidate).scalar_subquery())
-    # The stage's latest run from candidate_run (a key probe), its versions from the run.
-    shown = CandidateRun
-    stmt = (select(Candidate.id.label("candidate_id"), Candidate.hash, Candidate.origin, shown.stage, shown.status,
-                   shown.reason, figures_run.label("metric_run_id"), shown.run_id.label("stage_run_id"),
-                   Run.model_version, Run.emulator_version,
-                   *(select(LatestMetric.value).where(LatestMetric.candidate_id == Candidate.id,
-                                                      LatestMetric.kind == kind, LatestMetric.name == name)
-                     .correlate(Candidate).scalar_subquery().label(f"figure_{i}") for i, name in enumerate(names)))
-            .select_from(Candidate)
-            .outerjoin(shown, (shown.candidate_id == Candidate.id) & (shown.role == (stage or "latest")))
-            .outerjoin(Run, Run.id == shown.run_id))
-    table = plain_frame(connection, stmt.where(Candidate.experiment_id == experiment_id).order_by(Candidate.id))
-    table = table.rename(columns={f"figure_{i}": name for i, name in enumerate(names)})
-    baseline = connection.scalar(select(Experiment.baseline_candidate_id).where(Experiment.id == experiment_id))
-    table.insert(3, "is_baseline", table["candidate_id"] == baseline)
-    for name in names:
-        table[name] = table[name].astype("float64")
-    # The versions are the stage run's where it recorded the figures (nearly always), read
-    # apart for the others; a candidate without figures has NaN versions (as the other
-    # scopes' merge leaves them).
-    versions = ["model_version", "emulator_version"]
-    figures = table["metric_run_id"]
-    table.loc[figures.isna(), versions] = float("nan")
-    other = table.index[figures.notna() & (figures != table["stage_run_id"])]
-    if len(other):
-        of_run: dict[int, tuple] = {}
-        wanted = sorted({int(r) for r in figures[other]})
-        for i in range(0, len(wanted), 500):
-            of_run.update((r.id, (r.model_version, r.emulator_version)) for r in connection.execute(
-                select(Run.id, Run.model_version, Run.emulator_version).where(Run.id.in_(wanted[i:i + 500]))))
-        table.loc[other, versions] = pd.DataFrame([of_run[int(r)] for r in figures[other]], index=other,
-                                                  columns=versions)
-    table["metric_run_id"] = table["metric_run_id"].astype("Int64")
-    return table[fixed + names]
 
 
 # ---- decisions and artifacts --------------------------------------------------------------

@@ -3,8 +3,8 @@ earlier experiment already evaluated (same candidate hash, same workload identit
 model and emulator versions, same result-affecting stage settings) is not evaluated
 again. Its run of the stage is a *link* (run.reused_run_id, 0014) to the earlier run: the
 run's status and reason are the earlier run's, and its metrics and raw evidence are read
-through the link (`METRIC_RUN`), never copied. latest_metric and latest_figures (derived
-data) hold the linked figures under the linking run, so every table, the acceptance test
+through the link (`METRIC_RUN`), never copied. latest_figures (derived
+data) holds the linked figures under the linking run, so every table, the acceptance test
 and `dse decide` judge the candidate on them.
 
 A link always names the run that evaluated (a link of a link is resolved to it). Failed
@@ -87,8 +87,8 @@ def reusable(connection: Connection, hashes: Sequence[str], *, experiment_id: in
 
 def link_runs(connection: Connection, links: Mapping[int, int]) -> None:
     """Finish each running run of `links` (run id -> the earlier run it reuses) as a link:
-    the earlier run's status, reason, error and traceback, its figures in latest_metric
-    and latest_figures under the linking run. No metric row is written."""
+    the earlier run's status, reason, error and traceback, its figures in latest_figures
+    under the linking run. No metric row is written."""
     if not links:
         return
     mark = "?" if connection.dialect.paramstyle == "qmark" else "%s"

@@ -16,7 +16,6 @@ from sqlalchemy import (
     JSON,
     BigInteger,
     DateTime,
-    Float,
     ForeignKey,
     Index,
     Integer,
@@ -214,32 +213,15 @@ class RunMetrics(Base):
     figures: Mapped[bytes] = mapped_column(LargeBinary)
 
 
-class LatestMetric(Base):
-    """0011: each candidate's total metrics of each kind from its latest run that recorded
-    that kind (the figures `metric_table`, the UI and the report show), kept by every write
-    of metrics in the same transaction (dse.records.latest). Sorting or pivoting 100,000
-    candidates' figures reads one row per value here instead of reaching every metric
-    through its run. Derived data: the metric rows stay the record."""
-
-    __tablename__ = "latest_metric"
-    # SQLite: the primary key is the table itself (no rowid b-tree beside it), so a write
-    # costs one b-tree insert and a candidate's figures of one kind are adjacent.
-    __table_args__ = {"sqlite_with_rowid": False}
-
-    candidate_id: Mapped[int] = mapped_column(ForeignKey("candidate.id"), primary_key=True)
-    kind: Mapped[str] = mapped_column(String(32), primary_key=True)
-    name: Mapped[str] = mapped_column(String, primary_key=True)
-    run_id: Mapped[int] = mapped_column(ForeignKey("run.id"))
-    value: Mapped[float] = mapped_column(Float)
-
-
 class LatestFigures(Base):
-    """0012: latest_metric's rows of a candidate and kind packed into one: `layout`, the
-    JSON list [model_version, emulator_version, [names, sorted]] of the run they are from,
-    and `figures`, the values in the names' order as little-endian float64 bytes
-    (dse.records.latest.pack). metric_table's wide rows of 100,000 candidates read one row
-    each here instead of one probe per figure. Kept with latest_metric, in the same
-    transaction; derived data, as it is."""
+    """0012: each candidate's total metrics of each kind from its latest run that recorded
+    that kind (the figures `metric_table`, the UI and the report show), packed one row per
+    candidate and kind: `layout`, the JSON list [model_version, emulator_version, [names,
+    sorted]] of the run they are from, and `figures`, the values in the names' order as
+    little-endian float64 bytes (dse.records.latest.pack). metric_table's wide rows of
+    100,000 candidates read one row each here. Kept by every write of metrics in the same
+    transaction (dse.records.latest); derived data: the packed run metrics stay the
+    record. (latest_metric, the same figures one row each, went in 0016.)"""
 
     __tablename__ = "latest_figures"
     __table_args__ = {"sqlite_with_rowid": False}

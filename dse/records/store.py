@@ -11,8 +11,8 @@ database. `Store` is the public face; the work is split by concern:
     packed.py    a run's metrics packed into one row (run_metrics, with its layout in
                  metric_layout, 0015) and unpacked for every reader
     reads.py     reads as DataFrames; lookups and their "not found" errors
-    latest.py    each candidate's latest total figures (latest_metric, and packed per
-                 candidate and kind in latest_figures), kept by the writes
+    latest.py    each candidate's latest total figures, packed per candidate and kind
+                 in latest_figures, kept by the writes
                  (candidate_run, each candidate's latest, per-stage and outcome run with
                  its status, is kept by triggers on run: see migration 0011)
     liveness.py  heartbeats of running runs, crashed-run detection on open

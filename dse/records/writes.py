@@ -28,7 +28,6 @@ from dse.records.schema import (
     Experiment,
     ExperimentLink,
     LatestFigures,
-    LatestMetric,
     Note,
     Run,
     RunMetrics,
@@ -565,8 +564,8 @@ def _sqlite_insert_runs(cur: _DriverCursor, candidate_ids: list[int], base: dict
 
 def insert_metrics(connection: Connection, packs: list[Pack]) -> None:
     """Runs' metrics (`checks.Pack`s, checked already) packed one row a run
-    (dse.records.packed), and the candidates' latest figures (latest_metric,
-    latest_figures) brought up to date with them, in the caller's transaction."""
+    (dse.records.packed), and the candidates' latest figures (latest_figures) brought
+    up to date with them, in the caller's transaction."""
     if packs:
         packed.write(connection, packs)
         latest.record(connection, packs)
@@ -597,7 +596,6 @@ def delete_experiment(session: Session, experiment_id: int) -> dict[str, int]:
     counts = {}
     for name, stmt in (
         ("run_metrics", delete(RunMetrics).where(RunMetrics.run_id.in_(runs))),
-        ("latest_metric", delete(LatestMetric).where(LatestMetric.candidate_id.in_(candidates))),
         ("latest_figures", delete(LatestFigures).where(LatestFigures.candidate_id.in_(candidates))),
         ("candidate_run", delete(CandidateRun).where(CandidateRun.experiment_id == experiment_id)),
         ("artifact", delete(Artifact).where(or_(Artifact.run_id.in_(runs), Artifact.experiment_id == experiment_id))),

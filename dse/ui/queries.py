@@ -8,24 +8,27 @@ page's rows come back (`page_of`). Every read goes through the store's contract
 `dse.records.page_reads`.
 
 `ranked_ids` and `reference_page` are the tests' and benches' references: the same ranking
-by the database, from the tables 0011 keeps or from the runs as before it.
+worked out apart, by the database and plain Python from candidate_run and latest_figures,
+or from the runs and their packed metrics as before 0011.
 """
 
 from __future__ import annotations
 
+import json
+import struct
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
-from sqlalchemy import Connection, String, and_, bindparam, cast, func, select
-from sqlalchemy.orm import aliased
+from sqlalchemy import Connection, String, bindparam, cast, func, select
 
 from ..records import reads
 from ..records.contract import PageReader
 from ..records.page_reads import changes_text, matching
 from ..records.reuse import metric_run
-from ..records.schema import RUN_STATUSES, Candidate, CandidateRun, LatestMetric, Run, RunMetrics
+from ..records.schema import RUN_STATUSES, Candidate, CandidateRun, LatestFigures, Run, RunMetrics
+from ..records.sql_reads import FIGURES_BYTE_ORDER
 
 __all__ = ["PAGE_SIZES", "BadQuery", "CandidatePage", "CandidateQuery", "Rankable", "candidate_page", "changes_text",
            "page_of", "rankable", "ranked", "ranked_ids", "reference_page"]
@@ -104,14 +107,6 @@ def _latest_analytical(experiment_id: int, through_runs: bool):
             .join(Run, Run.id == newest.c.run_id).subquery("latest"))
 
 
-def _metric_join(name: str, latest):
-    """The candidate's latest analytical figure `name` (latest_metric: one key probe a
-    candidate), if its latest analytical run recorded it (an infeasible rerun shows none)."""
-    m = aliased(LatestMetric)
-    return m, and_(m.candidate_id == Candidate.id, m.kind == "analytical", m.name == name,
-                   m.run_id == latest.c.run_id)
-
-
 def candidate_page(reader: PageReader, experiment_id: int, query: CandidateQuery, names: list[str]) -> CandidatePage:
     """One page of an experiment's candidates with their latest analytical run's status and
     total metrics (`names`, the reader's `metric_names`), sorted and filtered as the UI does
@@ -135,7 +130,7 @@ def _page_through_runs(reader: PageReader, connection: Connection, experiment_id
                        names: list[str]) -> CandidatePage:
     """`candidate_page` as before 0011 (the tests' and benches' reference): each candidate's
     latest analytical run found by grouping its runs, its figures unpacked from that run's
-    own packed metrics (not latest_metric, latest_figures nor candidate_run), ranked by
+    own packed metrics (not latest_figures nor candidate_run), ranked by
     `ranked`."""
     query = query.checked(names)
     latest = _latest_analytical(experiment_id, True)
@@ -169,11 +164,50 @@ def page_of(reader: PageReader, ranked: Sequence[int], query: CandidateQuery, na
 
 
 def ranked_ids(connection: Connection, experiment_id: int, query: CandidateQuery, names: list[str]) -> np.ndarray:
-    """`ranked`'s ids sorted and filtered by the database instead (from candidate_run and
-    latest_metric, one pass over the candidates): the tests' and benches' reference."""
+    """`ranked`'s ids sorted and filtered apart from it (the tests' and benches' reference):
+    by the database from candidate_run (status, text, and the order by id, status or
+    origin), the figures unpacked here from latest_figures (struct, not numpy), filtered
+    and, where the sort is a figure, sorted in Python."""
     query = query.checked(names)
     stmt, order = _ranked(connection, experiment_id, query, names)
-    return np.fromiter(connection.execute(stmt.order_by(*order)).scalars(), dtype=np.int64)
+    rows = connection.execute(stmt.order_by(*order)).all()
+    if query.sort not in names and not query.metric:
+        return np.fromiter((r[0] for r in rows), dtype=np.int64, count=len(rows))
+    held = _analytical_figures(connection, experiment_id)
+
+    def figure(candidate_id: int, run_id: int | None, name: str) -> float | None:
+        # Only where its latest analytical run recorded it (an infeasible rerun shows none).
+        found = held.get(candidate_id)
+        value = found[1].get(name) if found is not None and found[0] == run_id else None
+        return None if value is None or value != value else value  # NaN: no figure
+
+    kept = []
+    for candidate_id, run_id in rows:
+        if query.metric:
+            value = figure(candidate_id, run_id, query.metric)
+            if value is None and (query.metric != query.sort or query.low is not None or query.high is not None):
+                continue  # the filter's figure is needed (the sort's own: only for a bound)
+            if (query.low is not None and not value >= query.low) or (query.high is not None and not value <= query.high):
+                continue
+        kept.append((candidate_id, figure(candidate_id, run_id, query.sort) if query.sort in names else None))
+    if query.sort in names:  # without the figure last either way, then by id
+        sign = -1.0 if query.descending else 1.0
+        kept.sort(key=lambda r: (r[1] is None, 0.0 if r[1] is None else sign * r[1], r[0]))
+    return np.array([r[0] for r in kept], dtype=np.int64)
+
+
+def _analytical_figures(connection: Connection, experiment_id: int) -> dict[int, tuple[int, dict[str, float]]]:
+    """candidate id -> (run id, {name: value}) of its latest analytical figures, from
+    latest_figures unpacked one row at a time."""
+    out = {}
+    for candidate_id, run_id, layout, figures in connection.execute(
+            select(LatestFigures.candidate_id, LatestFigures.run_id, LatestFigures.layout, LatestFigures.figures)
+            .join(Candidate, Candidate.id == LatestFigures.candidate_id)
+            .where(Candidate.experiment_id == experiment_id, LatestFigures.kind == "analytical")):
+        names = json.loads(layout)[2]
+        out[candidate_id] = (run_id, dict(zip(names, struct.unpack(f"{FIGURES_BYTE_ORDER}{len(names)}d",
+                                                                   bytes(figures)))))
+    return out
 
 
 @dataclass
@@ -257,11 +291,12 @@ def ranked(table: Rankable, query: CandidateQuery, names: list[str], reader: Pag
     return ids[order]
 
 
-def _ranked(connection: Connection, experiment_id: int, query: CandidateQuery, names: list[str], *columns):
-    """(the statement selecting the ids (and `columns`) of the candidates `query` filters,
-    its ORDER BY terms): the one filter and order of both `ranked_ids` and the reference."""
-    stmt = select(Candidate.id, *columns).where(Candidate.experiment_id == experiment_id)
-    # The runs and metrics are joined only when a filter or the sort needs them: the
+def _ranked(connection: Connection, experiment_id: int, query: CandidateQuery, names: list[str]):
+    """(the statement selecting the ids of the candidates `query` filters by status and
+    text, with their latest analytical run's id where a figure sorts or filters; its ORDER
+    BY terms, by id where a figure sorts)."""
+    stmt = select(Candidate.id).where(Candidate.experiment_id == experiment_id)
+    # The runs are joined only when a filter or the sort needs them: the
     # first page by id of 100,000 candidates reads 50 of them.
     needs_run = bool(query.status or query.text or query.metric) or query.sort not in ("id", "origin")
     latest = _latest_analytical(experiment_id, False)
@@ -277,25 +312,18 @@ def _ranked(connection: Connection, experiment_id: int, query: CandidateQuery, n
         # The text as the table shows it ("workers=4"), not as stored: matched here, in Python.
         ids = _shown_matches(connection, experiment_id, query.text, latest)
         stmt = stmt.where(Candidate.id.in_(bindparam("shown", ids, expanding=True, literal_execute=True)))
-    sort_metric = None
-    if query.sort in names:
-        sort_metric, on = _metric_join(query.sort, latest)
-        stmt = stmt.outerjoin(sort_metric, on)
-    if query.metric:
-        if query.metric == query.sort:
-            ranged = sort_metric
-        else:
-            ranged, on = _metric_join(query.metric, latest)
-            stmt = stmt.join(ranged, on)
-        if query.low is not None:
-            stmt = stmt.where(ranged.value >= query.low)
-        if query.high is not None:
-            stmt = stmt.where(ranged.value <= query.high)
-    key = {"id": Candidate.id, "status": latest.c.status, "origin": Candidate.origin}.get(query.sort)
-    key = sort_metric.value if sort_metric is not None else key
+    if query.sort in names or query.metric:
+        # The figures: unpacked and compared in `ranked_ids` (the database cannot read a pack).
+        return stmt.add_columns(latest.c.run_id), [Candidate.id] if query.sort in names else _order(query, latest)
+    return stmt, _order(query, latest)
+
+
+def _order(query: CandidateQuery, latest) -> list:
+    """ORDER BY terms of a sort by id, status or origin: candidates without the value (not
+    run) last either way, then by id."""
+    key = {"id": Candidate.id, "status": latest.c.status, "origin": Candidate.origin}[query.sort]
     ordered = key.desc() if query.descending else key.asc()
-    # Candidates without the value (infeasible, not run) last either way, then by id.
-    return stmt, [ordered, Candidate.id] if query.sort == "id" else [key.is_(None), ordered, Candidate.id]
+    return [ordered, Candidate.id] if query.sort == "id" else [key.is_(None), ordered, Candidate.id]
 
 
 def _shown_matches(connection: Connection, experiment_id: int, text: str, latest) -> list[int]:

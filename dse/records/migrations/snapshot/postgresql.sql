@@ -1,4 +1,4 @@
--- dse record store schema at revision 0015: made by `python -m dse.records.snapshot`, not by hand
+-- dse record store schema at revision 0016: made by `python -m dse.records.snapshot`, not by hand
 CREATE FUNCTION candidate_run_kept() RETURNS trigger
     LANGUAGE plpgsql
     AS $$
@@ -186,14 +186,6 @@ CREATE TABLE latest_figures (
     figures bytea NOT NULL
 );
 -- next statement
-CREATE TABLE latest_metric (
-    candidate_id integer NOT NULL,
-    kind character varying(32) NOT NULL,
-    name character varying NOT NULL,
-    run_id integer NOT NULL,
-    value double precision NOT NULL
-);
--- next statement
 CREATE TABLE metric_layout (
     id integer NOT NULL,
     hash character varying(64) NOT NULL,
@@ -324,9 +316,6 @@ ALTER TABLE ONLY experiment_link
 ALTER TABLE ONLY latest_figures
     ADD CONSTRAINT pk_latest_figures PRIMARY KEY (candidate_id, kind);
 -- next statement
-ALTER TABLE ONLY latest_metric
-    ADD CONSTRAINT pk_latest_metric PRIMARY KEY (candidate_id, kind, name);
--- next statement
 ALTER TABLE ONLY metric_layout
     ADD CONSTRAINT pk_metric_layout PRIMARY KEY (id);
 -- next statement
@@ -414,12 +403,6 @@ ALTER TABLE ONLY latest_figures
 -- next statement
 ALTER TABLE ONLY latest_figures
     ADD CONSTRAINT fk_latest_figures_run_id_run FOREIGN KEY (run_id) REFERENCES run(id);
--- next statement
-ALTER TABLE ONLY latest_metric
-    ADD CONSTRAINT fk_latest_metric_candidate_id_candidate FOREIGN KEY (candidate_id) REFERENCES candidate(id);
--- next statement
-ALTER TABLE ONLY latest_metric
-    ADD CONSTRAINT fk_latest_metric_run_id_run FOREIGN KEY (run_id) REFERENCES run(id);
 -- next statement
 ALTER TABLE ONLY note
     ADD CONSTRAINT fk_note_experiment_id_experiment FOREIGN KEY (experiment_id) REFERENCES experiment(id);

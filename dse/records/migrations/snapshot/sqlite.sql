@@ -1,4 +1,4 @@
--- dse record store schema at revision 0015: made by `python -m dse.records.snapshot`, not by hand
+-- dse record store schema at revision 0016: made by `python -m dse.records.snapshot`, not by hand
 CREATE TABLE alembic_version (
 	version_num VARCHAR(32) NOT NULL, 
 	CONSTRAINT alembic_version_pkc PRIMARY KEY (version_num)
@@ -160,20 +160,6 @@ CREATE TABLE experiment_link (
 CREATE INDEX ix_experiment_link_experiment_id ON experiment_link (experiment_id)
 -- next statement
 CREATE INDEX ix_experiment_link_other_id ON experiment_link (other_id)
--- next statement
-CREATE TABLE latest_metric (
-	candidate_id INTEGER NOT NULL, 
-	kind VARCHAR(32) NOT NULL, 
-	name VARCHAR NOT NULL, 
-	run_id INTEGER NOT NULL, 
-	value FLOAT NOT NULL, 
-	CONSTRAINT pk_latest_metric PRIMARY KEY (candidate_id, kind, name), 
-	CONSTRAINT fk_latest_metric_candidate_id_candidate FOREIGN KEY(candidate_id) REFERENCES candidate (id), 
-	CONSTRAINT fk_latest_metric_run_id_run FOREIGN KEY(run_id) REFERENCES run (id)
-)
- WITHOUT ROWID
-
-
 -- next statement
 CREATE INDEX ix_run_candidate_id_stage ON run (candidate_id, stage)
 -- next statement

@@ -1,8 +1,9 @@
-"""latest_metric (0011): each candidate's latest total figures of each kind, kept by the
-store's writes in the transaction of the metrics; latest_figures (0012), the same packed
-one row per candidate and kind. Checked against the metric rows themselves (a reference
-computed here from `Store.metrics`, and `metric_table` read the pre-0011 way) after every
-kind of write, on a real SQLite file and a real PostgreSQL."""
+"""latest_figures (0012): each candidate's latest total figures of each kind, packed one
+row per candidate and kind, kept by the store's writes in the transaction of the metrics
+(latest_metric, 0011, the same figures one row each, went in 0016). Checked against the
+metric rows themselves (a reference computed here from `Store.metrics`, and
+`metric_table` read the pre-0011 way) after every kind of write, and the migrations that
+made and dropped them, on a real SQLite file and a real PostgreSQL."""
 
 from __future__ import annotations
 
@@ -32,7 +33,14 @@ def db(request, tmp_path, monkeypatch):
 
 
 def held(store: Store) -> dict[tuple[int, str, str], tuple[int, float]]:
-    with store.engine.connect() as connection:
+    """latest_figures one row a figure, as latest_metric held them: (candidate, kind, name) -> (run, value)."""
+    return {(c, k, name): (run, value) for (c, k), (run, _, _, named) in packed(store).items()
+            for name, value in named.items()}
+
+
+def held_at_0015(engine) -> dict[tuple[int, str, str], tuple[int, float]]:
+    """latest_metric's rows, on a store taken down to 0015 (0016's downgrade refills it)."""
+    with engine.connect() as connection:
         rows = connection.execute(text("SELECT candidate_id, kind, name, run_id, value FROM latest_metric"))
         return {(c, k, n): (r, v) for c, k, n, r, v in rows}
 
@@ -64,7 +72,7 @@ def packed(store: Store) -> dict[tuple[int, str], tuple[int, str, str | None, di
 
 
 def packed_expected(store: Store, now: dict) -> dict:
-    """latest_figures as it should be: latest_metric's rows of each pair, with their run's versions."""
+    """latest_figures as it should be: the figures `now` (one a row) of each pair, with their run's versions."""
     with store.engine.connect() as connection:
         versions = {r: (m, e) for r, m, e in connection.execute(
             text("SELECT id, model_version, emulator_version FROM run"))}
@@ -75,11 +83,10 @@ def packed_expected(store: Store, now: dict) -> dict:
 
 
 def agrees(store: Store, experiment: str) -> dict:
-    """latest_metric equals the reference, latest_figures holds its rows packed, and
+    """latest_figures holds the reference's figures with their runs' versions, and
     metric_table reads the same every way."""
     ids = set(store.candidates(experiment)["id"])  # the experiment's rows (other experiments' are checked apart)
-    now = {key: value for key, value in held(store).items() if key[0] in ids}
-    assert now == expected(store, experiment)
+    now = expected(store, experiment)
     assert {key: value for key, value in packed(store).items() if key[0] in ids} == packed_expected(store, now)
     with store.engine.connect() as connection:
         for kind in ("analytical", "emulator_cycles", "rtl_cycles"):
@@ -89,10 +96,9 @@ def agrees(store: Store, experiment: str) -> dict:
 
 
 def tables_agree(connection, experiment: str, kind: str) -> pd.DataFrame:
-    """metric_table from latest_figures equals the one from latest_metric (pre-0012) and
-    the one from the metric rows (pre-0011): columns, dtypes, order, values."""
+    """metric_table from latest_figures equals the one from the metric rows (pre-0011):
+    columns, dtypes, order, values."""
     new = reads.metric_table(connection, experiment, kind)
-    pd.testing.assert_frame_equal(new, reads.metric_table(connection, experiment, kind, from_latest_metric=True))
     old = reads.metric_table(connection, experiment, kind, from_metrics=True)
     # The pre-0011 read also had a column for a name only older runs recorded,
     # empty throughout; now the columns are the names of the figures shown.
@@ -114,7 +120,7 @@ def candidates_agree(store, connection, experiment: str) -> None:
         new = queries.candidate_page(store, experiment_id, query, names)
         old = queries.reference_page(store, experiment_id, query, names, through_runs=True)
         assert (new.rows, new.total) == (old.rows, old.total)
-    # The UI's ranking worked out from one read (`queries.rankable`) equals the database's.
+    # The UI's ranking worked out from one read (`queries.rankable`) equals the reference's.
     table = queries.rankable(store, experiment_id, names)
     for sort in ("id", "status", "origin", *names):
         for descending in (False, True):
@@ -187,7 +193,7 @@ def test_latest_figures_follow_every_write(db, tmp_path):
         rc = store.start_run(c, "analytical")
         store.finish_run(rc, "ok", lat(7.0))
         counts = store.delete_experiment("x")
-        assert counts["latest_metric"] == 5 and counts["latest_figures"] == 5
+        assert "latest_metric" not in counts and counts["latest_figures"] == 5
         assert held(store) == {(c, "analytical", "latency_cycles"): (rc, 7.0)}
         assert packed(store) == {(c, "analytical"): (rc, "", None, {"latency_cycles": 7.0})}
 
@@ -244,7 +250,7 @@ def test_migration_0011_backfills_an_existing_0010_store(db):
             latest.rebuild(connection)
         assert held(store) == before
         with store.engine.begin() as connection:
-            connection.execute(text("DELETE FROM latest_metric"))
+            connection.execute(text("DELETE FROM latest_figures"))
             latest.rebuild(connection, [a])
         assert held(store) == {k: v for k, v in before.items() if k[0] == a}
 
@@ -266,7 +272,7 @@ def test_migration_0012_backfills_an_existing_0011_store(db):
         store.finish_run(store.start_run(b, "analytical"), "failed", error="boom")
         store.finish_run(store.start_run(c, "analytical"), "infeasible", reason="needs 64 banks")
         before = packed(store)
-        assert before == packed_expected(store, held(store)) and len(before) == 3
+        assert before == packed_expected(store, expected(store, "x")) and len(before) == 3
         tables = {}
         with store.engine.connect() as connection:
             for kind in ("analytical", "emulator_cycles"):
@@ -305,7 +311,7 @@ def test_metric_table_equals_the_metric_rows_over_generated_stores(db, seed):
     """Random sweeps: several runs a candidate in both stages, finished out of order in
     batches, ok with varying names, infeasible, failed, pruned, candidates never run,
     other scopes; another experiment deleted midway and at the end. After each round the
-    three reads of metric_table agree and latest_figures is latest_metric packed."""
+    three reads of metric_table agree and latest_figures holds the metric rows' latest totals."""
     rng = random.Random(seed)
     names = ("latency_cycles", "dma_bytes", "peak_sram_bytes", "compute_cycles")
 
@@ -497,7 +503,7 @@ def test_a_metric_named_like_a_column_of_the_table_is_refused_by_every_read(db):
         a, _ = store.add_candidate(e, {"banks": 16}, {}, "grid")
         store.finish_run(store.start_run(a, "analytical"), "ok", lat(1.0, MetricIn("analytical", "status", 2.0, "")))
         with store.engine.connect() as connection:
-            for how in ({}, {"from_latest_metric": True}, {"from_metrics": True}):
+            for how in ({}, {"from_metrics": True}):
                 with pytest.raises(ValueError, match=r"metric names \['status'\] clash"):
                     reads.metric_table(connection, "x", "analytical", **how)
 
