@@ -5,8 +5,9 @@
 The store is bench_records.py's (two runs a candidate, four metrics a run). Prints medians,
 and each against `store.candidates()` of the same experiment measured in the same run
 (the one read every table needs) and against the 1 s target; metric_table (from
-latest_figures, 0012) beside the same table read from latest_metric (the read before
-0012) and from the metric rows (before 0011), in the same run, with their ratios. `--db`
+latest_figures, 0012) beside the same table read from the packed metric rows (the read
+before 0011), in the same run, with their ratios. (The read from latest_metric, before
+0012, went with the table in 0016.) `--db`
 keeps the store in a file for the next run (filling it takes minutes); a store made at an
 older schema is upgraded on open, timed.
 """
@@ -81,11 +82,6 @@ def main() -> None:
             with store.engine.connect() as connection:
                 return reads.candidates(connection, reads.experiment_id_of(connection, experiment), through_rows=True)
 
-        def from_latest_metric(kind: str, of: str = experiment):
-            # The pre-0012 read: one key probe into latest_metric a figure.
-            with store.engine.connect() as connection:
-                return reads.metric_table(connection, of, kind, from_latest_metric=True)
-
         engine = make_engine(database_url(db))
         behind = not schema_is_current(engine)
         engine.dispose()
@@ -96,7 +92,6 @@ def main() -> None:
             pd.testing.assert_frame_equal(store.candidates(experiment), candidates_through_rows())
             for kind in ("analytical", "emulator_cycles"):
                 new, old = store.metric_table(experiment, kind), from_metrics(kind)
-                pd.testing.assert_frame_equal(new, from_latest_metric(kind))
                 gone = [c for c in old.columns if c not in new.columns]  # names only older runs recorded
                 assert old[gone].isna().all().all()
                 pd.testing.assert_frame_equal(new, old.drop(columns=gone))
@@ -105,15 +100,12 @@ def main() -> None:
                 "store.candidates(big)": lambda: store.candidates(experiment),
                 "  the same from the runs, SQLAlchemy rows (pre-0011)": candidates_through_rows,
                 "store.metric_table(big, analytical)": lambda: store.metric_table(experiment, "analytical"),
-                "  the same from latest_metric (pre-0012)": lambda: from_latest_metric("analytical"),
                 "  the same from the metric rows (pre-0011)": lambda: from_metrics("analytical"),
                 "store.metric_table(big, emulator_cycles)": lambda: store.metric_table(experiment, "emulator_cycles"),
-                "  the same from latest_metric (pre-0012) ": lambda: from_latest_metric("emulator_cycles"),
                 "  the same from the metric rows (pre-0011) ": lambda: from_metrics("emulator_cycles"),
                 "dse show big (in process: open, read, print)": show,
                 "store.metric_table(small-00, analytical), 1 candidate": lambda: store.metric_table("small-00",
                                                                                                   "analytical"),
-                "  the same from latest_metric (pre-0012)  ": lambda: from_latest_metric("analytical", "small-00"),
             }, args.repeat)
     base = rows["store.candidates(big)"]
     print(f"median of {args.repeat}, load average {' '.join(f'{x:.1f}' for x in os.getloadavg())} on "
@@ -122,10 +114,8 @@ def main() -> None:
     for name, seconds in rows.items():
         print(f"{name:<56} {seconds:8.3f} {seconds / base:15.2f} {seconds / TARGET_S:13.2f} {cpu[name]:7.3f}")
     for kind, gap in (("analytical", ""), ("emulator_cycles", " ")):
-        new, old, oldest = (f"store.metric_table(big, {kind})", "  the same from latest_metric (pre-0012)" + gap,
-                            "  the same from the metric rows (pre-0011)" + gap)
-        print(f"metric_table(big, {kind}): x{rows[old] / rows[new]:.2f} faster than from latest_metric "
-              f"(CPU x{cpu[old] / cpu[new]:.2f}), x{rows[oldest] / rows[new]:.2f} than from the metric rows "
+        new, oldest = f"store.metric_table(big, {kind})", "  the same from the metric rows (pre-0011)" + gap
+        print(f"metric_table(big, {kind}): x{rows[oldest] / rows[new]:.2f} faster than from the metric rows "
               f"(CPU x{cpu[oldest] / cpu[new]:.2f})")
 
 

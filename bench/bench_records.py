@@ -3,7 +3,7 @@
     .venv/bin/python bench/bench_records.py            # SQLite in a temporary folder
     .venv/bin/python bench/bench_records.py --pg       # also a throwaway PostgreSQL server
     .venv/bin/python bench/bench_records.py --db postgresql://user@host/db   # a given store
-    .venv/bin/python bench/bench_records.py --writes [--pg]   # sweep writes with/without latest_metric
+    .venv/bin/python bench/bench_records.py --writes [--pg]   # sweep writes with/without latest_figures
     .venv/bin/python bench/bench_records.py --writes-against /tmp/main-head   # this tree's vs another's
 
 Prints medians and their ratio to the targets of issue 7: batched metric inserts of at
@@ -92,8 +92,8 @@ def bench_inserts(url: str, repeat: int) -> None:
 
 def bench_sweep_writes(url: str, repeat: int, n: int = 2_000, batch: int = 200) -> None:
     """The sweep's batched write (add_candidates_and_start_runs finishing the previous batch,
-    12 total metrics a run) with latest_metric (and, since 0012, latest_figures: one
-    `latest.record`) kept in the same transaction, against the same write without them
+    12 total metrics a run) with latest_figures (`latest.record`; latest_metric beside it
+    from 0011 until 0016) kept in the same transaction, against the same write without them
     (the store before 0011), interleaved; fresh candidates each round,
     then a rerun of them (new runs replacing every figure). "Without" also drops 0011's
     triggers that keep candidate_run (put back after each round)."""
@@ -120,7 +120,7 @@ def bench_sweep_writes(url: str, repeat: int, n: int = 2_000, batch: int = 200) 
                 connection.exec_driver_sql("DROP FUNCTION candidate_run_kept()")
 
     keep = latest_module.record
-    variants = (("with latest_metric", keep, True), ("latest_metric only", keep, False),
+    variants = (("with latest_figures", keep, True), ("latest_figures only", keep, False),
                 ("without (pre-0011)", lambda *_: None, False))  # (label, record, candidate_run kept)
     times: dict[str, list[float]] = {f"{rerun}{label}": [] for rerun in ("", "rerun, ") for label, _, _ in variants}
     names = NAMES
@@ -142,7 +142,7 @@ def bench_sweep_writes(url: str, repeat: int, n: int = 2_000, batch: int = 200) 
     print(f"sweep writes: {n:,} candidates, batches of {batch}, {len(names)} total metrics a run ({_shown(url)})")
     for rerun in ("", "rerun, "):
         old = statistics.median(times[rerun + "without (pre-0011)"])
-        for label in ("with latest_metric", "latest_metric only"):
+        for label in ("with latest_figures", "latest_figures only"):
             new = statistics.median(times[rerun + label])
             shown = (rerun or "new candidates, ") + (label + ", candidate_run" if label.startswith("with") else label)
             print(f"  {shown:<52} {n * len(names) / new:>12,.0f} rows/s"
@@ -319,7 +319,7 @@ def main() -> None:
     parser.add_argument("--repeat", type=int, default=5)
     parser.add_argument("--pg", action="store_true", help="also on a throwaway PostgreSQL server")
     parser.add_argument("--db", help="a PostgreSQL URL to use (an empty database) instead of SQLite")
-    parser.add_argument("--writes", action="store_true", help="only the sweep writes with and without latest_metric")
+    parser.add_argument("--writes", action="store_true", help="only the sweep writes with and without latest_figures")
     parser.add_argument("--writes-against", type=Path, metavar="TREE",
                         help="only the sweep writes, this tree's dse against TREE's (e.g. a git archive of main)")
     parser.add_argument("--time-sweep-writes", metavar="DB", help=argparse.SUPPRESS)  # one run of --writes-against

@@ -192,9 +192,9 @@ def bench_pages(url: str, repeat: int, n: int) -> None:
 
 
 def bench_page_queries(url: str, repeat: int) -> None:
-    """The sorted + filtered page's query ranked by the database (dse.ui.queries.ranked_ids:
-    each candidate's latest analytical run from candidate_run and its figure from
-    latest_metric), against the same page read from the runs and the metric rows (the way
+    """The sorted + filtered page's query ranked by the reference (dse.ui.queries.ranked_ids:
+    each candidate's latest analytical run from candidate_run and its figures unpacked from
+    latest_figures, sorted in Python), against the same page read from the runs and the metric rows (the way
     before migration 0011), interleaved; both must give the same page. Then the page as the
     UI ranks it, in memory from one read (queries.rankable) through the store's contract."""
     from dse.ui import queries
@@ -224,7 +224,7 @@ def bench_page_queries(url: str, repeat: int) -> None:
         return
     # The page's ranking in memory (queries.ranked, what the UI does on a new sort or filter)
     # from the read it keeps per state of the records (queries.rankable), against the
-    # database's (ranked_ids), interleaved; both must give the same order.
+    # reference's (ranked_ids), interleaved; both must give the same order.
     times = {"read": [], "ranked": [], "ranked_ids": []}
     with Store(url) as store, store.engine.connect() as connection:
         for _ in range(repeat):
@@ -239,7 +239,7 @@ def bench_page_queries(url: str, repeat: int) -> None:
             times["ranked_ids"].append(time.perf_counter() - start)
             assert mine.tolist() == theirs.tolist()
     read, ranked, sql = (statistics.median(times[k]) for k in ("read", "ranked", "ranked_ids"))
-    print(f"  {'  its ranking in memory (queries.ranked)':<58} {ranked:>9.3f} s  vs the database's {sql:.3f} s: "
+    print(f"  {'  its ranking in memory (queries.ranked)':<58} {ranked:>9.3f} s  vs the reference's {sql:.3f} s: "
           f"x{ranked / sql:.3f} (the read it ranks from, once a state: {read:.3f} s)")
     if contract:  # the page's 50 rows through the store's contract, as the UI reads them
         with Store(url) as store:
