@@ -9,6 +9,17 @@ if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
 
 
+@pytest.fixture(params=["sqlite", "postgresql"])
+def db(request, tmp_path, monkeypatch):
+    """A new, empty store on each database: a SQLite file path, or a database of the real
+    PostgreSQL server (tests/pg.py); the evidence under tmp_path either way. A test module
+    may define its own `db`, which takes precedence."""
+    monkeypatch.setenv("DSE_EVIDENCE_DIR", str(tmp_path / "evidence"))
+    if request.param == "sqlite":
+        return str(tmp_path / "records.db")
+    return request.getfixturevalue("pg_url")
+
+
 @pytest.fixture(autouse=True)
 def graph_cache_dir(tmp_path_factory, monkeypatch):
     """Every test its own, empty graph cache (never ~/.cache; no test sees another's

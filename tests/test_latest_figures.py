@@ -24,14 +24,6 @@ from dse.records.store import SCHEMA_HEAD, alembic_config, database_url
 from dse.ui import queries
 
 
-@pytest.fixture(params=["sqlite", "postgresql"])
-def db(request, tmp_path, monkeypatch):
-    monkeypatch.setenv("DSE_EVIDENCE_DIR", str(tmp_path / "evidence"))
-    if request.param == "sqlite":
-        return str(tmp_path / "records.db")
-    return request.getfixturevalue("pg_url")
-
-
 def held(store: Store) -> dict[tuple[int, str, str], tuple[int, float]]:
     """latest_figures one row a figure, as latest_metric held them: (candidate, kind, name) -> (run, value)."""
     return {(c, k, name): (run, value) for (c, k), (run, _, _, named) in packed(store).items()

@@ -58,14 +58,6 @@ sampler = "grid"
 """
 
 
-@pytest.fixture(params=["sqlite", "postgresql"])
-def db(request, tmp_path, monkeypatch):
-    monkeypatch.setenv("DSE_EVIDENCE_DIR", str(tmp_path / "evidence"))
-    if request.param == "sqlite":
-        return str(tmp_path / "records.db")
-    return request.getfixturevalue("pg_url")
-
-
 def computed(store: Store) -> dict[int, list[tuple]]:
     """candidate id -> the metric rows the analytical model gives it, computed here."""
     graph = analytical_graph("mlp", {})  # the spec's workload

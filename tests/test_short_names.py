@@ -6,11 +6,14 @@ tiles (M, N, K, their padded and tiled counts, tm / tn / tk, the tile indices bi
 ki, the batch count nb), loop indices i / j / k, and the words op, pc, lo, hi, ok, at, to,
 on, id. A name starting with ``_`` is a throwaway. Each folder's share of other short names
 must stay at or below its bound (lowered as the code was renamed; the bounds are a ratchet).
+
+    .venv/bin/python tests/test_short_names.py [TREE]   # each folder's share, of this tree or another
 """
 
 from __future__ import annotations
 
 import ast
+import sys
 from pathlib import Path
 
 import pytest
@@ -45,8 +48,8 @@ def short(names: list[str]) -> list[str]:
     return [name for name in names if len(name) <= 2 and name not in CONVENTIONAL and not name.startswith("_")]
 
 
-def files(where: str) -> list[Path]:
-    path = ROOT / where
+def files(where: str, root: Path = ROOT) -> list[Path]:
+    path = root / where
     return sorted(path.rglob("*.py")) if path.is_dir() else sorted(path.parent.glob(path.name + "*.py"))
 
 
@@ -58,14 +61,24 @@ def test_the_checker_counts_short_names():
 
 @pytest.mark.parametrize("where", sorted(BOUNDS))
 def test_hot_code_names_say_what_they_hold(where):
-    total, found = 0, {}
-    for path in files(where):
-        names = bound_names(path.read_text())
-        total += len(names)
-        found[str(path.relative_to(ROOT))] = short(names)
+    count, total = shares()[where]
     assert total, f"no code under {where}"
-    count = sum(len(names) for names in found.values())
-    worst = sorted(((path, sorted(set(names))) for path, names in found.items() if names), key=lambda item: -len(item[1]))
+    found = {str(path.relative_to(ROOT)): sorted(set(short(bound_names(path.read_text())))) for path in files(where)}
+    worst = sorted(((path, names) for path, names in found.items() if names), key=lambda item: -len(item[1]))
     assert count / total <= BOUNDS[where], (f"{where}: {count} of {total} names bound are one or two letters "
                                             f"({count / total:.1%} > {BOUNDS[where]:.0%}); say what they hold. "
                                             f"Most in: {worst[:3]}")
+
+def shares(root: Path = ROOT) -> dict[str, tuple[int, int]]:
+    """Per folder of `BOUNDS`: (short names, names bound) in the tree at `root`."""
+    out = {}
+    for where in sorted(BOUNDS):
+        names = [name for path in files(where, root) for name in bound_names(path.read_text())]
+        out[where] = (len(short(names)), len(names))
+    return out
+
+
+if __name__ == "__main__":
+    for where, (count, total) in shares(Path(sys.argv[1]) if len(sys.argv) > 1 else ROOT).items():
+        print(f"{where:<18} {count:>4} of {total:>5} names bound are short: {count / max(total, 1):6.1%} "
+              f"(bound {BOUNDS[where]:.0%})")

@@ -127,7 +127,7 @@ def emit_conv(builder, plan: OpPlan, ready: dict[str, Loc], weight: np.ndarray |
     if op.attrs.get("has_bias") and len(op.inputs) > 2:
         bias = np.asarray(graph.weights[op.inputs[2]]).astype(np.int32)
     # a grouped conv's accumulator is its own (the plan's result is the matrix it is unblocked into)
-    result = plan.writes if plan.unit == "conv" else Loc(0, tuple(out_spec.shape), "int32", (), plan.writes.blocked)
+    result = plan.writes if plan.unit == "conv" else Loc(0, tuple(out_spec.shape), "int32", ())
     c_loc, rec = emit_gemm(builder, op, im2col, ("weight", np.ascontiguousarray(weight_t)), bias, M, O, K, 1, result)
     builder.locs[op.outputs[0]] = c_loc
     return rec
