@@ -51,13 +51,18 @@ class StreamCosts:
         """Each candidate's plan key (`PLAN_KEYS`) as a number into the distinct keys (-1:
         (), no such Ball), read once per distinct chip (a sweep's candidates share chip objects)."""
         if key_of not in self.keys:
-            chips: dict[int, int] = {}
-            at = np.fromiter((chips.setdefault(id(chip), len(chips)) for chip in self.chips), dtype=np.int64,
-                             count=len(self.chips))
-            firsts = {index: chip for chip in self.chips for index in (chips[id(chip)],)}
+            at = self.params.chip_index
+            if at is None or len(at) != len(self.chips):
+                numbers: dict[int, int] = {}
+                at = np.fromiter((numbers.setdefault(id(chip), len(numbers)) for chip in self.chips), dtype=np.int64,
+                                 count=len(self.chips))
+            _, first = np.unique(at, return_index=True)
             distinct: dict[tuple, int] = {}
-            per_chip = np.array([-1 if (key := key_of(firsts[index])) == () else distinct.setdefault(key, len(distinct))
-                                 for index in range(len(chips))], dtype=np.int64)
+            per_chip = np.full(int(at.max()) + 1 if len(at) else 0, -1, dtype=np.int64)
+            for number, index in zip(at[first].tolist(), first.tolist()):
+                key = key_of(self.chips[index])
+                if key != ():
+                    per_chip[number] = distinct.setdefault(key, len(distinct))
             self.keys[key_of] = (per_chip[at], list(distinct))
         return self.keys[key_of]
 

@@ -104,7 +104,7 @@ class TilePoint:
 # private SRAM per core); names and reasons only label. `search_shape` checks that they do
 # not change a tile's cost by evaluating each group at its smallest and largest member.
 _BANK_FIGURES = {"bank_count", "private_sram_per_core"}
-_NOT_KEY = {"n", "chip_names"} | _BANK_FIGURES
+_NOT_KEY = {"n", "chip_names", "chip_index"} | _BANK_FIGURES
 
 
 def _with(params: CandidateArrays, **arrays) -> CandidateArrays:
