@@ -113,7 +113,7 @@ class Sweep:
         distinct chip; "" for a chip the sweep found invalid (its reason says why)."""
         note = self._notes.get(b.config_json)
         if note is None:
-            note = "" if b.reason else capacity_notes(chip_from_dict(b.config))
+            note = "" if b.reason else capacity_notes(b.chip or chip_from_dict(b.config))
             self._notes[b.config_json] = note
         return note
 
@@ -124,11 +124,12 @@ class Sweep:
         own section only)."""
         chip = self._diff_parts.get(("chip", b.config_json))
         if chip is None:
-            chip = self._diff_parts[("chip", b.config_json)] = self._diff_of(b, True)
+            chip = self._diff_parts[("chip", b.config_json)] = dict(sorted(self._diff_of(b, True).items()))
         mapping = self._diff_parts.get(("mapping", b.mapping_json))
         if mapping is None:
-            mapping = self._diff_parts[("mapping", b.mapping_json)] = self._diff_of(b, False)
-        return dict(sorted({**chip, **mapping}.items()))
+            mapping = self._diff_parts[("mapping", b.mapping_json)] = dict(sorted(self._diff_of(b, False).items()))
+        # each part sorted, and every "config." field sorts before every "mapping." one
+        return {**chip, **mapping}
 
     def _diff_of(self, b: BuiltCandidate, chip: bool) -> dict[str, list]:
         """`_diff`'s fields of the chip targets (`chip`), else of the others."""
