@@ -273,19 +273,17 @@ def analytical_batch(graph, cands: list[Candidate], calibration: dict | None = N
     `ppa_calibration` chip names to per-component area and energy factors."""
     if not cands:
         return []
-    placed = [i for i, c in enumerate(cands) if laid_out(c.mapping)]
+    placed, rest = _split_by_mapping(cands, laid_out)
     if placed:  # one graph in ranges on core groups (or the model's pick): `placed_graph_batch`
-        rest = [i for i in range(len(cands)) if i not in set(placed)]
         out: list = [None] * len(cands)
         for i, r in zip(placed, placed_graph_batch(graph, [cands[i] for i in placed], calibration, ppa_calibration)):
             out[i] = r
         for i, r in zip(rest, analytical_batch(graph, [cands[i] for i in rest], calibration, ppa_calibration)):
             out[i] = r
         return out
-    spread = [i for i, c in enumerate(cands) if spreads(c.mapping)]
+    spread, rest = _split_by_mapping(cands, spreads)
     if spread and len(spread) < len(cands):  # the experts spread over the workers: `estimate_spread`
         out = [None] * len(cands)
-        rest = [i for i in range(len(cands)) if i not in set(spread)]
         for part in (spread, rest):
             for i, r in zip(part, analytical_batch(graph, [cands[i] for i in part], calibration, ppa_calibration)):
                 out[i] = r
@@ -307,6 +305,19 @@ def analytical_batch(graph, cands: list[Candidate], calibration: dict | None = N
         if t["feasible"]:
             out[-1].totals["core_imbalance"] = imbalances[i]
     return out
+
+
+def _split_by_mapping(cands: list[Candidate], test) -> tuple[list[int], list[int]]:
+    """The positions of the candidates whose mapping passes `test`, and of the others
+    (`test` asked once per distinct mapping object: a batch's candidates share a few)."""
+    said: dict[int, bool] = {}
+    yes, no = [], []
+    for i, c in enumerate(cands):
+        passed = said.get(id(c.mapping))
+        if passed is None:
+            passed = said[id(c.mapping)] = bool(test(c.mapping))
+        (yes if passed else no).append(i)
+    return yes, no
 
 
 def _batch_results(graph, cands: list[Candidate], per_op: pd.DataFrame, totals: pd.DataFrame,
@@ -433,7 +444,8 @@ def placed_graph_batch(graph, cands: list[Candidate], calibration: dict | None =
               for c in cands]
     layered = [i for i, c in enumerate(picked) if laid_out(c.mapping)]
     out: list = [None] * len(cands)
-    for i, r in zip([i for i in range(len(cands)) if i not in set(layered)],
+    at_layers = set(layered)
+    for i, r in zip([i for i in range(len(cands)) if i not in at_layers],
                     analytical_batch(graph, [c for c in picked if not laid_out(c.mapping)], calibration,
                                      ppa_calibration)):
         out[i] = r
