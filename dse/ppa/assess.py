@@ -108,6 +108,7 @@ def assess_columns(chips: Sequence[object], cores: Sequence[Mapping[int, object]
     distinct: dict = {}  # (key, shared bytes) -> index in `held`
     held: list = []
     why: list[str] = []  # per distinct holdings, why it cannot be priced ("" when it can)
+    slow: dict[tuple, str] = {}  # `slow_memories` by (pricing chip, shared banks held)
     notes = [""] * n
     which = np.full(n, -1, dtype=np.int64)
 
@@ -130,8 +131,11 @@ def assess_columns(chips: Sequence[object], cores: Sequence[Mapping[int, object]
                 tables.prices(h.chip)
             except CostError as exc:
                 h, reason = None, f"no area or energy: {exc} (chip field {exc.field})"
-            else:
-                reason = slow_memories(tables.table(h.chip), h.chip.clock_mhz, held_shared=h.shared_banks > 0)
+            else:  # the note reads the pricing chip and whether shared banks are held: once per such pair
+                slow_key = (id(h.chip), h.shared_banks > 0)
+                if slow_key not in slow:
+                    slow[slow_key] = slow_memories(tables.table(h.chip), h.chip.clock_mhz, held_shared=slow_key[1])
+                reason = slow[slow_key]
             k = distinct[key] = len(held)
             held.append(h)
             why.append(reason)
@@ -139,9 +143,10 @@ def assess_columns(chips: Sequence[object], cores: Sequence[Mapping[int, object]
         notes[i] = why[k]
     activity = {name: column(name) for name in ACTIVITY if name != "dram_bytes"}
     activity["dram_bytes"] = column("dma_bytes")
-    a: Assessment = assess(held, activity, latency, tables, which)
+    parts = per_holdings(held, tables)  # read by the totals and the per-op energy alike
+    a: Assessment = assess(held, activity, latency, tables, which, parts)
     if per_op is not None and not per_op.empty:
-        per_op["energy_uj"] = op_energy(tables, held, which, per_op)
+        per_op["energy_uj"] = op_energy(tables, held, which, per_op, parts)
     assessed = which >= 0
     out = {name: np.where(assessed, getattr(a, name), np.nan)
            for name in ("area_mm2", "energy_uj", "leakage_energy_uj", "power_mw", "edp", "inferences_per_joule")}
@@ -174,8 +179,15 @@ def candidate_cores(cands: list, feasible: Sequence[bool], n_ops: int | None = N
                     roles: list[str] | None = None) -> tuple[list, list]:
     """Each candidate's cores (`dse.ppa.holdings.core_chips`; None where infeasible), placed
     once per distinct chip and placement, and those keys."""
-    keys = [(id(c.chip), c.mapping.workers, c.mapping.placement, c.mapping.requests, c.mapping.cuts,
-             c.mapping.weights) for c in cands]
+    parts: dict[int, tuple] = {}  # what of a mapping places it, by mapping object
+
+    def part(m) -> tuple:
+        found = parts.get(id(m))
+        if found is None:
+            found = parts[id(m)] = (m.workers, m.placement, m.requests, m.cuts, m.weights)
+        return found
+
+    keys = [(id(c.chip), *part(c.mapping)) for c in cands]
     placed: dict = {}
     cores = []
     for c, ok, key in zip(cands, feasible, keys):
@@ -219,14 +231,14 @@ OP_ACTIVITY = {"macs": "ball_macs", "bank_reads": "bank_reads", "bank_writes": "
                "dram_bytes": "dma_bytes"}
 
 
-def op_energy(tables, held: Sequence, which: np.ndarray, per_op) -> np.ndarray:
+def op_energy(tables, held: Sequence, which: np.ndarray, per_op, parts: tuple | None = None) -> np.ndarray:
     """Each op's energy (uJ) in a per-op frame (its ``candidate`` column indexing `which`,
     each candidate's index in the distinct `held`, -1: none): its actions priced as the
     totals are, plus the candidate's leakage and its cores' idle energy over the op's cycles
     (NaN where the candidate has no holdings). Summed over an SPMD candidate's ops this is
     its energy; a placement whose stages run at once overlaps their ops' cycles, so there
-    the sum exceeds the total."""
-    _, leak_by, prices, clock, cores, idle_pj = per_holdings(held, tables)
+    the sum exceeds the total. `parts`: `per_holdings(held, tables)`, when made already."""
+    _, leak_by, prices, clock, cores, idle_pj = parts or per_holdings(held, tables)
     price, leak = prices.sum(axis=2), leak_by.sum(axis=1)  # an action's price over every component
     at = np.asarray(which, dtype=np.int64)
     cand = np.where(at < 0, len(held), at)[per_op["candidate"].to_numpy()]  # the last row: none

@@ -38,6 +38,18 @@ class BuiltCandidate:
     chip: Any = None  # the chip as validated (None: the baseline's, or not validated)
 
 
+def knob_key(names: list[str], params: dict):
+    """The values of knobs `names` that `params` sets, as a dict key: a tuple of (name,
+    value), or its canonical JSON where a value is a list or dict (core groups, a workload
+    point)."""
+    key = tuple((name, params[name]) for name in names if name in params)
+    try:
+        hash(key)
+    except TypeError:
+        return canonical_json([list(kv) for kv in key])
+    return key
+
+
 class CandidateBuilder:
     """Builds a spec's candidates, validating each distinct chip and mapping once.
     `on_chip(config_json, chip)`: called with every validated chip (the sweep keeps them
@@ -63,9 +75,7 @@ class CandidateBuilder:
         """(config data, its canonical JSON, why it is invalid or '', the validated chip or
         None) once per distinct chip:
         many candidates share a chip and differ in mapping only."""
-        key = tuple((name, params[name]) for name in self._chip_knobs if name in params)
-        if any(isinstance(v, (list, dict)) for _, v in key):  # a list value (core groups) is keyed by its JSON
-            key = canonical_json([list(kv) for kv in key])
+        key = knob_key(self._chip_knobs, params)
         hit = self._chips.get(key)
         if hit is None:
             chip_over = self.spec.overrides(params, "chip")
@@ -123,9 +133,7 @@ class CandidateBuilder:
     def mapping_for(self, params: dict) -> tuple[dict, str, str]:
         """(mapping data, its canonical JSON, why it is invalid or '') once per distinct
         mapping: a sweep has few mappings and many candidates."""
-        key = tuple((name, params[name]) for name in self._mapping_knobs if name in params)
-        if any(isinstance(v, (list, dict)) for _, v in key):  # a list or dict value (a workload point): by its JSON
-            key = canonical_json([list(kv) for kv in key])
+        key = knob_key(self._mapping_knobs, params)
         hit = self._mappings.get(key)
         if hit is None:
             map_over = self.spec.overrides(params, "mapping")

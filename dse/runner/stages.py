@@ -212,8 +212,15 @@ def add_ppa(rows: list[dict], cands: list[Candidate], footprints, ppa_calibratio
 
 
 def _footprints(graph, cands: list[Candidate]) -> list[float]:
-    return [float(dram_footprint(graph, *plan_key(c.mapping), c.mapping.requests or 1))
-            for c in cands]
+    """Each candidate's DRAM footprint (`dram_footprint`), read once per distinct mapping."""
+    of: dict[int, float] = {}
+    out = []
+    for c in cands:
+        found = of.get(id(c.mapping))
+        if found is None:
+            found = of[id(c.mapping)] = float(dram_footprint(graph, *plan_key(c.mapping), c.mapping.requests or 1))
+        out.append(found)
+    return out
 
 
 def analytical_graph(recipe: str, params: dict, quantization: str | None = None):
