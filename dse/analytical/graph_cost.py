@@ -133,6 +133,10 @@ class GraphCost:
         cycles = np.round(charges.core + charges.ball + charges.syncs * self.sync_cycles).astype(np.int64)
 
         def own(values, dtype=np.int64):  # every field its own array (callers write into them)
+            if type(values) is np.ndarray and values.shape == (n_cands,):
+                return values.astype(dtype)  # a copy, as np.array makes
+            if np.ndim(values) == 0:
+                return np.full(n_cands, values, dtype=dtype)
             return np.array(np.broadcast_to(values, (n_cands,)), dtype=dtype)
 
         return OpCost(own(units, object), own(feasible, bool), own(reason, object), own(np.where(feasible, cycles, 0)),
