@@ -42,7 +42,7 @@ def knob_key(names: list[str], params: dict):
     """The values of knobs `names` that `params` sets, as a dict key: a tuple of (name,
     value), or its canonical JSON where a value is a list or dict (core groups, a workload
     point)."""
-    key = tuple((name, params[name]) for name in names if name in params)
+    key = tuple([(name, params[name]) for name in names if name in params])
     try:
         hash(key)
     except TypeError:

@@ -358,12 +358,13 @@ class Sweep:
             self.recorder.hold(outcomes, notes)
         else:
             self.recorder.finish_runs(outcomes, notes)
+        known, counts = self.known, self.result.counts
         for o in outcomes:
             cid, b = by_run[o.run_id]
             obs = Observation(b.params, o.status == "ok", o.totals)
-            self.known[b.hash] = (cid, obs)
-            self._count(o.status)
-            self._track_best(obs)
+            known[b.hash] = (cid, obs)
+            counts[o.status] = counts.get(o.status, 0) + 1  # `_count`
+        self._track_best_of(outcomes)
 
     def _reuse(self, runs: dict, stage: str, baseline: bool = False) -> dict:
         """The running runs of `runs` (run id -> candidate) whose candidate an earlier
@@ -403,6 +404,18 @@ class Sweep:
 
     def _count(self, status: str) -> None:
         self.result.counts[status] = self.result.counts.get(status, 0) + 1
+
+    def _track_best_of(self, outcomes: list[Outcome]) -> None:
+        """`_track_best` of a chunk's outcomes (its feasible ones' first objective)."""
+        obj = self.spec.model.objectives[0]
+        sign = 1 if obj.direction == "minimize" else -1
+        best = None
+        for o in outcomes:
+            v = o.totals.get(obj.metric) if o.status == "ok" else None
+            if v is not None and not math.isnan(v) and (best is None or sign * v < sign * best):
+                best = v
+        if best is not None and (self.best_objective is None or sign * best < sign * self.best_objective):
+            self.best_objective = best
 
     def _track_best(self, obs: Observation) -> None:
         obj = self.spec.model.objectives[0]
