@@ -237,8 +237,8 @@ class CandidateRun(Base):
     """0011: the runs a candidate's reads show, by role: "latest" (of any stage), a stage's
     name (its latest run of that stage) and "outcome" (its latest run, unless that was
     "pruned": then its latest other run, if any), with that run's stage, status and
-    reason. Kept by triggers on run (after every insert and every update of status or
-    reason, whoever writes it; see the migration), so a table of 100,000 candidates reads
+    reason. Kept by every write of runs in its transaction (dse.records.candidate_runs;
+    0011-0016: by triggers on run), so a table of 100,000 candidates reads
     these narrow rows instead of probing the runs, and an experiment's candidates by
     outcome are counted from the (experiment_id, role, status) index alone. Derived data:
     the runs stay the record; a candidate without runs has no rows."""

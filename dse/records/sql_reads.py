@@ -27,7 +27,7 @@ Run = Callable[[str, dict[str, Any]], tuple[Sequence[str], list[tuple]]]
 
 EXPERIMENTS = "SELECT id, name, hypothesis, status, workload_recipe, created_at FROM experiment ORDER BY id"
 CANDIDATES_PER_EXPERIMENT = "SELECT experiment_id, count(*) FROM candidate GROUP BY experiment_id"
-# A candidate's outcome: candidate_run's "outcome" row (kept by triggers on run, 0011). Every
+# A candidate's outcome: candidate_run's "outcome" row (0011; kept by the writes of runs, 0017). Every
 # experiment's as the experiments' ids named: SQLite then seeks the (experiment_id, role,
 # status) index once an experiment, in its order, instead of scanning it all and sorting
 # (4x faster on 100,000 candidates).

@@ -14,7 +14,7 @@ from sqlalchemy.exc import DBAPIError
 from sqlalchemy.orm import Session
 
 from dse.identity import Encoded, candidate_hash, candidate_hash_of_texts, canonical_json, json_text
-from dse.records import latest, packed, provenance
+from dse.records import candidate_runs, latest, packed, provenance
 from dse.records.checks import METRIC_COLUMNS, Pack, as_id, packs_of
 from dse.records.liveness import ABANDONED, finishable, finishable_clause
 from dse.records.reads import candidate_not_found, diff_fields, experiment_exists, get, not_found, run_states
@@ -231,6 +231,8 @@ def add_candidates(connection: Connection, experiment_id: int, prepared: list[tu
         runs = _sqlite_insert_runs(cur, [cid for cid, _ in out], run_base, last_run)
     elif run_base is not None and out:
         runs = insert_runs(connection, [cid for cid, _ in out], run_base)
+    if run_base is not None and out and sqlite:  # (insert_runs keeps it on the other path)
+        candidate_runs.added(connection, runs)
     if baseline and out:  # a candidate of this very experiment, just looked up or added
         connection.execute(update(Experiment).where(Experiment.id == as_id(experiment_id))
                            .values(baseline_candidate_id=out[0][0]))
@@ -238,13 +240,16 @@ def add_candidates(connection: Connection, experiment_id: int, prepared: list[tu
 
 
 def insert_runs(connection: Connection, candidate_ids: list[int], base: dict[str, Any]) -> list[int]:
-    """A run of each candidate, all with the columns `base`: their ids, in order."""
+    """A run of each candidate, all with the columns `base`: their ids, in order (and
+    candidate_run brought up to date with them)."""
     if connection.dialect.name == "sqlite":
-        return _sqlite_insert_runs(_DriverCursor(connection), candidate_ids, base)
-    # One INSERT .. RETURNING for the batch, ids in the order of the rows.
-    table = Run.__table__
-    return list(connection.execute(insert(table).returning(table.c.id, sort_by_parameter_order=True),
-                                   [{**base, "candidate_id": cid} for cid in candidate_ids]).scalars().all())
+        ids = _sqlite_insert_runs(_DriverCursor(connection), candidate_ids, base)
+    else:  # one INSERT .. RETURNING for the batch, ids in the order of the rows
+        table = Run.__table__
+        ids = list(connection.execute(insert(table).returning(table.c.id, sort_by_parameter_order=True),
+                                      [{**base, "candidate_id": cid} for cid in candidate_ids]).scalars().all())
+    candidate_runs.added(connection, ids)
+    return ids
 
 
 def write_notes(connection: Connection, notes: Mapping[int, str]) -> None:
@@ -285,6 +290,8 @@ def finish_runs(connection: Connection, results: list[Mapping[str, Any]], metric
                   new_error=r.get("error"), new_traceback=r.get("traceback")) for r in results]).rowcount
     if done != len(set(ids)):
         raise Unfinishable(ids)  # rolls the transaction back; explained once it has
+    # A finishable run was running or crashed, never pruned: only a pruned one moves an outcome.
+    candidate_runs.changed(connection, ids, [r["run_id"] for r in results if r["status"] == "pruned"])
     if metric_packs:
         insert_metrics(connection, metric_packs)
 
@@ -437,6 +444,7 @@ def add_imported_run(session: Session, candidate_id: int, environment: provenanc
     )
     session.add(run)
     session.flush()
+    candidate_runs.added(session.connection(), [run.id])
     insert_metrics(session.connection(), packs_of([(run.id, *(r[c] for c in METRIC_COLUMNS)) for r in rows]))
     return run.id
 

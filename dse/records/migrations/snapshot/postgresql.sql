@@ -1,26 +1,4 @@
--- dse record store schema at revision 0016: made by `python -m dse.records.snapshot`, not by hand
-CREATE FUNCTION candidate_run_kept() RETURNS trigger
-    LANGUAGE plpgsql
-    AS $$
-BEGIN
-    IF TG_OP = 'INSERT' THEN
-        INSERT INTO candidate_run (candidate_id, role, experiment_id, run_id, stage, status, reason) SELECT NEW.candidate_id, 'latest', c.experiment_id, NEW.id, NEW.stage, NEW.status, NEW.reason FROM candidate c WHERE c.id = NEW.candidate_id
-    ON CONFLICT (candidate_id, role) DO UPDATE SET run_id = excluded.run_id, stage = excluded.stage, status = excluded.status, reason = excluded.reason WHERE excluded.run_id > candidate_run.run_id; INSERT INTO candidate_run (candidate_id, role, experiment_id, run_id, stage, status, reason) SELECT NEW.candidate_id, NEW.stage, c.experiment_id, NEW.id, NEW.stage, NEW.status, NEW.reason FROM candidate c WHERE c.id = NEW.candidate_id
-    ON CONFLICT (candidate_id, role) DO UPDATE SET run_id = excluded.run_id, stage = excluded.stage, status = excluded.status, reason = excluded.reason WHERE excluded.run_id > candidate_run.run_id; INSERT INTO candidate_run (candidate_id, role, experiment_id, run_id, stage, status, reason) SELECT NEW.candidate_id, 'outcome', c.experiment_id, NEW.id, NEW.stage, NEW.status, NEW.reason FROM candidate c WHERE c.id = NEW.candidate_id
-    ON CONFLICT (candidate_id, role) DO UPDATE SET run_id = excluded.run_id, stage = excluded.stage, status = excluded.status, reason = excluded.reason WHERE excluded.run_id > candidate_run.run_id
-        AND (excluded.status != 'pruned' OR candidate_run.status = 'pruned');
-    ELSE
-        UPDATE candidate_run SET status = NEW.status, reason = NEW.reason
-    WHERE candidate_id = NEW.candidate_id AND run_id = NEW.id; INSERT INTO candidate_run (candidate_id, role, experiment_id, run_id, stage, status, reason)
-    SELECT c.id, 'outcome', c.experiment_id, r.id, r.stage, r.status, r.reason FROM candidate c JOIN run r ON r.id = coalesce(
-        (SELECT max(o.id) FROM run o WHERE o.candidate_id = NEW.candidate_id AND o.status != 'pruned'),
-        (SELECT max(o.id) FROM run o WHERE o.candidate_id = NEW.candidate_id))
-    WHERE c.id = NEW.candidate_id AND (NEW.status = 'pruned') != (OLD.status = 'pruned')
-    ON CONFLICT (candidate_id, role) DO UPDATE SET run_id = excluded.run_id, stage = excluded.stage, status = excluded.status, reason = excluded.reason;
-    END IF;
-    RETURN NULL;
-END $$;
--- next statement
+-- dse record store schema at revision 0017: made by `python -m dse.records.snapshot`, not by hand
 CREATE TABLE alembic_version (
     version_num character varying(32) NOT NULL
 );
@@ -365,8 +343,6 @@ CREATE INDEX ix_note_experiment_id ON note USING btree (experiment_id);
 CREATE INDEX ix_run_candidate_id_stage ON run USING btree (candidate_id, stage);
 -- next statement
 CREATE INDEX ix_run_status_stage_candidate_id ON run USING btree (status, stage, candidate_id);
--- next statement
-CREATE TRIGGER candidate_run_kept AFTER INSERT OR UPDATE OF status, reason ON run FOR EACH ROW EXECUTE FUNCTION candidate_run_kept();
 -- next statement
 ALTER TABLE ONLY artifact
     ADD CONSTRAINT fk_artifact_experiment_id_experiment FOREIGN KEY (experiment_id) REFERENCES experiment(id);

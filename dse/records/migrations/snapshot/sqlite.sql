@@ -1,4 +1,4 @@
--- dse record store schema at revision 0016: made by `python -m dse.records.snapshot`, not by hand
+-- dse record store schema at revision 0017: made by `python -m dse.records.snapshot`, not by hand
 CREATE TABLE alembic_version (
 	version_num VARCHAR(32) NOT NULL, 
 	CONSTRAINT alembic_version_pkc PRIMARY KEY (version_num)
@@ -180,24 +180,6 @@ CREATE TABLE candidate_run (
 
 -- next statement
 CREATE INDEX ix_candidate_run_experiment_id_role_status ON candidate_run (experiment_id, role, status)
--- next statement
-CREATE TRIGGER candidate_run_after_insert AFTER INSERT ON run BEGIN
-    INSERT INTO candidate_run (candidate_id, role, experiment_id, run_id, stage, status, reason) SELECT NEW.candidate_id, 'latest', c.experiment_id, NEW.id, NEW.stage, NEW.status, NEW.reason FROM candidate c WHERE c.id = NEW.candidate_id
-    ON CONFLICT (candidate_id, role) DO UPDATE SET run_id = excluded.run_id, stage = excluded.stage, status = excluded.status, reason = excluded.reason WHERE excluded.run_id > candidate_run.run_id; INSERT INTO candidate_run (candidate_id, role, experiment_id, run_id, stage, status, reason) SELECT NEW.candidate_id, NEW.stage, c.experiment_id, NEW.id, NEW.stage, NEW.status, NEW.reason FROM candidate c WHERE c.id = NEW.candidate_id
-    ON CONFLICT (candidate_id, role) DO UPDATE SET run_id = excluded.run_id, stage = excluded.stage, status = excluded.status, reason = excluded.reason WHERE excluded.run_id > candidate_run.run_id; INSERT INTO candidate_run (candidate_id, role, experiment_id, run_id, stage, status, reason) SELECT NEW.candidate_id, 'outcome', c.experiment_id, NEW.id, NEW.stage, NEW.status, NEW.reason FROM candidate c WHERE c.id = NEW.candidate_id
-    ON CONFLICT (candidate_id, role) DO UPDATE SET run_id = excluded.run_id, stage = excluded.stage, status = excluded.status, reason = excluded.reason WHERE excluded.run_id > candidate_run.run_id
-        AND (excluded.status != 'pruned' OR candidate_run.status = 'pruned');
-END
--- next statement
-CREATE TRIGGER candidate_run_after_update AFTER UPDATE OF status, reason ON run BEGIN
-    UPDATE candidate_run SET status = NEW.status, reason = NEW.reason
-    WHERE candidate_id = NEW.candidate_id AND run_id = NEW.id; INSERT INTO candidate_run (candidate_id, role, experiment_id, run_id, stage, status, reason)
-    SELECT c.id, 'outcome', c.experiment_id, r.id, r.stage, r.status, r.reason FROM candidate c JOIN run r ON r.id = coalesce(
-        (SELECT max(o.id) FROM run o WHERE o.candidate_id = NEW.candidate_id AND o.status != 'pruned'),
-        (SELECT max(o.id) FROM run o WHERE o.candidate_id = NEW.candidate_id))
-    WHERE c.id = NEW.candidate_id AND (NEW.status = 'pruned') != (OLD.status = 'pruned')
-    ON CONFLICT (candidate_id, role) DO UPDATE SET run_id = excluded.run_id, stage = excluded.stage, status = excluded.status, reason = excluded.reason;
-END
 -- next statement
 CREATE TABLE latest_figures (
 	candidate_id INTEGER NOT NULL, 
