@@ -46,6 +46,22 @@ try:
 except ImportError:  # a tree before 0017 (DSE_BENCH_TREE): triggers on run keep candidate_run
     runs_kept_by_writes = None
 
+
+
+def as_stored(connection, rows: list[dict]) -> list[dict]:
+    """Candidate rows with config and mapping (dicts) as the tree's candidate table takes
+    them: from 0018 their canonical JSON texts' candidate_text ids, stored once each."""
+    if not hasattr(Candidate, "config_id"):
+        return rows
+    from dse.identity import canonical_json
+    from dse.records.writes import text_ids
+
+    texts = [(canonical_json(r["config"]), canonical_json(r["mapping"])) for r in rows]
+    ids = text_ids(connection, [t for pair in texts for t in pair])
+    return [{**{k: v for k, v in r.items() if k not in ("config", "mapping")},
+             "config_id": ids[config], "mapping_id": ids[mapping]} for r, (config, mapping) in zip(rows, texts)]
+
+
 INSERT_TARGET_ROWS_PER_S = 5_000
 READ_TARGET_S = 1.0
 
@@ -239,12 +255,12 @@ def populate(url: str, n_runs: int) -> str:
         n_candidates = n_runs // 2
         now = utcnow()
         with store.engine.begin() as connection:
-            first = connection.execute(insert(Candidate).returning(Candidate.id), [
+            first = connection.execute(insert(Candidate).returning(Candidate.id), as_stored(connection, [
                 {"experiment_id": big, "config": cfg, "mapping": mp, "origin": "grid", "diff": {},
                  "hash": content_hash({"config": cfg, "mapping": mp}), "created_at": now}
                 for i in range(n_candidates)
                 for cfg, mp in [({"banks": {"count": 8 + i % 57}, "cores": 1 + i // 57}, {"workers": 1 + i % 4})]
-            ]).scalars().all()  # fmt: skip
+            ])).scalars().all()  # fmt: skip
             store_versions = {"python": "3.11", "dse": "0.1.0"}
             runs = []
             for candidate in first:

@@ -38,7 +38,7 @@ sys.path.insert(0, str(REPO / "tests"))
 TREE = os.environ.get("DSE_BENCH_TREE", str(REPO))
 sys.path.insert(0, TREE)
 
-from bench_records import median_time  # noqa: E402
+from bench_records import as_stored, median_time  # noqa: E402
 from sqlalchemy import insert  # noqa: E402
 
 from dse.identity import content_hash  # noqa: E402
@@ -93,7 +93,7 @@ def populate(url: str, n: int) -> None:
                                           "mapping.workers": [1, workers]}  # fmt: skip
                 rows.append({"experiment_id": exp, "config": cfg, "mapping": mp, "origin": "baseline" if i == 0 else "grid",
                              "diff": diff, "hash": content_hash({"config": cfg, "mapping": mp}), "created_at": now})
-            ids = connection.execute(insert(Candidate).returning(Candidate.id), rows).scalars().all()
+            ids = connection.execute(insert(Candidate).returning(Candidate.id), as_stored(connection, rows)).scalars().all()
             runs = []
             for j, cid in enumerate(ids):
                 status = "ok" if j == 0 or rng.random() < 0.9 else "infeasible"

@@ -1,4 +1,4 @@
--- dse record store schema at revision 0017: made by `python -m dse.records.snapshot`, not by hand
+-- dse record store schema at revision 0018: made by `python -m dse.records.snapshot`, not by hand
 CREATE TABLE alembic_version (
     version_num character varying(32) NOT NULL
 );
@@ -55,13 +55,13 @@ CREATE TABLE candidate (
     id integer NOT NULL,
     experiment_id integer NOT NULL,
     hash character varying(64) NOT NULL,
-    config json NOT NULL,
-    mapping json NOT NULL,
     origin character varying(16) NOT NULL,
     diff json NOT NULL,
     created_at timestamp with time zone NOT NULL,
     why text,
-    notes text
+    notes text,
+    config_id integer,
+    mapping_id integer
 );
 -- next statement
 CREATE SEQUENCE candidate_id_seq
@@ -83,6 +83,22 @@ CREATE TABLE candidate_run (
     status character varying(16) NOT NULL,
     reason text
 );
+-- next statement
+CREATE TABLE candidate_text (
+    id integer NOT NULL,
+    hash character varying(64) NOT NULL,
+    text text NOT NULL
+);
+-- next statement
+CREATE SEQUENCE candidate_text_id_seq
+    AS integer
+    START WITH 1
+    INCREMENT BY 1
+    NO MINVALUE
+    NO MAXVALUE
+    CACHE 1;
+-- next statement
+ALTER SEQUENCE candidate_text_id_seq OWNED BY candidate_text.id;
 -- next statement
 CREATE TABLE decision (
     id integer NOT NULL,
@@ -255,6 +271,8 @@ ALTER TABLE ONLY calibration ALTER COLUMN id SET DEFAULT nextval('calibration_id
 -- next statement
 ALTER TABLE ONLY candidate ALTER COLUMN id SET DEFAULT nextval('candidate_id_seq'::regclass);
 -- next statement
+ALTER TABLE ONLY candidate_text ALTER COLUMN id SET DEFAULT nextval('candidate_text_id_seq'::regclass);
+-- next statement
 ALTER TABLE ONLY decision ALTER COLUMN id SET DEFAULT nextval('decision_id_seq'::regclass);
 -- next statement
 ALTER TABLE ONLY experiment ALTER COLUMN id SET DEFAULT nextval('experiment_id_seq'::regclass);
@@ -281,6 +299,9 @@ ALTER TABLE ONLY candidate
 -- next statement
 ALTER TABLE ONLY candidate_run
     ADD CONSTRAINT pk_candidate_run PRIMARY KEY (candidate_id, role);
+-- next statement
+ALTER TABLE ONLY candidate_text
+    ADD CONSTRAINT pk_candidate_text PRIMARY KEY (id);
 -- next statement
 ALTER TABLE ONLY decision
     ADD CONSTRAINT pk_decision PRIMARY KEY (id);
@@ -311,6 +332,9 @@ ALTER TABLE ONLY sweep_lock
 -- next statement
 ALTER TABLE ONLY candidate
     ADD CONSTRAINT uq_candidate_experiment_id_hash UNIQUE (experiment_id, hash);
+-- next statement
+ALTER TABLE ONLY candidate_text
+    ADD CONSTRAINT uq_candidate_text_hash UNIQUE (hash);
 -- next statement
 ALTER TABLE ONLY experiment
     ADD CONSTRAINT uq_experiment_name UNIQUE (name);

@@ -1,4 +1,4 @@
--- dse record store schema at revision 0017: made by `python -m dse.records.snapshot`, not by hand
+-- dse record store schema at revision 0018: made by `python -m dse.records.snapshot`, not by hand
 CREATE TABLE alembic_version (
 	version_num VARCHAR(32) NOT NULL, 
 	CONSTRAINT alembic_version_pkc PRIMARY KEY (version_num)
@@ -8,11 +8,9 @@ CREATE TABLE candidate (
 	id INTEGER NOT NULL, 
 	experiment_id INTEGER NOT NULL, 
 	hash VARCHAR(64) NOT NULL, 
-	config JSON NOT NULL, 
-	mapping JSON NOT NULL, 
 	origin VARCHAR(16) NOT NULL, 
 	diff JSON NOT NULL, 
-	created_at DATETIME NOT NULL, why TEXT, notes TEXT, 
+	created_at DATETIME NOT NULL, why TEXT, notes TEXT, config_id INTEGER, mapping_id INTEGER, 
 	CONSTRAINT pk_candidate PRIMARY KEY (id), 
 	CONSTRAINT fk_candidate_experiment_id_experiment FOREIGN KEY(experiment_id) REFERENCES experiment (id), 
 	CONSTRAINT uq_candidate_experiment_id_hash UNIQUE (experiment_id, hash)
@@ -212,4 +210,12 @@ CREATE TABLE run_metrics (
 	CONSTRAINT pk_run_metrics PRIMARY KEY (run_id), 
 	CONSTRAINT fk_run_metrics_layout_id_metric_layout FOREIGN KEY(layout_id) REFERENCES metric_layout (id), 
 	CONSTRAINT fk_run_metrics_run_id_run FOREIGN KEY(run_id) REFERENCES run (id)
+)
+-- next statement
+CREATE TABLE candidate_text (
+	id INTEGER NOT NULL, 
+	hash VARCHAR(64) NOT NULL, 
+	text TEXT NOT NULL, 
+	CONSTRAINT pk_candidate_text PRIMARY KEY (id), 
+	CONSTRAINT uq_candidate_text_hash UNIQUE (hash)
 )
