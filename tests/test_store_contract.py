@@ -17,6 +17,7 @@ from test_light_reads import add_runs, fill_more, reads_of
 from dse.records import RecordNotFound, Store, page_reads
 from dse.records.contract import (PAGE_METHODS, READER_METHODS, WRITER_METHODS, PageReader, RecordReader,
                                   RecordWriter)
+from dse.records.calibrations import latest_ppa_calibration
 from dse.records.light import LightStore, open_light
 from dse.runner.acceptance import judge_experiment
 from dse.runner.result import DONE
@@ -38,7 +39,19 @@ def store_url(request, tmp_path) -> str:
     with Store(url) as store:
         assert isinstance(store, RecordWriter)
         add_runs(store, fill_more(store))
+        add_calibrations(store)
     return url
+
+
+def add_calibrations(store: Store) -> None:
+    """Calibrations 1 to 4, in this order: toy's cycles; goban's area, power, and a newer area fit."""
+    for chip, source, constants in (("toy", "emulator_cycles", {"core_scale": 1.5}),
+                                    ("goban", "synth_area", {"matrix": 2.0}),
+                                    ("goban", "power", {"matrix": 0.5, "cores": 3.0}),
+                                    ("goban", "synth_area", {"matrix": 1.2})):
+        store.add_calibration(chip=chip, chip_hash="0" * 64, source=source, model_version="m", emulator_version=None,
+                              constants=constants, error_before={"mape": 9.5}, error_after={"mape": 1.25},
+                              points=[{"label": "p", "measured": 10.0}], command="dse calibrate")
 
 
 def open_reader(kind: str, url: str):
@@ -102,7 +115,7 @@ def test_every_reader_keeps_the_contracts_signatures(kind, store_url):
 
 def test_the_writer_keeps_the_contracts_signatures():
     assert {"create_experiment", "add_candidate", "start_run", "finish_run", "finish_runs", "put_artifact",
-            "add_decision", "add_note"} <= set(WRITER_METHODS)
+            "add_decision", "add_note", "add_calibration"} <= set(WRITER_METHODS)
     for name in WRITER_METHODS:
         wanted = [p for p in inspect.signature(getattr(RecordWriter, name)).parameters.values()
                   if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)]
@@ -139,6 +152,37 @@ def test_both_databases_hold_the_same_records(tmp_path, pg_url):  # noqa: F811
         with open_light(url) as reader:
             read.append(timeless((reads_of(reader, range(1, 7), range(1, 9)), judged(reader))))
     assert read[0] == read[1]  # but for when they were written
+
+
+def test_every_reader_reads_the_same_calibrations(store_url):
+    """Which calibration the model uses for a chip, through every reader on both databases:
+    the newest cycles fit; of area and energy, the newest fit of each PPA source."""
+    seen = {}
+    for kind in READERS:
+        with open_reader(kind, store_url) as reader:
+            every = reader.calibrations()
+            seen[kind] = {"every": every, "goban": [c["id"] for c in reader.calibrations("goban")],
+                          "power": [c["id"] for c in reader.calibrations(sources=("power", "rtl_cycles"))],
+                          "2 and 4 of goban": [c["id"] for c in reader.calibrations("goban", ids=[4, 2, 1])],
+                          "none": reader.calibrations(ids=[]), "no chip": reader.calibrations("nosuch"),
+                          "cycles": [reader.latest_calibration(c) for c in ("toy", "goban")],
+                          "ppa": [[c["id"] for c in reader.latest_ppa_records(c)] for c in ("toy", "goban")],
+                          "factors": latest_ppa_calibration(reader, "goban")}
+    assert seen["LightStore"] == seen["Store"]
+    got = seen["Store"]
+    assert [c["id"] for c in got["every"]] == [4, 3, 2, 1]  # newest first
+    newest = got["every"][0]
+    assert {k: v for k, v in newest.items() if k != "created_at"} == {
+        "id": 4, "chip": "goban", "chip_hash": "0" * 64, "source": "synth_area", "model_version": "m",
+        "emulator_version": None, "constants": {"matrix": 1.2}, "error_before": {"mape": 9.5},
+        "error_after": {"mape": 1.25}, "points": [{"label": "p", "measured": 10.0}], "command": "dse calibrate",
+        "git_commit": newest["git_commit"]}
+    assert all(c["created_at"].tzinfo is not None for c in got["every"])
+    assert got["goban"] == [4, 3, 2] and got["power"] == [3] and got["2 and 4 of goban"] == [4, 2]
+    assert got["none"] == got["no chip"] == []
+    assert got["cycles"][0]["id"] == 1 and got["cycles"][1] is None
+    assert got["ppa"] == [[], [4, 3]]  # synth_area's newest, then power's
+    assert got["factors"] == {"matrix": {"area": 1.2, "energy": 0.5}, "cores": {"area": 1.0, "energy": 3.0}}
 
 
 def test_every_reader_refuses_what_the_store_lacks_in_the_same_words(store_url):

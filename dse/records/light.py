@@ -145,6 +145,17 @@ class LightStore(PageReads):
                        with_runs: bool = False) -> dict:
         return sql_reads.figure_columns(self._run, kinds, names, experiment_id, candidate_ids, with_runs)
 
+    # ---- calibrations ----------------------------------------------------------------------
+
+    def calibrations(self, chip: str | None = None, sources=None, ids=None) -> list[dict[str, Any]]:
+        return sql_reads.calibrations(self._run, chip, sources, ids)
+
+    def latest_calibration(self, chip: str) -> dict[str, Any] | None:
+        return sql_reads.latest_calibration(self._run, chip)
+
+    def latest_ppa_records(self, chip: str) -> list[dict[str, Any]]:
+        return sql_reads.latest_ppa_records(self._run, chip)
+
     def _page_read(self, read: Callable[[Run], _T]) -> _T:
         return read(self._run)
 

@@ -20,7 +20,7 @@ from collections.abc import Callable, Sequence
 from datetime import datetime, timezone
 from typing import Any
 
-from dse.records.choices import RUN_STATUSES
+from dse.records.choices import CYCLE_CALIBRATION_SOURCES, PPA_CALIBRATION_SOURCES, RUN_STATUSES
 from dse.records.outcomes import outcome, reason_group_sql
 
 Run = Callable[[str, dict[str, Any]], tuple[Sequence[str], list[tuple]]]
@@ -585,3 +585,52 @@ def newest_run(run: Run, experiment_id: int) -> tuple[Any, int | None]:
     run id), (None, None) without runs."""
     started, finished, newest_id = run(NEWEST_RUN, {"experiment_id": int(experiment_id)})[1][0]
     return (None if started is None else max(started, finished)), newest_id
+
+
+# ---- calibrations (dse.records.calibrations: which one the model uses) ------------------------
+
+# Calibrations, newest first (of a chip, of some sources, with some ids: `{where}`).
+CALIBRATIONS = (
+    "SELECT id, chip, chip_hash, source, model_version, emulator_version, CAST(constants AS TEXT) AS constants, "
+    "CAST(error_before AS TEXT) AS error_before, CAST(error_after AS TEXT) AS error_after, "
+    "CAST(points AS TEXT) AS points, command, git_commit, created_at FROM calibration{where} "
+    "ORDER BY created_at DESC, id DESC")
+_CALIBRATION_JSON = ("constants", "error_before", "error_after", "points")
+
+
+def calibrations(run: Run, chip: str | None = None, sources: Sequence[str] | None = None,
+                 ids: Sequence[int] | None = None) -> list[dict[str, Any]]:
+    """Every calibration (of one chip, of these sources, with these ids, when given), newest
+    first: JSON columns as Python values, created_at aware UTC."""
+    params: dict[str, Any] = {}
+    conditions = []
+    if chip is not None:
+        conditions.append("chip = :chip")
+        params["chip"] = chip
+    for column, values, prefix in (("source", sources, "s"), ("id", ids, "i")):
+        if values is not None:
+            if not values:
+                return []
+            conditions.append(f"{column} IN ({_listed(prefix, list(values), params)})")
+    where = " WHERE " + " AND ".join(conditions) if conditions else ""
+    rows = _dicts(run, CALIBRATIONS.format(where=where), params, "created_at")
+    for row in rows:
+        for column in _CALIBRATION_JSON:
+            row[column] = json.loads(row[column])
+    return rows
+
+
+def latest_calibration(run: Run, chip: str) -> dict[str, Any] | None:
+    """The newest cycles calibration of `chip` (by name: fitted to emulator, RTL or FPGA
+    cycles), or None."""
+    found = calibrations(run, chip, CYCLE_CALIBRATION_SOURCES)
+    return found[0] if found else None
+
+
+def latest_ppa_records(run: Run, chip: str) -> list[dict[str, Any]]:
+    """The newest calibration of `chip` of each PPA source (synth_area, power) it has, in
+    `PPA_CALIBRATION_SOURCES` order."""
+    newest: dict[str, dict[str, Any]] = {}
+    for cal in calibrations(run, chip, PPA_CALIBRATION_SOURCES):
+        newest.setdefault(cal["source"], cal)
+    return [newest[s] for s in PPA_CALIBRATION_SOURCES if s in newest]
