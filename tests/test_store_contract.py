@@ -14,9 +14,9 @@ import pytest
 from pg import pg_server, pg_url  # noqa: F401  (fixtures)
 from test_light_reads import add_runs, fill_more, reads_of
 
-from dse.records import RecordNotFound, Store, page_reads
-from dse.records.contract import (PAGE_METHODS, READER_METHODS, WRITER_METHODS, PageReader, RecordReader,
-                                  RecordWriter)
+from dse.records import MetricIn, RecordNotFound, Store, page_reads
+from dse.records.contract import (PAGE_METHODS, READER_METHODS, REPORT_METHODS, WRITER_METHODS, PageReader,
+                                  RecordReader, RecordWriter, ReportReader)
 from dse.records.calibrations import latest_ppa_calibration
 from dse.records.light import LightStore, open_light
 from dse.runner.acceptance import judge_experiment
@@ -346,3 +346,102 @@ def test_the_database_ranks_as_the_readers_do(store_url):
             assert (queries.ranked_ids(connection, 1, q, names).tolist()
                     == queries.ranked(queries.rankable(store, 1, names), q, names, store, 1).tolist()), q
             assert queries.reference_page(store, 1, q, names).rows == queries.candidate_page(store, 1, q, names).rows
+
+
+# ---- the report's reads (`ReportReader`: the Store alone) -------------------------------------
+
+@pytest.fixture(params=DATABASES)
+def report_url(request, tmp_path) -> str:
+    """A store for the report's reads: experiment 1's c1 (baseline; r1 ok: totals, cycles and
+    energy per op, area and energy by component; r4 an emulator run with a component of its
+    own), c2 (r2 ok with figures, then r3 failed: its latest analytical run), c3 (no run);
+    experiment 2 without candidates."""
+    if request.param == "sqlite":
+        url = str(tmp_path / "report.db")
+    else:
+        url = f"{request.getfixturevalue('pg_url')}?evidence_dir={tmp_path / 'evidence'}"
+    m = MetricIn
+    with Store(url) as store:
+        e = store.create_experiment("report", "h", [], "gemm", "a" * 64, "x", "s1")
+        store.create_experiment("quiet", "h", [], "gemm", "a" * 64, "y", "s2")
+        c1, _ = store.add_candidate(e, {"banks": {"count": 16}}, {}, "baseline")
+        store.set_baseline(e, c1)
+        c2, _ = store.add_candidate(e, {"banks": {"count": 20}}, {}, "grid")
+        store.add_candidate(e, {"banks": {"count": 24}}, {}, "grid")
+        store.finish_run(store.start_run(c1, "analytical"), "ok", [
+            m("analytical", "latency_cycles", 1000.0, "cycles"), m("analytical", "area_mm2", 2.0, "mm2"),
+            m("analytical", "energy_uj", 5.0, "uJ"), m("analytical", "power_mw", 50.0, "mW"),
+            m("analytical", "cycles", 600.0, "cycles", "op", "matmul_0"),
+            m("analytical", "cycles", 400.0, "cycles", "op", "relu_1"),
+            m("analytical", "energy_uj", 3.0, "uJ", "op", "matmul_0"),
+            # recorded cores first: the views list components in COMPONENTS order
+            m("analytical", "area_mm2", 0.5, "mm2", "component", "cores"),
+            m("analytical", "energy_uj", 1.0, "uJ", "component", "cores"),
+            m("analytical", "area_mm2", 1.5, "mm2", "component", "private_sram"),
+            m("analytical", "energy_uj", 4.0, "uJ", "component", "private_sram")])
+        store.finish_run(store.start_run(c2, "analytical"), "ok", [
+            m("analytical", "latency_cycles", 800.0, "cycles"), m("analytical", "area_mm2", 1.0, "mm2"),
+            m("analytical", "energy_uj", 3.0, "uJ"),
+            m("analytical", "cycles", 500.0, "cycles", "op", "matmul_0"),
+            m("analytical", "cycles", 300.0, "cycles", "op", "relu_1"),
+            m("analytical", "area_mm2", 1.0, "mm2", "component", "private_sram"),
+            m("analytical", "energy_uj", 3.0, "uJ", "component", "private_sram")])
+        store.finish_run(store.start_run(c2, "analytical"), "failed", error="boom")
+        store.finish_run(store.start_run(c1, "emulator"), "ok", [
+            m("emulator_cycles", "latency_cycles", 990.0, "cycles"),
+            m("emulator_cycles", "area_mm2", 0.6, "mm2", "component", "cores"),
+            m("emulator_cycles", "energy_uj", 1.1, "uJ", "component", "cores")])
+    return url
+
+
+def rows_of(frame) -> list:
+    """A frame's index, columns and rows, NaN as None: what compares with ==."""
+    return [list(frame.index), list(frame.columns),
+            [[None if v != v else v for v in row] for row in frame.itertuples(index=False)]]
+
+
+def test_the_store_keeps_the_report_readers_signatures():
+    for name in REPORT_METHODS:
+        wanted = inspect.signature(getattr(ReportReader, name))
+        found = inspect.signature(getattr(Store, name))
+        assert [(p.name, p.kind, p.default) for p in found.parameters.values()] == [
+            (p.name, p.kind, p.default) for p in wanted.parameters.values()], name
+    assert set(REPORT_METHODS) == {"candidate_metrics", "op_metric_table", "component_figures", "last_run_id"}
+
+
+def test_the_report_reads_what_the_writer_wrote(report_url):
+    """Each of the report's reads on both databases, worked out by hand."""
+    with Store(report_url) as store:
+        assert isinstance(store, ReportReader)
+        table = store.candidate_metrics(1, ["latency_cycles", "area_mm2"])
+        found = store.figure_columns(["analytical"], ["latency_cycles", "area_mm2"], 1, with_runs=True)
+        same = store.candidate_metrics(1, ["latency_cycles", "area_mm2"], found)
+        none = store.candidate_metrics(2, ["latency_cycles"])
+        ops = store.op_metric_table(1, None, "cycles")
+        energy = store.op_metric_table(1, [1, 2], "energy_uj")
+        no_ops = [store.op_metric_table(1, [], "cycles"), store.op_metric_table(1, [3], "cycles")]
+        parts = store.component_figures(1, [2, 1, 3], "analytical")
+        emulated = store.component_figures(1, [1, 3], "emulator_cycles")
+        no_parts = [store.component_figures(1, [], "analytical"), store.component_figures(1, [3], "analytical")]
+        last = [store.last_run_id(1), store.last_run_id(2)]
+    # c2's latest analytical run (r3) failed: no figures shown, though r2 recorded some
+    assert rows_of(table) == [[0, 1, 2], ["candidate_id", "origin", "is_baseline", "diff", "metric_run_id", "status",
+                                          "reason", "latency_cycles", "area_mm2"],
+                              [[1, "baseline", True, "{}", 1.0, "ok", None, 1000.0, 2.0],
+                               [2, "grid", False, '{"config.banks.count":[16,20]}', 3.0, "failed", None, None, None],
+                               [3, "grid", False, '{"config.banks.count":[16,24]}', None, None, None, None, None]]]
+    assert rows_of(same) == rows_of(table) and len(none) == 0 and "latency_cycles" in none
+    assert rows_of(ops) == [[1, 2], ["matmul_0", "relu_1"], [[600.0, 400.0], [500.0, 300.0]]]
+    assert rows_of(energy) == [[1], ["matmul_0"], [[3.0]]]
+    assert all(t.empty for t in no_ops)
+    # candidates as asked, components in COMPONENTS order; each run's recorded totals (NaN: none)
+    assert rows_of(parts.parts) == [list(range(3)), ["candidate_id", "run_id", "component", "area_mm2", "energy_uj"],
+                                    [[2, 2, "private_sram", 1.0, 3.0], [1, 1, "private_sram", 1.5, 4.0],
+                                     [1, 1, "cores", 0.5, 1.0]]]
+    assert rows_of(parts.totals) == [[2, 1], ["run_id", "area_mm2", "energy_uj", "power_mw"],
+                                     [[2, 1.0, 3.0, None], [1, 2.0, 5.0, 50.0]]]
+    assert parts.kind == "analytical" and parts.candidates == [2, 1]
+    assert rows_of(emulated.parts)[2] == [[1, 4, "cores", 0.6, 1.1]]
+    assert rows_of(emulated.totals) == [[1], ["run_id", "area_mm2", "energy_uj", "power_mw"], [[4, None, None, None]]]
+    assert all(p.parts.empty and p.totals.empty for p in no_parts)
+    assert last == [4, None]

@@ -99,6 +99,7 @@ from dse.records.liveness import (
 )
 from dse.records.reads import STAGE_OF_KIND, diff_fields, flatten, pd
 from dse.records.page_reads import PageReads
+from dse.records.report_reads import ReportReads
 from dse.records.revisions import known_revisions
 from dse.records.schema import (
     ARTIFACT_ROLES,
@@ -151,7 +152,7 @@ class ImportedEvidence:
     summary: dict[str, Any]
 
 
-class Store(PageReads):
+class Store(PageReads, ReportReads):
     """Experiments, candidates, runs, metrics, artifacts and decisions; see the module
     docstring.
 
@@ -994,7 +995,8 @@ class Store(PageReads):
 
     @retrying
     def _page_read(self, read: Callable[[sql_reads.Run], _T]) -> _T:
-        """`read(run)` in one read of the database: the workbench's reads (`PageReads`)."""
+        """`read(run)` in one read of the database: the workbench's and the report's reads
+        (`PageReads`, `ReportReads`)."""
         with self._read() as connection:
             return read(reads.text_runner(connection))
 
