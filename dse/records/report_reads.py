@@ -14,6 +14,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
+from dse.ppa.names import COMPONENTS
 from dse.records import packed, sql_reads
 from dse.records.reuse import METRIC_RUN_SQL
 from dse.records.sql_reads import Run
@@ -140,9 +141,7 @@ class ComponentFigures:
 
 
 def component_order(name: str) -> tuple[int, str]:
-    """Where a component sorts: `dse.ppa.names.COMPONENTS` order, any other after them by name."""
-    from dse.ppa.names import COMPONENTS
-
+    """Where a component sorts: `COMPONENTS` order, any other after them by name."""
     return (COMPONENTS.index(name), "") if name in COMPONENTS else (len(COMPONENTS), name)
 
 
