@@ -1,9 +1,10 @@
 """The record store's contract (`dse.records.contract`), one suite run against every reader
 (the Store, the light read) on both databases (a SQLite file, a real PostgreSQL server),
 as Optuna's storage tests run every storage: the same signatures, the same values, the
-same refusals in the same words, the same acceptance judgement, the same workbench pages
-(`PageReader`: ranks, filters, sorts, page boundaries, counts, the live view's reads); and
-the Store as the writer they all read back."""
+same refusals in the same words, the same acceptance judgement, the same calibrations, the
+same workbench pages (`PageReader`: ranks, filters, sorts, page boundaries, counts, the live
+view's reads); the report's reads (`ReportReader`, the Store alone) worked out by hand on both
+databases; and the Store as the writer they all read back."""
 
 from __future__ import annotations
 
