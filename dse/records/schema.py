@@ -39,6 +39,9 @@ from dse.records.choices import (  # noqa: F401 - the schema's vocabulary, named
     NOTE_KINDS,
     LINK_RELATIONS,
     ARTIFACT_ROLES,
+    CYCLE_CALIBRATION_SOURCES,
+    PPA_CALIBRATION_SOURCES,
+    CALIBRATION_SOURCES,
 )
 
 # Named constraints let alembic's SQLite batch mode and autogenerate find them again.
@@ -356,11 +359,6 @@ class ExperimentLink(Base):
         return check_choice("experiment_link.relation", value, LINK_RELATIONS)
 
 
-# What a calibration is fitted to: cycles (the model's constants) or, per component, a
-# synthesis report's area or a power report's power (area / energy scale factors).
-CYCLE_CALIBRATION_SOURCES = ("emulator_cycles", "rtl_cycles", "fpga_cycles")
-PPA_CALIBRATION_SOURCES = ("synth_area", "power")
-CALIBRATION_SOURCES = CYCLE_CALIBRATION_SOURCES + PPA_CALIBRATION_SOURCES
 
 
 class Calibration(Base):

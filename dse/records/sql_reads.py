@@ -20,7 +20,7 @@ from collections.abc import Callable, Sequence
 from datetime import datetime, timezone
 from typing import Any
 
-from dse.records.choices import RUN_STATUSES
+from dse.records.choices import CYCLE_CALIBRATION_SOURCES, PPA_CALIBRATION_SOURCES, RUN_STATUSES
 from dse.records.outcomes import outcome, reason_group_sql
 
 Run = Callable[[str, dict[str, Any]], tuple[Sequence[str], list[tuple]]]
@@ -506,3 +506,135 @@ def workload_points(run: Run, experiment_id: int) -> list[tuple[int, str, dict]]
         if point:
             out.append((int(ident), digest, point))
     return out
+
+
+# ---- the store's state, and what a rerun's shortcut reads (dse.records.recorded) --------------
+
+# The schema revision the store is at (one row at a store's head), and its runs in flight: a
+# light reader answers only a store at the head with none (a Store's open would upgrade it, or
+# reap the dead ones).
+SCHEMA_VERSIONS = "SELECT version_num FROM alembic_version"
+RUNS_IN_FLIGHT = "SELECT count(*) FROM run WHERE status = 'running'"
+# An experiment by name, with what a rerun compares (its spec, workload, status, criteria and
+# the newest run its sweep's last judgement covered, experiment.judged_run_id, 0013).
+RERUN_EXPERIMENT = ("SELECT id, spec_hash, workload_hash, status, CAST(acceptance AS TEXT) AS acceptance, "
+                    "judged_run_id FROM experiment WHERE name = :name")
+SWEEP_LOCKS = "SELECT count(*) FROM sweep_lock WHERE experiment_id = :experiment_id"
+GRAPH_DUMPS = "SELECT count(*) FROM artifact WHERE experiment_id = :experiment_id AND role = 'graph_dump'"
+# Each candidate's hash and why, with the status of its latest analytical run (None without
+# one), from the runs themselves: what the sweep's resume reads (`Store.candidates(...,
+# stage="analytical")`), whatever candidate_run holds of a store edited by hand.
+ANALYTICAL_BY_HASH = (
+    "SELECT c.hash, c.why, r.status FROM candidate c LEFT OUTER JOIN (SELECT candidate_id, max(id) AS run_id "
+    "FROM run WHERE stage = 'analytical' GROUP BY candidate_id) l ON l.candidate_id = c.id "
+    "LEFT OUTER JOIN run r ON r.id = l.run_id WHERE c.experiment_id = :experiment_id")
+# Candidates with an emulator run of one of some statuses.
+EMULATOR_DONE = ("SELECT DISTINCT c.hash FROM candidate c JOIN run r ON r.candidate_id = c.id "
+                 "WHERE c.experiment_id = :experiment_id AND r.stage = 'emulator' AND r.status IN ({statuses})")
+LATEST_PROPOSAL = ("SELECT verdict, rationale, created_at FROM decision WHERE experiment_id = :experiment_id "
+                   "AND kind = 'proposal' ORDER BY id DESC LIMIT 1")
+# The newest start, the newest finish (or start of a run not finished) and the newest id of the
+# experiment's runs (SQLite's two-argument max is PostgreSQL's greatest: the larger is taken after).
+NEWEST_RUN = ("SELECT max(r.started_at), max(coalesce(r.finished_at, r.started_at)), max(r.id) FROM run r "
+              "JOIN candidate c ON c.id = r.candidate_id WHERE c.experiment_id = :experiment_id")
+
+
+def schema_versions(run: Run) -> list[str]:
+    return [row[0] for row in run(SCHEMA_VERSIONS, {})[1]]
+
+
+def runs_in_flight(run: Run) -> int:
+    return int(run(RUNS_IN_FLIGHT, {})[1][0][0])
+
+
+def rerun_experiment(run: Run, name: str) -> dict[str, Any] | None:
+    """The experiment `name`'s id, spec_hash, workload_hash, status, acceptance (a list) and
+    judged_run_id, or None."""
+    found = _dicts(run, RERUN_EXPERIMENT, {"name": name})
+    if not found:
+        return None
+    (row,) = found
+    row["acceptance"] = json.loads(row["acceptance"]) if row["acceptance"] else []
+    return row
+
+
+def count(run: Run, sql: str, experiment_id: int) -> int:
+    """A `SELECT count(*)` of one experiment's rows (`SWEEP_LOCKS`, `GRAPH_DUMPS`)."""
+    return int(run(sql, {"experiment_id": int(experiment_id)})[1][0][0])
+
+
+def analytical_by_hash(run: Run, experiment_id: int) -> list[tuple[str, str | None, str | None]]:
+    """[(hash, why, status of its latest analytical run or None)] of an experiment's candidates."""
+    return [tuple(r) for r in run(ANALYTICAL_BY_HASH, {"experiment_id": int(experiment_id)})[1]]
+
+
+def emulator_done(run: Run, experiment_id: int, statuses: Sequence[str]) -> set[str]:
+    """The hashes of an experiment's candidates with an emulator run of one of `statuses`."""
+    params: dict[str, Any] = {"experiment_id": int(experiment_id)}
+    listed = _listed("s", sorted(statuses), params)
+    if not listed:
+        return set()
+    return {h for (h,) in run(EMULATOR_DONE.format(statuses=listed), params)[1]}
+
+
+def latest_proposal(run: Run, experiment_id: int) -> tuple[str, str, Any] | None:
+    """The experiment's latest proposal (verdict, rationale, created_at as the driver gives it:
+    SQLite's text, PostgreSQL's aware datetime), or None."""
+    found = run(LATEST_PROPOSAL, {"experiment_id": int(experiment_id)})[1]
+    return tuple(found[0]) if found else None
+
+
+def newest_run(run: Run, experiment_id: int) -> tuple[Any, int | None]:
+    """(the newest start or finish of the experiment's runs, as the driver gives it; the newest
+    run id), (None, None) without runs."""
+    started, finished, newest_id = run(NEWEST_RUN, {"experiment_id": int(experiment_id)})[1][0]
+    return (None if started is None else max(started, finished)), newest_id
+
+
+# ---- calibrations (dse.records.calibrations: which one the model uses) ------------------------
+
+# Calibrations, newest first (of a chip, of some sources, with some ids: `{where}`).
+CALIBRATIONS = (
+    "SELECT id, chip, chip_hash, source, model_version, emulator_version, CAST(constants AS TEXT) AS constants, "
+    "CAST(error_before AS TEXT) AS error_before, CAST(error_after AS TEXT) AS error_after, "
+    "CAST(points AS TEXT) AS points, command, git_commit, created_at FROM calibration{where} "
+    "ORDER BY created_at DESC, id DESC")
+_CALIBRATION_JSON = ("constants", "error_before", "error_after", "points")
+
+
+def calibrations(run: Run, chip: str | None = None, sources: Sequence[str] | None = None,
+                 ids: Sequence[int] | None = None) -> list[dict[str, Any]]:
+    """Every calibration (of one chip, of these sources, with these ids, when given), newest
+    first: JSON columns as Python values, created_at aware UTC."""
+    params: dict[str, Any] = {}
+    conditions = []
+    if chip is not None:
+        conditions.append("chip = :chip")
+        params["chip"] = chip
+    for column, values, prefix in (("source", sources, "s"), ("id", ids, "i")):
+        if values is not None:
+            if not values:
+                return []
+            conditions.append(f"{column} IN ({_listed(prefix, list(values), params)})")
+    where = " WHERE " + " AND ".join(conditions) if conditions else ""
+    rows = _dicts(run, CALIBRATIONS.format(where=where), params, "created_at")
+    for row in rows:
+        for column in _CALIBRATION_JSON:
+            row[column] = json.loads(row[column])
+    return rows
+
+
+def latest_calibration(run: Run, chip: str) -> dict[str, Any] | None:
+    """The newest cycles calibration of `chip` (by name: fitted to emulator, RTL or FPGA
+    cycles), or None."""
+    found = calibrations(run, chip, CYCLE_CALIBRATION_SOURCES)
+    return found[0] if found else None
+
+
+def latest_ppa_records(run: Run, chip: str) -> list[dict[str, Any]]:
+    """The newest calibration of `chip` of each PPA source (synth_area, power) it has, in
+    `PPA_CALIBRATION_SOURCES` order."""
+    newest: dict[str, dict[str, Any]] = {}
+    for cal in calibrations(run, chip, PPA_CALIBRATION_SOURCES):
+        newest.setdefault(cal["source"], cal)
+    return [newest[s] for s in PPA_CALIBRATION_SOURCES if s in newest]

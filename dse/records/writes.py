@@ -24,6 +24,7 @@ from dse.records.schema import (
     CANDIDATE_ORIGINS,
     RUN_STAGES,
     Artifact,
+    Calibration,
     Candidate,
     CandidateRun,
     Decision,
@@ -672,3 +673,11 @@ def delete_experiment(session: Session, experiment_id: int) -> dict[str, int]:
     ):
         counts[name] = session.execute(stmt.execution_options(synchronize_session=False)).rowcount
     return counts
+
+
+def add_calibration(session: Session, environment: provenance.Provenance, **columns: Any) -> int:
+    """A calibration's row (`Store.add_calibration`), with the command and commit that made it: its id."""
+    row = Calibration(**columns, command=environment.command, git_commit=environment.git_commit)
+    session.add(row)
+    session.flush()
+    return row.id
