@@ -27,7 +27,7 @@ Run = Callable[[str, dict[str, Any]], tuple[Sequence[str], list[tuple]]]
 
 EXPERIMENTS = "SELECT id, name, hypothesis, status, workload_recipe, created_at FROM experiment ORDER BY id"
 CANDIDATES_PER_EXPERIMENT = "SELECT experiment_id, count(*) FROM candidate GROUP BY experiment_id"
-# A candidate's outcome: candidate_run's "outcome" row (kept by triggers on run, 0011). Every
+# A candidate's outcome: candidate_run's "outcome" row (0011; kept by the writes of runs, 0017). Every
 # experiment's as the experiments' ids named: SQLite then seeks the (experiment_id, role,
 # status) index once an experiment, in its order, instead of scanning it all and sorting
 # (4x faster on 100,000 candidates).
@@ -166,8 +166,10 @@ _EXPERIMENT_JSON = ("acceptance", "workload")
 # row of that role) as candidate_run holds it: one key probe a candidate into narrow rows.
 CANDIDATES = (
     "SELECT c.id, c.hash, c.origin{full}, CAST(c.diff AS TEXT) AS diff{created}, c.why, c.notes, "
-    "cr.run_id, cr.stage, cr.status, cr.reason FROM candidate c LEFT OUTER JOIN candidate_run cr "
+    "cr.run_id, cr.stage, cr.status, cr.reason FROM candidate c{texts} LEFT OUTER JOIN candidate_run cr "
     "ON cr.candidate_id = c.id AND cr.role = :role WHERE c.experiment_id = :experiment_id ORDER BY c.id{limit}")
+# A candidate's config and mapping texts (0018: each distinct text once, in candidate_text).
+CANDIDATE_TEXTS = (" JOIN candidate_text tc ON tc.id = c.config_id JOIN candidate_text tm ON tm.id = c.mapping_id")
 # By status and which outcome-deciding prefix the reason has (`outcomes.reason_group_sql`),
 # with one reason of each group for `outcomes.outcome` to name it.
 LATEST_STATUSES = ("SELECT status, {group} AS reason_group, count(*), min(candidate_id), min(reason) "
@@ -209,7 +211,7 @@ def candidates(run: Run, experiment_id: int, role: str = "latest", lean: bool = 
     origin, config, mapping, diff, created_at, why, notes, run_id, stage, status, reason.
     JSON columns as their text; `lean`: without config, mapping and created_at."""
     sql = CANDIDATES.format(
-        full="" if lean else ", CAST(c.config AS TEXT) AS config, CAST(c.mapping AS TEXT) AS mapping",
+        full="" if lean else ", tc.text AS config, tm.text AS mapping", texts="" if lean else CANDIDATE_TEXTS,
         created="" if lean else ", c.created_at", limit="" if limit is None else " LIMIT :limit")
     params: dict[str, Any] = {"role": role, "experiment_id": experiment_id}
     if limit is not None:
@@ -285,9 +287,10 @@ def _equal(**ids: int | None) -> tuple[str, dict[str, Any]]:
 # ---- one candidate, one run -----------------------------------------------------------------
 
 CANDIDATE = (
-    "SELECT c.id, c.experiment_id, c.hash, CAST(c.config AS TEXT) AS config, CAST(c.mapping AS TEXT) AS mapping, "
+    "SELECT c.id, c.experiment_id, c.hash, tc.text AS config, tm.text AS mapping, "
     "c.origin, CAST(c.diff AS TEXT) AS diff, c.created_at, c.why, c.notes, e.name AS experiment, "
-    "e.baseline_candidate_id FROM candidate c JOIN experiment e ON c.experiment_id = e.id WHERE c.id = :id")
+    "e.baseline_candidate_id FROM candidate c JOIN experiment e ON c.experiment_id = e.id" + CANDIDATE_TEXTS +
+    " WHERE c.id = :id")
 _CANDIDATE_JSON = ("config", "mapping", "diff")
 # A run's row, in the run table's column order after its id and its candidate's experiment
 # (`runs`' columns); JSON as its text.
@@ -426,8 +429,9 @@ FIGURES = ("SELECT lf.candidate_id, lf.kind, lf.layout, lf.figures, lf.run_id FR
 FIGURES_BYTE_ORDER = "<"
 # The candidates at a workload point (`mapping.workload`): those whose mapping's text names
 # one (read as JSON and checked after), with their hash.
-WORKLOAD_POINTS = ("SELECT id, hash, CAST(mapping AS TEXT) AS mapping FROM candidate "
-                   "WHERE experiment_id = :experiment_id AND CAST(mapping AS TEXT) LIKE :pattern ORDER BY id")
+# (0018: each distinct mapping text once: the pattern is matched once a text, not a candidate.)
+WORKLOAD_POINTS = ("SELECT c.id, c.hash, tm.text AS mapping FROM candidate c JOIN candidate_text tm ON tm.id = c.mapping_id "
+                   "WHERE c.experiment_id = :experiment_id AND tm.text LIKE :pattern ORDER BY c.id")
 
 
 def _listed(prefix: str, values: Sequence[Any], params: dict[str, Any]) -> str:

@@ -13,8 +13,8 @@ database. `Store` is the public face; the work is split by concern:
     reads.py     reads as DataFrames; lookups and their "not found" errors
     latest.py    each candidate's latest total figures, packed per candidate and kind
                  in latest_figures, kept by the writes
-                 (candidate_run, each candidate's latest, per-stage and outcome run with
-                 its status, is kept by triggers on run: see migration 0011)
+    candidate_runs.py each candidate's latest, per-stage and outcome run with its
+                 status (candidate_run), kept by the writes of runs
     liveness.py  heartbeats of running runs, crashed-run detection on open
     blobs.py     content-addressed evidence files (temp -> fsync -> rename)
 
