@@ -41,6 +41,27 @@ from dse.records import packed  # noqa: E402
 from dse.records.checks import METRIC_COLUMNS, packs_of  # noqa: E402
 from dse.records.schema import Candidate, Experiment, Run, utcnow  # noqa: E402
 
+try:
+    from dse.records import candidate_runs as runs_kept_by_writes  # noqa: E402 - 0017
+except ImportError:  # a tree before 0017 (DSE_BENCH_TREE): triggers on run keep candidate_run
+    runs_kept_by_writes = None
+
+
+
+def as_stored(connection, rows: list[dict]) -> list[dict]:
+    """Candidate rows with config and mapping (dicts) as the tree's candidate table takes
+    them: from 0018 their canonical JSON texts' candidate_text ids, stored once each."""
+    if not hasattr(Candidate, "config_id"):
+        return rows
+    from dse.identity import canonical_json
+    from dse.records.writes import text_ids
+
+    texts = [(canonical_json(r["config"]), canonical_json(r["mapping"])) for r in rows]
+    ids = text_ids(connection, [t for pair in texts for t in pair])
+    return [{**{k: v for k, v in r.items() if k not in ("config", "mapping")},
+             "config_id": ids[config], "mapping_id": ids[mapping]} for r, (config, mapping) in zip(rows, texts)]
+
+
 INSERT_TARGET_ROWS_PER_S = 5_000
 READ_TARGET_S = 1.0
 
@@ -93,20 +114,26 @@ def bench_inserts(url: str, repeat: int) -> None:
 def bench_sweep_writes(url: str, repeat: int, n: int = 2_000, batch: int = 200) -> None:
     """The sweep's batched write (add_candidates_and_start_runs finishing the previous batch,
     12 total metrics a run) with latest_figures (`latest.record`; latest_metric beside it
-    from 0011 until 0016) kept in the same transaction, against the same write without them
-    (the store before 0011), interleaved; fresh candidates each round,
-    then a rerun of them (new runs replacing every figure). "Without" also drops 0011's
-    triggers that keep candidate_run (put back after each round)."""
+    from 0011 until 0016) and candidate_run (by 0011's triggers until 0017, then by the
+    writes' own statements, `candidate_runs`) kept in the same transaction, against the same
+    write without them (the store before 0011), interleaved; fresh candidates each round,
+    then a rerun of them (new runs replacing every figure). On a tree before 0017 (run with
+    DSE_BENCH_TREE), "without" drops the triggers (put back after each round)."""
     import importlib.util
 
     import dse.records.latest as latest_module
     from dse.records.store import MIGRATIONS_DIR
 
+    runs_module = runs_kept_by_writes
     spec = importlib.util.spec_from_file_location("m0011", Path(MIGRATIONS_DIR) / "versions" / "0011_latest_metric.py")
     m0011 = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(m0011)
+    kept_by = (runs_module.added, runs_module.changed) if runs_module is not None else None
 
-    def triggers(engine, on: bool) -> None:
+    def candidate_run_kept(engine, on: bool) -> None:
+        if runs_module is not None:
+            runs_module.added, runs_module.changed = kept_by if on else (lambda *_, **__: None,) * 2
+            return
         sqlite = engine.dialect.name == "sqlite"
         with engine.begin() as connection:
             if on:
@@ -131,12 +158,12 @@ def bench_sweep_writes(url: str, repeat: int, n: int = 2_000, batch: int = 200) 
                 for label, record, kept in variants:
                     latest_module.record = record
                     if not kept:
-                        triggers(store.engine, on=False)
+                        candidate_run_kept(store.engine, on=False)
                     for rerun, seconds in zip(("", "rerun, "), sweep_writes(store, experiment, f"{round_}-{label}",
                                                                           n, batch, names)):
                         times[rerun + label].append(seconds)
                     if not kept:
-                        triggers(store.engine, on=True)
+                        candidate_run_kept(store.engine, on=True)
         finally:
             latest_module.record = keep
     print(f"sweep writes: {n:,} candidates, batches of {batch}, {len(names)} total metrics a run ({_shown(url)})")
@@ -228,12 +255,12 @@ def populate(url: str, n_runs: int) -> str:
         n_candidates = n_runs // 2
         now = utcnow()
         with store.engine.begin() as connection:
-            first = connection.execute(insert(Candidate).returning(Candidate.id), [
+            first = connection.execute(insert(Candidate).returning(Candidate.id), as_stored(connection, [
                 {"experiment_id": big, "config": cfg, "mapping": mp, "origin": "grid", "diff": {},
                  "hash": content_hash({"config": cfg, "mapping": mp}), "created_at": now}
                 for i in range(n_candidates)
                 for cfg, mp in [({"banks": {"count": 8 + i % 57}, "cores": 1 + i // 57}, {"workers": 1 + i % 4})]
-            ]).scalars().all()  # fmt: skip
+            ])).scalars().all()  # fmt: skip
             store_versions = {"python": "3.11", "dse": "0.1.0"}
             runs = []
             for candidate in first:
@@ -261,6 +288,8 @@ def populate(url: str, n_runs: int) -> str:
             # one packed row a run (0015)
             packed.write(connection, packs_of([(m["run_id"], *(m[c] for c in METRIC_COLUMNS)) for m in metrics]))
             latest.rebuild(connection)  # what the store's own writes keep, for these bulk rows
+            if runs_kept_by_writes is not None:  # (before 0017 triggers on run kept it)
+                runs_kept_by_writes.rebuild(connection)
             connection.execute(
                 Experiment.__table__.update().where(Experiment.id == big).values(baseline_candidate_id=first[0])
             )

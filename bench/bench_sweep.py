@@ -115,10 +115,11 @@ GRAPH = None
 
 def store_floor(repeat: int) -> tuple[float, int, int]:
     """What SQLite alone takes to store a grid sweep's records: the rows of every table the
-    sweep wrote (candidates, runs, their packed metrics and layouts (0015), latest_figures,
-    and latest_metric before 0016; candidate_run by its triggers) inserted again into a fresh store, one
-    executemany a table in one transaction, nothing computed. Median seconds, candidates
-    and rows."""
+    sweep wrote (candidates and their config and mapping texts (0018), runs, their packed
+    metrics and layouts (0015), latest_figures,
+    and latest_metric before 0016; candidate_run by its triggers before 0017, its rows
+    inserted as the others from 0017) inserted again into a fresh store, one executemany a
+    table in one transaction, nothing computed. Median seconds, candidates and rows."""
     import sqlite3
 
     with tempfile.TemporaryDirectory() as tmp:
@@ -129,8 +130,10 @@ def store_floor(repeat: int) -> tuple[float, int, int]:
         source = sqlite3.connect(Path(tmp) / "source.db")
         held = {r[0] for r in source.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
         # latest_metric: on trees before 0016 (DSE_BENCH_TREE), which write it
-        tables = tuple(t for t in ("experiment", "candidate", "run", "metric_layout", "run_metrics", "latest_metric",
-                                   "latest_figures") if t in held)
+        # candidate_run: its rows, unless the schema's triggers on run make them (before 0017)
+        triggers = source.execute("SELECT count(*) FROM sqlite_master WHERE type = 'trigger'").fetchone()[0]
+        tables = tuple(t for t in ("experiment", "candidate_text", "candidate", "run", "metric_layout", "run_metrics", "latest_metric",
+                                   "latest_figures", "candidate_run") if t in held and (t != "candidate_run" or not triggers))
         rows = {t: source.execute(f"SELECT * FROM {t}").fetchall() for t in tables}
         columns = {t: [c[1] for c in source.execute(f"PRAGMA table_info({t})")] for t in tables}
         source.close()
@@ -139,7 +142,7 @@ def store_floor(repeat: int) -> tuple[float, int, int]:
         def insert_all():
             path = Path(tmp) / f"floor{next(counter)}.db"
             with Store(path):
-                pass  # the schema (and its triggers), not timed
+                pass  # the schema (and its triggers before 0017), not timed
             db = sqlite3.connect(path, isolation_level=None)
             db.execute("PRAGMA journal_mode=WAL")
             db.execute("PRAGMA synchronous=NORMAL")

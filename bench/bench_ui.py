@@ -38,7 +38,7 @@ sys.path.insert(0, str(REPO / "tests"))
 TREE = os.environ.get("DSE_BENCH_TREE", str(REPO))
 sys.path.insert(0, TREE)
 
-from bench_records import median_time  # noqa: E402
+from bench_records import as_stored, median_time  # noqa: E402
 from sqlalchemy import insert  # noqa: E402
 
 from dse.identity import content_hash  # noqa: E402
@@ -46,6 +46,11 @@ from dse.records import Store, latest, reads  # noqa: E402
 from dse.records import packed  # noqa: E402
 from dse.records.checks import METRIC_COLUMNS, packs_of  # noqa: E402
 from dse.records.schema import Candidate, Experiment, Run, utcnow  # noqa: E402
+
+try:
+    from dse.records import candidate_runs  # noqa: E402 - 0017: kept by the writes of runs
+except ImportError:  # a tree before 0017 (DSE_BENCH_TREE): kept by triggers
+    candidate_runs = None
 
 PAGE_TARGET_S = 0.3  # issue 35 (issue 17: 0.5)
 REPORT_TARGET_S = 5.0  # issue 35 (issue 17: 10)
@@ -88,7 +93,7 @@ def populate(url: str, n: int) -> None:
                                           "mapping.workers": [1, workers]}  # fmt: skip
                 rows.append({"experiment_id": exp, "config": cfg, "mapping": mp, "origin": "baseline" if i == 0 else "grid",
                              "diff": diff, "hash": content_hash({"config": cfg, "mapping": mp}), "created_at": now})
-            ids = connection.execute(insert(Candidate).returning(Candidate.id), rows).scalars().all()
+            ids = connection.execute(insert(Candidate).returning(Candidate.id), as_stored(connection, rows)).scalars().all()
             runs = []
             for j, cid in enumerate(ids):
                 status = "ok" if j == 0 or rng.random() < 0.9 else "infeasible"
@@ -128,6 +133,8 @@ def populate(url: str, n: int) -> None:
             # one packed row a run (0015)
             packed.write(connection, packs_of([(m["run_id"], *(m[c] for c in METRIC_COLUMNS)) for m in metrics]))
             latest.rebuild(connection)  # what the store's own writes keep, for these bulk rows
+            if candidate_runs is not None:  # (before 0017 triggers on run kept it)
+                candidate_runs.rebuild(connection)
             connection.execute(Experiment.__table__.update().where(Experiment.id == exp)
                                .values(baseline_candidate_id=ids[0], status="testing"))  # fmt: skip
 
@@ -302,28 +309,34 @@ def bench_report(url: str, repeat: int, out: str, against: str | None = None) ->
 
 
 def bench_fetch(url: str, repeat: int) -> None:
-    """candidate_metrics (every candidate's total metrics: the report's and the figures' read)
-    with rows fetched from the driver's cursor, against SQLAlchemy's Row objects (the former
-    way), interleaved in this run."""
-    import pandas as pd
+    """candidate_metrics (every candidate's total metrics: the report's and the figures' read,
+    `dse.records.report_reads`) with rows fetched from the driver's cursor (the Store's way of
+    running its SQL, `reads.text_runner`), against SQLAlchemy's Row objects (the former way),
+    interleaved in this run."""
+    from sqlalchemy import text
 
-    import dse.report.data as data
     from dse.runner.metrics import METRICS
 
-    def rows_fetched(connection, stmt):
-        result = connection.execute(stmt)
-        return pd.DataFrame(result.fetchall(), columns=list(result.keys()))
+    try:
+        from dse.records.report_reads import candidate_metrics
+    except ImportError:  # a tree from before the report's reads joined the store's contract
+        print("  (candidate_metrics: not a Store read in this tree)")
+        return
 
-    driver = data.fetched
+    def rows_fetched(connection):
+        def run(sql, params):
+            result = connection.execute(text(sql), params)
+            return list(result.keys()), result.fetchall()
+
+        return run
+
     times = {"driver cursor": [], "SQLAlchemy rows": []}
     with Store(url) as store, store.engine.connect() as connection:
         for _ in range(repeat):
-            for label, how in (("driver cursor", driver), ("SQLAlchemy rows", rows_fetched)):
-                data.fetched = how
+            for label, runner in (("driver cursor", reads.text_runner), ("SQLAlchemy rows", rows_fetched)):
                 start = time.perf_counter()
-                data.candidate_metrics(connection, 1, list(METRICS))
+                candidate_metrics(runner(connection), 1, list(METRICS))
                 times[label].append(time.perf_counter() - start)
-        data.fetched = driver
     new, old = statistics.median(times["driver cursor"]), statistics.median(times["SQLAlchemy rows"])
     print(f"  {'candidate_metrics, every metric (driver cursor)':<58} {new:>9.3f} s  "
           f"vs SQLAlchemy rows {old:.3f} s: x{new / old:.2f}")

@@ -16,7 +16,6 @@ import pytest
 from dse.records import MetricIn, Store
 from dse.records.light import open_light
 from dse.report import write_report
-from dse.report.data import candidate_metrics
 from dse.report.search_history import MIN_TRIALS, importance_rows, search_history
 from dse.runner.noise import host_time_comparison
 from dse.runner.reasons import reason_lines
@@ -137,8 +136,7 @@ def test_compare_and_report_flag_the_host_time_as_noise(answered, cli):
 def test_search_history_and_importance_agree_in_report_and_ui(answered):
     db, ids, page, md = answered
     with Store(db) as store:
-        with store.engine.connect() as connection:
-            table = candidate_metrics(connection, 1, ["latency_cycles"])
+        table = store.candidate_metrics(1, ["latency_cycles"])
     history = search_history(table, {"metric": "latency_cycles", "direction": "minimize"})
     # Hand-computed: the best is 4 workers on 8 banks; the history's best so far never rises.
     assert history.best == GRID[8, 4] == min(GRID.values())

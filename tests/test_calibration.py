@@ -17,7 +17,6 @@ from dse.frontend import run_pipeline
 from dse.lower import Infeasible, lower
 from dse.mapping import Candidate, Mapping
 from dse.records import Store
-from dse.records.calibrations import add_calibration, latest_calibration
 from dse.workload.recipes import instantiate, load_recipe
 
 
@@ -103,7 +102,7 @@ def test_calibrate_cli_stores_a_record_and_reports_it(cli, run_cli, tmp_path):
     assert code == 0, err
     assert "MAPE" in out and "stored as calibration 1" in out
     with Store(str(db)) as store:
-        cal = latest_calibration(store, "toy")
+        cal = store.latest_calibration("toy")
     assert cal["source"] == "emulator_cycles" and cal["error_after"]["points"] == 4
     assert cal["error_after"]["mape"] <= cal["error_before"]["mape"]
     labels = [p["label"] for p in cal["points"]]
@@ -118,12 +117,12 @@ def test_calibrate_cli_stores_a_record_and_reports_it(cli, run_cli, tmp_path):
 def test_the_newest_calibration_of_a_chip_wins(tmp_path):
     with Store(str(tmp_path / "c.db")) as store:
         for scale in (1.5, 0.5):
-            add_calibration(store, chip="toy", chip_hash="0" * 64, source="emulator_cycles", model_version="m",
-                            emulator_version=None, constants={"core_scale": scale, "ball_scale": 1.0,
-                                                              "sync_cycles": 0.0},
-                            error_before={}, error_after={}, points=[])
-        assert latest_calibration(store, "toy")["constants"]["core_scale"] == 0.5
-        assert latest_calibration(store, "goban") is None
+            store.add_calibration(chip="toy", chip_hash="0" * 64, source="emulator_cycles", model_version="m",
+                                  emulator_version=None, constants={"core_scale": scale, "ball_scale": 1.0,
+                                                                    "sync_cycles": 0.0},
+                                  error_before={}, error_after={}, points=[])
+        assert store.latest_calibration("toy")["constants"]["core_scale"] == 0.5
+        assert store.latest_calibration("goban") is None
 
 
 @pytest.mark.parametrize("args, field", [
@@ -198,10 +197,10 @@ def test_a_sweep_uses_the_newest_calibration_of_its_chip_unless_told_not_to(tmp_
     constants = {"core_scale": 2.0, "ball_scale": 1.5, "sync_cycles": 3.0}
     with Store(str(db)) as store:
         for scale in (9.0, 2.0):  # an older calibration, then the newest
-            cal_id = add_calibration(store, chip="goban", chip_hash="0" * 64, source="emulator_cycles",
-                                     model_version=MODEL_VERSION, emulator_version=None,
-                                     constants={**constants, "core_scale": scale}, error_before={},
-                                     error_after={}, points=[])
+            cal_id = store.add_calibration(chip="goban", chip_hash="0" * 64, source="emulator_cycles",
+                                           model_version=MODEL_VERSION, emulator_version=None,
+                                           constants={**constants, "core_scale": scale}, error_before={},
+                                           error_after={}, points=[])
     spec = write_spec(tmp_path, banks="[16]", extra=f'\n[stages]\ncalibration = "{setting}"\n')
     result = run_sweep(spec, db, progress=False)
     with Store(str(db)) as store:
@@ -266,7 +265,7 @@ def test_calibrate_fits_imported_rtl_cycles_of_an_experiment(cli, tmp_path):
                          "gemm-workers", "--db", db)
     assert code == 0, err
     with Store(str(db)) as store:
-        cal = latest_calibration(store, "goban")
+        cal = store.latest_calibration("goban")
     assert cal["source"] == "rtl_cycles" and cal["error_after"]["points"] == imported
     assert cal["constants"]["core_scale"] == pytest.approx(1.25, rel=0.02)
     assert cal["error_after"]["mape"] < 0.5 < cal["error_before"]["mape"]

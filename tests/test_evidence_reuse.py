@@ -8,14 +8,16 @@ report, UI) on real sweeps (a 16x16x16 GEMM on the toy chip, emulated)."""
 from __future__ import annotations
 
 import html
-import re
 import urllib.request
 
+import pandas as pd
 import pytest
-from sqlalchemy import text
+from alembic import command
+from sqlalchemy import create_engine, text
 
 from dse.records import Store
 from dse.records.reuse import reusable
+from dse.records.store import SCHEMA_HEAD, alembic_config, database_url
 from pg import pg_server, pg_url  # noqa: F401
 from uiserver import dse_ui_thread
 
@@ -117,6 +119,46 @@ def test_a_link_shows_the_earlier_runs_evidence_without_copying_it(url):
             store.delete_experiment(first)
         store.delete_experiment(second)
         store.delete_experiment(first)
+
+
+
+def test_a_store_holding_links_goes_down_to_0015_and_back(url):
+    """0016's downgrade refills latest_metric from the packed metrics through the links: a
+    linking run's row holds the earlier run's figures under the linking run's id (as 0014's
+    writes kept it), an op figure is no latest figure, a failed link leaves the candidate
+    without one; back at head the links read as before."""
+    with Store(url) as store:
+        first = _experiment(store, "first")
+        ok = store.add_candidate(first, {"banks": 8}, {}, "baseline")[0]
+        crash = store.add_candidate(first, {"banks": 2}, {}, "grid")[0]
+        r_ok = _run(store, ok, "ok", [_metric("latency_cycles", 2280.0), _metric("energy_pj", 7.5),
+                                      _metric("cycles", 576.0, "op", "matmul")])
+        r_crash = _run(store, crash, "failed", error="ValueError: boom")
+        second = _experiment(store, "second")
+        mine_ok = store.add_candidate(second, {"banks": 8}, {}, "grid")[0]
+        mine_crash = store.add_candidate(second, {"banks": 2}, {}, "grid")[0]
+        runs = store.start_runs([mine_ok, mine_crash], "analytical", model_version="m-1")
+        store.link_runs({runs[0]: r_ok, runs[1]: r_crash})
+        table = store.metric_table(second, "analytical")
+        before = (store.total_metric_rows(mine_ok), store.totals([mine_ok, ok]))
+    db_url = database_url(url)
+    command.downgrade(alembic_config(db_url), "0015")
+    engine = create_engine(db_url)
+    with engine.connect() as connection:
+        held = sorted(tuple(r) for r in connection.execute(text(
+            "SELECT candidate_id, kind, name, run_id, value FROM latest_metric")))
+    engine.dispose()
+    assert held == sorted([(ok, "analytical", "energy_pj", r_ok, 7.5), (ok, "analytical", "latency_cycles", r_ok, 2280.0),
+                           (mine_ok, "analytical", "energy_pj", runs[0], 7.5),
+                           (mine_ok, "analytical", "latency_cycles", runs[0], 2280.0)])
+    with Store(url) as store:  # opened: upgraded to head again
+        with store.engine.connect() as connection:
+            assert connection.execute(text("SELECT version_num FROM alembic_version")).scalar() == SCHEMA_HEAD
+        pd.testing.assert_frame_equal(store.metric_table(second, "analytical"), table)
+        assert (store.total_metric_rows(mine_ok), store.totals([mine_ok, ok])) == before
+    assert table.set_index("candidate_id").loc[mine_ok, "latency_cycles"] == 2280.0
+    assert before[1] == {mine_ok: {"analytical": {"latency_cycles": 2280.0, "energy_pj": 7.5}},
+                         ok: {"analytical": {"latency_cycles": 2280.0, "energy_pj": 7.5}}}
 
 
 SPEC = """

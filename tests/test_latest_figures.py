@@ -17,7 +17,7 @@ from alembic import command
 from pg import pg_server, pg_url  # noqa: F401  (fixtures)
 from sqlalchemy import create_engine, text
 
-from dse.records import MetricIn, Store, latest, reads, sql_reads
+from dse.records import MetricIn, Store, candidate_runs, latest, reads, sql_reads
 from dse.records.outcomes import outcome
 from dse.records.light import open_light
 from dse.records.store import SCHEMA_HEAD, alembic_config, database_url
@@ -383,6 +383,7 @@ def test_metric_table_reads_odd_texts_and_two_layouts_as_they_are(db):
             connection.execute(text("UPDATE candidate SET origin = '1' WHERE id = :c"), {"c": a})
             connection.execute(text("UPDATE candidate SET origin = 'imported later' WHERE id = :c"), {"c": d})
             connection.execute(text("UPDATE run SET status = '2' WHERE id = :r"), {"r": odd})
+            candidate_runs.changed(connection, [odd])  # what a writer of runs does (plain SQL: by hand)
         with store.engine.connect() as connection:
             table = tables_agree(connection, "x", "analytical").set_index("candidate_id")
     assert table["origin"].tolist() == ["1", "grid", "grid", "imported later"]
@@ -411,7 +412,8 @@ def counts_agree(store: Store) -> dict[tuple[int, str], int]:
 def test_candidate_outcomes_follow_every_writer_of_a_run(db, tmp_path):
     """Outcome (latest run, a pruned one leaving the earlier standing) after each way a
     run's status is written: start, finish, batches, a pruned emulator run, an import,
-    a crash found by liveness, a plain SQL update; then a deleted experiment."""
+    a crash found by liveness, a plain SQL update (followed, as every writer of runs
+    since 0017, by `candidate_runs.changed`); then a deleted experiment."""
     with Store(db) as store:
         e = store.create_experiment("x", "h", [], "gemm", "w", "s", "s")
         a, b, c, d = (store.add_candidate(e, {"banks": n}, {}, "grid")[0] for n in (16, 20, 24, 28))
@@ -445,9 +447,11 @@ def test_candidate_outcomes_follow_every_writer_of_a_run(db, tmp_path):
         rf = store.start_run(f, "analytical")
         with store.engine.begin() as connection:
             connection.execute(text("UPDATE run SET status = 'pruned' WHERE id = :r"), {"r": rf})
+            candidate_runs.changed(connection, [rf], outcome_of=[rf])
         assert outcomes(store)[f] == (rf, "pruned")  # its only run
         with store.engine.begin() as connection:
             connection.execute(text("UPDATE run SET status = 'failed' WHERE id = :r"), {"r": rf})
+            candidate_runs.changed(connection, [rf], outcome_of=[rf])
         assert counts_agree(store) == {(e, "ok"): 2, (e, "crashed"): 1, (e, "pruned"): 1, (other, "failed"): 1}
         # By latest run's outcome (`dse show`): ties in the order of first occurrence, as
         # value_counts; d, pruned as analytically infeasible, counts as infeasible.

@@ -24,7 +24,6 @@ from dse.mapping import Candidate, mapping_from_dict
 from dse.records import Store, reads
 from dse.records.light import open_light
 from dse.records.store import SCHEMA_HEAD, alembic_config, database_url
-from dse.report import data as report_data
 from dse.runner import run_sweep
 from dse.runner.stages import analytical_batch, analytical_graph
 from dse.ui import queries
@@ -90,8 +89,8 @@ def answers(store: Store, db: str) -> dict:
     with store.engine.connect() as connection:
         out["table from metrics"] = reads.metric_table(connection, experiment, "analytical", from_metrics=True)
         pd.testing.assert_frame_equal(out["table from metrics"], out["table total"])
-        out["op cycles"] = report_data.op_metric_table(connection, experiment, None, "cycles")
-        figures = report_data.component_figures(connection, experiment, cands, "analytical")
+        out["op cycles"] = store.op_metric_table(experiment, None, "cycles")
+        figures = store.component_figures(experiment, cands, "analytical")
         out["components"] = (figures.parts, figures.totals)
         names = store.metric_names(experiment, None)
         out["names"] = names

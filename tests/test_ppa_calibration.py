@@ -19,8 +19,7 @@ from dse.errors import InputError
 from dse.ppa.calibration import PpaPoint, fit_factors
 from dse.ppa.components import COMPONENTS
 from dse.records import Store
-from dse.records.calibrations import (add_calibration, calibrations, latest_calibration, latest_ppa_calibration,
-                                      ppa_version_ids)
+from dse.records.calibrations import latest_ppa_calibration, ppa_version_ids
 from dse.records.evidence import COMPONENT_LIMITS, parse_evidence
 
 SPEC = """
@@ -123,7 +122,7 @@ def write_measurements(folder, uncalibrated, ids, area=AREA, energy=ENERGY) -> d
 
 def counts(db) -> tuple[int, int, int]:
     with Store(db) as store:
-        return len(store.runs()), len(store.artifacts()), len(calibrations(store))
+        return len(store.runs()), len(store.artifacts()), len(store.calibrations())
 
 
 def test_component_tables_round_trip(cli, db, tmp_path):
@@ -170,7 +169,7 @@ def test_the_fit_recovers_known_factors_and_sweeps_price_with_them(cli, db, tmp_
         assert code == 0, err
         assert "MAPE" in out and "-> 0.00%" in out
         with Store(db) as store:
-            fitted[kind] = calibrations(store)[0]
+            fitted[kind] = store.calibrations()[0]
     area, power = fitted["synth_area"], fitted["power"]
     assert area["source"] == "synth_area" and power["source"] == "power"
     for cal, known in ((area, AREA), (power, ENERGY)):
@@ -181,7 +180,7 @@ def test_the_fit_recovers_known_factors_and_sweeps_price_with_them(cli, db, tmp_
         assert cal["error_after"]["points"] == len(cal["points"]) == sum(len(v) - 1 for v in uncalibrated.values())
     assert area["constants"][UNMEASURED] == 1.0  # measured by no one: kept
     with Store(db) as store:
-        assert latest_calibration(store, "goban") is None  # the cycles' calibration is another thing
+        assert store.latest_calibration("goban") is None  # the cycles' calibration is another thing
         merged = latest_ppa_calibration(store, "goban")
     assert merged["matrix"] == pytest.approx({"area": 1.3, "energy": 1.0})
     assert merged["private_sram"] == pytest.approx({"area": 0.9, "energy": 0.8})
@@ -211,7 +210,7 @@ def test_the_fit_recovers_known_factors_and_sweeps_price_with_them(cli, db, tmp_
         code, _, err = cli("calibrate", "--chip", "goban", "--evidence", kind, "--experiment", "ppa-b", "--db", db)
         assert code == 0, err
         with Store(db) as store:
-            cal = calibrations(store)[0]
+            cal = store.calibrations()[0]
         assert cal["source"] == kind
         assert cal["constants"] == pytest.approx({c: known.get(c, 1.0) for c in COMPONENTS}, rel=1e-9)
         # the model's figures fitted are the uncalibrated ones: as far off as on the first fit
@@ -220,16 +219,16 @@ def test_the_fit_recovers_known_factors_and_sweeps_price_with_them(cli, db, tmp_
 
 def test_cycle_and_ppa_calibrations_are_kept_apart(tmp_path):
     def add(store, source, constants):
-        return add_calibration(store, chip="goban", chip_hash="0" * 64, source=source, model_version="m",
-                               emulator_version=None, constants=constants, error_before={}, error_after={},
-                               points=[])
+        return store.add_calibration(chip="goban", chip_hash="0" * 64, source=source, model_version="m",
+                                     emulator_version=None, constants=constants, error_before={}, error_after={},
+                                     points=[])
 
     with Store(tmp_path / "c.db") as store:
         cycles = add(store, "emulator_cycles", {"core_scale": 1.5, "ball_scale": 1.0, "sync_cycles": 3.0})
         add(store, "synth_area", {"matrix": 2.0})
         add(store, "power", {"matrix": 0.5, "cores": 3.0})
         add(store, "synth_area", {"matrix": 1.2})  # the newest area fit replaces the area factors only
-        assert latest_calibration(store, "goban")["id"] == cycles
+        assert store.latest_calibration("goban")["id"] == cycles
         assert latest_ppa_calibration(store, "goban") == {"matrix": {"area": 1.2, "energy": 0.5},
                                                           "cores": {"area": 1.0, "energy": 3.0}}
         assert latest_ppa_calibration(store, "toy") is None

@@ -17,7 +17,7 @@ from pg import pg_server, pg_url  # noqa: F401  (fixtures)
 from test_rerun import LIGHT_RECORDS, fields, rerun_in_a_fresh_process
 from test_runner import write_spec
 
-from dse.records import Store
+from dse.records import Store, candidate_runs
 from dse.records.light_pg import connect_args
 from dse.runner import launch, load_spec, run_sweep
 from dse.runner.rerun import recorded_rerun
@@ -34,11 +34,19 @@ def pg(pg_url, tmp_path, monkeypatch):  # noqa: F811
     return pg_url
 
 
+# What the store's writers of runs do after changing runs' status (0017: no triggers).
+KEEP_CANDIDATE_RUN = candidate_runs.STATUS.format(ids="SELECT id FROM run")
+
+
 def sql(url: str, statement: str, params: tuple = ()) -> list[tuple]:
-    """`statement` on its own committed transaction; its rows, if any."""
-    with psycopg.connect(**connect_args(url), autocommit=True) as connection:
+    """`statement` on its own committed transaction; its rows, if any. An UPDATE of runs
+    is followed by candidate_run's, as a writer of runs does."""
+    with psycopg.connect(**connect_args(url)) as connection:
         cursor = connection.execute(statement, params or None)
-        return cursor.fetchall() if cursor.description else []
+        rows = cursor.fetchall() if cursor.description else []
+        if statement.startswith("UPDATE run "):
+            connection.execute(KEEP_CANDIDATE_RUN)
+        return rows
 
 
 def records(url: str) -> dict[str, list[tuple]]:

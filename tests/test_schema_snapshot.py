@@ -18,7 +18,10 @@ from dse.records.engine import SCHEMA_HEAD, alembic_config
 
 # What PostgreSQL's catalogs say of the current schema's objects, each sorted.
 PG_CATALOG = {
-    "columns": "SELECT table_name, ordinal_position, column_name, data_type, character_maximum_length, "
+    # A column's place among its table's columns (a dropped column leaves a gap in
+    # ordinal_position on a migrated store, 0018, none in one made from the snapshot).
+    "columns": "SELECT table_name, row_number() OVER (PARTITION BY table_name ORDER BY ordinal_position), "
+               "column_name, data_type, character_maximum_length, "
                "numeric_precision, is_nullable, column_default FROM information_schema.columns "
                "WHERE table_schema = current_schema() ORDER BY 1, 2",
     "indexes": "SELECT tablename, indexname, indexdef FROM pg_indexes WHERE schemaname = current_schema() ORDER BY 1, 2",

@@ -1,9 +1,10 @@
 """The record store's contract (`dse.records.contract`), one suite run against every reader
 (the Store, the light read) on both databases (a SQLite file, a real PostgreSQL server),
 as Optuna's storage tests run every storage: the same signatures, the same values, the
-same refusals in the same words, the same acceptance judgement, the same workbench pages
-(`PageReader`: ranks, filters, sorts, page boundaries, counts, the live view's reads); and
-the Store as the writer they all read back."""
+same refusals in the same words, the same acceptance judgement, the same calibrations, the
+same workbench pages (`PageReader`: ranks, filters, sorts, page boundaries, counts, the live
+view's reads); the report's reads (`ReportReader`, the Store alone) worked out by hand on both
+databases; and the Store as the writer they all read back."""
 
 from __future__ import annotations
 
@@ -14,9 +15,10 @@ import pytest
 from pg import pg_server, pg_url  # noqa: F401  (fixtures)
 from test_light_reads import add_runs, fill_more, reads_of
 
-from dse.records import RecordNotFound, Store, page_reads
-from dse.records.contract import (PAGE_METHODS, READER_METHODS, WRITER_METHODS, PageReader, RecordReader,
-                                  RecordWriter)
+from dse.records import MetricIn, RecordNotFound, Store, page_reads
+from dse.records.contract import (PAGE_METHODS, READER_METHODS, REPORT_METHODS, WRITER_METHODS, PageReader,
+                                  RecordReader, RecordWriter, ReportReader)
+from dse.records.calibrations import latest_ppa_calibration
 from dse.records.light import LightStore, open_light
 from dse.runner.acceptance import judge_experiment
 from dse.runner.result import DONE
@@ -38,7 +40,19 @@ def store_url(request, tmp_path) -> str:
     with Store(url) as store:
         assert isinstance(store, RecordWriter)
         add_runs(store, fill_more(store))
+        add_calibrations(store)
     return url
+
+
+def add_calibrations(store: Store) -> None:
+    """Calibrations 1 to 4, in this order: toy's cycles; goban's area, power, and a newer area fit."""
+    for chip, source, constants in (("toy", "emulator_cycles", {"core_scale": 1.5}),
+                                    ("goban", "synth_area", {"matrix": 2.0}),
+                                    ("goban", "power", {"matrix": 0.5, "cores": 3.0}),
+                                    ("goban", "synth_area", {"matrix": 1.2})):
+        store.add_calibration(chip=chip, chip_hash="0" * 64, source=source, model_version="m", emulator_version=None,
+                              constants=constants, error_before={"mape": 9.5}, error_after={"mape": 1.25},
+                              points=[{"label": "p", "measured": 10.0}], command="dse calibrate")
 
 
 def open_reader(kind: str, url: str):
@@ -102,7 +116,7 @@ def test_every_reader_keeps_the_contracts_signatures(kind, store_url):
 
 def test_the_writer_keeps_the_contracts_signatures():
     assert {"create_experiment", "add_candidate", "start_run", "finish_run", "finish_runs", "put_artifact",
-            "add_decision", "add_note"} <= set(WRITER_METHODS)
+            "add_decision", "add_note", "add_calibration"} <= set(WRITER_METHODS)
     for name in WRITER_METHODS:
         wanted = [p for p in inspect.signature(getattr(RecordWriter, name)).parameters.values()
                   if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)]
@@ -139,6 +153,37 @@ def test_both_databases_hold_the_same_records(tmp_path, pg_url):  # noqa: F811
         with open_light(url) as reader:
             read.append(timeless((reads_of(reader, range(1, 7), range(1, 9)), judged(reader))))
     assert read[0] == read[1]  # but for when they were written
+
+
+def test_every_reader_reads_the_same_calibrations(store_url):
+    """Which calibration the model uses for a chip, through every reader on both databases:
+    the newest cycles fit; of area and energy, the newest fit of each PPA source."""
+    seen = {}
+    for kind in READERS:
+        with open_reader(kind, store_url) as reader:
+            every = reader.calibrations()
+            seen[kind] = {"every": every, "goban": [c["id"] for c in reader.calibrations("goban")],
+                          "power": [c["id"] for c in reader.calibrations(sources=("power", "rtl_cycles"))],
+                          "2 and 4 of goban": [c["id"] for c in reader.calibrations("goban", ids=[4, 2, 1])],
+                          "none": reader.calibrations(ids=[]), "no chip": reader.calibrations("nosuch"),
+                          "cycles": [reader.latest_calibration(c) for c in ("toy", "goban")],
+                          "ppa": [[c["id"] for c in reader.latest_ppa_records(c)] for c in ("toy", "goban")],
+                          "factors": latest_ppa_calibration(reader, "goban")}
+    assert seen["LightStore"] == seen["Store"]
+    got = seen["Store"]
+    assert [c["id"] for c in got["every"]] == [4, 3, 2, 1]  # newest first
+    newest = got["every"][0]
+    assert {k: v for k, v in newest.items() if k != "created_at"} == {
+        "id": 4, "chip": "goban", "chip_hash": "0" * 64, "source": "synth_area", "model_version": "m",
+        "emulator_version": None, "constants": {"matrix": 1.2}, "error_before": {"mape": 9.5},
+        "error_after": {"mape": 1.25}, "points": [{"label": "p", "measured": 10.0}], "command": "dse calibrate",
+        "git_commit": newest["git_commit"]}
+    assert all(c["created_at"].tzinfo is not None for c in got["every"])
+    assert got["goban"] == [4, 3, 2] and got["power"] == [3] and got["2 and 4 of goban"] == [4, 2]
+    assert got["none"] == got["no chip"] == []
+    assert got["cycles"][0]["id"] == 1 and got["cycles"][1] is None
+    assert got["ppa"] == [[], [4, 3]]  # synth_area's newest, then power's
+    assert got["factors"] == {"matrix": {"area": 1.2, "energy": 0.5}, "cores": {"area": 1.0, "energy": 3.0}}
 
 
 def test_every_reader_refuses_what_the_store_lacks_in_the_same_words(store_url):
@@ -302,3 +347,102 @@ def test_the_database_ranks_as_the_readers_do(store_url):
             assert (queries.ranked_ids(connection, 1, q, names).tolist()
                     == queries.ranked(queries.rankable(store, 1, names), q, names, store, 1).tolist()), q
             assert queries.reference_page(store, 1, q, names).rows == queries.candidate_page(store, 1, q, names).rows
+
+
+# ---- the report's reads (`ReportReader`: the Store alone) -------------------------------------
+
+@pytest.fixture(params=DATABASES)
+def report_url(request, tmp_path) -> str:
+    """A store for the report's reads: experiment 1's c1 (baseline; r1 ok: totals, cycles and
+    energy per op, area and energy by component; r4 an emulator run with a component of its
+    own), c2 (r2 ok with figures, then r3 failed: its latest analytical run), c3 (no run);
+    experiment 2 without candidates."""
+    if request.param == "sqlite":
+        url = str(tmp_path / "report.db")
+    else:
+        url = f"{request.getfixturevalue('pg_url')}?evidence_dir={tmp_path / 'evidence'}"
+    m = MetricIn
+    with Store(url) as store:
+        e = store.create_experiment("report", "h", [], "gemm", "a" * 64, "x", "s1")
+        store.create_experiment("quiet", "h", [], "gemm", "a" * 64, "y", "s2")
+        c1, _ = store.add_candidate(e, {"banks": {"count": 16}}, {}, "baseline")
+        store.set_baseline(e, c1)
+        c2, _ = store.add_candidate(e, {"banks": {"count": 20}}, {}, "grid")
+        store.add_candidate(e, {"banks": {"count": 24}}, {}, "grid")
+        store.finish_run(store.start_run(c1, "analytical"), "ok", [
+            m("analytical", "latency_cycles", 1000.0, "cycles"), m("analytical", "area_mm2", 2.0, "mm2"),
+            m("analytical", "energy_uj", 5.0, "uJ"), m("analytical", "power_mw", 50.0, "mW"),
+            m("analytical", "cycles", 600.0, "cycles", "op", "matmul_0"),
+            m("analytical", "cycles", 400.0, "cycles", "op", "relu_1"),
+            m("analytical", "energy_uj", 3.0, "uJ", "op", "matmul_0"),
+            # recorded cores first: the views list components in COMPONENTS order
+            m("analytical", "area_mm2", 0.5, "mm2", "component", "cores"),
+            m("analytical", "energy_uj", 1.0, "uJ", "component", "cores"),
+            m("analytical", "area_mm2", 1.5, "mm2", "component", "private_sram"),
+            m("analytical", "energy_uj", 4.0, "uJ", "component", "private_sram")])
+        store.finish_run(store.start_run(c2, "analytical"), "ok", [
+            m("analytical", "latency_cycles", 800.0, "cycles"), m("analytical", "area_mm2", 1.0, "mm2"),
+            m("analytical", "energy_uj", 3.0, "uJ"),
+            m("analytical", "cycles", 500.0, "cycles", "op", "matmul_0"),
+            m("analytical", "cycles", 300.0, "cycles", "op", "relu_1"),
+            m("analytical", "area_mm2", 1.0, "mm2", "component", "private_sram"),
+            m("analytical", "energy_uj", 3.0, "uJ", "component", "private_sram")])
+        store.finish_run(store.start_run(c2, "analytical"), "failed", error="boom")
+        store.finish_run(store.start_run(c1, "emulator"), "ok", [
+            m("emulator_cycles", "latency_cycles", 990.0, "cycles"),
+            m("emulator_cycles", "area_mm2", 0.6, "mm2", "component", "cores"),
+            m("emulator_cycles", "energy_uj", 1.1, "uJ", "component", "cores")])
+    return url
+
+
+def rows_of(frame) -> list:
+    """A frame's index, columns and rows, NaN as None: what compares with ==."""
+    return [list(frame.index), list(frame.columns),
+            [[None if v != v else v for v in row] for row in frame.itertuples(index=False)]]
+
+
+def test_the_store_keeps_the_report_readers_signatures():
+    for name in REPORT_METHODS:
+        wanted = inspect.signature(getattr(ReportReader, name))
+        found = inspect.signature(getattr(Store, name))
+        assert [(p.name, p.kind, p.default) for p in found.parameters.values()] == [
+            (p.name, p.kind, p.default) for p in wanted.parameters.values()], name
+    assert set(REPORT_METHODS) == {"candidate_metrics", "op_metric_table", "component_figures", "last_run_id"}
+
+
+def test_the_report_reads_what_the_writer_wrote(report_url):
+    """Each of the report's reads on both databases, worked out by hand."""
+    with Store(report_url) as store:
+        assert isinstance(store, ReportReader)
+        table = store.candidate_metrics(1, ["latency_cycles", "area_mm2"])
+        found = store.figure_columns(["analytical"], ["latency_cycles", "area_mm2"], 1, with_runs=True)
+        same = store.candidate_metrics(1, ["latency_cycles", "area_mm2"], found)
+        none = store.candidate_metrics(2, ["latency_cycles"])
+        ops = store.op_metric_table(1, None, "cycles")
+        energy = store.op_metric_table(1, [1, 2], "energy_uj")
+        no_ops = [store.op_metric_table(1, [], "cycles"), store.op_metric_table(1, [3], "cycles")]
+        parts = store.component_figures(1, [2, 1, 3], "analytical")
+        emulated = store.component_figures(1, [1, 3], "emulator_cycles")
+        no_parts = [store.component_figures(1, [], "analytical"), store.component_figures(1, [3], "analytical")]
+        last = [store.last_run_id(1), store.last_run_id(2)]
+    # c2's latest analytical run (r3) failed: no figures shown, though r2 recorded some
+    assert rows_of(table) == [[0, 1, 2], ["candidate_id", "origin", "is_baseline", "diff", "metric_run_id", "status",
+                                          "reason", "latency_cycles", "area_mm2"],
+                              [[1, "baseline", True, "{}", 1.0, "ok", None, 1000.0, 2.0],
+                               [2, "grid", False, '{"config.banks.count":[16,20]}', 3.0, "failed", None, None, None],
+                               [3, "grid", False, '{"config.banks.count":[16,24]}', None, None, None, None, None]]]
+    assert rows_of(same) == rows_of(table) and len(none) == 0 and "latency_cycles" in none
+    assert rows_of(ops) == [[1, 2], ["matmul_0", "relu_1"], [[600.0, 400.0], [500.0, 300.0]]]
+    assert rows_of(energy) == [[1], ["matmul_0"], [[3.0]]]
+    assert all(t.empty for t in no_ops)
+    # candidates as asked, components in COMPONENTS order; each run's recorded totals (NaN: none)
+    assert rows_of(parts.parts) == [list(range(3)), ["candidate_id", "run_id", "component", "area_mm2", "energy_uj"],
+                                    [[2, 2, "private_sram", 1.0, 3.0], [1, 1, "private_sram", 1.5, 4.0],
+                                     [1, 1, "cores", 0.5, 1.0]]]
+    assert rows_of(parts.totals) == [[2, 1], ["run_id", "area_mm2", "energy_uj", "power_mw"],
+                                     [[2, 1.0, 3.0, None], [1, 2.0, 5.0, 50.0]]]
+    assert parts.kind == "analytical" and parts.candidates == [2, 1]
+    assert rows_of(emulated.parts)[2] == [[1, 4, "cores", 0.6, 1.1]]
+    assert rows_of(emulated.totals) == [[1], ["run_id", "area_mm2", "energy_uj", "power_mw"], [[4, None, None, None]]]
+    assert all(p.parts.empty and p.totals.empty for p in no_parts)
+    assert last == [4, None]

@@ -92,7 +92,7 @@ def _ppa_points(store, experiment: str, kind: str, chip):
     stage's recorded figure divided by the PPA calibration factor its run's model_version
     names, if any). Returns the points and what was left out (why)."""
     from ..ppa.calibration import PPA_EVIDENCE, PpaPoint, modelled_power_mw
-    from ..records.calibrations import calibrations, ppa_factors, ppa_version_ids
+    from ..records.calibrations import ppa_factors, ppa_version_ids
     from emulator.chip import chip_from_dict
 
     evidence = PPA_EVIDENCE[kind]
@@ -126,7 +126,7 @@ def _ppa_points(store, experiment: str, kind: str, chip):
         version = mine["model_version"].iloc[0]
         if version not in priors:
             ids = ppa_version_ids(version)
-            records = calibrations(store, ids=ids) if ids else []
+            records = store.calibrations(ids=ids) if ids else []
             priors[version] = (ppa_factors([r for r in records if r["chip"] == chip.name])
                                if len(records) == len(ids) else None)
         prior = priors[version]
@@ -185,15 +185,13 @@ def _evidence_points(store, experiment: str, kind: str, chip):
 
 
 def cmd_calibrate(args) -> int:
-    from ..records.calibrations import calibrations
-
     if args.report:
         with open_store(args.db) as store:
             chip_name = None
             if args.chip:
                 from ..chips import load_chip
                 chip_name = load_chip(args.chip).name
-            found = calibrations(store, chip_name)
+            found = store.calibrations(chip_name)
             if not found:
                 raise InputError(args.db, "--chip", args.chip or "(any)",
                                  "a chip with a stored calibration (run `dse calibrate --chip NAME` first)")
@@ -221,7 +219,6 @@ def cmd_calibrate(args) -> int:
     from ..analytical.calibration import CALIBRATION_SET, POLICIES, calibration_points, fit
     from ..chips import chip_hash, load_chip
     from ..records import Store
-    from ..records.calibrations import add_calibration
     import emulator
 
     chip = load_chip(args.chip)
@@ -255,11 +252,11 @@ def cmd_calibrate(args) -> int:
                          f"({'; '.join(skipped) or 'no evidence for this chip'})")
     result = fit(points)
     with Store(args.db or default_db()) as store:
-        cal_id = add_calibration(store, chip=chip.name, chip_hash=chip_hash(chip), source=source,
-                                 model_version=MODEL_VERSION, emulator_version=emu_version,
-                                 constants=result.constants, error_before=result.before, error_after=result.after,
-                                 points=result.points, command=" ".join(sys.argv))
-        cal = calibrations(store, chip.name)[0]
+        cal_id = store.add_calibration(chip=chip.name, chip_hash=chip_hash(chip), source=source,
+                                       model_version=MODEL_VERSION, emulator_version=emu_version,
+                                       constants=result.constants, error_before=result.before,
+                                       error_after=result.after, points=result.points, command=" ".join(sys.argv))
+        cal = store.calibrations(chip.name)[0]
         assert cal["id"] == cal_id
     if args.json:
         print(json.dumps({**cal, "skipped": skipped}, indent=2, default=str))
@@ -277,7 +274,6 @@ def _calibrate_ppa(args, chip, t0: float) -> int:
     from ..chips import chip_hash
     from ..ppa.calibration import fit_factors
     from ..records import Store
-    from ..records.calibrations import add_calibration, calibrations
 
     if not args.experiment:
         raise InputError("(command line)", "--experiment", None, "the experiment whose imported evidence to fit")
@@ -288,11 +284,11 @@ def _calibrate_ppa(args, chip, t0: float) -> int:
                          f"both imported {args.evidence} figures and the model's ({'; '.join(left_out)})")
     result = fit_factors(points)
     with Store(args.db or default_db()) as store:
-        cal_id = add_calibration(store, chip=chip.name, chip_hash=chip_hash(chip), source=args.evidence,
-                                 model_version=MODEL_VERSION, emulator_version=None, constants=result.constants,
-                                 error_before=result.before, error_after=result.after, points=result.points,
-                                 command=" ".join(sys.argv))
-        (cal,) = calibrations(store, ids=[cal_id])
+        cal_id = store.add_calibration(chip=chip.name, chip_hash=chip_hash(chip), source=args.evidence,
+                                       model_version=MODEL_VERSION, emulator_version=None, constants=result.constants,
+                                       error_before=result.before, error_after=result.after, points=result.points,
+                                       command=" ".join(sys.argv))
+        (cal,) = store.calibrations(ids=[cal_id])
     if args.json:
         print(json.dumps({**cal, "skipped": left_out}, indent=2, default=str))
     else:

@@ -34,3 +34,8 @@ NOTE_KINDS = ("limitation", "open_question", "note", "lesson")
 # 0008: how an experiment builds on an earlier one (its spec's `follows` / `reopens`).
 LINK_RELATIONS = ("follows", "reopens")
 ARTIFACT_ROLES = ("graph_dump", "trace", "outputs", "report", "log", "inputs", "measurements")
+# What a calibration is fitted to: cycles (the model's constants) or, per component, a
+# synthesis report's area or a power report's power (area / energy scale factors).
+CYCLE_CALIBRATION_SOURCES = ("emulator_cycles", "rtl_cycles", "fpga_cycles")
+PPA_CALIBRATION_SOURCES = ("synth_area", "power")
+CALIBRATION_SOURCES = CYCLE_CALIBRATION_SOURCES + PPA_CALIBRATION_SOURCES

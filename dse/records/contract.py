@@ -6,7 +6,9 @@ SQLite or PostgreSQL) and the light readers (`dse.records.light.LightStore`: the
 library's sqlite3 on a SQLite file, psycopg on PostgreSQL), which answer the short commands
 before SQLAlchemy and pandas load. Each runs the same SQL (`dse.records.sql_reads`,
 `dse.records.page_reads`), and tests/test_store_contract.py runs one
-suite against each of them on both databases. Writer: the `Store`.
+suite against each of them on both databases. The report's reads (`ReportReader`, pandas
+frames of a whole experiment: `dse.records.report_reads`): the Store alone. Writer: the
+`Store`.
 
 Shared rules:
 - an experiment is named by its name or its id (an int, or digits as text); where a
@@ -69,6 +71,12 @@ class RecordReader(Protocol):
                        candidate_ids: Iterable[int] | None = None, with_runs: bool = False) -> dict: ...
     def workload_points(self, experiment_id: int) -> list[tuple[int, str, dict]]: ...
 
+    # ---- calibrations (which one the model uses for a chip: `dse.records.calibrations`) ------
+    def calibrations(self, chip: str | None = None, sources: Sequence[str] | None = None,
+                     ids: Sequence[int] | None = None) -> list[dict[str, Any]]: ...
+    def latest_calibration(self, chip: str) -> dict[str, Any] | None: ...
+    def latest_ppa_records(self, chip: str) -> list[dict[str, Any]]: ...
+
     def close(self) -> None: ...
 
 
@@ -94,6 +102,18 @@ class PageReader(Protocol):
 
 
 @runtime_checkable
+class ReportReader(Protocol):
+    """The report's reads (`dse report`; the workbench's figures and JSON views), each one SQL
+    text (`dse.records.report_reads`), as pandas frames. The Store alone: the light readers
+    answer the short commands, which show none of these. An experiment by its int id."""
+
+    def candidate_metrics(self, experiment_id: int, names: Sequence[str], found: dict | None = None) -> Any: ...
+    def op_metric_table(self, experiment_id: int, candidate_ids: Sequence[int] | None, name: str) -> Any: ...
+    def component_figures(self, experiment_id: int, candidate_ids: Sequence[int], kind: str) -> Any: ...
+    def last_run_id(self, experiment_id: int) -> int | None: ...
+
+
+@runtime_checkable
 class RecordWriter(Protocol):
     """What a writer takes: the experiment, its candidates, their runs with metrics and
     evidence, and people's decisions, notes and links. Each call is one transaction: it
@@ -111,6 +131,10 @@ class RecordWriter(Protocol):
     def add_decision(self, experiment_id: int, verdict: str, rationale: str, author: str,
                      evidence: list[int], *args: Any, **kwargs: Any) -> int: ...
     def add_note(self, experiment: Experiment, kind: str, text: str, author: str) -> int: ...
+    def add_calibration(self, *, chip: str, chip_hash: str, source: str, model_version: str,
+                        emulator_version: str | None, constants: dict[str, float], error_before: dict[str, Any],
+                        error_after: dict[str, Any], points: list[dict[str, Any]],
+                        command: str | None = None) -> int: ...
 
     def close(self) -> None: ...
 
@@ -119,5 +143,7 @@ READER_METHODS = tuple(name for name, value in vars(RecordReader).items()
                        if callable(value) and not name.startswith("_"))
 PAGE_METHODS = tuple(name for name, value in vars(PageReader).items()
                      if callable(value) and not name.startswith("_"))
+REPORT_METHODS = tuple(name for name, value in vars(ReportReader).items()
+                       if callable(value) and not name.startswith("_"))
 WRITER_METHODS = tuple(name for name, value in vars(RecordWriter).items()
                        if callable(value) and not name.startswith("_"))

@@ -52,10 +52,8 @@ def record(connection: Connection, packs: Sequence[tuple]) -> None:
         pair = (candidate_of[run], kind)
         if newest.get(pair, -1) < run:
             newest[pair] = run
-    held = _held(connection, sorted({c for c, _ in newest}))
-    # Pairs a newer run (already recorded) holds keep its figures; older ones are replaced
-    # (the upsert's guard keeps a concurrent PostgreSQL writer's newer row too).
-    newest = {pair: run for pair, run in newest.items() if held.get(pair, -1) < run}
+    # Pairs a newer run (already recorded, or a concurrent PostgreSQL writer's) holds keep
+    # its figures, older ones are replaced: the upsert's guard, so nothing is read first.
     kept = [(c, kind, run, names, values) for run, kind, names, values in totals
             if newest.get((c := candidate_of[run], kind)) == run]
     _put_figures(connection, [(c, kind, run, *of_run[run][1:], names, figures)
@@ -158,18 +156,6 @@ def _runs(connection: Connection, run_ids: list[int]) -> dict[int, tuple[int, st
         out.update((run, (c, m, e)) for run, c, m, e in connection.exec_driver_sql(
             "SELECT id, candidate_id, model_version, emulator_version FROM run WHERE id IN "
             f"({', '.join(str(int(r)) for r in part)})"))
-    return out
-
-
-def _held(connection: Connection, candidate_ids: list[int]) -> dict[tuple[int, str], int]:
-    """(candidate, kind) -> the run whose figures latest_figures holds, for these candidates."""
-    out: dict[tuple[int, str], int] = {}
-    for i in range(0, len(candidate_ids), _CHUNK):
-        part = candidate_ids[i:i + _CHUNK]
-        for c, k, run in connection.exec_driver_sql(
-                "SELECT candidate_id, kind, run_id FROM latest_figures WHERE candidate_id IN "
-                f"({', '.join(str(int(c)) for c in part)})"):
-            out[(c, k)] = run
     return out
 
 

@@ -145,6 +145,17 @@ class LightStore(PageReads):
                        with_runs: bool = False) -> dict:
         return sql_reads.figure_columns(self._run, kinds, names, experiment_id, candidate_ids, with_runs)
 
+    # ---- calibrations ----------------------------------------------------------------------
+
+    def calibrations(self, chip: str | None = None, sources=None, ids=None) -> list[dict[str, Any]]:
+        return sql_reads.calibrations(self._run, chip, sources, ids)
+
+    def latest_calibration(self, chip: str) -> dict[str, Any] | None:
+        return sql_reads.latest_calibration(self._run, chip)
+
+    def latest_ppa_records(self, chip: str) -> list[dict[str, Any]]:
+        return sql_reads.latest_ppa_records(self._run, chip)
+
     def _page_read(self, read: Callable[[Run], _T]) -> _T:
         return read(self._run)
 
@@ -211,8 +222,7 @@ def _open_postgresql(url: str) -> LightStore | None:
         return None
     run = light_pg.runner(connection)
     try:  # one snapshot (REPEATABLE READ, READ ONLY) from the first query to `close`
-        versions = [row[0] for row in run("SELECT version_num FROM alembic_version", {})[1]]
-        running = run("SELECT count(*) FROM run WHERE status = 'running'", {})[1][0][0]
+        versions, running = sql_reads.schema_versions(run), sql_reads.runs_in_flight(run)
     except psycopg.Error:  # not a store, another schema: the Store says
         connection.close()
         return None
@@ -225,7 +235,5 @@ def _open_postgresql(url: str) -> LightStore | None:
 def _usable(db: sqlite3.Connection, path: Path) -> bool:
     if os.path.getsize(path) <= QUICK_CHECK_MAX_BYTES and db.execute("PRAGMA quick_check(1)").fetchone()[0] != "ok":
         return False  # the Store's open reports the damage
-    versions = [row[0] for row in db.execute("SELECT version_num FROM alembic_version")]
-    if versions != [head_revision()]:
-        return False
-    return db.execute("SELECT count(*) FROM run WHERE status = 'running'").fetchone()[0] == 0
+    run = sqlite_runner(db)
+    return sql_reads.schema_versions(run) == [head_revision()] and sql_reads.runs_in_flight(run) == 0

@@ -18,7 +18,7 @@ from datetime import datetime, timezone
 from sqlalchemy import Engine, delete, insert, select, update
 
 from dse.errors import InputError, Stopped
-from dse.records import provenance
+from dse.records import candidate_runs, provenance
 from dse.records.schema import Candidate, Experiment, Run, SweepLock, utcnow
 
 HEARTBEAT_INTERVAL_S = 30.0
@@ -123,6 +123,7 @@ def reap_crashed(engine: Engine, writer: Engine, stale_after: float) -> list[int
             )
             if done.rowcount:
                 reaped.append(run_id)
+        candidate_runs.changed(connection, reaped)  # running -> crashed: no outcome moves
     return reaped
 
 

@@ -86,24 +86,30 @@ def _ids_of(connection: Connection, hashes: list[str]) -> dict[str, int]:
     return out
 
 
-def layouts(connection: Connection, ids: Iterable[int]) -> dict[int, list[tuple]]:
-    """layout id -> its entries, (kind, name, unit, scope, scope_key) each."""
+# Layouts by id (ints only, written into the SQL).
+LAYOUTS = "SELECT id, layout FROM metric_layout WHERE id IN ({ids})"
+
+
+def layouts(source: Any, ids: Iterable[int]) -> dict[int, list[tuple]]:
+    """layout id -> its entries, (kind, name, unit, scope, scope_key) each. `source`: a
+    connection, or a reader's way of running SQL (`sql_reads.Run`)."""
     wanted = sorted({int(i) for i in ids})
     out: dict[int, list[tuple]] = {}
     for i in range(0, len(wanted), _CHUNK):
-        part = wanted[i:i + _CHUNK]
-        out.update((int(ident), layout_entries(text)) for ident, text in connection.exec_driver_sql(
-            f"SELECT id, layout FROM metric_layout WHERE id IN ({', '.join(map(str, part))})"))
+        sql = LAYOUTS.format(ids=", ".join(map(str, wanted[i:i + _CHUNK])))
+        rows = source(sql, {})[1] if callable(source) else source.exec_driver_sql(sql)
+        out.update((int(ident), layout_entries(text)) for ident, text in rows)
     return out
 
 
-def explode(connection: Connection, frame: Any, kinds: Sequence[str] | None = None, scope: str | None = None,
+def explode(source: Any, frame: Any, kinds: Sequence[str] | None = None, scope: str | None = None,
             names: Sequence[str] | None = None, scopes: Sequence[str] | None = None) -> Any:
     """`frame` (a pandas DataFrame with columns layout_id and figures, one row per run) in
     long form: each row repeated once per metric of its layout (of these kinds, scope or
     scopes and names when given), with columns kind, name, value, unit, scope, scope_key
     in place of layout_id and figures; rows in the frame's order, each run's metrics in
-    recorded order (as the metric rows' ids ordered them)."""
+    recorded order (as the metric rows' ids ordered them). `source`: what `layouts` reads
+    the layouts through."""
     import numpy as np
     import pandas as pd
 
@@ -112,7 +118,7 @@ def explode(connection: Connection, frame: Any, kinds: Sequence[str] | None = No
     if frame.empty:
         return pd.DataFrame({c: pd.Series(dtype="float64" if c == "value" else object) for c in columns})
     codes, ids = pd.factorize(frame["layout_id"].astype("int64"))
-    held = layouts(connection, ids)
+    held = layouts(source, ids)
     figures = frame["figures"].to_numpy()
     wanted_scopes = set(scopes) if scopes is not None else ({scope} if scope is not None else None)
     pieces, order = [], []
@@ -135,7 +141,7 @@ def explode(connection: Connection, frame: Any, kinds: Sequence[str] | None = No
         # each long row's place: its run's row in the frame, then its position in the run
         order.append(np.repeat(at, len(keep)) * (1 << 20) + np.tile(np.array(keep, dtype=np.int64), len(at)))
     if not pieces:
-        return explode(connection, frame.iloc[:0], kinds, scope, names, scopes)
+        return explode(source, frame.iloc[:0], kinds, scope, names, scopes)
     long = pd.concat(pieces, ignore_index=True)
     long = long.iloc[np.argsort(np.concatenate(order), kind="stable")].reset_index(drop=True)
     return long[columns]

@@ -10,7 +10,7 @@ from typing import Any, TypeVar
 
 from sqlalchemy import JSON, Connection, DateTime, String, Text, case, cast, func, select, text
 from sqlalchemy.ext.compiler import compiles
-from sqlalchemy.orm import Session
+from sqlalchemy.orm import Session, aliased
 from sqlalchemy.sql.functions import FunctionElement
 
 from dse.identity import canonical_json
@@ -25,6 +25,7 @@ from dse.records.schema import (
     Artifact,
     Candidate,
     CandidateRun,
+    CandidateText,
     Decision,
     Experiment,
     LatestFigures,
@@ -235,9 +236,10 @@ def candidates(connection: Connection, experiment_id: int, stage: str | None = N
     text or NULL here); `through_rows`: through SQLAlchemy's rows instead, as before (the
     tests' and benches' reference: both must agree)."""
     if through_rows:
+        config, mapping = aliased(CandidateText), aliased(CandidateText)
         columns = (
             Candidate.id, Candidate.hash, Candidate.origin,
-            *(() if lean else (raw(Candidate.config), raw(Candidate.mapping))),
+            *(() if lean else (config.text.label("config"), mapping.text.label("mapping"))),
             raw(Candidate.diff),
             *(() if lean else (raw(Candidate.created_at),)),
             Candidate.why, Candidate.notes,
@@ -249,8 +251,10 @@ def candidates(connection: Connection, experiment_id: int, stage: str | None = N
         if stage is not None:
             runs_of = runs_of.where(Run.stage == stage)
         latest = runs_of.group_by(Run.candidate_id).subquery()
-        stmt = (select(*columns, latest.c.run_id, Run.stage, Run.status, Run.reason)
-                .outerjoin(latest, latest.c.candidate_id == Candidate.id)
+        stmt = select(*columns, latest.c.run_id, Run.stage, Run.status, Run.reason).select_from(Candidate)
+        if not lean:
+            stmt = stmt.join(config, config.id == Candidate.config_id).join(mapping, mapping.id == Candidate.mapping_id)
+        stmt = (stmt.outerjoin(latest, latest.c.candidate_id == Candidate.id)
                 .outerjoin(Run, Run.id == latest.c.run_id))
         stmt = stmt.where(Candidate.experiment_id == experiment_id).order_by(Candidate.id).limit(limit)
         frame = frame_of(connection, stmt)
@@ -606,12 +610,14 @@ def _latest_metrics(connection: Connection, candidate_id: int, scope: str) -> pd
 
 
 def _comparable_fields(connection: Connection, candidate_id: int) -> dict[str, Any]:
+    config, mapping = aliased(CandidateText), aliased(CandidateText)
     row = connection.execute(
-        select(Candidate.config, Candidate.mapping).where(Candidate.id == as_id(candidate_id))
+        select(config.text, mapping.text).join(Candidate, Candidate.config_id == config.id)
+        .join(mapping, mapping.id == Candidate.mapping_id).where(Candidate.id == as_id(candidate_id))
     ).one_or_none()
     if row is None:
         raise candidate_not_found(connection, candidate_id)
-    fields = flatten({"config": row.config, "mapping": row.mapping})
+    fields = flatten({"config": json.loads(row[0]), "mapping": json.loads(row[1])})
     # Latest run first, so for each kind:name the newest value wins.
     runs = connection.execute(
         select(Run.id, RunMetrics.layout_id, RunMetrics.figures)

@@ -2,7 +2,8 @@
 SQLAlchemy, its ORM and pandas (most of a short command's start-up) are imported: the light
 read of a rerun's shortcut (`dse.runner.rerun`). A SQLite file is read with the standard
 library's sqlite3 (`dse.records.light.connect`), a PostgreSQL URL with psycopg
-(`dse.records.light_pg.connect`); the same queries, written in SQL both speak. It never
+(`dse.records.light_pg.connect`); each read is one of `dse.records.sql_reads`' texts,
+run by the light readers' runners (`light.sqlite_runner`, `light_pg.runner`). It never
 writes, and opens no file that is not there; anything it cannot read (a server it cannot
 reach included) is the full sweep's to report (None).
 
@@ -13,18 +14,16 @@ importing this module brings in neither SQLAlchemy nor the schema.)
 
 from __future__ import annotations
 
-import json
-import re
 import sqlite3
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from . import sql_reads
-from .light import connect
+from . import light_pg, sql_reads
+from .light import connect, sqlite_runner
 from .light_pg import connect as connect_pg
 from .revisions import head_revision
-from .sql_reads import latest_status_counts
+from .sql_reads import Run
 
 @dataclass
 class RecordedExperiment:
@@ -66,7 +65,7 @@ def read_experiment(store: str | Path, name: str, final_statuses: set[str]) -> R
         return None  # what the store's open would refuse (or create) is the full sweep's to say
     try:
         connection.execute("BEGIN")  # one snapshot for every read below
-        return _read(connection, name, final_statuses)
+        return _read(sqlite_runner(connection), name, final_statuses)
     except (sqlite3.Error, ValueError):  # not a store, another schema, a locked file: the full sweep says
         return None
     finally:
@@ -84,72 +83,30 @@ def _read_postgresql(url: str, name: str, final_statuses: set[str]) -> RecordedE
         return None
     try:
         with connection.transaction():  # one snapshot (REPEATABLE READ) for every read below
-            return _read(_QmarkConnection(connection), name, final_statuses)
+            return _read(light_pg.runner(connection), name, final_statuses)
     except (psycopg.Error, ValueError):  # not a store, another schema: the full sweep says
         return None
     finally:
         connection.close()
 
 
-class _QmarkConnection:
-    """A psycopg connection taking the sqlite3 queries' `?` placeholders (no query here
-    holds a `?` or `%` of its own)."""
-
-    def __init__(self, connection):
-        self._connection = connection
-
-    def execute(self, sql: str, params: tuple = ()):
-        return self._connection.execute(sql.replace("?", "%s"), params or None)
-
-
-def _read(db: sqlite3.Connection | _QmarkConnection, name: str, final_statuses: set[str]) -> RecordedExperiment | None:
-    versions = [row[0] for row in db.execute("SELECT version_num FROM alembic_version")]
-    row = db.execute("SELECT id, spec_hash, workload_hash, status, acceptance, judged_run_id FROM experiment "
-                     "WHERE name = ?", (name,)).fetchone()
+def _read(run: Run, name: str, final_statuses: set[str]) -> RecordedExperiment | None:
+    """What the shortcut reads, each read one of `sql_reads`' texts (those of the light readers
+    where they read the same)."""
+    row = sql_reads.rerun_experiment(run, name)
     if row is None:
         return None
-    exp_id = row[0]
+    exp_id = row["id"]
     out = RecordedExperiment(
-        id=exp_id, spec_hash=row[1], workload_hash=row[2], status=row[3], acceptance=_json(row[4]),
-        schema_current=versions == [head_revision()],
-        runs_in_flight=db.execute("SELECT count(*) FROM run WHERE status = 'running'").fetchone()[0],
-        locked=db.execute("SELECT count(*) FROM sweep_lock WHERE experiment_id = ?", (exp_id,)).fetchone()[0] > 0,
-        has_frontend_dumps=db.execute("SELECT count(*) FROM artifact WHERE experiment_id = ? AND role = 'graph_dump'",
-                                      (exp_id,)).fetchone()[0] > 0,
-        judged_run_id=row[5])
-    # Each candidate's latest analytical run (as `Store.candidates(..., stage="analytical")`).
-    for cand_hash, why, status in db.execute(
-            "SELECT c.hash, c.why, r.status FROM candidate c LEFT JOIN "
-            "(SELECT candidate_id, max(id) AS run_id FROM run WHERE stage = 'analytical' GROUP BY candidate_id) l "
-            "ON l.candidate_id = c.id LEFT JOIN run r ON r.id = l.run_id WHERE c.experiment_id = ?", (exp_id,)):
+        id=exp_id, spec_hash=row["spec_hash"], workload_hash=row["workload_hash"], status=row["status"],
+        acceptance=row["acceptance"], schema_current=sql_reads.schema_versions(run) == [head_revision()],
+        runs_in_flight=sql_reads.runs_in_flight(run), locked=sql_reads.count(run, sql_reads.SWEEP_LOCKS, exp_id) > 0,
+        has_frontend_dumps=sql_reads.count(run, sql_reads.GRAPH_DUMPS, exp_id) > 0, judged_run_id=row["judged_run_id"])
+    for cand_hash, why, status in sql_reads.analytical_by_hash(run, exp_id):
         out.analytical[cand_hash], out.why[cand_hash] = status, why
-    marks = ",".join("?" * len(final_statuses))
-    out.emulator_done = {h for (h,) in db.execute(
-        f"SELECT DISTINCT c.hash FROM candidate c JOIN run r ON r.candidate_id = c.id WHERE c.experiment_id = ? "
-        f"AND r.stage = 'emulator' AND r.status IN ({marks})", (exp_id, *sorted(final_statuses)))}
-    proposal = db.execute("SELECT verdict, rationale, created_at FROM decision WHERE experiment_id = ? "
-                          "AND kind = 'proposal' ORDER BY id DESC LIMIT 1", (exp_id,)).fetchone()
-    out.proposal = tuple(proposal) if proposal is not None else None
-    # The newest start or finish: the larger of the newest start and the newest finish (SQLite's
-    # two-argument max is PostgreSQL's greatest; this is both's).
-    started, finished, out.newest_run_id = db.execute(
-        "SELECT max(r.started_at), max(coalesce(r.finished_at, r.started_at)), max(r.id) FROM run r "
-        "JOIN candidate c ON c.id = r.candidate_id WHERE c.experiment_id = ?", (exp_id,)).fetchone()
-    out.newest_run_time = None if started is None else max(started, finished)
-    out.reasons = sql_reads.reason_groups(lambda sql, params: _named(db, sql, params), exp_id)
-    out.outcomes = latest_status_counts(lambda sql, params: _named(db, sql, params), exp_id)
+    out.emulator_done = sql_reads.emulator_done(run, exp_id, final_statuses)
+    out.proposal = sql_reads.latest_proposal(run, exp_id)
+    out.newest_run_time, out.newest_run_id = sql_reads.newest_run(run, exp_id)
+    out.reasons = sql_reads.reason_groups(run, exp_id)
+    out.outcomes = sql_reads.latest_status_counts(run, exp_id)
     return out
-
-
-def _named(db, sql: str, params: dict[str, Any]) -> tuple[list[str], list[tuple]]:
-    """`sql_reads`' query (`:name` placeholders) run on this module's `?` connection."""
-    names = re.findall(r":(\w+)", sql)
-    cursor = db.execute(re.sub(r":\w+", "?", sql), tuple(params[n] for n in names))
-    return [c[0] for c in cursor.description], cursor.fetchall()
-
-
-def _json(value) -> list:
-    """A JSON column's value: SQLite hands back its text, psycopg the parsed value."""
-    if not value:
-        return []
-    return json.loads(value) if isinstance(value, str) else value

@@ -20,7 +20,7 @@ from typing import Any
 
 from sqlalchemy import Connection, bindparam, func, update
 
-from dse.records import latest, packed
+from dse.records import candidate_runs, latest, packed
 from dse.records.outcomes import CONSTRAINT_REJECTED, outcome
 from dse.records.schema import Run, utcnow
 
@@ -109,6 +109,8 @@ def link_runs(connection: Connection, links: Mapping[int, int]) -> None:
          for run, src in links.items()]).rowcount
     if done != len(links):
         raise ValueError(f"runs {sorted(links)}: not all running, so not linked")
+    # A running run took its source's status: a pruned one may move its candidate's outcome.
+    candidate_runs.changed(connection, list(links), [run for run, src in links.items() if state[src][0] == "pruned"])
     # The linked figures under the linking run: latest.record takes them as if just written.
     of_source = {}
     for row in packed.rows_of(connection, sorted(set(links.values())), scope="total"):

@@ -39,6 +39,9 @@ from dse.records.choices import (  # noqa: F401 - the schema's vocabulary, named
     NOTE_KINDS,
     LINK_RELATIONS,
     ARTIFACT_ROLES,
+    CYCLE_CALIBRATION_SOURCES,
+    PPA_CALIBRATION_SOURCES,
+    CALIBRATION_SOURCES,
 )
 
 # Named constraints let alembic's SQLite batch mode and autogenerate find them again.
@@ -125,8 +128,12 @@ class Candidate(Base):
     # 0002: index, so an experiment's candidates come in id order without a sort
     experiment_id: Mapped[int] = mapped_column(ForeignKey("experiment.id"), index=True)
     hash: Mapped[str] = mapped_column(String(64))
-    config: Mapped[dict[str, Any]]
-    mapping: Mapped[dict[str, Any]]
+    # 0018: the config and the mapping as canonical JSON, each a candidate_text row shared
+    # by every candidate with that text (a sweep's 2,320 candidates have ~150 configs of
+    # ~1.7 kB: three quarters of its bytes written once per candidate before). Always set by
+    # the writes; no foreign key, so SQLite adds and drops the columns in place.
+    config_id: Mapped[int | None] = mapped_column(Integer)
+    mapping_id: Mapped[int | None] = mapped_column(Integer)
     origin: Mapped[str] = mapped_column(String(16))
     diff: Mapped[dict[str, Any]]  # {"config.path": [baseline_value, candidate_value]}
     created_at: Mapped[datetime] = mapped_column(default=utcnow)
@@ -139,6 +146,18 @@ class Candidate(Base):
     @validates("origin")
     def _check_origin(self, _key: str, value: str) -> str:
         return check_choice("candidate.origin", value, CANDIDATE_ORIGINS)
+
+
+class CandidateText(Base):
+    """0018: a candidate's config or mapping, canonical JSON text (`dse.identity.canonical_json`),
+    stored once per distinct text (found again by the sha256 of the text) and named by
+    candidate.config_id and candidate.mapping_id."""
+
+    __tablename__ = "candidate_text"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    hash: Mapped[str] = mapped_column(String(64), unique=True)
+    text: Mapped[str] = mapped_column(Text)
 
 
 class Run(Base):
@@ -237,8 +256,8 @@ class CandidateRun(Base):
     """0011: the runs a candidate's reads show, by role: "latest" (of any stage), a stage's
     name (its latest run of that stage) and "outcome" (its latest run, unless that was
     "pruned": then its latest other run, if any), with that run's stage, status and
-    reason. Kept by triggers on run (after every insert and every update of status or
-    reason, whoever writes it; see the migration), so a table of 100,000 candidates reads
+    reason. Kept by every write of runs in its transaction (dse.records.candidate_runs;
+    0011-0016: by triggers on run), so a table of 100,000 candidates reads
     these narrow rows instead of probing the runs, and an experiment's candidates by
     outcome are counted from the (experiment_id, role, status) index alone. Derived data:
     the runs stay the record; a candidate without runs has no rows."""
@@ -340,11 +359,6 @@ class ExperimentLink(Base):
         return check_choice("experiment_link.relation", value, LINK_RELATIONS)
 
 
-# What a calibration is fitted to: cycles (the model's constants) or, per component, a
-# synthesis report's area or a power report's power (area / energy scale factors).
-CYCLE_CALIBRATION_SOURCES = ("emulator_cycles", "rtl_cycles", "fpga_cycles")
-PPA_CALIBRATION_SOURCES = ("synth_area", "power")
-CALIBRATION_SOURCES = CYCLE_CALIBRATION_SOURCES + PPA_CALIBRATION_SOURCES
 
 
 class Calibration(Base):

@@ -1,6 +1,6 @@
 """A new store's schema in one go: the DDL that a store migrated to SCHEMA_HEAD holds,
 frozen per dialect (migrations/snapshot/<dialect>.sql), run in the opening transaction and
-stamped at the head, instead of alembic's sixteen migrations (0.2-0.4 s a database: a
+stamped at the head, instead of alembic's eighteen migrations (0.2-0.4 s a database: a
 tenth of a small sweep). Only an empty database is made so; any other is migrated.
 
 The snapshots are made from a migrated store (`python -m dse.records.snapshot`, after a

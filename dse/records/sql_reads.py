@@ -20,14 +20,14 @@ from collections.abc import Callable, Sequence
 from datetime import datetime, timezone
 from typing import Any
 
-from dse.records.choices import RUN_STATUSES
+from dse.records.choices import CYCLE_CALIBRATION_SOURCES, PPA_CALIBRATION_SOURCES, RUN_STATUSES
 from dse.records.outcomes import outcome, reason_group_sql
 
 Run = Callable[[str, dict[str, Any]], tuple[Sequence[str], list[tuple]]]
 
 EXPERIMENTS = "SELECT id, name, hypothesis, status, workload_recipe, created_at FROM experiment ORDER BY id"
 CANDIDATES_PER_EXPERIMENT = "SELECT experiment_id, count(*) FROM candidate GROUP BY experiment_id"
-# A candidate's outcome: candidate_run's "outcome" row (kept by triggers on run, 0011). Every
+# A candidate's outcome: candidate_run's "outcome" row (0011; kept by the writes of runs, 0017). Every
 # experiment's as the experiments' ids named: SQLite then seeks the (experiment_id, role,
 # status) index once an experiment, in its order, instead of scanning it all and sorting
 # (4x faster on 100,000 candidates).
@@ -166,8 +166,10 @@ _EXPERIMENT_JSON = ("acceptance", "workload")
 # row of that role) as candidate_run holds it: one key probe a candidate into narrow rows.
 CANDIDATES = (
     "SELECT c.id, c.hash, c.origin{full}, CAST(c.diff AS TEXT) AS diff{created}, c.why, c.notes, "
-    "cr.run_id, cr.stage, cr.status, cr.reason FROM candidate c LEFT OUTER JOIN candidate_run cr "
+    "cr.run_id, cr.stage, cr.status, cr.reason FROM candidate c{texts} LEFT OUTER JOIN candidate_run cr "
     "ON cr.candidate_id = c.id AND cr.role = :role WHERE c.experiment_id = :experiment_id ORDER BY c.id{limit}")
+# A candidate's config and mapping texts (0018: each distinct text once, in candidate_text).
+CANDIDATE_TEXTS = (" JOIN candidate_text tc ON tc.id = c.config_id JOIN candidate_text tm ON tm.id = c.mapping_id")
 # By status and which outcome-deciding prefix the reason has (`outcomes.reason_group_sql`),
 # with one reason of each group for `outcomes.outcome` to name it.
 LATEST_STATUSES = ("SELECT status, {group} AS reason_group, count(*), min(candidate_id), min(reason) "
@@ -209,7 +211,7 @@ def candidates(run: Run, experiment_id: int, role: str = "latest", lean: bool = 
     origin, config, mapping, diff, created_at, why, notes, run_id, stage, status, reason.
     JSON columns as their text; `lean`: without config, mapping and created_at."""
     sql = CANDIDATES.format(
-        full="" if lean else ", CAST(c.config AS TEXT) AS config, CAST(c.mapping AS TEXT) AS mapping",
+        full="" if lean else ", tc.text AS config, tm.text AS mapping", texts="" if lean else CANDIDATE_TEXTS,
         created="" if lean else ", c.created_at", limit="" if limit is None else " LIMIT :limit")
     params: dict[str, Any] = {"role": role, "experiment_id": experiment_id}
     if limit is not None:
@@ -285,9 +287,10 @@ def _equal(**ids: int | None) -> tuple[str, dict[str, Any]]:
 # ---- one candidate, one run -----------------------------------------------------------------
 
 CANDIDATE = (
-    "SELECT c.id, c.experiment_id, c.hash, CAST(c.config AS TEXT) AS config, CAST(c.mapping AS TEXT) AS mapping, "
+    "SELECT c.id, c.experiment_id, c.hash, tc.text AS config, tm.text AS mapping, "
     "c.origin, CAST(c.diff AS TEXT) AS diff, c.created_at, c.why, c.notes, e.name AS experiment, "
-    "e.baseline_candidate_id FROM candidate c JOIN experiment e ON c.experiment_id = e.id WHERE c.id = :id")
+    "e.baseline_candidate_id FROM candidate c JOIN experiment e ON c.experiment_id = e.id" + CANDIDATE_TEXTS +
+    " WHERE c.id = :id")
 _CANDIDATE_JSON = ("config", "mapping", "diff")
 # A run's row, in the run table's column order after its id and its candidate's experiment
 # (`runs`' columns); JSON as its text.
@@ -426,8 +429,9 @@ FIGURES = ("SELECT lf.candidate_id, lf.kind, lf.layout, lf.figures, lf.run_id FR
 FIGURES_BYTE_ORDER = "<"
 # The candidates at a workload point (`mapping.workload`): those whose mapping's text names
 # one (read as JSON and checked after), with their hash.
-WORKLOAD_POINTS = ("SELECT id, hash, CAST(mapping AS TEXT) AS mapping FROM candidate "
-                   "WHERE experiment_id = :experiment_id AND CAST(mapping AS TEXT) LIKE :pattern ORDER BY id")
+# (0018: each distinct mapping text once: the pattern is matched once a text, not a candidate.)
+WORKLOAD_POINTS = ("SELECT c.id, c.hash, tm.text AS mapping FROM candidate c JOIN candidate_text tm ON tm.id = c.mapping_id "
+                   "WHERE c.experiment_id = :experiment_id AND tm.text LIKE :pattern ORDER BY c.id")
 
 
 def _listed(prefix: str, values: Sequence[Any], params: dict[str, Any]) -> str:
@@ -502,3 +506,135 @@ def workload_points(run: Run, experiment_id: int) -> list[tuple[int, str, dict]]
         if point:
             out.append((int(ident), digest, point))
     return out
+
+
+# ---- the store's state, and what a rerun's shortcut reads (dse.records.recorded) --------------
+
+# The schema revision the store is at (one row at a store's head), and its runs in flight: a
+# light reader answers only a store at the head with none (a Store's open would upgrade it, or
+# reap the dead ones).
+SCHEMA_VERSIONS = "SELECT version_num FROM alembic_version"
+RUNS_IN_FLIGHT = "SELECT count(*) FROM run WHERE status = 'running'"
+# An experiment by name, with what a rerun compares (its spec, workload, status, criteria and
+# the newest run its sweep's last judgement covered, experiment.judged_run_id, 0013).
+RERUN_EXPERIMENT = ("SELECT id, spec_hash, workload_hash, status, CAST(acceptance AS TEXT) AS acceptance, "
+                    "judged_run_id FROM experiment WHERE name = :name")
+SWEEP_LOCKS = "SELECT count(*) FROM sweep_lock WHERE experiment_id = :experiment_id"
+GRAPH_DUMPS = "SELECT count(*) FROM artifact WHERE experiment_id = :experiment_id AND role = 'graph_dump'"
+# Each candidate's hash and why, with the status of its latest analytical run (None without
+# one), from the runs themselves: what the sweep's resume reads (`Store.candidates(...,
+# stage="analytical")`), whatever candidate_run holds of a store edited by hand.
+ANALYTICAL_BY_HASH = (
+    "SELECT c.hash, c.why, r.status FROM candidate c LEFT OUTER JOIN (SELECT candidate_id, max(id) AS run_id "
+    "FROM run WHERE stage = 'analytical' GROUP BY candidate_id) l ON l.candidate_id = c.id "
+    "LEFT OUTER JOIN run r ON r.id = l.run_id WHERE c.experiment_id = :experiment_id")
+# Candidates with an emulator run of one of some statuses.
+EMULATOR_DONE = ("SELECT DISTINCT c.hash FROM candidate c JOIN run r ON r.candidate_id = c.id "
+                 "WHERE c.experiment_id = :experiment_id AND r.stage = 'emulator' AND r.status IN ({statuses})")
+LATEST_PROPOSAL = ("SELECT verdict, rationale, created_at FROM decision WHERE experiment_id = :experiment_id "
+                   "AND kind = 'proposal' ORDER BY id DESC LIMIT 1")
+# The newest start, the newest finish (or start of a run not finished) and the newest id of the
+# experiment's runs (SQLite's two-argument max is PostgreSQL's greatest: the larger is taken after).
+NEWEST_RUN = ("SELECT max(r.started_at), max(coalesce(r.finished_at, r.started_at)), max(r.id) FROM run r "
+              "JOIN candidate c ON c.id = r.candidate_id WHERE c.experiment_id = :experiment_id")
+
+
+def schema_versions(run: Run) -> list[str]:
+    return [row[0] for row in run(SCHEMA_VERSIONS, {})[1]]
+
+
+def runs_in_flight(run: Run) -> int:
+    return int(run(RUNS_IN_FLIGHT, {})[1][0][0])
+
+
+def rerun_experiment(run: Run, name: str) -> dict[str, Any] | None:
+    """The experiment `name`'s id, spec_hash, workload_hash, status, acceptance (a list) and
+    judged_run_id, or None."""
+    found = _dicts(run, RERUN_EXPERIMENT, {"name": name})
+    if not found:
+        return None
+    (row,) = found
+    row["acceptance"] = json.loads(row["acceptance"]) if row["acceptance"] else []
+    return row
+
+
+def count(run: Run, sql: str, experiment_id: int) -> int:
+    """A `SELECT count(*)` of one experiment's rows (`SWEEP_LOCKS`, `GRAPH_DUMPS`)."""
+    return int(run(sql, {"experiment_id": int(experiment_id)})[1][0][0])
+
+
+def analytical_by_hash(run: Run, experiment_id: int) -> list[tuple[str, str | None, str | None]]:
+    """[(hash, why, status of its latest analytical run or None)] of an experiment's candidates."""
+    return [tuple(r) for r in run(ANALYTICAL_BY_HASH, {"experiment_id": int(experiment_id)})[1]]
+
+
+def emulator_done(run: Run, experiment_id: int, statuses: Sequence[str]) -> set[str]:
+    """The hashes of an experiment's candidates with an emulator run of one of `statuses`."""
+    params: dict[str, Any] = {"experiment_id": int(experiment_id)}
+    listed = _listed("s", sorted(statuses), params)
+    if not listed:
+        return set()
+    return {h for (h,) in run(EMULATOR_DONE.format(statuses=listed), params)[1]}
+
+
+def latest_proposal(run: Run, experiment_id: int) -> tuple[str, str, Any] | None:
+    """The experiment's latest proposal (verdict, rationale, created_at as the driver gives it:
+    SQLite's text, PostgreSQL's aware datetime), or None."""
+    found = run(LATEST_PROPOSAL, {"experiment_id": int(experiment_id)})[1]
+    return tuple(found[0]) if found else None
+
+
+def newest_run(run: Run, experiment_id: int) -> tuple[Any, int | None]:
+    """(the newest start or finish of the experiment's runs, as the driver gives it; the newest
+    run id), (None, None) without runs."""
+    started, finished, newest_id = run(NEWEST_RUN, {"experiment_id": int(experiment_id)})[1][0]
+    return (None if started is None else max(started, finished)), newest_id
+
+
+# ---- calibrations (dse.records.calibrations: which one the model uses) ------------------------
+
+# Calibrations, newest first (of a chip, of some sources, with some ids: `{where}`).
+CALIBRATIONS = (
+    "SELECT id, chip, chip_hash, source, model_version, emulator_version, CAST(constants AS TEXT) AS constants, "
+    "CAST(error_before AS TEXT) AS error_before, CAST(error_after AS TEXT) AS error_after, "
+    "CAST(points AS TEXT) AS points, command, git_commit, created_at FROM calibration{where} "
+    "ORDER BY created_at DESC, id DESC")
+_CALIBRATION_JSON = ("constants", "error_before", "error_after", "points")
+
+
+def calibrations(run: Run, chip: str | None = None, sources: Sequence[str] | None = None,
+                 ids: Sequence[int] | None = None) -> list[dict[str, Any]]:
+    """Every calibration (of one chip, of these sources, with these ids, when given), newest
+    first: JSON columns as Python values, created_at aware UTC."""
+    params: dict[str, Any] = {}
+    conditions = []
+    if chip is not None:
+        conditions.append("chip = :chip")
+        params["chip"] = chip
+    for column, values, prefix in (("source", sources, "s"), ("id", ids, "i")):
+        if values is not None:
+            if not values:
+                return []
+            conditions.append(f"{column} IN ({_listed(prefix, list(values), params)})")
+    where = " WHERE " + " AND ".join(conditions) if conditions else ""
+    rows = _dicts(run, CALIBRATIONS.format(where=where), params, "created_at")
+    for row in rows:
+        for column in _CALIBRATION_JSON:
+            row[column] = json.loads(row[column])
+    return rows
+
+
+def latest_calibration(run: Run, chip: str) -> dict[str, Any] | None:
+    """The newest cycles calibration of `chip` (by name: fitted to emulator, RTL or FPGA
+    cycles), or None."""
+    found = calibrations(run, chip, CYCLE_CALIBRATION_SOURCES)
+    return found[0] if found else None
+
+
+def latest_ppa_records(run: Run, chip: str) -> list[dict[str, Any]]:
+    """The newest calibration of `chip` of each PPA source (synth_area, power) it has, in
+    `PPA_CALIBRATION_SOURCES` order."""
+    newest: dict[str, dict[str, Any]] = {}
+    for cal in calibrations(run, chip, PPA_CALIBRATION_SOURCES):
+        newest.setdefault(cal["source"], cal)
+    return [newest[s] for s in PPA_CALIBRATION_SOURCES if s in newest]

@@ -13,8 +13,8 @@ database. `Store` is the public face; the work is split by concern:
     reads.py     reads as DataFrames; lookups and their "not found" errors
     latest.py    each candidate's latest total figures, packed per candidate and kind
                  in latest_figures, kept by the writes
-                 (candidate_run, each candidate's latest, per-stage and outcome run with
-                 its status, is kept by triggers on run: see migration 0011)
+    candidate_runs.py each candidate's latest, per-stage and outcome run with its
+                 status (candidate_run), kept by the writes of runs
     liveness.py  heartbeats of running runs, crashed-run detection on open
     blobs.py     content-addressed evidence files (temp -> fsync -> rename)
 
@@ -99,9 +99,11 @@ from dse.records.liveness import (
 )
 from dse.records.reads import STAGE_OF_KIND, diff_fields, flatten, pd
 from dse.records.page_reads import PageReads
+from dse.records.report_reads import ReportReads
 from dse.records.revisions import known_revisions
 from dse.records.schema import (
     ARTIFACT_ROLES,
+    CALIBRATION_SOURCES,
     CANDIDATE_ORIGINS,
     DECISION_KINDS,
     EXPERIMENT_STATUSES,
@@ -150,7 +152,7 @@ class ImportedEvidence:
     summary: dict[str, Any]
 
 
-class Store(PageReads):
+class Store(PageReads, ReportReads):
     """Experiments, candidates, runs, metrics, artifacts and decisions; see the module
     docstring.
 
@@ -654,6 +656,20 @@ class Store(PageReads):
         with self._write() as session:
             return writes.add_note(session, experiment_id, kind, text.strip(), author)
 
+    @retrying
+    def add_calibration(self, *, chip: str, chip_hash: str, source: str, model_version: str,
+                        emulator_version: str | None, constants: dict[str, float], error_before: dict[str, Any],
+                        error_after: dict[str, Any], points: list[dict[str, Any]], command: str | None = None) -> int:
+        """Record a calibration of a chip's model (`dse calibrate`), all of it in one
+        transaction, with the command and commit that made it; its id."""
+        check_choice("calibration.source", source, CALIBRATION_SOURCES)
+        environment = provenance.collect(command)
+        with self._write() as session:
+            return writes.add_calibration(session, environment, chip=chip, chip_hash=chip_hash, source=source,
+                                          model_version=model_version, emulator_version=emulator_version,
+                                          constants=constants, error_before=error_before, error_after=error_after,
+                                          points=points)
+
     def add_lesson(self, text: str, experiments: Sequence[str | int], author: str) -> int:
         """Record a lesson or reusable method linked to the experiments it came from (names
         or ids, each once); its id. An unknown experiment: RecordNotFound, nothing written."""
@@ -979,7 +995,8 @@ class Store(PageReads):
 
     @retrying
     def _page_read(self, read: Callable[[sql_reads.Run], _T]) -> _T:
-        """`read(run)` in one read of the database: the workbench's reads (`PageReads`)."""
+        """`read(run)` in one read of the database: the workbench's and the report's reads
+        (`PageReads`, `ReportReads`)."""
         with self._read() as connection:
             return read(reads.text_runner(connection))
 
@@ -988,6 +1005,28 @@ class Store(PageReads):
         """[(candidate id, hash, workload point)] of the experiment's candidates at a workload point."""
         with self._read() as connection:
             return sql_reads.workload_points(reads.text_runner(connection), experiment_id)
+
+    # ---- calibrations (the model's, per chip: `dse.records.calibrations`) ---------------------
+
+    @retrying
+    def calibrations(self, chip: str | None = None, sources: Sequence[str] | None = None,
+                     ids: Sequence[int] | None = None) -> list[dict[str, Any]]:
+        """Every calibration (of one chip, of these sources, with these ids, when given),
+        newest first (`sql_reads.calibrations`)."""
+        with self._read() as connection:
+            return sql_reads.calibrations(reads.text_runner(connection), chip, sources, ids)
+
+    @retrying
+    def latest_calibration(self, chip: str) -> dict[str, Any] | None:
+        """The newest cycles calibration of `chip` (by name), or None."""
+        with self._read() as connection:
+            return sql_reads.latest_calibration(reads.text_runner(connection), chip)
+
+    @retrying
+    def latest_ppa_records(self, chip: str) -> list[dict[str, Any]]:
+        """The newest calibration of `chip` of each PPA source (synth_area, power) it has."""
+        with self._read() as connection:
+            return sql_reads.latest_ppa_records(reads.text_runner(connection), chip)
 
     @retrying
     def total_metric_rows(self, candidate: int) -> list[dict[str, Any]]:

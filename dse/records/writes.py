@@ -4,6 +4,8 @@ argument leaves nothing half-written."""
 
 from __future__ import annotations
 
+import hashlib
+import itertools
 import json
 from collections.abc import Iterable, Mapping, Sequence
 from datetime import datetime
@@ -14,7 +16,7 @@ from sqlalchemy.exc import DBAPIError
 from sqlalchemy.orm import Session
 
 from dse.identity import Encoded, candidate_hash, candidate_hash_of_texts, canonical_json, json_text
-from dse.records import latest, packed, provenance
+from dse.records import candidate_runs, latest, packed, provenance
 from dse.records.checks import METRIC_COLUMNS, Pack, as_id, packs_of
 from dse.records.liveness import ABANDONED, finishable, finishable_clause
 from dse.records.reads import candidate_not_found, diff_fields, experiment_exists, get, not_found, run_states
@@ -22,6 +24,7 @@ from dse.records.schema import (
     CANDIDATE_ORIGINS,
     RUN_STAGES,
     Artifact,
+    Calibration,
     Candidate,
     CandidateRun,
     Decision,
@@ -94,8 +97,57 @@ def diff_from_baseline(connection: Connection, experiment_id: int, config: dict[
         select(Experiment.baseline_candidate_id).where(Experiment.id == as_id(experiment_id)))
     if baseline_id is None:
         return {}
-    baseline = connection.execute(select(Candidate.config, Candidate.mapping).where(Candidate.id == baseline_id)).one()
-    return diff_fields({"config": baseline.config, "mapping": baseline.mapping}, {"config": config, "mapping": mapping})
+    config_text, mapping_text = candidate_texts(connection, [baseline_id])[baseline_id]
+    return diff_fields({"config": json.loads(config_text), "mapping": json.loads(mapping_text)},
+                       {"config": config, "mapping": mapping})
+
+
+def candidate_texts(connection: Connection, candidate_ids: Sequence[int]) -> dict[int, tuple[str, str]]:
+    """candidate id -> (config text, mapping text), canonical JSON as stored (0018: candidate_text)."""
+    out: dict[int, tuple[str, str]] = {}
+    ids = [as_id(c) for c in candidate_ids]
+    for i in range(0, len(ids), 500):  # stay under the bound-parameter limit
+        listed = ", ".join(map(str, ids[i:i + 500]))
+        out.update((cid, (config, mapping)) for cid, config, mapping in connection.exec_driver_sql(
+            "SELECT c.id, tc.text, tm.text FROM candidate c JOIN candidate_text tc ON tc.id = c.config_id "
+            f"JOIN candidate_text tm ON tm.id = c.mapping_id WHERE c.id IN ({listed})"))
+    return out
+
+
+def text_ids(connection: Connection, texts: Iterable[str]) -> dict[str, int]:
+    """text -> candidate_text id of each config or mapping text (canonical JSON), stored now
+    if the store lacks it (a concurrent writer's copy of the same text is taken: the hash
+    is unique)."""
+    hashes = {hashlib.sha256(t.encode()).hexdigest(): t for t in dict.fromkeys(texts)}
+    if not hashes:
+        return {}
+    found = _text_ids_of(connection, list(hashes))
+    missing = [h for h in hashes if h not in found]
+    if missing:
+        mark = "?" if connection.dialect.paramstyle == "qmark" else "%s"
+        sqlite = connection.dialect.name == "sqlite"
+        if sqlite:
+            before = connection.exec_driver_sql("SELECT coalesce(max(id), 0) FROM candidate_text").scalar()
+        inserted = connection.exec_driver_sql(
+            f"INSERT INTO candidate_text (hash, text) VALUES ({mark}, {mark}) ON CONFLICT (hash) DO NOTHING",
+            [(h, hashes[h]) for h in missing]).rowcount
+        # SQLite, all inserted and no other writer between (its write lock): ids before + 1, ... in order
+        if sqlite and inserted == len(missing) and connection.exec_driver_sql(
+                "SELECT max(id) FROM candidate_text").scalar() == before + inserted:
+            found.update((h, before + 1 + i) for i, h in enumerate(missing))
+        else:
+            found.update(_text_ids_of(connection, missing))
+    return {hashes[h]: i for h, i in found.items()}
+
+
+def _text_ids_of(connection: Connection, hashes: list[str]) -> dict[str, int]:
+    out: dict[str, int] = {}
+    mark = "?" if connection.dialect.paramstyle == "qmark" else "%s"
+    for i in range(0, len(hashes), 500):  # stay under the bound-parameter limit
+        part = hashes[i:i + 500]
+        out.update((h, int(i_)) for i_, h in connection.exec_driver_sql(
+            f"SELECT id, hash FROM candidate_text WHERE hash IN ({', '.join([mark] * len(part))})", tuple(part)))
+    return out
 
 
 def set_baseline(session: Session, experiment_id: int, candidate_id: int) -> None:
@@ -200,13 +252,17 @@ def add_candidates(connection: Connection, experiment_id: int, prepared: list[tu
         raise not_found(connection, "experiment", experiment_id)
     now = utcnow()
     distinct = list({p[0]: p for p in prepared}.values())  # the first row of each hash
+    # Each distinct config and mapping text once (0018), as ids the rows name.
+    texts = text_ids(connection, itertools.chain.from_iterable((p[1], p[2]) for p in distinct))
+    distinct = [(key, texts[config_text], texts[mapping_text], *rest)
+                for key, config_text, mapping_text, *rest in distinct]
     if sqlite:
         known, created = _sqlite_insert_candidates(cur, experiment_id, distinct, now, last_candidate)
     else:
         known = _candidate_ids(connection, experiment_id, [p[0] for p in distinct])
-        new = [dict(experiment_id=experiment_id, hash=key, config=Encoded(config_text),
-                    mapping=Encoded(mapping_text), origin=origin, diff=diff, created_at=now, notes=notes)
-               for key, config_text, mapping_text, origin, diff, notes in distinct if key not in known]
+        new = [dict(experiment_id=experiment_id, hash=key, config_id=config_id, mapping_id=mapping_id, origin=origin,
+                    diff=diff, created_at=now, notes=notes)
+               for key, config_id, mapping_id, origin, diff, notes in distinct if key not in known]
         created = {}
         if new:
             table = Candidate.__table__
@@ -231,6 +287,8 @@ def add_candidates(connection: Connection, experiment_id: int, prepared: list[tu
         runs = _sqlite_insert_runs(cur, [cid for cid, _ in out], run_base, last_run)
     elif run_base is not None and out:
         runs = insert_runs(connection, [cid for cid, _ in out], run_base)
+    if run_base is not None and out and sqlite:  # (insert_runs keeps it on the other path)
+        candidate_runs.added(connection, runs)
     if baseline and out:  # a candidate of this very experiment, just looked up or added
         connection.execute(update(Experiment).where(Experiment.id == as_id(experiment_id))
                            .values(baseline_candidate_id=out[0][0]))
@@ -238,13 +296,16 @@ def add_candidates(connection: Connection, experiment_id: int, prepared: list[tu
 
 
 def insert_runs(connection: Connection, candidate_ids: list[int], base: dict[str, Any]) -> list[int]:
-    """A run of each candidate, all with the columns `base`: their ids, in order."""
+    """A run of each candidate, all with the columns `base`: their ids, in order (and
+    candidate_run brought up to date with them)."""
     if connection.dialect.name == "sqlite":
-        return _sqlite_insert_runs(_DriverCursor(connection), candidate_ids, base)
-    # One INSERT .. RETURNING for the batch, ids in the order of the rows.
-    table = Run.__table__
-    return list(connection.execute(insert(table).returning(table.c.id, sort_by_parameter_order=True),
-                                   [{**base, "candidate_id": cid} for cid in candidate_ids]).scalars().all())
+        ids = _sqlite_insert_runs(_DriverCursor(connection), candidate_ids, base)
+    else:  # one INSERT .. RETURNING for the batch, ids in the order of the rows
+        table = Run.__table__
+        ids = list(connection.execute(insert(table).returning(table.c.id, sort_by_parameter_order=True),
+                                      [{**base, "candidate_id": cid} for cid in candidate_ids]).scalars().all())
+    candidate_runs.added(connection, ids)
+    return ids
 
 
 def write_notes(connection: Connection, notes: Mapping[int, str]) -> None:
@@ -285,6 +346,8 @@ def finish_runs(connection: Connection, results: list[Mapping[str, Any]], metric
                   new_error=r.get("error"), new_traceback=r.get("traceback")) for r in results]).rowcount
     if done != len(set(ids)):
         raise Unfinishable(ids)  # rolls the transaction back; explained once it has
+    # A finishable run was running or crashed, never pruned: only a pruned one moves an outcome.
+    candidate_runs.changed(connection, ids, [r["run_id"] for r in results if r["status"] == "pruned"])
     if metric_packs:
         insert_metrics(connection, metric_packs)
 
@@ -437,6 +500,7 @@ def add_imported_run(session: Session, candidate_id: int, environment: provenanc
     )
     session.add(run)
     session.flush()
+    candidate_runs.added(session.connection(), [run.id])
     insert_metrics(session.connection(), packs_of([(run.id, *(r[c] for c in METRIC_COLUMNS)) for r in rows]))
     return run.id
 
@@ -483,17 +547,17 @@ def _db_values(dialect: Any, table: Any, values: Mapping[str, Any]) -> dict[str,
 
 def _sqlite_insert_candidates(cur: _DriverCursor, experiment_id: int, rows: list[tuple], now: datetime,
                               before: int) -> tuple[dict[str, int], dict[str, int]]:
-    """(hash, config text, mapping text, origin, diff, notes) rows of distinct hashes inserted
-    unless the experiment holds them already: (known, created), each hash -> id. `before`:
+    """(hash, config text id, mapping text id, origin, diff, notes) rows of distinct hashes
+    inserted unless the experiment holds them already: (known, created), each hash -> id. `before`:
     the largest candidate id before the INSERT; under the write lock the rows it inserts
     are exactly those with ids above it, in order when it inserted them all."""
-    columns = ("experiment_id", "hash", "config", "mapping", "origin", "diff", "created_at", "notes")
+    columns = ("experiment_id", "hash", "config_id", "mapping_id", "origin", "diff", "created_at", "notes")
     stamp = _db_values(cur.dialect, Candidate.__table__, {"created_at": now})["created_at"]
     inserted = cur.executemany(
         f"INSERT INTO candidate ({', '.join(columns)}) VALUES ({', '.join('?' * len(columns))}) "
         "ON CONFLICT (experiment_id, hash) DO NOTHING",
-        [(experiment_id, key, config, mapping, origin, json_text(diff), stamp, notes)
-         for key, config, mapping, origin, diff, notes in rows]).rowcount
+        [(experiment_id, key, config_id, mapping_id, origin, json_text(diff), stamp, notes)
+         for key, config_id, mapping_id, origin, diff, notes in rows]).rowcount
     if inserted == len(rows) and cur.execute("SELECT max(id) FROM candidate").fetchone()[0] == before + inserted:
         return {}, {row[0]: before + 1 + i for i, row in enumerate(rows)}
     known: dict[str, int] = {}
@@ -609,3 +673,11 @@ def delete_experiment(session: Session, experiment_id: int) -> dict[str, int]:
     ):
         counts[name] = session.execute(stmt.execution_options(synchronize_session=False)).rowcount
     return counts
+
+
+def add_calibration(session: Session, environment: provenance.Provenance, **columns: Any) -> int:
+    """A calibration's row (`Store.add_calibration`), with the command and commit that made it: its id."""
+    row = Calibration(**columns, command=environment.command, git_commit=environment.git_commit)
+    session.add(row)
+    session.flush()
+    return row.id

@@ -9,13 +9,9 @@ from dataclasses import dataclass, field
 
 import numpy as np
 import pandas as pd
-from sqlalchemy import String, cast, func, select
 
-from ..ppa.names import COMPONENTS
-from ..records import Store, sql_reads
-from ..records.reads import text_runner, unpacked_frame
-from ..records.reuse import metric_run
-from ..records.schema import Candidate, CandidateRun, Experiment, Run, RunMetrics
+from ..records import Store
+from ..records.report_reads import COMPONENT_TOTALS, ComponentFigures  # noqa: F401 (the views read them here)
 from ..runner.acceptance import (Headline, Judgement, figures_wanted, headline, judge_experiment,  # noqa: F401
                                  outcome_mark)
 from ..runner.metrics import COUNTER_SCOPES, HOST_PHASE_METRIC, METRICS
@@ -68,8 +64,7 @@ class ExperimentView:
 
     def op_metric_of(self, candidate_ids: list[int] | None, name: str) -> pd.DataFrame:
         """An analytical per-op metric ("cycles", "energy_uj") of these candidates (None: all)."""
-        with self.store.engine.connect() as connection:
-            return op_metric_table(connection, int(self.exp["id"]), candidate_ids, name)
+        return self.store.op_metric_table(int(self.exp["id"]), candidate_ids, name)
 
     def counters_of(self, candidate_ids: list[int]) -> dict[str, list[dict]]:
         """The emulator's counters kept as metrics (`dse.runner.metrics.COUNTER_SCOPES`:
@@ -91,8 +86,7 @@ class ExperimentView:
 
     def components_of(self, candidate_ids: list[int], kind: str) -> ComponentFigures:
         """Area and energy by component of these candidates, evidence kind `kind`."""
-        with self.store.engine.connect() as connection:
-            return component_figures(connection, int(self.exp["id"]), candidate_ids, kind)
+        return self.store.component_figures(int(self.exp["id"]), candidate_ids, kind)
 
 
 def _objectives(spec_text: str) -> list[dict]:
@@ -121,8 +115,7 @@ def experiment_view(store: Store, experiment) -> ExperimentView:
     wanted = figures_wanted(exp, objective)
     wanted["analytical"] |= set(METRICS)
     found = store.figure_columns(sorted(wanted), sorted(set().union(*wanted.values())), int(exp["id"]), with_runs=True)
-    with store.engine.connect() as connection:
-        table = candidate_metrics(connection, exp["id"], list(METRICS), found)
+    table = store.candidate_metrics(int(exp["id"]), list(METRICS), found)
     baseline_id = exp.get("baseline_candidate_id")
     baseline_id = int(baseline_id) if baseline_id is not None and not pd.isna(baseline_id) else None
     # "Best" is the verdict's: the best candidate passing the acceptance criteria, judged on
@@ -141,9 +134,7 @@ def experiment_view(store: Store, experiment) -> ExperimentView:
         c["ratio"] = num(c["best"]) / num(c["baseline"])
         compare = c.reset_index(drop=True)
 
-    with store.engine.connect() as connection:
-        last_run = connection.scalar(select(func.max(Run.id)).join(Candidate, Run.candidate_id == Candidate.id)
-                                     .where(Candidate.experiment_id == exp["id"]))
+    last_run = store.last_run_id(int(exp["id"]))
     emulated_any = sum(store.emulator_runs(int(exp["id"])).values())
     provenance = {}
     if last_run is not None:
@@ -179,7 +170,7 @@ def reused_evidence(store: Store, experiment_id: int) -> list[dict]:
 def model_vs_emulator(store: Store, experiment_id: int, table: pd.DataFrame, emulated_any: bool = True
                       ) -> pd.DataFrame:
     """Candidates with both evidence kinds: their analytical latency (from `table`, the
-    `candidate_metrics` rows) and emulator cycles, and the model's error in percent,
+    `Store.candidate_metrics` rows) and emulator cycles, and the model's error in percent,
     (analytical - emulator) / emulator. Two kinds side by side, never one column."""
     emulated = pd.DataFrame(columns=["candidate_id", "analytical_cycles", "emulator_cycles", "error_pct"])
     # Emulator evidence only when there is some (the table reads every candidate).
@@ -195,84 +186,9 @@ def model_vs_emulator(store: Store, experiment_id: int, table: pd.DataFrame, emu
     return emulated
 
 
-def fetched(connection, stmt) -> pd.DataFrame:
-    """The rows of `stmt` (plain numbers and text) as a DataFrame, read from the database
-    driver's cursor itself: SQLAlchemy's Row objects cost 2.5x the fetch of 720,000 metric
-    values (bench/bench_ui.py's store)."""
-    result = connection.execute(stmt)
-    try:
-        return pd.DataFrame(result.cursor.fetchall(), columns=list(result.keys()))
-    finally:
-        result.close()
-
-
-def candidate_metrics(connection, experiment_id: int, names: list[str], found: dict | None = None) -> pd.DataFrame:
-    """One row per candidate: id, origin, is_baseline, the status, reason and id of its latest
-    analytical run, its diff (JSON text) and the named analytical total metrics of that run.
-    `found`: `sql_reads.figure_columns(..., with_runs=True)` of the experiment, already read
-    (of at least the analytical kind and these names).
-
-    What `Store.metric_table` gives for these columns, read narrowly (three columns per
-    metric, only these names): at 100,000 candidates the difference is 20 s of a report."""
-    # Each candidate's latest analytical run from candidate_run (one key probe a candidate;
-    # grouping the runs was a fifth of the read at 100,000 candidates).
-    latest = CandidateRun.__table__.alias("latest")
-    table = fetched(connection, select(
-        Candidate.id.label("candidate_id"), Candidate.origin, cast(Candidate.diff, String).label("diff"),
-        latest.c.run_id.label("metric_run_id"), latest.c.status, latest.c.reason)
-        .outerjoin(latest, (latest.c.candidate_id == Candidate.id) & (latest.c.role == "analytical"))
-        .where(Candidate.experiment_id == experiment_id)
-        .order_by(Candidate.id))
-    baseline = connection.scalar(select(Experiment.baseline_candidate_id).where(Experiment.id == experiment_id))
-    table.insert(2, "is_baseline", table["candidate_id"] == baseline)
-    # The candidates' latest analytical figures (latest_figures: one packed row a candidate,
-    # unpacked a layout at a time), kept where they are those of the latest analytical run.
-    if found is None:
-        found = sql_reads.figure_columns(text_runner(connection), ["analytical"], names, experiment_id, with_runs=True)
-    ids, columns, runs = found.get("analytical", (np.zeros(0, np.int64), {}, np.zeros(0, np.int64)))
-    order = table["candidate_id"].to_numpy(dtype=np.int64)
-    at = np.searchsorted(order, ids)  # both by candidate id ascending
-    at_ok = at < len(order)
-    at_ok[at_ok] &= order[at[at_ok]] == ids[at_ok]
-    run_of = table["metric_run_id"].to_numpy(dtype=np.float64)
-    same_run = at_ok.copy()
-    same_run[at_ok] &= run_of[at[at_ok]] == runs[at_ok]
-    for name in names:
-        column = np.full(len(table), np.nan)
-        if name in columns:
-            column[at[same_run]] = columns[name][same_run]
-        table[name] = column
-    return table
-
-
 def changes(diff) -> str:
     """A candidate's changes from the baseline, short ("banks.count=16, workers=2")."""
     return _changes(diff)
-
-
-def op_cycles_table(connection, experiment_id: int, candidate_ids: list[int] | None) -> pd.DataFrame:
-    """Analytical cycles per op (scope "op", name "cycles") of each candidate's latest
-    analytical run: rows candidate id, columns op name in graph order."""
-    return op_metric_table(connection, experiment_id, candidate_ids, "cycles")
-
-
-def op_metric_table(connection, experiment_id: int, candidate_ids: list[int] | None, name: str) -> pd.DataFrame:
-    """An analytical per-op metric (scope "op": "cycles", "energy_uj") of each candidate's
-    latest analytical run that recorded it: rows candidate id, columns op name in graph order."""
-    stmt = (select(Run.candidate_id, Run.id.label("run_id"), RunMetrics.layout_id, RunMetrics.figures)
-            .select_from(RunMetrics).join(Run, RunMetrics.run_id == metric_run(Run))
-            .join(Candidate, Run.candidate_id == Candidate.id)
-            .where(Candidate.experiment_id == experiment_id).order_by(Run.id))
-    if candidate_ids is not None:
-        stmt = stmt.where(Run.candidate_id.in_([int(i) for i in candidate_ids]))
-    ops = unpacked_frame(connection, stmt, kinds=["analytical"], scope="op", names=[name])
-    ops = ops[["candidate_id", "run_id", "scope_key", "value"]]
-    if ops.empty:
-        return pd.DataFrame(dtype=float)
-    ops = ops[ops["run_id"] == ops.groupby("candidate_id")["run_id"].transform("max")]
-    op_order = list(dict.fromkeys(ops["scope_key"]))
-    table = ops.pivot_table(index="candidate_id", columns="scope_key", values="value", aggfunc="last")
-    return table.reindex(columns=op_order).astype(float)
 
 
 def accepted_candidates(decisions: pd.DataFrame) -> set[int]:
@@ -328,82 +244,6 @@ def meaningful_candidates(table: pd.DataFrame, baseline_id: int | None, best_id:
 # The evidence kinds that record area and energy by component (`dse.ppa`), in the order
 # views show them; each is drawn on its own, never in one bar with another.
 PPA_KINDS = ("analytical", "emulator_cycles")
-# What the by-component figures show, and their units; the totals read beside them.
-COMPONENT_METRICS = {"area_mm2": "mm2", "energy_uj": "uJ"}
-COMPONENT_TOTALS = ("area_mm2", "energy_uj", "power_mw")
-
-
-@dataclass
-class ComponentFigures:
-    """Area and energy by component of some candidates, one evidence kind, each candidate's
-    figures from one run (its latest of that kind with by-component figures)."""
-
-    kind: str
-    parts: pd.DataFrame  # candidate_id, run_id, component (COMPONENTS order), area_mm2, energy_uj
-    totals: pd.DataFrame  # index candidate_id: run_id, area_mm2, energy_uj, power_mw (that run's recorded totals)
-
-    @property
-    def candidates(self) -> list[int]:
-        return list(dict.fromkeys(int(i) for i in self.parts["candidate_id"]))
-
-    def of(self, candidate_id: int) -> pd.DataFrame:
-        """One candidate's rows: component, area_mm2, energy_uj (COMPONENTS order)."""
-        return self.parts[self.parts["candidate_id"] == candidate_id].reset_index(drop=True)
-
-    def wide(self, metric: str) -> pd.DataFrame:
-        """Rows candidate id (as asked), columns component (COMPONENTS order): `metric`,
-        0 where a candidate has no such component."""
-        table = self.parts.pivot_table(index="candidate_id", columns="component", values=metric, aggfunc="last",
-                                       sort=False)
-        order = sorted(dict.fromkeys(self.parts["component"]), key=_component_order)
-        return table.reindex(index=self.candidates, columns=order).fillna(0.0).astype(float)
-
-
-def _component_order(name: str) -> tuple[int, str]:
-    return (COMPONENTS.index(name), "") if name in COMPONENTS else (len(COMPONENTS), name)
-
-
-def component_figures(connection, experiment_id: int, candidate_ids: list[int], kind: str) -> ComponentFigures:
-    """Area and energy by component (scope "component") of these candidates, evidence kind
-    `kind`: each candidate's latest run of that kind with such figures, and that run's
-    recorded totals (`COMPONENT_TOTALS`). Candidates in the order given (those without
-    such figures left out), components in `COMPONENTS` order."""
-    ids = [int(i) for i in candidate_ids]
-    names = list(COMPONENT_METRICS)
-    empty = ComponentFigures(kind, pd.DataFrame(columns=["candidate_id", "run_id", "component", *names]),
-                             pd.DataFrame(columns=["run_id", *COMPONENT_TOTALS],
-                                          index=pd.Index([], name="candidate_id")))
-    if not ids:
-        return empty
-    rows = unpacked_frame(connection, select(Run.candidate_id, Run.id.label("run_id"), RunMetrics.layout_id,
-                                              RunMetrics.figures)
-                           .select_from(RunMetrics).join(Run, RunMetrics.run_id == metric_run(Run))
-                           .join(Candidate, Run.candidate_id == Candidate.id)
-                           .where(Candidate.experiment_id == experiment_id, Run.candidate_id.in_(ids)).order_by(Run.id),
-                           kinds=[kind], scopes=("component", "total"), names=sorted({*names, *COMPONENT_TOTALS}))
-    rows = rows[["candidate_id", "run_id", "scope", "scope_key", "name", "value"]]
-    parts = rows[rows["scope"] == "component"]
-    if parts.empty:
-        return empty
-    latest = parts.groupby("candidate_id")["run_id"].max()
-    rows = rows[rows["run_id"] == rows["candidate_id"].map(latest)]
-    parts = rows[rows["scope"] == "component"].astype({"value": float})
-    wide = parts.pivot_table(index=["candidate_id", "run_id", "scope_key"], columns="name", values="value",
-                             aggfunc="last").reindex(columns=names).reset_index()
-    wide = wide.rename(columns={"scope_key": "component"})
-    wide["order"] = wide["candidate_id"].map({c: i for i, c in enumerate(ids)})
-    wide["rank"] = wide["component"].map(_component_order)
-    wide = wide.sort_values(["order", "rank"]).drop(columns=["order", "rank"]).reset_index(drop=True)
-    wide.columns.name = None
-    # That run's totals (NaN where it recorded none).
-    totals = rows[rows["scope"] == "total"].astype({"value": float}).pivot_table(
-        index="candidate_id", columns="name", values="value", aggfunc="last")
-    present = [i for i in ids if i in latest.index]
-    totals = totals.reindex(index=present, columns=list(COMPONENT_TOTALS))
-    totals.insert(0, "run_id", latest.reindex(present).astype(int))
-    totals.columns.name = None
-    totals.index.name = "candidate_id"
-    return ComponentFigures(kind, wide.astype({"candidate_id": int, "run_id": int}), totals)
 
 
 def stored_bank_lifetimes(store, candidate_id: int) -> tuple[int | None, list[dict]]:

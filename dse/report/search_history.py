@@ -51,7 +51,7 @@ def _knob_name(path: str) -> str:
 def search_history(table: pd.DataFrame, objective: dict) -> SearchHistory:
     """The history and the knobs' importance of an experiment's candidates: `table` has
     one row per candidate with candidate_id, status, diff (JSON text or dict, as recorded)
-    and the objective's analytical figure (`dse.report.data.candidate_metrics`)."""
+    and the objective's analytical figure (`Store.candidate_metrics`)."""
     metric, direction = objective["metric"], objective.get("direction", "minimize")
     rows = table.sort_values("candidate_id")
     rows = rows[rows["status"].notna()]

@@ -32,9 +32,8 @@ from ..records import RecordNotFound, Store
 from ..records.blobs import EvidenceError, open_verified
 from ..records.reads import flatten
 from ..records.outcomes import experiment_status
-from ..report.data import (PPA_KINDS, accepted_candidates, candidate_metrics, component_figures, front_of,
-                           meaningful_candidates, model_vs_emulator, op_metric_table, outcome_mark, row_marks,
-                           stored_bank_lifetimes)
+from ..report.data import (PPA_KINDS, accepted_candidates, front_of, meaningful_candidates, model_vs_emulator,
+                           outcome_mark, row_marks, stored_bank_lifetimes)
 from ..report.html import fmt_value
 from ..report.interactive import (OP_METRICS, PPA_AXES, bank_lifetime_figure, component_figure, history_figure,
                                   model_vs_emulator_figure, op_figure, parallel_figure, pareto_figure,
@@ -152,9 +151,6 @@ class Workbench:
         except RecordNotFound as error:
             raise Problem(404, "No such experiment", str(error)) from None
         return exp
-
-    def connection(self):
-        return self.store.engine.connect()
 
     # ---- pages --------------------------------------------------------------------------
 
@@ -276,8 +272,7 @@ class Workbench:
         metric = objective["metric"]
 
         def compute() -> SearchHistory:
-            with self.connection() as connection:
-                table = candidate_metrics(connection, exp["id"], [metric] if metric in METRICS else [])
+            table = self.store.candidate_metrics(int(exp["id"]), [metric] if metric in METRICS else [])
             return search_history(table, objective)
 
         return self.memo.get(exp, ("search", tuple(sorted(objective.items()))), compute)
@@ -321,8 +316,7 @@ class Workbench:
         exprs = [c["expr"] for c in exp["acceptance"] or []]
         first = objectives[0]
         wanted = set(metrics) | {first["metric"]}
-        with self.connection() as connection:
-            table = candidate_metrics(connection, exp["id"], sorted(wanted & set(METRICS)))
+        table = self.store.candidate_metrics(int(exp["id"]), sorted(wanted & set(METRICS)))
         judgement = self.judgement(exp, first)
         passing = judgement.mask(table["candidate_id"].astype(int).tolist())
         return Judged(table, passing, judgement.best, accepted_candidates(self.store.decisions(exp["id"])),
@@ -331,8 +325,7 @@ class Workbench:
     def parallel_json(self, request: Request) -> Response:
         exp = self.experiment(request.path_params["ref"])
         objectives = _objectives(exp["spec_text"])
-        with self.connection() as connection:
-            table = candidate_metrics(connection, exp["id"], [o["metric"] for o in objectives if o["metric"] in METRICS])
+        table = self.store.candidate_metrics(int(exp["id"]), [o["metric"] for o in objectives if o["metric"] in METRICS])
         fig, data = parallel_figure(table, objectives, title=f"{exp['name']}: knobs to objectives")
         return figure_response(fig, {"lines": len(data), "feasible": int((table["status"] == "ok").sum())})
 
@@ -345,8 +338,7 @@ class Workbench:
             raise Problem(400, "Bad query", f"query parameter metric={metric!r}: allowed one of {', '.join(OP_METRICS)}")
         judged = self.judged(exp, set())
         labels = meaningful_candidates(judged.table, judged.baseline_id, judged.best, judged.accepted)
-        with self.connection() as connection:
-            per_op = op_metric_table(connection, int(exp["id"]), list(labels), metric) if labels else pd.DataFrame()
+        per_op = self.store.op_metric_table(int(exp["id"]), list(labels), metric) if labels else pd.DataFrame()
         labels = {i: label for i, label in labels.items() if i in per_op.index}
         what = "cycles" if metric == "cycles" else "energy"
         fig = op_figure(per_op, labels, metric, title=f"{exp['name']}: analytical {what} per op")
@@ -360,8 +352,7 @@ class Workbench:
         kind = _ppa_kind(request.query_params)
         judged = self.judged(exp, set())
         labels = meaningful_candidates(judged.table, judged.baseline_id, judged.best, judged.accepted)
-        with self.connection() as connection:
-            figures = component_figures(connection, int(exp["id"]), list(labels), kind)
+        figures = self.store.component_figures(int(exp["id"]), list(labels), kind)
         fig = component_figure(figures, labels, title=f"{exp['name']}: area and energy by component ({kind})")
         return figure_response(fig, _components_summary(figures, labels))
 
@@ -374,8 +365,7 @@ class Workbench:
         except RecordNotFound as error:
             raise Problem(404, "No such candidate", str(error)) from None
         labels = {ident: "baseline" if cand["is_baseline"] else "this candidate"}
-        with self.connection() as connection:
-            figures = component_figures(connection, int(cand["experiment_id"]), [ident], kind)
+        figures = self.store.component_figures(int(cand["experiment_id"]), [ident], kind)
         fig = component_figure(figures, labels, title=f"candidate {ident}: area and energy by component ({kind})")
         return figure_response(fig, _components_summary(figures, labels))
 
@@ -394,9 +384,8 @@ class Workbench:
     def model_vs_emulator_json(self, request: Request) -> Response:
         exp = self.experiment(request.path_params["ref"])
         emulated_any = self.store.emulator_runs(int(exp["id"])).get("ok", 0)
-        with self.connection() as connection:
-            # (no emulator run: nothing more to read, at 100,000 candidates)
-            table = candidate_metrics(connection, exp["id"], ["latency_cycles"]) if emulated_any else pd.DataFrame()
+        # (no emulator run: nothing more to read, at 100,000 candidates)
+        table = self.store.candidate_metrics(int(exp["id"]), ["latency_cycles"]) if emulated_any else pd.DataFrame()
         emulated = model_vs_emulator(self.store, int(exp["id"]), table, bool(emulated_any))
         fig = model_vs_emulator_figure(emulated, title=f"{exp['name']}: analytical estimate vs emulator cycles")
         rows = [{"candidate_id": int(r["candidate_id"]), "analytical_cycles": float(r["analytical_cycles"]),

@@ -1,26 +1,4 @@
--- dse record store schema at revision 0016: made by `python -m dse.records.snapshot`, not by hand
-CREATE FUNCTION candidate_run_kept() RETURNS trigger
-    LANGUAGE plpgsql
-    AS $$
-BEGIN
-    IF TG_OP = 'INSERT' THEN
-        INSERT INTO candidate_run (candidate_id, role, experiment_id, run_id, stage, status, reason) SELECT NEW.candidate_id, 'latest', c.experiment_id, NEW.id, NEW.stage, NEW.status, NEW.reason FROM candidate c WHERE c.id = NEW.candidate_id
-    ON CONFLICT (candidate_id, role) DO UPDATE SET run_id = excluded.run_id, stage = excluded.stage, status = excluded.status, reason = excluded.reason WHERE excluded.run_id > candidate_run.run_id; INSERT INTO candidate_run (candidate_id, role, experiment_id, run_id, stage, status, reason) SELECT NEW.candidate_id, NEW.stage, c.experiment_id, NEW.id, NEW.stage, NEW.status, NEW.reason FROM candidate c WHERE c.id = NEW.candidate_id
-    ON CONFLICT (candidate_id, role) DO UPDATE SET run_id = excluded.run_id, stage = excluded.stage, status = excluded.status, reason = excluded.reason WHERE excluded.run_id > candidate_run.run_id; INSERT INTO candidate_run (candidate_id, role, experiment_id, run_id, stage, status, reason) SELECT NEW.candidate_id, 'outcome', c.experiment_id, NEW.id, NEW.stage, NEW.status, NEW.reason FROM candidate c WHERE c.id = NEW.candidate_id
-    ON CONFLICT (candidate_id, role) DO UPDATE SET run_id = excluded.run_id, stage = excluded.stage, status = excluded.status, reason = excluded.reason WHERE excluded.run_id > candidate_run.run_id
-        AND (excluded.status != 'pruned' OR candidate_run.status = 'pruned');
-    ELSE
-        UPDATE candidate_run SET status = NEW.status, reason = NEW.reason
-    WHERE candidate_id = NEW.candidate_id AND run_id = NEW.id; INSERT INTO candidate_run (candidate_id, role, experiment_id, run_id, stage, status, reason)
-    SELECT c.id, 'outcome', c.experiment_id, r.id, r.stage, r.status, r.reason FROM candidate c JOIN run r ON r.id = coalesce(
-        (SELECT max(o.id) FROM run o WHERE o.candidate_id = NEW.candidate_id AND o.status != 'pruned'),
-        (SELECT max(o.id) FROM run o WHERE o.candidate_id = NEW.candidate_id))
-    WHERE c.id = NEW.candidate_id AND (NEW.status = 'pruned') != (OLD.status = 'pruned')
-    ON CONFLICT (candidate_id, role) DO UPDATE SET run_id = excluded.run_id, stage = excluded.stage, status = excluded.status, reason = excluded.reason;
-    END IF;
-    RETURN NULL;
-END $$;
--- next statement
+-- dse record store schema at revision 0018: made by `python -m dse.records.snapshot`, not by hand
 CREATE TABLE alembic_version (
     version_num character varying(32) NOT NULL
 );
@@ -77,13 +55,13 @@ CREATE TABLE candidate (
     id integer NOT NULL,
     experiment_id integer NOT NULL,
     hash character varying(64) NOT NULL,
-    config json NOT NULL,
-    mapping json NOT NULL,
     origin character varying(16) NOT NULL,
     diff json NOT NULL,
     created_at timestamp with time zone NOT NULL,
     why text,
-    notes text
+    notes text,
+    config_id integer,
+    mapping_id integer
 );
 -- next statement
 CREATE SEQUENCE candidate_id_seq
@@ -105,6 +83,22 @@ CREATE TABLE candidate_run (
     status character varying(16) NOT NULL,
     reason text
 );
+-- next statement
+CREATE TABLE candidate_text (
+    id integer NOT NULL,
+    hash character varying(64) NOT NULL,
+    text text NOT NULL
+);
+-- next statement
+CREATE SEQUENCE candidate_text_id_seq
+    AS integer
+    START WITH 1
+    INCREMENT BY 1
+    NO MINVALUE
+    NO MAXVALUE
+    CACHE 1;
+-- next statement
+ALTER SEQUENCE candidate_text_id_seq OWNED BY candidate_text.id;
 -- next statement
 CREATE TABLE decision (
     id integer NOT NULL,
@@ -277,6 +271,8 @@ ALTER TABLE ONLY calibration ALTER COLUMN id SET DEFAULT nextval('calibration_id
 -- next statement
 ALTER TABLE ONLY candidate ALTER COLUMN id SET DEFAULT nextval('candidate_id_seq'::regclass);
 -- next statement
+ALTER TABLE ONLY candidate_text ALTER COLUMN id SET DEFAULT nextval('candidate_text_id_seq'::regclass);
+-- next statement
 ALTER TABLE ONLY decision ALTER COLUMN id SET DEFAULT nextval('decision_id_seq'::regclass);
 -- next statement
 ALTER TABLE ONLY experiment ALTER COLUMN id SET DEFAULT nextval('experiment_id_seq'::regclass);
@@ -303,6 +299,9 @@ ALTER TABLE ONLY candidate
 -- next statement
 ALTER TABLE ONLY candidate_run
     ADD CONSTRAINT pk_candidate_run PRIMARY KEY (candidate_id, role);
+-- next statement
+ALTER TABLE ONLY candidate_text
+    ADD CONSTRAINT pk_candidate_text PRIMARY KEY (id);
 -- next statement
 ALTER TABLE ONLY decision
     ADD CONSTRAINT pk_decision PRIMARY KEY (id);
@@ -333,6 +332,9 @@ ALTER TABLE ONLY sweep_lock
 -- next statement
 ALTER TABLE ONLY candidate
     ADD CONSTRAINT uq_candidate_experiment_id_hash UNIQUE (experiment_id, hash);
+-- next statement
+ALTER TABLE ONLY candidate_text
+    ADD CONSTRAINT uq_candidate_text_hash UNIQUE (hash);
 -- next statement
 ALTER TABLE ONLY experiment
     ADD CONSTRAINT uq_experiment_name UNIQUE (name);
@@ -365,8 +367,6 @@ CREATE INDEX ix_note_experiment_id ON note USING btree (experiment_id);
 CREATE INDEX ix_run_candidate_id_stage ON run USING btree (candidate_id, stage);
 -- next statement
 CREATE INDEX ix_run_status_stage_candidate_id ON run USING btree (status, stage, candidate_id);
--- next statement
-CREATE TRIGGER candidate_run_kept AFTER INSERT OR UPDATE OF status, reason ON run FOR EACH ROW EXECUTE FUNCTION candidate_run_kept();
 -- next statement
 ALTER TABLE ONLY artifact
     ADD CONSTRAINT fk_artifact_experiment_id_experiment FOREIGN KEY (experiment_id) REFERENCES experiment(id);

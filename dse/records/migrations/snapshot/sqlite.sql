@@ -1,4 +1,4 @@
--- dse record store schema at revision 0016: made by `python -m dse.records.snapshot`, not by hand
+-- dse record store schema at revision 0018: made by `python -m dse.records.snapshot`, not by hand
 CREATE TABLE alembic_version (
 	version_num VARCHAR(32) NOT NULL, 
 	CONSTRAINT alembic_version_pkc PRIMARY KEY (version_num)
@@ -8,11 +8,9 @@ CREATE TABLE candidate (
 	id INTEGER NOT NULL, 
 	experiment_id INTEGER NOT NULL, 
 	hash VARCHAR(64) NOT NULL, 
-	config JSON NOT NULL, 
-	mapping JSON NOT NULL, 
 	origin VARCHAR(16) NOT NULL, 
 	diff JSON NOT NULL, 
-	created_at DATETIME NOT NULL, why TEXT, notes TEXT, 
+	created_at DATETIME NOT NULL, why TEXT, notes TEXT, config_id INTEGER, mapping_id INTEGER, 
 	CONSTRAINT pk_candidate PRIMARY KEY (id), 
 	CONSTRAINT fk_candidate_experiment_id_experiment FOREIGN KEY(experiment_id) REFERENCES experiment (id), 
 	CONSTRAINT uq_candidate_experiment_id_hash UNIQUE (experiment_id, hash)
@@ -181,24 +179,6 @@ CREATE TABLE candidate_run (
 -- next statement
 CREATE INDEX ix_candidate_run_experiment_id_role_status ON candidate_run (experiment_id, role, status)
 -- next statement
-CREATE TRIGGER candidate_run_after_insert AFTER INSERT ON run BEGIN
-    INSERT INTO candidate_run (candidate_id, role, experiment_id, run_id, stage, status, reason) SELECT NEW.candidate_id, 'latest', c.experiment_id, NEW.id, NEW.stage, NEW.status, NEW.reason FROM candidate c WHERE c.id = NEW.candidate_id
-    ON CONFLICT (candidate_id, role) DO UPDATE SET run_id = excluded.run_id, stage = excluded.stage, status = excluded.status, reason = excluded.reason WHERE excluded.run_id > candidate_run.run_id; INSERT INTO candidate_run (candidate_id, role, experiment_id, run_id, stage, status, reason) SELECT NEW.candidate_id, NEW.stage, c.experiment_id, NEW.id, NEW.stage, NEW.status, NEW.reason FROM candidate c WHERE c.id = NEW.candidate_id
-    ON CONFLICT (candidate_id, role) DO UPDATE SET run_id = excluded.run_id, stage = excluded.stage, status = excluded.status, reason = excluded.reason WHERE excluded.run_id > candidate_run.run_id; INSERT INTO candidate_run (candidate_id, role, experiment_id, run_id, stage, status, reason) SELECT NEW.candidate_id, 'outcome', c.experiment_id, NEW.id, NEW.stage, NEW.status, NEW.reason FROM candidate c WHERE c.id = NEW.candidate_id
-    ON CONFLICT (candidate_id, role) DO UPDATE SET run_id = excluded.run_id, stage = excluded.stage, status = excluded.status, reason = excluded.reason WHERE excluded.run_id > candidate_run.run_id
-        AND (excluded.status != 'pruned' OR candidate_run.status = 'pruned');
-END
--- next statement
-CREATE TRIGGER candidate_run_after_update AFTER UPDATE OF status, reason ON run BEGIN
-    UPDATE candidate_run SET status = NEW.status, reason = NEW.reason
-    WHERE candidate_id = NEW.candidate_id AND run_id = NEW.id; INSERT INTO candidate_run (candidate_id, role, experiment_id, run_id, stage, status, reason)
-    SELECT c.id, 'outcome', c.experiment_id, r.id, r.stage, r.status, r.reason FROM candidate c JOIN run r ON r.id = coalesce(
-        (SELECT max(o.id) FROM run o WHERE o.candidate_id = NEW.candidate_id AND o.status != 'pruned'),
-        (SELECT max(o.id) FROM run o WHERE o.candidate_id = NEW.candidate_id))
-    WHERE c.id = NEW.candidate_id AND (NEW.status = 'pruned') != (OLD.status = 'pruned')
-    ON CONFLICT (candidate_id, role) DO UPDATE SET run_id = excluded.run_id, stage = excluded.stage, status = excluded.status, reason = excluded.reason;
-END
--- next statement
 CREATE TABLE latest_figures (
 	candidate_id INTEGER NOT NULL, 
 	kind VARCHAR(32) NOT NULL, 
@@ -230,4 +210,12 @@ CREATE TABLE run_metrics (
 	CONSTRAINT pk_run_metrics PRIMARY KEY (run_id), 
 	CONSTRAINT fk_run_metrics_layout_id_metric_layout FOREIGN KEY(layout_id) REFERENCES metric_layout (id), 
 	CONSTRAINT fk_run_metrics_run_id_run FOREIGN KEY(run_id) REFERENCES run (id)
+)
+-- next statement
+CREATE TABLE candidate_text (
+	id INTEGER NOT NULL, 
+	hash VARCHAR(64) NOT NULL, 
+	text TEXT NOT NULL, 
+	CONSTRAINT pk_candidate_text PRIMARY KEY (id), 
+	CONSTRAINT uq_candidate_text_hash UNIQUE (hash)
 )
