@@ -159,14 +159,18 @@ def summarize(per_op: pd.DataFrame, candidates: Sequence[Candidate]) -> pd.DataF
     busy time and `utilisation` is that over ``workers x latency``. A candidate is
     infeasible if any op is, with the first such op's reason."""
     n_cands = len(candidates)
-    by_candidate = per_op.groupby("candidate", sort=True)
     summed = ["cycles", "compute_cycles", "dma_cycles", "core_cycles", "busy_cycles", "dma_bytes"]
-    sums = by_candidate[summed].sum().reindex(range(n_cands), fill_value=0)
-    feasible = by_candidate["feasible"].all().reindex(range(n_cands), fill_value=True).to_numpy()
-    peak = by_candidate["sram_bytes"].max().reindex(range(n_cands), fill_value=0).to_numpy()
-    shared = by_candidate["shared_bytes"].max().reindex(range(n_cands), fill_value=0).to_numpy()
-    bad = per_op[~per_op["feasible"]].groupby("candidate")["reason"].first()
-    reason = np.array([bad.get(index, "") for index in range(n_cands)], dtype=object)
+    per_candidate = _per_candidate(per_op, n_cands, summed)
+    if per_candidate is not None:
+        sums, feasible, peak, shared, reason = per_candidate
+    else:
+        by_candidate = per_op.groupby("candidate", sort=True)
+        sums = by_candidate[summed].sum().reindex(range(n_cands), fill_value=0)
+        feasible = by_candidate["feasible"].all().reindex(range(n_cands), fill_value=True).to_numpy()
+        peak = by_candidate["sram_bytes"].max().reindex(range(n_cands), fill_value=0).to_numpy()
+        shared = by_candidate["shared_bytes"].max().reindex(range(n_cands), fill_value=0).to_numpy()
+        bad = per_op[~per_op["feasible"]].groupby("candidate")["reason"].first()
+        reason = np.array([bad.get(index, "") for index in range(n_cands)], dtype=object)
     cores_chips = [chip for chip, _ in spmd_chips(candidates)]  # the chip its workers have
     per_core = np.array([chip.private_sram_bytes for chip in cores_chips], dtype=np.float64)
     unaddressable = np.array([chip.unaddressable_sram_bytes for chip in cores_chips], dtype=np.float64)
@@ -196,6 +200,34 @@ def summarize(per_op: pd.DataFrame, candidates: Sequence[Candidate]) -> pd.DataF
         "workers": workers,
         **activity,
     }, columns=TOTAL_COLUMNS)
+
+
+def _per_candidate(per_op: pd.DataFrame, n_cands: int, summed: list[str]):
+    """`summarize`'s per-candidate reductions (sums of `summed`, all feasible, peak and shared
+    SRAM, the first infeasible op's reason) of a frame `estimate` made: every candidate's
+    ops in order, candidate-major, so each column is a (candidates, ops) grid. None for any
+    other frame, or integer figures that are not (a float sum's order could differ)."""
+    rows = len(per_op)
+    if not n_cands or not rows or rows % n_cands:
+        return None
+    n_ops = rows // n_cands
+    if not np.array_equal(per_op["candidate"].to_numpy(), np.repeat(np.arange(n_cands), n_ops)):
+        return None
+    columns = {name: per_op[name].to_numpy() for name in (*summed, "sram_bytes", "shared_bytes")}
+    if not all(np.issubdtype(values.dtype, np.integer) for values in columns.values()):
+        return None
+    grid = lambda name: columns[name].reshape(n_cands, n_ops)  # noqa: E731
+    ok = per_op["feasible"].to_numpy().reshape(n_cands, n_ops)
+    if ok.dtype != bool:
+        return None
+    reasons = per_op["reason"].to_numpy().reshape(n_cands, n_ops)
+    bad = ~ok
+    if not all(isinstance(why, str) for why in reasons[bad].tolist()):  # `first` skips a missing one
+        return None
+    first = np.argmax(bad, axis=1)
+    reason = np.where(bad.any(axis=1), reasons[np.arange(n_cands), first], "").astype(object)
+    sums = pd.DataFrame({name: grid(name).sum(axis=1) for name in summed})
+    return sums, ok.all(axis=1), grid("sram_bytes").max(axis=1), grid("shared_bytes").max(axis=1), reason
 
 
 def op_activity(per_op: pd.DataFrame, n_cands: int) -> dict[str, np.ndarray]:

@@ -37,7 +37,7 @@ class GraphCost:
         # those ops are costed on the core.
         self.chips = chips
         self.workers = np.asarray(params.workers, dtype=np.int64)
-        self.worker_counts = sorted(set(int(count) for count in self.workers))
+        self.worker_counts = np.unique(self.workers).tolist()
         self.tiles: dict[str, tuple[np.ndarray, np.ndarray]] = {}  # blocked accumulators: (tm, tn) per candidate
         self.plans: dict[MatmulShape, MatmulPlans] = {}
         self.overlapped: dict[MatmulShape, MatmulPlans] = {}  # tiles as picked, before a serial re-costing
@@ -45,16 +45,22 @@ class GraphCost:
         # read-only constants laid out so far: (what, tensor, op kind) -> [(tiles, feasible)]
         self.constants: dict[tuple, list[tuple[tuple[np.ndarray, ...], np.ndarray]]] = {}
         self.streams = StreamCosts(graph, params, chips) if chips is not None else None
-        self.too_many_reason = np.array([too_many_workers(count, name, cores) for count, name, cores
-                                         in zip(params.workers, params.chip_names, params.cores)], dtype=object)
-        # What closes an op's part, per candidate: any sync at all, and whether it is a BARRIER.
+        # Why a candidate with more workers than cores is refused ("" for the others).
+        self.too_many_reason = np.full(self.n, "", dtype=object)
+        for index in np.flatnonzero(self.workers > params.cores).tolist():
+            self.too_many_reason[index] = too_many_workers(int(params.workers[index]), params.chip_names[index],
+                                                           int(params.cores[index]))
+        # What closes an op's part, per candidate: any sync at all, and whether it is a BARRIER
+        # (read per worker count, then spread).
+        counts = np.array(self.worker_counts, dtype=np.int64)
+        at = np.searchsorted(counts, self.workers)
         closing = {(count, ball): sync_after(count, ball) for count in self.worker_counts for ball in (False, True)}
-        self.closes_after_ball = np.array([closing[int(count), True] is not None for count in self.workers],
-                                          dtype=np.int64)
-        self.closes_after_core = np.array([closing[int(count), False] is not None for count in self.workers],
-                                          dtype=np.int64)
-        self.sync_cycles = np.where([closing[int(count), True] == "barrier" for count in self.workers],
-                                    params.barrier_cycles, params.fence_cycles)
+        self.closes_after_ball = np.array([closing[count, True] is not None for count in self.worker_counts],
+                                          dtype=np.int64)[at]
+        self.closes_after_core = np.array([closing[count, False] is not None for count in self.worker_counts],
+                                          dtype=np.int64)[at]
+        self.sync_cycles = np.where(np.array([closing[count, True] == "barrier" for count in self.worker_counts],
+                                             dtype=bool)[at], params.barrier_cycles, params.fence_cycles)
 
     # ------------------------------------------------------------ charges
     def core_op(self, charges: Charges, kind: str, op, dst_shape, src_shapes, elements: int, cpe: np.ndarray):
@@ -127,6 +133,10 @@ class GraphCost:
         cycles = np.round(charges.core + charges.ball + charges.syncs * self.sync_cycles).astype(np.int64)
 
         def own(values, dtype=np.int64):  # every field its own array (callers write into them)
+            if type(values) is np.ndarray and values.shape == (n_cands,):
+                return values.astype(dtype)  # a copy, as np.array makes
+            if np.ndim(values) == 0:
+                return np.full(n_cands, values, dtype=dtype)
             return np.array(np.broadcast_to(values, (n_cands,)), dtype=dtype)
 
         return OpCost(own(units, object), own(feasible, bool), own(reason, object), own(np.where(feasible, cycles, 0)),

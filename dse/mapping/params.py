@@ -82,42 +82,60 @@ class CandidateArrays:
     matrix_rows: np.ndarray
     matrix_cols: np.ndarray
     chip_names: list[str]
+    # each candidate's chip as a number (candidates with the same chip object share it)
+    chip_index: np.ndarray | None = None
 
     @classmethod
     def from_candidates(cls, cands: Sequence[Candidate]) -> "CandidateArrays":
-        def col(get, dtype=np.int64):
-            return np.fromiter((get(c) for c in cands), dtype=dtype, count=len(cands))
-
-        # A sweep has far fewer chips than candidates (its mapping knobs share one): the
-        # chip's figures are read once a distinct chip and spread to its candidates.
+        # A sweep has far fewer chips and mappings than candidates (its candidates share
+        # them, a chip per chip knob value and a mapping per mapping knob value): each
+        # figure is read once a distinct chip, mapping or (chip, dataflow) and spread.
         chip_at: dict[int, int] = {}
-        chips = []
+        mapping_at: dict[int, int] = {}
+        chips, mappings = [], []
         for c in cands:
             if id(c.chip) not in chip_at:
                 chip_at[id(c.chip)] = len(chips)
                 chips.append(c.chip)
-        of_chip = np.fromiter((chip_at[id(c.chip)] for c in cands), dtype=np.int64, count=len(cands))
+            if id(c.mapping) not in mapping_at:
+                mapping_at[id(c.mapping)] = len(mappings)
+                mappings.append(c.mapping)
+        n = len(cands)
+        of_chip = np.fromiter((chip_at[id(c.chip)] for c in cands), dtype=np.int64, count=n)
+        of_mapping = np.fromiter((mapping_at[id(c.mapping)] for c in cands), dtype=np.int64, count=n)
 
         def chip_col(get, dtype=np.int64):
             return np.fromiter((get(chip) for chip in chips), dtype=dtype, count=len(chips))[of_chip]
 
-        def ball_formula(c: Candidate, kind: str, mode: str) -> str | None:
-            ball = c.chip.ball(kind)
+        def col(get, dtype=np.int64):
+            return np.fromiter((get(m) for m in mappings), dtype=dtype, count=len(mappings))[of_mapping]
+
+        def spread(values: list, at: np.ndarray) -> list:
+            return [values[i] for i in at.tolist()]
+
+        def ball_formula(chip, kind: str, mode: str) -> str | None:
+            ball = chip.ball(kind)
             if ball is not None and kind == "matrix" and ball.timing == "systolic":
                 return SYSTOLIC + mode
             return None if ball is None else ball.latency.get(mode)
 
-        def matrix_missing(c: Candidate, formula: str | None) -> str:
-            ball = c.chip.ball("matrix")
+        def matrix_missing(chip, dataflow: str, formula: str | None) -> str:
+            ball = chip.ball("matrix")
             if ball is None or formula is not None:
                 return ""
-            return (f"matrix Ball of chip {c.chip.name} has no {c.mapping.dataflow!r} latency formula; "
+            return (f"matrix Ball of chip {chip.name} has no {dataflow!r} latency formula; "
                     f"allowed: {', '.join(ball.latency)}; or timing = systolic")
 
-        matrix = [c.chip.ball("matrix") for c in cands]
-        formulas = [ball_formula(c, "matrix", c.mapping.dataflow) for c in cands]
+        # the matrix Ball's formula: per distinct chip and dataflow
+        pairs: dict[tuple[int, str], int] = {}
+        of_pair = np.fromiter((pairs.setdefault((chip, mappings[m].dataflow), len(pairs))
+                               for chip, m in zip(of_chip.tolist(), of_mapping.tolist())), dtype=np.int64, count=n)
+        pair_formulas = [ball_formula(chips[chip], "matrix", dataflow) for chip, dataflow in pairs]
+        pair_missing = [matrix_missing(chips[chip], dataflow, f) for (chip, dataflow), f in zip(pairs, pair_formulas)]
+        formulas = spread(pair_formulas, of_pair)
+        matrix = [chip.ball("matrix") for chip in chips]
         return cls(
-            n=len(cands),
+            n=n,
             bank_count=chip_col(lambda chip: chip.banks.count),
             bank_rows=chip_col(lambda chip: chip.banks.rows),
             usable_rows=chip_col(lambda chip: chip.addressable_rows),
@@ -146,16 +164,16 @@ class CandidateArrays:
             barrier_cycles=chip_col(lambda chip: chip.front_end.barrier_cycles),
             system_bus_bytes=chip_col(lambda chip: chip.dma.system_bus_bytes),
             private_sram_per_core=chip_col(lambda chip: chip.private_sram_bytes),
-            framework=col(lambda c: c.mapping.policy == "framework", bool),
-            double_buffer=col(lambda c: c.mapping.double_buffer, bool),
-            serial=np.zeros(len(cands), dtype=bool),
-            workers=col(lambda c: c.mapping.workers),
-            split_rows=col(lambda c: c.mapping.split == "rows", bool),
-            fusion=[c.mapping.fusion for c in cands],
-            channels_last=[c.mapping.channels_last for c in cands],
-            shared_weights=col(lambda c: c.mapping.weights == "shared", bool),
-            scan_weights_kept=col(lambda c: c.mapping.scan_weights != "reloaded", bool),
-            parts_at_once=col(lambda c: c.mapping.placement in ("pipeline", "phase"), bool),
+            framework=col(lambda m: m.policy == "framework", bool),
+            double_buffer=col(lambda m: m.double_buffer, bool),
+            serial=np.zeros(n, dtype=bool),
+            workers=col(lambda m: m.workers),
+            split_rows=col(lambda m: m.split == "rows", bool),
+            fusion=spread([m.fusion for m in mappings], of_mapping),
+            channels_last=spread([m.channels_last for m in mappings], of_mapping),
+            shared_weights=col(lambda m: m.weights == "shared", bool),
+            scan_weights_kept=col(lambda m: m.scan_weights != "reloaded", bool),
+            parts_at_once=col(lambda m: m.placement in ("pipeline", "phase"), bool),
             shared_enabled=chip_col(lambda chip: chip.shared_memory.enabled, bool),
             shared_banks=chip_col(lambda chip: chip.shared_memory.banks),
             shared_rows=chip_col(lambda chip: chip.shared_memory.rows),
@@ -163,11 +181,12 @@ class CandidateArrays:
             shared_latency=chip_col(lambda chip: chip.shared_memory.latency_cycles),
             tile_size=chip_col(lambda chip: chip.cores.tile_size),
             matrix_formula=formulas,
-            matrix_missing=[matrix_missing(c, f) for c, f in zip(cands, formulas)],
-            no_matrix=np.fromiter((f is None for f in formulas), dtype=bool, count=len(cands)),
-            matrix_rows=np.array([b.array_rows if b else 0 for b in matrix], dtype=np.int64),
-            matrix_cols=np.array([b.array_cols if b else 0 for b in matrix], dtype=np.int64),
-            chip_names=[c.chip.name for c in cands],
+            matrix_missing=spread(pair_missing, of_pair),
+            no_matrix=np.array([f is None for f in pair_formulas], dtype=bool)[of_pair],
+            matrix_rows=np.array([b.array_rows if b else 0 for b in matrix], dtype=np.int64)[of_chip],
+            matrix_cols=np.array([b.array_cols if b else 0 for b in matrix], dtype=np.int64)[of_chip],
+            chip_names=spread([chip.name for chip in chips], of_chip),
+            chip_index=of_chip,
         )
 
     def take(self, idx: np.ndarray) -> "CandidateArrays":

@@ -104,7 +104,7 @@ class TilePoint:
 # private SRAM per core); names and reasons only label. `search_shape` checks that they do
 # not change a tile's cost by evaluating each group at its smallest and largest member.
 _BANK_FIGURES = {"bank_count", "private_sram_per_core"}
-_NOT_KEY = {"n", "chip_names"} | _BANK_FIGURES
+_NOT_KEY = {"n", "chip_names", "chip_index"} | _BANK_FIGURES
 
 
 def _with(params: CandidateArrays, **arrays) -> CandidateArrays:
@@ -187,9 +187,9 @@ class ShapeSearch:
     dma_bytes_g: np.ndarray  # (G, T)
     legal: np.ndarray  # (n,) legal tiles
     best: np.ndarray  # (n,) index of the best legal tile, -1 when none
-    framework: np.ndarray  # (n,) grid index of the framework's greedy tile
-    framework_ok: np.ndarray  # (n,) that tile is legal
-    framework_cycles: np.ndarray  # (n,) its cycles as the framework runs it (FENCE after MVOUT)
+    framework: np.ndarray | None  # (n,) grid index of the framework's greedy tile (None: left out)
+    framework_ok: np.ndarray | None  # (n,) that tile is legal
+    framework_cycles: np.ndarray | None  # (n,) its cycles as the framework runs it (FENCE after MVOUT)
     blocked: list[str]  # (n,) why the candidate cannot run a matmul at all ("" when it can)
     grouped: bool  # False when bank-count independence did not hold (one group per candidate)
     grid_cost: MatmulCost | None = field(default=None, repr=False)  # rows 0..G-1: the groups
@@ -296,13 +296,15 @@ def _blocked(params: CandidateArrays) -> list[str]:
 
 
 def search_shape(params: CandidateArrays, shape: MatmulShape, group_by_banks: bool = True,
-                 groups: CandidateGroups | None = None) -> ShapeSearch:
+                 groups: CandidateGroups | None = None, framework: bool = True) -> ShapeSearch:
     """Every tile of `shape` for every candidate (search policy), and the framework's tile
     as the framework runs it: a `matmul_cost` call over the grid per group of candidates
     that differ only in bank count (and one at the group's other bank-count extreme, the
     independence check), plus one of a single tile per group for the framework.
     `group_by_banks=False` evaluates every candidate on its own (the reference path);
-    `groups` (from `candidate_groups(params)`) saves regrouping when shapes share candidates."""
+    `groups` (from `candidate_groups(params)`) saves regrouping when shapes share candidates;
+    `framework=False` leaves the framework's tile out (its fields None: `plan_values("search")`
+    reads none of them)."""
     n = params.n
     search = _with(params, framework=np.zeros(n, dtype=bool))
     tm, tn, tk = tile_grid(shape)
@@ -380,6 +382,9 @@ def search_shape(params: CandidateArrays, shape: MatmulShape, group_by_banks: bo
     legal = np.where(has, run_legal[group, posc], 0)
     best = np.where(best_rank < T, rank_order[group, np.minimum(best_rank, T - 1)], -1)
 
+    if not framework:
+        return ShapeSearch(shape, search, tm, tn, tk, group, budget, ok_free, cycles, sram, banks, dma_bytes, legal,
+                           best, None, None, None, blocked, grouped, grid_cost)
     # The framework's tile as a grid index (meshgrid "ij" order: m, then n, then k), costed
     # as the framework runs it (policy framework: a FENCE after every MVOUT).
     Mp, Np, Kp = shape.padded

@@ -64,7 +64,7 @@ def plan_matmuls(params: CandidateArrays, shape: MatmulShape) -> MatmulPlans:
     if search.size:
         # Every tile for every candidate, through the mapper's evaluation (candidates that
         # differ only in bank count share one costed row): one implementation of the pick.
-        found = search_shape(params.take(search), shape)
+        found = search_shape(params.take(search), shape, framework=False)
         picked = found.plan_values("search")
         ok = found.best >= 0
         for name in PLAN_FIELDS:

@@ -13,7 +13,7 @@ from typing import Mapping, Sequence
 import numpy as np
 
 from .components import CostError
-from .energy import ACTIVITY, Assessment, METRIC_UNITS, STREAM_BALLS, Tables, assess, per_holdings
+from .energy import ACTIVITY, COMPONENTS, Assessment, METRIC_UNITS, STREAM_BALLS, Tables, assess, per_holdings
 from .holdings import core_chips, holdings
 
 # The figures `assess_totals` adds to a candidate's totals, in this order.
@@ -63,31 +63,64 @@ def total_sram_bytes(chip, cores: Mapping[int, object], shared_bytes: float) -> 
     return float(private + tiles * (shared + cache))
 
 
-def assess_totals(chips: Sequence[object], cores: Sequence[Mapping[int, object] | None],
-                  totals: Sequence[Mapping[str, float]], footprints: Sequence[float],
-                  calibration: Mapping[str, Mapping] | None = None, per_op=None,
-                  keys: Sequence[object] | None = None) -> list[PpaResult]:
+@dataclass
+class PpaColumns:
+    """A batch's PPA figures as columns (one entry a candidate): `totals`, metric ->
+    values (`PPA_METRICS`, NaN where not assessed); `area_by` / `energy_by` (n, components);
+    `held`, whether each was assessed; `notes`, why figures are missing ("" when none)."""
+
+    totals: dict[str, np.ndarray]
+    area_by: np.ndarray
+    energy_by: np.ndarray
+    held: np.ndarray
+    notes: list[str]
+
+    def kept(self) -> np.ndarray:
+        """(n, components): the components a candidate has (area > 0 or energy > 0)."""
+        return self.held[:, None] & ((self.area_by > 0) | (self.energy_by > 0))
+
+    def components(self, index: int) -> dict[str, dict[str, float]]:
+        """One candidate's area and energy by component (`PpaResult.components`)."""
+        if not self.held[index]:
+            return {}
+        kept = [(name, a, e) for name, a, e in zip(COMPONENTS, self.area_by[index].tolist(),
+                                                   self.energy_by[index].tolist()) if a > 0 or e > 0]
+        return {"area_mm2": {name: a for name, a, _ in kept}, "energy_uj": {name: e for name, _, e in kept}}
+
+    def result(self, index: int) -> PpaResult:
+        return PpaResult({m: float(self.totals[m][index]) for m in PPA_METRICS}, self.components(index),
+                         self.notes[index])
+
+
+def assess_columns(chips: Sequence[object], cores: Sequence[Mapping[int, object] | None],
+                   totals: Mapping[str, np.ndarray], footprints: Sequence[float],
+                   calibration: Mapping[str, Mapping] | None = None, per_op=None,
+                   keys: Sequence[object] | None = None) -> PpaColumns:
     """Per candidate (`chips[i]` its chip, `cores[i]` the cores it runs on with their chips,
-    None when it cannot be placed; `totals[i]` its totals: ``latency_cycles``, ``dma_bytes``,
-    ``shared_sram_bytes`` and the `ACTIVITY` counts, NaN or missing for an infeasible one;
-    `footprints[i]` its DRAM footprint in bytes), its PPA figures. `keys[i]`: a value equal
-    for candidates whose chip and cores are the same (their holdings are then made once);
-    `per_op`: a per-op frame given each op's energy (``energy_uj``, `op_energy`)."""
+    None when it cannot be placed; `totals`: name -> per-candidate values of
+    ``latency_cycles``, ``dma_bytes``, ``shared_sram_bytes`` and the `ACTIVITY` counts, NaN
+    or missing for an infeasible one; `footprints[i]` its DRAM footprint in bytes), its PPA
+    figures, as columns. `keys[i]`: a value equal for candidates whose chip and cores are
+    the same (their holdings are then made once); `per_op`: a per-op frame given each op's
+    energy (``energy_uj``, `op_energy`)."""
     tables = tables_for(calibration)
     n = len(chips)
     distinct: dict = {}  # (key, shared bytes) -> index in `held`
     held: list = []
     why: list[str] = []  # per distinct holdings, why it cannot be priced ("" when it can)
+    slow: dict[tuple, str] = {}  # `slow_memories` by (pricing chip, shared banks held)
     notes = [""] * n
     which = np.full(n, -1, dtype=np.int64)
+
     def column(name: str, missing: float = 0.0) -> np.ndarray:
-        values = np.array([t.get(name, missing) for t in totals], dtype=np.float64)
+        values = np.asarray(totals[name], dtype=np.float64) if name in totals else np.full(n, missing)
         return values if missing != 0.0 else np.nan_to_num(values, nan=0.0)
 
     latency = column("latency_cycles", np.nan)
     shared = column("shared_sram_bytes").tolist()
-    for i, (chip, used) in enumerate(zip(chips, cores)):
-        if used is None or np.isnan(latency[i]):
+    priced = ~np.isnan(latency)
+    for i, (chip, used, ok) in enumerate(zip(chips, cores, priced.tolist())):
+        if used is None or not ok:
             continue
         key = ((keys[i] if keys is not None else id(used)), shared[i])
         k = distinct.get(key)
@@ -98,8 +131,11 @@ def assess_totals(chips: Sequence[object], cores: Sequence[Mapping[int, object] 
                 tables.prices(h.chip)
             except CostError as exc:
                 h, reason = None, f"no area or energy: {exc} (chip field {exc.field})"
-            else:
-                reason = slow_memories(tables.table(h.chip), h.chip.clock_mhz, held_shared=h.shared_banks > 0)
+            else:  # the note reads the pricing chip and whether shared banks are held: once per such pair
+                slow_key = (id(h.chip), h.shared_banks > 0)
+                if slow_key not in slow:
+                    slow[slow_key] = slow_memories(tables.table(h.chip), h.chip.clock_mhz, held_shared=slow_key[1])
+                reason = slow[slow_key]
             k = distinct[key] = len(held)
             held.append(h)
             why.append(reason)
@@ -107,24 +143,58 @@ def assess_totals(chips: Sequence[object], cores: Sequence[Mapping[int, object] 
         notes[i] = why[k]
     activity = {name: column(name) for name in ACTIVITY if name != "dram_bytes"}
     activity["dram_bytes"] = column("dma_bytes")
-    a: Assessment = assess(held, activity, latency, tables, which)
+    parts = per_holdings(held, tables)  # read by the totals and the per-op energy alike
+    a: Assessment = assess(held, activity, latency, tables, which, parts)
     if per_op is not None and not per_op.empty:
-        per_op["energy_uj"] = op_energy(tables, held, which, per_op)
-    out = []
+        per_op["energy_uj"] = op_energy(tables, held, which, per_op, parts)
+    assessed = which >= 0
+    out = {name: np.where(assessed, getattr(a, name), np.nan)
+           for name in ("area_mm2", "energy_uj", "leakage_energy_uj", "power_mw", "edp", "inferences_per_joule")}
     sram: dict = {}
-    figures_of, components_of = a.all_totals(), a.all_components()
-    for i, k in enumerate(which.tolist()):
-        if k < 0:
-            out.append(PpaResult({m: float("nan") for m in PPA_METRICS}, {}, notes[i]))
-            continue
-        figures = figures_of[i]
-        skey = (k, shared[i])
+    total_sram = np.full(n, np.nan)
+    for i in np.flatnonzero(assessed).tolist():
+        skey = (int(which[i]), shared[i])
         if skey not in sram:
             sram[skey] = total_sram_bytes(chips[i], cores[i], shared[i])
-        figures["total_sram_bytes"] = sram[skey]
-        figures["dram_footprint_bytes"] = float(footprints[i])
-        out.append(PpaResult(figures, components_of[i], notes[i]))
-    return out
+        total_sram[i] = sram[skey]
+    out["total_sram_bytes"] = total_sram
+    out["dram_footprint_bytes"] = np.where(assessed, np.asarray(footprints, dtype=np.float64), np.nan)
+    return PpaColumns({m: out[m] for m in PPA_METRICS}, a.area_by, a.energy_by, assessed, notes)
+
+
+def assess_totals(chips: Sequence[object], cores: Sequence[Mapping[int, object] | None],
+                  totals: Sequence[Mapping[str, float]], footprints: Sequence[float],
+                  calibration: Mapping[str, Mapping] | None = None, per_op=None,
+                  keys: Sequence[object] | None = None) -> list[PpaResult]:
+    """`assess_columns` of candidates whose totals are one mapping each (`totals[i]`), as
+    one `PpaResult` a candidate."""
+    given = {name for t in totals for name in t}
+    columns = {name: np.array([t.get(name, np.nan) for t in totals], dtype=np.float64)
+               for name in ("latency_cycles", "shared_sram_bytes", "dma_bytes", *ACTIVITY) if name in given}
+    got = assess_columns(chips, cores, columns, footprints, calibration, per_op, keys)
+    return [got.result(i) for i in range(len(chips))]
+
+
+def candidate_cores(cands: list, feasible: Sequence[bool], n_ops: int | None = None,
+                    roles: list[str] | None = None) -> tuple[list, list]:
+    """Each candidate's cores (`dse.ppa.holdings.core_chips`; None where infeasible), placed
+    once per distinct chip and placement, and those keys."""
+    parts: dict[int, tuple] = {}  # what of a mapping places it, by mapping object
+
+    def part(m) -> tuple:
+        found = parts.get(id(m))
+        if found is None:
+            found = parts[id(m)] = (m.workers, m.placement, m.requests, m.cuts, m.weights)
+        return found
+
+    keys = [(id(c.chip), *part(c.mapping)) for c in cands]
+    placed: dict = {}
+    cores = []
+    for c, ok, key in zip(cands, feasible, keys):
+        if key not in placed:
+            placed[key] = core_chips(c.chip, c.mapping, n_ops, roles)
+        cores.append(placed[key] if ok else None)
+    return cores, keys
 
 
 def assess_candidates(rows: list[dict], cands: list, footprints, ppa_calibration=None, n_ops: int | None = None,
@@ -134,14 +204,7 @@ def assess_candidates(rows: list[dict], cands: list, footprints, ppa_calibration
     figure cannot be had (it is then absent). `cands`: the candidates as costed (placement
     "auto" resolved); `n_ops` / `roles`: what places them (`dse.ppa.holdings.core_chips`)."""
     # candidates of one chip and placement hold the same cores: placed once
-    keys = [(id(c.chip), c.mapping.workers, c.mapping.placement, c.mapping.requests, c.mapping.cuts,
-             c.mapping.weights) for c in cands]
-    placed: dict = {}
-    cores = []
-    for c, r, key in zip(cands, rows, keys):
-        if key not in placed:
-            placed[key] = core_chips(c.chip, c.mapping, n_ops, roles)
-        cores.append(placed[key] if r["feasible"] else None)
+    cores, keys = candidate_cores(cands, [r["feasible"] for r in rows], n_ops, roles)
     # the plan's tensors and what the lowering lays out for the products beside them
     footprints = [f + float(r.get("workspace_bytes", 0.0) or 0.0) for f, r in zip(footprints, rows)]
     got = assess_totals([c.chip for c in cands], cores, rows, footprints, ppa_calibration, per_op, keys)
@@ -150,20 +213,32 @@ def assess_candidates(rows: list[dict], cands: list, footprints, ppa_calibration
     return [p.components for p in got], [p.note for p in got]
 
 
+def assess_frame(totals, cands: list, footprints, ppa_calibration=None, per_op=None) -> PpaColumns:
+    """`assess_candidates` of a totals frame (`summarize`'s) as columns: what a batch of
+    thousands reads, without a dict a candidate."""
+    feasible = totals["feasible"].to_numpy(dtype=bool)
+    cores, keys = candidate_cores(cands, feasible.tolist())
+    # the plan's tensors and what the lowering lays out for the products beside them
+    workspace = totals["workspace_bytes"].to_numpy(dtype=np.float64) if "workspace_bytes" in totals else 0.0
+    footprints = np.asarray(footprints, dtype=np.float64) + workspace
+    columns = {name: totals[name].to_numpy() for name in totals.columns}
+    return assess_columns([c.chip for c in cands], cores, columns, footprints, ppa_calibration, per_op, keys)
+
+
 # A per-op frame's columns (`dse.analytical.estimate.OP_COLUMNS`) for each activity.
 OP_ACTIVITY = {"macs": "ball_macs", "bank_reads": "bank_reads", "bank_writes": "bank_writes",
                "shared_reads": "shared_reads", "shared_writes": "shared_writes", "core_op_cycles": "core_busy",
                "dram_bytes": "dma_bytes"}
 
 
-def op_energy(tables, held: Sequence, which: np.ndarray, per_op) -> np.ndarray:
+def op_energy(tables, held: Sequence, which: np.ndarray, per_op, parts: tuple | None = None) -> np.ndarray:
     """Each op's energy (uJ) in a per-op frame (its ``candidate`` column indexing `which`,
     each candidate's index in the distinct `held`, -1: none): its actions priced as the
     totals are, plus the candidate's leakage and its cores' idle energy over the op's cycles
     (NaN where the candidate has no holdings). Summed over an SPMD candidate's ops this is
     its energy; a placement whose stages run at once overlaps their ops' cycles, so there
-    the sum exceeds the total."""
-    _, leak_by, prices, clock, cores, idle_pj = per_holdings(held, tables)
+    the sum exceeds the total. `parts`: `per_holdings(held, tables)`, when made already."""
+    _, leak_by, prices, clock, cores, idle_pj = parts or per_holdings(held, tables)
     price, leak = prices.sum(axis=2), leak_by.sum(axis=1)  # an action's price over every component
     at = np.asarray(which, dtype=np.int64)
     cand = np.where(at < 0, len(held), at)[per_op["candidate"].to_numpy()]  # the last row: none
@@ -183,4 +258,5 @@ def op_energy(tables, held: Sequence, which: np.ndarray, per_op) -> np.ndarray:
     return pj / 1e6
 
 
-__all__ = ["PPA_METRICS", "PpaResult", "assess_candidates", "assess_totals", "op_energy", "tables_for", "total_sram_bytes"]
+__all__ = ["PPA_METRICS", "PpaColumns", "PpaResult", "assess_candidates", "assess_columns", "assess_frame",
+           "assess_totals", "candidate_cores", "op_energy", "tables_for", "total_sram_bytes"]

@@ -200,27 +200,31 @@ def per_holdings(holdings: Sequence[Holdings | None], tables: Tables) -> tuple[n
     area, leak = np.full((g + 1, C), np.nan), np.full((g + 1, C), np.nan)
     prices = np.zeros((g + 1, len(ACTIVITY), C))
     clock, cores, idle = np.full(g + 1, np.nan), np.zeros(g + 1), np.zeros(g + 1)
+    by_chip: dict[int, tuple] = {}  # the pricing chip's prices, clock and idle price (holdings share a few)
     for k, h in enumerate(holdings):
         if h is None:
             continue
         area[k], leak[k] = tables.holdings_vectors(h)
-        prices[k] = tables.prices(h.chip)
-        clock[k] = h.chip.clock_mhz
+        of_chip = by_chip.get(id(h.chip))
+        if of_chip is None:
+            of_chip = by_chip[id(h.chip)] = (
+                tables.prices(h.chip), h.chip.clock_mhz,
+                tables.table(h.chip).components["cores"].actions["idle_cycle"].value)
+        prices[k], clock[k], idle[k] = of_chip
         cores[k] = sum(count for _, count in h.cores)
-        idle[k] = tables.table(h.chip).components["cores"].actions["idle_cycle"].value
     return area, leak, prices, clock, cores, idle
 
 
 def assess(holdings: Sequence[Holdings | None], activity: Mapping[str, np.ndarray], latency_cycles: np.ndarray,
-           tables: Tables | None = None, which: np.ndarray | None = None) -> Assessment:
+           tables: Tables | None = None, which: np.ndarray | None = None, parts: tuple | None = None) -> Assessment:
     """Area, energy and power of every candidate. `holdings`: the distinct holdings, and
     `which` per candidate the index of its own in them (-1: not assessed, NaN); without
     `which`, one holdings a candidate. `activity`: `ACTIVITY` name -> per-candidate counts
-    (missing names count 0)."""
+    (missing names count 0). `parts`: `per_holdings(holdings, tables)`, when made already."""
     tables = tables or Tables()
     which = np.arange(len(holdings)) if which is None else np.asarray(which, dtype=np.int64)
     n = len(which)
-    area_g, leak_g, prices_g, clock_g, cores_g, idle_g = per_holdings(holdings, tables)
+    area_g, leak_g, prices_g, clock_g, cores_g, idle_g = parts or per_holdings(holdings, tables)
     at = np.where(which < 0, len(holdings), which)  # the last row: NaN, not assessed
     latency = np.asarray(latency_cycles, dtype=np.float64)
     counts = np.stack([np.asarray(activity.get(name, np.zeros(n)), dtype=np.float64) for name in ACTIVITY], axis=1)

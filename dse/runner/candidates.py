@@ -35,6 +35,19 @@ class BuiltCandidate:
     reason: str  # why it is infeasible before any evaluation ('' if it is to be evaluated)
     config_json: str = ""
     mapping_json: str = ""
+    chip: Any = None  # the chip as validated (None: the baseline's, or not validated)
+
+
+def knob_key(names: list[str], params: dict):
+    """The values of knobs `names` that `params` sets, as a dict key: a tuple of (name,
+    value), or its canonical JSON where a value is a list or dict (core groups, a workload
+    point)."""
+    key = tuple([(name, params[name]) for name in names if name in params])
+    try:
+        hash(key)
+    except TypeError:
+        return canonical_json([list(kv) for kv in key])
+    return key
 
 
 class CandidateBuilder:
@@ -50,17 +63,19 @@ class CandidateBuilder:
         self._chips: dict[tuple, Any] = {}
         self._chip_knobs = [k.name for k in spec.model.space if k.target.startswith("chip.")] + [
             t for t in spec.hand_targets if t.startswith("chip.")]
+        # what a mapping's overrides read (`Spec.overrides`: mapping and workload targets)
+        self._mapping_knobs = [k.name for k in spec.model.space if not k.target.startswith("chip.")] + [
+            t for t in spec.hand_targets if not t.startswith("chip.")]
         self._baseline_config = CanonicalParts(self.baseline_data["config"])
         self._chip_limits = spec.baseline_chip.data_with_limits().get("limits")
         self._sections: dict[tuple[str, str], Any] = {}  # (section, its canonical JSON) -> validated section
         self._mappings: dict[tuple, Any] = {}
 
-    def chip_for(self, params: dict) -> tuple[dict, str, str]:
-        """(config data, its canonical JSON, why it is invalid or '') once per distinct chip:
+    def chip_for(self, params: dict) -> tuple[dict, str, str, Any]:
+        """(config data, its canonical JSON, why it is invalid or '', the validated chip or
+        None) once per distinct chip:
         many candidates share a chip and differ in mapping only."""
-        key = tuple((name, params[name]) for name in self._chip_knobs if name in params)
-        if any(isinstance(v, (list, dict)) for _, v in key):  # a list value (core groups) is keyed by its JSON
-            key = canonical_json([list(kv) for kv in key])
+        key = knob_key(self._chip_knobs, params)
         hit = self._chips.get(key)
         if hit is None:
             chip_over = self.spec.overrides(params, "chip")
@@ -86,7 +101,7 @@ class CandidateBuilder:
                     why = f"invalid chip for this combination: {exc.field}: {exc.allowed}"
             if chip is not None and self.on_chip is not None:
                 self.on_chip(text, chip)
-            hit = self._chips[key] = (data, text, why)
+            hit = self._chips[key] = (data, text, why, chip)
         return hit
 
     def chip_from_sections(self, data: dict, sections: set[str]):
@@ -118,10 +133,10 @@ class CandidateBuilder:
     def mapping_for(self, params: dict) -> tuple[dict, str, str]:
         """(mapping data, its canonical JSON, why it is invalid or '') once per distinct
         mapping: a sweep has few mappings and many candidates."""
-        map_over = self.spec.overrides(params, "mapping")
-        key = canonical_json(map_over)  # values may be lists (a Ball set) or a dict (a workload point)
+        key = knob_key(self._mapping_knobs, params)
         hit = self._mappings.get(key)
         if hit is None:
+            map_over = self.spec.overrides(params, "mapping")
             mapping, why = {**self.baseline_data["mapping"], **map_over}, ""
             try:
                 mapping = mapping_data(mapping_from_dict(mapping, str(self.spec.path)))
@@ -131,9 +146,9 @@ class CandidateBuilder:
         return hit
 
     def build(self, params: dict) -> BuiltCandidate:
-        config, config_json, reason = self.chip_for(params)
+        config, config_json, reason, chip = self.chip_for(params)
         reason = reason or self.spec.space.violated(params)
         mapping, mapping_json, why = self.mapping_for(params)
         reason = reason or why
         return BuiltCandidate(params, config, mapping, candidate_hash_of_texts(config_json, mapping_json), reason,
-                              config_json, mapping_json)
+                              config_json, mapping_json, chip)

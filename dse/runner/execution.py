@@ -100,9 +100,12 @@ def evaluate_items(work, items: list[WorkItem], kill: str | None = None, hang: s
     # One vectorised batch per analytical graph (candidates of one quantization granularity
     # and workload point).
     by_graph: dict = {}
+    graph_of: dict[int, tuple] = {}  # by mapping object: a chunk's candidates share a few
     for pair in analytical:
         m = pair[1].mapping
-        key = (m.quantize_choice, json.dumps(m.workload, sort_keys=True) if m.workload else "")
+        key = graph_of.get(id(m))
+        if key is None:
+            key = graph_of[id(m)] = (m.quantize_choice, json.dumps(m.workload, sort_keys=True) if m.workload else "")
         by_graph.setdefault(key, []).append(pair)
     if work.stages:  # a staged workload: every candidate runs every stage (the spec allows no graph knobs)
         by_graph = {}

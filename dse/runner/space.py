@@ -214,6 +214,8 @@ class Space:
 
     def violated(self, params: dict[str, Any]) -> str:
         """The first constraint the parameters break, as a reason ('' if none)."""
+        if not self.constraints:
+            return ""
         values = self.full(params)
         for constraint, formula in zip(self.constraints, self._constraint_formulas):
             if not bool(formula(**values)):
@@ -235,9 +237,16 @@ class Space:
 
     def grid(self) -> Iterator[dict[str, Any]]:
         axes = [k.grid_values() for k in self.knobs]
+        names = self.names
         seen = set()
+        if not self._when_formulas:  # every knob active: a point is its values, in knob order
+            for combo in itertools.product(*axes):
+                if combo not in seen:  # (a value listed twice)
+                    seen.add(combo)
+                    yield dict(zip(names, combo))
+            return
         for combo in itertools.product(*axes):
-            params = self.prune_inactive(dict(zip(self.names, combo)))
+            params = self.prune_inactive(dict(zip(names, combo)))
             key = tuple(sorted(params.items(), key=lambda kv: kv[0]))
             if key not in seen:  # inactive knobs collapse several grid points into one
                 seen.add(key)

@@ -8,6 +8,7 @@ field, the value and what is allowed.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import tomllib
@@ -675,6 +676,12 @@ def _leaves(data: Any, prefix: str = "") -> dict[str, Any]:
     return {prefix: data}
 
 
+@functools.lru_cache(maxsize=1)
+def _torch_version() -> str:
+    """torch's installed version, read once a process (a metadata scan of sys.path)."""
+    return version("torch")
+
+
 def workload_parts(spec: Spec) -> dict:
     """What the experiment's workload identity covers (`dse.identity.workload_identity`'s
     arguments): the recipe's source, its full params, its frontend steps, torch's version."""
@@ -684,7 +691,7 @@ def workload_parts(spec: Spec) -> dict:
 
     w = spec.model.workload
     # torch's version from its metadata (the same text as torch.__version__), without importing it
-    out = dict(parts(w.recipe, w.params), torch_version=version("torch"))
+    out = dict(parts(w.recipe, w.params), torch_version=_torch_version())
     if w.stages:  # the staged workload's other stages, by role (the own stage's role too)
         out["stages"] = [{"role": w.role}] + [{"role": s.role, "recipe": s.recipe, **parts(s.recipe, s.params)}
                                               for s in w.stages]

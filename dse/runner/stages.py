@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import functools
 import json
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -19,7 +20,8 @@ from ..mapping import Candidate
 from ..mapping.params import CandidateArrays
 from ..plan.graph_plan import dram_footprint, plan_key
 from ..plan.moe import spreads
-from ..ppa.assess import assess_candidates
+from ..ppa.assess import assess_candidates, assess_frame
+from ..ppa.names import COMPONENTS
 from ..ppa.energy import METRIC_UNITS
 from ..records import MetricRow
 from ..records.checks import MetricColumns
@@ -129,12 +131,16 @@ class AnalyticalResult:
     totals: dict[str, float]
     ops: list[tuple] = field(repr=False)  # per op: OP_FIELDS
     notes: str = ""  # the placement "auto" picked, how tensors went between ranges (candidate notes)
-    components: dict = field(default_factory=dict)  # area and energy by component (`PpaResult.components`)
+    components: Mapping = field(default_factory=dict)  # area and energy by component (`PpaResult.components`)
+    # `metrics()` as a batch made it for every candidate at once (`_batch_results`), else None
+    columns: MetricColumns | None = field(default=None, repr=False)
 
     def metrics(self) -> MetricColumns:
         """Metric columns (`MetricColumns`, read as MetricRows): totals, area and energy by
         component (scope component), then per-op cycles and tiles (scope op), all of kind
         'analytical'."""
+        if self.columns is not None:  # a fresh object a call: a caller may append to it
+            return MetricColumns(self.columns.shape, self.columns.values)
         # Tens of metrics a candidate, thousands a batch: the values gathered in order, and
         # the shape they fill looked up by what decides it (which totals and components are
         # set, each op's unit and whether its energy is), made once per distinct shape. NaN
@@ -158,16 +164,20 @@ class AnalyticalResult:
                 if matrix:
                     values += (float(tm), float(tn), float(tk))
                 ops.append((op, costed, matrix))
-        key = (totals, tuple(components), tuple(ops))
-        shape = _SHAPES.get(key)
-        if shape is None:
-            if len(_SHAPES) >= 256:
-                _SHAPES.clear()
-            shape = _SHAPES[key] = _shape(*key)
-        return MetricColumns(shape, values)
+        return MetricColumns(shape_of((totals, tuple(components), tuple(ops))), values)
 
 
 _SHAPES: dict[tuple, tuple] = {}  # the shapes of `AnalyticalResult.metrics`, by what decides each
+
+
+def shape_of(key: tuple) -> tuple:
+    """`_shape` of (totals, components, ops), made once per distinct key."""
+    shape = _SHAPES.get(key)
+    if shape is None:
+        if len(_SHAPES) >= 256:
+            _SHAPES.clear()
+        shape = _SHAPES[key] = _shape(*key)
+    return shape
 
 
 def _shape(totals: tuple, components: tuple, ops: tuple) -> tuple:
@@ -202,8 +212,15 @@ def add_ppa(rows: list[dict], cands: list[Candidate], footprints, ppa_calibratio
 
 
 def _footprints(graph, cands: list[Candidate]) -> list[float]:
-    return [float(dram_footprint(graph, *plan_key(c.mapping), c.mapping.requests or 1))
-            for c in cands]
+    """Each candidate's DRAM footprint (`dram_footprint`), read once per distinct mapping."""
+    of: dict[int, float] = {}
+    out = []
+    for c in cands:
+        found = of.get(id(c.mapping))
+        if found is None:
+            found = of[id(c.mapping)] = float(dram_footprint(graph, *plan_key(c.mapping), c.mapping.requests or 1))
+        out.append(found)
+    return out
 
 
 def analytical_graph(recipe: str, params: dict, quantization: str | None = None):
@@ -263,29 +280,25 @@ def analytical_batch(graph, cands: list[Candidate], calibration: dict | None = N
     `ppa_calibration` chip names to per-component area and energy factors."""
     if not cands:
         return []
-    placed = [i for i, c in enumerate(cands) if laid_out(c.mapping)]
+    placed, rest = _split_by_mapping(cands, laid_out)
     if placed:  # one graph in ranges on core groups (or the model's pick): `placed_graph_batch`
-        rest = [i for i in range(len(cands)) if i not in set(placed)]
         out: list = [None] * len(cands)
         for i, r in zip(placed, placed_graph_batch(graph, [cands[i] for i in placed], calibration, ppa_calibration)):
             out[i] = r
         for i, r in zip(rest, analytical_batch(graph, [cands[i] for i in rest], calibration, ppa_calibration)):
             out[i] = r
         return out
-    spread = [i for i, c in enumerate(cands) if spreads(c.mapping)]
+    spread, rest = _split_by_mapping(cands, spreads)
     if spread and len(spread) < len(cands):  # the experts spread over the workers: `estimate_spread`
         out = [None] * len(cands)
-        rest = [i for i in range(len(cands)) if i not in set(spread)]
         for part in (spread, rest):
             for i, r in zip(part, analytical_batch(graph, [cands[i] for i in part], calibration, ppa_calibration)):
                 out[i] = r
         return out
-    imbalances = None
-    if spread:
-        per_op, totals, imbalances = estimate_spread(graph, cands, calibration)
-    else:
+    if not spread:
         per_op = estimate(graph, cands, calibration)
-        totals = summarize(per_op, cands)
+        return _batch_results(graph, cands, per_op, summarize(per_op, cands), ppa_calibration)
+    per_op, totals, imbalances = estimate_spread(graph, cands, calibration)
     n_ops = len(graph.ops)
     rows = totals.to_dict("records")
     components, notes = add_ppa(rows, cands, _footprints(graph, cands), ppa_calibration, per_op=per_op)
@@ -296,9 +309,135 @@ def analytical_batch(graph, cands: list[Candidate], calibration: dict | None = N
         ops = list(zip(*(col[i * n_ops:(i + 1) * n_ops] for col in columns)))
         out.append(AnalyticalResult(bool(t["feasible"]), str(t["reason"]), total_metrics(t), ops, notes[i],
                                     components[i]))
-        if imbalances is not None and t["feasible"]:
+        if t["feasible"]:
             out[-1].totals["core_imbalance"] = imbalances[i]
     return out
+
+
+def _split_by_mapping(cands: list[Candidate], test) -> tuple[list[int], list[int]]:
+    """The positions of the candidates whose mapping passes `test`, and of the others
+    (`test` asked once per distinct mapping object: a batch's candidates share a few)."""
+    said: dict[int, bool] = {}
+    yes, no = [], []
+    for i, c in enumerate(cands):
+        passed = said.get(id(c.mapping))
+        if passed is None:
+            passed = said[id(c.mapping)] = bool(test(c.mapping))
+        (yes if passed else no).append(i)
+    return yes, no
+
+
+def _batch_results(graph, cands: list[Candidate], per_op: pd.DataFrame, totals: pd.DataFrame,
+                   ppa_calibration: dict | None) -> list[AnalyticalResult]:
+    """`analytical_batch`'s results from the SPMD estimate (`per_op`, candidate-major, every
+    candidate every op) and its totals, made as columns: the PPA figures
+    (`dse.ppa.assess.assess_frame`), each candidate's totals, and its metric columns,
+    grouped by which metrics it has (what `AnalyticalResult.metrics` gives one candidate)."""
+    n, n_ops = len(cands), len(graph.ops)
+    ppa = None
+    if ppa_calibration is not None:
+        ppa = assess_frame(totals, cands, _footprints(graph, cands), ppa_calibration, per_op=per_op)
+    notes = ["; ".join(filter(None, [n, s])) for n, s in zip(ppa.notes if ppa else [""] * n, _scan_notes(graph, cands))]
+    feasible = totals["feasible"].to_numpy(dtype=bool)
+    reasons = [str(r) for r in totals["reason"].tolist()]
+    figures = np.full((n, len(METRICS)), np.nan)
+    for j, name in enumerate(METRICS):
+        if ppa is not None and name in ppa.totals:
+            figures[:, j] = ppa.totals[name]
+        elif name in totals:
+            figures[:, j] = totals[name].to_numpy(dtype=np.float64)
+    # The metric columns: every candidate's values laid out alike (totals, area and energy by
+    # component, per op cycles, energy and tiles), with which of them it has.
+    blocks, present = [figures], [~np.isnan(figures)]
+    components: list[tuple[str, str]] = []
+    if ppa is not None:
+        kept = ppa.kept()
+        for metric, by in (("area_mm2", ppa.area_by), ("energy_uj", ppa.energy_by)):
+            blocks.append(by)
+            present.append(kept & ~np.isnan(by))
+            components += [(metric, name) for name in COMPONENTS]
+    op_columns = {c: per_op[c].to_numpy() for c in OP_FIELDS if c in per_op}
+    if n_ops:
+        grid = lambda c: op_columns[c].reshape(n, n_ops).astype(np.float64)  # noqa: E731  (candidates x ops)
+        energy = grid("energy_uj") if "energy_uj" in op_columns else np.full((n, n_ops), np.nan)
+        matrix = (op_columns["unit"] == "matrix").reshape(n, n_ops)
+        on = np.broadcast_to(feasible[:, None], (n, n_ops))
+        blocks.append(np.stack([grid("cycles"), energy, grid("tile_m"), grid("tile_n"), grid("tile_k")],
+                               axis=2).reshape(n, -1))
+        present.append(np.stack([on, on & ~np.isnan(energy), on & matrix, on & matrix, on & matrix],
+                                axis=2).reshape(n, -1))
+    values, present = np.concatenate(blocks, axis=1), np.concatenate(present, axis=1)
+    patterns, first, which = np.unique(np.packbits(present, axis=1), axis=0, return_index=True, return_inverse=True)
+    which = which.reshape(-1)
+    columns: list = [None] * n
+    names = [op.name for op in graph.ops]
+    n_totals, n_components = len(METRICS), len(components)
+    for k in range(len(patterns)):
+        mask = present[first[k]]
+        rows = np.flatnonzero(which == k)
+        ops = ()
+        if n_ops and feasible[first[k]]:
+            op_mask = mask[n_totals + n_components:].reshape(n_ops, 5)
+            ops = tuple((name, bool(m[1]), bool(m[2])) for name, m in zip(names, op_mask))
+        shape = shape_of((tuple(name for name, on in zip(METRICS, mask[:n_totals]) if on),
+                          tuple(c for c, on in zip(components, mask[n_totals:n_totals + n_components]) if on), ops))
+        for row, got in zip(rows.tolist(), values[rows][:, mask].tolist()):
+            columns[row] = MetricColumns(shape, got)
+    ops_of = _OpRows.of(per_op, n_ops)
+    return [AnalyticalResult(f, reason, dict(zip(METRICS, t)), ops_of(i), note,
+                             _Components(ppa, i) if ppa is not None else {}, columns[i])
+            for i, (f, reason, t, note) in enumerate(zip(feasible.tolist(), reasons, figures.tolist(), notes))]
+
+
+class _OpRows(Sequence):
+    """One candidate's per-op rows (`OP_FIELDS` tuples) of a batch's per-op frame, made
+    when read (`AnalyticalResult.ops`)."""
+
+    __slots__ = ("columns", "start", "stop")
+
+    def __init__(self, columns: list, start: int, stop: int):
+        self.columns, self.start, self.stop = columns, start, stop
+
+    @classmethod
+    def of(cls, per_op: pd.DataFrame, n_ops: int):
+        columns = [per_op[c].to_numpy() if c in per_op else None for c in OP_FIELDS]
+        return lambda i: cls(columns, i * n_ops, (i + 1) * n_ops)
+
+    def _rows(self) -> list[tuple]:
+        n = self.stop - self.start
+        return list(zip(*(c[self.start:self.stop].tolist() if c is not None else [None] * n for c in self.columns)))
+
+    def __len__(self) -> int:
+        return self.stop - self.start
+
+    def __getitem__(self, index):
+        return self._rows()[index]
+
+    def __iter__(self):
+        return iter(self._rows())
+
+
+class _Components(Mapping):
+    """One candidate's area and energy by component (`PpaColumns.components`), made when read."""
+
+    __slots__ = ("ppa", "index", "_made")
+
+    def __init__(self, ppa, index: int):
+        self.ppa, self.index, self._made = ppa, index, None
+
+    def _dict(self) -> dict:
+        if self._made is None:
+            self._made = self.ppa.components(self.index)
+        return self._made
+
+    def __getitem__(self, key):
+        return self._dict()[key]
+
+    def __iter__(self):
+        return iter(self._dict())
+
+    def __len__(self) -> int:
+        return len(self._dict())
 
 
 def placed_graph_batch(graph, cands: list[Candidate], calibration: dict | None = None,
@@ -312,7 +451,8 @@ def placed_graph_batch(graph, cands: list[Candidate], calibration: dict | None =
               for c in cands]
     layered = [i for i, c in enumerate(picked) if laid_out(c.mapping)]
     out: list = [None] * len(cands)
-    for i, r in zip([i for i in range(len(cands)) if i not in set(layered)],
+    at_layers = set(layered)
+    for i, r in zip([i for i in range(len(cands)) if i not in at_layers],
                     analytical_batch(graph, [c for c in picked if not laid_out(c.mapping)], calibration,
                                      ppa_calibration)):
         out[i] = r

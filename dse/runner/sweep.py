@@ -113,7 +113,7 @@ class Sweep:
         distinct chip; "" for a chip the sweep found invalid (its reason says why)."""
         note = self._notes.get(b.config_json)
         if note is None:
-            note = "" if b.reason else capacity_notes(chip_from_dict(b.config))
+            note = "" if b.reason else capacity_notes(b.chip or chip_from_dict(b.config))
             self._notes[b.config_json] = note
         return note
 
@@ -124,11 +124,12 @@ class Sweep:
         own section only)."""
         chip = self._diff_parts.get(("chip", b.config_json))
         if chip is None:
-            chip = self._diff_parts[("chip", b.config_json)] = self._diff_of(b, True)
+            chip = self._diff_parts[("chip", b.config_json)] = dict(sorted(self._diff_of(b, True).items()))
         mapping = self._diff_parts.get(("mapping", b.mapping_json))
         if mapping is None:
-            mapping = self._diff_parts[("mapping", b.mapping_json)] = self._diff_of(b, False)
-        return dict(sorted({**chip, **mapping}.items()))
+            mapping = self._diff_parts[("mapping", b.mapping_json)] = dict(sorted(self._diff_of(b, False).items()))
+        # each part sorted, and every "config." field sorts before every "mapping." one
+        return {**chip, **mapping}
 
     def _diff_of(self, b: BuiltCandidate, chip: bool) -> dict[str, list]:
         """`_diff`'s fields of the chip targets (`chip`), else of the others."""
@@ -357,12 +358,13 @@ class Sweep:
             self.recorder.hold(outcomes, notes)
         else:
             self.recorder.finish_runs(outcomes, notes)
+        known, counts = self.known, self.result.counts
         for o in outcomes:
             cid, b = by_run[o.run_id]
             obs = Observation(b.params, o.status == "ok", o.totals)
-            self.known[b.hash] = (cid, obs)
-            self._count(o.status)
-            self._track_best(obs)
+            known[b.hash] = (cid, obs)
+            counts[o.status] = counts.get(o.status, 0) + 1  # `_count`
+        self._track_best_of(outcomes)
 
     def _reuse(self, runs: dict, stage: str, baseline: bool = False) -> dict:
         """The running runs of `runs` (run id -> candidate) whose candidate an earlier
@@ -402,6 +404,18 @@ class Sweep:
 
     def _count(self, status: str) -> None:
         self.result.counts[status] = self.result.counts.get(status, 0) + 1
+
+    def _track_best_of(self, outcomes: list[Outcome]) -> None:
+        """`_track_best` of a chunk's outcomes (its feasible ones' first objective)."""
+        obj = self.spec.model.objectives[0]
+        sign = 1 if obj.direction == "minimize" else -1
+        best = None
+        for o in outcomes:
+            v = o.totals.get(obj.metric) if o.status == "ok" else None
+            if v is not None and not math.isnan(v) and (best is None or sign * v < sign * best):
+                best = v
+        if best is not None and (self.best_objective is None or sign * best < sign * self.best_objective):
+            self.best_objective = best
 
     def _track_best(self, obs: Observation) -> None:
         obj = self.spec.model.objectives[0]
