@@ -16,16 +16,6 @@ from typing import Any
 PPA_VERSION = re.compile(r"\+ppa-calibration-(\d+(?:-\d+)*)")
 
 
-def latest_calibration(reader, chip: str) -> dict[str, Any] | None:
-    """`reader.latest_calibration(chip)` (the sweep's name for it)."""
-    return reader.latest_calibration(chip)
-
-
-def latest_ppa_records(reader, chip: str) -> list[dict[str, Any]]:
-    """`reader.latest_ppa_records(chip)` (the sweep's name for it)."""
-    return reader.latest_ppa_records(chip)
-
-
 def ppa_factors(records: list[dict[str, Any]]) -> dict[str, dict[str, float]]:
     """{component: {"area": a, "energy": e}} of PPA calibration records (each source's
     factors from its record; 1 where none says otherwise)."""

@@ -37,7 +37,7 @@ from ..chips import capacity_notes
 from ..errors import InputError
 from ..identity import canonical_json
 from ..records import Store
-from ..records.calibrations import latest_calibration, latest_ppa_records, ppa_factors, ppa_version
+from ..records.calibrations import ppa_factors, ppa_version
 from ..records.opening import checked_url
 from ..workload.moe import moe_layers, parse_routing
 from .acceptance import propose
@@ -754,12 +754,12 @@ def sweep_into_store(spec: Spec, db: str | Path = "records.db", progress: bool =
         model_version = MODEL_VERSION
         if spec.model.stages.calibration == "newest":
             name = spec.baseline_chip.name
-            cal = latest_calibration(store, name)
+            cal = store.latest_calibration(name)
             if cal is not None:
                 work.calibration = {name: cal["constants"]}
                 model_version = f"{MODEL_VERSION}+calibration-{cal['id']}"
             # the newest area (synth_area) and energy (power) factors by component
-            ppa = latest_ppa_records(store, name)
+            ppa = store.latest_ppa_records(name)
             if ppa:
                 work.ppa_calibration = {name: ppa_factors(ppa)}
                 model_version += ppa_version(ppa)
