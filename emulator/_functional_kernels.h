@@ -53,13 +53,28 @@ struct Chain {
     Bytes a, b;  // M x cap (A + 128, u8), N x cap (B, s8)
 };
 
+// A walk over a bank's stream, line after line from `line`: the line's SRAM row and physical
+// bank advanced without a division a line.
+struct Lines {
+    uint8_t* row;  // the SRAM row of the current line, at physical bank b0
+    long q, col, rb, row_stride;  // the line's bank in the row (0 .. col - 1)
+    Lines(uint8_t* base, long row_stride, long rb, long col, long line)
+        : row(base + (line / col) * row_stride), q(line % col), col(col), rb(rb), row_stride(row_stride) {}
+    uint8_t* at() const { return row + q * rb; }
+    void next() {
+        if (++q == col) {
+            q = 0;
+            row += row_stride;
+        }
+    }
+};
+
 // The line-by-line map of a stream range [start, start + n) (start and n whole lines) onto
 // the bank's rows; f(pointer to the line in SRAM, offset in the range).
 template <class F>
 static inline void for_lines(uint8_t* base, long row_stride, long rb, long col, long start, long n, F f) {
-    long line = start / rb, end = (start + n) / rb;
-    for (long off = 0; line < end; ++line, off += rb)
-        f(base + (line / col) * row_stride + (line % col) * rb, off);
+    Lines w(base, row_stride, rb, col, start / rb);
+    for (long off = 0; off < n; off += rb, w.next()) f(w.at(), off);
 }
 
 // Rows r of `nrows` (the last `last` lines, the others `col`) between DRAM at addr + r * stride
@@ -80,14 +95,15 @@ static inline void dma_rows(uint8_t* base, long row_stride, long rb, long col, u
 // start are whole lines.
 static inline void gather(uint8_t* out, long cap, long rows, long K, long k0, uint8_t* base, long row_stride,
                           long rb, long col, long start, uint8_t flip) {
-    long lines = K / rb, line = start / rb;
+    long lines = K / rb;
+    Lines w(base, row_stride, rb, col, start / rb);
 #if defined(__SSE2__)
     const __m128i f = _mm_set1_epi8((char)flip);
 #endif
     for (long i = 0; i < rows; ++i) {
         uint8_t* o = out + i * cap + k0;
-        for (long j = 0; j < lines; ++j, ++line, o += rb) {
-            const uint8_t* s = base + (line / col) * row_stride + (line % col) * rb;
+        for (long j = 0; j < lines; ++j, w.next(), o += rb) {
+            const uint8_t* s = w.at();
 #if defined(__SSE2__)
             if (rb == 16) {  // the usual line: one SSE2 load and store
                 _mm_storeu_si128((__m128i*)o, _mm_xor_si128(_mm_loadu_si128((const __m128i*)s), f));
