@@ -16,6 +16,10 @@ same deferred matrix chains (kept here, in C, `_functional_kernels.h`, and appli
 anything else touches their bank: before any handler runs, and when the stretch ends).
 Tests compare DRAM images, bank bytes, counters and records with the Python loop
 (``DSE_EMULATOR_CORE=python``).
+
+The chains' product kernels (int8 VNNI, the previous int16 VNNI, AVX2, plain C: the best this
+CPU runs, chosen at load) are reachable here by name, `use_kernel` and `matmul_nt`, for the
+tests and benchmarks that set them side by side.
 """
 
 cimport cython
@@ -599,7 +603,6 @@ def cores(m) -> list:
     return [Core(m, c, instrs, checks) for c, instrs in enumerate(m.program.cores)]
 
 
-
 # ---------------------------------------------------------------------- the product kernels
 KERNELS = tuple(kernel_names[i].decode() for i in range(N_KERNELS))  # in order of preference
 
@@ -648,7 +651,7 @@ def matmul_nt(a, b, str name=None, int repeat=1) -> np.ndarray:
     ub[:, :K] = b8.view(np.uint8)
     cdef cnp.ndarray p = np.empty((M, N), np.int32)
     cdef int r
-    for r in range(repeat if M and N else 0):
+    for r in range(max(repeat, 1) if M and N else 0):
         product(<int32_t*>cnp.PyArray_DATA(p), <const uint8_t*>cnp.PyArray_DATA(ua),
                 <const int8_t*>cnp.PyArray_DATA(ub), cap, M, N, K, k)
     return p
