@@ -8,9 +8,12 @@ one process (ratios measured side by side; CPU seconds, as the machine is shared
   products at the layer's shapes), in GFLOP/s of the products' 2 * MACs;
 - int8: the emulator's run of the quantized layer (functional + timing passes; the
   functional pass's own share from its host counters) against `torch._int_mm` alone over
-  the same products' int8 operands, in GOPS of 2 * the matrix Ball's MACs.
+  the same products' int8 operands, in GOPS of 2 * the matrix Ball's MACs; a row for each
+  product kernel of --kernels (`emulator/_functional_kernels.h`; default: the one in use and
+  vnni16, the previous one), their final DRAM images checked identical.
 
     .venv/bin/python bench/bench_llama_floor.py [--seq 2048] [--runs 3] [--chip goban] [--workers 4]
+        [--kernels vnni8,vnni16]
 
 Medians of --runs runs each. The frontend (capture, steps, checks) runs once, with an empty
 graph cache, untimed. Takes minutes at seq 2048; not run by the tests.
@@ -19,6 +22,7 @@ graph cache, untimed. Takes minutes at seq 2048; not run by the tests.
 from __future__ import annotations
 
 import argparse
+import hashlib
 import os
 import statistics
 import sys
@@ -56,12 +60,14 @@ def main() -> None:
     ap.add_argument("--runs", type=int, default=3)
     ap.add_argument("--chip", default="goban")
     ap.add_argument("--workers", type=int, default=4)
+    ap.add_argument("--kernels", default=None, help="comma-separated product kernels, one row each")
     args = ap.parse_args()
     os.environ["DSE_CACHE_DIR"] = tempfile.mkdtemp(prefix="dse-floor-")
     os.environ.setdefault("THP_MEM_ALLOC_ENABLE", "1")  # as `dse emulate` sets it
     import torch
 
     import emulator
+    from emulator import _functional_core as fc
     from dse.chips import load_chip
     from dse.mapping import Candidate, Mapping
     from dse.numerics.emitted import emit_graph
@@ -98,24 +104,33 @@ def main() -> None:
     candidate = Candidate(chip, Mapping(workers=args.workers))
     emitted = emit_graph(prep.graph, candidate, prep.inputs)
     low = emitted.lowereds[0][1]
-    runs, result = [], None
-    for _ in range(args.runs):
-        image = low.image.copy()
-        wall, cpu = time.perf_counter(), time.process_time()
-        result = emulator.run(low.program, chip, image, in_place=True)
-        runs.append((time.perf_counter() - wall, time.process_time() - cpu,
-                     result.counters.total("host_functional_seconds"), result.counters.total("host_exec_seconds")))
-        del image
-    wall, cpu, functional, executed = (statistics.median(r[i] for r in runs) for i in range(4))
-    macs = int(result.counters.total("ball_macs", ball="matrix"))
-    share = functional / executed if executed else 0.0
+    kernels = args.kernels.split(",") if args.kernels else [fc.kernel_in_use()] + [
+        k for k in ("vnni16",) if k in fc.kernels() and k != fc.kernel_in_use()]
     print(f"{'int8':<44} {'wall s':>7} {'CPU s':>7} {'GOPS CPU':>12} {'x _int_mm':>9}")
     print(f"{'torch._int_mm of the products':<44} {int_mm[0]:7.2f} {int_mm[1]:7.2f} {flops / 1e9 / int_mm[1]:12.1f} "
           f"{1.0:9.2f}")
-    print(f"{'emulator run (functional + timing)':<44} {wall:7.2f} {cpu:7.2f} {2 * macs / 1e9 / cpu:12.1f} "
-          f"{int_mm[1] / cpu:9.2f}")
-    print(f"{'  its functional pass (share of host exec)':<44} {'':7} {cpu * share:7.2f} "
-          f"{2 * macs / 1e9 / (cpu * share) if share else 0:12.1f} {int_mm[1] / (cpu * share) if share else 0:9.2f}")
+    was, images = fc.kernel_in_use(), set()
+    for kernel in kernels:
+        fc.use_kernel(kernel)
+        runs, result = [], None
+        for _ in range(args.runs):
+            image = low.image.copy()
+            wall, cpu = time.perf_counter(), time.process_time()
+            result = emulator.run(low.program, chip, image, in_place=True)
+            runs.append((time.perf_counter() - wall, time.process_time() - cpu,
+                         result.counters.total("host_functional_seconds"), result.counters.total("host_exec_seconds")))
+            del image
+        images.add(hashlib.sha256(result.dram).hexdigest())
+        wall, cpu, functional, executed = (statistics.median(r[i] for r in runs) for i in range(4))
+        macs = int(result.counters.total("ball_macs", ball="matrix"))
+        share = functional / executed if executed else 0.0
+        print(f"{f'emulator run, {kernel} (functional + timing)':<44} {wall:7.2f} {cpu:7.2f} "
+              f"{2 * macs / 1e9 / cpu:12.1f} {int_mm[1] / cpu:9.2f}")
+        print(f"{'  its functional pass (share of host exec)':<44} {'':7} {cpu * share:7.2f} "
+              f"{2 * macs / 1e9 / (cpu * share) if share else 0:12.1f} "
+              f"{int_mm[1] / (cpu * share) if share else 0:9.2f}")
+    fc.use_kernel(was)
+    print(f"final DRAM images of the {len(kernels)} kernels: {'identical' if len(images) == 1 else 'DIFFER'}")
     print(f"matrix Ball MACs {macs:,} (products' {flops // 2:,}); cycles {result.cycles:,}; "
           f"load {os.getloadavg()[0]:.1f}")
 

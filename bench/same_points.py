@@ -6,6 +6,9 @@ per point, written to a JSON file. A refactor of the lowering or the model keeps
     PYTHONPATH=<old tree> .venv/bin/python bench/same_points.py /tmp/old.json
     PYTHONPATH=<new tree> .venv/bin/python bench/same_points.py /tmp/new.json
     .venv/bin/python bench/same_points.py --compare /tmp/old.json /tmp/new.json
+
+With --emulate (after the output path) each lowered point is also run on the emulator and
+its final DRAM image and cycles join the hash: a change to the emulator keeps them all.
 """
 import hashlib
 import json
@@ -23,6 +26,9 @@ if sys.argv[1] == "--compare":
     differ = sorted(k for k in old.keys() | new.keys() if old.get(k) != new.get(k))
     print(f"{len(old)} points before, {len(new)} after, {len(differ)} differ" + "".join(f"\n  {k}" for k in differ))
     sys.exit(1 if differ else 0)
+emulate = "--emulate" in sys.argv[2:]
+if emulate:
+    import emulator
 out = {}
 for name, params in CALIBRATION_SET.items():
     prep = prepare_recipe(name, params)
@@ -41,6 +47,10 @@ for name, params in CALIBRATION_SET.items():
                 for core in low.program.cores:
                     h.update(repr(core).encode())
                 h.update(repr(low.ops).encode())
+                if emulate:
+                    res = emulator.run(low.program, cand.chip, low.image.copy(), in_place=True)
+                    h.update(res.dram.tobytes())
+                    h.update(str(res.cycles).encode())
             except Infeasible as e:
                 h.update(str(e).encode())
             out[f"{name}/{chip}/{m}"] = h.hexdigest()[:16]

@@ -16,13 +16,17 @@ same deferred matrix chains (kept here, in C, `_functional_kernels.h`, and appli
 anything else touches their bank: before any handler runs, and when the stretch ends).
 Tests compare DRAM images, bank bytes, counters and records with the Python loop
 (``DSE_EMULATOR_CORE=python``).
+
+The chains' product kernels (int8 VNNI, the previous int16 VNNI, AVX2, plain C: the best this
+CPU runs, chosen at load) are reachable here by name, `use_kernel` and `matmul_nt`, for the
+tests and benchmarks that set them side by side.
 """
 
 cimport cython
 cimport numpy as cnp
 from cpython.object cimport PyObject, PyTypeObject
 from cpython.ref cimport Py_INCREF
-from libc.stdint cimport int16_t, int32_t, int64_t, uint8_t, uint64_t
+from libc.stdint cimport int8_t, int32_t, int64_t, uint8_t, uint64_t
 from libcpp.vector cimport vector
 
 from types import MemberDescriptorType
@@ -57,6 +61,13 @@ cdef extern from "_functional_kernels.h" namespace "fk":
     void flush(BankChains& bc, vector[int32_t]& scratch, uint8_t* base, long row_stride, long rb, long col)
     void chain_add(BankChains& bc, long c_start, long M, long N, long K, bint acc, uint8_t* a_base,
                    long a_col, long a_start, uint8_t* b_base, long b_col, long b_start, long row_stride, long rb)
+    int N_KERNELS
+    const char* const kernel_names[]
+    int kernel_now "fk::kernel"
+    bint kernel_runs(int k)
+    bint set_kernel "fk::use_kernel"(int k)
+    long round64(long n)
+    void product(int32_t* p, const uint8_t* a, const int8_t* b, long cap, long M, long N, long K, int k)
 
 _U8 = np.uint8
 
@@ -591,3 +602,56 @@ def cores(m) -> list:
     checks = _Checks(m.layout)
     return [Core(m, c, instrs, checks) for c, instrs in enumerate(m.program.cores)]
 
+
+# ---------------------------------------------------------------------- the product kernels
+KERNELS = tuple(kernel_names[i].decode() for i in range(N_KERNELS))  # in order of preference
+
+
+def kernels() -> list:
+    """The product kernels this CPU runs, best first (`_functional_kernels.h`)."""
+    return [name for i, name in enumerate(KERNELS) if kernel_runs(i)]
+
+
+def kernel_in_use() -> str:
+    """The kernel the chains' products run on: the best of `kernels()`, "avx2" with
+    DSE_EMULATOR_NO_VNNI set, or the last `use_kernel` named."""
+    return KERNELS[kernel_now]
+
+
+def use_kernel(str name) -> str:
+    """Run the chains' products on kernel `name` from now on (for side-by-side tests and
+    benchmarks; every kernel gives the same bits); the kernel it replaces."""
+    was = kernel_in_use()
+    if name not in KERNELS or not set_kernel(KERNELS.index(name)):
+        raise ValueError(f"kernel {name!r}: this CPU runs {', '.join(kernels())}")
+    return was
+
+
+def matmul_nt(a, b, str name=None, int repeat=1) -> np.ndarray:
+    """a @ b.T (int8 M x K and N x K) in int32 with wraparound, by kernel `name` (default: the
+    one in use), the operands laid out as a chain keeps them (A + 128 as u8, rows 64-byte
+    aligned): the kernels on their own, for tests and benchmarks (which time `repeat` runs of
+    the product alone)."""
+    cdef cnp.ndarray a8 = np.ascontiguousarray(a, dtype=np.int8)
+    cdef cnp.ndarray b8 = np.ascontiguousarray(b, dtype=np.int8)
+    if a8.ndim != 2 or b8.ndim != 2 or a8.shape[1] != b8.shape[1]:
+        raise ValueError(f"matmul_nt: shapes {np.shape(a)} and {np.shape(b)} (want M x K and N x K)")
+    cdef long M = a8.shape[0], N = b8.shape[0], K = a8.shape[1], cap = round64(K)
+    cdef int k = kernel_now
+    if name is not None:
+        if name not in KERNELS or not kernel_runs(KERNELS.index(name)):
+            raise ValueError(f"kernel {name!r}: this CPU runs {', '.join(kernels())}")
+        k = KERNELS.index(name)
+    # 64-byte aligned rows of cap bytes (a view into a slightly larger buffer)
+    cdef cnp.ndarray ab = np.empty(M * cap + N * cap + 64, np.uint8)
+    cdef long off = (64 - <size_t>cnp.PyArray_DATA(ab) % 64) % 64
+    cdef cnp.ndarray ua = ab[off:off + M * cap].reshape(M, cap)
+    cdef cnp.ndarray ub = ab[off + M * cap:off + (M + N) * cap].reshape(N, cap)
+    ua[:, :K] = a8.view(np.uint8) ^ np.uint8(0x80)
+    ub[:, :K] = b8.view(np.uint8)
+    cdef cnp.ndarray p = np.empty((M, N), np.int32)
+    cdef int r
+    for r in range(max(repeat, 1) if M and N else 0):
+        product(<int32_t*>cnp.PyArray_DATA(p), <const uint8_t*>cnp.PyArray_DATA(ua),
+                <const int8_t*>cnp.PyArray_DATA(ub), cap, M, N, K, k)
+    return p

@@ -5,14 +5,15 @@
 // at bank b0 (mem + b0 * rb); `row_stride` the bytes from one SRAM row to the next.
 //
 // A chain is `emulator.machine.Machine._matmul`'s deferred run of matmuls into one C region:
-// the operands side by side (here widened to int16), applied as one product when the bank is
-// next touched. int8 x int8 products summed in int32 with wraparound are the exact sum mod
-// 2**32 in any order, so the bits are the Python model's (its float32 BLAS slices summed in
-// int32).
+// the operands side by side, kept at int8 width (A's bytes + 128, as u8: the operand order of
+// the VNNI kernel's u8 x s8 products), applied as one product when the bank is next touched.
+// int8 x int8 products summed in int32 with wraparound are the exact sum mod 2**32 in any
+// order, so the bits are the Python model's (its float32 BLAS slices summed in int32).
 #pragma once
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
+#include <new>
 #include <vector>
 #if defined(__SSE2__)
 #include <emmintrin.h>
@@ -20,20 +21,60 @@
 
 namespace fk {
 
+// Operand rows start on cache lines (64-byte buffers, `cap` a multiple of 64): no vector load
+// of the kernels straddles two lines.
+template <class T>
+struct Aligned64 {
+    using value_type = T;
+    Aligned64() = default;
+    template <class U>
+    Aligned64(const Aligned64<U>&) {}
+    T* allocate(size_t n) {
+        void* p = nullptr;
+        size_t bytes = n * sizeof(T);
+        if (posix_memalign(&p, 64, bytes ? bytes : 64))
+            throw std::bad_alloc();
+        return (T*)p;
+    }
+    void deallocate(T* p, size_t) { std::free(p); }
+    template <class U>
+    bool operator==(const Aligned64<U>&) const { return true; }
+    template <class U>
+    bool operator!=(const Aligned64<U>&) const { return false; }
+};
+using Bytes = std::vector<uint8_t, Aligned64<uint8_t>>;
+
+static inline long round64(long n) { return (n + 63) & ~63L; }
+
 struct Chain {
     long c_start = 0, M = 0, N = 0, k = 0;  // C's first stream byte, its shape, the K terms gathered
     bool acc = false;
-    long cap = 0;  // columns of a and b
-    std::vector<int16_t> a, b;  // M x cap, N x cap
+    long cap = 0;  // columns of a and b (a multiple of 64)
+    Bytes a, b;  // M x cap (A + 128, u8), N x cap (B, s8)
+};
+
+// A walk over a bank's stream, line after line from `line`: the line's SRAM row and physical
+// bank advanced without a division a line.
+struct Lines {
+    uint8_t* row;  // the SRAM row of the current line, at physical bank b0
+    long q, col, rb, row_stride;  // the line's bank in the row (0 .. col - 1)
+    Lines(uint8_t* base, long row_stride, long rb, long col, long line)
+        : row(base + (line / col) * row_stride), q(line % col), col(col), rb(rb), row_stride(row_stride) {}
+    uint8_t* at() const { return row + q * rb; }
+    void next() {
+        if (++q == col) {
+            q = 0;
+            row += row_stride;
+        }
+    }
 };
 
 // The line-by-line map of a stream range [start, start + n) (start and n whole lines) onto
 // the bank's rows; f(pointer to the line in SRAM, offset in the range).
 template <class F>
 static inline void for_lines(uint8_t* base, long row_stride, long rb, long col, long start, long n, F f) {
-    long line = start / rb, end = (start + n) / rb;
-    for (long off = 0; line < end; ++line, off += rb)
-        f(base + (line / col) * row_stride + (line % col) * rb, off);
+    Lines w(base, row_stride, rb, col, start / rb);
+    for (long off = 0; off < n; off += rb, w.next()) f(w.at(), off);
 }
 
 // Rows r of `nrows` (the last `last` lines, the others `col`) between DRAM at addr + r * stride
@@ -49,47 +90,47 @@ static inline void dma_rows(uint8_t* base, long row_stride, long rb, long col, u
     }
 }
 
-// 16 int8 to int16 (sign-extended): the usual line, in two SSE2 stores.
-static inline void widen16(int16_t* __restrict o, const int8_t* __restrict s) {
+// Copy `rows` x K operand bytes from the stream at `start` into columns k0 .. k0 + K of out
+// (rows x cap), each byte XOR `flip` (0x80 for A: its int8 value + 128 as u8; 0 for B). K and
+// start are whole lines.
+static inline void gather(uint8_t* out, long cap, long rows, long K, long k0, uint8_t* base, long row_stride,
+                          long rb, long col, long start, uint8_t flip) {
+    long lines = K / rb;
+    Lines w(base, row_stride, rb, col, start / rb);
 #if defined(__SSE2__)
-    __m128i x = _mm_loadu_si128((const __m128i*)s);
-    _mm_storeu_si128((__m128i*)o, _mm_srai_epi16(_mm_unpacklo_epi8(x, x), 8));
-    _mm_storeu_si128((__m128i*)(o + 8), _mm_srai_epi16(_mm_unpackhi_epi8(x, x), 8));
-#else
-    for (int q = 0; q < 16; ++q) o[q] = s[q];
+    const __m128i f = _mm_set1_epi8((char)flip);
 #endif
-}
-
-// Copy `rows` x K int8 operand bytes from the stream at `start` into columns k0 .. k0 + K of
-// out (rows x cap int16). K and start are whole lines.
-static inline void gather(int16_t* out, long cap, long rows, long K, long k0, uint8_t* base, long row_stride,
-                          long rb, long col, long start) {
-    long lines = K / rb, line = start / rb;
     for (long i = 0; i < rows; ++i) {
-        int16_t* o = out + i * cap + k0;
-        for (long j = 0; j < lines; ++j, ++line, o += rb) {
-            const int8_t* s = (const int8_t*)(base + (line / col) * row_stride + (line % col) * rb);
-            if (rb == 16)
-                widen16(o, s);
-            else
-                for (long q = 0; q < rb; ++q) o[q] = s[q];
+        uint8_t* o = out + i * cap + k0;
+        for (long j = 0; j < lines; ++j, w.next(), o += rb) {
+            const uint8_t* s = w.at();
+#if defined(__SSE2__)
+            if (rb == 16) {  // the usual line: one SSE2 load and store
+                _mm_storeu_si128((__m128i*)o, _mm_xor_si128(_mm_loadu_si128((const __m128i*)s), f));
+                continue;
+            }
+#endif
+            for (long q = 0; q < rb; ++q) o[q] = s[q] ^ flip;
         }
     }
 }
 
-#define FK_PRODUCT_BODY                                                          \
-    for (long i = 0; i < M; ++i) {                                               \
-        const int16_t* ar = a + i * cap;                                         \
-        for (long j = 0; j < N; ++j) {                                           \
-            const int16_t* br = b + j * cap;                                     \
-            int32_t s = 0;                                                       \
-            for (long k = 0; k < K; ++k) s += (int32_t)ar[k] * (int32_t)br[k];   \
-            p[i * N + j] = s;                                                    \
-        }                                                                        \
-    }
+// The kernels: p (M x N int32, row-major) = A @ B.T over K terms mod 2**32, A's rows at a
+// (M x cap, each int8 + 128 as u8), B's at b (N x cap, int8). Any order of the sums gives the
+// same bits.
+static inline int32_t unbiased(uint8_t x) { return (int32_t)(int8_t)(x ^ 0x80); }
 
-static void product_generic(int32_t* p, const int16_t* a, const int16_t* b, long cap, long M, long N, long K) {
-    FK_PRODUCT_BODY
+// The reference, and the kernel of any CPU: the int8 values back, plain products.
+static void product_generic(int32_t* p, const uint8_t* a, const int8_t* b, long cap, long M, long N, long K) {
+    for (long i = 0; i < M; ++i) {
+        const uint8_t* ar = a + i * cap;
+        for (long j = 0; j < N; ++j) {
+            const int8_t* br = b + j * cap;
+            uint32_t s = 0;
+            for (long k = 0; k < K; ++k) s += (uint32_t)(unbiased(ar[k]) * (int32_t)br[k]);
+            p[i * N + j] = (int32_t)s;
+        }
+    }
 }
 
 #if defined(__GNUC__) && (defined(__x86_64__) || defined(__i386__))
@@ -102,129 +143,299 @@ __attribute__((target("avx2"))) static inline int32_t hsum8(__m256i v) {
     return _mm_cvtsi128_si32(x);
 }
 
-// Four columns of B at a time against one row of A (each A load used four times), 16 terms
-// a step (vpmaddwd: pairs of int16 products summed into int32), the tail scalar.
-__attribute__((target("avx2"))) static void product_avx2(int32_t* p, const int16_t* a, const int16_t* b, long cap,
+// 16 bytes at s as int16 (A's flipped back to int8 first).
+__attribute__((target("avx2"))) static inline __m256i widen_a16(const uint8_t* s) {
+    return _mm256_cvtepi8_epi16(_mm_xor_si128(_mm_loadu_si128((const __m128i*)s), _mm_set1_epi8((char)0x80)));
+}
+__attribute__((target("avx2"))) static inline __m256i widen_b16(const int8_t* s) {
+    return _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i*)s));
+}
+
+// AVX2: four columns of B at a time against one row of A (each A load used four times),
+// operands widened to int16 in registers, 16 terms a step (vpmaddwd: pairs of int16 products
+// summed into int32), the tail scalar.
+__attribute__((target("avx2"))) static void product_avx2(int32_t* p, const uint8_t* a, const int8_t* b, long cap,
                                                          long M, long N, long K) {
     long K16 = K & ~15L;
     for (long i = 0; i < M; ++i) {
-        const int16_t* ar = a + i * cap;
+        const uint8_t* ar = a + i * cap;
         long j = 0;
         for (; j + 4 <= N; j += 4) {
-            const int16_t* b0 = b + j * cap;
-            const int16_t* b1 = b0 + cap;
-            const int16_t* b2 = b1 + cap;
-            const int16_t* b3 = b2 + cap;
-            __m256i s0 = _mm256_setzero_si256(), s1 = s0, s2 = s0, s3 = s0;
+            const int8_t* bj[4] = {b + j * cap, b + (j + 1) * cap, b + (j + 2) * cap, b + (j + 3) * cap};
+            __m256i s[4];
+            for (int q = 0; q < 4; ++q) s[q] = _mm256_setzero_si256();
             for (long k = 0; k < K16; k += 16) {
-                __m256i x = _mm256_loadu_si256((const __m256i*)(ar + k));
-                s0 = _mm256_add_epi32(s0, _mm256_madd_epi16(x, _mm256_loadu_si256((const __m256i*)(b0 + k))));
-                s1 = _mm256_add_epi32(s1, _mm256_madd_epi16(x, _mm256_loadu_si256((const __m256i*)(b1 + k))));
-                s2 = _mm256_add_epi32(s2, _mm256_madd_epi16(x, _mm256_loadu_si256((const __m256i*)(b2 + k))));
-                s3 = _mm256_add_epi32(s3, _mm256_madd_epi16(x, _mm256_loadu_si256((const __m256i*)(b3 + k))));
+                __m256i x = widen_a16(ar + k);
+                for (int q = 0; q < 4; ++q) s[q] = _mm256_add_epi32(s[q], _mm256_madd_epi16(x, widen_b16(bj[q] + k)));
             }
-            int32_t r0 = hsum8(s0), r1 = hsum8(s1), r2 = hsum8(s2), r3 = hsum8(s3);
-            for (long k = K16; k < K; ++k) {
-                r0 += (int32_t)ar[k] * b0[k];
-                r1 += (int32_t)ar[k] * b1[k];
-                r2 += (int32_t)ar[k] * b2[k];
-                r3 += (int32_t)ar[k] * b3[k];
+            for (int q = 0; q < 4; ++q) {
+                uint32_t r = (uint32_t)hsum8(s[q]);
+                for (long k = K16; k < K; ++k) r += (uint32_t)(unbiased(ar[k]) * (int32_t)bj[q][k]);
+                p[i * N + j + q] = (int32_t)r;
             }
-            p[i * N + j] = r0;
-            p[i * N + j + 1] = r1;
-            p[i * N + j + 2] = r2;
-            p[i * N + j + 3] = r3;
         }
         for (; j < N; ++j) {
-            const int16_t* br = b + j * cap;
-            int32_t s = 0;
-            for (long k = 0; k < K; ++k) s += (int32_t)ar[k] * (int32_t)br[k];
-            p[i * N + j] = s;
+            const int8_t* br = b + j * cap;
+            uint32_t s = 0;
+            for (long k = 0; k < K; ++k) s += (uint32_t)(unbiased(ar[k]) * (int32_t)br[k]);
+            p[i * N + j] = (int32_t)s;
         }
     }
 }
-// AVX-512 VNNI: two rows of A against four columns of B (6 loads for 8 products), 32 terms a
-// step, each vpdpwssd summing pairs of int16 products into int32 lanes with wraparound (the
-// non-saturating form), the tail below 32 terms scalar. 3-4x the AVX2 kernel on the Llama
-// layer's chains; the same sums mod 2**32 in another order: the same bits.
+
+#define FK_AVX512 __attribute__((target("avx512f,avx512bw,avx512vnni")))
 #pragma GCC diagnostic push
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"  // gcc 12's own _mm512_reduce_add_epi32
-__attribute__((target("avx512f,avx512vnni"))) static void product_vnni(int32_t* p, const int16_t* a,
-                                                                       const int16_t* b, long cap, long M,
-                                                                       long N, long K) {
+#pragma GCC diagnostic ignored "-Wuninitialized"
+
+// The previous VNNI kernel, kept for side-by-side figures: operands widened to int16 (here in
+// registers), two rows of A against four columns of B, 32 terms a step, each vpdpwssd summing
+// pairs of int16 products into int32 lanes with wraparound, the tail below 32 terms scalar.
+FK_AVX512 static inline __m512i widen_a32(const uint8_t* s) {
+    return _mm512_cvtepi8_epi16(_mm256_xor_si256(_mm256_loadu_si256((const __m256i*)s), _mm256_set1_epi8((char)0x80)));
+}
+FK_AVX512 static void product_vnni16(int32_t* p, const uint8_t* a, const int8_t* b, long cap, long M, long N,
+                                     long K) {
     long K32 = K & ~31L;
     for (long i = 0; i < M; i += 2) {
         bool two = i + 1 < M;
-        const int16_t* a0 = a + i * cap;
-        const int16_t* a1 = two ? a0 + cap : a0;  // one row left: computed twice, kept once
+        const uint8_t* a0 = a + i * cap;
+        const uint8_t* a1 = two ? a0 + cap : a0;  // one row left: computed twice, kept once
         long j = 0;
         for (; j + 4 <= N; j += 4) {
-            const int16_t* bj[4] = {b + j * cap, b + (j + 1) * cap, b + (j + 2) * cap, b + (j + 3) * cap};
+            const int8_t* bj[4] = {b + j * cap, b + (j + 1) * cap, b + (j + 2) * cap, b + (j + 3) * cap};
             __m512i s0[4], s1[4];
             for (int q = 0; q < 4; ++q) s0[q] = s1[q] = _mm512_setzero_si512();
             for (long k = 0; k < K32; k += 32) {
-                __m512i x0 = _mm512_loadu_si512((const void*)(a0 + k));
-                __m512i x1 = _mm512_loadu_si512((const void*)(a1 + k));
+                __m512i x0 = widen_a32(a0 + k), x1 = widen_a32(a1 + k);
                 for (int q = 0; q < 4; ++q) {
-                    __m512i y = _mm512_loadu_si512((const void*)(bj[q] + k));
+                    __m512i y = _mm512_cvtepi8_epi16(_mm256_loadu_si256((const __m256i*)(bj[q] + k)));
                     s0[q] = _mm512_dpwssd_epi32(s0[q], x0, y);
                     s1[q] = _mm512_dpwssd_epi32(s1[q], x1, y);
                 }
             }
             for (int q = 0; q < 4; ++q) {
-                int32_t r0 = _mm512_reduce_add_epi32(s0[q]), r1 = _mm512_reduce_add_epi32(s1[q]);
+                uint32_t r0 = (uint32_t)_mm512_reduce_add_epi32(s0[q]), r1 = (uint32_t)_mm512_reduce_add_epi32(s1[q]);
                 for (long k = K32; k < K; ++k) {
-                    r0 += (int32_t)a0[k] * bj[q][k];
-                    r1 += (int32_t)a1[k] * bj[q][k];
+                    r0 += (uint32_t)(unbiased(a0[k]) * (int32_t)bj[q][k]);
+                    r1 += (uint32_t)(unbiased(a1[k]) * (int32_t)bj[q][k]);
                 }
-                p[i * N + j + q] = r0;
+                p[i * N + j + q] = (int32_t)r0;
                 if (two)
-                    p[(i + 1) * N + j + q] = r1;
+                    p[(i + 1) * N + j + q] = (int32_t)r1;
             }
         }
         for (; j < N; ++j) {
-            const int16_t* br = b + j * cap;
-            int32_t r0 = 0, r1 = 0;
+            const int8_t* br = b + j * cap;
+            uint32_t r0 = 0, r1 = 0;
             for (long k = 0; k < K; ++k) {
-                r0 += (int32_t)a0[k] * br[k];
-                r1 += (int32_t)a1[k] * br[k];
+                r0 += (uint32_t)(unbiased(a0[k]) * (int32_t)br[k]);
+                r1 += (uint32_t)(unbiased(a1[k]) * (int32_t)br[k]);
             }
-            p[i * N + j] = r0;
+            p[i * N + j] = (int32_t)r0;
             if (two)
-                p[(i + 1) * N + j] = r1;
+                p[(i + 1) * N + j] = (int32_t)r1;
+        }
+    }
+}
+
+// The int8 kernel: vpdpbusd multiplies 64 u8 x s8 pairs a step and sums each four into an
+// int32 lane with wraparound (the non-saturating form). A's bytes are a + 128, so each sum is
+// A @ B.T + 128 x (B's row sum): that second term, `bias` (mod 2**32), comes off once.
+
+// 64 bytes at row + k, and those of K - k < 64 bytes (zeros after them: the masked load reads
+// nothing past them), for a product's last step.
+FK_AVX512 static inline __m512i load64(const void* row, long k) {
+    return _mm512_loadu_si512((const void*)((const char*)row + k));
+}
+FK_AVX512 static inline __m512i load_tail(const void* row, long k, long K) {
+    return _mm512_maskz_loadu_epi8(_cvtu64_mask64(~0ULL >> (64 - (K - k))), (const void*)((const char*)row + k));
+}
+
+// bias[j] = 128 x the sum of B's row j over K terms, mod 2**32.
+FK_AVX512 static void row_bias(int32_t* bias, const int8_t* b, long cap, long N, long K) {
+    const __m512i ones = _mm512_set1_epi8(1);
+    for (long j = 0; j < N; ++j) {
+        __m512i s = _mm512_setzero_si512();
+        long k = 0;
+        for (; k + 64 <= K; k += 64) s = _mm512_dpbusd_epi32(s, ones, load64(b + j * cap, k));
+        if (k < K)
+            s = _mm512_dpbusd_epi32(s, ones, load_tail(b + j * cap, k, K));
+        bias[j] = (int32_t)((uint32_t)_mm512_reduce_add_epi32(s) << 7);
+    }
+}
+
+// Sixteen vectors' lane sums as one vector, in order (v[4 r + q] at lane 4 r + q): a 4 x 4
+// block's products, row r in 128-bit lane r.
+FK_AVX512 __attribute__((always_inline)) static inline __m512i sum16(const __m512i* v) {
+    __m512i t[8], u[4];
+    for (int h = 0; h < 8; ++h)  // [v0 lanes 0+2, v1 0+2, v0 1+3, v1 1+3] in each 128-bit lane
+        t[h] = _mm512_add_epi32(_mm512_unpacklo_epi32(v[2 * h], v[2 * h + 1]),
+                                _mm512_unpackhi_epi32(v[2 * h], v[2 * h + 1]));
+    for (int h = 0; h < 4; ++h)  // [v0, v1, v2, v3] partial sums in each 128-bit lane
+        u[h] = _mm512_add_epi32(_mm512_unpacklo_epi64(t[2 * h], t[2 * h + 1]),
+                                _mm512_unpackhi_epi64(t[2 * h], t[2 * h + 1]));
+    __m512i w0 = _mm512_add_epi32(_mm512_shuffle_i32x4(u[0], u[1], 0x88), _mm512_shuffle_i32x4(u[0], u[1], 0xDD));
+    __m512i w1 = _mm512_add_epi32(_mm512_shuffle_i32x4(u[2], u[3], 0x88), _mm512_shuffle_i32x4(u[2], u[3], 0xDD));
+    return _mm512_add_epi32(_mm512_shuffle_i32x4(w0, w1, 0x88), _mm512_shuffle_i32x4(w0, w1, 0xDD));
+}
+
+// Four rows of A (a[r] + k0) against four columns of B (b[q] + k0) over K terms: 8 loads for
+// 16 vpdpbusd a step, the sixteen sums in named registers (an array of them is past gcc's
+// scalar replacement: it would live on the stack). Into p (row stride ldp), its first R rows
+// and C columns (the others repeat a real row or column: computed and dropped): p = sums -
+// bias on the first K panel, p += sums on the others.
+#define FK_DP4(r, x)                               \
+    s##r##0 = _mm512_dpbusd_epi32(s##r##0, x, y0); \
+    s##r##1 = _mm512_dpbusd_epi32(s##r##1, x, y1); \
+    s##r##2 = _mm512_dpbusd_epi32(s##r##2, x, y2); \
+    s##r##3 = _mm512_dpbusd_epi32(s##r##3, x, y3);
+#define FK_STEP(LOAD)                                                         \
+    {                                                                         \
+        __m512i y0 = LOAD(b0), y1 = LOAD(b1), y2 = LOAD(b2), y3 = LOAD(b3), x; \
+        x = LOAD(a0);                                                         \
+        FK_DP4(0, x)                                                          \
+        x = LOAD(a1);                                                         \
+        FK_DP4(1, x)                                                          \
+        x = LOAD(a2);                                                         \
+        FK_DP4(2, x)                                                          \
+        x = LOAD(a3);                                                         \
+        FK_DP4(3, x)                                                          \
+    }
+FK_AVX512 static void block_vnni8(int32_t* p, long ldp, int R, int C, const uint8_t* const* a,
+                                  const int8_t* const* b, long k0, long K, const int32_t* bias, bool first) {
+    const uint8_t *a0 = a[0] + k0, *a1 = a[1] + k0, *a2 = a[2] + k0, *a3 = a[3] + k0;
+    const int8_t *b0 = b[0] + k0, *b1 = b[1] + k0, *b2 = b[2] + k0, *b3 = b[3] + k0;
+    // the last K % 64 terms first (a masked step from zero: nothing if there are none), then
+    // whole steps: one loop with nothing after it keeps gcc from copying the sums each step
+    __m512i s00, s01, s02, s03, s10, s11, s12, s13, s20, s21, s22, s23, s30, s31, s32, s33;
+    long k = K & ~63L;
+    {
+        __mmask64 m = _cvtu64_mask64(K - k ? ~0ULL >> (64 - (K - k)) : 0);
+        __m512i z = _mm512_setzero_si512();
+        s00 = s01 = s02 = s03 = s10 = s11 = s12 = s13 = z;
+        s20 = s21 = s22 = s23 = s30 = s31 = s32 = s33 = z;
+#define FK_LOAD(row) _mm512_maskz_loadu_epi8(m, (const void*)((row) + k))
+        FK_STEP(FK_LOAD)
+#undef FK_LOAD
+    }
+    long end = k;
+#define FK_LOAD(row) _mm512_loadu_si512((const void*)((row) + k))
+    for (k = 0; k < end; k += 64) FK_STEP(FK_LOAD)
+#undef FK_LOAD
+    const __m512i all[16] = {s00, s01, s02, s03, s10, s11, s12, s13, s20, s21, s22, s23, s30, s31, s32, s33};
+    __m512i v = sum16(all);
+    if (first) {
+        __m128i c = C == 4 ? _mm_loadu_si128((const __m128i*)bias)
+                           : _mm_setr_epi32(bias[0], C > 1 ? bias[1] : 0, C > 2 ? bias[2] : 0, 0);
+        v = _mm512_sub_epi32(v, _mm512_broadcast_i32x4(c));
+    }
+    alignas(64) int32_t out[16];
+    _mm512_store_si512((void*)out, v);
+    for (int r = 0; r < R; ++r) {
+        int32_t* o = p + r * ldp;
+        if (C == 4) {
+            __m128i x = _mm_load_si128((const __m128i*)(out + 4 * r));
+            if (!first)
+                x = _mm_add_epi32(x, _mm_loadu_si128((const __m128i*)o));
+            _mm_storeu_si128((__m128i*)o, x);
+        } else {
+            for (int q = 0; q < C; ++q)
+                o[q] = first ? out[4 * r + q] : (int32_t)((uint32_t)o[q] + (uint32_t)out[4 * r + q]);
+        }
+    }
+}
+#undef FK_STEP
+#undef FK_DP4
+
+// Cache blocking: K panels of KC terms, B's rows in panels of NC; a panel of B (NC x KC bytes,
+// 256 KB) stays in L2 while every block of A's rows passes over it, a block of A's four rows
+// (4 x KC, 16 KB) in L1 while it meets the panel's columns. Measured on the Llama layer's
+// chains (64 x 256 x 4096, 64 x 128 x 14336): 2048-8192 x 48-128 within noise of each other;
+// no K panels, or no N panels, up to 30% slower.
+static const long KC = 4096, NC = 64;
+
+FK_AVX512 static void product_vnni8(int32_t* p, const uint8_t* a, const int8_t* b, long cap, long M, long N,
+                                    long K) {
+    static thread_local std::vector<int32_t> bias_buf;
+    bias_buf.resize(N);
+    int32_t* bias = bias_buf.data();
+    row_bias(bias, b, cap, N, K);
+    const uint8_t* ar[4];
+    const int8_t* br[4];
+    for (long k0 = 0; k0 < K; k0 += KC) {
+        long kc = K - k0 < KC ? K - k0 : KC;
+        bool first = k0 == 0;
+        for (long j0 = 0; j0 < N; j0 += NC) {
+            long j1 = N - j0 < NC ? N : j0 + NC;
+            for (long i = 0; i < M; i += 4) {
+                int R = M - i < 4 ? (int)(M - i) : 4;
+                for (int r = 0; r < 4; ++r) ar[r] = a + (i + (r < R ? r : R - 1)) * cap;  // the last row again
+                for (long j = j0; j < j1; j += 4) {
+                    int C = j1 - j < 4 ? (int)(j1 - j) : 4;
+                    for (int q = 0; q < 4; ++q) br[q] = b + (j + (q < C ? q : C - 1)) * cap;
+                    block_vnni8(p + i * N + j, N, R, C, ar, br, k0, kc, bias + j, first);
+                }
+            }
         }
     }
 }
 #pragma GCC diagnostic pop
+
 static bool cpu_has_vnni() {
-    __builtin_cpu_init();
-    return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512vnni");
-}
-static const bool have_vnni = cpu_has_vnni();
-static bool cpu_has_avx2() {
     __builtin_cpu_init();  // the CPU model before asking it (safe in a static initializer)
+    return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+           __builtin_cpu_supports("avx512vnni");
+}
+static bool cpu_has_avx2() {
+    __builtin_cpu_init();
     return __builtin_cpu_supports("avx2");
 }
-static const bool have_avx2 = cpu_has_avx2();
 #else
-static const bool have_avx2 = false;
-static const bool have_vnni = false;
+static bool cpu_has_vnni() { return false; }
+static bool cpu_has_avx2() { return false; }
 #define product_avx2 product_generic
-#define product_vnni product_generic
+#define product_vnni16 product_generic
+#define product_vnni8 product_generic
 #endif
 
-// The VNNI kernel unless DSE_EMULATOR_NO_VNNI is set (read once, at load): the AVX2 one stays
-// reachable on a VNNI machine, for the tests and the benchmark's side-by-side figures.
-static const bool use_vnni = have_vnni && !std::getenv("DSE_EMULATOR_NO_VNNI");
+// The kernels by name, in order of preference; which this CPU runs; the one in use: the best
+// it runs, the AVX2 one if DSE_EMULATOR_NO_VNNI is set (read once, at load: the older path
+// stays reachable on a VNNI machine, for the tests and the benchmark's side-by-side figures),
+// or the one `use_kernel` names.
+enum Kernel { K_VNNI8 = 0, K_VNNI16 = 1, K_AVX2 = 2, K_GENERIC = 3, N_KERNELS = 4 };
+static const char* const kernel_names[N_KERNELS] = {"vnni8", "vnni16", "avx2", "generic"};
+static const bool have_vnni = cpu_has_vnni();
+static const bool have_avx2 = cpu_has_avx2();
 
-// p (M x N int32) = a @ b.T over K terms, wrapped to 32 bits (-fwrapv: signed sums wrap).
-static inline void product(int32_t* p, const int16_t* a, const int16_t* b, long cap, long M, long N, long K) {
-    if (use_vnni)
-        product_vnni(p, a, b, cap, M, N, K);
-    else if (have_avx2)
-        product_avx2(p, a, b, cap, M, N, K);
-    else
-        product_generic(p, a, b, cap, M, N, K);
+static inline bool kernel_runs(int k) {
+    return k == K_GENERIC || (k == K_AVX2 && have_avx2) || ((k == K_VNNI8 || k == K_VNNI16) && have_vnni);
+}
+
+static int default_kernel() {
+    if (have_vnni && !std::getenv("DSE_EMULATOR_NO_VNNI"))
+        return K_VNNI8;
+    return have_avx2 ? K_AVX2 : K_GENERIC;
+}
+static int kernel = default_kernel();
+
+// Run kernel k from now on; false (nothing changed) if this CPU cannot.
+static inline bool use_kernel(int k) {
+    if (k < 0 || k >= N_KERNELS || !kernel_runs(k))
+        return false;
+    kernel = k;
+    return true;
+}
+
+// p (M x N int32) = a @ b.T over K terms, wrapped to 32 bits, by kernel k (-1: the one in use).
+static inline void product(int32_t* p, const uint8_t* a, const int8_t* b, long cap, long M, long N, long K,
+                           int k = -1) {
+    switch (k < 0 ? kernel : k) {
+    case K_VNNI8: product_vnni8(p, a, b, cap, M, N, K); break;
+    case K_VNNI16: product_vnni16(p, a, b, cap, M, N, K); break;
+    case K_AVX2: product_avx2(p, a, b, cap, M, N, K); break;
+    default: product_generic(p, a, b, cap, M, N, K);
+    }
 }
 
 // A bank's pending chains, and finished ones kept for their buffers (a loop of like chains
@@ -244,7 +455,7 @@ static void flush(BankChains& bc, std::vector<int32_t>& scratch, uint8_t* base, 
         long cells = ch.M * ch.N;
         scratch.resize(cells);
         int32_t* p = scratch.data();
-        product(p, ch.a.data(), ch.b.data(), ch.cap, ch.M, ch.N, ch.k);
+        product(p, ch.a.data(), (const int8_t*)ch.b.data(), ch.cap, ch.M, ch.N, ch.k);
         bc.kcap = ch.k;
         uint8_t* pb = (uint8_t*)p;
         bool acc = ch.acc;
@@ -285,7 +496,7 @@ static void chain_add(BankChains& bc, long c_start, long M, long N, long K, bool
                 bc.spare.pop_back();
             }
             ch = &chains.back();
-            long want = K < bc.kcap && 2 * (M + N) * bc.kcap <= HINT_BYTES ? bc.kcap : K;
+            long want = round64(K < bc.kcap && (M + N) * bc.kcap <= HINT_BYTES ? bc.kcap : K);
             if (ch->cap < want || (long)ch->a.size() < M * ch->cap || (long)ch->b.size() < N * ch->cap) {
                 ch->cap = want > ch->cap ? want : ch->cap;
                 ch->a.resize(M * ch->cap);
@@ -300,16 +511,16 @@ static void chain_add(BankChains& bc, long c_start, long M, long N, long K, bool
     }
     long k0 = ch->k;
     if (k0 + K > ch->cap || (long)ch->a.size() < M * ch->cap || (long)ch->b.size() < N * ch->cap) {
-        long cap = ch->cap * 2 > k0 + K ? ch->cap * 2 : k0 + K;
-        std::vector<int16_t> a(M * cap), b(N * cap);
-        for (long i = 0; i < M && k0; ++i) std::memcpy(&a[i * cap], &ch->a[i * ch->cap], k0 * 2);
-        for (long i = 0; i < N && k0; ++i) std::memcpy(&b[i * cap], &ch->b[i * ch->cap], k0 * 2);
+        long cap = round64(ch->cap * 2 > k0 + K ? ch->cap * 2 : k0 + K);
+        Bytes a(M * cap), b(N * cap);
+        for (long i = 0; i < M && k0; ++i) std::memcpy(&a[i * cap], &ch->a[i * ch->cap], k0);
+        for (long i = 0; i < N && k0; ++i) std::memcpy(&b[i * cap], &ch->b[i * ch->cap], k0);
         ch->a.swap(a);
         ch->b.swap(b);
         ch->cap = cap;
     }
-    gather(ch->a.data(), ch->cap, M, K, k0, a_base, row_stride, rb, a_col, a_start);
-    gather(ch->b.data(), ch->cap, N, K, k0, b_base, row_stride, rb, b_col, b_start);
+    gather(ch->a.data(), ch->cap, M, K, k0, a_base, row_stride, rb, a_col, a_start, 0x80);
+    gather(ch->b.data(), ch->cap, N, K, k0, b_base, row_stride, rb, b_col, b_start, 0);
     ch->k = k0 + K;
 }
 

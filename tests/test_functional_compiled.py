@@ -222,9 +222,12 @@ def test_the_avx2_kernel_gives_the_same_products():
     import subprocess
     import sys
 
+    from emulator import _functional_core as fc
+
     script = ("import sys, numpy as np\nsys.path.insert(0, 'tests')\n"
               "from test_functional_compiled import MATMUL_SHAPES, _one_matmul\n"
-              "from test_timing_fast_paths import chip\nfrom emulator import run\n"
+              "from test_timing_fast_paths import chip\nfrom emulator import run, _functional_core as fc\n"
+              "print(fc.kernel_in_use())\n"
               "for s in MATMUL_SHAPES:\n    prog, img, _ = _one_matmul(*s)\n"
               "    sys.stdout.write(run(prog, chip('toy'), img).dram[32768:40960].tobytes().hex() + '\\n')\n")
     outs = []
@@ -232,5 +235,120 @@ def test_the_avx2_kernel_gives_the_same_products():
         p = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, check=True,
                            env={**os.environ, "DSE_EMULATOR_CORE": "compiled", **env},
                            cwd=os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-        outs.append(p.stdout)
-    assert outs[0] == outs[1] and len(outs[0].splitlines()) == len(MATMUL_SHAPES)
+        kernel, _, images = p.stdout.partition("\n")
+        outs.append((kernel, images))
+    best = fc.kernels()[0]
+    assert [k for k, _ in outs] == ["avx2" if "avx2" in fc.kernels() else "generic", best]
+    assert outs[0][1] == outs[1][1] and len(outs[0][1].splitlines()) == len(MATMUL_SHAPES)
+
+
+# ---------------------------------------------------------------------- the product kernels
+# `_functional_kernels.h`: vnni8 (vpdpbusd on A + 128 as u8 and B as s8, the bias taken off
+# with 128 x B's row sums; K panels of 4096 terms, B in panels of 64 rows, blocks of 4 x 4),
+# vnni16 (the previous kernel, vpdpwssd on operands widened to int16), avx2 and generic (the
+# int8 values back, plain sums). Each kernel this CPU runs against numpy's int64 product
+# wrapped to int32.
+
+def _wrapped(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    return (a.astype(np.int64) @ b.T.astype(np.int64)).astype(np.int32)  # astype wraps mod 2**32
+
+
+def _kernels_agree(a: np.ndarray, b: np.ndarray) -> None:
+    from emulator import _functional_core as fc
+    want = _wrapped(a, b)
+    for name in fc.kernels():
+        got = fc.matmul_nt(a, b, name)
+        assert got.dtype == np.int32 and got.shape == want.shape
+        assert np.array_equal(got, want), (name, a.shape, b.shape)
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_every_kernel_gives_the_exact_products_on_generated_shapes(seed):
+    """M and N from 1 (rows and columns of a 4 x 4 block left over, columns across a panel of
+    64), K below, at and past the 64-term step and the 4096-term panel, never a multiple of
+    the vector width unless drawn so; values over the whole int8 range."""
+    rng = np.random.default_rng(seed)
+    for _ in range(6):
+        M, N = int(rng.integers(1, 14)), int(rng.choice([rng.integers(1, 14), rng.integers(60, 140)]))
+        K = int(rng.choice([rng.integers(1, 200), 64 * int(rng.integers(1, 5)), rng.integers(4090, 4300)]))
+        a = rng.integers(-128, 128, (M, K), dtype=np.int8)
+        b = rng.integers(-128, 128, (N, K), dtype=np.int8)
+        _kernels_agree(a, b)
+
+
+@pytest.mark.parametrize("av, bv", [(-128, -128), (-128, 127), (127, 127), (127, -128), (0, -128), (-1, 1)])
+def test_every_kernel_is_exact_at_the_extremes(av, bv):
+    """Operands at -128 and 127 (A's bias at its ends: 0 and 255 as u8; B's row sums at their
+    largest), whole and in a checkerboard with random values."""
+    rng = np.random.default_rng(abs(av * 300 + bv))
+    for M, N, K in ((1, 1, 1), (4, 4, 64), (5, 7, 65), (6, 66, 4161)):
+        a = np.full((M, K), av, np.int8)
+        b = np.full((N, K), bv, np.int8)
+        _kernels_agree(a, b)
+        a[::2, 1::2] = rng.integers(-128, 128, a[::2, 1::2].shape, dtype=np.int8)
+        b[1::2, ::3] = rng.integers(-128, 128, b[1::2, ::3].shape, dtype=np.int8)
+        _kernels_agree(a, b)
+
+
+def test_every_kernel_wraps_as_int32():
+    """Sums past int32 wrap mod 2**32 (the Python model's int32 sums): 16384 x K reaches 2**31
+    at K = 2**17; the sums here go round once or twice, upwards and downwards, across K
+    panels, and B's row sums times 128 wrap too."""
+    K = (1 << 18) + 77
+    a = np.full((3, K), -128, np.int8)
+    a[1] = 127
+    a[2, ::2] = 127
+    b = np.full((5, K), -128, np.int8)
+    b[1] = 127
+    b[3, 1::3] = 0
+    want = _wrapped(a, b)
+    assert abs(int(a[0].astype(np.int64) @ b[0].astype(np.int64))) > 1 << 32  # really past int32
+    _kernels_agree(a, b)
+    assert want[0, 0] == np.int32(((16384 * K + (1 << 31)) % (1 << 32)) - (1 << 31))
+
+
+def test_use_kernel_names_a_kernel_this_cpu_runs():
+    from emulator import _functional_core as fc
+    assert fc.kernels()[-1] == "generic" and set(fc.kernels()) <= set(fc.KERNELS)
+    with pytest.raises(ValueError, match="this CPU runs"):
+        fc.use_kernel("nope")
+    with pytest.raises(ValueError, match="this CPU runs"):
+        fc.matmul_nt(np.zeros((1, 1), np.int8), np.zeros((1, 1), np.int8), "nope")
+    was = fc.kernel_in_use()
+    assert fc.use_kernel("generic") == was and fc.kernel_in_use() == "generic"
+    fc.use_kernel(was)
+    assert fc.kernel_in_use() == was
+
+
+def test_every_kernel_gives_the_same_dram_image(monkeypatch):
+    """The emulator's chains on each kernel: accumulating matmuls (K 48 a step, 7 steps: 336
+    terms, a 16-term tail), odd M, stored mid-chain and at the end: the exact sums, and the
+    same bytes on every kernel."""
+    from emulator import _functional_core as fc
+    c = chip("toy")
+    rng = np.random.default_rng(5)
+    M, N, K, steps = 5, 48, 48, 7
+    img = rng.integers(0, 256, 1 << 16, dtype=np.uint8)
+    want = np.zeros((M, N), np.int64)
+    body = [Mset(0, 1), Mset(1, 1), Mset(2, 4)]
+    for k in range(steps):
+        a_at, b_at = k * 4096, k * 4096 + 1024
+        body += [Mvin(0, a_at, M * K // 16), Mvin(1, b_at, N * K // 16), Matmul(0, 1, 2, M, N, K, accumulate=k > 0)]
+        want += _wrapped(img[a_at:a_at + M * K].view(np.int8).reshape(M, K),
+                         img[b_at:b_at + N * K].view(np.int8).reshape(N, K))
+        if k == 3:
+            body.append(Mvout(2, 32768, M * N * 4 // 16))
+    body += [Mvout(2, 40960, M * N * 4 // 16), Fence()]
+    prog = Program([body], dram_bytes=1 << 16)
+    monkeypatch.setenv(core_choice.ENV, "compiled")
+    images = []
+    was = fc.kernel_in_use()
+    try:
+        for name in fc.kernels():
+            fc.use_kernel(name)
+            images.append(run(prog, c, img.copy()).dram.tobytes())
+    finally:
+        fc.use_kernel(was)
+    assert all(im == images[0] for im in images)
+    got = np.frombuffer(images[0], np.uint8)[40960:40960 + M * N * 4].view(np.int32).reshape(M, N)
+    assert np.array_equal(got, want.astype(np.int32))
