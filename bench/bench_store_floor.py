@@ -15,7 +15,6 @@ them. Medians of --repeat; per candidate in microseconds; bytes of each table's 
 from __future__ import annotations
 
 import argparse
-import os
 import shutil
 import sqlite3
 import statistics

@@ -26,7 +26,6 @@ from dse.records.schema import (
     Candidate,
     CandidateRun,
     CandidateText,
-    Decision,
     Experiment,
     LatestFigures,
     Run,
