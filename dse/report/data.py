@@ -11,7 +11,7 @@ import numpy as np
 import pandas as pd
 
 from ..records import Store
-from ..records.report_reads import COMPONENT_TOTALS, ComponentFigures  # noqa: F401 (the views read them here)
+from ..records.report_reads import ComponentFigures
 from ..runner.acceptance import (Headline, Judgement, figures_wanted, headline, judge_experiment,  # noqa: F401
                                  outcome_mark)
 from ..runner.metrics import COUNTER_SCOPES, HOST_PHASE_METRIC, METRICS

@@ -178,7 +178,7 @@ def op_breakdown_plot(op_cycles: pd.DataFrame, candidate_ids: list[int], labels:
 
 
 def component_plot(figures, labels: dict[int, str], title: str = "") -> Figure:
-    """Area and energy by component of one evidence kind (a `data.ComponentFigures`):
+    """Area and energy by component of one evidence kind (a `dse.records.report_reads.ComponentFigures`):
     stacked horizontal bars, one per labelled candidate that has the figures, a segment per
     component in `COMPONENTS` order, area left and energy right; colours as the
     interactive figure's. Data: candidate_id, component, area_mm2, energy_uj."""

@@ -23,7 +23,8 @@ from markupsafe import Markup
 from ..records import Store
 from ..runner.caveats import hardware_caveat, kinds_text
 from ..records.blobs import EvidenceCheck
-from .data import (COMPONENT_TOTALS, PPA_KINDS, ExperimentView, accepted_candidates, changes, experiment_view,
+from ..records.report_reads import COMPONENT_TOTALS
+from .data import (PPA_KINDS, ExperimentView, accepted_candidates, changes, experiment_view,
                    meaningful_candidates, outcome_mark, row_marks, stored_bank_lifetimes)
 from .figures import (component_plot, core_time_plot, history_plot, model_vs_emulator_plot, op_breakdown_plot,
                       pareto_panels, pareto_plot)

@@ -378,7 +378,7 @@ COMPONENT_AXES = {"area_mm2": "area (mm2)", "energy_uj": "energy per inference (
 
 def component_figure(figures, labels: dict[int, str], title: str = "") -> go.Figure:
     """Area and energy by component, one evidence kind (`figures`: a
-    `dse.report.data.ComponentFigures`): one stacked bar per labelled candidate that has
+    `dse.records.report_reads.ComponentFigures`): one stacked bar per labelled candidate that has
     such figures, a segment per component (in `COMPONENTS` order, one colour each), area
     on the left, energy on the right. Hover names the component, its value and share."""
     from plotly.subplots import make_subplots
