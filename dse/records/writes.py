@@ -283,23 +283,21 @@ def add_candidates(connection: Connection, experiment_id: int, prepared: list[tu
     if renoted:
         write_notes(connection, renoted)
     runs: list[int | None] = [None] * len(out)
-    if run_base is not None and out and sqlite:
-        runs = _sqlite_insert_runs(cur, [cid for cid, _ in out], run_base, last_run)
-    elif run_base is not None and out:
-        runs = insert_runs(connection, [cid for cid, _ in out], run_base)
-    if run_base is not None and out and sqlite:  # (insert_runs keeps it on the other path)
-        candidate_runs.added(connection, runs)
+    if run_base is not None and out:
+        runs = insert_runs(connection, [cid for cid, _ in out], run_base, last_run if sqlite else None)
     if baseline and out:  # a candidate of this very experiment, just looked up or added
         connection.execute(update(Experiment).where(Experiment.id == as_id(experiment_id))
                            .values(baseline_candidate_id=out[0][0]))
     return [(cid, made, run) for (cid, made), run in zip(out, runs)]
 
 
-def insert_runs(connection: Connection, candidate_ids: list[int], base: dict[str, Any]) -> list[int]:
+def insert_runs(connection: Connection, candidate_ids: list[int], base: dict[str, Any],
+                before: int | None = None) -> list[int]:
     """A run of each candidate, all with the columns `base`: their ids, in order (and
-    candidate_run brought up to date with them)."""
+    candidate_run brought up to date with them). `before`, on SQLite: the largest run id
+    before, when the caller has read it under the write lock."""
     if connection.dialect.name == "sqlite":
-        ids = _sqlite_insert_runs(_DriverCursor(connection), candidate_ids, base)
+        ids = _sqlite_insert_runs(_DriverCursor(connection), candidate_ids, base, before)
     else:  # one INSERT .. RETURNING for the batch, ids in the order of the rows
         table = Run.__table__
         ids = list(connection.execute(insert(table).returning(table.c.id, sort_by_parameter_order=True),
