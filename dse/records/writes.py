@@ -143,10 +143,13 @@ def text_ids(connection: Connection, texts: Iterable[str]) -> dict[str, int]:
 def _text_ids_of(connection: Connection, hashes: list[str]) -> dict[str, int]:
     out: dict[str, int] = {}
     mark = "?" if connection.dialect.paramstyle == "qmark" else "%s"
+    # PostgreSQL: what is found stays until this transaction ends (`orphaned_texts_deleted`
+    # waits for it); SQLite's write lock keeps every other writer out already.
+    lock = " FOR KEY SHARE" if connection.dialect.name == "postgresql" else ""
     for i in range(0, len(hashes), 500):  # stay under the bound-parameter limit
         part = hashes[i:i + 500]
         out.update((h, int(i_)) for i_, h in connection.exec_driver_sql(
-            f"SELECT id, hash FROM candidate_text WHERE hash IN ({', '.join([mark] * len(part))})", tuple(part)))
+            f"SELECT id, hash FROM candidate_text WHERE hash IN ({', '.join([mark] * len(part))}){lock}", tuple(part)))
     return out
 
 
@@ -655,6 +658,10 @@ def delete_experiment(session: Session, experiment_id: int) -> dict[str, int]:
                          "runs: delete those first")
     experiment.baseline_candidate_id = None
     session.flush()
+    # The config and mapping texts its candidates name (0018): those no other candidate
+    # names once they are gone go with them.
+    texts = {t for pair in session.execute(select(Candidate.config_id, Candidate.mapping_id).where(
+        Candidate.experiment_id == experiment_id)) for t in pair if t is not None}
     counts = {}
     for name, stmt in (
         ("run_metrics", delete(RunMetrics).where(RunMetrics.run_id.in_(runs))),
@@ -670,7 +677,26 @@ def delete_experiment(session: Session, experiment_id: int) -> dict[str, int]:
         ("experiment", delete(Experiment).where(Experiment.id == experiment_id)),
     ):
         counts[name] = session.execute(stmt.execution_options(synchronize_session=False)).rowcount
+    counts["candidate_text"] = orphaned_texts_deleted(session.connection(), texts)
     return counts
+
+
+def orphaned_texts_deleted(connection: Connection, text_ids: Iterable[int]) -> int:
+    """Of these candidate_text rows, those no candidate names any more deleted: how many.
+    On PostgreSQL they are locked first, so that a writer that has just found one of them
+    (`text_ids`, which locks what it finds against deletion) commits before the check,
+    and its candidates count; a writer that comes after finds them gone and writes them again."""
+    ids = sorted({int(i) for i in text_ids})
+    done = 0
+    for i in range(0, len(ids), 500):  # ints written into the SQL: no bound-parameter limit to mind
+        listed = ", ".join(map(str, ids[i:i + 500]))
+        if connection.dialect.name == "postgresql":
+            connection.exec_driver_sql(f"SELECT id FROM candidate_text WHERE id IN ({listed}) FOR UPDATE").all()
+        # (uncorrelated: one pass over candidate, which has no index on the text ids)
+        done += connection.exec_driver_sql(
+            f"DELETE FROM candidate_text WHERE id IN ({listed}) AND id NOT IN (SELECT config_id FROM candidate "
+            "WHERE config_id IS NOT NULL UNION SELECT mapping_id FROM candidate WHERE mapping_id IS NOT NULL)").rowcount
+    return done
 
 
 def add_calibration(session: Session, environment: provenance.Provenance, **columns: Any) -> int:
