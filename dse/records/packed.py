@@ -59,30 +59,31 @@ def write(connection: Connection, packs: Sequence[tuple]) -> None:
             tuple(itertools.chain.from_iterable((run_id, ids[text], figures) for run_id, text, figures in part)))
 
 
-def layout_ids(connection: Connection, texts: Iterable[str]) -> dict[str, int]:
-    """text -> id of each layout, stored now if the store lacks it (a concurrent writer's
+def layout_ids(connection: Connection, texts: Iterable[str], table: str = "metric_layout") -> dict[str, int]:
+    """text -> id of each layout in `table` (metric_layout, or latest_figures' figures_layout,
+    0019: both (id, hash, layout)), stored now if the store lacks it (a concurrent writer's
     copy of the same layout is taken: the hash is unique)."""
     hashes = {layout_hash(t): t for t in texts}  # (in the order given)
     if not hashes:
         return {}
-    found = _ids_of(connection, list(hashes))
+    found = _ids_of(connection, list(hashes), table)
     missing = [h for h in hashes if h not in found]
     if missing:
         mark = _mark(connection)
         connection.exec_driver_sql(
-            f"INSERT INTO metric_layout (hash, layout) VALUES ({mark}, {mark}) ON CONFLICT (hash) DO NOTHING",
+            f"INSERT INTO {table} (hash, layout) VALUES ({mark}, {mark}) ON CONFLICT (hash) DO NOTHING",
             [(h, hashes[h]) for h in missing])
-        found.update(_ids_of(connection, missing))
+        found.update(_ids_of(connection, missing, table))
     return {hashes[h]: i for h, i in found.items()}
 
 
-def _ids_of(connection: Connection, hashes: list[str]) -> dict[str, int]:
+def _ids_of(connection: Connection, hashes: list[str], table: str) -> dict[str, int]:
     out: dict[str, int] = {}
     mark = _mark(connection)
     for i in range(0, len(hashes), _CHUNK):
         part = hashes[i:i + _CHUNK]
         out.update((h, int(i_)) for i_, h in connection.exec_driver_sql(
-            f"SELECT id, hash FROM metric_layout WHERE hash IN ({', '.join([mark] * len(part))})", tuple(part)))
+            f"SELECT id, hash FROM {table} WHERE hash IN ({', '.join([mark] * len(part))})", tuple(part)))
     return out
 
 
