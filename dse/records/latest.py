@@ -37,13 +37,14 @@ _ROWS_PER_INSERT = 100  # 500 parameters a statement (5 columns a row)
 def record(connection: Connection, packs: Sequence[tuple]) -> None:
     """Bring latest_figures up to date with runs' metrics just written in
     this transaction: (run_id, shape, values) each, as `checks.Pack` (their total scope)."""
-    # A sweep's runs share a shape: where its totals of each kind sit, found once a shape.
-    totals_of: dict[tuple, list[tuple[str, tuple[str, ...], tuple[int, ...]]]] = {}
+    # A sweep's runs share a shape: where its totals of each kind sit, found once a shape
+    # (by the shape object's identity: `packs` keeps them alive; hashing one costs 2 us).
+    totals_of: dict[int, list[tuple[str, tuple[str, ...], tuple[int, ...]]]] = {}
     totals = []  # (run, kind, names, places, values) of each run and kind with totals
     for run_id, shape, values in packs:
-        found = totals_of.get(shape)
+        found = totals_of.get(id(shape))
         if found is None:
-            found = totals_of[shape] = _totals_by_kind(shape)
+            found = totals_of[id(shape)] = _totals_by_kind(shape)
         for kind, names, at in found:
             totals.append((run_id, kind, names, at, values))
     if not totals:
@@ -103,7 +104,7 @@ def _put_figures(connection: Connection, rows: Sequence[tuple]) -> None:
     layouts: dict[tuple, tuple[str, Any, struct.Struct]] = {}
     packed = []
     for c, k, run, model_version, emulator_version, names, at, values in rows:
-        key = (model_version, emulator_version, names, at)
+        key = (model_version, emulator_version, id(names))  # names and places: one `_totals_by_kind` entry
         found = layouts.get(key)
         if found is None:
             order = sorted(range(len(names)), key=names.__getitem__)

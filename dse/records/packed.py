@@ -42,14 +42,17 @@ def layout_hash(text: str) -> str:
 def write(connection: Connection, packs: Sequence[tuple]) -> None:
     """Runs' metrics, (run_id, shape, values) each (`checks.Pack`: checked already, a run
     not holding metrics yet), as one run_metrics row per run."""
-    texts: dict[tuple, str] = {}  # a shape -> its layout's text, made once a batch
+    # id(shape) -> (its layout's text, its packer), made once a batch: a batch's runs share
+    # shape objects (kept alive by `packs`), found by identity, not by hashing sixty names.
+    made: dict[int, tuple[str, struct.Struct]] = {}
     rows = []
     for run_id, shape, values in packs:
-        text = texts.get(shape)
-        if text is None:
-            text = texts[shape] = layout_text(*shape)
-        rows.append((int(run_id), text, struct.pack(f"{FIGURES_BYTE_ORDER}{len(values)}d", *values)))
-    ids = layout_ids(connection, list(texts.values()))  # new layouts numbered in order of first use
+        found = made.get(id(shape))
+        if found is None:
+            found = made[id(shape)] = (layout_text(*shape), struct.Struct(f"{FIGURES_BYTE_ORDER}{len(shape[0])}d"))
+        rows.append((int(run_id), found[0], found[1].pack(*values)))
+    # new layouts numbered in order of first use
+    ids = layout_ids(connection, list(dict.fromkeys(text for text, _ in made.values())))
     mark = _mark(connection)
     one = f"({mark}, {mark}, {mark})"
     for i in range(0, len(rows), _ROWS_PER_INSERT):
