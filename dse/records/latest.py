@@ -21,6 +21,7 @@ from typing import Any
 
 from sqlalchemy import Connection
 
+from dse.records.driver import executor
 from dse.records.packed import layout_ids, layouts
 from dse.records.sql_reads import FIGURES_BYTE_ORDER
 
@@ -118,10 +119,10 @@ def _put_figures(connection: Connection, rows: Sequence[tuple]) -> None:
     packed = [(c, k, run, ids[text], figures) for c, k, run, text, figures in packed]
     # (Rows by the hundred in one statement: on SQLite a third faster than an executemany of them.)
     one = "(" + ", ".join([_mark(connection)] * 5) + ")"
+    execute = executor(connection)
     for i in range(0, len(packed), _ROWS_PER_INSERT):
         part = packed[i:i + _ROWS_PER_INSERT]
-        connection.exec_driver_sql(_UPSERT.format(values=", ".join([one] * len(part))),
-                                   tuple(itertools.chain.from_iterable(part)))
+        execute(_UPSERT.format(values=", ".join([one] * len(part))), tuple(itertools.chain.from_iterable(part)))
 
 
 _UPSERT = ("INSERT INTO latest_figures (candidate_id, kind, run_id, layout_id, figures) VALUES {values}"
@@ -161,9 +162,10 @@ def _totals_of(connection: Connection, where: str) -> list[tuple]:
 def _runs(connection: Connection, run_ids: list[int]) -> dict[int, tuple[int, str, str | None]]:
     """run id -> (candidate id, model version, emulator version)."""
     out: dict[int, tuple[int, str, str | None]] = {}
+    execute = executor(connection)  # SQLite: the driver's rows (SQLAlchemy's Row a run was most of this read)
     for i in range(0, len(run_ids), _CHUNK):
         part = run_ids[i:i + _CHUNK]
-        out.update((run, (c, m, e)) for run, c, m, e in connection.exec_driver_sql(
+        out.update((run, (c, m, e)) for run, c, m, e in execute(
             "SELECT id, candidate_id, model_version, emulator_version FROM run WHERE id IN "
             f"({', '.join(str(int(r)) for r in part)})"))
     return out

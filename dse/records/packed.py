@@ -21,6 +21,7 @@ from typing import Any
 
 from sqlalchemy import Connection
 
+from dse.records.driver import executor
 from dse.records.sql_reads import FIGURES_BYTE_ORDER, layout_entries, unpack_entries as unpack
 
 # What a layout's entries hold, in order (a metric row's columns but run_id and value).
@@ -55,11 +56,11 @@ def write(connection: Connection, packs: Sequence[tuple]) -> None:
     ids = layout_ids(connection, list(dict.fromkeys(text for text, _ in made.values())))
     mark = _mark(connection)
     one = f"({mark}, {mark}, {mark})"
+    execute = executor(connection)
     for i in range(0, len(rows), _ROWS_PER_INSERT):
         part = rows[i:i + _ROWS_PER_INSERT]
-        connection.exec_driver_sql(
-            "INSERT INTO run_metrics (run_id, layout_id, figures) VALUES " + ", ".join([one] * len(part)),
-            tuple(itertools.chain.from_iterable((run_id, ids[text], figures) for run_id, text, figures in part)))
+        execute("INSERT INTO run_metrics (run_id, layout_id, figures) VALUES " + ", ".join([one] * len(part)),
+                tuple(itertools.chain.from_iterable((run_id, ids[text], figures) for run_id, text, figures in part)))
 
 
 def layout_ids(connection: Connection, texts: Iterable[str], table: str = "metric_layout") -> dict[str, int]:
