@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+from collections.abc import Iterable
 from typing import Any
 
 # One encoder for every call: json.dumps with options builds a new one each time.
@@ -71,6 +72,23 @@ def candidate_hash_of_texts(config_json: str, mapping_json: str) -> str:
     composed from the two parts' canonical JSON texts (canonical JSON nests, and "config"
     sorts before "mapping"): a sweep encodes each distinct config once and reuses it."""
     return hashlib.sha256(('{"config":' + config_json + ',"mapping":' + mapping_json + "}").encode()).hexdigest()
+
+
+def candidate_hashes_of_texts(pairs: Iterable[tuple[str, str]]) -> list[str]:
+    """`candidate_hash_of_texts` of each (config text, mapping text) pair, the config's part
+    of the digest taken once per distinct config text and copied: a sweep's candidates share
+    ~150 configs of ~1.7 kB, hashed whole for each of them three quarters of the time the
+    store took to prepare their rows."""
+    heads: dict[str, Any] = {}
+    out = []
+    for config_json, mapping_json in pairs:
+        head = heads.get(config_json)
+        if head is None:
+            head = heads[config_json] = hashlib.sha256(('{"config":' + config_json + ',"mapping":').encode())
+        digest = head.copy()
+        digest.update((mapping_json + "}").encode())
+        out.append(digest.hexdigest())
+    return out
 
 
 def candidate_hash(config: Any, mapping: Any) -> str:

@@ -5,7 +5,8 @@ from __future__ import annotations
 import random
 
 from dse.chips import load_chip, set_dotted
-from dse.identity import CanonicalParts, candidate_hash, candidate_hash_of_texts, canonical_json, content_hash
+from dse.identity import (CanonicalParts, candidate_hash, candidate_hash_of_texts, candidate_hashes_of_texts,
+                          canonical_json, content_hash)
 from dse.mapping import Candidate, Mapping
 
 
@@ -154,3 +155,16 @@ def test_canonical_json_is_json_dumps_sorted_and_compact_over_generated_values()
         with pytest.raises(error):
             canonical_json(bad)
     assert canonical_json({"k": [1]}) == '{"k":[1]}'  # nothing left behind by the errors
+
+
+def test_candidate_hashes_of_texts_are_each_pairs_candidate_hash():
+    """The batch form (a config's part of the digest taken once and copied) gives each
+    pair's own candidate_hash_of_texts, = content_hash of the pair, whatever the repeats."""
+    configs = [{"banks": {"count": n, "rows": 512}, "name": "goban é"} for n in (16, 20)]
+    mappings = [{"workers": w, "dataflow": d} for w in (1, 2) for d in ("ws", "os")]
+    pairs = [(canonical_json(configs[i % 2]), canonical_json(mappings[i % 4])) for i in range(11)]
+    assert candidate_hashes_of_texts(pairs) == [candidate_hash_of_texts(c, m) for c, m in pairs]
+    assert candidate_hashes_of_texts(pairs)[:2] == [
+        content_hash({"config": configs[0], "mapping": mappings[0]}),
+        content_hash({"config": configs[1], "mapping": mappings[1]})]
+    assert candidate_hashes_of_texts([]) == []
