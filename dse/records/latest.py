@@ -167,7 +167,7 @@ def _runs(connection: Connection, run_ids: list[int]) -> dict[int, tuple[int, st
         part = run_ids[i:i + _CHUNK]
         out.update((run, (c, m, e)) for run, c, m, e in execute(
             "SELECT id, candidate_id, model_version, emulator_version FROM run WHERE id IN "
-            f"({', '.join(str(int(r)) for r in part)})"))
+            f"({', '.join(map(str, map(int, part)))})"))
     return out
 
 
