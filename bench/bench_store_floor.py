@@ -33,8 +33,8 @@ from dse.runner import Sweep, load_spec  # noqa: E402
 from dse.runner.execution import make_executor  # noqa: E402
 from dse.runner.stages import analytical_graph  # noqa: E402
 
-ORDER = ("experiment", "metric_layout", "candidate_text", "candidate", "run", "run_metrics", "latest_figures",
-         "candidate_run")
+ORDER = ("experiment", "metric_layout", "figures_layout", "candidate_text", "candidate", "run", "run_metrics",
+         "latest_figures", "candidate_run")
 
 
 def main() -> None:

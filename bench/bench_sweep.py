@@ -116,7 +116,7 @@ GRAPH = None
 def store_floor(repeat: int) -> tuple[float, int, int]:
     """What SQLite alone takes to store a grid sweep's records: the rows of every table the
     sweep wrote (candidates and their config and mapping texts (0018), runs, their packed
-    metrics and layouts (0015), latest_figures,
+    metrics and layouts (0015), latest_figures (and its layouts from 0019),
     and latest_metric before 0016; candidate_run by its triggers before 0017, its rows
     inserted as the others from 0017) inserted again into a fresh store, one executemany a
     table in one transaction, nothing computed. Median seconds, candidates and rows."""
@@ -133,7 +133,8 @@ def store_floor(repeat: int) -> tuple[float, int, int]:
         # candidate_run: its rows, unless the schema's triggers on run make them (before 0017)
         triggers = source.execute("SELECT count(*) FROM sqlite_master WHERE type = 'trigger'").fetchone()[0]
         tables = tuple(t for t in ("experiment", "candidate_text", "candidate", "run", "metric_layout", "run_metrics", "latest_metric",
-                                   "latest_figures", "candidate_run") if t in held and (t != "candidate_run" or not triggers))
+                                   "figures_layout", "latest_figures", "candidate_run")
+                       if t in held and (t != "candidate_run" or not triggers))
         rows = {t: source.execute(f"SELECT * FROM {t}").fetchall() for t in tables}
         columns = {t: [c[1] for c in source.execute(f"PRAGMA table_info({t})")] for t in tables}
         source.close()

@@ -76,3 +76,25 @@ def test_the_migration_moves_the_texts_and_its_downgrade_puts_them_back(db):
             "SELECT CAST(config AS TEXT), CAST(mapping AS TEXT) FROM candidate ORDER BY id").all()
     engine.dispose()
     assert [tuple(json.loads(v) for v in row) for row in back] == [tuple(json.loads(v) for v in row) for row in stored]
+
+
+def test_deleting_an_experiment_deletes_the_texts_no_other_candidate_names(db):
+    """0018's texts are shared between experiments: deleting one takes the texts only its
+    candidates named, in the same transaction, and keeps those another experiment's name."""
+    with Store(db) as store:
+        x = store.create_experiment("x", "h", [], "gemm", "w", "s", "s")
+        store.add_candidates(x, [{"config": CONFIGS[0], "mapping": MAPPINGS[0], "origin": "grid"},
+                                 {"config": CONFIGS[1], "mapping": MAPPINGS[1], "origin": "grid"}])
+        y = store.create_experiment("y", "h", [], "gemm", "w", "s2", "s2")
+        store.add_candidates(y, [{"config": CONFIGS[1], "mapping": MAPPINGS[0], "origin": "grid"}])
+        url = store.engine.url.render_as_string(hide_password=False)
+        counts = store.delete_experiment("x")
+        # y's candidate names CONFIGS[1] and MAPPINGS[0]: they stay, x's own two go
+        assert counts["candidate"] == 2 and counts["candidate_text"] == 2
+        assert texts(url) == sorted(canonical_json(v) for v in (CONFIGS[1], MAPPINGS[0]))
+        assert store.candidates("y")["config"].tolist() == [canonical_json(CONFIGS[1])]
+        # a text deleted with x is written again when a new candidate needs it
+        again, created = store.add_candidate(y, CONFIGS[0], MAPPINGS[1], "baseline")
+        assert created and store.candidate(again)["config"] == CONFIGS[0]
+        assert store.delete_experiment("y")["candidate_text"] == 4
+        assert texts(url) == []

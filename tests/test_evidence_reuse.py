@@ -107,7 +107,8 @@ def test_a_link_shows_the_earlier_runs_evidence_without_copying_it(url):
             ["latency_cycles", 2280.0, 2280.0]]
         assert store.totals([mine[ok]]) == {mine[ok]: {"analytical": {"latency_cycles": 2280.0}}}
         # latest_figures rebuilt from the packed metrics agrees with the one the link wrote
-        held = "SELECT candidate_id, kind, run_id, layout, figures FROM latest_figures ORDER BY candidate_id, kind"
+        held = ("SELECT lf.candidate_id, lf.kind, lf.run_id, fl.layout, lf.figures FROM latest_figures lf "
+                "JOIN figures_layout fl ON fl.id = lf.layout_id ORDER BY lf.candidate_id, lf.kind")
         with store.engine.begin() as connection:
             before = [(*r[:4], bytes(r[4])) for r in connection.execute(text(held))]
             from dse.records import latest

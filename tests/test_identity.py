@@ -5,7 +5,8 @@ from __future__ import annotations
 import random
 
 from dse.chips import load_chip, set_dotted
-from dse.identity import CanonicalParts, candidate_hash, candidate_hash_of_texts, canonical_json, content_hash
+from dse.identity import (CanonicalParts, candidate_hash, candidate_hash_of_texts, candidate_hashes_of_texts,
+                          canonical_json, content_hash)
 from dse.mapping import Candidate, Mapping
 
 
@@ -124,3 +125,46 @@ def test_chips_built_from_validated_sections_record_what_full_validation_records
             recorded.append(sorted(zip(runs["hash"], runs["status"], runs["reason"].fillna(""))))
     assert recorded[0] == recorded[1]
     assert sum(status == "infeasible" and "beat_bytes" in reason for _, status, reason in recorded[0]) == 2
+
+
+def test_canonical_json_is_json_dumps_sorted_and_compact_over_generated_values():
+    """canonical_json calls the C encoder made once (not one a call): the same text as
+    json.dumps with the canonical options, the same errors for NaN and for what JSON lacks."""
+    import json
+    import math
+
+    import pytest
+
+    rng = random.Random(7)
+    atoms = [0, -1, 2**70, 0.1, -0.0, 1e300, 5e-324, True, False, None, "", "é\u2603\n\"\\", "a b"]
+
+    def value(depth: int):
+        roll = rng.random()
+        if depth > 3 or roll < 0.4:
+            return rng.choice(atoms)
+        if roll < 0.7:
+            return [value(depth + 1) for _ in range(rng.randrange(4))]
+        return {rng.choice(["b", "a", "é", "10", "9", "x.y"]) + str(rng.randrange(3)): value(depth + 1)
+                for _ in range(rng.randrange(5))}
+
+    for _ in range(300):
+        v = value(0)
+        assert canonical_json(v) == json.dumps(v, sort_keys=True, separators=(",", ":"), allow_nan=False)
+    assert canonical_json("top") == '"top"' and canonical_json(1.5) == "1.5"
+    for bad, error in ((math.nan, ValueError), ({"k": [math.inf]}, ValueError), ({"k": object()}, TypeError)):
+        with pytest.raises(error):
+            canonical_json(bad)
+    assert canonical_json({"k": [1]}) == '{"k":[1]}'  # nothing left behind by the errors
+
+
+def test_candidate_hashes_of_texts_are_each_pairs_candidate_hash():
+    """The batch form (a config's part of the digest taken once and copied) gives each
+    pair's own candidate_hash_of_texts, = content_hash of the pair, whatever the repeats."""
+    configs = [{"banks": {"count": n, "rows": 512}, "name": "goban é"} for n in (16, 20)]
+    mappings = [{"workers": w, "dataflow": d} for w in (1, 2) for d in ("ws", "os")]
+    pairs = [(canonical_json(configs[i % 2]), canonical_json(mappings[i % 4])) for i in range(11)]
+    assert candidate_hashes_of_texts(pairs) == [candidate_hash_of_texts(c, m) for c, m in pairs]
+    assert candidate_hashes_of_texts(pairs)[:2] == [
+        content_hash({"config": configs[0], "mapping": mappings[0]}),
+        content_hash({"config": configs[1], "mapping": mappings[1]})]
+    assert candidate_hashes_of_texts([]) == []

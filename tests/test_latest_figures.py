@@ -53,7 +53,9 @@ def expected(store: Store, experiment: str) -> dict[tuple[int, str, str], tuple[
 def packed(store: Store) -> dict[tuple[int, str], tuple[int, str, str | None, dict[str, float]]]:
     """latest_figures unpacked: (candidate, kind) -> (run, model version, emulator version, figures)."""
     with store.engine.connect() as connection:
-        rows = connection.execute(text("SELECT candidate_id, kind, run_id, layout, figures FROM latest_figures"))
+        rows = connection.execute(text(
+            "SELECT lf.candidate_id, lf.kind, lf.run_id, fl.layout, lf.figures FROM latest_figures lf "
+            "JOIN figures_layout fl ON fl.id = lf.layout_id"))
         out = {}
         for c, k, run, layout, figures in rows:
             model_version, emulator_version, names = json.loads(layout)
@@ -552,3 +554,40 @@ def test_emulated_counts_candidates_with_any_ok_emulator_run_before_and_after_00
         with store.engine.connect() as connection:
             assert connection.execute(text("SELECT version_num FROM alembic_version")).scalar() == SCHEMA_HEAD
         assert {s["name"]: s["n_emulated"] for s in store.experiment_summaries()} == emulated
+
+
+def test_migration_0019_stores_each_layout_once_and_its_downgrade_puts_them_back(db):
+    """0019: latest_figures names its layout (figures_layout, one row per distinct text)
+    instead of holding the text in every row; the figures read back as before the
+    migration, through it and back, and a store at 0018 gets its texts again."""
+    with Store(db) as store:
+        e = store.create_experiment("x", "h", [], "gemm", "w", "s", "s")
+        ids = [cid for cid, _ in store.add_candidates(e, [
+            {"config": {"banks": b}, "mapping": {}, "origin": "grid"} for b in (16, 20, 24)])]
+        runs = store.start_runs(ids, "analytical", model_version="m1")
+        store.finish_runs([{"run_id": r, "status": "ok", "metrics": lat(100.0 + i)} for i, r in enumerate(runs)])
+        # another model version: a second layout, for the third candidate only
+        store.finish_run(store.start_run(ids[2], "analytical", model_version="m2"), "ok",
+                         lat(7.0, MetricIn("analytical", "sram_bytes", 64.0, "bytes")))
+        before = packed(store)
+        table = store.metric_table("x", "analytical")
+        with store.engine.connect() as connection:
+            assert connection.execute(text("SELECT count(*) FROM figures_layout")).scalar() == 2
+    assert {k: v[1] for k, v in before.items()} == {(ids[0], "analytical"): "m1", (ids[1], "analytical"): "m1",
+                                                   (ids[2], "analytical"): "m2"}
+    url = database_url(db)
+    command.downgrade(alembic_config(url), "0018")
+    engine = create_engine(url)
+    with engine.connect() as connection:
+        assert "figures_layout" not in connection.dialect.get_table_names(connection)
+        layouts = dict(connection.execute(text("SELECT candidate_id, layout FROM latest_figures")).all())
+    engine.dispose()
+    assert {c: json.loads(t)[:2] for c, t in layouts.items()} == {
+        ids[0]: ["m1", None], ids[1]: ["m1", None], ids[2]: ["m2", None]}
+    assert json.loads(layouts[ids[2]])[2] == ["latency_cycles", "sram_bytes"]
+    with Store(db) as store:  # opened: upgraded again, the texts moved back
+        assert packed(store) == before
+        pd.testing.assert_frame_equal(store.metric_table("x", "analytical"), table)
+        with store.engine.connect() as connection:
+            assert connection.execute(text("SELECT count(*) FROM figures_layout")).scalar() == 2
+            assert connection.execute(text("SELECT version_num FROM alembic_version")).scalar() == SCHEMA_HEAD

@@ -16,6 +16,8 @@ from collections.abc import Iterable, Sequence
 
 from sqlalchemy import Connection
 
+from dse.records.driver import executor
+
 _CHUNK = 500  # ids per IN list: under every driver's bound-parameter limit
 _COLUMNS = "candidate_run (candidate_id, role, experiment_id, run_id, stage, status, reason)"
 _SET = "run_id = excluded.run_id, stage = excluded.stage, status = excluded.status, reason = excluded.reason"
@@ -36,6 +38,18 @@ JOIN run r ON r.id = roles.run_id JOIN candidate c ON c.id = r.candidate_id"""
 ADDED = f"""INSERT INTO {_COLUMNS} {_ROLES} WHERE true
 ON CONFLICT (candidate_id, role) DO UPDATE SET {_SET} WHERE excluded.run_id > candidate_run.run_id
     AND (candidate_run.role != 'outcome' OR excluded.status != 'pruned' OR candidate_run.status = 'pruned')"""
+# SQLite, runs just inserted: each run's three rows (latest, its stage's, outcome) offered in
+# run id order, the upsert's guard keeping the right one where a candidate has several (SQLite
+# upserts row by row: a larger run replaces a smaller, a pruned one only a pruned one) -- what
+# ADDED picks by grouping, without its three GROUP BYs (a third of a sweep's candidate_run
+# writes). PostgreSQL refuses to upsert one row twice in a statement: ADDED there.
+ADDED_IN_ORDER = f"""INSERT INTO {_COLUMNS}
+SELECT r.candidate_id, coalesce(roles.role, r.stage), c.experiment_id, r.id, r.stage, r.status, r.reason
+FROM run r JOIN candidate c ON c.id = r.candidate_id
+CROSS JOIN (SELECT 'latest' AS role UNION ALL SELECT NULL UNION ALL SELECT 'outcome') roles
+WHERE {{where}} ORDER BY r.id
+ON CONFLICT (candidate_id, role) DO UPDATE SET {_SET} WHERE excluded.run_id > candidate_run.run_id
+    AND (candidate_run.role != 'outcome' OR excluded.status != 'pruned' OR candidate_run.status = 'pruned')"""
 # The rows that name a changed run take its status and reason (found by the candidate: the
 # primary key's prefix; candidate_run has no index on run_id).
 STATUS = """UPDATE candidate_run SET status = r.status, reason = r.reason FROM run r
@@ -53,12 +67,15 @@ def added(connection: Connection, run_ids: Sequence[int]) -> None:
     """candidate_run brought up to date with runs just inserted (any status)."""
     if not run_ids:
         return
+    sqlite = connection.dialect.name == "sqlite"
     low, high = min(run_ids), max(run_ids)
     if high - low + 1 == len(set(run_ids)):  # a batch's ids in a row (SQLite's path): one range
-        _execute(connection, ADDED.format(where=f"id BETWEEN {int(low)} AND {int(high)}"))
+        where = f"id BETWEEN {int(low)} AND {int(high)}"
+        _execute(connection, ADDED_IN_ORDER.format(where="r." + where) if sqlite else ADDED.format(where=where))
         return
     for part in _chunks(run_ids):
-        _execute(connection, ADDED.format(where=f"id IN ({part})"))
+        where = f"id IN ({part})"
+        _execute(connection, ADDED_IN_ORDER.format(where="r." + where) if sqlite else ADDED.format(where=where))
 
 
 def changed(connection: Connection, run_ids: Sequence[int], outcome_of: Iterable[int] = ()) -> None:
@@ -93,4 +110,4 @@ def _chunks(ids: Iterable[int]) -> Iterable[str]:
 def _execute(connection: Connection, sql: str) -> None:
     # Ids are inlined as integers (int() above): no parameters, so no paramstyle to mind
     # and no bound-parameter limit.
-    connection.exec_driver_sql(sql)
+    executor(connection)(sql)

@@ -14,50 +14,54 @@ from __future__ import annotations
 
 import itertools
 import json
+import operator
 import struct
 from collections.abc import Iterable, Sequence
+from typing import Any
 
 from sqlalchemy import Connection
 
-from dse.records.packed import layouts
+from dse.records.driver import executor
+from dse.records.packed import layout_ids, layouts
 from dse.records.sql_reads import FIGURES_BYTE_ORDER
 
 _CHUNK = 500  # ids per IN list: under every driver's bound-parameter limit
 _ROWS_PER_INSERT = 100  # 500 parameters a statement (5 columns a row)
-# latest_figures.layout: what the figures are, the same for a whole sweep's rows: the JSON
-# list [model_version, emulator_version, [names, sorted]] of their run. figures: the values
-# as little-endian float64 in the names' order: exact, and unpacked for 100,000 candidates
-# by one numpy call a layout. (One text for the three: each column read costs as much.)
+# latest_figures.layout_id: what the figures are, the same for a whole sweep's rows: the
+# figures_layout (0019) whose text is the JSON list [model_version, emulator_version,
+# [names, sorted]] of their run. figures: the values as little-endian float64 in the names'
+# order: exact, and unpacked for 100,000 candidates by one numpy call a layout. (One text
+# for the three: each column read costs as much; stored once, not in each row.)
 # The byte order, FIGURES_BYTE_ORDER, is sql_reads' (whose light read unpacks them too).
 
 
 def record(connection: Connection, packs: Sequence[tuple]) -> None:
     """Bring latest_figures up to date with runs' metrics just written in
     this transaction: (run_id, shape, values) each, as `checks.Pack` (their total scope)."""
-    # A sweep's runs share a shape: where its totals of each kind sit, found once a shape.
-    totals_of: dict[tuple, list[tuple[str, tuple[str, ...], tuple[int, ...]]]] = {}
-    totals = []  # (run, kind, names, values) of each run and kind with totals
+    # A sweep's runs share a shape: where its totals of each kind sit, found once a shape
+    # (by the shape object's identity: `packs` keeps them alive; hashing one costs 2 us).
+    totals_of: dict[int, list[tuple[str, tuple[str, ...], tuple[int, ...]]]] = {}
+    totals = []  # (run, kind, names, places, values) of each run and kind with totals
     for run_id, shape, values in packs:
-        found = totals_of.get(shape)
+        found = totals_of.get(id(shape))
         if found is None:
-            found = totals_of[shape] = _totals_by_kind(shape)
+            found = totals_of[id(shape)] = _totals_by_kind(shape)
         for kind, names, at in found:
-            totals.append((run_id, kind, names, [values[i] for i in at]))
+            totals.append((run_id, kind, names, at, values))
     if not totals:
         return
     of_run = _runs(connection, sorted({t[0] for t in totals}))
-    candidate_of = {run: found[0] for run, found in of_run.items()}
     newest: dict[tuple[int, str], int] = {}  # (candidate, kind) -> the batch's newest run of it
-    for run, kind, _, _ in totals:
-        pair = (candidate_of[run], kind)
+    for run, kind, *_ in totals:
+        pair = (of_run[run][0], kind)
         if newest.get(pair, -1) < run:
             newest[pair] = run
     # Pairs a newer run (already recorded, or a concurrent PostgreSQL writer's) holds keep
     # its figures, older ones are replaced: the upsert's guard, so nothing is read first.
-    kept = [(c, kind, run, names, values) for run, kind, names, values in totals
-            if newest.get((c := candidate_of[run], kind)) == run]
-    _put_figures(connection, [(c, kind, run, *of_run[run][1:], names, figures)
-                              for c, kind, run, names, figures in kept])
+    _put_figures(connection, [(c, kind, run, model_version, emulator_version, names, at, values)
+                              for run, kind, names, at, values in totals
+                              for c, model_version, emulator_version in (of_run[run],)
+                              if newest[(c, kind)] == run])
 
 
 def _totals_by_kind(shape: tuple) -> list[tuple[str, tuple[str, ...], tuple[int, ...]]]:
@@ -85,38 +89,45 @@ def packs_of(rows: Iterable[Sequence]) -> list[tuple]:
 
 
 def pack(model_version: str, emulator_version: str | None, named: dict[str, float]) -> tuple[str, bytes]:
-    """(layout, figures) of a latest_figures row, see FIGURES_BYTE_ORDER."""
+    """(layout, figures) of a latest_figures row, see FIGURES_BYTE_ORDER (the layout's
+    text: figures_layout's, 0019)."""
     names = sorted(named)
     return (json.dumps([model_version, emulator_version, names]),
             struct.pack(f"{FIGURES_BYTE_ORDER}{len(names)}d", *(named[n] for n in names)))
 
 
 def _put_figures(connection: Connection, rows: Sequence[tuple]) -> None:
-    """(candidate, kind, run, model_version, emulator_version, names, values) rows into
-    latest_figures, each replacing the pair's row unless that is of a newer run (a
-    concurrent PostgreSQL writer's). Packed as `pack` packs them, each distinct layout
-    made once (a sweep's rows share one)."""
-    layouts: dict[tuple, tuple[str, tuple[int, ...], struct.Struct]] = {}
+    """(candidate, kind, run, model_version, emulator_version, names, places, values)
+    rows into latest_figures (the figures: values[places], names the names of those
+    places), each replacing the pair's row unless that is of a newer run (a concurrent
+    PostgreSQL writer's). Packed as `pack` packs them, each distinct layout made and
+    found in figures_layout once (a sweep's rows share one)."""
+    layouts: dict[tuple, tuple[str, Any, struct.Struct]] = {}
     packed = []
-    for c, k, run, model_version, emulator_version, names, values in rows:
-        key = (model_version, emulator_version, names)
+    for c, k, run, model_version, emulator_version, names, at, values in rows:
+        key = (model_version, emulator_version, id(names))  # names and places: one `_totals_by_kind` entry
         found = layouts.get(key)
         if found is None:
-            order = tuple(sorted(range(len(names)), key=names.__getitem__))
-            found = layouts[key] = (json.dumps([model_version, emulator_version, [names[i] for i in order]]), order,
+            order = sorted(range(len(names)), key=names.__getitem__)
+            places = [at[i] for i in order]  # the values of the names in sorted order, taken by one call
+            take = operator.itemgetter(*places) if len(places) > 1 else lambda v, i=places[0]: (v[i],)
+            found = layouts[key] = (json.dumps([model_version, emulator_version, [names[i] for i in order]]), take,
                                     struct.Struct(f"{FIGURES_BYTE_ORDER}{len(names)}d"))
-        text, order, packer = found
-        packed.append((c, k, run, text, packer.pack(*map(values.__getitem__, order))))
-    mark = _mark(connection)
-    one = "(" + ", ".join([mark] * 5) + ")"
+        text, take, packer = found
+        packed.append((c, k, run, text, packer.pack(*take(values))))
+    ids = layout_ids(connection, dict.fromkeys(text for text, _, _ in layouts.values()), "figures_layout")
+    packed = [(c, k, run, ids[text], figures) for c, k, run, text, figures in packed]
+    # (Rows by the hundred in one statement: on SQLite a third faster than an executemany of them.)
+    one = "(" + ", ".join([_mark(connection)] * 5) + ")"
+    execute = executor(connection)
     for i in range(0, len(packed), _ROWS_PER_INSERT):
         part = packed[i:i + _ROWS_PER_INSERT]
-        connection.exec_driver_sql(
-            "INSERT INTO latest_figures (candidate_id, kind, run_id, layout, figures) VALUES "
-            + ", ".join([one] * len(part)) +
-            " ON CONFLICT (candidate_id, kind) DO UPDATE SET run_id = excluded.run_id, layout = excluded.layout,"
-            " figures = excluded.figures WHERE excluded.run_id > latest_figures.run_id",
-            tuple(itertools.chain.from_iterable(part)))
+        execute(_UPSERT.format(values=", ".join([one] * len(part))), tuple(itertools.chain.from_iterable(part)))
+
+
+_UPSERT = ("INSERT INTO latest_figures (candidate_id, kind, run_id, layout_id, figures) VALUES {values}"
+           " ON CONFLICT (candidate_id, kind) DO UPDATE SET run_id = excluded.run_id, layout_id = excluded.layout_id,"
+           " figures = excluded.figures WHERE excluded.run_id > latest_figures.run_id")
 
 
 def rebuild(connection: Connection, candidate_ids: Iterable[int] | None = None) -> None:
@@ -151,11 +162,12 @@ def _totals_of(connection: Connection, where: str) -> list[tuple]:
 def _runs(connection: Connection, run_ids: list[int]) -> dict[int, tuple[int, str, str | None]]:
     """run id -> (candidate id, model version, emulator version)."""
     out: dict[int, tuple[int, str, str | None]] = {}
+    execute = executor(connection)  # SQLite: the driver's rows (SQLAlchemy's Row a run was most of this read)
     for i in range(0, len(run_ids), _CHUNK):
         part = run_ids[i:i + _CHUNK]
-        out.update((run, (c, m, e)) for run, c, m, e in connection.exec_driver_sql(
+        out.update((run, (c, m, e)) for run, c, m, e in execute(
             "SELECT id, candidate_id, model_version, emulator_version FROM run WHERE id IN "
-            f"({', '.join(str(int(r)) for r in part)})"))
+            f"({', '.join(map(str, map(int, part)))})"))
     return out
 
 

@@ -21,6 +21,7 @@ from typing import Any
 
 from sqlalchemy import Connection
 
+from dse.records.driver import executor
 from dse.records.sql_reads import FIGURES_BYTE_ORDER, layout_entries, unpack_entries as unpack
 
 # What a layout's entries hold, in order (a metric row's columns but run_id and value).
@@ -42,47 +43,51 @@ def layout_hash(text: str) -> str:
 def write(connection: Connection, packs: Sequence[tuple]) -> None:
     """Runs' metrics, (run_id, shape, values) each (`checks.Pack`: checked already, a run
     not holding metrics yet), as one run_metrics row per run."""
-    texts: dict[tuple, str] = {}  # a shape -> its layout's text, made once a batch
+    # id(shape) -> (its layout's text, its packer), made once a batch: a batch's runs share
+    # shape objects (kept alive by `packs`), found by identity, not by hashing sixty names.
+    made: dict[int, tuple[str, struct.Struct]] = {}
     rows = []
     for run_id, shape, values in packs:
-        text = texts.get(shape)
-        if text is None:
-            text = texts[shape] = layout_text(*shape)
-        rows.append((int(run_id), text, struct.pack(f"{FIGURES_BYTE_ORDER}{len(values)}d", *values)))
-    ids = layout_ids(connection, list(texts.values()))  # new layouts numbered in order of first use
+        found = made.get(id(shape))
+        if found is None:
+            found = made[id(shape)] = (layout_text(*shape), struct.Struct(f"{FIGURES_BYTE_ORDER}{len(shape[0])}d"))
+        rows.append((int(run_id), found[0], found[1].pack(*values)))
+    # new layouts numbered in order of first use
+    ids = layout_ids(connection, list(dict.fromkeys(text for text, _ in made.values())))
     mark = _mark(connection)
     one = f"({mark}, {mark}, {mark})"
+    execute = executor(connection)
     for i in range(0, len(rows), _ROWS_PER_INSERT):
         part = rows[i:i + _ROWS_PER_INSERT]
-        connection.exec_driver_sql(
-            "INSERT INTO run_metrics (run_id, layout_id, figures) VALUES " + ", ".join([one] * len(part)),
-            tuple(itertools.chain.from_iterable((run_id, ids[text], figures) for run_id, text, figures in part)))
+        execute("INSERT INTO run_metrics (run_id, layout_id, figures) VALUES " + ", ".join([one] * len(part)),
+                tuple(itertools.chain.from_iterable((run_id, ids[text], figures) for run_id, text, figures in part)))
 
 
-def layout_ids(connection: Connection, texts: Iterable[str]) -> dict[str, int]:
-    """text -> id of each layout, stored now if the store lacks it (a concurrent writer's
+def layout_ids(connection: Connection, texts: Iterable[str], table: str = "metric_layout") -> dict[str, int]:
+    """text -> id of each layout in `table` (metric_layout, or latest_figures' figures_layout,
+    0019: both (id, hash, layout)), stored now if the store lacks it (a concurrent writer's
     copy of the same layout is taken: the hash is unique)."""
     hashes = {layout_hash(t): t for t in texts}  # (in the order given)
     if not hashes:
         return {}
-    found = _ids_of(connection, list(hashes))
+    found = _ids_of(connection, list(hashes), table)
     missing = [h for h in hashes if h not in found]
     if missing:
         mark = _mark(connection)
         connection.exec_driver_sql(
-            f"INSERT INTO metric_layout (hash, layout) VALUES ({mark}, {mark}) ON CONFLICT (hash) DO NOTHING",
+            f"INSERT INTO {table} (hash, layout) VALUES ({mark}, {mark}) ON CONFLICT (hash) DO NOTHING",
             [(h, hashes[h]) for h in missing])
-        found.update(_ids_of(connection, missing))
+        found.update(_ids_of(connection, missing, table))
     return {hashes[h]: i for h, i in found.items()}
 
 
-def _ids_of(connection: Connection, hashes: list[str]) -> dict[str, int]:
+def _ids_of(connection: Connection, hashes: list[str], table: str) -> dict[str, int]:
     out: dict[str, int] = {}
     mark = _mark(connection)
     for i in range(0, len(hashes), _CHUNK):
         part = hashes[i:i + _CHUNK]
         out.update((h, int(i_)) for i_, h in connection.exec_driver_sql(
-            f"SELECT id, hash FROM metric_layout WHERE hash IN ({', '.join([mark] * len(part))})", tuple(part)))
+            f"SELECT id, hash FROM {table} WHERE hash IN ({', '.join([mark] * len(part))})", tuple(part)))
     return out
 
 

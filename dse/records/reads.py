@@ -27,6 +27,7 @@ from dse.records.schema import (
     CandidateRun,
     CandidateText,
     Experiment,
+    FiguresLayout,
     LatestFigures,
     Run,
     RunMetrics,
@@ -425,11 +426,12 @@ def _total_table(connection: Connection, experiment_id: int, kind: str, stage: s
     stmt = (select(Candidate.id.label("candidate_id"), Candidate.hash, Candidate.origin,
                    *([CandidateRun.stage] if stage is None else []),
                    CandidateRun.status, CandidateRun.reason, LatestFigures.run_id.label("metric_run_id"),
-                   LatestFigures.layout, LatestFigures.figures)
+                   FiguresLayout.layout, LatestFigures.figures)
             .select_from(Candidate)
             .outerjoin(CandidateRun, (CandidateRun.candidate_id == Candidate.id)
                        & (CandidateRun.role == (stage or "latest")))
             .outerjoin(LatestFigures, (LatestFigures.candidate_id == Candidate.id) & (LatestFigures.kind == kind))
+            .outerjoin(FiguresLayout, FiguresLayout.id == LatestFigures.layout_id)
             .where(Candidate.experiment_id == experiment_id).order_by(Candidate.id))
     table = _total_rows_frame(connection, stmt)
     if stage is not None:

@@ -232,12 +232,24 @@ class RunMetrics(Base):
     figures: Mapped[bytes] = mapped_column(LargeBinary)
 
 
+class FiguresLayout(Base):
+    """0019: what a latest_figures row's values are: `layout`, the JSON list
+    [model_version, emulator_version, [names, sorted]] of the run they are from, stored
+    once per distinct layout (found again by the hash of its text; a sweep's rows share one)."""
+
+    __tablename__ = "figures_layout"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    hash: Mapped[str] = mapped_column(String(64), unique=True)
+    layout: Mapped[str] = mapped_column(Text)
+
+
 class LatestFigures(Base):
     """0012: each candidate's total metrics of each kind from its latest run that recorded
     that kind (the figures `metric_table`, the UI and the report show), packed one row per
-    candidate and kind: `layout`, the JSON list [model_version, emulator_version, [names,
-    sorted]] of the run they are from, and `figures`, the values in the names' order as
-    little-endian float64 bytes (dse.records.latest.pack). metric_table's wide rows of
+    candidate and kind: `layout_id`, its FiguresLayout (0019; before, the layout's text in
+    every row), and `figures`, the values in the layout's names' order as little-endian
+    float64 bytes (dse.records.latest.pack). metric_table's wide rows of
     100,000 candidates read one row each here. Kept by every write of metrics in the same
     transaction (dse.records.latest); derived data: the packed run metrics stay the
     record. (latest_metric, the same figures one row each, went in 0016.)"""
@@ -248,7 +260,8 @@ class LatestFigures(Base):
     candidate_id: Mapped[int] = mapped_column(ForeignKey("candidate.id"), primary_key=True)
     kind: Mapped[str] = mapped_column(String(32), primary_key=True)
     run_id: Mapped[int] = mapped_column(ForeignKey("run.id"))
-    layout: Mapped[str] = mapped_column(Text)
+    # (no foreign key: 0019 added the column in place, as 0018 candidate.config_id)
+    layout_id: Mapped[int | None] = mapped_column(Integer)
     figures: Mapped[bytes] = mapped_column(LargeBinary)
 
 

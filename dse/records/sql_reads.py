@@ -422,7 +422,9 @@ ANALYTICAL_STATUSES = (
 # Candidates' latest total figures of some kinds (latest_figures: of each kind, those of the
 # candidate's latest run that recorded it, packed one row a candidate and kind), of an
 # experiment's candidates or of some.
-FIGURES = ("SELECT lf.candidate_id, lf.kind, lf.layout, lf.figures, lf.run_id FROM latest_figures lf{join} "
+# (Each row's layout text by its id, 0019: figures_layout has a handful of rows.)
+FIGURES = ("SELECT lf.candidate_id, lf.kind, fl.layout, lf.figures, lf.run_id FROM latest_figures lf "
+           "JOIN figures_layout fl ON fl.id = lf.layout_id{join} "
            "WHERE {which} AND lf.kind IN ({kinds}) ORDER BY lf.candidate_id")
 # latest_figures.figures: the values as little-endian float64 in the layout's names' order
 # (dse.records.latest packs them).

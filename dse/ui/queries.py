@@ -27,7 +27,7 @@ from ..records import reads
 from ..records.contract import PageReader
 from ..records.page_reads import changes_text, matching
 from ..records.reuse import metric_run
-from ..records.schema import RUN_STATUSES, Candidate, CandidateRun, LatestFigures, Run, RunMetrics
+from ..records.schema import RUN_STATUSES, Candidate, CandidateRun, FiguresLayout, LatestFigures, Run, RunMetrics
 from ..records.sql_reads import FIGURES_BYTE_ORDER
 
 __all__ = ["PAGE_SIZES", "BadQuery", "CandidatePage", "CandidateQuery", "Rankable", "candidate_page", "changes_text",
@@ -201,7 +201,8 @@ def _analytical_figures(connection: Connection, experiment_id: int) -> dict[int,
     latest_figures unpacked one row at a time."""
     out = {}
     for candidate_id, run_id, layout, figures in connection.execute(
-            select(LatestFigures.candidate_id, LatestFigures.run_id, LatestFigures.layout, LatestFigures.figures)
+            select(LatestFigures.candidate_id, LatestFigures.run_id, FiguresLayout.layout, LatestFigures.figures)
+            .join(FiguresLayout, FiguresLayout.id == LatestFigures.layout_id)
             .join(Candidate, Candidate.id == LatestFigures.candidate_id)
             .where(Candidate.experiment_id == experiment_id, LatestFigures.kind == "analytical")):
         names = json.loads(layout)[2]

@@ -1,4 +1,4 @@
--- dse record store schema at revision 0018: made by `python -m dse.records.snapshot`, not by hand
+-- dse record store schema at revision 0019: made by `python -m dse.records.snapshot`, not by hand
 CREATE TABLE alembic_version (
     version_num character varying(32) NOT NULL
 );
@@ -172,12 +172,28 @@ CREATE SEQUENCE experiment_link_id_seq
 -- next statement
 ALTER SEQUENCE experiment_link_id_seq OWNED BY experiment_link.id;
 -- next statement
+CREATE TABLE figures_layout (
+    id integer NOT NULL,
+    hash character varying(64) NOT NULL,
+    layout text NOT NULL
+);
+-- next statement
+CREATE SEQUENCE figures_layout_id_seq
+    AS integer
+    START WITH 1
+    INCREMENT BY 1
+    NO MINVALUE
+    NO MAXVALUE
+    CACHE 1;
+-- next statement
+ALTER SEQUENCE figures_layout_id_seq OWNED BY figures_layout.id;
+-- next statement
 CREATE TABLE latest_figures (
     candidate_id integer NOT NULL,
     kind character varying(32) NOT NULL,
     run_id integer NOT NULL,
-    layout text NOT NULL,
-    figures bytea NOT NULL
+    figures bytea NOT NULL,
+    layout_id integer
 );
 -- next statement
 CREATE TABLE metric_layout (
@@ -279,6 +295,8 @@ ALTER TABLE ONLY experiment ALTER COLUMN id SET DEFAULT nextval('experiment_id_s
 -- next statement
 ALTER TABLE ONLY experiment_link ALTER COLUMN id SET DEFAULT nextval('experiment_link_id_seq'::regclass);
 -- next statement
+ALTER TABLE ONLY figures_layout ALTER COLUMN id SET DEFAULT nextval('figures_layout_id_seq'::regclass);
+-- next statement
 ALTER TABLE ONLY metric_layout ALTER COLUMN id SET DEFAULT nextval('metric_layout_id_seq'::regclass);
 -- next statement
 ALTER TABLE ONLY note ALTER COLUMN id SET DEFAULT nextval('note_id_seq'::regclass);
@@ -312,6 +330,9 @@ ALTER TABLE ONLY experiment
 ALTER TABLE ONLY experiment_link
     ADD CONSTRAINT pk_experiment_link PRIMARY KEY (id);
 -- next statement
+ALTER TABLE ONLY figures_layout
+    ADD CONSTRAINT pk_figures_layout PRIMARY KEY (id);
+-- next statement
 ALTER TABLE ONLY latest_figures
     ADD CONSTRAINT pk_latest_figures PRIMARY KEY (candidate_id, kind);
 -- next statement
@@ -338,6 +359,9 @@ ALTER TABLE ONLY candidate_text
 -- next statement
 ALTER TABLE ONLY experiment
     ADD CONSTRAINT uq_experiment_name UNIQUE (name);
+-- next statement
+ALTER TABLE ONLY figures_layout
+    ADD CONSTRAINT uq_figures_layout_hash UNIQUE (hash);
 -- next statement
 ALTER TABLE ONLY metric_layout
     ADD CONSTRAINT uq_metric_layout_hash UNIQUE (hash);

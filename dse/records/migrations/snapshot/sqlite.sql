@@ -1,4 +1,4 @@
--- dse record store schema at revision 0018: made by `python -m dse.records.snapshot`, not by hand
+-- dse record store schema at revision 0019: made by `python -m dse.records.snapshot`, not by hand
 CREATE TABLE alembic_version (
 	version_num VARCHAR(32) NOT NULL, 
 	CONSTRAINT alembic_version_pkc PRIMARY KEY (version_num)
@@ -183,8 +183,7 @@ CREATE TABLE latest_figures (
 	candidate_id INTEGER NOT NULL, 
 	kind VARCHAR(32) NOT NULL, 
 	run_id INTEGER NOT NULL, 
-	layout TEXT NOT NULL, 
-	figures BLOB NOT NULL, 
+	figures BLOB NOT NULL, layout_id INTEGER, 
 	CONSTRAINT pk_latest_figures PRIMARY KEY (candidate_id, kind), 
 	CONSTRAINT fk_latest_figures_candidate_id_candidate FOREIGN KEY(candidate_id) REFERENCES candidate (id), 
 	CONSTRAINT fk_latest_figures_run_id_run FOREIGN KEY(run_id) REFERENCES run (id)
@@ -218,4 +217,12 @@ CREATE TABLE candidate_text (
 	text TEXT NOT NULL, 
 	CONSTRAINT pk_candidate_text PRIMARY KEY (id), 
 	CONSTRAINT uq_candidate_text_hash UNIQUE (hash)
+)
+-- next statement
+CREATE TABLE figures_layout (
+	id INTEGER NOT NULL, 
+	hash VARCHAR(64) NOT NULL, 
+	layout TEXT NOT NULL, 
+	CONSTRAINT pk_figures_layout PRIMARY KEY (id), 
+	CONSTRAINT uq_figures_layout_hash UNIQUE (hash)
 )
