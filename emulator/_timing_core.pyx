@@ -184,10 +184,10 @@ cdef class Shared:
                 lo = mid + 1
         return lo
 
-    cdef i64 alloc(self, i64 t, i64 n) noexcept:
+    cdef inline i64 alloc(self, i64 t, i64 n) noexcept:
+        """The first t' >= t with [t', t' + n) free; taken. Inline: a transfer's bursts mostly
+        go after everything reserved (a call each was a fifth of the timing pass)."""
         cdef size_t m = self.bs.size()
-        cdef size_t i
-        cdef i64 e
         self.busy += n
         if m == 0 or t > self.be[m - 1]:  # after everything reserved: append
             self.bs.push_back(t)
@@ -198,6 +198,12 @@ cdef class Shared:
             self.be[m - 1] = t + n
             self.hint = m - 1
             return t
+        return self.alloc_gap(t, n, m)
+
+    cdef i64 alloc_gap(self, i64 t, i64 n, size_t m) noexcept:
+        """`alloc` before the last interval's end: the first gap that fits, from bisect_right(ends, t)."""
+        cdef size_t i
+        cdef i64 e
         i = self.upper(t, m)
         while i < m and self.bs[i] < t + n:
             if self.be[i] > t:
