@@ -53,28 +53,15 @@ struct Chain {
     Bytes a, b;  // M x cap (A + 128, u8), N x cap (B, s8)
 };
 
-// A walk over a bank's stream, line after line from `line`: the line's SRAM row and physical
-// bank advanced without a division a line.
-struct Lines {
-    uint8_t* row;  // the SRAM row of the current line, at physical bank b0
-    long q, col, rb, row_stride;  // the line's bank in the row (0 .. col - 1)
-    Lines(uint8_t* base, long row_stride, long rb, long col, long line)
-        : row(base + (line / col) * row_stride), q(line % col), col(col), rb(rb), row_stride(row_stride) {}
-    uint8_t* at() const { return row + q * rb; }
-    void next() {
-        if (++q == col) {
-            q = 0;
-            row += row_stride;
-        }
+// n bytes from s to d: a bank row of a few lines (16 to 128 bytes) in 16-byte moves the
+// compiler makes inline, not a call into the C library each row (most of a transfer's time
+// when each row is one or two lines).
+static inline void copy_row(uint8_t* d, const uint8_t* s, long n) {
+    if ((n & 15) == 0 && n <= 128) {
+        for (long q = 0; q < n; q += 16) std::memcpy(d + q, s + q, 16);
+        return;
     }
-};
-
-// The line-by-line map of a stream range [start, start + n) (start and n whole lines) onto
-// the bank's rows; f(pointer to the line in SRAM, offset in the range).
-template <class F>
-static inline void for_lines(uint8_t* base, long row_stride, long rb, long col, long start, long n, F f) {
-    Lines w(base, row_stride, rb, col, start / rb);
-    for (long off = 0; off < n; off += rb, w.next()) f(w.at(), off);
+    std::memcpy(d, s, n);
 }
 
 // Rows r of `nrows` (the last `last` lines, the others `col`) between DRAM at addr + r * stride
@@ -84,10 +71,45 @@ static inline void dma_rows(uint8_t* base, long row_stride, long rb, long col, u
     for (long r = 0; r < nrows; ++r) {
         long bytes = (r + 1 < nrows ? col : last) * rb;
         if (into_bank)
-            std::memcpy(base + r * row_stride, dram + r * stride, bytes);
+            copy_row(base + r * row_stride, dram + r * stride, bytes);
         else
-            std::memcpy(dram + r * stride, base + r * row_stride, bytes);
+            copy_row(dram + r * stride, base + r * row_stride, bytes);
     }
+}
+
+// A walk over a bank's stream in runs: the lines from `line` that lie side by side in one
+// SRAM row (up to the row's last bank), f(pointer to the run in SRAM, its lines); then the
+// next row. A wide bank's row is col lines in one piece: a run of col lines is one copy,
+// not col of one line each.
+struct Runs {
+    uint8_t* row;
+    long q, col, row_stride;
+    Runs(uint8_t* base, long row_stride, long col, long line)
+        : row(base + (line / col) * row_stride), q(line % col), col(col), row_stride(row_stride) {}
+    template <class F>
+    void take(long lines, long rb, F f) {
+        while (lines > 0) {
+            long run = col - q < lines ? col - q : lines;
+            f(row + q * rb, run);
+            lines -= run;
+            q += run;
+            if (q == col) {
+                q = 0;
+                row += row_stride;
+            }
+        }
+    }
+};
+
+// n bytes from s to o, each XOR flip.
+static inline void xor_copy(uint8_t* o, const uint8_t* s, long n, uint8_t flip) {
+    long q = 0;
+#if defined(__SSE2__)
+    const __m128i f = _mm_set1_epi8((char)flip);
+    for (; q + 16 <= n; q += 16)
+        _mm_storeu_si128((__m128i*)(o + q), _mm_xor_si128(_mm_loadu_si128((const __m128i*)(s + q)), f));
+#endif
+    for (; q < n; ++q) o[q] = s[q] ^ flip;
 }
 
 // Copy `rows` x K operand bytes from the stream at `start` into columns k0 .. k0 + K of out
@@ -96,22 +118,13 @@ static inline void dma_rows(uint8_t* base, long row_stride, long rb, long col, u
 static inline void gather(uint8_t* out, long cap, long rows, long K, long k0, uint8_t* base, long row_stride,
                           long rb, long col, long start, uint8_t flip) {
     long lines = K / rb;
-    Lines w(base, row_stride, rb, col, start / rb);
-#if defined(__SSE2__)
-    const __m128i f = _mm_set1_epi8((char)flip);
-#endif
+    Runs w(base, row_stride, col, start / rb);
     for (long i = 0; i < rows; ++i) {
         uint8_t* o = out + i * cap + k0;
-        for (long j = 0; j < lines; ++j, w.next(), o += rb) {
-            const uint8_t* s = w.at();
-#if defined(__SSE2__)
-            if (rb == 16) {  // the usual line: one SSE2 load and store
-                _mm_storeu_si128((__m128i*)o, _mm_xor_si128(_mm_loadu_si128((const __m128i*)s), f));
-                continue;
-            }
-#endif
-            for (long q = 0; q < rb; ++q) o[q] = s[q] ^ flip;
-        }
+        w.take(lines, rb, [&](const uint8_t* s, long run) {
+            xor_copy(o, s, run * rb, flip);
+            o += run * rb;
+        });
     }
 }
 
@@ -457,20 +470,28 @@ static void flush(BankChains& bc, std::vector<int32_t>& scratch, uint8_t* base, 
         int32_t* p = scratch.data();
         product(p, ch.a.data(), (const int8_t*)ch.b.data(), ch.cap, ch.M, ch.N, ch.k);
         bc.kcap = ch.k;
-        uint8_t* pb = (uint8_t*)p;
+        const uint8_t* pb = (const uint8_t*)p;
         bool acc = ch.acc;
-        for_lines(base, row_stride, rb, col, ch.c_start, cells * 4, [&](uint8_t* line, long off) {
+        Runs w(base, row_stride, col, ch.c_start / rb);
+        w.take(cells * 4 / rb, rb, [&](uint8_t* line, long run) {
+            long n = run * rb, q = 0;
             if (acc) {
-                for (long q = 0; q < rb; q += 4) {
+#if defined(__SSE2__)
+                for (; q + 16 <= n; q += 16)
+                    _mm_storeu_si128((__m128i*)(line + q), _mm_add_epi32(_mm_loadu_si128((const __m128i*)(line + q)),
+                                                                         _mm_loadu_si128((const __m128i*)(pb + q))));
+#endif
+                for (; q < n; q += 4) {
                     uint32_t old, add;
                     std::memcpy(&old, line + q, 4);
-                    std::memcpy(&add, pb + off + q, 4);
+                    std::memcpy(&add, pb + q, 4);
                     old += add;
                     std::memcpy(line + q, &old, 4);
                 }
             } else {
-                std::memcpy(line, pb + off, rb);
+                copy_row(line, pb, n);
             }
+            pb += n;
         });
     }
     for (Chain& ch : bc.live) bc.spare.push_back(std::move(ch));

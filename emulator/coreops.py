@@ -209,6 +209,55 @@ def dram_view(img: np.ndarray, t: DramTensor) -> np.ndarray:
 # Elements a float -> integer store converts at a time: its temporary stays in the cache.
 STORE_CHUNK = 1 << 16
 
+# The built-in kinds whose result's element i is an exactly rounded function of the sources'
+# elements i alone, each with its function: `execute` runs them a block of STORE_CHUNK
+# elements at a time, each block's result stored before the next is computed. The same
+# bits as the whole array at once, without its temporaries: a Llama layer's dequantize
+# (int32 x fp32 -> fp32) and requantize (fp32 -> int8) are millions of elements, and their
+# whole-array copies were fresh pages (the kernel zeroing them) and twice the memory
+# traffic. A kind registered again is not among them.
+BLOCKWISE: dict[str, CoreFn] = {k: KINDS[k] for k in ("add", "sub", "mul", "max", "min", "scale", "relu")}
+
+
+def _blocks(arrays: list, size: int):
+    """Tuples of sub-blocks of arrays of one shape (`paired_blocks`'s split, any number)."""
+    a = arrays[0]
+    if a.size <= size or a.ndim == 0:
+        yield arrays
+        return
+    per = a.size // a.shape[0]
+    if per <= size:
+        step = size // per
+        for i in range(0, a.shape[0], step):
+            yield [x[i:i + step] for x in arrays]
+    else:
+        for i in range(a.shape[0]):
+            yield from _blocks([x[i] for x in arrays], size)
+
+
+def _same_elements(a: np.ndarray, b: np.ndarray) -> bool:
+    """Whether a's element i is b's element i, byte for byte (one array read and written in place)."""
+    return (a.shape == b.shape and a.strides == b.strides and a.itemsize == b.itemsize
+            and a.__array_interface__["data"][0] == b.__array_interface__["data"][0])
+
+
+def _blockwise(fn: CoreFn, views: list, out: np.ndarray, params) -> bool:
+    """Run an elementwise kind block by block into `out`; False (nothing done) where the
+    sources do not have out's shape once broadcast, or one overlaps out other than element
+    for element (a block would then read what an earlier one wrote)."""
+    try:
+        if np.broadcast_shapes(*(v.shape for v in views)) != out.shape:
+            return False
+    except ValueError:
+        return False
+    if any(np.may_share_memory(v, out) and not _same_elements(v, out) for v in views):
+        return False
+    srcs = [v if v.shape == out.shape else np.broadcast_to(v, out.shape) for v in views]
+    params = dict(params)
+    for block in _blocks([out] + srcs, STORE_CHUNK):
+        store(block[0], fn(block[1:], params))
+    return True
+
 
 def paired_blocks(a: np.ndarray, b: np.ndarray, size: int):
     """Pairs of sub-blocks of two arrays of one shape along their leading axes, each of at
@@ -270,6 +319,10 @@ def execute(img: np.ndarray, kind: str, dst: DramTensor | None, srcs, params) ->
         out = dram_view(img, dst)
         out[...] = views[0].reshape(out.shape)  # numpy copies through a temporary where they overlap
         return
+    if dst is not None and BLOCKWISE.get(kind) is fn:
+        out = dram_view(img, dst)
+        if _blockwise(fn, views, out, params):
+            return
     # A pure kind's result may be (a view of) a source: `store` copies through numpy's
     # overlap check where it overlaps the destination.
     result = fn(views if PURE.get(kind) is fn else [v.copy() for v in views], dict(params))

@@ -167,8 +167,13 @@ class Machine:
         # BLAS on one thread: the products are the plan's tiles (about 128 x 128 x K), where a
         # thread pool gains little, and on a busy machine its threads spin waiting for a core
         # (a 128 x 128 x 4096 chain took 15x longer on 2 threads than on 1 at load 3.5 on
-        # 2 cores). A sweep's pool workers run with one thread already.
-        with threadpool_limits(1, user_api="blas"):
+        # 2 cores). A sweep's pool workers run with one thread already. OpenMP too (torch's
+        # pool, which the graph's core ops run on): after each op its idle threads spin for
+        # the next one while this thread goes on alone, a core burnt (a Llama layer's run at
+        # seq 512 took twice the wall and CPU on torch's 2 threads as on one, at load 2.8 on
+        # 2 cores: bench/bench_emulator_threads.py). OMP_WAIT_POLICY=passive did as well, but
+        # has to be set before torch loads, which the emulator does not decide.
+        with threadpool_limits(1):
             for e in range(epochs):
                 for c, instrs in enumerate(self.program.cores):
                     if e >= len(segments[c]):

@@ -149,3 +149,59 @@ def test_softmax_in_place_keeps_the_bits():
     want = e / e.sum(axis=-1, keepdims=True, dtype=np.float32)
     got = co.KINDS["softmax"]([x], {})
     assert np.array_equal(got.view(np.uint32), want.view(np.uint32))
+
+
+def _strided(img, addr, shape, dtype, perm):
+    """A DramTensor over `shape` whose axes are laid out in the order `perm` (a tile-order view)."""
+    item = np.dtype(dtype).itemsize
+    strides, acc = [0] * len(shape), item
+    for ax in reversed(perm):
+        strides[ax] = acc
+        acc *= shape[ax]
+    return DramTensor(addr, shape, {"float32": "fp32"}.get(dtype, dtype), tuple(strides))
+
+
+@pytest.mark.parametrize("kind, params, srcs, dtype", [
+    ("mul", {}, ["int32", "float32"], "float32"),  # a dequantize
+    ("scale", {"scale": 40.2}, ["float32"], "int8"),  # a requantize
+    ("add", {}, ["float32", "float32"], "int16"),
+    ("sub", {}, ["int32", "int8"], "int32"),
+    ("max", {}, ["float32", "int32"], "float32"),
+    ("min", {}, ["int8", "int8"], "int8"),
+    ("relu", {}, ["int32"], "int8"),
+])
+@pytest.mark.parametrize("layout", ["plain", "tiles", "broadcast", "in place", "overlapping"])
+def test_elementwise_kinds_block_by_block_give_the_whole_arrays_bits(kind, params, srcs, dtype, layout,
+                                                                      monkeypatch):
+    """`execute` runs the elementwise kinds a block at a time (blocks of 100 elements here,
+    so that a [3, 2, 5, 8, 6] operand is many): the whole-array result's bits, with sources in
+    tile order, broadcast, the destination on its first source element for element (an
+    in-place dequantize) and overlapping it otherwise, or a source smaller than the destination
+    (these two the whole array at once)."""
+    monkeypatch.setattr(co, "STORE_CHUNK", 100)
+    rng = np.random.default_rng(len(kind) * 7 + len(layout))
+    shape = (3, 2, 5, 8, 6)
+    img = np.zeros(1 << 16, dtype=np.uint8)
+    tensors = []
+    for i, d in enumerate(srcs):
+        sh = (1, 2, 1, 8, 6) if layout == "broadcast" and i == len(srcs) - 1 else shape
+        perm = (0, 1, 3, 2, 4) if layout == "tiles" and i == 0 else tuple(range(5))
+        t = _strided(img, 8192 * (i + 1), sh, d, perm)
+        view = co.dram_view(img, t)
+        view[...] = (values(rng, sh, np.float64) if d.startswith("f") else
+                     rng.integers(-2**31 if d == "int32" else -128, 2**31 - 1 if d == "int32" else 127, sh)).astype(d)
+        if d.startswith("f"):
+            view[~np.isfinite(view)] = 1.5
+        tensors.append(t)
+    item0 = np.dtype(srcs[0]).itemsize
+    if layout == "in place" and np.dtype(dtype).itemsize == item0:
+        dst = DramTensor(tensors[0].addr, shape, {"float32": "fp32"}.get(dtype, dtype), tensors[0].strides)
+    elif layout == "overlapping":
+        dst = DramTensor(tensors[0].addr + 40, shape, {"float32": "fp32"}.get(dtype, dtype))
+    else:
+        dst = DramTensor(40000, shape, {"float32": "fp32"}.get(dtype, dtype))
+    want = img.copy()
+    result = co.KINDS[kind]([co.dram_view(want, t).copy() for t in tensors], dict(params))
+    float64_store(co.dram_view(want, dst), result)
+    co.execute(img, kind, dst, tensors, params)
+    assert np.array_equal(img, want)

@@ -358,6 +358,29 @@ def test_shared_memory_across_cores_and_a_barrier(goban):
 
 
 # --------------------------------------------------------------------------- core ops
+def test_core_ops_run_with_torchs_pool_on_one_thread(toy, monkeypatch):
+    """The run limits OpenMP (torch's pool) to one thread, as BLAS: a core op sees one, and
+    the caller's count is back afterwards (idle pool threads spun a core while the run went on)."""
+    import emulator.coreops as co
+    seen = []
+
+    def probe(srcs, params):
+        seen.append(torch.get_num_threads())
+        return srcs[0]
+
+    monkeypatch.setitem(co.KINDS, "probe", probe)
+    monkeypatch.setitem(co.ARITY, "probe", (1, 1))
+    was = torch.get_num_threads()
+    torch.set_num_threads(2)
+    try:
+        prog = Program([[CoreOp("probe", DramTensor(64, (4,), "fp32"), (DramTensor(0, (4,), "fp32"),))]],
+                       dram_bytes=128)
+        run(prog, toy)
+        assert seen == [1] and torch.get_num_threads() == 2
+    finally:
+        torch.set_num_threads(was)
+
+
 def test_core_ops_pack_cast_softmax_absmax_and_quantize(toy):
     x = RNG.standard_normal((4, 24)).astype(np.float32) * 3
     ints = RNG.integers(-2 ** 31, 2 ** 31, (4, 8), dtype=np.int32)

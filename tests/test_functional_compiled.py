@@ -118,6 +118,39 @@ def test_compiled_chains_meet_the_handlers(monkeypatch):
     assert np.array_equal(got, want.astype(np.int32))
 
 
+@pytest.mark.parametrize("a_col, b_col", [(1, 1), (2, 3), (3, 2), (3, 4)])
+def test_operands_in_wide_banks_gather_alike(monkeypatch, a_col, b_col):
+    """Matmuls reading A and B from multi-column banks (each operand row one or several runs
+    of adjacent lines in an SRAM row, starting mid-row where K is not a whole row), at row
+    offsets, accumulating into a four-column C, each shape twice (its first goes to the
+    handler, the second to the compiled path): the exact products, and bank bytes, DRAM and
+    counters the Python loop's."""
+    c = chip("goban")
+    rng = np.random.default_rng(a_col * 10 + b_col)
+    img = rng.integers(0, 256, 1 << 14, dtype=np.uint8)
+    M, N = 6, 48
+    body = [Mset(0, a_col), Mset(1, b_col), Mset(2, 4), Mvin(0, 0, 64), Mvin(1, 1024, 256)]
+    want = np.zeros((M, N), np.int64)
+    for i, (K, a_row, b_row) in enumerate(((48, 1, 2), (48, 1, 2), (32, 0, 0), (32, 0, 0))):
+        body.append(Matmul(0, 1, 2, M, N, K, accumulate=i > 0, a_row=a_row, b_row=b_row))
+        a0, b0 = a_row * 16 * a_col, 1024 + b_row * 16 * b_col
+        a = img[a0:a0 + M * K].view(np.int8).reshape(M, K).astype(np.int64)
+        b = img[b0:b0 + N * K].view(np.int8).reshape(N, K).astype(np.int64)
+        want += a @ b.T
+    body += [Mvout(2, 8192, M * N * 4 // 16), Fence()]
+    prog = Program([body], dram_bytes=1 << 14)
+    state = machines_alike(monkeypatch, c, prog, img)
+    got = np.frombuffer(state[1], np.uint8)[8192:8192 + M * N * 4].view(np.int32).reshape(M, N)
+    assert np.array_equal(got, want.astype(np.int32))
+    monkeypatch.setenv(core_choice.ENV, "compiled")
+    m = Machine(c, prog, img.copy())
+    handled = []
+    matmul = m.handlers[Matmul]
+    m.handlers = {**m.handlers, Matmul: lambda *args: handled.append(1) or matmul(*args)}
+    m.run()
+    assert len(handled) == 2  # the second of each shape was the compiled path's
+
+
 @pytest.mark.parametrize("col", [1, 3])
 @pytest.mark.parametrize("functional", [True, False])
 def test_partial_rows_and_strides_move_alike(monkeypatch, col, functional):

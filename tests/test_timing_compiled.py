@@ -316,3 +316,41 @@ def test_errors_are_the_handlers(monkeypatch, bad, message):
         errors.append(str(exc.value))
     assert errors[0] == errors[1]
     assert "core 0, instruction #8" in errors[1] and message in errors[1]
+
+
+def test_the_compiled_bus_places_bursts_as_the_python_bus():
+    """The compiled bus's first-fit search (galloping from where the last burst went) gives
+    the Python `Bus`'s starts and busy intervals: transfers of bursts from several cores
+    interleaved (each a burst after its previous one's end plus a latency, as a DMA's), lone
+    requests far back and far ahead of the last burst, and pruning."""
+    from emulator._timing_core import bus_allocs
+    from emulator.timing import Bus
+    rng = np.random.default_rng(11)
+    for trial in range(6):
+        requests, horizon = [], 0
+        reqs = [0, 0, 0, 0]  # each core's next request
+        for _ in range(400):
+            roll = rng.random()
+            if roll < 0.05:
+                horizon += int(rng.integers(0, 400))
+                requests.append(("prune", horizon))
+                continue
+            if roll < 0.15:  # a lone burst anywhere from the horizon on
+                requests.append((horizon + int(rng.integers(0, 20000)), int(rng.integers(1, 9))))
+                continue
+            c = int(rng.integers(0, 4))
+            req, occ, lat = max(reqs[c], horizon), int(rng.integers(1, 5)), (100, 3, 0)[trial % 3]
+            for _ in range(int(rng.integers(1, 40))):  # a transfer: its bursts one after another
+                requests.append((req + lat, occ))
+                req += lat + occ
+            reqs[c] = req
+        bus, want = Bus(), []
+        for q in requests:
+            if q[0] == "prune":
+                bus.prune(q[1])
+            else:
+                want.append(bus.alloc(*q))
+        assert sum(w != q[0] for w, q in zip(want, (q for q in requests if q[0] != "prune"))) > 20  # bursts moved
+        got, intervals = bus_allocs(requests)
+        assert got == want
+        assert intervals == list(zip(bus.starts, bus.ends))
