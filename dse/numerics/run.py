@@ -98,6 +98,9 @@ class StreamedReference:
             return self._whole[name]
         if name == self._name:
             return self._value
+        # the last value let go before the next is computed (a caller done with it holds none:
+        # an attention's are GBs each); the trace keeps it while a later op still reads it
+        self._name = self._value = None
         for self._name, self._value in self._values:
             self._known.pop(self._name, None)
             if self._name == name:
