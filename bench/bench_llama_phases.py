@@ -2,10 +2,16 @@
 phase, in one process: the recipe's module (load, forward), the capture, each frontend
 stage (its check's trace; quantize's calibration and integer check), the vacuous check,
 the graph cache's write, then lowering, the emulator's run and the comparison. Each line:
-wall and CPU seconds of the phase, the resident set after it and the peak so far (VmHWM).
+wall and CPU seconds of the phase, the resident set after it, the phase's own peak (VmHWM,
+reset as each phase starts and ends: a nested phase's peak is its own, the outer row's the
+rest of it) and the run's peak so far.
 
     .venv/bin/python bench/bench_llama_phases.py [--seq 2048] [--recipe llama_prefill]
-        [--chip goban] [--workers 4]
+        [--chip goban] [--workers 4] [--layers N]
+
+`--layers N`: the whole model instead (`recipes/llama3_8b`'s chain cut to N layers, as `dse
+emulate --recipe llama3_8b` streams it): layer 0 checked in full, later layers reusing its
+checked structure; each row names its layer.
 
 The phases are timed by wrapping the pipeline's own functions (nothing is run twice); the
 graph cache is a temporary folder (a cold run). Takes minutes at seq 2048; not run by tests.
@@ -25,13 +31,25 @@ sys.path.insert(0, str(REPO))
 LAYER = dict(dim=4096, heads=32, kv_heads=8, head_dim=128, ffn=14336)
 
 
+PEAK = [0.0]  # the run's peak so far, GB: VmHWM is reset at each phase's start and end
+
+
 def memory() -> tuple[float, float]:
-    """(VmRSS, VmHWM) of this process in GB."""
+    """(VmRSS, VmHWM) of this process in GB; VmHWM since the last `reset_peak`."""
     fields = dict(line.split(":", 1) for line in Path("/proc/self/status").read_text().splitlines() if ":" in line)
-    return tuple(int(fields[k].split()[0]) / 1024**2 for k in ("VmRSS", "VmHWM"))
+    rss, hwm = (int(fields[k].split()[0]) / 1024**2 for k in ("VmRSS", "VmHWM"))
+    PEAK[0] = max(PEAK[0], hwm)
+    return rss, hwm
 
 
-ROWS: list[tuple[str, float, float, float, float]] = []
+def reset_peak() -> None:
+    """VmHWM back to the resident set (Linux: clear_refs 5), after taking it into PEAK."""
+    memory()
+    Path("/proc/self/clear_refs").write_text("5")
+
+
+ROWS: list[tuple[str, float, float, float, float, float]] = []
+LAYER_NOW = [""]  # the chain's layer being run ("" for one recipe)
 
 
 def timed(owner, attr: str, label):
@@ -39,12 +57,16 @@ def timed(owner, attr: str, label):
     inner = getattr(owner, attr)
 
     def wrapper(*args, **kwargs):
+        reset_peak()
         wall, cpu = time.perf_counter(), time.process_time()
         try:
             return inner(*args, **kwargs)
         finally:
             name = label(*args, **kwargs) if callable(label) else label
-            ROWS.append((name, time.perf_counter() - wall, time.process_time() - cpu, *memory()))
+            rss, hwm = memory()
+            ROWS.append((LAYER_NOW[0] + name, time.perf_counter() - wall, time.process_time() - cpu, rss, hwm,
+                         PEAK[0]))
+            reset_peak()
 
     setattr(owner, attr, wrapper)
 
@@ -55,6 +77,7 @@ def main() -> None:
     ap.add_argument("--recipe", default="llama_prefill")
     ap.add_argument("--chip", default="goban")
     ap.add_argument("--workers", type=int, default=4)
+    ap.add_argument("--layers", type=int, help="the whole model (llama3_8b's chain) cut to this many layers")
     args = ap.parse_args()
     os.environ["DSE_CACHE_DIR"] = tempfile.mkdtemp(prefix="dse-phases-")
     os.environ.setdefault("THP_MEM_ALLOC_ENABLE", "1")  # as `dse emulate` sets it
@@ -69,7 +92,7 @@ def main() -> None:
     from dse.chips import load_chip
     from dse.mapping import Mapping
 
-    ROWS.append(("imports", time.perf_counter() - start_wall, time.process_time() - start_cpu, *memory()))
+    ROWS.append(("imports", time.perf_counter() - start_wall, time.process_time() - start_cpu, *memory(), PEAK[0]))
     # the pipeline's own names (it imported them from recipes): wrapping recipes' would miss them
     timed(pipeline, "instantiate", "recipe load() + inputs()")
     timed(pipeline, "run_module", "module forward (expected)")
@@ -91,15 +114,37 @@ def main() -> None:
     timed(emulator, "run", "emulator run (functional + timing)")
     timed(run, "StreamedReference", "reference (start)")
     timed(run, "compare", "compare (incl. streamed reference)")
-    params = {"seq": args.seq, **LAYER, **({"layers": 1} if args.recipe == "llama_prefill" else {})}
-    rep = run.emulate_recipe(args.recipe, load_chip(args.chip), Mapping(workers=args.workers), params)
+    timed(run, "run_reused", "reused layer's frontend (whole; rows above)")  # as prepare_recipe calls it
+    timed(run, "emulate_graph", "emulate_graph (whole; rows above)")
+    reset_peak()
+    if args.layers:
+        import dse.numerics.chain as chain
+
+        timed(chain, "_checks", "chain end: vs the float chain")
+        original = chain.prepare_recipe
+
+        def prepare(recipe, params, **kwargs):
+            LAYER_NOW[0] = f"L{params.get('layer', 0)} "
+            return original(recipe, params, **kwargs)
+
+        chain.prepare_recipe = prepare
+        stages = chain.with_params(chain.load_chain(REPO / "recipes" / "llama3_8b" / "chain.toml"),
+                                   {"seq": args.seq})[:args.layers]
+        graphs, rep = chain.check_chain(stages, load_chip(args.chip), Mapping(workers=args.workers), keep_outputs=False)
+        print(f"llama3_8b, {args.layers} layer(s) at seq {args.seq} on {args.chip} x{args.workers}:")
+        print("\n".join(rep.lines()))
+    else:
+        params = {"seq": args.seq, **LAYER, **({"layers": 1} if args.recipe == "llama_prefill" else {})}
+        rep = run.emulate_recipe(args.recipe, load_chip(args.chip), Mapping(workers=args.workers), params)
+        print(f"{args.recipe} {params} on {args.chip} x{args.workers}: "
+              f"{rep.verdict.summary() if rep.verdict else rep.reason}")
+        print(f"cycles {rep.cycles:,}")
     total_wall, total_cpu = time.perf_counter() - start_wall, time.process_time() - start_cpu
-    print(f"{args.recipe} {params} on {args.chip} x{args.workers}: {rep.verdict.summary() if rep.verdict else rep.reason}")
-    print(f"cycles {rep.cycles:,}")
-    print(f"{'phase':<44} {'wall s':>8} {'CPU s':>8} {'RSS GB':>7} {'peak GB':>8}")
-    for name, wall, cpu, rss, hwm in ROWS:
-        print(f"{name:<44} {wall:8.1f} {cpu:8.1f} {rss:7.2f} {hwm:8.2f}")
-    print(f"{'total':<44} {total_wall:8.1f} {total_cpu:8.1f} {memory()[0]:7.2f} {memory()[1]:8.2f}  "
+    print(f"{'phase':<48} {'wall s':>8} {'CPU s':>8} {'RSS GB':>7} {'its peak':>8} {'peak GB':>8}")
+    for name, wall, cpu, rss, hwm, peak in ROWS:
+        print(f"{name:<48} {wall:8.1f} {cpu:8.1f} {rss:7.2f} {hwm:8.2f} {peak:8.2f}")
+    rss, _ = memory()
+    print(f"{'total':<48} {total_wall:8.1f} {total_cpu:8.1f} {rss:7.2f} {'':8} {PEAK[0]:8.2f}  "
           f"load {os.getloadavg()[0]:.1f}")
 
 

@@ -201,17 +201,20 @@ def test_the_streamed_reference_takes_known_values_and_computes_the_rest():
     graph, inputs = pipe.graph, pipe.inputs
     fresh = graph.trace(*inputs)
     known = dict(pipe.kept)
+    given = dict(known)
     ref = StreamedReference(graph, inputs, known)
     for op in graph.ops:  # in op order, as `compare` reads them
         name = op.outputs[0]
         got = ref[name]
-        if name in known:
-            assert got is known[name]
+        if name in given:
+            assert got is given[name]
+            assert name not in known  # taken over: the caller's dict lets it go
         assert _identical(got.contiguous(), fresh[name].contiguous()), name
+    assert given and not known
     # a wrong known value is what the reference gives: it must be the graph's own (the check's)
-    name = next(iter(known))
-    wrong = {name: known[name] + 1}
-    assert torch.equal(StreamedReference(graph, inputs, wrong)[name], wrong[name])
+    name = next(iter(given))
+    wrong = given[name] + 1
+    assert torch.equal(StreamedReference(graph, inputs, {name: wrong})[name], wrong)
 
 
 def test_emulate_recipe_gives_the_same_report_with_the_kept_reference(monkeypatch):

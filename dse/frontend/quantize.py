@@ -154,7 +154,7 @@ def calibrate(values: np.ndarray, axis: int | None, granularity: str, rule: str 
         absmax, axis, group, granularity = thresholds(values.reshape(1, -1), rule, percentile), None, 0, "tensor"
     elif rule == "absmax":
         group = _GROUP[granularity]
-        per_index = _absmax(np.moveaxis(values, axis, 0).reshape(values.shape[axis], -1))
+        per_index = _absmax_along(values, axis)
         padded = np.concatenate([per_index, np.zeros(-len(per_index) % group)])
         absmax = padded.reshape(-1, group).max(axis=1)
     else:
@@ -205,6 +205,13 @@ def _absmax(rows: np.ndarray) -> np.ndarray:
     """max |x| of each row, in float64 (0 for an empty row). max(max x, -min x): exact, and
     no |x| or float64 copy of a tensor that may be hundreds of MB."""
     return np.maximum(rows.max(axis=1, initial=0), -rows.min(axis=1, initial=0)).astype(np.float64)
+
+
+def _absmax_along(values: np.ndarray, axis: int) -> np.ndarray:
+    """`_absmax` of each index along `axis` (the reduction over every other axis), in place:
+    no copy of a weight moved to rows (a real layer's projections are hundreds of MB each)."""
+    others = tuple(d for d in range(values.ndim) if d != axis)
+    return np.maximum(values.max(axis=others, initial=0), -values.min(axis=others, initial=0)).astype(np.float64)
 
 
 def _quantize_array(array: np.ndarray, scale: Scale) -> np.ndarray:

@@ -128,19 +128,33 @@ class Rewriter:
         if not new:
             return {}
         forms = {(self.weights[n].dtype.str, self.weights[n].shape) for n in new}
-        kept: dict[tuple, str] = {}
-        bound = {}
+        # A weight no other shares a form and a sample of bytes with has no copy: only the
+        # rest are hashed whole (a real layer's projections are GBs, their samples differ).
+        sampled: dict[tuple, list[str]] = {}
         for name in live:
             array = self.weights[name]
             form = (array.dtype.str, array.shape)
-            if form not in forms:
+            if form in forms:
+                sampled.setdefault((*form, _sample(array)), []).append(name)
+        alike = {name for names in sampled.values() if len(names) > 1 for name in names}
+        kept: dict[tuple, str] = {}
+        bound = {}
+        for name in live:
+            if name not in alike:
                 continue
+            array = self.weights[name]
+            form = (array.dtype.str, array.shape)
             key = (*form, hashlib.sha256(np.ascontiguousarray(array).view(np.uint8).data).digest())
             if key in kept:
                 bound[name] = kept[key]
             else:
                 kept[key] = name
         return bound
+
+
+def _sample(array: np.ndarray, count: int = 4096) -> bytes:
+    """About `count` elements of `array` spread over it, as bytes: equal arrays give equal samples."""
+    return np.asarray(array.flat[np.arange(0, array.size, max(1, array.size // count))]).tobytes()
 
 
 def _live_ops(ops: list[Op], outputs: list[str]) -> list[Op]:

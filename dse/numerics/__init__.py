@@ -140,6 +140,11 @@ def _same_bits(got: np.ndarray, want: np.ndarray) -> bool:
     return True
 
 
+def _any_nan(a: np.ndarray) -> bool:
+    """Whether a float array holds a NaN, a block at a time (no whole-tensor mask)."""
+    return any(np.isnan(x).any() for x, _ in paired_blocks(a, a, ERR_CHUNK))
+
+
 def _err(got: np.ndarray, want: np.ndarray) -> float:
     """max |got - want| in float64 (equal values, infinities included, differ by 0; a NaN
     on either side by inf), a slice at a time: a real layer's tensors are hundreds of MB
@@ -179,7 +184,7 @@ def compare(graph: Graph, lowered, image: np.ndarray, reference: dict[str, torch
         dtype = got.dtype
         same = got.shape == want_as_got.shape and _same_bits(got, want_as_got.astype(dtype, copy=False))
         if same and dtype == want.dtype:  # what `_err` gives equal bits, without its float64 pass
-            err = math.inf if dtype.kind == "f" and np.isnan(want).any() else 0.0  # equal bits: equal NaNs
+            err = math.inf if dtype.kind == "f" and _any_nan(want) else 0.0  # equal bits: equal NaNs
         else:
             if grid is not None:
                 got = lowered.read(image, name, copy=False)
@@ -190,6 +195,9 @@ def compare(graph: Graph, lowered, image: np.ndarray, reference: dict[str, torch
             int_ok &= bool(same)
         if not same and first is None:
             first = op.name
+        # this op's reference let go before the next one's is computed (a streamed reference
+        # holds only what later ops read: an attention's values are GBs each)
+        del want, got, want_as_got, grid
     producers = graph.producers()
     by_op = {c.name: c for c in ops}
     out_exact = all(by_op[producers[n].name].bit_exact for n in graph.outputs if n in producers)

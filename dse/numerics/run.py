@@ -85,9 +85,10 @@ class StreamedReference:
     def __init__(self, graph: Graph, inputs, known: dict | None = None):
         """`known`: op outputs of this graph's trace on these inputs already computed (the
         frontend's check of it, `run_pipeline`'s kept values), taken rather than computed
-        again; each is let go once streamed."""
+        again; the dict itself is taken over, each value popped from it once streamed (a
+        copy would leave the caller's holding every one until the comparison ends)."""
         self._graph, self._inputs = graph, inputs
-        self._known = dict(known or {})
+        self._known = known if known is not None else {}
         self._values = graph._execute(tuple(inputs), self._known, set(graph.outputs), True)
         self._name: str | None = None
         self._value = None
@@ -98,6 +99,9 @@ class StreamedReference:
             return self._whole[name]
         if name == self._name:
             return self._value
+        # the last value let go before the next is computed (a caller done with it holds none:
+        # an attention's are GBs each); the trace keeps it while a later op still reads it
+        self._name = self._value = None
         for self._name, self._value in self._values:
             self._known.pop(self._name, None)
             if self._name == name:
@@ -246,9 +250,11 @@ def prepare_recipe(recipe: str | Path, params: dict | None = None, steps=None, k
 
 
 # The final graph's integer values (products, quantize ops) that `emulate_recipe` takes from
-# the frontend's own check of it rather than computing its reference again: at seq 2048 a
-# Llama layer's are ~10 s of the reference for ~300 MB beside the DRAM image.
-KEPT_REFERENCE_BYTES = 512 * 1024**2
+# the frontend's own check of it rather than computing its reference again, smallest first.
+# At seq 2048 a Llama layer's all but the scores and the MLP's two widest products (seconds
+# of the reference; its GEMMs are int8 now): those two (224 MB) would sit beside the DRAM
+# image through the attention, the comparison's peak, to be read after it.
+KEPT_REFERENCE_BYTES = 256 * 1024**2
 
 
 def emulate_recipe(recipe: str | Path, chip, mapping: Mapping | None = None, params: dict | None = None,

@@ -169,12 +169,14 @@ class Graph:
                         values[out] = prev  # one tensor, not two equal ones
                         same.add(out)
                 del prev
-                if stream:
-                    yield out, values[out]
-                if keep is not None:
-                    for name in {*op.inputs, out}:
+                if keep is not None:  # inputs read for the last time go before a streamed reader takes `out`
+                    for name in set(op.inputs):
                         if name not in keep and last_use.get(name, -1) <= i and name in values:
                             del values[name]
+                if stream:
+                    yield out, values[out]
+                if keep is not None and out not in keep and last_use.get(out, -1) <= i and out in values:
+                    del values[out]
 
     def stream(self, *inputs: torch.Tensor | np.ndarray):
         """(name, value) of every op output in op order, as `trace` computes them, holding

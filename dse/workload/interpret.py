@@ -450,12 +450,41 @@ def _saturate_int8(values: torch.Tensor) -> torch.Tensor:
     return values.round_().clamp_(INT8_MIN, INT8_MAX).to(torch.int8)
 
 
+# elements of float32 a quantize holds at a time (64 MB): an attention's scores are GBs, and
+# a whole-tensor temporary beside them was the peak of a real layer's reference
+QUANTIZE_SLAB = 1 << 24
+
+
+def _to_int8(values: torch.Tensor, attrs: dict[str, Any], slab: int | None = None) -> torch.Tensor:
+    """clamp(round_half_even(fp32(values) * scale)) as int8 (quantize, requantize), a slab of
+    `slab` elements at a time along the first axis longer than 1, in one float32 buffer: each
+    element takes the very operations of the whole-tensor form, so the bits are the same,
+    without its float32 copy of the whole tensor."""
+    slab = QUANTIZE_SLAB if slab is None else slab
+    axis = next((d for d, n in enumerate(values.shape) if n > 1), None)
+    if axis is None or values.numel() <= slab or values.dtype not in (torch.float32, torch.int32):
+        return _saturate_int8(_scaled(values, attrs))
+    scale = scale_tensor(attrs, tuple(values.shape))
+    out = torch.empty_like(values, dtype=torch.int8)
+    rows = values.shape[axis]
+    step = max(1, slab * rows // values.numel())
+    shape = list(values.shape)
+    shape[axis] = step
+    buffer = torch.empty(shape, dtype=torch.float32)
+    for start in range(0, rows, step):
+        n = min(step, rows - start)
+        s = scale.narrow(axis, start, n) if scale.dim() and scale.shape[axis] > 1 else scale
+        scaled = torch.mul(values.narrow(axis, start, n), s, out=buffer.narrow(axis, 0, n))  # fp32(x) * s
+        out.narrow(axis, start, n).copy_(scaled.round_().clamp_(INT8_MIN, INT8_MAX))  # integers: cast exact
+    return out
+
+
 def _run_quantize(op: Op, args: list[torch.Tensor]) -> torch.Tensor:
-    return _saturate_int8(_scaled(args[0], op.attrs))
+    return _to_int8(args[0], op.attrs)
 
 
 def _run_requantize(op: Op, args: list[torch.Tensor]) -> torch.Tensor:
-    return _saturate_int8(_scaled(args[0], op.attrs))
+    return _to_int8(args[0], op.attrs)
 
 
 def _run_dequantize(op: Op, args: list[torch.Tensor]) -> torch.Tensor:
