@@ -22,8 +22,10 @@ graph cache, untimed. Takes minutes at seq 2048; not run by the tests.
 from __future__ import annotations
 
 import argparse
+import atexit
 import hashlib
 import os
+import shutil
 import statistics
 import sys
 import tempfile
@@ -63,6 +65,7 @@ def main() -> None:
     ap.add_argument("--kernels", default=None, help="comma-separated product kernels, one row each")
     args = ap.parse_args()
     os.environ["DSE_CACHE_DIR"] = tempfile.mkdtemp(prefix="dse-floor-")
+    atexit.register(shutil.rmtree, os.environ["DSE_CACHE_DIR"], True)  # a seq-2048 cache is 2 GB
     os.environ.setdefault("THP_MEM_ALLOC_ENABLE", "1")  # as `dse emulate` sets it
     import torch
 

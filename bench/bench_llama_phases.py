@@ -20,7 +20,9 @@ graph cache is a temporary folder (a cold run). Takes minutes at seq 2048; not r
 from __future__ import annotations
 
 import argparse
+import atexit
 import os
+import shutil
 import sys
 import tempfile
 import time
@@ -80,6 +82,7 @@ def main() -> None:
     ap.add_argument("--layers", type=int, help="the whole model (llama3_8b's chain) cut to this many layers")
     args = ap.parse_args()
     os.environ["DSE_CACHE_DIR"] = tempfile.mkdtemp(prefix="dse-phases-")
+    atexit.register(shutil.rmtree, os.environ["DSE_CACHE_DIR"], True)  # a seq-2048 cache is 2 GB
     os.environ.setdefault("THP_MEM_ALLOC_ENABLE", "1")  # as `dse emulate` sets it
     start_wall, start_cpu = time.perf_counter(), time.process_time()
     import emulator
