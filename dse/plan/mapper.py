@@ -104,7 +104,14 @@ class TilePoint:
 # private SRAM per core); names and reasons only label. `search_shape` checks that they do
 # not change a tile's cost by evaluating each group at its smallest and largest member.
 _BANK_FIGURES = {"bank_count", "private_sram_per_core"}
-_NOT_KEY = {"n", "chip_names", "chip_index"} | _BANK_FIGURES
+# Figures the search never reads (`check_tiles`, `matmul_cost` and what they call read
+# the addressable rows, not the physical ones, and no core-op cost but the copy's; the
+# core count only blocks a candidate, which is decided per candidate): candidates that
+# differ only in them share a group. A figure not named here keys the groups.
+_UNREAD = {"bank_rows", "cores", "burst_max_bytes", "bursts_in_flight", "op_cycles_per_element", "mul_cpe",
+           "scale_cpe", "graph_op_cpe", "relu_cpe", "chain_cpe", "fence_cycles", "barrier_cycles", "fusion",
+           "channels_last", "scan_weights_kept", "parts_at_once"}
+_NOT_KEY = {"n", "chip_names", "chip_index"} | _BANK_FIGURES | _UNREAD
 
 
 def _with(params: CandidateArrays, **arrays) -> CandidateArrays:
