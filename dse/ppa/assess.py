@@ -145,7 +145,7 @@ def assess_columns(chips: Sequence[object], cores: Sequence[Mapping[int, object]
     activity["dram_bytes"] = column("dma_bytes")
     parts = per_holdings(held, tables)  # read by the totals and the per-op energy alike
     a: Assessment = assess(held, activity, latency, tables, which, parts)
-    if per_op is not None and not per_op.empty:
+    if per_op is not None and "candidate" in per_op and len(per_op["candidate"]):
         per_op["energy_uj"] = op_energy(tables, held, which, per_op, parts)
     assessed = which >= 0
     out = {name: np.where(assessed, getattr(a, name), np.nan)
@@ -214,14 +214,14 @@ def assess_candidates(rows: list[dict], cands: list, footprints, ppa_calibration
 
 
 def assess_frame(totals, cands: list, footprints, ppa_calibration=None, per_op=None) -> PpaColumns:
-    """`assess_candidates` of a totals frame (`summarize`'s) as columns: what a batch of
-    thousands reads, without a dict a candidate."""
-    feasible = totals["feasible"].to_numpy(dtype=bool)
+    """`assess_candidates` of a totals frame (`summarize`'s, or its columns) as columns: what
+    a batch of thousands reads, without a dict a candidate."""
+    feasible = np.asarray(totals["feasible"], dtype=bool)
     cores, keys = candidate_cores(cands, feasible.tolist())
     # the plan's tensors and what the lowering lays out for the products beside them
-    workspace = totals["workspace_bytes"].to_numpy(dtype=np.float64) if "workspace_bytes" in totals else 0.0
+    workspace = np.asarray(totals["workspace_bytes"], dtype=np.float64) if "workspace_bytes" in totals else 0.0
     footprints = np.asarray(footprints, dtype=np.float64) + workspace
-    columns = {name: totals[name].to_numpy() for name in totals.columns}
+    columns = {name: np.asarray(totals[name]) for name in totals}
     return assess_columns([c.chip for c in cands], cores, columns, footprints, ppa_calibration, per_op, keys)
 
 
@@ -241,19 +241,20 @@ def op_energy(tables, held: Sequence, which: np.ndarray, per_op, parts: tuple | 
     _, leak_by, prices, clock, cores, idle_pj = parts or per_holdings(held, tables)
     price, leak = prices.sum(axis=2), leak_by.sum(axis=1)  # an action's price over every component
     at = np.asarray(which, dtype=np.int64)
-    cand = np.where(at < 0, len(held), at)[per_op["candidate"].to_numpy()]  # the last row: none
-    unit = per_op["unit"].to_numpy()
-    pj = np.zeros(len(per_op))
+    rows = np.asarray(per_op["candidate"])  # a frame's column or `estimate_columns`' array alike
+    cand = np.where(at < 0, len(held), at)[rows]  # the last row: none
+    unit = np.asarray(per_op["unit"])
+    pj = np.zeros(len(rows))
     for a, name in enumerate(ACTIVITY):
         if name in OP_ACTIVITY:
-            counts = per_op[OP_ACTIVITY[name]].to_numpy(dtype=np.float64)
+            counts = np.asarray(per_op[OP_ACTIVITY[name]], dtype=np.float64)
         elif name.endswith("_busy") and name[:-5] in STREAM_BALLS:
-            counts = np.where(unit == name[:-5], per_op["stream_busy"].to_numpy(dtype=np.float64), 0.0)
+            counts = np.where(unit == name[:-5], np.asarray(per_op["stream_busy"], dtype=np.float64), 0.0)
         else:
             continue
         pj += counts * price[cand, a]
-    cycles = per_op["cycles"].to_numpy(dtype=np.float64)
-    pj += np.maximum(cores[cand] * cycles - per_op["core_busy"].to_numpy(dtype=np.float64), 0) * idle_pj[cand]
+    cycles = np.asarray(per_op["cycles"], dtype=np.float64)
+    pj += np.maximum(cores[cand] * cycles - np.asarray(per_op["core_busy"], dtype=np.float64), 0) * idle_pj[cand]
     pj += leak[cand] * cycles / clock[cand] * 1e3
     return pj / 1e6
 

@@ -9,9 +9,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
-import pandas as pd
 
-from ..analytical import estimate, summarize
+from ..analytical.estimate import estimate_columns, summarize_columns
 from ..analytical.moe import estimate_spread
 from ..errors import InputError
 from ..frontend import run_pipeline
@@ -295,9 +294,9 @@ def analytical_batch(graph, cands: list[Candidate], calibration: dict | None = N
             for i, r in zip(part, analytical_batch(graph, [cands[i] for i in part], calibration, ppa_calibration)):
                 out[i] = r
         return out
-    if not spread:
-        per_op = estimate(graph, cands, calibration)
-        return _batch_results(graph, cands, per_op, summarize(per_op, cands), ppa_calibration)
+    if not spread:  # columns throughout: no frame for thousands of candidates x ops
+        per_op = estimate_columns(graph, cands, calibration)
+        return _batch_results(graph, cands, per_op, summarize_columns(per_op, cands), ppa_calibration)
     per_op, totals, imbalances = estimate_spread(graph, cands, calibration)
     n_ops = len(graph.ops)
     rows = totals.to_dict("records")
@@ -327,10 +326,11 @@ def _split_by_mapping(cands: list[Candidate], test) -> tuple[list[int], list[int
     return yes, no
 
 
-def _batch_results(graph, cands: list[Candidate], per_op: pd.DataFrame, totals: pd.DataFrame,
+def _batch_results(graph, cands: list[Candidate], per_op: dict, totals: dict,
                    ppa_calibration: dict | None) -> list[AnalyticalResult]:
-    """`analytical_batch`'s results from the SPMD estimate (`per_op`, candidate-major, every
-    candidate every op) and its totals, made as columns: the PPA figures
+    """`analytical_batch`'s results from the SPMD estimate (`per_op`: `estimate_columns`,
+    candidate-major, every candidate every op) and its totals (`summarize_columns`), made as
+    columns: the PPA figures
     (`dse.ppa.assess.assess_frame`), each candidate's totals, and its metric columns,
     grouped by which metrics it has (what `AnalyticalResult.metrics` gives one candidate)."""
     n, n_ops = len(cands), len(graph.ops)
@@ -338,14 +338,14 @@ def _batch_results(graph, cands: list[Candidate], per_op: pd.DataFrame, totals: 
     if ppa_calibration is not None:
         ppa = assess_frame(totals, cands, _footprints(graph, cands), ppa_calibration, per_op=per_op)
     notes = ["; ".join(filter(None, [n, s])) for n, s in zip(ppa.notes if ppa else [""] * n, _scan_notes(graph, cands))]
-    feasible = totals["feasible"].to_numpy(dtype=bool)
+    feasible = np.asarray(totals["feasible"], dtype=bool)
     reasons = [str(r) for r in totals["reason"].tolist()]
     figures = np.full((n, len(METRICS)), np.nan)
     for j, name in enumerate(METRICS):
         if ppa is not None and name in ppa.totals:
             figures[:, j] = ppa.totals[name]
         elif name in totals:
-            figures[:, j] = totals[name].to_numpy(dtype=np.float64)
+            figures[:, j] = np.asarray(totals[name], dtype=np.float64)
     # The metric columns: every candidate's values laid out alike (totals, area and energy by
     # component, per op cycles, energy and tiles), with which of them it has.
     blocks, present = [figures], [~np.isnan(figures)]
@@ -356,7 +356,7 @@ def _batch_results(graph, cands: list[Candidate], per_op: pd.DataFrame, totals: 
             blocks.append(by)
             present.append(kept & ~np.isnan(by))
             components += [(metric, name) for name in COMPONENTS]
-    op_columns = {c: per_op[c].to_numpy() for c in OP_FIELDS if c in per_op}
+    op_columns = {c: per_op[c] for c in OP_FIELDS if c in per_op}
     if n_ops:
         grid = lambda c: op_columns[c].reshape(n, n_ops).astype(np.float64)  # noqa: E731  (candidates x ops)
         energy = grid("energy_uj") if "energy_uj" in op_columns else np.full((n, n_ops), np.nan)
@@ -399,8 +399,8 @@ class _OpRows(Sequence):
         self.columns, self.start, self.stop = columns, start, stop
 
     @classmethod
-    def of(cls, per_op: pd.DataFrame, n_ops: int):
-        columns = [per_op[c].to_numpy() if c in per_op else None for c in OP_FIELDS]
+    def of(cls, per_op, n_ops: int):
+        columns = [np.asarray(per_op[c]) if c in per_op else None for c in OP_FIELDS]
         return lambda i: cls(columns, i * n_ops, (i + 1) * n_ops)
 
     def _rows(self) -> list[tuple]:
