@@ -67,11 +67,25 @@ def json_text(obj: Any) -> str:
     return obj.text if type(obj) is Encoded else canonical_json(obj)
 
 
+# The sha256 state after '{"config":<config>,"mapping":' by config text: a sweep's candidates
+# share a few hundred chips, so each candidate hashes only its mapping (tens of bytes) on a
+# copy of its config's state, not the config's kilobytes again.
+_CONFIG_STATES: dict[str, Any] = {}
+CONFIG_STATES_KEPT = 2048
+
+
 def candidate_hash_of_texts(config_json: str, mapping_json: str) -> str:
     """The candidate identity, ``content_hash({"config": config, "mapping": mapping})``,
     composed from the two parts' canonical JSON texts (canonical JSON nests, and "config"
     sorts before "mapping"): a sweep encodes each distinct config once and reuses it."""
-    return hashlib.sha256(('{"config":' + config_json + ',"mapping":' + mapping_json + "}").encode()).hexdigest()
+    state = _CONFIG_STATES.get(config_json)
+    if state is None:
+        if len(_CONFIG_STATES) >= CONFIG_STATES_KEPT:
+            _CONFIG_STATES.clear()
+        state = _CONFIG_STATES[config_json] = hashlib.sha256(('{"config":' + config_json + ',"mapping":').encode())
+    digest = state.copy()
+    digest.update((mapping_json + "}").encode())
+    return digest.hexdigest()
 
 
 def candidate_hashes_of_texts(pairs: Iterable[tuple[str, str]]) -> list[str]:

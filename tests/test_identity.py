@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import random
 
 from dse.chips import load_chip, set_dotted
@@ -28,6 +29,23 @@ def test_candidate_hash_is_the_content_hash_of_config_and_mapping():
         assert candidate_hash_of_texts(canonical_json(config), canonical_json(mapping)) == want
     cand = Candidate(load_chip("goban"), Mapping(workers=2))
     assert cand.hash == candidate_hash(cand.config_dict, cand.mapping_dict)
+
+
+def test_a_config_shared_by_many_mappings_hashes_each_pair_as_a_whole(monkeypatch):
+    # each config's hash state is reused for every mapping after it, and forgotten past the
+    # kept count: every pair still the content hash of the whole
+    import dse.identity as identity
+
+    monkeypatch.setattr(identity, "CONFIG_STATES_KEPT", 3)
+    rng = random.Random(2)
+    configs = [canonical_json(_value(rng)) for _ in range(5)]
+    mappings = [canonical_json(_value(rng)) for _ in range(4)]
+    for _ in range(2):
+        for config in configs:
+            for mapping in mappings:
+                want = content_hash({"config": json.loads(config), "mapping": json.loads(mapping)})
+                assert candidate_hash_of_texts(config, mapping) == want
+    assert len(identity._CONFIG_STATES) <= 3
 
 
 def test_canonical_parts_equal_a_full_encoding_and_leave_the_base_alone():
