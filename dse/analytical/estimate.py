@@ -187,25 +187,31 @@ def summarize_columns(per_op, candidates: Sequence[Candidate]) -> dict[str, np.n
         shared = by_candidate["shared_bytes"].max().reindex(range(n_cands), fill_value=0).to_numpy()
         bad = per_op[~per_op["feasible"]].groupby("candidate")["reason"].first()
         reason = np.array([bad.get(index, "") for index in range(n_cands)], dtype=object)
-    cores_chips = [chip for chip, _ in spmd_chips(candidates)]  # the chip its workers have
-    per_core = np.array([chip.private_sram_bytes for chip in cores_chips], dtype=np.float64)
-    unaddressable = np.array([chip.unaddressable_sram_bytes for chip in cores_chips], dtype=np.float64)
+    # the chip its workers have, its figures read once per distinct chip object
+    of_chip: dict[int, tuple[float, float]] = {}
+    sram = []
+    for chip, _ in spmd_chips(candidates):
+        figures = of_chip.get(id(chip))
+        if figures is None:
+            figures = of_chip[id(chip)] = (chip.private_sram_bytes, chip.unaddressable_sram_bytes)
+        sram.append(figures)
+    per_core, unaddressable = np.array(sram, dtype=np.float64).reshape(-1, 2).T
     workers = np.array([cand.mapping.workers for cand in candidates], dtype=np.int64)
     activity = {name: np.where(feasible, value, np.nan) for name, value in op_activity(per_op, n_cands).items()}
     return {
         "candidate": np.arange(n_cands),
         "candidate_hash": np.array([cand.hash for cand in candidates], dtype=object), "feasible": feasible,
         "reason": reason,
-        "latency_cycles": np.where(feasible, sums["cycles"].to_numpy(dtype=np.float64), np.nan),
+        "latency_cycles": np.where(feasible, np.asarray(sums["cycles"], dtype=np.float64), np.nan),
         # An infeasible candidate has no cycles, bytes or peak: NaN (recorded as no metric,
         # shown as "—"), not the partial sums of the ops that did fit, which read as real.
-        "compute_cycles": np.where(feasible, sums["compute_cycles"].to_numpy(dtype=np.float64), np.nan),
-        "dma_cycles": np.where(feasible, sums["dma_cycles"].to_numpy(dtype=np.float64), np.nan),
-        "core_cycles": np.where(feasible, sums["core_cycles"].to_numpy(dtype=np.float64), np.nan),
-        "busy_cycles": np.where(feasible, sums["busy_cycles"].to_numpy(dtype=np.float64), np.nan),
-        "utilisation": np.where(feasible, sums["busy_cycles"].to_numpy(dtype=np.float64)
-                                / np.maximum(workers * sums["cycles"].to_numpy(dtype=np.float64), 1), np.nan),
-        "dma_bytes": np.where(feasible, sums["dma_bytes"].to_numpy(dtype=np.float64), np.nan),
+        "compute_cycles": np.where(feasible, np.asarray(sums["compute_cycles"], dtype=np.float64), np.nan),
+        "dma_cycles": np.where(feasible, np.asarray(sums["dma_cycles"], dtype=np.float64), np.nan),
+        "core_cycles": np.where(feasible, np.asarray(sums["core_cycles"], dtype=np.float64), np.nan),
+        "busy_cycles": np.where(feasible, np.asarray(sums["busy_cycles"], dtype=np.float64), np.nan),
+        "utilisation": np.where(feasible, np.asarray(sums["busy_cycles"], dtype=np.float64)
+                                / np.maximum(workers * np.asarray(sums["cycles"], dtype=np.float64), 1), np.nan),
+        "dma_bytes": np.where(feasible, np.asarray(sums["dma_bytes"], dtype=np.float64), np.nan),
         "peak_sram_bytes": np.where(feasible, peak.astype(np.float64), np.nan),
         # Shared memory a tile of cores holds at once (weights = shared), apart from private SRAM.
         "shared_sram_bytes": np.where(feasible, shared.astype(np.float64), np.nan),
@@ -243,7 +249,7 @@ def _per_candidate(per_op: pd.DataFrame, n_cands: int, summed: list[str]):
         return None
     first = np.argmax(bad, axis=1)
     reason = np.where(bad.any(axis=1), reasons[np.arange(n_cands), first], "").astype(object)
-    sums = pd.DataFrame({name: grid(name).sum(axis=1) for name in summed})
+    sums = {name: grid(name).sum(axis=1) for name in summed}
     return sums, ok.all(axis=1), grid("sram_bytes").max(axis=1), grid("shared_bytes").max(axis=1), reason
 
 
