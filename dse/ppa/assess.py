@@ -110,7 +110,7 @@ def assess_columns(chips: Sequence[object], cores: Sequence[Mapping[int, object]
     why: list[str] = []  # per distinct holdings, why it cannot be priced ("" when it can)
     slow: dict[tuple, str] = {}  # `slow_memories` by (pricing chip, shared banks held)
     notes = [""] * n
-    which = np.full(n, -1, dtype=np.int64)
+    found = [-1] * n  # each candidate's index in `held` (-1: none), as `which` below
 
     def column(name: str, missing: float = 0.0) -> np.ndarray:
         values = np.asarray(totals[name], dtype=np.float64) if name in totals else np.full(n, missing)
@@ -119,13 +119,14 @@ def assess_columns(chips: Sequence[object], cores: Sequence[Mapping[int, object]
     latency = column("latency_cycles", np.nan)
     shared = column("shared_sram_bytes").tolist()
     priced = ~np.isnan(latency)
-    for i, (chip, used, ok) in enumerate(zip(chips, cores, priced.tolist())):
+    for i, (chip, used, ok, own, shared_i) in enumerate(zip(chips, cores, priced.tolist(),
+                                                            keys if keys is not None else cores, shared)):
         if used is None or not ok:
             continue
-        key = ((keys[i] if keys is not None else id(used)), shared[i])
+        key = ((own if keys is not None else id(used)), shared_i)
         k = distinct.get(key)
         if k is None:
-            h, reason = holdings(chip, used, shared[i]), ""
+            h, reason = holdings(chip, used, shared_i), ""
             try:
                 tables.holdings_vectors(h)
                 tables.prices(h.chip)
@@ -139,8 +140,9 @@ def assess_columns(chips: Sequence[object], cores: Sequence[Mapping[int, object]
             k = distinct[key] = len(held)
             held.append(h)
             why.append(reason)
-        which[i] = k if held[k] is not None else -1
+        found[i] = k if held[k] is not None else -1
         notes[i] = why[k]
+    which = np.array(found, dtype=np.int64)
     activity = {name: column(name) for name in ACTIVITY if name != "dram_bytes"}
     activity["dram_bytes"] = column("dma_bytes")
     parts = per_holdings(held, tables)  # read by the totals and the per-op energy alike
@@ -150,14 +152,13 @@ def assess_columns(chips: Sequence[object], cores: Sequence[Mapping[int, object]
     assessed = which >= 0
     out = {name: np.where(assessed, getattr(a, name), np.nan)
            for name in ("area_mm2", "energy_uj", "leakage_energy_uj", "power_mw", "edp", "inferences_per_joule")}
-    sram: dict = {}
-    total_sram = np.full(n, np.nan)
-    for i in np.flatnonzero(assessed).tolist():
-        skey = (int(which[i]), shared[i])
-        if skey not in sram:
-            sram[skey] = total_sram_bytes(chips[i], cores[i], shared[i])
-        total_sram[i] = sram[skey]
-    out["total_sram_bytes"] = total_sram
+    # once per distinct holdings (its key holds the shared bytes), read at its first candidate
+    at = np.flatnonzero(assessed)
+    ks, first = np.unique(which[at], return_index=True)
+    sram = np.full(len(held) + 1, np.nan)  # the last entry: none (which -1)
+    for k, i in zip(ks.tolist(), at[first].tolist()):
+        sram[k] = total_sram_bytes(chips[i], cores[i], shared[i])
+    out["total_sram_bytes"] = np.where(assessed, sram[which], np.nan)
     out["dram_footprint_bytes"] = np.where(assessed, np.asarray(footprints, dtype=np.float64), np.nan)
     return PpaColumns({m: out[m] for m in PPA_METRICS}, a.area_by, a.energy_by, assessed, notes)
 

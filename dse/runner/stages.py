@@ -383,10 +383,12 @@ def _batch_results(graph, cands: list[Candidate], per_op: dict, totals: dict,
                           tuple(c for c, on in zip(components, mask[n_totals:n_totals + n_components]) if on), ops))
         for row, got in zip(rows.tolist(), values[rows][:, mask].tolist()):
             columns[row] = MetricColumns(shape, got)
-    ops_of = _OpRows.of(per_op, n_ops)
-    return [AnalyticalResult(f, reason, dict(zip(METRICS, t)), ops_of(i), note,
-                             _Components(ppa, i) if ppa is not None else {}, columns[i])
-            for i, (f, reason, t, note) in enumerate(zip(feasible.tolist(), reasons, figures.tolist(), notes))]
+    op_rows = [np.asarray(per_op[c]) if c in per_op else None for c in OP_FIELDS]  # `_OpRows` of each
+    parts = [_Components(ppa, i) if ppa is not None else {} for i in range(n)]
+    return [AnalyticalResult(f, reason, dict(zip(METRICS, t)), _OpRows(op_rows, start, start + n_ops), note, part,
+                             column)
+            for f, reason, t, note, part, column, start in zip(feasible.tolist(), reasons, figures.tolist(), notes,
+                                                                parts, columns, range(0, n * n_ops, n_ops))]
 
 
 class _OpRows(Sequence):
@@ -397,11 +399,6 @@ class _OpRows(Sequence):
 
     def __init__(self, columns: list, start: int, stop: int):
         self.columns, self.start, self.stop = columns, start, stop
-
-    @classmethod
-    def of(cls, per_op, n_ops: int):
-        columns = [np.asarray(per_op[c]) if c in per_op else None for c in OP_FIELDS]
-        return lambda i: cls(columns, i * n_ops, (i + 1) * n_ops)
 
     def _rows(self) -> list[tuple]:
         n = self.stop - self.start
