@@ -46,9 +46,9 @@ def estimate(graph, candidates: Sequence[Candidate],
 
 def estimate_columns(graph, candidates: Sequence[Candidate],
                      calibration: Mapping[str, Mapping[str, float]] | None = None,
-                     timing: str = "overlapped", plans=None) -> dict[str, np.ndarray]:
+                     timing: str = "overlapped", plans=None, spmd: list[tuple] | None = None) -> dict[str, np.ndarray]:
     """`estimate`'s columns (`OP_COLUMNS`, name -> one array of candidate-major rows): what
-    a batch reads, without building a frame.
+    a batch reads, without building a frame. `spmd`: `spmd_chips(candidates)`, when made.
 
     `timing` mirrors the emulator's modes: "overlapped" (the default) or "serial" (the
     framework's emulator: every instruction its latency, one after another). A chip whose
@@ -61,7 +61,7 @@ def estimate_columns(graph, candidates: Sequence[Candidate],
         raise ValueError(f"timing must be one of {TIMINGS}, got {timing!r}")
     # Each candidate costed with the parameters of the cores its workers run on (their core
     # group's hardware, `spmd_chip`); workers spanning groups that differ are infeasible.
-    spmd = spmd_chips(candidates)
+    spmd = spmd if spmd is not None else spmd_chips(candidates)
     costed = [cand if chip is cand.chip else Candidate(chip, cand.mapping) for cand, (chip, _) in zip(candidates, spmd)]
     params = CandidateArrays.from_candidates(costed)
     params.serial[:] = timing == "serial"
@@ -170,9 +170,9 @@ def summarize(per_op: pd.DataFrame, candidates: Sequence[Candidate]) -> pd.DataF
     return pd.DataFrame(summarize_columns(per_op, candidates), columns=TOTAL_COLUMNS)
 
 
-def summarize_columns(per_op, candidates: Sequence[Candidate]) -> dict[str, np.ndarray]:
+def summarize_columns(per_op, candidates: Sequence[Candidate], spmd: list[tuple] | None = None) -> dict[str, np.ndarray]:
     """`summarize`'s columns (`TOTAL_COLUMNS`, name -> per-candidate values) of a per-op frame
-    or of `estimate_columns`."""
+    or of `estimate_columns`; `spmd`: `spmd_chips(candidates)`, when made."""
     n_cands = len(candidates)
     summed = ["cycles", "compute_cycles", "dma_cycles", "core_cycles", "busy_cycles", "dma_bytes"]
     per_candidate = _per_candidate(per_op, n_cands, summed)
@@ -190,7 +190,7 @@ def summarize_columns(per_op, candidates: Sequence[Candidate]) -> dict[str, np.n
     # the chip its workers have, its figures read once per distinct chip object
     of_chip: dict[int, tuple[float, float]] = {}
     sram = []
-    for chip, _ in spmd_chips(candidates):
+    for chip, _ in (spmd if spmd is not None else spmd_chips(candidates)):
         figures = of_chip.get(id(chip))
         if figures is None:
             figures = of_chip[id(chip)] = (chip.private_sram_bytes, chip.unaddressable_sram_bytes)

@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from ..analytical.estimate import estimate_columns, summarize_columns
+from ..analytical.estimate import estimate_columns, spmd_chips, summarize_columns
 from ..analytical.moe import estimate_spread
 from ..errors import InputError
 from ..frontend import run_pipeline
@@ -295,8 +295,9 @@ def analytical_batch(graph, cands: list[Candidate], calibration: dict | None = N
                 out[i] = r
         return out
     if not spread:  # columns throughout: no frame for thousands of candidates x ops
-        per_op = estimate_columns(graph, cands, calibration)
-        return _batch_results(graph, cands, per_op, summarize_columns(per_op, cands), ppa_calibration)
+        spmd = spmd_chips(cands)  # read by both
+        per_op = estimate_columns(graph, cands, calibration, spmd=spmd)
+        return _batch_results(graph, cands, per_op, summarize_columns(per_op, cands, spmd), ppa_calibration)
     per_op, totals, imbalances = estimate_spread(graph, cands, calibration)
     n_ops = len(graph.ops)
     rows = totals.to_dict("records")

@@ -476,8 +476,9 @@ def gemm_figures(cost, charges: Charges, plan: OpPlan, plans: MatmulPlans, worke
     """The picked tiles' cycles, transfers and activity added to `charges`, and their figures."""
     op = plan.op
     feasible = plans.feasible.copy()
-    # the very words the lowering raises (`Infeasible`)
-    reason = np.array([f"op {op.name}: {why}" if why else "" for why in plans.reason], dtype=object)
+    # the very words the lowering raises (`Infeasible`), worded once per distinct reason
+    worded = {why: f"op {op.name}: {why}" if why else "" for why in set(plans.reason)}
+    reason = np.array([worded[why] for why in plans.reason], dtype=object)
     charges.core += np.where(feasible, plans.core_cycles, 0)
     charges.busy += np.where(feasible, plans.busy_cycles, 0)
     charges.ball += np.where(feasible, plans.cycles - plans.core_cycles, 0)
