@@ -137,6 +137,10 @@ def test_candidates_differing_in_bank_count_share_a_row_with_the_same_answers():
         assert g.grouped and g.groups == 4 and not ref.grouped
         for k in ("best", "legal", "framework", "framework_ok", "framework_cycles"):
             assert (getattr(g, k) == getattr(ref, k)).all(), k
+        # the costed figures too: the bank count reaches a tile's cost only through legality
+        grouped_values, own_values = g.plan_values("search"), ref.plan_values("search")
+        for k in grouped_values:
+            assert (grouped_values[k] == own_values[k]).all(), k
         for c in range(p.n):
             assert g.front(c) == ref.front(c)
             assert (g.ok(c) == ref.ok(c)).all()
