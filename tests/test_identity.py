@@ -36,7 +36,7 @@ def test_a_config_shared_by_many_mappings_hashes_each_pair_as_a_whole(monkeypatc
     # kept count: every pair still the content hash of the whole
     import dse.identity as identity
 
-    monkeypatch.setattr(identity, "CONFIG_STATES_KEPT", 3)
+    monkeypatch.setattr(identity, "CONFIG_HEADS_KEPT", 3)
     rng = random.Random(2)
     configs = [canonical_json(_value(rng)) for _ in range(5)]
     mappings = [canonical_json(_value(rng)) for _ in range(4)]
@@ -45,7 +45,7 @@ def test_a_config_shared_by_many_mappings_hashes_each_pair_as_a_whole(monkeypatc
             for mapping in mappings:
                 want = content_hash({"config": json.loads(config), "mapping": json.loads(mapping)})
                 assert candidate_hash_of_texts(config, mapping) == want
-    assert len(identity._CONFIG_STATES) <= 3
+    assert len(identity._CONFIG_HEADS) <= 3
 
 
 def test_canonical_parts_equal_a_full_encoding_and_leave_the_base_alone():
