@@ -67,28 +67,36 @@ def json_text(obj: Any) -> str:
     return obj.text if type(obj) is Encoded else canonical_json(obj)
 
 
+# The sha256 state after '{"config":<config>,"mapping":' by config text: a sweep's candidates
+# share a few hundred chips of ~1.7 kB, so each candidate hashes only its mapping (tens of
+# bytes) on a copy of its config's state, not the config again (the builder's one by one,
+# the store's a batch at a time alike).
+_CONFIG_HEADS: dict[str, Any] = {}
+CONFIG_HEADS_KEPT = 2048
+
+
+def _config_head(config_json: str):
+    head = _CONFIG_HEADS.get(config_json)
+    if head is None:
+        if len(_CONFIG_HEADS) >= CONFIG_HEADS_KEPT:
+            _CONFIG_HEADS.clear()
+        head = _CONFIG_HEADS[config_json] = hashlib.sha256(('{"config":' + config_json + ',"mapping":').encode())
+    return head
+
+
 def candidate_hash_of_texts(config_json: str, mapping_json: str) -> str:
     """The candidate identity, ``content_hash({"config": config, "mapping": mapping})``,
     composed from the two parts' canonical JSON texts (canonical JSON nests, and "config"
     sorts before "mapping"): a sweep encodes each distinct config once and reuses it."""
-    return hashlib.sha256(('{"config":' + config_json + ',"mapping":' + mapping_json + "}").encode()).hexdigest()
+    digest = _config_head(config_json).copy()
+    digest.update((mapping_json + "}").encode())
+    return digest.hexdigest()
 
 
 def candidate_hashes_of_texts(pairs: Iterable[tuple[str, str]]) -> list[str]:
-    """`candidate_hash_of_texts` of each (config text, mapping text) pair, the config's part
-    of the digest taken once per distinct config text and copied: a sweep's candidates share
-    ~150 configs of ~1.7 kB, hashed whole for each of them three quarters of the time the
-    store took to prepare their rows."""
-    heads: dict[str, Any] = {}
-    out = []
-    for config_json, mapping_json in pairs:
-        head = heads.get(config_json)
-        if head is None:
-            head = heads[config_json] = hashlib.sha256(('{"config":' + config_json + ',"mapping":').encode())
-        digest = head.copy()
-        digest.update((mapping_json + "}").encode())
-        out.append(digest.hexdigest())
-    return out
+    """`candidate_hash_of_texts` of each (config text, mapping text) pair: the config's part
+    of the digest taken once per distinct config text and copied (`_config_head`)."""
+    return [candidate_hash_of_texts(config_json, mapping_json) for config_json, mapping_json in pairs]
 
 
 def candidate_hash(config: Any, mapping: Any) -> str:

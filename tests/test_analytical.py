@@ -137,6 +137,28 @@ def test_a_batch_equals_candidates_one_at_a_time():
     assert together["feasible"].any() and (~together["feasible"]).any()
 
 
+def test_a_grid_of_tiles_costs_each_tile_as_costed_alone():
+    # a row of tiles takes two shortcuts (the lock-step wait on the tiles of one k step only,
+    # the DMA costed on one row when every candidate's is alike); one tile a candidate as a
+    # column takes neither, nor does a batch whose DMA differs: the same figures all three ways
+    chips = [load_chip("goban"), load_chip("goban", {"banks.count": 40}),
+             load_chip("goban", {"dma.burst_max_bytes": 64, "dma.latency_cycles": 100})]
+    cands = [Candidate(chip, Mapping(workers=w, split=sp)) for chip in chips for w in (1, 3, 4) for sp in ("rows", "cols")]
+    alike = CandidateArrays.from_candidates(cands[:12])  # goban's DMA only
+    mixed = CandidateArrays.from_candidates(cands)
+    for shape in (MatmulShape(128, 1024, 256, bias=True), MatmulShape(64, 128, 64), MatmulShape(49, 512, 4608)):
+        tm, tn, tk = tile_grid(shape)
+        assert (shape.padded[2] // tk == 1).any() and (shape.padded[2] // tk > 1).any()
+        grid, wide = matmul_cost(alike, shape, tm, tn, tk), matmul_cost(mixed, shape, tm, tn, tk)
+        for t in range(0, len(tm), 7):
+            column = lambda a: np.full((alike.n, 1), a[t])  # noqa: E731
+            alone = matmul_cost(alike, shape, column(tm), column(tn), column(tk))
+            for name in ("cycles", "dma_cycles", "busy_cycles", "dma_bytes", "preload_cycles"):
+                want = np.broadcast_to(getattr(alone, name), (alike.n, 1))[:, 0]
+                assert (np.broadcast_to(getattr(grid, name), (alike.n, len(tm)))[:, t] == want).all(), (shape, t, name)
+                assert (np.broadcast_to(getattr(wide, name), (mixed.n, len(tm)))[:12, t] == want).all(), (shape, t, name)
+
+
 def test_bank_rows_used_by_hand():
     """A 16^3 tile: A and B 16 rows of 16 int8 each, C 16 accumulator lines of 64 bytes, each
     one row in each of acc_col = 4 physical banks: 16 + 16 + 64 rows a buffer."""

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import random
 
 from dse.chips import load_chip, set_dotted
@@ -28,6 +29,23 @@ def test_candidate_hash_is_the_content_hash_of_config_and_mapping():
         assert candidate_hash_of_texts(canonical_json(config), canonical_json(mapping)) == want
     cand = Candidate(load_chip("goban"), Mapping(workers=2))
     assert cand.hash == candidate_hash(cand.config_dict, cand.mapping_dict)
+
+
+def test_a_config_shared_by_many_mappings_hashes_each_pair_as_a_whole(monkeypatch):
+    # each config's hash state is reused for every mapping after it, and forgotten past the
+    # kept count: every pair still the content hash of the whole
+    import dse.identity as identity
+
+    monkeypatch.setattr(identity, "CONFIG_HEADS_KEPT", 3)
+    rng = random.Random(2)
+    configs = [canonical_json(_value(rng)) for _ in range(5)]
+    mappings = [canonical_json(_value(rng)) for _ in range(4)]
+    for _ in range(2):
+        for config in configs:
+            for mapping in mappings:
+                want = content_hash({"config": json.loads(config), "mapping": json.loads(mapping)})
+                assert candidate_hash_of_texts(config, mapping) == want
+    assert len(identity._CONFIG_HEADS) <= 3
 
 
 def test_canonical_parts_equal_a_full_encoding_and_leave_the_base_alone():
@@ -168,3 +186,45 @@ def test_candidate_hashes_of_texts_are_each_pairs_candidate_hash():
         content_hash({"config": configs[0], "mapping": mappings[0]}),
         content_hash({"config": configs[1], "mapping": mappings[1]})]
     assert candidate_hashes_of_texts([]) == []
+
+
+def test_a_chip_built_from_sections_records_its_own_dump(tmp_path):
+    """The builder reads a chip's dump from its sections (each set section's dump, the rest
+    the baseline's): every built chip's recorded config is the chip's own dump, a section
+    value the dump drops (a technology node at its default, a core group's field given as
+    None) included."""
+    from dse.runner import load_spec
+    from dse.runner.candidates import CandidateBuilder
+    from dse.runner.samplers import make_sampler
+
+    text = SECTION_SPEC.replace('name = "sections"', 'name = "dumps"') + """
+[[space]]
+name = "node"
+target = "chip.technology.node_nm"
+values = [22, 45]
+
+[[space]]
+name = "groups"
+target = "chip.cores.groups"
+values = [[{role = "a", count = 2, op_cycles = {}}, {role = "b", count = 2, op_cycles_per_element = 2.0}], []]
+"""
+    path = tmp_path / "d.toml"
+    path.write_text(text)
+    spec = load_spec(path)
+    builder = CandidateBuilder(spec)
+    built = [builder.build(p.params) for p in make_sampler(spec).ask(1000)]
+    # a core group's field given as None: the dump leaves it out (the recorded config with it)
+    # (the node left unset: no technology section, which is never read from the sections)
+    valid = {k: v for k, v in next(b for b in built if not b.reason).params.items() if k != "node"}
+    built.append(builder.build({**valid, "groups": [{"role": "a", "count": 2, "balls": None},
+                                                    {"role": "b", "count": 2}]}))
+    assert built[-1].chip is not None and "balls" not in built[-1].config["cores"]["groups"][0]
+    chips = [b for b in built if b.chip is not None]
+    assert len(chips) > 8
+    for b in chips:
+        dumped = b.chip.model_dump(mode="json")
+        assert b.config == dumped
+        assert b.config_json == canonical_json(b.config)
+    assert any(builder.dumps_as_given(b.config, {"dma", "banks", "cores"}) for b in chips)  # the shortcut taken
+    # the default node dropped from the dump: not read from the sections
+    assert {b.config.get("technology", {}).get("node_nm") for b in chips} == {None, 45}

@@ -137,10 +137,30 @@ def test_candidates_differing_in_bank_count_share_a_row_with_the_same_answers():
         assert g.grouped and g.groups == 4 and not ref.grouped
         for k in ("best", "legal", "framework", "framework_ok", "framework_cycles"):
             assert (getattr(g, k) == getattr(ref, k)).all(), k
+        # the costed figures too: the bank count reaches a tile's cost only through legality
+        grouped_values, own_values = g.plan_values("search"), ref.plan_values("search")
+        for k in grouped_values:
+            assert (grouped_values[k] == own_values[k]).all(), k
         for c in range(p.n):
             assert g.front(c) == ref.front(c)
             assert (g.ok(c) == ref.ok(c)).all()
     assert base.banks.count == 20
+
+
+def test_figures_the_search_never_reads_do_not_split_groups():
+    # 1024 and 2048 rows address the same 1024 (a 10-bit row field), and the core count only
+    # blocks: one group per (addressable rows, workers), the answers those of one by one
+    cands = [Candidate(load_chip("goban", {"banks.count": b, "banks.rows": r, "cores.count": c}), Mapping(workers=w))
+             for b in (8, 14, 20) for r in (512, 1024, 2048) for c in (2, 4, 8) for w in (1, 4)]
+    p = CandidateArrays.from_candidates(cands)
+    assert len(set(p.bank_rows.tolist())) == 3 and len(set(p.usable_rows.tolist())) == 2
+    for shape in (MatmulShape(128, 1024, 256, bias=True), MatmulShape(49, 512, 4608)):
+        g = search_shape(p, shape)
+        ref = search_shape(p, shape, group_by_banks=False)
+        assert g.grouped and g.groups == 4
+        for k in ("best", "legal", "framework", "framework_ok", "framework_cycles"):
+            assert (getattr(g, k) == getattr(ref, k)).all(), k
+        assert not g.legal[p.workers > p.cores].any()  # 4 workers on 2 cores: blocked, whatever its group
 
 
 def test_conv_gemm_shape_is_the_im2col_gemm():

@@ -317,3 +317,51 @@ def test_a_routing_for_a_workload_with_no_moe_layer_is_the_specs_error(tmp_path,
     assert_one_line(code, err)
     assert field in err and "has no mixture-of-experts layer" in err
     assert experiment_rows(db) == 0
+
+
+def test_spread_experts_take_the_batch_columns_with_each_candidates_own_figures(tmp_path):
+    """Candidates spreading the experts go through the batch's columns (`_batch_results`) and
+    keep what the row-by-row path gave each: totals (core_imbalance where feasible), per-op
+    rows, notes, area and energy by component and metric rows."""
+    import numpy as np
+
+    from dse.analytical.moe import estimate_spread
+    from dse.chips import load_chip
+    from dse.mapping import Candidate, Mapping
+    from dse.ppa.assess import assess_candidates
+    from dse.runner.stages import OP_FIELDS, AnalyticalResult, analytical_batch, analytical_graph, total_metrics
+
+    recipe = make_recipe(tmp_path, "mixtral")
+    graph = analytical_graph(recipe, {})
+    cands = [Candidate(load_chip("goban", {"banks.count": b}), Mapping(workers=w, experts="spread"))
+             for b in (4, 20) for w in (2, 4)]
+    for ppa in ({}, None):
+        got = analytical_batch(graph, cands, ppa_calibration=ppa)
+        # the row-by-row path, as it was
+        per_op, totals, imbalances = estimate_spread(graph, cands)
+        rows = totals.to_dict("records")
+        components, notes = (assess_candidates(rows, cands, [float(f) for f in _footprints(graph, cands)], ppa,
+                                               per_op=per_op) if ppa is not None
+                             else ([{} for _ in rows], ["" for _ in rows]))
+        n_ops = len(graph.ops)
+        columns = [per_op[c].tolist() if c in per_op else [None] * len(per_op) for c in OP_FIELDS]
+        assert any(t["feasible"] for t in rows) and not all(t["feasible"] for t in rows)
+        for i, (t, r) in enumerate(zip(rows, got)):
+            want = AnalyticalResult(bool(t["feasible"]), str(t["reason"]), total_metrics(t),
+                                    list(zip(*(col[i * n_ops:(i + 1) * n_ops] for col in columns))), notes[i],
+                                    components[i])
+            if t["feasible"]:
+                want.totals["core_imbalance"] = imbalances[i]
+            assert (r.feasible, r.reason, r.notes) == (want.feasible, want.reason, want.notes)
+            assert list(r.totals) == list(want.totals)
+            assert np.allclose(list(r.totals.values()), list(want.totals.values()), rtol=0, atol=0, equal_nan=True)
+            assert list(r.ops) == want.ops or all(
+                a[:6] == b[:6] and (a[6] == b[6] or a[6] != a[6] and b[6] != b[6]) for a, b in zip(r.ops, want.ops))
+            assert dict(r.components) == dict(want.components)
+            assert [repr(m) for m in r.metrics()] == [repr(m) for m in want.metrics()]
+
+
+def _footprints(graph, cands):
+    from dse.runner.stages import _footprints as footprints
+
+    return footprints(graph, cands)

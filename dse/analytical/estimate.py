@@ -39,7 +39,16 @@ TIMINGS = ("overlapped", "serial")
 def estimate(graph, candidates: Sequence[Candidate],
              calibration: Mapping[str, Mapping[str, float]] | None = None,
              timing: str = "overlapped", plans=None) -> pd.DataFrame:
-    """One row per candidate x op: cycles, DMA, SRAM, tile and feasibility with its reason.
+    """One row per candidate x op: cycles, DMA, SRAM, tile and feasibility with its reason
+    (`estimate_columns` as a frame)."""
+    return pd.DataFrame(estimate_columns(graph, candidates, calibration, timing, plans), columns=OP_COLUMNS)
+
+
+def estimate_columns(graph, candidates: Sequence[Candidate],
+                     calibration: Mapping[str, Mapping[str, float]] | None = None,
+                     timing: str = "overlapped", plans=None, spmd: list[tuple] | None = None) -> dict[str, np.ndarray]:
+    """`estimate`'s columns (`OP_COLUMNS`, name -> one array of candidate-major rows): what
+    a batch reads, without building a frame. `spmd`: `spmd_chips(candidates)`, when made.
 
     `timing` mirrors the emulator's modes: "overlapped" (the default) or "serial" (the
     framework's emulator: every instruction its latency, one after another). A chip whose
@@ -52,7 +61,7 @@ def estimate(graph, candidates: Sequence[Candidate],
         raise ValueError(f"timing must be one of {TIMINGS}, got {timing!r}")
     # Each candidate costed with the parameters of the cores its workers run on (their core
     # group's hardware, `spmd_chip`); workers spanning groups that differ are infeasible.
-    spmd = spmd_chips(candidates)
+    spmd = spmd if spmd is not None else spmd_chips(candidates)
     costed = [cand if chip is cand.chip else Candidate(chip, cand.mapping) for cand, (chip, _) in zip(candidates, spmd)]
     params = CandidateArrays.from_candidates(costed)
     params.serial[:] = timing == "serial"
@@ -85,7 +94,7 @@ def estimate(graph, candidates: Sequence[Candidate],
             continue
         # (ops, n) -> candidate-major rows
         frame[name] = np.stack([getattr(cost, name) for cost in per_op], axis=1).ravel() if ops else np.array([])
-    return pd.DataFrame(frame, columns=OP_COLUMNS)
+    return frame
 
 
 def spmd_chips(candidates: Sequence[Candidate]) -> list[tuple]:
@@ -158,12 +167,19 @@ def summarize(per_op: pd.DataFrame, candidates: Sequence[Candidate]) -> pd.DataF
     as its busiest worker: the critical path over cores); `busy_cycles` sums every worker's
     busy time and `utilisation` is that over ``workers x latency``. A candidate is
     infeasible if any op is, with the first such op's reason."""
+    return pd.DataFrame(summarize_columns(per_op, candidates), columns=TOTAL_COLUMNS)
+
+
+def summarize_columns(per_op, candidates: Sequence[Candidate], spmd: list[tuple] | None = None) -> dict[str, np.ndarray]:
+    """`summarize`'s columns (`TOTAL_COLUMNS`, name -> per-candidate values) of a per-op frame
+    or of `estimate_columns`; `spmd`: `spmd_chips(candidates)`, when made."""
     n_cands = len(candidates)
     summed = ["cycles", "compute_cycles", "dma_cycles", "core_cycles", "busy_cycles", "dma_bytes"]
     per_candidate = _per_candidate(per_op, n_cands, summed)
     if per_candidate is not None:
         sums, feasible, peak, shared, reason = per_candidate
     else:
+        per_op = per_op if isinstance(per_op, pd.DataFrame) else pd.DataFrame(per_op)
         by_candidate = per_op.groupby("candidate", sort=True)
         sums = by_candidate[summed].sum().reindex(range(n_cands), fill_value=0)
         feasible = by_candidate["feasible"].all().reindex(range(n_cands), fill_value=True).to_numpy()
@@ -171,24 +187,31 @@ def summarize(per_op: pd.DataFrame, candidates: Sequence[Candidate]) -> pd.DataF
         shared = by_candidate["shared_bytes"].max().reindex(range(n_cands), fill_value=0).to_numpy()
         bad = per_op[~per_op["feasible"]].groupby("candidate")["reason"].first()
         reason = np.array([bad.get(index, "") for index in range(n_cands)], dtype=object)
-    cores_chips = [chip for chip, _ in spmd_chips(candidates)]  # the chip its workers have
-    per_core = np.array([chip.private_sram_bytes for chip in cores_chips], dtype=np.float64)
-    unaddressable = np.array([chip.unaddressable_sram_bytes for chip in cores_chips], dtype=np.float64)
+    # the chip its workers have, its figures read once per distinct chip object
+    of_chip: dict[int, tuple[float, float]] = {}
+    sram = []
+    for chip, _ in (spmd if spmd is not None else spmd_chips(candidates)):
+        figures = of_chip.get(id(chip))
+        if figures is None:
+            figures = of_chip[id(chip)] = (chip.private_sram_bytes, chip.unaddressable_sram_bytes)
+        sram.append(figures)
+    per_core, unaddressable = np.array(sram, dtype=np.float64).reshape(-1, 2).T
     workers = np.array([cand.mapping.workers for cand in candidates], dtype=np.int64)
     activity = {name: np.where(feasible, value, np.nan) for name, value in op_activity(per_op, n_cands).items()}
-    return pd.DataFrame({
-        "candidate": np.arange(n_cands), "candidate_hash": [cand.hash for cand in candidates], "feasible": feasible,
+    return {
+        "candidate": np.arange(n_cands),
+        "candidate_hash": np.array([cand.hash for cand in candidates], dtype=object), "feasible": feasible,
         "reason": reason,
-        "latency_cycles": np.where(feasible, sums["cycles"].to_numpy(dtype=np.float64), np.nan),
+        "latency_cycles": np.where(feasible, np.asarray(sums["cycles"], dtype=np.float64), np.nan),
         # An infeasible candidate has no cycles, bytes or peak: NaN (recorded as no metric,
         # shown as "—"), not the partial sums of the ops that did fit, which read as real.
-        "compute_cycles": np.where(feasible, sums["compute_cycles"].to_numpy(dtype=np.float64), np.nan),
-        "dma_cycles": np.where(feasible, sums["dma_cycles"].to_numpy(dtype=np.float64), np.nan),
-        "core_cycles": np.where(feasible, sums["core_cycles"].to_numpy(dtype=np.float64), np.nan),
-        "busy_cycles": np.where(feasible, sums["busy_cycles"].to_numpy(dtype=np.float64), np.nan),
-        "utilisation": np.where(feasible, sums["busy_cycles"].to_numpy(dtype=np.float64)
-                                / np.maximum(workers * sums["cycles"].to_numpy(dtype=np.float64), 1), np.nan),
-        "dma_bytes": np.where(feasible, sums["dma_bytes"].to_numpy(dtype=np.float64), np.nan),
+        "compute_cycles": np.where(feasible, np.asarray(sums["compute_cycles"], dtype=np.float64), np.nan),
+        "dma_cycles": np.where(feasible, np.asarray(sums["dma_cycles"], dtype=np.float64), np.nan),
+        "core_cycles": np.where(feasible, np.asarray(sums["core_cycles"], dtype=np.float64), np.nan),
+        "busy_cycles": np.where(feasible, np.asarray(sums["busy_cycles"], dtype=np.float64), np.nan),
+        "utilisation": np.where(feasible, np.asarray(sums["busy_cycles"], dtype=np.float64)
+                                / np.maximum(workers * np.asarray(sums["cycles"], dtype=np.float64), 1), np.nan),
+        "dma_bytes": np.where(feasible, np.asarray(sums["dma_bytes"], dtype=np.float64), np.nan),
         "peak_sram_bytes": np.where(feasible, peak.astype(np.float64), np.nan),
         # Shared memory a tile of cores holds at once (weights = shared), apart from private SRAM.
         "shared_sram_bytes": np.where(feasible, shared.astype(np.float64), np.nan),
@@ -199,7 +222,7 @@ def summarize(per_op: pd.DataFrame, candidates: Sequence[Candidate]) -> pd.DataF
         "unaddressable_sram_bytes": unaddressable * workers,
         "workers": workers,
         **activity,
-    }, columns=TOTAL_COLUMNS)
+    }
 
 
 def _per_candidate(per_op: pd.DataFrame, n_cands: int, summed: list[str]):
@@ -207,34 +230,35 @@ def _per_candidate(per_op: pd.DataFrame, n_cands: int, summed: list[str]):
     SRAM, the first infeasible op's reason) of a frame `estimate` made: every candidate's
     ops in order, candidate-major, so each column is a (candidates, ops) grid. None for any
     other frame, or integer figures that are not (a float sum's order could differ)."""
-    rows = len(per_op)
+    rows = len(per_op["candidate"])
     if not n_cands or not rows or rows % n_cands:
         return None
     n_ops = rows // n_cands
-    if not np.array_equal(per_op["candidate"].to_numpy(), np.repeat(np.arange(n_cands), n_ops)):
+    if not np.array_equal(np.asarray(per_op["candidate"]), np.repeat(np.arange(n_cands), n_ops)):
         return None
-    columns = {name: per_op[name].to_numpy() for name in (*summed, "sram_bytes", "shared_bytes")}
+    columns = {name: np.asarray(per_op[name]) for name in (*summed, "sram_bytes", "shared_bytes")}
     if not all(np.issubdtype(values.dtype, np.integer) for values in columns.values()):
         return None
     grid = lambda name: columns[name].reshape(n_cands, n_ops)  # noqa: E731
-    ok = per_op["feasible"].to_numpy().reshape(n_cands, n_ops)
+    ok = np.asarray(per_op["feasible"]).reshape(n_cands, n_ops)
     if ok.dtype != bool:
         return None
-    reasons = per_op["reason"].to_numpy().reshape(n_cands, n_ops)
+    reasons = np.asarray(per_op["reason"]).reshape(n_cands, n_ops)
     bad = ~ok
     if not all(isinstance(why, str) for why in reasons[bad].tolist()):  # `first` skips a missing one
         return None
     first = np.argmax(bad, axis=1)
     reason = np.where(bad.any(axis=1), reasons[np.arange(n_cands), first], "").astype(object)
-    sums = pd.DataFrame({name: grid(name).sum(axis=1) for name in summed})
+    sums = {name: grid(name).sum(axis=1) for name in summed}
     return sums, ok.all(axis=1), grid("sram_bytes").max(axis=1), grid("shared_bytes").max(axis=1), reason
 
 
 def op_activity(per_op: pd.DataFrame, n_cands: int) -> dict[str, np.ndarray]:
-    """`TOTAL_ACTIVITY` per candidate (0 .. n_cands - 1) summed over the ops of a per-op frame."""
-    if per_op.empty:
+    """`TOTAL_ACTIVITY` per candidate (0 .. n_cands - 1) summed over the ops of a per-op frame
+    (or `estimate_columns`)."""
+    if "candidate" not in per_op or not len(per_op["candidate"]):
         return dict.fromkeys(TOTAL_ACTIVITY, np.zeros(n_cands))
-    cand = per_op["candidate"].to_numpy()
+    cand = np.asarray(per_op["candidate"])
 
     def total(values) -> np.ndarray:
         return np.bincount(cand, weights=np.asarray(values, dtype=np.float64), minlength=n_cands)[:n_cands]
@@ -243,8 +267,8 @@ def op_activity(per_op: pd.DataFrame, n_cands: int) -> dict[str, np.ndarray]:
            "workspace_bytes": total(per_op["workspace_bytes"])}
     for name in ("bank_reads", "bank_writes", "shared_reads", "shared_writes"):
         out[name] = total(per_op[name])
-    unit = per_op["unit"].to_numpy()
-    busy = per_op["stream_busy"].to_numpy(dtype=np.float64)
+    unit = np.asarray(per_op["unit"])
+    busy = np.asarray(per_op["stream_busy"], dtype=np.float64)
     for kind in STREAM_KINDS:
         out[f"{kind}_busy"] = total(np.where(unit == kind, busy, 0.0))
     return out

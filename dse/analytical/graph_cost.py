@@ -41,6 +41,7 @@ class GraphCost:
         self.tiles: dict[str, tuple[np.ndarray, np.ndarray]] = {}  # blocked accumulators: (tm, tn) per candidate
         self.plans: dict[MatmulShape, MatmulPlans] = {}
         self.overlapped: dict[MatmulShape, MatmulPlans] = {}  # tiles as picked, before a serial re-costing
+        self.search_groups = None  # `candidate_groups` of the overlapped search's candidates, shared by its shapes
         self.activity: dict = {}  # per shape, the picked tiles' `MatmulActivity`
         # read-only constants laid out so far: (what, tensor, op kind) -> [(tiles, feasible)]
         self.constants: dict[tuple, list[tuple[tuple[np.ndarray, ...], np.ndarray]]] = {}

@@ -110,6 +110,25 @@ def lockstep_bus_wait(params: CandidateArrays, workers, a, b, c, bias: bool, til
     return np.where(n_ab > 0, head + tail, 0) + steady
 
 
+def _on_one_k_step(Kt, wait) -> np.ndarray:
+    """``np.where(Kt == 1, wait(lambda x: x), 0)``; for a row of tiles, `wait` (elementwise)
+    evaluated on the tiles of one k step alone (`take` picks their columns), the others 0."""
+    one = Kt == 1
+    if one.ndim != 2 or one.shape[0] != 1:
+        return np.where(one, wait(lambda x: x), 0)
+    T = one.shape[1]
+    cols = np.flatnonzero(one[0])
+
+    def take(x):
+        x = np.asarray(x)
+        return x[:, cols] if x.ndim == 2 and x.shape[1] == T else x
+
+    part = np.asarray(wait(take))
+    out = np.zeros((part.shape[0] if part.ndim == 2 else 1, T), dtype=np.result_type(part, 0))
+    out[:, cols] = part
+    return out
+
+
 def matmul_cost(params: CandidateArrays, shape: MatmulShape, tm, tn, tk) -> MatmulCost:
     """Cycles of one matmul as the lowering emits it (`dse.lower`'s GEMM emission) and the
     emulator's overlapped timing runs it.
@@ -152,8 +171,18 @@ def matmul_cost(params: CandidateArrays, shape: MatmulShape, tm, tn, tk) -> Matm
     nbuf = check.buffers
 
     dma = (col("beat_bytes"), col("burst_beats"), col("parallel_bursts"), col("dma_latency"))
+    bus = col("system_bus_bytes")
+    # A transfer's cycles and bus hold read only its bytes and the DMA's figures: where every
+    # candidate's DMA is alike (a sweep over other knobs), costed on one row and spread.
+    alike = all(bool((x == x[:1]).all()) for x in (*dma, bus))
+    one_dma, one_bus = (tuple(x[:1] for x in dma), bus[:1]) if alike else (dma, bus)
+
+    def spread(x):  # the shape the figure has when costed per candidate
+        return np.broadcast_to(x, np.broadcast_shapes(np.shape(x), (params.n, 1))) if alike else x
+
     bytes_a, bytes_b, bytes_c = tm * tk * INT8_BYTES, tk * tn * INT8_BYTES, tm * tn * INT32_BYTES
-    dA, dB, dC = (dma_cycles(x, *dma) for x in (bytes_a, bytes_b, bytes_c))
+    d_one = [dma_cycles(x, *one_dma) for x in (bytes_a, bytes_b, bytes_c)]
+    dA, dB, dC = (spread(d) for d in d_one)
     d_bias = dC if shape.bias else 0
     shared_b, shared_a = check.shared_b, check.shared_a
     sh_lat = np.where(shared_b | shared_a, col("shared_latency"), 0)
@@ -192,8 +221,9 @@ def matmul_cost(params: CandidateArrays, shape: MatmulShape, tm, tn, tk) -> Matm
     # Tiles of one k step alternate a DMA phase and a matmul on every worker alike: the phases
     # meet on the bus. (With several k steps the Ball hides later loads and the workers drift
     # apart: not charged.)
-    worker_cycles = worker_cycles + np.where(Kt == 1, lockstep_bus_wait(
-        params, workers, (dA, bytes_a), (dB, bytes_b), (dC, bytes_c), shape.bias, (n_ab, n_a, n_b)), 0)
+    worker_cycles = worker_cycles + _on_one_k_step(Kt, lambda take: lockstep_bus_wait(
+        params, take(workers), (take(dA), take(bytes_a)), (take(dB), take(bytes_b)), (take(dC), take(bytes_c)),
+        shape.bias, (take(n_ab), take(n_a), take(n_b))))
     loads_a = (n_ab + n_a) * Kt
     loads_b = (n_ab + n_b) * Kt
     # The shared copy of B: one per tile of cores the computing workers span, its T tiles
@@ -204,7 +234,6 @@ def matmul_cost(params: CandidateArrays, shape: MatmulShape, tm, tn, tk) -> Matm
     own_copy = shared_b & (not shape.b_preloaded)
     pre_loads = np.where(own_copy, -(-check.shared_tiles // loaders), 0)
     pre_bytes = np.where(own_copy, check.shared_tiles * bytes_b * core_groups, 0)
-    bus = col("system_bus_bytes")
     preload = np.where(pre_loads > 0, np.maximum(pre_loads * dB, -(-pre_bytes // bus)) + sh_lat, 0)
     dma_worker = loads_a * dA + loads_b * dB + P * (dC + d_bias) + pre_loads * dB
     compute_worker = P * Kt * c
@@ -219,8 +248,8 @@ def matmul_cost(params: CandidateArrays, shape: MatmulShape, tm, tn, tk) -> Matm
     last = tile_loads(np.where(split_rows, rest, Mt), np.where(split_rows, Nt, rest))
     total_bytes = moved(P, n_ab, n_a, n_b) * (workers - 1) + moved(*last)
     # the bus carries every worker's bytes, or, where a transfer holds it, their holds
-    hold_a, hold_b, hold_c = (bus_hold_cycles(d, nbytes, *dma, bus) for d, nbytes in
-                              ((dA, bytes_a), (dB, bytes_b), (dC, bytes_c)))
+    hold_a, hold_b, hold_c = (spread(bus_hold_cycles(d, nbytes, *one_dma, one_bus)) for d, nbytes in
+                              zip(d_one, (bytes_a, bytes_b, bytes_c)))
     bus_cycles = np.maximum(-(-total_bytes // bus),
                             workers * (loads_a * hold_a + loads_b * hold_b + P * hold_c * (2 if shape.bias else 1)))
     total_bytes = total_bytes + pre_bytes

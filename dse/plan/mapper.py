@@ -102,9 +102,17 @@ class TilePoint:
 
 # Figures that may differ within a group: the bank count and what follows from it (the
 # private SRAM per core); names and reasons only label. `search_shape` checks that they do
-# not change a tile's cost by evaluating each group at its smallest and largest member.
+# not change a tile's legality but by the bank budget (each group's legality at its smallest
+# and largest member); that they do not change its cost, the tests (grouped against one by one).
 _BANK_FIGURES = {"bank_count", "private_sram_per_core"}
-_NOT_KEY = {"n", "chip_names", "chip_index"} | _BANK_FIGURES
+# Figures the search never reads (`check_tiles`, `matmul_cost` and what they call read
+# the addressable rows, not the physical ones, and no core-op cost but the copy's; the
+# core count only blocks a candidate, which is decided per candidate): candidates that
+# differ only in them share a group. A figure not named here keys the groups.
+_UNREAD = {"bank_rows", "cores", "burst_max_bytes", "bursts_in_flight", "op_cycles_per_element", "mul_cpe",
+           "scale_cpe", "graph_op_cpe", "relu_cpe", "chain_cpe", "fence_cycles", "barrier_cycles", "fusion",
+           "channels_last", "scan_weights_kept", "parts_at_once"}
+_NOT_KEY = {"n", "chip_names", "chip_index"} | _BANK_FIGURES | _UNREAD
 
 
 def _with(params: CandidateArrays, **arrays) -> CandidateArrays:
@@ -169,8 +177,10 @@ class ShapeSearch:
     group): the bank count enters only the bank budget (tiles needing more banks than the
     chip has are illegal), never a tile's cycles, so each candidate's best tile is a lookup
     in its group's tiles sorted by banks needed (a running best). `search_shape` checks
-    that independence on every call (each group evaluated at its smallest and largest bank
-    count) and evaluates candidates one by one when it does not hold.
+    on every call that the bank count changes a tile's legality only by the budget (each
+    group's `check_tiles` at its smallest and largest bank count; `matmul_cost` reads the
+    bank count nowhere else, which the tests check against one by one) and evaluates
+    candidates one by one when it does not hold.
     """
 
     shape: MatmulShape
@@ -299,8 +309,8 @@ def search_shape(params: CandidateArrays, shape: MatmulShape, group_by_banks: bo
                  groups: CandidateGroups | None = None, framework: bool = True) -> ShapeSearch:
     """Every tile of `shape` for every candidate (search policy), and the framework's tile
     as the framework runs it: a `matmul_cost` call over the grid per group of candidates
-    that differ only in bank count (and one at the group's other bank-count extreme, the
-    independence check), plus one of a single tile per group for the framework.
+    that differ only in bank count (and the legality rules at the group's other bank-count
+    extreme, the independence check), plus one of a single tile per group for the framework.
     `group_by_banks=False` evaluates every candidate on its own (the reference path);
     `groups` (from `candidate_groups(params)`) saves regrouping when shapes share candidates;
     `framework=False` leaves the framework's tile out (its fields None: `plan_values("search")`
@@ -318,29 +328,30 @@ def search_shape(params: CandidateArrays, shape: MatmulShape, group_by_banks: bo
     full = (G, T)
     grouped = group_by_banks
     if grouped:
-        # Each group's member with the most banks, and (the independence check) the one with
-        # the fewest, in one call.
-        both = search.take(np.concatenate([hi_idx, lo_idx]) if spread else hi_idx)
-        pair = matmul_cost(both, shape, tm, tn, tk)
+        # Each group's member with the most banks costed; the one with the fewest (the
+        # independence check) through the legality rules, the one reader of the bank count
+        # (`check_tiles`' bank budget: the figures' independence is the tests' to check,
+        # grouped against one by one).
+        pair = matmul_cost(search.take(hi_idx), shape, tm, tn, tk)
         viol = pair.check.violations
         grouped = "bank_budget" in viol
     if grouped:
-        two = (2 * G if spread else G, T)
-        ok_free2 = np.ones(two, dtype=bool)
-        for name, violation in viol.items():
-            if name != "bank_budget":
-                ok_free2 &= ~np.broadcast_to(violation, two)
-        banks2 = np.broadcast_to(pair.check.banks, two)
-        budget2 = np.concatenate([hi, lo]) if spread else hi
-        grouped = bool(np.array_equal(pair.check.ok, ok_free2 & (banks2 <= budget2[:, None])))
-        fields2 = [np.broadcast_to(figure, two)
-                   for figure in (pair.cycles, pair.sram_bytes, pair.check.banks, pair.dma_bytes)]
+        def free(check) -> np.ndarray:  # legal apart from the bank budget
+            out = np.ones(full, dtype=bool)
+            for name, violation in check.violations.items():
+                if name != "bank_budget":
+                    out &= ~np.broadcast_to(violation, full)
+            return out
+
+        ok_free, banks = free(pair.check), np.broadcast_to(pair.check.banks, full)
+        grouped = bool(np.array_equal(pair.check.ok, ok_free & (banks <= hi[:, None])))
         if grouped and spread:
-            grouped = np.array_equal(ok_free2[:G], ok_free2[G:]) and all(
-                np.array_equal(figure[:G], figure[G:]) for figure in fields2)
+            low = check_tiles(search.take(lo_idx), tm, tn, tk, shape)
+            grouped = (np.array_equal(free(low), ok_free) and np.array_equal(np.broadcast_to(low.banks, full), banks)
+                       and np.array_equal(low.ok, ok_free & (banks <= lo[:, None])))
         if grouped:
-            ok_free = ok_free2[:G]
-            cycles, sram, banks, dma_bytes = (figure[:G] for figure in fields2)
+            cycles, sram, dma_bytes = (np.broadcast_to(figure, full)
+                                       for figure in (pair.cycles, pair.sram_bytes, pair.dma_bytes))
             grid_cost = pair
     if grouped:
         budget = bank_count.astype(np.int64)

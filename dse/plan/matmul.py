@@ -12,12 +12,13 @@ from ..cost.matmul import MatmulCost, matmul_cost
 from ..mapping import Candidate, MatmulShape, check_tiles, framework_tiles, tile_grid
 from ..mapping.matmul import PAD
 from ..mapping.params import CandidateArrays
-from .mapper import search_shape
+from .mapper import CandidateGroups, search_shape
 from .tile_choice import PLAN_FIELDS, MatmulPlans, blocked_reasons  # noqa: F401  (read from here too)
 
 
-def plan_matmuls(params: CandidateArrays, shape: MatmulShape) -> MatmulPlans:
-    """Per candidate: the framework's greedy tile, or the fastest legal one (ties: less SRAM)."""
+def plan_matmuls(params: CandidateArrays, shape: MatmulShape, groups: CandidateGroups | None = None) -> MatmulPlans:
+    """Per candidate: the framework's greedy tile, or the fastest legal one (ties: less SRAM).
+    `groups`: `candidate_groups(params)`, when the caller searches several shapes of them."""
     n = params.n
     values = {f: np.zeros(n, dtype=np.int64) for f in PLAN_FIELDS}
     feasible = np.zeros(n, dtype=bool)
@@ -64,7 +65,9 @@ def plan_matmuls(params: CandidateArrays, shape: MatmulShape) -> MatmulPlans:
     if search.size:
         # Every tile for every candidate, through the mapper's evaluation (candidates that
         # differ only in bank count share one costed row): one implementation of the pick.
-        found = search_shape(params.take(search), shape, framework=False)
+        whole = search.size == n
+        found = search_shape(params if whole else params.take(search), shape, framework=False,
+                             groups=groups if whole else None)
         picked = found.plan_values("search")
         ok = found.best >= 0
         for name in PLAN_FIELDS:

@@ -83,6 +83,8 @@ def spmd_chip(chip: ChipConfig, workers: int) -> tuple[ChipConfig, str]:
     """`cores_chip` of cores ``0 .. workers - 1``."""
     if workers > chip.cores.count:
         return chip, too_many_workers(workers, chip.name, chip.cores.count)
+    if not chip.cores.groups:  # no core group to override anything: the chip itself (cores_chip's answer)
+        return chip, ""
     return cores_chip(chip, range(workers))
 
 

@@ -110,7 +110,7 @@ def assess_columns(chips: Sequence[object], cores: Sequence[Mapping[int, object]
     why: list[str] = []  # per distinct holdings, why it cannot be priced ("" when it can)
     slow: dict[tuple, str] = {}  # `slow_memories` by (pricing chip, shared banks held)
     notes = [""] * n
-    which = np.full(n, -1, dtype=np.int64)
+    found = [-1] * n  # each candidate's index in `held` (-1: none), as `which` below
 
     def column(name: str, missing: float = 0.0) -> np.ndarray:
         values = np.asarray(totals[name], dtype=np.float64) if name in totals else np.full(n, missing)
@@ -119,13 +119,14 @@ def assess_columns(chips: Sequence[object], cores: Sequence[Mapping[int, object]
     latency = column("latency_cycles", np.nan)
     shared = column("shared_sram_bytes").tolist()
     priced = ~np.isnan(latency)
-    for i, (chip, used, ok) in enumerate(zip(chips, cores, priced.tolist())):
+    for i, (chip, used, ok, own, shared_i) in enumerate(zip(chips, cores, priced.tolist(),
+                                                            keys if keys is not None else cores, shared)):
         if used is None or not ok:
             continue
-        key = ((keys[i] if keys is not None else id(used)), shared[i])
+        key = ((own if keys is not None else id(used)), shared_i)
         k = distinct.get(key)
         if k is None:
-            h, reason = holdings(chip, used, shared[i]), ""
+            h, reason = holdings(chip, used, shared_i), ""
             try:
                 tables.holdings_vectors(h)
                 tables.prices(h.chip)
@@ -139,25 +140,25 @@ def assess_columns(chips: Sequence[object], cores: Sequence[Mapping[int, object]
             k = distinct[key] = len(held)
             held.append(h)
             why.append(reason)
-        which[i] = k if held[k] is not None else -1
+        found[i] = k if held[k] is not None else -1
         notes[i] = why[k]
+    which = np.array(found, dtype=np.int64)
     activity = {name: column(name) for name in ACTIVITY if name != "dram_bytes"}
     activity["dram_bytes"] = column("dma_bytes")
     parts = per_holdings(held, tables)  # read by the totals and the per-op energy alike
     a: Assessment = assess(held, activity, latency, tables, which, parts)
-    if per_op is not None and not per_op.empty:
+    if per_op is not None and "candidate" in per_op and len(per_op["candidate"]):
         per_op["energy_uj"] = op_energy(tables, held, which, per_op, parts)
     assessed = which >= 0
     out = {name: np.where(assessed, getattr(a, name), np.nan)
            for name in ("area_mm2", "energy_uj", "leakage_energy_uj", "power_mw", "edp", "inferences_per_joule")}
-    sram: dict = {}
-    total_sram = np.full(n, np.nan)
-    for i in np.flatnonzero(assessed).tolist():
-        skey = (int(which[i]), shared[i])
-        if skey not in sram:
-            sram[skey] = total_sram_bytes(chips[i], cores[i], shared[i])
-        total_sram[i] = sram[skey]
-    out["total_sram_bytes"] = total_sram
+    # once per distinct holdings (its key holds the shared bytes), read at its first candidate
+    at = np.flatnonzero(assessed)
+    ks, first = np.unique(which[at], return_index=True)
+    sram = np.full(len(held) + 1, np.nan)  # the last entry: none (which -1)
+    for k, i in zip(ks.tolist(), at[first].tolist()):
+        sram[k] = total_sram_bytes(chips[i], cores[i], shared[i])
+    out["total_sram_bytes"] = np.where(assessed, sram[which], np.nan)
     out["dram_footprint_bytes"] = np.where(assessed, np.asarray(footprints, dtype=np.float64), np.nan)
     return PpaColumns({m: out[m] for m in PPA_METRICS}, a.area_by, a.energy_by, assessed, notes)
 
@@ -214,14 +215,14 @@ def assess_candidates(rows: list[dict], cands: list, footprints, ppa_calibration
 
 
 def assess_frame(totals, cands: list, footprints, ppa_calibration=None, per_op=None) -> PpaColumns:
-    """`assess_candidates` of a totals frame (`summarize`'s) as columns: what a batch of
-    thousands reads, without a dict a candidate."""
-    feasible = totals["feasible"].to_numpy(dtype=bool)
+    """`assess_candidates` of a totals frame (`summarize`'s, or its columns) as columns: what
+    a batch of thousands reads, without a dict a candidate."""
+    feasible = np.asarray(totals["feasible"], dtype=bool)
     cores, keys = candidate_cores(cands, feasible.tolist())
     # the plan's tensors and what the lowering lays out for the products beside them
-    workspace = totals["workspace_bytes"].to_numpy(dtype=np.float64) if "workspace_bytes" in totals else 0.0
+    workspace = np.asarray(totals["workspace_bytes"], dtype=np.float64) if "workspace_bytes" in totals else 0.0
     footprints = np.asarray(footprints, dtype=np.float64) + workspace
-    columns = {name: totals[name].to_numpy() for name in totals.columns}
+    columns = {name: np.asarray(totals[name]) for name in totals}
     return assess_columns([c.chip for c in cands], cores, columns, footprints, ppa_calibration, per_op, keys)
 
 
@@ -241,19 +242,20 @@ def op_energy(tables, held: Sequence, which: np.ndarray, per_op, parts: tuple | 
     _, leak_by, prices, clock, cores, idle_pj = parts or per_holdings(held, tables)
     price, leak = prices.sum(axis=2), leak_by.sum(axis=1)  # an action's price over every component
     at = np.asarray(which, dtype=np.int64)
-    cand = np.where(at < 0, len(held), at)[per_op["candidate"].to_numpy()]  # the last row: none
-    unit = per_op["unit"].to_numpy()
-    pj = np.zeros(len(per_op))
+    rows = np.asarray(per_op["candidate"])  # a frame's column or `estimate_columns`' array alike
+    cand = np.where(at < 0, len(held), at)[rows]  # the last row: none
+    unit = np.asarray(per_op["unit"])
+    pj = np.zeros(len(rows))
     for a, name in enumerate(ACTIVITY):
         if name in OP_ACTIVITY:
-            counts = per_op[OP_ACTIVITY[name]].to_numpy(dtype=np.float64)
+            counts = np.asarray(per_op[OP_ACTIVITY[name]], dtype=np.float64)
         elif name.endswith("_busy") and name[:-5] in STREAM_BALLS:
-            counts = np.where(unit == name[:-5], per_op["stream_busy"].to_numpy(dtype=np.float64), 0.0)
+            counts = np.where(unit == name[:-5], np.asarray(per_op["stream_busy"], dtype=np.float64), 0.0)
         else:
             continue
         pj += counts * price[cand, a]
-    cycles = per_op["cycles"].to_numpy(dtype=np.float64)
-    pj += np.maximum(cores[cand] * cycles - per_op["core_busy"].to_numpy(dtype=np.float64), 0) * idle_pj[cand]
+    cycles = np.asarray(per_op["cycles"], dtype=np.float64)
+    pj += np.maximum(cores[cand] * cycles - np.asarray(per_op["core_busy"], dtype=np.float64), 0) * idle_pj[cand]
     pj += leak[cand] * cycles / clock[cand] * 1e3
     return pj / 1e6
 

@@ -69,6 +69,7 @@ class CandidateBuilder:
         self._baseline_config = CanonicalParts(self.baseline_data["config"])
         self._chip_limits = spec.baseline_chip.data_with_limits().get("limits")
         self._sections: dict[tuple[str, str], Any] = {}  # (section, its canonical JSON) -> validated section
+        self._as_given: dict[tuple[str, str], bool] = {}  # (section, its canonical JSON) -> it dumps as given
         self._mappings: dict[tuple, Any] = {}
 
     def chip_for(self, params: dict) -> tuple[dict, str, str, Any]:
@@ -88,13 +89,14 @@ class CandidateBuilder:
             if chip_over:
                 chip = self.chip_from_sections(data, sections)
                 try:
+                    as_given = chip is not None and self.dumps_as_given(data, sections)
                     if chip is None:  # the full validation: a knob outside a section, or an error to name
                         checked, checked_text = data, text
                         if self._chip_limits:  # the baseline's declared ranges bound the knobs too
                             checked = {**data, "limits": self._chip_limits}
                             checked_text = self._baseline_config.text(checked, sections | {"limits"})
                         chip = validate_chip_text(checked_text, checked, self.spec.path, field_prefix="chip.")
-                    dumped = chip.model_dump(mode="json")
+                    dumped = data if as_given else chip.model_dump(mode="json")
                     if dumped != data:  # validation normalised a value (an int given for a float): its form
                         data, text = dumped, canonical_json(dumped)
                 except InputError as exc:
@@ -129,6 +131,23 @@ class CandidateBuilder:
             return baseline.with_sections(**replaced)
         except ValueError:
             return None
+
+    def dumps_as_given(self, data: dict, sections: set[str]) -> bool:
+        """Whether the chip `chip_from_sections` built of `data` dumps as `data` (the whole
+        chip's dump, tens of microseconds a chip, not needed): every section a knob set dumps
+        as given (read once per distinct value), and the others are the baseline's own.
+        Technology and costs not: the chip's dump leaves them out when empty."""
+        for name in sections:
+            if name in ("technology", "costs"):
+                return False
+            key = (name, canonical_json(data[name]))
+            same = self._as_given.get(key)
+            if same is None:
+                section = self._sections.get(key)
+                same = self._as_given[key] = section is not None and section.model_dump(mode="json") == data[name]
+            if not same:
+                return False
+        return True
 
     def mapping_for(self, params: dict) -> tuple[dict, str, str]:
         """(mapping data, its canonical JSON, why it is invalid or '') once per distinct

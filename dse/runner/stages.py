@@ -9,9 +9,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
-import pandas as pd
 
-from ..analytical import estimate, summarize
+from ..analytical.estimate import estimate_columns, spmd_chips, summarize_columns
 from ..analytical.moe import estimate_spread
 from ..errors import InputError
 from ..frontend import run_pipeline
@@ -295,23 +294,15 @@ def analytical_batch(graph, cands: list[Candidate], calibration: dict | None = N
             for i, r in zip(part, analytical_batch(graph, [cands[i] for i in part], calibration, ppa_calibration)):
                 out[i] = r
         return out
-    if not spread:
-        per_op = estimate(graph, cands, calibration)
-        return _batch_results(graph, cands, per_op, summarize(per_op, cands), ppa_calibration)
+    if not spread:  # columns throughout: no frame for thousands of candidates x ops
+        spmd = spmd_chips(cands)  # read by both
+        per_op = estimate_columns(graph, cands, calibration, spmd=spmd)
+        return _batch_results(graph, cands, per_op, summarize_columns(per_op, cands, spmd), ppa_calibration)
+    # the experts spread over the workers: every candidate every op too, as columns, with
+    # the busiest worker's imbalance where feasible
     per_op, totals, imbalances = estimate_spread(graph, cands, calibration)
-    n_ops = len(graph.ops)
-    rows = totals.to_dict("records")
-    components, notes = add_ppa(rows, cands, _footprints(graph, cands), ppa_calibration, per_op=per_op)
-    notes = ["; ".join(filter(None, [n, s])) for n, s in zip(notes, _scan_notes(graph, cands))]
-    columns = [per_op[c].tolist() if c in per_op else [None] * len(per_op) for c in OP_FIELDS]
-    out = []
-    for i, t in enumerate(rows):
-        ops = list(zip(*(col[i * n_ops:(i + 1) * n_ops] for col in columns)))
-        out.append(AnalyticalResult(bool(t["feasible"]), str(t["reason"]), total_metrics(t), ops, notes[i],
-                                    components[i]))
-        if t["feasible"]:
-            out[-1].totals["core_imbalance"] = imbalances[i]
-    return out
+    imbalance = np.where(np.asarray(totals["feasible"], dtype=bool), np.asarray(imbalances, dtype=np.float64), np.nan)
+    return _batch_results(graph, cands, per_op, totals, ppa_calibration, {"core_imbalance": imbalance})
 
 
 def _split_by_mapping(cands: list[Candidate], test) -> tuple[list[int], list[int]]:
@@ -327,25 +318,32 @@ def _split_by_mapping(cands: list[Candidate], test) -> tuple[list[int], list[int
     return yes, no
 
 
-def _batch_results(graph, cands: list[Candidate], per_op: pd.DataFrame, totals: pd.DataFrame,
-                   ppa_calibration: dict | None) -> list[AnalyticalResult]:
-    """`analytical_batch`'s results from the SPMD estimate (`per_op`, candidate-major, every
-    candidate every op) and its totals, made as columns: the PPA figures
+def _batch_results(graph, cands: list[Candidate], per_op, totals, ppa_calibration: dict | None,
+                   extra: dict[str, np.ndarray] | None = None) -> list[AnalyticalResult]:
+    """`analytical_batch`'s results from the SPMD estimate (`per_op`: `estimate_columns`,
+    candidate-major, every candidate every op) and its totals (`summarize_columns`), made as
+    columns: the PPA figures
     (`dse.ppa.assess.assess_frame`), each candidate's totals, and its metric columns,
-    grouped by which metrics it has (what `AnalyticalResult.metrics` gives one candidate)."""
+    grouped by which metrics it has (what `AnalyticalResult.metrics` gives one candidate).
+    `per_op` and `totals`: columns or frames; `extra`: totals beyond `METRICS` (name ->
+    per-candidate values), after them, a feasible candidate's only."""
     n, n_ops = len(cands), len(graph.ops)
     ppa = None
     if ppa_calibration is not None:
         ppa = assess_frame(totals, cands, _footprints(graph, cands), ppa_calibration, per_op=per_op)
     notes = ["; ".join(filter(None, [n, s])) for n, s in zip(ppa.notes if ppa else [""] * n, _scan_notes(graph, cands))]
-    feasible = totals["feasible"].to_numpy(dtype=bool)
+    feasible = np.asarray(totals["feasible"], dtype=bool)
     reasons = [str(r) for r in totals["reason"].tolist()]
-    figures = np.full((n, len(METRICS)), np.nan)
+    extra = extra or {}
+    total_names = METRICS + tuple(extra)
+    figures = np.full((n, len(total_names)), np.nan)
     for j, name in enumerate(METRICS):
         if ppa is not None and name in ppa.totals:
             figures[:, j] = ppa.totals[name]
         elif name in totals:
-            figures[:, j] = totals[name].to_numpy(dtype=np.float64)
+            figures[:, j] = np.asarray(totals[name], dtype=np.float64)
+    for j, values in enumerate(extra.values(), len(METRICS)):
+        figures[:, j] = np.where(feasible, np.asarray(values, dtype=np.float64), np.nan)
     # The metric columns: every candidate's values laid out alike (totals, area and energy by
     # component, per op cycles, energy and tiles), with which of them it has.
     blocks, present = [figures], [~np.isnan(figures)]
@@ -356,7 +354,7 @@ def _batch_results(graph, cands: list[Candidate], per_op: pd.DataFrame, totals: 
             blocks.append(by)
             present.append(kept & ~np.isnan(by))
             components += [(metric, name) for name in COMPONENTS]
-    op_columns = {c: per_op[c].to_numpy() for c in OP_FIELDS if c in per_op}
+    op_columns = {c: np.asarray(per_op[c]) for c in OP_FIELDS if c in per_op}
     if n_ops:
         grid = lambda c: op_columns[c].reshape(n, n_ops).astype(np.float64)  # noqa: E731  (candidates x ops)
         energy = grid("energy_uj") if "energy_uj" in op_columns else np.full((n, n_ops), np.nan)
@@ -371,7 +369,7 @@ def _batch_results(graph, cands: list[Candidate], per_op: pd.DataFrame, totals: 
     which = which.reshape(-1)
     columns: list = [None] * n
     names = [op.name for op in graph.ops]
-    n_totals, n_components = len(METRICS), len(components)
+    n_totals, n_components = len(total_names), len(components)
     for k in range(len(patterns)):
         mask = present[first[k]]
         rows = np.flatnonzero(which == k)
@@ -379,14 +377,21 @@ def _batch_results(graph, cands: list[Candidate], per_op: pd.DataFrame, totals: 
         if n_ops and feasible[first[k]]:
             op_mask = mask[n_totals + n_components:].reshape(n_ops, 5)
             ops = tuple((name, bool(m[1]), bool(m[2])) for name, m in zip(names, op_mask))
-        shape = shape_of((tuple(name for name, on in zip(METRICS, mask[:n_totals]) if on),
+        shape = shape_of((tuple(name for name, on in zip(total_names, mask[:n_totals]) if on),
                           tuple(c for c, on in zip(components, mask[n_totals:n_totals + n_components]) if on), ops))
         for row, got in zip(rows.tolist(), values[rows][:, mask].tolist()):
             columns[row] = MetricColumns(shape, got)
-    ops_of = _OpRows.of(per_op, n_ops)
-    return [AnalyticalResult(f, reason, dict(zip(METRICS, t)), ops_of(i), note,
-                             _Components(ppa, i) if ppa is not None else {}, columns[i])
-            for i, (f, reason, t, note) in enumerate(zip(feasible.tolist(), reasons, figures.tolist(), notes))]
+    op_rows = [np.asarray(per_op[c]) if c in per_op else None for c in OP_FIELDS]  # `_OpRows` of each
+    parts = [_Components(ppa, i) if ppa is not None else {} for i in range(n)]
+    out = [AnalyticalResult(f, reason, dict(zip(METRICS, t)), _OpRows(op_rows, start, start + n_ops), note, part,
+                            column)
+           for f, reason, t, note, part, column, start in zip(feasible.tolist(), reasons, figures.tolist(), notes,
+                                                               parts, columns, range(0, n * n_ops, n_ops))]
+    for j, name in enumerate(extra, len(METRICS)):  # a feasible candidate's, after the others
+        for result, value in zip(out, figures[:, j].tolist()):
+            if result.feasible:
+                result.totals[name] = value
+    return out
 
 
 class _OpRows(Sequence):
@@ -397,11 +402,6 @@ class _OpRows(Sequence):
 
     def __init__(self, columns: list, start: int, stop: int):
         self.columns, self.start, self.stop = columns, start, stop
-
-    @classmethod
-    def of(cls, per_op: pd.DataFrame, n_ops: int):
-        columns = [per_op[c].to_numpy() if c in per_op else None for c in OP_FIELDS]
-        return lambda i: cls(columns, i * n_ops, (i + 1) * n_ops)
 
     def _rows(self) -> list[tuple]:
         n = self.stop - self.start

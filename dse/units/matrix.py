@@ -50,6 +50,7 @@ from ..mapping import MatmulShape
 from ..mapping.matmul import check_tiles
 from ..plan.graph_plan import OpPlan, copy_buffer
 from ..plan.grouped import block_diagonal, on_matrix
+from ..plan.mapper import candidate_groups
 from ..plan.matmul import MatmulPlans, plan_matmul, plan_matmuls
 from ..plan.memory import Blocked, Loc, pad, padded_shape
 from ..plan.split import shared_loads
@@ -365,7 +366,9 @@ def overlapped_plans(cost, shape: MatmulShape) -> MatmulPlans:
     if shape not in cost.overlapped:
         serial = cost.params.serial
         params = replace(cost.params, serial=np.zeros(cost.n, dtype=bool)) if serial.any() else cost.params
-        cost.overlapped[shape] = plan_matmuls(params, shape)
+        if cost.search_groups is None:  # the candidates' groups, found once for every shape
+            cost.search_groups = candidate_groups(params)
+        cost.overlapped[shape] = plan_matmuls(params, shape, cost.search_groups)
     return cost.overlapped[shape]
 
 
@@ -473,8 +476,9 @@ def gemm_figures(cost, charges: Charges, plan: OpPlan, plans: MatmulPlans, worke
     """The picked tiles' cycles, transfers and activity added to `charges`, and their figures."""
     op = plan.op
     feasible = plans.feasible.copy()
-    # the very words the lowering raises (`Infeasible`)
-    reason = np.array([f"op {op.name}: {why}" if why else "" for why in plans.reason], dtype=object)
+    # the very words the lowering raises (`Infeasible`), worded once per distinct reason
+    worded = {why: f"op {op.name}: {why}" if why else "" for why in set(plans.reason)}
+    reason = np.array([worded[why] for why in plans.reason], dtype=object)
     charges.core += np.where(feasible, plans.core_cycles, 0)
     charges.busy += np.where(feasible, plans.busy_cycles, 0)
     charges.ball += np.where(feasible, plans.cycles - plans.core_cycles, 0)
