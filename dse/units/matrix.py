@@ -257,24 +257,17 @@ def emit_gemm(builder, op: Op, a_loc: Loc, b, bias, M: int, N: int, K: int, nb: 
         ids_b = [] if shared_b else list(range(len(ids_a), len(ids_a) + nbuf))
         ids_c = list(range(len(ids_a) + len(ids_b), len(ids_a) + len(ids_b) + nbuf))
         prog += [Mset(i, col_a) for i in ids_a] + [Mset(i, col_b) for i in ids_b] + [Mset(i, col_c) for i in ids_c]
-        # per operand: the tile each slot holds, and the slot of each held tile (a lookup, not
-        # a scan of the slots: 120 k loads a Llama layer)
         held_a: dict[int, tuple] = {}
         held_b: dict[int, tuple] = {}
-        slot_of = {"a": {}, "b": {}}
         nxt = {"a": 0, "b": 0}
 
         def load(kind, held, ids, key, addr, lines):
-            where = slot_of[kind]
-            slot = where.get(key)
-            if slot is not None:
-                return ids[slot]
+            for slot, k in held.items():
+                if k == key:
+                    return ids[slot]
             slot = nxt[kind]
             nxt[kind] = (slot + 1) % len(ids)
-            if slot in held:
-                del where[held[slot]]
             held[slot] = key
-            where[key] = slot
             prog.append(Mvin(ids[slot], addr, lines, 0))
             return ids[slot]
 
