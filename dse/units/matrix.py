@@ -257,43 +257,46 @@ def emit_gemm(builder, op: Op, a_loc: Loc, b, bias, M: int, N: int, K: int, nb: 
         ids_b = [] if shared_b else list(range(len(ids_a), len(ids_a) + nbuf))
         ids_c = list(range(len(ids_a) + len(ids_b), len(ids_a) + len(ids_b) + nbuf))
         prog += [Mset(i, col_a) for i in ids_a] + [Mset(i, col_b) for i in ids_b] + [Mset(i, col_c) for i in ids_c]
-        held_a: dict[int, tuple] = {}
-        held_b: dict[int, tuple] = {}
-        nxt = {"a": 0, "b": 0}
-
-        def load(kind, held, ids, key, addr, lines):
-            for slot, k in held.items():
-                if k == key:
-                    return ids[slot]
-            slot = nxt[kind]
-            nxt[kind] = (slot + 1) % len(ids)
-            held[slot] = key
-            prog.append(Mvin(ids[slot], addr, lines, 0))
-            return ids[slot]
-
+        # the tile each bank slot holds (a tile's index: -1 none), refilled round robin; inline,
+        # not a call a tile: a Llama layer loads 120 k tiles at seq 1024
+        held_a, held_b = [-1] * len(ids_a), [-1] * len(ids_b)
+        next_a = next_b = 0
+        append = prog.append
         acc_slot = 0
         for bi in range(nb):
+            bb = bi if nbB > 1 else 0
             for mi in m_tiles:
                 for ni in n_tiles:
                     acc_bank = ids_c[acc_slot]
                     acc_slot = (acc_slot + 1) % nbuf
                     if bias_base is not None:
-                        prog.append(Mvin(acc_bank, bias_base + ni * tm * tn * 4, lines_c, 0))
+                        append(Mvin(acc_bank, bias_base + ni * tm * tn * 4, lines_c, 0))
                     for ki in range(Kt):
                         if shared_a:
                             a_bank = top - (bi * Mt + mi)
                         else:
-                            a_bank = load("a", held_a, ids_a, (bi, mi, ki), a_tile(bi, mi, ki), lines_a)
+                            tile = (bi * Mt + mi) * Kt + ki
+                            if tile in held_a:
+                                a_bank = ids_a[held_a.index(tile)]
+                            else:
+                                a_bank, held_a[next_a] = ids_a[next_a], tile
+                                next_a = (next_a + 1) % len(ids_a)
+                                append(Mvin(a_bank, a_tile(bi, mi, ki), lines_a, 0))
                         if shared_b:
-                            b_bank = b_bank0 + ((bi if nbB > 1 else 0) * Nt + ni) * Kt + ki
+                            b_bank = b_bank0 + (bb * Nt + ni) * Kt + ki
                         else:
-                            b_bank = load("b", held_b, ids_b, (bi if nbB > 1 else 0, ni, ki), b_tile(bi, ni, ki),
-                                          lines_b)
-                        prog.append(Matmul(a_bank, b_bank, acc_bank, tm, tn, tk, dataflow=mapping.dataflow,
-                                           accumulate=ki > 0 or bias_base is not None))
-                    prog.append(Mvout(acc_bank, c_loc.addr + ((bi * Mt + mi) * Nt + ni) * tm * tn * 4, lines_c, 0))
+                            tile = (bb * Nt + ni) * Kt + ki
+                            if tile in held_b:
+                                b_bank = ids_b[held_b.index(tile)]
+                            else:
+                                b_bank, held_b[next_b] = ids_b[next_b], tile
+                                next_b = (next_b + 1) % len(ids_b)
+                                append(Mvin(b_bank, b_tile(bi, ni, ki), lines_b, 0))
+                        append(Matmul(a_bank, b_bank, acc_bank, tm, tn, tk, dataflow=mapping.dataflow,
+                                      accumulate=ki > 0 or bias_base is not None))
+                    append(Mvout(acc_bank, c_loc.addr + ((bi * Mt + mi) * Nt + ni) * tm * tn * 4, lines_c, 0))
                     if fence:
-                        prog.append(Fence())
+                        append(Fence())
         prog += [Mset(i, alloc=False) for i in ids_a + ids_b + ids_c]
     builder.sync(True)
     banks = int(check.banks[0, 0])
