@@ -262,6 +262,9 @@ def emit_gemm(builder, op: Op, a_loc: Loc, b, bias, M: int, N: int, K: int, nb: 
         held_a, held_b = [-1] * len(ids_a), [-1] * len(ids_b)
         next_a = next_b = 0
         append = prog.append
+        # one (immutable) MATMUL object per distinct instruction of the op, reused: a Llama
+        # layer's 61 k are a few dozen distinct ones (labels are by object: the same op's)
+        matmuls: dict[tuple, Matmul] = {}
         acc_slot = 0
         for bi in range(nb):
             bb = bi if nbB > 1 else 0
@@ -292,8 +295,12 @@ def emit_gemm(builder, op: Op, a_loc: Loc, b, bias, M: int, N: int, K: int, nb: 
                                 b_bank, held_b[next_b] = ids_b[next_b], tile
                                 next_b = (next_b + 1) % len(ids_b)
                                 append(Mvin(b_bank, b_tile(bi, ni, ki), lines_b, 0))
-                        append(Matmul(a_bank, b_bank, acc_bank, tm, tn, tk, dataflow=mapping.dataflow,
-                                      accumulate=ki > 0 or bias_base is not None))
+                        key = (a_bank, b_bank, acc_bank, ki > 0 or bias_base is not None)
+                        matmul = matmuls.get(key)
+                        if matmul is None:
+                            matmul = matmuls[key] = Matmul(a_bank, b_bank, acc_bank, tm, tn, tk,
+                                                           dataflow=mapping.dataflow, accumulate=key[3])
+                        append(matmul)
                     append(Mvout(acc_bank, c_loc.addr + ((bi * Mt + mi) * Nt + ni) * tm * tn * 4, lines_c, 0))
                     if fence:
                         append(Fence())
