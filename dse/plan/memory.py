@@ -150,7 +150,10 @@ class Dram:
 
     def __init__(self):
         self.top = 0
-        self.chunks: list[tuple[int, bytes]] = []
+        # initial contents, written into the image only when it is made (`image`): an array
+        # (C-contiguous, kept, not copied to bytes) or a deferred array (`shape`, `nbytes`,
+        # ``write(out)``: a blocked weight's tiles, `dse.units.matrix.BlockedBt`)
+        self.chunks: list[tuple[int, object]] = []
         self.constants: dict[tuple, int] = {}  # (scope, *a read-only constant's key) -> its address
         # Constants are bound within a scope: one graph's lowering (one request of a layered
         # placement, one stage of a staged workload), as the model costs one graph.
@@ -180,13 +183,14 @@ class Dram:
         if value is not None:
             buf = np.zeros(bshape, dtype=NP_DTYPES[dtype])
             buf[tuple(slice(0, n) for n in shape)] = np.asarray(value).astype(NP_DTYPES[dtype], copy=False)
-            self.chunks.append((addr, buf.tobytes()))
+            self.chunks.append((addr, buf))
         return loc
 
-    def blob(self, array: np.ndarray, name: str = "") -> int:
-        """Store a constant array (C-contiguous) and return its address."""
-        data = np.ascontiguousarray(array).tobytes()
-        addr = self.alloc(len(data), name or (f"{self.label}: constant" if self.label else ""))
+    def blob(self, array, name: str = "") -> int:
+        """Store a constant array (kept C-contiguous as it is: not to be changed after) or a
+        deferred one (``nbytes``, ``write(out)``) and return its address."""
+        data = array if hasattr(array, "write") else np.ascontiguousarray(array)
+        addr = self.alloc(data.nbytes, name or (f"{self.label}: constant" if self.label else ""))
         self.chunks.append((addr, data))
         return addr
 
@@ -195,7 +199,11 @@ class Dram:
         blocked layout; the frontend gave byte-identical weights one name), every later use
         bound to that copy with its own offsets into it, within the current `scope`. The
         model counts it once likewise (`dse.units.matrix.bound_bytes`)."""
-        key = ("content", *content_key(array)) if self.bind_content else (self.scope, *key)
+        if self.bind_content:  # bound by its bytes: a deferred array made now
+            array = array.array() if hasattr(array, "write") else array
+            key = ("content", *content_key(array))
+        else:
+            key = (self.scope, *key)
         if key not in self.constants:
             self.constants[key] = self.blob(array, name)
         return self.constants[key]
@@ -240,5 +248,8 @@ class Dram:
     def image(self) -> np.ndarray:
         img = np.zeros(pad(self.top, ALIGN), dtype=np.uint8)
         for addr, data in self.chunks:
-            img[addr:addr + len(data)] = np.frombuffer(data, dtype=np.uint8)
+            if hasattr(data, "write"):
+                data.write(img[addr:addr + data.nbytes])
+            elif data.nbytes:
+                img[addr:addr + data.nbytes] = data.reshape(-1).view(np.uint8)
         return img

@@ -102,12 +102,17 @@ def scale_stream(chip, op: Op, src: Loc, out: Loc, scale: np.ndarray, shape) -> 
         ball, in_bytes, out_bytes = "int2fp", itemsize(kind_in), 4
     if chip.ball(ball) is None or len(shape) == 0:
         return None
-    full = np.broadcast_to(scale, shape).astype(np.float32)
+    # checked on the scale itself, not broadcast to the tensor (a Llama layer's are 58 MB):
+    # every value of it appears in the broadcast one unless that is empty
+    scale32 = np.asarray(scale).astype(np.float32)
+    full = np.broadcast_to(scale32, shape)
+    if full.size and scale32.size < full.size:
+        full = scale32.reshape((1,) * (len(shape) - scale32.ndim) + scale32.shape)
     if not np.all(np.isfinite(full)) or not np.all(full > 0):
         return None  # a negative scale would write -0.0 into zero fp32 padding; NaN/inf: keep the core's path
-    rows_scale = full[..., 0]
-    if not np.array_equal(full.view(np.uint32), np.broadcast_to(rows_scale[..., None], full.shape).view(np.uint32)):
+    if not np.array_equal(full.view(np.uint32), np.broadcast_to(full[..., :1], full.shape).view(np.uint32)):
         return None  # the scale varies along the last axis (per channel): see the docstring
+    rows_scale = np.broadcast_to(scale32, shape)[..., 0]
     row_bytes = chip.banks.row_bytes
     lim = chip.addressable_rows
     runs: list[tuple] = []  # (src, rows, src row bytes, dst row bytes, dst, dst row stride (0: contiguous), scale)

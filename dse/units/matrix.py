@@ -39,9 +39,11 @@ As the lowering emits it:
 from __future__ import annotations
 
 import math
+import warnings
 from dataclasses import dataclass, fields, replace
 
 import numpy as np
+import torch
 
 from emulator import CoreOp, DramTensor, Fence, Matmul, Mset, Mvin, Mvout
 
@@ -184,7 +186,7 @@ def emit_gemm(builder, op: Op, a_loc: Loc, b, bias, M: int, N: int, K: int, nb: 
         # a preloaded B (spans' shared stack) was placed and loaded before the span
         # one copy a weight and layout (`Dram.constant`), keyed as the model counts it
         key = ("weight", op.inputs[1], op.kind, op.attrs.get("groups", 1), Np, Kp, tn, tk)
-        b_base = None if shape.b_preloaded else builder.dram.constant(key, blocked_bt(b[1], Np, Kp, tn, tk),
+        b_base = None if shape.b_preloaded else builder.dram.constant(key, BlockedBt(b[1], Np, Kp, tn, tk),
                                                                    f"{op.inputs[1]}: Bt tiles")
     else:
         _, b_loc, b_nk, nbB = b
@@ -256,43 +258,53 @@ def emit_gemm(builder, op: Op, a_loc: Loc, b, bias, M: int, N: int, K: int, nb: 
         ids_b = [] if shared_b else list(range(len(ids_a), len(ids_a) + nbuf))
         ids_c = list(range(len(ids_a) + len(ids_b), len(ids_a) + len(ids_b) + nbuf))
         prog += [Mset(i, col_a) for i in ids_a] + [Mset(i, col_b) for i in ids_b] + [Mset(i, col_c) for i in ids_c]
-        held_a: dict[int, tuple] = {}
-        held_b: dict[int, tuple] = {}
-        nxt = {"a": 0, "b": 0}
-
-        def load(kind, held, ids, key, addr, lines):
-            for slot, k in held.items():
-                if k == key:
-                    return ids[slot]
-            slot = nxt[kind]
-            nxt[kind] = (slot + 1) % len(ids)
-            held[slot] = key
-            prog.append(Mvin(ids[slot], addr, lines, 0))
-            return ids[slot]
-
+        # the tile each bank slot holds (a tile's index: -1 none), refilled round robin; inline,
+        # not a call a tile: a Llama layer loads 120 k tiles at seq 1024
+        held_a, held_b = [-1] * len(ids_a), [-1] * len(ids_b)
+        next_a = next_b = 0
+        append = prog.append
+        # one (immutable) MATMUL object per distinct instruction of the op, reused: a Llama
+        # layer's 61 k are a few dozen distinct ones (labels are by object: the same op's)
+        matmuls: dict[tuple, Matmul] = {}
         acc_slot = 0
         for bi in range(nb):
+            bb = bi if nbB > 1 else 0
             for mi in m_tiles:
                 for ni in n_tiles:
                     acc_bank = ids_c[acc_slot]
                     acc_slot = (acc_slot + 1) % nbuf
                     if bias_base is not None:
-                        prog.append(Mvin(acc_bank, bias_base + ni * tm * tn * 4, lines_c, 0))
+                        append(Mvin(acc_bank, bias_base + ni * tm * tn * 4, lines_c, 0))
                     for ki in range(Kt):
                         if shared_a:
                             a_bank = top - (bi * Mt + mi)
                         else:
-                            a_bank = load("a", held_a, ids_a, (bi, mi, ki), a_tile(bi, mi, ki), lines_a)
+                            tile = (bi * Mt + mi) * Kt + ki
+                            if tile in held_a:
+                                a_bank = ids_a[held_a.index(tile)]
+                            else:
+                                a_bank, held_a[next_a] = ids_a[next_a], tile
+                                next_a = (next_a + 1) % len(ids_a)
+                                append(Mvin(a_bank, a_tile(bi, mi, ki), lines_a, 0))
                         if shared_b:
-                            b_bank = b_bank0 + ((bi if nbB > 1 else 0) * Nt + ni) * Kt + ki
+                            b_bank = b_bank0 + (bb * Nt + ni) * Kt + ki
                         else:
-                            b_bank = load("b", held_b, ids_b, (bi if nbB > 1 else 0, ni, ki), b_tile(bi, ni, ki),
-                                          lines_b)
-                        prog.append(Matmul(a_bank, b_bank, acc_bank, tm, tn, tk, dataflow=mapping.dataflow,
-                                           accumulate=ki > 0 or bias_base is not None))
-                    prog.append(Mvout(acc_bank, c_loc.addr + ((bi * Mt + mi) * Nt + ni) * tm * tn * 4, lines_c, 0))
+                            tile = (bb * Nt + ni) * Kt + ki
+                            if tile in held_b:
+                                b_bank = ids_b[held_b.index(tile)]
+                            else:
+                                b_bank, held_b[next_b] = ids_b[next_b], tile
+                                next_b = (next_b + 1) % len(ids_b)
+                                append(Mvin(b_bank, b_tile(bi, ni, ki), lines_b, 0))
+                        key = (a_bank, b_bank, acc_bank, ki > 0 or bias_base is not None)
+                        matmul = matmuls.get(key)
+                        if matmul is None:
+                            matmul = matmuls[key] = Matmul(a_bank, b_bank, acc_bank, tm, tn, tk,
+                                                           dataflow=mapping.dataflow, accumulate=key[3])
+                        append(matmul)
+                    append(Mvout(acc_bank, c_loc.addr + ((bi * Mt + mi) * Nt + ni) * tm * tn * 4, lines_c, 0))
                     if fence:
-                        prog.append(Fence())
+                        append(Fence())
         prog += [Mset(i, alloc=False) for i in ids_a + ids_b + ids_c]
     builder.sync(True)
     banks = int(check.banks[0, 0])
@@ -330,13 +342,50 @@ def weight_bt(graph: Graph, op: Op) -> np.ndarray:
 def blocked_bt(bt: np.ndarray, Np: int, Kp: int, tn: int, tk: int) -> np.ndarray:
     """A weight's Bt (nbB, N, K) int8, zero-padded to (Np, Kp) and blocked offline into
     (nbB, Nt, Kt, tn, tk) tiles: one contiguous MVIN a tile."""
-    nbB, N, K = bt.shape
-    if (N, K) == (Np, Kp):  # no padding: blocked straight from Bt (a Llama projection is 58 MB)
-        full = bt
-    else:
-        full = np.zeros((nbB, Np, Kp), dtype=np.int8)
-        full[:, :N, :K] = bt
-    return np.ascontiguousarray(full.reshape(nbB, Np // tn, tn, Kp // tk, tk).transpose(0, 1, 3, 2, 4))
+    return BlockedBt(bt, Np, Kp, tn, tk).array()
+
+
+class BlockedBt:
+    """`blocked_bt` not yet computed: its tiles written where they are placed
+    (`Dram.constant` writes them straight into the DRAM image; a Llama projection's are
+    58 MB, and a copy of them as an array, then as bytes, then into the image cost a layer
+    ~1 s)."""
+
+    def __init__(self, bt: np.ndarray, Np: int, Kp: int, tn: int, tk: int):
+        self.bt, self.Np, self.Kp, self.tn, self.tk = bt, Np, Kp, tn, tk
+        self.shape = (bt.shape[0], Np // tn, Kp // tk, tn, tk)
+        self.dtype = np.dtype(np.int8)
+        self.nbytes = math.prod(self.shape)
+
+    def array(self) -> np.ndarray:
+        out = np.zeros(self.shape, dtype=np.int8)
+        self.write(out)
+        return out
+
+    def write(self, out: np.ndarray) -> None:
+        """The tiles into `out`, C-contiguous int8 of `shape` or its bytes (its padding zero
+        already)."""
+        bt, tn, tk = self.bt, self.tn, self.tk
+        nbB, Nt, Kt = self.shape[:3]
+        nbB_, N, K = bt.shape
+        out = out.view(np.int8).reshape(self.shape)
+        if (N, K) != (self.Np, self.Kp):  # padded: blocked from a zero-padded copy (small weights)
+            full = np.zeros((nbB, self.Np, self.Kp), dtype=np.int8)
+            full[:, :N, :K] = bt
+            bt = full
+        if bt.strides[-2] == 1 and bt.strides[-1] == N:  # Bt a transposed (K, N) weight (`permute` pretransposes)
+            # a Bt tile is a (tk, tn) block of the weight transposed: torch's blocked transpose
+            # of tk rows at a time (whole rows: contiguous reads), 3-4x numpy's strided copy
+            with warnings.catch_warnings():  # a read-only weight: torch only reads it
+                warnings.simplefilter("ignore", UserWarning)
+                for b in range(nbB):
+                    kn = torch.from_numpy(bt[b].T)
+                    for ki in range(Kt):
+                        rows = kn[ki * tk:(ki + 1) * tk].t().contiguous().numpy()  # (N, tk)
+                        out[b, :, ki] = rows.reshape(Nt, tn, tk)
+            return
+        # a row-major Bt: each tile row is tk contiguous bytes, copied as one item
+        np.copyto(out.view(f"V{tk}"), np.ascontiguousarray(bt).reshape(nbB, Nt, tn, Kt, tk).view(f"V{tk}").transpose(0, 1, 3, 2, 4))
 
 
 def contiguous(shape) -> tuple[int, ...]:
