@@ -49,7 +49,8 @@ def main(argv=None) -> int:
     inner = emulator.run
 
     def catch(program, chip, dram=None, **kw):
-        caught.update(program=program, chip=chip, image=dram.copy(), kw={k: v for k, v in kw.items() if k != "in_place"})
+        caught.update(program=program, chip=chip, image=dram.copy(),
+                      kw={k: v for k, v in kw.items() if k != "in_place"})
         raise Lowered
 
     emulator.run = catch

@@ -143,7 +143,8 @@ def test_a_grid_of_tiles_costs_each_tile_as_costed_alone():
     # column takes neither, nor does a batch whose DMA differs: the same figures all three ways
     chips = [load_chip("goban"), load_chip("goban", {"banks.count": 40}),
              load_chip("goban", {"dma.burst_max_bytes": 64, "dma.latency_cycles": 100})]
-    cands = [Candidate(chip, Mapping(workers=w, split=sp)) for chip in chips for w in (1, 3, 4) for sp in ("rows", "cols")]
+    cands = [Candidate(chip, Mapping(workers=w, split=sp))
+             for chip in chips for w in (1, 3, 4) for sp in ("rows", "cols")]
     alike = CandidateArrays.from_candidates(cands[:12])  # goban's DMA only
     mixed = CandidateArrays.from_candidates(cands)
     for shape in (MatmulShape(128, 1024, 256, bias=True), MatmulShape(64, 128, 64), MatmulShape(49, 512, 4608)):
@@ -156,7 +157,8 @@ def test_a_grid_of_tiles_costs_each_tile_as_costed_alone():
             for name in ("cycles", "dma_cycles", "busy_cycles", "dma_bytes", "preload_cycles"):
                 want = np.broadcast_to(getattr(alone, name), (alike.n, 1))[:, 0]
                 assert (np.broadcast_to(getattr(grid, name), (alike.n, len(tm)))[:, t] == want).all(), (shape, t, name)
-                assert (np.broadcast_to(getattr(wide, name), (mixed.n, len(tm)))[:12, t] == want).all(), (shape, t, name)
+                got = np.broadcast_to(getattr(wide, name), (mixed.n, len(tm)))[:12, t]
+                assert (got == want).all(), (shape, t, name)
 
 
 def test_bank_rows_used_by_hand():

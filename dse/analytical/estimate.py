@@ -170,7 +170,8 @@ def summarize(per_op: pd.DataFrame, candidates: Sequence[Candidate]) -> pd.DataF
     return pd.DataFrame(summarize_columns(per_op, candidates), columns=TOTAL_COLUMNS)
 
 
-def summarize_columns(per_op, candidates: Sequence[Candidate], spmd: list[tuple] | None = None) -> dict[str, np.ndarray]:
+def summarize_columns(per_op, candidates: Sequence[Candidate],
+                      spmd: list[tuple] | None = None) -> dict[str, np.ndarray]:
     """`summarize`'s columns (`TOTAL_COLUMNS`, name -> per-candidate values) of a per-op frame
     or of `estimate_columns`; `spmd`: `spmd_chips(candidates)`, when made."""
     n_cands = len(candidates)

@@ -385,7 +385,8 @@ class BlockedBt:
                         out[b, :, ki] = rows.reshape(Nt, tn, tk)
             return
         # a row-major Bt: each tile row is tk contiguous bytes, copied as one item
-        np.copyto(out.view(f"V{tk}"), np.ascontiguousarray(bt).reshape(nbB, Nt, tn, Kt, tk).view(f"V{tk}").transpose(0, 1, 3, 2, 4))
+        tiles = np.ascontiguousarray(bt).reshape(nbB, Nt, tn, Kt, tk).view(f"V{tk}")
+        np.copyto(out.view(f"V{tk}"), tiles.transpose(0, 1, 3, 2, 4))
 
 
 def contiguous(shape) -> tuple[int, ...]:
