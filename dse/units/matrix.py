@@ -43,7 +43,6 @@ import warnings
 from dataclasses import dataclass, fields, replace
 
 import numpy as np
-import torch
 
 from emulator import CoreOp, DramTensor, Fence, Matmul, Mset, Mvin, Mvout
 
@@ -367,22 +366,24 @@ class BlockedBt:
         already)."""
         bt, tn, tk = self.bt, self.tn, self.tk
         nbB, Nt, Kt = self.shape[:3]
-        nbB_, N, K = bt.shape
+        _, N, K = bt.shape
         out = out.view(np.int8).reshape(self.shape)
         if (N, K) != (self.Np, self.Kp):  # padded: blocked from a zero-padded copy (small weights)
             full = np.zeros((nbB, self.Np, self.Kp), dtype=np.int8)
             full[:, :N, :K] = bt
             bt = full
         if bt.strides[-2] == 1 and bt.strides[-1] == N:  # Bt a transposed (K, N) weight (`permute` pretransposes)
+            import torch  # here only: the analytical model imports dse.units and never lowers
+
             # a Bt tile is a (tk, tn) block of the weight transposed: torch's blocked transpose
             # of tk rows at a time (whole rows: contiguous reads), 3-4x numpy's strided copy
             with warnings.catch_warnings():  # a read-only weight: torch only reads it
                 warnings.simplefilter("ignore", UserWarning)
-                for b in range(nbB):
-                    kn = torch.from_numpy(bt[b].T)
+                for batch in range(nbB):
+                    weight = torch.from_numpy(bt[batch].T)  # (K, N), C-contiguous
                     for ki in range(Kt):
-                        rows = kn[ki * tk:(ki + 1) * tk].t().contiguous().numpy()  # (N, tk)
-                        out[b, :, ki] = rows.reshape(Nt, tn, tk)
+                        rows = weight[ki * tk:(ki + 1) * tk].t().contiguous().numpy()  # (N, tk)
+                        out[batch, :, ki] = rows.reshape(Nt, tn, tk)
             return
         # a row-major Bt: each tile row is tk contiguous bytes, copied as one item
         tiles = np.ascontiguousarray(bt).reshape(nbB, Nt, tn, Kt, tk).view(f"V{tk}")
