@@ -21,6 +21,10 @@ from dse.mapping import Candidate, Mapping
 from dse.lower import lower, Infeasible
 from dse.numerics.run import prepare_recipe
 
+if len(sys.argv) < 2 or sys.argv[1].startswith("-") and sys.argv[1] != "--compare":
+    # an option as the output path wrote the points to a file named "--help"
+    print(__doc__.strip())
+    sys.exit(0 if sys.argv[1:2] in (["-h"], ["--help"]) else 2)
 if sys.argv[1] == "--compare":
     old, new = (json.load(open(path)) for path in sys.argv[2:4])
     differ = sorted(k for k in old.keys() | new.keys() if old.get(k) != new.get(k))
