@@ -163,7 +163,7 @@ cdef class Shared:
         bursts land one after another among thousands of intervals (a Llama layer's bus
         holds ~3,600), and a binary search from scratch was most of the timing pass."""
         cdef size_t h = self.hint if self.hint < m else m - 1
-        cdef size_t lo, hi, mid, step = 1
+        cdef size_t lo, hi, step = 1
         if self.be[h] > t:  # the answer is at or before h
             hi = h
             while hi >= step and self.be[hi - step] > t:
@@ -176,6 +176,11 @@ cdef class Shared:
                 lo += step
                 step <<= 1
             hi = lo + step - 1 if lo + step - 1 < m else m
+        return self.bisect_right(t, lo, hi)
+
+    cdef inline size_t bisect_right(self, i64 t, size_t lo, size_t hi) noexcept:
+        """bisect_right(ends[lo:hi], t) + lo: the first interval ending after t."""
+        cdef size_t mid
         while lo < hi:
             mid = (lo + hi) >> 1
             if t < self.be[mid]:
@@ -227,13 +232,7 @@ cdef class Shared:
 
     cdef void prune(self, i64 horizon) noexcept:
         """Drop the intervals that end at or before `horizon` (no request comes before it)."""
-        cdef size_t lo = 0, hi = self.be.size(), mid
-        while lo < hi:
-            mid = (lo + hi) >> 1
-            if horizon < self.be[mid]:
-                hi = mid
-            else:
-                lo = mid + 1
+        cdef size_t lo = self.bisect_right(horizon, 0, self.be.size())
         if lo > 32:
             self.bs.erase(self.bs.begin(), self.bs.begin() + lo)
             self.be.erase(self.be.begin(), self.be.begin() + lo)
