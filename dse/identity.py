@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Iterable
 from typing import Any
 
 # One encoder for every call: json.dumps with options builds a new one each time.
@@ -91,12 +90,6 @@ def candidate_hash_of_texts(config_json: str, mapping_json: str) -> str:
     digest = _config_head(config_json).copy()
     digest.update((mapping_json + "}").encode())
     return digest.hexdigest()
-
-
-def candidate_hashes_of_texts(pairs: Iterable[tuple[str, str]]) -> list[str]:
-    """`candidate_hash_of_texts` of each (config text, mapping text) pair: the config's part
-    of the digest taken once per distinct config text and copied (`_config_head`)."""
-    return [candidate_hash_of_texts(config_json, mapping_json) for config_json, mapping_json in pairs]
 
 
 def candidate_hash(config: Any, mapping: Any) -> str:

@@ -6,7 +6,7 @@ import json
 import random
 
 from dse.chips import load_chip, set_dotted
-from dse.identity import (CanonicalParts, candidate_hash, candidate_hash_of_texts, candidate_hashes_of_texts,
+from dse.identity import (CanonicalParts, candidate_hash, candidate_hash_of_texts,
                           canonical_json, content_hash)
 from dse.mapping import Candidate, Mapping
 
@@ -175,17 +175,15 @@ def test_canonical_json_is_json_dumps_sorted_and_compact_over_generated_values()
     assert canonical_json({"k": [1]}) == '{"k":[1]}'  # nothing left behind by the errors
 
 
-def test_candidate_hashes_of_texts_are_each_pairs_candidate_hash():
-    """The batch form (a config's part of the digest taken once and copied) gives each
-    pair's own candidate_hash_of_texts, = content_hash of the pair, whatever the repeats."""
+def test_repeated_config_texts_hash_as_each_pairs_content_hash():
+    """A config's part of the digest is taken once and copied (the store's batch and the
+    builder alike): each pair still hashes to its own content_hash, whatever the repeats."""
     configs = [{"banks": {"count": n, "rows": 512}, "name": "goban é"} for n in (16, 20)]
     mappings = [{"workers": w, "dataflow": d} for w in (1, 2) for d in ("ws", "os")]
-    pairs = [(canonical_json(configs[i % 2]), canonical_json(mappings[i % 4])) for i in range(11)]
-    assert candidate_hashes_of_texts(pairs) == [candidate_hash_of_texts(c, m) for c, m in pairs]
-    assert candidate_hashes_of_texts(pairs)[:2] == [
-        content_hash({"config": configs[0], "mapping": mappings[0]}),
-        content_hash({"config": configs[1], "mapping": mappings[1]})]
-    assert candidate_hashes_of_texts([]) == []
+    for i in range(11):
+        config, mapping = configs[i % 2], mappings[i % 4]
+        assert candidate_hash_of_texts(canonical_json(config), canonical_json(mapping)) == content_hash(
+            {"config": config, "mapping": mapping})
 
 
 def test_a_chip_built_from_sections_records_its_own_dump(tmp_path):

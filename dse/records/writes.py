@@ -17,7 +17,7 @@ from typing import Any, NoReturn
 from sqlalchemy import Connection, bindparam, delete, insert, or_, select, update
 from sqlalchemy.orm import Session
 
-from dse.identity import Encoded, candidate_hash, candidate_hashes_of_texts, canonical_json, json_text
+from dse.identity import Encoded, candidate_hash, candidate_hash_of_texts, canonical_json, json_text
 from dse.records import candidate_runs, latest, packed, provenance
 from dse.records.driver import DriverCursor
 from dse.records.checks import METRIC_COLUMNS, Pack, as_id, packs_of
@@ -232,7 +232,7 @@ def prepared_candidates(rows: Iterable[Mapping[str, Any]]) -> list[tuple[str, st
         notes = row.get("notes")
         prepared.append((config_text, mapping_text, row["origin"], row.get("diff") or {},
                          str(notes) if notes else None))
-    keys = candidate_hashes_of_texts((p[0], p[1]) for p in prepared)
+    keys = [candidate_hash_of_texts(p[0], p[1]) for p in prepared]  # each config's head hashed once
     return [(key, *p) for key, p in zip(keys, prepared)]
 
 
