@@ -282,7 +282,15 @@ def main() -> None:
     ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--trials", type=int, default=150)
     ap.add_argument("--no-emulator", action="store_true", help="skip the emulator stage's 1 vs 2 workers")
+    ap.add_argument("--grid-only", action="store_true",
+                    help="the grid sweep alone: median wall, candidates/s and driver CPU of --repeat sweeps (quick "
+                         "before/after rounds with DSE_BENCH_TREE, alternating trees)")
     args = ap.parse_args()
+    if args.grid_only:
+        s, n, rate, split = sweep_rate("grid", 1, args.repeat)
+        print(f"{os.environ.get('DSE_BENCH_TREE', REPO)}: grid sweep {n} candidates, median {s:.3f} s = {rate:,.0f} "
+              f"recorded cand/s, driver CPU median {split['cpu']:.3f} s")
+        return
     rows = []
 
     t = time.perf_counter()
