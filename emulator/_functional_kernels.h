@@ -14,6 +14,8 @@
 #include <cstdlib>
 #include <cstring>
 #include <new>
+#include <system_error>
+#include <thread>
 #include <vector>
 #if defined(__SSE2__)
 #include <emmintrin.h>
@@ -451,6 +453,33 @@ static inline void product(int32_t* p, const uint8_t* a, const int8_t* b, long c
     }
 }
 
+// Products of at least this many multiply-adds run on two threads: the calling one and one
+// started for it, each taking half of the output rows (whole 4-row blocks where there are
+// enough), every sum still one thread's, in its kernel's order: the same bits. Below it a
+// thread's start (tens of microseconds) is not paid back. The helper's wait is a join, not a
+// spinning pool (a core op's OpenMP pool kept one thread for that: emulator.machine).
+static long split_macs = 1L << 25;
+
+// `product` on two threads if it is that large (`split_macs`; `min_macs` >= 0 overrides it).
+static inline void product_split(int32_t* p, const uint8_t* a, const int8_t* b, long cap, long M, long N, long K,
+                                 int k = -1, long min_macs = -1) {
+    int kk = k < 0 ? kernel : k;
+    if (M < 2 || (double)M * N * K < (double)(min_macs < 0 ? split_macs : min_macs)) {
+        product(p, a, b, cap, M, N, K, kk);
+        return;
+    }
+    long m1 = ((M / 2) + 3) & ~3L;
+    if (m1 >= M)
+        m1 = M / 2;
+    try {
+        std::thread helper([=] { product(p + m1 * N, a + m1 * cap, b, cap, M - m1, N, K, kk); });
+        product(p, a, b, cap, m1, N, K, kk);
+        helper.join();
+    } catch (const std::system_error&) {  // no thread to be had: this one does it all
+        product(p, a, b, cap, M, N, K, kk);
+    }
+}
+
 // A bank's pending chains, and finished ones kept for their buffers (a loop of like chains
 // then allocates nothing); `kcap`, the terms of its last chain: the next chain's starting
 // width (as `Machine._matmul`'s hint), so that its buffers need not grow while it gathers.
@@ -468,7 +497,7 @@ static void flush(BankChains& bc, std::vector<int32_t>& scratch, uint8_t* base, 
         long cells = ch.M * ch.N;
         scratch.resize(cells);
         int32_t* p = scratch.data();
-        product(p, ch.a.data(), (const int8_t*)ch.b.data(), ch.cap, ch.M, ch.N, ch.k);
+        product_split(p, ch.a.data(), (const int8_t*)ch.b.data(), ch.cap, ch.M, ch.N, ch.k);
         bc.kcap = ch.k;
         const uint8_t* pb = (const uint8_t*)p;
         bool acc = ch.acc;
