@@ -124,7 +124,7 @@ def _helper(img: np.ndarray, chunks, records, stop: threading.Event) -> None:
             ahead_bytes -= ahead[head][2]
             head += 1
         if ahead_bytes >= WINDOW:
-            stop.wait(0.002)
+            stop.wait(0.005)  # the run has the GIL most of the time: ask for it seldom
             continue
         c, pc, k0, k1 = chunks[i]
         i += 1

@@ -448,3 +448,17 @@ def test_two_thread_chains_give_the_same_dram_image(monkeypatch):
     assert images[0] == images[1]
     got = np.frombuffer(images[0], np.uint8)[40960:40960 + M * N * 4].view(np.int32).reshape(M, N)
     assert np.array_equal(got, want.astype(np.int32))
+
+
+def test_a_forked_child_splits_products_without_the_parents_helper():
+    """The helper thread is the parent's: a child forked after it started (a sweep's pool
+    worker) has none, takes every block itself, and gets the same product (no hang)."""
+    import multiprocessing
+    from emulator import _functional_core as fc
+    rng = np.random.default_rng(7)
+    a = rng.integers(-128, 128, (37, 300), dtype=np.int8)
+    b = rng.integers(-128, 128, (29, 300), dtype=np.int8)
+    want = fc.matmul_nt(a, b, split=0)  # the parent's helper running
+    with multiprocessing.get_context("fork").Pool(1) as pool:
+        got = pool.apply_async(fc.matmul_nt, (a, b), {"split": 0}).get(timeout=60)
+    assert np.array_equal(got, want) and np.array_equal(want, _wrapped(a, b))

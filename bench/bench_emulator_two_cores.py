@@ -1,0 +1,103 @@
+"""The emulator's run of a Llama-3-8B-shaped layer on one core against two: the DRAM image's
+written chunks populated on a helper thread (`emulator.prefault`) and the chains' large
+products split across two threads (`_functional_core.split_threshold`), each on and off:
+wall and CPU seconds (CPU counts every thread), median of --repeat runs each, the ways
+alternating in one process, the bits checked equal (cycles, DRAM image).
+
+    .venv/bin/python bench/bench_emulator_two_cores.py [--seq 1024] [--repeat 3]
+
+Lowers the layer once (`dse.numerics.run.emulate_recipe`, its run caught, not timed). Each
+run gets an image as the lowering leaves one: a fresh zero array (pages not yet resident)
+with the lowering's nonzero 2 MB chunks copied in, so that the run meets fresh pages as
+`dse emulate` does. Takes a minute or two at seq 1024; not run by tests.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import os
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+LAYER = dict(dim=4096, heads=32, kv_heads=8, head_dim=128, ffn=14336, layers=1)
+
+
+class Lowered(Exception):
+    pass
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--seq", type=int, default=1024)
+    ap.add_argument("--repeat", type=int, default=3)
+    args = ap.parse_args(argv)
+    os.environ["DSE_CACHE_DIR"] = tempfile.mkdtemp(prefix="dse-two-cores-")
+    os.environ.setdefault("THP_MEM_ALLOC_ENABLE", "1")  # as `dse emulate` sets it
+    import emulator
+    import dse.numerics.run as run
+    from dse.chips import load_chip
+    from dse.mapping import Mapping
+    from emulator import _functional_core as fc
+    from emulator import prefault
+
+    caught = {}
+    inner = emulator.run
+
+    def catch(program, chip, dram=None, **kw):
+        caught.update(program=program, chip=chip, image=dram, kw={k: v for k, v in kw.items() if k != "in_place"})
+        raise Lowered
+
+    emulator.run = catch
+    try:
+        run.emulate_recipe("llama_prefill", load_chip("goban"), Mapping(workers=4), {"seq": args.seq, **LAYER})
+    except Lowered:
+        pass
+    emulator.run = inner
+    img = caught["image"]
+    C = prefault.CHUNK
+    nonzero = [k for k in range(-(-img.size // C)) if img[k * C:(k + 1) * C].any()]
+
+    def fresh() -> np.ndarray:
+        out = np.zeros(img.size, np.uint8)
+        for k in nonzero:
+            out[k * C:(k + 1) * C] = img[k * C:(k + 1) * C]
+        return out
+
+    split, min_image = fc.split_threshold(), prefault.MIN_IMAGE
+    ways = {"one core (main)": (1 << 62, 1 << 62), "prefault helper": (1 << 62, min_image),
+            "split products": (split, 1 << 62), "both (now)": (split, min_image)}
+    walls, cpus, digests = {w: [] for w in ways}, {w: [] for w in ways}, {}
+    for _ in range(args.repeat):
+        for way, (macs, least) in ways.items():
+            fc.split_threshold(macs)
+            prefault.MIN_IMAGE = least
+            image = fresh()
+            t, c = time.perf_counter(), time.process_time()
+            res = inner(caught["program"], caught["chip"], image, in_place=True, **caught["kw"])
+            walls[way].append(time.perf_counter() - t)
+            cpus[way].append(time.process_time() - c)
+            digests[way] = (res.cycles, hashlib.sha1(res.dram).hexdigest())
+            del res, image
+    fc.split_threshold(split)
+    prefault.MIN_IMAGE = min_image
+    assert len(set(digests.values())) == 1, digests
+    print(f"llama layer seq {args.seq}: image {img.nbytes / 2**30:.2f} GB ({len(nonzero) * C / 2**30:.2f} GB written "
+          f"by the lowering), load {os.getloadavg()[0]:.1f}, median of {args.repeat}")
+    base = statistics.median(walls["one core (main)"])
+    print(f"{'way':<20} {'wall s':>7} {'CPU s':>7} {'wall vs one core':>17}")
+    for way in ways:
+        w = statistics.median(walls[way])
+        print(f"{way:<20} {w:7.2f} {statistics.median(cpus[way]):7.2f} {w / base:17.2f}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
