@@ -24,6 +24,7 @@ and operands.
 from __future__ import annotations
 
 import math
+import time
 
 import numpy as np
 from threadpoolctl import threadpool_limits
@@ -130,7 +131,14 @@ class Machine:
         self.handlers = _HANDLERS
 
     # ------------------------------------------------------------------ driver
-    def run(self) -> None:
+    def run(self, boundary=None) -> None:
+        """Execute every core's instructions, barrier epoch by barrier epoch: in epoch e each
+        core (in core order) runs up to and including its e-th BARRIER. `boundary(e)`, when
+        given, is called after every core has run epoch e: every instruction before those
+        BARRIERs has run and its DRAM writes are in the image (an op of a multi-worker
+        program ends with a BARRIER on every worker), nothing after them has. Its own time
+        is kept apart (``boundary_seconds``)."""
+        self.boundary_seconds = 0.0
         fc = functional_core()  # the compiled check and loop, unless DSE_EMULATOR_CORE=python
         compiled = fc.cores(self) if fc is not None else None  # decoded, checked (errors raised below)
         segments = []
@@ -187,6 +195,10 @@ class Machine:
                     for pc in range(lo, hi):
                         ins = instrs[pc]
                         append(handlers[type(ins)](self, c, pc, ins))
+                if boundary is not None:
+                    started = time.perf_counter()
+                    boundary(e)
+                    self.boundary_seconds += time.perf_counter() - started
             self._flush_all()
 
     # ------------------------------------------------------------------ banks
