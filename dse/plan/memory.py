@@ -250,7 +250,9 @@ class Dram:
         """The initial image: zeros (an anonymous mapping of its own, so that a run that has
         done with a buffer can give its pages back: `release_pages`) with every chunk written."""
         size = pad(self.top, ALIGN)
-        img = np.frombuffer(mmap.mmap(-1, size), dtype=np.uint8) if size else np.zeros(0, dtype=np.uint8)
+        # private: given-back pages of a shared mapping would stay in its memory object, only unmapped
+        img = np.frombuffer(mmap.mmap(-1, size, flags=mmap.MAP_PRIVATE), dtype=np.uint8) if size \
+            else np.zeros(0, dtype=np.uint8)
         for addr, data in self.chunks:
             if hasattr(data, "write"):
                 data.write(img[addr:addr + data.nbytes])
