@@ -158,12 +158,6 @@ class BoundaryCheck:
         self.seconds += time.perf_counter() - started
 
     def _boundary(self, epoch: int) -> None:
-        ops, due = self.ops, self.due
-        while self.next_op < len(ops) and due[self.next_op] <= epoch:  # in graph order: the reference streams
-            k = self.next_op
-            self.checks.append(check_op(ops[k], self.graph, self.lowered, self.image, self.reference))
-            self.waiting[self.group_of_op[k]] -= 1
-            self.next_op += 1
         if self.untouched:
             for a, b in self.untouched:
                 self.released += release_pages(self.image, a, b)
@@ -172,6 +166,20 @@ class BoundaryCheck:
         while self.next_end < len(by_end) and g_end[by_end[self.next_end]] <= epoch:
             self.ended.append(by_end[self.next_end])
             self.next_end += 1
+        # what is done with goes before the checks' references are computed (an attention's
+        # accumulator and its scale constant, beside the scores the next check reads), then
+        # what the checks let go
+        self._release()
+        ops, due = self.ops, self.due
+        while self.next_op < len(ops) and due[self.next_op] <= epoch:  # in graph order: the reference streams
+            k = self.next_op
+            self.checks.append(check_op(ops[k], self.graph, self.lowered, self.image, self.reference))
+            self.waiting[self.group_of_op[k]] -= 1
+            self.next_op += 1
+        self._release()
+
+    def _release(self) -> None:
+        """Give back every buffer past its last touch whose values are all checked."""
         still = []
         for g in self.ended:
             if self.waiting[g]:
