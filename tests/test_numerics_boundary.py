@@ -8,6 +8,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 import emulator
@@ -136,3 +137,22 @@ def test_dram_touches_follow_the_machines_dma_geometry():
     assert hi.tolist() == [2 * 100 + rb, 4096 + 3 * rb, 1000 + 2 * 64 + 3 * 4 + 4, 5012]
     assert epoch.tolist() == [0, 1, 1, 1]
     assert write.tolist() == [False, True, False, True]
+
+
+def test_the_emulators_boundary_is_called_after_every_core_ran_each_epoch():
+    """Two cores, each an MVOUT before and one after a BARRIER: at boundary 0 both first
+    writes are in the image and neither second one; at boundary 1 all four."""
+    chip = load_chip("goban")
+    rb = chip.banks.row_bytes
+    cores = [[Mset(0, 1), Mvin(0, 0, 1), Mvout(0, (1 + c) * 4096, 1), Barrier(), Mvout(0, (3 + c) * 4096, 1),
+              Mset(0, alloc=False)] for c in range(2)]
+    image = np.zeros(6 * 4096, dtype=np.uint8)
+    image[:rb] = np.arange(1, rb + 1)
+    row = image[:rb].copy()
+    seen = []
+
+    def boundary(epoch):
+        seen.append((epoch, [bool((image[a:a + rb] == row).all()) for a in (4096, 8192, 12288, 16384)]))
+
+    emulator.run(Program(cores, dram_bytes=image.size), chip, image, in_place=True, boundary=boundary)
+    assert seen == [(0, [True, True, False, False]), (1, [True, True, True, True])]
