@@ -31,9 +31,19 @@ from ..workload.graph import Graph
 from . import OpCheck, check_op
 
 
-def dram_touches(program, chip) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-    """Every DRAM access of `program`'s instructions: byte ranges [lo, hi), the barrier
-    epoch each runs in (BARRIERs its core has passed before it) and whether it writes."""
+def op_ends(lowered) -> list[int]:
+    """Of a one-core program, the pcs where the next op's instructions begin (`Lowered.labels`):
+    its run's cuts (`emulator.Machine.run`); none for several cores (their BARRIERs close ops)."""
+    if len(lowered.program.cores) != 1:
+        return []
+    labels = [lowered.labels.get(id(ins)) for ins in lowered.program.cores[0]]
+    return [pc for pc in range(1, len(labels)) if labels[pc] != labels[pc - 1]]
+
+
+def dram_touches(program, chip, cuts=()) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """Every DRAM access of `program`'s instructions: byte ranges [lo, hi), the epoch each
+    runs in (BARRIERs its core has passed before it, and `cuts`, a one-core program's further
+    epoch ends, `emulator.Machine.run`) and whether it writes."""
     rb = chip.banks.row_bytes
     sm = chip.shared_memory
     shared = range(sm.first_bank_id, sm.first_bank_id + sm.banks) if sm.enabled else range(0)
@@ -52,7 +62,10 @@ def dram_touches(program, chip) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.
     for instrs in program.cores:
         cols: dict[int, int] = {}  # virtual bank -> its MSET's col, as the machine allocates it
         e = 0
-        for ins in instrs:
+        ends = set(cuts)
+        for pc, ins in enumerate(instrs):
+            if pc in ends and type(instrs[pc - 1]) is not Barrier:  # a cut the BARRIER before made already
+                e += 1
             kind = type(ins)
             if kind is Barrier:
                 e += 1
@@ -106,7 +119,8 @@ class BoundaryCheck:
         self.checks: list[OpCheck] = []
         self.released = 0  # bytes given back
         self.seconds = 0.0  # time in the boundaries (checks and releases), not the emulator's
-        lo, hi, epoch, write = dram_touches(lowered.program, chip)
+        self.cuts = op_ends(lowered)  # a one-core program's op ends (several cores: their BARRIERs)
+        lo, hi, epoch, write = dram_touches(lowered.program, chip, self.cuts)
         # each op is checked once the last write into what it reads has run (epoch 0 at the
         # earliest: a value no instruction writes is checked at the first boundary)
         extents = [value_extent(lowered, op.outputs[0]) for op in self.ops]

@@ -164,7 +164,7 @@ def emulate_graph(graph: Graph, candidate: Candidate, inputs, expected=None, tol
             reference = StreamedReference(graph, inputs, known)
         boundary = BoundaryCheck(graph, lowered, lowered.image, reference, candidate.chip)
     result = emulator.run(lowered.program, candidate.chip, lowered.image, mode=mode, in_place=in_place,
-                          boundary=boundary)
+                          boundary=boundary, cuts=boundary.cuts if boundary is not None else None)
     rep.emulator_seconds = time.perf_counter() - t_run - (boundary.seconds if boundary is not None else 0.0)
     rep.rerun = None if in_place else (lowered.program, lowered.image, mode)
     if reference is None:  # the graph's own values, the same for every candidate: callers may pass them
