@@ -117,6 +117,9 @@ def main() -> None:
     timed(emulator, "run", "emulator run (functional + timing)")
     timed(run, "StreamedReference", "reference (start)")
     timed(run, "compare", "compare (incl. streamed reference)")
+    if hasattr(run, "BoundaryCheck"):  # the ops checked at their BARRIERs, inside the emulator's run row
+        timed(run, "BoundaryCheck", "boundary checks: DRAM touches and buffers")
+        timed(run, "verdict", "verdict (ops checked in the run; outputs)")
     timed(run, "run_reused", "reused layer's frontend (whole; rows above)")  # as prepare_recipe calls it
     timed(run, "emulate_graph", "emulate_graph (whole; rows above)")
     reset_peak()
