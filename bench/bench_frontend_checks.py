@@ -1,7 +1,8 @@
 """The frontend's own check passes on one Llama-3-8B-shaped layer, each repeated on the same
 values in one process: quantize's integer check (`dse.frontend.quantize.verify`, numpy), the
 copy a stage's trace keeps of its graph (`Graph.copy`) and the graph cache's write of the
-pipeline's result. Median wall and CPU seconds of `--runs` repetitions; run it once with
+pipeline's result. Median and least wall and CPU seconds of `--runs` repetitions (the least is the
+steadier figure on a shared machine); run it once with
 DSE_BENCH_TREE=<another checkout> and once without, alternating, for a before/after ratio.
 
     .venv/bin/python bench/bench_frontend_checks.py [--seq 1024] [--recipe llama_prefill] [--runs 3]
@@ -26,14 +27,14 @@ sys.path.insert(0, str(TREE))
 LAYER = dict(dim=4096, heads=32, kv_heads=8, head_dim=128, ffn=14336)
 
 
-def timed(runs: int, call) -> tuple[float, float]:
+def timed(runs: int, call) -> tuple[float, float, float, float]:
     walls, cpus = [], []
     for _ in range(runs):
         wall, cpu = time.perf_counter(), time.process_time()
         call()
         walls.append(time.perf_counter() - wall)
         cpus.append(time.process_time() - cpu)
-    return statistics.median(walls), statistics.median(cpus)
+    return statistics.median(walls), min(walls), statistics.median(cpus), min(cpus)
 
 
 def main() -> None:
@@ -82,8 +83,8 @@ def main() -> None:
           f"load {os.getloadavg()[0]:.1f}")
     for name, label in (("verify", "quantize integer check"), ("copy", "quantized graph copy"),
                         ("store", f"cache write ({seen.get('size', 0) / 1e9:.2f} GB)")):
-        wall, cpu = seen.get(name, (float("nan"), float("nan")))
-        print(f"  {label:<32} wall {wall:6.2f} s  CPU {cpu:6.2f} s")
+        wall, least_wall, cpu, least_cpu = seen.get(name, (float("nan"),) * 4)
+        print(f"  {label:<32} wall {wall:6.2f} s (least {least_wall:5.2f})  CPU {cpu:6.2f} s (least {least_cpu:5.2f})")
 
 
 if __name__ == "__main__":
