@@ -49,6 +49,7 @@ import struct
 import sys
 import tempfile
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from importlib.metadata import version
 from pathlib import Path
@@ -221,8 +222,6 @@ class _Hashing:
     a real layer's 2 GB entry costs the longer of the two passes, not their sum."""
 
     def __init__(self, f):
-        from concurrent.futures import ThreadPoolExecutor
-
         self.f, self.size = f, 0
         self._sha256 = hashlib.sha256()
         self._hasher = ThreadPoolExecutor(max_workers=1)  # one worker: the updates in order
