@@ -42,6 +42,7 @@ import os
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
+from datetime import datetime
 from pathlib import Path
 from typing import Any, NoReturn, TypeVar
 
@@ -512,16 +513,48 @@ class Store(PageReads, ReportReads):
         self._heartbeats.track(run_id for _, _, run_id in out)
         return out
 
+    def add_candidates_with_finished_runs(
+        self,
+        experiment_id: int,
+        rows: Iterable[Mapping[str, Any]],
+        stage: str,
+        results: Iterable[Mapping[str, Any]],
+        *,
+        started_at: datetime | None = None,
+        seed: int | None = None,
+        command: str | None = None,
+        model_version: str = "",
+        emulator_version: str | None = None,
+        baseline: bool = False,
+    ) -> list[tuple[int, bool, int]]:
+        """`add_candidates`, each row's candidate with a run of `stage` written finished, in
+        one transaction: (candidate id, created, run id) per row (the sweep driver's
+        analytical batch, evaluated before any of it is written: all of it recorded, or
+        none). `results`, one per row: as `finish_runs` takes them (status, metrics, reason,
+        error, traceback; a `run_id` in them is ignored: the runs are new), or with
+        `reused_run_id`, a link to that earlier run's evidence (as `link_runs` makes it).
+        `started_at`: when the batch's evaluation started (its runs' start); with
+        `baseline`, the first row's candidate becomes the experiment's baseline."""
+        base = writes.run_base(stage, seed, command, model_version, emulator_version, started_at)
+        results = list(results)
+        # Checked as finish_runs checks them, the row's index standing for its run id.
+        evaluated = [{**r, "run_id": i} for i, r in enumerate(results) if r.get("reused_run_id") is None]
+        ended = checked_results(evaluated)
+        return self._add_candidates(experiment_id, rows, base, baseline=baseline, ended=(results, ended[1]))
+
     @retrying
     def _add_candidates(self, experiment_id: int, rows: Iterable[Mapping[str, Any]], run_base: dict[str, Any] | None,
                         finished: tuple[list, list] = ([], []), baseline: bool = False,
-                        finished_notes: dict[int, str] | None = None) -> list[tuple[int, bool, int | None]]:
+                        finished_notes: dict[int, str] | None = None,
+                        ended: tuple[list, list] | None = None) -> list[tuple[int, bool, int | None]]:
         prepared = writes.prepared_candidates(rows)
+        if ended is not None and len(ended[0]) != len(prepared):
+            raise ValueError(f"results: one per candidate row, got {len(ended[0])} for {len(prepared)} rows")
 
         def add() -> list[tuple[int, bool, int | None]]:
             with self._begin() as connection:
                 return writes.add_candidates(connection, experiment_id, prepared, run_base, finished, baseline,
-                                             finished_notes)
+                                             finished_notes, ended)
 
         try:
             return retry_once_on_conflict(add)
