@@ -965,6 +965,69 @@ def test_a_batch_start_finishes_the_previous_batch_and_sets_the_baseline_in_one_
         assert len(store.runs(exp)) == 4
 
 
+def test_a_batch_written_finished_holds_what_starting_then_finishing_it_holds(db):
+    """The sweep's analytical batch in one write (`add_candidates_with_finished_runs`): the
+    same runs (status, reason, error, traceback, link), metrics, latest figures,
+    candidate_run rows, notes and baseline as the same batch started, then finished and
+    linked; a bad result anywhere writes none of it."""
+    from dse.records import MetricRow
+
+    def metrics(latency):
+        return [MetricRow("analytical", "latency_cycles", latency, "cycles"),
+                MetricRow("analytical", "cycles", 4.0, "cycles", "op", "mm")]
+
+    reason = "needs 12 banks \u2014 'quoted', \"too\"\nsecond line \U0001F680"
+    with Store(db) as store:
+        earlier = new_experiment(store, name="earlier", spec_hash="spec-0")
+        ((_, _, source),) = store.add_candidates_and_start_runs(
+            earlier, [dict(config=with_banks(64), mapping=BASE_MAPPING, origin="grid", diff={})], "analytical")
+        store.finish_runs([dict(run_id=source, status="ok", metrics=metrics(7.0))])
+        rows = [dict(config=with_banks(n), mapping=BASE_MAPPING, origin="grid", diff={"config.banks": [20, n]},
+                     notes=note) for n, note in ((8, "picked ws"), (16, ""), (32, None), (64, "linked"))]
+        results = [dict(status="ok", metrics=metrics(10.0)), dict(status="infeasible", reason=reason),
+                   dict(status="failed", error="ValueError: b\u00e4d", traceback="Traceback\n  line \u00e9\n"),
+                   dict(reused_run_id=source)]
+        # The same batch started, then finished and linked (the path before).
+        before = new_experiment(store, name="before", spec_hash="spec-1")
+        started = store.add_candidates_and_start_runs(before, rows, "analytical", baseline=True, seed=3,
+                                                      model_version="m")
+        store.finish_runs([{**r, "run_id": run} for r, (_, _, run) in zip(results[:3], started[:3])])
+        store.link_runs({started[3][2]: source})
+        # In one write.
+        now = new_experiment(store, name="now", spec_hash="spec-2")
+        for bad in ([*results[:3], dict(status="bogus")], [dict(status="ok", metrics=[MetricRow(
+                "analytical", "x", math.nan, "cycles")]), *results[1:]], results[:3]):
+            with pytest.raises(ValueError):
+                store.add_candidates_with_finished_runs(now, rows, "analytical", bad, baseline=True)
+        assert store.candidates(now).empty and store.runs(now).empty
+        written = store.add_candidates_with_finished_runs(now, rows, "analytical", results, baseline=True, seed=3,
+                                                          model_version="m")
+        assert [made for _, made, _ in written] == [True] * 4
+
+        def held(exp, made):
+            runs = store.runs(exp).set_index("id").loc[[run for _, _, run in made]]
+            cands = store.candidates(exp).set_index("id").loc[[cid for cid, _, _ in made]]
+            own = ["stage", "status", "reason", "error", "traceback", "reused_run_id", "seed", "model_version"]
+            figures = store.metric_table(exp, "analytical").set_index("candidate_id").loc[[c for c, _, _ in made]]
+            with store.engine.connect() as connection:
+                roles = connection.execute(text(
+                    "SELECT candidate_id, role, run_id, stage, status, reason FROM candidate_run "
+                    "WHERE experiment_id = :e ORDER BY candidate_id, role"), dict(e=exp)).all()
+            index = {cid: i for i, (cid, _, _) in enumerate(made)} | {run: i for i, (_, _, run) in enumerate(made)}
+            return (runs[own].reset_index(drop=True).to_dict("records"),
+                    [(index[r[0]], r[1], index.get(r[2], r[2]), *r[3:]) for r in roles],
+                    cands[["hash", "notes", "status", "reason", "is_baseline"]].reset_index(drop=True).to_dict("records"),
+                    figures.drop(columns=["metric_run_id"]).reset_index(drop=True).fillna("-").to_dict("records"),
+                    store.metrics(exp)[["name", "value", "scope_key"]].values.tolist())
+
+        assert held(now, written) == held(before, started)
+        runs = store.runs(now).set_index("id")
+        assert runs["status"].tolist() == ["ok", "infeasible", "failed", "ok"]
+        assert runs["reason"].iloc[1] == reason and runs["traceback"].iloc[2] == "Traceback\n  line \u00e9\n"
+        assert runs["reused_run_id"].iloc[3] == source and runs["finished_at"].notna().all()
+        assert store.experiment(now)["baseline_candidate_id"] == written[0][0]
+
+
 def test_notes_go_in_with_the_batch_that_writes_their_candidates_or_runs(db):
     """The sweep's notes, written in its batch transactions (not one of their own): a new
     row's notes with its INSERT, a known candidate's replaced, a finished batch's with its
