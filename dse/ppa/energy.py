@@ -105,6 +105,7 @@ class Tables:
     def __init__(self, calibration: Mapping[str, Mapping] | None = None):
         self.calibration = calibration or {}
         self._by_chip: dict[int, tuple[object, tuple]] = {}  # id(chip) -> (chip, content key)
+        self._dumps: dict[int, tuple[object, str]] = {}  # id(section) -> (section kept alive, its JSON)
         self._tables: dict[tuple, ComponentTable] = {}
         self._vectors: dict[tuple, tuple[np.ndarray, np.ndarray]] = {}
         self._prices: dict[tuple, np.ndarray] = {}
@@ -120,13 +121,22 @@ class Tables:
         if hit is None or hit[0] is not chip:
             if len(self._by_chip) >= self.KEPT:  # a long sweep over chip knobs: start over
                 self._by_chip.clear()
+                self._dumps.clear()
             balls = tuple((b.kind, b.array_rows, b.array_cols) for b in chip.balls)
             groups = tuple(k for g in chip.cores.groups for k in (g.balls or ()))
             factors = self._factors(chip)
-            key = (chip.banks.rows, chip.banks.row_bytes, chip.shared_memory.model_dump_json(),
-                   chip.cache.model_dump_json(), chip.technology.model_dump_json(), chip.costs.model_dump_json(),
+            key = (chip.banks.rows, chip.banks.row_bytes, self._dump(chip.shared_memory), self._dump(chip.cache),
+                   self._dump(chip.technology), self._dump(chip.costs),
                    balls, groups, json.dumps(factors, sort_keys=True) if factors else "")
             hit = self._by_chip[id(chip)] = (chip, key)
+        return hit[1]
+
+    def _dump(self, section) -> str:
+        """A chip section's JSON, once per section object: a sweep's chips share the sections
+        no knob sets (`CandidateBuilder.chip_from_sections`)."""
+        hit = self._dumps.get(id(section))
+        if hit is None or hit[0] is not section:
+            hit = self._dumps[id(section)] = (section, section.model_dump_json())
         return hit[1]
 
     def table(self, chip) -> ComponentTable:
