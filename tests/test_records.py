@@ -685,6 +685,31 @@ def test_artifacts_are_content_addressed_files_written_before_their_rows(store, 
     assert len(store.artifacts()) == 2
 
 
+def test_artifacts_written_together_are_the_rows_and_files_one_by_one_makes(store):
+    """`put_artifacts` (a sweep's frontend dumps): each file content-addressed and placed,
+    its row with its name and media type, in one transaction; a bad owner or role writes
+    neither files nor rows."""
+    experiment_id, _ = one_candidate(store)
+    items = [(b"graph 0\n", "frontend/01-import.txt"), (b"graph 1\n", "frontend/02-fold.txt"),
+             (b"graph 0\n", "frontend/03-same.txt")]
+    refs = store.put_artifacts(items, role="graph_dump", experiment_id=experiment_id)
+    assert [r.sha256 for r in refs] == [content_sha(data) for data, _ in items] and refs[0].path == refs[2].path
+    assert all(r.path == store.artifact_path(r.sha256) and r.path.read_bytes() == data
+               for r, (data, _) in zip(refs, items))
+    assert not list(refs[0].path.parent.parent.glob(".incoming-*"))  # no temp file left
+    table = store.artifacts(experiment_id).sort_values("id")
+    assert table["id"].tolist() == [r.id for r in refs] and table["role"].tolist() == ["graph_dump"] * 3
+    assert table["name"].tolist() == [name for _, name in items] and set(table["media_type"]) == {"text/plain"}
+    assert not store.check_evidence(experiment_id).bad
+    root = refs[0].path.parent.parent
+    files = sorted(p for p in root.rglob("*") if p.is_file())
+    with pytest.raises(RecordNotFound):
+        store.put_artifacts([(b"never kept", "x.txt")], role="graph_dump", run_id=999)
+    with pytest.raises(ValueError, match="allowed: graph_dump, trace"):
+        store.put_artifacts([(b"never kept", "x.txt")], role="junk", experiment_id=experiment_id)
+    assert sorted(p for p in root.rglob("*") if p.is_file()) == files and len(store.artifacts()) == 3
+
+
 def content_sha(data: bytes) -> str:
     import hashlib
 

@@ -778,6 +778,31 @@ class Store(PageReads, ReportReads):
         return ArtifactRef(artifact_id, blob.sha256, blob.size, blob.path)
 
     @retrying
+    def put_artifacts(
+        self,
+        items: Sequence[tuple[bytes, str | None]],
+        *,
+        role: str,
+        run_id: int | None = None,
+        experiment_id: int | None = None,
+    ) -> list[ArtifactRef]:
+        """`put_artifact` of many (bytes, name) of one owner and role at once: the files
+        written, their rows in one transaction, then the files placed (`blobs.writing_blobs`)."""
+        check_choice("artifact.role", role, ARTIFACT_ROLES)
+        if run_id is None and experiment_id is None:
+            raise ValueError("an artifact belongs to a run or an experiment: give run_id or experiment_id")
+        if not items:
+            return []
+        with self._read() as connection:  # check before the files are written
+            experiment_id = writes.artifact_owner(connection, run_id, experiment_id)
+        with blobs.writing_blobs(self._evidence_root(), [data for data, _ in items]) as written:
+            with self._write() as session:
+                ids = [writes.add_artifact(session, run_id=run_id, experiment_id=experiment_id, sha256=blob.sha256,
+                                           size=blob.size, media_type=blobs.media_type(name), role=role, name=name)
+                       for blob, (_, name) in zip(written, items)]
+        return [ArtifactRef(i, blob.sha256, blob.size, blob.path) for i, blob in zip(ids, written)]
+
+    @retrying
     def evidence_bytes(self) -> int:
         """The size of the evidence files the store's rows name (each content once)."""
         with self._read() as connection:

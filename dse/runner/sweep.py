@@ -485,9 +485,9 @@ class Sweep:
         if (arts["role"] == "graph_dump").any():
             return
         m = self.spec.model
-        for name, text in frontend_dumps(m.workload.recipe, m.workload.params, m.baseline.mapping.get("quantization")):
-            self.store.put_artifact(text.encode(), role="graph_dump", experiment_id=self.experiment_id,
-                                    name=f"frontend/{name}", media_type="text/plain")
+        dumps = frontend_dumps(m.workload.recipe, m.workload.params, m.baseline.mapping.get("quantization"))
+        self.store.put_artifacts([(text.encode(), f"frontend/{name}") for name, text in dumps], role="graph_dump",
+                                 experiment_id=self.experiment_id)
 
     def _run(self) -> SweepResult:
         spec, search = self.spec, self.spec.model.search
