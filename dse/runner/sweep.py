@@ -12,8 +12,9 @@ all. Runs of the emulator stage are written *running* before their work and fini
 after, so a driver killed meanwhile leaves them visible (crashed, once its death is seen).
 A candidate already evaluated (same hash) is never evaluated again, so rerunning the same
 command resumes, the sampler rebuilt from the records: the batch that was not recorded,
-and any run left unfinished by a killed driver, are evaluated again. Nor is a candidate an earlier experiment on the same workload
-evaluated under the same versions and settings (dse.records.reuse): its run of the stage
+and any run left unfinished by a killed driver, are evaluated again. Nor is a candidate an
+earlier experiment on the same workload evaluated under the same versions and settings
+(dse.records.reuse): its run of the stage
 links to that evidence instead (`reuse=False`, `dse sweep --no-reuse`: evaluated afresh). (A rerun with nothing left to do does not get here:
 `dse.runner.run_sweep` answers it from the records, `dse.runner.rerun`.)
 """
