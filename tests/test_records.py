@@ -1041,7 +1041,8 @@ def test_a_batch_written_finished_holds_what_starting_then_finishing_it_holds(db
             index = {cid: i for i, (cid, _, _) in enumerate(made)} | {run: i for i, (_, _, run) in enumerate(made)}
             return (runs[own].reset_index(drop=True).to_dict("records"),
                     [(index[r[0]], r[1], index.get(r[2], r[2]), *r[3:]) for r in roles],
-                    cands[["hash", "notes", "status", "reason", "is_baseline"]].reset_index(drop=True).to_dict("records"),
+                    cands[["hash", "notes", "status", "reason", "is_baseline"]].reset_index(drop=True)
+                    .to_dict("records"),
                     figures.drop(columns=["metric_run_id"]).reset_index(drop=True).fillna("-").to_dict("records"),
                     store.metrics(exp)[["name", "value", "scope_key"]].values.tolist())
 

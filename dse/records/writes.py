@@ -318,7 +318,8 @@ def insert_runs(connection: Connection, candidate_ids: list[int], base: dict[str
 
 
 def insert_finished_runs(connection: Connection, candidate_ids: list[int], base: dict[str, Any],
-                         results: list[Mapping[str, Any]], metric_packs: list[Pack], before: int | None = None) -> list[int]:
+                         results: list[Mapping[str, Any]], metric_packs: list[Pack],
+                         before: int | None = None) -> list[int]:
     """A run of each candidate written finished in one go (a stage whose evaluation ended
     before anything of it was written: no "running" row to update): the columns `base`, and
     each row's result (`results`, one per candidate, checked: status, reason, error,
