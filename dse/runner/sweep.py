@@ -38,7 +38,7 @@ from emulator.chip import chip_from_dict
 from ..analytical import MODEL_VERSION
 from ..chips import capacity_notes
 from ..errors import InputError
-from ..identity import canonical_json
+from ..identity import Encoded, canonical_json
 from ..records import Store
 from ..records.calibrations import ppa_factors, ppa_version
 from ..records.opening import checked_url
@@ -106,7 +106,7 @@ class Sweep:
         self._sampler: Sampler | None = None  # made in `_run`, from the records; asked in `_analytical_step`
         self._batches = 0  # recorded (for the STOP_ENV test hook)
         self._stop_after = int(os.environ.get(STOP_ENV) or 0)
-        self._diff_parts: dict[tuple[str, str], dict] = {}  # (section, its canonical JSON) -> its part of `_diff`
+        self._diff_parts: dict[tuple[str, str], str] = {}  # (section, its canonical JSON) -> its part of `_diff`
 
     # -- building candidates ---------------------------------------------------------
     def _build(self, params: dict) -> BuiltCandidate:
@@ -121,19 +121,21 @@ class Sweep:
             self._notes[b.config_json] = note
         return note
 
-    def _diff(self, b: BuiltCandidate) -> dict[str, list]:
-        """Fields that differ from the baseline. Candidates differ from it only where a knob
-        sets a field, so only the knob targets need comparing; a chip target's part read
-        once per distinct chip, the others' once per distinct mapping (a target reads its
-        own section only)."""
+    def _diff(self, b: BuiltCandidate) -> Encoded:
+        """Fields that differ from the baseline, as canonical JSON. Candidates differ from it
+        only where a knob sets a field, so only the knob targets need comparing; a chip
+        target's part read (and encoded) once per distinct chip, the others' once per
+        distinct mapping (a target reads its own section only)."""
         chip = self._diff_parts.get(("chip", b.config_json))
         if chip is None:
-            chip = self._diff_parts[("chip", b.config_json)] = dict(sorted(self._diff_of(b, True).items()))
+            chip = self._diff_parts[("chip", b.config_json)] = canonical_json(self._diff_of(b, True))
         mapping = self._diff_parts.get(("mapping", b.mapping_json))
         if mapping is None:
-            mapping = self._diff_parts[("mapping", b.mapping_json)] = dict(sorted(self._diff_of(b, False).items()))
-        # each part sorted, and every "config." field sorts before every "mapping." one
-        return {**chip, **mapping}
+            mapping = self._diff_parts[("mapping", b.mapping_json)] = canonical_json(self._diff_of(b, False))
+        # every "config." field sorts before every "mapping." one: the two objects' texts joined
+        if chip == "{}" or mapping == "{}":
+            return Encoded(mapping if chip == "{}" else chip)
+        return Encoded(chip[:-1] + "," + mapping[1:])
 
     def _diff_of(self, b: BuiltCandidate, chip: bool) -> dict[str, list]:
         """`_diff`'s fields of the chip targets (`chip`), else of the others."""
