@@ -335,13 +335,16 @@ class Store(PageReads, ReportReads):
         open_questions: str = "",
         links: Iterable[tuple[str, int, str]] = (),
         workload: dict[str, Any] | None = None,
+        status: str = "proposed",
     ) -> int:
         """Record a new experiment, or resume the one of that name and spec; return its id.
 
         `links`: (relation, earlier experiment id, reason) each, relation "follows" or
-        "reopens"; written with a new experiment only (a resumed one keeps its own).
+        "reopens"; written with a new experiment only (a resumed one keeps its own), as is
+        `status` (a sweep's new experiment is "testing" at once).
         `workload`: what `workload_hash` identifies (dse.identity.workload_identity's parts)."""
         acceptance = checked_acceptance(acceptance)
+        check_choice("experiment.status", status, EXPERIMENT_STATUSES)
         links = [(check_choice("experiment_link.relation", r, LINK_RELATIONS), operator.index(o), str(why))
                  for r, o, why in links]
 
@@ -351,6 +354,7 @@ class Store(PageReads, ReportReads):
                     session, name, spec_hash, hypothesis=hypothesis, acceptance=acceptance,
                     workload_recipe=workload_recipe, workload_hash=workload_hash, spec_text=spec_text,
                     limitations=limitations, open_questions=open_questions, links=links, workload=workload,
+                    status=status,
                 )  # fmt: skip
 
         return retry_once_on_conflict(create)

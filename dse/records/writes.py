@@ -68,7 +68,7 @@ def create_experiment(session: Session, name: str, spec_hash: str, links: Sequen
                 "rename the experiment to record the changed spec"
             )
         return existing.id
-    experiment = Experiment(name=name, spec_hash=spec_hash, status="proposed", **columns)
+    experiment = Experiment(name=name, spec_hash=spec_hash, **{"status": "proposed", **columns})
     session.add(experiment)
     session.flush()
     for relation, other_id, reason in links:

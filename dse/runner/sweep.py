@@ -83,7 +83,7 @@ class Sweep:
         self.recorder = Recorder(store)
         links = resolve_links(spec, store)
         self.experiment_id = record_experiment(store, spec, links, "rename the experiment to record the changed "
-                                               "spec (or revert the edit to resume)")
+                                               "spec (or revert the edit to resume)", status="testing")
         self.store = store
         self.workload_hash = store.experiment(self.experiment_id)["workload_hash"]
         self._settings_of: dict[str, dict] = {}  # an earlier spec's result-affecting settings, by its text
@@ -166,6 +166,8 @@ class Sweep:
 
     # -- recording and evaluating ----------------------------------------------------
     def _load_known(self) -> list[Observation]:
+        if not self.store.candidate_rows(self.experiment_id, limit=1):  # a new experiment: no frame to read
+            return []
         cands = self.store.candidates(self.experiment_id, stage="analytical")
         if cands.empty:
             return []
@@ -484,8 +486,7 @@ class Sweep:
 
     def _keep_frontend_dumps(self) -> None:
         """The numbered frontend dumps of the experiment's workload as its artifacts, once."""
-        arts = self.store.artifacts(self.experiment_id)
-        if (arts["role"] == "graph_dump").any():
+        if any(row["role"] == "graph_dump" for row in self.store.artifact_rows(self.experiment_id)):
             return
         m = self.spec.model
         dumps = frontend_dumps(m.workload.recipe, m.workload.params, m.baseline.mapping.get("quantization"))
