@@ -49,10 +49,11 @@ def test_a_batch_cut_by_an_interrupt_is_not_recorded_and_the_rerun_evaluates_it(
     name, db = f"cut-{sampler}", tmp_path / "r.db"
     spec = write_spec(tmp_path, name=name, banks=BANKS, sampler=sampler, trials=trials, extra=BATCH)
     cut = cut_at(monkeypatch, 3)  # the baseline's batch, the first sampled one, then this one
-    with pytest.raises(KeyboardInterrupt):
+    with pytest.raises(KeyboardInterrupt) as stop:
         run_sweep(spec, db, progress=False)
     monkeypatch.undo()
     cands, runs, _ = recorded(db, name)
+    assert stop.value.recorded == (len(cands), len(cands))  # what `dse sweep`'s line says: this run's, in all
     # The baseline and one batch, each candidate with one run, finished; of the cut batch nothing.
     assert cut and 2 <= len(cands) <= 5 and len(runs) == len(cands), runs[["status", "error"]]
     assert set(runs["status"]) <= FINAL and runs["finished_at"].notna().all()

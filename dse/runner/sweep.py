@@ -511,8 +511,10 @@ class Sweep:
         try:
             self._drive(bar)
             ended = True
-        except BaseException:  # Ctrl-C: the runs started and not finished are marked crashed
+        except BaseException as stop:  # Ctrl-C: the runs started and not finished are marked crashed
             self.recorder.crash_unfinished("interrupted before this candidate finished")
+            if isinstance(stop, KeyboardInterrupt):  # what the interrupted sweep's line says it recorded
+                stop.recorded = (self.result.evaluated + self.result.reused, len(self.known))
             raise
         finally:
             if ended:  # 100 % (green in a notebook); an interrupted sweep's bar stays short (red)
