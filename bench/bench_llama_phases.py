@@ -2,9 +2,12 @@
 phase, in one process: the recipe's module (load, forward), the capture, each frontend
 stage (its check's trace; quantize's calibration and integer check), the vacuous check,
 the graph cache's write, then lowering, the emulator's run and the comparison. Each line:
-wall and CPU seconds of the phase, the resident set after it, the phase's own peak (VmHWM,
-reset as each phase starts and ends: a nested phase's peak is its own, the outer row's the
-rest of it) and the run's peak so far.
+wall and CPU seconds of the phase, that CPU split into user and kernel time (the kernel's is
+mostly faulting in memory the process has not held before: a trace that keeps every value
+grows the process past the module forward's peak, and on a box whose free memory is
+fragmented each new huge page costs about a second a GB), the resident set after it, the
+phase's own peak (VmHWM, reset as each phase starts and ends: a nested phase's peak is its
+own, the outer row's the rest of it) and the run's peak so far.
 
     .venv/bin/python bench/bench_llama_phases.py [--seq 2048] [--recipe llama_prefill]
         [--chip goban] [--workers 4] [--layers N]
@@ -50,7 +53,7 @@ def reset_peak() -> None:
     Path("/proc/self/clear_refs").write_text("5")
 
 
-ROWS: list[tuple[str, float, float, float, float, float]] = []
+ROWS: list[tuple] = []
 LAYER_NOW = [""]  # the chain's layer being run ("" for one recipe)
 
 
@@ -60,13 +63,15 @@ def timed(owner, attr: str, label):
 
     def wrapper(*args, **kwargs):
         reset_peak()
-        wall, cpu = time.perf_counter(), time.process_time()
+        wall, cpu = time.perf_counter(), os.times()
         try:
             return inner(*args, **kwargs)
         finally:
             name = label(*args, **kwargs) if callable(label) else label
             rss, hwm = memory()
-            ROWS.append((LAYER_NOW[0] + name, time.perf_counter() - wall, time.process_time() - cpu, rss, hwm,
+            now = os.times()
+            user, system = now.user - cpu.user, now.system - cpu.system
+            ROWS.append((LAYER_NOW[0] + name, time.perf_counter() - wall, user + system, user, system, rss, hwm,
                          PEAK[0]))
             reset_peak()
 
@@ -84,7 +89,7 @@ def main() -> None:
     os.environ["DSE_CACHE_DIR"] = tempfile.mkdtemp(prefix="dse-phases-")
     atexit.register(shutil.rmtree, os.environ["DSE_CACHE_DIR"], True)  # a seq-2048 cache is 2 GB
     os.environ.setdefault("THP_MEM_ALLOC_ENABLE", "1")  # as `dse emulate` sets it
-    start_wall, start_cpu = time.perf_counter(), time.process_time()
+    start_wall, start_cpu = time.perf_counter(), os.times()
     import emulator
     import dse.frontend.pipeline as pipeline
     import dse.frontend.quantize as quantize
@@ -95,7 +100,9 @@ def main() -> None:
     from dse.chips import load_chip
     from dse.mapping import Mapping
 
-    ROWS.append(("imports", time.perf_counter() - start_wall, time.process_time() - start_cpu, *memory(), PEAK[0]))
+    now = os.times()
+    user, system = now.user - start_cpu.user, now.system - start_cpu.system
+    ROWS.append(("imports", time.perf_counter() - start_wall, user + system, user, system, *memory(), PEAK[0]))
     # the pipeline's own names (it imported them from recipes): wrapping recipes' would miss them
     timed(pipeline, "instantiate", "recipe load() + inputs()")
     timed(pipeline, "run_module", "module forward (expected)")
@@ -117,6 +124,9 @@ def main() -> None:
     timed(emulator, "run", "emulator run (functional + timing)")
     timed(run, "StreamedReference", "reference (start)")
     timed(run, "compare", "compare (incl. streamed reference)")
+    if hasattr(run, "BoundaryCheck"):  # the ops checked at their BARRIERs, inside the emulator's run row
+        timed(run, "BoundaryCheck", "boundary checks: DRAM touches and buffers")
+        timed(run, "verdict", "verdict (ops checked in the run; outputs)")
     timed(run, "run_reused", "reused layer's frontend (whole; rows above)")  # as prepare_recipe calls it
     timed(run, "emulate_graph", "emulate_graph (whole; rows above)")
     reset_peak()
@@ -142,13 +152,16 @@ def main() -> None:
         print(f"{args.recipe} {params} on {args.chip} x{args.workers}: "
               f"{rep.verdict.summary() if rep.verdict else rep.reason}")
         print(f"cycles {rep.cycles:,}")
-    total_wall, total_cpu = time.perf_counter() - start_wall, time.process_time() - start_cpu
-    print(f"{'phase':<48} {'wall s':>8} {'CPU s':>8} {'RSS GB':>7} {'its peak':>8} {'peak GB':>8}")
-    for name, wall, cpu, rss, hwm, peak in ROWS:
-        print(f"{name:<48} {wall:8.1f} {cpu:8.1f} {rss:7.2f} {hwm:8.2f} {peak:8.2f}")
+    now = os.times()
+    total_wall = time.perf_counter() - start_wall
+    total_user, total_sys = now.user - start_cpu.user, now.system - start_cpu.system
+    print(f"{'phase':<48} {'wall s':>8} {'CPU s':>8} {'user s':>7} {'sys s':>7} {'RSS GB':>7} {'its peak':>8} "
+          f"{'peak GB':>8}")
+    for name, wall, cpu, user, system, rss, hwm, peak in ROWS:
+        print(f"{name:<48} {wall:8.1f} {cpu:8.1f} {user:7.1f} {system:7.1f} {rss:7.2f} {hwm:8.2f} {peak:8.2f}")
     rss, _ = memory()
-    print(f"{'total':<48} {total_wall:8.1f} {total_cpu:8.1f} {rss:7.2f} {'':8} {PEAK[0]:8.2f}  "
-          f"load {os.getloadavg()[0]:.1f}")
+    print(f"{'total':<48} {total_wall:8.1f} {total_user + total_sys:8.1f} {total_user:7.1f} {total_sys:7.1f} "
+          f"{rss:7.2f} {'':8} {PEAK[0]:8.2f}  load {os.getloadavg()[0]:.1f}")
 
 
 if __name__ == "__main__":

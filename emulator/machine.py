@@ -24,6 +24,7 @@ and operands.
 from __future__ import annotations
 
 import math
+import time
 
 import numpy as np
 from threadpoolctl import threadpool_limits
@@ -130,7 +131,16 @@ class Machine:
         self.handlers = _HANDLERS
 
     # ------------------------------------------------------------------ driver
-    def run(self) -> None:
+    def run(self, boundary=None, cuts=None) -> None:
+        """Execute every core's instructions, barrier epoch by barrier epoch: in epoch e each
+        core (in core order) runs up to and including its e-th BARRIER. `boundary(e)`, when
+        given, is called after every core has run epoch e: every instruction before those
+        BARRIERs has run and its DRAM writes are in the image (an op of a multi-worker
+        program ends with a BARRIER on every worker), nothing after them has. Its own time
+        is kept apart (``boundary_seconds``). `cuts`: of a one-core program (which runs its
+        instructions in order, FENCEs and no BARRIER between its ops), more epoch ends, the
+        pcs before which its run stops for a boundary (its ops' ends)."""
+        self.boundary_seconds = 0.0
         fc = functional_core()  # the compiled check and loop, unless DSE_EMULATOR_CORE=python
         compiled = fc.cores(self) if fc is not None else None  # decoded, checked (errors raised below)
         segments = []
@@ -152,6 +162,12 @@ class Machine:
             if len(set(counts.values())) > 1:
                 raise ProgramError(f"cores of tile {t0 // self.tile_size} reach different numbers of barriers: "
                                    + ", ".join(f"core {c}: {n}" for c, n in counts.items()))
+        if cuts:
+            if self.n_cores != 1:
+                raise ProgramError(f"cuts are for a one-core program; this one has {self.n_cores} cores")
+            n = len(self.program.cores[0])
+            ends = sorted({hi for _, hi in segments[0][:-1]} | {int(pc) for pc in cuts if 0 < pc < n})
+            segments[0] = list(zip([0] + ends, ends + [n]))
         epochs = max((len(s) for s in segments), default=0)
         # Every field of every instruction is checked before anything runs.
         check = self.layout.check
@@ -187,6 +203,10 @@ class Machine:
                     for pc in range(lo, hi):
                         ins = instrs[pc]
                         append(handlers[type(ins)](self, c, pc, ins))
+                if boundary is not None:
+                    started = time.perf_counter()
+                    boundary(e)
+                    self.boundary_seconds += time.perf_counter() - started
             self._flush_all()
 
     # ------------------------------------------------------------------ banks

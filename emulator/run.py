@@ -112,7 +112,7 @@ def _image(program: Program, dram, in_place: bool = False) -> np.ndarray:
 
 
 def run(program: Program, chip, dram: Any = None, *, mode: str = "overlapped", trace: bool = False,
-        functional: bool = True, in_place: bool = False) -> Result:
+        functional: bool = True, in_place: bool = False, boundary=None, cuts=None) -> Result:
     """Run `program` on `chip` with DRAM image `dram`.
 
     `dram` is a 1-D uint8 array (or bytes) - the whole image, copied, never modified - or a
@@ -123,23 +123,28 @@ def run(program: Program, chip, dram: Any = None, *, mode: str = "overlapped", t
     check and the timing. ``in_place=True`` runs on `dram` itself (a writeable 1-D uint8
     array), not a copy, for a caller that needs the initial image no more: a real layer's
     image is gigabytes, and a copy would also make every page of its zero part resident.
+    `boundary(e)`: called in the functional pass after every core has run its e-th barrier
+    epoch (`Machine.run`), e.g. to check and let go of what the ops closed there wrote; its
+    time is not counted in ``host_functional_seconds``. `cuts`: a one-core program's further
+    epoch ends, pcs (`Machine.run`).
     """
     if mode not in MODES:
         raise ValueError(f"mode must be one of {MODES}, got {mode!r}")
     with _collector_paused():
-        return _run(program, chip, dram, mode, trace, functional, in_place)
+        return _run(program, chip, dram, mode, trace, functional, in_place, boundary, cuts)
 
 
-def _run(program: Program, chip, dram, mode: str, trace: bool, functional: bool, in_place: bool) -> Result:
+def _run(program: Program, chip, dram, mode: str, trace: bool, functional: bool, in_place: bool,
+         boundary=None, cuts=None) -> Result:
     t0 = time.perf_counter()
     img = _image(program, dram, in_place)
     machine = Machine(chip, program, img, functional=functional, trace=trace)
     t1 = time.perf_counter()
     if functional:
         with populating(program, img, machine.records, machine.rb):
-            machine.run()
+            machine.run(boundary, cuts)
     else:
-        machine.run()
+        machine.run(boundary, cuts)
     t2 = time.perf_counter()
     tr = Trace() if trace else None
     trace_sink = None
@@ -160,7 +165,7 @@ def _run(program: Program, chip, dram, mode: str, trace: bool, functional: bool,
     if trace:
         tr.itrace, tr.mtrace, tr.pmctrace = trace_sink.itrace, trace_sink.mtrace, trace_sink.pmctrace
     outputs = {name: read_region(img, region, name) for name, region in program.outputs.items()}
-    counters = _counters(chip, machine, times, bus_busy, t1 - t0, t2 - t1, t3 - t2)
+    counters = _counters(chip, machine, times, bus_busy, t1 - t0, t2 - t1 - machine.boundary_seconds, t3 - t2)
     chip_cycles = max((t.cycles for t in times), default=0)
     return Result(outputs, counters, tr, img, mode, chip_cycles)
 

@@ -27,9 +27,9 @@ def test_the_collector_is_off_during_a_run_and_restored_after(toy, monkeypatch):
     emrun = sys.modules["emulator.run"]  # the package's `run` hides the module's name
     real = emrun.Machine.run
 
-    def spy(self):
+    def spy(self, boundary=None, cuts=None):
         seen.append(gc.isenabled())
-        return real(self)
+        return real(self, boundary, cuts)
 
     monkeypatch.setattr(emrun.Machine, "run", spy)
     prog = Program([[Mset(0, 1), Mvin(0, 0, 4)]], dram_bytes=4096)

@@ -472,6 +472,28 @@ def test_integer_check_takes_a_float_op_from_the_trace_only_for_the_very_same_ar
     assert all(np.array_equal(quantize._bits(alone[n]), quantize._bits(computed[n])) for n in alone)
 
 
+def test_same_bits_compares_strided_views_by_their_bits_without_copies():
+    """`_bits` views a float array of any layout as its bits; `_same_bits` takes the very same
+    elements as equal without reading them, and tells a NaN, a signed zero or a strided view
+    that differs in one element from the tensor beside it."""
+    base = np.arange(24, dtype=np.float32).reshape(4, 6)
+    base[0, 1], base[2, 1] = np.nan, -0.0  # both inside the view below
+    view = base.T[1:, ::2]  # strided both ways
+    bits = quantize._bits(view)
+    assert bits.dtype == np.uint32 and np.shares_memory(bits, base)
+    assert np.array_equal(bits, np.ascontiguousarray(view).view(np.uint32))
+    tensor = torch.from_numpy(base).T[1:, ::2]
+    assert quantize._same_bits([view], [tensor])  # the same elements (NaN included)
+    copy = torch.from_numpy(np.ascontiguousarray(view))
+    assert quantize._same_bits([view], [copy])  # other memory, same bits: read and compared
+    zero = copy.clone()
+    zero[zero.view(torch.int32) == np.float32(-0.0).view(np.int32)] = 0.0  # -0.0 == 0.0, not in bits
+    assert torch.allclose(zero, copy, rtol=0, atol=0, equal_nan=True) and not quantize._same_bits([view], [zero])
+    other = copy.clone()
+    other[-1, -1] += 1.0
+    assert not quantize._same_bits([view], [other])
+
+
 @pytest.mark.parametrize("k", [300, 1023, 1024, 3000])  # float32 BLAS below 2**24 / (128 * 128) = 1024 terms
 def test_integer_products_through_float_blas_equal_the_int64_path_bit_for_bit(k):
     rng = np.random.default_rng(k)

@@ -86,6 +86,22 @@ def test_arrays_are_served_as_writable_views_of_the_mapped_entry(graph_cache_dir
     assert cache.load("arrays") is None and not path.exists()
 
 
+def test_the_listed_digest_is_the_written_files_own(graph_cache_dir):
+    """The hash runs beside the writes (a thread): the manifest's digest and size are still
+    those of the file's bytes in order, header, pickle, padding and every buffer."""
+    import numpy as np
+
+    rng = np.random.default_rng(3)
+    value = {f"b{i}": rng.integers(0, 255, size=n, dtype=np.uint8) for i, n in enumerate((1, 63, 65, 4099, 300_001))}
+    value["text"] = "x" * 5000
+    path = cache.store("digest", value)
+    listed = json.loads((graph_cache_dir / cache.MANIFEST).read_text())["entries"][path.name]
+    data = path.read_bytes()
+    assert listed == {"sha256": hashlib.sha256(data).hexdigest(), "size": len(data)}
+    got = cache.load("digest")
+    assert got["text"] == value["text"] and all(np.array_equal(got[k], value[k]) for k in value if k != "text")
+
+
 def test_least_recently_used_entries_are_evicted_past_the_limit(graph_cache_dir, monkeypatch):
     monkeypatch.setenv(cache.MAX_BYTES_ENV, "2500")
     for i, key in enumerate(("a", "b", "c")):

@@ -8,8 +8,8 @@ import numpy as np
 import pytest
 
 from dse.chips import load_chip
-from dse.mapping import Mapping
-from dse.numerics import OutputCheck, Verdict, compare, emulate_recipe, unmodified_check, unmodified_summary
+from dse.mapping import Candidate, Mapping
+from dse.numerics import OutputCheck, Verdict, compare, emulate_graph, emulate_recipe, unmodified_check, unmodified_summary
 
 # tests/test_numerics.py's small decoder step
 DECODE = dict(past=15, vocab=64, dim=32, layers=1, heads=2, kv_heads=1)
@@ -43,17 +43,21 @@ def test_each_output_is_checked_on_its_own_under_the_models_name(decode):
 
 def test_a_wrong_cache_shows_in_the_cache_alone(decode):
     """The KV cache made wrong in the final DRAM image: k_cache fails with its magnitude,
-    logits and v_cache still pass (one figure over all outputs would not say which)."""
-    low, image = decode.lowered, decode.result.dram.copy()
-    graph = low.graph
+    logits and v_cache still pass (one figure over all outputs would not say which). The
+    image kept whole (`emulate_graph`'s default): `emulate_recipe`'s holds the outputs alone,
+    the other buffers given back as each op's check at its BARRIER was done."""
+    graph = decode.lowered.graph
+    from dse.workload.recipes import instantiate, load_recipe
+
+    _, inputs = instantiate(load_recipe("llama_decode"), **DECODE)  # seeded: the run's own inputs
+    kept = emulate_graph(graph, Candidate(load_chip("goban"), Mapping()), inputs)
+    assert kept.verdict.to_dict(ops=True)["ops"] == decode.verdict.to_dict(ops=True)["ops"]  # the same run
+    low, image = kept.lowered, kept.result.dram.copy()
     k_name = graph.outputs[1]
     view = low.read(image, k_name, copy=False)
     assert not view.flags.owndata  # a view of the image: writing it changes the image
     want = float(np.asarray(view)[0, 0, 0, 3, 5])
     view[0, 0, 0, 3, 5] = want + 2.0
-    from dse.workload.recipes import instantiate, load_recipe
-
-    _, inputs = instantiate(load_recipe("llama_decode"), **DECODE)  # seeded: the run's own inputs
     v = compare(graph, low, image, graph.trace(*inputs), None, 0.05, "quantized", ["logits", "k_cache", "v_cache"])
     by = {o.part: o for o in v.outputs}
     assert by["k_cache"].against == "graph reference" and by["k_cache"].max_abs_error == 2.0

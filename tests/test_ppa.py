@@ -427,3 +427,36 @@ def test_dse_emulate_prints_what_the_run_cost(cli):
     rep = json.loads(out)
     assert code == 0 and rep["ppa"]["totals"]["energy_uj"] > 0
     assert sum(rep["ppa"]["components"]["energy_uj"].values()) == pytest.approx(rep["ppa"]["totals"]["energy_uj"])
+
+
+def test_holdings_priced_together_are_each_priced_alone_to_the_bit():
+    """`Tables.holdings_matrix` (a batch's distinct holdings at once) against the sum each
+    holdings' area and leakage is by definition, done one holdings at a time: its cores of
+    each core chip (with their banks), its shared banks and caches by tile, what a chip has
+    once. Goban's SPMD cores and poly's phases (two core chips in one holdings) alike."""
+    from dse.ppa.energy import C, Tables
+    from dse.ppa.holdings import holdings
+
+    tables = Tables()
+
+    def alone(h):
+        area, leak = np.zeros(C), np.zeros(C)
+        for core_chip, count in h.cores:
+            (ca, cl), (ba, bl), *_ = tables._core_parts(core_chip)
+            area += count * (ca + core_chip.banks.count * ba)
+            leak += count * (cl + core_chip.banks.count * bl)
+        _, _, (sa, sl), (xa, xl), (oa, ol) = tables._core_parts(h.chip)
+        area += h.tiles * h.shared_banks * sa + h.tiles * xa + oa
+        leak += h.tiles * h.shared_banks * sl + h.tiles * xl + ol
+        return area, leak
+
+    goban, poly = load_chip("goban"), load_chip("poly")
+    placed = [core_chips(goban, Mapping(workers=w), 12) for w in (1, 2, 4)]
+    placed += [core_chips(poly, Mapping(workers=w, placement="phase"), 12, ["prefill", "decode"]) for w in (2, 3, 5)]
+    held = [holdings(chip, cores, shared) for chip, cores in zip([goban] * 3 + [poly] * 3, placed)
+            for shared in (0, 1000, 10**6)]
+    assert sum(len(h.cores) > 1 for h in held) >= 3  # holdings of two core chips among them
+    area, leak = tables.holdings_matrix(held)
+    for k, h in enumerate(held):
+        a, l = alone(h)
+        assert a.tobytes() == area[k].tobytes() and l.tobytes() == leak[k].tobytes() and a.sum() > 0, k

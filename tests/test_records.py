@@ -685,6 +685,31 @@ def test_artifacts_are_content_addressed_files_written_before_their_rows(store, 
     assert len(store.artifacts()) == 2
 
 
+def test_artifacts_written_together_are_the_rows_and_files_one_by_one_makes(store):
+    """`put_artifacts` (a sweep's frontend dumps): each file content-addressed and placed,
+    its row with its name and media type, in one transaction; a bad owner or role writes
+    neither files nor rows."""
+    experiment_id, _ = one_candidate(store)
+    items = [(b"graph 0\n", "frontend/01-import.txt"), (b"graph 1\n", "frontend/02-fold.txt"),
+             (b"graph 0\n", "frontend/03-same.txt")]
+    refs = store.put_artifacts(items, role="graph_dump", experiment_id=experiment_id)
+    assert [r.sha256 for r in refs] == [content_sha(data) for data, _ in items] and refs[0].path == refs[2].path
+    assert all(r.path == store.artifact_path(r.sha256) and r.path.read_bytes() == data
+               for r, (data, _) in zip(refs, items))
+    assert not list(refs[0].path.parent.parent.glob(".incoming-*"))  # no temp file left
+    table = store.artifacts(experiment_id).sort_values("id")
+    assert table["id"].tolist() == [r.id for r in refs] and table["role"].tolist() == ["graph_dump"] * 3
+    assert table["name"].tolist() == [name for _, name in items] and set(table["media_type"]) == {"text/plain"}
+    assert not store.check_evidence(experiment_id).bad
+    root = refs[0].path.parent.parent
+    files = sorted(p for p in root.rglob("*") if p.is_file())
+    with pytest.raises(RecordNotFound):
+        store.put_artifacts([(b"never kept", "x.txt")], role="graph_dump", run_id=999)
+    with pytest.raises(ValueError, match="allowed: graph_dump, trace"):
+        store.put_artifacts([(b"never kept", "x.txt")], role="junk", experiment_id=experiment_id)
+    assert sorted(p for p in root.rglob("*") if p.is_file()) == files and len(store.artifacts()) == 3
+
+
 def content_sha(data: bytes) -> str:
     import hashlib
 
@@ -963,6 +988,70 @@ def test_a_batch_start_finishes_the_previous_batch_and_sets_the_baseline_in_one_
         with pytest.raises(ValueError, match="already finished"):
             store.add_candidates_and_start_runs(exp, more, "analytical", finish=done[:1])
         assert len(store.runs(exp)) == 4
+
+
+def test_a_batch_written_finished_holds_what_starting_then_finishing_it_holds(db):
+    """The sweep's analytical batch in one write (`add_candidates_with_finished_runs`): the
+    same runs (status, reason, error, traceback, link), metrics, latest figures,
+    candidate_run rows, notes and baseline as the same batch started, then finished and
+    linked; a bad result anywhere writes none of it."""
+    from dse.records import MetricRow
+
+    def metrics(latency):
+        return [MetricRow("analytical", "latency_cycles", latency, "cycles"),
+                MetricRow("analytical", "cycles", 4.0, "cycles", "op", "mm")]
+
+    reason = "needs 12 banks \u2014 'quoted', \"too\"\nsecond line \U0001F680"
+    with Store(db) as store:
+        earlier = new_experiment(store, name="earlier", spec_hash="spec-0")
+        ((_, _, source),) = store.add_candidates_and_start_runs(
+            earlier, [dict(config=with_banks(64), mapping=BASE_MAPPING, origin="grid", diff={})], "analytical")
+        store.finish_runs([dict(run_id=source, status="ok", metrics=metrics(7.0))])
+        rows = [dict(config=with_banks(n), mapping=BASE_MAPPING, origin="grid", diff={"config.banks": [20, n]},
+                     notes=note) for n, note in ((8, "picked ws"), (16, ""), (32, None), (64, "linked"))]
+        results = [dict(status="ok", metrics=metrics(10.0)), dict(status="infeasible", reason=reason),
+                   dict(status="failed", error="ValueError: b\u00e4d", traceback="Traceback\n  line \u00e9\n"),
+                   dict(reused_run_id=source)]
+        # The same batch started, then finished and linked (the path before).
+        before = new_experiment(store, name="before", spec_hash="spec-1")
+        started = store.add_candidates_and_start_runs(before, rows, "analytical", baseline=True, seed=3,
+                                                      model_version="m")
+        store.finish_runs([{**r, "run_id": run} for r, (_, _, run) in zip(results[:3], started[:3])])
+        store.link_runs({started[3][2]: source})
+        # In one write.
+        now = new_experiment(store, name="now", spec_hash="spec-2")
+        for bad in ([*results[:3], dict(status="bogus")], [dict(status="ok", metrics=[MetricRow(
+                "analytical", "x", math.nan, "cycles")]), *results[1:]], results[:3]):
+            with pytest.raises(ValueError):
+                store.add_candidates_with_finished_runs(now, rows, "analytical", bad, baseline=True)
+        assert store.candidates(now).empty and store.runs(now).empty
+        written = store.add_candidates_with_finished_runs(now, rows, "analytical", results, baseline=True, seed=3,
+                                                          model_version="m")
+        assert [made for _, made, _ in written] == [True] * 4
+
+        def held(exp, made):
+            runs = store.runs(exp).set_index("id").loc[[run for _, _, run in made]]
+            cands = store.candidates(exp).set_index("id").loc[[cid for cid, _, _ in made]]
+            own = ["stage", "status", "reason", "error", "traceback", "reused_run_id", "seed", "model_version"]
+            figures = store.metric_table(exp, "analytical").set_index("candidate_id").loc[[c for c, _, _ in made]]
+            with store.engine.connect() as connection:
+                roles = connection.execute(text(
+                    "SELECT candidate_id, role, run_id, stage, status, reason FROM candidate_run "
+                    "WHERE experiment_id = :e ORDER BY candidate_id, role"), dict(e=exp)).all()
+            index = {cid: i for i, (cid, _, _) in enumerate(made)} | {run: i for i, (_, _, run) in enumerate(made)}
+            return (runs[own].reset_index(drop=True).to_dict("records"),
+                    [(index[r[0]], r[1], index.get(r[2], r[2]), *r[3:]) for r in roles],
+                    cands[["hash", "notes", "status", "reason", "is_baseline"]].reset_index(drop=True)
+                    .to_dict("records"),
+                    figures.drop(columns=["metric_run_id"]).reset_index(drop=True).fillna("-").to_dict("records"),
+                    store.metrics(exp)[["name", "value", "scope_key"]].values.tolist())
+
+        assert held(now, written) == held(before, started)
+        runs = store.runs(now).set_index("id")
+        assert runs["status"].tolist() == ["ok", "infeasible", "failed", "ok"]
+        assert runs["reason"].iloc[1] == reason and runs["traceback"].iloc[2] == "Traceback\n  line \u00e9\n"
+        assert runs["reused_run_id"].iloc[3] == source and runs["finished_at"].notna().all()
+        assert store.experiment(now)["baseline_candidate_id"] == written[0][0]
 
 
 def test_notes_go_in_with_the_batch_that_writes_their_candidates_or_runs(db):

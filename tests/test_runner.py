@@ -241,9 +241,9 @@ def test_the_random_sampler_never_draws_a_point_twice(tmp_path):
     assert (("banks", 4), ("workers", 1)) not in drawn and sampler.ask(5) == []
 
 
-def test_an_interrupt_between_batches_writes_the_held_batch(tmp_path, monkeypatch):
-    """A batch's outcomes are written with the next batch's start; an interrupt before that
-    start (here in the sampler) still writes them, and leaves nothing running."""
+def test_an_interrupt_between_batches_leaves_the_batches_before_it_recorded(tmp_path, monkeypatch):
+    """A batch is recorded, finished, as soon as it is evaluated: an interrupt before the
+    next one (here in the sampler) leaves it recorded and nothing running."""
     from dse.runner.samplers import RandomSampler
 
     real, calls = RandomSampler.ask, []

@@ -22,11 +22,14 @@ def cmd_sweep(args) -> int:
         result = run_sweep(args.spec, args.db, progress=not args.no_progress, workers=args.workers,
                            cluster=args.cluster, connect_timeout=args.connect_timeout,
                            yes_large=args.yes_large, reuse=not args.no_reuse)
-    except KeyboardInterrupt:
-        # Everything finished so far is recorded; runs in flight were marked crashed.
+    except KeyboardInterrupt as stop:
+        # Every batch evaluated before the interrupt is recorded; the one it cut is not, and
+        # emulator runs in flight were marked crashed.
         from . import EXIT_INTERRUPT, INTERRUPTED
 
-        print(INTERRUPTED, file=sys.stderr)
+        recorded = getattr(stop, "recorded", None)
+        print(INTERRUPTED if recorded is None else
+              f"{INTERRUPTED}: {recorded[0]} candidates recorded by this run, {recorded[1]} in all", file=sys.stderr)
         return EXIT_INTERRUPT
     print(f"experiment '{result.name}' (id {result.experiment_id}): {result.evaluated} evaluated, "
           f"{result.resumed} already recorded; candidates: {spelled_counts(result.outcomes)}")

@@ -166,38 +166,47 @@ def compare(graph: Graph, lowered, image: np.ndarray, reference: dict[str, torch
     (tensor name -> value), and the graph outputs against the float module's `expected`;
     each output also on its own (`OutputCheck`, named by `parts`: the model's names of its
     outputs), against `expected` where given, else against `reference`."""
-    ops: list[OpCheck] = []
+    fused = getattr(lowered, "fused", frozenset())
+    ops = [check_op(op, graph, lowered, image, reference) for op in graph.ops if op.outputs[0] not in fused]
+    return verdict(graph, lowered, image, ops, reference, expected, tolerance, reference_kind, parts)
+
+
+def check_op(op, graph: Graph, lowered, image: np.ndarray, reference) -> OpCheck:
+    """One op's emulated output, read from `image` (the final one, or the image as the op's
+    closing BARRIER left it: `dse.numerics.boundary`), against its `reference` value."""
+    name = op.outputs[0]
+    spec = graph.tensors[name]
+    want = reference[name].numpy() if isinstance(reference[name], torch.Tensor) else np.asarray(reference[name])
+    grid = _tile_grid(lowered, image, name, want.shape)
+    if grid is not None:  # a blocked accumulator compared tile by tile, not copied row-major first
+        got, want_as_got = grid, want.reshape(grid.shape)
+    else:
+        got, want_as_got = lowered.read(image, name, copy=False), want  # read only: no copy of GBs
+    dtype = got.dtype
+    same = got.shape == want_as_got.shape and _same_bits(got, want_as_got.astype(dtype, copy=False))
+    if same and dtype == want.dtype:  # what `_err` gives equal bits, without its float64 pass
+        err = math.inf if dtype.kind == "f" and _any_nan(want) else 0.0  # equal bits: equal NaNs
+    else:
+        if grid is not None:
+            got = lowered.read(image, name, copy=False)
+        err = _err(got, want) if got.shape == want.shape else math.inf
+    # the reference let go before the next op's is computed (a streamed reference holds only
+    # what later ops read: an attention's values are GBs each): the caller holds none of it
+    return OpCheck(op.name, op.kind, spec.dtype, bool(same), err)
+
+
+def verdict(graph: Graph, lowered, image: np.ndarray, ops: list[OpCheck], reference, expected: list | None = None,
+            tolerance: float = 1e-5, reference_kind: str = "quantized", parts: list[str] | None = None) -> Verdict:
+    """The verdict of the op checks `ops` (graph order, `check_op`) and of the graph outputs,
+    read from the final `image`, as `compare` gives it."""
     first = None
     int_ok, n_int = True, 0
-    fused = getattr(lowered, "fused", frozenset())
-    for op in graph.ops:
-        name = op.outputs[0]
-        if name in fused:  # never materialized: its reader's output checks it
-            continue
-        spec = graph.tensors[name]
-        want = reference[name].numpy() if isinstance(reference[name], torch.Tensor) else np.asarray(reference[name])
-        grid = _tile_grid(lowered, image, name, want.shape)
-        if grid is not None:  # a blocked accumulator compared tile by tile, not copied row-major first
-            got, want_as_got = grid, want.reshape(grid.shape)
-        else:
-            got, want_as_got = lowered.read(image, name, copy=False), want  # read only: no copy of GBs
-        dtype = got.dtype
-        same = got.shape == want_as_got.shape and _same_bits(got, want_as_got.astype(dtype, copy=False))
-        if same and dtype == want.dtype:  # what `_err` gives equal bits, without its float64 pass
-            err = math.inf if dtype.kind == "f" and _any_nan(want) else 0.0  # equal bits: equal NaNs
-        else:
-            if grid is not None:
-                got = lowered.read(image, name, copy=False)
-            err = _err(got, want) if got.shape == want.shape else math.inf
-        ops.append(OpCheck(op.name, op.kind, spec.dtype, bool(same), err))
-        if spec.dtype in INT_DTYPES:
+    for check in ops:
+        if check.dtype in INT_DTYPES:
             n_int += 1
-            int_ok &= bool(same)
-        if not same and first is None:
-            first = op.name
-        # this op's reference let go before the next one's is computed (a streamed reference
-        # holds only what later ops read: an attention's values are GBs each)
-        del want, got, want_as_got, grid
+            int_ok &= check.bit_exact
+        if not check.bit_exact and first is None:
+            first = check.name
     producers = graph.producers()
     by_op = {c.name: c for c in ops}
     out_exact = all(by_op[producers[n].name].bit_exact for n in graph.outputs if n in producers)
@@ -253,8 +262,8 @@ def graph_reference(graph: Graph, inputs) -> dict[str, torch.Tensor]:
     return graph.trace(*inputs)
 
 
-__all__ = ["OpCheck", "OutputCheck", "Verdict", "compare", "graph_reference", "unmodified_check",
-           "unmodified_summary"]
+__all__ = ["OpCheck", "OutputCheck", "Verdict", "check_op", "compare", "graph_reference", "unmodified_check",
+           "unmodified_summary", "verdict"]
 
 from .run import EmulationReport, emulate_graph, emulate_recipe  # noqa: E402
 from ..plan.memory import dram_view

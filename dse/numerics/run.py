@@ -20,7 +20,8 @@ from ..lower import Infeasible, Lowered
 from ..mapping import Candidate, Mapping
 from ..workload.graph import Graph
 from ..workload.recipes import output_parts
-from . import OutputCheck, Verdict, compare, unmodified_check
+from . import OutputCheck, Verdict, compare, unmodified_check, verdict
+from .boundary import BoundaryCheck
 from .emitted import emit_graph, emit_placed, emit_spans, request_inputs
 
 
@@ -46,6 +47,9 @@ class EmulationReport:
     emitted: Any = None  # the program as emitted (`dse.numerics.emitted.Emitted`): outputs, inputs, digests
     # placement "layers": per tensor between ranges, (tensor, reading range, "shared" or "dram", why)
     handoffs: list = field(default_factory=list)
+    # bytes of the DRAM image given back during the run (``keep_image=False``: `BoundaryCheck`);
+    # then ``result.dram`` holds the graph's outputs, every other buffer possibly zeros
+    released_bytes: int = 0
 
     def to_dict(self) -> dict[str, Any]:
         return {"recipe": self.recipe, "chip": self.chip, "mapping": self.mapping, "feasible": self.feasible,
@@ -123,7 +127,9 @@ def emulate_graph(graph: Graph, candidate: Candidate, inputs, expected=None, tol
     `progress` is told each phase as it starts: lower, emulate, reference, compare.
     ``keep_image=False``: the emulator runs on the lowered DRAM image itself rather than a
     copy (a real layer's image is gigabytes), so the report keeps nothing to run again
-    (``rerun`` is None) and ``lowered.image`` is the final image. `known`: values of the
+    (``rerun`` is None); each op is checked at the BARRIER that closes it and every buffer
+    given back once its last reader has run (`dse.numerics.boundary`): ``lowered.image`` (the
+    final image) then holds the graph's outputs, other buffers possibly zeros. `known`: values of the
     graph's own trace already computed (`StreamedReference`), when `reference` is not given.
     `parts`: the model's names of the graph's outputs (`Prepared.parts`), each checked on its own."""
     if candidate.mapping.partition == "spans":
@@ -149,14 +155,28 @@ def emulate_graph(graph: Graph, candidate: Candidate, inputs, expected=None, tol
     t_run = time.perf_counter()
     rep.lower_seconds = t_run - t0
     in_place = not keep_image and layered is None
-    result = emulator.run(lowered.program, candidate.chip, lowered.image, mode=mode, in_place=in_place)
-    rep.emulator_seconds = time.perf_counter() - t_run
+    boundary = None
+    if in_place:
+        # Nothing reads the image after the run but the graph's outputs: each op is checked at
+        # the BARRIER that closes it and every buffer given back once done with (`BoundaryCheck`);
+        # a kept image (a rerun, the evidence's buffers) is checked whole after the run.
+        if reference is None:
+            reference = StreamedReference(graph, inputs, known)
+        boundary = BoundaryCheck(graph, lowered, lowered.image, reference, candidate.chip)
+    result = emulator.run(lowered.program, candidate.chip, lowered.image, mode=mode, in_place=in_place,
+                          boundary=boundary, cuts=boundary.cuts if boundary is not None else None)
+    rep.emulator_seconds = time.perf_counter() - t_run - (boundary.seconds if boundary is not None else 0.0)
     rep.rerun = None if in_place else (lowered.program, lowered.image, mode)
     if reference is None:  # the graph's own values, the same for every candidate: callers may pass them
         progress("reference")
         reference = StreamedReference(graph, inputs, known)
     progress("compare")
-    rep.verdict = compare(graph, lowered, result.dram, reference, expected, tolerance, reference_kind, parts)
+    if boundary is not None:
+        rep.verdict = verdict(graph, lowered, result.dram, boundary.finish(), reference, expected, tolerance,
+                              reference_kind, parts)
+        rep.released_bytes = boundary.released
+    else:
+        rep.verdict = compare(graph, lowered, result.dram, reference, expected, tolerance, reference_kind, parts)
     if layered is not None and len(layered.stages) > 1:  # every request against its own reference
         verdicts = [rep.verdict] + [compare(graph, low, result.dram, graph.trace(*x), None, tolerance, reference_kind,
                                             parts)

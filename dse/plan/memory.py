@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import hashlib
 import math
+import mmap
 from dataclasses import dataclass, replace
 
 import numpy as np
@@ -246,10 +247,31 @@ class Dram:
         return Loc(self.alloc(loc.nbytes), tuple(shape), "int32", (), blocked)
 
     def image(self) -> np.ndarray:
-        img = np.zeros(pad(self.top, ALIGN), dtype=np.uint8)
+        """The initial image: zeros (an anonymous mapping of its own, so that a run that has
+        done with a buffer can give its pages back: `release_pages`) with every chunk written."""
+        size = pad(self.top, ALIGN)
+        # private: given-back pages of a shared mapping would stay in its memory object, only unmapped
+        img = np.frombuffer(mmap.mmap(-1, size, flags=mmap.MAP_PRIVATE), dtype=np.uint8) if size \
+            else np.zeros(0, dtype=np.uint8)
         for addr, data in self.chunks:
             if hasattr(data, "write"):
                 data.write(img[addr:addr + data.nbytes])
             elif data.nbytes:
                 img[addr:addr + data.nbytes] = data.reshape(-1).view(np.uint8)
         return img
+
+
+def release_pages(img: np.ndarray, lo: int, hi: int) -> int:
+    """Give the pages wholly inside bytes [lo, hi) of an image made by `Dram.image` back to
+    the system (madvise MADV_DONTNEED: they read as zeros after, and take no memory until
+    written again); the pages at either end, shared with a neighbour, stay. Returns the bytes
+    given back: 0 for an image that is no mapping of its own (a copy, a slice)."""
+    owner = img.base.obj if isinstance(img.base, memoryview) else None
+    if not isinstance(owner, mmap.mmap) or img.ndim != 1 or img.size != len(owner):
+        return 0
+    page = mmap.PAGESIZE
+    start, end = -(-max(lo, 0) // page) * page, min(hi, img.size) // page * page
+    if end <= start:
+        return 0
+    owner.madvise(mmap.MADV_DONTNEED, start, end - start)
+    return end - start

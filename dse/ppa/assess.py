@@ -128,8 +128,7 @@ def assess_columns(chips: Sequence[object], cores: Sequence[Mapping[int, object]
         if k is None:
             h, reason = holdings(chip, used, shared_i), ""
             try:
-                tables.holdings_vectors(h)
-                tables.prices(h.chip)
+                tables.check(h)
             except CostError as exc:
                 h, reason = None, f"no area or energy: {exc} (chip field {exc.field})"
             else:  # the note reads the pricing chip and whether shared banks are held: once per such pair

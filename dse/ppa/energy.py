@@ -105,6 +105,7 @@ class Tables:
     def __init__(self, calibration: Mapping[str, Mapping] | None = None):
         self.calibration = calibration or {}
         self._by_chip: dict[int, tuple[object, tuple]] = {}  # id(chip) -> (chip, content key)
+        self._dumps: dict[int, tuple[object, str]] = {}  # id(section) -> (section kept alive, its JSON)
         self._tables: dict[tuple, ComponentTable] = {}
         self._vectors: dict[tuple, tuple[np.ndarray, np.ndarray]] = {}
         self._prices: dict[tuple, np.ndarray] = {}
@@ -120,13 +121,22 @@ class Tables:
         if hit is None or hit[0] is not chip:
             if len(self._by_chip) >= self.KEPT:  # a long sweep over chip knobs: start over
                 self._by_chip.clear()
+                self._dumps.clear()
             balls = tuple((b.kind, b.array_rows, b.array_cols) for b in chip.balls)
             groups = tuple(k for g in chip.cores.groups for k in (g.balls or ()))
             factors = self._factors(chip)
-            key = (chip.banks.rows, chip.banks.row_bytes, chip.shared_memory.model_dump_json(),
-                   chip.cache.model_dump_json(), chip.technology.model_dump_json(), chip.costs.model_dump_json(),
+            key = (chip.banks.rows, chip.banks.row_bytes, self._dump(chip.shared_memory), self._dump(chip.cache),
+                   self._dump(chip.technology), self._dump(chip.costs),
                    balls, groups, json.dumps(factors, sort_keys=True) if factors else "")
             hit = self._by_chip[id(chip)] = (chip, key)
+        return hit[1]
+
+    def _dump(self, section) -> str:
+        """A chip section's JSON, once per section object: a sweep's chips share the sections
+        no knob sets (`CandidateBuilder.chip_from_sections`)."""
+        hit = self._dumps.get(id(section))
+        if hit is None or hit[0] is not section:
+            hit = self._dumps[id(section)] = (section, section.model_dump_json())
         return hit[1]
 
     def table(self, chip) -> ComponentTable:
@@ -176,21 +186,58 @@ class Tables:
             hit = self._parts[key] = (core, vec(of("private_sram")), vec(of("shared_sram")), vec(of("cache")), once)
         return hit
 
+    def check(self, h: Holdings) -> None:
+        """CostError when `h` cannot be priced (a chip of it whose components cannot be had)."""
+        for core_chip, _ in h.cores:
+            self._core_parts(core_chip)
+        self._core_parts(h.chip)
+        self.prices(h.chip)
+
     def holdings_vectors(self, h: Holdings) -> tuple[np.ndarray, np.ndarray]:
         """(area mm2, leakage mW) by component of what `h` holds."""
         key = h.key()
         hit = self._vectors.get(key)
         if hit is None:
-            area, leak = np.zeros(C), np.zeros(C)
-            for core_chip, count in h.cores:
-                (ca, cl), (ba, bl), *_ = self._core_parts(core_chip)
-                area += count * (ca + core_chip.banks.count * ba)
-                leak += count * (cl + core_chip.banks.count * bl)
-            _, _, (sa, sl), (xa, xl), (oa, ol) = self._core_parts(h.chip)
-            area += h.tiles * h.shared_banks * sa + h.tiles * xa + oa
-            leak += h.tiles * h.shared_banks * sl + h.tiles * xl + ol
-            hit = self._vectors[key] = (area, leak)
+            area, leak = self.holdings_matrix([h])
+            hit = self._vectors[key] = (area[0], leak[0])
         return hit
+
+    def holdings_matrix(self, held: Sequence[Holdings]) -> tuple[np.ndarray, np.ndarray]:
+        """`holdings_vectors` of many holdings as rows, computed together (a sweep's batch has
+        hundreds): the same operations, element by element, in the same order."""
+        g = len(held)
+        area, leak = np.zeros((g, C)), np.zeros((g, C))
+        if not g:
+            return area, leak
+        rows: dict[int, int] = {}  # id(chip) -> its row in `parts` (chips shared by many holdings)
+        parts: list[tuple] = []
+
+        def row(chip) -> int:
+            at = rows.get(id(chip))
+            if at is None:
+                at = rows[id(chip)] = len(parts)
+                parts.append(self._core_parts(chip))
+            return at
+
+        def stacked(i: int, j: int) -> np.ndarray:  # parts' i-th (area, leakage) pair's j-th, as rows
+            return np.array([p[i][j] for p in parts])
+
+        # each holdings' j-th core entry, for all that have one, in entry order
+        for j in range(max(len(h.cores) for h in held)):
+            ks = [k for k, h in enumerate(held) if len(h.cores) > j]
+            at = np.array([row(held[k].cores[j][0]) for k in ks])
+            count = np.array([held[k].cores[j][1] for k in ks], dtype=np.float64)[:, None]
+            banks = np.array([held[k].cores[j][0].banks.count for k in ks], dtype=np.float64)[:, None]
+            (ca, cl), (ba, bl) = (stacked(0, 0), stacked(0, 1)), (stacked(1, 0), stacked(1, 1))
+            area[ks] += count * (ca[at] + banks * ba[at])
+            leak[ks] += count * (cl[at] + banks * bl[at])
+        at = np.array([row(h.chip) for h in held])
+        shared = np.array([h.tiles * h.shared_banks for h in held], dtype=np.float64)[:, None]
+        tiles = np.array([h.tiles for h in held], dtype=np.float64)[:, None]
+        (sa, sl), (xa, xl), (oa, ol) = ((stacked(i, 0), stacked(i, 1)) for i in (2, 3, 4))
+        area += shared * sa[at] + tiles * xa[at] + oa[at]
+        leak += shared * sl[at] + tiles * xl[at] + ol[at]
+        return area, leak
 
 
 def per_holdings(holdings: Sequence[Holdings | None], tables: Tables) -> tuple[np.ndarray, ...]:
@@ -201,10 +248,11 @@ def per_holdings(holdings: Sequence[Holdings | None], tables: Tables) -> tuple[n
     prices = np.zeros((g + 1, len(ACTIVITY), C))
     clock, cores, idle = np.full(g + 1, np.nan), np.zeros(g + 1), np.zeros(g + 1)
     by_chip: dict[int, tuple] = {}  # the pricing chip's prices, clock and idle price (holdings share a few)
+    given = [k for k, h in enumerate(holdings) if h is not None]
+    area[given], leak[given] = tables.holdings_matrix([holdings[k] for k in given])
     for k, h in enumerate(holdings):
         if h is None:
             continue
-        area[k], leak[k] = tables.holdings_vectors(h)
         of_chip = by_chip.get(id(h.chip))
         if of_chip is None:
             of_chip = by_chip[id(h.chip)] = (

@@ -32,7 +32,7 @@ import re
 import stat
 import tempfile
 import time
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -127,6 +127,12 @@ class PendingBlob:
     def place(self) -> Path:
         """Rename the file to its digest's name (after its row is written). The same content
         already there is replaced by this copy, known whole."""
+        _fsync_dir(self._moved())
+        _fsync_dir(self.root)
+        return self.path
+
+    def _moved(self) -> Path:
+        """`place` but the syncs: the folder now holding the file (to sync)."""
         folder = self.path.parent
         try:
             os.mkdir(folder)
@@ -135,9 +141,7 @@ class PendingBlob:
                 raise EvidenceError(BlobState(self.sha256, self.path, "refused", f"{folder} is not a real folder "
                                               "(a link or a file planted in the evidence folder)")) from None
         os.replace(self.temp, self.path)
-        _fsync_dir(folder)
-        _fsync_dir(self.root)
-        return self.path
+        return folder
 
 
 @contextmanager
@@ -145,26 +149,45 @@ def writing_blob(root: Path, source: str | os.PathLike[str] | bytes) -> Iterator
     """Write `source` into the evidence folder `root` as a pending file (temp, fsync), hand
     it to the caller to write the row naming it, then place it (`PendingBlob.place`), all
     under the folder's shared lock. An exception in the caller leaves no file behind."""
+    with writing_blobs(root, [source]) as (pending,):
+        yield pending
+
+
+@contextmanager
+def writing_blobs(root: Path, sources: Sequence[str | os.PathLike[str] | bytes]) -> Iterator[list[PendingBlob]]:
+    """`writing_blob` of many files under one hold of the lock: each written pending, the
+    caller writes their rows (in one transaction), then all placed, each folder they land
+    in synced once, and the evidence folder once."""
     root.mkdir(parents=True, exist_ok=True)
+    temps: list[str] = []
     with _folder_lock(root, exclusive=False):
-        fd, temp = tempfile.mkstemp(dir=root, prefix=INCOMING)
         try:
-            digest, size = hashlib.sha256(), 0
-            with os.fdopen(fd, "wb") as out:
-                chunks: Iterable[bytes] = (source,) if isinstance(source, bytes) else _read_chunks(Path(source))
-                for chunk in chunks:
-                    digest.update(chunk)
-                    out.write(chunk)
-                    size += len(chunk)
-                out.flush()
-                os.fsync(out.fileno())
-            os.chmod(temp, 0o444)
-            pending = PendingBlob(root, digest.hexdigest(), size, Path(temp))
+            pending = [_pending(root, source, temps) for source in sources]
             yield pending
-            pending.place()
+            for folder in dict.fromkeys(p._moved() for p in pending):
+                _fsync_dir(folder)
+            _fsync_dir(root)
         finally:
-            if os.path.lexists(temp):
-                os.unlink(temp)
+            for temp in temps:
+                if os.path.lexists(temp):
+                    os.unlink(temp)
+
+
+def _pending(root: Path, source: str | os.PathLike[str] | bytes, temps: list[str]) -> PendingBlob:
+    """`source` written into `root` under a temporary name (listed in `temps` at once) and synced."""
+    fd, temp = tempfile.mkstemp(dir=root, prefix=INCOMING)
+    temps.append(temp)
+    digest, size = hashlib.sha256(), 0
+    with os.fdopen(fd, "wb") as out:
+        chunks: Iterable[bytes] = (source,) if isinstance(source, bytes) else _read_chunks(Path(source))
+        for chunk in chunks:
+            digest.update(chunk)
+            out.write(chunk)
+            size += len(chunk)
+        out.flush()
+        os.fsync(out.fileno())
+    os.chmod(temp, 0o444)
+    return PendingBlob(root, digest.hexdigest(), size, Path(temp))
 
 
 def store_blob(root: Path, source: str | os.PathLike[str] | bytes) -> tuple[str, int, Path]:

@@ -91,14 +91,7 @@ def link_runs(connection: Connection, links: Mapping[int, int]) -> None:
     under the linking run. No metric row is written."""
     if not links:
         return
-    mark = "?" if connection.dialect.paramstyle == "qmark" else "%s"
-    sources = sorted(set(links.values()))
-    state = {}
-    for i in range(0, len(sources), _CHUNK):
-        part = sources[i:i + _CHUNK]
-        state.update((r[0], r[1:]) for r in connection.exec_driver_sql(
-            "SELECT id, status, reason, error, traceback FROM run WHERE id IN "
-            f"({', '.join([mark] * len(part))})", tuple(part)))
+    state = run_states(connection, sorted(set(links.values())))
     now = utcnow()
     table = Run.__table__
     done = connection.execute(
@@ -111,7 +104,24 @@ def link_runs(connection: Connection, links: Mapping[int, int]) -> None:
         raise ValueError(f"runs {sorted(links)}: not all running, so not linked")
     # A running run took its source's status: a pruned one may move its candidate's outcome.
     candidate_runs.changed(connection, list(links), [run for run, src in links.items() if state[src][0] == "pruned"])
-    # The linked figures under the linking run: latest.record takes them as if just written.
+    record_linked_figures(connection, links)
+
+
+def run_states(connection: Connection, run_ids: Sequence[int]) -> dict[int, tuple]:
+    """(status, reason, error, traceback) of each run of `run_ids`: what a link to it takes."""
+    mark = "?" if connection.dialect.paramstyle == "qmark" else "%s"
+    state = {}
+    for i in range(0, len(run_ids), _CHUNK):
+        part = list(run_ids[i:i + _CHUNK])
+        state.update((r[0], tuple(r[1:])) for r in connection.exec_driver_sql(
+            "SELECT id, status, reason, error, traceback FROM run WHERE id IN "
+            f"({', '.join([mark] * len(part))})", tuple(part)))
+    return state
+
+
+def record_linked_figures(connection: Connection, links: Mapping[int, int]) -> None:
+    """The linked runs' figures in latest_figures under the linking runs (run id -> the
+    earlier run): latest.record takes them as if just written."""
     of_source = {}
     for row in packed.rows_of(connection, sorted(set(links.values())), scope="total"):
         of_source.setdefault(row[0], []).append(row[1:])

@@ -42,6 +42,7 @@ import os
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
+from datetime import datetime
 from pathlib import Path
 from typing import Any, NoReturn, TypeVar
 
@@ -334,13 +335,16 @@ class Store(PageReads, ReportReads):
         open_questions: str = "",
         links: Iterable[tuple[str, int, str]] = (),
         workload: dict[str, Any] | None = None,
+        status: str = "proposed",
     ) -> int:
         """Record a new experiment, or resume the one of that name and spec; return its id.
 
         `links`: (relation, earlier experiment id, reason) each, relation "follows" or
-        "reopens"; written with a new experiment only (a resumed one keeps its own).
+        "reopens"; written with a new experiment only (a resumed one keeps its own), as is
+        `status` (a sweep's new experiment is "testing" at once).
         `workload`: what `workload_hash` identifies (dse.identity.workload_identity's parts)."""
         acceptance = checked_acceptance(acceptance)
+        check_choice("experiment.status", status, EXPERIMENT_STATUSES)
         links = [(check_choice("experiment_link.relation", r, LINK_RELATIONS), operator.index(o), str(why))
                  for r, o, why in links]
 
@@ -350,6 +354,7 @@ class Store(PageReads, ReportReads):
                     session, name, spec_hash, hypothesis=hypothesis, acceptance=acceptance,
                     workload_recipe=workload_recipe, workload_hash=workload_hash, spec_text=spec_text,
                     limitations=limitations, open_questions=open_questions, links=links, workload=workload,
+                    status=status,
                 )  # fmt: skip
 
         return retry_once_on_conflict(create)
@@ -512,16 +517,48 @@ class Store(PageReads, ReportReads):
         self._heartbeats.track(run_id for _, _, run_id in out)
         return out
 
+    def add_candidates_with_finished_runs(
+        self,
+        experiment_id: int,
+        rows: Iterable[Mapping[str, Any]],
+        stage: str,
+        results: Iterable[Mapping[str, Any]],
+        *,
+        started_at: datetime | None = None,
+        seed: int | None = None,
+        command: str | None = None,
+        model_version: str = "",
+        emulator_version: str | None = None,
+        baseline: bool = False,
+    ) -> list[tuple[int, bool, int]]:
+        """`add_candidates`, each row's candidate with a run of `stage` written finished, in
+        one transaction: (candidate id, created, run id) per row (the sweep driver's
+        analytical batch, evaluated before any of it is written: all of it recorded, or
+        none). `results`, one per row: as `finish_runs` takes them (status, metrics, reason,
+        error, traceback; a `run_id` in them is ignored: the runs are new), or with
+        `reused_run_id`, a link to that earlier run's evidence (as `link_runs` makes it).
+        `started_at`: when the batch's evaluation started (its runs' start); with
+        `baseline`, the first row's candidate becomes the experiment's baseline."""
+        base = writes.run_base(stage, seed, command, model_version, emulator_version, started_at)
+        results = list(results)
+        # Checked as finish_runs checks them, the row's index standing for its run id.
+        evaluated = [{**r, "run_id": i} for i, r in enumerate(results) if r.get("reused_run_id") is None]
+        ended = checked_results(evaluated)
+        return self._add_candidates(experiment_id, rows, base, baseline=baseline, ended=(results, ended[1]))
+
     @retrying
     def _add_candidates(self, experiment_id: int, rows: Iterable[Mapping[str, Any]], run_base: dict[str, Any] | None,
                         finished: tuple[list, list] = ([], []), baseline: bool = False,
-                        finished_notes: dict[int, str] | None = None) -> list[tuple[int, bool, int | None]]:
+                        finished_notes: dict[int, str] | None = None,
+                        ended: tuple[list, list] | None = None) -> list[tuple[int, bool, int | None]]:
         prepared = writes.prepared_candidates(rows)
+        if ended is not None and len(ended[0]) != len(prepared):
+            raise ValueError(f"results: one per candidate row, got {len(ended[0])} for {len(prepared)} rows")
 
         def add() -> list[tuple[int, bool, int | None]]:
             with self._begin() as connection:
                 return writes.add_candidates(connection, experiment_id, prepared, run_base, finished, baseline,
-                                             finished_notes)
+                                             finished_notes, ended)
 
         try:
             return retry_once_on_conflict(add)
@@ -743,6 +780,31 @@ class Store(PageReads, ReportReads):
                                                   sha256=blob.sha256, size=blob.size, media_type=media_type,
                                                   role=role, name=name)
         return ArtifactRef(artifact_id, blob.sha256, blob.size, blob.path)
+
+    @retrying
+    def put_artifacts(
+        self,
+        items: Sequence[tuple[bytes, str | None]],
+        *,
+        role: str,
+        run_id: int | None = None,
+        experiment_id: int | None = None,
+    ) -> list[ArtifactRef]:
+        """`put_artifact` of many (bytes, name) of one owner and role at once: the files
+        written, their rows in one transaction, then the files placed (`blobs.writing_blobs`)."""
+        check_choice("artifact.role", role, ARTIFACT_ROLES)
+        if run_id is None and experiment_id is None:
+            raise ValueError("an artifact belongs to a run or an experiment: give run_id or experiment_id")
+        if not items:
+            return []
+        with self._read() as connection:  # check before the files are written
+            experiment_id = writes.artifact_owner(connection, run_id, experiment_id)
+        with blobs.writing_blobs(self._evidence_root(), [data for data, _ in items]) as written:
+            with self._write() as session:
+                ids = [writes.add_artifact(session, run_id=run_id, experiment_id=experiment_id, sha256=blob.sha256,
+                                           size=blob.size, media_type=blobs.media_type(name), role=role, name=name)
+                       for blob, (_, name) in zip(written, items)]
+        return [ArtifactRef(i, blob.sha256, blob.size, blob.path) for i, blob in zip(ids, written)]
 
     @retrying
     def evidence_bytes(self) -> int:

@@ -18,7 +18,7 @@ from sqlalchemy import Connection, bindparam, delete, insert, or_, select, updat
 from sqlalchemy.orm import Session
 
 from dse.identity import Encoded, candidate_hash, candidate_hash_of_texts, canonical_json, json_text
-from dse.records import candidate_runs, latest, packed, provenance
+from dse.records import candidate_runs, latest, packed, provenance, reuse
 from dse.records.driver import DriverCursor
 from dse.records.checks import METRIC_COLUMNS, Pack, as_id, packs_of
 from dse.records.liveness import ABANDONED, finishable, finishable_clause
@@ -68,7 +68,7 @@ def create_experiment(session: Session, name: str, spec_hash: str, links: Sequen
                 "rename the experiment to record the changed spec"
             )
         return existing.id
-    experiment = Experiment(name=name, spec_hash=spec_hash, status="proposed", **columns)
+    experiment = Experiment(name=name, spec_hash=spec_hash, **{"status": "proposed", **columns})
     session.add(experiment)
     session.flush()
     for relation, other_id, reason in links:
@@ -198,11 +198,12 @@ def heartbeat(session: Session, run_id: int) -> None:
 
 
 def run_base(stage: str, seed: int | None, command: str | None, model_version: str,
-             emulator_version: str | None) -> dict[str, Any]:
-    """The columns every run of a batch shares: status, times and provenance."""
+             emulator_version: str | None, started_at: datetime | None = None) -> dict[str, Any]:
+    """The columns every run of a batch shares: status, times and provenance (`started_at`:
+    when its work started, if before now)."""
     check_choice("run.stage", stage, RUN_STAGES)
     environment = provenance.collect(command)
-    now = utcnow()
+    now = started_at or utcnow()
     # The same provenance for every row: its JSON encoded once.
     return dict(stage=stage, status="running", started_at=now, heartbeat_at=now, host=environment.host,
                 git_commit=environment.git_commit, git_dirty=environment.git_dirty,
@@ -238,11 +239,13 @@ def prepared_candidates(rows: Iterable[Mapping[str, Any]]) -> list[tuple[str, st
 
 def add_candidates(connection: Connection, experiment_id: int, prepared: list[tuple], run_base: dict[str, Any] | None,
                    finished: tuple[list, list] = ([], []), baseline: bool = False,
-                   finished_notes: Mapping[int, str] | None = None) -> list[tuple[int, bool, int | None]]:
+                   finished_notes: Mapping[int, str] | None = None,
+                   ended: tuple[list, list] | None = None) -> list[tuple[int, bool, int | None]]:
     """`finish_runs` of `finished` (with `finished_notes`), then the `prepared` candidates
     that are new (a known one's notes, when the row has some, replaced as `set_notes`
-    would), a run of each row's candidate (with `run_base`), and with `baseline` the first
-    row's candidate as the experiment's baseline: (candidate id, created, run id) per row."""
+    would), a run of each row's candidate (with `run_base`; with `ended`, each run written
+    finished: `insert_finished_runs`), and with `baseline` the first row's candidate as the
+    experiment's baseline: (candidate id, created, run id) per row."""
     # Core on one connection (no ORM session): this is the sweep's hot path.
     if finished[0] or finished_notes:
         finish_runs(connection, *finished, notes=finished_notes)
@@ -289,7 +292,9 @@ def add_candidates(connection: Connection, experiment_id: int, prepared: list[tu
     if renoted:
         write_notes(connection, renoted)
     runs: list[int | None] = [None] * len(out)
-    if run_base is not None and out:
+    if run_base is not None and out and ended is not None:
+        runs = insert_finished_runs(connection, [cid for cid, _ in out], run_base, *ended, last_run if sqlite else None)
+    elif run_base is not None and out:
         runs = insert_runs(connection, [cid for cid, _ in out], run_base, last_run if sqlite else None)
     if baseline and out:  # a candidate of this very experiment, just looked up or added
         connection.execute(update(Experiment).where(Experiment.id == as_id(experiment_id))
@@ -309,6 +314,43 @@ def insert_runs(connection: Connection, candidate_ids: list[int], base: dict[str
         ids = list(connection.execute(insert(table).returning(table.c.id, sort_by_parameter_order=True),
                                       [{**base, "candidate_id": cid} for cid in candidate_ids]).scalars().all())
     candidate_runs.added(connection, ids)
+    return ids
+
+
+def insert_finished_runs(connection: Connection, candidate_ids: list[int], base: dict[str, Any],
+                         results: list[Mapping[str, Any]], metric_packs: list[Pack],
+                         before: int | None = None) -> list[int]:
+    """A run of each candidate written finished in one go (a stage whose evaluation ended
+    before anything of it was written: no "running" row to update): the columns `base`, and
+    each row's result (`results`, one per candidate, checked: status, reason, error,
+    traceback; or `reused_run_id`, a link to that earlier run, whose status, reason, error
+    and traceback it takes, its figures in latest_figures under the new run, as
+    `reuse.link_runs` does), then the metrics of `metric_packs` (their run ids: indexes into
+    `results`). Run ids in order; candidate_run brought up to date with them."""
+    now = utcnow()
+    links = {i: int(r["reused_run_id"]) for i, r in enumerate(results) if r.get("reused_run_id") is not None}
+    state = reuse.run_states(connection, sorted(set(links.values()))) if links else {}
+    rows = []
+    for i, r in enumerate(results):
+        source = links.get(i)
+        if source is None:
+            rows.append((candidate_ids[i], r["status"], r.get("reason"), r.get("error"), r.get("traceback"), None))
+        else:
+            rows.append((candidate_ids[i], *state[source], source))
+    shared = {**base, "finished_at": now, "heartbeat_at": now}
+    del shared["status"]
+    if connection.dialect.name == "sqlite":
+        ids = _sqlite_insert_finished_runs(DriverCursor(connection), rows, shared, before)
+    else:  # one INSERT .. RETURNING for the batch, ids in the order of the rows
+        table = Run.__table__
+        names = ("candidate_id", "status", "reason", "error", "traceback", "reused_run_id")
+        ids = list(connection.execute(insert(table).returning(table.c.id, sort_by_parameter_order=True),
+                                      [{**shared, **dict(zip(names, row))} for row in rows]).scalars().all())
+    candidate_runs.added(connection, ids)
+    if metric_packs:
+        insert_metrics(connection, [(ids[i], *rest) for i, *rest in metric_packs])
+    if links:
+        reuse.record_linked_figures(connection, {ids[i]: source for i, source in links.items()})
     return ids
 
 
@@ -620,6 +662,30 @@ def _sqlite_insert_runs(cur: DriverCursor, candidate_ids: list[int], base: dict[
     after, count = cur.execute("SELECT max(id), count(*) FROM run WHERE id > ?", (before,)).fetchone()
     if count != len(candidate_ids) or after != before + count:
         raise RuntimeError(f"run ids after id {before}: expected {len(candidate_ids)} new rows in a row, "
+                           f"found {count} up to id {after}")
+    return list(range(before + 1, after + 1))
+
+
+def _sqlite_insert_finished_runs(cur: DriverCursor, rows: list[tuple], shared: dict[str, Any],
+                                 before: int | None = None) -> list[int]:
+    """`insert_finished_runs`' rows, (candidate id, status, reason, error, traceback, reused
+    run id) each, inserted with the columns `shared`: ids, in order."""
+    shared = _db_values(cur.dialect, Run.__table__, shared)
+    columns = list(shared) + ["candidate_id", "status", "reason", "error", "traceback", "reused_run_id"]
+    if before is None:
+        before = cur.execute("SELECT coalesce(max(id), 0) FROM run").fetchone()[0]
+    if _json_each():
+        # As `_sqlite_insert_runs`: the shared columns bound once, each row's own as one JSON
+        # array of arrays walked in order (ensure_ascii off: text as it is, not \u escapes).
+        own = ", ".join(f"json_extract(value, '$[{i}]')" for i in range(6))
+        cur.execute(f"INSERT INTO run ({', '.join(columns)}) SELECT {', '.join('?' * len(shared))}, {own} "
+                    "FROM json_each(?) ORDER BY key", (*shared.values(), json.dumps(rows, ensure_ascii=False)))
+    else:
+        cur.executemany(f"INSERT INTO run ({', '.join(columns)}) VALUES ({', '.join('?' * len(columns))})",
+                        [(*shared.values(), *row) for row in rows])
+    after, count = cur.execute("SELECT max(id), count(*) FROM run WHERE id > ?", (before,)).fetchone()
+    if count != len(rows) or after != before + count:
+        raise RuntimeError(f"run ids after id {before}: expected {len(rows)} new rows in a row, "
                            f"found {count} up to id {after}")
     return list(range(before + 1, after + 1))
 

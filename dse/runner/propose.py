@@ -35,10 +35,11 @@ def propose(spec_path: str | Path | Spec, db: str | Path = "records.db") -> tupl
     return ident, status, m.experiment.name not in before
 
 
-def record_experiment(store, spec: Spec, links: list, remedy: str) -> int:
+def record_experiment(store, spec: Spec, links: list, remedy: str, status: str = "proposed") -> int:
     """The spec's experiment row (`Store.create_experiment`: the one a sweep resumes, found by
-    name and spec hash), as both `dse propose` and a sweep write it; a name the store holds
-    for another spec is one line listing the changed fields, then `remedy`."""
+    name and spec hash), as both `dse propose` and a sweep write it (`status`: a new one's,
+    "testing" for a sweep's); a name the store holds for another spec is one line listing
+    the changed fields, then `remedy`."""
     m = spec.model
     workload = workload_parts(spec)
     try:
@@ -47,7 +48,8 @@ def record_experiment(store, spec: Spec, links: list, remedy: str) -> int:
             acceptance=[c.model_dump() for c in m.acceptance], workload_recipe=recipe_name(m.workload.recipe),
             workload_hash=workload_identity(**workload), workload=workload, spec_text=spec.text,
             spec_hash=spec.hash,
-            limitations=m.experiment.limitations, open_questions=m.experiment.open_questions, links=links)
+            limitations=m.experiment.limitations, open_questions=m.experiment.open_questions, links=links,
+            status=status)
     except ValueError:  # the name is taken by another spec: resuming would mix evidence
         recorded = store.experiment(m.experiment.name).get("spec_text") or ""
         raise InputError(spec.path, "experiment.name", m.experiment.name,

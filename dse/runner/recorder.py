@@ -1,7 +1,9 @@
-"""The driver's writes to the store, in batches: candidates with their runs started, runs
-finished (the rows of the chain's record stage). One transaction per batch keeps an
-analytical sweep's recording cheap: a batch's results are held and written in the
-transaction that starts the next batch."""
+"""The driver's writes to the store, in batches. An analytical batch is evaluated first, then
+written in one transaction: its candidates with their runs already finished (`add_finished`),
+so a batch cut by an interrupt or a crash leaves nothing of itself in the store, and each
+run is one insert, not a "running" insert and a later update. Runs of the long stages (the
+emulator's) are started before their work and finished after (`start_runs`, `finish_runs`),
+so a driver killed meanwhile leaves them visibly running (then crashed)."""
 
 from __future__ import annotations
 
@@ -17,9 +19,7 @@ from .chain import RECORD
 class Recorder:
     def __init__(self, store: Store):
         self.store = store
-        self._running: set[int] = set()
-        self._held: list = []  # outcomes to write with the next batch (see `hold`)
-        self._held_notes: dict[int, str] = {}  # candidates' notes to write with them
+        self._running: set[int] = set()  # runs started and not finished (the emulator stage's)
         self.seconds = 0.0  # wall time spent writing (the sweep reports it)
 
     @contextlib.contextmanager
@@ -30,46 +30,30 @@ class Recorder:
         finally:
             self.seconds += time.perf_counter() - started
 
-    def add_and_start(self, experiment_id: int, rows: list[dict], stage: str, baseline: bool = False,
-                      **provenance) -> list[tuple[int, int]]:
-        """Candidates recorded and their runs started, in one transaction with the held
-        outcomes: (candidate id, run id) per row. `baseline`: the first row is the experiment's.
-        A row's `notes` (what the sweep knows of its candidate before evaluating it) go in with it."""
-        held, self._held = self._held, []
-        notes, self._held_notes = self._held_notes, {}
-        try:
-            with self._timed():
-                out = self.store.add_candidates_and_start_runs(experiment_id, rows, stage, finish=RECORD.run(held),
-                                                               finish_notes=notes, baseline=baseline, **provenance)
-        except BaseException:
-            self._held = held + self._held  # not written: still to be
-            self._held_notes = {**notes, **self._held_notes}
-            raise
-        self._running.difference_update(o.run_id for o in held)
-        self._running.update(run for _, _, run in out)
+    def add_finished(self, experiment_id: int, rows: list[dict], results: list[dict], stage: str,
+                     baseline: bool = False, **provenance) -> list[tuple[int, int]]:
+        """Candidates recorded with their runs finished, in one transaction: (candidate id, run
+        id) per row. `results`: a result per row (`Store.add_candidates_with_finished_runs`);
+        `baseline`: the first row is the experiment's. A row's `notes` go in with it."""
+        with self._timed():
+            out = self.store.add_candidates_with_finished_runs(experiment_id, rows, stage, results, baseline=baseline,
+                                                               **provenance)
         return [(cid, run) for cid, _, run in out]
 
     def start_runs(self, candidate_ids: list[int], stage: str, **provenance) -> list[int]:
-        self.flush()
         with self._timed():
             runs = self.store.start_runs(candidate_ids, stage, **provenance)
         self._running.update(runs)
         return runs
 
     def finish_runs(self, outcomes, notes: dict[int, str] | None = None) -> None:
-        """Outcomes written now, in a transaction of their own (with any held ones), and
-        with them `notes`, {candidate id: note}: what the stage noticed beyond its metrics."""
-        outcomes, self._held = self._held + list(outcomes), []
-        notes, self._held_notes = {**self._held_notes, **(notes or {})}, {}
+        """Outcomes of started runs written now, in a transaction of their own, and with them
+        `notes`, {candidate id: note}: what the stage noticed beyond its metrics."""
+        outcomes = list(outcomes)
         if not outcomes and not notes:
             return
-        try:
-            with self._timed():
-                self.store.finish_runs(RECORD.run(outcomes), notes)
-        except BaseException:
-            self._held = outcomes + self._held
-            self._held_notes = {**notes, **self._held_notes}
-            raise
+        with self._timed():
+            self.store.finish_runs(RECORD.run(outcomes), notes)
         self._running.difference_update(o.run_id for o in outcomes)
 
     def link_runs(self, links: dict[int, int]) -> None:
@@ -78,28 +62,10 @@ class Recorder:
             self.store.link_runs(links)
         self._running.difference_update(links)
 
-    def hold(self, outcomes, notes: dict[int, str] | None = None) -> None:
-        """Outcomes (and their candidates' `notes`) to write with the next batch's start (or
-        at `flush`). The sampler may be told of them already; if the driver is killed
-        before they are written their runs stay unfinished, and the next run of the sweep
-        evaluates those candidates again."""
-        self._held += outcomes
-        self._held_notes.update(notes or {})
-
-    def flush(self) -> None:
-        self.finish_runs([])
-
     def crash_unfinished(self, why: str) -> None:
-        """Write the held outcomes, then mark runs of this driver still unfinished as crashed
-        (after Ctrl-C, say). With the sweep taken over by another process, nothing: its
-        runs are the other process's to judge."""
-        try:
-            self.flush()
-        except LeaseLost:
-            self._held, self._held_notes, self._running = [], {}, set()
-            return
-        except Exception:  # noqa: BLE001 - what could not be written is marked crashed below
-            self._held, self._held_notes = [], {}
+        """Mark the started runs of this driver still unfinished as crashed (after Ctrl-C,
+        say). With the sweep taken over by another process, nothing: its runs are the other
+        process's to judge."""
         for run in sorted(self._running):
             try:
                 self.store.finish_run(run, "crashed", error=why)

@@ -4,14 +4,17 @@ The stages are declared, in order, in `dse.runner.chain` (CHAIN); this driver ru
 that order (`sweep_into_store` the SETUP ones, `Sweep._drive` the rest, each on the output
 of the one before), proposes candidates, batches them and writes what the stages return.
 
-Only this driver writes the store. Candidates are proposed, recorded and evaluated in
-batches: every candidate is recorded (infeasible and failed ones included) with a run row
-written as *running* before its evaluation starts, and a batch's outcomes are written in
-the transaction that starts the next batch (or at the end, or on an interrupt). A
-candidate already evaluated (same hash) is never evaluated again, so rerunning the same
-command resumes, the sampler rebuilt from the records; a run left unfinished by a killed
-driver is evaluated again. Nor is a candidate an earlier experiment on the same workload
-evaluated under the same versions and settings (dse.records.reuse): its run of the stage
+Only this driver writes the store. Candidates are proposed, evaluated and recorded in
+batches: a batch is evaluated by the analytical stage, then every candidate of it is
+recorded (infeasible and failed ones included) with its run already finished, in one
+transaction; a batch cut by an interrupt or a crash before that write is not recorded at
+all. Runs of the emulator stage are written *running* before their work and finished
+after, so a driver killed meanwhile leaves them visible (crashed, once its death is seen).
+A candidate already evaluated (same hash) is never evaluated again, so rerunning the same
+command resumes, the sampler rebuilt from the records: the batch that was not recorded,
+and any run left unfinished by a killed driver, are evaluated again. Nor is a candidate an
+earlier experiment on the same workload evaluated under the same versions and settings
+(dse.records.reuse): its run of the stage
 links to that evidence instead (`reuse=False`, `dse sweep --no-reuse`: evaluated afresh). (A rerun with nothing left to do does not get here:
 `dse.runner.run_sweep` answers it from the records, `dse.runner.rerun`.)
 """
@@ -35,10 +38,11 @@ from emulator.chip import chip_from_dict
 from ..analytical import MODEL_VERSION
 from ..chips import capacity_notes
 from ..errors import InputError
-from ..identity import canonical_json
+from ..identity import Encoded, canonical_json
 from ..records import Store
 from ..records.calibrations import ppa_factors, ppa_version
 from ..records.opening import checked_url
+from ..records.schema import utcnow
 from ..workload.moe import moe_layers, parse_routing
 from .acceptance import propose
 from .candidates import BuiltCandidate, CandidateBuilder
@@ -58,9 +62,9 @@ from .stages import Outcome, analytical_graph, frontend_dumps, source_count_metr
 # A local pool evaluates an analytical batch only when the driver would spend longer than
 # this on it (see Sweep._analytical_executor); 0: the pool always does.
 POOL_ANALYTICAL_MIN_SECONDS = 2.0
-# Test hook: the driver stops itself (SIGSTOP) once this many batches are recorded, with
-# their runs running: a stand-in for a pause at an unlucky moment (a suspended laptop, a
-# ^Z, a VM migrated), from which a SIGCONT wakes it.
+# Test hook: the driver stops itself (SIGSTOP) once this many analytical batches are
+# evaluated, the last of them not recorded yet: a stand-in for a pause at an unlucky moment
+# (a suspended laptop, a ^Z, a VM migrated), from which a SIGCONT wakes it.
 STOP_ENV = "DSE_TEST_STOP_AFTER_BATCHES"
 ASK_ROUNDS = 10
 SETUP_NAMES = frozenset(s.name for s in SETUP)  # the stages `sweep_into_store` runs, before the driver's  # a batch's rounds of asking again for proposals of candidates already evaluated
@@ -79,7 +83,7 @@ class Sweep:
         self.recorder = Recorder(store)
         links = resolve_links(spec, store)
         self.experiment_id = record_experiment(store, spec, links, "rename the experiment to record the changed "
-                                               "spec (or revert the edit to resume)")
+                                               "spec (or revert the edit to resume)", status="testing")
         self.store = store
         self.workload_hash = store.experiment(self.experiment_id)["workload_hash"]
         self._settings_of: dict[str, dict] = {}  # an earlier spec's result-affecting settings, by its text
@@ -102,7 +106,7 @@ class Sweep:
         self._sampler: Sampler | None = None  # made in `_run`, from the records; asked in `_analytical_step`
         self._batches = 0  # recorded (for the STOP_ENV test hook)
         self._stop_after = int(os.environ.get(STOP_ENV) or 0)
-        self._diff_parts: dict[tuple[str, str], dict] = {}  # (section, its canonical JSON) -> its part of `_diff`
+        self._diff_parts: dict[tuple[str, str], str] = {}  # (section, its canonical JSON) -> its part of `_diff`
 
     # -- building candidates ---------------------------------------------------------
     def _build(self, params: dict) -> BuiltCandidate:
@@ -117,19 +121,21 @@ class Sweep:
             self._notes[b.config_json] = note
         return note
 
-    def _diff(self, b: BuiltCandidate) -> dict[str, list]:
-        """Fields that differ from the baseline. Candidates differ from it only where a knob
-        sets a field, so only the knob targets need comparing; a chip target's part read
-        once per distinct chip, the others' once per distinct mapping (a target reads its
-        own section only)."""
+    def _diff(self, b: BuiltCandidate) -> Encoded:
+        """Fields that differ from the baseline, as canonical JSON. Candidates differ from it
+        only where a knob sets a field, so only the knob targets need comparing; a chip
+        target's part read (and encoded) once per distinct chip, the others' once per
+        distinct mapping (a target reads its own section only)."""
         chip = self._diff_parts.get(("chip", b.config_json))
         if chip is None:
-            chip = self._diff_parts[("chip", b.config_json)] = dict(sorted(self._diff_of(b, True).items()))
+            chip = self._diff_parts[("chip", b.config_json)] = canonical_json(self._diff_of(b, True))
         mapping = self._diff_parts.get(("mapping", b.mapping_json))
         if mapping is None:
-            mapping = self._diff_parts[("mapping", b.mapping_json)] = dict(sorted(self._diff_of(b, False).items()))
-        # each part sorted, and every "config." field sorts before every "mapping." one
-        return {**chip, **mapping}
+            mapping = self._diff_parts[("mapping", b.mapping_json)] = canonical_json(self._diff_of(b, False))
+        # every "config." field sorts before every "mapping." one: the two objects' texts joined
+        if chip == "{}" or mapping == "{}":
+            return Encoded(mapping if chip == "{}" else chip)
+        return Encoded(chip[:-1] + "," + mapping[1:])
 
     def _diff_of(self, b: BuiltCandidate, chip: bool) -> dict[str, list]:
         """`_diff`'s fields of the chip targets (`chip`), else of the others."""
@@ -160,6 +166,8 @@ class Sweep:
 
     # -- recording and evaluating ----------------------------------------------------
     def _load_known(self) -> list[Observation]:
+        if not self.store.candidate_rows(self.experiment_id, limit=1):  # a new experiment: no frame to read
+            return []
         cands = self.store.candidates(self.experiment_id, stage="analytical")
         if cands.empty:
             return []
@@ -198,8 +206,10 @@ class Sweep:
 
     def _evaluate(self, proposals: list[Proposal], origin: str, sampler: Sampler | None, bar,
                   built: list[BuiltCandidate] | None = None) -> int:
-        """Record and evaluate a batch (`built`: its proposals' candidates, when built
-        already); returns how many candidates were new."""
+        """Evaluate a batch (`built`: its proposals' candidates, when built already), then
+        record it in one transaction, each candidate with its run finished; returns how many
+        candidates were new. An interrupt or a crash before that write leaves nothing of the
+        batch in the store: a rerun evaluates it again."""
         built = built or [self._build(p.params) for p in proposals]
         fresh: dict[str, BuiltCandidate] = {}
         repeats: list[bool] = []  # per proposal: its candidate was evaluated before it (or proposed earlier in the batch)
@@ -210,58 +220,23 @@ class Sweep:
                 fresh[b.hash] = b
         new = list(fresh.values())
         if new:
-            try:
-                # Candidates and their runs (as running) in one transaction, before any evaluation.
-                recorded = self.recorder.add_and_start(self.experiment_id, [
-                    dict(config=b.config, mapping=b.mapping, config_json=b.config_json, mapping_json=b.mapping_json,
-                         origin=origin, diff=self._diff(b), notes=self._notes_of(b)) for b in new],
-                    "analytical", baseline=origin == "baseline", seed=self.spec.model.search.seed,
-                    model_version=self.model_version)
-                by_run = {run: (cid, b) for (cid, run), b in zip(recorded, new)}
-                self._batches += 1
-                if self._batches == self._stop_after:
-                    with self.store.between_heartbeats():  # paused outside a transaction
-                        os.kill(os.getpid(), signal.SIGSTOP)
-                self.result.evaluated += len(new)
-                # Infeasible before evaluation: finished with the first evaluated chunk.
-                pending = [Outcome(run, "infeasible", b.reason) for run, (_, b) in by_run.items() if b.reason]
-                reused = self._reuse({run: b for run, (_, b) in by_run.items() if not b.reason}, "analytical",
-                                     baseline=origin == "baseline")
-                for run, source in reused.items():
-                    cid, b = by_run[run]
-                    obs = Observation(b.params, source.status == "ok", self.store.source_totals(source.run_id))
-                    self.known[b.hash] = (cid, obs)
-                    self._count(source.status)
-                    self._track_best(obs)
-                bar.update(len(reused))
-                self.result.evaluated -= len(reused)  # linked, not evaluated
-                items = [WorkItem(run, b.config_json, b.mapping, b.hash, mapping_json=b.mapping_json)
-                         for run, (_, b) in by_run.items() if not b.reason and run not in reused]
-                executor = self._analytical_executor(len(items))
-                chunks = iter(executor.run(self._chunks(items, executor=executor)))
-                spent = 0.0  # in evaluation, not in recording
-                left = len(items)
-                while True:
-                    started = time.perf_counter()
-                    chunk_outcomes = next(chunks, None)
-                    spent += time.perf_counter() - started
-                    if chunk_outcomes is None:
-                        break
-                    left -= len(chunk_outcomes)
-                    chunk_outcomes, pending = pending + chunk_outcomes, []
-                    # The batch's last chunk is written with the next batch's start.
-                    self._finish(chunk_outcomes, by_run, origin, hold=not left)
-                    bar.update(len(chunk_outcomes))
-                    if self.stop_requested:
-                        raise KeyboardInterrupt
-                if pending:
-                    self._finish(pending, by_run, origin, hold=True)
-                    bar.update(len(pending))
-                if executor is self._inline_executor and len(items) >= 16:  # a batch large enough to tell the cost
-                    self._inline_seconds_per_candidate = spent / len(items)
-            except BaseException:  # Ctrl-C or a lost cluster: what is unfinished is recorded as such
-                self.recorder.crash_unfinished("interrupted before this candidate finished")
-                raise
+            started_at = utcnow()
+            baseline = origin == "baseline"
+            # Each candidate's outcome, by its index in `new` (the work items' handle): infeasible
+            # before evaluation, an earlier experiment's evidence (reused), else evaluated.
+            infeasible = [Outcome(i, "infeasible", b.reason) for i, b in enumerate(new) if b.reason]
+            reused = self._reusable({i: b.hash for i, b in enumerate(new) if not b.reason}, "analytical", baseline)
+            items = [WorkItem(i, b.config_json, b.mapping, b.hash, mapping_json=b.mapping_json)
+                     for i, b in enumerate(new) if not b.reason and i not in reused]
+            evaluated = self._evaluated(items)
+            self._batches += 1
+            if self._batches == self._stop_after:  # evaluated, not recorded yet
+                with self.store.between_heartbeats():  # paused outside a transaction
+                    os.kill(os.getpid(), signal.SIGSTOP)
+            self._record(new, infeasible + evaluated, reused, origin, started_at)
+            bar.update(len(new))
+            if self.stop_requested:
+                raise KeyboardInterrupt
         if sampler is not None:
             told = time.perf_counter()
             for p, b, repeat in zip(proposals, built, repeats):
@@ -269,6 +244,64 @@ class Sweep:
             self._sampler_seconds += time.perf_counter() - told
         self._tick(bar)
         return len(new)
+
+    def _evaluated(self, items: list[WorkItem]) -> list[Outcome]:
+        """The analytical outcomes of a batch's work items, in the order the executor returns
+        its chunks. A first Ctrl-C with chunks still to come cuts the batch (KeyboardInterrupt):
+        none of it is recorded."""
+        executor = self._analytical_executor(len(items))
+        chunks = iter(executor.run(self._chunks(items, executor=executor)))
+        out: list[Outcome] = []
+        spent = 0.0  # in evaluation
+        while True:
+            started = time.perf_counter()
+            chunk_outcomes = next(chunks, None)
+            spent += time.perf_counter() - started
+            if chunk_outcomes is None:
+                break
+            out += chunk_outcomes
+            if self.stop_requested and len(out) < len(items):
+                raise KeyboardInterrupt
+        if executor is self._inline_executor and len(items) >= 16:  # a batch large enough to tell the cost
+            self._inline_seconds_per_candidate = spent / len(items)
+        return out
+
+    def _record(self, new: list[BuiltCandidate], outcomes: list[Outcome], reused: dict, origin: str,
+                started_at) -> None:
+        """A batch recorded (its candidates `new`, each with its run finished: `outcomes`, by
+        index in `new`, or a link to `reused` evidence) and known to the driver."""
+        baseline = origin == "baseline"
+        if baseline:
+            for o in outcomes:
+                if o.status == "ok":
+                    o.metrics = o.metrics + source_count_metrics(self.captured_graph)
+        results: list = [None] * len(new)
+        notes = [self._notes_of(b) for b in new]
+        for o, row in zip(outcomes, RECORD.run(outcomes)):
+            results[o.run_id] = row
+            if o.notes:  # what the analytical stage noticed (a placement's pick, its hand-offs), after the chip's notes
+                notes[o.run_id] = "; ".join(filter(None, [notes[o.run_id], o.notes]))
+        for i, source in reused.items():
+            results[i] = dict(reused_run_id=source.run_id)
+        recorded = self.recorder.add_finished(self.experiment_id, [
+            dict(config=b.config, mapping=b.mapping, config_json=b.config_json, mapping_json=b.mapping_json,
+                 origin=origin, diff=self._diff(b), notes=note) for b, note in zip(new, notes)],
+            results, "analytical", baseline=baseline, started_at=started_at, seed=self.spec.model.search.seed,
+            model_version=self.model_version)
+        self.result.evaluated += len(new) - len(reused)
+        self.result.reused += len(reused)
+        known, counts = self.known, self.result.counts
+        for i, source in reused.items():
+            b = new[i]
+            obs = Observation(b.params, source.status == "ok", self.store.source_totals(source.run_id))
+            known[b.hash] = (recorded[i][0], obs)
+            self._count(source.status)
+            self._track_best(obs)
+        for o in outcomes:
+            b = new[o.run_id]
+            known[b.hash] = (recorded[o.run_id][0], Observation(b.params, o.status == "ok", o.totals))
+            counts[o.status] = counts.get(o.status, 0) + 1  # `_count`
+        self._track_best_of(outcomes)
 
     def _count_slots(self, bar, built: list[BuiltCandidate], origin: str) -> None:
         """Each proposal fills a slot of the bar's total; a slot whose candidate the bar
@@ -343,37 +376,22 @@ class Sweep:
         size = per_chunk or max(1, math.ceil(len(items) / parts))
         return [items[i:i + size] for i in range(0, len(items), size)]
 
-    def _finish(self, outcomes: list[Outcome], by_run: dict, origin: str, hold: bool = False) -> None:
-        """Outcomes recorded (`hold`: with the next batch's start) and known to the driver."""
-        if not outcomes:
-            return
-        if origin == "baseline":
-            for o in outcomes:
-                if o.status == "ok":
-                    o.metrics = o.metrics + source_count_metrics(self.captured_graph)
-        # what the analytical stage noticed (a placement's pick, its hand-offs), after the chip's notes
-        notes = {by_run[o.run_id][0]: "; ".join(filter(None, [self._notes_of(by_run[o.run_id][1]), o.notes]))
-                 for o in outcomes if o.notes}
-        if hold:
-            self.recorder.hold(outcomes, notes)
-        else:
-            self.recorder.finish_runs(outcomes, notes)
-        known, counts = self.known, self.result.counts
-        for o in outcomes:
-            cid, b = by_run[o.run_id]
-            obs = Observation(b.params, o.status == "ok", o.totals)
-            known[b.hash] = (cid, obs)
-            counts[o.status] = counts.get(o.status, 0) + 1  # `_count`
-        self._track_best_of(outcomes)
-
     def _reuse(self, runs: dict, stage: str, baseline: bool = False) -> dict:
-        """The running runs of `runs` (run id -> candidate) whose candidate an earlier
-        experiment evaluated at `stage` (same hash, workload, versions and result-affecting
-        settings): finished as links to that evidence, {run id: its Source}. A baseline
-        reuses only an earlier baseline (whose run has the source-graph counts too)."""
-        if not self.reuse or not runs:
+        """The running runs of `runs` (run id -> candidate hash) that `_reusable` finds
+        evidence for: finished as links to that evidence, {run id: its Source}."""
+        reused = self._reusable(runs, stage, baseline)
+        if reused:
+            self.recorder.link_runs({run: src.run_id for run, src in reused.items()})
+            self.result.reused += len(reused)
+        return reused
+
+    def _reusable(self, hashes: dict, stage: str, baseline: bool = False) -> dict:
+        """Of `hashes` (a key -> candidate hash), those whose candidate an earlier experiment
+        evaluated at `stage` (same hash, workload, versions and result-affecting settings):
+        {key: that run's Source}. A baseline reuses only an earlier baseline (whose run has
+        the source-graph counts too)."""
+        if not self.reuse or not hashes:
             return {}
-        hashes = {run: (b if isinstance(b, str) else b.hash) for run, b in runs.items()}
         found = self.store.reusable(
             list(hashes.values()), experiment_id=self.experiment_id, workload_hash=self.workload_hash, stage=stage,
             model_version=self.model_version, emulator_version=emulator.VERSION if stage == "emulator" else None,
@@ -381,11 +399,7 @@ class Sweep:
         if baseline:
             found = {h: src for h, src in found.items()
                      if self.store.experiment(src.experiment_id)["baseline_candidate_id"] == src.candidate_id}
-        reused = {run: found[h] for run, h in hashes.items() if h in found}
-        if reused:
-            self.recorder.link_runs({run: src.run_id for run, src in reused.items()})
-            self.result.reused += len(reused)
-        return reused
+        return {key: found[h] for key, h in hashes.items() if h in found}
 
     def _settings(self, spec_text: str, stage: str) -> dict | None:
         """A spec's stage settings that change a stage's evidence (not its capture limit, its
@@ -472,13 +486,12 @@ class Sweep:
 
     def _keep_frontend_dumps(self) -> None:
         """The numbered frontend dumps of the experiment's workload as its artifacts, once."""
-        arts = self.store.artifacts(self.experiment_id)
-        if (arts["role"] == "graph_dump").any():
+        if any(row["role"] == "graph_dump" for row in self.store.artifact_rows(self.experiment_id)):
             return
         m = self.spec.model
-        for name, text in frontend_dumps(m.workload.recipe, m.workload.params, m.baseline.mapping.get("quantization")):
-            self.store.put_artifact(text.encode(), role="graph_dump", experiment_id=self.experiment_id,
-                                    name=f"frontend/{name}", media_type="text/plain")
+        dumps = frontend_dumps(m.workload.recipe, m.workload.params, m.baseline.mapping.get("quantization"))
+        self.store.put_artifacts([(text.encode(), f"frontend/{name}") for name, text in dumps], role="graph_dump",
+                                 experiment_id=self.experiment_id)
 
     def _run(self) -> SweepResult:
         spec, search = self.spec, self.spec.model.search
@@ -498,8 +511,10 @@ class Sweep:
         try:
             self._drive(bar)
             ended = True
-        except BaseException:  # Ctrl-C between batches: the held outcomes are written
+        except BaseException as stop:  # Ctrl-C: the runs started and not finished are marked crashed
             self.recorder.crash_unfinished("interrupted before this candidate finished")
+            if isinstance(stop, KeyboardInterrupt):  # what the interrupted sweep's line says it recorded
+                stop.recorded = (self.result.evaluated + self.result.reused, len(self.known))
             raise
         finally:
             if ended:  # 100 % (green in a notebook); an interrupted sweep's bar stays short (red)
@@ -577,7 +592,6 @@ class Sweep:
             if self._idle_rounds >= IDLE_ROUNDS:
                 self.result.stopped_early = "the sampler proposes only candidates already evaluated"
                 break
-        self.recorder.flush()
         # Where the analytical phase's time went besides: the sampler's ask and tell (the
         # store writes are the record stage's).
         self.result.seconds["sampler"] = self._sampler_seconds
@@ -585,7 +599,6 @@ class Sweep:
         return [(cid, obs.feasible, obs.totals) for cid, obs in self.known.values()]
 
     def _record_step(self, outcomes, bar):
-        self.recorder.flush()
         self.result.seconds[RECORD.name] = self.recorder.seconds
         return outcomes
 
@@ -642,8 +655,7 @@ class Sweep:
         set_total(bar, bar.total + len(todo))
         run_ids = self.recorder.start_runs(todo, "emulator", model_version=self.model_version,
                                            emulator_version=emulator.VERSION)
-        reused = self._reuse({r: str(cands.loc[cid, "hash"]) for r, cid in zip(run_ids, todo)}, "emulator",
-                             baseline=False)
+        reused = self._reuse({r: str(cands.loc[cid, "hash"]) for r, cid in zip(run_ids, todo)}, "emulator")
         for r in reused:
             self._count(f"emulator {reused[r].status}")
         bar.update(len(reused))
