@@ -1,6 +1,8 @@
 """The emulator's run of a Llama-3-8B-shaped layer on one core against two: the DRAM image's
-written chunks populated on a helper thread (`emulator.prefault`) and the chains' large
-products split across two threads (`_functional_core.split_threshold`), each on and off:
+written chunks populated on a helper thread (`emulator.prefault`), the chains' large
+products split across two threads (`_functional_core.split_threshold`) and the large
+elementwise core ops and stores worked on two (`emulator.coreops.SHARED_ELEMENTS`), each on
+and off (after one untimed run):
 wall and CPU seconds (CPU counts every thread), median of --repeat runs each, the ways
 alternating in one process, the bits checked equal (cycles, DRAM image).
 
@@ -46,7 +48,7 @@ def main(argv=None) -> int:
     from dse.chips import load_chip
     from dse.mapping import Mapping
     from emulator import _functional_core as fc
-    from emulator import prefault
+    from emulator import coreops, prefault
 
     caught = {}
     inner = emulator.run
@@ -71,31 +73,38 @@ def main(argv=None) -> int:
             out[k * C:(k + 1) * C] = img[k * C:(k + 1) * C]
         return out
 
-    split, min_image = fc.split_threshold(), prefault.MIN_IMAGE
-    ways = {"one core (main)": (1 << 62, 1 << 62), "prefault helper": (1 << 62, min_image),
-            "split products": (split, 1 << 62), "both (now)": (split, min_image)}
-    walls, cpus, digests = {w: [] for w in ways}, {w: [] for w in ways}, {}
+    split, min_image, shared = fc.split_threshold(), prefault.MIN_IMAGE, coreops.SHARED_ELEMENTS
+    never = 1 << 62
+    ways = {"one core (main)": (never, never, never), "prefault helper": (never, min_image, never),
+            "split products": (split, never, never), "split core ops": (never, never, shared),
+            "all (now)": (split, min_image, shared)}
+    walls, cpus, mains, digests = {w: [] for w in ways}, {w: [] for w in ways}, {w: [] for w in ways}, {}
+    inner(caught["program"], caught["chip"], fresh(), in_place=True, **caught["kw"])  # warm-up, untimed
     for _ in range(args.repeat):
-        for way, (macs, least) in ways.items():
+        for way, (macs, least, elements) in ways.items():
             fc.split_threshold(macs)
             prefault.MIN_IMAGE = least
+            coreops.SHARED_ELEMENTS = elements
             image = fresh()
-            t, c = time.perf_counter(), time.process_time()
+            t, c, m = time.perf_counter(), time.process_time(), time.thread_time()
             res = inner(caught["program"], caught["chip"], image, in_place=True, **caught["kw"])
+            mains[way].append(time.thread_time() - m)
             walls[way].append(time.perf_counter() - t)
             cpus[way].append(time.process_time() - c)
             digests[way] = (res.cycles, hashlib.sha1(res.dram).hexdigest())
             del res, image
     fc.split_threshold(split)
     prefault.MIN_IMAGE = min_image
+    coreops.SHARED_ELEMENTS = shared
     assert len(set(digests.values())) == 1, digests
     print(f"llama layer seq {args.seq}: image {img.nbytes / 2**30:.2f} GB ({len(nonzero) * C / 2**30:.2f} GB written "
           f"by the lowering), load {os.getloadavg()[0]:.1f}, median of {args.repeat}")
     base = statistics.median(walls["one core (main)"])
-    print(f"{'way':<20} {'wall s':>7} {'CPU s':>7} {'wall vs one core':>17}")
+    base_main = statistics.median(mains["one core (main)"])
+    print(f"{'way':<20} {'wall s':>7} {'CPU s':>7} {'run thread CPU s':>17} {'wall ratio':>11} {'run thread ratio':>17}")
     for way in ways:
-        w = statistics.median(walls[way])
-        print(f"{way:<20} {w:7.2f} {statistics.median(cpus[way]):7.2f} {w / base:17.2f}")
+        w, m = statistics.median(walls[way]), statistics.median(mains[way])
+        print(f"{way:<20} {w:7.2f} {statistics.median(cpus[way]):7.2f} {m:17.2f} {w / base:11.2f} {m / base_main:17.2f}")
     return 0
 
 
