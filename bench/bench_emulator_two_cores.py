@@ -101,10 +101,12 @@ def main(argv=None) -> int:
           f"by the lowering), load {os.getloadavg()[0]:.1f}, median of {args.repeat}")
     base = statistics.median(walls["one core (main)"])
     base_main = statistics.median(mains["one core (main)"])
-    print(f"{'way':<20} {'wall s':>7} {'CPU s':>7} {'run thread CPU s':>17} {'wall ratio':>11} {'run thread ratio':>17}")
+    print(f"{'way':<20} {'wall s':>7} {'CPU s':>7} {'run thread CPU s':>17} {'wall ratio':>11} "
+          f"{'run thread ratio':>17}")
     for way in ways:
         w, m = statistics.median(walls[way]), statistics.median(mains[way])
-        print(f"{way:<20} {w:7.2f} {statistics.median(cpus[way]):7.2f} {m:17.2f} {w / base:11.2f} {m / base_main:17.2f}")
+        print(f"{way:<20} {w:7.2f} {statistics.median(cpus[way]):7.2f} {m:17.2f} {w / base:11.2f} "
+              f"{m / base_main:17.2f}")
     return 0
 
 

@@ -28,7 +28,9 @@ from .isa import Barrier, CoreOp, Mset, Mvout
 from .program import np_dtype
 
 CHUNK = 1 << 21  # a huge page: the kernel's unit of a fresh fault here
-WINDOW = 1 << 26  # bytes populated ahead of the run at most (what the peak may grow by: dse emulate gives pages back op by op)
+# bytes populated ahead of the run at most: what its peak may grow by (dse emulate gives pages
+# back op by op)
+WINDOW = 1 << 26
 MIN_IMAGE = 1 << 26  # smaller images: not worth a thread
 MADV_POPULATE_WRITE = 23  # Linux 5.14+; older kernels say EINVAL and the helper stops
 

@@ -87,8 +87,9 @@ def test_a_run_is_the_same_with_the_helper(monkeypatch):
     body = [Mset(0, 1), Mset(1, 1)]
     for i in range(6):
         body += [Mvin(0, 64 * i, 4), Mvout(0, (5 + 3 * i) * C - 4096, 4, C // 8)]
-    body += [Fence(), CoreOp("scale", DramTensor(24 * C - 512, (4096, 64), "fp32"), (DramTensor(4096, (4096, 64), "fp32"),),
-                             {"scale": 0.5}), Fence()]
+    scaled = CoreOp("scale", DramTensor(24 * C - 512, (4096, 64), "fp32"), (DramTensor(4096, (4096, 64), "fp32"),),
+                    {"scale": 0.5})
+    body += [Fence(), scaled, Fence()]
     prog = Program([body], dram_bytes=prefault.MIN_IMAGE)
     img = np.zeros(prefault.MIN_IMAGE, np.uint8)
     img[:4096 + 4096 * 256] = rng.integers(0, 256, 4096 + 4096 * 256, dtype=np.uint8)
