@@ -73,11 +73,12 @@ def main(argv=None) -> int:
             out[k * C:(k + 1) * C] = img[k * C:(k + 1) * C]
         return out
 
-    split, min_image, shared = fc.split_threshold(), prefault.MIN_IMAGE, coreops.SHARED_ELEMENTS
     never = 1 << 62
+    split, min_image, shared = fc.split_threshold(), prefault.MIN_IMAGE, coreops.SHARED_ELEMENTS
+    ops = 1 << 22  # core ops of 4M elements on two threads
     ways = {"one core (main)": (never, never, never), "prefault helper": (never, min_image, never),
-            "split products": (split, never, never), "split core ops": (never, never, shared),
-            "all (now)": (split, min_image, shared)}
+            "split products": (split, never, never), "split core ops": (never, never, ops),
+            "prefault + products": (split, min_image, never), "all three": (split, min_image, ops)}
     walls, cpus, mains, digests = {w: [] for w in ways}, {w: [] for w in ways}, {w: [] for w in ways}, {}
     inner(caught["program"], caught["chip"], fresh(), in_place=True, **caught["kw"])  # warm-up, untimed
     for _ in range(args.repeat):
