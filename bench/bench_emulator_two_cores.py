@@ -2,9 +2,10 @@
 written chunks populated on a helper thread (`emulator.prefault`), the chains' large
 products split across two threads (`_functional_core.split_threshold`) and the large
 elementwise core ops and stores worked on two (`emulator.coreops.SHARED_ELEMENTS`), each on
-and off (after one untimed run):
-wall and CPU seconds (CPU counts every thread), median of --repeat runs each, the ways
-alternating in one process, the bits checked equal (cycles, DRAM image).
+and off (after one untimed run): wall and CPU seconds (CPU counts every thread) and the
+run's own thread's CPU seconds (what bounds the wall when the other core is free: a busy
+machine's wall time hides it), median of --repeat runs each, the ways alternating in one
+process, the bits checked equal (cycles, DRAM image).
 
     .venv/bin/python bench/bench_emulator_two_cores.py [--seq 1024] [--repeat 3]
 
