@@ -31,6 +31,7 @@ CHUNK = 1 << 21  # a huge page: the kernel's unit of a fresh fault here
 # bytes populated ahead of the run at most: what its peak may grow by (dse emulate gives pages
 # back op by op)
 WINDOW = 1 << 26
+PIECE = 8  # chunks a call at most: the window and a stop are looked at between calls
 MIN_IMAGE = 1 << 26  # smaller images: not worth a thread
 MADV_POPULATE_WRITE = 23  # Linux 5.14+; older kernels say EINVAL and the helper stops
 
@@ -61,8 +62,9 @@ def _extent(t) -> tuple[int, int]:
 
 
 def written_chunks(program, rb: int) -> list[tuple[int, int, int, int]]:
-    """(core, pc, first chunk, end chunk) of each run of chunks the program writes first at
-    (core, pc), in the order `Machine.run` executes them (epoch by epoch, core by core)."""
+    """(core, pc, first chunk, end chunk) of each run of chunks (PIECE at most) the program
+    writes first at (core, pc), in the order `Machine.run` executes them (epoch by epoch,
+    core by core)."""
     order = []  # (epoch, core, pc, start, end) bytes
     for c, instrs in enumerate(program.cores):
         cols: dict[int, int] = {}
@@ -109,7 +111,7 @@ def written_chunks(program, rb: int) -> list[tuple[int, int, int, int]]:
                 run_lo = k
         if run_lo is not None:
             out.append((c, pc, run_lo, hi))
-    return out
+    return [(c, pc, k, min(k + PIECE, k1)) for c, pc, k0, k1 in out for k in range(k0, k1, PIECE)]
 
 
 def _helper(img: np.ndarray, chunks, records, stop: threading.Event) -> None:

@@ -37,6 +37,14 @@ def test_a_strided_destination_covers_its_extent():
     assert prefault.written_chunks(prog, 16) == [(0, 0, 0, 3), (0, 2, 5, 7)]
 
 
+def test_a_long_run_of_chunks_comes_in_pieces():
+    """A 40 MB destination (20 chunks): pieces of PIECE chunks, so that no one call runs past
+    the window or a stop."""
+    prog = Program([[CoreOp("fill", DramTensor(0, (20 * C // 4,), "fp32"), (), {"value": 0.0})]], dram_bytes=20 * C)
+    assert prefault.PIECE == 8
+    assert prefault.written_chunks(prog, 16) == [(0, 0, 0, 8), (0, 0, 8, 16), (0, 0, 16, 20)]
+
+
 def _populated(monkeypatch):
     calls = []
     real = prefault._libc_madvise()
