@@ -58,7 +58,7 @@ cdef extern from "_functional_kernels.h" namespace "fk":
     size_t pending(BankChains& bc)
     void dma_rows(uint8_t* base, long row_stride, long rb, long col, uint8_t* dram, long stride, long nrows,
                   long last, bint into_bank)
-    void flush(BankChains& bc, vector[int32_t]& scratch, uint8_t* base, long row_stride, long rb, long col)
+    void flush(BankChains& bc, vector[int32_t]& scratch, uint8_t* base, long row_stride, long rb, long col) nogil
     void chain_add(BankChains& bc, long c_start, long M, long N, long K, bint acc, uint8_t* a_base,
                    long a_col, long a_start, uint8_t* b_base, long b_col, long b_start, long row_stride, long rb)
     int N_KERNELS
@@ -67,7 +67,9 @@ cdef extern from "_functional_kernels.h" namespace "fk":
     bint kernel_runs(int k)
     bint set_kernel "fk::use_kernel"(int k)
     long round64(long n)
-    void product(int32_t* p, const uint8_t* a, const int8_t* b, long cap, long M, long N, long K, int k)
+    void product_split(int32_t* p, const uint8_t* a, const int8_t* b, long cap, long M, long N, long K, int k,
+                       long min_macs) nogil
+    long split_macs "fk::split_macs"
 
 _U8 = np.uint8
 
@@ -348,7 +350,8 @@ cdef class Core:
     cdef void flush_bank(self, i64 bid) noexcept:
         cdef Bank* b = &self.banks[bid]
         if pending(self.chains[bid]):
-            flush(self.chains[bid], self.scratch, self.mem + b.b0 * self.rb, self.row_stride, self.rb, b.col)
+            with nogil:  # the products (on two threads if large) need no Python
+                flush(self.chains[bid], self.scratch, self.mem + b.b0 * self.rb, self.row_stride, self.rb, b.col)
 
     cdef void flush_all(self) noexcept:
         cdef size_t i
@@ -627,11 +630,12 @@ def use_kernel(str name) -> str:
     return was
 
 
-def matmul_nt(a, b, str name=None, int repeat=1) -> np.ndarray:
+def matmul_nt(a, b, str name=None, int repeat=1, split=None) -> np.ndarray:
     """a @ b.T (int8 M x K and N x K) in int32 with wraparound, by kernel `name` (default: the
     one in use), the operands laid out as a chain keeps them (A + 128 as u8, rows 64-byte
     aligned): the kernels on their own, for tests and benchmarks (which time `repeat` runs of
-    the product alone)."""
+    the product alone). `split`: on two threads from this many multiply-adds (0: always,
+    None: from `split_threshold()`, as the chains)."""
     cdef cnp.ndarray a8 = np.ascontiguousarray(a, dtype=np.int8)
     cdef cnp.ndarray b8 = np.ascontiguousarray(b, dtype=np.int8)
     if a8.ndim != 2 or b8.ndim != 2 or a8.shape[1] != b8.shape[1]:
@@ -650,8 +654,23 @@ def matmul_nt(a, b, str name=None, int repeat=1) -> np.ndarray:
     ua[:, :K] = a8.view(np.uint8) ^ np.uint8(0x80)
     ub[:, :K] = b8.view(np.uint8)
     cdef cnp.ndarray p = np.empty((M, N), np.int32)
-    cdef int r
-    for r in range(max(repeat, 1) if M and N else 0):
-        product(<int32_t*>cnp.PyArray_DATA(p), <const uint8_t*>cnp.PyArray_DATA(ua),
-                <const int8_t*>cnp.PyArray_DATA(ub), cap, M, N, K, k)
+    cdef int r, n = max(repeat, 1) if M and N else 0
+    cdef long min_macs = -1 if split is None else max(int(split), 0)
+    cdef int32_t* pp = <int32_t*>cnp.PyArray_DATA(p)
+    cdef const uint8_t* pa = <const uint8_t*>cnp.PyArray_DATA(ua)
+    cdef const int8_t* pb = <const int8_t*>cnp.PyArray_DATA(ub)
+    with nogil:
+        for r in range(n):
+            product_split(pp, pa, pb, cap, M, N, K, k, min_macs)
     return p
+
+
+def split_threshold(macs=None) -> int:
+    """The chains' products run on two threads from this many multiply-adds; with `macs`,
+    set it (for tests and benchmarks: 0 splits every product of two rows or more), and the
+    threshold it replaces."""
+    global split_macs
+    was = split_macs
+    if macs is not None:
+        split_macs = max(int(macs), 0)
+    return was

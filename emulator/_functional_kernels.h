@@ -13,7 +13,12 @@
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
+#include <atomic>
+#include <condition_variable>
+#include <mutex>
 #include <new>
+#include <system_error>
+#include <thread>
 #include <vector>
 #if defined(__SSE2__)
 #include <emmintrin.h>
@@ -451,6 +456,101 @@ static inline void product(int32_t* p, const uint8_t* a, const int8_t* b, long c
     }
 }
 
+// Products of at least this many multiply-adds run on two threads: the calling one and a
+// helper, each taking blocks of the output rows from a shared counter (every sum still one
+// thread's, in its kernel's order: the same bits). On a busy machine the helper may not get
+// a core in time: the caller then takes every block, and waits only for a block the helper
+// has begun, never for the helper to be scheduled. Below the threshold the hand-over (a few
+// microseconds) is not paid back. The helper sleeps on a condition variable between products
+// (no spinning pool: a core op's OpenMP pool kept one thread for that, emulator.machine).
+static long split_macs = 1L << 25;
+
+struct RowJob {
+    int32_t* p;
+    const uint8_t* a;
+    const int8_t* b;
+    long cap, M, N, K, rows;  // `rows` a block (a multiple of 4 but the last)
+    int k;
+    std::atomic<long> next{0};
+    long blocks = 0;
+    bool claimed = false, finished = false;  // by the helper (under Helper::mu)
+    void work() {
+        for (long i; (i = next.fetch_add(1)) < blocks;) {
+            long r0 = i * rows, n = M - r0 < rows ? M - r0 : rows;
+            product(p + r0 * N, a + r0 * cap, b, cap, n, N, K, k);
+        }
+    }
+};
+
+// The one helper thread, started on first use, never stopped (a process ends with it asleep;
+// never freed, so no destructor runs under it). A child process after fork() has no helper:
+// nothing claims its jobs, and the caller does them all.
+struct Helper {
+    std::mutex mu;
+    std::condition_variable wake, done;
+    RowJob* job = nullptr;
+    bool started = false;
+    void loop() {
+        std::unique_lock<std::mutex> lk(mu);
+        for (;;) {
+            wake.wait(lk, [&] { return job != nullptr; });
+            RowJob* j = job;
+            job = nullptr;
+            j->claimed = true;
+            lk.unlock();
+            j->work();
+            lk.lock();
+            j->finished = true;
+            done.notify_all();
+        }
+    }
+};
+static Helper* helper = new Helper;
+
+// `product` on two threads if it is that large (`split_macs`; `min_macs` >= 0 overrides it).
+static inline void product_split(int32_t* p, const uint8_t* a, const int8_t* b, long cap, long M, long N, long K,
+                                 int k = -1, long min_macs = -1) {
+    int kk = k < 0 ? kernel : k;
+    if (M < 2 || (double)M * N * K < (double)(min_macs < 0 ? split_macs : min_macs)) {
+        product(p, a, b, cap, M, N, K, kk);
+        return;
+    }
+    RowJob j;
+    j.p = p, j.a = a, j.b = b, j.cap = cap, j.M = M, j.N = N, j.K = K, j.k = kk;
+    // four blocks of whole 4-row groups where there are enough rows (each block sums B's
+    // rows again for the int8 kernel's bias: more blocks, more of that)
+    j.rows = M >= 16 ? ((M + 3) / 4 + 3) & ~3L : (M + 1) / 2;
+    j.blocks = (M + j.rows - 1) / j.rows;
+    Helper& h = *helper;
+    {
+        std::unique_lock<std::mutex> lk(h.mu);
+        if (!h.started) {
+            try {
+                std::thread([] { helper->loop(); }).detach();
+                h.started = true;
+            } catch (const std::system_error&) {  // no thread to be had: this one does it all
+                lk.unlock();
+                j.work();
+                return;
+            }
+        }
+        if (h.job != nullptr) {  // another thread's product has the helper: do this one alone
+            lk.unlock();
+            j.work();
+            return;
+        }
+        h.job = &j;
+    }
+    h.wake.notify_one();
+    j.work();
+    std::unique_lock<std::mutex> lk(h.mu);
+    if (!j.claimed) {  // the helper never came: nothing of it to wait for
+        h.job = nullptr;
+        return;
+    }
+    h.done.wait(lk, [&] { return j.finished; });
+}
+
 // A bank's pending chains, and finished ones kept for their buffers (a loop of like chains
 // then allocates nothing); `kcap`, the terms of its last chain: the next chain's starting
 // width (as `Machine._matmul`'s hint), so that its buffers need not grow while it gathers.
@@ -468,7 +568,7 @@ static void flush(BankChains& bc, std::vector<int32_t>& scratch, uint8_t* base, 
         long cells = ch.M * ch.N;
         scratch.resize(cells);
         int32_t* p = scratch.data();
-        product(p, ch.a.data(), (const int8_t*)ch.b.data(), ch.cap, ch.M, ch.N, ch.k);
+        product_split(p, ch.a.data(), (const int8_t*)ch.b.data(), ch.cap, ch.M, ch.N, ch.k);
         bc.kcap = ch.k;
         const uint8_t* pb = (const uint8_t*)p;
         bool acc = ch.acc;

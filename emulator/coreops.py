@@ -42,6 +42,8 @@ sum mean          over ``params["axis"]`` (default: all); integers summed in int
 
 from __future__ import annotations
 
+import itertools
+import threading
 from typing import Any, Callable
 
 import numpy as np
@@ -219,6 +221,63 @@ STORE_CHUNK = 1 << 16
 BLOCKWISE: dict[str, CoreFn] = {k: KINDS[k] for k in ("add", "sub", "mul", "max", "min", "scale", "relu")}
 
 
+# Arrays of at least this many elements are worked block by block on two threads (`_shared`):
+# a Llama layer's dequantize and requantize are tens of millions. Each block is computed and
+# stored as on one thread (the blocks are disjoint, each wholly one thread's): the same bits.
+SHARED_ELEMENTS = 1 << 22
+
+
+def _shared(blocks: list, work: Callable) -> None:
+    """work(block) for every block, by this thread and one helper taking blocks from a shared
+    counter (numpy lets the GIL go while it computes). If the helper has not started by the
+    time this thread has taken the last block (a busy machine: no core for it), this thread
+    waits for nothing; an error on either thread stops the other's taking and is raised here."""
+    if len(blocks) < 2:
+        for b in blocks:
+            work(b)
+        return
+    counter, n = itertools.count(), len(blocks)  # next() on a count is atomic under the GIL
+    lock, done = threading.Lock(), threading.Event()
+    state = {"started": False, "cancelled": False, "error": None}
+
+    def take():
+        while not state["error"] and not state["cancelled"]:
+            i = next(counter)
+            if i >= n:
+                return
+            work(blocks[i])
+
+    def helper():
+        with lock:
+            if state["cancelled"]:
+                return
+            state["started"] = True
+        try:
+            take()
+        except BaseException as exc:  # noqa: BLE001 - raised on the caller's thread
+            state["error"] = exc
+        finally:
+            done.set()
+
+    threading.Thread(target=helper, name="dse-coreop", daemon=True).start()
+    try:
+        take()
+    except BaseException:
+        state["cancelled"] = True
+        with lock:
+            started = state["started"]
+        if started:
+            done.wait()
+        raise
+    with lock:
+        if not state["started"]:
+            state["cancelled"] = True
+            return
+    done.wait()
+    if state["error"] is not None:
+        raise state["error"]
+
+
 def _blocks(arrays: list, size: int):
     """Tuples of sub-blocks of arrays of one shape (`paired_blocks`'s split, any number)."""
     a = arrays[0]
@@ -254,8 +313,12 @@ def _blockwise(fn: CoreFn, views: list, out: np.ndarray, params) -> bool:
         return False
     srcs = [v if v.shape == out.shape else np.broadcast_to(v, out.shape) for v in views]
     params = dict(params)
-    for block in _blocks([out] + srcs, STORE_CHUNK):
-        store(block[0], fn(block[1:], params))
+    blocks = _blocks([out] + srcs, STORE_CHUNK)
+    if out.size >= SHARED_ELEMENTS:
+        _shared(list(blocks), lambda block: store(block[0], fn(block[1:], params)))
+    else:
+        for block in blocks:
+            store(block[0], fn(block[1:], params))
     return True
 
 
@@ -294,8 +357,12 @@ def store(dst: np.ndarray, value) -> None:
         # rint of an fp32 is an fp32, and fp32 holds both bounds and every integer between.
         work = _F32 if v.dtype == _F32 and dst.dtype.itemsize <= 2 else np.float64
         if v.shape == dst.shape and not np.may_share_memory(dst, v):  # (a block must not see a written one)
-            for d, x in paired_blocks(dst, v, STORE_CHUNK):
-                _round_store(d, x, work, info.min, info.max)
+            pairs = paired_blocks(dst, v, STORE_CHUNK)
+            if dst.size >= SHARED_ELEMENTS:
+                _shared(list(pairs), lambda pair: _round_store(pair[0], pair[1], work, info.min, info.max))
+            else:
+                for d, x in pairs:
+                    _round_store(d, x, work, info.min, info.max)
         else:
             _round_store(dst, v, work, info.min, info.max)
         return

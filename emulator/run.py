@@ -17,6 +17,7 @@ from .compiled import run_overlapped, run_serial
 from .counters import Counters
 from .errors import ProgramError
 from .machine import Machine
+from .prefault import populating
 from .program import Program, read_region
 from .timing import STALL_CAUSES, _Trace
 
@@ -139,7 +140,11 @@ def _run(program: Program, chip, dram, mode: str, trace: bool, functional: bool,
     img = _image(program, dram, in_place)
     machine = Machine(chip, program, img, functional=functional, trace=trace)
     t1 = time.perf_counter()
-    machine.run(boundary, cuts)
+    if functional:
+        with populating(program, img, machine.records, machine.rb):
+            machine.run(boundary, cuts)
+    else:
+        machine.run(boundary, cuts)
     t2 = time.perf_counter()
     tr = Trace() if trace else None
     trace_sink = None

@@ -36,9 +36,12 @@ def values(rng, shape, dtype):
     return v.astype(dtype)
 
 
+@pytest.mark.parametrize("two", [False, True])  # blocks on two threads (`co._shared`) from any size
 @pytest.mark.parametrize("seed", range(24))
-def test_store_gives_the_float64_stores_bits(seed, monkeypatch):
+def test_store_gives_the_float64_stores_bits(seed, two, monkeypatch):
     monkeypatch.setattr(co, "STORE_CHUNK", [5, 64, 1 << 16][seed % 3])
+    if two:
+        monkeypatch.setattr(co, "SHARED_ELEMENTS", 0)
     rng = np.random.default_rng(seed)
     shape = tuple(int(d) for d in rng.integers(1, 12, int(rng.integers(1, 4))))
     src = values(rng, shape, [np.float32, np.float64][seed % 2])
@@ -64,7 +67,11 @@ def test_store_gives_the_float64_stores_bits(seed, monkeypatch):
     ("rmsnorm", {}, ["float32", "float32"], "float32"),
 ])
 @pytest.mark.parametrize("shift", [0, 64, 4096])  # dst on its source, overlapping it, apart
-def test_builtin_kinds_on_dram_views_match_copies(kind, params, srcs, dtype, shift):
+@pytest.mark.parametrize("two", [False, True])  # 31 blocks of 100 elements on two threads
+def test_builtin_kinds_on_dram_views_match_copies(kind, params, srcs, dtype, shift, two, monkeypatch):
+    if two:
+        monkeypatch.setattr(co, "SHARED_ELEMENTS", 0)
+        monkeypatch.setattr(co, "STORE_CHUNK", 100)
     rng = np.random.default_rng(len(kind) + shift)
     shape = (64, 48)
     img = np.zeros(1 << 16, dtype=np.uint8)
@@ -205,3 +212,17 @@ def test_elementwise_kinds_block_by_block_give_the_whole_arrays_bits(kind, param
     float64_store(co.dram_view(want, dst), result)
     co.execute(img, kind, dst, tensors, params)
     assert np.array_equal(img, want)
+
+
+def test_shared_blocks_are_each_worked_once_and_an_error_is_raised_here():
+    """`_shared`: every block exactly once, between the two threads; an error on a block
+    (whichever thread took it) raised on the caller's, the other thread's taking stopped."""
+    seen = []
+    co._shared(list(range(500)), lambda i: seen.append(i))
+    assert sorted(seen) == list(range(500))
+
+    def work(i):
+        if i == 37:
+            raise ValueError("block 37")
+    with pytest.raises(ValueError, match="block 37"):
+        co._shared(list(range(500)), work)

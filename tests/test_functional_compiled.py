@@ -385,3 +385,80 @@ def test_every_kernel_gives_the_same_dram_image(monkeypatch):
     assert all(im == images[0] for im in images)
     got = np.frombuffer(images[0], np.uint8)[40960:40960 + M * N * 4].view(np.int32).reshape(M, N)
     assert np.array_equal(got, want.astype(np.int32))
+
+
+# ---------------------------------------------------------------------- products on two threads
+# A large product's output rows are split between the calling thread and one started for it
+# (`product_split`): each sum is still one thread's, in its kernel's order, so the bits are
+# the one-thread product's. `split=0` splits every product of two rows or more.
+
+@pytest.mark.parametrize("seed", range(4))
+def test_two_thread_product_equals_the_one_thread_product(seed):
+    """Odd and tiny M and N (2 and 3 rows: a split inside a 4-row block; 5 to 13, 61 to 139),
+    K across the 64-term step and the 4096-term panel, on every kernel; and a real chain's
+    shape above the default threshold."""
+    from emulator import _functional_core as fc
+    rng = np.random.default_rng(100 + seed)
+    shapes = [(int(rng.choice([2, 3, rng.integers(5, 14), rng.integers(61, 140)])),
+               int(rng.choice([1, rng.integers(2, 14), rng.integers(60, 140)])),
+               int(rng.choice([rng.integers(1, 200), rng.integers(4090, 4300)]))) for _ in range(5)]
+    shapes.append((64, 256, 4096))  # 2**26 multiply-adds: split by default too
+    for M, N, K in shapes:
+        a = rng.integers(-128, 128, (M, K), dtype=np.int8)
+        b = rng.integers(-128, 128, (N, K), dtype=np.int8)
+        want = _wrapped(a, b)
+        for name in fc.kernels():
+            one = fc.matmul_nt(a, b, name, split=1 << 62)
+            two = fc.matmul_nt(a, b, name, split=0)
+            assert np.array_equal(one, want) and np.array_equal(two, one), (name, M, N, K)
+    assert fc.split_threshold() <= 64 * 256 * 4096
+
+
+def test_two_thread_chains_give_the_same_dram_image(monkeypatch):
+    """The emulator's chains with every product split (threshold 0) and with none: accumulating
+    and overwriting matmuls, odd M, stored mid-chain and at the end: the same bytes, and the
+    exact sums."""
+    from emulator import _functional_core as fc
+    c = chip("toy")
+    rng = np.random.default_rng(9)
+    M, N, K, steps = 7, 48, 48, 6
+    img = rng.integers(0, 256, 1 << 16, dtype=np.uint8)
+    want = np.zeros((M, N), np.int64)
+    body = [Mset(0, 1), Mset(1, 1), Mset(2, 4)]
+    for k in range(steps):
+        a_at, b_at = k * 4096, k * 4096 + 1024
+        acc = k not in (0, 2)  # the third step starts the sum again: accumulate off
+        body += [Mvin(0, a_at, M * K // 16), Mvin(1, b_at, N * K // 16), Matmul(0, 1, 2, M, N, K, accumulate=acc)]
+        prod = _wrapped(img[a_at:a_at + M * K].view(np.int8).reshape(M, K),
+                        img[b_at:b_at + N * K].view(np.int8).reshape(N, K))
+        want = want + prod if acc else prod.astype(np.int64)
+        if k == 3:
+            body.append(Mvout(2, 32768, M * N * 4 // 16))
+    body += [Mvout(2, 40960, M * N * 4 // 16), Fence()]
+    prog = Program([body], dram_bytes=1 << 16)
+    monkeypatch.setenv(core_choice.ENV, "compiled")
+    images = []
+    was = fc.split_threshold()
+    try:
+        for macs in (0, 1 << 62):
+            fc.split_threshold(macs)
+            images.append(run(prog, c, img.copy()).dram.tobytes())
+    finally:
+        fc.split_threshold(was)
+    assert images[0] == images[1]
+    got = np.frombuffer(images[0], np.uint8)[40960:40960 + M * N * 4].view(np.int32).reshape(M, N)
+    assert np.array_equal(got, want.astype(np.int32))
+
+
+def test_a_forked_child_splits_products_without_the_parents_helper():
+    """The helper thread is the parent's: a child forked after it started (a sweep's pool
+    worker) has none, takes every block itself, and gets the same product (no hang)."""
+    import multiprocessing
+    from emulator import _functional_core as fc
+    rng = np.random.default_rng(7)
+    a = rng.integers(-128, 128, (37, 300), dtype=np.int8)
+    b = rng.integers(-128, 128, (29, 300), dtype=np.int8)
+    want = fc.matmul_nt(a, b, split=0)  # the parent's helper running
+    with multiprocessing.get_context("fork").Pool(1) as pool:
+        got = pool.apply_async(fc.matmul_nt, (a, b), {"split": 0}).get(timeout=60)
+    assert np.array_equal(got, want) and np.array_equal(want, _wrapped(a, b))
