@@ -34,8 +34,8 @@ TARGET_GB = {"emulate": 4.0, "check": 8.0}  # check has no memory target of its 
 
 
 def measured(argv: list[str], env: dict, cwd: Path = REPO) -> tuple[float, float, float, int, str]:
-    """Wall seconds, CPU seconds (user + system), peak RSS in GB, exit code and stdout of
-    one command. On a shared machine the CPU seconds say more than the wall time."""
+    """Wall seconds, CPU seconds (user + system), peak RSS in GB (10**9 bytes, the targets'
+    unit; before 2026-12-06 it was GiB), exit code and stdout of one command. On a shared machine the CPU seconds say more than the wall time."""
     p = subprocess.run(["/usr/bin/time", "-v", *argv], capture_output=True, text=True, env=env, cwd=cwd,
                        check=False)
     wall = re.search(r"Elapsed \(wall clock\) time \(h:mm:ss or m:ss\): (\S+)", p.stderr).group(1)
@@ -43,7 +43,7 @@ def measured(argv: list[str], env: dict, cwd: Path = REPO) -> tuple[float, float
     seconds = sum(x * 60 ** i for i, x in enumerate(reversed(parts)))
     rss_kb = int(re.search(r"Maximum resident set size \(kbytes\): (\d+)", p.stderr).group(1))
     cpu = sum(float(re.search(rf"{kind} time \(seconds\): (\S+)", p.stderr).group(1)) for kind in ("User", "System"))
-    return seconds, cpu, rss_kb / 1024**2, p.returncode, p.stdout
+    return seconds, cpu, rss_kb * 1024 / 1e9, p.returncode, p.stdout
 
 
 def run_cold(argv: list[str], tree: Path) -> tuple:

@@ -42,7 +42,7 @@ PEAK = [0.0]  # the run's peak so far, GB: VmHWM is reset at each phase's start 
 def memory() -> tuple[float, float]:
     """(VmRSS, VmHWM) of this process in GB; VmHWM since the last `reset_peak`."""
     fields = dict(line.split(":", 1) for line in Path("/proc/self/status").read_text().splitlines() if ":" in line)
-    rss, hwm = (int(fields[k].split()[0]) / 1024**2 for k in ("VmRSS", "VmHWM"))
+    rss, hwm = (int(fields[k].split()[0]) * 1024 / 1e9 for k in ("VmRSS", "VmHWM"))
     PEAK[0] = max(PEAK[0], hwm)
     return rss, hwm
 

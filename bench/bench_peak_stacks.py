@@ -27,7 +27,7 @@ OURS = ("/dse/", "/emulator/", "/recipes/", "/bench/")
 def rss_gb() -> float:
     for line in Path("/proc/self/status").read_text().splitlines():
         if line.startswith("VmRSS:"):
-            return int(line.split()[1]) / 1024**2
+            return int(line.split()[1]) * 1024 / 1e9
     return 0.0
 
 
