@@ -35,7 +35,8 @@ TARGET_GB = {"emulate": 4.0, "check": 8.0}  # check has no memory target of its 
 
 def measured(argv: list[str], env: dict, cwd: Path = REPO) -> tuple[float, float, float, int, str]:
     """Wall seconds, CPU seconds (user + system), peak RSS in GB (10**9 bytes, the targets'
-    unit; before 2026-12-06 it was GiB), exit code and stdout of one command. On a shared machine the CPU seconds say more than the wall time."""
+    unit; before 2026-12-06 it was GiB), exit code and stdout of one command. On a shared
+    machine the CPU seconds say more than the wall time."""
     p = subprocess.run(["/usr/bin/time", "-v", *argv], capture_output=True, text=True, env=env, cwd=cwd,
                        check=False)
     wall = re.search(r"Elapsed \(wall clock\) time \(h:mm:ss or m:ss\): (\S+)", p.stderr).group(1)
