@@ -93,7 +93,6 @@ def main() -> None:
     import emulator
     import dse.frontend.pipeline as pipeline
     import dse.frontend.quantize as quantize
-    import dse.numerics as numerics
     import dse.numerics.run as run
     import dse.workload.cache as cache
     import dse.workload.capture  # noqa: F401 - its module (dse.workload exports a function of that name)

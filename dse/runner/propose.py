@@ -11,7 +11,7 @@ from pathlib import Path
 
 from ..errors import InputError
 from ..identity import workload_identity
-from ..records import RecordNotFound
+from ..records import RecordNotFound, Store
 from ..records.opening import checked_url
 from ..workload.recipes import recipe_name
 from .spec import Spec, load_spec, spec_changes, workload_parts
