@@ -20,8 +20,6 @@ from .spec import Spec, load_spec, spec_changes, workload_parts
 def propose(spec_path: str | Path | Spec, db: str | Path = "records.db") -> tuple[int, str, bool]:
     """Record the spec's experiment untested: (its id, its status, whether it was new).
     An experiment already recorded under this name and spec is returned as it is."""
-    from ..records import Store
-
     spec = spec_path if isinstance(spec_path, Spec) else load_spec(spec_path)
     checked_url(db)
     if spec.model.experiment.links() and "://" not in str(db) and not Path(db).exists():
