@@ -18,17 +18,13 @@ import hashlib
 import os
 import statistics
 import sys
-import tempfile
 import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
-LAYER = dict(dim=4096, heads=32, kv_heads=8, head_dim=128, ffn=14336, layers=1)
-
-
-class Lowered(Exception):
-    pass
+sys.path.insert(0, str(REPO / "bench"))
+from layer_program import lowered_layer  # noqa: E402
 
 
 def main(argv=None) -> int:
@@ -36,29 +32,11 @@ def main(argv=None) -> int:
     ap.add_argument("--seq", type=int, default=512)
     ap.add_argument("--repeat", type=int, default=3)
     args = ap.parse_args(argv)
-    os.environ["DSE_CACHE_DIR"] = tempfile.mkdtemp(prefix="dse-threads-")
-    os.environ.setdefault("THP_MEM_ALLOC_ENABLE", "1")  # as `dse emulate` sets it
-    import emulator
     import emulator.machine as machine
-    import dse.numerics.run as run
-    from dse.chips import load_chip
-    from dse.mapping import Mapping
     from threadpoolctl import threadpool_limits
 
-    caught = {}
-    inner = emulator.run
-
-    def catch(program, chip, dram=None, **kw):
-        caught.update(program=program, chip=chip, image=dram.copy(),
-                      kw={k: v for k, v in kw.items() if k != "in_place"})
-        raise Lowered
-
-    emulator.run = catch
-    try:
-        run.emulate_recipe("llama_prefill", load_chip("goban"), Mapping(workers=4), {"seq": args.seq, **LAYER})
-    except Lowered:
-        pass
-    emulator.run = inner
+    caught = lowered_layer(args.seq, "dse-threads-")
+    inner = caught["run"]
     ways = {"now (OpenMP 1 thread)": lambda n: threadpool_limits(n),
             "before (BLAS alone)": lambda n: threadpool_limits(n, user_api="blas")}
     walls, cpus, digests = {w: [] for w in ways}, {w: [] for w in ways}, {}

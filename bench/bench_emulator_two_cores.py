@@ -22,7 +22,6 @@ import hashlib
 import os
 import statistics
 import sys
-import tempfile
 import time
 from pathlib import Path
 
@@ -30,11 +29,8 @@ import numpy as np
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
-LAYER = dict(dim=4096, heads=32, kv_heads=8, head_dim=128, ffn=14336, layers=1)
-
-
-class Lowered(Exception):
-    pass
+sys.path.insert(0, str(REPO / "bench"))
+from layer_program import lowered_layer  # noqa: E402
 
 
 def main(argv=None) -> int:
@@ -42,28 +38,11 @@ def main(argv=None) -> int:
     ap.add_argument("--seq", type=int, default=1024)
     ap.add_argument("--repeat", type=int, default=3)
     args = ap.parse_args(argv)
-    os.environ["DSE_CACHE_DIR"] = tempfile.mkdtemp(prefix="dse-two-cores-")
-    os.environ.setdefault("THP_MEM_ALLOC_ENABLE", "1")  # as `dse emulate` sets it
-    import emulator
-    import dse.numerics.run as run
-    from dse.chips import load_chip
-    from dse.mapping import Mapping
     from emulator import _functional_core as fc
     from emulator import coreops, prefault
 
-    caught = {}
-    inner = emulator.run
-
-    def catch(program, chip, dram=None, **kw):
-        caught.update(program=program, chip=chip, image=dram, kw={k: v for k, v in kw.items() if k != "in_place"})
-        raise Lowered
-
-    emulator.run = catch
-    try:
-        run.emulate_recipe("llama_prefill", load_chip("goban"), Mapping(workers=4), {"seq": args.seq, **LAYER})
-    except Lowered:
-        pass
-    emulator.run = inner
+    caught = lowered_layer(args.seq, "dse-two-cores-")
+    inner = caught["run"]
     img = caught["image"]
     C = prefault.CHUNK
     nonzero = [k for k in range(-(-img.size // C)) if img[k * C:(k + 1) * C].any()]
