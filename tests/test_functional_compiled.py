@@ -353,26 +353,33 @@ def test_use_kernel_names_a_kernel_this_cpu_runs():
     assert fc.kernel_in_use() == was
 
 
-def test_every_kernel_gives_the_same_dram_image(monkeypatch):
-    """The emulator's chains on each kernel: accumulating matmuls (K 48 a step, 7 steps: 336
-    terms, a 16-term tail), odd M, stored mid-chain and at the end: the exact sums, and the
-    same bytes on every kernel."""
-    from emulator import _functional_core as fc
-    c = chip("toy")
-    rng = np.random.default_rng(5)
-    M, N, K, steps = 5, 48, 48, 7
+def _chain_program(rng, M: int, N: int, K: int, steps: int, restart_at) -> tuple:
+    """A chain of `steps` matmuls into one C region (odd M allowed; accumulating but at the
+    first step and at `restart_at`), C stored mid-chain (after step 3) and at the end (at
+    40960): the program, a random DRAM image and the exact final C (int64)."""
     img = rng.integers(0, 256, 1 << 16, dtype=np.uint8)
     want = np.zeros((M, N), np.int64)
     body = [Mset(0, 1), Mset(1, 1), Mset(2, 4)]
     for k in range(steps):
         a_at, b_at = k * 4096, k * 4096 + 1024
-        body += [Mvin(0, a_at, M * K // 16), Mvin(1, b_at, N * K // 16), Matmul(0, 1, 2, M, N, K, accumulate=k > 0)]
-        want += _wrapped(img[a_at:a_at + M * K].view(np.int8).reshape(M, K),
-                         img[b_at:b_at + N * K].view(np.int8).reshape(N, K))
+        acc = k > 0 and k not in restart_at
+        body += [Mvin(0, a_at, M * K // 16), Mvin(1, b_at, N * K // 16), Matmul(0, 1, 2, M, N, K, accumulate=acc)]
+        prod = _wrapped(img[a_at:a_at + M * K].view(np.int8).reshape(M, K),
+                        img[b_at:b_at + N * K].view(np.int8).reshape(N, K))
+        want = want + prod if acc else prod.astype(np.int64)
         if k == 3:
             body.append(Mvout(2, 32768, M * N * 4 // 16))
     body += [Mvout(2, 40960, M * N * 4 // 16), Fence()]
-    prog = Program([body], dram_bytes=1 << 16)
+    return Program([body], dram_bytes=1 << 16), img, want
+
+
+def test_every_kernel_gives_the_same_dram_image(monkeypatch):
+    """The emulator's chains on each kernel: accumulating matmuls (K 48 a step, 7 steps: 336
+    terms, a 16-term tail), odd M, stored mid-chain and at the end: the exact sums, and the
+    same bytes on every kernel."""
+    from emulator import _functional_core as fc
+    prog, img, want = _chain_program(np.random.default_rng(5), 5, 48, 48, 7, restart_at=())
+    c = chip("toy")
     monkeypatch.setenv(core_choice.ENV, "compiled")
     images = []
     was = fc.kernel_in_use()
@@ -383,7 +390,7 @@ def test_every_kernel_gives_the_same_dram_image(monkeypatch):
     finally:
         fc.use_kernel(was)
     assert all(im == images[0] for im in images)
-    got = np.frombuffer(images[0], np.uint8)[40960:40960 + M * N * 4].view(np.int32).reshape(M, N)
+    got = np.frombuffer(images[0], np.uint8)[40960:40960 + want.size * 4].view(np.int32).reshape(want.shape)
     assert np.array_equal(got, want.astype(np.int32))
 
 
@@ -419,23 +426,9 @@ def test_two_thread_chains_give_the_same_dram_image(monkeypatch):
     and overwriting matmuls, odd M, stored mid-chain and at the end: the same bytes, and the
     exact sums."""
     from emulator import _functional_core as fc
+    # the third step starts the sum again: accumulate off
+    prog, img, want = _chain_program(np.random.default_rng(9), 7, 48, 48, 6, restart_at=(2,))
     c = chip("toy")
-    rng = np.random.default_rng(9)
-    M, N, K, steps = 7, 48, 48, 6
-    img = rng.integers(0, 256, 1 << 16, dtype=np.uint8)
-    want = np.zeros((M, N), np.int64)
-    body = [Mset(0, 1), Mset(1, 1), Mset(2, 4)]
-    for k in range(steps):
-        a_at, b_at = k * 4096, k * 4096 + 1024
-        acc = k not in (0, 2)  # the third step starts the sum again: accumulate off
-        body += [Mvin(0, a_at, M * K // 16), Mvin(1, b_at, N * K // 16), Matmul(0, 1, 2, M, N, K, accumulate=acc)]
-        prod = _wrapped(img[a_at:a_at + M * K].view(np.int8).reshape(M, K),
-                        img[b_at:b_at + N * K].view(np.int8).reshape(N, K))
-        want = want + prod if acc else prod.astype(np.int64)
-        if k == 3:
-            body.append(Mvout(2, 32768, M * N * 4 // 16))
-    body += [Mvout(2, 40960, M * N * 4 // 16), Fence()]
-    prog = Program([body], dram_bytes=1 << 16)
     monkeypatch.setenv(core_choice.ENV, "compiled")
     images = []
     was = fc.split_threshold()
@@ -446,7 +439,7 @@ def test_two_thread_chains_give_the_same_dram_image(monkeypatch):
     finally:
         fc.split_threshold(was)
     assert images[0] == images[1]
-    got = np.frombuffer(images[0], np.uint8)[40960:40960 + M * N * 4].view(np.int32).reshape(M, N)
+    got = np.frombuffer(images[0], np.uint8)[40960:40960 + want.size * 4].view(np.int32).reshape(want.shape)
     assert np.array_equal(got, want.astype(np.int32))
 
 
