@@ -186,6 +186,17 @@ def register(kind: str, fn: CoreFn, arity: tuple[int, int] = (0, 64), pure: bool
         PURE.pop(kind, None)
 
 
+def dram_extent(t: DramTensor) -> tuple[int, int]:
+    """The bytes [lo, hi) of DRAM a tensor's view (`dram_view`) spans: for the static walks
+    over a program's accesses (`emulator.prefault`, `dse.numerics.boundary`)."""
+    size = np_dtype(t.dtype).itemsize
+    if any(n == 0 for n in t.shape):
+        return t.addr, t.addr
+    if t.strides is None:
+        return t.addr, t.addr + size * int(np.prod(t.shape, dtype=np.int64))
+    return t.addr, t.addr + size + sum((n - 1) * s for n, s in zip(t.shape, t.strides))
+
+
 def dram_view(img: np.ndarray, t: DramTensor) -> np.ndarray:
     """A writable numpy view of DRAM; raises ValueError when it leaves the image."""
     dt = np_dtype(t.dtype)

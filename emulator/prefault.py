@@ -24,8 +24,8 @@ from contextlib import contextmanager
 
 import numpy as np
 
+from .coreops import dram_extent
 from .isa import Barrier, CoreOp, Mset, Mvout
-from .program import np_dtype
 
 CHUNK = 1 << 21  # a huge page: the kernel's unit of a fresh fault here
 # bytes populated ahead of the run at most: what its peak may grow by (dse emulate gives pages
@@ -49,16 +49,6 @@ def _libc_madvise():
         except (OSError, AttributeError):
             _madvise = False
     return _madvise
-
-
-def _extent(t) -> tuple[int, int]:
-    """[start, end) bytes of a core op's DramTensor (`coreops.dram_view`'s extent)."""
-    dt = np_dtype(t.dtype)
-    if any(n == 0 for n in t.shape):
-        return t.addr, t.addr
-    if t.strides is None:
-        return t.addr, t.addr + dt.itemsize * int(np.prod(t.shape, dtype=np.int64))
-    return t.addr, t.addr + dt.itemsize + sum((n - 1) * s for n, s in zip(t.shape, t.strides))
 
 
 def written_chunks(program, rb: int) -> list[tuple[int, int, int, int]]:
@@ -89,7 +79,7 @@ def written_chunks(program, rb: int) -> list[tuple[int, int, int, int]]:
                         a = ins.addr + r * stride
                         order.append((epoch, c, pc, a, a + (width if r + 1 < nrows else last * rb)))
             elif t is CoreOp and ins.dst is not None:
-                s, e = _extent(ins.dst)
+                s, e = dram_extent(ins.dst)
                 if e > s:
                     order.append((epoch, c, pc, s, e))
             elif t is Barrier:

@@ -24,7 +24,7 @@ import time
 import numpy as np
 
 from emulator import Barrier, CoreOp, Mset, Mvin, Mvout
-from emulator.program import np_dtype
+from emulator.coreops import dram_extent
 
 from ..plan.memory import release_pages
 from ..workload.graph import Graph
@@ -85,27 +85,17 @@ def dram_touches(program, chip, cuts=()) -> tuple[np.ndarray, np.ndarray, np.nda
                     add(ins.addr, ins.addr + (nrows - 1) * (ins.stride or width) + last * rb, e, kind is Mvout)
             elif kind is CoreOp:
                 for t in ins.srcs:
-                    add(*tensor_extent(t), e, False)
+                    add(*dram_extent(t), e, False)
                 if ins.dst is not None:
-                    add(*tensor_extent(ins.dst), e, True)
+                    add(*dram_extent(ins.dst), e, True)
     return (np.asarray(lo, dtype=np.int64), np.asarray(hi, dtype=np.int64), np.asarray(epoch, dtype=np.int64),
             np.asarray(write, dtype=bool))
-
-
-def tensor_extent(t) -> tuple[int, int]:
-    """The bytes [lo, hi) a DRAM view (`emulator.DramTensor`) spans (`emulator.coreops.dram_view`)."""
-    size = np_dtype(t.dtype).itemsize
-    if any(n == 0 for n in t.shape):
-        return t.addr, t.addr
-    if t.strides is None:
-        return t.addr, t.addr + size * int(np.prod(t.shape, dtype=np.int64))
-    return t.addr, t.addr + size + sum((n - 1) * s for n, s in zip(t.shape, t.strides))
 
 
 def value_extent(lowered, name: str) -> tuple[int, int]:
     """The bytes a tensor's check reads (`Lowered.read`; a blocked accumulator by its tiles)."""
     loc = lowered.locs[name]
-    return tensor_extent(loc.padded_view() if loc.blocked is not None else loc.view())
+    return dram_extent(loc.padded_view() if loc.blocked is not None else loc.view())
 
 
 class BoundaryCheck:
