@@ -6,7 +6,7 @@ import gc
 import json
 import threading
 import time
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Mapping
@@ -140,10 +140,7 @@ def _run(program: Program, chip, dram, mode: str, trace: bool, functional: bool,
     img = _image(program, dram, in_place)
     machine = Machine(chip, program, img, functional=functional, trace=trace)
     t1 = time.perf_counter()
-    if functional:
-        with populating(program, img, machine.records, machine.rb):
-            machine.run(boundary, cuts)
-    else:
+    with populating(program, img, machine.records, machine.rb) if functional else nullcontext():
         machine.run(boundary, cuts)
     t2 = time.perf_counter()
     tr = Trace() if trace else None
