@@ -289,6 +289,16 @@ def _shared(blocks: list, work: Callable) -> None:
         raise state["error"]
 
 
+def _each(blocks, work: Callable, elements: int) -> None:
+    """work(block) for every block: on two threads (`_shared`) for an array of `elements` at
+    least `SHARED_ELEMENTS`, else in order on this one."""
+    if elements >= SHARED_ELEMENTS:
+        _shared(list(blocks), work)
+    else:
+        for block in blocks:
+            work(block)
+
+
 def _blocks(arrays: list, size: int):
     """Tuples of sub-blocks of arrays of one shape (`paired_blocks`'s split, any number)."""
     a = arrays[0]
@@ -324,12 +334,7 @@ def _blockwise(fn: CoreFn, views: list, out: np.ndarray, params) -> bool:
         return False
     srcs = [v if v.shape == out.shape else np.broadcast_to(v, out.shape) for v in views]
     params = dict(params)
-    blocks = _blocks([out] + srcs, STORE_CHUNK)
-    if out.size >= SHARED_ELEMENTS:
-        _shared(list(blocks), lambda block: store(block[0], fn(block[1:], params)))
-    else:
-        for block in blocks:
-            store(block[0], fn(block[1:], params))
+    _each(_blocks([out] + srcs, STORE_CHUNK), lambda block: store(block[0], fn(block[1:], params)), out.size)
     return True
 
 
@@ -368,12 +373,8 @@ def store(dst: np.ndarray, value) -> None:
         # rint of an fp32 is an fp32, and fp32 holds both bounds and every integer between.
         work = _F32 if v.dtype == _F32 and dst.dtype.itemsize <= 2 else np.float64
         if v.shape == dst.shape and not np.may_share_memory(dst, v):  # (a block must not see a written one)
-            pairs = paired_blocks(dst, v, STORE_CHUNK)
-            if dst.size >= SHARED_ELEMENTS:
-                _shared(list(pairs), lambda pair: _round_store(pair[0], pair[1], work, info.min, info.max))
-            else:
-                for d, x in pairs:
-                    _round_store(d, x, work, info.min, info.max)
+            _each(paired_blocks(dst, v, STORE_CHUNK), lambda pair: _round_store(pair[0], pair[1], work, info.min,
+                                                                                  info.max), dst.size)
         else:
             _round_store(dst, v, work, info.min, info.max)
         return
