@@ -28,7 +28,8 @@ from dse.report.html import fmt_value
 from dse.ui import queries
 from pg import pg_server, pg_url  # noqa: F401  (fixtures)
 from ppa_expect import stored
-from uiserver import EXPERIMENTS, Console, chromium, dse_ui_process, dse_ui_thread, make_store
+from uiserver import (EXPERIMENTS, Console, chromium, dse_ui_process, dse_ui_thread, make_store, open_drawn,
+                      plots_drawn)
 
 
 @pytest.fixture(scope="module")
@@ -261,13 +262,6 @@ def _number(text: str) -> float:
     return float("nan") if text == "—" else float(text.replace(",", ""))
 
 
-def _plots_drawn(page) -> None:
-    """Wait until every plot of the page is drawn: a plot drawn late moves what is below it,
-    and a click aimed at the table or the filters then lands elsewhere (the filter button's
-    click once went to nothing under load)."""
-    page.wait_for_function("[...document.querySelectorAll('div.plot[data-src]')].every(d => d.dataset.ready === '1')")
-
-
 def test_pages_load_sort_and_filter_in_the_browser(server, store_db, page):
     with Store(store_db) as store:
         exps = store.experiments()
@@ -287,20 +281,20 @@ def test_pages_load_sort_and_filter_in_the_browser(server, store_db, page):
     page.goto(server + "/experiments/1")
     assert "window.__xss" in page.inner_text("#hypothesis")
     page.wait_for_selector("#pareto[data-ready='1']")
-    _plots_drawn(page)
+    plots_drawn(page)
     page.click("th a[data-col='latency_cycles']")
     page.wait_for_url(re.compile(r"sort=latency_cycles&order=asc"))
     values = [_number(v) for v in _column(page, "latency_cycles")]
     present = [v for v in values if v == v]
     assert present == sorted(present) and len(present) == min(50, int((table["status"] == "ok").sum()))
-    _plots_drawn(page)
+    plots_drawn(page)
     page.click("th a[data-col='latency_cycles']")
     page.wait_for_url(re.compile(r"order=desc"))
     values = [_number(v) for v in _column(page, "latency_cycles")]
     assert values[0] == table["latency_cycles"].max()
     assert [v for v in values if v == v] == sorted((v for v in values if v == v), reverse=True)
 
-    _plots_drawn(page)
+    plots_drawn(page)
     page.select_option("select[name=status]", "infeasible")
     page.click("#apply-filters")
     page.wait_for_url(re.compile(r"status=infeasible"))
@@ -313,7 +307,7 @@ def test_pages_load_sort_and_filter_in_the_browser(server, store_db, page):
     for path, selector in ((f"/candidates/{cand}", "#diff"), (f"/runs/{run}", "#metrics")):
         page.goto(server + path)
         assert page.locator(selector).count() == 1
-    page.goto(server + f"/candidates/{cand}")
+    open_drawn(page, server + f"/candidates/{cand}")
     assert page.locator(".evidence[data-kind='analytical']").count() == 1
     page.click(f"#runs a:text('r{run}')")
     page.wait_for_url(re.compile(rf"/runs/{run}$"))
@@ -486,7 +480,7 @@ def _front(page, div: str) -> dict[str, list[int]]:
 def test_area_energy_and_power_on_the_experiment_page(server, store_db, page):
     s = stored(store_db, "emulated")
     page.goto(server + f"/experiments/{s.experiment_id}")
-    _plots_drawn(page)
+    plots_drawn(page)
     # By component, each evidence kind its own figure: the emulator ran the two fastest only.
     _check_components(page, "components-analytical", s, "analytical", {s.baseline: "baseline", s.best: "best"})
     _check_components(page, "components-emulator_cycles", s, "emulator_cycles", {s.best: "best"})
@@ -562,9 +556,7 @@ def test_candidate_page_shows_area_and_energy_by_component(server, store_db, pag
 def test_compare_three_candidates_and_across_experiments(server, store_db, page):
     with Store(store_db) as store:
         other = int(store.candidates("second")["id"].iloc[0])
-    page.goto(server + "/experiments/1?sort=latency_cycles")
-    # the plot drawn above the table moves it: a click before it is drawn can miss its box
-    page.wait_for_selector("#pareto[data-ready='1']")
+    open_drawn(page, server + "/experiments/1?sort=latency_cycles")
     boxes = page.locator("#candidates tbody input[name=c]")
     ids = [int(boxes.nth(i).get_attribute("value")) for i in range(3)]
     for i in range(3):
@@ -584,8 +576,7 @@ def test_compare_three_candidates_and_across_experiments(server, store_db, page)
 def test_record_a_decision_from_the_page(server, store_db, page):
     with Store(store_db) as store:
         before = len(store.decisions("banks-workers"))
-    page.goto(server + "/experiments/1")
-    page.wait_for_selector("#pareto[data-ready='1']")
+    open_drawn(page, server + "/experiments/1")
     best = int(re.search(r"best: candidate (\d+)", page.inner_text("#pareto-summary")).group(1))
     page.fill("#decide-form input[name=candidate]", str(best))
     page.fill("#decide-form input[name=author]", "Ada <b>L</b>")
@@ -612,8 +603,7 @@ def test_the_ui_over_postgresql(pg_url, tmp_path, browser):  # noqa: F811
         context = browser.new_context()
         page = context.new_page()
         console = Console(page)
-        page.goto(base + "/experiments/1?sort=latency_cycles&order=desc")
-        page.wait_for_selector("#pareto[data-ready='1']")
+        open_drawn(page, base + "/experiments/1?sort=latency_cycles&order=desc")
         with Store(db) as store:
             table = store.metric_table("banks-workers", "analytical")
         assert _number(_column(page, "latency_cycles")[0]) == table["latency_cycles"].max()

@@ -23,7 +23,7 @@ from dse.records import Store
 from dse.records.liveness import sweep_holder
 from dse.runner.acceptance import headline, judge_experiment
 from dse.runner.decisions import decide
-from uiserver import EXPERIMENTS, REPO, SPEC, Console, chromium, dse_ui_process, make_store
+from uiserver import EXPERIMENTS, REPO, SPEC, Console, chromium, dse_ui_process, make_store, open_drawn
 
 # The sweep's analytical batches after the baseline's (recorded once evaluated: the page
 # opens on it), each held until the gate file exists, then slowed: the page sees it part
@@ -201,7 +201,7 @@ def test_table_columns_filter_and_width(server, store_db, context):
         exp = store.experiment("banks-workers")
         cands = store.candidates(exp["id"])
     url = server + f"/experiments/{exp['id']}"
-    page.goto(url)
+    open_drawn(page, url)
     # By default the metrics the objectives and the acceptance name; the others one click away.
     assert _visible_metrics(page) == ["latency_cycles", "private_sram_bytes"]
     assert page.locator("#column-chooser input[type=checkbox]").count() >= 10
@@ -217,7 +217,7 @@ def test_table_columns_filter_and_width(server, store_db, context):
     assert "cols=energy_uj%2Clatency_cycles%2Cprivate_sram_bytes" in page.url
     cells = page.eval_on_selector_all("#candidates tbody td[data-metric='energy_uj']", "tds => tds.filter(td => !td.hidden).length")
     assert cells == page.locator("#candidates tbody tr").count() > 0
-    page.goto(url)
+    open_drawn(page, url)
     assert _visible_metrics(page) == ["energy_uj", "latency_cycles", "private_sram_bytes"]
     page.click("th a[data-col='latency_cycles']")
     page.wait_for_url("**sort=latency_cycles**")

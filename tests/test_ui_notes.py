@@ -21,7 +21,7 @@ from dse.config_tree import tree_rows, tree_text
 from dse.records import Store
 from dse.runner.caveats import hardware_caveat, kinds_text
 from dse.ui import artifacts
-from uiserver import EMULATE_TOP_2, Console, chromium, dse_ui_process, make_store
+from uiserver import EMULATE_TOP_2, Console, chromium, dse_ui_process, make_store, open_drawn
 
 FOLLOWS = '\n[experiment.follows]\nexperiment = "emulated"\nreason = "fewer banks, same question"\n'
 EXPERIMENTS = (("emulated", "[20]", EMULATE_TOP_2), ("later", "[8]", FOLLOWS))
@@ -149,7 +149,7 @@ def test_a_decision_shows_its_evidence_kinds_and_the_caveat_in_show(store_db, cl
 
 
 def test_notes_written_in_the_ui_and_with_dse_note_are_one_list(server, store_db, page, cli):
-    page.goto(server + "/experiments/1")
+    open_drawn(page, server + "/experiments/1")
     assert page.inner_text("#link-list") == "followed by experiment 2 ‘later’: fewer banks, same question"
     page.select_option("#note-form select[name=kind]", "limitation")
     page.fill("#note-form input[name=author]", "Bo <b>")
@@ -167,7 +167,7 @@ def test_notes_written_in_the_ui_and_with_dse_note_are_one_list(server, store_db
     code, out, _ = cli("note", "emulated", "--note", f"c{emulated} wins on paper; check banks", "--author", "cy",
                        "--db", store_db)
     assert code == 0
-    page.goto(server + f"/candidates/{emulated}")
+    open_drawn(page, server + f"/candidates/{emulated}")
     assert f"c{emulated} wins on paper; check banks" in page.inner_text("#candidate-notes #note-list")
     # a note from the candidate's page goes back to it, and names it
     assert page.input_value("#note-form textarea[name=text]") == f"c{emulated}: "
@@ -187,7 +187,7 @@ def test_a_refused_decision_or_note_comes_back_with_its_text(server, store_db, p
         before = (len(store.decisions()), len(store.notes()))
         judged = store.candidates("emulated").sort_values("id")
     failing = int(judged["id"].iloc[1])  # c2: fails the acceptance test
-    page.goto(server + f"/candidates/{failing}")  # its decide form names it
+    open_drawn(page, server + f"/candidates/{failing}")  # its decide form names it
     page.fill("#decide-form input[name=author]", "ana")
     page.fill("#decide-form textarea[name=why]", "a long reason\nover two lines <b>kept</b>")
     page.click("#decide")
@@ -197,7 +197,7 @@ def test_a_refused_decision_or_note_comes_back_with_its_text(server, store_db, p
     assert page.input_value("#decide-form input[name=author]") == "ana"
     assert page.input_value("#decide-form input[name=candidate]") == str(failing)
     # a note of spaces only: refused as `dse note` refuses it, the author kept
-    page.goto(server + f"/candidates/{failing}")
+    open_drawn(page, server + f"/candidates/{failing}")
     page.fill("#note-form input[name=author]", "eve")
     page.fill("#note-form textarea[name=text]", "   ")
     page.click("#add-note")
@@ -207,7 +207,7 @@ def test_a_refused_decision_or_note_comes_back_with_its_text(server, store_db, p
     with Store(store_db) as store:
         assert (len(store.decisions()), len(store.notes())) == before
     # the kept form, corrected (an override reason), is taken
-    page.goto(server + f"/candidates/{failing}")
+    open_drawn(page, server + f"/candidates/{failing}")
     page.fill("#decide-form input[name=author]", "ana")
     page.fill("#decide-form textarea[name=why]", "smaller banks matter more")
     page.click("#decide")
@@ -233,7 +233,7 @@ def test_array_and_counter_viewers_of_a_real_emulated_run(server, store_db, page
         counters = arts[arts["name"] == "counters.json"].iloc[0]
         run = store.run(int(npy["run_id"]))
     values = np.load(npy["path"])
-    page.goto(server + f"/candidates/{int(npy['candidate_id'])}")
+    open_drawn(page, server + f"/candidates/{int(npy['candidate_id'])}")
     page.click(f"tr[data-artifact='{int(npy['id'])}'] a:text-is('view')")
     page.wait_for_selector("#heatmap[data-ready='1']")
     assert page.inner_text("#array-shape") == "(" + ", ".join(map(str, values.shape)) + ")"

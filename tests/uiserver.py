@@ -185,6 +185,20 @@ def chromium():
             browser.close()
 
 
+def plots_drawn(page) -> None:
+    """Wait until every plot of the page is drawn: a plot drawn late moves what is below it,
+    and a click aimed at a link, a form or the table then lands elsewhere (under load a
+    filter button's click once went to nothing, and a run link's click on a candidate page)."""
+    page.wait_for_function("[...document.querySelectorAll('div.plot[data-src]')].every(d => d.dataset.ready === '1')")
+
+
+def open_drawn(page, url: str):
+    """`page.goto(url)`, then wait for its plots: what a test does before it clicks."""
+    response = page.goto(url)
+    plots_drawn(page)
+    return response
+
+
 class Console:
     """Console errors and uncaught exceptions of a page (a test ends with none)."""
 
