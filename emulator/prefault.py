@@ -24,8 +24,7 @@ from contextlib import contextmanager
 
 import numpy as np
 
-from .coreops import dram_extent
-from .isa import Barrier, CoreOp, Mset, Mvout
+from .dram_access import dram_accesses
 
 CHUNK = 1 << 21  # a huge page: the kernel's unit of a fresh fault here
 # bytes populated ahead of the run at most: what its peak may grow by (dse emulate gives pages
@@ -51,39 +50,19 @@ def _libc_madvise():
     return _madvise
 
 
-def written_chunks(program, rb: int) -> list[tuple[int, int, int, int]]:
+def written_chunks(program, chip) -> list[tuple[int, int, int, int]]:
     """(core, pc, first chunk, end chunk) of each run of chunks (PIECE at most) the program
     writes first at (core, pc), in the order `Machine.run` executes them (epoch by epoch,
     core by core)."""
     order = []  # (epoch, core, pc, start, end) bytes
-    for c, instrs in enumerate(program.cores):
-        cols: dict[int, int] = {}
-        epoch = 0
-        for pc, ins in enumerate(instrs):
-            t = type(ins)
-            if t is Mset:
-                cols[ins.bank] = ins.col if ins.alloc else 1
-            elif t is Mvout:
-                it = ins.iter
-                if it <= 0:
-                    continue
-                col = cols.get(ins.bank, 1) or 1
-                width = col * rb
-                stride = ins.stride or width
-                nrows = -(-it // col)
-                last = it - (nrows - 1) * col
-                if stride <= CHUNK:  # every chunk of the extent holds a row
-                    order.append((epoch, c, pc, ins.addr, ins.addr + (nrows - 1) * stride + last * rb))
-                else:
-                    for r in range(nrows):
-                        a = ins.addr + r * stride
-                        order.append((epoch, c, pc, a, a + (width if r + 1 < nrows else last * rb)))
-            elif t is CoreOp and ins.dst is not None:
-                s, e = dram_extent(ins.dst)
-                if e > s:
-                    order.append((epoch, c, pc, s, e))
-            elif t is Barrier:
-                epoch += 1
+    for c, pc, epoch, writes, lo, hi, stride, width in dram_accesses(program, chip):
+        if not writes:
+            continue
+        if stride <= CHUNK:  # every chunk of the extent holds a row
+            order.append((epoch, c, pc, lo, hi))
+        else:
+            for a in range(lo, hi, stride):
+                order.append((epoch, c, pc, a, min(a + width, hi)))
     order.sort(key=lambda x: x[:3])
     seen: set[int] = set()
     out = []
@@ -135,13 +114,13 @@ def _helper(img: np.ndarray, chunks, records, stop: threading.Event) -> None:
 
 
 @contextmanager
-def populating(program, img: np.ndarray, records, rb: int):
+def populating(program, img: np.ndarray, records, chip):
     """While the body runs `program` on `img` (appending each core's records to `records`),
     a helper thread populates the chunks it will write, a window ahead."""
     if img.nbytes < MIN_IMAGE or not _libc_madvise():
         yield
         return
-    chunks = written_chunks(program, rb)
+    chunks = written_chunks(program, chip)
     stop = threading.Event()
     t = threading.Thread(target=_helper, args=(img, chunks, records, stop), name="dse-prefault", daemon=True)
     t.start()

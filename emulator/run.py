@@ -140,7 +140,7 @@ def _run(program: Program, chip, dram, mode: str, trace: bool, functional: bool,
     img = _image(program, dram, in_place)
     machine = Machine(chip, program, img, functional=functional, trace=trace)
     t1 = time.perf_counter()
-    with populating(program, img, machine.records, machine.rb) if functional else nullcontext():
+    with populating(program, img, machine.records, machine.chip) if functional else nullcontext():
         machine.run(boundary, cuts)
     t2 = time.perf_counter()
     tr = Trace() if trace else None

@@ -24,7 +24,7 @@ def test_written_chunks_in_the_order_the_run_writes_them():
              CoreOp("fill", DramTensor(3 * C - 8, (4,), "fp32"), (), {"value": 1.0})]
     core1 = [Mset(5, 1), Mvout(5, C, 3, 4 * C), Barrier(), Mvout(5, 0, 1)]
     prog = Program([core0, core1], dram_bytes=12 * C)
-    assert prefault.written_chunks(prog, 16) == [(0, 1, 0, 1), (1, 1, 1, 2), (1, 1, 5, 6), (1, 1, 9, 10),
+    assert prefault.written_chunks(prog, chip("toy")) == [(0, 1, 0, 1), (1, 1, 1, 2), (1, 1, 5, 6), (1, 1, 9, 10),
                                                  (0, 3, 2, 4)]
 
 
@@ -34,7 +34,7 @@ def test_a_strided_destination_covers_its_extent():
     prog = Program([[CoreOp("fill", DramTensor(C - 4, (3 * 1024, 4), "fp32", (1024, 4)), (), {"value": 0.0}),
                      Mset(1, 1), Mvout(1, 5 * C, 4, C // 2)]], dram_bytes=8 * C)
     # the core op: bytes C - 4 .. C - 4 + 3071 x 1024 + 16, chunks 0..2; the MVOUT 5C .. 6.5C + 16
-    assert prefault.written_chunks(prog, 16) == [(0, 0, 0, 3), (0, 2, 5, 7)]
+    assert prefault.written_chunks(prog, chip("toy")) == [(0, 0, 0, 3), (0, 2, 5, 7)]
 
 
 def test_a_long_run_of_chunks_comes_in_pieces():
@@ -42,7 +42,7 @@ def test_a_long_run_of_chunks_comes_in_pieces():
     the window or a stop."""
     prog = Program([[CoreOp("fill", DramTensor(0, (20 * C // 4,), "fp32"), (), {"value": 0.0})]], dram_bytes=20 * C)
     assert prefault.PIECE == 8
-    assert prefault.written_chunks(prog, 16) == [(0, 0, 0, 8), (0, 0, 8, 16), (0, 0, 16, 20)]
+    assert prefault.written_chunks(prog, chip("toy")) == [(0, 0, 0, 8), (0, 0, 8, 16), (0, 0, 16, 20)]
 
 
 def _populated(monkeypatch):

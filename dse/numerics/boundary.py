@@ -23,8 +23,8 @@ import time
 
 import numpy as np
 
-from emulator import Barrier, CoreOp, Mset, Mvin, Mvout
 from emulator.coreops import dram_extent
+from emulator.dram_access import dram_accesses
 
 from ..plan.memory import release_pages
 from ..workload.graph import Graph
@@ -41,53 +41,13 @@ def op_ends(lowered) -> list[int]:
 
 
 def dram_touches(program, chip, cuts=()) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-    """Every DRAM access of `program`'s instructions: byte ranges [lo, hi), the epoch each
-    runs in (BARRIERs its core has passed before it, and `cuts`, a one-core program's further
-    epoch ends, `emulator.Machine.run`) and whether it writes."""
-    rb = chip.banks.row_bytes
-    sm = chip.shared_memory
-    shared = range(sm.first_bank_id, sm.first_bank_id + sm.banks) if sm.enabled else range(0)
-    lo: list[int] = []
-    hi: list[int] = []
-    epoch: list[int] = []
-    write: list[bool] = []
-
-    def add(a: int, b: int, e: int, w: bool) -> None:
-        if b > a:
-            lo.append(a)
-            hi.append(b)
-            epoch.append(e)
-            write.append(w)
-
-    for instrs in program.cores:
-        cols: dict[int, int] = {}  # virtual bank -> its MSET's col, as the machine allocates it
-        e = 0
-        ends = set(cuts)
-        for pc, ins in enumerate(instrs):
-            if pc in ends and type(instrs[pc - 1]) is not Barrier:  # a cut the BARRIER before made already
-                e += 1
-            kind = type(ins)
-            if kind is Barrier:
-                e += 1
-            elif kind is Mset:
-                if ins.alloc:
-                    cols[ins.bank] = ins.col
-            elif kind is Mvin or kind is Mvout:
-                # the machine's DMA geometry (`Machine._dma_geometry`): rows of the bank's width
-                if ins.bank in shared:
-                    col, width = 1, sm.row_bytes
-                else:
-                    col = cols.get(ins.bank, 1)
-                    width = col * rb
-                nrows = -(-ins.iter // col)
-                if nrows:
-                    last = ins.iter - (nrows - 1) * col
-                    add(ins.addr, ins.addr + (nrows - 1) * (ins.stride or width) + last * rb, e, kind is Mvout)
-            elif kind is CoreOp:
-                for t in ins.srcs:
-                    add(*dram_extent(t), e, False)
-                if ins.dst is not None:
-                    add(*dram_extent(ins.dst), e, True)
+    """Every DRAM access of `program`'s instructions (`emulator.dram_access`): byte ranges
+    [lo, hi), the epoch each runs in and whether it writes."""
+    touches = dram_accesses(program, chip, cuts)
+    if not touches:
+        empty = np.zeros(0, dtype=np.int64)
+        return empty, empty, empty, np.zeros(0, dtype=bool)
+    _, _, epoch, write, lo, hi, _, _ = zip(*touches)
     return (np.asarray(lo, dtype=np.int64), np.asarray(hi, dtype=np.int64), np.asarray(epoch, dtype=np.int64),
             np.asarray(write, dtype=bool))
 
