@@ -12,6 +12,8 @@ own, the outer row's the rest of it) and the run's peak so far.
     .venv/bin/python bench/bench_llama_phases.py [--seq 2048] [--recipe llama_prefill]
         [--chip goban] [--workers 4] [--layers N]
 
+`DSE_BENCH_TREE=<another checkout>` measures that tree (its extensions built) with this bench.
+
 `--layers N`: the whole model instead (`recipes/llama3_8b`'s chain cut to N layers, as `dse
 emulate --recipe llama3_8b` streams it): layer 0 checked in full, later layers reusing its
 checked structure; each row names its layer.
@@ -31,7 +33,11 @@ import tempfile
 import time
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[1]
+# the tree measured: this one, or DSE_BENCH_TREE=<another checkout, its extensions built>, for a
+# before/after pair from one copy of the bench
+REPO = Path(os.environ.get("DSE_BENCH_TREE") or Path(__file__).resolve().parents[1])
+if not (REPO / "dse" / "__init__.py").is_file():
+    sys.exit(f"bench_llama_phases: DSE_BENCH_TREE={REPO} holds no dse package (give a checkout's root)")
 sys.path.insert(0, str(REPO))
 LAYER = dict(dim=4096, heads=32, kv_heads=8, head_dim=128, ffn=14336)
 
