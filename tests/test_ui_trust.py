@@ -282,10 +282,11 @@ def test_an_unhandled_error_shows_an_id_the_log_explains(exposed):
     status, body, _ = request(base, "GET", "/experiments/1", {"Authorization": f"token {token}"})
     assert status == 500 and body.count("\n") == 1 and not PYTHON_TEXT.search(body), body
     error_id = re.search(r"Internal error ([0-9a-f]{8})", body).group(1)
-    proc.send_signal(2)
-    proc.wait(timeout=20)
+    proc.send_signal(2)  # Ctrl-C: the way `dse ui` says it stops; a clean stop, nothing to resume
+    assert proc.wait(timeout=20) == 0
     log = proc.stderr.read()
     assert f"error {error_id} on GET /experiments/1" in log and "Traceback" in log and "decision" in log
+    assert log.endswith("dse ui: stopped\n") and "interrupted" not in log
 
 
 # ---- a bounded load while a sweep writes ------------------------------------------------------

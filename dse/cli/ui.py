@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import re
 import socket
+import sys
 
 from ..errors import InputError
 from .common import add_db_argument, open_store
@@ -47,7 +48,10 @@ def cmd_ui(args) -> int:
         login = f"?token={access.token}" if access.token else ""
         print(f"dse ui: {store.engine.url.render_as_string(hide_password=True)} at http://{shown}:{bound}/{login} "
               f"(Ctrl-C stops)", flush=True)  # fmt: skip
-        serve(store, sock, access)
+        try:
+            serve(store, sock, access)
+        except KeyboardInterrupt:  # uvicorn stops gracefully, then raises the Ctrl-C again: the way to stop
+            print("dse ui: stopped", file=sys.stderr, flush=True)
     return 0
 
 
