@@ -484,7 +484,8 @@ class Store(PageReads, ReportReads):
         return the existing id.
 
         A row may also carry `config_json` / `mapping_json`: its config / mapping already
-        as canonical JSON (`dse.identity.canonical_json`), written as is. The rows go in
+        as canonical JSON (`dse.identity.canonical_json`), written as is, and with both,
+        `hash`: `dse.identity.candidate_hash_of_texts` of them, not made again. The rows go in
         as one multi-row INSERT of pre-encoded JSON text, in one transaction."""
         return [(cid, created) for cid, created, _ in self._add_candidates(experiment_id, rows, None)]
 

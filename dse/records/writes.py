@@ -231,10 +231,12 @@ def prepared_candidates(rows: Iterable[Mapping[str, Any]]) -> list[tuple[str, st
         config_text = row.get("config_json") or canon(row["config"])
         mapping_text = row.get("mapping_json") or canon(row["mapping"])
         notes = row.get("notes")
-        prepared.append((config_text, mapping_text, row["origin"], row.get("diff") or {},
-                         str(notes) if notes else None))
-    keys = [candidate_hash_of_texts(p[0], p[1]) for p in prepared]  # each config's head hashed once
-    return [(key, *p) for key, p in zip(keys, prepared)]
+        # The hash of the two texts, when the row's maker has it (the sweep's builder hashed
+        # them with this same function): not again; else made here, each config's head once.
+        known = row.get("hash") if row.get("config_json") and row.get("mapping_json") else None
+        prepared.append((known or candidate_hash_of_texts(config_text, mapping_text), config_text, mapping_text,
+                         row["origin"], row.get("diff") or {}, str(notes) if notes else None))
+    return prepared
 
 
 def add_candidates(connection: Connection, experiment_id: int, prepared: list[tuple], run_base: dict[str, Any] | None,
