@@ -543,8 +543,8 @@ class Store(PageReads, ReportReads):
         base = writes.run_base(stage, seed, command, model_version, emulator_version, started_at)
         results = list(results)
         # Checked as finish_runs checks them, the row's index standing for its run id.
-        evaluated = [{**r, "run_id": i} for i, r in enumerate(results) if r.get("reused_run_id") is None]
-        ended = checked_results(evaluated)
+        at = [i for i, r in enumerate(results) if r.get("reused_run_id") is None]
+        ended = checked_results([results[i] for i in at], at)
         return self._add_candidates(experiment_id, rows, base, baseline=baseline, ended=(results, ended[1]))
 
     @retrying
