@@ -237,7 +237,7 @@ class Sweep:
             bar.update(len(new))
             if self.stop_requested:
                 raise KeyboardInterrupt
-        if sampler is not None:
+        if sampler is not None and type(sampler).tell is not Sampler.tell:  # (a grid's tell learns nothing)
             told = time.perf_counter()
             for p, b, repeat in zip(proposals, built, repeats):
                 sampler.tell(p, self.known[b.hash][1], repeat=repeat)
