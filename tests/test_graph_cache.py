@@ -283,3 +283,52 @@ def test_a_corrupted_entry_is_detected_rebuilt_and_said_and_emulate_stays_right(
     rebuilt = json.loads((graph_cache_dir / cache.MANIFEST).read_text())["entries"][entry.name]["sha256"]
     assert hashlib.sha256(entry.read_bytes()).hexdigest() == rebuilt  # rebuilt whole, and listed
     assert cache.load(entry.stem) is not None and capsys.readouterr().err == ""
+
+
+def test_an_edited_source_changes_the_key_though_its_digest_is_kept(tmp_path, monkeypatch):
+    """The key hashes a source file only when its stat changed since it was last read: an
+    edit still changes the key, whether just made (racy: hashed every time), made long
+    after, or of the same size with the modification time put back (its ctime moved)."""
+    folder = tmp_path / "recipe"
+    folder.mkdir()
+    model = folder / "model.py"
+    model.write_text("A = 1\n")
+    first = cache.pipeline_key(folder, {}, None)
+    model.write_text("A = 2\n")  # same size, within the file system's timestamp tick
+    second = cache.pipeline_key(folder, {}, None)
+    assert second != first
+    old = (1_000_000_000, 1_000_000_000)
+    os.utime(model, old)
+    monkeypatch.setattr(cache, "RACY_S", 0.0)  # (else kept only once its ctime, now, is RACY_S old)
+    kept = cache.pipeline_key(folder, {}, None)
+    assert kept == second and str(model) in cache._DIGESTS  # an old file's digest is kept...
+    assert cache.pipeline_key(folder, {}, None) == second  # ...and used
+    model.write_text("A = 3\n")
+    os.utime(model, old)  # same size and mtime as the kept digest's: the ctime tells
+    third = cache.pipeline_key(folder, {}, None)
+    assert third not in (first, second)
+    (folder / "steps.toml").write_text("")  # a new file: another key
+    assert cache.pipeline_key(folder, {}, None) != third
+
+
+def test_the_installed_versions_in_the_key_are_read_again_when_the_path_changes(tmp_path, monkeypatch):
+    """torch's and numpy's versions are kept by the import path's folders' stat: a package
+    installed into a folder of the path, or removed, is read at once."""
+    from importlib.metadata import version
+
+    real = version("numpy")
+    assert cache._installed_version("numpy") == real
+    site = tmp_path / "site"
+    site.mkdir()
+    monkeypatch.syspath_prepend(str(site))
+    assert cache._installed_version("numpy") == real
+    os.utime(site, (1, 1))  # an old folder, then a package installed into it
+    dist = site / "numpy-0.0.1.dist-info"
+    dist.mkdir()
+    (dist / "METADATA").write_text("Metadata-Version: 2.1\nName: numpy\nVersion: 0.0.1\n")
+    assert version("numpy") == "0.0.1" == cache._installed_version("numpy")
+    os.utime(site, (1, 1))
+    assert cache._installed_version("numpy") == "0.0.1"  # kept
+    (dist / "METADATA").unlink()
+    dist.rmdir()  # removed again
+    assert cache._installed_version("numpy") == real

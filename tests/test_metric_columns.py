@@ -70,6 +70,35 @@ def test_a_bad_value_among_columns_is_refused_naming_its_run(store):
     assert store.run_metric_rows(good) == []
 
 
+@pytest.mark.parametrize("odd", [None, "many", 1j, 10 ** 400, float("inf") - float("inf")])
+def test_anything_but_a_number_among_columns_is_refused_naming_its_run(store, odd):
+    """The batch check is one sum over every value: a value it cannot add (None, text, a
+    number no float holds) or that makes it NaN sends the batch to MetricIn's checks."""
+    good, bad = two_runs(store)
+    values = columns(ROWS)
+    values.values[1] = odd
+    with pytest.raises((ValueError, TypeError, OverflowError), match=f"run {bad}: "):
+        store.finish_runs([dict(run_id=good, status="ok", metrics=columns(ROWS)),
+                           dict(run_id=bad, status="ok", metrics=values)])
+    assert store.run(good)["status"] == store.run(bad)["status"] == "running"  # nothing written
+
+
+def test_numbers_of_other_types_among_columns_are_recorded_as_their_floats(store):
+    """An int, a bool or a numpy float among the columns is recorded as the float it is (as
+    MetricIn takes it), on the batch's fast path as on the row by row one."""
+    import numpy as np
+
+    as_rows, as_columns = two_runs(store)
+    odd = columns(ROWS)
+    odd.values[0], odd.values[1], odd.values[3] = 1200, np.float64(4096.0), True
+    store.finish_runs([dict(run_id=as_rows, status="ok", metrics=[*ROWS[:3], ROWS[3]._replace(value=1.0)]),
+                       dict(run_id=as_columns, status="ok", metrics=odd)])
+    read = {run: [(m["name"], m["value"]) for m in store.run_metric_rows(run)] for run in (as_rows, as_columns)}
+    assert read[as_rows] == read[as_columns] == [("latency_cycles", 1200.0), ("dma_bytes", 4096.0),
+                                                 ("cycles", 700.0), ("tile_m", 1.0)]
+    assert all(type(value) is float for _, value in read[as_columns])
+
+
 def test_a_single_run_is_a_batch_of_one(store):
     one, batched = two_runs(store)
     (other,) = store.start_runs([store.run(batched)["candidate_id"]], "analytical", model_version="m")

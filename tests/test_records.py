@@ -8,6 +8,7 @@ import json
 import math
 import os
 import sqlite3
+import time
 from datetime import timedelta
 from pathlib import Path
 
@@ -102,6 +103,8 @@ def test_sqlite_file_is_created_in_wal_mode_with_foreign_keys_on(sqlite_db):
         assert connection.exec_driver_sql("PRAGMA journal_mode").scalar() == "wal"
         assert connection.exec_driver_sql("PRAGMA foreign_keys").scalar() == 1
         assert connection.exec_driver_sql("PRAGMA busy_timeout").scalar() == 10000
+        # a sweep's batch of thousands of candidates commits without a checkpoint in between
+        assert connection.exec_driver_sql("PRAGMA wal_autocheckpoint").scalar() == 4096
     # WAL is a property of the file: a plain sqlite3 connection sees it too.
     assert sqlite3.connect(db).execute("PRAGMA journal_mode").fetchone()[0] == "wal"
 
@@ -708,6 +711,36 @@ def test_artifacts_written_together_are_the_rows_and_files_one_by_one_makes(stor
     with pytest.raises(ValueError, match="allowed: graph_dump, trace"):
         store.put_artifacts([(b"never kept", "x.txt")], role="junk", experiment_id=experiment_id)
     assert sorted(p for p in root.rglob("*") if p.is_file()) == files and len(store.artifacts()) == 3
+
+
+def test_evidence_files_synced_together_say_a_failed_sync_and_work_in_a_forked_child(tmp_path):
+    """The files (and folders) of `put_artifacts` are synced together by a few threads: a
+    sync that fails is raised once all have ended; a child forked after the threads
+    started makes its own (a parent's pool has no threads in the child: it would hang)."""
+    from dse.records import blobs
+
+    there = tmp_path / "there"
+    there.write_bytes(b"x")
+    with pytest.raises(FileNotFoundError):
+        blobs._together(blobs._fsync_file, [there, tmp_path / "missing", there])
+    blobs._together(blobs._fsync_file, [there, there])  # the threads are started now
+    pid = os.fork()
+    if pid == 0:  # the child: a whole batch of evidence files written and placed
+        code = 1
+        try:
+            with blobs.writing_blobs(tmp_path / "evidence", [b"one", b"two", b"three"]) as pending:
+                pass
+            code = 0 if all(p.path.read_bytes() for p in pending) else 1
+        finally:
+            os._exit(code)
+    deadline = time.monotonic() + 30
+    while (ended := os.waitpid(pid, os.WNOHANG)) == (0, 0):
+        if time.monotonic() > deadline:
+            os.kill(pid, 9)
+            os.waitpid(pid, 0)
+            pytest.fail("the forked child's evidence write hung")
+        time.sleep(0.05)
+    assert os.waitstatus_to_exitcode(ended[1]) == 0
 
 
 def content_sha(data: bytes) -> str:

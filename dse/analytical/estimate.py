@@ -70,8 +70,10 @@ def estimate_columns(graph, candidates: Sequence[Candidate],
     per_op = graph_costs(graph, params, chips, plans)
     halo = np.zeros((len(ops), n_cands), dtype=np.int64)
     _span_partitioned(graph, costed, params, chips, per_op, halo)
-    spans_groups = np.array([bool(reason) and cand.mapping.workers <= cand.chip.cores.count
-                             for cand, (_, reason) in zip(candidates, spmd)], dtype=bool)
+    spans_groups = np.zeros(n_cands, dtype=bool)  # (a candidate with a reason only: most have none)
+    for index in [index for index, (_, reason) in enumerate(spmd) if reason]:
+        cand = candidates[index]
+        spans_groups[index] = cand.mapping.workers <= cand.chip.cores.count
     if spans_groups.any():
         for cost in per_op:
             cost.feasible[spans_groups] = False

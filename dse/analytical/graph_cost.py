@@ -54,7 +54,7 @@ class GraphCost:
         # What closes an op's part, per candidate: any sync at all, and whether it is a BARRIER
         # (read per worker count, then spread).
         counts = np.array(self.worker_counts, dtype=np.int64)
-        at = np.searchsorted(counts, self.workers)
+        at = self.worker_at = np.searchsorted(counts, self.workers)  # each candidate's in worker_counts
         closing = {(count, ball): sync_after(count, ball) for count in self.worker_counts for ball in (False, True)}
         self.closes_after_ball = np.array([closing[count, True] is not None for count in self.worker_counts],
                                           dtype=np.int64)[at]
@@ -66,9 +66,9 @@ class GraphCost:
     # ------------------------------------------------------------ charges
     def core_op(self, charges: Charges, kind: str, op, dst_shape, src_shapes, elements: int, cpe: np.ndarray):
         """A core op, split across workers where the plan splits it."""
-        busiest = {count: busiest_elements(kind, op, dst_shape, src_shapes, elements, count)
-                   for count in self.worker_counts}
-        share = np.array([busiest[int(count)] for count in self.workers], dtype=np.float64)
+        # per distinct worker count, spread to the candidates (`worker_at`)
+        share = np.array([busiest_elements(kind, op, dst_shape, src_shapes, elements, count)
+                          for count in self.worker_counts], dtype=np.float64)[self.worker_at]
         charges.core += np.ceil(share * cpe)
         charges.busy += np.ceil(elements * cpe)
         charges.core_busy += np.ceil(elements * cpe)

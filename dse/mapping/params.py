@@ -93,16 +93,21 @@ class CandidateArrays:
         chip_at: dict[int, int] = {}
         mapping_at: dict[int, int] = {}
         chips, mappings = [], []
+        chip_of, mapping_of = [], []  # each candidate's index in `chips`, in `mappings`
         for c in cands:
-            if id(c.chip) not in chip_at:
-                chip_at[id(c.chip)] = len(chips)
+            at = chip_at.get(id(c.chip))
+            if at is None:
+                at = chip_at[id(c.chip)] = len(chips)
                 chips.append(c.chip)
-            if id(c.mapping) not in mapping_at:
-                mapping_at[id(c.mapping)] = len(mappings)
+            chip_of.append(at)
+            at = mapping_at.get(id(c.mapping))
+            if at is None:
+                at = mapping_at[id(c.mapping)] = len(mappings)
                 mappings.append(c.mapping)
+            mapping_of.append(at)
         n = len(cands)
-        of_chip = np.fromiter((chip_at[id(c.chip)] for c in cands), dtype=np.int64, count=n)
-        of_mapping = np.fromiter((mapping_at[id(c.mapping)] for c in cands), dtype=np.int64, count=n)
+        of_chip = np.array(chip_of, dtype=np.int64)
+        of_mapping = np.array(mapping_of, dtype=np.int64)
 
         def chip_col(get, dtype=np.int64):
             return np.fromiter((get(chip) for chip in chips), dtype=dtype, count=len(chips))[of_chip]
@@ -128,8 +133,9 @@ class CandidateArrays:
 
         # the matrix Ball's formula: per distinct chip and dataflow
         pairs: dict[tuple[int, str], int] = {}
-        of_pair = np.fromiter((pairs.setdefault((chip, mappings[m].dataflow), len(pairs))
-                               for chip, m in zip(of_chip.tolist(), of_mapping.tolist())), dtype=np.int64, count=n)
+        dataflows = [m.dataflow for m in mappings]
+        of_pair = np.fromiter((pairs.setdefault((chip, dataflows[m]), len(pairs))
+                               for chip, m in zip(chip_of, mapping_of)), dtype=np.int64, count=n)
         pair_formulas = [ball_formula(chips[chip], "matrix", dataflow) for chip, dataflow in pairs]
         pair_missing = [matrix_missing(chips[chip], dataflow, f) for (chip, dataflow), f in zip(pairs, pair_formulas)]
         formulas = spread(pair_formulas, of_pair)

@@ -31,8 +31,10 @@ import os
 import re
 import stat
 import tempfile
+import threading
 import time
 from collections.abc import Iterable, Iterator, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -162,19 +164,20 @@ def writing_blobs(root: Path, sources: Sequence[str | os.PathLike[str] | bytes])
     temps: list[str] = []
     with _folder_lock(root, exclusive=False):
         try:
-            pending = [_pending(root, source, temps) for source in sources]
+            pending = [_pending(root, source, temps, synced=len(sources) == 1) for source in sources]
+            if len(pending) > 1:  # each file synced before the rows that name it, all together
+                _together(_fsync_file, [p.temp for p in pending])
             yield pending
-            for folder in dict.fromkeys(p._moved() for p in pending):
-                _fsync_dir(folder)
-            _fsync_dir(root)
+            _together(_fsync_dir, [*dict.fromkeys(p._moved() for p in pending), root])
         finally:
             for temp in temps:
                 if os.path.lexists(temp):
                     os.unlink(temp)
 
 
-def _pending(root: Path, source: str | os.PathLike[str] | bytes, temps: list[str]) -> PendingBlob:
-    """`source` written into `root` under a temporary name (listed in `temps` at once) and synced."""
+def _pending(root: Path, source: str | os.PathLike[str] | bytes, temps: list[str], synced: bool = True) -> PendingBlob:
+    """`source` written into `root` under a temporary name (listed in `temps` at once) and
+    synced (`synced`; else the caller syncs it)."""
     fd, temp = tempfile.mkstemp(dir=root, prefix=INCOMING)
     temps.append(temp)
     digest, size = hashlib.sha256(), 0
@@ -185,7 +188,8 @@ def _pending(root: Path, source: str | os.PathLike[str] | bytes, temps: list[str
             out.write(chunk)
             size += len(chunk)
         out.flush()
-        os.fsync(out.fileno())
+        if synced:
+            os.fsync(out.fileno())
     os.chmod(temp, 0o444)
     return PendingBlob(root, digest.hexdigest(), size, Path(temp))
 
@@ -412,6 +416,38 @@ def _read_chunks(path: Path, size: int = CHUNK) -> Iterator[bytes]:
     with open(path, "rb") as source:
         while chunk := source.read(size):
             yield chunk
+
+
+# Threads that sync a batch's files (or folders) together: the file system commits the
+# syncs in flight at once as one journal commit, where one after another each waited for
+# its own (3 evidence files of a sweep's frontend dumps: 8 ms one by one on a busy disk,
+# 0.6 ms together). Made again in a forked child (a parent's pool has no threads there).
+_SYNC_THREADS = 4
+_sync_pool: tuple[int, ThreadPoolExecutor] | None = None
+_sync_pool_lock = threading.Lock()
+
+
+def _together(sync, paths: Sequence[Path | str]) -> None:
+    """`sync` of every path, issued together; the first error raised once all have ended."""
+    global _sync_pool
+    if len(paths) <= 1:
+        for path in paths:
+            sync(path)
+        return
+    with _sync_pool_lock:
+        if _sync_pool is None or _sync_pool[0] != os.getpid():
+            _sync_pool = (os.getpid(), ThreadPoolExecutor(_SYNC_THREADS, thread_name_prefix="dse-fsync"))
+        pool = _sync_pool[1]
+    for done in [pool.submit(sync, path) for path in paths]:
+        done.result()
+
+
+def _fsync_file(path: Path | str) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
 
 
 def _fsync_dir(path: Path) -> None:

@@ -4,7 +4,6 @@ final run statuses, and what a name or id that matches nothing raises."""
 
 from __future__ import annotations
 
-import itertools
 import math
 import operator
 from collections.abc import Iterable, Mapping, Sequence
@@ -148,19 +147,21 @@ def metric_rows(metrics: Iterable[MetricIn | Mapping[str, Any]], owner: str) -> 
 Pack = tuple
 
 
-def batch_metric_values(results: list[Mapping[str, Any]]) -> list[Pack]:
+def batch_metric_values(results: list[Mapping[str, Any]], run_ids: Sequence | None = None) -> list[Pack]:
     """`metric_values` of every result's metrics, as a pack per run with metrics: checked
     at once for a batch of MetricRows (each distinct shape once), else run by run
-    (MetricIn's checks, the error naming the run)."""
-    packs = _checked_metric_packs(results)
+    (MetricIn's checks, the error naming the run). `run_ids`: each result's run id, when
+    not its "run_id"."""
+    ids = [r["run_id"] for r in results] if run_ids is None else run_ids
+    packs = _checked_metric_packs(results, ids)
     if packs is not None:
         return packs
     rows: list[tuple] = []
-    for r in results:
-        owner = f"run {r['run_id']}"
+    for r, run_id in zip(results, ids):
+        owner = f"run {run_id}"
         try:
-            rows += metric_values(r.get("metrics", ()), owner, r["run_id"])
-        except (TypeError, ValueError) as exc:
+            rows += metric_values(r.get("metrics", ()), owner, run_id)
+        except (TypeError, ValueError, OverflowError) as exc:  # (Overflow: an int no float holds)
             message = str(exc)
             raise type(exc)(message if message.startswith(owner) else f"{owner}: {message}") from None
     return packs_of(rows)
@@ -183,7 +184,7 @@ _SHAPES_PASSED: dict[tuple, bool] = {}  # shapes checked already (a sweep has a 
 _SHAPES_KEPT = 256
 
 
-def _checked_metric_packs(results: list[Mapping[str, Any]]) -> list[Pack] | None:
+def _checked_metric_packs(results: list[Mapping[str, Any]], ids: Sequence) -> list[Pack] | None:
     """MetricIn's checks over a whole batch of MetricRows (what a sweep's stages hand
     over, thousands of rows): each distinct shape once, the values at once; None if a
     metric is of another form or a check fails (then `metric_values` finds which, run by
@@ -193,7 +194,7 @@ def _checked_metric_packs(results: list[Mapping[str, Any]]) -> list[Pack] | None
     # a shape of sixty metrics, 2 us, was a tenth of a sweep's store writes, done thrice).
     # The packs keep the shapes alive, so an id is not reused during the call.
     passed_by_id: dict[int, bool] = {}
-    for r in results:
+    for r, run_id in zip(results, ids):
         metrics = r.get("metrics") or ()
         if not metrics:
             continue
@@ -209,12 +210,16 @@ def _checked_metric_packs(results: list[Mapping[str, Any]]) -> list[Pack] | None
             passed = passed_by_id[id(shape)] = _shape_passed(shape)
         if not passed:
             return None
-        packs.append((r["run_id"], shape, values))
+        packs.append((run_id, shape, values))
     if len({p[0] for p in packs}) != len(packs):  # a run given twice: found run by run
         return None
-    values = itertools.chain.from_iterable
-    if packs and (set(map(type, values(p[2] for p in packs))) != {float}
-                  or math.isnan(sum(values(p[2] for p in packs)))):  # NaN anywhere shows in the sum
+    # Every value a number (a float, or what packs as one exactly: an int, a numpy float),
+    # none NaN: NaN anywhere shows in the sum, anything else fails it (run by run then, for
+    # MetricIn's error). One pass, not a pass for the types and another for the sum.
+    try:
+        if packs and math.isnan(sum(map(sum, (p[2] for p in packs)))):
+            return None
+    except (TypeError, OverflowError):
         return None
     return packs
 
@@ -253,12 +258,14 @@ def checked_notes(notes: Mapping[Any, Any] | None) -> dict[int, str]:
     return {operator.index(c): str(t) for c, t in (notes or {}).items()}
 
 
-def checked_results(results: Iterable[Mapping[str, Any]]) -> tuple[list[Mapping[str, Any]], list[Pack]]:
-    """finish_runs' input checked before any transaction: (results, their metrics' packs)."""
+def checked_results(results: Iterable[Mapping[str, Any]], run_ids: Sequence | None = None
+                    ) -> tuple[list[Mapping[str, Any]], list[Pack]]:
+    """finish_runs' input checked before any transaction: (results, their metrics' packs).
+    `run_ids`: each result's run id, when not its "run_id"."""
     results = list(results)
     for r in results:
         check_choice("finish_run status", r["status"], FINAL_RUN_STATUSES)
-    return results, batch_metric_values(results)
+    return results, batch_metric_values(results, run_ids)
 
 
 def checked_acceptance(acceptance: Any) -> list[dict[str, str]]:

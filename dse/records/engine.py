@@ -36,6 +36,12 @@ MIGRATIONS_DIR = Path(__file__).parent / "migrations"
 SCHEMA_HEAD = "0019"
 SQLITE_BUSY_TIMEOUT_MS = 10_000
 SQLITE_MMAP_BYTES = 256 * 1024 * 1024
+# WAL pages before a commit checkpoints them into the database (SQLite's default: 1000,
+# 4 MB). A sweep's batch of thousands of candidates writes about 2 kB a candidate; at the
+# default, its commit stopped the driver for a checkpoint (page copies and two syncs) that
+# closing the store does again: a grid sweep of 2,320 candidates spent 10-15 ms of CPU and
+# 35 ms of a busy disk's time on it. 16 MB: such a batch goes in whole; the file stays bounded.
+SQLITE_WAL_AUTOCHECKPOINT_PAGES = 4096
 # How long a write keeps retrying a busy database before it gives up with StoreBusy.
 RETRY_BUSY_FOR_S = 120.0
 # Execution option read by the SQLite "begin" listener: which BEGIN to emit.
@@ -101,6 +107,7 @@ def _sqlite_on_connect(dbapi_connection: Any, _record: Any) -> None:
     # process loses nothing committed and the file stays intact; only a power cut may
     # drop the last commits. About 3x the small-transaction rate of FULL.
     cursor.execute("PRAGMA synchronous=NORMAL")
+    cursor.execute(f"PRAGMA wal_autocheckpoint={SQLITE_WAL_AUTOCHECKPOINT_PAGES}")
     cursor.execute("PRAGMA foreign_keys=ON")
     # Reads of a large store go through the OS page cache without a copy per page.
     cursor.execute(f"PRAGMA mmap_size={SQLITE_MMAP_BYTES}")

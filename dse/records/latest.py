@@ -16,7 +16,7 @@ import itertools
 import json
 import operator
 import struct
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from sqlalchemy import Connection
@@ -35,9 +35,12 @@ _ROWS_PER_INSERT = 100  # 500 parameters a statement (5 columns a row)
 # The byte order, FIGURES_BYTE_ORDER, is sql_reads' (whose light read unpacks them too).
 
 
-def record(connection: Connection, packs: Sequence[tuple]) -> None:
+def record(connection: Connection, packs: Sequence[tuple],
+           runs: Mapping[int, tuple[int, str, str | None]] | None = None) -> None:
     """Bring latest_figures up to date with runs' metrics just written in
-    this transaction: (run_id, shape, values) each, as `checks.Pack` (their total scope)."""
+    this transaction: (run_id, shape, values) each, as `checks.Pack` (their total scope).
+    `runs`: run id -> (candidate id, model version, emulator version) of those runs, when
+    the caller has just written them (else read back)."""
     # A sweep's runs share a shape: where its totals of each kind sit, found once a shape
     # (by the shape object's identity: `packs` keeps them alive; hashing one costs 2 us).
     totals_of: dict[int, list[tuple[str, tuple[str, ...], tuple[int, ...]]]] = {}
@@ -50,7 +53,7 @@ def record(connection: Connection, packs: Sequence[tuple]) -> None:
             totals.append((run_id, kind, names, at, values))
     if not totals:
         return
-    of_run = _runs(connection, sorted({t[0] for t in totals}))
+    of_run = runs if runs is not None else _runs(connection, sorted({t[0] for t in totals}))
     newest: dict[tuple[int, str], int] = {}  # (candidate, kind) -> the batch's newest run of it
     for run, kind, *_ in totals:
         pair = (of_run[run][0], kind)

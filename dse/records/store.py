@@ -484,7 +484,8 @@ class Store(PageReads, ReportReads):
         return the existing id.
 
         A row may also carry `config_json` / `mapping_json`: its config / mapping already
-        as canonical JSON (`dse.identity.canonical_json`), written as is. The rows go in
+        as canonical JSON (`dse.identity.canonical_json`), written as is, and with both,
+        `hash`: `dse.identity.candidate_hash_of_texts` of them, not made again. The rows go in
         as one multi-row INSERT of pre-encoded JSON text, in one transaction."""
         return [(cid, created) for cid, created, _ in self._add_candidates(experiment_id, rows, None)]
 
@@ -542,8 +543,8 @@ class Store(PageReads, ReportReads):
         base = writes.run_base(stage, seed, command, model_version, emulator_version, started_at)
         results = list(results)
         # Checked as finish_runs checks them, the row's index standing for its run id.
-        evaluated = [{**r, "run_id": i} for i, r in enumerate(results) if r.get("reused_run_id") is None]
-        ended = checked_results(evaluated)
+        at = [i for i, r in enumerate(results) if r.get("reused_run_id") is None]
+        ended = checked_results([results[i] for i in at], at)
         return self._add_candidates(experiment_id, rows, base, baseline=baseline, ended=(results, ended[1]))
 
     @retrying

@@ -231,10 +231,12 @@ def prepared_candidates(rows: Iterable[Mapping[str, Any]]) -> list[tuple[str, st
         config_text = row.get("config_json") or canon(row["config"])
         mapping_text = row.get("mapping_json") or canon(row["mapping"])
         notes = row.get("notes")
-        prepared.append((config_text, mapping_text, row["origin"], row.get("diff") or {},
-                         str(notes) if notes else None))
-    keys = [candidate_hash_of_texts(p[0], p[1]) for p in prepared]  # each config's head hashed once
-    return [(key, *p) for key, p in zip(keys, prepared)]
+        # The hash of the two texts, when the row's maker has it (the sweep's builder hashed
+        # them with this same function): not again; else made here, each config's head once.
+        known = row.get("hash") if row.get("config_json") and row.get("mapping_json") else None
+        prepared.append((known or candidate_hash_of_texts(config_text, mapping_text), config_text, mapping_text,
+                         row["origin"], row.get("diff") or {}, str(notes) if notes else None))
+    return prepared
 
 
 def add_candidates(connection: Connection, experiment_id: int, prepared: list[tuple], run_base: dict[str, Any] | None,
@@ -348,7 +350,10 @@ def insert_finished_runs(connection: Connection, candidate_ids: list[int], base:
                                       [{**shared, **dict(zip(names, row))} for row in rows]).scalars().all())
     candidate_runs.added(connection, ids)
     if metric_packs:
-        insert_metrics(connection, [(ids[i], *rest) for i, *rest in metric_packs])
+        # the runs' candidates and versions as just written: latest_figures need not read them back
+        versions = (base["model_version"], base["emulator_version"])
+        insert_metrics(connection, [(ids[i], *rest) for i, *rest in metric_packs],
+                       {ids[i]: (candidate_ids[i], *versions) for i, *_ in metric_packs})
     if links:
         reuse.record_linked_figures(connection, {ids[i]: source for i, source in links.items()})
     return ids
@@ -690,13 +695,14 @@ def _sqlite_insert_finished_runs(cur: DriverCursor, rows: list[tuple], shared: d
     return list(range(before + 1, after + 1))
 
 
-def insert_metrics(connection: Connection, packs: list[Pack]) -> None:
+def insert_metrics(connection: Connection, packs: list[Pack],
+                   runs: Mapping[int, tuple[int, str, str | None]] | None = None) -> None:
     """Runs' metrics (`checks.Pack`s, checked already) packed one row a run
     (dse.records.packed), and the candidates' latest figures (latest_figures) brought
-    up to date with them, in the caller's transaction."""
+    up to date with them, in the caller's transaction (`runs`: `latest.record`'s)."""
     if packs:
         packed.write(connection, packs)
-        latest.record(connection, packs)
+        latest.record(connection, packs, runs)
 
 
 def delete_experiment(session: Session, experiment_id: int) -> dict[str, int]:

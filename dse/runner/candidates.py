@@ -8,6 +8,7 @@ Imports no stage (no torch, pandas, SQLAlchemy or emulator machine).
 
 from __future__ import annotations
 
+import operator
 from dataclasses import dataclass
 from typing import Any, Callable
 
@@ -50,6 +51,27 @@ def knob_key(names: list[str], params: dict):
     return key
 
 
+def _values_of(names: list[str]):
+    """The values of knobs `names` in a params dict, as a tuple (KeyError: one unset)."""
+    if len(names) > 1:
+        return operator.itemgetter(*names)
+    if names:
+        return lambda params, name=names[0]: (params[name],)
+    return lambda params: ()
+
+
+def _key(values, names: list[str], params: dict):
+    """`knob_key` of `names` in `params`: when every knob is set and every value hashable
+    (a grid's point, one C call), the values themselves, tagged apart from `knob_key`'s
+    own (name, value) pairs; else `knob_key`'s."""
+    try:
+        key = ("all", values(params))
+        hash(key)
+        return key
+    except (KeyError, TypeError):
+        return knob_key(names, params)
+
+
 class CandidateBuilder:
     """Builds a spec's candidates, validating each distinct chip and mapping once.
     `on_chip(config_json, chip)`: called with every validated chip (the sweep keeps them
@@ -66,6 +88,7 @@ class CandidateBuilder:
         # what a mapping's overrides read (`Spec.overrides`: mapping and workload targets)
         self._mapping_knobs = [k.name for k in spec.model.space if not k.target.startswith("chip.")] + [
             t for t in spec.hand_targets if not t.startswith("chip.")]
+        self._chip_values, self._mapping_values = _values_of(self._chip_knobs), _values_of(self._mapping_knobs)
         self._baseline_config = CanonicalParts(self.baseline_data["config"])
         self._chip_limits = spec.baseline_chip.data_with_limits().get("limits")
         self._sections: dict[tuple[str, str], Any] = {}  # (section, its canonical JSON) -> validated section
@@ -76,7 +99,7 @@ class CandidateBuilder:
         """(config data, its canonical JSON, why it is invalid or '', the validated chip or
         None) once per distinct chip:
         many candidates share a chip and differ in mapping only."""
-        key = knob_key(self._chip_knobs, params)
+        key = _key(self._chip_values, self._chip_knobs, params)
         hit = self._chips.get(key)
         if hit is None:
             chip_over = self.spec.overrides(params, "chip")
@@ -152,7 +175,7 @@ class CandidateBuilder:
     def mapping_for(self, params: dict) -> tuple[dict, str, str]:
         """(mapping data, its canonical JSON, why it is invalid or '') once per distinct
         mapping: a sweep has few mappings and many candidates."""
-        key = knob_key(self._mapping_knobs, params)
+        key = _key(self._mapping_values, self._mapping_knobs, params)
         hit = self._mappings.get(key)
         if hit is None:
             map_over = self.spec.overrides(params, "mapping")

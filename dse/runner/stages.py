@@ -331,7 +331,9 @@ def _batch_results(graph, cands: list[Candidate], per_op, totals, ppa_calibratio
     ppa = None
     if ppa_calibration is not None:
         ppa = assess_frame(totals, cands, _footprints(graph, cands), ppa_calibration, per_op=per_op)
-    notes = ["; ".join(filter(None, [n, s])) for n, s in zip(ppa.notes if ppa else [""] * n, _scan_notes(graph, cands))]
+    notes, scans = list(ppa.notes) if ppa else [""] * n, _scan_notes(graph, cands)
+    if any(scans):  # (a graph with scans only: the PPA note, then the scan's)
+        notes = ["; ".join(filter(None, [n, s])) for n, s in zip(notes, scans)]
     feasible = np.asarray(totals["feasible"], dtype=bool)
     reasons = [str(r) for r in totals["reason"].tolist()]
     extra = extra or {}

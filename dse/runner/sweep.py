@@ -237,7 +237,7 @@ class Sweep:
             bar.update(len(new))
             if self.stop_requested:
                 raise KeyboardInterrupt
-        if sampler is not None:
+        if sampler is not None and type(sampler).tell is not Sampler.tell:  # (a grid's tell learns nothing)
             told = time.perf_counter()
             for p, b, repeat in zip(proposals, built, repeats):
                 sampler.tell(p, self.known[b.hash][1], repeat=repeat)
@@ -285,7 +285,7 @@ class Sweep:
             results[i] = dict(reused_run_id=source.run_id)
         recorded = self.recorder.add_finished(self.experiment_id, [
             dict(config=b.config, mapping=b.mapping, config_json=b.config_json, mapping_json=b.mapping_json,
-                 origin=origin, diff=self._diff(b), notes=note) for b, note in zip(new, notes)],
+                 hash=b.hash, origin=origin, diff=self._diff(b), notes=note) for b, note in zip(new, notes)],
             results, "analytical", baseline=baseline, started_at=started_at, seed=self.spec.model.search.seed,
             model_version=self.model_version)
         self.result.evaluated += len(new) - len(reused)

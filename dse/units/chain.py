@@ -52,10 +52,9 @@ def charge_chain(cost, charges: Charges, plan: OpPlan):
     """A fused score chain: each worker's part (`chain_parts`) in one core op."""
     graph, chain = cost.graph, plan.chain
     batch, M, _ = chain_extent(graph, chain)
-    busiest = {workers: max((hi - lo) * chain_elements(graph, chain, row_end - row_start)
-                            for lo, hi, row_start, row_end in chain_parts(graph, chain, workers))
-               for workers in cost.worker_counts}
-    share = np.array([busiest[int(workers)] for workers in cost.workers], dtype=np.float64)
+    share = np.array([max((hi - lo) * chain_elements(graph, chain, row_end - row_start)
+                          for lo, hi, row_start, row_end in chain_parts(graph, chain, workers))
+                      for workers in cost.worker_counts], dtype=np.float64)[cost.worker_at]
     charges.core += np.ceil(share * cost.params.chain_cpe)
     charges.busy += np.ceil(batch * chain_elements(graph, chain, M) * cost.params.chain_cpe)
     charges.core_busy += np.ceil(batch * chain_elements(graph, chain, M) * cost.params.chain_cpe)

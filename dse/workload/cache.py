@@ -48,6 +48,7 @@ import stat
 import struct
 import sys
 import tempfile
+import time
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
@@ -97,12 +98,61 @@ def max_bytes() -> int:
         return DEFAULT_MAX_BYTES
 
 
+# A file's sha256 by its path, with the stat it was read under: a key asked again (every
+# sweep asks recipe_facts: the dse/workload and dse/frontend sources, tens of files) hashes
+# only the files whose stat changed. A file modified in the last RACY_S seconds is hashed
+# every time (not kept): a write within the file system's timestamp granularity of the
+# read could leave its stat unchanged (git's "racily clean" entries).
+_DIGESTS: dict[str, tuple[tuple[int, int, int, int], bytes]] = {}
+RACY_S = 2.0
+
+
+def _file_digest(path: Path) -> bytes:
+    st = os.stat(path)
+    seen = (st.st_mtime_ns, st.st_ctime_ns, st.st_size, st.st_ino)
+    kept = _DIGESTS.get(str(path))
+    if kept is not None and kept[0] == seen:
+        return kept[1]
+    digest = hashlib.sha256(path.read_bytes()).digest()
+    if time.time_ns() - max(st.st_mtime_ns, st.st_ctime_ns) > RACY_S * 1e9:
+        _DIGESTS[str(path)] = (seen, digest)
+    else:
+        _DIGESTS.pop(str(path), None)
+    return digest
+
+
 def _digest_files(hasher, root: Path, patterns: tuple[str, ...]) -> None:
     files = sorted({p for pattern in patterns for p in root.rglob(pattern)
                     if p.is_file() and "__pycache__" not in p.parts})
     for path in files:
         hasher.update(str(path.relative_to(root)).encode() + b"\0")
-        hasher.update(hashlib.sha256(path.read_bytes()).digest())
+        hasher.update(_file_digest(path))
+
+
+# A package's installed version by its name, with the import path it was found on and
+# the stat of each of its folders: installing or removing a package changes its folder, so
+# the metadata is searched again then only (the search lists every folder of the path:
+# milliseconds, tens of them on a busy machine, each time a key was asked). As with the
+# sources, a folder changed in the last RACY_S seconds is not trusted to show the next change.
+_VERSIONS: dict[str, tuple[tuple, str]] = {}
+
+
+def _installed_version(name: str) -> str:
+    seen = []
+    for entry in sys.path:
+        try:
+            st = os.stat(entry or ".")
+            seen.append((entry, st.st_mtime_ns, st.st_ino))
+        except OSError:
+            seen.append((entry, None, None))
+    kept = _VERSIONS.get(name)
+    if kept is not None and kept[0] == tuple(seen):
+        return kept[1]
+    found = version(name)
+    newest = max((m for _, m, _ in seen if m is not None), default=0)
+    if time.time_ns() - newest > RACY_S * 1e9:  # (a folder changed within a tick of this read: asked again)
+        _VERSIONS[name] = (tuple(seen), found)
+    return found
 
 
 def pipeline_key(recipe_folder: Path, params: dict[str, Any], steps: list[tuple[str, dict]] | None,
@@ -112,8 +162,8 @@ def pipeline_key(recipe_folder: Path, params: dict[str, Any], steps: list[tuple[
     `kind`: what is kept (a pipeline's result, or another fact derived from the same inputs)."""
     hasher = hashlib.sha256()
     # versions from the installed metadata: the key needs no torch import
-    head = {"format": FORMAT, "kind": kind, "dse": dse.__version__, "torch": version("torch"),
-            "numpy": version("numpy"), "params": params, "steps": steps}
+    head = {"format": FORMAT, "kind": kind, "dse": dse.__version__, "torch": _installed_version("torch"),
+            "numpy": _installed_version("numpy"), "params": params, "steps": steps}
     hasher.update(json.dumps(head, sort_keys=True, default=repr).encode())
     for code in CODE_DIRS:
         _digest_files(hasher, code, ("*.py",))
