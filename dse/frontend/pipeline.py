@@ -32,7 +32,8 @@ from dse.frontend import repeated
 from dse.frontend.rewrite import StepError
 from dse.frontend.vacuous import DECLARATION, declared, redrawn_inputs, vacuous_outputs
 from dse.workload import cache as graph_cache
-from dse.workload.graph import Graph
+from dse.workload.graph import Graph, same_computation
+from dse.workload.vocabulary import ATTENTION_KINDS, CONV_KINDS, MATMUL_KINDS, SCAN_KINDS
 from dse.workload.moe import follow_routing
 from dse.workload.recipes import Recipe, instantiate, load_recipe, model_file, run_module
 
@@ -55,26 +56,68 @@ class Context:
     expected: list[torch.Tensor]
     params: dict[str, Any]
     details: dict[str, Any] = field(default_factory=dict)
-    traced: tuple[Graph, dict] | None = field(default=None, repr=False)  # the last graph traced, its values
+    traced: tuple[Graph, dict] | None = field(default=None, repr=False)  # the last graph traced, its kept values
     traced_graph: Graph | None = field(default=None, repr=False)  # that graph itself (not its copy)
+    traced_problem: str | None = field(default=None, repr=False)  # its first value unlike its spec
 
     def map_expected(self, transform: Callable[[list[torch.Tensor]], list[torch.Tensor]]) -> None:
         self.expected = list(transform(self.expected))
 
-    def trace(self, graph: Graph) -> dict[str, torch.Tensor]:
-        """`graph.trace` on the example inputs. A real model's float forward takes minutes, and
-        the stage checks, a step's calibration and its own check each need one: a graph's
-        trace takes every value that the last graph traced computed with the same op over
-        inputs holding the same values (`Graph.trace`'s `previous`: all of them for the same
-        graph again; after a rewritten op whose value came out bit for bit the same, its
-        readers too), so no check is any less strict. The last graph is kept as a copy of
-        its ops, as traced: a step that edits a graph in place is compared with what was
-        really run."""
-        previous, self.traced = self.traced, None  # each old value goes once the new trace passes it
-        values = graph.trace(*self.inputs, previous=previous)
+    def trace(self, graph: Graph, watch: Callable | None = None) -> dict[str, torch.Tensor]:
+        """`graph.trace` on the example inputs, keeping the values of `retained(graph)` only
+        (each other goes after its last reader: a real layer's are gigabytes). A real model's
+        float forward takes minutes, and the stage checks, a step's calibration and its own
+        check each need one: a graph's trace takes every value that the last graph traced
+        computed with the same op over inputs holding the same values (`Graph.trace`'s
+        `previous`: the kept ones taken, the others computed again from them; after a
+        rewritten op whose value came out bit for bit the same, its readers too), so no check
+        is any less strict. The same graph again, unchanged, is not run at all: its kept values
+        are all anyone reads afterwards. `watch(op, values)`: a check run op by op during the
+        trace (`Graph.trace`); with one, the graph is always run. Each value's shape and dtype
+        are checked against its spec as it is computed (`traced_problem`: the first that
+        differs). The last graph is kept as a copy of its ops, as traced: a step that edits a
+        graph in place is compared with what was really run."""
+        if watch is None and self.traced_graph is graph and same_computation(self.traced[0], graph):
+            return dict(self.traced[1])
+        from dse.workload.interpret import dtype_name
+
+        problems: list[str] = []
+
+        def check(op, values):
+            spec, value = graph.tensors[op.outputs[0]], values[op.outputs[0]]
+            if not problems and (tuple(value.shape) != spec.shape or dtype_name(value.dtype) != spec.dtype):
+                problems.append(f"tensor {spec.name}: spec {spec} but the op computes "
+                                f"{dtype_name(value.dtype)}{list(value.shape)}")
+            if watch is not None:
+                watch(op, values)
+
+        previous, self.traced, self.traced_graph = self.traced, None, None  # each old value goes once passed
+        values = graph.trace(*self.inputs, keep=retained(graph), previous=previous, watch=check)
         del previous
-        self.traced, self.traced_graph = (graph.copy(), values), graph
-        return values
+        self.traced, self.traced_graph, self.traced_problem = (graph.copy(), values), graph, next(iter(problems), None)
+        return dict(values)
+
+
+# Ops whose value costs far more than a pass over memory: the products, attention, recurrences.
+_COSTLY = (*MATMUL_KINDS, *CONV_KINDS, *ATTENTION_KINDS, *SCAN_KINDS)
+
+
+def retained(graph: Graph) -> set[str]:
+    """The values a stage's trace keeps past their last reader: the graph's outputs (the stage
+    check, a chain's next input), each costly op's value and its activation operands (what
+    the next stage's trace takes rather than computing again, what quantize calibrates on),
+    and the integer values (the emulator's reference, `kept_values`). The rest (elementwise
+    ops, norms, softmax, views, data movement: one pass each) is computed again from these
+    when a later trace needs it."""
+    keep = set(graph.outputs)
+    for op in graph.ops:
+        out = op.outputs[0]
+        if op.kind in _COSTLY:
+            keep.add(out)
+            keep.update(name for name in op.inputs if name not in graph.weights)
+        elif not graph.tensors[out].dtype.startswith(("float", "bfloat", "complex", "bool")):
+            keep.add(out)
+    return keep
 
 
 @dataclass
@@ -220,17 +263,10 @@ class PipelineResult:
 
 
 def check_graph(graph: Graph, ctx: Context, tolerance: float) -> tuple[list[OutputCheck], list[str]]:
-    """Run the graph on the example inputs and compare every output with PyTorch."""
-    from dse.workload.interpret import dtype_name
-
-    problems: list[str] = []
+    """Run the graph on the example inputs and compare every output with PyTorch (and each
+    value's shape and dtype with its spec, as `Context.trace` computes it)."""
     values = ctx.trace(graph)
-    for op in graph.ops:
-        spec, value = graph.tensors[op.outputs[0]], values[op.outputs[0]]
-        if tuple(value.shape) != spec.shape or dtype_name(value.dtype) != spec.dtype:
-            problems.append(f"tensor {spec.name}: spec {spec} but the op computes "
-                            f"{dtype_name(value.dtype)}{list(value.shape)}")
-            break
+    problems = [ctx.traced_problem] if ctx.traced_problem else []
     if len(graph.outputs) != len(ctx.expected):
         problems.append(f"{len(graph.outputs)} outputs, PyTorch gives {len(ctx.expected)}")
     checks = []
@@ -252,10 +288,12 @@ def check_graph(graph: Graph, ctx: Context, tolerance: float) -> tuple[list[Outp
 
 def _stage(index: int, name: str, options: dict, graph: Graph, ctx: Context, tolerance: float, quantized: bool,
            started: float, verify: Callable | None = None, check: bool = True) -> StageResult:
+    # the step's own check first: its trace (the integer check runs during it) is the one the
+    # stage check then takes, unchanged
+    extra = verify(graph, ctx) if verify is not None and check else None
     checks, problems = check_graph(graph, ctx, tolerance) if check else ([], [])
     details = dict(ctx.details)
-    if verify is not None and check:
-        extra = verify(graph, ctx)
+    if extra is not None:
         details.update({k: v for k, v in extra.items() if k != "passed"})
         if not extra["passed"]:
             problems.append(f"{name}: its own check failed: {extra}")

@@ -684,18 +684,20 @@ def _integer_op(op: Op, args: list[np.ndarray]) -> np.ndarray | None:
     return None
 
 
-def integer_values(graph: Graph, *inputs: Any, keep_all: bool = True, traced: dict | None = None):
-    """(name, value) of every op output in graph order, computed with numpy integer
-    arithmetic on the integer path. ``keep_all=False`` lets each value go once its last
-    reader has run (a real layer's tensors are hundreds of MB each). `traced`: the graph's
-    torch trace on the same inputs; an op left to the torch interpreter (a float op) whose
-    arguments have the very bits of the trace's takes the trace's value, which the same
-    interpreter gave for the same arguments (a real layer's softmax is seconds)."""
-    values: dict[str, np.ndarray] = {name: torch.as_tensor(v).numpy() for name, v in zip(graph.inputs, inputs)}
-    values.update(graph.weights)
-    last_use = {name: i for i, op in enumerate(graph.ops) for name in op.inputs}
-    for i, op in enumerate(graph.ops):
-        args = [values[n] for n in op.inputs]
+class _IntegerPath:
+    """The numpy integer implementation, one op at a time (`integer_values`, `verify`): its own
+    values, each let go once its last reader has run unless `keep_all`."""
+
+    def __init__(self, graph: Graph, inputs: tuple, keep_all: bool):
+        self.graph, self.keep_all = graph, keep_all
+        self.values: dict[str, np.ndarray] = {name: torch.as_tensor(v).numpy() for name, v in zip(graph.inputs, inputs)}
+        self.values.update(graph.weights)
+        self.last_use = {name: i for i, op in enumerate(graph.ops) for name in op.inputs}
+
+    def step(self, i: int, op: Op, traced: dict | None) -> np.ndarray:
+        """Op `i`'s value; `traced`: the torch trace's values of its inputs and output (see
+        `integer_values`)."""
+        args = [self.values[n] for n in op.inputs]
         result = _integer_op(op, args)
         if result is None and traced is not None and _same_bits(args, [traced[n] for n in op.inputs]):
             result = traced[op.outputs[0]].numpy()
@@ -703,16 +705,32 @@ def integer_values(graph: Graph, *inputs: Any, keep_all: bool = True, traced: di
             with torch.no_grad():
                 result = INTERPRETERS[op.kind](op, [torch.from_numpy(np.asarray(a, order="C")) for a in args]).numpy()
         del args
-        out = op.outputs[0]
-        values[out] = result
-        if not keep_all:
+        self.values[op.outputs[0]] = result
+        if not self.keep_all:
             for name in set(op.inputs):
-                if last_use[name] == i and name not in graph.weights:
-                    del values[name]
-        yield out, result
-        if not keep_all and out not in last_use:
-            del values[out]
+                if self.last_use[name] == i and name not in self.graph.weights:
+                    del self.values[name]
+        return result
+
+    def passed(self, op: Op) -> None:
+        """Op's value read by the caller: let go when no op reads it."""
+        if not self.keep_all and op.outputs[0] not in self.last_use:
+            del self.values[op.outputs[0]]
+
+
+def integer_values(graph: Graph, *inputs: Any, keep_all: bool = True, traced: dict | None = None):
+    """(name, value) of every op output in graph order, computed with numpy integer
+    arithmetic on the integer path. ``keep_all=False`` lets each value go once its last
+    reader has run (a real layer's tensors are hundreds of MB each). `traced`: the graph's
+    torch trace on the same inputs; an op left to the torch interpreter (a float op) whose
+    arguments have the very bits of the trace's takes the trace's value, which the same
+    interpreter gave for the same arguments (a real layer's softmax is seconds)."""
+    path = _IntegerPath(graph, inputs, keep_all)
+    for i, op in enumerate(graph.ops):
+        result = path.step(i, op, traced)
+        yield op.outputs[0], result
         del result
+        path.passed(op)
 
 
 def _same_bits(arrays: list[np.ndarray], tensors: list) -> bool:
@@ -758,8 +776,8 @@ FLOAT_TAIL_TOLERANCE = 1e-5
 def verify(graph: Graph, ctx) -> dict[str, Any]:
     """The quantized graph's PyTorch reference against the numpy integer implementation:
     equal bits on every integer tensor and every integer output; a float output (a float
-    tail after the integer path) within `FLOAT_TAIL_TOLERANCE`."""
-    reference = ctx.trace(graph)  # the stage check's own trace
+    tail after the integer path) within `FLOAT_TAIL_TOLERANCE`. Compared op by op during the
+    stage's trace (`Context.trace`'s `watch`): neither side's values are all kept."""
     integer_names = {op.outputs[0] for op in graph.ops if graph.tensors[op.outputs[0]].dtype in ("int8", "int32")}
     floats = [n for n in graph.outputs if n not in integer_names and graph.tensors[n].dtype.startswith("float")]
     compared = integer_names | {n for n in graph.outputs if n not in floats}
@@ -771,17 +789,29 @@ def verify(graph: Graph, ctx) -> dict[str, Any]:
         scale = want.abs().max().item() if want.numel() else 0.0
         return (want - got).abs().max().item() / scale if scale > 0 else float((want != got).any())
 
-    # Compared as each is computed, then let go: the integer path's values are not all kept.
     mismatches, float_errors = [], {}
-    graph_values = {name: torch.as_tensor(v).numpy() for name, v in zip(graph.inputs, ctx.inputs)}
-    graph_values.update(graph.weights)  # an output that is an input or a weight: no op computes it
-    computed = integer_values(graph, *ctx.inputs, keep_all=False, traced=reference)
-    for name, value in itertools.chain(computed, ((n, graph_values[n]) for n in graph.outputs if n in graph_values)):
-        if name in compared and (reference[name].shape != value.shape
-                                 or not np.array_equal(_bits(reference[name].numpy()), _bits(value))):
+
+    def compare(name: str, want: torch.Tensor, value: np.ndarray) -> None:
+        if name in compared and (want.shape != value.shape or not np.array_equal(_bits(want.numpy()), _bits(value))):
             mismatches.append(name)
         if name in floats:
-            float_errors[name] = float_error(reference[name], value)
+            float_errors[name] = float_error(want, value)
+
+    path, index = _IntegerPath(graph, ctx.inputs, keep_all=False), itertools.count()
+
+    def watch(op: Op, traced: dict) -> None:  # traced: the torch trace's live values, the op's inputs among them
+        result = path.step(next(index), op, traced)
+        compare(op.outputs[0], traced[op.outputs[0]], result)
+        del result
+        path.passed(op)
+
+    reference = ctx.trace(graph, watch=watch)
+    # an output that is an input or a weight: no op computes it
+    graph_values = {name: torch.as_tensor(v).numpy() for name, v in zip(graph.inputs, ctx.inputs)}
+    graph_values.update(graph.weights)
+    for name in graph.outputs:
+        if name in graph_values:
+            compare(name, reference[name], graph_values[name])
     order = {op.outputs[0]: i for i, op in enumerate(graph.ops)}
     mismatches = sorted(set(mismatches), key=lambda n: order.get(n, len(order)))
     off = [n for n in floats if not float_errors.get(n, float("inf")) <= FLOAT_TAIL_TOLERANCE]

@@ -53,7 +53,7 @@ from __future__ import annotations
 import copy
 import hashlib
 from dataclasses import dataclass, field, fields
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Callable
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -101,7 +101,8 @@ class Graph:
                      list(self.outputs), dict(self.weights))
 
     def trace(self, *inputs: torch.Tensor | np.ndarray, known: dict[str, torch.Tensor] | None = None,
-              keep: set[str] | None = None, previous: tuple[Graph, dict] | None = None) -> dict[str, torch.Tensor]:
+              keep: set[str] | None = None, previous: tuple[Graph, dict] | None = None,
+              watch: Callable[[Op, dict], None] | None = None) -> dict[str, torch.Tensor]:
         """Execute the dse ops in torch; every tensor's value by name (inputs, weights, op outputs).
         `known`: op outputs already computed on these inputs (by an identical op of another
         graph over identical inputs, see `unchanged_values`), taken rather than computed again.
@@ -112,14 +113,21 @@ class Graph:
         same values takes that op's value. Unlike `known`, "the same values" is decided as
         the trace goes: a rewritten op (a linear made a matmul of the transposed weight) is
         computed, and when its value has the bits and layout of the previous one, the ops
-        reading it count as unchanged (`_identical`)."""
+        reading it count as unchanged (`_identical`). A value the previous trace let go (not in
+        its `keep`) is computed again: from inputs that hold the same values, by the same op,
+        it is the same value (the axiom of `unchanged_values`), so its readers still count as
+        unchanged.
+        `watch(op, values)`: called as each op's value is computed, with the live values (the
+        op's inputs among them): a check that reads values op by op runs during the trace,
+        and needs none of them kept."""
         values: dict[str, torch.Tensor] = {}
-        for _ in self._execute(inputs, known, keep, False, values, previous):
+        for _ in self._execute(inputs, known, keep, False, values, previous, watch):
             pass
         return values
 
     def _execute(self, inputs: tuple, known: dict | None, keep: set[str] | None, stream: bool,
-                 values: dict | None = None, previous: tuple[Graph, dict] | None = None):
+                 values: dict | None = None, previous: tuple[Graph, dict] | None = None,
+                 watch: Callable[[Op, dict], None] | None = None):
         """The one interpreter loop of `trace` and `stream`: op outputs into `values`, each
         yielded (with `stream`) as it is computed; with `keep`, every other value goes once
         its last reader has run."""
@@ -153,9 +161,10 @@ class Graph:
                 prev = old.pop(out, None)
                 if known and out in known:
                     values[out] = known[out]
-                elif prev is not None and _same_op(producers.get(out), op, before, self) and all(
+                elif before is not None and _same_op(producers.get(out), op, before, self) and all(
                         name in same for name in op.inputs):
-                    values[out] = prev
+                    # the previous trace's value, or (let go there) the same op on the same values again
+                    values[out] = prev if prev is not None else INTERPRETERS[op.kind](op, [values[n] for n in op.inputs])
                     same.add(out)
                 else:
                     args = [values[name] for name in op.inputs]
@@ -169,6 +178,8 @@ class Graph:
                         values[out] = prev  # one tensor, not two equal ones
                         same.add(out)
                 del prev
+                if watch is not None:
+                    watch(op, values)
                 if keep is not None:  # inputs read for the last time go before a streamed reader takes `out`
                     for name in set(op.inputs):
                         if name not in keep and last_use.get(name, -1) <= i and name in values:
@@ -286,6 +297,16 @@ def unchanged_values(before: Graph, values: dict[str, Any], after: Graph) -> dic
             same.add(name)
             out[name] = values[name]
     return out
+
+
+def same_computation(before: Graph, after: Graph) -> bool:
+    """Whether `after` computes what `before` does, value for value: the same inputs, the very
+    same weight arrays, the same ops in the same order (a graph unchanged since it was copied)."""
+    return (before.inputs == after.inputs and before.outputs == after.outputs and len(before.ops) == len(after.ops)
+            and before.weights.keys() == after.weights.keys()
+            and all(before.weights[name] is array for name, array in after.weights.items())
+            and all(before.tensors[name] == after.tensors[name] for name in [*after.inputs, *after.weights])
+            and all(_same_op(old, op, before, after) for old, op in zip(before.ops, after.ops)))
 
 
 def _same_attrs(a: dict[str, Any], b: dict[str, Any]) -> bool:
