@@ -25,6 +25,7 @@ from __future__ import annotations
 import time
 import traceback
 from dataclasses import asdict, dataclass, field, replace
+from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable
 
@@ -59,6 +60,8 @@ class Context:
     traced: tuple[Graph, dict] | None = field(default=None, repr=False)  # the last graph traced, its kept values
     traced_graph: Graph | None = field(default=None, repr=False)  # that graph itself (not its copy)
     traced_problem: str | None = field(default=None, repr=False)  # its first value unlike its spec
+    # what a trace keeps past its values' last readers (`retained`, `calibration_reads`, `final_reads`)
+    retain: Callable[[Graph], set[str]] | None = field(default=None, repr=False)
 
     def map_expected(self, transform: Callable[[list[torch.Tensor]], list[torch.Tensor]]) -> None:
         self.expected = list(transform(self.expected))
@@ -92,7 +95,7 @@ class Context:
                 watch(op, values)
 
         previous, self.traced, self.traced_graph = self.traced, None, None  # each old value goes once passed
-        values = graph.trace(*self.inputs, keep=retained(graph), previous=previous, watch=check)
+        values = graph.trace(*self.inputs, keep=(self.retain or retained)(graph), previous=previous, watch=check)
         del previous
         self.traced, self.traced_graph, self.traced_problem = (graph.copy(), values), graph, next(iter(problems), None)
         return dict(values)
@@ -117,6 +120,30 @@ def retained(graph: Graph) -> set[str]:
             keep.update(name for name in op.inputs if name not in graph.weights)
         elif not graph.tensors[out].dtype.startswith(("float", "bfloat", "complex", "bool")):
             keep.add(out)
+    return keep
+
+
+def calibration_reads(graph: Graph) -> set[str]:
+    """What a trace keeps when no stage check follows to take its values (a reused instance,
+    `run_reused`): the outputs (its float check), each costly op's activation operands and a
+    recurrence's value (what quantize calibrates on)."""
+    keep = set(graph.outputs)
+    for op in graph.ops:
+        if op.kind in _COSTLY:
+            keep.update(name for name in op.inputs if name not in graph.weights)
+        if op.kind in SCAN_KINDS:
+            keep.add(op.outputs[0])
+    return keep
+
+
+def final_reads(graph: Graph, budget: int) -> set[str]:
+    """What the last stage's trace keeps (no later trace takes its values): the outputs, and
+    the integer values `kept_values` may keep within `budget` bytes (none larger can be)."""
+    keep = set(graph.outputs)
+    for op in graph.ops:
+        spec = graph.tensors[op.outputs[0]]
+        if 0 < spec.nbytes <= budget and not spec.dtype.startswith(("float", "bfloat", "complex", "bool")):
+            keep.add(op.outputs[0])
     return keep
 
 
@@ -394,6 +421,8 @@ def _run(recipe: Recipe, params: dict[str, Any], steps: list[StepSpec], out: Pat
             except Exception as error:  # recorded as the stage's failure; the pipeline stops here
                 stages.append(_failed(index, step, error, started))
                 break
+            if index == len(steps) + 1:  # the last stage: no later trace takes its values
+                ctx.retain = partial(final_reads, budget=keep_bytes)
             stages.append(_stage(index, step.name, step.options, graph, ctx, step.tolerance,
                                  step.definition.quantized, started, step.definition.verify, check=check))
             graphs.append(graph)
@@ -445,7 +474,7 @@ def run_reused(recipe: str | Path | Recipe, params: dict[str, Any], structure: r
         return why
     inputs = own if inputs is None else tuple(inputs)
     expected = flat_outputs(run_module(recipe, module, inputs))
-    ctx = Context(recipe, module, inputs, expected, params)
+    ctx = Context(recipe, module, inputs, expected, params, retain=calibration_reads)
     note = f"reused {structure.source}'s checked structure"
     started = time.perf_counter()
     stages = [_stage(1, "import", {}, graph, ctx, FLOAT_TOLERANCE, False, started, check=False)]

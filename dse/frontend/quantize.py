@@ -599,6 +599,8 @@ def _np_int_matmul(a: np.ndarray, b: np.ndarray) -> tuple[np.ndarray, int | None
     float64 (an attention's softmax @ V at seq 2048)."""
     k, per_term = a.shape[-1], _magnitude_bound(a) * _magnitude_bound(b)
     step = (FLOAT32_EXACT - 1) // per_term if per_term else k
+    if a.ndim >= 2 and b.ndim >= 2 and k * per_term < FLOAT32_EXACT:
+        return _np_rows_matmul(a, b), k * per_term
     if b.ndim < 2 or not 0 < step < k or k * per_term > INT32_MAX:
         return _np_int_product(np.matmul, a, b, k)
     acc = None
@@ -607,6 +609,23 @@ def _np_int_matmul(a: np.ndarray, b: np.ndarray) -> tuple[np.ndarray, int | None
                          b[..., start:start + step, :].astype(np.float32)).astype(np.int32)
         acc = part if acc is None else np.add(acc, part, out=acc)
     return acc, k * per_term
+
+
+ROWS_ELEMENTS = 2**24  # a float32 block of a product: 64 MB
+
+
+def _np_rows_matmul(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """a @ b of integer arrays whose every sum float32 holds exactly, into int32 a block of
+    rows at a time: no float32 copy of the whole product (an attention's scores at seq 2048
+    are 537 MB). Exact in any order, so the same bits as one matmul."""
+    shape = np.broadcast_shapes(a.shape[:-2], b.shape[:-2]) + (a.shape[-2], b.shape[-1])
+    out = np.empty(shape, dtype=np.int32)
+    per_row = max(1, out.size // max(1, a.shape[-2]))
+    rows = max(1, ROWS_ELEMENTS // per_row)
+    b = b.astype(np.float32)
+    for start in range(0, a.shape[-2], rows):
+        out[..., start:start + rows, :] = np.matmul(a[..., start:start + rows, :].astype(np.float32), b)
+    return out
 
 
 def _np_int_tensordot(a: np.ndarray, b: np.ndarray, axes: tuple[list[int], list[int]]) -> tuple[np.ndarray, int | None]:
@@ -791,17 +810,23 @@ def verify(graph: Graph, ctx) -> dict[str, Any]:
 
     mismatches, float_errors = [], {}
 
-    def compare(name: str, want: torch.Tensor, value: np.ndarray) -> None:
-        if name in compared and (want.shape != value.shape or not np.array_equal(_bits(want.numpy()), _bits(value))):
+    def compare(name: str, want: torch.Tensor, value: np.ndarray) -> bool:
+        """Records the verdict on `name`; whether the two have the same bits, shape and dtype."""
+        same = want.shape == value.shape and (_same_memory(want.numpy(), value)
+                                              or np.array_equal(_bits(want.numpy()), _bits(value)))
+        if name in compared and not same:
             mismatches.append(name)
         if name in floats:
             float_errors[name] = float_error(want, value)
+        return same and want.numpy().dtype == value.dtype
 
     path, index = _IntegerPath(graph, ctx.inputs, keep_all=False), itertools.count()
 
     def watch(op: Op, traced: dict) -> None:  # traced: the torch trace's live values, the op's inputs among them
+        out = op.outputs[0]
         result = path.step(next(index), op, traced)
-        compare(op.outputs[0], traced[op.outputs[0]], result)
+        if compare(out, traced[out], result) and out in path.values:
+            path.values[out] = traced[out].numpy()  # the same bits: one copy held, not two
         del result
         path.passed(op)
 
