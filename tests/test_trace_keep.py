@@ -63,6 +63,8 @@ def test_a_value_let_go_and_computed_again_has_the_same_bits_and_its_readers_are
         monkeypatch.setitem(graph_module.INTERPRETERS, kind,
                             lambda op, args, real=real, kind=kind: runs.append(kind) or real(op, args))
     after = graph.copy()  # another graph object with the same ops: traced with the previous one's values
+    assert ctx.trace(after).keys() == kept.keys() and runs == []  # every reader taken: relu and tanh never needed
+    ctx.trace(graph)  # (the first graph again: its values as before)
     seen = {}
     values = ctx.trace(after, watch=lambda op, live: seen.update({op.outputs[0]: live[op.outputs[0]]}))
     # relu and tanh (let go) computed again from the kept values; the products and the mul taken

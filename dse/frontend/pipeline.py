@@ -59,7 +59,12 @@ class Context:
     details: dict[str, Any] = field(default_factory=dict)
     traced: tuple[Graph, dict] | None = field(default=None, repr=False)  # the last graph traced, its kept values
     traced_graph: Graph | None = field(default=None, repr=False)  # that graph itself (not its copy)
-    traced_problem: str | None = field(default=None, repr=False)  # its first value unlike its spec
+    traced_problems: dict[str, str] = field(default_factory=dict, repr=False)  # its values unlike their spec
+
+    @property
+    def traced_problem(self) -> str | None:
+        """The last trace's first value unlike its spec."""
+        return next(iter(self.traced_problems.values()), None)
     # what a trace keeps past its values' last readers (`retained`, `calibration_reads`, `final_reads`)
     retain: Callable[[Graph], set[str]] | None = field(default=None, repr=False)
 
@@ -78,26 +83,30 @@ class Context:
         are all anyone reads afterwards. `watch(op, values)`: a check run op by op during the
         trace (`Graph.trace`); with one, the graph is always run. Each value's shape and dtype
         are checked against its spec as it is computed (`traced_problem`: the first that
-        differs). The last graph is kept as a copy of its ops, as traced: a step that edits a
+        differs; a value not computed again, the previous trace's, was checked there). The last graph is kept as a copy of its ops, as traced: a step that edits a
         graph in place is compared with what was really run."""
         if watch is None and self.traced_graph is graph and same_computation(self.traced[0], graph):
             return dict(self.traced[1])
         from dse.workload.interpret import dtype_name
 
-        problems: list[str] = []
+        problems: dict[str, str] = {}
+        before = self.traced_problems
 
         def check(op, values):
-            spec, value = graph.tensors[op.outputs[0]], values[op.outputs[0]]
-            if not problems and (tuple(value.shape) != spec.shape or dtype_name(value.dtype) != spec.dtype):
-                problems.append(f"tensor {spec.name}: spec {spec} but the op computes "
-                                f"{dtype_name(value.dtype)}{list(value.shape)}")
+            name = op.outputs[0]
+            # a value not computed (the previous trace's, same op and spec) was checked there
+            if not values.pending(name) or name in before:
+                spec, value = graph.tensors[name], values[name]
+                if tuple(value.shape) != spec.shape or dtype_name(value.dtype) != spec.dtype:
+                    problems[name] = (f"tensor {spec.name}: spec {spec} but the op computes "
+                                      f"{dtype_name(value.dtype)}{list(value.shape)}")
             if watch is not None:
                 watch(op, values)
 
         previous, self.traced, self.traced_graph = self.traced, None, None  # each old value goes once passed
         values = graph.trace(*self.inputs, keep=(self.retain or retained)(graph), previous=previous, watch=check)
         del previous
-        self.traced, self.traced_graph, self.traced_problem = (graph.copy(), values), graph, next(iter(problems), None)
+        self.traced, self.traced_graph, self.traced_problems = (graph.copy(), values), graph, problems
         return dict(values)
 
 

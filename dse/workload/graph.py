@@ -155,6 +155,35 @@ class Graph:
                 del old[name]  # no op here computes it: never read again
             same = _same_sources(before, self)
             producers = before.producers()
+        # A value the previous trace let go, of an op unchanged over unchanged inputs, is computed
+        # only when something reads it (`pending`): its readers may all be taken. Its inputs then
+        # live until its own last reader has run (`until`).
+        pending: dict[str, tuple[int, Op]] = {}
+        until = dict(last_use)
+        fresh: list[str] = []  # values computed on demand while the current op ran
+
+        def materialize(names) -> None:
+            need, stack = set(), [name for name in names if name in pending]
+            while stack:
+                name = stack.pop()
+                if name not in need:
+                    need.add(name)
+                    stack.extend(n for n in pending[name][1].inputs if n in pending)
+            for name in sorted(need, key=lambda n: pending[n][0]):
+                _, waiting = pending.pop(name)
+                values[name] = INTERPRETERS[waiting.kind](waiting, [values[n] for n in waiting.inputs])
+                fresh.append(name)
+
+        def extend(names, to: int) -> None:
+            stack = list(names)
+            while stack:
+                name = stack.pop()
+                if until.get(name, -1) < to:
+                    until[name] = to
+                    if name in pending:
+                        stack.extend(pending[name][1].inputs)
+
+        live = LiveValues(values, pending, materialize)
         with torch.no_grad():
             for i, op in enumerate(self.ops):
                 out = op.outputs[0]
@@ -163,10 +192,17 @@ class Graph:
                     values[out] = known[out]
                 elif before is not None and _same_op(producers.get(out), op, before, self) and all(
                         name in same for name in op.inputs):
-                    # the previous trace's value, or (let go there) the same op on the same values again
-                    values[out] = prev if prev is not None else INTERPRETERS[op.kind](op, [values[n] for n in op.inputs])
+                    if prev is not None:
+                        values[out] = prev
+                    elif keep is not None and out not in keep and not stream:
+                        pending[out] = (i, op)  # the same op on the same values again, when read
+                        extend(op.inputs, until.get(out, -1))
+                    else:
+                        materialize(op.inputs)
+                        values[out] = INTERPRETERS[op.kind](op, [values[n] for n in op.inputs])
                     same.add(out)
                 else:
+                    materialize(op.inputs)
                     args = [values[name] for name in op.inputs]
                     values[out] = INTERPRETERS[op.kind](op, args)
                     del args
@@ -179,15 +215,18 @@ class Graph:
                         same.add(out)
                 del prev
                 if watch is not None:
-                    watch(op, values)
+                    watch(op, live)
                 if keep is not None:  # inputs read for the last time go before a streamed reader takes `out`
-                    for name in set(op.inputs):
-                        if name not in keep and last_use.get(name, -1) <= i and name in values:
-                            del values[name]
+                    for name in {*op.inputs, *fresh}:
+                        if name not in keep and until.get(name, -1) <= i:
+                            values.pop(name, None)
+                            pending.pop(name, None)
+                    fresh.clear()
                 if stream:
                     yield out, values[out]
-                if keep is not None and out not in keep and last_use.get(out, -1) <= i and out in values:
-                    del values[out]
+                if keep is not None and out not in keep and until.get(out, -1) <= i:
+                    values.pop(out, None)
+                    pending.pop(out, None)
 
     def stream(self, *inputs: torch.Tensor | np.ndarray):
         """(name, value) of every op output in op order, as `trace` computes them, holding
@@ -245,6 +284,27 @@ class Graph:
             f" written={t.bytes_written} weight={t.weight_bytes}"
         )
         return "\n".join(lines) + "\n"
+
+
+class LiveValues:
+    """A running trace's values as a `watch` sees them: a value the trace has not computed
+    (the previous trace's, let go there, that nothing has read yet) is computed when read."""
+
+    def __init__(self, values: dict, pending: dict, materialize: Callable):
+        self._values, self._pending, self._materialize = values, pending, materialize
+
+    def __getitem__(self, name: str):
+        if name in self._pending:
+            self._materialize([name])
+        return self._values[name]
+
+    def __contains__(self, name: str) -> bool:
+        return name in self._values or name in self._pending
+
+    def pending(self, name: str) -> bool:
+        """Whether `name` is an unchanged op's value over unchanged inputs not computed yet:
+        the previous trace's, bit for bit, when read."""
+        return name in self._pending
 
 
 def _same_sources(before: Graph, after: Graph) -> set[str]:
