@@ -102,7 +102,7 @@ class Graph:
 
     def trace(self, *inputs: torch.Tensor | np.ndarray, known: dict[str, torch.Tensor] | None = None,
               keep: set[str] | None = None, previous: tuple[Graph, dict] | None = None,
-              watch: Callable[[Op, dict], None] | None = None) -> dict[str, torch.Tensor]:
+              watch: Callable[[Op, LiveValues], None] | None = None) -> dict[str, torch.Tensor]:
         """Execute the dse ops in torch; every tensor's value by name (inputs, weights, op outputs).
         `known`: op outputs already computed on these inputs (by an identical op of another
         graph over identical inputs, see `unchanged_values`), taken rather than computed again.
@@ -114,12 +114,12 @@ class Graph:
         the trace goes: a rewritten op (a linear made a matmul of the transposed weight) is
         computed, and when its value has the bits and layout of the previous one, the ops
         reading it count as unchanged (`_identical`). A value the previous trace let go (not in
-        its `keep`) is computed again: from inputs that hold the same values, by the same op,
-        it is the same value (the axiom of `unchanged_values`), so its readers still count as
-        unchanged.
-        `watch(op, values)`: called as each op's value is computed, with the live values (the
-        op's inputs among them): a check that reads values op by op runs during the trace,
-        and needs none of them kept."""
+        its `keep`) is computed again when something reads it (a reader computed, a `watch`,
+        this trace's `keep`): from inputs that hold the same values, by the same op, it is the
+        same value (the axiom of `unchanged_values`), so its readers still count as unchanged.
+        `watch(op, values)`: called as each op's value is computed, with the live values (a
+        `LiveValues`, the op's inputs among them): a check that reads values op by op runs
+        during the trace, and needs none of them kept."""
         values: dict[str, torch.Tensor] = {}
         for _ in self._execute(inputs, known, keep, False, values, previous, watch):
             pass
@@ -127,7 +127,7 @@ class Graph:
 
     def _execute(self, inputs: tuple, known: dict | None, keep: set[str] | None, stream: bool,
                  values: dict | None = None, previous: tuple[Graph, dict] | None = None,
-                 watch: Callable[[Op, dict], None] | None = None):
+                 watch: Callable[[Op, LiveValues], None] | None = None):
         """The one interpreter loop of `trace` and `stream`: op outputs into `values`, each
         yielded (with `stream`) as it is computed; with `keep`, every other value goes once
         its last reader has run."""
