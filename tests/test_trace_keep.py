@@ -161,3 +161,17 @@ def test_the_integer_products_row_blocks_give_the_bits_of_one_exact_product(monk
     got, bound = quantize._np_int_matmul(a, b)
     assert got.dtype == np.int32 and bound == 64 * 128 * 128
     np.testing.assert_array_equal(got, exact)
+
+
+def test_the_previous_values_below_a_changed_value_go_when_it_is_computed():
+    graph, ctx = _block()
+    old = graph.trace(*ctx.inputs)  # every value
+    after = graph.copy()
+    w = after.ops[0].inputs[1]
+    after.weights[w] = (after.weights[w] * np.float32(1 + 2**-10)).astype(np.float32)  # the first linear's values change
+    left = {}
+    values = after.trace(*ctx.inputs, previous=(graph.copy(), old),
+                         watch=lambda op, live: left.setdefault(op.outputs[0], set(old)))
+    assert left[after.ops[0].outputs[0]] == set()  # nothing below it could be taken: all gone at its own step
+    alone = after.trace(*ctx.inputs)
+    assert all(_identical(values[n], alone[n]) for n in alone)

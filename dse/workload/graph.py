@@ -155,6 +155,12 @@ class Graph:
                 del old[name]  # no op here computes it: never read again
             same = _same_sources(before, self)
             producers = before.producers()
+        readers: dict[str, list[str]] = {}  # value -> the op outputs computed from it
+        if old:
+            for op in self.ops:
+                for name in dict.fromkeys(op.inputs):
+                    readers.setdefault(name, []).append(op.outputs[0])
+        tainted: set[str] = set()
         # A value the previous trace let go, of an op unchanged over unchanged inputs, is computed
         # only when something reads it (`pending`): its readers may all be taken. Its inputs then
         # live until its own last reader has run (`until`).
@@ -213,6 +219,16 @@ class Graph:
                             and _identical(prev, values[out])):
                         values[out] = prev  # one tensor, not two equal ones
                         same.add(out)
+                    if out not in same and old:
+                        # no op computed from it, however far down, can take its previous value:
+                        # those go now, not when the trace reaches them
+                        stack = [out]
+                        while stack:
+                            for reader in readers.get(stack.pop(), ()):
+                                if reader not in tainted:
+                                    tainted.add(reader)
+                                    old.pop(reader, None)
+                                    stack.append(reader)
                 del prev
                 if watch is not None:
                     watch(op, live)
