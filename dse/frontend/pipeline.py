@@ -60,31 +60,33 @@ class Context:
     traced: tuple[Graph, dict] | None = field(default=None, repr=False)  # the last graph traced, its kept values
     traced_graph: Graph | None = field(default=None, repr=False)  # that graph itself (not its copy)
     traced_problems: dict[str, str] = field(default_factory=dict, repr=False)  # its values unlike their spec
+    # what a trace keeps past its values' last readers (`retained`, `calibration_reads`, `final_reads`)
+    retain: Callable[[Graph], set[str]] | None = field(default=None, repr=False)
 
     @property
     def traced_problem(self) -> str | None:
         """The last trace's first value unlike its spec."""
         return next(iter(self.traced_problems.values()), None)
-    # what a trace keeps past its values' last readers (`retained`, `calibration_reads`, `final_reads`)
-    retain: Callable[[Graph], set[str]] | None = field(default=None, repr=False)
 
     def map_expected(self, transform: Callable[[list[torch.Tensor]], list[torch.Tensor]]) -> None:
         self.expected = list(transform(self.expected))
 
     def trace(self, graph: Graph, watch: Callable | None = None) -> dict[str, torch.Tensor]:
-        """`graph.trace` on the example inputs, keeping the values of `retained(graph)` only
-        (each other goes after its last reader: a real layer's are gigabytes). A real model's
-        float forward takes minutes, and the stage checks, a step's calibration and its own
-        check each need one: a graph's trace takes every value that the last graph traced
-        computed with the same op over inputs holding the same values (`Graph.trace`'s
-        `previous`: the kept ones taken, the others computed again from them; after a
-        rewritten op whose value came out bit for bit the same, its readers too), so no check
-        is any less strict. The same graph again, unchanged, is not run at all: its kept values
-        are all anyone reads afterwards. `watch(op, values)`: a check run op by op during the
-        trace (`Graph.trace`); with one, the graph is always run. Each value's shape and dtype
-        are checked against its spec as it is computed (`traced_problem`: the first that
-        differs; a value not computed again, the previous trace's, was checked there). The last graph is kept as a copy of its ops, as traced: a step that edits a
-        graph in place is compared with what was really run."""
+        """`graph.trace` on the example inputs, keeping only what is read after it (`retain`,
+        by default `retained(graph)`; each other value goes after its last reader: a real
+        layer's are gigabytes). A real model's float forward takes minutes, and the stage
+        checks, a step's calibration and its own check each need one: a graph's trace takes
+        every value that the last graph traced computed with the same op over inputs holding
+        the same values (`Graph.trace`'s `previous`: the kept ones taken, the others computed
+        again from them when read; after a rewritten op whose value came out bit for bit the
+        same, its readers too), so no check is any less strict. The same graph again,
+        unchanged, is not run at all: its kept values are all anyone reads afterwards.
+        `watch(op, values)`: a check run op by op during the trace (`Graph.trace`); with one,
+        the graph is always run. Each value's shape and dtype are checked against its spec as
+        it is computed (`traced_problem`: the first that differs; a value not computed again,
+        the previous trace's, was checked there). The last graph is kept as a copy of its
+        ops, as traced: a step that edits a graph in place is compared with what was really
+        run."""
         if watch is None and self.traced_graph is graph and same_computation(self.traced[0], graph):
             return dict(self.traced[1])
         from dse.workload.interpret import dtype_name
@@ -127,9 +129,14 @@ def retained(graph: Graph) -> set[str]:
         if op.kind in _COSTLY:
             keep.add(out)
             keep.update(name for name in op.inputs if name not in graph.weights)
-        elif not graph.tensors[out].dtype.startswith(("float", "bfloat", "complex", "bool")):
+        elif _integer(graph.tensors[out]):
             keep.add(out)
     return keep
+
+
+def _integer(spec) -> bool:
+    """An integer tensor (`kept_values`' choice, `is_integer`, by its spec)."""
+    return not spec.dtype.startswith(("float", "bfloat", "complex", "bool"))
 
 
 def calibration_reads(graph: Graph) -> set[str]:
@@ -151,7 +158,7 @@ def final_reads(graph: Graph, budget: int) -> set[str]:
     keep = set(graph.outputs)
     for op in graph.ops:
         spec = graph.tensors[op.outputs[0]]
-        if 0 < spec.nbytes <= budget and not spec.dtype.startswith(("float", "bfloat", "complex", "bool")):
+        if 0 < spec.nbytes <= budget and _integer(spec):
             keep.add(op.outputs[0])
     return keep
 
