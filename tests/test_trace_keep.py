@@ -175,3 +175,30 @@ def test_the_previous_values_below_a_changed_value_go_when_it_is_computed():
     assert left[after.ops[0].outputs[0]] == set()  # nothing below it could be taken: all gone at its own step
     alone = after.trace(*ctx.inputs)
     assert all(_identical(values[n], alone[n]) for n in alone)
+
+
+def test_the_integer_check_compares_block_by_block_and_finds_one_element_off(monkeypatch):
+    """An attention's int8 x int8 product and the quantize ops are compared a block at a time
+    (`_agrees_in_blocks`); one element off in the last block still fails, named."""
+    from dse.frontend import run_pipeline
+
+    pipe = run_pipeline("llama_prefill", dict(seq=16, vocab=64, dim=32, layers=1, heads=2, kv_heads=1))
+    q = pipe.graph
+    scores = next(op for op in q.ops_of_kind("matmul") if all(q.tensors[n].dtype == "int8" for n in op.inputs)
+                  and not any(n in q.weights for n in op.inputs))
+    ctx = Context(None, None, pipe.inputs, [], {})
+    monkeypatch.setattr(quantize, "ROWS_ELEMENTS", 16)  # blocks of one row
+    assert quantize.verify(q, ctx)["bit_exact"]
+    real = graph_module.INTERPRETERS["matmul"]
+
+    def one_off(op, args):
+        value = real(op, args)
+        if op is scores:
+            value = value.clone()
+            value[..., -1, -1] += 1
+        return value
+
+    monkeypatch.setitem(graph_module.INTERPRETERS, "matmul", one_off)
+    ctx.traced = None
+    broken = quantize.verify(q, ctx)
+    assert not broken["bit_exact"] and broken["first_mismatch"] == scores.outputs[0]
