@@ -202,3 +202,25 @@ def test_the_integer_check_compares_block_by_block_and_finds_one_element_off(mon
     ctx.traced = None
     broken = quantize.verify(q, ctx)
     assert not broken["bit_exact"] and broken["first_mismatch"] == scores.outputs[0]
+
+
+def test_the_vacuous_forward_runs_before_the_traces_and_puts_a_touched_buffer_back():
+    """The module on redrawn inputs runs before the stages (`_check_vacuous`): a forward that
+    writes a buffer in place (which the captured graph reads as a weight) leaves it as it was."""
+    from dse.frontend.pipeline import _check_vacuous
+
+    class Counting(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.register_buffer("seen", torch.zeros(3))
+
+        def forward(self, x):
+            self.seen.add_(x.sum(0))  # a running statistic, touched by every forward
+            return x * 2.0
+
+    module = Counting().eval()
+    x = torch.randn(4, 3, generator=torch.Generator().manual_seed(0))
+    array = module.seen.numpy()  # the graph's view of the buffer
+    before = array.copy()
+    found = _check_vacuous(None, module, (x,), [x * 2.0], ["out"])
+    assert found == [] and np.array_equal(array, before)

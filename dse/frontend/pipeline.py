@@ -423,6 +423,9 @@ def _run(recipe: Recipe, params: dict[str, Any], steps: list[StepSpec], out: Pat
         started = time.perf_counter()
         graph = capture(module, *inputs, name=recipe.name, source_path=recipe.path)
         structure = repeated.remember(*remember, graph, module, steps) if remember else None
+        # the module on redrawn inputs before any trace: its activations (a real layer's are a
+        # gigabyte) on top of the module and the capture alone, not of every stage's graph
+        vacuous = _check_vacuous(recipe, module, inputs, expected, graph.outputs) if check else []
         stages = [_stage(1, "import", {}, graph, ctx, FLOAT_TOLERANCE, False, started, check=check)]
         graphs = [graph]
         stage_outputs: dict[int, list] = {}
@@ -453,7 +456,7 @@ def _run(recipe: Recipe, params: dict[str, Any], steps: list[StepSpec], out: Pat
         # Llama layer's are gigabytes, and that forward was the run's peak on top of them.
         ctx.traced = ctx.traced_graph = None
         if check:
-            _check_vacuous(stages[0], recipe, module, inputs, expected, graphs[0].outputs)
+            _mark_vacuous(stages[0], recipe, vacuous)
         bar.refresh()  # the last stage's update drawn before the bar goes (within mininterval it is not)
     finally:
         bar.close()
@@ -530,11 +533,11 @@ def run_reused(recipe: str | Path | Recipe, params: dict[str, Any], structure: r
                           Reference(inputs, expected, {}), True, None, None, structure.source)
 
 
-def _check_vacuous(stage: StageResult, recipe: Recipe, module, inputs: tuple, expected: list,
-                   names: list[str]) -> None:
-    """The capture stage fails with "vacuous comparison" when the PyTorch reference cannot tell
-    a right graph from a wrong one (`dse.frontend.vacuous`), unless the recipe declares it.
-    Run after every stage: the module's second forward may touch its buffers."""
+def _check_vacuous(recipe: Recipe, module, inputs: tuple, expected: list, names: list[str]) -> list[str]:
+    """Why the PyTorch reference cannot tell a right graph from a wrong one, if it cannot
+    (`dse.frontend.vacuous`: an all-zero output, or one the redrawn inputs do not move).
+    The module's second forward may touch its buffers, which the captured graph reads in
+    place: each is put back as it was, so the stages see what they would without it."""
     import torch
 
     from dse.frontend.steps import FLOAT_TOLERANCE
@@ -543,12 +546,24 @@ def _check_vacuous(stage: StageResult, recipe: Recipe, module, inputs: tuple, ex
     redrawn_args, changed = redrawn_inputs(inputs)
     redrawn = None
     if changed:
+        buffers = {name: buffer.detach().clone() for name, buffer in module.named_buffers()}
         try:
             with torch.no_grad():
                 redrawn = flat_outputs(module(*redrawn_args))
         except Exception:  # noqa: BLE001 - inputs the model refuses: only the all-zero test applies
             redrawn = None
-    found = vacuous_outputs(names, expected, redrawn, FLOAT_TOLERANCE)
+        finally:
+            with torch.no_grad():
+                for name, buffer in module.named_buffers():
+                    if name in buffers and buffer.shape == buffers[name].shape:
+                        buffer.copy_(buffers[name])
+            del buffers
+    return vacuous_outputs(names, expected, redrawn, FLOAT_TOLERANCE)
+
+
+def _mark_vacuous(stage: StageResult, recipe: Recipe, found: list[str]) -> None:
+    """The capture stage fails with "vacuous comparison" for what `_check_vacuous` found,
+    unless the recipe declares it."""
     if not found:
         return
     reason = declared(recipe.module)
