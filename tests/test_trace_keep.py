@@ -224,3 +224,17 @@ def test_the_vacuous_forward_runs_before_the_traces_and_puts_a_touched_buffer_ba
     before = array.copy()
     found = _check_vacuous(None, module, (x,), [x * 2.0], ["out"])
     assert found == [] and np.array_equal(array, before)
+
+
+def test_a_previous_value_of_another_spec_goes_before_the_trace_starts():
+    graph, ctx = _block()
+    old = graph.trace(*ctx.inputs)
+    after = graph.copy()
+    tanh = after.ops_of_kind("tanh")[0].outputs[0]
+    spec = after.tensors[tanh]
+    after.tensors[tanh] = type(spec)(spec.name, (5, 4), "float64")  # the namesake of another spec: never taken
+    left = {}
+    after.trace(*ctx.inputs, previous=(graph.copy(), old),
+                watch=lambda op, live: left.setdefault(op.outputs[0], set(old)))
+    first = after.ops[0].outputs[0]
+    assert tanh not in left[first] and after.ops[1].outputs[0] in left[first]

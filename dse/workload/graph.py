@@ -151,8 +151,8 @@ class Graph:
         if previous is not None:
             before, old = previous
             produced = {op.outputs[0] for op in self.ops}
-            for name in [n for n in old if n not in produced]:
-                del old[name]  # no op here computes it: never read again
+            for name in [n for n in old if n not in produced or before.tensors.get(n) != self.tensors[n]]:
+                del old[name]  # no op here computes it (of that spec): never taken
             same = _same_sources(before, self)
             producers = before.producers()
         readers: dict[str, list[str]] = {}  # value -> the op outputs computed from it
