@@ -614,17 +614,23 @@ def _np_int_matmul(a: np.ndarray, b: np.ndarray) -> tuple[np.ndarray, int | None
 ROWS_ELEMENTS = 2**24  # a float32 block of a product: 64 MB
 
 
-def _np_rows_matmul(a: np.ndarray, b: np.ndarray) -> np.ndarray:
-    """a @ b of integer arrays whose every sum float32 holds exactly, into int32 a block of
-    rows at a time: no float32 copy of the whole product (an attention's scores at seq 2048
-    are 537 MB). Exact in any order, so the same bits as one matmul."""
-    shape = np.broadcast_shapes(a.shape[:-2], b.shape[:-2]) + (a.shape[-2], b.shape[-1])
-    out = np.empty(shape, dtype=np.int32)
-    per_row = max(1, out.size // max(1, a.shape[-2]))
-    rows = max(1, ROWS_ELEMENTS // per_row)
+def _np_row_blocks(a: np.ndarray, b: np.ndarray):
+    """(rows, int32 block of a @ b) a block of rows at a time, for integer arrays whose every
+    sum float32 holds exactly: exact in any order, so the same bits as one matmul."""
+    rows = max(1, ROWS_ELEMENTS // max(1, int(np.prod(np.broadcast_shapes(a.shape[:-2], b.shape[:-2]))) * b.shape[-1]))
     b = b.astype(np.float32)
     for start in range(0, a.shape[-2], rows):
-        out[..., start:start + rows, :] = np.matmul(a[..., start:start + rows, :].astype(np.float32), b)
+        block = slice(start, start + rows)
+        yield block, np.matmul(a[..., block, :].astype(np.float32), b).astype(np.int32)
+
+
+def _np_rows_matmul(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """a @ b (see `_np_row_blocks`) into int32 a block of rows at a time: no float32 copy of
+    the whole product (an attention's scores at seq 2048 are 537 MB)."""
+    shape = np.broadcast_shapes(a.shape[:-2], b.shape[:-2]) + (a.shape[-2], b.shape[-1])
+    out = np.empty(shape, dtype=np.int32)
+    for rows, block in _np_row_blocks(a, b):
+        out[..., rows, :] = block
     return out
 
 
@@ -765,13 +771,7 @@ def _agrees_in_blocks(op: Op, args: list[np.ndarray], want: np.ndarray) -> bool 
         shape = np.broadcast_shapes(a.shape[:-2], b.shape[:-2]) + (a.shape[-2], b.shape[-1])
         if want.shape != shape:
             return None
-        rows = max(1, ROWS_ELEMENTS // max(1, want.size // max(1, a.shape[-2])))
-        b = b.astype(np.float32)
-        for start in range(0, a.shape[-2], rows):
-            block = np.matmul(a[..., start:start + rows, :].astype(np.float32), b).astype(np.int32)
-            if not np.array_equal(block, want[..., start:start + rows, :]):
-                return False
-        return True
+        return all(np.array_equal(block, want[..., rows, :]) for rows, block in _np_row_blocks(a, b))
     return None
 
 
