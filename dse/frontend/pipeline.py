@@ -25,6 +25,7 @@ from __future__ import annotations
 import time
 import traceback
 from dataclasses import asdict, dataclass, field, replace
+from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable
 
@@ -32,7 +33,8 @@ from dse.frontend import repeated
 from dse.frontend.rewrite import StepError
 from dse.frontend.vacuous import DECLARATION, declared, redrawn_inputs, vacuous_outputs
 from dse.workload import cache as graph_cache
-from dse.workload.graph import Graph
+from dse.workload.graph import Graph, same_computation
+from dse.workload.vocabulary import ATTENTION_KINDS, CONV_KINDS, MATMUL_KINDS, SCAN_KINDS
 from dse.workload.moe import follow_routing
 from dse.workload.recipes import Recipe, instantiate, load_recipe, model_file, run_module
 
@@ -55,26 +57,110 @@ class Context:
     expected: list[torch.Tensor]
     params: dict[str, Any]
     details: dict[str, Any] = field(default_factory=dict)
-    traced: tuple[Graph, dict] | None = field(default=None, repr=False)  # the last graph traced, its values
+    traced: tuple[Graph, dict] | None = field(default=None, repr=False)  # the last graph traced, its kept values
     traced_graph: Graph | None = field(default=None, repr=False)  # that graph itself (not its copy)
+    traced_problems: dict[str, str] = field(default_factory=dict, repr=False)  # its values unlike their spec
+    # what a trace keeps past its values' last readers (`retained`, `calibration_reads`, `final_reads`)
+    retain: Callable[[Graph], set[str]] | None = field(default=None, repr=False)
+
+    @property
+    def traced_problem(self) -> str | None:
+        """The last trace's first value unlike its spec."""
+        return next(iter(self.traced_problems.values()), None)
 
     def map_expected(self, transform: Callable[[list[torch.Tensor]], list[torch.Tensor]]) -> None:
         self.expected = list(transform(self.expected))
 
-    def trace(self, graph: Graph) -> dict[str, torch.Tensor]:
-        """`graph.trace` on the example inputs. A real model's float forward takes minutes, and
-        the stage checks, a step's calibration and its own check each need one: a graph's
-        trace takes every value that the last graph traced computed with the same op over
-        inputs holding the same values (`Graph.trace`'s `previous`: all of them for the same
-        graph again; after a rewritten op whose value came out bit for bit the same, its
-        readers too), so no check is any less strict. The last graph is kept as a copy of
-        its ops, as traced: a step that edits a graph in place is compared with what was
-        really run."""
-        previous, self.traced = self.traced, None  # each old value goes once the new trace passes it
-        values = graph.trace(*self.inputs, previous=previous)
+    def trace(self, graph: Graph, watch: Callable | None = None) -> dict[str, torch.Tensor]:
+        """`graph.trace` on the example inputs, keeping only what is read after it (`retain`,
+        by default `retained(graph)`; each other value goes after its last reader: a real
+        layer's are gigabytes). A real model's float forward takes minutes, and the stage
+        checks, a step's calibration and its own check each need one: a graph's trace takes
+        every value that the last graph traced computed with the same op over inputs holding
+        the same values (`Graph.trace`'s `previous`: the kept ones taken, the others computed
+        again from them when read; after a rewritten op whose value came out bit for bit the
+        same, its readers too), so no check is any less strict. The same graph again,
+        unchanged, is not run at all: its kept values are all anyone reads afterwards.
+        `watch(op, values)`: a check run op by op during the trace (`Graph.trace`); with one,
+        the graph is always run. Each value's shape and dtype are checked against its spec as
+        it is computed (`traced_problem`: the first that differs; a value not computed again,
+        the previous trace's, was checked there). The last graph is kept as a copy of its
+        ops, as traced: a step that edits a graph in place is compared with what was really
+        run."""
+        if watch is None and self.traced_graph is graph and same_computation(self.traced[0], graph):
+            return dict(self.traced[1])
+        from dse.workload.interpret import dtype_name
+
+        problems: dict[str, str] = {}
+        before = self.traced_problems
+
+        def check(op, values):
+            name = op.outputs[0]
+            # a value not computed (the previous trace's, same op and spec) was checked there
+            if not values.pending(name) or name in before:
+                spec, value = graph.tensors[name], values[name]
+                if tuple(value.shape) != spec.shape or dtype_name(value.dtype) != spec.dtype:
+                    problems[name] = (f"tensor {spec.name}: spec {spec} but the op computes "
+                                      f"{dtype_name(value.dtype)}{list(value.shape)}")
+            if watch is not None:
+                watch(op, values)
+
+        previous, self.traced, self.traced_graph = self.traced, None, None  # each old value goes once passed
+        values = graph.trace(*self.inputs, keep=(self.retain or retained)(graph), previous=previous, watch=check)
         del previous
-        self.traced, self.traced_graph = (graph.copy(), values), graph
-        return values
+        self.traced, self.traced_graph, self.traced_problems = (graph.copy(), values), graph, problems
+        return dict(values)
+
+
+# Ops whose value costs far more than a pass over memory: the products, attention, recurrences.
+_COSTLY = (*MATMUL_KINDS, *CONV_KINDS, *ATTENTION_KINDS, *SCAN_KINDS)
+
+
+def retained(graph: Graph) -> set[str]:
+    """The values a stage's trace keeps past their last reader: the graph's outputs (the stage
+    check, a chain's next input), each costly op's value and its activation operands (what
+    the next stage's trace takes rather than computing again, what quantize calibrates on),
+    and the integer values (the emulator's reference, `kept_values`). The rest (elementwise
+    ops, norms, softmax, views, data movement: one pass each) is computed again from these
+    when a later trace needs it."""
+    keep = set(graph.outputs)
+    for op in graph.ops:
+        out = op.outputs[0]
+        if op.kind in _COSTLY:
+            keep.add(out)
+            keep.update(name for name in op.inputs if name not in graph.weights)
+        elif _integer(graph.tensors[out]):
+            keep.add(out)
+    return keep
+
+
+def _integer(spec) -> bool:
+    """An integer tensor (`kept_values`' choice, `is_integer`, by its spec)."""
+    return not spec.dtype.startswith(("float", "bfloat", "complex", "bool"))
+
+
+def calibration_reads(graph: Graph) -> set[str]:
+    """What a trace keeps when no stage check follows to take its values (a reused instance,
+    `run_reused`): the outputs (its float check), each costly op's activation operands and a
+    recurrence's value (what quantize calibrates on)."""
+    keep = set(graph.outputs)
+    for op in graph.ops:
+        if op.kind in _COSTLY:
+            keep.update(name for name in op.inputs if name not in graph.weights)
+        if op.kind in SCAN_KINDS:
+            keep.add(op.outputs[0])
+    return keep
+
+
+def final_reads(graph: Graph, budget: int) -> set[str]:
+    """What the last stage's trace keeps (no later trace takes its values): the outputs, and
+    the integer values `kept_values` may keep within `budget` bytes (none larger can be)."""
+    keep = set(graph.outputs)
+    for op in graph.ops:
+        spec = graph.tensors[op.outputs[0]]
+        if 0 < spec.nbytes <= budget and _integer(spec):
+            keep.add(op.outputs[0])
+    return keep
 
 
 @dataclass
@@ -220,17 +306,10 @@ class PipelineResult:
 
 
 def check_graph(graph: Graph, ctx: Context, tolerance: float) -> tuple[list[OutputCheck], list[str]]:
-    """Run the graph on the example inputs and compare every output with PyTorch."""
-    from dse.workload.interpret import dtype_name
-
-    problems: list[str] = []
+    """Run the graph on the example inputs and compare every output with PyTorch (and each
+    value's shape and dtype with its spec, as `Context.trace` computes it)."""
     values = ctx.trace(graph)
-    for op in graph.ops:
-        spec, value = graph.tensors[op.outputs[0]], values[op.outputs[0]]
-        if tuple(value.shape) != spec.shape or dtype_name(value.dtype) != spec.dtype:
-            problems.append(f"tensor {spec.name}: spec {spec} but the op computes "
-                            f"{dtype_name(value.dtype)}{list(value.shape)}")
-            break
+    problems = [ctx.traced_problem] if ctx.traced_problem else []
     if len(graph.outputs) != len(ctx.expected):
         problems.append(f"{len(graph.outputs)} outputs, PyTorch gives {len(ctx.expected)}")
     checks = []
@@ -252,10 +331,12 @@ def check_graph(graph: Graph, ctx: Context, tolerance: float) -> tuple[list[Outp
 
 def _stage(index: int, name: str, options: dict, graph: Graph, ctx: Context, tolerance: float, quantized: bool,
            started: float, verify: Callable | None = None, check: bool = True) -> StageResult:
+    # the step's own check first: its trace (the integer check runs during it) is the one the
+    # stage check then takes, unchanged
+    extra = verify(graph, ctx) if verify is not None and check else None
     checks, problems = check_graph(graph, ctx, tolerance) if check else ([], [])
     details = dict(ctx.details)
-    if verify is not None and check:
-        extra = verify(graph, ctx)
+    if extra is not None:
         details.update({k: v for k, v in extra.items() if k != "passed"})
         if not extra["passed"]:
             problems.append(f"{name}: its own check failed: {extra}")
@@ -342,6 +423,9 @@ def _run(recipe: Recipe, params: dict[str, Any], steps: list[StepSpec], out: Pat
         started = time.perf_counter()
         graph = capture(module, *inputs, name=recipe.name, source_path=recipe.path)
         structure = repeated.remember(*remember, graph, module, steps) if remember else None
+        # the module on redrawn inputs before any trace: its activations (a real layer's are a
+        # gigabyte) on top of the module and the capture alone, not of every stage's graph
+        vacuous = _check_vacuous(recipe, module, inputs, expected, graph.outputs) if check else []
         stages = [_stage(1, "import", {}, graph, ctx, FLOAT_TOLERANCE, False, started, check=check)]
         graphs = [graph]
         stage_outputs: dict[int, list] = {}
@@ -356,6 +440,8 @@ def _run(recipe: Recipe, params: dict[str, Any], steps: list[StepSpec], out: Pat
             except Exception as error:  # recorded as the stage's failure; the pipeline stops here
                 stages.append(_failed(index, step, error, started))
                 break
+            if index == len(steps) + 1:  # the last stage: no later trace takes its values
+                ctx.retain = partial(final_reads, budget=keep_bytes)
             stages.append(_stage(index, step.name, step.options, graph, ctx, step.tolerance,
                                  step.definition.quantized, started, step.definition.verify, check=check))
             graphs.append(graph)
@@ -370,7 +456,7 @@ def _run(recipe: Recipe, params: dict[str, Any], steps: list[StepSpec], out: Pat
         # Llama layer's are gigabytes, and that forward was the run's peak on top of them.
         ctx.traced = ctx.traced_graph = None
         if check:
-            _check_vacuous(stages[0], recipe, module, inputs, expected, graphs[0].outputs)
+            _mark_vacuous(stages[0], recipe, vacuous)
         bar.refresh()  # the last stage's update drawn before the bar goes (within mininterval it is not)
     finally:
         bar.close()
@@ -407,7 +493,7 @@ def run_reused(recipe: str | Path | Recipe, params: dict[str, Any], structure: r
         return why
     inputs = own if inputs is None else tuple(inputs)
     expected = flat_outputs(run_module(recipe, module, inputs))
-    ctx = Context(recipe, module, inputs, expected, params)
+    ctx = Context(recipe, module, inputs, expected, params, retain=calibration_reads)
     note = f"reused {structure.source}'s checked structure"
     started = time.perf_counter()
     stages = [_stage(1, "import", {}, graph, ctx, FLOAT_TOLERANCE, False, started, check=False)]
@@ -447,11 +533,11 @@ def run_reused(recipe: str | Path | Recipe, params: dict[str, Any], structure: r
                           Reference(inputs, expected, {}), True, None, None, structure.source)
 
 
-def _check_vacuous(stage: StageResult, recipe: Recipe, module, inputs: tuple, expected: list,
-                   names: list[str]) -> None:
-    """The capture stage fails with "vacuous comparison" when the PyTorch reference cannot tell
-    a right graph from a wrong one (`dse.frontend.vacuous`), unless the recipe declares it.
-    Run after every stage: the module's second forward may touch its buffers."""
+def _check_vacuous(recipe: Recipe, module, inputs: tuple, expected: list, names: list[str]) -> list[str]:
+    """Why the PyTorch reference cannot tell a right graph from a wrong one, if it cannot
+    (`dse.frontend.vacuous`: an all-zero output, or one the redrawn inputs do not move).
+    The module's second forward may touch its buffers, which the captured graph reads in
+    place: each is put back as it was, so the stages see what they would without it."""
     import torch
 
     from dse.frontend.steps import FLOAT_TOLERANCE
@@ -460,12 +546,24 @@ def _check_vacuous(stage: StageResult, recipe: Recipe, module, inputs: tuple, ex
     redrawn_args, changed = redrawn_inputs(inputs)
     redrawn = None
     if changed:
+        buffers = {name: buffer.detach().clone() for name, buffer in module.named_buffers()}
         try:
             with torch.no_grad():
                 redrawn = flat_outputs(module(*redrawn_args))
         except Exception:  # noqa: BLE001 - inputs the model refuses: only the all-zero test applies
             redrawn = None
-    found = vacuous_outputs(names, expected, redrawn, FLOAT_TOLERANCE)
+        finally:
+            with torch.no_grad():
+                for name, buffer in module.named_buffers():
+                    if name in buffers and buffer.shape == buffers[name].shape:
+                        buffer.copy_(buffers[name])
+            del buffers
+    return vacuous_outputs(names, expected, redrawn, FLOAT_TOLERANCE)
+
+
+def _mark_vacuous(stage: StageResult, recipe: Recipe, found: list[str]) -> None:
+    """The capture stage fails with "vacuous comparison" for what `_check_vacuous` found,
+    unless the recipe declares it."""
     if not found:
         return
     reason = declared(recipe.module)

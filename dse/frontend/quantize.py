@@ -599,6 +599,8 @@ def _np_int_matmul(a: np.ndarray, b: np.ndarray) -> tuple[np.ndarray, int | None
     float64 (an attention's softmax @ V at seq 2048)."""
     k, per_term = a.shape[-1], _magnitude_bound(a) * _magnitude_bound(b)
     step = (FLOAT32_EXACT - 1) // per_term if per_term else k
+    if a.ndim >= 2 and b.ndim >= 2 and k * per_term < FLOAT32_EXACT:
+        return _np_rows_matmul(a, b), k * per_term
     if b.ndim < 2 or not 0 < step < k or k * per_term > INT32_MAX:
         return _np_int_product(np.matmul, a, b, k)
     acc = None
@@ -607,6 +609,29 @@ def _np_int_matmul(a: np.ndarray, b: np.ndarray) -> tuple[np.ndarray, int | None
                          b[..., start:start + step, :].astype(np.float32)).astype(np.int32)
         acc = part if acc is None else np.add(acc, part, out=acc)
     return acc, k * per_term
+
+
+ROWS_ELEMENTS = 2**24  # a float32 block of a product: 64 MB
+
+
+def _np_row_blocks(a: np.ndarray, b: np.ndarray):
+    """(rows, int32 block of a @ b) a block of rows at a time, for integer arrays whose every
+    sum float32 holds exactly: exact in any order, so the same bits as one matmul."""
+    rows = max(1, ROWS_ELEMENTS // max(1, int(np.prod(np.broadcast_shapes(a.shape[:-2], b.shape[:-2]))) * b.shape[-1]))
+    b = b.astype(np.float32)
+    for start in range(0, a.shape[-2], rows):
+        block = slice(start, start + rows)
+        yield block, np.matmul(a[..., block, :].astype(np.float32), b).astype(np.int32)
+
+
+def _np_rows_matmul(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """a @ b (see `_np_row_blocks`) into int32 a block of rows at a time: no float32 copy of
+    the whole product (an attention's scores at seq 2048 are 537 MB)."""
+    shape = np.broadcast_shapes(a.shape[:-2], b.shape[:-2]) + (a.shape[-2], b.shape[-1])
+    out = np.empty(shape, dtype=np.int32)
+    for rows, block in _np_row_blocks(a, b):
+        out[..., rows, :] = block
+    return out
 
 
 def _np_int_tensordot(a: np.ndarray, b: np.ndarray, axes: tuple[list[int], list[int]]) -> tuple[np.ndarray, int | None]:
@@ -684,18 +709,20 @@ def _integer_op(op: Op, args: list[np.ndarray]) -> np.ndarray | None:
     return None
 
 
-def integer_values(graph: Graph, *inputs: Any, keep_all: bool = True, traced: dict | None = None):
-    """(name, value) of every op output in graph order, computed with numpy integer
-    arithmetic on the integer path. ``keep_all=False`` lets each value go once its last
-    reader has run (a real layer's tensors are hundreds of MB each). `traced`: the graph's
-    torch trace on the same inputs; an op left to the torch interpreter (a float op) whose
-    arguments have the very bits of the trace's takes the trace's value, which the same
-    interpreter gave for the same arguments (a real layer's softmax is seconds)."""
-    values: dict[str, np.ndarray] = {name: torch.as_tensor(v).numpy() for name, v in zip(graph.inputs, inputs)}
-    values.update(graph.weights)
-    last_use = {name: i for i, op in enumerate(graph.ops) for name in op.inputs}
-    for i, op in enumerate(graph.ops):
-        args = [values[n] for n in op.inputs]
+class _IntegerPath:
+    """The numpy integer implementation, one op at a time (`integer_values`, `verify`): its own
+    values, each let go once its last reader has run unless `keep_all`."""
+
+    def __init__(self, graph: Graph, inputs: tuple, keep_all: bool):
+        self.graph, self.keep_all = graph, keep_all
+        self.values: dict[str, np.ndarray] = {name: torch.as_tensor(v).numpy() for name, v in zip(graph.inputs, inputs)}
+        self.values.update(graph.weights)
+        self.last_use = {name: i for i, op in enumerate(graph.ops) for name in op.inputs}
+
+    def step(self, i: int, op: Op, traced: dict | None) -> np.ndarray:
+        """Op `i`'s value; `traced`: the torch trace's values of its inputs and output (see
+        `integer_values`)."""
+        args = [self.values[n] for n in op.inputs]
         result = _integer_op(op, args)
         if result is None and traced is not None and _same_bits(args, [traced[n] for n in op.inputs]):
             result = traced[op.outputs[0]].numpy()
@@ -703,16 +730,64 @@ def integer_values(graph: Graph, *inputs: Any, keep_all: bool = True, traced: di
             with torch.no_grad():
                 result = INTERPRETERS[op.kind](op, [torch.from_numpy(np.asarray(a, order="C")) for a in args]).numpy()
         del args
-        out = op.outputs[0]
-        values[out] = result
-        if not keep_all:
+        self.record(i, op, result)
+        return result
+
+    def record(self, i: int, op: Op, result: np.ndarray) -> None:
+        """Op `i`'s value is `result`; its inputs read for the last time go."""
+        self.values[op.outputs[0]] = result
+        if not self.keep_all:
             for name in set(op.inputs):
-                if last_use[name] == i and name not in graph.weights:
-                    del values[name]
-        yield out, result
-        if not keep_all and out not in last_use:
-            del values[out]
+                if self.last_use[name] == i and name not in self.graph.weights:
+                    del self.values[name]
+
+    def passed(self, op: Op) -> None:
+        """Op's value read by the caller: let go when no op reads it."""
+        if not self.keep_all and op.outputs[0] not in self.last_use:
+            del self.values[op.outputs[0]]
+
+
+def _agrees_in_blocks(op: Op, args: list[np.ndarray], want: np.ndarray) -> bool | None:
+    """Whether the integer path's value of `op` has the bits of `want` (the trace's), computed
+    and compared a block at a time (a 2-D slice, or a block of a product's rows) with the very
+    arithmetic of `_integer_op`, never whole: an attention's scores at seq 2048 are 537 MB
+    each side. None: not an op computed so (the caller computes it whole)."""
+    if op.kind in ("quantize", "requantize", "dequantize"):
+        x = args[0]
+        if x.shape != want.shape or x.ndim < 2:
+            return None
+        scale = np.broadcast_to(_np_scale(op.attrs, x.shape), x.shape)
+        for index in np.ndindex(*x.shape[:-2]):
+            block = x[index].astype(np.float32)
+            block *= scale[index]
+            if op.kind != "dequantize":
+                block = _np_saturate(block)
+            if block.dtype != want.dtype or not np.array_equal(_bits(block), _bits(want[index])):
+                return False
+        return True
+    if (op.kind == "matmul" and len(args) == 2 and all(a.dtype == np.int8 and a.ndim >= 2 for a in args)
+            and args[0].shape[-1] * INT8_PRODUCT_MAX < FLOAT32_EXACT and want.dtype == np.int32):
+        a, b = args
+        shape = np.broadcast_shapes(a.shape[:-2], b.shape[:-2]) + (a.shape[-2], b.shape[-1])
+        if want.shape != shape:
+            return None
+        return all(np.array_equal(block, want[..., rows, :]) for rows, block in _np_row_blocks(a, b))
+    return None
+
+
+def integer_values(graph: Graph, *inputs: Any, keep_all: bool = True, traced: dict | None = None):
+    """(name, value) of every op output in graph order, computed with numpy integer
+    arithmetic on the integer path. ``keep_all=False`` lets each value go once its last
+    reader has run (a real layer's tensors are hundreds of MB each). `traced`: the graph's
+    torch trace on the same inputs; an op left to the torch interpreter (a float op) whose
+    arguments have the very bits of the trace's takes the trace's value, which the same
+    interpreter gave for the same arguments (a real layer's softmax is seconds)."""
+    path = _IntegerPath(graph, inputs, keep_all)
+    for i, op in enumerate(graph.ops):
+        result = path.step(i, op, traced)
+        yield op.outputs[0], result
         del result
+        path.passed(op)
 
 
 def _same_bits(arrays: list[np.ndarray], tensors: list) -> bool:
@@ -758,8 +833,8 @@ FLOAT_TAIL_TOLERANCE = 1e-5
 def verify(graph: Graph, ctx) -> dict[str, Any]:
     """The quantized graph's PyTorch reference against the numpy integer implementation:
     equal bits on every integer tensor and every integer output; a float output (a float
-    tail after the integer path) within `FLOAT_TAIL_TOLERANCE`."""
-    reference = ctx.trace(graph)  # the stage check's own trace
+    tail after the integer path) within `FLOAT_TAIL_TOLERANCE`. Compared op by op during the
+    stage's trace (`Context.trace`'s `watch`): neither side's values are all kept."""
     integer_names = {op.outputs[0] for op in graph.ops if graph.tensors[op.outputs[0]].dtype in ("int8", "int32")}
     floats = [n for n in graph.outputs if n not in integer_names and graph.tensors[n].dtype.startswith("float")]
     compared = integer_names | {n for n in graph.outputs if n not in floats}
@@ -771,17 +846,41 @@ def verify(graph: Graph, ctx) -> dict[str, Any]:
         scale = want.abs().max().item() if want.numel() else 0.0
         return (want - got).abs().max().item() / scale if scale > 0 else float((want != got).any())
 
-    # Compared as each is computed, then let go: the integer path's values are not all kept.
     mismatches, float_errors = [], {}
-    graph_values = {name: torch.as_tensor(v).numpy() for name, v in zip(graph.inputs, ctx.inputs)}
-    graph_values.update(graph.weights)  # an output that is an input or a weight: no op computes it
-    computed = integer_values(graph, *ctx.inputs, keep_all=False, traced=reference)
-    for name, value in itertools.chain(computed, ((n, graph_values[n]) for n in graph.outputs if n in graph_values)):
-        if name in compared and (reference[name].shape != value.shape
-                                 or not np.array_equal(_bits(reference[name].numpy()), _bits(value))):
+
+    def compare(name: str, want: torch.Tensor, value: np.ndarray) -> bool:
+        """Records the verdict on `name`; whether the two have the same bits, shape and dtype."""
+        same = want.shape == value.shape and (_same_memory(want.numpy(), value)
+                                              or np.array_equal(_bits(want.numpy()), _bits(value)))
+        if name in compared and not same:
             mismatches.append(name)
         if name in floats:
-            float_errors[name] = float_error(reference[name], value)
+            float_errors[name] = float_error(want, value)
+        return same and want.numpy().dtype == value.dtype
+
+    path, index = _IntegerPath(graph, ctx.inputs, keep_all=False), itertools.count()
+
+    def watch(op: Op, traced: dict) -> None:  # traced: the torch trace's live values, the op's inputs among them
+        out, i = op.outputs[0], next(index)
+        if out not in floats:
+            want = traced[out].numpy()
+            if _agrees_in_blocks(op, [path.values[n] for n in op.inputs], want):
+                path.record(i, op, want)  # the same bits, compared block by block: one copy held
+                path.passed(op)
+                return
+        result = path.step(i, op, traced)
+        if compare(out, traced[out], result) and out in path.values:
+            path.values[out] = traced[out].numpy()  # the same bits: one copy held, not two
+        del result
+        path.passed(op)
+
+    reference = ctx.trace(graph, watch=watch)
+    # an output that is an input or a weight: no op computes it
+    graph_values = {name: torch.as_tensor(v).numpy() for name, v in zip(graph.inputs, ctx.inputs)}
+    graph_values.update(graph.weights)
+    for name in graph.outputs:
+        if name in graph_values:
+            compare(name, reference[name], graph_values[name])
     order = {op.outputs[0]: i for i, op in enumerate(graph.ops)}
     mismatches = sorted(set(mismatches), key=lambda n: order.get(n, len(order)))
     off = [n for n in floats if not float_errors.get(n, float("inf")) <= FLOAT_TAIL_TOLERANCE]

@@ -53,7 +53,7 @@ from __future__ import annotations
 import copy
 import hashlib
 from dataclasses import dataclass, field, fields
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Callable
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -101,7 +101,8 @@ class Graph:
                      list(self.outputs), dict(self.weights))
 
     def trace(self, *inputs: torch.Tensor | np.ndarray, known: dict[str, torch.Tensor] | None = None,
-              keep: set[str] | None = None, previous: tuple[Graph, dict] | None = None) -> dict[str, torch.Tensor]:
+              keep: set[str] | None = None, previous: tuple[Graph, dict] | None = None,
+              watch: Callable[[Op, LiveValues], None] | None = None) -> dict[str, torch.Tensor]:
         """Execute the dse ops in torch; every tensor's value by name (inputs, weights, op outputs).
         `known`: op outputs already computed on these inputs (by an identical op of another
         graph over identical inputs, see `unchanged_values`), taken rather than computed again.
@@ -112,14 +113,21 @@ class Graph:
         same values takes that op's value. Unlike `known`, "the same values" is decided as
         the trace goes: a rewritten op (a linear made a matmul of the transposed weight) is
         computed, and when its value has the bits and layout of the previous one, the ops
-        reading it count as unchanged (`_identical`)."""
+        reading it count as unchanged (`_identical`). A value the previous trace let go (not in
+        its `keep`) is computed again when something reads it (a reader computed, a `watch`,
+        this trace's `keep`): from inputs that hold the same values, by the same op, it is the
+        same value (the axiom of `unchanged_values`), so its readers still count as unchanged.
+        `watch(op, values)`: called as each op's value is computed, with the live values (a
+        `LiveValues`, the op's inputs among them): a check that reads values op by op runs
+        during the trace, and needs none of them kept."""
         values: dict[str, torch.Tensor] = {}
-        for _ in self._execute(inputs, known, keep, False, values, previous):
+        for _ in self._execute(inputs, known, keep, False, values, previous, watch):
             pass
         return values
 
     def _execute(self, inputs: tuple, known: dict | None, keep: set[str] | None, stream: bool,
-                 values: dict | None = None, previous: tuple[Graph, dict] | None = None):
+                 values: dict | None = None, previous: tuple[Graph, dict] | None = None,
+                 watch: Callable[[Op, LiveValues], None] | None = None):
         """The one interpreter loop of `trace` and `stream`: op outputs into `values`, each
         yielded (with `stream`) as it is computed; with `keep`, every other value goes once
         its last reader has run."""
@@ -143,21 +151,64 @@ class Graph:
         if previous is not None:
             before, old = previous
             produced = {op.outputs[0] for op in self.ops}
-            for name in [n for n in old if n not in produced]:
-                del old[name]  # no op here computes it: never read again
+            for name in [n for n in old if n not in produced or before.tensors.get(n) != self.tensors[n]]:
+                del old[name]  # no op here computes it (of that spec): never taken
             same = _same_sources(before, self)
             producers = before.producers()
+        readers: dict[str, list[str]] = {}  # value -> the op outputs computed from it
+        if old:
+            for op in self.ops:
+                for name in dict.fromkeys(op.inputs):
+                    readers.setdefault(name, []).append(op.outputs[0])
+        tainted: set[str] = set()
+        # A value the previous trace let go, of an op unchanged over unchanged inputs, is computed
+        # only when something reads it (`pending`): its readers may all be taken. Its inputs then
+        # live until its own last reader has run (`until`).
+        pending: dict[str, tuple[int, Op]] = {}
+        until = dict(last_use)
+        fresh: list[str] = []  # values computed on demand while the current op ran
+
+        def materialize(names) -> None:
+            need, stack = set(), [name for name in names if name in pending]
+            while stack:
+                name = stack.pop()
+                if name not in need:
+                    need.add(name)
+                    stack.extend(n for n in pending[name][1].inputs if n in pending)
+            for name in sorted(need, key=lambda n: pending[n][0]):
+                _, waiting = pending.pop(name)
+                values[name] = INTERPRETERS[waiting.kind](waiting, [values[n] for n in waiting.inputs])
+                fresh.append(name)
+
+        def extend(names, to: int) -> None:
+            stack = list(names)
+            while stack:
+                name = stack.pop()
+                if until.get(name, -1) < to:
+                    until[name] = to
+                    if name in pending:
+                        stack.extend(pending[name][1].inputs)
+
+        live = LiveValues(values, pending, materialize)
         with torch.no_grad():
             for i, op in enumerate(self.ops):
                 out = op.outputs[0]
                 prev = old.pop(out, None)
                 if known and out in known:
                     values[out] = known[out]
-                elif prev is not None and _same_op(producers.get(out), op, before, self) and all(
+                elif before is not None and _same_op(producers.get(out), op, before, self) and all(
                         name in same for name in op.inputs):
-                    values[out] = prev
+                    if prev is not None:
+                        values[out] = prev
+                    elif keep is not None and out not in keep and not stream:
+                        pending[out] = (i, op)  # the same op on the same values again, when read
+                        extend(op.inputs, until.get(out, -1))
+                    else:
+                        materialize(op.inputs)
+                        values[out] = INTERPRETERS[op.kind](op, [values[n] for n in op.inputs])
                     same.add(out)
                 else:
+                    materialize(op.inputs)
                     args = [values[name] for name in op.inputs]
                     values[out] = INTERPRETERS[op.kind](op, args)
                     del args
@@ -168,15 +219,30 @@ class Graph:
                             and _identical(prev, values[out])):
                         values[out] = prev  # one tensor, not two equal ones
                         same.add(out)
+                    if out not in same and old:
+                        # no op computed from it, however far down, can take its previous value:
+                        # those go now, not when the trace reaches them
+                        stack = [out]
+                        while stack:
+                            for reader in readers.get(stack.pop(), ()):
+                                if reader not in tainted:
+                                    tainted.add(reader)
+                                    old.pop(reader, None)
+                                    stack.append(reader)
                 del prev
+                if watch is not None:
+                    watch(op, live)
                 if keep is not None:  # inputs read for the last time go before a streamed reader takes `out`
-                    for name in set(op.inputs):
-                        if name not in keep and last_use.get(name, -1) <= i and name in values:
-                            del values[name]
+                    for name in {*op.inputs, *fresh}:
+                        if name not in keep and until.get(name, -1) <= i:
+                            values.pop(name, None)
+                            pending.pop(name, None)
+                    fresh.clear()
                 if stream:
                     yield out, values[out]
-                if keep is not None and out not in keep and last_use.get(out, -1) <= i and out in values:
-                    del values[out]
+                if keep is not None and out not in keep and until.get(out, -1) <= i:
+                    values.pop(out, None)
+                    pending.pop(out, None)
 
     def stream(self, *inputs: torch.Tensor | np.ndarray):
         """(name, value) of every op output in op order, as `trace` computes them, holding
@@ -236,6 +302,27 @@ class Graph:
         return "\n".join(lines) + "\n"
 
 
+class LiveValues:
+    """A running trace's values as a `watch` sees them: a value the trace has not computed
+    (the previous trace's, let go there, that nothing has read yet) is computed when read."""
+
+    def __init__(self, values: dict, pending: dict, materialize: Callable):
+        self._values, self._pending, self._materialize = values, pending, materialize
+
+    def __getitem__(self, name: str):
+        if name in self._pending:
+            self._materialize([name])
+        return self._values[name]
+
+    def __contains__(self, name: str) -> bool:
+        return name in self._values or name in self._pending
+
+    def pending(self, name: str) -> bool:
+        """Whether `name` is an unchanged op's value over unchanged inputs not computed yet:
+        the previous trace's, bit for bit, when read."""
+        return name in self._pending
+
+
 def _same_sources(before: Graph, after: Graph) -> set[str]:
     """`after`'s inputs and weights that hold what `before`'s namesakes hold: inputs of the
     same spec (given the same values), the very same weight arrays."""
@@ -286,6 +373,16 @@ def unchanged_values(before: Graph, values: dict[str, Any], after: Graph) -> dic
             same.add(name)
             out[name] = values[name]
     return out
+
+
+def same_computation(before: Graph, after: Graph) -> bool:
+    """Whether `after` computes what `before` does, value for value: the same inputs, the very
+    same weight arrays, the same ops in the same order (a graph unchanged since it was copied)."""
+    return (before.inputs == after.inputs and before.outputs == after.outputs and len(before.ops) == len(after.ops)
+            and before.weights.keys() == after.weights.keys()
+            and all(before.weights[name] is array for name, array in after.weights.items())
+            and all(before.tensors[name] == after.tensors[name] for name in [*after.inputs, *after.weights])
+            and all(_same_op(old, op, before, after) for old, op in zip(before.ops, after.ops)))
 
 
 def _same_attrs(a: dict[str, Any], b: dict[str, Any]) -> bool:
