@@ -1,8 +1,8 @@
 """The same sweep on a real Dask cluster: a LocalCluster, and a scheduler plus worker
 started as separate processes on loopback."""
 
+import json
 import os
-import socket
 import subprocess
 import sys
 import time
@@ -42,36 +42,34 @@ def test_sweep_on_a_local_cluster_matches_one_process(tmp_path, reference):
     pd.testing.assert_frame_equal(latencies(tmp_path / "d.db"), expected)
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def test_sweep_on_a_separate_scheduler_and_worker_via_the_environment(tmp_path, reference, repo, cli, monkeypatch):
     spec, expected = reference
-    port = _free_port()
-    address = f"tcp://127.0.0.1:{port}"
+    # The scheduler picks its port and writes its address to a file once it listens (a port
+    # probed here and bound there seconds later may be taken meanwhile); the worker reads it.
+    address_file = tmp_path / "scheduler.json"
     env = {**os.environ, "PYTHONPATH": str(repo)}
     scheduler = subprocess.Popen([sys.executable, "-m", "distributed.cli.dask_scheduler", "--host", "127.0.0.1",
-                                  "--port", str(port), "--dashboard-address", ":0"], env=env,
-                                 stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    worker = subprocess.Popen([sys.executable, "-m", "distributed.cli.dask_worker", address, "--nworkers", "1",
-                               "--nthreads", "1", "--dashboard-address", ":0"], env=env,
-                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+                                  "--port", "0", "--dashboard-address", ":0", "--scheduler-file", str(address_file)],
+                                 env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    worker = subprocess.Popen([sys.executable, "-m", "distributed.cli.dask_worker", "--scheduler-file",
+                               str(address_file), "--nworkers", "1", "--nthreads", "1", "--dashboard-address", ":0"],
+                              env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
         from distributed import Client
 
         deadline = time.monotonic() + 60
         while True:  # wait until the worker has joined the scheduler
+            assert scheduler.poll() is None and worker.poll() is None, "the Dask scheduler or worker exited"
             try:
-                with Client(address, timeout=5) as client:
+                with Client(scheduler_file=str(address_file), timeout=5) as client:
                     if client.scheduler_info()["workers"]:
                         break
-            except OSError:
+            except (OSError, ValueError):  # no file yet, or half written
                 pass
             assert time.monotonic() < deadline, "the Dask worker did not join"
             time.sleep(0.5)
+        address = json.loads(address_file.read_text())["address"]
+        assert address.startswith("tcp://127.0.0.1:"), address
         monkeypatch.setenv("DASK_SCHEDULER_ADDRESS", address)
         code, out, err = cli("sweep", spec, "--db", tmp_path / "e.db", "--no-progress")
         assert code == 0, err

@@ -13,7 +13,6 @@ import os
 import shutil
 import subprocess
 import sys
-import time
 import urllib.error
 import urllib.request
 from pathlib import Path
@@ -42,6 +41,8 @@ with Store(db) as store:
     while not stop.exists() and rounds < limit:
         removed += store.collect_evidence_garbage().files
         rounds += 1
+        if rounds == 1:
+            print("looping", flush=True)
         time.sleep(0.005)  # a round every few ms: many during each write, without taking a whole core
 print(rounds, removed)
 """
@@ -81,7 +82,9 @@ def sweep_under_gc(db: str, root: Path, work: Path, cache: Path, monkeypatch) ->
                           stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                           env={**os.environ, "PYTHONPATH": str(REPO)})
     try:
-        time.sleep(1.5)  # the collector is looping before the first file is written
+        # The collector is looping before the first file is written (its imports take seconds
+        # on a loaded machine: no fixed wait is long enough).
+        assert gc.stdout.readline() == "looping\n", gc.communicate()[1]
         result = run_sweep(spec, db, progress=False)
     finally:
         stop.touch()

@@ -101,11 +101,17 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
+class PortTaken(RuntimeError):
+    """`dse ui` found its port in use: taken between `free_port`'s probe and the server's bind."""
+
+
 def wait_until_up(base: str, proc: subprocess.Popen | None = None, timeout: float = 90.0) -> None:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if proc is not None and proc.poll() is not None:
-            raise RuntimeError(f"dse ui exited with {proc.returncode}: {proc.stderr.read()}")
+            err = proc.stderr.read()
+            taken = proc.returncode == 2 and "--port" in err and "in use" in err
+            raise (PortTaken if taken else RuntimeError)(f"dse ui exited with {proc.returncode}: {err}")
         try:
             with urllib.request.urlopen(base + "/", timeout=2):
                 return
@@ -120,13 +126,25 @@ def wait_until_up(base: str, proc: subprocess.Popen | None = None, timeout: floa
 def dse_ui_process(db: str, *args: str):
     """`dse ui --db DB --port P [args]` as a real process: its base URL (on 127.0.0.1) and
     the process; stopped with SIGINT (Ctrl-C)."""
-    port = free_port()
     env = {**os.environ, "PYTHONPATH": str(REPO)}
-    proc = subprocess.Popen([sys.executable, "-m", "dse", "ui", "--db", db, "--port", str(port), *args],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env, cwd=REPO)
-    base = f"http://127.0.0.1:{port}"
+    for attempt in range(5):
+        # The process binds its port seconds after the probe (its imports): meanwhile another
+        # process may take it, even as the local port of an outgoing connection. Another port.
+        port = free_port()
+        proc = subprocess.Popen([sys.executable, "-m", "dse", "ui", "--db", db, "--port", str(port), *args],
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env, cwd=REPO)
+        base = f"http://127.0.0.1:{port}"
+        try:
+            wait_until_up(base, proc)
+            break
+        except PortTaken:
+            if attempt == 4:
+                raise
+        except BaseException:
+            proc.kill()
+            proc.wait()
+            raise
     try:
-        wait_until_up(base, proc)
         yield base, proc
     finally:
         proc.send_signal(2)
