@@ -247,6 +247,22 @@ def test_cli_refuses_bad_ports_and_stores(cli, store_db, tmp_path):
     assert code == 2 and "--port" in err and "in use" in err
 
 
+def test_a_port_taken_before_the_server_binds_it_is_given_up_for_another(store_db, monkeypatch):
+    """uiserver's probe frees its port before `dse ui` binds it, seconds later: taken
+    meanwhile (here, by a listener from the start), the server is started on another."""
+    import uiserver
+
+    probe, probes = uiserver.free_port, []
+    with socket.socket() as busy:
+        busy.bind(("127.0.0.1", 0))
+        busy.listen(1)
+        monkeypatch.setattr(uiserver, "free_port", lambda: probes.append(1) or (
+            busy.getsockname()[1] if len(probes) == 1 else probe()))
+        with dse_ui_process(store_db) as (base, proc):
+            assert len(probes) == 2 and base != f"http://127.0.0.1:{busy.getsockname()[1]}"
+            assert get(base + "/experiments/1")[0] == 200
+
+
 # ---- the browser ------------------------------------------------------------------------------
 
 
@@ -274,6 +290,10 @@ def test_pages_load_sort_and_filter_in_the_browser(server, store_db, page):
     assert page.evaluate("document.getElementById('timeline')._fullLayout.xaxis.type") == "date"
     page.fill("input[name=q]", "second")
     page.click("button[type=submit]")
+    # The click returns once the new page commits, before it has loaded; its timeline is
+    # drawn above the list whose link comes next.
+    page.wait_for_url(re.compile(r"/\?q=second$"))
+    plots_drawn(page)
     assert page.locator("#experiments tbody tr").count() == 1
     page.click("#experiments tbody a:text('second')")
     page.wait_for_url(re.compile(r"/experiments/2$"))
@@ -318,8 +338,7 @@ def test_pages_load_sort_and_filter_in_the_browser(server, store_db, page):
 def test_hover_and_click_a_pareto_point(server, store_db, page):
     with Store(store_db) as store:
         cands = store.candidates("banks-workers").set_index("id")
-    page.goto(server + "/experiments/1")
-    page.wait_for_selector("#pareto[data-ready='1']")
+    open_drawn(page, server + "/experiments/1")
     summary = page.inner_text("#pareto-summary")
     assert "pass acceptance" in summary and "best: candidate" in summary
     names = page.evaluate("document.getElementById('pareto')._fullData.map(t => t.name)")
@@ -375,9 +394,9 @@ def test_knobs_ops_and_model_vs_emulator_charts(server, store_db, page, tmp_path
         best = int(re.search(r"best is candidate (\d+)", store.decisions("emulated").iloc[-1]["rationale"]).group(1))
         summary = store.experiments().set_index("name").loc["emulated"]
     ok = table[table["status"] == "ok"]
-    page.goto(server + f"/experiments/{exp['id']}")
-    for div in ("parallel", "ops", "model-vs-emulator"):
-        page.wait_for_selector(f"#{div}[data-ready='1']")
+    # Every plot drawn before the mouse aims: the Pareto and search plots above the parallel
+    # coordinates, and the area and energy ones above the model-vs-emulator plot, move them.
+    open_drawn(page, server + f"/experiments/{exp['id']}")
     # The page counts this experiment's candidates as `dse history` does (a pruned emulator run
     # leaves the analytical outcome standing).
     assert summary["n_pruned"] == 0 and summary["n_ok"] == len(ok) == 6
