@@ -66,7 +66,14 @@ def cli(capsys):
 def pytest_unconfigure(config):
     """If the interpreter has not exited two minutes after the last test (a thread or a
     child process that never ends), print every thread's stack and fail, rather than
-    leave CI waiting until its time limit with no clue."""
+    leave CI waiting until its time limit with no clue.
+
+    Not in an xdist worker: its session ends as soon as no file is left to hand it, and it
+    then idles until the controller ends the whole run, often more than two minutes later
+    under load (the dump then cried hang over a healthy run); the controller kills a worker
+    that does not exit within 10 s of being told to, and this hook runs in the controller."""
     import faulthandler
 
+    if hasattr(config, "workerinput"):
+        return
     faulthandler.dump_traceback_later(120, exit=True)
