@@ -82,9 +82,11 @@ def test_a_knobs_grid_is_counted_as_listed(knob):
 
 
 def test_a_huge_integer_knob_is_counted_not_listed():
-    started = time.perf_counter()
+    # This thread's CPU time, not the wall clock: a loaded machine may leave it waiting longer
+    # than the count takes.
+    started = time.thread_time()
     assert Knob(name="x", target="chip.x", low=0, high=10 ** 12).grid_count() == 10 ** 12 + 1
-    assert time.perf_counter() - started < 0.01
+    assert time.thread_time() - started < 0.01
     assert Knob(name="x", target="chip.x", low=0.0, high=1.0).grid_count() is None  # no grid
 
 
