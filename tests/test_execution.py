@@ -10,12 +10,14 @@ import threading
 import time
 
 import pandas as pd
+import psutil
 import pytest
 
 from dse.records import Store
 from dse.runner import run_sweep
 from dse.runner import sweep as sweep_module
 from dse.runner.execution import KILL_ENV
+from dse.runner.sweep import STOP_ENV
 
 from test_runner import write_spec
 
@@ -145,26 +147,27 @@ def test_a_pool_takes_analytical_batches_the_driver_measured_as_costly(tmp_path,
     assert used and result.evaluated == 1 + 2 * 5 * 4 * 2 * 2
 
 
+def stopped_mid_sweep(cmd: list[str], env: dict, batches: int) -> subprocess.Popen:
+    """The sweep, stopped by itself (SIGSTOP, the test hook) once `batches` batches are
+    evaluated, the last not recorded. The whole grid takes a second or two once started: a
+    poll of the store for "far enough" could see it finished (the more so under load)."""
+    proc = subprocess.Popen(cmd, env={**env, STOP_ENV: str(batches)}, stdout=subprocess.DEVNULL,
+                            stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 120
+    while psutil.Process(proc.pid).status() != psutil.STATUS_STOPPED:
+        assert proc.poll() is None, f"the sweep ended before its pause: {proc.communicate()[1]}"
+        assert time.monotonic() < deadline, "the sweep never reached its pause"
+        time.sleep(0.05)
+    return proc
+
+
 def test_driver_killed_mid_sweep_resumes_without_duplicates_or_losses(tmp_path, repo):
     spec = tmp_path / "big.toml"
     spec.write_text(BIG)
     db = tmp_path / "big.db"
     env = {**os.environ, "PYTHONPATH": str(repo)}
     cmd = [sys.executable, "-m", "dse", "sweep", str(spec), "--db", str(db), "--no-progress"]
-    proc = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-    deadline = time.monotonic() + 120
-    n = 0
-    while time.monotonic() < deadline and proc.poll() is None:
-        time.sleep(0.2)
-        if db.exists():
-            try:
-                with Store(db) as store:
-                    n = len(store.candidates("big")) if len(store.experiments()) else 0
-            except Exception:
-                n = 0
-            if n >= 200:
-                break
-    assert proc.poll() is None, f"the sweep finished before it could be killed: {proc.stderr.read()}"
+    proc = stopped_mid_sweep(cmd, env, 5)  # 4 batches of 64 recorded, the 5th evaluated, its runs running
     proc.send_signal(signal.SIGKILL)
     proc.wait()
     with Store(db) as store:
@@ -190,18 +193,9 @@ def test_ctrl_c_stops_cleanly_and_the_rerun_completes(tmp_path, repo):
     db = tmp_path / "c.db"
     env = {**os.environ, "PYTHONPATH": str(repo)}
     cmd = [sys.executable, "-m", "dse", "sweep", str(spec), "--db", str(db), "--no-progress"]
-    proc = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
-    deadline = time.monotonic() + 120
-    while time.monotonic() < deadline and proc.poll() is None:
-        time.sleep(0.2)
-        if db.exists():
-            try:
-                with Store(db) as store:
-                    if len(store.experiments()) and len(store.candidates("ctrlc")) >= 100:
-                        break
-            except Exception:
-                pass
-    proc.send_signal(signal.SIGINT)
+    proc = stopped_mid_sweep(cmd, env, 3)
+    proc.send_signal(signal.SIGINT)  # handled once it runs again
+    proc.send_signal(signal.SIGCONT)
     err = proc.communicate(timeout=60)[1]
     assert proc.returncode == 130, err
     assert "interrupted" in err and "Traceback" not in err
