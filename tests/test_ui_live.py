@@ -16,6 +16,7 @@ import re
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import pytest
 
@@ -30,6 +31,7 @@ from uiserver import (EXPERIMENTS, REPO, SPEC, Console, chromium, dse_ui_process
 # opens on it), each held until the gate file names its number or a later one: the test lets
 # the first batch go, waits until the page has shown the sweep part done, then lets the rest
 # go. (Each batch's results are recorded as the next one starts, before that one is held.)
+# The file "held" beside the gate names the batch the sweep waits at.
 # A fixed pace is no gate: on a loaded machine the page's polls once came slower than the
 # batches, and it saw no percent between the first and 100.
 SLOW_SWEEP = """
@@ -45,6 +47,7 @@ def let_go(batch):
 def slow(*args):
     calls.append(1)
     if len(calls) > 1:
+        gate.with_name("held").write_text(str(len(calls) - 1))
         while not let_go(len(calls) - 1):
             time.sleep(0.05)
     return real(*args)
@@ -82,20 +85,20 @@ def new_page(context):
     return page
 
 
-def wait_for_sweep(store_db: str, name: str, sweep: subprocess.Popen) -> int:
-    """The experiment id once the sweep holds its lock and has recorded a candidate."""
+def wait_for_sweep(store_db: str, name: str, sweep: subprocess.Popen, held: Path) -> int:
+    """The experiment id once the sweep holds its lock and waits at its first batch's gate,
+    the baseline recorded: nothing changes in the store until the gate opens."""
     deadline = time.monotonic() + 120
     while True:
         assert sweep.poll() is None, sweep.stderr.read()
         assert time.monotonic() < deadline, "the sweep did not start"
-        with Store(store_db) as store:
-            known = store.experiments()
-            if name in set(known["name"]):
+        if held.exists() and held.read_text() == "1":
+            with Store(store_db) as store:
+                known = store.experiments()
                 exp_id = int(known.loc[known["name"] == name, "id"].iloc[0])
                 with store.engine.connect() as connection:
-                    holder = sweep_holder(connection, exp_id, store.stale_after)
-                if holder is not None and len(store.candidates(exp_id)) >= 1:
-                    return exp_id
+                    assert sweep_holder(connection, exp_id, store.stale_after) is not None
+                return exp_id
         time.sleep(0.2)
 
 
@@ -120,7 +123,7 @@ def test_the_live_page_and_list_follow_a_sweep_to_its_end(server, store_db, cont
     sweep = subprocess.Popen([sys.executable, str(script), str(spec), store_db, str(gate)], cwd=REPO,
                              stderr=subprocess.PIPE, text=True, env={**os.environ, "PYTHONPATH": str(REPO)})
     try:
-        exp_id = wait_for_sweep(store_db, "live", sweep)
+        exp_id = wait_for_sweep(store_db, "live", sweep, tmp_path / "held")
         listing, page = new_page(context), new_page(context)
         listing.goto(server + "/")
         row = f"#experiments tr[data-id='{exp_id}']"
