@@ -270,11 +270,20 @@ def test_the_dse_executable_says_one_line(command, tmp_path):
 
 
 def test_the_dse_executable_fails_fast_on_a_closed_port(tmp_path):
-    started = time.monotonic()
-    done = subprocess.run([str(DSE), "history"], capture_output=True, text=True, timeout=60, cwd=tmp_path,
-                          env={**os.environ, "DSE_DB": "postgresql://dse@127.0.0.1:1/x"})
+    def history(url: str) -> tuple[subprocess.CompletedProcess, float]:
+        started = time.monotonic()
+        done = subprocess.run([str(DSE), "history"], capture_output=True, text=True, timeout=60, cwd=tmp_path,
+                              env={**os.environ, "DSE_DB": url})
+        return done, time.monotonic() - started
+
+    # Against the same command on a store it can open, timed in the same moment: its start-up
+    # alone takes seconds on a loaded machine (5 s once, under a full suite and two busy loops).
+    Store(tmp_path / "ok.db").close()
+    good, baseline = history(f"sqlite:///{tmp_path / 'ok.db'}")
+    assert good.returncode == 0, good.stderr
+    done, took = history("postgresql://dse@127.0.0.1:1/x")
     assert done.returncode == 2 and len(done.stderr.strip().splitlines()) == 1, done.stderr
-    assert time.monotonic() - started < 10
+    assert took < baseline + 5, (took, baseline)
 
 
 def test_zz_generated_case_tally():
