@@ -66,3 +66,29 @@ def test_a_load_that_never_returns_is_stopped_at_the_capture_limit_saying_it_run
     assert len(lines) == len(running) + 1 and "Traceback" not in err, err
     assert 3 <= took < 20, took
     assert not db.exists()
+
+
+def test_a_limit_passing_inside_torchs_import_is_raised_once_the_import_is_over(monkeypatch):
+    """The recipe's import imports torch, seconds of it on a loaded machine: an exception
+    raised inside torch's import can abort the process (pybind11) or leave torch half
+    imported, broken for every later import in it (a notebook's kernel; a test worker whose
+    next sweep failed "partially initialized module 'torch'"). The limit waits for it."""
+    import importlib.machinery
+    import sys
+    import types
+
+    from dse.runner.limits import time_limit
+
+    importing = types.ModuleType("torch._dse_test_importing")
+    importing.__spec__ = importlib.machinery.ModuleSpec(importing.__name__, None)
+    importing.__spec__._initializing = True  # as importlib marks a module while it runs
+    monkeypatch.setitem(sys.modules, importing.__name__, importing)
+    seen = []
+    with pytest.raises(TimeoutError, match="the limit"):
+        with time_limit(0.05, lambda: TimeoutError("the limit")):
+            time.sleep(0.3)  # still importing, past the limit
+            seen.append("import over")
+            importing.__spec__._initializing = False
+            time.sleep(10)
+            seen.append("not stopped")
+    assert seen == ["import over"]

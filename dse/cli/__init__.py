@@ -37,6 +37,7 @@ import time
 import traceback
 
 from ..errors import InputError, Stopped
+from ..runner.limits import torch_importing
 
 EXIT_INPUT = InputError.exit_code
 EXIT_INTERRUPT = 130
@@ -211,8 +212,7 @@ def _interrupt_outside_torch_imports(signum, frame) -> None:
     """Ctrl-C as KeyboardInterrupt, except while a torch module is being imported: raised
     there, it can unwind through pybind11's C++ (torch runs Python through py::exec) and
     abort the process (SIGABRT, -6). Then the signal comes again shortly, until the import is over."""
-    if any(name.partition(".")[0] == "torch" and getattr(getattr(module, "__spec__", None), "_initializing", False)
-           for name, module in list(sys.modules.items())):
+    if torch_importing():
         again = threading.Timer(0.05, os.kill, (os.getpid(), signal.SIGINT))
         again.daemon = True  # never keeps a finished process alive
         again.start()

@@ -15,10 +15,19 @@ from pathlib import Path
 from ..errors import InputError
 
 
+def torch_importing() -> bool:
+    """Whether a torch module is being imported now. An exception raised there (a Ctrl-C, a
+    time limit's) can unwind through pybind11's C++ (torch runs Python through py::exec) and
+    abort the process, or leave torch half imported in it, broken for every later import."""
+    return any(name.partition(".")[0] == "torch" and getattr(getattr(module, "__spec__", None), "_initializing", False)
+               for name, module in list(sys.modules.items()))
+
+
 @contextlib.contextmanager
 def time_limit(seconds: float, error):
-    """Raise `error()` in this (the main) thread once `seconds` have passed (SIGALRM);
-    no limit off the main thread or where there is no SIGALRM."""
+    """Raise `error()` in this (the main) thread once `seconds` have passed (SIGALRM), or
+    as soon as torch's import is over if the limit passes inside it; no limit off the main
+    thread or where there is no SIGALRM."""
     if threading.current_thread() is not threading.main_thread() or not hasattr(signal, "setitimer"):
         yield
         return
@@ -26,6 +35,9 @@ def time_limit(seconds: float, error):
     fired = []
 
     def expired(_signum, _frame):
+        if torch_importing():  # the limit, raised once the import is over
+            signal.setitimer(signal.ITIMER_REAL, 0.05)
+            return
         fired.append(error())
         raise fired[0]
 
