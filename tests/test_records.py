@@ -652,8 +652,6 @@ def test_the_heartbeat_thread_keeps_a_long_run_fresh(db):
         for _ in range(100):
             if store.run(run_id)["heartbeat_at"] > first:
                 break
-            import time
-
             time.sleep(0.02)
         assert store.run(run_id)["heartbeat_at"] > first
         store.finish_run(run_id, "ok")
