@@ -538,11 +538,14 @@ def _np_scale(attrs: dict[str, Any], shape: tuple[int, ...]) -> np.ndarray:
     return values.reshape([shape[a] if a in axes else 1 for a in range(len(shape))])
 
 
-def _np_scaled(values: np.ndarray, attrs: dict[str, Any]) -> np.ndarray:
-    """fp32(values) * scale in one new float32 array (a real layer's are hundreds of MB)."""
+def _np_quantize_op(kind: str, values: np.ndarray, scale: np.ndarray) -> np.ndarray:
+    """quantize / requantize (saturated to int8) or dequantize of `values` by `scale`
+    (broadcast to them): fp32(values) * scale in one new float32 array (a real layer's are
+    hundreds of MB), rounded in place. The integer path's one arithmetic for the three, whole
+    (`_integer_op`) or a block at a time (`_agrees_in_blocks`)."""
     scaled = values.astype(np.float32)  # a copy even of float32: scaled in place below
-    scaled *= _np_scale(attrs, values.shape)
-    return scaled
+    scaled *= scale
+    return scaled if kind == "dequantize" else _np_saturate(scaled)
 
 
 def _np_saturate(values: np.ndarray) -> np.ndarray:
@@ -689,10 +692,8 @@ def _np_max_pool2d(x: np.ndarray, attrs: dict[str, Any]) -> np.ndarray | None:
 
 def _integer_op(op: Op, args: list[np.ndarray]) -> np.ndarray | None:
     """numpy for the integer path; None hands the op to the torch interpreter (float ops)."""
-    if op.kind in ("quantize", "requantize"):
-        return _np_saturate(_np_scaled(args[0], op.attrs))
-    if op.kind == "dequantize":
-        return _np_scaled(args[0], op.attrs)
+    if op.kind in ("quantize", "requantize", "dequantize"):
+        return _np_quantize_op(op.kind, args[0], _np_scale(op.attrs, args[0].shape))
     if not args or args[0].dtype not in (np.int8, np.int32):
         return None
     bias = args[2] if len(args) > 2 else None
@@ -758,10 +759,7 @@ def _agrees_in_blocks(op: Op, args: list[np.ndarray], want: np.ndarray) -> bool 
             return None
         scale = np.broadcast_to(_np_scale(op.attrs, x.shape), x.shape)
         for index in np.ndindex(*x.shape[:-2]):
-            block = x[index].astype(np.float32)
-            block *= scale[index]
-            if op.kind != "dequantize":
-                block = _np_saturate(block)
+            block = _np_quantize_op(op.kind, x[index], scale[index])
             if block.dtype != want.dtype or not np.array_equal(_bits(block), _bits(want[index])):
                 return False
         return True
