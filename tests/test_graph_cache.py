@@ -11,7 +11,9 @@ import os
 import subprocess
 import sys
 import threading
+from importlib.metadata import version
 
+import numpy as np
 import pytest
 from test_frontend import user_recipe
 
@@ -67,7 +69,6 @@ def test_a_corrupt_entry_is_ignored_and_rebuilt(tmp_path, graph_cache_dir):
 def test_arrays_are_served_as_writable_views_of_the_mapped_entry(graph_cache_dir):
     import mmap
 
-    import numpy as np
 
     value = {"w": np.arange(24, dtype=np.float32).reshape(4, 6), "f": np.asfortranarray(np.eye(3, dtype=np.int8)),
              "strided": np.arange(10, dtype=np.int32)[::3], "name": "x"}
@@ -89,7 +90,6 @@ def test_arrays_are_served_as_writable_views_of_the_mapped_entry(graph_cache_dir
 def test_the_listed_digest_is_the_written_files_own(graph_cache_dir):
     """The hash runs beside the writes (a thread): the manifest's digest and size are still
     those of the file's bytes in order, header, pickle, padding and every buffer."""
-    import numpy as np
 
     rng = np.random.default_rng(3)
     value = {f"b{i}": rng.integers(0, 255, size=n, dtype=np.uint8) for i, n in enumerate((1, 63, 65, 4099, 300_001))}
@@ -314,7 +314,6 @@ def test_an_edited_source_changes_the_key_though_its_digest_is_kept(tmp_path, mo
 def test_the_installed_versions_in_the_key_are_read_again_when_the_path_changes(tmp_path, monkeypatch):
     """torch's and numpy's versions are kept by the import path's folders' stat: a package
     installed into a folder of the path, or removed, is read at once."""
-    from importlib.metadata import version
 
     real = version("numpy")
     assert cache._installed_version("numpy") == real

@@ -4,13 +4,18 @@ recorded; while it runs past `[stages] progress_interval_s`, a line says it stil
 
 from __future__ import annotations
 
+import importlib.machinery
 import shutil
+import sys
 import time
+import types
 from pathlib import Path
 
 import pytest
 
 from test_runner import write_spec
+
+from dse.runner.limits import time_limit
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -73,12 +78,6 @@ def test_a_limit_passing_inside_torchs_import_is_raised_once_the_import_is_over(
     raised inside torch's import can abort the process (pybind11) or leave torch half
     imported, broken for every later import in it (a notebook's kernel; a test worker whose
     next sweep failed "partially initialized module 'torch'"). The limit waits for it."""
-    import importlib.machinery
-    import sys
-    import types
-
-    from dse.runner.limits import time_limit
-
     importing = types.ModuleType("torch._dse_test_importing")
     importing.__spec__ = importlib.machinery.ModuleSpec(importing.__name__, None)
     importing.__spec__._initializing = True  # as importlib marks a module while it runs

@@ -6,6 +6,7 @@ one) write what the batched writes write."""
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 from pg import pg_server, pg_url  # noqa: F401  (fixtures)
 
@@ -86,8 +87,6 @@ def test_anything_but_a_number_among_columns_is_refused_naming_its_run(store, od
 def test_numbers_of_other_types_among_columns_are_recorded_as_their_floats(store):
     """An int, a bool or a numpy float among the columns is recorded as the float it is (as
     MetricIn takes it), on the batch's fast path as on the row by row one."""
-    import numpy as np
-
     as_rows, as_columns = two_runs(store)
     odd = columns(ROWS)
     odd.values[0], odd.values[1], odd.values[3] = 1200, np.float64(4096.0), True

@@ -23,8 +23,8 @@ from dse.mapping import Candidate, Mapping
 from dse.ppa.assess import assess_totals
 from dse.ppa.cacti import SramGeometry, cacti_folder, sram_figures
 from dse.ppa.components import component_table
-from dse.ppa.energy import emulator_activity
-from dse.ppa.holdings import core_chips
+from dse.ppa.energy import C, Tables, emulator_activity
+from dse.ppa.holdings import core_chips, holdings
 from dse.records import Store
 from emulator.programs import matmul_inputs, tiled_matmul
 
@@ -434,8 +434,6 @@ def test_holdings_priced_together_are_each_priced_alone_to_the_bit():
     holdings' area and leakage is by definition, done one holdings at a time: its cores of
     each core chip (with their banks), its shared banks and caches by tile, what a chip has
     once. Goban's SPMD cores and poly's phases (two core chips in one holdings) alike."""
-    from dse.ppa.energy import C, Tables
-    from dse.ppa.holdings import holdings
 
     tables = Tables()
 

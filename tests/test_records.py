@@ -23,7 +23,7 @@ from sqlalchemy import create_engine, text
 from sqlalchemy.exc import IntegrityError
 
 from dse.errors import InputError
-from dse.records import MetricIn, RecordNotFound, Store, canonical_json, content_hash
+from dse.records import MetricIn, MetricRow, RecordNotFound, Store, blobs, canonical_json, content_hash
 from dse.records.schema import Base, utcnow
 from dse.runner.decisions import decide
 from dse.records.store import ABANDONED, SCHEMA_HEAD, alembic_config, database_url
@@ -715,7 +715,6 @@ def test_evidence_files_synced_together_say_a_failed_sync_and_work_in_a_forked_c
     """The files (and folders) of `put_artifacts` are synced together by a few threads: a
     sync that fails is raised once all have ended; a child forked after the threads
     started makes its own (a parent's pool has no threads in the child: it would hang)."""
-    from dse.records import blobs
 
     there = tmp_path / "there"
     there.write_bytes(b"x")
@@ -975,7 +974,6 @@ def test_batched_writes_match_single_writes(tmp_path):
 def test_a_batch_start_finishes_the_previous_batch_and_sets_the_baseline_in_one_transaction(db):
     """The sweep's one transaction per batch: the previous batch's results, this batch's
     candidates and runs, the baseline; a bad result anywhere writes none of it."""
-    from dse.records import MetricRow
 
     with Store(db) as store:
         exp = new_experiment(store)
@@ -1026,7 +1024,6 @@ def test_a_batch_written_finished_holds_what_starting_then_finishing_it_holds(db
     same runs (status, reason, error, traceback, link), metrics, latest figures,
     candidate_run rows, notes and baseline as the same batch started, then finished and
     linked; a bad result anywhere writes none of it."""
-    from dse.records import MetricRow
 
     def metrics(latency):
         return [MetricRow("analytical", "latency_cycles", latency, "cycles"),
