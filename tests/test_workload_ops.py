@@ -262,6 +262,27 @@ def test_integer_products_wrap_around_like_a_32_bit_accumulator():
     assert np.array_equal(out.numpy(), np.array([[[[19]]]], dtype=np.int32))
 
 
+@pytest.mark.parametrize("capability", ["AVX2", "DEFAULT", "AVX512"])
+def test_int8_gemm_serves_only_where_the_cpu_has_its_fast_kernel(capability, monkeypatch):
+    """torch's int8 GEMM without AVX-512 is a reference loop (130x slower than float32 BLAS on an
+    AMD EPYC): products go to the float path there, with the same exact sums."""
+    import dse.workload.interpret as interpret
+    from dse.workload.graph import INTERPRETERS
+
+    monkeypatch.setattr(torch.backends.cpu, "get_cpu_capability", lambda: capability)
+    monkeypatch.setattr(interpret, "_INT8_GEMM", None)
+    calls = []
+    monkeypatch.setattr(torch, "_int_mm", lambda *args, **kwargs: calls.append(1) or torch.ops.aten._int_mm(*args, **kwargs))
+    assert interpret._int8_gemm_used() == (capability == "AVX512" and interpret._int8_gemm_exact())
+    calls.clear()  # the exactness probe's own calls
+    g = torch.Generator().manual_seed(1)
+    a = torch.randint(-128, 128, (2, 40, 300), generator=g, dtype=torch.int8)
+    b = torch.randint(-128, 128, (300, 24), generator=g, dtype=torch.int8)
+    got = INTERPRETERS["matmul"](_op("matmul"), [a, b])
+    assert torch.equal(got, (a.to(torch.int64) @ b.to(torch.int64)).to(torch.int32))
+    assert bool(calls) == interpret._int8_gemm_used()
+
+
 @pytest.mark.parametrize("seed", range(6))
 @pytest.mark.parametrize("int8_gemm", [True, False])
 def test_integer_products_are_the_exact_sums_on_either_path(seed, int8_gemm, monkeypatch):

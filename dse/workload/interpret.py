@@ -85,30 +85,47 @@ def _int8_gemm_exact() -> bool:
     """Whether torch's int8 GEMM (`torch._int_mm`: int8 x int8 summed in int32) gives the exact
     products on this machine, tried once on the values that would break a kernel that sums
     pairs of products in int16 (AVX2's vpmaddubsw saturates -128 x -128 + -128 x -128), and on
-    mixed signs, strides and odd sizes. Where it does not (or has no CPU kernel), the float
-    path below is used."""
-    global _INT8_GEMM
-    if _INT8_GEMM is None:
+    mixed signs, strides and odd sizes."""
+    global _INT8_EXACT
+    if _INT8_EXACT is None:
         try:
             g = torch.Generator().manual_seed(0)
             cases = [(torch.full((17, 64), -128, dtype=torch.int8), torch.full((64, 9), -128, dtype=torch.int8)),
                      (torch.full((3, 40), 127, dtype=torch.int8), torch.full((9, 40), -128, dtype=torch.int8).t()),
                      (torch.randint(-128, 128, (33, 1030), generator=g, dtype=torch.int8),
                       torch.randint(-128, 128, (1030, 24), generator=g, dtype=torch.int8))]
-            _INT8_GEMM = all(torch.equal(torch._int_mm(x, y), (x.to(torch.int64) @ y.to(torch.int64)).to(torch.int32))
-                             for x, y in cases)
+            _INT8_EXACT = all(torch.equal(torch._int_mm(x, y), (x.to(torch.int64) @ y.to(torch.int64)).to(torch.int32))
+                              for x, y in cases)
         except (RuntimeError, AttributeError, NotImplementedError):
-            _INT8_GEMM = False
+            _INT8_EXACT = False
+    return _INT8_EXACT
+
+
+def _int8_gemm_fast() -> bool:
+    """Whether torch's int8 GEMM has a fast kernel here: oneDNN's int8 matmul needs AVX-512 (torch's
+    CPU capability "AVX512"). With AVX2 alone it is a reference loop, about 0.5 GMAC/s: 130x
+    slower than the float32 slices below on an AMD EPYC (an 8B-shaped layer's integer check
+    139 s instead of 10), where with AVX-512 it is about 5x faster than them."""
+    return torch.backends.cpu.get_cpu_capability().startswith("AVX512")
+
+
+def _int8_gemm_used() -> bool:
+    """Whether int8 x int8 products go to torch's int8 GEMM: exact and fast here (else the
+    float path, the same bits)."""
+    global _INT8_GEMM
+    if _INT8_GEMM is None:
+        _INT8_GEMM = _int8_gemm_fast() and _int8_gemm_exact()
     return _INT8_GEMM
 
 
+_INT8_EXACT: bool | None = None
 _INT8_GEMM: bool | None = None
 
 
 def _int8_matmul(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
     """a @ b of int8 tensors (broadcast over leading dims) as int32, by torch's int8 GEMM, one
-    2-D product per matrix of the batch: 5x the float32 slices on a real layer's products,
-    with no float copies of the operands."""
+    2-D product per matrix of the batch: with AVX-512, 5x the float32 slices on a real layer's
+    products, with no float copies of the operands."""
     *batch_a, m, k = a.shape
     *batch_b, _, n = b.shape
     # oneDNN takes a matrix with unit stride along one of its axes (a weight's transpose
@@ -128,14 +145,14 @@ def _int8_matmul(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
 
 def _int_matmul(a: torch.Tensor, b: torch.Tensor) -> tuple[torch.Tensor, int | None]:
     """a @ b of integer tensors, exact, and its bound. int8 x int8 whose sums fit int32: torch's
-    int8 GEMM where it is exact here (`_int8_gemm_exact`). Otherwise in float: a reduction
+    int8 GEMM where it is exact and fast here (`_int8_gemm_used`). Otherwise in float: a reduction
     too long for float32 whose sums fit int32 (int8 x int8 over 1,024 terms or more) goes in
     slices of K that float32 holds, summed in int32: half the memory and twice the speed of
     float64."""
     k = a.shape[-1]
     bound = _product_bound(a, b, k)
     if (bound is not None and bound <= INT32_MAX and b.dim() >= 2 and a.dim() >= 2 and a.dtype == torch.int8
-            and b.dtype == torch.int8 and min(a.shape[-2], k, b.shape[-1]) > 0 and _int8_gemm_exact()):
+            and b.dtype == torch.int8 and min(a.shape[-2], k, b.shape[-1]) > 0 and _int8_gemm_used()):
         return _int8_matmul(a, b), bound
     step = (FLOAT32_EXACT - 1) // (bound // k) if bound else k
     if bound is None or b.dim() < 2 or not 0 < step < k or bound > INT32_MAX:
