@@ -60,6 +60,10 @@ def reusable(connection: Connection, hashes: Sequence[str], *, experiment_id: in
     mark = "?" if connection.dialect.paramstyle == "qmark" else "%s"
     found: dict[str, Source] = {}
     settings: dict[int, bool] = {}
+    # No other experiment on this workload (a first sweep): nothing to look up candidate by candidate.
+    if connection.exec_driver_sql(f"SELECT 1 FROM experiment WHERE workload_hash = {mark} AND id <> {mark} LIMIT 1",
+                                  (workload_hash, int(experiment_id))).first() is None:
+        return found
     hashes = sorted(set(hashes))
     for i in range(0, len(hashes), _CHUNK):
         part = hashes[i:i + _CHUNK]
