@@ -24,6 +24,7 @@ from sqlalchemy.exc import IntegrityError
 
 from dse.errors import InputError
 from dse.records import MetricIn, MetricRow, RecordNotFound, Store, blobs, canonical_json, content_hash
+from dse.records.opening import BadStore
 from dse.records.schema import Base, utcnow
 from dse.runner.decisions import decide
 from dse.records.store import ABANDONED, SCHEMA_HEAD, alembic_config, database_url
@@ -107,6 +108,23 @@ def test_sqlite_file_is_created_in_wal_mode_with_foreign_keys_on(sqlite_db):
         assert connection.exec_driver_sql("PRAGMA wal_autocheckpoint").scalar() == 4096
     # WAL is a property of the file: a plain sqlite3 connection sees it too.
     assert sqlite3.connect(db).execute("PRAGMA journal_mode").fetchone()[0] == "wal"
+    # a new file's switch to WAL went without syncs; its connections then sync as any store's
+    with Store(db) as store, store.engine.connect() as connection:
+        assert connection.exec_driver_sql("PRAGMA synchronous").scalar() == 1  # NORMAL
+
+
+def test_a_file_with_pages_switches_to_wal_keeping_them(tmp_path):
+    db = tmp_path / "rollback.db"
+    plain = sqlite3.connect(db)
+    plain.execute("CREATE TABLE kept (x)")
+    plain.execute("INSERT INTO kept VALUES (7)")
+    plain.commit()
+    plain.close()
+    with pytest.raises(BadStore, match="holds other tables"):  # opened (so switched), not taken for a store
+        Store(db)
+    plain = sqlite3.connect(db)
+    assert plain.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
+    assert plain.execute("SELECT x FROM kept").fetchall() == [(7,)]
 
 
 def test_foreign_keys_are_enforced(store):
