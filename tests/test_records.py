@@ -24,6 +24,7 @@ from sqlalchemy.exc import IntegrityError
 
 from dse.errors import InputError
 from dse.records import MetricIn, MetricRow, RecordNotFound, Store, blobs, canonical_json, content_hash
+from dse.records.engine import make_engine, schema_is_current, upgrade_schema, writer_engine
 from dse.records.opening import BadStore
 from dse.records.schema import Base, utcnow
 from dse.runner.decisions import decide
@@ -111,6 +112,21 @@ def test_sqlite_file_is_created_in_wal_mode_with_foreign_keys_on(sqlite_db):
     # a new file's switch to WAL went without syncs; its connections then sync as any store's
     with Store(db) as store, store.engine.connect() as connection:
         assert connection.exec_driver_sql("PRAGMA synchronous").scalar() == 1  # NORMAL
+
+
+def test_a_new_file_whose_snapshot_is_declined_is_migrated_with_syncs(tmp_path):
+    # (the schema made without syncs only when the snapshot makes it; the migrations after a
+    # rollback, as before, and the connection back to NORMAL)
+    engine = make_engine(database_url(tmp_path / "new.db"))
+    try:
+        offered = []
+        upgrade_schema(writer_engine(engine), lambda connection: offered.append(1) or False)
+        assert offered == [1, 1]  # the unsynced try, then the migrations' transaction
+        assert schema_is_current(engine)
+        with engine.connect() as connection:
+            assert connection.exec_driver_sql("PRAGMA synchronous").scalar() == 1
+    finally:
+        engine.dispose()
 
 
 def test_a_file_with_pages_switches_to_wal_keeping_them(tmp_path):

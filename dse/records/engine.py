@@ -316,6 +316,8 @@ def upgrade_schema(writer: Engine, create_new: Callable[[Connection], bool] | No
     """Bring the store to alembic's head, in one write transaction; `create_new(connection)`
     first, which may make a new store's schema at the head in one go (`snapshot.create`:
     whether it did; if not, the migrations run)."""
+    if create_new is not None and writer.dialect.name == "sqlite" and _new_sqlite_schema(writer, create_new):
+        return
     # Inside one write transaction: two processes opening a new store at once
     # migrate one after the other instead of both creating tables. SQLite's BEGIN
     # IMMEDIATE serialises them; PostgreSQL needs a lock of its own (held to commit),
@@ -326,6 +328,27 @@ def upgrade_schema(writer: Engine, create_new: Callable[[Connection], bool] | No
         if create_new is not None and create_new(connection):
             return
         _migrate(writer, connection)
+
+
+def _new_sqlite_schema(writer: Engine, create_new: Callable[[Connection], bool]) -> bool:
+    """`create_new` on a SQLite file with no table yet, its commit without syncs (a file
+    that holds nothing has nothing a power cut could take: the WAL's first commit syncs its
+    header and folder, 5-10 ms of a new store's open): whether it made the schema. Not made
+    (another process's tables came first): rolled back, for the synced transaction."""
+    with writer.connect() as connection:
+        if connection.exec_driver_sql("SELECT count(*) FROM sqlite_master").scalar():
+            return False
+        connection.rollback()  # (the read's transaction: SQLite sets the safety level outside one)
+        driver = connection.connection.driver_connection
+        driver.execute("PRAGMA synchronous=OFF")
+        try:
+            with connection.begin() as transaction:
+                if create_new(connection):
+                    return True
+                transaction.rollback()
+                return False
+        finally:
+            driver.execute("PRAGMA synchronous=NORMAL")
 
 
 def _migrate(writer: Engine, connection: Connection) -> None:
