@@ -13,7 +13,7 @@ one process (ratios measured side by side; CPU seconds, as the machine is shared
   vnni16, the previous one), their final DRAM images checked identical.
 
     .venv/bin/python bench/bench_llama_floor.py [--seq 2048] [--runs 3] [--chip goban] [--workers 4]
-        [--kernels vnni8,vnni16]
+        [--kernels vnni8,vnni16] [--no-int-mm]
 
 Medians of --runs runs each. The frontend (capture, steps, checks) runs once, with an empty
 graph cache, untimed. Takes minutes at seq 2048; not run by the tests.
@@ -63,6 +63,8 @@ def main() -> None:
     ap.add_argument("--chip", default="goban")
     ap.add_argument("--workers", type=int, default=4)
     ap.add_argument("--kernels", default=None, help="comma-separated product kernels, one row each")
+    ap.add_argument("--no-int-mm", action="store_true",
+                    help="no torch._int_mm row (without AVX-512 it is a reference loop: hours at seq 2048)")
     args = ap.parse_args()
     os.environ["DSE_CACHE_DIR"] = tempfile.mkdtemp(prefix="dse-floor-")
     atexit.register(shutil.rmtree, os.environ["DSE_CACHE_DIR"], True)  # a seq-2048 cache is 2 GB
@@ -101,7 +103,7 @@ def main() -> None:
             for b, m, k, n in shapes[:7]]
     ints += [(torch.randint(-128, 128, (m, k), dtype=torch.int8), torch.randint(-128, 128, (k, n), dtype=torch.int8))
              for b, m, k, n in shapes[7:] for _ in range(b)]  # a batched product: one 2-D product a matrix
-    int_mm = timed(lambda: [torch._int_mm(a, w) for a, w in ints], args.runs)
+    int_mm = None if args.no_int_mm else timed(lambda: [torch._int_mm(a, w) for a, w in ints], args.runs)
     del ints
     chip = load_chip(args.chip)
     candidate = Candidate(chip, Mapping(workers=args.workers))
@@ -110,8 +112,12 @@ def main() -> None:
     kernels = args.kernels.split(",") if args.kernels else [fc.kernel_in_use()] + [
         k for k in ("vnni16",) if k in fc.kernels() and k != fc.kernel_in_use()]
     print(f"{'int8':<44} {'wall s':>7} {'CPU s':>7} {'GOPS CPU':>12} {'x _int_mm':>9}")
-    print(f"{'torch._int_mm of the products':<44} {int_mm[0]:7.2f} {int_mm[1]:7.2f} {flops / 1e9 / int_mm[1]:12.1f} "
-          f"{1.0:9.2f}")
+    if int_mm:
+        print(f"{'torch._int_mm of the products':<44} {int_mm[0]:7.2f} {int_mm[1]:7.2f} "
+              f"{flops / 1e9 / int_mm[1]:12.1f} {1.0:9.2f}")
+
+    def vs_int_mm(cpu: float) -> str:
+        return f"{int_mm[1] / cpu:9.2f}" if int_mm and cpu else f"{'-':>9}"
     was, images = fc.kernel_in_use(), set()
     for kernel in kernels:
         fc.use_kernel(kernel)
@@ -128,10 +134,9 @@ def main() -> None:
         macs = int(result.counters.total("ball_macs", ball="matrix"))
         share = functional / executed if executed else 0.0
         print(f"{f'emulator run, {kernel} (functional + timing)':<44} {wall:7.2f} {cpu:7.2f} "
-              f"{2 * macs / 1e9 / cpu:12.1f} {int_mm[1] / cpu:9.2f}")
+              f"{2 * macs / 1e9 / cpu:12.1f} {vs_int_mm(cpu)}")
         print(f"{'  its functional pass (share of host exec)':<44} {'':7} {cpu * share:7.2f} "
-              f"{2 * macs / 1e9 / (cpu * share) if share else 0:12.1f} "
-              f"{int_mm[1] / (cpu * share) if share else 0:9.2f}")
+              f"{2 * macs / 1e9 / (cpu * share) if share else 0:12.1f} {vs_int_mm(cpu * share)}")
     fc.use_kernel(was)
     print(f"final DRAM images of the {len(kernels)} kernels: {'identical' if len(images) == 1 else 'DIFFER'}")
     print(f"matrix Ball MACs {macs:,} (products' {flops // 2:,}); cycles {result.cycles:,}; "

@@ -2,7 +2,8 @@
 side by side in one process: each kernel this CPU runs and `torch._int_mm` (one thread) on
 the chain shapes of one Llama-3-8B-shaped layer on goban x4 (M x N x K of the chains the
 emulator applies: the projections' 64 x 256 x 4096 and 64 x 128 x 14336, attention's), in
-GMAC/s of CPU time, with ratios to the previous kernel (vnni16) and to `_int_mm`.
+GMAC/s of CPU time, with ratios to the previous kernels (vnni8 / vnni16, avx2 / avx2_v1, where
+the CPU runs both) and of the best kernel to `_int_mm`.
 
     .venv/bin/python bench/bench_product_kernels.py [--runs 5] [--macs 3e8] [--generic]
 
@@ -25,6 +26,7 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 SHAPES = [(64, 256, 4096), (64, 128, 14336), (16, 64, 2048), (16, 128, 128)]
+PAIRS = [("vnni8", "vnni16"), ("avx2", "avx2_v1")]  # a kernel and the one it replaced
 
 
 def cpu_median(fn, runs: int) -> float:
@@ -50,8 +52,9 @@ def main() -> None:
     names = [n for n in fc.kernels() if args.generic or n != "generic"]
     print(f"kernels {', '.join(names)} (in use: {fc.kernel_in_use()}); torch {torch.__version__} 1 thread; "
           f"medians of {args.runs}; GMAC/s of CPU time")
+    pairs = [(new, old) for new, old in PAIRS if {new, old} <= set(names)]
     print(f"{'M x N x K':<18}" + "".join(f"{n:>9}" for n in names) + f"{'_int_mm':>9}"
-          + (f"{'vnni8/16':>10}" if {"vnni8", "vnni16"} <= set(names) else "") + f"{'x _int_mm':>10}")
+          + "".join(f"{new + '/' + old:>16}" for new, old in pairs) + f"{'x _int_mm':>10}")
     rng = np.random.default_rng(0)
     for M, N, K in SHAPES:
         a = rng.integers(-128, 128, (M, K), dtype=np.int8)
@@ -67,8 +70,7 @@ def main() -> None:
                                                          args.runs) / 1e9
         best = rates[names[0]]
         line = f"{f'{M} x {N} x {K}':<18}" + "".join(f"{rates[n]:9.1f}" for n in names + ["_int_mm"])
-        if {"vnni8", "vnni16"} <= set(names):
-            line += f"{rates['vnni8'] / rates['vnni16']:10.2f}"
+        line += "".join(f"{rates[new] / rates[old]:16.2f}" for new, old in pairs)
         print(line + f"{best / rates['_int_mm']:10.2f}")
     print(f"load {os.getloadavg()[0]:.1f}")
 

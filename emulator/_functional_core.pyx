@@ -17,8 +17,8 @@ anything else touches their bank: before any handler runs, and when the stretch 
 Tests compare DRAM images, bank bytes, counters and records with the Python loop
 (``DSE_EMULATOR_CORE=python``).
 
-The chains' product kernels (int8 VNNI, the previous int16 VNNI, AVX2, plain C: the best this
-CPU runs, chosen at load) are reachable here by name, `use_kernel` and `matmul_nt`, for the
+The chains' product kernels (int8 VNNI, the previous int16 VNNI, AVX2, the previous AVX2,
+plain C: the best this CPU runs, chosen at load) are reachable here by name, `use_kernel` and `matmul_nt`, for the
 tests and benchmarks that set them side by side.
 """
 
@@ -630,17 +630,23 @@ def use_kernel(str name) -> str:
     return was
 
 
-def matmul_nt(a, b, str name=None, int repeat=1, split=None) -> np.ndarray:
+def matmul_nt(a, b, str name=None, int repeat=1, split=None, row_bytes=None) -> np.ndarray:
     """a @ b.T (int8 M x K and N x K) in int32 with wraparound, by kernel `name` (default: the
     one in use), the operands laid out as a chain keeps them (A + 128 as u8, rows 64-byte
     aligned): the kernels on their own, for tests and benchmarks (which time `repeat` runs of
     the product alone). `split`: on two threads from this many multiply-adds (0: always,
-    None: from `split_threshold()`, as the chains)."""
+    None: from `split_threshold()`, as the chains). `row_bytes`: the operand rows' length (the
+    kernels' `cap`: a multiple of 64, at least K; default K rounded up to 64), as a chain's
+    buffers longer than its K terms; the bytes past K are random (no kernel may add them in)."""
     cdef cnp.ndarray a8 = np.ascontiguousarray(a, dtype=np.int8)
     cdef cnp.ndarray b8 = np.ascontiguousarray(b, dtype=np.int8)
     if a8.ndim != 2 or b8.ndim != 2 or a8.shape[1] != b8.shape[1]:
         raise ValueError(f"matmul_nt: shapes {np.shape(a)} and {np.shape(b)} (want M x K and N x K)")
     cdef long M = a8.shape[0], N = b8.shape[0], K = a8.shape[1], cap = round64(K)
+    if row_bytes is not None:
+        if row_bytes < K or row_bytes % 64:
+            raise ValueError(f"matmul_nt: row_bytes {row_bytes} (want a multiple of 64, at least K = {K})")
+        cap = row_bytes
     cdef int k = kernel_now
     if name is not None:
         if name not in KERNELS or not kernel_runs(KERNELS.index(name)):
@@ -653,6 +659,8 @@ def matmul_nt(a, b, str name=None, int repeat=1, split=None) -> np.ndarray:
     cdef cnp.ndarray ub = ab[off + M * cap:off + (M + N) * cap].reshape(N, cap)
     ua[:, :K] = a8.view(np.uint8) ^ np.uint8(0x80)
     ub[:, :K] = b8.view(np.uint8)
+    pad = np.random.default_rng(cap).integers(0, 256, (M + N, cap - K), dtype=np.uint8)
+    ua[:, K:], ub[:, K:] = pad[:M], pad[M:]
     cdef cnp.ndarray p = np.empty((M, N), np.int32)
     cdef int r, n = max(repeat, 1) if M and N else 0
     cdef long min_macs = -1 if split is None else max(int(split), 0)

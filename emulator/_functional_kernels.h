@@ -169,10 +169,10 @@ __attribute__((target("avx2"))) static inline __m256i widen_b16(const int8_t* s)
     return _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i*)s));
 }
 
-// AVX2: four columns of B at a time against one row of A (each A load used four times),
-// operands widened to int16 in registers, 16 terms a step (vpmaddwd: pairs of int16 products
-// summed into int32), the tail scalar.
-__attribute__((target("avx2"))) static void product_avx2(int32_t* p, const uint8_t* a, const int8_t* b, long cap,
+// The previous AVX2 kernel, kept for side-by-side figures: four columns of B at a time against
+// one row of A (each A load used four times), operands widened to int16 in registers, 16 terms
+// a step (vpmaddwd: pairs of int16 products summed into int32), the tail scalar.
+__attribute__((target("avx2"))) static void product_avx2_v1(int32_t* p, const uint8_t* a, const int8_t* b, long cap,
                                                          long M, long N, long K) {
     long K16 = K & ~15L;
     for (long i = 0; i < M; ++i) {
@@ -197,6 +197,104 @@ __attribute__((target("avx2"))) static void product_avx2(int32_t* p, const uint8
             uint32_t s = 0;
             for (long k = 0; k < K; ++k) s += (uint32_t)(unbiased(ar[k]) * (int32_t)br[k]);
             p[i * N + j] = (int32_t)s;
+        }
+    }
+}
+
+// The AVX2 kernel (no VNNI): vpmaddwd on int16 operands (each pair of int8 x int8 products
+// summed into an int32 lane: no overflow; the vpaddd sums wrap mod 2**32), 16 terms a step.
+// A's rows of a K panel widened to int16 once, into a buffer (zeros past K: no tail step);
+// B's rows read at int8 width and widened in registers (half the cache traffic of a widened
+// copy). Blocks of 4 rows x 3 columns: 12 sums, 3 widened columns and one product in the 16 ymm
+// registers, A's terms read by vpmaddwd from memory (L1): 12 vpmaddwd for 3 widenings a step.
+#define FK_AVX2 __attribute__((target("avx2")))
+
+// Rows i of M: out[i * ld + k] = A's value (int8) at k0 + k, for k < kc; zeros up to ld.
+FK_AVX2 static void widen_panel(int16_t* out, long ld, const uint8_t* a, long cap, long M, long k0, long kc) {
+    for (long i = 0; i < M; ++i) {
+        const uint8_t* s = a + i * cap + k0;
+        int16_t* o = out + i * ld;
+        long k = 0;
+        for (; k + 16 <= kc; k += 16) _mm256_store_si256((__m256i*)(o + k), widen_a16(s + k));
+        for (; k < kc; ++k) o[k] = (int16_t)unbiased(s[k]);
+        for (; k < ld; ++k) o[k] = 0;
+    }
+}
+
+// The sums of three vectors' lanes each: lanes 0-2 (the rest zero) of the result.
+FK_AVX2 __attribute__((always_inline)) static inline __m128i sum3(__m256i v0, __m256i v1, __m256i v2) {
+    __m256i g = _mm256_hadd_epi32(_mm256_hadd_epi32(v0, v1), _mm256_hadd_epi32(v2, _mm256_setzero_si256()));
+    return _mm_add_epi32(_mm256_castsi256_si128(g), _mm256_extracti128_si256(g, 1));
+}
+
+// Four widened rows of A (a[r], kp terms, kp a multiple of 16) against three columns of B (b[q]
+// + k0) into p (row stride ldp), its first R rows and C columns (the others repeat a real row
+// or column: computed and dropped): p = sums on the first K panel, p += sums on the others.
+// The twelve sums in named registers (an array of them would live on the stack).
+// One step of row r: s[r][q] += A's 16 terms . y[q] (vpmaddwd into t, vpaddd), in asm: gcc
+// otherwise computes all twelve products before the sums, which then no longer fit in
+// registers and go to the stack each step (a third slower).
+#define FK_MADD3(r)                                                                             \
+    {                                                                                           \
+        __m256i t;                                                                              \
+        __asm__("vpmaddwd %[x], %[y0], %[t]\n\tvpaddd %[t], %[s0], %[s0]\n\t"                  \
+                "vpmaddwd %[x], %[y1], %[t]\n\tvpaddd %[t], %[s1], %[s1]\n\t"                  \
+                "vpmaddwd %[x], %[y2], %[t]\n\tvpaddd %[t], %[s2], %[s2]"                      \
+                : [s0] "+x"(s##r##0), [s1] "+x"(s##r##1), [s2] "+x"(s##r##2), [t] "=&x"(t)     \
+                : [x] "m"(*(const __m256i*)(a##r + k)), [y0] "x"(y0), [y1] "x"(y1), [y2] "x"(y2)); \
+    }
+#define FK_STEP3                                                                                \
+    {                                                                                           \
+        __m256i y0 = widen_b16(b0 + k), y1 = widen_b16(b1 + k), y2 = widen_b16(b2 + k);         \
+        FK_MADD3(0) FK_MADD3(1) FK_MADD3(2) FK_MADD3(3)                                         \
+    }
+FK_AVX2 static void block_avx2(int32_t* p, long ldp, int R, int C, const int16_t* const* a, const int8_t* const* b,
+                               long k0, long kp, bool first) {
+    const int16_t *a0 = a[0], *a1 = a[1], *a2 = a[2], *a3 = a[3];
+    const int8_t *b0 = b[0] + k0, *b1 = b[1] + k0, *b2 = b[2] + k0;
+    __m256i s00, s01, s02, s10, s11, s12, s20, s21, s22, s30, s31, s32, z = _mm256_setzero_si256();
+    s00 = s01 = s02 = s10 = s11 = s12 = s20 = s21 = s22 = s30 = s31 = s32 = z;
+    for (long k = 0; k < kp; k += 16) FK_STEP3
+    const __m128i sums[4] = {sum3(s00, s01, s02), sum3(s10, s11, s12), sum3(s20, s21, s22), sum3(s30, s31, s32)};
+    for (int r = 0; r < R; ++r) {
+        alignas(16) int32_t out[4];
+        _mm_store_si128((__m128i*)out, sums[r]);
+        for (int q = 0; q < C; ++q) {
+            int32_t* o = p + r * ldp + q;
+            *o = first ? out[q] : (int32_t)((uint32_t)*o + (uint32_t)out[q]);
+        }
+    }
+}
+#undef FK_STEP3
+#undef FK_MADD3
+
+// Cache blocking as product_vnni8's (below): K panels of KC2 terms (A's four widened rows,
+// 4 x KC2 x 2 bytes, in L1), B's rows in panels of NC2 (NC2 x KC2 bytes in L2; a multiple of
+// the block's 3 columns). On the Llama layer's shapes KC2 1024-4096 x NC2 48-192 were within
+// noise of each other.
+static const long KC2 = 2048, NC2 = 48;
+
+FK_AVX2 static void product_avx2(int32_t* p, const uint8_t* a, const int8_t* b, long cap, long M, long N, long K) {
+    static thread_local std::vector<int16_t, Aligned64<int16_t>> panel;
+    const int16_t* ar[4];
+    const int8_t* br[3];
+    for (long k0 = 0; k0 < K; k0 += KC2) {
+        long kc = K - k0 < KC2 ? K - k0 : KC2, kp = (kc + 15) & ~15L;  // kp <= cap - k0: B's loads stay in its rows
+        bool first = k0 == 0;
+        panel.resize(M * kp);
+        widen_panel(panel.data(), kp, a, cap, M, k0, kc);
+        for (long j0 = 0; j0 < N; j0 += NC2) {
+            long j1 = N - j0 < NC2 ? N : j0 + NC2;
+            for (long i = 0; i < M; i += 4) {
+                int R = M - i < 4 ? (int)(M - i) : 4;
+                for (int r = 0; r < 4; ++r)
+                    ar[r] = panel.data() + (i + (r < R ? r : R - 1)) * kp;  // the last row again
+                for (long j = j0; j < j1; j += 3) {
+                    int C = j1 - j < 3 ? (int)(j1 - j) : 3;
+                    for (int q = 0; q < 3; ++q) br[q] = b + (j + (q < C ? q : C - 1)) * cap;
+                    block_avx2(p + i * N + j, N, R, C, ar, br, k0, kp, first);
+                }
+            }
         }
     }
 }
@@ -413,6 +511,7 @@ static bool cpu_has_avx2() {
 static bool cpu_has_vnni() { return false; }
 static bool cpu_has_avx2() { return false; }
 #define product_avx2 product_generic
+#define product_avx2_v1 product_generic
 #define product_vnni16 product_generic
 #define product_vnni8 product_generic
 #endif
@@ -421,13 +520,14 @@ static bool cpu_has_avx2() { return false; }
 // it runs, the AVX2 one if DSE_EMULATOR_NO_VNNI is set (read once, at load: the older path
 // stays reachable on a VNNI machine, for the tests and the benchmark's side-by-side figures),
 // or the one `use_kernel` names.
-enum Kernel { K_VNNI8 = 0, K_VNNI16 = 1, K_AVX2 = 2, K_GENERIC = 3, N_KERNELS = 4 };
-static const char* const kernel_names[N_KERNELS] = {"vnni8", "vnni16", "avx2", "generic"};
+enum Kernel { K_VNNI8 = 0, K_VNNI16 = 1, K_AVX2 = 2, K_AVX2_V1 = 3, K_GENERIC = 4, N_KERNELS = 5 };
+static const char* const kernel_names[N_KERNELS] = {"vnni8", "vnni16", "avx2", "avx2_v1", "generic"};
 static const bool have_vnni = cpu_has_vnni();
 static const bool have_avx2 = cpu_has_avx2();
 
 static inline bool kernel_runs(int k) {
-    return k == K_GENERIC || (k == K_AVX2 && have_avx2) || ((k == K_VNNI8 || k == K_VNNI16) && have_vnni);
+    return k == K_GENERIC || ((k == K_AVX2 || k == K_AVX2_V1) && have_avx2) ||
+           ((k == K_VNNI8 || k == K_VNNI16) && have_vnni);
 }
 
 static int default_kernel() {
@@ -452,6 +552,7 @@ static inline void product(int32_t* p, const uint8_t* a, const int8_t* b, long c
     case K_VNNI8: product_vnni8(p, a, b, cap, M, N, K); break;
     case K_VNNI16: product_vnni16(p, a, b, cap, M, N, K); break;
     case K_AVX2: product_avx2(p, a, b, cap, M, N, K); break;
+    case K_AVX2_V1: product_avx2_v1(p, a, b, cap, M, N, K); break;
     default: product_generic(p, a, b, cap, M, N, K);
     }
 }

@@ -278,7 +278,9 @@ def test_the_avx2_kernel_gives_the_same_products():
 # ---------------------------------------------------------------------- the product kernels
 # `_functional_kernels.h`: vnni8 (vpdpbusd on A + 128 as u8 and B as s8, the bias taken off
 # with 128 x B's row sums; K panels of 4096 terms, B in panels of 64 rows, blocks of 4 x 4),
-# vnni16 (the previous kernel, vpdpwssd on operands widened to int16), avx2 and generic (the
+# vnni16 (the previous kernel, vpdpwssd on operands widened to int16), avx2 (vpmaddwd: A's
+# rows widened to int16 per K panel of 2048 terms, zeros past K; B's widened in registers;
+# blocks of 4 x 3, B in panels of 48 rows), avx2_v1 (the previous AVX2 kernel) and generic (the
 # int8 values back, plain sums). Each kernel this CPU runs against numpy's int64 product
 # wrapped to int32.
 
@@ -286,13 +288,13 @@ def _wrapped(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     return (a.astype(np.int64) @ b.T.astype(np.int64)).astype(np.int32)  # astype wraps mod 2**32
 
 
-def _kernels_agree(a: np.ndarray, b: np.ndarray) -> None:
+def _kernels_agree(a: np.ndarray, b: np.ndarray, row_bytes=None) -> None:
     from emulator import _functional_core as fc
     want = _wrapped(a, b)
     for name in fc.kernels():
-        got = fc.matmul_nt(a, b, name)
+        got = fc.matmul_nt(a, b, name, row_bytes=row_bytes)
         assert got.dtype == np.int32 and got.shape == want.shape
-        assert np.array_equal(got, want), (name, a.shape, b.shape)
+        assert np.array_equal(got, want), (name, a.shape, b.shape, row_bytes)
 
 
 @pytest.mark.parametrize("seed", range(6))
@@ -321,6 +323,28 @@ def test_every_kernel_is_exact_at_the_extremes(av, bv):
         a[::2, 1::2] = rng.integers(-128, 128, a[::2, 1::2].shape, dtype=np.int8)
         b[1::2, ::3] = rng.integers(-128, 128, b[1::2, ::3].shape, dtype=np.int8)
         _kernels_agree(a, b)
+
+
+@pytest.mark.parametrize("M, N, K", [(1, 1, 1), (3, 2, 15), (5, 7, 16), (4, 3, 17), (7, 5, 33), (9, 50, 100),
+                                     (2, 49, 2047), (6, 97, 2049), (13, 11, 4161)])
+def test_every_kernel_is_exact_on_rows_longer_than_k(M, N, K):
+    """Operand rows longer than K (a chain's buffers keep their width: `cap` bytes, K less),
+    random bytes past K (none may join a sum); K below, at and past one vector step (16, 32,
+    64 terms), past a K panel (2048, 4096); M and N past whole blocks (4 x 3, 4 x 4) and B's
+    panels (48, 64 rows)."""
+    rng = np.random.default_rng(M * N + K)
+    a = rng.integers(-128, 128, (M, K), dtype=np.int8)
+    b = rng.integers(-128, 128, (N, K), dtype=np.int8)
+    a[-1], b[-1] = -128, -128  # the last row and column, computed in a block of repeats
+    for extra in (0, 64, 192):
+        _kernels_agree(a, b, row_bytes=(K + 63) // 64 * 64 + extra)
+
+
+def test_matmul_nt_refuses_rows_shorter_than_k():
+    from emulator import _functional_core as fc
+    for row_bytes in (64, 136):  # below K; not a multiple of 64
+        with pytest.raises(ValueError, match="row_bytes"):
+            fc.matmul_nt(np.zeros((2, 100), np.int8), np.zeros((3, 100), np.int8), row_bytes=row_bytes)
 
 
 def test_every_kernel_wraps_as_int32():
