@@ -105,7 +105,7 @@ def _int8_gemm_fast() -> bool:
     """Whether torch's int8 GEMM has a fast kernel here: oneDNN's int8 matmul needs AVX-512 (torch's
     CPU capability "AVX512"). With AVX2 alone it is a reference loop, about 0.5 GMAC/s: 130x
     slower than the float32 slices below on an AMD EPYC (an 8B-shaped layer's integer check
-    139 s instead of 10), where with AVX-512 it is about 5x faster than them."""
+    139 s instead of 5), where with AVX-512 it is about 5x faster than them."""
     return torch.backends.cpu.get_cpu_capability().startswith("AVX512")
 
 
