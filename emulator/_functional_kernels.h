@@ -548,6 +548,10 @@ static inline bool use_kernel(int k) {
 // p (M x N int32) = a @ b.T over K terms, wrapped to 32 bits, by kernel k (-1: the one in use).
 static inline void product(int32_t* p, const uint8_t* a, const int8_t* b, long cap, long M, long N, long K,
                            int k = -1) {
+    if (K <= 0) {  // no terms: zero sums (the blocked kernels loop over K panels and would write nothing)
+        memset(p, 0, sizeof(int32_t) * M * N);
+        return;
+    }
     switch (k < 0 ? kernel : k) {
     case K_VNNI8: product_vnni8(p, a, b, cap, M, N, K); break;
     case K_VNNI16: product_vnni16(p, a, b, cap, M, N, K); break;

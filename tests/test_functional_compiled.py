@@ -325,11 +325,11 @@ def test_every_kernel_is_exact_at_the_extremes(av, bv):
         _kernels_agree(a, b)
 
 
-@pytest.mark.parametrize("M, N, K", [(1, 1, 1), (3, 2, 15), (5, 7, 16), (4, 3, 17), (7, 5, 33), (9, 50, 100),
+@pytest.mark.parametrize("M, N, K", [(3, 2, 0), (1, 1, 1), (3, 2, 15), (5, 7, 16), (4, 3, 17), (7, 5, 33), (9, 50, 100),
                                      (2, 49, 2047), (6, 97, 2049), (13, 11, 4161)])
 def test_every_kernel_is_exact_on_rows_longer_than_k(M, N, K):
     """Operand rows longer than K (a chain's buffers keep their width: `cap` bytes, K less),
-    random bytes past K (none may join a sum); K below, at and past one vector step (16, 32,
+    random bytes past K (none may join a sum); no term at all (zero sums); K below, at and past one vector step (16, 32,
     64 terms), past a K panel (2048, 4096); M and N past whole blocks (4 x 3, 4 x 4) and B's
     panels (48, 64 rows)."""
     rng = np.random.default_rng(M * N + K)
