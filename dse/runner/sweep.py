@@ -235,11 +235,27 @@ class Sweep:
                 fresh[b.hash] = b
         new = list(fresh.values())
         if new:
-            # evaluated in this process: the collector paused for the batch (`_collection_paused`);
-            # a pool's or a cluster's batch may take minutes, with other threads of the driver busy
-            in_driver = isinstance(self._analytical_executor(len(new)), InlineExecutor)
+            started_at = utcnow()
+            baseline = origin == "baseline"
+            # Each candidate's outcome, by its index in `new` (the work items' handle): infeasible
+            # before evaluation, an earlier experiment's evidence (reused), else evaluated.
+            infeasible = [Outcome(i, "infeasible", b.reason) for i, b in enumerate(new) if b.reason]
+            reused = self._reusable({i: b.hash for i, b in enumerate(new) if not b.reason}, "analytical", baseline)
+            items = [WorkItem(i, b.config_json, b.mapping, b.hash, mapping_json=b.mapping_json)
+                     for i, b in enumerate(new) if not b.reason and i not in reused]
+            # evaluated in this process: the collector paused until the batch is recorded
+            # (`_collection_paused`); a pool's or a cluster's batch may take minutes
+            in_driver = isinstance(self._analytical_executor(len(items)), InlineExecutor)
             with _collection_paused() if in_driver else contextlib.nullcontext():
-                self._evaluate_new(new, origin, bar)
+                evaluated = self._evaluated(items)
+                self._batches += 1
+                if self._batches == self._stop_after:  # evaluated, not recorded yet
+                    with self.store.between_heartbeats():  # paused outside a transaction
+                        os.kill(os.getpid(), signal.SIGSTOP)
+                self._record(new, infeasible + evaluated, reused, origin, started_at)
+                bar.update(len(new))
+                if self.stop_requested:
+                    raise KeyboardInterrupt
         if sampler is not None and type(sampler).tell is not Sampler.tell:  # (a grid's tell learns nothing)
             told = time.perf_counter()
             for p, b, repeat in zip(proposals, built, repeats):
@@ -247,26 +263,6 @@ class Sweep:
             self._sampler_seconds += time.perf_counter() - told
         self._tick(bar)
         return len(new)
-
-    def _evaluate_new(self, new: list[BuiltCandidate], origin: str, bar) -> None:
-        """`_evaluate`'s candidates not evaluated before (`new`) evaluated and recorded."""
-        started_at = utcnow()
-        baseline = origin == "baseline"
-        # Each candidate's outcome, by its index in `new` (the work items' handle): infeasible
-        # before evaluation, an earlier experiment's evidence (reused), else evaluated.
-        infeasible = [Outcome(i, "infeasible", b.reason) for i, b in enumerate(new) if b.reason]
-        reused = self._reusable({i: b.hash for i, b in enumerate(new) if not b.reason}, "analytical", baseline)
-        items = [WorkItem(i, b.config_json, b.mapping, b.hash, mapping_json=b.mapping_json)
-                 for i, b in enumerate(new) if not b.reason and i not in reused]
-        evaluated = self._evaluated(items)
-        self._batches += 1
-        if self._batches == self._stop_after:  # evaluated, not recorded yet
-            with self.store.between_heartbeats():  # paused outside a transaction
-                os.kill(os.getpid(), signal.SIGSTOP)
-        self._record(new, infeasible + evaluated, reused, origin, started_at)
-        bar.update(len(new))
-        if self.stop_requested:
-            raise KeyboardInterrupt
 
     def _evaluated(self, items: list[WorkItem]) -> list[Outcome]:
         """The analytical outcomes of a batch's work items, in the order the executor returns
