@@ -107,6 +107,8 @@ def test_sqlite_file_is_created_in_wal_mode_with_foreign_keys_on(sqlite_db):
         assert connection.exec_driver_sql("PRAGMA busy_timeout").scalar() == 10000
         # a sweep's batch of thousands of candidates commits without a checkpoint in between
         assert connection.exec_driver_sql("PRAGMA wal_autocheckpoint").scalar() == 4096
+        # and its pages stay in the page cache until the commit, not spilled into the WAL before
+        assert connection.exec_driver_sql("PRAGMA cache_size").scalar() == 4096
     # WAL is a property of the file: a plain sqlite3 connection sees it too.
     assert sqlite3.connect(db).execute("PRAGMA journal_mode").fetchone()[0] == "wal"
     # a new file's switch to WAL went without syncs; its connections then sync as any store's

@@ -5,6 +5,7 @@ random and Optuna (TPE) samplers' resume paths alike; a Ctrl-C and a killed driv
 
 from __future__ import annotations
 
+import gc
 import os
 import signal
 import subprocess
@@ -42,6 +43,33 @@ def cut_at(monkeypatch, call: int) -> list[str]:
     monkeypatch.setattr(execution, "_analytical_batch", interrupted)
     return cut
 
+
+
+def test_the_collector_pauses_while_the_driver_evaluates_a_batch_and_is_as_it_was_after(tmp_path, monkeypatch):
+    # (`sweep._collection_paused`: a batch's objects live until it is recorded)
+    seen = []
+    real = execution._analytical_batch
+
+    def watched(graph, cands, *rest):
+        seen.append(gc.isenabled())
+        return real(graph, cands, *rest)
+
+    monkeypatch.setattr(execution, "_analytical_batch", watched)
+    spec = write_spec(tmp_path, name="paused", banks=BANKS, sampler="grid", trials=10, extra=BATCH)
+    assert run_sweep(spec, tmp_path / "r.db", progress=False).evaluated == 18
+    assert len(seen) == 6 and not any(seen) and gc.isenabled()  # the baseline's batch, then 4 + 4 + 4 + 4 + 1
+    cut_at(monkeypatch, 2)  # a batch cut by Ctrl-C: the collector back on all the same
+    with pytest.raises(KeyboardInterrupt):
+        run_sweep(write_spec(tmp_path, name="cut", banks=BANKS, sampler="grid", trials=10, extra=BATCH),
+                  tmp_path / "cut.db", progress=False)
+    assert gc.isenabled()
+    gc.disable()  # a caller's own choice stands
+    try:
+        run_sweep(write_spec(tmp_path, name="off", banks=BANKS, sampler="grid", trials=10, extra=BATCH),
+                  tmp_path / "off.db", progress=False)
+        assert not gc.isenabled()
+    finally:
+        gc.enable()
 
 @pytest.mark.parametrize("sampler,trials", [("grid", 10), ("random", 12), ("tpe", 12)])
 def test_a_batch_cut_by_an_interrupt_is_not_recorded_and_the_rerun_evaluates_it(tmp_path, monkeypatch, sampler,

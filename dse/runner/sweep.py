@@ -70,6 +70,21 @@ ASK_ROUNDS = 10
 SETUP_NAMES = frozenset(s.name for s in SETUP)  # the stages `sweep_into_store` runs, before the driver's  # a batch's rounds of asking again for proposals of candidates already evaluated
 
 
+@contextlib.contextmanager
+def _collection_paused():
+    """The cyclic garbage collector paused, then as it was: an analytical batch's thousands
+    of objects (candidates, outcomes, rows) live until the batch is recorded, so collections
+    while they are made find next to nothing, and cost a grid sweep of 2,320 candidates about
+    4% of its CPU (100 young and 10 middle generation passes, each over more of them)."""
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if enabled:
+            gc.enable()
+
+
 class Sweep:
     def __init__(self, spec: Spec, captured_graph, store: Store, executor=None, progress: bool = True,
                  model_version: str = MODEL_VERSION, reuse: bool = True, chain: tuple[Stage, ...] = CHAIN):
@@ -228,15 +243,19 @@ class Sweep:
             reused = self._reusable({i: b.hash for i, b in enumerate(new) if not b.reason}, "analytical", baseline)
             items = [WorkItem(i, b.config_json, b.mapping, b.hash, mapping_json=b.mapping_json)
                      for i, b in enumerate(new) if not b.reason and i not in reused]
-            evaluated = self._evaluated(items)
-            self._batches += 1
-            if self._batches == self._stop_after:  # evaluated, not recorded yet
-                with self.store.between_heartbeats():  # paused outside a transaction
-                    os.kill(os.getpid(), signal.SIGSTOP)
-            self._record(new, infeasible + evaluated, reused, origin, started_at)
-            bar.update(len(new))
-            if self.stop_requested:
-                raise KeyboardInterrupt
+            # evaluated in this process: the collector paused until the batch is recorded
+            # (`_collection_paused`); a pool's or a cluster's batch may take minutes
+            in_driver = isinstance(self._analytical_executor(len(items)), InlineExecutor)
+            with _collection_paused() if in_driver else contextlib.nullcontext():
+                evaluated = self._evaluated(items)
+                self._batches += 1
+                if self._batches == self._stop_after:  # evaluated, not recorded yet
+                    with self.store.between_heartbeats():  # paused outside a transaction
+                        os.kill(os.getpid(), signal.SIGSTOP)
+                self._record(new, infeasible + evaluated, reused, origin, started_at)
+                bar.update(len(new))
+                if self.stop_requested:
+                    raise KeyboardInterrupt
         if sampler is not None and type(sampler).tell is not Sampler.tell:  # (a grid's tell learns nothing)
             told = time.perf_counter()
             for p, b, repeat in zip(proposals, built, repeats):
