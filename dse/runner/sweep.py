@@ -66,8 +66,8 @@ POOL_ANALYTICAL_MIN_SECONDS = 2.0
 # evaluated, the last of them not recorded yet: a stand-in for a pause at an unlucky moment
 # (a suspended laptop, a ^Z, a VM migrated), from which a SIGCONT wakes it.
 STOP_ENV = "DSE_TEST_STOP_AFTER_BATCHES"
-ASK_ROUNDS = 10
-SETUP_NAMES = frozenset(s.name for s in SETUP)  # the stages `sweep_into_store` runs, before the driver's  # a batch's rounds of asking again for proposals of candidates already evaluated
+ASK_ROUNDS = 10  # a batch's rounds of asking again for proposals of candidates already evaluated
+SETUP_NAMES = frozenset(s.name for s in SETUP)  # the stages `sweep_into_store` runs, before the driver's
 
 
 @contextlib.contextmanager
