@@ -121,8 +121,9 @@ def test_closed_or_dropped_the_thread_ends_and_the_source_is_closed():
 def test_a_ctrl_c_while_the_reader_waits_is_the_readers():
     """SIGINT to the main thread while it waits for an item the thread is still drawing: the
     reader gets the KeyboardInterrupt; closed, the thread ends once that item is drawn."""
-    if threading.current_thread() is not threading.main_thread():
-        pytest.skip("signals reach the main thread only")
+    if threading.current_thread() is not threading.main_thread() or \
+            signal.getsignal(signal.SIGINT) is not signal.default_int_handler:
+        pytest.skip("SIGINT raised as KeyboardInterrupt in this thread only")
     release = threading.Event()
 
     def slow():
