@@ -137,10 +137,8 @@ def _one_thread(values):
     """`values` drawn with torch's intra-op pool at one thread, as the emulator's run has it
     (`emulator.machine.Machine.run`), on the thread that draws them only (OpenMP's count is the
     calling thread's): the emulator's own thread and its products' keep the other core."""
-    import torch
     from threadpoolctl import threadpool_limits
 
-    torch.get_num_threads()  # torch's per-thread set-up first: it would undo the limit at its first kernel
     with threadpool_limits(1, user_api="openmp"):
         yield from values
 
