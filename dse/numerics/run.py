@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 import time
+from contextlib import ExitStack, closing
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Callable
@@ -21,6 +22,7 @@ from ..mapping import Candidate, Mapping
 from ..workload.graph import Graph
 from ..workload.recipes import output_parts
 from . import OutputCheck, Verdict, compare, unmodified_check, verdict
+from .ahead import Ahead
 from .boundary import BoundaryCheck
 from .emitted import emit_graph, emit_placed, emit_spans, request_inputs
 
@@ -81,10 +83,21 @@ def op_row(o, prefix: str = "", workers_used: int | None = None) -> dict:
             **({"note": o.note} if getattr(o, "note", "") else {})}
 
 
+# The largest reference value computed before it is asked for (`Ahead`'s early items): one drawn
+# early sits beside the DRAM buffers the boundary gives back before that value's check (an
+# attention's 512 MB scores at seq 2048 beside their accumulator: the single layer's peak). The
+# projections' and the MLP's (117 MB at seq 2048) are drawn early, the scores' when asked.
+AHEAD_BYTES = 256 * 1024**2
+
+
 class StreamedReference:
     """A graph's reference values as `compare` reads them, one op at a time in op order
     (`Graph.stream`): a real layer's reference trace would hold gigabytes at once. A name
-    asked out of op order is served from a whole trace, made then."""
+    asked out of op order is served from a whole trace, made then.
+
+    The next value is computed on a thread of its own (`Ahead`) as soon as the one before it
+    is taken: during the emulator's run, while it computes the epoch that value is checked
+    after (torch and the emulator's products let the GIL go). `close` stops that thread."""
 
     def __init__(self, graph: Graph, inputs, known: dict | None = None):
         """`known`: op outputs of this graph's trace on these inputs already computed (the
@@ -93,7 +106,8 @@ class StreamedReference:
         copy would leave the caller's holding every one until the comparison ends)."""
         self._graph, self._inputs = graph, inputs
         self._known = known if known is not None else {}
-        self._values = graph._execute(tuple(inputs), self._known, set(graph.outputs), True)
+        self._values = Ahead(_one_thread(graph._execute(tuple(inputs), self._known, set(graph.outputs), True)),
+                             "dse-reference", [graph.tensors[op.outputs[0]].nbytes <= AHEAD_BYTES for op in graph.ops])
         self._name: str | None = None
         self._value = None
         self._whole: dict | None = None
@@ -113,6 +127,20 @@ class StreamedReference:
         self._name = self._value = None
         self._whole = self._graph.trace(*self._inputs, known=self._known)
         return self._whole[name]
+
+    def close(self) -> None:
+        """No more values drawn: the thread ends (the value it is computing finished first)."""
+        self._values.close()
+
+
+def _one_thread(values):
+    """`values` drawn with torch's intra-op pool at one thread, as the emulator's run has it
+    (`emulator.machine.Machine.run`), on the thread that draws them only (OpenMP's count is the
+    calling thread's): the emulator's own thread and its products' keep the other core."""
+    from threadpoolctl import threadpool_limits
+
+    with threadpool_limits(1, user_api="openmp"):
+        yield from values
 
 
 def emulate_graph(graph: Graph, candidate: Candidate, inputs, expected=None, tolerance: float = FLOAT_TOLERANCE,
@@ -156,27 +184,28 @@ def emulate_graph(graph: Graph, candidate: Candidate, inputs, expected=None, tol
     rep.lower_seconds = t_run - t0
     in_place = not keep_image and layered is None
     boundary = None
-    if in_place:
-        # Nothing reads the image after the run but the graph's outputs: each op is checked at
-        # the BARRIER that closes it and every buffer given back once done with (`BoundaryCheck`);
-        # a kept image (a rerun, the evidence's buffers) is checked whole after the run.
-        if reference is None:
-            reference = StreamedReference(graph, inputs, known)
-        boundary = BoundaryCheck(graph, lowered, lowered.image, reference, candidate.chip)
-    result = emulator.run(lowered.program, candidate.chip, lowered.image, mode=mode, in_place=in_place,
-                          boundary=boundary, cuts=boundary.cuts if boundary is not None else None)
-    rep.emulator_seconds = time.perf_counter() - t_run - (boundary.seconds if boundary is not None else 0.0)
-    rep.rerun = None if in_place else (lowered.program, lowered.image, mode)
-    if reference is None:  # the graph's own values, the same for every candidate: callers may pass them
-        progress("reference")
-        reference = StreamedReference(graph, inputs, known)
-    progress("compare")
-    if boundary is not None:
-        rep.verdict = verdict(graph, lowered, result.dram, boundary.finish(), reference, expected, tolerance,
-                              reference_kind, parts)
-        rep.released_bytes = boundary.released
-    else:
-        rep.verdict = compare(graph, lowered, result.dram, reference, expected, tolerance, reference_kind, parts)
+    with ExitStack() as streamed:  # a reference streamed here: its thread ends with the checks (or their failure)
+        if in_place:
+            # Nothing reads the image after the run but the graph's outputs: each op is checked at
+            # the BARRIER that closes it and every buffer given back once done with (`BoundaryCheck`);
+            # a kept image (a rerun, the evidence's buffers) is checked whole after the run.
+            if reference is None:
+                reference = streamed.enter_context(closing(StreamedReference(graph, inputs, known)))
+            boundary = BoundaryCheck(graph, lowered, lowered.image, reference, candidate.chip)
+        result = emulator.run(lowered.program, candidate.chip, lowered.image, mode=mode, in_place=in_place,
+                              boundary=boundary, cuts=boundary.cuts if boundary is not None else None)
+        rep.emulator_seconds = time.perf_counter() - t_run - (boundary.seconds if boundary is not None else 0.0)
+        rep.rerun = None if in_place else (lowered.program, lowered.image, mode)
+        if reference is None:  # the graph's own values, the same for every candidate: callers may pass them
+            progress("reference")
+            reference = streamed.enter_context(closing(StreamedReference(graph, inputs, known)))
+        progress("compare")
+        if boundary is not None:
+            rep.verdict = verdict(graph, lowered, result.dram, boundary.finish(), reference, expected, tolerance,
+                                  reference_kind, parts)
+            rep.released_bytes = boundary.released
+        else:
+            rep.verdict = compare(graph, lowered, result.dram, reference, expected, tolerance, reference_kind, parts)
     if layered is not None and len(layered.stages) > 1:  # every request against its own reference
         verdicts = [rep.verdict] + [compare(graph, low, result.dram, graph.trace(*x), None, tolerance, reference_kind,
                                             parts)
