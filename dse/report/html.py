@@ -10,6 +10,7 @@ from __future__ import annotations
 import base64
 import html as html_lib
 import re
+from contextlib import ExitStack
 from urllib.parse import quote
 from dataclasses import dataclass
 from pathlib import Path
@@ -24,6 +25,7 @@ from ..records import Store
 from ..runner.caveats import hardware_caveat, kinds_text
 from ..records.blobs import EvidenceCheck
 from ..records.report_reads import COMPONENT_TOTALS
+from . import aside
 from .data import (PPA_KINDS, ExperimentView, accepted_candidates, changes, experiment_view,
                    meaningful_candidates, outcome_mark, row_marks, stored_bank_lifetimes)
 from .figures import (component_plot, core_time_plot, history_plot, model_vs_emulator_plot, op_breakdown_plot,
@@ -144,11 +146,14 @@ def write_report(store: Store, experiment, out_dir: str | Path = "reports", x: s
     from tqdm import tqdm
 
     # A big store's report takes seconds: a bar on a terminal, nothing otherwise (disable=None).
-    with tqdm(total=4, desc=f"report {experiment}: read the store", unit="phase", leave=False, disable=None) as bar:
-        return _write_report(store, experiment, out_dir, x, y, bar)
+    # `closing`: what the report starts that must end with it (the child drawing its PNGs).
+    with tqdm(total=4, desc=f"report {experiment}: read the store", unit="phase", leave=False,
+              disable=None) as bar, ExitStack() as closing:
+        return _write_report(store, experiment, out_dir, x, y, bar, closing)
 
 
-def _write_report(store: Store, experiment, out_dir: str | Path, x: str | None, y: str | None, bar) -> Report:
+def _write_report(store: Store, experiment, out_dir: str | Path, x: str | None, y: str | None, bar,
+                  closing: ExitStack) -> Report:
     view = experiment_view(store, experiment)
     evidence = store.check_evidence(view.exp["id"])
     bar.update()
@@ -175,6 +180,14 @@ def _write_report(store: Store, experiment, out_dir: str | Path, x: str | None, 
                        figures)
     if len(view.emulated):
         figures["model_vs_emulator"] = model_vs_emulator_plot(view.emulated)
+    if len(view.core_time) and "busy_cycles" in view.core_time:
+        figures["core_time"] = core_time_plot(view.core_time, list(view.emulated["candidate_id"]))
+    # Every PNG figure is built: a big report's are drawn in a child process while this one
+    # builds the rest (`aside`); the child has its own copies of the figures.
+    drawing = closing.enter_context(aside.Drawing(figures, aside=len(table) >= aside.ASIDE_FROM))
+    if drawing.pid is not None:
+        for fig in figures.values():
+            fig.close()
     # The interactive figures (the UI's): plotly.js inlined once, with the first.
     interactive_html = {name: _inline(fig, name.replace("_", "-"), name == "pareto")
                         for name, fig in experiment_figures(view, x, y).items()}
@@ -192,8 +205,6 @@ def _write_report(store: Store, experiment, out_dir: str | Path, x: str | None, 
             interactive_html["banks"] = _inline(bank_lifetime_figure(
                 lives, title=f"candidate {cid}: bank lifetimes (emulator run r{run_id})"), "banks", False)
             break
-    if len(view.core_time) and "busy_cycles" in view.core_time:
-        figures["core_time"] = core_time_plot(view.core_time, list(view.emulated["candidate_id"]))
     # The emulator's counters by scope (Ball, bank, DMA, bus) and its host time by phase: of
     # the emulated candidates, the labelled ones (baseline, best, accepted) first.
     emulated_ids = [int(i) for i in view.emulated["candidate_id"]] if len(view.emulated) else []
@@ -209,7 +220,7 @@ def _write_report(store: Store, experiment, out_dir: str | Path, x: str | None, 
     out.mkdir(parents=True, exist_ok=True)
     assets = out / f"{exp['name']}_files"
     assets.mkdir(exist_ok=True)
-    pngs = {name: fig.png_bytes() for name, fig in figures.items()}
+    pngs = drawing.pngs()
     for name, fig in figures.items():
         fig.close()
         _write(assets / f"{name}.png", pngs[name])
