@@ -1,6 +1,6 @@
-"""A big report draws its PNGs in a forked child (`dse.report.aside`): the same report as
-drawn in process, a failure there one clear error, an interruption leaves no process behind
-and no page written."""
+"""A big report builds its PNGs and its interactive area, energy and latency figures in a
+forked child (`dse.report.aside`): the same report as built in process, a failure there one
+clear error, an interruption leaves no process behind and no page written."""
 
 import os
 import signal
@@ -17,7 +17,7 @@ from dse.runner import run_sweep
 
 from test_runner import write_spec
 
-pytestmark = pytest.mark.skipif(not aside.can_fork(), reason="the PNGs are drawn aside on Linux only")
+pytestmark = pytest.mark.skipif(not aside.can_fork(), reason="a report builds part of itself aside on Linux only")
 
 
 @pytest.fixture(scope="module")
@@ -29,7 +29,7 @@ def swept(tmp_path_factory):
 
 @pytest.fixture
 def forks(monkeypatch):
-    """Every report drawn aside (however few its candidates); the children's pids."""
+    """Every report built partly aside (however few its candidates); the children's pids."""
     pids = []
     fork = os.fork
 
@@ -57,7 +57,7 @@ def _files(folder):
     return {p.relative_to(folder).as_posix(): p.read_bytes() for p in sorted(folder.rglob("*")) if p.is_file()}
 
 
-def test_a_report_drawn_aside_is_the_report_drawn_in_process(swept, tmp_path, monkeypatch, forks):
+def test_a_report_built_aside_is_the_report_built_in_process(swept, tmp_path, monkeypatch, forks):
     monkeypatch.setattr(aside, "ASIDE_FROM", 10**9)
     with Store(swept) as store:
         here = write_report(store, "aside", tmp_path / "here")
@@ -67,7 +67,8 @@ def test_a_report_drawn_aside_is_the_report_drawn_in_process(swept, tmp_path, mo
         there = write_report(store, "aside", tmp_path / "there")
     assert len(forks) == 1 and _gone(forks[0])
     mine, theirs = _files(tmp_path / "here"), _files(tmp_path / "there")
-    # The same images (drawn by the child, byte for byte) and pages around them.
+    # The same images (drawn by the child, byte for byte) and pages (the PPA figures' part of
+    # the HTML built by the child too).
     assert "aside_files/pareto.png" in mine and mine["aside_files/pareto.png"].startswith(b"\x89PNG")
     assert mine == theirs
     assert list(here.figures) == list(there.figures)
@@ -75,35 +76,35 @@ def test_a_report_drawn_aside_is_the_report_drawn_in_process(swept, tmp_path, mo
         pd.testing.assert_frame_equal(here.figures[name].data, there.figures[name].data)
 
 
-def test_a_failure_drawing_aside_is_one_clear_error_and_writes_no_page(swept, tmp_path, monkeypatch, forks, cli):
+def test_a_failure_aside_is_one_clear_error_and_writes_no_page(swept, tmp_path, monkeypatch, forks, cli):
     def broken(self):
         raise ValueError("no room for the legend")
 
     monkeypatch.setattr(figures_module.Figure, "png_bytes", broken)  # the child inherits it
-    with Store(swept) as store, pytest.raises(aside.DrawingFailed) as failed:
+    with Store(swept) as store, pytest.raises(aside.AsideFailed) as failed:
         write_report(store, "aside", tmp_path / "out")
-    assert str(failed.value) == "drawing the report's image 'pareto' failed: ValueError: no room for the legend"
+    assert str(failed.value) == "building the report's pareto.png failed: ValueError: no room for the legend"
     # Where it failed, from the child's traceback, kept with the error (the CLI's traceback file).
     assert "in broken" in failed.value.__notes__[0] and "no room for the legend" in failed.value.__notes__[0]
     assert not (tmp_path / "out" / "aside.html").exists()
     code, out, err = cli("report", "aside", "--db", swept, "--out", tmp_path / "cli")
     assert code == 1 and out == ""
-    assert err.startswith("dse: internal error: DrawingFailed: drawing the report's image 'pareto' failed: "
+    assert err.startswith("dse: internal error: AsideFailed: building the report's pareto.png failed: "
                           "ValueError: no room for the legend; full traceback in ")
     assert len(forks) == 2 and all(_gone(pid) for pid in forks)
 
 
-def test_a_child_that_dies_drawing_is_named_with_how_it_ended(swept, tmp_path, monkeypatch, forks):
+def test_a_child_that_dies_is_named_with_how_it_ended(swept, tmp_path, monkeypatch, forks):
     monkeypatch.setattr(figures_module.Figure, "png_bytes", lambda self: os._exit(7))
-    with Store(swept) as store, pytest.raises(aside.DrawingFailed,
-                                              match=r"^the process drawing the report's images ended without them "
+    with Store(swept) as store, pytest.raises(aside.AsideFailed,
+                                              match=r"^the process building part of the report ended without it "
                                                     r"\(exit code 7\)$"):
         write_report(store, "aside", tmp_path / "out")
     assert not (tmp_path / "out" / "aside.html").exists()
     assert len(forks) == 1 and _gone(forks[0])
 
 
-def test_an_interrupted_report_stops_its_drawing(swept, tmp_path, monkeypatch, forks):
+def test_an_interrupted_report_stops_its_child(swept, tmp_path, monkeypatch, forks):
     def slow(self):
         time.sleep(60)  # still drawing when the report is interrupted
         os._exit(0)

@@ -12,7 +12,7 @@ import html as html_lib
 import re
 from contextlib import ExitStack
 from urllib.parse import quote
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import jinja2
@@ -31,8 +31,8 @@ from .data import (PPA_KINDS, ExperimentView, accepted_candidates, changes, expe
 from .figures import (component_plot, core_time_plot, history_plot, model_vs_emulator_plot, op_breakdown_plot,
                       pareto_panels, pareto_plot)
 from ..runner.reasons import reason_ref, reason_refs
-from .interactive import (PPA_PAIRS, bank_lifetime_figure, experiment_figures, history_figure, ppa_pareto_name,
-                          search_history_figure)
+from .interactive import (PPA_PAIRS, bank_lifetime_figure, experiment_figures, history_figure, ppa_figures,
+                          ppa_pareto_name, search_history_figure)
 from .search_history import EVALUATOR, best_words, importance_rows, search_history
 
 
@@ -182,15 +182,20 @@ def _write_report(store: Store, experiment, out_dir: str | Path, x: str | None, 
         figures["model_vs_emulator"] = model_vs_emulator_plot(view.emulated)
     if len(view.core_time) and "busy_cycles" in view.core_time:
         figures["core_time"] = core_time_plot(view.core_time, list(view.emulated["candidate_id"]))
-    # Every PNG figure is built: a big report's are drawn in a child process while this one
-    # builds the rest (`aside`); the child has its own copies of the figures.
-    drawing = closing.enter_context(aside.Drawing(figures, aside=len(table) >= aside.ASIDE_FROM))
-    if drawing.pid is not None:
+    # Every PNG figure is built: a big report's are drawn in a child process, with the
+    # interactive area, energy and latency figures, while this one builds the rest (`aside`).
+    ppa_labels = meaningful_candidates(table, view.baseline_id, view.best_id, accepted)
+    jobs = {f"{name}.png": fig.png_bytes for name, fig in figures.items()}
+    ppa_view = replace(view, store=None)  # from what it read above (`ExperimentView._kept`), not the store
+    jobs[PPA_PLOTS] = lambda: {name: _inline(fig, name.replace("_", "-"), False)
+                               for name, fig in ppa_figures(ppa_view, ppa_labels).items()}
+    apart = closing.enter_context(aside.Aside(jobs, aside=len(table) >= aside.ASIDE_FROM))
+    if apart.pid is not None:  # the child has its own copies
         for fig in figures.values():
             fig.close()
     # The interactive figures (the UI's): plotly.js inlined once, with the first.
     interactive_html = {name: _inline(fig, name.replace("_", "-"), name == "pareto")
-                        for name, fig in experiment_figures(view, x, y).items()}
+                        for name, fig in experiment_figures(view, x, y, ppa=False).items()}
     # What the search did: the objective candidate after candidate, and which knobs mattered
     # (computed once: `search_history`, as the UI shows it).
     history = search_history(table, objectives[0])
@@ -214,19 +219,6 @@ def _write_report(store: Store, experiment, out_dir: str | Path, x: str | None, 
     stalls = (view.core_time[["candidate_id", "scope_key", *stall_cols]].to_dict("records")
               if stall_cols else [])
 
-    bar.update()
-    bar.set_description(f"report {experiment}: images")
-    out = Path(out_dir)
-    out.mkdir(parents=True, exist_ok=True)
-    assets = out / f"{exp['name']}_files"
-    assets.mkdir(exist_ok=True)
-    pngs = drawing.pngs()
-    for name, fig in figures.items():
-        fig.close()
-        _write(assets / f"{name}.png", pngs[name])
-
-    bar.update()
-    bar.set_description(f"report {experiment}: pages")
     metric_cols = [m for m in dict.fromkeys([y, x, "latency_cycles", "private_sram_bytes", "peak_sram_bytes",
                                              "dma_bytes"]) if m in table]
     # What a candidate costs, where the store has it.
@@ -254,6 +246,22 @@ def _write_report(store: Store, experiment, out_dir: str | Path, x: str | None, 
     for row in rows:
         row["reason"] = reason_ref(refs, row["status"], row["reason"] or None) or row["reason"]
     reasons = [dict(ref=refs[(status, reason)], n=n, status=status, reason=reason) for status, reason, n in groups]
+
+    bar.update()
+    bar.set_description(f"report {experiment}: images")
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    assets = out / f"{exp['name']}_files"
+    assets.mkdir(exist_ok=True)
+    built = apart.results()  # as late as can be: the child's work overlaps all of the above
+    interactive_html.update(built[PPA_PLOTS])
+    pngs = {name: built[f"{name}.png"] for name in figures}
+    for name, fig in figures.items():
+        fig.close()
+        _write(assets / f"{name}.png", pngs[name])
+
+    bar.update()
+    bar.set_description(f"report {experiment}: pages")
     context = dict(
         exp=exp, decisions=[{**d, "candidate": "—" if pd.isna(d["candidate_id"]) else f"c{d['candidate_id']}",
                              "kinds": kinds_text(d["evidence_kinds"]), "caveat": hardware_caveat(d["evidence_kinds"])}
@@ -280,6 +288,9 @@ def _write_report(store: Store, experiment, out_dir: str | Path, x: str | None, 
     bar.refresh()  # the full bar drawn before it goes (an update within mininterval is not)
     return Report(path.resolve(), md_path.resolve(), view, figures, evidence)
 
+
+# The `aside` job of the interactive area, energy and latency figures (`ppa_figures`).
+PPA_PLOTS = "interactive area, energy and latency figures"
 
 # Candidates whose counter tables the report shows (each bank of each core is a row).
 MAX_COUNTER_CANDIDATES = 4
