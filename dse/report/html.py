@@ -33,6 +33,7 @@ from .figures import (component_plot, core_time_plot, history_plot, model_vs_emu
 from ..runner.reasons import reason_ref, reason_refs
 from .interactive import (PPA_PAIRS, bank_lifetime_figure, experiment_figures, history_figure, ppa_figures,
                           ppa_pareto_name, search_history_figure)
+from .interactive import load as load_plotly
 from .search_history import EVALUATOR, best_words, importance_rows, search_history
 
 
@@ -182,16 +183,19 @@ def _write_report(store: Store, experiment, out_dir: str | Path, x: str | None, 
         figures["model_vs_emulator"] = model_vs_emulator_plot(view.emulated)
     if len(view.core_time) and "busy_cycles" in view.core_time:
         figures["core_time"] = core_time_plot(view.core_time, list(view.emulated["candidate_id"]))
-    # Every PNG figure is built: a big report's are drawn in a child process, with the
-    # interactive area, energy and latency figures, while this one builds the rest (`aside`).
-    ppa_labels = meaningful_candidates(table, view.baseline_id, view.best_id, accepted)
-    jobs = {f"{name}.png": fig.png_bytes for name, fig in figures.items()}
+    # Every PNG figure is built. A big report draws those of many points (its Pareto plots) in
+    # a child process, with its interactive area, energy and latency figures, while this one
+    # builds the rest (`aside`; the two shares about equal at 100,000 candidates).
+    many = {name: fig for name, fig in figures.items() if len(fig.data) >= aside.ASIDE_FROM}
+    jobs = {f"{name}.png": fig.png_bytes for name, fig in many.items()}
+    load_plotly()  # loaded once for both processes
     ppa_view = replace(view, store=None)  # from what it read above (`ExperimentView._kept`), not the store
+    ppa_labels = meaningful_candidates(table, view.baseline_id, view.best_id, accepted)
     jobs[PPA_PLOTS] = lambda: {name: _inline(fig, name.replace("_", "-"), False)
                                for name, fig in ppa_figures(ppa_view, ppa_labels).items()}
     apart = closing.enter_context(aside.Aside(jobs, aside=len(table) >= aside.ASIDE_FROM))
     if apart.pid is not None:  # the child has its own copies
-        for fig in figures.values():
+        for fig in many.values():
             fig.close()
     # The interactive figures (the UI's): plotly.js inlined once, with the first.
     interactive_html = {name: _inline(fig, name.replace("_", "-"), name == "pareto")
@@ -255,7 +259,7 @@ def _write_report(store: Store, experiment, out_dir: str | Path, x: str | None, 
     assets.mkdir(exist_ok=True)
     built = apart.results()  # as late as can be: the child's work overlaps all of the above
     interactive_html.update(built[PPA_PLOTS])
-    pngs = {name: built[f"{name}.png"] for name in figures}
+    pngs = {name: built[f"{name}.png"] if name in many else fig.png_bytes() for name, fig in figures.items()}
     for name, fig in figures.items():
         fig.close()
         _write(assets / f"{name}.png", pngs[name])

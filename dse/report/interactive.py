@@ -50,6 +50,12 @@ def _white() -> go.layout.Template:
     return pio.templates["plotly_white"]
 
 
+def load() -> None:
+    """Load what plotly loads for its first figure (its validators, the template: a third of
+    a second), once: before a fork, so that both processes have it (`dse.report.aside`)."""
+    go.Figure(layout=dict(template=_white()))
+
+
 def _scatter(n: int, **kwargs):
     return (go.Scattergl if n >= WEBGL_FROM else go.Scatter)(**kwargs)
 OUTCOME_COLORS = {"infeasible": "#c44e52", "pruned": "#8172b2", "failed": "#937860", "crashed": "#222222",
