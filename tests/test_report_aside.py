@@ -2,6 +2,7 @@
 forked child (`dse.report.aside`): the same report as built in process, a failure there one
 clear error, an interruption leaves no process behind and no page written."""
 
+import gc
 import os
 import signal
 import time
@@ -66,6 +67,7 @@ def test_a_report_built_aside_is_the_report_built_in_process(swept, tmp_path, mo
     with Store(swept) as store:
         there = write_report(store, "aside", tmp_path / "there")
     assert len(forks) == 1 and _gone(forks[0])
+    assert gc.get_freeze_count() == 0  # what it froze for the child's time, thawed
     mine, theirs = _files(tmp_path / "here"), _files(tmp_path / "there")
     # The same images (drawn by the child, byte for byte) and pages (the PPA figures' part of
     # the HTML built by the child too).
@@ -92,6 +94,17 @@ def test_a_failure_aside_is_one_clear_error_and_writes_no_page(swept, tmp_path, 
     assert err.startswith("dse: internal error: AsideFailed: building the report's pareto.png failed: "
                           "ValueError: no room for the legend; full traceback in ")
     assert len(forks) == 2 and all(_gone(pid) for pid in forks)
+
+
+def test_no_process_to_be_had_builds_it_all_here(swept, tmp_path, monkeypatch, forks):
+    def refused():
+        raise BlockingIOError(11, "Resource temporarily unavailable")
+
+    monkeypatch.setattr(aside.os, "fork", refused)
+    with Store(swept) as store:
+        report = write_report(store, "aside", tmp_path / "out")
+    assert (tmp_path / "out" / "aside_files" / "pareto.png").read_bytes().startswith(b"\x89PNG")
+    assert 'id="ppa-latency-energy"' in report.path.read_text() and gc.get_freeze_count() == 0
 
 
 def test_a_child_that_dies_is_named_with_how_it_ended(swept, tmp_path, monkeypatch, forks):

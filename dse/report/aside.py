@@ -12,6 +12,7 @@ error, with the child's traceback attached as a note.
 
 from __future__ import annotations
 
+import gc
 import os
 import pickle
 import signal
@@ -41,12 +42,27 @@ class Aside:
         self.jobs = jobs
         self.pid = None
         self._pipe = None
+        self._froze = False
         if aside and jobs and can_fork():
             self._start()
 
     def _start(self) -> None:
         read, write = os.pipe()
-        pid = os.fork()
+        # The collector's passes write to every object they visit: the objects there are
+        # frozen until the child ends, so that they leave the pages both processes share
+        # alone (fewer copies on write in each).
+        self._froze = not gc.get_freeze_count()  # (a host that froze its own: left as it is)
+        if self._froze:
+            gc.freeze()
+        try:
+            pid = os.fork()
+        except BaseException as exc:
+            self._thaw()
+            os.close(read)
+            os.close(write)
+            if isinstance(exc, OSError):  # no process to be had (a limit, memory): all done here
+                return
+            raise
         if pid == 0:  # the child: run, send, and end here whatever happens
             code = 1
             try:
@@ -96,7 +112,13 @@ class Aside:
                 pass
         self._pipe.close()
         _, status = os.waitpid(pid, 0)
+        self._thaw()
         return os.waitstatus_to_exitcode(status)
+
+    def _thaw(self) -> None:
+        if self._froze:
+            gc.unfreeze()
+            self._froze = False
 
     def __enter__(self) -> Aside:
         return self
