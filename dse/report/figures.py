@@ -35,7 +35,7 @@ class Figure:
     def png_bytes(self) -> bytes:
         buf = io.BytesIO()
         # Laid out once, when built (tight_layout): bbox_inches="tight" would lay it out again
-        # and draw it twice (a third of the PNGs' time at 100,000 candidates).
+        # and draw it twice (a sixth of the PNGs' time at 100,000 candidates).
         self.figure.savefig(buf, format="png", dpi=110)
         return buf.getvalue()
 

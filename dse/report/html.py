@@ -147,7 +147,7 @@ def write_report(store: Store, experiment, out_dir: str | Path = "reports", x: s
     from tqdm import tqdm
 
     # A big store's report takes seconds: a bar on a terminal, nothing otherwise (disable=None).
-    # `closing`: what the report starts that must end with it (the child drawing its PNGs).
+    # `closing`: what the report starts that must end with it (the child building part of it).
     with tqdm(total=4, desc=f"report {experiment}: read the store", unit="phase", leave=False,
               disable=None) as bar, ExitStack() as closing:
         return _write_report(store, experiment, out_dir, x, y, bar, closing)
