@@ -257,9 +257,11 @@ def _write_report(store: Store, experiment, out_dir: str | Path, x: str | None, 
     out.mkdir(parents=True, exist_ok=True)
     assets = out / f"{exp['name']}_files"
     assets.mkdir(exist_ok=True)
-    built = apart.results()  # as late as can be: the child's work overlaps all of the above
+    # This process's PNGs, then the child's: as late as can be, its work overlaps all of this.
+    here = {name: fig.png_bytes() for name, fig in figures.items() if name not in many}
+    built = apart.results()
     interactive_html.update(built[PPA_PLOTS])
-    pngs = {name: built[f"{name}.png"] if name in many else fig.png_bytes() for name, fig in figures.items()}
+    pngs = {name: here[name] if name in here else built[f"{name}.png"] for name in figures}
     for name, fig in figures.items():
         fig.close()
         _write(assets / f"{name}.png", pngs[name])
