@@ -46,6 +46,15 @@ class ExperimentView:
     # Runs standing on an earlier experiment's evidence (dse.records.reuse): candidate, run,
     # stage and the sentence naming what they reuse.
     reused: list[dict] = field(default_factory=list)
+    # Reads of a few candidates' figures kept once made: the report's PNG and interactive
+    # figures read the same ones (and its interactive ones are built in a child process
+    # that must not use the store's connection: `dse.report.aside`).
+    _kept: dict = field(default_factory=dict, repr=False, compare=False)
+
+    def _read(self, key: tuple, read):
+        if key not in self._kept:
+            self._kept[key] = read()
+        return self._kept[key]
 
     @property
     def outcomes(self) -> list[str | None]:
@@ -64,7 +73,8 @@ class ExperimentView:
 
     def op_metric_of(self, candidate_ids: list[int] | None, name: str) -> pd.DataFrame:
         """An analytical per-op metric ("cycles", "energy_uj") of these candidates (None: all)."""
-        return self.store.op_metric_table(int(self.exp["id"]), candidate_ids, name)
+        return self._read(("op", name, None if candidate_ids is None else tuple(candidate_ids)),
+                          lambda: self.store.op_metric_table(int(self.exp["id"]), candidate_ids, name))
 
     def counters_of(self, candidate_ids: list[int]) -> dict[str, list[dict]]:
         """The emulator's counters kept as metrics (`dse.runner.metrics.COUNTER_SCOPES`:
@@ -86,7 +96,8 @@ class ExperimentView:
 
     def components_of(self, candidate_ids: list[int], kind: str) -> ComponentFigures:
         """Area and energy by component of these candidates, evidence kind `kind`."""
-        return self.store.component_figures(int(self.exp["id"]), candidate_ids, kind)
+        return self._read(("components", kind, tuple(candidate_ids)),
+                          lambda: self.store.component_figures(int(self.exp["id"]), candidate_ids, kind))
 
 
 def _objectives(spec_text: str) -> list[dict]:

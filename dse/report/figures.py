@@ -34,7 +34,9 @@ class Figure:
 
     def png_bytes(self) -> bytes:
         buf = io.BytesIO()
-        self.figure.savefig(buf, format="png", dpi=110, bbox_inches="tight")
+        # Laid out once, when built (tight_layout): bbox_inches="tight" would lay it out again
+        # and draw it twice (a sixth of the PNGs' time at 100,000 candidates).
+        self.figure.savefig(buf, format="png", dpi=110)
         return buf.getvalue()
 
     def png_base64(self) -> str:
@@ -196,8 +198,9 @@ def component_plot(figures, labels: dict[int, str], title: str = "") -> Figure:
         ax.grid(axis="x", alpha=0.3)
     axes[0].invert_yaxis()
     handles, texts = axes[0].get_legend_handles_labels()
+    # Inside the figure's bottom strip that tight_layout's rect leaves: the PNG is the figure.
     fig.legend(handles, texts, fontsize=7, ncol=min(7, max(len(texts), 1)), loc="lower center",
-               bbox_to_anchor=(0.5, -0.02))
+               bbox_to_anchor=(0.5, 0.01))
     fig.suptitle(title or f"area and energy by component ({figures.kind})")
     fig.tight_layout(rect=(0, 0.12, 1, 1))
     shown = figures.parts[figures.parts["candidate_id"].isin(ids)]

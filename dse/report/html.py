@@ -10,8 +10,9 @@ from __future__ import annotations
 import base64
 import html as html_lib
 import re
+from contextlib import ExitStack
 from urllib.parse import quote
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import jinja2
@@ -24,13 +25,15 @@ from ..records import Store
 from ..runner.caveats import hardware_caveat, kinds_text
 from ..records.blobs import EvidenceCheck
 from ..records.report_reads import COMPONENT_TOTALS
+from . import aside
 from .data import (PPA_KINDS, ExperimentView, accepted_candidates, changes, experiment_view,
                    meaningful_candidates, outcome_mark, row_marks, stored_bank_lifetimes)
 from .figures import (component_plot, core_time_plot, history_plot, model_vs_emulator_plot, op_breakdown_plot,
                       pareto_panels, pareto_plot)
 from ..runner.reasons import reason_ref, reason_refs
-from .interactive import (PPA_PAIRS, bank_lifetime_figure, experiment_figures, history_figure, ppa_pareto_name,
-                          search_history_figure)
+from .interactive import (PPA_PAIRS, bank_lifetime_figure, experiment_figures, history_figure, ppa_figures,
+                          ppa_pareto_name, search_history_figure)
+from .interactive import load as load_plotly
 from .search_history import EVALUATOR, best_words, importance_rows, search_history
 
 
@@ -144,11 +147,14 @@ def write_report(store: Store, experiment, out_dir: str | Path = "reports", x: s
     from tqdm import tqdm
 
     # A big store's report takes seconds: a bar on a terminal, nothing otherwise (disable=None).
-    with tqdm(total=4, desc=f"report {experiment}: read the store", unit="phase", leave=False, disable=None) as bar:
-        return _write_report(store, experiment, out_dir, x, y, bar)
+    # `closing`: what the report starts that must end with it (the child building part of it).
+    with tqdm(total=4, desc=f"report {experiment}: read the store", unit="phase", leave=False,
+              disable=None) as bar, ExitStack() as closing:
+        return _write_report(store, experiment, out_dir, x, y, bar, closing)
 
 
-def _write_report(store: Store, experiment, out_dir: str | Path, x: str | None, y: str | None, bar) -> Report:
+def _write_report(store: Store, experiment, out_dir: str | Path, x: str | None, y: str | None, bar,
+                  closing: ExitStack) -> Report:
     view = experiment_view(store, experiment)
     evidence = store.check_evidence(view.exp["id"])
     bar.update()
@@ -175,9 +181,25 @@ def _write_report(store: Store, experiment, out_dir: str | Path, x: str | None, 
                        figures)
     if len(view.emulated):
         figures["model_vs_emulator"] = model_vs_emulator_plot(view.emulated)
+    if len(view.core_time) and "busy_cycles" in view.core_time:
+        figures["core_time"] = core_time_plot(view.core_time, list(view.emulated["candidate_id"]))
+    # Every PNG figure is built. A big report draws those of many points (its Pareto plots) in
+    # a child process, with its interactive area, energy and latency figures, while this one
+    # builds the rest (`aside`; the two shares about equal at 100,000 candidates).
+    many = {name: fig for name, fig in figures.items() if len(fig.data) >= aside.ASIDE_FROM}
+    jobs = {f"{name}.png": fig.png_bytes for name, fig in many.items()}
+    load_plotly()  # loaded once for both processes
+    ppa_view = replace(view, store=None)  # from what it read above (`ExperimentView._kept`), not the store
+    ppa_labels = meaningful_candidates(table, view.baseline_id, view.best_id, accepted)
+    jobs[PPA_PLOTS] = lambda: {name: _inline(fig, name.replace("_", "-"), False)
+                               for name, fig in ppa_figures(ppa_view, ppa_labels).items()}
+    apart = closing.enter_context(aside.Aside(jobs, aside=len(table) >= aside.ASIDE_FROM))
+    if apart.pid is not None:  # the child has its own copies
+        for fig in many.values():
+            fig.close()
     # The interactive figures (the UI's): plotly.js inlined once, with the first.
     interactive_html = {name: _inline(fig, name.replace("_", "-"), name == "pareto")
-                        for name, fig in experiment_figures(view, x, y).items()}
+                        for name, fig in experiment_figures(view, x, y, ppa=False).items()}
     # What the search did: the objective candidate after candidate, and which knobs mattered
     # (computed once: `search_history`, as the UI shows it).
     history = search_history(table, objectives[0])
@@ -192,8 +214,6 @@ def _write_report(store: Store, experiment, out_dir: str | Path, x: str | None, 
             interactive_html["banks"] = _inline(bank_lifetime_figure(
                 lives, title=f"candidate {cid}: bank lifetimes (emulator run r{run_id})"), "banks", False)
             break
-    if len(view.core_time) and "busy_cycles" in view.core_time:
-        figures["core_time"] = core_time_plot(view.core_time, list(view.emulated["candidate_id"]))
     # The emulator's counters by scope (Ball, bank, DMA, bus) and its host time by phase: of
     # the emulated candidates, the labelled ones (baseline, best, accepted) first.
     emulated_ids = [int(i) for i in view.emulated["candidate_id"]] if len(view.emulated) else []
@@ -203,19 +223,6 @@ def _write_report(store: Store, experiment, out_dir: str | Path, x: str | None, 
     stalls = (view.core_time[["candidate_id", "scope_key", *stall_cols]].to_dict("records")
               if stall_cols else [])
 
-    bar.update()
-    bar.set_description(f"report {experiment}: images")
-    out = Path(out_dir)
-    out.mkdir(parents=True, exist_ok=True)
-    assets = out / f"{exp['name']}_files"
-    assets.mkdir(exist_ok=True)
-    pngs = {name: fig.png_bytes() for name, fig in figures.items()}
-    for name, fig in figures.items():
-        fig.close()
-        _write(assets / f"{name}.png", pngs[name])
-
-    bar.update()
-    bar.set_description(f"report {experiment}: pages")
     metric_cols = [m for m in dict.fromkeys([y, x, "latency_cycles", "private_sram_bytes", "peak_sram_bytes",
                                              "dma_bytes"]) if m in table]
     # What a candidate costs, where the store has it.
@@ -243,6 +250,24 @@ def _write_report(store: Store, experiment, out_dir: str | Path, x: str | None, 
     for row in rows:
         row["reason"] = reason_ref(refs, row["status"], row["reason"] or None) or row["reason"]
     reasons = [dict(ref=refs[(status, reason)], n=n, status=status, reason=reason) for status, reason, n in groups]
+
+    bar.update()
+    bar.set_description(f"report {experiment}: images")
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    assets = out / f"{exp['name']}_files"
+    assets.mkdir(exist_ok=True)
+    # This process's PNGs, then the child's: as late as can be, its work overlaps all of this.
+    here = {name: fig.png_bytes() for name, fig in figures.items() if name not in many}
+    built = apart.results()
+    interactive_html.update(built[PPA_PLOTS])
+    pngs = {name: here[name] if name in here else built[f"{name}.png"] for name in figures}
+    for name, fig in figures.items():
+        fig.close()
+        _write(assets / f"{name}.png", pngs[name])
+
+    bar.update()
+    bar.set_description(f"report {experiment}: pages")
     context = dict(
         exp=exp, decisions=[{**d, "candidate": "—" if pd.isna(d["candidate_id"]) else f"c{d['candidate_id']}",
                              "kinds": kinds_text(d["evidence_kinds"]), "caveat": hardware_caveat(d["evidence_kinds"])}
@@ -269,6 +294,9 @@ def _write_report(store: Store, experiment, out_dir: str | Path, x: str | None, 
     bar.refresh()  # the full bar drawn before it goes (an update within mininterval is not)
     return Report(path.resolve(), md_path.resolve(), view, figures, evidence)
 
+
+# The `aside` job of the interactive area, energy and latency figures (`ppa_figures`).
+PPA_PLOTS = "interactive area, energy and latency figures"
 
 # Candidates whose counter tables the report shows (each bank of each core is a row).
 MAX_COUNTER_CANDIDATES = 4

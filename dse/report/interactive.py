@@ -50,6 +50,12 @@ def _white() -> go.layout.Template:
     return pio.templates["plotly_white"]
 
 
+def load() -> None:
+    """Load what plotly loads for its first figure (its validators, the template: a third of
+    a second), once: before a fork, so that both processes have it (`dse.report.aside`)."""
+    go.Figure(layout=dict(template=_white()))
+
+
 def _scatter(n: int, **kwargs):
     return (go.Scattergl if n >= WEBGL_FROM else go.Scatter)(**kwargs)
 OUTCOME_COLORS = {"infeasible": "#c44e52", "pruned": "#8172b2", "failed": "#937860", "crashed": "#222222",
@@ -466,14 +472,15 @@ def bank_lifetime_figure(lives: list[dict], title: str = "") -> go.Figure:
     return fig
 
 
-def experiment_figures(view, x: str | None = None, y: str | None = None) -> dict[str, go.Figure]:
+def experiment_figures(view, x: str | None = None, y: str | None = None, ppa: bool = True) -> dict[str, go.Figure]:
     """The interactive figures of an experiment, as `dse ui` and the report draw them, from
     its `dse.report.experiment_view`: "pareto", "parallel" (when a candidate is feasible),
     "ops" and "op_energy" (baseline, best and accepted candidates, when op cycles, op
     energy are recorded), "components_<kind>" (their area and energy by component, one
     figure an evidence kind that has them), "ppa_<y>_<x>" (the Pareto plots of latency,
     energy and area, `PPA_PAIRS`, when recorded) and "model_vs_emulator" (when some
-    candidate has both evidence kinds). For notebooks:
+    candidate has both evidence kinds); `ppa` False: without `ppa_figures`' (a report
+    builds those apart). For notebooks:
 
         figs = experiment_figures(experiment_view(store, "quickstart")); figs["ops"]
     """
@@ -495,8 +502,9 @@ def experiment_figures(view, x: str | None = None, y: str | None = None) -> dict
     labels = {i: label for i, label in labels.items() if i in op_cycles.index}
     if labels and len(op_cycles.columns):
         figures["ops"] = op_cycles_figure(op_cycles, labels, title=f"{exp['name']}: analytical cycles per op")
-    figures.update(ppa_figures(view, meaningful_candidates(table, view.baseline_id, view.best_id, accepted),
-                               changes))
+    if ppa:
+        figures.update(ppa_figures(view, meaningful_candidates(table, view.baseline_id, view.best_id, accepted),
+                                   changes))
     if len(view.emulated):
         figures["model_vs_emulator"] = model_vs_emulator_figure(
             view.emulated, title=f"{exp['name']}: analytical estimate vs emulator cycles")
