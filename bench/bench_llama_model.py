@@ -6,11 +6,13 @@ memory, the per-layer figure (N=2 minus N=1) and the extrapolation to 32 layers 
 targets (10 minutes, 8 GB). A peak that does not grow with N is the streaming at work.
 
     .venv/bin/python bench/bench_llama_model.py [--seq 2048] [--layers 1,2] [--chip goban]
-        [--workers 4] [--only check|emulate] [--check-every-layer | --compare-full]
+        [--workers 4] [--only check|emulate] [--check-every-layer | --compare-full] [--baseline DIR]
 
 Layer 0's frontend is checked in full and later layers reuse its checked structure (the
 chain's notes say so); `--check-every-layer` checks every layer in full, `--compare-full`
-runs both, one after the other, and prints the per-layer ratio reused / full.
+runs both, one after the other, and prints the per-layer ratio reused / full. `--baseline DIR`
+(another checkout, its extensions built): each measurement run there too, after this tree's,
+and the per-layer ratio this tree / baseline.
 
 Takes tens of minutes at seq 2048; not run by the tests.
 """
@@ -40,22 +42,31 @@ def main() -> None:
     ap.add_argument("--only", choices=["check", "emulate"])
     ap.add_argument("--check-every-layer", action="store_true", help="every layer's frontend checked in full")
     ap.add_argument("--compare-full", action="store_true", help="run with and without --check-every-layer")
+    ap.add_argument("--baseline", type=Path, help="another checkout, measured after this one the same way")
     args = ap.parse_args()
     modes = [False, True] if args.compare_full else [args.check_every_layer]
+    trees = [REPO, *([args.baseline.resolve()] if args.baseline else [])]
     for name in ("check", "emulate"):
         if args.only and name != args.only:
             continue
-        per_layer = {every: measure(args, name, every) for every in modes}
-        if args.compare_full and all(per_layer.values()):
-            (rw, rc), (fw, fc) = per_layer[False], per_layer[True]
+        per_layer = {(every, tree): measure(args, name, every, tree) for every in modes for tree in trees}
+        if args.compare_full and all(per_layer[every, REPO] for every in modes):
+            (rw, rc), (fw, fc) = per_layer[False, REPO], per_layer[True, REPO]
             print(f"  per layer, reused / every layer in full: wall {rw / fw:.2f}x, CPU {rc / fc:.2f}x")
+        for every in modes if args.baseline else []:
+            this, base = per_layer[every, REPO], per_layer[every, trees[1]]
+            if this and base:
+                print(f"  per layer{', every layer in full' if every else ''}, this tree / baseline: "
+                      f"wall {this[0] / base[0]:.2f}x, CPU {this[1] / base[1]:.2f}x")
 
 
-def measure(args, name: str, every: bool) -> tuple[float, float] | None:
-    """`dse <name>` of the chain cut to each --layers count; the per-layer (wall, CPU) seconds."""
+def measure(args, name: str, every: bool, tree: Path = REPO) -> tuple[float, float] | None:
+    """`dse <name>` of the chain cut to each --layers count, run in `tree`; the per-layer (wall,
+    CPU) seconds."""
     counts = [int(n) for n in args.layers.split(",")]
     print(f"llama3_8b chain at seq {args.seq}, layers {counts}, {args.chip} x{args.workers} workers"
-          + (", every layer checked in full" if every else ", later layers reusing layer 0's checked structure"))
+          + (", every layer checked in full" if every else ", later layers reusing layer 0's checked structure")
+          + ("" if tree == REPO else f"; baseline {tree}"))
     rows = {}
     for n in counts:
         with tempfile.TemporaryDirectory(prefix="dse-bench-") as tmp:
@@ -65,9 +76,9 @@ def measure(args, name: str, every: bool) -> tuple[float, float] | None:
             argv = ([sys.executable, "-m", "dse", "recipe", "chain", str(chain)] if name == "check" else
                     [sys.executable, "-m", "dse", "emulate", "--chip", args.chip, "--recipe", str(chain),
                      "--workers", str(args.workers)]) + (["--check-every-layer"] if every else [])
-            env = {**os.environ, "PYTHONPATH": str(REPO), "DSE_CACHE_DIR": os.path.join(tmp, "cache")}
+            env = {**os.environ, "PYTHONPATH": str(tree), "DSE_CACHE_DIR": os.path.join(tmp, "cache")}
             load = os.getloadavg()[0]
-            seconds, cpu, gb, code, out = measured(argv, env)
+            seconds, cpu, gb, code, out = measured(argv, env, tree)
         if code == 0:  # a failed run's figures say nothing of the model
             rows[n] = (seconds, cpu, gb)
         print(f"dse {name:8s} {n:2d} layer(s) {seconds:8.1f} s  CPU {cpu:8.1f} s  {gb:6.2f} GB  exit {code}  "
