@@ -245,9 +245,9 @@ class Sweep:
                      for i, b in enumerate(new) if not b.reason and i not in reused]
             # evaluated in this process: the collector paused until the batch is recorded
             # (`_collection_paused`); a pool's or a cluster's batch may take minutes
-            in_driver = isinstance(self._analytical_executor(len(items)), InlineExecutor)
-            with _collection_paused() if in_driver else contextlib.nullcontext():
-                evaluated = self._evaluated(items)
+            executor = self._analytical_executor(len(items))
+            with _collection_paused() if isinstance(executor, InlineExecutor) else contextlib.nullcontext():
+                evaluated = self._evaluated(items, executor)
                 self._batches += 1
                 if self._batches == self._stop_after:  # evaluated, not recorded yet
                     with self.store.between_heartbeats():  # paused outside a transaction
@@ -264,11 +264,10 @@ class Sweep:
         self._tick(bar)
         return len(new)
 
-    def _evaluated(self, items: list[WorkItem]) -> list[Outcome]:
+    def _evaluated(self, items: list[WorkItem], executor) -> list[Outcome]:
         """The analytical outcomes of a batch's work items, in the order the executor returns
         its chunks. A first Ctrl-C with chunks still to come cuts the batch (KeyboardInterrupt):
-        none of it is recorded."""
-        executor = self._analytical_executor(len(items))
+        none of it is recorded. `executor`: `_analytical_executor`'s for them."""
         chunks = iter(executor.run(self._chunks(items, executor=executor)))
         out: list[Outcome] = []
         spent = 0.0  # in evaluation
