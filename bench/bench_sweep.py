@@ -16,6 +16,10 @@ ratios, not the absolute times):
     Optuna's own sampling (ask + tell) takes in the same sweep (the recording overhead),
     and the whole sweep against plain in-memory Optuna on the same objective and trials;
     NSGA-II's overhead also at 2x and 4x the trials (its own cost grows with the generations);
+  - with --sizes: the grid at three sizes (the bank-count knob's range widened: 2,320,
+    4,800 and 9,920 candidates), and the line through their medians: a sweep's fixed cost
+    (store open and close, the experiment, the baseline's batch of one, the proposal) and
+    the rate of each candidate beyond it;
   - 1 vs 2 worker processes, for the analytical stage (same grid, pool start included;
     the driver evaluates cheap analytical batches itself, so 2 workers only add the pool's
     start) and for the emulator stage (medians of up to 3 runs).
@@ -95,9 +99,9 @@ seed = 1
 """
 
 
-def write_spec(folder: Path, sampler: str, trials: int) -> Path:
-    path = folder / f"{sampler}.toml"
-    path.write_text(SPEC.format(sampler=sampler, trials=trials))
+def write_spec(folder: Path, sampler: str, trials: int, banks_high: int = 32) -> Path:
+    path = folder / f"{sampler}-{banks_high}.toml"
+    path.write_text(SPEC.replace("high = 32", f"high = {banks_high}").format(sampler=sampler, trials=trials))
     return path
 
 
@@ -161,7 +165,8 @@ def store_floor(repeat: int) -> tuple[float, int, int]:
     return seconds, len(rows["candidate"]), sum(len(r) for r in rows.values())
 
 
-def sweep_rate(sampler: str, trials: int, repeat: int, workers: int = 1) -> tuple[float, int, float, dict]:
+def sweep_rate(sampler: str, trials: int, repeat: int, workers: int = 1, banks_high: int = 32
+               ) -> tuple[float, int, float, dict]:
     """The sweep itself (store opened, candidates proposed, evaluated, recorded, decided);
     the workload is captured once beforehand, as its cost does not grow with candidates.
     Returns median seconds, candidates, candidates per second and the median of each of
@@ -170,7 +175,7 @@ def sweep_rate(sampler: str, trials: int, repeat: int, workers: int = 1) -> tupl
     global GRAPH
     GRAPH = GRAPH or analytical_graph("mlp", {})  # what run_sweep's analytical stage costs
     with tempfile.TemporaryDirectory() as tmp:
-        spec = load_spec(write_spec(Path(tmp), sampler, trials))
+        spec = load_spec(write_spec(Path(tmp), sampler, trials, banks_high))
         counter = iter(range(10**6))
         splits: list[dict] = []
 
@@ -275,6 +280,29 @@ def plain_optuna(objective, trials: int, repeat: int, storage: str | None, sampl
     return seconds
 
 
+SIZES = (32, 63, 127)  # the bank-count knob's upper bound: 2,320, 4,800 and 9,920 candidates
+
+
+def sizes() -> None:
+    """The grid sweep at each of SIZES (rounds alternating the sizes, so that a noisy spell
+    falls on all of them), then the least-squares line wall = fixed + candidates x each."""
+    repeat = 5
+    walls: dict[int, list[float]] = {high: [] for high in SIZES}
+    counts: dict[int, int] = {}
+    for _ in range(repeat):
+        for high in SIZES:
+            seconds, n, _, _ = sweep_rate("grid", 1, 1, banks_high=high)
+            walls[high].append(seconds)
+            counts[high] = n
+    xs = [counts[high] for high in SIZES]
+    ys = [statistics.median(walls[high]) for high in SIZES]
+    slope, fixed = statistics.linear_regression(xs, ys)
+    for n, wall in zip(xs, ys):
+        print(f"grid sweep of {n:>6,} candidates: median {wall:.3f} s = {n / wall:>7,.0f} recorded cand/s")
+    print(f"fitted: {fixed * 1e3:.0f} ms a sweep whatever its size, then {slope * 1e6:.1f} us a candidate = "
+          f"{1 / slope:,.0f} cand/s beyond it (issue 35's target 10,000/s); medians of {repeat} rounds")
+
+
 def main() -> None:
     # TPE's multivariate/group options are marked experimental: say so once, not per study
     warnings.filterwarnings("ignore", category=optuna.exceptions.ExperimentalWarning)
@@ -285,7 +313,13 @@ def main() -> None:
     ap.add_argument("--grid-only", action="store_true",
                     help="the grid sweep alone: median wall, candidates/s and driver CPU of --repeat sweeps (quick "
                          "before/after rounds with DSE_BENCH_TREE, alternating trees)")
+    ap.add_argument("--sizes", action="store_true",
+                    help="the grid sweep at 2,320, 4,800 and 9,920 candidates: each one's rate, and a sweep's fixed "
+                         "cost and the marginal rate fitted through them")
     args = ap.parse_args()
+    if args.sizes:
+        sizes()
+        return
     if args.grid_only:
         s, n, rate, split = sweep_rate("grid", 1, args.repeat)
         print(f"{os.environ.get('DSE_BENCH_TREE', REPO)}: grid sweep {n} candidates, median {s:.3f} s = {rate:,.0f} "
