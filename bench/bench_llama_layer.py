@@ -13,7 +13,9 @@ capture and frontend steps are measured, not served. With `--baseline DIR` (anot
 checkout, e.g. `git archive <commit> | tar -x -C DIR`, its extensions built), each run of a
 command runs in DIR too, the two alternating, and the ratios this tree / baseline are
 printed: on a shared machine only a same-run ratio says much. `--runs N`: medians of N runs
-each. Takes minutes; not run by the tests.
+each. `--warm`: each command run once more right after, on the graph cache its cold run
+left (the capture and the frontend's checked graphs served): what each further run of the
+layer pays, e.g. each candidate chip of a sweep over it. Takes minutes; not run by the tests.
 """
 
 from __future__ import annotations
@@ -47,13 +49,17 @@ def measured(argv: list[str], env: dict, cwd: Path = REPO) -> tuple[float, float
     return seconds, cpu, rss_kb * 1024 / 1e9, p.returncode, p.stdout
 
 
-def run_cold(argv: list[str], tree: Path) -> tuple:
+def run_cold(argv: list[str], tree: Path, warm: bool = False) -> list[tuple]:
     """`measured` of one command in `tree` (its code first on the path) with an empty graph
-    cache, and the load average it started at."""
+    cache, and the load average it started at; with `warm`, then the same again on the cache
+    the first run left: [cold] or [cold, warm]."""
     with tempfile.TemporaryDirectory(prefix="dse-bench-") as tmp:
         env = {**os.environ, "PYTHONPATH": str(tree), "DSE_CACHE_DIR": os.path.join(tmp, "cache")}
-        load = os.getloadavg()[0]
-        return (*measured(argv, env, tree), load)
+        out = []
+        for _ in range(2 if warm else 1):
+            load = os.getloadavg()[0]
+            out.append((*measured(argv, env, tree), load))
+        return out
 
 
 def main() -> None:
@@ -64,6 +70,7 @@ def main() -> None:
     ap.add_argument("--only", choices=["check", "emulate"])
     ap.add_argument("--baseline", type=Path, help="another checkout, run alternately with this one")
     ap.add_argument("--runs", type=int, default=1)
+    ap.add_argument("--warm", action="store_true", help="each command again on the graph cache its cold run left")
     args = ap.parse_args()
     params = [x for k, v in {"seq": args.seq, **LAYER}.items() for x in ("--param", f"{k}={v}")]
     commands = {
@@ -78,9 +85,14 @@ def main() -> None:
         if args.only and name != args.only:
             continue
         runs: dict[str, list] = {tree: [] for tree in trees}
+        if args.warm:
+            runs.update({f"{tree} warm": [] for tree in trees})
         for _ in range(args.runs):
             for tree, path in trees.items():
-                runs[tree].append(run_cold(argv, path))
+                cold, *warm = run_cold(argv, path, args.warm)
+                runs[tree].append(cold)
+                for row in warm:
+                    runs[f"{tree} warm"].append(row)
         medians = {}
         for tree, rows in runs.items():
             seconds, cpu, gb = (statistics.median(r[i] for r in rows) for i in range(3))
@@ -88,7 +100,7 @@ def main() -> None:
             code, out, load = rows[-1][3], rows[-1][4], rows[-1][5]
             # check: the quantize stage's integer reference; emulate: exit 0 is a passed numerics verdict
             exact = "bit-exact: yes" in out if name == "check" else code == 0
-            print(f"dse {name:8s} {tree:8s} {seconds:7.1f} s ({seconds / TARGET_S[name]:.2f}x the "
+            print(f"dse {name:8s} {tree:13s} {seconds:7.1f} s ({seconds / TARGET_S[name]:.2f}x the "
                   f"{TARGET_S[name]:.0f} s target)  {gb:5.2f} GB ({gb / TARGET_GB[name]:.2f}x the "
                   f"{TARGET_GB[name]:.0f} GB target)  exit {code}  bit-exact {exact}  CPU {cpu:.1f} s  "
                   f"load {load:.2f} at the last start")
