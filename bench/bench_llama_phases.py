@@ -14,6 +14,9 @@ own, the outer row's the rest of it) and the run's peak so far.
 
 `DSE_BENCH_TREE=<another checkout>` measures that tree (its extensions built) with this bench.
 
+`--cache DIR`: that graph cache, kept (run twice: the second run is served the capture and
+the checked frontend, as any further run of the layer is).
+
 `--layers N`: the whole model instead (`recipes/llama3_8b`'s chain cut to N layers, as `dse
 emulate --recipe llama3_8b` streams it): layer 0 checked in full, later layers reusing its
 checked structure; each row names its layer.
@@ -91,9 +94,13 @@ def main() -> None:
     ap.add_argument("--chip", default="goban")
     ap.add_argument("--workers", type=int, default=4)
     ap.add_argument("--layers", type=int, help="the whole model (llama3_8b's chain) cut to this many layers")
+    ap.add_argument("--cache", type=Path, help="this graph cache folder, kept (default: a temporary one, removed)")
     args = ap.parse_args()
-    os.environ["DSE_CACHE_DIR"] = tempfile.mkdtemp(prefix="dse-phases-")
-    atexit.register(shutil.rmtree, os.environ["DSE_CACHE_DIR"], True)  # a seq-2048 cache is 2 GB
+    if args.cache:
+        os.environ["DSE_CACHE_DIR"] = str(args.cache.resolve())
+    else:
+        os.environ["DSE_CACHE_DIR"] = tempfile.mkdtemp(prefix="dse-phases-")
+        atexit.register(shutil.rmtree, os.environ["DSE_CACHE_DIR"], True)  # a seq-2048 cache is 2 GB
     os.environ.setdefault("THP_MEM_ALLOC_ENABLE", "1")  # as `dse emulate` sets it
     start_wall, start_cpu = time.perf_counter(), os.times()
     import emulator
@@ -125,6 +132,7 @@ def main() -> None:
     steps.BUILTIN["quantize"] = dataclasses.replace(steps.BUILTIN["quantize"], run=quantize.run, verify=quantize.verify)
     steps.BUILTIN["permute"] = dataclasses.replace(steps.BUILTIN["permute"], run=permute.run)
     timed(cache, "store", "graph cache write")
+    timed(cache, "load", "graph cache read")
     timed(run, "emit_graph", "lower (plan, program, DRAM image)")
     timed(emulator, "run", "emulator run (functional + timing)")
     timed(run, "StreamedReference", "reference (start)")
