@@ -102,6 +102,34 @@ def test_the_listed_digest_is_the_written_files_own(graph_cache_dir):
     assert got["text"] == value["text"] and all(np.array_equal(got[k], value[k]) for k in value if k != "text")
 
 
+def mapped_rss(path) -> int:
+    """Bytes of `path`'s mapping(s) resident in this process (/proc/self/smaps)."""
+    total, inside = 0, False
+    for line in open("/proc/self/smaps"):
+        if line[:1].isdigit() or line[:1] in "abcdef":  # a mapping's header line
+            inside = line.rstrip().endswith(str(path))
+        elif inside and line.startswith("Rss:"):
+            total += int(line.split()[1]) * 1024
+    return total
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc/self/smaps")
+def test_a_hit_holds_only_the_pages_its_caller_reads(graph_cache_dir, monkeypatch):
+    """The digest check reads the whole entry (a real layer's is 2 GB): its pages are given
+    back as hashed, so the process holds what its caller then reads, not the entry."""
+    monkeypatch.setattr(cache, "_HASHED_CHUNK", 2 ** 20)  # several chunks in a small entry
+    rng = np.random.default_rng(5)
+    value = {"big": rng.integers(-128, 127, size=24 * 2 ** 20, dtype=np.int8), "small": np.arange(1000)}
+    path = cache.store("paged", value)
+    got = cache.load("paged")
+    assert mapped_rss(path) < 2 ** 20  # the pickle's head only; the whole entry hashed (24 MiB)
+    assert np.array_equal(got["small"], value["small"])
+    assert np.array_equal(got["big"], value["big"])  # read again from the file: its bytes, whole
+    assert mapped_rss(path) >= 24 * 2 ** 20
+    got["big"][0] = 7  # a hit's copy-on-write stays its own
+    assert cache.load("paged")["big"][0] == value["big"][0]
+
+
 def test_least_recently_used_entries_are_evicted_past_the_limit(graph_cache_dir, monkeypatch):
     monkeypatch.setenv(cache.MAX_BYTES_ENV, "2500")
     for i, key in enumerate(("a", "b", "c")):

@@ -247,7 +247,7 @@ def load(key: str) -> Any | None:
             mapped = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_COPY)
     except (OSError, ValueError):  # gone, a link, empty: a miss
         return None
-    found = hashlib.sha256(mapped).hexdigest()
+    found = _digest(mapped)
     problem = None
     if found != entry["sha256"] or len(mapped) != entry["size"]:
         problem = f"sha256 expected {entry['sha256']}, found {found}"
@@ -264,6 +264,25 @@ def load(key: str) -> Any | None:
     with contextlib.suppress(OSError):
         os.utime(path)  # least recently used goes first
     return value
+
+
+_HASHED_CHUNK = 64 * 2 ** 20  # a multiple of every page size
+
+
+def _digest(mapped: mmap.mmap) -> str:
+    """The sha256 of a mapped entry, each chunk's pages given back once hashed (MADV_DONTNEED;
+    the mapping is untouched yet, so they read the file again when used, from the page
+    cache): a hit's process then holds the pages its caller uses, not the whole entry. A
+    real layer's entry is 2 GB (every stage's graph and the reference); emulating it from
+    the cache held all of it through the run, 5.15 GB at its peak against 3.92 GB uncached."""
+    digest = hashlib.sha256()
+    give_back = getattr(mmap, "MADV_DONTNEED", None)  # (Linux and the BSDs)
+    with memoryview(mapped) as view:
+        for start in range(0, len(view), _HASHED_CHUNK):
+            digest.update(view[start:start + _HASHED_CHUNK])
+            if give_back is not None:
+                mapped.madvise(give_back, start, min(_HASHED_CHUNK, len(view) - start))
+    return digest.hexdigest()
 
 
 class _Hashing:
