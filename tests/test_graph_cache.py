@@ -130,6 +130,48 @@ def test_a_hit_holds_only_the_pages_its_caller_reads(graph_cache_dir, monkeypatc
     assert cache.load("paged")["big"][0] == value["big"][0]
 
 
+def hashed_loads(monkeypatch) -> list[int]:
+    """Counts the loads that hash their entry."""
+    calls = []
+    digest = cache._digest
+    monkeypatch.setattr(cache, "_digest", lambda mapped: calls.append(1) or digest(mapped))
+    return calls
+
+
+@pytest.mark.skipif(not os.path.exists("/proc/sys/kernel/random/boot_id"), reason="needs a boot id")
+def test_an_entry_is_hashed_once_a_boot_until_its_file_changes(graph_cache_dir, monkeypatch, capsys):
+    calls = hashed_loads(monkeypatch)
+    value = {"w": np.arange(4096, dtype=np.int32), "name": "kept"}
+    path = cache.store("once", value)
+    past = os.stat(path).st_mtime_ns - 10**10  # written 10 s ago: past the racy window
+    os.utime(path, ns=(past, past))
+    for _ in range(3):
+        got = cache.load("once")
+        assert got["name"] == "kept" and np.array_equal(got["w"], value["w"])
+    assert len(calls) == 1  # the first hit hashed it, the later ones trusted its record
+    listed = json.loads((graph_cache_dir / cache.MANIFEST).read_text())["entries"][path.name]
+    assert listed["seen"]["mtime_ns"] == past and listed["seen"]["size"] == path.stat().st_size
+    assert os.stat(path).st_mtime_ns == past and os.stat(path).st_atime_ns > past  # a hit: its access time only
+
+    monkeypatch.setattr(cache, "_BOOT", ["another boot"])  # after a reboot (a crash may have torn it): hashed
+    assert cache.load("once")["name"] == "kept" and len(calls) == 2
+
+    data = bytearray(path.read_bytes())
+    data[-1] ^= 0xFF  # the same size, another byte: the file's modification time tells
+    path.write_bytes(bytes(data))
+    assert cache.load("once") is None and len(calls) == 3 and not path.exists()
+    assert "is corrupt" in capsys.readouterr().err
+
+
+def test_an_entry_modified_within_the_racy_window_is_hashed_every_time(graph_cache_dir, monkeypatch):
+    calls = hashed_loads(monkeypatch)
+    path = cache.store("fresh", {"w": np.arange(16)})  # just written: a change in the same tick would not show
+    for _ in range(2):
+        assert np.array_equal(cache.load("fresh")["w"], np.arange(16))
+    assert len(calls) == 2
+    assert "seen" not in json.loads((graph_cache_dir / cache.MANIFEST).read_text())["entries"][path.name]
+
+
 def test_least_recently_used_entries_are_evicted_past_the_limit(graph_cache_dir, monkeypatch):
     monkeypatch.setenv(cache.MAX_BYTES_ENV, "2500")
     for i, key in enumerate(("a", "b", "c")):
