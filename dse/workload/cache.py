@@ -16,7 +16,7 @@ stale, only unused (and evicted in time).
 - Ownership: the folder's `manifest.json` lists every entry the cache wrote, with its size
   and sha256. Eviction deletes only entries listed there (a file of the user's in the
   folder, `.pkl` or not, is never touched); a listed file is read only when it hashes to
-  its listed digest.
+  its listed digest, or is the very file that did in this boot (below).
 - Concurrent writers (commands, pool workers): an entry is written to a temporary file
   in the same folder, then renamed into place and listed in the manifest together, under
   the folder's lock (`.lock`, flock; readers take it shared to read the manifest and open
