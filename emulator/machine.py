@@ -27,12 +27,12 @@ import math
 import time
 
 import numpy as np
-from threadpoolctl import threadpool_limits
 
 from . import balls as B
 from . import coreops
 from .core_choice import functional_core
 from .errors import EncodeError, ExecutionError, ProgramError
+from .thread_limits import limited
 from .dma import burst_groups, transfer_cycles
 from .isa import (ACCELERATOR_CLASSES, Barrier, CoreOp, Fence, Im2col, Matmul, Mset, Mvin, Mvout, Mxfp2Int,
                   Transpose, VecMatmul, layout)
@@ -189,7 +189,7 @@ class Machine:
         # seq 512 took twice the wall and CPU on torch's 2 threads as on one, at load 2.8 on
         # 2 cores: bench/bench_emulator_threads.py). OMP_WAIT_POLICY=passive did as well, but
         # has to be set before torch loads, which the emulator does not decide.
-        with threadpool_limits(1):
+        with limited(1):
             for e in range(epochs):
                 for c, instrs in enumerate(self.program.cores):
                     if e >= len(segments[c]):

@@ -13,6 +13,7 @@ import numpy as np
 from tqdm import tqdm
 
 import emulator
+from emulator.thread_limits import controller
 
 from ..frontend import run_pipeline
 from ..frontend.pipeline import run_reused
@@ -136,11 +137,16 @@ class StreamedReference:
 def _one_thread(values):
     """`values` drawn with torch's intra-op pool at one thread, as the emulator's run has it
     (`emulator.machine.Machine.run`), on the thread that draws them only (OpenMP's count is the
-    calling thread's): the emulator's own thread and its products' keep the other core."""
-    from threadpoolctl import threadpool_limits
+    calling thread's): the emulator's own thread and its products' keep the other core. The
+    pools are looked up here, on the caller's thread, before the drawing thread starts
+    (`emulator.thread_limits`: a lookup on that thread deadlocked against an import)."""
+    pools = controller()
 
-    with threadpool_limits(1, user_api="openmp"):
-        yield from values
+    def drawn():
+        with pools.limit(limits=1, user_api="openmp"):
+            yield from values
+
+    return drawn()
 
 
 def emulate_graph(graph: Graph, candidate: Candidate, inputs, expected=None, tolerance: float = FLOAT_TOLERANCE,
