@@ -33,23 +33,23 @@ def main(argv=None) -> int:
     ap.add_argument("--repeat", type=int, default=3)
     args = ap.parse_args(argv)
     import emulator.machine as machine
-    from threadpoolctl import threadpool_limits
+    from emulator.thread_limits import limited
 
     caught = lowered_layer(args.seq, "dse-threads-")
     inner = caught["run"]
-    ways = {"now (OpenMP 1 thread)": lambda n: threadpool_limits(n),
-            "before (BLAS alone)": lambda n: threadpool_limits(n, user_api="blas")}
+    ways = {"now (OpenMP 1 thread)": lambda n: limited(n),
+            "before (BLAS alone)": lambda n: limited(n, user_api="blas")}
     walls, cpus, digests = {w: [] for w in ways}, {w: [] for w in ways}, {}
     for _ in range(args.repeat):
         for way, limits in ways.items():
-            machine.threadpool_limits = limits
+            machine.limited = limits
             t, c = time.perf_counter(), time.process_time()
             res = inner(caught["program"], caught["chip"], caught["image"], **caught["kw"])
             walls[way].append(time.perf_counter() - t)
             cpus[way].append(time.process_time() - c)
             digests[way] = (res.cycles, hashlib.sha1(res.dram).hexdigest())
             del res
-    machine.threadpool_limits = threadpool_limits
+    machine.limited = limited
     assert len(set(digests.values())) == 1, digests
     print(f"llama layer seq {args.seq}, load {os.getloadavg()[0]:.1f}")
     print(f"{'way':<24} {'wall s':>7} {'CPU s':>7}")

@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from multiprocessing import get_context
 from typing import Iterator
 
-import threadpoolctl
+from emulator.thread_limits import limited
 
 from ..analytical.moe import routed
 from ..chips import validate_chip
@@ -270,7 +270,7 @@ def _init_worker(work, kill: str | None, driver_pid: int | None = None, hang: st
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     # One thread per worker process: the pool is the parallelism, and the BLAS and torch
     # thread pools of every worker would oversubscribe the cores (2-4x slower per item).
-    threadpoolctl.threadpool_limits(1)
+    limited(1)  # (kept: the limiter is not undone)
     if "torch" in sys.modules:
         sys.modules["torch"].set_num_threads(1)
 
