@@ -4,10 +4,11 @@ stage (its check's trace; quantize's calibration and integer check), the vacuous
 the graph cache's write, then lowering, the emulator's run and the comparison. Each line:
 wall and CPU seconds of the phase, that CPU split into user and kernel time (the kernel's is
 mostly faulting in memory the process has not held before: a trace that keeps every value
-grows the process past the module forward's peak, and on a box whose free memory is
-fragmented each new huge page costs about a second a GB), the resident set after it, the
-phase's own peak (VmHWM, reset as each phase starts and ends: a nested phase's peak is its
-own, the outer row's the rest of it) and the run's peak so far.
+grows the process past the module forward's peak; on a virtual machine whose balloon
+reports free memory to its host, pages free for more than about 2 s cost about 2 s a GB to
+fault in again, pages freed a moment before 0.06 s a GB: `bench/bench_refault.py`), the
+resident set after it, the phase's own peak (VmHWM, reset as each phase starts and ends: a
+nested phase's peak is its own, the outer row's the rest of it) and the run's peak so far.
 
     .venv/bin/python bench/bench_llama_phases.py [--seq 2048] [--recipe llama_prefill]
         [--chip goban] [--workers 4] [--layers N]
