@@ -110,9 +110,11 @@ def main() -> None:
                 for line in out.splitlines():
                     if line.startswith(("emulated cycles", "DMA bytes", "numerics")):
                         print(f"    {line}")
-        if "baseline" in medians:
-            (w, c, g), (bw, bc, bg) = medians["this"], medians["baseline"]
-            print(f"dse {name:8s} this / baseline: wall {w / bw:.2f}x, CPU {c / bc:.2f}x, peak memory {g / bg:.2f}x")
+        for run in ("", *(f" {hit}" for hit in WARM)):
+            if f"baseline{run}" in medians:
+                (w, c, g), (bw, bc, bg) = medians[f"this{run}"], medians[f"baseline{run}"]
+                print(f"dse {name:8s} this / baseline{run}: wall {w / bw:.2f}x, CPU {c / bc:.2f}x, "
+                      f"peak memory {g / bg:.2f}x")
 
 
 if __name__ == "__main__":
