@@ -174,6 +174,32 @@ def test_the_streamed_reference_computes_on_one_torch_thread_of_its_own(llama, m
     assert torch.get_num_threads() == mine
 
 
+def test_the_reference_thread_keeps_one_torch_thread_after_an_explicit_count(llama, monkeypatch):
+    """A process that called torch.set_num_threads (a notebook, an earlier test): torch's first
+    call on a new thread sets OpenMP's count there to that number, which must not undo the
+    reference thread's limit (it did, made before that first call)."""
+    from dse.workload import interpret
+
+    seen = set()
+    matmul = interpret.INTERPRETERS["matmul"]
+
+    def watched(op, args):
+        seen.add(torch.get_num_threads())
+        return matmul(op, args)
+
+    monkeypatch.setitem(interpret.INTERPRETERS, "matmul", watched)
+    was = torch.get_num_threads()
+    torch.set_num_threads(2)
+    try:
+        ref = StreamedReference(llama.graph, llama.inputs)
+        for op in llama.graph.ops:
+            ref[op.outputs[0]]
+        ref.close()
+        assert seen == {1} and torch.get_num_threads() == 2
+    finally:
+        torch.set_num_threads(was)
+
+
 def _run(llama, **kwargs):
     cand = Candidate(load_chip("goban"), Mapping(workers=4))
     return emulate_graph(llama.graph, cand, list(llama.inputs), llama.expected, llama.tolerance,

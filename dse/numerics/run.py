@@ -143,6 +143,11 @@ def _one_thread(values):
     pools = controller()
 
     def drawn():
+        import torch
+
+        # torch's first call on a thread sets OpenMP's count there to the process's (when
+        # torch.set_num_threads was ever called): made before the limit, not over it
+        torch.get_num_threads()
         with pools.limit(limits=1, user_api="openmp"):
             yield from values
 
