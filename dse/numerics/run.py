@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 import numpy as np
+import torch
 from tqdm import tqdm
 
 import emulator
@@ -143,8 +144,6 @@ def _one_thread(values):
     pools = controller()
 
     def drawn():
-        import torch
-
         # torch's first call on a thread sets OpenMP's count there to the process's (when
         # torch.set_num_threads was ever called): made before the limit, not over it
         torch.get_num_threads()
