@@ -32,10 +32,10 @@ from . import balls as B
 from . import coreops
 from .core_choice import functional_core
 from .errors import EncodeError, ExecutionError, ProgramError
-from .thread_limits import limited
 from .dma import burst_groups, transfer_cycles
 from .isa import (ACCELERATOR_CLASSES, Barrier, CoreOp, Fence, Im2col, Matmul, Mset, Mvin, Mvout, Mxfp2Int,
                   Transpose, VecMatmul, layout)
+from .thread_limits import limited
 
 # Record kinds.
 MSET, MVIN, MVOUT, BALL, FENCE, BARRIER, CORE = range(7)

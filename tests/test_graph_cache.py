@@ -153,7 +153,7 @@ def test_an_entry_is_hashed_once_a_boot_until_its_file_changes(graph_cache_dir, 
     assert listed["seen"]["mtime_ns"] == past and listed["seen"]["size"] == path.stat().st_size
     assert os.stat(path).st_mtime_ns == past and os.stat(path).st_atime_ns > past  # a hit: its access time only
 
-    monkeypatch.setattr(cache, "_BOOT", ["another boot"])  # after a reboot (a crash may have torn it): hashed
+    monkeypatch.setattr(cache, "_boot_id", lambda: "another boot")  # after a reboot (a crash may have torn it): hashed
     assert cache.load("once")["name"] == "kept" and len(calls) == 2
 
     data = bytearray(path.read_bytes())

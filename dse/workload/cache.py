@@ -45,6 +45,7 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
+import functools
 import hashlib
 import json
 import mmap
@@ -277,20 +278,22 @@ def load(key: str) -> Any | None:
     return value
 
 
-_BOOT: list[str | None] = []  # this boot's id, read once (None where the system gives none)
+@functools.cache
+def _boot_id() -> str | None:
+    """This boot's id (None where the system gives none)."""
+    try:
+        return Path("/proc/sys/kernel/random/boot_id").read_text().strip() or None
+    except OSError:
+        return None
 
 
 def _identity(st: os.stat_result) -> dict[str, Any] | None:
     """What a hash-checked entry is known by in the manifest ("seen"): this boot, and the
     file's inode, size and modification time. None where there is no boot id to tell."""
-    if not _BOOT:
-        try:
-            _BOOT.append(Path("/proc/sys/kernel/random/boot_id").read_text().strip() or None)
-        except OSError:
-            _BOOT.append(None)
-    if _BOOT[0] is None:
+    boot = _boot_id()
+    if boot is None:
         return None
-    return {"boot": _BOOT[0], "ino": st.st_ino, "size": st.st_size, "mtime_ns": st.st_mtime_ns}
+    return {"boot": boot, "ino": st.st_ino, "size": st.st_size, "mtime_ns": st.st_mtime_ns}
 
 
 def _vouch(folder: Path, name: str, sha256: str, seen: dict[str, Any]) -> None:
