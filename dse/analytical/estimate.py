@@ -22,7 +22,9 @@ from ..units.stream import STREAM_BALL_OPS
 from .graph_cost import ACTIVITY_FIELDS, graph_costs
 from .spans import span_costs
 
-MODEL_VERSION = "analytical-0.3"
+# 0.4: a blocked accumulator's scale takes the DRAM it varies over (`dse.plan.streams.blocked_scale`),
+# not a whole padded tensor: the DRAM footprint of quantized graphs is smaller (earlier runs not reused)
+MODEL_VERSION = "analytical-0.4"
 
 OP_COLUMNS = [
     "candidate", "candidate_hash", "op", "kind", "unit", "feasible", "reason", "cycles",

@@ -202,6 +202,60 @@ def _runs(runs: list, src: int, dst: int, groups: list, row_in: int, row_out: in
         runs.append((src + first * row_in, end - first, row_in, row_out, dst + first * step, d_stride, scale))
 
 
+def _scale_groups(shape: tuple[int, ...], logical: tuple[int, int, int]) -> list[list[int]] | None:
+    """The axes of `shape` that make each of an accumulator's (batch, rows, columns)
+    `logical` (the columns the last axis, the rows the axes before it whose product they
+    are, the batch the rest); None where `shape` does not split so."""
+    if not shape or shape[-1] != logical[2]:
+        return None
+    rows, size = [], 1
+    for axis in range(len(shape) - 2, -1, -1):
+        if size == logical[1]:
+            break
+        rows.insert(0, axis)
+        size *= shape[axis]
+    batch = list(range(0, rows[0] if rows else len(shape) - 1))
+    if size != logical[1] or math.prod(shape[axis] for axis in batch) != logical[0]:
+        return None
+    return [batch, rows, [len(shape) - 1]]
+
+
+def blocked_scale_extent(scale: np.ndarray, shape, logical: tuple[int, int, int],
+                         padded: tuple[int, int, int]) -> tuple[int, int, int]:
+    """The (batch, rows, columns) of a blocked accumulator's scale as DRAM holds it, for
+    the accumulator's `logical` and `padded` (batch, M, N): an axis whole where the scale
+    varies along it or the accumulator has padding there (a zero scale multiplies the
+    padding), else 1 (the core op's view reads it with stride 0). So each product still
+    meets the element a whole padded tensor would hold, while a per-tensor scale over a
+    Llama layer's [8, 8192, 2048] scores is 4 bytes, not 512 MB of DRAM image (pages the
+    lowering wrote and the run read)."""
+    shape, scale = tuple(int(n) for n in shape), np.asarray(scale)
+    groups = _scale_groups(shape, logical) if scale.ndim <= len(shape) else None
+    if groups is None:
+        return tuple(padded)
+    lead = (1,) * (len(shape) - scale.ndim) + scale.shape
+    return tuple(whole if whole != used or any(lead[axis] != 1 for axis in axes) else 1
+                 for whole, used, axes in zip(padded, logical, groups))
+
+
+def blocked_scale(scale: np.ndarray, shape, logical: tuple[int, int, int],
+                  padded: tuple[int, int, int]) -> np.ndarray:
+    """A blocked accumulator's fp32 scale as DRAM holds it (`blocked_scale_extent`), zero
+    over the padding."""
+    shape = tuple(int(n) for n in shape)
+    extent = blocked_scale_extent(scale, shape, logical, padded)
+    groups = _scale_groups(shape, logical) if np.ndim(scale) <= len(shape) else None
+    if groups is None:  # every axis whole
+        narrow, cut = shape, logical
+    else:  # the scale along the axes kept whole, 1 along the others
+        whole = {axis for kept_as, axes in zip(extent, groups) if kept_as > 1 for axis in axes}
+        narrow = tuple(size if axis in whole else 1 for axis, size in enumerate(shape))
+        cut = tuple(size if kept_as > 1 else 1 for size, kept_as in zip(logical, extent))
+    kept = np.zeros(extent, dtype=np.float32)
+    kept[:cut[0], :cut[1], :cut[2]] = np.broadcast_to(np.asarray(scale, dtype=np.float32), narrow).reshape(cut)
+    return kept
+
+
 def scale_core_op(dram: Dram, src: Loc, out: Loc, scale: np.ndarray, shape, place: bool = True) -> CoreOp:
     """The core-op form: one op (split across workers). A blocked accumulator is read
     tile by tile directly (a ``mul`` over the padded tile grid, the padding multiplied by
@@ -211,12 +265,15 @@ def scale_core_op(dram: Dram, src: Loc, out: Loc, scale: np.ndarray, shape, plac
     only costed)."""
     if src.blocked is not None:
         acc = src.blocked
-        full = np.zeros((acc.batch, acc.Mt * acc.tm, acc.Nt * acc.tn), dtype=np.float32)
-        full[:, :acc.M, :acc.N] = np.broadcast_to(scale, shape).reshape(acc.batch, acc.M, acc.N)
-        saddr = dram.blob(full) if place else 0
-        sloc = Loc(saddr, full.shape, "float32", full.shape)
+        logical, padded = (acc.batch, acc.M, acc.N), (acc.batch, acc.Mt * acc.tm, acc.Nt * acc.tn)
+        batch, rows, cols = blocked_scale_extent(scale, shape, logical, padded)
+        saddr = dram.blob(blocked_scale(scale, shape, logical, padded)) if place else 0
+        word = 4  # fp32; stride 0 along an axis the scale is not kept over
+        strides = (rows * cols * word if batch > 1 else 0, acc.tm * cols * word if rows > 1 else 0,
+                   cols * word if rows > 1 else 0, acc.tn * word if cols > 1 else 0, word if cols > 1 else 0)
         return CoreOp("mul", out.padded_grid_view(acc.tm, acc.tn),
-                      (src.padded_view(), sloc.padded_grid_view(acc.tm, acc.tn)))
+                      (src.padded_view(), DramTensor(saddr, (acc.batch, acc.Mt, acc.tm, acc.Nt, acc.tn), "fp32",
+                                                     strides)))
     if scale.ndim == 0 or scale.size == 1:
         return CoreOp("scale", out.view(), (src.view(),), {"scale": float(scale.reshape(-1)[0])})
     saddr = dram.blob(np.ascontiguousarray(scale)) if place else 0

@@ -33,7 +33,8 @@ from emulator import Fence, Fp2Int, Int2Fp, Mset, Mvin, Mvout, Relu
 
 from ..plan.graph_plan import OpPlan
 from ..plan.memory import pad
-from ..plan.streams import Stream, relu_ball, relu_plan_key, relu_stream, scale_core_op, scale_stream, stream_or_core
+from ..plan.streams import (Stream, blocked_scale_extent, relu_ball, relu_plan_key, relu_stream, scale_core_op, scale_stream,
+                            stream_or_core)
 from ..workload.graph import Op, scale_array
 from .charges import Charges
 from .core import charge_core
@@ -162,7 +163,9 @@ def charge_scale(cost, charges: Charges, plan: OpPlan) -> str | np.ndarray:
     tiles = cost.tiles[op.inputs[0]] if acc is not None else None
     if acc is not None:
         cost.core_op_tiled(core, acc.batch, acc.M, acc.N, tiles[0], cost.params.mul_cpe)
-        core.workspace_bytes += pad(acc.batch * pad(acc.M) * pad(acc.N) * 4, 64)  # the expanded fp32 scale
+        extent = blocked_scale_extent(scale_array(op.attrs, shape), shape, (acc.batch, acc.M, acc.N),
+                                      (acc.batch, pad(acc.M), pad(acc.N)))
+        core.workspace_bytes += pad(math.prod(extent) * 4, 64)  # the fp32 scale, where it varies or pads
     else:
         scale_t = scale_array(op.attrs, shape)
         if scale_t.ndim == 0 or scale_t.size == 1:
