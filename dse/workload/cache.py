@@ -33,7 +33,9 @@ stale, only unused (and evicted in time).
   (sha256, about 1.5 GB/s: 1.3 s of a real layer's 2 GB entry), its values are not copied.
 - Checked once a boot: a hit whose digest matched records the file's identity (inode,
   size, modification time) and the boot's id in the manifest, and a later hit of that very
-  file in the same boot is not hashed again. A torn entry needs a crash, so another boot;
+  file in the same boot is not hashed again. So does the writer, for the bytes it hashed as
+  it wrote them (renamed into place whole: only a crash of the system can tear it), its
+  modification time set RACY_S seconds back. A torn entry needs a crash, so another boot;
   a change to the file changes its modification time (an entry modified in the RACY_S
   seconds before its check is not recorded, as git does with racily clean files).
 
@@ -381,10 +383,11 @@ def store(key: str, value: Any) -> Path | None:
                     digest = out.hexdigest()
                 finally:
                     out.close()
+            seen = _stamped(tmp)
             with _locked(folder, exclusive=True):
                 os.replace(tmp, path)
                 entries = _manifest(folder)
-                entries[path.name] = {"sha256": digest, "size": out.size}
+                entries[path.name] = {"sha256": digest, "size": out.size, **({"seen": seen} if seen else {})}
                 _write_manifest(folder, entries)
                 _evict(folder, limit, entries)
         except BaseException:
@@ -394,6 +397,20 @@ def store(key: str, value: Any) -> Path | None:
     except (_TooLarge, OSError, pickle.PicklingError, TypeError, AttributeError, BufferError):
         return None  # too large, an unwritable cache or an unpicklable value: the caller's result stands
     return path if path.exists() else None
+
+
+def _stamped(tmp: str) -> dict[str, Any] | None:
+    """The identity (`_identity`) under which the writer vouches for the entry it has just
+    hashed as it wrote it: the first hit in this boot then hashes nothing either (1.3 s of a
+    real layer's 2 GB entry, the command after `dse recipe check` or a sweep's first
+    candidate). Its modification time is set RACY_S seconds back first, so that a change in
+    place, even within the clock's tick, gives it another (the racy window of `load`)."""
+    try:
+        now = time.time_ns()
+        os.utime(tmp, ns=(now, now - int(RACY_S * 1e9) - 1))
+        return _identity(os.stat(tmp))
+    except OSError:
+        return None
 
 
 def _write(f, value: Any, limit: int) -> None:
