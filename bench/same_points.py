@@ -9,6 +9,11 @@ per point, written to a JSON file. A refactor of the lowering or the model keeps
 
 With --emulate (after the output path) each lowered point is also run on the emulator and
 its final DRAM image and cycles join the hash: a change to the emulator keeps them all.
+
+With --results (after the output path) each point's hash leaves where things sit in DRAM
+out: the model's figures but its DRAM footprint, and (emulated) the cycles, the counters
+but the host's time, each graph output's bytes and the instruction count: a change to the
+DRAM layout alone (a smaller constant, another order) keeps them all.
 """
 import hashlib
 import json
@@ -31,8 +36,10 @@ if sys.argv[1] == "--compare":
     print(f"{len(old)} points before, {len(new)} after, {len(differ)} differ" + "".join(f"\n  {k}" for k in differ))
     sys.exit(1 if differ else 0)
 emulate = "--emulate" in sys.argv[2:]
-if emulate:
+results = "--results" in sys.argv[2:]
+if emulate or results:
     import emulator
+LAYOUT_FIGURES = ("dram_footprint_bytes", "workspace_bytes")  # where things sit in DRAM
 out = {}
 for name, params in CALIBRATION_SET.items():
     prep = prepare_recipe(name, params)
@@ -44,9 +51,20 @@ for name, params in CALIBRATION_SET.items():
             cand = Candidate(load_chip(chip), Mapping(**m))
             rows = [summarize(estimate(graph, [cand], timing=timing), [cand]).iloc[0].to_dict()
                     for timing in ("overlapped", "serial")]
+            if results:
+                rows = [{k: v for k, v in row.items() if k not in LAYOUT_FIGURES} for row in rows]
             h = hashlib.sha256(json.dumps(rows, sort_keys=True, default=str).encode())
             try:
                 low = lower(graph, cand, prep.inputs)
+                if results:
+                    res = emulator.run(low.program, cand.chip, low.image.copy(), in_place=True)
+                    counted = [r for r in res.counters.rows() if r["scope"] != "host"]
+                    h.update(json.dumps([res.cycles, low.program.n_instructions, counted], sort_keys=True,
+                                        default=str).encode())
+                    for output in graph.outputs:
+                        h.update(low.read(res.dram, output).tobytes())
+                    out[f"{name}/{chip}/{m}"] = h.hexdigest()[:16]
+                    continue
                 h.update(low.image.tobytes())
                 for core in low.program.cores:
                     h.update(repr(core).encode())

@@ -23,7 +23,7 @@ def whole_padded(scale, shape, acc: Blocked) -> np.ndarray:
     return full.reshape(acc.batch, acc.Mt, acc.tm, acc.Nt, acc.tn)
 
 
-def blocked(shape, logical, tm, tn) -> Blocked:
+def blocked(logical, tm, tn) -> Blocked:
     batch, M, N = logical
     return Blocked(batch, -(-M // tm), -(-N // tn), tm, tn, M, N)
 
@@ -41,7 +41,7 @@ def read_scale(scale, shape, acc: Blocked) -> tuple[np.ndarray, int]:
 
 def test_a_per_tensor_scale_over_the_scores_is_one_word_not_the_tensor():
     # 8 heads of [64, 32] scores, tiles dividing them: no padding
-    shape, acc = (1, 8, 64, 32), blocked((1, 8, 64, 32), (8, 64, 32), 16, 16)
+    shape, acc = (1, 8, 64, 32), blocked((8, 64, 32), 16, 16)
     got, placed = read_scale(0.125, shape, acc)
     assert placed == 64  # one fp32, 64-byte aligned (was 8 x 64 x 32 x 4 = 65,536 B)
     assert got.strides == (0, 0, 0, 0, 0)
@@ -51,7 +51,7 @@ def test_a_per_tensor_scale_over_the_scores_is_one_word_not_the_tensor():
 def test_a_per_column_scale_keeps_the_rows_where_they_are_padded():
     # 20 rows in tiles of 16: rows 20..31 are padding, multiplied by a zero scale
     scale = np.arange(1, 33, dtype=np.float32).reshape(1, 1, 32)
-    acc = blocked((1, 20, 32), (1, 20, 32), 16, 16)
+    acc = blocked((1, 20, 32), 16, 16)
     assert blocked_scale_extent(scale, (1, 20, 32), (1, 20, 32), (1, 32, 32)) == (1, 32, 32)
     got, _ = read_scale(scale, (1, 20, 32), acc)
     np.testing.assert_array_equal(got, whole_padded(scale, (1, 20, 32), acc))
@@ -81,7 +81,7 @@ def test_generated_scales_read_as_the_whole_padded_tensor(seed):
     sshape = tuple(n if rng.random() < 0.5 else 1 for n in shape)[int(rng.integers(0, rank + 1)):]
     scale = rng.uniform(0.1, 2.0, size=sshape).astype(np.float32)
     logical = (math.prod(shape[:-2]), shape[-2], shape[-1])
-    acc = blocked(shape, logical, tm, tn)
+    acc = blocked(logical, tm, tn)
     got, placed = read_scale(scale, shape, acc)
     want = whole_padded(scale, shape, acc)
     np.testing.assert_array_equal(got, want)

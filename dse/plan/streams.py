@@ -260,9 +260,9 @@ def scale_core_op(dram: Dram, src: Loc, out: Loc, scale: np.ndarray, shape, plac
     """The core-op form: one op (split across workers). A blocked accumulator is read
     tile by tile directly (a ``mul`` over the padded tile grid by `blocked_scale`, the
     padding multiplied by a zero scale); a per-tensor scale on a row-major tensor is a
-    ``scale`` op, any other a ``mul`` by the scale as broadcast. Charged ``elements x op_cycles[kind]``
-    (`dse.cost.core_cycles`). With ``place=False`` the scale constant is not stored (the op is
-    only costed)."""
+    ``scale`` op, any other a ``mul`` by the scale as broadcast. Charged ``elements x
+    op_cycles[kind]`` (`dse.cost.core_cycles`). With ``place=False`` the scale constant is not
+    stored (the op is only costed)."""
     if src.blocked is not None:
         acc = src.blocked
         logical, padded = (acc.batch, acc.M, acc.N), (acc.batch, acc.Mt * acc.tm, acc.Nt * acc.tn)

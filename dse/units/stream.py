@@ -33,8 +33,8 @@ from emulator import Fence, Fp2Int, Int2Fp, Mset, Mvin, Mvout, Relu
 
 from ..plan.graph_plan import OpPlan
 from ..plan.memory import pad
-from ..plan.streams import (Stream, blocked_scale_extent, relu_ball, relu_plan_key, relu_stream, scale_core_op, scale_stream,
-                            stream_or_core)
+from ..plan.streams import (Stream, blocked_scale_extent, relu_ball, relu_plan_key, relu_stream, scale_core_op,
+                            scale_stream, stream_or_core)
 from ..workload.graph import Op, scale_array
 from .charges import Charges
 from .core import charge_core
