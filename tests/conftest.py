@@ -20,6 +20,15 @@ def db(request, tmp_path, monkeypatch):
     return request.getfixturevalue("pg_url")
 
 
+@pytest.fixture(scope="session", autouse=True)
+def _session_graph_cache(tmp_path_factory):
+    """The graph cache of module- and session-scoped fixtures (set up before any test's own,
+    below): a temporary folder too, never ~/.cache."""
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("DSE_CACHE_DIR", str(tmp_path_factory.mktemp("session-graph-cache")))
+        yield
+
+
 @pytest.fixture(autouse=True)
 def graph_cache_dir(tmp_path_factory, monkeypatch):
     """Every test its own, empty graph cache (never ~/.cache; no test sees another's
