@@ -15,8 +15,10 @@ command runs in DIR too, the two alternating, and the ratios this tree / baselin
 printed: on a shared machine only a same-run ratio says much. `--runs N`: medians of N runs
 each. `--warm`: each command run twice more right after, on the graph cache its cold run
 left (the capture and the frontend's checked graphs served): what each further run of the
-layer pays, e.g. each candidate chip of a sweep over it (the first hit in a boot hashes the
-2 GB entry, later ones do not: `dse.workload.cache`). Takes minutes; not run by the tests.
+layer pays, e.g. each candidate chip of a sweep over it (no hit hashes the 2 GB entry its
+writer vouched for: `dse.workload.cache`; the first hit, 20 s after the cold run wrote that
+entry, shares the machine with the kernel's writeback of it). Takes minutes; not run by the
+tests.
 """
 
 from __future__ import annotations
