@@ -13,6 +13,7 @@ import sys
 import threading
 import time
 from importlib.metadata import version
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -425,3 +426,14 @@ def test_the_installed_versions_in_the_key_are_read_again_when_the_path_changes(
     (dist / "METADATA").unlink()
     dist.rmdir()  # removed again
     assert cache._installed_version("numpy") == real
+
+
+@pytest.fixture(scope="module")
+def module_cache_dir():
+    """The graph cache a module-scoped fixture sees (set up before any test's own)."""
+    return cache.cache_dir()
+
+
+def test_module_scoped_fixtures_get_a_temporary_cache_too(module_cache_dir):
+    # (a module fixture ran before the per-test cache was set: it wrote ~/.cache/dse/graphs)
+    assert module_cache_dir is not None and Path.home() not in module_cache_dir.resolve().parents

@@ -229,13 +229,19 @@ def blocked_scale_extent(scale: np.ndarray, shape, logical: tuple[int, int, int]
     meets the element a whole padded tensor would hold, while a per-tensor scale over a
     Llama layer's [8, 8192, 2048] scores is 4 bytes, not 512 MB of DRAM image (pages the
     lowering wrote and the run read)."""
+    return _scale_layout(scale, shape, logical, padded)[0]
+
+
+def _scale_layout(scale, shape, logical: tuple[int, int, int], padded: tuple[int, int, int]
+                  ) -> tuple[tuple[int, int, int], list[list[int]] | None]:
+    """`blocked_scale_extent`, and `_scale_groups` of `shape` (None: every axis kept whole)."""
     shape, scale = tuple(int(n) for n in shape), np.asarray(scale)
     groups = _scale_groups(shape, logical) if scale.ndim <= len(shape) else None
     if groups is None:
-        return tuple(padded)
+        return tuple(padded), None
     lead = (1,) * (len(shape) - scale.ndim) + scale.shape
     return tuple(whole if whole != used or any(lead[axis] != 1 for axis in axes) else 1
-                 for whole, used, axes in zip(padded, logical, groups))
+                 for whole, used, axes in zip(padded, logical, groups)), groups
 
 
 def blocked_scale(scale: np.ndarray, shape, logical: tuple[int, int, int],
@@ -243,8 +249,7 @@ def blocked_scale(scale: np.ndarray, shape, logical: tuple[int, int, int],
     """A blocked accumulator's fp32 scale as DRAM holds it (`blocked_scale_extent`), zero
     over the padding."""
     shape = tuple(int(n) for n in shape)
-    extent = blocked_scale_extent(scale, shape, logical, padded)
-    groups = _scale_groups(shape, logical) if np.ndim(scale) <= len(shape) else None
+    extent, groups = _scale_layout(scale, shape, logical, padded)
     if groups is None:  # every axis whole
         narrow, cut = shape, logical
     else:  # the scale along the axes kept whole, 1 along the others
@@ -266,8 +271,9 @@ def scale_core_op(dram: Dram, src: Loc, out: Loc, scale: np.ndarray, shape, plac
     if src.blocked is not None:
         acc = src.blocked
         logical, padded = (acc.batch, acc.M, acc.N), (acc.batch, acc.Mt * acc.tm, acc.Nt * acc.tn)
-        batch, rows, cols = blocked_scale_extent(scale, shape, logical, padded)
-        saddr = dram.blob(blocked_scale(scale, shape, logical, padded)) if place else 0
+        kept = blocked_scale(scale, shape, logical, padded) if place else None
+        batch, rows, cols = kept.shape if kept is not None else blocked_scale_extent(scale, shape, logical, padded)
+        saddr = dram.blob(kept) if kept is not None else 0
         word = 4  # fp32; stride 0 along an axis the scale is not kept over
         strides = (rows * cols * word if batch > 1 else 0, acc.tm * cols * word if rows > 1 else 0,
                    cols * word if rows > 1 else 0, acc.tn * word if cols > 1 else 0, word if cols > 1 else 0)
