@@ -1,13 +1,15 @@
 """Sweeps end to end through the real SQLite store: baseline first, every candidate recorded,
 infeasible ones with reasons, resume without duplicates, acceptance and decisions."""
 
+import itertools
 import json
 
 import pytest
 
 from dse.analytical import estimate, summarize
+from emulator.chip import chip_from_dict
 from dse.chips import load_chip
-from dse.mapping import Candidate, Mapping
+from dse.mapping import Candidate, Mapping, mapping_from_dict
 from dse.records import Store
 from dse.runner import load_spec, run_sweep
 from dse.frontend import run_pipeline
@@ -267,6 +269,41 @@ def test_an_interrupt_between_batches_leaves_the_batches_before_it_recorded(tmp_
     monkeypatch.setattr(RandomSampler, "ask", real)
     again = run_sweep(spec, tmp_path / "r.db", progress=False)
     assert again.resumed == 4 and again.evaluated == 8 - 3
+
+
+def test_the_baseline_hand_picked_and_first_batch_share_one_model_call_and_keep_their_records(tmp_path,
+                                                                                              monkeypatch):
+    """The baseline's batch of one is evaluated in one model call with the hand-picked
+    candidates and the first batch (the model's fixed cost once, not three times); each is
+    still recorded in its own transaction, in that order, with the figures the model gives
+    each candidate alone. The grid's copy of the baseline is a repeat, evaluated once."""
+    import dse.runner.execution as execution
+
+    real, calls = execution._analytical_batch, []
+    monkeypatch.setattr(execution, "_analytical_batch",
+                        lambda graph, cands, *rest: calls.append(len(cands)) or real(graph, cands, *rest))
+    hand = '\n[[candidates]]\nset = { "chip.banks.count" = 24, workers = 2 }\nwhy = "more banks, two workers"\n'
+    spec = write_spec(tmp_path, name="ahead", banks="[20, 12, 16]", extra="batch = 4\n" + hand)
+    result = run_sweep(spec, tmp_path / "r.db", progress=False)
+    # grid: 20 banks x 1 worker (the baseline's point), then 20 x 2, 20 x 8, 12 x 1 in the first batch
+    assert result.evaluated == 1 + 1 + 8 and calls == [1 + 1 + 3, 4, 1], calls
+    with Store(tmp_path / "r.db") as store:
+        cands = store.candidates("ahead").sort_values("id")
+        runs = store.runs("ahead").set_index("candidate_id")
+        table = store.metric_table("ahead", "analytical").set_index("candidate_id")
+    assert cands["origin"].tolist() == ["baseline", "hand"] + ["grid"] * 8
+    # one transaction a batch: the baseline, the hand-picked, then the grid's batches (the
+    # first one's 4 proposals hold the baseline's repeat)
+    started = runs.loc[cands["id"], "started_at"].tolist()
+    assert [len(list(g)) for _, g in itertools.groupby(started)] == [1, 1, 3, 4, 1]
+    graph = run_pipeline("gemm", dict(m=64, n=64, k=64)).graph
+    for row in cands.to_dict("records"):
+        cand = Candidate(chip_from_dict(json.loads(row["config"])), mapping_from_dict(json.loads(row["mapping"]), "(candidate)"))
+        alone = summarize(estimate(graph, [cand]), [cand]).iloc[0]
+        if row["status"] == "ok":
+            assert table.loc[row["id"], "latency_cycles"] == alone["latency_cycles"] > 0
+        else:
+            assert not alone["feasible"]
 
 
 def test_nsga2_batches_stay_full_when_it_proposes_repeats(tmp_path, monkeypatch):

@@ -122,6 +122,7 @@ class Sweep:
         self._batches = 0  # recorded (for the STOP_ENV test hook)
         self._stop_after = int(os.environ.get(STOP_ENV) or 0)
         self._diff_parts: dict[tuple[str, str], str] = {}  # (section, its canonical JSON) -> its part of `_diff`
+        self._ahead: dict[str, Outcome] = {}  # outcomes evaluated with an earlier batch, by hash (`_evaluate`)
 
     # -- building candidates ---------------------------------------------------------
     def _build(self, params: dict) -> BuiltCandidate:
@@ -220,11 +221,14 @@ class Sweep:
         return out
 
     def _evaluate(self, proposals: list[Proposal], origin: str, sampler: Sampler | None, bar,
-                  built: list[BuiltCandidate] | None = None) -> int:
+                  built: list[BuiltCandidate] | None = None, ahead: list[BuiltCandidate] = ()) -> int:
         """Evaluate a batch (`built`: its proposals' candidates, when built already), then
         record it in one transaction, each candidate with its run finished; returns how many
         candidates were new. An interrupt or a crash before that write leaves nothing of the
-        batch in the store: a rerun evaluates it again."""
+        batch in the store: a rerun evaluates it again. `ahead`: candidates of batches to
+        come, evaluated in this batch's model call and kept (`_ahead`) for their own batch
+        to record: a batch of one (the baseline) costs the model's fixed cost a call, one
+        candidate more in a large call tens of microseconds."""
         built = built or [self._build(p.params) for p in proposals]
         fresh: dict[str, BuiltCandidate] = {}
         repeats: list[bool] = []  # per proposal: its candidate was evaluated before it (or proposed earlier in the batch)
@@ -241,13 +245,29 @@ class Sweep:
             # before evaluation, an earlier experiment's evidence (reused), else evaluated.
             infeasible = [Outcome(i, "infeasible", b.reason) for i, b in enumerate(new) if b.reason]
             reused = self._reusable({i: b.hash for i, b in enumerate(new) if not b.reason}, "analytical", baseline)
+            todo = [i for i, b in enumerate(new) if not b.reason and i not in reused]
+            early = []  # evaluated ahead, with an earlier batch
+            for i in todo:
+                if (o := self._ahead.pop(new[i].hash, None)) is not None:
+                    o.run_id = i
+                    early.append(o)
+            # Batches to come's candidates (not infeasible as built, not known, not of this
+            # batch), evaluated with it: by index past `new`.
+            later = list({b.hash: b for b in ahead
+                          if not b.reason and b.hash not in self.known and b.hash not in fresh}.values())
+            early_ids = {o.run_id for o in early}
             items = [WorkItem(i, b.config_json, b.mapping, b.hash, mapping_json=b.mapping_json)
-                     for i, b in enumerate(new) if not b.reason and i not in reused]
+                     for i, b in [(i, new[i]) for i in todo if i not in early_ids] + list(enumerate(later, len(new)))]
             # evaluated in this process: the collector paused until the batch is recorded
             # (`_collection_paused`); a pool's or a cluster's batch may take minutes
             executor = self._analytical_executor(len(items))
             with _collection_paused() if isinstance(executor, InlineExecutor) else contextlib.nullcontext():
-                evaluated = self._evaluated(items, executor)
+                evaluated = early
+                for o in self._evaluated(items, executor):
+                    if o.run_id < len(new):
+                        evaluated.append(o)
+                    else:
+                        self._ahead[later[o.run_id - len(new)].hash] = o
                 self._batches += 1
                 if self._batches == self._stop_after:  # evaluated, not recorded yet
                     with self.store.between_heartbeats():  # paused outside a transaction
@@ -584,14 +604,22 @@ class Sweep:
         batch = batch_size(spec, sampler, self.executor.workers)
         deadline = time.monotonic() + search.wall_seconds if search.wall_seconds else None
         done_sampled = max(self.result.resumed - 1, 0)  # the sampled candidates recorded already
-        self._evaluate([Proposal({})], "baseline", None, bar)
+        origin = "grid" if sampler_kind(spec) == "grid" else "sampler"
+        # The first batch asked now, and evaluated in one model call with the baseline and the
+        # hand-picked candidates (each batch still recorded in its own transaction, in this
+        # order). The sampler has not seen the baseline: a proposal of it is the first
+        # batch's repeat, told as such.
+        n = batch if exhaustive else min(batch, search.trials - done_sampled)
+        first = self._ask(sampler, n, bar) if n > 0 else None
+        hand = [Proposal(params) for params, _ in spec.hand]
+        hand_built = [self._build(p.params) for p in hand]
+        self._evaluate([Proposal({})], "baseline", None, bar, ahead=hand_built + (first[1] if first else []))
         if spec.hand:  # the hand-picked candidates, each with its why
-            self._evaluate([Proposal(params) for params, _ in spec.hand], "hand", None, bar)
+            self._evaluate(hand, "hand", None, bar, hand_built)
             base_hash = self._build({}).hash
             whys = {self.known[b.hash][0]: why for (params, why) in spec.hand
                     if (b := self._build(params)).hash in self.known and b.hash != base_hash}
             self.store.set_whys(whys)
-        origin = "grid" if sampler_kind(spec) == "grid" else "sampler"
         while True:
             if self.stop_requested:
                 raise KeyboardInterrupt
@@ -601,7 +629,8 @@ class Sweep:
             n = batch if exhaustive else min(batch, search.trials - done_sampled)
             if n <= 0:
                 break
-            proposals, built, exhausted = self._ask(sampler, n, bar)
+            proposals, built, exhausted = first or self._ask(sampler, n, bar)
+            first = None
             if proposals:
                 done_sampled += self._evaluate(proposals, origin, sampler, bar, built)
             elif exhausted:
@@ -610,6 +639,7 @@ class Sweep:
             if self._idle_rounds >= IDLE_ROUNDS:
                 self.result.stopped_early = "the sampler proposes only candidates already evaluated"
                 break
+        self._ahead.clear()  # (a batch cut short by the deadline: its outcomes, unrecorded)
         # Where the analytical phase's time went besides: the sampler's ask and tell (the
         # store writes are the record stage's).
         self.result.seconds["sampler"] = self._sampler_seconds
