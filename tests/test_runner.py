@@ -298,7 +298,8 @@ def test_the_baseline_hand_picked_and_first_batch_share_one_model_call_and_keep_
     assert [len(list(g)) for _, g in itertools.groupby(started)] == [1, 1, 3, 4, 1]
     graph = run_pipeline("gemm", dict(m=64, n=64, k=64)).graph
     for row in cands.to_dict("records"):
-        cand = Candidate(chip_from_dict(json.loads(row["config"])), mapping_from_dict(json.loads(row["mapping"]), "(candidate)"))
+        cand = Candidate(chip_from_dict(json.loads(row["config"])),
+                         mapping_from_dict(json.loads(row["mapping"]), "(candidate)"))
         alone = summarize(estimate(graph, [cand]), [cand]).iloc[0]
         if row["status"] == "ok":
             assert table.loc[row["id"], "latency_cycles"] == alone["latency_cycles"] > 0

@@ -639,3 +639,50 @@ def test_the_ui_over_postgresql(pg_url, tmp_path, browser):  # noqa: F811
         assert console.errors == []
         context.close()
     assert isinstance(pd.Timestamp(last["created_at"]), pd.Timestamp)
+
+
+def test_each_plot_is_drawn_in_the_height_its_page_reserved(server, store_db, page):
+    """A plot's figure arrives after its page: the page reserves the figure's own height
+    (from the function the figure sets it with, of what it will show), so that nothing
+    below a plot moves when it is drawn. The figures' JSON is held until the reserved
+    heights are read."""
+    with Store(store_db) as store:
+        arts = store.artifacts("emulated")
+        arts = arts[arts["run_id"].notna()]
+        npy = int(arts[arts["name"].str.endswith(".npy")].iloc[0]["id"])
+        banked = int(arts[arts["name"] == "banks.json"].iloc[0]["candidate_id"])
+        emulated = int(store.experiment("emulated")["id"])
+    held = []
+    figures = re.compile(r"\.json(\?|$)")
+
+    def hold(route):
+        held.append(route)
+
+    page.route(figures, hold)
+    try:
+        for url in ["/", "/experiments/1", f"/experiments/{emulated}", f"/candidates/{banked}",
+                    f"/artifacts/{npy}/view"]:
+            held.clear()
+            page.goto(server + url)
+            plots = page.eval_on_selector_all("div.plot[data-src]", "ds => ds.map(d => d.id)")
+            for _ in range(200):  # the page's fetches, held
+                if len(held) >= len(plots):
+                    break
+                page.wait_for_timeout(50)
+            assert len(held) == len(plots) and plots, (url, plots, [r.request.url for r in held])
+            heights = "ds => Object.fromEntries(ds.map(d => [d.id, d.getBoundingClientRect().height]))"
+            reserved = page.eval_on_selector_all("div.plot[data-src]", heights)
+            assert not page.eval_on_selector_all("div.plot[data-ready]", "ds => ds.length")
+            for route in held:
+                route.continue_()
+            plots_drawn(page)
+            drawn = page.eval_on_selector_all("div.plot[data-src]", heights)
+            own = page.eval_on_selector_all("div.plot[data-src]",
+                                            "ds => Object.fromEntries(ds.map(d => [d.id, d.layout.height]))")
+            assert reserved == drawn == own, url
+            if url == f"/experiments/{emulated}":  # the data-dependent ones among them
+                assert {"ops", "op-energy", "components-analytical", "components-emulator_cycles",
+                        "model-vs-emulator"} <= set(drawn)
+        assert page.console.errors == []
+    finally:
+        page.unroute(figures, hold)

@@ -147,6 +147,39 @@ def _axis(values: np.ndarray) -> tuple[np.ndarray, bool]:
     return np.linspace(lo - pad, hi + pad, GRID), False
 
 
+# Each figure's height, from what it shows: the figure sets it, and the UI's page reserves
+# it before the figure's JSON arrives, so that nothing below a plot moves when it is drawn.
+PARETO_HEIGHT = 480
+SEARCH_HISTORY_HEIGHT = 360
+PARALLEL_HEIGHT = 420
+MODEL_VS_EMULATOR_HEIGHT = 420
+
+
+def history_height(experiments: int) -> int:
+    """`history_figure`'s: a row an experiment."""
+    return 140 + 34 * max(experiments, 1)
+
+
+def op_height(bars: int) -> int:
+    """`op_figure`'s: a bar a candidate."""
+    return 160 + 48 * max(bars, 1)
+
+
+def component_height(bars: int) -> int:
+    """`component_figure`'s: a bar a candidate, the legend below."""
+    return 250 + 48 * max(bars, 1)
+
+
+def bank_rows(lives: list[dict]) -> list[str]:
+    """`bank_lifetime_figure`'s row of each lifetime: its core's bank (shared or not)."""
+    return [f"core {r['core']} {'shared ' if r['shared'] else ''}bank {r['bank']}" for r in lives]
+
+
+def bank_lifetime_height(rows: int) -> int:
+    """`bank_lifetime_figure`'s: a row a bank that some lifetime held."""
+    return max(260, 22 * rows + 120)
+
+
 def pareto_figure(table: pd.DataFrame, x: str, y: str, directions: tuple[str, str], *, passing: np.ndarray,
                   exprs: list[str], baseline_id: int | None, accepted: set[int], title: str = "",
                   best_id: int | None = None, changes: dict[int, str] | None = None) -> tuple[go.Figure, pd.DataFrame]:
@@ -227,7 +260,7 @@ def pareto_figure(table: pd.DataFrame, x: str, y: str, directions: tuple[str, st
                                      marker=dict(symbol=symbol, color=color, size=size, line=dict(width=2.5, color=color)),
                                      customdata=marked["candidate_id"], hovertext=hover(marked), hoverinfo="text"))
     fig.update_layout(title=title or f"{_label(y)} vs {_label(x)}", xaxis_title=_label(x), yaxis_title=_label(y),
-                      template=_white(), height=480, margin=dict(l=60, r=20, t=50, b=50),
+                      template=_white(), height=PARETO_HEIGHT, margin=dict(l=60, r=20, t=50, b=50),
                       hovermode="closest", legend=dict(font=dict(size=11)))
     if xlog:
         fig.update_xaxes(type="log")
@@ -256,7 +289,7 @@ def history_figure(experiments: pd.DataFrame, decisions: pd.DataFrame) -> go.Fig
                            f"<br>{t:%Y-%m-%d %H:%M}<br>{html.escape(str(r)[:160])}"
                            for e, a, t, r in zip(group["experiment"], group["author"], group["created_at"],
                                                  group["rationale"])], hoverinfo="text"))  # fmt: skip
-    fig.update_layout(template=_white(), height=140 + 34 * max(len(exps), 1), xaxis_title="date (UTC)",
+    fig.update_layout(template=_white(), height=history_height(len(exps)), xaxis_title="date (UTC)",
                       margin=dict(l=140, r=20, t=30, b=50), title="experiments and decisions")
     fig.update_xaxes(type="date", tickformat="%Y-%m-%d\n%H:%M")
     fig.update_yaxes(autorange="reversed", type="category")
@@ -280,7 +313,7 @@ def search_history_figure(history, title: str = "") -> go.Figure:
     fig.add_trace(go.Scatter(x=[i for i, _ in steps], y=[b for _, b in steps], mode="lines", line_shape="hv",
                              name="best so far", line=dict(color="#2ca02c", width=2),
                              hovertemplate="best so far at candidate %{x}: %{y:.6g}<extra></extra>"))
-    fig.update_layout(template=_white(), height=360, margin=dict(l=70, r=20, t=40, b=50),
+    fig.update_layout(template=_white(), height=SEARCH_HISTORY_HEIGHT, margin=dict(l=70, r=20, t=40, b=50),
                       title=title or f"{history.metric} candidate after candidate ({history.direction})",
                       xaxis_title="candidate (in the order proposed)", yaxis_title=_label(history.metric))
     return fig
@@ -331,7 +364,7 @@ def parallel_figure(table: pd.DataFrame, objectives: list[dict], title: str = ""
         line=dict(color=shown[first].to_numpy(dtype=float) if first else [], colorscale="Viridis_r"
                   if objectives[0].get("direction", "minimize") == "minimize" else "Viridis",
                   showscale=True, colorbar=dict(title=_label(first) if first else ""))))
-    fig.update_layout(title=title or f"knobs to objectives ({name})", template=_white(), height=420,
+    fig.update_layout(title=title or f"knobs to objectives ({name})", template=_white(), height=PARALLEL_HEIGHT,
                       margin=dict(l=80, r=60, t=80, b=30))
     data = pd.concat([shown[["candidate_id"]].astype(int), knobs, shown[metrics]], axis=1).reset_index(drop=True)
     return fig, data
@@ -364,7 +397,7 @@ def op_figure(op_table: pd.DataFrame, labels: dict[int, str], metric: str = "cyc
             hovertext=[f"<b>{html.escape(str(op))}</b><br>{html.escape(n)}<br>{_num(v)} {unit} ({s:.1%} of {_num(t)})"
                        for n, v, s, t in zip(names, values, share, totals)], hoverinfo="text"))
     fig.update_layout(barmode="stack", title=title or f"analytical {metric} per op", template=_white(),
-                      xaxis_title=axis, height=160 + 48 * max(len(ids), 1),
+                      xaxis_title=axis, height=op_height(len(ids)),
                       margin=dict(l=160, r=20, t=50, b=50), hovermode="closest", legend=dict(font=dict(size=10)))
     fig.update_yaxes(autorange="reversed", type="category")
     return fig
@@ -382,6 +415,11 @@ COMPONENT_COLORS = _component_colors()
 COMPONENT_AXES = {"area_mm2": "area (mm2)", "energy_uj": "energy per inference (uJ)"}
 
 
+def component_ids(figures, labels: dict[int, str]) -> list[int]:
+    """The labelled candidates `component_figure` draws a bar of: those with figures."""
+    return [i for i in labels if i in figures.candidates]
+
+
 def component_figure(figures, labels: dict[int, str], title: str = "") -> go.Figure:
     """Area and energy by component, one evidence kind (`figures`: a
     `dse.records.report_reads.ComponentFigures`): one stacked bar per labelled candidate that has
@@ -389,7 +427,7 @@ def component_figure(figures, labels: dict[int, str], title: str = "") -> go.Fig
     on the left, energy on the right. Hover names the component, its value and share."""
     from plotly.subplots import make_subplots
 
-    ids = [i for i in labels if i in figures.candidates]
+    ids = component_ids(figures, labels)
     names = [f"{labels[i]} (c{i})" for i in ids]
     fig = make_subplots(rows=1, cols=len(COMPONENT_AXES), horizontal_spacing=0.08,
                         subplot_titles=list(COMPONENT_AXES.values()))
@@ -409,7 +447,7 @@ def component_figure(figures, labels: dict[int, str], title: str = "") -> go.Fig
         fig.update_yaxes(autorange="reversed", type="category", row=1, col=col, showticklabels=col == 1)
     # The legend under the bars, in rows: beside them it would scroll for two bars.
     fig.update_layout(barmode="stack", title=title or f"area and energy by component ({figures.kind})",
-                      template=_white(), height=250 + 48 * max(len(ids), 1),
+                      template=_white(), height=component_height(len(ids)),
                       margin=dict(l=160, r=20, t=80, b=20), hovermode="closest",
                       legend=dict(font=dict(size=11), orientation="h", yanchor="top", y=-0.12, x=0))
     return fig
@@ -444,7 +482,7 @@ def model_vs_emulator_figure(emulated: pd.DataFrame, title: str = "") -> go.Figu
                    f"<br>model error: {p:+.1f} %" for c, e, a, p in zip(
                        emulated["candidate_id"], emulated["emulator_cycles"], emulated["analytical_cycles"],
                        emulated["error_pct"])], hoverinfo="text"))
-    fig.update_layout(title=title or "model vs emulator", template=_white(), height=420,
+    fig.update_layout(title=title or "model vs emulator", template=_white(), height=MODEL_VS_EMULATOR_HEIGHT,
                       xaxis_title="emulator cycles", yaxis_title="analytical estimate (cycles)",
                       margin=dict(l=70, r=20, t=50, b=50), hovermode="closest")
     return fig
@@ -455,7 +493,7 @@ def bank_lifetime_figure(lives: list[dict], title: str = "") -> go.Figure:
     them): one bar a virtual bank, on its core's row of banks, from its MSET to its free in
     program order, coloured by the op that holds it; hover says what it holds."""
     fig = go.Figure()
-    rows = [f"core {r['core']} {'shared ' if r['shared'] else ''}bank {r['bank']}" for r in lives]
+    rows = bank_rows(lives)
     order = sorted(dict.fromkeys(rows), key=lambda t: (int(t.split()[1]), "shared" in t, int(t.split()[-1])))
     for op in dict.fromkeys(r["op"] for r in lives):
         mine = [(row, r) for row, r in zip(rows, lives) if r["op"] == op]
@@ -466,7 +504,7 @@ def bank_lifetime_figure(lives: list[dict], title: str = "") -> go.Figure:
                        f"{r['start']}..{r['end']}<br>{html.escape(r['holds'])}" for row, r in mine],
             hoverinfo="text"))
     fig.update_layout(title=title or "bank lifetimes", template=_white(), barmode="overlay",
-                      height=max(260, 22 * len(order) + 120), xaxis_title="instruction (program order, per core)",
+                      height=bank_lifetime_height(len(order)), xaxis_title="instruction (program order, per core)",
                       yaxis=dict(categoryorder="array", categoryarray=order[::-1]),
                       margin=dict(l=140, r=20, t=50, b=50), hovermode="closest", legend_title_text="op")
     return fig

@@ -16,6 +16,7 @@ from pathlib import Path
 from urllib.parse import quote, urlencode
 
 import jinja2
+import numpy as np
 import pandas as pd
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
@@ -35,8 +36,10 @@ from ..records.outcomes import experiment_status
 from ..report.data import (PPA_KINDS, accepted_candidates, front_of, meaningful_candidates, model_vs_emulator,
                            outcome_mark, row_marks, stored_bank_lifetimes)
 from ..report.html import fmt_value
-from ..report.interactive import (OP_METRICS, PPA_AXES, bank_lifetime_figure, component_figure, history_figure,
-                                  model_vs_emulator_figure, op_figure, parallel_figure, pareto_figure,
+from ..report.interactive import (MODEL_VS_EMULATOR_HEIGHT, OP_METRICS, PARALLEL_HEIGHT, PARETO_HEIGHT, PPA_AXES,
+                                  SEARCH_HISTORY_HEIGHT, bank_lifetime_figure, bank_lifetime_height, bank_rows,
+                                  component_figure, component_height, component_ids, history_figure, history_height,
+                                  model_vs_emulator_figure, op_figure, op_height, parallel_figure, pareto_figure,
                                   search_history_figure)
 from ..report.search_history import EVALUATOR, SearchHistory, best_words, importance_rows, search_history
 from ..runner.acceptance import figures_wanted, headline, judge_experiment
@@ -156,12 +159,13 @@ class Workbench:
 
     def experiments(self, request: Request) -> Response:
         summaries = self.store.experiment_summaries()
+        timeline = history_height(len(summaries))  # every experiment's row, whatever the filter
         text = request.query_params.get("q", "").strip()
         if text:
             needle = text.lower()
             summaries = [s for s in summaries if needle in s["name"].lower() or needle in (s["hypothesis"] or "").lower()
                          or needle in (s["status"] or "")]  # fmt: skip
-        return self.page(request, "experiments.html.j2", experiments=summaries, q=text,
+        return self.page(request, "experiments.html.j2", experiments=summaries, q=text, heights={"timeline": timeline},
                          standing=live.standing(self.store), poll_ms=LIVE_POLL_MS, title="dse: experiments")
 
     def history_json(self, request: Request) -> Response:
@@ -218,11 +222,18 @@ class Workbench:
         # An evidence kind's by-component figure where some run of it finished.
         kinds = ["analytical", *(["emulator_cycles"] if summary.get("n_emulated") else [])]
         keep = {k: v for k, v in params.items() if k not in ("page",)}
+        # Each plot's height, reserved before its figure arrives: the figure's own, of what it will show.
+        heights = {"pareto": PARETO_HEIGHT, "ppa-pareto": PARETO_HEIGHT, "search-history": SEARCH_HISTORY_HEIGHT,
+                   "parallel": PARALLEL_HEIGHT, "model-vs-emulator": MODEL_VS_EMULATOR_HEIGHT,
+                   "ops": op_height(len(self.op_view(exp, "cycles", judgement)[0])),
+                   "op-energy": op_height(len(self.op_view(exp, "energy_uj", judgement)[0])),
+                   **{f"components-{kind}": component_height(len(component_ids(
+                       *self.component_view(exp, kind, judgement)[::-1]))) for kind in kinds}}
         return self.page(request, "experiment.html.j2", exp=exp, summary=summary, decisions=decisions,
                          headline=top, passing=judgement.passing_ids, first_objective=first["metric"],
                          objectives=objectives, table=table, names=names, x=x, y=y, keep=keep,
                          ppa_x=ppa_x, ppa_y=ppa_y, ppa_axes=PPA_AXES, ppa_kinds=kinds,
-                         search=search, importance=importance_rows(search),
+                         search=search, importance=importance_rows(search), heights=heights,
                          search_best=self.memo.get(exp, ("search_best", repr(first)), lambda: best_words(search)),
                          evaluator=EVALUATOR,
                          sweep=sweep, live_now=now, last_id=last_id or 0, poll_ms=LIVE_POLL_MS, columns=columns,
@@ -336,23 +347,53 @@ class Workbench:
         metric = request.query_params.get("metric", "cycles")
         if metric not in OP_METRICS:
             raise Problem(400, "Bad query", f"query parameter metric={metric!r}: allowed one of {', '.join(OP_METRICS)}")
-        judged = self.judged(exp, set())
-        labels = meaningful_candidates(judged.table, judged.baseline_id, judged.best, judged.accepted)
-        per_op = self.store.op_metric_table(int(exp["id"]), list(labels), metric) if labels else pd.DataFrame()
-        labels = {i: label for i, label in labels.items() if i in per_op.index}
+        labels, per_op = self.op_view(exp, metric)
         what = "cycles" if metric == "cycles" else "energy"
         fig = op_figure(per_op, labels, metric, title=f"{exp['name']}: analytical {what} per op")
         return figure_response(fig, {"candidates": [{"id": i, "label": label} for i, label in labels.items()],
                                       "ops": [str(c) for c in per_op.columns], "metric": metric})
+
+    def shown_candidates(self, exp: dict, judgement=None) -> dict[int, str]:
+        """{candidate: label} of the baseline, best and accepted candidates (feasible ones) the
+        per-op and by-component figures show (`meaningful_candidates`): the page reserves
+        those figures' heights from them, their endpoints draw them. The statuses from the
+        candidate table's read (`rankable`: latest analytical run's), the decisions fresh;
+        the best the one judgement's (`judgement`, the page's: its best whatever figures it read along)."""
+        names = self.store.metric_names(int(exp["id"]), exp["baseline_candidate_id"])
+        ranked = self.rankable(exp, names)
+        best = (judgement or self.judgement(exp, _objectives(exp["spec_text"])[0])).best
+        accepted = accepted_candidates(self.store.decisions(exp["id"]))
+        named = ranked.ids[np.isin(ranked.ids, [i for i in (exp["baseline_candidate_id"], best, *accepted)
+                                                 if i is not None])]
+        statuses = pd.DataFrame({"candidate_id": named, "status": ranked.status[np.isin(ranked.ids, named)]})
+        return meaningful_candidates(statuses, exp["baseline_candidate_id"], best, accepted)
+
+    def op_view(self, exp: dict, metric: str, judgement=None) -> tuple[dict[int, str], pd.DataFrame]:
+        """The per-op figure's candidates (those of `shown_candidates` with per-op `metric`
+        values) and their per-op table, once per state of the records and shown candidates."""
+        labels = self.shown_candidates(exp, judgement)
+
+        def compute() -> tuple[dict[int, str], pd.DataFrame]:
+            per_op = self.store.op_metric_table(int(exp["id"]), list(labels), metric) if labels else pd.DataFrame()
+            return {i: label for i, label in labels.items() if i in per_op.index}, per_op
+
+        return self.memo.get(exp, ("ops", metric, tuple(labels.items())), compute)
+
+    def component_view(self, exp: dict, kind: str, judgement=None) -> tuple[dict[int, str], object]:
+        """The by-component figure's labels (`shown_candidates`) and their figures of `kind`
+        (`component_figure` draws those that have some: `component_ids`), once per state
+        of the records and shown candidates."""
+        labels = self.shown_candidates(exp, judgement)
+        figures = self.memo.get(exp, ("components", kind, tuple(labels.items())),
+                                lambda: self.store.component_figures(int(exp["id"]), list(labels), kind))
+        return labels, figures
 
     def components_json(self, request: Request) -> Response:
         """Area and energy by component of the baseline, best and accepted candidates, one
         evidence kind (``?kind=analytical``, the default, or ``emulator_cycles``)."""
         exp = self.experiment(request.path_params["ref"])
         kind = _ppa_kind(request.query_params)
-        judged = self.judged(exp, set())
-        labels = meaningful_candidates(judged.table, judged.baseline_id, judged.best, judged.accepted)
-        figures = self.store.component_figures(int(exp["id"]), list(labels), kind)
+        labels, figures = self.component_view(exp, kind)
         fig = component_figure(figures, labels, title=f"{exp['name']}: area and energy by component ({kind})")
         return figure_response(fig, _components_summary(figures, labels))
 
@@ -443,6 +484,9 @@ class Workbench:
         return self.page(request, "candidate.html.j2", cand=cand, exp=exp, runs=records(runs), decide_candidate=ident,
                          evidence=evidence, artifacts=artifacts, decisions=decisions, ppa_kinds=PPA_KINDS,
                          banks_run=banks_run, banks_count=len(lives),
+                         heights={"banks-plot": bank_lifetime_height(len(set(bank_rows(lives)))),
+                                  # one candidate's bar, or none (the figure keeps a bar's room)
+                                  **{f"components-{kind}": component_height(1) for kind in PPA_KINDS}},
                          title=f"dse: candidate {ident}", note_back=str(request.app.url_path_for("candidate", ident=str(ident))),
                          **notes.candidate_context(self.store, cand))  # fmt: skip
 

@@ -172,6 +172,23 @@ class HeatSlice:
     label: str  # "[1, 0, :, :]"
 
 
+def heat_steps(rows: int, cols: int) -> tuple[int, int]:
+    """The heat map's stride along the rows and the columns of a `rows` x `cols` slice."""
+    return max(1, math.ceil(rows / HEATMAP_CELLS)), max(1, math.ceil(cols / HEATMAP_CELLS))
+
+
+def heatmap_height(shown_rows: int) -> int:
+    """The heat map's height, from the rows it shows: the figure sets it, the artifact's
+    page reserves it before the figure arrives."""
+    return min(700, 180 + 4 * max(40, shown_rows))
+
+
+def heatmap_height_of(shape: tuple[int, ...]) -> int:
+    """`heatmap_height` of an array of `shape` (its slices, `heat_slice`'s, all alike)."""
+    rows = shape[-2] if len(shape) >= 2 else 1
+    return heatmap_height(math.ceil(rows / heat_steps(rows, 1)[0]))
+
+
 def heat_slice(arr: np.ndarray, at: tuple[int, ...]) -> HeatSlice | None:
     """The 2-D slice the heat map shows (a 1-D array as one row), downsampled by stride;
     None for a 0-d array or one of no numbers."""
@@ -180,7 +197,7 @@ def heat_slice(arr: np.ndarray, at: tuple[int, ...]) -> HeatSlice | None:
     plane = arr[at] if arr.ndim > 2 else arr
     plane = plane.reshape(1, -1) if plane.ndim == 1 else plane
     rows, cols = plane.shape
-    steps = (max(1, math.ceil(rows / HEATMAP_CELLS)), max(1, math.ceil(cols / HEATMAP_CELLS)))
+    steps = heat_steps(rows, cols)
     z = np.asarray(plane[::steps[0], ::steps[1]])
     z = np.abs(z) if z.dtype.kind == "c" else z
     label = "[" + ", ".join([*(str(i) for i in at), ":", ":"]) + "]" if arr.ndim > 2 else ""
@@ -284,6 +301,7 @@ def view(bench: Workbench, request: Request) -> Response:
         context["at"] = parse_at(at_text, arr_view.shape)
         context["lead"] = arr_view.shape[:-2] if len(arr_view.shape) > 2 else ()
         context["heatmap"] = len(arr_view.shape) > 0 and arr_view.stats is not None and math.prod(arr_view.shape) > 0
+        context["heights"] = {"heatmap": heatmap_height_of(tuple(arr_view.shape))}
     elif kind in ("counters", "json"):
         head, size = read_head(path, MAX_JSON_BYTES + 1)
         data = None
@@ -336,6 +354,6 @@ def heatmap_json(bench: Workbench, request: Request) -> Response:
                       for n, what in zip(heat.steps, ("row", "column")))
     fig.update_layout(title=f"{row['name']}{heat.label}" + (f" ({every})" if heat.steps != (1, 1) else ""),
                       yaxis=dict(autorange="reversed", title="row"), xaxis=dict(title="column"),
-                      height=min(700, 180 + 4 * max(40, heat.z.shape[0])), margin=dict(l=60, r=20, t=50, b=50))
+                      height=heatmap_height(heat.z.shape[0]), margin=dict(l=60, r=20, t=50, b=50))
     return figure_response(fig, {"slice": heat.label, "rows": heat.rows, "cols": heat.cols,
                                   "steps": list(heat.steps), "shown": list(heat.z.shape)})
