@@ -256,8 +256,8 @@ class Sweep:
             later = list({b.hash: b for b in ahead
                           if not b.reason and b.hash not in self.known and b.hash not in fresh}.values())
             early_ids = {o.run_id for o in early}
-            items = [WorkItem(i, b.config_json, b.mapping, b.hash, mapping_json=b.mapping_json)
-                     for i, b in [(i, new[i]) for i in todo if i not in early_ids] + list(enumerate(later, len(new)))]
+            pending = [(i, new[i]) for i in todo if i not in early_ids] + list(enumerate(later, len(new)))
+            items = [WorkItem(i, b.config_json, b.mapping, b.hash, mapping_json=b.mapping_json) for i, b in pending]
             # evaluated in this process: the collector paused until the batch is recorded
             # (`_collection_paused`); a pool's or a cluster's batch may take minutes
             executor = self._analytical_executor(len(items))
