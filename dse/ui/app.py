@@ -223,12 +223,13 @@ class Workbench:
         kinds = ["analytical", *(["emulator_cycles"] if summary.get("n_emulated") else [])]
         keep = {k: v for k, v in params.items() if k not in ("page",)}
         # Each plot's height, reserved before its figure arrives: the figure's own, of what it will show.
+        shown = self.shown_candidates(exp, judgement)
         heights = {"pareto": PARETO_HEIGHT, "ppa-pareto": PARETO_HEIGHT, "search-history": SEARCH_HISTORY_HEIGHT,
                    "parallel": PARALLEL_HEIGHT, "model-vs-emulator": MODEL_VS_EMULATOR_HEIGHT,
-                   "ops": op_height(len(self.op_view(exp, "cycles", judgement)[0])),
-                   "op-energy": op_height(len(self.op_view(exp, "energy_uj", judgement)[0])),
-                   **{f"components-{kind}": component_height(len(component_ids(
-                       *self.component_view(exp, kind, judgement)[::-1]))) for kind in kinds}}
+                   "ops": op_height(len(self.op_view(exp, "cycles", shown)[0])),
+                   "op-energy": op_height(len(self.op_view(exp, "energy_uj", shown)[0])),
+                   **{f"components-{kind}": component_height(len(component_ids(self.component_view(exp, kind, shown),
+                                                                               shown))) for kind in kinds}}
         return self.page(request, "experiment.html.j2", exp=exp, summary=summary, decisions=decisions,
                          headline=top, passing=judgement.passing_ids, first_objective=first["metric"],
                          objectives=objectives, table=table, names=names, x=x, y=y, keep=keep,
@@ -347,7 +348,7 @@ class Workbench:
         metric = request.query_params.get("metric", "cycles")
         if metric not in OP_METRICS:
             raise Problem(400, "Bad query", f"query parameter metric={metric!r}: allowed one of {', '.join(OP_METRICS)}")
-        labels, per_op = self.op_view(exp, metric)
+        labels, per_op = self.op_view(exp, metric, self.shown_candidates(exp))
         what = "cycles" if metric == "cycles" else "energy"
         fig = op_figure(per_op, labels, metric, title=f"{exp['name']}: analytical {what} per op")
         return figure_response(fig, {"candidates": [{"id": i, "label": label} for i, label in labels.items()],
@@ -363,37 +364,33 @@ class Workbench:
         ranked = self.rankable(exp, names)
         best = (judgement or self.judgement(exp, _objectives(exp["spec_text"])[0])).best
         accepted = accepted_candidates(self.store.decisions(exp["id"]))
-        named = ranked.ids[np.isin(ranked.ids, [i for i in (exp["baseline_candidate_id"], best, *accepted)
-                                                 if i is not None])]
-        statuses = pd.DataFrame({"candidate_id": named, "status": ranked.status[np.isin(ranked.ids, named)]})
+        named = np.isin(ranked.ids, [i for i in (exp["baseline_candidate_id"], best, *accepted) if i is not None])
+        statuses = pd.DataFrame({"candidate_id": ranked.ids[named], "status": ranked.status[named]})
         return meaningful_candidates(statuses, exp["baseline_candidate_id"], best, accepted)
 
-    def op_view(self, exp: dict, metric: str, judgement=None) -> tuple[dict[int, str], pd.DataFrame]:
-        """The per-op figure's candidates (those of `shown_candidates` with per-op `metric`
-        values) and their per-op table, once per state of the records and shown candidates."""
-        labels = self.shown_candidates(exp, judgement)
-
+    def op_view(self, exp: dict, metric: str, labels: dict[int, str]) -> tuple[dict[int, str], pd.DataFrame]:
+        """The per-op figure's candidates (those of `labels`, `shown_candidates`', with per-op
+        `metric` values) and their per-op table, once per state of the records and labels."""
         def compute() -> tuple[dict[int, str], pd.DataFrame]:
             per_op = self.store.op_metric_table(int(exp["id"]), list(labels), metric) if labels else pd.DataFrame()
             return {i: label for i, label in labels.items() if i in per_op.index}, per_op
 
         return self.memo.get(exp, ("ops", metric, tuple(labels.items())), compute)
 
-    def component_view(self, exp: dict, kind: str, judgement=None) -> tuple[dict[int, str], object]:
-        """The by-component figure's labels (`shown_candidates`) and their figures of `kind`
-        (`component_figure` draws those that have some: `component_ids`), once per state
-        of the records and shown candidates."""
-        labels = self.shown_candidates(exp, judgement)
+    def component_view(self, exp: dict, kind: str, labels: dict[int, str]) -> object:
+        """The by-component figures of `kind` of `labels` (`shown_candidates`'; the figure
+        draws those that have some: `component_ids`), once per state of the records and labels."""
         figures = self.memo.get(exp, ("components", kind, tuple(labels.items())),
                                 lambda: self.store.component_figures(int(exp["id"]), list(labels), kind))
-        return labels, figures
+        return figures
 
     def components_json(self, request: Request) -> Response:
         """Area and energy by component of the baseline, best and accepted candidates, one
         evidence kind (``?kind=analytical``, the default, or ``emulator_cycles``)."""
         exp = self.experiment(request.path_params["ref"])
         kind = _ppa_kind(request.query_params)
-        labels, figures = self.component_view(exp, kind)
+        labels = self.shown_candidates(exp)
+        figures = self.component_view(exp, kind, labels)
         fig = component_figure(figures, labels, title=f"{exp['name']}: area and energy by component ({kind})")
         return figure_response(fig, _components_summary(figures, labels))
 
