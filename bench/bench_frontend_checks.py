@@ -19,8 +19,9 @@ import shutil
 import statistics
 import sys
 import tempfile
-import time
 from pathlib import Path
+
+from timing import runs_of  # (bench/: this script's folder)
 
 TREE = Path(os.environ.get("DSE_BENCH_TREE") or Path(__file__).resolve().parents[1])
 sys.path.insert(0, str(TREE))
@@ -28,13 +29,9 @@ LAYER = dict(dim=4096, heads=32, kv_heads=8, head_dim=128, ffn=14336)
 
 
 def timed(runs: int, call) -> tuple[float, float, float, float]:
-    walls, cpus = [], []
-    for _ in range(runs):
-        wall, cpu = time.perf_counter(), time.process_time()
-        call()
-        walls.append(time.perf_counter() - wall)
-        cpus.append(time.process_time() - cpu)
-    return statistics.median(walls), min(walls), statistics.median(cpus), min(cpus)
+    """Median and least wall, then CPU, seconds of `call()` over `runs` runs."""
+    got = runs_of(call, runs)
+    return statistics.median(got.walls), min(got.walls), statistics.median(got.cpus), min(got.cpus)
 
 
 def main() -> None:

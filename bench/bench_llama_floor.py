@@ -32,19 +32,16 @@ import tempfile
 import time
 from pathlib import Path
 
+from timing import runs_of  # (bench/: this script's folder)
+
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 LAYER = dict(dim=4096, heads=32, kv_heads=8, head_dim=128, ffn=14336)
 
 
 def timed(fn, runs: int) -> tuple[float, float]:
     """Median (wall, CPU) seconds of `fn()` over `runs` runs."""
-    walls, cpus = [], []
-    for _ in range(runs):
-        wall, cpu = time.perf_counter(), time.process_time()
-        fn()
-        walls.append(time.perf_counter() - wall)
-        cpus.append(time.process_time() - cpu)
-    return statistics.median(walls), statistics.median(cpus)
+    got = runs_of(fn, runs)
+    return statistics.median(got.walls), statistics.median(got.cpus)
 
 
 def products(seq: int) -> list[tuple[int, int, int, int]]:

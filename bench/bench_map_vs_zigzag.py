@@ -22,13 +22,12 @@ from __future__ import annotations
 
 import argparse
 import os
-import resource
 import statistics
-import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
+
+from timing import process_seconds  # (bench/: this script's folder)
 
 REPO = Path(__file__).resolve().parents[1]
 DSE_MAP = [sys.executable, "-m", "dse", "map", "--chip", "goban", "--recipe", "resnet18", "--workers", "4"]
@@ -49,12 +48,7 @@ print(f"zigzag: latency {latency:.4g} cycles, energy {energy:.4g}")
 
 def timed(argv: list[str], env: dict, cwd: Path = REPO) -> tuple[float, float]:
     """(wall, CPU) seconds of one command."""
-    before = resource.getrusage(resource.RUSAGE_CHILDREN)
-    start = time.perf_counter()
-    subprocess.run(argv, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env, cwd=cwd)
-    wall = time.perf_counter() - start
-    after = resource.getrusage(resource.RUSAGE_CHILDREN)
-    return wall, (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+    return process_seconds(argv, env, cwd)
 
 
 def cold(tree: Path) -> tuple[float, float]:

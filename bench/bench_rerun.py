@@ -20,14 +20,13 @@ from __future__ import annotations
 import argparse
 import contextlib
 import os
-import resource
 import sqlite3
 import statistics
-import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
+
+from timing import process_seconds  # (bench/: this script's folder)
 
 REPO = Path(__file__).resolve().parents[1]
 LEFT_RUNNING = ("UPDATE run SET status = 'running', finished_at = NULL, pid = NULL, "
@@ -36,17 +35,9 @@ FIRST, RERUN, RESUMED, AFTER = ("first run (cold cache)", "rerun of the recorded
                                 "resumed (one candidate again)", "rerun after the resumed sweep")
 
 
-def children_cpu() -> float:
-    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
-    return usage.ru_utime + usage.ru_stime
-
-
 def timed(argv: list[str], env: dict) -> tuple[float, float]:
     """Wall and CPU seconds of one `dse` process."""
-    start, cpu = time.perf_counter(), children_cpu()
-    subprocess.run([sys.executable, "-m", "dse", *argv], check=True, stdout=subprocess.DEVNULL,
-                   stderr=subprocess.DEVNULL, env=env, cwd=REPO)
-    return time.perf_counter() - start, children_cpu() - cpu
+    return process_seconds([sys.executable, "-m", "dse", *argv], env, REPO)
 
 
 def sweeps(rows: dict, backend: str, db: str, env: dict, left_running) -> None:

@@ -18,7 +18,7 @@ ratios, not the absolute times):
     NSGA-II's overhead also at 2x and 4x the trials (its own cost grows with the generations);
   - with --sizes: the grid at three sizes (the bank-count knob's range widened: 2,320,
     4,800 and 9,920 candidates), and the line through their medians: a sweep's fixed cost
-    (store open and close, the experiment, the baseline's batch of one, the proposal) and
+    (store open and close, the experiment, the baseline's own transaction, the proposal) and
     the rate of each candidate beyond it;
   - 1 vs 2 worker processes, for the analytical stage (same grid, pool start included;
     the driver evaluates cheap analytical batches itself, so 2 workers only add the pool's
@@ -37,6 +37,8 @@ from pathlib import Path
 
 import optuna
 import warnings
+
+from timing import runs_of  # (bench/: this script's folder)
 
 REPO = Path(__file__).resolve().parents[1]
 # DSE_BENCH_TREE=/path/to/another/checkout: the same workload on that tree's dse (before/after).
@@ -106,12 +108,9 @@ def write_spec(folder: Path, sampler: str, trials: int, banks_high: int = 32) ->
 
 
 def timed(fn, repeat: int) -> tuple[float, object]:
-    times, out = [], None
-    for _ in range(repeat):
-        t = time.perf_counter()
-        out = fn()
-        times.append(time.perf_counter() - t)
-    return statistics.median(times), out
+    """The median wall seconds of `fn()` over `repeat` runs, and what its last run returned."""
+    got = runs_of(fn, repeat)
+    return statistics.median(got.walls), got.last
 
 
 GRAPH = None
