@@ -72,6 +72,45 @@ def test_the_collector_pauses_while_the_driver_evaluates_a_batch_and_is_as_it_wa
     finally:
         gc.enable()
 
+def test_what_a_batch_leaves_alive_is_frozen_until_the_sweep_ends_and_a_callers_freeze_is_kept(tmp_path, monkeypatch):
+    """After each batch the sweep freezes what the batch left alive (its own freeze, undone
+    when it ends): no young pass scans it again. Cyclic garbage a batch made is collected
+    once the sweep has ended; a heap the caller froze stays as the caller left it."""
+    import weakref
+
+    class Node:
+        pass
+
+    counts, cycles = [], []
+    real = execution._analytical_batch
+
+    def watched(graph, cands, *rest):
+        counts.append(gc.get_freeze_count())
+        node = Node()
+        node.me = node  # cyclic garbage once this call returns
+        cycles.append(weakref.ref(node))
+        return real(graph, cands, *rest)
+
+    monkeypatch.setattr(execution, "_analytical_batch", watched)
+    before = gc.get_freeze_count()
+    run_sweep(write_spec(tmp_path, name="frozen", banks=BANKS, sampler="grid", trials=10, extra=BATCH),
+              tmp_path / "r.db", progress=False)
+    assert len(counts) == 5 and counts == sorted(counts) and counts[-1] > counts[0] > before
+    assert gc.get_freeze_count() == before
+    gc.collect()
+    assert all(ref() is None for ref in cycles)
+    counts.clear()
+    gc.freeze()  # the caller's own freeze: the sweep freezes nothing more, and unfreezes nothing
+    try:
+        mine = gc.get_freeze_count()
+        run_sweep(write_spec(tmp_path, name="theirs", banks=BANKS, sampler="grid", trials=10, extra=BATCH),
+                  tmp_path / "theirs.db", progress=False)
+        # (frozen objects freed by their last reference leave the count: it only falls)
+        assert len(counts) == 5 and max(counts) <= mine and 0 < gc.get_freeze_count() <= mine
+    finally:
+        gc.unfreeze()
+
+
 @pytest.mark.parametrize("sampler,trials", [("grid", 10), ("random", 12), ("tpe", 12)])
 def test_a_batch_cut_by_an_interrupt_is_not_recorded_and_the_rerun_evaluates_it(tmp_path, monkeypatch, sampler,
                                                                                   trials):
