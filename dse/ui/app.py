@@ -380,9 +380,8 @@ class Workbench:
     def component_view(self, exp: dict, kind: str, labels: dict[int, str]) -> object:
         """The by-component figures of `kind` of `labels` (`shown_candidates`'; the figure
         draws those that have some: `component_ids`), once per state of the records and labels."""
-        figures = self.memo.get(exp, ("components", kind, tuple(labels.items())),
-                                lambda: self.store.component_figures(int(exp["id"]), list(labels), kind))
-        return figures
+        return self.memo.get(exp, ("components", kind, tuple(labels.items())),
+                             lambda: self.store.component_figures(int(exp["id"]), list(labels), kind))
 
     def components_json(self, request: Request) -> Response:
         """Area and energy by component of the baseline, best and accepted candidates, one

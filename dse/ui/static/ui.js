@@ -82,6 +82,9 @@ async function drawPlot(div) {
     return;
   }
   const fig = await response.json();
+  // The plot's room is the figure's own height: the page reserved it from what the figure
+  // would show, and a redraw of newer records (the sweep ended) may show more or fewer bars.
+  if (fig.layout && fig.layout.height) div.style.height = fig.layout.height + "px";
   // A redraw (the sweep ended) updates the figure in place, its click handler kept.
   const again = div.dataset.drawn === "1";
   await (again ? Plotly.react : Plotly.newPlot)(div, fig.data, fig.layout, {responsive: true, displaylogo: false});
