@@ -78,8 +78,8 @@ def _collection_paused(freeze: bool = False):
     4% of its CPU (100 young and 10 middle generation passes, each over more of them).
     `freeze`: what the paused work left alive (the candidates known, their chips) is then
     moved out of the collector's passes too (`gc.freeze`, the sweep's own, undone when it
-    ends), not scanned by the next young pass and the middle generation's after it (half
-    of the 2,320 grid's 10 ms of collections, which found 5 objects to free)."""
+    ends), not scanned by the next young pass and the middle generation's after it (with
+    the ask paused too, the 2,320 grid's collections: 10.2 ms -> 1.3 ms; they freed 5 objects)."""
     enabled = gc.isenabled()
     gc.disable()
     try:
