@@ -156,12 +156,16 @@ def test_the_live_page_and_list_follow_a_sweep_to_its_end(server, store_db, cont
     assert seen[-1][1] == "finished"
     assert page.locator("#live.done").count() == 1 and page.get_attribute("#live", "data-outcome") == "done"
     assert float(page.evaluate("document.getElementById('live-bar').value")) == 100
-    # The plots drawn again for the final records (more candidates, a best with its bars): each
-    # in its figure's own height, the room the re-rendered sections reserved.
+    # The plots drawn again for the final records (more candidates, a best with its bars): the
+    # page rendered for them reserves each figure's own height (read from its HTML, before
+    # any script draws), and each plot sits in it.
     plots_drawn(page)
-    heights = page.eval_on_selector_all("div.plot[data-src]", "ds => ds.map(d => [d.id, d.getBoundingClientRect()"
-                                        ".height, d.layout.height, d.style.height])")
-    assert heights and all(h == own and style == f"{own}px" for _, h, own, style in heights), heights
+    drawn = page.eval_on_selector_all("div.plot[data-src]", "ds => Object.fromEntries(ds.map(d => [d.id, "
+                                      "[d.layout.height, d.getBoundingClientRect().height]]))")
+    html = page.request.get(server + f"/experiments/{exp_id}").text()
+    reserved = {m[1]: int(m[2]) for m in re.finditer(r'<div id="([^"]+)" class="plot" style="height: (\d+)px"', html)}
+    assert drawn and reserved == {i: own for i, (own, _) in drawn.items()}, (reserved, drawn)
+    assert all(own == shown for own, shown in drawn.values()), drawn
     assert page.inner_text("#live-percent") == "100.0 %" and page.inner_text("#live h2") == "Sweep finished"
     assert page.evaluate("getComputedStyle(document.getElementById('live-bar')).accentColor") == "rgb(67, 160, 71)"
 

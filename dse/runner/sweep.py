@@ -252,18 +252,20 @@ class Sweep:
             # before evaluation, an earlier experiment's evidence (reused), else evaluated.
             infeasible = [Outcome(i, "infeasible", b.reason) for i, b in enumerate(new) if b.reason]
             reused = self._reusable({i: b.hash for i, b in enumerate(new) if not b.reason}, "analytical", baseline)
-            todo = [i for i, b in enumerate(new) if not b.reason and i not in reused]
-            early = []  # evaluated ahead, with an earlier batch
-            for i in todo:
-                if (o := self._ahead.pop(new[i].hash, None)) is not None:
+            early, pending = [], []  # evaluated ahead, with an earlier batch; to evaluate now
+            for i, b in enumerate(new):
+                if b.reason or i in reused:
+                    continue
+                if (o := self._ahead.pop(b.hash, None)) is not None:
                     o.run_id = i
                     early.append(o)
+                else:
+                    pending.append((i, b))
             # Batches to come's candidates (not infeasible as built, not known, not of this
             # batch), evaluated with it: by index past `new`.
             later = list({b.hash: b for b in ahead
                           if not b.reason and b.hash not in self.known and b.hash not in fresh}.values())
-            early_ids = {o.run_id for o in early}
-            pending = [(i, new[i]) for i in todo if i not in early_ids] + list(enumerate(later, len(new)))
+            pending += enumerate(later, len(new))
             items = [WorkItem(i, b.config_json, b.mapping, b.hash, mapping_json=b.mapping_json) for i, b in pending]
             # evaluated in this process: the collector paused until the batch is recorded
             # (`_collection_paused`); a pool's or a cluster's batch may take minutes
