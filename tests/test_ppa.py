@@ -458,3 +458,27 @@ def test_holdings_priced_together_are_each_priced_alone_to_the_bit():
     for k, h in enumerate(held):
         a, l = alone(h)
         assert a.tobytes() == area[k].tobytes() and l.tobytes() == leak[k].tobytes() and a.sum() > 0, k
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.lists(st.integers(0, 3), min_size=1, max_size=60), st.integers(0, 2**32 - 1))
+def test_actions_priced_per_distinct_prices_are_each_priced_alone_to_the_bit(price_at, seed):
+    """`priced_actions` (a batch's candidates grouped by their prices) against each candidate
+    priced alone, activity after activity: the same bits whatever the batch holds, and the
+    (candidate, activity, component) product it no longer builds to rounding."""
+    from dse.ppa.energy import priced_actions
+
+    rng = np.random.default_rng(seed)
+    table = rng.uniform(0, 5, (4, 14, C))
+    table[0] = 0
+    counts = rng.integers(0, 10**7, (len(price_at), 14)).astype(np.float64)
+    counts[rng.random(counts.shape) < 0.2] = 0
+    at = np.array(price_at)
+    got = priced_actions(counts, at, table)
+    for i, p in enumerate(price_at):
+        alone = priced_actions(counts[i:i + 1], at[i:i + 1], table)[0]
+        by_hand = np.zeros(C)
+        for a in range(14):
+            by_hand += counts[i, a] * table[p, a]
+        assert got[i].tobytes() == alone.tobytes() == by_hand.tobytes(), i
+    np.testing.assert_allclose(got, np.einsum("na,nac->nc", counts, table[at]), rtol=1e-12)

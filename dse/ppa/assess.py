@@ -238,8 +238,9 @@ def op_energy(tables, held: Sequence, which: np.ndarray, per_op, parts: tuple | 
     (NaN where the candidate has no holdings). Summed over an SPMD candidate's ops this is
     its energy; a placement whose stages run at once overlaps their ops' cycles, so there
     the sum exceeds the total. `parts`: `per_holdings(held, tables)`, when made already."""
-    _, leak_by, prices, clock, cores, idle_pj = parts or per_holdings(held, tables)
-    price, leak = prices.sum(axis=2), leak_by.sum(axis=1)  # an action's price over every component
+    _, leak_by, price_of, price_table, clock, cores, idle_pj = parts or per_holdings(held, tables)
+    leak = leak_by.sum(axis=1)
+    price = price_table.sum(axis=2)[price_of]  # an action's price over every component
     at = np.asarray(which, dtype=np.int64)
     rows = np.asarray(per_op["candidate"])  # a frame's column or `estimate_columns`' array alike
     cand = np.where(at < 0, len(held), at)[rows]  # the last row: none

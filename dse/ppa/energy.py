@@ -242,12 +242,16 @@ class Tables:
 
 def per_holdings(holdings: Sequence[Holdings | None], tables: Tables) -> tuple[np.ndarray, ...]:
     """Per distinct holdings, and a last row of NaN for none: its area and leakage by
-    component, its prices (activity x component), clock, core count and idle-cycle price."""
+    component, the index of its prices in a table of the distinct prices (activity x
+    component; its first entry zeros, the last row's), that table, clock, core count and
+    idle-cycle price."""
     g = len(holdings)
     area, leak = np.full((g + 1, C), np.nan), np.full((g + 1, C), np.nan)
-    prices = np.zeros((g + 1, len(ACTIVITY), C))
+    price_of = np.zeros(g + 1, dtype=np.int64)
+    price_table = [np.zeros((len(ACTIVITY), C))]
+    priced: dict[int, int] = {}  # id of a chip's prices (`Tables.prices`, shared by chips alike) -> its entry
     clock, cores, idle = np.full(g + 1, np.nan), np.zeros(g + 1), np.zeros(g + 1)
-    by_chip: dict[int, tuple] = {}  # the pricing chip's prices, clock and idle price (holdings share a few)
+    by_chip: dict[int, tuple] = {}  # the pricing chip's price entry, clock and idle price (holdings share a few)
     given = [k for k, h in enumerate(holdings) if h is not None]
     area[given], leak[given] = tables.holdings_matrix([holdings[k] for k in given])
     for k, h in enumerate(holdings):
@@ -255,12 +259,32 @@ def per_holdings(holdings: Sequence[Holdings | None], tables: Tables) -> tuple[n
             continue
         of_chip = by_chip.get(id(h.chip))
         if of_chip is None:
+            prices = tables.prices(h.chip)
+            entry = priced.get(id(prices))
+            if entry is None:
+                entry = priced[id(prices)] = len(price_table)
+                price_table.append(prices)
             of_chip = by_chip[id(h.chip)] = (
-                tables.prices(h.chip), h.chip.clock_mhz,
-                tables.table(h.chip).components["cores"].actions["idle_cycle"].value)
-        prices[k], clock[k], idle[k] = of_chip
+                entry, h.chip.clock_mhz, tables.table(h.chip).components["cores"].actions["idle_cycle"].value)
+        price_of[k], clock[k], idle[k] = of_chip
         cores[k] = sum(count for _, count in h.cores)
-    return area, leak, prices, clock, cores, idle
+    return area, leak, price_of, np.stack(price_table), clock, cores, idle
+
+
+def priced_actions(counts: np.ndarray, price_at: np.ndarray, price_table: np.ndarray) -> np.ndarray:
+    """(candidate, component) pJ of `counts` (candidate, activity), candidate i at the prices
+    ``price_table[price_at[i]]``: one pass over the activities per distinct prices (a sweep's
+    thousands of candidates have a few), with no (candidate, activity, component) array
+    (a 2,320-candidate batch's would be 3.6 MB of fresh pages), each element summed over the
+    activities in order whatever the batch."""
+    out = np.zeros((len(counts), price_table.shape[2]))
+    for p in np.unique(price_at).tolist():
+        rows = np.flatnonzero(price_at == p)
+        got, of_rows = out[rows], counts[rows]
+        for a, prices in enumerate(price_table[p]):
+            got += of_rows[:, a, None] * prices
+        out[rows] = got
+    return out
 
 
 def assess(holdings: Sequence[Holdings | None], activity: Mapping[str, np.ndarray], latency_cycles: np.ndarray,
@@ -272,11 +296,11 @@ def assess(holdings: Sequence[Holdings | None], activity: Mapping[str, np.ndarra
     tables = tables or Tables()
     which = np.arange(len(holdings)) if which is None else np.asarray(which, dtype=np.int64)
     n = len(which)
-    area_g, leak_g, prices_g, clock_g, cores_g, idle_g = parts or per_holdings(holdings, tables)
+    area_g, leak_g, price_of, price_table, clock_g, cores_g, idle_g = parts or per_holdings(holdings, tables)
     at = np.where(which < 0, len(holdings), which)  # the last row: NaN, not assessed
     latency = np.asarray(latency_cycles, dtype=np.float64)
     counts = np.stack([np.asarray(activity.get(name, np.zeros(n)), dtype=np.float64) for name in ACTIVITY], axis=1)
-    dynamic = np.einsum("na,nac->nc", counts, prices_g[at])  # each candidate's actions at its prices (pJ)
+    dynamic = priced_actions(counts, price_of[at], price_table)  # each candidate's actions at its prices (pJ)
     # the cores' idle cycles: every core of the run's cycles not spent in core ops
     idle = np.maximum(cores_g[at] * latency - counts[:, ACTIVITY.index("core_op_cycles")], 0)
     dynamic[:, INDEX["cores"]] += idle * idle_g[at]
