@@ -83,16 +83,12 @@ async function drawPlot(div) {
   }
   const fig = await response.json();
   // The plot's room is the figure's own height: the page reserved it from what the figure
-  // would show, and a redraw of newer records (the sweep ended) may show more or fewer bars.
+  // would show. (A sweep's end swaps in new sections, with new plots: each is drawn once.)
   if (fig.layout && fig.layout.height) div.style.height = fig.layout.height + "px";
-  // A redraw (the sweep ended) updates the figure in place, its click handler kept.
-  const again = div.dataset.drawn === "1";
-  await (again ? Plotly.react : Plotly.newPlot)(div, fig.data, fig.layout, {responsive: true, displaylogo: false});
+  await Plotly.newPlot(div, fig.data, fig.layout, {responsive: true, displaylogo: false});
   const summarize = summaries[div.id] || summaries[div.dataset.summary];
   if (fig.summary && summarize) summarize(fig.summary, div);
-  div.dataset.drawn = "1";
   div.dataset.ready = "1";
-  if (again) return;
   div.on("plotly_click", (event) => {
     const point = event.points && event.points[0];
     if (!point || point.customdata === undefined) return;
