@@ -307,7 +307,7 @@ def test_run_round_trip_with_provenance(db):
     assert (run["model_version"], run["emulator_version"]) == ("analytical-3", "emu-1")
     assert run["host"]
     versions = json.loads(run["versions"])
-    assert {"python", "numpy", "pandas", "torch", "sqlalchemy", "optuna", "dse"} <= set(versions)
+    assert {"python", "allocator", "numpy", "pandas", "torch", "sqlalchemy", "optuna", "dse"} <= set(versions)
     assert versions["sqlalchemy"].startswith("2.0")
     assert run["started_at"] <= run["finished_at"]
     with Store(db) as store:  # DataFrame timestamps (parsed from text) equal the row's own

@@ -36,6 +36,7 @@ import threading
 import time
 import traceback
 
+from .. import allocator
 from ..errors import InputError, Stopped
 from ..runner.limits import torch_importing
 
@@ -251,7 +252,7 @@ def main(argv: list[str] | None = None) -> int:
         _quiet_connection_pool()
     try:
         try:
-            return _main(list(sys.argv[1:] if argv is None else argv))
+            return _main(list(sys.argv[1:] if argv is None else argv), as_process)
         finally:
             if as_process:
                 try:
@@ -263,10 +264,12 @@ def main(argv: list[str] | None = None) -> int:
         return EXIT_INTERRUPT
 
 
-def _main(argv: list[str]) -> int:
+def _main(argv: list[str], as_process: bool = False) -> int:
     as_json = _wants_json(argv)
     try:
         try:
+            if as_process:  # a command that runs models: under jemalloc (`dse.allocator`), before torch loads
+                allocator.exec_with_jemalloc(_chosen_command(argv))
             args = build_parser(argv).parse_args(argv)
             code = args.func(args)
             sys.stdout.flush()

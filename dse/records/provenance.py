@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import dse
+from dse import allocator
 
 TRACKED_PACKAGES = ("numpy", "pandas", "torch", "sqlalchemy", "optuna", "dse")
 
@@ -128,7 +129,8 @@ def git_state() -> tuple[str | None, bool | None]:
 
 @functools.cache
 def package_versions() -> dict[str, str | None]:
-    versions: dict[str, str | None] = {"python": platform.python_version()}
+    # the allocator's too: a host time under jemalloc and one under glibc are not alike
+    versions: dict[str, str | None] = {"python": platform.python_version(), "allocator": allocator.in_use()}
     for name in TRACKED_PACKAGES:
         try:
             versions[name] = importlib.metadata.version(name)

@@ -1,0 +1,151 @@
+"""The memory allocator of the commands that run models (emulate, recipe checks, sweeps):
+jemalloc, keeping the memory a phase frees for the next, when the machine has it.
+
+Why. A layer of a large model allocates and frees gigabytes phase after phase (its weights,
+each forward's activations, the integer check's products, the emulator's operands). glibc
+hands every block over 32 MB back to the kernel when it is freed, and the next phase faults
+fresh pages in again. On a virtual machine whose balloon reports free memory to its host
+(`bench/bench_refault.py`: 2 s of kernel time a GB for pages free more than about 2 s) that
+was a third of a Llama-3-8B-shaped layer's CPU. jemalloc with its decay off
+(`MALLOC_CONF`) keeps freed pages in the process and serves the next phase from them: a
+reused layer of the whole model 33.4 + 41.1 s -> 13.4 + 24.8 s (frontend + emulation,
+`bench/bench_llama_phases.py --layers 2`, same machine and load).
+
+How. jemalloc replaces malloc only when loaded before the process starts, so the CLI of such
+a command execs itself once more with ``LD_PRELOAD`` set (`exec_with_jemalloc`, before any
+heavy import; same pid, same arguments). The pages it keeps are given back before the
+emulator's run (`give_back_freed`): what the frontend left is not held through the run's own
+peak. Processes the command starts (a sweep's workers) inherit it.
+
+`DSE_ALLOCATOR`: ``jemalloc`` (the default; the system's malloc where jemalloc is not
+installed: ``apt install libjemalloc2``) or ``system``. The allocator a run used is in its
+provenance (`in_use`): host times under one and the other are not alike. A library user's
+process (a notebook) keeps the allocator it started with.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import ctypes.util
+import functools
+import os
+import platform
+import sys
+
+from .errors import InputError
+
+ENV = "DSE_ALLOCATOR"
+CHOICES = ("jemalloc", "system")
+JEMALLOC = "libjemalloc.so.2"
+# Freed pages kept until given back (decay off); a user's own MALLOC_CONF is left as it is.
+JEMALLOC_CONF = "dirty_decay_ms:-1,muzzy_decay_ms:-1"
+# The commands that run models: their processes allocate and free gigabytes.
+COMMANDS = ("calibrate", "emulate", "emulate-matmul", "recipe", "replay", "sweep")
+_EXECED = "DSE_ALLOCATOR_EXECED"  # set in the exec'd process: never twice
+_ARENAS_ALL = 4096  # jemalloc's MALLCTL_ARENAS_ALL: "arena.4096.purge" purges every arena
+# Kept freed memory given back before an emulator run only above this much (`give_back_freed`).
+GIVE_BACK_ABOVE_BYTES = 256 << 20
+
+
+def chosen(env=os.environ) -> str:
+    """`DSE_ALLOCATOR`'s value (default jemalloc); an InputError names a bad one."""
+    value = env.get(ENV, "jemalloc") or "jemalloc"
+    if value not in CHOICES:
+        raise InputError("(environment)", ENV, value, " or ".join(CHOICES))
+    return value
+
+
+def _installed() -> str | None:
+    """The path of the machine's jemalloc, None without one."""
+    for folder in ("/usr/lib/x86_64-linux-gnu", "/usr/lib/aarch64-linux-gnu", "/usr/lib64", "/usr/lib",
+                   "/usr/local/lib"):
+        path = os.path.join(folder, JEMALLOC)
+        if os.path.isfile(path):
+            return path
+    found = ctypes.util.find_library("jemalloc")
+    return found if found and os.path.isabs(found) else None
+
+
+def exec_args(command: str | None, env=os.environ) -> tuple[str, list[str], dict] | None:
+    """(executable, argv, environment) this process should exec itself with to run `command`
+    under jemalloc; None when it runs as it is (another command, jemalloc loaded already or
+    not installed, ``DSE_ALLOCATOR=system``, or exec'd once already)."""
+    if command not in COMMANDS or env.get(_EXECED) or chosen(env) != "jemalloc":
+        return None
+    if not sys.platform.startswith("linux") or in_use().startswith("jemalloc"):
+        return None
+    path = _installed()
+    if path is None:
+        return None
+    preload = " ".join(filter(None, [path, env.get("LD_PRELOAD", "")]))
+    new_env = {**env, "LD_PRELOAD": preload, _EXECED: "1"}
+    new_env.setdefault("MALLOC_CONF", JEMALLOC_CONF)
+    return sys.executable, list(sys.orig_argv), new_env
+
+
+def exec_with_jemalloc(command: str | None) -> None:
+    """Exec this process again under jemalloc when `command` runs models (`exec_args`);
+    returns when it runs as it is. An exec that fails leaves the process running as it was."""
+    args = exec_args(command)
+    if args is None:
+        return
+    sys.stdout.flush()
+    sys.stderr.flush()
+    try:
+        os.execve(*args)
+    except OSError:
+        return
+
+
+def _mallctl():
+    try:
+        return ctypes.CDLL(None).mallctl
+    except AttributeError:  # glibc's malloc: no mallctl in the process
+        return None
+
+
+@functools.cache
+def in_use() -> str:
+    """The process's allocator and its version ("jemalloc 5.3.0-0-g...", "glibc 2.36")."""
+    mallctl = _mallctl()
+    if mallctl is None:
+        lib, version = platform.libc_ver()
+        return f"{lib or 'system'} {version}".strip()
+    version = ctypes.c_char_p()
+    size = ctypes.c_size_t(ctypes.sizeof(version))
+    if mallctl(b"version", ctypes.byref(version), ctypes.byref(size), None, ctypes.c_size_t(0)) != 0:
+        return "jemalloc"
+    return f"jemalloc {version.value.decode()}"
+
+
+def kept_bytes() -> int | None:
+    """What jemalloc keeps freed (dirty pages of every arena), in bytes; None under another
+    allocator (or a jemalloc built without statistics)."""
+    mallctl = _mallctl()
+    if mallctl is None:
+        return None
+    epoch = ctypes.c_uint64(1)  # the statistics are a snapshot: refreshed by writing the epoch
+    mallctl(b"epoch", None, None, ctypes.byref(epoch), ctypes.c_size_t(ctypes.sizeof(epoch)))
+    pages, size = ctypes.c_size_t(), ctypes.c_size_t(ctypes.sizeof(ctypes.c_size_t))
+    if mallctl(f"stats.arenas.{_ARENAS_ALL}.pdirty".encode(), ctypes.byref(pages), ctypes.byref(size), None,
+               ctypes.c_size_t(0)) != 0:
+        return None
+    return pages.value * os.sysconf("SC_PAGE_SIZE")
+
+
+def give_back_freed(above: int = GIVE_BACK_ABOVE_BYTES) -> bool:
+    """Hand the pages jemalloc keeps back to the kernel when they are more than `above` bytes
+    (before a phase whose own peak should not stack on what the phases before it freed; a
+    sweep's small candidates keep theirs); whether it did. Nothing under another allocator."""
+    mallctl = _mallctl()
+    if mallctl is None:
+        return False
+    kept = kept_bytes()
+    if kept is not None and kept <= above:
+        return False
+    mallctl(f"arena.{_ARENAS_ALL}.purge".encode(), None, None, None, ctypes.c_size_t(0))
+    return True
+
+
+__all__ = ["CHOICES", "COMMANDS", "ENV", "chosen", "exec_args", "exec_with_jemalloc", "give_back_freed", "in_use",
+           "kept_bytes"]

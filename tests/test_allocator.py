@@ -1,0 +1,133 @@
+"""The allocator of the commands that run models (`dse.allocator`): `dse emulate` run for real
+under jemalloc (the default where the machine has it) and under the system's malloc, with
+the same results and each naming its own; freed memory kept, then given back above a size;
+the exec's arguments; a bad DSE_ALLOCATOR as one line and exit 2. Without jemalloc installed
+the tests that need it skip, saying why; under CI=true (.ci/run installs it) they fail."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+from hypothesis import given, settings, strategies as st
+
+from dse import allocator
+
+REPO = Path(__file__).resolve().parents[1]
+EMULATE = ["-m", "dse", "emulate", "--chip", "toy", "--recipe", "gemm", "--param", "n=16", "--param", "k=16", "--json"]
+
+
+def _jemalloc() -> str:
+    path = allocator._installed()
+    if path is None:
+        if os.environ.get("CI", "").lower() in ("1", "true", "yes"):
+            pytest.fail("libjemalloc2 is not installed (.ci/run installs it)")
+        pytest.skip("libjemalloc2 is not installed (apt install libjemalloc2)")
+    return path
+
+
+def _env(**extra) -> dict:
+    env = {k: v for k, v in os.environ.items() if k not in ("LD_PRELOAD", "MALLOC_CONF", allocator.ENV,
+                                                            allocator._EXECED)}
+    return {**env, "PYTHONPATH": str(REPO), **extra}
+
+
+def _emulate(tmp_path: Path, **extra) -> dict:
+    done = subprocess.run([sys.executable, *EMULATE], capture_output=True, text=True, cwd=tmp_path,
+                          env=_env(**extra), timeout=300, check=False)
+    assert done.returncode == 0, done.stderr
+    return json.loads(done.stdout)
+
+
+def test_a_model_command_runs_under_jemalloc_and_gives_what_the_system_malloc_gives(tmp_path):
+    _jemalloc()
+    under_jemalloc = _emulate(tmp_path)
+    under_system = _emulate(tmp_path, DSE_ALLOCATOR="system")
+    assert under_jemalloc.pop("allocator").startswith("jemalloc 5.")
+    assert not under_system.pop("allocator").startswith("jemalloc")
+    for report in (under_jemalloc, under_system):
+        report.pop("seconds")
+    assert under_jemalloc["cycles"] > 0 and under_jemalloc["numerics"]["passed"]
+    assert under_jemalloc == under_system
+
+
+def test_freed_memory_is_kept_until_given_back_above_its_threshold():
+    """In a process started under jemalloc as the CLI starts it: 300 MB freed stay resident
+    and counted as kept; a give-back above 1 GB leaves them; one above 256 MB (the default)
+    returns them to the kernel."""
+    path = _jemalloc()
+    script = textwrap.dedent("""
+        import json, numpy as np
+        from dse import allocator
+        def rss():
+            return int(open("/proc/self/statm").read().split()[1]) * 4096
+        a = np.ones(300 << 17)  # 300 MB
+        before, _ = rss(), a.sum()
+        del a
+        kept, after_free = allocator.kept_bytes(), rss()
+        above_gb = allocator.give_back_freed(above=1 << 30)
+        default = allocator.give_back_freed()
+        print(json.dumps(dict(in_use=allocator.in_use(), before=before, kept=kept, after_free=after_free,
+                              above_gb=above_gb, default=default, kept_after=allocator.kept_bytes(),
+                              after_give_back=rss())))
+    """)
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120, check=True,
+                          env=_env(LD_PRELOAD=path, MALLOC_CONF=allocator.JEMALLOC_CONF))
+    got = json.loads(done.stdout)
+    assert got["in_use"].startswith("jemalloc")
+    assert got["kept"] >= 300 << 20 and got["after_free"] > got["before"] - (20 << 20)
+    assert got["above_gb"] is False and got["default"] is True
+    assert got["kept_after"] < 16 << 20 and got["after_give_back"] < got["after_free"] - (280 << 20)
+
+
+def test_under_the_system_malloc_nothing_is_kept_or_given_back():
+    if allocator.in_use().startswith("jemalloc"):
+        pytest.skip("this test process itself runs under jemalloc")
+    assert allocator.kept_bytes() is None and allocator.give_back_freed(above=0) is False
+    assert allocator.in_use().split()[0] in ("glibc", "system")
+
+
+def test_the_exec_preloads_jemalloc_for_model_commands_only_and_once(monkeypatch):
+    path = _jemalloc()
+    monkeypatch.setattr(allocator, "in_use", lambda: "glibc 2.36")  # (this process may run under either)
+    base = _env()
+    executable, argv, env = allocator.exec_args("emulate", base)
+    assert executable == sys.executable and argv == sys.orig_argv
+    assert env["LD_PRELOAD"] == path and env["MALLOC_CONF"] == allocator.JEMALLOC_CONF
+    # a user's own preloads are kept after it, and a user's own MALLOC_CONF is theirs
+    env = allocator.exec_args("sweep", {**base, "LD_PRELOAD": "/opt/x.so", "MALLOC_CONF": "narenas:1"})[2]
+    assert env["LD_PRELOAD"] == f"{path} /opt/x.so" and env["MALLOC_CONF"] == "narenas:1"
+    assert {c for c in allocator.COMMANDS if allocator.exec_args(c, base)} == set(allocator.COMMANDS)
+    for command in ("show", "report", "ui", "history", None):
+        assert allocator.exec_args(command, base) is None, command
+    assert allocator.exec_args("emulate", {**base, "DSE_ALLOCATOR": "system"}) is None
+    assert allocator.exec_args("emulate", {**base, allocator._EXECED: "1"}) is None  # exec'd already
+
+
+@settings(max_examples=12, deadline=None)
+@given(st.text(alphabet=st.characters(min_codepoint=33, max_codepoint=126), min_size=1, max_size=12).filter(
+    lambda v: v not in allocator.CHOICES))
+def test_a_bad_allocator_choice_is_named_in_one_line(value):
+    with pytest.raises(allocator.InputError) as caught:
+        allocator.chosen({allocator.ENV: value})
+    assert allocator.ENV in str(caught.value) and repr(value) in str(caught.value)
+    assert "jemalloc or system" in str(caught.value)
+
+
+@pytest.mark.parametrize("as_json", [False, True])
+def test_a_bad_allocator_choice_stops_the_command_with_exit_2(tmp_path, as_json):
+    argv = EMULATE if as_json else EMULATE[:-1]
+    done = subprocess.run([sys.executable, *argv], capture_output=True, text=True, cwd=tmp_path,
+                          env=_env(DSE_ALLOCATOR="tcmalloc"), timeout=120, check=False)
+    assert done.returncode == 2
+    assert done.stderr.strip().count("\n") == 0 and "DSE_ALLOCATOR" in done.stderr and "'tcmalloc'" in done.stderr
+    assert "Traceback" not in done.stderr
+    if as_json:
+        assert json.loads(done.stdout)["error"]["field"] == "DSE_ALLOCATOR"
+    else:
+        assert done.stdout == ""
