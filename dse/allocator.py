@@ -30,6 +30,7 @@ import ctypes.util
 import functools
 import os
 import platform
+import signal
 import sys
 
 from .errors import InputError
@@ -85,16 +86,30 @@ def exec_args(command: str | None, env=os.environ) -> tuple[str, list[str], dict
 
 def exec_with_jemalloc(command: str | None) -> None:
     """Exec this process again under jemalloc when `command` runs models (`exec_args`);
-    returns when it runs as it is. An exec that fails leaves the process running as it was."""
+    returns when it runs as it is. An exec that fails leaves the process running as it was.
+
+    A Ctrl-C must not land between the exec and the new interpreter's own SIGINT handler
+    (the default action would kill it, not exit 130): SIGINT is blocked across the exec (a
+    mask outlives it) and the new process unblocks it once it can handle it
+    (`sigint_after_exec`), a pending one then raised there."""
     args = exec_args(command)
     if args is None:
         return
     sys.stdout.flush()
     sys.stderr.flush()
+    before = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
+    args[2][_EXECED] = "sigint-blocked" if signal.SIGINT in before else "1"
     try:
         os.execve(*args)
     except OSError:
-        return
+        signal.pthread_sigmask(signal.SIG_SETMASK, before)
+
+
+def sigint_after_exec() -> None:
+    """In a process `exec_with_jemalloc` started: SIGINT unblocked again (unless the process
+    before the exec had it blocked), a Ctrl-C that came in between delivered now."""
+    if os.environ.get(_EXECED) == "1":
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
 
 
 def _mallctl():
@@ -148,4 +163,4 @@ def give_back_freed(above: int = GIVE_BACK_ABOVE_BYTES) -> bool:
 
 
 __all__ = ["CHOICES", "COMMANDS", "ENV", "chosen", "exec_args", "exec_with_jemalloc", "give_back_freed", "in_use",
-           "kept_bytes"]
+           "kept_bytes", "sigint_after_exec"]

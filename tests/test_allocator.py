@@ -8,9 +8,11 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
 import textwrap
+import time
 from pathlib import Path
 
 import pytest
@@ -131,3 +133,30 @@ def test_a_bad_allocator_choice_stops_the_command_with_exit_2(tmp_path, as_json)
         assert json.loads(done.stdout)["error"]["field"] == "DSE_ALLOCATOR"
     else:
         assert done.stdout == ""
+
+
+def _execed(pid: int, timeout: float = 60.0) -> None:
+    """Wait until process `pid` has exec'd itself under jemalloc (its environment, as /proc
+    shows it, is the new one)."""
+    marker = allocator._EXECED.encode() + b"="
+    until = time.monotonic() + timeout
+    while marker not in Path(f"/proc/{pid}/environ").read_bytes():
+        assert time.monotonic() < until, "the command never exec'd itself"
+        time.sleep(0.0005)
+
+
+@pytest.mark.parametrize("after", [0.0, 0.005, 0.015, 0.03, 0.1])
+def test_ctrl_c_just_after_the_exec_is_one_line_and_130(tmp_path, after):
+    """SIGINT `after` seconds after the CLI exec'd itself under jemalloc, while the new
+    interpreter starts (its SIGINT handler not yet installed: the default action would kill
+    it, -2): blocked across the exec and delivered once the CLI can handle it, 130 and the
+    one line. (Without the block, the first three points here died by the signal.)"""
+    _jemalloc()
+    p = subprocess.Popen([sys.executable, *EMULATE], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                         cwd=tmp_path, env=_env())
+    _execed(p.pid)
+    time.sleep(after)
+    p.send_signal(signal.SIGINT)
+    out, err = p.communicate(timeout=120)
+    assert p.returncode == 130, (p.returncode, err)
+    assert err.strip().count("\n") == 0 and "interrupted; rerun to resume" in err, err

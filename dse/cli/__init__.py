@@ -269,6 +269,7 @@ def _main(argv: list[str], as_process: bool = False) -> int:
     try:
         try:
             if as_process:  # a command that runs models: under jemalloc (`dse.allocator`), before torch loads
+                allocator.sigint_after_exec()
                 allocator.exec_with_jemalloc(_chosen_command(argv))
             args = build_parser(argv).parse_args(argv)
             code = args.func(args)
