@@ -1,5 +1,6 @@
-"""The memory allocator of the commands that run models (emulate, recipe checks, sweeps):
-jemalloc, keeping the memory a phase frees for the next, when the machine has it.
+"""The memory allocator of a whole model's run (`dse emulate` or `dse recipe chain` of a chain,
+layer after layer): jemalloc, keeping the memory a phase frees for the next, when the
+machine has it.
 
 Why. A layer of a large model allocates and frees gigabytes phase after phase (its weights,
 each forward's activations, the integer check's products, the emulator's operands). glibc
@@ -9,18 +10,20 @@ fresh pages in again. On a virtual machine whose balloon reports free memory to 
 was a third of a Llama-3-8B-shaped layer's CPU. jemalloc with its decay off
 (`MALLOC_CONF`) keeps freed pages in the process and serves the next phase from them: a
 reused layer of the whole model 33.4 + 41.1 s -> 13.4 + 24.8 s (frontend + emulation,
-`bench/bench_llama_phases.py --layers 2`, same machine and load).
+`bench/bench_llama_phases.py --layers 2`, same machine and load). A single layer gains
+nothing (`bench/bench_llama_layer.py`: its cold run 0.95x, further runs 1.0x) and peaks
+higher (4.06 GB against 3.91, past its 4 GB target): it keeps the system's malloc.
 
-How. jemalloc replaces malloc only when loaded before the process starts, so the CLI of such
-a command execs itself once more with ``LD_PRELOAD`` set (`exec_with_jemalloc`, before any
-heavy import; same pid, same arguments). The pages it keeps are given back before the
-emulator's run (`give_back_freed`): what the frontend left is not held through the run's own
-peak. Processes the command starts (a sweep's workers) inherit it.
+How. jemalloc replaces malloc only when loaded before the process starts, so the command
+execs itself once more with ``LD_PRELOAD`` set (`exec_with_jemalloc`, once it knows it runs a
+chain and before torch loads; same pid, same arguments). The pages it keeps are given back
+before each stage's emulator run (`give_back_freed`): what the frontend left is not held
+through the run's own peak (the model's peak 4.48 GB, 6.46 without).
 
 `DSE_ALLOCATOR`: ``jemalloc`` (the default; the system's malloc where jemalloc is not
 installed: ``apt install libjemalloc2``) or ``system``. The allocator a run used is in its
-provenance (`in_use`): host times under one and the other are not alike. A library user's
-process (a notebook) keeps the allocator it started with.
+provenance and `dse emulate`'s JSON (`in_use`): host times under one and the other are not
+alike. A library user's process (a notebook) keeps the allocator it started with.
 """
 
 from __future__ import annotations
@@ -40,9 +43,8 @@ CHOICES = ("jemalloc", "system")
 JEMALLOC = "libjemalloc.so.2"
 # Freed pages kept until given back (decay off); a user's own MALLOC_CONF is left as it is.
 JEMALLOC_CONF = "dirty_decay_ms:-1,muzzy_decay_ms:-1"
-# The commands that run models: their processes allocate and free gigabytes.
-COMMANDS = ("calibrate", "emulate", "emulate-matmul", "recipe", "replay", "sweep")
 _EXECED = "DSE_ALLOCATOR_EXECED"  # set in the exec'd process: never twice
+_CLI_PROCESS = False  # the CLI runs as this process (`cli_process`): it may exec itself
 _ARENAS_ALL = 4096  # jemalloc's MALLCTL_ARENAS_ALL: "arena.4096.purge" purges every arena
 # Kept freed memory given back before an emulator run only above this much (`give_back_freed`).
 GIVE_BACK_ABOVE_BYTES = 256 << 20
@@ -67,11 +69,12 @@ def _installed() -> str | None:
     return found if found and os.path.isabs(found) else None
 
 
-def exec_args(command: str | None, env=os.environ) -> tuple[str, list[str], dict] | None:
-    """(executable, argv, environment) this process should exec itself with to run `command`
-    under jemalloc; None when it runs as it is (another command, jemalloc loaded already or
-    not installed, ``DSE_ALLOCATOR=system``, or exec'd once already)."""
-    if command not in COMMANDS or env.get(_EXECED) or chosen(env) != "jemalloc":
+def exec_args(env=os.environ) -> tuple[str, list[str], dict] | None:
+    """(executable, argv, environment) this process should exec itself with to run under
+    jemalloc; None when it runs as it is (not the CLI's own process - a caller of
+    ``dse.cli.main(argv)``, a test or a notebook, is never replaced -, jemalloc loaded already
+    or not installed, ``DSE_ALLOCATOR=system``, or exec'd once already)."""
+    if not _CLI_PROCESS or env.get(_EXECED) or chosen(env) != "jemalloc":
         return None
     if not sys.platform.startswith("linux") or in_use().startswith("jemalloc"):
         return None
@@ -84,15 +87,15 @@ def exec_args(command: str | None, env=os.environ) -> tuple[str, list[str], dict
     return sys.executable, list(sys.orig_argv), new_env
 
 
-def exec_with_jemalloc(command: str | None) -> None:
-    """Exec this process again under jemalloc when `command` runs models (`exec_args`);
+def exec_with_jemalloc() -> None:
+    """Exec this process (the CLI's, before torch loads) again under jemalloc (`exec_args`);
     returns when it runs as it is. An exec that fails leaves the process running as it was.
 
     A Ctrl-C must not land between the exec and the new interpreter's own SIGINT handler
     (the default action would kill it, not exit 130): SIGINT is blocked across the exec (a
     mask outlives it) and the new process unblocks it once it can handle it
-    (`sigint_after_exec`), a pending one then raised there."""
-    args = exec_args(command)
+    (`cli_process`), a pending one then raised there."""
+    args = exec_args()
     if args is None:
         return
     sys.stdout.flush()
@@ -105,9 +108,13 @@ def exec_with_jemalloc(command: str | None) -> None:
         signal.pthread_sigmask(signal.SIG_SETMASK, before)
 
 
-def sigint_after_exec() -> None:
-    """In a process `exec_with_jemalloc` started: SIGINT unblocked again (unless the process
-    before the exec had it blocked), a Ctrl-C that came in between delivered now."""
+def cli_process() -> None:
+    """Told by the CLI when it runs as the process itself (`dse ...`, ``python -m dse``): only
+    then may it exec itself. In a process `exec_with_jemalloc` started, SIGINT is unblocked
+    again (unless the process before the exec had it blocked), a Ctrl-C that came in between
+    delivered now."""
+    global _CLI_PROCESS
+    _CLI_PROCESS = True
     if os.environ.get(_EXECED) == "1":
         signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
 
@@ -162,5 +169,5 @@ def give_back_freed(above: int = GIVE_BACK_ABOVE_BYTES) -> bool:
     return True
 
 
-__all__ = ["CHOICES", "COMMANDS", "ENV", "chosen", "exec_args", "exec_with_jemalloc", "give_back_freed", "in_use",
-           "kept_bytes", "sigint_after_exec"]
+__all__ = ["CHOICES", "ENV", "chosen", "exec_args", "exec_with_jemalloc", "give_back_freed", "in_use",
+           "kept_bytes", "cli_process"]

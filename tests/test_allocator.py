@@ -1,8 +1,10 @@
-"""The allocator of the commands that run models (`dse.allocator`): `dse emulate` run for real
+"""The allocator of a whole model's run (`dse.allocator`): `dse emulate` of a chain run for real
 under jemalloc (the default where the machine has it) and under the system's malloc, with
-the same results and each naming its own; freed memory kept, then given back above a size;
-the exec's arguments; a bad DSE_ALLOCATOR as one line and exit 2. Without jemalloc installed
-the tests that need it skip, saying why; under CI=true (.ci/run installs it) they fail."""
+the same results and each naming its own, a single recipe on the system's; `dse recipe
+chain` exec'd under it; freed memory kept, then given back above a size; the exec's
+arguments; a Ctrl-C at the exec; a bad DSE_ALLOCATOR as one line and exit 2. Without
+jemalloc installed the tests that need it skip, saying why; under CI=true (.ci/run installs
+it) they fail."""
 
 from __future__ import annotations
 
@@ -21,7 +23,25 @@ from hypothesis import given, settings, strategies as st
 from dse import allocator
 
 REPO = Path(__file__).resolve().parents[1]
-EMULATE = ["-m", "dse", "emulate", "--chip", "toy", "--recipe", "gemm", "--param", "n=16", "--param", "k=16", "--json"]
+SINGLE = ["-m", "dse", "emulate", "--chip", "toy", "--recipe", "gemm", "--param", "n=16", "--param", "k=16", "--json"]
+CHAIN = """
+[[stage]]
+recipe = "llama_layers"
+params = { seq = 8, dim = 32, heads = 2, kv_heads = 1, head_dim = 16, ffn = 64 }
+repeat = 2
+feeds = { hidden = "hidden" }
+"""
+
+
+@pytest.fixture
+def chain(tmp_path) -> Path:
+    path = tmp_path / "chain.toml"
+    path.write_text(CHAIN)
+    return path
+
+
+def _chain_emulate(chain: Path) -> list[str]:
+    return ["-m", "dse", "emulate", "--chip", "goban", "--recipe", str(chain), "--json"]
 
 
 def _jemalloc() -> str:
@@ -39,23 +59,37 @@ def _env(**extra) -> dict:
     return {**env, "PYTHONPATH": str(REPO), **extra}
 
 
-def _emulate(tmp_path: Path, **extra) -> dict:
-    done = subprocess.run([sys.executable, *EMULATE], capture_output=True, text=True, cwd=tmp_path,
+def _run(argv: list[str], cwd: Path, **extra) -> dict:
+    done = subprocess.run([sys.executable, *argv], capture_output=True, text=True, cwd=cwd,
                           env=_env(**extra), timeout=300, check=False)
     assert done.returncode == 0, done.stderr
     return json.loads(done.stdout)
 
 
-def test_a_model_command_runs_under_jemalloc_and_gives_what_the_system_malloc_gives(tmp_path):
+def test_a_whole_model_runs_under_jemalloc_and_gives_what_the_system_malloc_gives(tmp_path, chain):
     _jemalloc()
-    under_jemalloc = _emulate(tmp_path)
-    under_system = _emulate(tmp_path, DSE_ALLOCATOR="system")
+    under_jemalloc = _run(_chain_emulate(chain), tmp_path)
+    under_system = _run(_chain_emulate(chain), tmp_path, DSE_ALLOCATOR="system")
     assert under_jemalloc.pop("allocator").startswith("jemalloc 5.")
     assert not under_system.pop("allocator").startswith("jemalloc")
-    for report in (under_jemalloc, under_system):
-        report.pop("seconds")
-    assert under_jemalloc["cycles"] > 0 and under_jemalloc["numerics"]["passed"]
+    assert under_jemalloc["passed"] and len(under_jemalloc["cycles"]) == 2 and min(under_jemalloc["cycles"]) > 0
     assert under_jemalloc == under_system
+
+
+def test_a_single_recipe_keeps_the_system_malloc(tmp_path):
+    _jemalloc()
+    report = _run(SINGLE, tmp_path)
+    assert not report["allocator"].startswith("jemalloc") and report["numerics"]["passed"]
+
+
+def test_recipe_chain_execs_itself_under_jemalloc(tmp_path, chain):
+    _jemalloc()
+    p = subprocess.Popen([sys.executable, "-m", "dse", "recipe", "chain", str(chain)], stdout=subprocess.PIPE,
+                         stderr=subprocess.PIPE, text=True, cwd=tmp_path, env=_env())
+    _execed(p.pid)
+    out, err = p.communicate(timeout=300)
+    assert p.returncode == 0, err
+    assert "passed" in out
 
 
 def test_freed_memory_is_kept_until_given_back_above_its_threshold():
@@ -94,21 +128,22 @@ def test_under_the_system_malloc_nothing_is_kept_or_given_back():
     assert allocator.in_use().split()[0] in ("glibc", "system")
 
 
-def test_the_exec_preloads_jemalloc_for_model_commands_only_and_once(monkeypatch):
+def test_the_exec_preloads_jemalloc_once_and_keeps_a_users_own_settings(monkeypatch):
     path = _jemalloc()
     monkeypatch.setattr(allocator, "in_use", lambda: "glibc 2.36")  # (this process may run under either)
     base = _env()
-    executable, argv, env = allocator.exec_args("emulate", base)
+    assert allocator.exec_args(base) is None  # not the CLI's own process: a caller of main(argv) is never replaced
+    monkeypatch.setattr(allocator, "_CLI_PROCESS", True)
+    executable, argv, env = allocator.exec_args(base)
     assert executable == sys.executable and argv == sys.orig_argv
     assert env["LD_PRELOAD"] == path and env["MALLOC_CONF"] == allocator.JEMALLOC_CONF
     # a user's own preloads are kept after it, and a user's own MALLOC_CONF is theirs
-    env = allocator.exec_args("sweep", {**base, "LD_PRELOAD": "/opt/x.so", "MALLOC_CONF": "narenas:1"})[2]
+    env = allocator.exec_args({**base, "LD_PRELOAD": "/opt/x.so", "MALLOC_CONF": "narenas:1"})[2]
     assert env["LD_PRELOAD"] == f"{path} /opt/x.so" and env["MALLOC_CONF"] == "narenas:1"
-    assert {c for c in allocator.COMMANDS if allocator.exec_args(c, base)} == set(allocator.COMMANDS)
-    for command in ("show", "report", "ui", "history", None):
-        assert allocator.exec_args(command, base) is None, command
-    assert allocator.exec_args("emulate", {**base, "DSE_ALLOCATOR": "system"}) is None
-    assert allocator.exec_args("emulate", {**base, allocator._EXECED: "1"}) is None  # exec'd already
+    assert allocator.exec_args({**base, "DSE_ALLOCATOR": "system"}) is None
+    assert allocator.exec_args({**base, allocator._EXECED: "1"}) is None  # exec'd already
+    monkeypatch.setattr(allocator, "in_use", lambda: "jemalloc 5.3.0")
+    assert allocator.exec_args(base) is None  # preloaded by the user
 
 
 @settings(max_examples=12, deadline=None)
@@ -122,8 +157,8 @@ def test_a_bad_allocator_choice_is_named_in_one_line(value):
 
 
 @pytest.mark.parametrize("as_json", [False, True])
-def test_a_bad_allocator_choice_stops_the_command_with_exit_2(tmp_path, as_json):
-    argv = EMULATE if as_json else EMULATE[:-1]
+def test_a_bad_allocator_choice_stops_the_command_with_exit_2(tmp_path, chain, as_json):
+    argv = _chain_emulate(chain) if as_json else _chain_emulate(chain)[:-1]
     done = subprocess.run([sys.executable, *argv], capture_output=True, text=True, cwd=tmp_path,
                           env=_env(DSE_ALLOCATOR="tcmalloc"), timeout=120, check=False)
     assert done.returncode == 2
@@ -146,14 +181,14 @@ def _execed(pid: int, timeout: float = 60.0) -> None:
 
 
 @pytest.mark.parametrize("after", [0.0, 0.005, 0.015, 0.03, 0.1])
-def test_ctrl_c_just_after_the_exec_is_one_line_and_130(tmp_path, after):
+def test_ctrl_c_just_after_the_exec_is_one_line_and_130(tmp_path, chain, after):
     """SIGINT `after` seconds after the CLI exec'd itself under jemalloc, while the new
     interpreter starts (its SIGINT handler not yet installed: the default action would kill
     it, -2): blocked across the exec and delivered once the CLI can handle it, 130 and the
     one line. (Without the block, the first three points here died by the signal.)"""
     _jemalloc()
-    p = subprocess.Popen([sys.executable, *EMULATE], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                         cwd=tmp_path, env=_env())
+    p = subprocess.Popen([sys.executable, *_chain_emulate(chain)], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                         text=True, cwd=tmp_path, env=_env())
     _execed(p.pid)
     time.sleep(after)
     p.send_signal(signal.SIGINT)

@@ -268,9 +268,8 @@ def _main(argv: list[str], as_process: bool = False) -> int:
     as_json = _wants_json(argv)
     try:
         try:
-            if as_process:  # a command that runs models: under jemalloc (`dse.allocator`), before torch loads
-                allocator.sigint_after_exec()
-                allocator.exec_with_jemalloc(_chosen_command(argv))
+            if as_process:  # (a whole model's run may exec itself under jemalloc: `dse.allocator`)
+                allocator.cli_process()
             args = build_parser(argv).parse_args(argv)
             code = args.func(args)
             sys.stdout.flush()

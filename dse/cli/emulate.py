@@ -21,6 +21,7 @@ import json
 import os
 import sys
 
+from .. import allocator
 from .common import parse_overrides
 
 POLICIES = ("framework", "search")
@@ -121,6 +122,11 @@ def emulate_stages(args, chip, mapping, params):
 
 
 def cmd_emulate_recipe(args) -> int:
+    from ..workload.recipes import chain_file
+
+    chain = chain_file(args.recipe) if args.recipe else None
+    if chain is not None:  # a whole model, layer after layer: under jemalloc (`dse.allocator`), before torch loads
+        allocator.exec_with_jemalloc()
     if "torch" not in sys.modules:
         # A real layer's tensors are hundreds of MB each: torch's large allocations on
         # transparent huge pages fault in 2 MiB at a time, not 4 KiB (numpy's already do).
@@ -138,9 +144,6 @@ def cmd_emulate_recipe(args) -> int:
     overrides = parse_overrides(args.set)
     chip = load_chip(args.chip, overrides, overrides_source="--set")
     mapping = emulated_mapping(args, chip.cores.count)
-    from ..numerics.chain import chain_file
-
-    chain = chain_file(args.recipe)
     if chain is not None:
         return emulate_chain_command(args, chain, chip, mapping)
     load_recipe(args.recipe)  # InputError for an unknown recipe
@@ -234,7 +237,8 @@ def emulate_chain_command(args, chain, chip, mapping) -> int:
                           "cycles": emulated.cycles, "total_cycles": emulated.total_cycles,
                           "stage_passed": emulated.stage_passed, "reason": emulated.reason,
                           "frontend": emulated.checked,
-                          "checks": [vars(c) for c in emulated.checks], "passed": emulated.passed}, indent=2,
+                          "checks": [vars(c) for c in emulated.checks], "passed": emulated.passed,
+                          "allocator": allocator.in_use()}, indent=2,
                          default=str))
     else:
         print(f"chain {chain} on {chip.name}: {len(stages)} stages")

@@ -7,6 +7,7 @@ import json
 import math
 from pathlib import Path
 
+from .. import allocator
 from ..errors import InputError
 from .common import parse_value
 
@@ -202,6 +203,7 @@ def cmd_diff(args) -> int:
 def cmd_chain(args) -> int:
     """A chained recipe checked end to end against the float chain; emulated stage by stage
     with --chip. 0 passed, 1 failed (2: bad input)."""
+    allocator.exec_with_jemalloc()  # a whole model, layer after layer: under jemalloc (`dse.allocator`)
     from ..chips import load_chip
     from ..numerics.chain import check_chain, load_chain
 

@@ -37,11 +37,8 @@ import torch
 from ..errors import InputError
 from ..frontend.repeated import structure_key
 from ..mapping import Candidate, Mapping
-from ..workload.recipes import RECIPES_DIR, load_recipe, model_file
+from ..workload.recipes import CHAIN_FILE, load_recipe, model_file
 from .run import KEPT_REFERENCE_BYTES, emulate_graph, prepare_recipe
-
-CHAIN_FILE = "chain.toml"
-
 
 @dataclass(frozen=True)
 class ChainStage:
@@ -132,17 +129,6 @@ def load_chain(path: str | Path) -> list[ChainStage]:
             out.append(ChainStage(s["recipe"], {**params, index: first + k}, dict(feeds) if i or k else {},
                                   f"{index}={first + k}"))
     return out
-
-
-def chain_file(name_or_path: str | Path) -> Path | None:
-    """The chain file `name_or_path` names (a .toml file, a folder holding one and no model.py,
-    or a shipped chain's name such as ``llama3_8b``); None when it names no chain."""
-    for path in (Path(name_or_path), RECIPES_DIR / str(name_or_path)):
-        if path.is_file() and path.suffix == ".toml":
-            return path
-        if path.is_dir() and (path / CHAIN_FILE).is_file() and not (path / "model.py").exists():
-            return path / CHAIN_FILE
-    return None
 
 
 def with_params(stages: list[ChainStage], params: dict, source: str = "--param") -> list[ChainStage]:

@@ -46,6 +46,21 @@ def _model_file(name_or_path: str | Path) -> Path | None:
     return next((c.resolve() for c in candidates if c.is_file()), None)
 
 
+# A chained recipe's file (`dse.numerics.chain`): stages where one graph's outputs feed the next.
+CHAIN_FILE = "chain.toml"
+
+
+def chain_file(name_or_path: str | Path) -> Path | None:
+    """The chain file `name_or_path` names (a .toml file, a folder holding one and no model.py,
+    or a shipped chain's name such as ``llama3_8b``); None when it names no chain."""
+    for path in (Path(name_or_path), RECIPES_DIR / str(name_or_path)):
+        if path.is_file() and path.suffix == ".toml":
+            return path
+        if path.is_dir() and (path / CHAIN_FILE).is_file() and not (path / "model.py").exists():
+            return path / CHAIN_FILE
+    return None
+
+
 def model_file(name_or_path: str | Path) -> Path:
     """The recipe's model file (not imported); InputError when there is none."""
     path = _model_file(name_or_path)
