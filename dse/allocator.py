@@ -158,7 +158,7 @@ def kept_bytes() -> int | None:
 def give_back_freed(above: int = GIVE_BACK_ABOVE_BYTES) -> bool:
     """Hand the pages jemalloc keeps back to the kernel when they are more than `above` bytes
     (before a phase whose own peak should not stack on what the phases before it freed; a
-    sweep's small candidates keep theirs); whether it did. Nothing under another allocator."""
+    small model's stages keep theirs); whether it did. Nothing under another allocator."""
     mallctl = _mallctl()
     if mallctl is None:
         return False

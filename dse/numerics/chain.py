@@ -40,6 +40,7 @@ from ..mapping import Candidate, Mapping
 from ..workload.recipes import CHAIN_FILE, load_recipe, model_file
 from .run import KEPT_REFERENCE_BYTES, emulate_graph, prepare_recipe
 
+
 @dataclass(frozen=True)
 class ChainStage:
     recipe: str
