@@ -17,8 +17,10 @@ higher (4.06 GB against 3.91, past its 4 GB target): it keeps the system's mallo
 How. jemalloc replaces malloc only when loaded before the process starts, so the command
 execs itself once more with ``LD_PRELOAD`` set (`exec_with_jemalloc`, once it knows it runs a
 chain and before torch loads; same pid, same arguments). The pages it keeps are given back
-before each stage's emulator run (`give_back_freed`): what the frontend left is not held
-through the run's own peak (the model's peak 4.48 GB, 6.46 without).
+before a stage's emulator run only when they are more than half the memory available
+(`give_back_freed`): given back every time, they made the gain vanish. So the model peaks at
+6.46 GB against 4.28 under the system's malloc (its target 8 GB); ``DSE_ALLOCATOR=system``
+is the smaller footprint.
 
 `DSE_ALLOCATOR`: ``jemalloc`` (the default; the system's malloc where jemalloc is not
 installed: ``apt install libjemalloc2``) or ``system``. The allocator a run used is in its
@@ -46,8 +48,9 @@ JEMALLOC_CONF = "dirty_decay_ms:-1,muzzy_decay_ms:-1"
 _EXECED = "DSE_ALLOCATOR_EXECED"  # set in the exec'd process: never twice
 _CLI_PROCESS = False  # the CLI runs as this process (`cli_process`): it may exec itself
 _ARENAS_ALL = 4096  # jemalloc's MALLCTL_ARENAS_ALL: "arena.4096.purge" purges every arena
-# Kept freed memory given back before an emulator run only above this much (`give_back_freed`).
-GIVE_BACK_ABOVE_BYTES = 256 << 20
+# Kept freed memory is given back before an emulator run once it is more than this share of
+# the memory the machine has available (`give_back_freed`).
+GIVE_BACK_SHARE = 0.5
 
 
 def chosen(env=os.environ) -> str:
@@ -155,13 +158,33 @@ def kept_bytes() -> int | None:
     return pages.value * os.sysconf("SC_PAGE_SIZE")
 
 
-def give_back_freed(above: int = GIVE_BACK_ABOVE_BYTES) -> bool:
+def available_bytes(meminfo: str | None = None) -> int | None:
+    """The memory the machine has available (/proc/meminfo's MemAvailable), None unknown."""
+    try:
+        text = meminfo if meminfo is not None else open("/proc/meminfo").read()
+    except OSError:
+        return None
+    for line in text.splitlines():
+        if line.startswith("MemAvailable:"):
+            return int(line.split()[1]) * 1024
+    return None
+
+
+def give_back_freed(above: int | None = None) -> bool:
     """Hand the pages jemalloc keeps back to the kernel when they are more than `above` bytes
-    (before a phase whose own peak should not stack on what the phases before it freed; a
-    small model's stages keep theirs); whether it did. Nothing under another allocator."""
+    (default: `GIVE_BACK_SHARE` of the memory available), before a phase whose own peak would
+    stack on them; whether it did. Nothing under another allocator.
+
+    Kept, they serve the next layer: given back before every stage's emulator run, the whole
+    model's layer took 50.4 s against 27.2 s kept (its peak 4.48 GB against 6.46,
+    `bench/bench_llama_model.py`, one run), as slow as the system's malloc. So they are given
+    back only where the machine is short of memory."""
     mallctl = _mallctl()
     if mallctl is None:
         return False
+    if above is None:
+        available = available_bytes()
+        above = int(available * GIVE_BACK_SHARE) if available is not None else 0
     kept = kept_bytes()
     if kept is not None and kept <= above:
         return False
@@ -169,5 +192,5 @@ def give_back_freed(above: int = GIVE_BACK_ABOVE_BYTES) -> bool:
     return True
 
 
-__all__ = ["CHOICES", "ENV", "chosen", "exec_args", "exec_with_jemalloc", "give_back_freed", "in_use",
+__all__ = ["CHOICES", "ENV", "available_bytes", "chosen", "exec_args", "exec_with_jemalloc", "give_back_freed", "in_use",
            "kept_bytes", "cli_process"]

@@ -94,8 +94,9 @@ def test_recipe_chain_execs_itself_under_jemalloc(tmp_path, chain):
 
 def test_freed_memory_is_kept_until_given_back_above_its_threshold():
     """In a process started under jemalloc as the CLI starts it: 300 MB freed stay resident
-    and counted as kept; a give-back above 1 GB leaves them; one above 256 MB (the default)
-    returns them to the kernel."""
+    and counted as kept; a give-back above 1 GB (or above half the memory available, the
+    default, on a machine with more than 600 MB free) leaves them; one above 0 returns them
+    to the kernel."""
     path = _jemalloc()
     script = textwrap.dedent("""
         import json, numpy as np
@@ -108,17 +109,26 @@ def test_freed_memory_is_kept_until_given_back_above_its_threshold():
         kept, after_free = allocator.kept_bytes(), rss()
         above_gb = allocator.give_back_freed(above=1 << 30)
         default = allocator.give_back_freed()
+        given = allocator.give_back_freed(above=0)
         print(json.dumps(dict(in_use=allocator.in_use(), before=before, kept=kept, after_free=after_free,
-                              above_gb=above_gb, default=default, kept_after=allocator.kept_bytes(),
-                              after_give_back=rss())))
+                              above_gb=above_gb, default=default, given=given, kept_after=allocator.kept_bytes(),
+                              after_give_back=rss(), available=allocator.available_bytes())))
     """)
     done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120, check=True,
                           env=_env(LD_PRELOAD=path, MALLOC_CONF=allocator.JEMALLOC_CONF))
     got = json.loads(done.stdout)
     assert got["in_use"].startswith("jemalloc")
     assert got["kept"] >= 300 << 20 and got["after_free"] > got["before"] - (20 << 20)
-    assert got["above_gb"] is False and got["default"] is True
+    assert got["above_gb"] is False and got["given"] is True
+    assert got["default"] is (got["kept"] > got["available"] * allocator.GIVE_BACK_SHARE)
     assert got["kept_after"] < 16 << 20 and got["after_give_back"] < got["after_free"] - (280 << 20)
+
+
+def test_the_memory_available_is_read_from_meminfo():
+    text = "MemTotal:       24683784 kB\nMemFree:        20112480 kB\nMemAvailable:   23536124 kB\n"
+    assert allocator.available_bytes(text) == 23536124 * 1024
+    assert allocator.available_bytes("MemTotal: 1 kB\n") is None
+    assert allocator.available_bytes() > 0  # this machine's own
 
 
 def test_under_the_system_malloc_nothing_is_kept_or_given_back():

@@ -177,7 +177,7 @@ def emulate_graph(graph: Graph, candidate: Candidate, inputs, expected=None, tol
     t0 = time.perf_counter()
     progress("lower")
     # What the frontend freed (gigabytes for a real layer), kept by jemalloc for the next
-    # phases, is given back: the run's own peak does not stack on it (`dse.allocator`).
+    # phases, is given back when the machine is short of memory (`dse.allocator`).
     allocator.give_back_freed()
     rep = EmulationReport(name or graph.name, candidate.chip.name, candidate.mapping.model_dump(mode="json"), True,
                           private_sram_bytes=candidate.chip.private_sram_bytes)
