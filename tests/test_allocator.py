@@ -21,16 +21,11 @@ import pytest
 from hypothesis import given, settings, strategies as st
 
 from dse import allocator
+from test_whole_model import CHAIN as WHOLE_MODEL
 
 REPO = Path(__file__).resolve().parents[1]
 SINGLE = ["-m", "dse", "emulate", "--chip", "toy", "--recipe", "gemm", "--param", "n=16", "--param", "k=16", "--json"]
-CHAIN = """
-[[stage]]
-recipe = "llama_layers"
-params = { seq = 8, dim = 32, heads = 2, kv_heads = 1, head_dim = 16, ffn = 64 }
-repeat = 2
-feeds = { hidden = "hidden" }
-"""
+CHAIN = WHOLE_MODEL.replace("repeat = 4", "repeat = 2")  # the tiny whole model, two layers
 
 
 @pytest.fixture
