@@ -10,7 +10,9 @@ fresh pages in again. On a virtual machine whose balloon reports free memory to 
 was a third of a Llama-3-8B-shaped layer's CPU. jemalloc with its decay off
 (`MALLOC_CONF`) keeps freed pages in the process and serves the next phase from them: a
 reused layer of the whole model 33.4 + 41.1 s -> 13.4 + 24.8 s (frontend + emulation,
-`bench/bench_llama_phases.py --layers 2`, same machine and load). A single layer gains
+`bench/bench_llama_phases.py --seq 2048 --layers 2`, then the same with
+``LD_PRELOAD=libjemalloc.so.2 MALLOC_CONF=dirty_decay_ms:-1,muzzy_decay_ms:-1``: the bench
+runs in its own process, not through the CLI; same machine and load). A single layer gains
 nothing (`bench/bench_llama_layer.py`: its cold run 0.95x, further runs 1.0x) and peaks
 higher (4.06 GB against 3.91, past its 4 GB target): it keeps the system's malloc.
 
@@ -62,14 +64,8 @@ def chosen(env=os.environ) -> str:
 
 
 def _installed() -> str | None:
-    """The path of the machine's jemalloc, None without one."""
-    for folder in ("/usr/lib/x86_64-linux-gnu", "/usr/lib/aarch64-linux-gnu", "/usr/lib64", "/usr/lib",
-                   "/usr/local/lib"):
-        path = os.path.join(folder, JEMALLOC)
-        if os.path.isfile(path):
-            return path
-    found = ctypes.util.find_library("jemalloc")
-    return found if found and os.path.isabs(found) else None
+    """The machine's jemalloc as the loader finds it ("libjemalloc.so.2"), None without one."""
+    return ctypes.util.find_library("jemalloc")
 
 
 def exec_args(env=os.environ) -> tuple[str, list[str], dict] | None:
@@ -122,6 +118,7 @@ def cli_process() -> None:
         signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
 
 
+@functools.cache
 def _mallctl():
     try:
         return ctypes.CDLL(None).mallctl

@@ -252,7 +252,9 @@ def main(argv: list[str] | None = None) -> int:
         _quiet_connection_pool()
     try:
         try:
-            return _main(list(sys.argv[1:] if argv is None else argv), as_process)
+            if as_process:  # (a whole model's run may exec itself under jemalloc: `dse.allocator`)
+                allocator.cli_process()  # (inside the try: a Ctrl-C held across that exec lands here)
+            return _main(list(sys.argv[1:] if argv is None else argv))
         finally:
             if as_process:
                 try:
@@ -264,12 +266,10 @@ def main(argv: list[str] | None = None) -> int:
         return EXIT_INTERRUPT
 
 
-def _main(argv: list[str], as_process: bool = False) -> int:
+def _main(argv: list[str]) -> int:
     as_json = _wants_json(argv)
     try:
         try:
-            if as_process:  # (a whole model's run may exec itself under jemalloc: `dse.allocator`)
-                allocator.cli_process()
             args = build_parser(argv).parse_args(argv)
             code = args.func(args)
             sys.stdout.flush()
